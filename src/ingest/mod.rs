@@ -1,0 +1,1 @@
+//! Socket receivers: UDP, Unix datagram and Unix stream.

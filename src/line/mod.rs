@@ -1,0 +1,1 @@
+//! StatsD/DogStatsD line parser.

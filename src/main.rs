@@ -1,0 +1,3 @@
+//! The `countersink` command: sidecar, dev mode and operator tools.
+
+fn main() {}
