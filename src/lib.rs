@@ -9,3 +9,19 @@ pub mod line;
 
 #[cfg(feature = "sidecar")]
 pub mod ingest;
+
+pub mod accounting;
+pub mod aggregate;
+pub mod bucket;
+pub mod config;
+pub mod engine;
+pub mod family;
+pub mod flush;
+pub mod pipeline;
+pub mod recorder;
+pub mod series;
+pub mod sink;
+pub mod state;
+
+pub use crate::config::Config;
+pub use crate::recorder::Recorder;

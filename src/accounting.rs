@@ -1,0 +1,103 @@
+//! The accounting identity of DESIGN §2, as signed sums of deltas.
+//!
+//! Every accepted increment ends in exactly one stage, so at any quiet moment
+//! `accepted = applied + unknown + rejected + dropped + spilled + pending`. Each accepted
+//! delta is owed to two tables (its minute row and its day row), whose writes can end
+//! differently, so the identity is kept **per table granularity**: once for the minute
+//! tables and once for the day tables. The stages are counted in different places (the
+//! buffer's stripes, the flusher's ledger) and read without a global lock: while a flush
+//! is running the sums may be off by what is moving between stages, and they balance
+//! whenever nothing is in motion.
+
+use crate::aggregate::TableKind;
+use crate::engine::Engine;
+use crate::flush::Ledger;
+
+/// Signed delta sums per stage, for one table granularity.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Stages {
+    /// Accepted (valid increments, plus rows replayed from the spill file).
+    pub accepted: i128,
+    /// Acknowledged by the store.
+    pub applied: i128,
+    /// Outcome unknown, logged.
+    pub unknown: i128,
+    /// Rejected permanently, logged.
+    pub rejected: i128,
+    /// Dropped by a limit, counted by reason.
+    pub dropped: i128,
+    /// On disk in the spill file.
+    pub spilled: i128,
+    /// In memory: buffered or in flight.
+    pub pending: i128,
+}
+
+impl Stages {
+    /// The sum of every stage after acceptance.
+    pub fn settled_total(&self) -> i128 {
+        self.applied + self.unknown + self.rejected + self.dropped + self.spilled + self.pending
+    }
+
+    /// Whether `accepted` equals the sum of the other stages.
+    pub fn is_balanced(&self) -> bool {
+        self.accepted == self.settled_total()
+    }
+
+    /// `(stage, sum)` pairs in label order, for metrics.
+    pub fn labelled(&self) -> [(&'static str, i128); 7] {
+        [
+            ("accepted", self.accepted),
+            ("applied", self.applied),
+            ("unknown", self.unknown),
+            ("rejected", self.rejected),
+            ("dropped", self.dropped),
+            ("spilled", self.spilled),
+            ("pending", self.pending),
+        ]
+    }
+}
+
+/// The stages for the minute tables and for the day tables.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Accounting {
+    /// Minute tables.
+    pub minute: Stages,
+    /// Day tables.
+    pub day: Stages,
+}
+
+impl Accounting {
+    /// Reads the stages now.
+    pub fn read(engine: &Engine, ledger: &Ledger) -> Accounting {
+        let counters = engine.aggregator().counters();
+        let stages = |table: TableKind| {
+            let settled = ledger.settled(table);
+            Stages {
+                accepted: counters.accepted_sum + settled.replayed,
+                applied: settled.applied,
+                unknown: settled.unknown,
+                rejected: settled.rejected,
+                dropped: counters.dropped_sum_total() + settled.dropped,
+                spilled: settled.spilled,
+                pending: engine.aggregator().pending_sum(table) + settled.in_flight,
+            }
+        };
+        Accounting {
+            minute: stages(TableKind::Minute),
+            day: stages(TableKind::Day),
+        }
+    }
+
+    /// The stages of one granularity.
+    pub fn of(&self, table: TableKind) -> &Stages {
+        match table {
+            TableKind::Minute => &self.minute,
+            TableKind::Day => &self.day,
+        }
+    }
+
+    /// Whether the identity holds for both granularities.
+    pub fn is_balanced(&self) -> bool {
+        self.minute.is_balanced() && self.day.is_balanced()
+    }
+}

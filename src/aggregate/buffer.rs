@@ -1,0 +1,190 @@
+//! The synchronous aggregation core: one stripe's map from row key to pending deltas.
+//!
+//! Plain data-structure code: no clock, no threads, no I/O. Callers pass the time
+//! (already resolved into a [`Slot`]) and the shared budget; tests drive it directly.
+
+use hashbrown::HashTable;
+
+use super::counters::Counters;
+use super::limits::{Budget, DropReason};
+use super::row::{Columns, Row, RowKey, RowKeyRef};
+
+/// The hasher shared by all stripes. Seeded per process, so crafted keys cannot be
+/// aimed at one bucket chain across restarts.
+pub(crate) type RowHasher = foldhash::fast::RandomState;
+
+/// Estimated bytes of one pending row beyond its key bytes and wide-column heap.
+///
+/// The table entry itself, one control byte, about half an entry of spare capacity on
+/// average (the table grows by doubling at 7/8 full), and the allocator's header and
+/// rounding for the boxed key. The memory benchmark checks this against measured usage.
+pub(crate) const ROW_OVERHEAD_BYTES: usize = size_of::<(RowKey, Row)>() * 3 / 2 + 1 + 16;
+
+/// Estimated bytes of a row with this series and these columns.
+pub(crate) fn estimated_row_bytes(series_len: usize, columns: &Columns) -> usize {
+    ROW_OVERHEAD_BYTES + series_len + columns.heap_bytes()
+}
+
+/// One stripe of pending rows.
+pub struct Buffer {
+    rows: HashTable<(RowKey, Row)>,
+    /// Estimated bytes of `rows`, as charged to the budget.
+    bytes: usize,
+    /// Signed sum of the deltas in `rows`, per slot kind (both, minute only, day only).
+    pending_sum: [i128; 3],
+    counters: Counters,
+    /// Random source for unbiased rounding of sampled values; seeded, so tests replay.
+    pub(crate) rng: fastrand::Rng,
+}
+
+/// Everything a stripe held when it was drained.
+pub struct Taken {
+    /// The rows, each key at most once per stripe.
+    pub rows: HashTable<(RowKey, Row)>,
+    /// Signed sum of their deltas, per slot kind.
+    pub sums: [i128; 3],
+}
+
+/// The part of per-slot-kind sums owed to `table`.
+pub(crate) fn owed(sums: &[i128; 3], table: super::TableKind) -> i128 {
+    sums[0]
+        + match table {
+            super::TableKind::Minute => sums[1],
+            super::TableKind::Day => sums[2],
+        }
+}
+
+impl Buffer {
+    /// An empty stripe whose random source starts from `seed`.
+    pub fn new(seed: u64) -> Buffer {
+        Buffer {
+            rows: HashTable::new(),
+            bytes: 0,
+            pending_sum: [0; 3],
+            counters: Counters::default(),
+            rng: fastrand::Rng::with_seed(seed),
+        }
+    }
+
+    /// Adds an accepted delta to column `column` of a row `width` columns wide, creating
+    /// the row if the budget allows. Counts the increment as accepted either way, and as
+    /// dropped (with the reason returned) when it could not be kept.
+    pub(crate) fn record(
+        &mut self,
+        key: RowKeyRef<'_>,
+        width: usize,
+        column: usize,
+        delta: i64,
+        hasher: &RowHasher,
+        budget: &Budget,
+    ) -> Result<(), DropReason> {
+        self.counters.accept(delta);
+        let hash = key.hash_with(hasher);
+        if let Some((_, row)) = self.rows.find_mut(hash, |(k, _)| key.matches(k)) {
+            if !row.columns.checked_add_at(column, delta) {
+                self.counters.drop_accepted(DropReason::Overflow, delta);
+                return Err(DropReason::Overflow);
+            }
+            self.pending_sum[key.slot.kind_index()] += i128::from(delta);
+            return Ok(());
+        }
+        let columns = Columns::single(width, column, delta);
+        let bytes = estimated_row_bytes(key.series.len(), &columns);
+        if let Err(reason) = budget.try_reserve(bytes) {
+            self.counters.drop_accepted(reason, delta);
+            return Err(reason);
+        }
+        self.bytes += bytes;
+        self.pending_sum[key.slot.kind_index()] += i128::from(delta);
+        let row = Row {
+            columns,
+            requeued_since: 0,
+        };
+        self.rows
+            .insert_unique(hash, (key.to_owned_key(), row), |(k, _)| {
+                k.as_ref().hash_with(hasher)
+            });
+        Ok(())
+    }
+
+    /// Counts an increment that was accepted but dropped before reaching a row (for
+    /// example, a client timestamp outside the window).
+    pub(crate) fn record_dropped(&mut self, reason: DropReason, delta: i64) {
+        self.counters.accept(delta);
+        self.counters.drop_accepted(reason, delta);
+    }
+
+    /// Puts back deltas that definitely were not applied. They were counted as accepted
+    /// when they first arrived, so no limit applies; the only refusal is a sum that would
+    /// overflow, and then the row is handed back so the caller can spill it.
+    pub(crate) fn merge_back(
+        &mut self,
+        key: RowKey,
+        row: Row,
+        hasher: &RowHasher,
+        budget: &Budget,
+    ) -> Result<(), (RowKey, Row)> {
+        let key_ref = key.as_ref();
+        let kind = key_ref.slot.kind_index();
+        let hash = key_ref.hash_with(hasher);
+        if let Some((_, held)) = self.rows.find_mut(hash, |(k, _)| key_ref.matches(k)) {
+            if !held.columns.checked_add(&row.columns) {
+                return Err((key, row));
+            }
+            held.requeued_since = oldest(held.requeued_since, row.requeued_since);
+            self.pending_sum[kind] += row.columns.sum();
+            return Ok(());
+        }
+        let bytes = estimated_row_bytes(key.series().len(), &row.columns);
+        budget.force_reserve(bytes);
+        self.bytes += bytes;
+        self.pending_sum[kind] += row.columns.sum();
+        self.rows
+            .insert_unique(hash, (key, row), |(k, _)| k.as_ref().hash_with(hasher));
+        Ok(())
+    }
+
+    /// Takes every pending row, leaving the stripe empty, and returns its budget.
+    pub(crate) fn take_all(&mut self, budget: &Budget) -> Taken {
+        // Keep roughly the previous size so the next interval does not regrow from zero.
+        let capacity = self.rows.len() / 2;
+        let rows = std::mem::replace(&mut self.rows, HashTable::with_capacity(capacity));
+        budget.release(rows.len(), self.bytes);
+        self.bytes = 0;
+        let sums = std::mem::take(&mut self.pending_sum);
+        Taken { rows, sums }
+    }
+
+    /// Number of pending rows.
+    pub fn len(&self) -> usize {
+        self.rows.len()
+    }
+
+    /// Whether no row is pending.
+    pub fn is_empty(&self) -> bool {
+        self.rows.is_empty()
+    }
+
+    /// Signed sum of the pending deltas owed to `table`.
+    pub fn pending_sum(&self, table: super::TableKind) -> i128 {
+        owed(&self.pending_sum, table)
+    }
+
+    /// What this stripe has counted since start.
+    pub fn counters(&self) -> &Counters {
+        &self.counters
+    }
+
+    /// Iterates the pending rows, in no particular order.
+    pub fn iter(&self) -> impl Iterator<Item = (&RowKey, &Row)> {
+        self.rows.iter().map(|(k, r)| (k, r))
+    }
+}
+
+/// The older of two re-queue times, where 0 means "never re-queued".
+fn oldest(a: u32, b: u32) -> u32 {
+    match (a, b) {
+        (0, x) | (x, 0) => x,
+        (x, y) => x.min(y),
+    }
+}

@@ -1,0 +1,237 @@
+//! Memory limits for pending rows, and the shared budget that enforces them across
+//! stripes without blocking anyone.
+
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::Duration;
+
+/// Why an accepted increment was dropped instead of buffered. A closed set: each is a
+/// `countersink_dropped_total{reason}` label and a `countersink_delta_sum{stage="dropped"}`
+/// contribution.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum DropReason {
+    /// The buffer already holds `max_pending_rows` distinct rows.
+    MaxRows,
+    /// The buffer's estimated size already reached `max_pending_bytes`.
+    MaxBytes,
+    /// The client timestamp (`|T`) is older than `timestamp_max_past` or further ahead
+    /// than `timestamp_max_future`.
+    TimestampWindow,
+    /// Adding the delta would take the row's pending sum outside the `i64` range.
+    Overflow,
+    /// The metric name matches no configured family and the generic family is disabled.
+    Unconfigured,
+    /// A write had to be spilled to disk and the spill file could not be written.
+    SpillFailed,
+    /// The increment arrived after shutdown had taken the final flush.
+    AfterShutdown,
+}
+
+impl DropReason {
+    /// Every reason, in label order.
+    pub const ALL: [DropReason; 7] = [
+        DropReason::MaxRows,
+        DropReason::MaxBytes,
+        DropReason::TimestampWindow,
+        DropReason::Overflow,
+        DropReason::Unconfigured,
+        DropReason::SpillFailed,
+        DropReason::AfterShutdown,
+    ];
+
+    /// The metric label.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DropReason::MaxRows => "max_rows",
+            DropReason::MaxBytes => "max_bytes",
+            DropReason::TimestampWindow => "timestamp_window",
+            DropReason::Overflow => "overflow",
+            DropReason::Unconfigured => "unconfigured",
+            DropReason::SpillFailed => "spill_failed",
+            DropReason::AfterShutdown => "after_shutdown",
+        }
+    }
+
+    pub(crate) fn index(self) -> usize {
+        self as usize
+    }
+}
+
+/// Limits on what the buffer accepts. Each one counts when it bites and never blocks.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Limits {
+    /// Most distinct rows (key × minute) held for the next flush.
+    pub max_pending_rows: usize,
+    /// Most estimated bytes held for the next flush.
+    pub max_pending_bytes: usize,
+    /// Longest encoded series key, in bytes (name plus tags, or the key tag values).
+    pub max_key_bytes: usize,
+    /// How far in the past a client timestamp may be.
+    pub timestamp_max_past: Duration,
+    /// How far in the future a client timestamp may be (clock skew).
+    pub timestamp_max_future: Duration,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            max_pending_rows: 1_000_000,
+            max_pending_bytes: 256 << 20,
+            max_key_bytes: 1024,
+            timestamp_max_past: Duration::from_secs(3600),
+            timestamp_max_future: Duration::from_secs(600),
+        }
+    }
+}
+
+/// Fraction of either limit at which the buffer asks for an early flush.
+const PRESSURE_NUMERATOR: usize = 3;
+const PRESSURE_DENOMINATOR: usize = 4;
+
+/// The shared row and byte budget of all stripes.
+///
+/// Only creating a row touches these atomics; adding to an existing row does not, so the
+/// hot path stays free of shared writes.
+pub(crate) struct Budget {
+    max_rows: usize,
+    max_bytes: usize,
+    rows: AtomicUsize,
+    bytes: AtomicUsize,
+    pressure: AtomicBool,
+    on_pressure: OnceLock<Box<dyn Fn() + Send + Sync>>,
+}
+
+impl Budget {
+    pub(crate) fn new(limits: &Limits) -> Budget {
+        Budget {
+            max_rows: limits.max_pending_rows,
+            max_bytes: limits.max_pending_bytes,
+            rows: AtomicUsize::new(0),
+            bytes: AtomicUsize::new(0),
+            pressure: AtomicBool::new(false),
+            on_pressure: OnceLock::new(),
+        }
+    }
+
+    /// Sets what to call, once per crossing, when usage passes the early-flush mark.
+    pub(crate) fn set_on_pressure(&self, callback: Box<dyn Fn() + Send + Sync>) {
+        let _ = self.on_pressure.set(callback);
+    }
+
+    /// Claims room for one new row of `bytes`, or says which limit refuses it.
+    pub(crate) fn try_reserve(&self, bytes: usize) -> Result<(), DropReason> {
+        let rows_before = self.rows.fetch_add(1, Ordering::Relaxed);
+        if rows_before >= self.max_rows {
+            self.rows.fetch_sub(1, Ordering::Relaxed);
+            return Err(DropReason::MaxRows);
+        }
+        let bytes_before = self.bytes.fetch_add(bytes, Ordering::Relaxed);
+        if bytes_before.saturating_add(bytes) > self.max_bytes {
+            self.bytes.fetch_sub(bytes, Ordering::Relaxed);
+            self.rows.fetch_sub(1, Ordering::Relaxed);
+            return Err(DropReason::MaxBytes);
+        }
+        self.check_pressure(rows_before + 1, bytes_before + bytes);
+        Ok(())
+    }
+
+    /// Claims room unconditionally: re-queued deltas were accepted already, and refusing
+    /// them here would lose them.
+    pub(crate) fn force_reserve(&self, bytes: usize) {
+        let rows = self.rows.fetch_add(1, Ordering::Relaxed) + 1;
+        let total = self.bytes.fetch_add(bytes, Ordering::Relaxed) + bytes;
+        self.check_pressure(rows, total);
+    }
+
+    /// Returns room taken by rows that left the buffer.
+    pub(crate) fn release(&self, rows: usize, bytes: usize) {
+        self.rows.fetch_sub(rows, Ordering::Relaxed);
+        self.bytes.fetch_sub(bytes, Ordering::Relaxed);
+        if self.pressure.load(Ordering::Relaxed)
+            && !self.over_mark(
+                self.rows.load(Ordering::Relaxed),
+                self.bytes.load(Ordering::Relaxed),
+            )
+        {
+            self.pressure.store(false, Ordering::Relaxed);
+        }
+    }
+
+    /// Rows currently held, across stripes.
+    pub(crate) fn rows(&self) -> usize {
+        self.rows.load(Ordering::Relaxed)
+    }
+
+    /// Estimated bytes currently held, across stripes.
+    pub(crate) fn bytes(&self) -> usize {
+        self.bytes.load(Ordering::Relaxed)
+    }
+
+    fn over_mark(&self, rows: usize, bytes: usize) -> bool {
+        rows.saturating_mul(PRESSURE_DENOMINATOR)
+            >= self.max_rows.saturating_mul(PRESSURE_NUMERATOR)
+            || bytes.saturating_mul(PRESSURE_DENOMINATOR)
+                >= self.max_bytes.saturating_mul(PRESSURE_NUMERATOR)
+    }
+
+    fn check_pressure(&self, rows: usize, bytes: usize) {
+        if self.over_mark(rows, bytes)
+            && !self.pressure.swap(true, Ordering::Relaxed)
+            && let Some(callback) = self.on_pressure.get()
+        {
+            callback();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+
+    fn budget(rows: usize, bytes: usize) -> Budget {
+        Budget::new(&Limits {
+            max_pending_rows: rows,
+            max_pending_bytes: bytes,
+            ..Limits::default()
+        })
+    }
+
+    #[test]
+    fn rows_limit_refuses_and_gives_the_slot_back() {
+        let b = budget(2, 1000);
+        assert_eq!(b.try_reserve(10), Ok(()));
+        assert_eq!(b.try_reserve(10), Ok(()));
+        assert_eq!(b.try_reserve(10), Err(DropReason::MaxRows));
+        assert_eq!((b.rows(), b.bytes()), (2, 20));
+        b.release(1, 10);
+        assert_eq!(b.try_reserve(10), Ok(()));
+    }
+
+    #[test]
+    fn bytes_limit_refuses_without_leaking_a_row() {
+        let b = budget(100, 25);
+        assert_eq!(b.try_reserve(20), Ok(()));
+        assert_eq!(b.try_reserve(20), Err(DropReason::MaxBytes));
+        assert_eq!((b.rows(), b.bytes()), (1, 20));
+    }
+
+    #[test]
+    fn pressure_fires_once_per_crossing() {
+        let b = budget(8, 1 << 20);
+        let fired = Arc::new(AtomicUsize::new(0));
+        let seen = fired.clone();
+        b.set_on_pressure(Box::new(move || {
+            seen.fetch_add(1, Ordering::Relaxed);
+        }));
+        for _ in 0..7 {
+            b.try_reserve(1).unwrap();
+        }
+        assert_eq!(fired.load(Ordering::Relaxed), 1, "fires at 6 of 8, once");
+        b.release(7, 7);
+        for _ in 0..6 {
+            b.try_reserve(1).unwrap();
+        }
+        assert_eq!(fired.load(Ordering::Relaxed), 2, "fires again after relief");
+    }
+}

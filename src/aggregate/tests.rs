@@ -1,0 +1,333 @@
+//! Tests of the aggregation core and its concurrent front.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use super::*;
+use crate::bucket::{Day, Minute};
+use crate::series;
+
+fn key<'a>(series: &'a [u8], minute: u32) -> RowKeyRef<'a> {
+    RowKeyRef {
+        family: FamilyId(0),
+        slot: Slot::Both(Minute(minute)),
+        series,
+    }
+}
+
+fn small_limits(rows: usize) -> Limits {
+    Limits {
+        max_pending_rows: rows,
+        ..Limits::default()
+    }
+}
+
+#[test]
+fn increments_to_one_row_sum_and_snapshot_is_stable() {
+    let agg = Aggregator::new(Limits::default(), 4, Some(1));
+    let a = series::encode(["page.views", "env:prod"]);
+    let b = series::encode(["page.views", "env:dev"]);
+    {
+        let mut s = agg.stripe();
+        s.record(key(&a, 10), 1, 0, 5).unwrap();
+        s.record(key(&a, 10), 1, 0, -2).unwrap();
+        s.record(key(&b, 10), 1, 0, 1).unwrap();
+        s.record(key(&a, 11), 1, 0, 7).unwrap();
+    }
+    assert_eq!(
+        agg.snapshot().to_string(),
+        "0/Both(Minute(10))/page.views|env:dev = [1]\n\
+         0/Both(Minute(10))/page.views|env:prod = [3]\n\
+         0/Both(Minute(11))/page.views|env:prod = [7]\n"
+    );
+    assert_eq!(
+        (agg.pending_rows(), agg.pending_sum(TableKind::Minute)),
+        (3, 11)
+    );
+    let c = agg.counters();
+    assert_eq!((c.accepted, c.accepted_sum, c.dropped_total()), (4, 11, 0));
+}
+
+#[test]
+fn wide_rows_keep_columns_apart() {
+    let agg = Aggregator::new(Limits::default(), 1, Some(1));
+    let s = series::encode(["p1"]);
+    let mut stripe = agg.stripe();
+    stripe.record(key(&s, 1), 3, 0, 1).unwrap();
+    stripe.record(key(&s, 1), 3, 2, 100).unwrap();
+    stripe.record(key(&s, 1), 3, 0, 1).unwrap();
+    drop(stripe);
+    assert_eq!(
+        agg.snapshot().to_string(),
+        "0/Both(Minute(1))/p1 = [2, 0, 100]\n"
+    );
+}
+
+#[test]
+fn row_limit_drops_new_rows_but_not_existing_ones() {
+    let agg = Aggregator::new(small_limits(2), 1, Some(1));
+    let keys: Vec<_> = (0..3)
+        .map(|i| series::encode([format!("k{i}").as_str()]))
+        .collect();
+    let mut s = agg.stripe();
+    s.record(key(&keys[0], 1), 1, 0, 1).unwrap();
+    s.record(key(&keys[1], 1), 1, 0, 1).unwrap();
+    assert_eq!(
+        s.record(key(&keys[2], 1), 1, 0, 9),
+        Err(DropReason::MaxRows)
+    );
+    s.record(key(&keys[0], 1), 1, 0, 1).unwrap();
+    drop(s);
+    let c = agg.counters();
+    assert_eq!(c.dropped_for(DropReason::MaxRows), 1);
+    assert_eq!(c.dropped_sum_total(), 9);
+    assert_eq!(
+        c.accepted_sum - c.dropped_sum_total(),
+        agg.pending_sum(TableKind::Day)
+    );
+}
+
+#[test]
+fn byte_limit_drops_and_counts() {
+    let limits = Limits {
+        max_pending_bytes: buffer::ROW_OVERHEAD_BYTES + 10,
+        ..Limits::default()
+    };
+    let agg = Aggregator::new(limits, 1, Some(1));
+    let short = series::encode(["a"]);
+    let long = series::encode(["a-much-longer-series-key"]);
+    let mut s = agg.stripe();
+    s.record(key(&short, 1), 1, 0, 1).unwrap();
+    assert_eq!(s.record(key(&long, 1), 1, 0, 1), Err(DropReason::MaxBytes));
+    drop(s);
+    assert_eq!(agg.counters().dropped_for(DropReason::MaxBytes), 1);
+}
+
+#[test]
+fn overflowing_sum_is_dropped_not_wrapped() {
+    let agg = Aggregator::new(Limits::default(), 1, Some(1));
+    let s = series::encode(["x"]);
+    let mut stripe = agg.stripe();
+    stripe.record(key(&s, 1), 1, 0, i64::MAX).unwrap();
+    assert_eq!(
+        stripe.record(key(&s, 1), 1, 0, 1),
+        Err(DropReason::Overflow)
+    );
+    stripe.record(key(&s, 1), 1, 0, i64::MIN).unwrap();
+    drop(stripe);
+    assert_eq!(agg.snapshot().to_string(), "0/Both(Minute(1))/x = [-1]\n");
+    let c = agg.counters();
+    assert_eq!(c.dropped_for(DropReason::Overflow), 1);
+    assert_eq!(c.accepted_sum - c.dropped_sum_total(), -1);
+}
+
+#[test]
+fn take_all_empties_and_returns_the_budget() {
+    let agg = Aggregator::new(small_limits(1), 2, Some(1));
+    let s = series::encode(["x"]);
+    agg.stripe().record(key(&s, 1), 1, 0, 4).unwrap();
+    let drained = agg.take_all();
+    assert_eq!(
+        (
+            drained.len(),
+            drained.sum(TableKind::Minute),
+            drained.sum(TableKind::Day)
+        ),
+        (1, 4, 4)
+    );
+    assert!(agg.snapshot().is_empty());
+    assert_eq!((agg.pending_rows_estimate(), agg.pending_bytes()), (0, 0));
+    agg.stripe().record(key(&s, 2), 1, 0, 1).unwrap();
+}
+
+#[test]
+fn merge_back_keeps_slots_apart_and_marks_the_age() {
+    let agg = Aggregator::new(small_limits(1), 1, Some(1));
+    let s = series::encode(["x"]);
+    agg.stripe().record(key(&s, 60), 1, 0, 3).unwrap();
+    let requeue = |slot, v, since| {
+        (
+            RowKey::new(FamilyId(0), slot, s.clone().into_boxed_slice()),
+            Row {
+                columns: Columns::One(v),
+                requeued_since: since,
+            },
+        )
+    };
+    // The limit is already reached: merge_back must still keep re-queued deltas.
+    let refused = agg.merge_back([
+        requeue(Slot::MinuteOnly(Minute(60)), 2, 500),
+        requeue(Slot::DayOnly(Day(0)), 5, 400),
+        requeue(Slot::DayOnly(Day(0)), 1, 300),
+    ]);
+    assert!(refused.is_empty());
+    assert_eq!(
+        agg.pending_sum(TableKind::Minute),
+        5,
+        "fresh 3 + minute-only 2"
+    );
+    assert_eq!(agg.pending_sum(TableKind::Day), 9, "fresh 3 + day-only 6");
+    assert_eq!(
+        agg.snapshot().to_string(),
+        "0/Both(Minute(60))/x = [3]\n\
+         0/DayOnly(Day(0))/x = [6] (requeued)\n\
+         0/MinuteOnly(Minute(60))/x = [2] (requeued)\n"
+    );
+    let rows: HashMap<_, _> = agg
+        .take_all()
+        .into_rows()
+        .map(|(k, r)| (k.slot(), r.requeued_since))
+        .collect();
+    assert_eq!(rows[&Slot::DayOnly(Day(0))], 300, "oldest failure is kept");
+    assert_eq!(rows[&Slot::Both(Minute(60))], 0);
+}
+
+#[test]
+fn merge_back_hands_back_a_row_that_would_overflow() {
+    let agg = Aggregator::new(Limits::default(), 1, Some(1));
+    let s = series::encode(["x"]);
+    agg.stripe().record(key(&s, 1), 1, 0, i64::MAX).unwrap();
+    let row = (
+        RowKey::new(
+            FamilyId(0),
+            Slot::Both(Minute(1)),
+            s.clone().into_boxed_slice(),
+        ),
+        Row {
+            columns: Columns::One(1),
+            requeued_since: 9,
+        },
+    );
+    let refused = agg.merge_back([row]);
+    assert_eq!(refused.len(), 1);
+    assert_eq!(agg.pending_sum(TableKind::Minute), i128::from(i64::MAX));
+}
+
+#[test]
+fn client_timestamps_inside_the_window_pick_their_minute() {
+    let limits = Limits::default();
+    let now = 1_800_000_000;
+    assert_eq!(
+        minute_for(now, None, &limits),
+        Minute::from_unix_secs(now).ok_or(DropReason::TimestampWindow)
+    );
+    assert_eq!(
+        minute_for(now, Some(now - 3600), &limits)
+            .unwrap()
+            .start_unix_secs(),
+        now - 3600 - (now - 3600) % 60
+    );
+    assert_eq!(
+        minute_for(now, Some(now - 3601), &limits),
+        Err(DropReason::TimestampWindow)
+    );
+    assert!(minute_for(now, Some(now + 600), &limits).is_ok());
+    assert_eq!(
+        minute_for(now, Some(now + 601), &limits),
+        Err(DropReason::TimestampWindow)
+    );
+    assert_eq!(
+        minute_for(now, Some(i64::MIN), &limits),
+        Err(DropReason::TimestampWindow)
+    );
+    assert_eq!(
+        minute_for(now, Some(i64::MAX), &limits),
+        Err(DropReason::TimestampWindow)
+    );
+}
+
+/// Several threads hammer a few hot keys and many cold ones while another thread
+/// drains repeatedly: every delta must come out exactly once.
+#[test]
+fn concurrent_adds_racing_with_drains_are_exact() {
+    let agg = Arc::new(Aggregator::new(Limits::default(), 4, Some(7)));
+    let writers = 4;
+    let per_writer = 50_000_u64;
+    let keys: Arc<Vec<Vec<u8>>> = Arc::new(
+        (0..64)
+            .map(|i| series::encode([format!("key{i}").as_str()]))
+            .collect(),
+    );
+    let stop = Arc::new(AtomicBool::new(false));
+
+    let drainer = {
+        let (agg, stop) = (agg.clone(), stop.clone());
+        std::thread::spawn(move || {
+            let mut totals: HashMap<Vec<u8>, i128> = HashMap::new();
+            let mut drains = 0;
+            loop {
+                let done = stop.load(Ordering::Acquire);
+                for (k, row) in agg.take_all().into_rows() {
+                    *totals.entry(k.into_series().into_vec()).or_default() += row.columns.sum();
+                }
+                drains += 1;
+                if done {
+                    return (totals, drains);
+                }
+                std::thread::yield_now();
+            }
+        })
+    };
+
+    let handles: Vec<_> = (0..writers)
+        .map(|w| {
+            let (agg, keys) = (agg.clone(), keys.clone());
+            std::thread::spawn(move || {
+                for i in 0..per_writer {
+                    // Key 0 is hot (every other increment); the rest spread out.
+                    let k = if i % 2 == 0 {
+                        0
+                    } else {
+                        (i as usize * 7 + w) % keys.len()
+                    };
+                    let delta = (i % 5) as i64 - 1;
+                    agg.stripe().record(key(&keys[k], 1), 1, 0, delta).unwrap();
+                }
+            })
+        })
+        .collect();
+    for h in handles {
+        h.join().unwrap();
+    }
+    stop.store(true, Ordering::Release);
+    let (totals, drains) = drainer.join().unwrap();
+    assert!(drains > 1, "the drains raced with the writers");
+
+    let mut expected: HashMap<Vec<u8>, i128> = HashMap::new();
+    for w in 0..writers {
+        for i in 0..per_writer {
+            let k = if i % 2 == 0 {
+                0
+            } else {
+                (i as usize * 7 + w) % keys.len()
+            };
+            *expected.entry(keys[k].clone()).or_default() += i128::from((i % 5) as i64 - 1);
+        }
+    }
+    assert_eq!(totals, expected);
+    let c = agg.counters();
+    assert_eq!(c.accepted, writers as u64 * per_writer);
+    assert_eq!(c.accepted_sum, expected.values().sum::<i128>());
+    assert_eq!(
+        (agg.pending_rows(), agg.pending_sum(TableKind::Minute)),
+        (0, 0)
+    );
+}
+
+#[test]
+fn pressure_callback_fires_when_rows_near_the_limit() {
+    let agg = Aggregator::new(small_limits(4), 1, Some(1));
+    let fired = Arc::new(AtomicBool::new(false));
+    let flag = fired.clone();
+    agg.on_pressure(move || flag.store(true, Ordering::Relaxed));
+    let keys: Vec<_> = (0..3)
+        .map(|i| series::encode([format!("k{i}").as_str()]))
+        .collect();
+    let mut s = agg.stripe();
+    s.record(key(&keys[0], 1), 1, 0, 1).unwrap();
+    s.record(key(&keys[1], 1), 1, 0, 1).unwrap();
+    assert!(!fired.load(Ordering::Relaxed));
+    s.record(key(&keys[2], 1), 1, 0, 1).unwrap();
+    assert!(fired.load(Ordering::Relaxed));
+}

@@ -1,0 +1,310 @@
+//! The configuration file (TOML), its defaults, and its validation.
+//!
+//! Every section rejects unknown keys, so a typo is an error rather than a silently
+//! ignored setting. Every field documents its unit and default; `examples/countersink.toml`
+//! shows them all and a test parses it. [`Config::validate`] turns a parsed file into
+//! checked settings or a [`ConfigError`] that names the offending field.
+
+pub mod duration;
+mod validate;
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+pub use self::validate::ConfigError;
+
+/// The whole configuration file.
+#[derive(Clone, Debug, Default, PartialEq, Deserialize, Serialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Config {
+    /// How the Cassandra/ScyllaDB cluster is reached.
+    pub store: StoreConfig,
+    /// When and how pending rows are written.
+    pub flush: FlushConfig,
+    /// What the buffer accepts.
+    pub limits: LimitsConfig,
+    /// Where outcome logs and the spill file live.
+    pub state: StateConfig,
+    /// The zero-configuration family every unmatched counter lands in.
+    pub generic: GenericConfig,
+    /// Configured families: metric names mapped to counter columns of your own tables.
+    #[serde(rename = "family")]
+    pub families: Vec<FamilyConfig>,
+}
+
+impl Config {
+    /// Parses a TOML document (without validating it; see [`Config::validate`]).
+    pub fn from_toml(text: &str) -> Result<Config, ConfigError> {
+        toml::from_str(text).map_err(|e| ConfigError::parse(e.message(), e.span(), text))
+    }
+
+    /// Reads and parses a config file.
+    pub fn from_file(path: &std::path::Path) -> Result<Config, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|e| ConfigError::Read {
+            path: path.to_owned(),
+            error: e.to_string(),
+        })?;
+        Config::from_toml(&text)
+    }
+}
+
+/// `[store]`: the cluster and the session settings.
+#[derive(Clone, Debug, PartialEq, Deserialize, Serialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct StoreConfig {
+    /// Contact points, `host:port`. Default `["127.0.0.1:9042"]`.
+    pub contact_points: Vec<String>,
+    /// Keyspace of the generic tables, and of family tables not written `ks.table`.
+    /// Default `"countersink"`.
+    pub keyspace: String,
+    /// Local data centre for DC-aware load balancing; when unset the driver's default
+    /// (token-aware, any DC) applies. Default unset.
+    pub local_dc: Option<String>,
+    /// Consistency of counter writes. Default `"local_quorum"`.
+    pub consistency: ConsistencyLevel,
+    /// Client-side timeout of one write request; longer than the server's counter write
+    /// timeout (5 s in Cassandra) so that slow writes surface as the server's
+    /// WriteTimeout. A timed-out write is an unknown outcome. Default `"10s"`.
+    #[serde(with = "duration")]
+    pub request_timeout: Duration,
+    /// Timeout of opening a connection. Default `"5s"`.
+    #[serde(with = "duration")]
+    pub connect_timeout: Duration,
+    /// User name for password authentication. Default unset (no authentication).
+    pub username: Option<String>,
+    /// File holding the password (first line). The password is never read from the
+    /// config file or the command line; `COUNTERSINK_PASSWORD` in the environment is the
+    /// other way. Default unset.
+    pub password_file: Option<PathBuf>,
+}
+
+impl Default for StoreConfig {
+    fn default() -> Self {
+        StoreConfig {
+            contact_points: vec!["127.0.0.1:9042".into()],
+            keyspace: "countersink".into(),
+            local_dc: None,
+            consistency: ConsistencyLevel::LocalQuorum,
+            request_timeout: Duration::from_secs(10),
+            connect_timeout: Duration::from_secs(5),
+            username: None,
+            password_file: None,
+        }
+    }
+}
+
+/// Consistency levels that make sense for counter writes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ConsistencyLevel {
+    /// ONE
+    One,
+    /// TWO
+    Two,
+    /// THREE
+    Three,
+    /// QUORUM
+    Quorum,
+    /// ALL
+    All,
+    /// LOCAL_ONE
+    LocalOne,
+    /// LOCAL_QUORUM (the default)
+    LocalQuorum,
+    /// EACH_QUORUM
+    EachQuorum,
+}
+
+/// `[flush]`: when and how pending rows are written.
+#[derive(Clone, Debug, PartialEq, Deserialize, Serialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct FlushConfig {
+    /// Time between flushes. Default `"5s"`.
+    #[serde(with = "duration")]
+    pub interval: Duration,
+    /// Each flush starts up to this much earlier or later than the interval says, at
+    /// random, so that a fleet started together does not write at the same instant.
+    /// Default `"500ms"`.
+    #[serde(with = "duration")]
+    pub jitter: Duration,
+    /// Most rows in one COUNTER BATCH (all in one partition). Larger partitions are
+    /// written as several batches, which keeps each under Cassandra's batch size
+    /// warning. Default `16`.
+    pub max_batch_rows: usize,
+    /// Most write requests in flight at once. Default `64`.
+    pub max_in_flight: usize,
+    /// A write that keeps failing with "definitely not applied" errors is re-queued
+    /// until it is this old, then spilled to disk for the next start. Default `"10m"`.
+    #[serde(with = "duration")]
+    pub requeue_max_age: Duration,
+    /// How long the final flush on shutdown may take before what is left is spilled.
+    /// Fits a 30 s Kubernetes grace period with time to spare. Default `"20s"`.
+    #[serde(with = "duration")]
+    pub shutdown_deadline: Duration,
+}
+
+impl Default for FlushConfig {
+    fn default() -> Self {
+        FlushConfig {
+            interval: Duration::from_secs(5),
+            jitter: Duration::from_millis(500),
+            max_batch_rows: 16,
+            max_in_flight: 64,
+            requeue_max_age: Duration::from_secs(600),
+            shutdown_deadline: Duration::from_secs(20),
+        }
+    }
+}
+
+/// `[limits]`: what the buffer accepts. Each limit is counted when it bites.
+#[derive(Clone, Debug, PartialEq, Deserialize, Serialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct LimitsConfig {
+    /// Most distinct pending rows (series × minute); new rows beyond it are dropped
+    /// (`reason="max_rows"`). Default `1000000`.
+    pub max_pending_rows: usize,
+    /// Most estimated bytes of pending rows; new rows beyond it are dropped
+    /// (`reason="max_bytes"`). Default `268435456` (256 MiB).
+    pub max_pending_bytes: usize,
+    /// Longest series key in bytes (metric name plus canonical tags, or the key tag
+    /// values of a configured family); longer lines are invalid (`key_too_long`).
+    /// Default `1024`.
+    pub max_key_bytes: usize,
+    /// Longest line in bytes; longer lines are invalid (`too_long`). Default `8192`.
+    pub max_line_bytes: usize,
+    /// Most tags on one line; more are invalid (`too_many_tags`). Default `64`.
+    pub max_tags: usize,
+    /// Oldest client timestamp (`|T`) accepted, relative to now; older lines are
+    /// dropped (`reason="timestamp_window"`). Default `"1h"`.
+    #[serde(with = "duration")]
+    pub timestamp_max_past: Duration,
+    /// Furthest-ahead client timestamp accepted (clock skew). Default `"10m"`.
+    #[serde(with = "duration")]
+    pub timestamp_max_future: Duration,
+}
+
+impl Default for LimitsConfig {
+    fn default() -> Self {
+        let core = crate::aggregate::Limits::default();
+        LimitsConfig {
+            max_pending_rows: core.max_pending_rows,
+            max_pending_bytes: core.max_pending_bytes,
+            max_key_bytes: core.max_key_bytes,
+            max_line_bytes: 8192,
+            max_tags: 64,
+            timestamp_max_past: core.timestamp_max_past,
+            timestamp_max_future: core.timestamp_max_future,
+        }
+    }
+}
+
+/// `[state]`: the directory of outcome logs and the spill file.
+#[derive(Clone, Debug, PartialEq, Deserialize, Serialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct StateConfig {
+    /// The state directory (`unknown.jsonl`, `rejected.jsonl`, the spill file, the
+    /// writer id). One process per directory: it is locked. Default `"./countersink-state"`.
+    pub dir: PathBuf,
+    /// This writer's id in every record. Default: generated once and kept in the state
+    /// directory.
+    pub writer_id: Option<String>,
+    /// Size at which an outcome log is rotated (`unknown.jsonl` → `unknown.1.jsonl`).
+    /// Default `67108864` (64 MiB).
+    pub max_log_bytes: u64,
+    /// Rotated files kept per log; the oldest beyond this is deleted (and counted).
+    /// Default `8`.
+    pub max_log_files: u32,
+}
+
+impl Default for StateConfig {
+    fn default() -> Self {
+        StateConfig {
+            dir: PathBuf::from("./countersink-state"),
+            writer_id: None,
+            max_log_bytes: 64 << 20,
+            max_log_files: 8,
+        }
+    }
+}
+
+/// `[generic]`: the zero-configuration family.
+#[derive(Clone, Debug, PartialEq, Deserialize, Serialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct GenericConfig {
+    /// Whether counters that match no configured family are kept (in the generic
+    /// tables) or dropped (`reason="unconfigured"`). Default `true`.
+    pub enabled: bool,
+    /// Minute table: `((name, tags, day), minute) value counter`. Default `"counts_by_minute"`.
+    pub minute_table: String,
+    /// Day table: `((name, tags, month), day) value counter`. Default `"counts_by_day"`.
+    pub day_table: String,
+}
+
+impl Default for GenericConfig {
+    fn default() -> Self {
+        GenericConfig {
+            enabled: true,
+            minute_table: "counts_by_minute".into(),
+            day_table: "counts_by_day".into(),
+        }
+    }
+}
+
+/// `[[family]]`: metric names mapped to counter columns of your own tables.
+#[derive(Clone, Debug, PartialEq, Deserialize, Serialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct FamilyConfig {
+    /// Name of the family, for logs and the `get` command. Required, unique.
+    pub name: String,
+    /// Minute table, `table` or `keyspace.table`; its primary key is the key columns
+    /// plus `day date` in the partition key and `minute smallint` as clustering column.
+    /// Required.
+    pub minute_table: String,
+    /// Day table; its primary key is the key columns plus `month text` in the partition
+    /// key and `day date` as clustering column. Required.
+    pub day_table: String,
+    /// Key columns, in order; each is filled from the tag of the same name, and a line
+    /// without one of them is invalid (`missing_key_tag`). Required, non-empty.
+    pub key: Vec<String>,
+    /// Metric name → counter column. Several metrics may feed one column. Required.
+    pub columns: BTreeMap<String, String>,
+    /// Hot-key sharding: number of shards (1 = off). Each flush writes a row to one
+    /// shard, chosen from the writer id and the flush sequence, so a fleet spreads over
+    /// all of them; readers sum the shards. Default `1`, at most `64`.
+    pub shards: u8,
+    /// Where the shard column sits: `"partition"` (in the partition key: spreads load
+    /// over replicas) or `"clustering"` (first clustering column: spreads cell locks
+    /// within a partition). Default `"partition"`.
+    pub shard_placement: ShardPlacement,
+    /// Name of the `tinyint` shard column. Default `"shard"`.
+    pub shard_column: String,
+}
+
+impl Default for FamilyConfig {
+    fn default() -> Self {
+        FamilyConfig {
+            name: String::new(),
+            minute_table: String::new(),
+            day_table: String::new(),
+            key: Vec::new(),
+            columns: BTreeMap::new(),
+            shards: 1,
+            shard_placement: ShardPlacement::Partition,
+            shard_column: "shard".into(),
+        }
+    }
+}
+
+/// Where a family's shard column sits in its primary key.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ShardPlacement {
+    /// In the partition key.
+    #[default]
+    Partition,
+    /// As the first clustering column.
+    Clustering,
+}

@@ -1,0 +1,435 @@
+//! Checks of the settings that serde cannot express, with errors that name the field.
+
+use std::collections::HashSet;
+use std::path::PathBuf;
+
+use super::{Config, FamilyConfig};
+
+/// A configuration problem. The message names the field, so an operator can fix the
+/// file without reading code; the command line exits with code 2 on any of these.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum ConfigError {
+    /// The file could not be read.
+    #[error("cannot read config file {}: {error}", path.display())]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// What the system said.
+        error: String,
+    },
+    /// The file is not valid TOML, has an unknown key, or a value of the wrong type.
+    #[error("config file is not valid{}: {message}", at.map(|(l, c)| format!(" at line {l}, column {c}")).unwrap_or_default())]
+    Parse {
+        /// What the TOML parser said.
+        message: String,
+        /// Line and column, 1-based, when known.
+        at: Option<(usize, usize)>,
+    },
+    /// A value is out of range or inconsistent with another.
+    #[error("config field `{field}`: {problem}")]
+    Invalid {
+        /// Dotted path of the field, e.g. `family[1].key`.
+        field: String,
+        /// What is wrong and what is expected.
+        problem: String,
+    },
+}
+
+impl ConfigError {
+    pub(super) fn parse(
+        message: &str,
+        span: Option<std::ops::Range<usize>>,
+        text: &str,
+    ) -> ConfigError {
+        let at = span.and_then(|span| {
+            let before = text.get(..span.start)?;
+            let line = before.matches('\n').count() + 1;
+            let column = before.len() - before.rfind('\n').map_or(0, |i| i + 1) + 1;
+            Some((line, column))
+        });
+        ConfigError::Parse {
+            message: message.trim().to_owned(),
+            at,
+        }
+    }
+
+    /// An [`ConfigError::Invalid`] for `field`.
+    pub fn invalid(field: impl Into<String>, problem: impl Into<String>) -> ConfigError {
+        ConfigError::Invalid {
+            field: field.into(),
+            problem: problem.into(),
+        }
+    }
+}
+
+/// Whether `name` is a CQL identifier we can use without quoting: lower case letters,
+/// digits and `_`, starting with a letter, at most 48 characters (Cassandra's limit).
+pub(crate) fn is_plain_identifier(name: &str) -> bool {
+    let mut chars = name.chars();
+    matches!(chars.next(), Some('a'..='z'))
+        && name.len() <= 48
+        && chars.all(|c| matches!(c, 'a'..='z' | '0'..='9' | '_'))
+}
+
+/// Checks a table name written `table` or `keyspace.table`.
+pub(crate) fn check_table_name(field: &str, name: &str) -> Result<(), ConfigError> {
+    let ok = match name.split_once('.') {
+        Some((ks, table)) => is_plain_identifier(ks) && is_plain_identifier(table),
+        None => is_plain_identifier(name),
+    };
+    if ok {
+        Ok(())
+    } else {
+        Err(ConfigError::invalid(
+            field,
+            format!(
+                "`{name}` is not a table name: use lower-case letters, digits and _, optionally `keyspace.table`"
+            ),
+        ))
+    }
+}
+
+fn check_identifier(field: &str, name: &str) -> Result<(), ConfigError> {
+    if is_plain_identifier(name) {
+        Ok(())
+    } else {
+        Err(ConfigError::invalid(
+            field,
+            format!(
+                "`{name}` is not a column name: use lower-case letters, digits and _, starting with a letter"
+            ),
+        ))
+    }
+}
+
+fn positive(field: &str, value: u128) -> Result<(), ConfigError> {
+    if value == 0 {
+        Err(ConfigError::invalid(field, "must be greater than zero"))
+    } else {
+        Ok(())
+    }
+}
+
+/// Column names the tables reserve for time buckets.
+const BUCKET_COLUMNS: [&str; 3] = ["day", "minute", "month"];
+
+impl Config {
+    /// Checks every setting; the first problem found is returned.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        self.validate_store()?;
+        self.validate_flush()?;
+        self.validate_limits()?;
+        self.validate_families()
+    }
+
+    fn validate_store(&self) -> Result<(), ConfigError> {
+        let store = &self.store;
+        if store.contact_points.is_empty() {
+            return Err(ConfigError::invalid(
+                "store.contact_points",
+                "needs at least one host:port",
+            ));
+        }
+        for (i, point) in store.contact_points.iter().enumerate() {
+            let valid = point.rsplit_once(':').is_some_and(|(host, port)| {
+                !host.is_empty() && port.parse::<u16>().is_ok_and(|p| p > 0)
+            });
+            if !valid {
+                return Err(ConfigError::invalid(
+                    format!("store.contact_points[{i}]"),
+                    format!("`{point}` is not host:port"),
+                ));
+            }
+        }
+        if !is_plain_identifier(&store.keyspace) {
+            return Err(ConfigError::invalid(
+                "store.keyspace",
+                format!(
+                    "`{}` is not a keyspace name: use lower-case letters, digits and _",
+                    store.keyspace
+                ),
+            ));
+        }
+        if store.local_dc.as_deref() == Some("") {
+            return Err(ConfigError::invalid(
+                "store.local_dc",
+                "must not be empty (leave it out instead)",
+            ));
+        }
+        positive("store.request_timeout", store.request_timeout.as_millis())?;
+        positive("store.connect_timeout", store.connect_timeout.as_millis())
+    }
+
+    fn validate_flush(&self) -> Result<(), ConfigError> {
+        let flush = &self.flush;
+        if flush.interval.as_millis() < 100 {
+            return Err(ConfigError::invalid(
+                "flush.interval",
+                "must be at least 100ms",
+            ));
+        }
+        if flush.jitter >= flush.interval {
+            return Err(ConfigError::invalid(
+                "flush.jitter",
+                "must be shorter than flush.interval",
+            ));
+        }
+        positive("flush.max_batch_rows", flush.max_batch_rows as u128)?;
+        positive("flush.max_in_flight", flush.max_in_flight as u128)?;
+        positive("flush.requeue_max_age", flush.requeue_max_age.as_millis())?;
+        positive(
+            "flush.shutdown_deadline",
+            flush.shutdown_deadline.as_millis(),
+        )
+    }
+
+    fn validate_limits(&self) -> Result<(), ConfigError> {
+        let limits = &self.limits;
+        positive("limits.max_pending_rows", limits.max_pending_rows as u128)?;
+        positive("limits.max_pending_bytes", limits.max_pending_bytes as u128)?;
+        positive("limits.max_tags", limits.max_tags as u128)?;
+        if !(16..=60_000).contains(&limits.max_key_bytes) {
+            return Err(ConfigError::invalid(
+                "limits.max_key_bytes",
+                "must be between 16 and 60000",
+            ));
+        }
+        if !(64..=(1 << 20)).contains(&limits.max_line_bytes) {
+            return Err(ConfigError::invalid(
+                "limits.max_line_bytes",
+                "must be between 64 and 1048576",
+            ));
+        }
+        Ok(())
+    }
+
+    fn validate_families(&self) -> Result<(), ConfigError> {
+        check_table_name("generic.minute_table", &self.generic.minute_table)?;
+        check_table_name("generic.day_table", &self.generic.day_table)?;
+        let mut names = HashSet::new();
+        let mut metrics = HashSet::new();
+        let mut tables: HashSet<String> = HashSet::new();
+        tables.insert(self.qualified(&self.generic.minute_table));
+        tables.insert(self.qualified(&self.generic.day_table));
+        for (i, family) in self.families.iter().enumerate() {
+            let at = |field: &str| format!("family[{i}].{field}");
+            validate_family(family, &at)?;
+            if !names.insert(family.name.as_str()) {
+                return Err(ConfigError::invalid(
+                    at("name"),
+                    format!("`{}` is used by another family", family.name),
+                ));
+            }
+            for (field, table) in [
+                ("minute_table", &family.minute_table),
+                ("day_table", &family.day_table),
+            ] {
+                if !tables.insert(self.qualified(table)) {
+                    return Err(ConfigError::invalid(
+                        at(field),
+                        format!("table `{table}` is already written by another family"),
+                    ));
+                }
+            }
+            for metric in family.columns.keys() {
+                if !metrics.insert(metric.as_str()) {
+                    return Err(ConfigError::invalid(
+                        format!("family[{i}].columns.\"{metric}\""),
+                        "this metric name already belongs to another family",
+                    ));
+                }
+            }
+        }
+        if self.families.len() >= usize::from(u16::MAX) {
+            return Err(ConfigError::invalid("family", "too many families"));
+        }
+        Ok(())
+    }
+
+    /// `keyspace.table` for a table name written with or without its keyspace.
+    pub(crate) fn qualified(&self, table: &str) -> String {
+        if table.contains('.') {
+            table.to_owned()
+        } else {
+            format!("{}.{table}", self.store.keyspace)
+        }
+    }
+}
+
+fn validate_family(family: &FamilyConfig, at: &dyn Fn(&str) -> String) -> Result<(), ConfigError> {
+    if family.name.trim().is_empty() {
+        return Err(ConfigError::invalid(at("name"), "is required"));
+    }
+    check_table_name(&at("minute_table"), &family.minute_table)?;
+    check_table_name(&at("day_table"), &family.day_table)?;
+    if family.minute_table == family.day_table {
+        return Err(ConfigError::invalid(
+            at("day_table"),
+            "must differ from minute_table",
+        ));
+    }
+    if family.key.is_empty() {
+        return Err(ConfigError::invalid(
+            at("key"),
+            "needs at least one key column",
+        ));
+    }
+    if family.columns.is_empty() {
+        return Err(ConfigError::invalid(
+            at("columns"),
+            "needs at least one metric = column",
+        ));
+    }
+    if !(1..=64).contains(&family.shards) {
+        return Err(ConfigError::invalid(
+            at("shards"),
+            "must be between 1 and 64",
+        ));
+    }
+    let mut seen = HashSet::new();
+    let shard = (family.shards > 1).then_some(family.shard_column.as_str());
+    for (i, column) in family.key.iter().enumerate() {
+        check_identifier(&format!("{}[{i}]", at("key")), column)?;
+        if BUCKET_COLUMNS.contains(&column.as_str()) || Some(column.as_str()) == shard {
+            return Err(ConfigError::invalid(
+                format!("{}[{i}]", at("key")),
+                format!("`{column}` is reserved for the time bucket or shard"),
+            ));
+        }
+        if !seen.insert(column.as_str()) {
+            return Err(ConfigError::invalid(
+                format!("{}[{i}]", at("key")),
+                format!("`{column}` is listed twice"),
+            ));
+        }
+    }
+    for (metric, column) in &family.columns {
+        let field = format!("{}.\"{metric}\"", at("columns"));
+        if metric.is_empty() || metric.contains([':', '|', '\n', '\r']) {
+            return Err(ConfigError::invalid(
+                field,
+                "is not a metric name (no `:`, `|` or line breaks)",
+            ));
+        }
+        check_identifier(&field, column)?;
+        if seen.contains(column.as_str())
+            || BUCKET_COLUMNS.contains(&column.as_str())
+            || Some(column.as_str()) == shard
+        {
+            return Err(ConfigError::invalid(
+                field,
+                format!("`{column}` is a key, bucket or shard column, not a counter column"),
+            ));
+        }
+    }
+    if family.shards > 1 {
+        check_identifier(&at("shard_column"), &family.shard_column)?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn family() -> FamilyConfig {
+        FamilyConfig {
+            name: "views".into(),
+            minute_table: "views_by_minute".into(),
+            day_table: "views_by_day".into(),
+            key: vec!["page_id".into()],
+            columns: [("page.views".to_string(), "views".to_string())].into(),
+            ..FamilyConfig::default()
+        }
+    }
+
+    fn field_of(config: &Config) -> String {
+        match config.validate() {
+            Err(ConfigError::Invalid { field, .. }) => field,
+            other => panic!("expected an invalid field, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn defaults_are_valid() {
+        Config::default().validate().unwrap();
+        let mut c = Config::default();
+        c.families.push(family());
+        c.validate().unwrap();
+    }
+
+    #[test]
+    fn each_rule_names_its_field() {
+        let mut c = Config::default();
+        c.store.contact_points = vec!["localhost".into()];
+        assert_eq!(field_of(&c), "store.contact_points[0]");
+
+        let mut c = Config::default();
+        c.flush.jitter = c.flush.interval;
+        assert_eq!(field_of(&c), "flush.jitter");
+
+        let mut c = Config::default();
+        c.limits.max_key_bytes = 1;
+        assert_eq!(field_of(&c), "limits.max_key_bytes");
+
+        let mut c = Config::default();
+        c.families.push(FamilyConfig {
+            key: vec![],
+            ..family()
+        });
+        assert_eq!(field_of(&c), "family[0].key");
+
+        let mut c = Config::default();
+        c.families.push(FamilyConfig {
+            key: vec!["day".into()],
+            ..family()
+        });
+        assert_eq!(field_of(&c), "family[0].key[0]");
+
+        let mut c = Config::default();
+        c.families.push(family());
+        c.families.push(FamilyConfig {
+            name: "other".into(),
+            minute_table: "o_m".into(),
+            day_table: "o_d".into(),
+            ..family()
+        });
+        assert_eq!(field_of(&c), "family[1].columns.\"page.views\"");
+
+        let mut c = Config::default();
+        c.families.push(FamilyConfig {
+            minute_table: "counts_by_minute".into(),
+            ..family()
+        });
+        assert_eq!(field_of(&c), "family[0].minute_table");
+
+        let mut c = Config::default();
+        c.families.push(FamilyConfig {
+            shards: 0,
+            ..family()
+        });
+        assert_eq!(field_of(&c), "family[0].shards");
+
+        let mut c = Config::default();
+        c.families.push(FamilyConfig {
+            minute_table: "Views".into(),
+            ..family()
+        });
+        assert_eq!(field_of(&c), "family[0].minute_table");
+    }
+
+    #[test]
+    fn unknown_keys_and_bad_durations_are_parse_errors() {
+        assert!(matches!(
+            Config::from_toml("[flush]\nintervall = \"5s\""),
+            Err(ConfigError::Parse { .. })
+        ));
+        let err = Config::from_toml("[flush]\ninterval = \"5\"").unwrap_err();
+        assert!(err.to_string().contains("5s"), "{err}");
+        assert!(err.to_string().contains("line 2"), "{err}");
+        let c =
+            Config::from_toml("[flush]\ninterval = \"2s\"\n[[family]]\nname = \"v\"\n").unwrap();
+        assert_eq!(c.flush.interval, std::time::Duration::from_secs(2));
+        assert_eq!(c.families[0].shards, 1, "family defaults apply per entry");
+    }
+}

@@ -1,0 +1,436 @@
+//! Counter families: where a metric name and its tags are written.
+//!
+//! Family 0 is the *generic* family: any counter lands in
+//! `counts_by_minute ((name, tags, day), minute) value` keyed by its name and canonical
+//! tag string. Configured families map metric names to counter columns of the user's
+//! own tables, keyed by the values of named tags (seed 000's `views_by_minute`).
+
+use std::collections::HashMap;
+
+use crate::aggregate::FamilyId;
+use crate::config::{Config, ConfigError, ShardPlacement};
+use crate::series;
+
+/// A table, with its keyspace.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct TableName {
+    /// Keyspace.
+    pub keyspace: String,
+    /// Table.
+    pub table: String,
+}
+
+impl TableName {
+    /// Resolves `table` or `keyspace.table` against a default keyspace.
+    pub fn resolve(name: &str, default_keyspace: &str) -> TableName {
+        match name.split_once('.') {
+            Some((keyspace, table)) => TableName {
+                keyspace: keyspace.into(),
+                table: table.into(),
+            },
+            None => TableName {
+                keyspace: default_keyspace.into(),
+                table: name.into(),
+            },
+        }
+    }
+}
+
+impl std::fmt::Display for TableName {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}.{}", self.keyspace, self.table)
+    }
+}
+
+/// Hot-key sharding of a family.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Sharding {
+    /// Number of shards (at least 2).
+    pub shards: u8,
+    /// Where the shard column sits.
+    pub placement: ShardPlacement,
+    /// The `tinyint` shard column.
+    pub column: String,
+}
+
+/// One family, resolved from the configuration.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FamilyDef {
+    /// Its id (index in [`Families`]).
+    pub id: FamilyId,
+    /// Its name (`"generic"` for family 0).
+    pub name: String,
+    /// The minute table.
+    pub minute_table: TableName,
+    /// The day table.
+    pub day_table: TableName,
+    /// Key columns in order; the series key holds one field per key column.
+    pub key_columns: Vec<String>,
+    /// Counter columns in order; a row holds one delta per counter column.
+    pub columns: Vec<String>,
+    /// Hot-key sharding, if configured.
+    pub sharding: Option<Sharding>,
+}
+
+impl FamilyDef {
+    /// Number of counter columns.
+    pub fn width(&self) -> usize {
+        self.columns.len()
+    }
+
+    /// Whether this is the generic family.
+    pub fn is_generic(&self) -> bool {
+        self.id == GENERIC
+    }
+}
+
+/// The generic family's id.
+pub const GENERIC: FamilyId = FamilyId(0);
+
+/// Where an increment goes: the family, and which of its columns.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Target {
+    /// The family.
+    pub family: FamilyId,
+    /// Column index within the family.
+    pub column: usize,
+    /// The family's number of columns.
+    pub width: usize,
+}
+
+/// Why an increment could not be placed in a family.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Unplaced {
+    /// A configured family's key tag is missing (the line is invalid).
+    MissingKeyTag,
+    /// The series key is longer than `limits.max_key_bytes` (the line is invalid).
+    KeyTooLong,
+    /// No family takes this metric name and the generic family is disabled (the
+    /// increment is dropped).
+    Unconfigured,
+}
+
+/// The tags of one increment, as the family resolver needs them.
+pub trait TagSet {
+    /// The value of the first tag named `key` (`""` for a tag without value).
+    fn value_of(&self, key: &str) -> Option<&str>;
+    /// Appends the canonical tag string: tags sorted by key then value, exact duplicates
+    /// removed, rendered `key:value` (or `key` when the value is empty), joined by `,`.
+    fn write_canonical(&self, out: &mut Vec<u8>);
+}
+
+/// Tag pairs given to the in-process API.
+impl TagSet for [(&str, &str)] {
+    fn value_of(&self, key: &str) -> Option<&str> {
+        self.iter().find(|(k, _)| *k == key).map(|(_, v)| *v)
+    }
+
+    fn write_canonical(&self, out: &mut Vec<u8>) {
+        const INLINE: usize = 16;
+        if self.len() <= INLINE {
+            let mut sorted = [("", ""); INLINE];
+            sorted[..self.len()].copy_from_slice(self);
+            write_sorted(&mut sorted[..self.len()], out);
+        } else {
+            write_sorted(&mut self.to_vec(), out);
+        }
+    }
+}
+
+/// Sorts, de-duplicates and renders tag pairs (see [`TagSet::write_canonical`]).
+pub fn write_sorted(tags: &mut [(&str, &str)], out: &mut Vec<u8>) {
+    tags.sort_unstable();
+    let mut previous: Option<(&str, &str)> = None;
+    for &(key, value) in tags.iter() {
+        if previous == Some((key, value)) {
+            continue;
+        }
+        if previous.is_some() {
+            out.push(b',');
+        }
+        out.extend_from_slice(key.as_bytes());
+        if !value.is_empty() {
+            out.push(b':');
+            out.extend_from_slice(value.as_bytes());
+        }
+        previous = Some((key, value));
+    }
+}
+
+/// All families, and the metric-name index that routes increments to them.
+pub struct Families {
+    defs: Vec<FamilyDef>,
+    generic_enabled: bool,
+    by_metric: HashMap<Box<str>, (FamilyId, usize), foldhash::fast::RandomState>,
+    max_key_bytes: usize,
+}
+
+impl Families {
+    /// Builds the families from a configuration (validated here as well).
+    pub fn from_config(config: &Config) -> Result<Families, ConfigError> {
+        config.validate()?;
+        let keyspace = &config.store.keyspace;
+        let mut defs = vec![FamilyDef {
+            id: GENERIC,
+            name: "generic".into(),
+            minute_table: TableName::resolve(&config.generic.minute_table, keyspace),
+            day_table: TableName::resolve(&config.generic.day_table, keyspace),
+            key_columns: vec!["name".into(), "tags".into()],
+            columns: vec!["value".into()],
+            sharding: None,
+        }];
+        let mut by_metric = HashMap::default();
+        for (index, family) in config.families.iter().enumerate() {
+            let id = FamilyId(
+                u16::try_from(index + 1)
+                    .map_err(|_| ConfigError::invalid("family", "too many families"))?,
+            );
+            let mut columns: Vec<String> = Vec::new();
+            for (metric, column) in &family.columns {
+                let position = match columns.iter().position(|c| c == column) {
+                    Some(p) => p,
+                    None => {
+                        columns.push(column.clone());
+                        columns.len() - 1
+                    }
+                };
+                by_metric.insert(metric.as_str().into(), (id, position));
+            }
+            defs.push(FamilyDef {
+                id,
+                name: family.name.clone(),
+                minute_table: TableName::resolve(&family.minute_table, keyspace),
+                day_table: TableName::resolve(&family.day_table, keyspace),
+                key_columns: family.key.clone(),
+                columns,
+                sharding: (family.shards > 1).then(|| Sharding {
+                    shards: family.shards,
+                    placement: family.shard_placement,
+                    column: family.shard_column.clone(),
+                }),
+            });
+        }
+        Ok(Families {
+            defs,
+            generic_enabled: config.generic.enabled,
+            by_metric,
+            max_key_bytes: config.limits.max_key_bytes,
+        })
+    }
+
+    /// The family with this id. Ids come from [`Families::resolve`] or
+    /// [`Families::by_name`], so an unknown one is a caller bug; it yields the generic
+    /// family rather than panicking.
+    pub fn get(&self, id: FamilyId) -> &FamilyDef {
+        self.defs.get(usize::from(id.0)).unwrap_or(&self.defs[0])
+    }
+
+    /// The family called `name` (`"generic"` for family 0).
+    pub fn by_name(&self, name: &str) -> Option<&FamilyDef> {
+        self.defs.iter().find(|f| f.name == name)
+    }
+
+    /// Every family, generic first.
+    pub fn iter(&self) -> impl Iterator<Item = &FamilyDef> {
+        self.defs.iter()
+    }
+
+    /// Whether counters matching no configured family are kept.
+    pub fn generic_enabled(&self) -> bool {
+        self.generic_enabled
+    }
+
+    /// Finds where an increment of metric `name` with `tags` goes, and writes its series
+    /// key into `series` (cleared first).
+    pub fn resolve<T: TagSet + ?Sized>(
+        &self,
+        name: &str,
+        tags: &T,
+        series: &mut Vec<u8>,
+    ) -> Result<Target, Unplaced> {
+        series.clear();
+        if let Some(&(family, column)) = self.by_metric.get(name) {
+            let def = self.get(family);
+            for key in &def.key_columns {
+                let value = tags.value_of(key).ok_or(Unplaced::MissingKeyTag)?;
+                if !series::push_field(series, value) {
+                    return Err(Unplaced::KeyTooLong);
+                }
+            }
+            self.check_length(series, def.key_columns.len())?;
+            return Ok(Target {
+                family,
+                column,
+                width: def.width(),
+            });
+        }
+        if !self.generic_enabled {
+            return Err(Unplaced::Unconfigured);
+        }
+        if !series::push_field(series, name) {
+            return Err(Unplaced::KeyTooLong);
+        }
+        // Length prefix first, patched once the canonical tags are written in place.
+        let prefix_at = series.len();
+        series.extend_from_slice(&[0, 0]);
+        tags.write_canonical(series);
+        let tags_len =
+            u16::try_from(series.len() - prefix_at - 2).map_err(|_| Unplaced::KeyTooLong)?;
+        series[prefix_at..prefix_at + 2].copy_from_slice(&tags_len.to_le_bytes());
+        self.check_length(series, 2)?;
+        Ok(Target {
+            family: GENERIC,
+            column: 0,
+            width: 1,
+        })
+    }
+
+    /// Encodes the key of a configured family from its key values, in key order.
+    pub fn encode_key(
+        &self,
+        family: FamilyId,
+        values: &[&str],
+        series: &mut Vec<u8>,
+    ) -> Result<(), Unplaced> {
+        let def = self.get(family);
+        if values.len() != def.key_columns.len() {
+            return Err(Unplaced::MissingKeyTag);
+        }
+        series.clear();
+        for value in values {
+            if !series::push_field(series, value) {
+                return Err(Unplaced::KeyTooLong);
+            }
+        }
+        self.check_length(series, values.len())
+    }
+
+    /// The key length a limit applies to: the field bytes, not their length prefixes.
+    fn check_length(&self, series: &[u8], fields: usize) -> Result<(), Unplaced> {
+        if series.len() - 2 * fields > self.max_key_bytes {
+            Err(Unplaced::KeyTooLong)
+        } else {
+            Ok(())
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::FamilyConfig;
+
+    fn config() -> Config {
+        let mut c = Config::default();
+        c.families.push(FamilyConfig {
+            name: "views".into(),
+            minute_table: "views_by_minute".into(),
+            day_table: "metrics.views_by_day".into(),
+            key: vec!["page_id".into()],
+            columns: [
+                ("page.views".to_string(), "views".to_string()),
+                ("page.bytes".to_string(), "bytes".to_string()),
+                ("page.views.mobile".to_string(), "views".to_string()),
+            ]
+            .into(),
+            ..FamilyConfig::default()
+        });
+        c
+    }
+
+    fn fields(series: &[u8]) -> Vec<&str> {
+        series::fields(series).collect()
+    }
+
+    #[test]
+    fn generic_keys_use_canonical_tags() {
+        let families = Families::from_config(&config()).unwrap();
+        let mut series = Vec::new();
+        let tags: &[(&str, &str)] = &[
+            ("env", "prod"),
+            ("az", "b"),
+            ("env", "prod"),
+            ("canary", ""),
+        ];
+        let target = families.resolve("req.count", tags, &mut series).unwrap();
+        assert_eq!(
+            target,
+            Target {
+                family: GENERIC,
+                column: 0,
+                width: 1
+            }
+        );
+        assert_eq!(fields(&series), ["req.count", "az:b,canary,env:prod"]);
+        let no_tags: &[(&str, &str)] = &[];
+        families.resolve("req.count", no_tags, &mut series).unwrap();
+        assert_eq!(fields(&series), ["req.count", ""]);
+    }
+
+    #[test]
+    fn configured_metrics_map_to_columns_and_take_key_tags() {
+        let families = Families::from_config(&config()).unwrap();
+        let def = families.by_name("views").unwrap();
+        assert_eq!(
+            def.columns,
+            ["bytes", "views"],
+            "columns in metric-name order, shared ones once"
+        );
+        assert_eq!(def.day_table.to_string(), "metrics.views_by_day");
+        assert_eq!(def.minute_table.to_string(), "countersink.views_by_minute");
+        let mut series = Vec::new();
+        let tags: &[(&str, &str)] = &[("env", "prod"), ("page_id", "p1")];
+        let views = families.resolve("page.views", tags, &mut series).unwrap();
+        assert_eq!(fields(&series), ["p1"]);
+        let mobile = families
+            .resolve("page.views.mobile", tags, &mut series)
+            .unwrap();
+        let bytes = families.resolve("page.bytes", tags, &mut series).unwrap();
+        assert_eq!(
+            (views.column, mobile.column, bytes.column, views.width),
+            (1, 1, 0, 2)
+        );
+        let missing: &[(&str, &str)] = &[("env", "prod")];
+        assert_eq!(
+            families.resolve("page.views", missing, &mut series),
+            Err(Unplaced::MissingKeyTag)
+        );
+    }
+
+    #[test]
+    fn key_length_limit_and_disabled_generic() {
+        let mut c = config();
+        c.limits.max_key_bytes = 16;
+        c.generic.enabled = false;
+        let families = Families::from_config(&c).unwrap();
+        let mut series = Vec::new();
+        let long: &[(&str, &str)] = &[("page_id", "p-0123456789abcdef")];
+        assert_eq!(
+            families.resolve("page.views", long, &mut series),
+            Err(Unplaced::KeyTooLong)
+        );
+        let short: &[(&str, &str)] = &[("page_id", "p-0123456789abcd")];
+        assert!(families.resolve("page.views", short, &mut series).is_ok());
+        assert_eq!(
+            families.resolve("other", short, &mut series),
+            Err(Unplaced::Unconfigured)
+        );
+    }
+
+    #[test]
+    fn many_tags_fall_back_to_the_heap_with_the_same_result() {
+        let pairs: Vec<(String, String)> = (0..40)
+            .rev()
+            .map(|i| (format!("k{i:02}"), format!("v{i}")))
+            .collect();
+        let tags: Vec<(&str, &str)> = pairs
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.as_str()))
+            .collect();
+        let mut out = Vec::new();
+        tags.as_slice().write_canonical(&mut out);
+        let text = String::from_utf8(out).unwrap();
+        assert!(text.starts_with("k00:v0,k01:v1,"), "{text}");
+        assert_eq!(text.matches(',').count(), 39);
+    }
+}

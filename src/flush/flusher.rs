@@ -1,0 +1,610 @@
+//! The flush loop: drain, plan, send with bounded concurrency, settle every outcome.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime};
+
+use futures_util::StreamExt;
+use futures_util::stream::FuturesUnordered;
+use tokio::sync::{Notify, watch};
+
+use crate::aggregate::{DropReason, FamilyId};
+use crate::bucket;
+use crate::config::FlushConfig;
+use crate::engine::Engine;
+use crate::sink::Sink;
+use crate::state::{Recovered, StateDir, WriteRecord};
+
+use super::ledger::Ledger;
+use super::outcome::{Failure, Outcome};
+use super::plan::{self, PartitionWrite, PlanOptions};
+use super::records::{self, FlushIdentity};
+use crate::aggregate::TableKind;
+
+/// How a write ended from the flusher's point of view.
+enum Sent {
+    /// The sink answered.
+    Done(Outcome),
+    /// The deadline passed before it was started: definitely not applied.
+    NotStarted,
+    /// The deadline passed while it was in flight: it may have been applied.
+    Cancelled,
+}
+
+/// What one flush did.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct FlushReport {
+    /// Flush sequence number.
+    pub seq: u64,
+    /// Rows drained from the buffer.
+    pub rows: usize,
+    /// Write requests planned.
+    pub writes: usize,
+    /// Requests applied.
+    pub applied: usize,
+    /// Requests re-queued in memory.
+    pub requeued: usize,
+    /// Requests rejected permanently.
+    pub rejected: usize,
+    /// Requests with an unknown outcome (including those cancelled at the deadline).
+    pub unknown: usize,
+    /// Requests spilled to disk (not attempted, or re-queued too long).
+    pub spilled: usize,
+}
+
+/// The end of a deadline-bounded flush: `None` until shutdown is requested, then the
+/// instant by which the last flush must be done.
+struct Deadline {
+    at: Option<tokio::time::Instant>,
+    shutdown: watch::Receiver<bool>,
+    grace: Duration,
+}
+
+impl Deadline {
+    fn passed(&self) -> bool {
+        self.at.is_some_and(|at| tokio::time::Instant::now() >= at)
+    }
+
+    /// Resolves when the deadline passes; arms it when shutdown is requested.
+    async fn wait(&mut self) {
+        loop {
+            if let Some(at) = self.at {
+                tokio::time::sleep_until(at).await;
+                return;
+            }
+            if *self.shutdown.borrow_and_update() {
+                self.at = Some(tokio::time::Instant::now() + self.grace);
+                continue;
+            }
+            if self.shutdown.changed().await.is_err() {
+                // The handle is gone: treat it as a shutdown request.
+                self.at = Some(tokio::time::Instant::now() + self.grace);
+            }
+        }
+    }
+}
+
+/// Drains the engine into a sink on a schedule, and once more at shutdown.
+pub struct Flusher<S> {
+    engine: Arc<Engine>,
+    sink: Arc<S>,
+    config: FlushConfig,
+    state: StateDir,
+    ledger: Arc<Ledger>,
+    seq: u64,
+    shard_seed: u64,
+}
+
+impl<S: Sink> Flusher<S> {
+    /// A flusher; replays what the previous run spilled into the engine's buffer.
+    pub fn new(
+        engine: Arc<Engine>,
+        sink: Arc<S>,
+        config: FlushConfig,
+        mut state: StateDir,
+        recovered: Recovered,
+        ledger: Arc<Ledger>,
+    ) -> Flusher<S> {
+        let shard_seed = state
+            .writer_id
+            .bytes()
+            .fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
+                (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3)
+            });
+        replay(&engine, &mut state, &ledger, recovered);
+        Flusher {
+            engine,
+            sink,
+            config,
+            state,
+            ledger,
+            seq: 0,
+            shard_seed,
+        }
+    }
+
+    /// The accounting ledger.
+    pub fn ledger(&self) -> &Arc<Ledger> {
+        &self.ledger
+    }
+
+    /// Runs until `shutdown` turns true: flushes every interval (± jitter) and early when
+    /// `early` is notified, then closes the buffer and does the final flush with the
+    /// shutdown deadline.
+    pub async fn run(mut self, shutdown: watch::Receiver<bool>, early: Arc<Notify>) -> FlushReport {
+        let mut stop = shutdown.clone();
+        loop {
+            let wait = self.next_interval();
+            tokio::select! {
+                _ = tokio::time::sleep(wait) => {}
+                _ = early.notified() => {}
+                _ = wait_true(&mut stop) => break,
+            }
+            let deadline = Deadline {
+                at: None,
+                shutdown: shutdown.clone(),
+                grace: self.config.shutdown_deadline,
+            };
+            self.flush(deadline, false).await;
+            if *shutdown.borrow() {
+                break;
+            }
+        }
+        self.engine.aggregator().close();
+        let deadline = Deadline {
+            at: Some(tokio::time::Instant::now() + self.config.shutdown_deadline),
+            shutdown,
+            grace: self.config.shutdown_deadline,
+        };
+        let report = self.flush(deadline, true).await;
+        let (rows, sum) = pending(&self.engine);
+        if let Err(error) = self.state.write_status(rows == 0, rows as u64, sum) {
+            tracing::error!(%error, "Could not record the clean shutdown in status.json.");
+        }
+        report
+    }
+
+    /// One flush without a deadline (tests and benchmarks drive flushes with this).
+    pub async fn flush_now(&mut self) -> FlushReport {
+        let (_tx, shutdown) = watch::channel(false);
+        let deadline = Deadline {
+            at: None,
+            shutdown,
+            grace: self.config.shutdown_deadline,
+        };
+        self.flush(deadline, false).await
+    }
+
+    /// The final flush of shutdown, as `run` does it: closes the buffer, sends with the
+    /// shutdown deadline, spills the rest.
+    pub async fn finish(mut self) -> FlushReport {
+        self.engine.aggregator().close();
+        let (_tx, shutdown) = watch::channel(true);
+        let deadline = Deadline {
+            at: Some(tokio::time::Instant::now() + self.config.shutdown_deadline),
+            shutdown,
+            grace: self.config.shutdown_deadline,
+        };
+        let report = self.flush(deadline, true).await;
+        let (rows, sum) = pending(&self.engine);
+        if let Err(error) = self.state.write_status(rows == 0, rows as u64, sum) {
+            tracing::error!(%error, "Could not record the clean shutdown in status.json.");
+        }
+        report
+    }
+
+    fn next_interval(&self) -> Duration {
+        let jitter = self.config.jitter.as_nanos() as i128;
+        let offset = if jitter > 0 {
+            fastrand::i128(-jitter..=jitter)
+        } else {
+            0
+        };
+        let nanos = (self.config.interval.as_nanos() as i128 + offset).max(1_000_000);
+        Duration::from_nanos(u64::try_from(nanos).unwrap_or(u64::MAX))
+    }
+
+    fn identity(&self) -> FlushIdentity {
+        FlushIdentity {
+            writer: self.state.writer_id.clone(),
+            incarnation: self.state.incarnation,
+            flush_seq: self.seq,
+        }
+    }
+
+    async fn flush(&mut self, mut deadline: Deadline, last: bool) -> FlushReport {
+        let started = Instant::now();
+        self.seq += 1;
+        let drained = self.engine.aggregator().take_all();
+        let rows = drained.len();
+        let drained_sums = TableKind::ALL.map(|t| drained.sum(t));
+        for table in TableKind::ALL {
+            self.ledger
+                .update(table, |s| s.in_flight += drained_sums[table.index()]);
+        }
+
+        let families = self.engine.families();
+        let (seed, seq) = (self.shard_seed, self.seq);
+        let shard_of = |family: FamilyId| {
+            families
+                .get(family)
+                .sharding
+                .as_ref()
+                .map(|s| (seed.wrapping_add(seq) % u64::from(s.shards)) as u8)
+        };
+        let writes = plan::plan(
+            drained.into_rows(),
+            PlanOptions {
+                max_batch_rows: self.config.max_batch_rows,
+            },
+            shard_of,
+        );
+
+        // Replayed rows are in this drain: from here on they may reach the store.
+        let mut replay_begun = false;
+        if self.state.spill.has_loaded() {
+            match self.state.spill.begin_send() {
+                Ok(()) => replay_begun = true,
+                Err(error) => {
+                    // Sending now could apply a replayed row that the next start would
+                    // load again. Hold everything back instead.
+                    tracing::error!(%error, "Could not mark the spill replay as started; holding this flush back.");
+                    let results = writes.into_iter().map(|w| (w, Sent::NotStarted)).collect();
+                    return self.settle(results, rows, drained_sums, started, last, false);
+                }
+            }
+        }
+
+        let results = send_all(
+            &*self.sink,
+            writes,
+            self.config.max_in_flight,
+            &mut deadline,
+        )
+        .await;
+        self.settle(results, rows, drained_sums, started, last, replay_begun)
+    }
+
+    fn settle(
+        &mut self,
+        results: Vec<(PartitionWrite, Sent)>,
+        rows: usize,
+        drained_sums: [i128; 2],
+        started: Instant,
+        last: bool,
+        replay_begun: bool,
+    ) -> FlushReport {
+        let now = SystemTime::now();
+        let now_secs = u32::try_from(bucket::unix_secs(now)).unwrap_or(u32::MAX);
+        let time = bucket::rfc3339(now);
+        let identity = self.identity();
+        let max_age = u32::try_from(self.config.requeue_max_age.as_secs()).unwrap_or(u32::MAX);
+        let mut report = FlushReport {
+            seq: self.seq,
+            rows,
+            writes: results.len(),
+            ..FlushReport::default()
+        };
+        let mut to_spill: Vec<(PartitionWrite, Option<Failure>)> = Vec::new();
+
+        for (write, sent) in results {
+            let family = self.engine.families().get(write.family);
+            let table = match write.table {
+                TableKind::Minute => family.minute_table.to_string(),
+                TableKind::Day => family.day_table.to_string(),
+            };
+            let sum = write.sum();
+            match sent {
+                Sent::Done(Outcome::Applied) => {
+                    report.applied += 1;
+                    self.ledger.count_write(&table, "applied");
+                    self.ledger.update(write.table, |s| s.applied += sum);
+                }
+                Sent::Done(Outcome::NotAppliedTransient(failure)) => {
+                    report.requeued += 1;
+                    self.ledger.count_write(&table, "requeued");
+                    let too_old = write.rows.iter().any(|r| {
+                        r.requeued_since != 0
+                            && now_secs.saturating_sub(r.requeued_since) >= max_age
+                    });
+                    if last || too_old {
+                        to_spill.push((write, Some(failure)));
+                    } else {
+                        let refused = self
+                            .engine
+                            .aggregator()
+                            .merge_back(write.into_requeue(now_secs));
+                        for (key, row) in refused {
+                            // Summing into the buffer would overflow: keep it on disk.
+                            let family = key.family();
+                            let single = plan::plan(
+                                [(key, row)],
+                                PlanOptions {
+                                    max_batch_rows: usize::MAX,
+                                },
+                                |_| None,
+                            );
+                            for w in single {
+                                debug_assert_eq!(w.family, family);
+                                to_spill.push((w, Some(failure.clone())));
+                            }
+                        }
+                    }
+                }
+                Sent::Done(Outcome::NotAppliedPermanent(failure)) => {
+                    report.rejected += 1;
+                    self.ledger.count_write(&table, "rejected");
+                    let records = records::to_records(
+                        &write,
+                        family,
+                        &identity,
+                        "rejected",
+                        Some(&failure),
+                        &time,
+                    );
+                    append_all(&mut self.state.rejected, &records, "rejected.jsonl");
+                    self.ledger.update(write.table, |s| s.rejected += sum);
+                    tracing::warn!(table, kind = failure.kind, error = %failure.text, rows = write.rows.len(), "Write rejected; recorded in rejected.jsonl.");
+                }
+                Sent::Done(Outcome::Unknown(failure)) => {
+                    report.unknown += 1;
+                    self.record_unknown(&write, &table, &identity, &failure, &time);
+                }
+                Sent::Cancelled => {
+                    report.unknown += 1;
+                    let failure = Failure::new(
+                        "cancelled_at_deadline",
+                        "the shutdown deadline passed while the request was in flight",
+                    );
+                    self.record_unknown(&write, &table, &identity, &failure, &time);
+                }
+                Sent::NotStarted => to_spill.push((write, None)),
+            }
+        }
+
+        report.spilled = to_spill.len();
+        self.spill(to_spill, &identity, &time);
+        for (log, name) in [
+            (&mut self.state.unknown, "unknown.jsonl"),
+            (&mut self.state.rejected, "rejected.jsonl"),
+        ] {
+            if let Err(error) = log.sync() {
+                tracing::error!(%error, file = name, "Could not sync an outcome log.");
+            }
+        }
+        if replay_begun && let Err(error) = self.state.spill.finish_send() {
+            tracing::error!(%error, "Could not remove the replayed spill file; the next start will log its rows as unknown.");
+        }
+        for table in TableKind::ALL {
+            self.ledger
+                .update(table, |s| s.in_flight -= drained_sums[table.index()]);
+        }
+        if !last {
+            let (pending_rows, pending_sum) = pending(&self.engine);
+            if let Err(error) = self
+                .state
+                .write_status(false, pending_rows as u64, pending_sum)
+            {
+                tracing::warn!(%error, "Could not write status.json.");
+            }
+        }
+        self.ledger.count_flush(started.elapsed().as_secs_f64());
+        report
+    }
+
+    fn record_unknown(
+        &mut self,
+        write: &PartitionWrite,
+        table: &str,
+        identity: &FlushIdentity,
+        failure: &Failure,
+        time: &str,
+    ) {
+        self.ledger.count_write(table, "unknown");
+        let family = self.engine.families().get(write.family);
+        let records = records::to_records(write, family, identity, "unknown", Some(failure), time);
+        append_all(&mut self.state.unknown, &records, "unknown.jsonl");
+        self.ledger
+            .update(write.table, |s| s.unknown += write.sum());
+        tracing::warn!(table, kind = failure.kind, error = %failure.text, rows = write.rows.len(), "Write outcome unknown; recorded in unknown.jsonl and not re-sent.");
+    }
+
+    fn spill(
+        &mut self,
+        writes: Vec<(PartitionWrite, Option<Failure>)>,
+        identity: &FlushIdentity,
+        time: &str,
+    ) {
+        if writes.is_empty() {
+            return;
+        }
+        let mut records: Vec<WriteRecord> = Vec::new();
+        let mut sums = [0_i128; 2];
+        for (write, failure) in &writes {
+            let family = self.engine.families().get(write.family);
+            records.extend(records::to_records(
+                write,
+                family,
+                identity,
+                "spilled",
+                failure.as_ref(),
+                time,
+            ));
+            sums[write.table.index()] += write.sum();
+        }
+        let written = records
+            .iter()
+            .try_for_each(|r| self.state.spill.append(r))
+            .and_then(|()| self.state.spill.sync());
+        match written {
+            Ok(()) => {
+                for table in TableKind::ALL {
+                    self.ledger
+                        .update(table, |s| s.spilled += sums[table.index()]);
+                }
+                tracing::warn!(
+                    rows = records.len(),
+                    "Rows spilled to disk; the next start replays them."
+                );
+            }
+            Err(error) => {
+                // Part of the batch may be on disk; it is replayed next time, so counting
+                // the whole batch as dropped overstates the loss rather than hiding any.
+                for table in TableKind::ALL {
+                    self.ledger
+                        .update(table, |s| s.dropped += sums[table.index()]);
+                }
+                self.ledger
+                    .count_late_drop(DropReason::SpillFailed, records.len() as u64);
+                tracing::error!(%error, rows = records.len(), "Could not write the spill file; these rows are lost.");
+            }
+        }
+    }
+}
+
+/// Merges what the previous run spilled back into the buffer.
+fn replay(engine: &Engine, state: &mut StateDir, ledger: &Ledger, recovered: Recovered) {
+    if recovered.interrupted > 0 {
+        tracing::warn!(
+            rows = recovered.interrupted,
+            "The previous run stopped while sending replayed rows; they were moved to unknown.jsonl."
+        );
+    }
+    if recovered.corrupt_lines > 0 {
+        tracing::error!(
+            lines = recovered.corrupt_lines,
+            "Unreadable lines in the spill file were set aside in spill.corrupt.jsonl."
+        );
+    }
+    let mut rows = Vec::new();
+    for record in recovered.replay {
+        match records::from_record(&record, engine.families()) {
+            Ok((key, row)) => {
+                let table = if key.slot().owes(TableKind::Minute) {
+                    TableKind::Minute
+                } else {
+                    TableKind::Day
+                };
+                ledger.update(table, |s| s.replayed += row.columns.sum());
+                rows.push((key, row));
+            }
+            Err(error) => {
+                let mut record = record;
+                record.outcome = "rejected".into();
+                record.error = Some(crate::state::ErrorInfo {
+                    kind: "replay_unmappable".into(),
+                    text: error.to_string(),
+                });
+                let delta: i128 = record.deltas.values().map(|d| i128::from(*d)).sum();
+                let table = if record.granularity == "day" {
+                    TableKind::Day
+                } else {
+                    TableKind::Minute
+                };
+                append_all(
+                    &mut state.rejected,
+                    std::slice::from_ref(&record),
+                    "rejected.jsonl",
+                );
+                ledger.update(table, |s| {
+                    s.replayed += delta;
+                    s.rejected += delta;
+                });
+            }
+        }
+    }
+    if !rows.is_empty() {
+        tracing::info!(
+            rows = rows.len(),
+            "Replaying rows spilled by the previous run."
+        );
+    }
+    let refused = engine.aggregator().merge_back(rows);
+    if !refused.is_empty() {
+        // Two spilled parts of one row whose sum overflows: count and say so.
+        for (key, row) in &refused {
+            let table = if key.slot().owes(TableKind::Minute) {
+                TableKind::Minute
+            } else {
+                TableKind::Day
+            };
+            ledger.update(table, |s| s.dropped += row.columns.sum());
+        }
+        ledger.count_late_drop(DropReason::Overflow, refused.len() as u64);
+        tracing::error!(
+            rows = refused.len(),
+            "Replayed rows would overflow when merged; dropped."
+        );
+    }
+}
+
+/// Pending rows and the delta sum they owe the minute tables, for `status.json`.
+fn pending(engine: &Engine) -> (usize, i128) {
+    let aggregator = engine.aggregator();
+    (
+        aggregator.pending_rows(),
+        aggregator.pending_sum(TableKind::Minute),
+    )
+}
+
+fn append_all(log: &mut crate::state::JsonlLog, records: &[WriteRecord], name: &str) {
+    for record in records {
+        if let Err(error) = log.append(record) {
+            tracing::error!(%error, file = name, "Could not append an outcome record.");
+            return;
+        }
+    }
+}
+
+async fn wait_true(rx: &mut watch::Receiver<bool>) {
+    while !*rx.borrow_and_update() {
+        if rx.changed().await.is_err() {
+            return;
+        }
+    }
+}
+
+/// Sends every write with at most `max_in_flight` at once, until done or the deadline.
+async fn send_all<S: Sink>(
+    sink: &S,
+    writes: Vec<PartitionWrite>,
+    max_in_flight: usize,
+    deadline: &mut Deadline,
+) -> Vec<(PartitionWrite, Sent)> {
+    let count = writes.len();
+    let mut outcomes: Vec<Option<Outcome>> = (0..count).map(|_| None).collect();
+    let mut started = 0;
+    {
+        let mut running = FuturesUnordered::new();
+        let send = |index: usize| {
+            let write = &writes[index];
+            async move { (index, sink.write(write).await) }
+        };
+        loop {
+            while running.len() < max_in_flight.max(1) && started < count && !deadline.passed() {
+                running.push(send(started));
+                started += 1;
+            }
+            if running.is_empty() {
+                break;
+            }
+            tokio::select! {
+                Some((index, outcome)) = running.next() => outcomes[index] = Some(outcome),
+                _ = deadline.wait() => break,
+            }
+        }
+        // Dropping `running` here cancels whatever is still in flight.
+    }
+    writes
+        .into_iter()
+        .zip(outcomes)
+        .enumerate()
+        .map(|(index, (write, outcome))| {
+            let sent = match outcome {
+                Some(outcome) => Sent::Done(outcome),
+                None if index < started => Sent::Cancelled,
+                None => Sent::NotStarted,
+            };
+            (write, sent)
+        })
+        .collect()
+}

@@ -1,0 +1,103 @@
+//! The flusher's side of the delta accounting, and its per-table write counts.
+
+use std::collections::BTreeMap;
+
+use parking_lot::Mutex;
+use prometheus::{Histogram, HistogramOpts};
+
+use crate::aggregate::TableKind;
+
+/// Signed delta sums, for one table granularity, by what became of them after leaving
+/// the buffer.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Settled {
+    /// Acknowledged by the store.
+    pub applied: i128,
+    /// Outcome unknown (logged, never re-sent).
+    pub unknown: i128,
+    /// Permanently rejected (logged).
+    pub rejected: i128,
+    /// Written to the spill file for the next start.
+    pub spilled: i128,
+    /// Drained and not settled yet (a flush in progress).
+    pub in_flight: i128,
+    /// Read back from the spill file at start (counted as accepted).
+    pub replayed: i128,
+    /// Dropped after leaving the buffer (the spill file could not be written, or a
+    /// replayed row would overflow).
+    pub dropped: i128,
+}
+
+/// What the flusher has settled since start.
+pub struct Ledger {
+    sums: Mutex<[Settled; 2]>,
+    writes: Mutex<BTreeMap<(String, &'static str), u64>>,
+    late_drops: Mutex<BTreeMap<&'static str, u64>>,
+    flushes: Mutex<u64>,
+    /// Time per flush, from drain to the last outcome recorded.
+    pub(crate) flush_duration: Histogram,
+}
+
+impl Default for Ledger {
+    fn default() -> Self {
+        let opts = HistogramOpts::new(
+            "countersink_flush_duration_seconds",
+            "Time per flush, from draining the buffer to recording the last outcome.",
+        )
+        .buckets(vec![
+            0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
+        ]);
+        Ledger {
+            sums: Mutex::default(),
+            writes: Mutex::default(),
+            late_drops: Mutex::default(),
+            flushes: Mutex::default(),
+            // Constant name and increasing buckets: this cannot fail.
+            flush_duration: Histogram::with_opts(opts)
+                .expect("constant histogram options are valid"),
+        }
+    }
+}
+
+impl Ledger {
+    /// The settled sums of one table granularity now.
+    pub fn settled(&self, table: TableKind) -> Settled {
+        self.sums.lock()[table.index()].clone()
+    }
+
+    /// Write requests per (table, outcome label).
+    pub fn writes(&self) -> BTreeMap<(String, &'static str), u64> {
+        self.writes.lock().clone()
+    }
+
+    /// Flushes completed.
+    pub fn flushes(&self) -> u64 {
+        *self.flushes.lock()
+    }
+
+    pub(crate) fn update(&self, table: TableKind, f: impl FnOnce(&mut Settled)) {
+        f(&mut self.sums.lock()[table.index()]);
+    }
+
+    pub(crate) fn count_write(&self, table: &str, outcome: &'static str) {
+        *self
+            .writes
+            .lock()
+            .entry((table.to_owned(), outcome))
+            .or_default() += 1;
+    }
+
+    /// Rows dropped after leaving the buffer, per reason label.
+    pub fn late_drops(&self) -> BTreeMap<&'static str, u64> {
+        self.late_drops.lock().clone()
+    }
+
+    pub(crate) fn count_late_drop(&self, reason: crate::aggregate::DropReason, rows: u64) {
+        *self.late_drops.lock().entry(reason.as_str()).or_default() += rows;
+    }
+
+    pub(crate) fn count_flush(&self, seconds: f64) {
+        *self.flushes.lock() += 1;
+        self.flush_duration.observe(seconds);
+    }
+}

@@ -1,0 +1,355 @@
+//! Turning drained rows into writes: one per partition (split when large), for the
+//! minute table and the day table, from the same drain.
+//!
+//! Pure synchronous code. A fresh row (`Slot::Both`) yields a minute row and a
+//! contribution to its day row; re-queued rows yield only the table they are owed to.
+//! Deltas for the same destination row are summed; if a sum would overflow `i64`, the
+//! parts are written as separate rows instead of wrapping.
+
+use std::collections::HashMap;
+
+use crate::aggregate::{Columns, FamilyId, Row, RowKey, Slot, TableKind};
+use crate::bucket::{Day, Minute};
+
+/// One destination row of a write: its clustering bucket and its deltas.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RowDelta {
+    /// The minute (minute table) or the day (day table), counted from the epoch.
+    pub bucket: u32,
+    /// The deltas, one per counter column.
+    pub columns: Columns,
+    /// Unix seconds of the first failed attempt, 0 when never attempted before.
+    pub requeued_since: u32,
+}
+
+impl RowDelta {
+    /// The minute of a minute-table row.
+    pub fn minute(&self) -> Minute {
+        Minute(self.bucket)
+    }
+
+    /// The day of a day-table row, or of the minute of a minute-table row.
+    pub fn day(&self, table: TableKind) -> Day {
+        match table {
+            TableKind::Minute => Minute(self.bucket).day(),
+            TableKind::Day => Day(self.bucket),
+        }
+    }
+}
+
+/// One write request: rows of a single partition of one table.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PartitionWrite {
+    /// The family.
+    pub family: FamilyId,
+    /// Which of its tables.
+    pub table: TableKind,
+    /// The encoded series (key values).
+    pub series: Box<[u8]>,
+    /// The shard this write goes to, for sharded families.
+    pub shard: Option<u8>,
+    /// The rows, all in the same partition; at least one.
+    pub rows: Vec<RowDelta>,
+}
+
+impl PartitionWrite {
+    /// Signed sum of every delta in the write.
+    pub fn sum(&self) -> i128 {
+        self.rows.iter().map(|r| r.columns.sum()).sum()
+    }
+
+    /// The rows as they would be merged back after a definite non-application.
+    pub fn into_requeue(self, now_unix_secs: u32) -> impl Iterator<Item = (RowKey, Row)> {
+        let (family, table, series) = (self.family, self.table, self.series);
+        self.rows.into_iter().map(move |row| {
+            let slot = match table {
+                TableKind::Minute => Slot::MinuteOnly(Minute(row.bucket)),
+                TableKind::Day => Slot::DayOnly(Day(row.bucket)),
+            };
+            let since = if row.requeued_since == 0 {
+                now_unix_secs.max(1)
+            } else {
+                row.requeued_since
+            };
+            (
+                RowKey::new(family, slot, series.clone()),
+                Row {
+                    columns: row.columns,
+                    requeued_since: since,
+                },
+            )
+        })
+    }
+}
+
+/// The partition a destination row belongs to.
+#[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+struct PartitionKey {
+    family: FamilyId,
+    table: TableKind,
+    series: Box<[u8]>,
+    /// Day (minute table) or month number `year*12 + month-1` (day table).
+    partition_bucket: u32,
+}
+
+/// How to split drained rows into requests.
+#[derive(Clone, Copy, Debug)]
+pub struct PlanOptions {
+    /// Most rows per request.
+    pub max_batch_rows: usize,
+}
+
+/// Plans the writes for drained rows. `shard_of` gives the shard of a family's writes in
+/// this flush (None for unsharded families).
+pub fn plan(
+    rows: impl IntoIterator<Item = (RowKey, Row)>,
+    options: PlanOptions,
+    shard_of: impl Fn(FamilyId) -> Option<u8>,
+) -> Vec<PartitionWrite> {
+    let mut partitions: HashMap<PartitionKey, Vec<RowDelta>> = HashMap::new();
+    for (key, row) in rows {
+        if row.columns.is_zero() {
+            continue;
+        }
+        let family = key.family();
+        let slot = key.slot();
+        let series = key.into_series();
+        match slot {
+            Slot::Both(minute) => {
+                add(
+                    &mut partitions,
+                    family,
+                    TableKind::Minute,
+                    series.clone(),
+                    minute.0,
+                    &row,
+                );
+                add(
+                    &mut partitions,
+                    family,
+                    TableKind::Day,
+                    series,
+                    minute.day().0,
+                    &row,
+                );
+            }
+            Slot::MinuteOnly(minute) => add(
+                &mut partitions,
+                family,
+                TableKind::Minute,
+                series,
+                minute.0,
+                &row,
+            ),
+            Slot::DayOnly(day) => add(&mut partitions, family, TableKind::Day, series, day.0, &row),
+        }
+    }
+    let mut sorted: Vec<_> = partitions.into_iter().collect();
+    // Deterministic order: tests compare plans, and logs read better.
+    sorted.sort_by(|a, b| a.0.cmp(&b.0));
+    let max = options.max_batch_rows.max(1);
+    let mut writes = Vec::with_capacity(sorted.len());
+    for (partition, mut rows) in sorted {
+        rows.sort_by_key(|r| r.bucket);
+        let shard = shard_of(partition.family);
+        while !rows.is_empty() {
+            let rest = rows.split_off(rows.len().min(max));
+            writes.push(PartitionWrite {
+                family: partition.family,
+                table: partition.table,
+                series: partition.series.clone(),
+                shard,
+                rows,
+            });
+            rows = rest;
+        }
+    }
+    writes
+}
+
+fn add(
+    partitions: &mut HashMap<PartitionKey, Vec<RowDelta>>,
+    family: FamilyId,
+    table: TableKind,
+    series: Box<[u8]>,
+    bucket: u32,
+    row: &Row,
+) {
+    let partition_bucket = match table {
+        TableKind::Minute => Minute(bucket).day().0,
+        TableKind::Day => {
+            let date = Day(bucket).date();
+            (date.year().max(0) as u32) * 12 + u32::from(u8::from(date.month())) - 1
+        }
+    };
+    let rows = partitions
+        .entry(PartitionKey {
+            family,
+            table,
+            series,
+            partition_bucket,
+        })
+        .or_default();
+    // A destination row may appear more than once only when summing would overflow.
+    for existing in rows.iter_mut().filter(|r| r.bucket == bucket) {
+        if existing.columns.checked_add(&row.columns) {
+            existing.requeued_since = oldest(existing.requeued_since, row.requeued_since);
+            return;
+        }
+    }
+    rows.push(RowDelta {
+        bucket,
+        columns: row.columns.clone(),
+        requeued_since: row.requeued_since,
+    });
+}
+
+fn oldest(a: u32, b: u32) -> u32 {
+    match (a, b) {
+        (0, x) | (x, 0) => x,
+        (x, y) => x.min(y),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::bucket::MINUTES_PER_DAY;
+    use crate::series;
+
+    fn row(family: u16, slot: Slot, key: &str, v: i64) -> (RowKey, Row) {
+        (
+            RowKey::new(
+                FamilyId(family),
+                slot,
+                series::encode([key]).into_boxed_slice(),
+            ),
+            Row {
+                columns: Columns::One(v),
+                requeued_since: 0,
+            },
+        )
+    }
+
+    fn summary(writes: &[PartitionWrite]) -> Vec<String> {
+        writes
+            .iter()
+            .map(|w| {
+                let rows: Vec<String> = w
+                    .rows
+                    .iter()
+                    .map(|r| format!("{}={:?}", r.bucket, r.columns))
+                    .collect();
+                format!(
+                    "{:?} {} {}",
+                    w.table,
+                    series::fields(&w.series).next().unwrap_or(""),
+                    rows.join(" ")
+                )
+            })
+            .collect()
+    }
+
+    #[test]
+    fn fresh_rows_feed_minute_and_day_and_partitions_group() {
+        let day0 = 20_000 * MINUTES_PER_DAY;
+        let writes = plan(
+            [
+                row(0, Slot::Both(Minute(day0 + 5)), "a", 2),
+                row(0, Slot::Both(Minute(day0 + 6)), "a", 3),
+                row(0, Slot::Both(Minute(day0 + MINUTES_PER_DAY)), "a", 4),
+                row(0, Slot::Both(Minute(day0 + 5)), "b", 1),
+            ],
+            PlanOptions { max_batch_rows: 16 },
+            |_| None,
+        );
+        assert_eq!(
+            summary(&writes),
+            [
+                format!("Minute a {}=[2] {}=[3]", day0 + 5, day0 + 6),
+                format!("Minute a {}=[4]", day0 + MINUTES_PER_DAY),
+                format!("Minute b {}=[1]", day0 + 5),
+                "Day a 20000=[5] 20001=[4]".to_string(),
+                "Day b 20000=[1]".to_string(),
+            ]
+        );
+    }
+
+    #[test]
+    fn requeued_rows_go_only_where_they_are_owed_and_merge_with_fresh_ones() {
+        let m = 20_000 * MINUTES_PER_DAY + 10;
+        let writes = plan(
+            [
+                row(0, Slot::Both(Minute(m)), "a", 1),
+                row(0, Slot::MinuteOnly(Minute(m)), "a", 10),
+                row(0, Slot::DayOnly(Day(20_000)), "a", 100),
+            ],
+            PlanOptions { max_batch_rows: 16 },
+            |_| None,
+        );
+        assert_eq!(
+            summary(&writes),
+            [
+                format!("Minute a {m}=[11]"),
+                "Day a 20000=[101]".to_string()
+            ]
+        );
+    }
+
+    #[test]
+    fn large_partitions_split_and_zero_rows_vanish() {
+        let base = 20_000 * MINUTES_PER_DAY;
+        let rows: Vec<_> = (0..5)
+            .map(|i| row(0, Slot::MinuteOnly(Minute(base + i)), "a", 1))
+            .collect();
+        let mut all = rows;
+        all.push(row(0, Slot::Both(Minute(base + 99)), "z", 0));
+        let writes = plan(all, PlanOptions { max_batch_rows: 2 }, |_| None);
+        assert_eq!(
+            writes.iter().map(|w| w.rows.len()).collect::<Vec<_>>(),
+            [2, 2, 1]
+        );
+        assert_eq!(writes.iter().map(PartitionWrite::sum).sum::<i128>(), 5);
+    }
+
+    #[test]
+    fn overflowing_day_sum_becomes_two_rows_not_a_wrap() {
+        let m = 20_000 * MINUTES_PER_DAY;
+        let writes = plan(
+            [
+                row(0, Slot::Both(Minute(m)), "a", i64::MAX),
+                row(0, Slot::Both(Minute(m + 1)), "a", 1),
+            ],
+            PlanOptions { max_batch_rows: 16 },
+            |_| None,
+        );
+        let day = writes.iter().find(|w| w.table == TableKind::Day).unwrap();
+        assert_eq!(day.rows.len(), 2);
+        assert_eq!(day.sum(), i128::from(i64::MAX) + 1);
+    }
+
+    #[test]
+    fn shards_are_assigned_per_family_and_requeue_keeps_the_first_failure_time() {
+        let m = 20_000 * MINUTES_PER_DAY;
+        let writes = plan(
+            [
+                row(1, Slot::Both(Minute(m)), "a", 1),
+                row(0, Slot::Both(Minute(m)), "b", 1),
+            ],
+            PlanOptions { max_batch_rows: 16 },
+            |f| (f == FamilyId(1)).then_some(3),
+        );
+        assert!(
+            writes
+                .iter()
+                .all(|w| (w.family == FamilyId(1)) == (w.shard == Some(3)))
+        );
+        let minute = writes
+            .into_iter()
+            .find(|w| w.table == TableKind::Minute && w.family == FamilyId(0))
+            .unwrap();
+        let (key, requeued) = minute.into_requeue(1234).next().unwrap();
+        assert_eq!(key.slot(), Slot::MinuteOnly(Minute(m)));
+        assert_eq!(requeued.requeued_since, 1234);
+    }
+}

@@ -1,0 +1,429 @@
+//! Flusher tests against the in-memory sink: outcome classes, accounting, deadline,
+//! spill and replay.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::accounting::Accounting;
+use crate::config::{Config, FamilyConfig};
+use crate::engine::Engine;
+use crate::flush::{Failure, Flusher, Ledger, Outcome, TableKind};
+use crate::sink::{MemorySink, Sink};
+use crate::state::StateDir;
+
+/// 2026-11-30T23:58:00Z: two minutes before a day boundary.
+const T0: i64 = 1_796_083_080;
+
+fn config(dir: &std::path::Path) -> Config {
+    let mut config = Config::default();
+    config.state.dir = dir.to_owned();
+    config.families.push(FamilyConfig {
+        name: "views".into(),
+        minute_table: "views_by_minute".into(),
+        day_table: "views_by_day".into(),
+        key: vec!["page_id".into()],
+        columns: [
+            ("page.views".to_string(), "views".to_string()),
+            ("page.bytes".to_string(), "bytes".to_string()),
+        ]
+        .into(),
+        ..FamilyConfig::default()
+    });
+    config.flush.shutdown_deadline = Duration::from_millis(300);
+    config
+}
+
+struct Harness<S: Sink> {
+    engine: Arc<Engine>,
+    ledger: Arc<Ledger>,
+    flusher: Flusher<S>,
+    _dir: Option<tempfile::TempDir>,
+}
+
+fn harness<S: Sink>(config: &Config, sink: S) -> Harness<S> {
+    let engine = Arc::new(Engine::with_seed(config, Some(1)).unwrap());
+    let (state, recovered) = StateDir::open(&config.state).unwrap();
+    let ledger = Arc::new(Ledger::default());
+    let flusher = Flusher::new(
+        engine.clone(),
+        Arc::new(sink),
+        config.flush.clone(),
+        state,
+        recovered,
+        ledger.clone(),
+    );
+    Harness {
+        engine,
+        ledger,
+        flusher,
+        _dir: None,
+    }
+}
+
+fn accounting<S: Sink>(h: &Harness<S>) -> Accounting {
+    Accounting::read(&h.engine, &h.ledger)
+}
+
+fn read_log(dir: &std::path::Path, name: &str) -> Vec<crate::state::WriteRecord> {
+    std::fs::read_to_string(dir.join(name))
+        .unwrap_or_default()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+#[tokio::test]
+async fn exact_totals_across_a_day_boundary_in_both_tables() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = config(dir.path());
+    let sink = MemorySink::new();
+    let mut h = harness(&config, sink.clone());
+    let tags: &[(&str, &str)] = &[("page_id", "home")];
+    // Minutes 23:58, 23:59 and 00:00 of the next day; generic and configured families.
+    for (offset, n) in [(0, 3), (60, 4), (120, 5)] {
+        for _ in 0..n {
+            h.engine
+                .record("page.views", tags, 1, T0 + offset, None)
+                .unwrap();
+            h.engine
+                .record("page.bytes", tags, 100, T0 + offset, None)
+                .unwrap();
+            h.engine
+                .record("req", &[("env", "prod")][..], 2, T0 + offset, None)
+                .unwrap();
+        }
+        if offset == 60 {
+            h.flusher.flush_now().await;
+        }
+    }
+    h.flusher.flush_now().await;
+
+    let rows = sink.rows();
+    let views_minutes: Vec<_> = rows
+        .iter()
+        .filter(|(k, _)| k.0.0 == 1 && k.1 == TableKind::Minute)
+        .map(|(k, v)| (k.4, v.clone()))
+        .collect();
+    let m0 = (T0 / 60) as u32;
+    assert_eq!(
+        views_minutes,
+        [
+            (m0, vec![300, 3]),
+            (m0 + 1, vec![400, 4]),
+            (m0 + 2, vec![500, 5])
+        ]
+    );
+    let views_days: Vec<_> = rows
+        .iter()
+        .filter(|(k, _)| k.0.0 == 1 && k.1 == TableKind::Day)
+        .map(|(k, v)| (k.4, v.clone()))
+        .collect();
+    let d0 = m0 / 1440;
+    assert_eq!(views_days, [(d0, vec![700, 7]), (d0 + 1, vec![500, 5])]);
+    assert_eq!(sink.total(TableKind::Minute), sink.total(TableKind::Day));
+    let a = accounting(&h);
+    assert!(a.is_balanced(), "{a:?}");
+    assert_eq!(
+        (a.minute.applied, a.day.applied, a.minute.pending),
+        (a.minute.accepted, a.day.accepted, 0)
+    );
+}
+
+#[tokio::test]
+async fn each_outcome_class_is_settled_and_only_transient_ones_are_resent() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = config(dir.path());
+    let sink = MemorySink::new();
+    let mut h = harness(&config, sink.clone());
+    for key in ["a", "b", "c", "d"] {
+        h.engine
+            .record("hits", &[("k", key)][..], 10, T0, None)
+            .unwrap();
+    }
+    // Minute writes of a, b, c fail three ways; d and every day write succeed.
+    sink.set_script(|_, w| {
+        let key = crate::series::fields(&w.series)
+            .nth(1)
+            .unwrap_or("")
+            .to_owned();
+        if w.table != TableKind::Minute {
+            return None;
+        }
+        match key.as_str() {
+            "k:a" => Some((
+                Outcome::NotAppliedTransient(Failure::new("unavailable", "2 replicas down")),
+                false,
+            )),
+            "k:b" => Some((
+                Outcome::NotAppliedPermanent(Failure::new("invalid", "no such table")),
+                false,
+            )),
+            "k:c" => Some((
+                Outcome::Unknown(Failure::new("write_timeout", "timed out")),
+                true,
+            )),
+            _ => None,
+        }
+    });
+    let first = h.flusher.flush_now().await;
+    assert_eq!(
+        (first.applied, first.requeued, first.rejected, first.unknown),
+        (5, 1, 1, 1)
+    );
+    let a = accounting(&h);
+    assert!(a.is_balanced(), "{a:?}");
+    assert_eq!(
+        (a.minute.unknown, a.minute.rejected, a.minute.pending),
+        (10, 10, 10)
+    );
+    assert_eq!((a.day.applied, a.day.pending), (40, 0));
+    assert_eq!(
+        h.engine.aggregator().snapshot().len(),
+        1,
+        "only the transient one is back"
+    );
+
+    sink.clear_script();
+    let before = sink.requests();
+    let second = h.flusher.flush_now().await;
+    assert_eq!(
+        (second.writes, second.applied),
+        (1, 1),
+        "the unknown write is never re-sent"
+    );
+    assert_eq!(sink.requests(), before + 1);
+    assert_eq!(
+        sink.total(TableKind::Minute),
+        30,
+        "a (re-sent) and c (applied before timing out) and d"
+    );
+    assert_eq!(
+        sink.total(TableKind::Day),
+        40,
+        "day rows of a and b were not re-sent"
+    );
+    let a = accounting(&h);
+    assert!(a.is_balanced(), "{a:?}");
+    assert_eq!(
+        (a.minute.applied, a.minute.pending),
+        (20, 0),
+        "a re-sent, d; c is unknown even though the store applied it"
+    );
+
+    let unknown = read_log(dir.path(), "unknown.jsonl");
+    assert_eq!(unknown.len(), 1);
+    let record = &unknown[0];
+    assert_eq!(
+        (
+            record.family.as_str(),
+            record.granularity.as_str(),
+            record.outcome.as_str()
+        ),
+        ("generic", "minute", "unknown")
+    );
+    assert_eq!(record.key["tags"], "k:c");
+    assert_eq!(record.deltas["value"], 10);
+    assert_eq!(record.error.as_ref().unwrap().kind, "write_timeout");
+    assert_eq!(
+        (record.day.as_str(), record.minute),
+        ("2026-11-30", Some(1438))
+    );
+    assert_eq!(record.flush_seq, 1);
+    let rejected = read_log(dir.path(), "rejected.jsonl");
+    assert_eq!(rejected.len(), 1);
+    assert_eq!(rejected[0].key["tags"], "k:b");
+}
+
+#[tokio::test]
+async fn transient_failures_past_the_maximum_age_are_spilled() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = config(dir.path());
+    config.flush.requeue_max_age = Duration::from_secs(1);
+    let sink = MemorySink::new();
+    sink.set_script(|_, _| {
+        Some((
+            Outcome::NotAppliedTransient(Failure::new("unavailable", "down")),
+            false,
+        ))
+    });
+    let mut h = harness(&config, sink.clone());
+    h.engine.record("hits", &[][..], 7, T0, None).unwrap();
+    h.flusher.flush_now().await;
+    let a = accounting(&h);
+    assert_eq!(
+        (a.minute.pending, a.day.pending),
+        (7, 7),
+        "minute and day rows re-queued"
+    );
+    tokio::time::sleep(Duration::from_millis(2100)).await;
+    let report = h.flusher.flush_now().await;
+    assert_eq!(report.spilled, 2);
+    let a = accounting(&h);
+    assert!(a.is_balanced(), "{a:?}");
+    assert_eq!(
+        (a.minute.spilled, a.day.spilled, a.minute.pending),
+        (7, 7, 0)
+    );
+    assert_eq!(read_log(dir.path(), "spill.jsonl").len(), 2);
+}
+
+/// A sink that never answers: every request stays in flight.
+struct Hang;
+
+impl Sink for Hang {
+    async fn write(&self, _: &crate::flush::PartitionWrite) -> Outcome {
+        std::future::pending().await
+    }
+}
+
+#[tokio::test]
+async fn shutdown_deadline_logs_in_flight_as_unknown_and_spills_the_rest_then_replays() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = config(dir.path());
+    config.flush.max_in_flight = 2;
+    {
+        let h = harness(&config, Hang);
+        for i in 0..10 {
+            let i = i.to_string();
+            h.engine
+                .record("hits", &[("i", i.as_str())][..], 1, T0, None)
+                .unwrap();
+        }
+        let engine = h.engine.clone();
+        let ledger = h.ledger.clone();
+        let report = h.flusher.finish().await;
+        assert_eq!((report.writes, report.unknown, report.spilled), (20, 2, 18));
+        let a = Accounting::read(&engine, &ledger);
+        assert!(a.is_balanced(), "{a:?}");
+        assert_eq!(a.minute.unknown + a.day.unknown, 2);
+        assert_eq!(a.minute.spilled + a.day.spilled, 18);
+        assert_eq!(a.minute.pending + a.day.pending, 0);
+        assert_eq!(
+            engine.record("hits", &[][..], 1, T0, None),
+            Err(crate::engine::RecordError::Dropped(
+                crate::aggregate::DropReason::AfterShutdown
+            ))
+        );
+        let unknown = read_log(dir.path(), "unknown.jsonl");
+        assert!(
+            unknown
+                .iter()
+                .all(|r| r.error.as_ref().unwrap().kind == "cancelled_at_deadline")
+        );
+    }
+    // The next start replays the 18 spilled rows and applies them; nothing else.
+    let sink = MemorySink::new();
+    let mut h = harness(&config, sink.clone());
+    assert_eq!(
+        h.ledger.settled(TableKind::Minute).replayed + h.ledger.settled(TableKind::Day).replayed,
+        18
+    );
+    h.flusher.flush_now().await;
+    assert_eq!(
+        sink.total(TableKind::Minute) + sink.total(TableKind::Day),
+        18
+    );
+    let a = accounting(&h);
+    assert!(a.is_balanced(), "{a:?}");
+    assert_eq!(a.minute.applied + a.day.applied, 18);
+    drop(h);
+    let h = harness(&config, MemorySink::new());
+    assert_eq!(
+        h.ledger.settled(TableKind::Minute).replayed,
+        0,
+        "a sent replay is not loaded again"
+    );
+}
+
+#[tokio::test]
+async fn replayed_rows_of_a_removed_family_are_rejected_not_lost() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = config(dir.path());
+    {
+        let down = MemorySink::new();
+        down.set_script(|_, _| {
+            Some((
+                Outcome::NotAppliedTransient(Failure::new("unavailable", "down")),
+                false,
+            ))
+        });
+        let h = harness(&config, down);
+        h.engine
+            .record("page.views", &[("page_id", "p")][..], 5, T0, None)
+            .unwrap();
+        let report = h.flusher.finish().await;
+        assert_eq!(
+            report.spilled, 2,
+            "transient failures in the final flush are spilled"
+        );
+    }
+    let mut without = config.clone();
+    without.families.clear();
+    let h = harness(&without, MemorySink::new());
+    let a = accounting(&h);
+    assert!(a.is_balanced(), "{a:?}");
+    assert_eq!((a.minute.rejected, a.day.rejected), (5, 5));
+    let rejected = read_log(dir.path(), "rejected.jsonl");
+    assert!(
+        rejected
+            .iter()
+            .all(|r| r.error.as_ref().unwrap().kind == "replay_unmappable")
+    );
+}
+
+#[tokio::test]
+async fn recorder_shutdown_flushes_everything_and_drop_without_shutdown_is_counted() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = config(dir.path());
+    let sink = MemorySink::new();
+    let recorder = crate::Recorder::start(&config, sink.clone()).await.unwrap();
+    let views = recorder.column("views", "views").unwrap();
+    for _ in 0..100 {
+        recorder.incr("page.views", &[("page_id", "a")], 1).unwrap();
+        views.incr(&["a"], 2).unwrap();
+    }
+    assert!(recorder.column("views", "nope").is_none());
+    assert_eq!(
+        views.incr(&[], 1),
+        Err(crate::engine::RecordError::Invalid(
+            crate::family::Unplaced::MissingKeyTag
+        ))
+    );
+    let clone = recorder.clone();
+    let report = recorder.shutdown().await.unwrap();
+    assert!(report.applied >= 2);
+    assert!(
+        clone.shutdown().await.is_none(),
+        "the second shutdown has nothing left to do"
+    );
+    assert_eq!(sink.total(TableKind::Minute), 300);
+    assert_eq!(sink.total(TableKind::Day), 300);
+    let a = clone.accounting().await;
+    assert!(
+        a.is_balanced() && a.minute.applied == 300 && a.day.applied == 300,
+        "{a:?}"
+    );
+    drop(clone);
+
+    let before = crate::recorder::dropped_without_shutdown();
+    let dir2 = tempfile::tempdir().unwrap();
+    let sink2 = MemorySink::new();
+    let dropped = crate::Recorder::start(&config_in(dir2.path()), sink2.clone())
+        .await
+        .unwrap();
+    dropped.incr("late", &[], 9).unwrap();
+    drop(dropped);
+    assert_eq!(crate::recorder::dropped_without_shutdown(), before + 1);
+    // The background final flush still delivers.
+    for _ in 0..100 {
+        if sink2.total(TableKind::Minute) == 9 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(sink2.total(TableKind::Minute), 9);
+}
+
+fn config_in(dir: &std::path::Path) -> Config {
+    config(dir)
+}

@@ -1,0 +1,135 @@
+//! Assembling a running pipeline: engine, state directory, flusher task.
+//!
+//! Shared by the in-process [`crate::Recorder`] and the sidecar, so both open the state
+//! directory, replay the spill and shut down the same way.
+
+use std::sync::Arc;
+
+use tokio::sync::{Notify, watch};
+use tokio::task::JoinHandle;
+
+use crate::accounting::Accounting;
+use crate::config::{Config, ConfigError};
+use crate::engine::Engine;
+use crate::flush::{FlushReport, Flusher, Ledger};
+use crate::sink::Sink;
+use crate::state::{StateDir, StateError};
+
+/// Why a pipeline could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    /// The configuration is invalid.
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    /// The state directory could not be opened.
+    #[error(transparent)]
+    State(#[from] StateError),
+}
+
+/// A running engine with its flush task.
+pub struct Pipeline {
+    engine: Arc<Engine>,
+    ledger: Arc<Ledger>,
+    shutdown: watch::Sender<bool>,
+    task: Option<JoinHandle<FlushReport>>,
+}
+
+impl Pipeline {
+    /// Opens the state directory (replaying its spill file) and starts flushing into
+    /// `sink`. Must be called inside a tokio runtime.
+    pub async fn start<S: Sink>(config: &Config, sink: S) -> Result<Pipeline, StartError> {
+        Self::start_with(Arc::new(Engine::new(config)?), config, sink).await
+    }
+
+    /// The same, with an engine built by the caller (for example with a fixed seed).
+    pub async fn start_with<S: Sink>(
+        engine: Arc<Engine>,
+        config: &Config,
+        sink: S,
+    ) -> Result<Pipeline, StartError> {
+        let state_config = config.state.clone();
+        let (state, recovered) = tokio::task::spawn_blocking(move || StateDir::open(&state_config))
+            .await
+            .map_err(|e| StateError::Io {
+                dir: config.state.dir.clone(),
+                step: "open",
+                error: std::io::Error::other(e),
+            })??;
+        if let Some(previous) = &state.unclean_previous_run {
+            tracing::warn!(
+                pending_rows = previous.pending_rows,
+                pending_delta_sum = %previous.pending_sum,
+                last_status = %previous.time,
+                "The previous run did not shut down cleanly: the rows it held in memory (at least these, as of its last flush) were lost."
+            );
+        }
+        let ledger = Arc::new(Ledger::default());
+        let flusher = Flusher::new(
+            engine.clone(),
+            Arc::new(sink),
+            config.flush.clone(),
+            state,
+            recovered,
+            ledger.clone(),
+        );
+        let early = Arc::new(Notify::new());
+        let notify = early.clone();
+        engine.aggregator().on_pressure(move || notify.notify_one());
+        let (shutdown, stop) = watch::channel(false);
+        let task = tokio::spawn(flusher.run(stop, early));
+        Ok(Pipeline {
+            engine,
+            ledger,
+            shutdown,
+            task: Some(task),
+        })
+    }
+
+    /// The engine (for recording and for metrics).
+    pub fn engine(&self) -> &Arc<Engine> {
+        &self.engine
+    }
+
+    /// The flusher's ledger.
+    pub fn ledger(&self) -> &Arc<Ledger> {
+        &self.ledger
+    }
+
+    /// The accounting identity's stages now.
+    pub fn accounting(&self) -> Accounting {
+        Accounting::read(&self.engine, &self.ledger)
+    }
+
+    /// Asks the flush task to stop, without waiting (the final flush still runs).
+    pub fn request_shutdown(&self) {
+        let _ = self.shutdown.send(true);
+    }
+
+    /// A function that asks the flush task to stop, usable where the pipeline is not
+    /// (a `Drop` impl).
+    pub fn shutdown_trigger(&self) -> impl FnOnce() + Send + 'static {
+        let sender = self.shutdown.clone();
+        move || {
+            let _ = sender.send(true);
+        }
+    }
+
+    /// Whether the flush task is still there to wait for.
+    pub fn is_running(&self) -> bool {
+        self.task.is_some()
+    }
+
+    /// Stops flushing: closes the buffer, runs the final flush with the configured
+    /// deadline, spills what could not be sent, and returns the final flush's report.
+    pub async fn shutdown(&mut self) -> Option<FlushReport> {
+        self.request_shutdown();
+        let task = self.task.take()?;
+        match task.await {
+            Ok(report) => Some(report),
+            Err(error) => {
+                tracing::error!(%error, "The flush task failed.");
+                None
+            }
+        }
+    }
+}

@@ -1,0 +1,208 @@
+//! The in-process API: a cheap-to-clone handle that Rust services call directly.
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+//! use countersink::{Config, Recorder, sink::MemorySink};
+//!
+//! let recorder = Recorder::start(&Config::default(), MemorySink::new()).await?;
+//! recorder.incr("page.views", &[("page_id", "home")], 1)?;
+//! recorder.shutdown().await; // final flush: never skip it
+//! # Ok(()) }
+//! ```
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::SystemTime;
+
+use parking_lot::Mutex;
+
+use crate::accounting::Accounting;
+use crate::aggregate::FamilyId;
+use crate::bucket;
+use crate::config::Config;
+use crate::engine::{Engine, RecordError};
+use crate::family::{Target, Unplaced};
+use crate::flush::FlushReport;
+use crate::pipeline::{Pipeline, StartError};
+use crate::sink::Sink;
+
+/// Recorders dropped without `shutdown()` in this process.
+static DROPPED_WITHOUT_SHUTDOWN: AtomicU64 = AtomicU64::new(0);
+
+/// How many recorders were dropped without calling `shutdown()` (each also logged a
+/// warning). Their flush task still ran the final flush, if the runtime lived long
+/// enough.
+pub fn dropped_without_shutdown() -> u64 {
+    DROPPED_WITHOUT_SHUTDOWN.load(Ordering::Relaxed)
+}
+
+/// Records counter increments in-process and flushes them in the background.
+///
+/// Clones share one buffer and one flush task. Call [`Recorder::shutdown`] before the
+/// process exits: it runs the final flush. Dropping the last clone without it is
+/// counted ([`dropped_without_shutdown`]) and logged, and the flush task is told to do
+/// its final flush on its own — but nothing then waits for it.
+#[derive(Clone)]
+pub struct Recorder {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    engine: Arc<Engine>,
+    pipeline: tokio::sync::Mutex<Pipeline>,
+    /// Set by `shutdown()`; checked by `Drop`.
+    shut_down: AtomicBool,
+    /// The pipeline's shutdown trigger, reachable from `Drop` without the async lock.
+    stop: Mutex<Option<Box<dyn FnOnce() + Send>>>,
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        if self.shut_down.load(Ordering::Acquire) {
+            return;
+        }
+        DROPPED_WITHOUT_SHUTDOWN.fetch_add(1, Ordering::Relaxed);
+        let rows = self.engine.aggregator().pending_rows();
+        tracing::warn!(
+            pending_rows = rows,
+            "Recorder dropped without shutdown(); its final flush runs in the background and nothing waits for it. Call `recorder.shutdown().await` before exiting."
+        );
+        if let Some(stop) = self.stop.lock().take() {
+            stop();
+        }
+    }
+}
+
+impl Recorder {
+    /// Starts a recorder that flushes into `sink` (opening the state directory and
+    /// replaying its spill file). Must be called inside a tokio runtime.
+    pub async fn start<S: Sink>(config: &Config, sink: S) -> Result<Recorder, StartError> {
+        Self::start_with(Arc::new(Engine::new(config)?), config, sink).await
+    }
+
+    /// The same, with an engine built by the caller (e.g. with a fixed rounding seed).
+    pub async fn start_with<S: Sink>(
+        engine: Arc<Engine>,
+        config: &Config,
+        sink: S,
+    ) -> Result<Recorder, StartError> {
+        let pipeline = Pipeline::start_with(engine.clone(), config, sink).await?;
+        let stop_handle = pipeline_stopper(&pipeline);
+        Ok(Recorder {
+            inner: Arc::new(Inner {
+                engine,
+                pipeline: tokio::sync::Mutex::new(pipeline),
+                shut_down: AtomicBool::new(false),
+                stop: Mutex::new(Some(stop_handle)),
+            }),
+        })
+    }
+
+    /// Adds `delta` to counter `name` with `tags`, now. Counters whose name belongs to a
+    /// configured family take their key from the tags; the others go to the generic
+    /// tables keyed by name and canonical tags. Errors are also counted in metrics.
+    pub fn incr(&self, name: &str, tags: &[(&str, &str)], delta: i64) -> Result<(), RecordError> {
+        self.inner.engine.record(
+            name,
+            tags,
+            delta,
+            bucket::unix_secs(SystemTime::now()),
+            None,
+        )
+    }
+
+    /// Like [`Recorder::incr`], for an event that happened at `unix_secs` (inside the
+    /// configured timestamp window).
+    pub fn incr_at(
+        &self,
+        name: &str,
+        tags: &[(&str, &str)],
+        delta: i64,
+        unix_secs: i64,
+    ) -> Result<(), RecordError> {
+        self.inner.engine.record(
+            name,
+            tags,
+            delta,
+            bucket::unix_secs(SystemTime::now()),
+            Some(unix_secs),
+        )
+    }
+
+    /// A typed handle on one counter column of a configured family: no name look-up and
+    /// no tag parsing per call.
+    pub fn column(&self, family: &str, column: &str) -> Option<ColumnHandle> {
+        let def = self.inner.engine.families().by_name(family)?;
+        let index = def.columns.iter().position(|c| c == column)?;
+        Some(ColumnHandle {
+            recorder: self.clone(),
+            target: Target {
+                family: def.id,
+                column: index,
+                width: def.width(),
+            },
+        })
+    }
+
+    /// The engine behind this recorder.
+    pub fn engine(&self) -> &Arc<Engine> {
+        &self.inner.engine
+    }
+
+    /// The accounting identity's stages now.
+    pub async fn accounting(&self) -> Accounting {
+        self.inner.pipeline.lock().await.accounting()
+    }
+
+    /// Stops recording and runs the final flush (with `flush.shutdown_deadline`); what
+    /// cannot be sent is spilled for the next start. Later increments are refused and
+    /// counted (`after_shutdown`). Returns the final flush's report, or `None` if another
+    /// clone already shut down.
+    pub async fn shutdown(&self) -> Option<FlushReport> {
+        self.inner.shut_down.store(true, Ordering::Release);
+        self.inner.stop.lock().take();
+        self.inner.pipeline.lock().await.shutdown().await
+    }
+}
+
+fn pipeline_stopper(pipeline: &Pipeline) -> Box<dyn FnOnce() + Send> {
+    let trigger = pipeline.shutdown_trigger();
+    Box::new(trigger)
+}
+
+/// A typed handle on one counter column of a configured family.
+#[derive(Clone)]
+pub struct ColumnHandle {
+    recorder: Recorder,
+    target: Target,
+}
+
+impl ColumnHandle {
+    /// Adds `delta` to the row keyed by `key` (the family's key column values, in order).
+    pub fn incr(&self, key: &[&str], delta: i64) -> Result<(), RecordError> {
+        let engine = &self.recorder.inner.engine;
+        let mut series = Vec::with_capacity(32);
+        engine
+            .families()
+            .encode_key(self.target.family, key, &mut series)
+            .map_err(RecordError::Invalid)?;
+        engine.record_resolved(
+            self.target,
+            &series,
+            delta,
+            bucket::unix_secs(SystemTime::now()),
+            None,
+        )
+    }
+
+    /// The family this handle writes to.
+    pub fn family(&self) -> FamilyId {
+        self.target.family
+    }
+}
+
+impl From<Unplaced> for RecordError {
+    fn from(value: Unplaced) -> Self {
+        RecordError::Invalid(value)
+    }
+}

@@ -1,0 +1,43 @@
+//! Where flushed writes go.
+//!
+//! A [`Sink`] sends one [`PartitionWrite`] (one request: an UPDATE, or a COUNTER BATCH
+//! of rows in one partition) and says how it ended. Everything around it — planning,
+//! bounded concurrency, re-queueing, the outcome logs, the spill file, accounting — is
+//! the flusher's job and the same for every sink. The CQL sink is the product; the
+//! in-memory sink serves tests and benchmarks, and the logging sink a dry run.
+
+pub mod memory;
+
+use std::future::Future;
+
+use crate::flush::{Outcome, PartitionWrite};
+
+pub use self::memory::MemorySink;
+
+/// A destination for flushed writes.
+pub trait Sink: Send + Sync + 'static {
+    /// Sends one write request and classifies its outcome. It must not retry a request
+    /// whose outcome is unknown; the flusher decides what happens next.
+    fn write(&self, write: &PartitionWrite) -> impl Future<Output = Outcome> + Send;
+}
+
+/// A sink that only logs each write (at `info`) and reports it applied: a dry run that
+/// shows what would be sent.
+#[derive(Clone, Debug, Default)]
+pub struct LogSink;
+
+impl Sink for LogSink {
+    async fn write(&self, write: &PartitionWrite) -> Outcome {
+        let key: Vec<&str> = crate::series::fields(&write.series).collect();
+        tracing::info!(
+            family = write.family.0,
+            table = write.table.as_str(),
+            key = ?key,
+            shard = ?write.shard,
+            rows = write.rows.len(),
+            delta_sum = %write.sum(),
+            "Would write."
+        );
+        Outcome::Applied
+    }
+}
