@@ -186,6 +186,21 @@ proptest! {
     }
 
     #[test]
+    fn tag_field_noise_matches_the_reference_canonical_string(
+        parts in proptest::collection::vec(
+            prop_oneof![Just(","), Just(":"), Just("k"), Just("v"), Just("k2"), Just("é")],
+            0..24,
+        )
+    ) {
+        let line = format!("m:1|c|#{}", parts.concat());
+        let result = parse_line(line.as_bytes(), &LIMITS);
+        if !parts.concat().split(',').any(|t| t.starts_with(':')) {
+            prop_assert!(matches!(result, LineResult::Counter(_)), "{line:?}: {result:?}");
+        }
+        exercise(&result);
+    }
+
+    #[test]
     fn every_line_gets_its_own_verdict(
         lines in proptest::collection::vec(
             prop_oneof![

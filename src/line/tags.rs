@@ -97,6 +97,9 @@ impl Scan {
 
 /// Validates a tag list (the `#` field without its `#`).
 pub(super) fn scan(list: &str, max_tags: usize) -> Result<Scan, InvalidReason> {
+    if list.is_empty() {
+        return Ok(Scan::EMPTY);
+    }
     let mut count = 0;
     let mut canonical = true;
     let mut previous: Option<Tag<'_>> = None;
@@ -121,10 +124,7 @@ pub(super) fn scan(list: &str, max_tags: usize) -> Result<Scan, InvalidReason> {
         }
         previous = Some(tag);
     }
-    Ok(Scan {
-        count,
-        canonical: canonical || count == 0,
-    })
+    Ok(Scan { count, canonical })
 }
 
 /// Tags sorted on the stack when there are at most this many; more use one temporary vector.

@@ -375,6 +375,17 @@ fn empty_tag_entries_are_skipped() {
 }
 
 #[test]
+fn only_empty_tag_entries_give_an_empty_canonical_string() {
+    // Found by fuzzing: a tag field holding only commas was flagged canonical, so its raw
+    // text (",") was copied out as the canonical string.
+    for line in ["a:0|c|#,", "a:0|c|#,,,"] {
+        assert_eq!(canonical(line), "", "{line}");
+        assert!(!counter(line).tags_are_canonical(), "{line}");
+    }
+    assert!(counter("a:0|c|#").tags_are_canonical());
+}
+
+#[test]
 fn bad_tags_are_bad_tag() {
     for line in [
         "a:1|c|#:v",
