@@ -1,0 +1,273 @@
+//! Property tests: round trip, no panics, line independence, canonical tags.
+
+use std::collections::BTreeSet;
+
+use proptest::prelude::*;
+
+use super::*;
+
+const LIMITS: LineLimits = LineLimits {
+    max_line_bytes: 1 << 20,
+    max_tags: 1000,
+};
+
+/// Owned version of an increment, so strategies can generate it.
+#[derive(Debug, Clone)]
+struct Owned {
+    name: String,
+    values: Vec<Value>,
+    sample_rate: f64,
+    tags: Vec<(String, Option<String>)>,
+    timestamp: Option<i64>,
+}
+
+fn name() -> impl Strategy<Value = String> {
+    "[^:|\\x00-\\x1f\\x7f]{1,24}".prop_filter("would read as an event", |n| !n.starts_with("_e{"))
+}
+
+fn value() -> impl Strategy<Value = Value> {
+    prop_oneof![
+        any::<i64>().prop_map(Value::Int),
+        (-1000i64..1000).prop_map(Value::Int),
+        any::<f64>()
+            .prop_filter("finite", |f| f.is_finite())
+            .prop_map(Value::Float),
+        (-1e6f64..1e6).prop_map(Value::Float),
+    ]
+}
+
+fn tag() -> impl Strategy<Value = (String, Option<String>)> {
+    (
+        "[^:,|\\x00-\\x1f\\x7f]{1,8}",
+        proptest::option::of("[^,|\\x00-\\x1f\\x7f]{0,8}"),
+    )
+}
+
+fn increment() -> impl Strategy<Value = Owned> {
+    (
+        name(),
+        proptest::collection::vec(value(), 1..6),
+        prop_oneof![
+            Just(1.0),
+            (0.0f64..=1.0).prop_filter("positive", |r| *r > 0.0),
+            Just(f64::MIN_POSITIVE),
+        ],
+        proptest::collection::vec(tag(), 0..12),
+        proptest::option::of(1i64..=i64::MAX),
+    )
+        .prop_map(|(name, values, sample_rate, tags, timestamp)| Owned {
+            name,
+            values,
+            sample_rate,
+            tags,
+            timestamp,
+        })
+}
+
+fn render_owned(inc: &Owned) -> Vec<u8> {
+    let tags: Vec<Tag<'_>> = inc
+        .tags
+        .iter()
+        .map(|(k, v)| Tag {
+            key: k,
+            value: v.as_deref(),
+        })
+        .collect();
+    let mut out = Vec::new();
+    render(
+        &Increment {
+            name: &inc.name,
+            values: &inc.values,
+            sample_rate: inc.sample_rate,
+            tags: &tags,
+            timestamp: inc.timestamp,
+        },
+        &mut out,
+    )
+    .expect("generated increments are renderable");
+    out
+}
+
+/// Bit-exact comparison, so that 1.0 vs 1 and -0.0 vs 0.0 are told apart.
+fn same_values(a: &[Value], b: &[Value]) -> bool {
+    a.len() == b.len()
+        && a.iter().zip(b).all(|pair| match pair {
+            (Value::Int(x), Value::Int(y)) => x == y,
+            (Value::Float(x), Value::Float(y)) => x.to_bits() == y.to_bits(),
+            _ => false,
+        })
+}
+
+/// The canonical tag string computed the slow, obvious way.
+fn reference_canonical(line: &CounterLine<'_>) -> Vec<u8> {
+    let set: BTreeSet<Tag<'_>> = line.tags().collect();
+    let mut out = Vec::new();
+    for (i, tag) in set.iter().enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        tag.write_to(&mut out);
+    }
+    out
+}
+
+/// Exercises everything a consumer of a counter line can call, and checks its invariants.
+fn exercise(result: &LineResult<'_>) {
+    if let LineResult::Counter(c) = result {
+        assert!(!c.name().is_empty());
+        assert_eq!(c.values().count(), c.value_count());
+        assert!(c.value_count() >= 1);
+        for v in c.values() {
+            if let Value::Float(f) = v {
+                assert!(f.is_finite());
+            }
+        }
+        assert!(c.sample_rate() > 0.0 && c.sample_rate() <= 1.0);
+        assert!(c.timestamp().is_none_or(|t| t >= 1));
+        assert_eq!(c.tags().count(), c.tag_count());
+        let mut canon = Vec::new();
+        c.write_canonical_tags(&mut canon);
+        assert_eq!(canon, reference_canonical(c));
+        if c.tags_are_canonical() {
+            assert_eq!(canon, c.raw_tags().as_bytes());
+        }
+        for tag in c.tags() {
+            assert!(!tag.key.is_empty());
+            assert!(c.tag(tag.key).is_some());
+        }
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(2000))]
+
+    #[test]
+    fn rendered_increments_parse_back(inc in increment()) {
+        let line = render_owned(&inc);
+        let LineResult::Counter(c) = parse_line(&line, &LIMITS) else {
+            panic!("{:?} did not parse as a counter", String::from_utf8_lossy(&line));
+        };
+        prop_assert_eq!(c.name(), inc.name.as_str());
+        let values: Vec<Value> = c.values().collect();
+        prop_assert!(same_values(&values, &inc.values), "{:?} vs {:?}", values, inc.values);
+        prop_assert_eq!(c.sample_rate().to_bits(), inc.sample_rate.to_bits());
+        prop_assert_eq!(c.timestamp(), inc.timestamp);
+        let tags: Vec<(String, Option<String>)> = c
+            .tags()
+            .map(|t| (t.key.to_owned(), t.value.map(str::to_owned)))
+            .collect();
+        prop_assert_eq!(tags, inc.tags.clone());
+        exercise(&LineResult::Counter(c));
+    }
+
+    #[test]
+    fn arbitrary_bytes_never_panic(packet in proptest::collection::vec(any::<u8>(), 0..512)) {
+        for line in split_lines(&packet) {
+            exercise(&parse_line(line, &LineLimits::DEFAULT));
+            exercise(&parse_line(line, &LineLimits { max_line_bytes: 16, max_tags: 2 }));
+        }
+    }
+
+    #[test]
+    fn line_shaped_noise_never_panics(
+        parts in proptest::collection::vec(
+            prop_oneof![
+                Just("|"), Just(":"), Just(","), Just("#"), Just("@"), Just("T"), Just("c"),
+                Just("g"), Just("1"), Just("-"), Just("."), Just("e"), Just("\r"), Just("\n"),
+                Just("_e{"), Just("_sc|"), Just("0.5"), Just("k:v"), Just("\u{0}"), Just("é"),
+            ],
+            0..40,
+        )
+    ) {
+        let packet = parts.concat();
+        for line in split_lines(packet.as_bytes()) {
+            exercise(&parse_line(line, &LineLimits::DEFAULT));
+        }
+    }
+
+    #[test]
+    fn tag_field_noise_matches_the_reference_canonical_string(
+        parts in proptest::collection::vec(
+            prop_oneof![Just(","), Just(":"), Just("k"), Just("v"), Just("k2"), Just("é")],
+            0..24,
+        )
+    ) {
+        let line = format!("m:1|c|#{}", parts.concat());
+        let result = parse_line(line.as_bytes(), &LIMITS);
+        if !parts.concat().split(',').any(|t| t.starts_with(':')) {
+            prop_assert!(matches!(result, LineResult::Counter(_)), "{line:?}: {result:?}");
+        }
+        exercise(&result);
+    }
+
+    #[test]
+    fn every_line_gets_its_own_verdict(
+        lines in proptest::collection::vec(
+            prop_oneof![
+                increment().prop_map(|inc| render_owned(&inc)),
+                proptest::collection::vec(any::<u8>(), 1..40)
+                    .prop_filter("one line, not blank after CR removal", |l| {
+                        !l.contains(&b'\n') && l.last() != Some(&b'\r')
+                    }),
+            ],
+            0..20,
+        ),
+        crlf in any::<bool>(),
+        blank_every in 1usize..6,
+    ) {
+        let sep: &[u8] = if crlf { b"\r\n" } else { b"\n" };
+        let mut packet = Vec::new();
+        for (i, line) in lines.iter().enumerate() {
+            packet.extend_from_slice(line);
+            packet.extend_from_slice(sep);
+            if i % blank_every == 0 {
+                packet.extend_from_slice(sep); // an empty line, skipped
+            }
+        }
+        let in_packet: Vec<LineResult<'_>> =
+            split_lines(&packet).map(|l| parse_line(l, &LIMITS)).collect();
+        let alone: Vec<LineResult<'_>> = lines.iter().map(|l| parse_line(l, &LIMITS)).collect();
+        prop_assert_eq!(in_packet.len(), lines.len());
+        prop_assert_eq!(in_packet, alone);
+    }
+
+    #[test]
+    fn canonical_tags_ignore_order_and_repetition(
+        tags in proptest::collection::vec(tag(), 1..30),
+        seed in any::<u64>(),
+    ) {
+        let raw: Vec<String> = tags
+            .iter()
+            .map(|(k, v)| match v { Some(v) => format!("{k}:{v}"), None => k.clone() })
+            .collect();
+        // A shuffled copy with some tags repeated.
+        let mut shuffled = raw.clone();
+        shuffled.extend(raw.iter().step_by(3).cloned());
+        let mut state = seed | 1;
+        for i in (1..shuffled.len()).rev() {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            shuffled.swap(i, (state % (i as u64 + 1)) as usize);
+        }
+        let a = format!("m:1|c|#{}", raw.join(","));
+        let b = format!("m:1|c|#{}", shuffled.join(","));
+        let canon = |line: &str| {
+            let LineResult::Counter(c) = parse_line(line.as_bytes(), &LIMITS) else {
+                panic!("{line:?} is a valid counter");
+            };
+            let mut out = Vec::new();
+            c.write_canonical_tags(&mut out);
+            out
+        };
+        let ca = canon(&a);
+        prop_assert_eq!(&ca, &canon(&b));
+        // Idempotent: the canonical string is itself canonical and detected as such.
+        let again = format!("m:1|c|#{}", String::from_utf8(ca.clone()).unwrap());
+        let LineResult::Counter(c) = parse_line(again.as_bytes(), &LIMITS) else {
+            panic!("canonical string parses");
+        };
+        prop_assert!(c.tags_are_canonical());
+        prop_assert_eq!(canon(&again), ca);
+    }
+}
