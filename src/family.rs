@@ -9,6 +9,7 @@ use std::collections::HashMap;
 
 use crate::aggregate::FamilyId;
 use crate::config::{Config, ConfigError, ShardPlacement};
+use crate::line::{self, CounterLine, InvalidReason, Tag};
 use crate::series;
 
 /// A table, with its keyspace.
@@ -110,16 +111,27 @@ pub enum Unplaced {
     Unconfigured,
 }
 
+impl Unplaced {
+    /// The invalid-line reason, for the two cases that make an increment invalid.
+    pub fn invalid_reason(self) -> Option<InvalidReason> {
+        match self {
+            Unplaced::MissingKeyTag => Some(InvalidReason::MissingKeyTag),
+            Unplaced::KeyTooLong => Some(InvalidReason::KeyTooLong),
+            Unplaced::Unconfigured => None,
+        }
+    }
+}
+
 /// The tags of one increment, as the family resolver needs them.
 pub trait TagSet {
     /// The value of the first tag named `key` (`""` for a tag without value).
     fn value_of(&self, key: &str) -> Option<&str>;
-    /// Appends the canonical tag string: tags sorted by key then value, exact duplicates
-    /// removed, rendered `key:value` (or `key` when the value is empty), joined by `,`.
+    /// Appends the canonical tag string (see [`CounterLine::write_canonical_tags`]).
     fn write_canonical(&self, out: &mut Vec<u8>);
 }
 
-/// Tag pairs given to the in-process API.
+/// Tag pairs given to the in-process API. An empty value means a tag without value
+/// (`("canary", "")` is the tag `canary`).
 impl TagSet for [(&str, &str)] {
     fn value_of(&self, key: &str) -> Option<&str> {
         self.iter().find(|(k, _)| *k == key).map(|(_, v)| *v)
@@ -127,33 +139,36 @@ impl TagSet for [(&str, &str)] {
 
     fn write_canonical(&self, out: &mut Vec<u8>) {
         const INLINE: usize = 16;
+        fn tag<'a>(&(key, value): &(&'a str, &'a str)) -> Tag<'a> {
+            Tag {
+                key,
+                value: (!value.is_empty()).then_some(value),
+            }
+        }
         if self.len() <= INLINE {
-            let mut sorted = [("", ""); INLINE];
-            sorted[..self.len()].copy_from_slice(self);
-            write_sorted(&mut sorted[..self.len()], out);
+            let mut tags = [Tag {
+                key: "",
+                value: None,
+            }; INLINE];
+            for (slot, pair) in tags.iter_mut().zip(self) {
+                *slot = tag(pair);
+            }
+            line::write_sorted(&mut tags[..self.len()], out);
         } else {
-            write_sorted(&mut self.to_vec(), out);
+            let mut tags: Vec<Tag<'_>> = self.iter().map(tag).collect();
+            line::write_sorted(&mut tags, out);
         }
     }
 }
 
-/// Sorts, de-duplicates and renders tag pairs (see [`TagSet::write_canonical`]).
-pub fn write_sorted(tags: &mut [(&str, &str)], out: &mut Vec<u8>) {
-    tags.sort_unstable();
-    let mut previous: Option<(&str, &str)> = None;
-    for &(key, value) in tags.iter() {
-        if previous == Some((key, value)) {
-            continue;
-        }
-        if previous.is_some() {
-            out.push(b',');
-        }
-        out.extend_from_slice(key.as_bytes());
-        if !value.is_empty() {
-            out.push(b':');
-            out.extend_from_slice(value.as_bytes());
-        }
-        previous = Some((key, value));
+/// The tags of a parsed line.
+impl TagSet for CounterLine<'_> {
+    fn value_of(&self, key: &str) -> Option<&str> {
+        self.tag(key)
+    }
+
+    fn write_canonical(&self, out: &mut Vec<u8>) {
+        self.write_canonical_tags(out);
     }
 }
 

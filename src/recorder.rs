@@ -21,7 +21,7 @@ use crate::aggregate::FamilyId;
 use crate::bucket;
 use crate::config::Config;
 use crate::engine::{Engine, RecordError};
-use crate::family::{Target, Unplaced};
+use crate::family::Target;
 use crate::flush::FlushReport;
 use crate::pipeline::{Pipeline, StartError};
 use crate::sink::Sink;
@@ -182,10 +182,12 @@ impl ColumnHandle {
     pub fn incr(&self, key: &[&str], delta: i64) -> Result<(), RecordError> {
         let engine = &self.recorder.inner.engine;
         let mut series = Vec::with_capacity(32);
-        engine
+        if let Err(unplaced) = engine
             .families()
             .encode_key(self.target.family, key, &mut series)
-            .map_err(RecordError::Invalid)?;
+        {
+            return Err(engine.unplaced(unplaced, delta));
+        }
         engine.record_resolved(
             self.target,
             &series,
@@ -198,11 +200,5 @@ impl ColumnHandle {
     /// The family this handle writes to.
     pub fn family(&self) -> FamilyId {
         self.target.family
-    }
-}
-
-impl From<Unplaced> for RecordError {
-    fn from(value: Unplaced) -> Self {
-        RecordError::Invalid(value)
     }
 }

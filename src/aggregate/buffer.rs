@@ -66,23 +66,27 @@ impl Buffer {
         }
     }
 
-    /// Adds an accepted delta to column `column` of a row `width` columns wide, creating
-    /// the row if the budget allows. Counts the increment as accepted either way, and as
-    /// dropped (with the reason returned) when it could not be kept.
+    /// Adds `count` accepted increments summing to `delta` to column `column` of a row
+    /// `width` columns wide, creating the row if the budget allows. Counts them as
+    /// accepted either way, and as dropped (with the reason returned) when they could not
+    /// be kept.
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn record(
         &mut self,
         key: RowKeyRef<'_>,
         width: usize,
         column: usize,
         delta: i64,
+        count: u64,
         hasher: &RowHasher,
         budget: &Budget,
     ) -> Result<(), DropReason> {
-        self.counters.accept(delta);
+        self.counters.accept(count, i128::from(delta));
         let hash = key.hash_with(hasher);
         if let Some((_, row)) = self.rows.find_mut(hash, |(k, _)| key.matches(k)) {
             if !row.columns.checked_add_at(column, delta) {
-                self.counters.drop_accepted(DropReason::Overflow, delta);
+                self.counters
+                    .drop_accepted(DropReason::Overflow, count, i128::from(delta));
                 return Err(DropReason::Overflow);
             }
             self.pending_sum[key.slot.kind_index()] += i128::from(delta);
@@ -91,7 +95,8 @@ impl Buffer {
         let columns = Columns::single(width, column, delta);
         let bytes = estimated_row_bytes(key.series.len(), &columns);
         if let Err(reason) = budget.try_reserve(bytes) {
-            self.counters.drop_accepted(reason, delta);
+            self.counters
+                .drop_accepted(reason, count, i128::from(delta));
             return Err(reason);
         }
         self.bytes += bytes;
@@ -107,11 +112,16 @@ impl Buffer {
         Ok(())
     }
 
-    /// Counts an increment that was accepted but dropped before reaching a row (for
+    /// Counts increments that were accepted but dropped before reaching a row (for
     /// example, a client timestamp outside the window).
-    pub(crate) fn record_dropped(&mut self, reason: DropReason, delta: i64) {
-        self.counters.accept(delta);
-        self.counters.drop_accepted(reason, delta);
+    pub(crate) fn record_dropped(&mut self, reason: DropReason, count: u64, sum: i128) {
+        self.counters.accept(count, sum);
+        self.counters.drop_accepted(reason, count, sum);
+    }
+
+    /// The counters, for the line path to count what it sees.
+    pub(crate) fn counters_mut(&mut self) -> &mut Counters {
+        &mut self.counters
     }
 
     /// Puts back deltas that definitely were not applied. They were counted as accepted

@@ -4,10 +4,52 @@
 //! writes only memory its thread already owns; a scrape pays for the sum instead.
 
 use super::limits::DropReason;
+use crate::line::{IgnoredKind, InvalidReason};
+
+/// Where lines come from, for `countersink_lines_received_total{transport}`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Transport {
+    /// UDP datagrams.
+    Udp,
+    /// Unix datagram socket.
+    UnixDatagram,
+    /// Unix stream socket with DogStatsD length-prefix framing.
+    UnixStream,
+}
+
+impl Transport {
+    /// Every transport, in label order.
+    pub const ALL: [Transport; 3] = [
+        Transport::Udp,
+        Transport::UnixDatagram,
+        Transport::UnixStream,
+    ];
+
+    /// The metric label value: `udp`, `uds` or `uds_stream` (the names of the CLI flags).
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Transport::Udp => "udp",
+            Transport::UnixDatagram => "uds",
+            Transport::UnixStream => "uds_stream",
+        }
+    }
+}
+
+impl std::fmt::Display for Transport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
 
 /// What one stripe (or, summed, the whole buffer) has seen since start.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Counters {
+    /// Lines received, per [`Transport`] (indexed by `Transport::ALL`).
+    pub lines_received: [u64; Transport::ALL.len()],
+    /// Invalid lines (and invalid in-process calls), per [`InvalidReason`].
+    pub lines_invalid: [u64; InvalidReason::ALL.len()],
+    /// Well-formed lines of other metric types, per [`IgnoredKind`].
+    pub lines_ignored: [u64; IgnoredKind::ALL.len()],
     /// Increments accepted (valid counter values, before limits).
     pub accepted: u64,
     /// Signed sum of the accepted deltas.
@@ -19,26 +61,44 @@ pub struct Counters {
 }
 
 impl Counters {
-    /// Counts an accepted increment.
-    pub(crate) fn accept(&mut self, delta: i64) {
-        self.accepted += 1;
-        self.accepted_sum += i128::from(delta);
+    /// Counts `count` accepted increments summing to `sum`.
+    pub(crate) fn accept(&mut self, count: u64, sum: i128) {
+        self.accepted += count;
+        self.accepted_sum += sum;
     }
 
-    /// Counts an accepted increment that a limit then dropped.
-    pub(crate) fn drop_accepted(&mut self, reason: DropReason, delta: i64) {
-        self.dropped[reason.index()] += 1;
-        self.dropped_sum[reason.index()] += i128::from(delta);
+    /// Counts accepted increments that a limit then dropped.
+    pub(crate) fn drop_accepted(&mut self, reason: DropReason, count: u64, sum: i128) {
+        self.dropped[reason.index()] += count;
+        self.dropped_sum[reason.index()] += sum;
+    }
+
+    pub(crate) fn count_line(&mut self, transport: Transport) {
+        self.lines_received[transport as usize] += 1;
+    }
+
+    pub(crate) fn count_invalid(&mut self, reason: InvalidReason) {
+        self.lines_invalid[reason as usize] += 1;
+    }
+
+    pub(crate) fn count_ignored(&mut self, kind: IgnoredKind) {
+        self.lines_ignored[kind as usize] += 1;
     }
 
     /// Adds another stripe's counters into these.
     pub fn merge(&mut self, other: &Counters) {
+        fn add<const N: usize, T: Copy + std::ops::AddAssign>(a: &mut [T; N], b: &[T; N]) {
+            for (x, y) in a.iter_mut().zip(b) {
+                *x += *y;
+            }
+        }
+        add(&mut self.lines_received, &other.lines_received);
+        add(&mut self.lines_invalid, &other.lines_invalid);
+        add(&mut self.lines_ignored, &other.lines_ignored);
         self.accepted += other.accepted;
         self.accepted_sum += other.accepted_sum;
-        for i in 0..self.dropped.len() {
-            self.dropped[i] += other.dropped[i];
-            self.dropped_sum[i] += other.dropped_sum[i];
-        }
+        add(&mut self.dropped, &other.dropped);
+        add(&mut self.dropped_sum, &other.dropped_sum);
     }
 
     /// Total increments dropped, whatever the reason.
@@ -54,5 +114,20 @@ impl Counters {
     /// Dropped increments for one reason.
     pub fn dropped_for(&self, reason: DropReason) -> u64 {
         self.dropped[reason.index()]
+    }
+
+    /// Invalid lines for one reason.
+    pub fn invalid_for(&self, reason: InvalidReason) -> u64 {
+        self.lines_invalid[reason as usize]
+    }
+
+    /// Ignored lines of one kind.
+    pub fn ignored_for(&self, kind: IgnoredKind) -> u64 {
+        self.lines_ignored[kind as usize]
+    }
+
+    /// Lines received over one transport.
+    pub fn received_for(&self, transport: Transport) -> u64 {
+        self.lines_received[transport as usize]
     }
 }

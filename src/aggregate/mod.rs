@@ -37,7 +37,7 @@ use crossbeam_utils::CachePadded;
 use parking_lot::{Mutex, MutexGuard};
 
 pub use self::buffer::{Buffer, Taken};
-pub use self::counters::Counters;
+pub use self::counters::{Counters, Transport};
 pub use self::limits::{DropReason, Limits};
 pub use self::row::{Columns, FamilyId, Row, RowKey, Slot, TableKind};
 
@@ -223,6 +223,7 @@ pub struct Stripe<'a> {
 
 impl Stripe<'_> {
     /// Adds an accepted delta to column `column` of the row `key` (`width` columns wide).
+    #[cfg(test)]
     pub(crate) fn record(
         &mut self,
         key: RowKeyRef<'_>,
@@ -230,8 +231,21 @@ impl Stripe<'_> {
         column: usize,
         delta: i64,
     ) -> Result<(), DropReason> {
+        self.record_many(key, width, column, delta, 1)
+    }
+
+    /// Adds `count` accepted increments summing to `delta` (a multi-value line).
+    pub(crate) fn record_many(
+        &mut self,
+        key: RowKeyRef<'_>,
+        width: usize,
+        column: usize,
+        delta: i64,
+        count: u64,
+    ) -> Result<(), DropReason> {
         if self.aggregator.closed.load(Ordering::Relaxed) {
-            self.buffer.record_dropped(DropReason::AfterShutdown, delta);
+            self.buffer
+                .record_dropped(DropReason::AfterShutdown, count, i128::from(delta));
             return Err(DropReason::AfterShutdown);
         }
         self.buffer.record(
@@ -239,14 +253,20 @@ impl Stripe<'_> {
             width,
             column,
             delta,
+            count,
             &self.aggregator.hasher,
             &self.aggregator.budget,
         )
     }
 
-    /// Counts an accepted increment dropped before reaching a row.
-    pub(crate) fn record_dropped(&mut self, reason: DropReason, delta: i64) {
-        self.buffer.record_dropped(reason, delta);
+    /// Counts `count` accepted increments (summing to `sum`) dropped before reaching a row.
+    pub(crate) fn record_dropped(&mut self, reason: DropReason, count: u64, sum: i128) {
+        self.buffer.record_dropped(reason, count, sum);
+    }
+
+    /// The stripe's counters, for the line path.
+    pub(crate) fn counters(&mut self) -> &mut Counters {
+        self.buffer.counters_mut()
     }
 
     /// The stripe's random source, for rounding sampled values.

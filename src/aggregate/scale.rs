@@ -12,6 +12,38 @@
 //! that do not fit an `i64` after scaling are refused (the caller counts them as
 //! `bad_value`), never wrapped or clamped.
 
+/// The delta of a whole line: its values summed, each scaled by `1 / rate`. Integer
+/// values at full rate are summed exactly; everything else is summed as `f64` and
+/// rounded once, so `x:1.5:0.5|c` is exactly 2. `None` if the scaled part is not
+/// finite or does not fit an `i64`.
+pub fn scale_values(
+    values: impl Iterator<Item = crate::line::Value>,
+    rate: f64,
+    rng: &mut fastrand::Rng,
+) -> Option<i128> {
+    use crate::line::Value;
+    let mut exact: i128 = 0;
+    let mut scaled = 0.0_f64;
+    let mut any_scaled = false;
+    for value in values {
+        match value {
+            Value::Int(v) if rate == 1.0 => exact += i128::from(v),
+            Value::Int(v) => {
+                scaled += v as f64 / rate;
+                any_scaled = true;
+            }
+            Value::Float(v) => {
+                scaled += v / rate;
+                any_scaled = true;
+            }
+        }
+    }
+    if any_scaled {
+        exact += i128::from(stochastic_round(scaled, rng)?);
+    }
+    Some(exact)
+}
+
 /// `2^63` as an `f64`: the first value above the `i64` range.
 const I64_LIMIT: f64 = 9_223_372_036_854_775_808.0;
 

@@ -386,7 +386,7 @@ async fn recorder_shutdown_flushes_everything_and_drop_without_shutdown_is_count
     assert_eq!(
         views.incr(&[], 1),
         Err(crate::engine::RecordError::Invalid(
-            crate::family::Unplaced::MissingKeyTag
+            crate::line::InvalidReason::MissingKeyTag
         ))
     );
     let clone = recorder.clone();

@@ -118,6 +118,7 @@ mod proptests;
 mod tests;
 
 pub use render::{Increment, render};
+pub(crate) use tags::write_sorted;
 pub use tags::{Tag, Tags};
 pub use value::{Value, Values};
 

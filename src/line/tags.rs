@@ -145,7 +145,9 @@ pub(super) fn write_canonical(tags: Tags<'_>, out: &mut Vec<u8>) {
     }
 }
 
-fn write_sorted(tags: &mut [Tag<'_>], out: &mut Vec<u8>) {
+/// Sorts, de-duplicates and writes tags in canonical form; shared with the in-process
+/// API so that a line and a call with the same tags land on the same row.
+pub(crate) fn write_sorted(tags: &mut [Tag<'_>], out: &mut Vec<u8>) {
     // In place, no allocation; insertion sort for the usual handful of tags.
     tags.sort_unstable();
     let mut previous: Option<Tag<'_>> = None;

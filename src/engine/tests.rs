@@ -1,0 +1,227 @@
+//! The line path end to end through the engine: parse, place, scale, limit, count.
+
+use crate::aggregate::{DropReason, TableKind, Transport};
+use crate::config::{Config, FamilyConfig};
+use crate::line::{IgnoredKind, InvalidReason};
+
+use super::{Engine, RecordError};
+
+const NOW: i64 = 1_796_042_096; // 2026-11-30T12:34:56Z
+
+fn config() -> Config {
+    let mut config = Config::default();
+    config.families.push(FamilyConfig {
+        name: "views".into(),
+        minute_table: "views_by_minute".into(),
+        day_table: "views_by_day".into(),
+        key: vec!["page_id".into()],
+        columns: [
+            ("page.views".to_string(), "views".to_string()),
+            ("page.bytes".to_string(), "bytes".to_string()),
+        ]
+        .into(),
+        ..FamilyConfig::default()
+    });
+    config.limits.max_key_bytes = 64;
+    config
+}
+
+fn engine() -> Engine {
+    Engine::with_seed(&config(), Some(9)).unwrap()
+}
+
+fn snapshot(engine: &Engine) -> String {
+    engine.aggregator().snapshot().to_string()
+}
+
+const MINUTE: u32 = (NOW / 60) as u32;
+
+#[test]
+fn a_packet_of_mixed_lines_counts_each_and_keeps_the_good_ones() {
+    let e = engine();
+    let packet = b"req:1|c|#env:prod\r\n\
+        req:2|c|#env:prod\n\
+        \n\
+        temp:21|g\n\
+        req:x|c\n\
+        \xff\xfe:1|c\n\
+        _e{1,1}:a|b\n\
+        page.views:1|c|#page_id:p1\n\
+        page.bytes:512|c|#page_id:p1,env:prod\n\
+        page.views:1|c|#env:prod\n\
+        req:1|c|@0|#env:prod\n";
+    e.ingest_packet(packet, Transport::Udp, NOW);
+    assert_eq!(
+        snapshot(&e),
+        format!(
+            "0/Both(Minute({MINUTE}))/req|env:prod = [3]\n\
+             1/Both(Minute({MINUTE}))/p1 = [512, 1]\n"
+        )
+    );
+    let c = e.aggregator().counters();
+    assert_eq!(c.received_for(Transport::Udp), 10);
+    assert_eq!(c.invalid_for(InvalidReason::BadValue), 1);
+    assert_eq!(c.invalid_for(InvalidReason::NotUtf8), 1);
+    assert_eq!(c.invalid_for(InvalidReason::MissingKeyTag), 1);
+    assert_eq!(c.invalid_for(InvalidReason::BadSampleRate), 1);
+    assert_eq!(c.ignored_for(IgnoredKind::Gauge), 1);
+    assert_eq!(c.ignored_for(IgnoredKind::Event), 1);
+    assert_eq!((c.accepted, c.accepted_sum), (4, 516));
+}
+
+#[test]
+fn multi_value_and_sample_rates() {
+    let e = engine();
+    e.ingest_packet(
+        b"a:1:2:3|c\nb:1|c|@0.5\nc:1.5:0.5|c\nd:-4|c|@0.25\n",
+        Transport::UnixDatagram,
+        NOW,
+    );
+    assert_eq!(
+        snapshot(&e),
+        format!(
+            "0/Both(Minute({MINUTE}))/a| = [6]\n\
+             0/Both(Minute({MINUTE}))/b| = [2]\n\
+             0/Both(Minute({MINUTE}))/c| = [2]\n\
+             0/Both(Minute({MINUTE}))/d| = [-16]\n"
+        )
+    );
+    assert_eq!(
+        e.aggregator().counters().accepted,
+        7,
+        "each value is an increment"
+    );
+}
+
+#[test]
+fn a_line_and_a_call_with_the_same_tags_share_a_row() {
+    let e = engine();
+    e.ingest_packet(b"x:1|c|#b:2,a:1,a:1,flag\n", Transport::UnixStream, NOW);
+    e.record(
+        "x",
+        &[("flag", ""), ("a", "1"), ("b", "2")][..],
+        1,
+        NOW,
+        None,
+    )
+    .unwrap();
+    assert_eq!(
+        snapshot(&e),
+        format!("0/Both(Minute({MINUTE}))/x|a:1,b:2,flag = [2]\n")
+    );
+}
+
+#[test]
+fn client_timestamps_pick_the_minute_or_are_dropped_outside_the_window() {
+    let e = engine();
+    let packet = format!(
+        "t:1|c|T{}\nt:1|c|T{}\nt:5|c|T{}\n",
+        NOW - 600,
+        NOW + 3600,
+        NOW - 7200
+    );
+    e.ingest_packet(packet.as_bytes(), Transport::Udp, NOW);
+    assert_eq!(
+        snapshot(&e),
+        format!("0/Both(Minute({}))/t| = [1]\n", MINUTE - 10)
+    );
+    let c = e.aggregator().counters();
+    assert_eq!(c.dropped_for(DropReason::TimestampWindow), 2);
+    assert_eq!(c.dropped_sum_total(), 6);
+}
+
+#[test]
+fn i64_extremes_never_wrap() {
+    let e = engine();
+    let packet = format!(
+        "big:{max}|c\nbig:1|c\nbig:{min}|c\nsum:{max}:{max}|c\nhuge:1|c|@0.0000000001\nbad:9223372036854775808|c\n",
+        max = i64::MAX,
+        min = i64::MIN
+    );
+    e.ingest_packet(packet.as_bytes(), Transport::Udp, NOW);
+    assert_eq!(
+        snapshot(&e),
+        format!(
+            "0/Both(Minute({MINUTE}))/big| = [-1]\n0/Both(Minute({MINUTE}))/huge| = [10000000000]\n"
+        )
+    );
+    let c = e.aggregator().counters();
+    assert_eq!(
+        c.dropped_for(DropReason::Overflow),
+        3,
+        "big:1 and both values of sum"
+    );
+    assert_eq!(c.invalid_for(InvalidReason::BadValue), 1);
+    assert_eq!(
+        c.accepted_sum - c.dropped_sum_total(),
+        e.aggregator().pending_sum(TableKind::Minute)
+    );
+}
+
+#[test]
+fn key_length_limit_and_disabled_generic_family() {
+    let mut config = config();
+    config.generic.enabled = false;
+    let e = Engine::with_seed(&config, Some(1)).unwrap();
+    let long = "p".repeat(65);
+    let packet = format!("page.views:1|c|#page_id:{long}\nother:3|c\npage.views:1|c|#page_id:ok\n");
+    e.ingest_packet(packet.as_bytes(), Transport::Udp, NOW);
+    let c = e.aggregator().counters();
+    assert_eq!(c.invalid_for(InvalidReason::KeyTooLong), 1);
+    assert_eq!(c.dropped_for(DropReason::Unconfigured), 1);
+    assert_eq!(
+        e.record("other", &[][..], 1, NOW, None),
+        Err(RecordError::Dropped(DropReason::Unconfigured))
+    );
+    assert_eq!(e.aggregator().snapshot().len(), 1);
+}
+
+#[test]
+fn row_limit_drops_and_counts_without_blocking() {
+    let mut config = config();
+    config.limits.max_pending_rows = 3;
+    let e = Engine::with_seed(&config, Some(1)).unwrap();
+    let packet: String = (0..10).map(|i| format!("k{i}:1|c\n")).collect();
+    e.ingest_packet(packet.as_bytes(), Transport::Udp, NOW);
+    e.ingest_packet(b"k0:5|c\n", Transport::Udp, NOW);
+    let c = e.aggregator().counters();
+    assert_eq!(c.dropped_for(DropReason::MaxRows), 7);
+    assert_eq!(e.aggregator().pending_sum(TableKind::Minute), 8);
+}
+
+#[test]
+fn hostile_packets_are_counted_and_the_engine_keeps_working() {
+    let e = engine();
+    let mut packet = vec![b'x'; 65_536];
+    packet.extend_from_slice(b"\nok:1|c\n");
+    let tags: Vec<String> = (0..1000).map(|i| format!("t{i}:v")).collect();
+    packet.extend_from_slice(format!("many:1|c|#{}\n", tags.join(",")).as_bytes());
+    packet.extend_from_slice(b"quote:1|c|#q:\"'; DROP TABLE x;--\n");
+    packet.extend((0..=255u8).cycle().take(4096));
+    e.ingest_packet(&packet, Transport::Udp, NOW);
+    let c = e.aggregator().counters();
+    assert_eq!(c.invalid_for(InvalidReason::TooLong), 1);
+    assert_eq!(c.invalid_for(InvalidReason::TooManyTags), 1);
+    assert!(snapshot(&e).contains("ok| = [1]"));
+    assert!(snapshot(&e).contains("quote|q:\"'; DROP TABLE x;-- = [1]"));
+}
+
+#[test]
+fn after_close_everything_is_refused_and_counted() {
+    let e = engine();
+    e.aggregator().close();
+    e.ingest_packet(b"a:1|c\n", Transport::Udp, NOW);
+    assert_eq!(
+        e.record("a", &[][..], 2, NOW, None),
+        Err(RecordError::Dropped(DropReason::AfterShutdown))
+    );
+    let c = e.aggregator().counters();
+    assert_eq!(
+        (
+            c.dropped_for(DropReason::AfterShutdown),
+            c.dropped_sum_total()
+        ),
+        (2, 3)
+    );
+    assert!(e.aggregator().snapshot().is_empty());
+}
