@@ -25,3 +25,4 @@ pub mod state;
 
 pub use crate::config::Config;
 pub use crate::recorder::Recorder;
+pub mod metrics;
