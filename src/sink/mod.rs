@@ -6,6 +6,7 @@
 //! the flusher's job and the same for every sink. The CQL sink is the product; the
 //! in-memory sink serves tests and benchmarks, and the logging sink a dry run.
 
+pub mod cql;
 pub mod memory;
 
 use std::future::Future;

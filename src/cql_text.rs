@@ -1,0 +1,117 @@
+//! The CQL text of every statement, read from the files under `cql/`.
+//!
+//! The files are compiled in (`include_str!`), so the binary needs nothing on disk, and
+//! the same files are what `countersink schema` prints and what the README points to. A
+//! file holds named blocks: a `-- name: <name>` line, then the statement. Other comment
+//! lines are documentation and are dropped from the statement text.
+
+/// `cql/generic.cql`: keyspace and generic tables.
+pub const GENERIC: &str = include_str!("../cql/generic.cql");
+/// `cql/family.cql`: tables of a configured family.
+pub const FAMILY: &str = include_str!("../cql/family.cql");
+/// `cql/statements.cql`: the counter UPDATE and the read-back SELECTs.
+pub const STATEMENTS: &str = include_str!("../cql/statements.cql");
+/// `cql/example_views.cql`: the example family tables of seed 000.
+pub const EXAMPLE_VIEWS: &str = include_str!("../cql/example_views.cql");
+
+/// The statement called `name` in `file`, without comments and trailing `;`.
+///
+/// The names used by the program are fixed; a test checks each of them exists.
+pub fn block(file: &str, name: &str) -> Option<String> {
+    let marker = format!("-- name: {name}");
+    let start = file.lines().position(|l| l.trim() == marker)?;
+    let text: Vec<&str> = file
+        .lines()
+        .skip(start + 1)
+        .take_while(|l| !l.trim_start().starts_with("-- name:"))
+        .filter(|l| !l.trim_start().starts_with("--"))
+        .collect();
+    let joined = text.join("\n");
+    Some(joined.trim().trim_end_matches(';').trim_end().to_owned())
+}
+
+/// Fills `{placeholder}`s. Placeholders without a value are left as they are, which a
+/// test of every template catches.
+pub fn fill(template: &str, values: &[(&str, &str)]) -> String {
+    let mut out = template.to_owned();
+    for (name, value) in values {
+        out = out.replace(&format!("{{{name}}}"), value);
+    }
+    out
+}
+
+/// A named statement with its placeholders filled.
+pub fn statement(file: &str, name: &str, values: &[(&str, &str)]) -> String {
+    // Names come from this crate's code, and the test below proves each exists.
+    fill(&block(file, name).unwrap_or_default(), values)
+}
+
+/// The statements of a file (for files without names): split at `;` line ends, comments
+/// dropped.
+pub fn statements(file: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut current = String::new();
+    for line in file.lines() {
+        let code = match line.find("--") {
+            Some(at) => &line[..at],
+            None => line,
+        };
+        if code.trim().is_empty() {
+            continue;
+        }
+        current.push_str(code.trim_end());
+        current.push('\n');
+        if code.trim_end().ends_with(';') {
+            out.push(current.trim().trim_end_matches(';').to_owned());
+            current.clear();
+        }
+    }
+    if !current.trim().is_empty() {
+        out.push(current.trim().to_owned());
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_name_the_program_uses_exists_and_has_no_comments() {
+        for (file, name) in [
+            (GENERIC, "create_keyspace"),
+            (GENERIC, "create_generic_minute"),
+            (GENERIC, "create_generic_day"),
+            (FAMILY, "create_family_minute"),
+            (FAMILY, "create_family_day"),
+            (STATEMENTS, "counter_update"),
+            (STATEMENTS, "select_minutes"),
+            (STATEMENTS, "select_days"),
+        ] {
+            let text = block(file, name).unwrap_or_else(|| panic!("{name} missing"));
+            assert!(
+                !text.is_empty() && !text.contains("-- name"),
+                "{name}: {text}"
+            );
+            assert!(!text.ends_with(';'));
+        }
+        let update = statement(
+            STATEMENTS,
+            "counter_update",
+            &[
+                ("table", "ks.t"),
+                ("increments", "c = c + ?"),
+                ("conditions", "k = ?"),
+            ],
+        );
+        assert_eq!(update, "UPDATE ks.t SET c = c + ? WHERE k = ?");
+    }
+
+    #[test]
+    fn unnamed_files_split_into_statements() {
+        let all = statements(EXAMPLE_VIEWS);
+        assert_eq!(all.len(), 3);
+        assert!(all[0].starts_with("CREATE TABLE IF NOT EXISTS metrics.views_by_minute"));
+        assert!(!all[0].contains("0..1439"), "comments are dropped");
+    }
+}

@@ -1,0 +1,187 @@
+//! The column layout of a family's two tables: which columns form the partition key and
+//! the clustering key, in which order, and what fills each of them.
+//!
+//! One description serves the DDL (`countersink schema`), the UPDATE text and its bind
+//! order, the start-up check against `system_schema`, and the read-back queries.
+
+use crate::aggregate::TableKind;
+use crate::config::ShardPlacement;
+use crate::family::{FamilyDef, TableName};
+
+/// What fills a key column.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Role {
+    /// The family's key column number `n` (a tag value; for the generic family, 0 is the
+    /// metric name and 1 the canonical tags).
+    Key(usize),
+    /// `day date`: the UTC day (the minute table's partition, the day table's clustering).
+    Day,
+    /// `month text`: `'YYYY-MM'` (the day table's partition).
+    Month,
+    /// `minute smallint`: minute of the day (the minute table's clustering).
+    Minute,
+    /// The `tinyint` shard of a sharded family.
+    Shard,
+}
+
+/// The layout of one table.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TableLayout {
+    /// The table.
+    pub table: TableName,
+    /// Minute or day table.
+    pub kind: TableKind,
+    /// Partition key columns, in order.
+    pub partition_key: Vec<(String, Role)>,
+    /// Clustering columns, in order.
+    pub clustering_key: Vec<(String, Role)>,
+    /// Counter columns, in the family's column order.
+    pub counters: Vec<String>,
+}
+
+impl TableLayout {
+    /// The layout of `family`'s `kind` table.
+    pub fn of(family: &FamilyDef, kind: TableKind) -> TableLayout {
+        let mut partition_key: Vec<(String, Role)> = family
+            .key_columns
+            .iter()
+            .enumerate()
+            .map(|(i, c)| (c.clone(), Role::Key(i)))
+            .collect();
+        let (table, partition_bucket, clustering_bucket) = match kind {
+            TableKind::Minute => (
+                &family.minute_table,
+                ("day", Role::Day),
+                ("minute", Role::Minute),
+            ),
+            TableKind::Day => (
+                &family.day_table,
+                ("month", Role::Month),
+                ("day", Role::Day),
+            ),
+        };
+        partition_key.push((partition_bucket.0.into(), partition_bucket.1));
+        let mut clustering_key = Vec::new();
+        if let Some(sharding) = &family.sharding {
+            let shard = (sharding.column.clone(), Role::Shard);
+            match sharding.placement {
+                ShardPlacement::Partition => partition_key.push(shard),
+                ShardPlacement::Clustering => clustering_key.push(shard),
+            }
+        }
+        clustering_key.push((clustering_bucket.0.into(), clustering_bucket.1));
+        TableLayout {
+            table: table.clone(),
+            kind,
+            partition_key,
+            clustering_key,
+            counters: family.columns.clone(),
+        }
+    }
+
+    /// Every key column (partition then clustering), in the order they are bound.
+    pub fn key_columns(&self) -> impl Iterator<Item = &(String, Role)> {
+        self.partition_key.iter().chain(&self.clustering_key)
+    }
+
+    /// The CQL type of a key column (key columns of configured families are created as
+    /// `text`; an existing table may use another type, see the schema check).
+    pub fn default_type(role: Role) -> &'static str {
+        match role {
+            Role::Key(_) | Role::Month => "text",
+            Role::Day => "date",
+            Role::Minute => "smallint",
+            Role::Shard => "tinyint",
+        }
+    }
+
+    /// `PRIMARY KEY` contents: `(p1, p2), c1, c2`.
+    pub fn primary_key_text(&self) -> String {
+        let partition: Vec<&str> = self.partition_key.iter().map(|(c, _)| c.as_str()).collect();
+        let mut text = format!("({})", partition.join(", "));
+        for (column, _) in &self.clustering_key {
+            text.push_str(", ");
+            text.push_str(column);
+        }
+        text
+    }
+
+    /// The counter UPDATE of this table (from `cql/statements.cql`).
+    pub fn update_statement(&self) -> String {
+        let increments: Vec<String> = self
+            .counters
+            .iter()
+            .map(|c| format!("{c} = {c} + ?"))
+            .collect();
+        let conditions: Vec<String> = self
+            .key_columns()
+            .map(|(c, _)| format!("{c} = ?"))
+            .collect();
+        crate::cql_text::statement(
+            crate::cql_text::STATEMENTS,
+            "counter_update",
+            &[
+                ("table", &self.table.to_string()),
+                ("increments", &increments.join(", ")),
+                ("conditions", &conditions.join(" AND ")),
+            ],
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::{Config, FamilyConfig};
+    use crate::family::Families;
+
+    fn families(shards: u8, placement: ShardPlacement) -> Families {
+        let mut config = Config::default();
+        config.families.push(FamilyConfig {
+            name: "views".into(),
+            minute_table: "metrics.views_by_minute".into(),
+            day_table: "metrics.views_by_day".into(),
+            key: vec!["page_id".into()],
+            columns: [
+                ("page.views".into(), "views".into()),
+                ("page.bytes".into(), "bytes".into()),
+            ]
+            .into(),
+            shards,
+            shard_placement: placement,
+            ..FamilyConfig::default()
+        });
+        Families::from_config(&config).unwrap()
+    }
+
+    #[test]
+    fn generic_updates_match_the_documented_tables() {
+        let f = families(1, ShardPlacement::Partition);
+        let generic = f.by_name("generic").unwrap();
+        assert_eq!(
+            TableLayout::of(generic, TableKind::Minute).update_statement(),
+            "UPDATE countersink.counts_by_minute SET value = value + ? WHERE name = ? AND tags = ? AND day = ? AND minute = ?"
+        );
+        assert_eq!(
+            TableLayout::of(generic, TableKind::Day).update_statement(),
+            "UPDATE countersink.counts_by_day SET value = value + ? WHERE name = ? AND tags = ? AND month = ? AND day = ?"
+        );
+    }
+
+    #[test]
+    fn configured_family_with_and_without_shards() {
+        let plain = families(1, ShardPlacement::Partition);
+        let views = TableLayout::of(plain.by_name("views").unwrap(), TableKind::Minute);
+        assert_eq!(views.primary_key_text(), "(page_id, day), minute");
+        assert_eq!(
+            views.update_statement(),
+            "UPDATE metrics.views_by_minute SET bytes = bytes + ?, views = views + ? WHERE page_id = ? AND day = ? AND minute = ?"
+        );
+        let partition = families(8, ShardPlacement::Partition);
+        let day = TableLayout::of(partition.by_name("views").unwrap(), TableKind::Day);
+        assert_eq!(day.primary_key_text(), "(page_id, month, shard), day");
+        let clustering = families(8, ShardPlacement::Clustering);
+        let minute = TableLayout::of(clustering.by_name("views").unwrap(), TableKind::Minute);
+        assert_eq!(minute.primary_key_text(), "(page_id, day), shard, minute");
+    }
+}

@@ -1,0 +1,87 @@
+//! Bind values of one row of an UPDATE, in the statement's marker order: one counter
+//! increment per counter column (unset when the row has no delta for it), then the key
+//! columns in layout order.
+
+use scylla::value::{Counter, CqlDate, CqlTimeuuid, CqlValue, MaybeUnset};
+
+use crate::bucket::{Day, Minute};
+use crate::flush::{Failure, PartitionWrite, RowDelta};
+use crate::layout::{Role, TableLayout};
+use crate::series;
+
+use super::schema::KeyType;
+
+/// One row's values.
+pub type RowValues = Vec<MaybeUnset<CqlValue>>;
+
+/// Converts a tag value to the key column's type.
+fn key_value(text: &str, typ: KeyType) -> Result<CqlValue, String> {
+    let bad = |what: &str| format!("key value `{text}` is not a valid {what}");
+    Ok(match typ {
+        KeyType::Text => CqlValue::Text(text.to_owned()),
+        KeyType::Ascii if text.is_ascii() => CqlValue::Ascii(text.to_owned()),
+        KeyType::Ascii => return Err(bad("ascii")),
+        KeyType::BigInt => CqlValue::BigInt(text.parse().map_err(|_| bad("bigint"))?),
+        KeyType::Int => CqlValue::Int(text.parse().map_err(|_| bad("int"))?),
+        KeyType::SmallInt => CqlValue::SmallInt(text.parse().map_err(|_| bad("smallint"))?),
+        KeyType::TinyInt => CqlValue::TinyInt(text.parse().map_err(|_| bad("tinyint"))?),
+        KeyType::Uuid => CqlValue::Uuid(text.parse().map_err(|_| bad("uuid"))?),
+        KeyType::Timeuuid => CqlValue::Timeuuid(CqlTimeuuid::from(
+            uuid::Uuid::parse_str(text).map_err(|_| bad("timeuuid"))?,
+        )),
+    })
+}
+
+/// The values of every row of `write`.
+pub fn rows(
+    write: &PartitionWrite,
+    layout: &TableLayout,
+    key_types: &[KeyType],
+) -> Result<Vec<RowValues>, Failure> {
+    let keys: Vec<&str> = series::fields(&write.series).collect();
+    let mut key_values = Vec::with_capacity(keys.len());
+    for (i, text) in keys.iter().enumerate() {
+        let typ = key_types.get(i).copied().unwrap_or(KeyType::Text);
+        key_values.push(key_value(text, typ).map_err(|e| Failure::new("bad_key_value", e))?);
+    }
+    Ok(write
+        .rows
+        .iter()
+        .map(|row| row_values(write, row, layout, &key_values))
+        .collect())
+}
+
+fn row_values(
+    write: &PartitionWrite,
+    row: &RowDelta,
+    layout: &TableLayout,
+    keys: &[CqlValue],
+) -> RowValues {
+    let mut values: RowValues = row
+        .columns
+        .as_slice()
+        .iter()
+        .map(|&delta| {
+            if delta == 0 {
+                MaybeUnset::Unset
+            } else {
+                MaybeUnset::Set(CqlValue::Counter(Counter(delta)))
+            }
+        })
+        .collect();
+    let day: Day = row.day(write.table);
+    for (_, role) in layout.key_columns() {
+        let value = match role {
+            Role::Key(i) => keys
+                .get(*i)
+                .cloned()
+                .unwrap_or(CqlValue::Text(String::new())),
+            Role::Day => CqlValue::Date(CqlDate(day.cql_date())),
+            Role::Month => CqlValue::Text(day.month()),
+            Role::Minute => CqlValue::SmallInt(Minute(row.bucket).minute_of_day()),
+            Role::Shard => CqlValue::TinyInt(write.shard.unwrap_or(0) as i8),
+        };
+        values.push(MaybeUnset::Set(value));
+    }
+    values
+}

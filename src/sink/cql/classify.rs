@@ -1,0 +1,170 @@
+//! Which outcome class a driver error belongs to.
+//!
+//! The rule: only an error that proves the request was **not applied** may lead to a
+//! resend. Everything the driver cannot prove is an unknown outcome. The table follows
+//! the driver's own `DefaultRetryPolicy` (which retries non-idempotent requests only for
+//! errors raised before the request reached a replica) and Cassandra's write path (the
+//! counter leader applies locally before it can time out or report overload).
+//!
+//! The driver's error enums are `#[non_exhaustive]`, so Rust requires a catch-all arm for
+//! variants added by later driver versions. Every variant that exists in the driver
+//! version we build against is listed by name, and `clippy::wildcard_enum_match_arm` is
+//! denied on each match: if a driver upgrade adds a variant, clippy (run by CI with
+//! `-D warnings`) fails until someone classifies it on purpose. The catch-all arms stay
+//! for the compiler's sake and say "unknown", the one class that can never double count.
+
+use scylla::errors::{DbError, ExecutionError, RequestAttemptError};
+
+use crate::flush::{Failure, Outcome};
+
+/// Classifies a failed counter write.
+// Do not remove this lint: a new variant must be classified on purpose.
+#[deny(clippy::wildcard_enum_match_arm)]
+pub fn classify(error: &ExecutionError) -> Outcome {
+    let text = error.to_string();
+    let not_applied = |kind| Outcome::NotAppliedTransient(Failure::new(kind, text.clone()));
+    let rejected = |kind| Outcome::NotAppliedPermanent(Failure::new(kind, text.clone()));
+    let unknown = |kind| Outcome::Unknown(Failure::new(kind, text.clone()));
+    match error {
+        // Nothing was sent.
+        ExecutionError::BadQuery(_) => rejected("bad_query"),
+        ExecutionError::EmptyPlan => not_applied("empty_plan"),
+        ExecutionError::PrepareError(_) => not_applied("prepare_failed"),
+        ExecutionError::ConnectionPoolError(_) => not_applied("no_connection"),
+        // Sent, and the client stopped waiting.
+        ExecutionError::RequestTimeout(_) => unknown("client_timeout"),
+        ExecutionError::LastAttemptError(attempt) => classify_attempt(attempt, &text),
+        // Raised only by USE and DDL requests, never by a counter write; if one ever
+        // appears here, nothing proves the write did not apply.
+        ExecutionError::UseKeyspaceError(_) => unknown("use_keyspace"),
+        ExecutionError::SchemaAgreementError(_) => unknown("schema_agreement"),
+        ExecutionError::MetadataError(_) => unknown("metadata"),
+        _ => unknown("unclassified"),
+    }
+}
+
+// Do not remove this lint: a new variant must be classified on purpose.
+#[deny(clippy::wildcard_enum_match_arm)]
+fn classify_attempt(error: &RequestAttemptError, text: &str) -> Outcome {
+    let not_applied = |kind| Outcome::NotAppliedTransient(Failure::new(kind, text));
+    let rejected = |kind| Outcome::NotAppliedPermanent(Failure::new(kind, text));
+    let unknown = |kind| Outcome::Unknown(Failure::new(kind, text));
+    match error {
+        // Failed before anything was written to the connection.
+        RequestAttemptError::SerializationError(_) => rejected("serialization"),
+        RequestAttemptError::CqlRequestSerialization(_) => rejected("serialization"),
+        RequestAttemptError::UnableToAllocStreamId => not_applied("no_stream_id"),
+        // The connection broke: the request may have been written and executed.
+        RequestAttemptError::BrokenConnectionError(_) => unknown("connection_broken"),
+        // A response arrived but could not be read: the server did something.
+        RequestAttemptError::BodyExtensionsParseError(_) => unknown("response_unreadable"),
+        RequestAttemptError::CqlResultParseError(_) => unknown("response_unreadable"),
+        RequestAttemptError::CqlErrorParseError(_) => unknown("response_unreadable"),
+        RequestAttemptError::UnexpectedResponse(_) => unknown("response_unexpected"),
+        RequestAttemptError::NonfinishedPagingState => unknown("response_unexpected"),
+        // The server answered UNPREPARED and re-preparing failed: not executed.
+        RequestAttemptError::RepreparedIdChanged { .. } => not_applied("reprepare_failed"),
+        RequestAttemptError::RepreparedIdMissingInBatch => not_applied("reprepare_failed"),
+        RequestAttemptError::DbError(db, _) => classify_db(db, text),
+        _ => unknown("unclassified"),
+    }
+}
+
+// Do not remove this lint: a new variant must be classified on purpose.
+#[deny(clippy::wildcard_enum_match_arm)]
+fn classify_db(error: &DbError, text: &str) -> Outcome {
+    let not_applied = |kind| Outcome::NotAppliedTransient(Failure::new(kind, text));
+    let rejected = |kind| Outcome::NotAppliedPermanent(Failure::new(kind, text));
+    let unknown = |kind| Outcome::Unknown(Failure::new(kind, text));
+    match error {
+        // Refused before execution; sending it again cannot help.
+        DbError::SyntaxError => rejected("syntax_error"),
+        DbError::Invalid => rejected("invalid"),
+        DbError::AlreadyExists { .. } => rejected("already_exists"),
+        DbError::FunctionFailure { .. } => rejected("function_failure"),
+        DbError::AuthenticationError => rejected("authentication"),
+        DbError::Unauthorized => rejected("unauthorized"),
+        DbError::ConfigError => rejected("config_error"),
+        DbError::ProtocolError => rejected("protocol_error"),
+        // Refused before any replica was contacted; worth another try later.
+        DbError::Unavailable { .. } => not_applied("unavailable"),
+        DbError::IsBootstrapping => not_applied("bootstrapping"),
+        DbError::Unprepared { .. } => not_applied("unprepared"),
+        // The coordinator or the counter leader may have applied it.
+        DbError::WriteTimeout { .. } => unknown("write_timeout"),
+        DbError::WriteFailure { .. } => unknown("write_failure"),
+        DbError::ReadTimeout { .. } => unknown("read_timeout"),
+        DbError::ReadFailure { .. } => unknown("read_failure"),
+        DbError::Overloaded => unknown("overloaded"),
+        DbError::ServerError => unknown("server_error"),
+        DbError::TruncateError => unknown("truncate_error"),
+        // ScyllaDB's per-partition rate limit may reject on some replicas only.
+        DbError::RateLimitReached { .. } => unknown("rate_limited"),
+        DbError::Other(_) => unknown("other_db_error"),
+        _ => unknown("unclassified"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use scylla::errors::{ConnectionPoolError, WriteType};
+    use scylla::statement::Consistency;
+    use std::time::Duration;
+
+    fn db(error: DbError) -> ExecutionError {
+        ExecutionError::LastAttemptError(RequestAttemptError::DbError(error, "message".into()))
+    }
+
+    #[test]
+    fn only_errors_that_prove_non_application_are_resent() {
+        let cases = [
+            (
+                db(DbError::Unavailable {
+                    consistency: Consistency::LocalQuorum,
+                    required: 2,
+                    alive: 1,
+                }),
+                "requeued",
+            ),
+            (db(DbError::IsBootstrapping), "requeued"),
+            (
+                ExecutionError::ConnectionPoolError(ConnectionPoolError::Initializing),
+                "requeued",
+            ),
+            (ExecutionError::EmptyPlan, "requeued"),
+            (db(DbError::Invalid), "rejected"),
+            (db(DbError::SyntaxError), "rejected"),
+            (db(DbError::Unauthorized), "rejected"),
+            (db(DbError::ConfigError), "rejected"),
+            (
+                db(DbError::WriteTimeout {
+                    consistency: Consistency::LocalQuorum,
+                    received: 0,
+                    required: 2,
+                    write_type: WriteType::Counter,
+                }),
+                "unknown",
+            ),
+            (db(DbError::Overloaded), "unknown"),
+            (db(DbError::ServerError), "unknown"),
+            (db(DbError::Other(0x1234)), "unknown"),
+            (
+                ExecutionError::RequestTimeout(Duration::from_secs(1)),
+                "unknown",
+            ),
+        ];
+        for (error, expected) in cases {
+            assert_eq!(classify(&error).label(), expected, "{error}");
+        }
+    }
+
+    #[test]
+    fn the_failure_kind_and_text_are_kept() {
+        let Outcome::Unknown(failure) = classify(&db(DbError::Overloaded)) else {
+            panic!("overloaded must be unknown");
+        };
+        assert_eq!(failure.kind, "overloaded");
+        assert!(failure.text.contains("message"), "{}", failure.text);
+    }
+}

@@ -1,0 +1,182 @@
+//! The CQL sink: counter writes through the `scylla` driver.
+//!
+//! Each table's UPDATE is prepared once at start, with every counter column of the
+//! table; a row binds an unset value for a column it has no delta for. A write of one row
+//! is an EXECUTE; a write of several rows (always one partition) is a COUNTER BATCH of the
+//! same prepared statement. Every statement and batch is non-idempotent, carries the
+//! fall-through retry policy and no speculative execution, so the driver never sends a
+//! counter write twice.
+
+pub mod bind;
+pub mod classify;
+pub mod schema;
+pub mod session;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use scylla::client::session::Session;
+use scylla::policies::retry::FallthroughRetryPolicy;
+use scylla::statement::batch::{Batch, BatchType};
+use scylla::statement::prepared::PreparedStatement;
+
+use crate::aggregate::{FamilyId, TableKind};
+use crate::config::StoreConfig;
+use crate::family::Families;
+use crate::flush::{Outcome, PartitionWrite};
+use crate::layout::TableLayout;
+
+use super::Sink;
+
+pub use self::schema::{KeyType, SchemaError};
+pub use self::session::SessionError;
+
+/// Why the CQL sink could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum CqlSinkError {
+    /// No session.
+    #[error(transparent)]
+    Session(#[from] SessionError),
+    /// A configured table does not match.
+    #[error(transparent)]
+    Schema(#[from] SchemaError),
+    /// A statement could not be prepared.
+    #[error("cannot prepare `{statement}`: {error}")]
+    Prepare {
+        /// The statement.
+        statement: String,
+        /// The driver's error.
+        error: scylla::errors::PrepareError,
+    },
+}
+
+/// One table, ready to write.
+struct PreparedTable {
+    layout: TableLayout,
+    statement: PreparedStatement,
+    key_types: Vec<KeyType>,
+}
+
+/// Writes counter deltas with the `scylla` driver.
+pub struct CqlSink {
+    session: Arc<Session>,
+    tables: HashMap<(FamilyId, TableKind), PreparedTable>,
+    store: StoreConfig,
+}
+
+impl CqlSink {
+    /// Connects, checks every table of every family against the live schema, and prepares
+    /// their UPDATEs.
+    pub async fn connect(
+        store: &StoreConfig,
+        families: &Families,
+    ) -> Result<CqlSink, CqlSinkError> {
+        let session = Arc::new(session::connect(store).await?);
+        Self::with_session(session, store, families).await
+    }
+
+    /// The same, on an existing session (whose default profile should be
+    /// [`session::write_profile`]).
+    pub async fn with_session(
+        session: Arc<Session>,
+        store: &StoreConfig,
+        families: &Families,
+    ) -> Result<CqlSink, CqlSinkError> {
+        let mut tables = HashMap::new();
+        for family in families.iter() {
+            if family.is_generic() && !families.generic_enabled() {
+                continue;
+            }
+            for kind in TableKind::ALL {
+                let layout = TableLayout::of(family, kind);
+                let key_types = schema::check(&session, &layout)?;
+                let text = layout.update_statement();
+                let mut statement =
+                    session
+                        .prepare(text.clone())
+                        .await
+                        .map_err(|error| CqlSinkError::Prepare {
+                            statement: text,
+                            error,
+                        })?;
+                statement.set_is_idempotent(false);
+                statement.set_retry_policy(Some(Arc::new(FallthroughRetryPolicy::new())));
+                statement.set_consistency(session::consistency(store.consistency));
+                statement.set_request_timeout(Some(store.request_timeout));
+                tables.insert(
+                    (family.id, kind),
+                    PreparedTable {
+                        layout,
+                        statement,
+                        key_types,
+                    },
+                );
+            }
+        }
+        Ok(CqlSink {
+            session,
+            tables,
+            store: store.clone(),
+        })
+    }
+
+    /// The session.
+    pub fn session(&self) -> &Arc<Session> {
+        &self.session
+    }
+
+    /// Every prepared counter statement (for checks such as "all non-idempotent").
+    pub fn statements(&self) -> impl Iterator<Item = &PreparedStatement> {
+        self.tables.values().map(|t| &t.statement)
+    }
+
+    /// The COUNTER BATCH used for a write of `rows` rows of one table.
+    pub fn batch_for(&self, family: FamilyId, table: TableKind, rows: usize) -> Option<Batch> {
+        let prepared = self.tables.get(&(family, table))?;
+        Some(self.counter_batch(&prepared.statement, rows))
+    }
+
+    fn counter_batch(&self, statement: &PreparedStatement, rows: usize) -> Batch {
+        let mut batch = Batch::new(BatchType::Counter);
+        for _ in 0..rows {
+            batch.append_statement(statement.clone());
+        }
+        batch.set_is_idempotent(false);
+        batch.set_retry_policy(Some(Arc::new(FallthroughRetryPolicy::new())));
+        batch.set_consistency(session::consistency(self.store.consistency));
+        batch.set_request_timeout(Some(self.store.request_timeout));
+        batch
+    }
+}
+
+impl Sink for CqlSink {
+    async fn write(&self, write: &PartitionWrite) -> Outcome {
+        let Some(table) = self.tables.get(&(write.family, write.table)) else {
+            return Outcome::NotAppliedPermanent(crate::flush::Failure::new(
+                "no_statement",
+                format!(
+                    "no prepared statement for family {} {} table",
+                    write.family.0,
+                    write.table.as_str()
+                ),
+            ));
+        };
+        let rows = match bind::rows(write, &table.layout, &table.key_types) {
+            Ok(rows) => rows,
+            Err(failure) => return Outcome::NotAppliedPermanent(failure),
+        };
+        let result = if let [row] = rows.as_slice() {
+            self.session
+                .execute_unpaged(&table.statement, row)
+                .await
+                .map(|_| ())
+        } else {
+            let batch = self.counter_batch(&table.statement, rows.len());
+            self.session.batch(&batch, rows).await.map(|_| ())
+        };
+        match result {
+            Ok(()) => Outcome::Applied,
+            Err(error) => classify::classify(&error),
+        }
+    }
+}
