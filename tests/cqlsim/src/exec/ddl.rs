@@ -1,0 +1,238 @@
+//! Schema statements. Each successful change bumps the schema version (drivers poll
+//! `system.local.schema_version` for agreement) and yields a SCHEMA_CHANGE result.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use super::{SchemaChange, table_keyspace};
+use crate::cql::ast::{AlterTable, Literal, Statement, Term};
+use crate::error::CqlError;
+use crate::schema::{Keyspace, TableSchema, validate_keyspace_name};
+use crate::storage::Db;
+
+/// Keyspaces that belong to the server.
+pub(crate) const SYSTEM_KEYSPACES: [&str; 3] = ["system", "system_schema", "cqlsim"];
+
+/// Refuses changes to the server's own keyspaces, as Cassandra does.
+pub(crate) fn refuse_system(keyspace: &str) -> Result<(), CqlError> {
+    if SYSTEM_KEYSPACES.contains(&keyspace) {
+        return Err(CqlError::Unauthorized(format!(
+            "{keyspace} keyspace is not user-modifiable."
+        )));
+    }
+    Ok(())
+}
+
+fn change(change: &'static str, keyspace: &str, table: Option<&str>) -> Option<SchemaChange> {
+    Some(SchemaChange {
+        change,
+        keyspace: keyspace.to_owned(),
+        table: table.map(str::to_owned),
+    })
+}
+
+/// Runs a DDL statement. `Ok(None)` means nothing changed (IF [NOT] EXISTS).
+pub(crate) fn run(
+    db: &mut Db,
+    stmt: &Statement,
+    keyspace: Option<&str>,
+) -> Result<Option<SchemaChange>, CqlError> {
+    let out = match stmt {
+        Statement::CreateKeyspace(ck) => {
+            validate_keyspace_name(&ck.name)?;
+            if db.catalog.keyspaces.contains_key(&ck.name) {
+                if ck.if_not_exists {
+                    return Ok(None);
+                }
+                return Err(CqlError::AlreadyExists {
+                    message: format!("Cannot add existing keyspace \"{}\"", ck.name),
+                    keyspace: ck.name.clone(),
+                    table: String::new(),
+                });
+            }
+            let (replication, durable_writes) = keyspace_options(&ck.options)?;
+            db.catalog.keyspaces.insert(
+                ck.name.clone(),
+                Keyspace {
+                    name: ck.name.clone(),
+                    replication,
+                    durable_writes,
+                    tables: BTreeMap::new(),
+                    is_system: false,
+                },
+            );
+            change("CREATED", &ck.name, None)
+        }
+        Statement::DropKeyspace { name, if_exists } => {
+            refuse_system(name)?;
+            if db.catalog.keyspaces.remove(name).is_none() {
+                if *if_exists {
+                    return Ok(None);
+                }
+                return Err(CqlError::Config(format!(
+                    "Cannot drop non existing keyspace '{name}'."
+                )));
+            }
+            db.data.retain(|(ks, _), _| ks != name);
+            change("DROPPED", name, None)
+        }
+        Statement::CreateTable(ct) => {
+            let ks = table_keyspace(&ct.name, keyspace)?.to_owned();
+            refuse_system(&ks)?;
+            let t = TableSchema::build(&ks, ct, false)?;
+            let space = db
+                .catalog
+                .keyspaces
+                .get_mut(&ks)
+                .ok_or_else(|| CqlError::invalid(format!("Keyspace {ks} doesn't exist")))?;
+            if space.tables.contains_key(&t.name) {
+                if ct.if_not_exists {
+                    return Ok(None);
+                }
+                return Err(CqlError::AlreadyExists {
+                    message: format!(
+                        "Cannot add already existing table \"{}\" to keyspace \"{ks}\"",
+                        t.name
+                    ),
+                    keyspace: ks,
+                    table: t.name,
+                });
+            }
+            let name = t.name.clone();
+            space.tables.insert(name.clone(), Arc::new(t));
+            db.data.remove(&(ks.clone(), name.clone()));
+            change("CREATED", &ks, Some(&name))
+        }
+        Statement::DropTable { table, if_exists } => {
+            let ks = table_keyspace(table, keyspace)?.to_owned();
+            refuse_system(&ks)?;
+            let Some(space) = db.catalog.keyspaces.get_mut(&ks) else {
+                if *if_exists {
+                    return Ok(None);
+                }
+                return Err(CqlError::invalid(format!("Keyspace {ks} does not exist")));
+            };
+            if space.tables.remove(&table.name).is_none() {
+                if *if_exists {
+                    return Ok(None);
+                }
+                return Err(CqlError::invalid(format!(
+                    "unconfigured table {}",
+                    table.name
+                )));
+            }
+            db.data.remove(&(ks.clone(), table.name.clone()));
+            change("DROPPED", &ks, Some(&table.name))
+        }
+        Statement::AlterTable(alter) => {
+            let (q, opts, cols) = match alter {
+                AlterTable::Add { table, columns } => (table, None, Some(columns)),
+                AlterTable::With { table, options } => (table, Some(options), None),
+            };
+            let ks = table_keyspace(q, keyspace)?.to_owned();
+            refuse_system(&ks)?;
+            let mut t = (**db.catalog.table(&ks, &q.name)?).clone();
+            if let Some(opts) = opts {
+                t.set_options(opts)?;
+            }
+            if let Some(cols) = cols {
+                t.add_columns(cols)?;
+            }
+            if let Some(space) = db.catalog.keyspaces.get_mut(&ks) {
+                space.tables.insert(t.name.clone(), Arc::new(t));
+            }
+            change("UPDATED", &ks, Some(&q.name))
+        }
+        Statement::CreateIndexOrView { base, view } => {
+            let ks = table_keyspace(base, keyspace)?;
+            let t = db.catalog.table(ks, &base.name)?;
+            if t.is_counter {
+                return Err(CqlError::invalid(if *view {
+                    "Materialized views are not supported on counter tables"
+                } else {
+                    "Secondary indexes are not supported on counter tables"
+                }));
+            }
+            return Err(CqlError::invalid(
+                "secondary indexes and materialized views are not supported by cqlsim",
+            ));
+        }
+        _ => return Err(CqlError::Server("not a schema statement".into())),
+    };
+    db.catalog.bump_version();
+    Ok(out)
+}
+
+/// `replication = {...}` (mandatory, with a class) and `durable_writes`.
+fn keyspace_options(opts: &[(String, Literal)]) -> Result<(Vec<(String, String)>, bool), CqlError> {
+    let mut replication = None;
+    let mut durable = true;
+    for (k, v) in opts {
+        match (k.as_str(), v) {
+            ("replication", Literal::Map(entries)) => {
+                let mut m = Vec::new();
+                for (mk, mv) in entries {
+                    let text = |t: &Term| match t {
+                        Term::Lit(Literal::Str(s) | Literal::Int(s) | Literal::Float(s)) => {
+                            Some(s.clone())
+                        }
+                        _ => None,
+                    };
+                    match (text(mk), text(mv)) {
+                        (Some(a), Some(b)) => m.push((a, b)),
+                        _ => {
+                            return Err(CqlError::syntax(
+                                "Invalid value for property 'replication'",
+                            ));
+                        }
+                    }
+                }
+                replication = Some(m);
+            }
+            ("durable_writes", Literal::Bool(b)) => durable = *b,
+            ("durable_writes", Literal::Str(s)) => durable = s.eq_ignore_ascii_case("true"),
+            ("replication" | "durable_writes", _) => {
+                return Err(CqlError::syntax(format!(
+                    "Invalid value for property '{k}'"
+                )));
+            }
+            _ => return Err(CqlError::syntax(format!("Unknown property '{k}'"))),
+        }
+    }
+    let mut replication = replication
+        .ok_or_else(|| CqlError::Config("Missing mandatory replication strategy class".into()))?;
+    let class = replication
+        .iter_mut()
+        .find(|(k, _)| k == "class")
+        .ok_or_else(|| CqlError::Config("Missing replication strategy class".into()))?;
+    // Clients expect the fully qualified class name, as Cassandra stores it.
+    if !class.1.contains('.') {
+        class.1 = format!("org.apache.cassandra.locator.{}", class.1);
+    }
+    let class_name = class.1.clone();
+    if class_name.ends_with("SimpleStrategy") {
+        match replication.iter().find(|(k, _)| k == "replication_factor") {
+            None => {
+                return Err(CqlError::Config(
+                    "SimpleStrategy requires a replication_factor strategy option.".into(),
+                ));
+            }
+            Some((_, v)) if v.parse::<usize>().is_err() => {
+                return Err(CqlError::Config(format!(
+                    "Replication factor must be non-negative; found {v}"
+                )));
+            }
+            Some(_) => {}
+        }
+    }
+    if class_name.ends_with("NetworkTopologyStrategy")
+        && let Some((k, v)) = replication
+            .iter()
+            .find(|(k, v)| k != "class" && v.parse::<usize>().is_err())
+    {
+        return Err(CqlError::Config(format!(
+            "Replication factor must be non-negative integer; found {v} for {k}"
+        )));
+    }
+    Ok((replication, durable))
+}

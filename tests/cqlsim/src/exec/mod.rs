@@ -1,0 +1,217 @@
+//! The executor: runs a parsed statement against the store. Pure and synchronous: the caller
+//! holds the database lock, so each statement (and each batch) is atomic and isolated.
+//!
+//! Writes are planned first (`write.rs` turns statements into [`write::Mutation`]s, checking
+//! every rule) and applied after, so a batch with one bad statement changes nothing.
+
+pub(crate) mod bind;
+mod ddl;
+pub(crate) use ddl::SYSTEM_KEYSPACES;
+pub(crate) mod prepare;
+pub(crate) mod select;
+pub(crate) mod write;
+
+use std::sync::Arc;
+
+use crate::cql::ast::{Parsed, QualifiedName, Statement};
+use crate::error::CqlError;
+use crate::proto::request::BatchKind;
+use crate::proto::wire::BoundValue;
+use crate::schema::TableSchema;
+use crate::storage::{Db, TableData};
+use crate::types::ColType;
+use crate::value::Value;
+use bind::Bindings;
+
+/// A column spec of prepared or result metadata.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct ColSpec {
+    pub(crate) keyspace: String,
+    pub(crate) table: String,
+    pub(crate) name: String,
+    pub(crate) ty: ColType,
+}
+
+/// Rows of a SELECT.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct ResultRows {
+    pub(crate) cols: Vec<ColSpec>,
+    pub(crate) rows: Vec<Vec<Option<Value>>>,
+    /// Set when a paged request has more rows.
+    pub(crate) paging_state: Option<Vec<u8>>,
+}
+
+/// What changed in a schema change (S §4.2.6 SCHEMA_CHANGE).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct SchemaChange {
+    pub(crate) change: &'static str,
+    pub(crate) keyspace: String,
+    /// `None` for a keyspace change.
+    pub(crate) table: Option<String>,
+}
+
+/// A successful statement's result.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum Outcome {
+    Void,
+    Rows(ResultRows),
+    SetKeyspace(String),
+    SchemaChange(SchemaChange),
+}
+
+/// What a write actually applied, per table: the source of the statistics.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub(crate) struct Effects {
+    pub(crate) tables: Vec<TableEffect>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct TableEffect {
+    pub(crate) keyspace: String,
+    pub(crate) table: String,
+    pub(crate) rows: u64,
+    pub(crate) counter_delta: i128,
+}
+
+impl Effects {
+    pub(crate) fn add(&mut self, t: &TableSchema, rows: u64, delta: i128) {
+        match self
+            .tables
+            .iter_mut()
+            .find(|e| e.keyspace == t.keyspace && e.table == t.name)
+        {
+            Some(e) => {
+                e.rows += rows;
+                e.counter_delta += delta;
+            }
+            None => self.tables.push(TableEffect {
+                keyspace: t.keyspace.clone(),
+                table: t.name.clone(),
+                rows,
+                counter_delta: delta,
+            }),
+        }
+    }
+}
+
+/// Supplies the rows of virtual tables (system keyspaces, `cqlsim.*`).
+pub(crate) trait Virtual {
+    fn materialize(&self, db: &Db, t: &TableSchema) -> TableData;
+}
+
+/// Paging for one request.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Paging<'a> {
+    pub(crate) page_size: Option<usize>,
+    pub(crate) state: Option<&'a [u8]>,
+}
+
+/// Resolves `ks.t` or `t` against the current keyspace.
+pub(crate) fn resolve_table<'d>(
+    db: &'d Db,
+    q: &QualifiedName,
+    keyspace: Option<&str>,
+) -> Result<&'d Arc<TableSchema>, CqlError> {
+    let ks = table_keyspace(q, keyspace)?;
+    db.catalog.table(ks, &q.name)
+}
+
+pub(crate) fn table_keyspace<'a>(
+    q: &'a QualifiedName,
+    keyspace: Option<&'a str>,
+) -> Result<&'a str, CqlError> {
+    q.keyspace.as_deref().or(keyspace).ok_or_else(|| {
+        CqlError::invalid("No keyspace has been specified. USE a keyspace, or explicitly specify keyspace.tablename")
+    })
+}
+
+/// Runs one statement. `values` are the bound values in marker order.
+pub(crate) fn execute(
+    db: &mut Db,
+    parsed: &Parsed,
+    keyspace: Option<&str>,
+    values: &[BoundValue],
+    paging: Paging<'_>,
+    virt: &dyn Virtual,
+) -> Result<(Outcome, Effects), CqlError> {
+    let n = parsed.marker_names.len();
+    if values.len() != n {
+        return Err(CqlError::invalid(format!(
+            "Invalid amount of bind variables: expected {n}, got {}",
+            values.len()
+        )));
+    }
+    let b = Bindings { values };
+    match &parsed.stmt {
+        Statement::Use(ks) => {
+            db.catalog.keyspace(ks)?;
+            Ok((Outcome::SetKeyspace(ks.clone()), Effects::default()))
+        }
+        Statement::Select(s) => {
+            let t = resolve_table(db, &s.table, keyspace)?.clone();
+            let rows = select::select(db, &t, s, b, paging, virt)?;
+            Ok((Outcome::Rows(rows), Effects::default()))
+        }
+        Statement::Insert(_) | Statement::Update(_) | Statement::Delete(_) => {
+            let muts = write::plan(db, &parsed.stmt, keyspace, b)?;
+            Ok((Outcome::Void, write::apply(db, muts)))
+        }
+        Statement::Batch(batch) => {
+            let items: Vec<BatchItem<'_>> = batch
+                .statements
+                .iter()
+                .map(|stmt| BatchItem { stmt, b, keyspace })
+                .collect();
+            let effects = run_batch(db, batch.kind, &batch.using, &items)?;
+            Ok((Outcome::Void, effects))
+        }
+        Statement::Truncate(q) => {
+            let t = resolve_table(db, q, keyspace)?.clone();
+            ddl::refuse_system(&t.keyspace)?;
+            db.table_data_mut(&t).partitions.clear();
+            Ok((Outcome::Void, Effects::default()))
+        }
+        other => {
+            if n > 0 {
+                return Err(CqlError::invalid(
+                    "Bind variables are not allowed in schema statements",
+                ));
+            }
+            let change = ddl::run(db, other, keyspace)?;
+            Ok((
+                change.map_or(Outcome::Void, Outcome::SchemaChange),
+                Effects::default(),
+            ))
+        }
+    }
+}
+
+/// One statement of a batch, with its own values and keyspace (prepared statements of a BATCH
+/// frame carry the keyspace they were prepared in).
+#[derive(Clone, Copy)]
+pub(crate) struct BatchItem<'a> {
+    pub(crate) stmt: &'a Statement,
+    pub(crate) b: Bindings<'a>,
+    pub(crate) keyspace: Option<&'a str>,
+}
+
+/// Runs a batch (from `BEGIN BATCH` text or a BATCH frame) atomically after Cassandra's
+/// batch checks.
+pub(crate) fn run_batch(
+    db: &mut Db,
+    kind: BatchKind,
+    using: &crate::cql::ast::Using,
+    items: &[BatchItem<'_>],
+) -> Result<Effects, CqlError> {
+    write::check_batch(db, kind, using, items)?;
+    let mut all = Vec::new();
+    for it in items {
+        all.extend(write::plan(db, it.stmt, it.keyspace, it.b)?);
+    }
+    Ok(write::apply(db, all))
+}
+
+/// Whether a keyspace belongs to the server (`system`, `system_schema`, `cqlsim`).
+pub(crate) fn is_system_keyspace(ks: &str) -> bool {
+    ddl::SYSTEM_KEYSPACES.contains(&ks)
+}

@@ -1,0 +1,663 @@
+//! INSERT, UPDATE, DELETE and batches: Cassandra's modification and counter rules (research
+//! §4.2, §4.3) checked while planning, then applied in one step.
+
+use std::sync::Arc;
+
+use super::bind::{Bindings, Bound};
+use super::{BatchItem, Effects, resolve_table};
+use crate::cql::ast::{Condition, InValues, Literal, Operation, Relation, Statement, Term, Using};
+use crate::error::CqlError;
+use crate::proto::request::BatchKind;
+use crate::schema::{ColumnKind, TableSchema};
+use crate::storage::{ClusteringKey, Db, Row, clustering_key};
+use crate::types::ColType;
+use crate::value::Value;
+
+/// A change to one cell.
+#[derive(Debug, Clone)]
+pub(crate) enum CellOp {
+    /// Write a value; `None` deletes the cell.
+    Set(Option<Value>),
+    /// Add to a counter (wrapping like a Java long).
+    Add(i64),
+}
+
+/// A planned change to one row (or a set of rows for deletes).
+#[derive(Debug, Clone)]
+pub(crate) enum Mutation {
+    Upsert {
+        table: Arc<TableSchema>,
+        pk: Vec<Value>,
+        /// `None` when only static columns are written.
+        ck: Option<ClusteringKey>,
+        marker: bool,
+        cells: Vec<(usize, CellOp)>,
+    },
+    Delete {
+        table: Arc<TableSchema>,
+        pk: Vec<Value>,
+        /// Clustering values of a prefix; empty deletes the partition (or its statics).
+        ck_prefix: Vec<Value>,
+        /// Cell slots to delete; `None` deletes whole rows.
+        slots: Option<Vec<usize>>,
+    },
+}
+
+/// Plans one INSERT/UPDATE/DELETE.
+pub(crate) fn plan(
+    db: &Db,
+    stmt: &Statement,
+    keyspace: Option<&str>,
+    b: Bindings<'_>,
+) -> Result<Vec<Mutation>, CqlError> {
+    match stmt {
+        Statement::Update(u) => {
+            let t = writable(db, &u.table, keyspace)?;
+            if t.is_counter {
+                counter_using(&u.using)?;
+                if u.condition.is_some() {
+                    return Err(CqlError::invalid(
+                        "Conditional updates are not supported on counter tables",
+                    ));
+                }
+            } else {
+                check_using(&u.using, b)?;
+                no_lwt(u.condition.as_ref())?;
+            }
+            let mut cells = Vec::new();
+            for a in &u.assignments {
+                let c = t.column(&a.column).ok_or_else(|| undefined(&a.column))?;
+                if matches!(c.kind, ColumnKind::PartitionKey | ColumnKind::Clustering) {
+                    return Err(CqlError::invalid(format!(
+                        "PRIMARY KEY part {} found in SET part",
+                        c.name
+                    )));
+                }
+                let op = match &a.op {
+                    Operation::Set(term) => {
+                        if c.ty.is_counter() {
+                            return Err(CqlError::invalid(format!(
+                                "Cannot set the value of counter column {} (counters can only be incremented/decremented, not set)",
+                                c.name
+                            )));
+                        }
+                        match b.resolve(term, &c.ty, &c.name)? {
+                            Bound::Unset => continue,
+                            Bound::Null => CellOp::Set(None),
+                            Bound::Val(v) => CellOp::Set(Some(v)),
+                        }
+                    }
+                    Operation::Add(term) | Operation::Sub(term) => {
+                        let sub = matches!(a.op, Operation::Sub(_));
+                        if !c.ty.is_counter() {
+                            if c.ty.is_collection() {
+                                return Err(CqlError::invalid(
+                                    "collection append/remove is not supported by cqlsim",
+                                ));
+                            }
+                            return Err(CqlError::invalid(format!(
+                                "Invalid operation ({0} = {0} {1} {term}) for non counter column {0}",
+                                c.name,
+                                if sub { "-" } else { "+" }
+                            )));
+                        }
+                        match counter_delta(term, sub, b, &c.name)? {
+                            Some(d) => CellOp::Add(d),
+                            None => continue,
+                        }
+                    }
+                };
+                cells.push((c.index, op));
+            }
+            let static_only = !u.assignments.is_empty()
+                && u.assignments.iter().all(|a| {
+                    t.column(&a.column)
+                        .is_some_and(|c| c.kind == ColumnKind::Static)
+                });
+            let keys = keys(
+                &t,
+                &u.where_,
+                b,
+                if static_only {
+                    CkRule::Optional
+                } else {
+                    CkRule::Full
+                },
+            )?;
+            if cells.is_empty() {
+                return Ok(Vec::new());
+            }
+            Ok(keys
+                .into_iter()
+                .map(|(pk, ck)| Mutation::Upsert {
+                    table: t.clone(),
+                    pk,
+                    ck: if ck.is_empty() && !t.clustering.is_empty() {
+                        None
+                    } else {
+                        Some(clustering_key(&t, ck))
+                    },
+                    marker: false,
+                    cells: cells.clone(),
+                })
+                .collect())
+        }
+        Statement::Insert(i) => {
+            let t = writable(db, &i.table, keyspace)?;
+            if t.is_counter {
+                return Err(CqlError::invalid(
+                    "INSERT statements are not allowed on counter tables, use UPDATE instead",
+                ));
+            }
+            check_using(&i.using, b)?;
+            no_lwt(i.condition.as_ref())?;
+            if i.columns.len() != i.values.len() {
+                return Err(CqlError::invalid("Unmatched column names/values"));
+            }
+            let mut pk = vec![None; t.partition_key.len()];
+            let mut ck = vec![None; t.clustering.len()];
+            let mut cells = Vec::new();
+            for (k, (name, term)) in i.columns.iter().zip(&i.values).enumerate() {
+                if i.columns[..k].contains(name) {
+                    return Err(CqlError::invalid("The column names contains duplicates"));
+                }
+                let c = t.column(name).ok_or_else(|| undefined(name))?;
+                match c.kind {
+                    ColumnKind::PartitionKey => {
+                        pk[c.index] = Some(b.resolve_value(term, &c.ty, &c.name)?)
+                    }
+                    ColumnKind::Clustering => {
+                        ck[c.index] = Some(b.resolve_value(term, &c.ty, &c.name)?)
+                    }
+                    ColumnKind::Regular | ColumnKind::Static => {
+                        match b.resolve(term, &c.ty, &c.name)? {
+                            Bound::Unset => {}
+                            Bound::Null => cells.push((c.index, CellOp::Set(None))),
+                            Bound::Val(v) => cells.push((c.index, CellOp::Set(Some(v)))),
+                        }
+                    }
+                }
+            }
+            let missing = |ix: &[usize], vals: &[Option<Value>]| -> Vec<String> {
+                ix.iter()
+                    .zip(vals)
+                    .filter(|(_, v)| v.is_none())
+                    .map(|(c, _)| t.columns[*c].name.clone())
+                    .collect()
+            };
+            let m = missing(&t.partition_key, &pk);
+            if !m.is_empty() {
+                return Err(CqlError::invalid(format!(
+                    "Some partition key parts are missing: {}",
+                    m.join(", ")
+                )));
+            }
+            let m = missing(&t.clustering, &ck);
+            if !m.is_empty() {
+                return Err(CqlError::invalid(format!(
+                    "Some clustering keys are missing: {}",
+                    m.join(", ")
+                )));
+            }
+            Ok(vec![Mutation::Upsert {
+                table: t.clone(),
+                pk: pk.into_iter().flatten().collect(),
+                ck: Some(clustering_key(&t, ck.into_iter().flatten().collect())),
+                marker: true,
+                cells,
+            }])
+        }
+        Statement::Delete(d) => {
+            let t = writable(db, &d.table, keyspace)?;
+            if t.is_counter {
+                counter_using(&d.using)?;
+                if d.condition.is_some() {
+                    return Err(CqlError::invalid(
+                        "Conditional updates are not supported on counter tables",
+                    ));
+                }
+            } else {
+                check_using(&d.using, b)?;
+                no_lwt(d.condition.as_ref())?;
+            }
+            if d.using.ttl.is_some() {
+                return Err(CqlError::invalid(
+                    "TTL attribute is not allowed for deletes",
+                ));
+            }
+            let mut slots = Vec::new();
+            for name in &d.columns {
+                let c = t.column(name).ok_or_else(|| undefined(name))?;
+                if matches!(c.kind, ColumnKind::PartitionKey | ColumnKind::Clustering) {
+                    return Err(CqlError::invalid(format!(
+                        "Invalid identifier {name} for deletion (should not be a PRIMARY KEY part)"
+                    )));
+                }
+                slots.push(c.index);
+            }
+            let all_static = d
+                .columns
+                .iter()
+                .all(|n| t.column(n).is_some_and(|c| c.kind == ColumnKind::Static));
+            let rule = if !d.columns.is_empty() && !all_static {
+                CkRule::Full
+            } else {
+                CkRule::Prefix
+            };
+            let keys = keys(&t, &d.where_, b, rule)?;
+            Ok(keys
+                .into_iter()
+                .map(|(pk, ck_prefix)| Mutation::Delete {
+                    table: t.clone(),
+                    pk,
+                    ck_prefix,
+                    slots: if d.columns.is_empty() {
+                        None
+                    } else {
+                        Some(slots.clone())
+                    },
+                })
+                .collect())
+        }
+        _ => Err(CqlError::invalid(
+            "Invalid statement in batch: only UPDATE, INSERT and DELETE statements are allowed.",
+        )),
+    }
+}
+
+fn writable(
+    db: &Db,
+    q: &crate::cql::ast::QualifiedName,
+    keyspace: Option<&str>,
+) -> Result<Arc<TableSchema>, CqlError> {
+    let t = resolve_table(db, q, keyspace)?;
+    super::ddl::refuse_system(&t.keyspace)?;
+    Ok(t.clone())
+}
+
+fn undefined(name: &str) -> CqlError {
+    CqlError::invalid(format!("Undefined column name {name}"))
+}
+
+fn counter_using(u: &Using) -> Result<(), CqlError> {
+    if u.timestamp.is_some() {
+        return Err(CqlError::invalid(
+            "Cannot provide custom timestamp for counter updates",
+        ));
+    }
+    if u.ttl.is_some() {
+        return Err(CqlError::invalid(
+            "Cannot provide custom TTL for counter updates",
+        ));
+    }
+    Ok(())
+}
+
+/// TTL and TIMESTAMP on regular tables are validated and then ignored: data never expires and
+/// the last write to arrive wins (README).
+fn check_using(u: &Using, b: Bindings<'_>) -> Result<(), CqlError> {
+    if let Some(t) = &u.ttl
+        && let Bound::Val(Value::Int(v)) = b.resolve(t, &ColType::Int, "[ttl]")?
+        && v < 0
+    {
+        return Err(CqlError::invalid(format!(
+            "A TTL must be greater or equal to 0, but was {v}"
+        )));
+    }
+    if let Some(t) = &u.timestamp {
+        b.resolve(t, &ColType::BigInt, "[timestamp]")?;
+    }
+    Ok(())
+}
+
+fn no_lwt(c: Option<&Condition>) -> Result<(), CqlError> {
+    match c {
+        None => Ok(()),
+        Some(_) => Err(CqlError::invalid(
+            "conditional statements (IF ...) are not supported by cqlsim",
+        )),
+    }
+}
+
+/// The signed delta of `c = c + t` / `c = c - t`; `None` for an unset value (a no-op).
+fn counter_delta(
+    term: &Term,
+    sub: bool,
+    b: Bindings<'_>,
+    col: &str,
+) -> Result<Option<i64>, CqlError> {
+    if matches!(term, Term::Lit(Literal::Null)) {
+        return Err(CqlError::invalid(
+            "Invalid null value for counter increment/decrement",
+        ));
+    }
+    let v = match b.resolve(term, &ColType::Counter, col)? {
+        Bound::Unset => return Ok(None),
+        Bound::Null => {
+            return Err(CqlError::invalid(
+                "Invalid null value for counter increment",
+            ));
+        }
+        Bound::Val(Value::Counter(v)) => v,
+        Bound::Val(_) => return Err(CqlError::Server("counter value of another type".into())),
+    };
+    if !sub {
+        return Ok(Some(v));
+    }
+    v.checked_neg().map(Some).ok_or_else(|| {
+        CqlError::invalid(format!(
+            "The negation of {v} overflows supported counter precision (signed 8 bytes integer)"
+        ))
+    })
+}
+
+/// A partition key and clustering values (all, or a prefix for deletes).
+type KeyPair = (Vec<Value>, Vec<Value>);
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum CkRule {
+    /// Every clustering column must be given (INSERT/UPDATE).
+    Full,
+    /// A prefix is enough (DELETE of rows).
+    Prefix,
+    /// None or all (UPDATE of static columns only).
+    Optional,
+}
+
+/// Expands the WHERE clause of a modification into (partition key, clustering values) pairs.
+fn keys(
+    t: &TableSchema,
+    rels: &[Relation],
+    b: Bindings<'_>,
+    rule: CkRule,
+) -> Result<Vec<KeyPair>, CqlError> {
+    let mut pk: Vec<Option<Vec<Value>>> = vec![None; t.partition_key.len()];
+    let mut ck: Vec<Option<Vec<Value>>> = vec![None; t.clustering.len()];
+    for r in rels {
+        let c = t.column(r.column()).ok_or_else(|| undefined(r.column()))?;
+        let slot = match c.kind {
+            ColumnKind::PartitionKey => &mut pk[c.index],
+            ColumnKind::Clustering => &mut ck[c.index],
+            _ => {
+                return Err(CqlError::invalid(format!(
+                    "Non PRIMARY KEY columns found in where clause: {}",
+                    c.name
+                )));
+            }
+        };
+        if slot.is_some() {
+            return Err(CqlError::invalid(format!(
+                "{} cannot be restricted by more than one relation if it includes an Equal",
+                c.name
+            )));
+        }
+        *slot = Some(match r {
+            Relation::Eq(_, term) => vec![b.resolve_value(term, &c.ty, &c.name)?],
+            Relation::In(_, vals) => in_values(vals, &c.ty, &c.name, b)?,
+            Relation::Range(..) if c.kind == ColumnKind::PartitionKey => {
+                return Err(CqlError::invalid(
+                    "Only EQ and IN relation are supported on the partition key (unless you use the token() function)",
+                ));
+            }
+            Relation::Range(..) => {
+                return Err(CqlError::invalid(format!(
+                    "Slice restrictions on clustering column {} are not supported in modifications by cqlsim",
+                    c.name
+                )));
+            }
+        });
+    }
+    let missing: Vec<&str> = pk
+        .iter()
+        .zip(&t.partition_key)
+        .filter(|(v, _)| v.is_none())
+        .map(|(_, c)| t.columns[*c].name.as_str())
+        .collect();
+    if !missing.is_empty() {
+        return Err(CqlError::invalid(format!(
+            "Some partition key parts are missing: {}",
+            missing.join(", ")
+        )));
+    }
+    let given = ck.iter().take_while(|v| v.is_some()).count();
+    if let Some(after) = ck.iter().skip(given).position(Option::is_some) {
+        let c = &t.columns[t.clustering[given + after]];
+        let prev = &t.columns[t.clustering[given + after - 1]];
+        return Err(CqlError::invalid(format!(
+            "PRIMARY KEY column \"{}\" cannot be restricted as preceding column \"{}\" is not restricted",
+            c.name, prev.name
+        )));
+    }
+    let full = given == ck.len();
+    let ok = match rule {
+        CkRule::Full => full,
+        CkRule::Prefix => true,
+        CkRule::Optional => full || given == 0,
+    };
+    if !ok {
+        let m: Vec<&str> = t.clustering[given..]
+            .iter()
+            .map(|c| t.columns[*c].name.as_str())
+            .collect();
+        return Err(CqlError::invalid(format!(
+            "Some clustering keys are missing: {}",
+            m.join(", ")
+        )));
+    }
+    let pks = product(pk.into_iter().flatten().collect());
+    let cks = product(ck.into_iter().flatten().collect());
+    Ok(pks
+        .iter()
+        .flat_map(|p| cks.iter().map(move |c| (p.clone(), c.clone())))
+        .collect())
+}
+
+/// Values of an `IN` restriction, deduplicated and sorted like Cassandra.
+pub(crate) fn in_values(
+    vals: &InValues,
+    ty: &ColType,
+    name: &str,
+    b: Bindings<'_>,
+) -> Result<Vec<Value>, CqlError> {
+    let mut out = match vals {
+        InValues::List(terms) => terms
+            .iter()
+            .map(|t| b.resolve_value(t, ty, name))
+            .collect::<Result<Vec<_>, _>>()?,
+        InValues::Marker(i) => {
+            let lt = ColType::List(Box::new(ty.clone()));
+            match b.resolve(&Term::Marker(*i), &lt, name)? {
+                Bound::Val(Value::List(v)) => v,
+                Bound::Null => {
+                    return Err(CqlError::invalid(format!(
+                        "Invalid null value for IN restriction on {name}"
+                    )));
+                }
+                Bound::Unset => {
+                    return Err(CqlError::invalid(format!(
+                        "Invalid unset value for column {name}"
+                    )));
+                }
+                Bound::Val(_) => return Err(CqlError::Server("IN list of another type".into())),
+            }
+        }
+    };
+    out.sort();
+    out.dedup();
+    Ok(out)
+}
+
+/// Cartesian product of per-column value lists.
+fn product(cols: Vec<Vec<Value>>) -> Vec<Vec<Value>> {
+    cols.into_iter().fold(vec![Vec::new()], |acc, vals| {
+        acc.iter()
+            .flat_map(|prefix| {
+                vals.iter().map(move |v| {
+                    let mut p = prefix.clone();
+                    p.push(v.clone());
+                    p
+                })
+            })
+            .collect()
+    })
+}
+
+/// Cassandra's batch checks, in its order: TTL, timestamp, statement kinds, mixing, logged.
+pub(crate) fn check_batch(
+    db: &Db,
+    kind: BatchKind,
+    using: &Using,
+    items: &[BatchItem<'_>],
+) -> Result<(), CqlError> {
+    if using.ttl.is_some() {
+        return Err(CqlError::invalid(
+            "Global TTL on the BATCH statement is not supported.",
+        ));
+    }
+    if using.timestamp.is_some() && kind == BatchKind::Counter {
+        return Err(CqlError::invalid(
+            "Cannot provide custom timestamp for counter BATCH",
+        ));
+    }
+    let (mut counters, mut others) = (false, false);
+    for it in items {
+        let Some(q) = it
+            .stmt
+            .dml_table()
+            .filter(|_| it.stmt.is_write() && !matches!(it.stmt, Statement::Batch(_)))
+        else {
+            return Err(CqlError::invalid(
+                "Invalid statement in batch: only UPDATE, INSERT and DELETE statements are allowed.",
+            ));
+        };
+        let t = resolve_table(db, q, it.keyspace)?;
+        if using.timestamp.is_some() && t.is_counter {
+            return Err(CqlError::invalid(
+                "Cannot provide custom timestamp for a BATCH containing counters",
+            ));
+        }
+        if kind == BatchKind::Counter && !t.is_counter {
+            return Err(CqlError::invalid(
+                "Cannot include non-counter statement in a counter batch",
+            ));
+        }
+        if t.is_counter {
+            counters = true
+        } else {
+            others = true
+        }
+    }
+    if counters && others {
+        return Err(CqlError::invalid(
+            "Counter and non-counter mutations cannot exist in the same batch",
+        ));
+    }
+    if counters && kind == BatchKind::Logged {
+        return Err(CqlError::invalid(
+            "Cannot include a counter statement in a logged batch",
+        ));
+    }
+    Ok(())
+}
+
+/// Applies planned mutations and reports what changed.
+pub(crate) fn apply(db: &mut Db, muts: Vec<Mutation>) -> Effects {
+    let mut fx = Effects::default();
+    for m in muts {
+        match m {
+            Mutation::Upsert {
+                table,
+                pk,
+                ck,
+                marker,
+                cells,
+            } => {
+                let n = table.cells.len();
+                let data = db.table_data_mut(&table);
+                let part = data.partitions.entry(pk.clone()).or_default();
+                part.statics.resize(n, None);
+                let mut delta: i128 = 0;
+                let mut row = ck
+                    .as_ref()
+                    .map(|ck| part.rows.remove(ck).unwrap_or_default());
+                if let Some(r) = row.as_mut() {
+                    r.cells.resize(n, None);
+                    r.marker |= marker;
+                }
+                for (slot, op) in cells {
+                    let is_static = table.columns[table.cells[slot]].kind == ColumnKind::Static;
+                    let cell = if is_static {
+                        &mut part.statics[slot]
+                    } else if let Some(r) = row.as_mut() {
+                        &mut r.cells[slot]
+                    } else {
+                        continue;
+                    };
+                    match op {
+                        CellOp::Set(v) => *cell = v,
+                        CellOp::Add(d) => {
+                            let cur = match cell {
+                                Some(Value::Counter(c)) => *c,
+                                _ => 0,
+                            };
+                            *cell = Some(Value::Counter(cur.wrapping_add(d)));
+                            delta += i128::from(d);
+                        }
+                    }
+                }
+                if let (Some(ck), Some(r)) = (ck, row)
+                    && r.is_live()
+                {
+                    part.rows.insert(ck, r);
+                }
+                if part.is_empty() {
+                    data.partitions.remove(&pk);
+                }
+                fx.add(&table, 1, delta);
+            }
+            Mutation::Delete {
+                table,
+                pk,
+                ck_prefix,
+                slots,
+            } => {
+                let data = db.table_data_mut(&table);
+                if let Some(part) = data.partitions.get_mut(&pk) {
+                    let matches =
+                        |k: &ClusteringKey| k.iter().zip(&ck_prefix).all(|(a, b)| a.value == *b);
+                    match &slots {
+                        None if ck_prefix.is_empty() => part.rows.clear(),
+                        None => part.rows.retain(|k, _| !matches(k)),
+                        Some(slots) => {
+                            for s in slots {
+                                if table.columns[table.cells[*s]].kind == ColumnKind::Static
+                                    && let Some(c) = part.statics.get_mut(*s)
+                                {
+                                    *c = None;
+                                }
+                            }
+                            for (k, r) in part.rows.iter_mut() {
+                                if matches(k) {
+                                    for s in slots {
+                                        if let Some(c) = r.cells.get_mut(*s) {
+                                            *c = None;
+                                        }
+                                    }
+                                }
+                            }
+                            part.rows.retain(|_, r: &mut Row| r.is_live());
+                        }
+                    }
+                    if slots.is_none() && ck_prefix.is_empty() {
+                        part.statics.iter_mut().for_each(|c| *c = None);
+                    }
+                    if part.is_empty() {
+                        data.partitions.remove(&pk);
+                    }
+                }
+                fx.add(&table, 1, 0);
+            }
+        }
+    }
+    fx
+}

@@ -1,0 +1,208 @@
+//! `--data-dir`: the store is written on clean shutdown as one CQL script
+//! (`cqlsim-snapshot.cql`: CREATE KEYSPACE/TABLE, then INSERTs for regular rows and
+//! `c = c + n` UPDATEs for counters) and replayed at start through the normal executor. A crash
+//! or SIGKILL loses everything since the last clean shutdown (README).
+
+use std::fmt::Write as _;
+use std::path::Path;
+
+use crate::error::Error;
+use crate::schema::{ColumnKind, TableSchema};
+use crate::server::Handle;
+use crate::storage::{Db, Partition};
+use crate::value::Value;
+
+const FILE: &str = "cqlsim-snapshot.cql";
+
+pub(crate) fn load(h: &Handle, dir: &Path) -> Result<(), Error> {
+    let path = dir.join(FILE);
+    match std::fs::read_to_string(&path) {
+        Ok(script) => {
+            h.execute_script(None, &script).map_err(|e| match e {
+                Error::Script { index, source, .. } => Error::Script {
+                    what: path.display().to_string(),
+                    index,
+                    source,
+                },
+                other => other,
+            })?;
+            Ok(())
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(source) => Err(Error::DataDir { path, source }),
+    }
+}
+
+pub(crate) fn save(h: &Handle, dir: &Path) -> Result<(), Error> {
+    let text = dump(&h.shared.db.lock());
+    let path = dir.join(FILE);
+    let tmp = dir.join(format!("{FILE}.tmp"));
+    let io = |p: &Path| {
+        let p = p.to_path_buf();
+        move |source| Error::DataDir { path: p, source }
+    };
+    std::fs::create_dir_all(dir).map_err(io(dir))?;
+    std::fs::write(&tmp, text).map_err(io(&tmp))?;
+    std::fs::rename(&tmp, &path).map_err(io(&path))?;
+    Ok(())
+}
+
+/// Quotes an identifier so any name survives.
+fn q(name: &str) -> String {
+    format!("\"{}\"", name.replace('"', "\"\""))
+}
+
+fn dump(db: &Db) -> String {
+    let mut s = String::from(
+        "-- cqlsim snapshot: schema and data as CQL, replayed at start. Test/dev store, not for production.\n",
+    );
+    for ks in db.catalog.keyspaces.values().filter(|k| !k.is_system) {
+        let repl: Vec<String> = ks
+            .replication
+            .iter()
+            .map(|(k, v)| format!("'{}': '{}'", k.replace('\'', "''"), v.replace('\'', "''")))
+            .collect();
+        let _ = writeln!(
+            s,
+            "CREATE KEYSPACE {} WITH replication = {{{}}} AND durable_writes = {};",
+            q(&ks.name),
+            repl.join(", "),
+            ks.durable_writes
+        );
+        for t in ks.tables.values() {
+            create_table(&mut s, t);
+            if let Some(data) = db.table_data(t) {
+                for (pk, part) in &data.partitions {
+                    rows(&mut s, t, pk, part);
+                }
+            }
+        }
+    }
+    s
+}
+
+fn create_table(s: &mut String, t: &TableSchema) {
+    let cols: Vec<String> = t
+        .columns
+        .iter()
+        .map(|c| {
+            format!(
+                "{} {}{}",
+                q(&c.name),
+                c.ty,
+                if c.kind == ColumnKind::Static {
+                    " STATIC"
+                } else {
+                    ""
+                }
+            )
+        })
+        .collect();
+    let pk: Vec<String> = t
+        .partition_key
+        .iter()
+        .map(|i| q(&t.columns[*i].name))
+        .collect();
+    let mut key = format!("({})", pk.join(", "));
+    for i in &t.clustering {
+        key.push_str(", ");
+        key.push_str(&q(&t.columns[*i].name));
+    }
+    let _ = write!(
+        s,
+        "CREATE TABLE {}.{} ({}, PRIMARY KEY ({key}))",
+        q(&t.keyspace),
+        q(&t.name),
+        cols.join(", ")
+    );
+    let mut with: Vec<String> = Vec::new();
+    if !t.clustering.is_empty() {
+        let order: Vec<String> = t
+            .clustering
+            .iter()
+            .map(|i| {
+                format!(
+                    "{} {}",
+                    q(&t.columns[*i].name),
+                    if t.columns[*i].desc { "DESC" } else { "ASC" }
+                )
+            })
+            .collect();
+        with.push(format!("CLUSTERING ORDER BY ({})", order.join(", ")));
+    }
+    with.extend(t.options.iter().map(|(k, v)| format!("{k} = {v}")));
+    if !with.is_empty() {
+        let _ = write!(s, " WITH {}", with.join(" AND "));
+    }
+    s.push_str(";\n");
+}
+
+fn rows(s: &mut String, t: &TableSchema, pk: &[Value], part: &Partition) {
+    let table = format!("{}.{}", q(&t.keyspace), q(&t.name));
+    let key_eq = |names: &[usize], vals: &[&Value]| -> Vec<String> {
+        names
+            .iter()
+            .zip(vals)
+            .map(|(i, v)| format!("{} = {}", q(&t.columns[*i].name), v.to_literal()))
+            .collect()
+    };
+    let set = |slot: usize, v: &Value| -> String {
+        let name = q(&t.columns[t.cells[slot]].name);
+        match v {
+            Value::Counter(n) => format!("{name} = {name} + {n}"),
+            other => format!("{name} = {}", other.to_literal()),
+        }
+    };
+    let pk_refs: Vec<&Value> = pk.iter().collect();
+    let statics: Vec<String> = part
+        .statics
+        .iter()
+        .enumerate()
+        .filter_map(|(i, v)| v.as_ref().map(|v| set(i, v)))
+        .collect();
+    if !statics.is_empty() {
+        let _ = writeln!(
+            s,
+            "UPDATE {table} SET {} WHERE {};",
+            statics.join(", "),
+            key_eq(&t.partition_key, &pk_refs).join(" AND ")
+        );
+    }
+    for (ck, row) in &part.rows {
+        let mut key_cols: Vec<usize> = t.partition_key.clone();
+        key_cols.extend(&t.clustering);
+        let mut key_vals = pk_refs.clone();
+        key_vals.extend(ck.iter().map(|p| &p.value));
+        if row.marker {
+            let mut names: Vec<String> = key_cols.iter().map(|i| q(&t.columns[*i].name)).collect();
+            let mut vals: Vec<String> = key_vals.iter().map(|v| v.to_literal()).collect();
+            for (slot, v) in row.cells.iter().enumerate() {
+                if let Some(v) = v {
+                    names.push(q(&t.columns[t.cells[slot]].name));
+                    vals.push(v.to_literal());
+                }
+            }
+            let _ = writeln!(
+                s,
+                "INSERT INTO {table} ({}) VALUES ({});",
+                names.join(", "),
+                vals.join(", ")
+            );
+        } else {
+            let sets: Vec<String> = row
+                .cells
+                .iter()
+                .enumerate()
+                .filter_map(|(i, v)| v.as_ref().map(|v| set(i, v)))
+                .collect();
+            if !sets.is_empty() {
+                let _ = writeln!(
+                    s,
+                    "UPDATE {table} SET {} WHERE {};",
+                    sets.join(", "),
+                    key_eq(&key_cols, &key_vals).join(" AND ")
+                );
+            }
+        }
+    }
+}
