@@ -21,13 +21,32 @@ pub(crate) enum Bound {
 /// The values bound to a statement's markers, by marker index.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Bindings<'a> {
-    pub(crate) values: &'a [BoundValue],
+    values: &'a [BoundValue],
+    /// PREPARE-time validation: markers have no values yet. They resolve to "unset" (or to
+    /// a placeholder where a value is required), so every rule that does not depend on the
+    /// bound values is checked at PREPARE, as Cassandra does.
+    dry: bool,
 }
 
-impl Bindings<'_> {
+impl<'a> Bindings<'a> {
+    pub(crate) fn new(values: &'a [BoundValue]) -> Self {
+        Bindings { values, dry: false }
+    }
+
+    pub(crate) fn dry() -> Bindings<'static> {
+        Bindings {
+            values: &[],
+            dry: true,
+        }
+    }
+
+    pub(crate) fn is_dry(&self) -> bool {
+        self.dry
+    }
     /// Resolves a term for a receiver `name` of type `ty`.
     pub(crate) fn resolve(&self, t: &Term, ty: &ColType, name: &str) -> Result<Bound, CqlError> {
         match t {
+            Term::Marker(_) if self.dry => Ok(Bound::Unset),
             Term::Marker(i) => match self.values.get(*i) {
                 None => Err(CqlError::invalid("Invalid amount of bind variables")),
                 Some(BoundValue::Null) => Ok(Bound::Null),
@@ -49,6 +68,9 @@ impl Bindings<'_> {
         ty: &ColType,
         name: &str,
     ) -> Result<Value, CqlError> {
+        if self.dry && matches!(t, Term::Marker(_)) {
+            return Ok(Value::Blob(Vec::new()));
+        }
         match self.resolve(t, ty, name)? {
             Bound::Val(v) => Ok(v),
             Bound::Null => Err(CqlError::invalid(format!(

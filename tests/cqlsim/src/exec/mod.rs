@@ -4,6 +4,7 @@
 //! Writes are planned first (`write.rs` turns statements into [`write::Mutation`]s, checking
 //! every rule) and applied after, so a batch with one bad statement changes nothing.
 
+mod apply;
 pub(crate) mod bind;
 mod ddl;
 pub(crate) use ddl::SYSTEM_KEYSPACES;
@@ -141,7 +142,7 @@ pub(crate) fn execute(
             values.len()
         )));
     }
-    let b = Bindings { values };
+    let b = Bindings::new(values);
     match &parsed.stmt {
         Statement::Use(ks) => {
             db.catalog.keyspace(ks)?;
@@ -154,7 +155,7 @@ pub(crate) fn execute(
         }
         Statement::Insert(_) | Statement::Update(_) | Statement::Delete(_) => {
             let muts = write::plan(db, &parsed.stmt, keyspace, b)?;
-            Ok((Outcome::Void, write::apply(db, muts)))
+            Ok((Outcome::Void, apply::apply(db, muts)))
         }
         Statement::Batch(batch) => {
             let items: Vec<BatchItem<'_>> = batch
@@ -208,7 +209,40 @@ pub(crate) fn run_batch(
     for it in items {
         all.extend(write::plan(db, it.stmt, it.keyspace, it.b)?);
     }
-    Ok(write::apply(db, all))
+    Ok(apply::apply(db, all))
+}
+
+/// PREPARE-time checks: every rule that does not depend on bound values (counter rules,
+/// unknown columns, key restrictions), so `session.prepare` fails like against Cassandra.
+pub(crate) fn validate(
+    db: &Db,
+    parsed: &Parsed,
+    keyspace: Option<&str>,
+    virt: &dyn Virtual,
+) -> Result<(), CqlError> {
+    let b = Bindings::dry();
+    match &parsed.stmt {
+        s @ (Statement::Insert(_) | Statement::Update(_) | Statement::Delete(_)) => {
+            write::plan(db, s, keyspace, b).map(drop)
+        }
+        Statement::Batch(batch) => {
+            let items: Vec<BatchItem<'_>> = batch
+                .statements
+                .iter()
+                .map(|stmt| BatchItem { stmt, b, keyspace })
+                .collect();
+            write::check_batch(db, batch.kind, &batch.using, &items)?;
+            for it in &items {
+                write::plan(db, it.stmt, keyspace, b)?;
+            }
+            Ok(())
+        }
+        Statement::Select(s) => {
+            let t = resolve_table(db, &s.table, keyspace)?;
+            select::select(db, t, s, b, Paging::default(), virt).map(drop)
+        }
+        _ => Ok(()),
+    }
 }
 
 /// Whether a keyspace belongs to the server (`system`, `system_schema`, `cqlsim`).

@@ -119,21 +119,7 @@ pub(crate) fn select(
             .ok_or_else(|| CqlError::invalid(format!("Undefined column name {}", r.column())))?;
         let c = &t.columns[ci];
         let pred = match r {
-            Relation::Eq(_, term) => match b.resolve(term, &c.ty, &c.name)? {
-                Bound::Val(v) => Pred::In(vec![v]),
-                Bound::Null => {
-                    return Err(CqlError::invalid(format!(
-                        "Invalid null value in condition for column {}",
-                        c.name
-                    )));
-                }
-                Bound::Unset => {
-                    return Err(CqlError::invalid(format!(
-                        "Invalid unset value for column {}",
-                        c.name
-                    )));
-                }
-            },
+            Relation::Eq(_, term) => Pred::In(vec![b.resolve_value(term, &c.ty, &c.name)?]),
             Relation::In(_, vals) => Pred::In(in_values(vals, &c.ty, &c.name, b)?),
             Relation::Range(_, op, term) => {
                 if c.kind == ColumnKind::PartitionKey {

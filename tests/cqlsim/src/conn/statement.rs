@@ -1,0 +1,212 @@
+//! Running PREPARE, QUERY, EXECUTE and BATCH: statistics, fault decisions, execution under the
+//! database lock, and the reply.
+
+use std::sync::Arc;
+
+use super::{Action, Conn, Work, prepared_id};
+use crate::cql::ast::{Parsed, Using};
+use crate::error::{Consistency, CqlError};
+use crate::exec::bind::Bindings;
+use crate::exec::{self, BatchItem, Effects, Outcome, Paging};
+use crate::faults::{FaultKind, Op};
+use crate::proto::request::BatchKind;
+use crate::proto::response;
+use crate::proto::wire::BoundValue;
+use crate::server::Prepared;
+
+impl Conn {
+    pub(super) fn prepare(&mut self, v: u8, stream: i16, q: String) -> Action {
+        let mut frame = Vec::new();
+        let parsed = match crate::cql::parse(&q) {
+            Ok(p) => p,
+            Err(e) => {
+                response::error(&mut frame, v, stream, &e);
+                return Action::Reply(frame);
+            }
+        };
+        let info = self.info_of(
+            Op::Prepare,
+            &[(&parsed, self.keyspace.as_deref())],
+            None,
+            false,
+        );
+        let fault = self.decide(&info);
+        if let Some(a) = fault
+            .as_ref()
+            .and_then(|r| self.before(r, &info, v, stream, Consistency::ONE))
+        {
+            return a;
+        }
+        let meta = {
+            let db = self.sh.db.lock();
+            let view = self.sh.sys_view(self.local_ip);
+            exec::prepare::analyze(&db, &parsed, self.keyspace.as_deref()).and_then(|m| {
+                exec::validate(&db, &parsed, self.keyspace.as_deref(), &view).map(|()| m)
+            })
+        };
+        match meta {
+            Ok(meta) => {
+                let id = prepared_id(self.keyspace.as_deref(), &q);
+                self.sh.prepared.lock().insert(
+                    id,
+                    Arc::new(Prepared {
+                        keyspace: self.keyspace.clone(),
+                        parsed,
+                    }),
+                );
+                response::prepared(&mut frame, v, stream, &id, &meta);
+            }
+            Err(e) => response::error(&mut frame, v, stream, &e),
+        }
+        self.after(fault, &info, false, frame, v, stream, Consistency::ONE)
+    }
+
+    pub(super) fn run(&mut self, v: u8, stream: i16, op: Op, work: Work) -> Action {
+        let cl = match &work {
+            Work::Single(_, p) => p.consistency.unwrap_or(Consistency::ONE),
+            Work::Batch(..) => Consistency::ONE,
+        };
+        self.run_with_cl(v, stream, op, work, cl)
+    }
+
+    pub(super) fn run_with_cl(
+        &mut self,
+        v: u8,
+        stream: i16,
+        op: Op,
+        work: Work,
+        cl: Consistency,
+    ) -> Action {
+        let (items, frame_kind): (Vec<(&Parsed, Option<&str>)>, Option<BatchKind>) = match &work {
+            Work::Single(it, _) => (vec![(&it.prep.parsed, it.prep.keyspace.as_deref())], None),
+            Work::Batch(k, its) => (
+                its.iter()
+                    .map(|i| (&i.prep.parsed, i.prep.keyspace.as_deref()))
+                    .collect(),
+                Some(*k),
+            ),
+        };
+        let uses_prepared = match &work {
+            Work::Single(it, _) => it.id.is_some(),
+            Work::Batch(_, its) => its.iter().any(|i| i.id.is_some()),
+        };
+        let info = self.info_of(op, &items, frame_kind, uses_prepared);
+        if info.req.is_write || info.req.is_read {
+            self.sh
+                .stats
+                .request(&info.req.tables, info.req.is_write, info.is_batch);
+        }
+        let fault = self.decide(&info);
+        if let Some(r) = &fault {
+            if r.kind == FaultKind::Unprepared {
+                self.sh.prepared.lock().clear();
+                self.sh.stats.fault(r.kind, false);
+                let id = match &work {
+                    Work::Single(it, _) => it.id.clone(),
+                    Work::Batch(_, its) => its.iter().find_map(|i| i.id.clone()),
+                };
+                let mut frame = Vec::new();
+                response::error(
+                    &mut frame,
+                    v,
+                    stream,
+                    &CqlError::Unprepared(id.unwrap_or_default()),
+                );
+                return Action::Reply(frame);
+            }
+            if let Some(a) = self.before(r, &info, v, stream, cl) {
+                return a;
+            }
+        }
+        let result = self.exec(&work);
+        let mut frame = Vec::new();
+        let mut applied = false;
+        match result {
+            Ok((outcome, fx)) => {
+                applied = info.req.is_write;
+                if applied {
+                    self.sh.stats.applied(&fx);
+                }
+                match &outcome {
+                    Outcome::SetKeyspace(ks) => self.keyspace = Some(ks.clone()),
+                    Outcome::SchemaChange(sc) => {
+                        let _ = self.sh.events.send(sc.clone());
+                    }
+                    _ => {}
+                }
+                let skip = matches!(&work, Work::Single(_, p) if p.skip_metadata);
+                response::result(&mut frame, v, stream, &outcome, skip);
+            }
+            Err(e) => response::error(&mut frame, v, stream, &e),
+        }
+        self.after(fault, &info, applied, frame, v, stream, cl)
+    }
+
+    pub(super) fn exec(&self, work: &Work) -> Result<(Outcome, Effects), CqlError> {
+        let view = self.sh.sys_view(self.local_ip);
+        let mut db = self.sh.db.lock();
+        match work {
+            Work::Single(it, params) => {
+                let mapped;
+                let values: &[BoundValue] = match &params.names {
+                    None => &it.values,
+                    Some(names) => {
+                        let meta = exec::prepare::analyze(
+                            &db,
+                            &it.prep.parsed,
+                            it.prep.keyspace.as_deref(),
+                        )?;
+                        mapped = meta
+                            .vars
+                            .iter()
+                            .map(|spec| {
+                                names
+                                    .iter()
+                                    .position(|n| n.eq_ignore_ascii_case(&spec.name))
+                                    .and_then(|j| it.values.get(j).cloned())
+                                    .ok_or_else(|| {
+                                        CqlError::invalid(format!(
+                                            "Missing value for bind variable {}",
+                                            spec.name
+                                        ))
+                                    })
+                            })
+                            .collect::<Result<Vec<_>, _>>()?;
+                        &mapped
+                    }
+                };
+                let paging = Paging {
+                    page_size: params.paged(),
+                    state: params.paging_state.as_deref(),
+                };
+                exec::execute(
+                    &mut db,
+                    &it.prep.parsed,
+                    it.prep.keyspace.as_deref(),
+                    values,
+                    paging,
+                    &view,
+                )
+            }
+            Work::Batch(kind, items) => {
+                let mut bi = Vec::with_capacity(items.len());
+                for it in items {
+                    let n = it.prep.parsed.marker_names.len();
+                    if it.values.len() != n {
+                        return Err(CqlError::invalid(format!(
+                            "Invalid amount of bind variables: expected {n}, got {}",
+                            it.values.len()
+                        )));
+                    }
+                    bi.push(BatchItem {
+                        stmt: &it.prep.parsed.stmt,
+                        b: Bindings::new(&it.values),
+                        keyspace: it.prep.keyspace.as_deref(),
+                    });
+                }
+                exec::run_batch(&mut db, *kind, &Using::default(), &bi)
+                    .map(|fx| (Outcome::Void, fx))
+            }
+        }
+    }
+}
