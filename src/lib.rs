@@ -26,5 +26,6 @@ pub mod state;
 pub use crate::config::Config;
 pub use crate::recorder::Recorder;
 pub mod cql_text;
+pub mod ddl;
 pub mod layout;
 pub mod metrics;

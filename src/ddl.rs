@@ -1,0 +1,158 @@
+//! The schema countersink writes to, rendered from `cql/` for a configuration: what
+//! `countersink schema` prints and `--apply` (and `countersink dev`) runs.
+
+use std::collections::BTreeSet;
+
+use crate::aggregate::TableKind;
+use crate::config::{Config, ConfigError};
+use crate::cql_text::{self, FAMILY, GENERIC};
+use crate::family::Families;
+use crate::layout::{Role, TableLayout};
+
+/// Replication for a single-node development store. Production keyspaces should use
+/// `NetworkTopologyStrategy` with the operator's data centres; countersink only creates a
+/// keyspace when it does not exist.
+pub const DEV_REPLICATION: &str = "{'class': 'SimpleStrategy', 'replication_factor': 1}";
+
+/// Every statement needed for `config`: keyspaces, generic tables, family tables.
+pub fn statements(config: &Config, replication: &str) -> Result<Vec<String>, ConfigError> {
+    let families = Families::from_config(config)?;
+    let mut keyspaces = BTreeSet::new();
+    for family in families.iter() {
+        if family.is_generic() && !families.generic_enabled() {
+            continue;
+        }
+        keyspaces.insert(family.minute_table.keyspace.clone());
+        keyspaces.insert(family.day_table.keyspace.clone());
+    }
+    let mut out: Vec<String> = keyspaces
+        .iter()
+        .map(|ks| {
+            cql_text::statement(
+                GENERIC,
+                "create_keyspace",
+                &[("keyspace", ks), ("replication", replication)],
+            )
+        })
+        .collect();
+    for family in families.iter() {
+        if family.is_generic() {
+            if !families.generic_enabled() {
+                continue;
+            }
+            let values = [
+                ("keyspace", family.minute_table.keyspace.as_str()),
+                ("minute_table", family.minute_table.table.as_str()),
+                ("day_table", family.day_table.table.as_str()),
+            ];
+            out.push(cql_text::statement(
+                GENERIC,
+                "create_generic_minute",
+                &values,
+            ));
+            let day_values = [
+                ("keyspace", family.day_table.keyspace.as_str()),
+                ("minute_table", family.minute_table.table.as_str()),
+                ("day_table", family.day_table.table.as_str()),
+            ];
+            out.push(cql_text::statement(
+                GENERIC,
+                "create_generic_day",
+                &day_values,
+            ));
+            continue;
+        }
+        let minute = TableLayout::of(family, TableKind::Minute);
+        let day = TableLayout::of(family, TableKind::Day);
+        let mut columns = String::new();
+        for (name, role) in minute.key_columns() {
+            if matches!(role, Role::Key(_) | Role::Shard) {
+                columns.push_str(&format!(
+                    "    {name} {},\n",
+                    TableLayout::default_type(*role)
+                ));
+            }
+        }
+        let counters: String = family
+            .columns
+            .iter()
+            .map(|c| format!("    {c} counter,\n"))
+            .collect();
+        let (columns, counters) = (
+            columns.trim_end_matches('\n'),
+            counters.trim_end_matches('\n'),
+        );
+        let minute_table = minute.table.to_string();
+        let day_table = day.table.to_string();
+        let minute_key = minute.primary_key_text();
+        let day_key = day.primary_key_text();
+        let values = [
+            ("minute_table", minute_table.as_str()),
+            ("day_table", day_table.as_str()),
+            ("column_definitions", columns),
+            ("counter_definitions", counters),
+            ("minute_primary_key", minute_key.as_str()),
+            ("day_primary_key", day_key.as_str()),
+        ];
+        out.push(cql_text::statement(FAMILY, "create_family_minute", &values));
+        out.push(cql_text::statement(FAMILY, "create_family_day", &values));
+    }
+    Ok(out)
+}
+
+/// The statements as one script, `;`-terminated, for printing.
+pub fn script(config: &Config, replication: &str) -> Result<String, ConfigError> {
+    Ok(statements(config, replication)?
+        .iter()
+        .map(|s| format!("{s};\n"))
+        .collect::<Vec<_>>()
+        .join("\n"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::{FamilyConfig, ShardPlacement};
+
+    #[test]
+    fn default_config_creates_the_keyspace_and_the_generic_tables() {
+        let all = statements(&Config::default(), DEV_REPLICATION).unwrap();
+        assert_eq!(all.len(), 3);
+        assert!(all[0].starts_with("CREATE KEYSPACE IF NOT EXISTS countersink"));
+        assert!(all[1].contains("countersink.counts_by_minute"));
+        assert!(all[1].contains("PRIMARY KEY ((name, tags, day), minute)"));
+        assert!(all[2].contains("PRIMARY KEY ((name, tags, month), day)"));
+        assert!(
+            !all.iter()
+                .any(|s| s.contains('{') && !s.contains("replication")),
+            "{all:?}"
+        );
+    }
+
+    #[test]
+    fn family_tables_follow_their_layout() {
+        let mut config = Config::default();
+        config.generic.enabled = false;
+        config.families.push(FamilyConfig {
+            name: "views".into(),
+            minute_table: "metrics.views_by_minute".into(),
+            day_table: "metrics.views_by_day".into(),
+            key: vec!["page_id".into()],
+            columns: [("page.views".into(), "views".into())].into(),
+            shards: 4,
+            shard_placement: ShardPlacement::Clustering,
+            ..FamilyConfig::default()
+        });
+        let all = statements(&config, DEV_REPLICATION).unwrap();
+        assert_eq!(all.len(), 3, "one keyspace, two tables: {all:?}");
+        assert!(all[0].contains("IF NOT EXISTS metrics"));
+        assert_eq!(
+            all[1],
+            "CREATE TABLE IF NOT EXISTS metrics.views_by_minute (\n    page_id text,\n    shard tinyint,\n    day    date,\n    minute smallint,\n    views counter,\n    PRIMARY KEY ((page_id, day), shard, minute)\n)"
+        );
+        assert!(
+            all[2].contains("month text")
+                && all[2].contains("PRIMARY KEY ((page_id, month), shard, day)")
+        );
+    }
+}

@@ -1,0 +1,287 @@
+//! Every fault cqlsim can inject, at 10 % of writes during a 50k-increment run, checked
+//! against the store's own truth:
+//!
+//! - the accounting identity holds exactly, for minute and day tables;
+//! - `applied <= stored <= applied + unknown`, per table;
+//! - every minute row was written in one flush only, so its stored value is either its
+//!   whole delta or nothing (a resent unknown write would show as twice the delta);
+//! - the store received exactly the requests the flusher counted (the driver never
+//!   retried behind our back);
+//! - transient failures end up applied.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use countersink::aggregate::TableKind;
+use cqlsim::{FaultKind, FaultRule};
+
+use crate::common::{T0, Writer, config, day_and_minute, start_store, table_sum};
+
+const KEYS: usize = 200;
+const FLUSHES: i64 = 10;
+const INCREMENTS: usize = 50_000;
+
+/// Runs 50k increments over 10 flushes (one minute each) with `rule` active, then heals
+/// the store and flushes until nothing is pending. Returns the stores's per-row view for
+/// further checks.
+async fn run(rule: FaultRule, expect_unknown: bool, expect_requeued: bool) {
+    let exact_wire = !matches!(rule.kind, FaultKind::Close | FaultKind::Unprepared);
+    let name = rule.kind.name();
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = config(dir.path());
+    config.store.request_timeout = Duration::from_millis(300);
+    config.flush.max_in_flight = 32;
+    let server = start_store(&mut config).await;
+    let mut writer = Writer::start(&config).await;
+    server.reset_stats();
+    let kind = rule.kind;
+    server.add_fault(rule.probability(0.1));
+
+    let mut expected: HashMap<(usize, i64), i64> = HashMap::new();
+    let per_flush = INCREMENTS / FLUSHES as usize;
+    for flush in 0..FLUSHES {
+        let now = T0 - 3600 + flush * 60;
+        for i in 0..per_flush {
+            let key = i % KEYS;
+            let delta = (i % 3) as i64 + 1;
+            writer.incr("page.views", &[("page_id", &format!("p{key}"))], delta, now);
+            *expected.entry((key, now / 60)).or_default() += delta;
+        }
+        writer.flusher.flush_now().await;
+    }
+    server.clear_faults();
+    server.node_up();
+    for _ in 0..20 {
+        if writer.engine.aggregator().pending_rows() == 0 {
+            break;
+        }
+        // Connections closed by a fault come back on the driver's reconnect schedule.
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        writer.flusher.flush_now().await;
+    }
+
+    let a = writer.accounting();
+    assert!(a.is_balanced(), "{name}: {a:?}");
+    assert_eq!(
+        (a.minute.pending, a.day.pending),
+        (0, 0),
+        "{name}: everything settled"
+    );
+    assert_eq!(
+        a.minute.accepted,
+        expected.values().map(|v| i128::from(*v)).sum::<i128>()
+    );
+
+    let stats = server.stats();
+    for (table, column, kind) in [
+        ("metrics.views_by_minute", "views", TableKind::Minute),
+        ("metrics.views_by_day", "views", TableKind::Day),
+    ] {
+        let stored = table_sum(&server, table, column);
+        let stages = a.of(kind);
+        assert!(
+            stages.applied <= stored && stored <= stages.applied + stages.unknown,
+            "{name} {table}: applied {} <= stored {stored} <= applied + unknown {}",
+            stages.applied,
+            stages.applied + stages.unknown
+        );
+        let (ks, t) = table.split_once('.').unwrap();
+        let requests: u64 = writer
+            .ledger
+            .writes()
+            .iter()
+            .filter(|((tb, _), _)| tb == table)
+            .map(|(_, n)| *n)
+            .sum();
+        // Requests that failed before they were sent (a broken pool after a closed
+        // connection) never reach the store; nothing else may be missing, and nothing may
+        // be added: the driver must never retry behind the flusher's back.
+        let on_wire = stats.table(ks, t).write_requests;
+        if exact_wire {
+            assert_eq!(
+                on_wire, requests,
+                "{name} {table}: one request on the wire per request sent"
+            );
+        } else {
+            assert!(
+                on_wire <= requests,
+                "{name} {table}: {on_wire} on the wire, {requests} sent"
+            );
+        }
+        assert_eq!(
+            stats.table(ks, t).counter_delta_sum,
+            stored,
+            "{name} {table}: the store's own sum"
+        );
+    }
+    for ((key, minute), delta) in &expected {
+        let (day, minute_of_day) = day_and_minute(minute * 60);
+        let stored = crate::common::cell(
+            &server,
+            "metrics.views_by_minute",
+            "views",
+            &format!("page_id = 'p{key}' AND day = '{day}' AND minute = {minute_of_day}"),
+        )
+        .unwrap_or(0);
+        assert!(
+            stored == *delta || stored == 0,
+            "{name}: row p{key}@{minute} holds {stored}, sent {delta}"
+        );
+    }
+    let fired = stats.fault(kind).fired;
+    assert!(fired > 0, "{name}: the fault fired");
+    if expect_unknown {
+        assert!(
+            a.minute.unknown + a.day.unknown > 0,
+            "{name}: unknown outcomes recorded"
+        );
+        let log = std::fs::read_to_string(dir.path().join("unknown.jsonl")).unwrap();
+        assert!(log.lines().count() > 0);
+    } else {
+        assert_eq!(
+            a.minute.unknown + a.day.unknown,
+            0,
+            "{name}: no unknown outcome"
+        );
+    }
+    if expect_requeued {
+        let requeued: u64 = writer
+            .ledger
+            .writes()
+            .iter()
+            .filter(|((_, o), _)| *o == "requeued")
+            .map(|(_, n)| n)
+            .sum();
+        assert!(requeued > 0, "{name}: transient failures were re-queued");
+        assert_eq!(
+            a.minute.applied, a.minute.accepted,
+            "{name}: and all ended up applied"
+        );
+        assert_eq!(
+            a.day.applied, a.day.accepted,
+            "{name}: and all ended up applied"
+        );
+    }
+    server.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn write_timeout_applied_and_not() {
+    run(
+        FaultRule::new(FaultKind::WriteTimeout).applied(true),
+        true,
+        false,
+    )
+    .await;
+    run(FaultRule::new(FaultKind::WriteTimeout), true, false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn write_failure_is_unknown() {
+    run(
+        FaultRule::new(FaultKind::WriteFailure).applied(true),
+        true,
+        false,
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unavailable_and_bootstrapping_are_resent_until_applied() {
+    run(FaultRule::new(FaultKind::Unavailable), false, true).await;
+    run(FaultRule::new(FaultKind::Bootstrapping), false, true).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn overloaded_applied_and_not_is_unknown() {
+    run(
+        FaultRule::new(FaultKind::Overloaded).applied(true),
+        true,
+        false,
+    )
+    .await;
+    run(FaultRule::new(FaultKind::Overloaded), true, false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn server_error_is_unknown() {
+    run(
+        FaultRule::new(FaultKind::ServerError).applied(true),
+        true,
+        false,
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_reply_is_a_client_timeout_and_unknown() {
+    run(
+        FaultRule::new(FaultKind::NoReply).applied(true),
+        true,
+        false,
+    )
+    .await;
+    run(FaultRule::new(FaultKind::NoReply), true, false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connection_closed_before_or_after_applying_is_unknown() {
+    run(FaultRule::new(FaultKind::Close).applied(true), true, false).await;
+    run(FaultRule::new(FaultKind::Close), true, false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn delay_and_lost_prepared_cache_apply_everything() {
+    run(
+        FaultRule::new(FaultKind::Delay).duration(Duration::from_millis(20)),
+        false,
+        false,
+    )
+    .await;
+    run(FaultRule::new(FaultKind::Unprepared), false, false).await;
+}
+
+/// The node goes away for a while: writes fail before they are sent, are re-queued, and
+/// are applied once it is back. Nothing lost, nothing doubled.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn node_down_then_back_loses_and_doubles_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = config(dir.path());
+    config.store.request_timeout = Duration::from_millis(500);
+    let server = start_store(&mut config).await;
+    let mut writer = Writer::start(&config).await;
+    for i in 0..300 {
+        writer.incr("req", &[("k", &format!("{}", i % 30))], 1, T0 - 600);
+    }
+    writer.flusher.flush_now().await;
+    server.node_down();
+    // Let the driver see its connections close; a request written to a socket the
+    // server has already closed would be an unknown outcome (and is tested above).
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    for i in 0..300 {
+        writer.incr("req", &[("k", &format!("{}", i % 30))], 2, T0 - 540);
+    }
+    let down = writer.flusher.flush_now().await;
+    assert_eq!(down.applied, 0, "{down:?}");
+    assert!(down.requeued > 0, "{down:?}");
+    server.node_up();
+    for _ in 0..50 {
+        if writer.engine.aggregator().pending_rows() == 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        writer.flusher.flush_now().await;
+    }
+    let a = writer.accounting();
+    assert!(a.is_balanced(), "{a:?}");
+    assert_eq!(a.minute.unknown + a.day.unknown, 0, "{a:?}");
+    assert_eq!(
+        table_sum(&server, "countersink.counts_by_minute", "value"),
+        900
+    );
+    assert_eq!(
+        table_sum(&server, "countersink.counts_by_day", "value"),
+        900
+    );
+    server.shutdown().await.unwrap();
+}

@@ -1,0 +1,77 @@
+//! Shutdown through the driver: the final flush with its deadline, the spill file, and
+//! the replay on the next start.
+
+use std::time::{Duration, Instant};
+
+use crate::common::{T0, Writer, config, start_store, table_sum};
+
+/// 100k pending rows (1,000 pages x 100 minutes, as after a long outage) and a deadline
+/// too short to send them all: what is sent is applied (or, if cut off in flight, logged
+/// as unknown), the rest is spilled; the next start replays the spill and applies it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_with_100k_pending_rows_applies_or_spills_and_a_restart_replays() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = config(dir.path());
+    config.flush.shutdown_deadline = Duration::from_millis(700);
+    let server = start_store(&mut config).await;
+    let writer = Writer::start(&config).await;
+    let start = T0 - 200 * 60;
+    let mut accepted = 0_i128;
+    for minute in 0..100 {
+        for page in 0..1000 {
+            writer.incr(
+                "page.views",
+                &[("page_id", &format!("p{page}"))],
+                1,
+                start + minute * 60,
+            );
+            accepted += 1;
+        }
+    }
+    assert_eq!(writer.engine.aggregator().pending_rows(), 100_000);
+    let engine = writer.engine.clone();
+    let ledger = writer.ledger.clone();
+    let began = Instant::now();
+    let report = writer.flusher.finish().await;
+    let took = began.elapsed();
+    assert!(
+        report.spilled > 0,
+        "the deadline cut the flush short: {report:?}"
+    );
+    assert!(
+        took < Duration::from_secs(5),
+        "shutdown respects its deadline: {took:?}"
+    );
+    let a = countersink::accounting::Accounting::read(&engine, &ledger);
+    assert!(a.is_balanced(), "{a:?}");
+    assert_eq!(a.minute.pending, 0);
+    assert_eq!(
+        a.minute.applied + a.minute.unknown + a.minute.spilled,
+        accepted
+    );
+    let stored = table_sum(&server, "metrics.views_by_minute", "views");
+    assert!(a.minute.applied <= stored && stored <= a.minute.applied + a.minute.unknown);
+    drop(engine);
+
+    // The next start: the spilled rows come back and are applied, once.
+    config.flush.shutdown_deadline = Duration::from_secs(30);
+    let mut writer = Writer::start(&config).await;
+    let replayed = writer
+        .ledger
+        .settled(countersink::aggregate::TableKind::Minute)
+        .replayed;
+    assert_eq!(replayed, a.minute.spilled);
+    writer.flusher.flush_now().await;
+    let b = writer.accounting();
+    assert!(b.is_balanced(), "{b:?}");
+    assert_eq!((b.minute.applied, b.minute.pending), (a.minute.spilled, 0));
+    let stored_after = table_sum(&server, "metrics.views_by_minute", "views");
+    assert_eq!(stored_after, stored + a.minute.spilled);
+    let day = table_sum(&server, "metrics.views_by_day", "views");
+    let day_sent = a.day.applied + a.day.spilled;
+    assert!(
+        day_sent <= day && day <= day_sent + a.day.unknown,
+        "day table: {day} vs {a:?}"
+    );
+    server.shutdown().await.unwrap();
+}

@@ -1,0 +1,8 @@
+//! countersink against cqlsim, through the real `scylla` driver: exact totals, every
+//! fault class, node loss, shutdown and spill, and the write reduction the product exists
+//! for. One test binary, modules per subject.
+
+mod common;
+mod cql_faults;
+mod cql_flush;
+mod cql_shutdown;
