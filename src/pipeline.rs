@@ -24,6 +24,9 @@ pub enum StartError {
     /// The state directory could not be opened.
     #[error(transparent)]
     State(#[from] StateError),
+    /// The store could not be reached, or its schema does not match the configuration.
+    #[error(transparent)]
+    Cql(#[from] crate::sink::cql::CqlSinkError),
 }
 
 /// A running engine with its flush task.

@@ -2,9 +2,10 @@
 //!
 //! ```no_run
 //! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
-//! use countersink::{Config, Recorder, sink::MemorySink};
+//! use countersink::{Config, Recorder};
 //!
-//! let recorder = Recorder::start(&Config::default(), MemorySink::new()).await?;
+//! let config = Config::from_file("countersink.toml".as_ref())?;
+//! let recorder = Recorder::connect(&config).await?; // checks the tables, prepares
 //! recorder.incr("page.views", &[("page_id", "home")], 1)?;
 //! recorder.shutdown().await; // final flush: never skip it
 //! # Ok(()) }
@@ -78,6 +79,14 @@ impl Recorder {
     /// replaying its spill file). Must be called inside a tokio runtime.
     pub async fn start<S: Sink>(config: &Config, sink: S) -> Result<Recorder, StartError> {
         Self::start_with(Arc::new(Engine::new(config)?), config, sink).await
+    }
+
+    /// Connects to the cluster of `config.store` (checking every configured table), and
+    /// starts a recorder that writes to it. The usual way to embed countersink.
+    pub async fn connect(config: &Config) -> Result<Recorder, StartError> {
+        let engine = Arc::new(Engine::new(config)?);
+        let sink = crate::sink::cql::CqlSink::connect(&config.store, engine.families()).await?;
+        Self::start_with(engine, config, sink).await
     }
 
     /// The same, with an engine built by the caller (e.g. with a fixed rounding seed).

@@ -1,0 +1,192 @@
+//! Engine benchmarks (criterion; run with `cargo bench --bench engine`).
+//!
+//! - `ingest`: parse + aggregate 20-line packets, 100 and 100k distinct keys.
+//! - `incr`: one increment through the engine with 1 and 2 threads, beside two
+//!   baselines doing the same key work in the same run: a `Mutex<HashMap>` (what a
+//!   hand-rolled flusher does) and a `DashMap` keyed by row (the usual concurrent map).
+//!   Two key patterns: one hot key (the case pre-aggregation exists for) and 10k keys.
+//!
+//! Figures are reported as ratios to the baseline measured in the same run, because
+//! the machines are shared and noisy.
+
+use std::sync::{Arc, Barrier, Mutex};
+use std::time::{Duration, Instant, SystemTime};
+
+use criterion::{Criterion, Throughput, criterion_group, criterion_main};
+use dashmap::DashMap;
+
+use countersink::aggregate::Transport;
+use countersink::bucket;
+use countersink::config::Config;
+use countersink::engine::Engine;
+use countersink::family::TagSet;
+
+const NOW: i64 = 1_796_042_096;
+
+fn engine() -> Engine {
+    let mut config = Config::default();
+    config.limits.max_pending_rows = 10_000_000;
+    config.limits.max_pending_bytes = 4 << 30;
+    Engine::with_seed(&config, Some(1)).expect("engine")
+}
+
+/// `packets` packets of 20 lines cycling over `keys` distinct keys.
+fn packets(keys: usize, packets: usize) -> Vec<Vec<u8>> {
+    (0..packets)
+        .map(|p| {
+            let mut packet = Vec::new();
+            for l in 0..20 {
+                let k = (p * 20 + l) % keys;
+                packet.extend_from_slice(
+                    format!("page.views:1|c|#page_id:p{k:06},env:prod\n").as_bytes(),
+                );
+            }
+            packet
+        })
+        .collect()
+}
+
+fn ingest(c: &mut Criterion) {
+    let mut group = c.benchmark_group("ingest");
+    for keys in [100, 100_000] {
+        let data = packets(keys, 10_000);
+        group.throughput(Throughput::Elements(20 * data.len() as u64));
+        group.bench_function(format!("20_line_packets_{keys}_keys"), |b| {
+            let engine = engine();
+            b.iter(|| {
+                for packet in &data {
+                    engine.ingest_packet(packet, Transport::Udp, NOW);
+                }
+                // Drain now and then, as the flusher would, so the map does not only grow.
+                engine.aggregator().take_all();
+            });
+        });
+    }
+    group.finish();
+}
+
+/// What `incr` must do besides the map: the row key's bytes for (name, tags, minute).
+/// Shared by the baselines so that they differ from the engine only in the map.
+fn key_into(buf: &mut Vec<u8>, name: &str, tags: &[(&str, &str)]) {
+    buf.clear();
+    buf.extend_from_slice(name.as_bytes());
+    buf.push(0);
+    tags.write_canonical(buf);
+    let minute = (bucket::unix_secs(SystemTime::now()) / 60) as u32;
+    buf.extend_from_slice(&minute.to_le_bytes());
+}
+
+type Hasher = foldhash::fast::RandomState;
+
+/// The baseline: one `Mutex<HashMap>`, looked up without allocating on a hit.
+struct MutexMap(Mutex<hashbrown::HashMap<Vec<u8>, i64, Hasher>>);
+
+impl MutexMap {
+    fn incr(&self, buf: &mut Vec<u8>, name: &str, tags: &[(&str, &str)], delta: i64) {
+        key_into(buf, name, tags);
+        let mut map = self.0.lock().expect("lock");
+        match map.get_mut(buf.as_slice()) {
+            Some(v) => *v += delta,
+            None => {
+                map.insert(buf.clone(), delta);
+            }
+        }
+    }
+}
+
+/// A `DashMap` keyed by row, looked up without allocating on a hit.
+struct Dash(DashMap<Vec<u8>, i64, Hasher>);
+
+impl Dash {
+    fn incr(&self, buf: &mut Vec<u8>, name: &str, tags: &[(&str, &str)], delta: i64) {
+        key_into(buf, name, tags);
+        if let Some(mut v) = self.0.get_mut(buf.as_slice()) {
+            *v += delta;
+            return;
+        }
+        *self.0.entry(buf.clone()).or_insert(0) += delta;
+    }
+}
+
+/// Runs `ops` calls of `f` on each of `threads` threads; returns the wall time.
+fn run_threads(threads: usize, ops: u64, f: Arc<dyn Fn(usize, u64) + Send + Sync>) -> Duration {
+    let barrier = Arc::new(Barrier::new(threads + 1));
+    let handles: Vec<_> = (0..threads)
+        .map(|t| {
+            let (barrier, f) = (barrier.clone(), f.clone());
+            std::thread::spawn(move || {
+                barrier.wait();
+                for i in 0..ops {
+                    f(t, i);
+                }
+            })
+        })
+        .collect();
+    barrier.wait();
+    let start = Instant::now();
+    for h in handles {
+        h.join().expect("thread");
+    }
+    start.elapsed()
+}
+
+fn incr(c: &mut Criterion) {
+    let keys: Vec<String> = (0..10_000).map(|k| format!("p{k:06}")).collect();
+    let keys = Arc::new(keys);
+    for (pattern, distinct) in [("hot_key", 1_usize), ("10k_keys", 10_000)] {
+        let mut group = c.benchmark_group(format!("incr_{pattern}"));
+        for threads in [1, 2] {
+            group.throughput(Throughput::Elements(threads as u64));
+            let keys_e = keys.clone();
+            group.bench_function(format!("engine_{threads}t"), |b| {
+                b.iter_custom(|iters| {
+                    let engine = Arc::new(engine());
+                    let keys = keys_e.clone();
+                    let work: Arc<dyn Fn(usize, u64) + Send + Sync> = Arc::new(move |t, i| {
+                        let k = &keys[(i as usize * 7 + t) % distinct];
+                        let tags: &[(&str, &str)] = &[("page_id", k.as_str()), ("env", "prod")];
+                        let now = bucket::unix_secs(SystemTime::now());
+                        let _ = engine.record("page.views", tags, 1, now, None);
+                    });
+                    run_threads(threads, iters, work)
+                });
+            });
+            let keys_m = keys.clone();
+            group.bench_function(format!("mutex_hashmap_{threads}t"), |b| {
+                b.iter_custom(|iters| {
+                    let map = Arc::new(MutexMap(Mutex::new(hashbrown::HashMap::with_hasher(Hasher::default()))));
+                    let keys = keys_m.clone();
+                    let work: Arc<dyn Fn(usize, u64) + Send + Sync> = Arc::new(move |t, i| {
+                        thread_local!(static BUF: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) });
+                        let k = &keys[(i as usize * 7 + t) % distinct];
+                        let tags: &[(&str, &str)] = &[("page_id", k.as_str()), ("env", "prod")];
+                        BUF.with_borrow_mut(|buf| map.incr(buf, "page.views", tags, 1));
+                    });
+                    run_threads(threads, iters, work)
+                });
+            });
+            let keys_d = keys.clone();
+            group.bench_function(format!("dashmap_{threads}t"), |b| {
+                b.iter_custom(|iters| {
+                    let map = Arc::new(Dash(DashMap::with_hasher(Hasher::default())));
+                    let keys = keys_d.clone();
+                    let work: Arc<dyn Fn(usize, u64) + Send + Sync> = Arc::new(move |t, i| {
+                        thread_local!(static BUF: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) });
+                        let k = &keys[(i as usize * 7 + t) % distinct];
+                        let tags: &[(&str, &str)] = &[("page_id", k.as_str()), ("env", "prod")];
+                        BUF.with_borrow_mut(|buf| map.incr(buf, "page.views", tags, 1));
+                    });
+                    run_threads(threads, iters, work)
+                });
+            });
+        }
+        group.finish();
+    }
+}
+
+criterion_group! {
+    name = benches;
+    config = Criterion::default().measurement_time(Duration::from_secs(3)).warm_up_time(Duration::from_secs(1));
+    targets = ingest, incr
+}
+criterion_main!(benches);

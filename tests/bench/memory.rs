@@ -1,0 +1,82 @@
+//! Bytes per pending row at 1M distinct rows, measured by a counting allocator (run with
+//! `cargo bench --bench memory`). Not a criterion bench: it measures space, not time.
+//!
+//! Each row has a typical 30-byte key (metric name plus canonical tags). The figure is
+//! heap bytes allocated while the rows were added, divided by the rows; resident memory
+//! (RSS) growth is printed beside it, and so is the engine's own estimate, which its
+//! `max_pending_bytes` limit relies on.
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use countersink::aggregate::Transport;
+use countersink::config::Config;
+use countersink::engine::Engine;
+
+struct Counting;
+
+static ALLOCATED: AtomicUsize = AtomicUsize::new(0);
+
+// SAFETY: every call is forwarded to the system allocator unchanged; only a counter is
+// updated beside it.
+#[allow(unsafe_code)]
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        ALLOCATED.fetch_add(layout.size(), Ordering::Relaxed);
+        // SAFETY: same contract as the caller's.
+        unsafe { System.alloc(layout) }
+    }
+
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        ALLOCATED.fetch_sub(layout.size(), Ordering::Relaxed);
+        // SAFETY: same contract as the caller's.
+        unsafe { System.dealloc(ptr, layout) }
+    }
+
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        ALLOCATED.fetch_add(new_size, Ordering::Relaxed);
+        ALLOCATED.fetch_sub(layout.size(), Ordering::Relaxed);
+        // SAFETY: same contract as the caller's.
+        unsafe { System.realloc(ptr, layout, new_size) }
+    }
+}
+
+#[global_allocator]
+static GLOBAL: Counting = Counting;
+
+fn rss_bytes() -> usize {
+    let statm = std::fs::read_to_string("/proc/self/statm").unwrap_or_default();
+    let pages: usize = statm
+        .split_whitespace()
+        .nth(1)
+        .and_then(|p| p.parse().ok())
+        .unwrap_or(0);
+    pages * 4096
+}
+
+fn main() {
+    const ROWS: usize = 1_000_000;
+    let mut config = Config::default();
+    config.limits.max_pending_rows = ROWS * 2;
+    config.limits.max_pending_bytes = 4 << 30;
+    let engine = Engine::with_seed(&config, Some(1)).expect("engine");
+    // A 30-byte key: `page.views` (10) + `env:prod,page_id:p0000000` (20 after canonical sort).
+    let lines: Vec<Vec<u8>> = (0..ROWS)
+        .map(|i| format!("page.views:1|c|#page_id:p{i:07},env:prod\n").into_bytes())
+        .collect();
+    let (heap_before, rss_before) = (ALLOCATED.load(Ordering::Relaxed), rss_bytes());
+    for line in &lines {
+        engine.ingest_packet(line, Transport::Udp, 1_796_042_096);
+    }
+    let heap = ALLOCATED.load(Ordering::Relaxed) - heap_before;
+    let rss = rss_bytes().saturating_sub(rss_before);
+    let rows = engine.aggregator().pending_rows();
+    assert_eq!(rows, ROWS);
+    println!("rows: {rows}");
+    println!("heap bytes per row: {:.1}", heap as f64 / rows as f64);
+    println!("rss bytes per row: {:.1}", rss as f64 / rows as f64);
+    println!(
+        "estimated bytes per row (the max_pending_bytes budget): {:.1}",
+        engine.aggregator().pending_bytes() as f64 / rows as f64
+    );
+}
