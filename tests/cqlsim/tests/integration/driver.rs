@@ -193,3 +193,44 @@ async fn driver_reprepares_transparently_after_cache_loss() {
         "each write applied exactly once"
     );
 }
+
+#[tokio::test(flavor = "current_thread")]
+async fn keyspace_filtered_metadata_and_use_keyspace() {
+    let (logs, _guard) = capture_warnings();
+    let server = start().await;
+    // `keyspaces_to_fetch` makes every schema query `... where keyspace_name in ?`, whose marker
+    // must be described as `in(keyspace_name)` of type list<text>.
+    let session = scylla::client::session_builder::SessionBuilder::new()
+        .known_node_addr(server.local_addr())
+        .keyspaces_to_fetch(["ks"])
+        .fetch_full_schema_metadata(false)
+        .use_keyspace("ks", false)
+        .build()
+        .await
+        .expect("session");
+    let state = session.get_cluster_state();
+    assert!(
+        state
+            .get_keyspace("ks")
+            .is_some_and(|k| k.tables.contains_key("counts"))
+    );
+    assert!(
+        state.get_keyspace("system").is_none(),
+        "only the requested keyspace was fetched"
+    );
+    let upd = session
+        .prepare("UPDATE counts SET c = c + ? WHERE pk = ?")
+        .await
+        .expect("unqualified prepare");
+    session
+        .execute_unpaged(&upd, (Counter(2), "uk"))
+        .await
+        .expect("update");
+    assert_eq!(counter(&server, "uk", "c"), Some(2));
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let text = logs.text();
+    assert!(
+        !text.contains("WARN") && !text.contains("ERROR"),
+        "driver logged:\n{text}"
+    );
+}
