@@ -234,3 +234,19 @@ async fn keyspace_filtered_metadata_and_use_keyspace() {
         "driver logged:\n{text}"
     );
 }
+
+#[tokio::test(flavor = "current_thread")]
+async fn stats_list_only_user_tables() {
+    let server = start().await;
+    let session = session(server.local_addr()).await;
+    session
+        .refresh_metadata()
+        .await
+        .expect("metadata queries hit system tables");
+    session
+        .query_unpaged("SELECT * FROM ks.counts", ())
+        .await
+        .expect("read");
+    let tables: Vec<(String, String)> = server.stats().tables.into_keys().collect();
+    assert_eq!(tables, vec![("ks".to_string(), "counts".to_string())]);
+}
