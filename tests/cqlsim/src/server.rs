@@ -320,8 +320,9 @@ pub async fn run(
     handle.serve(listener, shutdown).await
 }
 
-/// A running server owned by a test or program. Dropping it stops it without a snapshot;
-/// call [`Server::shutdown`] for a clean stop.
+/// A running server owned by a test or program. Dropping it asks the server task to stop
+/// without waiting for it; call [`Server::shutdown`] to wait for a clean stop (connections
+/// closed, snapshot written).
 #[derive(Debug)]
 pub struct Server {
     handle: Handle,

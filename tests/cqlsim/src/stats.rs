@@ -2,7 +2,8 @@
 //! write reduction ("how many write requests reached table X") and the accounting identity
 //! ("the counters moved by exactly this much").
 //!
-//! Only wire traffic is counted; [`crate::Handle::execute`] (test setup and assertions) is not.
+//! Only wire traffic on user tables is counted: neither [`crate::Handle::execute`] (test setup
+//! and assertions) nor reads of the `system*` and `cqlsim` tables.
 
 use std::collections::BTreeMap;
 
@@ -84,10 +85,14 @@ impl Stats {
         self.inner.lock().connections += 1;
     }
 
-    /// A request arrived for these tables.
+    /// A request arrived for these tables. The server's own keyspaces are left out: the
+    /// drivers' background metadata queries would make the numbers depend on timing.
     pub(crate) fn request(&self, tables: &[(String, String)], write: bool, batch: bool) {
         let mut s = self.inner.lock();
-        for t in tables {
+        for t in tables
+            .iter()
+            .filter(|(ks, _)| !crate::exec::is_system_keyspace(ks))
+        {
             let e = s.tables.entry(t.clone()).or_default();
             if write {
                 e.write_requests += 1;

@@ -49,6 +49,9 @@ pub(crate) struct Parser<'a> {
     toks: &'a [Spanned],
     pub(crate) i: usize,
     pub(crate) markers: Vec<Option<String>>,
+    /// Nesting of collection literals and types, bounded so hostile input cannot exhaust the
+    /// stack.
+    pub(crate) depth: usize,
 }
 
 impl<'a> Parser<'a> {
@@ -57,6 +60,7 @@ impl<'a> Parser<'a> {
             toks,
             i: 0,
             markers: Vec::new(),
+            depth: 0,
         }
     }
 
@@ -166,6 +170,24 @@ impl<'a> Parser<'a> {
 
     /// A value: literal, collection literal or bind marker.
     pub(crate) fn term(&mut self) -> Result<Term, CqlError> {
+        self.nest(|p| p.term_inner())
+    }
+
+    /// Runs `f` one nesting level deeper; more than 32 levels is a syntax error.
+    pub(crate) fn nest<T>(
+        &mut self,
+        f: impl FnOnce(&mut Self) -> Result<T, CqlError>,
+    ) -> Result<T, CqlError> {
+        if self.depth >= 32 {
+            return Err(CqlError::syntax("literal or type nested too deeply"));
+        }
+        self.depth += 1;
+        let r = f(self);
+        self.depth -= 1;
+        r
+    }
+
+    fn term_inner(&mut self) -> Result<Term, CqlError> {
         let t = match self.peek() {
             Some(Tok::Marker) => {
                 self.i += 1;

@@ -175,6 +175,10 @@ impl Parser<'_> {
 
     /// A column type: `int`, `list<text>`, `frozen<map<text, int>>`, ...
     pub(crate) fn col_type(&mut self) -> Result<ColType, CqlError> {
+        self.nest(|p| p.col_type_inner())
+    }
+
+    fn col_type_inner(&mut self) -> Result<ColType, CqlError> {
         let name = match self.peek() {
             Some(Tok::Ident(s)) => s.to_ascii_lowercase(),
             Some(Tok::QIdent(s)) => {

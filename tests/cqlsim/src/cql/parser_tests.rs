@@ -106,6 +106,22 @@ fn batches_and_scripts() {
 }
 
 #[test]
+fn deep_nesting_is_an_error_not_a_stack_overflow() {
+    let deep = format!(
+        "INSERT INTO t (k, l) VALUES (1, {}{})",
+        "[".repeat(100_000),
+        "]".repeat(100_000)
+    );
+    assert!(matches!(parse(&deep), Err(CqlError::Syntax(_))));
+    let ty = format!(
+        "CREATE TABLE t (k int PRIMARY KEY, l {}int{})",
+        "frozen<".repeat(10_000),
+        ">".repeat(10_000)
+    );
+    assert!(matches!(parse(&ty), Err(CqlError::Syntax(_))));
+}
+
+#[test]
 fn garbage_never_panics() {
     for s in [
         "",

@@ -65,6 +65,17 @@ pub(crate) enum Peek {
 /// caller reads the stream id and answers with the "unsupported protocol version" error the
 /// Python driver waits for during negotiation (research §2.1).
 pub(crate) fn parse_header(buf: &[u8]) -> Peek {
+    // v1/v2 headers are 8 bytes with a one-byte stream: answer them without waiting for a
+    // ninth byte that may never come.
+    if buf.len() >= HEADER_LEN - 1 && (buf[0] & 0x7f) < 3 {
+        return Peek::Fatal {
+            stream: i16::from(buf[2] as i8),
+            message: format!(
+                "Invalid or unsupported protocol version ({}); supported versions are (3/v3, 4/v4)",
+                buf[0] & 0x7f
+            ),
+        };
+    }
     if buf.len() < HEADER_LEN {
         return Peek::Incomplete;
     }
@@ -135,6 +146,21 @@ mod tests {
                 );
             }
             other => panic!("unexpected {other:?}"),
+        }
+    }
+
+    #[test]
+    fn old_protocol_versions_are_answered_from_an_eight_byte_header() {
+        let v2_options = [2u8, 0, 5, opcode::OPTIONS, 0, 0, 0, 0];
+        match parse_header(&v2_options) {
+            Peek::Fatal { stream, message } => {
+                assert_eq!(stream, 5);
+                assert!(
+                    message.contains("unsupported protocol version (2)"),
+                    "{message}"
+                );
+            }
+            other => panic!("{other:?}"),
         }
     }
 

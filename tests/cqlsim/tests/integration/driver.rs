@@ -43,6 +43,9 @@ async fn session_fetches_full_metadata_without_warnings() {
         !text.contains("WARN") && !text.contains("ERROR"),
         "driver logged:\n{text}"
     );
+    // The capture itself works: an event from this runtime's thread is recorded.
+    tracing::warn!(target: "scylla", "capture probe");
+    assert!(logs.text().contains("capture probe"));
     drop(session);
     server.shutdown().await.expect("clean shutdown");
 }
@@ -189,4 +192,61 @@ async fn driver_reprepares_transparently_after_cache_loss() {
         Some(3),
         "each write applied exactly once"
     );
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn keyspace_filtered_metadata_and_use_keyspace() {
+    let (logs, _guard) = capture_warnings();
+    let server = start().await;
+    // `keyspaces_to_fetch` makes every schema query `... where keyspace_name in ?`, whose marker
+    // must be described as `in(keyspace_name)` of type list<text>.
+    let session = scylla::client::session_builder::SessionBuilder::new()
+        .known_node_addr(server.local_addr())
+        .keyspaces_to_fetch(["ks"])
+        .fetch_full_schema_metadata(false)
+        .use_keyspace("ks", false)
+        .build()
+        .await
+        .expect("session");
+    let state = session.get_cluster_state();
+    assert!(
+        state
+            .get_keyspace("ks")
+            .is_some_and(|k| k.tables.contains_key("counts"))
+    );
+    assert!(
+        state.get_keyspace("system").is_none(),
+        "only the requested keyspace was fetched"
+    );
+    let upd = session
+        .prepare("UPDATE counts SET c = c + ? WHERE pk = ?")
+        .await
+        .expect("unqualified prepare");
+    session
+        .execute_unpaged(&upd, (Counter(2), "uk"))
+        .await
+        .expect("update");
+    assert_eq!(counter(&server, "uk", "c"), Some(2));
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let text = logs.text();
+    assert!(
+        !text.contains("WARN") && !text.contains("ERROR"),
+        "driver logged:\n{text}"
+    );
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn stats_list_only_user_tables() {
+    let server = start().await;
+    let session = session(server.local_addr()).await;
+    session
+        .refresh_metadata()
+        .await
+        .expect("metadata queries hit system tables");
+    session
+        .query_unpaged("SELECT * FROM ks.counts", ())
+        .await
+        .expect("read");
+    let tables: Vec<(String, String)> = server.stats().tables.into_keys().collect();
+    assert_eq!(tables, vec![("ks".to_string(), "counts".to_string())]);
 }

@@ -5,4 +5,6 @@ mod common;
 mod counter_rules;
 mod driver;
 mod faults;
+mod persist;
 mod regular;
+mod wire;
