@@ -1,0 +1,1 @@
+//! Socket tests of the receivers.
