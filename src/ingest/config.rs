@@ -52,7 +52,9 @@ pub struct UdpConfig {
     pub listen: Option<SocketAddr>,
     /// Receive threads, one socket each (`SO_REUSEPORT` when more than 1). The kernel spreads
     /// senders over the sockets by address hash, so one sender always lands on one thread.
-    /// Defaults to 1; raise it only with cores to spare (one core per thread).
+    /// Defaults to 1; raise it only with cores to spare (one core per thread). Note that any
+    /// process of the same user that also sets `SO_REUSEPORT` can then join the port and take
+    /// a share of the traffic; with 1 thread a second listener fails with "address in use".
     pub threads: usize,
     /// Requested `SO_RCVBUF` per socket, in bytes; 0 keeps the system default. When
     /// `net.core.rmem_max` caps it, `SO_RCVBUFFORCE` is tried (needs `CAP_NET_ADMIN`), else a

@@ -893,16 +893,27 @@ fn kernel_drops_are_counted_when_the_queue_overflows() {
 }
 
 /// Every inotify event on the children of `dir` during `during`, as (name, flags).
-fn directory_events(dir: &Path, during: impl FnOnce()) -> Vec<(String, rustix::fs::inotify::ReadFlags)> {
+fn directory_events(
+    dir: &Path,
+    during: impl FnOnce(),
+) -> Vec<(String, rustix::fs::inotify::ReadFlags)> {
     use rustix::fs::inotify::{self, CreateFlags, WatchFlags};
     let fd = inotify::init(CreateFlags::CLOEXEC | CreateFlags::NONBLOCK).unwrap();
-    inotify::add_watch(&fd, dir, WatchFlags::CREATE | WatchFlags::ATTRIB | WatchFlags::MOVED_TO).unwrap();
+    inotify::add_watch(
+        &fd,
+        dir,
+        WatchFlags::CREATE | WatchFlags::ATTRIB | WatchFlags::MOVED_TO,
+    )
+    .unwrap();
     during();
     let mut buf = vec![std::mem::MaybeUninit::<u8>::uninit(); 64 * 1024];
     let mut reader = inotify::Reader::new(&fd, &mut buf);
     let mut events = Vec::new();
     while let Ok(event) = reader.next() {
-        let name = event.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+        let name = event
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
         events.push((name, event.events()));
     }
     events
@@ -918,7 +929,11 @@ fn socket_file_appears_with_its_final_mode_and_is_never_changed_in_place() {
         receivers = Some(start(&config, recording(&Arc::new(Seen::default()))).unwrap());
     });
     for name in ["dsd.sock", "dsd-stream.sock"] {
-        let seen: Vec<ReadFlags> = events.iter().filter(|(n, _)| n == name).map(|(_, f)| *f).collect();
+        let seen: Vec<ReadFlags> = events
+            .iter()
+            .filter(|(n, _)| n == name)
+            .map(|(_, f)| *f)
+            .collect();
         // Created (linked) once, already complete: no chmod, no bind at the visible path.
         assert_eq!(seen, vec![ReadFlags::CREATE], "{name}: {events:?}");
     }
