@@ -565,7 +565,8 @@ fn shutdown_drains_what_the_kernel_holds_udp() {
         config.udp.batch_size = batch_size;
         let receivers = start(&config, factory).unwrap();
         let sender = udp_sender(receivers.udp_local_addr().unwrap());
-        const N: usize = 2000;
+        // Few enough to fit even a default-sized receive buffer (no kernel drops).
+        const N: usize = 150;
         for i in 0..N {
             sender.send(format!("drain:{i}|c").as_bytes()).unwrap();
         }
@@ -843,12 +844,12 @@ fn kernel_drops_are_counted_when_the_queue_overflows() {
     let seen = Arc::new(Seen::default());
     let (factory, gate) = gated(&seen);
     let mut config = udp_only();
-    config.udp.recv_buffer_bytes = 0;
+    config.udp.recv_buffer_bytes = 64 * 1024;
     let receivers = start(&config, factory).unwrap();
     let sender = udp_sender(receivers.udp_local_addr().unwrap());
     sender.send(b"first").unwrap();
     std::thread::sleep(Duration::from_millis(20));
-    // The handler is blocked: 1 KiB datagrams overflow the default ~208 KiB queue.
+    // The handler is blocked: 2 MB of 1 KiB datagrams overflow a 64 KiB (128 KiB charged) queue.
     let payload = vec![b'd'; 1024];
     for _ in 0..2000 {
         sender.send(&payload).unwrap();
