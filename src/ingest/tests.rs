@@ -915,3 +915,24 @@ fn socket_file_appears_with_its_final_mode_and_is_never_changed_in_place() {
     }
     receivers.unwrap().shutdown();
 }
+
+#[test]
+fn a_factory_may_return_boxed_trait_objects() {
+    let seen = Arc::new(Seen::default());
+    let factory = {
+        let seen = Arc::clone(&seen);
+        move |transport| -> Box<dyn PacketHandler> {
+            Box::new(Recorder {
+                transport,
+                seen: Arc::clone(&seen),
+                gate: None,
+            })
+        }
+    };
+    let receivers = start(&udp_only(), factory).unwrap();
+    udp_sender(receivers.udp_local_addr().unwrap())
+        .send(b"boxed:1|c")
+        .unwrap();
+    wait_until("boxed handler", || seen.count() == 1);
+    receivers.shutdown();
+}
