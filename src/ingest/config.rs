@@ -199,18 +199,21 @@ fn deserialize_listen<'de, D: Deserializer<'de>>(
     deserializer: D,
 ) -> Result<Option<SocketAddr>, D::Error> {
     let text = String::deserialize(deserializer)?;
-    parse_listen(&text).map_err(de::Error::custom)
+    UdpConfig::parse_listen(&text).map_err(de::Error::custom)
 }
 
-/// Parses a UDP listen value: `"off"` or `"IP:PORT"`.
-pub(crate) fn parse_listen(text: &str) -> Result<Option<SocketAddr>, String> {
-    let text = text.trim();
-    if text.eq_ignore_ascii_case("off") {
-        return Ok(None);
+impl UdpConfig {
+    /// Parses a listen value as the config file and `--udp` take it: `"off"` (`None`) or
+    /// `"IP:PORT"`. The error says what was expected.
+    pub fn parse_listen(text: &str) -> Result<Option<SocketAddr>, String> {
+        let text = text.trim();
+        if text.eq_ignore_ascii_case("off") {
+            return Ok(None);
+        }
+        text.parse().map(Some).map_err(|_| {
+            format!("{text:?} is neither \"off\" nor an IP:PORT address like \"127.0.0.1:8125\"")
+        })
     }
-    text.parse().map(Some).map_err(|_| {
-        format!("{text:?} is neither \"off\" nor an IP:PORT address like \"127.0.0.1:8125\"")
-    })
 }
 
 impl IngestConfig {
@@ -326,6 +329,17 @@ mod tests {
         assert_eq!(config.uds_stream.mode.bits(), 0o600);
         assert_eq!(config.uds_stream.max_connections, 4);
         config.validate().unwrap();
+    }
+
+    #[test]
+    fn listen_values_parse_like_the_cli_flag() {
+        assert_eq!(UdpConfig::parse_listen(" OFF "), Ok(None));
+        assert_eq!(
+            UdpConfig::parse_listen("[::1]:9125"),
+            Ok(Some("[::1]:9125".parse().unwrap()))
+        );
+        let err = UdpConfig::parse_listen("localhost:8125").unwrap_err();
+        assert!(err.contains("IP:PORT"), "{err}");
     }
 
     #[test]
