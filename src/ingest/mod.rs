@@ -1,1 +1,145 @@
-//! Socket receivers: UDP, Unix datagram and Unix stream.
+//! Socket receivers: UDP, Unix datagram and Unix stream, plus the matching client.
+//!
+//! The receivers read bytes and hand them, untouched, to a [`PacketHandler`]; they never
+//! parse. One handler is created per receive thread (and per stream connection) by the
+//! factory given to [`start`], so the engine can keep per-thread state without locks.
+//!
+//! # Layout
+//!
+//! | module | job |
+//! | --- | --- |
+//! | `config` | [`IngestConfig`] and its three parts, serde with `deny_unknown_fields`, validation |
+//! | `error` | [`ListenError`]: which transport, which address or path, which step failed |
+//! | `stats` | [`IngestStats`]: per-transport atomics and [`TransportSnapshot`] |
+//! | `receivers` | [`start`] and [`Receivers`]: thread spawning and the shutdown order |
+//! | `worker` | what every receive thread shares: stop flag, idle clock, rate-limited logs |
+//! | `datagram` | the receive loop for UDP and Unix datagram sockets, `SO_RCVBUF` set-up |
+//! | `udp` | binding one or several (`SO_REUSEPORT`) UDP sockets |
+//! | `unix_path` | the socket-file rules: stale check, bind without a loose-permission window, cleanup |
+//! | `unix_datagram` | the Unix datagram socket |
+//! | `unix_stream` | accept loop and one thread per connection |
+//! | `framing` | DogStatsD stream framing (4-byte little-endian length prefix), bounded buffer |
+//! | `sys` | the only `unsafe` code: `recvmsg`, `recvmmsg`, `SO_RCVBUFFORCE`, `SO_MEMINFO` |
+//! | [`client`] | sending lines over the three transports (`countersink send`, tests, load tools) |
+//!
+//! # Threading model
+//!
+//! Plain blocking OS threads, not async tasks: a receive loop is a hot loop of system calls
+//! whose only job is to empty the kernel queue quickly, and a dedicated thread never waits
+//! behind a flush or another task (bioyino and brubeck do the same).
+//!
+//! - UDP: `threads` sockets bound to the same address with `SO_REUSEPORT` (only when
+//!   `threads > 1`), one thread each; the kernel spreads senders over them by 4-tuple hash.
+//! - Unix datagram: one socket, one thread.
+//! - Unix stream: one accept thread, plus one thread per connection, at most
+//!   `max_connections`; further connections are accepted and closed at once, and counted.
+//!
+//! Every thread uses a read timeout of [`IDLE_INTERVAL`], which is how it notices shutdown
+//! without burning CPU, and calls [`PacketHandler::idle`] at least that often.
+//!
+//! # Shutdown
+//!
+//! [`Receivers::shutdown`]: remove our socket files (so no new sender can reach us), raise the
+//! stop flag, then each thread reads what the kernel already holds without blocking until the
+//! queue is empty (bounded by [`MAX_DRAIN`]), calls `idle()` one last time and exits; the
+//! threads are joined. Stream connections waiting in the listen backlog are accepted and
+//! drained too.
+
+pub mod client;
+mod config;
+mod datagram;
+mod error;
+mod framing;
+mod receivers;
+mod stats;
+mod sys;
+mod udp;
+mod unix_datagram;
+mod unix_path;
+mod unix_stream;
+mod worker;
+
+#[cfg(test)]
+mod tests;
+
+use std::time::Duration;
+
+pub use config::{
+    DEFAULT_BATCH_SIZE, DEFAULT_RECV_BUFFER_BYTES, DEFAULT_SOCKET_MODE, DEFAULT_UDP_LISTEN,
+    IngestConfig, SocketMode, UdpConfig, UnixDatagramConfig, UnixStreamConfig,
+};
+pub use error::{ListenError, Step};
+pub use receivers::{Receivers, start};
+pub use stats::{IngestSnapshot, IngestStats, TransportSnapshot};
+
+/// Read timeout of every receive thread, and the longest time between two calls of
+/// [`PacketHandler::idle`] while a receiver runs.
+pub const IDLE_INTERVAL: Duration = Duration::from_millis(100);
+
+/// Longest time one receive thread keeps draining at shutdown when senders keep the queue
+/// non-empty; what is still queued after that is dropped with the socket.
+pub const MAX_DRAIN: Duration = Duration::from_secs(1);
+
+/// Largest datagram accepted whole: 64 KiB. Longer Unix datagrams are counted as truncated
+/// and dropped (a UDP payload is at most 65,507 bytes, so UDP never reaches it).
+pub const MAX_DATAGRAM_BYTES: usize = 64 * 1024;
+
+/// Receives every datagram (or stream message) a receiver reads.
+///
+/// One handler lives on one receive thread (or one stream connection) for its whole life, so
+/// it can keep state without locks and publish it from [`idle`](PacketHandler::idle).
+pub trait PacketHandler: Send + 'static {
+    /// One datagram or one length-framed stream message, as received (never a truncated one).
+    fn handle(&mut self, packet: &[u8]);
+
+    /// Called at least every [`IDLE_INTERVAL`] while the receiver runs: when the read times
+    /// out on a quiet socket, and between reads on a busy one. Called once more just before
+    /// the receiver exits (after the shutdown drain, or when a stream connection closes),
+    /// so per-thread state can be published.
+    fn idle(&mut self) {}
+}
+
+impl<H: PacketHandler + ?Sized> PacketHandler for Box<H> {
+    fn handle(&mut self, packet: &[u8]) {
+        (**self).handle(packet);
+    }
+
+    fn idle(&mut self) {
+        (**self).idle();
+    }
+}
+
+/// Which kind of socket a packet came from; the `transport` label of the ingest metrics.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Transport {
+    /// UDP datagrams.
+    Udp,
+    /// Unix datagram socket (`SOCK_DGRAM`).
+    UnixDatagram,
+    /// Unix stream socket with DogStatsD length-prefix framing.
+    UnixStream,
+}
+
+impl Transport {
+    /// Every transport, in label order.
+    pub const ALL: [Transport; 3] = [
+        Transport::Udp,
+        Transport::UnixDatagram,
+        Transport::UnixStream,
+    ];
+
+    /// The metric label value: `udp`, `uds` or `uds_stream` (the names of the CLI flags).
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Transport::Udp => "udp",
+            Transport::UnixDatagram => "uds",
+            Transport::UnixStream => "uds_stream",
+        }
+    }
+}
+
+impl std::fmt::Display for Transport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}

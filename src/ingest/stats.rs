@@ -1,0 +1,148 @@
+//! Per-transport receive counters: plain relaxed atomics, added once per system call (not
+//! per datagram), each transport on its own cache line.
+//!
+//! Suggested Prometheus names (bounded labels):
+//!
+//! | field | metric |
+//! | --- | --- |
+//! | `packets` | `countersink_ingest_packets_total{transport}` |
+//! | `bytes` | `countersink_ingest_bytes_total{transport}` |
+//! | `receive_errors` | `countersink_ingest_receive_errors_total{transport}` |
+//! | `truncated`, `oversized`, `partial` | `countersink_ingest_packets_dropped_total{transport,reason}` |
+//! | `kernel_drops` | `countersink_ingest_kernel_drops_total{transport}` |
+//! | `connections_accepted`, `connections_refused` | `countersink_ingest_connections_total{result}` |
+//! | `connections_open` | `countersink_ingest_connections_open` |
+//! | `recv_buffer_bytes` | `countersink_ingest_recv_buffer_bytes{transport}` |
+
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+
+use crossbeam_utils::CachePadded;
+
+use super::Transport;
+
+/// Counters of all transports. Shared (`Arc`) between the receive threads and readers.
+#[derive(Debug, Default)]
+pub struct IngestStats {
+    udp: CachePadded<TransportStats>,
+    uds: CachePadded<TransportStats>,
+    uds_stream: CachePadded<TransportStats>,
+}
+
+impl IngestStats {
+    /// The live counters of one transport.
+    pub(super) fn get(&self, transport: Transport) -> &TransportStats {
+        match transport {
+            Transport::Udp => &self.udp,
+            Transport::UnixDatagram => &self.uds,
+            Transport::UnixStream => &self.uds_stream,
+        }
+    }
+
+    /// A copy of one transport's counters.
+    pub fn transport(&self, transport: Transport) -> TransportSnapshot {
+        self.get(transport).snapshot()
+    }
+
+    /// A copy of every transport's counters.
+    pub fn snapshot(&self) -> IngestSnapshot {
+        IngestSnapshot {
+            udp: self.udp.snapshot(),
+            uds: self.uds.snapshot(),
+            uds_stream: self.uds_stream.snapshot(),
+        }
+    }
+}
+
+/// A copy of every transport's counters.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct IngestSnapshot {
+    /// UDP.
+    pub udp: TransportSnapshot,
+    /// Unix datagram.
+    pub uds: TransportSnapshot,
+    /// Unix stream.
+    pub uds_stream: TransportSnapshot,
+}
+
+impl IngestSnapshot {
+    /// One transport's counters.
+    pub fn get(&self, transport: Transport) -> &TransportSnapshot {
+        match transport {
+            Transport::Udp => &self.udp,
+            Transport::UnixDatagram => &self.uds,
+            Transport::UnixStream => &self.uds_stream,
+        }
+    }
+}
+
+/// One transport's counters at one instant. All are totals since start except
+/// `connections_open` and `recv_buffer_bytes`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct TransportSnapshot {
+    /// Datagrams (or stream messages) handed to a handler.
+    pub packets: u64,
+    /// Bytes received: datagram payloads, or stream bytes including length prefixes.
+    pub bytes: u64,
+    /// Failed receive or accept calls (other than timeouts and interruptions).
+    pub receive_errors: u64,
+    /// Datagrams longer than 64 KiB, dropped whole (datagram transports).
+    pub truncated: u64,
+    /// Stream messages longer than `max_message_bytes`; each closed its connection.
+    pub oversized: u64,
+    /// Stream connections that ended in the middle of a message (the partial one is dropped).
+    pub partial: u64,
+    /// Datagrams the kernel dropped because the socket's receive queue was full
+    /// (`SO_MEMINFO` drops, sampled every idle interval; Linux only, 0 elsewhere).
+    pub kernel_drops: u64,
+    /// Stream connections accepted and served.
+    pub connections_accepted: u64,
+    /// Stream connections closed at once because `max_connections` were open.
+    pub connections_refused: u64,
+    /// Stream connections open now.
+    pub connections_open: u64,
+    /// Effective `SO_RCVBUF` of the socket as the kernel reports it (Linux reports twice the
+    /// requested size, the extra half being its bookkeeping allowance). 0 if not listening.
+    pub recv_buffer_bytes: u64,
+}
+
+/// Live counters of one transport.
+#[derive(Debug, Default)]
+pub(super) struct TransportStats {
+    pub(super) packets: AtomicU64,
+    pub(super) bytes: AtomicU64,
+    pub(super) receive_errors: AtomicU64,
+    pub(super) truncated: AtomicU64,
+    pub(super) oversized: AtomicU64,
+    pub(super) partial: AtomicU64,
+    pub(super) kernel_drops: AtomicU64,
+    pub(super) connections_accepted: AtomicU64,
+    pub(super) connections_refused: AtomicU64,
+    pub(super) connections_open: AtomicU64,
+    pub(super) recv_buffer_bytes: AtomicU64,
+}
+
+impl TransportStats {
+    /// Adds `n` to a counter; a no-op for 0 so idle paths do not touch the cache line.
+    #[inline]
+    pub(super) fn add(counter: &AtomicU64, n: u64) {
+        if n != 0 {
+            counter.fetch_add(n, Relaxed);
+        }
+    }
+
+    fn snapshot(&self) -> TransportSnapshot {
+        TransportSnapshot {
+            packets: self.packets.load(Relaxed),
+            bytes: self.bytes.load(Relaxed),
+            receive_errors: self.receive_errors.load(Relaxed),
+            truncated: self.truncated.load(Relaxed),
+            oversized: self.oversized.load(Relaxed),
+            partial: self.partial.load(Relaxed),
+            kernel_drops: self.kernel_drops.load(Relaxed),
+            connections_accepted: self.connections_accepted.load(Relaxed),
+            connections_refused: self.connections_refused.load(Relaxed),
+            connections_open: self.connections_open.load(Relaxed),
+            recv_buffer_bytes: self.recv_buffer_bytes.load(Relaxed),
+        }
+    }
+}

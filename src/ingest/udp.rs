@@ -1,0 +1,66 @@
+//! Binding the UDP socket(s).
+
+use std::net::SocketAddr;
+
+use socket2::{Domain, Protocol, Socket, Type};
+
+use super::datagram::set_recv_buffer;
+use super::{IDLE_INTERVAL, ListenError, Step, Transport, UdpConfig};
+
+/// The bound UDP sockets, one per receive thread.
+pub(super) struct UdpSockets {
+    pub(super) sockets: Vec<Socket>,
+    pub(super) local_addr: SocketAddr,
+    pub(super) recv_buffer_bytes: usize,
+}
+
+/// Binds `config.threads` sockets to `addr`. With more than one, every socket sets
+/// `SO_REUSEPORT` and the kernel spreads senders over them; with one it does not, so a second
+/// instance on the same port fails with "address in use" instead of silently sharing traffic.
+/// Port 0 binds the first socket to a free port and the others to the same one.
+pub(super) fn bind(config: &UdpConfig, addr: SocketAddr) -> Result<UdpSockets, ListenError> {
+    let address = addr.to_string();
+    let fail = |step: Step| {
+        let address = address.clone();
+        move |e| ListenError::io(Transport::Udp, address, step, e)
+    };
+    let threads = config.threads.max(1);
+    let mut sockets = Vec::with_capacity(threads);
+    let mut bind_addr = addr;
+    let mut warned = false;
+    let mut recv_buffer_bytes = 0;
+    for i in 0..threads {
+        // socket2 sets close-on-exec on creation.
+        let socket = Socket::new(Domain::for_address(addr), Type::DGRAM, Some(Protocol::UDP))
+            .map_err(fail(Step::CreateSocket))?;
+        if threads > 1 {
+            socket
+                .set_reuse_port(true)
+                .map_err(fail(Step::SetOption("SO_REUSEPORT")))?;
+        }
+        recv_buffer_bytes = set_recv_buffer(
+            &socket,
+            config.recv_buffer_bytes,
+            Transport::Udp,
+            &address,
+            &mut warned,
+        )?;
+        socket
+            .set_read_timeout(Some(IDLE_INTERVAL))
+            .map_err(fail(Step::SetOption("SO_RCVTIMEO")))?;
+        socket.bind(&bind_addr.into()).map_err(fail(Step::Bind))?;
+        if i == 0 {
+            bind_addr = socket
+                .local_addr()
+                .map_err(fail(Step::Inspect))?
+                .as_socket()
+                .ok_or_else(|| fail(Step::Inspect)(std::io::ErrorKind::InvalidData.into()))?;
+        }
+        sockets.push(socket);
+    }
+    Ok(UdpSockets {
+        sockets,
+        local_addr: bind_addr,
+        recv_buffer_bytes,
+    })
+}
