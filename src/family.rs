@@ -250,6 +250,11 @@ impl Families {
         self.defs.iter()
     }
 
+    /// The configured family and column index a metric name is mapped to.
+    pub fn column_of(&self, name: &str) -> Option<(FamilyId, usize)> {
+        self.by_metric.get(name).copied()
+    }
+
     /// Whether counters matching no configured family are kept.
     pub fn generic_enabled(&self) -> bool {
         self.generic_enabled

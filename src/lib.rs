@@ -8,7 +8,11 @@
 pub mod line;
 
 #[cfg(feature = "sidecar")]
+pub mod cli;
+#[cfg(feature = "sidecar")]
 pub mod ingest;
+#[cfg(feature = "sidecar")]
+pub mod sidecar;
 
 pub mod accounting;
 pub mod aggregate;

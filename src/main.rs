@@ -1,3 +1,5 @@
-//! The `countersink` command: sidecar, dev mode and operator tools.
+//! The `countersink` command: sidecar, dev mode and operator tools (see `countersink --help`).
 
-fn main() {}
+fn main() -> std::process::ExitCode {
+    countersink::cli::main()
+}

@@ -6,6 +6,7 @@
 //! checked settings or a [`ConfigError`] that names the offending field.
 
 pub mod duration;
+pub mod listen;
 mod validate;
 
 use std::collections::BTreeMap;
@@ -14,10 +15,11 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+
 pub use self::validate::ConfigError;
 
 /// The whole configuration file.
-#[derive(Clone, Debug, Default, PartialEq, Deserialize, Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct Config {
     /// How the Cassandra/ScyllaDB cluster is reached.
@@ -33,6 +35,73 @@ pub struct Config {
     /// Configured families: metric names mapped to counter columns of your own tables.
     #[serde(rename = "family")]
     pub families: Vec<FamilyConfig>,
+    /// The sidecar's receivers: `[ingest.udp]`, `[ingest.uds]`, `[ingest.uds_stream]`.
+    #[cfg(feature = "sidecar")]
+    pub ingest: crate::ingest::IngestConfig,
+    /// The sidecar's HTTP endpoint.
+    pub metrics: MetricsConfig,
+    /// Logging.
+    pub log: LogConfig,
+}
+
+/// `[metrics]`: the HTTP endpoint of `/metrics`, `/healthz` and `/readyz`.
+#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct MetricsConfig {
+    /// Address, `"IP:PORT"`, or `"off"`. Default `"127.0.0.1:9102"`.
+    #[serde(deserialize_with = "listen::deserialize")]
+    pub listen: Option<std::net::SocketAddr>,
+}
+
+impl Default for MetricsConfig {
+    fn default() -> Self {
+        MetricsConfig {
+            listen: Some(std::net::SocketAddr::from(([127, 0, 0, 1], 9102))),
+        }
+    }
+}
+
+/// `[log]`: structured logs on stderr.
+#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct LogConfig {
+    /// `"text"` or `"json"`. Default `"text"`.
+    pub format: LogFormat,
+    /// A `tracing` filter such as `"info"` or `"countersink=debug,info"`; `COUNTERSINK_LOG`
+    /// or `RUST_LOG` in the environment override it. Default `"info"`.
+    pub filter: String,
+}
+
+impl Default for LogConfig {
+    fn default() -> Self {
+        LogConfig {
+            format: LogFormat::Text,
+            filter: "info".into(),
+        }
+    }
+}
+
+/// Log line format.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LogFormat {
+    /// Human-readable lines.
+    #[default]
+    Text,
+    /// One JSON object per line.
+    Json,
+}
+
+impl std::str::FromStr for LogFormat {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<Self, String> {
+        match text {
+            "text" => Ok(LogFormat::Text),
+            "json" => Ok(LogFormat::Json),
+            other => Err(format!("`{other}` is not a log format (text or json)")),
+        }
+    }
 }
 
 impl Config {

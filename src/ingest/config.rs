@@ -48,7 +48,7 @@ pub struct IngestConfig {
 pub struct UdpConfig {
     /// Address to listen on, `"IP:PORT"`, or `"off"` (`None`) to disable UDP.
     /// Defaults to `"127.0.0.1:8125"`. Port 0 picks a free port (tests).
-    #[serde(deserialize_with = "deserialize_listen")]
+    #[serde(deserialize_with = "crate::config::listen::deserialize")]
     pub listen: Option<SocketAddr>,
     /// Receive threads, one socket each (`SO_REUSEPORT` when more than 1). The kernel spreads
     /// senders over the sockets by address hash, so one sender always lands on one thread.
@@ -195,27 +195,6 @@ impl<'de> Deserialize<'de> for SocketMode {
     }
 }
 
-fn deserialize_listen<'de, D: Deserializer<'de>>(
-    deserializer: D,
-) -> Result<Option<SocketAddr>, D::Error> {
-    let text = String::deserialize(deserializer)?;
-    UdpConfig::parse_listen(&text).map_err(de::Error::custom)
-}
-
-impl UdpConfig {
-    /// Parses a listen value as the config file and `--udp` take it: `"off"` (`None`) or
-    /// `"IP:PORT"`. The error says what was expected.
-    pub fn parse_listen(text: &str) -> Result<Option<SocketAddr>, String> {
-        let text = text.trim();
-        if text.eq_ignore_ascii_case("off") {
-            return Ok(None);
-        }
-        text.parse().map(Some).map_err(|_| {
-            format!("{text:?} is neither \"off\" nor an IP:PORT address like \"127.0.0.1:8125\"")
-        })
-    }
-}
-
 impl IngestConfig {
     /// Checks every range. [`start`](super::start) calls it first.
     pub fn validate(&self) -> Result<(), ListenError> {
@@ -333,12 +312,10 @@ mod tests {
 
     #[test]
     fn listen_values_parse_like_the_cli_flag() {
-        assert_eq!(UdpConfig::parse_listen(" OFF "), Ok(None));
-        assert_eq!(
-            UdpConfig::parse_listen("[::1]:9125"),
-            Ok(Some("[::1]:9125".parse().unwrap()))
-        );
-        let err = UdpConfig::parse_listen("localhost:8125").unwrap_err();
+        use crate::config::listen::parse;
+        assert_eq!(parse(" OFF "), Ok(None));
+        assert_eq!(parse("[::1]:9125"), Ok(Some("[::1]:9125".parse().unwrap())));
+        let err = parse("localhost:8125").unwrap_err();
         assert!(err.contains("IP:PORT"), "{err}");
     }
 

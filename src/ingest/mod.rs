@@ -109,37 +109,5 @@ impl<H: PacketHandler + ?Sized> PacketHandler for Box<H> {
     }
 }
 
-/// Which kind of socket a packet came from; the `transport` label of the ingest metrics.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Transport {
-    /// UDP datagrams.
-    Udp,
-    /// Unix datagram socket (`SOCK_DGRAM`).
-    UnixDatagram,
-    /// Unix stream socket with DogStatsD length-prefix framing.
-    UnixStream,
-}
-
-impl Transport {
-    /// Every transport, in label order.
-    pub const ALL: [Transport; 3] = [
-        Transport::Udp,
-        Transport::UnixDatagram,
-        Transport::UnixStream,
-    ];
-
-    /// The metric label value: `udp`, `uds` or `uds_stream` (the names of the CLI flags).
-    pub const fn as_str(self) -> &'static str {
-        match self {
-            Transport::Udp => "udp",
-            Transport::UnixDatagram => "uds",
-            Transport::UnixStream => "uds_stream",
-        }
-    }
-}
-
-impl std::fmt::Display for Transport {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
+/// The transports; defined with the engine's counters, which are kept per transport.
+pub use crate::aggregate::Transport;

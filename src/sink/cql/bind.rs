@@ -15,7 +15,7 @@ use super::schema::KeyType;
 pub type RowValues = Vec<MaybeUnset<CqlValue>>;
 
 /// Converts a tag value to the key column's type.
-fn key_value(text: &str, typ: KeyType) -> Result<CqlValue, String> {
+pub fn key_value(text: &str, typ: KeyType) -> Result<CqlValue, String> {
     let bad = |what: &str| format!("key value `{text}` is not a valid {what}");
     Ok(match typ {
         KeyType::Text => CqlValue::Text(text.to_owned()),

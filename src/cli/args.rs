@@ -1,0 +1,119 @@
+//! Flags shared by `serve` and `dev`, and how they override the config file.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::Args;
+
+use crate::config::{Config, ConfigError, duration};
+
+use super::Failure;
+
+/// A listen address or `off`, as a flag value.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct Listen(pub(super) Option<SocketAddr>);
+
+fn listen(text: &str) -> Result<Listen, String> {
+    crate::config::listen::parse(text).map(Listen)
+}
+
+fn parse_duration(text: &str) -> Result<Duration, String> {
+    duration::parse(text)
+}
+
+/// The flags of `serve` (and, with more, of `dev`).
+#[derive(Debug, Args)]
+pub(super) struct ServeArgs {
+    /// Config file (TOML).
+    #[arg(long, env = "COUNTERSINK_CONFIG", value_name = "FILE")]
+    pub(super) config: Option<PathBuf>,
+    /// UDP address to receive on, or `off` [default: 127.0.0.1:8125].
+    #[arg(long, env = "COUNTERSINK_UDP", value_name = "ADDR", value_parser = listen)]
+    pub(super) udp: Option<Listen>,
+    /// Unix datagram socket to receive on.
+    #[arg(long, env = "COUNTERSINK_UDS", value_name = "PATH")]
+    pub(super) uds: Option<PathBuf>,
+    /// Unix stream socket to receive on (DogStatsD length-prefix framing).
+    #[arg(long = "uds-stream", env = "COUNTERSINK_UDS_STREAM", value_name = "PATH")]
+    pub(super) uds_stream: Option<PathBuf>,
+    /// HTTP address of /metrics, /healthz and /readyz, or `off` [default: 127.0.0.1:9102].
+    #[arg(long, env = "COUNTERSINK_METRICS", value_name = "ADDR", value_parser = listen)]
+    pub(super) metrics: Option<Listen>,
+    /// A contact point of the cluster; repeat for several (env: comma-separated).
+    #[arg(long = "contact-point", env = "COUNTERSINK_CONTACT_POINTS", value_name = "HOST:PORT", value_delimiter = ',')]
+    pub(super) contact_points: Vec<String>,
+    /// Keyspace of the generic tables.
+    #[arg(long, env = "COUNTERSINK_KEYSPACE", value_name = "KS")]
+    pub(super) keyspace: Option<String>,
+    /// Local data centre, for DC-aware load balancing.
+    #[arg(long = "local-dc", env = "COUNTERSINK_LOCAL_DC", value_name = "DC")]
+    pub(super) local_dc: Option<String>,
+    /// Time between flushes, like `5s` or `250ms`.
+    #[arg(long = "flush-interval", env = "COUNTERSINK_FLUSH_INTERVAL", value_name = "DURATION", value_parser = parse_duration)]
+    pub(super) flush_interval: Option<Duration>,
+    /// State directory (outcome logs, spill file).
+    #[arg(long = "state-dir", env = "COUNTERSINK_STATE_DIR", value_name = "DIR")]
+    pub(super) state_dir: Option<PathBuf>,
+    /// Log format: `text` or `json`.
+    #[arg(long = "log-format", env = "COUNTERSINK_LOG_FORMAT", value_name = "FORMAT")]
+    pub(super) log_format: Option<crate::config::LogFormat>,
+}
+
+impl ServeArgs {
+    /// The configuration: the file (or defaults), then environment and flags on top.
+    pub(super) fn load(&self) -> Result<Config, Failure> {
+        let mut config = match &self.config {
+            Some(path) => Config::from_file(path).map_err(Failure::usage)?,
+            None => Config::default(),
+        };
+        self.apply(&mut config);
+        config.validate().map_err(Failure::usage)?;
+        config.ingest.validate().map_err(Failure::usage)?;
+        Ok(config)
+    }
+
+    fn apply(&self, config: &mut Config) {
+        if let Some(Listen(udp)) = self.udp {
+            config.ingest.udp.listen = udp;
+        }
+        if let Some(path) = &self.uds {
+            config.ingest.uds.path = Some(path.clone());
+        }
+        if let Some(path) = &self.uds_stream {
+            config.ingest.uds_stream.path = Some(path.clone());
+        }
+        if let Some(Listen(metrics)) = self.metrics {
+            config.metrics.listen = metrics;
+        }
+        if !self.contact_points.is_empty() {
+            config.store.contact_points = self.contact_points.clone();
+        }
+        if let Some(keyspace) = &self.keyspace {
+            config.store.keyspace = keyspace.clone();
+        }
+        if let Some(dc) = &self.local_dc {
+            config.store.local_dc = Some(dc.clone());
+        }
+        if let Some(interval) = self.flush_interval {
+            config.flush.interval = interval;
+            // Keep the default jitter valid for short intervals.
+            if config.flush.jitter >= interval {
+                config.flush.jitter = interval / 10;
+            }
+        }
+        if let Some(dir) = &self.state_dir {
+            config.state.dir = dir.clone();
+        }
+        if let Some(format) = self.log_format {
+            config.log.format = format;
+        }
+    }
+}
+
+/// Maps a configuration error to exit code 2.
+impl From<ConfigError> for Failure {
+    fn from(error: ConfigError) -> Failure {
+        Failure::usage(error)
+    }
+}

@@ -1,0 +1,92 @@
+//! A CQL sink that connects in the background.
+//!
+//! A sidecar must start receiving even when the cluster is briefly unreachable (a rolling
+//! restart, a slow DNS): refusing datagrams would lose them. Until the session is up,
+//! every write is "not applied, transient" — re-queued, and spilled if it stays that way
+//! past `flush.requeue_max_age` — and `/readyz` says not ready. A schema mismatch, on
+//! the other hand, is a configuration error that retrying cannot fix: it is reported
+//! once, and the sidecar stops with exit code 2.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::{OnceCell, watch};
+
+use crate::config::StoreConfig;
+use crate::flush::{Failure, Outcome, PartitionWrite};
+use crate::sink::Sink;
+use crate::sink::cql::{CqlSink, CqlSinkError};
+
+/// The CQL sink once connected; "not connected" until then.
+#[derive(Clone, Default)]
+pub struct LazyCqlSink {
+    inner: Arc<OnceCell<CqlSink>>,
+}
+
+/// How the background connection ended when it did not connect.
+#[derive(Debug)]
+pub enum ConnectFailure {
+    /// The tables do not match the configuration (or a statement does not prepare).
+    Fatal(CqlSinkError),
+}
+
+impl LazyCqlSink {
+    /// Whether the session is up and every table was found.
+    pub fn is_connected(&self) -> bool {
+        self.inner.get().is_some_and(|sink| {
+            sink.session()
+                .get_cluster_state()
+                .get_nodes_info()
+                .iter()
+                .any(|node| node.is_connected())
+        })
+    }
+
+    /// The connected sink, if any.
+    pub fn get(&self) -> Option<&CqlSink> {
+        self.inner.get()
+    }
+
+    /// Tries to connect until it succeeds, a fatal error occurs, or `stop` turns true.
+    /// Waits between attempts, doubling from 500 ms up to 30 s.
+    pub async fn connect_until(
+        &self,
+        store: StoreConfig,
+        engine: Arc<crate::engine::Engine>,
+        mut stop: watch::Receiver<bool>,
+    ) -> Result<(), ConnectFailure> {
+        let mut wait = Duration::from_millis(500);
+        loop {
+            match CqlSink::connect(&store, engine.families()).await {
+                Ok(sink) => {
+                    let _ = self.inner.set(sink);
+                    tracing::info!(contact_points = ?store.contact_points, "Connected to the store; every configured table checked.");
+                    return Ok(());
+                }
+                Err(error @ (CqlSinkError::Schema(_) | CqlSinkError::Prepare { .. })) => {
+                    return Err(ConnectFailure::Fatal(error));
+                }
+                Err(error) => {
+                    tracing::warn!(%error, retry_in = ?wait, "Cannot reach the store yet; buffering meanwhile.");
+                }
+            }
+            tokio::select! {
+                _ = tokio::time::sleep(wait) => {}
+                _ = stop.wait_for(|s| *s) => return Ok(()),
+            }
+            wait = (wait * 2).min(Duration::from_secs(30));
+        }
+    }
+}
+
+impl Sink for LazyCqlSink {
+    async fn write(&self, write: &PartitionWrite) -> Outcome {
+        match self.inner.get() {
+            Some(sink) => sink.write(write).await,
+            None => Outcome::NotAppliedTransient(Failure::new(
+                "not_connected",
+                "no session to the store yet; nothing was sent",
+            )),
+        }
+    }
+}

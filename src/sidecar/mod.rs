@@ -1,0 +1,236 @@
+//! The sidecar: receivers, engine, flusher and HTTP endpoints in one process.
+//!
+//! Start order: open the state directory (replaying its spill), bind the sockets and the
+//! HTTP port (a bad address fails here, before anything runs), start receiving, and
+//! connect to the store in the background (see [`lazy`]). Stop order (SIGTERM/SIGINT):
+//! stop the receivers after draining what the kernel already holds, run the final flush
+//! with its deadline, then stop HTTP.
+
+pub mod handler;
+pub mod http;
+pub mod ingest_metrics;
+pub mod lazy;
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+use crate::config::{Config, ConfigError};
+use crate::engine::Engine;
+use crate::flush::FlushReport;
+use crate::ingest::{self, ListenError, Receivers};
+use crate::metrics::Metrics;
+use crate::pipeline::{Pipeline, StartError};
+
+use self::handler::EngineHandler;
+use self::lazy::{ConnectFailure, LazyCqlSink};
+
+/// Why the sidecar could not start (or had to stop).
+#[derive(Debug, thiserror::Error)]
+pub enum SidecarError {
+    /// Invalid configuration (exit code 2).
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    /// A socket could not be bound (exit code 2).
+    #[error(transparent)]
+    Listen(#[from] ListenError),
+    /// The metrics address could not be bound (exit code 2).
+    #[error("cannot listen for HTTP on {addr}: {error}")]
+    Http {
+        /// The address.
+        addr: SocketAddr,
+        /// The error.
+        error: std::io::Error,
+    },
+    /// The state directory, or something else at start (exit code 1).
+    #[error(transparent)]
+    Start(#[from] StartError),
+    /// The configured tables do not match the store (exit code 2).
+    #[error("the store's schema does not match the configuration: {0}")]
+    Schema(String),
+}
+
+impl SidecarError {
+    /// The process exit code for this error: 2 for configuration and arguments (including
+    /// addresses that cannot be bound and tables that do not match), 1 otherwise.
+    pub fn exit_code(&self) -> u8 {
+        match self {
+            SidecarError::Config(_) | SidecarError::Listen(_) | SidecarError::Http { .. } | SidecarError::Schema(_) => 2,
+            SidecarError::Start(StartError::Config(_)) => 2,
+            SidecarError::Start(_) => 1,
+        }
+    }
+}
+
+/// A running sidecar.
+pub struct Sidecar {
+    engine: Arc<Engine>,
+    pipeline: Pipeline,
+    receivers: Option<Receivers>,
+    sink: LazyCqlSink,
+    metrics: Arc<Metrics>,
+    http: Option<(SocketAddr, JoinHandle<()>)>,
+    stop: watch::Sender<bool>,
+    fatal: watch::Receiver<Option<String>>,
+    connect: JoinHandle<()>,
+}
+
+/// Where a running sidecar listens.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Bound {
+    /// UDP address, if on.
+    pub udp: Option<SocketAddr>,
+    /// Unix datagram socket, if on.
+    pub uds: Option<PathBuf>,
+    /// Unix stream socket, if on.
+    pub uds_stream: Option<PathBuf>,
+    /// HTTP address, if on.
+    pub metrics: Option<SocketAddr>,
+}
+
+impl Sidecar {
+    /// Starts everything. Must run inside a tokio runtime.
+    pub async fn start(config: &Config) -> Result<Sidecar, SidecarError> {
+        config.validate()?;
+        config.ingest.validate()?;
+        let engine = Arc::new(Engine::new(config)?);
+        let sink = LazyCqlSink::default();
+        let pipeline = Pipeline::start_with(engine.clone(), config, sink.clone()).await?;
+        let metrics = Arc::new(Metrics::new(engine.clone(), pipeline.ledger().clone()).map_err(|e| {
+            StartError::Config(ConfigError::invalid("metrics", e.to_string()))
+        })?);
+
+        let handler_engine = engine.clone();
+        let receivers = match ingest::start(&config.ingest, move |transport| EngineHandler::new(handler_engine.clone(), transport.into())) {
+            Ok(receivers) => receivers,
+            Err(error) => {
+                let mut pipeline = pipeline;
+                pipeline.shutdown().await;
+                return Err(error.into());
+            }
+        };
+        // The receivers' counters join the same registry.
+        let _ = metrics
+            .registry()
+            .register(Box::new(ingest_metrics::IngestCollector::new(receivers.stats())));
+
+        let (stop, stop_rx) = watch::channel(false);
+        let http = match config.metrics.listen {
+            None => None,
+            Some(addr) => {
+                let listener = match http::bind(addr).await {
+                    Ok(listener) => listener,
+                    Err(error) => {
+                        receivers.shutdown_async().await;
+                        let mut pipeline = pipeline;
+                        pipeline.shutdown().await;
+                        return Err(SidecarError::Http { addr, error });
+                    }
+                };
+                let local = listener.local_addr().unwrap_or(addr);
+                let ready_sink = sink.clone();
+                let state = http::HttpState {
+                    metrics: metrics.clone(),
+                    ready: Arc::new(move || ready_sink.is_connected()),
+                };
+                let mut stopped = stop_rx.clone();
+                let task = tokio::spawn(async move {
+                    let serve = axum::serve(listener, http::router(state))
+                        .with_graceful_shutdown(async move {
+                            let _ = stopped.wait_for(|s| *s).await;
+                        });
+                    if let Err(error) = serve.await {
+                        tracing::error!(%error, "The HTTP endpoint failed.");
+                    }
+                });
+                Some((local, task))
+            }
+        };
+
+        let (fatal_tx, fatal) = watch::channel(None);
+        let connect = {
+            let (sink, store, engine, stop_rx) = (sink.clone(), config.store.clone(), engine.clone(), stop_rx.clone());
+            tokio::spawn(async move {
+                if let Err(ConnectFailure::Fatal(error)) = sink.connect_until(store, engine, stop_rx).await {
+                    tracing::error!(%error, "The store's schema does not match the configuration; stopping.");
+                    let _ = fatal_tx.send(Some(error.to_string()));
+                }
+            })
+        };
+
+        Ok(Sidecar {
+            engine,
+            pipeline,
+            receivers: Some(receivers),
+            sink,
+            metrics,
+            http,
+            stop,
+            fatal,
+            connect,
+        })
+    }
+
+    /// Where it listens (ports chosen by the system when the config said port 0).
+    pub fn bound(&self) -> Bound {
+        let receivers = self.receivers.as_ref();
+        Bound {
+            udp: receivers.and_then(|r| r.udp_local_addr()),
+            uds: receivers.and_then(|r| r.uds_path().map(PathBuf::from)),
+            uds_stream: receivers.and_then(|r| r.uds_stream_path().map(PathBuf::from)),
+            metrics: self.http.as_ref().map(|(addr, _)| *addr),
+        }
+    }
+
+    /// The engine.
+    pub fn engine(&self) -> &Arc<Engine> {
+        &self.engine
+    }
+
+    /// The pipeline (accounting, ledger).
+    pub fn pipeline(&self) -> &Pipeline {
+        &self.pipeline
+    }
+
+    /// The metrics registry.
+    pub fn metrics(&self) -> &Arc<Metrics> {
+        &self.metrics
+    }
+
+    /// Whether the store is connected and its tables checked.
+    pub fn is_ready(&self) -> bool {
+        self.sink.is_connected()
+    }
+
+    /// Resolves when the sidecar must stop on its own (the store's schema does not match),
+    /// with the reason.
+    pub async fn fatal(&mut self) -> String {
+        match self.fatal.wait_for(Option::is_some).await {
+            Ok(reason) => reason.clone().unwrap_or_default(),
+            Err(_) => std::future::pending().await,
+        }
+    }
+
+    /// The fatal reason, if one occurred.
+    pub fn fatal_reason(&self) -> Option<String> {
+        self.fatal.borrow().clone()
+    }
+
+    /// Stops: receivers (after draining the kernel queues), final flush (with the
+    /// deadline), HTTP. Returns the final flush's report.
+    pub async fn shutdown(mut self) -> Option<FlushReport> {
+        if let Some(receivers) = self.receivers.take() {
+            receivers.shutdown_async().await;
+        }
+        let report = self.pipeline.shutdown().await;
+        let _ = self.stop.send(true);
+        self.connect.abort();
+        if let Some((_, task)) = self.http.take() {
+            let _ = task.await;
+        }
+        report
+    }
+}
