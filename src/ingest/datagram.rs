@@ -7,13 +7,21 @@
 //! for the first. `batch_size = 1` reads one datagram per `recvmsg(2)`.
 //!
 //! Measured with `tests/bench/ingest_recv.rs` on the 2-core build VM (receiver pinned to CPU
-//! 0, sender to CPU 1, count-only handler, a pre-filled queue of single-line datagrams, modes
-//! interleaved in each round; two runs of 7 and 9 rounds while other builds kept the load
-//! average at 4-7): `recvmmsg` x32 drained 1.2-1.5x the datagrams per second of `recvmsg`
-//! (ratio of medians 1.46 and 1.19; median of in-round ratios 1.21 in the second run), x64
-//! was no better than x32 within the noise and takes twice the buffer memory, x8 was in
-//! between. Hence the default of 32. Two UDP threads drained 0.7-0.85x of one thread on this
-//! shared 2-core machine, hence the default of 1 thread.
+//! 0, sender to CPU 1, count-only handler, a pre-filled queue of 300k single-line datagrams,
+//! modes interleaved in each round, 9 rounds, medians; ratios to `recvmsg`):
+//!
+//! | mode | load ~1 (one other busy process) | load 4-7 (parallel builds) |
+//! | --- | --- | --- |
+//! | `recvmsg` | 1.00 (897k datagrams/s) | 1.00 (581k/s) |
+//! | `recvmmsg` x8 | 1.39 | 1.01 (in-round 1.27) |
+//! | `recvmmsg` x32 | 1.44 | 1.19 (in-round 1.21) |
+//! | `recvmmsg` x64 | 1.49 | 1.15 (in-round 1.25) |
+//!
+//! x64 is within noise of x32 and takes twice the buffers, hence the default of 32. Two
+//! `SO_REUSEPORT` threads did not drain faster than one (1.01x with `recvmsg`, 0.97x with
+//! x32 at load ~1, worse at load 4-7): on this VM the second core was taken by
+//! other work, so the default is 1 thread; the published anchor for more cores is +30 %
+//! (brubeck) and ~3x with 4 sockets (Cloudflare).
 
 use std::io;
 use std::os::fd::{AsFd, BorrowedFd};
