@@ -35,13 +35,22 @@ pub(super) struct ServeArgs {
     #[arg(long, env = "COUNTERSINK_UDS", value_name = "PATH")]
     pub(super) uds: Option<PathBuf>,
     /// Unix stream socket to receive on (DogStatsD length-prefix framing).
-    #[arg(long = "uds-stream", env = "COUNTERSINK_UDS_STREAM", value_name = "PATH")]
+    #[arg(
+        long = "uds-stream",
+        env = "COUNTERSINK_UDS_STREAM",
+        value_name = "PATH"
+    )]
     pub(super) uds_stream: Option<PathBuf>,
     /// HTTP address of /metrics, /healthz and /readyz, or `off` [default: 127.0.0.1:9102].
     #[arg(long, env = "COUNTERSINK_METRICS", value_name = "ADDR", value_parser = listen)]
     pub(super) metrics: Option<Listen>,
     /// A contact point of the cluster; repeat for several (env: comma-separated).
-    #[arg(long = "contact-point", env = "COUNTERSINK_CONTACT_POINTS", value_name = "HOST:PORT", value_delimiter = ',')]
+    #[arg(
+        long = "contact-point",
+        env = "COUNTERSINK_CONTACT_POINTS",
+        value_name = "HOST:PORT",
+        value_delimiter = ','
+    )]
     pub(super) contact_points: Vec<String>,
     /// Keyspace of the generic tables.
     #[arg(long, env = "COUNTERSINK_KEYSPACE", value_name = "KS")]
@@ -56,7 +65,11 @@ pub(super) struct ServeArgs {
     #[arg(long = "state-dir", env = "COUNTERSINK_STATE_DIR", value_name = "DIR")]
     pub(super) state_dir: Option<PathBuf>,
     /// Log format: `text` or `json`.
-    #[arg(long = "log-format", env = "COUNTERSINK_LOG_FORMAT", value_name = "FORMAT")]
+    #[arg(
+        long = "log-format",
+        env = "COUNTERSINK_LOG_FORMAT",
+        value_name = "FORMAT"
+    )]
     pub(super) log_format: Option<crate::config::LogFormat>,
 }
 

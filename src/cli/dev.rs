@@ -16,7 +16,12 @@ pub(super) struct DevArgs {
     #[command(flatten)]
     serve: ServeArgs,
     /// Address of the embedded CQL store.
-    #[arg(long = "cql-listen", env = "COUNTERSINK_CQL_LISTEN", value_name = "ADDR", default_value = "127.0.0.1:9042")]
+    #[arg(
+        long = "cql-listen",
+        env = "COUNTERSINK_CQL_LISTEN",
+        value_name = "ADDR",
+        default_value = "127.0.0.1:9042"
+    )]
     cql_listen: SocketAddr,
 }
 
@@ -31,11 +36,16 @@ pub(super) async fn run(args: DevArgs) -> Result<(), Failure> {
         ..Default::default()
     })
     .await
-    .map_err(|e| Failure::usage(format!("cannot start the embedded store on {}: {e}", args.cql_listen)))?;
+    .map_err(|e| {
+        Failure::usage(format!(
+            "cannot start the embedded store on {}: {e}",
+            args.cql_listen
+        ))
+    })?;
     for statement in ddl::statements(&config, ddl::DEV_REPLICATION)? {
-        store
-            .execute(None, &statement)
-            .map_err(|e| Failure::other(format!("creating the schema in the embedded store: {e}")))?;
+        store.execute(None, &statement).map_err(|e| {
+            Failure::other(format!("creating the schema in the embedded store: {e}"))
+        })?;
     }
     let cql = store.local_addr();
     config.store.contact_points = vec![cql.to_string()];
@@ -51,7 +61,9 @@ pub(super) async fn run(args: DevArgs) -> Result<(), Failure> {
 }
 
 fn banner(config: &crate::config::Config, cql: SocketAddr, bound: crate::sidecar::Bound) -> String {
-    let program = std::env::args().next().unwrap_or_else(|| "countersink".into());
+    let program = std::env::args()
+        .next()
+        .unwrap_or_else(|| "countersink".into());
     let send_target = match (&bound.udp, &bound.uds, &bound.uds_stream) {
         (Some(udp), _, _) => format!("--udp {udp}"),
         (None, Some(path), _) => format!("--uds {}", path.display()),
@@ -61,7 +73,10 @@ fn banner(config: &crate::config::Config, cql: SocketAddr, bound: crate::sidecar
     let mut text = String::new();
     text.push_str("countersink dev: the sidecar, with an embedded store\n");
     text.push_str(&format!("  {}\n", cqlsim::BANNER));
-    text.push_str(&format!("  CQL store:  {cql} (keyspace {}, schema created)\n", config.store.keyspace));
+    text.push_str(&format!(
+        "  CQL store:  {cql} (keyspace {}, schema created)\n",
+        config.store.keyspace
+    ));
     if let Some(udp) = bound.udp {
         text.push_str(&format!("  UDP:        {udp}\n"));
     }
@@ -76,13 +91,19 @@ fn banner(config: &crate::config::Config, cql: SocketAddr, bound: crate::sidecar
     }
     text.push_str(&format!("  State dir:  {}\n\n", config.state.dir.display()));
     text.push_str("Send a counter line:\n");
-    text.push_str(&format!("  {program} send {send_target} 'page.views:1|c|#page:home'\n"));
+    text.push_str(&format!(
+        "  {program} send {send_target} 'page.views:1|c|#page:home'\n"
+    ));
     text.push_str(&format!(
         "Read it back after the next flush (every {}):\n",
         crate::config::duration::render(config.flush.interval)
     ));
-    text.push_str(&format!("  {program} get --contact-point {cql} page.views --tag page:home\n"));
-    text.push_str(&format!("  {program} get --contact-point {cql} page.views --tag page:home --minutes\n"));
+    text.push_str(&format!(
+        "  {program} get --contact-point {cql} page.views --tag page:home\n"
+    ));
+    text.push_str(&format!(
+        "  {program} get --contact-point {cql} page.views --tag page:home --minutes\n"
+    ));
     text.push_str("Ctrl-C flushes everything and stops.");
     text
 }

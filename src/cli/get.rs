@@ -11,7 +11,7 @@ use crate::aggregate::TableKind;
 use crate::bucket::{self, Day};
 use crate::config::{Config, ShardPlacement};
 use crate::cql_text::{self, STATEMENTS};
-use crate::family::{FamilyDef, Families, TagSet};
+use crate::family::{Families, FamilyDef, TagSet};
 use crate::layout::{Role, TableLayout};
 use crate::sink::cql::{bind, schema, session};
 
@@ -24,7 +24,12 @@ pub(super) struct GetArgs {
     #[arg(long, env = "COUNTERSINK_CONFIG", value_name = "FILE")]
     config: Option<PathBuf>,
     /// A contact point; repeat for several [default: from the config, else 127.0.0.1:9042].
-    #[arg(long = "contact-point", env = "COUNTERSINK_CONTACT_POINTS", value_name = "HOST:PORT", value_delimiter = ',')]
+    #[arg(
+        long = "contact-point",
+        env = "COUNTERSINK_CONTACT_POINTS",
+        value_name = "HOST:PORT",
+        value_delimiter = ','
+    )]
     contact_points: Vec<String>,
     /// Keyspace of the generic tables.
     #[arg(long, env = "COUNTERSINK_KEYSPACE", value_name = "KS")]
@@ -59,21 +64,41 @@ pub(super) async fn run(args: GetArgs) -> Result<(), Failure> {
     let day = match &args.day {
         Some(text) => bucket::parse_date(text)
             .and_then(Day::from_date)
-            .ok_or_else(|| Failure::usage(format!("--day `{text}` is not a date like 2026-11-30")))?,
+            .ok_or_else(|| {
+                Failure::usage(format!("--day `{text}` is not a date like 2026-11-30"))
+            })?,
         None => Day((bucket::unix_secs(std::time::SystemTime::now()) / 86_400) as u32),
     };
-    let tags: Vec<(&str, &str)> = args.tags.iter().map(|t| t.split_once(':').unwrap_or((t.as_str(), ""))).collect();
+    let tags: Vec<(&str, &str)> = args
+        .tags
+        .iter()
+        .map(|t| t.split_once(':').unwrap_or((t.as_str(), "")))
+        .collect();
     let (family, column, keys) = resolve(&families, &args.name, &tags)?;
-    let session = session::connect(&config.store).await.map_err(Failure::other)?;
-    let kind = if args.minutes { TableKind::Minute } else { TableKind::Day };
+    let session = session::connect(&config.store)
+        .await
+        .map_err(Failure::other)?;
+    let kind = if args.minutes {
+        TableKind::Minute
+    } else {
+        TableKind::Day
+    };
     let layout = TableLayout::of(family, kind);
     let per_bucket = read(&session, &layout, family, &column, &keys, day).await?;
     if args.minutes {
         for (minute, value) in per_bucket {
-            println!("{}T{:02}:{:02}Z {value}", bucket::format_date(day.date()), minute / 60, minute % 60);
+            println!(
+                "{}T{:02}:{:02}Z {value}",
+                bucket::format_date(day.date()),
+                minute / 60,
+                minute % 60
+            );
         }
     } else {
-        println!("{}", per_bucket.get(&i64::from(day.0)).copied().unwrap_or(0));
+        println!(
+            "{}",
+            per_bucket.get(&i64::from(day.0)).copied().unwrap_or(0)
+        );
     }
     Ok(())
 }
@@ -88,9 +113,12 @@ fn resolve<'a>(
         let family = families.get(id);
         let mut keys = Vec::new();
         for key in &family.key_columns {
-            let value = tags
-                .value_of(key)
-                .ok_or_else(|| Failure::usage(format!("`{name}` belongs to family `{}`: give --tag {key}:VALUE", family.name)))?;
+            let value = tags.value_of(key).ok_or_else(|| {
+                Failure::usage(format!(
+                    "`{name}` belongs to family `{}`: give --tag {key}:VALUE",
+                    family.name
+                ))
+            })?;
             keys.push(value.to_owned());
         }
         return Ok((family, family.columns[column].clone(), keys));
@@ -120,7 +148,11 @@ async fn read(
         TableKind::Minute => ("select_minutes", "minute"),
         TableKind::Day => ("select_days", "day"),
     };
-    let conditions: Vec<String> = layout.partition_key.iter().map(|(c, _)| format!("{c} = ?")).collect();
+    let conditions: Vec<String> = layout
+        .partition_key
+        .iter()
+        .map(|(c, _)| format!("{c} = ?"))
+        .collect();
     let text = cql_text::statement(
         STATEMENTS,
         statement,
@@ -150,8 +182,13 @@ async fn read(
             .query_unpaged(text.clone(), values)
             .await
             .map_err(|e| Failure::other(format!("{text}: {e}")))?;
-        let rows = result.into_rows_result().map_err(|e| Failure::other(e.to_string()))?;
-        for row in rows.rows::<(CqlValue, Option<Counter>)>().map_err(|e| Failure::other(e.to_string()))? {
+        let rows = result
+            .into_rows_result()
+            .map_err(|e| Failure::other(e.to_string()))?;
+        for row in rows
+            .rows::<(CqlValue, Option<Counter>)>()
+            .map_err(|e| Failure::other(e.to_string()))?
+        {
             let (bucket, value) = row.map_err(|e| Failure::other(e.to_string()))?;
             let bucket = match bucket {
                 CqlValue::SmallInt(minute) => i64::from(minute),

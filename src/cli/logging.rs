@@ -1,5 +1,7 @@
 //! Structured logs with `tracing`: text for people, JSON for log pipelines.
 
+use std::io::IsTerminal;
+
 use tracing_subscriber::EnvFilter;
 
 use crate::config::{LogConfig, LogFormat};
@@ -12,7 +14,10 @@ pub(super) fn init(config: &LogConfig) {
         .or_else(|| std::env::var("RUST_LOG").ok())
         .unwrap_or_else(|| config.filter.clone());
     let filter = EnvFilter::try_new(&filter).unwrap_or_else(|_| EnvFilter::new("info"));
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_ansi(std::io::stderr().is_terminal())
+        .with_writer(std::io::stderr);
     let result = match config.format {
         LogFormat::Json => builder.json().try_init(),
         LogFormat::Text => builder.try_init(),

@@ -86,7 +86,10 @@ pub fn main() -> ExitCode {
             return ExitCode::from(code);
         }
     };
-    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
         Ok(runtime) => runtime,
         Err(error) => {
             eprintln!("countersink: cannot start the runtime: {error}");
@@ -132,7 +135,8 @@ mod tests {
             "countersink get --contact-point 127.0.0.1:9042 --keyspace ks page.views --tag page:home --day 2026-11-30 --minutes",
             "countersink schema --config x.toml --apply --contact-point 127.0.0.1:9042",
         ] {
-            let cli = Cli::try_parse_from(line.split(' ')).unwrap_or_else(|e| panic!("{line}: {e}"));
+            let cli =
+                Cli::try_parse_from(line.split(' ')).unwrap_or_else(|e| panic!("{line}: {e}"));
             if let Command::Serve(args) = cli.command {
                 let config = args.load().unwrap();
                 assert_eq!(config.ingest.udp.listen, None);
@@ -141,7 +145,18 @@ mod tests {
                 assert_eq!(config.state.dir, std::path::PathBuf::from("/tmp/x"));
             }
         }
-        assert!(Cli::try_parse_from(["countersink", "send", "--udp", "1.2.3.4:5", "--uds", "/s", "x"]).is_err());
+        assert!(
+            Cli::try_parse_from([
+                "countersink",
+                "send",
+                "--udp",
+                "1.2.3.4:5",
+                "--uds",
+                "/s",
+                "x"
+            ])
+            .is_err()
+        );
         assert!(Cli::try_parse_from(["countersink", "serve", "--flush-interval", "5"]).is_err());
     }
 }

@@ -20,7 +20,12 @@ pub(super) struct SchemaArgs {
     #[arg(long)]
     apply: bool,
     /// A contact point for --apply; repeat for several [default: from the config].
-    #[arg(long = "contact-point", env = "COUNTERSINK_CONTACT_POINTS", value_name = "HOST:PORT", value_delimiter = ',')]
+    #[arg(
+        long = "contact-point",
+        env = "COUNTERSINK_CONTACT_POINTS",
+        value_name = "HOST:PORT",
+        value_delimiter = ','
+    )]
     contact_points: Vec<String>,
     /// Replication of keyspaces that do not exist yet. For production, give your data
     /// centres, e.g. "{'class': 'NetworkTopologyStrategy', 'dc1': 3}".
@@ -47,13 +52,21 @@ pub(super) async fn run(args: SchemaArgs) -> Result<(), Failure> {
         .connection_timeout(config.store.connect_timeout)
         .build()
         .await
-        .map_err(|e| Failure::other(format!("cannot connect to {}: {e}", config.store.contact_points.join(","))))?;
+        .map_err(|e| {
+            Failure::other(format!(
+                "cannot connect to {}: {e}",
+                config.store.contact_points.join(",")
+            ))
+        })?;
     for statement in &statements {
         session
             .query_unpaged(statement.as_str(), ())
             .await
             .map_err(|e| Failure::other(format!("{statement}: {e}")))?;
     }
-    println!("applied {} statements (each IF NOT EXISTS)", statements.len());
+    println!(
+        "applied {} statements (each IF NOT EXISTS)",
+        statements.len()
+    );
     Ok(())
 }

@@ -44,14 +44,22 @@ pub(super) fn run(args: SendArgs) -> Result<(), Failure> {
     } else {
         args.lines
     };
-    let lines: Vec<&str> = lines.iter().map(|l| l.trim_end_matches('\r')).filter(|l| !l.is_empty()).collect();
+    let lines: Vec<&str> = lines
+        .iter()
+        .map(|l| l.trim_end_matches('\r'))
+        .filter(|l| !l.is_empty())
+        .collect();
     if lines.is_empty() {
         return Err(Failure::usage("no lines to send"));
     }
-    let mut client = Client::connect(target.clone()).map_err(|e| Failure::other(format!("{target}: {e}")))?;
+    let mut client =
+        Client::connect(target.clone()).map_err(|e| Failure::other(format!("{target}: {e}")))?;
     let report = client
         .send_lines(lines)
         .map_err(|e| Failure::other(format!("{target}: {e}")))?;
-    println!("sent {} lines in {} packets to {target}", report.lines, report.packets);
+    println!(
+        "sent {} lines in {} packets to {target}",
+        report.lines, report.packets
+    );
     Ok(())
 }

@@ -15,7 +15,10 @@ pub(super) async fn run(args: ServeArgs) -> Result<(), Failure> {
 
 /// Starts a sidecar for `config`, calls `started` with it (dev prints its banner there),
 /// waits for a signal (or a fatal schema mismatch), and shuts down in order.
-pub(super) async fn run_sidecar(config: &Config, started: impl FnOnce(&Sidecar)) -> Result<(), Failure> {
+pub(super) async fn run_sidecar(
+    config: &Config,
+    started: impl FnOnce(&Sidecar),
+) -> Result<(), Failure> {
     let mut sidecar = Sidecar::start(config)
         .await
         .map_err(|e| Failure::with_code(e.exit_code(), e))?;
@@ -37,11 +40,20 @@ pub(super) async fn run_sidecar(config: &Config, started: impl FnOnce(&Sidecar))
     let fatal = sidecar.fatal_reason();
     let report = sidecar.shutdown().await;
     match &report {
-        Some(r) => tracing::info!(rows = r.rows, writes = r.writes, applied = r.applied, unknown = r.unknown, spilled = r.spilled, "Final flush done."),
+        Some(r) => tracing::info!(
+            rows = r.rows,
+            writes = r.writes,
+            applied = r.applied,
+            unknown = r.unknown,
+            spilled = r.spilled,
+            "Final flush done."
+        ),
         None => tracing::error!("The final flush did not complete."),
     }
     match fatal {
-        Some(reason) => Err(Failure::usage(format!("the store's schema does not match the configuration: {reason}"))),
+        Some(reason) => Err(Failure::usage(format!(
+            "the store's schema does not match the configuration: {reason}"
+        ))),
         None if report.is_none() => Err(Failure::other("the final flush did not complete")),
         None => Ok(()),
     }

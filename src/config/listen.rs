@@ -16,7 +16,9 @@ pub fn parse(text: &str) -> Result<Option<SocketAddr>, String> {
 }
 
 /// `#[serde(deserialize_with = "listen::deserialize")]`.
-pub fn deserialize<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Option<SocketAddr>, D::Error> {
+pub fn deserialize<'de, D: Deserializer<'de>>(
+    deserializer: D,
+) -> Result<Option<SocketAddr>, D::Error> {
     let text = String::deserialize(deserializer)?;
     parse(&text).map_err(serde::de::Error::custom)
 }
@@ -27,7 +29,10 @@ mod tests {
     fn off_and_addresses() {
         assert_eq!(super::parse("off"), Ok(None));
         assert_eq!(super::parse("OFF"), Ok(None));
-        assert_eq!(super::parse("127.0.0.1:9"), Ok(Some("127.0.0.1:9".parse().unwrap())));
+        assert_eq!(
+            super::parse("127.0.0.1:9"),
+            Ok(Some("127.0.0.1:9".parse().unwrap()))
+        );
         assert!(super::parse("localhost:9").is_err());
     }
 }

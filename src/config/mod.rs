@@ -15,7 +15,6 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-
 pub use self::validate::ConfigError;
 
 /// The whole configuration file.

@@ -31,7 +31,10 @@ pub fn router(state: HttpState) -> Router {
 
 async fn metrics(State(state): State<HttpState>) -> impl IntoResponse {
     (
-        [(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")],
+        [(
+            header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        )],
         state.metrics.render(),
     )
 }
@@ -40,7 +43,10 @@ async fn ready(State(state): State<HttpState>) -> impl IntoResponse {
     if (state.ready)() {
         (StatusCode::OK, "ready\n")
     } else {
-        (StatusCode::SERVICE_UNAVAILABLE, "not ready: no session to the store, or tables not checked yet\n")
+        (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "not ready: no session to the store, or tables not checked yet\n",
+        )
     }
 }
 

@@ -37,7 +37,15 @@ fn gauges(name: &str, help: &str, labels: &[&str]) -> IntGaugeVec {
 
 impl Families {
     fn all(&self) -> [&dyn Collector; 7] {
-        [&self.packets, &self.bytes, &self.errors, &self.dropped, &self.buffer, &self.connections, &self.open]
+        [
+            &self.packets,
+            &self.bytes,
+            &self.errors,
+            &self.dropped,
+            &self.buffer,
+            &self.connections,
+            &self.open,
+        ]
     }
 }
 
@@ -50,7 +58,11 @@ impl IngestCollector {
                 "Datagrams (or stream messages) received, by transport.",
                 &["transport"],
             ),
-            bytes: counters("countersink_received_bytes_total", "Bytes received, by transport.", &["transport"]),
+            bytes: counters(
+                "countersink_received_bytes_total",
+                "Bytes received, by transport.",
+                &["transport"],
+            ),
             errors: counters(
                 "countersink_receive_errors_total",
                 "Errors returned by the receive system calls, by transport.",
@@ -71,9 +83,17 @@ impl IngestCollector {
                 "Unix stream connections, by result (accepted, refused over max_connections).",
                 &["result"],
             ),
-            open: gauges("countersink_stream_connections_open", "Unix stream connections open now.", &["transport"]),
+            open: gauges(
+                "countersink_stream_connections_open",
+                "Unix stream connections open now.",
+                &["transport"],
+            ),
         };
-        let descs = families.all().iter().flat_map(|c| c.desc().into_iter().cloned()).collect();
+        let descs = families
+            .all()
+            .iter()
+            .flat_map(|c| c.desc().into_iter().cloned())
+            .collect();
         IngestCollector {
             stats,
             families: Mutex::new(families),
@@ -99,14 +119,26 @@ impl Collector for IngestCollector {
             f.packets.with_label_values(&[t]).inc_by(s.packets);
             f.bytes.with_label_values(&[t]).inc_by(s.bytes);
             f.errors.with_label_values(&[t]).inc_by(s.receive_errors);
-            f.dropped.with_label_values(&[t, "truncated"]).inc_by(s.truncated);
-            f.dropped.with_label_values(&[t, "oversized"]).inc_by(s.oversized);
-            f.dropped.with_label_values(&[t, "kernel"]).inc_by(s.kernel_drops);
-            f.buffer.with_label_values(&[t]).set(i64::try_from(s.recv_buffer_bytes).unwrap_or(i64::MAX));
+            f.dropped
+                .with_label_values(&[t, "truncated"])
+                .inc_by(s.truncated);
+            f.dropped
+                .with_label_values(&[t, "oversized"])
+                .inc_by(s.oversized);
+            f.dropped
+                .with_label_values(&[t, "kernel"])
+                .inc_by(s.kernel_drops);
+            f.buffer
+                .with_label_values(&[t])
+                .set(i64::try_from(s.recv_buffer_bytes).unwrap_or(i64::MAX));
         }
         let stream = snapshot.get(Transport::UnixStream);
-        f.connections.with_label_values(&["accepted"]).inc_by(stream.connections_accepted);
-        f.connections.with_label_values(&["refused"]).inc_by(stream.connections_refused);
+        f.connections
+            .with_label_values(&["accepted"])
+            .inc_by(stream.connections_accepted);
+        f.connections
+            .with_label_values(&["refused"])
+            .inc_by(stream.connections_refused);
         f.open
             .with_label_values(&[Transport::UnixStream.as_str()])
             .set(i64::try_from(stream.connections_open).unwrap_or(i64::MAX));

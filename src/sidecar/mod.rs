@@ -58,7 +58,10 @@ impl SidecarError {
     /// addresses that cannot be bound and tables that do not match), 1 otherwise.
     pub fn exit_code(&self) -> u8 {
         match self {
-            SidecarError::Config(_) | SidecarError::Listen(_) | SidecarError::Http { .. } | SidecarError::Schema(_) => 2,
+            SidecarError::Config(_)
+            | SidecarError::Listen(_)
+            | SidecarError::Http { .. }
+            | SidecarError::Schema(_) => 2,
             SidecarError::Start(StartError::Config(_)) => 2,
             SidecarError::Start(_) => 1,
         }
@@ -99,12 +102,15 @@ impl Sidecar {
         let engine = Arc::new(Engine::new(config)?);
         let sink = LazyCqlSink::default();
         let pipeline = Pipeline::start_with(engine.clone(), config, sink.clone()).await?;
-        let metrics = Arc::new(Metrics::new(engine.clone(), pipeline.ledger().clone()).map_err(|e| {
-            StartError::Config(ConfigError::invalid("metrics", e.to_string()))
-        })?);
+        let metrics = Arc::new(
+            Metrics::new(engine.clone(), pipeline.ledger().clone())
+                .map_err(|e| StartError::Config(ConfigError::invalid("metrics", e.to_string())))?,
+        );
 
         let handler_engine = engine.clone();
-        let receivers = match ingest::start(&config.ingest, move |transport| EngineHandler::new(handler_engine.clone(), transport.into())) {
+        let receivers = match ingest::start(&config.ingest, move |transport| {
+            EngineHandler::new(handler_engine.clone(), transport)
+        }) {
             Ok(receivers) => receivers,
             Err(error) => {
                 let mut pipeline = pipeline;
@@ -115,7 +121,9 @@ impl Sidecar {
         // The receivers' counters join the same registry.
         let _ = metrics
             .registry()
-            .register(Box::new(ingest_metrics::IngestCollector::new(receivers.stats())));
+            .register(Box::new(ingest_metrics::IngestCollector::new(
+                receivers.stats(),
+            )));
 
         let (stop, stop_rx) = watch::channel(false);
         let http = match config.metrics.listen {
@@ -138,10 +146,11 @@ impl Sidecar {
                 };
                 let mut stopped = stop_rx.clone();
                 let task = tokio::spawn(async move {
-                    let serve = axum::serve(listener, http::router(state))
-                        .with_graceful_shutdown(async move {
+                    let serve = axum::serve(listener, http::router(state)).with_graceful_shutdown(
+                        async move {
                             let _ = stopped.wait_for(|s| *s).await;
-                        });
+                        },
+                    );
                     if let Err(error) = serve.await {
                         tracing::error!(%error, "The HTTP endpoint failed.");
                     }
@@ -152,9 +161,16 @@ impl Sidecar {
 
         let (fatal_tx, fatal) = watch::channel(None);
         let connect = {
-            let (sink, store, engine, stop_rx) = (sink.clone(), config.store.clone(), engine.clone(), stop_rx.clone());
+            let (sink, store, engine, stop_rx) = (
+                sink.clone(),
+                config.store.clone(),
+                engine.clone(),
+                stop_rx.clone(),
+            );
             tokio::spawn(async move {
-                if let Err(ConnectFailure::Fatal(error)) = sink.connect_until(store, engine, stop_rx).await {
+                if let Err(ConnectFailure::Fatal(error)) =
+                    sink.connect_until(store, engine, stop_rx).await
+                {
                     tracing::error!(%error, "The store's schema does not match the configuration; stopping.");
                     let _ = fatal_tx.send(Some(error.to_string()));
                 }
