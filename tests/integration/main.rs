@@ -6,3 +6,4 @@ mod common;
 mod cql_faults;
 mod cql_flush;
 mod cql_shutdown;
+mod sidecar;

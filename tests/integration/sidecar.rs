@@ -1,0 +1,477 @@
+//! The sidecar end to end: real clients over every transport into cqlsim, hostile
+//! input, metrics, exit codes, and `dev` with its banner's commands pasted.
+
+use std::io::{BufRead, BufReader};
+use std::os::unix::net::UnixDatagram;
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use cadence::prelude::*;
+use cadence::{StatsdClient, UdpMetricSink, UnixMetricSink};
+use countersink::config::Config;
+use countersink::ingest::client::{Client, Target};
+use countersink::sidecar::Sidecar;
+
+use crate::common::{config, start_store, table_sum};
+
+const BIN: &str = env!("CARGO_BIN_EXE_countersink");
+
+fn sidecar_config(dir: &Path) -> Config {
+    let mut config = config(dir);
+    config.ingest.udp.listen = Some("127.0.0.1:0".parse().unwrap());
+    config.ingest.uds.path = Some(dir.join("dgram.sock"));
+    config.ingest.uds_stream.path = Some(dir.join("stream.sock"));
+    config.metrics.listen = Some("127.0.0.1:0".parse().unwrap());
+    config
+}
+
+async fn wait_ready(sidecar: &Sidecar) {
+    for _ in 0..100 {
+        if sidecar.is_ready() {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("the sidecar never became ready");
+}
+
+fn get(addr: std::net::SocketAddr, path: &str) -> (u16, String) {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect(addr).unwrap();
+    write!(
+        stream,
+        "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut response = String::new();
+    stream.read_to_string(&mut response).unwrap();
+    let status = response[9..12].parse().unwrap();
+    let body = response
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_owned())
+        .unwrap_or_default();
+    (status, body)
+}
+
+/// Lines sent by the `cadence` StatsD client (UDP and Unix datagram) and by
+/// `countersink send` (all three transports) land in the store with exact totals.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn real_clients_over_every_transport_land_with_exact_totals() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = sidecar_config(dir.path());
+    let server = start_store(&mut config).await;
+    let sidecar = Sidecar::start(&config).await.unwrap();
+    wait_ready(&sidecar).await;
+    let bound = sidecar.bound();
+
+    let udp_socket = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    let udp = StatsdClient::from_sink(
+        "app",
+        UdpMetricSink::from(bound.udp.unwrap(), udp_socket).unwrap(),
+    );
+    let unix = StatsdClient::from_sink(
+        "app",
+        UnixMetricSink::from(bound.uds.clone().unwrap(), UnixDatagram::unbound().unwrap()),
+    );
+    for _ in 0..500 {
+        udp.count_with_tags("hits", 1)
+            .with_tag("via", "cadence")
+            .send();
+        unix.count_with_tags("hits", 2)
+            .with_tag("via", "cadence")
+            .send();
+        udp.count_with_tags("page.views", 1)
+            .with_tag("page_id", "home")
+            .send();
+    }
+    // A binary started as a child, the way scripts use it.
+    for (flag, target) in [
+        ("--udp", bound.udp.unwrap().to_string()),
+        ("--uds", bound.uds.clone().unwrap().display().to_string()),
+        (
+            "--uds-stream",
+            bound.uds_stream.clone().unwrap().display().to_string(),
+        ),
+    ] {
+        let out = Command::new(BIN)
+            .args([
+                "send",
+                flag,
+                &target,
+                "sent:3|c|#via:cli",
+                "sent:4|c|#via:cli",
+            ])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(String::from_utf8_lossy(&out.stdout).contains("sent 2 lines in 1 packets"));
+    }
+    // Lines from stdin, over the stream socket.
+    let mut child = Command::new(BIN)
+        .args([
+            "send",
+            "--uds-stream",
+            &bound.uds_stream.clone().unwrap().display().to_string(),
+        ])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    use std::io::Write;
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(b"sent:10|c|#via:cli\r\nsent:10|c|#via:cli\n")
+        .unwrap();
+    assert!(child.wait().unwrap().success());
+
+    tokio::time::sleep(Duration::from_millis(300)).await; // let the receivers read
+    let report = sidecar.shutdown().await.unwrap();
+    assert_eq!(
+        report.spilled + report.unknown + report.rejected,
+        0,
+        "{report:?}"
+    );
+    let rows = server
+        .execute(
+            None,
+            "SELECT name, tags, value FROM countersink.counts_by_day",
+        )
+        .unwrap();
+    let mut totals = std::collections::BTreeMap::new();
+    for i in 0..rows.len() {
+        let name = format!("{:?}", rows.get(i, "name").unwrap());
+        let tags = format!("{:?}", rows.get(i, "tags").unwrap());
+        *totals.entry(format!("{name} {tags}")).or_insert(0) += rows.get_i64(i, "value").unwrap();
+    }
+    let by_name = |needle: &str| {
+        totals
+            .iter()
+            .filter(|(k, _)| k.contains(needle))
+            .map(|(_, v)| *v)
+            .sum::<i64>()
+    };
+    assert_eq!(by_name("app.hits"), 1500, "{totals:?}");
+    assert_eq!(by_name("\"sent\""), 3 * 7 + 20, "{totals:?}");
+    assert_eq!(
+        table_sum(&server, "metrics.views_by_day", "views"),
+        0,
+        "app.page.views is generic: {totals:?}"
+    );
+    assert_eq!(by_name("app.page.views"), 500);
+    server.shutdown().await.unwrap();
+}
+
+/// Garbage, 64 KiB lines, huge tag counts, quotes and semicolons, i64 extremes: each bad
+/// line is counted by reason, the good lines of the same packet still count, and the
+/// sidecar keeps serving; `/metrics` shows it and the identity holds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hostile_packets_are_counted_and_good_neighbours_still_count() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = sidecar_config(dir.path());
+    let server = start_store(&mut config).await;
+    let sidecar = Sidecar::start(&config).await.unwrap();
+    wait_ready(&sidecar).await;
+    let bound = sidecar.bound();
+    let mut client = Client::connect(Target::Udp(bound.udp.unwrap()))
+        .unwrap()
+        .with_max_payload(65_000);
+
+    let garbage: Vec<u8> = (0..4000u32)
+        .map(|i| (i.wrapping_mul(2_654_435_761) >> 24) as u8)
+        .collect();
+    client.send_packet(&garbage).unwrap();
+    let mut packet = b"good:1|c\n".to_vec();
+    packet.extend(std::iter::repeat_n(b'x', 60_000));
+    packet.extend_from_slice(b"\ngood:1|c\n");
+    client.send_packet(&packet).unwrap();
+    let tags: Vec<String> = (0..500).map(|i| format!("t{i}:v")).collect();
+    client
+        .send_packet(format!("good:1|c\nmany:1|c|#{}\ngood:1|c", tags.join(",")).as_bytes())
+        .unwrap();
+    client
+        .send_packet(b"quoted:1|c|#q:it's;\"DROP TABLE x\";--\n")
+        .unwrap();
+    client
+        .send_packet(
+            format!(
+                "big:{}|c\nbig:1|c\nsmall:{}|c\nnope:9223372036854775808|c\n",
+                i64::MAX,
+                i64::MIN
+            )
+            .as_bytes(),
+        )
+        .unwrap();
+    // A Unix stream message over the size limit closes that connection only.
+    {
+        use std::io::Write;
+        let mut stream =
+            std::os::unix::net::UnixStream::connect(bound.uds_stream.clone().unwrap()).unwrap();
+        let _ = stream.write_all(&(10_000_000u32).to_le_bytes());
+    }
+    client.send_packet(b"good:1|c\n").unwrap();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+
+    let (status, metrics) = get(bound.metrics.unwrap(), "/metrics");
+    assert_eq!(status, 200);
+    for needle in [
+        "countersink_lines_invalid_total{reason=\"too_long\"} 1",
+        "countersink_lines_invalid_total{reason=\"too_many_tags\"} 1",
+        "countersink_lines_invalid_total{reason=\"bad_value\"} 1",
+        "countersink_dropped_total{reason=\"overflow\"} 1",
+        "countersink_packets_dropped_total{reason=\"oversized\",transport=\"uds_stream\"} 1",
+    ] {
+        assert!(metrics.contains(needle), "missing {needle}:\n{metrics}");
+    }
+    assert!(
+        !metrics.contains("countersink_lines_invalid_total{reason=\"not_utf8\"} 0"),
+        "the garbage was counted"
+    );
+    assert_eq!(get(bound.metrics.unwrap(), "/healthz").0, 200);
+    assert_eq!(get(bound.metrics.unwrap(), "/readyz").0, 200);
+
+    sidecar.shutdown().await.unwrap();
+    let rows = server
+        .execute(None, "SELECT name, value FROM countersink.counts_by_minute")
+        .unwrap();
+    let value = |name: &str| {
+        (0..rows.len())
+            .filter(|i| {
+                format!("{:?}", rows.get(*i, "name").unwrap()).contains(&format!("\"{name}\""))
+            })
+            .filter_map(|i| rows.get_i64(i, "value"))
+            .sum::<i64>()
+    };
+    assert_eq!(value("good"), 5);
+    assert_eq!(value("quoted"), 1);
+    assert_eq!(value("big"), i64::MAX);
+    assert_eq!(value("small"), i64::MIN);
+    server.shutdown().await.unwrap();
+}
+
+/// `/metrics` carries the minimum set, and after a run the accounting identity holds on
+/// the exported figures.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_carry_the_minimum_set_and_the_identity_holds() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = sidecar_config(dir.path());
+    config.flush.interval = Duration::from_millis(200);
+    config.flush.jitter = Duration::from_millis(10);
+    let server = start_store(&mut config).await;
+    let sidecar = Sidecar::start(&config).await.unwrap();
+    wait_ready(&sidecar).await;
+    let bound = sidecar.bound();
+    let mut client = Client::connect(Target::Udp(bound.udp.unwrap())).unwrap();
+    let lines: Vec<String> = (0..2000)
+        .map(|i| format!("m{}:{}|c|#k:{}", i % 7, i % 5 + 1, i % 13))
+        .collect();
+    client.send_lines(lines.iter().map(String::as_str)).unwrap();
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    let (_, text) = get(bound.metrics.unwrap(), "/metrics");
+    for name in [
+        "countersink_lines_received_total{transport=",
+        "countersink_lines_invalid_total{reason=",
+        "countersink_lines_ignored_total{type=",
+        "countersink_pending_rows ",
+        "countersink_cql_writes_total{outcome=\"applied\"",
+        "countersink_dropped_total{reason=",
+        "countersink_flush_duration_seconds_bucket",
+        "countersink_delta_sum{granularity=\"minute\",stage=\"accepted\"}",
+        "countersink_socket_receive_buffer_bytes{transport=\"udp\"}",
+    ] {
+        assert!(text.contains(name), "missing {name}:\n{text}");
+    }
+    let stage = |granularity: &str, stage: &str| -> f64 {
+        let prefix =
+            format!("countersink_delta_sum{{granularity=\"{granularity}\",stage=\"{stage}\"}} ");
+        text.lines()
+            .find_map(|l| l.strip_prefix(&prefix))
+            .unwrap()
+            .parse()
+            .unwrap()
+    };
+    for g in ["minute", "day"] {
+        let accepted = stage(g, "accepted");
+        let others: f64 = [
+            "applied", "unknown", "rejected", "dropped", "spilled", "pending",
+        ]
+        .iter()
+        .map(|s| stage(g, s))
+        .sum();
+        assert_eq!(accepted, others, "{g}");
+        assert_eq!(accepted, 6000.0);
+    }
+    sidecar.shutdown().await.unwrap();
+    assert_eq!(
+        table_sum(&server, "countersink.counts_by_minute", "value"),
+        6000
+    );
+    server.shutdown().await.unwrap();
+}
+
+/// Exit codes: a bad config field is 2 and named; an address in use is 2; SIGTERM after a
+/// run is 0 and everything was flushed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serve_exit_codes_and_sigterm() {
+    let dir = tempfile::tempdir().unwrap();
+    let bad = dir.path().join("bad.toml");
+    std::fs::write(&bad, "[flush]\ninterval = \"10\"\n").unwrap();
+    let out = Command::new(BIN)
+        .args(["serve", "--config", bad.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("line 2"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = Command::new(BIN)
+        .args(["serve", "--keyspace", "Bad-Name"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("store.keyspace"));
+
+    let taken = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    let out = Command::new(BIN)
+        .args([
+            "serve",
+            "--udp",
+            &taken.local_addr().unwrap().to_string(),
+            "--metrics",
+            "off",
+            "--state-dir",
+        ])
+        .arg(dir.path().join("s1"))
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(2),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains(&taken.local_addr().unwrap().to_string())
+    );
+
+    let mut config = sidecar_config(dir.path());
+    let server = start_store(&mut config).await;
+    let udp = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    let port = udp.local_addr().unwrap();
+    drop(udp);
+    let mut child = Command::new(BIN)
+        .args([
+            "serve",
+            "--udp",
+            &port.to_string(),
+            "--metrics",
+            "off",
+            "--flush-interval",
+            "1h",
+            "--contact-point",
+        ])
+        .arg(&config.store.contact_points[0])
+        .arg("--state-dir")
+        .arg(dir.path().join("s2"))
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stderr = BufReader::new(child.stderr.take().unwrap());
+    let mut lines = stderr.lines();
+    for line in lines.by_ref() {
+        if line.unwrap().contains("Connected to the store") {
+            break;
+        }
+    }
+    let mut client = Client::connect(Target::Udp(port)).unwrap();
+    client.send_lines(["term:5|c", "term:6|c"]).unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let pid = child.id().to_string();
+    assert!(
+        Command::new("kill")
+            .args(["-TERM", &pid])
+            .status()
+            .unwrap()
+            .success()
+    );
+    let status = child.wait().unwrap();
+    assert_eq!(status.code(), Some(0));
+    assert_eq!(
+        table_sum(&server, "countersink.counts_by_minute", "value"),
+        11,
+        "flushed on SIGTERM"
+    );
+    server.shutdown().await.unwrap();
+}
+
+/// `countersink dev` starts, its banner's `send` and `get` commands work when pasted.
+#[test]
+fn dev_banner_commands_work_when_pasted() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut child = Command::new(BIN)
+        .args([
+            "dev",
+            "--udp",
+            "127.0.0.1:0",
+            "--cql-listen",
+            "127.0.0.1:0",
+            "--metrics",
+            "127.0.0.1:0",
+            "--flush-interval",
+            "300ms",
+        ])
+        .current_dir(dir.path())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let stdout = BufReader::new(child.stdout.take().unwrap());
+    let mut commands = Vec::new();
+    for line in stdout.lines() {
+        let line = line.unwrap();
+        if line.contains(" send ") || line.contains(" get ") {
+            commands.push(line.trim().to_owned());
+        }
+        if line.starts_with("Ctrl-C") {
+            break;
+        }
+    }
+    assert_eq!(commands.len(), 3, "{commands:?}");
+    let run = |command: &str| {
+        let out = Command::new("sh")
+            .arg("-c")
+            .arg(command)
+            .current_dir(dir.path())
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{command}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).trim().to_owned()
+    };
+    run(&commands[0]);
+    run(&commands[0]);
+    let mut total = String::new();
+    for _ in 0..50 {
+        std::thread::sleep(Duration::from_millis(100));
+        total = run(&commands[1]);
+        if total == "2" {
+            break;
+        }
+    }
+    assert_eq!(total, "2");
+    assert!(run(&commands[2]).ends_with(" 2"));
+    let pid = child.id().to_string();
+    Command::new("kill").args(["-INT", &pid]).status().unwrap();
+    assert_eq!(child.wait().unwrap().code(), Some(0));
+}
