@@ -418,6 +418,25 @@ mod tests {
         assert_eq!(field_of(&c), "family[0].minute_table");
     }
 
+    /// The annotated example parses, validates, and states the real defaults.
+    #[test]
+    #[cfg(feature = "sidecar")]
+    fn the_annotated_example_parses_and_states_the_defaults() {
+        let example = Config::from_toml(include_str!("../../examples/countersink.toml")).unwrap();
+        example.validate().unwrap();
+        example.ingest.validate().unwrap();
+        let mut expected = Config::default();
+        expected.families.push(FamilyConfig {
+            name: "views".into(),
+            minute_table: "metrics.views_by_minute".into(),
+            day_table: "metrics.views_by_day".into(),
+            key: vec!["page_id".into()],
+            columns: [("page.views".to_string(), "views".to_string()), ("page.bytes".to_string(), "bytes".to_string())].into(),
+            ..FamilyConfig::default()
+        });
+        assert_eq!(example, expected, "a value in examples/countersink.toml differs from the built-in default");
+    }
+
     #[test]
     fn unknown_keys_and_bad_durations_are_parse_errors() {
         assert!(matches!(
