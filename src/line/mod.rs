@@ -102,7 +102,8 @@
 //! - `@rate`: the agent accepts any float; Datadog's Rust implementation refuses rates
 //!   outside `[0, 1]`. This parser requires `0 < rate <= 1`: the engine scales values by
 //!   `1 / rate`, and a rate of 0, above 1 or not a number has no meaning for a count.
-//!   Very small positive rates are accepted; the engine bounds the scaled result.
+//!   Very small positive rates are accepted here; bounding the scaled value (a rate of
+//!   1e-300 makes any count overflow) is the engine's job.
 //! - Multi-value (`name:1:2:3|c`, protocol v1.1): each value is one increment; empty entries
 //!   are skipped as in the agent.
 //! - Events are recognised by `_e{` and service checks by `_sc|`, the four-byte prefix
@@ -130,8 +131,9 @@ use std::fmt;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct LineLimits {
     /// Longest accepted line in bytes, not counting its line terminator. Longer lines are
-    /// `too_long`. Defaults to 8192, the DogStatsD client and agent default buffer size:
-    /// no well-behaved client sends a longer single line.
+    /// `too_long`. Defaults to 8192, the Datadog agent's default receive buffer
+    /// (`dogstatsd_buffer_size`): the agent cannot receive a longer line at all, so no
+    /// client that works with it sends one.
     pub max_line_bytes: usize,
     /// Most tags accepted in one line (non-empty entries of the `#` field, duplicates
     /// included). More is `too_many_tags`. Defaults to 64: far more than any sensible
