@@ -61,8 +61,11 @@
 //! always a client bug, would split or garble log lines and operator output, and would
 //! silently create a second series that looks identical to the first. Nothing else is
 //! restricted: spaces, dots, dashes, `#`, `@`, quotes, `;` and any non-ASCII letter are
-//! kept byte for byte (the strict "alphanumerics, `_` and `.`" rule of the Datadog docs is
-//! a naming policy that neither the Datadog agent nor Etsy statsd enforces).
+//! kept byte for byte. The "alphanumerics, `_` and `.`" rule of the Datadog docs is a
+//! naming policy that the Datadog agent does not enforce. Etsy statsd rewrites names
+//! (spaces to `_`, `/` to `-`, other characters dropped); countersink does not, because a
+//! rewrite silently merges distinct series into one row, and the row key should be what
+//! the client sent.
 //!
 //! ## Order of checks (the first failure is the reason)
 //!
@@ -99,7 +102,8 @@
 //! - `@rate`: the agent accepts any float; Datadog's Rust implementation refuses rates
 //!   outside `[0, 1]`. This parser requires `0 < rate <= 1`: the engine scales values by
 //!   `1 / rate`, and a rate of 0, above 1 or not a number has no meaning for a count.
-//!   Very small positive rates are accepted; the engine bounds the scaled result.
+//!   Very small positive rates are accepted here; bounding the scaled value (a rate of
+//!   1e-300 makes any count overflow) is the engine's job.
 //! - Multi-value (`name:1:2:3|c`, protocol v1.1): each value is one increment; empty entries
 //!   are skipped as in the agent.
 //! - Events are recognised by `_e{` and service checks by `_sc|`, the four-byte prefix
@@ -128,8 +132,9 @@ use std::fmt;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct LineLimits {
     /// Longest accepted line in bytes, not counting its line terminator. Longer lines are
-    /// `too_long`. Defaults to 8192, the DogStatsD client and agent default buffer size:
-    /// no well-behaved client sends a longer single line.
+    /// `too_long`. Defaults to 8192, the Datadog agent's default receive buffer
+    /// (`dogstatsd_buffer_size`): the agent cannot receive a longer line at all, so no
+    /// client that works with it sends one.
     pub max_line_bytes: usize,
     /// Most tags accepted in one line (non-empty entries of the `#` field, duplicates
     /// included). More is `too_many_tags`. Defaults to 64: far more than any sensible
@@ -381,7 +386,8 @@ impl<'a> CounterLine<'a> {
     /// Appends the canonical tag string to `out`: tags sorted by key then value (bytewise;
     /// a tag without a value sorts before any tag with that key and a value), exact
     /// duplicates removed, rendered `k:v,k2,k3:v3`. Two lines whose tags differ only in
-    /// order or repetition give the same string, so they land on the same row.
+    /// order or repetition give the same string, so they land on the same row. The string
+    /// reads back unambiguously with the `#` grammar: keys hold no `:` or `,`, values no `,`.
     ///
     /// `out` is not cleared. Nothing is allocated besides growth of `out`, unless the line
     /// has more than 16 tags, in which case one temporary vector is used for sorting.
@@ -399,6 +405,7 @@ impl<'a> CounterLine<'a> {
 /// Lines end at `\n`; one `\r` before it (or at the end of the packet) is removed, so
 /// `\r\n` works too. Empty lines are skipped, so `a\n\nb\n` gives two lines. Each line is
 /// then given to [`parse_line`] on its own.
+#[must_use]
 pub fn split_lines(packet: &[u8]) -> Lines<'_> {
     Lines { rest: packet }
 }
@@ -414,7 +421,7 @@ impl<'a> Iterator for Lines<'a> {
 
     fn next(&mut self) -> Option<&'a [u8]> {
         while !self.rest.is_empty() {
-            let (line, rest) = match self.rest.iter().position(|&b| b == b'\n') {
+            let (line, rest) = match memchr::memchr(b'\n', self.rest) {
                 Some(i) => (&self.rest[..i], &self.rest[i + 1..]),
                 None => (self.rest, &[][..]),
             };
@@ -433,6 +440,7 @@ impl std::iter::FusedIterator for Lines<'_> {}
 /// Parses one line (without its terminator) into a verdict. Never panics, never allocates.
 ///
 /// See the [module documentation](self) for the grammar and the order of checks.
+#[must_use]
 pub fn parse_line<'a>(line: &'a [u8], limits: &LineLimits) -> LineResult<'a> {
     match parse(line, limits) {
         Ok(result) => result,
@@ -443,6 +451,7 @@ pub fn parse_line<'a>(line: &'a [u8], limits: &LineLimits) -> LineResult<'a> {
 /// Splits at the first `sep`; the separator belongs to neither side. Slicing at an ASCII
 /// byte is always on a character boundary.
 fn split_once(s: &str, sep: u8) -> (&str, Option<&str>) {
+    // The parts of a line are short: a plain loop beats memchr's set-up cost here.
     match s.as_bytes().iter().position(|&b| b == sep) {
         Some(i) => (&s[..i], Some(&s[i + 1..])),
         None => (s, None),
@@ -450,8 +459,12 @@ fn split_once(s: &str, sep: u8) -> (&str, Option<&str>) {
 }
 
 /// True if `s` contains an ASCII control character (C0 or DEL).
+///
+/// Written without an early exit so that it compiles to a vectorised loop: the parser runs
+/// it once over the whole line, and looks for the culprit part only when it says yes.
 fn has_control(s: &str) -> bool {
-    s.bytes().any(|b| b.is_ascii_control())
+    s.bytes()
+        .fold(false, |found, b| found | (b < 0x20) | (b == 0x7f))
 }
 
 fn parse<'a>(line: &'a [u8], limits: &LineLimits) -> Result<LineResult<'a>, InvalidReason> {
@@ -465,6 +478,8 @@ fn parse<'a>(line: &'a [u8], limits: &LineLimits) -> Result<LineResult<'a>, Inva
         return Ok(LineResult::Ignored(IgnoredKind::ServiceCheck));
     }
     let line = std::str::from_utf8(line).map_err(|_| InvalidReason::NotUtf8)?;
+    // Control characters are rare; one pass over the line spares a pass over each part.
+    let controls = has_control(line);
 
     let (head, rest) = split_once(line, b'|');
     let (name, values) = split_once(head, b':');
@@ -476,20 +491,20 @@ fn parse<'a>(line: &'a [u8], limits: &LineLimits) -> Result<LineResult<'a>, Inva
         _ => return Err(InvalidReason::NoValue),
     };
     let (ty, mut fields) = split_once(rest.ok_or(InvalidReason::BadType)?, b'|');
-    let ignored = match ty {
-        "c" => None,
-        "g" => Some(IgnoredKind::Gauge),
-        "ms" => Some(IgnoredKind::Timer),
-        "h" => Some(IgnoredKind::Histogram),
-        "d" => Some(IgnoredKind::Distribution),
-        "s" => Some(IgnoredKind::Set),
+    let ignored = match ty.as_bytes() {
+        b"c" => None,
+        b"g" => Some(IgnoredKind::Gauge),
+        b"ms" => Some(IgnoredKind::Timer),
+        b"h" => Some(IgnoredKind::Histogram),
+        b"d" => Some(IgnoredKind::Distribution),
+        b"s" => Some(IgnoredKind::Set),
         _ => return Err(InvalidReason::BadType),
     };
     if let Some(kind) = ignored {
         return Ok(LineResult::Ignored(kind));
     }
 
-    if has_control(name) {
+    if controls && has_control(name) {
         return Err(InvalidReason::BadName);
     }
     let value_count = value::validate(values)?;
@@ -505,7 +520,7 @@ fn parse<'a>(line: &'a [u8], limits: &LineLimits) -> Result<LineResult<'a>, Inva
             Some(b'@') => sample_rate = parse_sample_rate(&field[1..])?,
             Some(b'#') => {
                 tags = &field[1..];
-                tag_scan = tags::scan(tags, limits.max_tags)?;
+                tag_scan = tags::scan(tags, limits.max_tags, controls)?;
             }
             Some(b'T') => timestamp = Some(parse_timestamp(&field[1..])?),
             // c:, e:, card:, empty and unknown fields: skipped, as the Datadog agent does.

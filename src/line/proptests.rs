@@ -3,6 +3,7 @@
 use std::collections::BTreeSet;
 
 use proptest::prelude::*;
+use proptest::test_runner::FileFailurePersistence;
 
 use super::*;
 
@@ -139,7 +140,12 @@ fn exercise(result: &LineResult<'_>) {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(2000))]
+    // Failing cases are kept next to this file (proptests.regressions) and replayed first.
+    #![proptest_config(ProptestConfig {
+        cases: 2000,
+        failure_persistence: Some(Box::new(FileFailurePersistence::WithSource("regressions"))),
+        ..ProptestConfig::default()
+    })]
 
     #[test]
     fn rendered_increments_parse_back(inc in increment()) {

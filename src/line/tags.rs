@@ -96,14 +96,20 @@ impl Scan {
 }
 
 /// Validates a tag list (the `#` field without its `#`).
-pub(super) fn scan(list: &str, max_tags: usize) -> Result<Scan, InvalidReason> {
+///
+/// `controls` says whether the line holds any control character at all; when it does not
+/// (nearly always), the per-tag check is skipped.
+pub(super) fn scan(list: &str, max_tags: usize, controls: bool) -> Result<Scan, InvalidReason> {
     if list.is_empty() {
         return Ok(Scan::EMPTY);
     }
     let mut count = 0;
     let mut canonical = true;
     let mut previous: Option<Tag<'_>> = None;
-    for raw in list.split(',') {
+    let mut rest = Some(list);
+    while let Some(r) = rest {
+        let (raw, next) = split_once(r, b',');
+        rest = next;
         if raw.is_empty() {
             // "a,,b", a leading or a trailing comma: skipped, but the raw text is then not
             // the canonical string any more.
@@ -115,7 +121,7 @@ pub(super) fn scan(list: &str, max_tags: usize) -> Result<Scan, InvalidReason> {
             return Err(InvalidReason::TooManyTags);
         }
         let tag = Tag::from_raw(raw);
-        if tag.key.is_empty() || has_control(raw) {
+        if tag.key.is_empty() || (controls && has_control(raw)) {
             return Err(InvalidReason::BadTag);
         }
         if let Some(previous) = previous {

@@ -65,7 +65,13 @@ fn parse_float(s: &str) -> Option<Value> {
 /// Validates a `:`-separated value list and returns how many values it holds.
 pub(super) fn validate(list: &str) -> Result<usize, InvalidReason> {
     let mut count = 0;
-    for raw in list.split(':').filter(|v| !v.is_empty()) {
+    let mut rest = Some(list);
+    while let Some(r) = rest {
+        let (raw, next) = super::split_once(r, b':');
+        rest = next;
+        if raw.is_empty() {
+            continue;
+        }
         if parse(raw).is_none() {
             return Err(InvalidReason::BadValue);
         }

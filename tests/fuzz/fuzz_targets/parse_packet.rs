@@ -54,7 +54,13 @@ fuzz_target!(|data: &[u8]| {
         canonical.clear();
         c.write_canonical_tags(&mut canonical);
         reference.clear();
-        for (i, t) in tags.iter().copied().collect::<BTreeSet<_>>().iter().enumerate() {
+        for (i, t) in tags
+            .iter()
+            .copied()
+            .collect::<BTreeSet<_>>()
+            .iter()
+            .enumerate()
+        {
             if i > 0 {
                 reference.push(b',');
             }
