@@ -102,8 +102,10 @@ pub struct Target {
 /// Why an increment could not be placed in a family.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Unplaced {
-    /// A configured family's key tag is missing (the line is invalid).
+    /// A configured family's key tag is missing or empty (the line is invalid).
     MissingKeyTag,
+    /// A configured family's key tag appears twice with different values (invalid).
+    AmbiguousKeyTag,
     /// The series key is longer than `limits.max_key_bytes` (the line is invalid).
     KeyTooLong,
     /// No family takes this metric name and the generic family is disabled (the
@@ -117,6 +119,7 @@ impl Unplaced {
         match self {
             Unplaced::MissingKeyTag => Some(InvalidReason::MissingKeyTag),
             Unplaced::KeyTooLong => Some(InvalidReason::KeyTooLong),
+            Unplaced::AmbiguousKeyTag => Some(InvalidReason::AmbiguousKeyTag),
             Unplaced::Unconfigured => None,
         }
     }
@@ -126,6 +129,10 @@ impl Unplaced {
 pub trait TagSet {
     /// The value of the first tag named `key` (`""` for a tag without value).
     fn value_of(&self, key: &str) -> Option<&str>;
+    /// The value of the tag named `key` when every tag of that name carries the same
+    /// value; `Err(())` when two of them disagree.
+    #[allow(clippy::result_unit_err)]
+    fn only_value_of(&self, key: &str) -> Result<Option<&str>, ()>;
     /// Appends the canonical tag string (see [`CounterLine::write_canonical_tags`]).
     fn write_canonical(&self, out: &mut Vec<u8>);
 }
@@ -135,6 +142,10 @@ pub trait TagSet {
 impl TagSet for [(&str, &str)] {
     fn value_of(&self, key: &str) -> Option<&str> {
         self.iter().find(|(k, _)| *k == key).map(|(_, v)| *v)
+    }
+
+    fn only_value_of(&self, key: &str) -> Result<Option<&str>, ()> {
+        only(self.iter().filter(|(k, _)| *k == key).map(|(_, v)| *v))
     }
 
     fn write_canonical(&self, out: &mut Vec<u8>) {
@@ -167,8 +178,28 @@ impl TagSet for CounterLine<'_> {
         self.tag(key)
     }
 
+    fn only_value_of(&self, key: &str) -> Result<Option<&str>, ()> {
+        only(
+            self.tags()
+                .filter(|t| t.key == key)
+                .map(|t| t.value.unwrap_or("")),
+        )
+    }
+
     fn write_canonical(&self, out: &mut Vec<u8>) {
         self.write_canonical_tags(out);
+    }
+}
+
+/// The one value of an iterator, `Err` if two differ.
+fn only<'a>(mut values: impl Iterator<Item = &'a str>) -> Result<Option<&'a str>, ()> {
+    let Some(first) = values.next() else {
+        return Ok(None);
+    };
+    if values.all(|v| v == first) {
+        Ok(Some(first))
+    } else {
+        Err(())
     }
 }
 
@@ -272,7 +303,11 @@ impl Families {
         if let Some(&(family, column)) = self.by_metric.get(name) {
             let def = self.get(family);
             for key in &def.key_columns {
-                let value = tags.value_of(key).ok_or(Unplaced::MissingKeyTag)?;
+                let value = tags
+                    .only_value_of(key)
+                    .map_err(|()| Unplaced::AmbiguousKeyTag)?
+                    .filter(|v| !v.is_empty())
+                    .ok_or(Unplaced::MissingKeyTag)?;
                 if !series::push_field(series, value) {
                     return Err(Unplaced::KeyTooLong);
                 }
@@ -318,6 +353,9 @@ impl Families {
         }
         series.clear();
         for value in values {
+            if value.is_empty() {
+                return Err(Unplaced::MissingKeyTag);
+            }
             if !series::push_field(series, value) {
                 return Err(Unplaced::KeyTooLong);
             }
@@ -413,6 +451,32 @@ mod tests {
         let missing: &[(&str, &str)] = &[("env", "prod")];
         assert_eq!(
             families.resolve("page.views", missing, &mut series),
+            Err(Unplaced::MissingKeyTag)
+        );
+    }
+
+    #[test]
+    fn empty_or_ambiguous_key_tags_are_refused() {
+        let families = Families::from_config(&config()).unwrap();
+        let mut series = Vec::new();
+        let empty: &[(&str, &str)] = &[("page_id", "")];
+        assert_eq!(
+            families.resolve("page.views", empty, &mut series),
+            Err(Unplaced::MissingKeyTag)
+        );
+        let twice: &[(&str, &str)] = &[("page_id", "a"), ("page_id", "b")];
+        assert_eq!(
+            families.resolve("page.views", twice, &mut series),
+            Err(Unplaced::AmbiguousKeyTag)
+        );
+        let repeated: &[(&str, &str)] = &[("page_id", "a"), ("page_id", "a")];
+        assert!(
+            families
+                .resolve("page.views", repeated, &mut series)
+                .is_ok()
+        );
+        assert_eq!(
+            families.encode_key(FamilyId(1), &[""], &mut series),
             Err(Unplaced::MissingKeyTag)
         );
     }

@@ -431,10 +431,17 @@ mod tests {
             minute_table: "metrics.views_by_minute".into(),
             day_table: "metrics.views_by_day".into(),
             key: vec!["page_id".into()],
-            columns: [("page.views".to_string(), "views".to_string()), ("page.bytes".to_string(), "bytes".to_string())].into(),
+            columns: [
+                ("page.views".to_string(), "views".to_string()),
+                ("page.bytes".to_string(), "bytes".to_string()),
+            ]
+            .into(),
             ..FamilyConfig::default()
         });
-        assert_eq!(example, expected, "a value in examples/countersink.toml differs from the built-in default");
+        assert_eq!(
+            example, expected,
+            "a value in examples/countersink.toml differs from the built-in default"
+        );
     }
 
     #[test]

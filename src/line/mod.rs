@@ -205,11 +205,15 @@ pub enum InvalidReason {
     /// the configured key length limit.
     #[error("row key is longer than the limit")]
     KeyTooLong,
+    /// Detected after parsing: a key tag of the counter's configured family appears twice
+    /// with different values, so the row it belongs to is ambiguous.
+    #[error("a key tag appears twice with different values")]
+    AmbiguousKeyTag,
 }
 
 impl InvalidReason {
     /// Every reason, in declaration order, for pre-registering metric label values.
-    pub const ALL: [Self; 13] = [
+    pub const ALL: [Self; 14] = [
         Self::NotUtf8,
         Self::NoName,
         Self::BadName,
@@ -223,6 +227,7 @@ impl InvalidReason {
         Self::TooManyTags,
         Self::MissingKeyTag,
         Self::KeyTooLong,
+        Self::AmbiguousKeyTag,
     ];
 
     /// The snake_case metric label, e.g. `bad_sample_rate`. Stable: dashboards depend on it.
@@ -241,6 +246,7 @@ impl InvalidReason {
             Self::TooManyTags => "too_many_tags",
             Self::MissingKeyTag => "missing_key_tag",
             Self::KeyTooLong => "key_too_long",
+            Self::AmbiguousKeyTag => "ambiguous_key_tag",
         }
     }
 }

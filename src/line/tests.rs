@@ -651,7 +651,8 @@ fn invalid_reason_labels_are_unique_snake_case_and_all_listed() {
             "too_long",
             "too_many_tags",
             "missing_key_tag",
-            "key_too_long"
+            "key_too_long",
+            "ambiguous_key_tag"
         ]
     );
     // Display is a sentence for humans, distinct from the label.
