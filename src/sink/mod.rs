@@ -42,3 +42,26 @@ impl Sink for LogSink {
         Outcome::Applied
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::aggregate::{Columns, FamilyId, TableKind};
+    use crate::flush::RowDelta;
+
+    #[tokio::test]
+    async fn the_logging_sink_reports_every_write_applied() {
+        let write = PartitionWrite {
+            family: FamilyId(0),
+            table: TableKind::Minute,
+            series: crate::series::encode(["a", "b:c"]).into_boxed_slice(),
+            shard: None,
+            rows: vec![RowDelta {
+                bucket: 1,
+                columns: Columns::One(5),
+                requeued_since: 0,
+            }],
+        };
+        assert_eq!(LogSink.write(&write).await, Outcome::Applied);
+    }
+}

@@ -5,5 +5,6 @@
 mod common;
 mod cql_faults;
 mod cql_flush;
+mod cql_setup;
 mod cql_shutdown;
 mod sidecar;

@@ -1,0 +1,202 @@
+//! Start-up checks of the CQL side: statement settings, schema validation, `schema`.
+
+use std::process::Command;
+use std::sync::Arc;
+use std::time::Duration;
+
+use countersink::aggregate::{FamilyId, TableKind};
+use countersink::config::FamilyConfig;
+use countersink::engine::Engine;
+use countersink::sink::cql::{CqlSink, CqlSinkError};
+
+use crate::common::{config, start_store};
+
+/// Every prepared counter statement and every batch is non-idempotent, with the
+/// fall-through retry policy: the driver can never send a counter write twice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_counter_statement_and_batch_is_non_idempotent() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = config(dir.path());
+    let server = start_store(&mut config).await;
+    let engine = Engine::new(&config).unwrap();
+    let sink = CqlSink::connect(&config.store, engine.families())
+        .await
+        .unwrap();
+    let statements: Vec<_> = sink.statements().collect();
+    assert_eq!(statements.len(), 4, "minute and day tables of two families");
+    for statement in statements {
+        assert!(
+            !statement.get_is_idempotent(),
+            "{}",
+            statement.get_statement()
+        );
+        assert!(
+            statement.get_retry_policy().is_some(),
+            "{}",
+            statement.get_statement()
+        );
+        assert!(
+            statement.get_statement().contains(" = ")
+                && statement.get_statement().starts_with("UPDATE")
+        );
+    }
+    for (family, table) in [
+        (FamilyId(0), TableKind::Minute),
+        (FamilyId(1), TableKind::Day),
+    ] {
+        let batch = sink.batch_for(family, table, 3).unwrap();
+        assert!(!batch.get_is_idempotent());
+        assert!(batch.get_retry_policy().is_some());
+        assert_eq!(batch.statements.len(), 3);
+    }
+    server.shutdown().await.unwrap();
+}
+
+/// A table that does not match the configuration is one clear message at start, naming
+/// the table and the column.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn schema_mismatches_are_named_at_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = config(dir.path());
+    let server = start_store(&mut config).await;
+    let cases: [(&str, Box<dyn Fn(&mut FamilyConfig)>, &str); 4] = [
+        (
+            "missing table",
+            Box::new(|f| f.minute_table = "metrics.nope".into()),
+            "metrics.nope: does not exist",
+        ),
+        (
+            "missing keyspace",
+            Box::new(|f| f.day_table = "other.views_by_day".into()),
+            "keyspace `other` does not exist",
+        ),
+        (
+            "missing counter",
+            Box::new(|f| {
+                f.columns.insert("page.clicks".into(), "clicks".into());
+            }),
+            "counter column `clicks` is missing",
+        ),
+        (
+            "wrong key",
+            Box::new(|f| f.key = vec!["page".into()]),
+            "partition key is (page_id, day), the configuration needs (page, day)",
+        ),
+    ];
+    for (what, change, expected) in cases {
+        let mut broken = config.clone();
+        change(&mut broken.families[0]);
+        let engine = Engine::new(&broken).unwrap();
+        let Err(error) = CqlSink::connect(&broken.store, engine.families()).await else {
+            panic!("{what}: connected");
+        };
+        assert!(matches!(error, CqlSinkError::Schema(_)), "{what}: {error}");
+        assert!(error.to_string().contains(expected), "{what}: {error}");
+    }
+    // A non-counter column where a counter is configured.
+    server
+        .execute(None, "CREATE TABLE metrics.plain_minute (page_id text, day date, minute smallint, views bigint, PRIMARY KEY ((page_id, day), minute))")
+        .unwrap();
+    let mut broken = config.clone();
+    broken.families[0].minute_table = "metrics.plain_minute".into();
+    broken.families[0].columns.remove("page.bytes");
+    let engine = Engine::new(&broken).unwrap();
+    let error = CqlSink::connect(&broken.store, engine.families())
+        .await
+        .err()
+        .unwrap();
+    assert!(
+        error
+            .to_string()
+            .contains("column `views` is not a counter column"),
+        "{error}"
+    );
+    server.shutdown().await.unwrap();
+}
+
+/// `countersink schema` prints what `--apply` creates, and the result passes the start-up
+/// check.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn schema_command_prints_and_applies() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = cqlsim::Server::start(cqlsim::Config {
+        listen: "127.0.0.1:0".parse().unwrap(),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let file = dir.path().join("c.toml");
+    std::fs::write(&file, include_str!("../../examples/countersink.toml")).unwrap();
+    let bin = env!("CARGO_BIN_EXE_countersink");
+    let printed = Command::new(bin)
+        .args(["schema", "--config"])
+        .arg(&file)
+        .output()
+        .unwrap();
+    assert!(printed.status.success());
+    let text = String::from_utf8(printed.stdout).unwrap();
+    for needle in [
+        "CREATE KEYSPACE IF NOT EXISTS countersink",
+        "CREATE KEYSPACE IF NOT EXISTS metrics",
+        "PRIMARY KEY ((name, tags, day), minute)",
+        "CREATE TABLE IF NOT EXISTS metrics.views_by_day",
+    ] {
+        assert!(text.contains(needle), "{needle}:\n{text}");
+    }
+    let applied = Command::new(bin)
+        .args(["schema", "--apply", "--config"])
+        .arg(&file)
+        .args(["--contact-point", &store.local_addr().to_string()])
+        .output()
+        .unwrap();
+    assert!(
+        applied.status.success(),
+        "{}",
+        String::from_utf8_lossy(&applied.stderr)
+    );
+    let mut config =
+        countersink::Config::from_toml(include_str!("../../examples/countersink.toml")).unwrap();
+    config.store.contact_points = vec![store.local_addr().to_string()];
+    let engine = Engine::new(&config).unwrap();
+    CqlSink::connect(&config.store, engine.families())
+        .await
+        .expect("the applied schema passes the check");
+    store.shutdown().await.unwrap();
+}
+
+/// When pending rows near the limit, the buffer asks for a flush before the interval.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn memory_pressure_flushes_early() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = config(dir.path());
+    config.flush.interval = Duration::from_secs(3600);
+    config.flush.jitter = Duration::ZERO;
+    config.limits.max_pending_rows = 1000;
+    let server = start_store(&mut config).await;
+    let engine = Arc::new(Engine::new(&config).unwrap());
+    let recorder = countersink::Recorder::start_with(
+        engine.clone(),
+        &config,
+        CqlSink::connect(&config.store, engine.families())
+            .await
+            .unwrap(),
+    )
+    .await
+    .unwrap();
+    for i in 0..800 {
+        recorder
+            .incr("pressure", &[("i", &i.to_string())], 1)
+            .unwrap();
+    }
+    let mut flushed = false;
+    for _ in 0..100 {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        if crate::common::table_sum(&server, "countersink.counts_by_minute", "value") >= 750 {
+            flushed = true;
+            break;
+        }
+    }
+    assert!(flushed, "no early flush with the interval at one hour");
+    recorder.shutdown().await;
+    server.shutdown().await.unwrap();
+}
