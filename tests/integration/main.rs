@@ -7,4 +7,5 @@ mod cql_faults;
 mod cql_flush;
 mod cql_setup;
 mod cql_shutdown;
+mod docs;
 mod sidecar;

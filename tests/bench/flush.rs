@@ -1,0 +1,236 @@
+//! Flush-path benchmarks (run with `cargo bench --bench flush`; not criterion: each run
+//! takes seconds, and the figures are medians of repeated runs).
+//!
+//! 1. Rows flushed per second into an in-process cqlsim through the real driver, at 10k
+//!    and 100k distinct rows (each row is a minute row and its day row: two writes per
+//!    row, batched per partition), beside the store's own ceiling measured in the same
+//!    run: single prepared UPDATEs at the flusher's concurrency.
+//! 2. Time from SIGTERM to exit of the `countersink serve` binary holding 100k pending
+//!    rows (release build required: `cargo build --release` first).
+
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use countersink::config::Config;
+use countersink::ddl;
+use countersink::engine::Engine;
+use countersink::flush::{Flusher, Ledger};
+use countersink::ingest::client::{Client, Target};
+use countersink::sink::cql::CqlSink;
+use countersink::state::StateDir;
+use scylla::value::Counter;
+
+const NOW: i64 = 1_796_042_096;
+const RUNS: usize = 5;
+
+fn median(mut values: Vec<f64>) -> f64 {
+    values.sort_by(f64::total_cmp);
+    values[values.len() / 2]
+}
+
+async fn store(config: &mut Config) -> cqlsim::Server {
+    let server = cqlsim::Server::start(cqlsim::Config {
+        listen: "127.0.0.1:0".parse().expect("address"),
+        ..Default::default()
+    })
+    .await
+    .expect("cqlsim");
+    for statement in ddl::statements(config, ddl::DEV_REPLICATION).expect("schema") {
+        server.execute(None, &statement).expect("ddl");
+    }
+    config.store.contact_points = vec![server.local_addr().to_string()];
+    server
+}
+
+/// Rows per second for one flush of `rows` distinct rows (100 per partition, minutes).
+async fn flush_rate(rows: usize) -> f64 {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut config = Config::default();
+    config.state.dir = dir.path().to_owned();
+    let server = store(&mut config).await;
+    let engine = Arc::new(Engine::new(&config).expect("engine"));
+    let sink = CqlSink::connect(&config.store, engine.families())
+        .await
+        .expect("sink");
+    let (state, recovered) = StateDir::open(&config.state).expect("state");
+    let mut flusher = Flusher::new(
+        engine.clone(),
+        Arc::new(sink),
+        config.flush.clone(),
+        state,
+        recovered,
+        Arc::new(Ledger::default()),
+    );
+    for i in 0..rows {
+        let key = format!("k{}", i / 100);
+        let minute = (i % 100) as i64;
+        engine
+            .record(
+                "bench",
+                &[("key", key.as_str())][..],
+                1,
+                NOW - 6000 + minute * 60,
+                None,
+            )
+            .expect("record");
+    }
+    let started = Instant::now();
+    let report = flusher.flush_now().await;
+    let elapsed = started.elapsed();
+    assert_eq!(report.applied, report.writes, "{report:?}");
+    server.shutdown().await.expect("shutdown");
+    rows as f64 / elapsed.as_secs_f64()
+}
+
+/// The store's ceiling: prepared single-row counter UPDATEs at concurrency 64.
+async fn store_ceiling(requests: usize) -> f64 {
+    let mut config = Config::default();
+    let server = store(&mut config).await;
+    let session = Arc::new(
+        scylla::client::session_builder::SessionBuilder::new()
+            .known_node(server.local_addr().to_string())
+            .build()
+            .await
+            .expect("session"),
+    );
+    let update = session
+        .prepare("UPDATE countersink.counts_by_minute SET value = value + ? WHERE name = ? AND tags = ? AND day = ? AND minute = ?")
+        .await
+        .expect("prepare");
+    let started = Instant::now();
+    let mut tasks = tokio::task::JoinSet::new();
+    for worker in 0..64 {
+        let (session, update) = (session.clone(), update.clone());
+        tasks.spawn(async move {
+            for i in (worker..requests).step_by(64) {
+                let values = (
+                    Counter(1),
+                    "ceiling",
+                    format!("k{}", i % 1000),
+                    scylla::value::CqlDate((1 << 31) + 20_000),
+                    (i % 1440) as i16,
+                );
+                session
+                    .execute_unpaged(&update, values)
+                    .await
+                    .expect("update");
+            }
+        });
+    }
+    while tasks.join_next().await.is_some() {}
+    let rate = requests as f64 / started.elapsed().as_secs_f64();
+    server.shutdown().await.expect("shutdown");
+    rate
+}
+
+/// Seconds from SIGTERM to exit of `countersink serve` holding `rows` pending rows.
+async fn sigterm_to_exit(rows: usize) -> (f64, u64) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut config = Config::default();
+    let server = store(&mut config).await;
+    let bin = concat!(env!("CARGO_MANIFEST_DIR"), "/target/release/countersink");
+    let udp = std::net::UdpSocket::bind("127.0.0.1:0").expect("port");
+    let port = udp.local_addr().expect("addr");
+    drop(udp);
+    let metrics = std::net::TcpListener::bind("127.0.0.1:0").expect("port");
+    let metrics_addr = metrics.local_addr().expect("addr");
+    drop(metrics);
+    let mut child = Command::new(bin)
+        .args([
+            "serve",
+            "--udp",
+            &port.to_string(),
+            "--metrics",
+            &metrics_addr.to_string(),
+            "--flush-interval",
+            "1h",
+        ])
+        .args(["--contact-point", &config.store.contact_points[0]])
+        .arg("--state-dir")
+        .arg(dir.path())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("release binary built (cargo build --release)");
+    let mut lines = BufReader::new(child.stderr.take().expect("stderr")).lines();
+    for line in lines.by_ref() {
+        if line.expect("log").contains("Connected to the store") {
+            break;
+        }
+    }
+    let mut client = Client::connect(Target::Udp(port)).expect("client");
+    let batch: Vec<String> = (0..rows).map(|i| format!("term.k{i}:1|c")).collect();
+    for chunk in batch.chunks(1000) {
+        client
+            .send_lines(chunk.iter().map(String::as_str))
+            .expect("send");
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    // Wait until every datagram is read: the pending count stops moving.
+    let mut previous = u64::MAX;
+    let pending = loop {
+        std::thread::sleep(Duration::from_millis(300));
+        let pending: u64 = http_get(metrics_addr)
+            .lines()
+            .find_map(|l| l.strip_prefix("countersink_pending_rows "))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or(0);
+        if pending == previous && pending > 0 {
+            break pending;
+        }
+        previous = pending;
+    };
+    std::thread::spawn(move || for _ in lines {});
+    let started = Instant::now();
+    let _ = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status();
+    let status = child.wait().expect("wait");
+    let elapsed = started.elapsed().as_secs_f64();
+    assert!(status.success(), "{status}");
+    server.shutdown().await.expect("shutdown");
+    (elapsed, pending)
+}
+
+fn http_get(addr: std::net::SocketAddr) -> String {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect(addr).expect("connect");
+    let _ = write!(
+        stream,
+        "GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+    );
+    let mut text = String::new();
+    let _ = stream.read_to_string(&mut text);
+    text
+}
+
+#[tokio::main]
+async fn main() {
+    let mut ceiling = Vec::new();
+    let mut rates: [Vec<f64>; 2] = [Vec::new(), Vec::new()];
+    for _ in 0..RUNS {
+        ceiling.push(store_ceiling(50_000).await);
+        rates[0].push(flush_rate(10_000).await);
+        rates[1].push(flush_rate(100_000).await);
+    }
+    let ceiling = median(ceiling);
+    println!("store ceiling (single-row UPDATEs, concurrency 64): {ceiling:.0} requests/s");
+    for (rows, rates) in [(10_000, &rates[0]), (100_000, &rates[1])] {
+        let rate = median(rates.clone());
+        println!(
+            "flush of {rows} rows: {rate:.0} rows/s (median of {RUNS}), {:.2}x the store's request ceiling",
+            rate / ceiling
+        );
+    }
+    let mut times = Vec::new();
+    for _ in 0..RUNS {
+        let (seconds, pending) = sigterm_to_exit(100_000).await;
+        println!("  SIGTERM to exit with {pending} pending rows: {seconds:.2} s");
+        times.push(seconds);
+    }
+    println!(
+        "SIGTERM to exit, 100k pending rows: {:.2} s (median of {RUNS})",
+        median(times)
+    );
+}

@@ -1,0 +1,70 @@
+//! The README documents what the program has: every metric it exports and every
+//! configuration key.
+
+use std::sync::Arc;
+
+use countersink::config::Config;
+use countersink::engine::Engine;
+use countersink::flush::Ledger;
+use countersink::metrics::Metrics;
+
+const README: &str = include_str!("../../README.md");
+
+#[test]
+fn every_exported_metric_is_in_the_catalogue() {
+    let engine = Arc::new(Engine::new(&Config::default()).unwrap());
+    let metrics = Metrics::new(engine, Arc::new(Ledger::default())).unwrap();
+    let stats = Arc::new(countersink::ingest::IngestStats::default());
+    metrics
+        .registry()
+        .register(Box::new(
+            countersink::sidecar::ingest_metrics::IngestCollector::new(stats),
+        ))
+        .unwrap();
+    let text = metrics.render();
+    let names: Vec<&str> = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("# TYPE "))
+        .filter_map(|l| l.split(' ').next())
+        .collect();
+    assert!(names.len() >= 15, "{names:?}");
+    for name in names {
+        assert!(
+            README.contains(&format!("`{name}`")),
+            "{name} is exported but not in the README's metrics catalogue"
+        );
+    }
+}
+
+#[test]
+fn every_configuration_key_is_in_the_reference() {
+    let example: toml::Table =
+        toml::from_str(include_str!("../../examples/countersink.toml")).unwrap();
+    fn walk(prefix: &str, table: &toml::Table, out: &mut Vec<String>) {
+        for (key, value) in table {
+            match value {
+                toml::Value::Table(inner) if key != "columns" => {
+                    walk(&format!("{prefix}{key}."), inner, out)
+                }
+                toml::Value::Array(items) if items.iter().all(toml::Value::is_table) => {
+                    for item in items {
+                        if let toml::Value::Table(inner) = item {
+                            walk(&format!("{prefix}{key}[]."), inner, out);
+                        }
+                    }
+                }
+                _ => out.push(format!("{prefix}{key}")),
+            }
+        }
+    }
+    let mut keys = Vec::new();
+    walk("", &example, &mut keys);
+    assert!(keys.len() > 30, "{keys:?}");
+    for key in keys {
+        let leaf = key.rsplit('.').next().unwrap();
+        assert!(
+            README.contains(leaf),
+            "config key {key} is not in the README's configuration reference"
+        );
+    }
+}
