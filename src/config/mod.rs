@@ -147,6 +147,41 @@ pub struct StoreConfig {
     /// config file or the command line; `COUNTERSINK_PASSWORD` in the environment is the
     /// other way. Default unset.
     pub password_file: Option<PathBuf>,
+    /// TLS to the cluster (needs a build with the `tls` feature).
+    pub tls: TlsConfig,
+}
+
+/// `[store.tls]`: TLS to the cluster, through the driver's rustls support. Available in
+/// builds with the `tls` feature (`cargo build --release --features tls`); enabling it in
+/// a build without is a configuration error.
+#[derive(Clone, Debug, PartialEq, Deserialize, Serialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct TlsConfig {
+    /// Whether to connect with TLS. Default `false`.
+    pub enabled: bool,
+    /// PEM file of the CA certificate(s) that issued the nodes' certificates (the only
+    /// trust anchors). Required when enabled. Default unset.
+    pub ca_file: Option<PathBuf>,
+    /// PEM client certificate chain, for clusters that require client certificates;
+    /// set together with `key_file`. Default unset.
+    pub cert_file: Option<PathBuf>,
+    /// PEM private key of the client certificate. Default unset.
+    pub key_file: Option<PathBuf>,
+    /// Whether a node's certificate must name the address it is reached at. When false,
+    /// the chain and dates are still verified. Default `true`.
+    pub verify_hostname: bool,
+}
+
+impl Default for TlsConfig {
+    fn default() -> Self {
+        TlsConfig {
+            enabled: false,
+            ca_file: None,
+            cert_file: None,
+            key_file: None,
+            verify_hostname: true,
+        }
+    }
 }
 
 impl Default for StoreConfig {
@@ -160,6 +195,7 @@ impl Default for StoreConfig {
             connect_timeout: Duration::from_secs(5),
             username: None,
             password_file: None,
+            tls: TlsConfig::default(),
         }
     }
 }

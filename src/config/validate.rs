@@ -156,6 +156,26 @@ impl Config {
                 "must not be empty (leave it out instead)",
             ));
         }
+        if store.tls.enabled {
+            if !cfg!(feature = "tls") {
+                return Err(ConfigError::invalid(
+                    "store.tls.enabled",
+                    "this build has no TLS support; build with `--features tls`",
+                ));
+            }
+            if store.tls.ca_file.is_none() {
+                return Err(ConfigError::invalid(
+                    "store.tls.ca_file",
+                    "is required when TLS is enabled",
+                ));
+            }
+            if store.tls.cert_file.is_some() != store.tls.key_file.is_some() {
+                return Err(ConfigError::invalid(
+                    "store.tls.key_file",
+                    "cert_file and key_file go together",
+                ));
+            }
+        }
         positive("store.request_timeout", store.request_timeout.as_millis())?;
         positive("store.connect_timeout", store.connect_timeout.as_millis())
     }

@@ -59,7 +59,8 @@ async fn schema_mismatches_are_named_at_start() {
     let dir = tempfile::tempdir().unwrap();
     let mut config = config(dir.path());
     let server = start_store(&mut config).await;
-    let cases: [(&str, Box<dyn Fn(&mut FamilyConfig)>, &str); 4] = [
+    type Change = Box<dyn Fn(&mut FamilyConfig)>;
+    let cases: [(&str, Change, &str); 4] = [
         (
             "missing table",
             Box::new(|f| f.minute_table = "metrics.nope".into()),

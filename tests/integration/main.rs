@@ -9,3 +9,5 @@ mod cql_setup;
 mod cql_shutdown;
 mod docs;
 mod sidecar;
+#[cfg(feature = "tls")]
+mod tls;

@@ -11,6 +11,8 @@ pub mod bind;
 pub mod classify;
 pub mod schema;
 pub mod session;
+#[cfg(feature = "tls")]
+pub mod tls;
 
 use std::collections::HashMap;
 use std::sync::Arc;

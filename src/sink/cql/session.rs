@@ -21,6 +21,9 @@ pub enum SessionError {
     /// A password is set but no user name (or the password file cannot be read).
     #[error("store credentials: {0}")]
     Credentials(String),
+    /// The TLS settings cannot be used (a file cannot be read, a key does not match).
+    #[error("{0}")]
+    Tls(String),
     /// The driver could not connect.
     #[error("cannot connect to {contact_points}: {error}")]
     Connect {
@@ -83,12 +86,28 @@ fn password(store: &StoreConfig) -> Result<Option<String>, SessionError> {
     }
 }
 
+#[cfg(feature = "tls")]
+fn with_tls(builder: SessionBuilder, store: &StoreConfig) -> Result<SessionBuilder, SessionError> {
+    let config = super::tls::client_config(&store.tls).map_err(SessionError::Tls)?;
+    Ok(builder.tls_context(Some(Arc::new(config))))
+}
+
+#[cfg(not(feature = "tls"))]
+fn with_tls(_: SessionBuilder, _: &StoreConfig) -> Result<SessionBuilder, SessionError> {
+    Err(SessionError::Tls(
+        "this build has no TLS support; build with `--features tls`".into(),
+    ))
+}
+
 /// Opens a session with the write profile as its default.
 pub async fn connect(store: &StoreConfig) -> Result<Session, SessionError> {
     let mut builder = SessionBuilder::new()
         .known_nodes(&store.contact_points)
         .connection_timeout(store.connect_timeout)
         .default_execution_profile_handle(write_profile(store).into_handle());
+    if store.tls.enabled {
+        builder = with_tls(builder, store)?;
+    }
     match (&store.username, password(store)?) {
         (Some(user), Some(password)) => builder = builder.user(user.clone(), password),
         (Some(user), None) => {

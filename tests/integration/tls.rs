@@ -1,0 +1,192 @@
+//! TLS to the cluster (feature `tls`): the driver connects through a TLS-terminating
+//! proxy in front of cqlsim, with the CA, client certificate and hostname rules of
+//! `[store.tls]`.
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::Arc;
+
+use rcgen::{BasicConstraints, CertificateParams, IsCa, Issuer, KeyPair};
+use tokio::net::{TcpListener, TcpStream};
+use tokio_rustls::TlsAcceptor;
+use tokio_rustls::rustls::{self, pki_types::PrivateKeyDer};
+
+use countersink::engine::Engine;
+use countersink::sink::cql::{CqlSink, CqlSinkError};
+
+use crate::common::{T0, Writer, config, start_store, table_sum};
+
+struct Pki {
+    ca_pem: String,
+    issuer: Issuer<'static, KeyPair>,
+}
+
+fn new_pki() -> Pki {
+    let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
+    params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    let key = KeyPair::generate().unwrap();
+    let ca = params.self_signed(&key).unwrap();
+    Pki {
+        ca_pem: ca.pem(),
+        issuer: Issuer::new(params, key),
+    }
+}
+
+/// A certificate for `names`, signed by the CA: (chain PEM, key PEM).
+fn leaf(pki: &Pki, names: &[&str]) -> (String, String) {
+    let params =
+        CertificateParams::new(names.iter().map(|n| n.to_string()).collect::<Vec<_>>()).unwrap();
+    let key = KeyPair::generate().unwrap();
+    let cert = params.signed_by(&key, &pki.issuer).unwrap();
+    (cert.pem(), key.serialize_pem())
+}
+
+/// Accepts TLS on a free port and forwards plaintext to `backend`. When `client_ca` is
+/// given, clients must present a certificate it issued.
+async fn tls_proxy(
+    backend: SocketAddr,
+    chain: &str,
+    key: &str,
+    client_ca: Option<&str>,
+) -> SocketAddr {
+    let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
+    let certs = rustls::pki_types::pem::PemObject::pem_slice_iter(chain.as_bytes())
+        .collect::<Result<Vec<_>, _>>()
+        .unwrap();
+    let key: PrivateKeyDer =
+        rustls::pki_types::pem::PemObject::from_pem_slice(key.as_bytes()).unwrap();
+    let builder = rustls::ServerConfig::builder_with_provider(provider.clone())
+        .with_safe_default_protocol_versions()
+        .unwrap();
+    let config = match client_ca {
+        Some(ca) => {
+            let mut roots = rustls::RootCertStore::empty();
+            for c in rustls::pki_types::pem::PemObject::pem_slice_iter(ca.as_bytes()) {
+                roots.add(c.unwrap()).unwrap();
+            }
+            let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(
+                Arc::new(roots),
+                provider,
+            )
+            .build()
+            .unwrap();
+            builder
+                .with_client_cert_verifier(verifier)
+                .with_single_cert(certs, key)
+                .unwrap()
+        }
+        None => builder
+            .with_no_client_auth()
+            .with_single_cert(certs, key)
+            .unwrap(),
+    };
+    let acceptor = TlsAcceptor::from(Arc::new(config));
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        loop {
+            let Ok((socket, _)) = listener.accept().await else {
+                return;
+            };
+            let acceptor = acceptor.clone();
+            tokio::spawn(async move {
+                let Ok(mut tls) = acceptor.accept(socket).await else {
+                    return;
+                };
+                let Ok(mut plain) = TcpStream::connect(backend).await else {
+                    return;
+                };
+                let _ = tokio::io::copy_bidirectional(&mut tls, &mut plain).await;
+            });
+        }
+    });
+    addr
+}
+
+fn write(dir: &Path, name: &str, text: &str) -> std::path::PathBuf {
+    let path = dir.join(name);
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn counters_flow_over_tls_and_bad_trust_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = config(dir.path());
+    let server = start_store(&mut config).await;
+    let backend = server.local_addr();
+    let pki = new_pki();
+    let (chain, key) = leaf(&pki, &["127.0.0.1"]);
+    let proxy = tls_proxy(backend, &chain, &key, None).await;
+
+    config.store.contact_points = vec![proxy.to_string()];
+    config.store.tls.enabled = true;
+    config.store.tls.ca_file = Some(write(dir.path(), "ca.pem", &pki.ca_pem));
+    config.validate().unwrap();
+    let mut writer = Writer::start(&config).await;
+    writer.incr("secure", &[], 7, T0);
+    let report = writer.flusher.flush_now().await;
+    assert_eq!(report.applied, 2, "{report:?}");
+    assert_eq!(
+        table_sum(&server, "countersink.counts_by_minute", "value"),
+        7
+    );
+
+    // Another CA: the handshake fails, nothing is written.
+    let other = new_pki();
+    let mut wrong = config.clone();
+    wrong.store.tls.ca_file = Some(write(dir.path(), "other.pem", &other.ca_pem));
+    let engine = Engine::new(&wrong).unwrap();
+    assert!(matches!(
+        CqlSink::connect(&wrong.store, engine.families()).await,
+        Err(CqlSinkError::Session(_))
+    ));
+
+    // A certificate for another name: refused unless hostname verification is off.
+    let (chain, key) = leaf(&pki, &["db.example"]);
+    let misnamed = tls_proxy(backend, &chain, &key, None).await;
+    let mut named = config.clone();
+    named.store.contact_points = vec![misnamed.to_string()];
+    let engine = Engine::new(&named).unwrap();
+    assert!(
+        CqlSink::connect(&named.store, engine.families())
+            .await
+            .is_err()
+    );
+    named.store.tls.verify_hostname = false;
+    assert!(
+        CqlSink::connect(&named.store, engine.families())
+            .await
+            .is_ok()
+    );
+    server.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn client_certificates_are_presented_when_configured() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = config(dir.path());
+    let server = start_store(&mut config).await;
+    let pki = new_pki();
+    let (chain, key) = leaf(&pki, &["127.0.0.1"]);
+    let proxy = tls_proxy(server.local_addr(), &chain, &key, Some(&pki.ca_pem)).await;
+    config.store.contact_points = vec![proxy.to_string()];
+    config.store.tls.enabled = true;
+    config.store.tls.ca_file = Some(write(dir.path(), "ca.pem", &pki.ca_pem));
+    let engine = Engine::new(&config).unwrap();
+    assert!(
+        CqlSink::connect(&config.store, engine.families())
+            .await
+            .is_err(),
+        "no client certificate"
+    );
+    let (client_chain, client_key) = leaf(&pki, &["countersink"]);
+    config.store.tls.cert_file = Some(write(dir.path(), "client.pem", &client_chain));
+    config.store.tls.key_file = Some(write(dir.path(), "client.key", &client_key));
+    assert!(
+        CqlSink::connect(&config.store, engine.families())
+            .await
+            .is_ok()
+    );
+    server.shutdown().await.unwrap();
+}
