@@ -92,6 +92,18 @@ pub struct Flusher<S> {
     ledger: Arc<Ledger>,
     seq: u64,
     shard_seed: u64,
+    /// Whether the last flush found the store answering (something applied, nothing
+    /// re-queued): the moment to bring rows spilled during an outage back.
+    store_healthy: bool,
+}
+
+/// Where replayed rows come from, which decides how they are counted.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Origin {
+    /// Spilled by an earlier process: counted as accepted again (`replayed`).
+    PreviousRun,
+    /// Spilled by this process: moved from `spilled` back to `pending`.
+    ThisRun,
 }
 
 impl<S: Sink> Flusher<S> {
@@ -110,7 +122,7 @@ impl<S: Sink> Flusher<S> {
             .fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
                 (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3)
             });
-        replay(&engine, &mut state, &ledger, recovered);
+        replay(&engine, &mut state, &ledger, recovered, Origin::PreviousRun);
         Flusher {
             engine,
             sink,
@@ -119,6 +131,7 @@ impl<S: Sink> Flusher<S> {
             ledger,
             seq: 0,
             shard_seed,
+            store_healthy: false,
         }
     }
 
@@ -214,6 +227,23 @@ impl<S: Sink> Flusher<S> {
     async fn flush(&mut self, mut deadline: Deadline, last: bool) -> FlushReport {
         let started = Instant::now();
         self.seq += 1;
+        if self.store_healthy && !last && self.state.spill.has_pending() {
+            // The store answers again: rows spilled during the outage go out with this
+            // flush, through the same loaded/inflight steps as a replay at start.
+            let tag = format!("{}-{}", self.state.incarnation, self.seq);
+            match self.state.spill.reload(&tag) {
+                Ok(recovered) => replay(
+                    &self.engine,
+                    &mut self.state,
+                    &self.ledger,
+                    recovered,
+                    Origin::ThisRun,
+                ),
+                Err(error) => {
+                    tracing::error!(%error, "Could not reload the spill file; it waits for the next start.")
+                }
+            }
+        }
         let drained = self.engine.aggregator().take_all();
         let rows = drained.len();
         let drained_sums = TableKind::ALL.map(|t| drained.sum(t));
@@ -388,6 +418,7 @@ impl<S: Sink> Flusher<S> {
             }
         }
         self.ledger.count_flush(started.elapsed().as_secs_f64());
+        self.store_healthy = report.applied > 0 && report.requeued == 0;
         report
     }
 
@@ -461,8 +492,14 @@ impl<S: Sink> Flusher<S> {
     }
 }
 
-/// Merges what the previous run spilled back into the buffer.
-fn replay(engine: &Engine, state: &mut StateDir, ledger: &Ledger, recovered: Recovered) {
+/// Merges spilled rows back into the buffer, counting them by where they come from.
+fn replay(
+    engine: &Engine,
+    state: &mut StateDir,
+    ledger: &Ledger,
+    recovered: Recovered,
+    origin: Origin,
+) {
     if recovered.interrupted > 0 {
         tracing::warn!(
             rows = recovered.interrupted,
@@ -475,16 +512,19 @@ fn replay(engine: &Engine, state: &mut StateDir, ledger: &Ledger, recovered: Rec
             "Unreadable lines in the spill file were set aside in spill.corrupt.jsonl."
         );
     }
+    // Rows spilled by an earlier process are accepted anew by this one; rows this
+    // process spilled move from the spilled stage back to pending.
+    let bring_back = |ledger: &Ledger, table: TableKind, sum: i128| {
+        ledger.update(table, |s| match origin {
+            Origin::PreviousRun => s.replayed += sum,
+            Origin::ThisRun => s.spilled -= sum,
+        });
+    };
     let mut rows = Vec::new();
     for record in recovered.replay {
         match records::from_record(&record, engine.families()) {
             Ok((key, row)) => {
-                let table = if key.slot().owes(TableKind::Minute) {
-                    TableKind::Minute
-                } else {
-                    TableKind::Day
-                };
-                ledger.update(table, |s| s.replayed += row.columns.sum());
+                bring_back(ledger, owed_table(key.slot()), row.columns.sum());
                 rows.push((key, row));
             }
             Err(error) => {
@@ -505,35 +545,34 @@ fn replay(engine: &Engine, state: &mut StateDir, ledger: &Ledger, recovered: Rec
                     std::slice::from_ref(&record),
                     "rejected.jsonl",
                 );
-                ledger.update(table, |s| {
-                    s.replayed += delta;
-                    s.rejected += delta;
-                });
+                bring_back(ledger, table, delta);
+                ledger.update(table, |s| s.rejected += delta);
             }
         }
     }
     if !rows.is_empty() {
-        tracing::info!(
-            rows = rows.len(),
-            "Replaying rows spilled by the previous run."
-        );
+        tracing::info!(rows = rows.len(), "Replaying spilled rows.");
     }
     let refused = engine.aggregator().merge_back(rows);
     if !refused.is_empty() {
         // Two spilled parts of one row whose sum overflows: count and say so.
         for (key, row) in &refused {
-            let table = if key.slot().owes(TableKind::Minute) {
-                TableKind::Minute
-            } else {
-                TableKind::Day
-            };
-            ledger.update(table, |s| s.dropped += row.columns.sum());
+            ledger.update(owed_table(key.slot()), |s| s.dropped += row.columns.sum());
         }
         ledger.count_late_drop(DropReason::Overflow, refused.len() as u64);
         tracing::error!(
             rows = refused.len(),
             "Replayed rows would overflow when merged; dropped."
         );
+    }
+}
+
+/// The one table a re-queued or replayed row is owed to.
+fn owed_table(slot: crate::aggregate::Slot) -> TableKind {
+    if slot.owes(TableKind::Minute) {
+        TableKind::Minute
+    } else {
+        TableKind::Day
     }
 }
 

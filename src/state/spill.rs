@@ -7,9 +7,10 @@
 //!
 //! 1. `spill.jsonl` — appended to while running (a write re-queued for longer than
 //!    `flush.requeue_max_age`) and at shutdown (what the final flush could not send).
-//! 2. `spill.loaded.<incarnation>.jsonl` — at start, `spill.jsonl` is renamed to this and
-//!    its rows are merged into the buffer. Nothing has been sent yet: if the process
-//!    dies now, the next start loads the file again, which is safe.
+//! 2. `spill.loaded.<tag>.jsonl` — at start, and while running once the store answers
+//!    again, `spill.jsonl` is renamed to this and its rows are merged into the buffer.
+//!    Nothing has been sent yet: if the process dies now, the next start loads the file
+//!    again, which is safe.
 //! 3. `spill.inflight.<incarnation>.jsonl` — just before the first flush sends anything,
 //!    loaded files are renamed to this. Once that flush has recorded every outcome
 //!    (applied, logged, or re-queued in memory), the file is deleted. If the process dies
@@ -120,6 +121,39 @@ impl Spill {
             },
             recovered,
         ))
+    }
+
+    /// Whether rows were spilled by this process and wait in `spill.jsonl`.
+    pub fn has_pending(&self) -> bool {
+        self.appender.is_some() && fs::metadata(self.dir.join(SPILL)).is_ok_and(|m| m.len() > 0)
+    }
+
+    /// Step 2 while running: renames `spill.jsonl` to `spill.loaded.<tag>.jsonl` and
+    /// returns its rows for the buffer. `tag` must be unique within the directory.
+    pub fn reload(&mut self, tag: &str) -> io::Result<Recovered> {
+        let mut recovered = Recovered::default();
+        if let Some(mut log) = self.appender.take() {
+            log.sync()?;
+        }
+        let spill = self.dir.join(SPILL);
+        if !spill.exists() {
+            return Ok(recovered);
+        }
+        let target = self.dir.join(format!("spill.loaded.{tag}.jsonl"));
+        fs::rename(&spill, &target)?;
+        sync_dir(&self.dir)?;
+        let mut corrupt = Vec::new();
+        recovered.replay = read_records(&target, &mut corrupt)?;
+        recovered.corrupt_lines = corrupt.len() as u64;
+        if !corrupt.is_empty() {
+            let mut log = JsonlLog::open(self.dir.join(CORRUPT), u64::MAX, 1)?;
+            for line in &corrupt {
+                log.append(&serde_json::json!({ "unparsed": line }))?;
+            }
+            log.sync()?;
+        }
+        self.loaded.push(target);
+        Ok(recovered)
     }
 
     /// Appends rows to the spill file (durably, once [`Spill::sync`] returns).
@@ -270,6 +304,28 @@ mod tests {
         assert_eq!(logged.outcome, "unknown");
         assert_eq!(logged.deltas["value"], 7);
         assert_eq!(logged.error.unwrap().kind, "replay_interrupted");
+    }
+
+    #[test]
+    fn rows_spilled_while_running_reload_through_the_same_steps() {
+        let dir = tempfile::tempdir().unwrap();
+        let (mut spill, _) = Spill::recover(dir.path(), 1, &mut unknown_log(dir.path())).unwrap();
+        assert!(!spill.has_pending());
+        spill.append(&record(3)).unwrap();
+        spill.sync().unwrap();
+        assert!(spill.has_pending());
+        let reloaded = spill.reload("1-5").unwrap();
+        assert_eq!(reloaded.replay, [record(3)]);
+        assert!(!spill.has_pending() && spill.has_loaded());
+        assert!(dir.path().join("spill.loaded.1-5.jsonl").exists());
+        // Spilling again after a reload starts a new spill.jsonl.
+        spill.append(&record(4)).unwrap();
+        spill.sync().unwrap();
+        spill.begin_send().unwrap();
+        spill.finish_send().unwrap();
+        drop(spill);
+        let (_, next) = Spill::recover(dir.path(), 2, &mut unknown_log(dir.path())).unwrap();
+        assert_eq!(next.replay, [record(4)], "only the rows not reloaded yet");
     }
 
     #[test]
