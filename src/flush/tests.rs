@@ -273,15 +273,30 @@ async fn transient_failures_past_the_maximum_age_are_spilled() {
     h.flusher.flush_now().await;
     assert_eq!(sink.total(TableKind::Minute), 1);
     h.flusher.flush_now().await;
-    assert_eq!((sink.total(TableKind::Minute), sink.total(TableKind::Day)), (8, 8));
+    assert_eq!(
+        (sink.total(TableKind::Minute), sink.total(TableKind::Day)),
+        (8, 8)
+    );
     let a = accounting(&h);
     assert!(a.is_balanced(), "{a:?}");
-    assert_eq!((a.minute.spilled, a.minute.applied, a.day.applied), (0, 8, 8));
+    assert_eq!(
+        (a.minute.spilled, a.minute.applied, a.day.applied),
+        (0, 8, 8)
+    );
     assert!(read_log(dir.path(), "spill.jsonl").is_empty());
-    assert!(std::fs::read_dir(dir.path()).unwrap().all(|e| !e.unwrap().file_name().to_string_lossy().starts_with("spill.")));
+    assert!(std::fs::read_dir(dir.path()).unwrap().all(|e| {
+        !e.unwrap()
+            .file_name()
+            .to_string_lossy()
+            .starts_with("spill.")
+    }));
     drop(h);
     let h = harness(&config, MemorySink::new());
-    assert_eq!(h.ledger.settled(TableKind::Minute).replayed, 0, "nothing left for the next start");
+    assert_eq!(
+        h.ledger.settled(TableKind::Minute).replayed,
+        0,
+        "nothing left for the next start"
+    );
 }
 
 /// A sink that never answers: every request stays in flight.

@@ -8,6 +8,7 @@ mod cql_flush;
 mod cql_setup;
 mod cql_shutdown;
 mod docs;
+mod shards;
 mod sidecar;
 #[cfg(feature = "tls")]
 mod tls;

@@ -475,3 +475,87 @@ fn dev_banner_commands_work_when_pasted() {
     Command::new("kill").args(["-INT", &pid]).status().unwrap();
     assert_eq!(child.wait().unwrap().code(), Some(0));
 }
+
+/// The sidecar starts before the store is reachable: it receives and buffers, `/readyz`
+/// says 503; once the store is up it connects, flushes, and says 200.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn starts_before_the_store_and_catches_up() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = sidecar_config(dir.path());
+    config.flush.interval = Duration::from_millis(200);
+    config.flush.jitter = Duration::from_millis(10);
+    let free = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let store_addr = free.local_addr().unwrap();
+    drop(free);
+    config.store.contact_points = vec![store_addr.to_string()];
+    let sidecar = Sidecar::start(&config).await.unwrap();
+    let bound = sidecar.bound();
+    let mut client = Client::connect(Target::Udp(bound.udp.unwrap())).unwrap();
+    client.send_lines(["early:5|c"]).unwrap();
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    assert_eq!(get(bound.metrics.unwrap(), "/readyz").0, 503);
+    assert!(!sidecar.is_ready());
+
+    let server = cqlsim::Server::start(cqlsim::Config {
+        listen: store_addr,
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    for statement in
+        countersink::ddl::statements(&config, countersink::ddl::DEV_REPLICATION).unwrap()
+    {
+        server.execute(None, &statement).unwrap();
+    }
+    wait_ready(&sidecar).await;
+    for _ in 0..50 {
+        if table_sum(&server, "countersink.counts_by_minute", "value") == 5 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(
+        table_sum(&server, "countersink.counts_by_minute", "value"),
+        5
+    );
+    assert_eq!(get(bound.metrics.unwrap(), "/readyz").0, 200);
+    sidecar.shutdown().await.unwrap();
+    server.shutdown().await.unwrap();
+}
+
+/// A configured table missing from the store stops `serve` with exit code 2 and a
+/// message naming it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_schema_mismatch_stops_serve_with_exit_code_2() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = sidecar_config(dir.path());
+    let server = start_store(&mut config).await;
+    let file = dir.path().join("c.toml");
+    std::fs::write(
+        &file,
+        "[[family]]\nname = \"v\"\nminute_table = \"metrics.absent\"\nday_table = \"metrics.views_by_day\"\nkey = [\"page_id\"]\n[family.columns]\n\"page.views\" = \"views\"\n",
+    )
+    .unwrap();
+    let out = Command::new(BIN)
+        .args(["serve", "--config"])
+        .arg(&file)
+        .args([
+            "--udp",
+            "127.0.0.1:0",
+            "--metrics",
+            "off",
+            "--contact-point",
+            &config.store.contact_points[0],
+            "--state-dir",
+        ])
+        .arg(dir.path().join("s"))
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("metrics.absent"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    server.shutdown().await.unwrap();
+}
