@@ -42,6 +42,7 @@ struct Families {
     cql_writes: IntCounterVec,
     flushes: IntCounter,
     delta_sum: GaugeVec,
+    lost_records: IntCounterVec,
 }
 
 fn counter_vec(name: &str, help: &str, labels: &[&str]) -> IntCounterVec {
@@ -91,6 +92,11 @@ impl EngineCollector {
                 &["table", "outcome"],
             ),
             flushes: IntCounter::new("countersink_flushes_total", "Flushes completed.").expect("valid metric options"),
+            lost_records: counter_vec(
+                "countersink_outcome_records_lost_total",
+                "Records of unknown or rejected writes that are not in their log file: deleted by rotation (rotated_out) or not written (write_error). Their deltas are still counted in their stage.",
+                &["log", "reason"],
+            ),
             delta_sum: GaugeVec::new(
                 Opts::new(
                     "countersink_delta_sum",
@@ -115,7 +121,7 @@ impl EngineCollector {
 }
 
 impl Families {
-    fn collectors(&self) -> [&dyn Collector; 10] {
+    fn collectors(&self) -> [&dyn Collector; 11] {
         [
             &self.lines_received,
             &self.lines_invalid,
@@ -127,6 +133,7 @@ impl Families {
             &self.cql_writes,
             &self.flushes,
             &self.delta_sum,
+            &self.lost_records,
         ]
     }
 }
@@ -188,6 +195,14 @@ impl Collector for EngineCollector {
         }
         f.flushes.reset();
         f.flushes.inc_by(self.ledger.flushes());
+        f.lost_records.reset();
+        let lost = self.ledger.lost_records();
+        for log in ["unknown.jsonl", "rejected.jsonl"] {
+            for reason in ["rotated_out", "write_error"] {
+                let n = lost.get(&(log, reason)).copied().unwrap_or(0);
+                f.lost_records.with_label_values(&[log, reason]).inc_by(n);
+            }
+        }
         f.delta_sum.reset();
         for table in TableKind::ALL {
             for (stage, sum) in accounting.of(table).labelled() {

@@ -371,7 +371,12 @@ impl<S: Sink> Flusher<S> {
                         Some(&failure),
                         &time,
                     );
-                    append_all(&mut self.state.rejected, &records, "rejected.jsonl");
+                    append_all(
+                        &mut self.state.rejected,
+                        &records,
+                        "rejected.jsonl",
+                        &self.ledger,
+                    );
                     self.ledger.update(write.table, |s| s.rejected += sum);
                     tracing::warn!(table, kind = failure.kind, error = %failure.text, rows = write.rows.len(), "Write rejected; recorded in rejected.jsonl.");
                 }
@@ -433,7 +438,12 @@ impl<S: Sink> Flusher<S> {
         self.ledger.count_write(table, "unknown");
         let family = self.engine.families().get(write.family);
         let records = records::to_records(write, family, identity, "unknown", Some(failure), time);
-        append_all(&mut self.state.unknown, &records, "unknown.jsonl");
+        append_all(
+            &mut self.state.unknown,
+            &records,
+            "unknown.jsonl",
+            &self.ledger,
+        );
         self.ledger
             .update(write.table, |s| s.unknown += write.sum());
         tracing::warn!(table, kind = failure.kind, error = %failure.text, rows = write.rows.len(), "Write outcome unknown; recorded in unknown.jsonl and not re-sent.");
@@ -544,6 +554,7 @@ fn replay(
                     &mut state.rejected,
                     std::slice::from_ref(&record),
                     "rejected.jsonl",
+                    ledger,
                 );
                 bring_back(ledger, table, delta);
                 ledger.update(table, |s| s.rejected += delta);
@@ -585,13 +596,24 @@ fn pending(engine: &Engine) -> (usize, i128) {
     )
 }
 
-fn append_all(log: &mut crate::state::JsonlLog, records: &[WriteRecord], name: &str) {
-    for record in records {
+/// Appends records to an outcome log. A record that cannot be written is counted
+/// (`countersink_outcome_records_lost_total{reason="write_error"}`) and logged: its delta
+/// is still counted in its stage, but the line to reconcile it by hand is missing.
+fn append_all(
+    log: &mut crate::state::JsonlLog,
+    records: &[WriteRecord],
+    name: &'static str,
+    ledger: &Ledger,
+) {
+    for (i, record) in records.iter().enumerate() {
         if let Err(error) = log.append(record) {
-            tracing::error!(%error, file = name, "Could not append an outcome record.");
+            let lost = (records.len() - i) as u64;
+            ledger.count_lost_records(name, "write_error", lost);
+            tracing::error!(%error, file = name, records = lost, "Could not append outcome records.");
             return;
         }
     }
+    ledger.count_lost_records(name, "rotated_out", log.take_deleted_records());
 }
 
 async fn wait_true(rx: &mut watch::Receiver<bool>) {
@@ -646,4 +668,38 @@ async fn send_all<S: Sink>(
             (write, sent)
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn record() -> WriteRecord {
+        serde_json::from_str(
+            r#"{"time":"t","writer":"w","incarnation":1,"flush_seq":1,"outcome":"unknown","family":"generic",
+                "table":"ks.t","granularity":"minute","key":{},"day":"2026-11-30","minute":1,"deltas":{"value":1}}"#,
+        )
+        .unwrap()
+    }
+
+    /// A full disk (`/dev/full` answers every write with ENOSPC) loses the records but
+    /// never silently: they are counted.
+    #[test]
+    fn records_that_cannot_be_written_are_counted() {
+        let ledger = Ledger::default();
+        let mut log = crate::state::JsonlLog::open("/dev/full".into(), u64::MAX, 1).unwrap();
+        append_all(&mut log, &[record(), record(), record()], "unknown.jsonl", &ledger);
+        assert_eq!(ledger.lost_records()[&("unknown.jsonl", "write_error")], 3);
+    }
+
+    #[test]
+    fn records_deleted_by_rotation_are_counted() {
+        let dir = tempfile::tempdir().unwrap();
+        let ledger = Ledger::default();
+        let mut log = crate::state::JsonlLog::open(dir.path().join("rejected.jsonl"), 10, 1).unwrap();
+        for _ in 0..4 {
+            append_all(&mut log, &[record()], "rejected.jsonl", &ledger);
+        }
+        assert_eq!(ledger.lost_records()[&("rejected.jsonl", "rotated_out")], 2);
+    }
 }

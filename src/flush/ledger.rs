@@ -33,6 +33,7 @@ pub struct Ledger {
     sums: Mutex<[Settled; 2]>,
     writes: Mutex<BTreeMap<(String, &'static str), u64>>,
     late_drops: Mutex<BTreeMap<&'static str, u64>>,
+    lost_records: Mutex<BTreeMap<(&'static str, &'static str), u64>>,
     flushes: Mutex<u64>,
     /// Time per flush, from drain to the last outcome recorded.
     pub(crate) flush_duration: Histogram,
@@ -51,6 +52,7 @@ impl Default for Ledger {
             sums: Mutex::default(),
             writes: Mutex::default(),
             late_drops: Mutex::default(),
+            lost_records: Mutex::default(),
             flushes: Mutex::default(),
             // Constant name and increasing buckets: this cannot fail.
             flush_duration: Histogram::with_opts(opts)
@@ -94,6 +96,17 @@ impl Ledger {
 
     pub(crate) fn count_late_drop(&self, reason: crate::aggregate::DropReason, rows: u64) {
         *self.late_drops.lock().entry(reason.as_str()).or_default() += rows;
+    }
+
+    /// Outcome records lost, per (log file, reason).
+    pub fn lost_records(&self) -> BTreeMap<(&'static str, &'static str), u64> {
+        self.lost_records.lock().clone()
+    }
+
+    pub(crate) fn count_lost_records(&self, log: &'static str, reason: &'static str, records: u64) {
+        if records > 0 {
+            *self.lost_records.lock().entry((log, reason)).or_default() += records;
+        }
     }
 
     pub(crate) fn count_flush(&self, seconds: f64) {

@@ -15,6 +15,12 @@ pub struct JsonlLog {
     max_files: u32,
     /// Rotated files deleted because there were more than `max_files`.
     pub deleted_files: u64,
+    /// Records in the files deleted so far and not yet reported.
+    deleted_records: u64,
+    /// Records written to the current file by this process.
+    records: u64,
+    /// Records this process wrote to each rotated file, newest first (`.1`, `.2`, ...).
+    rotated_records: std::collections::VecDeque<u64>,
 }
 
 impl JsonlLog {
@@ -29,6 +35,9 @@ impl JsonlLog {
             max_bytes,
             max_files,
             deleted_files: 0,
+            deleted_records: 0,
+            records: 0,
+            rotated_records: std::collections::VecDeque::new(),
         })
     }
 
@@ -46,7 +55,14 @@ impl JsonlLog {
         }
         self.file.write_all(&line)?;
         self.size += line.len() as u64;
+        self.records += 1;
         Ok(())
+    }
+
+    /// Records lost to rotation (in deleted files) since the last call. Records in files
+    /// that were already there when the log was opened are not known, so not counted.
+    pub fn take_deleted_records(&mut self) -> u64 {
+        std::mem::take(&mut self.deleted_records)
     }
 
     /// Makes appended records durable.
@@ -64,6 +80,9 @@ impl JsonlLog {
         if oldest.exists() {
             std::fs::remove_file(&oldest)?;
             self.deleted_files += 1;
+            if self.rotated_records.len() >= self.max_files.max(1) as usize {
+                self.deleted_records += self.rotated_records.pop_back().unwrap_or(0);
+            }
         }
         for n in (1..self.max_files.max(1)).rev() {
             let from = self.rotated(n);
@@ -72,6 +91,8 @@ impl JsonlLog {
             }
         }
         std::fs::rename(&self.path, self.rotated(1))?;
+        self.rotated_records
+            .push_front(std::mem::take(&mut self.records));
         self.file = OpenOptions::new()
             .create(true)
             .append(true)
@@ -107,6 +128,12 @@ mod tests {
         assert!(rotated_name(&path, 1).exists() && rotated_name(&path, 2).exists());
         assert!(!rotated_name(&path, 3).exists());
         assert_eq!(log.deleted_files, 7);
+        assert_eq!(
+            log.take_deleted_records(),
+            7,
+            "one record per deleted file here"
+        );
+        assert_eq!(log.take_deleted_records(), 0);
         let previous = std::fs::read_to_string(rotated_name(&path, 1)).unwrap();
         assert!(previous.contains("\"n\":8"));
     }
