@@ -10,7 +10,7 @@
 //!
 //! | module | job |
 //! |---|---|
-//! | [`line`] | the StatsD/DogStatsD line parser: bytes in, one verdict per line |
+//! | [`line`](mod@line) | the StatsD/DogStatsD line parser: bytes in, one verdict per line |
 //! | [`family`], [`series`], [`bucket`] | where an increment goes: family, key bytes, UTC minute/day |
 //! | [`aggregate`] | the synchronous core (one stripe's map, limits, counters) and its striped concurrent front |
 //! | [`engine`] | families + aggregator: the line path and the in-process path |
