@@ -3,11 +3,9 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
-use futures_util::StreamExt;
-use futures_util::stream::FuturesUnordered;
 use tokio::sync::{Notify, watch};
 
-use crate::aggregate::{DropReason, FamilyId};
+use crate::aggregate::{DropReason, FamilyId, TableKind};
 use crate::bucket;
 use crate::config::FlushConfig;
 use crate::engine::Engine;
@@ -18,17 +16,8 @@ use super::ledger::Ledger;
 use super::outcome::{Failure, Outcome};
 use super::plan::{self, PartitionWrite, PlanOptions};
 use super::records::{self, FlushIdentity};
-use crate::aggregate::TableKind;
-
-/// How a write ended from the flusher's point of view.
-enum Sent {
-    /// The sink answered.
-    Done(Outcome),
-    /// The deadline passed before it was started: definitely not applied.
-    NotStarted,
-    /// The deadline passed while it was in flight: it may have been applied.
-    Cancelled,
-}
+use super::replay::{Origin, replay};
+use super::send::{Deadline, Sent, send_all, wait_true};
 
 /// What one flush did.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -51,38 +40,6 @@ pub struct FlushReport {
     pub spilled: usize,
 }
 
-/// The end of a deadline-bounded flush: `None` until shutdown is requested, then the
-/// instant by which the last flush must be done.
-struct Deadline {
-    at: Option<tokio::time::Instant>,
-    shutdown: watch::Receiver<bool>,
-    grace: Duration,
-}
-
-impl Deadline {
-    fn passed(&self) -> bool {
-        self.at.is_some_and(|at| tokio::time::Instant::now() >= at)
-    }
-
-    /// Resolves when the deadline passes; arms it when shutdown is requested.
-    async fn wait(&mut self) {
-        loop {
-            if let Some(at) = self.at {
-                tokio::time::sleep_until(at).await;
-                return;
-            }
-            if *self.shutdown.borrow_and_update() {
-                self.at = Some(tokio::time::Instant::now() + self.grace);
-                continue;
-            }
-            if self.shutdown.changed().await.is_err() {
-                // The handle is gone: treat it as a shutdown request.
-                self.at = Some(tokio::time::Instant::now() + self.grace);
-            }
-        }
-    }
-}
-
 /// Drains the engine into a sink on a schedule, and once more at shutdown.
 pub struct Flusher<S> {
     engine: Arc<Engine>,
@@ -95,15 +52,6 @@ pub struct Flusher<S> {
     /// Whether the last flush found the store answering (something applied, nothing
     /// re-queued): the moment to bring rows spilled during an outage back.
     store_healthy: bool,
-}
-
-/// Where replayed rows come from, which decides how they are counted.
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Origin {
-    /// Spilled by an earlier process: counted as accepted again (`replayed`).
-    PreviousRun,
-    /// Spilled by this process: moved from `spilled` back to `pending`.
-    ThisRun,
 }
 
 impl<S: Sink> Flusher<S> {
@@ -152,51 +100,32 @@ impl<S: Sink> Flusher<S> {
                 _ = early.notified() => {}
                 _ = wait_true(&mut stop) => break,
             }
-            let deadline = Deadline {
-                at: None,
-                shutdown: shutdown.clone(),
-                grace: self.config.shutdown_deadline,
-            };
+            let deadline = Deadline::on_shutdown(shutdown.clone(), self.config.shutdown_deadline);
             self.flush(deadline, false).await;
             if *shutdown.borrow() {
                 break;
             }
         }
-        self.engine.aggregator().close();
-        let deadline = Deadline {
-            at: Some(tokio::time::Instant::now() + self.config.shutdown_deadline),
-            shutdown,
-            grace: self.config.shutdown_deadline,
-        };
-        let report = self.flush(deadline, true).await;
-        let (rows, sum) = pending(&self.engine);
-        if let Err(error) = self.state.write_status(rows == 0, rows as u64, sum) {
-            tracing::error!(%error, "Could not record the clean shutdown in status.json.");
-        }
-        report
+        self.final_flush(shutdown).await
     }
 
     /// One flush without a deadline (tests and benchmarks drive flushes with this).
     pub async fn flush_now(&mut self) -> FlushReport {
         let (_tx, shutdown) = watch::channel(false);
-        let deadline = Deadline {
-            at: None,
-            shutdown,
-            grace: self.config.shutdown_deadline,
-        };
+        let deadline = Deadline::on_shutdown(shutdown, self.config.shutdown_deadline);
         self.flush(deadline, false).await
     }
 
-    /// The final flush of shutdown, as `run` does it: closes the buffer, sends with the
-    /// shutdown deadline, spills the rest.
-    pub async fn finish(mut self) -> FlushReport {
-        self.engine.aggregator().close();
+    /// The final flush of shutdown, as `run` ends: closes the buffer, sends with the
+    /// shutdown deadline, spills the rest, records a clean stop.
+    pub async fn finish(self) -> FlushReport {
         let (_tx, shutdown) = watch::channel(true);
-        let deadline = Deadline {
-            at: Some(tokio::time::Instant::now() + self.config.shutdown_deadline),
-            shutdown,
-            grace: self.config.shutdown_deadline,
-        };
+        self.final_flush(shutdown).await
+    }
+
+    async fn final_flush(mut self, shutdown: watch::Receiver<bool>) -> FlushReport {
+        self.engine.aggregator().close();
+        let deadline = Deadline::from_now(shutdown, self.config.shutdown_deadline);
         let report = self.flush(deadline, true).await;
         let (rows, sum) = pending(&self.engine);
         if let Err(error) = self.state.write_status(rows == 0, rows as u64, sum) {
@@ -502,91 +431,6 @@ impl<S: Sink> Flusher<S> {
     }
 }
 
-/// Merges spilled rows back into the buffer, counting them by where they come from.
-fn replay(
-    engine: &Engine,
-    state: &mut StateDir,
-    ledger: &Ledger,
-    recovered: Recovered,
-    origin: Origin,
-) {
-    if recovered.interrupted > 0 {
-        tracing::warn!(
-            rows = recovered.interrupted,
-            "The previous run stopped while sending replayed rows; they were moved to unknown.jsonl."
-        );
-    }
-    if recovered.corrupt_lines > 0 {
-        tracing::error!(
-            lines = recovered.corrupt_lines,
-            "Unreadable lines in the spill file were set aside in spill.corrupt.jsonl."
-        );
-    }
-    // Rows spilled by an earlier process are accepted anew by this one; rows this
-    // process spilled move from the spilled stage back to pending.
-    let bring_back = |ledger: &Ledger, table: TableKind, sum: i128| {
-        ledger.update(table, |s| match origin {
-            Origin::PreviousRun => s.replayed += sum,
-            Origin::ThisRun => s.spilled -= sum,
-        });
-    };
-    let mut rows = Vec::new();
-    for record in recovered.replay {
-        match records::from_record(&record, engine.families()) {
-            Ok((key, row)) => {
-                bring_back(ledger, owed_table(key.slot()), row.columns.sum());
-                rows.push((key, row));
-            }
-            Err(error) => {
-                let mut record = record;
-                record.outcome = "rejected".into();
-                record.error = Some(crate::state::ErrorInfo {
-                    kind: "replay_unmappable".into(),
-                    text: error.to_string(),
-                });
-                let delta: i128 = record.deltas.values().map(|d| i128::from(*d)).sum();
-                let table = if record.granularity == "day" {
-                    TableKind::Day
-                } else {
-                    TableKind::Minute
-                };
-                append_all(
-                    &mut state.rejected,
-                    std::slice::from_ref(&record),
-                    "rejected.jsonl",
-                    ledger,
-                );
-                bring_back(ledger, table, delta);
-                ledger.update(table, |s| s.rejected += delta);
-            }
-        }
-    }
-    if !rows.is_empty() {
-        tracing::info!(rows = rows.len(), "Replaying spilled rows.");
-    }
-    let refused = engine.aggregator().merge_back(rows);
-    if !refused.is_empty() {
-        // Two spilled parts of one row whose sum overflows: count and say so.
-        for (key, row) in &refused {
-            ledger.update(owed_table(key.slot()), |s| s.dropped += row.columns.sum());
-        }
-        ledger.count_late_drop(DropReason::Overflow, refused.len() as u64);
-        tracing::error!(
-            rows = refused.len(),
-            "Replayed rows would overflow when merged; dropped."
-        );
-    }
-}
-
-/// The one table a re-queued or replayed row is owed to.
-fn owed_table(slot: crate::aggregate::Slot) -> TableKind {
-    if slot.owes(TableKind::Minute) {
-        TableKind::Minute
-    } else {
-        TableKind::Day
-    }
-}
-
 /// Pending rows and the delta sum they owe the minute tables, for `status.json`.
 fn pending(engine: &Engine) -> (usize, i128) {
     let aggregator = engine.aggregator();
@@ -599,7 +443,7 @@ fn pending(engine: &Engine) -> (usize, i128) {
 /// Appends records to an outcome log. A record that cannot be written is counted
 /// (`countersink_outcome_records_lost_total{reason="write_error"}`) and logged: its delta
 /// is still counted in its stage, but the line to reconcile it by hand is missing.
-fn append_all(
+pub(super) fn append_all(
     log: &mut crate::state::JsonlLog,
     records: &[WriteRecord],
     name: &'static str,
@@ -614,60 +458,6 @@ fn append_all(
         }
     }
     ledger.count_lost_records(name, "rotated_out", log.take_deleted_records());
-}
-
-async fn wait_true(rx: &mut watch::Receiver<bool>) {
-    while !*rx.borrow_and_update() {
-        if rx.changed().await.is_err() {
-            return;
-        }
-    }
-}
-
-/// Sends every write with at most `max_in_flight` at once, until done or the deadline.
-async fn send_all<S: Sink>(
-    sink: &S,
-    writes: Vec<PartitionWrite>,
-    max_in_flight: usize,
-    deadline: &mut Deadline,
-) -> Vec<(PartitionWrite, Sent)> {
-    let count = writes.len();
-    let mut outcomes: Vec<Option<Outcome>> = (0..count).map(|_| None).collect();
-    let mut started = 0;
-    {
-        let mut running = FuturesUnordered::new();
-        let send = |index: usize| {
-            let write = &writes[index];
-            async move { (index, sink.write(write).await) }
-        };
-        loop {
-            while running.len() < max_in_flight.max(1) && started < count && !deadline.passed() {
-                running.push(send(started));
-                started += 1;
-            }
-            if running.is_empty() {
-                break;
-            }
-            tokio::select! {
-                Some((index, outcome)) = running.next() => outcomes[index] = Some(outcome),
-                _ = deadline.wait() => break,
-            }
-        }
-        // Dropping `running` here cancels whatever is still in flight.
-    }
-    writes
-        .into_iter()
-        .zip(outcomes)
-        .enumerate()
-        .map(|(index, (write, outcome))| {
-            let sent = match outcome {
-                Some(outcome) => Sent::Done(outcome),
-                None if index < started => Sent::Cancelled,
-                None => Sent::NotStarted,
-            };
-            (write, sent)
-        })
-        .collect()
 }
 
 #[cfg(test)]
@@ -688,7 +478,12 @@ mod tests {
     fn records_that_cannot_be_written_are_counted() {
         let ledger = Ledger::default();
         let mut log = crate::state::JsonlLog::open("/dev/full".into(), u64::MAX, 1).unwrap();
-        append_all(&mut log, &[record(), record(), record()], "unknown.jsonl", &ledger);
+        append_all(
+            &mut log,
+            &[record(), record(), record()],
+            "unknown.jsonl",
+            &ledger,
+        );
         assert_eq!(ledger.lost_records()[&("unknown.jsonl", "write_error")], 3);
     }
 
@@ -696,7 +491,8 @@ mod tests {
     fn records_deleted_by_rotation_are_counted() {
         let dir = tempfile::tempdir().unwrap();
         let ledger = Ledger::default();
-        let mut log = crate::state::JsonlLog::open(dir.path().join("rejected.jsonl"), 10, 1).unwrap();
+        let mut log =
+            crate::state::JsonlLog::open(dir.path().join("rejected.jsonl"), 10, 1).unwrap();
         for _ in 0..4 {
             append_all(&mut log, &[record()], "rejected.jsonl", &ledger);
         }

@@ -11,6 +11,8 @@ pub mod ledger;
 pub mod outcome;
 pub mod plan;
 pub mod records;
+mod replay;
+mod send;
 
 pub use self::flusher::{FlushReport, Flusher};
 pub use self::ledger::{Ledger, Settled};

@@ -1,0 +1,103 @@
+//! Bringing spilled rows back into the buffer, at start and after an outage.
+
+use crate::aggregate::{DropReason, Slot, TableKind};
+use crate::engine::Engine;
+use crate::state::{Recovered, StateDir};
+
+use super::flusher::append_all;
+use super::ledger::Ledger;
+use super::records;
+
+/// Where replayed rows come from, which decides how they are counted.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(super) enum Origin {
+    /// Spilled by an earlier process: counted as accepted again (`replayed`).
+    PreviousRun,
+    /// Spilled by this process: moved from `spilled` back to `pending`.
+    ThisRun,
+}
+
+/// Merges spilled rows back into the buffer, counting them by where they come from.
+pub(super) fn replay(
+    engine: &Engine,
+    state: &mut StateDir,
+    ledger: &Ledger,
+    recovered: Recovered,
+    origin: Origin,
+) {
+    if recovered.interrupted > 0 {
+        tracing::warn!(
+            rows = recovered.interrupted,
+            "The previous run stopped while sending replayed rows; they were moved to unknown.jsonl."
+        );
+    }
+    if recovered.corrupt_lines > 0 {
+        tracing::error!(
+            lines = recovered.corrupt_lines,
+            "Unreadable lines in the spill file were set aside in spill.corrupt.jsonl."
+        );
+    }
+    // Rows spilled by an earlier process are accepted anew by this one; rows this
+    // process spilled move from the spilled stage back to pending.
+    let bring_back = |ledger: &Ledger, table: TableKind, sum: i128| {
+        ledger.update(table, |s| match origin {
+            Origin::PreviousRun => s.replayed += sum,
+            Origin::ThisRun => s.spilled -= sum,
+        });
+    };
+    let mut rows = Vec::new();
+    for record in recovered.replay {
+        match records::from_record(&record, engine.families()) {
+            Ok((key, row)) => {
+                bring_back(ledger, owed_table(key.slot()), row.columns.sum());
+                rows.push((key, row));
+            }
+            Err(error) => {
+                let mut record = record;
+                record.outcome = "rejected".into();
+                record.error = Some(crate::state::ErrorInfo {
+                    kind: "replay_unmappable".into(),
+                    text: error.to_string(),
+                });
+                let delta: i128 = record.deltas.values().map(|d| i128::from(*d)).sum();
+                let table = if record.granularity == "day" {
+                    TableKind::Day
+                } else {
+                    TableKind::Minute
+                };
+                append_all(
+                    &mut state.rejected,
+                    std::slice::from_ref(&record),
+                    "rejected.jsonl",
+                    ledger,
+                );
+                bring_back(ledger, table, delta);
+                ledger.update(table, |s| s.rejected += delta);
+            }
+        }
+    }
+    if !rows.is_empty() {
+        tracing::info!(rows = rows.len(), "Replaying spilled rows.");
+    }
+    let refused = engine.aggregator().merge_back(rows);
+    if !refused.is_empty() {
+        // Two spilled parts of one row whose sum overflows: count and say so.
+        for (key, row) in &refused {
+            ledger.update(owed_table(key.slot()), |s| s.dropped += row.columns.sum());
+        }
+        ledger.count_late_drop(DropReason::Overflow, refused.len() as u64);
+        tracing::error!(
+            rows = refused.len(),
+            "Replayed rows would overflow when merged; dropped."
+        );
+    }
+}
+
+/// The one table a re-queued or replayed row is owed to.
+pub(super) fn owed_table(slot: Slot) -> TableKind {
+    if slot.owes(TableKind::Minute) {
+        TableKind::Minute
+    } else {
+        TableKind::Day
+    }
+}
