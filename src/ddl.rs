@@ -134,14 +134,10 @@ mod tests {
         let mut config = Config::default();
         config.generic.enabled = false;
         config.families.push(FamilyConfig {
-            name: "views".into(),
-            minute_table: "metrics.views_by_minute".into(),
-            day_table: "metrics.views_by_day".into(),
-            key: vec!["page_id".into()],
             columns: [("page.views".into(), "views".into())].into(),
             shards: 4,
             shard_placement: ShardPlacement::Clustering,
-            ..FamilyConfig::default()
+            ..FamilyConfig::seed_views()
         });
         let all = statements(&config, DEV_REPLICATION).unwrap();
         assert_eq!(all.len(), 3, "one keyspace, two tables: {all:?}");

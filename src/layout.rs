@@ -138,18 +138,9 @@ mod tests {
     fn families(shards: u8, placement: ShardPlacement) -> Families {
         let mut config = Config::default();
         config.families.push(FamilyConfig {
-            name: "views".into(),
-            minute_table: "metrics.views_by_minute".into(),
-            day_table: "metrics.views_by_day".into(),
-            key: vec!["page_id".into()],
-            columns: [
-                ("page.views".into(), "views".into()),
-                ("page.bytes".into(), "bytes".into()),
-            ]
-            .into(),
             shards,
             shard_placement: placement,
-            ..FamilyConfig::default()
+            ..FamilyConfig::seed_views()
         });
         Families::from_config(&config).unwrap()
     }

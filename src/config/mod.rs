@@ -402,6 +402,26 @@ impl Default for FamilyConfig {
     }
 }
 
+impl FamilyConfig {
+    /// Seed 000's page-views family, as in `examples/countersink.toml` and
+    /// `cql/example_views.cql`: the fixture the unit tests share.
+    #[cfg(test)]
+    pub(crate) fn seed_views() -> FamilyConfig {
+        FamilyConfig {
+            name: "views".into(),
+            minute_table: "metrics.views_by_minute".into(),
+            day_table: "metrics.views_by_day".into(),
+            key: vec!["page_id".into()],
+            columns: [
+                ("page.views".to_string(), "views".to_string()),
+                ("page.bytes".to_string(), "bytes".to_string()),
+            ]
+            .into(),
+            ..FamilyConfig::default()
+        }
+    }
+}
+
 /// Where a family's shard column sits in its primary key.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(rename_all = "snake_case")]

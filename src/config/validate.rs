@@ -353,14 +353,7 @@ mod tests {
     use super::*;
 
     fn family() -> FamilyConfig {
-        FamilyConfig {
-            name: "views".into(),
-            minute_table: "views_by_minute".into(),
-            day_table: "views_by_day".into(),
-            key: vec!["page_id".into()],
-            columns: [("page.views".to_string(), "views".to_string())].into(),
-            ..FamilyConfig::default()
-        }
+        FamilyConfig::seed_views()
     }
 
     fn field_of(config: &Config) -> String {
@@ -414,7 +407,7 @@ mod tests {
             day_table: "o_d".into(),
             ..family()
         });
-        assert_eq!(field_of(&c), "family[1].columns.\"page.views\"");
+        assert_eq!(field_of(&c), "family[1].columns.\"page.bytes\"");
 
         let mut c = Config::default();
         c.families.push(FamilyConfig {
@@ -446,18 +439,7 @@ mod tests {
         example.validate().unwrap();
         example.ingest.validate().unwrap();
         let mut expected = Config::default();
-        expected.families.push(FamilyConfig {
-            name: "views".into(),
-            minute_table: "metrics.views_by_minute".into(),
-            day_table: "metrics.views_by_day".into(),
-            key: vec!["page_id".into()],
-            columns: [
-                ("page.views".to_string(), "views".to_string()),
-                ("page.bytes".to_string(), "bytes".to_string()),
-            ]
-            .into(),
-            ..FamilyConfig::default()
-        });
+        expected.families.push(FamilyConfig::seed_views());
         assert_eq!(
             example, expected,
             "a value in examples/countersink.toml differs from the built-in default"

@@ -17,18 +17,7 @@ const T0: i64 = 1_796_083_080;
 fn config(dir: &std::path::Path) -> Config {
     let mut config = Config::default();
     config.state.dir = dir.to_owned();
-    config.families.push(FamilyConfig {
-        name: "views".into(),
-        minute_table: "views_by_minute".into(),
-        day_table: "views_by_day".into(),
-        key: vec!["page_id".into()],
-        columns: [
-            ("page.views".to_string(), "views".to_string()),
-            ("page.bytes".to_string(), "bytes".to_string()),
-        ]
-        .into(),
-        ..FamilyConfig::default()
-    });
+    config.families.push(FamilyConfig::seed_views());
     config.flush.shutdown_deadline = Duration::from_millis(300);
     config
 }
