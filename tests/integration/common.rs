@@ -58,6 +58,7 @@ pub(crate) struct Writer {
     pub(crate) engine: Arc<Engine>,
     pub(crate) ledger: Arc<Ledger>,
     pub(crate) flusher: Flusher<CqlSink>,
+    pub(crate) session: Arc<scylla::client::session::Session>,
 }
 
 impl Writer {
@@ -66,6 +67,7 @@ impl Writer {
         let sink = CqlSink::connect(&config.store, engine.families())
             .await
             .expect("CQL sink");
+        let session = sink.session().clone();
         let (state, recovered) = StateDir::open(&config.state).expect("state dir");
         let ledger = Arc::new(Ledger::default());
         let flusher = Flusher::new(
@@ -80,6 +82,7 @@ impl Writer {
             engine,
             ledger,
             flusher,
+            session,
         }
     }
 

@@ -259,7 +259,17 @@ async fn node_down_then_back_loses_and_doubles_nothing() {
     server.node_down();
     // Let the driver see its connections close; a request written to a socket the
     // server has already closed would be an unknown outcome (and is tested above).
-    tokio::time::sleep(Duration::from_secs(1)).await;
+    for _ in 0..200 {
+        let state = writer.session.get_cluster_state();
+        if state
+            .get_nodes_info()
+            .iter()
+            .all(|node| !node.is_connected())
+        {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
     for i in 0..300 {
         writer.incr("req", &[("k", &format!("{}", i % 30))], 2, T0 - 540);
     }

@@ -36,6 +36,21 @@ async fn wait_ready(sidecar: &Sidecar) {
     panic!("the sidecar never became ready");
 }
 
+/// Polls `/metrics` until `done` holds (the receive threads run on their own schedule).
+async fn metrics_when(addr: std::net::SocketAddr, done: impl Fn(&str) -> bool) -> String {
+    for _ in 0..200 {
+        let (_, text) = get(addr, "/metrics");
+        if done(&text) {
+            return text;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!(
+        "metrics never reached the expected state:\n{}",
+        get(addr, "/metrics").1
+    );
+}
+
 fn get(addr: std::net::SocketAddr, path: &str) -> (u16, String) {
     use std::io::{Read, Write};
     let mut stream = std::net::TcpStream::connect(addr).unwrap();
@@ -216,10 +231,11 @@ async fn hostile_packets_are_counted_and_good_neighbours_still_count() {
         let _ = stream.write_all(&(10_000_000u32).to_le_bytes());
     }
     client.send_packet(b"good:1|c\n").unwrap();
-    tokio::time::sleep(Duration::from_millis(500)).await;
-
-    let (status, metrics) = get(bound.metrics.unwrap(), "/metrics");
-    assert_eq!(status, 200);
+    let metrics = metrics_when(bound.metrics.unwrap(), |text| {
+        text.contains("countersink_packets_received_total{transport=\"udp\"} 6")
+            && text.contains("countersink_packets_dropped_total{reason=\"oversized\",transport=\"uds_stream\"} 1")
+    })
+    .await;
     for needle in [
         "countersink_lines_invalid_total{reason=\"too_long\"} 1",
         "countersink_lines_invalid_total{reason=\"too_many_tags\"} 1",
@@ -272,8 +288,12 @@ async fn metrics_carry_the_minimum_set_and_the_identity_holds() {
         .map(|i| format!("m{}:{}|c|#k:{}", i % 7, i % 5 + 1, i % 13))
         .collect();
     client.send_lines(lines.iter().map(String::as_str)).unwrap();
-    tokio::time::sleep(Duration::from_millis(1200)).await;
-    let (_, text) = get(bound.metrics.unwrap(), "/metrics");
+    // Every line read and at least one flush done.
+    let text = metrics_when(bound.metrics.unwrap(), |text| {
+        text.contains("countersink_increments_accepted_total 2000")
+            && !text.contains("countersink_flushes_total 0")
+    })
+    .await;
     for name in [
         "countersink_lines_received_total{transport=",
         "countersink_lines_invalid_total{reason=",
