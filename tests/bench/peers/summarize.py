@@ -12,7 +12,7 @@ import os
 import statistics
 import sys
 
-ORDER = ["raw", "countersink", "netdata", "collectd", "etsy"]
+ORDER = ["raw", "countersink", "netdata", "netdata-plain", "collectd", "etsy"]
 SCENARIO_TEXT = {
     "udp1": "UDP, 1 line per datagram",
     "udp20": "UDP, 20 lines per datagram",
@@ -51,7 +51,8 @@ def summarize(recs):
     scenarios = [s for s in SCENARIO_TEXT if any(r["scenario"] == s for r in recs)]
     run_ids = sorted({r["run"] for r in recs})
     reps = sorted({r["rep"] for r in recs})
-    out.append(f"Run {', '.join(run_ids)}: {len(reps)} repetitions. Rates are lines/s "
+    nices = sorted({r.get("nice", 0) for r in recs if "nice" in r} or {0})
+    out.append(f"Run {', '.join(run_ids)}: {len(reps)} repetitions, nice {nices}. Rates are lines/s "
                "(= increments/s, every line carries 1). Ratios are to the raw receive loop "
                "(medians over medians; 'paired' = median of the per-repetition ratios).\n")
     for sc in scenarios:
