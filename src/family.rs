@@ -191,6 +191,29 @@ impl TagSet for CounterLine<'_> {
     }
 }
 
+/// A parsed line with the tag index its parse recorded: the engine's per-packet path,
+/// which builds the canonical tag string without splitting the tag field again.
+pub(crate) struct IndexedLine<'l, 'a> {
+    /// The line.
+    pub(crate) line: &'l CounterLine<'a>,
+    /// What [`line::parse_line_indexed`] recorded for it.
+    pub(crate) spans: &'l line::TagSpans,
+}
+
+impl TagSet for IndexedLine<'_, '_> {
+    fn value_of(&self, key: &str) -> Option<&str> {
+        self.line.value_of(key)
+    }
+
+    fn only_value_of(&self, key: &str) -> Result<Option<&str>, ()> {
+        self.line.only_value_of(key)
+    }
+
+    fn write_canonical(&self, out: &mut Vec<u8>) {
+        self.line.write_canonical_tags_with(self.spans, out);
+    }
+}
+
 /// The one value of an iterator, `Err` if two differ.
 fn only<'a>(mut values: impl Iterator<Item = &'a str>) -> Result<Option<&'a str>, ()> {
     let Some(first) = values.next() else {

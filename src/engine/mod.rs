@@ -5,13 +5,16 @@ use std::cell::RefCell;
 
 use crate::aggregate::scale;
 use crate::aggregate::{self, Aggregator, DropReason, Limits, RowKeyRef, Slot, Stripe, Transport};
+use crate::bucket::Minute;
 use crate::config::{Config, ConfigError};
-use crate::family::{Families, TagSet, Target, Unplaced};
-use crate::line::{self, CounterLine, InvalidReason, LineLimits, LineResult};
+use crate::family::{Families, IndexedLine, TagSet, Target, Unplaced};
+use crate::line::{self, CounterLine, InvalidReason, LineLimits, LineResult, TagSpans};
 
 thread_local! {
     /// Reused series-key buffer: encoding a key allocates only when a new row is kept.
     static SERIES: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
+    /// Reused tag index of the line being ingested (see [`line::TagSpans`]).
+    static SPANS: RefCell<TagSpans> = RefCell::new(TagSpans::default());
 }
 
 /// Why an in-process increment was not kept. It is counted either way.
@@ -74,21 +77,41 @@ impl Engine {
     /// dropped. Never fails: bad lines are counted and skipped.
     pub fn ingest_packet(&self, packet: &[u8], transport: Transport, now_unix_secs: i64) {
         let mut stripe = self.aggregator.stripe();
+        // Lines without a client timestamp (nearly all) share the packet's minute.
+        let now = Now {
+            unix_secs: now_unix_secs,
+            minute: aggregate::minute_for(now_unix_secs, None, self.aggregator.limits()),
+        };
+        // Validating the whole packet as UTF-8 at once costs a fraction of doing it line by
+        // line; a packet that is not valid as a whole is validated line by line, so one bad
+        // line does not spoil its neighbours.
+        let text = std::str::from_utf8(packet).ok();
         SERIES.with_borrow_mut(|series| {
-            for raw in line::split_lines(packet) {
-                stripe.counters().count_line(transport);
-                match line::parse_line(raw, &self.line_limits) {
-                    LineResult::Counter(counter) => {
-                        if let Err(reason) =
-                            self.ingest_counter(&mut stripe, &counter, series, now_unix_secs)
-                        {
-                            stripe.counters().count_invalid(reason);
+            SPANS.with_borrow_mut(|spans| {
+                for raw in line::split_lines(packet) {
+                    stripe.counters().count_line(transport);
+                    // Lines end at ASCII bytes, so each is valid UTF-8 if the packet is.
+                    let line_text = text.and_then(|text| {
+                        let start = raw.as_ptr() as usize - packet.as_ptr() as usize;
+                        text.get(start..start + raw.len())
+                    });
+                    match line::parse_line_indexed(raw, line_text, &self.line_limits, spans) {
+                        LineResult::Counter(counter) => {
+                            let line = IndexedLine {
+                                line: &counter,
+                                spans,
+                            };
+                            if let Err(reason) =
+                                self.ingest_counter(&mut stripe, &line, series, &now)
+                            {
+                                stripe.counters().count_invalid(reason);
+                            }
                         }
+                        LineResult::Ignored(kind) => stripe.counters().count_ignored(kind),
+                        LineResult::Invalid(reason) => stripe.counters().count_invalid(reason),
                     }
-                    LineResult::Ignored(kind) => stripe.counters().count_ignored(kind),
-                    LineResult::Invalid(reason) => stripe.counters().count_invalid(reason),
                 }
-            }
+            })
         });
     }
 
@@ -97,17 +120,21 @@ impl Engine {
     fn ingest_counter(
         &self,
         stripe: &mut Stripe<'_>,
-        counter: &CounterLine<'_>,
+        line: &IndexedLine<'_, '_>,
         series: &mut Vec<u8>,
-        now_unix_secs: i64,
+        now: &Now,
     ) -> Result<(), InvalidReason> {
+        let counter: &CounterLine<'_> = line.line;
         // Every value of a multi-value line is one increment; they share the row, so they
         // are summed first and added once. A line whose values cannot be scaled into an
         // integer is invalid as a whole, so a line is never half counted.
-        let sum = scale::scale_values(counter.values(), counter.sample_rate(), stripe.rng())
-            .ok_or(InvalidReason::BadValue)?;
+        let sum = match counter.single_int() {
+            Some(value) if counter.sample_rate() == 1.0 => i128::from(value),
+            _ => scale::scale_values(counter.values(), counter.sample_rate(), stripe.rng())
+                .ok_or(InvalidReason::BadValue)?,
+        };
         let count = counter.value_count() as u64;
-        let target = match self.families.resolve(counter.name(), counter, series) {
+        let target = match self.families.resolve(counter.name(), line, series) {
             Ok(target) => target,
             Err(unplaced) => {
                 return match unplaced.invalid_reason() {
@@ -123,15 +150,11 @@ impl Engine {
             stripe.record_dropped(DropReason::Overflow, count, sum);
             return Ok(());
         };
-        let _ = self.add(
-            stripe,
-            target,
-            series,
-            delta,
-            count,
-            now_unix_secs,
-            counter.timestamp(),
-        );
+        let minute = match counter.timestamp() {
+            None => now.minute,
+            at => aggregate::minute_for(now.unix_secs, at, self.aggregator.limits()),
+        };
+        let _ = self.add(stripe, target, series, delta, count, minute);
         Ok(())
     }
 
@@ -178,12 +201,14 @@ impl Engine {
         now_unix_secs: i64,
         at: Option<i64>,
     ) -> Result<(), RecordError> {
+        let minute = aggregate::minute_for(now_unix_secs, at, self.aggregator.limits());
         let mut stripe = self.aggregator.stripe();
-        self.add(&mut stripe, target, series, delta, 1, now_unix_secs, at)
+        self.add(&mut stripe, target, series, delta, 1, minute)
             .map_err(RecordError::Dropped)
     }
 
-    #[allow(clippy::too_many_arguments)]
+    /// Adds to the row of `target` and `series` in `minute`, or counts the drop when the
+    /// minute could not be had (a client timestamp outside the window).
     fn add(
         &self,
         stripe: &mut Stripe<'_>,
@@ -191,10 +216,9 @@ impl Engine {
         series: &[u8],
         delta: i64,
         count: u64,
-        now_unix_secs: i64,
-        at: Option<i64>,
+        minute: Result<Minute, DropReason>,
     ) -> Result<(), DropReason> {
-        let minute = match aggregate::minute_for(now_unix_secs, at, self.aggregator.limits()) {
+        let minute = match minute {
             Ok(minute) => minute,
             Err(reason) => {
                 stripe.record_dropped(reason, count, i128::from(delta));
@@ -208,6 +232,13 @@ impl Engine {
         };
         stripe.record_many(key, target.width, target.column, delta, count)
     }
+}
+
+/// The receive time of a packet, and the minute its lines without a client timestamp
+/// belong to (resolved once per packet).
+struct Now {
+    unix_secs: i64,
+    minute: Result<Minute, DropReason>,
 }
 
 #[cfg(test)]

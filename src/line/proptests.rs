@@ -139,6 +139,38 @@ fn exercise(result: &LineResult<'_>) {
     }
 }
 
+/// Parses `line` both ways, the public parser and the engine's indexed one, checks that
+/// they agree (verdict and canonical tag string), and exercises the verdict.
+fn check(line: &[u8], limits: &LineLimits) {
+    let plain = parse_line(line, limits);
+    let mut spans = TagSpans::default();
+    let indexed = parse_line_indexed(line, None, limits, &mut spans);
+    assert_eq!(plain, indexed, "{:?}", String::from_utf8_lossy(line));
+    if let Ok(text) = std::str::from_utf8(line) {
+        let mut again = TagSpans::default();
+        assert_eq!(
+            parse_line_indexed(line, Some(text), limits, &mut again),
+            plain
+        );
+    }
+    if let LineResult::Counter(c) = indexed {
+        let mut with_spans = Vec::new();
+        c.write_canonical_tags_with(&spans, &mut with_spans);
+        assert_eq!(
+            with_spans,
+            reference_canonical(&c),
+            "{:?}",
+            String::from_utf8_lossy(line)
+        );
+        let exact = match c.values().collect::<Vec<_>>()[..] {
+            [Value::Int(v)] => Some(v),
+            _ => None,
+        };
+        assert_eq!(c.single_int(), exact);
+    }
+    exercise(&plain);
+}
+
 proptest! {
     // Failing cases are kept next to this file (proptests.regressions) and replayed first.
     #![proptest_config(ProptestConfig {
@@ -164,13 +196,14 @@ proptest! {
             .collect();
         prop_assert_eq!(tags, inc.tags.clone());
         exercise(&LineResult::Counter(c));
+        check(&line, &LIMITS);
     }
 
     #[test]
     fn arbitrary_bytes_never_panic(packet in proptest::collection::vec(any::<u8>(), 0..512)) {
         for line in split_lines(&packet) {
-            exercise(&parse_line(line, &LineLimits::DEFAULT));
-            exercise(&parse_line(line, &LineLimits { max_line_bytes: 16, max_tags: 2 }));
+            check(line, &LineLimits::DEFAULT);
+            check(line, &LineLimits { max_line_bytes: 16, max_tags: 2 });
         }
     }
 
@@ -187,7 +220,7 @@ proptest! {
     ) {
         let packet = parts.concat();
         for line in split_lines(packet.as_bytes()) {
-            exercise(&parse_line(line, &LineLimits::DEFAULT));
+            check(line, &LineLimits::DEFAULT);
         }
     }
 
@@ -204,6 +237,7 @@ proptest! {
             prop_assert!(matches!(result, LineResult::Counter(_)), "{line:?}: {result:?}");
         }
         exercise(&result);
+        check(line.as_bytes(), &LIMITS);
     }
 
     #[test]
@@ -268,6 +302,8 @@ proptest! {
         };
         let ca = canon(&a);
         prop_assert_eq!(&ca, &canon(&b));
+        check(a.as_bytes(), &LIMITS);
+        check(b.as_bytes(), &LIMITS);
         // Idempotent: the canonical string is itself canonical and detected as such.
         let again = format!("m:1|c|#{}", String::from_utf8(ca.clone()).unwrap());
         let LineResult::Counter(c) = parse_line(again.as_bytes(), &LIMITS) else {
@@ -275,5 +311,26 @@ proptest! {
         };
         prop_assert!(c.tags_are_canonical());
         prop_assert_eq!(canon(&again), ca);
+    }
+
+    #[test]
+    fn raw_tag_order_is_the_order_of_split_tags(
+        a in "[^,|\\x00-\\x1f\\x7f:][^,|\\x00-\\x1f\\x7f]{0,6}",
+        b in "[^,|\\x00-\\x1f\\x7f:][^,|\\x00-\\x1f\\x7f]{0,6}",
+        common in "[a:1]{0,3}",
+    ) {
+        // A shared prefix makes the interesting cases (equal keys, prefixes) frequent.
+        let (a, b) = (format!("{common}{a}"), format!("{common}{b}"));
+        fn split(raw: &str) -> Tag<'_> {
+            let (key, value) = split_once(raw, b':');
+            Tag { key, value }
+        }
+        if !a.starts_with(':') && !b.starts_with(':') {
+            prop_assert_eq!(
+                tags::raw_cmp(a.as_bytes(), b.as_bytes()),
+                split(&a).cmp(&split(&b)),
+                "{:?} vs {:?}", a, b
+            );
+        }
     }
 }

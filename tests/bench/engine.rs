@@ -8,11 +8,27 @@
 //!
 //! Figures are reported as ratios to the baseline measured in the same run, because
 //! the machines are shared and noisy.
+//!
+//! # Instruction counts
+//!
+//! Wall-clock figures on a shared machine are noisy; instruction counts are not. With
+//! `ENGINE_BENCH_ONCE` set, the binary skips criterion and runs one fixed workload, so
+//! that `valgrind --tool=callgrind` can count it:
+//!
+//! ```text
+//! cargo bench --bench engine --no-run
+//! ENGINE_BENCH_ONCE=ingest valgrind --tool=callgrind target/release/deps/engine-<hash>
+//! ```
+//!
+//! Workloads: `ingest` (20-line packets, 100 keys: 20 warm-up packets, then 50k packets,
+//! 1M lines), `incr_hot` and `incr_10k` (1M `Engine::record` calls on one thread,
+//! clock read included, after as many warm-up calls). Divide the inclusive instructions of
+//! `measured` by 1M for the cost per line or per call.
 
 use std::sync::{Arc, Barrier, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
-use criterion::{Criterion, Throughput, criterion_group, criterion_main};
+use criterion::{Criterion, Throughput, criterion_group};
 use dashmap::DashMap;
 
 use countersink::aggregate::Transport;
@@ -184,9 +200,58 @@ fn incr(c: &mut Criterion) {
     }
 }
 
+/// One fixed workload of a million operations, for instruction counting (see the module
+/// doc). Not inlined, so that callgrind reports it as one function.
+#[inline(never)]
+fn run_once(workload: &str) {
+    const OPS: usize = 1_000_000;
+    let engine = engine();
+    match workload {
+        "ingest" => {
+            let data = packets(100, OPS / 20);
+            for packet in &data[..20] {
+                engine.ingest_packet(packet, Transport::Udp, NOW);
+            }
+            measured(|| {
+                for packet in &data {
+                    engine.ingest_packet(packet, Transport::Udp, NOW);
+                }
+            });
+        }
+        "incr_hot" | "incr_10k" => {
+            let distinct = if workload == "incr_hot" { 1 } else { 10_000 };
+            let keys: Vec<String> = (0..distinct).map(|k| format!("p{k:06}")).collect();
+            let call = |i: usize| {
+                let k = &keys[(i * 7) % distinct];
+                let tags: &[(&str, &str)] = &[("page_id", k.as_str()), ("env", "prod")];
+                let now = bucket::unix_secs(SystemTime::now());
+                let _ = engine.record("page.views", tags, 1, now, None);
+            };
+            (0..OPS).for_each(call);
+            measured(|| (0..OPS).for_each(call));
+        }
+        other => panic!("unknown ENGINE_BENCH_ONCE workload {other:?}"),
+    }
+    std::hint::black_box(engine.aggregator().pending_rows());
+}
+
+/// The measured part of [`run_once`], as its own symbol in callgrind's output.
+#[inline(never)]
+fn measured(f: impl FnOnce()) {
+    f();
+}
+
 criterion_group! {
     name = benches;
     config = Criterion::default().measurement_time(Duration::from_secs(3)).warm_up_time(Duration::from_secs(1));
     targets = ingest, incr
 }
-criterion_main!(benches);
+
+fn main() {
+    if let Ok(workload) = std::env::var("ENGINE_BENCH_ONCE") {
+        run_once(&workload);
+        return;
+    }
+    benches();
+    Criterion::default().configure_from_args().final_summary();
+}
