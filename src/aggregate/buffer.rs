@@ -71,11 +71,12 @@ impl Buffer {
     /// Adds `count` accepted increments summing to `delta` to column `column` of a row
     /// `width` columns wide, creating the row if the budget allows. Counts them as
     /// accepted either way, and as dropped (with the reason returned) when they could not
-    /// be kept.
+    /// be kept. `hash` is the key's [`RowKeyRef::hash_with`].
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn record(
         &mut self,
         key: RowKeyRef<'_>,
+        hash: u64,
         width: usize,
         column: usize,
         delta: i64,
@@ -84,7 +85,6 @@ impl Buffer {
         budget: &Budget,
     ) -> Result<(), DropReason> {
         self.counters.accept(count, i128::from(delta));
-        let hash = key.hash_with(hasher);
         if let Some((_, row)) = self.rows.find_mut(hash, |(k, _)| key.matches(k)) {
             if !row.columns.checked_add_at(column, delta) {
                 self.counters

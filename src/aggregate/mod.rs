@@ -43,7 +43,7 @@ pub use self::row::{Columns, FamilyId, Row, RowKey, Slot, TableKind};
 
 pub(crate) use self::buffer::RowHasher;
 pub(crate) use self::limits::Budget;
-pub(crate) use self::row::RowKeyRef;
+pub(crate) use self::row::{RowKeyRef, series_hash};
 
 use crate::bucket::Minute;
 
@@ -110,6 +110,12 @@ impl Aggregator {
     /// Whether [`Aggregator::close`] was called.
     pub fn is_closed(&self) -> bool {
         self.closed.load(Ordering::Acquire)
+    }
+
+    /// The hasher of row keys, for callers that hash a series ahead of time (see
+    /// [`Stripe::record_many`]).
+    pub(crate) fn hasher(&self) -> &RowHasher {
+        &self.hasher
     }
 
     /// The limits this aggregator enforces.
@@ -231,13 +237,16 @@ impl Stripe<'_> {
         column: usize,
         delta: i64,
     ) -> Result<(), DropReason> {
-        self.record_many(key, width, column, delta, 1)
+        self.record_many(key, None, width, column, delta, 1)
     }
 
     /// Adds `count` accepted increments summing to `delta` (a multi-value line).
+    /// `series_hash`, when given, must be [`series_hash`] of the key's series with this
+    /// aggregator's [`hasher`](Aggregator::hasher): it spares hashing the series again.
     pub(crate) fn record_many(
         &mut self,
         key: RowKeyRef<'_>,
+        series_hash: Option<u64>,
         width: usize,
         column: usize,
         delta: i64,
@@ -248,8 +257,14 @@ impl Stripe<'_> {
                 .record_dropped(DropReason::AfterShutdown, count, i128::from(delta));
             return Err(DropReason::AfterShutdown);
         }
+        let hash = match series_hash {
+            Some(series_hash) => key.hash_from(series_hash),
+            None => key.hash_with(&self.aggregator.hasher),
+        };
+        debug_assert_eq!(hash, key.hash_with(&self.aggregator.hasher));
         self.buffer.record(
             key,
+            hash,
             width,
             column,
             delta,

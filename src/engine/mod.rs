@@ -8,13 +8,26 @@ use crate::aggregate::{self, Aggregator, DropReason, Limits, RowKeyRef, Slot, St
 use crate::bucket::Minute;
 use crate::config::{Config, ConfigError};
 use crate::family::{Families, IndexedLine, TagSet, Target, Unplaced};
-use crate::line::{self, CounterLine, InvalidReason, LineLimits, LineResult, TagSpans};
+use crate::line::{self, InvalidReason, LineLimits, LineResult, TagSpans};
+
+use self::cache::{LineCache, Placement};
+
+mod cache;
 
 thread_local! {
-    /// Reused series-key buffer: encoding a key allocates only when a new row is kept.
-    static SERIES: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
-    /// Reused tag index of the line being ingested (see [`line::TagSpans`]).
-    static SPANS: RefCell<TagSpans> = RefCell::new(TagSpans::default());
+    /// Per-thread scratch space of the hot paths, reused from call to call.
+    static SCRATCH: RefCell<Scratch> = RefCell::new(Scratch::default());
+}
+
+/// What the hot paths reuse instead of allocating.
+#[derive(Default)]
+struct Scratch {
+    /// The series key being encoded: allocation happens only when a new row is kept.
+    series: Vec<u8>,
+    /// The tag index of the line being parsed (see [`line::TagSpans`]).
+    spans: TagSpans,
+    /// Where recently seen lines went (see [`cache`]).
+    cache: LineCache,
 }
 
 /// Why an in-process increment was not kept. It is counted either way.
@@ -33,6 +46,10 @@ pub struct Engine {
     families: Families,
     aggregator: Aggregator,
     line_limits: LineLimits,
+    /// This engine's identity in the per-thread line caches.
+    cache_owner: u64,
+    /// Seed of the line caches' hash.
+    cache_seed: u64,
 }
 
 impl Engine {
@@ -58,6 +75,8 @@ impl Engine {
                 max_line_bytes: config.limits.max_line_bytes,
                 max_tags: config.limits.max_tags,
             },
+            cache_owner: cache::new_owner(),
+            cache_seed: fastrand::u64(..),
         })
     }
 
@@ -82,80 +101,160 @@ impl Engine {
             unix_secs: now_unix_secs,
             minute: aggregate::minute_for(now_unix_secs, None, self.aggregator.limits()),
         };
-        // Validating the whole packet as UTF-8 at once costs a fraction of doing it line by
-        // line; a packet that is not valid as a whole is validated line by line, so one bad
-        // line does not spoil its neighbours.
-        let text = std::str::from_utf8(packet).ok();
-        SERIES.with_borrow_mut(|series| {
-            SPANS.with_borrow_mut(|spans| {
-                for raw in line::split_lines(packet) {
-                    stripe.counters().count_line(transport);
-                    // Lines end at ASCII bytes, so each is valid UTF-8 if the packet is.
-                    let line_text = text.and_then(|text| {
-                        let start = raw.as_ptr() as usize - packet.as_ptr() as usize;
-                        text.get(start..start + raw.len())
-                    });
-                    match line::parse_line_indexed(raw, line_text, &self.line_limits, spans) {
-                        LineResult::Counter(counter) => {
-                            let line = IndexedLine {
-                                line: &counter,
-                                spans,
-                            };
-                            if let Err(reason) =
-                                self.ingest_counter(&mut stripe, &line, series, &now)
-                            {
-                                stripe.counters().count_invalid(reason);
-                            }
-                        }
-                        LineResult::Ignored(kind) => stripe.counters().count_ignored(kind),
-                        LineResult::Invalid(reason) => stripe.counters().count_invalid(reason),
-                    }
+        SCRATCH.with_borrow_mut(|scratch| {
+            scratch.cache.claim(self.cache_owner);
+            for raw in line::split_lines(packet) {
+                stripe.counters().count_line(transport);
+                let result = if raw.len() <= self.line_limits.max_line_bytes {
+                    self.ingest_cached(&mut stripe, scratch, raw, &now)
+                } else {
+                    self.ingest_line(&mut stripe, scratch, raw, &now)
+                        .map(|_| ())
+                };
+                if let Err(reason) = result {
+                    stripe.counters().count_invalid(reason);
                 }
-            })
+            }
         });
     }
 
-    /// One counter line: scale its values, find its row, add. Errors are invalid-line
-    /// reasons; drops are counted inside.
-    fn ingest_counter(
+    /// A line within the length limit: from the line cache when its name and rest were
+    /// placed before (see [`cache`] for why that is exact), else parsed in full and, once
+    /// placed, cached.
+    fn ingest_cached(
         &self,
         stripe: &mut Stripe<'_>,
-        line: &IndexedLine<'_, '_>,
-        series: &mut Vec<u8>,
+        scratch: &mut Scratch,
+        raw: &[u8],
         now: &Now,
     ) -> Result<(), InvalidReason> {
-        let counter: &CounterLine<'_> = line.line;
+        let Some(cut) = line::cut(raw) else {
+            return self.ingest_line(stripe, scratch, raw, now).map(|_| ());
+        };
+        let hash = LineCache::hash(self.cache_seed, cut.name, cut.rest);
+        if let Some((placement, series)) = scratch.cache.get(hash, cut.name, cut.rest) {
+            let values = line::parse_values(cut.values)?;
+            let sum = scale(
+                stripe,
+                values.single_int(),
+                || values.values(),
+                placement.sample_rate,
+            )?;
+            self.place(
+                stripe,
+                sum,
+                values.count() as u64,
+                placement.target,
+                series,
+                placement.series_hash,
+                placement.timestamp,
+                now,
+            );
+            return Ok(());
+        }
+        if let Some(placement) = self.ingest_line(stripe, scratch, raw, now)? {
+            scratch
+                .cache
+                .insert(hash, cut.name, cut.rest, &scratch.series, placement);
+        }
+        Ok(())
+    }
+
+    /// Parses one line in full and aggregates it. Returns where it went when it was
+    /// placed in a family (left in `scratch.series`), for the line cache. Ignored lines
+    /// are counted here; errors are invalid-line reasons for the caller to count.
+    fn ingest_line(
+        &self,
+        stripe: &mut Stripe<'_>,
+        scratch: &mut Scratch,
+        raw: &[u8],
+        now: &Now,
+    ) -> Result<Option<Placement>, InvalidReason> {
+        let spans = &mut scratch.spans;
+        let counter = match line::parse_line_indexed(raw, &self.line_limits, spans) {
+            LineResult::Counter(counter) => counter,
+            LineResult::Ignored(kind) => {
+                stripe.counters().count_ignored(kind);
+                return Ok(None);
+            }
+            LineResult::Invalid(reason) => return Err(reason),
+        };
         // Every value of a multi-value line is one increment; they share the row, so they
         // are summed first and added once. A line whose values cannot be scaled into an
         // integer is invalid as a whole, so a line is never half counted.
-        let sum = match counter.single_int() {
-            Some(value) if counter.sample_rate() == 1.0 => i128::from(value),
-            _ => scale::scale_values(counter.values(), counter.sample_rate(), stripe.rng())
-                .ok_or(InvalidReason::BadValue)?,
-        };
+        let sum = scale(
+            stripe,
+            counter.single_int(),
+            || counter.values(),
+            counter.sample_rate(),
+        )?;
         let count = counter.value_count() as u64;
-        let target = match self.families.resolve(counter.name(), line, series) {
+        let line = IndexedLine {
+            line: &counter,
+            spans,
+        };
+        let series = &mut scratch.series;
+        let target = match self.families.resolve(counter.name(), &line, series) {
             Ok(target) => target,
             Err(unplaced) => {
                 return match unplaced.invalid_reason() {
                     Some(reason) => Err(reason),
                     None => {
                         stripe.record_dropped(DropReason::Unconfigured, count, sum);
-                        Ok(())
+                        Ok(None)
                     }
                 };
             }
         };
+        let series_hash = aggregate::series_hash(self.aggregator.hasher(), series);
+        self.place(
+            stripe,
+            sum,
+            count,
+            target,
+            series,
+            series_hash,
+            counter.timestamp(),
+            now,
+        );
+        Ok(Some(Placement {
+            target,
+            sample_rate: counter.sample_rate(),
+            timestamp: counter.timestamp(),
+            series_hash,
+        }))
+    }
+
+    /// Adds a placed line's increments to its row; drops are counted inside.
+    #[allow(clippy::too_many_arguments)]
+    fn place(
+        &self,
+        stripe: &mut Stripe<'_>,
+        sum: i128,
+        count: u64,
+        target: Target,
+        series: &[u8],
+        series_hash: u64,
+        timestamp: Option<i64>,
+        now: &Now,
+    ) {
         let Ok(delta) = i64::try_from(sum) else {
             stripe.record_dropped(DropReason::Overflow, count, sum);
-            return Ok(());
+            return;
         };
-        let minute = match counter.timestamp() {
+        let minute = match timestamp {
             None => now.minute,
             at => aggregate::minute_for(now.unix_secs, at, self.aggregator.limits()),
         };
-        let _ = self.add(stripe, target, series, delta, count, minute);
-        Ok(())
+        let _ = self.add(
+            stripe,
+            target,
+            series,
+            Some(series_hash),
+            delta,
+            count,
+            minute,
+        );
     }
 
     /// Adds `delta` to metric `name` with `tags`, at `now` (Unix seconds) or at the
@@ -168,7 +267,8 @@ impl Engine {
         now_unix_secs: i64,
         at: Option<i64>,
     ) -> Result<(), RecordError> {
-        SERIES.with_borrow_mut(|series| {
+        SCRATCH.with_borrow_mut(|scratch| {
+            let series = &mut scratch.series;
             let target = match self.families.resolve(name, tags, series) {
                 Ok(target) => target,
                 Err(unplaced) => return Err(self.unplaced(unplaced, delta)),
@@ -203,17 +303,20 @@ impl Engine {
     ) -> Result<(), RecordError> {
         let minute = aggregate::minute_for(now_unix_secs, at, self.aggregator.limits());
         let mut stripe = self.aggregator.stripe();
-        self.add(&mut stripe, target, series, delta, 1, minute)
+        self.add(&mut stripe, target, series, None, delta, 1, minute)
             .map_err(RecordError::Dropped)
     }
 
-    /// Adds to the row of `target` and `series` in `minute`, or counts the drop when the
-    /// minute could not be had (a client timestamp outside the window).
+    /// Adds to the row of `target` and `series` (whose hash is `series_hash` when known)
+    /// in `minute`, or counts the drop when the minute could not be had (a client
+    /// timestamp outside the window).
+    #[allow(clippy::too_many_arguments)]
     fn add(
         &self,
         stripe: &mut Stripe<'_>,
         target: Target,
         series: &[u8],
+        series_hash: Option<u64>,
         delta: i64,
         count: u64,
         minute: Result<Minute, DropReason>,
@@ -230,7 +333,21 @@ impl Engine {
             slot: Slot::Both(minute),
             series,
         };
-        stripe.record_many(key, target.width, target.column, delta, count)
+        stripe.record_many(key, series_hash, target.width, target.column, delta, count)
+    }
+}
+
+/// The delta of a line's values: the lone integer as is at full rate (the usual case),
+/// else every value scaled by the rate and summed (see [`scale`](aggregate::scale)).
+fn scale<'a>(
+    stripe: &mut Stripe<'_>,
+    single_int: Option<i64>,
+    values: impl FnOnce() -> line::Values<'a>,
+    rate: f64,
+) -> Result<i128, InvalidReason> {
+    match single_int {
+        Some(value) if rate == 1.0 => Ok(i128::from(value)),
+        _ => scale::scale_values(values(), rate, stripe.rng()).ok_or(InvalidReason::BadValue),
     }
 }
 

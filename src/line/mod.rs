@@ -446,10 +446,8 @@ impl<'a> Iterator for Lines<'a> {
 
     fn next(&mut self) -> Option<&'a [u8]> {
         while !self.rest.is_empty() {
-            // Lines are short: a word-at-a-time search beats memchr's set-up.
-            let i = find(self.rest, 0, b'\n');
-            let (line, rest) = match self.rest.get(i + 1..) {
-                Some(rest) => (&self.rest[..i], rest),
+            let (line, rest) = match memchr::memchr(b'\n', self.rest) {
+                Some(i) => (&self.rest[..i], &self.rest[i + 1..]),
                 None => (self.rest, &[][..]),
             };
             self.rest = rest;
@@ -469,7 +467,7 @@ impl std::iter::FusedIterator for Lines<'_> {}
 /// See the [module documentation](self) for the grammar and the order of checks.
 #[must_use]
 pub fn parse_line<'a>(line: &'a [u8], limits: &LineLimits) -> LineResult<'a> {
-    match parse(line, None, limits, &mut ()) {
+    match parse(line, limits, &mut ()) {
         Ok(result) => result,
         Err(reason) => LineResult::Invalid(reason),
     }
@@ -477,19 +475,98 @@ pub fn parse_line<'a>(line: &'a [u8], limits: &LineLimits) -> LineResult<'a> {
 
 /// [`parse_line`], recording the line's tags in `spans` so that
 /// [`CounterLine::write_canonical_tags_with`] can build the canonical tag string without
-/// splitting the tag field again. The engine's per-packet path. `text`, when given, is
-/// `line` already known to be valid UTF-8.
+/// splitting the tag field again. The engine's per-packet path.
 pub(crate) fn parse_line_indexed<'a>(
     line: &'a [u8],
-    text: Option<&'a str>,
     limits: &LineLimits,
     spans: &mut TagSpans,
 ) -> LineResult<'a> {
-    debug_assert!(text.is_none_or(|t| t.as_bytes() == line));
-    match parse(line, text, limits, spans) {
+    match parse(line, limits, spans) {
         Ok(result) => result,
         Err(reason) => LineResult::Invalid(reason),
     }
+}
+
+/// A line cut where the parser cuts it first: `name ":" values "|" rest`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Cut<'a> {
+    /// Up to the first `:`.
+    pub(crate) name: &'a [u8],
+    /// Between that `:` and the next `|`.
+    pub(crate) values: &'a [u8],
+    /// Everything after that `|`: the type and the optional fields.
+    pub(crate) rest: &'a [u8],
+}
+
+/// Cuts `line` exactly as [`parse_line`] does before it looks at the parts, or `None`
+/// when the line has no name or no `|` after its values (it is invalid then).
+///
+/// Everything [`parse_line`] decides about a line besides its values is a function of
+/// `name` and `rest` (and the limits); see [`parse_values`] for the values.
+pub(crate) fn cut(line: &[u8]) -> Option<Cut<'_>> {
+    let name_end = find2(line, 0, b':', b'|');
+    if name_end == 0 || line.get(name_end) != Some(&b':') {
+        return None;
+    }
+    let values_end = find(line, name_end + 1, b'|');
+    let rest = line.get(values_end + 1..)?;
+    Some(Cut {
+        name: &line[..name_end],
+        values: &line[name_end + 1..values_end],
+        rest,
+    })
+}
+
+/// The values of a counter line, validated.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct ParsedValues<'a> {
+    text: &'a str,
+    count: usize,
+    exact: Option<i64>,
+}
+
+impl<'a> ParsedValues<'a> {
+    /// The values, in line order.
+    pub(crate) fn values(&self) -> Values<'a> {
+        Values::new(self.text, self.count)
+    }
+
+    /// How many.
+    pub(crate) fn count(&self) -> usize {
+        self.count
+    }
+
+    /// The value, when there is exactly one and it is an integer.
+    pub(crate) fn single_int(&self) -> Option<i64> {
+        self.exact
+    }
+}
+
+/// Validates the values part of a [`Cut`]. For a line whose name and rest are those of a
+/// line that [`parse_line`] accepted as a counter (so both are valid UTF-8 without
+/// control characters in the name or tags), this gives the same verdict and the same
+/// values as parsing the whole line: invalid UTF-8 in the values is `not_utf8`, as it is
+/// for the line; the type and the fields are checked before and after the values but do
+/// not depend on them; and a control character in the values fails them either way.
+#[inline]
+pub(crate) fn parse_values(values: &[u8]) -> Result<ParsedValues<'_>, InvalidReason> {
+    // A lone single digit, by far the most common value, without a call.
+    if let [digit @ b'0'..=b'9'] = values {
+        const DIGITS: [&str; 10] = ["0", "1", "2", "3", "4", "5", "6", "7", "8", "9"];
+        let digit = usize::from(digit - b'0');
+        return Ok(ParsedValues {
+            text: DIGITS[digit],
+            count: 1,
+            exact: Some(digit as i64),
+        });
+    }
+    parse_values_slow(values)
+}
+
+fn parse_values_slow(values: &[u8]) -> Result<ParsedValues<'_>, InvalidReason> {
+    let text = std::str::from_utf8(values).map_err(|_| InvalidReason::NotUtf8)?;
+    let (count, exact) = value::validate(text)?;
+    Ok(ParsedValues { text, count, exact })
 }
 
 /// Splits at the first `sep`; the separator belongs to neither side. Slicing at an ASCII
@@ -584,13 +661,8 @@ fn search(bytes: &[u8], from: usize, matches: impl Fn(u64) -> u64) -> usize {
 /// The parser proper. Works on byte offsets into the line, one pass per part: the parts
 /// are found left to right and each byte is looked at about once. `spans` records the
 /// tags for [`CounterLine::write_canonical_tags_with`].
-///
-/// `text` is the same line as a `str` when the caller already knows it is valid UTF-8
-/// (the engine validates whole packets at once, which is several times cheaper per line
-/// than validating each line on its own).
 fn parse<'a>(
     line: &'a [u8],
-    text: Option<&'a str>,
     limits: &LineLimits,
     spans: &mut impl tags::SpanSink,
 ) -> Result<LineResult<'a>, InvalidReason> {
@@ -603,10 +675,7 @@ fn parse<'a>(
     if line.starts_with(b"_sc|") {
         return Ok(LineResult::Ignored(IgnoredKind::ServiceCheck));
     }
-    let line = match text {
-        Some(text) => text,
-        None => std::str::from_utf8(line).map_err(|_| InvalidReason::NotUtf8)?,
-    };
+    let line = std::str::from_utf8(line).map_err(|_| InvalidReason::NotUtf8)?;
     // Control characters are rare; one pass over the line spares a pass over each part.
     let controls = has_control(line);
     let bytes = line.as_bytes();

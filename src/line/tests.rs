@@ -436,7 +436,7 @@ fn indexed_parse_gives_the_same_canonical_string_and_ignores_foreign_spans() {
         "a:1|c|#z|#y:1,x:2",
         "a:1|c",
     ] {
-        let LineResult::Counter(c) = parse_line_indexed(line.as_bytes(), None, &limits, &mut spans)
+        let LineResult::Counter(c) = parse_line_indexed(line.as_bytes(), &limits, &mut spans)
         else {
             panic!("{line} is a counter");
         };
@@ -446,12 +446,11 @@ fn indexed_parse_gives_the_same_canonical_string_and_ignores_foreign_spans() {
     }
     // Spans recorded for another line are not applied to this one.
     let other = "m:1|c|#b,a";
-    let LineResult::Counter(first) =
-        parse_line_indexed(other.as_bytes(), None, &limits, &mut spans)
+    let LineResult::Counter(first) = parse_line_indexed(other.as_bytes(), &limits, &mut spans)
     else {
         panic!("counter");
     };
-    let _ = parse_line_indexed(b"m:1|c|#d,c,b,a", None, &limits, &mut spans);
+    let _ = parse_line_indexed(b"m:1|c|#d,c,b,a", &limits, &mut spans);
     let mut out = Vec::new();
     first.write_canonical_tags_with(&spans, &mut out);
     assert_eq!(out, b"a,b");

@@ -21,7 +21,8 @@
 //! ```
 //!
 //! Workloads: `ingest` (20-line packets, 100 keys: 20 warm-up packets, then 50k packets,
-//! 1M lines), `incr_hot` and `incr_10k` (1M `Engine::record` calls on one thread,
+//! 1M lines), `ingest_100k` (100k keys, five passes of 200k lines, each creating every
+//! row and drained after, as the criterion bench does), `incr_hot` and `incr_10k` (1M `Engine::record` calls on one thread,
 //! clock read included, after as many warm-up calls). Divide the inclusive instructions of
 //! `measured` by 1M for the cost per line or per call.
 
@@ -215,6 +216,22 @@ fn run_once(workload: &str) {
             measured(|| {
                 for packet in &data {
                     engine.ingest_packet(packet, Transport::Udp, NOW);
+                }
+            });
+        }
+        "ingest_100k" => {
+            // As the criterion bench: each pass creates 100k rows, then they are drained.
+            let data = packets(100_000, 10_000);
+            for packet in &data {
+                engine.ingest_packet(packet, Transport::Udp, NOW);
+            }
+            engine.aggregator().take_all();
+            measured(|| {
+                for _ in 0..OPS / 200_000 {
+                    for packet in &data {
+                        engine.ingest_packet(packet, Transport::Udp, NOW);
+                    }
+                    engine.aggregator().take_all();
                 }
             });
         }
