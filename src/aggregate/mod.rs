@@ -51,7 +51,9 @@ use crate::bucket::Minute;
 pub struct Aggregator {
     stripes: Box<[CachePadded<Mutex<Buffer>>]>,
     hasher: RowHasher,
-    budget: Budget,
+    /// On cache lines of its own: its counters change whenever a row is created, and
+    /// must not evict the fields every increment reads (`hasher`, `closed`, `stripes`).
+    budget: CachePadded<Budget>,
     limits: Limits,
     /// Set before the final drain of shutdown; read under each stripe's lock, so an
     /// increment either makes the final drain or is counted as dropped.
@@ -94,7 +96,7 @@ impl Aggregator {
         Aggregator {
             stripes,
             hasher: RowHasher::default(),
-            budget: Budget::new(&limits),
+            budget: CachePadded::new(Budget::new(&limits)),
             limits,
             closed: AtomicBool::new(false),
         }
@@ -131,7 +133,13 @@ impl Aggregator {
 
     /// Locks the calling thread's stripe, to add many increments under one lock.
     pub fn stripe(&self) -> Stripe<'_> {
-        let index = thread_stripe() % self.stripes.len();
+        let (thread, stripes) = (thread_stripe(), self.stripes.len());
+        // A mask rather than a division when the count is a power of two (the default).
+        let index = if stripes.is_power_of_two() {
+            thread & (stripes - 1)
+        } else {
+            thread % stripes
+        };
         Stripe {
             buffer: self.stripes[index].lock(),
             aggregator: self,

@@ -1,7 +1,7 @@
 //! What one pending row is: its key (family, series, time slot) and its column deltas.
 
 use std::fmt;
-use std::hash::{BuildHasher, Hash};
+use std::hash::{BuildHasher, Hash, Hasher};
 
 use crate::bucket::{Day, Minute};
 use crate::series;
@@ -159,7 +159,11 @@ impl fmt::Debug for RowKey {
 
 /// The seeded hash of a series' bytes: the first level of [`RowKeyRef::hash_with`].
 pub(crate) fn series_hash(state: &impl BuildHasher, series: &[u8]) -> u64 {
-    state.hash_one(series)
+    // The bytes alone, without `Hash for [u8]`'s length prefix: the hasher mixes the
+    // length in itself.
+    let mut hasher = state.build_hasher();
+    hasher.write(series);
+    hasher.finish()
 }
 
 /// A row key borrowed from the hot path, so that looking up an existing row allocates
@@ -191,8 +195,13 @@ impl RowKeyRef<'_> {
         (product as u64) ^ ((product >> 64) as u64)
     }
 
+    #[inline]
     pub(crate) fn matches(&self, key: &RowKey) -> bool {
-        key.family == self.family && key.slot() == self.slot && *key.series == *self.series
+        let (slot_tag, bucket) = self.slot.tag_and_bucket();
+        key.bucket == bucket
+            && key.slot_tag == slot_tag
+            && key.family == self.family
+            && series::same_bytes(&key.series, self.series)
     }
 
     pub(crate) fn to_owned_key(self) -> RowKey {

@@ -31,6 +31,7 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::family::Target;
+use crate::series::{same_bytes, short_word, word};
 
 /// Sets of the cache (two entries each).
 pub(super) const SETS: usize = 512;
@@ -163,33 +164,6 @@ impl LineCache {
 /// An odd 64-bit constant with well-spread bits (the golden ratio's fraction).
 const MULTIPLIER: u64 = 0x9e37_79b9_7f4a_7c15;
 
-/// The little-endian word at `at`.
-#[inline(always)]
-fn word(bytes: &[u8], at: usize) -> u64 {
-    let mut word = [0; 8];
-    word.copy_from_slice(&bytes[at..at + 8]);
-    u64::from_le_bytes(word)
-}
-
-/// A fewer-than-eight-byte slice packed into a word, every byte included (the first and
-/// last four overlap for 4 to 7 bytes). Equal slices of equal length pack equally, and
-/// different ones of equal length differ.
-#[inline(always)]
-fn short_word(bytes: &[u8]) -> u64 {
-    let len = bytes.len();
-    if len >= 4 {
-        let mut low = [0; 4];
-        let mut high = [0; 4];
-        low.copy_from_slice(&bytes[..4]);
-        high.copy_from_slice(&bytes[len - 4..]);
-        u64::from(u32::from_le_bytes(low)) | (u64::from(u32::from_le_bytes(high)) << 32)
-    } else if len > 0 {
-        u64::from(bytes[0]) | (u64::from(bytes[len / 2]) << 8) | (u64::from(bytes[len - 1]) << 16)
-    } else {
-        0
-    }
-}
-
 /// Mixes `bytes` (and their length) into `hash`, eight bytes per step.
 #[inline(always)]
 fn hash_bytes(mut hash: u64, bytes: &[u8]) -> u64 {
@@ -205,26 +179,6 @@ fn hash_bytes(mut hash: u64, bytes: &[u8]) -> u64 {
     }
     // The last word, overlapping the one before when the length is not a multiple of 8.
     step(step(hash, word(bytes, len - 8)), len as u64)
-}
-
-/// `a == b`, eight bytes at a time: the keys are short, and this spares a `memcmp` call.
-#[inline(always)]
-fn same_bytes(a: &[u8], b: &[u8]) -> bool {
-    let len = a.len();
-    if len != b.len() {
-        return false;
-    }
-    if len < 8 {
-        return short_word(a) == short_word(b);
-    }
-    let mut at = 0;
-    while at + 8 < len {
-        if word(a, at) != word(b, at) {
-            return false;
-        }
-        at += 8;
-    }
-    word(a, len - 8) == word(b, len - 8)
 }
 
 #[cfg(test)]
@@ -271,15 +225,12 @@ mod tests {
     }
 
     #[test]
-    fn word_at_a_time_equality_and_hash_see_every_byte() {
+    fn the_hash_sees_every_byte() {
         for len in 0..40_usize {
             let a: Vec<u8> = (0..len).map(|i| b'a' + (i % 26) as u8).collect();
-            assert!(same_bytes(&a, &a.clone()));
-            assert!(!same_bytes(&a, &a[..len.saturating_sub(1)]) || len == 0);
             for i in 0..len {
                 let mut b = a.clone();
                 b[i] ^= 0x20;
-                assert!(!same_bytes(&a, &b), "len {len}, byte {i}");
                 assert_ne!(
                     LineCache::hash(5, &a, b""),
                     LineCache::hash(5, &b, b""),

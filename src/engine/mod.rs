@@ -12,7 +12,10 @@ use crate::line::{self, InvalidReason, LineLimits, LineResult, TagSpans};
 
 use self::cache::{LineCache, Placement};
 
+pub use self::clock::now_unix_secs;
+
 mod cache;
+mod clock;
 
 thread_local! {
     /// Per-thread scratch space of the hot paths, reused from call to call.
@@ -267,14 +270,29 @@ impl Engine {
         now_unix_secs: i64,
         at: Option<i64>,
     ) -> Result<(), RecordError> {
+        let minute = aggregate::minute_for(now_unix_secs, at, self.aggregator.limits());
         SCRATCH.with_borrow_mut(|scratch| {
             let series = &mut scratch.series;
             let target = match self.families.resolve(name, tags, series) {
                 Ok(target) => target,
                 Err(unplaced) => return Err(self.unplaced(unplaced, delta)),
             };
-            self.record_resolved(target, series, delta, now_unix_secs, at)
+            self.record_at(target, series, None, delta, minute)
         })
+    }
+
+    /// Adds one increment to a resolved target in `minute`.
+    fn record_at(
+        &self,
+        target: Target,
+        series: &[u8],
+        series_hash: Option<u64>,
+        delta: i64,
+        minute: Result<Minute, DropReason>,
+    ) -> Result<(), RecordError> {
+        let mut stripe = self.aggregator.stripe();
+        self.add(&mut stripe, target, series, series_hash, delta, 1, minute)
+            .map_err(RecordError::Dropped)
     }
 
     /// Counts an increment that could not be placed, and says why.
@@ -302,9 +320,7 @@ impl Engine {
         at: Option<i64>,
     ) -> Result<(), RecordError> {
         let minute = aggregate::minute_for(now_unix_secs, at, self.aggregator.limits());
-        let mut stripe = self.aggregator.stripe();
-        self.add(&mut stripe, target, series, None, delta, 1, minute)
-            .map_err(RecordError::Dropped)
+        self.record_at(target, series, None, delta, minute)
     }
 
     /// Adds to the row of `target` and `series` (whose hash is `series_hash` when known)
