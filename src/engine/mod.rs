@@ -1,5 +1,23 @@
 //! The engine: families plus the aggregator. Turns one increment (from a line or an
 //! in-process call) into a pending delta, counting every outcome.
+//!
+//! # The two hot paths
+//!
+//! **Lines** ([`Engine::ingest_packet`]). The calling thread's stripe is locked once per
+//! packet and the packet's minute resolved once. Each line is cut into name, values and
+//! rest; a line whose name and rest were placed before is found in a per-thread cache
+//! ([`cache`], which explains why that is exact) and only its values are parsed. Any
+//! other line is parsed in full: the parser records where each tag starts and ends, so
+//! the canonical tag string is written from those offsets without splitting the tag
+//! field again, and the series is hashed once and remembered with the placement.
+//!
+//! **In-process calls** ([`Engine::record`], behind `Recorder::incr`). Tag pairs are
+//! canonicalised directly (two pairs take one comparison), the series key is built in a
+//! per-thread buffer, and the clock is the coarse one of [`now_unix_secs`].
+//!
+//! Measured with callgrind (instructions, reproducible on a shared machine; see
+//! `tests/bench/engine.rs`): a 20-line-packet line over 100 keys went from 2510 to about
+//! 750 instructions, an `Engine::record` call from 1066 to about 740.
 
 use std::cell::RefCell;
 
