@@ -101,6 +101,7 @@ impl LineCache {
     /// Word-at-a-time and not collision resistant, on purpose: entries are compared byte
     /// for byte, so a collision (even a crafted one) costs a miss, never a wrong answer,
     /// and a miss costs no more than having no cache.
+    #[inline]
     pub(super) fn hash(seed: u64, name: &[u8], rest: &[u8]) -> u64 {
         let hash = hash_bytes(hash_bytes(seed, name), rest);
         // Fold the high bits down: the set index is taken from the low ones.
@@ -109,6 +110,7 @@ impl LineCache {
     }
 
     /// The placement and series of the line key (`name`, `rest`), if cached.
+    #[inline]
     pub(super) fn get(
         &mut self,
         hash: u64,

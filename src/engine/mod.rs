@@ -6,10 +6,10 @@
 //! **Lines** ([`Engine::ingest_packet`]). The calling thread's stripe is locked once per
 //! packet and the packet's minute resolved once. Each line is cut into name, values and
 //! rest; a line whose name and rest were placed before is found in a per-thread cache
-//! ([`cache`], which explains why that is exact) and only its values are parsed. Any
-//! other line is parsed in full: the parser records where each tag starts and ends, so
-//! the canonical tag string is written from those offsets without splitting the tag
-//! field again, and the series is hashed once and remembered with the placement.
+//! (`src/engine/cache.rs`, which explains why that is exact) and only its values are
+//! parsed. Any other line is parsed in full: the parser records where each tag starts
+//! and ends, so the canonical tag string is written from those offsets without splitting
+//! the tag field again, and the series is hashed once and remembered with the placement.
 //!
 //! **In-process calls** ([`Engine::record`], behind `Recorder::incr`). Tag pairs are
 //! canonicalised directly (two pairs take one comparison), the series key is built in a

@@ -27,6 +27,16 @@
 //! assert!(matches!(verdicts[2], LineResult::Invalid(_)));
 //! ```
 //!
+//! # Cost
+//!
+//! The parser walks a line by byte offsets, part by part, finding separators eight
+//! bytes at a time; tags are compared in their raw `key:value` form (in the order of
+//! [`Tag`]) without being split. The engine uses two crate-internal entry points beside
+//! [`parse_line`]: one that also records where each tag starts and ends, so that the
+//! canonical tag string is written without a second pass, and `cut` with
+//! `parse_values`, for lines whose name and rest it has placed before (the verdict of
+//! such a line depends on its values alone; a property test holds the parser to that).
+//!
 //! # Grammar
 //!
 //! ```text
