@@ -24,9 +24,11 @@
 //! Two-way set associative with [`SETS`] sets: at most `2 * SETS` entries per thread
 //! that ingests packets, each holding its line key and series (entries longer than
 //! [`MAX_ENTRY_BYTES`] are not cached). A slot's buffers are reused when it is replaced,
-//! so a workload with more distinct keys than slots pays a key copy per miss, not an
-//! allocation. The cache belongs to one engine at a time: a thread that feeds another
-//! engine starts afresh.
+//! so a miss costs a key copy, not an allocation. When fewer than one look-up in
+//! [`MIN_HIT_SHARE`] hits (far more distinct keys than slots), only one miss in
+//! [`THROTTLED_INSERTS`] is cached, so a workload the cache cannot help is not slowed by
+//! churning it; keys that do recur still get in and turn full caching back on. The cache
+//! belongs to one engine at a time: a thread that feeds another engine starts afresh.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -35,6 +37,16 @@ use crate::series::{same_bytes, short_word, word};
 
 /// Sets of the cache (two entries each).
 pub(super) const SETS: usize = 512;
+
+/// Below one hit in this many look-ups (over a window of [`WINDOW`]), inserts are
+/// throttled.
+pub(super) const MIN_HIT_SHARE: u32 = 8;
+
+/// While throttled, one miss in this many is cached.
+pub(super) const THROTTLED_INSERTS: u32 = 16;
+
+/// Look-ups over which the hit share is measured.
+pub(super) const WINDOW: u32 = 4096;
 
 /// Longest line key plus series kept in one entry, in bytes.
 pub(super) const MAX_ENTRY_BYTES: usize = 512;
@@ -62,9 +74,6 @@ pub(super) struct Placement {
 
 #[derive(Default)]
 struct Slot {
-    /// Hash of the line key; meaningful only when `used`.
-    hash: u64,
-    used: bool,
     /// Length of the name at the start of `key`.
     name_len: usize,
     /// The name, then the rest of the line after the values.
@@ -78,9 +87,18 @@ struct Slot {
 #[derive(Default)]
 pub(super) struct LineCache {
     owner: u64,
+    /// The key hash of each slot (0: empty), apart from the slots so that a miss reads
+    /// one cache line, not the entries.
+    hashes: Vec<u64>,
     slots: Vec<Slot>,
     /// Per set, the way to replace next (the one not hit last).
     victim: Vec<u8>,
+    /// Look-ups and hits in the current window.
+    lookups: u32,
+    hits: u32,
+    /// Whether the last window hit too rarely, and misses since the last insert then.
+    throttled: bool,
+    skipped: u32,
 }
 
 impl LineCache {
@@ -88,10 +106,13 @@ impl LineCache {
     pub(super) fn claim(&mut self, owner: u64) {
         if self.owner != owner {
             self.owner = owner;
+            self.hashes.clear();
+            self.hashes.resize(2 * SETS, 0);
             self.slots.clear();
             self.slots.resize_with(2 * SETS, Slot::default);
             self.victim.clear();
             self.victim.resize(SETS, 0);
+            (self.lookups, self.hits, self.throttled, self.skipped) = (0, 0, false, 0);
         }
     }
 
@@ -106,7 +127,8 @@ impl LineCache {
         let hash = hash_bytes(hash_bytes(seed, name), rest);
         // Fold the high bits down: the set index is taken from the low ones.
         let product = u128::from(hash) * u128::from(MULTIPLIER);
-        (product as u64) ^ ((product >> 64) as u64)
+        // Never 0, which marks an empty slot.
+        ((product as u64) ^ ((product >> 64) as u64)) | 1
     }
 
     /// The placement and series of the line key (`name`, `rest`), if cached.
@@ -117,16 +139,19 @@ impl LineCache {
         name: &[u8],
         rest: &[u8],
     ) -> Option<(Placement, &[u8])> {
+        self.lookups += 1;
         let set = (hash as usize) % SETS;
         for way in 0..2 {
+            if self.hashes.get(2 * set + way) != Some(&hash) {
+                continue;
+            }
             let slot = &self.slots[2 * set + way];
-            if slot.used
-                && slot.hash == hash
-                && slot.name_len == name.len()
+            if slot.name_len == name.len()
                 && same_bytes(&slot.key[..slot.name_len], name)
                 && same_bytes(&slot.key[slot.name_len..], rest)
                 && let Some(placement) = slot.placement
             {
+                self.hits += 1;
                 self.victim[set] = 1 - way as u8;
                 return Some((placement, &self.slots[2 * set + way].series));
             }
@@ -147,12 +172,22 @@ impl LineCache {
         if name.len() + rest.len() + series.len() > MAX_ENTRY_BYTES || self.slots.is_empty() {
             return;
         }
+        if self.lookups >= WINDOW {
+            self.throttled = self.hits * MIN_HIT_SHARE < self.lookups;
+            (self.lookups, self.hits) = (0, 0);
+        }
+        if self.throttled {
+            self.skipped += 1;
+            if self.skipped < THROTTLED_INSERTS {
+                return;
+            }
+            self.skipped = 0;
+        }
         let set = (hash as usize) % SETS;
         let way = usize::from(self.victim[set] & 1);
         self.victim[set] = 1 - way as u8;
         let slot = &mut self.slots[2 * set + way];
-        slot.used = true;
-        slot.hash = hash;
+        self.hashes[2 * set + way] = hash;
         slot.name_len = name.len();
         slot.key.clear();
         slot.key.extend_from_slice(name);
@@ -224,6 +259,36 @@ mod tests {
             cache.get(h, b"ab", b"c|#x").is_none(),
             "another engine starts empty"
         );
+    }
+
+    #[test]
+    fn a_cache_that_never_hits_stops_churning_and_recovers() {
+        let mut cache = LineCache::default();
+        cache.claim(1);
+        // A window of look-ups that all miss, each followed by an insert.
+        for i in 0..WINDOW {
+            let key = format!("k{i}");
+            let h = LineCache::hash(1, key.as_bytes(), b"c");
+            assert!(cache.get(h, key.as_bytes(), b"c").is_none());
+            cache.insert(h, key.as_bytes(), b"c", b"S", placement(0));
+        }
+        // The next insert closes the window: no hits, so misses are no longer all cached.
+        let h = LineCache::hash(1, b"once", b"c");
+        assert!(cache.get(h, b"once", b"c").is_none());
+        cache.insert(h, b"once", b"c", b"S", placement(0));
+        assert!(cache.throttled);
+        assert!(
+            cache.get(h, b"once", b"c").is_none(),
+            "skipped while throttled"
+        );
+        // A key that recurs still gets in, within THROTTLED_INSERTS misses, and hits.
+        let h = LineCache::hash(1, b"hot", b"c");
+        let mut misses = 0;
+        while cache.get(h, b"hot", b"c").is_none() {
+            misses += 1;
+            assert!(misses <= THROTTLED_INSERTS, "never cached");
+            cache.insert(h, b"hot", b"c", b"S", placement(0));
+        }
     }
 
     #[test]
