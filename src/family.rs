@@ -150,26 +150,100 @@ impl TagSet for [(&str, &str)] {
 
     fn write_canonical(&self, out: &mut Vec<u8>) {
         const INLINE: usize = 16;
-        fn tag<'a>(&(key, value): &(&'a str, &'a str)) -> Tag<'a> {
-            Tag {
-                key,
-                value: (!value.is_empty()).then_some(value),
+        match self {
+            [] => {}
+            [one] => write_pair(out, one),
+            // The usual handful of tags: sorted by hand, most comparisons decided by the
+            // first byte of the keys.
+            [a, b] => {
+                let (first, second) = if pair_cmp(b, a).is_lt() {
+                    (b, a)
+                } else {
+                    (a, b)
+                };
+                out.reserve(a.0.len() + a.1.len() + b.0.len() + b.1.len() + 3);
+                write_pair(out, first);
+                if !same_pair(first, second) {
+                    out.push(b',');
+                    write_pair(out, second);
+                }
             }
-        }
-        if self.len() <= INLINE {
-            let mut tags = [Tag {
-                key: "",
-                value: None,
-            }; INLINE];
-            for (slot, pair) in tags.iter_mut().zip(self) {
-                *slot = tag(pair);
+            _ if self.len() <= INLINE => {
+                // Sort positions, not the pairs: one-byte swaps.
+                let mut order = [0u8; INLINE];
+                for (i, slot) in order.iter_mut().enumerate().take(self.len()) {
+                    *slot = i as u8;
+                }
+                let order = &mut order[..self.len()];
+                for i in 1..order.len() {
+                    let mut j = i;
+                    while j > 0
+                        && pair_cmp(
+                            &self[usize::from(order[j])],
+                            &self[usize::from(order[j - 1])],
+                        )
+                        .is_lt()
+                    {
+                        order.swap(j, j - 1);
+                        j -= 1;
+                    }
+                }
+                let mut previous: Option<&(&str, &str)> = None;
+                for &i in order.iter() {
+                    let pair = &self[usize::from(i)];
+                    if let Some(previous) = previous {
+                        // Exact duplicates are adjacent now.
+                        if same_pair(previous, pair) {
+                            continue;
+                        }
+                        out.push(b',');
+                    }
+                    write_pair(out, pair);
+                    previous = Some(pair);
+                }
             }
-            line::write_sorted(&mut tags[..self.len()], out);
-        } else {
-            let mut tags: Vec<Tag<'_>> = self.iter().map(tag).collect();
-            line::write_sorted(&mut tags, out);
+            _ => {
+                let mut tags: Vec<Tag<'_>> =
+                    self.iter().map(|&(key, value)| tag(key, value)).collect();
+                line::write_sorted(&mut tags, out);
+            }
         }
     }
+}
+
+/// Appends `key` or `key:value` (an empty value is no value).
+fn write_pair(out: &mut Vec<u8>, &(key, value): &(&str, &str)) {
+    out.extend_from_slice(key.as_bytes());
+    if !value.is_empty() {
+        out.push(b':');
+        out.extend_from_slice(value.as_bytes());
+    }
+}
+
+/// The same tag; lengths rule most pairs out without comparing bytes.
+fn same_pair(a: &(&str, &str), b: &(&str, &str)) -> bool {
+    a.0.len() == b.0.len() && a.1.len() == b.1.len() && a == b
+}
+
+/// A tag of the in-process API: an empty value is no value.
+fn tag<'a>(key: &'a str, value: &'a str) -> Tag<'a> {
+    Tag {
+        key,
+        value: (!value.is_empty()).then_some(value),
+    }
+}
+
+/// The canonical order of tag pairs, the same as that of the [`Tag`]s they stand for:
+/// by key, then by value, where an empty value (no value) sorts first, as it does
+/// bytewise.
+fn pair_cmp(a: &(&str, &str), b: &(&str, &str)) -> std::cmp::Ordering {
+    let (x, y) = (a.0.as_bytes(), b.0.as_bytes());
+    if let (Some(p), Some(q)) = (x.first(), y.first())
+        && p != q
+    {
+        return p.cmp(q);
+    }
+    x.cmp(y).then_with(|| a.1.as_bytes().cmp(b.1.as_bytes()))
 }
 
 /// The tags of a parsed line.
@@ -188,6 +262,29 @@ impl TagSet for CounterLine<'_> {
 
     fn write_canonical(&self, out: &mut Vec<u8>) {
         self.write_canonical_tags(out);
+    }
+}
+
+/// A parsed line with the tag index its parse recorded: the engine's per-packet path,
+/// which builds the canonical tag string without splitting the tag field again.
+pub(crate) struct IndexedLine<'l, 'a> {
+    /// The line.
+    pub(crate) line: &'l CounterLine<'a>,
+    /// What [`line::parse_line_indexed`] recorded for it.
+    pub(crate) spans: &'l line::TagSpans,
+}
+
+impl TagSet for IndexedLine<'_, '_> {
+    fn value_of(&self, key: &str) -> Option<&str> {
+        self.line.value_of(key)
+    }
+
+    fn only_value_of(&self, key: &str) -> Result<Option<&str>, ()> {
+        self.line.only_value_of(key)
+    }
+
+    fn write_canonical(&self, out: &mut Vec<u8>) {
+        self.line.write_canonical_tags_with(self.spans, out);
     }
 }
 
@@ -516,5 +613,29 @@ mod tests {
         let text = String::from_utf8(out).unwrap();
         assert!(text.starts_with("k00:v0,k01:v1,"), "{text}");
         assert_eq!(text.matches(',').count(), 39);
+    }
+
+    proptest::proptest! {
+        /// The in-process API's canonical tag string is the sorted, de-duplicated set of
+        /// its tags, whatever their order and repetition, at every size.
+        #[test]
+        fn slice_tags_canonicalise_like_a_sorted_set(
+            pairs in proptest::collection::vec(("[a-c:é]{1,3}", "[a-c,]{0,2}"), 0..24),
+        ) {
+            let tags: Vec<(&str, &str)> =
+                pairs.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+            let mut out = Vec::new();
+            tags.as_slice().write_canonical(&mut out);
+            let set: std::collections::BTreeSet<Tag<'_>> =
+                tags.iter().map(|&(key, value)| tag(key, value)).collect();
+            let mut reference = Vec::new();
+            for (i, t) in set.iter().enumerate() {
+                if i > 0 {
+                    reference.push(b',');
+                }
+                t.write_to(&mut reference);
+            }
+            proptest::prop_assert_eq!(out, reference);
+        }
     }
 }

@@ -13,15 +13,13 @@
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::time::SystemTime;
 
 use parking_lot::Mutex;
 
 use crate::accounting::Accounting;
 use crate::aggregate::FamilyId;
-use crate::bucket;
 use crate::config::Config;
-use crate::engine::{Engine, RecordError};
+use crate::engine::{self, Engine, RecordError};
 use crate::family::Target;
 use crate::flush::FlushReport;
 use crate::pipeline::{Pipeline, StartError};
@@ -110,14 +108,13 @@ impl Recorder {
     /// Adds `delta` to counter `name` with `tags`, now. Counters whose name belongs to a
     /// configured family take their key from the tags; the others go to the generic
     /// tables keyed by name and canonical tags. Errors are also counted in metrics.
+    ///
+    /// "Now" is read from a coarse clock ([`engine::now_unix_secs`]): an increment made
+    /// in the first few milliseconds of a minute may be counted in the minute before.
     pub fn incr(&self, name: &str, tags: &[(&str, &str)], delta: i64) -> Result<(), RecordError> {
-        self.inner.engine.record(
-            name,
-            tags,
-            delta,
-            bucket::unix_secs(SystemTime::now()),
-            None,
-        )
+        self.inner
+            .engine
+            .record(name, tags, delta, engine::now_unix_secs(), None)
     }
 
     /// Like [`Recorder::incr`], for an event that happened at `unix_secs` (inside the
@@ -129,13 +126,9 @@ impl Recorder {
         delta: i64,
         unix_secs: i64,
     ) -> Result<(), RecordError> {
-        self.inner.engine.record(
-            name,
-            tags,
-            delta,
-            bucket::unix_secs(SystemTime::now()),
-            Some(unix_secs),
-        )
+        self.inner
+            .engine
+            .record(name, tags, delta, engine::now_unix_secs(), Some(unix_secs))
     }
 
     /// A typed handle on one counter column of a configured family: no name look-up and
@@ -197,13 +190,7 @@ impl ColumnHandle {
         {
             return Err(engine.unplaced(unplaced, delta));
         }
-        engine.record_resolved(
-            self.target,
-            &series,
-            delta,
-            bucket::unix_secs(SystemTime::now()),
-            None,
-        )
+        engine.record_resolved(self.target, &series, delta, engine::now_unix_secs(), None)
     }
 
     /// The family this handle writes to.

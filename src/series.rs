@@ -47,6 +47,54 @@ impl<'a> Iterator for Fields<'a> {
     }
 }
 
+/// The little-endian word at `at`.
+#[inline(always)]
+pub(crate) fn word(bytes: &[u8], at: usize) -> u64 {
+    let mut word = [0; 8];
+    word.copy_from_slice(&bytes[at..at + 8]);
+    u64::from_le_bytes(word)
+}
+
+/// A fewer-than-eight-byte slice packed into a word, every byte included (the first and
+/// last four overlap for 4 to 7 bytes). Equal slices of equal length pack equally, and
+/// different ones of equal length differ.
+#[inline(always)]
+pub(crate) fn short_word(bytes: &[u8]) -> u64 {
+    let len = bytes.len();
+    if len >= 4 {
+        let mut low = [0; 4];
+        let mut high = [0; 4];
+        low.copy_from_slice(&bytes[..4]);
+        high.copy_from_slice(&bytes[len - 4..]);
+        u64::from(u32::from_le_bytes(low)) | (u64::from(u32::from_le_bytes(high)) << 32)
+    } else if len > 0 {
+        u64::from(bytes[0]) | (u64::from(bytes[len / 2]) << 8) | (u64::from(bytes[len - 1]) << 16)
+    } else {
+        0
+    }
+}
+
+/// `a == b`, eight bytes at a time: series and line keys are a few dozen bytes, too short
+/// for a `memcmp` call to pay.
+#[inline]
+pub(crate) fn same_bytes(a: &[u8], b: &[u8]) -> bool {
+    let len = a.len();
+    if len != b.len() {
+        return false;
+    }
+    if len < 8 {
+        return short_word(a) == short_word(b);
+    }
+    let mut at = 0;
+    while at + 8 < len {
+        if word(a, at) != word(b, at) {
+            return false;
+        }
+        at += 8;
+    }
+    word(a, len - 8) == word(b, len - 8)
+}
+
 /// Encodes fields into a fresh series key, for tests and cold paths.
 pub fn encode<'a>(parts: impl IntoIterator<Item = &'a str>) -> Vec<u8> {
     let mut out = Vec::new();
@@ -73,6 +121,22 @@ mod tests {
         let long = "a".repeat(MAX_FIELD_BYTES + 1);
         assert!(!push_field(&mut out, &long));
         assert_eq!(out, b"x");
+    }
+
+    #[test]
+    fn word_at_a_time_equality_sees_every_byte() {
+        for len in 0..40_usize {
+            let a: Vec<u8> = (0..len).map(|i| b'a' + (i % 26) as u8).collect();
+            assert!(same_bytes(&a, &a.clone()));
+            if len > 0 {
+                assert!(!same_bytes(&a, &a[..len - 1]));
+            }
+            for i in 0..len {
+                let mut b = a.clone();
+                b[i] ^= 0x20;
+                assert!(!same_bytes(&a, &b), "len {len}, byte {i}");
+            }
+        }
     }
 
     #[test]

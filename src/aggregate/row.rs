@@ -157,6 +157,15 @@ impl fmt::Debug for RowKey {
     }
 }
 
+/// The seeded hash of a series' bytes: the first level of [`RowKeyRef::hash_with`].
+pub(crate) fn series_hash(state: &impl BuildHasher, series: &[u8]) -> u64 {
+    // The bytes alone, without `Hash for [u8]`'s length prefix: the hasher mixes the
+    // length in itself.
+    let mut hasher = state.build_hasher();
+    hasher.write(series);
+    hasher.finish()
+}
+
 /// A row key borrowed from the hot path, so that looking up an existing row allocates
 /// nothing.
 #[derive(Clone, Copy, Debug)]
@@ -168,16 +177,31 @@ pub(crate) struct RowKeyRef<'a> {
 
 impl RowKeyRef<'_> {
     /// The hash a row with this key is stored under.
+    ///
+    /// Two levels: the series is hashed on its own ([`series_hash`]), then mixed with the
+    /// family and the slot, so a caller that already knows the series hash (the same
+    /// series recurs every minute) skips hashing its bytes again.
     pub(crate) fn hash_with(&self, state: &impl BuildHasher) -> u64 {
-        let mut hasher = state.build_hasher();
-        self.family.hash(&mut hasher);
-        self.slot.hash(&mut hasher);
-        self.series.hash(&mut hasher);
-        hasher.finish()
+        self.hash_from(series_hash(state, self.series))
     }
 
+    /// The hash of this key, given [`series_hash`] of its series.
+    pub(crate) fn hash_from(&self, series_hash: u64) -> u64 {
+        let (tag, bucket) = self.slot.tag_and_bucket();
+        let rest = (u64::from(self.family.0) << 40) | (u64::from(tag) << 32) | u64::from(bucket);
+        // A folded multiply: every input bit reaches the low bits (the table index) and the
+        // top seven (the control tag). The series hash is seeded, so this stays keyed.
+        let product = u128::from(series_hash ^ rest) * u128::from(0x9e37_79b9_7f4a_7c15_u64);
+        (product as u64) ^ ((product >> 64) as u64)
+    }
+
+    #[inline]
     pub(crate) fn matches(&self, key: &RowKey) -> bool {
-        key.family == self.family && key.slot() == self.slot && *key.series == *self.series
+        let (slot_tag, bucket) = self.slot.tag_and_bucket();
+        key.bucket == bucket
+            && key.slot_tag == slot_tag
+            && key.family == self.family
+            && series::same_bytes(&key.series, self.series)
     }
 
     pub(crate) fn to_owned_key(self) -> RowKey {

@@ -1,17 +1,55 @@
 //! The engine: families plus the aggregator. Turns one increment (from a line or an
 //! in-process call) into a pending delta, counting every outcome.
+//!
+//! # The two hot paths
+//!
+//! **Lines** ([`Engine::ingest_packet`]). The calling thread's stripe is locked once per
+//! packet and the packet's minute resolved once. Each line is cut into name, values and
+//! rest; a line whose name and rest were placed before is found in a per-thread cache
+//! (`src/engine/cache.rs`, which explains why that is exact) and only its values are
+//! parsed. Any other line is parsed in full: the parser records where each tag starts
+//! and ends, so the canonical tag string is written from those offsets without splitting
+//! the tag field again, and the series is hashed once and remembered with the placement.
+//!
+//! **In-process calls** ([`Engine::record`], behind `Recorder::incr`). Tag pairs are
+//! canonicalised directly (two pairs take one comparison), the series key is built in a
+//! per-thread buffer, and the clock is the coarse one of [`now_unix_secs`].
+//!
+//! Measured with callgrind (instructions, reproducible on a shared machine; see
+//! `tests/bench/engine.rs`): a line of 20-line packets over 100 keys went from 2510 to
+//! about 800 instructions (over 100k keys, where the cache cannot help, 2791 to 2350),
+//! and an `Engine::record` call from 1066 to about 740.
 
 use std::cell::RefCell;
 
 use crate::aggregate::scale;
 use crate::aggregate::{self, Aggregator, DropReason, Limits, RowKeyRef, Slot, Stripe, Transport};
+use crate::bucket::Minute;
 use crate::config::{Config, ConfigError};
-use crate::family::{Families, TagSet, Target, Unplaced};
-use crate::line::{self, CounterLine, InvalidReason, LineLimits, LineResult};
+use crate::family::{Families, IndexedLine, TagSet, Target, Unplaced};
+use crate::line::{self, InvalidReason, LineLimits, LineResult, TagSpans};
+
+use self::cache::{LineCache, Placement};
+
+pub use self::clock::now_unix_secs;
+
+mod cache;
+mod clock;
 
 thread_local! {
-    /// Reused series-key buffer: encoding a key allocates only when a new row is kept.
-    static SERIES: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
+    /// Per-thread scratch space of the hot paths, reused from call to call.
+    static SCRATCH: RefCell<Scratch> = RefCell::new(Scratch::default());
+}
+
+/// What the hot paths reuse instead of allocating.
+#[derive(Default)]
+struct Scratch {
+    /// The series key being encoded: allocation happens only when a new row is kept.
+    series: Vec<u8>,
+    /// The tag index of the line being parsed (see [`line::TagSpans`]).
+    spans: TagSpans,
+    /// Where recently seen lines went (see [`cache`]).
+    cache: LineCache,
 }
 
 /// Why an in-process increment was not kept. It is counted either way.
@@ -30,6 +68,10 @@ pub struct Engine {
     families: Families,
     aggregator: Aggregator,
     line_limits: LineLimits,
+    /// This engine's identity in the per-thread line caches.
+    cache_owner: u64,
+    /// Seed of the line caches' hash.
+    cache_seed: u64,
 }
 
 impl Engine {
@@ -55,6 +97,8 @@ impl Engine {
                 max_line_bytes: config.limits.max_line_bytes,
                 max_tags: config.limits.max_tags,
             },
+            cache_owner: cache::new_owner(),
+            cache_seed: fastrand::u64(..),
         })
     }
 
@@ -74,65 +118,165 @@ impl Engine {
     /// dropped. Never fails: bad lines are counted and skipped.
     pub fn ingest_packet(&self, packet: &[u8], transport: Transport, now_unix_secs: i64) {
         let mut stripe = self.aggregator.stripe();
-        SERIES.with_borrow_mut(|series| {
+        // Lines without a client timestamp (nearly all) share the packet's minute.
+        let now = Now {
+            unix_secs: now_unix_secs,
+            minute: aggregate::minute_for(now_unix_secs, None, self.aggregator.limits()),
+        };
+        SCRATCH.with_borrow_mut(|scratch| {
+            scratch.cache.claim(self.cache_owner);
             for raw in line::split_lines(packet) {
                 stripe.counters().count_line(transport);
-                match line::parse_line(raw, &self.line_limits) {
-                    LineResult::Counter(counter) => {
-                        if let Err(reason) =
-                            self.ingest_counter(&mut stripe, &counter, series, now_unix_secs)
-                        {
-                            stripe.counters().count_invalid(reason);
-                        }
-                    }
-                    LineResult::Ignored(kind) => stripe.counters().count_ignored(kind),
-                    LineResult::Invalid(reason) => stripe.counters().count_invalid(reason),
+                let result = if raw.len() <= self.line_limits.max_line_bytes {
+                    self.ingest_cached(&mut stripe, scratch, raw, &now)
+                } else {
+                    self.ingest_line(&mut stripe, scratch, raw, &now)
+                        .map(|_| ())
+                };
+                if let Err(reason) = result {
+                    stripe.counters().count_invalid(reason);
                 }
             }
         });
     }
 
-    /// One counter line: scale its values, find its row, add. Errors are invalid-line
-    /// reasons; drops are counted inside.
-    fn ingest_counter(
+    /// A line within the length limit: from the line cache when its name and rest were
+    /// placed before (see [`cache`] for why that is exact), else parsed in full and, once
+    /// placed, cached.
+    fn ingest_cached(
         &self,
         stripe: &mut Stripe<'_>,
-        counter: &CounterLine<'_>,
-        series: &mut Vec<u8>,
-        now_unix_secs: i64,
+        scratch: &mut Scratch,
+        raw: &[u8],
+        now: &Now,
     ) -> Result<(), InvalidReason> {
+        let Some(cut) = line::cut(raw) else {
+            return self.ingest_line(stripe, scratch, raw, now).map(|_| ());
+        };
+        let hash = LineCache::hash(self.cache_seed, cut.name, cut.rest);
+        if let Some((placement, series)) = scratch.cache.get(hash, cut.name, cut.rest) {
+            let values = line::parse_values(cut.values)?;
+            let sum = scale(
+                stripe,
+                values.single_int(),
+                || values.values(),
+                placement.sample_rate,
+            )?;
+            self.place(
+                stripe,
+                sum,
+                values.count() as u64,
+                placement.target,
+                series,
+                placement.series_hash,
+                placement.timestamp,
+                now,
+            );
+            return Ok(());
+        }
+        if let Some(placement) = self.ingest_line(stripe, scratch, raw, now)? {
+            scratch
+                .cache
+                .insert(hash, cut.name, cut.rest, &scratch.series, placement);
+        }
+        Ok(())
+    }
+
+    /// Parses one line in full and aggregates it. Returns where it went when it was
+    /// placed in a family (left in `scratch.series`), for the line cache. Ignored lines
+    /// are counted here; errors are invalid-line reasons for the caller to count.
+    fn ingest_line(
+        &self,
+        stripe: &mut Stripe<'_>,
+        scratch: &mut Scratch,
+        raw: &[u8],
+        now: &Now,
+    ) -> Result<Option<Placement>, InvalidReason> {
+        let spans = &mut scratch.spans;
+        let counter = match line::parse_line_indexed(raw, &self.line_limits, spans) {
+            LineResult::Counter(counter) => counter,
+            LineResult::Ignored(kind) => {
+                stripe.counters().count_ignored(kind);
+                return Ok(None);
+            }
+            LineResult::Invalid(reason) => return Err(reason),
+        };
         // Every value of a multi-value line is one increment; they share the row, so they
         // are summed first and added once. A line whose values cannot be scaled into an
         // integer is invalid as a whole, so a line is never half counted.
-        let sum = scale::scale_values(counter.values(), counter.sample_rate(), stripe.rng())
-            .ok_or(InvalidReason::BadValue)?;
+        let sum = scale(
+            stripe,
+            counter.single_int(),
+            || counter.values(),
+            counter.sample_rate(),
+        )?;
         let count = counter.value_count() as u64;
-        let target = match self.families.resolve(counter.name(), counter, series) {
+        let line = IndexedLine {
+            line: &counter,
+            spans,
+        };
+        let series = &mut scratch.series;
+        let target = match self.families.resolve(counter.name(), &line, series) {
             Ok(target) => target,
             Err(unplaced) => {
                 return match unplaced.invalid_reason() {
                     Some(reason) => Err(reason),
                     None => {
                         stripe.record_dropped(DropReason::Unconfigured, count, sum);
-                        Ok(())
+                        Ok(None)
                     }
                 };
             }
         };
+        let series_hash = aggregate::series_hash(self.aggregator.hasher(), series);
+        self.place(
+            stripe,
+            sum,
+            count,
+            target,
+            series,
+            series_hash,
+            counter.timestamp(),
+            now,
+        );
+        Ok(Some(Placement {
+            target,
+            sample_rate: counter.sample_rate(),
+            timestamp: counter.timestamp(),
+            series_hash,
+        }))
+    }
+
+    /// Adds a placed line's increments to its row; drops are counted inside.
+    #[allow(clippy::too_many_arguments)]
+    fn place(
+        &self,
+        stripe: &mut Stripe<'_>,
+        sum: i128,
+        count: u64,
+        target: Target,
+        series: &[u8],
+        series_hash: u64,
+        timestamp: Option<i64>,
+        now: &Now,
+    ) {
         let Ok(delta) = i64::try_from(sum) else {
             stripe.record_dropped(DropReason::Overflow, count, sum);
-            return Ok(());
+            return;
+        };
+        let minute = match timestamp {
+            None => now.minute,
+            at => aggregate::minute_for(now.unix_secs, at, self.aggregator.limits()),
         };
         let _ = self.add(
             stripe,
             target,
             series,
+            Some(series_hash),
             delta,
             count,
-            now_unix_secs,
-            counter.timestamp(),
+            minute,
         );
-        Ok(())
     }
 
     /// Adds `delta` to metric `name` with `tags`, at `now` (Unix seconds) or at the
@@ -145,13 +289,29 @@ impl Engine {
         now_unix_secs: i64,
         at: Option<i64>,
     ) -> Result<(), RecordError> {
-        SERIES.with_borrow_mut(|series| {
+        let minute = aggregate::minute_for(now_unix_secs, at, self.aggregator.limits());
+        SCRATCH.with_borrow_mut(|scratch| {
+            let series = &mut scratch.series;
             let target = match self.families.resolve(name, tags, series) {
                 Ok(target) => target,
                 Err(unplaced) => return Err(self.unplaced(unplaced, delta)),
             };
-            self.record_resolved(target, series, delta, now_unix_secs, at)
+            self.record_at(target, series, None, delta, minute)
         })
+    }
+
+    /// Adds one increment to a resolved target in `minute`.
+    fn record_at(
+        &self,
+        target: Target,
+        series: &[u8],
+        series_hash: Option<u64>,
+        delta: i64,
+        minute: Result<Minute, DropReason>,
+    ) -> Result<(), RecordError> {
+        let mut stripe = self.aggregator.stripe();
+        self.add(&mut stripe, target, series, series_hash, delta, 1, minute)
+            .map_err(RecordError::Dropped)
     }
 
     /// Counts an increment that could not be placed, and says why.
@@ -178,23 +338,25 @@ impl Engine {
         now_unix_secs: i64,
         at: Option<i64>,
     ) -> Result<(), RecordError> {
-        let mut stripe = self.aggregator.stripe();
-        self.add(&mut stripe, target, series, delta, 1, now_unix_secs, at)
-            .map_err(RecordError::Dropped)
+        let minute = aggregate::minute_for(now_unix_secs, at, self.aggregator.limits());
+        self.record_at(target, series, None, delta, minute)
     }
 
+    /// Adds to the row of `target` and `series` (whose hash is `series_hash` when known)
+    /// in `minute`, or counts the drop when the minute could not be had (a client
+    /// timestamp outside the window).
     #[allow(clippy::too_many_arguments)]
     fn add(
         &self,
         stripe: &mut Stripe<'_>,
         target: Target,
         series: &[u8],
+        series_hash: Option<u64>,
         delta: i64,
         count: u64,
-        now_unix_secs: i64,
-        at: Option<i64>,
+        minute: Result<Minute, DropReason>,
     ) -> Result<(), DropReason> {
-        let minute = match aggregate::minute_for(now_unix_secs, at, self.aggregator.limits()) {
+        let minute = match minute {
             Ok(minute) => minute,
             Err(reason) => {
                 stripe.record_dropped(reason, count, i128::from(delta));
@@ -206,8 +368,29 @@ impl Engine {
             slot: Slot::Both(minute),
             series,
         };
-        stripe.record_many(key, target.width, target.column, delta, count)
+        stripe.record_many(key, series_hash, target.width, target.column, delta, count)
     }
+}
+
+/// The delta of a line's values: the lone integer as is at full rate (the usual case),
+/// else every value scaled by the rate and summed (see [`scale`](aggregate::scale)).
+fn scale<'a>(
+    stripe: &mut Stripe<'_>,
+    single_int: Option<i64>,
+    values: impl FnOnce() -> line::Values<'a>,
+    rate: f64,
+) -> Result<i128, InvalidReason> {
+    match single_int {
+        Some(value) if rate == 1.0 => Ok(i128::from(value)),
+        _ => scale::scale_values(values(), rate, stripe.rng()).ok_or(InvalidReason::BadValue),
+    }
+}
+
+/// The receive time of a packet, and the minute its lines without a client timestamp
+/// belong to (resolved once per packet).
+struct Now {
+    unix_secs: i64,
+    minute: Result<Minute, DropReason>,
 }
 
 #[cfg(test)]

@@ -225,3 +225,69 @@ fn after_close_everything_is_refused_and_counted() {
     );
     assert!(e.aggregator().snapshot().is_empty());
 }
+
+/// The line cache changes nothing: lines whose name and rest were seen before (so they
+/// are served from the cache, with only their values parsed) count exactly as the same
+/// lines parsed in full on threads whose caches are empty.
+#[test]
+fn cached_lines_count_exactly_like_lines_parsed_in_full() {
+    let rests = [
+        "c|#env:prod".to_string(),
+        "c|@0.5|#env:prod,az:b".to_string(),
+        "c|#page_id:p1,env:prod".to_string(),
+        "c".to_string(),
+        format!("c|T{}", NOW - 60),
+        format!("c|T{}", NOW + 7200),
+        "g|#env:prod".to_string(),
+        "c|#page_id:".to_string(),
+    ];
+    let names = ["req", "page.views", "page.bytes"];
+    let values: [&[u8]; 10] = [
+        b"1",
+        b"7",
+        b"-3",
+        b"2.0",
+        b"1:2:3",
+        b"",
+        b"x",
+        b"\xff",
+        b"9223372036854775807",
+        b"1\x01",
+    ];
+    let mut lines: Vec<Vec<u8>> = Vec::new();
+    for value in values {
+        for name in names {
+            for rest in &rests {
+                let mut line = format!("{name}:").into_bytes();
+                line.extend_from_slice(value);
+                line.push(b'|');
+                line.extend_from_slice(rest.as_bytes());
+                lines.push(line);
+            }
+        }
+    }
+    // Every line twice in one thread: the second time, and for most lines already the
+    // first (the same name and rest with another value), from the cache.
+    let cached = engine();
+    let packet: Vec<u8> = lines
+        .iter()
+        .flat_map(|l| [&l[..], b"\n"].concat())
+        .collect();
+    cached.ingest_packet(&packet, Transport::Udp, NOW);
+    cached.ingest_packet(&packet, Transport::Udp, NOW);
+    // The same lines, each on a thread of its own, whose cache starts empty.
+    let fresh = engine();
+    for _ in 0..2 {
+        for line in &lines {
+            std::thread::scope(|s| {
+                s.spawn(|| fresh.ingest_packet(line, Transport::Udp, NOW));
+            });
+        }
+    }
+    assert_eq!(snapshot(&cached), snapshot(&fresh));
+    assert_eq!(
+        cached.aggregator().counters(),
+        fresh.aggregator().counters()
+    );
+    assert!(snapshot(&cached).contains("req|az:b,env:prod"));
+}

@@ -27,6 +27,16 @@
 //! assert!(matches!(verdicts[2], LineResult::Invalid(_)));
 //! ```
 //!
+//! # Cost
+//!
+//! The parser walks a line by byte offsets, part by part, finding separators eight
+//! bytes at a time; tags are compared in their raw `key:value` form (in the order of
+//! [`Tag`]) without being split. The engine uses two crate-internal entry points beside
+//! [`parse_line`]: one that also records where each tag starts and ends, so that the
+//! canonical tag string is written without a second pass, and `cut` with
+//! `parse_values`, for lines whose name and rest it has placed before (the verdict of
+//! such a line depends on its values alone; a property test holds the parser to that).
+//!
 //! # Grammar
 //!
 //! ```text
@@ -122,8 +132,8 @@ mod proptests;
 mod tests;
 
 pub use render::{Increment, render};
-pub(crate) use tags::write_sorted;
 pub use tags::{Tag, Tags};
+pub(crate) use tags::{TagSpans, write_sorted};
 pub use value::{Value, Values};
 
 use std::fmt;
@@ -323,6 +333,8 @@ pub struct CounterLine<'a> {
     name: &'a str,
     values: &'a str,
     value_count: usize,
+    /// The value, when the line has exactly one and it is an integer (the usual case).
+    exact: Option<i64>,
     sample_rate: f64,
     timestamp: Option<i64>,
     tags: &'a str,
@@ -344,6 +356,12 @@ impl<'a> CounterLine<'a> {
     /// How many values the line carries (at least one).
     pub fn value_count(&self) -> usize {
         self.value_count
+    }
+
+    /// The value, when the line carries exactly one and it is an integer: the common
+    /// case, which then needs no second look at the value text.
+    pub(crate) fn single_int(&self) -> Option<i64> {
+        self.exact
     }
 
     /// The client's sample rate, in `(0, 1]`; 1.0 when the line has no `@` field.
@@ -404,6 +422,17 @@ impl<'a> CounterLine<'a> {
             tags::write_canonical(self.tags(), out);
         }
     }
+
+    /// [`write_canonical_tags`](Self::write_canonical_tags), from the tags that
+    /// [`parse_line_indexed`] recorded for this line (already sorted), so the tag field is
+    /// not split again. Falls back to the plain method if `spans` belongs to another line.
+    pub(crate) fn write_canonical_tags_with(&self, spans: &TagSpans, out: &mut Vec<u8>) {
+        if self.tags_canonical {
+            out.extend_from_slice(self.tags.as_bytes());
+        } else if !spans.write_canonical(self.tags, out) {
+            tags::write_canonical(self.tags(), out);
+        }
+    }
 }
 
 /// Splits a datagram (or a stream frame) into lines.
@@ -448,10 +477,106 @@ impl std::iter::FusedIterator for Lines<'_> {}
 /// See the [module documentation](self) for the grammar and the order of checks.
 #[must_use]
 pub fn parse_line<'a>(line: &'a [u8], limits: &LineLimits) -> LineResult<'a> {
-    match parse(line, limits) {
+    match parse(line, limits, &mut ()) {
         Ok(result) => result,
         Err(reason) => LineResult::Invalid(reason),
     }
+}
+
+/// [`parse_line`], recording the line's tags in `spans` so that
+/// [`CounterLine::write_canonical_tags_with`] can build the canonical tag string without
+/// splitting the tag field again. The engine's per-packet path.
+pub(crate) fn parse_line_indexed<'a>(
+    line: &'a [u8],
+    limits: &LineLimits,
+    spans: &mut TagSpans,
+) -> LineResult<'a> {
+    match parse(line, limits, spans) {
+        Ok(result) => result,
+        Err(reason) => LineResult::Invalid(reason),
+    }
+}
+
+/// A line cut where the parser cuts it first: `name ":" values "|" rest`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Cut<'a> {
+    /// Up to the first `:`.
+    pub(crate) name: &'a [u8],
+    /// Between that `:` and the next `|`.
+    pub(crate) values: &'a [u8],
+    /// Everything after that `|`: the type and the optional fields.
+    pub(crate) rest: &'a [u8],
+}
+
+/// Cuts `line` exactly as [`parse_line`] does before it looks at the parts, or `None`
+/// when the line has no name or no `|` after its values (it is invalid then).
+///
+/// Everything [`parse_line`] decides about a line besides its values is a function of
+/// `name` and `rest` (and the limits); see [`parse_values`] for the values.
+pub(crate) fn cut(line: &[u8]) -> Option<Cut<'_>> {
+    let name_end = find2(line, 0, b':', b'|');
+    if name_end == 0 || line.get(name_end) != Some(&b':') {
+        return None;
+    }
+    let values_end = find(line, name_end + 1, b'|');
+    let rest = line.get(values_end + 1..)?;
+    Some(Cut {
+        name: &line[..name_end],
+        values: &line[name_end + 1..values_end],
+        rest,
+    })
+}
+
+/// The values of a counter line, validated.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct ParsedValues<'a> {
+    text: &'a str,
+    count: usize,
+    exact: Option<i64>,
+}
+
+impl<'a> ParsedValues<'a> {
+    /// The values, in line order.
+    pub(crate) fn values(&self) -> Values<'a> {
+        Values::new(self.text, self.count)
+    }
+
+    /// How many.
+    pub(crate) fn count(&self) -> usize {
+        self.count
+    }
+
+    /// The value, when there is exactly one and it is an integer.
+    pub(crate) fn single_int(&self) -> Option<i64> {
+        self.exact
+    }
+}
+
+/// Validates the values part of a [`Cut`]. For a line whose name and rest are those of a
+/// line that [`parse_line`] accepted as a counter (so both are valid UTF-8 without
+/// control characters in the name or tags), this gives the same verdict and the same
+/// values as parsing the whole line: invalid UTF-8 in the values is `not_utf8`, as it is
+/// for the line; the type and the fields are checked before and after the values but do
+/// not depend on them; and a control character in the values fails them either way.
+#[inline]
+pub(crate) fn parse_values(values: &[u8]) -> Result<ParsedValues<'_>, InvalidReason> {
+    // A lone single digit, by far the most common value, without a call.
+    if let [digit @ b'0'..=b'9'] = values {
+        const DIGITS: [&str; 10] = ["0", "1", "2", "3", "4", "5", "6", "7", "8", "9"];
+        let digit = usize::from(digit - b'0');
+        return Ok(ParsedValues {
+            text: DIGITS[digit],
+            count: 1,
+            exact: Some(digit as i64),
+        });
+    }
+    parse_values_slow(values)
+}
+
+fn parse_values_slow(values: &[u8]) -> Result<ParsedValues<'_>, InvalidReason> {
+    let text = std::str::from_utf8(values).map_err(|_| InvalidReason::NotUtf8)?;
+    let (count, exact) = value::validate(text)?;
+    Ok(ParsedValues { text, count, exact })
 }
 
 /// Splits at the first `sep`; the separator belongs to neither side. Slicing at an ASCII
@@ -473,7 +598,84 @@ fn has_control(s: &str) -> bool {
         .fold(false, |found, b| found | (b < 0x20) | (b == 0x7f))
 }
 
-fn parse<'a>(line: &'a [u8], limits: &LineLimits) -> Result<LineResult<'a>, InvalidReason> {
+/// Index of the first `a` or `b` in `bytes[from..]`, or `bytes.len()`.
+///
+/// Eight bytes at a time (SWAR): the parts of a line are a few to a few dozen bytes
+/// long, too short for `memchr`'s set-up to pay, and a byte loop costs several
+/// instructions per byte.
+#[inline]
+fn find2(bytes: &[u8], from: usize, a: u8, b: u8) -> usize {
+    let (a, b) = (BYTES_ONE * u64::from(a), BYTES_ONE * u64::from(b));
+    let matches = |word: u64| zero_bytes(word ^ a) | zero_bytes(word ^ b);
+    search(bytes, from, matches)
+}
+
+/// Index of the first `a` in `bytes[from..]`, or `bytes.len()`.
+#[inline]
+fn find(bytes: &[u8], from: usize, a: u8) -> usize {
+    let a = BYTES_ONE * u64::from(a);
+    search(bytes, from, |word| zero_bytes(word ^ a))
+}
+
+/// `0x01` in every byte.
+const BYTES_ONE: u64 = u64::from_le_bytes([1; 8]);
+/// `0x7f` in every byte.
+const BYTES_LOW7: u64 = u64::from_le_bytes([0x7f; 8]);
+
+/// The high bit set in exactly the bytes of `word` that are zero (no false positives:
+/// no carry crosses a byte).
+#[inline]
+fn zero_bytes(word: u64) -> u64 {
+    !(((word & BYTES_LOW7) + BYTES_LOW7) | word | BYTES_LOW7)
+}
+
+/// The first index at or after `from` whose byte `matches` flags (with its high bit, as
+/// [`zero_bytes`] does), reading little-endian words; `bytes.len()` if none.
+#[inline(always)]
+fn search(bytes: &[u8], from: usize, matches: impl Fn(u64) -> u64) -> usize {
+    let mut at = from;
+    while let Some(chunk) = bytes.get(at..at + 8) {
+        let found = matches(u64::from_le_bytes(chunk.try_into().unwrap_or([0; 8])));
+        if found != 0 {
+            return at + (found.trailing_zeros() / 8) as usize;
+        }
+        at += 8;
+    }
+    if at >= bytes.len() {
+        return bytes.len();
+    }
+    if bytes.len() >= 8 {
+        // The last word, overlapping what was searched already: ignore the bytes before `at`.
+        let last = bytes.len() - 8;
+        let word = u64::from_le_bytes(bytes[last..].try_into().unwrap_or([0; 8]));
+        let found = matches(word) & (u64::MAX << ((at - last) * 8));
+        return if found != 0 {
+            last + (found.trailing_zeros() / 8) as usize
+        } else {
+            bytes.len()
+        };
+    }
+    // A line shorter than a word.
+    let mut padded = [0u8; 8];
+    padded[..bytes.len()].copy_from_slice(bytes);
+    let found = matches(u64::from_le_bytes(padded))
+        & (u64::MAX << (at * 8))
+        & !(u64::MAX << (bytes.len() * 8));
+    if found != 0 {
+        (found.trailing_zeros() / 8) as usize
+    } else {
+        bytes.len()
+    }
+}
+
+/// The parser proper. Works on byte offsets into the line, one pass per part: the parts
+/// are found left to right and each byte is looked at about once. `spans` records the
+/// tags for [`CounterLine::write_canonical_tags_with`].
+fn parse<'a>(
+    line: &'a [u8],
+    limits: &LineLimits,
+    spans: &mut impl tags::SpanSink,
+) -> Result<LineResult<'a>, InvalidReason> {
     if line.len() > limits.max_line_bytes {
         return Err(InvalidReason::TooLong);
     }
@@ -486,18 +688,26 @@ fn parse<'a>(line: &'a [u8], limits: &LineLimits) -> Result<LineResult<'a>, Inva
     let line = std::str::from_utf8(line).map_err(|_| InvalidReason::NotUtf8)?;
     // Control characters are rare; one pass over the line spares a pass over each part.
     let controls = has_control(line);
+    let bytes = line.as_bytes();
+    let len = bytes.len();
 
-    let (head, rest) = split_once(line, b'|');
-    let (name, values) = split_once(head, b':');
-    if name.is_empty() {
+    // name ":" values "|" type: the name ends at the first ":" before the first "|".
+    let name_end = find2(bytes, 0, b':', b'|');
+    if name_end == 0 {
         return Err(InvalidReason::NoName);
     }
-    let values = match values {
-        Some(v) if !v.is_empty() => v,
-        _ => return Err(InvalidReason::NoValue),
-    };
-    let (ty, mut fields) = split_once(rest.ok_or(InvalidReason::BadType)?, b'|');
-    let ignored = match ty.as_bytes() {
+    if name_end == len || bytes[name_end] == b'|' {
+        return Err(InvalidReason::NoValue);
+    }
+    let values_end = find(bytes, name_end + 1, b'|');
+    if values_end == name_end + 1 {
+        return Err(InvalidReason::NoValue);
+    }
+    if values_end == len {
+        return Err(InvalidReason::BadType);
+    }
+    let type_end = find(bytes, values_end + 1, b'|');
+    let ignored = match &bytes[values_end + 1..type_end] {
         b"c" => None,
         b"g" => Some(IgnoredKind::Gauge),
         b"ms" => Some(IgnoredKind::Timer),
@@ -510,27 +720,39 @@ fn parse<'a>(line: &'a [u8], limits: &LineLimits) -> Result<LineResult<'a>, Inva
         return Ok(LineResult::Ignored(kind));
     }
 
+    let name = &line[..name_end];
     if controls && has_control(name) {
         return Err(InvalidReason::BadName);
     }
-    let value_count = value::validate(values)?;
+    let values = &line[name_end + 1..values_end];
+    let (value_count, exact) = value::validate(values)?;
 
     let mut sample_rate = 1.0;
     let mut timestamp = None;
-    let mut tags = "";
+    let mut tag_field = (0, 0);
     let mut tag_scan = tags::Scan::EMPTY;
-    while let Some(rest) = fields {
-        let (field, next) = split_once(rest, b'|');
-        fields = next;
-        match field.as_bytes().first() {
-            Some(b'@') => sample_rate = parse_sample_rate(&field[1..])?,
+    spans.clear();
+    // `at` is the index of the "|" before the next field, or the end of the line.
+    let mut at = type_end;
+    while at < len {
+        let start = at + 1;
+        match bytes.get(start) {
             Some(b'#') => {
-                tags = &field[1..];
-                tag_scan = tags::scan(tags, limits.max_tags, controls)?;
+                let (end, scan) = tags::scan(line, start + 1, limits.max_tags, controls, spans)?;
+                tag_field = (start + 1, end);
+                tag_scan = scan;
+                at = end;
             }
-            Some(b'T') => timestamp = Some(parse_timestamp(&field[1..])?),
+            Some(b'@') => {
+                at = find(bytes, start, b'|');
+                sample_rate = parse_sample_rate(&line[start + 1..at])?;
+            }
+            Some(b'T') => {
+                at = find(bytes, start, b'|');
+                timestamp = Some(parse_timestamp(&line[start + 1..at])?);
+            }
             // c:, e:, card:, empty and unknown fields: skipped, as the Datadog agent does.
-            _ => {}
+            _ => at = find(bytes, start, b'|'),
         }
     }
 
@@ -538,9 +760,10 @@ fn parse<'a>(line: &'a [u8], limits: &LineLimits) -> Result<LineResult<'a>, Inva
         name,
         values,
         value_count,
+        exact,
         sample_rate,
         timestamp,
-        tags,
+        tags: &line[tag_field.0..tag_field.1],
         tag_count: tag_scan.count,
         tags_canonical: tag_scan.canonical,
     }))

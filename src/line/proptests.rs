@@ -139,6 +139,31 @@ fn exercise(result: &LineResult<'_>) {
     }
 }
 
+/// Parses `line` both ways, the public parser and the engine's indexed one, checks that
+/// they agree (verdict and canonical tag string), and exercises the verdict.
+fn check(line: &[u8], limits: &LineLimits) {
+    let plain = parse_line(line, limits);
+    let mut spans = TagSpans::default();
+    let indexed = parse_line_indexed(line, limits, &mut spans);
+    assert_eq!(plain, indexed, "{:?}", String::from_utf8_lossy(line));
+    if let LineResult::Counter(c) = indexed {
+        let mut with_spans = Vec::new();
+        c.write_canonical_tags_with(&spans, &mut with_spans);
+        assert_eq!(
+            with_spans,
+            reference_canonical(&c),
+            "{:?}",
+            String::from_utf8_lossy(line)
+        );
+        let exact = match c.values().collect::<Vec<_>>()[..] {
+            [Value::Int(v)] => Some(v),
+            _ => None,
+        };
+        assert_eq!(c.single_int(), exact);
+    }
+    exercise(&plain);
+}
+
 proptest! {
     // Failing cases are kept next to this file (proptests.regressions) and replayed first.
     #![proptest_config(ProptestConfig {
@@ -164,13 +189,14 @@ proptest! {
             .collect();
         prop_assert_eq!(tags, inc.tags.clone());
         exercise(&LineResult::Counter(c));
+        check(&line, &LIMITS);
     }
 
     #[test]
     fn arbitrary_bytes_never_panic(packet in proptest::collection::vec(any::<u8>(), 0..512)) {
         for line in split_lines(&packet) {
-            exercise(&parse_line(line, &LineLimits::DEFAULT));
-            exercise(&parse_line(line, &LineLimits { max_line_bytes: 16, max_tags: 2 }));
+            check(line, &LineLimits::DEFAULT);
+            check(line, &LineLimits { max_line_bytes: 16, max_tags: 2 });
         }
     }
 
@@ -187,7 +213,7 @@ proptest! {
     ) {
         let packet = parts.concat();
         for line in split_lines(packet.as_bytes()) {
-            exercise(&parse_line(line, &LineLimits::DEFAULT));
+            check(line, &LineLimits::DEFAULT);
         }
     }
 
@@ -204,6 +230,7 @@ proptest! {
             prop_assert!(matches!(result, LineResult::Counter(_)), "{line:?}: {result:?}");
         }
         exercise(&result);
+        check(line.as_bytes(), &LIMITS);
     }
 
     #[test]
@@ -268,6 +295,8 @@ proptest! {
         };
         let ca = canon(&a);
         prop_assert_eq!(&ca, &canon(&b));
+        check(a.as_bytes(), &LIMITS);
+        check(b.as_bytes(), &LIMITS);
         // Idempotent: the canonical string is itself canonical and detected as such.
         let again = format!("m:1|c|#{}", String::from_utf8(ca.clone()).unwrap());
         let LineResult::Counter(c) = parse_line(again.as_bytes(), &LIMITS) else {
@@ -275,5 +304,76 @@ proptest! {
         };
         prop_assert!(c.tags_are_canonical());
         prop_assert_eq!(canon(&again), ca);
+    }
+
+    #[test]
+    fn raw_tag_order_is_the_order_of_split_tags(
+        a in "[^,|\\x00-\\x1f\\x7f:][^,|\\x00-\\x1f\\x7f]{0,6}",
+        b in "[^,|\\x00-\\x1f\\x7f:][^,|\\x00-\\x1f\\x7f]{0,6}",
+        common in "[a:1]{0,3}",
+    ) {
+        // A shared prefix makes the interesting cases (equal keys, prefixes) frequent.
+        let (a, b) = (format!("{common}{a}"), format!("{common}{b}"));
+        fn split(raw: &str) -> Tag<'_> {
+            let (key, value) = split_once(raw, b':');
+            Tag { key, value }
+        }
+        if !a.starts_with(':') && !b.starts_with(':') {
+            prop_assert_eq!(
+                tags::raw_cmp(a.as_bytes(), b.as_bytes()),
+                split(&a).cmp(&split(&b)),
+                "{:?} vs {:?}", a, b
+            );
+        }
+    }
+
+    /// What the engine's line cache relies on: once a line with some name and rest has
+    /// parsed as a counter, any line with the same name and rest gets the verdict of its
+    /// values alone.
+    #[test]
+    fn name_and_rest_decide_everything_but_the_values(
+        inc in increment(),
+        values in prop_oneof![
+            "[0-9]{1,20}".prop_map(String::into_bytes),
+            "[-+]?[0-9]{0,4}(\\.[0-9]{0,3})?(e[-+]?[0-9]{1,3})?".prop_map(String::into_bytes),
+            "([0-9]{1,3})?(:[0-9]{0,3}){0,4}".prop_map(String::into_bytes),
+            "[^|\n]{0,12}".prop_map(String::into_bytes),
+            "[0-9]\\x01|[0-9]\\x7f|inf|NaN|\\u{e9}".prop_map(String::into_bytes),
+            proptest::collection::vec(any::<u8>().prop_filter("one part", |b| *b != b'|' && *b != b'\n'), 0..6),
+        ],
+    ) {
+        let line = render_owned(&inc);
+        let LineResult::Counter(original) = parse_line(&line, &LIMITS) else {
+            panic!("{line:?} did not parse as a counter");
+        };
+        let cut_line = cut(&line).expect("a counter line has a name, values and a type");
+        prop_assert_eq!(cut_line.name, original.name().as_bytes());
+        prop_assert_eq!(cut_line.values, original.values.as_bytes());
+        let mut other = cut_line.name.to_vec();
+        other.push(b':');
+        other.extend_from_slice(&values);
+        other.push(b'|');
+        other.extend_from_slice(cut_line.rest);
+        let cut_other = cut(&other).expect("same shape");
+        prop_assert_eq!(
+            (cut_other.name, cut_other.values, cut_other.rest),
+            (cut_line.name, values.as_slice(), cut_line.rest)
+        );
+        match (parse_line(&other, &LIMITS), parse_values(&values)) {
+            (LineResult::Invalid(a), Err(b)) => prop_assert_eq!(a, b, "{:?}", other),
+            (LineResult::Counter(c), Ok(v)) => {
+                prop_assert_eq!(c.name(), original.name());
+                prop_assert_eq!(c.raw_tags(), original.raw_tags());
+                prop_assert_eq!(c.tag_count(), original.tag_count());
+                prop_assert_eq!(c.tags_are_canonical(), original.tags_are_canonical());
+                prop_assert_eq!(c.sample_rate().to_bits(), original.sample_rate().to_bits());
+                prop_assert_eq!(c.timestamp(), original.timestamp());
+                prop_assert_eq!(c.value_count(), v.count());
+                prop_assert_eq!(c.single_int(), v.single_int());
+                let (a, b): (Vec<Value>, Vec<Value>) = (c.values().collect(), v.values().collect());
+                prop_assert!(same_values(&a, &b), "{:?}", other);
+            }
+            (verdict, values) => prop_assert!(false, "{other:?}: {verdict:?} vs {values:?}"),
+        }
     }
 }

@@ -425,6 +425,38 @@ fn canonical_check_detects_sorted_unique_tags() {
 }
 
 #[test]
+fn indexed_parse_gives_the_same_canonical_string_and_ignores_foreign_spans() {
+    let limits = LineLimits::default();
+    let mut spans = TagSpans::default();
+    for line in [
+        "a:1|c|#b:2,a:1,b:2",
+        "a:1|c|#env2:x,env:z",
+        "a:1|c|#k:v,k:,k",
+        "a:1|c|#,,a,",
+        "a:1|c|#z|#y:1,x:2",
+        "a:1|c",
+    ] {
+        let LineResult::Counter(c) = parse_line_indexed(line.as_bytes(), &limits, &mut spans)
+        else {
+            panic!("{line} is a counter");
+        };
+        let mut out = Vec::new();
+        c.write_canonical_tags_with(&spans, &mut out);
+        assert_eq!(String::from_utf8(out).unwrap(), canonical(line), "{line}");
+    }
+    // Spans recorded for another line are not applied to this one.
+    let other = "m:1|c|#b,a";
+    let LineResult::Counter(first) = parse_line_indexed(other.as_bytes(), &limits, &mut spans)
+    else {
+        panic!("counter");
+    };
+    let _ = parse_line_indexed(b"m:1|c|#d,c,b,a", &limits, &mut spans);
+    let mut out = Vec::new();
+    first.write_canonical_tags_with(&spans, &mut out);
+    assert_eq!(out, b"a,b");
+}
+
+#[test]
 fn canonical_tags_append_and_work_above_the_inline_capacity() {
     let tags: Vec<String> = (0..40).rev().map(|i| format!("t{i:02}:v")).collect();
     let line = format!("a:1|c|#{},t00:v", tags.join(","));
@@ -795,5 +827,37 @@ fn render_refuses_what_cannot_be_a_line() {
         let mut out = b"x".to_vec();
         assert_eq!(render(&inc, &mut out), Err(reason), "{inc:?}");
         assert_eq!(out, b"x", "output untouched on error");
+    }
+}
+
+#[test]
+fn word_at_a_time_search_matches_a_byte_loop() {
+    let naive = |bytes: &[u8], from: usize, set: &[u8]| {
+        bytes[from..]
+            .iter()
+            .position(|b| set.contains(b))
+            .map_or(bytes.len(), |i| from + i)
+    };
+    // Every length up to three words, separators at every position, high bytes around.
+    for len in 0..=24 {
+        for sep_at in 0..=len {
+            for filler in [b'x', 0xff, 0x80, b'|' ^ 0x80] {
+                let mut bytes = vec![filler; len];
+                if sep_at < len {
+                    bytes[sep_at] = b'|';
+                }
+                if len > 3 {
+                    bytes[len - 2] = b',';
+                }
+                for from in 0..=len {
+                    assert_eq!(find(&bytes, from, b'|'), naive(&bytes, from, b"|"));
+                    assert_eq!(
+                        find2(&bytes, from, b',', b'|'),
+                        naive(&bytes, from, b",|"),
+                        "{bytes:?} from {from}"
+                    );
+                }
+            }
+        }
     }
 }

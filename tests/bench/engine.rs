@@ -5,20 +5,41 @@
 //!   baselines doing the same key work in the same run: a `Mutex<HashMap>` (what a
 //!   hand-rolled flusher does) and a `DashMap` keyed by row (the usual concurrent map).
 //!   Two key patterns: one hot key (the case pre-aggregation exists for) and 10k keys.
+//!   Every variant reads the clock that `Recorder::incr` reads (`now_unix_secs`, a
+//!   coarse clock) once per increment, so they differ only in the map.
 //!
 //! Figures are reported as ratios to the baseline measured in the same run, because
 //! the machines are shared and noisy.
+//!
+//! # Instruction counts
+//!
+//! Wall-clock figures on a shared machine are noisy; instruction counts are not. With
+//! `ENGINE_BENCH_ONCE` set, the binary skips criterion and runs one fixed workload, so
+//! that `valgrind --tool=callgrind` can count it:
+//!
+//! ```text
+//! cargo bench --bench engine --no-run
+//! ENGINE_BENCH_ONCE=ingest valgrind --tool=callgrind \
+//!     --toggle-collect='engine::measured*' target/release/deps/engine-<hash>
+//! ```
+//!
+//! Workloads, each of 1M operations after a warm-up, so that the instructions counted
+//! divided by 1M are the cost of one line or one call:
+//! - `ingest`: 20-line packets over 100 keys (warm-up: 20 packets);
+//! - `ingest_100k`: 100k keys, five passes of 200k lines, each pass creating every row
+//!   and drained after, as the criterion bench does;
+//! - `incr_hot`, `incr_10k`: `Engine::record` on one thread, clock read included (under
+//!   valgrind the clock is a system call, whose kernel side is not counted).
 
 use std::sync::{Arc, Barrier, Mutex};
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, Instant};
 
-use criterion::{Criterion, Throughput, criterion_group, criterion_main};
+use criterion::{Criterion, Throughput, criterion_group};
 use dashmap::DashMap;
 
 use countersink::aggregate::Transport;
-use countersink::bucket;
 use countersink::config::Config;
-use countersink::engine::Engine;
+use countersink::engine::{Engine, now_unix_secs};
 use countersink::family::TagSet;
 
 const NOW: i64 = 1_796_042_096;
@@ -65,14 +86,15 @@ fn ingest(c: &mut Criterion) {
     group.finish();
 }
 
-/// What `incr` must do besides the map: the row key's bytes for (name, tags, minute).
-/// Shared by the baselines so that they differ from the engine only in the map.
+/// What `incr` must do besides the map: the row key's bytes for (name, tags, minute),
+/// with the clock `Recorder::incr` reads. Shared by the baselines so that they differ
+/// from the engine only in the map.
 fn key_into(buf: &mut Vec<u8>, name: &str, tags: &[(&str, &str)]) {
     buf.clear();
     buf.extend_from_slice(name.as_bytes());
     buf.push(0);
     tags.write_canonical(buf);
-    let minute = (bucket::unix_secs(SystemTime::now()) / 60) as u32;
+    let minute = (now_unix_secs() / 60) as u32;
     buf.extend_from_slice(&minute.to_le_bytes());
 }
 
@@ -130,10 +152,19 @@ fn run_threads(threads: usize, ops: u64, f: Arc<dyn Fn(usize, u64) + Send + Sync
     start.elapsed()
 }
 
+/// `distinct` keys laid over a power-of-two table, so that picking one per call is a
+/// mask, not a division: a division is a sizeable fraction of an increment, and it would
+/// be counted in every variant alike, narrowing the ratios. (With 10k keys over 16384
+/// slots, some keys come up twice as often as others; every variant sees the same.)
+fn key_cycle(distinct: usize) -> Vec<String> {
+    (0..distinct.next_power_of_two())
+        .map(|slot| format!("p{:06}", slot % distinct))
+        .collect()
+}
+
 fn incr(c: &mut Criterion) {
-    let keys: Vec<String> = (0..10_000).map(|k| format!("p{k:06}")).collect();
-    let keys = Arc::new(keys);
     for (pattern, distinct) in [("hot_key", 1_usize), ("10k_keys", 10_000)] {
+        let keys = Arc::new(key_cycle(distinct));
         let mut group = c.benchmark_group(format!("incr_{pattern}"));
         for threads in [1, 2] {
             group.throughput(Throughput::Elements(threads as u64));
@@ -143,10 +174,10 @@ fn incr(c: &mut Criterion) {
                     let engine = Arc::new(engine());
                     let keys = keys_e.clone();
                     let work: Arc<dyn Fn(usize, u64) + Send + Sync> = Arc::new(move |t, i| {
-                        let k = &keys[(i as usize * 7 + t) % distinct];
+                        let k = &keys[(i as usize * 7 + t) & (keys.len() - 1)];
                         let tags: &[(&str, &str)] = &[("page_id", k.as_str()), ("env", "prod")];
-                        let now = bucket::unix_secs(SystemTime::now());
-                        let _ = engine.record("page.views", tags, 1, now, None);
+                        // What `Recorder::incr` does.
+                        let _ = engine.record("page.views", tags, 1, now_unix_secs(), None);
                     });
                     run_threads(threads, iters, work)
                 });
@@ -158,7 +189,7 @@ fn incr(c: &mut Criterion) {
                     let keys = keys_m.clone();
                     let work: Arc<dyn Fn(usize, u64) + Send + Sync> = Arc::new(move |t, i| {
                         thread_local!(static BUF: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) });
-                        let k = &keys[(i as usize * 7 + t) % distinct];
+                        let k = &keys[(i as usize * 7 + t) & (keys.len() - 1)];
                         let tags: &[(&str, &str)] = &[("page_id", k.as_str()), ("env", "prod")];
                         BUF.with_borrow_mut(|buf| map.incr(buf, "page.views", tags, 1));
                     });
@@ -172,7 +203,7 @@ fn incr(c: &mut Criterion) {
                     let keys = keys_d.clone();
                     let work: Arc<dyn Fn(usize, u64) + Send + Sync> = Arc::new(move |t, i| {
                         thread_local!(static BUF: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) });
-                        let k = &keys[(i as usize * 7 + t) % distinct];
+                        let k = &keys[(i as usize * 7 + t) & (keys.len() - 1)];
                         let tags: &[(&str, &str)] = &[("page_id", k.as_str()), ("env", "prod")];
                         BUF.with_borrow_mut(|buf| map.incr(buf, "page.views", tags, 1));
                     });
@@ -184,9 +215,72 @@ fn incr(c: &mut Criterion) {
     }
 }
 
+/// One fixed workload of a million operations, for instruction counting (see the module
+/// doc). Not inlined, so that callgrind reports it as one function.
+#[inline(never)]
+fn run_once(workload: &str) {
+    const OPS: usize = 1_000_000;
+    let engine = engine();
+    match workload {
+        "ingest" => {
+            let data = packets(100, OPS / 20);
+            for packet in &data[..20] {
+                engine.ingest_packet(packet, Transport::Udp, NOW);
+            }
+            measured(|| {
+                for packet in &data {
+                    engine.ingest_packet(packet, Transport::Udp, NOW);
+                }
+            });
+        }
+        "ingest_100k" => {
+            // As the criterion bench: each pass creates 100k rows, then they are drained.
+            let data = packets(100_000, 10_000);
+            for packet in &data {
+                engine.ingest_packet(packet, Transport::Udp, NOW);
+            }
+            engine.aggregator().take_all();
+            measured(|| {
+                for _ in 0..OPS / 200_000 {
+                    for packet in &data {
+                        engine.ingest_packet(packet, Transport::Udp, NOW);
+                    }
+                    engine.aggregator().take_all();
+                }
+            });
+        }
+        "incr_hot" | "incr_10k" => {
+            let keys = key_cycle(if workload == "incr_hot" { 1 } else { 10_000 });
+            let call = |i: usize| {
+                let k = &keys[(i * 7) & (keys.len() - 1)];
+                let tags: &[(&str, &str)] = &[("page_id", k.as_str()), ("env", "prod")];
+                let _ = engine.record("page.views", tags, 1, now_unix_secs(), None);
+            };
+            (0..OPS).for_each(call);
+            measured(|| (0..OPS).for_each(call));
+        }
+        other => panic!("unknown ENGINE_BENCH_ONCE workload {other:?}"),
+    }
+    std::hint::black_box(engine.aggregator().pending_rows());
+}
+
+/// The measured part of [`run_once`], as its own symbol in callgrind's output.
+#[inline(never)]
+fn measured(f: impl FnOnce()) {
+    f();
+}
+
 criterion_group! {
     name = benches;
     config = Criterion::default().measurement_time(Duration::from_secs(3)).warm_up_time(Duration::from_secs(1));
     targets = ingest, incr
 }
-criterion_main!(benches);
+
+fn main() {
+    if let Ok(workload) = std::env::var("ENGINE_BENCH_ONCE") {
+        run_once(&workload);
+        return;
+    }
+    benches();
+    Criterion::default().configure_from_args().final_summary();
+}
