@@ -1,15 +1,17 @@
 //! The bridge from a receive thread to the engine.
 
 use std::sync::Arc;
-use std::time::SystemTime;
 
 use crate::aggregate::Transport;
-use crate::bucket;
-use crate::engine::Engine;
+use crate::engine::{self, Engine};
 use crate::ingest::PacketHandler;
 
 /// Hands each datagram (or stream message) to the engine, stamped with the time it was
 /// read. One per receive thread, so each thread adds into its own stripe.
+///
+/// The stamp comes from the engine's coarse clock (see [`engine::now_unix_secs`]): a datagram read in the
+/// first timer tick of a minute may land in the minute before, never after; reading the
+/// precise clock per datagram cost more than parsing a one-line datagram.
 pub struct EngineHandler {
     engine: Arc<Engine>,
     transport: Transport,
@@ -24,7 +26,7 @@ impl EngineHandler {
 
 impl PacketHandler for EngineHandler {
     fn handle(&mut self, packet: &[u8]) {
-        let now = bucket::unix_secs(SystemTime::now());
+        let now = engine::now_unix_secs();
         self.engine.ingest_packet(packet, self.transport, now);
     }
 }
