@@ -251,7 +251,10 @@ fn cached_lines_count_exactly_like_lines_parsed_in_full() {
         b"",
         b"x",
         b"\xff",
-        b"9223372036854775807",
+        // Large, but no sum of this test reaches the i64 limit: where an overflow is
+        // refused depends on which stripe each thread adds into, which differs between
+        // the two engines (overflow has its own test, `i64_extremes_never_wrap`).
+        b"1000000000000000000",
         b"1\x01",
     ];
     let mut lines: Vec<Vec<u8>> = Vec::new();
