@@ -182,15 +182,13 @@ pub struct ColumnHandle {
 impl ColumnHandle {
     /// Adds `delta` to the row keyed by `key` (the family's key column values, in order).
     pub fn incr(&self, key: &[&str], delta: i64) -> Result<(), RecordError> {
-        let engine = &self.recorder.inner.engine;
-        let mut series = Vec::with_capacity(32);
-        if let Err(unplaced) = engine
-            .families()
-            .encode_key(self.target.family, key, &mut series)
-        {
-            return Err(engine.unplaced(unplaced, delta));
-        }
-        engine.record_resolved(self.target, &series, delta, engine::now_unix_secs(), None)
+        self.recorder.inner.engine.record_key(
+            self.target,
+            key,
+            delta,
+            engine::now_unix_secs(),
+            None,
+        )
     }
 
     /// The family this handle writes to.

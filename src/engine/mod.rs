@@ -329,17 +329,26 @@ impl Engine {
         }
     }
 
-    /// Adds `delta` to a target whose series key is already encoded.
-    pub(crate) fn record_resolved(
+    /// Adds `delta` to a configured family's column, keyed by its key values in key order
+    /// (the typed path of `Recorder::column`): no name look-up, no tag canonicalisation,
+    /// and the key is encoded in the per-thread buffer, so a call allocates only when it
+    /// creates a row.
+    pub(crate) fn record_key(
         &self,
         target: Target,
-        series: &[u8],
+        key: &[&str],
         delta: i64,
         now_unix_secs: i64,
         at: Option<i64>,
     ) -> Result<(), RecordError> {
         let minute = aggregate::minute_for(now_unix_secs, at, self.aggregator.limits());
-        self.record_at(target, series, None, delta, minute)
+        SCRATCH.with_borrow_mut(|scratch| {
+            let series = &mut scratch.series;
+            if let Err(unplaced) = self.families.encode_key(target.family, key, series) {
+                return Err(self.unplaced(unplaced, delta));
+            }
+            self.record_at(target, series, None, delta, minute)
+        })
     }
 
     /// Adds to the row of `target` and `series` (whose hash is `series_hash` when known)
