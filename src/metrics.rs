@@ -43,6 +43,8 @@ struct Families {
     flushes: IntCounter,
     delta_sum: GaugeVec,
     lost_records: IntCounterVec,
+    previous_stop_unclean: IntGauge,
+    previous_stop_pending_rows: IntGauge,
 }
 
 fn counter_vec(name: &str, help: &str, labels: &[&str]) -> IntCounterVec {
@@ -97,6 +99,16 @@ impl EngineCollector {
                 "Records of unknown or rejected writes that are not in their log file: deleted by rotation (rotated_out) or not written (write_error). Their deltas are still counted in their stage.",
                 &["log", "reason"],
             ),
+            previous_stop_unclean: IntGauge::new(
+                "countersink_previous_stop_unclean",
+                "1 when the previous run in this state directory stopped without a clean shutdown (killed, crashed), losing what it held in memory; 0 otherwise.",
+            )
+            .expect("valid metric options"),
+            previous_stop_pending_rows: IntGauge::new(
+                "countersink_previous_stop_pending_rows",
+                "Rows the previous run held in memory at its last flush when it stopped without a clean shutdown: a lower bound of the rows it lost. 0 after a clean stop.",
+            )
+            .expect("valid metric options"),
             delta_sum: GaugeVec::new(
                 Opts::new(
                     "countersink_delta_sum",
@@ -121,7 +133,7 @@ impl EngineCollector {
 }
 
 impl Families {
-    fn collectors(&self) -> [&dyn Collector; 11] {
+    fn collectors(&self) -> [&dyn Collector; 13] {
         [
             &self.lines_received,
             &self.lines_invalid,
@@ -134,6 +146,8 @@ impl Families {
             &self.flushes,
             &self.delta_sum,
             &self.lost_records,
+            &self.previous_stop_unclean,
+            &self.previous_stop_pending_rows,
         ]
     }
 }
@@ -203,6 +217,10 @@ impl Collector for EngineCollector {
                 f.lost_records.with_label_values(&[log, reason]).inc_by(n);
             }
         }
+        let previous = self.ledger.unclean_previous_stop();
+        f.previous_stop_unclean.set(i64::from(previous.is_some()));
+        f.previous_stop_pending_rows
+            .set(previous.map_or(0, |rows| i64::try_from(rows).unwrap_or(i64::MAX)));
         f.delta_sum.reset();
         for table in TableKind::ALL {
             for (stage, sum) in accounting.of(table).labelled() {

@@ -58,6 +58,7 @@ impl Pipeline {
                 step: "open",
                 error: std::io::Error::other(e),
             })??;
+        let ledger = Arc::new(Ledger::default());
         if let Some(previous) = &state.unclean_previous_run {
             tracing::warn!(
                 pending_rows = previous.pending_rows,
@@ -65,8 +66,8 @@ impl Pipeline {
                 last_status = %previous.time,
                 "The previous run did not shut down cleanly: the rows it held in memory (at least these, as of its last flush) were lost."
             );
+            ledger.set_unclean_previous_stop(previous.pending_rows);
         }
-        let ledger = Arc::new(Ledger::default());
         let flusher = Flusher::new(
             engine.clone(),
             Arc::new(sink),

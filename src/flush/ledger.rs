@@ -35,6 +35,9 @@ pub struct Ledger {
     late_drops: Mutex<BTreeMap<&'static str, u64>>,
     lost_records: Mutex<BTreeMap<(&'static str, &'static str), u64>>,
     flushes: Mutex<u64>,
+    /// Rows the previous run in this state directory held when it last flushed, when it
+    /// did not stop cleanly (a lower bound of what it lost); `None` after a clean stop.
+    unclean_previous_stop: Mutex<Option<u64>>,
     /// Time per flush, from drain to the last outcome recorded.
     pub(crate) flush_duration: Histogram,
 }
@@ -54,6 +57,7 @@ impl Default for Ledger {
             late_drops: Mutex::default(),
             lost_records: Mutex::default(),
             flushes: Mutex::default(),
+            unclean_previous_stop: Mutex::default(),
             // Constant name and increasing buckets: this cannot fail.
             flush_duration: Histogram::with_opts(opts)
                 .expect("constant histogram options are valid"),
@@ -107,6 +111,16 @@ impl Ledger {
         if records > 0 {
             *self.lost_records.lock().entry((log, reason)).or_default() += records;
         }
+    }
+
+    /// When the previous run in this state directory did not stop cleanly: the rows it
+    /// held in memory as of its last flush (lost, with whatever arrived after it).
+    pub fn unclean_previous_stop(&self) -> Option<u64> {
+        *self.unclean_previous_stop.lock()
+    }
+
+    pub(crate) fn set_unclean_previous_stop(&self, pending_rows: u64) {
+        *self.unclean_previous_stop.lock() = Some(pending_rows);
     }
 
     pub(crate) fn count_flush(&self, seconds: f64) {

@@ -448,3 +448,48 @@ async fn recorder_shutdown_flushes_everything_and_drop_without_shutdown_is_count
 fn config_in(dir: &std::path::Path) -> Config {
     config(dir)
 }
+
+#[tokio::test]
+async fn an_unclean_previous_stop_is_exported_until_a_clean_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = config(dir.path());
+    // What a run killed after a flush that left 42 rows pending leaves behind.
+    let (state, _) = StateDir::open(&config.state).unwrap();
+    state.write_status(false, 42, 1234).unwrap();
+    drop(state);
+
+    let scrape = |pipeline: &crate::pipeline::Pipeline| {
+        crate::metrics::Metrics::new(pipeline.engine().clone(), pipeline.ledger().clone())
+            .unwrap()
+            .render()
+    };
+    let mut pipeline = crate::pipeline::Pipeline::start(&config, MemorySink::new())
+        .await
+        .unwrap();
+    assert_eq!(pipeline.ledger().unclean_previous_stop(), Some(42));
+    let text = scrape(&pipeline);
+    assert!(
+        text.contains("countersink_previous_stop_unclean 1"),
+        "{text}"
+    );
+    assert!(
+        text.contains("countersink_previous_stop_pending_rows 42"),
+        "{text}"
+    );
+    pipeline.shutdown().await;
+    drop(pipeline);
+
+    let pipeline = crate::pipeline::Pipeline::start(&config, MemorySink::new())
+        .await
+        .unwrap();
+    assert_eq!(pipeline.ledger().unclean_previous_stop(), None);
+    let text = scrape(&pipeline);
+    assert!(
+        text.contains("countersink_previous_stop_unclean 0"),
+        "{text}"
+    );
+    assert!(
+        text.contains("countersink_previous_stop_pending_rows 0"),
+        "{text}"
+    );
+}
