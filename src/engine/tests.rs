@@ -10,18 +10,7 @@ const NOW: i64 = 1_796_042_096; // 2026-11-30T12:34:56Z
 
 fn config() -> Config {
     let mut config = Config::default();
-    config.families.push(FamilyConfig {
-        name: "views".into(),
-        minute_table: "views_by_minute".into(),
-        day_table: "views_by_day".into(),
-        key: vec!["page_id".into()],
-        columns: [
-            ("page.views".to_string(), "views".to_string()),
-            ("page.bytes".to_string(), "bytes".to_string()),
-        ]
-        .into(),
-        ..FamilyConfig::default()
-    });
+    config.families.push(FamilyConfig::seed_views());
     config.limits.max_key_bytes = 64;
     config
 }

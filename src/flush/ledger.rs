@@ -1,6 +1,7 @@
 //! The flusher's side of the delta accounting, and its per-table write counts.
 
 use std::collections::BTreeMap;
+use std::sync::OnceLock;
 
 use parking_lot::Mutex;
 use prometheus::{Histogram, HistogramOpts};
@@ -36,8 +37,9 @@ pub struct Ledger {
     lost_records: Mutex<BTreeMap<(&'static str, &'static str), u64>>,
     flushes: Mutex<u64>,
     /// Rows the previous run in this state directory held when it last flushed, when it
-    /// did not stop cleanly (a lower bound of what it lost); `None` after a clean stop.
-    unclean_previous_stop: Mutex<Option<u64>>,
+    /// did not stop cleanly (a lower bound of what it lost); unset after a clean stop.
+    /// Known at start and set once.
+    unclean_previous_stop: OnceLock<u64>,
     /// Time per flush, from drain to the last outcome recorded.
     pub(crate) flush_duration: Histogram,
 }
@@ -57,7 +59,7 @@ impl Default for Ledger {
             late_drops: Mutex::default(),
             lost_records: Mutex::default(),
             flushes: Mutex::default(),
-            unclean_previous_stop: Mutex::default(),
+            unclean_previous_stop: OnceLock::new(),
             // Constant name and increasing buckets: this cannot fail.
             flush_duration: Histogram::with_opts(opts)
                 .expect("constant histogram options are valid"),
@@ -116,11 +118,12 @@ impl Ledger {
     /// When the previous run in this state directory did not stop cleanly: the rows it
     /// held in memory as of its last flush (lost, with whatever arrived after it).
     pub fn unclean_previous_stop(&self) -> Option<u64> {
-        *self.unclean_previous_stop.lock()
+        self.unclean_previous_stop.get().copied()
     }
 
     pub(crate) fn set_unclean_previous_stop(&self, pending_rows: u64) {
-        *self.unclean_previous_stop.lock() = Some(pending_rows);
+        // Called once, at start; a second call would change nothing.
+        let _ = self.unclean_previous_stop.set(pending_rows);
     }
 
     pub(crate) fn count_flush(&self, seconds: f64) {

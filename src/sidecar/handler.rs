@@ -9,9 +9,10 @@ use crate::ingest::PacketHandler;
 /// Hands each datagram (or stream message) to the engine, stamped with the time it was
 /// read. One per receive thread, so each thread adds into its own stripe.
 ///
-/// The stamp comes from the engine's coarse clock (see [`engine::now_unix_secs`]): a datagram read in the
-/// first timer tick of a minute may land in the minute before, never after; reading the
-/// precise clock per datagram cost more than parsing a one-line datagram.
+/// The stamp comes from the engine's coarse clock (see [`engine::now_unix_secs`]): a
+/// datagram read in the first timer tick of a minute may land in the minute before, never
+/// after; reading the precise clock per datagram cost more than parsing a one-line
+/// datagram.
 pub struct EngineHandler {
     engine: Arc<Engine>,
     transport: Transport,
