@@ -9,9 +9,9 @@
 //! is running the sums may be off by what is moving between stages, and they balance
 //! whenever nothing is in motion.
 
-use crate::aggregate::TableKind;
 use crate::engine::Engine;
 use crate::flush::Ledger;
+use crate::vocabulary::Granularity;
 
 /// Signed delta sums per stage, for one table granularity.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -70,7 +70,7 @@ impl Accounting {
     /// Reads the stages now.
     pub fn read(engine: &Engine, ledger: &Ledger) -> Accounting {
         let counters = engine.aggregator().counters();
-        let stages = |table: TableKind| {
+        let stages = |table: Granularity| {
             let settled = ledger.settled(table);
             Stages {
                 accepted: counters.accepted_sum + settled.replayed,
@@ -83,16 +83,16 @@ impl Accounting {
             }
         };
         Accounting {
-            minute: stages(TableKind::Minute),
-            day: stages(TableKind::Day),
+            minute: stages(Granularity::Minute),
+            day: stages(Granularity::Day),
         }
     }
 
     /// The stages of one granularity.
-    pub fn of(&self, table: TableKind) -> &Stages {
+    pub fn of(&self, table: Granularity) -> &Stages {
         match table {
-            TableKind::Minute => &self.minute,
-            TableKind::Day => &self.day,
+            Granularity::Minute => &self.minute,
+            Granularity::Day => &self.day,
         }
     }
 

@@ -3,11 +3,11 @@
 
 use std::collections::BTreeSet;
 
-use crate::aggregate::TableKind;
 use crate::config::{Config, ConfigError};
 use crate::cql_text::{self, FAMILY, GENERIC};
 use crate::family::Families;
 use crate::layout::{Role, TableLayout};
+use crate::vocabulary::Granularity;
 
 /// Replication for a single-node development store. Production keyspaces should use
 /// `NetworkTopologyStrategy` with the operator's data centres; countersink only creates a
@@ -62,8 +62,8 @@ pub fn statements(config: &Config, replication: &str) -> Result<Vec<String>, Con
             ));
             continue;
         }
-        let minute = TableLayout::of(family, TableKind::Minute);
-        let day = TableLayout::of(family, TableKind::Day);
+        let minute = TableLayout::of(family, Granularity::Minute);
+        let day = TableLayout::of(family, Granularity::Day);
         let mut columns = String::new();
         for (name, role) in minute.key_columns() {
             if matches!(role, Role::Key(_) | Role::Shard) {

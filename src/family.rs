@@ -7,10 +7,10 @@
 
 use std::collections::HashMap;
 
-use crate::aggregate::FamilyId;
 use crate::config::{Config, ConfigError, ShardPlacement};
 use crate::line::{self, CounterLine, InvalidReason, Tag};
 use crate::series;
+use crate::vocabulary::FamilyId;
 
 /// A table, with its keyspace.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]

@@ -4,9 +4,9 @@
 //! One description serves the DDL (`countersink schema`), the UPDATE text and its bind
 //! order, the start-up check against `system_schema`, and the read-back queries.
 
-use crate::aggregate::TableKind;
 use crate::config::ShardPlacement;
 use crate::family::{FamilyDef, TableName};
+use crate::vocabulary::Granularity;
 
 /// What fills a key column.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -30,7 +30,7 @@ pub struct TableLayout {
     /// The table.
     pub table: TableName,
     /// Minute or day table.
-    pub kind: TableKind,
+    pub kind: Granularity,
     /// Partition key columns, in order.
     pub partition_key: Vec<(String, Role)>,
     /// Clustering columns, in order.
@@ -41,7 +41,7 @@ pub struct TableLayout {
 
 impl TableLayout {
     /// The layout of `family`'s `kind` table.
-    pub fn of(family: &FamilyDef, kind: TableKind) -> TableLayout {
+    pub fn of(family: &FamilyDef, kind: Granularity) -> TableLayout {
         let mut partition_key: Vec<(String, Role)> = family
             .key_columns
             .iter()
@@ -49,12 +49,12 @@ impl TableLayout {
             .map(|(i, c)| (c.clone(), Role::Key(i)))
             .collect();
         let (table, partition_bucket, clustering_bucket) = match kind {
-            TableKind::Minute => (
+            Granularity::Minute => (
                 &family.minute_table,
                 ("day", Role::Day),
                 ("minute", Role::Minute),
             ),
-            TableKind::Day => (
+            Granularity::Day => (
                 &family.day_table,
                 ("month", Role::Month),
                 ("day", Role::Day),
@@ -150,11 +150,11 @@ mod tests {
         let f = families(1, ShardPlacement::Partition);
         let generic = f.by_name("generic").unwrap();
         assert_eq!(
-            TableLayout::of(generic, TableKind::Minute).update_statement(),
+            TableLayout::of(generic, Granularity::Minute).update_statement(),
             "UPDATE countersink.counts_by_minute SET value = value + ? WHERE name = ? AND tags = ? AND day = ? AND minute = ?"
         );
         assert_eq!(
-            TableLayout::of(generic, TableKind::Day).update_statement(),
+            TableLayout::of(generic, Granularity::Day).update_statement(),
             "UPDATE countersink.counts_by_day SET value = value + ? WHERE name = ? AND tags = ? AND month = ? AND day = ?"
         );
     }
@@ -162,17 +162,17 @@ mod tests {
     #[test]
     fn configured_family_with_and_without_shards() {
         let plain = families(1, ShardPlacement::Partition);
-        let views = TableLayout::of(plain.by_name("views").unwrap(), TableKind::Minute);
+        let views = TableLayout::of(plain.by_name("views").unwrap(), Granularity::Minute);
         assert_eq!(views.primary_key_text(), "(page_id, day), minute");
         assert_eq!(
             views.update_statement(),
             "UPDATE metrics.views_by_minute SET bytes = bytes + ?, views = views + ? WHERE page_id = ? AND day = ? AND minute = ?"
         );
         let partition = families(8, ShardPlacement::Partition);
-        let day = TableLayout::of(partition.by_name("views").unwrap(), TableKind::Day);
+        let day = TableLayout::of(partition.by_name("views").unwrap(), Granularity::Day);
         assert_eq!(day.primary_key_text(), "(page_id, month, shard), day");
         let clustering = families(8, ShardPlacement::Clustering);
-        let minute = TableLayout::of(clustering.by_name("views").unwrap(), TableKind::Minute);
+        let minute = TableLayout::of(clustering.by_name("views").unwrap(), Granularity::Minute);
         assert_eq!(minute.primary_key_text(), "(page_id, day), shard, minute");
     }
 }

@@ -43,6 +43,7 @@ pub mod recorder;
 pub mod series;
 pub mod sink;
 pub mod state;
+pub mod vocabulary;
 
 pub use crate::config::Config;
 pub use crate::recorder::Recorder;

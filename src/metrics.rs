@@ -16,10 +16,10 @@ use prometheus::{
 };
 
 use crate::accounting::Accounting;
-use crate::aggregate::{DropReason, TableKind, Transport};
 use crate::engine::Engine;
 use crate::flush::Ledger;
 use crate::line::{IgnoredKind, InvalidReason};
+use crate::vocabulary::{DropReason, Granularity, Transport};
 
 /// Reads the engine's and the flusher's counts at scrape time.
 pub struct EngineCollector {
@@ -222,7 +222,7 @@ impl Collector for EngineCollector {
         f.previous_stop_pending_rows
             .set(previous.map_or(0, |rows| i64::try_from(rows).unwrap_or(i64::MAX)));
         f.delta_sum.reset();
-        for table in TableKind::ALL {
+        for table in Granularity::ALL {
             for (stage, sum) in accounting.of(table).labelled() {
                 f.delta_sum
                     .with_label_values(&[stage, table.as_str()])

@@ -17,13 +17,13 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use parking_lot::Mutex;
 
 use crate::accounting::Accounting;
-use crate::aggregate::FamilyId;
 use crate::config::Config;
 use crate::engine::{self, Engine, RecordError};
 use crate::family::Target;
 use crate::flush::FlushReport;
 use crate::pipeline::{Pipeline, StartError};
 use crate::sink::Sink;
+use crate::vocabulary::FamilyId;
 
 /// Recorders dropped without `shutdown()` in this process.
 static DROPPED_WITHOUT_SHUTDOWN: AtomicU64 = AtomicU64::new(0);

@@ -6,8 +6,10 @@
 use hashbrown::HashTable;
 
 use super::counters::Counters;
-use super::limits::{Budget, DropReason};
+use super::limits::Budget;
 use super::row::{Columns, Row, RowKey, RowKeyRef};
+use crate::vocabulary::DropReason;
+use crate::vocabulary::Granularity;
 
 /// The hasher shared by all stripes. Seeded per process, so crafted keys cannot be
 /// aimed at one bucket chain across restarts.
@@ -49,11 +51,11 @@ pub struct Taken {
 }
 
 /// The part of per-slot-kind sums owed to `table`.
-pub(crate) fn owed(sums: &[i128; 3], table: super::TableKind) -> i128 {
+pub(crate) fn owed(sums: &[i128; 3], table: Granularity) -> i128 {
     sums[0]
         + match table {
-            super::TableKind::Minute => sums[1],
-            super::TableKind::Day => sums[2],
+            Granularity::Minute => sums[1],
+            Granularity::Day => sums[2],
         }
 }
 
@@ -179,7 +181,7 @@ impl Buffer {
     }
 
     /// Signed sum of the pending deltas owed to `table`.
-    pub fn pending_sum(&self, table: super::TableKind) -> i128 {
+    pub fn pending_sum(&self, table: Granularity) -> i128 {
         owed(&self.pending_sum, table)
     }
 

@@ -3,43 +3,8 @@
 //! Keeping them inside the stripe (instead of in shared atomics) means the hot path
 //! writes only memory its thread already owns; a scrape pays for the sum instead.
 
-use super::limits::DropReason;
 use crate::line::{IgnoredKind, InvalidReason};
-
-/// Where lines come from, for `countersink_lines_received_total{transport}`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Transport {
-    /// UDP datagrams.
-    Udp,
-    /// Unix datagram socket.
-    UnixDatagram,
-    /// Unix stream socket with DogStatsD length-prefix framing.
-    UnixStream,
-}
-
-impl Transport {
-    /// Every transport, in label order.
-    pub const ALL: [Transport; 3] = [
-        Transport::Udp,
-        Transport::UnixDatagram,
-        Transport::UnixStream,
-    ];
-
-    /// The metric label value: `udp`, `uds` or `uds_stream` (the names of the CLI flags).
-    pub const fn as_str(self) -> &'static str {
-        match self {
-            Transport::Udp => "udp",
-            Transport::UnixDatagram => "uds",
-            Transport::UnixStream => "uds_stream",
-        }
-    }
-}
-
-impl std::fmt::Display for Transport {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
+use crate::vocabulary::{DropReason, Transport};
 
 /// What one stripe (or, summed, the whole buffer) has seen since start.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]

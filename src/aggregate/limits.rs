@@ -5,57 +5,7 @@ use std::sync::OnceLock;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
-/// Why an accepted increment was dropped instead of buffered. A closed set: each is a
-/// `countersink_dropped_total{reason}` label and a `countersink_delta_sum{stage="dropped"}`
-/// contribution.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum DropReason {
-    /// The buffer already holds `max_pending_rows` distinct rows.
-    MaxRows,
-    /// The buffer's estimated size already reached `max_pending_bytes`.
-    MaxBytes,
-    /// The client timestamp (`|T`) is older than `timestamp_max_past` or further ahead
-    /// than `timestamp_max_future`.
-    TimestampWindow,
-    /// Adding the delta would take the row's pending sum outside the `i64` range.
-    Overflow,
-    /// The metric name matches no configured family and the generic family is disabled.
-    Unconfigured,
-    /// A write had to be spilled to disk and the spill file could not be written.
-    SpillFailed,
-    /// The increment arrived after shutdown had taken the final flush.
-    AfterShutdown,
-}
-
-impl DropReason {
-    /// Every reason, in label order.
-    pub const ALL: [DropReason; 7] = [
-        DropReason::MaxRows,
-        DropReason::MaxBytes,
-        DropReason::TimestampWindow,
-        DropReason::Overflow,
-        DropReason::Unconfigured,
-        DropReason::SpillFailed,
-        DropReason::AfterShutdown,
-    ];
-
-    /// The metric label.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            DropReason::MaxRows => "max_rows",
-            DropReason::MaxBytes => "max_bytes",
-            DropReason::TimestampWindow => "timestamp_window",
-            DropReason::Overflow => "overflow",
-            DropReason::Unconfigured => "unconfigured",
-            DropReason::SpillFailed => "spill_failed",
-            DropReason::AfterShutdown => "after_shutdown",
-        }
-    }
-
-    pub(crate) fn index(self) -> usize {
-        self as usize
-    }
-}
+use crate::vocabulary::DropReason;
 
 /// Limits on what the buffer accepts. Each one counts when it bites and never blocks.
 #[derive(Clone, Debug, PartialEq)]

@@ -46,9 +46,10 @@ use crossbeam_utils::CachePadded;
 use parking_lot::{Mutex, MutexGuard};
 
 pub use self::buffer::{Buffer, Taken};
-pub use self::counters::{Counters, Transport};
-pub use self::limits::{DropReason, Limits};
-pub use self::row::{Columns, FamilyId, Row, RowKey, Slot, TableKind};
+pub use self::counters::Counters;
+pub use self::limits::Limits;
+pub use self::row::{Columns, Row, RowKey, Slot};
+use crate::vocabulary::{DropReason, Granularity};
 
 pub(crate) use self::buffer::RowHasher;
 pub(crate) use self::limits::Budget;
@@ -196,7 +197,7 @@ impl Aggregator {
     }
 
     /// Signed sum of the pending deltas owed to `table`.
-    pub fn pending_sum(&self, table: TableKind) -> i128 {
+    pub fn pending_sum(&self, table: Granularity) -> i128 {
         self.stripes
             .iter()
             .map(|s| s.lock().pending_sum(table))
@@ -346,7 +347,7 @@ impl Drained {
     }
 
     /// Signed sum of the drained deltas owed to `table`.
-    pub fn sum(&self, table: TableKind) -> i128 {
+    pub fn sum(&self, table: Granularity) -> i128 {
         self.stripes
             .iter()
             .map(|t| buffer::owed(&t.sums, table))

@@ -5,40 +5,7 @@ use std::hash::{BuildHasher, Hash, Hasher};
 
 use crate::bucket::{Day, Minute};
 use crate::series;
-
-/// Index of a counter family: 0 is the generic family, configured families follow in
-/// configuration order.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct FamilyId(pub u16);
-
-/// The two tables of a family.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum TableKind {
-    /// `…_by_minute`: partition (key, day), clustering minute.
-    Minute,
-    /// `…_by_day`: partition (key, month), clustering day.
-    Day,
-}
-
-impl TableKind {
-    /// Label used in metrics and records.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            TableKind::Minute => "minute",
-            TableKind::Day => "day",
-        }
-    }
-}
-
-impl TableKind {
-    /// Both kinds, in label order.
-    pub const ALL: [TableKind; 2] = [TableKind::Minute, TableKind::Day];
-
-    /// Position in [`TableKind::ALL`].
-    pub fn index(self) -> usize {
-        self as usize
-    }
-}
+use crate::vocabulary::{FamilyId, Granularity};
 
 /// Which tables a pending row still owes its deltas to.
 ///
@@ -58,12 +25,12 @@ pub enum Slot {
 
 impl Slot {
     /// Whether this slot's deltas are owed to `table`.
-    pub fn owes(self, table: TableKind) -> bool {
+    pub fn owes(self, table: Granularity) -> bool {
         matches!(
             (self, table),
             (Slot::Both(_), _)
-                | (Slot::MinuteOnly(_), TableKind::Minute)
-                | (Slot::DayOnly(_), TableKind::Day)
+                | (Slot::MinuteOnly(_), Granularity::Minute)
+                | (Slot::DayOnly(_), Granularity::Day)
         )
     }
 

@@ -7,6 +7,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use super::*;
 use crate::bucket::{Day, Minute};
 use crate::series;
+use crate::vocabulary::{DropReason, FamilyId, Granularity};
 
 fn key<'a>(series: &'a [u8], minute: u32) -> RowKeyRef<'a> {
     RowKeyRef {
@@ -42,7 +43,7 @@ fn increments_to_one_row_sum_and_snapshot_is_stable() {
          0/Both(Minute(11))/page.views|env:prod = [7]\n"
     );
     assert_eq!(
-        (agg.pending_rows(), agg.pending_sum(TableKind::Minute)),
+        (agg.pending_rows(), agg.pending_sum(Granularity::Minute)),
         (3, 11)
     );
     let c = agg.counters();
@@ -84,7 +85,7 @@ fn row_limit_drops_new_rows_but_not_existing_ones() {
     assert_eq!(c.dropped_sum_total(), 9);
     assert_eq!(
         c.accepted_sum - c.dropped_sum_total(),
-        agg.pending_sum(TableKind::Day)
+        agg.pending_sum(Granularity::Day)
     );
 }
 
@@ -131,8 +132,8 @@ fn take_all_empties_and_returns_the_budget() {
     assert_eq!(
         (
             drained.len(),
-            drained.sum(TableKind::Minute),
-            drained.sum(TableKind::Day)
+            drained.sum(Granularity::Minute),
+            drained.sum(Granularity::Day)
         ),
         (1, 4, 4)
     );
@@ -163,11 +164,11 @@ fn merge_back_keeps_slots_apart_and_marks_the_age() {
     ]);
     assert!(refused.is_empty());
     assert_eq!(
-        agg.pending_sum(TableKind::Minute),
+        agg.pending_sum(Granularity::Minute),
         5,
         "fresh 3 + minute-only 2"
     );
-    assert_eq!(agg.pending_sum(TableKind::Day), 9, "fresh 3 + day-only 6");
+    assert_eq!(agg.pending_sum(Granularity::Day), 9, "fresh 3 + day-only 6");
     assert_eq!(
         agg.snapshot().to_string(),
         "0/Both(Minute(60))/x = [3]\n\
@@ -201,7 +202,7 @@ fn merge_back_hands_back_a_row_that_would_overflow() {
     );
     let refused = agg.merge_back([row]);
     assert_eq!(refused.len(), 1);
-    assert_eq!(agg.pending_sum(TableKind::Minute), i128::from(i64::MAX));
+    assert_eq!(agg.pending_sum(Granularity::Minute), i128::from(i64::MAX));
 }
 
 #[test]
@@ -310,7 +311,7 @@ fn concurrent_adds_racing_with_drains_are_exact() {
     assert_eq!(c.accepted, writers as u64 * per_writer);
     assert_eq!(c.accepted_sum, expected.values().sum::<i128>());
     assert_eq!(
-        (agg.pending_rows(), agg.pending_sum(TableKind::Minute)),
+        (agg.pending_rows(), agg.pending_sum(Granularity::Minute)),
         (0, 0)
     );
 }

@@ -7,13 +7,13 @@ use clap::Args;
 use scylla::client::session::Session;
 use scylla::value::{Counter, CqlValue};
 
-use crate::aggregate::TableKind;
 use crate::bucket::{self, Day};
 use crate::config::{Config, ShardPlacement};
 use crate::cql_text::{self, STATEMENTS};
 use crate::family::{Families, FamilyDef, TagSet};
 use crate::layout::{Role, TableLayout};
 use crate::sink::cql::{bind, schema, session};
+use crate::vocabulary::Granularity;
 
 use super::Failure;
 
@@ -79,9 +79,9 @@ pub(super) async fn run(args: GetArgs) -> Result<(), Failure> {
         .await
         .map_err(Failure::other)?;
     let kind = if args.minutes {
-        TableKind::Minute
+        Granularity::Minute
     } else {
-        TableKind::Day
+        Granularity::Day
     };
     let layout = TableLayout::of(family, kind);
     let per_bucket = read(&session, &layout, family, &column, &keys, day).await?;
@@ -145,8 +145,8 @@ async fn read(
         _ => vec![None],
     };
     let (statement, clustering) = match layout.kind {
-        TableKind::Minute => ("select_minutes", "minute"),
-        TableKind::Day => ("select_days", "day"),
+        Granularity::Minute => ("select_minutes", "minute"),
+        Granularity::Day => ("select_days", "day"),
     };
     let conditions: Vec<String> = layout
         .partition_key

@@ -221,7 +221,7 @@ fn hash_bytes(mut hash: u64, bytes: &[u8]) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::aggregate::FamilyId;
+    use crate::vocabulary::FamilyId;
 
     fn placement(column: usize) -> Placement {
         Placement {

@@ -23,11 +23,12 @@
 use std::cell::RefCell;
 
 use crate::aggregate::scale;
-use crate::aggregate::{self, Aggregator, DropReason, Limits, RowKeyRef, Slot, Stripe, Transport};
+use crate::aggregate::{self, Aggregator, Limits, RowKeyRef, Slot, Stripe};
 use crate::bucket::Minute;
 use crate::config::{Config, ConfigError};
 use crate::family::{Families, IndexedLine, TagSet, Target, Unplaced};
 use crate::line::{self, InvalidReason, LineLimits, LineResult, TagSpans};
+use crate::vocabulary::{DropReason, Transport};
 
 use self::cache::{LineCache, Placement};
 

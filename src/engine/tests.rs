@@ -1,8 +1,8 @@
 //! The line path end to end through the engine: parse, place, scale, limit, count.
 
-use crate::aggregate::{DropReason, TableKind, Transport};
 use crate::config::{Config, FamilyConfig};
 use crate::line::{IgnoredKind, InvalidReason};
+use crate::vocabulary::{DropReason, Granularity, Transport};
 
 use super::{Engine, RecordError};
 
@@ -143,7 +143,7 @@ fn i64_extremes_never_wrap() {
     assert_eq!(c.invalid_for(InvalidReason::BadValue), 1);
     assert_eq!(
         c.accepted_sum - c.dropped_sum_total(),
-        e.aggregator().pending_sum(TableKind::Minute)
+        e.aggregator().pending_sum(Granularity::Minute)
     );
 }
 
@@ -175,7 +175,7 @@ fn row_limit_drops_and_counts_without_blocking() {
     e.ingest_packet(b"k0:5|c\n", Transport::Udp, NOW);
     let c = e.aggregator().counters();
     assert_eq!(c.dropped_for(DropReason::MaxRows), 7);
-    assert_eq!(e.aggregator().pending_sum(TableKind::Minute), 8);
+    assert_eq!(e.aggregator().pending_sum(Granularity::Minute), 8);
 }
 
 #[test]

@@ -5,12 +5,12 @@ use std::time::{Duration, Instant, SystemTime};
 
 use tokio::sync::{Notify, watch};
 
-use crate::aggregate::{DropReason, FamilyId, TableKind};
 use crate::bucket;
 use crate::config::FlushConfig;
 use crate::engine::Engine;
 use crate::sink::Sink;
 use crate::state::{Recovered, StateDir, WriteRecord};
+use crate::vocabulary::{DropReason, FamilyId, Granularity};
 
 use super::ledger::Ledger;
 use super::outcome::{Failure, Outcome};
@@ -175,8 +175,8 @@ impl<S: Sink> Flusher<S> {
         }
         let drained = self.engine.aggregator().take_all();
         let rows = drained.len();
-        let drained_sums = TableKind::ALL.map(|t| drained.sum(t));
-        for table in TableKind::ALL {
+        let drained_sums = Granularity::ALL.map(|t| drained.sum(t));
+        for table in Granularity::ALL {
             self.ledger
                 .update(table, |s| s.in_flight += drained_sums[table.index()]);
         }
@@ -248,8 +248,8 @@ impl<S: Sink> Flusher<S> {
         for (write, sent) in results {
             let family = self.engine.families().get(write.family);
             let table = match write.table {
-                TableKind::Minute => family.minute_table.to_string(),
-                TableKind::Day => family.day_table.to_string(),
+                Granularity::Minute => family.minute_table.to_string(),
+                Granularity::Day => family.day_table.to_string(),
             };
             let sum = write.sum();
             match sent {
@@ -338,7 +338,7 @@ impl<S: Sink> Flusher<S> {
         if replay_begun && let Err(error) = self.state.spill.finish_send() {
             tracing::error!(%error, "Could not remove the replayed spill file; the next start will log its rows as unknown.");
         }
-        for table in TableKind::ALL {
+        for table in Granularity::ALL {
             self.ledger
                 .update(table, |s| s.in_flight -= drained_sums[table.index()]);
         }
@@ -407,7 +407,7 @@ impl<S: Sink> Flusher<S> {
             .and_then(|()| self.state.spill.sync());
         match written {
             Ok(()) => {
-                for table in TableKind::ALL {
+                for table in Granularity::ALL {
                     self.ledger
                         .update(table, |s| s.spilled += sums[table.index()]);
                 }
@@ -419,7 +419,7 @@ impl<S: Sink> Flusher<S> {
             Err(error) => {
                 // Part of the batch may be on disk; it is replayed next time, so counting
                 // the whole batch as dropped overstates the loss rather than hiding any.
-                for table in TableKind::ALL {
+                for table in Granularity::ALL {
                     self.ledger
                         .update(table, |s| s.dropped += sums[table.index()]);
                 }
@@ -436,7 +436,7 @@ fn pending(engine: &Engine) -> (usize, i128) {
     let aggregator = engine.aggregator();
     (
         aggregator.pending_rows(),
-        aggregator.pending_sum(TableKind::Minute),
+        aggregator.pending_sum(Granularity::Minute),
     )
 }
 

@@ -6,7 +6,7 @@ use std::sync::OnceLock;
 use parking_lot::Mutex;
 use prometheus::{Histogram, HistogramOpts};
 
-use crate::aggregate::TableKind;
+use crate::vocabulary::Granularity;
 
 /// Signed delta sums, for one table granularity, by what became of them after leaving
 /// the buffer.
@@ -69,7 +69,7 @@ impl Default for Ledger {
 
 impl Ledger {
     /// The settled sums of one table granularity now.
-    pub fn settled(&self, table: TableKind) -> Settled {
+    pub fn settled(&self, table: Granularity) -> Settled {
         self.sums.lock()[table.index()].clone()
     }
 
@@ -83,7 +83,7 @@ impl Ledger {
         *self.flushes.lock()
     }
 
-    pub(crate) fn update(&self, table: TableKind, f: impl FnOnce(&mut Settled)) {
+    pub(crate) fn update(&self, table: Granularity, f: impl FnOnce(&mut Settled)) {
         f(&mut self.sums.lock()[table.index()]);
     }
 
@@ -100,7 +100,7 @@ impl Ledger {
         self.late_drops.lock().clone()
     }
 
-    pub(crate) fn count_late_drop(&self, reason: crate::aggregate::DropReason, rows: u64) {
+    pub(crate) fn count_late_drop(&self, reason: crate::vocabulary::DropReason, rows: u64) {
         *self.late_drops.lock().entry(reason.as_str()).or_default() += rows;
     }
 

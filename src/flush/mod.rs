@@ -18,7 +18,6 @@ pub use self::flusher::{FlushReport, Flusher};
 pub use self::ledger::{Ledger, Settled};
 pub use self::outcome::{Failure, Outcome};
 pub use self::plan::{PartitionWrite, PlanOptions, RowDelta};
-pub use crate::aggregate::TableKind;
 
 #[cfg(test)]
 mod tests;

@@ -8,8 +8,10 @@
 
 use std::collections::HashMap;
 
-use crate::aggregate::{Columns, FamilyId, Row, RowKey, Slot, TableKind};
+use crate::aggregate::{Columns, Row, RowKey, Slot};
+
 use crate::bucket::{Day, Minute};
+use crate::vocabulary::{FamilyId, Granularity};
 
 /// One destination row of a write: its clustering bucket and its deltas.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -29,10 +31,10 @@ impl RowDelta {
     }
 
     /// The day of a day-table row, or of the minute of a minute-table row.
-    pub fn day(&self, table: TableKind) -> Day {
+    pub fn day(&self, table: Granularity) -> Day {
         match table {
-            TableKind::Minute => Minute(self.bucket).day(),
-            TableKind::Day => Day(self.bucket),
+            Granularity::Minute => Minute(self.bucket).day(),
+            Granularity::Day => Day(self.bucket),
         }
     }
 }
@@ -43,7 +45,7 @@ pub struct PartitionWrite {
     /// The family.
     pub family: FamilyId,
     /// Which of its tables.
-    pub table: TableKind,
+    pub table: Granularity,
     /// The encoded series (key values).
     pub series: Box<[u8]>,
     /// The shard this write goes to, for sharded families.
@@ -63,8 +65,8 @@ impl PartitionWrite {
         let (family, table, series) = (self.family, self.table, self.series);
         self.rows.into_iter().map(move |row| {
             let slot = match table {
-                TableKind::Minute => Slot::MinuteOnly(Minute(row.bucket)),
-                TableKind::Day => Slot::DayOnly(Day(row.bucket)),
+                Granularity::Minute => Slot::MinuteOnly(Minute(row.bucket)),
+                Granularity::Day => Slot::DayOnly(Day(row.bucket)),
             };
             let since = if row.requeued_since == 0 {
                 now_unix_secs.max(1)
@@ -86,7 +88,7 @@ impl PartitionWrite {
 #[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 struct PartitionKey {
     family: FamilyId,
-    table: TableKind,
+    table: Granularity,
     series: Box<[u8]>,
     /// Day (minute table) or month number `year*12 + month-1` (day table).
     partition_bucket: u32,
@@ -119,7 +121,7 @@ pub fn plan(
                 add(
                     &mut partitions,
                     family,
-                    TableKind::Minute,
+                    Granularity::Minute,
                     series.clone(),
                     minute.0,
                     &row,
@@ -127,7 +129,7 @@ pub fn plan(
                 add(
                     &mut partitions,
                     family,
-                    TableKind::Day,
+                    Granularity::Day,
                     series,
                     minute.day().0,
                     &row,
@@ -136,12 +138,19 @@ pub fn plan(
             Slot::MinuteOnly(minute) => add(
                 &mut partitions,
                 family,
-                TableKind::Minute,
+                Granularity::Minute,
                 series,
                 minute.0,
                 &row,
             ),
-            Slot::DayOnly(day) => add(&mut partitions, family, TableKind::Day, series, day.0, &row),
+            Slot::DayOnly(day) => add(
+                &mut partitions,
+                family,
+                Granularity::Day,
+                series,
+                day.0,
+                &row,
+            ),
         }
     }
     let mut sorted: Vec<_> = partitions.into_iter().collect();
@@ -170,14 +179,14 @@ pub fn plan(
 fn add(
     partitions: &mut HashMap<PartitionKey, Vec<RowDelta>>,
     family: FamilyId,
-    table: TableKind,
+    table: Granularity,
     series: Box<[u8]>,
     bucket: u32,
     row: &Row,
 ) {
     let partition_bucket = match table {
-        TableKind::Minute => Minute(bucket).day().0,
-        TableKind::Day => {
+        Granularity::Minute => Minute(bucket).day().0,
+        Granularity::Day => {
             let date = Day(bucket).date();
             (date.year().max(0) as u32) * 12 + u32::from(u8::from(date.month())) - 1
         }
@@ -323,7 +332,7 @@ mod tests {
             PlanOptions { max_batch_rows: 16 },
             |_| None,
         );
-        let day = writes.iter().find(|w| w.table == TableKind::Day).unwrap();
+        let day = writes.iter().find(|w| w.table == Granularity::Day).unwrap();
         assert_eq!(day.rows.len(), 2);
         assert_eq!(day.sum(), i128::from(i64::MAX) + 1);
     }
@@ -346,7 +355,7 @@ mod tests {
         );
         let minute = writes
             .into_iter()
-            .find(|w| w.table == TableKind::Minute && w.family == FamilyId(0))
+            .find(|w| w.table == Granularity::Minute && w.family == FamilyId(0))
             .unwrap();
         let (key, requeued) = minute.into_requeue(1234).next().unwrap();
         assert_eq!(key.slot(), Slot::MinuteOnly(Minute(m)));

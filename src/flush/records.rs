@@ -10,7 +10,7 @@ use crate::state::{ErrorInfo, WriteRecord};
 
 use super::outcome::Failure;
 use super::plan::PartitionWrite;
-use crate::aggregate::TableKind;
+use crate::vocabulary::Granularity;
 
 /// Who wrote a flush: the fields every record carries.
 #[derive(Clone, Debug)]
@@ -39,8 +39,8 @@ pub fn to_records(
         .zip(series::fields(&write.series).map(str::to_owned))
         .collect();
     let table = match write.table {
-        TableKind::Minute => &family.minute_table,
-        TableKind::Day => &family.day_table,
+        Granularity::Minute => &family.minute_table,
+        Granularity::Day => &family.day_table,
     };
     write
         .rows
@@ -59,8 +59,8 @@ pub fn to_records(
                 key: key.clone(),
                 shard: write.shard,
                 day: bucket::format_date(day.date()),
-                minute: (write.table == TableKind::Minute).then(|| row.minute().minute_of_day()),
-                month: (write.table == TableKind::Day).then(|| day.month()),
+                minute: (write.table == Granularity::Minute).then(|| row.minute().minute_of_day()),
+                month: (write.table == Granularity::Day).then(|| day.month()),
                 deltas: family
                     .columns
                     .iter()

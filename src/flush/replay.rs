@@ -1,8 +1,10 @@
 //! Bringing spilled rows back into the buffer, at start and after an outage.
 
-use crate::aggregate::{DropReason, Slot, TableKind};
+use crate::aggregate::Slot;
+
 use crate::engine::Engine;
 use crate::state::{Recovered, StateDir};
+use crate::vocabulary::{DropReason, Granularity};
 
 use super::flusher::append_all;
 use super::ledger::Ledger;
@@ -39,7 +41,7 @@ pub(super) fn replay(
     }
     // Rows spilled by an earlier process are accepted anew by this one; rows this
     // process spilled move from the spilled stage back to pending.
-    let bring_back = |ledger: &Ledger, table: TableKind, sum: i128| {
+    let bring_back = |ledger: &Ledger, table: Granularity, sum: i128| {
         ledger.update(table, |s| match origin {
             Origin::PreviousRun => s.replayed += sum,
             Origin::ThisRun => s.spilled -= sum,
@@ -61,9 +63,9 @@ pub(super) fn replay(
                 });
                 let delta: i128 = record.deltas.values().map(|d| i128::from(*d)).sum();
                 let table = if record.granularity == "day" {
-                    TableKind::Day
+                    Granularity::Day
                 } else {
-                    TableKind::Minute
+                    Granularity::Minute
                 };
                 append_all(
                     &mut state.rejected,
@@ -94,10 +96,10 @@ pub(super) fn replay(
 }
 
 /// The one table a re-queued or replayed row is owed to.
-pub(super) fn owed_table(slot: Slot) -> TableKind {
-    if slot.owes(TableKind::Minute) {
-        TableKind::Minute
+pub(super) fn owed_table(slot: Slot) -> Granularity {
+    if slot.owes(Granularity::Minute) {
+        Granularity::Minute
     } else {
-        TableKind::Day
+        Granularity::Day
     }
 }

@@ -7,9 +7,10 @@ use std::time::Duration;
 use crate::accounting::Accounting;
 use crate::config::{Config, FamilyConfig};
 use crate::engine::Engine;
-use crate::flush::{Failure, Flusher, Ledger, Outcome, TableKind};
+use crate::flush::{Failure, Flusher, Ledger, Outcome};
 use crate::sink::{MemorySink, Sink};
 use crate::state::StateDir;
+use crate::vocabulary::Granularity;
 
 /// 2026-11-30T23:58:00Z: two minutes before a day boundary.
 const T0: i64 = 1_796_083_080;
@@ -90,7 +91,7 @@ async fn exact_totals_across_a_day_boundary_in_both_tables() {
     let rows = sink.rows();
     let views_minutes: Vec<_> = rows
         .iter()
-        .filter(|(k, _)| k.0.0 == 1 && k.1 == TableKind::Minute)
+        .filter(|(k, _)| k.0.0 == 1 && k.1 == Granularity::Minute)
         .map(|(k, v)| (k.4, v.clone()))
         .collect();
     let m0 = (T0 / 60) as u32;
@@ -104,12 +105,15 @@ async fn exact_totals_across_a_day_boundary_in_both_tables() {
     );
     let views_days: Vec<_> = rows
         .iter()
-        .filter(|(k, _)| k.0.0 == 1 && k.1 == TableKind::Day)
+        .filter(|(k, _)| k.0.0 == 1 && k.1 == Granularity::Day)
         .map(|(k, v)| (k.4, v.clone()))
         .collect();
     let d0 = m0 / 1440;
     assert_eq!(views_days, [(d0, vec![700, 7]), (d0 + 1, vec![500, 5])]);
-    assert_eq!(sink.total(TableKind::Minute), sink.total(TableKind::Day));
+    assert_eq!(
+        sink.total(Granularity::Minute),
+        sink.total(Granularity::Day)
+    );
     let a = accounting(&h);
     assert!(a.is_balanced(), "{a:?}");
     assert_eq!(
@@ -135,7 +139,7 @@ async fn each_outcome_class_is_settled_and_only_transient_ones_are_resent() {
             .nth(1)
             .unwrap_or("")
             .to_owned();
-        if w.table != TableKind::Minute {
+        if w.table != Granularity::Minute {
             return None;
         }
         match key.as_str() {
@@ -182,12 +186,12 @@ async fn each_outcome_class_is_settled_and_only_transient_ones_are_resent() {
     );
     assert_eq!(sink.requests(), before + 1);
     assert_eq!(
-        sink.total(TableKind::Minute),
+        sink.total(Granularity::Minute),
         30,
         "a (re-sent) and c (applied before timing out) and d"
     );
     assert_eq!(
-        sink.total(TableKind::Day),
+        sink.total(Granularity::Day),
         40,
         "day rows of a and b were not re-sent"
     );
@@ -260,10 +264,13 @@ async fn transient_failures_past_the_maximum_age_are_spilled() {
     sink.clear_script();
     h.engine.record("hits", &[][..], 1, T0, None).unwrap();
     h.flusher.flush_now().await;
-    assert_eq!(sink.total(TableKind::Minute), 1);
+    assert_eq!(sink.total(Granularity::Minute), 1);
     h.flusher.flush_now().await;
     assert_eq!(
-        (sink.total(TableKind::Minute), sink.total(TableKind::Day)),
+        (
+            sink.total(Granularity::Minute),
+            sink.total(Granularity::Day)
+        ),
         (8, 8)
     );
     let a = accounting(&h);
@@ -282,7 +289,7 @@ async fn transient_failures_past_the_maximum_age_are_spilled() {
     drop(h);
     let h = harness(&config, MemorySink::new());
     assert_eq!(
-        h.ledger.settled(TableKind::Minute).replayed,
+        h.ledger.settled(Granularity::Minute).replayed,
         0,
         "nothing left for the next start"
     );
@@ -322,7 +329,7 @@ async fn shutdown_deadline_logs_in_flight_as_unknown_and_spills_the_rest_then_re
         assert_eq!(
             engine.record("hits", &[][..], 1, T0, None),
             Err(crate::engine::RecordError::Dropped(
-                crate::aggregate::DropReason::AfterShutdown
+                crate::vocabulary::DropReason::AfterShutdown
             ))
         );
         let unknown = read_log(dir.path(), "unknown.jsonl");
@@ -336,12 +343,13 @@ async fn shutdown_deadline_logs_in_flight_as_unknown_and_spills_the_rest_then_re
     let sink = MemorySink::new();
     let mut h = harness(&config, sink.clone());
     assert_eq!(
-        h.ledger.settled(TableKind::Minute).replayed + h.ledger.settled(TableKind::Day).replayed,
+        h.ledger.settled(Granularity::Minute).replayed
+            + h.ledger.settled(Granularity::Day).replayed,
         18
     );
     h.flusher.flush_now().await;
     assert_eq!(
-        sink.total(TableKind::Minute) + sink.total(TableKind::Day),
+        sink.total(Granularity::Minute) + sink.total(Granularity::Day),
         18
     );
     let a = accounting(&h);
@@ -350,7 +358,7 @@ async fn shutdown_deadline_logs_in_flight_as_unknown_and_spills_the_rest_then_re
     drop(h);
     let h = harness(&config, MemorySink::new());
     assert_eq!(
-        h.ledger.settled(TableKind::Minute).replayed,
+        h.ledger.settled(Granularity::Minute).replayed,
         0,
         "a sent replay is not loaded again"
     );
@@ -417,8 +425,8 @@ async fn recorder_shutdown_flushes_everything_and_drop_without_shutdown_is_count
         clone.shutdown().await.is_none(),
         "the second shutdown has nothing left to do"
     );
-    assert_eq!(sink.total(TableKind::Minute), 300);
-    assert_eq!(sink.total(TableKind::Day), 300);
+    assert_eq!(sink.total(Granularity::Minute), 300);
+    assert_eq!(sink.total(Granularity::Day), 300);
     let a = clone.accounting().await;
     assert!(
         a.is_balanced() && a.minute.applied == 300 && a.day.applied == 300,
@@ -437,12 +445,12 @@ async fn recorder_shutdown_flushes_everything_and_drop_without_shutdown_is_count
     assert_eq!(crate::recorder::dropped_without_shutdown(), before + 1);
     // The background final flush still delivers.
     for _ in 0..100 {
-        if sink2.total(TableKind::Minute) == 9 {
+        if sink2.total(Granularity::Minute) == 9 {
             break;
         }
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
-    assert_eq!(sink2.total(TableKind::Minute), 9);
+    assert_eq!(sink2.total(Granularity::Minute), 9);
 }
 
 fn config_in(dir: &std::path::Path) -> Config {

@@ -22,7 +22,9 @@ use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, UdpSocket};
 use std::os::unix::net::{UnixDatagram, UnixStream};
 use std::path::PathBuf;
 
-use super::{MAX_DATAGRAM_BYTES, Transport};
+use super::MAX_DATAGRAM_BYTES;
+
+use crate::vocabulary::Transport;
 
 /// Where to send.
 #[derive(Debug, Clone, PartialEq, Eq)]

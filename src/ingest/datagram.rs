@@ -32,7 +32,8 @@ use socket2::Socket;
 use super::stats::TransportStats;
 use super::sys;
 use super::worker::{ERROR_BACKOFF, IdleClock, Phase, RateLimitedLog, StopFlag};
-use super::{IngestStats, ListenError, MAX_DATAGRAM_BYTES, PacketHandler, Step, Transport};
+use super::{IngestStats, ListenError, MAX_DATAGRAM_BYTES, PacketHandler, Step};
+use crate::vocabulary::Transport;
 
 /// Applies the requested receive buffer to `socket` and returns the effective size as the
 /// kernel reports it.

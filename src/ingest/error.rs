@@ -4,7 +4,7 @@
 use std::io;
 use std::path::PathBuf;
 
-use super::Transport;
+use crate::vocabulary::Transport;
 
 /// The step of setting up a listener that failed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

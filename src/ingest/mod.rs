@@ -108,6 +108,3 @@ impl<H: PacketHandler + ?Sized> PacketHandler for Box<H> {
         (**self).idle();
     }
 }
-
-/// The transports; defined with the engine's counters, which are kept per transport.
-pub use crate::aggregate::Transport;

@@ -18,7 +18,7 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
 use crossbeam_utils::CachePadded;
 
-use super::Transport;
+use crate::vocabulary::Transport;
 
 /// Counters of all transports. Shared (`Arc`) between the receive threads and readers.
 #[derive(Debug, Default)]

@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 
 use super::client::{Client, Target};
 use super::*;
+use crate::vocabulary::Transport;
 
 /// What the test handlers saw, shared by every handler of one `start`.
 #[derive(Default)]

@@ -22,7 +22,9 @@ use std::path::{Path, PathBuf};
 
 use socket2::{Domain, SockAddr, Socket, Type};
 
-use super::{ListenError, SocketMode, Step, Transport};
+use super::{ListenError, SocketMode, Step};
+
+use crate::vocabulary::Transport;
 
 /// Listen backlog of the stream socket (the kernel caps it at `net.core.somaxconn`).
 const LISTEN_BACKLOG: i32 = 1024;

@@ -2,9 +2,9 @@
 
 use std::sync::Arc;
 
-use crate::aggregate::Transport;
 use crate::engine::{self, Engine};
 use crate::ingest::PacketHandler;
+use crate::vocabulary::Transport;
 
 /// Hands each datagram (or stream message) to the engine, stamped with the time it was
 /// read. One per receive thread, so each thread adds into its own stripe.

@@ -7,8 +7,8 @@ use prometheus::core::{Collector, Desc};
 use prometheus::proto::MetricFamily;
 use prometheus::{IntCounterVec, IntGaugeVec, Opts};
 
-use crate::aggregate::Transport;
 use crate::ingest::IngestStats;
+use crate::vocabulary::Transport;
 
 /// Reads [`IngestStats`] when scraped.
 pub struct IngestCollector {

@@ -7,11 +7,12 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use parking_lot::Mutex;
 
 use super::Sink;
-use crate::aggregate::FamilyId;
-use crate::flush::{Outcome, PartitionWrite, TableKind};
+use crate::flush::{Outcome, PartitionWrite};
+use crate::vocabulary::FamilyId;
+use crate::vocabulary::Granularity;
 
 /// A stored row's address: family, table, series, shard, bucket.
-pub type MemoryKey = (FamilyId, TableKind, Vec<u8>, Option<u8>, u32);
+pub type MemoryKey = (FamilyId, Granularity, Vec<u8>, Option<u8>, u32);
 
 /// Decides the fate of each write: `(outcome to report, whether the store applies it)`.
 /// `None` means "apply and report success".
@@ -60,7 +61,7 @@ impl MemorySink {
     }
 
     /// Sum of everything stored in one table kind, over all columns.
-    pub fn total(&self, table: TableKind) -> i128 {
+    pub fn total(&self, table: Granularity) -> i128 {
         self.inner
             .rows
             .lock()

@@ -46,14 +46,15 @@ impl Sink for LogSink {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::aggregate::{Columns, FamilyId, TableKind};
+    use crate::aggregate::Columns;
     use crate::flush::RowDelta;
+    use crate::vocabulary::{FamilyId, Granularity};
 
     #[tokio::test]
     async fn the_logging_sink_reports_every_write_applied() {
         let write = PartitionWrite {
             family: FamilyId(0),
-            table: TableKind::Minute,
+            table: Granularity::Minute,
             series: crate::series::encode(["a", "b:c"]).into_boxed_slice(),
             shard: None,
             rows: vec![RowDelta {

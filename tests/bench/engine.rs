@@ -37,10 +37,10 @@ use std::time::{Duration, Instant};
 use criterion::{Criterion, Throughput, criterion_group};
 use dashmap::DashMap;
 
-use countersink::aggregate::Transport;
 use countersink::config::Config;
 use countersink::engine::{Engine, now_unix_secs};
 use countersink::family::TagSet;
+use countersink::vocabulary::Transport;
 
 const NOW: i64 = 1_796_042_096;
 

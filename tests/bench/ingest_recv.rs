@@ -26,7 +26,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use countersink::ingest::{IngestConfig, PacketHandler, Transport, start};
+use countersink::ingest::{IngestConfig, PacketHandler, start};
+
+use countersink::vocabulary::Transport;
 
 /// (label, batch size, threads, pre-filled)
 const MODES: &[(&str, usize, usize, bool)] = &[

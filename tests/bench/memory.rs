@@ -9,9 +9,9 @@
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use countersink::aggregate::Transport;
 use countersink::config::Config;
 use countersink::engine::Engine;
+use countersink::vocabulary::Transport;
 
 struct Counting;
 

@@ -12,7 +12,7 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
-use countersink::aggregate::TableKind;
+use countersink::vocabulary::Granularity;
 use cqlsim::{FaultKind, FaultRule};
 
 use crate::common::{T0, Writer, config, day_and_minute, start_store, table_sum};
@@ -77,8 +77,8 @@ async fn run(rule: FaultRule, expect_unknown: bool, expect_requeued: bool) {
 
     let stats = server.stats();
     for (table, column, kind) in [
-        ("metrics.views_by_minute", "views", TableKind::Minute),
-        ("metrics.views_by_day", "views", TableKind::Day),
+        ("metrics.views_by_minute", "views", Granularity::Minute),
+        ("metrics.views_by_day", "views", Granularity::Day),
     ] {
         let stored = table_sum(&server, table, column);
         let stages = a.of(kind);

@@ -4,10 +4,10 @@ use std::process::Command;
 use std::sync::Arc;
 use std::time::Duration;
 
-use countersink::aggregate::{FamilyId, TableKind};
 use countersink::config::FamilyConfig;
 use countersink::engine::Engine;
 use countersink::sink::cql::{CqlSink, CqlSinkError};
+use countersink::vocabulary::{FamilyId, Granularity};
 
 use crate::common::{config, start_store};
 
@@ -41,8 +41,8 @@ async fn every_counter_statement_and_batch_is_non_idempotent() {
         );
     }
     for (family, table) in [
-        (FamilyId(0), TableKind::Minute),
-        (FamilyId(1), TableKind::Day),
+        (FamilyId(0), Granularity::Minute),
+        (FamilyId(1), Granularity::Day),
     ] {
         let batch = sink.batch_for(family, table, 3).unwrap();
         assert!(!batch.get_is_idempotent());

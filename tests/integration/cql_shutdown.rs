@@ -58,7 +58,7 @@ async fn shutdown_with_100k_pending_rows_applies_or_spills_and_a_restart_replays
     let mut writer = Writer::start(&config).await;
     let replayed = writer
         .ledger
-        .settled(countersink::aggregate::TableKind::Minute)
+        .settled(countersink::vocabulary::Granularity::Minute)
         .replayed;
     assert_eq!(replayed, a.minute.spilled);
     writer.flusher.flush_now().await;

@@ -22,11 +22,11 @@ use scylla::policies::retry::FallthroughRetryPolicy;
 use scylla::statement::batch::{Batch, BatchType};
 use scylla::statement::prepared::PreparedStatement;
 
-use crate::aggregate::{FamilyId, TableKind};
 use crate::config::StoreConfig;
 use crate::family::Families;
 use crate::flush::{Outcome, PartitionWrite};
 use crate::layout::TableLayout;
+use crate::vocabulary::{FamilyId, Granularity};
 
 use super::Sink;
 
@@ -62,7 +62,7 @@ struct PreparedTable {
 /// Writes counter deltas with the `scylla` driver.
 pub struct CqlSink {
     session: Arc<Session>,
-    tables: HashMap<(FamilyId, TableKind), PreparedTable>,
+    tables: HashMap<(FamilyId, Granularity), PreparedTable>,
     store: StoreConfig,
 }
 
@@ -89,7 +89,7 @@ impl CqlSink {
             if family.is_generic() && !families.generic_enabled() {
                 continue;
             }
-            for kind in TableKind::ALL {
+            for kind in Granularity::ALL {
                 let layout = TableLayout::of(family, kind);
                 let key_types = schema::check(&session, &layout)?;
                 let text = layout.update_statement();
@@ -133,7 +133,7 @@ impl CqlSink {
     }
 
     /// The COUNTER BATCH used for a write of `rows` rows of one table.
-    pub fn batch_for(&self, family: FamilyId, table: TableKind, rows: usize) -> Option<Batch> {
+    pub fn batch_for(&self, family: FamilyId, table: Granularity, rows: usize) -> Option<Batch> {
         let prepared = self.tables.get(&(family, table))?;
         Some(self.counter_batch(&prepared.statement, rows))
     }

@@ -14,7 +14,9 @@
 
 #![no_main]
 
-use countersink::aggregate::{Counters, TableKind, Transport};
+use countersink::aggregate::Counters;
+
+use countersink::vocabulary::{Granularity, Transport};
 use countersink::config::{Config, FamilyConfig};
 use countersink::engine::Engine;
 use libfuzzer_sys::fuzz_target;
@@ -65,7 +67,7 @@ fn difference(after: &Counters, before: &Counters) -> (Vec<u64>, Vec<u64>, Vec<u
 fn assert_nothing_lost(engine: &Engine) {
     let c = engine.aggregator().counters();
     let kept = c.accepted_sum - c.dropped_sum_total();
-    for table in [TableKind::Minute, TableKind::Day] {
+    for table in [Granularity::Minute, Granularity::Day] {
         assert_eq!(kept, engine.aggregator().pending_sum(table), "{table:?}");
     }
 }

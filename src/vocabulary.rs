@@ -1,0 +1,152 @@
+//! The small words every stage shares: which family, which granularity, why something
+//! was dropped, which transport a line came over.
+//!
+//! A leaf: it imports nothing of this crate, so any module may use it without pulling in
+//! the stage that happens to produce or consume the value. Each closed set has `ALL` (in
+//! label order) and the metric label its values are exported under.
+
+/// Index of a counter family: 0 is the generic family, configured families follow in
+/// configuration order.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct FamilyId(pub u16);
+
+/// The two time granularities a delta is owed to: each family has a minute table and a
+/// day table, and every accepted delta is written to both.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Granularity {
+    /// `…_by_minute`: partition (key, day), clustering minute.
+    Minute,
+    /// `…_by_day`: partition (key, month), clustering day.
+    Day,
+}
+
+impl Granularity {
+    /// Both, in label order.
+    pub const ALL: [Granularity; 2] = [Granularity::Minute, Granularity::Day];
+
+    /// The label in metrics (`granularity`) and records: `minute` or `day`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Granularity::Minute => "minute",
+            Granularity::Day => "day",
+        }
+    }
+
+    /// Position in [`Granularity::ALL`].
+    pub fn index(self) -> usize {
+        self as usize
+    }
+}
+
+/// Why an accepted increment was dropped instead of buffered or settled. A closed set:
+/// each is a `countersink_dropped_total{reason}` label and a
+/// `countersink_delta_sum{stage="dropped"}` contribution.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum DropReason {
+    /// The buffer already holds `max_pending_rows` distinct rows.
+    MaxRows,
+    /// The buffer's estimated size already reached `max_pending_bytes`.
+    MaxBytes,
+    /// The client timestamp (`|T`) is older than `timestamp_max_past` or further ahead
+    /// than `timestamp_max_future`.
+    TimestampWindow,
+    /// Adding the delta would take the row's pending sum outside the `i64` range.
+    Overflow,
+    /// The metric name matches no configured family and the generic family is disabled.
+    Unconfigured,
+    /// A write had to be spilled to disk and the spill file could not be written.
+    SpillFailed,
+    /// The increment arrived after shutdown had taken the final flush.
+    AfterShutdown,
+}
+
+impl DropReason {
+    /// Every reason, in label order.
+    pub const ALL: [DropReason; 7] = [
+        DropReason::MaxRows,
+        DropReason::MaxBytes,
+        DropReason::TimestampWindow,
+        DropReason::Overflow,
+        DropReason::Unconfigured,
+        DropReason::SpillFailed,
+        DropReason::AfterShutdown,
+    ];
+
+    /// The metric label.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DropReason::MaxRows => "max_rows",
+            DropReason::MaxBytes => "max_bytes",
+            DropReason::TimestampWindow => "timestamp_window",
+            DropReason::Overflow => "overflow",
+            DropReason::Unconfigured => "unconfigured",
+            DropReason::SpillFailed => "spill_failed",
+            DropReason::AfterShutdown => "after_shutdown",
+        }
+    }
+
+    /// Position in [`DropReason::ALL`].
+    pub fn index(self) -> usize {
+        self as usize
+    }
+}
+
+/// Where lines come from, for `countersink_lines_received_total{transport}` and the
+/// receivers' own metrics.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Transport {
+    /// UDP datagrams.
+    Udp,
+    /// Unix datagram socket.
+    UnixDatagram,
+    /// Unix stream socket with DogStatsD length-prefix framing.
+    UnixStream,
+}
+
+impl Transport {
+    /// Every transport, in label order.
+    pub const ALL: [Transport; 3] = [
+        Transport::Udp,
+        Transport::UnixDatagram,
+        Transport::UnixStream,
+    ];
+
+    /// The metric label value: `udp`, `uds` or `uds_stream` (the names of the CLI flags).
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Transport::Udp => "udp",
+            Transport::UnixDatagram => "uds",
+            Transport::UnixStream => "uds_stream",
+        }
+    }
+
+    /// Position in [`Transport::ALL`].
+    pub fn index(self) -> usize {
+        self as usize
+    }
+}
+
+impl std::fmt::Display for Transport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `index()` is the position in `ALL`: arrays of counters are indexed by it.
+    #[test]
+    fn every_index_is_the_position_in_all() {
+        for (i, g) in Granularity::ALL.into_iter().enumerate() {
+            assert_eq!(g.index(), i);
+        }
+        for (i, r) in DropReason::ALL.into_iter().enumerate() {
+            assert_eq!(r.index(), i);
+        }
+        for (i, t) in Transport::ALL.into_iter().enumerate() {
+            assert_eq!(t.index(), i);
+        }
+    }
+}
