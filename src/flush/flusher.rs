@@ -13,11 +13,13 @@ use crate::state::{Recovered, StateDir, WriteRecord};
 use crate::vocabulary::{DropReason, FamilyId, Granularity};
 
 use super::ledger::Ledger;
-use super::outcome::{Failure, Outcome};
-use super::plan::{self, PartitionWrite, PlanOptions};
+use super::plan::{self, PlanOptions};
 use super::records::{self, FlushIdentity};
 use super::replay::{Origin, replay};
 use super::send::{Deadline, Sent, send_all, wait_true};
+use crate::sink::Outcome;
+use crate::sink::PartitionWrite;
+use crate::sink::WriteError;
 
 /// What one flush did.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -243,7 +245,7 @@ impl<S: Sink> Flusher<S> {
             writes: results.len(),
             ..FlushReport::default()
         };
-        let mut to_spill: Vec<(PartitionWrite, Option<Failure>)> = Vec::new();
+        let mut to_spill: Vec<(PartitionWrite, Option<WriteError>)> = Vec::new();
 
         for (write, sent) in results {
             let family = self.engine.families().get(write.family);
@@ -271,7 +273,7 @@ impl<S: Sink> Flusher<S> {
                         let refused = self
                             .engine
                             .aggregator()
-                            .merge_back(write.into_requeue(now_secs));
+                            .merge_back(plan::requeued_rows(write, now_secs));
                         for (key, row) in refused {
                             // Summing into the buffer would overflow: keep it on disk.
                             let family = key.family();
@@ -315,7 +317,7 @@ impl<S: Sink> Flusher<S> {
                 }
                 Sent::Cancelled => {
                     report.unknown += 1;
-                    let failure = Failure::new(
+                    let failure = WriteError::new(
                         "cancelled_at_deadline",
                         "the shutdown deadline passed while the request was in flight",
                     );
@@ -361,7 +363,7 @@ impl<S: Sink> Flusher<S> {
         write: &PartitionWrite,
         table: &str,
         identity: &FlushIdentity,
-        failure: &Failure,
+        failure: &WriteError,
         time: &str,
     ) {
         self.ledger.count_write(table, "unknown");
@@ -380,7 +382,7 @@ impl<S: Sink> Flusher<S> {
 
     fn spill(
         &mut self,
-        writes: Vec<(PartitionWrite, Option<Failure>)>,
+        writes: Vec<(PartitionWrite, Option<WriteError>)>,
         identity: &FlushIdentity,
         time: &str,
     ) {

@@ -1,14 +1,12 @@
 //! The flush path: from drained rows to settled outcomes.
 //!
 //! - [`plan`]: drained rows → one write per partition, minute and day tables.
-//! - [`outcome`]: the four outcome classes a sink reports.
 //! - [`flusher`]: the loop that drains, sends with bounded concurrency, and settles each
 //!   outcome (re-queue, reject log, unknown log, spill), keeping the delta accounting.
 //! - [`records`]: the JSON records of the outcome logs and the spill file.
 
 pub mod flusher;
 pub mod ledger;
-pub mod outcome;
 pub mod plan;
 pub mod records;
 mod replay;
@@ -16,8 +14,7 @@ mod send;
 
 pub use self::flusher::{FlushReport, Flusher};
 pub use self::ledger::{Ledger, Settled};
-pub use self::outcome::{Failure, Outcome};
-pub use self::plan::{PartitionWrite, PlanOptions, RowDelta};
+pub use self::plan::PlanOptions;
 
 #[cfg(test)]
 mod tests;

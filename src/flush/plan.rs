@@ -8,81 +8,11 @@
 
 use std::collections::HashMap;
 
-use crate::aggregate::{Columns, Row, RowKey, Slot};
+use crate::aggregate::{Row, RowKey, Slot};
 
 use crate::bucket::{Day, Minute};
+use crate::sink::{PartitionWrite, RowDelta};
 use crate::vocabulary::{FamilyId, Granularity};
-
-/// One destination row of a write: its clustering bucket and its deltas.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct RowDelta {
-    /// The minute (minute table) or the day (day table), counted from the epoch.
-    pub bucket: u32,
-    /// The deltas, one per counter column.
-    pub columns: Columns,
-    /// Unix seconds of the first failed attempt, 0 when never attempted before.
-    pub requeued_since: u32,
-}
-
-impl RowDelta {
-    /// The minute of a minute-table row.
-    pub fn minute(&self) -> Minute {
-        Minute(self.bucket)
-    }
-
-    /// The day of a day-table row, or of the minute of a minute-table row.
-    pub fn day(&self, table: Granularity) -> Day {
-        match table {
-            Granularity::Minute => Minute(self.bucket).day(),
-            Granularity::Day => Day(self.bucket),
-        }
-    }
-}
-
-/// One write request: rows of a single partition of one table.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct PartitionWrite {
-    /// The family.
-    pub family: FamilyId,
-    /// Which of its tables.
-    pub table: Granularity,
-    /// The encoded series (key values).
-    pub series: Box<[u8]>,
-    /// The shard this write goes to, for sharded families.
-    pub shard: Option<u8>,
-    /// The rows, all in the same partition; at least one.
-    pub rows: Vec<RowDelta>,
-}
-
-impl PartitionWrite {
-    /// Signed sum of every delta in the write.
-    pub fn sum(&self) -> i128 {
-        self.rows.iter().map(|r| r.columns.sum()).sum()
-    }
-
-    /// The rows as they would be merged back after a definite non-application.
-    pub fn into_requeue(self, now_unix_secs: u32) -> impl Iterator<Item = (RowKey, Row)> {
-        let (family, table, series) = (self.family, self.table, self.series);
-        self.rows.into_iter().map(move |row| {
-            let slot = match table {
-                Granularity::Minute => Slot::MinuteOnly(Minute(row.bucket)),
-                Granularity::Day => Slot::DayOnly(Day(row.bucket)),
-            };
-            let since = if row.requeued_since == 0 {
-                now_unix_secs.max(1)
-            } else {
-                row.requeued_since
-            };
-            (
-                RowKey::new(family, slot, series.clone()),
-                Row {
-                    columns: row.columns,
-                    requeued_since: since,
-                },
-            )
-        })
-    }
-}
 
 /// The partition a destination row belongs to.
 #[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -220,9 +150,38 @@ fn oldest(a: u32, b: u32) -> u32 {
     }
 }
 
+/// The rows of a write that definitely did not apply, as they are merged back into the
+/// buffer: owed to that write's table only, and stamped with the time of their first
+/// failure (kept when they failed before) for the maximum re-queue age.
+pub fn requeued_rows(
+    write: PartitionWrite,
+    now_unix_secs: u32,
+) -> impl Iterator<Item = (RowKey, Row)> {
+    let (family, table, series) = (write.family, write.table, write.series);
+    write.rows.into_iter().map(move |row| {
+        let slot = match table {
+            Granularity::Minute => Slot::MinuteOnly(Minute(row.bucket)),
+            Granularity::Day => Slot::DayOnly(Day(row.bucket)),
+        };
+        let since = if row.requeued_since == 0 {
+            now_unix_secs.max(1)
+        } else {
+            row.requeued_since
+        };
+        (
+            RowKey::new(family, slot, series.clone()),
+            Row {
+                columns: row.columns,
+                requeued_since: since,
+            },
+        )
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::aggregate::Columns;
     use crate::bucket::MINUTES_PER_DAY;
     use crate::series;
 
@@ -357,7 +316,7 @@ mod tests {
             .into_iter()
             .find(|w| w.table == Granularity::Minute && w.family == FamilyId(0))
             .unwrap();
-        let (key, requeued) = minute.into_requeue(1234).next().unwrap();
+        let (key, requeued) = requeued_rows(minute, 1234).next().unwrap();
         assert_eq!(key.slot(), Slot::MinuteOnly(Minute(m)));
         assert_eq!(requeued.requeued_since, 1234);
     }

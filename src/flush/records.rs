@@ -8,8 +8,8 @@ use crate::family::{Families, FamilyDef};
 use crate::series;
 use crate::state::{ErrorInfo, WriteRecord};
 
-use super::outcome::Failure;
-use super::plan::PartitionWrite;
+use crate::sink::PartitionWrite;
+use crate::sink::WriteError;
 use crate::vocabulary::Granularity;
 
 /// Who wrote a flush: the fields every record carries.
@@ -29,7 +29,7 @@ pub fn to_records(
     family: &FamilyDef,
     identity: &FlushIdentity,
     outcome: &str,
-    failure: Option<&Failure>,
+    failure: Option<&WriteError>,
     time: &str,
 ) -> Vec<WriteRecord> {
     let key: BTreeMap<String, String> = family

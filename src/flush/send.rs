@@ -9,8 +9,8 @@ use tokio::sync::watch;
 
 use crate::sink::Sink;
 
-use super::outcome::Outcome;
-use super::plan::PartitionWrite;
+use crate::sink::Outcome;
+use crate::sink::PartitionWrite;
 
 /// How a write ended from the flusher's point of view.
 pub(super) enum Sent {

@@ -7,8 +7,9 @@ use std::time::Duration;
 use crate::accounting::Accounting;
 use crate::config::{Config, FamilyConfig};
 use crate::engine::Engine;
-use crate::flush::{Failure, Flusher, Ledger, Outcome};
+use crate::flush::{Flusher, Ledger};
 use crate::sink::{MemorySink, Sink};
+use crate::sink::{Outcome, WriteError};
 use crate::state::StateDir;
 use crate::vocabulary::Granularity;
 
@@ -144,15 +145,15 @@ async fn each_outcome_class_is_settled_and_only_transient_ones_are_resent() {
         }
         match key.as_str() {
             "k:a" => Some((
-                Outcome::NotAppliedTransient(Failure::new("unavailable", "2 replicas down")),
+                Outcome::NotAppliedTransient(WriteError::new("unavailable", "2 replicas down")),
                 false,
             )),
             "k:b" => Some((
-                Outcome::NotAppliedPermanent(Failure::new("invalid", "no such table")),
+                Outcome::NotAppliedPermanent(WriteError::new("invalid", "no such table")),
                 false,
             )),
             "k:c" => Some((
-                Outcome::Unknown(Failure::new("write_timeout", "timed out")),
+                Outcome::Unknown(WriteError::new("write_timeout", "timed out")),
                 true,
             )),
             _ => None,
@@ -235,7 +236,7 @@ async fn transient_failures_past_the_maximum_age_are_spilled() {
     let sink = MemorySink::new();
     sink.set_script(|_, _| {
         Some((
-            Outcome::NotAppliedTransient(Failure::new("unavailable", "down")),
+            Outcome::NotAppliedTransient(WriteError::new("unavailable", "down")),
             false,
         ))
     });
@@ -299,7 +300,7 @@ async fn transient_failures_past_the_maximum_age_are_spilled() {
 struct Hang;
 
 impl Sink for Hang {
-    async fn write(&self, _: &crate::flush::PartitionWrite) -> Outcome {
+    async fn write(&self, _: &crate::sink::PartitionWrite) -> Outcome {
         std::future::pending().await
     }
 }
@@ -372,7 +373,7 @@ async fn replayed_rows_of_a_removed_family_are_rejected_not_lost() {
         let down = MemorySink::new();
         down.set_script(|_, _| {
             Some((
-                Outcome::NotAppliedTransient(Failure::new("unavailable", "down")),
+                Outcome::NotAppliedTransient(WriteError::new("unavailable", "down")),
                 false,
             ))
         });

@@ -13,9 +13,9 @@ use std::time::Duration;
 use tokio::sync::{OnceCell, watch};
 
 use crate::config::StoreConfig;
-use crate::flush::{Failure, Outcome, PartitionWrite};
 use crate::sink::Sink;
 use crate::sink::cql::{CqlSink, CqlSinkError};
+use crate::sink::{Outcome, PartitionWrite, WriteError};
 
 /// The CQL sink once connected; "not connected" until then.
 #[derive(Clone, Default)]
@@ -83,7 +83,7 @@ impl Sink for LazyCqlSink {
     async fn write(&self, write: &PartitionWrite) -> Outcome {
         match self.inner.get() {
             Some(sink) => sink.write(write).await,
-            None => Outcome::NotAppliedTransient(Failure::new(
+            None => Outcome::NotAppliedTransient(WriteError::new(
                 "not_connected",
                 "no session to the store yet; nothing was sent",
             )),

@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use parking_lot::Mutex;
 
 use super::Sink;
-use crate::flush::{Outcome, PartitionWrite};
+use crate::sink::{Outcome, PartitionWrite};
 use crate::vocabulary::FamilyId;
 use crate::vocabulary::Granularity;
 

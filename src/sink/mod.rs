@@ -5,15 +5,20 @@
 //! bounded concurrency, re-queueing, the outcome logs, the spill file, accounting — is
 //! the flusher's job and the same for every sink. The CQL sink is the product; the
 //! in-memory sink serves tests and benchmarks, and the logging sink a dry run.
+//!
+//! The contract's types live here, with the trait: [`write`] (what is sent) and
+//! [`outcome`] (how it ended, and the closed set of outcome classes).
 
 pub mod cql;
 pub mod memory;
+pub mod outcome;
+pub mod write;
 
 use std::future::Future;
 
-use crate::flush::{Outcome, PartitionWrite};
-
 pub use self::memory::MemorySink;
+pub use self::outcome::{Outcome, OutcomeClass, WriteError};
+pub use self::write::{PartitionWrite, RowDelta};
 
 /// A destination for flushed writes.
 pub trait Sink: Send + Sync + 'static {
@@ -47,7 +52,6 @@ impl Sink for LogSink {
 mod tests {
     use super::*;
     use crate::aggregate::Columns;
-    use crate::flush::RowDelta;
     use crate::vocabulary::{FamilyId, Granularity};
 
     #[tokio::test]

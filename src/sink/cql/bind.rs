@@ -5,9 +5,9 @@
 use scylla::value::{Counter, CqlDate, CqlTimeuuid, CqlValue, MaybeUnset};
 
 use crate::bucket::{Day, Minute};
-use crate::flush::{Failure, PartitionWrite, RowDelta};
 use crate::layout::{Role, TableLayout};
 use crate::series;
+use crate::sink::{PartitionWrite, RowDelta, WriteError};
 
 use super::schema::KeyType;
 
@@ -37,12 +37,12 @@ pub fn rows(
     write: &PartitionWrite,
     layout: &TableLayout,
     key_types: &[KeyType],
-) -> Result<Vec<RowValues>, Failure> {
+) -> Result<Vec<RowValues>, WriteError> {
     let keys: Vec<&str> = series::fields(&write.series).collect();
     let mut key_values = Vec::with_capacity(keys.len());
     for (i, text) in keys.iter().enumerate() {
         let typ = key_types.get(i).copied().unwrap_or(KeyType::Text);
-        key_values.push(key_value(text, typ).map_err(|e| Failure::new("bad_key_value", e))?);
+        key_values.push(key_value(text, typ).map_err(|e| WriteError::new("bad_key_value", e))?);
     }
     Ok(write
         .rows

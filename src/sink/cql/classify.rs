@@ -15,16 +15,16 @@
 
 use scylla::errors::{DbError, ExecutionError, RequestAttemptError};
 
-use crate::flush::{Failure, Outcome};
+use crate::sink::{Outcome, WriteError};
 
 /// Classifies a failed counter write.
 // Do not remove this lint: a new variant must be classified on purpose.
 #[deny(clippy::wildcard_enum_match_arm)]
 pub fn classify(error: &ExecutionError) -> Outcome {
     let text = error.to_string();
-    let not_applied = |kind| Outcome::NotAppliedTransient(Failure::new(kind, text.clone()));
-    let rejected = |kind| Outcome::NotAppliedPermanent(Failure::new(kind, text.clone()));
-    let unknown = |kind| Outcome::Unknown(Failure::new(kind, text.clone()));
+    let not_applied = |kind| Outcome::NotAppliedTransient(WriteError::new(kind, text.clone()));
+    let rejected = |kind| Outcome::NotAppliedPermanent(WriteError::new(kind, text.clone()));
+    let unknown = |kind| Outcome::Unknown(WriteError::new(kind, text.clone()));
     match error {
         // Nothing was sent.
         ExecutionError::BadQuery(_) => rejected("bad_query"),
@@ -46,9 +46,9 @@ pub fn classify(error: &ExecutionError) -> Outcome {
 // Do not remove this lint: a new variant must be classified on purpose.
 #[deny(clippy::wildcard_enum_match_arm)]
 fn classify_attempt(error: &RequestAttemptError, text: &str) -> Outcome {
-    let not_applied = |kind| Outcome::NotAppliedTransient(Failure::new(kind, text));
-    let rejected = |kind| Outcome::NotAppliedPermanent(Failure::new(kind, text));
-    let unknown = |kind| Outcome::Unknown(Failure::new(kind, text));
+    let not_applied = |kind| Outcome::NotAppliedTransient(WriteError::new(kind, text));
+    let rejected = |kind| Outcome::NotAppliedPermanent(WriteError::new(kind, text));
+    let unknown = |kind| Outcome::Unknown(WriteError::new(kind, text));
     match error {
         // Failed before anything was written to the connection.
         RequestAttemptError::SerializationError(_) => rejected("serialization"),
@@ -73,9 +73,9 @@ fn classify_attempt(error: &RequestAttemptError, text: &str) -> Outcome {
 // Do not remove this lint: a new variant must be classified on purpose.
 #[deny(clippy::wildcard_enum_match_arm)]
 fn classify_db(error: &DbError, text: &str) -> Outcome {
-    let not_applied = |kind| Outcome::NotAppliedTransient(Failure::new(kind, text));
-    let rejected = |kind| Outcome::NotAppliedPermanent(Failure::new(kind, text));
-    let unknown = |kind| Outcome::Unknown(Failure::new(kind, text));
+    let not_applied = |kind| Outcome::NotAppliedTransient(WriteError::new(kind, text));
+    let rejected = |kind| Outcome::NotAppliedPermanent(WriteError::new(kind, text));
+    let unknown = |kind| Outcome::Unknown(WriteError::new(kind, text));
     match error {
         // Refused before execution; sending it again cannot help.
         DbError::SyntaxError => rejected("syntax_error"),

@@ -24,8 +24,8 @@ use scylla::statement::prepared::PreparedStatement;
 
 use crate::config::StoreConfig;
 use crate::family::Families;
-use crate::flush::{Outcome, PartitionWrite};
 use crate::layout::TableLayout;
+use crate::sink::{Outcome, PartitionWrite};
 use crate::vocabulary::{FamilyId, Granularity};
 
 use super::Sink;
@@ -154,7 +154,7 @@ impl CqlSink {
 impl Sink for CqlSink {
     async fn write(&self, write: &PartitionWrite) -> Outcome {
         let Some(table) = self.tables.get(&(write.family, write.table)) else {
-            return Outcome::NotAppliedPermanent(crate::flush::Failure::new(
+            return Outcome::NotAppliedPermanent(crate::sink::WriteError::new(
                 "no_statement",
                 format!(
                     "no prepared statement for family {} {} table",

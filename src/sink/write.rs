@@ -1,0 +1,54 @@
+//! What a sink is asked to write: one request, for the rows of one partition of one
+//! table.
+
+use crate::aggregate::Columns;
+use crate::bucket::{Day, Minute};
+use crate::vocabulary::{FamilyId, Granularity};
+
+/// One destination row of a write: its clustering bucket and its deltas.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RowDelta {
+    /// The minute (minute table) or the day (day table), counted from the epoch.
+    pub bucket: u32,
+    /// The deltas, one per counter column.
+    pub columns: Columns,
+    /// Unix seconds of the first failed attempt, 0 when never attempted before.
+    pub requeued_since: u32,
+}
+
+impl RowDelta {
+    /// The minute of a minute-table row.
+    pub fn minute(&self) -> Minute {
+        Minute(self.bucket)
+    }
+
+    /// The day of a day-table row, or of the minute of a minute-table row.
+    pub fn day(&self, table: Granularity) -> Day {
+        match table {
+            Granularity::Minute => Minute(self.bucket).day(),
+            Granularity::Day => Day(self.bucket),
+        }
+    }
+}
+
+/// One write request: rows of a single partition of one table.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PartitionWrite {
+    /// The family.
+    pub family: FamilyId,
+    /// Which of its tables.
+    pub table: Granularity,
+    /// The encoded series (key values).
+    pub series: Box<[u8]>,
+    /// The shard this write goes to, for sharded families.
+    pub shard: Option<u8>,
+    /// The rows, all in the same partition; at least one.
+    pub rows: Vec<RowDelta>,
+}
+
+impl PartitionWrite {
+    /// Signed sum of every delta in the write.
+    pub fn sum(&self) -> i128 {
+        self.rows.iter().map(|r| r.columns.sum()).sum()
+    }
+}
