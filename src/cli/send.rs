@@ -33,7 +33,7 @@ pub(super) fn run(args: SendArgs) -> Result<(), Failure> {
         (_, Some(path), _) => Target::UnixDatagram(path),
         (_, _, Some(path)) => Target::UnixStream(path),
         (Some(addr), _, _) => Target::Udp(addr),
-        (None, None, None) => Target::Udp(crate::ingest::DEFAULT_UDP_LISTEN),
+        (None, None, None) => Target::Udp(crate::config::ingest::DEFAULT_UDP_LISTEN),
     };
     let lines = if args.lines.is_empty() {
         std::io::stdin()

@@ -6,6 +6,7 @@
 //! checked settings or a [`ConfigError`] that names the offending field.
 
 pub mod duration;
+pub mod ingest;
 pub mod listen;
 mod validate;
 
@@ -15,6 +16,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+pub use self::ingest::IngestConfig;
 pub use self::validate::ConfigError;
 
 /// The whole configuration file.
@@ -35,8 +37,9 @@ pub struct Config {
     #[serde(rename = "family")]
     pub families: Vec<FamilyConfig>,
     /// The sidecar's receivers: `[ingest.udp]`, `[ingest.uds]`, `[ingest.uds_stream]`.
-    #[cfg(feature = "sidecar")]
-    pub ingest: crate::ingest::IngestConfig,
+    /// Read in every build (one file serves the sidecar and the library); only the
+    /// sidecar uses it.
+    pub ingest: IngestConfig,
     /// The sidecar's HTTP endpoint.
     pub metrics: MetricsConfig,
     /// Logging.

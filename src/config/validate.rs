@@ -431,9 +431,19 @@ mod tests {
         assert_eq!(field_of(&c), "family[0].minute_table");
     }
 
+    /// One configuration shape in every build: the library built without the sidecar
+    /// reads a file written for the sidecar (its `[ingest.*]` sections included), as the
+    /// README's embedding example does. `.ci/run` runs this in a library-only build.
+    #[test]
+    fn the_example_file_parses_in_every_build() {
+        let example = Config::from_toml(include_str!("../../examples/countersink.toml"))
+            .expect("examples/countersink.toml parses");
+        example.validate().unwrap();
+        assert_eq!(example.families, [FamilyConfig::seed_views()]);
+    }
+
     /// The annotated example parses, validates, and states the real defaults.
     #[test]
-    #[cfg(feature = "sidecar")]
     fn the_annotated_example_parses_and_states_the_defaults() {
         let example = Config::from_toml(include_str!("../../examples/countersink.toml")).unwrap();
         example.validate().unwrap();

@@ -4,6 +4,7 @@
 use std::io;
 use std::path::PathBuf;
 
+use crate::config::ConfigError;
 use crate::vocabulary::Transport;
 
 /// The step of setting up a listener that failed.
@@ -95,14 +96,9 @@ pub enum ListenError {
         /// The configured path.
         path: PathBuf,
     },
-    /// A configuration value is out of range.
-    #[error("invalid ingest setting `{field}`: {reason}")]
-    Config {
-        /// The field, as written in the config file (`udp.threads`).
-        field: &'static str,
-        /// What is wrong with it.
-        reason: String,
-    },
+    /// A configuration value is out of range (the error names the field).
+    #[error(transparent)]
+    Config(#[from] ConfigError),
 }
 
 impl ListenError {

@@ -8,7 +8,6 @@
 //!
 //! | module | job |
 //! | --- | --- |
-//! | `config` | [`IngestConfig`] and its three parts, serde with `deny_unknown_fields`, validation |
 //! | `error` | [`ListenError`]: which transport, which address or path, which step failed |
 //! | `stats` | [`IngestStats`]: per-transport atomics and [`TransportSnapshot`] |
 //! | `receivers` | [`start`] and [`Receivers`]: thread spawning and the shutdown order |
@@ -46,7 +45,6 @@
 //! drained too.
 
 pub mod client;
-mod config;
 mod datagram;
 mod error;
 mod framing;
@@ -64,10 +62,6 @@ mod tests;
 
 use std::time::Duration;
 
-pub use config::{
-    DEFAULT_BATCH_SIZE, DEFAULT_RECV_BUFFER_BYTES, DEFAULT_SOCKET_MODE, DEFAULT_UDP_LISTEN,
-    IngestConfig, SocketMode, UdpConfig, UnixDatagramConfig, UnixStreamConfig,
-};
 pub use error::{ListenError, Step};
 pub use receivers::{Receivers, start};
 pub use stats::{IngestSnapshot, IngestStats, TransportSnapshot};

@@ -10,8 +10,9 @@ use super::datagram::DatagramReceiver;
 use super::unix_path::SocketFile;
 use super::unix_stream::Acceptor;
 use super::worker::StopFlag;
-use super::{IngestConfig, IngestStats, ListenError, PacketHandler, Step};
+use super::{IngestStats, ListenError, PacketHandler, Step};
 use super::{udp, unix_datagram, unix_stream};
+use crate::config::ingest::IngestConfig;
 use crate::vocabulary::Transport;
 
 /// Binds every configured receiver and starts its threads.

@@ -12,6 +12,8 @@ use std::time::{Duration, Instant};
 
 use super::client::{Client, Target};
 use super::*;
+use crate::config::ConfigError;
+use crate::config::ingest::{IngestConfig, SocketMode};
 use crate::vocabulary::Transport;
 
 /// What the test handlers saw, shared by every handler of one `start`.
@@ -763,11 +765,8 @@ fn invalid_config_is_refused_before_binding() {
     let err = start(&config, recording(&Arc::new(Seen::default()))).unwrap_err();
     assert!(
         matches!(
-            err,
-            ListenError::Config {
-                field: "udp.batch_size",
-                ..
-            }
+            &err,
+            ListenError::Config(ConfigError::Invalid { field, .. }) if field == "ingest.udp.batch_size"
         ),
         "{err}"
     );

@@ -5,7 +5,8 @@ use std::net::SocketAddr;
 use socket2::{Domain, Protocol, Socket, Type};
 
 use super::datagram::set_recv_buffer;
-use super::{IDLE_INTERVAL, ListenError, Step, UdpConfig};
+use super::{IDLE_INTERVAL, ListenError, Step};
+use crate::config::ingest::UdpConfig;
 use crate::vocabulary::Transport;
 
 /// The bound UDP sockets, one per receive thread.

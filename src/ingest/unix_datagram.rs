@@ -6,7 +6,8 @@ use socket2::{Socket, Type};
 
 use super::datagram::set_recv_buffer;
 use super::unix_path::{self, SocketFile};
-use super::{IDLE_INTERVAL, ListenError, Step, UnixDatagramConfig};
+use super::{IDLE_INTERVAL, ListenError, Step};
+use crate::config::ingest::UnixDatagramConfig;
 use crate::vocabulary::Transport;
 
 /// Queue length below which a hint about `net.unix.max_dgram_qlen` is logged.

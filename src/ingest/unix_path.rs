@@ -22,7 +22,9 @@ use std::path::{Path, PathBuf};
 
 use socket2::{Domain, SockAddr, Socket, Type};
 
-use super::{ListenError, SocketMode, Step};
+use super::{ListenError, Step};
+
+use crate::config::ingest::SocketMode;
 
 use crate::vocabulary::Transport;
 

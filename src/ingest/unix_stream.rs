@@ -19,7 +19,8 @@ use super::framing::{FrameReader, Oversized};
 use super::stats::TransportStats;
 use super::unix_path::{self, SocketFile};
 use super::worker::{IdleClock, Phase, RateLimitedLog, StopFlag};
-use super::{IDLE_INTERVAL, IngestStats, ListenError, PacketHandler, Step, UnixStreamConfig};
+use super::{IDLE_INTERVAL, IngestStats, ListenError, PacketHandler, Step};
+use crate::config::ingest::UnixStreamConfig;
 use crate::vocabulary::Transport;
 
 const TRANSPORT: Transport = Transport::UnixStream;

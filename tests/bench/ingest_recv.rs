@@ -26,7 +26,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use countersink::ingest::{IngestConfig, PacketHandler, start};
+use countersink::ingest::{PacketHandler, start};
+
+use countersink::config::ingest::IngestConfig;
 
 use countersink::vocabulary::Transport;
 

@@ -1,14 +1,16 @@
-//! Receiver configuration: one struct per transport, nested by the main config.
+//! `[ingest.*]`: the sidecar's receivers, one struct per transport.
 //!
-//! Every struct is `#[serde(default, deny_unknown_fields)]`: a missing field takes the
-//! default written in its doc, a misspelt one is an error.
+//! Part of [`Config`](super::Config) in every build, so that one file serves the sidecar
+//! and the library alike (the library reads these sections and ignores them). Every
+//! struct is `#[serde(default, deny_unknown_fields)]`: a missing field takes the default
+//! written in its doc, a misspelt one is an error.
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::PathBuf;
 
 use serde::{Deserialize, Deserializer, de};
 
-use super::ListenError;
+use super::ConfigError;
 
 /// Default UDP address: `127.0.0.1:8125` (loopback only; the StatsD port).
 pub const DEFAULT_UDP_LISTEN: SocketAddr = SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), 8125);
@@ -48,7 +50,7 @@ pub struct IngestConfig {
 pub struct UdpConfig {
     /// Address to listen on, `"IP:PORT"`, or `"off"` (`None`) to disable UDP.
     /// Defaults to `"127.0.0.1:8125"`. Port 0 picks a free port (tests).
-    #[serde(deserialize_with = "crate::config::listen::deserialize")]
+    #[serde(deserialize_with = "super::listen::deserialize")]
     pub listen: Option<SocketAddr>,
     /// Receive threads, one socket each (`SO_REUSEPORT` when more than 1). The kernel spreads
     /// senders over the sockets by address hash, so one sender always lands on one thread.
@@ -196,8 +198,9 @@ impl<'de> Deserialize<'de> for SocketMode {
 }
 
 impl IngestConfig {
-    /// Checks every range. [`start`](super::start) calls it first.
-    pub fn validate(&self) -> Result<(), ListenError> {
+    /// Checks every range; the error names the field (`ingest.udp.threads`). The
+    /// receivers check it again before binding anything.
+    pub fn validate(&self) -> Result<(), ConfigError> {
         let udp = &self.udp;
         check_range("udp.threads", udp.threads, 1, MAX_THREADS)?;
         check_range("udp.batch_size", udp.batch_size, 1, MAX_BATCH_SIZE)?;
@@ -230,41 +233,36 @@ impl IngestConfig {
         if let (Some(a), Some(b)) = (&self.uds.path, &stream.path)
             && a == b
         {
-            return Err(ListenError::Config {
-                field: "uds_stream.path",
-                reason: format!("{} is also the uds.path", b.display()),
-            });
+            return Err(ConfigError::invalid(
+                "ingest.uds_stream.path",
+                format!("{} is also the ingest.uds.path", b.display()),
+            ));
         }
         for (field, path) in [
-            ("uds.path", &self.uds.path),
-            ("uds_stream.path", &stream.path),
+            ("ingest.uds.path", &self.uds.path),
+            ("ingest.uds_stream.path", &stream.path),
         ] {
             if let Some(path) = path
                 && path.file_name().is_none()
             {
-                return Err(ListenError::Config {
+                return Err(ConfigError::invalid(
                     field,
-                    reason: format!("{} does not name a file", path.display()),
-                });
+                    format!("{} does not name a file", path.display()),
+                ));
             }
         }
         Ok(())
     }
 }
 
-fn check_range(
-    field: &'static str,
-    value: usize,
-    min: usize,
-    max: usize,
-) -> Result<(), ListenError> {
+fn check_range(field: &str, value: usize, min: usize, max: usize) -> Result<(), ConfigError> {
     if (min..=max).contains(&value) {
         Ok(())
     } else {
-        Err(ListenError::Config {
-            field,
-            reason: format!("{value} is outside {min}..={max}"),
-        })
+        Err(ConfigError::invalid(
+            format!("ingest.{field}"),
+            format!("{value} is outside {min}..={max}"),
+        ))
     }
 }
 
@@ -327,7 +325,7 @@ mod tests {
         assert!(toml::from_str::<IngestConfig>("[uds]\nmode = \"rw\"").is_err());
         let config: IngestConfig = toml::from_str("[udp]\nthreads = 0").unwrap();
         let err = config.validate().unwrap_err();
-        assert!(err.to_string().contains("udp.threads"), "{err}");
+        assert!(err.to_string().contains("ingest.udp.threads"), "{err}");
         let config: IngestConfig =
             toml::from_str("[uds]\npath = \"/tmp/a\"\n[uds_stream]\npath = \"/tmp/a\"").unwrap();
         assert!(config.validate().is_err());
