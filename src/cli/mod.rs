@@ -8,6 +8,7 @@
 //! anything else.
 
 mod args;
+#[cfg(feature = "dev")]
 mod dev;
 mod get;
 mod logging;
@@ -33,6 +34,7 @@ enum Command {
     Serve(args::ServeArgs),
     /// Run the sidecar against an embedded test store (cqlsim), with the schema created,
     /// and print how to send a line and read it back.
+    #[cfg(feature = "dev")]
     Dev(dev::DevArgs),
     /// Send counter lines to a running sidecar (from the arguments, or stdin when none).
     Send(send::SendArgs),
@@ -99,6 +101,7 @@ pub fn main() -> ExitCode {
     let result = runtime.block_on(async move {
         match cli.command {
             Command::Serve(args) => serve::run(args).await,
+            #[cfg(feature = "dev")]
             Command::Dev(args) => dev::run(args).await,
             Command::Send(args) => send::run(args),
             Command::Get(args) => get::run(args).await,
@@ -134,7 +137,10 @@ mod tests {
             "countersink send --uds-stream /tmp/s a:1|c",
             "countersink get --contact-point 127.0.0.1:9042 --keyspace ks page.views --tag page:home --day 2026-11-30 --minutes",
             "countersink schema --config x.toml --apply --contact-point 127.0.0.1:9042",
-        ] {
+        ]
+        .into_iter()
+        .filter(|line| cfg!(feature = "dev") || !line.starts_with("countersink dev "))
+        {
             let cli =
                 Cli::try_parse_from(line.split(' ')).unwrap_or_else(|e| panic!("{line}: {e}"));
             if let Command::Serve(args) = cli.command {

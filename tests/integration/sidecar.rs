@@ -433,6 +433,7 @@ async fn serve_exit_codes_and_sigterm() {
 }
 
 /// `countersink dev` starts, its banner's `send` and `get` commands work when pasted.
+#[cfg(feature = "dev")]
 #[test]
 fn dev_banner_commands_work_when_pasted() {
     let dir = tempfile::tempdir().unwrap();
