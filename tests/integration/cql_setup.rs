@@ -1,6 +1,5 @@
 //! Start-up checks of the CQL side: statement settings, schema validation, `schema`.
 
-use std::process::Command;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -9,7 +8,7 @@ use countersink::engine::Engine;
 use countersink::sink::cql::{CqlSink, CqlSinkError};
 use countersink::vocabulary::{FamilyId, Granularity};
 
-use crate::common::{config, start_store};
+use crate::common::{StoreOptions, cli_stdout, config, launch, start_store};
 
 /// Every prepared counter statement and every batch is non-idempotent, with the
 /// fall-through retry policy: the driver can never send a counter write twice.
@@ -120,22 +119,11 @@ async fn schema_mismatches_are_named_at_start() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn schema_command_prints_and_applies() {
     let dir = tempfile::tempdir().unwrap();
-    let store = cqlsim::Server::start(cqlsim::Config {
-        listen: "127.0.0.1:0".parse().unwrap(),
-        ..Default::default()
-    })
-    .await
-    .unwrap();
+    let store = launch(StoreOptions::default()).await;
     let file = dir.path().join("c.toml");
     std::fs::write(&file, include_str!("../../examples/countersink.toml")).unwrap();
-    let bin = env!("CARGO_BIN_EXE_countersink");
-    let printed = Command::new(bin)
-        .args(["schema", "--config"])
-        .arg(&file)
-        .output()
-        .unwrap();
-    assert!(printed.status.success());
-    let text = String::from_utf8(printed.stdout).unwrap();
+    let file = file.display().to_string();
+    let text = cli_stdout(["schema", "--config", &file]);
     for needle in [
         "CREATE KEYSPACE IF NOT EXISTS countersink",
         "CREATE KEYSPACE IF NOT EXISTS metrics",
@@ -144,17 +132,14 @@ async fn schema_command_prints_and_applies() {
     ] {
         assert!(text.contains(needle), "{needle}:\n{text}");
     }
-    let applied = Command::new(bin)
-        .args(["schema", "--apply", "--config"])
-        .arg(&file)
-        .args(["--contact-point", &store.local_addr().to_string()])
-        .output()
-        .unwrap();
-    assert!(
-        applied.status.success(),
-        "{}",
-        String::from_utf8_lossy(&applied.stderr)
-    );
+    cli_stdout([
+        "schema",
+        "--apply",
+        "--config",
+        &file,
+        "--contact-point",
+        &store.local_addr().to_string(),
+    ]);
     let mut config =
         countersink::Config::from_toml(include_str!("../../examples/countersink.toml")).unwrap();
     config.store.contact_points = vec![store.local_addr().to_string()];

@@ -1,11 +1,9 @@
 //! Hot-key sharding: each flush writes a row to one shard; `get` sums them, for both
 //! placements of the shard column.
 
-use std::process::Command;
-
 use countersink::config::{FamilyConfig, ShardPlacement};
 
-use crate::common::{T0, Writer, config, day_and_minute, start_store, table_sum};
+use crate::common::{T0, Writer, cli_stdout, config, day_and_minute, start_store, table_sum};
 
 async fn sharded(placement: ShardPlacement) {
     let dir = tempfile::tempdir().unwrap();
@@ -59,28 +57,22 @@ async fn sharded(placement: ShardPlacement) {
     )
     .unwrap();
     let (day, minute) = day_and_minute(now);
+    let file = file.display().to_string();
     let get = |extra: &[&str]| {
-        let out = Command::new(env!("CARGO_BIN_EXE_countersink"))
-            .args(["get", "--config"])
-            .arg(&file)
-            .args([
-                "--contact-point",
-                &config.store.contact_points[0],
-                "item.hits",
-                "--tag",
-                "item:x",
-                "--day",
-                &day,
-            ])
-            .args(extra)
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8(out.stdout).unwrap()
+        let mut args = vec![
+            "get",
+            "--config",
+            &file,
+            "--contact-point",
+            &config.store.contact_points[0],
+            "item.hits",
+            "--tag",
+            "item:x",
+            "--day",
+            &day,
+        ];
+        args.extend_from_slice(extra);
+        cli_stdout(args)
     };
     assert_eq!(get(&[]).trim(), "120");
     let minutes = get(&["--minutes"]);

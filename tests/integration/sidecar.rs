@@ -3,71 +3,18 @@
 
 use std::io::{BufRead, BufReader};
 use std::os::unix::net::UnixDatagram;
-use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use cadence::prelude::*;
 use cadence::{StatsdClient, UdpMetricSink, UnixMetricSink};
-use countersink::config::Config;
 use countersink::ingest::client::{Client, Target};
 use countersink::sidecar::Sidecar;
 
-use crate::common::{config, start_store, table_sum};
-
-const BIN: &str = env!("CARGO_BIN_EXE_countersink");
-
-fn sidecar_config(dir: &Path) -> Config {
-    let mut config = config(dir);
-    config.ingest.udp.listen = Some("127.0.0.1:0".parse().unwrap());
-    config.ingest.uds.path = Some(dir.join("dgram.sock"));
-    config.ingest.uds_stream.path = Some(dir.join("stream.sock"));
-    config.metrics.listen = Some("127.0.0.1:0".parse().unwrap());
-    config
-}
-
-async fn wait_ready(sidecar: &Sidecar) {
-    for _ in 0..100 {
-        if sidecar.is_ready() {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    panic!("the sidecar never became ready");
-}
-
-/// Polls `/metrics` until `done` holds (the receive threads run on their own schedule).
-async fn metrics_when(addr: std::net::SocketAddr, done: impl Fn(&str) -> bool) -> String {
-    for _ in 0..200 {
-        let (_, text) = get(addr, "/metrics");
-        if done(&text) {
-            return text;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    panic!(
-        "metrics never reached the expected state:\n{}",
-        get(addr, "/metrics").1
-    );
-}
-
-fn get(addr: std::net::SocketAddr, path: &str) -> (u16, String) {
-    use std::io::{Read, Write};
-    let mut stream = std::net::TcpStream::connect(addr).unwrap();
-    write!(
-        stream,
-        "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
-    )
-    .unwrap();
-    let mut response = String::new();
-    stream.read_to_string(&mut response).unwrap();
-    let status = response[9..12].parse().unwrap();
-    let body = response
-        .split_once("\r\n\r\n")
-        .map(|(_, b)| b.to_owned())
-        .unwrap_or_default();
-    (status, body)
-}
+use crate::common::{
+    BIN, Serve, StoreOptions, http_get, launch, metrics_when, run_cli, sidecar_config,
+    start_sidecar, start_store, table_sum, wait_ready,
+};
 
 /// Lines sent by the `cadence` StatsD client (UDP and Unix datagram) and by
 /// `countersink send` (all three transports) land in the store with exact totals.
@@ -76,8 +23,7 @@ async fn real_clients_over_every_transport_land_with_exact_totals() {
     let dir = tempfile::tempdir().unwrap();
     let mut config = sidecar_config(dir.path());
     let server = start_store(&mut config).await;
-    let sidecar = Sidecar::start(&config).await.unwrap();
-    wait_ready(&sidecar).await;
+    let sidecar = start_sidecar(&config).await;
     let bound = sidecar.bound();
 
     let udp_socket = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
@@ -109,16 +55,13 @@ async fn real_clients_over_every_transport_land_with_exact_totals() {
             bound.uds_stream.clone().unwrap().display().to_string(),
         ),
     ] {
-        let out = Command::new(BIN)
-            .args([
-                "send",
-                flag,
-                &target,
-                "sent:3|c|#via:cli",
-                "sent:4|c|#via:cli",
-            ])
-            .output()
-            .unwrap();
+        let out = run_cli([
+            "send",
+            flag,
+            &target,
+            "sent:3|c|#via:cli",
+            "sent:4|c|#via:cli",
+        ]);
         assert!(
             out.status.success(),
             "{}",
@@ -191,8 +134,7 @@ async fn hostile_packets_are_counted_and_good_neighbours_still_count() {
     let dir = tempfile::tempdir().unwrap();
     let mut config = sidecar_config(dir.path());
     let server = start_store(&mut config).await;
-    let sidecar = Sidecar::start(&config).await.unwrap();
-    wait_ready(&sidecar).await;
+    let sidecar = start_sidecar(&config).await;
     let bound = sidecar.bound();
     let mut client = Client::connect(Target::Udp(bound.udp.unwrap()))
         .unwrap()
@@ -249,8 +191,8 @@ async fn hostile_packets_are_counted_and_good_neighbours_still_count() {
         !metrics.contains("countersink_lines_invalid_total{reason=\"not_utf8\"} 0"),
         "the garbage was counted"
     );
-    assert_eq!(get(bound.metrics.unwrap(), "/healthz").0, 200);
-    assert_eq!(get(bound.metrics.unwrap(), "/readyz").0, 200);
+    assert_eq!(http_get(bound.metrics.unwrap(), "/healthz").0, 200);
+    assert_eq!(http_get(bound.metrics.unwrap(), "/readyz").0, 200);
 
     sidecar.shutdown().await.unwrap();
     let rows = server
@@ -280,8 +222,7 @@ async fn metrics_carry_the_minimum_set_and_the_identity_holds() {
     config.flush.interval = Duration::from_millis(200);
     config.flush.jitter = Duration::from_millis(10);
     let server = start_store(&mut config).await;
-    let sidecar = Sidecar::start(&config).await.unwrap();
-    wait_ready(&sidecar).await;
+    let sidecar = start_sidecar(&config).await;
     let bound = sidecar.bound();
     let mut client = Client::connect(Target::Udp(bound.udp.unwrap())).unwrap();
     let lines: Vec<String> = (0..2000)
@@ -342,36 +283,27 @@ async fn serve_exit_codes_and_sigterm() {
     let dir = tempfile::tempdir().unwrap();
     let bad = dir.path().join("bad.toml");
     std::fs::write(&bad, "[flush]\ninterval = \"10\"\n").unwrap();
-    let out = Command::new(BIN)
-        .args(["serve", "--config", bad.to_str().unwrap()])
-        .output()
-        .unwrap();
+    let out = run_cli(["serve", "--config", bad.to_str().unwrap()]);
     assert_eq!(out.status.code(), Some(2));
     assert!(
         String::from_utf8_lossy(&out.stderr).contains("line 2"),
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let out = Command::new(BIN)
-        .args(["serve", "--keyspace", "Bad-Name"])
-        .output()
-        .unwrap();
+    let out = run_cli(["serve", "--keyspace", "Bad-Name"]);
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("store.keyspace"));
 
     let taken = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
-    let out = Command::new(BIN)
-        .args([
-            "serve",
-            "--udp",
-            &taken.local_addr().unwrap().to_string(),
-            "--metrics",
-            "off",
-            "--state-dir",
-        ])
-        .arg(dir.path().join("s1"))
-        .output()
-        .unwrap();
+    let out = run_cli([
+        "serve",
+        "--udp",
+        &taken.local_addr().unwrap().to_string(),
+        "--metrics",
+        "off",
+        "--state-dir",
+        &dir.path().join("s1").display().to_string(),
+    ]);
     assert_eq!(
         out.status.code(),
         Some(2),
@@ -387,42 +319,22 @@ async fn serve_exit_codes_and_sigterm() {
     let udp = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
     let port = udp.local_addr().unwrap();
     drop(udp);
-    let mut child = Command::new(BIN)
-        .args([
-            "serve",
-            "--udp",
-            &port.to_string(),
-            "--metrics",
-            "off",
-            "--flush-interval",
-            "1h",
-            "--contact-point",
-        ])
-        .arg(&config.store.contact_points[0])
-        .arg("--state-dir")
-        .arg(dir.path().join("s2"))
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let stderr = BufReader::new(child.stderr.take().unwrap());
-    let mut lines = stderr.lines();
-    for line in lines.by_ref() {
-        if line.unwrap().contains("Connected to the store") {
-            break;
-        }
-    }
+    let serve = Serve::start([
+        "--udp",
+        &port.to_string(),
+        "--metrics",
+        "off",
+        "--flush-interval",
+        "1h",
+        "--contact-point",
+        &config.store.contact_points[0],
+        "--state-dir",
+        &dir.path().join("s2").display().to_string(),
+    ]);
     let mut client = Client::connect(Target::Udp(port)).unwrap();
     client.send_lines(["term:5|c", "term:6|c"]).unwrap();
     tokio::time::sleep(Duration::from_millis(300)).await;
-    let pid = child.id().to_string();
-    assert!(
-        Command::new("kill")
-            .args(["-TERM", &pid])
-            .status()
-            .unwrap()
-            .success()
-    );
-    let status = child.wait().unwrap();
+    let (status, _) = serve.terminate();
     assert_eq!(status.code(), Some(0));
     assert_eq!(
         table_sum(&server, "countersink.counts_by_minute", "value"),
@@ -514,20 +426,14 @@ async fn starts_before_the_store_and_catches_up() {
     let mut client = Client::connect(Target::Udp(bound.udp.unwrap())).unwrap();
     client.send_lines(["early:5|c"]).unwrap();
     tokio::time::sleep(Duration::from_millis(600)).await;
-    assert_eq!(get(bound.metrics.unwrap(), "/readyz").0, 503);
+    assert_eq!(http_get(bound.metrics.unwrap(), "/readyz").0, 503);
     assert!(!sidecar.is_ready());
 
-    let server = cqlsim::Server::start(cqlsim::Config {
+    let server = launch(StoreOptions {
         listen: store_addr,
-        ..Default::default()
+        schema_of: Some(&config),
     })
-    .await
-    .unwrap();
-    for statement in
-        countersink::ddl::statements(&config, countersink::ddl::DEV_REPLICATION).unwrap()
-    {
-        server.execute(None, &statement).unwrap();
-    }
+    .await;
     wait_ready(&sidecar).await;
     for _ in 0..50 {
         if table_sum(&server, "countersink.counts_by_minute", "value") == 5 {
@@ -539,7 +445,7 @@ async fn starts_before_the_store_and_catches_up() {
         table_sum(&server, "countersink.counts_by_minute", "value"),
         5
     );
-    assert_eq!(get(bound.metrics.unwrap(), "/readyz").0, 200);
+    assert_eq!(http_get(bound.metrics.unwrap(), "/readyz").0, 200);
     sidecar.shutdown().await.unwrap();
     server.shutdown().await.unwrap();
 }
@@ -557,21 +463,19 @@ async fn a_schema_mismatch_stops_serve_with_exit_code_2() {
         "[[family]]\nname = \"v\"\nminute_table = \"metrics.absent\"\nday_table = \"metrics.views_by_day\"\nkey = [\"page_id\"]\n[family.columns]\n\"page.views\" = \"views\"\n",
     )
     .unwrap();
-    let out = Command::new(BIN)
-        .args(["serve", "--config"])
-        .arg(&file)
-        .args([
-            "--udp",
-            "127.0.0.1:0",
-            "--metrics",
-            "off",
-            "--contact-point",
-            &config.store.contact_points[0],
-            "--state-dir",
-        ])
-        .arg(dir.path().join("s"))
-        .output()
-        .unwrap();
+    let out = run_cli([
+        "serve",
+        "--config",
+        &file.display().to_string(),
+        "--udp",
+        "127.0.0.1:0",
+        "--metrics",
+        "off",
+        "--contact-point",
+        &config.store.contact_points[0],
+        "--state-dir",
+        &dir.path().join("s").display().to_string(),
+    ]);
     assert_eq!(out.status.code(), Some(2));
     assert!(
         String::from_utf8_lossy(&out.stderr).contains("metrics.absent"),

@@ -1,13 +1,21 @@
-//! Shared set-up: an in-process cqlsim with the schema, and writers (engine + CQL sink +
-//! flusher) whose time is injected.
+//! Shared set-up: the configuration, the store ([`store`]), writers (engine + CQL sink +
+//! flusher) whose time is injected, the sidecar in this process ([`sidecar`]) and the
+//! binary ([`cli`]).
+
+mod cli;
+mod sidecar;
+mod store;
+
+pub(crate) use self::cli::{BIN, Serve, cli_stdout, run_cli};
+pub(crate) use self::sidecar::{http_get, metrics_when, sidecar_config, start_sidecar, wait_ready};
+pub(crate) use self::store::{StoreOptions, cell, launch, start_store, table_sum};
 
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
 use countersink::accounting::Accounting;
-use countersink::config::{Config, FamilyConfig};
-use countersink::ddl;
+use countersink::config::Config;
 use countersink::engine::Engine;
 use countersink::flush::{Flusher, Ledger};
 use countersink::sink::cql::CqlSink;
@@ -16,41 +24,16 @@ use countersink::state::StateDir;
 /// 2026-11-30T23:58:00Z: two minutes before a day (and month) boundary.
 pub(crate) const T0: i64 = 1_796_083_080;
 
-/// A configuration with the generic family and the `views` family of seed 000.
+/// The annotated example configuration (the generic family and seed 000's `views`
+/// family, every other setting at its default), with its state in `state`, short store
+/// timeouts and a shorter shutdown deadline.
 pub(crate) fn config(state: &Path) -> Config {
-    let mut config = Config::default();
+    let mut config = Config::from_toml(include_str!("../../../examples/countersink.toml"))
+        .expect("the example configuration parses");
     config.state.dir = state.to_owned();
-    config.families.push(FamilyConfig {
-        name: "views".into(),
-        minute_table: "metrics.views_by_minute".into(),
-        day_table: "metrics.views_by_day".into(),
-        key: vec!["page_id".into()],
-        columns: [
-            ("page.views".to_string(), "views".to_string()),
-            ("page.bytes".to_string(), "bytes".to_string()),
-        ]
-        .into(),
-        ..FamilyConfig::default()
-    });
     config.store.request_timeout = Duration::from_secs(2);
     config.flush.shutdown_deadline = Duration::from_secs(5);
     config
-}
-
-/// Starts cqlsim on a free port with the schema of `config`, and points `config` at it.
-pub(crate) async fn start_store(config: &mut Config) -> cqlsim::Server {
-    let server = cqlsim::Server::start(cqlsim::Config {
-        listen: "127.0.0.1:0".parse().expect("address"),
-        seed: 7,
-        ..Default::default()
-    })
-    .await
-    .expect("cqlsim starts");
-    for statement in ddl::statements(config, ddl::DEV_REPLICATION).expect("schema") {
-        server.execute(None, &statement).expect("schema statement");
-    }
-    config.store.contact_points = vec![server.local_addr().to_string()];
-    server
 }
 
 /// One writer: what a sidecar or a `Recorder` runs, with time passed in.
@@ -95,33 +78,6 @@ impl Writer {
     pub(crate) fn accounting(&self) -> Accounting {
         Accounting::read(&self.engine, &self.ledger)
     }
-}
-
-/// Sum of a column over a whole table, read through cqlsim's in-process API.
-pub(crate) fn table_sum(server: &cqlsim::Server, table: &str, column: &str) -> i128 {
-    let rows = server
-        .execute(None, &format!("SELECT {column} FROM {table}"))
-        .expect("select");
-    (0..rows.len())
-        .filter_map(|i| rows.get_i64(i, column))
-        .map(i128::from)
-        .sum()
-}
-
-/// One counter cell, or `None` when the row does not exist.
-pub(crate) fn cell(
-    server: &cqlsim::Server,
-    table: &str,
-    column: &str,
-    condition: &str,
-) -> Option<i64> {
-    let rows = server
-        .execute(
-            None,
-            &format!("SELECT {column} FROM {table} WHERE {condition}"),
-        )
-        .expect("select");
-    rows.get_i64(0, column)
 }
 
 /// Minute of the day and date of a Unix time, as the tables key them.

@@ -1,0 +1,83 @@
+//! Running the `countersink` binary the way scripts and operators do.
+
+use std::ffi::OsStr;
+use std::io::{BufRead, BufReader, Lines};
+use std::process::{Child, ChildStderr, Command, ExitStatus, Output, Stdio};
+use std::time::{Duration, Instant};
+
+/// The binary under test.
+pub(crate) const BIN: &str = env!("CARGO_BIN_EXE_countersink");
+
+/// Runs `countersink ARGS...` to completion.
+pub(crate) fn run_cli<I, S>(args: I) -> Output
+where
+    I: IntoIterator<Item = S>,
+    S: AsRef<OsStr>,
+{
+    Command::new(BIN).args(args).output().expect("runs")
+}
+
+/// Runs `countersink ARGS...`, asserts it succeeded, and returns its stdout.
+pub(crate) fn cli_stdout<I, S>(args: I) -> String
+where
+    I: IntoIterator<Item = S>,
+    S: AsRef<OsStr>,
+{
+    let out = run_cli(args);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).expect("utf-8")
+}
+
+/// `countersink serve ARGS...` running as a child process.
+pub(crate) struct Serve {
+    child: Child,
+    stderr: Lines<BufReader<ChildStderr>>,
+}
+
+impl Serve {
+    /// Starts `countersink serve ARGS...` and waits until it logged that it connected to
+    /// the store (its log goes to stderr).
+    pub(crate) fn start<I, S>(args: I) -> Serve
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<OsStr>,
+    {
+        let mut child = Command::new(BIN)
+            .arg("serve")
+            .args(args)
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawns");
+        let mut stderr = BufReader::new(child.stderr.take().expect("stderr")).lines();
+        let mut seen = Vec::new();
+        for line in stderr.by_ref() {
+            let line = line.expect("stderr line");
+            if line.contains("Connected to the store") {
+                return Serve { child, stderr };
+            }
+            seen.push(line);
+        }
+        panic!("serve exited before connecting:\n{}", seen.join("\n"));
+    }
+
+    /// Sends SIGTERM and waits for the exit: the status, and how long it took.
+    pub(crate) fn terminate(mut self) -> (ExitStatus, Duration) {
+        let pid = self.child.id().to_string();
+        let sent = Instant::now();
+        assert!(
+            Command::new("kill")
+                .args(["-TERM", &pid])
+                .status()
+                .expect("kill runs")
+                .success()
+        );
+        // Keep reading its log so that it never blocks on a full pipe.
+        for _ in self.stderr.by_ref() {}
+        let status = self.child.wait().expect("waits");
+        (status, sent.elapsed())
+    }
+}
