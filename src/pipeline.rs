@@ -5,13 +5,13 @@
 
 use std::sync::Arc;
 
-use tokio::sync::{Notify, watch};
+use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 
 use crate::accounting::Accounting;
 use crate::config::{Config, ConfigError};
 use crate::engine::Engine;
-use crate::flush::{FlushReport, Flusher, Ledger};
+use crate::flush::{FlushReport, Flusher, Ledger, ShutdownHandle, shutdown_channel};
 use crate::sink::Sink;
 use crate::state::{StateDir, StateError};
 
@@ -33,7 +33,7 @@ pub enum StartError {
 pub struct Pipeline {
     engine: Arc<Engine>,
     ledger: Arc<Ledger>,
-    shutdown: watch::Sender<bool>,
+    shutdown: ShutdownHandle,
     task: Option<JoinHandle<FlushReport>>,
 }
 
@@ -79,8 +79,8 @@ impl Pipeline {
         let early = Arc::new(Notify::new());
         let notify = early.clone();
         engine.aggregator().on_pressure(move || notify.notify_one());
-        let (shutdown, stop) = watch::channel(false);
-        let task = tokio::spawn(flusher.run(stop, early));
+        let (shutdown, signal) = shutdown_channel();
+        let task = tokio::spawn(flusher.run(signal, early));
         Ok(Pipeline {
             engine,
             ledger,
@@ -104,18 +104,17 @@ impl Pipeline {
         Accounting::read(&self.engine, &self.ledger)
     }
 
-    /// Asks the flush task to stop, without waiting (the final flush still runs).
+    /// Asks the flush task to stop, without waiting (the final flush still runs). The
+    /// shutdown deadline counts from the first request.
     pub fn request_shutdown(&self) {
-        let _ = self.shutdown.send(true);
+        self.shutdown.request();
     }
 
     /// A function that asks the flush task to stop, usable where the pipeline is not
     /// (a `Drop` impl).
     pub fn shutdown_trigger(&self) -> impl FnOnce() + Send + 'static {
-        let sender = self.shutdown.clone();
-        move || {
-            let _ = sender.send(true);
-        }
+        let handle = self.shutdown.clone();
+        move || handle.request()
     }
 
     /// Whether the flush task is still there to wait for.

@@ -3,7 +3,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
-use tokio::sync::{Notify, watch};
+use tokio::sync::Notify;
 
 use crate::bucket;
 use crate::config::FlushConfig;
@@ -16,7 +16,8 @@ use super::ledger::Ledger;
 use super::plan::{self, PlanOptions};
 use super::records::{self, FlushIdentity};
 use super::replay::{Origin, replay};
-use super::send::{Deadline, Sent, send_all, wait_true};
+use super::send::{Sent, send_all};
+use super::shutdown::{Deadline, ShutdownSignal, shutdown_channel};
 use crate::sink::Outcome;
 use crate::sink::PartitionWrite;
 use crate::sink::WriteError;
@@ -90,45 +91,46 @@ impl<S: Sink> Flusher<S> {
         &self.ledger
     }
 
-    /// Runs until `shutdown` turns true: flushes every interval (± jitter) and early when
-    /// `early` is notified, then closes the buffer and does the final flush with the
-    /// shutdown deadline.
-    pub async fn run(mut self, shutdown: watch::Receiver<bool>, early: Arc<Notify>) -> FlushReport {
-        let mut stop = shutdown.clone();
+    /// Runs until shutdown is requested: flushes every interval (± jitter) and early when
+    /// `early` is notified, then closes the buffer and does the final flush. The flush
+    /// running at the request and the final flush share one deadline, fixed at the
+    /// request (see [`super::shutdown`]).
+    pub async fn run(mut self, mut shutdown: ShutdownSignal, early: Arc<Notify>) -> FlushReport {
+        let mut deadline = Deadline::new(shutdown.clone(), self.config.shutdown_deadline);
         loop {
             let wait = self.next_interval();
             tokio::select! {
                 _ = tokio::time::sleep(wait) => {}
                 _ = early.notified() => {}
-                _ = wait_true(&mut stop) => break,
+                _ = shutdown.requested() => break,
             }
-            let deadline = Deadline::on_shutdown(shutdown.clone(), self.config.shutdown_deadline);
-            self.flush(deadline, false).await;
-            if *shutdown.borrow() {
+            self.flush(&mut deadline, false).await;
+            if shutdown.requested_at().is_some() {
                 break;
             }
         }
-        self.final_flush(shutdown).await
+        self.final_flush(deadline).await
     }
 
     /// One flush without a deadline (tests and benchmarks drive flushes with this).
     pub async fn flush_now(&mut self) -> FlushReport {
-        let (_tx, shutdown) = watch::channel(false);
-        let deadline = Deadline::on_shutdown(shutdown, self.config.shutdown_deadline);
-        self.flush(deadline, false).await
+        let (_handle, never) = shutdown_channel();
+        let mut deadline = Deadline::new(never, self.config.shutdown_deadline);
+        self.flush(&mut deadline, false).await
     }
 
     /// The final flush of shutdown, as `run` ends: closes the buffer, sends with the
-    /// shutdown deadline, spills the rest, records a clean stop.
+    /// shutdown deadline (from now), spills the rest, records a clean stop.
     pub async fn finish(self) -> FlushReport {
-        let (_tx, shutdown) = watch::channel(true);
-        self.final_flush(shutdown).await
+        let grace = self.config.shutdown_deadline;
+        self.final_flush(Deadline::new(ShutdownSignal::requested_now(), grace))
+            .await
     }
 
-    async fn final_flush(mut self, shutdown: watch::Receiver<bool>) -> FlushReport {
+    async fn final_flush(mut self, mut deadline: Deadline) -> FlushReport {
         self.engine.aggregator().close();
-        let deadline = Deadline::from_now(shutdown, self.config.shutdown_deadline);
-        let report = self.flush(deadline, true).await;
+        deadline.fix();
+        let report = self.flush(&mut deadline, true).await;
         let (rows, sum) = pending(&self.engine);
         if let Err(error) = self.state.write_status(rows == 0, rows as u64, sum) {
             tracing::error!(%error, "Could not record the clean shutdown in status.json.");
@@ -155,7 +157,7 @@ impl<S: Sink> Flusher<S> {
         }
     }
 
-    async fn flush(&mut self, mut deadline: Deadline, last: bool) -> FlushReport {
+    async fn flush(&mut self, deadline: &mut Deadline, last: bool) -> FlushReport {
         let started = Instant::now();
         self.seq += 1;
         if self.store_healthy && !last && self.state.spill.has_pending() {
@@ -215,13 +217,7 @@ impl<S: Sink> Flusher<S> {
             }
         }
 
-        let results = send_all(
-            &*self.sink,
-            writes,
-            self.config.max_in_flight,
-            &mut deadline,
-        )
-        .await;
+        let results = send_all(&*self.sink, writes, self.config.max_in_flight, deadline).await;
         self.settle(results, rows, drained_sums, started, last, replay_begun)
     }
 

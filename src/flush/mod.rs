@@ -11,10 +11,12 @@ pub mod plan;
 pub mod records;
 mod replay;
 mod send;
+pub mod shutdown;
 
 pub use self::flusher::{FlushReport, Flusher};
 pub use self::ledger::{Ledger, Settled};
 pub use self::plan::PlanOptions;
+pub use self::shutdown::{ShutdownHandle, ShutdownSignal, shutdown_channel};
 
 #[cfg(test)]
 mod tests;

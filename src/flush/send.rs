@@ -1,13 +1,12 @@
 //! Sending a flush's writes: at most `max_in_flight` at once, until all are answered or
 //! the shutdown deadline passes.
 
-use std::time::Duration;
-
 use futures_util::StreamExt;
 use futures_util::stream::FuturesUnordered;
-use tokio::sync::watch;
 
 use crate::sink::Sink;
+
+use super::shutdown::Deadline;
 
 use crate::sink::Outcome;
 use crate::sink::PartitionWrite;
@@ -20,65 +19,6 @@ pub(super) enum Sent {
     NotStarted,
     /// The deadline passed while it was in flight: it may have been applied.
     Cancelled,
-}
-
-/// The end of a deadline-bounded flush: `None` until shutdown is requested, then the
-/// instant by which the last flush must be done.
-pub(super) struct Deadline {
-    at: Option<tokio::time::Instant>,
-    shutdown: watch::Receiver<bool>,
-    grace: Duration,
-}
-
-impl Deadline {
-    /// No deadline until shutdown is requested; then `grace` from that moment.
-    pub(super) fn on_shutdown(shutdown: watch::Receiver<bool>, grace: Duration) -> Deadline {
-        Deadline {
-            at: None,
-            shutdown,
-            grace,
-        }
-    }
-
-    /// `grace` from now.
-    pub(super) fn from_now(shutdown: watch::Receiver<bool>, grace: Duration) -> Deadline {
-        Deadline {
-            at: Some(tokio::time::Instant::now() + grace),
-            shutdown,
-            grace,
-        }
-    }
-
-    fn passed(&self) -> bool {
-        self.at.is_some_and(|at| tokio::time::Instant::now() >= at)
-    }
-
-    /// Resolves when the deadline passes; arms it when shutdown is requested.
-    async fn wait(&mut self) {
-        loop {
-            if let Some(at) = self.at {
-                tokio::time::sleep_until(at).await;
-                return;
-            }
-            if *self.shutdown.borrow_and_update() {
-                self.at = Some(tokio::time::Instant::now() + self.grace);
-                continue;
-            }
-            if self.shutdown.changed().await.is_err() {
-                // The handle is gone: treat it as a shutdown request.
-                self.at = Some(tokio::time::Instant::now() + self.grace);
-            }
-        }
-    }
-}
-
-/// Resolves once `rx` holds `true` (or its sender is gone).
-pub(super) async fn wait_true(rx: &mut watch::Receiver<bool>) {
-    while !*rx.borrow_and_update() {
-        if rx.changed().await.is_err() {
-            return;
-        }
-    }
 }
 
 /// Sends every write with at most `max_in_flight` at once, until done or the deadline.

@@ -502,3 +502,46 @@ async fn an_unclean_previous_stop_is_exported_until_a_clean_one() {
         "{text}"
     );
 }
+
+/// Shutdown requested while a regular flush hangs, with rows pending behind it: the
+/// running flush and the final flush share one deadline, fixed when shutdown was
+/// requested, so the whole shutdown takes `flush.shutdown_deadline`, not twice that.
+#[tokio::test(start_paused = true)]
+async fn one_shutdown_deadline_covers_the_running_flush_and_the_final_flush() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = config(dir.path());
+    config.flush.interval = Duration::from_secs(5);
+    config.flush.jitter = Duration::ZERO;
+    config.flush.shutdown_deadline = Duration::from_secs(3);
+    let h = harness(&config, Hang);
+    h.engine
+        .record("hits", &[("i", "1")][..], 1, T0, None)
+        .unwrap();
+    let (request, signal) = crate::flush::shutdown_channel();
+    let task = tokio::spawn(h.flusher.run(signal, Arc::new(tokio::sync::Notify::new())));
+    // The first flush starts at 5 s and hangs; a row arrives behind it.
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    h.engine
+        .record("hits", &[("i", "2")][..], 1, T0, None)
+        .unwrap();
+    let requested = tokio::time::Instant::now();
+    request.request();
+    let last = task.await.unwrap();
+    assert_eq!(
+        tokio::time::Instant::now() - requested,
+        config.flush.shutdown_deadline,
+        "shutdown took the deadline, once"
+    );
+    assert_eq!(
+        (last.writes, last.unknown, last.spilled),
+        (2, 0, 2),
+        "the final flush found the deadline passed: nothing started, everything spilled"
+    );
+    let a = Accounting::read(&h.engine, &h.ledger);
+    assert!(a.is_balanced(), "{a:?}");
+    assert_eq!(
+        (a.minute.unknown, a.minute.spilled, a.minute.pending),
+        (1, 1, 0),
+        "the hanging write is unknown, the row behind it spilled"
+    );
+}

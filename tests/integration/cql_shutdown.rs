@@ -3,7 +3,10 @@
 
 use std::time::{Duration, Instant};
 
-use crate::common::{T0, Writer, config, start_store, table_sum};
+use countersink::ingest::client::{Client, Target};
+use cqlsim::{FaultKind, FaultRule};
+
+use crate::common::{Serve, T0, Writer, config, start_store, table_sum};
 
 /// 100k pending rows (1,000 pages x 100 minutes, as after a long outage) and a deadline
 /// too short to send them all: what is sent is applied (or, if cut off in flight, logged
@@ -74,4 +77,89 @@ async fn shutdown_with_100k_pending_rows_applies_or_spills_and_a_restart_replays
         "day table: {day} vs {a:?}"
     );
     server.shutdown().await.unwrap();
+}
+
+/// SIGTERM while a regular flush hangs (the store never answers writes; the client
+/// timeout is far away) and rows wait behind it: `serve` exits one
+/// `flush.shutdown_deadline` after the signal, not two. The hanging writes are logged as
+/// unknown, the rows behind them are spilled.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_during_a_hanging_flush_exits_within_one_deadline() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = config(dir.path());
+    let server = start_store(&mut config).await;
+    server.add_fault(FaultRule::new(FaultKind::NoReply).applied(true));
+    let deadline = Duration::from_secs(3);
+    let file = dir.path().join("serve.toml");
+    std::fs::write(
+        &file,
+        format!(
+            "[store]\nrequest_timeout = \"60s\"\n[flush]\ninterval = \"300ms\"\njitter = \"0s\"\nshutdown_deadline = \"{}s\"\n",
+            deadline.as_secs()
+        ),
+    )
+    .unwrap();
+    let state = dir.path().join("state");
+    let serve = Serve::start([
+        "--config",
+        &file.display().to_string(),
+        "--udp",
+        "off",
+        "--uds",
+        &dir.path().join("dgram.sock").display().to_string(),
+        "--metrics",
+        "off",
+        "--contact-point",
+        &config.store.contact_points[0],
+        "--state-dir",
+        &state.display().to_string(),
+    ]);
+    let mut client = Client::connect(Target::UnixDatagram(dir.path().join("dgram.sock"))).unwrap();
+    client.send_lines(["hang:1|c"]).unwrap();
+    // A flush took the row and its two writes hang in the store.
+    wait_until(|| {
+        server
+            .stats()
+            .table("countersink", "counts_by_day")
+            .write_requests
+            == 1
+    })
+    .await;
+    client.send_lines(["behind:1|c"]).unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await; // let the receiver read it
+    let (status, took) = serve.terminate();
+    assert_eq!(status.code(), Some(0));
+    assert!(
+        took < deadline + Duration::from_secs(2),
+        "exit {took:?} after SIGTERM, with a {deadline:?} deadline"
+    );
+    let records = |name: &str| -> Vec<serde_json::Value> {
+        std::fs::read_to_string(state.join(name))
+            .unwrap_or_default()
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect()
+    };
+    let unknown = records("unknown.jsonl");
+    assert_eq!(unknown.len(), 2, "{unknown:?}");
+    assert!(
+        unknown
+            .iter()
+            .all(|r| r["key"]["name"] == "hang" && r["error"]["kind"] == "cancelled_at_deadline")
+    );
+    let spilled = records("spill.jsonl");
+    assert_eq!(spilled.len(), 2, "{spilled:?}");
+    assert!(spilled.iter().all(|r| r["key"]["name"] == "behind"));
+    server.shutdown().await.unwrap();
+}
+
+/// Polls `done` every 20 ms for up to 10 s.
+async fn wait_until(done: impl Fn() -> bool) {
+    for _ in 0..500 {
+        if done() {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    panic!("the awaited state never came");
 }
