@@ -54,6 +54,24 @@ pub struct Sharding {
     pub column: String,
 }
 
+impl Sharding {
+    /// The shard a writer writes to in one flush. Each flush moves to the next shard, and
+    /// writers start from different shards (their seed, from [`shard_seed`]), so a fleet
+    /// spreads over all of them.
+    pub fn shard_for(&self, writer_seed: u64, flush_seq: u64) -> u8 {
+        // Below `shards` (at most 64), so it fits.
+        (writer_seed.wrapping_add(flush_seq) % u64::from(self.shards)) as u8
+    }
+}
+
+/// A writer's shard seed: a hash (FNV-1a) of its id, so that writers started together
+/// begin on different shards.
+pub fn shard_seed(writer_id: &str) -> u64 {
+    writer_id.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3)
+    })
+}
+
 /// One family, resolved from the configuration.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct FamilyDef {
@@ -383,6 +401,15 @@ impl Families {
         self.by_metric.get(name).copied()
     }
 
+    /// The shard `family`'s writes go to in flush `flush_seq` of the writer with
+    /// `writer_seed` ([`shard_seed`]); `None` for an unsharded family.
+    pub fn shard_of(&self, family: FamilyId, writer_seed: u64, flush_seq: u64) -> Option<u8> {
+        self.get(family)
+            .sharding
+            .as_ref()
+            .map(|s| s.shard_for(writer_seed, flush_seq))
+    }
+
     /// Whether counters matching no configured family are kept.
     pub fn generic_enabled(&self) -> bool {
         self.generic_enabled
@@ -596,6 +623,27 @@ mod tests {
             families.resolve("other", short, &mut series),
             Err(Unplaced::Unconfigured)
         );
+    }
+
+    /// Each flush moves a writer to the next shard; writers start apart; unsharded
+    /// families have no shard.
+    #[test]
+    fn shards_rotate_per_flush_from_a_seed_per_writer() {
+        let mut c = config();
+        c.families[0].shards = 4;
+        let families = Families::from_config(&c).unwrap();
+        let views = families.by_name("views").unwrap().id;
+        let seed = shard_seed("web-1");
+        let shards: Vec<Option<u8>> = (1..=5)
+            .map(|seq| families.shard_of(views, seed, seq))
+            .collect();
+        let first = shards[0].unwrap();
+        assert_eq!(
+            shards,
+            (0..5).map(|i| Some((first + i) % 4)).collect::<Vec<_>>()
+        );
+        assert_ne!(shard_seed("web-1"), shard_seed("web-2"));
+        assert_eq!(families.shard_of(GENERIC, seed, 1), None);
     }
 
     #[test]

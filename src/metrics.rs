@@ -19,6 +19,8 @@ use crate::accounting::Accounting;
 use crate::engine::Engine;
 use crate::flush::Ledger;
 use crate::line::{IgnoredKind, InvalidReason};
+use crate::sink::OutcomeClass;
+use crate::state::{LostRecords, OutcomeLog};
 use crate::vocabulary::{DropReason, Granularity, Transport};
 
 /// Reads the engine's and the flusher's counts at scrape time.
@@ -199,10 +201,10 @@ impl Collector for EngineCollector {
         for family in self.engine.families().iter() {
             for table in [&family.minute_table, &family.day_table] {
                 let table = table.to_string();
-                for outcome in ["applied", "requeued", "rejected", "unknown"] {
-                    let n = writes.get(&(table.clone(), outcome)).copied().unwrap_or(0);
+                for class in OutcomeClass::ALL {
+                    let n = writes.get(&(table.clone(), class)).copied().unwrap_or(0);
                     f.cql_writes
-                        .with_label_values(&[table.as_str(), outcome])
+                        .with_label_values(&[table.as_str(), class.label()])
                         .inc_by(n);
                 }
             }
@@ -211,10 +213,12 @@ impl Collector for EngineCollector {
         f.flushes.inc_by(self.ledger.flushes());
         f.lost_records.reset();
         let lost = self.ledger.lost_records();
-        for log in ["unknown.jsonl", "rejected.jsonl"] {
-            for reason in ["rotated_out", "write_error"] {
+        for log in OutcomeLog::ALL {
+            for reason in LostRecords::ALL {
                 let n = lost.get(&(log, reason)).copied().unwrap_or(0);
-                f.lost_records.with_label_values(&[log, reason]).inc_by(n);
+                f.lost_records
+                    .with_label_values(&[log.file_name(), reason.as_str()])
+                    .inc_by(n);
             }
         }
         let previous = self.ledger.unclean_previous_stop();

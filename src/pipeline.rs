@@ -13,7 +13,7 @@ use crate::config::{Config, ConfigError};
 use crate::engine::Engine;
 use crate::flush::{FlushReport, Flusher, Ledger, ShutdownHandle, shutdown_channel};
 use crate::sink::Sink;
-use crate::state::{StateDir, StateError};
+use crate::state::StateError;
 
 /// Why a pipeline could not start.
 #[derive(Debug, thiserror::Error)]
@@ -50,32 +50,17 @@ impl Pipeline {
         config: &Config,
         sink: S,
     ) -> Result<Pipeline, StartError> {
-        let state_config = config.state.clone();
-        let (state, recovered) = tokio::task::spawn_blocking(move || StateDir::open(&state_config))
-            .await
-            .map_err(|e| StateError::Io {
-                dir: config.state.dir.clone(),
-                step: "open",
-                error: std::io::Error::other(e),
-            })??;
-        let ledger = Arc::new(Ledger::default());
-        if let Some(previous) = &state.unclean_previous_run {
-            tracing::warn!(
-                pending_rows = previous.pending_rows,
-                pending_delta_sum = %previous.pending_sum,
-                last_status = %previous.time,
-                "The previous run did not shut down cleanly: the rows it held in memory (at least these, as of its last flush) were lost."
-            );
-            ledger.set_unclean_previous_stop(previous.pending_rows);
-        }
-        let flusher = Flusher::new(
-            engine.clone(),
-            Arc::new(sink),
-            config.flush.clone(),
-            state,
-            recovered,
-            ledger.clone(),
-        );
+        let (blocking_engine, blocking_config) = (engine.clone(), config.clone());
+        let flusher = tokio::task::spawn_blocking(move || {
+            Flusher::open(blocking_engine, Arc::new(sink), &blocking_config)
+        })
+        .await
+        .map_err(|e| StateError::Io {
+            dir: config.state.dir.clone(),
+            step: "open",
+            error: std::io::Error::other(e),
+        })??;
+        let ledger = flusher.ledger().clone();
         let early = Arc::new(Notify::new());
         let notify = early.clone();
         engine.aggregator().on_pressure(move || notify.notify_one());

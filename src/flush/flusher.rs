@@ -1,4 +1,5 @@
-//! The flush loop: drain, plan, send with bounded concurrency, settle every outcome.
+//! The flush loop: drain, plan, send with bounded concurrency, then execute what the
+//! settle step decided for every write.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
@@ -6,21 +7,20 @@ use std::time::{Duration, Instant, SystemTime};
 use tokio::sync::Notify;
 
 use crate::bucket;
-use crate::config::FlushConfig;
+use crate::config::{Config, FlushConfig};
 use crate::engine::Engine;
-use crate::sink::Sink;
-use crate::state::{Recovered, StateDir, WriteRecord};
-use crate::vocabulary::{DropReason, FamilyId, Granularity};
+use crate::family::shard_seed;
+use crate::sink::{OutcomeClass, PartitionWrite, Sink, WriteError};
+use crate::state::{OutcomeLog, RecordOutcome, Recovered, StateDir, StateError, WriteRecord};
+use crate::vocabulary::{DropReason, Granularity};
 
 use super::ledger::Ledger;
 use super::plan::{self, PlanOptions};
-use super::records::{self, FlushIdentity};
+use super::record_conversion::{self, FlushIdentity};
 use super::replay::{Origin, replay};
-use super::send::{Sent, send_all};
+use super::send::send_all;
+use super::settle::{self, Action, Circumstances, Sent};
 use super::shutdown::{Deadline, ShutdownSignal, shutdown_channel};
-use crate::sink::Outcome;
-use crate::sink::PartitionWrite;
-use crate::sink::WriteError;
 
 /// What one flush did.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -43,6 +43,17 @@ pub struct FlushReport {
     pub spilled: usize,
 }
 
+impl FlushReport {
+    fn count(&mut self, class: OutcomeClass) {
+        match class {
+            OutcomeClass::Applied => self.applied += 1,
+            OutcomeClass::Requeued => self.requeued += 1,
+            OutcomeClass::Rejected => self.rejected += 1,
+            OutcomeClass::Unknown => self.unknown += 1,
+        }
+    }
+}
+
 /// Drains the engine into a sink on a schedule, and once more at shutdown.
 pub struct Flusher<S> {
     engine: Arc<Engine>,
@@ -51,6 +62,7 @@ pub struct Flusher<S> {
     state: StateDir,
     ledger: Arc<Ledger>,
     seq: u64,
+    /// This writer's shard seed (see [`crate::family::shard_seed`]).
     shard_seed: u64,
     /// Whether the last flush found the store answering (something applied, nothing
     /// re-queued): the moment to bring rows spilled during an outage back.
@@ -58,7 +70,36 @@ pub struct Flusher<S> {
 }
 
 impl<S: Sink> Flusher<S> {
-    /// A flusher; replays what the previous run spilled into the engine's buffer.
+    /// Opens the state directory of `config`, reports an unclean previous stop (in the
+    /// log and in the ledger), and replays what the previous run spilled.
+    pub fn open(
+        engine: Arc<Engine>,
+        sink: Arc<S>,
+        config: &Config,
+    ) -> Result<Flusher<S>, StateError> {
+        let (state, recovered) = StateDir::open(&config.state)?;
+        let ledger = Arc::new(Ledger::default());
+        if let Some(previous) = state.unclean_previous_run() {
+            tracing::warn!(
+                pending_rows = previous.pending_rows,
+                pending_delta_sum = %previous.pending_sum,
+                last_status = %previous.time,
+                "The previous run did not shut down cleanly: the rows it held in memory (at least these, as of its last flush) were lost."
+            );
+            ledger.set_unclean_previous_stop(previous.pending_rows);
+        }
+        Ok(Flusher::new(
+            engine,
+            sink,
+            config.flush.clone(),
+            state,
+            recovered,
+            ledger,
+        ))
+    }
+
+    /// A flusher on an open state directory; replays what the previous run spilled into
+    /// the engine's buffer.
     pub fn new(
         engine: Arc<Engine>,
         sink: Arc<S>,
@@ -67,12 +108,7 @@ impl<S: Sink> Flusher<S> {
         recovered: Recovered,
         ledger: Arc<Ledger>,
     ) -> Flusher<S> {
-        let shard_seed = state
-            .writer_id
-            .bytes()
-            .fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
-                (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3)
-            });
+        let shard_seed = shard_seed(state.writer_id());
         replay(&engine, &mut state, &ledger, recovered, Origin::PreviousRun);
         Flusher {
             engine,
@@ -149,22 +185,14 @@ impl<S: Sink> Flusher<S> {
         Duration::from_nanos(u64::try_from(nanos).unwrap_or(u64::MAX))
     }
 
-    fn identity(&self) -> FlushIdentity {
-        FlushIdentity {
-            writer: self.state.writer_id.clone(),
-            incarnation: self.state.incarnation,
-            flush_seq: self.seq,
-        }
-    }
-
     async fn flush(&mut self, deadline: &mut Deadline, last: bool) -> FlushReport {
         let started = Instant::now();
         self.seq += 1;
-        if self.store_healthy && !last && self.state.spill.has_pending() {
+        if self.store_healthy && !last && self.state.has_spilled() {
             // The store answers again: rows spilled during the outage go out with this
             // flush, through the same loaded/inflight steps as a replay at start.
-            let tag = format!("{}-{}", self.state.incarnation, self.seq);
-            match self.state.spill.reload(&tag) {
+            let tag = format!("{}-{}", self.state.incarnation(), self.seq);
+            match self.state.reload_spill(&tag) {
                 Ok(recovered) => replay(
                     &self.engine,
                     &mut self.state,
@@ -179,33 +207,26 @@ impl<S: Sink> Flusher<S> {
         }
         let drained = self.engine.aggregator().take_all();
         let rows = drained.len();
-        let drained_sums = Granularity::ALL.map(|t| drained.sum(t));
-        for table in Granularity::ALL {
+        let drained_sums = Granularity::ALL.map(|g| drained.sum(g));
+        for g in Granularity::ALL {
             self.ledger
-                .update(table, |s| s.in_flight += drained_sums[table.index()]);
+                .update(g, |s| s.in_flight += drained_sums[g.index()]);
         }
 
         let families = self.engine.families();
         let (seed, seq) = (self.shard_seed, self.seq);
-        let shard_of = |family: FamilyId| {
-            families
-                .get(family)
-                .sharding
-                .as_ref()
-                .map(|s| (seed.wrapping_add(seq) % u64::from(s.shards)) as u8)
-        };
         let writes = plan::plan(
             drained.into_rows(),
             PlanOptions {
                 max_batch_rows: self.config.max_batch_rows,
             },
-            shard_of,
+            |family| families.shard_of(family, seed, seq),
         );
 
         // Replayed rows are in this drain: from here on they may reach the store.
         let mut replay_begun = false;
-        if self.state.spill.has_loaded() {
-            match self.state.spill.begin_send() {
+        if self.state.has_replay_loaded() {
+            match self.state.begin_replay_send() {
                 Ok(()) => replay_begun = true,
                 Err(error) => {
                     // Sending now could apply a replayed row that the next start would
@@ -221,6 +242,8 @@ impl<S: Sink> Flusher<S> {
         self.settle(results, rows, drained_sums, started, last, replay_begun)
     }
 
+    /// Decides (with [`settle::settle`]) and executes what becomes of every write, then
+    /// closes the flush: outcome logs synced, replay finished, status recorded.
     fn settle(
         &mut self,
         results: Vec<(PartitionWrite, Sent)>,
@@ -231,10 +254,21 @@ impl<S: Sink> Flusher<S> {
         replay_begun: bool,
     ) -> FlushReport {
         let now = SystemTime::now();
-        let now_secs = u32::try_from(bucket::unix_secs(now)).unwrap_or(u32::MAX);
-        let time = bucket::rfc3339(now);
-        let identity = self.identity();
-        let max_age = u32::try_from(self.config.requeue_max_age.as_secs()).unwrap_or(u32::MAX);
+        let circumstances = Circumstances {
+            now_unix_secs: u32::try_from(bucket::unix_secs(now)).unwrap_or(u32::MAX),
+            requeue_max_age_secs: u32::try_from(self.config.requeue_max_age.as_secs())
+                .unwrap_or(u32::MAX),
+            final_flush: last,
+        };
+        let context = Context {
+            identity: FlushIdentity {
+                writer: self.state.writer_id().to_owned(),
+                incarnation: self.state.incarnation(),
+                flush_seq: self.seq,
+            },
+            time: bucket::rfc3339(now),
+            now_unix_secs: circumstances.now_unix_secs,
+        };
         let mut report = FlushReport {
             seq: self.seq,
             rows,
@@ -244,101 +278,26 @@ impl<S: Sink> Flusher<S> {
         let mut to_spill: Vec<(PartitionWrite, Option<WriteError>)> = Vec::new();
 
         for (write, sent) in results {
-            let family = self.engine.families().get(write.family);
-            let table = match write.table {
-                Granularity::Minute => family.minute_table.to_string(),
-                Granularity::Day => family.day_table.to_string(),
-            };
-            let sum = write.sum();
-            match sent {
-                Sent::Done(Outcome::Applied) => {
-                    report.applied += 1;
-                    self.ledger.count_write(&table, "applied");
-                    self.ledger.update(write.table, |s| s.applied += sum);
-                }
-                Sent::Done(Outcome::NotAppliedTransient(failure)) => {
-                    report.requeued += 1;
-                    self.ledger.count_write(&table, "requeued");
-                    let too_old = write.rows.iter().any(|r| {
-                        r.requeued_since != 0
-                            && now_secs.saturating_sub(r.requeued_since) >= max_age
-                    });
-                    if last || too_old {
-                        to_spill.push((write, Some(failure)));
-                    } else {
-                        let refused = self
-                            .engine
-                            .aggregator()
-                            .merge_back(plan::requeued_rows(write, now_secs));
-                        for (key, row) in refused {
-                            // Summing into the buffer would overflow: keep it on disk.
-                            let family = key.family();
-                            let single = plan::plan(
-                                [(key, row)],
-                                PlanOptions {
-                                    max_batch_rows: usize::MAX,
-                                },
-                                |_| None,
-                            );
-                            for w in single {
-                                debug_assert_eq!(w.family, family);
-                                to_spill.push((w, Some(failure.clone())));
-                            }
-                        }
-                    }
-                }
-                Sent::Done(Outcome::NotAppliedPermanent(failure)) => {
-                    report.rejected += 1;
-                    self.ledger.count_write(&table, "rejected");
-                    let records = records::to_records(
-                        &write,
-                        family,
-                        &identity,
-                        "rejected",
-                        Some(&failure),
-                        &time,
-                    );
-                    append_all(
-                        &mut self.state.rejected,
-                        &records,
-                        "rejected.jsonl",
-                        &self.ledger,
-                    );
-                    self.ledger.update(write.table, |s| s.rejected += sum);
-                    tracing::warn!(table, kind = failure.kind, error = %failure.text, rows = write.rows.len(), "Write rejected; recorded in rejected.jsonl.");
-                }
-                Sent::Done(Outcome::Unknown(failure)) => {
-                    report.unknown += 1;
-                    self.record_unknown(&write, &table, &identity, &failure, &time);
-                }
-                Sent::Cancelled => {
-                    report.unknown += 1;
-                    let failure = WriteError::new(
-                        "cancelled_at_deadline",
-                        "the shutdown deadline passed while the request was in flight",
-                    );
-                    self.record_unknown(&write, &table, &identity, &failure, &time);
-                }
-                Sent::NotStarted => to_spill.push((write, None)),
+            let decision = settle::settle(&write, sent, &circumstances);
+            if let Some(class) = decision.counted {
+                let table = self.table_name(&write);
+                self.ledger.count_write(&table, class);
+                report.count(class);
             }
+            self.execute(write, decision.action, &context, &mut to_spill);
         }
 
         report.spilled = to_spill.len();
-        self.spill(to_spill, &identity, &time);
-        for (log, name) in [
-            (&mut self.state.unknown, "unknown.jsonl"),
-            (&mut self.state.rejected, "rejected.jsonl"),
-        ] {
-            if let Err(error) = log.sync() {
-                tracing::error!(%error, file = name, "Could not sync an outcome log.");
-            }
+        self.spill(to_spill, &context);
+        for (log, error) in self.state.sync_logs() {
+            tracing::error!(%error, file = log.file_name(), "Could not sync an outcome log.");
         }
-        if replay_begun && let Err(error) = self.state.spill.finish_send() {
+        if replay_begun && let Err(error) = self.state.finish_replay_send() {
             tracing::error!(%error, "Could not remove the replayed spill file; the next start will log its rows as unknown.");
         }
-        for table in Granularity::ALL {
+        for g in Granularity::ALL {
             self.ledger
-                .update(table, |s| s.in_flight -= drained_sums[table.index()]);
+                .update(g, |s| s.in_flight -= drained_sums[g.index()]);
         }
         if !last {
             let (pending_rows, pending_sum) = pending(&self.engine);
@@ -350,64 +309,99 @@ impl<S: Sink> Flusher<S> {
             }
         }
         self.ledger.count_flush(started.elapsed().as_secs_f64());
-        self.store_healthy = report.applied > 0 && report.requeued == 0;
+        self.store_healthy = settle::store_answers(report.applied, report.requeued);
         report
     }
 
-    fn record_unknown(
+    /// Carries out one action. Spills are collected in `to_spill` and written together.
+    fn execute(
         &mut self,
-        write: &PartitionWrite,
-        table: &str,
-        identity: &FlushIdentity,
-        failure: &WriteError,
-        time: &str,
+        write: PartitionWrite,
+        action: Action,
+        context: &Context,
+        to_spill: &mut Vec<(PartitionWrite, Option<WriteError>)>,
     ) {
-        self.ledger.count_write(table, "unknown");
-        let family = self.engine.families().get(write.family);
-        let records = records::to_records(write, family, identity, "unknown", Some(failure), time);
-        append_all(
-            &mut self.state.unknown,
-            &records,
-            "unknown.jsonl",
-            &self.ledger,
-        );
-        self.ledger
-            .update(write.table, |s| s.unknown += write.sum());
-        tracing::warn!(table, kind = failure.kind, error = %failure.text, rows = write.rows.len(), "Write outcome unknown; recorded in unknown.jsonl and not re-sent.");
+        let sum = write.sum();
+        match action {
+            Action::Applied => self.ledger.update(write.table, |s| s.applied += sum),
+            Action::Requeue(error) => {
+                let refused = self
+                    .engine
+                    .aggregator()
+                    .merge_back(plan::requeued_rows(write, context.now_unix_secs));
+                for (key, row) in refused {
+                    // Summing into the buffer would overflow: keep it on disk.
+                    let single = plan::plan(
+                        [(key, row)],
+                        PlanOptions {
+                            max_batch_rows: usize::MAX,
+                        },
+                        |_| None,
+                    );
+                    to_spill.extend(single.into_iter().map(|w| (w, Some(error.clone()))));
+                }
+            }
+            Action::Spill(error) => to_spill.push((write, error)),
+            Action::LogRejected(error) => {
+                self.log(OutcomeLog::Rejected, &write, &error, context);
+                self.ledger.update(write.table, |s| s.rejected += sum);
+                tracing::warn!(table = %self.table_name(&write), kind = error.kind, error = %error.text, rows = write.rows.len(), "Write rejected; recorded in rejected.jsonl.");
+            }
+            Action::LogUnknown(error) => {
+                self.log(OutcomeLog::Unknown, &write, &error, context);
+                self.ledger.update(write.table, |s| s.unknown += sum);
+                tracing::warn!(table = %self.table_name(&write), kind = error.kind, error = %error.text, rows = write.rows.len(), "Write outcome unknown; recorded in unknown.jsonl and not re-sent.");
+            }
+        }
     }
 
-    fn spill(
+    /// Appends the records of `write` to an outcome log. A record that cannot be written
+    /// is counted (`countersink_outcome_records_lost_total`) and logged: its delta is
+    /// still counted in its stage, but the line to reconcile it by hand is missing.
+    fn log(
         &mut self,
-        writes: Vec<(PartitionWrite, Option<WriteError>)>,
-        identity: &FlushIdentity,
-        time: &str,
+        log: OutcomeLog,
+        write: &PartitionWrite,
+        error: &WriteError,
+        context: &Context,
     ) {
+        let outcome = match log {
+            OutcomeLog::Unknown => RecordOutcome::Unknown,
+            OutcomeLog::Rejected => RecordOutcome::Rejected,
+        };
+        let records = record_conversion::to_records(
+            write,
+            self.engine.families().get(write.family),
+            &context.identity,
+            outcome,
+            Some(error),
+            &context.time,
+        );
+        let appended = self.state.append(log, &records);
+        self.ledger.count_appended(log, &appended);
+    }
+
+    fn spill(&mut self, writes: Vec<(PartitionWrite, Option<WriteError>)>, context: &Context) {
         if writes.is_empty() {
             return;
         }
         let mut records: Vec<WriteRecord> = Vec::new();
         let mut sums = [0_i128; 2];
-        for (write, failure) in &writes {
-            let family = self.engine.families().get(write.family);
-            records.extend(records::to_records(
+        for (write, error) in &writes {
+            records.extend(record_conversion::to_records(
                 write,
-                family,
-                identity,
-                "spilled",
-                failure.as_ref(),
-                time,
+                self.engine.families().get(write.family),
+                &context.identity,
+                RecordOutcome::Spilled,
+                error.as_ref(),
+                &context.time,
             ));
             sums[write.table.index()] += write.sum();
         }
-        let written = records
-            .iter()
-            .try_for_each(|r| self.state.spill.append(r))
-            .and_then(|()| self.state.spill.sync());
-        match written {
+        match self.state.spill(&records) {
             Ok(()) => {
-                for table in Granularity::ALL {
-                    self.ledger
-                        .update(table, |s| s.spilled += sums[table.index()]);
+                for g in Granularity::ALL {
+                    self.ledger.update(g, |s| s.spilled += sums[g.index()]);
                 }
                 tracing::warn!(
                     rows = records.len(),
@@ -417,9 +411,8 @@ impl<S: Sink> Flusher<S> {
             Err(error) => {
                 // Part of the batch may be on disk; it is replayed next time, so counting
                 // the whole batch as dropped overstates the loss rather than hiding any.
-                for table in Granularity::ALL {
-                    self.ledger
-                        .update(table, |s| s.dropped += sums[table.index()]);
+                for g in Granularity::ALL {
+                    self.ledger.update(g, |s| s.dropped += sums[g.index()]);
                 }
                 self.ledger
                     .count_late_drop(DropReason::SpillFailed, records.len() as u64);
@@ -427,6 +420,23 @@ impl<S: Sink> Flusher<S> {
             }
         }
     }
+
+    /// `keyspace.table` of the table `write` goes to.
+    fn table_name(&self, write: &PartitionWrite) -> String {
+        let family = self.engine.families().get(write.family);
+        match write.table {
+            Granularity::Minute => family.minute_table.to_string(),
+            Granularity::Day => family.day_table.to_string(),
+        }
+    }
+}
+
+/// What every record of one flush's settle step carries.
+struct Context {
+    identity: FlushIdentity,
+    /// RFC 3339, for the records.
+    time: String,
+    now_unix_secs: u32,
 }
 
 /// Pending rows and the delta sum they owe the minute tables, for `status.json`.
@@ -436,64 +446,4 @@ fn pending(engine: &Engine) -> (usize, i128) {
         aggregator.pending_rows(),
         aggregator.pending_sum(Granularity::Minute),
     )
-}
-
-/// Appends records to an outcome log. A record that cannot be written is counted
-/// (`countersink_outcome_records_lost_total{reason="write_error"}`) and logged: its delta
-/// is still counted in its stage, but the line to reconcile it by hand is missing.
-pub(super) fn append_all(
-    log: &mut crate::state::JsonlLog,
-    records: &[WriteRecord],
-    name: &'static str,
-    ledger: &Ledger,
-) {
-    for (i, record) in records.iter().enumerate() {
-        if let Err(error) = log.append(record) {
-            let lost = (records.len() - i) as u64;
-            ledger.count_lost_records(name, "write_error", lost);
-            tracing::error!(%error, file = name, records = lost, "Could not append outcome records.");
-            return;
-        }
-    }
-    ledger.count_lost_records(name, "rotated_out", log.take_deleted_records());
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn record() -> WriteRecord {
-        serde_json::from_str(
-            r#"{"time":"t","writer":"w","incarnation":1,"flush_seq":1,"outcome":"unknown","family":"generic",
-                "table":"ks.t","granularity":"minute","key":{},"day":"2026-11-30","minute":1,"deltas":{"value":1}}"#,
-        )
-        .unwrap()
-    }
-
-    /// A full disk (`/dev/full` answers every write with ENOSPC) loses the records but
-    /// never silently: they are counted.
-    #[test]
-    fn records_that_cannot_be_written_are_counted() {
-        let ledger = Ledger::default();
-        let mut log = crate::state::JsonlLog::open("/dev/full".into(), u64::MAX, 1).unwrap();
-        append_all(
-            &mut log,
-            &[record(), record(), record()],
-            "unknown.jsonl",
-            &ledger,
-        );
-        assert_eq!(ledger.lost_records()[&("unknown.jsonl", "write_error")], 3);
-    }
-
-    #[test]
-    fn records_deleted_by_rotation_are_counted() {
-        let dir = tempfile::tempdir().unwrap();
-        let ledger = Ledger::default();
-        let mut log =
-            crate::state::JsonlLog::open(dir.path().join("rejected.jsonl"), 10, 1).unwrap();
-        for _ in 0..4 {
-            append_all(&mut log, &[record()], "rejected.jsonl", &ledger);
-        }
-        assert_eq!(ledger.lost_records()[&("rejected.jsonl", "rotated_out")], 2);
-    }
 }

@@ -6,6 +6,8 @@ use std::sync::OnceLock;
 use parking_lot::Mutex;
 use prometheus::{Histogram, HistogramOpts};
 
+use crate::sink::OutcomeClass;
+use crate::state::{Appended, LostRecords, OutcomeLog};
 use crate::vocabulary::Granularity;
 
 /// Signed delta sums, for one table granularity, by what became of them after leaving
@@ -32,9 +34,9 @@ pub struct Settled {
 /// What the flusher has settled since start.
 pub struct Ledger {
     sums: Mutex<[Settled; 2]>,
-    writes: Mutex<BTreeMap<(String, &'static str), u64>>,
+    writes: Mutex<BTreeMap<(String, OutcomeClass), u64>>,
     late_drops: Mutex<BTreeMap<&'static str, u64>>,
-    lost_records: Mutex<BTreeMap<(&'static str, &'static str), u64>>,
+    lost_records: Mutex<BTreeMap<(OutcomeLog, LostRecords), u64>>,
     flushes: Mutex<u64>,
     /// Rows the previous run in this state directory held when it last flushed, when it
     /// did not stop cleanly (a lower bound of what it lost); unset after a clean stop.
@@ -73,8 +75,8 @@ impl Ledger {
         self.sums.lock()[table.index()].clone()
     }
 
-    /// Write requests per (table, outcome label).
-    pub fn writes(&self) -> BTreeMap<(String, &'static str), u64> {
+    /// Write requests per (table, outcome class).
+    pub fn writes(&self) -> BTreeMap<(String, OutcomeClass), u64> {
         self.writes.lock().clone()
     }
 
@@ -87,7 +89,7 @@ impl Ledger {
         f(&mut self.sums.lock()[table.index()]);
     }
 
-    pub(crate) fn count_write(&self, table: &str, outcome: &'static str) {
+    pub(crate) fn count_write(&self, table: &str, outcome: OutcomeClass) {
         *self
             .writes
             .lock()
@@ -104,14 +106,16 @@ impl Ledger {
         *self.late_drops.lock().entry(reason.as_str()).or_default() += rows;
     }
 
-    /// Outcome records lost, per (log file, reason).
-    pub fn lost_records(&self) -> BTreeMap<(&'static str, &'static str), u64> {
+    /// Outcome records lost, per (log, reason).
+    pub fn lost_records(&self) -> BTreeMap<(OutcomeLog, LostRecords), u64> {
         self.lost_records.lock().clone()
     }
 
-    pub(crate) fn count_lost_records(&self, log: &'static str, reason: &'static str, records: u64) {
-        if records > 0 {
-            *self.lost_records.lock().entry((log, reason)).or_default() += records;
+    /// Counts the records an append to `log` lost (to rotation, or to a failed write).
+    pub(crate) fn count_appended(&self, log: OutcomeLog, appended: &Appended) {
+        let mut lost = self.lost_records.lock();
+        for (reason, records) in appended.lost() {
+            *lost.entry((log, reason)).or_default() += records;
         }
     }
 

@@ -8,9 +8,10 @@
 pub mod flusher;
 pub mod ledger;
 pub mod plan;
-pub mod records;
+pub mod record_conversion;
 mod replay;
 mod send;
+pub mod settle;
 pub mod shutdown;
 
 pub use self::flusher::{FlushReport, Flusher};

@@ -3,12 +3,11 @@
 use crate::aggregate::Slot;
 
 use crate::engine::Engine;
-use crate::state::{Recovered, StateDir};
+use crate::state::{ErrorInfo, OutcomeLog, RecordOutcome, Recovered, StateDir};
 use crate::vocabulary::{DropReason, Granularity};
 
-use super::flusher::append_all;
 use super::ledger::Ledger;
-use super::records;
+use super::record_conversion;
 
 /// Where replayed rows come from, which decides how they are counted.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -49,15 +48,15 @@ pub(super) fn replay(
     };
     let mut rows = Vec::new();
     for record in recovered.replay {
-        match records::from_record(&record, engine.families()) {
+        match record_conversion::from_record(&record, engine.families()) {
             Ok((key, row)) => {
                 bring_back(ledger, owed_table(key.slot()), row.columns.sum());
                 rows.push((key, row));
             }
             Err(error) => {
                 let mut record = record;
-                record.outcome = "rejected".into();
-                record.error = Some(crate::state::ErrorInfo {
+                record.outcome = RecordOutcome::Rejected;
+                record.error = Some(ErrorInfo {
                     kind: "replay_unmappable".into(),
                     text: error.to_string(),
                 });
@@ -67,12 +66,8 @@ pub(super) fn replay(
                 } else {
                     Granularity::Minute
                 };
-                append_all(
-                    &mut state.rejected,
-                    std::slice::from_ref(&record),
-                    "rejected.jsonl",
-                    ledger,
-                );
+                let appended = state.append(OutcomeLog::Rejected, std::slice::from_ref(&record));
+                ledger.count_appended(OutcomeLog::Rejected, &appended);
                 bring_back(ledger, table, delta);
                 ledger.update(table, |s| s.rejected += delta);
             }

@@ -4,22 +4,10 @@
 use futures_util::StreamExt;
 use futures_util::stream::FuturesUnordered;
 
-use crate::sink::Sink;
+use crate::sink::{Outcome, PartitionWrite, Sink};
 
+use super::settle::Sent;
 use super::shutdown::Deadline;
-
-use crate::sink::Outcome;
-use crate::sink::PartitionWrite;
-
-/// How a write ended from the flusher's point of view.
-pub(super) enum Sent {
-    /// The sink answered.
-    Done(Outcome),
-    /// The deadline passed before it was started: definitely not applied.
-    NotStarted,
-    /// The deadline passed while it was in flight: it may have been applied.
-    Cancelled,
-}
 
 /// Sends every write with at most `max_in_flight` at once, until done or the deadline.
 pub(super) async fn send_all<S: Sink>(

@@ -211,9 +211,9 @@ async fn each_outcome_class_is_settled_and_only_transient_ones_are_resent() {
         (
             record.family.as_str(),
             record.granularity.as_str(),
-            record.outcome.as_str()
+            record.outcome
         ),
-        ("generic", "minute", "unknown")
+        ("generic", "minute", crate::state::RecordOutcome::Unknown)
     );
     assert_eq!(record.key["tags"], "k:c");
     assert_eq!(record.deltas["value"], 10);

@@ -23,7 +23,7 @@ use serde::{Deserialize, Serialize};
 use crate::config::StateConfig;
 
 pub use self::jsonl::JsonlLog;
-pub use self::record::{ErrorInfo, WriteRecord};
+pub use self::record::{ErrorInfo, RecordOutcome, WriteRecord};
 pub use self::spill::{Recovered, Spill};
 
 /// A problem opening the state directory.
@@ -64,21 +64,87 @@ pub struct Status {
 }
 
 /// An open, locked state directory.
+///
+/// Callers use its operations, never its files: append records to an outcome log, spill
+/// records, and take a spill replay through its steps (reload, begin sending, finish).
+/// Each step that moves a file is one `rename` or `unlink` (see [`spill`] for the crash
+/// windows).
 pub struct StateDir {
     dir: PathBuf,
     _lock: File,
-    /// This writer's id.
-    pub writer_id: String,
-    /// This process's incarnation.
-    pub incarnation: u64,
-    /// `unknown.jsonl`.
-    pub unknown: JsonlLog,
-    /// `rejected.jsonl`.
-    pub rejected: JsonlLog,
-    /// The spill file.
-    pub spill: Spill,
-    /// What the previous run left, when it did not stop cleanly.
-    pub unclean_previous_run: Option<Status>,
+    writer_id: String,
+    incarnation: u64,
+    unknown: JsonlLog,
+    rejected: JsonlLog,
+    spill: Spill,
+    unclean_previous_run: Option<Status>,
+}
+
+/// The two append-only outcome logs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum OutcomeLog {
+    /// `unknown.jsonl`: writes whose outcome is unknown (never re-sent).
+    Unknown,
+    /// `rejected.jsonl`: writes the store refused permanently.
+    Rejected,
+}
+
+impl OutcomeLog {
+    /// Both logs, in label order.
+    pub const ALL: [OutcomeLog; 2] = [OutcomeLog::Unknown, OutcomeLog::Rejected];
+
+    /// The file name, also the `log` label of `countersink_outcome_records_lost_total`.
+    pub fn file_name(self) -> &'static str {
+        match self {
+            OutcomeLog::Unknown => "unknown.jsonl",
+            OutcomeLog::Rejected => "rejected.jsonl",
+        }
+    }
+}
+
+/// Why records meant for an outcome log are not in it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum LostRecords {
+    /// In a rotated file that rotation deleted (more than `state.max_log_files`).
+    RotatedOut,
+    /// The append failed (a full disk); these records were never written.
+    WriteError,
+}
+
+impl LostRecords {
+    /// Both reasons, in label order.
+    pub const ALL: [LostRecords; 2] = [LostRecords::RotatedOut, LostRecords::WriteError];
+
+    /// The `reason` label of `countersink_outcome_records_lost_total`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LostRecords::RotatedOut => "rotated_out",
+            LostRecords::WriteError => "write_error",
+        }
+    }
+}
+
+/// What an append to an outcome log did: records lost to rotation since the last
+/// append, and records not written because the append failed.
+#[derive(Debug, Default)]
+pub struct Appended {
+    /// Records in rotated files deleted since the last append.
+    pub rotated_out: u64,
+    /// Records not written, and why.
+    pub failed: Option<(u64, io::Error)>,
+}
+
+impl Appended {
+    /// The lost records, by reason (zero counts left out).
+    pub fn lost(&self) -> impl Iterator<Item = (LostRecords, u64)> + use<> {
+        let failed = self.failed.as_ref().map_or(0, |(n, _)| *n);
+        [
+            (LostRecords::RotatedOut, self.rotated_out),
+            (LostRecords::WriteError, failed),
+        ]
+        .into_iter()
+        .filter(|(_, n)| *n > 0)
+    }
 }
 
 impl StateDir {
@@ -151,6 +217,92 @@ impl StateDir {
     /// The directory.
     pub fn dir(&self) -> &Path {
         &self.dir
+    }
+
+    /// This writer's id.
+    pub fn writer_id(&self) -> &str {
+        &self.writer_id
+    }
+
+    /// This process's incarnation: how many times the directory was opened.
+    pub fn incarnation(&self) -> u64 {
+        self.incarnation
+    }
+
+    /// What the previous run left in `status.json`, when it did not stop cleanly.
+    pub fn unclean_previous_run(&self) -> Option<&Status> {
+        self.unclean_previous_run.as_ref()
+    }
+
+    /// Appends records to an outcome log, stopping at the first failed write. Durable
+    /// once [`StateDir::sync_logs`] returns.
+    pub fn append(&mut self, log: OutcomeLog, records: &[WriteRecord]) -> Appended {
+        let file = match log {
+            OutcomeLog::Unknown => &mut self.unknown,
+            OutcomeLog::Rejected => &mut self.rejected,
+        };
+        let mut appended = Appended::default();
+        for (i, record) in records.iter().enumerate() {
+            if let Err(error) = file.append(record) {
+                let lost = (records.len() - i) as u64;
+                tracing::error!(%error, file = log.file_name(), records = lost, "Could not append outcome records.");
+                appended.failed = Some((lost, error));
+                break;
+            }
+        }
+        appended.rotated_out = file.take_deleted_records();
+        appended
+    }
+
+    /// Makes both outcome logs durable; the logs that could not be synced, with why.
+    pub fn sync_logs(&mut self) -> Vec<(OutcomeLog, io::Error)> {
+        let mut failed = Vec::new();
+        for (log, file) in [
+            (OutcomeLog::Unknown, &mut self.unknown),
+            (OutcomeLog::Rejected, &mut self.rejected),
+        ] {
+            if let Err(error) = file.sync() {
+                failed.push((log, error));
+            }
+        }
+        failed
+    }
+
+    /// Appends records to the spill file and makes them durable. On an error part of
+    /// them may be on disk (they are replayed like the rest).
+    pub fn spill(&mut self, records: &[WriteRecord]) -> io::Result<()> {
+        records
+            .iter()
+            .try_for_each(|r| self.spill.append(r))
+            .and_then(|()| self.spill.sync())
+    }
+
+    /// Whether this process spilled rows that wait in `spill.jsonl`.
+    pub fn has_spilled(&self) -> bool {
+        self.spill.has_pending()
+    }
+
+    /// Replay step 2 while running: `spill.jsonl` becomes `spill.loaded.<tag>.jsonl` and
+    /// its rows are returned, to be merged into the buffer. `tag` must be unique within
+    /// the directory.
+    pub fn reload_spill(&mut self, tag: &str) -> io::Result<Recovered> {
+        self.spill.reload(tag)
+    }
+
+    /// Whether replayed rows are in the buffer and not sent yet.
+    pub fn has_replay_loaded(&self) -> bool {
+        self.spill.has_loaded()
+    }
+
+    /// Replay step 3: called before a flush that carries replayed rows sends anything.
+    /// From here on a crash logs those rows as unknown instead of loading them again.
+    pub fn begin_replay_send(&mut self) -> io::Result<()> {
+        self.spill.begin_send()
+    }
+
+    /// The end of a replay: called once the flush that carried it recorded every outcome.
+    pub fn finish_replay_send(&mut self) -> io::Result<()> {
+        self.spill.finish_send()
     }
 
     /// Records pending rows after a flush (or, with `clean`, at the end of shutdown).
@@ -231,11 +383,11 @@ mod tests {
     fn identity_persists_and_incarnation_grows() {
         let tmp = tempfile::tempdir().unwrap();
         let (first, _) = StateDir::open(&config(tmp.path())).unwrap();
-        let (id, inc) = (first.writer_id.clone(), first.incarnation);
+        let (id, inc) = (first.writer_id().to_owned(), first.incarnation());
         drop(first);
         let (second, _) = StateDir::open(&config(tmp.path())).unwrap();
-        assert_eq!(second.writer_id, id);
-        assert_eq!(second.incarnation, inc + 1);
+        assert_eq!(second.writer_id(), id);
+        assert_eq!(second.incarnation(), inc + 1);
     }
 
     #[test]
@@ -252,11 +404,11 @@ mod tests {
     fn unclean_stop_is_reported_with_its_last_pending_rows() {
         let tmp = tempfile::tempdir().unwrap();
         let (state, _) = StateDir::open(&config(tmp.path())).unwrap();
-        assert!(state.unclean_previous_run.is_none());
+        assert!(state.unclean_previous_run().is_none());
         state.write_status(false, 42, -7).unwrap();
         drop(state);
         let (state, _) = StateDir::open(&config(tmp.path())).unwrap();
-        let previous = state.unclean_previous_run.clone().unwrap();
+        let previous = state.unclean_previous_run().cloned().unwrap();
         assert_eq!(
             (previous.pending_rows, previous.pending_sum.as_str()),
             (42, "-7")
@@ -264,6 +416,43 @@ mod tests {
         state.write_status(true, 0, 0).unwrap();
         drop(state);
         let (state, _) = StateDir::open(&config(tmp.path())).unwrap();
-        assert!(state.unclean_previous_run.is_none());
+        assert!(state.unclean_previous_run().is_none());
+    }
+
+    fn record() -> WriteRecord {
+        serde_json::from_str(
+            r#"{"time":"t","writer":"w","incarnation":1,"flush_seq":1,"outcome":"unknown","family":"generic",
+                "table":"ks.t","granularity":"minute","key":{},"day":"2026-11-30","minute":1,"deltas":{"value":1}}"#,
+        )
+        .unwrap()
+    }
+
+    /// A full disk (`/dev/full` answers every write with ENOSPC) loses the records but
+    /// never silently: the append says how many.
+    #[test]
+    fn records_that_cannot_be_written_are_counted() {
+        let tmp = tempfile::tempdir().unwrap();
+        std::os::unix::fs::symlink("/dev/full", tmp.path().join("unknown.jsonl")).unwrap();
+        let (mut state, _) = StateDir::open(&config(tmp.path())).unwrap();
+        let appended = state.append(OutcomeLog::Unknown, &[record(), record(), record()]);
+        assert_eq!(
+            appended.lost().collect::<Vec<_>>(),
+            [(LostRecords::WriteError, 3)]
+        );
+    }
+
+    #[test]
+    fn records_deleted_by_rotation_are_counted() {
+        let tmp = tempfile::tempdir().unwrap();
+        let (mut state, _) = StateDir::open(&StateConfig {
+            max_log_bytes: 10,
+            max_log_files: 1,
+            ..config(tmp.path())
+        })
+        .unwrap();
+        let rotated: u64 = (0..4)
+            .map(|_| state.append(OutcomeLog::Rejected, &[record()]).rotated_out)
+            .sum();
+        assert_eq!(rotated, 2);
     }
 }

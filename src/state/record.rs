@@ -21,8 +21,8 @@ pub struct WriteRecord {
     pub incarnation: u64,
     /// Flush number within the incarnation.
     pub flush_seq: u64,
-    /// `unknown`, `rejected` or `spilled`.
-    pub outcome: String,
+    /// Why the record is here: `unknown`, `rejected` or `spilled`.
+    pub outcome: RecordOutcome,
     /// Family name (`generic` for the generic tables).
     pub family: String,
     /// `keyspace.table`.
@@ -47,6 +47,19 @@ pub struct WriteRecord {
     /// Why the write is here; absent for rows spilled without being attempted.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<ErrorInfo>,
+}
+
+/// Why a record was written: the file it goes to follows from it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RecordOutcome {
+    /// The write may or may not have applied (`unknown.jsonl`).
+    Unknown,
+    /// The store refused it permanently, or it can no longer be mapped to a table
+    /// (`rejected.jsonl`).
+    Rejected,
+    /// Not sent, kept for a later flush (`spill.jsonl`).
+    Spilled,
 }
 
 /// The error of a failed write.

@@ -25,7 +25,7 @@ use std::io::{self, BufRead};
 use std::path::{Path, PathBuf};
 
 use super::jsonl::JsonlLog;
-use super::record::{ErrorInfo, WriteRecord};
+use super::record::{ErrorInfo, RecordOutcome, WriteRecord};
 
 const SPILL: &str = "spill.jsonl";
 const CORRUPT: &str = "spill.corrupt.jsonl";
@@ -81,7 +81,7 @@ impl Spill {
         for path in list(dir, "spill.inflight.")? {
             for record in read_records(&path, &mut corrupt)? {
                 let mut record = record;
-                record.outcome = "unknown".into();
+                record.outcome = RecordOutcome::Unknown;
                 record.error = Some(ErrorInfo {
                     kind: "replay_interrupted".into(),
                     text: "the process stopped while these replayed rows were being sent; they may or may not have been applied".into(),
@@ -230,7 +230,7 @@ mod tests {
             writer: "w".into(),
             incarnation: 1,
             flush_seq: 1,
-            outcome: "spilled".into(),
+            outcome: RecordOutcome::Spilled,
             family: "generic".into(),
             table: "ks.counts_by_minute".into(),
             granularity: "minute".into(),
@@ -301,7 +301,7 @@ mod tests {
         assert_eq!(third.interrupted, 1);
         let unknown = fs::read_to_string(dir.path().join("unknown.jsonl")).unwrap();
         let logged: WriteRecord = serde_json::from_str(unknown.lines().next().unwrap()).unwrap();
-        assert_eq!(logged.outcome, "unknown");
+        assert_eq!(logged.outcome, RecordOutcome::Unknown);
         assert_eq!(logged.deltas["value"], 7);
         assert_eq!(logged.error.unwrap().kind, "replay_interrupted");
     }

@@ -151,7 +151,7 @@ async fn run(rule: FaultRule, expect_unknown: bool, expect_requeued: bool) {
             .ledger
             .writes()
             .iter()
-            .filter(|((_, o), _)| *o == "requeued")
+            .filter(|((_, o), _)| o.label() == "requeued")
             .map(|(_, n)| n)
             .sum();
         assert!(requeued > 0, "{name}: transient failures were re-queued");

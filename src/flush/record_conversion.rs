@@ -1,4 +1,6 @@
-//! Converting planned writes to JSON records and spilled records back to rows.
+//! Between the flusher's writes and the state directory's records: a planned write
+//! becomes one [`WriteRecord`] per row (for the outcome logs and the spill file), and a
+//! spilled record becomes a pending row again, under today's configuration.
 
 use std::collections::BTreeMap;
 
@@ -6,10 +8,8 @@ use crate::aggregate::{Columns, Row, RowKey, Slot};
 use crate::bucket::{self, Day, MINUTES_PER_DAY, Minute};
 use crate::family::{Families, FamilyDef};
 use crate::series;
-use crate::state::{ErrorInfo, WriteRecord};
-
-use crate::sink::PartitionWrite;
-use crate::sink::WriteError;
+use crate::sink::{PartitionWrite, WriteError};
+use crate::state::{ErrorInfo, RecordOutcome, WriteRecord};
 use crate::vocabulary::Granularity;
 
 /// Who wrote a flush: the fields every record carries.
@@ -28,7 +28,7 @@ pub fn to_records(
     write: &PartitionWrite,
     family: &FamilyDef,
     identity: &FlushIdentity,
-    outcome: &str,
+    outcome: RecordOutcome,
     failure: Option<&WriteError>,
     time: &str,
 ) -> Vec<WriteRecord> {
@@ -52,7 +52,7 @@ pub fn to_records(
                 writer: identity.writer.clone(),
                 incarnation: identity.incarnation,
                 flush_seq: identity.flush_seq,
-                outcome: outcome.to_owned(),
+                outcome,
                 family: family.name.clone(),
                 table: table.to_string(),
                 granularity: write.table.as_str().to_owned(),
