@@ -31,7 +31,6 @@ pub mod ingest;
 #[cfg(feature = "sidecar")]
 pub mod sidecar;
 
-pub mod accounting;
 pub mod aggregate;
 pub mod bucket;
 pub mod config;
@@ -43,6 +42,7 @@ pub mod recorder;
 pub mod series;
 pub mod sink;
 pub mod state;
+pub mod telemetry;
 pub mod vocabulary;
 
 pub use crate::config::Config;
@@ -50,4 +50,3 @@ pub use crate::recorder::Recorder;
 pub mod cql_text;
 pub mod ddl;
 pub mod layout;
-pub mod metrics;

@@ -8,12 +8,13 @@ use std::sync::Arc;
 use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 
-use crate::accounting::Accounting;
 use crate::config::{Config, ConfigError};
 use crate::engine::Engine;
-use crate::flush::{FlushReport, Flusher, Ledger, ShutdownHandle, shutdown_channel};
+use crate::flush::{FlushReport, Flusher, ShutdownHandle, shutdown_channel};
 use crate::sink::Sink;
 use crate::state::StateError;
+use crate::telemetry::Accounting;
+use crate::telemetry::Ledger;
 
 /// Why a pipeline could not start.
 #[derive(Debug, thiserror::Error)]

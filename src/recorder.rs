@@ -16,13 +16,13 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use parking_lot::Mutex;
 
-use crate::accounting::Accounting;
 use crate::config::Config;
 use crate::engine::{self, Engine, RecordError};
 use crate::family::Target;
 use crate::flush::FlushReport;
 use crate::pipeline::{Pipeline, StartError};
 use crate::sink::Sink;
+use crate::telemetry::Accounting;
 use crate::vocabulary::FamilyId;
 
 /// Recorders dropped without `shutdown()` in this process.

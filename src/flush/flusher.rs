@@ -14,13 +14,13 @@ use crate::sink::{OutcomeClass, PartitionWrite, Sink, WriteError};
 use crate::state::{OutcomeLog, RecordOutcome, Recovered, StateDir, StateError, WriteRecord};
 use crate::vocabulary::{DropReason, Granularity};
 
-use super::ledger::Ledger;
 use super::plan::{self, PlanOptions};
 use super::record_conversion::{self, FlushIdentity};
 use super::replay::{Origin, replay};
 use super::send::send_all;
 use super::settle::{self, Action, Circumstances, Sent};
 use super::shutdown::{Deadline, ShutdownSignal, shutdown_channel};
+use crate::telemetry::Ledger;
 
 /// What one flush did.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]

@@ -6,7 +6,6 @@
 //! - [`records`]: the JSON records of the outcome logs and the spill file.
 
 pub mod flusher;
-pub mod ledger;
 pub mod plan;
 pub mod record_conversion;
 mod replay;
@@ -15,7 +14,6 @@ pub mod settle;
 pub mod shutdown;
 
 pub use self::flusher::{FlushReport, Flusher};
-pub use self::ledger::{Ledger, Settled};
 pub use self::plan::PlanOptions;
 pub use self::shutdown::{ShutdownHandle, ShutdownSignal, shutdown_channel};
 

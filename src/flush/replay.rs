@@ -6,8 +6,8 @@ use crate::engine::Engine;
 use crate::state::{ErrorInfo, OutcomeLog, RecordOutcome, Recovered, StateDir};
 use crate::vocabulary::{DropReason, Granularity};
 
-use super::ledger::Ledger;
 use super::record_conversion;
+use crate::telemetry::Ledger;
 
 /// Where replayed rows come from, which decides how they are counted.
 #[derive(Clone, Copy, PartialEq, Eq)]

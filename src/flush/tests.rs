@@ -4,13 +4,14 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::accounting::Accounting;
 use crate::config::{Config, FamilyConfig};
 use crate::engine::Engine;
-use crate::flush::{Flusher, Ledger};
+use crate::flush::Flusher;
 use crate::sink::{MemorySink, Sink};
 use crate::sink::{Outcome, WriteError};
 use crate::state::StateDir;
+use crate::telemetry::Accounting;
+use crate::telemetry::Ledger;
 use crate::vocabulary::Granularity;
 
 /// 2026-11-30T23:58:00Z: two minutes before a day boundary.
@@ -468,7 +469,7 @@ async fn an_unclean_previous_stop_is_exported_until_a_clean_one() {
     drop(state);
 
     let scrape = |pipeline: &crate::pipeline::Pipeline| {
-        crate::metrics::Metrics::new(pipeline.engine().clone(), pipeline.ledger().clone())
+        crate::telemetry::Metrics::new(pipeline.engine().clone(), pipeline.ledger().clone())
             .unwrap()
             .render()
     };

@@ -9,7 +9,7 @@ use axum::http::{StatusCode, header};
 use axum::response::IntoResponse;
 use axum::routing::get;
 
-use crate::metrics::Metrics;
+use crate::telemetry::Metrics;
 
 /// What the endpoints read.
 #[derive(Clone)]

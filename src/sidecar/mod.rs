@@ -8,7 +8,6 @@
 
 pub mod handler;
 pub mod http;
-pub mod ingest_metrics;
 pub mod lazy;
 
 use std::net::SocketAddr;
@@ -22,8 +21,8 @@ use crate::config::{Config, ConfigError};
 use crate::engine::Engine;
 use crate::flush::FlushReport;
 use crate::ingest::{self, ListenError, Receivers};
-use crate::metrics::Metrics;
 use crate::pipeline::{Pipeline, StartError};
+use crate::telemetry::Metrics;
 
 use self::handler::EngineHandler;
 use self::lazy::{ConnectFailure, LazyCqlSink};
@@ -121,7 +120,7 @@ impl Sidecar {
         // The receivers' counters join the same registry.
         let _ = metrics
             .registry()
-            .register(Box::new(ingest_metrics::IngestCollector::new(
+            .register(Box::new(crate::telemetry::IngestCollector::new(
                 receivers.stats(),
             )));
 

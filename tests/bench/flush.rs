@@ -16,10 +16,11 @@ use std::time::{Duration, Instant};
 use countersink::config::Config;
 use countersink::ddl;
 use countersink::engine::Engine;
-use countersink::flush::{Flusher, Ledger};
+use countersink::flush::Flusher;
 use countersink::ingest::client::{Client, Target};
 use countersink::sink::cql::CqlSink;
 use countersink::state::StateDir;
+use countersink::telemetry::Ledger;
 use scylla::value::Counter;
 
 const NOW: i64 = 1_796_042_096;

@@ -45,7 +45,7 @@ async fn shutdown_with_100k_pending_rows_applies_or_spills_and_a_restart_replays
         took < Duration::from_secs(5),
         "shutdown respects its deadline: {took:?}"
     );
-    let a = countersink::accounting::Accounting::read(&engine, &ledger);
+    let a = countersink::telemetry::Accounting::read(&engine, &ledger);
     assert!(a.is_balanced(), "{a:?}");
     assert_eq!(a.minute.pending, 0);
     assert_eq!(

@@ -14,12 +14,13 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use countersink::accounting::Accounting;
 use countersink::config::Config;
 use countersink::engine::Engine;
-use countersink::flush::{Flusher, Ledger};
+use countersink::flush::Flusher;
 use countersink::sink::cql::CqlSink;
 use countersink::state::StateDir;
+use countersink::telemetry::Accounting;
+use countersink::telemetry::Ledger;
 
 /// 2026-11-30T23:58:00Z: two minutes before a day (and month) boundary.
 pub(crate) const T0: i64 = 1_796_083_080;

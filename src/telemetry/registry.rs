@@ -1,39 +1,36 @@
 //! Prometheus metrics on a registry of our own (never the global one, so several
 //! pipelines can live in one process, and an embedding service can register ours into
-//! its own registry).
-//!
-//! The hot path never touches a Prometheus object: stripes count in plain integers under
-//! their own lock and the flusher keeps a ledger. [`EngineCollector`] reads both when a
-//! scrape happens.
+//! its own registry). [`EngineCollector`] reads the engine's counters and the flusher's
+//! ledger when a scrape happens.
 
 use std::sync::Arc;
 
 use parking_lot::Mutex;
 use prometheus::core::{Collector, Desc};
 use prometheus::proto::MetricFamily;
-use prometheus::{
-    Encoder, GaugeVec, IntCounter, IntCounterVec, IntGauge, Opts, Registry, TextEncoder,
-};
+use prometheus::{Encoder, GaugeVec, IntCounter, IntCounterVec, IntGauge, Registry, TextEncoder};
 
-use crate::accounting::Accounting;
 use crate::engine::Engine;
-use crate::flush::Ledger;
 use crate::line::{IgnoredKind, InvalidReason};
 use crate::sink::OutcomeClass;
 use crate::state::{LostRecords, OutcomeLog};
 use crate::vocabulary::{DropReason, Granularity, Transport};
 
+use super::accounting::Accounting;
+use super::catalogue;
+use super::ledger::Ledger;
+
 /// Reads the engine's and the flusher's counts at scrape time.
 pub struct EngineCollector {
     engine: Arc<Engine>,
     ledger: Arc<Ledger>,
-    families: Mutex<Families>,
+    series: Mutex<EngineSeries>,
     descs: Vec<Desc>,
 }
 
-/// The metric families, refilled on every scrape (under the mutex, so concurrent scrapes
+/// The exported series, refilled on every scrape (under the mutex, so concurrent scrapes
 /// do not interleave).
-struct Families {
+struct EngineSeries {
     lines_received: IntCounterVec,
     lines_invalid: IntCounterVec,
     lines_ignored: IntCounterVec,
@@ -49,76 +46,23 @@ struct Families {
     previous_stop_pending_rows: IntGauge,
 }
 
-fn counter_vec(name: &str, help: &str, labels: &[&str]) -> IntCounterVec {
-    // Names and labels are constants of this file; they are valid.
-    IntCounterVec::new(Opts::new(name, help), labels).expect("valid metric options")
-}
-
 impl EngineCollector {
     /// A collector for `engine` and its flusher's `ledger`.
     pub fn new(engine: Arc<Engine>, ledger: Arc<Ledger>) -> EngineCollector {
-        let families = Families {
-            lines_received: counter_vec(
-                "countersink_lines_received_total",
-                "Lines received (valid or not), by transport.",
-                &["transport"],
-            ),
-            lines_invalid: counter_vec(
-                "countersink_lines_invalid_total",
-                "Lines (and in-process calls) refused as invalid, by reason.",
-                &["reason"],
-            ),
-            lines_ignored: counter_vec(
-                "countersink_lines_ignored_total",
-                "Well-formed lines of metric types countersink does not aggregate, by type.",
-                &["type"],
-            ),
-            accepted: IntCounter::new(
-                "countersink_increments_accepted_total",
-                "Counter increments accepted (each value of a multi-value line counts).",
-            )
-            .expect("valid metric options"),
-            dropped: counter_vec(
-                "countersink_dropped_total",
-                "Accepted increments (or settled rows) dropped on purpose by a limit, by reason.",
-                &["reason"],
-            ),
-            pending_rows: IntGauge::new("countersink_pending_rows", "Rows buffered for the next flush.")
-                .expect("valid metric options"),
-            pending_bytes: IntGauge::new(
-                "countersink_pending_bytes",
-                "Estimated bytes of the rows buffered for the next flush.",
-            )
-            .expect("valid metric options"),
-            cql_writes: counter_vec(
-                "countersink_cql_writes_total",
-                "Write requests (one UPDATE or one COUNTER BATCH), by table and outcome (applied, requeued, rejected, unknown).",
-                &["table", "outcome"],
-            ),
-            flushes: IntCounter::new("countersink_flushes_total", "Flushes completed.").expect("valid metric options"),
-            lost_records: counter_vec(
-                "countersink_outcome_records_lost_total",
-                "Records of unknown or rejected writes that are not in their log file: deleted by rotation (rotated_out) or not written (write_error). Their deltas are still counted in their stage.",
-                &["log", "reason"],
-            ),
-            previous_stop_unclean: IntGauge::new(
-                "countersink_previous_stop_unclean",
-                "1 when the previous run in this state directory stopped without a clean shutdown (killed, crashed), losing what it held in memory; 0 otherwise.",
-            )
-            .expect("valid metric options"),
-            previous_stop_pending_rows: IntGauge::new(
-                "countersink_previous_stop_pending_rows",
-                "Rows the previous run held in memory at its last flush when it stopped without a clean shutdown: a lower bound of the rows it lost. 0 after a clean stop.",
-            )
-            .expect("valid metric options"),
-            delta_sum: GaugeVec::new(
-                Opts::new(
-                    "countersink_delta_sum",
-                    "Signed sum of deltas per stage and table granularity; accepted equals the sum of the other stages when idle.",
-                ),
-                &["stage", "granularity"],
-            )
-            .expect("valid metric options"),
+        let families = EngineSeries {
+            lines_received: catalogue::LINES_RECEIVED.int_counter_vec(),
+            lines_invalid: catalogue::LINES_INVALID.int_counter_vec(),
+            lines_ignored: catalogue::LINES_IGNORED.int_counter_vec(),
+            accepted: catalogue::INCREMENTS_ACCEPTED.int_counter(),
+            dropped: catalogue::DROPPED.int_counter_vec(),
+            pending_rows: catalogue::PENDING_ROWS.int_gauge(),
+            pending_bytes: catalogue::PENDING_BYTES.int_gauge(),
+            cql_writes: catalogue::CQL_WRITES.int_counter_vec(),
+            flushes: catalogue::FLUSHES.int_counter(),
+            lost_records: catalogue::OUTCOME_RECORDS_LOST.int_counter_vec(),
+            previous_stop_unclean: catalogue::PREVIOUS_STOP_UNCLEAN.int_gauge(),
+            previous_stop_pending_rows: catalogue::PREVIOUS_STOP_PENDING_ROWS.int_gauge(),
+            delta_sum: catalogue::DELTA_SUM.gauge_vec(),
         };
         let mut descs = Vec::new();
         for collector in families.collectors() {
@@ -128,13 +72,13 @@ impl EngineCollector {
         EngineCollector {
             engine,
             ledger,
-            families: Mutex::new(families),
+            series: Mutex::new(families),
             descs,
         }
     }
 }
 
-impl Families {
+impl EngineSeries {
     fn collectors(&self) -> [&dyn Collector; 13] {
         [
             &self.lines_received,
@@ -162,7 +106,7 @@ impl Collector for EngineCollector {
     fn collect(&self) -> Vec<MetricFamily> {
         let counters = self.engine.aggregator().counters();
         let accounting = Accounting::read(&self.engine, &self.ledger);
-        let f = self.families.lock();
+        let f = self.series.lock();
 
         f.lines_received.reset();
         for t in Transport::ALL {

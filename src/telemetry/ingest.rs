@@ -5,19 +5,21 @@ use std::sync::Arc;
 use parking_lot::Mutex;
 use prometheus::core::{Collector, Desc};
 use prometheus::proto::MetricFamily;
-use prometheus::{IntCounterVec, IntGaugeVec, Opts};
+use prometheus::{IntCounterVec, IntGaugeVec};
 
 use crate::ingest::IngestStats;
+
+use super::catalogue;
 use crate::vocabulary::Transport;
 
 /// Reads [`IngestStats`] when scraped.
 pub struct IngestCollector {
     stats: Arc<IngestStats>,
-    families: Mutex<Families>,
+    series: Mutex<IngestSeries>,
     descs: Vec<Desc>,
 }
 
-struct Families {
+struct IngestSeries {
     packets: IntCounterVec,
     bytes: IntCounterVec,
     errors: IntCounterVec,
@@ -27,15 +29,7 @@ struct Families {
     open: IntGaugeVec,
 }
 
-fn counters(name: &str, help: &str, labels: &[&str]) -> IntCounterVec {
-    IntCounterVec::new(Opts::new(name, help), labels).expect("valid metric options")
-}
-
-fn gauges(name: &str, help: &str, labels: &[&str]) -> IntGaugeVec {
-    IntGaugeVec::new(Opts::new(name, help), labels).expect("valid metric options")
-}
-
-impl Families {
+impl IngestSeries {
     fn all(&self) -> [&dyn Collector; 7] {
         [
             &self.packets,
@@ -52,42 +46,14 @@ impl Families {
 impl IngestCollector {
     /// A collector over the receivers' stats.
     pub fn new(stats: Arc<IngestStats>) -> IngestCollector {
-        let families = Families {
-            packets: counters(
-                "countersink_packets_received_total",
-                "Datagrams (or stream messages) received, by transport.",
-                &["transport"],
-            ),
-            bytes: counters(
-                "countersink_received_bytes_total",
-                "Bytes received, by transport.",
-                &["transport"],
-            ),
-            errors: counters(
-                "countersink_receive_errors_total",
-                "Errors returned by the receive system calls, by transport.",
-                &["transport"],
-            ),
-            dropped: counters(
-                "countersink_packets_dropped_total",
-                "Packets lost before parsing, by transport and reason: truncated (datagram over 64 KiB), oversized (stream message over the limit), kernel (the socket's receive queue overflowed).",
-                &["transport", "reason"],
-            ),
-            buffer: gauges(
-                "countersink_socket_receive_buffer_bytes",
-                "Effective SO_RCVBUF of the socket, as the kernel reports it.",
-                &["transport"],
-            ),
-            connections: counters(
-                "countersink_stream_connections_total",
-                "Unix stream connections, by result (accepted, refused over max_connections).",
-                &["result"],
-            ),
-            open: gauges(
-                "countersink_stream_connections_open",
-                "Unix stream connections open now.",
-                &["transport"],
-            ),
+        let families = IngestSeries {
+            packets: catalogue::PACKETS_RECEIVED.int_counter_vec(),
+            bytes: catalogue::RECEIVED_BYTES.int_counter_vec(),
+            errors: catalogue::RECEIVE_ERRORS.int_counter_vec(),
+            dropped: catalogue::PACKETS_DROPPED.int_counter_vec(),
+            buffer: catalogue::SOCKET_RECEIVE_BUFFER.int_gauge_vec(),
+            connections: catalogue::STREAM_CONNECTIONS.int_counter_vec(),
+            open: catalogue::STREAM_CONNECTIONS_OPEN.int_gauge_vec(),
         };
         let descs = families
             .all()
@@ -96,7 +62,7 @@ impl IngestCollector {
             .collect();
         IngestCollector {
             stats,
-            families: Mutex::new(families),
+            series: Mutex::new(families),
             descs,
         }
     }
@@ -109,7 +75,7 @@ impl Collector for IngestCollector {
 
     fn collect(&self) -> Vec<MetricFamily> {
         let snapshot = self.stats.snapshot();
-        let f = self.families.lock();
+        let f = self.series.lock();
         for c in [&f.packets, &f.bytes, &f.errors, &f.dropped, &f.connections] {
             c.reset();
         }

@@ -1,14 +1,17 @@
-//! The flusher's side of the delta accounting, and its per-table write counts.
+//! The flusher's side of the delta accounting, and its per-table write counts: what
+//! left the buffer and how it settled. Read at scrape time and by [`super::Accounting`].
 
 use std::collections::BTreeMap;
 use std::sync::OnceLock;
 
 use parking_lot::Mutex;
-use prometheus::{Histogram, HistogramOpts};
+use prometheus::Histogram;
 
 use crate::sink::OutcomeClass;
 use crate::state::{Appended, LostRecords, OutcomeLog};
-use crate::vocabulary::Granularity;
+use crate::vocabulary::{DropReason, Granularity};
+
+use super::catalogue;
 
 /// Signed delta sums, for one table granularity, by what became of them after leaving
 /// the buffer.
@@ -48,13 +51,6 @@ pub struct Ledger {
 
 impl Default for Ledger {
     fn default() -> Self {
-        let opts = HistogramOpts::new(
-            "countersink_flush_duration_seconds",
-            "Time per flush, from draining the buffer to recording the last outcome.",
-        )
-        .buckets(vec![
-            0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
-        ]);
         Ledger {
             sums: Mutex::default(),
             writes: Mutex::default(),
@@ -62,9 +58,7 @@ impl Default for Ledger {
             lost_records: Mutex::default(),
             flushes: Mutex::default(),
             unclean_previous_stop: OnceLock::new(),
-            // Constant name and increasing buckets: this cannot fail.
-            flush_duration: Histogram::with_opts(opts)
-                .expect("constant histogram options are valid"),
+            flush_duration: catalogue::FLUSH_DURATION.histogram(&catalogue::FLUSH_DURATION_BUCKETS),
         }
     }
 }
@@ -102,7 +96,7 @@ impl Ledger {
         self.late_drops.lock().clone()
     }
 
-    pub(crate) fn count_late_drop(&self, reason: crate::vocabulary::DropReason, rows: u64) {
+    pub(crate) fn count_late_drop(&self, reason: DropReason, rows: u64) {
         *self.late_drops.lock().entry(reason.as_str()).or_default() += rows;
     }
 

@@ -1,4 +1,5 @@
-//! The accounting identity of DESIGN §2, as signed sums of deltas.
+//! The accounting identity (the README's "Nothing vanishes silently"), as signed sums
+//! of deltas.
 //!
 //! Every accepted increment ends in exactly one stage, so at any quiet moment
 //! `accepted = applied + unknown + rejected + dropped + spilled + pending`. Each accepted
@@ -9,8 +10,8 @@
 //! is running the sums may be off by what is moving between stages, and they balance
 //! whenever nothing is in motion.
 
+use super::ledger::Ledger;
 use crate::engine::Engine;
-use crate::flush::Ledger;
 use crate::vocabulary::Granularity;
 
 /// Signed delta sums per stage, for one table granularity.

@@ -1,0 +1,214 @@
+//! Every metric countersink exports: name, help text, labels. The one list: the
+//! collectors build their series from these entries, a test checks that what is exported
+//! is exactly this list, and another that the README's catalogue names each of them.
+
+use prometheus::{
+    GaugeVec, Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts,
+};
+
+/// One exported metric.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MetricDef {
+    /// The metric name.
+    pub name: &'static str,
+    /// The `# HELP` text.
+    pub help: &'static str,
+    /// Label names (bounded sets, listed in the help text or by an `ALL` constant).
+    pub labels: &'static [&'static str],
+}
+
+// Names, help texts and labels are constants of this file; building a metric from them
+// cannot fail (a test builds every one).
+const VALID: &str = "constant metric options are valid";
+
+impl MetricDef {
+    fn opts(&self) -> Opts {
+        Opts::new(self.name, self.help)
+    }
+
+    pub(crate) fn int_counter(&self) -> IntCounter {
+        IntCounter::with_opts(self.opts()).expect(VALID)
+    }
+
+    pub(crate) fn int_counter_vec(&self) -> IntCounterVec {
+        IntCounterVec::new(self.opts(), self.labels).expect(VALID)
+    }
+
+    pub(crate) fn int_gauge(&self) -> IntGauge {
+        IntGauge::with_opts(self.opts()).expect(VALID)
+    }
+
+    pub(crate) fn int_gauge_vec(&self) -> IntGaugeVec {
+        IntGaugeVec::new(self.opts(), self.labels).expect(VALID)
+    }
+
+    pub(crate) fn gauge_vec(&self) -> GaugeVec {
+        GaugeVec::new(self.opts(), self.labels).expect(VALID)
+    }
+
+    pub(crate) fn histogram(&self, buckets: &[f64]) -> Histogram {
+        Histogram::with_opts(HistogramOpts::new(self.name, self.help).buckets(buckets.to_vec()))
+            .expect(VALID)
+    }
+}
+
+/// `countersink_lines_received_total{transport}`.
+pub const LINES_RECEIVED: MetricDef = MetricDef {
+    name: "countersink_lines_received_total",
+    help: "Lines received (valid or not), by transport.",
+    labels: &["transport"],
+};
+/// `countersink_lines_invalid_total{reason}`.
+pub const LINES_INVALID: MetricDef = MetricDef {
+    name: "countersink_lines_invalid_total",
+    help: "Lines (and in-process calls) refused as invalid, by reason.",
+    labels: &["reason"],
+};
+/// `countersink_lines_ignored_total{type}`.
+pub const LINES_IGNORED: MetricDef = MetricDef {
+    name: "countersink_lines_ignored_total",
+    help: "Well-formed lines of metric types countersink does not aggregate, by type.",
+    labels: &["type"],
+};
+/// `countersink_increments_accepted_total`.
+pub const INCREMENTS_ACCEPTED: MetricDef = MetricDef {
+    name: "countersink_increments_accepted_total",
+    help: "Counter increments accepted (each value of a multi-value line counts).",
+    labels: &[],
+};
+/// `countersink_dropped_total{reason}`.
+pub const DROPPED: MetricDef = MetricDef {
+    name: "countersink_dropped_total",
+    help: "Accepted increments (or settled rows) dropped on purpose by a limit, by reason.",
+    labels: &["reason"],
+};
+/// `countersink_pending_rows`.
+pub const PENDING_ROWS: MetricDef = MetricDef {
+    name: "countersink_pending_rows",
+    help: "Rows buffered for the next flush.",
+    labels: &[],
+};
+/// `countersink_pending_bytes`.
+pub const PENDING_BYTES: MetricDef = MetricDef {
+    name: "countersink_pending_bytes",
+    help: "Estimated bytes of the rows buffered for the next flush.",
+    labels: &[],
+};
+/// `countersink_cql_writes_total{table, outcome}`.
+pub const CQL_WRITES: MetricDef = MetricDef {
+    name: "countersink_cql_writes_total",
+    help: "Write requests (one UPDATE or one COUNTER BATCH), by table and outcome (applied, requeued, rejected, unknown).",
+    labels: &["table", "outcome"],
+};
+/// `countersink_flushes_total`.
+pub const FLUSHES: MetricDef = MetricDef {
+    name: "countersink_flushes_total",
+    help: "Flushes completed.",
+    labels: &[],
+};
+/// `countersink_flush_duration_seconds` (histogram).
+pub const FLUSH_DURATION: MetricDef = MetricDef {
+    name: "countersink_flush_duration_seconds",
+    help: "Time per flush, from draining the buffer to recording the last outcome.",
+    labels: &[],
+};
+/// The buckets of [`FLUSH_DURATION`], in seconds.
+pub const FLUSH_DURATION_BUCKETS: [f64; 13] = [
+    0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
+];
+/// `countersink_delta_sum{stage, granularity}`: the accounting identity.
+pub const DELTA_SUM: MetricDef = MetricDef {
+    name: "countersink_delta_sum",
+    help: "Signed sum of deltas per stage and table granularity; accepted equals the sum of the other stages when idle.",
+    labels: &["stage", "granularity"],
+};
+/// `countersink_outcome_records_lost_total{log, reason}`.
+pub const OUTCOME_RECORDS_LOST: MetricDef = MetricDef {
+    name: "countersink_outcome_records_lost_total",
+    help: "Records of unknown or rejected writes that are not in their log file: deleted by rotation (rotated_out) or not written (write_error). Their deltas are still counted in their stage.",
+    labels: &["log", "reason"],
+};
+/// `countersink_previous_stop_unclean`.
+pub const PREVIOUS_STOP_UNCLEAN: MetricDef = MetricDef {
+    name: "countersink_previous_stop_unclean",
+    help: "1 when the previous run in this state directory stopped without a clean shutdown (killed, crashed), losing what it held in memory; 0 otherwise.",
+    labels: &[],
+};
+/// `countersink_previous_stop_pending_rows`.
+pub const PREVIOUS_STOP_PENDING_ROWS: MetricDef = MetricDef {
+    name: "countersink_previous_stop_pending_rows",
+    help: "Rows the previous run held in memory at its last flush when it stopped without a clean shutdown: a lower bound of the rows it lost. 0 after a clean stop.",
+    labels: &[],
+};
+
+/// `countersink_packets_received_total{transport}` (sidecar).
+pub const PACKETS_RECEIVED: MetricDef = MetricDef {
+    name: "countersink_packets_received_total",
+    help: "Datagrams (or stream messages) received, by transport.",
+    labels: &["transport"],
+};
+/// `countersink_received_bytes_total{transport}` (sidecar).
+pub const RECEIVED_BYTES: MetricDef = MetricDef {
+    name: "countersink_received_bytes_total",
+    help: "Bytes received, by transport.",
+    labels: &["transport"],
+};
+/// `countersink_receive_errors_total{transport}` (sidecar).
+pub const RECEIVE_ERRORS: MetricDef = MetricDef {
+    name: "countersink_receive_errors_total",
+    help: "Errors returned by the receive system calls, by transport.",
+    labels: &["transport"],
+};
+/// `countersink_packets_dropped_total{transport, reason}` (sidecar).
+pub const PACKETS_DROPPED: MetricDef = MetricDef {
+    name: "countersink_packets_dropped_total",
+    help: "Packets lost before parsing, by transport and reason: truncated (datagram over 64 KiB), oversized (stream message over the limit), kernel (the socket's receive queue overflowed).",
+    labels: &["transport", "reason"],
+};
+/// `countersink_socket_receive_buffer_bytes{transport}` (sidecar).
+pub const SOCKET_RECEIVE_BUFFER: MetricDef = MetricDef {
+    name: "countersink_socket_receive_buffer_bytes",
+    help: "Effective SO_RCVBUF of the socket, as the kernel reports it.",
+    labels: &["transport"],
+};
+/// `countersink_stream_connections_total{result}` (sidecar).
+pub const STREAM_CONNECTIONS: MetricDef = MetricDef {
+    name: "countersink_stream_connections_total",
+    help: "Unix stream connections, by result (accepted, refused over max_connections).",
+    labels: &["result"],
+};
+/// `countersink_stream_connections_open{transport}` (sidecar).
+pub const STREAM_CONNECTIONS_OPEN: MetricDef = MetricDef {
+    name: "countersink_stream_connections_open",
+    help: "Unix stream connections open now.",
+    labels: &["transport"],
+};
+
+/// What the engine and the flusher export, in every build.
+pub const ENGINE_METRICS: [MetricDef; 14] = [
+    LINES_RECEIVED,
+    LINES_INVALID,
+    LINES_IGNORED,
+    INCREMENTS_ACCEPTED,
+    DROPPED,
+    PENDING_ROWS,
+    PENDING_BYTES,
+    CQL_WRITES,
+    FLUSHES,
+    FLUSH_DURATION,
+    DELTA_SUM,
+    OUTCOME_RECORDS_LOST,
+    PREVIOUS_STOP_UNCLEAN,
+    PREVIOUS_STOP_PENDING_ROWS,
+];
+
+/// What the sidecar's receivers export besides.
+pub const INGEST_METRICS: [MetricDef; 7] = [
+    PACKETS_RECEIVED,
+    RECEIVED_BYTES,
+    RECEIVE_ERRORS,
+    PACKETS_DROPPED,
+    SOCKET_RECEIVE_BUFFER,
+    STREAM_CONNECTIONS,
+    STREAM_CONNECTIONS_OPEN,
+];
