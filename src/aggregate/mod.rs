@@ -14,12 +14,8 @@
 //! instead of fighting over one. Each lock is nearly always uncontended, so it costs one
 //! atomic swap, and the per-packet ingest path takes it once per datagram, not per line.
 //! The `engine` benchmark measures both designs and a `Mutex<HashMap>` baseline in the
-//! same run; see the README for the figures. Measured after the ingest and `incr` paths
-//! were trimmed (three runs on a shared 2-core VM, two threads, ratios of the median
-//! times): one hot key, the engine 2.9 times faster than the mutex map and 2.4 times
-//! faster than the `DashMap`; 10k keys, 3.2 and 1.5 times. With one thread the plain
-//! mutex map is faster (about 45 ns against 57 ns on the hot key): the stripes pay for
-//! themselves under contention, the case pre-aggregation exists for.
+//! same run; the README has the figures. With one thread the plain mutex map is faster:
+//! the stripes pay for themselves under contention, the case pre-aggregation exists for.
 //!
 //! The only state that all threads write is the row budget, and only when a row is
 //! created; it sits on cache lines of its own so that those writes do not evict what

@@ -1,5 +1,5 @@
-//! The `countersink` command line (the contract of DESIGN §7: scripts rely on these
-//! names).
+//! The `countersink` command line: a contract, since scripts and operators rely on these
+//! names (the README's "Command line").
 //!
 //! Settings come from, highest first: command-line flags, `COUNTERSINK_*` environment
 //! variables (each flag names its variable in `--help`), the config file (`--config` or

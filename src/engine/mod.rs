@@ -15,10 +15,8 @@
 //! canonicalised directly (two pairs take one comparison), the series key is built in a
 //! per-thread buffer, and the clock is the coarse one of [`now_unix_secs`].
 //!
-//! Measured with callgrind (instructions, reproducible on a shared machine; see
-//! `tests/bench/engine.rs`): a line of 20-line packets over 100 keys went from 2510 to
-//! about 800 instructions (over 100k keys, where the cache cannot help, 2791 to 2350),
-//! and an `Engine::record` call from 1066 to about 740.
+//! `tests/bench/engine.rs` measures both paths (time, and instructions under callgrind,
+//! which repeat on a shared machine); the README has the figures.
 
 use std::cell::RefCell;
 
