@@ -8,19 +8,25 @@
 //!
 //! # Layout
 //!
+//! In layers: a module imports only modules of its own row or of rows above it, so no
+//! import runs back up the pipeline and there are no circles ([`vocabulary`] imports
+//! nothing of this crate).
+//!
 //! | module | job |
 //! |---|---|
-//! | [`line`](mod@line) | the StatsD/DogStatsD line parser: bytes in, one verdict per line |
-//! | [`family`], [`series`], [`bucket`] | where an increment goes: family, key bytes, UTC minute/day |
-//! | [`aggregate`] | the synchronous core (one stripe's map, limits, counters) and its striped concurrent front |
+//! | [`vocabulary`] | the shared words: `FamilyId`, `Granularity`, `DropReason`, `Transport` |
+//! | [`line`](mod@line), [`bucket`], [`series`] | the StatsD/DogStatsD parser; UTC minute/day buckets; encoded series keys |
+//! | [`aggregate`] | the synchronous core: one stripe's map, limits, counters, and the striped front |
+//! | [`config`] | the configuration file (every section, `[ingest.*]` included, in every build), defaults, validation |
+//! | [`family`], [`layout`], [`cql_text`], [`ddl`] | families and their shards; table layouts; the `cql/` files; the schema |
 //! | [`engine`] | families + aggregator: the line path and the in-process path |
-//! | [`flush`] | the flush plan (minute and day rows, partitions), the loop, outcome classes, accounting ledger |
-//! | [`sink`] | where writes go: the CQL sink (driver session, schema check, classification), memory, log |
-//! | [`state`] | the state directory: outcome logs, spill file and its replay, writer identity |
+//! | [`sink`] | where writes go, and the contract: `PartitionWrite`, `Outcome`; the CQL, memory and log sinks |
+//! | [`state`] | the state directory: outcome logs, spill file and its replay steps, writer identity |
+//! | `ingest` | (feature `sidecar`) socket receivers |
+//! | [`telemetry`] | the metric catalogue, the accounting identity, the flusher's ledger, the Prometheus collectors |
+//! | [`flush`] | the plan, the loop, the pure settle step (outcome → action), one shutdown deadline |
 //! | [`pipeline`], [`recorder`] | engine + state + flusher assembled; the in-process `Recorder` |
-//! | [`accounting`], [`metrics`] | the accounting identity; Prometheus metrics on an own registry |
-//! | [`config`], [`layout`], [`ddl`], [`cql_text`] | configuration; table layouts; the schema; the `cql/` files |
-//! | `ingest`, `sidecar`, `cli` | (feature `sidecar`) socket receivers, the sidecar runtime and HTTP, the command line |
+//! | `sidecar`, `cli` | (feature `sidecar`) the sidecar runtime and HTTP, the command line (`dev` needs feature `dev`) |
 
 pub mod line;
 

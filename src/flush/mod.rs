@@ -1,9 +1,13 @@
 //! The flush path: from drained rows to settled outcomes.
 //!
 //! - [`plan`]: drained rows → one write per partition, minute and day tables.
-//! - [`flusher`]: the loop that drains, sends with bounded concurrency, and settles each
-//!   outcome (re-queue, reject log, unknown log, spill), keeping the delta accounting.
-//! - [`records`]: the JSON records of the outcome logs and the spill file.
+//! - [`flusher`]: the loop that drains, sends with bounded concurrency, and executes
+//!   what the settle step decides for each write.
+//! - [`settle`]: the pure policy, outcome → action (applied, re-queue, spill, log unknown,
+//!   log rejected), with time passed in.
+//! - [`shutdown`]: the shutdown request and the one deadline derived from it.
+//! - [`record_conversion`]: writes to the records of the outcome logs and the spill file,
+//!   and spilled records back to rows.
 
 pub mod flusher;
 pub mod plan;

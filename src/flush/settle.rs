@@ -153,7 +153,8 @@ mod tests {
         use Action::*;
         use OutcomeClass as C;
         let transient = || Sent::Done(Outcome::NotAppliedTransient(error()));
-        let cases: Vec<(&str, Vec<u32>, Sent, bool, Option<C>, Action)> = vec![
+        type Case = (&'static str, Vec<u32>, Sent, bool, Option<C>, Action);
+        let cases: Vec<Case> = vec![
             (
                 "applied",
                 vec![0],

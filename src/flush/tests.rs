@@ -34,16 +34,8 @@ struct Harness<S: Sink> {
 
 fn harness<S: Sink>(config: &Config, sink: S) -> Harness<S> {
     let engine = Arc::new(Engine::with_seed(config, Some(1)).unwrap());
-    let (state, recovered) = StateDir::open(&config.state).unwrap();
-    let ledger = Arc::new(Ledger::default());
-    let flusher = Flusher::new(
-        engine.clone(),
-        Arc::new(sink),
-        config.flush.clone(),
-        state,
-        recovered,
-        ledger.clone(),
-    );
+    let flusher = Flusher::open(engine.clone(), Arc::new(sink), config).unwrap();
+    let ledger = flusher.ledger().clone();
     Harness {
         engine,
         ledger,

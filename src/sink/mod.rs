@@ -6,7 +6,7 @@
 //! the flusher's job and the same for every sink. The CQL sink is the product; the
 //! in-memory sink serves tests and benchmarks, and the logging sink a dry run.
 //!
-//! The contract's types live here, with the trait: [`write`] (what is sent) and
+//! The contract's types live here, with the trait: [`write`](mod@write) (what is sent) and
 //! [`outcome`] (how it ended, and the closed set of outcome classes).
 
 pub mod cql;

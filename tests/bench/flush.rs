@@ -19,8 +19,6 @@ use countersink::engine::Engine;
 use countersink::flush::Flusher;
 use countersink::ingest::client::{Client, Target};
 use countersink::sink::cql::CqlSink;
-use countersink::state::StateDir;
-use countersink::telemetry::Ledger;
 use scylla::value::Counter;
 
 const NOW: i64 = 1_796_042_096;
@@ -55,15 +53,7 @@ async fn flush_rate(rows: usize) -> f64 {
     let sink = CqlSink::connect(&config.store, engine.families())
         .await
         .expect("sink");
-    let (state, recovered) = StateDir::open(&config.state).expect("state");
-    let mut flusher = Flusher::new(
-        engine.clone(),
-        Arc::new(sink),
-        config.flush.clone(),
-        state,
-        recovered,
-        Arc::new(Ledger::default()),
-    );
+    let mut flusher = Flusher::open(engine.clone(), Arc::new(sink), &config).expect("state");
     for i in 0..rows {
         let key = format!("k{}", i / 100);
         let minute = (i % 100) as i64;

@@ -61,7 +61,11 @@ impl Serve {
             }
             seen.push(line);
         }
-        panic!("serve exited before connecting:\n{}", seen.join("\n"));
+        let status = child.wait().expect("waits");
+        panic!(
+            "serve exited ({status}) before connecting:\n{}",
+            seen.join("\n")
+        );
     }
 
     /// Sends SIGTERM and waits for the exit: the status, and how long it took.

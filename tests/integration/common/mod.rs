@@ -18,7 +18,6 @@ use countersink::config::Config;
 use countersink::engine::Engine;
 use countersink::flush::Flusher;
 use countersink::sink::cql::CqlSink;
-use countersink::state::StateDir;
 use countersink::telemetry::Accounting;
 use countersink::telemetry::Ledger;
 
@@ -52,16 +51,8 @@ impl Writer {
             .await
             .expect("CQL sink");
         let session = sink.session().clone();
-        let (state, recovered) = StateDir::open(&config.state).expect("state dir");
-        let ledger = Arc::new(Ledger::default());
-        let flusher = Flusher::new(
-            engine.clone(),
-            Arc::new(sink),
-            config.flush.clone(),
-            state,
-            recovered,
-            ledger.clone(),
-        );
+        let flusher = Flusher::open(engine.clone(), Arc::new(sink), config).expect("state dir");
+        let ledger = flusher.ledger().clone();
         Writer {
             engine,
             ledger,
