@@ -38,6 +38,7 @@ impl MetricDef {
         IntGauge::with_opts(self.opts()).expect(VALID)
     }
 
+    #[cfg_attr(not(feature = "sidecar"), allow(dead_code))]
     pub(crate) fn int_gauge_vec(&self) -> IntGaugeVec {
         IntGaugeVec::new(self.opts(), self.labels).expect(VALID)
     }
