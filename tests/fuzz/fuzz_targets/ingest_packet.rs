@@ -16,9 +16,9 @@
 
 use countersink::aggregate::Counters;
 
-use countersink::vocabulary::{Granularity, Transport};
 use countersink::config::{Config, FamilyConfig};
 use countersink::engine::Engine;
+use countersink::vocabulary::{Granularity, Transport};
 use libfuzzer_sys::fuzz_target;
 
 /// 2026-11-30T12:34:56Z: client timestamps around it are inside the window.
