@@ -9,7 +9,6 @@
 use std::collections::HashMap;
 
 use crate::aggregate::{Row, RowKey, Slot};
-
 use crate::bucket::{Day, Minute};
 use crate::sink::{PartitionWrite, RowDelta};
 use crate::vocabulary::{FamilyId, Granularity};

@@ -1,7 +1,6 @@
 //! Bringing spilled rows back into the buffer, at start and after an outage.
 
 use crate::aggregate::Slot;
-
 use crate::engine::Engine;
 use crate::state::{ErrorInfo, OutcomeLog, RecordOutcome, Recovered, StateDir};
 use crate::vocabulary::{DropReason, Granularity};

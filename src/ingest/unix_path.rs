@@ -22,11 +22,10 @@ use std::path::{Path, PathBuf};
 
 use socket2::{Domain, SockAddr, Socket, Type};
 
-use super::{ListenError, Step};
-
 use crate::config::ingest::SocketMode;
-
 use crate::vocabulary::Transport;
+
+use super::{ListenError, Step};
 
 /// Listen backlog of the stream socket (the kernel caps it at `net.core.somaxconn`).
 const LISTEN_BACKLOG: i32 = 1024;

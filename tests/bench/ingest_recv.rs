@@ -26,10 +26,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use countersink::ingest::{PacketHandler, start};
-
 use countersink::config::ingest::IngestConfig;
-
+use countersink::ingest::{PacketHandler, start};
 use countersink::vocabulary::Transport;
 
 /// (label, batch size, threads, pre-filled)

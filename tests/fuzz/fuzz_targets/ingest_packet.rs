@@ -15,7 +15,6 @@
 #![no_main]
 
 use countersink::aggregate::Counters;
-
 use countersink::config::{Config, FamilyConfig};
 use countersink::engine::Engine;
 use countersink::vocabulary::{Granularity, Transport};
