@@ -52,7 +52,7 @@ fi
 rootfs="$work/rootfs"
 mkdir -p "$rootfs/etc/countersink/secret" "$rootfs/run/countersink" "$rootfs/var/lib/countersink"
 cp "$binary" "$rootfs/countersink"
-"$target/deploy-venv/bin/python" -c 'import sys, yaml; print(yaml.safe_load(open(sys.argv[1]))["data"]["countersink.toml"], end="")' \
+"$(bash "$here/venv.sh")" -c 'import sys, yaml; print(yaml.safe_load(open(sys.argv[1]))["data"]["countersink.toml"], end="")' \
     deploy/kubernetes/configmap.yaml > "$rootfs/etc/countersink/countersink.toml"
 printf 'replace-me' > "$rootfs/etc/countersink/secret/password"
 chown -R 10001:10001 "$rootfs/run/countersink" "$rootfs/var/lib/countersink"
