@@ -3,9 +3,8 @@
 # carry, and copies it to OUT_DIR/countersink. Used by the Dockerfile and by CI
 # (tests/deploy/check_static_binary.sh), so both verify the same build.
 #
-# The production build has no test store: `--no-default-features --features sidecar`.
-# (While `dev` is still part of the `sidecar` feature, this binary has it too; once it is
-# behind its own default feature `dev`, the same command leaves it out.)
+# The production build has no test store: `--no-default-features --features sidecar`
+# leaves out the default feature `dev` (the `dev` command and cqlsim).
 set -euo pipefail
 out="${1:?usage: build-static.sh OUT_DIR}"
 root="$(cd "$(dirname "$0")/../.." && pwd)"

@@ -47,6 +47,12 @@ if readelf -l "$binary" | grep -q "INTERP" || readelf -d "$binary" 2>/dev/null |
 else
     ok "static: no program interpreter, no shared library needed ($(du -h "$binary" | cut -f1))"
 fi
+# The production build carries no test store: `dev` must be an unknown command there.
+if "$binary" dev --help >/dev/null 2>&1; then
+    fail "the production binary still has the dev command (and the embedded cqlsim)"
+else
+    ok "no dev command and no embedded test store"
+fi
 
 # The image's file system: the binary, and what the pod mounts (deploy/kubernetes).
 rootfs="$work/rootfs"
