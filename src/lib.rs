@@ -21,6 +21,7 @@
 //! | [`accounting`], [`metrics`] | the accounting identity; Prometheus metrics on an own registry |
 //! | [`config`], [`layout`], [`ddl`], [`cql_text`] | configuration; table layouts; the schema; the `cql/` files |
 //! | `ingest`, `sidecar`, `cli` | (feature `sidecar`) socket receivers, the sidecar runtime and HTTP, the command line |
+//! | `facade` | (feature `metrics-facade`) a recorder for the `metrics` crate: `counter!` lands in the engine |
 
 pub mod line;
 
@@ -36,6 +37,8 @@ pub mod aggregate;
 pub mod bucket;
 pub mod config;
 pub mod engine;
+#[cfg(feature = "metrics-facade")]
+pub mod facade;
 pub mod family;
 pub mod flush;
 pub mod pipeline;
