@@ -77,17 +77,46 @@ fn check_as_line(name: &str, pairs: &[(&str, &str)]) -> Result<(), InvalidReason
     line::render(&increment, &mut Vec::new())
 }
 
-/// A registered counter: the engine and where its increments go.
+/// A registered counter: its key, the engine and where its increments go.
 pub(crate) struct Placed {
+    /// The key, retained (cheap to clone, and compared by pointer when it was built
+    /// from static parts: see [`same_key`]).
+    key: Key,
     engine: Arc<Engine>,
     place: Place,
 }
 
 impl Placed {
     pub(crate) fn new(engine: Arc<Engine>, key: &Key) -> Placed {
-        let place = Place::of(&engine, key);
-        Placed { engine, place }
+        Placed {
+            place: Place::of(&engine, key),
+            key: key.to_retained(),
+            engine,
+        }
     }
+
+    /// The key this counter was registered under.
+    pub(crate) fn key(&self) -> &Key {
+        &self.key
+    }
+}
+
+/// Whether two keys are equal: by [`same_parts`] when it can tell, else by comparing
+/// the name and every label (`Key`'s own equality: about 170 instructions for a name and
+/// two labels).
+#[inline]
+pub(crate) fn same_key(kept: &Key, probe: &Key) -> bool {
+    kept.get_hash() == probe.get_hash() && (same_parts(kept, probe) || kept == probe)
+}
+
+/// Whether two keys point at the same name and the same label slice, so are equal
+/// without comparing a byte. `counter!` with literal labels passes the same static key
+/// at every call, and a retained copy of a static or shared key points where it does.
+/// (A pointer is compared only with a key that is alive, so it cannot be a reused
+/// address.)
+#[inline]
+pub(crate) fn same_parts(a: &Key, b: &Key) -> bool {
+    std::ptr::eq(a.name(), b.name()) && std::ptr::eq(a.labels().as_slice(), b.labels().as_slice())
 }
 
 impl CounterFn for Placed {
@@ -145,6 +174,22 @@ impl CounterFn for Placed {
     /// A value to set, not a delta: nothing to add to a counter column. Counted.
     fn absolute(&self, _value: u64) {
         count_ignored(&self.engine, IgnoredKind::CounterAbsolute, 1);
+    }
+}
+
+/// One thread's handle on a placed counter: the same increments, behind an `Arc` of its
+/// own, so that threads cloning and dropping the handles of one key (every `counter!`
+/// does both) do not contend on one reference count.
+pub(crate) struct ThreadCounter(pub(crate) Arc<Placed>);
+
+impl CounterFn for ThreadCounter {
+    #[inline]
+    fn increment(&self, value: u64) {
+        self.0.increment(value);
+    }
+
+    fn absolute(&self, value: u64) {
+        self.0.absolute(value);
     }
 }
 

@@ -61,7 +61,9 @@
 //! not installed, for `metrics::with_local_recorder` or a recorder of one's own.
 
 mod handles;
+mod local;
 mod recorder;
+mod registry;
 
 #[cfg(test)]
 mod tests;

@@ -1,20 +1,19 @@
-//! The `metrics::Recorder` implementation and its registry of placed counters.
+//! The `metrics::Recorder` implementation: a thread's own handles first, then the shared
+//! registry, then placing the key.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use ::metrics::{Counter, Gauge, Histogram, Key, KeyName, Metadata, SharedString, Unit};
-use parking_lot::RwLock;
 
 use super::handles::{Ignored, Placed};
+use super::local;
+use super::registry::Registry;
 use crate::engine::Engine;
 use crate::line::IgnoredKind;
 
-/// Counters by key, each placed once. `Key`'s hash is computed when the key is built
-/// (at compile time for literal keys) and `Hash` writes only that, so a look-up hashes
-/// one `u64`.
-#[allow(clippy::mutable_key_type)] // `Key`'s hash ignores its interior atomics.
-type Counters = hashbrown::HashMap<Key, Arc<Placed>, foldhash::fast::RandomState>;
+/// Identities of recorders in the per-thread handle tables (0 is none).
+static NEXT_ID: AtomicU64 = AtomicU64::new(1);
 
 /// A [`metrics::Recorder`](::metrics::Recorder) over a countersink engine: counters
 /// become increments, gauges and histograms are counted as ignored.
@@ -28,11 +27,9 @@ pub struct FacadeRecorder {
 }
 
 struct Inner {
+    id: u64,
     engine: Arc<Engine>,
-    counters: RwLock<Counters>,
-    max_keys: usize,
-    /// Set once the registry is full, so that the warning is logged once.
-    full: AtomicBool,
+    registry: Registry,
     gauges: Arc<Ignored>,
     histograms: Arc<Ignored>,
 }
@@ -41,9 +38,8 @@ impl FacadeRecorder {
     pub(crate) fn new(engine: Arc<Engine>, max_keys: usize) -> FacadeRecorder {
         FacadeRecorder {
             inner: Arc::new(Inner {
-                counters: RwLock::new(Counters::default()),
-                max_keys,
-                full: AtomicBool::new(false),
+                id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
+                registry: Registry::new(max_keys),
                 gauges: Arc::new(Ignored::new(engine.clone(), IgnoredKind::Gauge)),
                 histograms: Arc::new(Ignored::new(engine.clone(), IgnoredKind::Histogram)),
                 engine,
@@ -56,36 +52,9 @@ impl FacadeRecorder {
         &self.inner.engine
     }
 
-    /// Counter keys registered and kept (at most the builder's `max_keys`).
+    /// Counter keys placed and kept (at most the builder's `max_keys`).
     pub fn registered_keys(&self) -> usize {
-        self.inner.counters.read().len()
-    }
-
-    /// The counter of `key`: from the registry, or placed now and kept while there is
-    /// room. Placing happens outside the lock; two threads racing to register one key
-    /// both place it, and the first one kept wins.
-    fn counter(&self, key: &Key) -> Arc<Placed> {
-        let inner = &*self.inner;
-        if let Some(placed) = inner.counters.read().get(key) {
-            return placed.clone();
-        }
-        let placed = Arc::new(Placed::new(inner.engine.clone(), key));
-        let mut counters = inner.counters.write();
-        if let Some(kept) = counters.get(key) {
-            return kept.clone();
-        }
-        if counters.len() >= inner.max_keys {
-            drop(counters);
-            if !inner.full.swap(true, Ordering::Relaxed) {
-                tracing::warn!(
-                    max_keys = inner.max_keys,
-                    "metrics facade: the counter registry is full; counters with new keys still count, but each registration places its key again"
-                );
-            }
-            return placed;
-        }
-        counters.insert(key.to_retained(), placed.clone());
-        placed
+        self.inner.registry.len()
     }
 }
 
@@ -99,8 +68,16 @@ impl ::metrics::Recorder for FacadeRecorder {
     /// Nothing to keep (histograms are not counted).
     fn describe_histogram(&self, _: KeyName, _: Option<Unit>, _: SharedString) {}
 
+    #[inline]
     fn register_counter(&self, key: &Key, _: &Metadata<'_>) -> Counter {
-        Counter::from_arc(self.counter(key))
+        let inner = &*self.inner;
+        if let Some(counter) = local::get(inner.id, key) {
+            return counter;
+        }
+        let placed = inner
+            .registry
+            .get_or_place(key, || Placed::new(inner.engine.clone(), key));
+        local::keep(inner.id, placed)
     }
 
     fn register_gauge(&self, _: &Key, _: &Metadata<'_>) -> Gauge {

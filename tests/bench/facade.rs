@@ -159,6 +159,47 @@ fn facade(c: &mut Criterion) {
     runtime.block_on(recorder.shutdown());
 }
 
+/// One fixed workload of a million increments on this thread, for instruction counting:
+/// `FACADE_BENCH_ONCE=<variant> valgrind --tool=callgrind --toggle-collect='facade::measured*'
+/// target/release/deps/facade-<hash>`, with `<variant>` one of `incr`, `counter_macro`,
+/// `counter_handle`, `prometheus_macro`, `prometheus_handle` (hot key).
+fn run_once(variant: &str) {
+    const OPS: u64 = 1_000_000;
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let state = tempfile::tempdir().expect("state dir");
+    let recorder = recorder(&runtime, state.path());
+    let target: SharedRecorder = if variant.starts_with("prometheus") {
+        Arc::new(metrics_exporter_prometheus::PrometheusBuilder::new().build_recorder())
+    } else {
+        Arc::new(Builder::new().build(recorder.engine()))
+    };
+    metrics::with_local_recorder(&*target, || {
+        let held = counter!("page.views", "page_id" => "p000000", "env" => "prod");
+        let op = |_: u64| match variant {
+            "incr" => {
+                let _ = recorder.incr("page.views", &[("page_id", "p000000"), ("env", "prod")], 1);
+            }
+            "counter_macro" | "prometheus_macro" => {
+                counter!("page.views", "page_id" => "p000000", "env" => "prod").increment(1)
+            }
+            "counter_handle" | "prometheus_handle" => held.increment(1),
+            other => panic!("unknown FACADE_BENCH_ONCE variant {other:?}"),
+        };
+        (0..OPS).for_each(op);
+        measured(|| (0..OPS).for_each(op));
+    });
+    runtime.block_on(recorder.shutdown());
+}
+
+/// The measured part of [`run_once`], as its own symbol in callgrind's output.
+#[inline(never)]
+fn measured(f: impl FnOnce()) {
+    f();
+}
+
 criterion_group! {
     name = benches;
     config = Criterion::default().measurement_time(Duration::from_secs(3)).warm_up_time(Duration::from_secs(1));
@@ -166,6 +207,10 @@ criterion_group! {
 }
 
 fn main() {
+    if let Ok(variant) = std::env::var("FACADE_BENCH_ONCE") {
+        run_once(&variant);
+        return;
+    }
     benches();
     Criterion::default().configure_from_args().final_summary();
 }

@@ -1,0 +1,108 @@
+//! Each thread's own handles on the counters it registered, so that `counter!` on a
+//! registered key touches only this thread's memory: no lock, and no reference count
+//! shared with other threads (every `counter!` clones its handle and drops it again).
+//!
+//! Entries are found by the key's precomputed hash, then by pointer (see
+//! [`same_parts`]): one key registered from several call sites gets one entry per site,
+//! all sharing one handle, so that each site is found without comparing bytes. Keys built
+//! at run time are compared in full.
+//!
+//! A thread keeps the handles of one recorder at a time (the one it used last; the
+//! others' are released when it switches) and at most [`THREAD_KEYS`] entries; beyond
+//! that it gets the shared handle of the registry, which counts the same.
+
+use std::cell::RefCell;
+use std::sync::Arc;
+
+use ::metrics::{Counter, Key};
+use hashbrown::HashTable;
+
+use super::handles::{Placed, ThreadCounter, same_parts};
+
+/// Entries one thread keeps.
+pub(crate) const THREAD_KEYS: usize = 4096;
+
+thread_local! {
+    static LOCAL: RefCell<Local> = const {
+        RefCell::new(Local {
+            owner: 0,
+            entries: HashTable::new(),
+        })
+    };
+}
+
+/// One thread's handles, for the recorder `owner` (0: none yet).
+struct Local {
+    owner: u64,
+    entries: HashTable<Entry>,
+}
+
+struct Entry {
+    /// A retained key: it keeps the memory its pointers point at alive.
+    key: Key,
+    counter: Counter,
+}
+
+impl Local {
+    fn insert(&mut self, key: Key, counter: Counter) {
+        let hash = key.get_hash();
+        self.entries
+            .insert_unique(hash, Entry { key, counter }, |e| e.key.get_hash());
+    }
+}
+
+/// This thread's handle on `key` for the recorder `owner`, if it keeps one.
+///
+/// Never fails: while the thread is exiting, or when a registration runs inside another
+/// (a drop that records a metric), there is no local handle and the caller goes to the
+/// registry.
+#[inline]
+pub(crate) fn get(owner: u64, key: &Key) -> Option<Counter> {
+    LOCAL
+        .try_with(|local| {
+            let mut local = local.try_borrow_mut().ok()?;
+            if local.owner != owner {
+                return None;
+            }
+            let hash = key.get_hash();
+            if let Some(entry) = local.entries.find(hash, |e| same_parts(&e.key, key)) {
+                return Some(entry.counter.clone());
+            }
+            let counter = local.entries.find(hash, |e| e.key == *key)?.counter.clone();
+            // The same key from another call site: an entry for this site too, when its
+            // retained copy points where it does (a static or shared key; a key built at
+            // run time would get a new entry at every call).
+            let retained = key.to_retained();
+            if same_parts(&retained, key) && local.entries.len() < THREAD_KEYS {
+                local.insert(retained, counter.clone());
+            }
+            Some(counter)
+        })
+        .ok()
+        .flatten()
+}
+
+/// The handle this thread uses for `placed`: one of its own, kept while there is room,
+/// else the shared one.
+pub(crate) fn keep(owner: u64, placed: Arc<Placed>) -> Counter {
+    let kept = LOCAL.try_with(|local| {
+        let Ok(mut local) = local.try_borrow_mut() else {
+            return (None, None);
+        };
+        // Another recorder's handles are released after the borrow ends.
+        let released = (local.owner != owner).then(|| {
+            local.owner = owner;
+            std::mem::take(&mut local.entries)
+        });
+        if local.entries.len() >= THREAD_KEYS {
+            return (None, released);
+        }
+        let counter = Counter::from_arc(Arc::new(ThreadCounter(placed.clone())));
+        local.insert(placed.key().clone(), counter.clone());
+        (Some(counter), released)
+    });
+    match kept {
+        Ok((Some(counter), _)) => counter,
+        _ => Counter::from_arc(placed),
+    }
+}
