@@ -8,8 +8,9 @@
 //! at run time are compared in full.
 //!
 //! A thread keeps the handles of one recorder at a time (the one it used last; the
-//! others' are released when it switches) and at most [`THREAD_KEYS`] entries; beyond
-//! that it gets the shared handle of the registry, which counts the same.
+//! others' are released when it switches) and at most as many entries as the recorder
+//! keeps keys (`max_keys`); beyond that it gets the shared handle of the registry, which
+//! counts the same.
 
 use std::cell::RefCell;
 use std::sync::Arc;
@@ -18,9 +19,6 @@ use ::metrics::{Counter, Key};
 use hashbrown::HashTable;
 
 use super::handles::{Placed, ThreadCounter, same_parts};
-
-/// Entries one thread keeps.
-pub(crate) const THREAD_KEYS: usize = 4096;
 
 thread_local! {
     static LOCAL: RefCell<Local> = const {
@@ -57,7 +55,7 @@ impl Local {
 /// (a drop that records a metric), there is no local handle and the caller goes to the
 /// registry.
 #[inline]
-pub(crate) fn get(owner: u64, key: &Key) -> Option<Counter> {
+pub(crate) fn get(owner: u64, key: &Key, max_entries: usize) -> Option<Counter> {
     LOCAL
         .try_with(|local| {
             let mut local = local.try_borrow_mut().ok()?;
@@ -73,7 +71,7 @@ pub(crate) fn get(owner: u64, key: &Key) -> Option<Counter> {
             // retained copy points where it does (a static or shared key; a key built at
             // run time would get a new entry at every call).
             let retained = key.to_retained();
-            if same_parts(&retained, key) && local.entries.len() < THREAD_KEYS {
+            if same_parts(&retained, key) && local.entries.len() < max_entries {
                 local.insert(retained, counter.clone());
             }
             Some(counter)
@@ -82,9 +80,9 @@ pub(crate) fn get(owner: u64, key: &Key) -> Option<Counter> {
         .flatten()
 }
 
-/// The handle this thread uses for `placed`: one of its own, kept while there is room,
-/// else the shared one.
-pub(crate) fn keep(owner: u64, placed: Arc<Placed>) -> Counter {
+/// The handle this thread uses for `placed`: one of its own, kept while it has fewer
+/// than `max_entries`, else the shared one.
+pub(crate) fn keep(owner: u64, placed: Arc<Placed>, max_entries: usize) -> Counter {
     let kept = LOCAL.try_with(|local| {
         let Ok(mut local) = local.try_borrow_mut() else {
             return (None, None);
@@ -94,7 +92,7 @@ pub(crate) fn keep(owner: u64, placed: Arc<Placed>) -> Counter {
             local.owner = owner;
             std::mem::take(&mut local.entries)
         });
-        if local.entries.len() >= THREAD_KEYS {
+        if local.entries.len() >= max_entries {
             return (None, released);
         }
         let counter = Counter::from_arc(Arc::new(ThreadCounter(placed.clone())));

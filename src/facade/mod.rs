@@ -1,4 +1,4 @@
-//! A recorder for the [`metrics`](::metrics) facade (feature `metrics-facade`), so that
+//! A recorder for the [`metrics`] facade (feature `metrics-facade`), so that
 //! `metrics::counter!` in any Rust service lands in countersink without rewriting its
 //! instrumentation.
 //!
@@ -42,11 +42,12 @@
 //! # High-cardinality labels
 //!
 //! Each label set is a key of its own, kept until the process ends (as the Prometheus
-//! exporter keeps them), at most [`Builder::max_keys`] of them (default
-//! [`DEFAULT_MAX_KEYS`]). Past that, keys are placed at each registration and not kept:
-//! nothing is lost, a `counter!` of a new key then costs about a `Recorder::incr` plus an
-//! allocation, and a warning is logged once. Rows are bounded as for every increment: a
-//! key over `limits.max_key_bytes` is invalid (`key_too_long`), and rows beyond
+//! exporter keeps them): at most [`Builder::max_keys`] of them (default
+//! [`DEFAULT_MAX_KEYS`]) for the process, and as many handles per thread. Past that,
+//! keys are placed at each registration and not kept: nothing is lost, a `counter!` of a
+//! new key then costs about a `Recorder::incr` plus an allocation, and a warning is
+//! logged once. Rows are bounded as for every increment: a key over
+//! `limits.max_key_bytes` is invalid (`key_too_long`), and rows beyond
 //! `limits.max_pending_rows` or `limits.max_pending_bytes` are dropped and counted
 //! (`max_rows`, `max_bytes`).
 //!
@@ -101,8 +102,8 @@ impl Builder {
         Builder::default()
     }
 
-    /// How many counter keys the recorder keeps placed (see the module documentation on
-    /// high cardinality).
+    /// How many counter keys the recorder keeps placed, and how many handles each thread
+    /// keeps (see the module documentation on high cardinality).
     pub fn max_keys(mut self, max_keys: usize) -> Builder {
         self.max_keys = max_keys;
         self

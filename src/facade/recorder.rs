@@ -71,13 +71,14 @@ impl ::metrics::Recorder for FacadeRecorder {
     #[inline]
     fn register_counter(&self, key: &Key, _: &Metadata<'_>) -> Counter {
         let inner = &*self.inner;
-        if let Some(counter) = local::get(inner.id, key) {
+        let max_keys = inner.registry.max_keys();
+        if let Some(counter) = local::get(inner.id, key, max_keys) {
             return counter;
         }
         let placed = inner
             .registry
             .get_or_place(key, || Placed::new(inner.engine.clone(), key));
-        local::keep(inner.id, placed)
+        local::keep(inner.id, placed, max_keys)
     }
 
     fn register_gauge(&self, _: &Key, _: &Metadata<'_>) -> Gauge {

@@ -28,6 +28,11 @@ impl Registry {
         }
     }
 
+    /// The most keys it keeps.
+    pub(crate) fn max_keys(&self) -> usize {
+        self.max_keys
+    }
+
     /// Keys kept.
     pub(crate) fn len(&self) -> usize {
         self.table.read().len()

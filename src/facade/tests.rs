@@ -164,6 +164,43 @@ fn past_max_keys_new_keys_still_count_but_are_not_kept() {
     assert_eq!(engine.aggregator().snapshot().len(), 50);
 }
 
+#[test]
+fn recorders_taking_turns_on_one_thread_each_count_into_their_own_engine() {
+    let (a, b) = (engine(&config()), engine(&config()));
+    let (ra, rb) = (facade(&a), facade(&b));
+    for _ in 0..5 {
+        with_local_recorder(&ra, || counter!("turns", "k" => "v").increment(1));
+        with_local_recorder(&rb, || counter!("turns", "k" => "v").increment(10));
+    }
+    assert_eq!(rows(&a), "0/Both(Minute())/turns|k:v = [5]\n");
+    assert_eq!(rows(&b), "0/Both(Minute())/turns|k:v = [50]\n");
+}
+
+#[test]
+fn one_key_from_several_call_sites_and_threads_is_one_row() {
+    let engine = engine(&config());
+    let recorder = Arc::new(facade(&engine));
+    let threads: Vec<_> = (0..3)
+        .map(|_| {
+            let recorder = recorder.clone();
+            std::thread::spawn(move || {
+                with_local_recorder(&*recorder, || {
+                    for _ in 0..100 {
+                        counter!("sites", "a" => "1", "b" => "2").increment(1);
+                        counter!("sites", "b" => "2", "a" => "1").increment(1);
+                        counter!("sites", "a" => "1".to_string(), "b" => "2").increment(1);
+                    }
+                })
+            })
+        })
+        .collect();
+    for thread in threads {
+        thread.join().unwrap();
+    }
+    assert_eq!(rows(&engine), "0/Both(Minute())/sites|a:1,b:2 = [900]\n");
+    assert_eq!(recorder.registered_keys(), 1);
+}
+
 /// A name or label of the generic strategy, from an alphabet that holds every byte the
 /// line grammar cares about.
 fn text() -> impl proptest::strategy::Strategy<Value = String> {
