@@ -39,13 +39,26 @@ struct Entry {
     /// A retained key: it keeps the memory its pointers point at alive.
     key: Key,
     counter: Counter,
+    /// Call sites this entry may still try to add an entry for (see [`get`]).
+    alias_tries: u8,
 }
+
+/// How often an entry tries to add an entry for a call site whose key it matched only by
+/// comparing bytes. Each try retains the key, which allocates when it was built at run
+/// time and then yields no entry; so keys built at run time stop paying for it quickly,
+/// and a static call site seen after them is still found, by bytes.
+const ALIAS_TRIES: u8 = 4;
 
 impl Local {
     fn insert(&mut self, key: Key, counter: Counter) {
         let hash = key.get_hash();
+        let entry = Entry {
+            key,
+            counter,
+            alias_tries: ALIAS_TRIES,
+        };
         self.entries
-            .insert_unique(hash, Entry { key, counter }, |e| e.key.get_hash());
+            .insert_unique(hash, entry, |e| e.key.get_hash());
     }
 }
 
@@ -66,13 +79,18 @@ pub(crate) fn get(owner: u64, key: &Key, max_entries: usize) -> Option<Counter> 
             if let Some(entry) = local.entries.find(hash, |e| same_parts(&e.key, key)) {
                 return Some(entry.counter.clone());
             }
-            let counter = local.entries.find(hash, |e| e.key == *key)?.counter.clone();
+            let room = local.entries.len() < max_entries;
+            let entry = local.entries.find_mut(hash, |e| e.key == *key)?;
+            let counter = entry.counter.clone();
             // The same key from another call site: an entry for this site too, when its
             // retained copy points where it does (a static or shared key; a key built at
-            // run time would get a new entry at every call).
-            let retained = key.to_retained();
-            if same_parts(&retained, key) && local.entries.len() < max_entries {
-                local.insert(retained, counter.clone());
+            // run time would need a new entry at every call).
+            if room && entry.alias_tries > 0 {
+                entry.alias_tries -= 1;
+                let retained = key.to_retained();
+                if same_parts(&retained, key) {
+                    local.insert(retained, counter.clone());
+                }
             }
             Some(counter)
         })

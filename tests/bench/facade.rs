@@ -162,7 +162,8 @@ fn facade(c: &mut Criterion) {
 /// One fixed workload of a million increments on this thread, for instruction counting:
 /// `FACADE_BENCH_ONCE=<variant> valgrind --tool=callgrind --toggle-collect='facade::measured*'
 /// target/release/deps/facade-<hash>`, with `<variant>` one of `incr`, `counter_macro`,
-/// `counter_handle`, `prometheus_macro`, `prometheus_handle` (hot key).
+/// `counter_handle`, `prometheus_macro`, `prometheus_handle` (hot key), `incr_10k`,
+/// `counter_10k`, `prometheus_10k` (10k keys built beforehand, as in the criterion bench).
 fn run_once(variant: &str) {
     const OPS: u64 = 1_000_000;
     let runtime = tokio::runtime::Builder::new_current_thread()
@@ -176,9 +177,12 @@ fn run_once(variant: &str) {
     } else {
         Arc::new(Builder::new().build(recorder.engine()))
     };
+    let pages = page_ids(10_000);
+    let keys = keys(&pages);
+    let pick = |i: u64| (i as usize * 7) & (pages.len() - 1);
     metrics::with_local_recorder(&*target, || {
         let held = counter!("page.views", "page_id" => "p000000", "env" => "prod");
-        let op = |_: u64| match variant {
+        let op = |i: u64| match variant {
             "incr" => {
                 let _ = recorder.incr("page.views", &[("page_id", "p000000"), ("env", "prod")], 1);
             }
@@ -186,6 +190,14 @@ fn run_once(variant: &str) {
                 counter!("page.views", "page_id" => "p000000", "env" => "prod").increment(1)
             }
             "counter_handle" | "prometheus_handle" => held.increment(1),
+            "incr_10k" => {
+                let page = pages[pick(i)].as_str();
+                let _ = recorder.incr("page.views", &[("page_id", page), ("env", "prod")], 1);
+            }
+            "counter_10k" | "prometheus_10k" => {
+                metrics::with_recorder(|r| r.register_counter(&keys[pick(i)], &METADATA))
+                    .increment(1)
+            }
             other => panic!("unknown FACADE_BENCH_ONCE variant {other:?}"),
         };
         (0..OPS).for_each(op);
