@@ -125,20 +125,22 @@ impl CounterFn for Placed {
     #[inline]
     fn increment(&self, value: u64) {
         let aggregator = self.engine.aggregator();
+        // A line's integer must fit an i64 too; a line checks it after the name and
+        // before the tags and the placement, so this reason comes in that order.
+        let Ok(delta) = i64::try_from(value) else {
+            let reason = match self.place {
+                Place::Invalid(reason @ (InvalidReason::NoName | InvalidReason::BadName)) => reason,
+                _ => InvalidReason::BadValue,
+            };
+            aggregator.stripe().counters().count_invalid(reason);
+            return;
+        };
         match &self.place {
             Place::Row {
                 target,
                 series,
                 series_hash,
             } => {
-                // A line's integer must fit an i64 too (else `bad_value`).
-                let Ok(delta) = i64::try_from(value) else {
-                    aggregator
-                        .stripe()
-                        .counters()
-                        .count_invalid(InvalidReason::BadValue);
-                    return;
-                };
                 let minute =
                     aggregate::minute_for(engine::now_unix_secs(), None, aggregator.limits());
                 let mut stripe = aggregator.stripe();
@@ -166,7 +168,7 @@ impl CounterFn for Placed {
             Place::Unconfigured => {
                 aggregator
                     .stripe()
-                    .record_dropped(DropReason::Unconfigured, 1, i128::from(value))
+                    .record_dropped(DropReason::Unconfigured, 1, i128::from(delta))
             }
         }
     }

@@ -215,7 +215,7 @@ proptest::proptest! {
     fn counters_land_where_their_lines_land(
         name in proptest::prop_oneof![text(), proptest::strategy::Just("page.views".to_string())],
         labels in proptest::collection::vec((text(), text()), 0..4),
-        delta in 0u64..1000,
+        delta in proptest::prop_oneof![0u64..1000, (i64::MAX as u64 - 1)..=u64::MAX],
     ) {
         let config = config();
         let by_facade = engine(&config);
@@ -231,12 +231,26 @@ proptest::proptest! {
             .iter()
             .map(|(k, v)| Tag { key: k, value: (!v.is_empty()).then_some(v.as_str()) })
             .collect();
-        let values = [Value::Int(delta as i64)];
-        let increment = Increment { tags: &tags, ..Increment::new(&name, &values) };
+        // Rendered with the value 1, then given the delta (which may not fit an i64):
+        // the name holds no `:`, so the first `:1|c` is the value.
+        let increment = Increment { tags: &tags, ..Increment::new(&name, &[Value::Int(1)]) };
         let mut rendered = Vec::new();
         match line::render(&increment, &mut rendered) {
-            Ok(()) => by_line.ingest_packet(&rendered, Transport::Udp, now_unix_secs()),
-            Err(reason) => by_line.aggregator().stripe().counters().count_invalid(reason),
+            Ok(()) => {
+                let rest = &rendered[name.len() + ":1|c".len()..];
+                rendered = [format!("{name}:{delta}|c").as_bytes(), rest].concat();
+                by_line.ingest_packet(&rendered, Transport::Udp, now_unix_secs());
+            }
+            // No line carries these labels: the renderer's reason, where the parser
+            // would give it (it reads the name, then the value, then the tags).
+            Err(reason) => {
+                let reason = match reason {
+                    InvalidReason::NoName | InvalidReason::BadName => reason,
+                    _ if i64::try_from(delta).is_err() => InvalidReason::BadValue,
+                    _ => reason,
+                };
+                by_line.aggregator().stripe().counters().count_invalid(reason)
+            }
         }
         proptest::prop_assert_eq!(
             verdicts(&by_facade.aggregator().counters()),
