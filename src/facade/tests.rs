@@ -119,6 +119,17 @@ fn increments_above_i64_are_bad_values_like_their_lines() {
     let c = engine.aggregator().counters();
     assert_eq!(c.invalid_for(InvalidReason::BadValue), 1);
     assert_eq!((c.accepted, c.accepted_sum), (1, i128::from(i64::MAX)));
+    // In the line's order: the name before the value, the value before labels and keys.
+    with_local_recorder(&recorder, || {
+        counter!("").increment(u64::MAX);
+        counter!("big", "" => "x").increment(u64::MAX);
+        counter!("page.views").increment(u64::MAX);
+    });
+    let c = engine.aggregator().counters();
+    assert_eq!(c.invalid_for(InvalidReason::NoName), 1);
+    assert_eq!(c.invalid_for(InvalidReason::BadValue), 3);
+    assert_eq!(c.invalid_for(InvalidReason::BadTag), 0);
+    assert_eq!(c.invalid_for(InvalidReason::MissingKeyTag), 0);
 }
 
 #[test]
@@ -208,6 +219,14 @@ fn text() -> impl proptest::strategy::Strategy<Value = String> {
 }
 
 proptest::proptest! {
+    // Failing cases are kept next to this file (tests.regressions) and replayed first.
+    #![proptest_config(proptest::prelude::ProptestConfig {
+        failure_persistence: Some(Box::new(
+            proptest::test_runner::FileFailurePersistence::WithSource("regressions"),
+        )),
+        ..proptest::prelude::ProptestConfig::default()
+    })]
+
     /// The facade's rule: a counter lands exactly where its DogStatsD line lands, and is
     /// refused for the reason that line would be refused for (or, when no line can carry
     /// it, for the reason the line renderer gives).
