@@ -26,6 +26,7 @@
 //! | [`telemetry`] | the metric catalogue, the accounting identity, the flusher's ledger, the Prometheus collectors |
 //! | [`flush`] | the plan, the loop, the pure settle step (outcome → action), one shutdown deadline |
 //! | [`pipeline`], [`recorder`] | engine + state + flusher assembled; the in-process `Recorder` |
+//! | `facade` | (feature `metrics-facade`) a recorder for the `metrics` crate: `counter!` lands in the engine |
 //! | `sidecar`, `cli` | (feature `sidecar`) the sidecar runtime and HTTP, the command line (`dev` needs feature `dev`) |
 
 pub mod line;
@@ -41,6 +42,8 @@ pub mod aggregate;
 pub mod bucket;
 pub mod config;
 pub mod engine;
+#[cfg(feature = "metrics-facade")]
+pub mod facade;
 pub mod family;
 pub mod flush;
 pub mod pipeline;

@@ -8,6 +8,8 @@ mod cql_flush;
 mod cql_setup;
 mod cql_shutdown;
 mod docs;
+#[cfg(feature = "metrics-facade")]
+mod facade;
 mod shards;
 mod sidecar;
 #[cfg(feature = "tls")]
