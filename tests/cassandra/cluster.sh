@@ -9,6 +9,7 @@
 #   cluster.sh status       one line per node, then `contact points: 127.0.0.1:9042,...`
 #   cluster.sh contact      only the contact points, comma-separated (for scripts)
 #   cluster.sh start K      start node K again on its existing data (after `kill K`) and wait
+#   cluster.sh stop K       stop node K cleanly (SIGTERM, as `down` does for every node)
 #   cluster.sh kill K       SIGKILL node K (a crash)
 #   cluster.sh pause K      SIGSTOP node K (a frozen replica); `resume K` sends SIGCONT
 #   cluster.sh pid K        node K's process id
@@ -23,6 +24,9 @@
 #   CASSANDRA_WRITE_TIMEOUT             write_request_timeout (default 2000ms)
 #   CASSANDRA_COUNTER_WRITE_TIMEOUT     counter_write_request_timeout (default 5000ms)
 #   CASSANDRA_READ_TIMEOUT              read_request_timeout (default 5000ms)
+#   CASSANDRA_COMMITLOG_SYNC            commitlog_sync: periodic (Cassandra's default: fsync every
+#                                       10 s, so a killed node loses up to 10 s of writes) or batch
+#                                       (fsync before acknowledging)
 #   CASSANDRA_START_TIMEOUT             seconds to wait for one node (default 240)
 #   CASSANDRA_JVM_EXTRA                 more JVM options, space-separated
 set -euo pipefail
@@ -83,6 +87,14 @@ token() {
     python3 -c "print(-2**63 + ($1 - 1) * (2**64 // $2))"
 }
 
+commitlog_sync() {
+    case "${CASSANDRA_COMMITLOG_SYNC:-periodic}" in
+        periodic) printf 'commitlog_sync: periodic\ncommitlog_sync_period: 10000ms' ;;
+        batch) printf 'commitlog_sync: batch' ;;
+        *) die "CASSANDRA_COMMITLOG_SYNC must be periodic or batch" ;;
+    esac
+}
+
 write_yaml() {
     local k="$1" n="$2" dir
     dir="$(node_dir "$k")"
@@ -113,8 +125,7 @@ commitlog_directory: $dir/commitlog
 saved_caches_directory: $dir/saved_caches
 hints_directory: $dir/hints
 cdc_raw_directory: $dir/cdc_raw
-commitlog_sync: periodic
-commitlog_sync_period: 10000ms
+$(commitlog_sync)
 # Tests drop and truncate often; snapshots would only cost time and disk.
 auto_snapshot: false
 write_request_timeout: ${CASSANDRA_WRITE_TIMEOUT:-2000ms}
@@ -250,6 +261,7 @@ up() {
     [[ "$n" =~ ^[1-9]$ ]] || die "up takes a node count from 1 to 9, not '$n'"
     for k in $(nodes); do alive "$k" && die "node $k is running: run '$0 down' first"; done
     command -v java >/dev/null || die "java (17) is not installed"
+    commitlog_sync >/dev/null
     fetch_jars
     started="$(now_ms)"
     rm -rf "$home"/node[0-9]
@@ -288,6 +300,7 @@ case "${1:-}" in
     contact) contact_points ;;
     fetch) fetch_jars ;;
     start) node_arg "${2:-}"; start_node "$2"; wait_for_peers ;;
+    stop) node_arg "${2:-}"; stop_node "$2" ;;
     kill) node_arg "${2:-}"; kill -KILL "$(pid_of "$2")"; rm -f "$(node_dir "$2")/pid" ;;
     pause) node_arg "${2:-}"; kill -STOP "$(pid_of "$2")" ;;
     resume) node_arg "${2:-}"; kill -CONT "$(pid_of "$2")" ;;
