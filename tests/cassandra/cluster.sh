@@ -19,7 +19,8 @@
 # $CASSANDRA_HOME_DIR/lib; later runs do not call Maven at all. Everything lives under
 # $CASSANDRA_HOME_DIR (default: the repository's target/cassandra).
 #
-# Environment (read by `up` and `start`):
+# Environment (read by `up`, which writes each node's cassandra.yaml; `start` reuses that yaml
+# and reads only CASSANDRA_HEAP, CASSANDRA_START_TIMEOUT and CASSANDRA_JVM_EXTRA):
 #   CASSANDRA_HEAP                      heap per node (default 768M)
 #   CASSANDRA_WRITE_TIMEOUT             write_request_timeout (default 2000ms)
 #   CASSANDRA_COUNTER_WRITE_TIMEOUT     counter_write_request_timeout (default 5000ms)
