@@ -65,7 +65,7 @@ fetch_jars() {
     log "fetching cassandra-all and its dependencies from Maven Central into $lib"
     rm -rf "$lib"
     mkdir -p "$lib"
-    mvn -B -q -f "$here/pom.xml" -Dmaven.repo.local="$home/m2" \
+    mvn -B -q -Dstyle.color=never -f "$here/pom.xml" -Dmaven.repo.local="$home/m2" \
         dependency:copy-dependencies -DincludeScope=runtime -DoutputDirectory="$lib" \
         || die "Maven could not resolve the jars (see above)"
     echo "$want" >"$stamp"

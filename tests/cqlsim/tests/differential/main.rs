@@ -84,9 +84,10 @@ async fn compare(case: &Case, cassandra: &Session, cqlsim: &Session) -> Verdict 
         (false, false) => Verdict::Agree,
         (true, true) => Verdict::KnownDifference(report),
         (true, false) => Verdict::Failed(report),
-        (false, true) => Verdict::Failed(format!(
+        (false, true) => Verdict::Failed(
             "    cqlsim now agrees with Cassandra: drop the `known` mark and its README row\n"
-        )),
+                .to_owned(),
+        ),
     }
 }
 
