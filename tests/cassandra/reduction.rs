@@ -56,6 +56,8 @@ fn cpu_seconds(pid: u32) -> f64 {
 /// What Cassandra says it did, read over CQL from its virtual tables.
 #[derive(Clone, Copy, Debug, Default)]
 struct ServerCounts {
+    /// Requests of every kind the node answered (Native-Transport-Requests).
+    requests: i64,
     counter_mutations: i64,
     minute_writes: i64,
     day_writes: i64,
@@ -65,15 +67,23 @@ async fn server_counts(session: &Session) -> ServerCounts {
     let mut out = ServerCounts::default();
     let rows = session
         .query_unpaged(
-            "SELECT completed_tasks FROM system_views.thread_pools WHERE name = 'CounterMutationStage'",
+            "SELECT name, completed_tasks FROM system_views.thread_pools",
             (),
         )
         .await
         .expect("thread_pools")
         .into_rows_result()
         .expect("rows");
-    if let Ok((completed,)) = rows.single_row::<(i64,)>() {
-        out.counter_mutations = completed;
+    for (name, completed) in rows
+        .rows::<(String, i64)>()
+        .expect("row type")
+        .filter_map(Result::ok)
+    {
+        match name.as_str() {
+            "CounterMutationStage" => out.counter_mutations = completed,
+            "Native-Transport-Requests" => out.requests = completed,
+            _ => {}
+        }
     }
     for (table, slot) in [
         ("views_by_minute", &mut out.minute_writes),
@@ -180,7 +190,7 @@ impl Phase {
         let busy = self.busy();
         println!(
             "{}: offered {} increments in {:.1} s ({:.0}/s); counted {} ({:.0}/s), unknown {}, not applied {}\n  \
-             Cassandra: {} counter mutations, local writes minute {} + day {}; CPU {:.2} s ({:.2} s above its idle {:.3} cores, {:.3} cores), {:.3} us CPU per counted increment\n  \
+             Cassandra: {} requests, {} counter mutations, local writes minute {} + day {}; CPU {:.2} s ({:.2} s above its idle {:.3} cores, {:.3} cores), {:.3} us CPU per counted increment\n  \
              stored: minute table {}, day table {} (sent {})\n  client call latency: {}",
             self.name,
             self.offered,
@@ -190,6 +200,7 @@ impl Phase {
             self.counted as f64 / self.secs,
             self.unknown,
             self.not_applied,
+            self.server.requests,
             self.server.counter_mutations,
             self.server.minute_writes,
             self.server.day_writes,
@@ -208,6 +219,7 @@ impl Phase {
 
 fn delta(after: ServerCounts, before: ServerCounts) -> ServerCounts {
     ServerCounts {
+        requests: after.requests - before.requests,
         counter_mutations: after.counter_mutations - before.counter_mutations,
         minute_writes: after.minute_writes - before.minute_writes,
         day_writes: after.day_writes - before.day_writes,
