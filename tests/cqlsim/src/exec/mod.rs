@@ -145,7 +145,9 @@ pub(crate) fn execute(
     let b = Bindings::new(values);
     match &parsed.stmt {
         Statement::Use(ks) => {
-            db.catalog.keyspace(ks)?;
+            if !db.catalog.keyspaces.contains_key(ks) {
+                return Err(CqlError::invalid(format!("Keyspace '{ks}' does not exist")));
+            }
             Ok((Outcome::SetKeyspace(ks.clone()), Effects::default()))
         }
         Statement::Select(s) => {
