@@ -267,6 +267,11 @@ impl<S: Sink> Flusher<S> {
             // The store answers: a chunk of spilled rows goes out with this flush.
             replay::load_chunk(&self.engine, &mut self.state, &self.ledger);
         }
+        if !last {
+            // What is about to leave memory: a kill before this flush's group commit
+            // loses these rows, and the next start reports them from this figure.
+            self.write_pending_status();
+        }
         let drained = self.engine.aggregator().take_all();
         let rows = drained.len();
         let drained_sums = Granularity::ALL.map(|g| drained.sum(g));
@@ -424,13 +429,7 @@ impl<S: Sink> Flusher<S> {
         if !last {
             // Before the journal's end: a crash between the two finds the re-queued rows
             // both in this figure and spilled by recovery (an over-count, never an under-count).
-            let (pending_rows, pending_sums) = pending(&self.engine);
-            if let Err(error) = self
-                .state
-                .write_status(false, pending_rows as u64, pending_sums)
-            {
-                tracing::warn!(%error, "Could not write status.json.");
-            }
+            self.write_pending_status();
         }
         if journaled && let Err(error) = self.state.journal_end(&flush, consumes) {
             tracing::error!(%error, "Could not close the flush in the journal; a restart will finish it again (idempotently).");
@@ -589,6 +588,17 @@ impl<S: Sink> Flusher<S> {
             self.lost = (dropped.1, dropped.2);
         }
         (kept_count, dropped.0)
+    }
+
+    /// Records what is pending in memory now in `status.json` (the lost-at-crash figure).
+    fn write_pending_status(&self) {
+        let (pending_rows, pending_sums) = pending(&self.engine);
+        if let Err(error) = self
+            .state
+            .write_status(false, pending_rows as u64, pending_sums)
+        {
+            tracing::warn!(%error, "Could not write status.json.");
+        }
     }
 
     /// `keyspace.table` of the table `write` goes to.

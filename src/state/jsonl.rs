@@ -140,6 +140,7 @@ impl JsonlLog {
             self.deleted_records += count_lines(&oldest)?;
             std::fs::remove_file(&oldest)?;
         }
+        crate::test_hooks::crash_point("log_rotating");
         for n in (1..self.max_files.max(1)).rev() {
             let from = self.rotated(n);
             if from.exists() {

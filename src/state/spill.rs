@@ -319,6 +319,7 @@ impl Spill {
         }
         let bytes = serde_json::to_vec(&cursor).map_err(io::Error::other)?;
         write_atomically(&self.dir, &self.dir.join(CURSOR_FILE), &bytes)?;
+        crate::test_hooks::crash_point("replay_cursor_written");
         self.durable = cursor;
         self.delete_consumed()
     }
