@@ -143,11 +143,55 @@ fn date_of(day: Day) -> String {
     countersink::bucket::format_date(day.date())
 }
 
-/// Runs every check; panics with the row and the numbers on the first violation.
+/// Runs every check on a crash rig.
 pub(crate) fn check(rig: &Rig) -> Findings {
-    let state = rig.state();
+    check_views(&rig.server, rig.state(), &rig.model, rig.lost_bound)
+}
+
+/// Error kinds that only the store returns: a request that ended so reached it.
+const FROM_THE_STORE: [&str; 18] = [
+    "syntax_error",
+    "invalid",
+    "already_exists",
+    "function_failure",
+    "authentication",
+    "unauthorized",
+    "config_error",
+    "protocol_error",
+    "unavailable",
+    "bootstrapping",
+    "write_timeout",
+    "write_failure",
+    "read_timeout",
+    "read_failure",
+    "overloaded",
+    "server_error",
+    "truncate_error",
+    "rate_limited",
+];
+
+/// Error kinds of requests that may or may not have reached the store.
+const MAYBE_REACHED: [&str; 7] = [
+    "connection_broken",
+    "client_timeout",
+    "response_unreadable",
+    "response_unexpected",
+    "cancelled_at_deadline",
+    "other_db_error",
+    "unclassified",
+];
+
+/// Runs every check on writes of the `views` family; `bound` is what the starts after
+/// kills reported lost (per granularity). Panics with the row and the numbers on the
+/// first violation.
+pub(crate) fn check_views(
+    server: &cqlsim::Server,
+    state: &Path,
+    model: &Model,
+    bound: [i128; 2],
+) -> Findings {
     let mut findings = Findings {
-        bound: rig.lost_bound,
+        bound,
         ..Findings::default()
     };
 
@@ -155,7 +199,8 @@ pub(crate) fn check(rig: &Rig) -> Findings {
     let groups = journal::read(&state.join("journal.wal")).expect("journal");
     let mut applied: HashMap<RowKey, i128> = HashMap::new();
     let mut maybe: HashMap<RowKey, i128> = HashMap::new();
-    let mut sent: HashMap<Fingerprint, (u64, u64, u64)> = HashMap::new(); // (applied, maybe, received at most)
+    // Per content: (acknowledged, may have applied, surely reached the store, may have).
+    let mut sent: HashMap<Fingerprint, (u64, u64, u64, u64)> = HashMap::new();
     let mut must_be_unknown: Vec<(String, u64)> = Vec::new();
     let mut must_be_rejected: Vec<(String, u64)> = Vec::new();
     for group in &groups {
@@ -200,6 +245,13 @@ pub(crate) fn check(rig: &Rig) -> Findings {
             let outcome = group.outcomes.get(&intent.request);
             let entry = sent.entry(fingerprint.clone()).or_default();
             let request_id = group.flush.request_id(intent.request);
+            let reached = |kind: &str, entry: &mut (u64, u64, u64, u64)| {
+                if FROM_THE_STORE.contains(&kind) {
+                    entry.2 += 1;
+                } else if MAYBE_REACHED.contains(&kind) {
+                    entry.3 += 1;
+                }
+            };
             match outcome {
                 Some(Settled::Applied) => {
                     entry.0 += 1;
@@ -212,23 +264,26 @@ pub(crate) fn check(rig: &Rig) -> Findings {
                 }
                 Some(Settled::Unknown { .. }) | None => {
                     entry.1 += 1;
-                    entry.2 += 1;
-                    for (i, (row, delta)) in fingerprint.iter().enumerate() {
+                    match outcome {
+                        Some(Settled::Unknown { kind, .. }) => reached(kind, entry),
+                        _ => entry.3 += 1, // in flight at a kill
+                    }
+                    for (row, delta) in &fingerprint {
                         *maybe.entry(row.clone()).or_default() += delta;
-                        let _ = i;
                     }
                     for i in 0..intent.rows.len() {
                         must_be_unknown.push((request_id.clone(), i as u64));
                     }
                 }
-                Some(Settled::Rejected { .. }) => {
-                    entry.2 += 1;
+                Some(Settled::Rejected { kind, .. }) => {
+                    reached(kind, entry);
                     for i in 0..intent.rows.len() {
                         must_be_rejected.push((request_id.clone(), i as u64));
                     }
                 }
+                Some(Settled::NotApplied { kind, .. }) => reached(kind, entry),
                 // Dropped: not applied, perhaps sent (it failed, then could not be spilled).
-                Some(Settled::NotApplied { .. } | Settled::Dropped) => entry.2 += 1,
+                Some(Settled::Dropped) => entry.3 += 1,
                 Some(Settled::NotStarted) => {}
             }
         }
@@ -236,9 +291,11 @@ pub(crate) fn check(rig: &Rig) -> Findings {
 
     // The store's request log, matched by content.
     let mut received: HashMap<Fingerprint, (u64, u64)> = HashMap::new(); // (received, applied)
-    for request in rig.server.request_log() {
-        if request.statements.is_empty() {
-            continue; // an unknown prepared id, answered UNPREPARED: not executed
+    for request in server.request_log() {
+        if request.statements.is_empty()
+            || matches!(request.fault, Some((cqlsim::FaultKind::Unprepared, _)))
+        {
+            continue; // answered UNPREPARED, not executed; the driver prepares and sends again
         }
         findings.received += 1;
         let mut fingerprint: Fingerprint = request
@@ -265,10 +322,11 @@ pub(crate) fn check(rig: &Rig) -> Findings {
         entry.1 += u64::from(request.applied);
     }
     for (fingerprint, (recv, stored)) in &received {
-        let (acked, may, sendable) = sent.get(fingerprint).copied().unwrap_or_default();
+        let (acked, may, surely, perhaps) = sent.get(fingerprint).copied().unwrap_or_default();
         assert!(
-            recv <= &sendable,
-            "the store received {recv} requests carrying {fingerprint:?}, countersink sent {sendable}: a request was sent twice"
+            *recv <= surely + perhaps,
+            "the store received {recv} requests carrying {fingerprint:?}, countersink sent at most {}: a request was sent twice (or behind its back)",
+            surely + perhaps
         );
         assert!(
             stored <= &may,
@@ -279,11 +337,15 @@ pub(crate) fn check(rig: &Rig) -> Findings {
             "{acked} requests carrying {fingerprint:?} were acknowledged, the store applied {stored}"
         );
     }
-    for (fingerprint, (acked, _, _)) in &sent {
-        let stored = received.get(fingerprint).map_or(0, |r| r.1);
+    for (fingerprint, (acked, _, surely, _)) in &sent {
+        let (recv, stored) = received.get(fingerprint).copied().unwrap_or_default();
         assert!(
             *acked <= stored,
             "{acked} acknowledged requests carrying {fingerprint:?}, the store applied {stored}"
+        );
+        assert!(
+            *surely <= recv,
+            "{surely} requests carrying {fingerprint:?} ended with the store's own answer, it received {recv}"
         );
     }
 
@@ -332,7 +394,7 @@ pub(crate) fn check(rig: &Rig) -> Findings {
 
     // Per row.
     let mut stored_total = [0_i128; 2];
-    for (row, fed) in &rig.model.rows {
+    for (row, fed) in &model.rows {
         findings.rows += 1;
         let (table, page, day, minute) = row;
         let condition = if *minute >= 0 {
@@ -343,7 +405,7 @@ pub(crate) fn check(rig: &Rig) -> Findings {
                 &day[..7]
             )
         };
-        let stored = i128::from(cell(&rig.server, table, "views", &condition).unwrap_or(0));
+        let stored = i128::from(cell(server, table, "views", &condition).unwrap_or(0));
         stored_total[granularity(table)] += stored;
         let get = |m: &HashMap<RowKey, i128>| m.get(row).copied().unwrap_or(0);
         let (acked, may) = (get(&applied), get(&maybe));
@@ -376,7 +438,7 @@ pub(crate) fn check(rig: &Rig) -> Findings {
     }
     for (g, table) in [MINUTE_TABLE, DAY_TABLE].into_iter().enumerate() {
         assert_eq!(
-            table_sum(&rig.server, table, "views"),
+            table_sum(server, table, "views"),
             stored_total[g],
             "{table} holds rows nobody fed"
         );

@@ -4,6 +4,6 @@
 //! what was fed, what the store holds and received, and what countersink recorded.
 
 mod chaos;
-mod check;
+pub(crate) mod check;
 mod harness;
 mod windows;
