@@ -29,7 +29,7 @@ pub struct Config {
     pub flush: FlushConfig,
     /// What the buffer accepts.
     pub limits: LimitsConfig,
-    /// Where outcome logs and the spill file live.
+    /// Where outcome logs and the spill live.
     pub state: StateConfig,
     /// The zero-configuration family every unmatched counter lands in.
     pub generic: GenericConfig,
@@ -312,7 +312,7 @@ impl Default for LimitsConfig {
 #[derive(Clone, Debug, PartialEq, Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct StateConfig {
-    /// The state directory (`unknown.jsonl`, `rejected.jsonl`, the spill file, the
+    /// The state directory (`unknown.jsonl`, `rejected.jsonl`, the spill, the
     /// writer id). One process per directory: it is locked. Default `"./countersink-state"`.
     pub dir: PathBuf,
     /// This writer's id in every record. Default: generated once and kept in the state

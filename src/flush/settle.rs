@@ -2,7 +2,7 @@
 //! else.
 //!
 //! A pure, synchronous function with time passed in. The flusher calls it once per write
-//! and executes the [`Action`] it returns (the buffer, the outcome logs, the spill file,
+//! and executes the [`Action`] it returns (the buffer, the outcome logs, the spill,
 //! the accounting); the policy itself — which outcome may be sent again, when a re-queued
 //! write has waited long enough, what the final flush does — lives here, in one table
 //! with one test row per case.
@@ -35,7 +35,7 @@ pub enum Action {
     /// Merge its rows back unchanged (not sent: the journal failed); they go out with a
     /// later flush.
     Hold,
-    /// Write its rows to the spill file, for a later flush or the next start; with the
+    /// Write its rows to the spill, for a later flush or the next start; with the
     /// error when the store gave one (a write never started has none).
     Spill(Option<WriteError>),
     /// Record it in `unknown.jsonl` and never send it again.

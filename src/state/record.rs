@@ -65,7 +65,7 @@ pub enum RecordOutcome {
     /// The store refused it permanently, or it can no longer be mapped to a table
     /// (`rejected.jsonl`).
     Rejected,
-    /// Not sent, kept for a later flush (`spill.jsonl`).
+    /// Not sent, kept for a later flush (a spill segment).
     Spilled,
 }
 

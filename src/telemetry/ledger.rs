@@ -23,13 +23,13 @@ pub struct Settled {
     pub unknown: i128,
     /// Permanently rejected (logged).
     pub rejected: i128,
-    /// Written to the spill file for the next start.
+    /// Written to the spill for the next start.
     pub spilled: i128,
     /// Drained and not settled yet (a flush in progress).
     pub in_flight: i128,
-    /// Read back from the spill file at start (counted as accepted).
+    /// Read back from the spill at start (counted as accepted).
     pub replayed: i128,
-    /// Dropped after leaving the buffer (the spill file could not be written, or a
+    /// Dropped after leaving the buffer (the spill could not be written, or a
     /// replayed row would overflow).
     pub dropped: i128,
 }
