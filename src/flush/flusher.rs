@@ -173,6 +173,13 @@ impl<S: Sink> Flusher<S> {
         }
     }
 
+    /// The flush benchmark's baseline: flushes without the intent journal (feature `dev`;
+    /// see [`StateDir::disable_journal_for_benchmark`]).
+    #[cfg(feature = "dev")]
+    pub fn disable_journal_for_benchmark(&mut self) {
+        self.state.disable_journal_for_benchmark();
+    }
+
     /// Keeps settled flushes in the journal (tests read every request back).
     pub fn keep_journal(&mut self) {
         self.state.keep_journal(true);

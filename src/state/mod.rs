@@ -100,6 +100,8 @@ pub struct StateDir {
     journal: Journal,
     unclean_previous_run: Option<Status>,
     recovery: RecoveryReport,
+    /// False only in the flush benchmark's baseline (feature `dev`): no journal at all.
+    journal_enabled: bool,
 }
 
 /// The two append-only outcome logs.
@@ -248,6 +250,7 @@ impl StateDir {
             journal,
             unclean_previous_run,
             recovery: RecoveryReport::default(),
+            journal_enabled: true,
         };
         if test_hooks::keep_journal() {
             state.journal.set_keep(true);
@@ -297,6 +300,14 @@ impl StateDir {
         self.journal.set_keep(keep);
     }
 
+    /// Turns the journal off: no intents, no outcomes, no crash recovery for this
+    /// process's flushes. Only for the flush benchmark's baseline (what the journal
+    /// costs is measured against it); never in a product build.
+    #[cfg(feature = "dev")]
+    pub fn disable_journal_for_benchmark(&mut self) {
+        self.journal_enabled = false;
+    }
+
     /// The journal's file.
     pub fn journal_path(&self) -> &Path {
         self.journal.path()
@@ -312,6 +323,9 @@ impl StateDir {
         writes: &[PartitionWrite],
     ) -> io::Result<Option<Cursor>> {
         let consumes = self.spill.loaded();
+        if !self.journal_enabled {
+            return Ok(consumes);
+        }
         self.journal
             .begin(flush, time, consumes, families, writes)
             .map(|()| consumes)
@@ -319,7 +333,9 @@ impl StateDir {
 
     /// Records how a request ended (buffered; see [`StateDir::journal_flush`]).
     pub fn journal_outcome(&mut self, request: u32, settled: &Settled) {
-        self.journal.outcome(request, settled);
+        if self.journal_enabled {
+            self.journal.outcome(request, settled);
+        }
     }
 
     /// Hands buffered outcome records to the kernel (they survive the process).
@@ -332,7 +348,9 @@ impl StateDir {
     /// Ends a flush: marks it settled in the journal, then makes the replay cursor it
     /// consumed durable and deletes the spill segments passed.
     pub fn journal_end(&mut self, flush: &FlushId, consumed: Option<Cursor>) -> io::Result<()> {
-        self.journal.end(flush.flush_seq)?;
+        if self.journal_enabled {
+            self.journal.end(flush.flush_seq)?;
+        }
         self.spill.commit(consumed)
     }
 
