@@ -550,3 +550,88 @@ async fn one_shutdown_deadline_covers_the_running_flush_and_the_final_flush() {
         "the hanging write is unknown, the row behind it spilled"
     );
 }
+
+/// A spill that cannot be written (a full disk) loses its rows, counted once in rows;
+/// nothing of it is reloaded later (a half-written segment never becomes visible), and
+/// a final flush that lost rows is an unclean stop.
+#[tokio::test]
+async fn a_failed_spill_is_counted_once_and_never_reloaded() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = config(dir.path());
+    {
+        let down = MemorySink::new();
+        down.set_script(|_, _| {
+            Some((
+                Outcome::NotAppliedTransient(WriteError::new("unavailable", "down")),
+                false,
+            ))
+        });
+        let h = harness(&config, down);
+        h.engine.record("hits", &[][..], 5, T0, None).unwrap();
+        // The final flush is flush 1 of incarnation 1: its segment's temporary file.
+        std::os::unix::fs::symlink(
+            "/dev/full",
+            dir.path().join("spill.0000000001.000000000001.tmp"),
+        )
+        .unwrap();
+        let (engine, ledger) = (h.engine.clone(), h.ledger.clone());
+        let report = h.flusher.finish().await;
+        assert_eq!((report.spilled, report.dropped), (0, 2));
+        let a = Accounting::read(&engine, &ledger);
+        assert!(a.is_balanced(), "{a:?}");
+        assert_eq!(
+            (a.minute.dropped, a.day.dropped, a.minute.spilled),
+            (5, 5, 0)
+        );
+        assert_eq!(ledger.late_drops().get("spill_failed"), Some(&2));
+        let text = crate::telemetry::Metrics::new(engine, ledger)
+            .unwrap()
+            .render();
+        assert!(
+            text.contains("countersink_rows_dropped_total{reason=\"spill_failed\"} 2"),
+            "{text}"
+        );
+        assert!(
+            !text.contains("countersink_dropped_total{reason=\"spill_failed\"}"),
+            "rows are not counted as increments"
+        );
+    }
+    std::fs::remove_file(dir.path().join("spill.0000000001.000000000001.tmp")).ok();
+    let mut h = harness(&config, MemorySink::new());
+    assert_eq!(
+        h.ledger.unclean_previous_stop(),
+        Some(2),
+        "the lost rows are reported"
+    );
+    assert_eq!(h.ledger.unclean_previous_stop_sums(), [5, 5]);
+    h.flusher.flush_now().await;
+    let a = accounting(&h);
+    assert_eq!(
+        (a.minute.accepted, a.minute.spilled),
+        (0, 0),
+        "nothing reloaded"
+    );
+}
+
+/// An unreadable line in a spill segment is set aside and counted, the rest replayed.
+#[tokio::test]
+async fn an_unreadable_spill_line_is_counted_and_the_rest_replayed() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = config(dir.path());
+    let good = r#"{"time":"t","writer":"w","incarnation":0,"flush_seq":1,"outcome":"spilled","family":"generic","table":"countersink.counts_by_minute","granularity":"minute","key":{"name":"hits","tags":""},"day":"2026-11-30","minute":5,"deltas":{"value":3}}"#;
+    std::fs::write(
+        dir.path().join("spill.0000000000.000000000001.jsonl"),
+        format!("{{\"spill_segment\":{{\"consumes\":null}}}}\n{good}\nnot json\n"),
+    )
+    .unwrap();
+    let sink = MemorySink::new();
+    let mut h = harness(&config, sink.clone());
+    h.flusher.flush_now().await;
+    assert_eq!(h.ledger.corrupt_lines(), [0, 0, 1]);
+    assert_eq!(sink.total(Granularity::Minute), 3);
+    assert!(
+        std::fs::read_to_string(dir.path().join("spill.corrupt.jsonl"))
+            .unwrap()
+            .contains("not json")
+    );
+}

@@ -136,6 +136,7 @@ impl Spill {
     /// (the furthest of `spill.cursor`, `journal_cursor` and the segments' headers), and
     /// deletes the segments it has passed.
     pub fn open(dir: &Path, max_bytes: u64, journal_cursor: Option<Cursor>) -> io::Result<Spill> {
+        migrate_legacy(dir)?;
         let mut segments = BTreeMap::new();
         let mut cursor = journal_cursor;
         for entry in fs::read_dir(dir)? {
@@ -352,6 +353,59 @@ impl Spill {
     }
 }
 
+/// Files of the single-file spill of earlier versions, each moved by one atomic step:
+/// `spill.jsonl` and `spill.loaded.*.jsonl` (never sent) become segments of incarnation 0,
+/// replayed first; `spill.inflight.*.jsonl` (a replay that may have been sent) becomes
+/// `unknown.replay-interrupted.*.jsonl` with every row marked unknown (written whole
+/// before the input is removed; a restart that finds both only removes the input).
+fn migrate_legacy(dir: &Path) -> io::Result<()> {
+    let mut names: Vec<String> = fs::read_dir(dir)?
+        .filter_map(|e| e.ok())
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| {
+            n == "spill.jsonl" || n.starts_with("spill.loaded.") || n.starts_with("spill.inflight.")
+        })
+        .collect();
+    names.sort();
+    for (index, name) in names.iter().enumerate() {
+        let path = dir.join(name);
+        if let Some(tag) = name.strip_prefix("spill.inflight.") {
+            let target = dir.join(format!("unknown.replay-interrupted.{tag}"));
+            if !target.exists() {
+                let mut out = Vec::new();
+                for line in BufReader::new(File::open(&path)?).lines() {
+                    let line = line?;
+                    match serde_json::from_str::<WriteRecord>(&line) {
+                        Ok(mut record) => {
+                            record.outcome = super::record::RecordOutcome::Unknown;
+                            record.error = Some(super::record::ErrorInfo {
+                                kind: "replay_interrupted".into(),
+                                text: "an earlier version stopped while these replayed rows were being sent; they may or may not have been applied".into(),
+                            });
+                            serde_json::to_writer(&mut out, &record).map_err(io::Error::other)?;
+                        }
+                        Err(_) => out.extend_from_slice(line.as_bytes()),
+                    }
+                    out.push(b'\n');
+                }
+                write_atomically(dir, &target, &out)?;
+            }
+            fs::remove_file(&path)?;
+        } else {
+            let id = SegmentId {
+                incarnation: 0,
+                flush_seq: index as u64,
+                recovered: false,
+            };
+            fs::rename(&path, dir.join(id.file_name()))?;
+        }
+    }
+    if !names.is_empty() {
+        sync_dir(dir)?;
+    }
+    Ok(())
+}
+
 /// The cursor a segment's header names, if it has a header that names one.
 fn read_header(path: &Path) -> io::Result<Option<Cursor>> {
     let mut line = String::new();
@@ -508,6 +562,29 @@ mod tests {
         let keys = spill.segment_keys(segment(1)).unwrap().unwrap();
         assert!(keys.contains(&("w/1/1/5".to_string(), 0)));
         assert_eq!(spill.segment_keys(segment(9)).unwrap(), None);
+    }
+
+    /// The single spill file of earlier versions: unsent rows are replayed, rows of an
+    /// interrupted replay become unknown records.
+    #[test]
+    fn files_of_the_earlier_spill_are_taken_over() {
+        let dir = tempfile::tempdir().unwrap();
+        let line = |n| format!("{}\n", serde_json::to_string(&record(n)).unwrap());
+        fs::write(dir.path().join("spill.jsonl"), line(1)).unwrap();
+        fs::write(dir.path().join("spill.loaded.3.jsonl"), line(2)).unwrap();
+        fs::write(dir.path().join("spill.inflight.2.jsonl"), line(7)).unwrap();
+        let mut spill = Spill::open(dir.path(), u64::MAX, None).unwrap();
+        let mut replayed = all(&mut spill);
+        replayed.sort();
+        assert_eq!(replayed, [1, 2]);
+        let unknown =
+            fs::read_to_string(dir.path().join("unknown.replay-interrupted.2.jsonl")).unwrap();
+        let record: WriteRecord = serde_json::from_str(unknown.trim()).unwrap();
+        assert_eq!(
+            (record.outcome, record.deltas["value"]),
+            (RecordOutcome::Unknown, 7)
+        );
+        assert!(!dir.path().join("spill.inflight.2.jsonl").exists());
     }
 
     #[test]
