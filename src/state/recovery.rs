@@ -218,10 +218,10 @@ fn finish(
             return Err(error);
         }
     }
-    for (_, error) in state.sync_logs() {
-        return Err(error);
+    match state.sync_logs().into_iter().next() {
+        Some((_, error)) => Err(error),
+        None => Ok(()),
     }
-    Ok(())
 }
 
 /// The error of a request that was in flight when its process stopped.
