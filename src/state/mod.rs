@@ -16,7 +16,7 @@
 pub mod journal;
 pub mod jsonl;
 pub mod record;
-mod recovery;
+pub mod recovery;
 pub mod spill;
 
 use std::fs::{self, File, OpenOptions};
