@@ -22,7 +22,7 @@ use crate::vocabulary::{DropReason, Granularity};
 use super::plan::{self, PlanOptions};
 use super::record_conversion::{self, error_info};
 use super::replay;
-use super::send::{Progress, send_all};
+use super::send::send_all;
 use super::settle::{self, Action, Circumstances, Sent};
 use super::shutdown::{Deadline, ShutdownSignal, shutdown_channel};
 use crate::telemetry::Ledger;
@@ -341,14 +341,11 @@ impl<S: Sink> Flusher<S> {
             writes,
             self.config.max_in_flight,
             deadline,
-            |progress| match progress {
-                Progress::Done(index, outcome) => {
-                    state.journal_outcome(index as u32, &settled_of(outcome));
-                }
-                Progress::Waiting => state.journal_flush(),
-            },
+            |index, outcome| state.journal_outcome(index as u32, &settled_of(outcome)),
         )
         .await;
+        // Every outcome reaches the file before the settle step acts on any of them.
+        self.state.journal_flush();
         crash_point("sent");
         self.settle(
             flush,

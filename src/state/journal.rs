@@ -21,16 +21,26 @@
 //! # Format
 //!
 //! Each record is a frame: `u32` payload length, `u32` CRC32C of the payload, payload
-//! (little-endian integers, strings and byte strings length-prefixed). Reading stops at
-//! the first frame that is short or fails its checksum (a torn tail after a crash); the
-//! file is truncated there before anything is appended.
+//! (little-endian integers, strings and byte strings length-prefixed). Every write is
+//! followed by an end mark (an empty frame: eight zero bytes) that the next write
+//! overwrites. Reading stops at the end mark, or at the first frame that is short or
+//! fails its checksum (a torn tail after a crash); the next write starts there.
+//!
+//! # Cost
+//!
+//! The file is zero-filled to 4 MiB once and then overwritten from the start by every
+//! flush, never truncated: on ext4 and XFS an `fdatasync` of blocks that are already
+//! allocated and written flushes the data alone, while appending to a truncated file
+//! also commits the filesystem's journal (block allocation, file size) on every flush.
+//! A flush larger than the file grows it once, to its high-water mark.
 //!
 //! A request id is `writer/incarnation/flush_seq/request`: unique per state directory
 //! and writer, carried by every record written for that request (outcome logs, spill).
 
 use std::collections::HashMap;
 use std::fs::{File, OpenOptions};
-use std::io::{self, Read, Write};
+use std::io::{self, Read};
+use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
 use crate::sink::PartitionWrite;
@@ -186,43 +196,79 @@ const END: u8 = 6;
 
 const NO_SHARD: u16 = u16::MAX;
 
-/// The journal file, open for appending.
+/// The end mark: an empty frame (length 0, and 0 is the CRC32C of nothing).
+const END_MARK: [u8; 8] = [0; 8];
+
+/// Size the file is zero-filled to once, so that flushes overwrite allocated blocks.
+const PREALLOCATED: u64 = 4 << 20;
+
+/// Buffered outcome records are written once they pass this size (and when sending
+/// ends): a kill loses at most these from the page cache's view, which only makes
+/// recovery log those requests as unknown.
+const OUTCOME_BATCH: usize = 16 << 10;
+
+/// The journal file.
 pub struct Journal {
     path: PathBuf,
     file: File,
+    /// Where the next write goes.
+    offset: u64,
     /// Frames waiting to be written (outcome records are batched).
     pending: Vec<u8>,
-    /// Keep settled groups instead of truncating (tests and audits read them back).
+    /// Keep settled groups instead of starting over (tests and audits read them back).
     keep: bool,
 }
 
 impl Journal {
-    /// Opens (creating if needed) the journal, reads every group in it and truncates a
-    /// torn tail. Returns the journal and its groups, oldest first.
+    /// Opens (creating if needed) the journal and reads every group in it. Returns the
+    /// journal, its groups (oldest first), and the length of a torn tail cut off (bytes
+    /// after the last readable record that are not an end mark).
     pub fn open(path: PathBuf) -> io::Result<(Journal, Vec<FlushGroup>, u64)> {
         let mut file = OpenOptions::new()
             .create(true)
+            .truncate(false)
             .read(true)
-            .append(true)
+            .write(true)
             .open(&path)?;
         let mut bytes = Vec::new();
         file.read_to_end(&mut bytes)?;
         let (groups, valid) = parse(&bytes);
-        let torn = bytes.len() as u64 - valid as u64;
-        if torn > 0 {
-            file.set_len(valid as u64)?;
-            file.sync_data()?;
+        let after = &bytes[valid..bytes.len().min(valid + 8)];
+        let torn = if after.iter().all(|b| *b == 0) {
+            0
+        } else {
+            (bytes.len() - valid) as u64
+        };
+        file.write_all_at(&END_MARK, valid as u64)?;
+        let len = bytes.len() as u64;
+        if len < PREALLOCATED {
+            let zeros = vec![0_u8; 64 << 10];
+            let mut at = len.max(valid as u64 + END_MARK.len() as u64);
+            while at < PREALLOCATED {
+                let n = zeros.len().min((PREALLOCATED - at) as usize);
+                file.write_all_at(&zeros[..n], at)?;
+                at += n as u64;
+            }
         }
+        file.sync_all()?;
         Ok((
             Journal {
                 path,
                 file,
+                offset: valid as u64,
                 pending: Vec::new(),
                 keep: false,
             },
             groups,
             torn,
         ))
+    }
+
+    /// Writes `frames` at the current offset, followed by the end mark.
+    fn write(&mut self, frames: &[u8]) -> io::Result<()> {
+        self.file.write_all_at(frames, self.offset)?;
+        self.offset += frames.len() as u64;
+        self.file.write_all_at(&END_MARK, self.offset)
     }
 
     /// The file.
@@ -284,17 +330,15 @@ impl Journal {
             });
         }
         frame(&mut out, |e| e.u8(COMMITTED));
-        let written = self
-            .file
-            .write_all(&out)
-            .and_then(|()| self.file.sync_data());
+        let written = self.write(&out).and_then(|()| self.file.sync_data());
         out.clear();
         self.pending = out;
         written
     }
 
-    /// Records how a request ended. Buffered: written by [`Journal::flush_pending`] (or
-    /// the next record that must be durable), never synced on its own.
+    /// Records how a request ended. Buffered: written once the buffer passes 16 KiB, by
+    /// [`Journal::flush_pending`], or with the next record that must be durable; never
+    /// synced on its own.
     pub fn outcome(&mut self, request: u32, settled: &Settled) {
         frame(&mut self.pending, |e| {
             e.u8(OUTCOME);
@@ -312,6 +356,11 @@ impl Journal {
             e.str(kind);
             e.str(text);
         });
+        if self.pending.len() >= OUTCOME_BATCH
+            && let Err(error) = self.flush_pending()
+        {
+            tracing::warn!(%error, "Could not write outcome records to the journal; a crash now would log those requests as unknown.");
+        }
     }
 
     /// Writes buffered outcome records to the file (not synced).
@@ -319,7 +368,9 @@ impl Journal {
         if self.pending.is_empty() {
             return Ok(());
         }
-        let result = self.file.write_all(&self.pending);
+        let pending = std::mem::take(&mut self.pending);
+        let result = self.write(&pending);
+        self.pending = pending;
         self.pending.clear();
         result
     }
@@ -336,7 +387,7 @@ impl Journal {
         self.file.sync_data()
     }
 
-    /// Marks the flush settled, then empties the journal (unless it keeps groups).
+    /// Marks the flush settled, then starts the journal over (unless it keeps groups).
     pub fn end(&mut self, flush_seq: u64) -> io::Result<()> {
         frame(&mut self.pending, |e| {
             e.u8(END);
@@ -344,9 +395,11 @@ impl Journal {
         });
         self.flush_pending()?;
         if !self.keep {
-            // Not synced: the next group commit's fdatasync makes the new length durable,
-            // and a journal that comes back whole is read as settled (it ends with End).
-            self.file.set_len(0)?;
+            // An end mark at the start, not synced: the next group commit's fdatasync
+            // makes it durable with that group, and a journal that comes back whole is
+            // read as settled (it ends with End).
+            self.offset = 0;
+            self.file.write_all_at(&END_MARK, 0)?;
         }
         Ok(())
     }
@@ -671,16 +724,20 @@ mod tests {
             .unwrap();
         journal.outcome(0, &Settled::NotStarted);
         journal.flush_pending().unwrap();
-        drop(journal);
         // A crash in the middle of a record: the tail is unreadable.
+        let whole = journal.offset as usize;
+        drop(journal);
         let mut bytes = std::fs::read(&path).unwrap();
-        let whole = bytes.len();
+        bytes.truncate(whole);
         bytes.extend_from_slice(&[9, 0, 0, 0, 1, 2]);
         std::fs::write(&path, &bytes).unwrap();
 
-        let (_, groups, torn) = Journal::open(path.clone()).unwrap();
+        let (reopened, groups, torn) = Journal::open(path.clone()).unwrap();
         assert_eq!(torn, 6);
-        assert_eq!(std::fs::metadata(&path).unwrap().len() as usize, whole);
+        assert_eq!(
+            reopened.offset as usize, whole,
+            "the next write starts there"
+        );
         assert_eq!(groups.len(), 2);
         let first = &groups[0];
         assert!(first.committed && first.ended);
@@ -718,10 +775,11 @@ mod tests {
         journal
             .begin(&flush(1), "t", None, &[family()], &[write("a", &[1])])
             .unwrap();
+        let end = journal.offset as usize;
         drop(journal);
         let bytes = std::fs::read(&path).unwrap();
         // Cut inside the Committed frame (the last 9 bytes).
-        std::fs::write(&path, &bytes[..bytes.len() - 3]).unwrap();
+        std::fs::write(&path, &bytes[..end - 3]).unwrap();
         let (_, groups, _) = Journal::open(path).unwrap();
         assert_eq!(groups.len(), 1);
         assert!(!groups[0].committed);
@@ -729,20 +787,26 @@ mod tests {
     }
 
     #[test]
-    fn end_empties_the_journal_unless_it_keeps_groups() {
+    fn end_starts_the_journal_over_and_a_shorter_group_hides_the_longer_one_before_it() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("journal.wal");
         let (mut journal, _, _) = Journal::open(path.clone()).unwrap();
+        let many: Vec<PartitionWrite> = (0..50).map(|i| write(&format!("k{i}"), &[i])).collect();
         journal
-            .begin(&flush(1), "t", None, &[family()], &[write("a", &[1])])
+            .begin(&flush(1), "t", None, &[family()], &many)
             .unwrap();
         journal.end(1).unwrap();
-        assert_eq!(std::fs::metadata(&path).unwrap().len(), 0);
+        assert!(read(&path).unwrap().is_empty(), "empty once a flush ended");
+        assert_eq!(std::fs::metadata(&path).unwrap().len(), PREALLOCATED);
+        // A shorter group overwrites the start; the rest of the longer one stays on
+        // disk behind the end mark and is never read.
         journal
             .begin(&flush(2), "t", None, &[family()], &[write("a", &[1])])
             .unwrap();
-        let (_, groups, _) = Journal::open(path).unwrap();
+        let (_, groups, torn) = Journal::open(path).unwrap();
+        assert_eq!(torn, 0);
         assert_eq!(groups.len(), 1);
         assert_eq!(groups[0].flush.flush_seq, 2);
+        assert_eq!(groups[0].intents.len(), 1);
     }
 }
