@@ -330,7 +330,14 @@ impl Journal {
             });
         }
         frame(&mut out, |e| e.u8(COMMITTED));
+        let start = self.offset;
         let written = self.write(&out).and_then(|()| self.file.sync_data());
+        if written.is_err() {
+            // Nothing of this flush is sent: the group must not look committed to a later
+            // recovery, so the next write starts where it began, behind an end mark.
+            self.offset = start;
+            let _ = self.file.write_all_at(&END_MARK, start);
+        }
         out.clear();
         self.pending = out;
         written
