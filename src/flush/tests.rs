@@ -635,3 +635,54 @@ async fn an_unreadable_spill_line_is_counted_and_the_rest_replayed() {
             .contains("not json")
     );
 }
+
+/// A spill larger than the memory budget comes back in chunks that fit it, one per
+/// flush, and every row arrives once.
+#[tokio::test]
+async fn replay_streams_the_spill_in_chunks_that_fit_the_budget() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = config(dir.path());
+    {
+        let down = MemorySink::new();
+        down.set_script(|_, _| {
+            Some((
+                Outcome::NotAppliedTransient(WriteError::new("unavailable", "down")),
+                false,
+            ))
+        });
+        let h = harness(&config, down);
+        for i in 0..40 {
+            let i = i.to_string();
+            h.engine
+                .record("hits", &[("i", i.as_str())][..], 1, T0, None)
+                .unwrap();
+        }
+        let report = h.flusher.finish().await;
+        assert_eq!(report.spilled, 80, "40 minute rows and 40 day rows");
+    }
+    let mut small = config.clone();
+    small.limits.max_pending_rows = 16;
+    let sink = MemorySink::new();
+    let mut h = harness(&small, sink.clone());
+    let mut flushes = 0;
+    while sink.total(Granularity::Minute) + sink.total(Granularity::Day) < 80 {
+        let report = h.flusher.flush_now().await;
+        flushes += 1;
+        assert!(
+            report.rows <= 8,
+            "a chunk takes at most half the room of a 16-row budget: {report:?}"
+        );
+        assert!(flushes < 30, "the replay makes progress");
+    }
+    assert!(flushes >= 10, "80 rows in chunks of at most 8: {flushes}");
+    assert_eq!(
+        (
+            sink.total(Granularity::Minute),
+            sink.total(Granularity::Day)
+        ),
+        (40, 40),
+        "each row once"
+    );
+    let a = accounting(&h);
+    assert!(a.is_balanced(), "{a:?}");
+}
