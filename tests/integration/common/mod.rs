@@ -72,6 +72,27 @@ impl Writer {
     }
 }
 
+/// Every record in the spill segments of a state directory, as JSON, in replay order.
+pub(crate) fn spilled_records(state: &Path) -> Vec<serde_json::Value> {
+    let mut names: Vec<String> = std::fs::read_dir(state)
+        .expect("state dir")
+        .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with("spill.") && n.ends_with(".jsonl") && n != "spill.corrupt.jsonl")
+        .collect();
+    names.sort();
+    names
+        .iter()
+        .flat_map(|n| {
+            std::fs::read_to_string(state.join(n))
+                .expect("segment")
+                .lines()
+                .filter(|l| !l.starts_with("{\"spill_segment\""))
+                .map(|l| serde_json::from_str(l).expect("record"))
+                .collect::<Vec<serde_json::Value>>()
+        })
+        .collect()
+}
+
 /// Minute of the day and date of a Unix time, as the tables key them.
 pub(crate) fn day_and_minute(unix: i64) -> (String, i64) {
     let day = unix.div_euclid(86_400);
