@@ -53,7 +53,7 @@ mod value;
 pub use error::{Consistency, CqlError, Error, WriteType};
 pub use faults::{FaultKind, FaultRule, Op, Target, Trigger};
 pub use server::{Config, Handle, Rows, Server, run};
-pub use stats::{FaultStats, StatsSnapshot, TableStats};
+pub use stats::{DeleteRecord, DeleteScope, FaultStats, StatsSnapshot, TableStats};
 pub use types::ColType;
 pub use value::Value;
 
