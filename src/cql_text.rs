@@ -9,7 +9,7 @@
 pub const GENERIC: &str = include_str!("../cql/generic.cql");
 /// `cql/family.cql`: tables of a configured family.
 pub const FAMILY: &str = include_str!("../cql/family.cql");
-/// `cql/statements.cql`: the counter UPDATE and the read-back SELECTs.
+/// `cql/statements.cql`: the counter UPDATE and the read path's SELECT.
 pub const STATEMENTS: &str = include_str!("../cql/statements.cql");
 /// `cql/example_views.cql`: the example family tables of seed 000.
 pub const EXAMPLE_VIEWS: &str = include_str!("../cql/example_views.cql");
@@ -85,8 +85,7 @@ mod tests {
             (FAMILY, "create_family_minute"),
             (FAMILY, "create_family_day"),
             (STATEMENTS, "counter_update"),
-            (STATEMENTS, "select_minutes"),
-            (STATEMENTS, "select_days"),
+            (STATEMENTS, "select_partition"),
         ] {
             let text = block(file, name).unwrap_or_else(|| panic!("{name} missing"));
             assert!(

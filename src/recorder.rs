@@ -11,15 +11,19 @@
 //! # Ok(()) }
 //! ```
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use parking_lot::Mutex;
 
+use crate::bucket::Day;
 use crate::config::Config;
 use crate::engine::{self, Engine, RecordError};
 use crate::family::Target;
 use crate::flush::FlushReport;
+use crate::ops::read::{self, ReadError, Reader};
+use crate::ops::read_cache::CachedReader;
 use crate::pipeline::{Pipeline, StartError};
 use crate::sink::Sink;
 use crate::telemetry::Accounting;
@@ -48,6 +52,8 @@ pub struct Recorder {
 
 struct Inner {
     engine: Arc<Engine>,
+    /// The read path, for recorders connected to a store.
+    reader: Option<Arc<CachedReader>>,
     pipeline: tokio::sync::Mutex<Pipeline>,
     /// Set by `shutdown()`; checked by `Drop`.
     shut_down: AtomicBool,
@@ -84,7 +90,8 @@ impl Recorder {
     pub async fn connect(config: &Config) -> Result<Recorder, StartError> {
         let engine = Arc::new(Engine::new(config)?);
         let sink = crate::sink::cql::CqlSink::connect(&config.store, engine.families()).await?;
-        Self::start_with(engine, config, sink).await
+        let reader = CachedReader::new(Reader::new(sink.session().clone()), &config.read);
+        Self::assemble(engine, config, sink, Some(Arc::new(reader))).await
     }
 
     /// The same, with an engine built by the caller (e.g. with a fixed rounding seed).
@@ -93,11 +100,21 @@ impl Recorder {
         config: &Config,
         sink: S,
     ) -> Result<Recorder, StartError> {
+        Self::assemble(engine, config, sink, None).await
+    }
+
+    async fn assemble<S: Sink>(
+        engine: Arc<Engine>,
+        config: &Config,
+        sink: S,
+        reader: Option<Arc<CachedReader>>,
+    ) -> Result<Recorder, StartError> {
         let pipeline = Pipeline::start_with(engine.clone(), config, sink).await?;
         let stop_handle = pipeline_stopper(&pipeline);
         Ok(Recorder {
             inner: Arc::new(Inner {
                 engine,
+                reader,
                 pipeline: tokio::sync::Mutex::new(pipeline),
                 shut_down: AtomicBool::new(false),
                 stop: Mutex::new(Some(stop_handle)),
@@ -144,6 +161,36 @@ impl Recorder {
                 width: def.width(),
             },
         })
+    }
+
+    /// The day total of counter `name` with `tags` (resolved as an increment with them
+    /// lands), every shard summed, at `read.consistency` (ONE by default: a display
+    /// read), served from a cache for `read.cache_ttl` (5 s). Only a recorder from
+    /// [`Recorder::connect`] can read.
+    pub async fn read_day(
+        &self,
+        name: &str,
+        tags: &[(&str, &str)],
+        day: Day,
+    ) -> Result<i64, ReadError> {
+        let reader = self.inner.reader.as_ref().ok_or(ReadError::NoStore)?;
+        let families = self.inner.engine.families();
+        let counter = read::resolve(families, name, tags)?;
+        reader.day_total(families, &counter, day).await
+    }
+
+    /// The minute series (minute of the day → value) of counter `name` with `tags` on
+    /// `day`, as [`Recorder::read_day`] reads.
+    pub async fn read_minutes(
+        &self,
+        name: &str,
+        tags: &[(&str, &str)],
+        day: Day,
+    ) -> Result<Arc<BTreeMap<i64, i64>>, ReadError> {
+        let reader = self.inner.reader.as_ref().ok_or(ReadError::NoStore)?;
+        let families = self.inner.engine.families();
+        let counter = read::resolve(families, name, tags)?;
+        reader.minutes(families, &counter, day).await
     }
 
     /// The engine behind this recorder.

@@ -1,0 +1,9 @@
+//! Operating counter tables (seed 000's operations, seed 003's warnings): reading them
+//! back, the key index, leaderboards, retention, migration and shard advice.
+//!
+//! | module | job |
+//! |---|---|
+//! | [`read`], [`read_cache`] | one partition summed over its shards, at a chosen consistency; a short cache in front |
+
+pub mod read;
+pub mod read_cache;
