@@ -7,6 +7,7 @@
 //! shutdown, 2 for bad configuration or arguments (the message names the field), 1 for
 //! anything else.
 
+mod advise;
 mod args;
 #[cfg(feature = "dev")]
 mod dev;
@@ -42,6 +43,9 @@ enum Command {
     Get(get::GetArgs),
     /// Print the CQL schema for a configuration, or create it with --apply.
     Schema(schema::SchemaArgs),
+    /// Recommend a shard count per family from the sidecars' measured peak write rate
+    /// per key (their /debug/hot) and the safe rate per key of a load test.
+    AdviseShards(advise::AdviseArgs),
 }
 
 /// A command's failure, with the exit code it maps to.
@@ -106,6 +110,7 @@ pub fn main() -> ExitCode {
             Command::Send(args) => send::run(args),
             Command::Get(args) => get::run(args).await,
             Command::Schema(args) => schema::run(args).await,
+            Command::AdviseShards(args) => advise::run(args).await,
         }
     });
     match result {

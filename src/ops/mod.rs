@@ -4,6 +4,8 @@
 //! | module | job |
 //! |---|---|
 //! | [`read`], [`read_cache`] | one partition summed over its shards, at a chosen consistency; a short cache in front |
+//! | [`advise`] | a shard count from the peak write rate per key and the safe rate |
 
+pub mod advise;
 pub mod read;
 pub mod read_cache;

@@ -22,7 +22,7 @@ use crate::engine::Engine;
 use crate::flush::FlushReport;
 use crate::ingest::{self, ListenError, Receivers};
 use crate::pipeline::{Pipeline, StartError};
-use crate::telemetry::Metrics;
+use crate::telemetry::{HotKeys, Metrics, ObservedSink, OperationsMetrics};
 
 use self::handler::EngineHandler;
 use self::lazy::{ConnectFailure, LazyCqlSink};
@@ -100,11 +100,22 @@ impl Sidecar {
         config.ingest.validate()?;
         let engine = Arc::new(Engine::new(config)?);
         let sink = LazyCqlSink::default();
-        let pipeline = Pipeline::start_with(engine.clone(), config, sink.clone()).await?;
+        let operations = OperationsMetrics::default();
+        let boards: Vec<String> = config.leaderboards.iter().map(|b| b.name.clone()).collect();
+        operations.show(engine.families(), &boards);
+        let hot = Arc::new(HotKeys::new(engine.families(), HotKeys::DEFAULT_CAPACITY));
+        let observed = ObservedSink::new(
+            sink.clone(),
+            engine.families(),
+            operations.clone(),
+            hot.clone(),
+        );
+        let pipeline = Pipeline::start_with(engine.clone(), config, observed).await?;
         let metrics = Arc::new(
             Metrics::new(engine.clone(), pipeline.ledger().clone())
                 .map_err(|e| StartError::Config(ConfigError::invalid("metrics", e.to_string())))?,
         );
+        let _ = operations.register(metrics.registry());
 
         let handler_engine = engine.clone();
         let receivers = match ingest::start(&config.ingest, move |transport| {
@@ -142,6 +153,7 @@ impl Sidecar {
                 let state = http::HttpState {
                     metrics: metrics.clone(),
                     ready: Arc::new(move || ready_sink.is_connected()),
+                    hot: hot.clone(),
                 };
                 let mut stopped = stop_rx.clone();
                 let task = tokio::spawn(async move {

@@ -10,6 +10,7 @@ mod cql_shutdown;
 mod docs;
 #[cfg(feature = "metrics-facade")]
 mod facade;
+mod ops_hot;
 mod ops_read;
 mod shards;
 mod sidecar;
