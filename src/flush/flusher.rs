@@ -14,6 +14,7 @@ use crate::sink::{OutcomeClass, PartitionWrite, Sink, WriteError};
 use crate::state::{OutcomeLog, RecordOutcome, Recovered, StateDir, StateError, WriteRecord};
 use crate::vocabulary::{DropReason, Granularity};
 
+use super::observe::FlushObserver;
 use super::plan::{self, PlanOptions};
 use super::record_conversion::{self, FlushIdentity};
 use super::replay::{Origin, replay};
@@ -67,6 +68,8 @@ pub struct Flusher<S> {
     /// Whether the last flush found the store answering (something applied, nothing
     /// re-queued): the moment to bring rows spilled during an outage back.
     store_healthy: bool,
+    /// Told what each flush is about to send (see [`super::observe`]).
+    observers: Vec<Arc<dyn FlushObserver>>,
 }
 
 impl<S: Sink> Flusher<S> {
@@ -119,7 +122,13 @@ impl<S: Sink> Flusher<S> {
             seq: 0,
             shard_seed,
             store_healthy: false,
+            observers: Vec::new(),
         }
+    }
+
+    /// Adds an observer of every flush's planned writes.
+    pub fn observe(&mut self, observer: Arc<dyn FlushObserver>) {
+        self.observers.push(observer);
     }
 
     /// The accounting ledger.
@@ -222,6 +231,9 @@ impl<S: Sink> Flusher<S> {
             },
             |family| families.shard_of(family, seed, seq),
         );
+        for observer in &self.observers {
+            observer.planned(&writes);
+        }
 
         // Replayed rows are in this drain: from here on they may reach the store.
         let mut replay_begun = false;

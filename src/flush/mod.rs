@@ -8,8 +8,10 @@
 //! - [`shutdown`]: the shutdown request and the one deadline derived from it.
 //! - [`record_conversion`]: writes to the records of the outcome logs and the spill file,
 //!   and spilled records back to rows.
+//! - [`observe`]: the hook after the drain ([`FlushObserver`]), which feeds the key index.
 
 pub mod flusher;
+pub mod observe;
 pub mod plan;
 pub mod record_conversion;
 mod replay;
@@ -18,6 +20,7 @@ pub mod settle;
 pub mod shutdown;
 
 pub use self::flusher::{FlushReport, Flusher};
+pub use self::observe::FlushObserver;
 pub use self::plan::PlanOptions;
 pub use self::shutdown::{ShutdownHandle, ShutdownSignal, shutdown_channel};
 

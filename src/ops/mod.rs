@@ -5,7 +5,9 @@
 //! |---|---|
 //! | [`read`], [`read_cache`] | one partition summed over its shards, at a chosen consistency; a short cache in front |
 //! | [`advise`] | a shard count from the peak write rate per key and the safe rate |
+//! | [`keyindex`] | the keys written per family and day: fed by the flush hook, retried until applied; listed by day |
 
 pub mod advise;
+pub mod keyindex;
 pub mod read;
 pub mod read_cache;

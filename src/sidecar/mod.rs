@@ -19,8 +19,9 @@ use tokio::task::JoinHandle;
 
 use crate::config::{Config, ConfigError};
 use crate::engine::Engine;
-use crate::flush::FlushReport;
+use crate::flush::{FlushObserver, FlushReport};
 use crate::ingest::{self, ListenError, Receivers};
+use crate::ops::keyindex::KeyIndex;
 use crate::pipeline::{Pipeline, StartError};
 use crate::telemetry::{HotKeys, Metrics, ObservedSink, OperationsMetrics};
 
@@ -78,7 +79,11 @@ pub struct Sidecar {
     stop: watch::Sender<bool>,
     fatal: watch::Receiver<Option<String>>,
     connect: JoinHandle<()>,
+    index_task: Option<JoinHandle<()>>,
 }
+
+/// How long the key index may take, after the final flush, to write what it queued.
+const KEY_INDEX_DRAIN: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// Where a running sidecar listens.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -110,7 +115,16 @@ impl Sidecar {
             operations.clone(),
             hot.clone(),
         );
-        let pipeline = Pipeline::start_with(engine.clone(), config, observed).await?;
+        let key_index = config
+            .key_index
+            .enabled
+            .then(|| KeyIndex::new(config, engine.families(), operations.clone()));
+        let observers: Vec<Arc<dyn FlushObserver>> = key_index
+            .iter()
+            .map(|index| Arc::new(index.clone()) as Arc<dyn FlushObserver>)
+            .collect();
+        let pipeline =
+            Pipeline::start_observed(engine.clone(), config, observed, observers).await?;
         let metrics = Arc::new(
             Metrics::new(engine.clone(), pipeline.ledger().clone())
                 .map_err(|e| StartError::Config(ConfigError::invalid("metrics", e.to_string())))?,
@@ -178,15 +192,25 @@ impl Sidecar {
                 engine.clone(),
                 stop_rx.clone(),
             );
+            let key_index = key_index.clone();
             tokio::spawn(async move {
-                if let Err(ConnectFailure::Fatal(error)) =
-                    sink.connect_until(store, engine, stop_rx).await
-                {
-                    tracing::error!(%error, "The store's schema does not match the configuration; stopping.");
-                    let _ = fatal_tx.send(Some(error.to_string()));
+                match sink.connect_until(store, engine, stop_rx).await {
+                    Err(ConnectFailure::Fatal(error)) => {
+                        tracing::error!(%error, "The store's schema does not match the configuration; stopping.");
+                        let _ = fatal_tx.send(Some(error.to_string()));
+                    }
+                    Ok(()) => {
+                        if let (Some(index), Some(connected)) = (&key_index, sink.get()) {
+                            index.set_session(connected.session().clone());
+                        }
+                    }
                 }
             })
         };
+        // The key index writes beside the flush; at shutdown it drains what the final
+        // flush queued, for at most this long.
+        let index_task =
+            key_index.map(|index| tokio::spawn(index.run(stop_rx.clone(), KEY_INDEX_DRAIN)));
 
         Ok(Sidecar {
             engine,
@@ -198,6 +222,7 @@ impl Sidecar {
             stop,
             fatal,
             connect,
+            index_task,
         })
     }
 
@@ -255,6 +280,9 @@ impl Sidecar {
         let report = self.pipeline.shutdown().await;
         let _ = self.stop.send(true);
         self.connect.abort();
+        if let Some(task) = self.index_task.take() {
+            let _ = task.await;
+        }
         if let Some((_, task)) = self.http.take() {
             let _ = task.await;
         }

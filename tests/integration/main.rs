@@ -11,6 +11,7 @@ mod docs;
 #[cfg(feature = "metrics-facade")]
 mod facade;
 mod ops_hot;
+mod ops_keyindex;
 mod ops_read;
 mod shards;
 mod sidecar;
