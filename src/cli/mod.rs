@@ -12,10 +12,12 @@ mod args;
 #[cfg(feature = "dev")]
 mod dev;
 mod get;
+mod leaderboard;
 mod logging;
 mod schema;
 mod send;
 mod serve;
+mod store_args;
 
 use std::process::ExitCode;
 
@@ -46,6 +48,10 @@ enum Command {
     /// Recommend a shard count per family from the sidecars' measured peak write rate
     /// per key (their /debug/hot) and the safe rate per key of a load test.
     AdviseShards(advise::AdviseArgs),
+    /// Leaderboard jobs: `leaderboard run [--once]` ranks the configured boards.
+    Leaderboard(leaderboard::LeaderboardArgs),
+    /// Show a leaderboard's ranking for a period.
+    Top(leaderboard::TopArgs),
 }
 
 /// A command's failure, with the exit code it maps to.
@@ -111,6 +117,8 @@ pub fn main() -> ExitCode {
             Command::Get(args) => get::run(args).await,
             Command::Schema(args) => schema::run(args).await,
             Command::AdviseShards(args) => advise::run(args).await,
+            Command::Leaderboard(args) => leaderboard::run(args).await,
+            Command::Top(args) => leaderboard::top(args).await,
         }
     });
     match result {

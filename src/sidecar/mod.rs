@@ -22,6 +22,7 @@ use crate::engine::Engine;
 use crate::flush::{FlushObserver, FlushReport};
 use crate::ingest::{self, ListenError, Receivers};
 use crate::ops::keyindex::KeyIndex;
+use crate::ops::leaderboard::{self, Leaderboards};
 use crate::pipeline::{Pipeline, StartError};
 use crate::telemetry::{HotKeys, Metrics, ObservedSink, OperationsMetrics};
 
@@ -80,6 +81,19 @@ pub struct Sidecar {
     fatal: watch::Receiver<Option<String>>,
     connect: JoinHandle<()>,
     index_task: Option<JoinHandle<()>>,
+}
+
+/// Runs the leaderboard jobs that `run_in_serve` asks for, until `stop`.
+async fn run_leaderboards(
+    config: &Config,
+    session: Arc<scylla::client::session::Session>,
+    operations: OperationsMetrics,
+    stop: watch::Receiver<bool>,
+) {
+    match Leaderboards::new(config, session, operations) {
+        Ok(jobs) => leaderboard::serve_jobs(Arc::new(jobs), stop).await,
+        Err(error) => tracing::error!(%error, "Cannot start the leaderboard jobs."),
+    }
 }
 
 /// How long the key index may take, after the final flush, to write what it queued.
@@ -193,6 +207,8 @@ impl Sidecar {
                 stop_rx.clone(),
             );
             let key_index = key_index.clone();
+            let (jobs_config, jobs_stop, operations) =
+                (config.clone(), stop_rx.clone(), operations.clone());
             tokio::spawn(async move {
                 match sink.connect_until(store, engine, stop_rx).await {
                     Err(ConnectFailure::Fatal(error)) => {
@@ -200,8 +216,18 @@ impl Sidecar {
                         let _ = fatal_tx.send(Some(error.to_string()));
                     }
                     Ok(()) => {
-                        if let (Some(index), Some(connected)) = (&key_index, sink.get()) {
+                        let Some(connected) = sink.get() else { return };
+                        if let Some(index) = &key_index {
                             index.set_session(connected.session().clone());
+                        }
+                        if jobs_config.leaderboards.iter().any(|b| b.run_in_serve) {
+                            run_leaderboards(
+                                &jobs_config,
+                                connected.session().clone(),
+                                operations,
+                                jobs_stop,
+                            )
+                            .await;
                         }
                     }
                 }

@@ -12,6 +12,7 @@ mod docs;
 mod facade;
 mod ops_hot;
 mod ops_keyindex;
+mod ops_leaderboard;
 mod ops_read;
 mod shards;
 mod sidecar;
