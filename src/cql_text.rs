@@ -90,6 +90,8 @@ mod tests {
             (FAMILY, "create_family_day"),
             (STATEMENTS, "counter_update"),
             (STATEMENTS, "select_partition"),
+            (STATEMENTS, "scan_table"),
+            (STATEMENTS, "delete_partition"),
             (KEY_INDEX, "create_key_index"),
             (KEY_INDEX, "insert_key"),
             (KEY_INDEX, "select_keys"),

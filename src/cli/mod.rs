@@ -14,6 +14,7 @@ mod dev;
 mod get;
 mod leaderboard;
 mod logging;
+mod prune;
 mod schema;
 mod send;
 mod serve;
@@ -52,6 +53,8 @@ enum Command {
     Leaderboard(leaderboard::LeaderboardArgs),
     /// Show a leaderboard's ranking for a period.
     Top(leaderboard::TopArgs),
+    /// Delete a family's partitions older than a cutoff (whole partitions only).
+    Prune(prune::PruneArgs),
 }
 
 /// A command's failure, with the exit code it maps to.
@@ -119,6 +122,7 @@ pub fn main() -> ExitCode {
             Command::AdviseShards(args) => advise::run(args).await,
             Command::Leaderboard(args) => leaderboard::run(args).await,
             Command::Top(args) => leaderboard::top(args).await,
+            Command::Prune(args) => prune::run(args).await,
         }
     });
     match result {

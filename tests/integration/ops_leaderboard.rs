@@ -2,17 +2,11 @@
 //! by key; a run killed midway leaves the previous ranking served; `serve` runs the job.
 
 use std::process::{Command, Stdio};
-use std::sync::Arc;
 use std::time::Duration;
 
 use countersink::config::Config;
-use countersink::engine::Engine;
-use countersink::flush::Flusher;
-use countersink::ops::keyindex::KeyIndex;
-use countersink::sink::cql::CqlSink;
-use countersink::telemetry::OperationsMetrics;
 
-use crate::common::{BIN, T0, cli_stdout, config, day_and_minute, start_store};
+use crate::common::{BIN, IndexedWriter, T0, cli_stdout, config, day_and_minute, start_store};
 
 /// The configuration the CLI gets: the views family with 4 shards in the partition key,
 /// the key index, and a board of the views column.
@@ -66,74 +60,21 @@ fn test_config(dir: &std::path::Path) -> Config {
     config
 }
 
-/// A writer whose flushes feed the key index.
-struct IndexedWriter {
-    engine: Arc<Engine>,
-    flusher: Flusher<CqlSink>,
-    index: KeyIndex,
-    _stop: tokio::sync::watch::Sender<bool>,
-}
-
-impl IndexedWriter {
-    async fn start(config: &Config) -> IndexedWriter {
-        let engine = Arc::new(Engine::with_seed(config, Some(5)).unwrap());
-        let sink = CqlSink::connect(&config.store, engine.families())
-            .await
-            .unwrap();
-        let index = KeyIndex::new(config, engine.families(), OperationsMetrics::default());
-        index.set_session(sink.session().clone());
-        let mut flusher = Flusher::open(engine.clone(), Arc::new(sink), config).unwrap();
-        flusher.observe(Arc::new(index.clone()));
-        let (stop, stopped) = tokio::sync::watch::channel(false);
-        tokio::spawn(index.clone().run(stopped, Duration::from_secs(5)));
-        IndexedWriter {
-            engine,
-            flusher,
-            index,
-            _stop: stop,
-        }
-    }
-
-    /// Adds `value` to page `page`'s views at `now`, in two flushes (two shards).
-    async fn add(&mut self, values: &[(String, i64)], now: i64) {
-        for part in 0..2 {
-            for (page, value) in values {
-                let share = if part == 0 {
-                    value / 2
-                } else {
-                    value - value / 2
-                };
-                if share != 0 {
-                    self.engine
-                        .record(
-                            "page.views",
-                            &[("page_id", page.as_str())][..],
-                            share,
-                            now,
-                            None,
-                        )
-                        .unwrap();
-                }
-                self.engine
-                    .record(
-                        "page.bytes",
-                        &[("page_id", page.as_str())][..],
-                        1000,
-                        now,
-                        None,
-                    )
-                    .unwrap();
+/// Adds `value` to each page's views at `now`, in two flushes (two shards).
+async fn add(writer: &mut IndexedWriter, values: &[(String, i64)], now: i64) {
+    for part in 0..2 {
+        for (page, value) in values {
+            let share = if part == 0 {
+                value / 2
+            } else {
+                value - value / 2
+            };
+            if share != 0 {
+                writer.incr("page.views", &[("page_id", page.as_str())], share, now);
             }
-            let report = self.flusher.flush_now().await;
-            assert_eq!(report.applied, report.writes, "{report:?}");
+            writer.incr("page.bytes", &[("page_id", page.as_str())], 1000, now);
         }
-        for _ in 0..200 {
-            if self.index.pending() == 0 {
-                return;
-            }
-            tokio::time::sleep(Duration::from_millis(25)).await;
-        }
-        panic!("the key index never caught up");
+        writer.flush().await;
     }
 }
 
@@ -212,7 +153,7 @@ async fn a_thousand_keys_give_the_exact_top_ten_with_ties_by_key() {
         "the top 10 holds ties: {expected:?}"
     );
     let mut writer = IndexedWriter::start(&config).await;
-    writer.add(&values, now).await;
+    add(&mut writer, &values, now).await;
 
     let none = top_json(&file, &day, &[]);
     assert!(none.is_null(), "no ranking before the first run: {none}");
@@ -246,7 +187,7 @@ async fn a_run_killed_midway_leaves_the_previous_ranking_served() {
     let (day, _) = day_and_minute(now);
     let mut values = known_values();
     let mut writer = IndexedWriter::start(&config).await;
-    writer.add(&values, now).await;
+    add(&mut writer, &values, now).await;
     run_once(&file, &day);
     let first = top_json(&file, &day, &[]);
     assert_eq!(entries(&first), expected_top(&values, 100));
@@ -256,7 +197,7 @@ async fn a_run_killed_midway_leaves_the_previous_ranking_served() {
         .step_by(7)
         .map(|i| (format!("p{i:04}"), 1000 + i as i64))
         .collect();
-    writer.add(&bumps, now).await;
+    add(&mut writer, &bumps, now).await;
     for (page, bump) in &bumps {
         values.iter_mut().find(|(p, _)| p == page).unwrap().1 += bump;
     }
