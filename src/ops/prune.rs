@@ -176,7 +176,7 @@ pub async fn prune_table(
     while let Some(row) = rows.next().await {
         let row = row.map_err(|e| store_error(&e))?;
         report.rows_scanned += 1;
-        if report.rows_scanned % 10_000 == 0 {
+        if report.rows_scanned.is_multiple_of(10_000) {
             progress(report.rows_scanned);
         }
         // A scan returns the rows of a partition together: a new key is a new partition.
