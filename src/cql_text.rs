@@ -15,6 +15,8 @@ pub const STATEMENTS: &str = include_str!("../cql/statements.cql");
 pub const KEY_INDEX: &str = include_str!("../cql/key_index.cql");
 /// `cql/leaderboard.cql`: the rankings, their pointer rows, and their statements.
 pub const LEADERBOARD: &str = include_str!("../cql/leaderboard.cql");
+/// `cql/migrate.cql`: the job table of `countersink migrate`.
+pub const MIGRATE: &str = include_str!("../cql/migrate.cql");
 /// `cql/example_views.cql`: the example family tables of seed 000.
 pub const EXAMPLE_VIEWS: &str = include_str!("../cql/example_views.cql");
 
@@ -103,6 +105,9 @@ mod tests {
             (LEADERBOARD, "select_current"),
             (LEADERBOARD, "select_ranking"),
             (LEADERBOARD, "delete_version"),
+            (MIGRATE, "create_jobs"),
+            (MIGRATE, "upsert_part"),
+            (MIGRATE, "select_parts"),
         ] {
             let text = block(file, name).unwrap_or_else(|| panic!("{name} missing"));
             assert!(

@@ -14,6 +14,7 @@ mod dev;
 mod get;
 mod leaderboard;
 mod logging;
+mod migrate;
 mod prune;
 mod schema;
 mod send;
@@ -55,6 +56,9 @@ enum Command {
     Top(leaderboard::TopArgs),
     /// Delete a family's partitions older than a cutoff (whole partitions only).
     Prune(prune::PruneArgs),
+    /// Copy a family's counters into another table or cluster by read-and-increment, as
+    /// a resumable job; or verify one.
+    Migrate(migrate::MigrateArgs),
 }
 
 /// A command's failure, with the exit code it maps to.
@@ -123,6 +127,7 @@ pub fn main() -> ExitCode {
             Command::Leaderboard(args) => leaderboard::run(args).await,
             Command::Top(args) => leaderboard::top(args).await,
             Command::Prune(args) => prune::run(args).await,
+            Command::Migrate(args) => migrate::run(args).await,
         }
     });
     match result {

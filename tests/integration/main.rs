@@ -13,6 +13,7 @@ mod facade;
 mod ops_hot;
 mod ops_keyindex;
 mod ops_leaderboard;
+mod ops_migrate;
 mod ops_prune;
 mod ops_read;
 mod shards;
