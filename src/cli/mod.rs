@@ -159,6 +159,12 @@ mod tests {
             "countersink send --uds-stream /tmp/s a:1|c",
             "countersink get --contact-point 127.0.0.1:9042 --keyspace ks page.views --tag page:home --day 2026-11-30 --minutes",
             "countersink schema --config x.toml --apply --contact-point 127.0.0.1:9042",
+            "countersink get page.views --tag page_id:home --consistency one",
+            "countersink migrate --from a.toml --to b.toml --family views --day-from 2026-11-01 --day-to 2026-11-30 --job j1 --verify-only --allow-live",
+            "countersink prune --family views --before 2026-10-01 --dry-run --yes",
+            "countersink leaderboard run --once --config x.toml --board top_pages --day 2026-11-30",
+            "countersink top top_pages --day 2026-11-30 --limit 5 --format json",
+            "countersink advise-shards --safe-rate 100 --from http://127.0.0.1:9102 --from hot.json",
         ]
         .into_iter()
         .filter(|line| cfg!(feature = "dev") || !line.starts_with("countersink dev "))
