@@ -50,7 +50,6 @@ mod tests {
     fn the_exported_metrics_are_the_catalogue() {
         let engine = Arc::new(Engine::new(&Config::default()).unwrap());
         let metrics = Metrics::new(engine.clone(), Arc::new(Ledger::default())).unwrap();
-        let engine_families = |_: &Metrics| engine.families();
         let mut expected: BTreeSet<&str> =
             catalogue::ENGINE_METRICS.iter().map(|m| m.name).collect();
         #[cfg(feature = "sidecar")]
@@ -62,8 +61,10 @@ mod tests {
                 .unwrap();
             expected.extend(catalogue::INGEST_METRICS.iter().map(|m| m.name));
         }
+        // The sidecar's operations metrics (one error series made to exist: they appear
+        // with their first error).
         let operations = OperationsMetrics::default();
-        operations.show(engine_families(&metrics), &["board".into()]);
+        operations.show(engine.families(), &["board".into()]);
         operations.register(metrics.registry()).unwrap();
         operations
             .write_errors
