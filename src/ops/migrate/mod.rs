@@ -33,27 +33,28 @@
 //! equal, unknown (a chunk's outcome is unknown; whether the target equals the source is
 //! shown), different, or missing. The exact table of the exact-totals feature, when it
 //! exists, is the third column to compare; it does not exist yet.
+//!
+//! [`plan`] is the pure part (chunks, states, verdicts); [`job`] the job table; `scan` the
+//! reads of both sides and the quiet check; `verify` the comparison.
 
 pub mod job;
 pub mod plan;
+mod scan;
+mod verify;
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use futures_util::StreamExt;
-use scylla::value::{CqlValue, Row};
 use serde::Serialize;
 
 use crate::aggregate::Columns;
 use crate::bucket::{self, Day};
 use crate::config::{Config, ConsistencyLevel};
-use crate::cql_text::{self, STATEMENTS};
 use crate::family::{Families, FamilyDef, shard_seed};
-use crate::layout::{Role, TableLayout};
 use crate::ops::read::{PartitionSums, ReadError, Reader};
 use crate::series;
-use crate::sink::cql::{CqlSink, CqlSinkError, schema, session};
+use crate::sink::cql::{CqlSink, CqlSinkError, session};
 use crate::sink::{Outcome, PartitionWrite, RowDelta, Sink};
 use crate::vocabulary::Granularity;
 
@@ -301,166 +302,6 @@ impl Migration {
         &self.job
     }
 
-    /// Refuses when the source's recent partitions change within the quiet period (see
-    /// the module doc). Returns whether the check ran.
-    pub async fn check_quiet(&self) -> Result<bool, MigrateError> {
-        if self.options.allow_live {
-            return Ok(false);
-        }
-        let today = Day((bucket::unix_secs(SystemTime::now()).max(0) / 86_400) as u32);
-        let yesterday = Day(today.0.saturating_sub(1));
-        if self.options.day_to.is_some_and(|to| to < yesterday) {
-            return Ok(false);
-        }
-        let first = self.recent_digest(yesterday).await?;
-        tokio::time::sleep(self.options.quiet_period).await;
-        let second = self.recent_digest(yesterday).await?;
-        if first != second {
-            return Err(MigrateError::Live(format!(
-                "the source changed during the quiet period ({:?}): writers are still writing it. Stop them or switch them to the target, wait for their spill files to drain, and run again; or pass --allow-live to copy what is there now (increments arriving later are not carried over)",
-                self.options.quiet_period
-            )));
-        }
-        Ok(true)
-    }
-
-    /// A digest of the source's partitions from `since` on (within the range).
-    async fn recent_digest(&self, since: Day) -> Result<(u64, u64), MigrateError> {
-        let mut digest = (0_u64, 0xcbf2_9ce4_8422_2325_u64);
-        for partition in self.source_partitions().await? {
-            let recent = match partition.granularity() {
-                Granularity::Minute => partition.day().is_some_and(|d| d >= since),
-                Granularity::Day => partition.bucket >= since.month(),
-            };
-            if !recent {
-                continue;
-            }
-            let sums = self.source_sums(&partition).await?;
-            let text = serde_json::to_string(&(&partition, &sums)).unwrap_or_default();
-            digest.0 += 1;
-            digest.1 = digest.1.rotate_left(5) ^ shard_seed(&text);
-        }
-        Ok(digest)
-    }
-
-    /// Every partition of the family in the source (both tables), within the range.
-    async fn source_partitions(&self) -> Result<BTreeSet<PartitionRef>, MigrateError> {
-        let family = self.source.family(&self.options.family);
-        let session = self.source.reader.session();
-        let mut out = BTreeSet::new();
-        for kind in Granularity::ALL {
-            let layout = TableLayout::of(family, kind);
-            schema::check(session, &layout).map_err(ReadError::from)?;
-            let columns: Vec<&str> = layout
-                .partition_key
-                .iter()
-                .map(|(c, _)| c.as_str())
-                .collect();
-            let text = cql_text::statement(
-                STATEMENTS,
-                "scan_table",
-                &[
-                    ("columns", &columns.join(", ")),
-                    ("table", &layout.table.to_string()),
-                ],
-            );
-            let mut statement = session
-                .prepare(text.clone())
-                .await
-                .map_err(|e| MigrateError::store(&text, e))?;
-            statement.set_page_size(5000);
-            statement.set_is_idempotent(true);
-            statement.set_consistency(session::consistency(self.options.consistency));
-            let mut rows = session
-                .execute_iter(statement, ())
-                .await
-                .map_err(|e| MigrateError::store(&text, e))?
-                .rows_stream::<Row>()
-                .map_err(|e| MigrateError::store(&text, e))?;
-            let mut last: Option<Vec<Option<CqlValue>>> = None;
-            while let Some(row) = rows.next().await {
-                let row = row.map_err(|e| MigrateError::store(&text, e))?;
-                if last.as_ref() == Some(&row.columns) {
-                    continue;
-                }
-                if let Some(partition) = partition_ref(&layout, &row.columns)
-                    && partition.overlaps(self.options.day_from, self.options.day_to)
-                {
-                    out.insert(partition);
-                }
-                last = Some(row.columns);
-            }
-        }
-        Ok(out)
-    }
-
-    /// A source partition, every shard summed, in the target's column order, its day
-    /// rows limited to the range.
-    async fn source_sums(&self, partition: &PartitionRef) -> Result<PartitionSums, MigrateError> {
-        let family = self.source.family(&self.options.family);
-        let all: Vec<usize> = (0..family.width()).collect();
-        let day = partition
-            .day()
-            .ok_or_else(|| MigrateError::Usage(format!("bad partition {partition:?}")))?;
-        let sums = self
-            .source
-            .reader
-            .partition(
-                family,
-                partition.granularity(),
-                &partition.key,
-                day,
-                &all,
-                self.options.consistency,
-            )
-            .await?;
-        let in_range = |bucket: i64| {
-            partition.granularity() == Granularity::Minute
-                || (self
-                    .options
-                    .day_from
-                    .is_none_or(|f| bucket >= i64::from(f.0))
-                    && self.options.day_to.is_none_or(|t| bucket <= i64::from(t.0)))
-        };
-        Ok(sums
-            .into_iter()
-            .filter(|(bucket, _)| in_range(*bucket))
-            .map(|(bucket, values)| {
-                let mapped = self
-                    .columns
-                    .iter()
-                    .map(|c| c.and_then(|i| values.get(i).copied()).unwrap_or(0))
-                    .collect();
-                (bucket, mapped)
-            })
-            .collect())
-    }
-
-    /// A target partition, every shard summed, at `consistency`.
-    async fn target_sums(
-        &self,
-        partition: &PartitionRef,
-        consistency: ConsistencyLevel,
-    ) -> Result<PartitionSums, MigrateError> {
-        let family = self.target.family(&self.options.family);
-        let all: Vec<usize> = (0..family.width()).collect();
-        let day = partition
-            .day()
-            .ok_or_else(|| MigrateError::Usage(format!("bad partition {partition:?}")))?;
-        Ok(self
-            .target
-            .reader
-            .partition(
-                family,
-                partition.granularity(),
-                &partition.key,
-                day,
-                &all,
-                consistency,
-            )
-            .await?)
-    }
-
     /// Runs (or resumes) the job; `progress` is called after every partition.
     pub async fn run(&self, progress: &(dyn Fn(&Progress) + Sync)) -> Result<Report, MigrateError> {
         let jobs = JobTable::open(
@@ -687,85 +528,8 @@ impl Migration {
         self.target.config.flush.max_batch_rows
     }
 
-    /// Compares source, target and the job table, partition by partition.
-    pub async fn verify(
-        &self,
-        progress: &(dyn Fn(u64) + Sync),
-    ) -> Result<VerifyReport, MigrateError> {
-        let recorded = if self.job_table_exists() {
-            JobTable::open(
-                self.target.reader.session().clone(),
-                &self.target.config,
-                self.job_keyspace(),
-                &self.job,
-            )
-            .await?
-            .load()
-            .await?
-        } else {
-            HashMap::new()
-        };
-        let mut states: BTreeMap<PartitionRef, Vec<State>> = BTreeMap::new();
-        for (part, row) in &recorded {
-            if let Some(partition) = plan::partition_of(part) {
-                states.entry(partition).or_default().push(row.state);
-            }
-        }
-        let partitions = self.source_partitions().await?;
-        let done = std::sync::atomic::AtomicU64::new(0);
-        let compared = futures_util::stream::iter(partitions)
-            .map(|partition: PartitionRef| {
-                let (states, done) = (&states, &done);
-                async move {
-                    let source = self.source_sums(&partition).await?;
-                    let target = self
-                        .target_sums(&partition, self.options.consistency)
-                        .await?;
-                    progress(done.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1);
-                    let differing = differing_rows(&source, &target);
-                    let unknown = states.get(&partition).is_some_and(|s| {
-                        s.iter()
-                            .any(|s| matches!(s, State::Unknown | State::Sending))
-                    });
-                    let status = if unknown {
-                        Some("unknown")
-                    } else if differing == 0 {
-                        None
-                    } else if target.values().all(|v| v.iter().all(|x| *x == 0)) {
-                        Some("missing")
-                    } else {
-                        Some("different")
-                    };
-                    Ok::<_, MigrateError>(status.map(|status| Difference {
-                        partition,
-                        status,
-                        target_equals_source: differing == 0,
-                        rows_differing: differing,
-                    }))
-                }
-            })
-            .buffer_unordered(self.options.concurrency.max(1))
-            .collect::<Vec<_>>()
-            .await;
-        let mut report = VerifyReport {
-            job: self.job.clone(),
-            ..VerifyReport::default()
-        };
-        for result in compared {
-            report.partitions += 1;
-            match result? {
-                None => report.equal += 1,
-                Some(difference) => report.differences.push(difference),
-            }
-        }
-        report
-            .differences
-            .sort_by(|a, b| a.partition.cmp(&b.partition));
-        Ok(report)
-    }
-
     /// The job table lives beside the target's minute table: that keyspace exists.
-    fn job_keyspace(&self) -> &str {
+    pub(super) fn job_keyspace(&self) -> &str {
         &self
             .target
             .family(&self.options.family)
@@ -773,7 +537,7 @@ impl Migration {
             .keyspace
     }
 
-    fn job_table_exists(&self) -> bool {
+    pub(super) fn job_table_exists(&self) -> bool {
         self.target
             .reader
             .session()
@@ -781,62 +545,4 @@ impl Migration {
             .get_keyspace(self.job_keyspace())
             .is_some_and(|ks| ks.tables.contains_key("migrate_jobs"))
     }
-}
-
-/// Rows whose values differ (a missing row reads as zeros).
-fn differing_rows(source: &PartitionSums, target: &PartitionSums) -> usize {
-    let buckets: BTreeSet<&i64> = source.keys().chain(target.keys()).collect();
-    buckets
-        .into_iter()
-        .filter(|bucket| {
-            let zero = |v: Option<&Vec<i64>>| v.is_none_or(|v| v.iter().all(|x| *x == 0));
-            match (source.get(bucket), target.get(bucket)) {
-                (Some(a), Some(b)) => a != b,
-                (a, b) => !(zero(a) && zero(b)),
-            }
-        })
-        .count()
-}
-
-/// The logical partition of a scanned partition key (the shard dropped).
-fn partition_ref(layout: &TableLayout, values: &[Option<CqlValue>]) -> Option<PartitionRef> {
-    let mut key = vec![
-        String::new();
-        layout
-            .partition_key
-            .iter()
-            .filter(|(_, r)| matches!(r, Role::Key(_)))
-            .count()
-    ];
-    let mut bucket = None;
-    for ((_, role), value) in layout.partition_key.iter().zip(values) {
-        match (role, value.as_ref()?) {
-            (Role::Key(i), v) => *key.get_mut(*i)? = text_of(v)?,
-            (Role::Day, CqlValue::Date(date)) => {
-                let day = u32::try_from(i64::from(date.0) - (1_i64 << 31)).ok()?;
-                bucket = Some(bucket::format_date(Day(day).date()));
-            }
-            (Role::Month, CqlValue::Text(month)) => bucket = Some(month.clone()),
-            _ => {}
-        }
-    }
-    Some(PartitionRef {
-        table: layout.kind.as_str().to_owned(),
-        key,
-        bucket: bucket?,
-    })
-}
-
-/// A key column's value as the text a tag would carry.
-fn text_of(value: &CqlValue) -> Option<String> {
-    Some(match value {
-        CqlValue::Text(s) | CqlValue::Ascii(s) => s.clone(),
-        CqlValue::BigInt(v) => v.to_string(),
-        CqlValue::Int(v) => v.to_string(),
-        CqlValue::SmallInt(v) => v.to_string(),
-        CqlValue::TinyInt(v) => v.to_string(),
-        CqlValue::Uuid(v) => v.to_string(),
-        CqlValue::Timeuuid(v) => v.to_string(),
-        _ => return None,
-    })
 }
