@@ -8,6 +8,7 @@
 pub mod duration;
 pub mod ingest;
 pub mod listen;
+pub mod operations;
 mod validate;
 
 use std::collections::BTreeMap;
@@ -17,6 +18,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 pub use self::ingest::IngestConfig;
+pub use self::operations::{KeyIndexConfig, LeaderboardConfig, LeaderboardPeriod, ReadConfig};
 pub use self::validate::ConfigError;
 
 /// The whole configuration file.
@@ -44,6 +46,13 @@ pub struct Config {
     pub metrics: MetricsConfig,
     /// Logging.
     pub log: LogConfig,
+    /// The read path: consistency and cache of the in-process read API.
+    pub read: ReadConfig,
+    /// The key index: keys written per family and day.
+    pub key_index: KeyIndexConfig,
+    /// Leaderboards: rankings of a family's keys by a counter column.
+    #[serde(rename = "leaderboard")]
+    pub leaderboards: Vec<LeaderboardConfig>,
 }
 
 /// `[metrics]`: the HTTP endpoint of `/metrics`, `/healthz` and `/readyz`.

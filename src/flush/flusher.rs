@@ -19,6 +19,7 @@ use crate::state::{
 use crate::test_hooks::crash_point;
 use crate::vocabulary::{DropReason, Granularity};
 
+use super::observe::FlushObserver;
 use super::plan::{self, PlanOptions};
 use super::record_conversion::{self, error_info};
 use super::replay;
@@ -80,6 +81,8 @@ pub struct Flusher<S> {
     /// Rows and sums (minute, day) the last flush could neither send nor spill: what a
     /// final flush lost, for `status.json`.
     lost: (u64, [i128; 2]),
+    /// Told what each flush is about to send (see [`super::observe`]).
+    observers: Vec<Arc<dyn FlushObserver>>,
 }
 
 impl<S: Sink> Flusher<S> {
@@ -170,6 +173,7 @@ impl<S: Sink> Flusher<S> {
             store_healthy: true,
             families,
             lost: (0, [0, 0]),
+            observers: Vec::new(),
         }
     }
 
@@ -188,6 +192,11 @@ impl<S: Sink> Flusher<S> {
     /// The journal's file.
     pub fn journal_path(&self) -> &std::path::Path {
         self.state.journal_path()
+    }
+
+    /// Adds an observer of every flush's planned writes.
+    pub fn observe(&mut self, observer: Arc<dyn FlushObserver>) {
+        self.observers.push(observer);
     }
 
     /// The accounting ledger.
@@ -295,6 +304,9 @@ impl<S: Sink> Flusher<S> {
             },
             |family| families.shard_of(family, seed, seq),
         );
+        for observer in &self.observers {
+            observer.planned(&writes);
+        }
         let time = bucket::rfc3339(SystemTime::now());
         if writes.is_empty() {
             // Nothing to send; replayed rows that produced no write are consumed.

@@ -14,8 +14,10 @@
 //! - [`record_conversion`]: writes to the records of the outcome logs and the spill,
 //!   and the families as the journal describes them,
 //!   and spilled records back to rows.
+//! - [`observe`]: the hook after the drain ([`FlushObserver`]), which feeds the key index.
 
 pub mod flusher;
+pub mod observe;
 pub mod plan;
 pub mod record_conversion;
 mod replay;
@@ -24,6 +26,7 @@ pub mod settle;
 pub mod shutdown;
 
 pub use self::flusher::{FlushReport, Flusher};
+pub use self::observe::FlushObserver;
 pub use self::plan::PlanOptions;
 pub use self::shutdown::{ShutdownHandle, ShutdownSignal, shutdown_channel};
 

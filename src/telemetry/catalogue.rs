@@ -3,7 +3,8 @@
 //! is exactly this list, and another that the README's catalogue names each of them.
 
 use prometheus::{
-    GaugeVec, Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts,
+    GaugeVec, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge,
+    IntGaugeVec, Opts,
 };
 
 /// One exported metric.
@@ -50,6 +51,14 @@ impl MetricDef {
     pub(crate) fn histogram(&self, buckets: &[f64]) -> Histogram {
         Histogram::with_opts(HistogramOpts::new(self.name, self.help).buckets(buckets.to_vec()))
             .expect(VALID)
+    }
+
+    pub(crate) fn histogram_vec(&self, buckets: &[f64]) -> HistogramVec {
+        HistogramVec::new(
+            HistogramOpts::new(self.name, self.help).buckets(buckets.to_vec()),
+            self.labels,
+        )
+        .expect(VALID)
     }
 }
 
@@ -230,6 +239,41 @@ pub const STREAM_CONNECTIONS_OPEN: MetricDef = MetricDef {
     labels: &["transport"],
 };
 
+/// `countersink_cql_write_duration_seconds{table}` (histogram, sidecar).
+pub const CQL_WRITE_DURATION: MetricDef = MetricDef {
+    name: "countersink_cql_write_duration_seconds",
+    help: "Time from sending a counter write request to its outcome, by table (seed 000: watch counter write latency per table).",
+    labels: &["table"],
+};
+/// The buckets of [`CQL_WRITE_DURATION`], in seconds: up to the 10 s request timeout.
+pub const CQL_WRITE_DURATION_BUCKETS: [f64; 12] = [
+    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0, 5.0, 10.0,
+];
+/// `countersink_cql_write_errors_total{table, kind}` (sidecar).
+pub const CQL_WRITE_ERRORS: MetricDef = MetricDef {
+    name: "countersink_cql_write_errors_total",
+    help: "Counter write requests that did not apply, by table and error kind (write_timeout, unavailable, overloaded, ...: the bounded kinds of the outcome classification).",
+    labels: &["table", "kind"],
+};
+/// `countersink_key_index_writes_total{outcome}` (sidecar).
+pub const KEY_INDEX_WRITES: MetricDef = MetricDef {
+    name: "countersink_key_index_writes_total",
+    help: "Key index rows, by outcome: applied, retried (a failed write, sent again later), dropped (the queue was full; a later flush offers the key again).",
+    labels: &["outcome"],
+};
+/// `countersink_key_index_pending_keys` (sidecar).
+pub const KEY_INDEX_PENDING: MetricDef = MetricDef {
+    name: "countersink_key_index_pending_keys",
+    help: "Key index rows waiting to be written (new keys, and failed writes waiting for their retry).",
+    labels: &[],
+};
+/// `countersink_leaderboard_runs_total{board, result}` (sidecar).
+pub const LEADERBOARD_RUNS: MetricDef = MetricDef {
+    name: "countersink_leaderboard_runs_total",
+    help: "Leaderboard job runs in this process, by board and result (ok: a new ranking is served; failed: the previous one still is).",
+    labels: &["board", "result"],
+};
+
 /// What the engine and the flusher export, in every build.
 pub const ENGINE_METRICS: [MetricDef; 21] = [
     LINES_RECEIVED,
@@ -264,4 +308,13 @@ pub const INGEST_METRICS: [MetricDef; 7] = [
     SOCKET_RECEIVE_BUFFER,
     STREAM_CONNECTIONS,
     STREAM_CONNECTIONS_OPEN,
+];
+
+/// What the sidecar exports about the counter tables and the operator jobs.
+pub const OPERATIONS_METRICS: [MetricDef; 5] = [
+    CQL_WRITE_DURATION,
+    CQL_WRITE_ERRORS,
+    KEY_INDEX_WRITES,
+    KEY_INDEX_PENDING,
+    LEADERBOARD_RUNS,
 ];

@@ -12,6 +12,7 @@ fn every_exported_metric_is_in_the_catalogue() {
     let names: Vec<&str> = catalogue::ENGINE_METRICS
         .iter()
         .chain(&catalogue::INGEST_METRICS)
+        .chain(&catalogue::OPERATIONS_METRICS)
         .map(|m| m.name)
         .collect();
     assert!(names.len() >= 15, "{names:?}");

@@ -11,6 +11,12 @@ mod crash;
 mod docs;
 #[cfg(feature = "metrics-facade")]
 mod facade;
+mod ops_hot;
+mod ops_keyindex;
+mod ops_leaderboard;
+mod ops_migrate;
+mod ops_prune;
+mod ops_read;
 mod shards;
 mod sidecar;
 #[cfg(feature = "tls")]

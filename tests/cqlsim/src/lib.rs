@@ -56,7 +56,7 @@ pub use error::{Consistency, CqlError, Error, WriteType};
 pub use faults::{FaultKind, FaultRule, Op, Target, Trigger};
 pub use requests::{LoggedRequest, LoggedStatement};
 pub use server::{Config, Handle, Rows, Server, run};
-pub use stats::{FaultStats, StatsSnapshot, TableStats};
+pub use stats::{DeleteRecord, DeleteScope, FaultStats, StatsSnapshot, TableStats};
 pub use types::ColType;
 pub use value::Value;
 

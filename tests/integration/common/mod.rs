@@ -3,10 +3,12 @@
 //! binary ([`cli`]).
 
 mod cli;
+mod indexed;
 mod sidecar;
 mod store;
 
 pub(crate) use self::cli::{BIN, Serve, cli_stdout, run_cli};
+pub(crate) use self::indexed::IndexedWriter;
 pub(crate) use self::sidecar::{http_get, metrics_when, sidecar_config, start_sidecar, wait_ready};
 pub(crate) use self::store::{StoreOptions, cell, launch, start_store, table_sum};
 

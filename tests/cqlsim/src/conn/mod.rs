@@ -92,9 +92,12 @@ pub(crate) async fn serve(sock: TcpStream, sh: Arc<Shared>, mut stop: watch::Rec
                                 Action::Nothing => {}
                                 Action::Delayed(d, frame) => {
                                     let tx = tx.clone();
+                                    let sh = conn.sh.clone();
+                                    sh.stats.delay_started();
                                     tokio::spawn(async move {
                                         tokio::time::sleep(d).await;
                                         let _ = tx.send(Out::Data(frame)).await;
+                                        sh.stats.delay_ended();
                                     });
                                 }
                                 Action::Close => {
