@@ -15,7 +15,7 @@ use std::time::Duration;
 use countersink::vocabulary::Granularity;
 use cqlsim::{FaultKind, FaultRule};
 
-use crate::common::{T0, Writer, config, day_and_minute, start_store, table_sum};
+use crate::common::{T0, Writer, config, day_and_minute, start_cqlsim};
 
 const KEYS: usize = 200;
 const FLUSHES: i64 = 10;
@@ -34,7 +34,12 @@ async fn run(rule: FaultRule, expect_unknown: bool, expect_requeued: bool) {
     let mut config = config(dir.path());
     config.store.request_timeout = Duration::from_millis(300);
     config.flush.max_in_flight = 32;
-    let server = start_store(&mut config).await;
+    let store = start_cqlsim(
+        &mut config,
+        "injects faults and counts requests on the wire",
+    )
+    .await;
+    let server = store.sim();
     let mut writer = Writer::start(&config).await;
     server.reset_stats();
     let kind = rule.kind;
@@ -80,7 +85,7 @@ async fn run(rule: FaultRule, expect_unknown: bool, expect_requeued: bool) {
         ("metrics.views_by_minute", "views", Granularity::Minute),
         ("metrics.views_by_day", "views", Granularity::Day),
     ] {
-        let stored = table_sum(&server, table, column);
+        let stored = store.table_sum(table, column).await;
         let stages = a.of(kind);
         assert!(
             stages.applied <= stored && stored <= stages.applied + stages.unknown,
@@ -118,13 +123,14 @@ async fn run(rule: FaultRule, expect_unknown: bool, expect_requeued: bool) {
     }
     for ((key, minute), delta) in &expected {
         let (day, minute_of_day) = day_and_minute(minute * 60);
-        let stored = crate::common::cell(
-            &server,
-            "metrics.views_by_minute",
-            "views",
-            &format!("page_id = 'p{key}' AND day = '{day}' AND minute = {minute_of_day}"),
-        )
-        .unwrap_or(0);
+        let stored = store
+            .cell(
+                "metrics.views_by_minute",
+                "views",
+                &format!("page_id = 'p{key}' AND day = '{day}' AND minute = {minute_of_day}"),
+            )
+            .await
+            .unwrap_or(0);
         assert!(
             stored == *delta || stored == 0,
             "{name}: row p{key}@{minute} holds {stored}, sent {delta}"
@@ -164,7 +170,7 @@ async fn run(rule: FaultRule, expect_unknown: bool, expect_requeued: bool) {
             "{name}: and all ended up applied"
         );
     }
-    server.shutdown().await.unwrap();
+    store.shutdown().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -250,7 +256,8 @@ async fn node_down_then_back_loses_and_doubles_nothing() {
     let dir = tempfile::tempdir().unwrap();
     let mut config = config(dir.path());
     config.store.request_timeout = Duration::from_millis(500);
-    let server = start_store(&mut config).await;
+    let store = start_cqlsim(&mut config, "takes the node down and up").await;
+    let server = store.sim();
     let mut writer = Writer::start(&config).await;
     for i in 0..300 {
         writer.incr("req", &[("k", &format!("{}", i % 30))], 1, T0 - 600);
@@ -288,12 +295,14 @@ async fn node_down_then_back_loses_and_doubles_nothing() {
     assert!(a.is_balanced(), "{a:?}");
     assert_eq!(a.minute.unknown + a.day.unknown, 0, "{a:?}");
     assert_eq!(
-        table_sum(&server, "countersink.counts_by_minute", "value"),
+        store
+            .table_sum("countersink.counts_by_minute", "value")
+            .await,
         900
     );
     assert_eq!(
-        table_sum(&server, "countersink.counts_by_day", "value"),
+        store.table_sum("countersink.counts_by_day", "value").await,
         900
     );
-    server.shutdown().await.unwrap();
+    store.shutdown().await;
 }
