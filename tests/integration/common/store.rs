@@ -130,6 +130,10 @@ pub(crate) struct Store {
 
 /// Starts (or, for Cassandra, connects to) the store `options` ask for.
 pub(crate) async fn launch(options: StoreOptions<'_>) -> Store {
+    assert!(
+        options.cqlsim_only.is_some() || options.listen.port() == 0,
+        "a listen address needs StoreOptions::cqlsim_only"
+    );
     let choice = match options.cqlsim_only {
         Some(_) => &Choice::Cqlsim,
         None => Choice::from_env(),
@@ -145,13 +149,7 @@ pub(crate) async fn launch(options: StoreOptions<'_>) -> Store {
             .await
             .expect("cqlsim starts"),
         ),
-        Choice::Cassandra(contact) => {
-            assert!(
-                options.listen.port() == 0,
-                "a listen address needs StoreOptions::cqlsim_only"
-            );
-            Backend::Cassandra(contact.clone())
-        }
+        Choice::Cassandra(contact) => Backend::Cassandra(contact.clone()),
     };
     let contact = match &backend {
         Backend::Cqlsim(server) => server.local_addr().to_string(),
