@@ -9,6 +9,7 @@ cqlsh, and compared with the totals computed here from the lines sent. The keysp
 dropped at the end. Prints one line per check; exits 1 if any failed.
 """
 
+import atexit
 import datetime
 import os
 import secrets
@@ -99,6 +100,7 @@ serve = subprocess.Popen(
      "--flush-interval", "1h", "--state-dir", os.path.join(work, "state")],
     stderr=subprocess.PIPE, text=True,
 )
+atexit.register(lambda: serve.poll() is None and serve.kill())
 log = []
 connected = threading.Event()
 
