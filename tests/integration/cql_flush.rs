@@ -107,6 +107,55 @@ async fn exact_totals_in_minute_and_day_tables_across_boundaries() {
     store.shutdown().await;
 }
 
+/// Counter batches: 40 minutes of one page drained by one flush are one partition of the
+/// minute table, written as prepared COUNTER batches of at most `flush.max_batch_rows`
+/// rows (16 + 16 + 8), plus one day row. Each batch applies every row once, and only once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn counter_batches_apply_every_row_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = config(dir.path());
+    config.flush.max_batch_rows = 16;
+    let store = start_store(&mut config).await;
+    let mut writer = Writer::start(&config).await;
+    let start = T0 - 3600; // 22:58 on 2026-11-30: 40 minutes inside that day
+    for m in 0..40 {
+        writer.incr(
+            "page.views",
+            &[("page_id", "batched")],
+            m + 1,
+            start + m * 60,
+        );
+    }
+    let report = writer.flusher.flush_now().await;
+    assert_eq!(
+        (report.rows, report.writes, report.applied),
+        (40, 4, 4),
+        "three minute batches and one day row: {report:?}"
+    );
+    for m in 0..40 {
+        let (day, minute) = day_and_minute(start + m * 60);
+        let condition = format!("page_id = 'batched' AND day = '{day}' AND minute = {minute}");
+        assert_eq!(
+            store
+                .cell("metrics.views_by_minute", "views", &condition)
+                .await,
+            Some(m + 1),
+            "{day} minute {minute}"
+        );
+    }
+    assert_eq!(
+        store
+            .cell(
+                "metrics.views_by_day",
+                "views",
+                "page_id = 'batched' AND month = '2026-11' AND day = '2026-11-30'"
+            )
+            .await,
+        Some(40 * 41 / 2)
+    );
+    store.shutdown().await;
+}
+
 /// Seed 000: ten application instances each see 200 views a second on one page. With a
 /// five-second flush, the store sees two writes a second per table instead of 2,000.
 /// Time is injected: 20 simulated seconds, counted in writes, not wall time.
