@@ -39,7 +39,7 @@ pub struct Pipeline {
 }
 
 impl Pipeline {
-    /// Opens the state directory (replaying its spill file) and starts flushing into
+    /// Opens the state directory (finishing what a killed run left unfinished; the spill is replayed by the flushes) and starts flushing into
     /// `sink`. Must be called inside a tokio runtime.
     pub async fn start<S: Sink>(config: &Config, sink: S) -> Result<Pipeline, StartError> {
         Self::start_with(Arc::new(Engine::new(config)?), config, sink).await

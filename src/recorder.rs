@@ -74,7 +74,7 @@ impl Drop for Inner {
 
 impl Recorder {
     /// Starts a recorder that flushes into `sink` (opening the state directory and
-    /// replaying its spill file). Must be called inside a tokio runtime.
+    /// finishing what a killed run left unfinished; the spill is replayed by the flushes). Must be called inside a tokio runtime.
     pub async fn start<S: Sink>(config: &Config, sink: S) -> Result<Recorder, StartError> {
         Self::start_with(Arc::new(Engine::new(config)?), config, sink).await
     }

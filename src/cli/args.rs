@@ -61,7 +61,7 @@ pub(super) struct ServeArgs {
     /// Time between flushes, like `5s` or `250ms`.
     #[arg(long = "flush-interval", env = "COUNTERSINK_FLUSH_INTERVAL", value_name = "DURATION", value_parser = parse_duration)]
     pub(super) flush_interval: Option<Duration>,
-    /// State directory (outcome logs, spill file).
+    /// State directory (intent journal, outcome logs, spill).
     #[arg(long = "state-dir", env = "COUNTERSINK_STATE_DIR", value_name = "DIR")]
     pub(super) state_dir: Option<PathBuf>,
     /// Log format: `text` or `json`.

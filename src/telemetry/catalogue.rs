@@ -80,7 +80,13 @@ pub const INCREMENTS_ACCEPTED: MetricDef = MetricDef {
 /// `countersink_dropped_total{reason}`.
 pub const DROPPED: MetricDef = MetricDef {
     name: "countersink_dropped_total",
-    help: "Accepted increments (or settled rows) dropped on purpose by a limit, by reason.",
+    help: "Accepted increments dropped on purpose before reaching a pending row, by reason (unit: increments).",
+    labels: &["reason"],
+};
+/// `countersink_rows_dropped_total{reason}`.
+pub const ROWS_DROPPED: MetricDef = MetricDef {
+    name: "countersink_rows_dropped_total",
+    help: "Rows dropped after leaving the buffer, by reason: overflow (a replayed or re-queued row whose sum would leave the i64 range), spill_failed, spill_full (state.max_spill_bytes). Unit: rows; their deltas are in countersink_delta_sum{stage=\"dropped\"}.",
     labels: &["reason"],
 };
 /// `countersink_pending_rows`.
@@ -123,6 +129,32 @@ pub const DELTA_SUM: MetricDef = MetricDef {
     help: "Signed sum of deltas per stage and table granularity; accepted equals the sum of the other stages when idle.",
     labels: &["stage", "granularity"],
 };
+/// `countersink_delta_sum_high{stage, granularity}`.
+pub const DELTA_SUM_HIGH: MetricDef = MetricDef {
+    name: "countersink_delta_sum_high",
+    help: "The exact countersink_delta_sum is high * 10^15 + low (both integers exactly representable as float64): the high part, floor(sum / 10^15).",
+    labels: &["stage", "granularity"],
+};
+/// `countersink_delta_sum_low{stage, granularity}`.
+pub const DELTA_SUM_LOW: MetricDef = MetricDef {
+    name: "countersink_delta_sum_low",
+    help: "The exact countersink_delta_sum is high * 10^15 + low: the low part, sum mod 10^15 (0 to 10^15 - 1).",
+    labels: &["stage", "granularity"],
+};
+/// The base of the split of [`DELTA_SUM_HIGH`] and [`DELTA_SUM_LOW`].
+pub const DELTA_SUM_SPLIT: i128 = 1_000_000_000_000_000;
+/// `countersink_spill_bytes`.
+pub const SPILL_BYTES: MetricDef = MetricDef {
+    name: "countersink_spill_bytes",
+    help: "Bytes of spill segments on disk (writes not sent yet), as of the last flush; bounded by state.max_spill_bytes.",
+    labels: &[],
+};
+/// `countersink_state_lines_corrupt_total{file}`.
+pub const STATE_LINES_CORRUPT: MetricDef = MetricDef {
+    name: "countersink_state_lines_corrupt_total",
+    help: "Lines of state files set aside because they could not be read: a torn last line of unknown.jsonl or rejected.jsonl (a crash mid-append; recovery writes the record again), or an unreadable spill line.",
+    labels: &["file"],
+};
 /// `countersink_outcome_records_lost_total{log, reason}`.
 pub const OUTCOME_RECORDS_LOST: MetricDef = MetricDef {
     name: "countersink_outcome_records_lost_total",
@@ -139,6 +171,19 @@ pub const PREVIOUS_STOP_UNCLEAN: MetricDef = MetricDef {
 pub const PREVIOUS_STOP_PENDING_ROWS: MetricDef = MetricDef {
     name: "countersink_previous_stop_pending_rows",
     help: "Rows the previous run held in memory at its last flush when it stopped without a clean shutdown: a lower bound of the rows it lost. 0 after a clean stop.",
+    labels: &[],
+};
+
+/// `countersink_previous_stop_pending_delta_sum{granularity}`.
+pub const PREVIOUS_STOP_PENDING_DELTA_SUM: MetricDef = MetricDef {
+    name: "countersink_previous_stop_pending_delta_sum",
+    help: "Signed delta sum of the rows the previous run held in memory at its last flush when it stopped without a clean shutdown, per table granularity. 0 after a clean stop.",
+    labels: &["granularity"],
+};
+/// `countersink_previous_stop_unknown_rows`.
+pub const PREVIOUS_STOP_UNKNOWN_ROWS: MetricDef = MetricDef {
+    name: "countersink_previous_stop_unknown_rows",
+    help: "Rows of requests the previous run had in flight when it was killed, written to unknown.jsonl (in_flight_at_crash) by this start's recovery.",
     labels: &[],
 };
 
@@ -186,12 +231,19 @@ pub const STREAM_CONNECTIONS_OPEN: MetricDef = MetricDef {
 };
 
 /// What the engine and the flusher export, in every build.
-pub const ENGINE_METRICS: [MetricDef; 14] = [
+pub const ENGINE_METRICS: [MetricDef; 21] = [
     LINES_RECEIVED,
     LINES_INVALID,
     LINES_IGNORED,
     INCREMENTS_ACCEPTED,
     DROPPED,
+    ROWS_DROPPED,
+    DELTA_SUM_HIGH,
+    DELTA_SUM_LOW,
+    SPILL_BYTES,
+    STATE_LINES_CORRUPT,
+    PREVIOUS_STOP_PENDING_DELTA_SUM,
+    PREVIOUS_STOP_UNKNOWN_ROWS,
     PENDING_ROWS,
     PENDING_BYTES,
     CQL_WRITES,

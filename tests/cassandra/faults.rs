@@ -30,7 +30,6 @@ use countersink::engine::Engine;
 use countersink::flush::Flusher;
 use countersink::sink::cql::CqlSink;
 use countersink::sink::{Outcome, PartitionWrite, Sink};
-use countersink::state::StateDir;
 use countersink::telemetry::{Accounting, Ledger};
 use countersink::vocabulary::Granularity;
 use futures_util::TryStreamExt;
@@ -187,19 +186,16 @@ impl Writer {
             .await
             .expect("CQL sink");
         let seen = Arc::new(Mutex::new(Vec::new()));
-        let (state, recovered) = StateDir::open(&config.state).expect("state dir");
-        let ledger = Arc::new(Ledger::default());
-        let flusher = Flusher::new(
+        let flusher = Flusher::open(
             engine.clone(),
             Arc::new(Observed {
                 inner,
                 seen: seen.clone(),
             }),
-            config.flush.clone(),
-            state,
-            recovered,
-            ledger.clone(),
-        );
+            config,
+        )
+        .expect("state dir");
+        let ledger = flusher.ledger().clone();
         Writer {
             engine,
             ledger,

@@ -7,6 +7,7 @@ mod cql_faults;
 mod cql_flush;
 mod cql_setup;
 mod cql_shutdown;
+mod crash;
 mod docs;
 #[cfg(feature = "metrics-facade")]
 mod facade;

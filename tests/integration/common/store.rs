@@ -25,7 +25,8 @@
 //! (`tests/cassandra/integration.sh` does).
 //!
 //! Reads go through a plain `scylla` driver session for both stores: what a test asserts
-//! is what a client reads back.
+//! is what a client reads back. A cqlsim-only test may also read its server in process
+//! ([`cell`], [`table_sum`]), which leaves its statistics and request log untouched.
 
 use std::collections::BTreeSet;
 use std::io::Write;
@@ -254,6 +255,15 @@ impl Store {
         }
     }
 
+    /// cqlsim itself, for a test that keeps it (and reads it in process with [`cell`] and
+    /// [`table_sum`]). Panics as [`Store::sim`] does.
+    pub(crate) fn into_sim(self) -> cqlsim::Server {
+        match self.backend {
+            Backend::Cqlsim(server) if self.cqlsim_only => server,
+            _ => panic!("this test did not ask for cqlsim: use StoreOptions::cqlsim_only"),
+        }
+    }
+
     /// This test's name for keyspace `name`.
     pub(crate) fn keyspace(&self, name: &str) -> String {
         let Some(prefix) = &self.prefix else {
@@ -399,6 +409,35 @@ impl Store {
             }
         }
     }
+}
+
+/// Sum of a column over a whole table of a cqlsim-only test's server, read in process (no
+/// request reaches the server, so none shows in its statistics or request log).
+pub(crate) fn table_sum(server: &cqlsim::Server, table: &str, column: &str) -> i128 {
+    let rows = server
+        .execute(None, &format!("SELECT {column} FROM {table}"))
+        .expect("select");
+    (0..rows.len())
+        .filter_map(|i| rows.get_i64(i, column))
+        .map(i128::from)
+        .sum()
+}
+
+/// One counter cell of a cqlsim-only test's server, read in process; `None` when the row
+/// does not exist.
+pub(crate) fn cell(
+    server: &cqlsim::Server,
+    table: &str,
+    column: &str,
+    condition: &str,
+) -> Option<i64> {
+    let rows = server
+        .execute(
+            None,
+            &format!("SELECT {column} FROM {table} WHERE {condition}"),
+        )
+        .expect("select");
+    rows.get_i64(0, column)
 }
 
 /// Rows read back through the driver.
