@@ -17,6 +17,8 @@ pub const KEY_INDEX: &str = include_str!("../cql/key_index.cql");
 pub const LEADERBOARD: &str = include_str!("../cql/leaderboard.cql");
 /// `cql/migrate.cql`: the job table of `countersink migrate`.
 pub const MIGRATE: &str = include_str!("../cql/migrate.cql");
+/// `cql/epochs.cql`: the epoch registry of resets.
+pub const EPOCHS: &str = include_str!("../cql/epochs.cql");
 /// `cql/example_views.cql`: the example family tables of seed 000.
 pub const EXAMPLE_VIEWS: &str = include_str!("../cql/example_views.cql");
 
@@ -108,6 +110,9 @@ mod tests {
             (MIGRATE, "create_jobs"),
             (MIGRATE, "upsert_part"),
             (MIGRATE, "select_parts"),
+            (EPOCHS, "create_epochs"),
+            (EPOCHS, "insert_epoch"),
+            (EPOCHS, "select_epochs"),
         ] {
             let text = block(file, name).unwrap_or_else(|| panic!("{name} missing"));
             assert!(

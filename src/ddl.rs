@@ -4,7 +4,7 @@
 use std::collections::BTreeSet;
 
 use crate::config::{Config, ConfigError};
-use crate::cql_text::{self, FAMILY, GENERIC, KEY_INDEX, LEADERBOARD};
+use crate::cql_text::{self, EPOCHS, FAMILY, GENERIC, KEY_INDEX, LEADERBOARD};
 use crate::family::{Families, TableName};
 use crate::layout::{Role, TableLayout};
 use crate::vocabulary::Granularity;
@@ -31,6 +31,9 @@ pub fn statements(config: &Config, replication: &str) -> Result<Vec<String>, Con
     }
     if !config.leaderboards.is_empty() {
         keyspaces.insert(config.store.keyspace.clone());
+    }
+    if uses_epochs(config) {
+        keyspaces.insert(epochs_table(config).keyspace);
     }
     let mut out: Vec<String> = keyspaces
         .iter()
@@ -73,7 +76,7 @@ pub fn statements(config: &Config, replication: &str) -> Result<Vec<String>, Con
         let day = TableLayout::of(family, Granularity::Day);
         let mut columns = String::new();
         for (name, role) in minute.key_columns() {
-            if matches!(role, Role::Key(_) | Role::Shard) {
+            if matches!(role, Role::Key(_) | Role::Shard | Role::Epoch) {
                 columns.push_str(&format!(
                     "    {name} {},\n",
                     TableLayout::default_type(*role)
@@ -108,10 +111,28 @@ pub fn statements(config: &Config, replication: &str) -> Result<Vec<String>, Con
     Ok(out)
 }
 
+/// Whether any family is reset by epochs.
+pub fn uses_epochs(config: &Config) -> bool {
+    config.families.iter().any(|f| f.epoch_column.is_some())
+}
+
+/// The epoch registry (`epochs.table`).
+pub fn epochs_table(config: &Config) -> TableName {
+    TableName::resolve(&config.epochs.table, &config.store.keyspace)
+}
+
 /// The regular tables of the operator features a configuration turns on: the key index
-/// (`key_index.enabled`) and the leaderboard tables (any `[[leaderboard]]`).
+/// (`key_index.enabled`), the leaderboard tables (any `[[leaderboard]]`) and the epoch
+/// registry (any family with an `epoch_column`).
 fn operation_tables(config: &Config, index_table: &TableName) -> Vec<String> {
     let mut out = Vec::new();
+    if uses_epochs(config) {
+        out.push(cql_text::statement(
+            EPOCHS,
+            "create_epochs",
+            &[("table", &epochs_table(config).to_string())],
+        ));
+    }
     if config.key_index.enabled {
         out.push(cql_text::statement(
             KEY_INDEX,
@@ -199,6 +220,30 @@ mod tests {
                 .len(),
             3
         );
+    }
+
+    #[test]
+    fn an_epoch_family_gets_its_int_column_and_the_registry() {
+        let mut config = Config::default();
+        config.generic.enabled = false;
+        config.families.push(FamilyConfig {
+            epoch_column: Some("epoch".into()),
+            ..FamilyConfig::seed_views()
+        });
+        let all = statements(&config, DEV_REPLICATION).unwrap();
+        assert!(
+            all.iter().any(|s| s.contains("views_by_minute")
+                && s.contains("    epoch int,\n")
+                && s.contains("PRIMARY KEY ((page_id, epoch, day), minute)")),
+            "{all:?}"
+        );
+        assert!(
+            all.iter()
+                .any(|s| s.starts_with("CREATE TABLE IF NOT EXISTS countersink.epochs")
+                    && s.contains("PRIMARY KEY ((family), scope, start_minute)")),
+            "{all:?}"
+        );
+        assert!(all.iter().any(|s| s.contains("KEYSPACE IF NOT EXISTS countersink")));
     }
 
     #[test]

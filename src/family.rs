@@ -89,6 +89,8 @@ pub struct FamilyDef {
     pub columns: Vec<String>,
     /// Hot-key sharding, if configured.
     pub sharding: Option<Sharding>,
+    /// The `int` epoch column in the partition key, for a family reset by epochs.
+    pub epoch_column: Option<String>,
 }
 
 impl FamilyDef {
@@ -339,6 +341,7 @@ impl Families {
             key_columns: vec!["name".into(), "tags".into()],
             columns: vec!["value".into()],
             sharding: None,
+            epoch_column: None,
         }];
         let mut by_metric = HashMap::default();
         for (index, family) in config.families.iter().enumerate() {
@@ -369,6 +372,7 @@ impl Families {
                     placement: family.shard_placement,
                     column: family.shard_column.clone(),
                 }),
+                epoch_column: family.epoch_column.clone(),
             });
         }
         Ok(Families {

@@ -22,6 +22,9 @@ pub enum Role {
     Minute,
     /// The `tinyint` shard of a sharded family.
     Shard,
+    /// The `int` epoch of a family reset by epochs: the start minute of the epoch the row
+    /// belongs to (0 before the first reset); see [`crate::epoch`].
+    Epoch,
 }
 
 /// The layout of one table.
@@ -48,6 +51,9 @@ impl TableLayout {
             .enumerate()
             .map(|(i, c)| (c.clone(), Role::Key(i)))
             .collect();
+        if let Some(epoch) = &family.epoch_column {
+            partition_key.push((epoch.clone(), Role::Epoch));
+        }
         let (table, partition_bucket, clustering_bucket) = match kind {
             Granularity::Minute => (
                 &family.minute_table,
@@ -92,6 +98,7 @@ impl TableLayout {
             Role::Day => "date",
             Role::Minute => "smallint",
             Role::Shard => "tinyint",
+            Role::Epoch => "int",
         }
     }
 
@@ -174,5 +181,25 @@ mod tests {
         let clustering = families(8, ShardPlacement::Clustering);
         let minute = TableLayout::of(clustering.by_name("views").unwrap(), Granularity::Minute);
         assert_eq!(minute.primary_key_text(), "(page_id, day), shard, minute");
+    }
+
+    #[test]
+    fn the_epoch_column_follows_the_key_columns() {
+        let mut config = Config::default();
+        config.families.push(FamilyConfig {
+            shards: 4,
+            epoch_column: Some("epoch".into()),
+            ..FamilyConfig::seed_views()
+        });
+        let families = Families::from_config(&config).unwrap();
+        let views = families.by_name("views").unwrap();
+        let minute = TableLayout::of(views, Granularity::Minute);
+        assert_eq!(minute.primary_key_text(), "(page_id, epoch, day, shard), minute");
+        assert_eq!(
+            minute.update_statement(),
+            "UPDATE metrics.views_by_minute SET bytes = bytes + ?, views = views + ? WHERE page_id = ? AND epoch = ? AND day = ? AND shard = ? AND minute = ?"
+        );
+        let day = TableLayout::of(views, Granularity::Day);
+        assert_eq!(day.primary_key_text(), "(page_id, epoch, month, shard), day");
     }
 }

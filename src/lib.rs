@@ -24,6 +24,7 @@
 //! | [`state`] | the state directory: intent journal, outcome logs, spill segments and replay cursor, crash recovery, writer identity |
 //! | `ingest` | (feature `sidecar`) socket receivers |
 //! | [`telemetry`] | the metric catalogue, the accounting identity, the flusher's ledger, the Prometheus collectors |
+//! | [`epoch`] | resets by epoch: the registry view, the pure choice of a row's epoch, the refresh timer |
 //! | [`flush`] | the plan, the loop, the pure settle step (outcome → action), one shutdown deadline |
 //! | [`ops`] | operating the tables: the read path, the key index, leaderboards, retention, migration, shard advice |
 //! | [`pipeline`], [`recorder`] | engine + state + flusher assembled; the in-process `Recorder` |
@@ -44,6 +45,7 @@ pub mod aggregate;
 pub mod bucket;
 pub mod config;
 pub mod engine;
+pub mod epoch;
 #[cfg(feature = "metrics-facade")]
 pub mod facade;
 pub mod family;

@@ -21,6 +21,11 @@ pub enum Slot {
     MinuteOnly(Minute),
     /// Re-queued deltas owed to the day table only.
     DayOnly(Day),
+    /// Re-queued deltas owed to the day table only, of a family with an epoch column:
+    /// the day row of this minute's day, in the epoch this minute falls in. The minute is
+    /// one the epoch covers on that day (see [`crate::epoch`]), so choosing the epoch
+    /// again gives the same one.
+    DayOnlyAt(Minute),
 }
 
 impl Slot {
@@ -30,13 +35,14 @@ impl Slot {
             (self, table),
             (Slot::Both(_), _)
                 | (Slot::MinuteOnly(_), Granularity::Minute)
-                | (Slot::DayOnly(_), Granularity::Day)
+                | (Slot::DayOnly(_) | Slot::DayOnlyAt(_), Granularity::Day)
         )
     }
 
     /// Index of the slot kind (both, minute only, day only), for per-kind sums.
     pub(crate) fn kind_index(self) -> usize {
-        self.tag_and_bucket().0 as usize
+        // Both kinds of day-only rows owe the same table.
+        usize::from(self.tag_and_bucket().0.min(2))
     }
 
     fn tag_and_bucket(self) -> (u8, u32) {
@@ -44,6 +50,7 @@ impl Slot {
             Slot::Both(m) => (0, m.0),
             Slot::MinuteOnly(m) => (1, m.0),
             Slot::DayOnly(d) => (2, d.0),
+            Slot::DayOnlyAt(m) => (3, m.0),
         }
     }
 
@@ -51,7 +58,8 @@ impl Slot {
         match tag {
             0 => Slot::Both(Minute(bucket)),
             1 => Slot::MinuteOnly(Minute(bucket)),
-            _ => Slot::DayOnly(Day(bucket)),
+            2 => Slot::DayOnly(Day(bucket)),
+            _ => Slot::DayOnlyAt(Minute(bucket)),
         }
     }
 }

@@ -6,6 +6,7 @@
 //! checked settings or a [`ConfigError`] that names the offending field.
 
 pub mod duration;
+pub mod epochs;
 pub mod ingest;
 pub mod listen;
 pub mod operations;
@@ -17,6 +18,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+pub use self::epochs::EpochsConfig;
 pub use self::ingest::IngestConfig;
 pub use self::operations::{KeyIndexConfig, LeaderboardConfig, LeaderboardPeriod, ReadConfig};
 pub use self::validate::ConfigError;
@@ -53,6 +55,8 @@ pub struct Config {
     /// Leaderboards: rankings of a family's keys by a counter column.
     #[serde(rename = "leaderboard")]
     pub leaderboards: Vec<LeaderboardConfig>,
+    /// Epochs: resets without deletes, for families with an `epoch_column`.
+    pub epochs: EpochsConfig,
 }
 
 /// `[metrics]`: the HTTP endpoint of `/metrics`, `/healthz` and `/readyz`.
@@ -402,6 +406,10 @@ pub struct FamilyConfig {
     pub shard_placement: ShardPlacement,
     /// Name of the `tinyint` shard column. Default `"shard"`.
     pub shard_column: String,
+    /// Resets by epoch: an `int` column in the partition key, after the key columns,
+    /// holding the epoch a row belongs to (see `[epochs]` and `countersink reset`).
+    /// Default unset (no epochs).
+    pub epoch_column: Option<String>,
 }
 
 impl Default for FamilyConfig {
@@ -415,6 +423,7 @@ impl Default for FamilyConfig {
             shards: 1,
             shard_placement: ShardPlacement::Partition,
             shard_column: "shard".into(),
+            epoch_column: None,
         }
     }
 }

@@ -120,7 +120,8 @@ impl Config {
         self.validate_flush()?;
         self.validate_limits()?;
         self.validate_families()?;
-        self.validate_operations()
+        self.validate_operations()?;
+        self.validate_epochs()
     }
 
     fn validate_store(&self) -> Result<(), ConfigError> {
@@ -309,9 +310,22 @@ fn validate_family(family: &FamilyConfig, at: &dyn Fn(&str) -> String) -> Result
     }
     let mut seen = HashSet::new();
     let shard = (family.shards > 1).then_some(family.shard_column.as_str());
+    let epoch = family.epoch_column.as_deref();
+    if let Some(epoch) = epoch {
+        check_identifier(&at("epoch_column"), epoch)?;
+        if BUCKET_COLUMNS.contains(&epoch) || Some(epoch) == shard {
+            return Err(ConfigError::invalid(
+                at("epoch_column"),
+                format!("`{epoch}` is reserved for the time bucket or shard"),
+            ));
+        }
+    }
     for (i, column) in family.key.iter().enumerate() {
         check_identifier(&format!("{}[{i}]", at("key")), column)?;
-        if BUCKET_COLUMNS.contains(&column.as_str()) || Some(column.as_str()) == shard {
+        if BUCKET_COLUMNS.contains(&column.as_str())
+            || Some(column.as_str()) == shard
+            || Some(column.as_str()) == epoch
+        {
             return Err(ConfigError::invalid(
                 format!("{}[{i}]", at("key")),
                 format!("`{column}` is reserved for the time bucket or shard"),
@@ -336,10 +350,13 @@ fn validate_family(family: &FamilyConfig, at: &dyn Fn(&str) -> String) -> Result
         if seen.contains(column.as_str())
             || BUCKET_COLUMNS.contains(&column.as_str())
             || Some(column.as_str()) == shard
+            || Some(column.as_str()) == epoch
         {
             return Err(ConfigError::invalid(
                 field,
-                format!("`{column}` is a key, bucket or shard column, not a counter column"),
+                format!(
+                    "`{column}` is a key, bucket, shard or epoch column, not a counter column"
+                ),
             ));
         }
     }

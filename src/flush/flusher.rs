@@ -10,6 +10,7 @@ use crate::aggregate::Slot;
 use crate::bucket;
 use crate::config::{Config, FlushConfig};
 use crate::engine::Engine;
+use crate::epoch::{self, EpochRegistry};
 use crate::family::shard_seed;
 use crate::sink::{Outcome, OutcomeClass, PartitionWrite, Sink, WriteError};
 use crate::state::{
@@ -83,6 +84,9 @@ pub struct Flusher<S> {
     lost: (u64, [i128; 2]),
     /// Told what each flush is about to send (see [`super::observe`]).
     observers: Vec<Arc<dyn FlushObserver>>,
+    /// The epoch registry, when a family has an epoch column: which epoch each row goes
+    /// to, or whether it must wait (see [`crate::epoch`]).
+    epochs: Option<Arc<EpochRegistry>>,
 }
 
 impl<S: Sink> Flusher<S> {
@@ -174,7 +178,14 @@ impl<S: Sink> Flusher<S> {
             families,
             lost: (0, [0, 0]),
             observers: Vec::new(),
+            epochs: None,
         }
+    }
+
+    /// Places the rows of epoch families by `registry`'s view. Without a registry, every
+    /// row of such a family is written to epoch 0.
+    pub fn place_epochs(&mut self, registry: Arc<EpochRegistry>) {
+        self.epochs = Some(registry);
     }
 
     /// The flush benchmark's baseline: flushes without the intent journal (feature `dev`;
@@ -290,20 +301,31 @@ impl<S: Sink> Flusher<S> {
         }
         let drained = self.engine.aggregator().take_all();
         let rows = drained.len();
-        let drained_sums = Granularity::ALL.map(|g| drained.sum(g));
-        for g in Granularity::ALL {
-            self.ledger
-                .update(g, |s| s.in_flight += drained_sums[g.index()]);
-        }
+        let mut drained_sums = Granularity::ALL.map(|g| drained.sum(g));
         let families = self.engine.families();
         let (seed, seq) = (self.shard_seed, self.seq);
-        let writes = plan::plan(
+        let view = self.epochs.as_ref().map(|e| (e.view(), *e.horizon()));
+        let planned = plan::plan_placed(
             drained.into_rows(),
             PlanOptions {
                 max_batch_rows: self.config.max_batch_rows,
             },
             |family| families.shard_of(family, seed, seq),
+            |family, series, minute| match (&families.get(family).epoch_column, &view) {
+                (None, _) => epoch::Placement::NoEpoch,
+                (Some(_), None) => epoch::Placement::Epoch(0),
+                (Some(_), Some((view, horizon))) => {
+                    epoch::choose(view.as_deref(), horizon, family, series, minute)
+                }
+            },
         );
+        let held_sums = self.hold(planned.held);
+        for g in Granularity::ALL {
+            drained_sums[g.index()] -= held_sums[g.index()];
+            self.ledger
+                .update(g, |s| s.in_flight += drained_sums[g.index()]);
+        }
+        let writes = planned.writes;
         for observer in &self.observers {
             observer.planned(&writes);
         }
@@ -477,7 +499,8 @@ impl<S: Sink> Flusher<S> {
                     Action::Requeue(error) => Some(error_info(error)),
                     _ => None,
                 };
-                let (table, series, shard) = (write.table, write.series.clone(), write.shard);
+                let (table, series, shard, epoch) =
+                    (write.table, write.series.clone(), write.shard, write.epoch);
                 let rows: Vec<_> = match action {
                     Action::Hold => plan::held_rows(write).collect(),
                     _ => plan::requeued_rows(write, now_unix_secs).collect(),
@@ -491,12 +514,13 @@ impl<S: Sink> Flusher<S> {
                     let bucket = match key.slot() {
                         Slot::Both(m) | Slot::MinuteOnly(m) => m.0,
                         Slot::DayOnly(d) => d.0,
+                        Slot::DayOnlyAt(m) => m.day().0,
                     };
                     let mut records = crate::state::records_of(
                         family,
                         table,
                         &series,
-                        shard,
+                        (shard, epoch),
                         [(bucket, back.columns.as_slice())],
                         source,
                         RecordOutcome::Spilled,
@@ -604,6 +628,42 @@ impl<S: Sink> Flusher<S> {
             self.lost = (dropped.1, dropped.2);
         }
         (kept_count, dropped.0)
+    }
+
+    /// Puts rows the epoch view does not cover yet back into the buffer, whole (they were
+    /// never planned), and counts them. Returns their delta sums per table (they are not
+    /// in flight). A row whose sum would overflow there is dropped and counted
+    /// (`overflow`).
+    fn hold(&self, held: Vec<(crate::aggregate::RowKey, crate::aggregate::Row)>) -> [i128; 2] {
+        let mut sums = [0_i128; 2];
+        if held.is_empty() {
+            return sums;
+        }
+        for (key, row) in &held {
+            for g in Granularity::ALL {
+                if key.slot().owes(g) {
+                    sums[g.index()] += row.columns.sum();
+                }
+            }
+        }
+        if let Some(epochs) = &self.epochs {
+            epochs.count_held(held.len());
+        }
+        tracing::debug!(
+            rows = held.len(),
+            "Rows held: the epoch registry's last read does not cover their minute yet."
+        );
+        for (key, row) in self.engine.aggregator().merge_back(held) {
+            for g in Granularity::ALL {
+                if key.slot().owes(g) {
+                    let sum = row.columns.sum();
+                    self.ledger.update(g, |s| s.dropped += sum);
+                }
+            }
+            self.ledger.count_late_drop(DropReason::Overflow, 1);
+            tracing::error!(?key, "A held row would overflow its pending row; dropped (counted in countersink_rows_dropped_total{{reason=\"overflow\"}}).");
+        }
+        sums
     }
 
     /// Records what is pending in memory now in `status.json` (the lost-at-crash figure).

@@ -5,11 +5,16 @@
 //! contribution to its day row; re-queued rows yield only the table they are owed to.
 //! Deltas for the same destination row are summed; if a sum would overflow `i64`, the
 //! parts are written as separate rows instead of wrapping.
+//!
+//! A family with an epoch column puts each row into the epoch of its minute, which
+//! [`plan_placed`] asks of a placement function (see [`crate::epoch`]); a row it cannot
+//! place yet is handed back as held, whole, to be merged back into the buffer.
 
 use std::collections::HashMap;
 
 use crate::aggregate::{Row, RowKey, Slot};
-use crate::bucket::{Day, Minute};
+use crate::bucket::{Day, MINUTES_PER_DAY, Minute};
+use crate::epoch::Placement;
 use crate::sink::{PartitionWrite, RowDelta};
 use crate::vocabulary::{FamilyId, Granularity};
 
@@ -19,6 +24,8 @@ struct PartitionKey {
     family: FamilyId,
     table: Granularity,
     series: Box<[u8]>,
+    /// The epoch, for families with an epoch column.
+    epoch: Option<i32>,
     /// Day (minute table) or month number `year*12 + month-1` (day table).
     partition_bucket: u32,
 }
@@ -31,55 +38,74 @@ pub struct PlanOptions {
 }
 
 /// Plans the writes for drained rows. `shard_of` gives the shard of a family's writes in
-/// this flush (None for unsharded families).
+/// this flush (None for unsharded families). For families without an epoch column.
 pub fn plan(
     rows: impl IntoIterator<Item = (RowKey, Row)>,
     options: PlanOptions,
     shard_of: impl Fn(FamilyId) -> Option<u8>,
 ) -> Vec<PartitionWrite> {
+    plan_placed(rows, options, shard_of, |_, _, _| Placement::NoEpoch).writes
+}
+
+/// What a flush sends, and what it keeps back.
+#[derive(Default)]
+pub struct Planned {
+    /// The write requests.
+    pub writes: Vec<PartitionWrite>,
+    /// Rows whose epoch cannot be chosen yet, as drained: they go back to the buffer.
+    pub held: Vec<(RowKey, Row)>,
+}
+
+/// [`plan`], with `place` giving the epoch of a row of (family, series, minute), or
+/// holding it. A day-only row is placed by the first minute of its day.
+pub fn plan_placed(
+    rows: impl IntoIterator<Item = (RowKey, Row)>,
+    options: PlanOptions,
+    shard_of: impl Fn(FamilyId) -> Option<u8>,
+    place: impl Fn(FamilyId, &[u8], Minute) -> Placement,
+) -> Planned {
     let mut partitions: HashMap<PartitionKey, Vec<RowDelta>> = HashMap::new();
+    let mut held = Vec::new();
     for (key, row) in rows {
         if row.columns.is_zero() {
             continue;
         }
         let family = key.family();
         let slot = key.slot();
+        let minute = match slot {
+            Slot::Both(m) | Slot::MinuteOnly(m) | Slot::DayOnlyAt(m) => m,
+            Slot::DayOnly(d) => Minute(d.0 * MINUTES_PER_DAY),
+        };
+        let epoch = match place(family, key.series(), minute) {
+            Placement::Hold => {
+                held.push((key, row));
+                continue;
+            }
+            Placement::NoEpoch => None,
+            Placement::Epoch(e) => Some(e),
+        };
         let series = key.into_series();
+        let mut add = |table, series, bucket| {
+            add(
+                &mut partitions,
+                Destination {
+                    family,
+                    table,
+                    series,
+                    epoch,
+                },
+                bucket,
+                &row,
+            )
+        };
         match slot {
             Slot::Both(minute) => {
-                add(
-                    &mut partitions,
-                    family,
-                    Granularity::Minute,
-                    series.clone(),
-                    minute.0,
-                    &row,
-                );
-                add(
-                    &mut partitions,
-                    family,
-                    Granularity::Day,
-                    series,
-                    minute.day().0,
-                    &row,
-                );
+                add(Granularity::Minute, series.clone(), minute.0);
+                add(Granularity::Day, series, minute.day().0);
             }
-            Slot::MinuteOnly(minute) => add(
-                &mut partitions,
-                family,
-                Granularity::Minute,
-                series,
-                minute.0,
-                &row,
-            ),
-            Slot::DayOnly(day) => add(
-                &mut partitions,
-                family,
-                Granularity::Day,
-                series,
-                day.0,
-                &row,
-            ),
+            Slot::MinuteOnly(minute) => add(Granularity::Minute, series, minute.0),
+            Slot::DayOnly(day) => add(Granularity::Day, series, day.0),
+            Slot::DayOnlyAt(minute) => add(Granularity::Day, series, minute.day().0),
         }
     }
     let mut sorted: Vec<_> = partitions.into_iter().collect();
@@ -97,22 +123,35 @@ pub fn plan(
                 table: partition.table,
                 series: partition.series.clone(),
                 shard,
+                epoch: partition.epoch,
                 rows,
             });
             rows = rest;
         }
     }
-    writes
+    Planned { writes, held }
+}
+
+/// The table, key and epoch a row goes to.
+struct Destination {
+    family: FamilyId,
+    table: Granularity,
+    series: Box<[u8]>,
+    epoch: Option<i32>,
 }
 
 fn add(
     partitions: &mut HashMap<PartitionKey, Vec<RowDelta>>,
-    family: FamilyId,
-    table: Granularity,
-    series: Box<[u8]>,
+    destination: Destination,
     bucket: u32,
     row: &Row,
 ) {
+    let Destination {
+        family,
+        table,
+        series,
+        epoch,
+    } = destination;
     let partition_bucket = match table {
         Granularity::Minute => Minute(bucket).day().0,
         Granularity::Day => {
@@ -125,6 +164,7 @@ fn add(
             family,
             table,
             series,
+            epoch,
             partition_bucket,
         })
         .or_default();
@@ -156,12 +196,9 @@ pub fn requeued_rows(
     write: PartitionWrite,
     now_unix_secs: u32,
 ) -> impl Iterator<Item = (RowKey, Row)> {
-    let (family, table, series) = (write.family, write.table, write.series);
+    let (family, table, series, epoch) = (write.family, write.table, write.series, write.epoch);
     write.rows.into_iter().map(move |row| {
-        let slot = match table {
-            Granularity::Minute => Slot::MinuteOnly(Minute(row.bucket)),
-            Granularity::Day => Slot::DayOnly(Day(row.bucket)),
-        };
+        let slot = owed_slot(table, row.bucket, epoch);
         let since = if row.requeued_since == 0 {
             now_unix_secs.max(1)
         } else {
@@ -180,12 +217,9 @@ pub fn requeued_rows(
 /// The rows of a write that was never sent, as they are merged back: owed to that
 /// write's table only, their re-queue times unchanged.
 pub fn held_rows(write: PartitionWrite) -> impl Iterator<Item = (RowKey, Row)> {
-    let (family, table, series) = (write.family, write.table, write.series);
+    let (family, table, series, epoch) = (write.family, write.table, write.series, write.epoch);
     write.rows.into_iter().map(move |row| {
-        let slot = match table {
-            Granularity::Minute => Slot::MinuteOnly(Minute(row.bucket)),
-            Granularity::Day => Slot::DayOnly(Day(row.bucket)),
-        };
+        let slot = owed_slot(table, row.bucket, epoch);
         (
             RowKey::new(family, slot, series.clone()),
             Row {
@@ -196,11 +230,25 @@ pub fn held_rows(write: PartitionWrite) -> impl Iterator<Item = (RowKey, Row)> {
     })
 }
 
+/// The slot of a row owed to one table. A day row of an epoch is kept as a minute that
+/// epoch covers on that day (its start, or the day's first minute when it started
+/// earlier), so that placing it again finds the same epoch.
+pub fn owed_slot(table: Granularity, bucket: u32, epoch: Option<i32>) -> Slot {
+    match (table, epoch) {
+        (Granularity::Minute, _) => Slot::MinuteOnly(Minute(bucket)),
+        (Granularity::Day, None) => Slot::DayOnly(Day(bucket)),
+        (Granularity::Day, Some(epoch)) => {
+            let first = bucket * MINUTES_PER_DAY;
+            let start = u32::try_from(epoch).unwrap_or(0);
+            Slot::DayOnlyAt(Minute(start.clamp(first, first + MINUTES_PER_DAY - 1)))
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::aggregate::Columns;
-    use crate::bucket::MINUTES_PER_DAY;
     use crate::series;
 
     fn row(family: u16, slot: Slot, key: &str, v: i64) -> (RowKey, Row) {

@@ -7,6 +7,7 @@ use crate::bucket::{self, Day, MINUTES_PER_DAY, Minute};
 use crate::family::{Families, FamilyDef};
 use crate::series;
 use crate::sink::{PartitionWrite, WriteError};
+use crate::vocabulary::Granularity;
 use crate::state::{ErrorInfo, FamilyEntry, RecordOutcome, RecordSource, WriteRecord, records_of};
 
 /// The journal's description of a family (what its records and intents need).
@@ -41,7 +42,7 @@ pub fn to_records(
         family,
         write.table,
         &write.series,
-        write.shard,
+        (write.shard, write.epoch),
         write.rows.iter().map(|r| (r.bucket, r.columns.as_slice())),
         source,
         outcome,
@@ -91,7 +92,12 @@ pub fn from_record(
         ("minute", Some(m)) if (0..MINUTES_PER_DAY as i16).contains(&m) => {
             Slot::MinuteOnly(Minute(day.0 * MINUTES_PER_DAY + m as u32))
         }
-        ("day", None) => Slot::DayOnly(day),
+        // A day row of an epoch goes back to that epoch (placed again from a minute it
+        // covers on that day); without an epoch column, the epoch is dropped.
+        ("day", None) => match family.epoch_column {
+            Some(_) => crate::flush::plan::owed_slot(Granularity::Day, day.0, record.epoch),
+            None => Slot::DayOnly(day),
+        },
         _ => {
             return Err(ReplayError::BadBucket(format!(
                 "{} {:?}",

@@ -140,6 +140,7 @@ mod tests {
 
     fn write(requeued_since: &[u32]) -> PartitionWrite {
         PartitionWrite {
+            epoch: None,
             family: FamilyId(0),
             table: Granularity::Minute,
             series: Box::new([]),

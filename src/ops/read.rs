@@ -56,6 +56,9 @@ pub struct CounterRef {
     pub column: String,
     /// The key values, in the family's key order (generic: name, canonical tags).
     pub keys: Vec<String>,
+    /// The epoch read, for a family with an epoch column (`None`: epoch 0, before the
+    /// first reset). See [`crate::epoch`].
+    pub epoch: Option<i32>,
 }
 
 /// The counter a metric name and tags are written to: the family that maps the name (its
@@ -82,6 +85,7 @@ pub fn resolve(
             family: family.name.clone(),
             column: family.columns[column].clone(),
             keys,
+            epoch: None,
         });
     }
     let generic = families.get(crate::family::GENERIC);
@@ -92,6 +96,7 @@ pub fn resolve(
         family: generic.name.clone(),
         column: "value".into(),
         keys: vec![name.to_owned(), tags],
+        epoch: None,
     })
 }
 
@@ -135,6 +140,23 @@ impl Reader {
         columns: &[usize],
         consistency: ConsistencyLevel,
     ) -> Result<PartitionSums, ReadError> {
+        self.partition_in_epoch(family, kind, keys, None, day, columns, consistency)
+            .await
+    }
+
+    /// [`Reader::partition`] in one epoch of a family with an epoch column (`None`:
+    /// epoch 0).
+    #[allow(clippy::too_many_arguments)]
+    pub async fn partition_in_epoch(
+        &self,
+        family: &FamilyDef,
+        kind: Granularity,
+        keys: &[String],
+        epoch: Option<i32>,
+        day: Day,
+        columns: &[usize],
+        consistency: ConsistencyLevel,
+    ) -> Result<PartitionSums, ReadError> {
         let layout = TableLayout::of(family, kind);
         let names: Vec<&str> = columns
             .iter()
@@ -153,7 +175,13 @@ impl Reader {
         };
         let mut bound = Vec::with_capacity(shards.len());
         for shard in shards {
-            bound.push(partition_values(&layout, &key_types, keys, day, shard)?);
+            let mut values = partition_values(&layout, &key_types, keys, day, shard)?;
+            for ((_, role), value) in layout.partition_key.iter().zip(values.iter_mut()) {
+                if *role == Role::Epoch {
+                    *value = CqlValue::Int(epoch.unwrap_or(0));
+                }
+            }
+            bound.push(values);
         }
         let reads = bound.into_iter().map(|values| {
             let statement = &statement;
@@ -207,10 +235,11 @@ impl Reader {
     ) -> Result<i64, ReadError> {
         let (family, column) = locate(families, counter)?;
         let sums = self
-            .partition(
+            .partition_in_epoch(
                 family,
                 Granularity::Day,
                 &counter.keys,
+                counter.epoch,
                 day,
                 &[column],
                 consistency,
@@ -229,10 +258,11 @@ impl Reader {
     ) -> Result<BTreeMap<i64, i64>, ReadError> {
         let (family, column) = locate(families, counter)?;
         let sums = self
-            .partition(
+            .partition_in_epoch(
                 family,
                 Granularity::Minute,
                 &counter.keys,
+                counter.epoch,
                 day,
                 &[column],
                 consistency,
@@ -351,6 +381,7 @@ pub fn partition_values(
             Role::Month => CqlValue::Text(day.month()),
             Role::Shard => CqlValue::TinyInt(shard.unwrap_or(0) as i8),
             Role::Minute => CqlValue::SmallInt(0),
+            Role::Epoch => CqlValue::Int(0),
         });
     }
     Ok(values)
@@ -387,6 +418,7 @@ mod tests {
                 family: "views".into(),
                 column: "views".into(),
                 keys: vec!["home".into()],
+                epoch: None,
             }
         );
         assert!(matches!(

@@ -57,6 +57,7 @@ mod tests {
     #[tokio::test]
     async fn the_logging_sink_reports_every_write_applied() {
         let write = PartitionWrite {
+            epoch: None,
             family: FamilyId(0),
             table: Granularity::Minute,
             series: crate::series::encode(["a", "b:c"]).into_boxed_slice(),

@@ -42,6 +42,8 @@ pub struct PartitionWrite {
     pub series: Box<[u8]>,
     /// The shard this write goes to, for sharded families.
     pub shard: Option<u8>,
+    /// The epoch this write goes to, for families reset by epochs (see [`crate::epoch`]).
+    pub epoch: Option<i32>,
     /// The rows, all in the same partition; at least one.
     pub rows: Vec<RowDelta>,
 }

@@ -5,7 +5,7 @@
 //!
 //! ```text
 //! Begin (writer, incarnation, flush_seq, replay cursor consumed, family dictionary)
-//! Intent × n (request index, family, table, key, shard, rows: bucket + deltas)
+//! Intent × n (request index, family, table, key, shard, rows: bucket + deltas, epoch)
 //! Committed                          ── one write + fdatasync: the group commit ──
 //! Outcome × n                        as requests settle (no fsync: see below)
 //! LogsAt (sizes of the outcome logs before this flush appends to them; fdatasync)
@@ -117,6 +117,8 @@ pub struct Intent {
     pub table: Granularity,
     /// The shard, for sharded families.
     pub shard: Option<u8>,
+    /// The epoch, for families with an epoch column.
+    pub epoch: Option<i32>,
     /// The encoded series (key values).
     pub series: Vec<u8>,
     /// The rows, all in one partition.
@@ -327,6 +329,11 @@ impl Journal {
                         e.i64(*d);
                     }
                 }
+                // Last, and only when there is one: intents written before epochs
+                // existed read the same.
+                if let Some(epoch) = write.epoch {
+                    e.i64(i64::from(epoch));
+                }
             });
         }
         frame(&mut out, |e| e.u8(COMMITTED));
@@ -499,11 +506,16 @@ fn apply(groups: &mut Vec<FlushGroup>, payload: &[u8]) -> Option<()> {
                 }
                 rows.push(IntentRow { bucket, deltas });
             }
+            let epoch = match d.remaining() {
+                0 => None,
+                _ => Some(i32::try_from(d.i64()?).ok()?),
+            };
             groups.last_mut()?.intents.push(Intent {
                 request,
                 family,
                 table,
                 shard,
+                epoch,
                 series,
                 rows,
             });
@@ -603,6 +615,9 @@ struct Dec<'a> {
 }
 
 impl Dec<'_> {
+    fn remaining(&self) -> usize {
+        self.b.len().saturating_sub(self.pos)
+    }
     fn take(&mut self, n: usize) -> Option<&[u8]> {
         let s = self.b.get(self.pos..self.pos.checked_add(n)?)?;
         self.pos += n;
@@ -657,6 +672,7 @@ mod tests {
 
     fn write(series: &str, deltas: &[i64]) -> PartitionWrite {
         PartitionWrite {
+            epoch: None,
             family: FamilyId(1),
             table: Granularity::Day,
             series: crate::series::encode([series]).into_boxed_slice(),

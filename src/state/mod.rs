@@ -663,6 +663,7 @@ mod tests {
 
     fn write(name: &str, delta: i64) -> PartitionWrite {
         PartitionWrite {
+            epoch: None,
             family: FamilyId(0),
             table: Granularity::Minute,
             series: crate::series::encode([name, ""]).into_boxed_slice(),

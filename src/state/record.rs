@@ -1,7 +1,7 @@
 //! The JSON record written for every write that did not simply succeed.
 //!
 //! One object per line, complete enough to reconcile by hand: who wrote it (writer id,
-//! incarnation, flush sequence, request id and row within the request), where (table, key values, shard, bucket), what (column
+//! incarnation, flush sequence, request id and row within the request), where (table, key values, shard, epoch, bucket), what (column
 //! deltas), and why it is here (outcome, error kind and text).
 
 use std::collections::BTreeMap;
@@ -41,6 +41,9 @@ pub struct WriteRecord {
     /// Shard written to, for sharded families.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub shard: Option<u8>,
+    /// Epoch written to, for families with an epoch column.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub epoch: Option<i32>,
     /// The day, `YYYY-MM-DD`.
     pub day: String,
     /// Minute of the day (minute table only).
@@ -98,7 +101,7 @@ pub fn records_of<'r>(
     family: &super::journal::FamilyEntry,
     table: crate::vocabulary::Granularity,
     series: &[u8],
-    shard: Option<u8>,
+    (shard, epoch): (Option<u8>, Option<i32>),
     rows: impl IntoIterator<Item = (u32, &'r [i64])>,
     source: RecordSource<'_>,
     outcome: RecordOutcome,
@@ -133,6 +136,7 @@ pub fn records_of<'r>(
                 granularity: table.as_str().to_owned(),
                 key: key.clone(),
                 shard,
+                epoch,
                 day: bucket::format_date(day.date()),
                 minute: (table == Granularity::Minute).then(|| Minute(bucket).minute_of_day()),
                 month: (table == Granularity::Day).then(|| day.month()),

@@ -129,7 +129,7 @@ fn finish(
                 family,
                 intent.table,
                 &intent.series,
-                intent.shard,
+                (intent.shard, intent.epoch),
                 intent.rows.iter().map(|r| (r.bucket, r.deltas.as_slice())),
                 source(intent.request),
                 outcome,

@@ -434,6 +434,7 @@ mod tests {
             granularity: "minute".into(),
             key: [("name".to_string(), "x".to_string())].into(),
             shard: None,
+            epoch: None,
             day: "2026-11-30".into(),
             minute: Some(1),
             month: None,

@@ -273,6 +273,18 @@ pub const LEADERBOARD_RUNS: MetricDef = MetricDef {
     help: "Leaderboard job runs in this process, by board and result (ok: a new ranking is served; failed: the previous one still is).",
     labels: &["board", "result"],
 };
+/// `countersink_epoch_rows_held_total` (sidecar).
+pub const EPOCH_ROWS_HELD: MetricDef = MetricDef {
+    name: "countersink_epoch_rows_held_total",
+    help: "Rows of families with an epoch column that a flush kept pending because the last read of the epoch registry does not cover their minute (a row held over several flushes counts each time).",
+    labels: &[],
+};
+/// `countersink_epoch_registry_age_seconds` (sidecar).
+pub const EPOCH_REGISTRY_AGE: MetricDef = MetricDef {
+    name: "countersink_epoch_registry_age_seconds",
+    help: "Seconds since the read of the epoch registry behind the writer's current view was sent (since start while no read succeeded).",
+    labels: &[],
+};
 
 /// What the engine and the flusher export, in every build.
 pub const ENGINE_METRICS: [MetricDef; 21] = [
@@ -311,10 +323,12 @@ pub const INGEST_METRICS: [MetricDef; 7] = [
 ];
 
 /// What the sidecar exports about the counter tables and the operator jobs.
-pub const OPERATIONS_METRICS: [MetricDef; 5] = [
+pub const OPERATIONS_METRICS: [MetricDef; 7] = [
     CQL_WRITE_DURATION,
     CQL_WRITE_ERRORS,
     KEY_INDEX_WRITES,
     KEY_INDEX_PENDING,
     LEADERBOARD_RUNS,
+    EPOCH_ROWS_HELD,
+    EPOCH_REGISTRY_AGE,
 ];

@@ -189,6 +189,7 @@ mod tests {
 
     fn write(key: &str, table: Granularity, rows: &[(u32, i64)]) -> PartitionWrite {
         PartitionWrite {
+            epoch: None,
             family: FamilyId(1),
             table,
             series: series::encode([key]).into_boxed_slice(),

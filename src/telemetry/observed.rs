@@ -95,6 +95,7 @@ mod tests {
         let hot = Arc::new(HotKeys::new(&families, 16));
         let sink = ObservedSink::new(Fails, &families, metrics.clone(), hot.clone());
         let write = PartitionWrite {
+            epoch: None,
             family: FamilyId(0),
             table: Granularity::Minute,
             series: crate::series::encode(["a", ""]).into_boxed_slice(),

@@ -4,7 +4,7 @@
 //! runs. Plain Prometheus vectors, updated where the thing happens (a write's outcome, an
 //! index write, a job run), never on the ingest path.
 
-use prometheus::{HistogramVec, IntCounterVec, IntGauge, Registry};
+use prometheus::{HistogramVec, IntCounter, IntCounterVec, IntGauge, Registry};
 
 use crate::family::Families;
 
@@ -26,6 +26,10 @@ pub struct OperationsMetrics {
     pub key_index_pending: IntGauge,
     /// `countersink_leaderboard_runs_total{board, result}`.
     pub leaderboard_runs: IntCounterVec,
+    /// `countersink_epoch_rows_held_total`.
+    pub epoch_rows_held: IntCounter,
+    /// `countersink_epoch_registry_age_seconds`.
+    pub epoch_registry_age: IntGauge,
 }
 
 impl Default for OperationsMetrics {
@@ -37,6 +41,8 @@ impl Default for OperationsMetrics {
             key_index_writes: catalogue::KEY_INDEX_WRITES.int_counter_vec(),
             key_index_pending: catalogue::KEY_INDEX_PENDING.int_gauge(),
             leaderboard_runs: catalogue::LEADERBOARD_RUNS.int_counter_vec(),
+            epoch_rows_held: catalogue::EPOCH_ROWS_HELD.int_counter(),
+            epoch_registry_age: catalogue::EPOCH_REGISTRY_AGE.int_gauge(),
         };
         for outcome in KEY_INDEX_OUTCOMES {
             metrics.key_index_writes.with_label_values(&[outcome]);
@@ -73,6 +79,8 @@ impl OperationsMetrics {
         registry.register(Box::new(self.write_errors.clone()))?;
         registry.register(Box::new(self.key_index_writes.clone()))?;
         registry.register(Box::new(self.key_index_pending.clone()))?;
+        registry.register(Box::new(self.epoch_rows_held.clone()))?;
+        registry.register(Box::new(self.epoch_registry_age.clone()))?;
         registry.register(Box::new(self.leaderboard_runs.clone()))
     }
 }

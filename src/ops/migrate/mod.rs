@@ -514,6 +514,7 @@ impl Migration {
             });
         }
         Ok(PartitionWrite {
+            epoch: None,
             family: family.id,
             table,
             series: series::encode(keys).into_boxed_slice(),

@@ -80,6 +80,7 @@ fn row_values(
             Role::Month => CqlValue::Text(day.month()),
             Role::Minute => CqlValue::SmallInt(Minute(row.bucket).minute_of_day()),
             Role::Shard => CqlValue::TinyInt(write.shard.unwrap_or(0) as i8),
+            Role::Epoch => CqlValue::Int(write.epoch.unwrap_or(0)),
         };
         values.push(MaybeUnset::Set(value));
     }

@@ -102,6 +102,7 @@ fn check_table(table: &Table, layout: &TableLayout) -> Result<Vec<KeyType>, Stri
             Role::Month => native == Some(&NativeType::Text),
             Role::Minute => native == Some(&NativeType::SmallInt),
             Role::Shard => native == Some(&NativeType::TinyInt),
+            Role::Epoch => native == Some(&NativeType::Int),
         };
         if !ok {
             return Err(format!(
