@@ -128,12 +128,9 @@ mod tests {
             for k in ["home", "about"] {
                 let placed = choose(Some(&before), &HORIZON, F, &key(k), Minute(m));
                 if let Placement::Epoch(_) = placed {
-                    let later = EpochView {
-                        ..after.clone()
-                    };
                     assert_eq!(
                         placed,
-                        Placement::Epoch(later.epoch_at(F, &key(k), Minute(m))),
+                        Placement::Epoch(after.epoch_at(F, &key(k), Minute(m))),
                         "minute {m} key {k}"
                     );
                 }

@@ -386,4 +386,67 @@ mod tests {
         assert_eq!(key.slot(), Slot::MinuteOnly(Minute(m)));
         assert_eq!(requeued.requeued_since, 1234);
     }
+
+    /// A day split by a reset becomes two day rows, one per epoch; rows the placement
+    /// holds come back whole; a re-queued day row of an epoch is placed into it again.
+    #[test]
+    fn epochs_split_partitions_and_held_rows_come_back_whole() {
+        let day = 20_000;
+        let base = day * MINUTES_PER_DAY;
+        let reset = (base + 600) as i32;
+        let place = |_: FamilyId, _: &[u8], m: Minute| {
+            if m.0 >= base + 700 {
+                Placement::Hold
+            } else if m.0 as i32 >= reset {
+                Placement::Epoch(reset)
+            } else {
+                Placement::Epoch(0)
+            }
+        };
+        let planned = plan_placed(
+            [
+                row(1, Slot::Both(Minute(base + 599)), "a", 1),
+                row(1, Slot::Both(Minute(base + 600)), "a", 10),
+                row(1, Slot::Both(Minute(base + 601)), "a", 100),
+                row(1, Slot::Both(Minute(base + 700)), "a", 1000),
+            ],
+            PlanOptions { max_batch_rows: 16 },
+            |_| None,
+            place,
+        );
+        let by_epoch: Vec<(Granularity, Option<i32>, i128)> = planned
+            .writes
+            .iter()
+            .map(|w| (w.table, w.epoch, w.sum()))
+            .collect();
+        assert_eq!(
+            by_epoch,
+            [
+                (Granularity::Minute, Some(0), 1),
+                (Granularity::Minute, Some(reset), 110),
+                (Granularity::Day, Some(0), 1),
+                (Granularity::Day, Some(reset), 110),
+            ]
+        );
+        assert_eq!(planned.held.len(), 1);
+        assert_eq!(planned.held[0].0.slot(), Slot::Both(Minute(base + 700)));
+
+        let day_write = planned
+            .writes
+            .into_iter()
+            .find(|w| w.table == Granularity::Day && w.epoch == Some(reset))
+            .unwrap();
+        let requeued: Vec<_> = requeued_rows(day_write, 5).collect();
+        assert_eq!(requeued[0].0.slot(), Slot::DayOnlyAt(Minute(base + 600)));
+        let again = plan_placed(requeued, PlanOptions { max_batch_rows: 16 }, |_| None, place);
+        assert_eq!(
+            (again.writes[0].table, again.writes[0].epoch, again.writes[0].rows[0].bucket),
+            (Granularity::Day, Some(reset), day)
+        );
+        assert_eq!(
+            owed_slot(Granularity::Day, day, Some(0)),
+            Slot::DayOnlyAt(Minute(base)),
+            "an epoch that began before the day is placed by the day's first minute"
+        );
+    }
 }

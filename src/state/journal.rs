@@ -728,7 +728,9 @@ mod tests {
             },
             offset: 77,
         };
-        let writes = [write("a", &[1, 2]), write("b", &[i64::MIN])];
+        let mut epoch_write = write("b", &[i64::MIN]);
+        epoch_write.epoch = Some(29_934_000);
+        let writes = [write("a", &[1, 2]), epoch_write];
         journal
             .begin(&flush(5), "t", Some(cursor), &[family()], &writes)
             .unwrap();
@@ -769,6 +771,11 @@ mod tests {
         assert_eq!(first.family(1), Some(&family()));
         assert_eq!(first.intents.len(), 2);
         assert_eq!(first.intents[0].shard, Some(2));
+        assert_eq!(
+            (first.intents[0].epoch, first.intents[1].epoch),
+            (None, Some(29_934_000)),
+            "an epoch is kept, and an intent without one reads as before"
+        );
         assert_eq!(
             first.intents[0].rows[1],
             IntentRow {
