@@ -10,6 +10,7 @@ use tokio::task::JoinHandle;
 
 use crate::config::{Config, ConfigError};
 use crate::engine::Engine;
+use crate::epoch::EpochRegistry;
 use crate::flush::{FlushObserver, FlushReport, Flusher, ShutdownHandle, shutdown_channel};
 use crate::sink::Sink;
 use crate::state::StateError;
@@ -61,11 +62,25 @@ impl Pipeline {
         sink: S,
         observers: Vec<Arc<dyn FlushObserver>>,
     ) -> Result<Pipeline, StartError> {
+        Self::start_placed(engine, config, sink, observers, None).await
+    }
+
+    /// The same, placing the rows of epoch families by `epochs` (see [`crate::epoch`]).
+    pub async fn start_placed<S: Sink>(
+        engine: Arc<Engine>,
+        config: &Config,
+        sink: S,
+        observers: Vec<Arc<dyn FlushObserver>>,
+        epochs: Option<Arc<EpochRegistry>>,
+    ) -> Result<Pipeline, StartError> {
         let (blocking_engine, blocking_config) = (engine.clone(), config.clone());
         let flusher = tokio::task::spawn_blocking(move || {
             let mut flusher = Flusher::open(blocking_engine, Arc::new(sink), &blocking_config)?;
             for observer in observers {
                 flusher.observe(observer);
+            }
+            if let Some(epochs) = epochs {
+                flusher.place_epochs(epochs);
             }
             Ok::<_, StateError>(flusher)
         })

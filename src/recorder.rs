@@ -20,6 +20,7 @@ use parking_lot::Mutex;
 use crate::bucket::Day;
 use crate::config::Config;
 use crate::engine::{self, Engine, RecordError};
+use crate::epoch::EpochRegistry;
 use crate::family::Target;
 use crate::flush::{FlushObserver, FlushReport};
 use crate::ops::keyindex::KeyIndex;
@@ -32,6 +33,12 @@ use crate::vocabulary::FamilyId;
 
 /// How long the key index may take, after the final flush, to write what it queued.
 const KEY_INDEX_DRAIN: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// A background task and its stop signal.
+type Task = (
+    tokio::sync::watch::Sender<bool>,
+    tokio::task::JoinHandle<()>,
+);
 
 /// Recorders dropped without `shutdown()` in this process.
 static DROPPED_WITHOUT_SHUTDOWN: AtomicU64 = AtomicU64::new(0);
@@ -58,6 +65,8 @@ struct Inner {
     engine: Arc<Engine>,
     /// The read path, for recorders connected to a store.
     reader: Option<Arc<CachedReader>>,
+    /// The epoch registry, when a family has an epoch column (connected recorders).
+    epochs: Option<Arc<EpochRegistry>>,
     /// The key index writer's stop signal and task, when `key_index.enabled`.
     key_index: Mutex<
         Option<(
@@ -66,6 +75,8 @@ struct Inner {
         )>,
     >,
     pipeline: tokio::sync::Mutex<Pipeline>,
+    /// The epoch registry's refresh task.
+    epoch_task: Mutex<Option<Task>>,
     /// Set by `shutdown()`; checked by `Drop`.
     shut_down: AtomicBool,
     /// The pipeline's shutdown trigger, reachable from `Drop` without the async lock.
@@ -107,7 +118,30 @@ impl Recorder {
             index.set_session(sink.session().clone());
             index
         });
-        Self::assemble(engine, config, sink, Some(Arc::new(reader)), key_index).await
+        let epochs = EpochRegistry::new(
+            config,
+            engine.families(),
+            &OperationsMetrics::default(),
+            engine::now_unix_secs(),
+        );
+        let epoch_task = epochs.as_ref().map(|registry| {
+            let (stop, stopped) = tokio::sync::watch::channel(false);
+            let task = tokio::spawn(registry.clone().run(
+                sink.session().clone(),
+                engine.clone(),
+                stopped,
+            ));
+            (stop, task)
+        });
+        Self::assemble(
+            engine,
+            config,
+            sink,
+            Some(Arc::new(reader)),
+            key_index,
+            epochs.map(|e| (e, epoch_task)),
+        )
+        .await
     }
 
     /// The same, with an engine built by the caller (e.g. with a fixed rounding seed).
@@ -116,7 +150,7 @@ impl Recorder {
         config: &Config,
         sink: S,
     ) -> Result<Recorder, StartError> {
-        Self::assemble(engine, config, sink, None, None).await
+        Self::assemble(engine, config, sink, None, None, None).await
     }
 
     async fn assemble<S: Sink>(
@@ -125,12 +159,19 @@ impl Recorder {
         sink: S,
         reader: Option<Arc<CachedReader>>,
         key_index: Option<KeyIndex>,
+        epochs: Option<(Arc<EpochRegistry>, Option<Task>)>,
     ) -> Result<Recorder, StartError> {
         let observers: Vec<Arc<dyn FlushObserver>> = key_index
             .iter()
             .map(|index| Arc::new(index.clone()) as Arc<dyn FlushObserver>)
             .collect();
-        let pipeline = Pipeline::start_observed(engine.clone(), config, sink, observers).await?;
+        let (epochs, epoch_task) = match epochs {
+            Some((registry, task)) => (Some(registry), task),
+            None => (None, None),
+        };
+        let pipeline =
+            Pipeline::start_placed(engine.clone(), config, sink, observers, epochs.clone())
+                .await?;
         let key_index = key_index.map(|index| {
             let (stop, stopped) = tokio::sync::watch::channel(false);
             (stop, tokio::spawn(index.run(stopped, KEY_INDEX_DRAIN)))
@@ -139,6 +180,8 @@ impl Recorder {
         Ok(Recorder {
             inner: Arc::new(Inner {
                 engine,
+                epochs,
+                epoch_task: Mutex::new(epoch_task),
                 reader,
                 key_index: Mutex::new(key_index),
                 pipeline: tokio::sync::Mutex::new(pipeline),
@@ -199,10 +242,54 @@ impl Recorder {
         tags: &[(&str, &str)],
         day: Day,
     ) -> Result<i64, ReadError> {
+        self.read_day_in_epoch(name, tags, day, None).await
+    }
+
+    /// [`Recorder::read_day`] in one epoch of a family with an epoch column; `None` reads
+    /// the epoch in force at the end of the day (now, for today).
+    pub async fn read_day_in_epoch(
+        &self,
+        name: &str,
+        tags: &[(&str, &str)],
+        day: Day,
+        epoch: Option<i32>,
+    ) -> Result<i64, ReadError> {
         let reader = self.inner.reader.as_ref().ok_or(ReadError::NoStore)?;
         let families = self.inner.engine.families();
-        let counter = read::resolve(families, name, tags)?;
+        let counter = self.in_epoch(read::resolve(families, name, tags)?, day, epoch)?;
         reader.day_total(families, &counter, day).await
+    }
+
+    /// The counter, in `epoch` or in the one a read of `day` shows by default.
+    fn in_epoch(
+        &self,
+        mut counter: read::CounterRef,
+        day: Day,
+        epoch: Option<i32>,
+    ) -> Result<read::CounterRef, ReadError> {
+        let families = self.inner.engine.families();
+        let Some(family) = families.by_name(&counter.family) else {
+            return Ok(counter);
+        };
+        if family.epoch_column.is_none() {
+            return Ok(counter);
+        }
+        counter.epoch = match (epoch, &self.inner.epochs) {
+            (Some(epoch), _) => Some(epoch),
+            (None, Some(registry)) => {
+                let series = crate::series::encode(counter.keys.iter().map(String::as_str));
+                Some(
+                    registry
+                        .read_epoch(family.id, &series, day, engine::now_unix_secs())
+                        .ok_or_else(|| ReadError::Store {
+                            statement: "the epoch registry".into(),
+                            error: "not read yet: the current epoch is unknown".into(),
+                        })?,
+                )
+            }
+            (None, None) => None,
+        };
+        Ok(counter)
     }
 
     /// The minute series (minute of the day → value) of counter `name` with `tags` on
@@ -215,7 +302,7 @@ impl Recorder {
     ) -> Result<Arc<BTreeMap<i64, i64>>, ReadError> {
         let reader = self.inner.reader.as_ref().ok_or(ReadError::NoStore)?;
         let families = self.inner.engine.families();
-        let counter = read::resolve(families, name, tags)?;
+        let counter = self.in_epoch(read::resolve(families, name, tags)?, day, None)?;
         reader.minutes(families, &counter, day).await
     }
 
@@ -240,6 +327,11 @@ impl Recorder {
         // The key index writes what the final flush queued (with its own deadline).
         let key_index = self.inner.key_index.lock().take();
         if let Some((stop, task)) = key_index {
+            let _ = stop.send(true);
+            let _ = task.await;
+        }
+        let epoch_task = self.inner.epoch_task.lock().take();
+        if let Some((stop, task)) = epoch_task {
             let _ = stop.send(true);
             let _ = task.await;
         }

@@ -16,6 +16,7 @@ use tokio::sync::{OnceCell, watch};
 use crate::bucket;
 use crate::config::{Config, ConsistencyLevel};
 use crate::cql_text::{self, EPOCHS};
+use crate::engine::Engine;
 use crate::family::{Families, TableName};
 use crate::series;
 use crate::sink::cql::session;
@@ -98,6 +99,20 @@ impl EpochRegistry {
     /// Counts rows a flush held back.
     pub fn count_held(&self, rows: usize) {
         self.held.inc_by(rows as u64);
+    }
+
+    /// The epoch to read for `family`, key `series`, on `day` when no epoch is asked: the
+    /// one in force at the end of the day, or now for today. `None` before the first
+    /// read of the registry.
+    pub fn read_epoch(
+        &self,
+        family: FamilyId,
+        series: &[u8],
+        day: crate::bucket::Day,
+        now_unix_secs: i64,
+    ) -> Option<i32> {
+        let view = self.view()?;
+        Some(view.read_epoch(family, series, day, now_unix_secs))
     }
 
     /// Rows held so far.
@@ -192,13 +207,13 @@ impl EpochRegistry {
     pub async fn run(
         self: Arc<Self>,
         session: Arc<Session>,
-        families: Arc<Families>,
+        engine: Arc<Engine>,
         mut stop: watch::Receiver<bool>,
     ) {
         let mut failing = false;
         loop {
             let now = bucket::unix_secs(SystemTime::now());
-            match self.refresh_at(&session, &families, now).await {
+            match self.refresh_at(&session, engine.families(), now).await {
                 Ok(()) if failing => {
                     failing = false;
                     tracing::info!(table = %self.table, "The epoch registry answers again.");

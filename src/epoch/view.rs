@@ -3,7 +3,7 @@
 
 use std::collections::{BTreeSet, HashMap};
 
-use crate::bucket::Minute;
+use crate::bucket::{Day, MINUTES_PER_DAY, Minute};
 use crate::vocabulary::FamilyId;
 
 /// The epochs a writer knows of. Immutable once built; a newer read replaces it whole.
@@ -60,6 +60,14 @@ impl EpochView {
         let whole = latest(&epochs.whole);
         let key = epochs.by_key.get(series).and_then(latest);
         whole.max(key).unwrap_or(0)
+    }
+
+    /// The epoch a read of `day` shows when none is asked: the one in force at the
+    /// day's last minute, or at the current minute while the day lasts.
+    pub fn read_epoch(&self, family: FamilyId, series: &[u8], day: Day, now_unix_secs: i64) -> i32 {
+        let last = Minute(day.0 * MINUTES_PER_DAY + MINUTES_PER_DAY - 1);
+        let now = Minute::from_unix_secs(now_unix_secs).unwrap_or(last);
+        self.epoch_at(family, series, last.min(now))
     }
 
     /// Every epoch start of `family` that applies to key `series`, oldest first (0, the

@@ -21,6 +21,7 @@ use crate::config::{Config, ConfigError};
 use crate::engine::Engine;
 use crate::flush::{FlushObserver, FlushReport};
 use crate::ingest::{self, ListenError, Receivers};
+use crate::epoch::EpochRegistry;
 use crate::ops::keyindex::KeyIndex;
 use crate::ops::leaderboard::{self, Leaderboards};
 use crate::pipeline::{Pipeline, StartError};
@@ -137,8 +138,15 @@ impl Sidecar {
             .iter()
             .map(|index| Arc::new(index.clone()) as Arc<dyn FlushObserver>)
             .collect();
+        let epochs = EpochRegistry::new(
+            config,
+            engine.families(),
+            &operations,
+            crate::engine::now_unix_secs(),
+        );
         let pipeline =
-            Pipeline::start_observed(engine.clone(), config, observed, observers).await?;
+            Pipeline::start_placed(engine.clone(), config, observed, observers, epochs.clone())
+                .await?;
         let metrics = Arc::new(
             Metrics::new(engine.clone(), pipeline.ledger().clone())
                 .map_err(|e| StartError::Config(ConfigError::invalid("metrics", e.to_string())))?,
@@ -210,6 +218,7 @@ impl Sidecar {
             let (jobs_config, jobs_stop, operations) =
                 (config.clone(), stop_rx.clone(), operations.clone());
             tokio::spawn(async move {
+                let epoch_engine = engine.clone();
                 match sink.connect_until(store, engine, stop_rx).await {
                     Err(ConnectFailure::Fatal(error)) => {
                         tracing::error!(%error, "The store's schema does not match the configuration; stopping.");
@@ -219,6 +228,13 @@ impl Sidecar {
                         let Some(connected) = sink.get() else { return };
                         if let Some(index) = &key_index {
                             index.set_session(connected.session().clone());
+                        }
+                        if let Some(epochs) = epochs {
+                            tokio::spawn(epochs.run(
+                                connected.session().clone(),
+                                epoch_engine,
+                                jobs_stop.clone(),
+                            ));
                         }
                         if jobs_config.leaderboards.iter().any(|b| b.run_in_serve) {
                             run_leaderboards(
