@@ -10,7 +10,10 @@ use crate::bucket::{self, Day};
 use crate::config::{Config, ConsistencyLevel};
 use crate::family::Families;
 use crate::ops::read::{self, ReadError, Reader};
+use crate::epoch::EpochRegistry;
 use crate::sink::cql::session;
+use crate::telemetry::OperationsMetrics;
+use scylla::client::session::Session;
 
 use super::Failure;
 
@@ -47,6 +50,11 @@ pub(super) struct GetArgs {
     /// consistency acknowledged), `quorum`, `local_one` or `all`.
     #[arg(long, value_name = "LEVEL", default_value = "local_quorum", value_parser = super::args::consistency)]
     consistency: ConsistencyLevel,
+    /// The epoch to read, for a family with an epoch column (its start minute, as
+    /// `countersink reset` printed it; 0 before the first reset) [default: the epoch in
+    /// force at the end of the day, or now for today].
+    #[arg(long, value_name = "N")]
+    epoch: Option<i32>,
 }
 
 /// Prints the day total, or one `YYYY-MM-DDTHH:MMZ value` line per minute with data.
@@ -71,11 +79,14 @@ pub(super) async fn run(args: GetArgs) -> Result<(), Failure> {
         .iter()
         .map(|t| t.split_once(':').unwrap_or((t.as_str(), "")))
         .collect();
-    let counter = read::resolve(&families, &args.name, &tags).map_err(read_failure)?;
-    let session = session::connect(&config.store)
-        .await
-        .map_err(Failure::other)?;
-    let reader = Reader::new(Arc::new(session));
+    let mut counter = read::resolve(&families, &args.name, &tags).map_err(read_failure)?;
+    let session = Arc::new(
+        session::connect(&config.store)
+            .await
+            .map_err(Failure::other)?,
+    );
+    counter.epoch = epoch_to_read(&config, &families, &session, &counter, day, args.epoch).await?;
+    let reader = Reader::new(session);
     if args.minutes {
         let series = reader
             .minutes(&families, &counter, day, args.consistency)
@@ -97,6 +108,42 @@ pub(super) async fn run(args: GetArgs) -> Result<(), Failure> {
         println!("{total}");
     }
     Ok(())
+}
+
+/// The epoch to read: the one asked, else (for a family with an epoch column) the one in
+/// force at the end of `day` or now, from a read of the registry.
+async fn epoch_to_read(
+    config: &Config,
+    families: &Families,
+    session: &Session,
+    counter: &read::CounterRef,
+    day: Day,
+    asked: Option<i32>,
+) -> Result<Option<i32>, Failure> {
+    let Some(family) = families.by_name(&counter.family) else {
+        return Ok(None);
+    };
+    if family.epoch_column.is_none() {
+        return match asked {
+            Some(_) => Err(Failure::usage(format!(
+                "family `{}` has no epoch column: --epoch does not apply",
+                family.name
+            ))),
+            None => Ok(None),
+        };
+    }
+    if asked.is_some() {
+        return Ok(asked);
+    }
+    let now = bucket::unix_secs(std::time::SystemTime::now());
+    let registry = EpochRegistry::new(config, families, &OperationsMetrics::default(), now)
+        .ok_or_else(|| Failure::other("no epoch registry"))?;
+    registry
+        .refresh_at(session, families, now)
+        .await
+        .map_err(Failure::other)?;
+    let series = crate::series::encode(counter.keys.iter().map(String::as_str));
+    Ok(registry.read_epoch(family.id, &series, day, now))
 }
 
 /// Exit code 2 for what the operator asked wrongly (a missing tag, a table that does not

@@ -16,6 +16,7 @@ mod leaderboard;
 mod logging;
 mod migrate;
 mod prune;
+mod reset;
 mod schema;
 mod send;
 mod serve;
@@ -59,6 +60,9 @@ enum Command {
     /// Copy a family's counters into another table or cluster by read-and-increment, as
     /// a resumable job; or verify one.
     Migrate(migrate::MigrateArgs),
+    /// Start a new epoch of a family (or of one key): counters restart from zero in it,
+    /// without deleting or decrementing anything.
+    Reset(reset::ResetArgs),
 }
 
 /// A command's failure, with the exit code it maps to.
@@ -128,6 +132,7 @@ pub fn main() -> ExitCode {
             Command::Top(args) => leaderboard::top(args).await,
             Command::Prune(args) => prune::run(args).await,
             Command::Migrate(args) => migrate::run(args).await,
+            Command::Reset(args) => reset::run(args).await,
         }
     });
     match result {
@@ -165,6 +170,9 @@ mod tests {
             "countersink leaderboard run --once --config x.toml --board top_pages --day 2026-11-30",
             "countersink top top_pages --day 2026-11-30 --limit 5 --format json",
             "countersink advise-shards --safe-rate 100 --from http://127.0.0.1:9102 --from hot.json",
+            "countersink reset views --tag page_id:home --at 2026-12-01T13:00:00Z --reason launch --config x.toml",
+            "countersink reset --all --reason yearly",
+            "countersink get page.views --tag page_id:home --epoch 29934060",
         ]
         .into_iter()
         .filter(|line| cfg!(feature = "dev") || !line.starts_with("countersink dev "))
