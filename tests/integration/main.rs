@@ -9,6 +9,7 @@ mod cql_setup;
 mod cql_shutdown;
 mod crash;
 mod docs;
+mod epochs;
 #[cfg(feature = "metrics-facade")]
 mod facade;
 mod ops_hot;

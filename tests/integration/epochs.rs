@@ -1,0 +1,266 @@
+//! Resets by epoch: every writer puts a row into the epoch of its minute, whenever it
+//! flushes; a writer whose view of the registry does not cover a minute holds its rows
+//! and never writes them to the epoch before.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use countersink::config::{Config, FamilyConfig};
+use countersink::epoch::{EpochRegistry, registry};
+use countersink::telemetry::OperationsMetrics;
+use cqlsim::{FaultKind, FaultRule, Target};
+
+use crate::common::{
+    Store, T0, Writer, cli_stdout, config, day_and_minute, start_cqlsim, start_store,
+};
+
+/// A family reset by epochs: plays per track.
+fn with_plays(config: &mut Config) {
+    config.families.push(FamilyConfig {
+        name: "plays".into(),
+        minute_table: "metrics.plays_by_minute".into(),
+        day_table: "metrics.plays_by_day".into(),
+        key: vec!["track".into()],
+        columns: [("track.plays".to_string(), "plays".to_string())].into(),
+        epoch_column: Some("epoch".into()),
+        ..FamilyConfig::default()
+    });
+}
+
+/// A writer following the registry, its reads on the test's clock.
+async fn writer(config: &Config, name: &str, now: i64) -> (Writer, Arc<EpochRegistry>) {
+    let mut c = config.clone();
+    c.state.dir = config.state.dir.join(name);
+    c.state.writer_id = Some(name.into());
+    let mut writer = Writer::start(&c).await;
+    let registry = EpochRegistry::new(
+        &c,
+        writer.engine.families(),
+        &OperationsMetrics::default(),
+        now,
+    )
+    .expect("an epoch family");
+    writer.flusher.place_epochs(registry.clone());
+    (writer, registry)
+}
+
+/// `delta` plays of track `x` at client time `at`, received at `now`.
+fn play(writer: &Writer, delta: i64, at: i64, now: i64) {
+    writer
+        .engine
+        .record("track.plays", &[("track", "x")][..], delta, now, Some(at))
+        .expect("recorded");
+}
+
+/// (epoch, Unix minute) → plays, of the minute table; (epoch) → plays of the day table.
+async fn rows(
+    store: &Store,
+    config: &Config,
+) -> (BTreeMap<(i64, i64), i64>, BTreeMap<i64, i64>) {
+    let family = config.families.iter().find(|f| f.name == "plays").unwrap();
+    let minutes = store
+        .select(&format!(
+            "SELECT epoch, day, minute, plays FROM {}",
+            family.minute_table
+        ))
+        .await;
+    let mut by_minute = BTreeMap::new();
+    for i in 0..minutes.len() {
+        let day = match minutes.get(i, "day") {
+            Some(scylla::value::CqlValue::Date(d)) => i64::from(d.0) - (1_i64 << 31),
+            other => panic!("day {other:?}"),
+        };
+        let minute = day * 1440 + minutes.get_i64(i, "minute").unwrap();
+        let epoch = minutes.get_i64(i, "epoch").unwrap();
+        *by_minute.entry((epoch, minute)).or_default() += minutes.get_i64(i, "plays").unwrap();
+    }
+    let days = store
+        .select(&format!("SELECT epoch, plays FROM {}", family.day_table))
+        .await;
+    let mut by_epoch = BTreeMap::new();
+    for i in 0..days.len() {
+        *by_epoch
+            .entry(days.get_i64(i, "epoch").unwrap())
+            .or_default() += days.get_i64(i, "plays").unwrap();
+    }
+    (by_minute, by_epoch)
+}
+
+/// Two writers, client timestamps on both sides of a reset: each minute before it only in
+/// the old epoch, each minute from it on only in the new one, for both writers, totals
+/// exact in both tables; rows past what a writer's read of the registry covers wait.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_writers_straddling_a_reset_put_each_minute_in_one_epoch() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = config(dir.path());
+    with_plays(&mut config);
+    let store = start_store(&mut config).await;
+    // 22:58:00 on the test's clock; the reset starts at 23:01.
+    let t0 = T0 - 3600;
+    let first = t0 / 60;
+    let start = countersink::epoch::reset::start_minute(t0, 60, Some(t0 + 180)).unwrap();
+    assert_eq!(i64::from(start), first + 3);
+    let (mut a, reg_a) = writer(&config, "a", t0).await;
+    let (mut b, reg_b) = writer(&config, "b", t0).await;
+    registry::schedule(&a.session, &config, "plays", "", start, "test", t0)
+        .await
+        .expect("the reset is written");
+    for (reg, w) in [(&reg_a, &a), (&reg_b, &b)] {
+        reg.refresh_at(&w.session, w.engine.families(), t0 + 1)
+            .await
+            .unwrap();
+    }
+
+    // Minutes first-0 .. first+4: three before the reset, two from it on.
+    let mut fed: BTreeMap<i64, i64> = BTreeMap::new();
+    for (i, w) in [&a, &b].into_iter().enumerate() {
+        for m in first..=first + 4 {
+            let delta = (i as i64 + 1) * 100 + (m - first);
+            play(w, delta, m * 60 + 10, t0 + 1);
+            *fed.entry(m).or_default() += delta;
+        }
+    }
+    a.flusher.flush_now().await;
+    b.flusher.flush_now().await;
+    // Read at t0+1: covered up to t0+56, so only minute `first` is placed.
+    assert_eq!(reg_a.held() + reg_b.held(), 8, "four rows of each writer wait");
+    let (minutes, _) = rows(&store, &config).await;
+    assert_eq!(
+        minutes.keys().copied().collect::<Vec<_>>(),
+        [(0, first)],
+        "nothing past what the registry read covers is written"
+    );
+
+    // Later reads (the test's clock at 23:01:30) cover every minute fed.
+    let later = i64::from(start) * 60 + 30;
+    for (reg, w) in [(&reg_a, &a), (&reg_b, &b)] {
+        reg.refresh_at(&w.session, w.engine.families(), later)
+            .await
+            .unwrap();
+    }
+    a.flusher.flush_now().await;
+    b.flusher.flush_now().await;
+    let (minutes, days) = rows(&store, &config).await;
+    let expected: BTreeMap<(i64, i64), i64> = fed
+        .iter()
+        .map(|(&m, &v)| {
+            let epoch = if m < i64::from(start) { 0 } else { i64::from(start) };
+            ((epoch, m), v)
+        })
+        .collect();
+    assert_eq!(minutes, expected, "each minute in exactly one epoch, exact");
+    let before: i64 = fed.range(..i64::from(start)).map(|(_, v)| v).sum();
+    let after: i64 = fed.range(i64::from(start)..).map(|(_, v)| v).sum();
+    assert_eq!(
+        days,
+        BTreeMap::from([(0, before), (i64::from(start), after)]),
+        "the day splits at the reset"
+    );
+    for w in [&a, &b] {
+        let accounting = w.accounting();
+        assert!(accounting.is_balanced(), "{accounting:?}");
+        assert_eq!(
+            (accounting.minute.pending, accounting.day.pending),
+            (0, 0),
+            "nothing left pending"
+        );
+    }
+
+    // `get` reads an epoch; by default the one in force at the end of the day.
+    let file = dir.path().join("c.toml");
+    std::fs::write(
+        &file,
+        store.config_file(
+            "[[family]]\nname = \"plays\"\nminute_table = \"metrics.plays_by_minute\"\nday_table = \"metrics.plays_by_day\"\nkey = [\"track\"]\nepoch_column = \"epoch\"\n[family.columns]\n\"track.plays\" = \"plays\"\n",
+        ),
+    )
+    .unwrap();
+    let (day, _) = day_and_minute(t0);
+    let file = file.display().to_string();
+    let get = |extra: &[&str]| {
+        let mut args = vec![
+            "get", "--config", &file, "track.plays", "--tag", "track:x", "--day", &day,
+        ];
+        args.extend_from_slice(extra);
+        cli_stdout(args).trim().to_owned()
+    };
+    assert_eq!(get(&["--epoch", "0"]), before.to_string());
+    assert_eq!(get(&["--epoch", &start.to_string()]), after.to_string());
+    assert_eq!(get(&[]), after.to_string(), "default: the epoch in force");
+    store.shutdown().await;
+}
+
+/// A registry that cannot be read: rows past what the last read covers are held (never
+/// written to the epoch before the reset), counted, and written to the right epoch once
+/// it answers again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unreachable_registry_holds_rows_and_never_writes_the_old_epoch() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = config(dir.path());
+    with_plays(&mut config);
+    let store = start_cqlsim(&mut config, "injects faults on the epoch registry").await;
+    let t0 = T0 - 3600;
+    let first = t0 / 60;
+    let (mut w, reg) = writer(&config, "a", t0).await;
+    // The writer's last good read is from before the reset was written.
+    reg.refresh_at(&w.session, w.engine.families(), t0).await.unwrap();
+    let start = countersink::epoch::reset::start_minute(t0 + 1, 60, Some(t0 + 180)).unwrap();
+    registry::schedule(&w.session, &config, "plays", "", start, "test", t0 + 1)
+        .await
+        .unwrap();
+    store
+        .sim()
+        .add_fault(FaultRule::new(FaultKind::Unavailable).table("epochs").target(Target::All));
+    let later = i64::from(start) * 60 + 90;
+    assert!(
+        reg.refresh_at(&w.session, w.engine.families(), later)
+            .await
+            .is_err(),
+        "the registry does not answer"
+    );
+    reg.update_age(later);
+
+    let mut fed: BTreeMap<i64, i64> = BTreeMap::new();
+    for m in first..=first + 4 {
+        play(&w, m - first + 1, m * 60 + 5, later);
+        *fed.entry(m).or_default() += m - first + 1;
+    }
+    for _ in 0..3 {
+        w.flusher.flush_now().await;
+    }
+    let (minutes, _) = rows(&store, &config).await;
+    assert_eq!(
+        minutes,
+        BTreeMap::from([((0, first), 1)]),
+        "only the minute the old read covers is written; nothing reaches epoch 0 past it"
+    );
+    assert_eq!(reg.held(), 3 * 4, "four rows held by each of three flushes");
+    let accounting = w.accounting();
+    assert!(accounting.is_balanced(), "{accounting:?}");
+    assert_eq!(
+        accounting.minute.pending,
+        i128::from(fed.values().sum::<i64>() - 1),
+        "held rows are pending, not lost"
+    );
+
+    store.sim().clear_faults();
+    reg.refresh_at(&w.session, w.engine.families(), later)
+        .await
+        .unwrap();
+    w.flusher.flush_now().await;
+    let (minutes, days) = rows(&store, &config).await;
+    let s = i64::from(start);
+    let expected: BTreeMap<(i64, i64), i64> = fed
+        .iter()
+        .map(|(&m, &v)| (((if m < s { 0 } else { s }), m), v))
+        .collect();
+    assert_eq!(minutes, expected);
+    assert_eq!(
+        days,
+        BTreeMap::from([
+            (0, fed.range(..s).map(|(_, v)| v).sum::<i64>()),
+            (s, fed.range(s..).map(|(_, v)| v).sum::<i64>())
+        ])
+    );
+    store.shutdown().await;
+}
