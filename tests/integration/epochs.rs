@@ -264,3 +264,62 @@ async fn an_unreachable_registry_holds_rows_and_never_writes_the_old_epoch() {
     );
     store.shutdown().await;
 }
+
+/// `countersink reset`: refuses a start inside the lead and a family without an epoch
+/// column; writes a whole-family epoch at the first whole minute a lead ahead, and a
+/// per-key one with the key's values as its scope.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reset_schedules_epochs_a_lead_ahead_and_refuses_earlier_ones() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = config(dir.path());
+    with_plays(&mut config);
+    let store = start_store(&mut config).await;
+    let file = dir.path().join("c.toml");
+    std::fs::write(
+        &file,
+        store.config_file(
+            "[[family]]\nname = \"plays\"\nminute_table = \"metrics.plays_by_minute\"\nday_table = \"metrics.plays_by_day\"\nkey = [\"track\"]\nepoch_column = \"epoch\"\n[family.columns]\n\"track.plays\" = \"plays\"\n\n[[family]]\nname = \"views\"\nminute_table = \"metrics.views_by_minute\"\nday_table = \"metrics.views_by_day\"\nkey = [\"page_id\"]\n[family.columns]\n\"page.views\" = \"views\"\n",
+        ),
+    )
+    .unwrap();
+    let file = file.display().to_string();
+    let now = || {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs() as i64
+    };
+    let soon = time::OffsetDateTime::from_unix_timestamp(now() + 20)
+        .unwrap()
+        .format(&time::format_description::well_known::Rfc3339)
+        .unwrap();
+    let early = crate::common::run_cli(["reset", "plays", "--config", &file, "--at", &soon]);
+    assert_eq!(early.status.code(), Some(2), "{early:?}");
+    assert!(String::from_utf8_lossy(&early.stderr).contains("before now + epochs.lead"));
+    let views = crate::common::run_cli(["reset", "views", "--config", &file]);
+    assert_eq!(views.status.code(), Some(2), "{views:?}");
+    assert!(String::from_utf8_lossy(&views.stderr).contains("no epoch_column"));
+
+    let asked = now();
+    let whole = crate::common::run_cli(["reset", "plays", "--config", &file, "--reason", "t"]);
+    assert!(whole.status.success(), "{whole:?}");
+    let key = crate::common::run_cli(["reset", "plays", "--config", &file, "--tag", "track:x"]);
+    assert!(key.status.success(), "{key:?}");
+    let table = countersink::ddl::epochs_table(&config);
+    let rows = store
+        .select(&format!(
+            "SELECT scope, start_minute, reason FROM {table} WHERE family = 'plays'"
+        ))
+        .await;
+    assert_eq!(rows.len(), 2);
+    for i in 0..rows.len() {
+        let start = rows.get_i64(i, "start_minute").unwrap() * 60;
+        assert!(
+            start >= asked + 60 && start < now() + 120,
+            "a whole minute at least the lead ahead: {start} vs {asked}"
+        );
+    }
+    let scopes: Vec<&str> = (0..rows.len()).map(|i| rows.text(i, "scope").unwrap()).collect();
+    assert_eq!(scopes, ["", "[\"x\"]"]);
+    store.shutdown().await;
+}
