@@ -87,6 +87,8 @@ pub struct Flusher<S> {
     /// The epoch registry, when a family has an epoch column: which epoch each row goes
     /// to, or whether it must wait (see [`crate::epoch`]).
     epochs: Option<Arc<EpochRegistry>>,
+    /// Rows the final flush held back, bound for its spill segment.
+    held_spill: Vec<Spilled>,
 }
 
 impl<S: Sink> Flusher<S> {
@@ -179,6 +181,7 @@ impl<S: Sink> Flusher<S> {
             lost: (0, [0, 0]),
             observers: Vec::new(),
             epochs: None,
+            held_spill: Vec::new(),
         }
     }
 
@@ -319,7 +322,11 @@ impl<S: Sink> Flusher<S> {
                 }
             },
         );
-        let held_sums = self.hold(planned.held);
+        let held_sums = if last {
+            self.spill_held(&flush, planned.held)
+        } else {
+            self.hold(planned.held)
+        };
         for g in Granularity::ALL {
             drained_sums[g.index()] -= held_sums[g.index()];
             self.ledger
@@ -454,6 +461,7 @@ impl<S: Sink> Flusher<S> {
         self.state.journal_flush();
         crash_point("settled_in_memory");
 
+        batch.spill.append(&mut self.held_spill);
         let (spilled, dropped) = self.spill(&flush, batch.spill);
         report.spilled = spilled;
         report.dropped = dropped;
@@ -530,7 +538,7 @@ impl<S: Sink> Flusher<S> {
                         r.row = u16::try_from(row_index).unwrap_or(u16::MAX);
                     }
                     batch.spill.push(Spilled {
-                        request: source.request,
+                        request: Some(source.request),
                         table,
                         sum: back.columns.sum(),
                         records,
@@ -546,7 +554,7 @@ impl<S: Sink> Flusher<S> {
                     error.as_ref(),
                 );
                 batch.spill.push(Spilled {
-                    request: source.request,
+                    request: Some(source.request),
                     table: write.table,
                     sum,
                     records,
@@ -605,7 +613,9 @@ impl<S: Sink> Flusher<S> {
                 dropped.2[item.table.index()] += item.sum;
                 self.ledger.update(item.table, |s| s.dropped += item.sum);
                 self.ledger.count_late_drop(reason, rows);
-                self.state.journal_outcome(item.request, &Settled::Dropped);
+                if let Some(request) = item.request {
+                    self.state.journal_outcome(request, &Settled::Dropped);
+                }
             }
         }
         self.state.journal_flush();
@@ -666,6 +676,51 @@ impl<S: Sink> Flusher<S> {
         sums
     }
 
+    /// At the final flush, rows the epoch view does not cover go to the flush's spill
+    /// segment (request id `…/held`) instead of back to memory: the next start replays
+    /// them into the epoch of their minute. Returns their delta sums per table.
+    fn spill_held(
+        &mut self,
+        flush: &FlushId,
+        held: Vec<(crate::aggregate::RowKey, crate::aggregate::Row)>,
+    ) -> [i128; 2] {
+        let mut sums = [0_i128; 2];
+        if let Some(epochs) = &self.epochs {
+            epochs.count_held(held.len());
+        }
+        let time = bucket::rfc3339(SystemTime::now());
+        let held_id = format!("{}/{}/{}/held", flush.writer, flush.incarnation, flush.flush_seq);
+        let mut index = 0_u16;
+        for (key, row) in &held {
+            let family = &self.families[usize::from(key.family().0)];
+            let source = RecordSource {
+                flush,
+                request: u32::MAX,
+                time: &time,
+            };
+            for (table, mut record) in record_conversion::held_records(key, row, family, source) {
+                record.request_id.clone_from(&held_id);
+                record.row = index;
+                index = index.saturating_add(1);
+                let sum = row.columns.sum();
+                sums[table.index()] += sum;
+                self.held_spill.push(Spilled {
+                    request: None,
+                    table,
+                    sum,
+                    records: vec![record],
+                });
+            }
+        }
+        if !held.is_empty() {
+            tracing::warn!(
+                rows = held.len(),
+                "At shutdown, rows whose epoch the last read of the registry does not cover were spilled; the next start places them."
+            );
+        }
+        sums
+    }
+
     /// Records what is pending in memory now in `status.json` (the lost-at-crash figure).
     fn write_pending_status(&self) {
         let (pending_rows, pending_sums) = pending(&self.engine);
@@ -697,7 +752,8 @@ struct Batch {
 
 /// Records of one write (or one row of it) bound for the spill.
 struct Spilled {
-    request: u32,
+    /// The request, `None` for a row held back (never planned into one).
+    request: Option<u32>,
     table: Granularity,
     sum: i128,
     records: Vec<WriteRecord>,

@@ -50,6 +50,56 @@ pub fn to_records(
     )
 }
 
+/// The spill records of a row held back at the final flush (its epoch not known yet):
+/// one per table it owes, each with its table. A day record of a family with an epoch
+/// column keeps, as `minute`, the minute that decides its epoch, so that its replay
+/// places it where the row would have gone.
+pub fn held_records(
+    key: &RowKey,
+    row: &Row,
+    family: &FamilyEntry,
+    source: RecordSource<'_>,
+) -> Vec<(Granularity, WriteRecord)> {
+    let deltas = row.columns.as_slice();
+    let record = |table, bucket| {
+        records_of(
+            family,
+            table,
+            key.series(),
+            (None, None),
+            [(bucket, deltas)],
+            source,
+            RecordOutcome::Spilled,
+            None,
+        )
+    };
+    let mut out = Vec::new();
+    if let Slot::Both(m) | Slot::MinuteOnly(m) = key.slot() {
+        out.extend(record(Granularity::Minute, m.0));
+    }
+    let (day, deciding) = match key.slot() {
+        Slot::Both(m) | Slot::DayOnlyAt(m) => (Some(m.day()), Some(m.minute_of_day())),
+        Slot::DayOnly(d) => (Some(d), None),
+        Slot::MinuteOnly(_) => (None, None),
+    };
+    if let Some(day) = day {
+        out.extend(record(Granularity::Day, day.0).into_iter().map(|mut r| {
+            r.minute = deciding;
+            r
+        }));
+    }
+    out.into_iter()
+        .map(|r| {
+            let table = if r.granularity == "day" {
+                Granularity::Day
+            } else {
+                Granularity::Minute
+            };
+            (table, r)
+        })
+        .collect()
+}
+
 /// Why a spilled record cannot be replayed under the current configuration.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum ReplayError {
@@ -93,10 +143,16 @@ pub fn from_record(
             Slot::MinuteOnly(Minute(day.0 * MINUTES_PER_DAY + m as u32))
         }
         // A day row of an epoch goes back to that epoch (placed again from a minute it
-        // covers on that day); without an epoch column, the epoch is dropped.
-        ("day", None) => match family.epoch_column {
-            Some(_) => crate::flush::plan::owed_slot(Granularity::Day, day.0, record.epoch),
-            None => Slot::DayOnly(day),
+        // covers on that day), or, held before its epoch was known, to the epoch of the
+        // minute it kept; without an epoch column, both are dropped.
+        ("day", minute) => match (&family.epoch_column, record.epoch, minute) {
+            (Some(_), Some(epoch), _) => {
+                crate::flush::plan::owed_slot(Granularity::Day, day.0, Some(epoch))
+            }
+            (Some(_), None, Some(m)) if (0..MINUTES_PER_DAY as i16).contains(&m) => {
+                Slot::DayOnlyAt(Minute(day.0 * MINUTES_PER_DAY + m as u32))
+            }
+            _ => Slot::DayOnly(day),
         },
         _ => {
             return Err(ReplayError::BadBucket(format!(

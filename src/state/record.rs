@@ -46,7 +46,8 @@ pub struct WriteRecord {
     pub epoch: Option<i32>,
     /// The day, `YYYY-MM-DD`.
     pub day: String,
-    /// Minute of the day (minute table only).
+    /// Minute of the day (minute table only; in a day record of a family with an epoch
+    /// column held at shutdown before its epoch was known, the minute that decides it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub minute: Option<i16>,
     /// The month partition, `YYYY-MM` (day table only).

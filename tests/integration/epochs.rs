@@ -323,3 +323,72 @@ async fn reset_schedules_epochs_a_lead_ahead_and_refuses_earlier_ones() {
     assert_eq!(scopes, ["", "[\"x\"]"]);
     store.shutdown().await;
 }
+
+/// A stop while the registry is unreachable: the final flush spills the rows it cannot
+/// place (nothing lost, nothing in the old epoch), and the next start, reading the
+/// registry, replays them into the epoch of their minute.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rows_held_at_shutdown_are_spilled_and_placed_by_the_next_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = config(dir.path());
+    with_plays(&mut config);
+    let store = start_cqlsim(&mut config, "injects faults on the epoch registry").await;
+    let t0 = T0 - 3600;
+    let first = t0 / 60;
+    let (w, reg) = writer(&config, "a", t0).await;
+    reg.refresh_at(&w.session, w.engine.families(), t0).await.unwrap();
+    let start = countersink::epoch::reset::start_minute(t0 + 1, 60, Some(t0 + 120)).unwrap();
+    registry::schedule(&w.session, &config, "plays", "", start, "test", t0 + 1)
+        .await
+        .unwrap();
+    store
+        .sim()
+        .add_fault(FaultRule::new(FaultKind::Unavailable).table("epochs").target(Target::All));
+    let now = i64::from(start) * 60 + 90;
+    let mut fed: BTreeMap<i64, i64> = BTreeMap::new();
+    for m in first..=first + 3 {
+        play(&w, 10 + m - first, m * 60 + 1, now);
+        *fed.entry(m).or_default() += 10 + m - first;
+    }
+    let Writer { flusher, engine, ledger, .. } = w;
+    flusher.finish().await;
+    let accounting = countersink::telemetry::Accounting::read(&engine, &ledger);
+    assert!(accounting.is_balanced(), "{accounting:?}");
+    assert_eq!(
+        (accounting.minute.pending, accounting.minute.applied, accounting.minute.spilled),
+        (0, 10, 11 + 12 + 13),
+        "the minute the old read covers is written, the rest spilled, none pending"
+    );
+    let (minutes, _) = rows(&store, &config).await;
+    assert_eq!(minutes, BTreeMap::from([((0, first), 10)]));
+    let spilled = crate::common::spilled_records(&config.state.dir.join("a"));
+    assert!(
+        spilled
+            .iter()
+            .any(|r| r["granularity"] == "day" && r["minute"].is_i64()),
+        "a held day row keeps the minute that decides its epoch: {spilled:?}"
+    );
+
+    store.sim().clear_faults();
+    let (mut again, reg) = writer(&config, "a", now).await;
+    reg.refresh_at(&again.session, again.engine.families(), now)
+        .await
+        .unwrap();
+    again.flusher.flush_now().await;
+    again.flusher.flush_now().await;
+    let (minutes, days) = rows(&store, &config).await;
+    let s = i64::from(start);
+    let expected: BTreeMap<(i64, i64), i64> = fed
+        .iter()
+        .map(|(&m, &v)| (((if m < s { 0 } else { s }), m), v))
+        .collect();
+    assert_eq!(minutes, expected);
+    assert_eq!(
+        days,
+        BTreeMap::from([
+            (0, fed.range(..s).map(|(_, v)| v).sum::<i64>()),
+            (s, fed.range(s..).map(|(_, v)| v).sum::<i64>())
+        ])
+    );
+    store.shutdown().await;
+}
