@@ -238,12 +238,16 @@ mod tests {
             "{all:?}"
         );
         assert!(
-            all.iter()
-                .any(|s| s.starts_with("CREATE TABLE IF NOT EXISTS countersink.epochs")
-                    && s.contains("PRIMARY KEY ((family), scope, start_minute)")),
+            all.iter().any(
+                |s| s.starts_with("CREATE TABLE IF NOT EXISTS countersink.epochs")
+                    && s.contains("PRIMARY KEY ((family), scope, start_minute)")
+            ),
             "{all:?}"
         );
-        assert!(all.iter().any(|s| s.contains("KEYSPACE IF NOT EXISTS countersink")));
+        assert!(
+            all.iter()
+                .any(|s| s.contains("KEYSPACE IF NOT EXISTS countersink"))
+        );
     }
 
     #[test]

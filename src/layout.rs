@@ -194,12 +194,18 @@ mod tests {
         let families = Families::from_config(&config).unwrap();
         let views = families.by_name("views").unwrap();
         let minute = TableLayout::of(views, Granularity::Minute);
-        assert_eq!(minute.primary_key_text(), "(page_id, epoch, day, shard), minute");
+        assert_eq!(
+            minute.primary_key_text(),
+            "(page_id, epoch, day, shard), minute"
+        );
         assert_eq!(
             minute.update_statement(),
             "UPDATE metrics.views_by_minute SET bytes = bytes + ?, views = views + ? WHERE page_id = ? AND epoch = ? AND day = ? AND shard = ? AND minute = ?"
         );
         let day = TableLayout::of(views, Granularity::Day);
-        assert_eq!(day.primary_key_text(), "(page_id, epoch, month, shard), day");
+        assert_eq!(
+            day.primary_key_text(),
+            "(page_id, epoch, month, shard), day"
+        );
     }
 }

@@ -170,8 +170,7 @@ impl Recorder {
             None => (None, None),
         };
         let pipeline =
-            Pipeline::start_placed(engine.clone(), config, sink, observers, epochs.clone())
-                .await?;
+            Pipeline::start_placed(engine.clone(), config, sink, observers, epochs.clone()).await?;
         let key_index = key_index.map(|index| {
             let (stop, stopped) = tokio::sync::watch::channel(false);
             (stop, tokio::spawn(index.run(stopped, KEY_INDEX_DRAIN)))

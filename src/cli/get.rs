@@ -8,9 +8,9 @@ use clap::Args;
 
 use crate::bucket::{self, Day};
 use crate::config::{Config, ConsistencyLevel};
+use crate::epoch::EpochRegistry;
 use crate::family::Families;
 use crate::ops::read::{self, ReadError, Reader};
-use crate::epoch::EpochRegistry;
 use crate::sink::cql::session;
 use crate::telemetry::OperationsMetrics;
 use scylla::client::session::Session;

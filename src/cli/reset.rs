@@ -19,7 +19,11 @@ pub(super) struct ResetArgs {
     #[command(flatten)]
     store: StoreArgs,
     /// The family to reset (it needs an `epoch_column`).
-    #[arg(value_name = "FAMILY", required_unless_present = "all", conflicts_with = "all")]
+    #[arg(
+        value_name = "FAMILY",
+        required_unless_present = "all",
+        conflicts_with = "all"
+    )]
     family: Option<String>,
     /// Reset one key only: its key tags, `key:value`; repeat for a family keyed by
     /// several columns.
@@ -116,17 +120,9 @@ pub(super) async fn run(args: ResetArgs) -> Result<(), Failure> {
         .await
         .map_err(Failure::other)?;
     for (family, scope) in &targets {
-        registry::schedule(
-            &session,
-            &config,
-            family,
-            scope,
-            start,
-            &args.reason,
-            now(),
-        )
-        .await
-        .map_err(Failure::other)?;
+        registry::schedule(&session, &config, family, scope, start, &args.reason, now())
+            .await
+            .map_err(Failure::other)?;
         let whom = if scope.is_empty() {
             "every key".to_owned()
         } else {

@@ -88,4 +88,19 @@ mod tests {
         config.epochs.lead = Duration::from_secs(5);
         assert!(config.validate().is_err());
     }
+
+    #[test]
+    fn the_epoch_column_must_not_be_a_key_bucket_or_counter_column() {
+        let mut config = Config::default();
+        config.families.push(crate::config::FamilyConfig {
+            epoch_column: Some("epoch".into()),
+            ..crate::config::FamilyConfig::seed_views()
+        });
+        config.validate().unwrap();
+        for bad in ["day", "page_id", "views", "Epoch"] {
+            config.families[0].epoch_column = Some(bad.into());
+            let error = config.validate().unwrap_err().to_string();
+            assert!(error.contains("family[0]"), "{bad}: {error}");
+        }
+    }
 }

@@ -354,9 +354,7 @@ fn validate_family(family: &FamilyConfig, at: &dyn Fn(&str) -> String) -> Result
         {
             return Err(ConfigError::invalid(
                 field,
-                format!(
-                    "`{column}` is a key, bucket, shard or epoch column, not a counter column"
-                ),
+                format!("`{column}` is a key, bucket, shard or epoch column, not a counter column"),
             ));
         }
     }

@@ -86,12 +86,26 @@ mod tests {
         let v = view(fetched);
         let at = |k: &str, m: u32| choose(Some(&v), &HORIZON, F, &key(k), Minute(m));
         assert_eq!(at("about", M - 1), Placement::Epoch(0), "before any reset");
-        assert_eq!(at("about", M), Placement::Epoch(M as i32), "the boundary minute is new");
+        assert_eq!(
+            at("about", M),
+            Placement::Epoch(M as i32),
+            "the boundary minute is new"
+        );
         assert_eq!(at("about", M + 40), Placement::Epoch(M as i32));
         assert_eq!(at("home", M + 29), Placement::Epoch(M as i32));
-        assert_eq!(at("home", M + 30), Placement::Epoch((M + 30) as i32), "a key's own reset");
         assert_eq!(
-            choose(Some(&v), &HORIZON, FamilyId(2), &key("home"), Minute(M + 40)),
+            at("home", M + 30),
+            Placement::Epoch((M + 30) as i32),
+            "a key's own reset"
+        );
+        assert_eq!(
+            choose(
+                Some(&v),
+                &HORIZON,
+                FamilyId(2),
+                &key("home"),
+                Minute(M + 40)
+            ),
             Placement::Epoch(0),
             "another family is not reset"
         );

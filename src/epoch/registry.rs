@@ -134,9 +134,7 @@ impl EpochRegistry {
     /// Sets the age gauge: seconds since the read behind the current view was sent (since
     /// this registry was made, while there is none).
     pub fn update_age(&self, now_unix_secs: i64) {
-        let since = self
-            .view()
-            .map_or(self.started, |v| v.fetched_at());
+        let since = self.view().map_or(self.started, |v| v.fetched_at());
         self.age.set((now_unix_secs - since).max(0));
     }
 

@@ -83,3 +83,37 @@ impl EpochView {
         all.into_iter().collect()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_read_shows_the_epoch_in_force_at_the_end_of_the_day_or_now() {
+        let day = Day(20_000);
+        let first = day.0 * MINUTES_PER_DAY;
+        let key = crate::series::encode(["home"]);
+        let mut view = EpochView::new(0);
+        view.add(FamilyId(1), None, (first + 600) as i32);
+        view.add(FamilyId(1), Some(&key), (first + 900) as i32);
+        let at = |minute: u32| i64::from(minute) * 60;
+        assert_eq!(
+            view.read_epoch(FamilyId(1), &key, day, at(first + 700)),
+            (first + 600) as i32
+        );
+        assert_eq!(
+            view.read_epoch(FamilyId(1), &key, day, at(first + 5000)),
+            (first + 900) as i32
+        );
+        assert_eq!(
+            view.read_epoch(FamilyId(1), b"other", day, at(first + 5000)),
+            (first + 600) as i32,
+            "another key sees only the family's reset"
+        );
+        assert_eq!(view.read_epoch(FamilyId(1), &key, day, at(first + 10)), 0);
+        assert_eq!(
+            view.epochs_of(FamilyId(1), &key),
+            [0, (first + 600) as i32, (first + 900) as i32]
+        );
+    }
+}

@@ -671,7 +671,10 @@ impl<S: Sink> Flusher<S> {
                 }
             }
             self.ledger.count_late_drop(DropReason::Overflow, 1);
-            tracing::error!(?key, "A held row would overflow its pending row; dropped (counted in countersink_rows_dropped_total{{reason=\"overflow\"}}).");
+            tracing::error!(
+                ?key,
+                "A held row would overflow its pending row; dropped (counted in countersink_rows_dropped_total{{reason=\"overflow\"}})."
+            );
         }
         sums
     }
@@ -689,7 +692,10 @@ impl<S: Sink> Flusher<S> {
             epochs.count_held(held.len());
         }
         let time = bucket::rfc3339(SystemTime::now());
-        let held_id = format!("{}/{}/{}/held", flush.writer, flush.incarnation, flush.flush_seq);
+        let held_id = format!(
+            "{}/{}/{}/held",
+            flush.writer, flush.incarnation, flush.flush_seq
+        );
         let mut index = 0_u16;
         for (key, row) in &held {
             let family = &self.families[usize::from(key.family().0)];

@@ -438,9 +438,18 @@ mod tests {
             .unwrap();
         let requeued: Vec<_> = requeued_rows(day_write, 5).collect();
         assert_eq!(requeued[0].0.slot(), Slot::DayOnlyAt(Minute(base + 600)));
-        let again = plan_placed(requeued, PlanOptions { max_batch_rows: 16 }, |_| None, place);
+        let again = plan_placed(
+            requeued,
+            PlanOptions { max_batch_rows: 16 },
+            |_| None,
+            place,
+        );
         assert_eq!(
-            (again.writes[0].table, again.writes[0].epoch, again.writes[0].rows[0].bucket),
+            (
+                again.writes[0].table,
+                again.writes[0].epoch,
+                again.writes[0].rows[0].bucket
+            ),
             (Granularity::Day, Some(reset), day)
         );
         assert_eq!(

@@ -7,8 +7,8 @@ use crate::bucket::{self, Day, MINUTES_PER_DAY, Minute};
 use crate::family::{Families, FamilyDef};
 use crate::series;
 use crate::sink::{PartitionWrite, WriteError};
-use crate::vocabulary::Granularity;
 use crate::state::{ErrorInfo, FamilyEntry, RecordOutcome, RecordSource, WriteRecord, records_of};
+use crate::vocabulary::Granularity;
 
 /// The journal's description of a family (what its records and intents need).
 pub fn family_entry(family: &FamilyDef) -> FamilyEntry {

@@ -19,9 +19,9 @@ use tokio::task::JoinHandle;
 
 use crate::config::{Config, ConfigError};
 use crate::engine::Engine;
+use crate::epoch::EpochRegistry;
 use crate::flush::{FlushObserver, FlushReport};
 use crate::ingest::{self, ListenError, Receivers};
-use crate::epoch::EpochRegistry;
 use crate::ops::keyindex::KeyIndex;
 use crate::ops::leaderboard::{self, Leaderboards};
 use crate::pipeline::{Pipeline, StartError};

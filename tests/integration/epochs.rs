@@ -53,10 +53,7 @@ fn play(writer: &Writer, delta: i64, at: i64, now: i64) {
 }
 
 /// (epoch, Unix minute) → plays, of the minute table; (epoch) → plays of the day table.
-async fn rows(
-    store: &Store,
-    config: &Config,
-) -> (BTreeMap<(i64, i64), i64>, BTreeMap<i64, i64>) {
+async fn rows(store: &Store, config: &Config) -> (BTreeMap<(i64, i64), i64>, BTreeMap<i64, i64>) {
     let family = config.families.iter().find(|f| f.name == "plays").unwrap();
     let minutes = store
         .select(&format!(
@@ -123,7 +120,11 @@ async fn two_writers_straddling_a_reset_put_each_minute_in_one_epoch() {
     a.flusher.flush_now().await;
     b.flusher.flush_now().await;
     // Read at t0+1: covered up to t0+56, so only minute `first` is placed.
-    assert_eq!(reg_a.held() + reg_b.held(), 8, "four rows of each writer wait");
+    assert_eq!(
+        reg_a.held() + reg_b.held(),
+        8,
+        "four rows of each writer wait"
+    );
     let (minutes, _) = rows(&store, &config).await;
     assert_eq!(
         minutes.keys().copied().collect::<Vec<_>>(),
@@ -144,7 +145,11 @@ async fn two_writers_straddling_a_reset_put_each_minute_in_one_epoch() {
     let expected: BTreeMap<(i64, i64), i64> = fed
         .iter()
         .map(|(&m, &v)| {
-            let epoch = if m < i64::from(start) { 0 } else { i64::from(start) };
+            let epoch = if m < i64::from(start) {
+                0
+            } else {
+                i64::from(start)
+            };
             ((epoch, m), v)
         })
         .collect();
@@ -179,7 +184,14 @@ async fn two_writers_straddling_a_reset_put_each_minute_in_one_epoch() {
     let file = file.display().to_string();
     let get = |extra: &[&str]| {
         let mut args = vec![
-            "get", "--config", &file, "track.plays", "--tag", "track:x", "--day", &day,
+            "get",
+            "--config",
+            &file,
+            "track.plays",
+            "--tag",
+            "track:x",
+            "--day",
+            &day,
         ];
         args.extend_from_slice(extra);
         cli_stdout(args).trim().to_owned()
@@ -203,14 +215,18 @@ async fn an_unreachable_registry_holds_rows_and_never_writes_the_old_epoch() {
     let first = t0 / 60;
     let (mut w, reg) = writer(&config, "a", t0).await;
     // The writer's last good read is from before the reset was written.
-    reg.refresh_at(&w.session, w.engine.families(), t0).await.unwrap();
+    reg.refresh_at(&w.session, w.engine.families(), t0)
+        .await
+        .unwrap();
     let start = countersink::epoch::reset::start_minute(t0 + 1, 60, Some(t0 + 180)).unwrap();
     registry::schedule(&w.session, &config, "plays", "", start, "test", t0 + 1)
         .await
         .unwrap();
-    store
-        .sim()
-        .add_fault(FaultRule::new(FaultKind::Unavailable).table("epochs").target(Target::All));
+    store.sim().add_fault(
+        FaultRule::new(FaultKind::Unavailable)
+            .table("epochs")
+            .target(Target::All),
+    );
     let later = i64::from(start) * 60 + 90;
     assert!(
         reg.refresh_at(&w.session, w.engine.families(), later)
@@ -319,7 +335,9 @@ async fn reset_schedules_epochs_a_lead_ahead_and_refuses_earlier_ones() {
             "a whole minute at least the lead ahead: {start} vs {asked}"
         );
     }
-    let scopes: Vec<&str> = (0..rows.len()).map(|i| rows.text(i, "scope").unwrap()).collect();
+    let scopes: Vec<&str> = (0..rows.len())
+        .map(|i| rows.text(i, "scope").unwrap())
+        .collect();
     assert_eq!(scopes, ["", "[\"x\"]"]);
     store.shutdown().await;
 }
@@ -336,26 +354,39 @@ async fn rows_held_at_shutdown_are_spilled_and_placed_by_the_next_start() {
     let t0 = T0 - 3600;
     let first = t0 / 60;
     let (w, reg) = writer(&config, "a", t0).await;
-    reg.refresh_at(&w.session, w.engine.families(), t0).await.unwrap();
+    reg.refresh_at(&w.session, w.engine.families(), t0)
+        .await
+        .unwrap();
     let start = countersink::epoch::reset::start_minute(t0 + 1, 60, Some(t0 + 120)).unwrap();
     registry::schedule(&w.session, &config, "plays", "", start, "test", t0 + 1)
         .await
         .unwrap();
-    store
-        .sim()
-        .add_fault(FaultRule::new(FaultKind::Unavailable).table("epochs").target(Target::All));
+    store.sim().add_fault(
+        FaultRule::new(FaultKind::Unavailable)
+            .table("epochs")
+            .target(Target::All),
+    );
     let now = i64::from(start) * 60 + 90;
     let mut fed: BTreeMap<i64, i64> = BTreeMap::new();
     for m in first..=first + 3 {
         play(&w, 10 + m - first, m * 60 + 1, now);
         *fed.entry(m).or_default() += 10 + m - first;
     }
-    let Writer { flusher, engine, ledger, .. } = w;
+    let Writer {
+        flusher,
+        engine,
+        ledger,
+        ..
+    } = w;
     flusher.finish().await;
     let accounting = countersink::telemetry::Accounting::read(&engine, &ledger);
     assert!(accounting.is_balanced(), "{accounting:?}");
     assert_eq!(
-        (accounting.minute.pending, accounting.minute.applied, accounting.minute.spilled),
+        (
+            accounting.minute.pending,
+            accounting.minute.applied,
+            accounting.minute.spilled
+        ),
         (0, 10, 11 + 12 + 13),
         "the minute the old read covers is written, the rest spilled, none pending"
     );
