@@ -423,3 +423,72 @@ async fn rows_held_at_shutdown_are_spilled_and_placed_by_the_next_start() {
     );
     store.shutdown().await;
 }
+
+/// The sidecar on the wall clock: its registry timer reads the registry, a line of now is
+/// written to epoch 0 at once, a line stamped three minutes ahead is held (counted, the
+/// view's age shown) and, at shutdown, spilled rather than lost or guessed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_sidecar_follows_the_registry_and_holds_lines_from_the_future() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = crate::common::sidecar_config(dir.path());
+    with_plays(&mut config);
+    config.flush.interval = std::time::Duration::from_millis(300);
+    config.flush.jitter = std::time::Duration::ZERO;
+    config.epochs.refresh_interval = std::time::Duration::from_secs(1);
+    let store = start_store(&mut config).await;
+    let sidecar = crate::common::start_sidecar(&config).await;
+    let bound = sidecar.bound();
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs() as i64;
+    let udp = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    let ahead = now + 180;
+    for line in [
+        "track.plays:5|c|#track:x".to_owned(),
+        format!("track.plays:7|c|#track:x|T{ahead}"),
+    ] {
+        udp.send_to(line.as_bytes(), bound.udp.unwrap()).unwrap();
+    }
+    let metrics = crate::common::metrics_when(bound.metrics.unwrap(), |text| {
+        text.lines()
+            .any(|l| l.starts_with("countersink_epoch_rows_held_total ") && !l.ends_with(" 0"))
+    })
+    .await;
+    let age: i64 = metrics
+        .lines()
+        .find_map(|l| l.strip_prefix("countersink_epoch_registry_age_seconds "))
+        .and_then(|v| v.trim().parse().ok())
+        .expect("the age gauge");
+    assert!(age < 30, "the timer keeps the view fresh: {age}s");
+    let mut written = BTreeMap::new();
+    for _ in 0..100 {
+        written = rows(&store, &config).await.0;
+        if !written.is_empty() {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    assert_eq!(
+        written
+            .into_iter()
+            .map(|((e, _), v)| (e, v))
+            .collect::<Vec<_>>(),
+        [(0, 5)],
+        "the line of now is in epoch 0; the one from the future is not written"
+    );
+    sidecar.shutdown().await;
+    let spilled = crate::common::spilled_records(&config.state.dir);
+    let held: Vec<_> = spilled
+        .iter()
+        .filter(|r| {
+            r["request_id"]
+                .as_str()
+                .is_some_and(|id| id.ends_with("/held"))
+        })
+        .collect();
+    assert_eq!(held.len(), 2, "its minute row and its day row: {spilled:?}");
+    assert!(held.iter().all(|r| r["deltas"]["plays"] == 7));
+    assert_eq!(rows(&store, &config).await.0.values().sum::<i64>(), 5);
+    store.shutdown().await;
+}
