@@ -7,7 +7,10 @@
 //!    (the baseline of its cost), interleaved in the same run, beside the store's own
 //!    ceiling: single prepared UPDATEs at the flusher's concurrency. The state directory
 //!    is on the disk of `target/` (a tmpfs would make fdatasync free).
-//! 2. Time from SIGTERM to exit of the `countersink serve` binary holding 100k pending
+//! 2. The plan step alone (100k drained rows into writes), without epochs and with every
+//!    row placed into an epoch by a registry view (`FLUSH_BENCH_ONLY_PLAN=1` runs only
+//!    this part).
+//! 3. Time from SIGTERM to exit of the `countersink serve` binary holding 100k pending
 //!    rows (release build required: `cargo build --release` first; skipped with
 //!    `FLUSH_BENCH_SKIP_SIGTERM=1`).
 
@@ -206,8 +209,75 @@ fn http_get(addr: std::net::SocketAddr) -> String {
     text
 }
 
+/// 100k drained rows of one family: 1,000 keys × 100 minutes.
+fn drained_rows() -> Vec<(countersink::aggregate::RowKey, countersink::aggregate::Row)> {
+    use countersink::aggregate::{Columns, Row, RowKey, Slot};
+    let first = (NOW / 60) as u32;
+    (0..100_000_u32)
+        .map(|i| {
+            let series = countersink::series::encode([format!("k{}", i % 1000).as_str()]);
+            (
+                RowKey::new(
+                    countersink::vocabulary::FamilyId(1),
+                    Slot::Both(countersink::bucket::Minute(first - 100 + i / 1000)),
+                    series.into_boxed_slice(),
+                ),
+                Row {
+                    columns: Columns::One(1),
+                    requeued_since: 0,
+                },
+            )
+        })
+        .collect()
+}
+
+/// Seconds to plan 100k rows: without epochs, and with each row placed by a view (a
+/// family-wide reset in the middle of the rows' minutes, and a per-key one).
+fn plan_cost() -> [f64; 2] {
+    use countersink::epoch::{EpochView, Horizon, choose};
+    use countersink::flush::plan::{plan, plan_placed};
+    let options = countersink::flush::PlanOptions { max_batch_rows: 16 };
+    let mut view = EpochView::new(NOW);
+    view.add(countersink::vocabulary::FamilyId(1), None, (NOW / 60 - 50) as i32);
+    view.add(
+        countersink::vocabulary::FamilyId(1),
+        Some(&countersink::series::encode(["k7"])),
+        (NOW / 60 - 20) as i32,
+    );
+    let horizon = Horizon {
+        lead_secs: 60,
+        clock_margin_secs: 5,
+    };
+    let rows = drained_rows();
+    let started = Instant::now();
+    let plain = plan(rows, options, |_| None);
+    let without = started.elapsed().as_secs_f64();
+    let rows = drained_rows();
+    let started = Instant::now();
+    let placed = plan_placed(rows, options, |_| None, |family, series, minute| {
+        choose(Some(&view), &horizon, family, series, minute)
+    });
+    let with = started.elapsed().as_secs_f64();
+    assert!(placed.held.is_empty() && placed.writes.len() > plain.len());
+    [without, with]
+}
+
 #[tokio::main]
 async fn main() {
+    let (mut without, mut with) = (Vec::new(), Vec::new());
+    for _ in 0..RATE_RUNS {
+        let [a, b] = plan_cost();
+        without.push(a * 1000.0);
+        with.push(b * 1000.0);
+    }
+    let (a, b) = (median(without), median(with));
+    println!(
+        "plan of 100k rows: {a:.1} ms without epochs, {b:.1} ms placed into epochs (medians of {RATE_RUNS}): {:.2}x",
+        b / a
+    );
+    if std::env::var_os("FLUSH_BENCH_ONLY_PLAN").is_some() {
+        return;
+    }
     let mut ceiling = Vec::new();
     // [rows][journal]: rows/s per run.
     let mut rates: [[Vec<f64>; 2]; 2] = Default::default();
