@@ -233,6 +233,12 @@ fn write_summary_text(
             }
         }
     }
+    if report.files.is_empty() && report.status.is_none() {
+        writeln!(
+            out,
+            "No countersink state files here (no outcome log, spill segment or status.json): is this the state directory?"
+        )?;
+    }
     let groups = summary.groups();
     if groups.is_empty() {
         writeln!(out, "\nNo records match.")?;
