@@ -611,7 +611,7 @@ fn log_files(dir: &Path, names: &[String]) -> Vec<PathBuf> {
                 Some((number.parse().ok()?, n))
             })
             .collect();
-        rotated.sort_by(|a, b| b.0.cmp(&a.0));
+        rotated.sort_by_key(|r| std::cmp::Reverse(r.0));
         paths.extend(rotated.into_iter().map(|(_, n)| dir.join(n)));
         let current = format!("{stem}.jsonl");
         if names.contains(&current) {

@@ -26,11 +26,11 @@ fn outcomes_json(dir: &Path, args: &[&str]) -> String {
     cli_stdout(all)
 }
 
-/// `(outcome, source, granularity)` → (records, delta sum) of `outcomes summary`.
-fn totals(
-    dir: &Path,
-    filters: &[&str],
-) -> (BTreeMap<(String, String, String), (u64, i128)>, Value) {
+/// `(outcome, source, granularity)` → (records, delta sum).
+type Totals = BTreeMap<(String, String, String), (u64, i128)>;
+
+/// The totals of `outcomes summary`, and its whole answer.
+fn totals(dir: &Path, filters: &[&str]) -> (Totals, Value) {
     let mut args = vec!["summary"];
     args.extend_from_slice(filters);
     let summary: Value = serde_json::from_str(&outcomes_json(dir, &args)).expect("JSON");
@@ -49,9 +49,7 @@ fn totals(
 }
 
 /// (outcome, granularity) → delta sum, over the files (log and spill).
-fn file_sums(
-    totals: &BTreeMap<(String, String, String), (u64, i128)>,
-) -> BTreeMap<(String, String), i128> {
+fn file_sums(totals: &Totals) -> BTreeMap<(String, String), i128> {
     let mut sums = BTreeMap::new();
     for ((outcome, source, granularity), (_, sum)) in totals {
         assert_ne!(source, "journal", "no unfinished flush: {totals:?}");
