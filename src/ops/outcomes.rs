@@ -423,7 +423,9 @@ pub fn scan(
     // Rows of unfinished flushes already in a file, by (request id, row).
     let mut recorded: HashSet<(String, u16)> = HashSet::new();
     let mut note = |record: &WriteRecord| {
-        if pending.contains(&(record.writer.as_str(), record.incarnation, record.flush_seq)) {
+        if !pending.is_empty()
+            && pending.contains(&(record.writer.as_str(), record.incarnation, record.flush_seq))
+        {
             recorded.insert((record.request_id.clone(), record.row));
         }
     };
