@@ -430,17 +430,21 @@ pub fn scan(
         }
     };
 
+    // Every log opened before any is read: a rotation while they are read renames
+    // files, and open files follow their contents.
+    let mut logs = Vec::new();
     for path in log_files(dir, &names) {
-        let name = file_label(&path);
-        let mut file = FileReport {
-            file: name,
-            ..FileReport::default()
-        };
-        let reader = match LineReader::open(&path, 0) {
-            Ok(reader) => reader,
-            // Rotated away since the listing: its records are in the next name.
+        match LineReader::open(&path, 0) {
+            Ok(reader) => logs.push((path, reader)),
+            // Rotated out of reach since the listing (a rare race: run again).
             Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
             Err(error) => return Err(io_error(&path)(error)),
+        }
+    }
+    for (path, reader) in logs {
+        let mut file = FileReport {
+            file: file_label(&path),
+            ..FileReport::default()
         };
         read_records(reader, &path, &mut file, |record| {
             note(record);
@@ -455,16 +459,22 @@ pub fn scan(
             file: file_label(path),
             ..FileReport::default()
         };
-        let Some(from) = view.unconsumed_from(*id) else {
-            file.consumed = count_lines(path).map_err(io_error(path))?.saturating_sub(1);
+        let from = view.unconsumed_from(*id);
+        if from != Some(0) {
+            // Rows before the cursor, the header line aside (segments of earlier
+            // versions have none).
+            let lines = count_lines_before(path, from.unwrap_or(u64::MAX));
+            let header = first_line_is_header(path);
+            match (lines, header) {
+                (Ok(lines), Ok(header)) => file.consumed = lines - u64::from(header && lines > 0),
+                (Err(e), _) | (_, Err(e)) if e.kind() == io::ErrorKind::NotFound => continue,
+                (Err(error), _) | (_, Err(error)) => return Err(io_error(path)(error)),
+            }
+        }
+        let Some(from) = from else {
             report.files.push(file);
             continue;
         };
-        if from > 0 {
-            file.consumed = count_lines_before(path, from)
-                .map_err(io_error(path))?
-                .saturating_sub(1);
-        }
         let reader = match LineReader::open(path, from) {
             Ok(reader) => reader,
             // Replayed and deleted since the listing.
@@ -637,6 +647,13 @@ fn file_label(path: &Path) -> String {
     path.file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_default()
+}
+
+fn first_line_is_header(path: &Path) -> io::Result<bool> {
+    let mut reader = LineReader::open(path, 0)?;
+    Ok(reader
+        .next_line()?
+        .is_some_and(|line| spill::is_header_line(line.text)))
 }
 
 fn count_lines(path: &Path) -> io::Result<u64> {
