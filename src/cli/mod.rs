@@ -15,6 +15,7 @@ mod get;
 mod leaderboard;
 mod logging;
 mod migrate;
+mod outcomes;
 mod prune;
 mod reset;
 mod schema;
@@ -63,6 +64,9 @@ enum Command {
     /// Start a new epoch of a family (or of one key): counters restart from zero in it,
     /// without deleting or decrementing anything.
     Reset(reset::ResetArgs),
+    /// What the state directory says became of writes that did not apply: unknown,
+    /// rejected, spilled, and an unfinished flush in the journal. Reads only.
+    Outcomes(outcomes::OutcomesArgs),
 }
 
 /// A command's failure, with the exit code it maps to.
@@ -133,6 +137,7 @@ pub fn main() -> ExitCode {
             Command::Prune(args) => prune::run(args).await,
             Command::Migrate(args) => migrate::run(args).await,
             Command::Reset(args) => reset::run(args).await,
+            Command::Outcomes(args) => outcomes::run(args),
         }
     });
     match result {
@@ -173,6 +178,8 @@ mod tests {
             "countersink reset views --tag page_id:home --at 2026-12-01T13:00:00Z --reason launch --config x.toml",
             "countersink reset --all --reason yearly",
             "countersink get page.views --tag page_id:home --epoch 29934060",
+            "countersink outcomes summary --state-dir /tmp/x --format json",
+            "countersink outcomes list --config x.toml --outcome unknown --outcome rejected --since 2h --family views --tag page_id:home --tag k:v --format json",
         ]
         .into_iter()
         .filter(|line| cfg!(feature = "dev") || !line.starts_with("countersink dev "))

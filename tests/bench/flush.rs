@@ -238,7 +238,11 @@ fn plan_cost() -> [f64; 2] {
     use countersink::flush::plan::{plan, plan_placed};
     let options = countersink::flush::PlanOptions { max_batch_rows: 16 };
     let mut view = EpochView::new(NOW);
-    view.add(countersink::vocabulary::FamilyId(1), None, (NOW / 60 - 50) as i32);
+    view.add(
+        countersink::vocabulary::FamilyId(1),
+        None,
+        (NOW / 60 - 50) as i32,
+    );
     view.add(
         countersink::vocabulary::FamilyId(1),
         Some(&countersink::series::encode(["k7"])),
@@ -254,9 +258,12 @@ fn plan_cost() -> [f64; 2] {
     let without = started.elapsed().as_secs_f64();
     let rows = drained_rows();
     let started = Instant::now();
-    let placed = plan_placed(rows, options, |_| None, |family, series, minute| {
-        choose(Some(&view), &horizon, family, series, minute)
-    });
+    let placed = plan_placed(
+        rows,
+        options,
+        |_| None,
+        |family, series, minute| choose(Some(&view), &horizon, family, series, minute),
+    );
     let with = started.elapsed().as_secs_f64();
     assert!(placed.held.is_empty() && placed.writes.len() > plain.len());
     [without, with]
