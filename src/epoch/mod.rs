@@ -21,7 +21,7 @@
 //! | module | job |
 //! |---|---|
 //! | [`view`] | what one read of the registry found: epoch starts per family and per key |
-//! | [`choose`] | the pure choice: a row's epoch, or hold it |
+//! | [`choose`](mod@choose) | the pure choice: a row's epoch, or hold it |
 //! | [`registry`] | the async shell: reading the registry on a timer, writing a reset |
 //! | [`reset`] | when a reset may start (pure) |
 

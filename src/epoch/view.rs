@@ -50,7 +50,7 @@ impl EpochView {
 
     /// The epoch a row of `family`, key `series`, minute `minute` belongs to: the latest
     /// start at or before the minute, among the family's and the key's; 0 when none.
-    /// Only meaningful for minutes the view covers (see [`super::choose`]).
+    /// Only meaningful for minutes the view covers (see [`super::choose()`]).
     pub fn epoch_at(&self, family: FamilyId, series: &[u8], minute: Minute) -> i32 {
         let Some(epochs) = self.families.get(&family) else {
             return 0;
