@@ -108,7 +108,9 @@ thread_local! {
 /// let update = session
 ///     .prepare("UPDATE ks.page_views SET views = views + ? WHERE page_id = ? AND day = ?")
 ///     .await?;
-/// session.execute_unpaged(&update, (1_i64, "home", 20_000_i32)).await?; // buffered
+/// let day = scylla::value::CqlDate((1 << 31) + 20_787);
+/// // Buffered: answered at once, applied at the next flush.
+/// session.execute_unpaged(&update, (scylla::value::Counter(1), "home", day)).await?;
 /// session.shutdown().await; // the final flush: never skip it
 /// # Ok(()) }
 /// ```
