@@ -21,3 +21,4 @@ mod shards;
 mod sidecar;
 #[cfg(feature = "tls")]
 mod tls;
+mod wrapper;
