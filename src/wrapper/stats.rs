@@ -277,3 +277,51 @@ impl Collector for WrapperCollector {
         families(&stats).iter().flat_map(|c| c.collect()).collect()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_collector_exports_exactly_the_catalogues_wrapper_metrics() {
+        let counters = Arc::new(Counters::default());
+        counters.passthrough(PassthroughReason::BufferFull);
+        let buffer = Arc::new(Buffer::new(1, 10, 1 << 20));
+        let collector = WrapperCollector::new(counters, buffer);
+        let families = collector.collect();
+        let mut exported: Vec<&str> = families.iter().map(|f| f.name()).collect();
+        exported.sort();
+        let mut expected: Vec<&str> = catalogue::WRAPPER_METRICS.iter().map(|m| m.name).collect();
+        expected.sort();
+        assert_eq!(exported, expected);
+        assert_eq!(collector.desc().len(), expected.len());
+        let passthrough = families
+            .iter()
+            .find(|f| f.name() == catalogue::WRAPPER_PASSTHROUGH.name)
+            .unwrap();
+        // Every reason is present from the start, at zero but the one counted.
+        assert_eq!(passthrough.get_metric().len(), PassthroughReason::ALL.len());
+        let total: f64 = passthrough
+            .get_metric()
+            .iter()
+            .map(|m| m.get_counter().get_value())
+            .sum();
+        assert_eq!(total, 1.0);
+    }
+
+    #[test]
+    fn the_identity_balances_only_when_every_stage_is_counted() {
+        let mut a = WrapperAccounting {
+            buffered: 10,
+            applied: 4,
+            pending: 3,
+            in_flight: 0,
+            unknown: 1,
+            rejected: 1,
+            unsent: 1,
+        };
+        assert!(a.is_balanced());
+        a.unsent = 0;
+        assert!(!a.is_balanced());
+    }
+}
