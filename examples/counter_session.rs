@@ -92,7 +92,9 @@ async fn main() -> anyhow::Result<()> {
     let views = store
         .execute(None, "SELECT views FROM wrapped.views_by_day")
         .map_err(|e| anyhow::anyhow!("{e}"))?;
-    let stored: i64 = (0..views.len()).filter_map(|r| views.get_i64(r, "views")).sum();
+    let stored: i64 = (0..views.len())
+        .filter_map(|r| views.get_i64(r, "views"))
+        .sum();
     anyhow::ensure!(
         stored == days.values().map(|(v, _)| v).sum::<i64>(),
         "the wrapped day table holds {stored} views"

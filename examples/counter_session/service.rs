@@ -112,12 +112,13 @@ fn page(task: usize, i: usize) -> String {
     format!("page-{}", (task * 31 + i * 7) % PAGES)
 }
 
-/// The views and bytes every row should hold after a run: (page, minute) → (views,
-/// bytes), and page → (views, bytes) for the day rows.
-pub(crate) fn expected() -> (
-    std::collections::BTreeMap<(String, i16), (i64, i64)>,
-    std::collections::BTreeMap<String, (i64, i64)>,
-) {
+/// (page, minute) → (views, bytes) of the minute rows.
+pub(crate) type MinuteRows = std::collections::BTreeMap<(String, i16), (i64, i64)>;
+/// page → (views, bytes) of the day rows.
+pub(crate) type DayRows = std::collections::BTreeMap<String, (i64, i64)>;
+
+/// The views and bytes every row should hold after a run.
+pub(crate) fn expected() -> (MinuteRows, DayRows) {
     let mut minutes = std::collections::BTreeMap::new();
     let mut days = std::collections::BTreeMap::new();
     for task in 0..TASKS {
@@ -162,7 +163,9 @@ pub(crate) async fn run<D: Driver>(
         ))
         .await?;
     let read = driver
-        .prepare(&format!("SELECT title FROM {keyspace}.pages WHERE page_id = ?"))
+        .prepare(&format!(
+            "SELECT title FROM {keyspace}.pages WHERE page_id = ?"
+        ))
         .await?;
     for p in 0..PAGES {
         let id = format!("page-{p}");
@@ -181,7 +184,10 @@ pub(crate) async fn run<D: Driver>(
                 let page = page(task, i);
                 let bytes = (i % 100) as i64 + 1;
                 driver
-                    .execute_unpaged(&incr_minute, (Counter(1), Counter(bytes), &page, day, minute(i)))
+                    .execute_unpaged(
+                        &incr_minute,
+                        (Counter(1), Counter(bytes), &page, day, minute(i)),
+                    )
                     .await?;
                 driver
                     .execute_unpaged(&incr_day, (Counter(1), Counter(bytes), &page, MONTH, day))

@@ -134,7 +134,8 @@ impl Buffer {
                 new_bytes += row_bytes(&add.key, add.columns);
             }
             for &(column, delta) in &add.deltas {
-                let mut sum = existing.map_or(0, |row| row.deltas.get(column).copied().unwrap_or(0));
+                let mut sum =
+                    existing.map_or(0, |row| row.deltas.get(column).copied().unwrap_or(0));
                 for a in earlier.clone() {
                     for &(c, d) in &a.deltas {
                         if c == column {
@@ -231,9 +232,7 @@ impl Buffer {
                 Some(into) => {
                     if add_row(into, &row).is_err() {
                         refused.push((key, row));
-                    } else if into.requeued_since == 0
-                        || into.requeued_since > row.requeued_since
-                    {
+                    } else if into.requeued_since == 0 || into.requeued_since > row.requeued_since {
                         into.requeued_since = row.requeued_since;
                     }
                 }
@@ -349,7 +348,9 @@ mod tests {
             Err(Refused::Overflow)
         );
         assert_eq!(buffer.accepted(), (1, 1));
-        buffer.add(&[add(b"b", &[(0, 1)]), add(b"b", &[(0, 1)])]).unwrap();
+        buffer
+            .add(&[add(b"b", &[(0, 1)]), add(b"b", &[(0, 1)])])
+            .unwrap();
         assert_eq!(buffer.pending_rows(), 2);
     }
 

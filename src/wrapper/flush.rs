@@ -68,10 +68,13 @@ enum Sent {
     Cancelled,
 }
 
+/// A drained row: its key and its deltas.
+type Row = (Box<[u8]>, PendingRow);
+
 /// One planned request: rows of one partition of one table.
 struct Request {
     table: Arc<TableShape>,
-    rows: Vec<(Box<[u8]>, PendingRow)>,
+    rows: Vec<Row>,
 }
 
 impl Request {
@@ -183,10 +186,12 @@ impl WrapperFlusher {
             };
             if let Some(outcome) = outcome {
                 let id = self.request_id(index);
-                records
-                    .entry(outcome)
-                    .or_default()
-                    .extend(self.records(&request, &id, outcome, error.as_ref()));
+                records.entry(outcome).or_default().extend(self.records(
+                    &request,
+                    &id,
+                    outcome,
+                    error.as_ref(),
+                ));
             }
             self.counters.settled(sum, stage);
         }
@@ -208,9 +213,10 @@ impl WrapperFlusher {
                         table,
                         rows: vec![(key, row)],
                     };
-                    records.entry(WrapperOutcome::Unsent).or_default().extend(
-                        self.records(&request, &id, WrapperOutcome::Unsent, Some(&error)),
-                    );
+                    records
+                        .entry(WrapperOutcome::Unsent)
+                        .or_default()
+                        .extend(self.records(&request, &id, WrapperOutcome::Unsent, Some(&error)));
                 }
             }
         }
@@ -270,8 +276,8 @@ impl WrapperFlusher {
     }
 
     /// One request per partition, at most `max_batch_rows` rows, a row key at most once.
-    fn plan(&self, rows: Vec<(Box<[u8]>, PendingRow)>) -> Vec<Request> {
-        let mut groups: HashMap<(u32, Vec<u8>), Vec<(Box<[u8]>, PendingRow)>> = HashMap::new();
+    fn plan(&self, rows: Vec<Row>) -> Vec<Request> {
+        let mut groups: HashMap<(u32, Vec<u8>), Vec<Row>> = HashMap::new();
         for (key, row) in rows {
             if row.deltas.iter().all(|d| *d == 0) {
                 // Nothing to send: increments that cancelled out.
@@ -295,7 +301,7 @@ impl WrapperFlusher {
             let Some(table) = self.tables.get(id) else {
                 continue;
             };
-            let mut current: Vec<(Box<[u8]>, PendingRow)> = Vec::new();
+            let mut current: Vec<Row> = Vec::new();
             for (key, row) in rows {
                 if current.len() >= max || current.iter().any(|(k, _)| *k == key) {
                     requests.push(Request {
@@ -391,10 +397,7 @@ impl WrapperFlusher {
         }
         let write = async {
             let result = if let [row] = values.as_slice() {
-                self.session
-                    .execute_unpaged(statement, row)
-                    .await
-                    .map(drop)
+                self.session.execute_unpaged(statement, row).await.map(drop)
             } else {
                 let batch = self.counter_batch(statement, values.len());
                 self.session.batch(&batch, &values).await.map(drop)
@@ -465,7 +468,12 @@ mod tests {
     #[test]
     fn only_a_write_that_definitely_did_not_apply_is_sent_again() {
         let cases = [
-            (Sent::Done(Outcome::Applied), false, Some(OutcomeClass::Applied), Stage::Applied),
+            (
+                Sent::Done(Outcome::Applied),
+                false,
+                Some(OutcomeClass::Applied),
+                Stage::Applied,
+            ),
             (
                 Sent::Done(Outcome::NotAppliedTransient(error())),
                 false,
@@ -490,7 +498,12 @@ mod tests {
                 Some(OutcomeClass::Unknown),
                 Stage::Unknown,
             ),
-            (Sent::Cancelled, true, Some(OutcomeClass::Unknown), Stage::Unknown),
+            (
+                Sent::Cancelled,
+                true,
+                Some(OutcomeClass::Unknown),
+                Stage::Unknown,
+            ),
             (Sent::NotStarted, true, None, Stage::Unsent),
         ];
         for (sent, final_flush, class, stage) in cases {

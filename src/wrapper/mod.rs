@@ -41,10 +41,10 @@ use scylla::response::query_result::QueryResult;
 use scylla::serialize::batch::{BatchValues, BatchValuesIterator};
 use scylla::serialize::row::{RowSerializationContext, SerializeRow};
 use scylla::serialize::writers::RowWriter;
+use scylla::statement::Consistency;
 use scylla::statement::Statement;
 use scylla::statement::batch::{Batch, BatchStatement, BatchType};
 use scylla::statement::prepared::PreparedStatement;
-use scylla::statement::Consistency;
 use tokio::sync::Notify;
 
 use crate::config::Config;
@@ -74,8 +74,10 @@ pub enum WrapperError {
         error: std::io::Error,
     },
     /// The store did not answer the empty batch the wrapper's void result is taken from.
-    #[error("the store did not answer an empty batch (the wrapper's acknowledgement is a real void result of the store): {0}")]
-    VoidResult(#[from] ExecutionError),
+    #[error(
+        "the store did not answer an empty batch (the wrapper's acknowledgement is a real void result of the store): {0}"
+    )]
+    VoidResult(Box<ExecutionError>),
 }
 
 /// What the wrapper decided for one prepared statement.
@@ -139,7 +141,8 @@ impl CounterSession {
         })?;
         let void = session
             .batch(&Batch::new(BatchType::Unlogged), Vec::<()>::new())
-            .await?;
+            .await
+            .map_err(|error| WrapperError::VoidResult(Box::new(error)))?;
         let buffer = Arc::new(Buffer::new(
             crate::aggregate::default_stripes(),
             config.limits.max_pending_rows,

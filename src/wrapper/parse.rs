@@ -93,8 +93,8 @@ enum Token {
 }
 
 const SYMBOLS: [&str; 20] = [
-    "+=", "-=", "<=", ">=", "!=", "=", "+", "-", ",", ".", ";", "(", ")", "<", ">", "*", "[",
-    "]", "{", "}",
+    "+=", "-=", "<=", ">=", "!=", "=", "+", "-", ",", ".", ";", "(", ")", "<", ">", "*", "[", "]",
+    "{", "}",
 ];
 
 /// Splits `text` into tokens; `None` for anything outside the subset (comments included).
@@ -140,8 +140,7 @@ fn tokens(text: &str) -> Option<Vec<Token>> {
                 .find(|ch: char| !ch.is_ascii_digit())
                 .unwrap_or(rest.len());
             let after = rest[end..].chars().next();
-            if matches!(after, Some('.' | 'e' | 'E')) || after.is_some_and(char::is_alphabetic)
-            {
+            if matches!(after, Some('.' | 'e' | 'E')) || after.is_some_and(char::is_alphabetic) {
                 // A float, or a duration such as 3h: some other literal. Skip to its end.
                 let more = rest[end..]
                     .find(|ch: char| !(ch.is_ascii_alphanumeric() || ch == '.'))
@@ -160,8 +159,8 @@ fn tokens(text: &str) -> Option<Vec<Token>> {
             let (_, len) = quoted(rest, '\'')?;
             out.push(Token::Literal);
             i += len;
-        } else if rest.starts_with("$$") {
-            let end = rest[2..].find("$$")?;
+        } else if let Some(body) = rest.strip_prefix("$$") {
+            let end = body.find("$$")?;
             out.push(Token::Literal);
             i += end + 4;
         } else if c == b'?' {
@@ -436,9 +435,8 @@ mod tests {
 
     #[test]
     fn literal_keys_are_read_as_literals() {
-        let p = parse_update(
-            "UPDATE t SET c = c + 1 WHERE k = 'it''s' AND d = 2026-11-30 AND u = 5",
-        );
+        let p =
+            parse_update("UPDATE t SET c = c + 1 WHERE k = 'it''s' AND d = 2026-11-30 AND u = 5");
         // A date literal is not CQL without quotes: the text is refused, not guessed.
         assert_eq!(p, Err(Rejection::Unsupported));
         let p = parse_update("UPDATE t SET c = c + 1 WHERE k = 'it''s' AND u = 5").unwrap();
@@ -454,22 +452,58 @@ mod tests {
         let cases = [
             ("SELECT * FROM t WHERE k = ?", Rejection::NotUpdate),
             ("INSERT INTO t (k, v) VALUES (?, ?)", Rejection::NotUpdate),
-            ("UPDATE t USING TTL 5 SET c = c + 1 WHERE k = ?", Rejection::UsingOrIf),
-            ("UPDATE t SET c = c + 1 WHERE k = ? IF EXISTS", Rejection::UsingOrIf),
-            ("UPDATE t SET c = c + 1 WHERE k IN (?, ?)", Rejection::InRelation),
+            (
+                "UPDATE t USING TTL 5 SET c = c + 1 WHERE k = ?",
+                Rejection::UsingOrIf,
+            ),
+            (
+                "UPDATE t SET c = c + 1 WHERE k = ? IF EXISTS",
+                Rejection::UsingOrIf,
+            ),
+            (
+                "UPDATE t SET c = c + 1 WHERE k IN (?, ?)",
+                Rejection::InRelation,
+            ),
             ("UPDATE t SET c = c + 1 WHERE k IN ?", Rejection::InRelation),
             ("UPDATE t SET v = ? WHERE k = ?", Rejection::NotIncrement),
-            ("UPDATE t SET c = c + 1, v = 'x' WHERE k = ?", Rejection::NotIncrement),
-            ("UPDATE t SET c = 1 + c WHERE k = ?", Rejection::NotIncrement),
-            ("UPDATE t SET c = d + 1 WHERE k = ?", Rejection::NotIncrement),
-            ("UPDATE t SET m['a'] = 1 WHERE k = ?", Rejection::NotIncrement),
+            (
+                "UPDATE t SET c = c + 1, v = 'x' WHERE k = ?",
+                Rejection::NotIncrement,
+            ),
+            (
+                "UPDATE t SET c = 1 + c WHERE k = ?",
+                Rejection::NotIncrement,
+            ),
+            (
+                "UPDATE t SET c = d + 1 WHERE k = ?",
+                Rejection::NotIncrement,
+            ),
+            (
+                "UPDATE t SET m['a'] = 1 WHERE k = ?",
+                Rejection::NotIncrement,
+            ),
             ("UPDATE t SET c = c + 1 WHERE k > ?", Rejection::Unsupported),
-            ("UPDATE t SET c = c + 1 WHERE (a, b) = (?, ?)", Rejection::Unsupported),
-            ("UPDATE t SET c = c + 1 WHERE token(k) = ?", Rejection::Unsupported),
-            ("UPDATE t SET c = c + 1 WHERE k = ? -- hi", Rejection::Unsupported),
-            ("UPDATE t SET c = c + 1 WHERE k = ? extra", Rejection::Unsupported),
+            (
+                "UPDATE t SET c = c + 1 WHERE (a, b) = (?, ?)",
+                Rejection::Unsupported,
+            ),
+            (
+                "UPDATE t SET c = c + 1 WHERE token(k) = ?",
+                Rejection::Unsupported,
+            ),
+            (
+                "UPDATE t SET c = c + 1 WHERE k = ? -- hi",
+                Rejection::Unsupported,
+            ),
+            (
+                "UPDATE t SET c = c + 1 WHERE k = ? extra",
+                Rejection::Unsupported,
+            ),
             ("UPDATE t SET c = c + 1", Rejection::Unsupported),
-            ("UPDATE t SET c = c + 1 WHERE k = 'unterminated", Rejection::Unsupported),
+            (
+                "UPDATE t SET c = c + 1 WHERE k = 'unterminated",
+                Rejection::Unsupported,
+            ),
         ];
         for (text, why) in cases {
             assert_eq!(parse_update(text), Err(why), "{text}");

@@ -205,10 +205,10 @@ impl Tables {
             .iter()
             .chain(&schema.clustering_key)
             .map(|k| {
-                schema.columns.get(k).map_or(
-                    ColumnType::Native(NativeType::Blob),
-                    |c| c.typ.clone(),
-                )
+                schema
+                    .columns
+                    .get(k)
+                    .map_or(ColumnType::Native(NativeType::Blob), |c| c.typ.clone())
             })
             .collect();
         let candidate = TableShape {
@@ -313,10 +313,9 @@ pub fn recognize(
         }
         let value = match increment.term {
             Term::Marker(at) => DeltaValue::Marker(at),
-            Term::Integer(n) if increment.negated => DeltaValue::Literal(
-                n.checked_neg()
-                    .ok_or(PassthroughReason::UnsupportedForm)?,
-            ),
+            Term::Integer(n) if increment.negated => {
+                DeltaValue::Literal(n.checked_neg().ok_or(PassthroughReason::UnsupportedForm)?)
+            }
             Term::Integer(n) => DeltaValue::Literal(n),
             Term::OtherLiteral => return Err(PassthroughReason::UnsupportedForm),
         };

@@ -158,7 +158,11 @@ impl Logs {
     }
 
     /// Appends `records` to the log of their outcome and syncs it; the error if that failed.
-    pub fn append(&mut self, outcome: WrapperOutcome, records: &[WrapperRecord]) -> std::io::Result<()> {
+    pub fn append(
+        &mut self,
+        outcome: WrapperOutcome,
+        records: &[WrapperRecord],
+    ) -> std::io::Result<()> {
         let log = &mut self.logs[outcome as usize];
         log.rotate_if_full()?;
         for record in records {

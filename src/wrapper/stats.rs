@@ -149,7 +149,10 @@ impl Counters {
 
     /// One flushed request ended in `class`.
     pub fn write(&self, class: OutcomeClass) {
-        let at = OutcomeClass::ALL.iter().position(|c| *c == class).unwrap_or(0);
+        let at = OutcomeClass::ALL
+            .iter()
+            .position(|c| *c == class)
+            .unwrap_or(0);
         self.writes[at].fetch_add(1, Ordering::Relaxed);
     }
 
@@ -189,7 +192,12 @@ impl Counters {
         WrapperStats {
             passthrough: PassthroughReason::ALL
                 .iter()
-                .map(|r| (r.label(), self.passthrough[r.index()].load(Ordering::Relaxed)))
+                .map(|r| {
+                    (
+                        r.label(),
+                        self.passthrough[r.index()].load(Ordering::Relaxed),
+                    )
+                })
                 .collect(),
             buffered: buffered_adds,
             writes: OutcomeClass::ALL

@@ -317,9 +317,6 @@ async fn node_down_then_back_loses_and_doubles_nothing() {
         table_sum(server, "countersink.counts_by_minute", "value"),
         900
     );
-    assert_eq!(
-        table_sum(server, "countersink.counts_by_day", "value"),
-        900
-    );
+    assert_eq!(table_sum(server, "countersink.counts_by_day", "value"), 900);
     store.shutdown().await;
 }

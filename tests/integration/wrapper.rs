@@ -11,16 +11,16 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
+use countersink::CounterSession;
 use countersink::config::Config;
 use countersink::sink::OutcomeClass;
 use countersink::wrapper::PassthroughReason;
 use countersink::wrapper::records::{WrapperOutcome, WrapperRecord};
-use countersink::CounterSession;
 use cqlsim::{FaultKind, FaultRule};
 use scylla::client::session::Session;
 use scylla::client::session_builder::SessionBuilder;
-use scylla::statement::batch::{Batch, BatchType};
 use scylla::statement::Consistency;
+use scylla::statement::batch::{Batch, BatchType};
 use scylla::value::Counter;
 
 use crate::common::{StoreOptions, cell, config, launch};
@@ -101,12 +101,18 @@ async fn plain_and_wrapped(
         .expect("wrapped run");
     // One flush in the middle of the service's life, as the interval would run it.
     let middle = wrapped.flush_now().await;
-    assert!(middle.applied > 0 && middle.applied == middle.writes, "{middle:?}");
+    assert!(
+        middle.applied > 0 && middle.applied == middle.writes,
+        "{middle:?}"
+    );
     let wrapped = unwrap_arc(wrapped);
     let stats = wrapped.stats();
     assert_eq!(stats.buffered, 40_000);
     // 20 page inserts and 40 reads.
-    assert_eq!(stats.passed_through(PassthroughReason::NotCounterUpdate), 60);
+    assert_eq!(
+        stats.passed_through(PassthroughReason::NotCounterUpdate),
+        60
+    );
     assert_eq!(stats.passed_through_total(), 60);
     assert!(stats.accounting.is_balanced(), "{:?}", stats.accounting);
     let collector = wrapped.collector();
@@ -135,7 +141,10 @@ async fn plain_and_wrapped(
     let (minutes, days) = service::expected();
     let day_rows = counter_rows(&plain, &format!("{wrapped_ks}.views_by_day")).await;
     let expected_views: i64 = days.values().map(|(v, _)| v).sum();
-    assert_eq!(day_rows.values().map(|(v, _)| v).sum::<i64>(), expected_views);
+    assert_eq!(
+        day_rows.values().map(|(v, _)| v).sum::<i64>(),
+        expected_views
+    );
     assert_eq!(
         counter_rows(&plain, &format!("{wrapped_ks}.views_by_minute"))
             .await
@@ -150,7 +159,11 @@ async fn plain_and_wrapped(
             .into_rows_result()
             .expect("rows")
             .rows_num();
-        assert_eq!(pages, service::PAGES, "{keyspace}: the regular inserts reached the store");
+        assert_eq!(
+            pages,
+            service::PAGES,
+            "{keyspace}: the regular inserts reached the store"
+        );
     }
     (plain_summary, wrapped_summary)
 }
@@ -166,9 +179,15 @@ async fn the_wrapped_service_ends_with_the_plain_counters_in_100x_fewer_writes()
     let server = store.sim();
     let (plain, wrapped) =
         plain_and_wrapped(&store.contact_point(), "svc_plain", "svc_wrapped").await;
-    assert_eq!(plain.increments, service::TASKS * service::VIEWS_PER_TASK * 2);
+    assert_eq!(
+        plain.increments,
+        service::TASKS * service::VIEWS_PER_TASK * 2
+    );
     assert_eq!(plain, wrapped, "the same calls, the same reads answered");
-    assert_eq!(wrapped.titles_found, wrapped.reads, "reads reached the store");
+    assert_eq!(
+        wrapped.titles_found, wrapped.reads,
+        "reads reached the store"
+    );
     let stats = server.stats();
     let requests = |ks: &str| {
         stats.table(ks, "views_by_minute").write_requests
@@ -199,8 +218,7 @@ async fn the_wrapped_service_ends_with_the_plain_counters_in_100x_fewer_writes()
 async fn the_wrapped_service_ends_with_the_plain_counters_on_the_chosen_store() {
     let store = launch(StoreOptions::default()).await;
     let (plain_ks, wrapped_ks) = (store.keyspace("svc_plain"), store.keyspace("svc_wrapped"));
-    let (plain, wrapped) =
-        plain_and_wrapped(&store.contact_point(), &plain_ks, &wrapped_ks).await;
+    let (plain, wrapped) = plain_and_wrapped(&store.contact_point(), &plain_ks, &wrapped_ks).await;
     assert_eq!(plain, wrapped);
     store.shutdown().await;
 }
@@ -229,14 +247,26 @@ async fn every_unsupported_form_passes_through_counted_by_reason() {
     let mut count = |reason: PassthroughReason| *expected.entry(reason.label()).or_default() += 1;
 
     // Reads, regular writes.
-    let select = session.prepare("SELECT c FROM w.c1 WHERE k = ?").await.unwrap();
+    let select = session
+        .prepare("SELECT c FROM w.c1 WHERE k = ?")
+        .await
+        .unwrap();
     session.execute_unpaged(&select, ("a",)).await.unwrap();
     count(PassthroughReason::NotCounterUpdate);
-    let insert = session.prepare("INSERT INTO w.reg (k, v) VALUES (?, ?)").await.unwrap();
+    let insert = session
+        .prepare("INSERT INTO w.reg (k, v) VALUES (?, ?)")
+        .await
+        .unwrap();
     session.execute_unpaged(&insert, ("a", "x")).await.unwrap();
     count(PassthroughReason::NotCounterUpdate);
-    let update_regular = session.prepare("UPDATE w.reg SET v = ? WHERE k = ?").await.unwrap();
-    session.execute_unpaged(&update_regular, ("y", "a")).await.unwrap();
+    let update_regular = session
+        .prepare("UPDATE w.reg SET v = ? WHERE k = ?")
+        .await
+        .unwrap();
+    session
+        .execute_unpaged(&update_regular, ("y", "a"))
+        .await
+        .unwrap();
     count(PassthroughReason::NotCounterUpdate);
     // IN on the key.
     let in_key = session
@@ -294,7 +324,12 @@ async fn every_unsupported_form_passes_through_counted_by_reason() {
     );
     count(PassthroughReason::NullOrUnsetValue);
     // Wrong values: the driver's own error.
-    assert!(session.execute_unpaged(&plain, ("not a counter", "k")).await.is_err());
+    assert!(
+        session
+            .execute_unpaged(&plain, ("not a counter", "k"))
+            .await
+            .is_err()
+    );
     count(PassthroughReason::InvalidValues);
     // A sum that would leave the i64 range: the second one goes straight to the store.
     session
@@ -316,7 +351,10 @@ async fn every_unsupported_form_passes_through_counted_by_reason() {
     mixed.append_statement(plain.clone());
     mixed.append_statement(literal_key.clone());
     session
-        .batch(&mixed, ((Counter(1), "mixed"), (Counter(1), "mixed", 2_i16)))
+        .batch(
+            &mixed,
+            ((Counter(1), "mixed"), (Counter(1), "mixed", 2_i16)),
+        )
         .await
         .unwrap();
     count(PassthroughReason::BatchUnsupported);
@@ -338,10 +376,16 @@ async fn every_unsupported_form_passes_through_counted_by_reason() {
             reason.label()
         );
     }
-    assert_eq!(stats.buffered, 1, "only the first `big` increment was buffered");
+    assert_eq!(
+        stats.buffered, 1,
+        "only the first `big` increment was buffered"
+    );
     // Each passed-through write reached the store itself, before any flush.
     assert_eq!(cell(server, "w.c1", "c", "k = 'in1'"), Some(5));
-    assert_eq!(cell(server, "w.c2", "c", "k = 'lit' AND n = 5 AND m = 1"), Some(7));
+    assert_eq!(
+        cell(server, "w.c2", "c", "k = 'lit' AND n = 5 AND m = 1"),
+        Some(7)
+    );
     assert_eq!(cell(server, "w.c1", "c", "k = 'nomark'"), Some(1));
     assert_eq!(cell(server, "w.c1", "c", "k = 'q'"), Some(2));
     assert_eq!(cell(server, "w.c1", "c", "k = 'all'"), Some(3));
@@ -536,11 +580,21 @@ async fn fault_run(kind: FaultKind, applied: bool) {
     let unsent_path = session.log_path(WrapperOutcome::Unsent).await;
     let rejected_path = session.log_path(WrapperOutcome::Rejected).await;
     let report = session.shutdown().await;
-    assert_eq!(report.rows, 0, "{name}: healed, nothing left for the final flush");
+    assert_eq!(
+        report.rows, 0,
+        "{name}: healed, nothing left for the final flush"
+    );
     let a = stats.accounting;
     assert!(a.is_balanced(), "{name}: {a:?}");
-    assert_eq!((a.pending, a.in_flight, a.unsent, a.rejected), (0, 0, 0, 0), "{name}");
-    assert_eq!(a.buffered, expected.values().map(|d| i128::from(*d)).sum::<i128>());
+    assert_eq!(
+        (a.pending, a.in_flight, a.unsent, a.rejected),
+        (0, 0, 0, 0),
+        "{name}"
+    );
+    assert_eq!(
+        a.buffered,
+        expected.values().map(|d| i128::from(*d)).sum::<i128>()
+    );
     let unknown = records(&unknown_path);
     assert!(records(&unsent_path).is_empty() && records(&rejected_path).is_empty());
     let mut unknown_by_row: BTreeMap<(String, i32, i16), i64> = BTreeMap::new();
@@ -553,23 +607,43 @@ async fn fault_run(kind: FaultKind, applied: bool) {
         *unknown_by_row.entry(key).or_default() += record.deltas["c"];
     }
     assert_eq!(
-        unknown_by_row.values().map(|d| i128::from(*d)).sum::<i128>(),
+        unknown_by_row
+            .values()
+            .map(|d| i128::from(*d))
+            .sum::<i128>(),
         a.unknown,
         "{name}: the records hold exactly the unknown deltas"
     );
     match kind {
         FaultKind::Unavailable => {
-            assert!(stats.writes_of(OutcomeClass::Requeued) > 0, "{name}: {stats:?}");
+            assert!(
+                stats.writes_of(OutcomeClass::Requeued) > 0,
+                "{name}: {stats:?}"
+            );
             assert!(unknown.is_empty(), "{name}");
         }
-        _ => assert!(!unknown.is_empty(), "{name}: the fault fired on flushed writes"),
+        _ => assert!(
+            !unknown.is_empty(),
+            "{name}: the fault fired on flushed writes"
+        ),
     }
     for ((k, n, m), fed) in &expected {
-        let stored = cell(server, "w.c2", "c", &format!("k = '{k}' AND n = {n} AND m = {m}"))
+        let stored = cell(
+            server,
+            "w.c2",
+            "c",
+            &format!("k = '{k}' AND n = {n} AND m = {m}"),
+        )
+        .unwrap_or(0);
+        let unknown = unknown_by_row
+            .get(&(k.clone(), *n, *m))
+            .copied()
             .unwrap_or(0);
-        let unknown = unknown_by_row.get(&(k.clone(), *n, *m)).copied().unwrap_or(0);
         let should = if applied { *fed } else { fed - unknown };
-        assert_eq!(stored, should, "{name}: row {k}/{n}/{m}, fed {fed}, unknown {unknown}");
+        assert_eq!(
+            stored, should,
+            "{name}: row {k}/{n}/{m}, fed {fed}, unknown {unknown}"
+        );
     }
     let store_sum = server.stats().table("w", "c2").counter_delta_sum;
     let expected_sum = a.applied + if applied { a.unknown } else { 0 };
