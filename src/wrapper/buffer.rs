@@ -117,6 +117,50 @@ impl Buffer {
         }
     }
 
+    /// Adds one execution's deltas to the row `key` of a table with `columns` counter
+    /// columns, or nothing (each column at most once in `deltas`). Allocates only for a
+    /// new row.
+    pub fn add_one(
+        &self,
+        key: &[u8],
+        columns: usize,
+        deltas: &[(usize, i64)],
+    ) -> Result<(), Refused> {
+        let stripe = &self.stripes[thread_stripe() % self.stripes.len()];
+        let mut guard = stripe.lock();
+        if self.closed.load(Ordering::Acquire) {
+            return Err(Refused::Closed);
+        }
+        let stripe = &mut *guard;
+        let row = match stripe.rows.get_mut(key) {
+            Some(row) => {
+                for &(column, delta) in deltas {
+                    let now = row.deltas.get(column).copied().unwrap_or(0);
+                    now.checked_add(delta).ok_or(Refused::Overflow)?;
+                }
+                row
+            }
+            None => {
+                self.reserve(1, row_bytes(key, columns))?;
+                stripe.rows.entry(key.into()).or_insert_with(|| PendingRow {
+                    deltas: vec![0; columns].into_boxed_slice(),
+                    requeued_since: 0,
+                })
+            }
+        };
+        let mut sum = 0_i128;
+        for &(column, delta) in deltas {
+            if let Some(slot) = row.deltas.get_mut(column) {
+                // Checked above.
+                *slot = slot.saturating_add(delta);
+                sum += i128::from(delta);
+            }
+        }
+        stripe.adds += 1;
+        stripe.delta_sum += sum;
+        Ok(())
+    }
+
     /// Adds every row of `adds`, or none of them.
     pub fn add(&self, adds: &[RowAdd]) -> Result<(), Refused> {
         let stripe = &self.stripes[thread_stripe() % self.stripes.len()];
@@ -367,6 +411,22 @@ mod tests {
         assert_eq!(again[0].1.requeued_since, 1000);
         assert!(buffer.requeue(again, 2000).is_empty());
         assert_eq!(buffer.drain().rows[0].1.requeued_since, 1000);
+    }
+
+    #[test]
+    fn a_single_add_sums_into_its_row_or_refuses_whole() {
+        let buffer = Buffer::new(2, 1, 1 << 20);
+        buffer.add_one(b"a", 2, &[(0, 1), (1, 2)]).unwrap();
+        buffer.add_one(b"a", 2, &[(0, 1)]).unwrap();
+        assert_eq!(buffer.add_one(b"b", 2, &[(0, 1)]), Err(Refused::Full));
+        assert_eq!(
+            buffer.add_one(b"a", 2, &[(1, 1), (0, i64::MAX)]),
+            Err(Refused::Overflow)
+        );
+        assert_eq!(buffer.accepted(), (2, 4));
+        assert_eq!(buffer.drain().rows[0].1.deltas.as_ref(), [2, 2]);
+        buffer.close();
+        assert_eq!(buffer.add_one(b"a", 2, &[(0, 1)]), Err(Refused::Closed));
     }
 
     #[test]

@@ -33,6 +33,7 @@ pub mod stats;
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use parking_lot::RwLock;
 use scylla::client::session::Session;
@@ -85,8 +86,13 @@ type Recognized = Arc<Result<CounterPlan, PassthroughReason>>;
 
 /// The state every call reads.
 struct Core {
+    /// This session's number, naming it in the threads' plan caches.
+    id: u64,
+    /// Bumped whenever `prepare` records a decision: a thread's cache older than this is
+    /// read again from `plans`.
+    generation: AtomicU64,
     session: Arc<Session>,
-    plans: RwLock<HashMap<Box<[u8]>, Recognized>>,
+    plans: RwLock<Plans>,
     tables: Arc<Tables>,
     buffer: Arc<Buffer>,
     counters: Arc<Counters>,
@@ -97,9 +103,35 @@ struct Core {
     consistency: Consistency,
 }
 
+/// The decisions by prepared statement id.
+type Plans = HashMap<Box<[u8]>, Recognized, foldhash::fast::RandomState>;
+
+/// Numbers the sessions (see [`Core::id`]).
+static NEXT_CORE: AtomicU64 = AtomicU64::new(0);
+
+/// One thread's copy of the decisions of the session it last served: the hot path reads
+/// it without touching a lock or a reference count shared with other threads.
+#[derive(Default)]
+struct PlanCache {
+    core: u64,
+    generation: u64,
+    plans: Plans,
+}
+
+/// Reused buffers of the call being buffered.
+#[derive(Default)]
+struct Scratch {
+    /// The serialized values.
+    values: Vec<u8>,
+    /// The row key.
+    key: Vec<u8>,
+    /// (column, delta) pairs.
+    deltas: Vec<(usize, i64)>,
+}
+
 thread_local! {
-    /// Serialized values of the call being buffered, reused across calls.
-    static SCRATCH: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
+    static PLAN_CACHE: RefCell<PlanCache> = RefCell::default();
+    static SCRATCH: RefCell<Scratch> = RefCell::default();
 }
 
 /// A `scylla` session whose counter UPDATEs are pre-aggregated.
@@ -169,8 +201,10 @@ impl CounterSession {
         ));
         Ok(CounterSession {
             core: Arc::new(Core {
+                id: NEXT_CORE.fetch_add(1, Ordering::Relaxed),
+                generation: AtomicU64::new(0),
                 session,
-                plans: RwLock::new(HashMap::new()),
+                plans: RwLock::new(Plans::default()),
                 tables,
                 buffer,
                 counters,
@@ -211,6 +245,7 @@ impl CounterSession {
             .plans
             .write()
             .insert(prepared.get_id().as_ref().into(), recognized);
+        self.core.generation.fetch_add(1, Ordering::Release);
         Ok(prepared)
     }
 
@@ -351,6 +386,32 @@ impl Core {
         recognized
     }
 
+    /// Runs `f` with the decision for `prepared`, from this thread's cache.
+    fn with_plan<R>(
+        &self,
+        prepared: &PreparedStatement,
+        f: impl FnOnce(&Result<CounterPlan, PassthroughReason>) -> R,
+    ) -> R {
+        PLAN_CACHE.with(|cache| {
+            let mut cache = cache.borrow_mut();
+            let generation = self.generation.load(Ordering::Acquire);
+            if cache.core != self.id || cache.generation != generation {
+                cache.plans.clear();
+                cache.core = self.id;
+                cache.generation = generation;
+            }
+            let id = prepared.get_id().as_ref();
+            if !cache.plans.contains_key(id) {
+                let recognized = self.plan(prepared);
+                cache.plans.insert(id.into(), recognized);
+            }
+            match cache.plans.get(id) {
+                Some(recognized) => f(recognized),
+                None => f(&self.plan(prepared)),
+            }
+        })
+    }
+
     fn options_allow(
         &self,
         consistency: Option<Consistency>,
@@ -367,21 +428,24 @@ impl Core {
         prepared: &PreparedStatement,
         values: &impl SerializeRow,
     ) -> Result<(), PassthroughReason> {
-        let recognized = self.plan(prepared);
-        let plan = recognized.as_ref().as_ref().map_err(|r| *r)?;
-        self.options_allow(prepared.get_consistency(), prepared.get_timestamp())?;
-        let add = SCRATCH.with(|scratch| {
-            let mut buf = scratch.borrow_mut();
-            buf.clear();
-            let specs = prepared.get_variable_col_specs();
-            let ctx = RowSerializationContext::from_specs(specs.as_slice());
-            let mut writer = RowWriter::new(&mut buf);
-            values
-                .serialize(&ctx, &mut writer)
-                .map_err(|_| PassthroughReason::InvalidValues)?;
-            row_add(plan, &buf)
-        })?;
-        self.add(&[add])
+        self.with_plan(prepared, |recognized| {
+            let plan = recognized.as_ref().map_err(|r| *r)?;
+            self.options_allow(prepared.get_consistency(), prepared.get_timestamp())?;
+            SCRATCH.with(|scratch| {
+                let scratch = &mut *scratch.borrow_mut();
+                scratch.values.clear();
+                let specs = prepared.get_variable_col_specs();
+                let ctx = RowSerializationContext::from_specs(specs.as_slice());
+                let mut writer = RowWriter::new(&mut scratch.values);
+                values
+                    .serialize(&ctx, &mut writer)
+                    .map_err(|_| PassthroughReason::InvalidValues)?;
+                row_of(plan, &scratch.values, &mut scratch.key, &mut scratch.deltas)?;
+                self.buffer
+                    .add_one(&scratch.key, plan.table.counters.len(), &scratch.deltas)
+                    .map_err(refused)
+            })
+        })
     }
 
     fn buffer_batch(
@@ -400,22 +464,30 @@ impl Core {
             let BatchStatement::PreparedStatement(prepared) = statement else {
                 return Err(PassthroughReason::BatchUnsupported);
             };
-            let recognized = self.plan(prepared);
-            let Ok(plan) = recognized.as_ref() else {
-                return Err(PassthroughReason::BatchUnsupported);
-            };
             if prepared.get_timestamp().is_some() {
                 return Err(PassthroughReason::StatementOptions);
             }
-            buf.clear();
-            let specs = prepared.get_variable_col_specs();
-            let ctx = RowSerializationContext::from_specs(specs.as_slice());
-            let mut writer = RowWriter::new(&mut buf);
-            match iter.serialize_next(&ctx, &mut writer) {
-                Some(Ok(())) => {}
-                Some(Err(_)) | None => return Err(PassthroughReason::InvalidValues),
-            }
-            adds.push(row_add(plan, &buf)?);
+            let add = self.with_plan(prepared, |recognized| {
+                let Ok(plan) = recognized.as_ref() else {
+                    return Err(PassthroughReason::BatchUnsupported);
+                };
+                buf.clear();
+                let specs = prepared.get_variable_col_specs();
+                let ctx = RowSerializationContext::from_specs(specs.as_slice());
+                let mut writer = RowWriter::new(&mut buf);
+                match iter.serialize_next(&ctx, &mut writer) {
+                    Some(Ok(())) => {}
+                    Some(Err(_)) | None => return Err(PassthroughReason::InvalidValues),
+                }
+                let (mut key, mut deltas) = (Vec::new(), Vec::new());
+                row_of(plan, &buf, &mut key, &mut deltas)?;
+                Ok(RowAdd {
+                    key: key.into_boxed_slice(),
+                    columns: plan.table.counters.len(),
+                    deltas,
+                })
+            })?;
+            adds.push(add);
         }
         if iter.skip_next().is_some() {
             // More value rows than statements: the driver reports it.
@@ -425,11 +497,15 @@ impl Core {
     }
 
     fn add(&self, adds: &[RowAdd]) -> Result<(), PassthroughReason> {
-        self.buffer.add(adds).map_err(|refused| match refused {
-            Refused::Full => PassthroughReason::BufferFull,
-            Refused::Overflow => PassthroughReason::DeltaOverflow,
-            Refused::Closed => PassthroughReason::AfterShutdown,
-        })
+        self.buffer.add(adds).map_err(refused)
+    }
+}
+
+fn refused(refused: Refused) -> PassthroughReason {
+    match refused {
+        Refused::Full => PassthroughReason::BufferFull,
+        Refused::Overflow => PassthroughReason::DeltaOverflow,
+        Refused::Closed => PassthroughReason::AfterShutdown,
     }
 }
 
@@ -456,8 +532,14 @@ fn cells(mut buf: &[u8]) -> impl Iterator<Item = Option<&[u8]>> {
     })
 }
 
-/// The buffered row of one execution of `plan` with the serialized values `buf`.
-fn row_add(plan: &CounterPlan, buf: &[u8]) -> Result<RowAdd, PassthroughReason> {
+/// The row key and (column, delta) pairs of one execution of `plan` with the serialized
+/// values `buf`, into `key` and `deltas`.
+fn row_of(
+    plan: &CounterPlan,
+    buf: &[u8],
+    key: &mut Vec<u8>,
+    deltas: &mut Vec<(usize, i64)>,
+) -> Result<(), PassthroughReason> {
     let mut values: [Option<&[u8]>; 16] = [None; 16];
     let mut many: Vec<Option<&[u8]>> = Vec::new();
     let mut count = 0;
@@ -480,18 +562,13 @@ fn row_add(plan: &CounterPlan, buf: &[u8]) -> Result<RowAdd, PassthroughReason> 
     } else {
         &many
     };
-    let key_len: usize = plan
-        .key_markers
-        .iter()
-        .map(|&m| 4 + values[m].map_or(0, <[u8]>::len))
-        .sum();
-    let mut key = Vec::with_capacity(4 + key_len);
+    key.clear();
     key.extend_from_slice(&plan.table.id.to_le_bytes());
     for &marker in plan.key_markers.iter() {
         let value = values[marker].ok_or(PassthroughReason::NullOrUnsetValue)?;
-        statement::push_key_value(&mut key, value);
+        statement::push_key_value(key, value);
     }
-    let mut deltas = Vec::with_capacity(plan.deltas.len());
+    deltas.clear();
     for source in plan.deltas.iter() {
         let delta = match source.value {
             DeltaValue::Literal(n) => n,
@@ -510,11 +587,7 @@ fn row_add(plan: &CounterPlan, buf: &[u8]) -> Result<RowAdd, PassthroughReason> 
         };
         deltas.push((source.column, delta));
     }
-    Ok(RowAdd {
-        key: key.into_boxed_slice(),
-        columns: plan.table.counters.len(),
-        deltas,
-    })
+    Ok(())
 }
 
 #[cfg(test)]
