@@ -260,7 +260,9 @@ impl CounterSession {
             Ok(()) => Ok(self.core.void.clone()),
             Err(reason) => {
                 self.core.counters.passthrough(reason);
-                self.core.session.execute_unpaged(prepared, values).await
+                // Boxed: the driver's future is large, and held inline it would make every
+                // buffered call's future as large (and as costly to move).
+                Box::pin(self.core.session.execute_unpaged(prepared, values)).await
             }
         }
     }
@@ -293,7 +295,7 @@ impl CounterSession {
             Ok(()) => Ok(self.core.void.clone()),
             Err(reason) => {
                 self.core.counters.passthrough(reason);
-                self.core.session.batch(batch, values).await
+                Box::pin(self.core.session.batch(batch, values)).await
             }
         }
     }
