@@ -15,6 +15,7 @@ mod get;
 mod leaderboard;
 mod logging;
 mod migrate;
+mod outcomes;
 mod prune;
 mod schema;
 mod send;
@@ -59,6 +60,9 @@ enum Command {
     /// Copy a family's counters into another table or cluster by read-and-increment, as
     /// a resumable job; or verify one.
     Migrate(migrate::MigrateArgs),
+    /// What the state directory says became of writes that did not apply: unknown,
+    /// rejected, spilled, and an unfinished flush in the journal. Reads only.
+    Outcomes(outcomes::OutcomesArgs),
 }
 
 /// A command's failure, with the exit code it maps to.
@@ -128,6 +132,7 @@ pub fn main() -> ExitCode {
             Command::Top(args) => leaderboard::top(args).await,
             Command::Prune(args) => prune::run(args).await,
             Command::Migrate(args) => migrate::run(args).await,
+            Command::Outcomes(args) => outcomes::run(args),
         }
     });
     match result {
@@ -165,6 +170,8 @@ mod tests {
             "countersink leaderboard run --once --config x.toml --board top_pages --day 2026-11-30",
             "countersink top top_pages --day 2026-11-30 --limit 5 --format json",
             "countersink advise-shards --safe-rate 100 --from http://127.0.0.1:9102 --from hot.json",
+            "countersink outcomes summary --state-dir /tmp/x --format json",
+            "countersink outcomes list --config x.toml --outcome unknown --outcome rejected --since 2h --family views --tag page_id:home --tag k:v --format json",
         ]
         .into_iter()
         .filter(|line| cfg!(feature = "dev") || !line.starts_with("countersink dev "))

@@ -5,5 +5,5 @@
 
 mod chaos;
 pub(crate) mod check;
-mod harness;
+pub(crate) mod harness;
 mod windows;
