@@ -462,15 +462,28 @@ async fn a_bound_literal_mix_and_counter_batches_are_aggregated_right() {
     for task in tasks {
         task.await.unwrap();
     }
+    // A statement prepared on the inner session directly is recognised at its first
+    // execution through the wrapper.
+    let elsewhere = session
+        .inner()
+        .prepare("UPDATE w.c1 SET d = d + ? WHERE k = ?")
+        .await
+        .unwrap();
+    for _ in 0..10 {
+        session
+            .execute_unpaged(&elsewhere, (Counter(3), "elsewhere"))
+            .await
+            .unwrap();
+    }
     server.reset_stats();
     let session = unwrap_arc(session);
     let stats = session.stats();
     assert_eq!(stats.passed_through_total(), 0, "{stats:?}");
-    assert_eq!(stats.buffered, 4 * (3 * 1000 + 2 * 10));
+    assert_eq!(stats.buffered, 4 * (3 * 1000 + 2 * 10) + 10);
     assert!(stats.accounting.is_balanced(), "{:?}", stats.accounting);
     let report = session.shutdown().await;
-    // c1: k0..k4 and `batched`; c2: (k, task) partitions, 5 keys x 4 tasks.
-    assert_eq!(report.writes, 6 + 20, "{report:?}");
+    // c1: k0..k4, `batched` and `elsewhere`; c2: (k, task) partitions, 5 keys x 4 tasks.
+    assert_eq!(report.writes, 7 + 20, "{report:?}");
     assert_eq!(report.applied, report.writes);
     for k in 0..5 {
         let key = format!("k{k}");
@@ -496,10 +509,11 @@ async fn a_bound_literal_mix_and_counter_batches_are_aggregated_right() {
         }
     }
     assert_eq!(cell(server, "w.c1", "c", "k = 'batched'"), Some(40));
+    assert_eq!(cell(server, "w.c1", "d", "k = 'elsewhere'"), Some(30));
     let written = server.stats();
     assert_eq!(
         written.table("w", "c1").write_requests + written.table("w", "c2").write_requests,
-        26
+        27
     );
     store.shutdown().await;
 }
