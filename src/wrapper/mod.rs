@@ -241,11 +241,13 @@ impl CounterSession {
                 ));
             }
         }
-        self.core
-            .plans
-            .write()
-            .insert(prepared.get_id().as_ref().into(), recognized);
-        self.core.generation.fetch_add(1, Ordering::Release);
+        if is_final(&recognized) {
+            self.core
+                .plans
+                .write()
+                .insert(prepared.get_id().as_ref().into(), recognized);
+            self.core.generation.fetch_add(1, Ordering::Release);
+        }
         Ok(prepared)
     }
 
@@ -382,9 +384,11 @@ impl Core {
             return Arc::clone(known);
         }
         let recognized = self.recognize(prepared);
-        self.plans
-            .write()
-            .insert(prepared.get_id().as_ref().into(), Arc::clone(&recognized));
+        if is_final(&recognized) {
+            self.plans
+                .write()
+                .insert(prepared.get_id().as_ref().into(), Arc::clone(&recognized));
+        }
         recognized
     }
 
@@ -405,6 +409,9 @@ impl Core {
             let id = prepared.get_id().as_ref();
             if !cache.plans.contains_key(id) {
                 let recognized = self.plan(prepared);
+                if !is_final(&recognized) {
+                    return f(&recognized);
+                }
                 cache.plans.insert(id.into(), recognized);
             }
             match cache.plans.get(id) {
@@ -501,6 +508,14 @@ impl Core {
     fn add(&self, adds: &[RowAdd]) -> Result<(), PassthroughReason> {
         self.buffer.add(adds).map_err(refused)
     }
+}
+
+/// Whether a decision holds for good. `unknown_table` does not: the driver learns of a new
+/// table from the cluster's schema events, and the statement is decided again at each
+/// execution until its table is known (each of those executions is sent anyway, so the
+/// look-up costs nothing that matters).
+fn is_final(recognized: &Recognized) -> bool {
+    !matches!(**recognized, Err(PassthroughReason::UnknownTable))
 }
 
 fn refused(refused: Refused) -> PassthroughReason {

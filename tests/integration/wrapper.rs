@@ -732,3 +732,48 @@ async fn a_final_flush_with_the_store_down_records_every_row() {
     assert_eq!(server.stats().table("w", "c1").counter_delta_sum, 0);
     store.shutdown().await;
 }
+
+/// A table created after the session read the schema, its UPDATE prepared on the inner
+/// session: it passes through (`unknown_table`) until the driver's metadata has the
+/// table, then is aggregated, without preparing it again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_table_the_driver_learns_of_later_is_aggregated_once_known() {
+    let store = launch(StoreOptions::cqlsim_only(
+        "creates a table behind the driver's back",
+    ))
+    .await;
+    let server = store.sim();
+    server.execute_script(None, SCHEMA).expect("schema");
+    let dir = tempfile::tempdir().unwrap();
+    let session = wrap(&store.contact_point(), dir.path(), |_| {}).await;
+    server
+        .execute_script(None, "CREATE TABLE w.late (k text PRIMARY KEY, c counter);")
+        .expect("late table");
+    let update = session
+        .inner()
+        .prepare("UPDATE w.late SET c = c + ? WHERE k = ?")
+        .await
+        .unwrap();
+    session
+        .execute_unpaged(&update, (Counter(1), "a"))
+        .await
+        .unwrap();
+    let before = session.stats();
+    session.inner().refresh_metadata().await.unwrap();
+    for _ in 0..10 {
+        session
+            .execute_unpaged(&update, (Counter(1), "a"))
+            .await
+            .unwrap();
+    }
+    let after = session.stats();
+    assert_eq!(
+        after.buffered - before.buffered,
+        10,
+        "aggregated once the table is known: {after:?}"
+    );
+    assert!(after.passed_through(PassthroughReason::UnknownTable) <= 1);
+    session.shutdown().await;
+    assert_eq!(cell(server, "w.late", "c", "k = 'a'"), Some(11));
+    store.shutdown().await;
+}
