@@ -23,3 +23,4 @@ mod shards;
 mod sidecar;
 #[cfg(feature = "tls")]
 mod tls;
+mod wrapper;
