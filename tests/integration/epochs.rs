@@ -305,7 +305,9 @@ async fn reset_schedules_epochs_a_lead_ahead_and_refuses_earlier_ones() {
             .unwrap()
             .as_secs() as i64
     };
-    let soon = time::OffsetDateTime::from_unix_timestamp(now() + 20)
+    // The start of the current minute: a whole minute, so no rounding moves it past the
+    // lead.
+    let soon = time::OffsetDateTime::from_unix_timestamp(now() / 60 * 60)
         .unwrap()
         .format(&time::format_description::well_known::Rfc3339)
         .unwrap();
