@@ -300,7 +300,7 @@ fn delete(
         }
         Some(slots) => {
             for s in slots.iter().filter(|s| is_static(table, **s)) {
-                if !part.deleted.is_some_and(|d| at <= d) {
+                if part.deleted.is_none_or(|d| at > d) {
                     reconcile(
                         &mut part.statics[*s],
                         &mut part.statics_written[*s],
@@ -315,7 +315,7 @@ fn delete(
                 let row = part.rows.entry(ck).or_default();
                 row.fit(n);
                 let shadowed = over.into_iter().chain(row.deleted).max();
-                if !shadowed.is_some_and(|d| at <= d) {
+                if shadowed.is_none_or(|d| at > d) {
                     for s in slots.iter().filter(|s| !is_static(table, **s)) {
                         reconcile(&mut row.cells[*s], &mut row.written[*s], None, at);
                     }
