@@ -26,6 +26,7 @@
 //! | [`telemetry`] | the metric catalogue, the accounting identity, the flusher's ledger, the Prometheus collectors |
 //! | [`flush`] | the plan, the loop, the pure settle step (outcome → action), one shutdown deadline |
 //! | [`pipeline`], [`recorder`] | engine + state + flusher assembled; the in-process `Recorder` |
+//! | [`readback`] | reading counts back (summing shards and writers): `get` and in-process readers |
 //! | `facade` | (feature `metrics-facade`) a recorder for the `metrics` crate: `counter!` lands in the engine |
 //! | `sidecar`, `cli` | (feature `sidecar`) the sidecar runtime and HTTP, the command line (`dev` needs feature `dev`) |
 
@@ -47,6 +48,7 @@ pub mod facade;
 pub mod family;
 pub mod flush;
 pub mod pipeline;
+pub mod readback;
 pub mod recorder;
 pub mod series;
 pub mod sink;
