@@ -24,6 +24,7 @@
 //! | [`state`] | the state directory: outcome logs, spill file and its replay steps, writer identity |
 //! | `ingest` | (feature `sidecar`) socket receivers |
 //! | [`telemetry`] | the metric catalogue, the accounting identity, the flusher's ledger, the Prometheus collectors |
+//! | [`totals`] | the `writer_totals` counting mode: running totals per writer, idempotent writes retried until applied, their spill |
 //! | [`flush`] | the plan, the loop, the pure settle step (outcome → action), one shutdown deadline |
 //! | [`pipeline`], [`recorder`] | engine + state + flusher assembled; the in-process `Recorder` |
 //! | [`readback`] | reading counts back (summing shards and writers): `get` and in-process readers |
@@ -54,6 +55,7 @@ pub mod series;
 pub mod sink;
 pub mod state;
 pub mod telemetry;
+pub mod totals;
 pub mod vocabulary;
 
 pub use crate::config::Config;

@@ -12,6 +12,7 @@ use crate::engine::Engine;
 use crate::family::shard_seed;
 use crate::sink::{OutcomeClass, PartitionWrite, Sink, WriteError};
 use crate::state::{OutcomeLog, RecordOutcome, Recovered, StateDir, StateError, WriteRecord};
+use crate::totals::{Totals, TotalsReport};
 use crate::vocabulary::{DropReason, Granularity};
 
 use super::plan::{self, PlanOptions};
@@ -41,6 +42,8 @@ pub struct FlushReport {
     pub unknown: usize,
     /// Requests spilled to disk (not attempted, or re-queued too long).
     pub spilled: usize,
+    /// What the `writer_totals` families' writes did (not counted above).
+    pub totals: TotalsReport,
 }
 
 impl FlushReport {
@@ -67,6 +70,8 @@ pub struct Flusher<S> {
     /// Whether the last flush found the store answering (something applied, nothing
     /// re-queued): the moment to bring rows spilled during an outage back.
     store_healthy: bool,
+    /// The `writer_totals` families' path: their rows leave this one after the drain.
+    totals: Totals,
 }
 
 impl<S: Sink> Flusher<S> {
@@ -110,6 +115,7 @@ impl<S: Sink> Flusher<S> {
     ) -> Flusher<S> {
         let shard_seed = shard_seed(state.writer_id());
         replay(&engine, &mut state, &ledger, recovered, Origin::PreviousRun);
+        let totals = Totals::open(engine.clone(), &mut state, &config, &ledger);
         Flusher {
             engine,
             sink,
@@ -119,12 +125,18 @@ impl<S: Sink> Flusher<S> {
             seq: 0,
             shard_seed,
             store_healthy: false,
+            totals,
         }
     }
 
     /// The accounting ledger.
     pub fn ledger(&self) -> &Arc<Ledger> {
         &self.ledger
+    }
+
+    /// This incarnation's writer column in `writer_totals` tables.
+    pub fn totals_writer(&self) -> &str {
+        self.totals.writer()
     }
 
     /// Runs until shutdown is requested: flushes every interval (± jitter) and early when
@@ -167,7 +179,7 @@ impl<S: Sink> Flusher<S> {
         self.engine.aggregator().close();
         deadline.fix();
         let report = self.flush(&mut deadline, true).await;
-        let (rows, sum) = pending(&self.engine);
+        let (rows, sum) = self.pending();
         if let Err(error) = self.state.write_status(rows == 0, rows as u64, sum) {
             tracing::error!(%error, "Could not record the clean shutdown in status.json.");
         }
@@ -185,8 +197,42 @@ impl<S: Sink> Flusher<S> {
         Duration::from_nanos(u64::try_from(nanos).unwrap_or(u64::MAX))
     }
 
+    /// One flush: the counter families' writes, then the `writer_totals` families'.
     async fn flush(&mut self, deadline: &mut Deadline, last: bool) -> FlushReport {
         let started = Instant::now();
+        let mut report = self.flush_counters(deadline, last).await;
+        if self.totals.is_active() {
+            report.totals = self
+                .totals
+                .flush(
+                    &*self.sink,
+                    deadline,
+                    &self.ledger,
+                    &mut self.state,
+                    self.seq,
+                    last,
+                )
+                .await;
+            if !last {
+                let (rows, sum) = self.pending();
+                if let Err(error) = self.state.write_status(false, rows as u64, sum) {
+                    tracing::warn!(%error, "Could not write status.json.");
+                }
+            }
+        }
+        self.ledger.count_flush(started.elapsed().as_secs_f64());
+        report
+    }
+
+    /// Pending rows and the delta sum they owe the minute tables, for `status.json`:
+    /// what the buffer holds, and the running totals not known applied.
+    fn pending(&self) -> (usize, i128) {
+        let (rows, sum) = pending(&self.engine);
+        let (totals_rows, totals_sum) = self.totals.pending();
+        (rows + totals_rows, sum + totals_sum)
+    }
+
+    async fn flush_counters(&mut self, deadline: &mut Deadline, last: bool) -> FlushReport {
         self.seq += 1;
         if self.store_healthy && !last && self.state.has_spilled() {
             // The store answers again: rows spilled during the outage go out with this
@@ -213,10 +259,11 @@ impl<S: Sink> Flusher<S> {
                 .update(g, |s| s.in_flight += drained_sums[g.index()]);
         }
 
+        let rows_for_counters = self.totals.take(drained.into_rows(), &self.ledger);
         let families = self.engine.families();
         let (seed, seq) = (self.shard_seed, self.seq);
         let writes = plan::plan(
-            drained.into_rows(),
+            rows_for_counters,
             PlanOptions {
                 max_batch_rows: self.config.max_batch_rows,
             },
@@ -233,13 +280,13 @@ impl<S: Sink> Flusher<S> {
                     // load again. Hold everything back instead.
                     tracing::error!(%error, "Could not mark the spill replay as started; holding this flush back.");
                     let results = writes.into_iter().map(|w| (w, Sent::NotStarted)).collect();
-                    return self.settle(results, rows, drained_sums, started, last, false);
+                    return self.settle(results, rows, drained_sums, last, false);
                 }
             }
         }
 
         let results = send_all(&*self.sink, writes, self.config.max_in_flight, deadline).await;
-        self.settle(results, rows, drained_sums, started, last, replay_begun)
+        self.settle(results, rows, drained_sums, last, replay_begun)
     }
 
     /// Decides (with [`settle::settle`]) and executes what becomes of every write, then
@@ -249,7 +296,6 @@ impl<S: Sink> Flusher<S> {
         results: Vec<(PartitionWrite, Sent)>,
         rows: usize,
         drained_sums: [i128; 2],
-        started: Instant,
         last: bool,
         replay_begun: bool,
     ) -> FlushReport {
@@ -308,7 +354,6 @@ impl<S: Sink> Flusher<S> {
                 tracing::warn!(%error, "Could not write status.json.");
             }
         }
-        self.ledger.count_flush(started.elapsed().as_secs_f64());
         self.store_healthy = settle::store_answers(report.applied, report.requeued);
         report
     }

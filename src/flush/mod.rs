@@ -8,7 +8,11 @@
 //! - [`shutdown`]: the shutdown request and the one deadline derived from it.
 //! - [`record_conversion`]: writes to the records of the outcome logs and the spill file,
 //!   and spilled records back to rows.
+//!
+//! Rows of `writer_totals` families leave this path right after the drain, for
+//! [`crate::totals`], which the flusher then runs after the counter writes.
 
+mod cutoff;
 pub mod flusher;
 pub mod plan;
 pub mod record_conversion;

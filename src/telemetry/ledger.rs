@@ -47,6 +47,9 @@ pub struct Ledger {
     unclean_previous_stop: OnceLock<u64>,
     /// Time per flush, from drain to the last outcome recorded.
     pub(crate) flush_duration: Histogram,
+    /// Running totals of `writer_totals` families held in memory, and of those the ones
+    /// the store may lack, after the last flush.
+    totals_rows: Mutex<(u64, u64)>,
 }
 
 impl Default for Ledger {
@@ -59,6 +62,7 @@ impl Default for Ledger {
             flushes: Mutex::default(),
             unclean_previous_stop: OnceLock::new(),
             flush_duration: catalogue::FLUSH_DURATION.histogram(&catalogue::FLUSH_DURATION_BUCKETS),
+            totals_rows: Mutex::default(),
         }
     }
 }
@@ -122,6 +126,15 @@ impl Ledger {
     pub(crate) fn set_unclean_previous_stop(&self, pending_rows: u64) {
         // Called once, at start; a second call would change nothing.
         let _ = self.unclean_previous_stop.set(pending_rows);
+    }
+
+    /// Running totals held in memory, and those the store may lack (`writer_totals`).
+    pub fn totals_rows(&self) -> (u64, u64) {
+        *self.totals_rows.lock()
+    }
+
+    pub(crate) fn set_totals_rows(&self, held: u64, unwritten: u64) {
+        *self.totals_rows.lock() = (held, unwritten);
     }
 
     pub(crate) fn count_flush(&self, seconds: f64) {
