@@ -31,16 +31,8 @@ pub trait Sink: Send + Sync + 'static {
 
     /// Sends one write of running totals (`writer_totals` families) and classifies its
     /// outcome. The write is idempotent: the totals path sends it again after any outcome
-    /// but applied. A sink that cannot store totals keeps this default, which refuses.
-    fn write_totals(&self, write: &TotalsWrite) -> impl Future<Output = Outcome> + Send {
-        let family = write.family.0;
-        async move {
-            Outcome::NotAppliedPermanent(WriteError::new(
-                "no_totals",
-                format!("this sink cannot write the running totals of family {family}"),
-            ))
-        }
-    }
+    /// but applied. Required, so that a sink wrapping another forwards it.
+    fn write_totals(&self, write: &TotalsWrite) -> impl Future<Output = Outcome> + Send;
 }
 
 /// A sink that only logs each write (at `info`) and reports it applied: a dry run that

@@ -8,7 +8,9 @@ use std::sync::Arc;
 use parking_lot::Mutex;
 use prometheus::core::{Collector, Desc};
 use prometheus::proto::MetricFamily;
-use prometheus::{Encoder, GaugeVec, IntCounter, IntCounterVec, IntGauge, Registry, TextEncoder};
+use prometheus::{
+    Encoder, GaugeVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Registry, TextEncoder,
+};
 
 use crate::engine::Engine;
 use crate::line::{IgnoredKind, InvalidReason};
@@ -44,6 +46,7 @@ struct EngineSeries {
     lost_records: IntCounterVec,
     previous_stop_unclean: IntGauge,
     previous_stop_pending_rows: IntGauge,
+    writer_totals_rows: IntGaugeVec,
 }
 
 impl EngineCollector {
@@ -63,6 +66,7 @@ impl EngineCollector {
             previous_stop_unclean: catalogue::PREVIOUS_STOP_UNCLEAN.int_gauge(),
             previous_stop_pending_rows: catalogue::PREVIOUS_STOP_PENDING_ROWS.int_gauge(),
             delta_sum: catalogue::DELTA_SUM.gauge_vec(),
+            writer_totals_rows: catalogue::WRITER_TOTALS_ROWS.int_gauge_vec(),
         };
         let mut descs = Vec::new();
         for collector in families.collectors() {
@@ -79,7 +83,7 @@ impl EngineCollector {
 }
 
 impl EngineSeries {
-    fn collectors(&self) -> [&dyn Collector; 13] {
+    fn collectors(&self) -> [&dyn Collector; 14] {
         [
             &self.lines_received,
             &self.lines_invalid,
@@ -94,6 +98,7 @@ impl EngineSeries {
             &self.lost_records,
             &self.previous_stop_unclean,
             &self.previous_stop_pending_rows,
+            &self.writer_totals_rows,
         ]
     }
 }
@@ -169,6 +174,12 @@ impl Collector for EngineCollector {
         f.previous_stop_unclean.set(i64::from(previous.is_some()));
         f.previous_stop_pending_rows
             .set(previous.map_or(0, |rows| i64::try_from(rows).unwrap_or(i64::MAX)));
+        let (held, unwritten) = self.ledger.totals_rows();
+        for (state, rows) in [("held", held), ("unwritten", unwritten)] {
+            f.writer_totals_rows
+                .with_label_values(&[state])
+                .set(i64::try_from(rows).unwrap_or(i64::MAX));
+        }
         f.delta_sum.reset();
         for table in Granularity::ALL {
             for (stage, sum) in accounting.of(table).labelled() {

@@ -14,3 +14,4 @@ mod shards;
 mod sidecar;
 #[cfg(feature = "tls")]
 mod tls;
+mod totals;
