@@ -17,7 +17,7 @@
 //! an increment that still arrives for a released row is dropped and counted
 //! (`timestamp_window`) instead.
 
-use std::collections::{HashMap, HashSet};
+use hashbrown::{Equivalent, HashMap, HashSet};
 
 use crate::aggregate::{Aggregator, Columns};
 use crate::bucket::{MINUTES_PER_DAY, Minute};
@@ -42,7 +42,52 @@ pub(crate) struct RowId {
     pub(crate) bucket: u32,
 }
 
+/// A row's id borrowed from a write or a drained row, to look rows up without copying
+/// the series. Hashes as the [`RowId`] it stands for (same fields, same order).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub(crate) struct RowRef<'a> {
+    /// The family.
+    pub(crate) family: FamilyId,
+    /// Minute or day table.
+    pub(crate) table: Granularity,
+    /// The encoded series.
+    pub(crate) series: &'a [u8],
+    /// The bucket.
+    pub(crate) bucket: u32,
+}
+
+impl RowRef<'_> {
+    /// The owned id.
+    pub(crate) fn to_id(self) -> RowId {
+        RowId {
+            family: self.family,
+            table: self.table,
+            series: self.series.into(),
+            bucket: self.bucket,
+        }
+    }
+}
+
+impl Equivalent<RowId> for RowRef<'_> {
+    fn equivalent(&self, key: &RowId) -> bool {
+        self.family == key.family
+            && self.table == key.table
+            && self.bucket == key.bucket
+            && *self.series == *key.series
+    }
+}
+
 impl RowId {
+    /// The borrowed form.
+    pub(crate) fn as_ref(&self) -> RowRef<'_> {
+        RowRef {
+            family: self.family,
+            table: self.table,
+            series: &self.series,
+            bucket: self.bucket,
+        }
+    }
+
     /// The time bucket of the row's partition: its day (minute table) or its month as
     /// `year * 12 + month - 1` (day table).
     pub(crate) fn partition_bucket(&self) -> u32 {
@@ -122,8 +167,8 @@ pub(crate) struct Spilled {
 
 /// The running totals, the rows to write, and the memory they hold.
 pub(crate) struct Book {
-    rows: HashMap<RowId, Entry, foldhash::fast::RandomState>,
-    unwritten: HashSet<RowId, foldhash::fast::RandomState>,
+    rows: HashMap<RowId, Entry>,
+    unwritten: HashSet<RowId>,
     closing: Closing,
     /// Rows closing at or before this Unix second may have been released.
     released_through: i64,
@@ -158,20 +203,21 @@ impl Book {
     /// would leave the `i64` range, or when the row was released already.
     pub(crate) fn absorb(
         &mut self,
-        id: RowId,
+        row: RowRef<'_>,
         deltas: &Columns,
         aggregator: &Aggregator,
     ) -> Result<(), DropReason> {
-        if let Some(entry) = self.rows.get_mut(&id) {
+        if let Some(entry) = self.rows.get_mut(&row) {
             if !entry.total.checked_add(deltas) {
                 return Err(DropReason::Overflow);
             }
             if !entry.unwritten {
                 entry.unwritten = true;
-                self.unwritten.insert(id);
+                self.unwritten.insert(row.to_id());
             }
             return Ok(());
         }
+        let id = row.to_id();
         if self.closing.closes_at(&id) <= self.released_through {
             return Err(DropReason::TimestampWindow);
         }
@@ -194,8 +240,30 @@ impl Book {
         Ok(())
     }
 
-    /// The rows to write at flush `flush`, with their newest totals: every row the store
-    /// may lack, but those still backing off (all of them when `all`, at shutdown).
+    /// Takes the rows to write at flush `flush`, with their newest totals, sorted by id
+    /// (a partition's rows together): every row the store may lack, but those still
+    /// backing off (all of them when `all`, at shutdown). Each goes back to the unwritten
+    /// set unless [`Book::confirm`] finds its newest total applied.
+    pub(crate) fn take_due(&mut self, flush: u64, all: bool) -> Vec<Due> {
+        let mut due = Vec::new();
+        let mut waiting = Vec::new();
+        for id in self.unwritten.drain() {
+            match self.rows.get(&id) {
+                Some(entry) if all || entry.not_before <= flush => due.push(Due {
+                    total: entry.total.clone(),
+                    id,
+                }),
+                Some(_) => waiting.push(id),
+                None => {}
+            }
+        }
+        self.unwritten.extend(waiting);
+        due.sort_by(|a, b| a.id.cmp(&b.id));
+        due
+    }
+
+    /// The rows [`Book::take_due`] would take, without taking them.
+    #[cfg(test)]
     pub(crate) fn due(&self, flush: u64, all: bool) -> Vec<Due> {
         let mut due: Vec<Due> = self
             .unwritten
@@ -214,18 +282,20 @@ impl Book {
 
     /// A write of `sent` for `id` applied: returns the newly applied part (`sent` minus
     /// the previous confirmed total).
-    pub(crate) fn confirm(&mut self, id: &RowId, sent: &Columns) -> Columns {
-        let Some(entry) = self.rows.get_mut(id) else {
-            return Columns::zeroed(sent.as_slice().len());
+    pub(crate) fn confirm(&mut self, row: RowRef<'_>, sent: &Columns) -> i128 {
+        let Some(entry) = self.rows.get_mut(&row) else {
+            return 0;
         };
-        let applied = difference(sent, &entry.confirmed);
-        entry.confirmed = sent.clone();
+        let applied = sent.sum() - entry.confirmed.sum();
+        entry.confirmed.clone_from(sent);
         if entry.total == *sent {
             entry.unwritten = false;
             entry.failures = 0;
             entry.not_before = 0;
             entry.failing_since = 0;
-            self.unwritten.remove(id);
+            self.unwritten.remove(&row);
+        } else {
+            self.unwritten.insert(row.to_id());
         }
         applied
     }
@@ -238,6 +308,9 @@ impl Book {
             entry.not_before = next_attempt(entry.failures, flush);
             if entry.failing_since == 0 {
                 entry.failing_since = now_unix_secs.max(1);
+            }
+            if !self.unwritten.contains(id) {
+                self.unwritten.insert(id.clone());
             }
         }
     }
@@ -414,8 +487,8 @@ mod tests {
         let agg = aggregator(100);
         let mut b = book();
         let id = minute_row("a", NOW);
-        b.absorb(id.clone(), &one(3), &agg).unwrap();
-        b.absorb(id.clone(), &one(4), &agg).unwrap();
+        b.absorb(id.as_ref(), &one(3), &agg).unwrap();
+        b.absorb(id.as_ref(), &one(4), &agg).unwrap();
         let due = b.due(1, false);
         assert_eq!(
             due,
@@ -424,15 +497,15 @@ mod tests {
                 total: one(7)
             }]
         );
-        assert_eq!(b.confirm(&id, &one(7)), one(7));
+        assert_eq!(b.confirm(id.as_ref(), &one(7)), 7);
         assert!(b.due(2, false).is_empty(), "nothing new");
-        b.absorb(id.clone(), &one(-2), &agg).unwrap();
+        b.absorb(id.as_ref(), &one(-2), &agg).unwrap();
         assert_eq!(
             b.due(2, false)[0].total,
             one(5),
             "the absolute total, not the delta"
         );
-        assert_eq!(b.confirm(&id, &one(5)), one(-2));
+        assert_eq!(b.confirm(id.as_ref(), &one(5)), -2);
         assert_eq!((b.held(), b.unwritten()), (1, 0));
         assert_eq!(agg.pending_rows_estimate(), 1, "the row holds its room");
     }
@@ -444,7 +517,7 @@ mod tests {
         let agg = aggregator(100);
         let mut b = book();
         let id = minute_row("a", NOW);
-        b.absorb(id.clone(), &one(1), &agg).unwrap();
+        b.absorb(id.as_ref(), &one(1), &agg).unwrap();
         let mut flush = 1;
         let mut waits = Vec::new();
         for _ in 0..6 {
@@ -458,10 +531,10 @@ mod tests {
         }
         assert_eq!(waits, [0, 1, 3, 7, 11, 11]);
         assert_eq!(b.failing_since(&id), Some(100));
-        b.absorb(id.clone(), &one(1), &agg).unwrap();
+        b.absorb(id.as_ref(), &one(1), &agg).unwrap();
         assert_eq!(b.due(flush, false)[0].total, one(2));
         assert_eq!(b.due(0, true).len(), 1, "shutdown ignores the back-off");
-        b.confirm(&id, &one(2));
+        b.confirm(id.as_ref(), &one(2));
         assert_eq!(b.failing_since(&id), None);
     }
 
@@ -471,9 +544,9 @@ mod tests {
         let agg = aggregator(100);
         let mut b = book();
         let id = minute_row("a", NOW);
-        b.absorb(id.clone(), &one(1), &agg).unwrap();
-        b.absorb(id.clone(), &one(1), &agg).unwrap();
-        assert_eq!(b.confirm(&id, &one(1)), one(1));
+        b.absorb(id.as_ref(), &one(1), &agg).unwrap();
+        b.absorb(id.as_ref(), &one(1), &agg).unwrap();
+        assert_eq!(b.confirm(id.as_ref(), &one(1)), 1);
         assert_eq!(b.unwritten(), 1);
         assert_eq!(b.unconfirmed_sum(Granularity::Minute), 1);
     }
@@ -486,10 +559,10 @@ mod tests {
         let open = minute_row("b", NOW - 60);
         let failing = minute_row("c", NOW - 2 * HOUR);
         for id in [&old, &open, &failing] {
-            b.absorb(id.clone(), &one(1), &agg).unwrap();
+            b.absorb(id.as_ref(), &one(1), &agg).unwrap();
         }
-        b.confirm(&old, &one(1));
-        b.confirm(&open, &one(1));
+        b.confirm(old.as_ref(), &one(1));
+        b.confirm(open.as_ref(), &one(1));
         assert!(b.is_closed(&old, NOW) && !b.is_closed(&open, NOW));
         assert_eq!(
             b.release_closed(NOW, &agg),
@@ -499,11 +572,11 @@ mod tests {
         assert_eq!(b.release_closed(NOW + 1, &agg), 0, "once per minute");
         assert_eq!((b.held(), agg.pending_rows_estimate()), (2, 2));
         assert_eq!(
-            b.absorb(old.clone(), &one(1), &agg),
+            b.absorb(old.as_ref(), &one(1), &agg),
             Err(DropReason::TimestampWindow),
             "restarting a released row from zero would overwrite its total"
         );
-        b.absorb(open, &one(1), &agg).unwrap();
+        b.absorb(open.as_ref(), &one(1), &agg).unwrap();
         let spilled = b.spill(&failing, true, &agg);
         assert_eq!((spilled.total, spilled.unconfirmed), (one(1), one(1)));
         assert_eq!((b.held(), agg.pending_rows_estimate()), (1, 1));
@@ -513,14 +586,14 @@ mod tests {
     fn the_budget_and_the_i64_range_bound_what_is_held() {
         let agg = aggregator(1);
         let mut b = book();
-        b.absorb(minute_row("a", NOW), &one(i64::MAX), &agg)
+        b.absorb(minute_row("a", NOW).as_ref(), &one(i64::MAX), &agg)
             .unwrap();
         assert_eq!(
-            b.absorb(minute_row("b", NOW), &one(1), &agg),
+            b.absorb(minute_row("b", NOW).as_ref(), &one(1), &agg),
             Err(DropReason::MaxRows)
         );
         assert_eq!(
-            b.absorb(minute_row("a", NOW), &one(1), &agg),
+            b.absorb(minute_row("a", NOW).as_ref(), &one(1), &agg),
             Err(DropReason::Overflow)
         );
         assert_eq!(b.due(1, false)[0].total, one(i64::MAX), "unchanged");
@@ -528,17 +601,25 @@ mod tests {
         assert_eq!(agg.pending_rows_estimate(), 0);
     }
 
+    /// The README's estimate: about 100 bytes plus the key, per held row.
+    #[test]
+    fn a_held_row_is_charged_about_a_hundred_bytes_plus_its_key() {
+        let id = minute_row("k-0123456789abcdef0123456789", NOW);
+        let overhead = row_bytes(&id, 1) - id.series.len();
+        assert!((90..=120).contains(&overhead), "{overhead}");
+    }
+
     #[test]
     fn a_rejected_row_falls_back_to_its_confirmed_total() {
         let agg = aggregator(10);
         let mut b = book();
         let id = minute_row("a", NOW);
-        b.absorb(id.clone(), &one(5), &agg).unwrap();
-        b.confirm(&id, &one(5));
-        b.absorb(id.clone(), &one(3), &agg).unwrap();
+        b.absorb(id.as_ref(), &one(5), &agg).unwrap();
+        b.confirm(id.as_ref(), &one(5));
+        b.absorb(id.as_ref(), &one(3), &agg).unwrap();
         assert_eq!(b.reject(&id), one(3));
         assert_eq!(b.unwritten(), 0);
-        b.absorb(id.clone(), &one(1), &agg).unwrap();
+        b.absorb(id.as_ref(), &one(1), &agg).unwrap();
         assert_eq!(
             b.due(1, false)[0].total,
             one(6),

@@ -43,12 +43,12 @@ use crate::bucket;
 use crate::config::{CountingMode, FlushConfig};
 use crate::engine::Engine;
 use crate::family::FamilyDef;
-use crate::sink::{OutcomeClass, Sink, TotalRow, TotalsWrite, WriteError};
+use crate::sink::{Outcome, OutcomeClass, Sink, TotalRow, TotalsWrite, WriteError};
 use crate::state::{OutcomeLog, StateDir};
 use crate::telemetry::Ledger;
 use crate::vocabulary::{DropReason, Granularity};
 
-use self::book::{Book, Closing, RowId};
+use self::book::{Book, Closing, RowId, RowRef};
 use self::clock::WriterClock;
 use self::decide::{Ended, RowAction, RowFacts};
 use self::records::{Recorder, SpilledRow, TotalRecord};
@@ -229,6 +229,7 @@ impl Totals {
             return rows.collect();
         }
         let mut counters = Vec::new();
+        let mut absorbed = [0_i128; 2];
         for (key, row) in rows {
             if families.mode(key.family()) != CountingMode::WriterTotals {
                 counters.push((key, row));
@@ -247,20 +248,26 @@ impl Totals {
             };
             let sum = row.columns.sum();
             for (table, bucket) in targets.into_iter().flatten() {
-                let id = RowId {
+                let row_ref = RowRef {
                     family,
                     table,
-                    series: series.clone(),
+                    series: &series,
                     bucket,
                 };
-                match self.book.absorb(id, &row.columns, self.engine.aggregator()) {
-                    Ok(()) => ledger.update(table, |s| s.in_flight += sum),
+                match self
+                    .book
+                    .absorb(row_ref, &row.columns, self.engine.aggregator())
+                {
+                    Ok(()) => absorbed[table.index()] += sum,
                     Err(reason) => {
                         ledger.update(table, |s| s.dropped += sum);
                         ledger.count_late_drop(reason, 1);
                     }
                 }
             }
+        }
+        for table in Granularity::ALL {
+            ledger.update(table, |s| s.in_flight += absorbed[table.index()]);
         }
         counters
     }
@@ -318,6 +325,22 @@ impl Totals {
                 time: &time,
             };
             match planned {
+                Planned::Book if matches!(ended, Ended::Done(Outcome::Applied)) => {
+                    let mut applied = 0;
+                    for row in &write.rows {
+                        let row_ref = RowRef {
+                            family: write.family,
+                            table: write.table,
+                            series: &write.series,
+                            bucket: row.bucket,
+                        };
+                        applied += self.book.confirm(row_ref, &row.totals);
+                    }
+                    ledger.update(write.table, |s| {
+                        s.applied += applied;
+                        s.in_flight -= applied;
+                    });
+                }
                 Planned::Book => {
                     for row in &write.rows {
                         let id = RowId {
@@ -335,7 +358,7 @@ impl Totals {
                         };
                         match decide::decide(&ended, &facts) {
                             RowAction::Confirm => {
-                                let applied = self.book.confirm(&id, &row.totals).sum();
+                                let applied = self.book.confirm(id.as_ref(), &row.totals);
                                 ledger.update(id.table, |s| {
                                     s.applied += applied;
                                     s.in_flight -= applied;
@@ -440,7 +463,7 @@ impl Totals {
         let mut writes: Vec<TotalsWrite> = Vec::new();
         let mut planned = Vec::new();
         // Sorted by row id: rows of one partition are adjacent.
-        let due = self.book.due(seq, last);
+        let due = self.book.take_due(seq, last);
         let mut current: Option<(RowId, Vec<TotalRow>)> = None;
         let flush_group =
             |group: Option<(RowId, Vec<TotalRow>)>, clock: &mut WriterClock, writer: &Arc<str>| {
@@ -684,10 +707,10 @@ impl Drop for Totals {
 fn error_of(ended: &Ended) -> Option<WriteError> {
     match ended {
         Ended::Done(outcome) => match outcome {
-            crate::sink::Outcome::Applied => None,
-            crate::sink::Outcome::NotAppliedTransient(e)
-            | crate::sink::Outcome::NotAppliedPermanent(e)
-            | crate::sink::Outcome::Unknown(e) => Some(e.clone()),
+            Outcome::Applied => None,
+            Outcome::NotAppliedTransient(e)
+            | Outcome::NotAppliedPermanent(e)
+            | Outcome::Unknown(e) => Some(e.clone()),
         },
         Ended::Cancelled => Some(WriteError::new(
             "cancelled_at_deadline",
