@@ -15,6 +15,11 @@
 //! 3. Read cost of `get` (the library reader): a day total and a day's minutes of one key
 //!    whose rows were written by 1, 10 and 100 writers, against the counter family's one
 //!    row per bucket.
+//! 4. With `TOTALS_BENCH_CASSANDRA=HOST:PORT` (a real node, e.g. from the `cassandra`
+//!    branch's `tests/cassandra/cluster.sh up 1`) and `TOTALS_BENCH_CASSANDRA_PID` (its
+//!    process id, on this machine): measurement 1 against that node, with the node's own
+//!    CPU time per flushed row (a counter write reads before it writes; a regular write
+//!    does not). Each run writes into a keyspace of its own, dropped afterwards.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -43,7 +48,12 @@ fn now() -> i64 {
 
 /// CPU time of this process so far (user + system), from `/proc/self/stat`.
 fn cpu_time() -> Duration {
-    let stat = std::fs::read_to_string("/proc/self/stat").expect("/proc/self/stat");
+    cpu_time_of("self")
+}
+
+/// CPU time of process `pid` (or `self`) so far, from `/proc/<pid>/stat`.
+fn cpu_time_of(pid: &str) -> Duration {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).expect("/proc/<pid>/stat");
     // Fields after the command name (which ends with ')'): utime and stime are 14 and 15.
     let rest = &stat[stat.rfind(')').expect("stat format") + 2..];
     let fields: Vec<&str> = rest.split_whitespace().collect();
@@ -53,13 +63,17 @@ fn cpu_time() -> Duration {
 }
 
 fn config(dir: &std::path::Path, mode: CountingMode) -> Config {
+    config_in(dir, mode, "metrics")
+}
+
+fn config_in(dir: &std::path::Path, mode: CountingMode, keyspace: &str) -> Config {
     let mut config = Config::default();
     config.state.dir = dir.to_owned();
     config.generic.enabled = false;
     config.families.push(FamilyConfig {
         name: "bench".into(),
-        minute_table: "metrics.bench_by_minute".into(),
-        day_table: "metrics.bench_by_day".into(),
+        minute_table: format!("{keyspace}.bench_by_minute"),
+        day_table: format!("{keyspace}.bench_by_day"),
         key: vec!["key".into()],
         columns: [("bench".to_string(), "n".to_string())].into(),
         mode,
@@ -148,51 +162,68 @@ async fn flush_once(mode: CountingMode) -> Measured {
 }
 
 /// Median latency and rows read of a day total and of a day's minutes of one key, whose
-/// rows `writers` writers wrote (60 minutes each).
-async fn read_cost(mode: CountingMode, writers: usize) -> [(f64, usize); 2] {
+/// rows `writers` writers wrote (60 minutes each): on an in-process cqlsim, or on the real
+/// node at `node` (in a keyspace of its own, dropped afterwards).
+async fn read_cost(mode: CountingMode, writers: usize, node: Option<&str>) -> [(f64, usize); 2] {
     let dir = tempfile::tempdir().expect("tempdir");
-    let mut config = config(dir.path(), mode);
-    let server = store(&mut config).await;
+    let keyspace = format!("bench_read_{}_{writers}", mode.as_str());
+    let mut config = config_in(dir.path(), mode, &keyspace);
+    let server = match node {
+        Some(address) => {
+            config.store.contact_points = vec![address.to_owned()];
+            None
+        }
+        None => Some(store(&mut config).await),
+    };
+    let session = scylla::client::session_builder::SessionBuilder::new()
+        .known_node(&config.store.contact_points[0])
+        .build()
+        .await
+        .expect("session");
+    if server.is_none() {
+        session
+            .query_unpaged(format!("DROP KEYSPACE IF EXISTS {keyspace}"), ())
+            .await
+            .expect("drop");
+        for statement in ddl::statements(&config, ddl::DEV_REPLICATION).expect("schema") {
+            session
+                .query_unpaged(statement.as_str(), ())
+                .await
+                .expect("ddl");
+        }
+        session.await_schema_agreement().await.expect("agreement");
+    }
     let day = Minute::from_unix_secs(now()).expect("now").day();
     let date = countersink::bucket::format_date(day.date());
     let month = day.month();
     for w in 0..writers {
         let writer = format!("bench-{w}/1/0000abcd");
-        let (set, columns, values) = match mode {
-            CountingMode::Counter => ("UPDATE", String::new(), String::new()),
-            CountingMode::WriterTotals => {
-                ("INSERT", ", writer".to_string(), format!(", '{writer}'"))
-            }
-        };
-        for minute in 0..60 {
-            let statement = if set == "UPDATE" {
-                format!(
-                    "UPDATE metrics.bench_by_minute SET n = n + 1 WHERE key = 'hot' AND day = '{date}' AND minute = {minute}"
-                )
-            } else {
-                format!(
-                    "INSERT INTO metrics.bench_by_minute (key, day, minute{columns}, n) VALUES ('hot', '{date}', {minute}{values}, 1)"
-                )
-            };
-            server.execute(None, &statement).expect("minute row");
+        let mut statements: Vec<String> = (0..60)
+            .map(|minute| match mode {
+                CountingMode::Counter => format!(
+                    "UPDATE {keyspace}.bench_by_minute SET n = n + 1 WHERE key = 'hot' AND day = '{date}' AND minute = {minute}"
+                ),
+                CountingMode::WriterTotals => format!(
+                    "INSERT INTO {keyspace}.bench_by_minute (key, day, minute, writer, n) VALUES ('hot', '{date}', {minute}, '{writer}', 1)"
+                ),
+            })
+            .collect();
+        statements.push(match mode {
+            CountingMode::Counter => format!(
+                "UPDATE {keyspace}.bench_by_day SET n = n + 60 WHERE key = 'hot' AND month = '{month}' AND day = '{date}'"
+            ),
+            CountingMode::WriterTotals => format!(
+                "INSERT INTO {keyspace}.bench_by_day (key, month, day, writer, n) VALUES ('hot', '{month}', '{date}', '{writer}', 60)"
+            ),
+        });
+        for statement in statements {
+            session
+                .query_unpaged(statement.as_str(), ())
+                .await
+                .expect("row");
         }
-        let statement = if set == "UPDATE" {
-            format!(
-                "UPDATE metrics.bench_by_day SET n = n + 60 WHERE key = 'hot' AND month = '{month}' AND day = '{date}'"
-            )
-        } else {
-            format!(
-                "INSERT INTO metrics.bench_by_day (key, month, day{columns}, n) VALUES ('hot', '{month}', '{date}'{values}, 60)"
-            )
-        };
-        server.execute(None, &statement).expect("day row");
     }
     let families = Families::from_config(&config).expect("families");
-    let session = scylla::client::session_builder::SessionBuilder::new()
-        .known_node(server.local_addr().to_string())
-        .build()
-        .await
-        .expect("session");
     let reader = Reader::new(&session, &families);
     let tags: &[(&str, &str)] = &[("key", "hot")];
     let mut out = [(0.0, 0), (0.0, 0)];
@@ -216,12 +247,124 @@ async fn read_cost(mode: CountingMode, writers: usize) -> [(f64, usize); 2] {
         }
         out[slot] = (median(times), rows);
     }
-    server.shutdown().await.expect("shutdown");
+    match server {
+        Some(server) => server.shutdown().await.expect("shutdown"),
+        None => {
+            let _ = session
+                .query_unpaged(format!("DROP KEYSPACE IF EXISTS {keyspace}"), ())
+                .await;
+        }
+    }
     out
+}
+
+/// Measurement 1 against a real node: rows per second and the node's CPU time per row.
+async fn flush_on_node(
+    address: &str,
+    pid: &str,
+    mode: CountingMode,
+    run: usize,
+    rows: usize,
+) -> (f64, f64) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let keyspace = format!("bench_{}_{run}", mode.as_str());
+    let mut config = config_in(dir.path(), mode, &keyspace);
+    config.store.contact_points = vec![address.to_owned()];
+    config.store.consistency = countersink::config::ConsistencyLevel::One;
+    let session = scylla::client::session_builder::SessionBuilder::new()
+        .known_node(address)
+        .build()
+        .await
+        .expect("session to the node");
+    session
+        .query_unpaged(format!("DROP KEYSPACE IF EXISTS {keyspace}"), ())
+        .await
+        .expect("drop");
+    for statement in ddl::statements(&config, ddl::DEV_REPLICATION).expect("schema") {
+        session
+            .query_unpaged(statement.as_str(), ())
+            .await
+            .expect("ddl");
+    }
+    session.await_schema_agreement().await.expect("agreement");
+    let engine = Arc::new(Engine::new(&config).expect("engine"));
+    let sink = CqlSink::connect(&config.store, engine.families())
+        .await
+        .expect("sink");
+    let mut flusher = Flusher::open(engine.clone(), Arc::new(sink), &config).expect("state");
+    let base = now() - 6000;
+    let record = |delta: i64| {
+        for i in 0..rows {
+            let key = format!("k{}", i / 100);
+            let minute = (i % 100) as i64;
+            engine
+                .record(
+                    "bench",
+                    &[("key", key.as_str())][..],
+                    delta,
+                    base + minute * 60,
+                    None,
+                )
+                .expect("record");
+        }
+    };
+    record(1);
+    flusher.flush_now().await;
+    record(2);
+    let cpu = cpu_time_of(pid);
+    let started = Instant::now();
+    let report = flusher.flush_now().await;
+    let elapsed = started.elapsed();
+    let cpu = cpu_time_of(pid) - cpu;
+    let failed = report.totals.failed + report.requeued + report.unknown + report.rejected;
+    assert_eq!(failed, 0, "{report:?}");
+    let _ = session
+        .query_unpaged(format!("DROP KEYSPACE IF EXISTS {keyspace}"), ())
+        .await;
+    (
+        rows as f64 / elapsed.as_secs_f64(),
+        cpu.as_secs_f64() * 1e6 / rows as f64,
+    )
 }
 
 #[tokio::main]
 async fn main() {
+    if let (Ok(address), Ok(pid)) = (
+        std::env::var("TOTALS_BENCH_CASSANDRA"),
+        std::env::var("TOTALS_BENCH_CASSANDRA_PID"),
+    ) {
+        let rows = 20_000;
+        let mut results: [Vec<(f64, f64)>; 2] = [Vec::new(), Vec::new()];
+        for run in 0..RUNS {
+            for (i, mode) in [CountingMode::Counter, CountingMode::WriterTotals]
+                .into_iter()
+                .enumerate()
+            {
+                results[i].push(flush_on_node(&address, &pid, mode, run, rows).await);
+            }
+        }
+        let rate = |i: usize| median(results[i].iter().map(|r| r.0).collect());
+        let cpu = |i: usize| median(results[i].iter().map(|r| r.1).collect());
+        println!("real node {address}: flush of {rows} changed rows, medians of {RUNS}:");
+        println!("| | counter | writer_totals | writer_totals / counter |");
+        println!("|---|---|---|---|");
+        println!(
+            "| rows flushed per second | {:.0} | {:.0} | {:.2}x |",
+            rate(0),
+            rate(1),
+            rate(1) / rate(0)
+        );
+        println!(
+            "| node CPU µs per row | {:.1} | {:.1} | {:.2}x |",
+            cpu(0),
+            cpu(1),
+            cpu(1) / cpu(0)
+        );
+        println!();
+    } else {
+        println!("real node: not run (set TOTALS_BENCH_CASSANDRA and TOTALS_BENCH_CASSANDRA_PID)");
+        println!();
+    }
     let mut counter = Vec::new();
     let mut totals = Vec::new();
     for _ in 0..RUNS {
@@ -250,18 +393,24 @@ async fn main() {
         println!("| {what} | {c:.2} | {t:.2} | {:.2}x |", t / c);
     }
     println!();
-    println!(
-        "read of one key's day total and of its day's minutes (60), medians of {READS} reads:"
-    );
-    println!("| mode, writers | day total: rows, µs | minutes: rows, µs |");
-    println!("|---|---|---|");
-    let [(day_us, day_rows), (min_us, min_rows)] = read_cost(CountingMode::Counter, 1).await;
-    println!("| counter | {day_rows}, {day_us:.0} | {min_rows}, {min_us:.0} |");
-    for writers in [1, 10, 100] {
-        let [(day_us, day_rows), (min_us, min_rows)] =
-            read_cost(CountingMode::WriterTotals, writers).await;
+    let node = std::env::var("TOTALS_BENCH_CASSANDRA").ok();
+    for node in std::iter::once(None).chain(node.as_deref().map(Some)) {
         println!(
-            "| writer_totals, {writers} | {day_rows}, {day_us:.0} | {min_rows}, {min_us:.0} |"
+            "read of one key's day total and of its day's minutes (60), on {}, medians of {READS} reads:",
+            node.unwrap_or("cqlsim")
         );
+        println!("| mode, writers | day total: rows, µs | minutes: rows, µs |");
+        println!("|---|---|---|");
+        let [(day_us, day_rows), (min_us, min_rows)] =
+            read_cost(CountingMode::Counter, 1, node).await;
+        println!("| counter | {day_rows}, {day_us:.0} | {min_rows}, {min_us:.0} |");
+        for writers in [1, 10, 100] {
+            let [(day_us, day_rows), (min_us, min_rows)] =
+                read_cost(CountingMode::WriterTotals, writers, node).await;
+            println!(
+                "| writer_totals, {writers} | {day_rows}, {day_us:.0} | {min_rows}, {min_us:.0} |"
+            );
+        }
+        println!();
     }
 }
