@@ -12,12 +12,12 @@
 //! The flusher drains the buffer as for counters and hands this path the rows of
 //! `writer_totals` families ([`Totals::take`]); the rest of a flush is [`Totals::flush`]:
 //!
-//! - [`book`]: the running totals per open row, the rows the store may lack, back-off,
+//! - `book`: the running totals per open row, the rows the store may lack, back-off,
 //!   and the release of closed rows (memory is charged to the buffer's budget);
-//! - [`clock`]: the writer's monotonic write times;
-//! - [`decide`]: the settle step (outcome → confirm, retry, spill or reject), pure;
-//! - [`send`]: bounded concurrency up to the shutdown deadline;
-//! - [`records`], [`spill`]: spilled totals and their replay, idempotent by construction.
+//! - `clock`: the writer's monotonic write times;
+//! - `decide`: the settle step (outcome → confirm, retry, spill or reject), pure;
+//! - `send`: bounded concurrency up to the shutdown deadline;
+//! - [`records`], `spill`: spilled totals and their replay, idempotent by construction.
 //!
 //! Accounting: a drained delta of such a family stays in the flusher's `in_flight` stage
 //! (pending) until a write that covers it applies; the newly applied part of a confirmed

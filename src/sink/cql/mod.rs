@@ -1,5 +1,5 @@
 //! The CQL sink: counter writes through the `scylla` driver (and, for `writer_totals`
-//! families, the idempotent writes of running totals: [`totals`]).
+//! families, the idempotent writes of running totals: `totals.rs`).
 //!
 //! Each table's UPDATE is prepared once at start, with every counter column of the
 //! table; a row binds an unset value for a column it has no delta for. A write of one row
