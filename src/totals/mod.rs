@@ -17,7 +17,8 @@
 //! - `clock`: the writer's monotonic write times;
 //! - `decide`: the settle step (outcome → confirm, retry, spill or reject), pure;
 //! - `send`: bounded concurrency up to the shutdown deadline;
-//! - [`records`], `spill`: spilled totals and their replay, idempotent by construction.
+//! - [`records`], `spill`, `replay`: spilled totals and their replay, idempotent by
+//!   construction.
 //!
 //! Accounting: a drained delta of such a family stays in the flusher's `in_flight` stage
 //! (pending) until a write that covers it applies; the newly applied part of a confirmed
@@ -29,6 +30,7 @@ mod book;
 mod clock;
 mod decide;
 pub mod records;
+mod replay;
 mod send;
 mod spill;
 #[cfg(test)]
@@ -38,7 +40,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::SystemTime;
 
-use crate::aggregate::{Columns, Row, RowKey, Slot};
+use crate::aggregate::{Row, RowKey, Slot};
 use crate::bucket;
 use crate::config::{CountingMode, FlushConfig};
 use crate::engine::Engine;
@@ -52,6 +54,7 @@ use self::book::{Book, Closing, RowId, RowRef};
 use self::clock::WriterClock;
 use self::decide::{Ended, RowAction, RowFacts};
 use self::records::{Recorder, SpilledRow, TotalRecord};
+use self::replay::{Origin, Replays};
 use self::spill::SpillFiles;
 
 pub use self::send::Cutoff;
@@ -75,40 +78,27 @@ pub struct TotalsReport {
     pub rows_replayed: usize,
 }
 
-/// Where replayed rows come from, which decides how they are counted.
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Origin {
-    /// Spilled by an earlier process: accepted anew (`replayed`).
-    PreviousRun,
-    /// Spilled by this process: back from `spilled` to pending.
-    ThisRun,
-}
-
-/// A replay file and its records (`None` once applied or set aside).
-struct ReplayFile {
-    path: PathBuf,
-    records: Vec<Option<TotalRecord>>,
-}
-
-/// A spilled total waiting to be written again, with its own writer and write time.
-struct ReplayRow {
-    file: usize,
-    index: usize,
-    id: RowId,
-    writer: Arc<str>,
-    timestamp: i64,
-    total: Columns,
-    unconfirmed: Columns,
-    failures: u32,
-    not_before: u64,
-}
-
 /// What each planned write stands for.
 enum Planned {
     /// Rows of the book.
     Book,
-    /// One replayed row (index into the replay rows).
+    /// One replayed row (its index among the replays).
     Replay(usize),
+}
+
+/// One flush's settle step: what every write's settlement needs and collects.
+struct Settling<'a> {
+    ledger: &'a Ledger,
+    state: &'a mut StateDir,
+    seq: u64,
+    last: bool,
+    now_unix_secs: i64,
+    /// RFC 3339 now, for records.
+    time: String,
+    /// Rows for the spill file: record, granularity, unconfirmed sum.
+    to_spill: Vec<(TotalRecord, Granularity, i128)>,
+    /// Whether a rejected record was appended (the log needs a sync).
+    rejected_any: bool,
 }
 
 /// The `writer_totals` path of one writer: its running totals, its clock, its spill.
@@ -120,8 +110,7 @@ pub struct Totals {
     writer: Arc<str>,
     writer_id: String,
     incarnation: u64,
-    files: Vec<ReplayFile>,
-    replays: Vec<ReplayRow>,
+    replays: Replays,
     spill: SpillFiles,
     max_batch_rows: usize,
     max_in_flight: usize,
@@ -157,8 +146,7 @@ impl Totals {
             writer,
             writer_id: state.writer_id().to_owned(),
             incarnation: state.incarnation(),
-            files: Vec::new(),
-            replays: Vec::new(),
+            replays: Replays::new(SpillFiles::new(state.dir())),
             spill: SpillFiles::new(state.dir()),
             max_batch_rows: flush.max_batch_rows.max(1),
             max_in_flight: flush.max_in_flight.max(1),
@@ -180,13 +168,33 @@ impl Totals {
             }
             Err(error) => tracing::error!(%error, "Could not list the totals replay files."),
         }
-        if !totals.replays.is_empty() {
+        if totals.replays.len() > 0 {
             tracing::info!(
                 rows = totals.replays.len(),
                 "Replaying spilled writer totals."
             );
         }
         totals
+    }
+
+    /// Reads a replay file into the replays.
+    fn load(
+        &mut self,
+        path: PathBuf,
+        origin: Origin,
+        ledger: &Ledger,
+        state: &mut StateDir,
+        seq: u64,
+    ) {
+        let time = bucket::rfc3339(SystemTime::now());
+        let by = Recorder {
+            writer: &self.writer_id,
+            incarnation: self.incarnation,
+            flush_seq: seq,
+            time: &time,
+        };
+        self.replays
+            .load(path, origin, self.engine.families(), ledger, state, &by);
     }
 
     /// This incarnation's writer column value.
@@ -197,7 +205,7 @@ impl Totals {
     /// Whether the totals path has anything to do: a `writer_totals` family, or spilled
     /// totals to replay.
     pub fn is_active(&self) -> bool {
-        self.enabled || !self.replays.is_empty() || self.book.held() > 0
+        self.enabled || self.replays.len() > 0 || self.book.held() > 0
     }
 
     /// Rows whose newest total the store may lack (held or replayed), and the signed sum
@@ -303,146 +311,42 @@ impl Totals {
         let (writes, planned) = self.plan(seq, last);
         report.writes = writes.len();
         let results = send::send_all(sink, writes, self.max_in_flight, cutoff).await;
-        let time = bucket::rfc3339(SystemTime::now());
-        let now_unix_secs = u32::try_from(now_secs).unwrap_or(u32::MAX);
-        let mut to_spill: Vec<(TotalRecord, Granularity, i128)> = Vec::new();
-        let mut rejected_any = false;
+        let mut settling = Settling {
+            ledger,
+            state,
+            seq,
+            last,
+            now_unix_secs: now_secs,
+            time: bucket::rfc3339(SystemTime::now()),
+            to_spill: Vec::new(),
+            rejected_any: false,
+        };
         for ((write, ended), planned) in results.into_iter().zip(planned) {
-            if let Some(class) = decide::counted(&ended) {
-                ledger.count_write(&self.table_name(&write), class);
-                match class {
-                    OutcomeClass::Applied => report.applied += 1,
-                    OutcomeClass::Rejected => report.rejected += 1,
-                    OutcomeClass::Requeued | OutcomeClass::Unknown => report.failed += 1,
+            match decide::counted(&ended) {
+                Some(class) => {
+                    ledger.count_write(&self.table_name(&write), class);
+                    match class {
+                        OutcomeClass::Applied => report.applied += 1,
+                        OutcomeClass::Rejected => report.rejected += 1,
+                        OutcomeClass::Requeued | OutcomeClass::Unknown => report.failed += 1,
+                    }
                 }
-            } else {
-                report.failed += 1;
+                None => report.failed += 1,
             }
-            let by = Recorder {
-                writer: &self.writer_id,
-                incarnation: self.incarnation,
-                flush_seq: seq,
-                time: &time,
-            };
             match planned {
-                Planned::Book if matches!(ended, Ended::Done(Outcome::Applied)) => {
-                    let mut applied = 0;
-                    for row in &write.rows {
-                        let row_ref = RowRef {
-                            family: write.family,
-                            table: write.table,
-                            series: &write.series,
-                            bucket: row.bucket,
-                        };
-                        applied += self.book.confirm(row_ref, &row.totals);
-                    }
-                    ledger.update(write.table, |s| {
-                        s.applied += applied;
-                        s.in_flight -= applied;
-                    });
-                }
-                Planned::Book => {
-                    for row in &write.rows {
-                        let id = RowId {
-                            family: write.family,
-                            table: write.table,
-                            series: write.series.clone(),
-                            bucket: row.bucket,
-                        };
-                        let facts = RowFacts {
-                            final_flush: last,
-                            closed: self.book.is_closed(&id, now_secs),
-                            failing_since: self.book.failing_since(&id),
-                            now_unix_secs,
-                            requeue_max_age_secs: self.requeue_max_age_secs,
-                        };
-                        match decide::decide(&ended, &facts) {
-                            RowAction::Confirm => {
-                                let applied = self.book.confirm(id.as_ref(), &row.totals);
-                                ledger.update(id.table, |s| {
-                                    s.applied += applied;
-                                    s.in_flight -= applied;
-                                });
-                            }
-                            RowAction::Retry => self.book.failed(&id, seq, now_unix_secs),
-                            RowAction::Spill { release } => {
-                                let spilled =
-                                    self.book.spill(&id, release, self.engine.aggregator());
-                                let timestamp = self.clock.tick(clock::now_micros());
-                                let record = records::total_record(
-                                    &SpilledRow {
-                                        id: &id,
-                                        writer: &self.writer,
-                                        total: &spilled.total,
-                                        unconfirmed: &spilled.unconfirmed,
-                                        timestamp,
-                                        error: error_of(&ended).as_ref(),
-                                    },
-                                    self.family(&id),
-                                    &time,
-                                );
-                                to_spill.push((record, id.table, spilled.unconfirmed.sum()));
-                            }
-                            RowAction::Reject(error) => {
-                                let refused = self.book.reject(&id);
-                                let record = records::rejected_record(
-                                    &id,
-                                    self.family(&id),
-                                    &refused,
-                                    &error,
-                                    &by,
-                                );
-                                let appended = state.append(OutcomeLog::Rejected, &[record]);
-                                ledger.count_appended(OutcomeLog::Rejected, &appended);
-                                rejected_any = true;
-                                let sum = refused.sum();
-                                ledger.update(id.table, |s| {
-                                    s.rejected += sum;
-                                    s.in_flight -= sum;
-                                });
-                                tracing::warn!(table = %self.table_name(&write), kind = error.kind, error = %error.text, "Writer totals rejected; the unapplied part is recorded in rejected.jsonl.");
-                            }
-                        }
-                    }
-                }
+                Planned::Book => self.settle_book(&write, &ended, &mut settling),
                 Planned::Replay(index) => {
-                    let facts = RowFacts {
-                        final_flush: last,
-                        closed: false,
-                        failing_since: None,
-                        now_unix_secs,
-                        requeue_max_age_secs: self.requeue_max_age_secs,
-                    };
-                    match decide::decide(&ended, &facts) {
-                        RowAction::Confirm => {
-                            self.replay_done(index, ledger, |s, u| s.applied += u);
-                            report.rows_replayed += 1;
-                        }
-                        RowAction::Reject(error) => {
-                            let row = &self.replays[index];
-                            let record = records::rejected_record(
-                                &row.id,
-                                self.family(&row.id),
-                                &row.unconfirmed,
-                                &error,
-                                &by,
-                            );
-                            let appended = state.append(OutcomeLog::Rejected, &[record]);
-                            ledger.count_appended(OutcomeLog::Rejected, &appended);
-                            rejected_any = true;
-                            self.replay_done(index, ledger, |s, u| s.rejected += u);
-                        }
-                        // At shutdown the row stays in its file (counted below).
-                        RowAction::Spill { .. } => {}
-                        RowAction::Retry => {
-                            let row = &mut self.replays[index];
-                            row.failures = row.failures.saturating_add(1);
-                            row.not_before = book::next_attempt(row.failures, seq);
-                        }
+                    if self.settle_replay(index, &ended, &mut settling) {
+                        report.rows_replayed += 1;
                     }
                 }
             }
         }
+        let Settling {
+            to_spill,
+            rejected_any,
+            ..
+        } = settling;
         report.rows_spilled = to_spill.len();
         self.write_spill(to_spill, ledger);
         if rejected_any {
@@ -450,10 +354,133 @@ impl Totals {
                 tracing::error!(%error, file = log.file_name(), "Could not sync an outcome log.");
             }
         }
-        self.finish_replays(last, ledger);
+        self.replays.finish(last, ledger);
         self.store_answered = report.applied > 0 && report.failed == 0;
         ledger.set_totals_rows(self.book.held() as u64, self.book.unwritten() as u64);
         report
+    }
+
+    /// Settles a write of the book's rows: confirms them, or decides row by row.
+    fn settle_book(&mut self, write: &TotalsWrite, ended: &Ended, s: &mut Settling<'_>) {
+        if matches!(ended, Ended::Done(Outcome::Applied)) {
+            let mut applied = 0;
+            for row in &write.rows {
+                let row_ref = RowRef {
+                    family: write.family,
+                    table: write.table,
+                    series: &write.series,
+                    bucket: row.bucket,
+                };
+                applied += self.book.confirm(row_ref, &row.totals);
+            }
+            s.ledger.update(write.table, |st| {
+                st.applied += applied;
+                st.in_flight -= applied;
+            });
+            return;
+        }
+        for row in &write.rows {
+            let id = RowId {
+                family: write.family,
+                table: write.table,
+                series: write.series.clone(),
+                bucket: row.bucket,
+            };
+            let now_unix_secs = u32::try_from(s.now_unix_secs).unwrap_or(u32::MAX);
+            let facts = RowFacts {
+                final_flush: s.last,
+                closed: self.book.is_closed(&id, s.now_unix_secs),
+                failing_since: self.book.failing_since(&id),
+                now_unix_secs,
+                requeue_max_age_secs: self.requeue_max_age_secs,
+            };
+            match decide::decide(ended, &facts) {
+                RowAction::Confirm => {
+                    let applied = self.book.confirm(id.as_ref(), &row.totals);
+                    s.ledger.update(id.table, |st| {
+                        st.applied += applied;
+                        st.in_flight -= applied;
+                    });
+                }
+                RowAction::Retry => self.book.failed(&id, s.seq, now_unix_secs),
+                RowAction::Spill { release } => {
+                    let spilled = self.book.spill(&id, release, self.engine.aggregator());
+                    let timestamp = self.clock.tick(clock::now_micros());
+                    let record = records::total_record(
+                        &SpilledRow {
+                            id: &id,
+                            writer: &self.writer,
+                            total: &spilled.total,
+                            unconfirmed: &spilled.unconfirmed,
+                            timestamp,
+                            error: error_of(ended).as_ref(),
+                        },
+                        self.family(&id),
+                        &s.time,
+                    );
+                    s.to_spill
+                        .push((record, id.table, spilled.unconfirmed.sum()));
+                }
+                RowAction::Reject(error) => {
+                    let refused = self.book.reject(&id);
+                    let by = Recorder {
+                        writer: &self.writer_id,
+                        incarnation: self.incarnation,
+                        flush_seq: s.seq,
+                        time: &s.time,
+                    };
+                    let record =
+                        records::rejected_record(&id, self.family(&id), &refused, &error, &by);
+                    let appended = s.state.append(OutcomeLog::Rejected, &[record]);
+                    s.ledger.count_appended(OutcomeLog::Rejected, &appended);
+                    s.rejected_any = true;
+                    let sum = refused.sum();
+                    s.ledger.update(id.table, |st| {
+                        st.rejected += sum;
+                        st.in_flight -= sum;
+                    });
+                    tracing::warn!(table = %self.table_name(write), kind = error.kind, error = %error.text, "Writer totals rejected; the unapplied part is recorded in rejected.jsonl.");
+                }
+            }
+        }
+    }
+
+    /// Settles the write of a replayed row; true when it applied. At shutdown a row
+    /// that did not apply stays in its file.
+    fn settle_replay(&mut self, index: usize, ended: &Ended, s: &mut Settling<'_>) -> bool {
+        let facts = RowFacts {
+            final_flush: s.last,
+            closed: false,
+            failing_since: None,
+            now_unix_secs: u32::try_from(s.now_unix_secs).unwrap_or(u32::MAX),
+            requeue_max_age_secs: self.requeue_max_age_secs,
+        };
+        match decide::decide(ended, &facts) {
+            RowAction::Confirm => {
+                self.replays.applied(index, s.ledger);
+                return true;
+            }
+            RowAction::Reject(error) => {
+                let by = Recorder {
+                    writer: &self.writer_id,
+                    incarnation: self.incarnation,
+                    flush_seq: s.seq,
+                    time: &s.time,
+                };
+                self.replays.rejected(
+                    index,
+                    &error,
+                    self.engine.families(),
+                    s.ledger,
+                    s.state,
+                    &by,
+                );
+                s.rejected_any = true;
+            }
+            RowAction::Spill { .. } => {}
+            RowAction::Retry => self.replays.failed(index, s.seq),
+        }
+        false
     }
 
     /// The writes of flush `seq`: the book's due rows grouped by partition (at most
@@ -502,153 +529,11 @@ impl Totals {
             writes.push(write);
             planned.push(Planned::Book);
         }
-        for (index, row) in self.replays.iter().enumerate() {
-            if !last && row.not_before > seq {
-                continue;
-            }
-            writes.push(TotalsWrite {
-                family: row.id.family,
-                table: row.id.table,
-                series: row.id.series.clone(),
-                writer: row.writer.clone(),
-                timestamp: row.timestamp,
-                rows: vec![TotalRow {
-                    bucket: row.id.bucket,
-                    totals: row.total.clone(),
-                }],
-            });
+        for (index, write) in self.replays.writes(seq, last) {
+            writes.push(write);
             planned.push(Planned::Replay(index));
         }
         (writes, planned)
-    }
-
-    /// Reads a replay file and queues its rows, counting them by where they come from.
-    fn load(
-        &mut self,
-        path: PathBuf,
-        origin: Origin,
-        ledger: &Ledger,
-        state: &mut StateDir,
-        seq: u64,
-    ) {
-        let loaded = match self.spill.load(&path) {
-            Ok(loaded) => loaded,
-            Err(error) => {
-                tracing::error!(%error, file = %path.display(), "Could not read a totals replay file; it waits for the next start.");
-                return;
-            }
-        };
-        if loaded.corrupt_lines > 0 {
-            tracing::error!(
-                lines = loaded.corrupt_lines,
-                "Unreadable lines of a totals spill file were set aside in totals.spill.corrupt.jsonl."
-            );
-        }
-        let file = self.files.len();
-        let time = bucket::rfc3339(SystemTime::now());
-        let mut records = Vec::with_capacity(loaded.records.len());
-        for (index, record) in loaded.records.into_iter().enumerate() {
-            let unconfirmed: i128 = record.unconfirmed.values().map(|v| i128::from(*v)).sum();
-            let table = records::granularity_of(&record);
-            ledger.update(table, |s| match origin {
-                Origin::PreviousRun => s.replayed += unconfirmed,
-                Origin::ThisRun => s.spilled -= unconfirmed,
-            });
-            match records::from_record(&record, self.engine.families()) {
-                Ok(replayed) => {
-                    ledger.update(table, |s| s.in_flight += unconfirmed);
-                    self.replays.push(ReplayRow {
-                        file,
-                        index,
-                        id: replayed.id,
-                        writer: record.writer.as_str().into(),
-                        timestamp: record.timestamp,
-                        total: replayed.total,
-                        unconfirmed: replayed.unconfirmed,
-                        failures: 0,
-                        not_before: 0,
-                    });
-                    records.push(Some(record));
-                }
-                Err(why) => {
-                    let by = Recorder {
-                        writer: &self.writer_id,
-                        incarnation: self.incarnation,
-                        flush_seq: seq,
-                        time: &time,
-                    };
-                    let rejected = records::unmappable_record(&record, &why, &by);
-                    let appended = state.append(OutcomeLog::Rejected, &[rejected]);
-                    ledger.count_appended(OutcomeLog::Rejected, &appended);
-                    ledger.update(table, |s| s.rejected += unconfirmed);
-                    tracing::warn!(%why, family = record.family, "A spilled writer total cannot be replayed; recorded in rejected.jsonl.");
-                    records.push(None);
-                }
-            }
-        }
-        self.files.push(ReplayFile { path, records });
-    }
-
-    /// A replayed row is settled: its unconfirmed part leaves the pending stage for the
-    /// stage `settle` adds it to.
-    fn replay_done(
-        &mut self,
-        index: usize,
-        ledger: &Ledger,
-        settle: impl Fn(&mut crate::telemetry::Settled, i128),
-    ) {
-        let row = &self.replays[index];
-        let unconfirmed = row.unconfirmed.sum();
-        ledger.update(row.id.table, |s| {
-            settle(s, unconfirmed);
-            s.in_flight -= unconfirmed;
-        });
-        self.files[row.file].records[row.index] = None;
-    }
-
-    /// Deletes the replay files whose rows all applied; at shutdown, rewrites the others
-    /// with the rows left, which count as spilled again. Forgets settled rows and files.
-    fn finish_replays(&mut self, last: bool, ledger: &Ledger) {
-        let mut keep = vec![false; self.files.len()];
-        for (i, file) in self.files.iter().enumerate() {
-            let left: Vec<TotalRecord> = file.records.iter().flatten().cloned().collect();
-            if left.is_empty() {
-                if let Err(error) = self.spill.remove(&file.path) {
-                    tracing::warn!(%error, file = %file.path.display(), "Could not delete a replayed totals file; the next start replays it again (harmlessly).");
-                }
-            } else if last {
-                for record in &left {
-                    let unconfirmed: i128 =
-                        record.unconfirmed.values().map(|v| i128::from(*v)).sum();
-                    ledger.update(records::granularity_of(record), |s| {
-                        s.spilled += unconfirmed;
-                        s.in_flight -= unconfirmed;
-                    });
-                }
-                if let Err(error) = self.spill.rewrite(&file.path, &left) {
-                    tracing::warn!(%error, file = %file.path.display(), "Could not rewrite a totals replay file; the next start replays all of it again (harmlessly).");
-                }
-            } else {
-                keep[i] = true;
-            }
-        }
-        let mut renumber = vec![None; self.files.len()];
-        let mut kept = Vec::new();
-        for (i, file) in std::mem::take(&mut self.files).into_iter().enumerate() {
-            if keep[i] {
-                renumber[i] = Some(kept.len());
-                kept.push(file);
-            }
-        }
-        self.files = kept;
-        let files = &self.files;
-        self.replays.retain_mut(|row| match renumber[row.file] {
-            Some(file) if files[file].records[row.index].is_some() => {
-                row.file = file;
-                true
-            }
-            _ => false,
-        });
     }
 
     /// Appends spilled totals; a failed write drops them, counted.

@@ -28,6 +28,7 @@ const REPLAY_PREFIX: &str = "totals.replay.";
 const CORRUPT: &str = "totals.spill.corrupt.jsonl";
 
 /// The totals spill files of one state directory.
+#[derive(Clone)]
 pub(crate) struct SpillFiles {
     dir: PathBuf,
 }
