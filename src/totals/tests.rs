@@ -14,6 +14,8 @@ use crate::sink::{MemorySink, Outcome, Sink, WriteError};
 use crate::telemetry::{Accounting, Ledger};
 use crate::vocabulary::Granularity;
 
+use super::book;
+
 /// Now, so that rows stay open (they close an hour and two minutes after their minute).
 fn now() -> i64 {
     crate::bucket::unix_secs(std::time::SystemTime::now())
@@ -263,4 +265,91 @@ impl<S: Sink> Writer<S> {
     fn flusher_writer(&self) -> String {
         self.flusher.totals_writer().to_owned()
     }
+}
+
+/// A closed row that keeps failing for `flush.requeue_max_age` is spilled and leaves
+/// memory; once the store answers again this process writes it back from the spill file
+/// (with its own writer and write time) and the totals end exact.
+#[tokio::test]
+async fn a_closed_row_failing_too_long_is_spilled_and_written_back_once_the_store_answers() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = config(dir.path());
+    config.families.truncate(1);
+    config.generic.enabled = false;
+    config.limits.timestamp_max_past = Duration::from_secs(1);
+    config.flush.requeue_max_age = Duration::from_secs(1);
+    let sink = MemorySink::new();
+    let down = Arc::new(AtomicU64::new(1));
+    let flag = down.clone();
+    sink.set_totals_script(move |_, _| {
+        (flag.load(Ordering::Relaxed) == 1).then(|| (Outcome::Unknown(error()), false))
+    });
+    let mut w = writer(&config, sink.clone());
+    let closed_minute = now() - 600;
+    let tags: &[(&str, &str)] = &[("page_id", "old")];
+    w.engine
+        .record("page.views", tags, 4, closed_minute, None)
+        .unwrap();
+    w.flusher.flush_now().await;
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    // The minute is closed; its day too only when it ended over 2 minutes ago (this test
+    // running just after midnight).
+    let day_end = (closed_minute.div_euclid(86_400) + 1) * 86_400;
+    let day_closed = day_end + 1 + book::CLOSE_MARGIN_SECS <= now();
+    let report = w.flusher.flush_now().await;
+    assert_eq!(
+        report.totals.rows_spilled,
+        1 + usize::from(day_closed),
+        "the minute row, and the day row if its day is closed: {report:?}"
+    );
+    let held = u64::from(!day_closed);
+    assert_eq!(w.ledger.totals_rows(), (held, held), "closed rows released");
+    let a = w.accounting();
+    assert!(a.is_balanced(), "{a:?}");
+    let day_held = if day_closed { 0 } else { 4 };
+    assert_eq!(
+        (
+            a.minute.spilled,
+            a.minute.pending,
+            a.day.pending,
+            a.day.spilled
+        ),
+        (4, 0, day_held, 4 - day_held)
+    );
+    assert_eq!(
+        w.engine.record("page.views", tags, 1, closed_minute, None),
+        Ok(()),
+        "accepted by the engine"
+    );
+    w.flusher.flush_now().await;
+    let a = w.accounting();
+    assert_eq!(
+        (a.minute.dropped, a.day.dropped),
+        (1, i128::from(day_closed)),
+        "a released row cannot restart from zero; an open day takes it: {a:?}"
+    );
+
+    down.store(0, Ordering::Relaxed);
+    w.engine
+        .record("page.views", &[("page_id", "new")][..], 1, now(), None)
+        .unwrap();
+    for _ in 0..20 {
+        w.flusher.flush_now().await;
+    }
+    let a = w.accounting();
+    assert!(a.is_balanced(), "{a:?}");
+    assert_eq!(
+        (a.minute.spilled, a.minute.pending, a.minute.applied),
+        (0, 0, 5)
+    );
+    let day_applied = if day_closed { 5 } else { 6 };
+    assert_eq!((a.day.pending, a.day.applied), (0, day_applied));
+    assert_eq!(sink.totals_sum(Granularity::Minute), 5);
+    assert_eq!(sink.totals_sum(Granularity::Day), day_applied);
+    let left: Vec<_> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with("totals."))
+        .collect();
+    assert!(left.is_empty(), "{left:?}");
 }

@@ -49,10 +49,6 @@ fn unix_now() -> i64 {
     countersink::bucket::unix_secs(std::time::SystemTime::now())
 }
 
-fn today() -> Day {
-    Minute::from_unix_secs(unix_now()).unwrap().day()
-}
-
 /// The stored totals of one writer_totals minute row, per writer.
 fn writers_of(server: &cqlsim::Server, page: &str, minute: Minute) -> Vec<(String, i64)> {
     let day = countersink::bucket::format_date(minute.day().date());
@@ -288,7 +284,7 @@ async fn a_clean_restart_counts_on_in_a_new_writer_column() {
         ),
     )
     .unwrap();
-    let day = countersink::bucket::format_date(today().date());
+    let day = countersink::bucket::format_date(minute.day().date());
     let got = cli_stdout([
         "get",
         "--config",
