@@ -4,8 +4,8 @@
 use std::collections::BTreeSet;
 
 use crate::config::{Config, ConfigError, CountingMode};
-use crate::cql_text::{self, FAMILY, GENERIC, TOTALS};
-use crate::family::{Families, FamilyDef};
+use crate::cql_text::{self, FAMILY, GENERIC, KEY_INDEX, LEADERBOARD, TOTALS};
+use crate::family::{Families, FamilyDef, TableName};
 use crate::layout::{Role, TableLayout};
 use crate::vocabulary::Granularity;
 
@@ -24,6 +24,13 @@ pub fn statements(config: &Config, replication: &str) -> Result<Vec<String>, Con
         }
         keyspaces.insert(family.minute_table.keyspace.clone());
         keyspaces.insert(family.day_table.keyspace.clone());
+    }
+    let index_table = TableName::resolve(&config.key_index.table, &config.store.keyspace);
+    if config.key_index.enabled {
+        keyspaces.insert(index_table.keyspace.clone());
+    }
+    if !config.leaderboards.is_empty() {
+        keyspaces.insert(config.store.keyspace.clone());
     }
     let mut out: Vec<String> = keyspaces
         .iter()
@@ -101,6 +108,7 @@ pub fn statements(config: &Config, replication: &str) -> Result<Vec<String>, Con
         out.push(cql_text::statement(FAMILY, "create_family_minute", &values));
         out.push(cql_text::statement(FAMILY, "create_family_day", &values));
     }
+    out.extend(operation_tables(config, &index_table));
     Ok(out)
 }
 
@@ -133,6 +141,33 @@ fn totals_tables(family: &FamilyDef) -> [String; 2] {
         cql_text::statement(TOTALS, "create_totals_minute", &values),
         cql_text::statement(TOTALS, "create_totals_day", &values),
     ]
+}
+
+/// The regular tables of the operator features a configuration turns on: the key index
+/// (`key_index.enabled`) and the leaderboard tables (any `[[leaderboard]]`).
+fn operation_tables(config: &Config, index_table: &TableName) -> Vec<String> {
+    let mut out = Vec::new();
+    if config.key_index.enabled {
+        out.push(cql_text::statement(
+            KEY_INDEX,
+            "create_key_index",
+            &[("table", &index_table.to_string())],
+        ));
+    }
+    if !config.leaderboards.is_empty() {
+        let keyspace = [("keyspace", config.store.keyspace.as_str())];
+        out.push(cql_text::statement(
+            LEADERBOARD,
+            "create_rankings",
+            &keyspace,
+        ));
+        out.push(cql_text::statement(
+            LEADERBOARD,
+            "create_current",
+            &keyspace,
+        ));
+    }
+    out
 }
 
 /// The statements as one script, `;`-terminated, for printing.
@@ -200,6 +235,43 @@ mod tests {
             all[6].contains("views counter") && !all[6].contains("writer"),
             "{}",
             all[6]
+        );
+    }
+
+    #[test]
+    fn the_key_index_and_leaderboard_tables_come_with_their_features() {
+        let mut config = Config::default();
+        config.key_index.enabled = true;
+        config.key_index.table = "ops.keys".into();
+        config.leaderboards.push(crate::config::LeaderboardConfig {
+            name: "top".into(),
+            family: "generic".into(),
+            column: "value".into(),
+            ..Default::default()
+        });
+        let all = statements(&config, DEV_REPLICATION).unwrap();
+        assert!(
+            all[0].contains("IF NOT EXISTS countersink") && all[1].contains("IF NOT EXISTS ops")
+        );
+        assert!(
+            all.iter()
+                .any(|s| s.starts_with("CREATE TABLE IF NOT EXISTS ops.keys")
+                    && s.contains("PRIMARY KEY ((family, day, bucket), key)"))
+        );
+        assert!(
+            all.iter()
+                .any(|s| s.contains("countersink.leaderboard_rankings")
+                    && s.contains("CLUSTERING ORDER BY (score DESC, key ASC)"))
+        );
+        assert!(
+            all.iter()
+                .any(|s| s.contains("countersink.leaderboard_current"))
+        );
+        assert_eq!(
+            statements(&Config::default(), DEV_REPLICATION)
+                .unwrap()
+                .len(),
+            3
         );
     }
 

@@ -47,7 +47,7 @@ pub use self::limits::Limits;
 pub use self::row::{Columns, Row, RowKey, Slot};
 use crate::vocabulary::{DropReason, Granularity};
 
-pub(crate) use self::buffer::RowHasher;
+pub(crate) use self::buffer::{RowHasher, estimated_row_bytes};
 pub(crate) use self::limits::Budget;
 pub(crate) use self::row::{RowKeyRef, series_hash};
 

@@ -1,15 +1,17 @@
-//! `countersink get`: read a count back, summing shards and writers.
+//! `countersink get`: read a count back, summing shards (concurrently when they are
+//! separate partitions) and the writers of `writer_totals` families, at a chosen
+//! consistency.
 
 use std::path::PathBuf;
+use std::sync::Arc;
 
 use clap::Args;
 
 use crate::bucket::{self, Day};
-use crate::config::Config;
+use crate::config::{Config, ConsistencyLevel};
 use crate::family::Families;
-use crate::readback::{self, ReadError};
+use crate::ops::read::{self, ReadError, Reader};
 use crate::sink::cql::session;
-use crate::vocabulary::Granularity;
 
 use super::Failure;
 
@@ -42,10 +44,14 @@ pub(super) struct GetArgs {
     /// Print the minute series of the day instead of its total.
     #[arg(long)]
     minutes: bool,
+    /// Read consistency: `one` (display), `local_quorum` (what the default write
+    /// consistency acknowledged), `quorum`, `local_one` or `all`.
+    #[arg(long, value_name = "LEVEL", default_value = "local_quorum", value_parser = super::args::consistency)]
+    consistency: ConsistencyLevel,
 }
 
 /// Prints the day total, or one `YYYY-MM-DDTHH:MMZ value` line per minute with data. Sums
-/// shards, and the writers of `writer_totals` families (see [`crate::readback`]).
+/// shards, and the writers of `writer_totals` families (see [`crate::ops::read`]).
 pub(super) async fn run(args: GetArgs) -> Result<(), Failure> {
     let mut config = match &args.config {
         Some(path) => Config::from_file(path).map_err(Failure::usage)?,
@@ -59,11 +65,7 @@ pub(super) async fn run(args: GetArgs) -> Result<(), Failure> {
     }
     let families = Families::from_config(&config)?;
     let day = match &args.day {
-        Some(text) => bucket::parse_date(text)
-            .and_then(Day::from_date)
-            .ok_or_else(|| {
-                Failure::usage(format!("--day `{text}` is not a date like 2026-11-30"))
-            })?,
+        Some(text) => super::args::day(text).map_err(Failure::usage)?,
         None => Day((bucket::unix_secs(std::time::SystemTime::now()) / 86_400) as u32),
     };
     let tags: Vec<(&str, &str)> = args
@@ -71,23 +73,17 @@ pub(super) async fn run(args: GetArgs) -> Result<(), Failure> {
         .iter()
         .map(|t| t.split_once(':').unwrap_or((t.as_str(), "")))
         .collect();
-    let located = readback::locate(&families, &args.name, &tags).map_err(Failure::usage)?;
+    let counter = read::resolve(&families, &args.name, &tags).map_err(read_failure)?;
     let session = session::connect(&config.store)
         .await
         .map_err(Failure::other)?;
-    let table = if args.minutes {
-        Granularity::Minute
-    } else {
-        Granularity::Day
-    };
-    let reading = readback::read(&session, &located, table, day)
-        .await
-        .map_err(|error| match error {
-            ReadError::Query { .. } => Failure::other(error),
-            _ => Failure::usage(error),
-        })?;
+    let reader = Reader::new(Arc::new(session));
     if args.minutes {
-        for (minute, value) in &reading.buckets {
+        let series = reader
+            .minutes(&families, &counter, day, args.consistency)
+            .await
+            .map_err(read_failure)?;
+        for (minute, value) in series {
             println!(
                 "{}T{:02}:{:02}Z {value}",
                 bucket::format_date(day.date()),
@@ -96,7 +92,20 @@ pub(super) async fn run(args: GetArgs) -> Result<(), Failure> {
             );
         }
     } else {
-        println!("{}", reading.get(i64::from(day.0)));
+        let total = reader
+            .day_total(&families, &counter, day, args.consistency)
+            .await
+            .map_err(read_failure)?;
+        println!("{total}");
     }
     Ok(())
+}
+
+/// Exit code 2 for what the operator asked wrongly (a missing tag, a table that does not
+/// match), 1 for the store.
+pub(super) fn read_failure(error: ReadError) -> Failure {
+    match error {
+        ReadError::Usage(_) | ReadError::Schema(_) => Failure::usage(error),
+        ReadError::Store { .. } | ReadError::NoStore => Failure::other(error),
+    }
 }

@@ -1,56 +1,97 @@
-//! Bringing spilled rows back into the buffer, at start and after an outage.
+//! Streamed replay: spilled rows come back into the buffer one chunk at a time, each
+//! chunk sized to the room the memory budget has left, never the whole spill at once.
+//!
+//! A chunk is loaded just before a flush drains the buffer, so every row of it is in
+//! that flush's intents, and the flush's group commit names the replay cursor past it
+//! (see [`crate::state::spill`]).
 
-use crate::aggregate::Slot;
+use crate::aggregate::{self, Slot};
 use crate::engine::Engine;
-use crate::state::{ErrorInfo, OutcomeLog, RecordOutcome, Recovered, StateDir};
+use crate::state::{ErrorInfo, OutcomeLog, RecordOutcome, StateDir};
+use crate::test_hooks::crash_point;
 use crate::vocabulary::{DropReason, Granularity};
 
 use super::record_conversion;
 use crate::telemetry::Ledger;
 
-/// Where replayed rows come from, which decides how they are counted.
-#[derive(Clone, Copy, PartialEq, Eq)]
-pub(super) enum Origin {
-    /// Spilled by an earlier process: counted as accepted again (`replayed`).
-    PreviousRun,
-    /// Spilled by this process: moved from `spilled` back to `pending`.
-    ThisRun,
-}
+/// Most rows one chunk brings back, whatever the budget allows: a flush carrying a chunk
+/// should take seconds, not minutes.
+pub(super) const MAX_CHUNK_ROWS: usize = 100_000;
 
-/// Merges spilled rows back into the buffer, counting them by where they come from.
-pub(super) fn replay(
-    engine: &Engine,
-    state: &mut StateDir,
-    ledger: &Ledger,
-    recovered: Recovered,
-    origin: Origin,
-) {
-    if recovered.interrupted > 0 {
-        tracing::warn!(
-            rows = recovered.interrupted,
-            "The previous run stopped while sending replayed rows; they were moved to unknown.jsonl."
-        );
+/// Loads the next chunk of spilled rows into the buffer: at most half the rows and
+/// bytes the budget has left (the rest stays for fresh increments). Rows spilled by an
+/// earlier process are accepted anew (`replayed`); rows this process spilled move from
+/// `spilled` back to pending. Returns the rows loaded.
+pub(super) fn load_chunk(engine: &Engine, state: &mut StateDir, ledger: &Ledger) -> usize {
+    if !state.has_unreplayed() {
+        return 0;
     }
-    if recovered.corrupt_lines > 0 {
-        tracing::error!(
-            lines = recovered.corrupt_lines,
-            "Unreadable lines in the spill file were set aside in spill.corrupt.jsonl."
+    let aggregator = engine.aggregator();
+    let limits = aggregator.limits();
+    let room_rows = limits
+        .max_pending_rows
+        .saturating_sub(aggregator.pending_rows_estimate())
+        / 2;
+    let room_bytes = limits
+        .max_pending_bytes
+        .saturating_sub(aggregator.pending_bytes())
+        / 2;
+    let max_rows = room_rows.min(MAX_CHUNK_ROWS);
+    let mut bytes = 0_usize;
+    let loaded = state.load_spill(|rows, record| {
+        let key: usize = record.key.values().map(|v| v.len() + 1).sum();
+        let cost = aggregate::estimated_row_bytes(
+            key,
+            &aggregate::Columns::zeroed(record.deltas.len().max(1)),
         );
-    }
-    // Rows spilled by an earlier process are accepted anew by this one; rows this
-    // process spilled move from the spilled stage back to pending.
-    let bring_back = |ledger: &Ledger, table: Granularity, sum: i128| {
-        ledger.update(table, |s| match origin {
-            Origin::PreviousRun => s.replayed += sum,
-            Origin::ThisRun => s.spilled -= sum,
-        });
+        if rows >= max_rows || bytes + cost > room_bytes {
+            return false;
+        }
+        bytes += cost;
+        true
+    });
+    let chunk = match loaded {
+        Ok(chunk) => chunk,
+        Err(error) => {
+            tracing::error!(%error, "Could not read the spill; replay waits for the next flush.");
+            return 0;
+        }
     };
-    let mut rows = Vec::new();
-    for record in recovered.replay {
+    if !chunk.corrupt.is_empty() {
+        ledger.count_corrupt_spill_lines(chunk.corrupt.len() as u64);
+        tracing::error!(
+            lines = chunk.corrupt.len(),
+            "Unreadable lines in a spill segment were set aside in spill.corrupt.jsonl."
+        );
+    }
+    let incarnation = state.incarnation();
+    let count = chunk.records.len();
+    for (segment, record) in chunk.records {
+        let this_run = segment.incarnation == incarnation;
+        // Rows spilled by an earlier process are accepted anew by this one; rows this
+        // process spilled move from the spilled stage back to pending.
+        let bring_back = |table: Granularity, sum: i128| {
+            ledger.update(table, |s| {
+                if this_run {
+                    s.spilled -= sum;
+                } else {
+                    s.replayed += sum;
+                }
+            });
+        };
         match record_conversion::from_record(&record, engine.families()) {
             Ok((key, row)) => {
-                bring_back(ledger, owed_table(key.slot()), row.columns.sum());
-                rows.push((key, row));
+                let table = owed_table(key.slot());
+                let sum = row.columns.sum();
+                bring_back(table, sum);
+                if !aggregator.merge_back([(key, row)]).is_empty() {
+                    // Two spilled parts of one row whose sum would overflow.
+                    ledger.update(table, |s| s.dropped += sum);
+                    ledger.count_late_drop(DropReason::Overflow, 1);
+                    tracing::error!(
+                        "A replayed row would overflow its pending row when merged; dropped."
+                    );
+                }
             }
             Err(error) => {
                 let mut record = record;
@@ -65,28 +106,19 @@ pub(super) fn replay(
                 } else {
                     Granularity::Minute
                 };
-                let appended = state.append(OutcomeLog::Rejected, std::slice::from_ref(&record));
+                let appended =
+                    state.append_now(OutcomeLog::Rejected, std::slice::from_ref(&record));
                 ledger.count_appended(OutcomeLog::Rejected, &appended);
-                bring_back(ledger, table, delta);
+                bring_back(table, delta);
                 ledger.update(table, |s| s.rejected += delta);
             }
         }
     }
-    if !rows.is_empty() {
-        tracing::info!(rows = rows.len(), "Replaying spilled rows.");
+    if count > 0 {
+        tracing::info!(rows = count, "Replaying spilled rows.");
+        crash_point("replay_loaded");
     }
-    let refused = engine.aggregator().merge_back(rows);
-    if !refused.is_empty() {
-        // Two spilled parts of one row whose sum overflows: count and say so.
-        for (key, row) in &refused {
-            ledger.update(owed_table(key.slot()), |s| s.dropped += row.columns.sum());
-        }
-        ledger.count_late_drop(DropReason::Overflow, refused.len() as u64);
-        tracing::error!(
-            rows = refused.len(),
-            "Replayed rows would overflow when merged; dropped."
-        );
-    }
+    count
 }
 
 /// The one table a re-queued or replayed row is owed to.

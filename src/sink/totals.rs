@@ -8,6 +8,7 @@
 use std::sync::Arc;
 
 use crate::aggregate::Columns;
+use crate::bucket::{Day, Minute};
 use crate::vocabulary::{FamilyId, Granularity};
 
 /// One row of a totals write: its clustering bucket and its absolute totals.
@@ -17,6 +18,16 @@ pub struct TotalRow {
     pub bucket: u32,
     /// The writer's running total of each value column since its incarnation started.
     pub totals: Columns,
+}
+
+impl TotalRow {
+    /// The day of a day-table row, or of the minute of a minute-table row.
+    pub fn day(&self, table: Granularity) -> Day {
+        match table {
+            Granularity::Minute => Minute(self.bucket).day(),
+            Granularity::Day => Day(self.bucket),
+        }
+    }
 }
 
 /// One request: rows of a single partition of one table, all of one writer.

@@ -46,8 +46,9 @@ use crate::config::{CountingMode, FlushConfig};
 use crate::engine::Engine;
 use crate::family::FamilyDef;
 use crate::sink::{Outcome, OutcomeClass, Sink, TotalRow, TotalsWrite, WriteError};
-use crate::state::{OutcomeLog, StateDir};
+use crate::state::{FlushId, OutcomeLog, StateDir, WriteRecord};
 use crate::telemetry::Ledger;
+use crate::test_hooks::crash_point;
 use crate::vocabulary::{DropReason, Granularity};
 
 use self::book::{Book, Closing, RowId, RowRef};
@@ -97,8 +98,26 @@ struct Settling<'a> {
     time: String,
     /// Rows for the spill file: record, granularity, unconfirmed sum.
     to_spill: Vec<(TotalRecord, Granularity, i128)>,
-    /// Whether a rejected record was appended (the log needs a sync).
-    rejected_any: bool,
+    /// Records of the parts of totals the store refused, for `rejected.jsonl`.
+    rejected: Vec<WriteRecord>,
+    /// This writer and incarnation, for request ids.
+    writer_id: String,
+    incarnation: u64,
+    /// The request index of this stage's first write: the totals writes of a flush are
+    /// numbered after its counter writes, so every request id of a flush is unique.
+    first_request: u32,
+}
+
+impl Settling<'_> {
+    /// The id of this stage's write `request` (counted from the stage's first).
+    fn request_id(&self, request: u32) -> String {
+        FlushId {
+            writer: self.writer_id.clone(),
+            incarnation: self.incarnation,
+            flush_seq: self.seq,
+        }
+        .request_id(self.first_request + request)
+    }
 }
 
 /// The `writer_totals` path of one writer: its running totals, its clock, its spill.
@@ -120,6 +139,8 @@ pub struct Totals {
     /// Whether the last flush saw the store apply and nothing fail: the moment to bring
     /// rows spilled during an outage back.
     store_answered: bool,
+    /// Rows and sums (minute, day) the last flush could neither write nor spill.
+    lost: (u64, [i128; 2]),
 }
 
 impl Totals {
@@ -154,6 +175,7 @@ impl Totals {
                 .unwrap_or(u32::MAX),
             enabled,
             store_answered: false,
+            lost: (0, [0, 0]),
             engine,
         };
         let tag = format!("{}-0", totals.incarnation);
@@ -191,6 +213,8 @@ impl Totals {
             writer: &self.writer_id,
             incarnation: self.incarnation,
             flush_seq: seq,
+            request_id: String::new(),
+            row: 0,
             time: &time,
         };
         self.replays
@@ -208,13 +232,13 @@ impl Totals {
         self.enabled || self.replays.len() > 0 || self.book.held() > 0
     }
 
-    /// Rows whose newest total the store may lack (held or replayed), and the signed sum
-    /// of their minute-table part not known applied: what a crash now would lose (the
-    /// replayed ones excepted: their files stay until they apply).
-    pub fn pending(&self) -> (usize, i128) {
+    /// Rows whose newest total the store may lack, and the signed sums (minute, day) of
+    /// what of them is not known applied: what a crash now would lose. Replayed rows are
+    /// not in it: their files stay until they apply.
+    pub fn pending(&self) -> (usize, [i128; 2]) {
         (
             self.book.unwritten(),
-            self.book.unconfirmed_sum(Granularity::Minute),
+            Granularity::ALL.map(|g| self.book.unconfirmed_sum(g)),
         )
     }
 
@@ -282,7 +306,9 @@ impl Totals {
 
     /// Writes the rows the store may lack (their newest totals) and the spilled totals
     /// to replay, then settles every write: confirmed, retried later, spilled (at
-    /// shutdown, with `last`), or rejected.
+    /// shutdown, with `last`), or rejected. `observe` is shown the planned writes before
+    /// any is sent (the key index learns the keys from it).
+    #[allow(clippy::too_many_arguments)]
     pub async fn flush<S: Sink>(
         &mut self,
         sink: &S,
@@ -290,11 +316,14 @@ impl Totals {
         ledger: &Ledger,
         state: &mut StateDir,
         seq: u64,
+        first_request: u32,
         last: bool,
+        observe: &(dyn Fn(&[TotalsWrite]) + Sync),
     ) -> TotalsReport {
         let now = SystemTime::now();
         let now_secs = bucket::unix_secs(now);
         let mut report = TotalsReport::default();
+        self.lost = (0, [0, 0]);
         if !last {
             report.rows_released = self.book.release_closed(now_secs, self.engine.aggregator());
             if self.store_answered && self.spill.has_spill() {
@@ -310,7 +339,15 @@ impl Totals {
         }
         let (writes, planned) = self.plan(seq, last);
         report.writes = writes.len();
+        if !writes.is_empty() {
+            observe(&writes);
+        }
         let results = send::send_all(sink, writes, self.max_in_flight, cutoff).await;
+        if report.writes > 0 {
+            // Answers in hand, nothing settled: a kill here leaves applied totals in the
+            // store that this process never confirmed (reported lost, yet present).
+            crash_point("totals_sent");
+        }
         let mut settling = Settling {
             ledger,
             state,
@@ -319,9 +356,13 @@ impl Totals {
             now_unix_secs: now_secs,
             time: bucket::rfc3339(SystemTime::now()),
             to_spill: Vec::new(),
-            rejected_any: false,
+            rejected: Vec::new(),
+            writer_id: self.writer_id.clone(),
+            incarnation: self.incarnation,
+            first_request,
         };
-        for ((write, ended), planned) in results.into_iter().zip(planned) {
+        for (request, ((write, ended), planned)) in results.into_iter().zip(planned).enumerate() {
+            let request = u32::try_from(request).unwrap_or(u32::MAX);
             match decide::counted(&ended) {
                 Some(class) => {
                     ledger.count_write(&self.table_name(&write), class);
@@ -334,25 +375,24 @@ impl Totals {
                 None => report.failed += 1,
             }
             match planned {
-                Planned::Book => self.settle_book(&write, &ended, &mut settling),
+                Planned::Book => self.settle_book(request, &write, &ended, &mut settling),
                 Planned::Replay(index) => {
-                    if self.settle_replay(index, &ended, &mut settling) {
+                    if self.settle_replay(request, index, &ended, &mut settling) {
                         report.rows_replayed += 1;
                     }
                 }
             }
         }
         let Settling {
-            to_spill,
-            rejected_any,
-            ..
+            to_spill, rejected, ..
         } = settling;
         report.rows_spilled = to_spill.len();
-        self.write_spill(to_spill, ledger);
-        if rejected_any {
-            for (log, error) in state.sync_logs() {
-                tracing::error!(%error, file = log.file_name(), "Could not sync an outcome log.");
-            }
+        if self.write_spill(to_spill, ledger) {
+            crash_point("totals_spilled");
+        }
+        if !rejected.is_empty() {
+            let appended = state.append_now(OutcomeLog::Rejected, &rejected);
+            ledger.count_appended(OutcomeLog::Rejected, &appended);
         }
         self.replays.finish(last, ledger);
         self.store_answered = report.applied > 0 && report.failed == 0;
@@ -361,7 +401,13 @@ impl Totals {
     }
 
     /// Settles a write of the book's rows: confirms them, or decides row by row.
-    fn settle_book(&mut self, write: &TotalsWrite, ended: &Ended, s: &mut Settling<'_>) {
+    fn settle_book(
+        &mut self,
+        request: u32,
+        write: &TotalsWrite,
+        ended: &Ended,
+        s: &mut Settling<'_>,
+    ) {
         if matches!(ended, Ended::Done(Outcome::Applied)) {
             let mut applied = 0;
             for row in &write.rows {
@@ -379,7 +425,7 @@ impl Totals {
             });
             return;
         }
-        for row in &write.rows {
+        for (row_index, row) in write.rows.iter().enumerate() {
             let id = RowId {
                 family: write.family,
                 table: write.table,
@@ -427,13 +473,13 @@ impl Totals {
                         writer: &self.writer_id,
                         incarnation: self.incarnation,
                         flush_seq: s.seq,
+                        request_id: s.request_id(request),
+                        row: u16::try_from(row_index).unwrap_or(u16::MAX),
                         time: &s.time,
                     };
                     let record =
                         records::rejected_record(&id, self.family(&id), &refused, &error, &by);
-                    let appended = s.state.append(OutcomeLog::Rejected, &[record]);
-                    s.ledger.count_appended(OutcomeLog::Rejected, &appended);
-                    s.rejected_any = true;
+                    s.rejected.push(record);
                     let sum = refused.sum();
                     s.ledger.update(id.table, |st| {
                         st.rejected += sum;
@@ -447,7 +493,13 @@ impl Totals {
 
     /// Settles the write of a replayed row; true when it applied. At shutdown a row
     /// that did not apply stays in its file.
-    fn settle_replay(&mut self, index: usize, ended: &Ended, s: &mut Settling<'_>) -> bool {
+    fn settle_replay(
+        &mut self,
+        request: u32,
+        index: usize,
+        ended: &Ended,
+        s: &mut Settling<'_>,
+    ) -> bool {
         let facts = RowFacts {
             final_flush: s.last,
             closed: false,
@@ -465,6 +517,8 @@ impl Totals {
                     writer: &self.writer_id,
                     incarnation: self.incarnation,
                     flush_seq: s.seq,
+                    request_id: s.request_id(request),
+                    row: 0,
                     time: &s.time,
                 };
                 self.replays.rejected(
@@ -475,7 +529,6 @@ impl Totals {
                     s.state,
                     &by,
                 );
-                s.rejected_any = true;
             }
             RowAction::Spill { .. } => {}
             RowAction::Retry => self.replays.failed(index, s.seq),
@@ -536,10 +589,15 @@ impl Totals {
         (writes, planned)
     }
 
-    /// Appends spilled totals; a failed write drops them, counted.
-    fn write_spill(&mut self, spilled: Vec<(TotalRecord, Granularity, i128)>, ledger: &Ledger) {
+    /// Appends spilled totals; a failed write drops them, counted. True when rows were
+    /// spilled.
+    fn write_spill(
+        &mut self,
+        spilled: Vec<(TotalRecord, Granularity, i128)>,
+        ledger: &Ledger,
+    ) -> bool {
         if spilled.is_empty() {
-            return;
+            return false;
         }
         let records: Vec<TotalRecord> = spilled.iter().map(|(r, _, _)| r.clone()).collect();
         match self.spill.append(&records) {
@@ -554,6 +612,7 @@ impl Totals {
                     rows = records.len(),
                     "Writer totals spilled to disk; they are written again once the store answers, or at the next start."
                 );
+                true
             }
             Err(error) => {
                 for (_, table, sum) in &spilled {
@@ -561,11 +620,20 @@ impl Totals {
                         s.dropped += sum;
                         s.in_flight -= sum;
                     });
+                    self.lost.0 += 1;
+                    self.lost.1[table.index()] += sum;
                 }
                 ledger.count_late_drop(DropReason::SpillFailed, records.len() as u64);
                 tracing::error!(%error, rows = records.len(), "Could not write totals.spill.jsonl; these totals are lost.");
+                false
             }
         }
+    }
+
+    /// Rows and sums (minute, day) the last flush could neither write nor spill: what a
+    /// final flush lost, for `status.json` (an unclean stop).
+    pub fn lost(&self) -> (u64, [i128; 2]) {
+        self.lost
     }
 
     fn family(&self, id: &RowId) -> &FamilyDef {

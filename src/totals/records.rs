@@ -147,6 +147,12 @@ pub(crate) struct Recorder<'a> {
     pub(crate) incarnation: u64,
     /// Flush sequence.
     pub(crate) flush_seq: u64,
+    /// The request the record belongs to (`writer/incarnation/flush_seq/request`, see
+    /// [`crate::state::FlushId::request_id`]); empty for a spilled total refused as it is
+    /// loaded, which belongs to no request of this run.
+    pub(crate) request_id: String,
+    /// The row's position within the request (or, loading a spill, within its file).
+    pub(crate) row: u16,
     /// RFC 3339 now.
     pub(crate) time: &'a str,
 }
@@ -165,6 +171,8 @@ pub(crate) fn rejected_record(
         writer: by.writer.to_owned(),
         incarnation: by.incarnation,
         flush_seq: by.flush_seq,
+        request_id: by.request_id.clone(),
+        row: by.row,
         outcome: RecordOutcome::Rejected,
         family: family.name.clone(),
         table: place.table,
@@ -271,6 +279,8 @@ pub(crate) fn unmappable_record(
         writer: by.writer.to_owned(),
         incarnation: by.incarnation,
         flush_seq: by.flush_seq,
+        request_id: by.request_id.clone(),
+        row: by.row,
         outcome: RecordOutcome::Rejected,
         family: record.family.clone(),
         table: record.table.clone(),

@@ -125,8 +125,13 @@ impl Replays {
                     kept.push(Some(record));
                 }
                 Err(why) => {
-                    let rejected = records::unmappable_record(&record, &why, by);
-                    let appended = state.append(OutcomeLog::Rejected, &[rejected]);
+                    let by = Recorder {
+                        request_id: String::new(),
+                        row: u16::try_from(index).unwrap_or(u16::MAX),
+                        ..*by
+                    };
+                    let rejected = records::unmappable_record(&record, &why, &by);
+                    let appended = state.append_now(OutcomeLog::Rejected, &[rejected]);
                     ledger.count_appended(OutcomeLog::Rejected, &appended);
                     ledger.update(table, |s| s.rejected += unconfirmed);
                     tracing::warn!(%why, family = record.family, "A spilled writer total cannot be replayed; recorded in rejected.jsonl.");
@@ -189,7 +194,7 @@ impl Replays {
             error,
             by,
         );
-        let appended = state.append(OutcomeLog::Rejected, &[record]);
+        let appended = state.append_now(OutcomeLog::Rejected, &[record]);
         ledger.count_appended(OutcomeLog::Rejected, &appended);
         self.settled(index, ledger, |s, u| s.rejected += u);
     }

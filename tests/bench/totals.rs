@@ -25,13 +25,15 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use countersink::bucket::{Day, Minute};
+use countersink::config::ConsistencyLevel;
 use countersink::config::{Config, CountingMode, FamilyConfig};
 use countersink::ddl;
 use countersink::engine::Engine;
 use countersink::family::Families;
 use countersink::flush::Flusher;
-use countersink::readback::Reader;
+use countersink::ops::read::{Reader, resolve};
 use countersink::sink::cql::CqlSink;
+use countersink::vocabulary::Granularity;
 
 const ROWS: usize = 50_000;
 const RUNS: usize = 5;
@@ -224,23 +226,25 @@ async fn read_cost(mode: CountingMode, writers: usize, node: Option<&str>) -> [(
         }
     }
     let families = Families::from_config(&config).expect("families");
-    let reader = Reader::new(&session, &families);
-    let tags: &[(&str, &str)] = &[("key", "hot")];
+    let session = Arc::new(session);
+    let reader = Reader::new(session.clone());
+    let counter = resolve(&families, "bench", &[("key", "hot")]).expect("counter");
     let mut out = [(0.0, 0), (0.0, 0)];
     for (slot, minutes) in [(0, false), (1, true)] {
         let mut times = Vec::with_capacity(READS);
         let mut rows = 0;
         for _ in 0..READS {
             let started = Instant::now();
-            let (sum, reading) = if minutes {
-                let reading = reader.minutes("bench", tags, day).await.expect("read");
-                (reading.buckets.values().sum::<i128>(), reading)
+            let kind = if minutes {
+                Granularity::Minute
             } else {
-                reader
-                    .day_total("bench", tags, Day(day.0))
-                    .await
-                    .expect("read")
+                Granularity::Day
             };
+            let reading = reader
+                .counter_partition(&families, &counter, kind, Day(day.0), ConsistencyLevel::One)
+                .await
+                .expect("read");
+            let sum: i128 = reading.sums.values().map(|v| i128::from(v[0])).sum();
             times.push(started.elapsed().as_secs_f64() * 1e6);
             assert_eq!(sum, 60 * writers as i128, "{mode:?} {writers} writers");
             rows = reading.rows_read;

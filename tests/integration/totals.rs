@@ -17,10 +17,12 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use countersink::bucket::{Day, Minute};
+use countersink::config::ConsistencyLevel;
 use countersink::config::{Config, CountingMode, FamilyConfig};
 use countersink::family::Families;
 use countersink::ingest::client::{Client, Target};
-use countersink::readback::Reader;
+use countersink::ops::read::{Reader, resolve};
+use countersink::vocabulary::Granularity;
 use cqlsim::{FaultKind, FaultRule};
 
 use crate::common::{BIN, Serve, Writer, cli_stdout, config, start_store};
@@ -195,7 +197,7 @@ async fn a_fault_storm_leaves_writer_totals_exact_while_counters_drift() {
 
     let fed: i64 = expected.values().sum();
     let families = Families::from_config(&config).unwrap();
-    let reader = Reader::new(&writer.session, &families);
+    let reader = Reader::new(writer.session.clone());
     // Exact per key and minute, and per key and day, read the way `get` reads.
     let mut totals_fed = 0_i128;
     let mut per_day: HashMap<(usize, u32), i64> = HashMap::new();
@@ -203,25 +205,42 @@ async fn a_fault_storm_leaves_writer_totals_exact_while_counters_drift() {
         let minute = Minute(*minute as u32);
         *per_day.entry((*key, minute.day().0)).or_default() += delta;
         let page = format!("p{key}");
-        let reading = reader
-            .minutes("page.views.t", &[("page_id", &page)], minute.day())
+        let counter = resolve(&families, "page.views.t", &[("page_id", &page)]).unwrap();
+        let read = reader
+            .counter_partition(
+                &families,
+                &counter,
+                Granularity::Minute,
+                minute.day(),
+                ConsistencyLevel::One,
+            )
             .await
             .unwrap();
         assert_eq!(
-            reading.get(i64::from(minute.minute_of_day())),
-            i128::from(*delta),
+            read.sums
+                .get(&i64::from(minute.minute_of_day()))
+                .map_or(0, |v| v[0]),
+            *delta,
             "p{key} minute {minute:?}"
         );
         totals_fed += i128::from(*delta);
     }
     for ((key, day), delta) in &per_day {
         let page = format!("p{key}");
-        let (total, reading) = reader
-            .day_total("page.views.t", &[("page_id", &page)], Day(*day))
+        let counter = resolve(&families, "page.views.t", &[("page_id", &page)]).unwrap();
+        let read = reader
+            .counter_partition(
+                &families,
+                &counter,
+                Granularity::Day,
+                Day(*day),
+                ConsistencyLevel::One,
+            )
             .await
             .unwrap();
-        assert_eq!(total, i128::from(*delta), "p{key} day {day}");
-        assert_eq!(reading.rows_read, 1, "one writer, one row per day");
+        let total = read.sums.get(&i64::from(*day)).map_or(0, |v| v[0]);
+        assert_eq!(total, *delta, "p{key} day {day}");
+        assert_eq!(read.rows_read, 1, "one writer, one row per day");
     }
     let totals_stored = crate::common::table_sum(&server, DAYS, "views");
     let counters_stored = crate::common::table_sum(&server, "metrics.views_by_day", "views");

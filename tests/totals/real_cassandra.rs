@@ -16,13 +16,15 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use countersink::bucket::Minute;
+use countersink::config::ConsistencyLevel;
 use countersink::config::{Config, CountingMode, FamilyConfig};
 use countersink::ddl;
 use countersink::engine::Engine;
 use countersink::family::Families;
 use countersink::flush::Flusher;
-use countersink::readback::Reader;
+use countersink::ops::read::{Reader, resolve};
 use countersink::sink::cql::CqlSink;
+use countersink::vocabulary::Granularity;
 use scylla::client::session::Session;
 use scylla::client::session_builder::SessionBuilder;
 
@@ -235,12 +237,22 @@ async fn writer_totals_end_to_end(address: &str) -> Result<(), String> {
         flusher.finish().await;
     }
     let families = Families::from_config(&config).map_err(|e| e.to_string())?;
-    let reader = Reader::new(&session, &families);
+    let session = Arc::new(session);
+    let reader = Reader::new(session.clone());
     let day = Minute::from_unix_secs(now).ok_or("now")?.day();
-    let (total, reading) = reader
-        .day_total("page.views", &[("page_id", "home")], day)
+    let counter =
+        resolve(&families, "page.views", &[("page_id", "home")]).map_err(|e| e.to_string())?;
+    let reading = reader
+        .counter_partition(
+            &families,
+            &counter,
+            Granularity::Day,
+            day,
+            ConsistencyLevel::One,
+        )
         .await
         .map_err(|e| e.to_string())?;
+    let total = reading.sums.get(&i64::from(day.0)).map_or(0, |v| v[0]);
     println!(
         "writer_totals end to end on the real node: two incarnations wrote 5 and 3; the day total reads {total} from {} rows",
         reading.rows_read

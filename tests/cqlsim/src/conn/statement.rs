@@ -12,7 +12,9 @@ use crate::faults::{FaultKind, Op};
 use crate::proto::request::BatchKind;
 use crate::proto::response;
 use crate::proto::wire::BoundValue;
+use crate::requests::LoggedStatement;
 use crate::server::{Prepared, Shared};
+use crate::value::Value;
 
 impl Conn {
     pub(super) fn prepare(&mut self, v: u8, stream: i16, q: String) -> Action {
@@ -96,7 +98,49 @@ impl Conn {
                 .stats
                 .request(&info.req.tables, info.req.is_write, info.is_batch);
         }
-        let fault = self.decide(&info);
+        let logged = (self.sh.requests.is_enabled()
+            && info.req.is_write
+            && info
+                .req
+                .tables
+                .iter()
+                .any(|(ks, _)| !exec::is_system_keyspace(ks)))
+        .then(|| self.describe(&work));
+        let (action, fired, applied) = self.run_decided(v, stream, work, &info, cl);
+        let Some(statements) = logged else {
+            return action;
+        };
+        let seq = self.sh.requests.push(op, statements, fired, applied);
+        match action {
+            // A late write is logged where it arrived; whether it applied is known later.
+            Action::Late(delay, late) => {
+                let sh = self.sh.clone();
+                Action::Late(
+                    delay,
+                    Box::new(move || {
+                        let (frame, applied) = late();
+                        if applied {
+                            sh.requests.applied_late(seq);
+                        }
+                        (frame, applied)
+                    }),
+                )
+            }
+            action => action,
+        }
+    }
+
+    /// Decides faults, executes, replies: the action, the fault that fired (and whether
+    /// it let the write apply), and whether the write applied.
+    fn run_decided(
+        &mut self,
+        v: u8,
+        stream: i16,
+        work: Work,
+        info: &super::Info,
+        cl: Consistency,
+    ) -> (Action, Option<(FaultKind, bool)>, bool) {
+        let fault = self.decide(info);
         if let Some(r) = &fault {
             if r.kind == FaultKind::Unprepared {
                 self.sh.prepared.lock().clear();
@@ -112,10 +156,10 @@ impl Conn {
                     stream,
                     &CqlError::Unprepared(id.unwrap_or_default()),
                 );
-                return Action::Reply(frame);
+                return (Action::Reply(frame), Some((r.kind, false)), false);
             }
-            if let Some(a) = self.before(r, &info, v, stream, cl) {
-                return a;
+            if let Some(a) = self.before(r, info, v, stream, cl) {
+                return (a, Some((r.kind, false)), false);
             }
             if r.kind == FaultKind::Delay && r.late && info.req.is_write {
                 // The write runs when the delay ends (other streams go on meanwhile): it
@@ -124,17 +168,23 @@ impl Conn {
                 let (sh, local_ip) = (self.sh.clone(), self.local_ip);
                 let late = move || {
                     let mut frame = Vec::new();
+                    let mut applied = false;
                     match exec_work(&sh, local_ip, &work) {
                         Ok((outcome, fx)) => {
                             sh.stats.applied(&fx);
+                            applied = true;
                             let skip = matches!(&work, Work::Single(_, p) if p.skip_metadata);
                             response::result(&mut frame, v, stream, &outcome, skip);
                         }
                         Err(e) => response::error(&mut frame, v, stream, &e),
                     }
-                    frame
+                    (frame, applied)
                 };
-                return Action::Late(r.duration.unwrap_or_default(), Box::new(late));
+                return (
+                    Action::Late(r.duration.unwrap_or_default(), Box::new(late)),
+                    Some((r.kind, true)),
+                    false,
+                );
             }
         }
         let result = self.exec(&work);
@@ -158,7 +208,52 @@ impl Conn {
             }
             Err(e) => response::error(&mut frame, v, stream, &e),
         }
-        self.after(fault, &info, applied, frame, v, stream, cl)
+        let fired = fault.as_ref().map(|r| (r.kind, applied));
+        (
+            self.after(fault, info, applied, frame, v, stream, cl),
+            fired,
+            applied,
+        )
+    }
+
+    /// What a request carries, statement by statement, for the request log.
+    fn describe(&self, work: &Work) -> Vec<LoggedStatement> {
+        let items: Vec<&super::Item> = match work {
+            Work::Single(it, _) => vec![it],
+            Work::Batch(_, its, _) => its.iter().collect(),
+        };
+        let db = self.sh.db.lock();
+        items
+            .into_iter()
+            .filter_map(|it| {
+                let q = it.prep.parsed.stmt.dml_table()?;
+                let ks = it.prep.keyspace.as_deref();
+                let table = exec::resolve_table(&db, q, ks).ok()?;
+                let meta = exec::prepare::analyze(&db, &it.prep.parsed, ks).ok()?;
+                let values = meta
+                    .vars
+                    .iter()
+                    .zip(&it.values)
+                    .filter_map(|(spec, value)| {
+                        let text = match value {
+                            BoundValue::Unset => return None,
+                            BoundValue::Null => "null".to_owned(),
+                            BoundValue::Bytes(b) => match Value::decode(&spec.ty, b) {
+                                Ok(Some(v)) => v.to_literal(),
+                                Ok(None) => "null".to_owned(),
+                                Err(_) => format!("0x{}", crate::error::hex(b)),
+                            },
+                        };
+                        Some((spec.name.clone(), text))
+                    })
+                    .collect();
+                Some(LoggedStatement {
+                    keyspace: table.keyspace.clone(),
+                    table: table.name.clone(),
+                    values,
+                })
+            })
+            .collect()
     }
 
     pub(super) fn exec(&self, work: &Work) -> Result<(Outcome, Effects), CqlError> {

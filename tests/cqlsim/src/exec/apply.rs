@@ -17,6 +17,7 @@
 use super::Effects;
 use super::write::{CellOp, Mutation};
 use crate::schema::{ColumnKind, TableSchema};
+use crate::stats::{DeleteRecord, DeleteScope};
 use crate::storage::{ClusteringKey, Db, Row};
 use crate::value::Value;
 
@@ -48,6 +49,19 @@ pub(crate) fn apply(db: &mut Db, muts: Vec<Mutation>) -> Effects {
                 slots,
                 at,
             } => {
+                fx.deletes.push(super::DeleteEffect {
+                    keyspace: table.keyspace.clone(),
+                    table: table.name.clone(),
+                    record: DeleteRecord {
+                        scope: match (&slots, ck_prefix.is_empty()) {
+                            (Some(_), _) => DeleteScope::Cells,
+                            (None, true) => DeleteScope::Partition,
+                            (None, false) => DeleteScope::Rows,
+                        },
+                        partition: pk.iter().map(Value::to_literal).collect(),
+                        clustering: ck_prefix.iter().map(Value::to_literal).collect(),
+                    },
+                });
                 if table.is_counter {
                     delete_counters(db, &table, &pk, &ck_prefix, slots.as_deref());
                 } else {
