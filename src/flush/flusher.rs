@@ -122,7 +122,10 @@ impl<S: Sink> Flusher<S> {
                 rejected_rows = recovery.rejected_rows,
                 dropped_rows = recovery.dropped_rows,
                 never_sent_rows = recovery.uncommitted_rows,
-                "Finished the flush the previous run was killed in: requests that may have been sent are in unknown.jsonl (in_flight_at_crash) and are never re-sent; requests that definitely were not applied were spilled for replay."
+                totals_rows = recovery.totals_rows,
+                totals_minute_sum = %recovery.totals_sums[0],
+                totals_day_sum = %recovery.totals_sums[1],
+                "Finished the flush the previous run was killed in: requests that may have been sent are in unknown.jsonl (in_flight_at_crash) and are never re-sent; requests that definitely were not applied were spilled for replay; writer_totals writes not known applied are written again (idempotent by their write time)."
             );
         }
         if recovery.dropped_rows > 0 {

@@ -153,6 +153,8 @@ pub(crate) struct Due {
     pub(crate) id: RowId,
     /// Its total when the write was planned.
     pub(crate) total: Columns,
+    /// The part of it not known applied (the journal's intent carries it).
+    pub(crate) unconfirmed: Columns,
 }
 
 /// A row leaving for the spill file: its newest total, and the part of it not known
@@ -251,6 +253,7 @@ impl Book {
             match self.rows.get(&id) {
                 Some(entry) if all || entry.not_before <= flush => due.push(Due {
                     total: entry.total.clone(),
+                    unconfirmed: difference(&entry.total, &entry.confirmed),
                     id,
                 }),
                 Some(_) => waiting.push(id),
@@ -273,6 +276,7 @@ impl Book {
                 (all || entry.not_before <= flush).then(|| Due {
                     id: id.clone(),
                     total: entry.total.clone(),
+                    unconfirmed: difference(&entry.total, &entry.confirmed),
                 })
             })
             .collect();
@@ -494,7 +498,8 @@ mod tests {
             due,
             [Due {
                 id: id.clone(),
-                total: one(7)
+                total: one(7),
+                unconfirmed: one(7),
             }]
         );
         assert_eq!(b.confirm(id.as_ref(), &one(7)), 7);
@@ -504,6 +509,11 @@ mod tests {
             b.due(2, false)[0].total,
             one(5),
             "the absolute total, not the delta"
+        );
+        assert_eq!(
+            b.due(2, false)[0].unconfirmed,
+            one(-2),
+            "what the store lacks: the total minus the confirmed 7"
         );
         assert_eq!(b.confirm(id.as_ref(), &one(5)), -2);
         assert_eq!((b.held(), b.unwritten()), (1, 0));

@@ -30,6 +30,7 @@ mod book;
 mod clock;
 mod decide;
 pub mod records;
+pub(crate) mod recovery;
 mod replay;
 mod send;
 mod spill;
@@ -40,13 +41,15 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::SystemTime;
 
-use crate::aggregate::{Row, RowKey, Slot};
+use crate::aggregate::{Columns, Row, RowKey, Slot};
 use crate::bucket;
 use crate::config::{CountingMode, FlushConfig};
 use crate::engine::Engine;
 use crate::family::FamilyDef;
 use crate::sink::{Outcome, OutcomeClass, Sink, TotalRow, TotalsWrite, WriteError};
-use crate::state::{FlushId, OutcomeLog, StateDir, WriteRecord};
+use crate::state::{
+    FamilyEntry, FlushId, OutcomeLog, Settled, StateDir, TotalsIntent, TotalsIntentRow, WriteRecord,
+};
 use crate::telemetry::Ledger;
 use crate::test_hooks::crash_point;
 use crate::vocabulary::{DropReason, Granularity};
@@ -56,7 +59,7 @@ use self::clock::WriterClock;
 use self::decide::{Ended, RowAction, RowFacts};
 use self::records::{Recorder, SpilledRow, TotalRecord};
 use self::replay::{Origin, Replays};
-use self::spill::SpillFiles;
+pub(crate) use self::spill::SpillFiles;
 
 pub use self::send::Cutoff;
 
@@ -81,10 +84,27 @@ pub struct TotalsReport {
 
 /// What each planned write stands for.
 enum Planned {
-    /// Rows of the book.
-    Book,
+    /// Rows of the book, with the part of each row's total not known applied.
+    Book(Vec<Columns>),
     /// One replayed row (its index among the replays).
     Replay(usize),
+}
+
+/// Records in the journal the outcomes recovery acts on: `applied` (nothing to write
+/// again) and `rejected` (already logged by the settle step).
+fn journal_outcomes(state: &mut StateDir, results: &[(TotalsWrite, Ended)], first_request: u32) {
+    for (index, (_, ended)) in results.iter().enumerate() {
+        let settled = match ended {
+            Ended::Done(Outcome::Applied) => Settled::Applied,
+            Ended::Done(Outcome::NotAppliedPermanent(error)) => Settled::Rejected {
+                kind: error.kind.to_owned(),
+                text: error.text.clone(),
+            },
+            _ => continue,
+        };
+        state.journal_outcome(first_request.saturating_add(index as u32), &settled);
+    }
+    state.journal_flush();
 }
 
 /// One flush's settle step: what every write's settlement needs and collects.
@@ -141,6 +161,8 @@ pub struct Totals {
     store_answered: bool,
     /// Rows and sums (minute, day) the last flush could neither write nor spill.
     lost: (u64, [i128; 2]),
+    /// The families as the journal describes them.
+    families: Vec<FamilyEntry>,
 }
 
 impl Totals {
@@ -176,6 +198,11 @@ impl Totals {
             enabled,
             store_answered: false,
             lost: (0, [0, 0]),
+            families: engine
+                .families()
+                .iter()
+                .map(crate::flush::record_conversion::family_entry)
+                .collect(),
             engine,
         };
         let tag = format!("{}-0", totals.incarnation);
@@ -339,13 +366,27 @@ impl Totals {
         }
         let (writes, planned) = self.plan(seq, last);
         report.writes = writes.len();
-        if !writes.is_empty() {
-            observe(&writes);
-        }
-        let results = send::send_all(sink, writes, self.max_in_flight, cutoff).await;
-        if report.writes > 0 {
-            // Answers in hand, nothing settled: a kill here leaves applied totals in the
-            // store that this process never confirmed (reported lost, yet present).
+        let flush = FlushId {
+            writer: self.writer_id.clone(),
+            incarnation: self.incarnation,
+            flush_seq: seq,
+        };
+        let journaled = !writes.is_empty()
+            && self.journal_begin(state, &flush, &writes, &planned, first_request);
+        let results = if writes.is_empty() || journaled {
+            if !writes.is_empty() {
+                observe(&writes);
+            }
+            send::send_all(sink, writes, self.max_in_flight, cutoff).await
+        } else {
+            // No group commit, nothing sent: the rows stay unwritten and go out with a
+            // later flush (or are spilled by the final one).
+            writes.into_iter().map(|w| (w, Ended::NotStarted)).collect()
+        };
+        if journaled {
+            journal_outcomes(state, &results, first_request);
+            // Answers in hand, nothing settled: a kill here leaves the journal's intents
+            // to recovery, which writes the ones not known applied again (idempotent).
             crash_point("totals_sent");
         }
         let mut settling = Settling {
@@ -375,7 +416,7 @@ impl Totals {
                 None => report.failed += 1,
             }
             match planned {
-                Planned::Book => self.settle_book(request, &write, &ended, &mut settling),
+                Planned::Book(_) => self.settle_book(request, &write, &ended, &mut settling),
                 Planned::Replay(index) => {
                     if self.settle_replay(request, index, &ended, &mut settling) {
                         report.rows_replayed += 1;
@@ -395,6 +436,9 @@ impl Totals {
             ledger.count_appended(OutcomeLog::Rejected, &appended);
         }
         self.replays.finish(last, ledger);
+        if journaled && let Err(error) = state.journal_end(&flush, None) {
+            tracing::error!(%error, "Could not close the totals writes in the journal; a restart writes them again (idempotently).");
+        }
         self.store_answered = report.applied > 0 && report.failed == 0;
         ledger.set_totals_rows(self.book.held() as u64, self.book.unwritten() as u64);
         report
@@ -544,20 +588,23 @@ impl Totals {
         let mut planned = Vec::new();
         // Sorted by row id: rows of one partition are adjacent.
         let due = self.book.take_due(seq, last);
-        let mut current: Option<(RowId, Vec<TotalRow>)> = None;
-        let flush_group =
-            |group: Option<(RowId, Vec<TotalRow>)>, clock: &mut WriterClock, writer: &Arc<str>| {
-                group.map(|(first, rows)| TotalsWrite {
+        type Group = (RowId, Vec<TotalRow>, Vec<Columns>);
+        let mut current: Option<Group> = None;
+        let mut close = |group: Option<Group>, clock: &mut WriterClock, writer: &Arc<str>| {
+            if let Some((first, rows, unconfirmed)) = group {
+                writes.push(TotalsWrite {
                     family: first.family,
                     table: first.table,
                     series: first.series,
                     writer: writer.clone(),
                     timestamp: clock.tick(clock::now_micros()),
                     rows,
-                })
-            };
+                });
+                planned.push(Planned::Book(unconfirmed));
+            }
+        };
         for due in due {
-            let same = current.as_ref().is_some_and(|(first, rows)| {
+            let same = current.as_ref().is_some_and(|(first, rows, _)| {
                 first.family == due.id.family
                     && first.table == due.id.table
                     && first.series == due.id.series
@@ -565,28 +612,82 @@ impl Totals {
                     && rows.len() < self.max_batch_rows
             });
             if !same {
-                if let Some(write) = flush_group(current.take(), &mut self.clock, &self.writer) {
-                    writes.push(write);
-                    planned.push(Planned::Book);
-                }
-                current = Some((due.id.clone(), Vec::new()));
+                close(current.take(), &mut self.clock, &self.writer);
+                current = Some((due.id.clone(), Vec::new(), Vec::new()));
             }
-            if let Some((_, rows)) = current.as_mut() {
+            if let Some((_, rows, unconfirmed)) = current.as_mut() {
                 rows.push(TotalRow {
                     bucket: due.id.bucket,
                     totals: due.total,
                 });
+                unconfirmed.push(due.unconfirmed);
             }
         }
-        if let Some(write) = flush_group(current.take(), &mut self.clock, &self.writer) {
-            writes.push(write);
-            planned.push(Planned::Book);
-        }
+        close(current.take(), &mut self.clock, &self.writer);
         for (index, write) in self.replays.writes(seq, last) {
             writes.push(write);
             planned.push(Planned::Replay(index));
         }
         (writes, planned)
+    }
+
+    /// The journal's intents of a flush's totals writes, numbered from `first_request`.
+    fn intents(
+        &self,
+        writes: &[TotalsWrite],
+        planned: &[Planned],
+        first_request: u32,
+    ) -> Vec<TotalsIntent> {
+        writes
+            .iter()
+            .zip(planned)
+            .enumerate()
+            .map(|(index, (write, planned))| {
+                let unconfirmed: Vec<&Columns> = match planned {
+                    Planned::Book(unconfirmed) => unconfirmed.iter().collect(),
+                    Planned::Replay(row) => vec![self.replays.unconfirmed(*row)],
+                };
+                TotalsIntent {
+                    request: first_request.saturating_add(index as u32),
+                    family: write.family.0,
+                    table: write.table,
+                    writer: write.writer.to_string(),
+                    timestamp: write.timestamp,
+                    series: write.series.to_vec(),
+                    rows: write
+                        .rows
+                        .iter()
+                        .zip(unconfirmed)
+                        .map(|(row, unconfirmed)| TotalsIntentRow {
+                            bucket: row.bucket,
+                            totals: row.totals.as_slice().to_vec(),
+                            unconfirmed: unconfirmed.as_slice().to_vec(),
+                        })
+                        .collect(),
+                }
+            })
+            .collect()
+    }
+
+    /// The group commit of this flush's totals writes; false (logged) when it failed:
+    /// then nothing is sent.
+    fn journal_begin(
+        &self,
+        state: &mut StateDir,
+        flush: &FlushId,
+        writes: &[TotalsWrite],
+        planned: &[Planned],
+        first_request: u32,
+    ) -> bool {
+        let intents = self.intents(writes, planned, first_request);
+        let time = bucket::rfc3339(SystemTime::now());
+        match state.journal_begin_totals(flush, &time, &self.families, &intents) {
+            Ok(()) => true,
+            Err(error) => {
+                tracing::error!(%error, writes = writes.len(), "Could not write the totals writes' intents to the journal; nothing is sent, the rows stay unwritten.");
+                false
+            }
+        }
     }
 
     /// Appends spilled totals; a failed write drops them, counted. True when rows were

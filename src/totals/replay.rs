@@ -171,6 +171,11 @@ impl Replays {
             .collect()
     }
 
+    /// The part of row `index`'s total not known applied.
+    pub(super) fn unconfirmed(&self, index: usize) -> &Columns {
+        &self.rows[index].unconfirmed
+    }
+
     /// Row `index` applied.
     pub(super) fn applied(&mut self, index: usize, ledger: &Ledger) {
         self.settled(index, ledger, |s, u| s.applied += u);

@@ -3,12 +3,12 @@
 //! | file | what |
 //! |---|---|
 //! | `totals.spill.jsonl` | totals spilled by this process: at shutdown, what the final flush could not write; while running, closed rows that kept failing for `flush.requeue_max_age` |
-//! | `totals.replay.<tag>.jsonl` | a spill file taken for replay (at start, or once the store answers again) |
+//! | `totals.replay.<tag>.jsonl` | a spill file taken for replay (at start, or once the store answers again); `<incarnation>-<flush>-recovered` when crash recovery wrote it from the journal |
 //! | `totals.spill.corrupt.jsonl` | lines that could not be read (a torn last line) |
 //!
 //! # Crash windows
 //!
-//! There are none to guard: a spilled total is absolute and carries its write time, so
+//! There are none to guard here: a spilled total is absolute and carries its write time, so
 //! writing it twice leaves the same cell, and no write of its row can be newer (its row was
 //! released, or its process ended). Taking a spill for replay is one `rename`; a replay file
 //! is deleted once every row in it applied, and rewritten with the rows left (a temporary
@@ -64,6 +64,23 @@ impl SpillFiles {
         Ok(())
     }
 
+    /// The records `totals.spill.jsonl` holds now (unreadable lines skipped: loading
+    /// the file for replay sets them aside).
+    pub(crate) fn spilled(&self) -> io::Result<Vec<TotalRecord>> {
+        let file = match fs::File::open(self.dir.join(SPILL)) {
+            Ok(file) => file,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(e) => return Err(e),
+        };
+        let mut records = Vec::new();
+        for line in io::BufReader::new(file).lines() {
+            if let Ok(record) = serde_json::from_str::<TotalRecord>(&line?) {
+                records.push(record);
+            }
+        }
+        Ok(records)
+    }
+
     /// Whether `totals.spill.jsonl` holds anything.
     pub(crate) fn has_spill(&self) -> bool {
         fs::metadata(self.dir.join(SPILL)).is_ok_and(|m| m.len() > 0)
@@ -80,6 +97,14 @@ impl SpillFiles {
         fs::rename(&spill, &target)?;
         sync_dir(&self.dir)?;
         Ok(Some(target))
+    }
+
+    /// The replay file crash recovery writes for flush `flush_seq` of `incarnation`
+    /// (a name no running process takes a spill to).
+    pub(crate) fn recovered_path(&self, incarnation: u64, flush_seq: u64) -> PathBuf {
+        self.dir.join(format!(
+            "{REPLAY_PREFIX}{incarnation}-{flush_seq}-recovered.jsonl"
+        ))
     }
 
     /// Every replay file, oldest tag first.

@@ -387,6 +387,9 @@ async fn sigkill_loses_only_the_unwritten_totals_it_reported() {
     let reported = status();
     first.kill();
     assert_eq!(stored(), a, "nothing of the second batch reached the store");
+    // Killed inside a flush's totals stage, the intents of its journal not known applied
+    // are written again by the next start (idempotent); killed between flushes, none.
+    let recovered = recoverable_day_sum(&state);
 
     server.clear_faults();
     let socket2 = dir.path().join("stream2.sock");
@@ -397,30 +400,40 @@ async fn sigkill_loses_only_the_unwritten_totals_it_reported() {
         .spawn()
         .unwrap();
     let mut log = BufReader::new(second.stderr.take().unwrap()).lines();
-    let (mut unclean, mut connected) = (None, false);
+    let (mut unclean, mut connected, mut seen) = (None, false, Vec::new());
     for line in log.by_ref() {
         let line = line.unwrap();
         if line.contains("did not shut down cleanly") {
             unclean = Some(line.clone());
         }
         connected |= line.contains("Connected to the store");
+        seen.push(line);
         if connected && unclean.is_some() {
             break;
         }
     }
     let unclean = unclean.expect("the unclean stop is reported");
     assert!(
-        unclean.contains(&format!("pending_delta_sum={b}")),
+        unclean.contains(&format!("pending_minute_delta_sum={b}")),
         "{unclean}"
     );
-    std::thread::spawn(move || for _ in log {});
+    let rest = std::thread::spawn(move || log.map_while(Result::ok).collect::<Vec<String>>());
     let c = send(&socket2, 200, 2);
-    wait_for("the third batch stored", a + c, stored).await;
+    wait_for("the third batch stored", a + c + recovered, stored).await;
     Command::new("kill")
         .args(["-TERM", &second.id().to_string()])
         .status()
         .unwrap();
     assert!(second.wait().unwrap().success());
+    seen.extend(rest.join().unwrap());
+    let logged = seen
+        .iter()
+        .find(|l| l.contains("Finished the flush the previous run was killed in"))
+        .map_or(0, |l| field(l, "totals_day_sum").expect("totals_day_sum"));
+    assert_eq!(
+        logged, recovered,
+        "the recovery reports what it wrote again"
+    );
 
     let fed = a + b + c;
     let lost = fed - stored();
@@ -430,8 +443,16 @@ async fn sigkill_loses_only_the_unwritten_totals_it_reported() {
         reported["pending_rows"],
         reported["pending_sum"]
     );
-    assert_eq!(lost, b, "lost exactly the unwritten batch");
-    assert_eq!(reported["pending_sum"], lost.to_string(), "and said so");
+    assert_eq!(
+        lost,
+        b - recovered,
+        "lost exactly the unwritten batch, less what recovery wrote again ({recovered})"
+    );
+    assert_eq!(
+        reported["pending_sum"],
+        b.to_string(),
+        "and said so (a bound)"
+    );
     let writers: std::collections::BTreeSet<String> = {
         let rows = server
             .execute(None, &format!("SELECT writer FROM {DAYS}"))
@@ -445,6 +466,138 @@ async fn sigkill_loses_only_the_unwritten_totals_it_reported() {
     };
     assert_eq!(writers.len(), 2, "one column per incarnation: {writers:?}");
     server.shutdown().await.unwrap();
+}
+
+/// `serve` killed (SIGKILL) after sending a flush's totals writes and before settling any
+/// of them, while the store refused them: the intents in the journal are written again by
+/// the next start, in the killed run's writer column with their own write times, so none
+/// of what that flush carried is lost, and none of it is logged as unknown.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_kill_between_sending_totals_and_settling_them_loses_none_of_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = totals_config(&dir.path().join("unused"));
+    let server = start_store(&mut config).await;
+    let file = dir.path().join("serve.toml");
+    // A long interval: the lines sent at start are all in the first flush that writes.
+    std::fs::write(
+        &file,
+        format!(
+            "[store]\nrequest_timeout = \"1s\"\n[flush]\ninterval = \"2s\"\njitter = \"0s\"\n\
+             [generic]\nenabled = false\n\
+             [[family]]\nname = \"views_totals\"\nminute_table = \"{MINUTES}\"\nday_table = \"{DAYS}\"\nkey = [\"page_id\"]\nmode = \"writer_totals\"\n[family.columns]\n\"page.views.t\" = \"views\"\n"
+        ),
+    )
+    .unwrap();
+    let state = dir.path().join("state");
+    let args = |socket: &Path| {
+        vec![
+            "--config".to_string(),
+            file.display().to_string(),
+            "--udp".into(),
+            "off".into(),
+            "--uds-stream".into(),
+            socket.display().to_string(),
+            "--metrics".into(),
+            "off".into(),
+            "--contact-point".into(),
+            config.store.contact_points[0].clone(),
+            "--state-dir".into(),
+            state.display().to_string(),
+        ]
+    };
+    let stored = || crate::common::table_sum(&server, DAYS, "views");
+    server.set_faults(vec![FaultRule::new(FaultKind::Unavailable)]);
+    let socket = dir.path().join("stream.sock");
+    let mut first = Command::new(BIN)
+        .arg("serve")
+        .args(args(&socket))
+        .env("COUNTERSINK_CRASH_POINT", "totals_sent")
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut log = BufReader::new(first.stderr.take().unwrap()).lines();
+    let mut fed = 0_i128;
+    for line in log.by_ref() {
+        let line = line.unwrap();
+        if line.contains("Connected to the store") {
+            let mut client = Client::connect(Target::UnixStream(socket.clone())).unwrap();
+            let lines: Vec<String> = (0..500)
+                .map(|i| format!("page.views.t:3|c|#page_id:p{}", i % 10))
+                .collect();
+            client.send_lines(lines.iter().map(String::as_str)).unwrap();
+            fed = 1500;
+        }
+        if line.contains("crash point totals_sent reached") {
+            break;
+        }
+    }
+    assert_eq!(fed, 1500, "the lines were sent before the crash point");
+    first.kill().unwrap();
+    first.wait().unwrap();
+    assert_eq!(
+        stored(),
+        0,
+        "the store refused every write of the killed run"
+    );
+    let journal = countersink::state::journal::read(&state.join("journal.wal")).unwrap();
+    let group = journal.last().expect("the killed flush's group");
+    assert!(group.committed && !group.ended && !group.totals.is_empty());
+
+    server.clear_faults();
+    let second = Serve::start(args(&dir.path().join("stream2.sock")));
+    wait_for("the killed run's totals written again", fed, stored).await;
+    let (status, _) = second.terminate();
+    assert!(status.success());
+    let writers: Vec<String> = {
+        let rows = server
+            .execute(None, &format!("SELECT writer FROM {DAYS}"))
+            .unwrap();
+        (0..rows.len())
+            .filter_map(|i| match rows.get(i, "writer") {
+                Some(cqlsim::Value::Text(w)) => Some(w.clone()),
+                _ => None,
+            })
+            .collect()
+    };
+    assert!(
+        !writers.is_empty() && writers.iter().all(|w| w.contains("/1/")),
+        "written in the killed run's (incarnation 1) column: {writers:?}"
+    );
+    let unknown = std::fs::read_to_string(state.join("unknown.jsonl")).unwrap_or_default();
+    assert!(unknown.is_empty(), "nothing logged as unknown: {unknown}");
+    server.shutdown().await.unwrap();
+}
+
+/// The day-table part of the totals a killed run's journal holds and recovery will write
+/// again: the intents of an unfinished totals group not known applied or rejected.
+fn recoverable_day_sum(state: &Path) -> i128 {
+    use countersink::state::Settled;
+    let groups = countersink::state::journal::read(&state.join("journal.wal")).unwrap();
+    groups
+        .iter()
+        .filter(|g| g.committed && !g.ended)
+        .flat_map(|g| {
+            g.totals.iter().filter(|i| {
+                i.table == Granularity::Day
+                    && !matches!(
+                        g.outcomes.get(&i.request),
+                        Some(Settled::Applied | Settled::Rejected { .. })
+                    )
+            })
+        })
+        .flat_map(|i| &i.rows)
+        .map(|r| r.unconfirmed.iter().map(|v| i128::from(*v)).sum::<i128>())
+        .sum()
+}
+
+/// `key=value` of a log line, as a number.
+fn field(line: &str, key: &str) -> Option<i128> {
+    let at = line.find(&format!("{key}="))? + key.len() + 1;
+    let value: String = line[at..]
+        .chars()
+        .take_while(|c| c.is_ascii_digit() || *c == '-')
+        .collect();
+    value.parse().ok()
 }
 
 /// `schema` prints the writer_totals tables beside the counter ones; a counter table
