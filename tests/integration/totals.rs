@@ -25,7 +25,7 @@ use countersink::ops::read::{Reader, resolve};
 use countersink::vocabulary::Granularity;
 use cqlsim::{FaultKind, FaultRule};
 
-use crate::common::{BIN, Serve, Writer, cli_stdout, config, start_store};
+use crate::common::{BIN, Serve, Writer, cli_stdout, config, start_cqlsim};
 
 const MINUTES: &str = "metrics.views_totals_by_minute";
 const DAYS: &str = "metrics.views_totals_by_day";
@@ -83,7 +83,12 @@ async fn a_delayed_older_total_arriving_after_a_newer_one_loses() {
     let dir = tempfile::tempdir().unwrap();
     let mut config = totals_config(dir.path());
     config.store.request_timeout = Duration::from_millis(300);
-    let server = start_store(&mut config).await;
+    let server = start_cqlsim(
+        &mut config,
+        "delays one request and lets it run late (cqlsim's delay,execute=late), counts requests",
+    )
+    .await
+    .into_sim();
     let mut writer = Writer::start(&config).await;
     let now = unix_now();
     let minute = Minute::from_unix_secs(now).unwrap();
@@ -137,7 +142,12 @@ async fn a_fault_storm_leaves_writer_totals_exact_while_counters_drift() {
     let mut config = totals_config(dir.path());
     config.store.request_timeout = Duration::from_millis(300);
     config.flush.max_in_flight = 32;
-    let server = start_store(&mut config).await;
+    let server = start_cqlsim(
+        &mut config,
+        "injects a fault storm and reads every writer's row in process",
+    )
+    .await
+    .into_sim();
     let mut writer = Writer::start(&config).await;
     // Each kind applied and not applied; together 20 % of the writes that reach the
     // store. Closes are the rarest: after one, the driver fails every request on its
@@ -274,7 +284,9 @@ async fn a_fault_storm_leaves_writer_totals_exact_while_counters_drift() {
 async fn a_clean_restart_counts_on_in_a_new_writer_column() {
     let dir = tempfile::tempdir().unwrap();
     let mut config = totals_config(&dir.path().join("state"));
-    let server = start_store(&mut config).await;
+    let server = start_cqlsim(&mut config, "reads every writer's row in process")
+        .await
+        .into_sim();
     let now = unix_now();
     let minute = Minute::from_unix_secs(now).unwrap();
     let mut writers = Vec::new();
@@ -328,7 +340,12 @@ async fn a_clean_restart_counts_on_in_a_new_writer_column() {
 async fn sigkill_loses_only_the_unwritten_totals_it_reported() {
     let dir = tempfile::tempdir().unwrap();
     let mut config = totals_config(&dir.path().join("unused"));
-    let server = start_store(&mut config).await;
+    let server = start_cqlsim(
+        &mut config,
+        "refuses every write with an injected fault, reads the table in process",
+    )
+    .await
+    .into_sim();
     let file = dir.path().join("serve.toml");
     std::fs::write(
         &file,
@@ -476,7 +493,12 @@ async fn sigkill_loses_only_the_unwritten_totals_it_reported() {
 async fn a_kill_between_sending_totals_and_settling_them_loses_none_of_them() {
     let dir = tempfile::tempdir().unwrap();
     let mut config = totals_config(&dir.path().join("unused"));
-    let server = start_store(&mut config).await;
+    let server = start_cqlsim(
+        &mut config,
+        "refuses every write with an injected fault, reads the table in process",
+    )
+    .await
+    .into_sim();
     let file = dir.path().join("serve.toml");
     // A long interval: the lines sent at start are all in the first flush that writes.
     std::fs::write(
@@ -625,7 +647,9 @@ async fn schema_creates_both_shapes_and_the_check_tells_them_apart() {
         "the generic family still counts: {printed}"
     );
 
-    let server = start_store(&mut config).await;
+    let server = start_cqlsim(&mut config, "reads the created tables in process")
+        .await
+        .into_sim();
     Writer::start(&config).await;
     // The same family pointed at counter tables.
     config.families.last_mut().unwrap().minute_table = "metrics.views_by_minute".into();
