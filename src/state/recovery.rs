@@ -24,7 +24,7 @@
 //! its writes is idempotent by its write time, so every intent not known applied (no
 //! outcome, or any but `applied`) is written to a totals replay file and written again
 //! by the next start, in its own writer column with its own write time (see
-//! [`crate::totals::recovery`]). Nothing of it is logged as unknown.
+//! `crate::totals::recovery`). Nothing of it is logged as unknown.
 
 use std::collections::HashSet;
 

@@ -18,13 +18,19 @@
 //! - `decide`: the settle step (outcome → confirm, retry, spill or reject), pure;
 //! - `send`: bounded concurrency up to the shutdown deadline;
 //! - [`records`], `spill`, `replay`: spilled totals and their replay, idempotent by
-//!   construction.
+//!   construction;
+//! - `recovery`: the intents of a killed flush's totals stage, written again.
+//!
+//! The intent journal: a flush's totals writes are a journal group of their own, after
+//! its counter writes' group (numbered after them, so request ids stay unique per
+//! flush), made durable before the first is sent. Recovery writes every intent not known
+//! applied again instead of logging it as unknown: idempotent by its write time.
 //!
 //! Accounting: a drained delta of such a family stays in the flusher's `in_flight` stage
 //! (pending) until a write that covers it applies; the newly applied part of a confirmed
-//! total moves to `applied`. A crash loses what was not applied yet (bounded by what
-//! `status.json` reports after each flush); the rows the crashed incarnation did write stay
-//! in its writer column and keep counting.
+//! total moves to `applied`. A crash loses what was not applied yet and not in the
+//! journal's last group (bounded by what `status.json` reports after each flush); the rows
+//! the crashed incarnation did write stay in its writer column and keep counting.
 
 mod book;
 mod clock;
