@@ -292,36 +292,49 @@ impl<S: Sink> Flusher<S> {
         Duration::from_nanos(u64::try_from(nanos).unwrap_or(u64::MAX))
     }
 
-    /// One flush, in two stages: the counter families' writes (under the intent journal),
-    /// then the `writer_totals` families' (idempotent: outside the journal).
+    /// One flush, in two stages: the counter families' writes, then the `writer_totals`
+    /// families' (see [`Flusher::flush_totals`]); each stage a group of the intent journal.
     async fn flush(&mut self, deadline: &mut Deadline, last: bool) -> FlushReport {
         let started = Instant::now();
         let mut report = self.flush_counters(deadline, last).await;
-        if self.totals.is_active() {
-            let observers = &self.observers;
-            report.totals = self
-                .totals
-                .flush(
-                    &*self.sink,
-                    deadline,
-                    &self.ledger,
-                    &mut self.state,
-                    self.seq,
-                    u32::try_from(report.writes).unwrap_or(u32::MAX),
-                    last,
-                    &|writes| {
-                        for observer in observers {
-                            observer.planned_totals(writes);
-                        }
-                    },
-                )
-                .await;
-            if !last {
-                // The totals not yet applied after this stage: what a kill now loses.
-                self.write_pending_status();
-            }
-        }
+        report.totals = self.flush_totals(deadline, last, report.writes).await;
         self.ledger.count_flush(started.elapsed().as_secs_f64());
+        report
+    }
+
+    /// The `writer_totals` stage of a flush, when there is anything to write: its
+    /// requests are numbered after the `counter_writes` of the counter stage.
+    async fn flush_totals(
+        &mut self,
+        deadline: &mut Deadline,
+        last: bool,
+        counter_writes: usize,
+    ) -> TotalsReport {
+        if !self.totals.is_active() {
+            return TotalsReport::default();
+        }
+        let observers = &self.observers;
+        let report = self
+            .totals
+            .flush(
+                &*self.sink,
+                deadline,
+                &self.ledger,
+                &mut self.state,
+                self.seq,
+                u32::try_from(counter_writes).unwrap_or(u32::MAX),
+                last,
+                &|writes| {
+                    for observer in observers {
+                        observer.planned_totals(writes);
+                    }
+                },
+            )
+            .await;
+        if !last {
+            // The totals not yet applied after this stage: what a kill now loses.
+            self.write_pending_status();
+        }
         report
     }
 
