@@ -7,7 +7,7 @@
 
 use std::collections::HashMap;
 
-use crate::config::{Config, ConfigError, ShardPlacement};
+use crate::config::{Config, ConfigError, CountingMode, ShardPlacement};
 use crate::line::{self, CounterLine, InvalidReason, Tag};
 use crate::series;
 use crate::vocabulary::FamilyId;
@@ -91,6 +91,8 @@ pub struct FamilyDef {
     pub sharding: Option<Sharding>,
     /// The `int` epoch column in the partition key, for a family reset by epochs.
     pub epoch_column: Option<String>,
+    /// How its tables count: counter deltas, or each writer's running totals.
+    pub mode: CountingMode,
 }
 
 impl FamilyDef {
@@ -342,6 +344,7 @@ impl Families {
             columns: vec!["value".into()],
             sharding: None,
             epoch_column: None,
+            mode: config.generic.mode,
         }];
         let mut by_metric = HashMap::default();
         for (index, family) in config.families.iter().enumerate() {
@@ -373,6 +376,7 @@ impl Families {
                     column: family.shard_column.clone(),
                 }),
                 epoch_column: family.epoch_column.clone(),
+                mode: family.mode,
             });
         }
         Ok(Families {
@@ -412,6 +416,18 @@ impl Families {
             .sharding
             .as_ref()
             .map(|s| s.shard_for(writer_seed, flush_seq))
+    }
+
+    /// How `family` counts.
+    pub fn mode(&self, family: FamilyId) -> CountingMode {
+        self.get(family).mode
+    }
+
+    /// Whether any family (the generic one only when enabled) uses `mode`.
+    pub fn any_in(&self, mode: CountingMode) -> bool {
+        self.defs
+            .iter()
+            .any(|f| f.mode == mode && (!f.is_generic() || self.generic_enabled))
     }
 
     /// Whether counters matching no configured family are kept.

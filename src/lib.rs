@@ -25,8 +25,9 @@
 //! | `ingest` | (feature `sidecar`) socket receivers |
 //! | [`telemetry`] | the metric catalogue, the accounting identity, the flusher's ledger, the Prometheus collectors |
 //! | [`epoch`] | resets by epoch: the registry view, the pure choice of a row's epoch, the refresh timer |
+//! | [`totals`] | the `writer_totals` counting mode: running totals per writer, idempotent writes retried until applied, their spill |
 //! | [`flush`] | the plan, the loop, the pure settle step (outcome → action), one shutdown deadline |
-//! | [`ops`] | operating the tables: the read path, the key index, leaderboards, retention, migration, shard advice; reading the state directory's outcomes |
+//! | [`ops`] | operating the tables: the read path (summing shards and writers, both counting modes), the key index, leaderboards, retention, migration, shard advice; reading the state directory's outcomes |
 //! | [`pipeline`], [`recorder`] | engine + state + flusher assembled; the in-process `Recorder` |
 //! | [`wrapper`] | the driver wrapper: `CounterSession` pre-aggregates the counter UPDATEs an application sends through its own `scylla` session |
 //! | `facade` | (feature `metrics-facade`) a recorder for the `metrics` crate: `counter!` lands in the engine |
@@ -58,6 +59,7 @@ pub mod sink;
 pub mod state;
 pub mod telemetry;
 pub mod test_hooks;
+pub mod totals;
 pub mod vocabulary;
 pub mod wrapper;
 

@@ -63,6 +63,14 @@ impl Config {
                 "must be at least 100ms",
             ));
         }
+        for (i, family) in self.families.iter().enumerate() {
+            if family.epoch_column.is_some() && family.mode == super::CountingMode::WriterTotals {
+                return Err(ConfigError::invalid(
+                    format!("family[{i}].epoch_column"),
+                    "epochs are built for counter families; a writer_totals family cannot have one yet",
+                ));
+            }
+        }
         if epochs.clock_margin + epochs.refresh_interval >= epochs.lead {
             return Err(ConfigError::invalid(
                 "epochs.refresh_interval",

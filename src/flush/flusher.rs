@@ -18,6 +18,7 @@ use crate::state::{
     WriteRecord,
 };
 use crate::test_hooks::crash_point;
+use crate::totals::{Totals, TotalsReport};
 use crate::vocabulary::{DropReason, Granularity};
 
 use super::observe::FlushObserver;
@@ -50,6 +51,8 @@ pub struct FlushReport {
     pub spilled: usize,
     /// Requests that could not be spilled (the spill full, or failing): dropped, counted.
     pub dropped: usize,
+    /// What the `writer_totals` families' writes did (not counted above).
+    pub totals: TotalsReport,
 }
 
 impl FlushReport {
@@ -89,6 +92,9 @@ pub struct Flusher<S> {
     epochs: Option<Arc<EpochRegistry>>,
     /// Rows the final flush held back, bound for its spill segment.
     held_spill: Vec<Spilled>,
+    /// The `writer_totals` families' path: their rows leave this one after the drain,
+    /// and their writes are the flush's second stage.
+    totals: Totals,
 }
 
 impl<S: Sink> Flusher<S> {
@@ -122,7 +128,10 @@ impl<S: Sink> Flusher<S> {
                 rejected_rows = recovery.rejected_rows,
                 dropped_rows = recovery.dropped_rows,
                 never_sent_rows = recovery.uncommitted_rows,
-                "Finished the flush the previous run was killed in: requests that may have been sent are in unknown.jsonl (in_flight_at_crash) and are never re-sent; requests that definitely were not applied were spilled for replay."
+                totals_rows = recovery.totals_rows,
+                totals_minute_sum = %recovery.totals_sums[0],
+                totals_day_sum = %recovery.totals_sums[1],
+                "Finished the flush the previous run was killed in: requests that may have been sent are in unknown.jsonl (in_flight_at_crash) and are never re-sent; requests that definitely were not applied were spilled for replay; writer_totals writes not known applied are written again (idempotent by their write time)."
             );
         }
         if recovery.dropped_rows > 0 {
@@ -154,12 +163,13 @@ impl<S: Sink> Flusher<S> {
     }
 
     /// A flusher on an open state directory. Spilled rows are replayed by the flushes, a
-    /// chunk at a time.
+    /// chunk at a time; spilled running totals (`writer_totals`) are loaded now and
+    /// written by the flushes.
     pub fn new(
         engine: Arc<Engine>,
         sink: Arc<S>,
         config: FlushConfig,
-        state: StateDir,
+        mut state: StateDir,
         ledger: Arc<Ledger>,
     ) -> Flusher<S> {
         let shard_seed = shard_seed(state.writer_id());
@@ -168,6 +178,7 @@ impl<S: Sink> Flusher<S> {
             .iter()
             .map(record_conversion::family_entry)
             .collect();
+        let totals = Totals::open(engine.clone(), &mut state, &config, &ledger);
         Flusher {
             engine,
             sink,
@@ -182,6 +193,7 @@ impl<S: Sink> Flusher<S> {
             observers: Vec::new(),
             epochs: None,
             held_spill: Vec::new(),
+            totals,
         }
     }
 
@@ -216,6 +228,11 @@ impl<S: Sink> Flusher<S> {
     /// The accounting ledger.
     pub fn ledger(&self) -> &Arc<Ledger> {
         &self.ledger
+    }
+
+    /// This incarnation's writer column in `writer_totals` tables.
+    pub fn totals_writer(&self) -> &str {
+        self.totals.writer()
     }
 
     /// Runs until shutdown is requested: flushes every interval (± jitter) and early when
@@ -258,8 +275,13 @@ impl<S: Sink> Flusher<S> {
         self.engine.aggregator().close();
         deadline.fix();
         let report = self.flush(&mut deadline, true).await;
-        let (rows, sums) = pending(&self.engine);
-        let (lost_rows, lost_sums) = self.lost;
+        let (rows, sums) = self.pending();
+        let (totals_lost_rows, totals_lost_sums) = self.totals.lost();
+        let lost_rows = self.lost.0 + totals_lost_rows;
+        let lost_sums = [
+            self.lost.1[0] + totals_lost_sums[0],
+            self.lost.1[1] + totals_lost_sums[1],
+        ];
         // A stop is clean only when nothing was lost: a final flush that could not spill
         // what it could not send reports those rows as lost at the next start.
         let clean = rows == 0 && lost_rows == 0;
@@ -284,8 +306,55 @@ impl<S: Sink> Flusher<S> {
         Duration::from_nanos(u64::try_from(nanos).unwrap_or(u64::MAX))
     }
 
+    /// One flush, in two stages: the counter families' writes, then the `writer_totals`
+    /// families' (see [`Flusher::flush_totals`]); each stage a group of the intent journal.
     async fn flush(&mut self, deadline: &mut Deadline, last: bool) -> FlushReport {
         let started = Instant::now();
+        let mut report = self.flush_counters(deadline, last).await;
+        report.totals = self.flush_totals(deadline, last, report.writes).await;
+        self.ledger.count_flush(started.elapsed().as_secs_f64());
+        report
+    }
+
+    /// The `writer_totals` stage of a flush, when there is anything to write: its
+    /// requests are numbered after the `counter_writes` of the counter stage.
+    async fn flush_totals(
+        &mut self,
+        deadline: &mut Deadline,
+        last: bool,
+        counter_writes: usize,
+    ) -> TotalsReport {
+        if !self.totals.is_active() {
+            return TotalsReport::default();
+        }
+        let observers = &self.observers;
+        let report = self
+            .totals
+            .flush(
+                &*self.sink,
+                deadline,
+                &self.ledger,
+                &mut self.state,
+                self.seq,
+                u32::try_from(counter_writes).unwrap_or(u32::MAX),
+                last,
+                &|writes| {
+                    for observer in observers {
+                        observer.planned_totals(writes);
+                    }
+                },
+            )
+            .await;
+        if !last {
+            // The totals not yet applied after this stage: what a kill now loses.
+            self.write_pending_status();
+        }
+        report
+    }
+
+    /// The counter families' stage: drain (handing `writer_totals` rows to the totals
+    /// path), plan, group commit, send, settle.
+    async fn flush_counters(&mut self, deadline: &mut Deadline, last: bool) -> FlushReport {
         self.seq += 1;
         self.lost = (0, [0, 0]);
         let flush = FlushId {
@@ -305,11 +374,17 @@ impl<S: Sink> Flusher<S> {
         let drained = self.engine.aggregator().take_all();
         let rows = drained.len();
         let mut drained_sums = Granularity::ALL.map(|g| drained.sum(g));
+        for g in Granularity::ALL {
+            self.ledger
+                .update(g, |s| s.in_flight += drained_sums[g.index()]);
+        }
+        // The one point where the flush splits by counting mode.
+        let rows_for_counters = self.totals.take(drained.into_rows(), &self.ledger);
         let families = self.engine.families();
         let (seed, seq) = (self.shard_seed, self.seq);
         let view = self.epochs.as_ref().map(|e| (e.view(), *e.horizon()));
         let planned = plan::plan_placed(
-            drained.into_rows(),
+            rows_for_counters,
             PlanOptions {
                 max_batch_rows: self.config.max_batch_rows,
             },
@@ -327,10 +402,11 @@ impl<S: Sink> Flusher<S> {
         } else {
             self.hold(planned.held)
         };
+        // Held rows are pending again, not in flight.
         for g in Granularity::ALL {
             drained_sums[g.index()] -= held_sums[g.index()];
             self.ledger
-                .update(g, |s| s.in_flight += drained_sums[g.index()]);
+                .update(g, |s| s.in_flight -= held_sums[g.index()]);
         }
         let writes = planned.writes;
         for observer in &self.observers {
@@ -342,16 +418,7 @@ impl<S: Sink> Flusher<S> {
             if let Err(error) = self.state.commit_replay(self.state.replay_loaded()) {
                 tracing::error!(%error, "Could not record the replay cursor.");
             }
-            return self.settle(
-                flush,
-                &time,
-                None,
-                Vec::new(),
-                rows,
-                drained_sums,
-                started,
-                last,
-            );
+            return self.settle(flush, &time, None, Vec::new(), rows, drained_sums, last);
         }
         crash_point("drained");
         // The group commit: every request of this flush, durable before the first send.
@@ -363,16 +430,7 @@ impl<S: Sink> Flusher<S> {
             Err(error) => {
                 tracing::error!(%error, writes = writes.len(), "Could not write the flush's intents to the journal; nothing is sent, the rows stay pending.");
                 let results = writes.into_iter().map(|w| (w, Sent::Held)).collect();
-                return self.settle(
-                    flush,
-                    &time,
-                    None,
-                    results,
-                    rows,
-                    drained_sums,
-                    started,
-                    last,
-                );
+                return self.settle(flush, &time, None, results, rows, drained_sums, last);
             }
         };
         crash_point("journal_committed");
@@ -388,16 +446,7 @@ impl<S: Sink> Flusher<S> {
         // Every outcome reaches the file before the settle step acts on any of them.
         self.state.journal_flush();
         crash_point("sent");
-        self.settle(
-            flush,
-            &time,
-            consumes,
-            results,
-            rows,
-            drained_sums,
-            started,
-            last,
-        )
+        self.settle(flush, &time, consumes, results, rows, drained_sums, last)
     }
 
     /// Decides (with [`settle::settle`]) and executes what becomes of every write, then
@@ -411,7 +460,6 @@ impl<S: Sink> Flusher<S> {
         results: Vec<(PartitionWrite, Sent)>,
         rows: usize,
         drained_sums: [i128; 2],
-        started: Instant,
         last: bool,
     ) -> FlushReport {
         let now = SystemTime::now();
@@ -482,7 +530,6 @@ impl<S: Sink> Flusher<S> {
         }
         crash_point("ended");
         self.ledger.set_spill_bytes(self.state.spill_bytes().0);
-        self.ledger.count_flush(started.elapsed().as_secs_f64());
         if report.writes > 0 {
             self.store_healthy = settle::store_answers(report.applied, report.requeued);
         }
@@ -729,13 +776,24 @@ impl<S: Sink> Flusher<S> {
 
     /// Records what is pending in memory now in `status.json` (the lost-at-crash figure).
     fn write_pending_status(&self) {
-        let (pending_rows, pending_sums) = pending(&self.engine);
+        let (pending_rows, pending_sums) = self.pending();
         if let Err(error) = self
             .state
             .write_status(false, pending_rows as u64, pending_sums)
         {
             tracing::warn!(%error, "Could not write status.json.");
         }
+    }
+
+    /// Pending rows and the delta sums they owe the minute and day tables: what the
+    /// buffer holds, and the running totals not known applied (`writer_totals`).
+    fn pending(&self) -> (usize, [i128; 2]) {
+        let (rows, sums) = pending(&self.engine);
+        let (totals_rows, totals_sums) = self.totals.pending();
+        (
+            rows + totals_rows,
+            [sums[0] + totals_sums[0], sums[1] + totals_sums[1]],
+        )
     }
 
     /// `keyspace.table` of the table `write` goes to.

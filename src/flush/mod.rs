@@ -15,7 +15,11 @@
 //!   and the families as the journal describes them,
 //!   and spilled records back to rows.
 //! - [`observe`]: the hook after the drain ([`FlushObserver`]), which feeds the key index.
+//!
+//! Rows of `writer_totals` families leave this path right after the drain, for
+//! [`crate::totals`], which the flusher then runs after the counter writes.
 
+mod cutoff;
 pub mod flusher;
 pub mod observe;
 pub mod plan;

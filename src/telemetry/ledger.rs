@@ -53,6 +53,9 @@ pub struct Ledger {
     spill_bytes: Mutex<u64>,
     /// Time per flush, from drain to the last outcome recorded.
     pub(crate) flush_duration: Histogram,
+    /// Running totals of `writer_totals` families held in memory, and of those the ones
+    /// the store may lack, after the last flush.
+    totals_rows: Mutex<(u64, u64)>,
 }
 
 impl Default for Ledger {
@@ -68,6 +71,7 @@ impl Default for Ledger {
             corrupt_lines: Mutex::default(),
             spill_bytes: Mutex::default(),
             flush_duration: catalogue::FLUSH_DURATION.histogram(&catalogue::FLUSH_DURATION_BUCKETS),
+            totals_rows: Mutex::default(),
         }
     }
 }
@@ -174,6 +178,15 @@ impl Ledger {
 
     pub(crate) fn set_spill_bytes(&self, bytes: u64) {
         *self.spill_bytes.lock() = bytes;
+    }
+
+    /// Running totals held in memory, and those the store may lack (`writer_totals`).
+    pub fn totals_rows(&self) -> (u64, u64) {
+        *self.totals_rows.lock()
+    }
+
+    pub(crate) fn set_totals_rows(&self, held: u64, unwritten: u64) {
+        *self.totals_rows.lock() = (held, unwritten);
     }
 
     pub(crate) fn count_flush(&self, seconds: f64) {
