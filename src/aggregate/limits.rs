@@ -86,11 +86,17 @@ impl Budget {
     }
 
     /// Claims room unconditionally: re-queued deltas were accepted already, and refusing
-    /// them here would lose them.
+    /// them here would lose them. Never asks for an early flush: rows merged back after a
+    /// failed write must not make the flusher try again at once (against a store that
+    /// is down, that is a flood of requests).
     pub(crate) fn force_reserve(&self, bytes: usize) {
-        let rows = self.rows.fetch_add(1, Ordering::Relaxed) + 1;
-        let total = self.bytes.fetch_add(bytes, Ordering::Relaxed) + bytes;
-        self.check_pressure(rows, total);
+        self.rows.fetch_add(1, Ordering::Relaxed);
+        self.bytes.fetch_add(bytes, Ordering::Relaxed);
+    }
+
+    /// Whether usage is past the early-flush mark now.
+    pub(crate) fn under_pressure(&self) -> bool {
+        self.over_mark(self.rows(), self.bytes())
     }
 
     /// Returns room taken by rows that left the buffer.

@@ -137,6 +137,12 @@ impl Aggregator {
         self.budget.set_on_pressure(Box::new(callback));
     }
 
+    /// Whether pending rows or bytes are past three quarters of their limit now (an early
+    /// flush asked for earlier may have been made moot by a flush since).
+    pub fn under_pressure(&self) -> bool {
+        self.budget.under_pressure()
+    }
+
     /// Locks the calling thread's stripe, to add many increments under one lock.
     pub fn stripe(&self) -> Stripe<'_> {
         let (thread, stripes) = (thread_stripe(), self.stripes.len());

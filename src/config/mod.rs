@@ -251,6 +251,11 @@ pub struct FlushConfig {
     /// Fits a 30 s Kubernetes grace period with time to spare. Default `"20s"`.
     #[serde(with = "duration")]
     pub shutdown_deadline: Duration,
+    /// While the store applies nothing (down, unreachable, failing every write), the wait
+    /// between flushes doubles from `interval` up to this, jittered, and the first flush
+    /// that applies anything resets it. Default `"60s"`.
+    #[serde(with = "duration")]
+    pub max_backoff: Duration,
 }
 
 impl Default for FlushConfig {
@@ -262,6 +267,7 @@ impl Default for FlushConfig {
             max_in_flight: 64,
             requeue_max_age: Duration::from_secs(600),
             shutdown_deadline: Duration::from_secs(20),
+            max_backoff: Duration::from_secs(60),
         }
     }
 }

@@ -17,6 +17,7 @@ use crate::vocabulary::{DropReason, Granularity};
 use super::plan::{self, PlanOptions};
 use super::record_conversion::{self, FlushIdentity};
 use super::replay::{Origin, replay};
+use super::schedule::Schedule;
 use super::send::send_all;
 use super::settle::{self, Action, Circumstances, Sent};
 use super::shutdown::{Deadline, ShutdownSignal, shutdown_channel};
@@ -127,20 +128,40 @@ impl<S: Sink> Flusher<S> {
         &self.ledger
     }
 
-    /// Runs until shutdown is requested: flushes every interval (± jitter) and early when
-    /// `early` is notified, then closes the buffer and does the final flush. The flush
-    /// running at the request and the final flush share one deadline, fixed at the
-    /// request (see [`super::shutdown`]).
+    /// Runs until shutdown is requested: flushes on the [`Schedule`] (every interval ±
+    /// jitter, backing off while the store applies nothing) and early when `early` is
+    /// notified and the buffer is still under pressure (never while backing off), then
+    /// closes the buffer and does the final flush. The flush running at the request and
+    /// the final flush share one deadline, fixed at the request (see [`super::shutdown`]).
     pub async fn run(mut self, mut shutdown: ShutdownSignal, early: Arc<Notify>) -> FlushReport {
         let mut deadline = Deadline::new(shutdown.clone(), self.config.shutdown_deadline);
+        let mut schedule = Schedule::new(&self.config);
         loop {
-            let wait = self.next_interval();
-            tokio::select! {
-                _ = tokio::time::sleep(wait) => {}
-                _ = early.notified() => {}
-                _ = shutdown.requested() => break,
+            let wait = schedule.next_wait(fastrand::f64());
+            let next = tokio::time::sleep(wait);
+            tokio::pin!(next);
+            loop {
+                tokio::select! {
+                    _ = &mut next => break,
+                    _ = early.notified(), if !schedule.backing_off() => {
+                        // A notification stored while backing off (or made stale by a
+                        // flush since) is not a reason to flush now.
+                        if self.engine.aggregator().under_pressure() {
+                            break;
+                        }
+                    }
+                    _ = shutdown.requested() => return self.final_flush(deadline).await,
+                }
             }
-            self.flush(&mut deadline, false).await;
+            let report = self.flush(&mut deadline, false).await;
+            let was_backing_off = schedule.backing_off();
+            schedule.record(&report);
+            self.ledger.set_backoff(if schedule.backing_off() {
+                schedule.backoff_ceiling()
+            } else {
+                Duration::ZERO
+            });
+            log_backoff(&schedule, was_backing_off, &report);
             if shutdown.requested_at().is_some() {
                 break;
             }
@@ -172,17 +193,6 @@ impl<S: Sink> Flusher<S> {
             tracing::error!(%error, "Could not record the clean shutdown in status.json.");
         }
         report
-    }
-
-    fn next_interval(&self) -> Duration {
-        let jitter = self.config.jitter.as_nanos() as i128;
-        let offset = if jitter > 0 {
-            fastrand::i128(-jitter..=jitter)
-        } else {
-            0
-        };
-        let nanos = (self.config.interval.as_nanos() as i128 + offset).max(1_000_000);
-        Duration::from_nanos(u64::try_from(nanos).unwrap_or(u64::MAX))
     }
 
     async fn flush(&mut self, deadline: &mut Deadline, last: bool) -> FlushReport {
@@ -437,6 +447,27 @@ struct Context {
     /// RFC 3339, for the records.
     time: String,
     now_unix_secs: u32,
+}
+
+/// Says when the store stopped applying writes (once per doubling of the back-off, so a
+/// long outage logs a handful of lines) and when it applies them again.
+fn log_backoff(schedule: &Schedule, was_backing_off: bool, report: &FlushReport) {
+    let failures = schedule.failures();
+    if failures > 0 && failures.is_power_of_two() {
+        tracing::warn!(
+            consecutive_failed_flushes = failures,
+            requests = report.writes,
+            requeued = report.requeued,
+            unknown = report.unknown,
+            next_flush_within = ?schedule.backoff_ceiling(),
+            "The store applied none of this flush's writes; backing off."
+        );
+    } else if was_backing_off && failures == 0 {
+        tracing::info!(
+            applied = report.applied,
+            "The store applies writes again; flushing every interval."
+        );
+    }
 }
 
 /// Pending rows and the delta sum they owe the minute tables, for `status.json`.

@@ -3,7 +3,8 @@
 //! is exactly this list, and another that the README's catalogue names each of them.
 
 use prometheus::{
-    GaugeVec, Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts,
+    Gauge, GaugeVec, Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGauge, IntGaugeVec,
+    Opts,
 };
 
 /// One exported metric.
@@ -41,6 +42,10 @@ impl MetricDef {
     #[cfg_attr(not(feature = "sidecar"), allow(dead_code))]
     pub(crate) fn int_gauge_vec(&self) -> IntGaugeVec {
         IntGaugeVec::new(self.opts(), self.labels).expect(VALID)
+    }
+
+    pub(crate) fn gauge(&self) -> Gauge {
+        Gauge::with_opts(self.opts()).expect(VALID)
     }
 
     pub(crate) fn gauge_vec(&self) -> GaugeVec {
@@ -105,6 +110,12 @@ pub const CQL_WRITES: MetricDef = MetricDef {
 pub const FLUSHES: MetricDef = MetricDef {
     name: "countersink_flushes_total",
     help: "Flushes completed.",
+    labels: &[],
+};
+/// `countersink_flush_backoff_seconds`.
+pub const FLUSH_BACKOFF: MetricDef = MetricDef {
+    name: "countersink_flush_backoff_seconds",
+    help: "While the store applies none of the flushed writes: the longest wait before the next flush (it doubles per failed flush up to flush.max_backoff). 0 while flushing every interval.",
     labels: &[],
 };
 /// `countersink_flush_duration_seconds` (histogram).
@@ -186,7 +197,7 @@ pub const STREAM_CONNECTIONS_OPEN: MetricDef = MetricDef {
 };
 
 /// What the engine and the flusher export, in every build.
-pub const ENGINE_METRICS: [MetricDef; 14] = [
+pub const ENGINE_METRICS: [MetricDef; 15] = [
     LINES_RECEIVED,
     LINES_INVALID,
     LINES_IGNORED,
@@ -196,6 +207,7 @@ pub const ENGINE_METRICS: [MetricDef; 14] = [
     PENDING_BYTES,
     CQL_WRITES,
     FLUSHES,
+    FLUSH_BACKOFF,
     FLUSH_DURATION,
     DELTA_SUM,
     OUTCOME_RECORDS_LOST,

@@ -41,6 +41,8 @@ pub struct Ledger {
     late_drops: Mutex<BTreeMap<&'static str, u64>>,
     lost_records: Mutex<BTreeMap<(OutcomeLog, LostRecords), u64>>,
     flushes: Mutex<u64>,
+    /// The longest wait before the next flush while backing off; zero otherwise.
+    backoff: Mutex<std::time::Duration>,
     /// Rows the previous run in this state directory held when it last flushed, when it
     /// did not stop cleanly (a lower bound of what it lost); unset after a clean stop.
     /// Known at start and set once.
@@ -57,6 +59,7 @@ impl Default for Ledger {
             late_drops: Mutex::default(),
             lost_records: Mutex::default(),
             flushes: Mutex::default(),
+            backoff: Mutex::default(),
             unclean_previous_stop: OnceLock::new(),
             flush_duration: catalogue::FLUSH_DURATION.histogram(&catalogue::FLUSH_DURATION_BUCKETS),
         }
@@ -122,6 +125,16 @@ impl Ledger {
     pub(crate) fn set_unclean_previous_stop(&self, pending_rows: u64) {
         // Called once, at start; a second call would change nothing.
         let _ = self.unclean_previous_stop.set(pending_rows);
+    }
+
+    /// The longest wait before the next flush while the flusher backs off (the store
+    /// applied nothing of the last flushes); zero while it flushes every interval.
+    pub fn backoff(&self) -> std::time::Duration {
+        *self.backoff.lock()
+    }
+
+    pub(crate) fn set_backoff(&self, ceiling: std::time::Duration) {
+        *self.backoff.lock() = ceiling;
     }
 
     pub(crate) fn count_flush(&self, seconds: f64) {

@@ -40,6 +40,7 @@ struct EngineSeries {
     pending_bytes: IntGauge,
     cql_writes: IntCounterVec,
     flushes: IntCounter,
+    backoff: prometheus::Gauge,
     delta_sum: GaugeVec,
     lost_records: IntCounterVec,
     previous_stop_unclean: IntGauge,
@@ -59,6 +60,7 @@ impl EngineCollector {
             pending_bytes: catalogue::PENDING_BYTES.int_gauge(),
             cql_writes: catalogue::CQL_WRITES.int_counter_vec(),
             flushes: catalogue::FLUSHES.int_counter(),
+            backoff: catalogue::FLUSH_BACKOFF.gauge(),
             lost_records: catalogue::OUTCOME_RECORDS_LOST.int_counter_vec(),
             previous_stop_unclean: catalogue::PREVIOUS_STOP_UNCLEAN.int_gauge(),
             previous_stop_pending_rows: catalogue::PREVIOUS_STOP_PENDING_ROWS.int_gauge(),
@@ -79,7 +81,7 @@ impl EngineCollector {
 }
 
 impl EngineSeries {
-    fn collectors(&self) -> [&dyn Collector; 13] {
+    fn collectors(&self) -> [&dyn Collector; 14] {
         [
             &self.lines_received,
             &self.lines_invalid,
@@ -90,6 +92,7 @@ impl EngineSeries {
             &self.pending_bytes,
             &self.cql_writes,
             &self.flushes,
+            &self.backoff,
             &self.delta_sum,
             &self.lost_records,
             &self.previous_stop_unclean,
@@ -155,6 +158,7 @@ impl Collector for EngineCollector {
         }
         f.flushes.reset();
         f.flushes.inc_by(self.ledger.flushes());
+        f.backoff.set(self.ledger.backoff().as_secs_f64());
         f.lost_records.reset();
         let lost = self.ledger.lost_records();
         for log in OutcomeLog::ALL {
