@@ -6,7 +6,7 @@
 use hashbrown::HashTable;
 
 use super::counters::Counters;
-use super::limits::Budget;
+use super::limits::{Budget, Credit};
 use super::row::{Columns, Row, RowKey, RowKeyRef};
 use crate::vocabulary::DropReason;
 use crate::vocabulary::Granularity;
@@ -48,6 +48,28 @@ pub struct Taken {
     pub rows: HashTable<(RowKey, Row)>,
     /// Signed sum of their deltas, per slot kind.
     pub sums: [i128; 3],
+    /// Their estimated bytes, still charged to the budget.
+    pub bytes: usize,
+}
+
+/// A row that could not be merged back, handed back to the caller.
+#[derive(Debug)]
+pub struct Refused {
+    /// Its key.
+    pub key: RowKey,
+    /// Its deltas.
+    pub row: Row,
+    /// Why.
+    pub reason: RefusedReason,
+}
+
+/// Why a row could not be merged back.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RefusedReason {
+    /// Summing it into the row held would leave the i64 range.
+    Overflow,
+    /// The memory budget has no room for another row.
+    NoRoom,
 }
 
 /// The part of per-slot-kind sums owed to `table`.
@@ -130,28 +152,66 @@ impl Buffer {
     }
 
     /// Puts back deltas that definitely were not applied. They were counted as accepted
-    /// when they first arrived, so no limit applies; the only refusal is a sum that would
-    /// overflow, and then the row is handed back so the caller can spill it.
+    /// when they first arrived; a row that is new to this stripe takes its room from
+    /// `credit` (the charge of the rows they were drained as) and, for what the credit
+    /// lacks, from the budget within its limits. Handed back, with the reason, when a
+    /// sum would overflow or there is no room: the caller keeps them elsewhere (the spill
+    /// file), never drops them silently.
     pub(crate) fn merge_back(
         &mut self,
         key: RowKey,
         row: Row,
         hasher: &RowHasher,
+        credit: &mut Credit,
+    ) -> Result<(), Refused> {
+        self.merge_back_with(key, row, hasher, |bytes| credit.spend(bytes))
+    }
+
+    /// Like [`Buffer::merge_back`], but charged to the budget whatever its limits say.
+    /// Only for the replay of the spill file, which reads it whole.
+    pub(crate) fn merge_back_unbounded(
+        &mut self,
+        key: RowKey,
+        row: Row,
+        hasher: &RowHasher,
         budget: &Budget,
-    ) -> Result<(), (RowKey, Row)> {
+    ) -> Result<(), Refused> {
+        self.merge_back_with(key, row, hasher, |bytes| {
+            budget.force_reserve(bytes);
+            true
+        })
+    }
+
+    fn merge_back_with(
+        &mut self,
+        key: RowKey,
+        row: Row,
+        hasher: &RowHasher,
+        make_room: impl FnOnce(usize) -> bool,
+    ) -> Result<(), Refused> {
         let key_ref = key.as_ref();
         let kind = key_ref.slot.kind_index();
         let hash = key_ref.hash_with(hasher);
         if let Some((_, held)) = self.rows.find_mut(hash, |(k, _)| key_ref.matches(k)) {
             if !held.columns.checked_add(&row.columns) {
-                return Err((key, row));
+                return Err(Refused {
+                    key,
+                    row,
+                    reason: RefusedReason::Overflow,
+                });
             }
             held.requeued_since = oldest(held.requeued_since, row.requeued_since);
             self.pending_sum[kind] += row.columns.sum();
             return Ok(());
         }
         let bytes = estimated_row_bytes(key.series().len(), &row.columns);
-        budget.force_reserve(bytes);
+        if !make_room(bytes) {
+            return Err(Refused {
+                key,
+                row,
+                reason: RefusedReason::NoRoom,
+            });
+        }
         self.bytes += bytes;
         self.pending_sum[kind] += row.columns.sum();
         self.rows
@@ -159,15 +219,15 @@ impl Buffer {
         Ok(())
     }
 
-    /// Takes every pending row, leaving the stripe empty, and returns its budget.
-    pub(crate) fn take_all(&mut self, budget: &Budget) -> Taken {
+    /// Takes every pending row, leaving the stripe empty. Their budget stays charged:
+    /// it goes with them (see [`Taken::bytes`]).
+    pub(crate) fn take_all(&mut self) -> Taken {
         // Keep roughly the previous size so the next interval does not regrow from zero.
         let capacity = self.rows.len() / 2;
         let rows = std::mem::replace(&mut self.rows, HashTable::with_capacity(capacity));
-        budget.release(rows.len(), self.bytes);
-        self.bytes = 0;
+        let bytes = std::mem::take(&mut self.bytes);
         let sums = std::mem::take(&mut self.pending_sum);
-        Taken { rows, sums }
+        Taken { rows, sums, bytes }
     }
 
     /// Number of pending rows.

@@ -1,9 +1,11 @@
 //! Memory limits for pending rows, and the shared budget that enforces them across
 //! stripes without blocking anyone.
 
-use std::sync::OnceLock;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
+
+use crossbeam_utils::CachePadded;
 
 use crate::vocabulary::DropReason;
 
@@ -38,7 +40,11 @@ impl Default for Limits {
 const PRESSURE_NUMERATOR: usize = 3;
 const PRESSURE_DENOMINATOR: usize = 4;
 
-/// The shared row and byte budget of all stripes.
+/// The shared row and byte budget of everything held in memory: rows pending in the
+/// stripes, rows drained and in flight, rows merged back after a write that did not
+/// apply. A drained row keeps its charge (as a [`Credit`]) until its write settles, so
+/// intake cannot refill the room of rows still in flight, and a re-queued row takes the
+/// charge of the row it came from before it asks for more.
 ///
 /// Only creating a row touches these atomics; adding to an existing row does not, so the
 /// hot path stays free of shared writes.
@@ -49,6 +55,20 @@ pub(crate) struct Budget {
     bytes: AtomicUsize,
     pressure: AtomicBool,
     on_pressure: OnceLock<Box<dyn Fn() + Send + Sync>>,
+}
+
+/// The budget as the aggregator and the credits share it: on cache lines of its own, so
+/// that its counters, which change whenever a row is created, do not evict what every
+/// increment reads.
+pub(crate) type SharedBudget = Arc<CachePadded<Budget>>;
+
+/// Room left in the budget, as a row count and estimated bytes.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Room {
+    /// Rows that may still be created.
+    pub rows: usize,
+    /// Estimated bytes that may still be taken.
+    pub bytes: usize,
 }
 
 impl Budget {
@@ -68,27 +88,39 @@ impl Budget {
         let _ = self.on_pressure.set(callback);
     }
 
-    /// Claims room for one new row of `bytes`, or says which limit refuses it.
+    /// Claims room for one new row of fresh increments, or says which limit refuses it.
+    /// Crossing the early-flush mark calls the pressure callback.
     pub(crate) fn try_reserve(&self, bytes: usize) -> Result<(), DropReason> {
-        let rows_before = self.rows.fetch_add(1, Ordering::Relaxed);
-        if rows_before >= self.max_rows {
-            self.rows.fetch_sub(1, Ordering::Relaxed);
-            return Err(DropReason::MaxRows);
-        }
-        let bytes_before = self.bytes.fetch_add(bytes, Ordering::Relaxed);
-        if bytes_before.saturating_add(bytes) > self.max_bytes {
-            self.bytes.fetch_sub(bytes, Ordering::Relaxed);
-            self.rows.fetch_sub(1, Ordering::Relaxed);
-            return Err(DropReason::MaxBytes);
-        }
-        self.check_pressure(rows_before + 1, bytes_before + bytes);
+        let (rows, total) = self.claim(1, bytes)?;
+        self.check_pressure(rows, total);
         Ok(())
     }
 
-    /// Claims room unconditionally: re-queued deltas were accepted already, and refusing
-    /// them here would lose them. Never asks for an early flush: rows merged back after a
-    /// failed write must not make the flusher try again at once (against a store that
-    /// is down, that is a flood of requests).
+    /// Claims room for `rows` rows of `bytes` that were accepted earlier (merged back or
+    /// replayed), within the limits, without asking for an early flush: rows coming back
+    /// after a failed write must not make the flusher try again at once.
+    pub(crate) fn try_reserve_quiet(&self, rows: usize, bytes: usize) -> bool {
+        self.claim(rows, bytes).is_ok()
+    }
+
+    /// Adds `rows` and `bytes` if both stay within their limits; returns the new totals.
+    fn claim(&self, rows: usize, bytes: usize) -> Result<(usize, usize), DropReason> {
+        let rows_before = self.rows.fetch_add(rows, Ordering::Relaxed);
+        if rows > 0 && rows_before.saturating_add(rows) > self.max_rows {
+            self.rows.fetch_sub(rows, Ordering::Relaxed);
+            return Err(DropReason::MaxRows);
+        }
+        let bytes_before = self.bytes.fetch_add(bytes, Ordering::Relaxed);
+        if bytes > 0 && bytes_before.saturating_add(bytes) > self.max_bytes {
+            self.bytes.fetch_sub(bytes, Ordering::Relaxed);
+            self.rows.fetch_sub(rows, Ordering::Relaxed);
+            return Err(DropReason::MaxBytes);
+        }
+        Ok((rows_before + rows, bytes_before + bytes))
+    }
+
+    /// Claims room unconditionally, past the limits if need be, without asking for an
+    /// early flush. Only for the replay of the spill file, which reads it whole.
     pub(crate) fn force_reserve(&self, bytes: usize) {
         self.rows.fetch_add(1, Ordering::Relaxed);
         self.bytes.fetch_add(bytes, Ordering::Relaxed);
@@ -99,7 +131,7 @@ impl Budget {
         self.over_mark(self.rows(), self.bytes())
     }
 
-    /// Returns room taken by rows that left the buffer.
+    /// Returns room taken by rows that left memory.
     pub(crate) fn release(&self, rows: usize, bytes: usize) {
         self.rows.fetch_sub(rows, Ordering::Relaxed);
         self.bytes.fetch_sub(bytes, Ordering::Relaxed);
@@ -113,14 +145,22 @@ impl Budget {
         }
     }
 
-    /// Rows currently held, across stripes.
+    /// Rows currently held, across stripes and flushes.
     pub(crate) fn rows(&self) -> usize {
         self.rows.load(Ordering::Relaxed)
     }
 
-    /// Estimated bytes currently held, across stripes.
+    /// Estimated bytes currently held, across stripes and flushes.
     pub(crate) fn bytes(&self) -> usize {
         self.bytes.load(Ordering::Relaxed)
+    }
+
+    /// What is left below the limits now.
+    pub(crate) fn room(&self) -> Room {
+        Room {
+            rows: self.max_rows.saturating_sub(self.rows()),
+            bytes: self.max_bytes.saturating_sub(self.bytes()),
+        }
     }
 
     fn over_mark(&self, rows: usize, bytes: usize) -> bool {
@@ -137,6 +177,69 @@ impl Budget {
         {
             callback();
         }
+    }
+}
+
+/// Budget charged for rows held outside the stripes: the rows a flush drained, while
+/// their writes are in flight. Rows merged back take their room from it first (so intake
+/// cannot take the room of rows that are still owed); what is left returns to the shared
+/// budget when the credit is dropped.
+pub struct Credit {
+    budget: SharedBudget,
+    rows: usize,
+    bytes: usize,
+}
+
+impl Credit {
+    pub(crate) fn new(budget: SharedBudget, rows: usize, bytes: usize) -> Credit {
+        Credit {
+            budget,
+            rows,
+            bytes,
+        }
+    }
+
+    /// Rows still charged.
+    pub fn rows(&self) -> usize {
+        self.rows
+    }
+
+    /// Estimated bytes still charged.
+    pub fn bytes(&self) -> usize {
+        self.bytes
+    }
+
+    /// Moves room for one row of `bytes` from this credit to whoever holds the row next,
+    /// asking the shared budget (within its limits) for what the credit lacks. False,
+    /// with nothing changed, when the budget has no room either.
+    pub(crate) fn spend(&mut self, bytes: usize) -> bool {
+        let rows_short = 1_usize.saturating_sub(self.rows);
+        let bytes_short = bytes.saturating_sub(self.bytes);
+        if (rows_short > 0 || bytes_short > 0)
+            && !self.budget.try_reserve_quiet(rows_short, bytes_short)
+        {
+            return false;
+        }
+        self.rows = self.rows.saturating_sub(1);
+        self.bytes = self.bytes.saturating_sub(bytes);
+        true
+    }
+}
+
+impl Drop for Credit {
+    fn drop(&mut self) {
+        if self.rows > 0 || self.bytes > 0 {
+            self.budget.release(self.rows, self.bytes);
+        }
+    }
+}
+
+impl std::fmt::Debug for Credit {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Credit")
+            .field("rows", &self.rows)
+            .field("bytes", &self.bytes)
+            .finish()
     }
 }
 

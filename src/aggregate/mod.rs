@@ -36,19 +36,20 @@ mod tests;
 use std::cell::Cell;
 use std::collections::BTreeMap;
 use std::fmt;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 use crossbeam_utils::CachePadded;
 use parking_lot::{Mutex, MutexGuard};
 
-pub use self::buffer::{Buffer, Taken};
+pub use self::buffer::{Buffer, Refused, RefusedReason, Taken};
 pub use self::counters::Counters;
-pub use self::limits::Limits;
+pub use self::limits::{Credit, Limits, Room};
 pub use self::row::{Columns, Row, RowKey, Slot};
 use crate::vocabulary::{DropReason, Granularity};
 
 pub(crate) use self::buffer::RowHasher;
-pub(crate) use self::limits::Budget;
+pub(crate) use self::limits::{Budget, SharedBudget};
 pub(crate) use self::row::{RowKeyRef, series_hash};
 
 use crate::bucket::Minute;
@@ -59,7 +60,8 @@ pub struct Aggregator {
     hasher: RowHasher,
     /// On cache lines of its own: its counters change whenever a row is created, and
     /// must not evict the fields every increment reads (`hasher`, `closed`, `stripes`).
-    budget: CachePadded<Budget>,
+    /// Shared with the [`Credit`]s of rows in flight.
+    budget: SharedBudget,
     limits: Limits,
     /// Set before the final drain of shutdown; read under each stripe's lock, so an
     /// increment either makes the final drain or is counted as dropped.
@@ -102,7 +104,7 @@ impl Aggregator {
         Aggregator {
             stripes,
             hasher: RowHasher::default(),
-            budget: CachePadded::new(Budget::new(&limits)),
+            budget: Arc::new(CachePadded::new(Budget::new(&limits))),
             limits,
             closed: AtomicBool::new(false),
         }
@@ -158,30 +160,71 @@ impl Aggregator {
         }
     }
 
-    /// Takes every pending row from every stripe.
+    /// Takes every pending row from every stripe. The rows keep their charge of the
+    /// budget until the [`Drained`] (or the [`Credit`] taken from it) is dropped.
     pub fn take_all(&self) -> Drained {
-        let stripes = self
+        let stripes: Vec<Taken> = self
             .stripes
             .iter()
-            .map(|stripe| stripe.lock().take_all(&self.budget))
+            .map(|stripe| stripe.lock().take_all())
             .collect();
-        Drained { stripes }
+        let rows = stripes.iter().map(|t| t.rows.len()).sum();
+        let bytes = stripes.iter().map(|t| t.bytes).sum();
+        Drained {
+            stripes,
+            credit: Credit::new(self.budget.clone(), rows, bytes),
+        }
     }
 
     /// Puts back rows whose writes definitely did not apply (see [`Buffer`]'s rules).
-    /// Returns the rows that could not be merged because a sum would overflow.
-    pub fn merge_back(&self, rows: impl IntoIterator<Item = (RowKey, Row)>) -> Vec<(RowKey, Row)> {
+    /// A row new to the buffer takes its room from `credit` first (the charge of the
+    /// rows a flush drained), then from the budget within its limits. Returns the rows
+    /// that could not be merged (a sum would overflow, or there is no room), with why.
+    pub fn merge_back(
+        &self,
+        rows: impl IntoIterator<Item = (RowKey, Row)>,
+        credit: &mut Credit,
+    ) -> Vec<Refused> {
         let mut stripe = self.stripe();
-        let mut refused = Vec::new();
-        for (key, row) in rows {
-            if let Err(back) = stripe
-                .buffer
-                .merge_back(key, row, &self.hasher, &self.budget)
-            {
-                refused.push(back);
-            }
-        }
-        refused
+        rows.into_iter()
+            .filter_map(|(key, row)| {
+                stripe
+                    .buffer
+                    .merge_back(key, row, &self.hasher, credit)
+                    .err()
+            })
+            .collect()
+    }
+
+    /// Puts back rows read from the spill file, charged to the budget past its limits if
+    /// need be: the replay reads the spill whole. Returns the rows whose sum would
+    /// overflow.
+    pub fn merge_back_unbounded(
+        &self,
+        rows: impl IntoIterator<Item = (RowKey, Row)>,
+    ) -> Vec<Refused> {
+        let mut stripe = self.stripe();
+        rows.into_iter()
+            .filter_map(|(key, row)| {
+                stripe
+                    .buffer
+                    .merge_back_unbounded(key, row, &self.hasher, &self.budget)
+                    .err()
+            })
+            .collect()
+    }
+
+    /// Room left below the memory limits now, counting every row held (pending, in
+    /// flight, re-queued): what a replay of spilled rows may bring back at most before
+    /// its rows are refused.
+    pub fn room(&self) -> Room {
+        self.budget.room()
+    }
+
+    /// A credit of nothing: merging back with it takes all room from the budget, within
+    /// its limits (a replay of spilled rows, chunk by chunk).
+    pub fn no_credit(&self) -> Credit {
+        Credit::new(self.budget.clone(), 0, 0)
     }
 
     /// Counters summed over all stripes.
@@ -206,12 +249,13 @@ impl Aggregator {
             .sum()
     }
 
-    /// Estimated bytes held by pending rows.
+    /// Estimated bytes of every row held: pending, in flight and re-queued (what
+    /// `limits.max_pending_bytes` caps).
     pub fn pending_bytes(&self) -> usize {
         self.budget.bytes()
     }
 
-    /// Pending rows as the shared budget counts them (cheap: no locks).
+    /// Rows held as the shared budget counts them, in flight included (cheap: no locks).
     pub fn pending_rows_estimate(&self) -> usize {
         self.budget.rows()
     }
@@ -332,9 +376,10 @@ pub fn minute_for(
     Minute::from_unix_secs(at).ok_or(DropReason::TimestampWindow)
 }
 
-/// Everything drained from all stripes by one flush.
+/// Everything drained from all stripes by one flush, with its charge of the budget.
 pub struct Drained {
     stripes: Vec<Taken>,
+    credit: Credit,
 }
 
 impl Drained {
@@ -356,9 +401,20 @@ impl Drained {
             .sum()
     }
 
-    /// The drained rows; the same key may appear once per stripe.
+    /// The drained rows; the same key may appear once per stripe. Their charge of the
+    /// budget is returned now.
     pub fn into_rows(self) -> impl Iterator<Item = (RowKey, Row)> {
-        self.stripes.into_iter().flat_map(|t| t.rows.into_iter())
+        self.into_parts().0
+    }
+
+    /// The drained rows and their charge of the budget, which the caller holds until
+    /// the rows have left memory (their writes settled) and spends on rows it merges
+    /// back.
+    pub fn into_parts(self) -> (impl Iterator<Item = (RowKey, Row)>, Credit) {
+        (
+            self.stripes.into_iter().flat_map(|t| t.rows.into_iter()),
+            self.credit,
+        )
     }
 }
 

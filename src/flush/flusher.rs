@@ -6,6 +6,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use tokio::sync::Notify;
 
+use crate::aggregate::{Credit, Refused};
 use crate::bucket;
 use crate::config::{Config, FlushConfig};
 use crate::engine::Engine;
@@ -218,6 +219,9 @@ impl<S: Sink> Flusher<S> {
         let drained = self.engine.aggregator().take_all();
         let rows = drained.len();
         let drained_sums = Granularity::ALL.map(|g| drained.sum(g));
+        // The drained rows keep their room in the memory budget until their writes
+        // settle; rows merged back take theirs from it first.
+        let (drained, mut credit) = drained.into_parts();
         for g in Granularity::ALL {
             self.ledger
                 .update(g, |s| s.in_flight += drained_sums[g.index()]);
@@ -226,7 +230,7 @@ impl<S: Sink> Flusher<S> {
         let families = self.engine.families();
         let (seed, seq) = (self.shard_seed, self.seq);
         let writes = plan::plan(
-            drained.into_rows(),
+            drained,
             PlanOptions {
                 max_batch_rows: self.config.max_batch_rows,
             },
@@ -243,20 +247,40 @@ impl<S: Sink> Flusher<S> {
                     // load again. Hold everything back instead.
                     tracing::error!(%error, "Could not mark the spill replay as started; holding this flush back.");
                     let results = writes.into_iter().map(|w| (w, Sent::NotStarted)).collect();
-                    return self.settle(results, rows, drained_sums, started, last, false);
+                    return self.settle(
+                        results,
+                        &mut credit,
+                        rows,
+                        drained_sums,
+                        started,
+                        last,
+                        false,
+                    );
                 }
             }
         }
 
         let results = send_all(&*self.sink, writes, self.config.max_in_flight, deadline).await;
-        self.settle(results, rows, drained_sums, started, last, replay_begun)
+        self.settle(
+            results,
+            &mut credit,
+            rows,
+            drained_sums,
+            started,
+            last,
+            replay_begun,
+        )
     }
 
     /// Decides (with [`settle::settle`]) and executes what becomes of every write, then
     /// closes the flush: outcome logs synced, replay finished, status recorded.
+    /// `credit` is the drained rows' room in the memory budget; re-queued rows take
+    /// theirs from it, the caller returns the rest once the flush is over.
+    #[allow(clippy::too_many_arguments)]
     fn settle(
         &mut self,
         results: Vec<(PartitionWrite, Sent)>,
+        credit: &mut Credit,
         rows: usize,
         drained_sums: [i128; 2],
         started: Instant,
@@ -294,7 +318,7 @@ impl<S: Sink> Flusher<S> {
                 self.ledger.count_write(&table, class);
                 report.count(class);
             }
-            self.execute(write, decision.action, &context, &mut to_spill);
+            self.execute(write, decision.action, &context, credit, &mut to_spill);
         }
 
         report.spilled = to_spill.len();
@@ -329,6 +353,7 @@ impl<S: Sink> Flusher<S> {
         write: PartitionWrite,
         action: Action,
         context: &Context,
+        credit: &mut Credit,
         to_spill: &mut Vec<(PartitionWrite, Option<WriteError>)>,
     ) {
         let sum = write.sum();
@@ -338,9 +363,10 @@ impl<S: Sink> Flusher<S> {
                 let refused = self
                     .engine
                     .aggregator()
-                    .merge_back(plan::requeued_rows(write, context.now_unix_secs));
-                for (key, row) in refused {
-                    // Summing into the buffer would overflow: keep it on disk.
+                    .merge_back(plan::requeued_rows(write, context.now_unix_secs), credit);
+                for Refused { key, row, .. } in refused {
+                    // Summing into the buffer would overflow, or the memory budget has
+                    // no room for it: keep it on disk.
                     let single = plan::plan(
                         [(key, row)],
                         PlanOptions {

@@ -170,3 +170,69 @@ async fn memory_pressure_does_not_shorten_the_back_off() {
     run.stop.request();
     run.task.await.unwrap();
 }
+
+/// The memory limit holds through an outage: rows in flight keep their room, rows that
+/// come back after a failed write take it, and what does not fit goes to the spill file
+/// instead of past the limit. New rows are dropped and counted once the budget is full;
+/// when the store returns, everything not dropped reaches it, exactly.
+#[tokio::test(start_paused = true)]
+async fn the_memory_limit_holds_through_an_outage_and_nothing_is_lost() {
+    let mut config = Config::default();
+    config.limits.max_pending_rows = 1000;
+    config.flush.interval = Duration::from_secs(5);
+    config.flush.jitter = Duration::ZERO;
+    config.flush.max_backoff = Duration::from_secs(10);
+    let store = Outage::default();
+    let run = start(&mut config, store.clone());
+    let limit = config.limits.max_pending_rows;
+
+    let mut most_held = 0;
+    for step in 0..120_usize {
+        // 100 new keys every half second (new rows), and the first keys again (existing
+        // rows, which still take increments when the budget is full).
+        for k in 0..100 {
+            let key = format!("{step}-{k}");
+            let _ = run
+                .engine
+                .record("outage", &[("k", key.as_str())][..], 1, T0, None);
+        }
+        let _ = run
+            .engine
+            .record("outage", &[("k", "0-0")][..], 1, T0, None);
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let held = run.engine.aggregator().pending_rows_estimate();
+        most_held = most_held.max(held);
+        assert!(
+            held <= limit,
+            "step {step}: {held} rows held, limit {limit}"
+        );
+        assert!(run.engine.aggregator().pending_rows() <= limit);
+    }
+    assert!(
+        most_held >= limit * 9 / 10,
+        "the budget filled: {most_held}"
+    );
+    let a = Accounting::read(&run.engine, &run.ledger);
+    assert!(a.is_balanced(), "{a:?}");
+    assert!(a.minute.dropped > 0, "new rows dropped once full: {a:?}");
+    assert!(
+        a.minute.spilled + a.day.spilled > 0,
+        "re-queued rows that did not fit were spilled: {a:?}"
+    );
+    assert_eq!(a.minute.applied + a.day.applied, 0);
+
+    // The store comes back: pending rows flush, then the spill is replayed.
+    store.up.store(true, Ordering::Relaxed);
+    tokio::time::sleep(Duration::from_secs(60)).await;
+    run.stop.request();
+    run.task.await.unwrap();
+    let a = Accounting::read(&run.engine, &run.ledger);
+    assert!(a.is_balanced(), "{a:?}");
+    for s in [&a.minute, &a.day] {
+        assert_eq!(
+            (s.applied, s.spilled, s.pending, s.unknown),
+            (s.accepted - s.dropped, 0, 0, 0),
+            "everything not dropped reached the store: {a:?}"
+        );
+    }
+}

@@ -75,11 +75,14 @@ pub(super) fn replay(
     if !rows.is_empty() {
         tracing::info!(rows = rows.len(), "Replaying spilled rows.");
     }
-    let refused = engine.aggregator().merge_back(rows);
+    // The replay reads the spill whole, so it is charged to the budget past its limits.
+    let refused = engine.aggregator().merge_back_unbounded(rows);
     if !refused.is_empty() {
         // Two spilled parts of one row whose sum overflows: count and say so.
-        for (key, row) in &refused {
-            ledger.update(owed_table(key.slot()), |s| s.dropped += row.columns.sum());
+        for r in &refused {
+            ledger.update(owed_table(r.key.slot()), |s| {
+                s.dropped += r.row.columns.sum()
+            });
         }
         ledger.count_late_drop(DropReason::Overflow, refused.len() as u64);
         tracing::error!(

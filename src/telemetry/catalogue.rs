@@ -97,7 +97,7 @@ pub const PENDING_ROWS: MetricDef = MetricDef {
 /// `countersink_pending_bytes`.
 pub const PENDING_BYTES: MetricDef = MetricDef {
     name: "countersink_pending_bytes",
-    help: "Estimated bytes of the rows buffered for the next flush.",
+    help: "Estimated bytes of the rows held in memory: buffered for the next flush, in flight, and re-queued (what limits.max_pending_bytes caps).",
     labels: &[],
 };
 /// `countersink_cql_writes_total{table, outcome}`.
