@@ -7,7 +7,7 @@ use hashbrown::HashTable;
 
 use super::counters::Counters;
 use super::limits::{Budget, Credit};
-use super::row::{Columns, Row, RowKey, RowKeyRef};
+use super::row::{Columns, Row, RowKey, RowKeyRef, Slot};
 use crate::vocabulary::DropReason;
 use crate::vocabulary::Granularity;
 
@@ -25,9 +25,23 @@ pub(crate) type RowHasher = foldhash::fast::RandomState;
 /// estimated.
 pub(crate) const ROW_OVERHEAD_BYTES: usize = size_of::<(RowKey, Row)>() * 2 + 2 + 16;
 
-/// Estimated bytes of a row with this series and these columns.
-pub(crate) fn estimated_row_bytes(series_len: usize, columns: &Columns) -> usize {
-    ROW_OVERHEAD_BYTES + series_len + columns.heap_bytes()
+/// Estimated bytes a row takes beyond its pending form for each write a flush plans for
+/// it, while the flush holds that write: the write itself (in the plan and among the
+/// results), its row and outcome slot, its share of the planning table. Plus the write's
+/// own copy of the series and of wide columns (see [`estimated_row_bytes`]). An upper
+/// bound checked by the `memory` benchmark ("while planning").
+pub(crate) const FLUSH_BYTES_PER_WRITE: usize = 208;
+
+/// Estimated bytes of a row with this slot, series and columns, over its whole life in
+/// memory: pending in a stripe, then drained and planned into writes (the drained table
+/// is freed only once planned, so both forms are held at once). A fresh row is written
+/// to the minute and the day table, a re-queued row to one of them. Charging a row its
+/// flush up front is what lets `limits.max_pending_bytes` bound the process's memory
+/// through a flush, not only between flushes.
+pub(crate) fn estimated_row_bytes(slot: Slot, series_len: usize, columns: &Columns) -> usize {
+    let writes = if matches!(slot, Slot::Both(_)) { 2 } else { 1 };
+    let pending = ROW_OVERHEAD_BYTES + series_len + columns.heap_bytes();
+    pending + writes * (FLUSH_BYTES_PER_WRITE + series_len + columns.heap_bytes())
 }
 
 /// One stripe of pending rows.
@@ -120,7 +134,7 @@ impl Buffer {
             return Ok(());
         }
         let columns = Columns::single(width, column, delta);
-        let bytes = estimated_row_bytes(key.series.len(), &columns);
+        let bytes = estimated_row_bytes(key.slot, key.series.len(), &columns);
         if let Err(reason) = budget.try_reserve(bytes) {
             self.counters
                 .drop_accepted(reason, count, i128::from(delta));
@@ -204,7 +218,7 @@ impl Buffer {
             self.pending_sum[kind] += row.columns.sum();
             return Ok(());
         }
-        let bytes = estimated_row_bytes(key.series().len(), &row.columns);
+        let bytes = estimated_row_bytes(key_ref.slot, key.series().len(), &row.columns);
         if !make_room(bytes) {
             return Err(Refused {
                 key,

@@ -403,20 +403,48 @@ impl Drained {
 
     /// The drained rows; the same key may appear once per stripe. Their charge of the
     /// budget is returned now.
-    pub fn into_rows(self) -> impl Iterator<Item = (RowKey, Row)> {
+    pub fn into_rows(self) -> DrainedRows {
         self.into_parts().0
     }
 
     /// The drained rows and their charge of the budget, which the caller holds until
     /// the rows have left memory (their writes settled) and spends on rows it merges
     /// back.
-    pub fn into_parts(self) -> (impl Iterator<Item = (RowKey, Row)>, Credit) {
+    pub fn into_parts(self) -> (DrainedRows, Credit) {
+        let remaining = self.len();
+        let tables: Vec<_> = self.stripes.into_iter().map(|t| t.rows).collect();
         (
-            self.stripes.into_iter().flat_map(|t| t.rows.into_iter()),
+            DrainedRows {
+                rows: tables.into_iter().flatten(),
+                remaining,
+            },
             self.credit,
         )
     }
 }
+
+/// The rows of a [`Drained`], stripe after stripe (each stripe's table is freed once
+/// read), with an exact length.
+pub struct DrainedRows {
+    rows: std::iter::Flatten<std::vec::IntoIter<hashbrown::HashTable<(RowKey, Row)>>>,
+    remaining: usize,
+}
+
+impl Iterator for DrainedRows {
+    type Item = (RowKey, Row);
+
+    fn next(&mut self) -> Option<(RowKey, Row)> {
+        let next = self.rows.next()?;
+        self.remaining -= 1;
+        Some(next)
+    }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        (self.remaining, Some(self.remaining))
+    }
+}
+
+impl ExactSizeIterator for DrainedRows {}
 
 /// A sorted, merged picture of the pending rows; its `Display` is stable across runs.
 #[derive(Clone, PartialEq, Eq)]

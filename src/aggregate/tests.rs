@@ -92,7 +92,11 @@ fn row_limit_drops_new_rows_but_not_existing_ones() {
 #[test]
 fn byte_limit_drops_and_counts() {
     let limits = Limits {
-        max_pending_bytes: buffer::ROW_OVERHEAD_BYTES + 10,
+        max_pending_bytes: buffer::estimated_row_bytes(
+            Slot::Both(Minute(1)),
+            series::encode(["a"]).len(),
+            &Columns::One(0),
+        ) + 10,
         ..Limits::default()
     };
     let agg = Aggregator::new(limits, 1, Some(1));

@@ -41,6 +41,7 @@ mod error;
 mod exec;
 mod faults;
 mod persist;
+mod persona;
 mod proto;
 mod schema;
 mod server;
@@ -52,6 +53,7 @@ mod value;
 
 pub use error::{Consistency, CqlError, Error, WriteType};
 pub use faults::{FaultKind, FaultRule, Op, Target, Trigger};
+pub use persona::Persona;
 pub use server::{Config, Handle, Rows, Server, run};
 pub use stats::{FaultStats, StatsSnapshot, TableStats};
 pub use types::ColType;

@@ -72,6 +72,10 @@ pub(crate) struct TableData {
 pub(crate) struct Db {
     pub(crate) catalog: Catalog,
     pub(crate) data: HashMap<(String, String), TableData>,
+    /// The server posed as (DDL rules that differ: tablets).
+    pub(crate) persona: crate::persona::Persona,
+    /// ScyllaDB persona: accept counter tables in keyspaces with tablets.
+    pub(crate) counters_with_tablets: bool,
 }
 
 impl Db {
@@ -79,6 +83,8 @@ impl Db {
         Db {
             catalog: Catalog::new(),
             data: HashMap::new(),
+            persona: crate::persona::Persona::default(),
+            counters_with_tablets: false,
         }
     }
 
