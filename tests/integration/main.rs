@@ -10,5 +10,6 @@ mod cql_shutdown;
 mod docs;
 mod shards;
 mod sidecar;
+mod stores;
 #[cfg(feature = "tls")]
 mod tls;

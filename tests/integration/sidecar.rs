@@ -432,6 +432,7 @@ async fn starts_before_the_store_and_catches_up() {
     let server = launch(StoreOptions {
         listen: store_addr,
         schema_of: Some(&config),
+        ..StoreOptions::default()
     })
     .await;
     wait_ready(&sidecar).await;

@@ -6,6 +6,11 @@
 //! errors raised before the request reached a replica) and Cassandra's write path (the
 //! counter leader applies locally before it can time out or report overload).
 //!
+//! One row depends on the store: `Unavailable` is "not applied" on Apache Cassandra,
+//! which checks replicas before its counter leader applies anything, and unknown on
+//! ScyllaDB (whose counter leader applies first) or a store that could not be identified
+//! (see [`super::store`]).
+//!
 //! The driver's error enums are `#[non_exhaustive]`, so Rust requires a catch-all arm for
 //! variants added by later driver versions. Every variant that exists in the driver
 //! version we build against is listed by name, and `clippy::wildcard_enum_match_arm` is
@@ -17,10 +22,12 @@ use scylla::errors::{DbError, ExecutionError, RequestAttemptError};
 
 use crate::sink::{Outcome, WriteError};
 
-/// Classifies a failed counter write.
+use super::store::StoreKind;
+
+/// Classifies a failed counter write sent to a store of kind `store`.
 // Do not remove this lint: a new variant must be classified on purpose.
 #[deny(clippy::wildcard_enum_match_arm)]
-pub fn classify(error: &ExecutionError) -> Outcome {
+pub fn classify(error: &ExecutionError, store: StoreKind) -> Outcome {
     let text = error.to_string();
     let not_applied = |kind| Outcome::NotAppliedTransient(WriteError::new(kind, text.clone()));
     let rejected = |kind| Outcome::NotAppliedPermanent(WriteError::new(kind, text.clone()));
@@ -33,7 +40,7 @@ pub fn classify(error: &ExecutionError) -> Outcome {
         ExecutionError::ConnectionPoolError(_) => not_applied("no_connection"),
         // Sent, and the client stopped waiting.
         ExecutionError::RequestTimeout(_) => unknown("client_timeout"),
-        ExecutionError::LastAttemptError(attempt) => classify_attempt(attempt, &text),
+        ExecutionError::LastAttemptError(attempt) => classify_attempt(attempt, &text, store),
         // Raised only by USE and DDL requests, never by a counter write; if one ever
         // appears here, nothing proves the write did not apply.
         ExecutionError::UseKeyspaceError(_) => unknown("use_keyspace"),
@@ -45,7 +52,7 @@ pub fn classify(error: &ExecutionError) -> Outcome {
 
 // Do not remove this lint: a new variant must be classified on purpose.
 #[deny(clippy::wildcard_enum_match_arm)]
-fn classify_attempt(error: &RequestAttemptError, text: &str) -> Outcome {
+fn classify_attempt(error: &RequestAttemptError, text: &str, store: StoreKind) -> Outcome {
     let not_applied = |kind| Outcome::NotAppliedTransient(WriteError::new(kind, text));
     let rejected = |kind| Outcome::NotAppliedPermanent(WriteError::new(kind, text));
     let unknown = |kind| Outcome::Unknown(WriteError::new(kind, text));
@@ -65,14 +72,14 @@ fn classify_attempt(error: &RequestAttemptError, text: &str) -> Outcome {
         // The server answered UNPREPARED and re-preparing failed: not executed.
         RequestAttemptError::RepreparedIdChanged { .. } => not_applied("reprepare_failed"),
         RequestAttemptError::RepreparedIdMissingInBatch => not_applied("reprepare_failed"),
-        RequestAttemptError::DbError(db, _) => classify_db(db, text),
+        RequestAttemptError::DbError(db, _) => classify_db(db, text, store),
         _ => unknown("unclassified"),
     }
 }
 
 // Do not remove this lint: a new variant must be classified on purpose.
 #[deny(clippy::wildcard_enum_match_arm)]
-fn classify_db(error: &DbError, text: &str) -> Outcome {
+fn classify_db(error: &DbError, text: &str, store: StoreKind) -> Outcome {
     let not_applied = |kind| Outcome::NotAppliedTransient(WriteError::new(kind, text));
     let rejected = |kind| Outcome::NotAppliedPermanent(WriteError::new(kind, text));
     let unknown = |kind| Outcome::Unknown(WriteError::new(kind, text));
@@ -86,8 +93,13 @@ fn classify_db(error: &DbError, text: &str) -> Outcome {
         DbError::Unauthorized => rejected("unauthorized"),
         DbError::ConfigError => rejected("config_error"),
         DbError::ProtocolError => rejected("protocol_error"),
-        // Refused before any replica was contacted; worth another try later.
-        DbError::Unavailable { .. } => not_applied("unavailable"),
+        // Apache Cassandra refuses before any replica is contacted; a ScyllaDB counter
+        // leader applies first, then checks replicas (see the module documentation).
+        DbError::Unavailable { .. } if store.unavailable_means_not_applied() => {
+            not_applied("unavailable")
+        }
+        DbError::Unavailable { .. } => unknown("unavailable"),
+        // Refused before execution; worth another try later.
         DbError::IsBootstrapping => not_applied("bootstrapping"),
         DbError::Unprepared { .. } => not_applied("unprepared"),
         // The coordinator or the counter leader may have applied it.
@@ -155,13 +167,45 @@ mod tests {
             ),
         ];
         for (error, expected) in cases {
-            assert_eq!(classify(&error).label(), expected, "{error}");
+            assert_eq!(
+                classify(&error, StoreKind::Cassandra).label(),
+                expected,
+                "{error}"
+            );
+        }
+    }
+
+    /// The one row that depends on the store: on ScyllaDB (its counter leader applies,
+    /// then checks replicas) and on a store nobody identified, `Unavailable` proves
+    /// nothing, so it is never re-sent. Everything else classifies alike.
+    #[test]
+    fn unavailable_is_resent_only_on_apache_cassandra() {
+        let unavailable = db(DbError::Unavailable {
+            consistency: Consistency::LocalQuorum,
+            required: 2,
+            alive: 1,
+        });
+        for (store, expected) in [
+            (StoreKind::Cassandra, "requeued"),
+            (StoreKind::ScyllaDb, "unknown"),
+            (StoreKind::Unidentified, "unknown"),
+        ] {
+            let outcome = classify(&unavailable, store);
+            assert_eq!(outcome.label(), expected, "{store:?}");
+        }
+        for store in [StoreKind::ScyllaDb, StoreKind::Unidentified] {
+            assert_eq!(
+                classify(&db(DbError::IsBootstrapping), store).label(),
+                "requeued"
+            );
+            assert_eq!(classify(&db(DbError::Overloaded), store).label(), "unknown");
         }
     }
 
     #[test]
     fn the_failure_kind_and_text_are_kept() {
-        let Outcome::Unknown(failure) = classify(&db(DbError::Overloaded)) else {
+        let Outcome::Unknown(failure) = classify(&db(DbError::Overloaded), StoreKind::Cassandra)
+        else {
             panic!("overloaded must be unknown");
         };
         assert_eq!(failure.kind, "overloaded");

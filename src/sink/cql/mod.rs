@@ -11,6 +11,7 @@ pub mod bind;
 pub mod classify;
 pub mod schema;
 pub mod session;
+pub mod store;
 #[cfg(feature = "tls")]
 pub mod tls;
 
@@ -32,6 +33,7 @@ use super::Sink;
 
 pub use self::schema::{KeyType, SchemaError};
 pub use self::session::SessionError;
+pub use self::store::{StoreIdentity, StoreKind};
 
 /// Why the CQL sink could not start.
 #[derive(Debug, thiserror::Error)]
@@ -64,6 +66,10 @@ pub struct CqlSink {
     session: Arc<Session>,
     tables: HashMap<(FamilyId, Granularity), PreparedTable>,
     store: StoreConfig,
+    /// Which store answers (what `Unavailable` means depends on it).
+    identity: StoreIdentity,
+    /// Things about the schema worth an operator's attention that do not stop the start.
+    schema_warnings: Vec<String>,
 }
 
 impl CqlSink {
@@ -84,7 +90,20 @@ impl CqlSink {
         store: &StoreConfig,
         families: &Families,
     ) -> Result<CqlSink, CqlSinkError> {
+        let identity = store::detect(&session).await;
+        let unavailable = if identity.kind.unavailable_means_not_applied() {
+            "not applied, re-sent"
+        } else {
+            "outcome unknown, never re-sent"
+        };
+        match identity.kind {
+            StoreKind::Unidentified => {
+                tracing::warn!(store = %identity, unavailable, "Could not identify the store; Unavailable answers are treated as unknown outcomes.")
+            }
+            _ => tracing::info!(store = %identity, unavailable, "Store identified."),
+        }
         let mut tables = HashMap::new();
+        let mut schema_warnings = Vec::new();
         for family in families.iter() {
             if family.is_generic() && !families.generic_enabled() {
                 continue;
@@ -92,6 +111,12 @@ impl CqlSink {
             for kind in Granularity::ALL {
                 let layout = TableLayout::of(family, kind);
                 let key_types = schema::check(&session, &layout)?;
+                if let Some(warning) = schema::tablets_warning(&session, &layout)
+                    && !schema_warnings.contains(&warning)
+                {
+                    tracing::warn!("{warning}");
+                    schema_warnings.push(warning);
+                }
                 let text = layout.update_statement();
                 let mut statement =
                     session
@@ -119,7 +144,20 @@ impl CqlSink {
             session,
             tables,
             store: store.clone(),
+            identity,
+            schema_warnings,
         })
+    }
+
+    /// The store found at connect.
+    pub fn identity(&self) -> &StoreIdentity {
+        &self.identity
+    }
+
+    /// Warnings about the schema found at connect (logged then; for example a counter
+    /// table in a ScyllaDB keyspace that uses tablets).
+    pub fn schema_warnings(&self) -> &[String] {
+        &self.schema_warnings
     }
 
     /// The session.
@@ -178,7 +216,7 @@ impl Sink for CqlSink {
         };
         match result {
             Ok(()) => Outcome::Applied,
-            Err(error) => classify::classify(&error),
+            Err(error) => classify::classify(&error, self.identity.kind),
         }
     }
 }

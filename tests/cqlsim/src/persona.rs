@@ -11,7 +11,8 @@
 //!   `scylla_nr_shards`, `scylla_msb_ignore`) and the `release_version` ScyllaDB reports
 //!   (`3.0.8`), and `system_schema.scylla_keyspaces` exists. The protocol extensions
 //!   that change the wire (LWT mark, rate-limit error, tablet routing, metadata ids) are
-//!   not offered: cqlsim does not implement them.
+//!   not offered: cqlsim does not implement them. `SELECT ... USING TIMEOUT <duration>`
+//!   (which drivers add to their metadata queries on ScyllaDB) is accepted and ignored.
 //! - **Counter writes and `Unavailable`.** ScyllaDB's counter leader applies the
 //!   increment, then checks that enough replicas are alive for the consistency level, and
 //!   may answer `Unavailable` for a write it applied (`storage_proxy::mutate_counters`,
@@ -139,6 +140,12 @@ impl Persona {
                 ("scylla_msb_ignore", Some(Value::Int(12))),
             ],
         }
+    }
+
+    /// Whether `SELECT ... USING TIMEOUT <duration>` (ScyllaDB's server-side timeout,
+    /// which the drivers add to their metadata queries on ScyllaDB) is accepted.
+    pub(crate) fn accepts_using_timeout(self) -> bool {
+        self == Persona::Scylla
     }
 
     /// Whether an `unavailable` fault on a counter write applies it before answering (the

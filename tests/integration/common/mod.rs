@@ -8,7 +8,7 @@ mod store;
 
 pub(crate) use self::cli::{BIN, Serve, cli_stdout, run_cli};
 pub(crate) use self::sidecar::{http_get, metrics_when, sidecar_config, start_sidecar, wait_ready};
-pub(crate) use self::store::{StoreOptions, cell, launch, start_store, table_sum};
+pub(crate) use self::store::{StoreOptions, cell, launch, start_store, start_store_as, table_sum};
 
 use std::path::Path;
 use std::sync::Arc;

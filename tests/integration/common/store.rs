@@ -15,6 +15,10 @@ pub(crate) struct StoreOptions<'a> {
     pub(crate) listen: SocketAddr,
     /// Create the keyspaces and tables of this configuration.
     pub(crate) schema_of: Option<&'a Config>,
+    /// The server cqlsim poses as.
+    pub(crate) persona: cqlsim::Persona,
+    /// ScyllaDB persona: accept counter tables in keyspaces with tablets.
+    pub(crate) counters_with_tablets: bool,
 }
 
 impl Default for StoreOptions<'_> {
@@ -22,6 +26,8 @@ impl Default for StoreOptions<'_> {
         StoreOptions {
             listen: "127.0.0.1:0".parse().expect("address"),
             schema_of: None,
+            persona: cqlsim::Persona::Cassandra,
+            counters_with_tablets: false,
         }
     }
 }
@@ -31,6 +37,8 @@ pub(crate) async fn launch(options: StoreOptions<'_>) -> cqlsim::Server {
     let server = cqlsim::Server::start(cqlsim::Config {
         listen: options.listen,
         seed: 7,
+        persona: options.persona,
+        counters_with_tablets: options.counters_with_tablets,
         ..Default::default()
     })
     .await
@@ -50,8 +58,17 @@ fn create_schema(server: &cqlsim::Server, config: &Config) {
 
 /// Starts a store with the schema of `config`, and points `config` at it.
 pub(crate) async fn start_store(config: &mut Config) -> cqlsim::Server {
+    start_store_as(config, cqlsim::Persona::Cassandra).await
+}
+
+/// The same, posing as `persona`.
+pub(crate) async fn start_store_as(
+    config: &mut Config,
+    persona: cqlsim::Persona,
+) -> cqlsim::Server {
     let server = launch(StoreOptions {
         schema_of: Some(config),
+        persona,
         ..StoreOptions::default()
     })
     .await;
