@@ -1,6 +1,6 @@
 //! Append-only JSON-lines files with a size cap and rotation.
 
-use std::fs::{File, OpenOptions};
+use std::fs::File;
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 
@@ -26,7 +26,10 @@ pub struct JsonlLog {
 impl JsonlLog {
     /// Opens (creating if needed) a log for appending.
     pub fn open(path: PathBuf, max_bytes: u64, max_files: u32) -> io::Result<JsonlLog> {
-        let file = OpenOptions::new().create(true).append(true).open(&path)?;
+        let file = super::private::options()
+            .create(true)
+            .append(true)
+            .open(&path)?;
         let size = file.metadata()?.len();
         Ok(JsonlLog {
             path,
@@ -93,7 +96,7 @@ impl JsonlLog {
         std::fs::rename(&self.path, self.rotated(1))?;
         self.rotated_records
             .push_front(std::mem::take(&mut self.records));
-        self.file = OpenOptions::new()
+        self.file = super::private::options()
             .create(true)
             .append(true)
             .open(&self.path)?;

@@ -9,12 +9,15 @@
 //! | `unknown.jsonl` | writes whose outcome is unknown (never re-sent) |
 //! | `rejected.jsonl` | writes the store refused permanently |
 //! | `spill.jsonl` and `spill.*.jsonl` | writes not sent yet, replayed at the next start (see [`spill`]) |
+//!
+//! The directory is `0700` and every file `0600` (see [`private`]).
 
 pub mod jsonl;
+pub mod private;
 pub mod record;
 pub mod spill;
 
-use std::fs::{self, File, OpenOptions};
+use std::fs::{self, File};
 use std::io;
 use std::path::{Path, PathBuf};
 
@@ -157,8 +160,9 @@ impl StateDir {
             let dir = error_dir.clone();
             move |error: io::Error| StateError::Io { dir, step, error }
         };
-        fs::create_dir_all(&dir).map_err(io_err("create"))?;
-        let lock = OpenOptions::new()
+        private::create_dir(&dir).map_err(io_err("create"))?;
+        private::restrict_files(&dir).map_err(io_err("restrict permissions"))?;
+        let lock = private::options()
             .create(true)
             .truncate(false)
             .write(true)
@@ -320,7 +324,8 @@ impl StateDir {
             time: crate::bucket::rfc3339(std::time::SystemTime::now()),
         };
         let tmp = self.dir.join("status.json.tmp");
-        fs::write(&tmp, serde_json::to_vec(&status).map_err(io::Error::other)?)?;
+        let bytes = serde_json::to_vec(&status).map_err(io::Error::other)?;
+        private::write(&tmp, &bytes, false)?;
         fs::rename(&tmp, self.dir.join("status.json"))
     }
 }
@@ -348,11 +353,7 @@ fn next_incarnation(path: &Path) -> io::Result<u64> {
 
 fn write_durably(path: &Path, bytes: &[u8]) -> io::Result<()> {
     let tmp = path.with_extension("tmp");
-    {
-        let mut file = File::create(&tmp)?;
-        io::Write::write_all(&mut file, bytes)?;
-        file.sync_all()?;
-    }
+    private::write(&tmp, bytes, true)?;
     fs::rename(&tmp, path)
 }
 
@@ -439,6 +440,33 @@ mod tests {
             appended.lost().collect::<Vec<_>>(),
             [(LostRecords::WriteError, 3)]
         );
+    }
+
+    /// Key values and deltas are for the owner only: the directory 0700, every file
+    /// 0600, whatever the umask, and files left by an earlier version are tightened.
+    #[test]
+    fn the_directory_and_its_files_are_private() {
+        use std::os::unix::fs::PermissionsExt;
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("state");
+        fs::create_dir(&dir).unwrap();
+        fs::set_permissions(&dir, fs::Permissions::from_mode(0o755)).unwrap();
+        fs::write(dir.join("unknown.jsonl"), "").unwrap();
+        fs::set_permissions(dir.join("unknown.jsonl"), fs::Permissions::from_mode(0o644)).unwrap();
+        let (mut state, _) = StateDir::open(&config(&dir)).unwrap();
+        state.append(OutcomeLog::Rejected, &[record()]);
+        state.spill(&[record()]).unwrap();
+        state.write_status(false, 1, 1).unwrap();
+        let mode = |p: &Path| fs::metadata(p).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode(&dir), 0o700);
+        let files: Vec<_> = fs::read_dir(&dir)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .collect();
+        assert!(files.len() >= 7, "{files:?}");
+        for file in files {
+            assert_eq!(mode(&file), 0o600, "{}", file.display());
+        }
     }
 
     #[test]
