@@ -141,7 +141,7 @@ impl Sidecar {
                 let ready_sink = sink.clone();
                 let state = http::HttpState {
                     metrics: metrics.clone(),
-                    ready: Arc::new(move || ready_sink.is_connected()),
+                    ready: Arc::new(move || ready_sink.readiness()),
                 };
                 let mut stopped = stop_rx.clone();
                 let task = tokio::spawn(async move {

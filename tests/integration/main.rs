@@ -8,6 +8,7 @@ mod cql_flush;
 mod cql_setup;
 mod cql_shutdown;
 mod docs;
+mod operations;
 mod shards;
 mod sidecar;
 mod stores;

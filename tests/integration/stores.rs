@@ -4,7 +4,7 @@
 use countersink::sink::cql::{CqlSink, StoreKind};
 use cqlsim::Persona;
 
-use crate::common::{StoreOptions, config, launch, start_store_as};
+use crate::common::{StoreOptions, config, launch, run_cli, start_store_as};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_store_is_identified_at_connect() {
@@ -93,5 +93,72 @@ async fn scylladb_refuses_counter_tables_in_tablets_keyspaces() {
     server
         .execute(None, "CREATE TABLE v.c (k text PRIMARY KEY, n counter)")
         .unwrap();
+    server.shutdown().await.unwrap();
+}
+
+/// `schema --apply` finds ScyllaDB and creates its keyspaces with tablets disabled, so
+/// the counter tables can be created in a `NetworkTopologyStrategy` keyspace (the
+/// production replication), where ScyllaDB would otherwise use tablets and refuse them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn schema_apply_disables_tablets_on_scylladb() {
+    let server = launch(StoreOptions {
+        persona: Persona::Scylla,
+        ..StoreOptions::default()
+    })
+    .await;
+    let out = run_cli([
+        "schema",
+        "--apply",
+        "--contact-point",
+        &server.local_addr().to_string(),
+        "--replication",
+        "{'class': 'NetworkTopologyStrategy', 'datacenter1': 1}",
+    ]);
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    assert!(stdout.contains("tablets disabled"), "{stdout}");
+    assert!(stderr.contains("ScyllaDB"), "{stderr}");
+    let tablets = server
+        .execute(
+            None,
+            "SELECT keyspace_name FROM system_schema.scylla_keyspaces",
+        )
+        .unwrap();
+    assert!(tablets.is_empty(), "no keyspace uses tablets");
+    assert!(
+        server
+            .execute(None, "SELECT * FROM countersink.counts_by_minute")
+            .is_ok()
+    );
+    server.shutdown().await.unwrap();
+}
+
+/// `schema --apply` connects as `serve` does: the same credential rules (a user needs a
+/// password, from the environment or the password file), the same TLS settings.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn schema_apply_uses_the_credentials_of_the_config() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = launch(StoreOptions::default()).await;
+    let config = dir.path().join("countersink.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[store]\ncontact_points = [\"{}\"]\nusername = \"ops\"\n",
+            server.local_addr()
+        ),
+    )
+    .unwrap();
+    let out = std::process::Command::new(crate::common::BIN)
+        .args(["schema", "--apply", "--config"])
+        .arg(&config)
+        .env_remove(countersink::sink::cql::session::PASSWORD_ENV)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("no password"), "{stderr}");
     server.shutdown().await.unwrap();
 }

@@ -18,7 +18,7 @@
 //! `-D warnings`) fails until someone classifies it on purpose. The catch-all arms stay
 //! for the compiler's sake and say "unknown", the one class that can never double count.
 
-use scylla::errors::{DbError, ExecutionError, RequestAttemptError};
+use scylla::errors::{DbError, ExecutionError, PrepareError, RequestAttemptError};
 
 use crate::sink::{Outcome, WriteError};
 
@@ -117,6 +117,26 @@ fn classify_db(error: &DbError, text: &str, store: StoreKind) -> Outcome {
     }
 }
 
+/// Whether a failed PREPARE at start is a configuration error that retrying cannot fix
+/// (the statement or the permissions are wrong), rather than a store that is not
+/// answering well yet (no connection, a timeout, an overloaded node).
+// Do not remove this lint: a new variant must be classified on purpose.
+#[deny(clippy::wildcard_enum_match_arm)]
+pub fn prepare_failure_is_permanent(error: &PrepareError) -> bool {
+    match error {
+        PrepareError::AllAttemptsFailed {
+            first_attempt: RequestAttemptError::DbError(db, _),
+        } => matches!(
+            classify_db(db, "", StoreKind::Unidentified),
+            Outcome::NotAppliedPermanent(_)
+        ),
+        PrepareError::AllAttemptsFailed { .. }
+        | PrepareError::ConnectionPoolError(_)
+        | PrepareError::PreparedStatementIdsMismatch => false,
+        _ => false,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -200,6 +220,33 @@ mod tests {
             );
             assert_eq!(classify(&db(DbError::Overloaded), store).label(), "unknown");
         }
+    }
+
+    #[test]
+    fn only_a_refused_statement_fails_the_start_for_good() {
+        let attempt = |db| PrepareError::AllAttemptsFailed {
+            first_attempt: RequestAttemptError::DbError(db, "message".into()),
+        };
+        assert!(prepare_failure_is_permanent(&attempt(DbError::Invalid)));
+        assert!(prepare_failure_is_permanent(&attempt(DbError::SyntaxError)));
+        assert!(prepare_failure_is_permanent(&attempt(
+            DbError::Unauthorized
+        )));
+        assert!(!prepare_failure_is_permanent(&attempt(DbError::Overloaded)));
+        assert!(!prepare_failure_is_permanent(&attempt(
+            DbError::ServerError
+        )));
+        assert!(!prepare_failure_is_permanent(&attempt(
+            DbError::IsBootstrapping
+        )));
+        assert!(!prepare_failure_is_permanent(
+            &PrepareError::ConnectionPoolError(ConnectionPoolError::Initializing)
+        ));
+        assert!(!prepare_failure_is_permanent(
+            &PrepareError::AllAttemptsFailed {
+                first_attempt: RequestAttemptError::UnableToAllocStreamId,
+            }
+        ));
     }
 
     #[test]

@@ -54,6 +54,20 @@ pub enum CqlSinkError {
     },
 }
 
+impl CqlSinkError {
+    /// Whether retrying cannot help: a table that does not match, or a statement the
+    /// store refuses. A session that cannot be opened, or a PREPARE that failed because
+    /// the store did not answer well (a timeout, an overloaded node, a lost
+    /// connection), may work on the next attempt.
+    pub fn is_permanent(&self) -> bool {
+        match self {
+            CqlSinkError::Session(_) => false,
+            CqlSinkError::Schema(_) => true,
+            CqlSinkError::Prepare { error, .. } => classify::prepare_failure_is_permanent(error),
+        }
+    }
+}
+
 /// One table, ready to write.
 struct PreparedTable {
     layout: TableLayout,
@@ -147,6 +161,49 @@ impl CqlSink {
             identity,
             schema_warnings,
         })
+    }
+
+    /// The store configuration it was connected with.
+    pub fn store_config(&self) -> &StoreConfig {
+        &self.store
+    }
+
+    /// Whether writes can be routed: a node is connected, and of `store.local_dc` when
+    /// one is set (DC-aware routing sends nowhere else, so with no node of that data
+    /// centre every write fails with `EmptyPlan`). Otherwise, why not.
+    pub fn routable(&self) -> Result<(), String> {
+        let state = self.session.get_cluster_state();
+        let nodes = state.get_nodes_info();
+        match &self.store.local_dc {
+            None if nodes.iter().any(|n| n.is_connected()) => Ok(()),
+            None => Err("no node of the cluster is connected".into()),
+            Some(dc) => {
+                let in_dc = |n: &std::sync::Arc<scylla::cluster::Node>| {
+                    n.datacenter.as_deref() == Some(dc.as_str())
+                };
+                if nodes.iter().any(|n| in_dc(n) && n.is_connected()) {
+                    return Ok(());
+                }
+                let mut seen: Vec<&str> = nodes
+                    .iter()
+                    .filter_map(|n| n.datacenter.as_deref())
+                    .collect();
+                seen.sort_unstable();
+                seen.dedup();
+                Err(if nodes.iter().any(in_dc) {
+                    format!("no node of store.local_dc `{dc}` is connected")
+                } else {
+                    format!(
+                        "no node of store.local_dc `{dc}` is known (data centres of the cluster: {}); every write fails until one is",
+                        if seen.is_empty() {
+                            "none reported".to_owned()
+                        } else {
+                            seen.join(", ")
+                        }
+                    )
+                })
+            }
+        }
     }
 
     /// The store found at connect.
