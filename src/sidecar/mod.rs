@@ -89,6 +89,8 @@ pub struct Bound {
     pub uds: Option<PathBuf>,
     /// Unix stream socket, if on.
     pub uds_stream: Option<PathBuf>,
+    /// `net.unix.max_dgram_qlen` of the Unix datagram socket, if on and readable.
+    pub uds_max_dgram_qlen: Option<u64>,
     /// HTTP address, if on.
     pub metrics: Option<SocketAddr>,
 }
@@ -196,6 +198,7 @@ impl Sidecar {
             udp: receivers.and_then(|r| r.udp_local_addr()),
             uds: receivers.and_then(|r| r.uds_path().map(PathBuf::from)),
             uds_stream: receivers.and_then(|r| r.uds_stream_path().map(PathBuf::from)),
+            uds_max_dgram_qlen: receivers.and_then(|r| r.uds_max_dgram_qlen()),
             metrics: self.http.as_ref().map(|(addr, _)| *addr),
         }
     }

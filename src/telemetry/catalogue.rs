@@ -196,6 +196,25 @@ pub const STREAM_CONNECTIONS_OPEN: MetricDef = MetricDef {
     labels: &["transport"],
 };
 
+/// `countersink_uds_queue_full_total` (sidecar).
+pub const UDS_QUEUE_FULL: MetricDef = MetricDef {
+    name: "countersink_uds_queue_full_total",
+    help: "Reads of the Unix datagram socket that returned more datagrams than net.unix.max_dgram_qlen: its queue was at the limit, where blocking senders wait and non-blocking senders lose datagrams. Seen only with ingest.uds.batch_size above the limit.",
+    labels: &[],
+};
+/// `countersink_uds_queue_high_water` (sidecar).
+pub const UDS_QUEUE_HIGH_WATER: MetricDef = MetricDef {
+    name: "countersink_uds_queue_high_water",
+    help: "The most datagrams one read of the Unix datagram socket returned since start (at most ingest.uds.batch_size).",
+    labels: &[],
+};
+/// `countersink_uds_max_dgram_qlen` (sidecar).
+pub const UDS_MAX_DGRAM_QLEN: MetricDef = MetricDef {
+    name: "countersink_uds_max_dgram_qlen",
+    help: "net.unix.max_dgram_qlen when the Unix datagram socket was made: how many datagrams may wait in it (0: not listening, or unknown).",
+    labels: &[],
+};
+
 /// What the engine and the flusher export, in every build.
 pub const ENGINE_METRICS: [MetricDef; 15] = [
     LINES_RECEIVED,
@@ -216,7 +235,7 @@ pub const ENGINE_METRICS: [MetricDef; 15] = [
 ];
 
 /// What the sidecar's receivers export besides.
-pub const INGEST_METRICS: [MetricDef; 7] = [
+pub const INGEST_METRICS: [MetricDef; 10] = [
     PACKETS_RECEIVED,
     RECEIVED_BYTES,
     RECEIVE_ERRORS,
@@ -224,4 +243,7 @@ pub const INGEST_METRICS: [MetricDef; 7] = [
     SOCKET_RECEIVE_BUFFER,
     STREAM_CONNECTIONS,
     STREAM_CONNECTIONS_OPEN,
+    UDS_QUEUE_FULL,
+    UDS_QUEUE_HIGH_WATER,
+    UDS_MAX_DGRAM_QLEN,
 ];
