@@ -221,6 +221,12 @@ impl Aggregator {
         self.budget.room()
     }
 
+    /// What the budget charges for `row` under `key` (its whole life in memory, the
+    /// flush that writes it included): how a replay sizes chunks against [`Aggregator::room`].
+    pub fn charge_of(&self, key: &RowKey, row: &Row) -> usize {
+        buffer::estimated_row_bytes(key.slot(), key.series().len(), &row.columns)
+    }
+
     /// A credit of nothing: merging back with it takes all room from the budget, within
     /// its limits (a replay of spilled rows, chunk by chunk).
     pub fn no_credit(&self) -> Credit {
