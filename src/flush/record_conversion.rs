@@ -70,7 +70,7 @@ pub fn to_records(
                     .collect(),
                 error: failure.map(|f| ErrorInfo {
                     kind: f.kind.to_owned(),
-                    text: f.text.clone(),
+                    text: f.text.to_string(),
                 }),
             }
         })

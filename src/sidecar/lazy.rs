@@ -17,6 +17,12 @@ use crate::sink::Sink;
 use crate::sink::cql::{CqlSink, CqlSinkError};
 use crate::sink::{Outcome, PartitionWrite, WriteError};
 
+thread_local! {
+    /// One text for every write refused while there is no session (see
+    /// `WriteError`'s note on shared texts).
+    static NOT_CONNECTED: Arc<str> = Arc::from("no session to the store yet; nothing was sent");
+}
+
 /// The CQL sink once connected; "not connected" until then.
 #[derive(Clone, Default)]
 pub struct LazyCqlSink {
@@ -97,7 +103,7 @@ impl Sink for LazyCqlSink {
             Some(sink) => sink.write(write).await,
             None => Outcome::NotAppliedTransient(WriteError::new(
                 "not_connected",
-                "no session to the store yet; nothing was sent",
+                NOT_CONNECTED.with(Arc::clone),
             )),
         }
     }

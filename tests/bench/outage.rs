@@ -443,12 +443,16 @@ fn outage(rt: &tokio::runtime::Runtime, s: &Settings) {
     let outage_flushes =
         during.get("countersink_flushes_total") - before.get("countersink_flushes_total");
 
-    // Drained: nothing spilled (counted or on disk) any more.
+    // Drained: a flush applied writes again (the back-off is over, and that flush took
+    // every re-queued row), and nothing is spilled (counted or on disk) any more.
     let drained_after = loop {
         wait(&sidecar, Duration::from_secs(1), &mut sample);
         let m = sidecar.metrics();
         let spilled = m.stage("spilled", "minute") + m.stage("spilled", "day");
-        if spilled == 0.0 && sidecar.spill_bytes() == 0 {
+        if m.get("countersink_flush_backoff_seconds") == 0.0
+            && spilled == 0.0
+            && sidecar.spill_bytes() == 0
+        {
             break Some(up_at.elapsed());
         }
         if up_at.elapsed() > s.drain_limit {

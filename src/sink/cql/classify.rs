@@ -117,6 +117,43 @@ fn classify_db(error: &DbError, text: &str, store: StoreKind) -> Outcome {
     }
 }
 
+/// The error texts of recent failures, handed out again for failures with the same
+/// text: when the store is down, every write of a flush fails alike, and the flush
+/// holds every outcome until it settles. One shared text instead of one copy per write
+/// (hundreds of bytes each, for hundreds of thousands of writes) keeps that from
+/// growing with the flush.
+#[derive(Debug, Default)]
+pub struct SharedTexts {
+    recent: parking_lot::Mutex<std::collections::VecDeque<std::sync::Arc<str>>>,
+}
+
+impl SharedTexts {
+    /// Distinct texts remembered.
+    const KEPT: usize = 8;
+
+    /// `outcome`, its error text replaced by an equal one handed out before, if any.
+    pub fn share(&self, mut outcome: Outcome) -> Outcome {
+        let error = match &mut outcome {
+            Outcome::Applied => return outcome,
+            Outcome::NotAppliedTransient(e)
+            | Outcome::NotAppliedPermanent(e)
+            | Outcome::Unknown(e) => e,
+        };
+        let mut recent = self.recent.lock();
+        match recent.iter().find(|t| ***t == *error.text) {
+            Some(same) => error.text = same.clone(),
+            None => {
+                if recent.len() == Self::KEPT {
+                    recent.pop_back();
+                }
+                recent.push_front(error.text.clone());
+            }
+        }
+        drop(recent);
+        outcome
+    }
+}
+
 /// Whether a failed PREPARE at start is a configuration error that retrying cannot fix
 /// (the statement or the permissions are wrong), rather than a store that is not
 /// answering well yet (no connection, a timeout, an overloaded node).
@@ -247,6 +284,27 @@ mod tests {
                 first_attempt: RequestAttemptError::UnableToAllocStreamId,
             }
         ));
+    }
+
+    #[test]
+    fn failures_with_the_same_text_share_it() {
+        let texts = SharedTexts::default();
+        let down = || {
+            classify(
+                &ExecutionError::ConnectionPoolError(ConnectionPoolError::Initializing),
+                StoreKind::Cassandra,
+            )
+        };
+        let (Outcome::NotAppliedTransient(a), Outcome::NotAppliedTransient(b)) =
+            (texts.share(down()), texts.share(down()))
+        else {
+            panic!("not transient")
+        };
+        assert!(
+            std::sync::Arc::ptr_eq(&a.text, &b.text),
+            "one text for both"
+        );
+        assert_eq!(texts.share(Outcome::Applied), Outcome::Applied);
     }
 
     #[test]

@@ -84,6 +84,8 @@ pub struct CqlSink {
     identity: StoreIdentity,
     /// Things about the schema worth an operator's attention that do not stop the start.
     schema_warnings: Vec<String>,
+    /// Error texts shared between failures alike.
+    texts: classify::SharedTexts,
 }
 
 impl CqlSink {
@@ -160,6 +162,7 @@ impl CqlSink {
             store: store.clone(),
             identity,
             schema_warnings,
+            texts: classify::SharedTexts::default(),
         })
     }
 
@@ -273,7 +276,9 @@ impl Sink for CqlSink {
         };
         match result {
             Ok(()) => Outcome::Applied,
-            Err(error) => classify::classify(&error, self.identity.kind),
+            Err(error) => self
+                .texts
+                .share(classify::classify(&error, self.identity.kind)),
         }
     }
 }
