@@ -9,8 +9,14 @@
 pub const GENERIC: &str = include_str!("../cql/generic.cql");
 /// `cql/family.cql`: tables of a configured family.
 pub const FAMILY: &str = include_str!("../cql/family.cql");
-/// `cql/statements.cql`: the counter UPDATE and the read-back SELECTs.
+/// `cql/statements.cql`: the counter UPDATE and the read path's SELECT.
 pub const STATEMENTS: &str = include_str!("../cql/statements.cql");
+/// `cql/key_index.cql`: the key index table and its statements.
+pub const KEY_INDEX: &str = include_str!("../cql/key_index.cql");
+/// `cql/leaderboard.cql`: the rankings, their pointer rows, and their statements.
+pub const LEADERBOARD: &str = include_str!("../cql/leaderboard.cql");
+/// `cql/migrate.cql`: the job table of `countersink migrate`.
+pub const MIGRATE: &str = include_str!("../cql/migrate.cql");
 /// `cql/example_views.cql`: the example family tables of seed 000.
 pub const EXAMPLE_VIEWS: &str = include_str!("../cql/example_views.cql");
 
@@ -86,8 +92,23 @@ mod tests {
             (FAMILY, "create_family_minute"),
             (FAMILY, "create_family_day"),
             (STATEMENTS, "counter_update"),
-            (STATEMENTS, "select_minutes"),
-            (STATEMENTS, "select_days"),
+            (STATEMENTS, "select_partition"),
+            (STATEMENTS, "scan_table"),
+            (STATEMENTS, "delete_partition"),
+            (KEY_INDEX, "create_key_index"),
+            (KEY_INDEX, "insert_key"),
+            (KEY_INDEX, "select_keys"),
+            (KEY_INDEX, "delete_keys"),
+            (LEADERBOARD, "create_rankings"),
+            (LEADERBOARD, "create_current"),
+            (LEADERBOARD, "insert_ranking"),
+            (LEADERBOARD, "flip_current"),
+            (LEADERBOARD, "select_current"),
+            (LEADERBOARD, "select_ranking"),
+            (LEADERBOARD, "delete_version"),
+            (MIGRATE, "create_jobs"),
+            (MIGRATE, "upsert_part"),
+            (MIGRATE, "select_parts"),
         ] {
             let text = block(file, name).unwrap_or_else(|| panic!("{name} missing"));
             assert!(

@@ -4,8 +4,8 @@
 use std::collections::BTreeSet;
 
 use crate::config::{Config, ConfigError};
-use crate::cql_text::{self, FAMILY, GENERIC};
-use crate::family::Families;
+use crate::cql_text::{self, FAMILY, GENERIC, KEY_INDEX, LEADERBOARD};
+use crate::family::{Families, TableName};
 use crate::layout::{Role, TableLayout};
 use crate::vocabulary::Granularity;
 
@@ -47,6 +47,13 @@ pub fn statements_with(
         }
         keyspaces.insert(family.minute_table.keyspace.clone());
         keyspaces.insert(family.day_table.keyspace.clone());
+    }
+    let index_table = TableName::resolve(&config.key_index.table, &config.store.keyspace);
+    if config.key_index.enabled {
+        keyspaces.insert(index_table.keyspace.clone());
+    }
+    if !config.leaderboards.is_empty() {
+        keyspaces.insert(config.store.keyspace.clone());
     }
     let mut out: Vec<String> = keyspaces
         .iter()
@@ -120,7 +127,35 @@ pub fn statements_with(
         out.push(cql_text::statement(FAMILY, "create_family_minute", &values));
         out.push(cql_text::statement(FAMILY, "create_family_day", &values));
     }
+    out.extend(operation_tables(config, &index_table));
     Ok(out)
+}
+
+/// The regular tables of the operator features a configuration turns on: the key index
+/// (`key_index.enabled`) and the leaderboard tables (any `[[leaderboard]]`).
+fn operation_tables(config: &Config, index_table: &TableName) -> Vec<String> {
+    let mut out = Vec::new();
+    if config.key_index.enabled {
+        out.push(cql_text::statement(
+            KEY_INDEX,
+            "create_key_index",
+            &[("table", &index_table.to_string())],
+        ));
+    }
+    if !config.leaderboards.is_empty() {
+        let keyspace = [("keyspace", config.store.keyspace.as_str())];
+        out.push(cql_text::statement(
+            LEADERBOARD,
+            "create_rankings",
+            &keyspace,
+        ));
+        out.push(cql_text::statement(
+            LEADERBOARD,
+            "create_current",
+            &keyspace,
+        ));
+    }
+    out
 }
 
 /// The statements as one script, `;`-terminated, for printing.
@@ -153,6 +188,43 @@ mod tests {
             !all.iter()
                 .any(|s| s.contains('{') && !s.contains("replication")),
             "{all:?}"
+        );
+    }
+
+    #[test]
+    fn the_key_index_and_leaderboard_tables_come_with_their_features() {
+        let mut config = Config::default();
+        config.key_index.enabled = true;
+        config.key_index.table = "ops.keys".into();
+        config.leaderboards.push(crate::config::LeaderboardConfig {
+            name: "top".into(),
+            family: "generic".into(),
+            column: "value".into(),
+            ..Default::default()
+        });
+        let all = statements(&config, DEV_REPLICATION).unwrap();
+        assert!(
+            all[0].contains("IF NOT EXISTS countersink") && all[1].contains("IF NOT EXISTS ops")
+        );
+        assert!(
+            all.iter()
+                .any(|s| s.starts_with("CREATE TABLE IF NOT EXISTS ops.keys")
+                    && s.contains("PRIMARY KEY ((family, day, bucket), key)"))
+        );
+        assert!(
+            all.iter()
+                .any(|s| s.contains("countersink.leaderboard_rankings")
+                    && s.contains("CLUSTERING ORDER BY (score DESC, key ASC)"))
+        );
+        assert!(
+            all.iter()
+                .any(|s| s.contains("countersink.leaderboard_current"))
+        );
+        assert_eq!(
+            statements(&Config::default(), DEV_REPLICATION)
+                .unwrap()
+                .len(),
+            3
         );
     }
 

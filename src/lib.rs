@@ -14,21 +14,24 @@
 //!
 //! | module | job |
 //! |---|---|
-//! | [`vocabulary`] | the shared words: `FamilyId`, `Granularity`, `DropReason`, `Transport` |
+//! | [`vocabulary`], [`test_hooks`] | the shared words: `FamilyId`, `Granularity`, `DropReason`, `Transport`; crash points for tests (feature `dev`) |
 //! | [`line`](mod@line), [`bucket`], [`series`] | the StatsD/DogStatsD parser; UTC minute/day buckets; encoded series keys |
 //! | [`aggregate`] | the synchronous core: one stripe's map, limits, counters, and the striped front |
 //! | [`config`] | the configuration file (every section, `[ingest.*]` included, in every build), defaults, validation |
 //! | [`family`], [`layout`], [`cql_text`], [`ddl`] | families and their shards; table layouts; the `cql/` files; the schema |
 //! | [`engine`] | families + aggregator: the line path and the in-process path |
 //! | [`sink`] | where writes go, and the contract: `PartitionWrite`, `Outcome`; the CQL, memory and log sinks |
-//! | [`state`] | the state directory: outcome logs, spill file and its replay steps, writer identity |
+//! | [`state`] | the state directory: intent journal, outcome logs, spill segments and replay cursor, crash recovery, writer identity |
 //! | `ingest` | (feature `sidecar`) socket receivers |
 //! | [`telemetry`] | the metric catalogue, the accounting identity, the flusher's ledger, the Prometheus collectors |
 //! | [`flush`] | the plan, the loop, the pure settle step (outcome → action), one shutdown deadline |
+//! | [`ops`] | operating the tables: the read path, the key index, leaderboards, retention, migration, shard advice |
 //! | [`pipeline`], [`recorder`] | engine + state + flusher assembled; the in-process `Recorder` |
+//! | `facade` | (feature `metrics-facade`) a recorder for the `metrics` crate: `counter!` lands in the engine |
 //! | `sidecar`, `cli` | (feature `sidecar`) the sidecar runtime and HTTP, the command line (`dev` needs feature `dev`) |
 
 pub mod line;
+pub mod ops;
 
 #[cfg(feature = "sidecar")]
 pub mod cli;
@@ -41,6 +44,8 @@ pub mod aggregate;
 pub mod bucket;
 pub mod config;
 pub mod engine;
+#[cfg(feature = "metrics-facade")]
+pub mod facade;
 pub mod family;
 pub mod flush;
 pub mod pipeline;
@@ -49,6 +54,7 @@ pub mod series;
 pub mod sink;
 pub mod state;
 pub mod telemetry;
+pub mod test_hooks;
 pub mod vocabulary;
 
 pub use crate::config::Config;

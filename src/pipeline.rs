@@ -10,7 +10,7 @@ use tokio::task::JoinHandle;
 
 use crate::config::{Config, ConfigError};
 use crate::engine::Engine;
-use crate::flush::{FlushReport, Flusher, ShutdownHandle, shutdown_channel};
+use crate::flush::{FlushObserver, FlushReport, Flusher, ShutdownHandle, shutdown_channel};
 use crate::sink::Sink;
 use crate::state::StateError;
 use crate::telemetry::Accounting;
@@ -39,7 +39,7 @@ pub struct Pipeline {
 }
 
 impl Pipeline {
-    /// Opens the state directory (replaying its spill file) and starts flushing into
+    /// Opens the state directory (finishing what a killed run left unfinished; the spill is replayed by the flushes) and starts flushing into
     /// `sink`. Must be called inside a tokio runtime.
     pub async fn start<S: Sink>(config: &Config, sink: S) -> Result<Pipeline, StartError> {
         Self::start_with(Arc::new(Engine::new(config)?), config, sink).await
@@ -51,9 +51,23 @@ impl Pipeline {
         config: &Config,
         sink: S,
     ) -> Result<Pipeline, StartError> {
+        Self::start_observed(engine, config, sink, Vec::new()).await
+    }
+
+    /// The same, with observers of every flush's planned writes (the key index).
+    pub async fn start_observed<S: Sink>(
+        engine: Arc<Engine>,
+        config: &Config,
+        sink: S,
+        observers: Vec<Arc<dyn FlushObserver>>,
+    ) -> Result<Pipeline, StartError> {
         let (blocking_engine, blocking_config) = (engine.clone(), config.clone());
         let flusher = tokio::task::spawn_blocking(move || {
-            Flusher::open(blocking_engine, Arc::new(sink), &blocking_config)
+            let mut flusher = Flusher::open(blocking_engine, Arc::new(sink), &blocking_config)?;
+            for observer in observers {
+                flusher.observe(observer);
+            }
+            Ok::<_, StateError>(flusher)
         })
         .await
         .map_err(|e| StateError::Io {

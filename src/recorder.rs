@@ -11,19 +11,27 @@
 //! # Ok(()) }
 //! ```
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use parking_lot::Mutex;
 
+use crate::bucket::Day;
 use crate::config::Config;
 use crate::engine::{self, Engine, RecordError};
 use crate::family::Target;
-use crate::flush::FlushReport;
+use crate::flush::{FlushObserver, FlushReport};
+use crate::ops::keyindex::KeyIndex;
+use crate::ops::read::{self, ReadError, Reader};
+use crate::ops::read_cache::CachedReader;
 use crate::pipeline::{Pipeline, StartError};
 use crate::sink::Sink;
-use crate::telemetry::Accounting;
+use crate::telemetry::{Accounting, OperationsMetrics};
 use crate::vocabulary::FamilyId;
+
+/// How long the key index may take, after the final flush, to write what it queued.
+const KEY_INDEX_DRAIN: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// Recorders dropped without `shutdown()` in this process.
 static DROPPED_WITHOUT_SHUTDOWN: AtomicU64 = AtomicU64::new(0);
@@ -48,6 +56,15 @@ pub struct Recorder {
 
 struct Inner {
     engine: Arc<Engine>,
+    /// The read path, for recorders connected to a store.
+    reader: Option<Arc<CachedReader>>,
+    /// The key index writer's stop signal and task, when `key_index.enabled`.
+    key_index: Mutex<
+        Option<(
+            tokio::sync::watch::Sender<bool>,
+            tokio::task::JoinHandle<()>,
+        )>,
+    >,
     pipeline: tokio::sync::Mutex<Pipeline>,
     /// Set by `shutdown()`; checked by `Drop`.
     shut_down: AtomicBool,
@@ -74,7 +91,7 @@ impl Drop for Inner {
 
 impl Recorder {
     /// Starts a recorder that flushes into `sink` (opening the state directory and
-    /// replaying its spill file). Must be called inside a tokio runtime.
+    /// finishing what a killed run left unfinished; the spill is replayed by the flushes). Must be called inside a tokio runtime.
     pub async fn start<S: Sink>(config: &Config, sink: S) -> Result<Recorder, StartError> {
         Self::start_with(Arc::new(Engine::new(config)?), config, sink).await
     }
@@ -84,7 +101,13 @@ impl Recorder {
     pub async fn connect(config: &Config) -> Result<Recorder, StartError> {
         let engine = Arc::new(Engine::new(config)?);
         let sink = crate::sink::cql::CqlSink::connect(&config.store, engine.families()).await?;
-        Self::start_with(engine, config, sink).await
+        let reader = CachedReader::new(Reader::new(sink.session().clone()), &config.read);
+        let key_index = config.key_index.enabled.then(|| {
+            let index = KeyIndex::new(config, engine.families(), OperationsMetrics::default());
+            index.set_session(sink.session().clone());
+            index
+        });
+        Self::assemble(engine, config, sink, Some(Arc::new(reader)), key_index).await
     }
 
     /// The same, with an engine built by the caller (e.g. with a fixed rounding seed).
@@ -93,11 +116,31 @@ impl Recorder {
         config: &Config,
         sink: S,
     ) -> Result<Recorder, StartError> {
-        let pipeline = Pipeline::start_with(engine.clone(), config, sink).await?;
+        Self::assemble(engine, config, sink, None, None).await
+    }
+
+    async fn assemble<S: Sink>(
+        engine: Arc<Engine>,
+        config: &Config,
+        sink: S,
+        reader: Option<Arc<CachedReader>>,
+        key_index: Option<KeyIndex>,
+    ) -> Result<Recorder, StartError> {
+        let observers: Vec<Arc<dyn FlushObserver>> = key_index
+            .iter()
+            .map(|index| Arc::new(index.clone()) as Arc<dyn FlushObserver>)
+            .collect();
+        let pipeline = Pipeline::start_observed(engine.clone(), config, sink, observers).await?;
+        let key_index = key_index.map(|index| {
+            let (stop, stopped) = tokio::sync::watch::channel(false);
+            (stop, tokio::spawn(index.run(stopped, KEY_INDEX_DRAIN)))
+        });
         let stop_handle = pipeline_stopper(&pipeline);
         Ok(Recorder {
             inner: Arc::new(Inner {
                 engine,
+                reader,
+                key_index: Mutex::new(key_index),
                 pipeline: tokio::sync::Mutex::new(pipeline),
                 shut_down: AtomicBool::new(false),
                 stop: Mutex::new(Some(stop_handle)),
@@ -146,6 +189,36 @@ impl Recorder {
         })
     }
 
+    /// The day total of counter `name` with `tags` (resolved as an increment with them
+    /// lands), every shard summed, at `read.consistency` (ONE by default: a display
+    /// read), served from a cache for `read.cache_ttl` (5 s). Only a recorder from
+    /// [`Recorder::connect`] can read.
+    pub async fn read_day(
+        &self,
+        name: &str,
+        tags: &[(&str, &str)],
+        day: Day,
+    ) -> Result<i64, ReadError> {
+        let reader = self.inner.reader.as_ref().ok_or(ReadError::NoStore)?;
+        let families = self.inner.engine.families();
+        let counter = read::resolve(families, name, tags)?;
+        reader.day_total(families, &counter, day).await
+    }
+
+    /// The minute series (minute of the day → value) of counter `name` with `tags` on
+    /// `day`, as [`Recorder::read_day`] reads.
+    pub async fn read_minutes(
+        &self,
+        name: &str,
+        tags: &[(&str, &str)],
+        day: Day,
+    ) -> Result<Arc<BTreeMap<i64, i64>>, ReadError> {
+        let reader = self.inner.reader.as_ref().ok_or(ReadError::NoStore)?;
+        let families = self.inner.engine.families();
+        let counter = read::resolve(families, name, tags)?;
+        reader.minutes(families, &counter, day).await
+    }
+
     /// The engine behind this recorder.
     pub fn engine(&self) -> &Arc<Engine> {
         &self.inner.engine
@@ -163,7 +236,14 @@ impl Recorder {
     pub async fn shutdown(&self) -> Option<FlushReport> {
         self.inner.shut_down.store(true, Ordering::Release);
         self.inner.stop.lock().take();
-        self.inner.pipeline.lock().await.shutdown().await
+        let report = self.inner.pipeline.lock().await.shutdown().await;
+        // The key index writes what the final flush queued (with its own deadline).
+        let key_index = self.inner.key_index.lock().take();
+        if let Some((stop, task)) = key_index {
+            let _ = stop.send(true);
+            let _ = task.await;
+        }
+        report
     }
 }
 

@@ -38,9 +38,10 @@ impl Granularity {
     }
 }
 
-/// Why an accepted increment was dropped instead of buffered or settled. A closed set:
-/// each is a `countersink_dropped_total{reason}` label and a
-/// `countersink_delta_sum{stage="dropped"}` contribution.
+/// Why an accepted increment (or a row made of them) was dropped instead of buffered or
+/// settled. A closed set: each is a `countersink_dropped_total{reason}` label (increments,
+/// [`DropReason::INCREMENTS`]) or a `countersink_rows_dropped_total{reason}` label (rows,
+/// [`DropReason::ROWS`]), and a `countersink_delta_sum{stage="dropped"}` contribution.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum DropReason {
     /// The buffer already holds `max_pending_rows` distinct rows.
@@ -54,22 +55,44 @@ pub enum DropReason {
     Overflow,
     /// The metric name matches no configured family and the generic family is disabled.
     Unconfigured,
-    /// A write had to be spilled to disk and the spill file could not be written.
+    /// A write had to be spilled to disk and the spill could not be written.
     SpillFailed,
+    /// A write had to be spilled and the spill already holds `state.max_spill_bytes`.
+    SpillFull,
     /// The increment arrived after shutdown had taken the final flush.
     AfterShutdown,
 }
 
 impl DropReason {
     /// Every reason, in label order.
-    pub const ALL: [DropReason; 7] = [
+    pub const ALL: [DropReason; 8] = [
         DropReason::MaxRows,
         DropReason::MaxBytes,
         DropReason::TimestampWindow,
         DropReason::Overflow,
         DropReason::Unconfigured,
         DropReason::SpillFailed,
+        DropReason::SpillFull,
         DropReason::AfterShutdown,
+    ];
+
+    /// Reasons an increment is dropped before it reaches a pending row: the labels of
+    /// `countersink_dropped_total` (unit: increments).
+    pub const INCREMENTS: [DropReason; 6] = [
+        DropReason::MaxRows,
+        DropReason::MaxBytes,
+        DropReason::TimestampWindow,
+        DropReason::Overflow,
+        DropReason::Unconfigured,
+        DropReason::AfterShutdown,
+    ];
+
+    /// Reasons a row is dropped after it left the buffer: the labels of
+    /// `countersink_rows_dropped_total` (unit: rows).
+    pub const ROWS: [DropReason; 3] = [
+        DropReason::Overflow,
+        DropReason::SpillFailed,
+        DropReason::SpillFull,
     ];
 
     /// The metric label.
@@ -81,6 +104,7 @@ impl DropReason {
             DropReason::Overflow => "overflow",
             DropReason::Unconfigured => "unconfigured",
             DropReason::SpillFailed => "spill_failed",
+            DropReason::SpillFull => "spill_full",
             DropReason::AfterShutdown => "after_shutdown",
         }
     }

@@ -178,31 +178,6 @@ impl Buffer {
         hasher: &RowHasher,
         credit: &mut Credit,
     ) -> Result<(), Refused> {
-        self.merge_back_with(key, row, hasher, |bytes| credit.spend(bytes))
-    }
-
-    /// Like [`Buffer::merge_back`], but charged to the budget whatever its limits say.
-    /// Only for the replay of the spill file, which reads it whole.
-    pub(crate) fn merge_back_unbounded(
-        &mut self,
-        key: RowKey,
-        row: Row,
-        hasher: &RowHasher,
-        budget: &Budget,
-    ) -> Result<(), Refused> {
-        self.merge_back_with(key, row, hasher, |bytes| {
-            budget.force_reserve(bytes);
-            true
-        })
-    }
-
-    fn merge_back_with(
-        &mut self,
-        key: RowKey,
-        row: Row,
-        hasher: &RowHasher,
-        make_room: impl FnOnce(usize) -> bool,
-    ) -> Result<(), Refused> {
         let key_ref = key.as_ref();
         let kind = key_ref.slot.kind_index();
         let hash = key_ref.hash_with(hasher);
@@ -219,7 +194,7 @@ impl Buffer {
             return Ok(());
         }
         let bytes = estimated_row_bytes(key_ref.slot, key.series().len(), &row.columns);
-        if !make_room(bytes) {
+        if !credit.spend(bytes) {
             return Err(Refused {
                 key,
                 row,

@@ -119,14 +119,6 @@ impl Budget {
         Ok((rows_before + rows, bytes_before + bytes))
     }
 
-    /// Claims room for one row unconditionally, past the limits if need be, without
-    /// asking for an early flush. Only for the replay of the spill file, which reads it
-    /// whole.
-    pub(crate) fn force_reserve(&self, bytes: usize) {
-        self.rows.fetch_add(1, Ordering::Relaxed);
-        self.bytes.fetch_add(bytes, Ordering::Relaxed);
-    }
-
     /// Whether usage is past the early-flush mark now.
     pub(crate) fn under_pressure(&self) -> bool {
         self.over_mark(self.rows(), self.bytes())

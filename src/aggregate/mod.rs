@@ -196,24 +196,6 @@ impl Aggregator {
             .collect()
     }
 
-    /// Puts back rows read from the spill file, charged to the budget past its limits if
-    /// need be: the replay reads the spill whole. Returns the rows whose sum would
-    /// overflow.
-    pub fn merge_back_unbounded(
-        &self,
-        rows: impl IntoIterator<Item = (RowKey, Row)>,
-    ) -> Vec<Refused> {
-        let mut stripe = self.stripe();
-        rows.into_iter()
-            .filter_map(|(key, row)| {
-                stripe
-                    .buffer
-                    .merge_back_unbounded(key, row, &self.hasher, &self.budget)
-                    .err()
-            })
-            .collect()
-    }
-
     /// Room left below the memory limits now, counting every row held (pending, in
     /// flight, re-queued): what a replay of spilled rows may bring back at most before
     /// its rows are refused.

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use clap::Args;
 
-use crate::config::{Config, ConfigError, duration};
+use crate::config::{Config, ConfigError, ConsistencyLevel, duration};
 
 use super::Failure;
 
@@ -18,8 +18,34 @@ fn listen(text: &str) -> Result<Listen, String> {
     crate::config::listen::parse(text).map(Listen)
 }
 
-fn parse_duration(text: &str) -> Result<Duration, String> {
+pub(super) fn parse_duration(text: &str) -> Result<Duration, String> {
     duration::parse(text)
+}
+
+/// A consistency level as a flag value: `one`, `local_quorum`, ...
+pub(super) fn consistency(text: &str) -> Result<ConsistencyLevel, String> {
+    Ok(match text {
+        "one" => ConsistencyLevel::One,
+        "two" => ConsistencyLevel::Two,
+        "three" => ConsistencyLevel::Three,
+        "quorum" => ConsistencyLevel::Quorum,
+        "all" => ConsistencyLevel::All,
+        "local_one" => ConsistencyLevel::LocalOne,
+        "local_quorum" => ConsistencyLevel::LocalQuorum,
+        "each_quorum" => ConsistencyLevel::EachQuorum,
+        other => {
+            return Err(format!(
+                "`{other}` is not a consistency level (one, local_one, local_quorum, quorum, all)"
+            ));
+        }
+    })
+}
+
+/// A UTC day written `YYYY-MM-DD`.
+pub(super) fn day(text: &str) -> Result<crate::bucket::Day, String> {
+    crate::bucket::parse_date(text)
+        .and_then(crate::bucket::Day::from_date)
+        .ok_or_else(|| format!("`{text}` is not a date like 2026-11-30"))
 }
 
 /// The flags of `serve` (and, with more, of `dev`).
@@ -61,7 +87,7 @@ pub(super) struct ServeArgs {
     /// Time between flushes, like `5s` or `250ms`.
     #[arg(long = "flush-interval", env = "COUNTERSINK_FLUSH_INTERVAL", value_name = "DURATION", value_parser = parse_duration)]
     pub(super) flush_interval: Option<Duration>,
-    /// State directory (outcome logs, spill file).
+    /// State directory (intent journal, outcome logs, spill).
     #[arg(long = "state-dir", env = "COUNTERSINK_STATE_DIR", value_name = "DIR")]
     pub(super) state_dir: Option<PathBuf>,
     /// Log format: `text` or `json`.

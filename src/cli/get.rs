@@ -1,19 +1,16 @@
-//! `countersink get`: read a counter back, summing shards.
+//! `countersink get`: read a counter back, summing shards (concurrently when they are
+//! separate partitions), at a chosen consistency.
 
-use std::collections::BTreeMap;
 use std::path::PathBuf;
+use std::sync::Arc;
 
 use clap::Args;
-use scylla::client::session::Session;
-use scylla::value::{Counter, CqlValue};
 
 use crate::bucket::{self, Day};
-use crate::config::{Config, ShardPlacement};
-use crate::cql_text::{self, STATEMENTS};
-use crate::family::{Families, FamilyDef, TagSet};
-use crate::layout::{Role, TableLayout};
-use crate::sink::cql::{bind, schema, session};
-use crate::vocabulary::Granularity;
+use crate::config::{Config, ConsistencyLevel};
+use crate::family::Families;
+use crate::ops::read::{self, ReadError, Reader};
+use crate::sink::cql::session;
 
 use super::Failure;
 
@@ -46,6 +43,10 @@ pub(super) struct GetArgs {
     /// Print the minute series of the day instead of its total.
     #[arg(long)]
     minutes: bool,
+    /// Read consistency: `one` (display), `local_quorum` (what the default write
+    /// consistency acknowledged), `quorum`, `local_one` or `all`.
+    #[arg(long, value_name = "LEVEL", default_value = "local_quorum", value_parser = super::args::consistency)]
+    consistency: ConsistencyLevel,
 }
 
 /// Prints the day total, or one `YYYY-MM-DDTHH:MMZ value` line per minute with data.
@@ -62,11 +63,7 @@ pub(super) async fn run(args: GetArgs) -> Result<(), Failure> {
     }
     let families = Families::from_config(&config)?;
     let day = match &args.day {
-        Some(text) => bucket::parse_date(text)
-            .and_then(Day::from_date)
-            .ok_or_else(|| {
-                Failure::usage(format!("--day `{text}` is not a date like 2026-11-30"))
-            })?,
+        Some(text) => super::args::day(text).map_err(Failure::usage)?,
         None => Day((bucket::unix_secs(std::time::SystemTime::now()) / 86_400) as u32),
     };
     let tags: Vec<(&str, &str)> = args
@@ -74,19 +71,17 @@ pub(super) async fn run(args: GetArgs) -> Result<(), Failure> {
         .iter()
         .map(|t| t.split_once(':').unwrap_or((t.as_str(), "")))
         .collect();
-    let (family, column, keys) = resolve(&families, &args.name, &tags)?;
+    let counter = read::resolve(&families, &args.name, &tags).map_err(read_failure)?;
     let session = session::connect(&config.store)
         .await
         .map_err(Failure::other)?;
-    let kind = if args.minutes {
-        Granularity::Minute
-    } else {
-        Granularity::Day
-    };
-    let layout = TableLayout::of(family, kind);
-    let per_bucket = read(&session, &layout, family, &column, &keys, day).await?;
+    let reader = Reader::new(Arc::new(session));
     if args.minutes {
-        for (minute, value) in per_bucket {
+        let series = reader
+            .minutes(&families, &counter, day, args.consistency)
+            .await
+            .map_err(read_failure)?;
+        for (minute, value) in series {
             println!(
                 "{}T{:02}:{:02}Z {value}",
                 bucket::format_date(day.date()),
@@ -95,108 +90,20 @@ pub(super) async fn run(args: GetArgs) -> Result<(), Failure> {
             );
         }
     } else {
-        println!(
-            "{}",
-            per_bucket.get(&i64::from(day.0)).copied().unwrap_or(0)
-        );
+        let total = reader
+            .day_total(&families, &counter, day, args.consistency)
+            .await
+            .map_err(read_failure)?;
+        println!("{total}");
     }
     Ok(())
 }
 
-/// The family, counter column and key values of a metric name and its tags.
-fn resolve<'a>(
-    families: &'a Families,
-    name: &str,
-    tags: &[(&str, &str)],
-) -> Result<(&'a FamilyDef, String, Vec<String>), Failure> {
-    if let Some((id, column)) = families.column_of(name) {
-        let family = families.get(id);
-        let mut keys = Vec::new();
-        for key in &family.key_columns {
-            let value = tags.value_of(key).ok_or_else(|| {
-                Failure::usage(format!(
-                    "`{name}` belongs to family `{}`: give --tag {key}:VALUE",
-                    family.name
-                ))
-            })?;
-            keys.push(value.to_owned());
-        }
-        return Ok((family, family.columns[column].clone(), keys));
+/// Exit code 2 for what the operator asked wrongly (a missing tag, a table that does not
+/// match), 1 for the store.
+pub(super) fn read_failure(error: ReadError) -> Failure {
+    match error {
+        ReadError::Usage(_) | ReadError::Schema(_) => Failure::usage(error),
+        ReadError::Store { .. } | ReadError::NoStore => Failure::other(error),
     }
-    let generic = families.get(crate::family::GENERIC);
-    let mut canonical = Vec::new();
-    tags.write_canonical(&mut canonical);
-    let tags = String::from_utf8(canonical).map_err(|e| Failure::usage(e.to_string()))?;
-    Ok((generic, "value".into(), vec![name.to_owned(), tags]))
-}
-
-/// Sums the counter per clustering bucket (minute of day, or epoch day) over every shard.
-async fn read(
-    session: &Session,
-    layout: &TableLayout,
-    family: &FamilyDef,
-    column: &str,
-    keys: &[String],
-    day: Day,
-) -> Result<BTreeMap<i64, i64>, Failure> {
-    let key_types = schema::check(session, layout).map_err(Failure::usage)?;
-    let shards: Vec<Option<u8>> = match &family.sharding {
-        Some(s) if s.placement == ShardPlacement::Partition => (0..s.shards).map(Some).collect(),
-        _ => vec![None],
-    };
-    let (statement, clustering) = match layout.kind {
-        Granularity::Minute => ("select_minutes", "minute"),
-        Granularity::Day => ("select_days", "day"),
-    };
-    let conditions: Vec<String> = layout
-        .partition_key
-        .iter()
-        .map(|(c, _)| format!("{c} = ?"))
-        .collect();
-    let text = cql_text::statement(
-        STATEMENTS,
-        statement,
-        &[
-            ("clustering", clustering),
-            ("column", column),
-            ("table", &layout.table.to_string()),
-            ("conditions", &conditions.join(" AND ")),
-        ],
-    );
-    let mut sums = BTreeMap::new();
-    for shard in shards {
-        let mut values = Vec::new();
-        for (_, role) in &layout.partition_key {
-            values.push(match role {
-                Role::Key(i) => {
-                    let typ = key_types.get(*i).copied().unwrap_or(schema::KeyType::Text);
-                    bind::key_value(&keys[*i], typ).map_err(Failure::usage)?
-                }
-                Role::Day => CqlValue::Date(scylla::value::CqlDate(day.cql_date())),
-                Role::Month => CqlValue::Text(day.month()),
-                Role::Shard => CqlValue::TinyInt(shard.unwrap_or(0) as i8),
-                Role::Minute => CqlValue::SmallInt(0),
-            });
-        }
-        let result = session
-            .query_unpaged(text.clone(), values)
-            .await
-            .map_err(|e| Failure::other(format!("{text}: {e}")))?;
-        let rows = result
-            .into_rows_result()
-            .map_err(|e| Failure::other(e.to_string()))?;
-        for row in rows
-            .rows::<(CqlValue, Option<Counter>)>()
-            .map_err(|e| Failure::other(e.to_string()))?
-        {
-            let (bucket, value) = row.map_err(|e| Failure::other(e.to_string()))?;
-            let bucket = match bucket {
-                CqlValue::SmallInt(minute) => i64::from(minute),
-                CqlValue::Date(date) => i64::from(date.0) - (1_i64 << 31),
-                other => return Err(Failure::other(format!("unexpected bucket value {other:?}"))),
-            };
-            *sums.entry(bucket).or_insert(0_i64) += value.map_or(0, |c| c.0);
-        }
-    }
-    Ok(sums)
 }

@@ -7,14 +7,19 @@
 //! shutdown, 2 for bad configuration or arguments (the message names the field), 1 for
 //! anything else.
 
+mod advise;
 mod args;
 #[cfg(feature = "dev")]
 mod dev;
 mod get;
+mod leaderboard;
 mod logging;
+mod migrate;
+mod prune;
 mod schema;
 mod send;
 mod serve;
+mod store_args;
 
 use std::process::ExitCode;
 
@@ -42,6 +47,18 @@ enum Command {
     Get(get::GetArgs),
     /// Print the CQL schema for a configuration, or create it with --apply.
     Schema(schema::SchemaArgs),
+    /// Recommend a shard count per family from the sidecars' measured peak write rate
+    /// per key (their /debug/hot) and the safe rate per key of a load test.
+    AdviseShards(advise::AdviseArgs),
+    /// Leaderboard jobs: `leaderboard run [--once]` ranks the configured boards.
+    Leaderboard(leaderboard::LeaderboardArgs),
+    /// Show a leaderboard's ranking for a period.
+    Top(leaderboard::TopArgs),
+    /// Delete a family's partitions older than a cutoff (whole partitions only).
+    Prune(prune::PruneArgs),
+    /// Copy a family's counters into another table or cluster by read-and-increment, as
+    /// a resumable job; or verify one.
+    Migrate(migrate::MigrateArgs),
 }
 
 /// A command's failure, with the exit code it maps to.
@@ -106,6 +123,11 @@ pub fn main() -> ExitCode {
             Command::Send(args) => send::run(args),
             Command::Get(args) => get::run(args).await,
             Command::Schema(args) => schema::run(args).await,
+            Command::AdviseShards(args) => advise::run(args).await,
+            Command::Leaderboard(args) => leaderboard::run(args).await,
+            Command::Top(args) => leaderboard::top(args).await,
+            Command::Prune(args) => prune::run(args).await,
+            Command::Migrate(args) => migrate::run(args).await,
         }
     });
     match result {
@@ -137,6 +159,12 @@ mod tests {
             "countersink send --uds-stream /tmp/s a:1|c",
             "countersink get --contact-point 127.0.0.1:9042 --keyspace ks page.views --tag page:home --day 2026-11-30 --minutes",
             "countersink schema --config x.toml --apply --contact-point 127.0.0.1:9042",
+            "countersink get page.views --tag page_id:home --consistency one",
+            "countersink migrate --from a.toml --to b.toml --family views --day-from 2026-11-01 --day-to 2026-11-30 --job j1 --verify-only --allow-live",
+            "countersink prune --family views --before 2026-10-01 --dry-run --yes",
+            "countersink leaderboard run --once --config x.toml --board top_pages --day 2026-11-30",
+            "countersink top top_pages --day 2026-11-30 --limit 5 --format json",
+            "countersink advise-shards --safe-rate 100 --from http://127.0.0.1:9102 --from hot.json",
         ]
         .into_iter()
         .filter(|line| cfg!(feature = "dev") || !line.starts_with("countersink dev "))

@@ -60,7 +60,7 @@ pub(super) async fn run_sidecar(
 }
 
 /// Resolves on SIGTERM or SIGINT, naming it.
-async fn shutdown_signal() -> String {
+pub(super) async fn shutdown_signal() -> String {
     use tokio::signal::unix::{SignalKind, signal};
     let mut term = match signal(SignalKind::terminate()) {
         Ok(term) => term,

@@ -8,6 +8,7 @@
 pub mod duration;
 pub mod ingest;
 pub mod listen;
+pub mod operations;
 mod validate;
 
 use std::collections::BTreeMap;
@@ -17,6 +18,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 pub use self::ingest::IngestConfig;
+pub use self::operations::{KeyIndexConfig, LeaderboardConfig, LeaderboardPeriod, ReadConfig};
 pub use self::validate::ConfigError;
 
 /// The whole configuration file.
@@ -29,7 +31,7 @@ pub struct Config {
     pub flush: FlushConfig,
     /// What the buffer accepts.
     pub limits: LimitsConfig,
-    /// Where outcome logs and the spill file live.
+    /// Where outcome logs and the spill live.
     pub state: StateConfig,
     /// The zero-configuration family every unmatched counter lands in.
     pub generic: GenericConfig,
@@ -44,6 +46,13 @@ pub struct Config {
     pub metrics: MetricsConfig,
     /// Logging.
     pub log: LogConfig,
+    /// The read path: consistency and cache of the in-process read API.
+    pub read: ReadConfig,
+    /// The key index: keys written per family and day.
+    pub key_index: KeyIndexConfig,
+    /// Leaderboards: rankings of a family's keys by a counter column.
+    #[serde(rename = "leaderboard")]
+    pub leaderboards: Vec<LeaderboardConfig>,
 }
 
 /// `[metrics]`: the HTTP endpoint of `/metrics`, `/healthz` and `/readyz`.
@@ -314,11 +323,11 @@ impl Default for LimitsConfig {
     }
 }
 
-/// `[state]`: the directory of outcome logs and the spill file.
+/// `[state]`: the directory of outcome logs, the intent journal and the spill.
 #[derive(Clone, Debug, PartialEq, Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct StateConfig {
-    /// The state directory (`unknown.jsonl`, `rejected.jsonl`, the spill file, the
+    /// The state directory (`unknown.jsonl`, `rejected.jsonl`, the spill, the
     /// writer id). One process per directory: it is locked. Default `"./countersink-state"`.
     pub dir: PathBuf,
     /// This writer's id in every record. Default: generated once and kept in the state
@@ -330,6 +339,10 @@ pub struct StateConfig {
     /// Rotated files kept per log; the oldest beyond this is deleted (and counted).
     /// Default `8`.
     pub max_log_files: u32,
+    /// Most bytes of spill segments on disk; a write that would go beyond is dropped
+    /// (counted in `countersink_rows_dropped_total{reason="spill_full"}` and logged).
+    /// Default `1073741824` (1 GiB).
+    pub max_spill_bytes: u64,
 }
 
 impl Default for StateConfig {
@@ -339,6 +352,7 @@ impl Default for StateConfig {
             writer_id: None,
             max_log_bytes: 64 << 20,
             max_log_files: 8,
+            max_spill_bytes: 1 << 30,
         }
     }
 }

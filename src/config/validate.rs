@@ -119,7 +119,8 @@ impl Config {
         self.validate_store()?;
         self.validate_flush()?;
         self.validate_limits()?;
-        self.validate_families()
+        self.validate_families()?;
+        self.validate_operations()
     }
 
     fn validate_store(&self) -> Result<(), ConfigError> {

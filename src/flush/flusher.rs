@@ -6,18 +6,23 @@ use std::time::{Duration, Instant, SystemTime};
 
 use tokio::sync::Notify;
 
-use crate::aggregate::{Credit, Refused};
+use crate::aggregate::{Credit, Refused, Slot};
 use crate::bucket;
 use crate::config::{Config, FlushConfig};
 use crate::engine::Engine;
 use crate::family::shard_seed;
-use crate::sink::{OutcomeClass, PartitionWrite, Sink, WriteError};
-use crate::state::{OutcomeLog, RecordOutcome, Recovered, StateDir, StateError, WriteRecord};
+use crate::sink::{Outcome, OutcomeClass, PartitionWrite, Sink, WriteError};
+use crate::state::{
+    FamilyEntry, FlushId, OutcomeLog, RecordOutcome, RecordSource, Settled, StateDir, StateError,
+    WriteRecord,
+};
+use crate::test_hooks::crash_point;
 use crate::vocabulary::{DropReason, Granularity};
 
+use super::observe::FlushObserver;
 use super::plan::{self, PlanOptions};
-use super::record_conversion::{self, FlushIdentity};
-use super::replay::{Origin, replay};
+use super::record_conversion::{self, error_info};
+use super::replay;
 use super::schedule::Schedule;
 use super::send::send_all;
 use super::settle::{self, Action, Circumstances, Sent};
@@ -43,6 +48,8 @@ pub struct FlushReport {
     pub unknown: usize,
     /// Requests spilled to disk (not attempted, or re-queued too long).
     pub spilled: usize,
+    /// Requests that could not be spilled (the spill full, or failing): dropped, counted.
+    pub dropped: usize,
 }
 
 impl FlushReport {
@@ -66,52 +73,96 @@ pub struct Flusher<S> {
     seq: u64,
     /// This writer's shard seed (see [`crate::family::shard_seed`]).
     shard_seed: u64,
-    /// Whether the last flush found the store answering (something applied, nothing
-    /// re-queued): the moment to bring rows spilled during an outage back.
+    /// Whether the last flush that sent anything found the store answering (something
+    /// applied, nothing re-queued): the moment to bring spilled rows back. True at start,
+    /// so the first flush tries.
     store_healthy: bool,
+    /// The families as the journal and the records describe them, by family id.
+    families: Vec<FamilyEntry>,
+    /// Rows and sums (minute, day) the last flush could neither send nor spill: what a
+    /// final flush lost, for `status.json`.
+    lost: (u64, [i128; 2]),
+    /// Told what each flush is about to send (see [`super::observe`]).
+    observers: Vec<Arc<dyn FlushObserver>>,
 }
 
 impl<S: Sink> Flusher<S> {
-    /// Opens the state directory of `config`, reports an unclean previous stop (in the
-    /// log and in the ledger), and replays what the previous run spilled.
+    /// Opens the state directory of `config` (finishing what a killed previous run left
+    /// unfinished), and reports an unclean previous stop in the log and the ledger.
     pub fn open(
         engine: Arc<Engine>,
         sink: Arc<S>,
         config: &Config,
     ) -> Result<Flusher<S>, StateError> {
-        let (state, recovered) = StateDir::open(&config.state)?;
+        let state = StateDir::open(&config.state)?;
         let ledger = Arc::new(Ledger::default());
         if let Some(previous) = state.unclean_previous_run() {
             tracing::warn!(
                 pending_rows = previous.pending_rows,
-                pending_delta_sum = %previous.pending_sum,
+                pending_minute_delta_sum = %previous.pending_sum,
+                pending_day_delta_sum = %previous.pending_day_sum,
                 last_status = %previous.time,
-                "The previous run did not shut down cleanly: the rows it held in memory (at least these, as of its last flush) were lost."
+                "The previous run did not shut down cleanly: the rows it held in memory (these, as of its last flush, and whatever it received after) were lost."
             );
-            ledger.set_unclean_previous_stop(previous.pending_rows);
+            ledger.set_unclean_previous_stop(previous.pending_rows, previous.pending_sums());
         }
+        let recovery = state.recovery().clone();
+        if recovery.flushes > 0 || recovery.uncommitted_rows > 0 {
+            tracing::warn!(
+                flushes = recovery.flushes,
+                unknown_rows = recovery.unknown_rows,
+                unknown_minute_delta_sum = %recovery.unknown_sums[0],
+                unknown_day_delta_sum = %recovery.unknown_sums[1],
+                spilled_rows = recovery.spilled_rows,
+                rejected_rows = recovery.rejected_rows,
+                dropped_rows = recovery.dropped_rows,
+                never_sent_rows = recovery.uncommitted_rows,
+                "Finished the flush the previous run was killed in: requests that may have been sent are in unknown.jsonl (in_flight_at_crash) and are never re-sent; requests that definitely were not applied were spilled for replay."
+            );
+        }
+        if recovery.dropped_rows > 0 {
+            tracing::error!(
+                rows = recovery.dropped_rows,
+                max_spill_bytes = state.spill_bytes().1,
+                "Rows of the unfinished flush did not fit in the spill and were dropped."
+            );
+        }
+        let torn = state.torn_lines();
+        for (log, lines) in OutcomeLog::ALL.into_iter().zip(torn) {
+            if lines > 0 {
+                tracing::warn!(
+                    file = log.file_name(),
+                    "A torn last line (a write cut short by a crash) was set aside in {}.torn; the request it belonged to is recorded again by recovery.",
+                    log.file_name()
+                );
+            }
+        }
+        ledger.count_recovery(&recovery, torn);
+        ledger.set_spill_bytes(state.spill_bytes().0);
         Ok(Flusher::new(
             engine,
             sink,
             config.flush.clone(),
             state,
-            recovered,
             ledger,
         ))
     }
 
-    /// A flusher on an open state directory; replays what the previous run spilled into
-    /// the engine's buffer.
+    /// A flusher on an open state directory. Spilled rows are replayed by the flushes, a
+    /// chunk at a time.
     pub fn new(
         engine: Arc<Engine>,
         sink: Arc<S>,
         config: FlushConfig,
-        mut state: StateDir,
-        recovered: Recovered,
+        state: StateDir,
         ledger: Arc<Ledger>,
     ) -> Flusher<S> {
         let shard_seed = shard_seed(state.writer_id());
-        replay(&engine, &mut state, &ledger, recovered, Origin::PreviousRun);
+        let families = engine
+            .families()
+            .iter()
+            .map(record_conversion::family_entry)
+            .collect();
         Flusher {
             engine,
             sink,
@@ -120,8 +171,33 @@ impl<S: Sink> Flusher<S> {
             ledger,
             seq: 0,
             shard_seed,
-            store_healthy: false,
+            store_healthy: true,
+            families,
+            lost: (0, [0, 0]),
+            observers: Vec::new(),
         }
+    }
+
+    /// The flush benchmark's baseline: flushes without the intent journal (feature `dev`;
+    /// see [`StateDir::disable_journal_for_benchmark`]).
+    #[cfg(feature = "dev")]
+    pub fn disable_journal_for_benchmark(&mut self) {
+        self.state.disable_journal_for_benchmark();
+    }
+
+    /// Keeps settled flushes in the journal (tests read every request back).
+    pub fn keep_journal(&mut self) {
+        self.state.keep_journal(true);
+    }
+
+    /// The journal's file.
+    pub fn journal_path(&self) -> &std::path::Path {
+        self.state.journal_path()
+    }
+
+    /// Adds an observer of every flush's planned writes.
+    pub fn observe(&mut self, observer: Arc<dyn FlushObserver>) {
+        self.observers.push(observer);
     }
 
     /// The accounting ledger.
@@ -189,9 +265,17 @@ impl<S: Sink> Flusher<S> {
         self.engine.aggregator().close();
         deadline.fix();
         let report = self.flush(&mut deadline, true).await;
-        let (rows, sum) = pending(&self.engine);
-        if let Err(error) = self.state.write_status(rows == 0, rows as u64, sum) {
-            tracing::error!(%error, "Could not record the clean shutdown in status.json.");
+        let (rows, sums) = pending(&self.engine);
+        let (lost_rows, lost_sums) = self.lost;
+        // A stop is clean only when nothing was lost: a final flush that could not spill
+        // what it could not send reports those rows as lost at the next start.
+        let clean = rows == 0 && lost_rows == 0;
+        let sums = [sums[0] + lost_sums[0], sums[1] + lost_sums[1]];
+        if let Err(error) = self
+            .state
+            .write_status(clean, rows as u64 + lost_rows, sums)
+        {
+            tracing::error!(%error, "Could not record the shutdown in status.json.");
         }
         report
     }
@@ -199,34 +283,31 @@ impl<S: Sink> Flusher<S> {
     async fn flush(&mut self, deadline: &mut Deadline, last: bool) -> FlushReport {
         let started = Instant::now();
         self.seq += 1;
-        if self.store_healthy && !last && self.state.has_spilled() {
-            // The store answers again: rows spilled during the outage go out with this
-            // flush, through the same loaded/inflight steps as a replay at start.
-            let tag = format!("{}-{}", self.state.incarnation(), self.seq);
-            match self.state.reload_spill(&tag) {
-                Ok(recovered) => replay(
-                    &self.engine,
-                    &mut self.state,
-                    &self.ledger,
-                    recovered,
-                    Origin::ThisRun,
-                ),
-                Err(error) => {
-                    tracing::error!(%error, "Could not reload the spill file; it waits for the next start.")
-                }
-            }
+        self.lost = (0, [0, 0]);
+        let flush = FlushId {
+            writer: self.state.writer_id().to_owned(),
+            incarnation: self.state.incarnation(),
+            flush_seq: self.seq,
+        };
+        if !last && self.store_healthy {
+            // The store answers: a chunk of spilled rows goes out with this flush.
+            replay::load_chunk(&self.engine, &mut self.state, &self.ledger);
+        }
+        if !last {
+            // What is about to leave memory: a kill before this flush's group commit
+            // loses these rows, and the next start reports them from this figure.
+            self.write_pending_status();
         }
         let drained = self.engine.aggregator().take_all();
         let rows = drained.len();
         let drained_sums = Granularity::ALL.map(|g| drained.sum(g));
-        // The drained rows keep their room in the memory budget until their writes
-        // settle; rows merged back take theirs from it first.
-        let (drained, mut credit) = drained.into_parts();
         for g in Granularity::ALL {
             self.ledger
                 .update(g, |s| s.in_flight += drained_sums[g.index()]);
         }
-
+        // The drained rows keep their room in the memory budget until their writes
+        // settle; rows merged back take theirs from it first (see [`Credit`]).
+        let (drained, mut credit) = drained.into_parts();
         let families = self.engine.families();
         let (seed, seq) = (self.shard_seed, self.seq);
         let writes = plan::plan(
@@ -236,56 +317,92 @@ impl<S: Sink> Flusher<S> {
             },
             |family| families.shard_of(family, seed, seq),
         );
-
-        // Replayed rows are in this drain: from here on they may reach the store.
-        let mut replay_begun = false;
-        if self.state.has_replay_loaded() {
-            match self.state.begin_replay_send() {
-                Ok(()) => replay_begun = true,
-                Err(error) => {
-                    // Sending now could apply a replayed row that the next start would
-                    // load again. Hold everything back instead.
-                    tracing::error!(%error, "Could not mark the spill replay as started; holding this flush back.");
-                    let results = writes.into_iter().map(|w| (w, Sent::NotStarted)).collect();
-                    return self.settle(
-                        results,
-                        &mut credit,
-                        rows,
-                        drained_sums,
-                        started,
-                        last,
-                        false,
-                    );
-                }
-            }
+        for observer in &self.observers {
+            observer.planned(&writes);
         }
-
-        let results = send_all(&*self.sink, writes, self.config.max_in_flight, deadline).await;
+        let time = bucket::rfc3339(SystemTime::now());
+        if writes.is_empty() {
+            // Nothing to send; replayed rows that produced no write are consumed.
+            if let Err(error) = self.state.commit_replay(self.state.replay_loaded()) {
+                tracing::error!(%error, "Could not record the replay cursor.");
+            }
+            return self.settle(
+                flush,
+                &time,
+                None,
+                Vec::new(),
+                &mut credit,
+                rows,
+                drained_sums,
+                started,
+                last,
+            );
+        }
+        crash_point("drained");
+        // The group commit: every request of this flush, durable before the first send.
+        let consumes = match self
+            .state
+            .journal_begin(&flush, &time, &self.families, &writes)
+        {
+            Ok(consumes) => consumes,
+            Err(error) => {
+                tracing::error!(%error, writes = writes.len(), "Could not write the flush's intents to the journal; nothing is sent, the rows stay pending.");
+                let results = writes.into_iter().map(|w| (w, Sent::Held)).collect();
+                return self.settle(
+                    flush,
+                    &time,
+                    None,
+                    results,
+                    &mut credit,
+                    rows,
+                    drained_sums,
+                    started,
+                    last,
+                );
+            }
+        };
+        crash_point("journal_committed");
+        let state = &mut self.state;
+        let results = send_all(
+            &*self.sink,
+            writes,
+            self.config.max_in_flight,
+            deadline,
+            |index, outcome| state.journal_outcome(index as u32, &settled_of(outcome)),
+        )
+        .await;
+        // Every outcome reaches the file before the settle step acts on any of them.
+        self.state.journal_flush();
+        crash_point("sent");
         self.settle(
+            flush,
+            &time,
+            consumes,
             results,
             &mut credit,
             rows,
             drained_sums,
             started,
             last,
-            replay_begun,
         )
     }
 
     /// Decides (with [`settle::settle`]) and executes what becomes of every write, then
-    /// closes the flush: outcome logs synced, replay finished, status recorded.
+    /// closes the flush: spill segment, outcome logs, status, and the journal's end.
     /// `credit` is the drained rows' room in the memory budget; re-queued rows take
-    /// theirs from it, the caller returns the rest once the flush is over.
+    /// theirs from it, and the caller returns the rest once the flush is over.
     #[allow(clippy::too_many_arguments)]
     fn settle(
         &mut self,
+        flush: FlushId,
+        time: &str,
+        consumes: Option<crate::state::Cursor>,
         results: Vec<(PartitionWrite, Sent)>,
         credit: &mut Credit,
         rows: usize,
         drained_sums: [i128; 2],
         started: Instant,
         last: bool,
-        replay_begun: bool,
     ) -> FlushReport {
         let now = SystemTime::now();
         let circumstances = Circumstances {
@@ -294,166 +411,235 @@ impl<S: Sink> Flusher<S> {
                 .unwrap_or(u32::MAX),
             final_flush: last,
         };
-        let context = Context {
-            identity: FlushIdentity {
-                writer: self.state.writer_id().to_owned(),
-                incarnation: self.state.incarnation(),
-                flush_seq: self.seq,
-            },
-            time: bucket::rfc3339(now),
-            now_unix_secs: circumstances.now_unix_secs,
-        };
         let mut report = FlushReport {
             seq: self.seq,
             rows,
             writes: results.len(),
             ..FlushReport::default()
         };
-        let mut to_spill: Vec<(PartitionWrite, Option<WriteError>)> = Vec::new();
-
-        for (write, sent) in results {
+        let journaled = consumes.is_some() || results.iter().any(|(_, s)| !matches!(s, Sent::Held));
+        let mut batch = Batch::default();
+        for (index, (write, sent)) in results.into_iter().enumerate() {
+            let index = index as u32;
+            match &sent {
+                Sent::NotStarted => self.state.journal_outcome(index, &Settled::NotStarted),
+                Sent::Cancelled => self.state.journal_outcome(
+                    index,
+                    &settled_of(&Outcome::Unknown(settle::cancelled_at_deadline())),
+                ),
+                Sent::Done(_) | Sent::Held => {}
+            }
             let decision = settle::settle(&write, sent, &circumstances);
             if let Some(class) = decision.counted {
                 let table = self.table_name(&write);
                 self.ledger.count_write(&table, class);
                 report.count(class);
             }
-            self.execute(write, decision.action, &context, credit, &mut to_spill);
+            let source = RecordSource {
+                flush: &flush,
+                request: index,
+                time,
+            };
+            self.execute(
+                write,
+                decision.action,
+                source,
+                circumstances.now_unix_secs,
+                credit,
+                &mut batch,
+            );
         }
+        self.state.journal_flush();
+        crash_point("settled_in_memory");
 
-        report.spilled = to_spill.len();
-        self.spill(to_spill, &context);
-        for (log, error) in self.state.sync_logs() {
-            tracing::error!(%error, file = log.file_name(), "Could not sync an outcome log.");
-        }
-        if replay_begun && let Err(error) = self.state.finish_replay_send() {
-            tracing::error!(%error, "Could not remove the replayed spill file; the next start will log its rows as unknown.");
-        }
+        let (spilled, dropped) = self.spill(&flush, batch.spill);
+        report.spilled = spilled;
+        report.dropped = dropped;
+        let [unknown, rejected] = self.state.log_batch(&batch.unknown, &batch.rejected);
+        self.ledger.count_appended(OutcomeLog::Unknown, &unknown);
+        self.ledger.count_appended(OutcomeLog::Rejected, &rejected);
         for g in Granularity::ALL {
             self.ledger
                 .update(g, |s| s.in_flight -= drained_sums[g.index()]);
         }
         if !last {
-            let (pending_rows, pending_sum) = pending(&self.engine);
-            if let Err(error) = self
-                .state
-                .write_status(false, pending_rows as u64, pending_sum)
-            {
-                tracing::warn!(%error, "Could not write status.json.");
-            }
+            // Before the journal's end: a crash between the two finds the re-queued rows
+            // both in this figure and spilled by recovery (an over-count, never an under-count).
+            self.write_pending_status();
         }
+        if journaled && let Err(error) = self.state.journal_end(&flush, consumes) {
+            tracing::error!(%error, "Could not close the flush in the journal; a restart will finish it again (idempotently).");
+        }
+        crash_point("ended");
+        self.ledger.set_spill_bytes(self.state.spill_bytes().0);
         self.ledger.count_flush(started.elapsed().as_secs_f64());
-        self.store_healthy = settle::store_answers(report.applied, report.requeued);
+        if report.writes > 0 {
+            self.store_healthy = settle::store_answers(report.applied, report.requeued);
+        }
         report
     }
 
-    /// Carries out one action. Spills are collected in `to_spill` and written together.
+    /// Carries out one action; what must reach a file goes into `batch`.
     fn execute(
         &mut self,
         write: PartitionWrite,
         action: Action,
-        context: &Context,
+        source: RecordSource<'_>,
+        now_unix_secs: u32,
         credit: &mut Credit,
-        to_spill: &mut Vec<(PartitionWrite, Option<WriteError>)>,
+        batch: &mut Batch,
     ) {
         let sum = write.sum();
+        let family = &self.families[usize::from(write.family.0)];
         match action {
             Action::Applied => self.ledger.update(write.table, |s| s.applied += sum),
-            Action::Requeue(error) => {
-                let refused = self
-                    .engine
-                    .aggregator()
-                    .merge_back(plan::requeued_rows(write, context.now_unix_secs), credit);
-                for Refused { key, row, .. } in refused {
+            Action::Requeue(_) | Action::Hold => {
+                let error = match &action {
+                    Action::Requeue(error) => Some(error_info(error)),
+                    _ => None,
+                };
+                let (table, series, shard) = (write.table, write.series.clone(), write.shard);
+                let rows: Vec<_> = match action {
+                    Action::Hold => plan::held_rows(write).collect(),
+                    _ => plan::requeued_rows(write, now_unix_secs).collect(),
+                };
+                for (row_index, (key, row)) in rows.into_iter().enumerate() {
+                    let Some(Refused { key, row: back, .. }) = self
+                        .engine
+                        .aggregator()
+                        .merge_back([(key, row)], credit)
+                        .pop()
+                    else {
+                        continue;
+                    };
                     // Summing into the buffer would overflow, or the memory budget has
                     // no room for it: keep it on disk.
-                    let single = plan::plan(
-                        [(key, row)],
-                        PlanOptions {
-                            max_batch_rows: usize::MAX,
-                        },
-                        |_| None,
+                    let bucket = match key.slot() {
+                        Slot::Both(m) | Slot::MinuteOnly(m) => m.0,
+                        Slot::DayOnly(d) => d.0,
+                    };
+                    let mut records = crate::state::records_of(
+                        family,
+                        table,
+                        &series,
+                        shard,
+                        [(bucket, back.columns.as_slice())],
+                        source,
+                        RecordOutcome::Spilled,
+                        error.as_ref(),
                     );
-                    to_spill.extend(single.into_iter().map(|w| (w, Some(error.clone()))));
+                    for r in &mut records {
+                        r.row = u16::try_from(row_index).unwrap_or(u16::MAX);
+                    }
+                    batch.spill.push(Spilled {
+                        request: source.request,
+                        table,
+                        sum: back.columns.sum(),
+                        records,
+                    });
                 }
             }
-            Action::Spill(error) => to_spill.push((write, error)),
+            Action::Spill(error) => {
+                let records = record_conversion::to_records(
+                    &write,
+                    family,
+                    source,
+                    RecordOutcome::Spilled,
+                    error.as_ref(),
+                );
+                batch.spill.push(Spilled {
+                    request: source.request,
+                    table: write.table,
+                    sum,
+                    records,
+                });
+            }
             Action::LogRejected(error) => {
-                self.log(OutcomeLog::Rejected, &write, &error, context);
+                batch.rejected.extend(record_conversion::to_records(
+                    &write,
+                    family,
+                    source,
+                    RecordOutcome::Rejected,
+                    Some(&error),
+                ));
                 self.ledger.update(write.table, |s| s.rejected += sum);
                 tracing::warn!(table = %self.table_name(&write), kind = error.kind, error = %error.text, rows = write.rows.len(), "Write rejected; recorded in rejected.jsonl.");
             }
             Action::LogUnknown(error) => {
-                self.log(OutcomeLog::Unknown, &write, &error, context);
+                batch.unknown.extend(record_conversion::to_records(
+                    &write,
+                    family,
+                    source,
+                    RecordOutcome::Unknown,
+                    Some(&error),
+                ));
                 self.ledger.update(write.table, |s| s.unknown += sum);
                 tracing::warn!(table = %self.table_name(&write), kind = error.kind, error = %error.text, rows = write.rows.len(), "Write outcome unknown; recorded in unknown.jsonl and not re-sent.");
             }
         }
     }
 
-    /// Appends the records of `write` to an outcome log. A record that cannot be written
-    /// is counted (`countersink_outcome_records_lost_total`) and logged: its delta is
-    /// still counted in its stage, but the line to reconcile it by hand is missing.
-    fn log(
-        &mut self,
-        log: OutcomeLog,
-        write: &PartitionWrite,
-        error: &WriteError,
-        context: &Context,
-    ) {
-        let outcome = match log {
-            OutcomeLog::Unknown => RecordOutcome::Unknown,
-            OutcomeLog::Rejected => RecordOutcome::Rejected,
+    /// Writes the flush's spill segment. Writes that do not fit (`state.max_spill_bytes`)
+    /// or cannot be written are dropped and counted. Returns (spilled, dropped) writes.
+    fn spill(&mut self, flush: &FlushId, spilled: Vec<Spilled>) -> (usize, usize) {
+        if spilled.is_empty() {
+            return (0, 0);
+        }
+        let batches: Vec<Vec<WriteRecord>> = spilled.iter().map(|s| s.records.clone()).collect();
+        let (kept, reason, failure) = match self.state.spill(flush, &batches) {
+            Ok(kept) => (kept, DropReason::SpillFull, None),
+            Err(error) => (
+                vec![false; batches.len()],
+                DropReason::SpillFailed,
+                Some(error),
+            ),
         };
-        let records = record_conversion::to_records(
-            write,
-            self.engine.families().get(write.family),
-            &context.identity,
-            outcome,
-            Some(error),
-            &context.time,
-        );
-        let appended = self.state.append(log, &records);
-        self.ledger.count_appended(log, &appended);
+        crash_point("spill_written");
+        let (mut kept_count, mut dropped) = (0, (0_usize, 0_u64, [0_i128; 2]));
+        for (item, kept) in spilled.iter().zip(&kept) {
+            let rows = item.records.len() as u64;
+            if *kept {
+                kept_count += 1;
+                self.ledger.update(item.table, |s| s.spilled += item.sum);
+            } else {
+                dropped.0 += 1;
+                dropped.1 += rows;
+                dropped.2[item.table.index()] += item.sum;
+                self.ledger.update(item.table, |s| s.dropped += item.sum);
+                self.ledger.count_late_drop(reason, rows);
+                self.state.journal_outcome(item.request, &Settled::Dropped);
+            }
+        }
+        self.state.journal_flush();
+        if kept_count > 0 {
+            tracing::warn!(
+                writes = kept_count,
+                "Writes spilled to disk; they are replayed once the store answers (or at the next start)."
+            );
+        }
+        if dropped.0 > 0 {
+            let (spill_bytes, max_spill_bytes) = self.state.spill_bytes();
+            match failure {
+                Some(error) => {
+                    tracing::error!(%error, rows = dropped.1, minute_delta_sum = %dropped.2[0], day_delta_sum = %dropped.2[1], "Could not write the spill; these rows are lost (counted in countersink_rows_dropped_total{{reason=\"spill_failed\"}}).")
+                }
+                None => {
+                    tracing::error!(rows = dropped.1, minute_delta_sum = %dropped.2[0], day_delta_sum = %dropped.2[1], spill_bytes, max_spill_bytes, "The spill is full (state.max_spill_bytes); these rows are lost (counted in countersink_rows_dropped_total{{reason=\"spill_full\"}}).")
+                }
+            }
+            self.lost = (dropped.1, dropped.2);
+        }
+        (kept_count, dropped.0)
     }
 
-    fn spill(&mut self, writes: Vec<(PartitionWrite, Option<WriteError>)>, context: &Context) {
-        if writes.is_empty() {
-            return;
-        }
-        let mut records: Vec<WriteRecord> = Vec::new();
-        let mut sums = [0_i128; 2];
-        for (write, error) in &writes {
-            records.extend(record_conversion::to_records(
-                write,
-                self.engine.families().get(write.family),
-                &context.identity,
-                RecordOutcome::Spilled,
-                error.as_ref(),
-                &context.time,
-            ));
-            sums[write.table.index()] += write.sum();
-        }
-        match self.state.spill(&records) {
-            Ok(()) => {
-                for g in Granularity::ALL {
-                    self.ledger.update(g, |s| s.spilled += sums[g.index()]);
-                }
-                tracing::warn!(
-                    rows = records.len(),
-                    "Rows spilled to disk; the next start replays them."
-                );
-            }
-            Err(error) => {
-                // Part of the batch may be on disk; it is replayed next time, so counting
-                // the whole batch as dropped overstates the loss rather than hiding any.
-                for g in Granularity::ALL {
-                    self.ledger.update(g, |s| s.dropped += sums[g.index()]);
-                }
-                self.ledger
-                    .count_late_drop(DropReason::SpillFailed, records.len() as u64);
-                tracing::error!(%error, rows = records.len(), "Could not write the spill file; these rows are lost.");
-            }
+    /// Records what is pending in memory now in `status.json` (the lost-at-crash figure).
+    fn write_pending_status(&self) {
+        let (pending_rows, pending_sums) = pending(&self.engine);
+        if let Err(error) = self
+            .state
+            .write_status(false, pending_rows as u64, pending_sums)
+        {
+            tracing::warn!(%error, "Could not write status.json.");
         }
     }
 
@@ -467,12 +653,20 @@ impl<S: Sink> Flusher<S> {
     }
 }
 
-/// What every record of one flush's settle step carries.
-struct Context {
-    identity: FlushIdentity,
-    /// RFC 3339, for the records.
-    time: String,
-    now_unix_secs: u32,
+/// What a flush's settle step must write to files, collected while deciding.
+#[derive(Default)]
+struct Batch {
+    spill: Vec<Spilled>,
+    unknown: Vec<WriteRecord>,
+    rejected: Vec<WriteRecord>,
+}
+
+/// Records of one write (or one row of it) bound for the spill.
+struct Spilled {
+    request: u32,
+    table: Granularity,
+    sum: i128,
+    records: Vec<WriteRecord>,
 }
 
 /// Says when the store stopped applying writes (once per doubling of the back-off, so a
@@ -496,11 +690,31 @@ fn log_backoff(schedule: &Schedule, was_backing_off: bool, report: &FlushReport)
     }
 }
 
-/// Pending rows and the delta sum they owe the minute tables, for `status.json`.
-fn pending(engine: &Engine) -> (usize, i128) {
+/// What the journal records for an outcome.
+fn settled_of(outcome: &Outcome) -> Settled {
+    let error = |e: &WriteError| (e.kind.to_owned(), e.text.to_string());
+    match outcome {
+        Outcome::Applied => Settled::Applied,
+        Outcome::NotAppliedTransient(e) => {
+            let (kind, text) = error(e);
+            Settled::NotApplied { kind, text }
+        }
+        Outcome::NotAppliedPermanent(e) => {
+            let (kind, text) = error(e);
+            Settled::Rejected { kind, text }
+        }
+        Outcome::Unknown(e) => {
+            let (kind, text) = error(e);
+            Settled::Unknown { kind, text }
+        }
+    }
+}
+
+/// Pending rows and the delta sums they owe the minute and day tables, for `status.json`.
+fn pending(engine: &Engine) -> (usize, [i128; 2]) {
     let aggregator = engine.aggregator();
     (
         aggregator.pending_rows(),
-        aggregator.pending_sum(Granularity::Minute),
+        Granularity::ALL.map(|g| aggregator.pending_sum(g)),
     )
 }

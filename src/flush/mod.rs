@@ -1,5 +1,10 @@
 //! The flush path: from drained rows to settled outcomes.
 //!
+//! One flush: (replay a chunk of the spill) → drain → plan → journal (the group commit:
+//! every request durable before the first send) → send (outcomes journaled as they
+//! arrive) → settle (the pure step decides, the flusher executes: memory, spill segment,
+//! outcome logs) → status → the journal's end.
+//!
 //! - [`plan`]: drained rows → one write per partition, minute and day tables.
 //! - [`flusher`]: the loop that drains, sends with bounded concurrency, and executes
 //!   what the settle step decides for each write.
@@ -8,10 +13,13 @@
 //! - [`settle`]: the pure policy, outcome → action (applied, re-queue, spill, log unknown,
 //!   log rejected), with time passed in.
 //! - [`shutdown`]: the shutdown request and the one deadline derived from it.
-//! - [`record_conversion`]: writes to the records of the outcome logs and the spill file,
+//! - [`record_conversion`]: writes to the records of the outcome logs and the spill,
+//!   and the families as the journal describes them,
 //!   and spilled records back to rows.
+//! - [`observe`]: the hook after the drain ([`FlushObserver`]), which feeds the key index.
 
 pub mod flusher;
+pub mod observe;
 pub mod plan;
 pub mod record_conversion;
 mod replay;
@@ -21,6 +29,7 @@ pub mod settle;
 pub mod shutdown;
 
 pub use self::flusher::{FlushReport, Flusher};
+pub use self::observe::FlushObserver;
 pub use self::plan::PlanOptions;
 pub use self::shutdown::{ShutdownHandle, ShutdownSignal, shutdown_channel};
 

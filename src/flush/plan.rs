@@ -189,6 +189,25 @@ pub fn requeued_rows(
     })
 }
 
+/// The rows of a write that was never sent, as they are merged back: owed to that
+/// write's table only, their re-queue times unchanged.
+pub fn held_rows(write: PartitionWrite) -> impl Iterator<Item = (RowKey, Row)> {
+    let (family, table, series) = (write.family, write.table, write.series);
+    write.rows.into_iter().map(move |row| {
+        let slot = match table {
+            Granularity::Minute => Slot::MinuteOnly(Minute(row.bucket)),
+            Granularity::Day => Slot::DayOnly(Day(row.bucket)),
+        };
+        (
+            RowKey::new(family, slot, series.clone()),
+            Row {
+                columns: row.columns,
+                requeued_since: row.requeued_since,
+            },
+        )
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1,80 +1,52 @@
 //! Between the flusher's writes and the state directory's records: a planned write
-//! becomes one [`WriteRecord`] per row (for the outcome logs and the spill file), and a
+//! becomes one [`WriteRecord`] per row (for the outcome logs and the spill), and a
 //! spilled record becomes a pending row again, under today's configuration.
-
-use std::collections::BTreeMap;
 
 use crate::aggregate::{Columns, Row, RowKey, Slot};
 use crate::bucket::{self, Day, MINUTES_PER_DAY, Minute};
 use crate::family::{Families, FamilyDef};
 use crate::series;
 use crate::sink::{PartitionWrite, WriteError};
-use crate::state::{ErrorInfo, RecordOutcome, WriteRecord};
-use crate::vocabulary::Granularity;
+use crate::state::{ErrorInfo, FamilyEntry, RecordOutcome, RecordSource, WriteRecord, records_of};
 
-/// Who wrote a flush: the fields every record carries.
-#[derive(Clone, Debug)]
-pub struct FlushIdentity {
-    /// Writer id.
-    pub writer: String,
-    /// Incarnation of the state directory.
-    pub incarnation: u64,
-    /// Flush sequence within the incarnation.
-    pub flush_seq: u64,
+/// The journal's description of a family (what its records and intents need).
+pub fn family_entry(family: &FamilyDef) -> FamilyEntry {
+    FamilyEntry {
+        id: family.id.0,
+        name: family.name.clone(),
+        minute_table: family.minute_table.to_string(),
+        day_table: family.day_table.to_string(),
+        key_columns: family.key_columns.clone(),
+        columns: family.columns.clone(),
+    }
+}
+
+/// The error of a failed write, as records carry it.
+pub fn error_info(error: &WriteError) -> ErrorInfo {
+    ErrorInfo {
+        kind: error.kind.to_owned(),
+        text: error.text.to_string(),
+    }
 }
 
 /// One record per row of `write`.
 pub fn to_records(
     write: &PartitionWrite,
-    family: &FamilyDef,
-    identity: &FlushIdentity,
+    family: &FamilyEntry,
+    source: RecordSource<'_>,
     outcome: RecordOutcome,
     failure: Option<&WriteError>,
-    time: &str,
 ) -> Vec<WriteRecord> {
-    let key: BTreeMap<String, String> = family
-        .key_columns
-        .iter()
-        .cloned()
-        .zip(series::fields(&write.series).map(str::to_owned))
-        .collect();
-    let table = match write.table {
-        Granularity::Minute => &family.minute_table,
-        Granularity::Day => &family.day_table,
-    };
-    write
-        .rows
-        .iter()
-        .map(|row| {
-            let day = row.day(write.table);
-            WriteRecord {
-                time: time.to_owned(),
-                writer: identity.writer.clone(),
-                incarnation: identity.incarnation,
-                flush_seq: identity.flush_seq,
-                outcome,
-                family: family.name.clone(),
-                table: table.to_string(),
-                granularity: write.table.as_str().to_owned(),
-                key: key.clone(),
-                shard: write.shard,
-                day: bucket::format_date(day.date()),
-                minute: (write.table == Granularity::Minute).then(|| row.minute().minute_of_day()),
-                month: (write.table == Granularity::Day).then(|| day.month()),
-                deltas: family
-                    .columns
-                    .iter()
-                    .zip(row.columns.as_slice())
-                    .filter(|(_, d)| **d != 0)
-                    .map(|(c, d)| (c.clone(), *d))
-                    .collect(),
-                error: failure.map(|f| ErrorInfo {
-                    kind: f.kind.to_owned(),
-                    text: f.text.to_string(),
-                }),
-            }
-        })
-        .collect()
+    records_of(
+        family,
+        write.table,
+        &write.series,
+        write.shard,
+        write.rows.iter().map(|r| (r.bucket, r.columns.as_slice())),
+        source,
+        outcome,
+        failure.map(error_info).as_ref(),
+    )
 }
 
 /// Why a spilled record cannot be replayed under the current configuration.

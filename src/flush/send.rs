@@ -10,11 +10,13 @@ use super::settle::Sent;
 use super::shutdown::Deadline;
 
 /// Sends every write with at most `max_in_flight` at once, until done or the deadline.
+/// `settled(index, outcome)` hears of every outcome as it arrives.
 pub(super) async fn send_all<S: Sink>(
     sink: &S,
     writes: Vec<PartitionWrite>,
     max_in_flight: usize,
     deadline: &mut Deadline,
+    mut settled: impl FnMut(usize, &Outcome),
 ) -> Vec<(PartitionWrite, Sent)> {
     let count = writes.len();
     let mut outcomes: Vec<Option<Outcome>> = (0..count).map(|_| None).collect();
@@ -34,7 +36,10 @@ pub(super) async fn send_all<S: Sink>(
                 break;
             }
             tokio::select! {
-                Some((index, outcome)) = running.next() => outcomes[index] = Some(outcome),
+                Some((index, outcome)) = running.next() => {
+                    settled(index, &outcome);
+                    outcomes[index] = Some(outcome);
+                }
                 _ = deadline.wait() => break,
             }
         }

@@ -2,7 +2,7 @@
 //! else.
 //!
 //! A pure, synchronous function with time passed in. The flusher calls it once per write
-//! and executes the [`Action`] it returns (the buffer, the outcome logs, the spill file,
+//! and executes the [`Action`] it returns (the buffer, the outcome logs, the spill,
 //! the accounting); the policy itself — which outcome may be sent again, when a re-queued
 //! write has waited long enough, what the final flush does — lives here, in one table
 //! with one test row per case.
@@ -19,6 +19,9 @@ pub enum Sent {
     NotStarted,
     /// The deadline passed while it was in flight: it may have been applied.
     Cancelled,
+    /// Held back before anything was sent: the journal could not record the flush's
+    /// intents, and sending without them would lose the trail.
+    Held,
 }
 
 /// What the flusher must do with one write.
@@ -29,7 +32,10 @@ pub enum Action {
     /// Merge its rows back into the buffer, for the table it was meant for only: it
     /// definitely did not apply and may be sent again.
     Requeue(WriteError),
-    /// Write its rows to the spill file, for a later flush or the next start; with the
+    /// Merge its rows back unchanged (not sent: the journal failed); they go out with a
+    /// later flush.
+    Hold,
+    /// Write its rows to the spill, for a later flush or the next start; with the
     /// error when the store gave one (a write never started has none).
     Spill(Option<WriteError>),
     /// Record it in `unknown.jsonl` and never send it again.
@@ -96,6 +102,14 @@ pub fn settle(write: &PartitionWrite, sent: Sent, now: &Circumstances) -> Decisi
         Sent::NotStarted => Decision {
             counted: None,
             action: Action::Spill(None),
+        },
+        Sent::Held => Decision {
+            counted: None,
+            action: if now.final_flush {
+                Action::Spill(None)
+            } else {
+                Action::Hold
+            },
         },
     }
 }
@@ -252,10 +266,18 @@ mod tests {
                 Spill(None),
             ),
             (
-                "not started, spill replay could not be marked",
-                vec![NOW - 1],
-                Sent::NotStarted,
+                "held back (the journal failed)",
+                vec![0],
+                Sent::Held,
                 false,
+                None,
+                Hold,
+            ),
+            (
+                "held back in the final flush",
+                vec![0],
+                Sent::Held,
+                true,
                 None,
                 Spill(None),
             ),

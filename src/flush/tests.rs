@@ -48,10 +48,22 @@ fn accounting<S: Sink>(h: &Harness<S>) -> Accounting {
     Accounting::read(&h.engine, &h.ledger)
 }
 
+/// Every record in the spill segments, in replay order.
+fn spilled(dir: &std::path::Path) -> Vec<crate::state::WriteRecord> {
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with("spill.") && n.ends_with(".jsonl") && n != "spill.corrupt.jsonl")
+        .collect();
+    names.sort();
+    names.iter().flat_map(|n| read_log(dir, n)).collect()
+}
+
 fn read_log(dir: &std::path::Path, name: &str) -> Vec<crate::state::WriteRecord> {
     std::fs::read_to_string(dir.join(name))
         .unwrap_or_default()
         .lines()
+        .filter(|l| !l.starts_with("{\"spill_segment\""))
         .map(|l| serde_json::from_str(l).unwrap())
         .collect()
 }
@@ -251,7 +263,7 @@ async fn transient_failures_past_the_maximum_age_are_spilled() {
         (a.minute.spilled, a.day.spilled, a.minute.pending),
         (7, 7, 0)
     );
-    assert_eq!(read_log(dir.path(), "spill.jsonl").len(), 2);
+    assert_eq!(spilled(dir.path()).len(), 2);
 
     // The store answers again: after one healthy flush, the spilled rows come back and
     // are applied once, without a restart.
@@ -273,15 +285,13 @@ async fn transient_failures_past_the_maximum_age_are_spilled() {
         (a.minute.spilled, a.minute.applied, a.day.applied),
         (0, 8, 8)
     );
-    assert!(read_log(dir.path(), "spill.jsonl").is_empty());
-    assert!(std::fs::read_dir(dir.path()).unwrap().all(|e| {
-        !e.unwrap()
-            .file_name()
-            .to_string_lossy()
-            .starts_with("spill.")
-    }));
+    assert!(
+        spilled(dir.path()).is_empty(),
+        "the replayed segment is deleted"
+    );
     drop(h);
-    let h = harness(&config, MemorySink::new());
+    let mut h = harness(&config, MemorySink::new());
+    h.flusher.flush_now().await;
     assert_eq!(
         h.ledger.settled(Granularity::Minute).replayed,
         0,
@@ -336,12 +346,12 @@ async fn shutdown_deadline_logs_in_flight_as_unknown_and_spills_the_rest_then_re
     // The next start replays the 18 spilled rows and applies them; nothing else.
     let sink = MemorySink::new();
     let mut h = harness(&config, sink.clone());
+    h.flusher.flush_now().await;
     assert_eq!(
         h.ledger.settled(Granularity::Minute).replayed
             + h.ledger.settled(Granularity::Day).replayed,
         18
     );
-    h.flusher.flush_now().await;
     assert_eq!(
         sink.total(Granularity::Minute) + sink.total(Granularity::Day),
         18
@@ -350,7 +360,8 @@ async fn shutdown_deadline_logs_in_flight_as_unknown_and_spills_the_rest_then_re
     assert!(a.is_balanced(), "{a:?}");
     assert_eq!(a.minute.applied + a.day.applied, 18);
     drop(h);
-    let h = harness(&config, MemorySink::new());
+    let mut h = harness(&config, MemorySink::new());
+    h.flusher.flush_now().await;
     assert_eq!(
         h.ledger.settled(Granularity::Minute).replayed,
         0,
@@ -382,7 +393,8 @@ async fn replayed_rows_of_a_removed_family_are_rejected_not_lost() {
     }
     let mut without = config.clone();
     without.families.clear();
-    let h = harness(&without, MemorySink::new());
+    let mut h = harness(&without, MemorySink::new());
+    h.flusher.flush_now().await;
     let a = accounting(&h);
     assert!(a.is_balanced(), "{a:?}");
     assert_eq!((a.minute.rejected, a.day.rejected), (5, 5));
@@ -456,8 +468,8 @@ async fn an_unclean_previous_stop_is_exported_until_a_clean_one() {
     let dir = tempfile::tempdir().unwrap();
     let config = config(dir.path());
     // What a run killed after a flush that left 42 rows pending leaves behind.
-    let (state, _) = StateDir::open(&config.state).unwrap();
-    state.write_status(false, 42, 1234).unwrap();
+    let state = StateDir::open(&config.state).unwrap();
+    state.write_status(false, 42, [1234, 1234]).unwrap();
     drop(state);
 
     let scrape = |pipeline: &crate::pipeline::Pipeline| {
@@ -537,4 +549,140 @@ async fn one_shutdown_deadline_covers_the_running_flush_and_the_final_flush() {
         (1, 1, 0),
         "the hanging write is unknown, the row behind it spilled"
     );
+}
+
+/// A spill that cannot be written (a full disk) loses its rows, counted once in rows;
+/// nothing of it is reloaded later (a half-written segment never becomes visible), and
+/// a final flush that lost rows is an unclean stop.
+#[tokio::test]
+async fn a_failed_spill_is_counted_once_and_never_reloaded() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = config(dir.path());
+    {
+        let down = MemorySink::new();
+        down.set_script(|_, _| {
+            Some((
+                Outcome::NotAppliedTransient(WriteError::new("unavailable", "down")),
+                false,
+            ))
+        });
+        let h = harness(&config, down);
+        h.engine.record("hits", &[][..], 5, T0, None).unwrap();
+        // The final flush is flush 1 of incarnation 1: its segment's temporary file.
+        std::os::unix::fs::symlink(
+            "/dev/full",
+            dir.path().join("spill.0000000001.000000000001.tmp"),
+        )
+        .unwrap();
+        let (engine, ledger) = (h.engine.clone(), h.ledger.clone());
+        let report = h.flusher.finish().await;
+        assert_eq!((report.spilled, report.dropped), (0, 2));
+        let a = Accounting::read(&engine, &ledger);
+        assert!(a.is_balanced(), "{a:?}");
+        assert_eq!(
+            (a.minute.dropped, a.day.dropped, a.minute.spilled),
+            (5, 5, 0)
+        );
+        assert_eq!(ledger.late_drops().get("spill_failed"), Some(&2));
+        let text = crate::telemetry::Metrics::new(engine, ledger)
+            .unwrap()
+            .render();
+        assert!(
+            text.contains("countersink_rows_dropped_total{reason=\"spill_failed\"} 2"),
+            "{text}"
+        );
+        assert!(
+            !text.contains("countersink_dropped_total{reason=\"spill_failed\"}"),
+            "rows are not counted as increments"
+        );
+    }
+    std::fs::remove_file(dir.path().join("spill.0000000001.000000000001.tmp")).ok();
+    let mut h = harness(&config, MemorySink::new());
+    assert_eq!(
+        h.ledger.unclean_previous_stop(),
+        Some(2),
+        "the lost rows are reported"
+    );
+    assert_eq!(h.ledger.unclean_previous_stop_sums(), [5, 5]);
+    h.flusher.flush_now().await;
+    let a = accounting(&h);
+    assert_eq!(
+        (a.minute.accepted, a.minute.spilled),
+        (0, 0),
+        "nothing reloaded"
+    );
+}
+
+/// An unreadable line in a spill segment is set aside and counted, the rest replayed.
+#[tokio::test]
+async fn an_unreadable_spill_line_is_counted_and_the_rest_replayed() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = config(dir.path());
+    let good = r#"{"time":"t","writer":"w","incarnation":0,"flush_seq":1,"outcome":"spilled","family":"generic","table":"countersink.counts_by_minute","granularity":"minute","key":{"name":"hits","tags":""},"day":"2026-11-30","minute":5,"deltas":{"value":3}}"#;
+    std::fs::write(
+        dir.path().join("spill.0000000000.000000000001.jsonl"),
+        format!("{{\"spill_segment\":{{\"consumes\":null}}}}\n{good}\nnot json\n"),
+    )
+    .unwrap();
+    let sink = MemorySink::new();
+    let mut h = harness(&config, sink.clone());
+    h.flusher.flush_now().await;
+    assert_eq!(h.ledger.corrupt_lines(), [0, 0, 1]);
+    assert_eq!(sink.total(Granularity::Minute), 3);
+    assert!(
+        std::fs::read_to_string(dir.path().join("spill.corrupt.jsonl"))
+            .unwrap()
+            .contains("not json")
+    );
+}
+
+/// A spill larger than the memory budget comes back in chunks that fit it, one per
+/// flush, and every row arrives once.
+#[tokio::test]
+async fn replay_streams_the_spill_in_chunks_that_fit_the_budget() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = config(dir.path());
+    {
+        let down = MemorySink::new();
+        down.set_script(|_, _| {
+            Some((
+                Outcome::NotAppliedTransient(WriteError::new("unavailable", "down")),
+                false,
+            ))
+        });
+        let h = harness(&config, down);
+        for i in 0..40 {
+            let i = i.to_string();
+            h.engine
+                .record("hits", &[("i", i.as_str())][..], 1, T0, None)
+                .unwrap();
+        }
+        let report = h.flusher.finish().await;
+        assert_eq!(report.spilled, 80, "40 minute rows and 40 day rows");
+    }
+    let mut small = config.clone();
+    small.limits.max_pending_rows = 16;
+    let sink = MemorySink::new();
+    let mut h = harness(&small, sink.clone());
+    let mut flushes = 0;
+    while sink.total(Granularity::Minute) + sink.total(Granularity::Day) < 80 {
+        let report = h.flusher.flush_now().await;
+        flushes += 1;
+        assert!(
+            report.rows <= 8,
+            "a chunk takes at most half the room of a 16-row budget: {report:?}"
+        );
+        assert!(flushes < 30, "the replay makes progress");
+    }
+    assert!(flushes >= 10, "80 rows in chunks of at most 8: {flushes}");
+    assert_eq!(
+        (
+            sink.total(Granularity::Minute),
+            sink.total(Granularity::Day)
+        ),
+        (40, 40),
+        "each row once"
+    );
+    let a = accounting(&h);
+    assert!(a.is_balanced(), "{a:?}");
 }

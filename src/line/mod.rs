@@ -278,11 +278,14 @@ pub enum IgnoredKind {
     Event,
     /// A DogStatsD service check, `_sc|...`.
     ServiceCheck,
+    /// Never a line: an `absolute` update of a counter through the `metrics` facade
+    /// (`src/facade/`), a value to set rather than a delta to add.
+    CounterAbsolute,
 }
 
 impl IgnoredKind {
     /// Every kind, in declaration order, for pre-registering metric label values.
-    pub const ALL: [Self; 7] = [
+    pub const ALL: [Self; 8] = [
         Self::Gauge,
         Self::Timer,
         Self::Histogram,
@@ -290,6 +293,7 @@ impl IgnoredKind {
         Self::Set,
         Self::Event,
         Self::ServiceCheck,
+        Self::CounterAbsolute,
     ];
 
     /// The snake_case metric label (the `type` label of `countersink_lines_ignored_total`).
@@ -302,6 +306,7 @@ impl IgnoredKind {
             Self::Set => "set",
             Self::Event => "event",
             Self::ServiceCheck => "service_check",
+            Self::CounterAbsolute => "counter_absolute",
         }
     }
 }

@@ -706,7 +706,8 @@ fn ignored_kind_labels_are_unique() {
             "distribution",
             "set",
             "event",
-            "service_check"
+            "service_check",
+            "counter_absolute"
         ]
     );
 }

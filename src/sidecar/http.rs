@@ -4,12 +4,12 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use axum::Router;
-use axum::extract::State;
+use axum::extract::{RawQuery, State};
 use axum::http::{StatusCode, header};
 use axum::response::IntoResponse;
 use axum::routing::get;
 
-use crate::telemetry::Metrics;
+use crate::telemetry::{HotKeys, Metrics};
 
 /// What the endpoints read.
 #[derive(Clone)]
@@ -19,7 +19,13 @@ pub struct HttpState {
     /// Whether the sidecar is ready (session up, schema found, writes routable), or why
     /// not.
     pub ready: Arc<dyn Fn() -> Result<(), String> + Send + Sync>,
+    /// The hot-key tracker of `/debug/hot`.
+    pub hot: Arc<HotKeys>,
 }
+
+/// Rows per ranking of `/debug/hot` unless `?k=` says otherwise, and the most it gives.
+const HOT_DEFAULT_K: usize = 20;
+const HOT_MAX_K: usize = 1000;
 
 /// The router.
 pub fn router(state: HttpState) -> Router {
@@ -27,6 +33,7 @@ pub fn router(state: HttpState) -> Router {
         .route("/metrics", get(metrics))
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/readyz", get(ready))
+        .route("/debug/hot", get(hot))
         .with_state(state)
 }
 
@@ -48,6 +55,20 @@ async fn ready(State(state): State<HttpState>) -> impl IntoResponse {
             format!("not ready: {why}\n"),
         ),
     }
+}
+
+/// The top rows by delta and by writes per minute, as JSON; `?k=N` rows each.
+async fn hot(State(state): State<HttpState>, RawQuery(query): RawQuery) -> impl IntoResponse {
+    let k = query
+        .as_deref()
+        .unwrap_or("")
+        .split('&')
+        .find_map(|pair| pair.strip_prefix("k="))
+        .and_then(|k| k.parse::<usize>().ok())
+        .unwrap_or(HOT_DEFAULT_K)
+        .min(HOT_MAX_K);
+    let body = serde_json::to_string(&state.hot.report(k)).unwrap_or_else(|_| "{}".into());
+    ([(header::CONTENT_TYPE, "application/json")], body)
 }
 
 /// Binds the listener (so a bad address is an error at start, not later).

@@ -19,10 +19,12 @@ use tokio::task::JoinHandle;
 
 use crate::config::{Config, ConfigError};
 use crate::engine::Engine;
-use crate::flush::FlushReport;
+use crate::flush::{FlushObserver, FlushReport};
 use crate::ingest::{self, ListenError, Receivers};
+use crate::ops::keyindex::KeyIndex;
+use crate::ops::leaderboard::{self, Leaderboards};
 use crate::pipeline::{Pipeline, StartError};
-use crate::telemetry::Metrics;
+use crate::telemetry::{HotKeys, Metrics, ObservedSink, OperationsMetrics};
 
 use self::handler::EngineHandler;
 use self::lazy::{ConnectFailure, LazyCqlSink};
@@ -78,7 +80,24 @@ pub struct Sidecar {
     stop: watch::Sender<bool>,
     fatal: watch::Receiver<Option<String>>,
     connect: JoinHandle<()>,
+    index_task: Option<JoinHandle<()>>,
 }
+
+/// Runs the leaderboard jobs that `run_in_serve` asks for, until `stop`.
+async fn run_leaderboards(
+    config: &Config,
+    session: Arc<scylla::client::session::Session>,
+    operations: OperationsMetrics,
+    stop: watch::Receiver<bool>,
+) {
+    match Leaderboards::new(config, session, operations) {
+        Ok(jobs) => leaderboard::serve_jobs(Arc::new(jobs), stop).await,
+        Err(error) => tracing::error!(%error, "Cannot start the leaderboard jobs."),
+    }
+}
+
+/// How long the key index may take, after the final flush, to write what it queued.
+const KEY_INDEX_DRAIN: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// Where a running sidecar listens.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -102,11 +121,31 @@ impl Sidecar {
         config.ingest.validate()?;
         let engine = Arc::new(Engine::new(config)?);
         let sink = LazyCqlSink::default();
-        let pipeline = Pipeline::start_with(engine.clone(), config, sink.clone()).await?;
+        let operations = OperationsMetrics::default();
+        let boards: Vec<String> = config.leaderboards.iter().map(|b| b.name.clone()).collect();
+        operations.show(engine.families(), &boards);
+        let hot = Arc::new(HotKeys::new(engine.families(), HotKeys::DEFAULT_CAPACITY));
+        let observed = ObservedSink::new(
+            sink.clone(),
+            engine.families(),
+            operations.clone(),
+            hot.clone(),
+        );
+        let key_index = config
+            .key_index
+            .enabled
+            .then(|| KeyIndex::new(config, engine.families(), operations.clone()));
+        let observers: Vec<Arc<dyn FlushObserver>> = key_index
+            .iter()
+            .map(|index| Arc::new(index.clone()) as Arc<dyn FlushObserver>)
+            .collect();
+        let pipeline =
+            Pipeline::start_observed(engine.clone(), config, observed, observers).await?;
         let metrics = Arc::new(
             Metrics::new(engine.clone(), pipeline.ledger().clone())
                 .map_err(|e| StartError::Config(ConfigError::invalid("metrics", e.to_string())))?,
         );
+        let _ = operations.register(metrics.registry());
 
         let handler_engine = engine.clone();
         let receivers = match ingest::start(&config.ingest, move |transport| {
@@ -144,6 +183,7 @@ impl Sidecar {
                 let state = http::HttpState {
                     metrics: metrics.clone(),
                     ready: Arc::new(move || ready_sink.readiness()),
+                    hot: hot.clone(),
                 };
                 let mut stopped = stop_rx.clone();
                 let task = tokio::spawn(async move {
@@ -168,15 +208,37 @@ impl Sidecar {
                 engine.clone(),
                 stop_rx.clone(),
             );
+            let key_index = key_index.clone();
+            let (jobs_config, jobs_stop, operations) =
+                (config.clone(), stop_rx.clone(), operations.clone());
             tokio::spawn(async move {
-                if let Err(ConnectFailure::Fatal(error)) =
-                    sink.connect_until(store, engine, stop_rx).await
-                {
-                    tracing::error!(%error, "The store's schema does not match the configuration; stopping.");
-                    let _ = fatal_tx.send(Some(error.to_string()));
+                match sink.connect_until(store, engine, stop_rx).await {
+                    Err(ConnectFailure::Fatal(error)) => {
+                        tracing::error!(%error, "The store's schema does not match the configuration; stopping.");
+                        let _ = fatal_tx.send(Some(error.to_string()));
+                    }
+                    Ok(()) => {
+                        let Some(connected) = sink.get() else { return };
+                        if let Some(index) = &key_index {
+                            index.set_session(connected.session().clone());
+                        }
+                        if jobs_config.leaderboards.iter().any(|b| b.run_in_serve) {
+                            run_leaderboards(
+                                &jobs_config,
+                                connected.session().clone(),
+                                operations,
+                                jobs_stop,
+                            )
+                            .await;
+                        }
+                    }
                 }
             })
         };
+        // The key index writes beside the flush; at shutdown it drains what the final
+        // flush queued, for at most this long.
+        let index_task =
+            key_index.map(|index| tokio::spawn(index.run(stop_rx.clone(), KEY_INDEX_DRAIN)));
 
         Ok(Sidecar {
             engine,
@@ -188,6 +250,7 @@ impl Sidecar {
             stop,
             fatal,
             connect,
+            index_task,
         })
     }
 
@@ -246,6 +309,9 @@ impl Sidecar {
         let report = self.pipeline.shutdown().await;
         let _ = self.stop.send(true);
         self.connect.abort();
+        if let Some(task) = self.index_task.take() {
+            let _ = task.await;
+        }
         if let Some((_, task)) = self.http.take() {
             let _ = task.await;
         }

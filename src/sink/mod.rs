@@ -2,7 +2,7 @@
 //!
 //! A [`Sink`] sends one [`PartitionWrite`] (one request: an UPDATE, or a COUNTER BATCH
 //! of rows in one partition) and says how it ended. Everything around it — planning,
-//! bounded concurrency, re-queueing, the outcome logs, the spill file, accounting — is
+//! bounded concurrency, re-queueing, the outcome logs, the spill, accounting — is
 //! the flusher's job and the same for every sink. The CQL sink is the product; the
 //! in-memory sink serves tests and benchmarks, and the logging sink a dry run.
 //!

@@ -1,46 +1,66 @@
 //! Append-only JSON-lines files with a size cap and rotation.
+//!
+//! A crash in the middle of an append leaves a torn last line. Opening the file copies
+//! such a tail to `NAME.jsonl.torn`, counts it and truncates it, so the next append
+//! starts on a line of its own instead of being glued to the fragment.
 
+use std::collections::HashSet;
 use std::fs::File;
-use std::io::{self, Write};
+use std::io::{self, BufRead, BufReader, Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 
-/// An append-only `.jsonl` file. When it passes `max_bytes` it is renamed to
-/// `name.1.jsonl` (older ones shift to `.2`, `.3`, …) and a new file is started; files
-/// beyond `max_files` are deleted and counted.
+/// An append-only `.jsonl` file. [`JsonlLog::rotate_if_full`] renames it to
+/// `name.1.jsonl` (older ones shift to `.2`, `.3`, …) once it passed `max_bytes`; files
+/// beyond `max_files` are deleted and their records counted.
 pub struct JsonlLog {
     path: PathBuf,
     file: File,
     size: u64,
     max_bytes: u64,
     max_files: u32,
-    /// Rotated files deleted because there were more than `max_files`.
-    pub deleted_files: u64,
-    /// Records in the files deleted so far and not yet reported.
+    /// Records in the files deleted by rotation and not yet reported.
     deleted_records: u64,
-    /// Records written to the current file by this process.
-    records: u64,
-    /// Records this process wrote to each rotated file, newest first (`.1`, `.2`, ...).
-    rotated_records: std::collections::VecDeque<u64>,
+    /// Torn lines set aside when the file was opened.
+    torn_lines: u64,
 }
 
 impl JsonlLog {
-    /// Opens (creating if needed) a log for appending.
+    /// Opens (creating if needed) a log for appending, setting a torn last line aside.
     pub fn open(path: PathBuf, max_bytes: u64, max_files: u32) -> io::Result<JsonlLog> {
-        let file = super::private::options()
+        let mut file = super::private::options()
             .create(true)
+            .read(true)
             .append(true)
             .open(&path)?;
-        let size = file.metadata()?.len();
+        let mut size = file.metadata()?.len();
+        let mut torn_lines = 0;
+        if size > 0 {
+            let keep = complete_prefix(&mut file, size)?;
+            if keep < size {
+                let mut tail = Vec::new();
+                file.seek(SeekFrom::Start(keep))?;
+                file.read_to_end(&mut tail)?;
+                let mut aside = super::private::options()
+                    .create(true)
+                    .append(true)
+                    .open(torn_path(&path))?;
+                aside.write_all(&tail)?;
+                aside.write_all(b"\n")?;
+                aside.sync_data()?;
+                file.set_len(keep)?;
+                file.sync_data()?;
+                size = keep;
+                torn_lines = 1;
+            }
+        }
         Ok(JsonlLog {
             path,
             file,
             size,
             max_bytes,
             max_files,
-            deleted_files: 0,
             deleted_records: 0,
-            records: 0,
-            rotated_records: std::collections::VecDeque::new(),
+            torn_lines,
         })
     }
 
@@ -49,21 +69,35 @@ impl JsonlLog {
         &self.path
     }
 
-    /// Appends one record as one line.
+    /// Its size in bytes.
+    pub fn size(&self) -> u64 {
+        self.size
+    }
+
+    /// Torn lines set aside when it was opened.
+    pub fn torn_lines(&self) -> u64 {
+        self.torn_lines
+    }
+
+    /// Appends one record as one line (never rotates: see [`JsonlLog::rotate_if_full`]).
     pub fn append<T: serde::Serialize>(&mut self, record: &T) -> io::Result<()> {
         let mut line = serde_json::to_vec(record).map_err(io::Error::other)?;
         line.push(b'\n');
-        if self.size > 0 && self.size + line.len() as u64 > self.max_bytes {
-            self.rotate()?;
-        }
         self.file.write_all(&line)?;
         self.size += line.len() as u64;
-        self.records += 1;
         Ok(())
     }
 
-    /// Records lost to rotation (in deleted files) since the last call. Records in files
-    /// that were already there when the log was opened are not known, so not counted.
+    /// Rotates the file if it reached `max_bytes`. Called before a batch of appends, so
+    /// a batch always lands in one file (recovery reads it from a recorded offset).
+    pub fn rotate_if_full(&mut self) -> io::Result<()> {
+        if self.size >= self.max_bytes && self.size > 0 {
+            self.rotate()?;
+        }
+        Ok(())
+    }
+
+    /// Records lost to rotation (in deleted files) since the last call.
     pub fn take_deleted_records(&mut self) -> u64 {
         std::mem::take(&mut self.deleted_records)
     }
@@ -71,6 +105,27 @@ impl JsonlLog {
     /// Makes appended records durable.
     pub fn sync(&mut self) -> io::Result<()> {
         self.file.sync_data()
+    }
+
+    /// The `(request_id, row)` of every record from byte `offset` on: what a flush that
+    /// crashed had already written here.
+    pub fn keys_from(&self, offset: u64) -> io::Result<HashSet<(String, u16)>> {
+        #[derive(serde::Deserialize)]
+        struct Identity {
+            #[serde(default)]
+            request_id: String,
+            #[serde(default)]
+            row: u16,
+        }
+        let mut file = File::open(&self.path)?;
+        file.seek(SeekFrom::Start(offset))?;
+        let mut keys = HashSet::new();
+        for line in BufReader::new(file).lines() {
+            if let Ok(id) = serde_json::from_str::<Identity>(&line?) {
+                keys.insert((id.request_id, id.row));
+            }
+        }
+        Ok(keys)
     }
 
     fn rotated(&self, n: u32) -> PathBuf {
@@ -81,12 +136,11 @@ impl JsonlLog {
         self.file.sync_data()?;
         let oldest = self.rotated(self.max_files.max(1));
         if oldest.exists() {
+            // Whoever wrote them (this process or an earlier one), they are counted.
+            self.deleted_records += count_lines(&oldest)?;
             std::fs::remove_file(&oldest)?;
-            self.deleted_files += 1;
-            if self.rotated_records.len() >= self.max_files.max(1) as usize {
-                self.deleted_records += self.rotated_records.pop_back().unwrap_or(0);
-            }
         }
+        crate::test_hooks::crash_point("log_rotating");
         for n in (1..self.max_files.max(1)).rev() {
             let from = self.rotated(n);
             if from.exists() {
@@ -94,10 +148,9 @@ impl JsonlLog {
             }
         }
         std::fs::rename(&self.path, self.rotated(1))?;
-        self.rotated_records
-            .push_front(std::mem::take(&mut self.records));
         self.file = super::private::options()
             .create(true)
+            .read(true)
             .append(true)
             .open(&self.path)?;
         self.size = 0;
@@ -111,46 +164,107 @@ pub fn rotated_name(path: &Path, n: u32) -> PathBuf {
     path.with_file_name(format!("{stem}.{n}.jsonl"))
 }
 
+/// `dir/name.jsonl` → `dir/name.jsonl.torn`: where torn last lines are set aside.
+pub fn torn_path(path: &Path) -> PathBuf {
+    let mut name = path.file_name().unwrap_or_default().to_os_string();
+    name.push(".torn");
+    path.with_file_name(name)
+}
+
+/// Length of the file up to and including its last newline.
+fn complete_prefix(file: &mut File, size: u64) -> io::Result<u64> {
+    let mut end = size;
+    let mut block = vec![0_u8; 64 * 1024];
+    while end > 0 {
+        let start = end.saturating_sub(block.len() as u64);
+        let chunk = &mut block[..(end - start) as usize];
+        file.seek(SeekFrom::Start(start))?;
+        file.read_exact(chunk)?;
+        if let Some(i) = chunk.iter().rposition(|b| *b == b'\n') {
+            return Ok(start + i as u64 + 1);
+        }
+        end = start;
+    }
+    Ok(0)
+}
+
+fn count_lines(path: &Path) -> io::Result<u64> {
+    let mut count = 0;
+    let mut reader = BufReader::new(File::open(path)?);
+    loop {
+        let buffer = reader.fill_buf()?;
+        if buffer.is_empty() {
+            return Ok(count);
+        }
+        count += memchr::memchr_iter(b'\n', buffer).count() as u64;
+        let n = buffer.len();
+        reader.consume(n);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
-    fn appends_lines_and_rotates_keeping_at_most_max_files() {
+    fn rotates_between_batches_keeping_at_most_max_files_and_counts_what_it_deletes() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("unknown.jsonl");
+        // Files of an earlier run: their records count too when rotation deletes them.
+        std::fs::write(rotated_name(&path, 2), "{}\n{}\n{}\n").unwrap();
         let mut log = JsonlLog::open(path.clone(), 40, 2).unwrap();
         for i in 0..10 {
+            log.rotate_if_full().unwrap();
             log.append(&serde_json::json!({ "n": i, "pad": "xxxxxxxxxx" }))
                 .unwrap();
         }
         log.sync().unwrap();
+        // Lines of 27 bytes: a file takes two before it passes 40 bytes.
         let current = std::fs::read_to_string(&path).unwrap();
-        assert_eq!(current.lines().count(), 1);
+        assert_eq!(current.lines().count(), 2);
         assert!(current.contains("\"n\":9"));
         assert!(rotated_name(&path, 1).exists() && rotated_name(&path, 2).exists());
         assert!(!rotated_name(&path, 3).exists());
-        assert_eq!(log.deleted_files, 7);
         assert_eq!(
             log.take_deleted_records(),
-            7,
-            "one record per deleted file here"
+            3 + 2 + 2,
+            "the earlier run's three, then two per deleted file of this run"
         );
         assert_eq!(log.take_deleted_records(), 0);
         let previous = std::fs::read_to_string(rotated_name(&path, 1)).unwrap();
-        assert!(previous.contains("\"n\":8"));
+        assert!(previous.contains("\"n\":7"));
     }
 
     #[test]
-    fn reopening_continues_the_size() {
+    fn a_torn_last_line_is_set_aside_and_the_next_append_starts_clean() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("rejected.jsonl");
-        JsonlLog::open(path.clone(), 1 << 20, 2)
-            .unwrap()
-            .append(&1)
-            .unwrap();
+        std::fs::write(&path, "1\n2\n{\"torn").unwrap();
         let mut log = JsonlLog::open(path.clone(), 1 << 20, 2).unwrap();
-        log.append(&2).unwrap();
-        assert_eq!(std::fs::read_to_string(&path).unwrap(), "1\n2\n");
+        assert_eq!(log.torn_lines(), 1);
+        assert_eq!(log.size(), 4);
+        log.append(&3).unwrap();
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), "1\n2\n3\n");
+        assert_eq!(
+            std::fs::read_to_string(torn_path(&path)).unwrap(),
+            "{\"torn\n"
+        );
+        let again = JsonlLog::open(path, 1 << 20, 2).unwrap();
+        assert_eq!(again.torn_lines(), 0);
+    }
+
+    #[test]
+    fn keys_from_an_offset_read_only_what_follows() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("unknown.jsonl");
+        let mut log = JsonlLog::open(path, 1 << 20, 2).unwrap();
+        log.append(&serde_json::json!({"request_id": "w/1/1/0", "row": 0}))
+            .unwrap();
+        let at = log.size();
+        log.append(&serde_json::json!({"request_id": "w/1/2/0", "row": 1}))
+            .unwrap();
+        let keys = log.keys_from(at).unwrap();
+        assert_eq!(keys.len(), 1);
+        assert!(keys.contains(&("w/1/2/0".to_string(), 1)));
     }
 }

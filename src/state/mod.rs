@@ -1,20 +1,25 @@
-//! The state directory: one writer's outcome logs, spill file and identity.
+//! The state directory: one writer's intent journal, outcome logs, spill and identity.
 //!
 //! | file | what |
 //! |---|---|
 //! | `lock` | held (`flock`) while a process uses the directory: one writer per directory |
 //! | `writer_id` | this writer's id, generated once unless configured |
-//! | `incarnation` | how many times the directory was opened; part of every record's identity |
-//! | `status.json` | pending rows after the last flush, and whether the process stopped cleanly |
+//! | `incarnation` | how many times the directory was opened; part of every request id |
+//! | `status.json` | pending rows and sums after the last flush, and whether the process stopped cleanly |
+//! | `journal.wal` | the intent journal of the flush in progress (see [`journal`]) |
 //! | `unknown.jsonl` | writes whose outcome is unknown (never re-sent) |
 //! | `rejected.jsonl` | writes the store refused permanently |
-//! | `spill.jsonl` and `spill.*.jsonl` | writes not sent yet, replayed at the next start (see [`spill`]) |
+//! | `spill.*.jsonl`, `spill.cursor` | writes not sent yet, and how far replay consumed them (see [`spill`]) |
+//!
+//! Opening the directory finishes what a killed process left unfinished ([`recovery`]).
 //!
 //! The directory is `0700` and every file `0600` (see [`private`]).
 
+pub mod journal;
 pub mod jsonl;
 pub mod private;
 pub mod record;
+pub mod recovery;
 pub mod spill;
 
 use std::fs::{self, File};
@@ -24,10 +29,14 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use crate::config::StateConfig;
+use crate::sink::PartitionWrite;
+use crate::test_hooks;
 
+pub use self::journal::{FamilyEntry, FlushGroup, FlushId, Journal, Settled};
 pub use self::jsonl::JsonlLog;
-pub use self::record::{ErrorInfo, RecordOutcome, WriteRecord};
-pub use self::spill::{Recovered, Spill};
+pub use self::record::{ErrorInfo, RecordOutcome, RecordSource, WriteRecord, records_of};
+pub use self::recovery::RecoveryReport;
+pub use self::spill::{Chunk, Cursor, SegmentId, Spill};
 
 /// A problem opening the state directory.
 #[derive(Debug, thiserror::Error)]
@@ -53,25 +62,36 @@ pub enum StateError {
 /// What the previous process left in `status.json`.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Status {
-    /// Whether it stopped through a clean shutdown.
+    /// Whether it stopped through a clean shutdown with nothing lost.
     pub clean: bool,
     /// Its incarnation.
     pub incarnation: u64,
     /// Rows pending in memory after its last flush (lost if it did not stop cleanly,
-    /// together with whatever arrived after that flush).
+    /// together with whatever arrived after that flush); after a final flush whose spill
+    /// failed, the rows that were lost.
     pub pending_rows: u64,
-    /// Their signed delta sum, as text (an i128).
+    /// Their signed delta sum owed to the minute tables, as text (an i128).
     pub pending_sum: String,
+    /// Their signed delta sum owed to the day tables, as text (an i128).
+    #[serde(default)]
+    pub pending_day_sum: String,
     /// When the status was written, RFC 3339.
     pub time: String,
 }
 
+impl Status {
+    /// The pending delta sums, minute then day (0 where unreadable).
+    pub fn pending_sums(&self) -> [i128; 2] {
+        [&self.pending_sum, &self.pending_day_sum].map(|s| s.parse().unwrap_or(0))
+    }
+}
+
 /// An open, locked state directory.
 ///
-/// Callers use its operations, never its files: append records to an outcome log, spill
-/// records, and take a spill replay through its steps (reload, begin sending, finish).
-/// Each step that moves a file is one `rename` or `unlink` (see [`spill`] for the crash
-/// windows).
+/// Callers use its operations, never its files: the journal's group commit, outcomes and
+/// end; a batch of outcome records; a spill segment; a chunk of replay. Every step that
+/// other steps depend on is one `fsync`, `rename` or `unlink` (the README lists what a
+/// crash between two of them means).
 pub struct StateDir {
     dir: PathBuf,
     _lock: File,
@@ -80,7 +100,11 @@ pub struct StateDir {
     unknown: JsonlLog,
     rejected: JsonlLog,
     spill: Spill,
+    journal: Journal,
     unclean_previous_run: Option<Status>,
+    recovery: RecoveryReport,
+    /// False only in the flush benchmark's baseline (feature `dev`): no journal at all.
+    journal_enabled: bool,
 }
 
 /// The two append-only outcome logs.
@@ -150,10 +174,20 @@ impl Appended {
     }
 }
 
+/// Torn or unreadable lines set aside, by file (`countersink_state_lines_corrupt_total`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CorruptLines {
+    /// Torn last lines of `unknown.jsonl` / `rejected.jsonl` set aside at start.
+    pub torn: [u64; 2],
+    /// Lines of spill segments that could not be read.
+    pub spill: u64,
+}
+
 impl StateDir {
-    /// Opens and locks the directory, recovering from the previous run. Returns the
-    /// spilled rows to replay.
-    pub fn open(config: &StateConfig) -> Result<(StateDir, Recovered), StateError> {
+    /// Opens and locks the directory, and finishes what the previous process left
+    /// unfinished (see [`recovery`]): an unsettled flush in the journal, unfinished
+    /// spill writes, a torn outcome log.
+    pub fn open(config: &StateConfig) -> Result<StateDir, StateError> {
         let dir = config.dir.clone();
         let error_dir = dir.clone();
         let io_err = move |step: &'static str| {
@@ -188,7 +222,7 @@ impl StateDir {
             Err(_) => None,
         };
 
-        let mut unknown = JsonlLog::open(
+        let unknown = JsonlLog::open(
             dir.join("unknown.jsonl"),
             config.max_log_bytes,
             config.max_log_files,
@@ -200,9 +234,16 @@ impl StateDir {
             config.max_log_files,
         )
         .map_err(io_err("open rejected.jsonl"))?;
-        let (spill, recovered) =
-            Spill::recover(&dir, incarnation, &mut unknown).map_err(io_err("recover spill"))?;
-        let state = StateDir {
+        let (journal, groups, torn_journal) =
+            Journal::open(dir.join("journal.wal")).map_err(io_err("open journal.wal"))?;
+        let journal_cursor = groups
+            .iter()
+            .filter(|g| g.committed)
+            .filter_map(|g| g.consumes)
+            .max();
+        let spill = Spill::open(&dir, config.max_spill_bytes, journal_cursor)
+            .map_err(io_err("open the spill"))?;
+        let mut state = StateDir {
             dir,
             _lock: lock,
             writer_id,
@@ -210,12 +251,21 @@ impl StateDir {
             unknown,
             rejected,
             spill,
+            journal,
             unclean_previous_run,
+            recovery: RecoveryReport::default(),
+            journal_enabled: true,
         };
+        if test_hooks::keep_journal() {
+            state.journal.set_keep(true);
+        }
+        let mut report = recovery::recover(&mut state, groups).map_err(io_err("recover"))?;
+        report.torn_journal_bytes = torn_journal;
+        state.recovery = report;
         state
-            .write_status(false, 0, 0)
+            .write_status(false, 0, [0, 0])
             .map_err(io_err("write status"))?;
-        Ok((state, recovered))
+        Ok(state)
     }
 
     /// The directory.
@@ -238,9 +288,122 @@ impl StateDir {
         self.unclean_previous_run.as_ref()
     }
 
-    /// Appends records to an outcome log, stopping at the first failed write. Durable
-    /// once [`StateDir::sync_logs`] returns.
-    pub fn append(&mut self, log: OutcomeLog, records: &[WriteRecord]) -> Appended {
+    /// What opening the directory had to finish for the previous process.
+    pub fn recovery(&self) -> &RecoveryReport {
+        &self.recovery
+    }
+
+    /// Torn or unreadable lines set aside at start.
+    pub fn torn_lines(&self) -> [u64; 2] {
+        [self.unknown.torn_lines(), self.rejected.torn_lines()]
+    }
+
+    /// Keeps settled flushes in `journal.wal` instead of emptying it after each flush
+    /// (tests read every request back; the file then grows without bound).
+    pub fn keep_journal(&mut self, keep: bool) {
+        self.journal.set_keep(keep);
+    }
+
+    /// Turns the journal off: no intents, no outcomes, no crash recovery for this
+    /// process's flushes. Only for the flush benchmark's baseline (what the journal
+    /// costs is measured against it); never in a product build.
+    #[cfg(feature = "dev")]
+    pub fn disable_journal_for_benchmark(&mut self) {
+        self.journal_enabled = false;
+    }
+
+    /// The journal's file.
+    pub fn journal_path(&self) -> &Path {
+        self.journal.path()
+    }
+
+    /// The group commit of a flush: its intents, durable, with the replay cursor it
+    /// consumes. Nothing of the flush may be sent before this returns `Ok`.
+    pub fn journal_begin(
+        &mut self,
+        flush: &FlushId,
+        time: &str,
+        families: &[FamilyEntry],
+        writes: &[PartitionWrite],
+    ) -> io::Result<Option<Cursor>> {
+        let consumes = self.spill.loaded();
+        if !self.journal_enabled {
+            return Ok(consumes);
+        }
+        self.journal
+            .begin(flush, time, consumes, families, writes)
+            .map(|()| consumes)
+    }
+
+    /// Records how a request ended (buffered; see [`StateDir::journal_flush`]).
+    pub fn journal_outcome(&mut self, request: u32, settled: &Settled) {
+        if self.journal_enabled {
+            self.journal.outcome(request, settled);
+        }
+    }
+
+    /// Hands buffered outcome records to the kernel (they survive the process).
+    pub fn journal_flush(&mut self) {
+        if let Err(error) = self.journal.flush_pending() {
+            tracing::warn!(%error, "Could not write outcome records to the journal; a crash now would log those requests as unknown.");
+        }
+    }
+
+    /// Ends a flush: marks it settled in the journal, then makes the replay cursor it
+    /// consumed durable and deletes the spill segments passed.
+    pub fn journal_end(&mut self, flush: &FlushId, consumed: Option<Cursor>) -> io::Result<()> {
+        if self.journal_enabled {
+            self.journal.end(flush.flush_seq)?;
+        }
+        self.spill.commit(consumed)
+    }
+
+    /// Appends one flush's outcome records: rotates full logs first, records where the
+    /// batch starts in the journal (durably), appends, syncs. Returns what each log did.
+    pub fn log_batch(
+        &mut self,
+        unknown: &[WriteRecord],
+        rejected: &[WriteRecord],
+    ) -> [Appended; 2] {
+        let mut results = [Appended::default(), Appended::default()];
+        if unknown.is_empty() && rejected.is_empty() {
+            return results;
+        }
+        for (log, file) in [
+            (OutcomeLog::Unknown, &mut self.unknown),
+            (OutcomeLog::Rejected, &mut self.rejected),
+        ] {
+            if let Err(error) = file.rotate_if_full() {
+                tracing::error!(%error, file = log.file_name(), "Could not rotate an outcome log.");
+            }
+        }
+        if let Err(error) = self
+            .journal
+            .logs_at(self.unknown.size(), self.rejected.size())
+        {
+            tracing::error!(%error, "Could not record the outcome logs' sizes in the journal; a crash before this flush ends could log some records twice.");
+        }
+        crate::test_hooks::crash_point("logs_at_recorded");
+        for (i, (log, records)) in [
+            (OutcomeLog::Unknown, unknown),
+            (OutcomeLog::Rejected, rejected),
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            if !records.is_empty() {
+                results[i] = self.append(log, records);
+            }
+        }
+        crate::test_hooks::crash_point("logs_appended");
+        for (log, error) in self.sync_logs() {
+            tracing::error!(%error, file = log.file_name(), "Could not sync an outcome log.");
+        }
+        results
+    }
+
+    /// Appends records to an outcome log, stopping at the first failed write.
+    fn append(&mut self, log: OutcomeLog, records: &[WriteRecord]) -> Appended {
         let file = match log {
             OutcomeLog::Unknown => &mut self.unknown,
             OutcomeLog::Rejected => &mut self.rejected,
@@ -259,7 +422,7 @@ impl StateDir {
     }
 
     /// Makes both outcome logs durable; the logs that could not be synced, with why.
-    pub fn sync_logs(&mut self) -> Vec<(OutcomeLog, io::Error)> {
+    fn sync_logs(&mut self) -> Vec<(OutcomeLog, io::Error)> {
         let mut failed = Vec::new();
         for (log, file) in [
             (OutcomeLog::Unknown, &mut self.unknown),
@@ -272,55 +435,101 @@ impl StateDir {
         failed
     }
 
-    /// Appends records to the spill file and makes them durable. On an error part of
-    /// them may be on disk (they are replayed like the rest).
-    pub fn spill(&mut self, records: &[WriteRecord]) -> io::Result<()> {
-        records
-            .iter()
-            .try_for_each(|r| self.spill.append(r))
-            .and_then(|()| self.spill.sync())
+    /// Appends records to an outcome log outside a flush (replayed rows that no longer
+    /// map to a table), durably.
+    pub fn append_now(&mut self, log: OutcomeLog, records: &[WriteRecord]) -> Appended {
+        let appended = self.append(log, records);
+        for (log, error) in self.sync_logs() {
+            tracing::error!(%error, file = log.file_name(), "Could not sync an outcome log.");
+        }
+        appended
     }
 
-    /// Whether this process spilled rows that wait in `spill.jsonl`.
-    pub fn has_spilled(&self) -> bool {
-        self.spill.has_pending()
+    /// Writes a flush's spill segment (whole writes, up to `state.max_spill_bytes`):
+    /// per batch, whether it was written.
+    pub fn spill(
+        &mut self,
+        flush: &FlushId,
+        batches: &[Vec<WriteRecord>],
+    ) -> io::Result<Vec<bool>> {
+        let id = SegmentId {
+            incarnation: flush.incarnation,
+            flush_seq: flush.flush_seq,
+            recovered: false,
+        };
+        let consumes = self.spill.loaded();
+        self.spill.write_segment(id, consumes, batches)
     }
 
-    /// Replay step 2 while running: `spill.jsonl` becomes `spill.loaded.<tag>.jsonl` and
-    /// its rows are returned, to be merged into the buffer. `tag` must be unique within
-    /// the directory.
-    pub fn reload_spill(&mut self, tag: &str) -> io::Result<Recovered> {
-        self.spill.reload(tag)
+    /// Bytes of spill segments on disk, and the limit.
+    pub fn spill_bytes(&self) -> (u64, u64) {
+        (self.spill.bytes(), self.spill.max_bytes())
     }
 
-    /// Whether replayed rows are in the buffer and not sent yet.
-    pub fn has_replay_loaded(&self) -> bool {
-        self.spill.has_loaded()
+    /// Whether spilled rows wait to be replayed.
+    pub fn has_unreplayed(&self) -> bool {
+        self.spill.has_unloaded()
     }
 
-    /// Replay step 3: called before a flush that carries replayed rows sends anything.
-    /// From here on a crash logs those rows as unknown instead of loading them again.
-    pub fn begin_replay_send(&mut self) -> io::Result<()> {
-        self.spill.begin_send()
+    /// How far replay has loaded rows into the buffer.
+    pub fn replay_loaded(&self) -> Option<Cursor> {
+        self.spill.loaded()
     }
 
-    /// The end of a replay: called once the flush that carried it recorded every outcome.
-    pub fn finish_replay_send(&mut self) -> io::Result<()> {
-        self.spill.finish_send()
+    /// Makes a replay cursor durable outside a flush (a chunk that produced no write).
+    pub fn commit_replay(&mut self, cursor: Option<Cursor>) -> io::Result<()> {
+        self.spill.commit(cursor)
     }
 
-    /// Records pending rows after a flush (or, with `clean`, at the end of shutdown).
+    /// Reads spilled records from the replay cursor on, one at a time, while `take`
+    /// accepts them (see [`Spill::read`]). Unreadable lines are copied to
+    /// `spill.corrupt.jsonl`; returns how many.
+    pub fn read_spill(
+        &mut self,
+        take: impl FnMut(SegmentId, WriteRecord) -> bool,
+    ) -> io::Result<usize> {
+        let corrupt = self.spill.read(take)?;
+        self.set_corrupt_aside(&corrupt)?;
+        Ok(corrupt.len())
+    }
+
+    /// Reads the next replay chunk whole (see [`Spill::load`]); unreadable lines are
+    /// copied to `spill.corrupt.jsonl` and returned counted. For tests and audits: the
+    /// flusher streams with [`StateDir::read_spill`].
+    pub fn load_spill(
+        &mut self,
+        more: impl FnMut(usize, &WriteRecord) -> bool,
+    ) -> io::Result<Chunk> {
+        let chunk = self.spill.load(more)?;
+        self.set_corrupt_aside(&chunk.corrupt)?;
+        Ok(chunk)
+    }
+
+    fn set_corrupt_aside(&self, lines: &[String]) -> io::Result<()> {
+        if !lines.is_empty() {
+            let mut log = JsonlLog::open(self.dir.join("spill.corrupt.jsonl"), u64::MAX, 1)?;
+            for line in lines {
+                log.append(&serde_json::json!({ "unparsed": line }))?;
+            }
+            log.sync()?;
+        }
+        Ok(())
+    }
+
+    /// Records the pending rows and sums (minute, day) after a flush or, with `clean`,
+    /// at the end of shutdown.
     pub fn write_status(
         &self,
         clean: bool,
         pending_rows: u64,
-        pending_sum: i128,
+        pending_sums: [i128; 2],
     ) -> io::Result<()> {
         let status = Status {
             clean,
             incarnation: self.incarnation,
             pending_rows,
-            pending_sum: pending_sum.to_string(),
+            pending_sum: pending_sums[0].to_string(),
+            pending_day_sum: pending_sums[1].to_string(),
             time: crate::bucket::rfc3339(std::time::SystemTime::now()),
         };
         let tmp = self.dir.join("status.json.tmp");
@@ -372,6 +581,9 @@ fn generate_writer_id() -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::aggregate::Columns;
+    use crate::sink::RowDelta;
+    use crate::vocabulary::{FamilyId, Granularity};
 
     fn config(dir: &Path) -> StateConfig {
         StateConfig {
@@ -383,10 +595,10 @@ mod tests {
     #[test]
     fn identity_persists_and_incarnation_grows() {
         let tmp = tempfile::tempdir().unwrap();
-        let (first, _) = StateDir::open(&config(tmp.path())).unwrap();
+        let first = StateDir::open(&config(tmp.path())).unwrap();
         let (id, inc) = (first.writer_id().to_owned(), first.incarnation());
         drop(first);
-        let (second, _) = StateDir::open(&config(tmp.path())).unwrap();
+        let second = StateDir::open(&config(tmp.path())).unwrap();
         assert_eq!(second.writer_id(), id);
         assert_eq!(second.incarnation(), inc + 1);
     }
@@ -394,7 +606,7 @@ mod tests {
     #[test]
     fn one_process_per_directory() {
         let tmp = tempfile::tempdir().unwrap();
-        let (_held, _) = StateDir::open(&config(tmp.path())).unwrap();
+        let _held = StateDir::open(&config(tmp.path())).unwrap();
         assert!(matches!(
             StateDir::open(&config(tmp.path())),
             Err(StateError::Locked { .. })
@@ -402,21 +614,21 @@ mod tests {
     }
 
     #[test]
-    fn unclean_stop_is_reported_with_its_last_pending_rows() {
+    fn unclean_stop_is_reported_with_its_last_pending_rows_and_sums() {
         let tmp = tempfile::tempdir().unwrap();
-        let (state, _) = StateDir::open(&config(tmp.path())).unwrap();
+        let state = StateDir::open(&config(tmp.path())).unwrap();
         assert!(state.unclean_previous_run().is_none());
-        state.write_status(false, 42, -7).unwrap();
+        state.write_status(false, 42, [-7, 9]).unwrap();
         drop(state);
-        let (state, _) = StateDir::open(&config(tmp.path())).unwrap();
+        let state = StateDir::open(&config(tmp.path())).unwrap();
         let previous = state.unclean_previous_run().cloned().unwrap();
         assert_eq!(
-            (previous.pending_rows, previous.pending_sum.as_str()),
-            (42, "-7")
+            (previous.pending_rows, previous.pending_sums()),
+            (42, [-7, 9])
         );
-        state.write_status(true, 0, 0).unwrap();
+        state.write_status(true, 0, [0, 0]).unwrap();
         drop(state);
-        let (state, _) = StateDir::open(&config(tmp.path())).unwrap();
+        let state = StateDir::open(&config(tmp.path())).unwrap();
         assert!(state.unclean_previous_run().is_none());
     }
 
@@ -434,8 +646,8 @@ mod tests {
     fn records_that_cannot_be_written_are_counted() {
         let tmp = tempfile::tempdir().unwrap();
         std::os::unix::fs::symlink("/dev/full", tmp.path().join("unknown.jsonl")).unwrap();
-        let (mut state, _) = StateDir::open(&config(tmp.path())).unwrap();
-        let appended = state.append(OutcomeLog::Unknown, &[record(), record(), record()]);
+        let mut state = StateDir::open(&config(tmp.path())).unwrap();
+        let [appended, _] = state.log_batch(&[record(), record(), record()], &[]);
         assert_eq!(
             appended.lost().collect::<Vec<_>>(),
             [(LostRecords::WriteError, 3)]
@@ -453,17 +665,27 @@ mod tests {
         fs::set_permissions(&dir, fs::Permissions::from_mode(0o755)).unwrap();
         fs::write(dir.join("unknown.jsonl"), "").unwrap();
         fs::set_permissions(dir.join("unknown.jsonl"), fs::Permissions::from_mode(0o644)).unwrap();
-        let (mut state, _) = StateDir::open(&config(&dir)).unwrap();
-        state.append(OutcomeLog::Rejected, &[record()]);
-        state.spill(&[record()]).unwrap();
-        state.write_status(false, 1, 1).unwrap();
+        let mut state = StateDir::open(&config(&dir)).unwrap();
+        state.log_batch(&[], &[record()]);
+        for flush_seq in [1, 2] {
+            let flush = FlushId {
+                writer: state.writer_id().to_owned(),
+                incarnation: state.incarnation(),
+                flush_seq,
+            };
+            state.spill(&flush, &[vec![record()]]).unwrap();
+        }
+        // Replay the first segment and commit the cursor: `spill.cursor` is written.
+        state.load_spill(|rows, _| rows < 1).unwrap();
+        state.commit_replay(state.replay_loaded()).unwrap();
+        state.write_status(false, 1, [1, 0]).unwrap();
         let mode = |p: &Path| fs::metadata(p).unwrap().permissions().mode() & 0o777;
         assert_eq!(mode(&dir), 0o700);
         let files: Vec<_> = fs::read_dir(&dir)
             .unwrap()
             .map(|e| e.unwrap().path())
             .collect();
-        assert!(files.len() >= 7, "{files:?}");
+        assert!(files.len() >= 9, "{files:?}");
         for file in files {
             assert_eq!(mode(&file), 0o600, "{}", file.display());
         }
@@ -472,15 +694,204 @@ mod tests {
     #[test]
     fn records_deleted_by_rotation_are_counted() {
         let tmp = tempfile::tempdir().unwrap();
-        let (mut state, _) = StateDir::open(&StateConfig {
+        let mut state = StateDir::open(&StateConfig {
             max_log_bytes: 10,
             max_log_files: 1,
             ..config(tmp.path())
         })
         .unwrap();
         let rotated: u64 = (0..4)
-            .map(|_| state.append(OutcomeLog::Rejected, &[record()]).rotated_out)
+            .map(|_| state.log_batch(&[], &[record()])[1].rotated_out)
             .sum();
         assert_eq!(rotated, 2);
+    }
+
+    fn families() -> Vec<FamilyEntry> {
+        vec![FamilyEntry {
+            id: 0,
+            name: "generic".into(),
+            minute_table: "ks.counts_by_minute".into(),
+            day_table: "ks.counts_by_day".into(),
+            key_columns: vec!["name".into(), "tags".into()],
+            columns: vec!["value".into()],
+        }]
+    }
+
+    fn write(name: &str, delta: i64) -> PartitionWrite {
+        PartitionWrite {
+            family: FamilyId(0),
+            table: Granularity::Minute,
+            series: crate::series::encode([name, ""]).into_boxed_slice(),
+            shard: None,
+            rows: vec![RowDelta {
+                bucket: 20_000 * 1440 + 5,
+                columns: Columns::One(delta),
+                requeued_since: 0,
+            }],
+        }
+    }
+
+    fn lines(dir: &Path, name: &str) -> Vec<WriteRecord> {
+        fs::read_to_string(dir.join(name))
+            .unwrap_or_default()
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect()
+    }
+
+    /// A flush killed after its group commit: each request gets one home, and running the
+    /// recovery again (as after a kill in the middle of it) adds nothing.
+    #[test]
+    fn recovery_gives_each_request_of_a_killed_flush_one_home_and_runs_again_safely() {
+        let tmp = tempfile::tempdir().unwrap();
+        let mut state = StateDir::open(&config(tmp.path())).unwrap();
+        let flush = FlushId {
+            writer: state.writer_id().to_owned(),
+            incarnation: state.incarnation(),
+            flush_seq: 1,
+        };
+        let writes = [
+            write("applied", 1),
+            write("in_flight", 2),
+            write("not_applied", 4),
+            write("unknown", 8),
+            write("rejected", 16),
+            write("not_started", 32),
+        ];
+        state
+            .journal_begin(&flush, "t", &families(), &writes)
+            .unwrap();
+        let error = |kind: &str| (kind.to_string(), "text".to_string());
+        state.journal_outcome(0, &Settled::Applied);
+        let (kind, text) = error("unavailable");
+        state.journal_outcome(2, &Settled::NotApplied { kind, text });
+        let (kind, text) = error("write_timeout");
+        state.journal_outcome(3, &Settled::Unknown { kind, text });
+        let (kind, text) = error("invalid");
+        state.journal_outcome(4, &Settled::Rejected { kind, text });
+        state.journal_outcome(5, &Settled::NotStarted);
+        // Where the flush's records would have started (recovery records this itself when
+        // a flush was killed before it).
+        state.journal.logs_at(0, 0).unwrap();
+        let journal = fs::read(state.journal_path()).unwrap();
+        drop(state); // killed
+
+        let state = StateDir::open(&config(tmp.path())).unwrap();
+        let report = state.recovery().clone();
+        assert_eq!(
+            (
+                report.flushes,
+                report.unknown_rows,
+                report.spilled_rows,
+                report.rejected_rows
+            ),
+            (1, 2, 2, 1)
+        );
+        assert_eq!(report.unknown_sums, [2 + 8, 0]);
+        let check = |dir: &Path| {
+            let unknown = lines(dir, "unknown.jsonl");
+            let kinds: Vec<(String, String)> = unknown
+                .iter()
+                .map(|r| {
+                    (
+                        r.key["name"].clone(),
+                        r.error.as_ref().unwrap().kind.clone(),
+                    )
+                })
+                .collect();
+            assert_eq!(
+                kinds,
+                [
+                    ("in_flight".to_string(), "in_flight_at_crash".to_string()),
+                    ("unknown".to_string(), "write_timeout".to_string())
+                ]
+            );
+            assert_eq!(unknown[0].request_id, flush.request_id(1));
+            let rejected = lines(dir, "rejected.jsonl");
+            assert_eq!(rejected.len(), 1);
+            assert_eq!(rejected[0].key["name"], "rejected");
+        };
+        check(tmp.path());
+        drop(state);
+        // The same journal again (a kill before recovery's own end): nothing is added.
+        fs::write(tmp.path().join("journal.wal"), &journal).unwrap();
+        let mut state = StateDir::open(&config(tmp.path())).unwrap();
+        check(tmp.path());
+        let report = state.recovery().clone();
+        assert_eq!((report.unknown_rows, report.spilled_rows), (0, 0));
+        let chunk = state.load_spill(|_, _| true).unwrap();
+        let spilled: Vec<(String, i64)> = chunk
+            .records
+            .iter()
+            .map(|(_, r)| (r.key["name"].clone(), r.deltas["value"]))
+            .collect();
+        assert_eq!(
+            spilled,
+            [
+                ("not_applied".to_string(), 4),
+                ("not_started".to_string(), 32)
+            ],
+            "once, though recovery ran twice"
+        );
+    }
+
+    /// Records a flush wrote before it was killed are not written again; a torn one is
+    /// set aside and written whole.
+    #[test]
+    fn recovery_completes_a_half_written_log_batch_without_duplicates() {
+        let tmp = tempfile::tempdir().unwrap();
+        let mut state = StateDir::open(&config(tmp.path())).unwrap();
+        let flush = FlushId {
+            writer: state.writer_id().to_owned(),
+            incarnation: state.incarnation(),
+            flush_seq: 7,
+        };
+        let writes = [write("a", 1), write("b", 2), write("c", 3)];
+        state
+            .journal_begin(&flush, "t", &families(), &writes)
+            .unwrap();
+        for i in 0..3 {
+            state.journal_outcome(
+                i,
+                &Settled::Unknown {
+                    kind: "overloaded".into(),
+                    text: "x".into(),
+                },
+            );
+        }
+        let records: Vec<WriteRecord> = writes
+            .iter()
+            .enumerate()
+            .flat_map(|(i, w)| {
+                crate::flush::record_conversion::to_records(
+                    w,
+                    &families()[0],
+                    RecordSource {
+                        flush: &flush,
+                        request: i as u32,
+                        time: "t",
+                    },
+                    RecordOutcome::Unknown,
+                    None,
+                )
+            })
+            .collect();
+        // Only the first record made it, and half of the second.
+        state.log_batch(&records[..1], &[]);
+        drop(state);
+        let second = serde_json::to_string(&records[1]).unwrap();
+        let mut file = fs::OpenOptions::new()
+            .append(true)
+            .open(tmp.path().join("unknown.jsonl"))
+            .unwrap();
+        io::Write::write_all(&mut file, &second.as_bytes()[..10]).unwrap();
+        drop(file);
+
+        let state = StateDir::open(&config(tmp.path())).unwrap();
+        assert_eq!(state.torn_lines(), [1, 0]);
+        let unknown = lines(tmp.path(), "unknown.jsonl");
+        let names: Vec<&str> = unknown.iter().map(|r| r.key["name"].as_str()).collect();
+        assert_eq!(names, ["a", "b", "c"]);
+        assert_eq!(state.recovery().unknown_rows, 2);
     }
 }

@@ -1,7 +1,7 @@
 //! The JSON record written for every write that did not simply succeed.
 //!
 //! One object per line, complete enough to reconcile by hand: who wrote it (writer id,
-//! incarnation, flush sequence), where (table, key values, shard, bucket), what (column
+//! incarnation, flush sequence, request id and row within the request), where (table, key values, shard, bucket), what (column
 //! deltas), and why it is here (outcome, error kind and text).
 
 use std::collections::BTreeMap;
@@ -21,6 +21,13 @@ pub struct WriteRecord {
     pub incarnation: u64,
     /// Flush number within the incarnation.
     pub flush_seq: u64,
+    /// The request this row was part of: `writer/incarnation/flush_seq/request`, the id
+    /// its intent has in the journal (empty in records of older versions).
+    #[serde(default)]
+    pub request_id: String,
+    /// The row's position within its request: with `request_id`, one record's identity.
+    #[serde(default)]
+    pub row: u16,
     /// Why the record is here: `unknown`, `rejected` or `spilled`.
     pub outcome: RecordOutcome,
     /// Family name (`generic` for the generic tables).
@@ -58,7 +65,7 @@ pub enum RecordOutcome {
     /// The store refused it permanently, or it can no longer be mapped to a table
     /// (`rejected.jsonl`).
     Rejected,
-    /// Not sent, kept for a later flush (`spill.jsonl`).
+    /// Not sent, kept for a later flush (a spill segment).
     Spilled,
 }
 
@@ -70,4 +77,74 @@ pub struct ErrorInfo {
     pub kind: String,
     /// The error text.
     pub text: String,
+}
+
+/// What a request's records say about where they come from.
+#[derive(Clone, Copy, Debug)]
+pub struct RecordSource<'a> {
+    /// The flush that sent (or meant to send) the request.
+    pub flush: &'a super::journal::FlushId,
+    /// The request's index within the flush.
+    pub request: u32,
+    /// When the outcome is recorded, RFC 3339.
+    pub time: &'a str,
+}
+
+/// The records of one request, one per row: `rows` are (bucket, deltas in the family's
+/// column order). The one place a request becomes records, for the flusher and for
+/// crash recovery alike.
+#[allow(clippy::too_many_arguments)]
+pub fn records_of<'r>(
+    family: &super::journal::FamilyEntry,
+    table: crate::vocabulary::Granularity,
+    series: &[u8],
+    shard: Option<u8>,
+    rows: impl IntoIterator<Item = (u32, &'r [i64])>,
+    source: RecordSource<'_>,
+    outcome: RecordOutcome,
+    error: Option<&ErrorInfo>,
+) -> Vec<WriteRecord> {
+    use crate::bucket::{self, Day, Minute};
+    use crate::vocabulary::Granularity;
+    let key: BTreeMap<String, String> = family
+        .key_columns
+        .iter()
+        .cloned()
+        .zip(crate::series::fields(series).map(str::to_owned))
+        .collect();
+    let request_id = source.flush.request_id(source.request);
+    rows.into_iter()
+        .enumerate()
+        .map(|(index, (bucket, deltas))| {
+            let day = match table {
+                Granularity::Minute => Minute(bucket).day(),
+                Granularity::Day => Day(bucket),
+            };
+            WriteRecord {
+                time: source.time.to_owned(),
+                writer: source.flush.writer.clone(),
+                incarnation: source.flush.incarnation,
+                flush_seq: source.flush.flush_seq,
+                request_id: request_id.clone(),
+                row: u16::try_from(index).unwrap_or(u16::MAX),
+                outcome,
+                family: family.name.clone(),
+                table: family.table(table).to_owned(),
+                granularity: table.as_str().to_owned(),
+                key: key.clone(),
+                shard,
+                day: bucket::format_date(day.date()),
+                minute: (table == Granularity::Minute).then(|| Minute(bucket).minute_of_day()),
+                month: (table == Granularity::Day).then(|| day.month()),
+                deltas: family
+                    .columns
+                    .iter()
+                    .zip(deltas)
+                    .filter(|(_, d)| **d != 0)
+                    .map(|(c, d)| (c.clone(), *d))
+                    .collect(),
+                error: error.cloned(),
+            }
+        })
+        .collect()
 }

@@ -1,228 +1,440 @@
-//! The spill file: writes that could not be sent, kept for the next start.
+//! The spill: writes not sent (the shutdown deadline, a write re-queued too long), kept
+//! on disk and replayed later in chunks that fit the memory budget.
 //!
-//! # Crash windows
+//! # Segments
 //!
-//! A replayed delta must never be applied twice, so the files move through three names,
-//! each step a single `rename` or `unlink`:
+//! Each flush that spills writes one immutable segment, `spill.<incarnation>.<flush_seq>.jsonl`
+//! (crash recovery writes `spill.<incarnation>.<flush_seq>.recovered.jsonl` for the
+//! flush it finishes), through a temporary file, `fsync` and `rename`: a segment is on
+//! disk whole or not at all, so there is never a torn spill line. Its first line is a
+//! header naming the replay cursor its flush had consumed (below). Records carry the
+//! request id they came from, so a restart can tell which requests a segment owns.
 //!
-//! 1. `spill.jsonl` — appended to while running (a write re-queued for longer than
-//!    `flush.requeue_max_age`) and at shutdown (what the final flush could not send).
-//! 2. `spill.loaded.<tag>.jsonl` — at start, and while running once the store answers
-//!    again, `spill.jsonl` is renamed to this and its rows are merged into the buffer.
-//!    Nothing has been sent yet: if the process dies now, the next start loads the file
-//!    again, which is safe.
-//! 3. `spill.inflight.<incarnation>.jsonl` — just before the first flush sends anything,
-//!    loaded files are renamed to this. Once that flush has recorded every outcome
-//!    (applied, logged, or re-queued in memory), the file is deleted. If the process dies
-//!    while a file has this name, its rows may or may not have been applied: the next
-//!    start moves them to `unknown.jsonl` (outcome unknown), never re-sends them.
+//! # The replay cursor
 //!
-//! A torn last line (a crash in the middle of an append) cannot be parsed; it is copied
-//! to `spill.corrupt.jsonl` and counted instead of being guessed at.
+//! Segments are read in order (incarnation, flush sequence, recovered after live). A
+//! [`Cursor`] (segment, byte offset) says how far rows were taken: everything before it
+//! is consumed. Replay loads rows from the cursor into the buffer; the next flush's group
+//! commit names the new cursor in the journal, in the same fdatasync as the intents that
+//! carry those rows, before any of them is sent. So a restart that finds a chunk both in
+//! a segment and covered by a committed cursor knows the journal owns it. Once that
+//! flush has settled, the cursor is written to `spill.cursor` (tmp, fsync, rename) and
+//! only then are fully consumed segments deleted. At start the cursor is the furthest
+//! of `spill.cursor`, the journal's last committed group and the segments' headers.
+//!
+//! `state.max_spill_bytes` bounds the segments on disk: a write that does not fit is
+//! dropped, counted and logged by the caller.
 
-use std::fs;
-use std::io::{self, BufRead};
+use std::collections::{BTreeMap, HashSet};
+use std::fs::{self, File};
+use std::io::{self, BufRead, BufReader, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
 
-use super::jsonl::JsonlLog;
-use super::record::{ErrorInfo, RecordOutcome, WriteRecord};
+use serde::{Deserialize, Serialize};
 
-const SPILL: &str = "spill.jsonl";
-const CORRUPT: &str = "spill.corrupt.jsonl";
+use super::record::WriteRecord;
 
-/// What the start-up recovery found.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Recovered {
-    /// Rows to merge back into the buffer.
-    pub replay: Vec<WriteRecord>,
-    /// Rows of an interrupted replay, moved to the unknown log.
-    pub interrupted: u64,
-    /// Lines that could not be parsed, copied to `spill.corrupt.jsonl`.
-    pub corrupt_lines: u64,
+const CURSOR_FILE: &str = "spill.cursor";
+
+/// A spill segment's identity: the flush that wrote it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct SegmentId {
+    /// Incarnation of the process that wrote it.
+    pub incarnation: u64,
+    /// Its flush.
+    pub flush_seq: u64,
+    /// Written by crash recovery for that flush (sorts after the flush's own segment).
+    pub recovered: bool,
 }
 
-/// The spill file and the replay bookkeeping.
+impl SegmentId {
+    /// `spill.<incarnation>.<flush_seq>[.recovered].jsonl`.
+    pub fn file_name(&self) -> String {
+        format!(
+            "spill.{:010}.{:012}{}.jsonl",
+            self.incarnation,
+            self.flush_seq,
+            if self.recovered { ".recovered" } else { "" }
+        )
+    }
+
+    fn parse(name: &str) -> Option<SegmentId> {
+        let rest = name.strip_prefix("spill.")?.strip_suffix(".jsonl")?;
+        let (rest, recovered) = match rest.strip_suffix(".recovered") {
+            Some(r) => (r, true),
+            None => (rest, false),
+        };
+        let (incarnation, flush_seq) = rest.split_once('.')?;
+        Some(SegmentId {
+            incarnation: incarnation.parse().ok()?,
+            flush_seq: flush_seq.parse().ok()?,
+            recovered,
+        })
+    }
+}
+
+/// How far the spill has been consumed: every segment before `segment`, and `segment`
+/// up to byte `offset`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct Cursor {
+    /// The segment being read.
+    pub segment: SegmentId,
+    /// Byte offset of the next unread line in it.
+    pub offset: u64,
+}
+
+/// The header line of a segment.
+#[derive(Serialize, Deserialize)]
+struct Header {
+    spill_segment: SegmentHeader,
+}
+
+#[derive(Serialize, Deserialize)]
+struct SegmentHeader {
+    consumes: Option<Cursor>,
+}
+
+/// Rows read back for replay.
+#[derive(Debug, Default)]
+pub struct Chunk {
+    /// The records, with the segment each came from.
+    pub records: Vec<(SegmentId, WriteRecord)>,
+    /// Lines that could not be read as records (counted, copied aside).
+    pub corrupt: Vec<String>,
+}
+
+/// The spill segments of one state directory.
 pub struct Spill {
     dir: PathBuf,
-    appender: Option<JsonlLog>,
-    loaded: Vec<PathBuf>,
-    inflight: Vec<PathBuf>,
-}
-
-fn list(dir: &Path, prefix: &str) -> io::Result<Vec<PathBuf>> {
-    let mut found = Vec::new();
-    for entry in fs::read_dir(dir)? {
-        let entry = entry?;
-        let name = entry.file_name();
-        let name = name.to_string_lossy();
-        if name.starts_with(prefix) && name.ends_with(".jsonl") {
-            found.push(entry.path());
-        }
-    }
-    found.sort();
-    Ok(found)
+    max_bytes: u64,
+    /// Segments on disk and their sizes.
+    segments: BTreeMap<SegmentId, u64>,
+    /// Consumed up to here, durably (named by a settled flush or written to `spill.cursor`).
+    durable: Option<Cursor>,
+    /// Loaded into the buffer up to here (ahead of `durable` while a flush carries them).
+    loaded: Option<Cursor>,
 }
 
 fn sync_dir(dir: &Path) -> io::Result<()> {
-    fs::File::open(dir)?.sync_all()
+    File::open(dir)?.sync_all()
+}
+
+/// Writes `bytes` to `path` atomically: a temporary file, fsync, rename, directory fsync.
+pub(crate) fn write_atomically(dir: &Path, path: &Path, bytes: &[u8]) -> io::Result<()> {
+    let tmp = path.with_extension("tmp");
+    super::private::write(&tmp, bytes, true)?;
+    fs::rename(&tmp, path)?;
+    sync_dir(dir)
 }
 
 impl Spill {
-    /// Recovers after the previous run: interrupted replays go to `unknown`, pending
-    /// spills are renamed to "loaded" and returned for replay.
-    pub fn recover(
-        dir: &Path,
-        incarnation: u64,
-        unknown: &mut JsonlLog,
-    ) -> io::Result<(Spill, Recovered)> {
-        let mut recovered = Recovered::default();
-        let mut corrupt: Vec<String> = Vec::new();
-
-        for path in list(dir, "spill.inflight.")? {
-            for record in read_records(&path, &mut corrupt)? {
-                let mut record = record;
-                record.outcome = RecordOutcome::Unknown;
-                record.error = Some(ErrorInfo {
-                    kind: "replay_interrupted".into(),
-                    text: "the process stopped while these replayed rows were being sent; they may or may not have been applied".into(),
-                });
-                unknown.append(&record)?;
-                recovered.interrupted += 1;
+    /// Opens the spill of `dir`: removes unfinished segment writes, finds the cursor
+    /// (the furthest of `spill.cursor`, `journal_cursor` and the segments' headers), and
+    /// deletes the segments it has passed.
+    pub fn open(dir: &Path, max_bytes: u64, journal_cursor: Option<Cursor>) -> io::Result<Spill> {
+        migrate_legacy(dir)?;
+        let mut segments = BTreeMap::new();
+        let mut cursor = journal_cursor;
+        for entry in fs::read_dir(dir)? {
+            let entry = entry?;
+            let name = entry.file_name();
+            let name = name.to_string_lossy();
+            if name.starts_with("spill.") && name.ends_with(".tmp") {
+                // A segment whose write did not finish: its flush's journal owns the rows.
+                fs::remove_file(entry.path())?;
+            } else if let Some(id) = SegmentId::parse(&name) {
+                let path = entry.path();
+                cursor = cursor.max(read_header(&path)?);
+                segments.insert(id, entry.metadata()?.len());
             }
-            unknown.sync()?;
-            fs::remove_file(&path)?;
         }
-
-        let spill = dir.join(SPILL);
-        if spill.exists() {
-            let target = dir.join(format!("spill.loaded.{incarnation}.jsonl"));
-            fs::rename(&spill, &target)?;
+        if let Ok(text) = fs::read_to_string(dir.join(CURSOR_FILE))
+            && let Ok(saved) = serde_json::from_str::<Cursor>(&text)
+        {
+            cursor = cursor.max(Some(saved));
         }
-        sync_dir(dir)?;
-
-        let loaded = list(dir, "spill.loaded.")?;
-        for path in &loaded {
-            recovered.replay.extend(read_records(path, &mut corrupt)?);
-        }
-        if !corrupt.is_empty() {
-            let mut log = JsonlLog::open(dir.join(CORRUPT), u64::MAX, 1)?;
-            for line in &corrupt {
-                log.append(&serde_json::json!({ "unparsed": line }))?;
-            }
-            log.sync()?;
-            recovered.corrupt_lines = corrupt.len() as u64;
-        }
-        Ok((
-            Spill {
-                dir: dir.to_owned(),
-                appender: None,
-                loaded,
-                inflight: Vec::new(),
-            },
-            recovered,
-        ))
+        let mut spill = Spill {
+            dir: dir.to_owned(),
+            max_bytes,
+            segments,
+            durable: cursor,
+            loaded: cursor,
+        };
+        spill.delete_consumed()?;
+        Ok(spill)
     }
 
-    /// Whether rows were spilled by this process and wait in `spill.jsonl`.
-    pub fn has_pending(&self) -> bool {
-        self.appender.is_some() && fs::metadata(self.dir.join(SPILL)).is_ok_and(|m| m.len() > 0)
+    /// Bytes of the segments on disk.
+    pub fn bytes(&self) -> u64 {
+        self.segments.values().sum()
     }
 
-    /// Step 2 while running: renames `spill.jsonl` to `spill.loaded.<tag>.jsonl` and
-    /// returns its rows for the buffer. `tag` must be unique within the directory.
-    pub fn reload(&mut self, tag: &str) -> io::Result<Recovered> {
-        let mut recovered = Recovered::default();
-        if let Some(mut log) = self.appender.take() {
-            log.sync()?;
+    /// `state.max_spill_bytes`.
+    pub fn max_bytes(&self) -> u64 {
+        self.max_bytes
+    }
+
+    /// Whether a segment exists.
+    pub fn has_segment(&self, id: SegmentId) -> bool {
+        self.segments.contains_key(&id)
+    }
+
+    /// Writes a segment holding the batches that fit under `state.max_spill_bytes` (in
+    /// order; a batch is one write's records, kept whole). Returns, per batch, whether
+    /// it was written. `consumes` is the replay cursor the writing flush had loaded.
+    pub fn write_segment(
+        &mut self,
+        id: SegmentId,
+        consumes: Option<Cursor>,
+        batches: &[Vec<WriteRecord>],
+    ) -> io::Result<Vec<bool>> {
+        let mut bytes = serde_json::to_vec(&Header {
+            spill_segment: SegmentHeader { consumes },
+        })
+        .map_err(io::Error::other)?;
+        bytes.push(b'\n');
+        let room = self.max_bytes.saturating_sub(self.bytes());
+        let mut kept = Vec::with_capacity(batches.len());
+        for batch in batches {
+            let mut lines = Vec::new();
+            for record in batch {
+                serde_json::to_writer(&mut lines, record).map_err(io::Error::other)?;
+                lines.push(b'\n');
+            }
+            let fits = (bytes.len() + lines.len()) as u64 <= room;
+            if fits {
+                bytes.extend_from_slice(&lines);
+            }
+            kept.push(fits);
         }
-        let spill = self.dir.join(SPILL);
-        if !spill.exists() {
-            return Ok(recovered);
+        if kept.iter().any(|k| *k) {
+            let path = self.dir.join(id.file_name());
+            write_atomically(&self.dir, &path, &bytes)?;
+            self.segments.insert(id, bytes.len() as u64);
         }
-        let target = self.dir.join(format!("spill.loaded.{tag}.jsonl"));
-        fs::rename(&spill, &target)?;
-        sync_dir(&self.dir)?;
+        Ok(kept)
+    }
+
+    /// The (request id, row) of every record in a segment (recovery's check of which
+    /// requests a segment owns). `None` when there is no such segment.
+    pub fn segment_keys(&self, id: SegmentId) -> io::Result<Option<HashSet<(String, u16)>>> {
+        if !self.segments.contains_key(&id) {
+            return Ok(None);
+        }
+        let mut keys = HashSet::new();
+        let file = File::open(self.dir.join(id.file_name()))?;
+        for line in BufReader::new(file).lines() {
+            if let Ok(record) = serde_json::from_str::<WriteRecord>(&line?) {
+                keys.insert((record.request_id, record.row));
+            }
+        }
+        Ok(Some(keys))
+    }
+
+    /// Whether rows wait beyond what was loaded.
+    pub fn has_unloaded(&self) -> bool {
+        self.segments.iter().any(|(id, size)| match self.loaded {
+            None => true,
+            Some(c) => *id > c.segment || (*id == c.segment && c.offset < *size),
+        })
+    }
+
+    /// How far rows were loaded into the buffer.
+    pub fn loaded(&self) -> Option<Cursor> {
+        self.loaded
+    }
+
+    /// Reads records from the loaded cursor on, handing each to `take` with the segment
+    /// it came from: a record `take` accepts is consumed (the loaded cursor moves past
+    /// it); the first one it declines ends the read, the loaded cursor before it, so the
+    /// next read starts with that record again. Returns the lines that could not be read
+    /// as records (consumed: counted and set aside by the caller). Holds one record at a
+    /// time, never a segment.
+    pub fn read(
+        &mut self,
+        mut take: impl FnMut(SegmentId, WriteRecord) -> bool,
+    ) -> io::Result<Vec<String>> {
         let mut corrupt = Vec::new();
-        recovered.replay = read_records(&target, &mut corrupt)?;
-        recovered.corrupt_lines = corrupt.len() as u64;
-        if !corrupt.is_empty() {
-            let mut log = JsonlLog::open(self.dir.join(CORRUPT), u64::MAX, 1)?;
-            for line in &corrupt {
-                log.append(&serde_json::json!({ "unparsed": line }))?;
+        let ids: Vec<(SegmentId, u64)> = self
+            .segments
+            .iter()
+            .map(|(id, size)| (*id, *size))
+            .filter(|(id, _)| self.loaded.is_none_or(|c| *id >= c.segment))
+            .collect();
+        'segments: for (id, size) in ids {
+            let start = match self.loaded {
+                Some(c) if c.segment == id => c.offset,
+                _ => 0,
+            };
+            if start >= size && start > 0 {
+                continue;
             }
-            log.sync()?;
+            let mut file = BufReader::new(File::open(self.dir.join(id.file_name()))?);
+            file.seek(SeekFrom::Start(start))?;
+            let mut offset = start;
+            let mut line = String::new();
+            loop {
+                line.clear();
+                let read = file.read_line(&mut line)?;
+                if read == 0 {
+                    self.loaded = Some(Cursor {
+                        segment: id,
+                        offset,
+                    });
+                    continue 'segments;
+                }
+                let text = line.trim_end();
+                if offset == 0 && text.starts_with("{\"spill_segment\"") {
+                    offset += read as u64;
+                    continue;
+                }
+                if text.is_empty() {
+                    offset += read as u64;
+                    continue;
+                }
+                match serde_json::from_str::<WriteRecord>(text) {
+                    Ok(record) => {
+                        if !take(id, record) {
+                            self.loaded = Some(Cursor {
+                                segment: id,
+                                offset,
+                            });
+                            return Ok(corrupt);
+                        }
+                    }
+                    Err(_) => corrupt.push(text.to_owned()),
+                }
+                offset += read as u64;
+                self.loaded = Some(Cursor {
+                    segment: id,
+                    offset,
+                });
+            }
         }
-        self.loaded.push(target);
-        Ok(recovered)
+        Ok(corrupt)
     }
 
-    /// Appends rows to the spill file (durably, once [`Spill::sync`] returns).
-    pub fn append(&mut self, record: &WriteRecord) -> io::Result<()> {
-        if self.appender.is_none() {
-            self.appender = Some(JsonlLog::open(self.dir.join(SPILL), u64::MAX, 1)?);
-        }
-        match &mut self.appender {
-            Some(log) => log.append(record),
-            None => Err(io::Error::other("spill file not open")),
-        }
+    /// Reads records from the loaded cursor on, while `more(records so far, next record)`
+    /// says so, into one [`Chunk`] (see [`Spill::read`]; tests and audits).
+    pub fn load(&mut self, mut more: impl FnMut(usize, &WriteRecord) -> bool) -> io::Result<Chunk> {
+        let mut records = Vec::new();
+        let corrupt = self.read(|id, record| {
+            if !more(records.len(), &record) {
+                return false;
+            }
+            records.push((id, record));
+            true
+        })?;
+        Ok(Chunk { records, corrupt })
     }
 
-    /// Makes appended rows durable.
-    pub fn sync(&mut self) -> io::Result<()> {
-        match &mut self.appender {
-            Some(log) => log.sync(),
-            None => Ok(()),
+    /// A flush that named `cursor` in its group commit has settled: `cursor` becomes
+    /// durable in `spill.cursor`, then the segments it passed are deleted.
+    pub fn commit(&mut self, cursor: Option<Cursor>) -> io::Result<()> {
+        if cursor <= self.durable {
+            return Ok(());
         }
+        let bytes = serde_json::to_vec(&cursor).map_err(io::Error::other)?;
+        write_atomically(&self.dir, &self.dir.join(CURSOR_FILE), &bytes)?;
+        crate::test_hooks::crash_point("replay_cursor_written");
+        self.durable = cursor;
+        self.delete_consumed()
     }
 
-    /// Whether replayed rows are waiting for their first send.
-    pub fn has_loaded(&self) -> bool {
-        !self.loaded.is_empty()
-    }
-
-    /// Step 3: called before a flush that carries replayed rows sends anything.
-    pub fn begin_send(&mut self) -> io::Result<()> {
-        for path in std::mem::take(&mut self.loaded) {
-            let name = path
-                .file_name()
-                .and_then(|n| n.to_str())
-                .unwrap_or("spill.loaded.0.jsonl")
-                .replacen("spill.loaded.", "spill.inflight.", 1);
-            let target = self.dir.join(name);
-            fs::rename(&path, &target)?;
-            self.inflight.push(target);
+    /// Deletes the segments the durable cursor has passed entirely.
+    fn delete_consumed(&mut self) -> io::Result<()> {
+        let Some(cursor) = self.durable else {
+            return Ok(());
+        };
+        let done: Vec<SegmentId> = self
+            .segments
+            .iter()
+            .filter(|(id, size)| {
+                **id < cursor.segment || (**id == cursor.segment && cursor.offset >= **size)
+            })
+            .map(|(id, _)| *id)
+            .collect();
+        for id in &done {
+            match fs::remove_file(self.dir.join(id.file_name())) {
+                Ok(()) => {}
+                Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+                Err(e) => return Err(e),
+            }
+            self.segments.remove(id);
         }
-        sync_dir(&self.dir)
-    }
-
-    /// Called once that flush has recorded every outcome.
-    pub fn finish_send(&mut self) -> io::Result<()> {
-        for path in std::mem::take(&mut self.inflight) {
-            fs::remove_file(&path)?;
+        if !done.is_empty() {
+            sync_dir(&self.dir)?;
         }
-        sync_dir(&self.dir)
+        Ok(())
     }
 }
 
-fn read_records(path: &Path, corrupt: &mut Vec<String>) -> io::Result<Vec<WriteRecord>> {
-    let file = fs::File::open(path)?;
-    let mut records = Vec::new();
-    for line in io::BufReader::new(file).lines() {
-        let line = line?;
-        if line.trim().is_empty() {
-            continue;
-        }
-        match serde_json::from_str(&line) {
-            Ok(record) => records.push(record),
-            Err(_) => corrupt.push(line),
+/// Files of the single-file spill of earlier versions, each moved by one atomic step:
+/// `spill.jsonl` and `spill.loaded.*.jsonl` (never sent) become segments of incarnation 0,
+/// replayed first; `spill.inflight.*.jsonl` (a replay that may have been sent) becomes
+/// `unknown.replay-interrupted.*.jsonl` with every row marked unknown (written whole
+/// before the input is removed; a restart that finds both only removes the input).
+fn migrate_legacy(dir: &Path) -> io::Result<()> {
+    let mut names: Vec<String> = fs::read_dir(dir)?
+        .filter_map(|e| e.ok())
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| {
+            n == "spill.jsonl" || n.starts_with("spill.loaded.") || n.starts_with("spill.inflight.")
+        })
+        .collect();
+    names.sort();
+    for (index, name) in names.iter().enumerate() {
+        let path = dir.join(name);
+        if let Some(tag) = name.strip_prefix("spill.inflight.") {
+            let target = dir.join(format!("unknown.replay-interrupted.{tag}"));
+            if !target.exists() {
+                let mut out = Vec::new();
+                for line in BufReader::new(File::open(&path)?).lines() {
+                    let line = line?;
+                    match serde_json::from_str::<WriteRecord>(&line) {
+                        Ok(mut record) => {
+                            record.outcome = super::record::RecordOutcome::Unknown;
+                            record.error = Some(super::record::ErrorInfo {
+                                kind: "replay_interrupted".into(),
+                                text: "an earlier version stopped while these replayed rows were being sent; they may or may not have been applied".into(),
+                            });
+                            serde_json::to_writer(&mut out, &record).map_err(io::Error::other)?;
+                        }
+                        Err(_) => out.extend_from_slice(line.as_bytes()),
+                    }
+                    out.push(b'\n');
+                }
+                write_atomically(dir, &target, &out)?;
+            }
+            fs::remove_file(&path)?;
+        } else {
+            let id = SegmentId {
+                incarnation: 0,
+                flush_seq: index as u64,
+                recovered: false,
+            };
+            fs::rename(&path, dir.join(id.file_name()))?;
         }
     }
-    Ok(records)
+    if !names.is_empty() {
+        sync_dir(dir)?;
+    }
+    Ok(())
+}
+
+/// The cursor a segment's header names, if it has a header that names one.
+fn read_header(path: &Path) -> io::Result<Option<Cursor>> {
+    let mut line = String::new();
+    BufReader::new(File::open(path)?).read_line(&mut line)?;
+    Ok(serde_json::from_str::<Header>(line.trim_end())
+        .ok()
+        .and_then(|h| h.spill_segment.consumes))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::state::record::RecordOutcome;
 
     fn record(n: i64) -> WriteRecord {
         WriteRecord {
@@ -230,6 +442,8 @@ mod tests {
             writer: "w".into(),
             incarnation: 1,
             flush_seq: 1,
+            request_id: format!("w/1/1/{n}"),
+            row: 0,
             outcome: RecordOutcome::Spilled,
             family: "generic".into(),
             table: "ks.counts_by_minute".into(),
@@ -244,106 +458,161 @@ mod tests {
         }
     }
 
-    fn unknown_log(dir: &Path) -> JsonlLog {
-        JsonlLog::open(dir.join("unknown.jsonl"), u64::MAX, 1).unwrap()
+    fn segment(seq: u64) -> SegmentId {
+        SegmentId {
+            incarnation: 1,
+            flush_seq: seq,
+            recovered: false,
+        }
+    }
+
+    fn all(spill: &mut Spill) -> Vec<i64> {
+        spill
+            .load(|_, _| true)
+            .unwrap()
+            .records
+            .into_iter()
+            .map(|(_, r)| r.deltas["value"])
+            .collect()
     }
 
     #[test]
-    fn spill_then_replay_then_send_leaves_nothing_behind() {
+    fn segments_replay_in_order_in_chunks_and_a_committed_cursor_survives_a_restart() {
         let dir = tempfile::tempdir().unwrap();
-        let (mut spill, recovered) =
-            Spill::recover(dir.path(), 1, &mut unknown_log(dir.path())).unwrap();
-        assert!(recovered.replay.is_empty());
-        spill.append(&record(5)).unwrap();
-        spill.append(&record(6)).unwrap();
-        spill.sync().unwrap();
+        let mut spill = Spill::open(dir.path(), u64::MAX, None).unwrap();
+        spill
+            .write_segment(segment(2), None, &[vec![record(3)], vec![record(4)]])
+            .unwrap();
+        spill
+            .write_segment(segment(1), None, &[vec![record(1), record(2)]])
+            .unwrap();
+        assert!(spill.has_unloaded());
+        let first = spill.load(|n, _| n < 3).unwrap();
+        let values: Vec<i64> = first
+            .records
+            .iter()
+            .map(|(_, r)| r.deltas["value"])
+            .collect();
+        assert_eq!(values, [1, 2, 3], "segment order, three at a time");
+        let cursor = spill.loaded();
+        // Not committed: a restart loads the same rows again.
+        drop(spill);
+        let mut spill = Spill::open(dir.path(), u64::MAX, None).unwrap();
+        assert_eq!(all(&mut spill), [1, 2, 3, 4]);
+        // Committed (as after the flush that carried them settled): they are gone, and
+        // the segment they emptied is deleted.
+        let mut spill = Spill::open(dir.path(), u64::MAX, None).unwrap();
+        spill.load(|n, _| n < 3).unwrap();
+        spill.commit(cursor).unwrap();
+        assert!(!dir.path().join(segment(1).file_name()).exists());
+        drop(spill);
+        let mut spill = Spill::open(dir.path(), u64::MAX, None).unwrap();
+        assert_eq!(all(&mut spill), [4]);
+        // A cursor named by the journal (a committed group) wins over an older file.
+        let end = spill.loaded();
+        drop(spill);
+        let mut spill = Spill::open(dir.path(), u64::MAX, end).unwrap();
+        assert!(!spill.has_unloaded());
+        assert!(all(&mut spill).is_empty());
+        assert_eq!(spill.bytes(), 0, "consumed segments are deleted");
+    }
 
-        let (mut spill, recovered) =
-            Spill::recover(dir.path(), 2, &mut unknown_log(dir.path())).unwrap();
-        assert_eq!(recovered.replay, [record(5), record(6)]);
-        assert!(spill.has_loaded());
-        spill.begin_send().unwrap();
-        spill.finish_send().unwrap();
-
-        let (_, recovered) = Spill::recover(dir.path(), 3, &mut unknown_log(dir.path())).unwrap();
-        assert!(
-            recovered.replay.is_empty(),
-            "a sent replay is never loaded again"
+    #[test]
+    fn a_segment_names_the_cursor_its_flush_consumed() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut spill = Spill::open(dir.path(), u64::MAX, None).unwrap();
+        spill
+            .write_segment(segment(1), None, &[vec![record(1)], vec![record(2)]])
+            .unwrap();
+        spill.load(|n, _| n < 1).unwrap();
+        let consumed = spill.loaded();
+        // The flush that carried record 1 could not send it and spilled it again.
+        spill
+            .write_segment(segment(2), consumed, &[vec![record(1)]])
+            .unwrap();
+        drop(spill);
+        let mut spill = Spill::open(dir.path(), u64::MAX, None).unwrap();
+        assert_eq!(
+            all(&mut spill),
+            [2, 1],
+            "record 1 once, from its new segment"
         );
-        assert!(
-            !dir.path()
-                .join("unknown.jsonl")
-                .metadata()
-                .is_ok_and(|m| m.len() > 0)
-        );
     }
 
     #[test]
-    fn crash_before_sending_replays_again_crash_while_sending_goes_to_unknown() {
+    fn the_size_limit_keeps_whole_writes_and_unfinished_segments_vanish() {
         let dir = tempfile::tempdir().unwrap();
-        let (mut spill, _) = Spill::recover(dir.path(), 1, &mut unknown_log(dir.path())).unwrap();
-        spill.append(&record(7)).unwrap();
-        spill.sync().unwrap();
-        drop(spill);
-
-        // Loaded, then the process dies before sending: loaded again, safely.
-        let (spill, first) = Spill::recover(dir.path(), 2, &mut unknown_log(dir.path())).unwrap();
-        drop(spill);
-        let (mut spill, second) =
-            Spill::recover(dir.path(), 3, &mut unknown_log(dir.path())).unwrap();
-        assert_eq!(first.replay, second.replay);
-
-        // Sending began, then the process dies: never re-sent, logged as unknown.
-        spill.begin_send().unwrap();
-        drop(spill);
-        let (_, third) = Spill::recover(dir.path(), 4, &mut unknown_log(dir.path())).unwrap();
-        assert!(third.replay.is_empty());
-        assert_eq!(third.interrupted, 1);
-        let unknown = fs::read_to_string(dir.path().join("unknown.jsonl")).unwrap();
-        let logged: WriteRecord = serde_json::from_str(unknown.lines().next().unwrap()).unwrap();
-        assert_eq!(logged.outcome, RecordOutcome::Unknown);
-        assert_eq!(logged.deltas["value"], 7);
-        assert_eq!(logged.error.unwrap().kind, "replay_interrupted");
-    }
-
-    #[test]
-    fn rows_spilled_while_running_reload_through_the_same_steps() {
-        let dir = tempfile::tempdir().unwrap();
-        let (mut spill, _) = Spill::recover(dir.path(), 1, &mut unknown_log(dir.path())).unwrap();
-        assert!(!spill.has_pending());
-        spill.append(&record(3)).unwrap();
-        spill.sync().unwrap();
-        assert!(spill.has_pending());
-        let reloaded = spill.reload("1-5").unwrap();
-        assert_eq!(reloaded.replay, [record(3)]);
-        assert!(!spill.has_pending() && spill.has_loaded());
-        assert!(dir.path().join("spill.loaded.1-5.jsonl").exists());
-        // Spilling again after a reload starts a new spill.jsonl.
-        spill.append(&record(4)).unwrap();
-        spill.sync().unwrap();
-        spill.begin_send().unwrap();
-        spill.finish_send().unwrap();
-        drop(spill);
-        let (_, next) = Spill::recover(dir.path(), 2, &mut unknown_log(dir.path())).unwrap();
-        assert_eq!(next.replay, [record(4)], "only the rows not reloaded yet");
-    }
-
-    #[test]
-    fn torn_line_is_set_aside_and_counted() {
-        let dir = tempfile::tempdir().unwrap();
-        let good = serde_json::to_string(&record(1)).unwrap();
+        let one = serde_json::to_vec(&record(1)).unwrap().len() as u64 + 1;
+        let mut spill = Spill::open(dir.path(), 80 + one * 3, None).unwrap();
+        let kept = spill
+            .write_segment(
+                segment(1),
+                None,
+                &[
+                    vec![record(1), record(2)],
+                    vec![record(3), record(4)],
+                    vec![record(5)],
+                ],
+            )
+            .unwrap();
+        assert_eq!(kept, [true, false, true]);
+        assert!(spill.bytes() <= spill.max_bytes());
+        let kept = spill
+            .write_segment(segment(2), None, &[vec![record(6)]])
+            .unwrap();
+        assert_eq!(kept, [false], "full");
+        assert!(!dir.path().join(segment(2).file_name()).exists());
         fs::write(
-            dir.path().join(SPILL),
-            format!("{good}\n{{\"time\":\"2026-"),
+            dir.path().join("spill.0000000001.000000000003.tmp"),
+            "{\"torn",
         )
         .unwrap();
-        let (_, recovered) = Spill::recover(dir.path(), 1, &mut unknown_log(dir.path())).unwrap();
-        assert_eq!(recovered.replay.len(), 1);
-        assert_eq!(recovered.corrupt_lines, 1);
+        drop(spill);
+        let mut spill = Spill::open(dir.path(), u64::MAX, None).unwrap();
+        assert_eq!(all(&mut spill), [1, 2, 5]);
         assert!(
-            fs::read_to_string(dir.path().join(CORRUPT))
-                .unwrap()
-                .contains("unparsed")
+            !dir.path()
+                .join("spill.0000000001.000000000003.tmp")
+                .exists()
         );
+        let keys = spill.segment_keys(segment(1)).unwrap().unwrap();
+        assert!(keys.contains(&("w/1/1/5".to_string(), 0)));
+        assert_eq!(spill.segment_keys(segment(9)).unwrap(), None);
+    }
+
+    /// The single spill file of earlier versions: unsent rows are replayed, rows of an
+    /// interrupted replay become unknown records.
+    #[test]
+    fn files_of_the_earlier_spill_are_taken_over() {
+        let dir = tempfile::tempdir().unwrap();
+        let line = |n| format!("{}\n", serde_json::to_string(&record(n)).unwrap());
+        fs::write(dir.path().join("spill.jsonl"), line(1)).unwrap();
+        fs::write(dir.path().join("spill.loaded.3.jsonl"), line(2)).unwrap();
+        fs::write(dir.path().join("spill.inflight.2.jsonl"), line(7)).unwrap();
+        let mut spill = Spill::open(dir.path(), u64::MAX, None).unwrap();
+        let mut replayed = all(&mut spill);
+        replayed.sort();
+        assert_eq!(replayed, [1, 2]);
+        let unknown =
+            fs::read_to_string(dir.path().join("unknown.replay-interrupted.2.jsonl")).unwrap();
+        let record: WriteRecord = serde_json::from_str(unknown.trim()).unwrap();
+        assert_eq!(
+            (record.outcome, record.deltas["value"]),
+            (RecordOutcome::Unknown, 7)
+        );
+        assert!(!dir.path().join("spill.inflight.2.jsonl").exists());
+    }
+
+    #[test]
+    fn segment_names_round_trip_and_sort_by_flush() {
+        let live = segment(7);
+        let recovered = SegmentId {
+            recovered: true,
+            ..live
+        };
+        assert_eq!(SegmentId::parse(&live.file_name()), Some(live));
+        assert_eq!(SegmentId::parse(&recovered.file_name()), Some(recovered));
+        assert!(live < recovered && recovered < segment(8));
+        assert_eq!(SegmentId::parse("spill.cursor"), None);
     }
 }

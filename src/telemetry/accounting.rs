@@ -17,7 +17,7 @@ use crate::vocabulary::Granularity;
 /// Signed delta sums per stage, for one table granularity.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Stages {
-    /// Accepted (valid increments, plus rows replayed from the spill file).
+    /// Accepted (valid increments, plus rows replayed from the spill).
     pub accepted: i128,
     /// Acknowledged by the store.
     pub applied: i128,
@@ -27,7 +27,7 @@ pub struct Stages {
     pub rejected: i128,
     /// Dropped by a limit, counted by reason.
     pub dropped: i128,
-    /// On disk in the spill file.
+    /// On disk in the spill.
     pub spilled: i128,
     /// In memory: buffered or in flight.
     pub pending: i128,

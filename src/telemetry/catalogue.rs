@@ -3,8 +3,8 @@
 //! is exactly this list, and another that the README's catalogue names each of them.
 
 use prometheus::{
-    Gauge, GaugeVec, Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGauge, IntGaugeVec,
-    Opts,
+    Gauge, GaugeVec, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge,
+    IntGaugeVec, Opts,
 };
 
 /// One exported metric.
@@ -56,6 +56,14 @@ impl MetricDef {
         Histogram::with_opts(HistogramOpts::new(self.name, self.help).buckets(buckets.to_vec()))
             .expect(VALID)
     }
+
+    pub(crate) fn histogram_vec(&self, buckets: &[f64]) -> HistogramVec {
+        HistogramVec::new(
+            HistogramOpts::new(self.name, self.help).buckets(buckets.to_vec()),
+            self.labels,
+        )
+        .expect(VALID)
+    }
 }
 
 /// `countersink_lines_received_total{transport}`.
@@ -85,7 +93,13 @@ pub const INCREMENTS_ACCEPTED: MetricDef = MetricDef {
 /// `countersink_dropped_total{reason}`.
 pub const DROPPED: MetricDef = MetricDef {
     name: "countersink_dropped_total",
-    help: "Accepted increments (or settled rows) dropped on purpose by a limit, by reason.",
+    help: "Accepted increments dropped on purpose before reaching a pending row, by reason (unit: increments).",
+    labels: &["reason"],
+};
+/// `countersink_rows_dropped_total{reason}`.
+pub const ROWS_DROPPED: MetricDef = MetricDef {
+    name: "countersink_rows_dropped_total",
+    help: "Rows dropped after leaving the buffer, by reason: overflow (a replayed or re-queued row whose sum would leave the i64 range), spill_failed, spill_full (state.max_spill_bytes). Unit: rows; their deltas are in countersink_delta_sum{stage=\"dropped\"}.",
     labels: &["reason"],
 };
 /// `countersink_pending_rows`.
@@ -134,6 +148,32 @@ pub const DELTA_SUM: MetricDef = MetricDef {
     help: "Signed sum of deltas per stage and table granularity; accepted equals the sum of the other stages when idle.",
     labels: &["stage", "granularity"],
 };
+/// `countersink_delta_sum_high{stage, granularity}`.
+pub const DELTA_SUM_HIGH: MetricDef = MetricDef {
+    name: "countersink_delta_sum_high",
+    help: "The exact countersink_delta_sum is high * 10^15 + low (both integers exactly representable as float64): the high part, floor(sum / 10^15).",
+    labels: &["stage", "granularity"],
+};
+/// `countersink_delta_sum_low{stage, granularity}`.
+pub const DELTA_SUM_LOW: MetricDef = MetricDef {
+    name: "countersink_delta_sum_low",
+    help: "The exact countersink_delta_sum is high * 10^15 + low: the low part, sum mod 10^15 (0 to 10^15 - 1).",
+    labels: &["stage", "granularity"],
+};
+/// The base of the split of [`DELTA_SUM_HIGH`] and [`DELTA_SUM_LOW`].
+pub const DELTA_SUM_SPLIT: i128 = 1_000_000_000_000_000;
+/// `countersink_spill_bytes`.
+pub const SPILL_BYTES: MetricDef = MetricDef {
+    name: "countersink_spill_bytes",
+    help: "Bytes of spill segments on disk (writes not sent yet), as of the last flush; bounded by state.max_spill_bytes.",
+    labels: &[],
+};
+/// `countersink_state_lines_corrupt_total{file}`.
+pub const STATE_LINES_CORRUPT: MetricDef = MetricDef {
+    name: "countersink_state_lines_corrupt_total",
+    help: "Lines of state files set aside because they could not be read: a torn last line of unknown.jsonl or rejected.jsonl (a crash mid-append; recovery writes the record again), or an unreadable spill line.",
+    labels: &["file"],
+};
 /// `countersink_outcome_records_lost_total{log, reason}`.
 pub const OUTCOME_RECORDS_LOST: MetricDef = MetricDef {
     name: "countersink_outcome_records_lost_total",
@@ -150,6 +190,19 @@ pub const PREVIOUS_STOP_UNCLEAN: MetricDef = MetricDef {
 pub const PREVIOUS_STOP_PENDING_ROWS: MetricDef = MetricDef {
     name: "countersink_previous_stop_pending_rows",
     help: "Rows the previous run held in memory at its last flush when it stopped without a clean shutdown: a lower bound of the rows it lost. 0 after a clean stop.",
+    labels: &[],
+};
+
+/// `countersink_previous_stop_pending_delta_sum{granularity}`.
+pub const PREVIOUS_STOP_PENDING_DELTA_SUM: MetricDef = MetricDef {
+    name: "countersink_previous_stop_pending_delta_sum",
+    help: "Signed delta sum of the rows the previous run held in memory at its last flush when it stopped without a clean shutdown, per table granularity. 0 after a clean stop.",
+    labels: &["granularity"],
+};
+/// `countersink_previous_stop_unknown_rows`.
+pub const PREVIOUS_STOP_UNKNOWN_ROWS: MetricDef = MetricDef {
+    name: "countersink_previous_stop_unknown_rows",
+    help: "Rows of requests the previous run had in flight when it was killed, written to unknown.jsonl (in_flight_at_crash) by this start's recovery.",
     labels: &[],
 };
 
@@ -215,13 +268,55 @@ pub const UDS_MAX_DGRAM_QLEN: MetricDef = MetricDef {
     labels: &[],
 };
 
+/// `countersink_cql_write_duration_seconds{table}` (histogram, sidecar).
+pub const CQL_WRITE_DURATION: MetricDef = MetricDef {
+    name: "countersink_cql_write_duration_seconds",
+    help: "Time from sending a counter write request to its outcome, by table (seed 000: watch counter write latency per table).",
+    labels: &["table"],
+};
+/// The buckets of [`CQL_WRITE_DURATION`], in seconds: up to the 10 s request timeout.
+pub const CQL_WRITE_DURATION_BUCKETS: [f64; 12] = [
+    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0, 5.0, 10.0,
+];
+/// `countersink_cql_write_errors_total{table, kind}` (sidecar).
+pub const CQL_WRITE_ERRORS: MetricDef = MetricDef {
+    name: "countersink_cql_write_errors_total",
+    help: "Counter write requests that did not apply, by table and error kind (write_timeout, unavailable, overloaded, ...: the bounded kinds of the outcome classification).",
+    labels: &["table", "kind"],
+};
+/// `countersink_key_index_writes_total{outcome}` (sidecar).
+pub const KEY_INDEX_WRITES: MetricDef = MetricDef {
+    name: "countersink_key_index_writes_total",
+    help: "Key index rows, by outcome: applied, retried (a failed write, sent again later), dropped (the queue was full; a later flush offers the key again).",
+    labels: &["outcome"],
+};
+/// `countersink_key_index_pending_keys` (sidecar).
+pub const KEY_INDEX_PENDING: MetricDef = MetricDef {
+    name: "countersink_key_index_pending_keys",
+    help: "Key index rows waiting to be written (new keys, and failed writes waiting for their retry).",
+    labels: &[],
+};
+/// `countersink_leaderboard_runs_total{board, result}` (sidecar).
+pub const LEADERBOARD_RUNS: MetricDef = MetricDef {
+    name: "countersink_leaderboard_runs_total",
+    help: "Leaderboard job runs in this process, by board and result (ok: a new ranking is served; failed: the previous one still is).",
+    labels: &["board", "result"],
+};
+
 /// What the engine and the flusher export, in every build.
-pub const ENGINE_METRICS: [MetricDef; 15] = [
+pub const ENGINE_METRICS: [MetricDef; 22] = [
     LINES_RECEIVED,
     LINES_INVALID,
     LINES_IGNORED,
     INCREMENTS_ACCEPTED,
     DROPPED,
+    ROWS_DROPPED,
+    DELTA_SUM_HIGH,
+    DELTA_SUM_LOW,
+    SPILL_BYTES,
+    STATE_LINES_CORRUPT,
+    PREVIOUS_STOP_PENDING_DELTA_SUM,
+    PREVIOUS_STOP_UNKNOWN_ROWS,
     PENDING_ROWS,
     PENDING_BYTES,
     CQL_WRITES,
@@ -246,4 +341,13 @@ pub const INGEST_METRICS: [MetricDef; 10] = [
     UDS_QUEUE_FULL,
     UDS_QUEUE_HIGH_WATER,
     UDS_MAX_DGRAM_QLEN,
+];
+
+/// What the sidecar exports about the counter tables and the operator jobs.
+pub const OPERATIONS_METRICS: [MetricDef; 5] = [
+    CQL_WRITE_DURATION,
+    CQL_WRITE_ERRORS,
+    KEY_INDEX_WRITES,
+    KEY_INDEX_PENDING,
+    LEADERBOARD_RUNS,
 ];

@@ -8,7 +8,7 @@ use parking_lot::Mutex;
 use prometheus::Histogram;
 
 use crate::sink::OutcomeClass;
-use crate::state::{Appended, LostRecords, OutcomeLog};
+use crate::state::{Appended, LostRecords, OutcomeLog, RecoveryReport};
 use crate::vocabulary::{DropReason, Granularity};
 
 use super::catalogue;
@@ -23,13 +23,13 @@ pub struct Settled {
     pub unknown: i128,
     /// Permanently rejected (logged).
     pub rejected: i128,
-    /// Written to the spill file for the next start.
+    /// Written to the spill for the next start.
     pub spilled: i128,
     /// Drained and not settled yet (a flush in progress).
     pub in_flight: i128,
-    /// Read back from the spill file at start (counted as accepted).
+    /// Read back from the spill at start (counted as accepted).
     pub replayed: i128,
-    /// Dropped after leaving the buffer (the spill file could not be written, or a
+    /// Dropped after leaving the buffer (the spill could not be written, or a
     /// replayed row would overflow).
     pub dropped: i128,
 }
@@ -43,10 +43,16 @@ pub struct Ledger {
     flushes: Mutex<u64>,
     /// The longest wait before the next flush while backing off; zero otherwise.
     backoff: Mutex<std::time::Duration>,
-    /// Rows the previous run in this state directory held when it last flushed, when it
-    /// did not stop cleanly (a lower bound of what it lost); unset after a clean stop.
-    /// Known at start and set once.
-    unclean_previous_stop: OnceLock<u64>,
+    /// Rows the previous run in this state directory held when it last flushed, and
+    /// their delta sums (minute, day), when it did not stop cleanly; unset after a clean
+    /// stop. Known at start and set once.
+    unclean_previous_stop: OnceLock<(u64, [i128; 2])>,
+    /// What crash recovery finished for the previous run. Set once, at start.
+    recovery: OnceLock<RecoveryReport>,
+    /// Torn or unreadable lines set aside: unknown.jsonl, rejected.jsonl, spill.
+    corrupt_lines: Mutex<[u64; 3]>,
+    /// Bytes of spill segments on disk, as of the last flush.
+    spill_bytes: Mutex<u64>,
     /// Time per flush, from drain to the last outcome recorded.
     pub(crate) flush_duration: Histogram,
 }
@@ -61,6 +67,9 @@ impl Default for Ledger {
             flushes: Mutex::default(),
             backoff: Mutex::default(),
             unclean_previous_stop: OnceLock::new(),
+            recovery: OnceLock::new(),
+            corrupt_lines: Mutex::default(),
+            spill_bytes: Mutex::default(),
             flush_duration: catalogue::FLUSH_DURATION.histogram(&catalogue::FLUSH_DURATION_BUCKETS),
         }
     }
@@ -94,7 +103,8 @@ impl Ledger {
             .or_default() += 1;
     }
 
-    /// Rows dropped after leaving the buffer, per reason label.
+    /// Rows dropped after leaving the buffer, per reason label
+    /// (`countersink_rows_dropped_total`).
     pub fn late_drops(&self) -> BTreeMap<&'static str, u64> {
         self.late_drops.lock().clone()
     }
@@ -117,14 +127,56 @@ impl Ledger {
     }
 
     /// When the previous run in this state directory did not stop cleanly: the rows it
-    /// held in memory as of its last flush (lost, with whatever arrived after it).
+    /// held in memory as of its last flush (lost, with whatever arrived after it), and
+    /// their delta sums (minute, day).
     pub fn unclean_previous_stop(&self) -> Option<u64> {
-        self.unclean_previous_stop.get().copied()
+        self.unclean_previous_stop.get().map(|(rows, _)| *rows)
     }
 
-    pub(crate) fn set_unclean_previous_stop(&self, pending_rows: u64) {
+    /// The delta sums (minute, day) of the rows an unclean previous stop lost.
+    pub fn unclean_previous_stop_sums(&self) -> [i128; 2] {
+        self.unclean_previous_stop
+            .get()
+            .map_or([0, 0], |(_, sums)| *sums)
+    }
+
+    pub(crate) fn set_unclean_previous_stop(&self, pending_rows: u64, sums: [i128; 2]) {
         // Called once, at start; a second call would change nothing.
-        let _ = self.unclean_previous_stop.set(pending_rows);
+        let _ = self.unclean_previous_stop.set((pending_rows, sums));
+    }
+
+    /// What crash recovery finished for the previous run.
+    pub fn recovery(&self) -> RecoveryReport {
+        self.recovery.get().cloned().unwrap_or_default()
+    }
+
+    /// Torn or unreadable lines set aside: unknown.jsonl, rejected.jsonl, spill.
+    pub fn corrupt_lines(&self) -> [u64; 3] {
+        *self.corrupt_lines.lock()
+    }
+
+    pub(crate) fn count_recovery(&self, report: &RecoveryReport, torn: [u64; 2]) {
+        let _ = self.recovery.set(report.clone());
+        let mut lines = self.corrupt_lines.lock();
+        lines[0] += torn[0];
+        lines[1] += torn[1];
+        drop(lines);
+        if report.dropped_rows > 0 {
+            self.count_late_drop(DropReason::SpillFull, report.dropped_rows);
+        }
+    }
+
+    pub(crate) fn count_corrupt_spill_lines(&self, lines: u64) {
+        self.corrupt_lines.lock()[2] += lines;
+    }
+
+    /// Bytes of spill segments on disk, as of the last flush.
+    pub fn spill_bytes(&self) -> u64 {
+        *self.spill_bytes.lock()
+    }
+
+    pub(crate) fn set_spill_bytes(&self, bytes: u64) {
+        *self.spill_bytes.lock() = bytes;
     }
 
     /// The longest wait before the next flush while the flusher backs off (the store

@@ -8,6 +8,7 @@
 //! | [`ledger`] | the flusher's counts: settled delta sums, writes per table and outcome class, late drops, lost records |
 //! | [`registry`] | the engine's collector and a registry of our own, rendered for `/metrics` |
 //! | `ingest` | (feature `sidecar`) the receivers' collector |
+//! | [`operations`], [`observed`], [`hot`] | per-table write latency and error kinds, key index and leaderboard counts; the sink wrapper that measures writes; the hot-key tracker |
 //!
 //! The hot path never touches a Prometheus object: stripes count in plain integers and
 //! the flusher keeps its ledger; collectors read both when a scrape happens. Label sets
@@ -17,15 +18,21 @@
 
 pub mod accounting;
 pub mod catalogue;
+pub mod hot;
 #[cfg(feature = "sidecar")]
 pub mod ingest;
 pub mod ledger;
+pub mod observed;
+pub mod operations;
 pub mod registry;
 
 pub use self::accounting::{Accounting, Stages};
+pub use self::hot::{HotKeys, HotReport, HotRow};
 #[cfg(feature = "sidecar")]
 pub use self::ingest::IngestCollector;
 pub use self::ledger::{Ledger, Settled};
+pub use self::observed::ObservedSink;
+pub use self::operations::OperationsMetrics;
 pub use self::registry::{EngineCollector, Metrics};
 
 #[cfg(test)]
@@ -42,7 +49,7 @@ mod tests {
     #[test]
     fn the_exported_metrics_are_the_catalogue() {
         let engine = Arc::new(Engine::new(&Config::default()).unwrap());
-        let metrics = Metrics::new(engine, Arc::new(Ledger::default())).unwrap();
+        let metrics = Metrics::new(engine.clone(), Arc::new(Ledger::default())).unwrap();
         let mut expected: BTreeSet<&str> =
             catalogue::ENGINE_METRICS.iter().map(|m| m.name).collect();
         #[cfg(feature = "sidecar")]
@@ -54,6 +61,16 @@ mod tests {
                 .unwrap();
             expected.extend(catalogue::INGEST_METRICS.iter().map(|m| m.name));
         }
+        // The sidecar's operations metrics (one error series made to exist: they appear
+        // with their first error).
+        let operations = OperationsMetrics::default();
+        operations.show(engine.families(), &["board".into()]);
+        operations.register(metrics.registry()).unwrap();
+        operations
+            .write_errors
+            .with_label_values(&["t", "write_timeout"])
+            .inc();
+        expected.extend(catalogue::OPERATIONS_METRICS.iter().map(|m| m.name));
         let text = metrics.render();
         let exported: BTreeSet<&str> = text
             .lines()

@@ -45,6 +45,13 @@ struct EngineSeries {
     lost_records: IntCounterVec,
     previous_stop_unclean: IntGauge,
     previous_stop_pending_rows: IntGauge,
+    rows_dropped: IntCounterVec,
+    delta_sum_high: GaugeVec,
+    delta_sum_low: GaugeVec,
+    spill_bytes: IntGauge,
+    corrupt_lines: IntCounterVec,
+    previous_stop_pending_sum: GaugeVec,
+    previous_stop_unknown_rows: IntGauge,
 }
 
 impl EngineCollector {
@@ -65,6 +72,13 @@ impl EngineCollector {
             previous_stop_unclean: catalogue::PREVIOUS_STOP_UNCLEAN.int_gauge(),
             previous_stop_pending_rows: catalogue::PREVIOUS_STOP_PENDING_ROWS.int_gauge(),
             delta_sum: catalogue::DELTA_SUM.gauge_vec(),
+            rows_dropped: catalogue::ROWS_DROPPED.int_counter_vec(),
+            delta_sum_high: catalogue::DELTA_SUM_HIGH.gauge_vec(),
+            delta_sum_low: catalogue::DELTA_SUM_LOW.gauge_vec(),
+            spill_bytes: catalogue::SPILL_BYTES.int_gauge(),
+            corrupt_lines: catalogue::STATE_LINES_CORRUPT.int_counter_vec(),
+            previous_stop_pending_sum: catalogue::PREVIOUS_STOP_PENDING_DELTA_SUM.gauge_vec(),
+            previous_stop_unknown_rows: catalogue::PREVIOUS_STOP_UNKNOWN_ROWS.int_gauge(),
         };
         let mut descs = Vec::new();
         for collector in families.collectors() {
@@ -81,7 +95,7 @@ impl EngineCollector {
 }
 
 impl EngineSeries {
-    fn collectors(&self) -> [&dyn Collector; 14] {
+    fn collectors(&self) -> [&dyn Collector; 21] {
         [
             &self.lines_received,
             &self.lines_invalid,
@@ -97,6 +111,13 @@ impl EngineSeries {
             &self.lost_records,
             &self.previous_stop_unclean,
             &self.previous_stop_pending_rows,
+            &self.rows_dropped,
+            &self.delta_sum_high,
+            &self.delta_sum_low,
+            &self.spill_bytes,
+            &self.corrupt_lines,
+            &self.previous_stop_pending_sum,
+            &self.previous_stop_unknown_rows,
         ]
     }
 }
@@ -132,10 +153,26 @@ impl Collector for EngineCollector {
         f.accepted.reset();
         f.accepted.inc_by(counters.accepted);
         f.dropped.reset();
+        for r in DropReason::INCREMENTS {
+            f.dropped
+                .with_label_values(&[r.as_str()])
+                .inc_by(counters.dropped_for(r));
+        }
+        f.rows_dropped.reset();
         let late = self.ledger.late_drops();
-        for r in DropReason::ALL {
-            let total = counters.dropped_for(r) + late.get(r.as_str()).copied().unwrap_or(0);
-            f.dropped.with_label_values(&[r.as_str()]).inc_by(total);
+        for r in DropReason::ROWS {
+            let rows = late.get(r.as_str()).copied().unwrap_or(0);
+            f.rows_dropped.with_label_values(&[r.as_str()]).inc_by(rows);
+        }
+        f.spill_bytes
+            .set(i64::try_from(self.ledger.spill_bytes()).unwrap_or(i64::MAX));
+        f.corrupt_lines.reset();
+        let corrupt = self.ledger.corrupt_lines();
+        for (file, lines) in ["unknown.jsonl", "rejected.jsonl", "spill"]
+            .into_iter()
+            .zip(corrupt)
+        {
+            f.corrupt_lines.with_label_values(&[file]).inc_by(lines);
         }
         f.pending_rows
             .set(i64::try_from(self.engine.aggregator().pending_rows()).unwrap_or(i64::MAX));
@@ -174,13 +211,26 @@ impl Collector for EngineCollector {
         f.previous_stop_pending_rows
             .set(previous.map_or(0, |rows| i64::try_from(rows).unwrap_or(i64::MAX)));
         f.delta_sum.reset();
+        f.delta_sum_high.reset();
+        f.delta_sum_low.reset();
         for table in Granularity::ALL {
             for (stage, sum) in accounting.of(table).labelled() {
-                f.delta_sum
-                    .with_label_values(&[stage, table.as_str()])
-                    .set(sum as f64);
+                let labels = [stage, table.as_str()];
+                f.delta_sum.with_label_values(&labels).set(sum as f64);
+                let (high, low) = split_exact(sum);
+                f.delta_sum_high.with_label_values(&labels).set(high as f64);
+                f.delta_sum_low.with_label_values(&labels).set(low as f64);
             }
         }
+        let lost = self.ledger.unclean_previous_stop_sums();
+        f.previous_stop_pending_sum.reset();
+        for table in Granularity::ALL {
+            f.previous_stop_pending_sum
+                .with_label_values(&[table.as_str()])
+                .set(lost[table.index()] as f64);
+        }
+        f.previous_stop_unknown_rows
+            .set(i64::try_from(self.ledger.recovery().unknown_rows).unwrap_or(i64::MAX));
 
         let mut out = Vec::new();
         for collector in f.collectors() {
@@ -189,6 +239,15 @@ impl Collector for EngineCollector {
         out.extend(self.ledger.flush_duration.collect());
         out
     }
+}
+
+/// An i128 as `(high, low)` with `sum = high * 10^15 + low` and `0 <= low < 10^15`:
+/// both parts print exactly as float64 while `|sum| < 9 * 10^30`.
+pub fn split_exact(sum: i128) -> (i128, i128) {
+    (
+        sum.div_euclid(catalogue::DELTA_SUM_SPLIT),
+        sum.rem_euclid(catalogue::DELTA_SUM_SPLIT),
+    )
 }
 
 /// A registry holding the engine's metrics, and the text rendering of `/metrics`.
@@ -249,5 +308,33 @@ mod tests {
         }
         // A second scrape gives the same numbers, not doubled ones.
         assert_eq!(metrics.render(), text);
+    }
+
+    /// Sums beyond 2^53 (where float64 loses integers) come out exact in two parts.
+    #[test]
+    fn the_identity_is_exported_exactly_beyond_float_precision() {
+        let engine = Arc::new(Engine::with_seed(&Config::default(), Some(1)).unwrap());
+        let ledger = Arc::new(Ledger::default());
+        let big = (1_i128 << 53) + 1;
+        ledger.update(Granularity::Minute, |s| s.replayed += big);
+        ledger.update(Granularity::Minute, |s| s.applied += big);
+        ledger.update(Granularity::Day, |s| s.unknown -= 3);
+        let text = Metrics::new(engine, ledger).unwrap().render();
+        let part = |name: &str, stage: &str, granularity: &str| -> i128 {
+            let prefix = format!("{name}{{granularity=\"{granularity}\",stage=\"{stage}\"}} ");
+            text.lines()
+                .find_map(|l| l.strip_prefix(&prefix))
+                .unwrap_or_else(|| panic!("no {prefix} in\n{text}"))
+                .parse()
+                .unwrap()
+        };
+        let exact = |stage, granularity| {
+            part("countersink_delta_sum_high", stage, granularity) * catalogue::DELTA_SUM_SPLIT
+                + part("countersink_delta_sum_low", stage, granularity)
+        };
+        assert_eq!(exact("applied", "minute"), big);
+        assert_eq!(exact("accepted", "minute"), big);
+        assert_eq!(exact("unknown", "day"), -3);
+        assert_eq!(split_exact(-3), (-1, catalogue::DELTA_SUM_SPLIT - 3));
     }
 }

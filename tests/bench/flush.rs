@@ -3,10 +3,13 @@
 //!
 //! 1. Rows flushed per second into an in-process cqlsim through the real driver, at 10k
 //!    and 100k distinct rows (each row is a minute row and its day row: two writes per
-//!    row, batched per partition), beside the store's own ceiling measured in the same
-//!    run: single prepared UPDATEs at the flusher's concurrency.
+//!    row, batched per partition), with the intent journal (the product) and without it
+//!    (the baseline of its cost), interleaved in the same run, beside the store's own
+//!    ceiling: single prepared UPDATEs at the flusher's concurrency. The state directory
+//!    is on the disk of `target/` (a tmpfs would make fdatasync free).
 //! 2. Time from SIGTERM to exit of the `countersink serve` binary holding 100k pending
-//!    rows (release build required: `cargo build --release` first).
+//!    rows (release build required: `cargo build --release` first; skipped with
+//!    `FLUSH_BENCH_SKIP_SIGTERM=1`).
 
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
@@ -23,6 +26,9 @@ use scylla::value::Counter;
 
 const NOW: i64 = 1_796_042_096;
 const RUNS: usize = 5;
+/// Flush-rate runs: more, because one flush of 10k rows takes tens of milliseconds and a
+/// shared machine's noise is of that order.
+const RATE_RUNS: usize = 11;
 
 fn median(mut values: Vec<f64>) -> f64 {
     values.sort_by(f64::total_cmp);
@@ -43,9 +49,10 @@ async fn store(config: &mut Config) -> cqlsim::Server {
     server
 }
 
-/// Rows per second for one flush of `rows` distinct rows (100 per partition, minutes).
-async fn flush_rate(rows: usize) -> f64 {
-    let dir = tempfile::tempdir().expect("tempdir");
+/// Rows per second for one flush of `rows` distinct rows (100 per partition, minutes),
+/// with or without the intent journal.
+async fn flush_rate(rows: usize, journal: bool) -> f64 {
+    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("tempdir");
     let mut config = Config::default();
     config.state.dir = dir.path().to_owned();
     let server = store(&mut config).await;
@@ -54,6 +61,9 @@ async fn flush_rate(rows: usize) -> f64 {
         .await
         .expect("sink");
     let mut flusher = Flusher::open(engine.clone(), Arc::new(sink), &config).expect("state");
+    if !journal {
+        flusher.disable_journal_for_benchmark();
+    }
     for i in 0..rows {
         let key = format!("k{}", i / 100);
         let minute = (i % 100) as i64;
@@ -199,20 +209,37 @@ fn http_get(addr: std::net::SocketAddr) -> String {
 #[tokio::main]
 async fn main() {
     let mut ceiling = Vec::new();
-    let mut rates: [Vec<f64>; 2] = [Vec::new(), Vec::new()];
-    for _ in 0..RUNS {
+    // [rows][journal]: rows/s per run.
+    let mut rates: [[Vec<f64>; 2]; 2] = Default::default();
+    for _ in 0..RATE_RUNS {
         ceiling.push(store_ceiling(50_000).await);
-        rates[0].push(flush_rate(10_000).await);
-        rates[1].push(flush_rate(100_000).await);
+        for (i, rows) in [10_000, 100_000].into_iter().enumerate() {
+            for journal in [true, false] {
+                rates[i][usize::from(journal)].push(flush_rate(rows, journal).await);
+            }
+        }
     }
     let ceiling = median(ceiling);
     println!("store ceiling (single-row UPDATEs, concurrency 64): {ceiling:.0} requests/s");
-    for (rows, rates) in [(10_000, &rates[0]), (100_000, &rates[1])] {
-        let rate = median(rates.clone());
+    for (i, rows) in [10_000, 100_000].into_iter().enumerate() {
+        let with = median(rates[i][1].clone());
+        let without = median(rates[i][0].clone());
         println!(
-            "flush of {rows} rows: {rate:.0} rows/s (median of {RUNS}), {:.2}x the store's request ceiling",
-            rate / ceiling
+            "flush of {rows} rows: {with:.0} rows/s with the journal, {without:.0} without (medians of {RATE_RUNS}): {:.2}x; {:.2}x the store's request ceiling",
+            with / without,
+            with / ceiling
         );
+        println!(
+            "  with: {:?}",
+            rates[i][1].iter().map(|r| r.round()).collect::<Vec<_>>()
+        );
+        println!(
+            "  without: {:?}",
+            rates[i][0].iter().map(|r| r.round()).collect::<Vec<_>>()
+        );
+    }
+    if std::env::var_os("FLUSH_BENCH_SKIP_SIGTERM").is_some() {
+        return;
     }
     let mut times = Vec::new();
     for _ in 0..RUNS {

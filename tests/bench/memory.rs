@@ -5,6 +5,9 @@
 //! heap bytes allocated while the rows were added, divided by the rows; resident memory
 //! (RSS) growth is printed beside it, and so is the engine's own estimate, which its
 //! `max_pending_bytes` limit relies on.
+//!
+//! With `--features metrics-facade`, it also prints the heap bytes the `metrics` facade
+//! recorder keeps per registered counter key (its registry entry and one thread's handle).
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -109,4 +112,31 @@ fn main() {
         (after - heap_before) as f64 / rows as f64,
     );
     drop(writes);
+
+    #[cfg(feature = "metrics-facade")]
+    facade_keys(&config);
+}
+
+/// Heap bytes per key the facade keeps: 10k keys `page.views{page_id, env}`, the page id
+/// built at run time as a service would, registered on one thread.
+#[cfg(feature = "metrics-facade")]
+fn facade_keys(config: &Config) {
+    const KEYS: usize = 10_000;
+    let engine = std::sync::Arc::new(Engine::with_seed(config, Some(1)).expect("engine"));
+    let recorder = countersink::facade::Builder::new()
+        .max_keys(KEYS)
+        .build(&engine);
+    let ids: Vec<String> = (0..KEYS).map(|i| format!("p{i:07}")).collect();
+    let heap_before = ALLOCATED.load(Ordering::Relaxed);
+    metrics::with_local_recorder(&recorder, || {
+        for id in &ids {
+            let _ = metrics::counter!("page.views", "page_id" => id.clone(), "env" => "prod");
+        }
+    });
+    let heap = ALLOCATED.load(Ordering::Relaxed) - heap_before;
+    assert_eq!(recorder.registered_keys(), KEYS);
+    println!(
+        "facade heap bytes per registered key: {:.1}",
+        heap as f64 / KEYS as f64
+    );
 }

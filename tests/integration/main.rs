@@ -7,8 +7,17 @@ mod cql_faults;
 mod cql_flush;
 mod cql_setup;
 mod cql_shutdown;
+mod crash;
 mod docs;
+#[cfg(feature = "metrics-facade")]
+mod facade;
 mod operations;
+mod ops_hot;
+mod ops_keyindex;
+mod ops_leaderboard;
+mod ops_migrate;
+mod ops_prune;
+mod ops_read;
 mod shards;
 mod sidecar;
 mod stores;

@@ -32,6 +32,7 @@
 //!   `ddl.rs`, `prepare.rs` marker metadata, `bind.rs` values).
 //! - `system.rs`: `system.*`, `system_schema.*` and `cqlsim.*` virtual tables.
 //! - `faults.rs`: fault rules and their `--fault` grammar. `stats.rs`: statistics.
+//!   `requests.rs`: the request log (what each write carried, whether it applied).
 //! - `server.rs`: [`Server`], [`Handle`], [`run`]. `conn.rs`: one connection.
 //!   `persist.rs`: `--data-dir` snapshots.
 
@@ -43,6 +44,7 @@ mod faults;
 mod persist;
 mod persona;
 mod proto;
+mod requests;
 mod schema;
 mod server;
 mod stats;
@@ -54,8 +56,9 @@ mod value;
 pub use error::{Consistency, CqlError, Error, WriteType};
 pub use faults::{FaultKind, FaultRule, Op, Target, Trigger};
 pub use persona::Persona;
+pub use requests::{LoggedRequest, LoggedStatement};
 pub use server::{Config, Handle, Rows, Server, run};
-pub use stats::{FaultStats, StatsSnapshot, TableStats};
+pub use stats::{DeleteRecord, DeleteScope, FaultStats, StatsSnapshot, TableStats};
 pub use types::ColType;
 pub use value::Value;
 

@@ -89,8 +89,8 @@ impl TableSchema {
         for c in &ct.columns {
             if defs.iter().any(|d| d.name == c.name) {
                 return Err(CqlError::invalid(format!(
-                    "Multiple definition of identifier {}",
-                    c.name
+                    "Duplicate column '{}' declaration for table '{keyspace}.{}'",
+                    c.name, ct.name.name
                 )));
             }
             defs.push(c);
@@ -117,7 +117,7 @@ impl TableSchema {
             let d = find(n)?;
             if d.ty.is_counter() {
                 return Err(CqlError::invalid(format!(
-                    "counter type is not supported for PRIMARY KEY part {n}"
+                    "counter type is not supported for PRIMARY KEY column '{n}'"
                 )));
             }
             if d.ty.is_collection() && !matches!(d.ty, ColType::Frozen(_)) {
@@ -282,25 +282,38 @@ impl TableSchema {
         Ok(())
     }
 
+    /// Cassandra's answer for a column the table does not have.
+    pub(crate) fn undefined(&self, column: &str) -> CqlError {
+        CqlError::invalid(format!(
+            "Undefined column name {column} in table {}.{}",
+            self.keyspace, self.name
+        ))
+    }
+
     /// ALTER TABLE ... ADD, with the same counter-mixing rule as CREATE.
     pub(crate) fn add_columns(&mut self, defs: &[ColumnDef]) -> Result<(), CqlError> {
         for d in defs {
             if self.column(&d.name).is_some() {
                 return Err(CqlError::invalid(format!(
-                    "Invalid column name {} because it conflicts with an existing column",
+                    "Column with name '{}' already exists",
                     d.name
                 )));
             }
             if d.ty.is_counter() != self.is_counter {
-                return Err(CqlError::invalid(if self.is_counter {
-                    "Cannot add a non counter column (".to_owned()
-                        + &d.name
-                        + ") in a counter table"
+                let kind = if self.is_counter {
+                    "a non counter"
                 } else {
-                    "Cannot add a counter column (".to_owned()
-                        + &d.name
-                        + ") in a non counter table"
-                }));
+                    "a counter"
+                };
+                let table = if self.is_counter {
+                    "a counter"
+                } else {
+                    "a non counter"
+                };
+                return Err(CqlError::Config(format!(
+                    "{}.{}: Cannot have {kind} column (\"{}\") in {table} table",
+                    self.keyspace, self.name, d.name
+                )));
             }
             if d.is_static && self.clustering.is_empty() {
                 return Err(CqlError::invalid(
@@ -389,7 +402,7 @@ impl Catalog {
     pub(crate) fn keyspace(&self, name: &str) -> Result<&Keyspace, CqlError> {
         self.keyspaces
             .get(name)
-            .ok_or_else(|| CqlError::invalid(format!("Keyspace {name} does not exist")))
+            .ok_or_else(|| CqlError::invalid(format!("keyspace {name} does not exist")))
     }
 
     /// Resolves a table, with Cassandra's messages for a missing keyspace or table.
@@ -397,7 +410,7 @@ impl Catalog {
         self.keyspace(keyspace)?
             .tables
             .get(name)
-            .ok_or_else(|| CqlError::invalid(format!("unconfigured table {name}")))
+            .ok_or_else(|| CqlError::invalid(format!("table {name} does not exist")))
     }
 }
 

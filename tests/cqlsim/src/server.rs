@@ -18,6 +18,7 @@ use crate::cql::ast::Parsed;
 use crate::error::{CqlError, Error};
 use crate::exec::{self, Outcome, Paging, SchemaChange};
 use crate::faults::{FaultRule, FaultSet};
+use crate::requests::{LoggedRequest, RequestLog};
 use crate::schema::name_uuid;
 use crate::stats::{Stats, StatsSnapshot};
 use crate::storage::Db;
@@ -74,6 +75,7 @@ pub(crate) struct Shared {
     pub(crate) db: Mutex<Db>,
     pub(crate) prepared: Mutex<HashMap<[u8; 16], Arc<Prepared>>>,
     pub(crate) stats: Stats,
+    pub(crate) requests: RequestLog,
     pub(crate) faults: Mutex<FaultSet>,
     pub(crate) host_id: [u8; 16],
     pub(crate) cluster_name: String,
@@ -151,6 +153,7 @@ impl Handle {
                 db: Mutex::new(db),
                 prepared: Mutex::new(HashMap::new()),
                 stats: Stats::default(),
+                requests: RequestLog::default(),
                 faults: Mutex::new(FaultSet::new(config.faults.clone(), config.seed)),
                 host_id: name_uuid(&format!("host:{}", config.seed)),
                 cluster_name: config.cluster_name.clone(),
@@ -201,6 +204,17 @@ impl Handle {
     /// Whether the node is down.
     pub fn is_down(&self) -> bool {
         *self.shared.down.borrow()
+    }
+
+    /// Starts logging every write request on a user table: what it carried, the fault
+    /// that fired, whether it applied (see [`Handle::request_log`]).
+    pub fn enable_request_log(&self) {
+        self.shared.requests.enable();
+    }
+
+    /// The write requests logged since [`Handle::enable_request_log`], in arrival order.
+    pub fn request_log(&self) -> Vec<LoggedRequest> {
+        self.shared.requests.snapshot()
     }
 
     /// Forgets all prepared statements: the next EXECUTE gets UNPREPARED and drivers

@@ -29,6 +29,31 @@ pub struct TableStats {
     pub counter_delta_sum: i128,
     /// SELECT requests on this table.
     pub reads: u64,
+    /// Every DELETE mutation applied to this table, in order: what it removed (a whole
+    /// partition, rows under a clustering prefix, or cells) and which partition.
+    pub deletes: Vec<DeleteRecord>,
+}
+
+/// How much one DELETE removed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum DeleteScope {
+    /// The whole partition (no clustering restriction, no column list).
+    Partition,
+    /// The rows under a clustering prefix (one row, or a slice).
+    Rows,
+    /// Named cells (a column list), of one row or of the rows under a prefix.
+    Cells,
+}
+
+/// One DELETE mutation as the store applied it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeleteRecord {
+    /// What it removed.
+    pub scope: DeleteScope,
+    /// The partition key values, as CQL literals (`'home'`, `'2026-11-30'`, `3`).
+    pub partition: Vec<String>,
+    /// The clustering prefix, as CQL literals (empty for a partition delete).
+    pub clustering: Vec<String>,
 }
 
 /// Counts for one fault kind.
@@ -49,6 +74,12 @@ pub struct StatsSnapshot {
     pub faults: BTreeMap<FaultKind, FaultStats>,
     /// TCP connections accepted (including those refused while the node is down).
     pub connections: u64,
+    /// Replies an injected `delay` holds back right now.
+    pub delayed_replies: u64,
+    /// The most replies a `delay` held back at once: how many requests a client had in
+    /// flight together (send 16 reads under `delay,on=reads` concurrently and this is 16;
+    /// one after the other, 1).
+    pub peak_delayed_replies: u64,
 }
 
 impl StatsSnapshot {
@@ -117,6 +148,26 @@ impl Stats {
             e.rows_mutated += t.rows;
             e.counter_delta_sum += t.counter_delta;
         }
+        for d in &fx.deletes {
+            s.tables
+                .entry((d.keyspace.clone(), d.table.clone()))
+                .or_default()
+                .deletes
+                .push(d.record.clone());
+        }
+    }
+
+    /// A reply is held back by a `delay`.
+    pub(crate) fn delay_started(&self) {
+        let mut s = self.inner.lock();
+        s.delayed_replies += 1;
+        s.peak_delayed_replies = s.peak_delayed_replies.max(s.delayed_replies);
+    }
+
+    /// A held-back reply was sent (or its connection is gone).
+    pub(crate) fn delay_ended(&self) {
+        let mut s = self.inner.lock();
+        s.delayed_replies = s.delayed_replies.saturating_sub(1);
     }
 
     pub(crate) fn fault(&self, kind: FaultKind, applied: bool) {

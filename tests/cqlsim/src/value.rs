@@ -437,8 +437,29 @@ pub(crate) fn format_date(d: u32) -> String {
     format!("{y:04}-{m:02}-{day:02}")
 }
 
-/// Parses `YYYY-MM-DD` into the `date` wire value.
+/// Parses `YYYY-MM-DD` into the `date` wire value. Strict, like Cassandra's `date` type:
+/// 2024-02-30 is refused.
 pub(crate) fn parse_date(s: &str) -> Option<u32> {
+    let (y, m, d) = date_parts(s)?;
+    let days = days_from_civil(y, m, d);
+    if civil_from_days(days) != (y, m, d) {
+        return None;
+    }
+    u32::try_from(days + (1i64 << 31)).ok()
+}
+
+/// Days since 1970-01-01 of a `YYYY-MM-DD` that may name a day past its month's end, which
+/// Cassandra's `timestamp` parsing (java.time's smart resolver) moves back to the month's last
+/// day: 2024-02-30 is 2024-02-29.
+fn lenient_days(s: &str) -> Option<i64> {
+    let (y, m, mut d) = date_parts(s)?;
+    while civil_from_days(days_from_civil(y, m, d)) != (y, m, d) {
+        d -= 1;
+    }
+    Some(days_from_civil(y, m, d))
+}
+
+fn date_parts(s: &str) -> Option<(i64, u32, u32)> {
     let mut it = s.splitn(3, '-');
     let y: i64 = it.next()?.parse().ok()?;
     let m: u32 = it.next()?.parse().ok()?;
@@ -446,7 +467,7 @@ pub(crate) fn parse_date(s: &str) -> Option<u32> {
     if !(1..=12).contains(&m) || !(1..=31).contains(&d) {
         return None;
     }
-    u32::try_from(days_from_civil(y, m, d) + (1i64 << 31)).ok()
+    Some((y, m, d))
 }
 
 /// Parses the timestamp literal forms cqlsh users type: `YYYY-MM-DD`, optionally followed by
@@ -457,7 +478,7 @@ pub(crate) fn parse_timestamp(s: &str) -> Option<i64> {
         Some(i) => (&s[..i], s[i + 1..].trim()),
         None => (s, ""),
     };
-    let days = i64::from(parse_date(date)?) - (1i64 << 31);
+    let days = lenient_days(date)?;
     let mut ms = days * 86_400_000;
     if rest.is_empty() {
         return Some(ms);

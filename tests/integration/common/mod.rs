@@ -3,10 +3,12 @@
 //! binary ([`cli`]).
 
 mod cli;
+mod indexed;
 mod sidecar;
 mod store;
 
 pub(crate) use self::cli::{BIN, Serve, cli_stdout, run_cli};
+pub(crate) use self::indexed::IndexedWriter;
 pub(crate) use self::sidecar::{http_get, metrics_when, sidecar_config, start_sidecar, wait_ready};
 pub(crate) use self::store::{StoreOptions, cell, launch, start_store, start_store_as, table_sum};
 
@@ -70,6 +72,27 @@ impl Writer {
     pub(crate) fn accounting(&self) -> Accounting {
         Accounting::read(&self.engine, &self.ledger)
     }
+}
+
+/// Every record in the spill segments of a state directory, as JSON, in replay order.
+pub(crate) fn spilled_records(state: &Path) -> Vec<serde_json::Value> {
+    let mut names: Vec<String> = std::fs::read_dir(state)
+        .expect("state dir")
+        .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with("spill.") && n.ends_with(".jsonl") && n != "spill.corrupt.jsonl")
+        .collect();
+    names.sort();
+    names
+        .iter()
+        .flat_map(|n| {
+            std::fs::read_to_string(state.join(n))
+                .expect("segment")
+                .lines()
+                .filter(|l| !l.starts_with("{\"spill_segment\""))
+                .map(|l| serde_json::from_str(l).expect("record"))
+                .collect::<Vec<serde_json::Value>>()
+        })
+        .collect()
 }
 
 /// Minute of the day and date of a Unix time, as the tables key them.

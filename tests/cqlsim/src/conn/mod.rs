@@ -92,9 +92,12 @@ pub(crate) async fn serve(sock: TcpStream, sh: Arc<Shared>, mut stop: watch::Rec
                                 Action::Nothing => {}
                                 Action::Delayed(d, frame) => {
                                     let tx = tx.clone();
+                                    let sh = conn.sh.clone();
+                                    sh.stats.delay_started();
                                     tokio::spawn(async move {
                                         tokio::time::sleep(d).await;
                                         let _ = tx.send(Out::Data(frame)).await;
+                                        sh.stats.delay_ended();
                                     });
                                 }
                                 Action::Close => {
@@ -289,7 +292,7 @@ impl Conn {
                 }
                 Err(e) => response::error(&mut frame, v, h.stream, &e),
             },
-            Request::Execute(id, params) => match self.lookup(&id) {
+            Request::Execute(id, params) => match self.lookup_or_log(&id, Op::Execute) {
                 Some(prep) => {
                     let values = params.values.clone();
                     return self.run(
@@ -326,17 +329,24 @@ impl Conn {
                                 return Action::Reply(frame);
                             }
                         },
-                        BatchEntry::Prepared(id, values) => match self.lookup(&id) {
-                            Some(prep) => Item {
-                                prep,
-                                id: Some(id),
-                                values,
-                            },
-                            None => {
-                                response::error(&mut frame, v, h.stream, &CqlError::Unprepared(id));
-                                return Action::Reply(frame);
+                        BatchEntry::Prepared(id, values) => {
+                            match self.lookup_or_log(&id, Op::Batch) {
+                                Some(prep) => Item {
+                                    prep,
+                                    id: Some(id),
+                                    values,
+                                },
+                                None => {
+                                    response::error(
+                                        &mut frame,
+                                        v,
+                                        h.stream,
+                                        &CqlError::Unprepared(id),
+                                    );
+                                    return Action::Reply(frame);
+                                }
                             }
-                        },
+                        }
                     };
                     items.push(item);
                 }
@@ -345,6 +355,16 @@ impl Conn {
             }
         }
         Action::Reply(frame)
+    }
+
+    /// The prepared statement of `id`; when the store does not know it, the request is
+    /// answered UNPREPARED (not executed) and logged so, without content.
+    fn lookup_or_log(&self, id: &[u8], op: Op) -> Option<Arc<Prepared>> {
+        let found = self.lookup(id);
+        if found.is_none() && self.sh.requests.is_enabled() {
+            self.sh.requests.push(op, Vec::new(), None, false);
+        }
+        found
     }
 
     fn lookup(&self, id: &[u8]) -> Option<Arc<Prepared>> {

@@ -12,7 +12,9 @@ use crate::faults::{FaultKind, Op};
 use crate::proto::request::BatchKind;
 use crate::proto::response;
 use crate::proto::wire::BoundValue;
+use crate::requests::LoggedStatement;
 use crate::server::Prepared;
+use crate::value::Value;
 
 impl Conn {
     pub(super) fn prepare(&mut self, v: u8, stream: i16, q: String) -> Action {
@@ -96,12 +98,37 @@ impl Conn {
                 .stats
                 .request(&info.req.tables, info.req.is_write, info.is_batch);
         }
-        let fault = self.decide(&info);
+        let logged = (self.sh.requests.is_enabled()
+            && info.req.is_write
+            && info
+                .req
+                .tables
+                .iter()
+                .any(|(ks, _)| !exec::is_system_keyspace(ks)))
+        .then(|| self.describe(&work));
+        let (action, fired, applied) = self.run_decided(v, stream, &work, &info, cl);
+        if let Some(statements) = logged {
+            self.sh.requests.push(op, statements, fired, applied);
+        }
+        action
+    }
+
+    /// Decides faults, executes, replies: the action, the fault that fired (and whether
+    /// it let the write apply), and whether the write applied.
+    fn run_decided(
+        &mut self,
+        v: u8,
+        stream: i16,
+        work: &Work,
+        info: &super::Info,
+        cl: Consistency,
+    ) -> (Action, Option<(FaultKind, bool)>, bool) {
+        let fault = self.decide(info);
         if let Some(r) = &fault {
             if r.kind == FaultKind::Unprepared {
                 self.sh.prepared.lock().clear();
                 self.sh.stats.fault(r.kind, false);
-                let id = match &work {
+                let id = match work {
                     Work::Single(it, _) => it.id.clone(),
                     Work::Batch(_, its) => its.iter().find_map(|i| i.id.clone()),
                 };
@@ -112,13 +139,13 @@ impl Conn {
                     stream,
                     &CqlError::Unprepared(id.unwrap_or_default()),
                 );
-                return Action::Reply(frame);
+                return (Action::Reply(frame), Some((r.kind, false)), false);
             }
-            if let Some(a) = self.before(r, &info, v, stream, cl) {
-                return a;
+            if let Some(a) = self.before(r, info, v, stream, cl) {
+                return (a, Some((r.kind, false)), false);
             }
         }
-        let result = self.exec(&work);
+        let result = self.exec(work);
         let mut frame = Vec::new();
         let mut applied = false;
         match result {
@@ -134,12 +161,57 @@ impl Conn {
                     }
                     _ => {}
                 }
-                let skip = matches!(&work, Work::Single(_, p) if p.skip_metadata);
+                let skip = matches!(work, Work::Single(_, p) if p.skip_metadata);
                 response::result(&mut frame, v, stream, &outcome, skip);
             }
             Err(e) => response::error(&mut frame, v, stream, &e),
         }
-        self.after(fault, &info, applied, frame, v, stream, cl)
+        let fired = fault.as_ref().map(|r| (r.kind, applied));
+        (
+            self.after(fault, info, applied, frame, v, stream, cl),
+            fired,
+            applied,
+        )
+    }
+
+    /// What a request carries, statement by statement, for the request log.
+    fn describe(&self, work: &Work) -> Vec<LoggedStatement> {
+        let items: Vec<&super::Item> = match work {
+            Work::Single(it, _) => vec![it],
+            Work::Batch(_, its) => its.iter().collect(),
+        };
+        let db = self.sh.db.lock();
+        items
+            .into_iter()
+            .filter_map(|it| {
+                let q = it.prep.parsed.stmt.dml_table()?;
+                let ks = it.prep.keyspace.as_deref();
+                let table = exec::resolve_table(&db, q, ks).ok()?;
+                let meta = exec::prepare::analyze(&db, &it.prep.parsed, ks).ok()?;
+                let values = meta
+                    .vars
+                    .iter()
+                    .zip(&it.values)
+                    .filter_map(|(spec, value)| {
+                        let text = match value {
+                            BoundValue::Unset => return None,
+                            BoundValue::Null => "null".to_owned(),
+                            BoundValue::Bytes(b) => match Value::decode(&spec.ty, b) {
+                                Ok(Some(v)) => v.to_literal(),
+                                Ok(None) => "null".to_owned(),
+                                Err(_) => format!("0x{}", crate::error::hex(b)),
+                            },
+                        };
+                        Some((spec.name.clone(), text))
+                    })
+                    .collect();
+                Some(LoggedStatement {
+                    keyspace: table.keyspace.clone(),
+                    table: table.name.clone(),
+                    values,
+                })
+            })
+            .collect()
     }
 
     pub(super) fn exec(&self, work: &Work) -> Result<(Outcome, Effects), CqlError> {

@@ -96,7 +96,8 @@ impl<'a> Parser<'a> {
         if self.eat_kw(kw) {
             Ok(())
         } else {
-            Err(self.unexpected(kw))
+            // ANTLR names keyword tokens K_WHERE, K_SET, ...
+            Err(self.unexpected(&format!("K_{}", kw.to_ascii_uppercase())))
         }
     }
 
@@ -124,9 +125,9 @@ impl<'a> Parser<'a> {
                 t.pos,
                 describe(&t.tok)
             )),
+            // ANTLR reports the end of input at line 0, column -1.
             None => CqlError::syntax(format!(
-                "line 1:{} mismatched input '<EOF>' expecting {expecting}",
-                self.toks.last().map_or(0, |t| t.pos + 1)
+                "line 0:-1 mismatched input '<EOF>' expecting {expecting}"
             )),
         }
     }

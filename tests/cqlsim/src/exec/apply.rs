@@ -5,6 +5,7 @@
 use super::Effects;
 use super::write::{CellOp, Mutation};
 use crate::schema::ColumnKind;
+use crate::stats::{DeleteRecord, DeleteScope};
 use crate::storage::{ClusteringKey, Db, Row};
 use crate::value::Value;
 
@@ -69,6 +70,19 @@ pub(crate) fn apply(db: &mut Db, muts: Vec<Mutation>) -> Effects {
                 ck_prefix,
                 slots,
             } => {
+                fx.deletes.push(super::DeleteEffect {
+                    keyspace: table.keyspace.clone(),
+                    table: table.name.clone(),
+                    record: DeleteRecord {
+                        scope: match (&slots, ck_prefix.is_empty()) {
+                            (Some(_), _) => DeleteScope::Cells,
+                            (None, true) => DeleteScope::Partition,
+                            (None, false) => DeleteScope::Rows,
+                        },
+                        partition: pk.iter().map(Value::to_literal).collect(),
+                        clustering: ck_prefix.iter().map(Value::to_literal).collect(),
+                    },
+                });
                 let data = db.table_data_mut(&table);
                 if let Some(part) = data.partitions.get_mut(&pk) {
                     let matches =

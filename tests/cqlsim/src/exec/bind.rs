@@ -102,7 +102,11 @@ impl<'a> Bindings<'a> {
             (Literal::Int(s), _)
                 if is_integral(ty) || matches!(ty, ColType::Double | ColType::Float) =>
             {
-                int_value(s, ty).ok_or_else(|| bad("INTEGER"))?
+                int_value(s, ty).ok_or_else(|| match java_integral(ty) {
+                    // Cassandra parses with Byte/Short/Integer/Long.parseX and says so.
+                    Some(java) => CqlError::invalid(format!("Unable to make {java} from '{s}'")),
+                    None => bad("INTEGER"),
+                })?
             }
             (Literal::Float(s), ColType::Double) => {
                 Value::Double(parse_float(s).ok_or_else(|| bad("FLOAT"))?)
@@ -112,9 +116,12 @@ impl<'a> Bindings<'a> {
             }
             (Literal::Str(s), ColType::Text) => Value::Text(s.clone()),
             (Literal::Str(s), ColType::Ascii) => {
-                if !s.is_ascii() {
+                if let Some(c) = s.chars().find(|c| !c.is_ascii()) {
+                    // Java's encoder error, which Cassandra passes on: the length is the
+                    // unmappable character's in UTF-16 units.
                     return Err(CqlError::invalid(format!(
-                        "Invalid ASCII character in string literal {l}"
+                        "Invalid ASCII character in string literal: java.nio.charset.UnmappableCharacterException: Input length = {}",
+                        c.len_utf16()
                     )));
                 }
                 Value::Ascii(s.clone())
@@ -191,6 +198,17 @@ fn is_integral(t: &ColType) -> bool {
             | ColType::Varint
             | ColType::Timestamp
     )
+}
+
+/// The Java type Cassandra parses an integer literal of this column type into.
+fn java_integral(t: &ColType) -> Option<&'static str> {
+    Some(match t {
+        ColType::TinyInt => "byte",
+        ColType::SmallInt => "short",
+        ColType::Int => "int",
+        ColType::BigInt | ColType::Counter => "long",
+        _ => return None,
+    })
 }
 
 fn int_value(s: &str, t: &ColType) -> Option<Value> {

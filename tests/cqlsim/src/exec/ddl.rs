@@ -75,8 +75,8 @@ pub(crate) fn run(
                 if *if_exists {
                     return Ok(None);
                 }
-                return Err(CqlError::Config(format!(
-                    "Cannot drop non existing keyspace '{name}'."
+                return Err(CqlError::invalid(format!(
+                    "Keyspace '{name}' doesn't exist"
                 )));
             }
             db.data.retain(|(ks, _), _| ks != name);
@@ -91,7 +91,7 @@ pub(crate) fn run(
                 .catalog
                 .keyspaces
                 .get_mut(&ks)
-                .ok_or_else(|| CqlError::invalid(format!("Keyspace {ks} doesn't exist")))?;
+                .ok_or_else(|| CqlError::invalid(format!("Keyspace '{ks}' doesn't exist")))?;
             if t.is_counter
                 && space.tablets.is_some()
                 && let Some(refusal) =
@@ -124,16 +124,13 @@ pub(crate) fn run(
                 if *if_exists {
                     return Ok(None);
                 }
-                return Err(CqlError::invalid(format!("Keyspace {ks} does not exist")));
+                return Err(missing_table(&ks, &table.name));
             };
             if space.tables.remove(&table.name).is_none() {
                 if *if_exists {
                     return Ok(None);
                 }
-                return Err(CqlError::invalid(format!(
-                    "unconfigured table {}",
-                    table.name
-                )));
+                return Err(missing_table(&ks, &table.name));
             }
             db.data.remove(&(ks.clone(), table.name.clone()));
             change("DROPPED", &ks, Some(&table.name))
@@ -145,7 +142,11 @@ pub(crate) fn run(
             };
             let ks = table_keyspace(q, keyspace)?.to_owned();
             refuse_system(&ks)?;
-            let mut t = (**db.catalog.table(&ks, &q.name)?).clone();
+            let mut t = (**db
+                .catalog
+                .table(&ks, &q.name)
+                .map_err(|_| missing_table(&ks, &q.name))?)
+            .clone();
             if let Some(opts) = opts {
                 t.set_options(opts)?;
             }
@@ -158,17 +159,22 @@ pub(crate) fn run(
             change("UPDATED", &ks, Some(&q.name))
         }
         Statement::CreateIndexOrView { base, view } => {
+            // Cassandra 5.0 refuses every view unless cassandra.yaml enables them (it does
+            // not by default), before looking at the base table.
+            if *view {
+                return Err(CqlError::invalid(
+                    "Materialized views are disabled. Enable in cassandra.yaml to use.",
+                ));
+            }
             let ks = table_keyspace(base, keyspace)?;
             let t = db.catalog.table(ks, &base.name)?;
             if t.is_counter {
-                return Err(CqlError::invalid(if *view {
-                    "Materialized views are not supported on counter tables"
-                } else {
-                    "Secondary indexes are not supported on counter tables"
-                }));
+                return Err(CqlError::invalid(
+                    "Secondary indexes on counter tables aren't supported",
+                ));
             }
             return Err(CqlError::invalid(
-                "secondary indexes and materialized views are not supported by cqlsim",
+                "secondary indexes are not supported by cqlsim",
             ));
         }
         _ => return Err(CqlError::Server("not a schema statement".into())),
@@ -177,11 +183,16 @@ pub(crate) fn run(
     Ok(out)
 }
 
-/// `replication = {...}` (mandatory, with a class) and `durable_writes`.
+/// DROP TABLE's and ALTER TABLE's answer for a table (or keyspace) that does not exist.
+fn missing_table(keyspace: &str, table: &str) -> CqlError {
+    CqlError::invalid(format!("Table '{keyspace}.{table}' doesn't exist"))
+}
+
 /// Replication, durable writes, and the `tablets` property (which only the ScyllaDB
 /// persona accepts) as text pairs.
 type KeyspaceOptions = (Vec<(String, String)>, bool, Option<Vec<(String, String)>>);
 
+/// `replication = {...}` (mandatory, with a class), `durable_writes` and `tablets`.
 fn keyspace_options(opts: &[(String, Literal)]) -> Result<KeyspaceOptions, CqlError> {
     let mut replication = None;
     let mut durable = true;
@@ -246,29 +257,30 @@ fn keyspace_options(opts: &[(String, Literal)]) -> Result<KeyspaceOptions, CqlEr
         class.1 = format!("org.apache.cassandra.locator.{}", class.1);
     }
     let class_name = class.1.clone();
-    if class_name.ends_with("SimpleStrategy") {
-        match replication.iter().find(|(k, _)| k == "replication_factor") {
-            None => {
-                return Err(CqlError::Config(
-                    "SimpleStrategy requires a replication_factor strategy option.".into(),
-                ));
-            }
-            Some((_, v)) if v.parse::<usize>().is_err() => {
+    let simple = class_name == "org.apache.cassandra.locator.SimpleStrategy";
+    if !simple && class_name != "org.apache.cassandra.locator.NetworkTopologyStrategy" {
+        return Err(CqlError::Config(format!(
+            "Unable to find replication strategy class '{class_name}'"
+        )));
+    }
+    // Cassandra 5.0 fills a missing SimpleStrategy factor from `default_keyspace_rf` (1).
+    if simple && !replication.iter().any(|(k, _)| k == "replication_factor") {
+        replication.push(("replication_factor".into(), "1".into()));
+    }
+    for (k, v) in &replication {
+        if k == "class" {
+            continue;
+        }
+        // Cassandra parses factors with Integer.parseInt and shows Java's message.
+        match v.parse::<i32>() {
+            Err(_) => return Err(CqlError::Config(format!("For input string: \"{v}\""))),
+            Ok(n) if n < 0 => {
                 return Err(CqlError::Config(format!(
-                    "Replication factor must be non-negative; found {v}"
+                    "Replication factor must be non-negative; found {n}"
                 )));
             }
-            Some(_) => {}
+            Ok(_) => {}
         }
-    }
-    if class_name.ends_with("NetworkTopologyStrategy")
-        && let Some((k, v)) = replication
-            .iter()
-            .find(|(k, v)| k != "class" && v.parse::<usize>().is_err())
-    {
-        return Err(CqlError::Config(format!(
-            "Replication factor must be non-negative integer; found {v} for {k}"
-        )));
     }
     Ok((replication, durable, tablets))
 }

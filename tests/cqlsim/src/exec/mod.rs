@@ -64,6 +64,16 @@ pub(crate) enum Outcome {
 #[derive(Debug, Clone, Default, PartialEq)]
 pub(crate) struct Effects {
     pub(crate) tables: Vec<TableEffect>,
+    /// Every DELETE mutation, in order (tests assert what was deleted, and how much).
+    pub(crate) deletes: Vec<DeleteEffect>,
+}
+
+/// One DELETE mutation as applied.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct DeleteEffect {
+    pub(crate) keyspace: String,
+    pub(crate) table: String,
+    pub(crate) record: crate::stats::DeleteRecord,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -145,7 +155,9 @@ pub(crate) fn execute(
     let b = Bindings::new(values);
     match &parsed.stmt {
         Statement::Use(ks) => {
-            db.catalog.keyspace(ks)?;
+            if !db.catalog.keyspaces.contains_key(ks) {
+                return Err(CqlError::invalid(format!("Keyspace '{ks}' does not exist")));
+            }
             Ok((Outcome::SetKeyspace(ks.clone()), Effects::default()))
         }
         Statement::Select(s) => {

@@ -62,7 +62,7 @@ impl Collector<'_> {
     fn column(&self, name: &str) -> Result<&crate::schema::Column, CqlError> {
         self.table
             .column(name)
-            .ok_or_else(|| CqlError::invalid(format!("Undefined column name {name}")))
+            .ok_or_else(|| self.table.undefined(name))
     }
 
     fn relations(&mut self, rels: &[Relation]) -> Result<(), CqlError> {

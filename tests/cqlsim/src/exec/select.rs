@@ -65,7 +65,7 @@ pub(crate) fn result_columns(
                     .columns
                     .iter()
                     .position(|c| &c.name == name)
-                    .ok_or_else(|| CqlError::invalid(format!("Undefined column name {name}")))?;
+                    .ok_or_else(|| t.undefined(name))?;
                 Ok((
                     spec(alias.as_deref().unwrap_or(name), &t.columns[i].ty),
                     Source::Column(i),
@@ -116,7 +116,7 @@ pub(crate) fn select(
             .columns
             .iter()
             .position(|c| c.name == r.column())
-            .ok_or_else(|| CqlError::invalid(format!("Undefined column name {}", r.column())))?;
+            .ok_or_else(|| t.undefined(r.column()))?;
         let c = &t.columns[ci];
         let pred = match r {
             Relation::Eq(_, term) => Pred::In(vec![b.resolve_value(term, &c.ty, &c.name)?]),
@@ -332,9 +332,7 @@ fn order(t: &TableSchema, s: &Select, pk_full: bool) -> Result<bool, CqlError> {
     }
     let mut reverse = None;
     for (k, (name, desc)) in s.order_by.iter().enumerate() {
-        let c = t
-            .column(name)
-            .ok_or_else(|| CqlError::invalid(format!("Undefined column name {name}")))?;
+        let c = t.column(name).ok_or_else(|| t.undefined(name))?;
         if c.kind != ColumnKind::Clustering {
             return Err(CqlError::invalid(format!(
                 "Order by is currently only supported on the clustered columns of the PRIMARY KEY, got {name}"

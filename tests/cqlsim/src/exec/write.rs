@@ -66,7 +66,7 @@ pub(crate) fn plan(
             }
             let mut cells = Vec::new();
             for a in &u.assignments {
-                let c = t.column(&a.column).ok_or_else(|| undefined(&a.column))?;
+                let c = t.column(&a.column).ok_or_else(|| t.undefined(&a.column))?;
                 if matches!(c.kind, ColumnKind::PartitionKey | ColumnKind::Clustering) {
                     return Err(CqlError::invalid(format!(
                         "PRIMARY KEY part {} found in SET part",
@@ -108,6 +108,15 @@ pub(crate) fn plan(
                     }
                 };
                 cells.push((c.index, op));
+            }
+            if u.where_.iter().any(|r| {
+                matches!(r, Relation::Range(..))
+                    && t.column(r.column())
+                        .is_some_and(|c| c.kind == ColumnKind::Clustering)
+            }) {
+                return Err(CqlError::invalid(
+                    "Slice restrictions are not supported on the clustering columns in UPDATE statements",
+                ));
             }
             let static_only = !u.assignments.is_empty()
                 && u.assignments.iter().all(|a| {
@@ -161,7 +170,7 @@ pub(crate) fn plan(
                 if i.columns[..k].contains(name) {
                     return Err(CqlError::invalid("The column names contains duplicates"));
                 }
-                let c = t.column(name).ok_or_else(|| undefined(name))?;
+                let c = t.column(name).ok_or_else(|| t.undefined(name))?;
                 match c.kind {
                     ColumnKind::PartitionKey => {
                         pk[c.index] = Some(b.resolve_value(term, &c.ty, &c.name)?)
@@ -227,7 +236,7 @@ pub(crate) fn plan(
             }
             let mut slots = Vec::new();
             for name in &d.columns {
-                let c = t.column(name).ok_or_else(|| undefined(name))?;
+                let c = t.column(name).ok_or_else(|| t.undefined(name))?;
                 if matches!(c.kind, ColumnKind::PartitionKey | ColumnKind::Clustering) {
                     return Err(CqlError::invalid(format!(
                         "Invalid identifier {name} for deletion (should not be a PRIMARY KEY part)"
@@ -273,10 +282,6 @@ fn writable(
     let t = resolve_table(db, q, keyspace)?;
     super::ddl::refuse_system(&t.keyspace)?;
     Ok(t.clone())
-}
-
-fn undefined(name: &str) -> CqlError {
-    CqlError::invalid(format!("Undefined column name {name}"))
 }
 
 fn counter_using(u: &Using) -> Result<(), CqlError> {
@@ -373,16 +378,17 @@ fn keys(
 ) -> Result<Vec<KeyPair>, CqlError> {
     let mut pk: Vec<Option<Vec<Value>>> = vec![None; t.partition_key.len()];
     let mut ck: Vec<Option<Vec<Value>>> = vec![None; t.clustering.len()];
+    let mut not_key: Vec<&str> = Vec::new();
     for r in rels {
-        let c = t.column(r.column()).ok_or_else(|| undefined(r.column()))?;
+        let c = t
+            .column(r.column())
+            .ok_or_else(|| t.undefined(r.column()))?;
         let slot = match c.kind {
             ColumnKind::PartitionKey => &mut pk[c.index],
             ColumnKind::Clustering => &mut ck[c.index],
             _ => {
-                return Err(CqlError::invalid(format!(
-                    "Non PRIMARY KEY columns found in where clause: {}",
-                    c.name
-                )));
+                not_key.push(&c.name);
+                continue;
             }
         };
         if slot.is_some() {
@@ -417,6 +423,13 @@ fn keys(
         return Err(CqlError::invalid(format!(
             "Some partition key parts are missing: {}",
             missing.join(", ")
+        )));
+    }
+    if !not_key.is_empty() {
+        // Cassandra's message ends with a space.
+        return Err(CqlError::invalid(format!(
+            "Non PRIMARY KEY columns found in where clause: {} ",
+            not_key.join(", ")
         )));
     }
     let given = ck.iter().take_while(|v| v.is_some()).count();

@@ -421,3 +421,106 @@ async fn a_delayed_stream_does_not_hold_up_the_others() {
         "the later request on another stream answered first: {tb:?} vs {ta:?}"
     );
 }
+
+/// Every DELETE is logged per table with its scope and partition, so a test can prove what
+/// a tool deleted (whole partitions only, say) and what it never touched.
+#[tokio::test(flavor = "current_thread")]
+async fn deletes_are_logged_with_their_scope_and_partition() {
+    let server = start().await;
+    server
+        .execute_script(
+            None,
+            "CREATE TABLE ks.series (k text, day date, minute smallint, c counter, PRIMARY KEY ((k, day), minute));",
+        )
+        .unwrap();
+    let s = session(server.local_addr()).await;
+    for (k, minute) in [("a", 1), ("a", 2), ("b", 1)] {
+        s.query_unpaged(
+            format!("UPDATE ks.series SET c = c + 1 WHERE k = '{k}' AND day = '2025-01-02' AND minute = {minute}"),
+            (),
+        )
+        .await
+        .unwrap();
+    }
+    let mut delete = s
+        .prepare("DELETE FROM ks.series WHERE k = ? AND day = ?")
+        .await
+        .unwrap();
+    delete.set_is_idempotent(true);
+    s.execute_unpaged(&delete, ("a", scylla::value::CqlDate((1 << 31) + 20_090)))
+        .await
+        .unwrap();
+    s.query_unpaged(
+        "DELETE FROM ks.series WHERE k = 'b' AND day = '2025-01-02' AND minute = 1",
+        (),
+    )
+    .await
+    .unwrap();
+    s.query_unpaged(
+        "DELETE c FROM ks.series WHERE k = 'b' AND day = '2025-01-02' AND minute = 1",
+        (),
+    )
+    .await
+    .unwrap();
+    let deletes = server.stats().table("ks", "series").deletes;
+    let seen: Vec<(cqlsim::DeleteScope, Vec<String>, Vec<String>)> = deletes
+        .into_iter()
+        .map(|d| (d.scope, d.partition, d.clustering))
+        .collect();
+    assert_eq!(
+        seen,
+        [
+            (
+                cqlsim::DeleteScope::Partition,
+                vec!["'a'".to_string(), "'2025-01-02'".to_string()],
+                vec![]
+            ),
+            (
+                cqlsim::DeleteScope::Rows,
+                vec!["'b'".to_string(), "'2025-01-02'".to_string()],
+                vec!["1".to_string()]
+            ),
+            (
+                cqlsim::DeleteScope::Cells,
+                vec!["'b'".to_string(), "'2025-01-02'".to_string()],
+                vec!["1".to_string()]
+            ),
+        ]
+    );
+    assert!(
+        server
+            .execute(
+                None,
+                "SELECT c FROM ks.series WHERE k = 'a' AND day = '2025-01-02'"
+            )
+            .unwrap()
+            .is_empty()
+    );
+}
+
+/// Replies held by a `delay` are counted while they wait: the peak is how many requests
+/// the client had in flight together.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_peak_of_delayed_replies_counts_concurrent_requests() {
+    let server = start().await;
+    let s = session(server.local_addr()).await;
+    server.set_faults(vec![
+        "delay,for=200ms,on=reads,table=ks.counts".parse().unwrap(),
+    ]);
+    let select = s
+        .prepare("SELECT c FROM ks.counts WHERE pk = ?")
+        .await
+        .unwrap();
+    s.execute_unpaged(&select, ("one",)).await.unwrap();
+    assert_eq!(server.stats().peak_delayed_replies, 1);
+    let reads = (0..8).map(|i| {
+        let (s, select) = (&s, &select);
+        async move { s.execute_unpaged(select, (format!("k{i}"),)).await }
+    });
+    for result in futures::future::join_all(reads).await {
+        result.unwrap();
+    }
+    let stats = server.stats();
+    assert_eq!(stats.peak_delayed_replies, 8);
+    assert_eq!(stats.delayed_replies, 0);
+}

@@ -336,7 +336,10 @@ async fn select_restrictions_follow_cassandra() {
             "SELECT * FROM ks.e WHERE a = 1 AND b = 1 LIMIT 0",
             "LIMIT must be strictly positive",
         ),
-        ("SELECT nope FROM ks.e", "Undefined column name nope"),
+        (
+            "SELECT nope FROM ks.e",
+            "Undefined column name nope in table ks.e",
+        ),
     ];
     for (cql, msg) in cases {
         let e = s.query_unpaged(cql, ()).await.expect_err(cql);

@@ -1,0 +1,326 @@
+//! The pure part of a migration: partitions cut into chunks (one counter write each),
+//! the states a chunk goes through, what a rerun does with each, and the verdict on a
+//! chunk whose outcome is unknown.
+
+use serde::{Deserialize, Serialize};
+
+use crate::bucket::{self, Day};
+use crate::ops::read::PartitionSums;
+use crate::vocabulary::Granularity;
+
+/// One logical partition of a family's table: a key's minute partition (a day) or day
+/// partition (a month), all shards together.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct PartitionRef {
+    /// `minute` or `day`.
+    pub table: String,
+    /// The key values.
+    pub key: Vec<String>,
+    /// `YYYY-MM-DD` (minute table) or `YYYY-MM` (day table).
+    pub bucket: String,
+}
+
+impl PartitionRef {
+    /// The table kind.
+    pub fn granularity(&self) -> Granularity {
+        if self.table == "day" {
+            Granularity::Day
+        } else {
+            Granularity::Minute
+        }
+    }
+
+    /// A day inside the partition (the day, or the first of the month), for reading it.
+    pub fn day(&self) -> Option<Day> {
+        let text = if self.bucket.len() == 7 {
+            format!("{}-01", self.bucket)
+        } else {
+            self.bucket.clone()
+        };
+        bucket::parse_date(&text).and_then(Day::from_date)
+    }
+
+    /// Whether the partition holds rows of days in `from..=to`: a minute partition's
+    /// day, or any day of a day partition's month.
+    pub fn overlaps(&self, from: Option<Day>, to: Option<Day>) -> bool {
+        let Some(first) = self.day() else {
+            return false;
+        };
+        let last = match self.granularity() {
+            Granularity::Minute => first,
+            Granularity::Day => {
+                let month = first.month();
+                let mut last = first;
+                while Day(last.0 + 1).month() == month {
+                    last = Day(last.0 + 1);
+                }
+                last
+            }
+        };
+        from.is_none_or(|f| last >= f) && to.is_none_or(|t| first <= t)
+    }
+
+    /// A short text for reports: `minute home 2026-11-30`.
+    pub fn describe(&self) -> String {
+        format!("{} {} {}", self.table, self.key.join(","), self.bucket)
+    }
+}
+
+/// Rows of a chunk: clustering bucket (minute of the day, or day since the epoch) and one
+/// value per target column.
+pub type ChunkRows = Vec<(i64, Vec<i64>)>;
+
+/// One counter write of a migration.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Chunk {
+    /// Its partition.
+    pub partition: PartitionRef,
+    /// Its position among the partition's chunks.
+    pub index: u32,
+    /// Its rows.
+    pub rows: ChunkRows,
+}
+
+impl Chunk {
+    /// Its id in the job table: `["minute", ["home"], "2026-11-30", 0]`.
+    pub fn part(&self) -> String {
+        part_id(&self.partition, self.index)
+    }
+}
+
+/// The job table id of chunk `index` of `partition`.
+pub fn part_id(partition: &PartitionRef, index: u32) -> String {
+    serde_json::to_string(&(&partition.table, &partition.key, &partition.bucket, index))
+        .unwrap_or_default()
+}
+
+/// The partition of a job table id.
+pub fn partition_of(part: &str) -> Option<PartitionRef> {
+    let (table, key, bucket, _): (String, Vec<String>, String, u32) =
+        serde_json::from_str(part).ok()?;
+    Some(PartitionRef { table, key, bucket })
+}
+
+/// Cuts a partition's rows (rows summing to zero in every column left out, when
+/// `skip_zero_rows`) into chunks of at most `max_rows`, in bucket order.
+pub fn chunks(partition: &PartitionRef, sums: &PartitionSums, max_rows: usize) -> Vec<Chunk> {
+    let rows: ChunkRows = sums
+        .iter()
+        .filter(|(_, values)| values.iter().any(|v| *v != 0))
+        .map(|(bucket, values)| (*bucket, values.clone()))
+        .collect();
+    rows.chunks(max_rows.max(1))
+        .enumerate()
+        .map(|(i, rows)| Chunk {
+            partition: partition.clone(),
+            index: i as u32,
+            rows: rows.to_vec(),
+        })
+        .collect()
+}
+
+/// Where a chunk stands in the job table.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum State {
+    /// Its intent is written and the write may have been sent: a run stopped before it
+    /// recorded the outcome.
+    Sending,
+    /// Applied (acknowledged, or proven by reading the target).
+    Applied,
+    /// Definitely not applied, worth sending again (unavailable, no connection).
+    NotApplied,
+    /// Definitely not applied, refused by the store (schema, permissions).
+    Rejected,
+    /// May or may not have applied (write timeout and the like).
+    Unknown,
+}
+
+impl State {
+    /// The text in the job table.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            State::Sending => "sending",
+            State::Applied => "applied",
+            State::NotApplied => "not_applied",
+            State::Rejected => "rejected",
+            State::Unknown => "unknown",
+        }
+    }
+
+    /// The state of a job table text.
+    pub fn parse(text: &str) -> Option<State> {
+        Some(match text {
+            "sending" => State::Sending,
+            "applied" => State::Applied,
+            "not_applied" => State::NotApplied,
+            "rejected" => State::Rejected,
+            "unknown" => State::Unknown,
+            _ => return None,
+        })
+    }
+}
+
+/// What a run does with a chunk, given its state from an earlier run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Step {
+    /// Nothing: it is applied.
+    Skip,
+    /// Send it (new, or definitely not applied before).
+    Send,
+    /// Never send blindly: resolve it against the target first.
+    Resolve,
+}
+
+/// The step for a chunk in `state` (`None`: never attempted).
+pub fn step(state: Option<State>) -> Step {
+    match state {
+        Some(State::Applied) => Step::Skip,
+        None | Some(State::NotApplied) | Some(State::Rejected) => Step::Send,
+        Some(State::Sending) | Some(State::Unknown) => Step::Resolve,
+    }
+}
+
+/// What reading the target says about a chunk whose outcome is unknown.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Verdict {
+    /// Every row holds its before-image plus the chunk's delta: applied.
+    Applied,
+    /// Every row holds exactly its before-image: not applied (trusted only after the
+    /// settle time and from a read at ALL, see the module doc).
+    NotApplied,
+    /// Neither (someone else wrote the rows, or replicas disagree): stays unknown.
+    Ambiguous,
+}
+
+/// Compares the target `now` with a chunk's `before` and `rows`.
+pub fn verdict(rows: &ChunkRows, before: &ChunkRows, now: &PartitionSums) -> Verdict {
+    let (mut applied, mut untouched) = (true, true);
+    for (bucket, delta) in rows {
+        let zero = vec![0; delta.len()];
+        let was = before
+            .iter()
+            .find(|(b, _)| b == bucket)
+            .map_or(&zero, |(_, v)| v);
+        let is = now.get(bucket).unwrap_or(&zero);
+        let expected: Vec<i64> = was
+            .iter()
+            .zip(delta)
+            .map(|(w, d)| w.wrapping_add(*d))
+            .collect();
+        applied &= *is == expected;
+        untouched &= is == was;
+    }
+    match (applied, untouched) {
+        (true, false) => Verdict::Applied,
+        (false, true) => Verdict::NotApplied,
+        _ => Verdict::Ambiguous,
+    }
+}
+
+/// The before-image of a chunk's rows in the target's current `sums`.
+pub fn before_image(rows: &ChunkRows, sums: &PartitionSums) -> ChunkRows {
+    rows.iter()
+        .map(|(bucket, delta)| {
+            (
+                *bucket,
+                sums.get(bucket)
+                    .cloned()
+                    .unwrap_or_else(|| vec![0; delta.len()]),
+            )
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn partition() -> PartitionRef {
+        PartitionRef {
+            table: "minute".into(),
+            key: vec!["home".into()],
+            bucket: "2026-11-30".into(),
+        }
+    }
+
+    #[test]
+    fn partitions_are_cut_into_chunks_without_zero_rows() {
+        let sums: PartitionSums = (0..40).map(|m| (m, vec![m % 3, 0])).collect();
+        let all = chunks(&partition(), &sums, 16);
+        let sizes: Vec<usize> = all.iter().map(|c| c.rows.len()).collect();
+        assert_eq!(sizes, [16, 10], "26 of the 40 rows are not zero");
+        assert_eq!(all[1].index, 1);
+        assert_eq!(all[0].part(), r#"["minute",["home"],"2026-11-30",0]"#);
+        assert_eq!(partition_of(&all[0].part()), Some(partition()));
+    }
+
+    #[test]
+    fn a_rerun_skips_applied_chunks_sends_definite_failures_and_resolves_the_rest() {
+        assert_eq!(step(None), Step::Send);
+        assert_eq!(step(Some(State::Applied)), Step::Skip);
+        assert_eq!(step(Some(State::NotApplied)), Step::Send);
+        assert_eq!(step(Some(State::Rejected)), Step::Send);
+        assert_eq!(step(Some(State::Unknown)), Step::Resolve);
+        assert_eq!(step(Some(State::Sending)), Step::Resolve);
+        for state in [
+            State::Sending,
+            State::Applied,
+            State::NotApplied,
+            State::Rejected,
+            State::Unknown,
+        ] {
+            assert_eq!(State::parse(state.as_str()), Some(state));
+        }
+    }
+
+    #[test]
+    fn the_target_proves_a_chunk_applied_not_applied_or_neither() {
+        let rows: ChunkRows = vec![(1, vec![5, 0]), (2, vec![3, 1])];
+        let before: ChunkRows = vec![(1, vec![0, 0]), (2, vec![10, 10])];
+        let sums = |a: [i64; 2], b: [i64; 2]| -> PartitionSums {
+            [(1, a.to_vec()), (2, b.to_vec())].into()
+        };
+        assert_eq!(
+            verdict(&rows, &before, &sums([5, 0], [13, 11])),
+            Verdict::Applied
+        );
+        assert_eq!(
+            verdict(&rows, &before, &sums([0, 0], [10, 10])),
+            Verdict::NotApplied
+        );
+        assert_eq!(
+            verdict(&rows, &before, &sums([5, 0], [10, 10])),
+            Verdict::Ambiguous,
+            "half of one write cannot be: someone else wrote"
+        );
+        assert_eq!(
+            verdict(&rows, &before, &sums([6, 0], [13, 11])),
+            Verdict::Ambiguous
+        );
+        let absent: PartitionSums = [(2, vec![10, 10])].into();
+        assert_eq!(
+            verdict(&rows, &before, &absent),
+            Verdict::NotApplied,
+            "a missing row reads 0"
+        );
+        assert_eq!(
+            before_image(&rows, &absent),
+            [(1, vec![0, 0]), (2, vec![10, 10])]
+        );
+    }
+
+    #[test]
+    fn day_partitions_overlap_a_range_by_any_day_of_their_month() {
+        let day = |t: &str| Day::from_date(bucket::parse_date(t).unwrap()).unwrap();
+        let month = PartitionRef {
+            table: "day".into(),
+            key: vec!["k".into()],
+            bucket: "2026-11".into(),
+        };
+        assert!(month.overlaps(Some(day("2026-11-30")), None));
+        assert!(!month.overlaps(Some(day("2026-12-01")), None));
+        assert!(!month.overlaps(None, Some(day("2026-10-31"))));
+        assert!(partition().overlaps(Some(day("2026-11-30")), Some(day("2026-11-30"))));
+        assert!(!partition().overlaps(Some(day("2026-12-01")), None));
+    }
+}

@@ -1,0 +1,19 @@
+//! Operating counter tables (seed 000's operations, seed 003's warnings): reading them
+//! back, the key index, leaderboards, retention, migration and shard advice.
+//!
+//! | module | job |
+//! |---|---|
+//! | [`read`], [`read_cache`] | one partition summed over its shards, at a chosen consistency; a short cache in front |
+//! | [`advise`] | a shard count from the peak write rate per key and the safe rate |
+//! | [`keyindex`] | the keys written per family and day: fed by the flush hook, retried until applied; listed by day |
+//! | [`migrate`] | read-and-increment into another table or cluster, resumable through a job table, with verification |
+//! | [`prune`] | retention by whole partitions older than a cutoff, never a row or a cell |
+//! | [`leaderboard`] | rankings per period, written as versions in a regular table clustered by score, served through a pointer flipped last |
+
+pub mod advise;
+pub mod keyindex;
+pub mod leaderboard;
+pub mod migrate;
+pub mod prune;
+pub mod read;
+pub mod read_cache;

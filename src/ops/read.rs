@@ -1,0 +1,429 @@
+//! Reading counters back: one partition of a family's minute or day table, every shard
+//! summed, at a chosen consistency.
+//!
+//! A family sharded in the partition key keeps one partition per shard (seed 000: "a read
+//! becomes sixteen partition reads, best issued concurrently and summed in the client"),
+//! so those reads go out together and the answer takes about one read's time, not
+//! sixteen. A family sharded in the clustering key keeps its shards in one partition: one
+//! read, whose rows are summed. Statements are prepared once per table and column set.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+
+use futures_util::future::try_join_all;
+use parking_lot::Mutex;
+use scylla::client::session::Session;
+use scylla::statement::prepared::PreparedStatement;
+use scylla::value::{CqlDate, CqlValue, Row};
+
+use crate::bucket::Day;
+use crate::config::{ConsistencyLevel, ShardPlacement};
+use crate::cql_text::{self, STATEMENTS};
+use crate::family::{Families, FamilyDef, TableName, TagSet};
+use crate::layout::{Role, TableLayout};
+use crate::sink::cql::{KeyType, SchemaError, bind, schema, session};
+use crate::vocabulary::Granularity;
+
+/// Why a read failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ReadError {
+    /// The counter asked for cannot be named this way (a missing key tag, an unknown
+    /// column); the message says what to give.
+    #[error("{0}")]
+    Usage(String),
+    /// The table does not match the configuration.
+    #[error(transparent)]
+    Schema(#[from] SchemaError),
+    /// The store refused or failed the read.
+    #[error("`{statement}`: {error}")]
+    Store {
+        /// The statement.
+        statement: String,
+        /// What the driver said.
+        error: String,
+    },
+    /// No session: the reader was built without a store.
+    #[error("no session to the store: reads need `Recorder::connect`")]
+    NoStore,
+}
+
+/// One counter: a family's column for one key.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct CounterRef {
+    /// The family's name.
+    pub family: String,
+    /// The counter column's name.
+    pub column: String,
+    /// The key values, in the family's key order (generic: name, canonical tags).
+    pub keys: Vec<String>,
+}
+
+/// The counter a metric name and tags are written to: the family that maps the name (its
+/// key from the tags), else the generic family by name and canonical tags, exactly as an
+/// increment with these tags lands.
+pub fn resolve(
+    families: &Families,
+    name: &str,
+    tags: &[(&str, &str)],
+) -> Result<CounterRef, ReadError> {
+    if let Some((id, column)) = families.column_of(name) {
+        let family = families.get(id);
+        let mut keys = Vec::new();
+        for key in &family.key_columns {
+            let value = tags.value_of(key).ok_or_else(|| {
+                ReadError::Usage(format!(
+                    "`{name}` belongs to family `{}`: give --tag {key}:VALUE",
+                    family.name
+                ))
+            })?;
+            keys.push(value.to_owned());
+        }
+        return Ok(CounterRef {
+            family: family.name.clone(),
+            column: family.columns[column].clone(),
+            keys,
+        });
+    }
+    let generic = families.get(crate::family::GENERIC);
+    let mut canonical = Vec::new();
+    tags.write_canonical(&mut canonical);
+    let tags = String::from_utf8(canonical).map_err(|e| ReadError::Usage(e.to_string()))?;
+    Ok(CounterRef {
+        family: generic.name.clone(),
+        column: "value".into(),
+        keys: vec![name.to_owned(), tags],
+    })
+}
+
+/// The rows of one logical partition (every shard summed): clustering bucket → one sum
+/// per requested column. The bucket is the minute of the day (minute table) or the day
+/// counted from the epoch (day table).
+pub type PartitionSums = BTreeMap<i64, Vec<i64>>;
+
+/// Reads counter partitions; cheap to share (statements are prepared once).
+pub struct Reader {
+    session: Arc<Session>,
+    prepared: Mutex<HashMap<String, PreparedStatement>>,
+    key_types: Mutex<HashMap<TableName, Vec<KeyType>>>,
+}
+
+impl Reader {
+    /// A reader on `session`.
+    pub fn new(session: Arc<Session>) -> Reader {
+        Reader {
+            session,
+            prepared: Mutex::new(HashMap::new()),
+            key_types: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// The session.
+    pub fn session(&self) -> &Arc<Session> {
+        &self.session
+    }
+
+    /// The logical partition of `keys` holding `day` in `family`'s `kind` table: the
+    /// minute table's (key, day) partition or the day table's (key, month) partition,
+    /// summed over every shard, for the counter columns `columns` (indices into the
+    /// family's columns).
+    pub async fn partition(
+        &self,
+        family: &FamilyDef,
+        kind: Granularity,
+        keys: &[String],
+        day: Day,
+        columns: &[usize],
+        consistency: ConsistencyLevel,
+    ) -> Result<PartitionSums, ReadError> {
+        let layout = TableLayout::of(family, kind);
+        let names: Vec<&str> = columns
+            .iter()
+            .map(|&c| family.columns.get(c).map(String::as_str))
+            .collect::<Option<_>>()
+            .ok_or_else(|| ReadError::Usage("no such counter column".into()))?;
+        let key_types = self.key_types(&layout)?;
+        let statement = self.prepared(&layout, &names).await?;
+        let mut statement = statement.clone();
+        statement.set_consistency(session::consistency(consistency));
+        let shards: Vec<Option<u8>> = match &family.sharding {
+            Some(s) if s.placement == ShardPlacement::Partition => {
+                (0..s.shards).map(Some).collect()
+            }
+            _ => vec![None],
+        };
+        let mut bound = Vec::with_capacity(shards.len());
+        for shard in shards {
+            bound.push(partition_values(&layout, &key_types, keys, day, shard)?);
+        }
+        let reads = bound.into_iter().map(|values| {
+            let statement = &statement;
+            async move {
+                let result = self
+                    .session
+                    .execute_unpaged(statement, values)
+                    .await
+                    .map_err(|e| store_error(statement, e))?;
+                let rows = result
+                    .into_rows_result()
+                    .map_err(|e| store_error(statement, e))?;
+                rows.rows::<Row>()
+                    .map_err(|e| store_error(statement, e))?
+                    .map(|row| row.map_err(|e| store_error(statement, e)))
+                    .collect::<Result<Vec<Row>, ReadError>>()
+            }
+        });
+        let mut sums = PartitionSums::new();
+        for rows in try_join_all(reads).await? {
+            for row in rows {
+                let mut cells = row.columns.into_iter();
+                let bucket = match cells.next().flatten() {
+                    Some(CqlValue::SmallInt(minute)) => i64::from(minute),
+                    Some(CqlValue::Date(date)) => i64::from(date.0) - (1_i64 << 31),
+                    other => {
+                        return Err(ReadError::Store {
+                            statement: layout.table.to_string(),
+                            error: format!("unexpected bucket value {other:?}"),
+                        });
+                    }
+                };
+                let entry = sums.entry(bucket).or_insert_with(|| vec![0; names.len()]);
+                for (sum, cell) in entry.iter_mut().zip(cells) {
+                    if let Some(CqlValue::Counter(c)) = cell {
+                        *sum = sum.wrapping_add(c.0);
+                    }
+                }
+            }
+        }
+        Ok(sums)
+    }
+
+    /// The day total of one counter (its day row, every shard summed).
+    pub async fn day_total(
+        &self,
+        families: &Families,
+        counter: &CounterRef,
+        day: Day,
+        consistency: ConsistencyLevel,
+    ) -> Result<i64, ReadError> {
+        let (family, column) = locate(families, counter)?;
+        let sums = self
+            .partition(
+                family,
+                Granularity::Day,
+                &counter.keys,
+                day,
+                &[column],
+                consistency,
+            )
+            .await?;
+        Ok(sums.get(&i64::from(day.0)).map_or(0, |v| v[0]))
+    }
+
+    /// The minute series of one counter on `day`: minute of the day → value.
+    pub async fn minutes(
+        &self,
+        families: &Families,
+        counter: &CounterRef,
+        day: Day,
+        consistency: ConsistencyLevel,
+    ) -> Result<BTreeMap<i64, i64>, ReadError> {
+        let (family, column) = locate(families, counter)?;
+        let sums = self
+            .partition(
+                family,
+                Granularity::Minute,
+                &counter.keys,
+                day,
+                &[column],
+                consistency,
+            )
+            .await?;
+        Ok(sums.into_iter().map(|(m, v)| (m, v[0])).collect())
+    }
+
+    fn key_types(&self, layout: &TableLayout) -> Result<Vec<KeyType>, ReadError> {
+        if let Some(types) = self.key_types.lock().get(&layout.table) {
+            return Ok(types.clone());
+        }
+        let types = schema::check(&self.session, layout)?;
+        self.key_types
+            .lock()
+            .insert(layout.table.clone(), types.clone());
+        Ok(types)
+    }
+
+    async fn prepared(
+        &self,
+        layout: &TableLayout,
+        columns: &[&str],
+    ) -> Result<PreparedStatement, ReadError> {
+        let text = select_partition(layout, columns);
+        if let Some(statement) = self.prepared.lock().get(&text) {
+            return Ok(statement.clone());
+        }
+        let mut statement =
+            self.session
+                .prepare(text.clone())
+                .await
+                .map_err(|e| ReadError::Store {
+                    statement: text.clone(),
+                    error: e.to_string(),
+                })?;
+        // A read changes nothing: the driver may retry it.
+        statement.set_is_idempotent(true);
+        self.prepared.lock().insert(text, statement.clone());
+        Ok(statement)
+    }
+}
+
+/// The family and column index a counter reference names.
+pub fn locate<'a>(
+    families: &'a Families,
+    counter: &CounterRef,
+) -> Result<(&'a FamilyDef, usize), ReadError> {
+    let family = families
+        .by_name(&counter.family)
+        .ok_or_else(|| ReadError::Usage(format!("no family is called `{}`", counter.family)))?;
+    let column = family
+        .columns
+        .iter()
+        .position(|c| *c == counter.column)
+        .ok_or_else(|| {
+            ReadError::Usage(format!(
+                "family `{}` has no column `{}`",
+                family.name, counter.column
+            ))
+        })?;
+    if counter.keys.len() != family.key_columns.len() {
+        return Err(ReadError::Usage(format!(
+            "family `{}` is keyed by ({}); {} key values given",
+            family.name,
+            family.key_columns.join(", "),
+            counter.keys.len()
+        )));
+    }
+    Ok((family, column))
+}
+
+/// `SELECT bucket, columns FROM table WHERE partition key` (from `cql/statements.cql`).
+pub fn select_partition(layout: &TableLayout, columns: &[&str]) -> String {
+    let bucket = match layout.kind {
+        Granularity::Minute => "minute",
+        Granularity::Day => "day",
+    };
+    let conditions: Vec<String> = layout
+        .partition_key
+        .iter()
+        .map(|(c, _)| format!("{c} = ?"))
+        .collect();
+    cql_text::statement(
+        STATEMENTS,
+        "select_partition",
+        &[
+            ("bucket", bucket),
+            ("columns", &columns.join(", ")),
+            ("table", &layout.table.to_string()),
+            ("conditions", &conditions.join(" AND ")),
+        ],
+    )
+}
+
+/// The bound values of a partition key: key values converted to their column types, the
+/// day or month, and the shard.
+pub fn partition_values(
+    layout: &TableLayout,
+    key_types: &[KeyType],
+    keys: &[String],
+    day: Day,
+    shard: Option<u8>,
+) -> Result<Vec<CqlValue>, ReadError> {
+    let mut values = Vec::with_capacity(layout.partition_key.len());
+    for (_, role) in &layout.partition_key {
+        values.push(match role {
+            Role::Key(i) => {
+                let text = keys
+                    .get(*i)
+                    .ok_or_else(|| ReadError::Usage("too few key values".into()))?;
+                let typ = key_types.get(*i).copied().unwrap_or(KeyType::Text);
+                bind::key_value(text, typ).map_err(ReadError::Usage)?
+            }
+            Role::Day => CqlValue::Date(CqlDate(day.cql_date())),
+            Role::Month => CqlValue::Text(day.month()),
+            Role::Shard => CqlValue::TinyInt(shard.unwrap_or(0) as i8),
+            Role::Minute => CqlValue::SmallInt(0),
+        });
+    }
+    Ok(values)
+}
+
+fn store_error(statement: &PreparedStatement, error: impl std::fmt::Display) -> ReadError {
+    ReadError::Store {
+        statement: statement.get_statement().to_owned(),
+        error: error.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::{Config, FamilyConfig};
+
+    fn families(shards: u8, placement: ShardPlacement) -> Families {
+        let mut config = Config::default();
+        config.families.push(FamilyConfig {
+            shards,
+            shard_placement: placement,
+            ..FamilyConfig::seed_views()
+        });
+        Families::from_config(&config).unwrap()
+    }
+
+    #[test]
+    fn names_resolve_as_increments_land() {
+        let f = families(1, ShardPlacement::Partition);
+        assert_eq!(
+            resolve(&f, "page.views", &[("page_id", "home"), ("env", "x")]).unwrap(),
+            CounterRef {
+                family: "views".into(),
+                column: "views".into(),
+                keys: vec!["home".into()],
+            }
+        );
+        assert!(matches!(
+            resolve(&f, "page.views", &[("env", "x")]),
+            Err(ReadError::Usage(m)) if m.contains("--tag page_id:VALUE")
+        ));
+        assert_eq!(
+            resolve(&f, "api.calls", &[("route", "/a"), ("env", "x")])
+                .unwrap()
+                .keys,
+            ["api.calls", "env:x,route:/a"]
+        );
+    }
+
+    #[test]
+    fn partition_reads_select_every_column_of_the_partition() {
+        let f = families(4, ShardPlacement::Partition);
+        let layout = TableLayout::of(f.by_name("views").unwrap(), Granularity::Day);
+        assert_eq!(
+            select_partition(&layout, &["views", "bytes"]),
+            "SELECT day, views, bytes FROM metrics.views_by_day WHERE page_id = ? AND month = ? AND shard = ?"
+        );
+        let values = partition_values(
+            &layout,
+            &[KeyType::Text],
+            &["home".into()],
+            Day(20_000),
+            Some(3),
+        )
+        .unwrap();
+        assert_eq!(
+            values,
+            [
+                CqlValue::Text("home".into()),
+                CqlValue::Text(Day(20_000).month()),
+                CqlValue::TinyInt(3)
+            ]
+        );
+    }
+}

@@ -1,0 +1,819 @@
+//! The write-ahead intent journal (`journal.wal`): what a flush is about to send, durable
+//! before it sends anything, and how each request ended.
+//!
+//! # One group per flush
+//!
+//! ```text
+//! Begin (writer, incarnation, flush_seq, replay cursor consumed, family dictionary)
+//! Intent × n (request index, family, table, key, shard, rows: bucket + deltas)
+//! Committed                          ── one write + fdatasync: the group commit ──
+//! Outcome × n                        as requests settle (no fsync: see below)
+//! LogsAt (sizes of the outcome logs before this flush appends to them; fdatasync)
+//! End                                then the file is truncated
+//! ```
+//!
+//! Nothing is sent before the group commit returns, so a request without an intent was
+//! never sent. Outcome records need no fsync of their own: a missing outcome only makes
+//! recovery more conservative (the request is logged as unknown, `in_flight_at_crash`),
+//! never less, because recovery acts on an outcome only when it states a fact that
+//! allows it (applied, or definitely not applied).
+//!
+//! # Format
+//!
+//! Each record is a frame: `u32` payload length, `u32` CRC32C of the payload, payload
+//! (little-endian integers, strings and byte strings length-prefixed). Every write is
+//! followed by an end mark (an empty frame: eight zero bytes) that the next write
+//! overwrites. Reading stops at the end mark, or at the first frame that is short or
+//! fails its checksum (a torn tail after a crash); the next write starts there.
+//!
+//! # Cost
+//!
+//! The file is zero-filled to 4 MiB once and then overwritten from the start by every
+//! flush, never truncated: on ext4 and XFS an `fdatasync` of blocks that are already
+//! allocated and written flushes the data alone, while appending to a truncated file
+//! also commits the filesystem's journal (block allocation, file size) on every flush.
+//! A flush larger than the file grows it once, to its high-water mark.
+//!
+//! A request id is `writer/incarnation/flush_seq/request`: unique per state directory
+//! and writer, carried by every record written for that request (outcome logs, spill).
+
+use std::collections::HashMap;
+use std::fs::File;
+use std::io::{self, Read};
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+
+use crate::sink::PartitionWrite;
+use crate::vocabulary::Granularity;
+
+use super::spill::{Cursor, SegmentId};
+
+/// A family as the journal describes it: enough to turn an intent into records (and into
+/// ledger rows) without the configuration that wrote it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FamilyEntry {
+    /// The family's id in that configuration.
+    pub id: u16,
+    /// Its name.
+    pub name: String,
+    /// `keyspace.table` of its minute table.
+    pub minute_table: String,
+    /// `keyspace.table` of its day table.
+    pub day_table: String,
+    /// Key columns, in series order.
+    pub key_columns: Vec<String>,
+    /// Counter columns, in delta order.
+    pub columns: Vec<String>,
+}
+
+impl FamilyEntry {
+    /// The table of one granularity.
+    pub fn table(&self, table: Granularity) -> &str {
+        match table {
+            Granularity::Minute => &self.minute_table,
+            Granularity::Day => &self.day_table,
+        }
+    }
+}
+
+/// Who sent a flush: with a request index, the request id.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct FlushId {
+    /// The writer id.
+    pub writer: String,
+    /// The state directory's incarnation.
+    pub incarnation: u64,
+    /// The flush sequence within the incarnation.
+    pub flush_seq: u64,
+}
+
+impl FlushId {
+    /// The id of request `request` of this flush: `writer/incarnation/flush_seq/request`.
+    pub fn request_id(&self, request: u32) -> String {
+        format!(
+            "{}/{}/{}/{request}",
+            self.writer, self.incarnation, self.flush_seq
+        )
+    }
+}
+
+/// One destination row of an intent.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct IntentRow {
+    /// The minute (minute table) or day (day table), counted from the epoch.
+    pub bucket: u32,
+    /// One delta per counter column of the family.
+    pub deltas: Vec<i64>,
+}
+
+/// One request a flush will send.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Intent {
+    /// Its index within the flush (the last part of the request id).
+    pub request: u32,
+    /// The family's id (see the group's dictionary).
+    pub family: u16,
+    /// Which of the family's tables.
+    pub table: Granularity,
+    /// The shard, for sharded families.
+    pub shard: Option<u8>,
+    /// The encoded series (key values).
+    pub series: Vec<u8>,
+    /// The rows, all in one partition.
+    pub rows: Vec<IntentRow>,
+}
+
+/// How a request ended, as far as the journal knows.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Settled {
+    /// The store acknowledged it.
+    Applied,
+    /// Definitely not applied; re-queued in memory (or spilled).
+    NotApplied {
+        /// Error kind.
+        kind: String,
+        /// Error text.
+        text: String,
+    },
+    /// Refused permanently (not applied).
+    Rejected {
+        /// Error kind.
+        kind: String,
+        /// Error text.
+        text: String,
+    },
+    /// It may or may not have applied.
+    Unknown {
+        /// Error kind.
+        kind: String,
+        /// Error text.
+        text: String,
+    },
+    /// Never sent (the deadline passed first).
+    NotStarted,
+    /// Not applied, and its rows were dropped (counted) because the spill could not take
+    /// them.
+    Dropped,
+}
+
+/// One flush as read back from the journal.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FlushGroup {
+    /// Who sent it.
+    pub flush: FlushId,
+    /// When it began, RFC 3339.
+    pub time: String,
+    /// How far the spill replay had loaded rows into the buffer when this flush drained
+    /// it: those rows are in this flush's intents.
+    pub consumes: Option<Cursor>,
+    /// The families its intents refer to.
+    pub families: Vec<FamilyEntry>,
+    /// Its requests.
+    pub intents: Vec<Intent>,
+    /// Whether the group commit completed (without it, nothing was sent).
+    pub committed: bool,
+    /// The last outcome recorded per request index.
+    pub outcomes: HashMap<u32, Settled>,
+    /// Sizes of `unknown.jsonl` and `rejected.jsonl` before this flush appended to them.
+    pub logs_at: Option<(u64, u64)>,
+    /// Whether the flush settled every request (its records are all durable).
+    pub ended: bool,
+}
+
+impl FlushGroup {
+    /// The family entry of an intent.
+    pub fn family(&self, id: u16) -> Option<&FamilyEntry> {
+        self.families.iter().find(|f| f.id == id)
+    }
+}
+
+const BEGIN: u8 = 1;
+const INTENT: u8 = 2;
+const COMMITTED: u8 = 3;
+const OUTCOME: u8 = 4;
+const LOGS_AT: u8 = 5;
+const END: u8 = 6;
+
+const NO_SHARD: u16 = u16::MAX;
+
+/// The end mark: an empty frame (length 0, and 0 is the CRC32C of nothing).
+const END_MARK: [u8; 8] = [0; 8];
+
+/// Size the file is zero-filled to once, so that flushes overwrite allocated blocks.
+const PREALLOCATED: u64 = 4 << 20;
+
+/// Buffered outcome records are written once they pass this size (and when sending
+/// ends): a kill loses at most these from the page cache's view, which only makes
+/// recovery log those requests as unknown.
+const OUTCOME_BATCH: usize = 16 << 10;
+
+/// The journal file.
+pub struct Journal {
+    path: PathBuf,
+    file: File,
+    /// Where the next write goes.
+    offset: u64,
+    /// Frames waiting to be written (outcome records are batched).
+    pending: Vec<u8>,
+    /// Keep settled groups instead of starting over (tests and audits read them back).
+    keep: bool,
+}
+
+impl Journal {
+    /// Opens (creating if needed) the journal and reads every group in it. Returns the
+    /// journal, its groups (oldest first), and the length of a torn tail cut off (bytes
+    /// after the last readable record that are not an end mark).
+    pub fn open(path: PathBuf) -> io::Result<(Journal, Vec<FlushGroup>, u64)> {
+        let mut file = super::private::options()
+            .create(true)
+            .truncate(false)
+            .read(true)
+            .write(true)
+            .open(&path)?;
+        let mut bytes = Vec::new();
+        file.read_to_end(&mut bytes)?;
+        let (groups, valid) = parse(&bytes);
+        let after = &bytes[valid..bytes.len().min(valid + 8)];
+        let torn = if after.iter().all(|b| *b == 0) {
+            0
+        } else {
+            (bytes.len() - valid) as u64
+        };
+        file.write_all_at(&END_MARK, valid as u64)?;
+        let len = bytes.len() as u64;
+        if len < PREALLOCATED {
+            let zeros = vec![0_u8; 64 << 10];
+            let mut at = len.max(valid as u64 + END_MARK.len() as u64);
+            while at < PREALLOCATED {
+                let n = zeros.len().min((PREALLOCATED - at) as usize);
+                file.write_all_at(&zeros[..n], at)?;
+                at += n as u64;
+            }
+        }
+        file.sync_all()?;
+        Ok((
+            Journal {
+                path,
+                file,
+                offset: valid as u64,
+                pending: Vec::new(),
+                keep: false,
+            },
+            groups,
+            torn,
+        ))
+    }
+
+    /// Writes `frames` at the current offset, followed by the end mark.
+    fn write(&mut self, frames: &[u8]) -> io::Result<()> {
+        self.file.write_all_at(frames, self.offset)?;
+        self.offset += frames.len() as u64;
+        self.file.write_all_at(&END_MARK, self.offset)
+    }
+
+    /// The file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Keeps settled groups in the file instead of truncating it after each flush.
+    pub fn set_keep(&mut self, keep: bool) {
+        self.keep = keep;
+    }
+
+    /// The group commit: writes the flush's header and one intent per write, and makes
+    /// them durable. Nothing of this flush may be sent before it returns `Ok`.
+    pub fn begin(
+        &mut self,
+        flush: &FlushId,
+        time: &str,
+        consumes: Option<Cursor>,
+        families: &[FamilyEntry],
+        writes: &[PartitionWrite],
+    ) -> io::Result<()> {
+        self.flush_pending()?;
+        let mut out = std::mem::take(&mut self.pending);
+        frame(&mut out, |e| {
+            e.u8(BEGIN);
+            e.str(&flush.writer);
+            e.u64(flush.incarnation);
+            e.u64(flush.flush_seq);
+            e.str(time);
+            e.cursor(consumes);
+            e.u32(families.len() as u32);
+            for f in families {
+                e.u16(f.id);
+                e.str(&f.name);
+                e.str(&f.minute_table);
+                e.str(&f.day_table);
+                e.strs(&f.key_columns);
+                e.strs(&f.columns);
+            }
+        });
+        for (index, write) in writes.iter().enumerate() {
+            frame(&mut out, |e| {
+                e.u8(INTENT);
+                e.u32(index as u32);
+                e.u16(write.family.0);
+                e.u8(write.table.index() as u8);
+                e.u16(write.shard.map_or(NO_SHARD, u16::from));
+                e.bytes(&write.series);
+                e.u32(write.rows.len() as u32);
+                for row in &write.rows {
+                    e.u32(row.bucket);
+                    let deltas = row.columns.as_slice();
+                    e.u16(deltas.len() as u16);
+                    for d in deltas {
+                        e.i64(*d);
+                    }
+                }
+            });
+        }
+        frame(&mut out, |e| e.u8(COMMITTED));
+        let start = self.offset;
+        let written = self.write(&out).and_then(|()| self.file.sync_data());
+        if written.is_err() {
+            // Nothing of this flush is sent: the group must not look committed to a later
+            // recovery, so the next write starts where it began, behind an end mark.
+            self.offset = start;
+            let _ = self.file.write_all_at(&END_MARK, start);
+        }
+        out.clear();
+        self.pending = out;
+        written
+    }
+
+    /// Records how a request ended. Buffered: written once the buffer passes 16 KiB, by
+    /// [`Journal::flush_pending`], or with the next record that must be durable; never
+    /// synced on its own.
+    pub fn outcome(&mut self, request: u32, settled: &Settled) {
+        frame(&mut self.pending, |e| {
+            e.u8(OUTCOME);
+            e.u32(request);
+            let (code, error) = match settled {
+                Settled::Applied => (0, None),
+                Settled::NotApplied { kind, text } => (1, Some((kind, text))),
+                Settled::Rejected { kind, text } => (2, Some((kind, text))),
+                Settled::Unknown { kind, text } => (3, Some((kind, text))),
+                Settled::NotStarted => (4, None),
+                Settled::Dropped => (5, None),
+            };
+            e.u8(code);
+            let (kind, text) = error.map_or(("", ""), |(k, t)| (k.as_str(), t.as_str()));
+            e.str(kind);
+            e.str(text);
+        });
+        if self.pending.len() >= OUTCOME_BATCH
+            && let Err(error) = self.flush_pending()
+        {
+            tracing::warn!(%error, "Could not write outcome records to the journal; a crash now would log those requests as unknown.");
+        }
+    }
+
+    /// Writes buffered outcome records to the file (not synced).
+    pub fn flush_pending(&mut self) -> io::Result<()> {
+        if self.pending.is_empty() {
+            return Ok(());
+        }
+        let pending = std::mem::take(&mut self.pending);
+        let result = self.write(&pending);
+        self.pending = pending;
+        self.pending.clear();
+        result
+    }
+
+    /// Records the sizes of the outcome logs before this flush appends to them, durably:
+    /// recovery reads the logs from there to find what was already written.
+    pub fn logs_at(&mut self, unknown: u64, rejected: u64) -> io::Result<()> {
+        frame(&mut self.pending, |e| {
+            e.u8(LOGS_AT);
+            e.u64(unknown);
+            e.u64(rejected);
+        });
+        self.flush_pending()?;
+        self.file.sync_data()
+    }
+
+    /// Marks the flush settled, then starts the journal over (unless it keeps groups).
+    pub fn end(&mut self, flush_seq: u64) -> io::Result<()> {
+        frame(&mut self.pending, |e| {
+            e.u8(END);
+            e.u64(flush_seq);
+        });
+        self.flush_pending()?;
+        if !self.keep {
+            // An end mark at the start, not synced: the next group commit's fdatasync
+            // makes it durable with that group, and a journal that comes back whole is
+            // read as settled (it ends with End).
+            self.offset = 0;
+            self.file.write_all_at(&END_MARK, 0)?;
+        }
+        Ok(())
+    }
+}
+
+/// Reads a journal file: its groups, oldest first (tests and audits).
+pub fn read(path: &Path) -> io::Result<Vec<FlushGroup>> {
+    let bytes = std::fs::read(path)?;
+    Ok(parse(&bytes).0)
+}
+
+/// Parses frames until the end or the first bad one; returns the groups and the length
+/// of the valid prefix.
+fn parse(bytes: &[u8]) -> (Vec<FlushGroup>, usize) {
+    let mut groups: Vec<FlushGroup> = Vec::new();
+    let mut pos = 0;
+    while let Some((payload, next)) = next_frame(bytes, pos) {
+        if apply(&mut groups, payload).is_none() {
+            break;
+        }
+        pos = next;
+    }
+    (groups, pos)
+}
+
+fn next_frame(bytes: &[u8], pos: usize) -> Option<(&[u8], usize)> {
+    let header = bytes.get(pos..pos + 8)?;
+    let len = u32::from_le_bytes(header[..4].try_into().ok()?) as usize;
+    let crc = u32::from_le_bytes(header[4..8].try_into().ok()?);
+    let payload = bytes.get(pos + 8..pos + 8 + len)?;
+    (crc32c::crc32c(payload) == crc).then_some((payload, pos + 8 + len))
+}
+
+/// Applies one record to the groups read so far; `None` for a record that cannot be read
+/// (treated like a torn tail).
+fn apply(groups: &mut Vec<FlushGroup>, payload: &[u8]) -> Option<()> {
+    let mut d = Dec { b: payload, pos: 0 };
+    match d.u8()? {
+        BEGIN => {
+            let flush = FlushId {
+                writer: d.str()?,
+                incarnation: d.u64()?,
+                flush_seq: d.u64()?,
+            };
+            let time = d.str()?;
+            let consumes = d.cursor()?;
+            let mut families = Vec::new();
+            for _ in 0..d.u32()? {
+                families.push(FamilyEntry {
+                    id: d.u16()?,
+                    name: d.str()?,
+                    minute_table: d.str()?,
+                    day_table: d.str()?,
+                    key_columns: d.strs()?,
+                    columns: d.strs()?,
+                });
+            }
+            groups.push(FlushGroup {
+                flush,
+                time,
+                consumes,
+                families,
+                intents: Vec::new(),
+                committed: false,
+                outcomes: HashMap::new(),
+                logs_at: None,
+                ended: false,
+            });
+        }
+        INTENT => {
+            let request = d.u32()?;
+            let family = d.u16()?;
+            let table = match d.u8()? {
+                0 => Granularity::Minute,
+                1 => Granularity::Day,
+                _ => return None,
+            };
+            let shard = match d.u16()? {
+                NO_SHARD => None,
+                s => Some(u8::try_from(s).ok()?),
+            };
+            let series = d.bytes()?.to_vec();
+            let mut rows = Vec::new();
+            for _ in 0..d.u32()? {
+                let bucket = d.u32()?;
+                let width = d.u16()?;
+                let mut deltas = Vec::with_capacity(usize::from(width));
+                for _ in 0..width {
+                    deltas.push(d.i64()?);
+                }
+                rows.push(IntentRow { bucket, deltas });
+            }
+            groups.last_mut()?.intents.push(Intent {
+                request,
+                family,
+                table,
+                shard,
+                series,
+                rows,
+            });
+        }
+        COMMITTED => groups.last_mut()?.committed = true,
+        OUTCOME => {
+            let request = d.u32()?;
+            let code = d.u8()?;
+            let (kind, text) = (d.str()?, d.str()?);
+            let settled = match code {
+                0 => Settled::Applied,
+                1 => Settled::NotApplied { kind, text },
+                2 => Settled::Rejected { kind, text },
+                3 => Settled::Unknown { kind, text },
+                4 => Settled::NotStarted,
+                5 => Settled::Dropped,
+                _ => return None,
+            };
+            groups.last_mut()?.outcomes.insert(request, settled);
+        }
+        LOGS_AT => {
+            let at = (d.u64()?, d.u64()?);
+            groups.last_mut()?.logs_at = Some(at);
+        }
+        END => {
+            let seq = d.u64()?;
+            let group = groups.last_mut()?;
+            if group.flush.flush_seq != seq {
+                return None;
+            }
+            group.ended = true;
+        }
+        _ => return None,
+    }
+    Some(())
+}
+
+/// Appends one frame whose payload `fill` writes.
+fn frame(out: &mut Vec<u8>, fill: impl FnOnce(&mut Enc<'_>)) {
+    let start = out.len();
+    out.extend_from_slice(&[0; 8]);
+    fill(&mut Enc(out));
+    let payload = &out[start + 8..];
+    let (len, crc) = (payload.len() as u32, crc32c::crc32c(payload));
+    out[start..start + 4].copy_from_slice(&len.to_le_bytes());
+    out[start + 4..start + 8].copy_from_slice(&crc.to_le_bytes());
+}
+
+struct Enc<'a>(&'a mut Vec<u8>);
+
+impl Enc<'_> {
+    fn u8(&mut self, v: u8) {
+        self.0.push(v);
+    }
+    fn u16(&mut self, v: u16) {
+        self.0.extend_from_slice(&v.to_le_bytes());
+    }
+    fn u32(&mut self, v: u32) {
+        self.0.extend_from_slice(&v.to_le_bytes());
+    }
+    fn u64(&mut self, v: u64) {
+        self.0.extend_from_slice(&v.to_le_bytes());
+    }
+    fn i64(&mut self, v: i64) {
+        self.0.extend_from_slice(&v.to_le_bytes());
+    }
+    fn bytes(&mut self, v: &[u8]) {
+        self.u32(v.len() as u32);
+        self.0.extend_from_slice(v);
+    }
+    fn str(&mut self, v: &str) {
+        self.bytes(v.as_bytes());
+    }
+    fn strs(&mut self, v: &[String]) {
+        self.u32(v.len() as u32);
+        for s in v {
+            self.str(s);
+        }
+    }
+    fn cursor(&mut self, cursor: Option<Cursor>) {
+        match cursor {
+            None => self.u8(0),
+            Some(c) => {
+                self.u8(1);
+                self.u64(c.segment.incarnation);
+                self.u64(c.segment.flush_seq);
+                self.u8(u8::from(c.segment.recovered));
+                self.u64(c.offset);
+            }
+        }
+    }
+}
+
+struct Dec<'a> {
+    b: &'a [u8],
+    pos: usize,
+}
+
+impl Dec<'_> {
+    fn take(&mut self, n: usize) -> Option<&[u8]> {
+        let s = self.b.get(self.pos..self.pos.checked_add(n)?)?;
+        self.pos += n;
+        Some(s)
+    }
+    fn u8(&mut self) -> Option<u8> {
+        Some(self.take(1)?[0])
+    }
+    fn u16(&mut self) -> Option<u16> {
+        Some(u16::from_le_bytes(self.take(2)?.try_into().ok()?))
+    }
+    fn u32(&mut self) -> Option<u32> {
+        Some(u32::from_le_bytes(self.take(4)?.try_into().ok()?))
+    }
+    fn u64(&mut self) -> Option<u64> {
+        Some(u64::from_le_bytes(self.take(8)?.try_into().ok()?))
+    }
+    fn i64(&mut self) -> Option<i64> {
+        Some(i64::from_le_bytes(self.take(8)?.try_into().ok()?))
+    }
+    fn bytes(&mut self) -> Option<&[u8]> {
+        let n = self.u32()? as usize;
+        self.take(n)
+    }
+    fn str(&mut self) -> Option<String> {
+        String::from_utf8(self.bytes()?.to_vec()).ok()
+    }
+    fn strs(&mut self) -> Option<Vec<String>> {
+        (0..self.u32()?).map(|_| self.str()).collect()
+    }
+    fn cursor(&mut self) -> Option<Option<Cursor>> {
+        Some(match self.u8()? {
+            0 => None,
+            _ => Some(Cursor {
+                segment: SegmentId {
+                    incarnation: self.u64()?,
+                    flush_seq: self.u64()?,
+                    recovered: self.u8()? != 0,
+                },
+                offset: self.u64()?,
+            }),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::aggregate::Columns;
+    use crate::sink::RowDelta;
+    use crate::vocabulary::FamilyId;
+
+    fn write(series: &str, deltas: &[i64]) -> PartitionWrite {
+        PartitionWrite {
+            family: FamilyId(1),
+            table: Granularity::Day,
+            series: crate::series::encode([series]).into_boxed_slice(),
+            shard: Some(2),
+            rows: deltas
+                .iter()
+                .enumerate()
+                .map(|(i, d)| {
+                    let mut columns = Columns::zeroed(2);
+                    columns.checked_add_at(0, *d);
+                    columns.checked_add_at(1, d.wrapping_neg());
+                    RowDelta {
+                        bucket: 20_000 + i as u32,
+                        columns,
+                        requeued_since: 0,
+                    }
+                })
+                .collect(),
+        }
+    }
+
+    fn family() -> FamilyEntry {
+        FamilyEntry {
+            id: 1,
+            name: "views".into(),
+            minute_table: "m.views_by_minute".into(),
+            day_table: "m.views_by_day".into(),
+            key_columns: vec!["page_id".into()],
+            columns: vec!["views".into(), "bytes".into()],
+        }
+    }
+
+    fn flush(seq: u64) -> FlushId {
+        FlushId {
+            writer: "w".into(),
+            incarnation: 3,
+            flush_seq: seq,
+        }
+    }
+
+    #[test]
+    fn a_group_reads_back_with_its_outcomes_and_a_torn_tail_is_cut() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("journal.wal");
+        let (mut journal, groups, _) = Journal::open(path.clone()).unwrap();
+        assert!(groups.is_empty());
+        journal.set_keep(true);
+        let cursor = Cursor {
+            segment: SegmentId {
+                incarnation: 2,
+                flush_seq: 9,
+                recovered: true,
+            },
+            offset: 77,
+        };
+        let writes = [write("a", &[1, 2]), write("b", &[i64::MIN])];
+        journal
+            .begin(&flush(5), "t", Some(cursor), &[family()], &writes)
+            .unwrap();
+        journal.outcome(0, &Settled::Applied);
+        journal.outcome(
+            1,
+            &Settled::Unknown {
+                kind: "write_timeout".into(),
+                text: "x".into(),
+            },
+        );
+        journal.logs_at(10, 20).unwrap();
+        journal.end(5).unwrap();
+        journal
+            .begin(&flush(6), "t", None, &[family()], &writes[..1])
+            .unwrap();
+        journal.outcome(0, &Settled::NotStarted);
+        journal.flush_pending().unwrap();
+        // A crash in the middle of a record: the tail is unreadable.
+        let whole = journal.offset as usize;
+        drop(journal);
+        let mut bytes = std::fs::read(&path).unwrap();
+        bytes.truncate(whole);
+        bytes.extend_from_slice(&[9, 0, 0, 0, 1, 2]);
+        std::fs::write(&path, &bytes).unwrap();
+
+        let (reopened, groups, torn) = Journal::open(path.clone()).unwrap();
+        assert_eq!(torn, 6);
+        assert_eq!(
+            reopened.offset as usize, whole,
+            "the next write starts there"
+        );
+        assert_eq!(groups.len(), 2);
+        let first = &groups[0];
+        assert!(first.committed && first.ended);
+        assert_eq!(first.consumes, Some(cursor));
+        assert_eq!(first.logs_at, Some((10, 20)));
+        assert_eq!(first.family(1), Some(&family()));
+        assert_eq!(first.intents.len(), 2);
+        assert_eq!(first.intents[0].shard, Some(2));
+        assert_eq!(
+            first.intents[0].rows[1],
+            IntentRow {
+                bucket: 20_001,
+                deltas: vec![2, -2]
+            }
+        );
+        assert_eq!(
+            first.intents[1].rows[0].deltas,
+            [i64::MIN, i64::MIN.wrapping_neg()]
+        );
+        assert_eq!(first.outcomes[&0], Settled::Applied);
+        assert!(
+            matches!(&first.outcomes[&1], Settled::Unknown { kind, .. } if kind == "write_timeout")
+        );
+        let second = &groups[1];
+        assert!(second.committed && !second.ended);
+        assert_eq!(second.outcomes[&0], Settled::NotStarted);
+        assert_eq!(flush(6).request_id(3), "w/3/6/3");
+    }
+
+    #[test]
+    fn a_group_commit_cut_short_is_not_committed() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("journal.wal");
+        let (mut journal, _, _) = Journal::open(path.clone()).unwrap();
+        journal
+            .begin(&flush(1), "t", None, &[family()], &[write("a", &[1])])
+            .unwrap();
+        let end = journal.offset as usize;
+        drop(journal);
+        let bytes = std::fs::read(&path).unwrap();
+        // Cut inside the Committed frame (the last 9 bytes).
+        std::fs::write(&path, &bytes[..end - 3]).unwrap();
+        let (_, groups, _) = Journal::open(path).unwrap();
+        assert_eq!(groups.len(), 1);
+        assert!(!groups[0].committed);
+        assert_eq!(groups[0].intents.len(), 1);
+    }
+
+    #[test]
+    fn end_starts_the_journal_over_and_a_shorter_group_hides_the_longer_one_before_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("journal.wal");
+        let (mut journal, _, _) = Journal::open(path.clone()).unwrap();
+        let many: Vec<PartitionWrite> = (0..50).map(|i| write(&format!("k{i}"), &[i])).collect();
+        journal
+            .begin(&flush(1), "t", None, &[family()], &many)
+            .unwrap();
+        journal.end(1).unwrap();
+        assert!(read(&path).unwrap().is_empty(), "empty once a flush ended");
+        assert_eq!(std::fs::metadata(&path).unwrap().len(), PREALLOCATED);
+        // A shorter group overwrites the start; the rest of the longer one stays on
+        // disk behind the end mark and is never read.
+        journal
+            .begin(&flush(2), "t", None, &[family()], &[write("a", &[1])])
+            .unwrap();
+        let (_, groups, torn) = Journal::open(path).unwrap();
+        assert_eq!(torn, 0);
+        assert_eq!(groups.len(), 1);
+        assert_eq!(groups[0].flush.flush_seq, 2);
+        assert_eq!(groups[0].intents.len(), 1);
+    }
+}

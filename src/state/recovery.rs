@@ -1,0 +1,243 @@
+//! Finishing a flush the previous process did not finish.
+//!
+//! A committed group without `End` in the journal is a flush that was killed after its
+//! group commit. Each of its requests gets exactly one home, decided from what is
+//! durable and nothing else:
+//!
+//! | what the journal and the files say | what recovery does |
+//! |---|---|
+//! | outcome `applied`, or `dropped` (counted by that process) | nothing |
+//! | its rows are in the flush's spill segment | nothing (the segment owns them) |
+//! | outcome "definitely not applied" or "not started" | spilled, in `spill.<inc>.<seq>.recovered.jsonl` |
+//! | outcome `rejected` | `rejected.jsonl`, unless already there |
+//! | outcome `unknown`, or no outcome (in flight) | `unknown.jsonl` (`in_flight_at_crash` when no outcome), unless already there |
+//!
+//! "Already there" is read from the outcome logs from the offsets the flush recorded
+//! (`LogsAt`) before appending, by request id and row; recovery records those offsets
+//! itself first when the flush had not. So recovery can itself be killed at any step and
+//! run again: the recovered segment is written atomically and skipped when present, and
+//! records already appended are not appended twice. It ends by marking the flush settled
+//! (`End`). A group whose commit did not complete sent nothing: its rows were only in
+//! memory and are counted by the lost-at-crash figure.
+
+use std::collections::HashSet;
+
+use crate::test_hooks::crash_point;
+use crate::vocabulary::Granularity;
+
+use super::journal::{FlushGroup, Settled};
+use super::record::{ErrorInfo, RecordOutcome, RecordSource, WriteRecord, records_of};
+use super::spill::SegmentId;
+use super::{OutcomeLog, StateDir};
+
+/// What recovery did for the previous process.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RecoveryReport {
+    /// Flushes found unsettled and finished.
+    pub flushes: u64,
+    /// Rows logged as unknown (in flight when the process stopped, or unknown and not yet
+    /// logged), and their delta sums (minute, day).
+    pub unknown_rows: u64,
+    /// Delta sums of those rows, per granularity.
+    pub unknown_sums: [i128; 2],
+    /// Rows logged as rejected.
+    pub rejected_rows: u64,
+    /// Rows definitely not applied, spilled for replay.
+    pub spilled_rows: u64,
+    /// Rows that did not fit in the spill (`state.max_spill_bytes`): dropped.
+    pub dropped_rows: u64,
+    /// Delta sums of the dropped rows, per granularity.
+    pub dropped_sums: [i128; 2],
+    /// Rows of a group commit that did not complete (never sent; lost with memory).
+    pub uncommitted_rows: u64,
+    /// Bytes of a torn journal tail cut off.
+    pub torn_journal_bytes: u64,
+}
+
+/// Finishes every unsettled group of the journal.
+pub(super) fn recover(
+    state: &mut StateDir,
+    groups: Vec<FlushGroup>,
+) -> std::io::Result<RecoveryReport> {
+    let mut report = RecoveryReport::default();
+    let time = crate::bucket::rfc3339(std::time::SystemTime::now());
+    let last = groups.len().saturating_sub(1);
+    for (index, group) in groups.into_iter().enumerate() {
+        if group.ended {
+            continue;
+        }
+        if !group.committed {
+            report.uncommitted_rows += group
+                .intents
+                .iter()
+                .map(|i| i.rows.len() as u64)
+                .sum::<u64>();
+            state.journal.end(group.flush.flush_seq)?;
+            continue;
+        }
+        report.flushes += 1;
+        finish(state, &group, index == last, &time, &mut report)?;
+        crash_point("recovery_logged");
+        state.journal.end(group.flush.flush_seq)?;
+    }
+    Ok(report)
+}
+
+fn finish(
+    state: &mut StateDir,
+    group: &FlushGroup,
+    is_last: bool,
+    time: &str,
+    report: &mut RecoveryReport,
+) -> std::io::Result<()> {
+    let (unknown_at, rejected_at) = match group.logs_at {
+        Some(at) => at,
+        None => {
+            let at = (state.unknown.size(), state.rejected.size());
+            state.journal.logs_at(at.0, at.1)?;
+            at
+        }
+    };
+    let logged_unknown = state.unknown.keys_from(unknown_at)?;
+    let logged_rejected = state.rejected.keys_from(rejected_at)?;
+    let live = SegmentId {
+        incarnation: group.flush.incarnation,
+        flush_seq: group.flush.flush_seq,
+        recovered: false,
+    };
+    let recovered = SegmentId {
+        recovered: true,
+        ..live
+    };
+    let in_live = state.spill.segment_keys(live)?.unwrap_or_default();
+    let recovered_exists = state.spill.has_segment(recovered);
+    let source = |request| RecordSource {
+        flush: &group.flush,
+        request,
+        time,
+    };
+
+    let mut to_spill: Vec<(Granularity, Vec<WriteRecord>)> = Vec::new();
+    let mut to_unknown: Vec<WriteRecord> = Vec::new();
+    let mut to_rejected: Vec<WriteRecord> = Vec::new();
+    for intent in &group.intents {
+        let Some(family) = group.family(intent.family) else {
+            continue;
+        };
+        let records = |outcome, error: Option<&ErrorInfo>| {
+            records_of(
+                family,
+                intent.table,
+                &intent.series,
+                intent.shard,
+                intent.rows.iter().map(|r| (r.bucket, r.deltas.as_slice())),
+                source(intent.request),
+                outcome,
+                error,
+            )
+        };
+        let error = |kind: &str, text: &str| ErrorInfo {
+            kind: kind.to_owned(),
+            text: text.to_owned(),
+        };
+        // Rows the flush's own segment holds are owned by it, whatever else is known.
+        let not_spilled = |records: Vec<WriteRecord>| -> Vec<WriteRecord> {
+            missing(records, &in_live).collect()
+        };
+        match group.outcomes.get(&intent.request) {
+            Some(Settled::Applied | Settled::Dropped) => {}
+            Some(Settled::NotApplied { kind, text }) if is_last => {
+                let rows = not_spilled(records(RecordOutcome::Spilled, Some(&error(kind, text))));
+                if !recovered_exists && !rows.is_empty() {
+                    to_spill.push((intent.table, rows));
+                }
+            }
+            Some(Settled::NotStarted) if is_last => {
+                let rows = not_spilled(records(RecordOutcome::Spilled, None));
+                if !recovered_exists && !rows.is_empty() {
+                    to_spill.push((intent.table, rows));
+                }
+            }
+            Some(Settled::Rejected { kind, text }) => to_rejected.extend(missing(
+                not_spilled(records(RecordOutcome::Rejected, Some(&error(kind, text)))),
+                &logged_rejected,
+            )),
+            Some(Settled::Unknown { kind, text }) => to_unknown.extend(missing(
+                not_spilled(records(RecordOutcome::Unknown, Some(&error(kind, text)))),
+                &logged_unknown,
+            )),
+            // In flight (or, in a group that is not the last, anything else): unknown.
+            _ => to_unknown.extend(missing(
+                not_spilled(records(RecordOutcome::Unknown, Some(&in_flight_at_crash()))),
+                &logged_unknown,
+            )),
+        }
+    }
+
+    crash_point("recovery_before_spill");
+    if !to_spill.is_empty() {
+        let batches: Vec<Vec<WriteRecord>> = to_spill.iter().map(|(_, r)| r.clone()).collect();
+        let kept = state
+            .spill
+            .write_segment(recovered, group.consumes, &batches)?;
+        for ((table, records), kept) in to_spill.iter().zip(kept) {
+            let sum: i128 = records
+                .iter()
+                .flat_map(|r| r.deltas.values())
+                .map(|d| i128::from(*d))
+                .sum();
+            if kept {
+                report.spilled_rows += records.len() as u64;
+            } else {
+                report.dropped_rows += records.len() as u64;
+                report.dropped_sums[table.index()] += sum;
+            }
+        }
+    }
+    crash_point("recovery_spilled");
+    for record in &to_unknown {
+        let sum: i128 = record.deltas.values().map(|d| i128::from(*d)).sum();
+        let table = if record.granularity == "day" {
+            Granularity::Day
+        } else {
+            Granularity::Minute
+        };
+        report.unknown_sums[table.index()] += sum;
+    }
+    report.unknown_rows += to_unknown.len() as u64;
+    report.rejected_rows += to_rejected.len() as u64;
+    for (log, records) in [
+        (OutcomeLog::Unknown, &to_unknown),
+        (OutcomeLog::Rejected, &to_rejected),
+    ] {
+        if records.is_empty() {
+            continue;
+        }
+        let appended = state.append(log, records);
+        if let Some((_, error)) = appended.failed {
+            return Err(error);
+        }
+    }
+    match state.sync_logs().into_iter().next() {
+        Some((_, error)) => Err(error),
+        None => Ok(()),
+    }
+}
+
+/// The error of a request that was in flight when its process stopped.
+pub(super) fn in_flight_at_crash() -> ErrorInfo {
+    ErrorInfo {
+        kind: "in_flight_at_crash".into(),
+        text: "the process stopped while this request was in flight; it may or may not have been applied".into(),
+    }
+}
+
+/// The records whose (request id, row) is not in `present`.
+fn missing(
+    records: Vec<WriteRecord>,
+    present: &HashSet<(String, u16)>,
+) -> impl Iterator<Item = WriteRecord> + '_ {
+    records
+        .into_iter()
+        .filter(move |r| !present.contains(&(r.request_id.clone(), r.row)))
+}

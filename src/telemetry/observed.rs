@@ -1,0 +1,127 @@
+//! A sink wrapper that measures every counter write: its latency and error kind per table
+//! ([`OperationsMetrics`]) and its rows' load ([`HotKeys`]). The flusher is unaware of it:
+//! the sidecar wraps its CQL sink once, and an embedding service may wrap its own.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Instant;
+
+use crate::family::Families;
+use crate::sink::{Outcome, PartitionWrite, Sink};
+use crate::vocabulary::{FamilyId, Granularity};
+
+use super::hot::HotKeys;
+use super::operations::OperationsMetrics;
+
+/// `inner`, measured.
+pub struct ObservedSink<S> {
+    inner: S,
+    tables: HashMap<(FamilyId, Granularity), String>,
+    metrics: OperationsMetrics,
+    hot: Arc<HotKeys>,
+}
+
+impl<S: Sink> ObservedSink<S> {
+    /// Wraps `inner`; `families` names the tables in the `table` label.
+    pub fn new(
+        inner: S,
+        families: &Families,
+        metrics: OperationsMetrics,
+        hot: Arc<HotKeys>,
+    ) -> ObservedSink<S> {
+        let mut tables = HashMap::new();
+        for family in families.iter() {
+            tables.insert(
+                (family.id, Granularity::Minute),
+                family.minute_table.to_string(),
+            );
+            tables.insert((family.id, Granularity::Day), family.day_table.to_string());
+        }
+        ObservedSink {
+            inner,
+            tables,
+            metrics,
+            hot,
+        }
+    }
+}
+
+impl<S: Sink> Sink for ObservedSink<S> {
+    async fn write(&self, write: &PartitionWrite) -> Outcome {
+        self.hot.record(write);
+        let started = Instant::now();
+        let outcome = self.inner.write(write).await;
+        let table = self
+            .tables
+            .get(&(write.family, write.table))
+            .map_or("unknown", String::as_str);
+        self.metrics
+            .write_duration
+            .with_label_values(&[table])
+            .observe(started.elapsed().as_secs_f64());
+        match &outcome {
+            Outcome::Applied => {}
+            Outcome::NotAppliedTransient(error)
+            | Outcome::NotAppliedPermanent(error)
+            | Outcome::Unknown(error) => self
+                .metrics
+                .write_errors
+                .with_label_values(&[table, error.kind])
+                .inc(),
+        }
+        outcome
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::aggregate::Columns;
+    use crate::config::Config;
+    use crate::sink::{RowDelta, WriteError};
+
+    struct Fails;
+
+    impl Sink for Fails {
+        async fn write(&self, _: &PartitionWrite) -> Outcome {
+            Outcome::Unknown(WriteError::new("write_timeout", "timed out"))
+        }
+    }
+
+    #[tokio::test]
+    async fn every_write_is_timed_and_every_failure_counted_by_kind() {
+        let families = Families::from_config(&Config::default()).unwrap();
+        let metrics = OperationsMetrics::default();
+        let hot = Arc::new(HotKeys::new(&families, 16));
+        let sink = ObservedSink::new(Fails, &families, metrics.clone(), hot.clone());
+        let write = PartitionWrite {
+            family: FamilyId(0),
+            table: Granularity::Minute,
+            series: crate::series::encode(["a", ""]).into_boxed_slice(),
+            shard: None,
+            rows: vec![RowDelta {
+                bucket: 5,
+                columns: Columns::One(3),
+                requeued_since: 0,
+            }],
+        };
+        assert_eq!(sink.write(&write).await.label(), "unknown");
+        sink.write(&write).await;
+        let table = "countersink.counts_by_minute";
+        assert_eq!(
+            metrics
+                .write_errors
+                .with_label_values(&[table, "write_timeout"])
+                .get(),
+            2
+        );
+        assert_eq!(
+            metrics
+                .write_duration
+                .with_label_values(&[table])
+                .get_sample_count(),
+            2
+        );
+        assert_eq!(hot.report(1).by_writes[0].writes, 2);
+    }
+}

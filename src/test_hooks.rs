@@ -1,0 +1,44 @@
+//! Test hooks, compiled in with the `dev` feature only (a production build has none).
+//!
+//! - `COUNTERSINK_CRASH_POINT=NAME` (or `NAME:N`, the Nth time): when the process reaches
+//!   the named step it prints `countersink: crash point NAME reached` on stderr and stops
+//!   there, so a test can kill it (SIGKILL) at exactly that step. The names are listed
+//!   with the crash windows in the README.
+//! - `COUNTERSINK_KEEP_JOURNAL=1`: settled flushes stay in `journal.wal`, so a test can
+//!   read back every request and how it ended.
+
+/// Stops here if `COUNTERSINK_CRASH_POINT` names this step (feature `dev` only).
+#[cfg(feature = "dev")]
+pub fn crash_point(name: &'static str) {
+    use std::sync::OnceLock;
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static TARGET: OnceLock<Option<(String, u64)>> = OnceLock::new();
+    static HITS: AtomicU64 = AtomicU64::new(0);
+    let target = TARGET.get_or_init(|| {
+        let value = std::env::var("COUNTERSINK_CRASH_POINT").ok()?;
+        Some(match value.split_once(':') {
+            Some((name, n)) => (name.to_owned(), n.parse().unwrap_or(1)),
+            None => (value, 1),
+        })
+    });
+    let Some((target, nth)) = target else {
+        return;
+    };
+    if target != name || HITS.fetch_add(1, Ordering::Relaxed) + 1 != *nth {
+        return;
+    }
+    eprintln!("countersink: crash point {name} reached");
+    loop {
+        std::thread::sleep(std::time::Duration::from_secs(3600));
+    }
+}
+
+/// Without the `dev` feature: nothing.
+#[cfg(not(feature = "dev"))]
+#[inline(always)]
+pub fn crash_point(_name: &'static str) {}
+
+/// Whether `COUNTERSINK_KEEP_JOURNAL` asks to keep settled flushes (feature `dev` only).
+pub fn keep_journal() -> bool {
+    cfg!(feature = "dev") && std::env::var_os("COUNTERSINK_KEEP_JOURNAL").is_some_and(|v| v == "1")
+}

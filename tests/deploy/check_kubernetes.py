@@ -1,0 +1,168 @@
+"""Checks deploy/kubernetes offline:
+
+1. every manifest against the Kubernetes OpenAPI schemas, strictly (unknown fields are
+   errors), for the oldest version with native sidecars (1.29) and the newest one the
+   schema package ships; by the PyPI package kubernetes-validate, which embeds the
+   schemas (nothing is fetched);
+2. the ConfigMap's countersink.toml is a configuration countersink accepts
+   (`countersink schema --config`, which parses and validates it);
+3. the Deployment agrees with that configuration: socket paths inside the volume both
+   containers mount, the metrics port the probes use, the state directory and the
+   password file on mounted volumes, readiness on /readyz and liveness on /healthz, the
+   grace period covering flush.shutdown_deadline, the memory limit covering the measured
+   peak for limits.max_pending_bytes, the qlen sysctl.
+
+Usage: check_kubernetes.py COUNTERSINK_BINARY   (run by check_kubernetes.sh)
+"""
+
+import os
+import subprocess
+import sys
+import tempfile
+
+import kubernetes_validate
+import yaml
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+K8S = os.path.join(ROOT, "deploy", "kubernetes")
+VERSIONS = ("1.29.0", "1.37.0")
+
+# Measured peak of the sidecar process (README, Kubernetes): idle RSS plus this factor
+# times limits.max_pending_bytes while the pending buffer is full and a flush runs.
+IDLE_BYTES = 8 * 2**20
+PEAK_FACTOR = 5.5
+
+passed = 0
+failed = 0
+
+
+def check(ok, what):
+    global passed, failed
+    if ok:
+        passed += 1
+        print(f"ok   {what}")
+    else:
+        failed += 1
+        print(f"FAIL {what}")
+
+
+def duration_seconds(text):
+    units = {"ms": 0.001, "s": 1, "m": 60, "h": 3600}
+    for unit in ("ms", "s", "m", "h"):
+        if text.endswith(unit) and text[: -len(unit)].isdigit():
+            return int(text[: -len(unit)]) * units[unit]
+    raise ValueError(f"duration {text!r}")
+
+
+def quantity_bytes(text):
+    units = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30}
+    for unit, factor in units.items():
+        if text.endswith(unit):
+            return int(text[: -len(unit)]) * factor
+    return int(text)
+
+
+def under(path, mounts):
+    return any(path == m or path.startswith(m.rstrip("/") + "/") for m in mounts)
+
+
+def main():
+    binary = sys.argv[1]
+    files = sorted(f for f in os.listdir(K8S) if f.endswith(".yaml"))
+    documents = {}
+    for name in files:
+        with open(os.path.join(K8S, name)) as f:
+            for doc in yaml.safe_load_all(f):
+                documents[doc["kind"]] = doc
+                for version in VERSIONS:
+                    try:
+                        kubernetes_validate.validate(doc, version, strict=True)
+                        check(True, f"{name}: {doc['kind']} valid against Kubernetes {version} (strict)")
+                    except kubernetes_validate.ValidationError as e:
+                        check(False, f"{name}: {doc['kind']} against {version}: {e.message} at {list(e.path)}")
+                    except kubernetes_validate.utils.SchemaNotFoundError as e:
+                        check(False, f"{name}: no schema for {doc['kind']} in {version}: {e}")
+    check({"ConfigMap", "Secret", "Deployment"} <= set(documents), f"manifests: {sorted(documents)}")
+
+    toml_text = documents["ConfigMap"]["data"]["countersink.toml"]
+    with tempfile.NamedTemporaryFile("w", suffix=".toml", delete=False) as f:
+        f.write(toml_text)
+    try:
+        proc = subprocess.run([binary, "schema", "--config", f.name], capture_output=True, text=True)
+    finally:
+        os.unlink(f.name)
+    check(proc.returncode == 0, f"countersink accepts the ConfigMap's countersink.toml {proc.stderr.strip()[-300:]}")
+    import tomllib
+
+    config = tomllib.loads(toml_text)
+
+    pod = documents["Deployment"]["spec"]["template"]["spec"]
+    sidecars = [c for c in pod.get("initContainers", []) if c["name"] == "countersink"]
+    check(len(sidecars) == 1 and sidecars[0].get("restartPolicy") == "Always",
+          "countersink is a native sidecar (init container, restartPolicy Always)")
+    sidecar = sidecars[0]
+    app = pod["containers"][0]
+    volumes = {v["name"]: v for v in pod["volumes"]}
+
+    def mounts(container):
+        return {m["mountPath"]: m["name"] for m in container.get("volumeMounts", [])}
+
+    side_mounts, app_mounts = mounts(sidecar), mounts(app)
+    for key in ("uds", "uds_stream"):
+        path = config["ingest"][key]["path"]
+        directory = os.path.dirname(path)
+        shared = side_mounts.get(directory)
+        check(shared is not None and app_mounts.get(directory) == shared and "emptyDir" in volumes[shared],
+              f"ingest.{key}.path {path} is in an emptyDir both containers mount")
+    config_mount = [m for m in sidecar["volumeMounts"] if m["name"] == "countersink-config"][0]
+    check(sidecar["args"] == ["serve", "--config", config_mount["mountPath"]],
+          f"the sidecar reads the mounted config {config_mount['mountPath']}")
+    state_dir = config["state"]["dir"]
+    check(under(state_dir, [p for p, v in side_mounts.items() if "emptyDir" in volumes[v] or "persistentVolumeClaim" in volumes[v]]),
+          f"state.dir {state_dir} is on a writable volume")
+    password = config["store"]["password_file"]
+    secret_mounts = [p for p, v in side_mounts.items() if "secret" in volumes[v]]
+    check(under(password, secret_mounts), f"store.password_file {password} is in the mounted Secret")
+    secret_key = os.path.relpath(password, secret_mounts[0]) if secret_mounts else None
+    check(secret_key in documents["Secret"].get("stringData", {}) or secret_key in documents["Secret"].get("data", {}),
+          f"the Secret has the key {secret_key}")
+
+    port = int(config["metrics"]["listen"].rsplit(":", 1)[1])
+    host = config["metrics"]["listen"].rsplit(":", 1)[0]
+    named = {p["name"]: p["containerPort"] for p in sidecar["ports"]}
+    check(host in ("0.0.0.0", "[::]"), f"metrics.listen {host} is reachable by the kubelet and Prometheus")
+    for probe, path in (("readinessProbe", "/readyz"), ("livenessProbe", "/healthz"), ("startupProbe", "/healthz")):
+        get = sidecar[probe]["httpGet"]
+        probe_port = named.get(get["port"], get["port"])
+        check(get["path"] == path and probe_port == port, f"{probe} on {path} port {probe_port} (metrics {port})")
+    annotations = documents["Deployment"]["spec"]["template"]["metadata"].get("annotations", {})
+    check(annotations.get("prometheus.io/port") == str(port), "the scrape annotation names the metrics port")
+
+    deadline = duration_seconds(config["flush"]["shutdown_deadline"])
+    grace = pod["terminationGracePeriodSeconds"]
+    check(grace >= deadline + 20, f"terminationGracePeriodSeconds {grace} >= shutdown_deadline {deadline} s + 20 s for the application and the exit")
+
+    limit = quantity_bytes(sidecar["resources"]["limits"]["memory"])
+    request = quantity_bytes(sidecar["resources"]["requests"]["memory"])
+    pending = config["limits"]["max_pending_bytes"]
+    peak = IDLE_BYTES + PEAK_FACTOR * pending
+    check(limit >= 1.2 * peak and request == limit,
+          f"memory limit {limit / 2**20:.0f} MiB >= 1.2 x measured peak {peak / 2**20:.0f} MiB for max_pending_bytes {pending / 2**20:.0f} MiB; request = limit")
+    rows_bytes = config["limits"]["max_pending_rows"] * 153
+    check(rows_bytes <= pending, f"max_pending_rows x 153 bytes ({rows_bytes / 2**20:.0f} MiB) within max_pending_bytes")
+    logs = 2 * (config["state"]["max_log_files"] + 1) * config["state"]["max_log_bytes"]
+    state_volume = volumes[side_mounts[state_dir]]["emptyDir"]
+    check(logs <= quantity_bytes(state_volume["sizeLimit"]) / 2,
+          f"outcome logs at most {logs / 2**20:.0f} MiB, half the state volume's sizeLimit {state_volume['sizeLimit']} or less")
+    sysctls = {s["name"]: s["value"] for s in pod["securityContext"].get("sysctls", [])}
+    check(int(sysctls.get("net.unix.max_dgram_qlen", 0)) >= 512, "net.unix.max_dgram_qlen raised for the pod")
+    check(pod["securityContext"].get("fsGroup") is not None and config["ingest"]["uds"]["mode"] == 0o660,
+          "socket mode 0660 with a pod fsGroup")
+
+    print(f"check_kubernetes: {passed} passed, {failed} failed")
+    return 1 if failed or not passed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
