@@ -23,7 +23,7 @@ use std::time::Duration;
 use countersink::vocabulary::Granularity;
 use cqlsim::{FaultKind, FaultRule, Persona};
 
-use crate::common::{T0, Writer, config, day_and_minute, start_store, start_store_as, table_sum};
+use crate::common::{T0, Writer, config, day_and_minute, start_cqlsim, start_cqlsim_as, table_sum};
 use crate::crash::check::{Model, check_views};
 
 const PERSONAS: [Persona; 2] = [Persona::Cassandra, Persona::Scylla];
@@ -47,7 +47,13 @@ async fn run_as(persona: Persona, rule: FaultRule, expect_unknown: bool, expect_
     let mut config = config(dir.path());
     config.store.request_timeout = Duration::from_millis(300);
     config.flush.max_in_flight = 32;
-    let server = start_store_as(&mut config, persona).await;
+    let store = start_cqlsim_as(
+        &mut config,
+        "injects faults and checks the store's request log",
+        persona,
+    )
+    .await;
+    let server = store.sim();
     server.enable_request_log();
     let mut writer = Writer::start(&config).await;
     writer.flusher.keep_journal();
@@ -97,7 +103,7 @@ async fn run_as(persona: Persona, rule: FaultRule, expect_unknown: bool, expect_
         ("metrics.views_by_minute", "views", Granularity::Minute),
         ("metrics.views_by_day", "views", Granularity::Day),
     ] {
-        let stored = table_sum(&server, table, column);
+        let stored = table_sum(server, table, column);
         let stages = a.of(kind);
         assert!(
             stages.applied <= stored && stored <= stages.applied + stages.unknown,
@@ -115,7 +121,7 @@ async fn run_as(persona: Persona, rule: FaultRule, expect_unknown: bool, expect_
     for ((key, minute), delta) in &expected {
         let (day, minute_of_day) = day_and_minute(minute * 60);
         let stored = crate::common::cell(
-            &server,
+            server,
             "metrics.views_by_minute",
             "views",
             &format!("page_id = 'p{key}' AND day = '{day}' AND minute = {minute_of_day}"),
@@ -126,7 +132,7 @@ async fn run_as(persona: Persona, rule: FaultRule, expect_unknown: bool, expect_
             "{name}: row p{key}@{minute} holds {stored}, sent {delta}"
         );
     }
-    let findings = check_views(&server, dir.path(), &model, [0, 0]);
+    let findings = check_views(server, dir.path(), &model, [0, 0]);
     assert_eq!(
         findings.unexplained,
         [0, 0],
@@ -166,7 +172,7 @@ async fn run_as(persona: Persona, rule: FaultRule, expect_unknown: bool, expect_
             "{name}: and all ended up applied"
         );
     }
-    server.shutdown().await.unwrap();
+    store.shutdown().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -309,7 +315,8 @@ async fn node_down_then_back_loses_and_doubles_nothing() {
     let dir = tempfile::tempdir().unwrap();
     let mut config = config(dir.path());
     config.store.request_timeout = Duration::from_millis(500);
-    let server = start_store(&mut config).await;
+    let store = start_cqlsim(&mut config, "takes the node down and up").await;
+    let server = store.sim();
     let mut writer = Writer::start(&config).await;
     for i in 0..300 {
         writer.incr("req", &[("k", &format!("{}", i % 30))], 1, T0 - 600);
@@ -347,12 +354,9 @@ async fn node_down_then_back_loses_and_doubles_nothing() {
     assert!(a.is_balanced(), "{a:?}");
     assert_eq!(a.minute.unknown + a.day.unknown, 0, "{a:?}");
     assert_eq!(
-        table_sum(&server, "countersink.counts_by_minute", "value"),
+        table_sum(server, "countersink.counts_by_minute", "value"),
         900
     );
-    assert_eq!(
-        table_sum(&server, "countersink.counts_by_day", "value"),
-        900
-    );
-    server.shutdown().await.unwrap();
+    assert_eq!(table_sum(server, "countersink.counts_by_day", "value"), 900);
+    store.shutdown().await;
 }

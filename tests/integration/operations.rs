@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use cqlsim::{FaultKind, FaultRule, Op};
 
-use crate::common::{http_get, sidecar_config, start_store, wait_ready};
+use crate::common::{http_get, sidecar_config, start_cqlsim, wait_ready};
 
 /// A PREPARE that fails because the store is overloaded is retried like a connection
 /// failure (it used to stop the sidecar with the bad-configuration exit code).
@@ -13,7 +13,9 @@ use crate::common::{http_get, sidecar_config, start_store, wait_ready};
 async fn transient_prepare_failures_at_start_are_retried() {
     let dir = tempfile::tempdir().unwrap();
     let mut config = sidecar_config(dir.path());
-    let server = start_store(&mut config).await;
+    let server = start_cqlsim(&mut config, "injects PREPARE faults")
+        .await
+        .into_sim();
     server.add_fault(FaultRule::new(FaultKind::Overloaded).op(Op::Prepare).max(2));
     let sidecar = countersink::sidecar::Sidecar::start(&config).await.unwrap();
     wait_ready(&sidecar).await;
@@ -31,7 +33,9 @@ async fn readyz_waits_for_a_node_of_the_local_dc() {
         let dir = tempfile::tempdir().unwrap();
         let mut config = sidecar_config(dir.path());
         config.store.local_dc = Some(local_dc.into());
-        let server = start_store(&mut config).await;
+        let server = start_cqlsim(&mut config, "relies on cqlsim's data centre name")
+            .await
+            .into_sim();
         let sidecar = countersink::sidecar::Sidecar::start(&config).await.unwrap();
         let metrics = sidecar.bound().metrics.unwrap();
         // The session is up within this time in every other test.

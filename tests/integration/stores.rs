@@ -4,7 +4,7 @@
 use countersink::sink::cql::{CqlSink, StoreKind};
 use cqlsim::Persona;
 
-use crate::common::{StoreOptions, config, launch, run_cli, start_store_as};
+use crate::common::{StoreOptions, config, launch, run_cli, start_cqlsim_as};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_store_is_identified_at_connect() {
@@ -14,7 +14,9 @@ async fn the_store_is_identified_at_connect() {
     ] {
         let dir = tempfile::tempdir().unwrap();
         let mut config = config(dir.path());
-        let server = start_store_as(&mut config, persona).await;
+        let server = start_cqlsim_as(&mut config, "poses as each store", persona)
+            .await
+            .into_sim();
         let engine = countersink::engine::Engine::new(&config).unwrap();
         let sink = CqlSink::connect(&config.store, engine.families())
             .await
@@ -39,9 +41,10 @@ async fn a_counter_table_in_a_tablets_keyspace_is_warned_about() {
     let server = launch(StoreOptions {
         persona: Persona::Scylla,
         counters_with_tablets: true,
-        ..StoreOptions::default()
+        ..StoreOptions::cqlsim_only("poses as ScyllaDB")
     })
-    .await;
+    .await
+    .into_sim();
     // NetworkTopologyStrategy: tablets by default on this persona.
     let replication = "{'class': 'NetworkTopologyStrategy', 'datacenter1': 1}";
     for statement in countersink::ddl::statements(&config, replication).unwrap() {
@@ -66,9 +69,10 @@ async fn a_counter_table_in_a_tablets_keyspace_is_warned_about() {
 async fn scylladb_refuses_counter_tables_in_tablets_keyspaces() {
     let server = launch(StoreOptions {
         persona: Persona::Scylla,
-        ..StoreOptions::default()
+        ..StoreOptions::cqlsim_only("poses as ScyllaDB")
     })
-    .await;
+    .await
+    .into_sim();
     server
         .execute(
             None,
@@ -103,9 +107,10 @@ async fn scylladb_refuses_counter_tables_in_tablets_keyspaces() {
 async fn schema_apply_disables_tablets_on_scylladb() {
     let server = launch(StoreOptions {
         persona: Persona::Scylla,
-        ..StoreOptions::default()
+        ..StoreOptions::cqlsim_only("poses as ScyllaDB")
     })
-    .await;
+    .await
+    .into_sim();
     let out = run_cli([
         "schema",
         "--apply",
@@ -141,13 +146,13 @@ async fn schema_apply_disables_tablets_on_scylladb() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn schema_apply_uses_the_credentials_of_the_config() {
     let dir = tempfile::tempdir().unwrap();
-    let server = launch(StoreOptions::default()).await;
+    let store = launch(StoreOptions::default()).await;
     let config = dir.path().join("countersink.toml");
     std::fs::write(
         &config,
         format!(
             "[store]\ncontact_points = [\"{}\"]\nusername = \"ops\"\n",
-            server.local_addr()
+            store.contact_point()
         ),
     )
     .unwrap();
@@ -160,5 +165,5 @@ async fn schema_apply_uses_the_credentials_of_the_config() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{stderr}");
     assert!(stderr.contains("no password"), "{stderr}");
-    server.shutdown().await.unwrap();
+    store.shutdown().await;
 }
