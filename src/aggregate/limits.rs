@@ -14,7 +14,8 @@ use crate::vocabulary::DropReason;
 pub struct Limits {
     /// Most distinct rows (key × minute) held for the next flush.
     pub max_pending_rows: usize,
-    /// Most estimated bytes held for the next flush.
+    /// Most estimated bytes held in memory: rows (pending, in flight, re-queued), and the
+    /// writes of the chunk a flush is sending (see [`Limits::flush_chunk_bytes`]).
     pub max_pending_bytes: usize,
     /// Longest encoded series key, in bytes (name plus tags, or the key tag values).
     pub max_key_bytes: usize,
@@ -33,6 +34,23 @@ impl Default for Limits {
             timestamp_max_past: Duration::from_secs(3600),
             timestamp_max_future: Duration::from_secs(600),
         }
+    }
+}
+
+/// The part of `max_pending_bytes` kept for the writes of the chunk a flush holds: one
+/// quarter. Rows take at most the other three.
+const FLUSH_SHARE_DENOMINATOR: usize = 4;
+
+impl Limits {
+    /// Estimated bytes of the writes one flush chunk may plan: a flush drains rows in
+    /// chunks of this size, so its copy of the rows never grows with the buffer.
+    pub fn flush_chunk_bytes(&self) -> usize {
+        self.max_pending_bytes / FLUSH_SHARE_DENOMINATOR
+    }
+
+    /// Estimated bytes the held rows may take: `max_pending_bytes` less the flush's share.
+    pub fn row_bytes(&self) -> usize {
+        self.max_pending_bytes - self.flush_chunk_bytes()
     }
 }
 
@@ -75,7 +93,7 @@ impl Budget {
     pub(crate) fn new(limits: &Limits) -> Budget {
         Budget {
             max_rows: limits.max_pending_rows,
-            max_bytes: limits.max_pending_bytes,
+            max_bytes: limits.row_bytes(),
             rows: AtomicUsize::new(0),
             bytes: AtomicUsize::new(0),
             pressure: AtomicBool::new(false),
@@ -241,12 +259,29 @@ mod tests {
     use super::*;
     use std::sync::Arc;
 
+    /// A budget whose rows may take `bytes` (`max_pending_bytes` less the flush's share).
     fn budget(rows: usize, bytes: usize) -> Budget {
-        Budget::new(&Limits {
+        let mut limits = Limits {
             max_pending_rows: rows,
-            max_pending_bytes: bytes,
+            max_pending_bytes: bytes * 4 / 3,
             ..Limits::default()
-        })
+        };
+        while limits.row_bytes() < bytes {
+            limits.max_pending_bytes += 1;
+        }
+        assert_eq!(limits.row_bytes(), bytes);
+        Budget::new(&limits)
+    }
+
+    #[test]
+    fn the_flush_keeps_a_quarter_of_the_byte_limit() {
+        let limits = Limits {
+            max_pending_bytes: 64 << 20,
+            ..Limits::default()
+        };
+        assert_eq!(limits.flush_chunk_bytes(), 16 << 20);
+        assert_eq!(limits.row_bytes(), 48 << 20);
+        assert_eq!(Budget::new(&limits).room().bytes, 48 << 20);
     }
 
     #[test]

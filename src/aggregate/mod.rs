@@ -42,7 +42,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use crossbeam_utils::CachePadded;
 use parking_lot::{Mutex, MutexGuard};
 
-pub use self::buffer::{Buffer, Refused, RefusedReason, Taken};
+pub use self::buffer::{Buffer, Refused, RefusedReason, Taken, TakenIter, TakenRows};
 pub use self::counters::Counters;
 pub use self::limits::{Credit, Limits, Room};
 pub use self::row::{Columns, Row, RowKey, Slot};
@@ -176,6 +176,28 @@ impl Aggregator {
         }
     }
 
+    /// Takes the next chunk of pending rows for a flush: as many as fit the flush's share
+    /// of the memory limit ([`Limits::flush_chunk_bytes`], estimated for the writes it
+    /// plans for them), at least one, whole stripes when they fit. The rows keep their
+    /// charge of the budget as with [`Aggregator::take_all`].
+    pub fn take_chunk(&self) -> Drained {
+        let mut allowance = buffer::ChunkAllowance {
+            flush_bytes: self.limits.flush_chunk_bytes(),
+            empty: true,
+        };
+        let stripes: Vec<Taken> = self
+            .stripes
+            .iter()
+            .map(|stripe| stripe.lock().take_chunk(&mut allowance))
+            .collect();
+        let rows = stripes.iter().map(|t| t.rows.len()).sum();
+        let bytes = stripes.iter().map(|t| t.bytes).sum();
+        Drained {
+            stripes,
+            credit: Credit::new(self.budget.clone(), rows, bytes),
+        }
+    }
+
     /// Puts back rows whose writes definitely did not apply (see [`Buffer`]'s rules).
     /// A row new to the buffer takes its room from `credit` first (the charge of the
     /// rows a flush drained), then from the budget within its limits. Returns the rows
@@ -203,10 +225,10 @@ impl Aggregator {
         self.budget.room()
     }
 
-    /// What the budget charges for `row` under `key` (its whole life in memory, the
-    /// flush that writes it included): how a replay sizes chunks against [`Aggregator::room`].
+    /// What the budget charges for `row` under `key` while it is held (pending or in
+    /// flight): how a replay sizes chunks against [`Aggregator::room`].
     pub fn charge_of(&self, key: &RowKey, row: &Row) -> usize {
-        buffer::estimated_row_bytes(key.slot(), key.series().len(), &row.columns)
+        buffer::estimated_row_bytes(key.series().len(), &row.columns)
     }
 
     /// A credit of nothing: merging back with it takes all room from the budget, within
@@ -414,7 +436,7 @@ impl Drained {
 /// The rows of a [`Drained`], stripe after stripe (each stripe's table is freed once
 /// read), with an exact length.
 pub struct DrainedRows {
-    rows: std::iter::Flatten<std::vec::IntoIter<hashbrown::HashTable<(RowKey, Row)>>>,
+    rows: std::iter::Flatten<std::vec::IntoIter<TakenRows>>,
     remaining: usize,
 }
 

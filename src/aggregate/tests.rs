@@ -104,16 +104,24 @@ fn drain(agg: &Aggregator) -> BTreeMap<Vec<u8>, Vec<i128>> {
     rows
 }
 
-#[test]
-fn byte_limit_drops_and_counts() {
-    let limits = Limits {
-        max_pending_bytes: buffer::estimated_row_bytes(
-            Slot::Both(Minute(1)),
-            series::encode(["a"]).len(),
-            &Columns::One(0),
-        ) + 10,
+/// Limits whose rows may take `bytes` (and not much more): `max_pending_bytes` less the
+/// flush's share.
+fn limits_holding(bytes: usize) -> Limits {
+    let mut limits = Limits {
+        max_pending_bytes: bytes * 4 / 3,
         ..Limits::default()
     };
+    while limits.row_bytes() < bytes {
+        limits.max_pending_bytes += 1;
+    }
+    limits
+}
+
+#[test]
+fn byte_limit_drops_and_counts() {
+    let limits = limits_holding(
+        buffer::estimated_row_bytes(series::encode(["a"]).len(), &Columns::One(0)) + 10,
+    );
     let agg = Aggregator::new(limits, 1, Some(1));
     let short = series::encode(["a"]);
     let long = series::encode(["a-much-longer-series-key"]);

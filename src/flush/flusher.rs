@@ -53,6 +53,20 @@ pub struct FlushReport {
 }
 
 impl FlushReport {
+    /// Adds the figures of `chunk`, a later chunk of the same round, and takes its
+    /// sequence number.
+    fn add(&mut self, chunk: &FlushReport) {
+        self.seq = chunk.seq;
+        self.rows += chunk.rows;
+        self.writes += chunk.writes;
+        self.applied += chunk.applied;
+        self.requeued += chunk.requeued;
+        self.rejected += chunk.rejected;
+        self.unknown += chunk.unknown;
+        self.spilled += chunk.spilled;
+        self.dropped += chunk.dropped;
+    }
+
     fn count(&mut self, class: OutcomeClass) {
         match class {
             OutcomeClass::Applied => self.applied += 1,
@@ -280,25 +294,55 @@ impl<S: Sink> Flusher<S> {
         report
     }
 
+    /// One flush round: sends what is pending in chunks, each a flush of its own (its
+    /// group commit, sends, settle step and journal end) whose writes fit the flush's
+    /// share of the memory limit, so the round never holds a second copy of every
+    /// pending row. The round ends once it drained as many rows as were pending when it
+    /// began (rows arriving or re-queued meanwhile wait for the next round), when a chunk
+    /// applied nothing (the schedule backs off), or when shutdown is requested (the final
+    /// flush takes the rest). The final flush drains until nothing is left. Returns the
+    /// chunks' reports summed, with the last chunk's sequence number.
     async fn flush(&mut self, deadline: &mut Deadline, last: bool) -> FlushReport {
+        if !last && self.store_healthy {
+            // The store answers: a chunk of spilled rows goes out with this round.
+            replay::load_chunk(&self.engine, &mut self.state, &self.ledger);
+        }
+        self.lost = (0, [0, 0]);
+        let mut owed = self.engine.aggregator().pending_rows();
+        let mut round = FlushReport::default();
+        loop {
+            let before = self.engine.aggregator().pending_rows();
+            let chunk = self.flush_chunk(deadline, last).await;
+            round.add(&chunk);
+            owed = owed.saturating_sub(chunk.rows);
+            let progressed = self.engine.aggregator().pending_rows() < before;
+            let done = chunk.rows == 0
+                || !progressed && last
+                || !last
+                    && (owed == 0
+                        || chunk.writes > 0 && chunk.applied == 0
+                        || deadline.at().is_some());
+            if done {
+                return round;
+            }
+        }
+    }
+
+    /// One chunk of a flush round (see [`Flusher::flush`]).
+    async fn flush_chunk(&mut self, deadline: &mut Deadline, last: bool) -> FlushReport {
         let started = Instant::now();
         self.seq += 1;
-        self.lost = (0, [0, 0]);
         let flush = FlushId {
             writer: self.state.writer_id().to_owned(),
             incarnation: self.state.incarnation(),
             flush_seq: self.seq,
         };
-        if !last && self.store_healthy {
-            // The store answers: a chunk of spilled rows goes out with this flush.
-            replay::load_chunk(&self.engine, &mut self.state, &self.ledger);
-        }
         if !last {
             // What is about to leave memory: a kill before this flush's group commit
             // loses these rows, and the next start reports them from this figure.
             self.write_pending_status();
         }
-        let drained = self.engine.aggregator().take_all();
+        let drained = self.engine.aggregator().take_chunk();
         let rows = drained.len();
         let drained_sums = Granularity::ALL.map(|g| drained.sum(g));
         for g in Granularity::ALL {
@@ -627,7 +671,10 @@ impl<S: Sink> Flusher<S> {
                     tracing::error!(rows = dropped.1, minute_delta_sum = %dropped.2[0], day_delta_sum = %dropped.2[1], spill_bytes, max_spill_bytes, "The spill is full (state.max_spill_bytes); these rows are lost (counted in countersink_rows_dropped_total{{reason=\"spill_full\"}}).")
                 }
             }
-            self.lost = (dropped.1, dropped.2);
+            self.lost.0 += dropped.1;
+            for (lost, dropped) in self.lost.1.iter_mut().zip(dropped.2) {
+                *lost += dropped;
+            }
         }
         (kept_count, dropped.0)
     }
