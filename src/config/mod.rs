@@ -288,8 +288,9 @@ pub struct LimitsConfig {
     /// Most distinct pending rows (series × minute); new rows beyond it are dropped
     /// (`reason="max_rows"`). Default `1000000`.
     pub max_pending_rows: usize,
-    /// Most estimated bytes of pending rows; new rows beyond it are dropped
-    /// (`reason="max_bytes"`). Default `268435456` (256 MiB).
+    /// Most estimated bytes held: rows (pending, in flight, re-queued) take up to three
+    /// quarters, and new rows beyond are dropped (`reason="max_bytes"`); the last quarter
+    /// bounds the writes of the chunk a flush is sending. Default `268435456` (256 MiB).
     pub max_pending_bytes: usize,
     /// Longest series key in bytes (metric name plus canonical tags, or the key tag
     /// values of a configured family); longer lines are invalid (`key_too_long`).

@@ -87,7 +87,7 @@ fn main() {
     println!("heap bytes per row: {:.1}", heap as f64 / rows as f64);
     println!("rss bytes per row: {:.1}", rss as f64 / rows as f64);
     println!(
-        "estimated bytes per row (what max_pending_bytes charges: pending and flushed): {:.1}",
+        "estimated bytes per row (what max_pending_bytes charges a held row): {:.1}",
         engine.aggregator().pending_bytes() as f64 / rows as f64
     );
 
