@@ -180,7 +180,14 @@ impl Sidecar {
             .map(|entries| {
                 entries
                     .flatten()
-                    .filter(|e| e.file_name().to_string_lossy().starts_with("spill."))
+                    // Segments only: not `spill.cursor` (the replay position, which stays)
+                    // nor `spill.corrupt.jsonl`.
+                    .filter(|e| {
+                        let name = e.file_name().to_string_lossy().into_owned();
+                        name.starts_with("spill.")
+                            && name.ends_with(".jsonl")
+                            && name != "spill.corrupt.jsonl"
+                    })
                     .filter_map(|e| e.metadata().ok())
                     .map(|m| m.len())
                     .sum()
