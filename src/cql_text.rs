@@ -90,6 +90,7 @@ mod tests {
     fn every_name_the_program_uses_exists_and_has_no_comments() {
         for (file, name) in [
             (GENERIC, "create_keyspace"),
+            (GENERIC, "create_keyspace_without_tablets"),
             (GENERIC, "create_generic_minute"),
             (GENERIC, "create_generic_day"),
             (FAMILY, "create_family_minute"),

@@ -14,8 +14,31 @@ use crate::vocabulary::Granularity;
 /// keyspace when it does not exist.
 pub const DEV_REPLICATION: &str = "{'class': 'SimpleStrategy', 'replication_factor': 1}";
 
+/// How new keyspaces are created.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Keyspaces {
+    /// `WITH replication = ...`, nothing else (Apache Cassandra; the store's defaults).
+    Plain,
+    /// Also `AND tablets = {'enabled': false}`: ScyllaDB 6.0 and later, where counter
+    /// tables are refused in keyspaces with tablets (through at least 2025.2).
+    WithoutTablets,
+}
+
 /// Every statement needed for `config`: keyspaces, generic tables, family tables.
 pub fn statements(config: &Config, replication: &str) -> Result<Vec<String>, ConfigError> {
+    statements_with(config, replication, Keyspaces::Plain)
+}
+
+/// The same, with keyspaces created as `keyspaces` says.
+pub fn statements_with(
+    config: &Config,
+    replication: &str,
+    keyspaces_as: Keyspaces,
+) -> Result<Vec<String>, ConfigError> {
+    let create_keyspace = match keyspaces_as {
+        Keyspaces::Plain => "create_keyspace",
+        Keyspaces::WithoutTablets => "create_keyspace_without_tablets",
+    };
     let families = Families::from_config(config)?;
     let mut keyspaces = BTreeSet::new();
     for family in families.iter() {
@@ -40,7 +63,7 @@ pub fn statements(config: &Config, replication: &str) -> Result<Vec<String>, Con
         .map(|ks| {
             cql_text::statement(
                 GENERIC,
-                "create_keyspace",
+                create_keyspace,
                 &[("keyspace", ks), ("replication", replication)],
             )
         })
@@ -192,8 +215,12 @@ fn operation_tables(config: &Config, index_table: &TableName) -> Vec<String> {
 }
 
 /// The statements as one script, `;`-terminated, for printing.
-pub fn script(config: &Config, replication: &str) -> Result<String, ConfigError> {
-    Ok(statements(config, replication)?
+pub fn script(
+    config: &Config,
+    replication: &str,
+    keyspaces_as: Keyspaces,
+) -> Result<String, ConfigError> {
+    Ok(statements_with(config, replication, keyspaces_as)?
         .iter()
         .map(|s| format!("{s};\n"))
         .collect::<Vec<_>>()

@@ -264,6 +264,11 @@ pub struct FlushConfig {
     /// Fits a 30 s Kubernetes grace period with time to spare. Default `"20s"`.
     #[serde(with = "duration")]
     pub shutdown_deadline: Duration,
+    /// While the store applies nothing (down, unreachable, failing every write), the wait
+    /// between flushes doubles from `interval` up to this, jittered, and the first flush
+    /// that applies anything resets it. Default `"60s"`.
+    #[serde(with = "duration")]
+    pub max_backoff: Duration,
 }
 
 impl Default for FlushConfig {
@@ -275,6 +280,7 @@ impl Default for FlushConfig {
             max_in_flight: 64,
             requeue_max_age: Duration::from_secs(600),
             shutdown_deadline: Duration::from_secs(20),
+            max_backoff: Duration::from_secs(60),
         }
     }
 }
@@ -286,8 +292,9 @@ pub struct LimitsConfig {
     /// Most distinct pending rows (series × minute); new rows beyond it are dropped
     /// (`reason="max_rows"`). Default `1000000`.
     pub max_pending_rows: usize,
-    /// Most estimated bytes of pending rows; new rows beyond it are dropped
-    /// (`reason="max_bytes"`). Default `268435456` (256 MiB).
+    /// Most estimated bytes held: rows (pending, in flight, re-queued) take up to three
+    /// quarters, and new rows beyond are dropped (`reason="max_bytes"`); the last quarter
+    /// bounds the writes of the chunk a flush is sending. Default `268435456` (256 MiB).
     pub max_pending_bytes: usize,
     /// Longest series key in bytes (metric name plus canonical tags, or the key tag
     /// values of a configured family); longer lines are invalid (`key_too_long`).

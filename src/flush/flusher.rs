@@ -6,7 +6,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use tokio::sync::Notify;
 
-use crate::aggregate::Slot;
+use crate::aggregate::{Credit, Refused, RefusedReason, Slot};
 use crate::bucket;
 use crate::config::{Config, FlushConfig};
 use crate::engine::Engine;
@@ -25,6 +25,7 @@ use super::observe::FlushObserver;
 use super::plan::{self, PlanOptions};
 use super::record_conversion::{self, error_info};
 use super::replay;
+use super::schedule::Schedule;
 use super::send::send_all;
 use super::settle::{self, Action, Circumstances, Sent};
 use super::shutdown::{Deadline, ShutdownSignal, shutdown_channel};
@@ -56,6 +57,21 @@ pub struct FlushReport {
 }
 
 impl FlushReport {
+    /// Adds the figures of `chunk`, a later chunk of the same round, and takes its
+    /// sequence number.
+    fn add(&mut self, chunk: &FlushReport) {
+        self.seq = chunk.seq;
+        self.rows += chunk.rows;
+        self.writes += chunk.writes;
+        self.applied += chunk.applied;
+        self.requeued += chunk.requeued;
+        self.rejected += chunk.rejected;
+        self.unknown += chunk.unknown;
+        self.spilled += chunk.spilled;
+        self.dropped += chunk.dropped;
+        self.totals.add(&chunk.totals);
+    }
+
     fn count(&mut self, class: OutcomeClass) {
         match class {
             OutcomeClass::Applied => self.applied += 1,
@@ -235,20 +251,40 @@ impl<S: Sink> Flusher<S> {
         self.totals.writer()
     }
 
-    /// Runs until shutdown is requested: flushes every interval (± jitter) and early when
-    /// `early` is notified, then closes the buffer and does the final flush. The flush
-    /// running at the request and the final flush share one deadline, fixed at the
-    /// request (see [`super::shutdown`]).
+    /// Runs until shutdown is requested: flushes on the [`Schedule`] (every interval ±
+    /// jitter, backing off while the store applies nothing) and early when `early` is
+    /// notified and the buffer is still under pressure (never while backing off), then
+    /// closes the buffer and does the final flush. The flush running at the request and
+    /// the final flush share one deadline, fixed at the request (see [`super::shutdown`]).
     pub async fn run(mut self, mut shutdown: ShutdownSignal, early: Arc<Notify>) -> FlushReport {
         let mut deadline = Deadline::new(shutdown.clone(), self.config.shutdown_deadline);
+        let mut schedule = Schedule::new(&self.config);
         loop {
-            let wait = self.next_interval();
-            tokio::select! {
-                _ = tokio::time::sleep(wait) => {}
-                _ = early.notified() => {}
-                _ = shutdown.requested() => break,
+            let wait = schedule.next_wait(fastrand::f64());
+            let next = tokio::time::sleep(wait);
+            tokio::pin!(next);
+            loop {
+                tokio::select! {
+                    _ = &mut next => break,
+                    _ = early.notified(), if !schedule.backing_off() => {
+                        // A notification stored while backing off (or made stale by a
+                        // flush since) is not a reason to flush now.
+                        if self.engine.aggregator().under_pressure() {
+                            break;
+                        }
+                    }
+                    _ = shutdown.requested() => return self.final_flush(deadline).await,
+                }
             }
-            self.flush(&mut deadline, false).await;
+            let report = self.flush(&mut deadline, false).await;
+            let was_backing_off = schedule.backing_off();
+            schedule.record(&report);
+            self.ledger.set_backoff(if schedule.backing_off() {
+                schedule.backoff_ceiling()
+            } else {
+                Duration::ZERO
+            });
+            log_backoff(&schedule, was_backing_off, &report);
             if shutdown.requested_at().is_some() {
                 break;
             }
@@ -295,20 +331,44 @@ impl<S: Sink> Flusher<S> {
         report
     }
 
-    fn next_interval(&self) -> Duration {
-        let jitter = self.config.jitter.as_nanos() as i128;
-        let offset = if jitter > 0 {
-            fastrand::i128(-jitter..=jitter)
-        } else {
-            0
-        };
-        let nanos = (self.config.interval.as_nanos() as i128 + offset).max(1_000_000);
-        Duration::from_nanos(u64::try_from(nanos).unwrap_or(u64::MAX))
+    /// One flush round: sends what is pending in chunks, each a flush of its own (its
+    /// group commit, sends, settle step and journal end) whose writes fit the flush's
+    /// share of the memory limit, so the round never holds a second copy of every
+    /// pending row. The round ends once it drained as many rows as were pending when it
+    /// began (rows arriving or re-queued meanwhile wait for the next round), when a chunk
+    /// applied nothing (the schedule backs off), or when shutdown is requested (the final
+    /// flush takes the rest). The final flush drains until nothing is left. Returns the
+    /// chunks' reports summed, with the last chunk's sequence number.
+    async fn flush(&mut self, deadline: &mut Deadline, last: bool) -> FlushReport {
+        if !last && self.store_healthy {
+            // The store answers: a chunk of spilled rows goes out with this round.
+            replay::load_chunk(&self.engine, &mut self.state, &self.ledger);
+        }
+        self.lost = (0, [0, 0]);
+        let mut owed = self.engine.aggregator().pending_rows();
+        let mut round = FlushReport::default();
+        loop {
+            let before = self.engine.aggregator().pending_rows();
+            let chunk = self.flush_chunk(deadline, last).await;
+            round.add(&chunk);
+            owed = owed.saturating_sub(chunk.rows);
+            let progressed = self.engine.aggregator().pending_rows() < before;
+            let done = chunk.rows == 0
+                || !progressed && last
+                || !last
+                    && (owed == 0
+                        || chunk.writes > 0 && chunk.applied == 0
+                        || deadline.at().is_some());
+            if done {
+                return round;
+            }
+        }
     }
 
-    /// One flush, in two stages: the counter families' writes, then the `writer_totals`
-    /// families' (see [`Flusher::flush_totals`]); each stage a group of the intent journal.
-    async fn flush(&mut self, deadline: &mut Deadline, last: bool) -> FlushReport {
+    /// One chunk of a flush round (see [`Flusher::flush`]), in two stages: the counter
+    /// families' writes, then the `writer_totals` families' (see [`Flusher::flush_totals`]);
+    /// each stage a group of the intent journal.
+    async fn flush_chunk(&mut self, deadline: &mut Deadline, last: bool) -> FlushReport {
         let started = Instant::now();
         let mut report = self.flush_counters(deadline, last).await;
         report.totals = self.flush_totals(deadline, last, report.writes).await;
@@ -356,30 +416,28 @@ impl<S: Sink> Flusher<S> {
     /// path), plan, group commit, send, settle.
     async fn flush_counters(&mut self, deadline: &mut Deadline, last: bool) -> FlushReport {
         self.seq += 1;
-        self.lost = (0, [0, 0]);
         let flush = FlushId {
             writer: self.state.writer_id().to_owned(),
             incarnation: self.state.incarnation(),
             flush_seq: self.seq,
         };
-        if !last && self.store_healthy {
-            // The store answers: a chunk of spilled rows goes out with this flush.
-            replay::load_chunk(&self.engine, &mut self.state, &self.ledger);
-        }
         if !last {
             // What is about to leave memory: a kill before this flush's group commit
             // loses these rows, and the next start reports them from this figure.
             self.write_pending_status();
         }
-        let drained = self.engine.aggregator().take_all();
+        let drained = self.engine.aggregator().take_chunk();
         let rows = drained.len();
         let mut drained_sums = Granularity::ALL.map(|g| drained.sum(g));
         for g in Granularity::ALL {
             self.ledger
                 .update(g, |s| s.in_flight += drained_sums[g.index()]);
         }
+        // The drained rows keep their room in the memory budget until their writes
+        // settle; rows merged back take theirs from it first (see [`Credit`]).
+        let (drained, mut credit) = drained.into_parts();
         // The one point where the flush splits by counting mode.
-        let rows_for_counters = self.totals.take(drained.into_rows(), &self.ledger);
+        let rows_for_counters = self.totals.take(drained, &mut credit, &self.ledger);
         let families = self.engine.families();
         let (seed, seq) = (self.shard_seed, self.seq);
         let view = self.epochs.as_ref().map(|e| (e.view(), *e.horizon()));
@@ -400,7 +458,7 @@ impl<S: Sink> Flusher<S> {
         let held_sums = if last {
             self.spill_held(&flush, planned.held)
         } else {
-            self.hold(planned.held)
+            self.hold(planned.held, &mut credit)
         };
         // Held rows are pending again, not in flight.
         for g in Granularity::ALL {
@@ -418,7 +476,16 @@ impl<S: Sink> Flusher<S> {
             if let Err(error) = self.state.commit_replay(self.state.replay_loaded()) {
                 tracing::error!(%error, "Could not record the replay cursor.");
             }
-            return self.settle(flush, &time, None, Vec::new(), rows, drained_sums, last);
+            return self.settle(
+                flush,
+                &time,
+                None,
+                Vec::new(),
+                &mut credit,
+                rows,
+                drained_sums,
+                last,
+            );
         }
         crash_point("drained");
         // The group commit: every request of this flush, durable before the first send.
@@ -430,7 +497,16 @@ impl<S: Sink> Flusher<S> {
             Err(error) => {
                 tracing::error!(%error, writes = writes.len(), "Could not write the flush's intents to the journal; nothing is sent, the rows stay pending.");
                 let results = writes.into_iter().map(|w| (w, Sent::Held)).collect();
-                return self.settle(flush, &time, None, results, rows, drained_sums, last);
+                return self.settle(
+                    flush,
+                    &time,
+                    None,
+                    results,
+                    &mut credit,
+                    rows,
+                    drained_sums,
+                    last,
+                );
             }
         };
         crash_point("journal_committed");
@@ -446,11 +522,22 @@ impl<S: Sink> Flusher<S> {
         // Every outcome reaches the file before the settle step acts on any of them.
         self.state.journal_flush();
         crash_point("sent");
-        self.settle(flush, &time, consumes, results, rows, drained_sums, last)
+        self.settle(
+            flush,
+            &time,
+            consumes,
+            results,
+            &mut credit,
+            rows,
+            drained_sums,
+            last,
+        )
     }
 
     /// Decides (with [`settle::settle`]) and executes what becomes of every write, then
     /// closes the flush: spill segment, outcome logs, status, and the journal's end.
+    /// `credit` is the drained rows' room in the memory budget; re-queued rows take
+    /// theirs from it, and the caller returns the rest once the flush is over.
     #[allow(clippy::too_many_arguments)]
     fn settle(
         &mut self,
@@ -458,6 +545,7 @@ impl<S: Sink> Flusher<S> {
         time: &str,
         consumes: Option<crate::state::Cursor>,
         results: Vec<(PartitionWrite, Sent)>,
+        credit: &mut Credit,
         rows: usize,
         drained_sums: [i128; 2],
         last: bool,
@@ -503,6 +591,7 @@ impl<S: Sink> Flusher<S> {
                 decision.action,
                 source,
                 circumstances.now_unix_secs,
+                credit,
                 &mut batch,
             );
         }
@@ -543,6 +632,7 @@ impl<S: Sink> Flusher<S> {
         action: Action,
         source: RecordSource<'_>,
         now_unix_secs: u32,
+        credit: &mut Credit,
         batch: &mut Batch,
     ) {
         let sum = write.sum();
@@ -561,11 +651,16 @@ impl<S: Sink> Flusher<S> {
                     _ => plan::requeued_rows(write, now_unix_secs).collect(),
                 };
                 for (row_index, (key, row)) in rows.into_iter().enumerate() {
-                    let Some((key, back)) = self.engine.aggregator().merge_back([(key, row)]).pop()
+                    let Some(Refused { key, row: back, .. }) = self
+                        .engine
+                        .aggregator()
+                        .merge_back([(key, row)], credit)
+                        .pop()
                     else {
                         continue;
                     };
-                    // Summing into the buffer would overflow: keep it on disk.
+                    // Summing into the buffer would overflow, or the memory budget has
+                    // no room for it: keep it on disk.
                     let bucket = match key.slot() {
                         Slot::Both(m) | Slot::MinuteOnly(m) => m.0,
                         Slot::DayOnly(d) => d.0,
@@ -682,7 +777,10 @@ impl<S: Sink> Flusher<S> {
                     tracing::error!(rows = dropped.1, minute_delta_sum = %dropped.2[0], day_delta_sum = %dropped.2[1], spill_bytes, max_spill_bytes, "The spill is full (state.max_spill_bytes); these rows are lost (counted in countersink_rows_dropped_total{{reason=\"spill_full\"}}).")
                 }
             }
-            self.lost = (dropped.1, dropped.2);
+            self.lost.0 += dropped.1;
+            for (lost, dropped) in self.lost.1.iter_mut().zip(dropped.2) {
+                *lost += dropped;
+            }
         }
         (kept_count, dropped.0)
     }
@@ -691,7 +789,11 @@ impl<S: Sink> Flusher<S> {
     /// never planned), and counts them. Returns their delta sums per table (they are not
     /// in flight). A row whose sum would overflow there is dropped and counted
     /// (`overflow`).
-    fn hold(&self, held: Vec<(crate::aggregate::RowKey, crate::aggregate::Row)>) -> [i128; 2] {
+    fn hold(
+        &self,
+        held: Vec<(crate::aggregate::RowKey, crate::aggregate::Row)>,
+        credit: &mut Credit,
+    ) -> [i128; 2] {
         let mut sums = [0_i128; 2];
         if held.is_empty() {
             return sums;
@@ -710,17 +812,23 @@ impl<S: Sink> Flusher<S> {
             rows = held.len(),
             "Rows held: the epoch registry's last read does not cover their minute yet."
         );
-        for (key, row) in self.engine.aggregator().merge_back(held) {
+        // Their room is the drained rows' credit, so only an overflowing sum is refused.
+        for Refused { key, row, reason } in self.engine.aggregator().merge_back(held, credit) {
             for g in Granularity::ALL {
                 if key.slot().owes(g) {
                     let sum = row.columns.sum();
                     self.ledger.update(g, |s| s.dropped += sum);
                 }
             }
-            self.ledger.count_late_drop(DropReason::Overflow, 1);
+            let reason = match reason {
+                RefusedReason::Overflow => DropReason::Overflow,
+                RefusedReason::NoRoom => DropReason::MaxRows,
+            };
+            self.ledger.count_late_drop(reason, 1);
             tracing::error!(
                 ?key,
-                "A held row would overflow its pending row; dropped (counted in countersink_rows_dropped_total{{reason=\"overflow\"}})."
+                reason = reason.as_str(),
+                "A held row could not go back to the buffer; dropped (counted in countersink_rows_dropped_total)."
             );
         }
         sums
@@ -823,9 +931,30 @@ struct Spilled {
     records: Vec<WriteRecord>,
 }
 
+/// Says when the store stopped applying writes (once per doubling of the back-off, so a
+/// long outage logs a handful of lines) and when it applies them again.
+fn log_backoff(schedule: &Schedule, was_backing_off: bool, report: &FlushReport) {
+    let failures = schedule.failures();
+    if failures > 0 && failures.is_power_of_two() {
+        tracing::warn!(
+            consecutive_failed_flushes = failures,
+            requests = report.writes,
+            requeued = report.requeued,
+            unknown = report.unknown,
+            next_flush_within = ?schedule.backoff_ceiling(),
+            "The store applied none of this flush's writes; backing off."
+        );
+    } else if was_backing_off && failures == 0 {
+        tracing::info!(
+            applied = report.applied,
+            "The store applies writes again; flushing every interval."
+        );
+    }
+}
+
 /// What the journal records for an outcome.
 fn settled_of(outcome: &Outcome) -> Settled {
-    let error = |e: &WriteError| (e.kind.to_owned(), e.text.clone());
+    let error = |e: &WriteError| (e.kind.to_owned(), e.text.to_string());
     match outcome {
         Outcome::Applied => Settled::Applied,
         Outcome::NotAppliedTransient(e) => {

@@ -8,6 +8,8 @@
 //! - [`plan`]: drained rows → one write per partition, minute and day tables.
 //! - [`flusher`]: the loop that drains, sends with bounded concurrency, and executes
 //!   what the settle step decides for each write.
+//! - [`schedule`]: when the next flush starts: the interval, or a back-off while the store
+//!   applies nothing.
 //! - [`settle`]: the pure policy, outcome → action (applied, re-queue, spill, log unknown,
 //!   log rejected), with time passed in.
 //! - [`shutdown`]: the shutdown request and the one deadline derived from it.
@@ -25,6 +27,7 @@ pub mod observe;
 pub mod plan;
 pub mod record_conversion;
 mod replay;
+pub mod schedule;
 mod send;
 pub mod settle;
 pub mod shutdown;
@@ -34,5 +37,7 @@ pub use self::observe::FlushObserver;
 pub use self::plan::PlanOptions;
 pub use self::shutdown::{ShutdownHandle, ShutdownSignal, shutdown_channel};
 
+#[cfg(test)]
+mod outage_tests;
 #[cfg(test)]
 mod tests;

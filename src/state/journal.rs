@@ -47,7 +47,7 @@
 //! and writer, carried by every record written for that request (outcome logs, spill).
 
 use std::collections::HashMap;
-use std::fs::{File, OpenOptions};
+use std::fs::File;
 use std::io::{self, Read};
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
@@ -269,7 +269,7 @@ impl Journal {
     /// journal, its groups (oldest first), and the length of a torn tail cut off (bytes
     /// after the last readable record that are not an end mark).
     pub fn open(path: PathBuf) -> io::Result<(Journal, Vec<FlushGroup>, u64)> {
-        let mut file = OpenOptions::new()
+        let mut file = super::private::options()
             .create(true)
             .truncate(false)
             .read(true)

@@ -41,6 +41,8 @@ pub struct Ledger {
     late_drops: Mutex<BTreeMap<&'static str, u64>>,
     lost_records: Mutex<BTreeMap<(OutcomeLog, LostRecords), u64>>,
     flushes: Mutex<u64>,
+    /// The longest wait before the next flush while backing off; zero otherwise.
+    backoff: Mutex<std::time::Duration>,
     /// Rows the previous run in this state directory held when it last flushed, and
     /// their delta sums (minute, day), when it did not stop cleanly; unset after a clean
     /// stop. Known at start and set once.
@@ -66,6 +68,7 @@ impl Default for Ledger {
             late_drops: Mutex::default(),
             lost_records: Mutex::default(),
             flushes: Mutex::default(),
+            backoff: Mutex::default(),
             unclean_previous_stop: OnceLock::new(),
             recovery: OnceLock::new(),
             corrupt_lines: Mutex::default(),
@@ -187,6 +190,16 @@ impl Ledger {
 
     pub(crate) fn set_totals_rows(&self, held: u64, unwritten: u64) {
         *self.totals_rows.lock() = (held, unwritten);
+    }
+
+    /// The longest wait before the next flush while the flusher backs off (the store
+    /// applied nothing of the last flushes); zero while it flushes every interval.
+    pub fn backoff(&self) -> std::time::Duration {
+        *self.backoff.lock()
+    }
+
+    pub(crate) fn set_backoff(&self, ceiling: std::time::Duration) {
+        *self.backoff.lock() = ceiling;
     }
 
     pub(crate) fn count_flush(&self, seconds: f64) {

@@ -42,6 +42,7 @@ struct EngineSeries {
     pending_bytes: IntGauge,
     cql_writes: IntCounterVec,
     flushes: IntCounter,
+    backoff: prometheus::Gauge,
     delta_sum: GaugeVec,
     lost_records: IntCounterVec,
     previous_stop_unclean: IntGauge,
@@ -69,6 +70,7 @@ impl EngineCollector {
             pending_bytes: catalogue::PENDING_BYTES.int_gauge(),
             cql_writes: catalogue::CQL_WRITES.int_counter_vec(),
             flushes: catalogue::FLUSHES.int_counter(),
+            backoff: catalogue::FLUSH_BACKOFF.gauge(),
             lost_records: catalogue::OUTCOME_RECORDS_LOST.int_counter_vec(),
             previous_stop_unclean: catalogue::PREVIOUS_STOP_UNCLEAN.int_gauge(),
             previous_stop_pending_rows: catalogue::PREVIOUS_STOP_PENDING_ROWS.int_gauge(),
@@ -97,7 +99,7 @@ impl EngineCollector {
 }
 
 impl EngineSeries {
-    fn collectors(&self) -> [&dyn Collector; 21] {
+    fn collectors(&self) -> [&dyn Collector; 22] {
         [
             &self.lines_received,
             &self.lines_invalid,
@@ -108,6 +110,7 @@ impl EngineSeries {
             &self.pending_bytes,
             &self.cql_writes,
             &self.flushes,
+            &self.backoff,
             &self.delta_sum,
             &self.lost_records,
             &self.previous_stop_unclean,
@@ -197,6 +200,7 @@ impl Collector for EngineCollector {
         }
         f.flushes.reset();
         f.flushes.inc_by(self.ledger.flushes());
+        f.backoff.set(self.ledger.backoff().as_secs_f64());
         f.lost_records.reset();
         let lost = self.ledger.lost_records();
         for log in OutcomeLog::ALL {

@@ -47,7 +47,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::SystemTime;
 
-use crate::aggregate::{Columns, Row, RowKey, Slot};
+use crate::aggregate::{Columns, Credit, Row, RowKey, Slot};
 use crate::bucket;
 use crate::config::{CountingMode, FlushConfig};
 use crate::engine::Engine;
@@ -88,6 +88,29 @@ pub struct TotalsReport {
     pub rows_replayed: usize,
 }
 
+impl TotalsReport {
+    /// Adds the figures of a later chunk of the same flush round.
+    pub(crate) fn add(&mut self, chunk: &TotalsReport) {
+        // Destructured, so that a field added later cannot be left out of the sum.
+        let TotalsReport {
+            writes,
+            applied,
+            failed,
+            rejected,
+            rows_spilled,
+            rows_released,
+            rows_replayed,
+        } = chunk;
+        self.writes += writes;
+        self.applied += applied;
+        self.failed += failed;
+        self.rejected += rejected;
+        self.rows_spilled += rows_spilled;
+        self.rows_released += rows_released;
+        self.rows_replayed += rows_replayed;
+    }
+}
+
 /// What each planned write stands for.
 enum Planned {
     /// Rows of the book, with the part of each row's total not known applied.
@@ -104,7 +127,7 @@ fn journal_outcomes(state: &mut StateDir, results: &[(TotalsWrite, Ended)], firs
             Ended::Done(Outcome::Applied) => Settled::Applied,
             Ended::Done(Outcome::NotAppliedPermanent(error)) => Settled::Rejected {
                 kind: error.kind.to_owned(),
-                text: error.text.clone(),
+                text: error.text.to_string(),
             },
             _ => continue,
         };
@@ -287,6 +310,7 @@ impl Totals {
     pub fn take(
         &mut self,
         rows: impl Iterator<Item = (RowKey, Row)>,
+        credit: &mut Credit,
         ledger: &Ledger,
     ) -> Vec<(RowKey, Row)> {
         let families = self.engine.families();
@@ -300,6 +324,9 @@ impl Totals {
                 counters.push((key, row));
                 continue;
             }
+            // The running total claims its own room (see `book`): the drained row's
+            // room goes back to the budget first, so the two are never charged together.
+            credit.release_row(self.engine.aggregator().charge_of(&key, &row));
             let family = key.family();
             let slot = key.slot();
             let series = key.into_series();

@@ -99,7 +99,7 @@ fn by_column(family: &FamilyDef, columns: &Columns, skip_zero: bool) -> BTreeMap
 fn error_info(error: &WriteError) -> ErrorInfo {
     ErrorInfo {
         kind: error.kind.to_owned(),
-        text: error.text.clone(),
+        text: error.text.to_string(),
     }
 }
 

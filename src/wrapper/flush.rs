@@ -29,6 +29,7 @@ use tokio::time::Instant;
 
 use crate::config::{FlushConfig, StoreConfig};
 use crate::flush::settle::cancelled_at_deadline;
+use crate::sink::cql::store::StoreKind;
 use crate::sink::cql::{classify, session::consistency};
 use crate::sink::{Outcome, OutcomeClass, WriteError};
 use crate::state::StateDir;
@@ -99,6 +100,9 @@ pub struct WrapperFlusher {
     logs: Logs,
     statements: HashMap<u32, PreparedStatement>,
     seq: u64,
+    /// What the store is: an `Unavailable` answer is classified by it (ScyllaDB's may
+    /// come after a replica applied the write).
+    store_kind: StoreKind,
 }
 
 impl WrapperFlusher {
@@ -113,6 +117,7 @@ impl WrapperFlusher {
         store: StoreConfig,
         state: StateDir,
         logs: Logs,
+        store_kind: StoreKind,
     ) -> WrapperFlusher {
         WrapperFlusher {
             session,
@@ -125,6 +130,7 @@ impl WrapperFlusher {
             logs,
             statements: HashMap::new(),
             seq: 0,
+            store_kind,
         }
     }
 
@@ -404,7 +410,7 @@ impl WrapperFlusher {
             };
             match result {
                 Ok(()) => Outcome::Applied,
-                Err(error) => classify::classify(&error),
+                Err(error) => classify::classify(&error, self.store_kind),
             }
         };
         match deadline {

@@ -191,6 +191,7 @@ impl CounterSession {
             config.store.clone(),
             state,
             logs,
+            crate::sink::cql::store::detect(&session).await.kind,
         );
         let flusher = Arc::new(tokio::sync::Mutex::new(flusher));
         let stop = Arc::new(Notify::new());

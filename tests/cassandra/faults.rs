@@ -366,7 +366,7 @@ async fn scenario(fault: Fault, contact_points: &[String], base: i64) -> bool {
             Outcome::Applied => ("-".to_owned(), String::new()),
             Outcome::NotAppliedTransient(f)
             | Outcome::NotAppliedPermanent(f)
-            | Outcome::Unknown(f) => (f.kind.to_owned(), f.text.clone()),
+            | Outcome::Unknown(f) => (f.kind.to_owned(), f.text.to_string()),
         };
         let entry = classes
             .entry((seen.outcome.label().to_owned(), kind))

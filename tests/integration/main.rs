@@ -12,6 +12,7 @@ mod docs;
 mod epochs;
 #[cfg(feature = "metrics-facade")]
 mod facade;
+mod operations;
 mod ops_hot;
 mod ops_keyindex;
 mod ops_leaderboard;
@@ -21,6 +22,7 @@ mod ops_read;
 mod outcomes;
 mod shards;
 mod sidecar;
+mod stores;
 #[cfg(feature = "tls")]
 mod tls;
 mod totals;

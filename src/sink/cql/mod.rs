@@ -12,6 +12,7 @@ pub mod bind;
 pub mod classify;
 pub mod schema;
 pub mod session;
+pub mod store;
 #[cfg(feature = "tls")]
 pub mod tls;
 mod totals;
@@ -36,6 +37,7 @@ use super::Sink;
 
 pub use self::schema::{KeyType, SchemaError};
 pub use self::session::SessionError;
+pub use self::store::{StoreIdentity, StoreKind};
 
 /// Why the CQL sink could not start.
 #[derive(Debug, thiserror::Error)]
@@ -56,6 +58,20 @@ pub enum CqlSinkError {
     },
 }
 
+impl CqlSinkError {
+    /// Whether retrying cannot help: a table that does not match, or a statement the
+    /// store refuses. A session that cannot be opened, or a PREPARE that failed because
+    /// the store did not answer well (a timeout, an overloaded node, a lost
+    /// connection), may work on the next attempt.
+    pub fn is_permanent(&self) -> bool {
+        match self {
+            CqlSinkError::Session(_) => false,
+            CqlSinkError::Schema(_) => true,
+            CqlSinkError::Prepare { error, .. } => classify::prepare_failure_is_permanent(error),
+        }
+    }
+}
+
 /// One table, ready to write.
 struct PreparedTable {
     layout: TableLayout,
@@ -70,6 +86,12 @@ pub struct CqlSink {
     /// The tables of `writer_totals` families.
     totals: HashMap<(FamilyId, Granularity), PreparedTotals>,
     store: StoreConfig,
+    /// Which store answers (what `Unavailable` means depends on it).
+    identity: StoreIdentity,
+    /// Things about the schema worth an operator's attention that do not stop the start.
+    schema_warnings: Vec<String>,
+    /// Error texts shared between failures alike.
+    texts: classify::SharedTexts,
 }
 
 impl CqlSink {
@@ -90,8 +112,21 @@ impl CqlSink {
         store: &StoreConfig,
         families: &Families,
     ) -> Result<CqlSink, CqlSinkError> {
+        let identity = store::detect(&session).await;
+        let unavailable = if identity.kind.unavailable_means_not_applied() {
+            "not applied, re-sent"
+        } else {
+            "outcome unknown, never re-sent"
+        };
+        match identity.kind {
+            StoreKind::Unidentified => {
+                tracing::warn!(store = %identity, unavailable, "Could not identify the store; Unavailable answers are treated as unknown outcomes.")
+            }
+            _ => tracing::info!(store = %identity, unavailable, "Store identified."),
+        }
         let mut tables = HashMap::new();
         let mut totals = HashMap::new();
+        let mut schema_warnings = Vec::new();
         for family in families.iter() {
             if family.is_generic() && !families.generic_enabled() {
                 continue;
@@ -100,10 +135,17 @@ impl CqlSink {
                 let layout = TableLayout::of(family, kind);
                 let key_types = schema::check(&session, &layout)?;
                 if family.mode == CountingMode::WriterTotals {
+                    // A regular table: tablets do not concern it.
                     let prepared =
                         PreparedTotals::prepare(&session, store, layout, key_types).await?;
                     totals.insert((family.id, kind), prepared);
                     continue;
+                }
+                if let Some(warning) = schema::tablets_warning(&session, &layout)
+                    && !schema_warnings.contains(&warning)
+                {
+                    tracing::warn!("{warning}");
+                    schema_warnings.push(warning);
                 }
                 let text = layout.update_statement();
                 let mut statement =
@@ -133,7 +175,64 @@ impl CqlSink {
             tables,
             totals,
             store: store.clone(),
+            identity,
+            schema_warnings,
+            texts: classify::SharedTexts::default(),
         })
+    }
+
+    /// The store configuration it was connected with.
+    pub fn store_config(&self) -> &StoreConfig {
+        &self.store
+    }
+
+    /// Whether writes can be routed: a node is connected, and of `store.local_dc` when
+    /// one is set (DC-aware routing sends nowhere else, so with no node of that data
+    /// centre every write fails with `EmptyPlan`). Otherwise, why not.
+    pub fn routable(&self) -> Result<(), String> {
+        let state = self.session.get_cluster_state();
+        let nodes = state.get_nodes_info();
+        match &self.store.local_dc {
+            None if nodes.iter().any(|n| n.is_connected()) => Ok(()),
+            None => Err("no node of the cluster is connected".into()),
+            Some(dc) => {
+                let in_dc = |n: &std::sync::Arc<scylla::cluster::Node>| {
+                    n.datacenter.as_deref() == Some(dc.as_str())
+                };
+                if nodes.iter().any(|n| in_dc(n) && n.is_connected()) {
+                    return Ok(());
+                }
+                let mut seen: Vec<&str> = nodes
+                    .iter()
+                    .filter_map(|n| n.datacenter.as_deref())
+                    .collect();
+                seen.sort_unstable();
+                seen.dedup();
+                Err(if nodes.iter().any(in_dc) {
+                    format!("no node of store.local_dc `{dc}` is connected")
+                } else {
+                    format!(
+                        "no node of store.local_dc `{dc}` is known (data centres of the cluster: {}); every write fails until one is",
+                        if seen.is_empty() {
+                            "none reported".to_owned()
+                        } else {
+                            seen.join(", ")
+                        }
+                    )
+                })
+            }
+        }
+    }
+
+    /// The store found at connect.
+    pub fn identity(&self) -> &StoreIdentity {
+        &self.identity
+    }
+
+    /// Warnings about the schema found at connect (logged then; for example a counter
+    /// table in a ScyllaDB keyspace that uses tablets).
+    pub fn schema_warnings(&self) -> &[String] {
+        &self.schema_warnings
     }
 
     /// The session.
@@ -197,13 +296,19 @@ impl Sink for CqlSink {
         };
         match result {
             Ok(()) => Outcome::Applied,
-            Err(error) => classify::classify(&error),
+            Err(error) => self
+                .texts
+                .share(classify::classify(&error, self.identity.kind)),
         }
     }
 
     async fn write_totals(&self, write: &TotalsWrite) -> Outcome {
         match self.totals.get(&(write.family, write.table)) {
-            Some(table) => table.write(&self.session, &self.store, write).await,
+            Some(table) => {
+                table
+                    .write(&self.session, &self.store, self.identity.kind, write)
+                    .await
+            }
             None => Outcome::NotAppliedPermanent(crate::sink::WriteError::new(
                 "no_statement",
                 format!(

@@ -63,6 +63,20 @@ pub fn check(session: &Session, layout: &TableLayout) -> Result<Vec<KeyType>, Sc
     check_table(table, layout).map_err(err)
 }
 
+/// A warning when the table's keyspace uses ScyllaDB tablets: ScyllaDB 6.0 and later put
+/// `NetworkTopologyStrategy` keyspaces on tablets by default, and document counters as
+/// unsupported there (refused at `CREATE TABLE`) through at least 2025.2.
+pub fn tablets_warning(session: &Session, layout: &TableLayout) -> Option<String> {
+    let state = session.get_cluster_state();
+    let keyspace = state.get_keyspace(&layout.table.keyspace)?;
+    keyspace.tablet_based.then(|| {
+        format!(
+            "Counter table {} is in keyspace {}, which uses ScyllaDB tablets. ScyllaDB documents counters as unsupported in tablet keyspaces up to at least 2025.2; unless your release supports them, recreate the keyspace with tablets = {{'enabled': false}} (`countersink schema --apply` does so on ScyllaDB).",
+            layout.table, layout.table.keyspace
+        )
+    })
+}
+
 fn check_table(table: &Table, layout: &TableLayout) -> Result<Vec<KeyType>, String> {
     let expected_partition = names(&layout.partition_key);
     if table.partition_key != expected_partition {

@@ -21,6 +21,7 @@ use crate::sink::{Outcome, TotalsWrite, WriteError};
 
 use super::bind::{self, RowPlace};
 use super::schema::KeyType;
+use super::store::StoreKind;
 use super::{classify, session};
 
 /// One `writer_totals` table, ready to write.
@@ -68,6 +69,7 @@ impl PreparedTotals {
         &self,
         session: &Session,
         store: &StoreConfig,
+        store_kind: StoreKind,
         write: &TotalsWrite,
     ) -> Outcome {
         let rows = match self.bind(write) {
@@ -92,7 +94,7 @@ impl PreparedTotals {
         };
         match result {
             Ok(()) => Outcome::Applied,
-            Err(error) => classify::classify(&error),
+            Err(error) => classify::classify(&error, store_kind),
         }
     }
 

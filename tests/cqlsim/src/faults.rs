@@ -19,7 +19,9 @@ pub enum FaultKind {
     ReadTimeout,
     /// ERROR 0x1500 WriteFailure (v4 body with numfailures).
     WriteFailure,
-    /// ERROR 0x1000 Unavailable; never applied.
+    /// ERROR 0x1000 Unavailable. Not applied (Apache Cassandra checks replicas first),
+    /// unless `applied=yes`, or on a counter write under the ScyllaDB persona (its
+    /// counter leader applies, then checks).
     Unavailable,
     /// ERROR 0x1001 Overloaded.
     Overloaded,
@@ -67,10 +69,7 @@ impl FaultKind {
 
     /// Kinds that by definition never apply the write.
     fn never_applies(self) -> bool {
-        matches!(
-            self,
-            FaultKind::Unavailable | FaultKind::Bootstrapping | FaultKind::Unprepared
-        )
+        matches!(self, FaultKind::Bootstrapping | FaultKind::Unprepared)
     }
 }
 
@@ -477,7 +476,6 @@ mod tests {
         for bad in [
             "nope",
             "delay",
-            "unavailable,applied=yes",
             "close,every=x",
             "close,p=2",
             "close,foo=1",

@@ -64,9 +64,14 @@ fn dump(db: &Db) -> String {
             .iter()
             .map(|(k, v)| format!("'{}': '{}'", k.replace('\'', "''"), v.replace('\'', "''")))
             .collect();
+        let tablets = match (db.persona, ks.tablets) {
+            (crate::persona::Persona::Cassandra, _) => String::new(),
+            (_, None) => " AND tablets = {'enabled': false}".to_owned(),
+            (_, Some(initial)) => format!(" AND tablets = {{'initial': {initial}}}"),
+        };
         let _ = writeln!(
             s,
-            "CREATE KEYSPACE {} WITH replication = {{{}}} AND durable_writes = {};",
+            "CREATE KEYSPACE {} WITH replication = {{{}}} AND durable_writes = {}{tablets};",
             q(&ks.name),
             repl.join(", "),
             ks.durable_writes

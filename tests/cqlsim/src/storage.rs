@@ -140,6 +140,10 @@ pub(crate) struct Db {
     pub(crate) data: HashMap<(String, String), TableData>,
     /// The last write time handed out by [`Db::next_write_time`].
     last_write_time: i64,
+    /// The server posed as (DDL rules that differ: tablets).
+    pub(crate) persona: crate::persona::Persona,
+    /// ScyllaDB persona: accept counter tables in keyspaces with tablets.
+    pub(crate) counters_with_tablets: bool,
 }
 
 impl Db {
@@ -148,6 +152,8 @@ impl Db {
             catalog: Catalog::new(),
             data: HashMap::new(),
             last_write_time: i64::MIN,
+            persona: crate::persona::Persona::default(),
+            counters_with_tablets: false,
         }
     }
 

@@ -11,7 +11,9 @@ pub(crate) use self::cli::{BIN, Serve, cli_stdout, run_cli};
 pub(crate) use self::indexed::IndexedWriter;
 pub(crate) use self::sidecar::{http_get, metrics_when, sidecar_config, start_sidecar, wait_ready};
 pub(crate) use self::store::Store;
-pub(crate) use self::store::{StoreOptions, cell, launch, start_cqlsim, start_store, table_sum};
+pub(crate) use self::store::{
+    StoreOptions, cell, launch, start_cqlsim, start_cqlsim_as, start_store, table_sum,
+};
 
 use std::path::Path;
 use std::sync::Arc;

@@ -263,7 +263,7 @@ impl Conn {
             return Action::Reply(frame);
         }
         match req {
-            Request::Options => response::supported(&mut frame, v, h.stream),
+            Request::Options => response::supported(&mut frame, v, h.stream, self.sh.persona),
             Request::Startup(opts) => {
                 if let Some((_, c)) = opts.iter().find(|(k, _)| k == "COMPRESSION") {
                     proto(&mut frame, format!("Unknown compression algorithm: {c}"));

@@ -257,6 +257,9 @@ pub(crate) struct Select {
     pub(crate) order_by: Vec<(String, bool)>,
     pub(crate) limit: Option<Term>,
     pub(crate) allow_filtering: bool,
+    /// ScyllaDB's `USING TIMEOUT <duration>` (drivers add it to their metadata queries
+    /// when they see ScyllaDB); accepted by the ScyllaDB persona only, and ignored.
+    pub(crate) using_timeout: bool,
 }
 
 #[derive(Debug, Clone, PartialEq)]

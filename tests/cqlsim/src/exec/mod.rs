@@ -163,6 +163,11 @@ pub(crate) fn execute(
             Ok((Outcome::SetKeyspace(ks.clone()), Effects::default()))
         }
         Statement::Select(s) => {
+            if s.using_timeout && !db.persona.accepts_using_timeout() {
+                return Err(CqlError::syntax(
+                    "mismatched input 'USING' expecting EOF (USING TIMEOUT is ScyllaDB's)",
+                ));
+            }
             let t = resolve_table(db, &s.table, keyspace)?.clone();
             let rows = select::select(db, &t, s, b, paging, virt)?;
             Ok((Outcome::Rows(rows), Effects::default()))
