@@ -89,6 +89,8 @@ pub struct FamilyDef {
     pub columns: Vec<String>,
     /// Hot-key sharding, if configured.
     pub sharding: Option<Sharding>,
+    /// Whether the family keeps exact totals in the delta ledger (`exact = true`).
+    pub exact: bool,
 }
 
 impl FamilyDef {
@@ -339,6 +341,7 @@ impl Families {
             key_columns: vec!["name".into(), "tags".into()],
             columns: vec!["value".into()],
             sharding: None,
+            exact: config.generic.enabled && config.generic.exact,
         }];
         let mut by_metric = HashMap::default();
         for (index, family) in config.families.iter().enumerate() {
@@ -369,6 +372,7 @@ impl Families {
                     placement: family.shard_placement,
                     column: family.shard_column.clone(),
                 }),
+                exact: family.exact,
             });
         }
         Ok(Families {
@@ -408,6 +412,11 @@ impl Families {
             .sharding
             .as_ref()
             .map(|s| s.shard_for(writer_seed, flush_seq))
+    }
+
+    /// Whether any family keeps exact totals.
+    pub fn any_exact(&self) -> bool {
+        self.defs.iter().any(|f| f.exact)
     }
 
     /// Whether counters matching no configured family are kept.
