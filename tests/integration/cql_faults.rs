@@ -19,7 +19,7 @@ use std::time::Duration;
 use countersink::vocabulary::Granularity;
 use cqlsim::{FaultKind, FaultRule};
 
-use crate::common::{T0, Writer, config, day_and_minute, start_store, table_sum};
+use crate::common::{T0, Writer, config, day_and_minute, start_cqlsim, table_sum};
 use crate::crash::check::{Model, check_views};
 
 const KEYS: usize = 200;
@@ -35,7 +35,12 @@ async fn run(rule: FaultRule, expect_unknown: bool, expect_requeued: bool) {
     let mut config = config(dir.path());
     config.store.request_timeout = Duration::from_millis(300);
     config.flush.max_in_flight = 32;
-    let server = start_store(&mut config).await;
+    let store = start_cqlsim(
+        &mut config,
+        "injects faults and checks the store's request log",
+    )
+    .await;
+    let server = store.sim();
     server.enable_request_log();
     let mut writer = Writer::start(&config).await;
     writer.flusher.keep_journal();
@@ -154,7 +159,7 @@ async fn run(rule: FaultRule, expect_unknown: bool, expect_requeued: bool) {
             "{name}: and all ended up applied"
         );
     }
-    server.shutdown().await.unwrap();
+    store.shutdown().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -270,7 +275,8 @@ async fn node_down_then_back_loses_and_doubles_nothing() {
     let dir = tempfile::tempdir().unwrap();
     let mut config = config(dir.path());
     config.store.request_timeout = Duration::from_millis(500);
-    let server = start_store(&mut config).await;
+    let store = start_cqlsim(&mut config, "takes the node down and up").await;
+    let server = store.sim();
     let mut writer = Writer::start(&config).await;
     for i in 0..300 {
         writer.incr("req", &[("k", &format!("{}", i % 30))], 1, T0 - 600);
@@ -315,5 +321,5 @@ async fn node_down_then_back_loses_and_doubles_nothing() {
         table_sum(&server, "countersink.counts_by_day", "value"),
         900
     );
-    server.shutdown().await.unwrap();
+    store.shutdown().await;
 }

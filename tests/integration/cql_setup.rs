@@ -16,7 +16,7 @@ use crate::common::{StoreOptions, cli_stdout, config, launch, start_store};
 async fn every_counter_statement_and_batch_is_non_idempotent() {
     let dir = tempfile::tempdir().unwrap();
     let mut config = config(dir.path());
-    let server = start_store(&mut config).await;
+    let store = start_store(&mut config).await;
     let engine = Engine::new(&config).unwrap();
     let sink = CqlSink::connect(&config.store, engine.families())
         .await
@@ -48,7 +48,7 @@ async fn every_counter_statement_and_batch_is_non_idempotent() {
         assert!(batch.get_retry_policy().is_some());
         assert_eq!(batch.statements.len(), 3);
     }
-    server.shutdown().await.unwrap();
+    store.shutdown().await;
 }
 
 /// A table that does not match the configuration is one clear message at start, naming
@@ -57,30 +57,32 @@ async fn every_counter_statement_and_batch_is_non_idempotent() {
 async fn schema_mismatches_are_named_at_start() {
     let dir = tempfile::tempdir().unwrap();
     let mut config = config(dir.path());
-    let server = start_store(&mut config).await;
+    let store = start_store(&mut config).await;
+    let nope = store.table("metrics.nope");
+    let other = store.table("other.views_by_day");
     type Change = Box<dyn Fn(&mut FamilyConfig)>;
-    let cases: [(&str, Change, &str); 4] = [
+    let cases: [(&str, Change, String); 4] = [
         (
             "missing table",
-            Box::new(|f| f.minute_table = "metrics.nope".into()),
-            "metrics.nope: does not exist",
+            Box::new(move |f| f.minute_table = nope.clone()),
+            format!("{}: does not exist", store.table("metrics.nope")),
         ),
         (
             "missing keyspace",
-            Box::new(|f| f.day_table = "other.views_by_day".into()),
-            "keyspace `other` does not exist",
+            Box::new(move |f| f.day_table = other.clone()),
+            format!("keyspace `{}` does not exist", store.keyspace("other")),
         ),
         (
             "missing counter",
             Box::new(|f| {
                 f.columns.insert("page.clicks".into(), "clicks".into());
             }),
-            "counter column `clicks` is missing",
+            "counter column `clicks` is missing".into(),
         ),
         (
             "wrong key",
             Box::new(|f| f.key = vec!["page".into()]),
-            "partition key is (page_id, day), the configuration needs (page, day)",
+            "partition key is (page_id, day), the configuration needs (page, day)".into(),
         ),
     ];
     for (what, change, expected) in cases {
@@ -91,14 +93,15 @@ async fn schema_mismatches_are_named_at_start() {
             panic!("{what}: connected");
         };
         assert!(matches!(error, CqlSinkError::Schema(_)), "{what}: {error}");
-        assert!(error.to_string().contains(expected), "{what}: {error}");
+        assert!(error.to_string().contains(&expected), "{what}: {error}");
     }
     // A non-counter column where a counter is configured.
-    server
-        .execute(None, "CREATE TABLE metrics.plain_minute (page_id text, day date, minute smallint, views bigint, PRIMARY KEY ((page_id, day), minute))")
-        .unwrap();
+    let plain = store.table("metrics.plain_minute");
+    store
+        .execute(&format!("CREATE TABLE {plain} (page_id text, day date, minute smallint, views bigint, PRIMARY KEY ((page_id, day), minute))"))
+        .await;
     let mut broken = config.clone();
-    broken.families[0].minute_table = "metrics.plain_minute".into();
+    broken.families[0].minute_table = plain;
     broken.families[0].columns.remove("page.bytes");
     let engine = Engine::new(&broken).unwrap();
     let error = CqlSink::connect(&broken.store, engine.families())
@@ -111,7 +114,7 @@ async fn schema_mismatches_are_named_at_start() {
             .contains("column `views` is not a counter column"),
         "{error}"
     );
-    server.shutdown().await.unwrap();
+    store.shutdown().await;
 }
 
 /// `countersink schema` prints what `--apply` creates, and the result passes the start-up
@@ -121,16 +124,26 @@ async fn schema_command_prints_and_applies() {
     let dir = tempfile::tempdir().unwrap();
     let store = launch(StoreOptions::default()).await;
     let file = dir.path().join("c.toml");
-    std::fs::write(&file, include_str!("../../examples/countersink.toml")).unwrap();
+    let toml = store.config_file(include_str!("../../examples/countersink.toml"));
+    std::fs::write(&file, &toml).unwrap();
     let file = file.display().to_string();
     let text = cli_stdout(["schema", "--config", &file]);
     for needle in [
-        "CREATE KEYSPACE IF NOT EXISTS countersink",
-        "CREATE KEYSPACE IF NOT EXISTS metrics",
-        "PRIMARY KEY ((name, tags, day), minute)",
-        "CREATE TABLE IF NOT EXISTS metrics.views_by_day",
+        format!(
+            "CREATE KEYSPACE IF NOT EXISTS {}",
+            store.keyspace("countersink")
+        ),
+        format!(
+            "CREATE KEYSPACE IF NOT EXISTS {}",
+            store.keyspace("metrics")
+        ),
+        "PRIMARY KEY ((name, tags, day), minute)".into(),
+        format!(
+            "CREATE TABLE IF NOT EXISTS {}",
+            store.table("metrics.views_by_day")
+        ),
     ] {
-        assert!(text.contains(needle), "{needle}:\n{text}");
+        assert!(text.contains(&needle), "{needle}:\n{text}");
     }
     cli_stdout([
         "schema",
@@ -138,16 +151,14 @@ async fn schema_command_prints_and_applies() {
         "--config",
         &file,
         "--contact-point",
-        &store.local_addr().to_string(),
+        &store.contact_point(),
     ]);
-    let mut config =
-        countersink::Config::from_toml(include_str!("../../examples/countersink.toml")).unwrap();
-    config.store.contact_points = vec![store.local_addr().to_string()];
+    let config = countersink::Config::from_toml(&toml).unwrap();
     let engine = Engine::new(&config).unwrap();
     CqlSink::connect(&config.store, engine.families())
         .await
         .expect("the applied schema passes the check");
-    store.shutdown().await.unwrap();
+    store.shutdown().await;
 }
 
 /// When pending rows near the limit, the buffer asks for a flush before the interval.
@@ -158,7 +169,7 @@ async fn memory_pressure_flushes_early() {
     config.flush.interval = Duration::from_secs(3600);
     config.flush.jitter = Duration::ZERO;
     config.limits.max_pending_rows = 1000;
-    let server = start_store(&mut config).await;
+    let store = start_store(&mut config).await;
     let engine = Arc::new(Engine::new(&config).unwrap());
     let recorder = countersink::Recorder::start_with(
         engine.clone(),
@@ -177,12 +188,16 @@ async fn memory_pressure_flushes_early() {
     let mut flushed = false;
     for _ in 0..100 {
         tokio::time::sleep(Duration::from_millis(50)).await;
-        if crate::common::table_sum(&server, "countersink.counts_by_minute", "value") >= 750 {
+        if store
+            .table_sum("countersink.counts_by_minute", "value")
+            .await
+            >= 750
+        {
             flushed = true;
             break;
         }
     }
     assert!(flushed, "no early flush with the interval at one hour");
     recorder.shutdown().await;
-    server.shutdown().await.unwrap();
+    store.shutdown().await;
 }

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 use countersink::ingest::client::{Client, Target};
 use cqlsim::{FaultKind, FaultRule};
 
-use crate::common::{Serve, T0, Writer, config, start_store, table_sum};
+use crate::common::{Serve, T0, Writer, config, start_cqlsim, start_store};
 
 /// 100k pending rows (1,000 pages x 100 minutes, as after a long outage) and a deadline
 /// too short to send them all: what is sent is applied (or, if cut off in flight, logged
@@ -16,7 +16,7 @@ async fn shutdown_with_100k_pending_rows_applies_or_spills_and_a_restart_replays
     let dir = tempfile::tempdir().unwrap();
     let mut config = config(dir.path());
     config.flush.shutdown_deadline = Duration::from_millis(700);
-    let server = start_store(&mut config).await;
+    let store = start_store(&mut config).await;
     let writer = Writer::start(&config).await;
     let start = T0 - 200 * 60;
     let mut accepted = 0_i128;
@@ -52,7 +52,7 @@ async fn shutdown_with_100k_pending_rows_applies_or_spills_and_a_restart_replays
         a.minute.applied + a.minute.unknown + a.minute.spilled,
         accepted
     );
-    let stored = table_sum(&server, "metrics.views_by_minute", "views");
+    let stored = store.table_sum("metrics.views_by_minute", "views").await;
     assert!(a.minute.applied <= stored && stored <= a.minute.applied + a.minute.unknown);
     drop(engine);
 
@@ -75,15 +75,15 @@ async fn shutdown_with_100k_pending_rows_applies_or_spills_and_a_restart_replays
     let b = writer.accounting();
     assert!(b.is_balanced(), "{b:?}");
     assert_eq!((b.minute.applied, b.minute.pending), (a.minute.spilled, 0));
-    let stored_after = table_sum(&server, "metrics.views_by_minute", "views");
+    let stored_after = store.table_sum("metrics.views_by_minute", "views").await;
     assert_eq!(stored_after, stored + a.minute.spilled);
-    let day = table_sum(&server, "metrics.views_by_day", "views");
+    let day = store.table_sum("metrics.views_by_day", "views").await;
     let day_sent = a.day.applied + a.day.spilled;
     assert!(
         day_sent <= day && day <= day_sent + a.day.unknown,
         "day table: {day} vs {a:?}"
     );
-    server.shutdown().await.unwrap();
+    store.shutdown().await;
 }
 
 /// SIGTERM while a regular flush hangs (the store never answers writes; the client
@@ -94,7 +94,8 @@ async fn shutdown_with_100k_pending_rows_applies_or_spills_and_a_restart_replays
 async fn sigterm_during_a_hanging_flush_exits_within_one_deadline() {
     let dir = tempfile::tempdir().unwrap();
     let mut config = config(dir.path());
-    let server = start_store(&mut config).await;
+    let store = start_cqlsim(&mut config, "injects a store that never answers").await;
+    let server = store.sim();
     server.add_fault(FaultRule::new(FaultKind::NoReply).applied(true));
     let deadline = Duration::from_secs(3);
     let file = dir.path().join("serve.toml");
@@ -157,7 +158,7 @@ async fn sigterm_during_a_hanging_flush_exits_within_one_deadline() {
     let spilled = crate::common::spilled_records(&state);
     assert_eq!(spilled.len(), 2, "{spilled:?}");
     assert!(spilled.iter().all(|r| r["key"]["name"] == "behind"));
-    server.shutdown().await.unwrap();
+    store.shutdown().await;
 }
 
 /// Polls `done` every 20 ms for up to 10 s.

@@ -1,5 +1,5 @@
 //! The `metrics` facade recorder (feature `metrics-facade`) end to end: `counter!` calls
-//! from several threads through a running `Recorder` into cqlsim, read back through the
+//! from several threads through a running `Recorder` into the test store, read back through the
 //! `scylla` driver; what is counted instead of written; the global installation.
 
 use std::collections::BTreeMap;
@@ -10,36 +10,22 @@ use countersink::facade::{self, Builder, InstallError};
 use countersink::line::{IgnoredKind, InvalidReason};
 use countersink::vocabulary::DropReason;
 use metrics::{counter, gauge, histogram};
-use scylla::client::session::Session;
-use scylla::client::session_builder::SessionBuilder;
-use scylla::value::Counter;
 
-use crate::common::{config, start_store};
+use crate::common::{Store, config, start_store};
 
-/// A plain driver session on the store, for reading back.
-async fn session(store: &cqlsim::Server) -> Session {
-    SessionBuilder::new()
-        .known_node_addr(store.local_addr())
-        .build()
-        .await
-        .expect("session")
-}
-
-/// Every `(key, value)` of a table, summed per key (a key may have several minutes).
-async fn sums(session: &Session, select: &str) -> BTreeMap<String, i64> {
-    let rows = session
-        .query_unpaged(select, ())
-        .await
-        .expect("select")
-        .into_rows_result()
-        .expect("rows");
+/// Every `key` of a table (as configured) with its `value`s summed (a key may have several
+/// minutes), read back through the driver.
+async fn sums(store: &Store, table: &str, key: &str, value: &str) -> BTreeMap<String, i64> {
+    let rows = store
+        .select(&format!(
+            "SELECT {key}, {value} FROM {}",
+            store.table(table)
+        ))
+        .await;
     let mut sums = BTreeMap::new();
-    for row in rows
-        .rows::<(String, Option<Counter>)>()
-        .expect("typed rows")
-    {
-        let (key, value) = row.expect("row");
-        *sums.entry(key).or_insert(0) += value.map_or(0, |c| c.0);
+    for i in 0..rows.len() {
+        let key = rows.text(i, key).expect("a text key").to_owned();
+        *sums.entry(key).or_insert(0) += rows.get_i64(i, value).unwrap_or(0);
     }
     sums
 }
@@ -95,19 +81,10 @@ async fn counter_increments_from_four_threads_land_exactly_in_both_tables() {
     assert_eq!(facade.registered_keys(), SETS);
 
     recorder.shutdown().await.expect("final flush");
-    let session = session(&store).await;
-    for table in ["counts_by_minute", "counts_by_day"] {
-        let written = sums(
-            &session,
-            &format!("SELECT tags, value FROM countersink.{table}"),
-        )
-        .await;
+    for table in ["countersink.counts_by_minute", "countersink.counts_by_day"] {
+        let written = sums(&store, table, "tags", "value").await;
         assert_eq!(written, expected, "{table}");
-        let names = sums(
-            &session,
-            &format!("SELECT name, value FROM countersink.{table}"),
-        )
-        .await;
+        let names = sums(&store, table, "name", "value").await;
         assert_eq!(
             names.keys().collect::<Vec<_>>(),
             ["api.requests"],
@@ -121,7 +98,7 @@ async fn counter_increments_from_four_threads_land_exactly_in_both_tables() {
     assert_eq!(counters.accepted, (THREADS * PER_THREAD) as u64);
     let accounting = recorder.accounting().await;
     assert!(accounting.is_balanced(), "{accounting:?}");
-    store.shutdown().await.unwrap();
+    store.shutdown().await;
 }
 
 /// A configured family keyed by a label takes the counter by that label's value; the
@@ -143,35 +120,22 @@ async fn a_configured_family_takes_the_counter_by_its_label_value() {
     });
     recorder.shutdown().await.expect("final flush");
 
-    let session = session(&store).await;
-    for table in ["views_by_minute", "views_by_day"] {
-        let views = sums(
-            &session,
-            &format!("SELECT page_id, views FROM metrics.{table}"),
-        )
-        .await;
+    for table in ["metrics.views_by_minute", "metrics.views_by_day"] {
+        let views = sums(&store, table, "page_id", "views").await;
         assert_eq!(
             views,
             BTreeMap::from([("about".to_string(), 2), ("home".to_string(), 4)]),
             "{table}"
         );
-        let bytes = sums(
-            &session,
-            &format!("SELECT page_id, bytes FROM metrics.{table}"),
-        )
-        .await;
+        let bytes = sums(&store, table, "page_id", "bytes").await;
         assert_eq!(bytes.values().sum::<i64>(), 3000, "{table}");
     }
-    let generic = sums(
-        &session,
-        "SELECT name, value FROM countersink.counts_by_day",
-    )
-    .await;
+    let generic = sums(&store, "countersink.counts_by_day", "name", "value").await;
     assert!(generic.is_empty(), "{generic:?}");
     let counters = recorder.engine().aggregator().counters();
     assert_eq!(counters.invalid_for(InvalidReason::MissingKeyTag), 1);
     assert_eq!(counters.accepted, 6);
-    store.shutdown().await.unwrap();
+    store.shutdown().await;
 }
 
 /// `install` sets the process's recorder once: `counter!` without a local recorder lands,
@@ -198,14 +162,9 @@ async fn install_once_then_shutdown_flushes() {
     let report = handle.shutdown().await.expect("final flush");
     assert!(report.applied > 0, "{report:?}");
     counter!("installed.total", "via" => "global").increment(1);
-    let session = session(&store).await;
-    let written = sums(
-        &session,
-        "SELECT tags, value FROM countersink.counts_by_day",
-    )
-    .await;
+    let written = sums(&store, "countersink.counts_by_day", "tags", "value").await;
     assert_eq!(written, BTreeMap::from([("via:global".to_string(), 30)]));
     let counters = handle.recorder().engine().aggregator().counters();
     assert_eq!(counters.dropped_for(DropReason::AfterShutdown), 1);
-    store.shutdown().await.unwrap();
+    store.shutdown().await;
 }

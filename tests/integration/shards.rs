@@ -3,7 +3,7 @@
 
 use countersink::config::{FamilyConfig, ShardPlacement};
 
-use crate::common::{T0, Writer, cli_stdout, config, day_and_minute, start_store, table_sum};
+use crate::common::{T0, Writer, cli_stdout, config, day_and_minute, start_store};
 
 async fn sharded(placement: ShardPlacement) {
     let dir = tempfile::tempdir().unwrap();
@@ -18,7 +18,7 @@ async fn sharded(placement: ShardPlacement) {
         shard_placement: placement,
         ..FamilyConfig::default()
     });
-    let server = start_store(&mut config).await;
+    let store = start_store(&mut config).await;
     let mut writers = Vec::new();
     for w in 0..3 {
         let mut c = config.clone();
@@ -35,10 +35,13 @@ async fn sharded(placement: ShardPlacement) {
             writer.flusher.flush_now().await;
         }
     }
-    assert_eq!(table_sum(&server, "metrics.hot_by_minute", "hits"), 120);
-    let rows = server
-        .execute(None, "SELECT shard FROM metrics.hot_by_minute")
-        .unwrap();
+    assert_eq!(store.table_sum("metrics.hot_by_minute", "hits").await, 120);
+    let rows = store
+        .select(&format!(
+            "SELECT shard FROM {}",
+            store.table("metrics.hot_by_minute")
+        ))
+        .await;
     let shards: std::collections::BTreeSet<String> = (0..rows.len())
         .map(|i| format!("{:?}", rows.get(i, "shard")))
         .collect();
@@ -51,9 +54,9 @@ async fn sharded(placement: ShardPlacement) {
     };
     std::fs::write(
         &file,
-        format!(
+        store.config_file(&format!(
             "[[family]]\nname = \"hot\"\nminute_table = \"metrics.hot_by_minute\"\nday_table = \"metrics.hot_by_day\"\nkey = [\"item\"]\nshards = 4\nshard_placement = \"{placement_name}\"\n[family.columns]\n\"item.hits\" = \"hits\"\n"
-        ),
+        )),
     )
     .unwrap();
     let (day, minute) = day_and_minute(now);
@@ -80,7 +83,7 @@ async fn sharded(placement: ShardPlacement) {
         minutes.trim(),
         format!("{day}T{:02}:{:02}Z 120", minute / 60, minute % 60)
     );
-    server.shutdown().await.unwrap();
+    store.shutdown().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

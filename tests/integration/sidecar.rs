@@ -13,7 +13,7 @@ use countersink::sidecar::Sidecar;
 
 use crate::common::{
     BIN, Serve, StoreOptions, http_get, launch, metrics_when, run_cli, sidecar_config,
-    start_sidecar, start_store, table_sum, wait_ready,
+    start_sidecar, start_store, wait_ready,
 };
 
 /// Lines sent by the `cadence` StatsD client (UDP and Unix datagram) and by
@@ -22,7 +22,7 @@ use crate::common::{
 async fn real_clients_over_every_transport_land_with_exact_totals() {
     let dir = tempfile::tempdir().unwrap();
     let mut config = sidecar_config(dir.path());
-    let server = start_store(&mut config).await;
+    let store = start_store(&mut config).await;
     let sidecar = start_sidecar(&config).await;
     let bound = sidecar.bound();
 
@@ -96,34 +96,32 @@ async fn real_clients_over_every_transport_land_with_exact_totals() {
         0,
         "{report:?}"
     );
-    let rows = server
-        .execute(
-            None,
-            "SELECT name, tags, value FROM countersink.counts_by_day",
-        )
-        .unwrap();
+    let rows = store
+        .select(&format!(
+            "SELECT name, tags, value FROM {}",
+            store.table("countersink.counts_by_day")
+        ))
+        .await;
     let mut totals = std::collections::BTreeMap::new();
     for i in 0..rows.len() {
-        let name = format!("{:?}", rows.get(i, "name").unwrap());
-        let tags = format!("{:?}", rows.get(i, "tags").unwrap());
-        *totals.entry(format!("{name} {tags}")).or_insert(0) += rows.get_i64(i, "value").unwrap();
+        let name = rows.text(i, "name").unwrap();
+        let tags = rows.text(i, "tags").unwrap();
+        *totals.entry((name, tags)).or_insert(0) += rows.get_i64(i, "value").unwrap();
     }
-    let by_name = |needle: &str| {
-        totals
-            .iter()
-            .filter(|(k, _)| k.contains(needle))
-            .map(|(_, v)| *v)
-            .sum::<i64>()
-    };
-    assert_eq!(by_name("app.hits"), 1500, "{totals:?}");
-    assert_eq!(by_name("\"sent\""), 3 * 7 + 20, "{totals:?}");
     assert_eq!(
-        table_sum(&server, "metrics.views_by_day", "views"),
-        0,
-        "app.page.views is generic: {totals:?}"
+        totals,
+        std::collections::BTreeMap::from([
+            (("app.hits", "via:cadence"), 1500),
+            (("app.page.views", "page_id:home"), 500),
+            (("sent", "via:cli"), 3 * 7 + 20),
+        ])
     );
-    assert_eq!(by_name("app.page.views"), 500);
-    server.shutdown().await.unwrap();
+    assert_eq!(
+        store.table_sum("metrics.views_by_day", "views").await,
+        0,
+        "app.page.views is generic"
+    );
+    store.shutdown().await;
 }
 
 /// Garbage, 64 KiB lines, huge tag counts, quotes and semicolons, i64 extremes: each bad
@@ -133,7 +131,7 @@ async fn real_clients_over_every_transport_land_with_exact_totals() {
 async fn hostile_packets_are_counted_and_good_neighbours_still_count() {
     let dir = tempfile::tempdir().unwrap();
     let mut config = sidecar_config(dir.path());
-    let server = start_store(&mut config).await;
+    let store = start_store(&mut config).await;
     let sidecar = start_sidecar(&config).await;
     let bound = sidecar.bound();
     let mut client = Client::connect(Target::Udp(bound.udp.unwrap()))
@@ -195,14 +193,15 @@ async fn hostile_packets_are_counted_and_good_neighbours_still_count() {
     assert_eq!(http_get(bound.metrics.unwrap(), "/readyz").0, 200);
 
     sidecar.shutdown().await.unwrap();
-    let rows = server
-        .execute(None, "SELECT name, value FROM countersink.counts_by_minute")
-        .unwrap();
+    let rows = store
+        .select(&format!(
+            "SELECT name, value FROM {}",
+            store.table("countersink.counts_by_minute")
+        ))
+        .await;
     let value = |name: &str| {
         (0..rows.len())
-            .filter(|i| {
-                format!("{:?}", rows.get(*i, "name").unwrap()).contains(&format!("\"{name}\""))
-            })
+            .filter(|i| rows.text(*i, "name") == Some(name))
             .filter_map(|i| rows.get_i64(i, "value"))
             .sum::<i64>()
     };
@@ -210,7 +209,7 @@ async fn hostile_packets_are_counted_and_good_neighbours_still_count() {
     assert_eq!(value("quoted"), 1);
     assert_eq!(value("big"), i64::MAX);
     assert_eq!(value("small"), i64::MIN);
-    server.shutdown().await.unwrap();
+    store.shutdown().await;
 }
 
 /// `/metrics` carries the minimum set, and after a run the accounting identity holds on
@@ -221,7 +220,7 @@ async fn metrics_carry_the_minimum_set_and_the_identity_holds() {
     let mut config = sidecar_config(dir.path());
     config.flush.interval = Duration::from_millis(200);
     config.flush.jitter = Duration::from_millis(10);
-    let server = start_store(&mut config).await;
+    let store = start_store(&mut config).await;
     let sidecar = start_sidecar(&config).await;
     let bound = sidecar.bound();
     let mut client = Client::connect(Target::Udp(bound.udp.unwrap())).unwrap();
@@ -270,10 +269,12 @@ async fn metrics_carry_the_minimum_set_and_the_identity_holds() {
     }
     sidecar.shutdown().await.unwrap();
     assert_eq!(
-        table_sum(&server, "countersink.counts_by_minute", "value"),
+        store
+            .table_sum("countersink.counts_by_minute", "value")
+            .await,
         6000
     );
-    server.shutdown().await.unwrap();
+    store.shutdown().await;
 }
 
 /// Exit codes: a bad config field is 2 and named; an address in use is 2; SIGTERM after a
@@ -315,7 +316,7 @@ async fn serve_exit_codes_and_sigterm() {
     );
 
     let mut config = sidecar_config(dir.path());
-    let server = start_store(&mut config).await;
+    let store = start_store(&mut config).await;
     let udp = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
     let port = udp.local_addr().unwrap();
     drop(udp);
@@ -328,6 +329,8 @@ async fn serve_exit_codes_and_sigterm() {
         "1h",
         "--contact-point",
         &config.store.contact_points[0],
+        "--keyspace",
+        &config.store.keyspace,
         "--state-dir",
         &dir.path().join("s2").display().to_string(),
     ]);
@@ -337,18 +340,19 @@ async fn serve_exit_codes_and_sigterm() {
     let (status, _) = serve.terminate();
     assert_eq!(status.code(), Some(0));
     assert_eq!(
-        table_sum(&server, "countersink.counts_by_minute", "value"),
+        store
+            .table_sum("countersink.counts_by_minute", "value")
+            .await,
         11,
         "flushed on SIGTERM"
     );
-    server.shutdown().await.unwrap();
+    store.shutdown().await;
 }
 
-/// `countersink dev` starts, its banner's `send` and `get` commands work when pasted.
+/// `countersink dev` started on free ports, and its banner: the whole text, and its
+/// `send`, `get` and `get --minutes` command lines, in that order.
 #[cfg(feature = "dev")]
-#[test]
-fn dev_banner_commands_work_when_pasted() {
-    let dir = tempfile::tempdir().unwrap();
+fn start_dev(dir: &std::path::Path) -> (std::process::Child, String, Vec<String>) {
     let mut child = Command::new(BIN)
         .args([
             "dev",
@@ -361,15 +365,18 @@ fn dev_banner_commands_work_when_pasted() {
             "--flush-interval",
             "300ms",
         ])
-        .current_dir(dir.path())
+        .current_dir(dir)
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
     let stdout = BufReader::new(child.stdout.take().unwrap());
+    let mut banner = String::new();
     let mut commands = Vec::new();
     for line in stdout.lines() {
         let line = line.unwrap();
+        banner.push_str(&line);
+        banner.push('\n');
         if line.contains(" send ") || line.contains(" get ") {
             commands.push(line.trim().to_owned());
         }
@@ -377,36 +384,122 @@ fn dev_banner_commands_work_when_pasted() {
             break;
         }
     }
-    assert_eq!(commands.len(), 3, "{commands:?}");
-    let run = |command: &str| {
-        let out = Command::new("sh")
-            .arg("-c")
-            .arg(command)
-            .current_dir(dir.path())
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "{command}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8_lossy(&out.stdout).trim().to_owned()
-    };
-    run(&commands[0]);
-    run(&commands[0]);
+    assert_eq!(commands.len(), 3, "{banner}");
+    (child, banner, commands)
+}
+
+/// Runs a pasted command line in a shell, with `env` set; asserts it succeeded and
+/// returns its trimmed stdout.
+#[cfg(feature = "dev")]
+fn paste(command: &str, dir: &std::path::Path, env: &[(&str, &str)]) -> String {
+    let out = Command::new("sh")
+        .arg("-c")
+        .arg(command)
+        .envs(env.iter().copied())
+        .current_dir(dir)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{command}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).trim().to_owned()
+}
+
+/// Pastes the banner's commands: two sends, then `get` until it says 2 (flushes run on
+/// their own schedule), then `get --minutes`.
+#[cfg(feature = "dev")]
+fn paste_banner_commands(commands: &[String], dir: &std::path::Path, env: &[(&str, &str)]) {
+    paste(&commands[0], dir, env);
+    paste(&commands[0], dir, env);
     let mut total = String::new();
     for _ in 0..50 {
         std::thread::sleep(Duration::from_millis(100));
-        total = run(&commands[1]);
+        total = paste(&commands[1], dir, env);
         if total == "2" {
             break;
         }
     }
-    assert_eq!(total, "2");
-    assert!(run(&commands[2]).ends_with(" 2"));
+    assert_eq!(total, "2", "{}", commands[1]);
+    let minutes = paste(&commands[2], dir, env);
+    assert!(minutes.ends_with(" 2"), "{}: {minutes}", commands[2]);
+}
+
+/// `countersink dev` starts, its banner's `send` and `get` commands work when pasted.
+/// (`dev` embeds its own store, so this runs against cqlsim whatever the test store.)
+#[cfg(feature = "dev")]
+#[test]
+fn dev_banner_commands_work_when_pasted() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut child, _, commands) = start_dev(dir.path());
+    paste_banner_commands(&commands, dir.path(), &[]);
     let pid = child.id().to_string();
     Command::new("kill").args(["-INT", &pid]).status().unwrap();
     assert_eq!(child.wait().unwrap().code(), Some(0));
+}
+
+/// The same banner commands work against `serve` on the test store (a real cluster, when
+/// it is one): pasted with only dev's addresses changed to serve's and the store's, and
+/// the test's keyspace exported as `COUNTERSINK_KEYSPACE`, as an operator would.
+#[cfg(feature = "dev")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dev_banner_commands_work_against_serve() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut dev, banner, commands) = start_dev(dir.path());
+    Command::new("kill")
+        .args(["-INT", &dev.id().to_string()])
+        .status()
+        .unwrap();
+    assert_eq!(dev.wait().unwrap().code(), Some(0));
+    let field = |label: &str| {
+        banner
+            .lines()
+            .find_map(|l| l.trim().strip_prefix(label))
+            .and_then(|rest| rest.split_whitespace().next())
+            .unwrap_or_else(|| panic!("no {label} in the banner:\n{banner}"))
+            .to_owned()
+    };
+    let (dev_udp, dev_cql) = (field("UDP:"), field("CQL store:"));
+
+    let mut config = countersink::Config::default();
+    config.state.dir = dir.path().join("state");
+    let store = start_store(&mut config).await;
+    let udp = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    let serve_udp = udp.local_addr().unwrap().to_string();
+    drop(udp);
+    let serve = Serve::start([
+        "--udp",
+        &serve_udp,
+        "--metrics",
+        "off",
+        "--flush-interval",
+        "300ms",
+        "--contact-point",
+        &store.contact_point(),
+        "--keyspace",
+        &config.store.keyspace,
+        "--state-dir",
+        &config.state.dir.display().to_string(),
+    ]);
+    let commands: Vec<String> = commands
+        .iter()
+        .map(|c| {
+            let pasted = c
+                .replace(&dev_udp, &serve_udp)
+                .replace(&dev_cql, &store.contact_point());
+            assert_ne!(&pasted, c, "the command names dev's address");
+            pasted
+        })
+        .collect();
+    paste_banner_commands(
+        &commands,
+        dir.path(),
+        &[("COUNTERSINK_KEYSPACE", &config.store.keyspace)],
+    );
+    let (status, _) = serve.terminate();
+    assert_eq!(status.code(), Some(0));
+    store.shutdown().await;
 }
 
 /// The sidecar starts before the store is reachable: it receives and buffers, `/readyz`
@@ -429,25 +522,32 @@ async fn starts_before_the_store_and_catches_up() {
     assert_eq!(http_get(bound.metrics.unwrap(), "/readyz").0, 503);
     assert!(!sidecar.is_ready());
 
-    let server = launch(StoreOptions {
+    let store = launch(StoreOptions {
         listen: store_addr,
-        schema_of: Some(&config),
+        schema_of: Some(&mut config),
+        ..StoreOptions::cqlsim_only("starts the store after the sidecar")
     })
     .await;
     wait_ready(&sidecar).await;
     for _ in 0..50 {
-        if table_sum(&server, "countersink.counts_by_minute", "value") == 5 {
+        if store
+            .table_sum("countersink.counts_by_minute", "value")
+            .await
+            == 5
+        {
             break;
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     assert_eq!(
-        table_sum(&server, "countersink.counts_by_minute", "value"),
+        store
+            .table_sum("countersink.counts_by_minute", "value")
+            .await,
         5
     );
     assert_eq!(http_get(bound.metrics.unwrap(), "/readyz").0, 200);
     sidecar.shutdown().await.unwrap();
-    server.shutdown().await.unwrap();
+    store.shutdown().await;
 }
 
 /// A configured table missing from the store stops `serve` with exit code 2 and a
@@ -456,11 +556,11 @@ async fn starts_before_the_store_and_catches_up() {
 async fn a_schema_mismatch_stops_serve_with_exit_code_2() {
     let dir = tempfile::tempdir().unwrap();
     let mut config = sidecar_config(dir.path());
-    let server = start_store(&mut config).await;
+    let store = start_store(&mut config).await;
     let file = dir.path().join("c.toml");
     std::fs::write(
         &file,
-        "[[family]]\nname = \"v\"\nminute_table = \"metrics.absent\"\nday_table = \"metrics.views_by_day\"\nkey = [\"page_id\"]\n[family.columns]\n\"page.views\" = \"views\"\n",
+        store.config_file("[[family]]\nname = \"v\"\nminute_table = \"metrics.absent\"\nday_table = \"metrics.views_by_day\"\nkey = [\"page_id\"]\n[family.columns]\n\"page.views\" = \"views\"\n"),
     )
     .unwrap();
     let out = run_cli([
@@ -478,9 +578,9 @@ async fn a_schema_mismatch_stops_serve_with_exit_code_2() {
     ]);
     assert_eq!(out.status.code(), Some(2));
     assert!(
-        String::from_utf8_lossy(&out.stderr).contains("metrics.absent"),
+        String::from_utf8_lossy(&out.stderr).contains(&store.table("metrics.absent")),
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    server.shutdown().await.unwrap();
+    store.shutdown().await;
 }

@@ -1,5 +1,5 @@
 //! TLS to the cluster (feature `tls`): the driver connects through a TLS-terminating
-//! proxy in front of cqlsim, with the CA, client certificate and hostname rules of
+//! proxy in front of the test store, with the CA, client certificate and hostname rules of
 //! `[store.tls]`.
 
 use std::net::SocketAddr;
@@ -14,7 +14,7 @@ use tokio_rustls::rustls::{self, pki_types::PrivateKeyDer};
 use countersink::engine::Engine;
 use countersink::sink::cql::{CqlSink, CqlSinkError};
 
-use crate::common::{T0, Writer, config, start_store, table_sum};
+use crate::common::{T0, Writer, config, start_store};
 
 struct Pki {
     ca_pem: String,
@@ -113,8 +113,8 @@ fn write(dir: &Path, name: &str, text: &str) -> std::path::PathBuf {
 async fn counters_flow_over_tls_and_bad_trust_is_refused() {
     let dir = tempfile::tempdir().unwrap();
     let mut config = config(dir.path());
-    let server = start_store(&mut config).await;
-    let backend = server.local_addr();
+    let store = start_store(&mut config).await;
+    let backend = store.addr();
     let pki = new_pki();
     let (chain, key) = leaf(&pki, &["127.0.0.1"]);
     let proxy = tls_proxy(backend, &chain, &key, None).await;
@@ -128,7 +128,9 @@ async fn counters_flow_over_tls_and_bad_trust_is_refused() {
     let report = writer.flusher.flush_now().await;
     assert_eq!(report.applied, 2, "{report:?}");
     assert_eq!(
-        table_sum(&server, "countersink.counts_by_minute", "value"),
+        store
+            .table_sum("countersink.counts_by_minute", "value")
+            .await,
         7
     );
 
@@ -159,17 +161,17 @@ async fn counters_flow_over_tls_and_bad_trust_is_refused() {
             .await
             .is_ok()
     );
-    server.shutdown().await.unwrap();
+    store.shutdown().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn client_certificates_are_presented_when_configured() {
     let dir = tempfile::tempdir().unwrap();
     let mut config = config(dir.path());
-    let server = start_store(&mut config).await;
+    let store = start_store(&mut config).await;
     let pki = new_pki();
     let (chain, key) = leaf(&pki, &["127.0.0.1"]);
-    let proxy = tls_proxy(server.local_addr(), &chain, &key, Some(&pki.ca_pem)).await;
+    let proxy = tls_proxy(store.addr(), &chain, &key, Some(&pki.ca_pem)).await;
     config.store.contact_points = vec![proxy.to_string()];
     config.store.tls.enabled = true;
     config.store.tls.ca_file = Some(write(dir.path(), "ca.pem", &pki.ca_pem));
@@ -188,5 +190,5 @@ async fn client_certificates_are_presented_when_configured() {
             .await
             .is_ok()
     );
-    server.shutdown().await.unwrap();
+    store.shutdown().await;
 }

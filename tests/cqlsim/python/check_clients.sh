@@ -4,25 +4,13 @@
 # counter table, increment, read back, and get Cassandra's errors for counter-rule violations.
 # Builds and starts cqlsim on a free port, stops it cleanly, exits non-zero on any failure.
 #
-# Environment: CQLSIM_VENV (virtualenv to create or reuse; default target/cqlsim-venv).
+# The virtualenv comes from venv.sh (environment: CQLSIM_VENV).
 set -euo pipefail
 
 here="$(cd "$(dirname "$0")" && pwd)"
 root="$(cd "$here/../../.." && pwd)"
-driver_version=3.30.1
-cqlsh_version=6.2.2
-
 target="$(cd "$root" && cargo metadata --format-version 1 --no-deps | python3 -c 'import json, sys; print(json.load(sys.stdin)["target_directory"])')"
-venv="${CQLSIM_VENV:-$target/cqlsim-venv}"
-
-if ! "$venv/bin/python" -c "import cassandra; assert cassandra.__version__ == '$driver_version'" 2>/dev/null \
-    || [ ! -x "$venv/bin/cqlsh" ]; then
-    echo "==> virtualenv $venv: cassandra-driver $driver_version, cqlsh $cqlsh_version"
-    python3 -m venv "$venv"
-    # Pure-Python install: no C toolchain needed, and the driver works the same.
-    CASS_DRIVER_NO_EXTENSIONS=1 CASS_DRIVER_NO_CYTHON=1 "$venv/bin/pip" install --quiet --disable-pip-version-check \
-        "cassandra-driver==$driver_version" "cqlsh==$cqlsh_version"
-fi
+bin="$(bash "$here/venv.sh")"
 
 (cd "$root" && cargo build --quiet --locked -p cqlsim --bin cqlsim)
 work="$(mktemp -d)"
@@ -49,10 +37,10 @@ echo "==> cqlsim on port $port"
 
 failed=0
 echo "==> Python cassandra-driver"
-"$venv/bin/python" "$here/check_clients.py" 127.0.0.1 "$port" || failed=$((failed + 1))
+"$bin/python" "$here/check_clients.py" 127.0.0.1 "$port" || failed=$((failed + 1))
 
 echo "==> cqlsh"
-cqlsh=("$venv/bin/cqlsh" 127.0.0.1 "$port" --connect-timeout 10 --request-timeout 10)
+cqlsh=("$bin/cqlsh" 127.0.0.1 "$port" --connect-timeout 10 --request-timeout 10)
 out="$("${cqlsh[@]}" -e "CREATE KEYSPACE IF NOT EXISTS shks WITH replication = {'class': 'SimpleStrategy', 'replication_factor': 1};
 CREATE TABLE IF NOT EXISTS shks.c (pk text PRIMARY KEY, n counter);
 UPDATE shks.c SET n = n + 10 WHERE pk = 'a';

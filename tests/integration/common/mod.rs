@@ -10,7 +10,9 @@ mod store;
 pub(crate) use self::cli::{BIN, Serve, cli_stdout, run_cli};
 pub(crate) use self::indexed::IndexedWriter;
 pub(crate) use self::sidecar::{http_get, metrics_when, sidecar_config, start_sidecar, wait_ready};
-pub(crate) use self::store::{StoreOptions, cell, launch, start_store, table_sum};
+#[cfg(feature = "metrics-facade")]
+pub(crate) use self::store::Store;
+pub(crate) use self::store::{StoreOptions, cell, launch, start_cqlsim, start_store, table_sum};
 
 use std::path::Path;
 use std::sync::Arc;

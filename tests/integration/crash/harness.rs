@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use countersink::ingest::client::{Client, Target};
 
 use super::check::Model;
-use crate::common::{BIN, config, start_store};
+use crate::common::{BIN, config, start_cqlsim};
 
 /// Settings of the serve runs.
 #[derive(Clone, Debug)]
@@ -68,7 +68,12 @@ impl Rig {
     pub(crate) async fn new(settings: Settings) -> Rig {
         let dir = tempfile::tempdir().expect("tempdir");
         let mut config = config(dir.path());
-        let server = start_store(&mut config).await;
+        let server = start_cqlsim(
+            &mut config,
+            "kills serve and checks the store's request log",
+        )
+        .await
+        .into_sim();
         server.enable_request_log();
         let example = include_str!("../../../examples/countersink.toml")
             .replace(
