@@ -7,15 +7,18 @@
 //! in-memory sink serves tests and benchmarks, and the logging sink a dry run.
 //!
 //! The contract's types live here, with the trait: [`write`](mod@write) (what is sent) and
-//! [`outcome`] (how it ended, and the closed set of outcome classes).
+//! [`outcome`] (how it ended, and the closed set of outcome classes); [`exact`] holds the
+//! rows of the exact families' regular tables (the delta ledger, the outcomes table).
 
 pub mod cql;
+pub mod exact;
 pub mod memory;
 pub mod outcome;
 pub mod write;
 
 use std::future::Future;
 
+pub use self::exact::{LedgerRow, OutcomeRow};
 pub use self::memory::MemorySink;
 pub use self::outcome::{Outcome, OutcomeClass, WriteError};
 pub use self::write::{PartitionWrite, RowDelta};
@@ -25,6 +28,33 @@ pub trait Sink: Send + Sync + 'static {
     /// Sends one write request and classifies its outcome. It must not retry a request
     /// whose outcome is unknown; the flusher decides what happens next.
     fn write(&self, write: &PartitionWrite) -> impl Future<Output = Outcome> + Send;
+
+    /// Writes rows of the delta ledger, all of one ledger partition (family, day,
+    /// bucket), with idempotent INSERTs. Only [`Outcome::Applied`] confirms them; any
+    /// other outcome (a timeout included) means "send the same rows again later". A sink
+    /// without a ledger refuses, so an exact family's counter writes wait rather than go
+    /// unrecorded.
+    fn write_ledger(&self, rows: &[LedgerRow]) -> impl Future<Output = Outcome> + Send {
+        let _ = rows;
+        async {
+            Outcome::NotAppliedPermanent(WriteError::new(
+                "no_ledger",
+                "this sink keeps no delta ledger",
+            ))
+        }
+    }
+
+    /// Writes rows of the outcomes table with idempotent INSERTs; outcomes as for
+    /// [`Sink::write_ledger`].
+    fn write_outcomes(&self, rows: &[OutcomeRow]) -> impl Future<Output = Outcome> + Send {
+        let _ = rows;
+        async {
+            Outcome::NotAppliedPermanent(WriteError::new(
+                "no_outcomes_table",
+                "this sink keeps no outcomes table",
+            ))
+        }
+    }
 }
 
 /// A sink that only logs each write (at `info`) and reports it applied: a dry run that
@@ -44,6 +74,20 @@ impl Sink for LogSink {
             delta_sum = %write.sum(),
             "Would write."
         );
+        Outcome::Applied
+    }
+
+    async fn write_ledger(&self, rows: &[LedgerRow]) -> Outcome {
+        for row in rows {
+            tracing::info!(family = %row.family, key = %row.key, minute = row.minute.0, deltas = ?row.delta_map(), "Would write a ledger row.");
+        }
+        Outcome::Applied
+    }
+
+    async fn write_outcomes(&self, rows: &[OutcomeRow]) -> Outcome {
+        for row in rows {
+            tracing::info!(family = %row.family, request_id = %row.request_id, outcome = %row.outcome, "Would write an outcome row.");
+        }
         Outcome::Applied
     }
 }

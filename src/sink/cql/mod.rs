@@ -9,6 +9,7 @@
 
 pub mod bind;
 pub mod classify;
+mod exact;
 pub mod schema;
 pub mod session;
 #[cfg(feature = "tls")]
@@ -25,7 +26,7 @@ use scylla::statement::prepared::PreparedStatement;
 use crate::config::StoreConfig;
 use crate::family::Families;
 use crate::layout::TableLayout;
-use crate::sink::{Outcome, PartitionWrite};
+use crate::sink::{LedgerRow, Outcome, OutcomeRow, PartitionWrite, WriteError};
 use crate::vocabulary::{FamilyId, Granularity};
 
 use super::Sink;
@@ -64,6 +65,8 @@ pub struct CqlSink {
     session: Arc<Session>,
     tables: HashMap<(FamilyId, Granularity), PreparedTable>,
     store: StoreConfig,
+    /// The ledger and outcome INSERTs, when a family keeps exact totals.
+    exact: Option<self::exact::ExactStatements>,
 }
 
 impl CqlSink {
@@ -115,10 +118,17 @@ impl CqlSink {
                 );
             }
         }
+        let exact = match families.exact_tables() {
+            Some(tables) => {
+                Some(self::exact::ExactStatements::prepare(&session, store, tables).await?)
+            }
+            None => None,
+        };
         Ok(CqlSink {
             session,
             tables,
             store: store.clone(),
+            exact,
         })
     }
 
@@ -181,4 +191,25 @@ impl Sink for CqlSink {
             Err(error) => classify::classify(&error),
         }
     }
+
+    async fn write_ledger(&self, rows: &[LedgerRow]) -> Outcome {
+        match &self.exact {
+            Some(exact) => exact.write_ledger(&self.session, rows).await,
+            None => no_exact_tables(),
+        }
+    }
+
+    async fn write_outcomes(&self, rows: &[OutcomeRow]) -> Outcome {
+        match &self.exact {
+            Some(exact) => exact.write_outcomes(&self.session, rows).await,
+            None => no_exact_tables(),
+        }
+    }
+}
+
+fn no_exact_tables() -> Outcome {
+    Outcome::NotAppliedPermanent(WriteError::new(
+        "no_exact_tables",
+        "no family keeps exact totals, so the exact tables were not prepared",
+    ))
 }
