@@ -10,7 +10,7 @@ use countersink::sink::cql::CqlSink;
 use countersink::telemetry::{HotKeys, HotReport, ObservedSink, OperationsMetrics};
 
 use crate::common::{
-    T0, cli_stdout, config, http_get, metrics_when, sidecar_config, start_sidecar, start_store,
+    T0, cli_stdout, config, http_get, metrics_when, sidecar_config, start_cqlsim, start_sidecar,
 };
 
 /// Three writers flush a synthetic hot key 20 times each within one minute (time is
@@ -22,7 +22,9 @@ use crate::common::{
 async fn advise_shards_sums_a_fleet_and_rounds_up_to_a_power_of_two() {
     let dir = tempfile::tempdir().unwrap();
     let mut config = config(dir.path());
-    let server = start_store(&mut config).await;
+    let server = start_cqlsim(&mut config, "reads and faults cqlsim in process")
+        .await
+        .into_sim();
     let now = T0 - 7200;
     let mut files = Vec::new();
     for w in 0..3 {
@@ -91,7 +93,9 @@ async fn the_sidecar_serves_hot_keys_and_per_table_write_metrics() {
     let mut config = sidecar_config(dir.path());
     config.flush.interval = Duration::from_millis(200);
     config.flush.jitter = Duration::from_millis(10);
-    let server = start_store(&mut config).await;
+    let server = start_cqlsim(&mut config, "reads and faults cqlsim in process")
+        .await
+        .into_sim();
     server.set_faults(vec![
         "write-timeout,applied=yes,table=metrics.views_by_day,max=1"
             .parse()

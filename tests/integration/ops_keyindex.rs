@@ -12,7 +12,7 @@ use countersink::ops::keyindex::{self, KeyIndex};
 use countersink::sink::cql::CqlSink;
 use countersink::telemetry::OperationsMetrics;
 
-use crate::common::{T0, config, start_store};
+use crate::common::{T0, config, start_cqlsim};
 
 /// 50 keys on one day and 10 of them again the next day (T0 is two minutes before
 /// midnight). Every third insert into the index times out without applying: the writer
@@ -23,7 +23,9 @@ async fn each_key_of_each_day_is_indexed_once_through_failures() {
     let dir = tempfile::tempdir().unwrap();
     let mut config = config(dir.path());
     config.key_index.enabled = true;
-    let server = start_store(&mut config).await;
+    let server = start_cqlsim(&mut config, "reads and faults cqlsim in process")
+        .await
+        .into_sim();
     server.set_faults(vec![
         "write-timeout,applied=no,table=countersink.key_index,every=3"
             .parse()

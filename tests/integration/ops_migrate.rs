@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use countersink::config::{Config, ShardPlacement};
 
-use crate::common::{BIN, Writer, config, run_cli, start_store};
+use crate::common::{BIN, Writer, config, run_cli, start_cqlsim};
 
 /// Source: the views family with 4 shards in the partition key. Target: other tables, 2
 /// shards in the clustering key.
@@ -18,14 +18,18 @@ async fn two_stores(
     let mut source = config(&dir.join("source"));
     source.families[0].shards = 4;
     source.generic.enabled = false;
-    let source_server = start_store(&mut source).await;
+    let source_server = start_cqlsim(&mut source, "reads and faults cqlsim in process")
+        .await
+        .into_sim();
     let mut target = config(&dir.join("target"));
     target.generic.enabled = false;
     target.families[0].minute_table = "metrics.views_by_minute_v2".into();
     target.families[0].day_table = "metrics.views_by_day_v2".into();
     target.families[0].shards = 2;
     target.families[0].shard_placement = ShardPlacement::Clustering;
-    let target_server = start_store(&mut target).await;
+    let target_server = start_cqlsim(&mut target, "reads and faults cqlsim in process")
+        .await
+        .into_sim();
     let file = |name: &str, contact: &str, minute: &str, day: &str, shards: &str| {
         let path = dir.join(name);
         std::fs::write(

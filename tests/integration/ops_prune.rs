@@ -3,7 +3,7 @@
 
 use std::collections::BTreeSet;
 
-use crate::common::{IndexedWriter, cli_stdout, config, run_cli, start_store};
+use crate::common::{IndexedWriter, cli_stdout, config, run_cli, start_cqlsim};
 
 /// Days written, around a cutoff of 2025-10-01 (its month, October, holds days on both
 /// sides of it and must stay whole in the day table).
@@ -65,7 +65,9 @@ async fn prune_deletes_only_whole_partitions_older_than_the_cutoff() {
     let mut config = config(dir.path());
     config.families[0].shards = 4;
     config.key_index.enabled = true;
-    let server = start_store(&mut config).await;
+    let server = start_cqlsim(&mut config, "reads and faults cqlsim in process")
+        .await
+        .into_sim();
     let contact = config.store.contact_points[0].clone();
     let file = dir.path().join("prune.toml");
     std::fs::write(
