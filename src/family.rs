@@ -353,7 +353,10 @@ impl ExactTables {
             consistency: config.exact.consistency,
             ledger_ttl_secs: i32::try_from(config.exact.ledger_ttl.as_secs()).unwrap_or(i32::MAX),
             buckets: config.exact.buckets,
-            retry_backoff: (config.exact.retry_backoff_min, config.exact.retry_backoff_max),
+            retry_backoff: (
+                config.exact.retry_backoff_min,
+                config.exact.retry_backoff_max,
+            ),
         }
     }
 }
@@ -414,7 +417,10 @@ impl Families {
                 exact: family.exact,
             });
         }
-        let exact = defs.iter().any(|f| f.exact).then(|| ExactTables::of(config));
+        let exact = defs
+            .iter()
+            .any(|f| f.exact)
+            .then(|| ExactTables::of(config));
         Ok(Families {
             defs,
             exact,

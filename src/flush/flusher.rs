@@ -19,6 +19,7 @@ use crate::state::{
 use crate::test_hooks::crash_point;
 use crate::vocabulary::{DropReason, Granularity};
 
+use super::ledger_gate::LedgerGate;
 use super::observe::FlushObserver;
 use super::plan::{self, PlanOptions};
 use super::record_conversion::{self, error_info};
@@ -83,6 +84,9 @@ pub struct Flusher<S> {
     lost: (u64, [i128; 2]),
     /// Told what each flush is about to send (see [`super::observe`]).
     observers: Vec<Arc<dyn FlushObserver>>,
+    /// The delta ledger's gate, when a family keeps exact totals (see
+    /// [`super::ledger_gate`]).
+    ledger_gate: Option<LedgerGate>,
 }
 
 impl<S: Sink> Flusher<S> {
@@ -157,6 +161,7 @@ impl<S: Sink> Flusher<S> {
         ledger: Arc<Ledger>,
     ) -> Flusher<S> {
         let shard_seed = shard_seed(state.writer_id());
+        let ledger_gate = LedgerGate::new(engine.families(), config.max_batch_rows);
         let families = engine
             .families()
             .iter()
@@ -174,6 +179,7 @@ impl<S: Sink> Flusher<S> {
             families,
             lost: (0, [0, 0]),
             observers: Vec::new(),
+            ledger_gate,
         }
     }
 
@@ -244,7 +250,15 @@ impl<S: Sink> Flusher<S> {
         self.engine.aggregator().close();
         deadline.fix();
         let report = self.flush(&mut deadline, true).await;
-        let (rows, sums) = pending(&self.engine);
+        if let Some((held, _)) = self.ledger_gate.as_ref().map(LedgerGate::held)
+            && held > 0
+        {
+            tracing::error!(
+                rows = held,
+                "The delta ledger did not confirm these rows' ledger rows before the shutdown deadline: they were not written to the counter tables and are lost (reported as pending at this stop)."
+            );
+        }
+        let (rows, sums) = self.pending();
         let (lost_rows, lost_sums) = self.lost;
         // A stop is clean only when nothing was lost: a final flush that could not spill
         // what it could not send reports those rows as lost at the next start.
@@ -295,10 +309,33 @@ impl<S: Sink> Flusher<S> {
             self.ledger
                 .update(g, |s| s.in_flight += drained_sums[g.index()]);
         }
+        // The exact families' fresh rows wait here until their ledger rows are confirmed;
+        // what the plan gets may include rows held by earlier flushes.
+        let (admitted, planned_sums) = match &mut self.ledger_gate {
+            None => (Admitted::All(drained), drained_sums),
+            Some(gate) => {
+                let before = gate.held().1;
+                let rows = gate
+                    .admit(
+                        &*self.sink,
+                        &self.ledger,
+                        &flush,
+                        drained.into_rows(),
+                        self.config.max_in_flight,
+                        deadline,
+                        last,
+                    )
+                    .await;
+                let after = gate.held().1;
+                let sums = [0, 1].map(|i| drained_sums[i] + before[i] - after[i]);
+                (Admitted::Gated(rows), sums)
+            }
+        };
+        let drained_sums = planned_sums;
         let families = self.engine.families();
         let (seed, seq) = (self.shard_seed, self.seq);
         let writes = plan::plan(
-            drained.into_rows(),
+            admitted.into_rows(),
             PlanOptions {
                 max_batch_rows: self.config.max_batch_rows,
             },
@@ -606,9 +643,23 @@ impl<S: Sink> Flusher<S> {
         (kept_count, dropped.0)
     }
 
+    /// Rows in memory and the sums (minute, day) they owe: the buffer's, and those the
+    /// ledger gate holds.
+    fn pending(&self) -> (usize, [i128; 2]) {
+        let (rows, sums) = pending(&self.engine);
+        let (held, held_sums) = self
+            .ledger_gate
+            .as_ref()
+            .map_or((0, [0, 0]), LedgerGate::held);
+        (
+            rows + held,
+            [sums[0] + held_sums[0], sums[1] + held_sums[1]],
+        )
+    }
+
     /// Records what is pending in memory now in `status.json` (the lost-at-crash figure).
     fn write_pending_status(&self) {
-        let (pending_rows, pending_sums) = pending(&self.engine);
+        let (pending_rows, pending_sums) = self.pending();
         if let Err(error) = self
             .state
             .write_status(false, pending_rows as u64, pending_sums)
@@ -623,6 +674,23 @@ impl<S: Sink> Flusher<S> {
         match write.table {
             Granularity::Minute => family.minute_table.to_string(),
             Granularity::Day => family.day_table.to_string(),
+        }
+    }
+}
+
+/// The rows a flush plans: all it drained, or what the ledger gate let through.
+enum Admitted {
+    All(crate::aggregate::Drained),
+    Gated(Vec<(crate::aggregate::RowKey, crate::aggregate::Row)>),
+}
+
+impl Admitted {
+    fn into_rows(
+        self,
+    ) -> Box<dyn Iterator<Item = (crate::aggregate::RowKey, crate::aggregate::Row)>> {
+        match self {
+            Admitted::All(drained) => Box::new(drained.into_rows()),
+            Admitted::Gated(rows) => Box::new(rows.into_iter()),
         }
     }
 }

@@ -53,6 +53,20 @@ pub struct Ledger {
     spill_bytes: Mutex<u64>,
     /// Time per flush, from drain to the last outcome recorded.
     pub(crate) flush_duration: Histogram,
+    /// The delta ledger (exact families): its write requests by outcome class, and what
+    /// waits for it.
+    exact: Mutex<ExactLedgerCounts>,
+}
+
+/// The delta ledger's side (exact families), read at scrape time.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ExactLedgerCounts {
+    /// Ledger write requests by outcome class (every attempt counts).
+    pub writes: BTreeMap<OutcomeClass, u64>,
+    /// Drained rows held out of the counter writes until their ledger rows are confirmed.
+    pub held_rows: u64,
+    /// Ledger rows formed and not confirmed yet.
+    pub backlog_rows: u64,
 }
 
 impl Default for Ledger {
@@ -68,6 +82,7 @@ impl Default for Ledger {
             corrupt_lines: Mutex::default(),
             spill_bytes: Mutex::default(),
             flush_duration: catalogue::FLUSH_DURATION.histogram(&catalogue::FLUSH_DURATION_BUCKETS),
+            exact: Mutex::default(),
         }
     }
 }
@@ -174,6 +189,21 @@ impl Ledger {
 
     pub(crate) fn set_spill_bytes(&self, bytes: u64) {
         *self.spill_bytes.lock() = bytes;
+    }
+
+    /// The delta ledger's counts now.
+    pub fn exact_ledger(&self) -> ExactLedgerCounts {
+        self.exact.lock().clone()
+    }
+
+    pub(crate) fn count_exact_ledger_write(&self, outcome: OutcomeClass) {
+        *self.exact.lock().writes.entry(outcome).or_default() += 1;
+    }
+
+    pub(crate) fn set_exact_ledger_backlog(&self, held_rows: u64, backlog_rows: u64) {
+        let mut exact = self.exact.lock();
+        exact.held_rows = held_rows;
+        exact.backlog_rows = backlog_rows;
     }
 
     pub(crate) fn count_flush(&self, seconds: f64) {

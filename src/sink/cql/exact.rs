@@ -77,11 +77,7 @@ impl ExactStatements {
     }
 
     /// Writes rows of one ledger partition.
-    pub(super) async fn write_ledger(
-        &self,
-        session: &Session,
-        rows: &[LedgerRow],
-    ) -> Outcome {
+    pub(super) async fn write_ledger(&self, session: &Session, rows: &[LedgerRow]) -> Outcome {
         let values: Vec<LedgerValues<'_>> = rows
             .iter()
             .map(|row| {
@@ -183,13 +179,14 @@ async fn prepare_one(
     name: &str,
 ) -> Result<PreparedStatement, CqlSinkError> {
     let text = cql_text::statement(EXACT, name, &[("keyspace", tables.keyspace.as_str())]);
-    let mut statement = session
-        .prepare(text.clone())
-        .await
-        .map_err(|error| CqlSinkError::Prepare {
-            statement: text,
-            error,
-        })?;
+    let mut statement =
+        session
+            .prepare(text.clone())
+            .await
+            .map_err(|error| CqlSinkError::Prepare {
+                statement: text,
+                error,
+            })?;
     statement.set_is_idempotent(true);
     // Retries are the caller's, with its back-off: one attempt per call here.
     statement.set_retry_policy(Some(Arc::new(FallthroughRetryPolicy::new())));
