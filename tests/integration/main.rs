@@ -3,6 +3,7 @@
 //! for. One test binary, modules per subject.
 
 mod common;
+mod cql_exact;
 mod cql_faults;
 mod cql_flush;
 mod cql_setup;
