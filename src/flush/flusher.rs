@@ -142,13 +142,11 @@ impl<S: Sink> Flusher<S> {
         }
         ledger.count_recovery(&recovery, torn);
         ledger.set_spill_bytes(state.spill_bytes().0);
-        Ok(Flusher::new(
-            engine,
-            sink,
-            config.flush.clone(),
-            state,
-            ledger,
-        ))
+        let mut flusher = Flusher::new(engine, sink, config.flush.clone(), state, ledger);
+        if let Some(gate) = &mut flusher.ledger_gate {
+            gate.record_outcomes(flusher.engine.families(), &recovery.records);
+        }
+        Ok(flusher)
     }
 
     /// A flusher on an open state directory. Spilled rows are replayed by the flushes, a
@@ -250,6 +248,15 @@ impl<S: Sink> Flusher<S> {
         self.engine.aggregator().close();
         deadline.fix();
         let report = self.flush(&mut deadline, true).await;
+        if let Some(gate) = &mut self.ledger_gate {
+            gate.send_outcomes(&*self.sink, &mut deadline, true).await;
+            if gate.outcomes_queued() > 0 {
+                tracing::warn!(
+                    rows = gate.outcomes_queued(),
+                    "Outcome rows not written to the outcomes table before the deadline (they are in the local logs)."
+                );
+            }
+        }
         if let Some((held, _)) = self.ledger_gate.as_ref().map(LedgerGate::held)
             && held > 0
         {
@@ -473,6 +480,12 @@ impl<S: Sink> Flusher<S> {
         report.spilled = spilled;
         report.dropped = dropped;
         let [unknown, rejected] = self.state.log_batch(&batch.unknown, &batch.rejected);
+        if let Some(gate) = &mut self.ledger_gate {
+            gate.record_outcomes(
+                self.engine.families(),
+                batch.unknown.iter().chain(&batch.rejected),
+            );
+        }
         self.ledger.count_appended(OutcomeLog::Unknown, &unknown);
         self.ledger.count_appended(OutcomeLog::Rejected, &rejected);
         for g in Granularity::ALL {

@@ -28,10 +28,11 @@ use crate::bucket::Minute;
 use crate::family::{Families, key_bucket};
 use crate::series;
 use crate::sink::{LedgerRow, Outcome, Sink};
-use crate::state::FlushId;
+use crate::state::{FlushId, WriteRecord};
 use crate::telemetry::Ledger;
 use crate::vocabulary::{FamilyId, Granularity};
 
+use super::exact_outcomes::OutcomeQueue;
 use super::shutdown::Deadline;
 
 /// Attempts of one ledger request within one flush before its rows wait for a later
@@ -205,6 +206,8 @@ pub struct LedgerGate {
     held: Vec<Held>,
     /// Sums (minute, day) the held rows owe the counter tables.
     held_sums: [i128; 2],
+    /// Rows of the outcomes table waiting to be written.
+    outcomes: OutcomeQueue,
 }
 
 impl LedgerGate {
@@ -216,6 +219,7 @@ impl LedgerGate {
             backoff,
             held: Vec::new(),
             held_sums: [0, 0],
+            outcomes: OutcomeQueue::default(),
         })
     }
 
@@ -275,6 +279,7 @@ impl LedgerGate {
         }
         let (rows, _) = self.held();
         counts.set_exact_ledger_backlog(rows as u64, self.backlog() as u64);
+        self.send_outcomes(sink, deadline, last).await;
         if failed > 0 {
             tracing::warn!(
                 requests = failed,
@@ -284,6 +289,28 @@ impl LedgerGate {
             );
         }
         pass
+    }
+
+    /// Queues the outcomes-table rows of the exact families' records among `records`
+    /// (unknown, rejected: see [`super::exact_outcomes`]).
+    pub fn record_outcomes<'a>(
+        &mut self,
+        families: &Families,
+        records: impl IntoIterator<Item = &'a WriteRecord>,
+    ) {
+        self.outcomes.offer(families, records);
+    }
+
+    /// Sends the queued outcome rows (all that are due; every one when `force`).
+    pub async fn send_outcomes<S: Sink>(&mut self, sink: &S, deadline: &mut Deadline, force: bool) {
+        self.outcomes
+            .send(sink, self.backoff, deadline, force)
+            .await;
+    }
+
+    /// Outcome rows waiting to be written.
+    pub fn outcomes_queued(&self) -> usize {
+        self.outcomes.len()
     }
 
     /// Sends each request, up to [`ATTEMPTS_PER_FLUSH`] times, at most `max_in_flight`

@@ -148,8 +148,17 @@ async fn the_ledger_records_what_was_fed_through_counter_and_ledger_faults() {
     let counts = flusher.ledger().exact_ledger();
     assert!(counts.writes[&crate::sink::OutcomeClass::Unknown] > 0);
     assert_eq!((counts.held_rows, counts.backlog_rows), (0, 0));
-    // The counters drifted (unknown writes), the ledger did not.
+    // The counters drifted (unknown writes), the ledger did not; every unknown row of
+    // the log is in the outcomes table.
     assert_ne!(counter_sums(&sink, Granularity::Minute), fed);
+    let logged = std::fs::read_to_string(dir.path().join("unknown.jsonl")).unwrap();
+    let outcomes = sink.outcome_rows();
+    assert_eq!(outcomes.len(), logged.lines().count());
+    assert!(
+        outcomes
+            .iter()
+            .all(|o| o.outcome == "unknown" && o.key.starts_with("[\"p"))
+    );
     let a = Accounting::read(&engine, flusher.ledger());
     assert!(a.is_balanced(), "{a:?}");
 }

@@ -16,8 +16,11 @@
 //!   and spilled records back to rows.
 //! - [`ledger_gate`]: the delta ledger of the exact families: the ledger rows of a
 //!   drain's fresh deltas, confirmed before the counter writes may carry those deltas.
+//! - [`exact_outcomes`]: the exact families' unknown and rejected rows, queued for the
+//!   outcomes table (never holding a counter write).
 //! - [`observe`]: the hook after the drain ([`FlushObserver`]), which feeds the key index.
 
+pub mod exact_outcomes;
 pub mod flusher;
 pub mod ledger_gate;
 pub mod observe;

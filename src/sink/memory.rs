@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use parking_lot::Mutex;
 
 use super::Sink;
-use crate::sink::{LedgerRow, Outcome, PartitionWrite};
+use crate::sink::{LedgerRow, Outcome, OutcomeRow, PartitionWrite};
 use crate::vocabulary::FamilyId;
 use crate::vocabulary::Granularity;
 
@@ -37,6 +37,7 @@ struct Inner {
     ledger: Mutex<BTreeMap<LedgerKey, LedgerRow>>,
     ledger_requests: AtomicU64,
     ledger_script: Mutex<Option<LedgerScript>>,
+    outcomes: Mutex<BTreeMap<(String, u32, String, u16), OutcomeRow>>,
 }
 
 /// A ledger row's primary key: family, day, bucket, key, minute of day, writer,
@@ -85,6 +86,11 @@ impl MemorySink {
     /// as an INSERT of the same key would).
     pub fn ledger_rows(&self) -> Vec<LedgerRow> {
         self.inner.ledger.lock().values().cloned().collect()
+    }
+
+    /// Every outcomes-table row kept, in primary-key order.
+    pub fn outcome_rows(&self) -> Vec<OutcomeRow> {
+        self.inner.outcomes.lock().values().cloned().collect()
     }
 
     /// Requests received.
@@ -159,6 +165,20 @@ impl Sink for MemorySink {
             }
         }
         outcome
+    }
+
+    async fn write_outcomes(&self, rows: &[OutcomeRow]) -> Outcome {
+        let mut outcomes = self.inner.outcomes.lock();
+        for row in rows {
+            let key = (
+                row.family.clone(),
+                row.day.0,
+                row.request_id.clone(),
+                row.row,
+            );
+            outcomes.insert(key, row.clone());
+        }
+        Outcome::Applied
     }
 
     async fn write(&self, write: &PartitionWrite) -> Outcome {
