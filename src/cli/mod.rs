@@ -16,6 +16,7 @@ mod leaderboard;
 mod logging;
 mod migrate;
 mod prune;
+mod reconcile;
 mod schema;
 mod send;
 mod serve;
@@ -59,6 +60,9 @@ enum Command {
     /// Copy a family's counters into another table or cluster by read-and-increment, as
     /// a resumable job; or verify one.
     Migrate(migrate::MigrateArgs),
+    /// Compare the exact families' counters with their delta ledger for a day, and
+    /// explain the drift (exit 3 on unexplained drift over the threshold).
+    Reconcile(reconcile::ReconcileArgs),
 }
 
 /// A command's failure, with the exit code it maps to.
@@ -128,6 +132,7 @@ pub fn main() -> ExitCode {
             Command::Top(args) => leaderboard::top(args).await,
             Command::Prune(args) => prune::run(args).await,
             Command::Migrate(args) => migrate::run(args).await,
+            Command::Reconcile(args) => reconcile::run(args).await,
         }
     });
     match result {
