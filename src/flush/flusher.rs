@@ -248,8 +248,7 @@ impl<S: Sink> Flusher<S> {
         self.engine.aggregator().close();
         deadline.fix();
         let report = self.flush(&mut deadline, true).await;
-        if let Some(gate) = &mut self.ledger_gate {
-            gate.send_outcomes(&*self.sink, &mut deadline, true).await;
+        if let Some(gate) = &self.ledger_gate {
             if gate.outcomes_queued() > 0 {
                 tracing::warn!(
                     rows = gate.outcomes_queued(),
@@ -292,6 +291,16 @@ impl<S: Sink> Flusher<S> {
     }
 
     async fn flush(&mut self, deadline: &mut Deadline, last: bool) -> FlushReport {
+        let report = self.drain_and_send(deadline, last).await;
+        if let Some(gate) = &mut self.ledger_gate {
+            // The exact families' unknown and rejected rows of this flush, to the
+            // outcomes table (after the counter writes: they never wait for it).
+            gate.send_outcomes(&*self.sink, deadline, last).await;
+        }
+        report
+    }
+
+    async fn drain_and_send(&mut self, deadline: &mut Deadline, last: bool) -> FlushReport {
         let started = Instant::now();
         self.seq += 1;
         self.lost = (0, [0, 0]);

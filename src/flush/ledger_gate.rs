@@ -279,7 +279,6 @@ impl LedgerGate {
         }
         let (rows, _) = self.held();
         counts.set_exact_ledger_backlog(rows as u64, self.backlog() as u64);
-        self.send_outcomes(sink, deadline, last).await;
         if failed > 0 {
             tracing::warn!(
                 requests = failed,
