@@ -5,5 +5,6 @@
 
 mod chaos;
 pub(crate) mod check;
+mod exact;
 mod harness;
 mod windows;
