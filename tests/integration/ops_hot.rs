@@ -22,7 +22,7 @@ use crate::common::{
 async fn advise_shards_sums_a_fleet_and_rounds_up_to_a_power_of_two() {
     let dir = tempfile::tempdir().unwrap();
     let mut config = config(dir.path());
-    let server = start_cqlsim(&mut config, "reads and faults cqlsim in process")
+    let server = start_cqlsim(&mut config, "injects store faults")
         .await
         .into_sim();
     let now = T0 - 7200;
@@ -93,7 +93,7 @@ async fn the_sidecar_serves_hot_keys_and_per_table_write_metrics() {
     let mut config = sidecar_config(dir.path());
     config.flush.interval = Duration::from_millis(200);
     config.flush.jitter = Duration::from_millis(10);
-    let server = start_cqlsim(&mut config, "reads and faults cqlsim in process")
+    let server = start_cqlsim(&mut config, "injects store faults")
         .await
         .into_sim();
     server.set_faults(vec![

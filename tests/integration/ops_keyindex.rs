@@ -23,9 +23,12 @@ async fn each_key_of_each_day_is_indexed_once_through_failures() {
     let dir = tempfile::tempdir().unwrap();
     let mut config = config(dir.path());
     config.key_index.enabled = true;
-    let server = start_cqlsim(&mut config, "reads and faults cqlsim in process")
-        .await
-        .into_sim();
+    let server = start_cqlsim(
+        &mut config,
+        "counts the store's requests per table and injects faults",
+    )
+    .await
+    .into_sim();
     server.set_faults(vec![
         "write-timeout,applied=no,table=countersink.key_index,every=3"
             .parse()

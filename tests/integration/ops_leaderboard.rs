@@ -142,9 +142,12 @@ fn run_once(file: &std::path::Path, day: &str) -> String {
 async fn a_thousand_keys_give_the_exact_top_ten_with_ties_by_key() {
     let dir = tempfile::tempdir().unwrap();
     let mut config = test_config(dir.path());
-    let server = start_cqlsim(&mut config, "reads and faults cqlsim in process")
-        .await
-        .into_sim();
+    let server = start_cqlsim(
+        &mut config,
+        "counts the store's requests and injects faults",
+    )
+    .await
+    .into_sim();
     let file = write_config(dir.path(), &config.store.contact_points[0], 10);
     let now = T0 - 6 * 3600;
     let (day, _) = day_and_minute(now);
@@ -183,9 +186,12 @@ async fn a_thousand_keys_give_the_exact_top_ten_with_ties_by_key() {
 async fn a_run_killed_midway_leaves_the_previous_ranking_served() {
     let dir = tempfile::tempdir().unwrap();
     let mut config = test_config(dir.path());
-    let server = start_cqlsim(&mut config, "reads and faults cqlsim in process")
-        .await
-        .into_sim();
+    let server = start_cqlsim(
+        &mut config,
+        "counts the store's requests and injects faults",
+    )
+    .await
+    .into_sim();
     let file = write_config(dir.path(), &config.store.contact_points[0], 100);
     let now = T0 - 6 * 3600;
     let (day, _) = day_and_minute(now);
@@ -293,9 +299,12 @@ async fn serve_runs_the_job_on_the_keys_it_indexed() {
             run_in_serve: true,
             ..Default::default()
         });
-    let server = start_cqlsim(&mut config, "reads and faults cqlsim in process")
-        .await
-        .into_sim();
+    let server = start_cqlsim(
+        &mut config,
+        "counts the store's requests and injects faults",
+    )
+    .await
+    .into_sim();
     let file = write_config(dir.path(), &config.store.contact_points[0], 2);
     let sidecar = crate::common::start_sidecar(&config).await;
     let socket = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();

@@ -18,7 +18,7 @@ async fn two_stores(
     let mut source = config(&dir.join("source"));
     source.families[0].shards = 4;
     source.generic.enabled = false;
-    let source_server = start_cqlsim(&mut source, "reads and faults cqlsim in process")
+    let source_server = start_cqlsim(&mut source, "needs two stores, a source and a target")
         .await
         .into_sim();
     let mut target = config(&dir.join("target"));
@@ -27,7 +27,7 @@ async fn two_stores(
     target.families[0].day_table = "metrics.views_by_day_v2".into();
     target.families[0].shards = 2;
     target.families[0].shard_placement = ShardPlacement::Clustering;
-    let target_server = start_cqlsim(&mut target, "reads and faults cqlsim in process")
+    let target_server = start_cqlsim(&mut target, "needs two stores, a source and a target")
         .await
         .into_sim();
     let file = |name: &str, contact: &str, minute: &str, day: &str, shards: &str| {

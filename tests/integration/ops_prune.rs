@@ -65,7 +65,7 @@ async fn prune_deletes_only_whole_partitions_older_than_the_cutoff() {
     let mut config = config(dir.path());
     config.families[0].shards = 4;
     config.key_index.enabled = true;
-    let server = start_cqlsim(&mut config, "reads and faults cqlsim in process")
+    let server = start_cqlsim(&mut config, "checks the deletes the store received")
         .await
         .into_sim();
     let contact = config.store.contact_points[0].clone();

@@ -56,9 +56,12 @@ fn fill_shards(server: &cqlsim::Server) {
 async fn get_reads_the_shards_of_a_key_concurrently() {
     let dir = tempfile::tempdir().unwrap();
     let (mut config, file) = hot_config(dir.path());
-    let server = start_cqlsim(&mut config, "reads and faults cqlsim in process")
-        .await
-        .into_sim();
+    let server = start_cqlsim(
+        &mut config,
+        "reads the tables in process and injects faults",
+    )
+    .await
+    .into_sim();
     fill_shards(&server);
     server.set_faults(vec![
         "delay,for=200ms,on=reads,table=metrics.hot_by_day"
@@ -109,9 +112,12 @@ async fn get_reads_the_shards_of_a_key_concurrently() {
 async fn get_reads_at_the_consistency_it_is_given() {
     let dir = tempfile::tempdir().unwrap();
     let (mut config, file) = hot_config(dir.path());
-    let server = start_cqlsim(&mut config, "reads and faults cqlsim in process")
-        .await
-        .into_sim();
+    let server = start_cqlsim(
+        &mut config,
+        "reads the tables in process and injects faults",
+    )
+    .await
+    .into_sim();
     server.set_faults(vec![
         "read-timeout,on=reads,table=metrics.hot_by_day"
             .parse()
@@ -160,9 +166,12 @@ async fn the_recorder_reads_through_a_short_cache() {
     let dir = tempfile::tempdir().unwrap();
     let (mut config, _) = hot_config(dir.path());
     config.read.cache_ttl = Duration::from_millis(600);
-    let server = start_cqlsim(&mut config, "reads and faults cqlsim in process")
-        .await
-        .into_sim();
+    let server = start_cqlsim(
+        &mut config,
+        "reads the tables in process and injects faults",
+    )
+    .await
+    .into_sim();
     fill_shards(&server);
     let recorder = Recorder::connect(&config).await.unwrap();
     let day = Day::from_date(countersink::bucket::parse_date(DAY).unwrap()).unwrap();
