@@ -40,6 +40,17 @@ pub(super) struct ReconcileArgs {
     /// Write the verdicts of `resolved` keys to the outcomes table.
     #[arg(long)]
     resolve: bool,
+    /// Keep every key's exact total of the (closed) day in `exact_by_day`.
+    #[arg(long)]
+    close: bool,
+    /// Write one corrective increment per drifting counter row of the (closed) day
+    /// (`counter += exact - counter`), each recorded in the outcomes table; then
+    /// reconcile again and report that.
+    #[arg(long)]
+    repair: bool,
+    /// With --repair: print the corrections, write nothing.
+    #[arg(long, requires = "repair")]
+    dry_run: bool,
 }
 
 /// Reconciles, prints, and fails with code 3 on unexplained drift over the threshold.
@@ -101,9 +112,62 @@ pub(super) async fn run(args: ReconcileArgs) -> Result<(), Failure> {
     };
     let mut reports = Vec::new();
     for family in selected {
-        let report = reconcile::reconcile(&session, &config, family, &options, &progress)
+        let mut report = reconcile::reconcile(&session, &config, family, &options, &progress)
             .await
             .map_err(Failure::other)?;
+        if args.repair {
+            if !report.closed {
+                return Err(Failure::usage(format!(
+                    "{} is not closed yet: --repair only corrects closed days",
+                    report.day
+                )));
+            }
+            let reader = crate::ops::read::Reader::new(session.clone());
+            let mut corrections =
+                reconcile::repair::plan(&session, &reader, &config, family, &report, args.day)
+                    .await
+                    .map_err(Failure::other)?;
+            if !args.dry_run && !corrections.is_empty() {
+                let sink = crate::sink::cql::CqlSink::connect(&config.store, &families)
+                    .await
+                    .map_err(Failure::other)?;
+                reconcile::repair::apply(
+                    &session,
+                    &sink,
+                    &config,
+                    family,
+                    args.day,
+                    &mut corrections,
+                    now.saturating_mul(1000),
+                )
+                .await
+                .map_err(Failure::other)?;
+            }
+            for c in &corrections {
+                println!(
+                    "repair {:<7} {:<6} {}{} {:?}",
+                    c.outcome,
+                    c.granularity,
+                    serde_json::to_string(&c.key).unwrap_or_default(),
+                    c.minute.map(|m| format!(" minute {m}")).unwrap_or_default(),
+                    c.deltas
+                );
+            }
+            let unknown = corrections
+                .iter()
+                .filter(|c| c.outcome == "unknown")
+                .count();
+            if unknown > 0 {
+                eprintln!(
+                    "{unknown} repairs have an unknown outcome: recorded as repair_unknown, never sent again"
+                );
+            }
+            if !args.dry_run {
+                report = reconcile::reconcile(&session, &config, family, &options, &progress)
+                    .await
+                    .map_err(Failure::other)?;
+            }
+        }
         if terminal {
             eprintln!();
         }
@@ -118,6 +182,24 @@ pub(super) async fn run(args: ReconcileArgs) -> Result<(), Failure> {
             .await
             .map_err(Failure::other)?;
             eprintln!("{}: {written} outcome rows resolved", family.name);
+        }
+        if args.close {
+            if !report.closed {
+                return Err(Failure::usage(format!(
+                    "{} is not closed yet (see reconcile's `open`): --close waits for it",
+                    report.day
+                )));
+            }
+            let written = reconcile::closed::close_day(
+                &session,
+                &config,
+                &report,
+                args.day,
+                now.saturating_mul(1000),
+            )
+            .await
+            .map_err(Failure::other)?;
+            eprintln!("{}: {written} keys closed", family.name);
         }
         reports.push(report);
     }

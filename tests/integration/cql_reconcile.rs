@@ -292,3 +292,147 @@ async fn every_resolved_verdict_matches_what_the_store_applied() {
     assert_eq!(report.summary.over_threshold, 0, "{:?}", report.summary);
     store.shutdown().await;
 }
+
+/// Issue test 8, with `--close` and `get --exact`: a closed day drifted by unknown
+/// writes that did not apply and by an outside writer; `--repair --dry-run` writes
+/// nothing, `--repair` makes every counter equal the ledger and the run passes; `--close`
+/// keeps the day's exact totals, which `get --exact` then reads.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn repair_makes_a_closed_day_equal_its_ledger() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = exact_config(dir.path());
+    let store = start_cqlsim(&mut config, "injects faults and writes beside countersink").await;
+    let sim = store.sim();
+    let (minute_table, day_table) = (
+        config.families[0].minute_table.clone(),
+        config.families[0].day_table.clone(),
+    );
+    let mut writer = Writer::start(&config).await;
+    sim.set_faults(vec![
+        FaultRule::new(FaultKind::WriteTimeout)
+            .table(&minute_table)
+            .probability(0.3),
+        FaultRule::new(FaultKind::WriteFailure)
+            .table(&day_table)
+            .probability(0.3),
+    ]);
+    let mut fed = 0_i128;
+    let mut p3 = 0_i64;
+    for flush in 0..4_i64 {
+        for i in 0..120_i64 {
+            let key = format!("p{}", i % 12);
+            let delta = 1 + i % 5;
+            writer.incr(
+                "page.views",
+                &[("page_id", key.as_str())],
+                delta,
+                AT + flush * 60,
+            );
+            fed += i128::from(delta);
+            if i % 12 == 3 {
+                p3 += delta;
+            }
+        }
+        writer.flusher.flush_now().await;
+    }
+    sim.clear_faults();
+    settle(&mut writer).await;
+    let (date, minute) = day_and_minute(AT);
+    sim.execute(
+        None,
+        &format!(
+            "UPDATE {minute_table} SET views = views + 7 WHERE page_id = 'p5' AND day = '{date}' AND minute = {minute}"
+        ),
+    )
+    .unwrap();
+    let before = crate::common::table_sum(sim, &minute_table, "views");
+    assert_ne!(
+        before, fed,
+        "the faults and the outside writer made the counters drift"
+    );
+
+    let mut example: toml::Table =
+        toml::from_str(include_str!("../../examples/countersink.toml")).unwrap();
+    example["family"][0]
+        .as_table_mut()
+        .unwrap()
+        .insert("exact".into(), true.into());
+    let file = dir.path().join("countersink.toml");
+    std::fs::write(
+        &file,
+        store.config_file(&toml::to_string(&example).unwrap()),
+    )
+    .unwrap();
+    let day_text = format_date(day().date());
+    let cli = |extra: &[&str]| {
+        let mut args = vec![
+            "reconcile".to_owned(),
+            "--config".into(),
+            file.display().to_string(),
+            "--day".into(),
+            day_text.clone(),
+        ];
+        args.extend(extra.iter().map(|a| a.to_string()));
+        run_cli(args)
+    };
+    let dry = cli(&["--repair", "--dry-run"]);
+    assert_eq!(
+        dry.status.code(),
+        Some(3),
+        "{}",
+        String::from_utf8_lossy(&dry.stderr)
+    );
+    assert!(String::from_utf8_lossy(&dry.stdout).contains("repair planned"));
+    assert_eq!(
+        crate::common::table_sum(sim, &minute_table, "views"),
+        before,
+        "a dry run writes nothing"
+    );
+
+    let repaired = cli(&["--repair"]);
+    let text = String::from_utf8_lossy(&repaired.stdout).into_owned();
+    assert_eq!(
+        repaired.status.code(),
+        Some(0),
+        "{text}\n{}",
+        String::from_utf8_lossy(&repaired.stderr)
+    );
+    assert!(text.contains("repair applied"), "{text}");
+    assert_eq!(crate::common::table_sum(sim, &minute_table, "views"), fed);
+    assert_eq!(crate::common::table_sum(sim, &day_table, "views"), fed);
+    let report = run_reconcile(&writer, &config).await;
+    assert!(
+        report
+            .keys
+            .iter()
+            .all(|k| k.drift.values().all(|d| *d == 0)),
+        "{report:?}"
+    );
+    assert_eq!(
+        report.summary.statuses.get("unexplained"),
+        None,
+        "{:?}",
+        report.summary
+    );
+
+    assert_eq!(cli(&["--close"]).status.code(), Some(0));
+    let get = run_cli([
+        "get",
+        "--config",
+        &file.display().to_string(),
+        "page.views",
+        "--tag",
+        "page_id:p3",
+        "--day",
+        &day_text,
+        "--exact",
+    ]);
+    assert!(
+        get.status.success(),
+        "{}",
+        String::from_utf8_lossy(&get.stderr)
+    );
+    assert_eq!(String::from_utf8_lossy(&get.stdout).trim(), p3.to_string());
+    assert!(String::from_utf8_lossy(&get.stderr).contains("closed day"));
+    store.shutdown().await;
+}

@@ -39,6 +39,8 @@ pub struct DayTruth {
     pub exact: BTreeMap<String, Sums>,
     /// Ledger rows read.
     pub ledger_rows: u64,
+    /// Key (JSON text) → its ledger rows of the day.
+    pub rows_per_key: BTreeMap<String, u64>,
     /// (key, granularity) → outcomes.
     pub outcomes: BTreeMap<(String, Granularity), KeyOutcomes>,
 }
@@ -59,6 +61,13 @@ fn column_sums(family: &FamilyDef, deltas: &BTreeMap<String, i64>, into: &mut Su
             into[i] += i128::from(*delta);
         }
     }
+}
+
+fn negated(deltas: &BTreeMap<String, i64>) -> BTreeMap<String, i64> {
+    deltas
+        .iter()
+        .map(|(c, d)| (c.clone(), d.saturating_neg()))
+        .collect()
 }
 
 /// Reads every ledger bucket of `family`'s `day` (concurrently, paged), and its
@@ -93,11 +102,13 @@ pub async fn read_truth(
                 .map_err(|e| store_error(text, e))?
                 .rows_stream::<(String, i16, BTreeMap<String, i64>)>()
                 .map_err(|e| store_error(text, e))?;
-            let mut sums: BTreeMap<String, Sums> = BTreeMap::new();
+            let mut sums: BTreeMap<String, (Sums, u64)> = BTreeMap::new();
             let mut rows = 0_u64;
             while let Some(row) = pager.next().await {
                 let (key, _minute, deltas) = row.map_err(|e| store_error(text, e))?;
-                column_sums(family, &deltas, sums.entry(key).or_default());
+                let entry = sums.entry(key).or_default();
+                column_sums(family, &deltas, &mut entry.0);
+                entry.1 += 1;
                 rows += 1;
                 if rows.is_multiple_of(10_000) {
                     let total = read_rows.fetch_add(10_000, std::sync::atomic::Ordering::Relaxed);
@@ -114,7 +125,10 @@ pub async fn read_truth(
         let (sums, rows) = result?;
         truth.ledger_rows += rows;
         // A key lives in one bucket: no merging across buckets.
-        truth.exact.extend(sums);
+        for (key, (sums, rows)) in sums {
+            truth.rows_per_key.insert(key.clone(), rows);
+            truth.exact.insert(key, sums);
+        }
     }
     progress(truth.ledger_rows);
     read_outcomes(session, config, family, day, &mut truth).await?;
@@ -170,24 +184,35 @@ async fn read_outcomes(
             .outcomes
             .entry((key.clone(), granularity))
             .or_default();
-        let not_applied = match (outcome.as_str(), resolution.as_deref()) {
-            ("rejected" | "dropped" | "repair_rejected", _) => true,
-            (_, Some("not_applied")) => true,
-            (_, Some("applied")) => false,
-            ("unknown", None) => {
-                entry.rows.entry(request_id.clone()).or_default().push(row);
-                let sums = unknown
-                    .entry((key, granularity))
-                    .or_default()
-                    .entry(request_id)
-                    .or_default();
-                column_sums(family, &deltas, sums);
-                continue;
+        // How the row moves the expected counter away from the ledger.
+        let mut unknown_item = false;
+        match (outcome.as_str(), resolution.as_deref()) {
+            // Part of the ledger, never applied.
+            ("rejected" | "dropped", _) | ("unknown", Some("not_applied")) => {
+                column_sums(family, &deltas, &mut entry.known_missing)
             }
-            _ => false,
-        };
-        if not_applied {
-            column_sums(family, &deltas, &mut entry.known_missing);
+            // Part of the ledger, applied.
+            ("unknown", Some("applied")) => {}
+            ("unknown", _) => unknown_item = true,
+            // A repair is not in the ledger: applied, it is counter beyond the ledger;
+            // unknown, it is counted as applied and searched like any unknown request.
+            ("repair_applied", _) => {
+                column_sums(family, &negated(&deltas), &mut entry.known_missing)
+            }
+            ("repair_unknown", _) => {
+                column_sums(family, &negated(&deltas), &mut entry.known_missing);
+                unknown_item = true;
+            }
+            _ => {}
+        }
+        if unknown_item {
+            entry.rows.entry(request_id.clone()).or_default().push(row);
+            let sums = unknown
+                .entry((key, granularity))
+                .or_default()
+                .entry(request_id)
+                .or_default();
+            column_sums(family, &deltas, sums);
         }
     }
     for (place, requests) in unknown {

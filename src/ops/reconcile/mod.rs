@@ -11,8 +11,12 @@
 //! |---|---|
 //! | [`verdict`] | the pure decision: status, drift, which unknown requests applied |
 //! | [`gather`] | the reads: ledger buckets, outcomes, key index, counters |
+//! | [`repair`] | `--repair`: one recorded corrective increment per drifting counter row of a closed day |
+//! | [`closed`] | `--close` (the closed-day table) and the exact value of a key (`get --exact`) |
 
+pub mod closed;
 pub mod gather;
+pub mod repair;
 pub mod verdict;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -113,6 +117,9 @@ pub struct Report {
     /// [`write_resolutions`].
     #[serde(skip)]
     pub request_rows: BTreeMap<String, Vec<i16>>,
+    /// Ledger rows per key (JSON text), for [`closed::close_day`].
+    #[serde(skip)]
+    pub ledger_rows_per_key: BTreeMap<String, u64>,
 }
 
 impl Report {
@@ -139,7 +146,7 @@ pub async fn reconcile(
     let day = options.day;
     let day_end = (i64::from(day.0) + 1) * 86_400;
     let closed = options.now_unix_secs >= day_end + settle_time(config).as_secs() as i64;
-    let truth = gather::read_truth(session, config, family, day, &|rows| {
+    let mut truth = gather::read_truth(session, config, family, day, &|rows| {
         progress("ledger rows", rows)
     })
     .await?;
@@ -207,6 +214,7 @@ pub async fn reconcile(
         .keys
         .sort_by(|a, b| (&a.key, a.granularity).cmp(&(&b.key, b.granularity)));
     report.summary = summarize(&report.keys, truth.ledger_rows, options.threshold);
+    report.ledger_rows_per_key = std::mem::take(&mut truth.rows_per_key);
     for outcomes in truth.outcomes.into_values() {
         for (request, rows) in outcomes.rows {
             report.request_rows.entry(request).or_default().extend(rows);

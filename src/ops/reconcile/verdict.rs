@@ -97,17 +97,18 @@ pub fn verdict(
     if open {
         return with(Status::Open, None);
     }
+    // A counter equal to the ledger is never unexplained: what the records say of its
+    // history (rejections, repairs that undid an outside write) is explanation enough.
+    let no_drift = drift.iter().all(|d| *d == 0);
     if unknowns.is_empty() {
-        return match (
-            drift.iter().all(|d| *d == 0),
-            residual.iter().all(|r| *r == 0),
-        ) {
+        return match (no_drift, residual.iter().all(|r| *r == 0)) {
             (true, true) => with(Status::Ok, None),
-            (_, true) => with(Status::Explained, None),
-            _ => with(Status::Unexplained, None),
+            (true, false) | (false, true) => with(Status::Explained, None),
+            (false, false) => with(Status::Unexplained, None),
         };
     }
     match subsets_summing_to(&residual, unknowns, width) {
+        Solutions::None if no_drift => with(Status::Explained, None),
         Solutions::None => with(Status::Unexplained, None),
         Solutions::One(not_applied) => {
             let applied = (0..unknowns.len()).map(|i| !not_applied[i]).collect();
@@ -248,6 +249,14 @@ mod tests {
         ];
         let v = verdict(&[2, 300], &[1, 100], &[0, 0], &unknowns, false);
         assert_eq!(v.applied, Some(vec![true, false]));
+    }
+
+    /// A repair of -7 undid an outside writer's +7: the records show a repair the ledger
+    /// does not explain, but the counter equals the ledger.
+    #[test]
+    fn a_repaired_counter_equal_to_the_ledger_is_explained() {
+        let v = verdict(&[10], &[10], &[7], &[], false);
+        assert_eq!((v.status, v.drift), (Status::Explained, vec![0]));
     }
 
     #[test]
