@@ -97,7 +97,7 @@ pub(super) async fn run(args: ReconcileArgs) -> Result<(), Failure> {
         tags,
         threshold,
         now_unix_secs: now,
-        concurrency: 32,
+        concurrency: 64,
     };
     let session = Arc::new(
         session::connect(&config.store)

@@ -72,7 +72,7 @@ impl OutcomeQueue {
     }
 
     /// Sends the waiting rows (unless a back-off says not yet, or `force`), a request per
-    /// family-day partition and at most [`ROWS_PER_REQUEST`] rows, until one fails or
+    /// family-day partition and at most `ROWS_PER_REQUEST` rows, until one fails or
     /// the deadline passes; what did not apply stays queued.
     pub async fn send<S: Sink>(
         &mut self,

@@ -159,7 +159,7 @@ impl<S: Sink> Flusher<S> {
         ledger: Arc<Ledger>,
     ) -> Flusher<S> {
         let shard_seed = shard_seed(state.writer_id());
-        let ledger_gate = LedgerGate::new(engine.families(), config.max_batch_rows);
+        let ledger_gate = LedgerGate::new(engine.families(), super::ledger_gate::ROWS_PER_REQUEST);
         let families = engine
             .families()
             .iter()

@@ -39,6 +39,12 @@ use super::shutdown::Deadline;
 /// flush (the back-off between them doubles from `exact.retry_backoff_min`).
 const ATTEMPTS_PER_FLUSH: u32 = 3;
 
+/// Most ledger rows per request (one UNLOGGED BATCH of one ledger partition, applied as
+/// one mutation): larger than a counter batch, since a ledger row is a small regular row
+/// and the ledger's requests run before the counter writes they gate (about 100 bytes a
+/// row: some 13 KB a batch, under Cassandra's 50 KB batch failure threshold).
+pub const ROWS_PER_REQUEST: usize = 128;
+
 /// An exact family as the ledger names it.
 #[derive(Clone, Debug)]
 struct ExactFamily {

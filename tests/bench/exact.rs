@@ -22,7 +22,7 @@ use countersink::sink::cql::CqlSink;
 
 const NOW: i64 = 1_796_042_096;
 const RATE_RUNS: usize = 7;
-const CONCURRENCY: usize = 32;
+const CONCURRENCY: usize = 64;
 
 fn median(mut values: Vec<f64>) -> f64 {
     values.sort_by(f64::total_cmp);

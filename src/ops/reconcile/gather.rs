@@ -256,26 +256,25 @@ pub async fn counters(
     let values = keyindex::key_values(key)
         .ok_or_else(|| ReadError::Usage(format!("unreadable key {key}")))?;
     let columns: Vec<usize> = (0..family.columns.len()).collect();
-    let minute = reader
-        .partition(
+    let (minute, day_rows) = futures_util::future::try_join(
+        reader.partition(
             family,
             Granularity::Minute,
             &values,
             day,
             &columns,
             consistency,
-        )
-        .await?;
-    let day_rows = reader
-        .partition(
+        ),
+        reader.partition(
             family,
             Granularity::Day,
             &values,
             day,
             &columns,
             consistency,
-        )
-        .await?;
+        ),
+    )
+    .await?;
     let mut sums = [vec![0_i128; columns.len()], vec![0_i128; columns.len()]];
     for row in minute.values() {
         for (s, v) in sums[0].iter_mut().zip(row) {
