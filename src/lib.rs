@@ -25,7 +25,7 @@
 //! | `ingest` | (feature `sidecar`) socket receivers |
 //! | [`telemetry`] | the metric catalogue, the accounting identity, the flusher's ledger, the Prometheus collectors |
 //! | [`flush`] | the plan, the loop, the pure settle step (outcome → action), one shutdown deadline |
-//! | [`ops`] | operating the tables: the read path, the key index, leaderboards, retention, migration, shard advice |
+//! | [`ops`] | operating the tables: the read path, the key index, leaderboards, retention, migration, shard advice; reading the state directory's outcomes |
 //! | [`pipeline`], [`recorder`] | engine + state + flusher assembled; the in-process `Recorder` |
 //! | `facade` | (feature `metrics-facade`) a recorder for the `metrics` crate: `counter!` lands in the engine |
 //! | `sidecar`, `cli` | (feature `sidecar`) the sidecar runtime and HTTP, the command line (`dev` needs feature `dev`) |

@@ -104,9 +104,10 @@ pub(super) async fn run(args: LeaderboardArgs) -> Result<(), Failure> {
             Leaderboards::new(&config, jobs.reader_session(), OperationsMetrics::default())
                 .map_err(failure)?,
         );
+        let mut signals = super::serve::ShutdownSignals::install();
         let (stop, stopped) = tokio::sync::watch::channel(false);
         let task = tokio::spawn(crate::ops::leaderboard::serve_jobs(jobs, stopped));
-        super::serve::shutdown_signal().await;
+        signals.recv().await;
         let _ = stop.send(true);
         let _ = task.await;
         return Ok(());

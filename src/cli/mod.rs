@@ -15,6 +15,7 @@ mod get;
 mod leaderboard;
 mod logging;
 mod migrate;
+mod outcomes;
 mod prune;
 mod reconcile;
 mod schema;
@@ -63,6 +64,9 @@ enum Command {
     /// Compare the exact families' counters with their delta ledger for a day, and
     /// explain the drift (exit 3 on unexplained drift over the threshold).
     Reconcile(reconcile::ReconcileArgs),
+    /// What the state directory says became of writes that did not apply: unknown,
+    /// rejected, spilled, and an unfinished flush in the journal. Reads only.
+    Outcomes(outcomes::OutcomesArgs),
 }
 
 /// A command's failure, with the exit code it maps to.
@@ -133,6 +137,7 @@ pub fn main() -> ExitCode {
             Command::Prune(args) => prune::run(args).await,
             Command::Migrate(args) => migrate::run(args).await,
             Command::Reconcile(args) => reconcile::run(args).await,
+            Command::Outcomes(args) => outcomes::run(args),
         }
     });
     match result {
@@ -170,6 +175,8 @@ mod tests {
             "countersink leaderboard run --once --config x.toml --board top_pages --day 2026-11-30",
             "countersink top top_pages --day 2026-11-30 --limit 5 --format json",
             "countersink advise-shards --safe-rate 100 --from http://127.0.0.1:9102 --from hot.json",
+            "countersink outcomes summary --state-dir /tmp/x --format json",
+            "countersink outcomes list --config x.toml --outcome unknown --outcome rejected --since 2h --family views --tag page_id:home --tag k:v --format json",
         ]
         .into_iter()
         .filter(|line| cfg!(feature = "dev") || !line.starts_with("countersink dev "))

@@ -19,6 +19,10 @@ pub(super) async fn run_sidecar(
     config: &Config,
     started: impl FnOnce(&Sidecar),
 ) -> Result<(), Failure> {
+    // Installed before the sidecar starts and before `started` announces it: a signal sent
+    // as soon as the banner appears must reach the handler, not the default action (which
+    // would kill the process without its final flush).
+    let mut signals = ShutdownSignals::install();
     let mut sidecar = Sidecar::start(config)
         .await
         .map_err(|e| Failure::with_code(e.exit_code(), e))?;
@@ -33,7 +37,7 @@ pub(super) async fn run_sidecar(
     );
     started(&sidecar);
     let stop_reason = tokio::select! {
-        signal = shutdown_signal() => signal,
+        signal = signals.recv() => signal,
         reason = sidecar.fatal() => reason,
     };
     tracing::info!(reason = %stop_reason, "Shutting down: draining sockets, then the final flush.");
@@ -59,19 +63,44 @@ pub(super) async fn run_sidecar(
     }
 }
 
-/// Resolves on SIGTERM or SIGINT, naming it.
-pub(super) async fn shutdown_signal() -> String {
-    use tokio::signal::unix::{SignalKind, signal};
-    let mut term = match signal(SignalKind::terminate()) {
-        Ok(term) => term,
-        Err(error) => {
-            tracing::warn!(%error, "Cannot watch SIGTERM; only SIGINT will stop the sidecar.");
-            let _ = tokio::signal::ctrl_c().await;
-            return "SIGINT".into();
+/// SIGTERM and SIGINT, watched from the moment [`ShutdownSignals::install`] returns.
+pub(super) struct ShutdownSignals {
+    term: Option<tokio::signal::unix::Signal>,
+    int: Option<tokio::signal::unix::Signal>,
+}
+
+impl ShutdownSignals {
+    /// Replaces the default action of both signals (terminate) with a watch. A signal that
+    /// cannot be watched is logged; the other still stops the process.
+    pub(super) fn install() -> Self {
+        use tokio::signal::unix::{SignalKind, signal};
+        let watch = |kind: SignalKind, name: &str| match signal(kind) {
+            Ok(watch) => Some(watch),
+            Err(error) => {
+                tracing::warn!(%error, "Cannot watch {name}; only the other signal will stop the process.");
+                None
+            }
+        };
+        ShutdownSignals {
+            term: watch(SignalKind::terminate(), "SIGTERM"),
+            int: watch(SignalKind::interrupt(), "SIGINT"),
         }
-    };
-    tokio::select! {
-        _ = term.recv() => "SIGTERM".into(),
-        _ = tokio::signal::ctrl_c() => "SIGINT".into(),
+    }
+
+    /// Resolves on the first SIGTERM or SIGINT, naming it. Never resolves when neither
+    /// could be watched.
+    pub(super) async fn recv(&mut self) -> String {
+        async fn next(watch: &mut Option<tokio::signal::unix::Signal>) {
+            match watch {
+                Some(watch) => {
+                    watch.recv().await;
+                }
+                None => std::future::pending().await,
+            }
+        }
+        tokio::select! {
+            _ = next(&mut self.term) => "SIGTERM".into(),
+            _ = next(&mut self.int) => "SIGINT".into(),
+        }
     }
 }

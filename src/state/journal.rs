@@ -418,6 +418,26 @@ pub fn read(path: &Path) -> io::Result<Vec<FlushGroup>> {
     Ok(parse(&bytes).0)
 }
 
+/// Reads a journal file without changing it (a tool beside a running sidecar): its
+/// groups, oldest first, and the length of a torn tail after the last readable record,
+/// as [`Journal::open`] counts it.
+pub fn read_with_torn_tail(path: &Path) -> io::Result<(Vec<FlushGroup>, u64)> {
+    let bytes = std::fs::read(path)?;
+    let (groups, valid) = parse(&bytes);
+    Ok((groups, torn_tail(&bytes, valid)))
+}
+
+/// Bytes after the valid prefix that are not an end mark: a torn record (the count
+/// [`Journal::open`] makes).
+fn torn_tail(bytes: &[u8], valid: usize) -> u64 {
+    let after = &bytes[valid..bytes.len().min(valid + 8)];
+    if after.iter().all(|b| *b == 0) {
+        0
+    } else {
+        (bytes.len() - valid) as u64
+    }
+}
+
 /// Parses frames until the end or the first bad one; returns the groups and the length
 /// of the valid prefix.
 fn parse(bytes: &[u8]) -> (Vec<FlushGroup>, usize) {

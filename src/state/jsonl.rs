@@ -158,6 +158,61 @@ impl JsonlLog {
     }
 }
 
+/// Reads a `.jsonl` file line by line from a byte offset without changing it: for
+/// readers of the outcome logs and spill segments while a sidecar may be appending to
+/// them (no lock, no truncation of a torn tail, one line in memory at a time).
+pub struct LineReader {
+    reader: BufReader<File>,
+    offset: u64,
+    line: Vec<u8>,
+}
+
+/// One line read by [`LineReader`].
+#[derive(Debug)]
+pub struct ReadLine<'a> {
+    /// Byte offset of the line in the file.
+    pub offset: u64,
+    /// The line without its newline.
+    pub text: &'a [u8],
+    /// False for a last line without a newline: torn by a crash mid-append, or being
+    /// appended right now.
+    pub complete: bool,
+}
+
+impl LineReader {
+    /// Opens `path` read-only, positioned at byte `offset`.
+    pub fn open(path: &Path, offset: u64) -> io::Result<LineReader> {
+        let mut file = File::open(path)?;
+        file.seek(SeekFrom::Start(offset))?;
+        Ok(LineReader {
+            reader: BufReader::with_capacity(256 << 10, file),
+            offset,
+            line: Vec::with_capacity(1024),
+        })
+    }
+
+    /// The next line, or `None` at the end of the file.
+    pub fn next_line(&mut self) -> io::Result<Option<ReadLine<'_>>> {
+        self.line.clear();
+        let read = self.reader.read_until(b'\n', &mut self.line)?;
+        if read == 0 {
+            return Ok(None);
+        }
+        let offset = self.offset;
+        self.offset += read as u64;
+        let complete = self.line.last() == Some(&b'\n');
+        let mut text = &self.line[..];
+        if complete {
+            text = &text[..text.len() - 1];
+        }
+        Ok(Some(ReadLine {
+            offset,
+            text,
+            complete,
+        }))
+    }
+}
+
 /// `dir/name.jsonl` → `dir/name.N.jsonl`.
 pub fn rotated_name(path: &Path, n: u32) -> PathBuf {
     let stem = path.file_stem().and_then(|s| s.to_str()).unwrap_or("log");
@@ -251,6 +306,35 @@ mod tests {
         );
         let again = JsonlLog::open(path, 1 << 20, 2).unwrap();
         assert_eq!(again.torn_lines(), 0);
+    }
+
+    #[test]
+    fn the_line_reader_reads_from_an_offset_and_flags_a_torn_last_line() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("unknown.jsonl");
+        std::fs::write(&path, "{\"a\":1}\n\n{\"b\":2}\n{\"to").unwrap();
+        let mut reader = LineReader::open(&path, 8).unwrap();
+        let mut seen = Vec::new();
+        while let Some(line) = reader.next_line().unwrap() {
+            seen.push((
+                line.offset,
+                String::from_utf8(line.text.to_vec()).unwrap(),
+                line.complete,
+            ));
+        }
+        assert_eq!(
+            seen,
+            [
+                (8, String::new(), true),
+                (9, "{\"b\":2}".to_string(), true),
+                (17, "{\"to".to_string(), false)
+            ]
+        );
+        assert_eq!(
+            std::fs::read_to_string(&path).unwrap().len(),
+            21,
+            "nothing is truncated"
+        );
     }
 
     #[test]

@@ -33,7 +33,7 @@ pub use self::journal::{FamilyEntry, FlushGroup, FlushId, Journal, Settled};
 pub use self::jsonl::JsonlLog;
 pub use self::record::{ErrorInfo, RecordOutcome, RecordSource, WriteRecord, records_of};
 pub use self::recovery::RecoveryReport;
-pub use self::spill::{Chunk, Cursor, SegmentId, Spill};
+pub use self::spill::{Chunk, Cursor, SegmentId, Spill, SpillView};
 
 /// A problem opening the state directory.
 #[derive(Debug, thiserror::Error)]

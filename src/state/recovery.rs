@@ -230,7 +230,7 @@ fn finish(
 }
 
 /// The error of a request that was in flight when its process stopped.
-pub(super) fn in_flight_at_crash() -> ErrorInfo {
+pub fn in_flight_at_crash() -> ErrorInfo {
     ErrorInfo {
         kind: "in_flight_at_crash".into(),
         text: "the process stopped while this request was in flight; it may or may not have been applied".into(),

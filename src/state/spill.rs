@@ -353,6 +353,66 @@ impl Spill {
     }
 }
 
+/// The spill as a reader sees it, without changing anything (no clean-up, no deletion,
+/// no migration): for tools that read the state directory while a sidecar may run.
+#[derive(Debug, Default)]
+pub struct SpillView {
+    /// The segments on disk, in replay order, with their paths.
+    pub segments: Vec<(SegmentId, PathBuf)>,
+    /// How far replay has consumed them, found as [`Spill::open`] finds it (the furthest
+    /// of `spill.cursor`, `journal_cursor` and the segments' headers): rows before it are
+    /// settled, or carried by a flush the journal holds.
+    pub consumed: Option<Cursor>,
+}
+
+impl SpillView {
+    /// Lists the segments of `dir` and finds the cursor.
+    pub fn read(dir: &Path, journal_cursor: Option<Cursor>) -> io::Result<SpillView> {
+        let mut segments = Vec::new();
+        let mut cursor = journal_cursor;
+        for entry in fs::read_dir(dir)? {
+            let entry = entry?;
+            let Some(id) = SegmentId::parse(&entry.file_name().to_string_lossy()) else {
+                continue;
+            };
+            let path = entry.path();
+            match read_header(&path) {
+                Ok(header) => cursor = cursor.max(header),
+                // Consumed and deleted since the listing.
+                Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
+                Err(e) => return Err(e),
+            }
+            segments.push((id, path));
+        }
+        segments.sort();
+        if let Ok(text) = fs::read_to_string(dir.join(CURSOR_FILE))
+            && let Ok(saved) = serde_json::from_str::<Cursor>(&text)
+        {
+            cursor = cursor.max(Some(saved));
+        }
+        Ok(SpillView {
+            segments,
+            consumed: cursor,
+        })
+    }
+
+    /// The byte offset where the unconsumed rows of segment `id` start, or `None` when
+    /// the cursor has passed the whole segment.
+    pub fn unconsumed_from(&self, id: SegmentId) -> Option<u64> {
+        match self.consumed {
+            None => Some(0),
+            Some(c) if id < c.segment => None,
+            Some(c) if id == c.segment => Some(c.offset),
+            Some(_) => Some(0),
+        }
+    }
+}
+
+/// Whether a line is a segment's header line (its first).
+pub fn is_header_line(line: &[u8]) -> bool {
+    line.starts_with(b"{\"spill_segment\"")
+}
+
 /// Files of the single-file spill of earlier versions, each moved by one atomic step:
 /// `spill.jsonl` and `spill.loaded.*.jsonl` (never sent) become segments of incarnation 0,
 /// replayed first; `spill.inflight.*.jsonl` (a replay that may have been sent) becomes
@@ -585,6 +645,46 @@ mod tests {
             (RecordOutcome::Unknown, 7)
         );
         assert!(!dir.path().join("spill.inflight.2.jsonl").exists());
+    }
+
+    #[test]
+    fn the_read_only_view_finds_the_cursor_and_changes_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut spill = Spill::open(dir.path(), u64::MAX, None).unwrap();
+        spill
+            .write_segment(segment(1), None, &[vec![record(1)], vec![record(2)]])
+            .unwrap();
+        spill
+            .write_segment(segment(2), None, &[vec![record(3)]])
+            .unwrap();
+        spill.load(|n, _| n < 1).unwrap();
+        let cursor = spill.loaded().unwrap();
+        drop(spill);
+        fs::write(dir.path().join("spill.0000000001.000000000009.tmp"), "x").unwrap();
+        let listing = || {
+            let mut names: Vec<String> = fs::read_dir(dir.path())
+                .unwrap()
+                .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+                .collect();
+            names.sort();
+            names
+        };
+        let before = listing();
+        let view = SpillView::read(dir.path(), None).unwrap();
+        assert_eq!(view.consumed, None, "loaded, not committed");
+        let ids: Vec<SegmentId> = view.segments.iter().map(|(id, _)| *id).collect();
+        assert_eq!(ids, [segment(1), segment(2)]);
+        // A cursor the journal names (a committed flush carries those rows).
+        let view = SpillView::read(dir.path(), Some(cursor)).unwrap();
+        assert_eq!(view.unconsumed_from(segment(1)), Some(cursor.offset));
+        assert_eq!(view.unconsumed_from(segment(2)), Some(0));
+        let past = Cursor {
+            segment: segment(2),
+            offset: 0,
+        };
+        let view = SpillView::read(dir.path(), Some(past)).unwrap();
+        assert_eq!(view.unconsumed_from(segment(1)), None);
+        assert_eq!(listing(), before, "nothing created, moved or deleted");
     }
 
     #[test]

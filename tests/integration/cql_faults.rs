@@ -90,7 +90,7 @@ async fn run(rule: FaultRule, expect_unknown: bool, expect_requeued: bool) {
         ("metrics.views_by_minute", "views", Granularity::Minute),
         ("metrics.views_by_day", "views", Granularity::Day),
     ] {
-        let stored = table_sum(&server, table, column);
+        let stored = table_sum(server, table, column);
         let stages = a.of(kind);
         assert!(
             stages.applied <= stored && stored <= stages.applied + stages.unknown,
@@ -108,7 +108,7 @@ async fn run(rule: FaultRule, expect_unknown: bool, expect_requeued: bool) {
     for ((key, minute), delta) in &expected {
         let (day, minute_of_day) = day_and_minute(minute * 60);
         let stored = crate::common::cell(
-            &server,
+            server,
             "metrics.views_by_minute",
             "views",
             &format!("page_id = 'p{key}' AND day = '{day}' AND minute = {minute_of_day}"),
@@ -119,7 +119,7 @@ async fn run(rule: FaultRule, expect_unknown: bool, expect_requeued: bool) {
             "{name}: row p{key}@{minute} holds {stored}, sent {delta}"
         );
     }
-    let findings = check_views(&server, dir.path(), &model, [0, 0]);
+    let findings = check_views(server, dir.path(), &model, [0, 0]);
     assert_eq!(
         findings.unexplained,
         [0, 0],
@@ -314,12 +314,9 @@ async fn node_down_then_back_loses_and_doubles_nothing() {
     assert!(a.is_balanced(), "{a:?}");
     assert_eq!(a.minute.unknown + a.day.unknown, 0, "{a:?}");
     assert_eq!(
-        table_sum(&server, "countersink.counts_by_minute", "value"),
+        table_sum(server, "countersink.counts_by_minute", "value"),
         900
     );
-    assert_eq!(
-        table_sum(&server, "countersink.counts_by_day", "value"),
-        900
-    );
+    assert_eq!(table_sum(server, "countersink.counts_by_day", "value"), 900);
     store.shutdown().await;
 }

@@ -19,6 +19,7 @@ mod ops_leaderboard;
 mod ops_migrate;
 mod ops_prune;
 mod ops_read;
+mod outcomes;
 mod shards;
 mod sidecar;
 #[cfg(feature = "tls")]

@@ -99,10 +99,9 @@ async fn get_reads_the_shards_of_a_key_concurrently() {
         stats.peak_delayed_replies, 16,
         "the 16 shard reads were in flight together"
     );
-    assert!(
-        took < Duration::from_millis(16 * 200 / 2),
-        "took {took:?}, a serial read takes 3.2 s"
-    );
+    // The proof of concurrency is the peak above; the time is printed, not asserted (a
+    // loaded machine stretches it).
+    eprintln!("16 shard reads with a 200 ms delay each took {took:?} (serially: 3.2 s)");
     server.shutdown().await.unwrap();
 }
 

@@ -6,5 +6,5 @@
 mod chaos;
 pub(crate) mod check;
 mod exact;
-mod harness;
+pub(crate) mod harness;
 mod windows;
