@@ -159,7 +159,11 @@ impl<S: Sink> Flusher<S> {
         ledger: Arc<Ledger>,
     ) -> Flusher<S> {
         let shard_seed = shard_seed(state.writer_id());
-        let ledger_gate = LedgerGate::new(engine.families(), super::ledger_gate::ROWS_PER_REQUEST);
+        let ledger_gate = LedgerGate::new(
+            engine.families(),
+            super::ledger_gate::ROWS_PER_REQUEST,
+            ledger.clone(),
+        );
         let families = engine
             .families()
             .iter()
@@ -248,13 +252,13 @@ impl<S: Sink> Flusher<S> {
         self.engine.aggregator().close();
         deadline.fix();
         let report = self.flush(&mut deadline, true).await;
-        if let Some(gate) = &self.ledger_gate {
-            if gate.outcomes_queued() > 0 {
-                tracing::warn!(
-                    rows = gate.outcomes_queued(),
-                    "Outcome rows not written to the outcomes table before the deadline (they are in the local logs)."
-                );
-            }
+        if let Some(gate) = &self.ledger_gate
+            && gate.outcomes_queued() > 0
+        {
+            tracing::warn!(
+                rows = gate.outcomes_queued(),
+                "Outcome rows not written to the outcomes table before the deadline (they are in the local logs)."
+            );
         }
         if let Some((held, _)) = self.ledger_gate.as_ref().map(LedgerGate::held)
             && held > 0
@@ -334,7 +338,6 @@ impl<S: Sink> Flusher<S> {
                 let rows = gate
                     .admit(
                         &*self.sink,
-                        &self.ledger,
                         &flush,
                         drained.into_rows(),
                         self.config.max_in_flight,

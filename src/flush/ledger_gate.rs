@@ -214,11 +214,13 @@ pub struct LedgerGate {
     held_sums: [i128; 2],
     /// Rows of the outcomes table waiting to be written.
     outcomes: OutcomeQueue,
+    /// Where the ledger's write counts and backlog are kept for the metrics.
+    counts: Arc<Ledger>,
 }
 
 impl LedgerGate {
     /// The gate for `families`, or None when no family keeps exact totals.
-    pub fn new(families: &Families, max_rows: usize) -> Option<LedgerGate> {
+    pub fn new(families: &Families, max_rows: usize, counts: Arc<Ledger>) -> Option<LedgerGate> {
         let backoff = families.exact_tables()?.retry_backoff;
         Some(LedgerGate {
             formation: Formation::of(families, max_rows)?,
@@ -226,6 +228,7 @@ impl LedgerGate {
             held: Vec::new(),
             held_sums: [0, 0],
             outcomes: OutcomeQueue::default(),
+            counts,
         })
     }
 
@@ -249,7 +252,6 @@ impl LedgerGate {
     pub async fn admit<S: Sink>(
         &mut self,
         sink: &S,
-        counts: &Ledger,
         flush: &FlushId,
         drained: impl IntoIterator<Item = (RowKey, Row)>,
         max_in_flight: usize,
@@ -268,7 +270,7 @@ impl LedgerGate {
             .into_iter()
             .partition(|h| last || h.not_before.is_none_or(|t| t <= now));
         self.held = waiting;
-        let results = self.send(sink, counts, due, max_in_flight, deadline).await;
+        let results = self.send(sink, due, max_in_flight, deadline).await;
         let mut failed = 0;
         for (mut held, confirmed) in results {
             if confirmed {
@@ -284,7 +286,8 @@ impl LedgerGate {
             }
         }
         let (rows, _) = self.held();
-        counts.set_exact_ledger_backlog(rows as u64, self.backlog() as u64);
+        self.counts
+            .set_exact_ledger_backlog(rows as u64, self.backlog() as u64);
         if failed > 0 {
             tracing::warn!(
                 requests = failed,
@@ -323,7 +326,6 @@ impl LedgerGate {
     async fn send<S: Sink>(
         &self,
         sink: &S,
-        counts: &Ledger,
         due: Vec<Held>,
         max_in_flight: usize,
         deadline: &mut Deadline,
@@ -335,7 +337,7 @@ impl LedgerGate {
                 async move {
                     for attempt in 0..ATTEMPTS_PER_FLUSH {
                         let outcome = sink.write_ledger(rows).await;
-                        counts.count_exact_ledger_write(outcome.class());
+                        self.counts.count_exact_ledger_write(outcome.class());
                         if outcome == Outcome::Applied {
                             return (index, true);
                         }
