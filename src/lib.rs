@@ -27,6 +27,7 @@
 //! | [`flush`] | the plan, the loop, the pure settle step (outcome → action), one shutdown deadline |
 //! | [`ops`] | operating the tables: the read path, the key index, leaderboards, retention, migration, shard advice; reading the state directory's outcomes |
 //! | [`pipeline`], [`recorder`] | engine + state + flusher assembled; the in-process `Recorder` |
+//! | [`wrapper`] | the driver wrapper: `CounterSession` pre-aggregates the counter UPDATEs an application sends through its own `scylla` session |
 //! | `facade` | (feature `metrics-facade`) a recorder for the `metrics` crate: `counter!` lands in the engine |
 //! | `sidecar`, `cli` | (feature `sidecar`) the sidecar runtime and HTTP, the command line (`dev` needs feature `dev`) |
 
@@ -56,9 +57,11 @@ pub mod state;
 pub mod telemetry;
 pub mod test_hooks;
 pub mod vocabulary;
+pub mod wrapper;
 
 pub use crate::config::Config;
 pub use crate::recorder::Recorder;
+pub use crate::wrapper::CounterSession;
 pub mod cql_text;
 pub mod ddl;
 pub mod layout;

@@ -344,3 +344,43 @@ pub const EXACT_METRICS: [MetricDef; 3] = [
     EXACT_LEDGER_HELD_ROWS,
     EXACT_LEDGER_BACKLOG_ROWS,
 ];
+
+/// `countersink_wrapper_passthrough_total{reason}` (the driver wrapper).
+pub const WRAPPER_PASSTHROUGH: MetricDef = MetricDef {
+    name: "countersink_wrapper_passthrough_total",
+    help: "Requests the driver wrapper sent to the store unchanged, by reason: not_counter_update, using_or_if, in_relation, unbound_key, non_counter_column, unsupported_form, unknown_table, null_or_unset_value, invalid_values, statement_options, buffer_full, delta_overflow, unprepared, batch_unsupported, after_shutdown.",
+    labels: &["reason"],
+};
+/// `countersink_wrapper_buffered_total` (the driver wrapper).
+pub const WRAPPER_BUFFERED: MetricDef = MetricDef {
+    name: "countersink_wrapper_buffered_total",
+    help: "Counter UPDATE executions (and statements of COUNTER BATCHes) the driver wrapper buffered instead of sending.",
+    labels: &[],
+};
+/// `countersink_wrapper_writes_total{outcome}` (the driver wrapper).
+pub const WRAPPER_WRITES: MetricDef = MetricDef {
+    name: "countersink_wrapper_writes_total",
+    help: "Write requests the driver wrapper's flushes sent, by outcome class: applied, requeued, rejected, unknown.",
+    labels: &["outcome"],
+};
+/// `countersink_wrapper_pending_rows` (the driver wrapper).
+pub const WRAPPER_PENDING_ROWS: MetricDef = MetricDef {
+    name: "countersink_wrapper_pending_rows",
+    help: "Rows (table, primary key) the driver wrapper holds for its next flush.",
+    labels: &[],
+};
+/// `countersink_wrapper_delta_sum{stage}` (the driver wrapper).
+pub const WRAPPER_DELTA_SUM: MetricDef = MetricDef {
+    name: "countersink_wrapper_delta_sum",
+    help: "The driver wrapper's accounting identity, signed delta sums by stage: buffered = applied + pending + in_flight + unknown + rejected + unsent (exact between flushes).",
+    labels: &["stage"],
+};
+
+/// What the driver wrapper (`CounterSession`) exports.
+pub const WRAPPER_METRICS: [MetricDef; 5] = [
+    WRAPPER_PASSTHROUGH,
+    WRAPPER_BUFFERED,
+    WRAPPER_WRITES,
+    WRAPPER_PENDING_ROWS,
+    WRAPPER_DELTA_SUM,
+];

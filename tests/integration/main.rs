@@ -24,3 +24,4 @@ mod shards;
 mod sidecar;
 #[cfg(feature = "tls")]
 mod tls;
+mod wrapper;

@@ -1,0 +1,438 @@
+//! The wrapper's buffer: pending deltas per (table, full primary key), one slot per counter
+//! column, synchronous, with time passed in.
+//!
+//! The sidecar's aggregation core is keyed by (family, series, minute) and owns the
+//! minute/day derivation; the wrapper's rows are the application's own primary keys of
+//! any CQL types, so they get this small buffer instead, built the same way: stripes
+//! chosen per thread (a hot row counted by two threads takes two locks, not one), a row
+//! and byte budget shared by all stripes, a drain that swaps each stripe's map under its
+//! lock (an add racing with it lands in the drained map or the fresh one, never both,
+//! never neither), and a closed flag read under the same lock for the final drain.
+//!
+//! A row key is the table's number (4 bytes) followed by each key column's serialized
+//! value, length-prefixed: exactly the bytes the application's driver serialized, so two
+//! executions address the same row exactly when the store would think so.
+
+use std::cell::Cell;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+
+use crossbeam_utils::CachePadded;
+use parking_lot::Mutex;
+
+/// A buffered row's deltas, in its table's counter column order.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PendingRow {
+    /// One delta per counter column of the table (0: nothing pending for that column).
+    pub deltas: Box<[i64]>,
+    /// Unix seconds of its first failed attempt, 0 when never attempted.
+    pub requeued_since: u32,
+}
+
+/// Why an add was refused (nothing of it was added).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Refused {
+    /// The row or byte budget is used up.
+    Full,
+    /// A row's pending sum would leave the i64 range.
+    Overflow,
+    /// The buffer was closed for the final drain.
+    Closed,
+}
+
+/// One row's share of an add: the row's key, its table's column count, and (column,
+/// delta) pairs.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RowAdd {
+    /// The row key (see the module doc).
+    pub key: Box<[u8]>,
+    /// How many counter columns its table has.
+    pub columns: usize,
+    /// The deltas, by column position.
+    pub deltas: Vec<(usize, i64)>,
+}
+
+/// Rough memory of one buffered row besides its key and deltas: map slot, boxes, hash.
+const ROW_OVERHEAD_BYTES: usize = 64;
+
+fn row_bytes(key: &[u8], columns: usize) -> usize {
+    key.len() + columns * 8 + ROW_OVERHEAD_BYTES
+}
+
+#[derive(Default)]
+struct Stripe {
+    rows: HashMap<Box<[u8]>, PendingRow, foldhash::fast::RandomState>,
+    /// Adds accepted (executions, or statements of a batch).
+    adds: u64,
+    /// Signed sum of every delta accepted.
+    delta_sum: i128,
+}
+
+/// The striped buffer.
+pub struct Buffer {
+    stripes: Box<[CachePadded<Mutex<Stripe>>]>,
+    rows: CachePadded<AtomicUsize>,
+    bytes: CachePadded<AtomicUsize>,
+    max_rows: usize,
+    max_bytes: usize,
+    closed: AtomicBool,
+}
+
+static NEXT_THREAD: AtomicUsize = AtomicUsize::new(0);
+
+thread_local! {
+    static THREAD_STRIPE: Cell<Option<usize>> = const { Cell::new(None) };
+}
+
+fn thread_stripe() -> usize {
+    THREAD_STRIPE.with(|cell| {
+        cell.get().unwrap_or_else(|| {
+            let index = NEXT_THREAD.fetch_add(1, Ordering::Relaxed);
+            cell.set(Some(index));
+            index
+        })
+    })
+}
+
+/// The rows of one drain (a row whose stripes' sums could not be added without leaving
+/// the i64 range appears more than once).
+#[derive(Debug, Default)]
+pub struct Drained {
+    /// The rows.
+    pub rows: Vec<(Box<[u8]>, PendingRow)>,
+}
+
+impl Buffer {
+    /// An empty buffer with `stripes` stripes and the given budget.
+    pub fn new(stripes: usize, max_rows: usize, max_bytes: usize) -> Buffer {
+        Buffer {
+            stripes: (0..stripes.max(1))
+                .map(|_| CachePadded::new(Mutex::new(Stripe::default())))
+                .collect(),
+            rows: CachePadded::new(AtomicUsize::new(0)),
+            bytes: CachePadded::new(AtomicUsize::new(0)),
+            max_rows,
+            max_bytes,
+            closed: AtomicBool::new(false),
+        }
+    }
+
+    /// Adds one execution's deltas to the row `key` of a table with `columns` counter
+    /// columns, or nothing (each column at most once in `deltas`). Allocates only for a
+    /// new row.
+    pub fn add_one(
+        &self,
+        key: &[u8],
+        columns: usize,
+        deltas: &[(usize, i64)],
+    ) -> Result<(), Refused> {
+        let stripe = &self.stripes[thread_stripe() % self.stripes.len()];
+        let mut guard = stripe.lock();
+        if self.closed.load(Ordering::Acquire) {
+            return Err(Refused::Closed);
+        }
+        let stripe = &mut *guard;
+        let row = match stripe.rows.get_mut(key) {
+            Some(row) => {
+                for &(column, delta) in deltas {
+                    let now = row.deltas.get(column).copied().unwrap_or(0);
+                    now.checked_add(delta).ok_or(Refused::Overflow)?;
+                }
+                row
+            }
+            None => {
+                self.reserve(1, row_bytes(key, columns))?;
+                stripe.rows.entry(key.into()).or_insert_with(|| PendingRow {
+                    deltas: vec![0; columns].into_boxed_slice(),
+                    requeued_since: 0,
+                })
+            }
+        };
+        let mut sum = 0_i128;
+        for &(column, delta) in deltas {
+            if let Some(slot) = row.deltas.get_mut(column) {
+                // Checked above.
+                *slot = slot.saturating_add(delta);
+                sum += i128::from(delta);
+            }
+        }
+        stripe.adds += 1;
+        stripe.delta_sum += sum;
+        Ok(())
+    }
+
+    /// Adds every row of `adds`, or none of them.
+    pub fn add(&self, adds: &[RowAdd]) -> Result<(), Refused> {
+        let stripe = &self.stripes[thread_stripe() % self.stripes.len()];
+        let mut stripe = stripe.lock();
+        if self.closed.load(Ordering::Acquire) {
+            return Err(Refused::Closed);
+        }
+        // Check everything first: the sums, and the budget for the new rows.
+        let (mut new_rows, mut new_bytes) = (0, 0);
+        for (i, add) in adds.iter().enumerate() {
+            let earlier = adds[..i].iter().filter(|a| a.key == add.key);
+            let existing = stripe.rows.get(&add.key);
+            if existing.is_none() && adds[..i].iter().all(|a| a.key != add.key) {
+                new_rows += 1;
+                new_bytes += row_bytes(&add.key, add.columns);
+            }
+            for &(column, delta) in &add.deltas {
+                let mut sum =
+                    existing.map_or(0, |row| row.deltas.get(column).copied().unwrap_or(0));
+                for a in earlier.clone() {
+                    for &(c, d) in &a.deltas {
+                        if c == column {
+                            sum = sum.checked_add(d).ok_or(Refused::Overflow)?;
+                        }
+                    }
+                }
+                sum.checked_add(delta).ok_or(Refused::Overflow)?;
+            }
+        }
+        if new_rows > 0 {
+            self.reserve(new_rows, new_bytes)?;
+        }
+        for add in adds {
+            if !stripe.rows.contains_key(&add.key) {
+                let row = PendingRow {
+                    deltas: vec![0; add.columns].into_boxed_slice(),
+                    requeued_since: 0,
+                };
+                stripe.rows.insert(add.key.clone(), row);
+            }
+            let Some(row) = stripe.rows.get_mut(&add.key) else {
+                continue;
+            };
+            let mut sum = 0_i128;
+            for &(column, delta) in &add.deltas {
+                if let Some(slot) = row.deltas.get_mut(column) {
+                    // Checked above.
+                    *slot = slot.saturating_add(delta);
+                    sum += i128::from(delta);
+                }
+            }
+            stripe.adds += 1;
+            stripe.delta_sum += sum;
+        }
+        Ok(())
+    }
+
+    fn reserve(&self, rows: usize, bytes: usize) -> Result<(), Refused> {
+        let before_rows = self.rows.fetch_add(rows, Ordering::Relaxed);
+        let before_bytes = self.bytes.fetch_add(bytes, Ordering::Relaxed);
+        if before_rows + rows > self.max_rows || before_bytes + bytes > self.max_bytes {
+            self.rows.fetch_sub(rows, Ordering::Relaxed);
+            self.bytes.fetch_sub(bytes, Ordering::Relaxed);
+            return Err(Refused::Full);
+        }
+        Ok(())
+    }
+
+    /// Takes every buffered row, summing a row held by several stripes.
+    pub fn drain(&self) -> Drained {
+        let mut rows: Vec<(Box<[u8]>, PendingRow)> = Vec::new();
+        let mut at: HashMap<Box<[u8]>, usize, foldhash::fast::RandomState> = HashMap::default();
+        for stripe in self.stripes.iter() {
+            let taken = std::mem::take(&mut stripe.lock().rows);
+            for (key, row) in taken {
+                self.release(&key, row.deltas.len());
+                // Two stripes' sums of one row can only leave the i64 range together if
+                // the row's total does: then they stay two entries (two requests), never
+                // a wrapped sum.
+                match at.get(&key) {
+                    Some(&i) if add_row(&mut rows[i].1, &row).is_ok() => {}
+                    _ => {
+                        at.insert(key.clone(), rows.len());
+                        rows.push((key, row));
+                    }
+                }
+            }
+        }
+        Drained { rows }
+    }
+
+    fn release(&self, key: &[u8], columns: usize) {
+        self.rows.fetch_sub(1, Ordering::Relaxed);
+        self.bytes
+            .fetch_sub(row_bytes(key, columns), Ordering::Relaxed);
+    }
+
+    /// Puts rows that definitely were not applied back, first failure at `now_unix_secs`
+    /// unless they failed before. Outside the budget: they were counted in before. Returns
+    /// the rows that could not be merged (a sum leaving the i64 range).
+    pub fn requeue(
+        &self,
+        rows: Vec<(Box<[u8]>, PendingRow)>,
+        now_unix_secs: u32,
+    ) -> Vec<(Box<[u8]>, PendingRow)> {
+        let mut refused = Vec::new();
+        let mut stripe = self.stripes[0].lock();
+        for (key, mut row) in rows {
+            if row.requeued_since == 0 {
+                row.requeued_since = now_unix_secs.max(1);
+            }
+            match stripe.rows.get_mut(&key) {
+                Some(into) => {
+                    if add_row(into, &row).is_err() {
+                        refused.push((key, row));
+                    } else if into.requeued_since == 0 || into.requeued_since > row.requeued_since {
+                        into.requeued_since = row.requeued_since;
+                    }
+                }
+                None => {
+                    self.rows.fetch_add(1, Ordering::Relaxed);
+                    self.bytes
+                        .fetch_add(row_bytes(&key, row.deltas.len()), Ordering::Relaxed);
+                    stripe.rows.insert(key, row);
+                }
+            }
+        }
+        refused
+    }
+
+    /// Refuses every later add; the next drain is the last one with anything in it.
+    pub fn close(&self) {
+        // Under each lock, so an add either finished before or sees the flag.
+        for stripe in self.stripes.iter() {
+            let _held = stripe.lock();
+            self.closed.store(true, Ordering::Release);
+        }
+    }
+
+    /// Rows pending.
+    pub fn pending_rows(&self) -> usize {
+        self.rows.load(Ordering::Relaxed)
+    }
+
+    /// The signed sum of every pending delta.
+    pub fn pending_sum(&self) -> i128 {
+        self.stripes
+            .iter()
+            .map(|stripe| {
+                let stripe = stripe.lock();
+                stripe
+                    .rows
+                    .values()
+                    .flat_map(|row| row.deltas.iter())
+                    .map(|d| i128::from(*d))
+                    .sum::<i128>()
+            })
+            .sum()
+    }
+
+    /// Adds accepted so far, and the signed sum of their deltas.
+    pub fn accepted(&self) -> (u64, i128) {
+        self.stripes.iter().fold((0, 0), |(adds, sum), stripe| {
+            let stripe = stripe.lock();
+            (adds + stripe.adds, sum + stripe.delta_sum)
+        })
+    }
+}
+
+/// Adds `row`'s deltas into `into`, all or nothing.
+fn add_row(into: &mut PendingRow, row: &PendingRow) -> Result<(), ()> {
+    if into.deltas.len() != row.deltas.len() {
+        return Err(());
+    }
+    let sums: Option<Vec<i64>> = into
+        .deltas
+        .iter()
+        .zip(row.deltas.iter())
+        .map(|(a, b)| a.checked_add(*b))
+        .collect();
+    into.deltas = sums.ok_or(())?.into_boxed_slice();
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn add(key: &[u8], deltas: &[(usize, i64)]) -> RowAdd {
+        RowAdd {
+            key: key.into(),
+            columns: 2,
+            deltas: deltas.to_vec(),
+        }
+    }
+
+    #[test]
+    fn adds_sum_per_row_and_column_and_a_drain_takes_them_all() {
+        let buffer = Buffer::new(4, 100, 1 << 20);
+        buffer.add(&[add(b"a", &[(0, 1)])]).unwrap();
+        buffer.add(&[add(b"a", &[(0, 2), (1, -5)])]).unwrap();
+        buffer.add(&[add(b"b", &[(1, 7)])]).unwrap();
+        assert_eq!(buffer.pending_rows(), 2);
+        assert_eq!(buffer.accepted(), (3, 5));
+        let mut rows = buffer.drain().rows;
+        rows.sort_by(|a, b| a.0.cmp(&b.0));
+        assert_eq!(rows[0].1.deltas.as_ref(), [3, -5]);
+        assert_eq!(rows[1].1.deltas.as_ref(), [0, 7]);
+        assert_eq!(buffer.pending_rows(), 0);
+        assert!(buffer.drain().rows.is_empty());
+    }
+
+    #[test]
+    fn a_full_budget_or_an_overflow_refuses_the_whole_add() {
+        let buffer = Buffer::new(1, 2, 1 << 20);
+        buffer.add(&[add(b"a", &[(0, 1)])]).unwrap();
+        assert_eq!(
+            buffer.add(&[add(b"b", &[(0, 1)]), add(b"c", &[(0, 1)])]),
+            Err(Refused::Full)
+        );
+        assert_eq!(buffer.pending_rows(), 1);
+        assert_eq!(
+            buffer.add(&[add(b"b", &[(0, 1)]), add(b"a", &[(0, i64::MAX)])]),
+            Err(Refused::Overflow)
+        );
+        // Two statements of one batch on the same row overflow together.
+        assert_eq!(
+            buffer.add(&[add(b"b", &[(0, i64::MAX)]), add(b"b", &[(0, 1)])]),
+            Err(Refused::Overflow)
+        );
+        assert_eq!(buffer.accepted(), (1, 1));
+        buffer
+            .add(&[add(b"b", &[(0, 1)]), add(b"b", &[(0, 1)])])
+            .unwrap();
+        assert_eq!(buffer.pending_rows(), 2);
+    }
+
+    #[test]
+    fn requeued_rows_merge_with_new_adds_and_keep_their_first_failure() {
+        let buffer = Buffer::new(2, 10, 1 << 20);
+        buffer.add(&[add(b"a", &[(0, 1)])]).unwrap();
+        let drained = buffer.drain().rows;
+        buffer.add(&[add(b"a", &[(0, 10)])]).unwrap();
+        assert!(buffer.requeue(drained, 1000).is_empty());
+        let again = buffer.drain().rows;
+        assert_eq!(again.len(), 1);
+        assert_eq!(again[0].1.deltas.as_ref(), [11, 0]);
+        assert_eq!(again[0].1.requeued_since, 1000);
+        assert!(buffer.requeue(again, 2000).is_empty());
+        assert_eq!(buffer.drain().rows[0].1.requeued_since, 1000);
+    }
+
+    #[test]
+    fn a_single_add_sums_into_its_row_or_refuses_whole() {
+        let buffer = Buffer::new(2, 1, 1 << 20);
+        buffer.add_one(b"a", 2, &[(0, 1), (1, 2)]).unwrap();
+        buffer.add_one(b"a", 2, &[(0, 1)]).unwrap();
+        assert_eq!(buffer.add_one(b"b", 2, &[(0, 1)]), Err(Refused::Full));
+        assert_eq!(
+            buffer.add_one(b"a", 2, &[(1, 1), (0, i64::MAX)]),
+            Err(Refused::Overflow)
+        );
+        assert_eq!(buffer.accepted(), (2, 4));
+        assert_eq!(buffer.drain().rows[0].1.deltas.as_ref(), [2, 2]);
+        buffer.close();
+        assert_eq!(buffer.add_one(b"a", 2, &[(0, 1)]), Err(Refused::Closed));
+    }
+
+    #[test]
+    fn after_close_every_add_is_refused() {
+        let buffer = Buffer::new(2, 10, 1 << 20);
+        buffer.close();
+        assert_eq!(buffer.add(&[add(b"a", &[(0, 1)])]), Err(Refused::Closed));
+    }
+}

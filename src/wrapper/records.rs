@@ -1,0 +1,193 @@
+//! The records of flushed rows that did not simply apply, and the files they go to.
+//!
+//! One JSON object per line, in the state directory beside the sidecar's logs (the same
+//! rotation and size limits, `state.max_log_bytes` and `state.max_log_files`):
+//!
+//! | file | what |
+//! |---|---|
+//! | `wrapper_unknown.jsonl` | may or may not have applied: never re-sent, reconcile by hand |
+//! | `wrapper_rejected.jsonl` | refused by the store for good |
+//! | `wrapper_unsent.jsonl` | definitely not applied, and no later flush will send it (the final flush could not, or its sum left the i64 range): apply by hand if wanted |
+//!
+//! A record names the request (`writer/incarnation/flush/request`), the table, the key as
+//! CQL literals, and every non-zero delta, so a row can be checked against the store and
+//! applied by hand with one UPDATE.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use scylla::cluster::metadata::ColumnType;
+use scylla::deserialize::FrameSlice;
+use scylla::deserialize::value::DeserializeValue;
+use scylla::value::CqlValue;
+use serde::{Deserialize, Serialize};
+
+use crate::config::StateConfig;
+use crate::state::JsonlLog;
+
+use super::buffer::PendingRow;
+use super::recognize::TableShape;
+
+/// Why a row is recorded: the file it goes to follows from it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum WrapperOutcome {
+    /// `wrapper_unknown.jsonl`.
+    Unknown,
+    /// `wrapper_rejected.jsonl`.
+    Rejected,
+    /// `wrapper_unsent.jsonl`.
+    Unsent,
+}
+
+impl WrapperOutcome {
+    /// Every outcome, in file order.
+    pub const ALL: [WrapperOutcome; 3] = [
+        WrapperOutcome::Unknown,
+        WrapperOutcome::Rejected,
+        WrapperOutcome::Unsent,
+    ];
+
+    /// Its file in the state directory.
+    pub fn file_name(self) -> &'static str {
+        match self {
+            WrapperOutcome::Unknown => "wrapper_unknown.jsonl",
+            WrapperOutcome::Rejected => "wrapper_rejected.jsonl",
+            WrapperOutcome::Unsent => "wrapper_unsent.jsonl",
+        }
+    }
+}
+
+/// One recorded row.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WrapperRecord {
+    /// When, RFC 3339 UTC.
+    pub time: String,
+    /// `writer/incarnation/flush/request`.
+    pub request_id: String,
+    /// The row's position in its request.
+    pub row: u16,
+    /// Why it is here.
+    pub outcome: WrapperOutcome,
+    /// `keyspace.table`.
+    pub table: String,
+    /// Key column → value as a CQL literal.
+    pub key: BTreeMap<String, String>,
+    /// Counter column → delta (non-zero only).
+    pub deltas: BTreeMap<String, i64>,
+    /// The error kind (`write_timeout`, `cancelled_at_deadline`, ...), when there was one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error_kind: Option<String>,
+    /// The error text.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+/// A key value as a CQL literal (hex bytes if it does not decode as its column's type).
+pub fn literal(typ: &ColumnType<'_>, bytes: &[u8]) -> String {
+    match CqlValue::type_check(typ)
+        .ok()
+        .and_then(|()| CqlValue::deserialize(typ, Some(FrameSlice::new_borrowed(bytes))).ok())
+    {
+        Some(value) => value.to_string(),
+        None => {
+            let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+            format!("0x{hex}")
+        }
+    }
+}
+
+/// The record of `row` of `table`, at `time` (RFC 3339).
+#[allow(clippy::too_many_arguments)]
+pub fn record(
+    table: &TableShape,
+    key: &[&[u8]],
+    row: &PendingRow,
+    position: u16,
+    request_id: &str,
+    outcome: WrapperOutcome,
+    error: Option<&crate::sink::WriteError>,
+    time: &str,
+) -> WrapperRecord {
+    WrapperRecord {
+        time: time.to_owned(),
+        request_id: request_id.to_owned(),
+        row: position,
+        outcome,
+        table: table.qualified_name(),
+        key: table
+            .key_columns()
+            .zip(key.iter().zip(&table.key_types))
+            .map(|(column, (bytes, typ))| (column.to_owned(), literal(typ, bytes)))
+            .collect(),
+        deltas: table
+            .counters
+            .iter()
+            .zip(row.deltas.iter())
+            .filter(|(_, d)| **d != 0)
+            .map(|(c, d)| (c.clone(), *d))
+            .collect(),
+        error_kind: error.map(|e| e.kind.to_owned()),
+        error: error.map(|e| e.text.clone()),
+    }
+}
+
+/// The three logs.
+pub struct Logs {
+    logs: [JsonlLog; 3],
+}
+
+impl Logs {
+    /// Opens (creating) the logs in `dir`.
+    pub fn open(dir: &Path, state: &StateConfig) -> std::io::Result<Logs> {
+        let open = |outcome: WrapperOutcome| {
+            JsonlLog::open(
+                dir.join(outcome.file_name()),
+                state.max_log_bytes,
+                state.max_log_files,
+            )
+        };
+        Ok(Logs {
+            logs: [
+                open(WrapperOutcome::Unknown)?,
+                open(WrapperOutcome::Rejected)?,
+                open(WrapperOutcome::Unsent)?,
+            ],
+        })
+    }
+
+    /// Appends `records` to the log of their outcome and syncs it; the error if that failed.
+    pub fn append(
+        &mut self,
+        outcome: WrapperOutcome,
+        records: &[WrapperRecord],
+    ) -> std::io::Result<()> {
+        let log = &mut self.logs[outcome as usize];
+        log.rotate_if_full()?;
+        for record in records {
+            log.append(record)?;
+        }
+        log.sync()
+    }
+
+    /// The path of one log.
+    pub fn path(&self, outcome: WrapperOutcome) -> &Path {
+        self.logs[outcome as usize].path()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use scylla::cluster::metadata::NativeType;
+
+    #[test]
+    fn key_values_print_as_cql_literals() {
+        let text = ColumnType::Native(NativeType::Text);
+        assert_eq!(literal(&text, b"it's"), "'it''s'");
+        let int = ColumnType::Native(NativeType::Int);
+        assert_eq!(literal(&int, &7_i32.to_be_bytes()), "7");
+        assert_eq!(literal(&int, &[1, 2]), "0x0102");
+    }
+}
