@@ -9,6 +9,8 @@
 pub const GENERIC: &str = include_str!("../cql/generic.cql");
 /// `cql/family.cql`: tables of a configured family.
 pub const FAMILY: &str = include_str!("../cql/family.cql");
+/// `cql/totals.cql`: tables and write of `writer_totals` families.
+pub const TOTALS: &str = include_str!("../cql/totals.cql");
 /// `cql/statements.cql`: the counter UPDATE and the read path's SELECT.
 pub const STATEMENTS: &str = include_str!("../cql/statements.cql");
 /// `cql/key_index.cql`: the key index table and its statements.
@@ -94,6 +96,9 @@ mod tests {
             (FAMILY, "create_family_minute"),
             (FAMILY, "create_family_day"),
             (STATEMENTS, "counter_update"),
+            (TOTALS, "create_totals_minute"),
+            (TOTALS, "create_totals_day"),
+            (TOTALS, "totals_insert"),
             (STATEMENTS, "select_partition"),
             (STATEMENTS, "scan_table"),
             (STATEMENTS, "delete_partition"),

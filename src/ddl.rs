@@ -3,9 +3,9 @@
 
 use std::collections::BTreeSet;
 
-use crate::config::{Config, ConfigError};
-use crate::cql_text::{self, EXACT, FAMILY, GENERIC, KEY_INDEX, LEADERBOARD};
-use crate::family::{Families, TableName};
+use crate::config::{Config, ConfigError, CountingMode};
+use crate::cql_text::{self, EXACT, FAMILY, GENERIC, KEY_INDEX, LEADERBOARD, TOTALS};
+use crate::family::{Families, FamilyDef, TableName};
 use crate::layout::{Role, TableLayout};
 use crate::vocabulary::Granularity;
 
@@ -46,10 +46,14 @@ pub fn statements(config: &Config, replication: &str) -> Result<Vec<String>, Con
         })
         .collect();
     for family in families.iter() {
+        if family.is_generic() && !families.generic_enabled() {
+            continue;
+        }
+        if family.mode == CountingMode::WriterTotals {
+            out.extend(totals_tables(family));
+            continue;
+        }
         if family.is_generic() {
-            if !families.generic_enabled() {
-                continue;
-            }
             let values = [
                 ("keyspace", family.minute_table.keyspace.as_str()),
                 ("minute_table", family.minute_table.table.as_str()),
@@ -109,6 +113,37 @@ pub fn statements(config: &Config, replication: &str) -> Result<Vec<String>, Con
     }
     out.extend(operation_tables(config, &index_table));
     Ok(out)
+}
+
+/// The two tables of a `writer_totals` family (the generic one included): key columns,
+/// bucket columns, `writer text`, one `bigint` per value column.
+fn totals_tables(family: &FamilyDef) -> [String; 2] {
+    let minute = TableLayout::of(family, Granularity::Minute);
+    let day = TableLayout::of(family, Granularity::Day);
+    let columns: String = minute
+        .key_columns()
+        .filter(|(_, role)| matches!(role, Role::Key(_)))
+        .map(|(name, role)| format!("    {name} {},\n", TableLayout::default_type(*role)))
+        .collect();
+    let values: String = family
+        .columns
+        .iter()
+        .map(|c| format!("    {c} {},\n", minute.value_type()))
+        .collect();
+    let (minute_table, day_table) = (minute.table.to_string(), day.table.to_string());
+    let (minute_key, day_key) = (minute.primary_key_text(), day.primary_key_text());
+    let values = [
+        ("minute_table", minute_table.as_str()),
+        ("day_table", day_table.as_str()),
+        ("column_definitions", columns.trim_end_matches('\n')),
+        ("value_definitions", values.trim_end_matches('\n')),
+        ("minute_primary_key", minute_key.as_str()),
+        ("day_primary_key", day_key.as_str()),
+    ];
+    [
+        cql_text::statement(TOTALS, "create_totals_minute", &values),
+        cql_text::statement(TOTALS, "create_totals_day", &values),
+    ]
 }
 
 /// The regular tables of the operator features a configuration turns on: the key index
@@ -171,6 +206,45 @@ mod tests {
             !all.iter()
                 .any(|s| s.contains('{') && !s.contains("replication")),
             "{all:?}"
+        );
+    }
+
+    /// Modes mix: a counter family beside `writer_totals` ones (the generic family too).
+    #[test]
+    fn writer_totals_tables_have_bigint_values_and_a_writer_column() {
+        let mut config = Config::default();
+        config.generic.mode = CountingMode::WriterTotals;
+        config.families.push(FamilyConfig {
+            mode: CountingMode::WriterTotals,
+            ..FamilyConfig::seed_views()
+        });
+        config.families.push(FamilyConfig {
+            name: "counted".into(),
+            minute_table: "metrics.c_by_minute".into(),
+            day_table: "metrics.c_by_day".into(),
+            columns: [("c.views".to_string(), "views".to_string())].into(),
+            ..FamilyConfig::seed_views()
+        });
+        let all = statements(&config, DEV_REPLICATION).unwrap();
+        assert_eq!(
+            all.len(),
+            8,
+            "two keyspaces, three families of two tables: {all:?}"
+        );
+        assert_eq!(
+            all[2],
+            "CREATE TABLE IF NOT EXISTS countersink.counts_by_minute (\n    name text,\n    tags text,\n    day    date,\n    minute smallint,\n    writer text,\n    value bigint,\n    PRIMARY KEY ((name, tags, day), minute, writer)\n)"
+        );
+        assert!(
+            all[5].contains("views bigint")
+                && all[5].contains("PRIMARY KEY ((page_id, month), day, writer)"),
+            "{}",
+            all[5]
+        );
+        assert!(
+            all[6].contains("views counter") && !all[6].contains("writer"),
+            "{}",
+            all[6]
         );
     }
 

@@ -7,7 +7,7 @@
 
 use std::collections::HashMap;
 
-use crate::config::{Config, ConfigError, ConsistencyLevel, ShardPlacement};
+use crate::config::{Config, ConfigError, ConsistencyLevel, CountingMode, ShardPlacement};
 use crate::line::{self, CounterLine, InvalidReason, Tag};
 use crate::series;
 use crate::vocabulary::FamilyId;
@@ -99,6 +99,8 @@ pub struct FamilyDef {
     pub sharding: Option<Sharding>,
     /// Whether the family keeps exact totals in the delta ledger (`exact = true`).
     pub exact: bool,
+    /// How its tables count: counter deltas, or each writer's running totals.
+    pub mode: CountingMode,
 }
 
 impl FamilyDef {
@@ -384,6 +386,7 @@ impl Families {
             columns: vec!["value".into()],
             sharding: None,
             exact: config.generic.enabled && config.generic.exact,
+            mode: config.generic.mode,
         }];
         let mut by_metric = HashMap::default();
         for (index, family) in config.families.iter().enumerate() {
@@ -415,6 +418,7 @@ impl Families {
                     column: family.shard_column.clone(),
                 }),
                 exact: family.exact,
+                mode: family.mode,
             });
         }
         let exact = defs
@@ -469,6 +473,18 @@ impl Families {
     /// The exact tables' settings, when any family keeps exact totals.
     pub fn exact_tables(&self) -> Option<&ExactTables> {
         self.exact.as_ref()
+    }
+
+    /// How `family` counts.
+    pub fn mode(&self, family: FamilyId) -> CountingMode {
+        self.get(family).mode
+    }
+
+    /// Whether any family (the generic one only when enabled) uses `mode`.
+    pub fn any_in(&self, mode: CountingMode) -> bool {
+        self.defs
+            .iter()
+            .any(|f| f.mode == mode && (!f.is_generic() || self.generic_enabled))
     }
 
     /// Whether counters matching no configured family are kept.

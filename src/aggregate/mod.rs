@@ -178,6 +178,18 @@ impl Aggregator {
         refused
     }
 
+    /// Claims room for one row of `bytes` held outside the stripes (a running total of a
+    /// `writer_totals` family, see `crate::totals`), within the limits: one budget covers
+    /// pending rows and held totals.
+    pub fn reserve_held(&self, bytes: usize) -> Result<(), DropReason> {
+        self.budget.try_reserve(bytes)
+    }
+
+    /// Returns room claimed with [`Aggregator::reserve_held`].
+    pub fn release_held(&self, rows: usize, bytes: usize) {
+        self.budget.release(rows, bytes);
+    }
+
     /// Counters summed over all stripes.
     pub fn counters(&self) -> Counters {
         let mut total = Counters::default();

@@ -356,6 +356,30 @@ impl Default for StateConfig {
     }
 }
 
+/// How a family's tables count.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Deserialize, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CountingMode {
+    /// Counter tables: each flush adds one delta per row (`c = c + ?`). Cheap to read; a
+    /// write whose outcome is unknown is logged and never re-sent. The default.
+    #[default]
+    Counter,
+    /// Regular tables with `bigint` columns and a `writer` clustering column (seed 002):
+    /// each writer writes the running absolute total of its own rows `USING TIMESTAMP`,
+    /// so every write is idempotent and is retried until it applies; reads sum the writers.
+    WriterTotals,
+}
+
+impl CountingMode {
+    /// The configuration value: `counter` or `writer_totals`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CountingMode::Counter => "counter",
+            CountingMode::WriterTotals => "writer_totals",
+        }
+    }
+}
+
 /// `[generic]`: the zero-configuration family.
 #[derive(Clone, Debug, PartialEq, Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields)]
@@ -363,13 +387,19 @@ pub struct GenericConfig {
     /// Whether counters that match no configured family are kept (in the generic
     /// tables) or dropped (`reason="unconfigured"`). Default `true`.
     pub enabled: bool,
-    /// Minute table: `((name, tags, day), minute) value counter`. Default `"counts_by_minute"`.
+    /// Minute table: `((name, tags, day), minute) value counter` (with `writer_totals`:
+    /// `((name, tags, day), minute, writer) value bigint`). Default `"counts_by_minute"`.
     pub minute_table: String,
-    /// Day table: `((name, tags, month), day) value counter`. Default `"counts_by_day"`.
+    /// Day table: `((name, tags, month), day) value counter` (with `writer_totals`:
+    /// `((name, tags, month), day, writer) value bigint`). Default `"counts_by_day"`.
     pub day_table: String,
     /// Keep exact totals of the generic family beside its counters (see `[exact]`).
     /// Default `false`.
     pub exact: bool,
+    /// How the generic tables count: `"counter"` or `"writer_totals"`. The two need
+    /// tables of different shapes: switching an existing deployment needs new tables
+    /// (other names, or another keyspace). Default `"counter"`.
+    pub mode: CountingMode,
 }
 
 impl Default for GenericConfig {
@@ -379,6 +409,7 @@ impl Default for GenericConfig {
             minute_table: "counts_by_minute".into(),
             day_table: "counts_by_day".into(),
             exact: false,
+            mode: CountingMode::Counter,
         }
     }
 }
@@ -415,6 +446,11 @@ pub struct FamilyConfig {
     /// the delta ledger before the counter writes that carry it (see `[exact]`).
     /// Default `false`.
     pub exact: bool,
+    /// How the family's tables count: `"counter"` (counter columns, one delta per row
+    /// per flush) or `"writer_totals"` (`bigint` columns and a `writer` clustering
+    /// column: each writer's running total, written idempotently; no sharding, since
+    /// writers never share a cell). Default `"counter"`.
+    pub mode: CountingMode,
 }
 
 impl Default for FamilyConfig {
@@ -429,6 +465,7 @@ impl Default for FamilyConfig {
             shard_placement: ShardPlacement::Partition,
             shard_column: "shard".into(),
             exact: false,
+            mode: CountingMode::Counter,
         }
     }
 }

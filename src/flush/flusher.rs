@@ -17,6 +17,7 @@ use crate::state::{
     WriteRecord,
 };
 use crate::test_hooks::crash_point;
+use crate::totals::{Totals, TotalsReport};
 use crate::vocabulary::{DropReason, Granularity};
 
 use super::ledger_gate::LedgerGate;
@@ -50,6 +51,8 @@ pub struct FlushReport {
     pub spilled: usize,
     /// Requests that could not be spilled (the spill full, or failing): dropped, counted.
     pub dropped: usize,
+    /// What the `writer_totals` families' writes did (not counted above).
+    pub totals: TotalsReport,
 }
 
 impl FlushReport {
@@ -87,6 +90,9 @@ pub struct Flusher<S> {
     /// The delta ledger's gate, when a family keeps exact totals (see
     /// [`super::ledger_gate`]).
     ledger_gate: Option<LedgerGate>,
+    /// The `writer_totals` families' path: their rows leave this one after the drain,
+    /// and their writes are the flush's second stage.
+    totals: Totals,
 }
 
 impl<S: Sink> Flusher<S> {
@@ -120,7 +126,10 @@ impl<S: Sink> Flusher<S> {
                 rejected_rows = recovery.rejected_rows,
                 dropped_rows = recovery.dropped_rows,
                 never_sent_rows = recovery.uncommitted_rows,
-                "Finished the flush the previous run was killed in: requests that may have been sent are in unknown.jsonl (in_flight_at_crash) and are never re-sent; requests that definitely were not applied were spilled for replay."
+                totals_rows = recovery.totals_rows,
+                totals_minute_sum = %recovery.totals_sums[0],
+                totals_day_sum = %recovery.totals_sums[1],
+                "Finished the flush the previous run was killed in: requests that may have been sent are in unknown.jsonl (in_flight_at_crash) and are never re-sent; requests that definitely were not applied were spilled for replay; writer_totals writes not known applied are written again (idempotent by their write time)."
             );
         }
         if recovery.dropped_rows > 0 {
@@ -150,12 +159,13 @@ impl<S: Sink> Flusher<S> {
     }
 
     /// A flusher on an open state directory. Spilled rows are replayed by the flushes, a
-    /// chunk at a time.
+    /// chunk at a time; spilled running totals (`writer_totals`) are loaded now and
+    /// written by the flushes.
     pub fn new(
         engine: Arc<Engine>,
         sink: Arc<S>,
         config: FlushConfig,
-        state: StateDir,
+        mut state: StateDir,
         ledger: Arc<Ledger>,
     ) -> Flusher<S> {
         let shard_seed = shard_seed(state.writer_id());
@@ -169,6 +179,7 @@ impl<S: Sink> Flusher<S> {
             .iter()
             .map(record_conversion::family_entry)
             .collect();
+        let totals = Totals::open(engine.clone(), &mut state, &config, &ledger);
         Flusher {
             engine,
             sink,
@@ -182,6 +193,7 @@ impl<S: Sink> Flusher<S> {
             lost: (0, [0, 0]),
             observers: Vec::new(),
             ledger_gate,
+            totals,
         }
     }
 
@@ -210,6 +222,11 @@ impl<S: Sink> Flusher<S> {
     /// The accounting ledger.
     pub fn ledger(&self) -> &Arc<Ledger> {
         &self.ledger
+    }
+
+    /// This incarnation's writer column in `writer_totals` tables.
+    pub fn totals_writer(&self) -> &str {
+        self.totals.writer()
     }
 
     /// Runs until shutdown is requested: flushes every interval (± jitter) and early when
@@ -269,7 +286,12 @@ impl<S: Sink> Flusher<S> {
             );
         }
         let (rows, sums) = self.pending();
-        let (lost_rows, lost_sums) = self.lost;
+        let (totals_lost_rows, totals_lost_sums) = self.totals.lost();
+        let lost_rows = self.lost.0 + totals_lost_rows;
+        let lost_sums = [
+            self.lost.1[0] + totals_lost_sums[0],
+            self.lost.1[1] + totals_lost_sums[1],
+        ];
         // A stop is clean only when nothing was lost: a final flush that could not spill
         // what it could not send reports those rows as lost at the next start.
         let clean = rows == 0 && lost_rows == 0;
@@ -294,6 +316,8 @@ impl<S: Sink> Flusher<S> {
         Duration::from_nanos(u64::try_from(nanos).unwrap_or(u64::MAX))
     }
 
+    /// One flush, in two stages: the counter families' writes, then the `writer_totals`
+    /// families' (see [`Flusher::flush_totals`]); each stage a group of the intent journal.
     async fn flush(&mut self, deadline: &mut Deadline, last: bool) -> FlushReport {
         let report = self.drain_and_send(deadline, last).await;
         if let Some(gate) = &mut self.ledger_gate {
@@ -306,6 +330,51 @@ impl<S: Sink> Flusher<S> {
 
     async fn drain_and_send(&mut self, deadline: &mut Deadline, last: bool) -> FlushReport {
         let started = Instant::now();
+        let mut report = self.flush_counters(deadline, last).await;
+        report.totals = self.flush_totals(deadline, last, report.writes).await;
+        self.ledger.count_flush(started.elapsed().as_secs_f64());
+        report
+    }
+
+    /// The `writer_totals` stage of a flush, when there is anything to write: its
+    /// requests are numbered after the `counter_writes` of the counter stage.
+    async fn flush_totals(
+        &mut self,
+        deadline: &mut Deadline,
+        last: bool,
+        counter_writes: usize,
+    ) -> TotalsReport {
+        if !self.totals.is_active() {
+            return TotalsReport::default();
+        }
+        let observers = &self.observers;
+        let report = self
+            .totals
+            .flush(
+                &*self.sink,
+                deadline,
+                &self.ledger,
+                &mut self.state,
+                self.seq,
+                u32::try_from(counter_writes).unwrap_or(u32::MAX),
+                last,
+                &|writes| {
+                    for observer in observers {
+                        observer.planned_totals(writes);
+                    }
+                },
+            )
+            .await;
+        if !last {
+            // The totals not yet applied after this stage: what a kill now loses.
+            self.write_pending_status();
+        }
+        report
+    }
+
+    /// The counter families' stage: drain (handing `writer_totals` rows to the totals
+    /// path), plan, group commit, send, settle.
+    async fn flush_counters(&mut self, deadline: &mut Deadline, last: bool) -> FlushReport {
         self.seq += 1;
         self.lost = (0, [0, 0]);
         let flush = FlushId {
@@ -329,17 +398,19 @@ impl<S: Sink> Flusher<S> {
             self.ledger
                 .update(g, |s| s.in_flight += drained_sums[g.index()]);
         }
+        // The one point where the flush splits by counting mode.
+        let rows_for_counters = self.totals.take(drained.into_rows(), &self.ledger);
         // The exact families' fresh rows wait here until their ledger rows are confirmed;
         // what the plan gets may include rows held by earlier flushes.
         let (admitted, planned_sums) = match &mut self.ledger_gate {
-            None => (Admitted::All(drained), drained_sums),
+            None => (rows_for_counters, drained_sums),
             Some(gate) => {
                 let before = gate.held().1;
                 let rows = gate
                     .admit(
                         &*self.sink,
                         &flush,
-                        drained.into_rows(),
+                        rows_for_counters,
                         self.config.max_in_flight,
                         deadline,
                         last,
@@ -347,14 +418,14 @@ impl<S: Sink> Flusher<S> {
                     .await;
                 let after = gate.held().1;
                 let sums = [0, 1].map(|i| drained_sums[i] + before[i] - after[i]);
-                (Admitted::Gated(rows), sums)
+                (rows, sums)
             }
         };
         let drained_sums = planned_sums;
         let families = self.engine.families();
         let (seed, seq) = (self.shard_seed, self.seq);
         let writes = plan::plan(
-            admitted.into_rows(),
+            admitted,
             PlanOptions {
                 max_batch_rows: self.config.max_batch_rows,
             },
@@ -369,16 +440,7 @@ impl<S: Sink> Flusher<S> {
             if let Err(error) = self.state.commit_replay(self.state.replay_loaded()) {
                 tracing::error!(%error, "Could not record the replay cursor.");
             }
-            return self.settle(
-                flush,
-                &time,
-                None,
-                Vec::new(),
-                rows,
-                drained_sums,
-                started,
-                last,
-            );
+            return self.settle(flush, &time, None, Vec::new(), rows, drained_sums, last);
         }
         crash_point("drained");
         // The group commit: every request of this flush, durable before the first send.
@@ -390,16 +452,7 @@ impl<S: Sink> Flusher<S> {
             Err(error) => {
                 tracing::error!(%error, writes = writes.len(), "Could not write the flush's intents to the journal; nothing is sent, the rows stay pending.");
                 let results = writes.into_iter().map(|w| (w, Sent::Held)).collect();
-                return self.settle(
-                    flush,
-                    &time,
-                    None,
-                    results,
-                    rows,
-                    drained_sums,
-                    started,
-                    last,
-                );
+                return self.settle(flush, &time, None, results, rows, drained_sums, last);
             }
         };
         crash_point("journal_committed");
@@ -415,16 +468,7 @@ impl<S: Sink> Flusher<S> {
         // Every outcome reaches the file before the settle step acts on any of them.
         self.state.journal_flush();
         crash_point("sent");
-        self.settle(
-            flush,
-            &time,
-            consumes,
-            results,
-            rows,
-            drained_sums,
-            started,
-            last,
-        )
+        self.settle(flush, &time, consumes, results, rows, drained_sums, last)
     }
 
     /// Decides (with [`settle::settle`]) and executes what becomes of every write, then
@@ -438,7 +482,6 @@ impl<S: Sink> Flusher<S> {
         results: Vec<(PartitionWrite, Sent)>,
         rows: usize,
         drained_sums: [i128; 2],
-        started: Instant,
         last: bool,
     ) -> FlushReport {
         let now = SystemTime::now();
@@ -514,7 +557,6 @@ impl<S: Sink> Flusher<S> {
         }
         crash_point("ended");
         self.ledger.set_spill_bytes(self.state.spill_bytes().0);
-        self.ledger.count_flush(started.elapsed().as_secs_f64());
         if report.writes > 0 {
             self.store_healthy = settle::store_answers(report.applied, report.requeued);
         }
@@ -668,20 +710,6 @@ impl<S: Sink> Flusher<S> {
         (kept_count, dropped.0)
     }
 
-    /// Rows in memory and the sums (minute, day) they owe: the buffer's, and those the
-    /// ledger gate holds.
-    fn pending(&self) -> (usize, [i128; 2]) {
-        let (rows, sums) = pending(&self.engine);
-        let (held, held_sums) = self
-            .ledger_gate
-            .as_ref()
-            .map_or((0, [0, 0]), LedgerGate::held);
-        (
-            rows + held,
-            [sums[0] + held_sums[0], sums[1] + held_sums[1]],
-        )
-    }
-
     /// Records what is pending in memory now in `status.json` (the lost-at-crash figure).
     fn write_pending_status(&self) {
         let (pending_rows, pending_sums) = self.pending();
@@ -693,29 +721,31 @@ impl<S: Sink> Flusher<S> {
         }
     }
 
+    /// Pending rows and the delta sums they owe the minute and day tables: what the
+    /// buffer holds, the running totals not known applied (`writer_totals`), and the
+    /// rows the ledger gate holds (exact families).
+    fn pending(&self) -> (usize, [i128; 2]) {
+        let (rows, sums) = pending(&self.engine);
+        let (totals_rows, totals_sums) = self.totals.pending();
+        let (held, held_sums) = self
+            .ledger_gate
+            .as_ref()
+            .map_or((0, [0, 0]), LedgerGate::held);
+        (
+            rows + totals_rows + held,
+            [
+                sums[0] + totals_sums[0] + held_sums[0],
+                sums[1] + totals_sums[1] + held_sums[1],
+            ],
+        )
+    }
+
     /// `keyspace.table` of the table `write` goes to.
     fn table_name(&self, write: &PartitionWrite) -> String {
         let family = self.engine.families().get(write.family);
         match write.table {
             Granularity::Minute => family.minute_table.to_string(),
             Granularity::Day => family.day_table.to_string(),
-        }
-    }
-}
-
-/// The rows a flush plans: all it drained, or what the ledger gate let through.
-enum Admitted {
-    All(crate::aggregate::Drained),
-    Gated(Vec<(crate::aggregate::RowKey, crate::aggregate::Row)>),
-}
-
-impl Admitted {
-    fn into_rows(
-        self,
-    ) -> Box<dyn Iterator<Item = (crate::aggregate::RowKey, crate::aggregate::Row)>> {
-        match self {
-            Admitted::All(drained) => Box::new(drained.into_rows()),
-            Admitted::Gated(rows) => Box::new(rows.into_iter()),
         }
     }
 }

@@ -19,7 +19,11 @@
 //! - [`exact_outcomes`]: the exact families' unknown and rejected rows, queued for the
 //!   outcomes table (never holding a counter write).
 //! - [`observe`]: the hook after the drain ([`FlushObserver`]), which feeds the key index.
+//!
+//! Rows of `writer_totals` families leave this path right after the drain, for
+//! [`crate::totals`], which the flusher then runs after the counter writes.
 
+mod cutoff;
 pub mod exact_outcomes;
 pub mod flusher;
 pub mod ledger_gate;

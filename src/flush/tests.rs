@@ -306,6 +306,10 @@ impl Sink for Hang {
     async fn write(&self, _: &crate::sink::PartitionWrite) -> Outcome {
         std::future::pending().await
     }
+
+    async fn write_totals(&self, _: &crate::sink::TotalsWrite) -> Outcome {
+        std::future::pending().await
+    }
 }
 
 #[tokio::test]

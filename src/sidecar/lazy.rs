@@ -15,7 +15,7 @@ use tokio::sync::{OnceCell, watch};
 use crate::config::StoreConfig;
 use crate::sink::Sink;
 use crate::sink::cql::{CqlSink, CqlSinkError};
-use crate::sink::{Outcome, PartitionWrite, WriteError};
+use crate::sink::{Outcome, PartitionWrite, TotalsWrite, WriteError};
 
 /// The CQL sink once connected; "not connected" until then.
 #[derive(Clone, Default)]
@@ -83,6 +83,16 @@ impl Sink for LazyCqlSink {
     async fn write(&self, write: &PartitionWrite) -> Outcome {
         match self.inner.get() {
             Some(sink) => sink.write(write).await,
+            None => Outcome::NotAppliedTransient(WriteError::new(
+                "not_connected",
+                "no session to the store yet; nothing was sent",
+            )),
+        }
+    }
+
+    async fn write_totals(&self, write: &TotalsWrite) -> Outcome {
+        match self.inner.get() {
+            Some(sink) => sink.write_totals(write).await,
             None => Outcome::NotAppliedTransient(WriteError::new(
                 "not_connected",
                 "no session to the store yet; nothing was sent",

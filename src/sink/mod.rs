@@ -6,14 +6,16 @@
 //! the flusher's job and the same for every sink. The CQL sink is the product; the
 //! in-memory sink serves tests and benchmarks, and the logging sink a dry run.
 //!
-//! The contract's types live here, with the trait: [`write`](mod@write) (what is sent) and
-//! [`outcome`] (how it ended, and the closed set of outcome classes); [`exact`] holds the
-//! rows of the exact families' regular tables (the delta ledger, the outcomes table).
+//! The contract's types live here, with the trait: [`write`](mod@write) (what is sent),
+//! [`totals`] (what is sent for `writer_totals` families) and [`outcome`] (how it ended,
+//! and the closed set of outcome classes); [`exact`] holds the rows of the exact
+//! families' regular tables (the delta ledger, the outcomes table).
 
 pub mod cql;
 pub mod exact;
 pub mod memory;
 pub mod outcome;
+pub mod totals;
 pub mod write;
 
 use std::future::Future;
@@ -21,6 +23,7 @@ use std::future::Future;
 pub use self::exact::{LedgerRow, OutcomeRow};
 pub use self::memory::MemorySink;
 pub use self::outcome::{Outcome, OutcomeClass, WriteError};
+pub use self::totals::{TotalRow, TotalsWrite};
 pub use self::write::{PartitionWrite, RowDelta};
 
 /// A destination for flushed writes.
@@ -55,6 +58,10 @@ pub trait Sink: Send + Sync + 'static {
             ))
         }
     }
+    /// Sends one write of running totals (`writer_totals` families) and classifies its
+    /// outcome. The write is idempotent: the totals path sends it again after any outcome
+    /// but applied. Required, so that a sink wrapping another forwards it.
+    fn write_totals(&self, write: &TotalsWrite) -> impl Future<Output = Outcome> + Send;
 }
 
 /// A sink that only logs each write (at `info`) and reports it applied: a dry run that
@@ -73,6 +80,20 @@ impl Sink for LogSink {
             rows = write.rows.len(),
             delta_sum = %write.sum(),
             "Would write."
+        );
+        Outcome::Applied
+    }
+
+    async fn write_totals(&self, write: &TotalsWrite) -> Outcome {
+        let key: Vec<&str> = crate::series::fields(&write.series).collect();
+        tracing::info!(
+            family = write.family.0,
+            table = write.table.as_str(),
+            key = ?key,
+            writer = %write.writer,
+            timestamp = write.timestamp,
+            rows = write.rows.len(),
+            "Would write totals."
         );
         Outcome::Applied
     }

@@ -29,7 +29,9 @@ use crate::config::StateConfig;
 use crate::sink::PartitionWrite;
 use crate::test_hooks;
 
-pub use self::journal::{FamilyEntry, FlushGroup, FlushId, Journal, Settled};
+pub use self::journal::{
+    FamilyEntry, FlushGroup, FlushId, Journal, Settled, TotalsIntent, TotalsIntentRow,
+};
 pub use self::jsonl::JsonlLog;
 pub use self::record::{ErrorInfo, RecordOutcome, RecordSource, WriteRecord, records_of};
 pub use self::recovery::RecoveryReport;
@@ -329,6 +331,23 @@ impl StateDir {
         self.journal
             .begin(flush, time, consumes, families, writes)
             .map(|()| consumes)
+    }
+
+    /// The group commit of a flush's writes of running totals (`writer_totals`): a
+    /// group of its own, after the counter writes' group ended; closed with
+    /// [`StateDir::journal_end`] (it consumes no spill). Nothing of them may be sent
+    /// before this returns `Ok`.
+    pub fn journal_begin_totals(
+        &mut self,
+        flush: &FlushId,
+        time: &str,
+        families: &[FamilyEntry],
+        intents: &[TotalsIntent],
+    ) -> io::Result<()> {
+        if !self.journal_enabled {
+            return Ok(());
+        }
+        self.journal.begin_totals(flush, time, families, intents)
     }
 
     /// Records how a request ended (buffered; see [`StateDir::journal_flush`]).

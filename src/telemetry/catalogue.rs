@@ -39,7 +39,6 @@ impl MetricDef {
         IntGauge::with_opts(self.opts()).expect(VALID)
     }
 
-    #[cfg_attr(not(feature = "sidecar"), allow(dead_code))]
     pub(crate) fn int_gauge_vec(&self) -> IntGaugeVec {
         IntGaugeVec::new(self.opts(), self.labels).expect(VALID)
     }
@@ -182,6 +181,12 @@ pub const PREVIOUS_STOP_PENDING_ROWS: MetricDef = MetricDef {
     help: "Rows the previous run held in memory at its last flush when it stopped without a clean shutdown: a lower bound of the rows it lost. 0 after a clean stop.",
     labels: &[],
 };
+/// `countersink_writer_totals_rows{state}`.
+pub const WRITER_TOTALS_ROWS: MetricDef = MetricDef {
+    name: "countersink_writer_totals_rows",
+    help: "Running totals of writer_totals families after the last flush, by state: held (in memory, counted against the pending limits) and unwritten (held rows whose newest total the store may lack: retried until applied).",
+    labels: &["state"],
+};
 
 /// `countersink_previous_stop_pending_delta_sum{granularity}`.
 pub const PREVIOUS_STOP_PENDING_DELTA_SUM: MetricDef = MetricDef {
@@ -275,7 +280,7 @@ pub const LEADERBOARD_RUNS: MetricDef = MetricDef {
 };
 
 /// What the engine and the flusher export, in every build.
-pub const ENGINE_METRICS: [MetricDef; 21] = [
+pub const ENGINE_METRICS: [MetricDef; 22] = [
     LINES_RECEIVED,
     LINES_INVALID,
     LINES_IGNORED,
@@ -297,6 +302,7 @@ pub const ENGINE_METRICS: [MetricDef; 21] = [
     OUTCOME_RECORDS_LOST,
     PREVIOUS_STOP_UNCLEAN,
     PREVIOUS_STOP_PENDING_ROWS,
+    WRITER_TOTALS_ROWS,
 ];
 
 /// What the sidecar's receivers export besides.

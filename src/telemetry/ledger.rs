@@ -53,6 +53,9 @@ pub struct Ledger {
     spill_bytes: Mutex<u64>,
     /// Time per flush, from drain to the last outcome recorded.
     pub(crate) flush_duration: Histogram,
+    /// Running totals of `writer_totals` families held in memory, and of those the ones
+    /// the store may lack, after the last flush.
+    totals_rows: Mutex<(u64, u64)>,
     /// The delta ledger (exact families): its write requests by outcome class, and what
     /// waits for it.
     exact: Mutex<ExactLedgerCounts>,
@@ -83,6 +86,7 @@ impl Default for Ledger {
             spill_bytes: Mutex::default(),
             flush_duration: catalogue::FLUSH_DURATION.histogram(&catalogue::FLUSH_DURATION_BUCKETS),
             exact: Mutex::default(),
+            totals_rows: Mutex::default(),
         }
     }
 }
@@ -189,6 +193,15 @@ impl Ledger {
 
     pub(crate) fn set_spill_bytes(&self, bytes: u64) {
         *self.spill_bytes.lock() = bytes;
+    }
+
+    /// Running totals held in memory, and those the store may lack (`writer_totals`).
+    pub fn totals_rows(&self) -> (u64, u64) {
+        *self.totals_rows.lock()
+    }
+
+    pub(crate) fn set_totals_rows(&self, held: u64, unwritten: u64) {
+        *self.totals_rows.lock() = (held, unwritten);
     }
 
     /// The delta ledger's counts now.

@@ -29,7 +29,7 @@ use countersink::ddl;
 use countersink::engine::Engine;
 use countersink::flush::Flusher;
 use countersink::sink::cql::CqlSink;
-use countersink::sink::{Outcome, PartitionWrite, Sink};
+use countersink::sink::{Outcome, PartitionWrite, Sink, TotalsWrite};
 use countersink::telemetry::{Accounting, Ledger};
 use countersink::vocabulary::Granularity;
 use futures_util::TryStreamExt;
@@ -100,6 +100,11 @@ impl Sink for Observed {
             outcome: outcome.clone(),
         });
         outcome
+    }
+
+    /// This run's families count with counters; a totals write is forwarded unrecorded.
+    async fn write_totals(&self, write: &TotalsWrite) -> Outcome {
+        self.inner.write_totals(write).await
     }
 }
 

@@ -24,4 +24,5 @@ mod shards;
 mod sidecar;
 #[cfg(feature = "tls")]
 mod tls;
+mod totals;
 mod wrapper;

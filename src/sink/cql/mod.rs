@@ -1,4 +1,5 @@
-//! The CQL sink: counter writes through the `scylla` driver.
+//! The CQL sink: counter writes through the `scylla` driver (and, for `writer_totals`
+//! families, the idempotent writes of running totals: `totals.rs`).
 //!
 //! Each table's UPDATE is prepared once at start, with every counter column of the
 //! table; a row binds an unset value for a column it has no delta for. A write of one row
@@ -14,6 +15,7 @@ pub mod schema;
 pub mod session;
 #[cfg(feature = "tls")]
 pub mod tls;
+mod totals;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -23,11 +25,13 @@ use scylla::policies::retry::FallthroughRetryPolicy;
 use scylla::statement::batch::{Batch, BatchType};
 use scylla::statement::prepared::PreparedStatement;
 
-use crate::config::StoreConfig;
+use crate::config::{CountingMode, StoreConfig};
 use crate::family::Families;
 use crate::layout::TableLayout;
-use crate::sink::{LedgerRow, Outcome, OutcomeRow, PartitionWrite, WriteError};
+use crate::sink::{LedgerRow, Outcome, OutcomeRow, PartitionWrite, TotalsWrite, WriteError};
 use crate::vocabulary::{FamilyId, Granularity};
+
+use self::totals::PreparedTotals;
 
 use super::Sink;
 
@@ -64,6 +68,8 @@ struct PreparedTable {
 pub struct CqlSink {
     session: Arc<Session>,
     tables: HashMap<(FamilyId, Granularity), PreparedTable>,
+    /// The tables of `writer_totals` families.
+    totals: HashMap<(FamilyId, Granularity), PreparedTotals>,
     store: StoreConfig,
     /// The ledger and outcome INSERTs, when a family keeps exact totals.
     exact: Option<self::exact::ExactStatements>,
@@ -88,6 +94,7 @@ impl CqlSink {
         families: &Families,
     ) -> Result<CqlSink, CqlSinkError> {
         let mut tables = HashMap::new();
+        let mut totals = HashMap::new();
         for family in families.iter() {
             if family.is_generic() && !families.generic_enabled() {
                 continue;
@@ -95,6 +102,12 @@ impl CqlSink {
             for kind in Granularity::ALL {
                 let layout = TableLayout::of(family, kind);
                 let key_types = schema::check(&session, &layout)?;
+                if family.mode == CountingMode::WriterTotals {
+                    let prepared =
+                        PreparedTotals::prepare(&session, store, layout, key_types).await?;
+                    totals.insert((family.id, kind), prepared);
+                    continue;
+                }
                 let text = layout.update_statement();
                 let mut statement =
                     session
@@ -127,6 +140,7 @@ impl CqlSink {
         Ok(CqlSink {
             session,
             tables,
+            totals,
             store: store.clone(),
             exact,
         })
@@ -140,6 +154,11 @@ impl CqlSink {
     /// Every prepared counter statement (for checks such as "all non-idempotent").
     pub fn statements(&self) -> impl Iterator<Item = &PreparedStatement> {
         self.tables.values().map(|t| &t.statement)
+    }
+
+    /// Every prepared totals INSERT of `writer_totals` families (idempotent).
+    pub fn totals_statements(&self) -> impl Iterator<Item = &PreparedStatement> {
+        self.totals.values().map(PreparedTotals::statement)
     }
 
     /// The COUNTER BATCH used for a write of `rows` rows of one table.
@@ -189,6 +208,20 @@ impl Sink for CqlSink {
         match result {
             Ok(()) => Outcome::Applied,
             Err(error) => classify::classify(&error),
+        }
+    }
+
+    async fn write_totals(&self, write: &TotalsWrite) -> Outcome {
+        match self.totals.get(&(write.family, write.table)) {
+            Some(table) => table.write(&self.session, &self.store, write).await,
+            None => Outcome::NotAppliedPermanent(crate::sink::WriteError::new(
+                "no_statement",
+                format!(
+                    "no prepared totals statement for family {} {} table",
+                    write.family.0,
+                    write.table.as_str()
+                ),
+            )),
         }
     }
 

@@ -5,6 +5,7 @@
 use scylla::client::session::Session;
 use scylla::cluster::metadata::{ColumnKind, ColumnType, NativeType, Table};
 
+use crate::config::CountingMode;
 use crate::layout::{Role, TableLayout};
 
 /// How a key value (always text on the wire from clients) is bound to its column.
@@ -102,6 +103,7 @@ fn check_table(table: &Table, layout: &TableLayout) -> Result<Vec<KeyType>, Stri
             Role::Month => native == Some(&NativeType::Text),
             Role::Minute => native == Some(&NativeType::SmallInt),
             Role::Shard => native == Some(&NativeType::TinyInt),
+            Role::Writer => native == Some(&NativeType::Text),
         };
         if !ok {
             return Err(format!(
@@ -110,15 +112,19 @@ fn check_table(table: &Table, layout: &TableLayout) -> Result<Vec<KeyType>, Stri
             ));
         }
     }
+    let (value_type, mode) = match layout.mode {
+        CountingMode::Counter => (NativeType::Counter, "counter"),
+        CountingMode::WriterTotals => (NativeType::BigInt, "bigint (mode = \"writer_totals\")"),
+    };
     for column in &layout.counters {
         let found = table
             .columns
             .get(column)
-            .ok_or_else(|| format!("counter column `{column}` is missing"))?;
-        if found.typ != ColumnType::Native(NativeType::Counter) || found.kind != ColumnKind::Regular
+            .ok_or_else(|| format!("{mode} column `{column}` is missing"))?;
+        if found.typ != ColumnType::Native(value_type.clone()) || found.kind != ColumnKind::Regular
         {
             return Err(format!(
-                "column `{column}` is not a counter column (type {:?})",
+                "column `{column}` is not a {mode} column (type {:?})",
                 found.typ
             ));
         }

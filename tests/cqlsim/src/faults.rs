@@ -138,6 +138,9 @@ pub struct FaultRule {
     pub max: Option<u64>,
     /// Delay for `Delay`; downtime for `Down` (`None`: until `node_up`).
     pub duration: Option<Duration>,
+    /// For `Delay` on a write: run it when the delay ends instead of at arrival, then answer
+    /// (`execute=late`): a write that reaches the replica after writes sent later.
+    pub late: bool,
 }
 
 impl FaultRule {
@@ -153,6 +156,7 @@ impl FaultRule {
             after: 0,
             max: None,
             duration: None,
+            late: false,
         }
     }
 
@@ -207,6 +211,12 @@ impl FaultRule {
     /// Sets [`FaultRule::duration`].
     pub fn duration(mut self, d: Duration) -> Self {
         self.duration = Some(d);
+        self
+    }
+
+    /// Sets [`FaultRule::late`].
+    pub fn late(mut self, yes: bool) -> Self {
+        self.late = yes;
         self
     }
 }
@@ -289,8 +299,18 @@ impl FromStr for FaultRule {
                             .ok_or_else(|| bad(format!("for={v}: use e.g. 250ms, 2s, 1m")))?,
                     )
                 }
+                "execute" => {
+                    r.late = match v {
+                        "late" => true,
+                        "now" => false,
+                        _ => return Err(bad(format!("execute={v}: use late or now"))),
+                    }
+                }
                 _ => return Err(bad(format!("unknown key {k:?}"))),
             }
+        }
+        if r.late && kind != FaultKind::Delay {
+            return Err(bad(format!("execute=late is for delay, not {kind_name}")));
         }
         if r.applied && kind.never_applies() {
             return Err(bad(format!(

@@ -233,7 +233,15 @@ impl Handle {
         let view = self.shared.sys_view(IpAddr::V4(Ipv4Addr::LOCALHOST));
         let (outcome, _) = {
             let mut db = self.shared.db.lock();
-            exec::execute(&mut db, parsed, keyspace, &[], Paging::default(), &view)?
+            exec::execute(
+                &mut db,
+                parsed,
+                keyspace,
+                &[],
+                Paging::default(),
+                &view,
+                None,
+            )?
         };
         Ok(match outcome {
             Outcome::Rows(r) => Rows {

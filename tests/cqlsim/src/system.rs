@@ -303,6 +303,7 @@ fn fill(t: &TableSchema, rows: Vec<Vec<(&str, Option<Value>)>>) -> TableData {
         let mut r = Row {
             marker: true,
             cells: vec![None; t.cells.len()],
+            ..Row::default()
         };
         for ci in &t.cells {
             r.cells[t.columns[*ci].index] = get(*ci);

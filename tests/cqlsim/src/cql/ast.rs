@@ -278,6 +278,17 @@ impl Statement {
         }
     }
 
+    /// The `USING` clause of a modification (or a batch).
+    pub(crate) fn using(&self) -> Option<&Using> {
+        match self {
+            Statement::Insert(i) => Some(&i.using),
+            Statement::Update(u) => Some(&u.using),
+            Statement::Delete(d) => Some(&d.using),
+            Statement::Batch(b) => Some(&b.using),
+            _ => None,
+        }
+    }
+
     /// Whether this writes data (INSERT/UPDATE/DELETE/BATCH).
     pub(crate) fn is_write(&self) -> bool {
         matches!(
