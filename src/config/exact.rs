@@ -114,6 +114,26 @@ impl Config {
                 "must be at least exact.retry_backoff_min",
             ));
         }
+        // The ledger records counter deltas as a flush drains them; a `writer_totals`
+        // family writes running totals instead (exact by construction), and would get no
+        // ledger rows: refused rather than silently left without one.
+        let totals = super::CountingMode::WriterTotals;
+        if let Some(i) = self
+            .families
+            .iter()
+            .position(|f| f.exact && f.mode == totals)
+        {
+            return Err(ConfigError::invalid(
+                format!("family[{i}].exact"),
+                "cannot be true with mode = \"writer_totals\": its running totals are exact by construction, and the delta ledger records counter deltas only",
+            ));
+        }
+        if self.generic.exact && self.generic.mode == totals {
+            return Err(ConfigError::invalid(
+                "generic.exact",
+                "cannot be true with mode = \"writer_totals\": its running totals are exact by construction, and the delta ledger records counter deltas only",
+            ));
+        }
         if !(0.0..=1.0).contains(&exact.reconcile_threshold) {
             return Err(ConfigError::invalid(
                 "exact.reconcile_threshold",
@@ -165,6 +185,17 @@ mod tests {
         let mut c = Config::default();
         c.exact.keyspace = Some("Bad".into());
         assert_eq!(field(&c), "exact.keyspace");
+        let mut c = Config::default();
+        c.families.push(FamilyConfig {
+            exact: true,
+            mode: super::super::CountingMode::WriterTotals,
+            ..FamilyConfig::seed_views()
+        });
+        assert_eq!(field(&c), "family[0].exact");
+        let mut c = Config::default();
+        c.generic.exact = true;
+        c.generic.mode = super::super::CountingMode::WriterTotals;
+        assert_eq!(field(&c), "generic.exact");
     }
 
     #[test]
