@@ -21,6 +21,9 @@ pub const LEADERBOARD: &str = include_str!("../cql/leaderboard.cql");
 pub const MIGRATE: &str = include_str!("../cql/migrate.cql");
 /// `cql/epochs.cql`: the epoch registry of resets.
 pub const EPOCHS: &str = include_str!("../cql/epochs.cql");
+/// `cql/exact.cql`: the delta ledger, the outcomes table, the closed-day table, and their
+/// statements.
+pub const EXACT: &str = include_str!("../cql/exact.cql");
 /// `cql/example_views.cql`: the example family tables of seed 000.
 pub const EXAMPLE_VIEWS: &str = include_str!("../cql/example_views.cql");
 
@@ -119,6 +122,18 @@ mod tests {
             (EPOCHS, "create_epochs"),
             (EPOCHS, "insert_epoch"),
             (EPOCHS, "select_epochs"),
+            (EXACT, "create_ledger"),
+            (EXACT, "insert_ledger"),
+            (EXACT, "select_ledger_bucket"),
+            (EXACT, "select_ledger_key"),
+            (EXACT, "create_outcomes"),
+            (EXACT, "insert_outcome"),
+            (EXACT, "select_outcomes"),
+            (EXACT, "resolve_outcome"),
+            (EXACT, "settle_repair"),
+            (EXACT, "create_exact_days"),
+            (EXACT, "insert_exact_day"),
+            (EXACT, "select_exact_day"),
         ] {
             let text = block(file, name).unwrap_or_else(|| panic!("{name} missing"));
             assert!(

@@ -17,6 +17,7 @@ mod logging;
 mod migrate;
 mod outcomes;
 mod prune;
+mod reconcile;
 mod reset;
 mod schema;
 mod send;
@@ -64,6 +65,9 @@ enum Command {
     /// Start a new epoch of a family (or of one key): counters restart from zero in it,
     /// without deleting or decrementing anything.
     Reset(reset::ResetArgs),
+    /// Compare the exact families' counters with their delta ledger for a day, and
+    /// explain the drift (exit 3 on unexplained drift over the threshold).
+    Reconcile(reconcile::ReconcileArgs),
     /// What the state directory says became of writes that did not apply: unknown,
     /// rejected, spilled, and an unfinished flush in the journal. Reads only.
     Outcomes(outcomes::OutcomesArgs),
@@ -137,6 +141,7 @@ pub fn main() -> ExitCode {
             Command::Prune(args) => prune::run(args).await,
             Command::Migrate(args) => migrate::run(args).await,
             Command::Reset(args) => reset::run(args).await,
+            Command::Reconcile(args) => reconcile::run(args).await,
             Command::Outcomes(args) => outcomes::run(args),
         }
     });

@@ -70,6 +70,12 @@ impl Config {
                     "epochs are built for counter families; a writer_totals family cannot have one yet",
                 ));
             }
+            if family.epoch_column.is_some() && family.exact {
+                return Err(ConfigError::invalid(
+                    format!("family[{i}].epoch_column"),
+                    "the exact ledger and its repairs do not follow epochs yet: exact = true cannot have one",
+                ));
+            }
         }
         if epochs.clock_margin + epochs.refresh_interval >= epochs.lead {
             return Err(ConfigError::invalid(

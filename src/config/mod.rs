@@ -7,6 +7,7 @@
 
 pub mod duration;
 pub mod epochs;
+pub mod exact;
 pub mod ingest;
 pub mod listen;
 pub mod operations;
@@ -19,6 +20,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 pub use self::epochs::EpochsConfig;
+pub use self::exact::ExactConfig;
 pub use self::ingest::IngestConfig;
 pub use self::operations::{KeyIndexConfig, LeaderboardConfig, LeaderboardPeriod, ReadConfig};
 pub use self::validate::ConfigError;
@@ -57,6 +59,9 @@ pub struct Config {
     pub leaderboards: Vec<LeaderboardConfig>,
     /// Epochs: resets without deletes, for families with an `epoch_column`.
     pub epochs: EpochsConfig,
+    /// Exact totals beside the counters: the delta ledger, the outcomes table,
+    /// reconciliation.
+    pub exact: ExactConfig,
 }
 
 /// `[metrics]`: the HTTP endpoint of `/metrics`, `/healthz` and `/readyz`.
@@ -399,6 +404,9 @@ pub struct GenericConfig {
     /// Day table: `((name, tags, month), day) value counter` (with `writer_totals`:
     /// `((name, tags, month), day, writer) value bigint`). Default `"counts_by_day"`.
     pub day_table: String,
+    /// Keep exact totals of the generic family beside its counters (see `[exact]`).
+    /// Default `false`.
+    pub exact: bool,
     /// How the generic tables count: `"counter"` or `"writer_totals"`. The two need
     /// tables of different shapes: switching an existing deployment needs new tables
     /// (other names, or another keyspace). Default `"counter"`.
@@ -411,6 +419,7 @@ impl Default for GenericConfig {
             enabled: true,
             minute_table: "counts_by_minute".into(),
             day_table: "counts_by_day".into(),
+            exact: false,
             mode: CountingMode::Counter,
         }
     }
@@ -448,6 +457,10 @@ pub struct FamilyConfig {
     /// holding the epoch a row belongs to (see `[epochs]` and `countersink reset`).
     /// Default unset (no epochs).
     pub epoch_column: Option<String>,
+    /// Keep exact totals beside the counters: every delta's first drain is written to
+    /// the delta ledger before the counter writes that carry it (see `[exact]`).
+    /// Default `false`.
+    pub exact: bool,
     /// How the family's tables count: `"counter"` (counter columns, one delta per row
     /// per flush) or `"writer_totals"` (`bigint` columns and a `writer` clustering
     /// column: each writer's running total, written idempotently; no sharding, since
@@ -467,6 +480,7 @@ impl Default for FamilyConfig {
             shard_placement: ShardPlacement::Partition,
             shard_column: "shard".into(),
             epoch_column: None,
+            exact: false,
             mode: CountingMode::Counter,
         }
     }

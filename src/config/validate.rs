@@ -121,7 +121,8 @@ impl Config {
         self.validate_limits()?;
         self.validate_families()?;
         self.validate_operations()?;
-        self.validate_epochs()
+        self.validate_epochs()?;
+        self.validate_exact()
     }
 
     fn validate_store(&self) -> Result<(), ConfigError> {
