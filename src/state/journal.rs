@@ -1020,7 +1020,10 @@ mod tests {
         let (k1, k2) = (b"key-one".as_slice(), b"key-two".as_slice());
         let intents = vec![
             (4, vec![(k1, [1_i64, -2].as_slice())]),
-            (4, vec![(k2, [i64::MAX, 0].as_slice()), (k1, [3, 4].as_slice())]),
+            (
+                4,
+                vec![(k2, [i64::MAX, 0].as_slice()), (k1, [3, 4].as_slice())],
+            ),
         ];
         journal
             .begin_wrapper(&flush(7), "t", Some(123), &[table.clone()], &intents)

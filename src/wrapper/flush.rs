@@ -44,9 +44,9 @@ use crate::sink::{Outcome, OutcomeClass, WriteError};
 use crate::state::{FlushId, Settled, StateDir, WrapperTable};
 use crate::test_hooks::crash_point;
 
+use super::buffer::RowAdd;
 use super::buffer::{Buffer, PendingRow};
 use super::recognize::{TableShape, Tables};
-use super::buffer::RowAdd;
 use super::records::{Logs, WrapperOutcome, WrapperRecord, record, unhex};
 use super::recovery::request_id;
 use super::spill::WrapperSpill;
@@ -164,6 +164,9 @@ impl WrapperFlusher {
             ..WrapperFlushReport::default()
         };
         report.replayed_rows = self.replay();
+        if report.replayed_rows > 0 {
+            crash_point("wrapper_replay_loaded");
+        }
         let consumes = self.spill.loaded();
         let drained = self.buffer.drain().rows;
         self.counters.flushed();
@@ -332,7 +335,11 @@ impl WrapperFlusher {
     }
 
     /// The group commit of this flush's requests (see the module doc).
-    fn journal_begin(&mut self, consumes: Option<u64>, requests: &[Request]) -> std::io::Result<()> {
+    fn journal_begin(
+        &mut self,
+        consumes: Option<u64>,
+        requests: &[Request],
+    ) -> std::io::Result<()> {
         let flush = FlushId {
             writer: self.state.writer_id().to_owned(),
             incarnation: self.state.incarnation(),
@@ -354,7 +361,11 @@ impl WrapperFlusher {
         let intents: Vec<(u32, Vec<(&[u8], &[i64])>)> = requests
             .iter()
             .map(|r| {
-                let rows = r.rows.iter().map(|(k, row)| (&k[..], &row.deltas[..])).collect();
+                let rows = r
+                    .rows
+                    .iter()
+                    .map(|(k, row)| (&k[..], &row.deltas[..]))
+                    .collect();
                 (r.table.id, rows)
             })
             .collect();
@@ -600,9 +611,9 @@ fn journal_outcome(
     stage: Stage,
     error: &Option<WriteError>,
 ) -> Settled {
-    let (kind, text) = error
-        .as_ref()
-        .map_or((String::new(), String::new()), |e| (e.kind.to_owned(), e.text.clone()));
+    let (kind, text) = error.as_ref().map_or((String::new(), String::new()), |e| {
+        (e.kind.to_owned(), e.text.clone())
+    });
     match (class, stage) {
         (_, Stage::Applied) => Settled::Applied,
         (None, _) => Settled::NotStarted,

@@ -238,7 +238,12 @@ mod tests {
     fn rows_are_replayed_once_and_a_committed_journal_group_counts_as_consumed() {
         let dir = tempfile::tempdir().unwrap();
         let mut spill = WrapperSpill::open(dir.path(), u64::MAX, None).unwrap();
-        assert!(spill.append((0..4).map(record).collect()).unwrap().is_empty());
+        assert!(
+            spill
+                .append((0..4).map(record).collect())
+                .unwrap()
+                .is_empty()
+        );
         drop(spill);
 
         // A start loads two (the buffer is full), then is killed after the journal group
@@ -277,7 +282,11 @@ mod tests {
         let mut spill = WrapperSpill::open(dir.path(), 1, None).unwrap();
         assert!(!dir.path().join(CURSOR_FILE).exists());
         let over = spill.append((0..3).map(record).collect()).unwrap();
-        assert_eq!(over.len(), 2, "one record fits under a 1-byte limit, the rest do not");
+        assert_eq!(
+            over.len(),
+            2,
+            "one record fits under a 1-byte limit, the rest do not"
+        );
         assert_eq!(rows(&mut spill, 10), [0]);
     }
 }

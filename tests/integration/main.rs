@@ -23,3 +23,4 @@ mod sidecar;
 #[cfg(feature = "tls")]
 mod tls;
 mod wrapper;
+mod wrapper_crash;
