@@ -14,7 +14,6 @@
 //! killed and run again. A group whose commit did not complete sent nothing: its rows were
 //! only in memory (counted as lost with it).
 
-use std::collections::HashSet;
 use std::time::SystemTime;
 
 use scylla::cluster::ClusterState;
@@ -107,73 +106,15 @@ fn finish(
     ];
     let time = crate::bucket::rfc3339(SystemTime::now());
     let (mut unknown, mut rejected, mut spilled) = (Vec::new(), Vec::new(), Vec::new());
-    for intent in &wrapper.intents {
-        let Some(table) = wrapper.table(intent.table) else {
-            continue;
+    for record in group_records(group, wrapper, Some(cluster), &time) {
+        let (into, seen) = match record.outcome {
+            WrapperOutcome::Unknown => (&mut unknown, &present[0]),
+            WrapperOutcome::Rejected => (&mut rejected, &present[1]),
+            WrapperOutcome::Unsent => (&mut spilled, &present[2]),
         };
-        let shape = shape_of(table, cluster);
-        let id = request_id(
-            &group.flush.writer,
-            group.flush.incarnation,
-            group.flush.flush_seq,
-            intent.request,
-        );
-        let (outcome, error, into, seen) = match group.outcomes.get(&intent.request) {
-            Some(Settled::Applied | Settled::Dropped) => continue,
-            Some(Settled::NotApplied { kind, text }) => (
-                WrapperOutcome::Unsent,
-                Some((kind.clone(), text.clone())),
-                &mut spilled,
-                &present[2],
-            ),
-            Some(Settled::NotStarted) => (WrapperOutcome::Unsent, None, &mut spilled, &present[2]),
-            Some(Settled::Rejected { kind, text }) => (
-                WrapperOutcome::Rejected,
-                Some((kind.clone(), text.clone())),
-                &mut rejected,
-                &present[1],
-            ),
-            Some(Settled::Unknown { kind, text }) => (
-                WrapperOutcome::Unknown,
-                Some((kind.clone(), text.clone())),
-                &mut unknown,
-                &present[0],
-            ),
-            None => {
-                let e = in_flight_at_crash();
-                (
-                    WrapperOutcome::Unknown,
-                    Some((e.kind, e.text)),
-                    &mut unknown,
-                    &present[0],
-                )
-            }
-        };
-        into.extend(missing(
-            intent.rows.iter().enumerate().filter_map(|(i, row)| {
-                let (_, values) = split_key(&row.key)?;
-                let pending = PendingRow {
-                    deltas: row.deltas.clone().into_boxed_slice(),
-                    requeued_since: 0,
-                };
-                let mut record = record(
-                    &shape,
-                    &values,
-                    &pending,
-                    u16::try_from(i).unwrap_or(u16::MAX),
-                    &id,
-                    outcome,
-                    None,
-                    &time,
-                );
-                if let Some((kind, text)) = &error {
-                    record.error_kind = Some(kind.clone());
-                    record.error = Some(text.clone());
-                }
-                Some(record)
-            }),
-            seen,
-        ));
+        if !seen.contains(&(record.request_id.clone(), record.row)) {
+            into.push(record);
+        }
     }
     crash_point("wrapper_recovery_before_logs");
     report.spilled_rows += spilled.len() as u64;
@@ -188,19 +129,73 @@ fn finish(
     logs.append(WrapperOutcome::Rejected, &rejected)
 }
 
-/// The records whose (request id, row) is not in `present`.
-fn missing<'a>(
-    records: impl Iterator<Item = WrapperRecord> + 'a,
-    present: &'a HashSet<(String, u16)>,
-) -> impl Iterator<Item = WrapperRecord> + 'a {
-    records.filter(move |r| !present.contains(&(r.request_id.clone(), r.row)))
+/// The records recovery writes for an unended, committed wrapper flush, row for row:
+/// `unsent` (to the spill), `rejected` or `unknown` (see the module doc). Key literals use
+/// the key types `cluster`'s metadata has now (hex without it). Also what
+/// `countersink outcomes` shows for such a flush.
+pub fn group_records(
+    group: &FlushGroup,
+    wrapper: &WrapperGroup,
+    cluster: Option<&ClusterState>,
+    time: &str,
+) -> Vec<WrapperRecord> {
+    let mut out = Vec::new();
+    for intent in &wrapper.intents {
+        let Some(table) = wrapper.table(intent.table) else {
+            continue;
+        };
+        let shape = shape_of(table, cluster);
+        let id = request_id(
+            &group.flush.writer,
+            group.flush.incarnation,
+            group.flush.flush_seq,
+            intent.request,
+        );
+        let error = |kind: &str, text: &str| Some((kind.to_owned(), text.to_owned()));
+        let (outcome, error) = match group.outcomes.get(&intent.request) {
+            Some(Settled::Applied | Settled::Dropped) => continue,
+            Some(Settled::NotApplied { kind, text }) => (WrapperOutcome::Unsent, error(kind, text)),
+            Some(Settled::NotStarted) => (WrapperOutcome::Unsent, None),
+            Some(Settled::Rejected { kind, text }) => (WrapperOutcome::Rejected, error(kind, text)),
+            Some(Settled::Unknown { kind, text }) => (WrapperOutcome::Unknown, error(kind, text)),
+            None => {
+                let e = in_flight_at_crash();
+                (WrapperOutcome::Unknown, Some((e.kind, e.text)))
+            }
+        };
+        for (i, row) in intent.rows.iter().enumerate() {
+            let Some((_, values)) = split_key(&row.key) else {
+                continue;
+            };
+            let pending = PendingRow {
+                deltas: row.deltas.clone().into_boxed_slice(),
+                requeued_since: 0,
+            };
+            let mut record = record(
+                &shape,
+                &values,
+                &pending,
+                u16::try_from(i).unwrap_or(u16::MAX),
+                &id,
+                outcome,
+                None,
+                time,
+            );
+            if let Some((kind, text)) = &error {
+                record.error_kind = Some(kind.clone());
+                record.error = Some(text.clone());
+            }
+            out.push(record);
+        }
+    }
+    out
 }
 
 /// A shape to print the group's rows with: its names, and the key types the driver's
 /// metadata has for them now (blob, printed as hex, where it has none).
-fn shape_of(table: &WrapperTable, cluster: &ClusterState) -> TableShape {
+fn shape_of(table: &WrapperTable, cluster: Option<&ClusterState>) -> TableShape {
     let schema = cluster
-        .get_keyspace(&table.keyspace)
+        .and_then(|c| c.get_keyspace(&table.keyspace))
         .and_then(|k| k.tables.get(&table.name));
     let key_types = table
         .key_columns

@@ -133,6 +133,31 @@ fn records(path: &Path) -> Vec<WrapperRecord> {
         .collect()
 }
 
+/// What `countersink outcomes` reads from `dir` for the wrapper: (outcome, source) →
+/// key → delta sum of column `c`.
+fn outcomes(dir: &Path) -> BTreeMap<(String, String), BTreeMap<String, i64>> {
+    let mut read: BTreeMap<(String, String), BTreeMap<String, i64>> = BTreeMap::new();
+    countersink::ops::outcomes::scan(dir, |source, record| {
+        assert_eq!(record.family, "wrapper");
+        let outcome = countersink::ops::outcomes::outcome_label(record.outcome);
+        let key = record.key["k"].trim_matches('\'').to_owned();
+        let key = if key.starts_with("0x") {
+            // Read from the journal: the key's bytes in hex.
+            let bytes = countersink::wrapper::records::unhex(&key[2..]).expect("hex");
+            String::from_utf8(bytes).expect("utf-8")
+        } else {
+            key
+        };
+        *read
+            .entry((outcome.to_owned(), source.as_str().to_owned()))
+            .or_default()
+            .entry(key)
+            .or_default() += record.deltas.get("c").copied().unwrap_or(0);
+    })
+    .expect("scan");
+    read
+}
+
 /// The store's value of every key of `expected`, checked.
 fn assert_store(server: &cqlsim::Server, expected: &BTreeMap<String, i64>, what: &str) {
     for (key, sum) in expected {
@@ -160,6 +185,11 @@ async fn a_wrapper_killed_with_a_flush_in_flight_logs_it_unknown_and_never_resen
     assert_store(server, &expected, "applied before the kill");
     let writes = server.stats().table("wk", "c").write_requests;
     assert!(writes > 0);
+    // `countersink outcomes` reads the killed flush from the journal as recovery will
+    // log it.
+    let before = outcomes(dir.path());
+    assert_eq!(before.len(), 1, "{before:?}");
+    assert_eq!(before[&("unknown".into(), "journal".into())], expected);
 
     let session = wrap(&contact, dir.path()).await;
     let recovery = session.recovery().clone();
@@ -175,6 +205,9 @@ async fn a_wrapper_killed_with_a_flush_in_flight_logs_it_unknown_and_never_resen
             .or_default() += record.deltas["c"];
     }
     assert_eq!(by_key, expected, "each in-flight row once, with its deltas");
+    let after = outcomes(dir.path());
+    assert_eq!(after.len(), 1, "{after:?}");
+    assert_eq!(after[&("unknown".into(), "log".into())], expected);
     let report = session.flush_now().await;
     assert_eq!((report.rows, report.replayed_rows), (0, 0), "{report:?}");
     session.shutdown().await;
@@ -229,7 +262,13 @@ async fn spilled_rows_a_killed_flush_took_are_not_replayed_twice() {
     // Killed after the group commit that took them: unknown, never replayed again.
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join(SPILL_FILE), &spill_lines).unwrap();
+    let read = outcomes(dir.path());
+    assert_eq!(read.len(), 1, "{read:?}");
+    assert_eq!(read[&("spilled".into(), "spill".into())], spilled);
     run_child_until(&contact, dir.path(), 0, "wrapper_journal_committed");
+    let read = outcomes(dir.path());
+    assert_eq!(read.len(), 1, "the journal's group owns them: {read:?}");
+    assert_eq!(read[&("unknown".into(), "journal".into())], spilled);
     assert_eq!(server.stats().table("wk", "c").write_requests, 0);
     let session = wrap(&contact, dir.path()).await;
     assert_eq!(
