@@ -300,3 +300,97 @@ async fn spilled_rows_a_killed_flush_took_are_not_replayed_twice() {
     assert_store(server, &spilled, "not twice");
     store.shutdown().await;
 }
+
+/// Recovery itself killed after it appended its records and before it ended the flush:
+/// the next start runs it again and appends nothing twice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_recovery_killed_before_it_ends_runs_again_without_duplicates() {
+    let store = launch(StoreOptions::cqlsim_only("kills a wrapper twice")).await;
+    let server = store.sim();
+    server.execute_script(None, SCHEMA).expect("schema");
+    let dir = tempfile::tempdir().unwrap();
+    let contact = store.contact_point();
+    let expected = fed(40);
+    run_child_until(&contact, dir.path(), 40, "wrapper_sent");
+    // The child's start recovers the flush and is killed before ending it.
+    run_child_until(&contact, dir.path(), 0, "wrapper_recovery_logged");
+    let unknown = dir.path().join(WrapperOutcome::Unknown.file_name());
+    assert_eq!(records(&unknown).len(), 10, "logged by the killed recovery");
+    let session = wrap(&contact, dir.path()).await;
+    let recovery = session.recovery().clone();
+    assert_eq!(
+        (recovery.flushes, recovery.unknown_rows),
+        (1, 0),
+        "{recovery:?}"
+    );
+    session.shutdown().await;
+    let logged = records(&unknown);
+    assert_eq!(logged.len(), 10, "no record twice");
+    let keys: std::collections::BTreeSet<String> =
+        logged.iter().map(|r| r.key["k"].clone()).collect();
+    assert_eq!(keys.len(), 10);
+    assert_store(server, &expected, "sent once");
+    store.shutdown().await;
+}
+
+/// Killed after the flush's outcomes were recorded (every other write timed out after
+/// applying), at its log step: before the appends (`wrapper_logs_at`) or after them
+/// (`wrapper_logged`). The next start logs each unknown row exactly once, logs no applied
+/// row, and sends nothing again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wrapper_killed_at_its_log_steps_logs_each_unknown_row_once() {
+    for crash_point in ["wrapper_logs_at", "wrapper_logged"] {
+        let store = launch(StoreOptions::cqlsim_only("injects write timeouts")).await;
+        let server = store.sim();
+        server.execute_script(None, SCHEMA).expect("schema");
+        let mut rule = cqlsim::FaultRule::new(cqlsim::FaultKind::WriteTimeout).every(2);
+        rule.applied = true;
+        server.add_fault(rule);
+        let dir = tempfile::tempdir().unwrap();
+        let contact = store.contact_point();
+        let expected = fed(100);
+        run_child_until(&contact, dir.path(), 100, crash_point);
+        server.clear_faults();
+        assert_store(server, &expected, crash_point);
+        let writes = server.stats().table("wk", "c").write_requests;
+        let unknown = dir.path().join(WrapperOutcome::Unknown.file_name());
+        let before = records(&unknown).len();
+
+        let session = wrap(&contact, dir.path()).await;
+        let recovery = session.recovery().clone();
+        session.shutdown().await;
+        let logged = records(&unknown);
+        let ids: std::collections::BTreeSet<(String, u16)> = logged
+            .iter()
+            .map(|r| (r.request_id.clone(), r.row))
+            .collect();
+        assert_eq!(ids.len(), logged.len(), "{crash_point}: no record twice");
+        assert!(!logged.is_empty(), "{crash_point}: the fault fired");
+        assert!(
+            logged.len() < 10,
+            "{crash_point}: applied rows are not logged"
+        );
+        assert!(
+            logged
+                .iter()
+                .all(|r| r.error_kind.as_deref() == Some("write_timeout")),
+            "{crash_point}: the recorded outcome, not in_flight_at_crash"
+        );
+        let (by_recovery, by_flush) = match crash_point {
+            "wrapper_logs_at" => (logged.len(), 0),
+            _ => (0, logged.len()),
+        };
+        assert_eq!(before, by_flush, "{crash_point}");
+        assert_eq!(
+            recovery.unknown_rows as usize, by_recovery,
+            "{crash_point}: {recovery:?}"
+        );
+        assert_store(server, &expected, crash_point);
+        assert_eq!(
+            server.stats().table("wk", "c").write_requests,
+            writes,
+            "{crash_point}: nothing sent again"
+        );
+        store.shutdown().await;
+    }
+}
