@@ -201,6 +201,10 @@ pub struct WrapperIntent {
     pub rows: Vec<WrapperRow>,
 }
 
+/// The requests a wrapper flush hands to its group commit: per request, its table's
+/// number and its rows (row key, deltas).
+pub type WrapperIntents<'a> = [(u32, Vec<(&'a [u8], &'a [i64])>)];
+
 /// What a wrapper flush's group holds besides the common parts.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct WrapperGroup {
@@ -413,7 +417,7 @@ impl Journal {
         time: &str,
         consumes: Option<u64>,
         tables: &[WrapperTable],
-        intents: &[(u32, Vec<(&[u8], &[i64])>)],
+        intents: &WrapperIntents<'_>,
     ) -> io::Result<()> {
         self.flush_pending()?;
         let mut out = std::mem::take(&mut self.pending);
@@ -1026,7 +1030,13 @@ mod tests {
             ),
         ];
         journal
-            .begin_wrapper(&flush(7), "t", Some(123), &[table.clone()], &intents)
+            .begin_wrapper(
+                &flush(7),
+                "t",
+                Some(123),
+                std::slice::from_ref(&table),
+                &intents,
+            )
             .unwrap();
         journal.outcome(1, &Settled::Applied);
         journal.logs_at_wrapper([1, 2, 3]).unwrap();

@@ -378,7 +378,7 @@ impl StateDir {
         time: &str,
         consumes: Option<u64>,
         tables: &[WrapperTable],
-        intents: &[(u32, Vec<(&[u8], &[i64])>)],
+        intents: &journal::WrapperIntents<'_>,
     ) -> io::Result<()> {
         if !self.journal_enabled {
             return Ok(());

@@ -358,7 +358,7 @@ impl WrapperFlusher {
                 });
             }
         }
-        let intents: Vec<(u32, Vec<(&[u8], &[i64])>)> = requests
+        let intents: Vec<_> = requests
             .iter()
             .map(|r| {
                 let rows = r

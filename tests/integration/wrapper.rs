@@ -755,12 +755,12 @@ async fn a_final_flush_with_the_store_down_spills_every_row_and_the_next_start_r
         for (key, (c, d)) in &expected {
             let condition = format!("k = '{key}'");
             assert_eq!(
-                cell(&server, "w.c1", "c", &condition),
+                cell(server, "w.c1", "c", &condition),
                 Some(*c),
                 "{what}: c of {key}"
             );
             assert_eq!(
-                cell(&server, "w.c1", "d", &condition),
+                cell(server, "w.c1", "d", &condition),
                 Some(*d),
                 "{what}: d of {key}"
             );

@@ -141,12 +141,13 @@ fn outcomes(dir: &Path) -> BTreeMap<(String, String), BTreeMap<String, i64>> {
         assert_eq!(record.family, "wrapper");
         let outcome = countersink::ops::outcomes::outcome_label(record.outcome);
         let key = record.key["k"].trim_matches('\'').to_owned();
-        let key = if key.starts_with("0x") {
+        let key = match key.strip_prefix("0x") {
             // Read from the journal: the key's bytes in hex.
-            let bytes = countersink::wrapper::records::unhex(&key[2..]).expect("hex");
-            String::from_utf8(bytes).expect("utf-8")
-        } else {
-            key
+            Some(hex) => {
+                let bytes = countersink::wrapper::records::unhex(hex).expect("hex");
+                String::from_utf8(bytes).expect("utf-8")
+            }
+            None => key,
         };
         *read
             .entry((outcome.to_owned(), source.as_str().to_owned()))
