@@ -171,6 +171,11 @@ impl WrapperFlusher {
         let drained = self.buffer.drain().rows;
         self.counters.flushed();
         if drained.is_empty() {
+            // Whatever replay read went to `wrapper_unsent.jsonl` (nothing reached the
+            // buffer): consumed without a flush.
+            if let Err(error) = self.spill.commit(consumes) {
+                tracing::error!(%error, "Could not write the wrapper spill's cursor.");
+            }
             return report;
         }
         report.rows = drained.len();
@@ -376,6 +381,7 @@ impl WrapperFlusher {
 
     /// Loads spilled rows of an earlier process into the buffer, as far as its budget
     /// allows; rows that no longer map to their table go to `wrapper_unsent.jsonl`.
+    /// Returns the rows loaded into the buffer.
     fn replay(&mut self) -> u64 {
         if !self.spill.has_unloaded() {
             return 0;
@@ -414,7 +420,7 @@ impl WrapperFlusher {
                     self.counters.records_lost(unreplayable.len() as u64);
                     tracing::error!(%error, "Could not record spilled rows that cannot be replayed.");
                 }
-                loaded.rows
+                loaded.rows - unreplayable.len() as u64
             }
             Err(error) => {
                 tracing::error!(%error, "Could not read the wrapper spill; its rows wait for the next flush.");

@@ -38,10 +38,8 @@ pub const CURSOR_FILE: &str = "wrapper_spill.cursor";
 /// What loading read from the spill.
 #[derive(Debug, Default)]
 pub struct Loaded {
-    /// Rows taken into the buffer.
+    /// Records `take` accepted.
     pub rows: u64,
-    /// Records that could not be replayed (their row no longer maps to a table).
-    pub unreplayable: Vec<WrapperRecord>,
     /// Lines that could not be read as records.
     pub corrupt: u64,
 }

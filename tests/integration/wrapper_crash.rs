@@ -395,3 +395,45 @@ async fn a_wrapper_killed_at_its_log_steps_logs_each_unknown_row_once() {
         store.shutdown().await;
     }
 }
+
+/// A spilled row whose table no longer takes it (here: dropped) is recorded in
+/// `wrapper_unsent.jsonl` as `not_replayable`, once; the other rows are replayed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_spilled_row_that_no_longer_maps_is_recorded_unsent_once() {
+    let store = launch(StoreOptions::cqlsim_only("replays into a changed schema")).await;
+    let server = store.sim();
+    server.execute_script(None, SCHEMA).expect("schema");
+    let contact = store.contact_point();
+    let line = |table: &str, key: &str, delta: i64| {
+        let record = WrapperRecord {
+            time: "2026-01-01T00:00:00Z".into(),
+            request_id: format!("earlier/1/w3/{key}"),
+            row: 0,
+            outcome: WrapperOutcome::Unsent,
+            table: table.into(),
+            key: [("k".to_owned(), format!("'{key}'"))].into(),
+            key_hex: Some(vec![hex(key.as_bytes())]),
+            deltas: [("c".to_owned(), delta)].into(),
+            error_kind: None,
+            error: None,
+        };
+        format!("{}\n", serde_json::to_string(&record).unwrap())
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let lines = line("wk.c", "kept", 7) + &line("wk.gone", "lost", 9);
+    std::fs::write(dir.path().join(SPILL_FILE), lines).unwrap();
+    let unsent = dir.path().join(WrapperOutcome::Unsent.file_name());
+    for start in 0..2 {
+        let session = wrap(&contact, dir.path()).await;
+        let report = session.flush_now().await;
+        assert_eq!(report.replayed_rows, 1 - start, "{report:?}");
+        session.shutdown().await;
+        let recorded = records(&unsent);
+        assert_eq!(recorded.len(), 1, "start {start}: once");
+        assert_eq!(recorded[0].table, "wk.gone");
+        assert_eq!(recorded[0].error_kind.as_deref(), Some("not_replayable"));
+        assert_eq!(recorded[0].deltas["c"], 9);
+    }
+    assert_eq!(cell(server, "wk.c", "c", "k = 'kept'"), Some(7));
+    store.shutdown().await;
+}
