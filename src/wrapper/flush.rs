@@ -150,6 +150,12 @@ impl WrapperFlusher {
         }
     }
 
+    /// See `CounterSession::disable_journal_for_benchmark`.
+    #[cfg(feature = "dev")]
+    pub fn disable_journal_for_benchmark(&mut self) {
+        self.state.disable_journal_for_benchmark();
+    }
+
     /// The path of one of the logs.
     pub fn log_path(&self, outcome: WrapperOutcome) -> &std::path::Path {
         self.logs.path(outcome)
@@ -208,6 +214,10 @@ impl WrapperFlusher {
         let now = crate::bucket::unix_secs(SystemTime::now());
         let now = u32::try_from(now).unwrap_or(u32::MAX);
         let mut requeue = Vec::new();
+        // Where each re-queued row was in this flush (a drained key is in one request
+        // once): a row that cannot go back is spilled under that identity, the one its
+        // intent has, so a recovery of this flush finds it in the spill.
+        let mut requeued_at: HashMap<Box<[u8]>, (usize, u16)> = HashMap::new();
         let mut records: HashMap<WrapperOutcome, Vec<WrapperRecord>> = HashMap::new();
         for (index, (request, sent)) in requests.into_iter().zip(sent).enumerate() {
             let sum = request.sum();
@@ -228,6 +238,10 @@ impl WrapperFlusher {
             let outcome = match stage {
                 Stage::Applied => None,
                 Stage::Requeued => {
+                    for (position, (key, _)) in request.rows.iter().enumerate() {
+                        let position = u16::try_from(position).unwrap_or(u16::MAX);
+                        requeued_at.insert(key.clone(), (index, position));
+                    }
                     requeue.extend(request.rows);
                     self.counters.settled(sum, Stage::Requeued);
                     continue;
@@ -258,27 +272,36 @@ impl WrapperFlusher {
                 "sum_overflow",
                 "re-queued row's sum with newer increments would leave the i64 range",
             );
-            let id = self.request_id(usize::MAX);
             for (key, row) in refused {
                 let sum = row_sum(&row);
                 self.counters.settled(-sum, Stage::Requeued);
                 self.counters.settled(sum, Stage::Unsent);
+                let (index, position) = requeued_at.get(&key).copied().unwrap_or((usize::MAX, 0));
+                let id = self.request_id(index);
                 if let Some(table) = split_key(&key).and_then(|(t, _)| self.tables.get(t)) {
                     let request = Request {
                         table,
                         rows: vec![(key, row)],
                     };
+                    let mut spilled =
+                        self.records(&request, &id, WrapperOutcome::Unsent, Some(&error));
+                    for record in &mut spilled {
+                        record.row = position;
+                    }
                     records
                         .entry(WrapperOutcome::Unsent)
                         .or_default()
-                        .extend(self.records(&request, &id, WrapperOutcome::Unsent, Some(&error)));
+                        .extend(spilled);
                 }
             }
         }
         self.state.journal_flush();
         self.logs.rotate_full();
         let [unknown_at, rejected_at] = self.logs.sizes();
+        // Only a flush with records to write needs the logs' sizes (one more fdatasync).
+        let has_records = records.values().any(|r| !r.is_empty());
         if journaled.is_ok()
+            && has_records
             && let Err(error) =
                 self.state
                     .wrapper_journal_logs_at([unknown_at, rejected_at, self.spill.size()])

@@ -347,6 +347,14 @@ impl CounterSession {
         }
     }
 
+    /// Turns the intent journal off for this session's flushes: no intents, no crash
+    /// recovery of them. Only for the flush benchmark's baseline (what the journal costs
+    /// is measured against it); never in a product build.
+    #[cfg(feature = "dev")]
+    pub async fn disable_journal_for_benchmark(&self) {
+        self.flusher.lock().await.disable_journal_for_benchmark();
+    }
+
     /// Flushes now (also runs every `flush.interval` on its own).
     pub async fn flush_now(&self) -> WrapperFlushReport {
         self.flusher.lock().await.flush(None).await
