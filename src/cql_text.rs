@@ -9,6 +9,8 @@
 pub const GENERIC: &str = include_str!("../cql/generic.cql");
 /// `cql/family.cql`: tables of a configured family.
 pub const FAMILY: &str = include_str!("../cql/family.cql");
+/// `cql/totals.cql`: tables and write of `writer_totals` families.
+pub const TOTALS: &str = include_str!("../cql/totals.cql");
 /// `cql/statements.cql`: the counter UPDATE and the read path's SELECT.
 pub const STATEMENTS: &str = include_str!("../cql/statements.cql");
 /// `cql/key_index.cql`: the key index table and its statements.
@@ -86,11 +88,15 @@ mod tests {
     fn every_name_the_program_uses_exists_and_has_no_comments() {
         for (file, name) in [
             (GENERIC, "create_keyspace"),
+            (GENERIC, "create_keyspace_without_tablets"),
             (GENERIC, "create_generic_minute"),
             (GENERIC, "create_generic_day"),
             (FAMILY, "create_family_minute"),
             (FAMILY, "create_family_day"),
             (STATEMENTS, "counter_update"),
+            (TOTALS, "create_totals_minute"),
+            (TOTALS, "create_totals_day"),
+            (TOTALS, "totals_insert"),
             (STATEMENTS, "select_partition"),
             (STATEMENTS, "scan_table"),
             (STATEMENTS, "delete_partition"),

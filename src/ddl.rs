@@ -3,9 +3,9 @@
 
 use std::collections::BTreeSet;
 
-use crate::config::{Config, ConfigError};
-use crate::cql_text::{self, FAMILY, GENERIC, KEY_INDEX, LEADERBOARD};
-use crate::family::{Families, TableName};
+use crate::config::{Config, ConfigError, CountingMode};
+use crate::cql_text::{self, FAMILY, GENERIC, KEY_INDEX, LEADERBOARD, TOTALS};
+use crate::family::{Families, FamilyDef, TableName};
 use crate::layout::{Role, TableLayout};
 use crate::vocabulary::Granularity;
 
@@ -14,8 +14,31 @@ use crate::vocabulary::Granularity;
 /// keyspace when it does not exist.
 pub const DEV_REPLICATION: &str = "{'class': 'SimpleStrategy', 'replication_factor': 1}";
 
+/// How new keyspaces are created.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Keyspaces {
+    /// `WITH replication = ...`, nothing else (Apache Cassandra; the store's defaults).
+    Plain,
+    /// Also `AND tablets = {'enabled': false}`: ScyllaDB 6.0 and later, where counter
+    /// tables are refused in keyspaces with tablets (through at least 2025.2).
+    WithoutTablets,
+}
+
 /// Every statement needed for `config`: keyspaces, generic tables, family tables.
 pub fn statements(config: &Config, replication: &str) -> Result<Vec<String>, ConfigError> {
+    statements_with(config, replication, Keyspaces::Plain)
+}
+
+/// The same, with keyspaces created as `keyspaces` says.
+pub fn statements_with(
+    config: &Config,
+    replication: &str,
+    keyspaces_as: Keyspaces,
+) -> Result<Vec<String>, ConfigError> {
+    let create_keyspace = match keyspaces_as {
+        Keyspaces::Plain => "create_keyspace",
+        Keyspaces::WithoutTablets => "create_keyspace_without_tablets",
+    };
     let families = Families::from_config(config)?;
     let mut keyspaces = BTreeSet::new();
     for family in families.iter() {
@@ -37,16 +60,20 @@ pub fn statements(config: &Config, replication: &str) -> Result<Vec<String>, Con
         .map(|ks| {
             cql_text::statement(
                 GENERIC,
-                "create_keyspace",
+                create_keyspace,
                 &[("keyspace", ks), ("replication", replication)],
             )
         })
         .collect();
     for family in families.iter() {
+        if family.is_generic() && !families.generic_enabled() {
+            continue;
+        }
+        if family.mode == CountingMode::WriterTotals {
+            out.extend(totals_tables(family));
+            continue;
+        }
         if family.is_generic() {
-            if !families.generic_enabled() {
-                continue;
-            }
             let values = [
                 ("keyspace", family.minute_table.keyspace.as_str()),
                 ("minute_table", family.minute_table.table.as_str()),
@@ -108,6 +135,37 @@ pub fn statements(config: &Config, replication: &str) -> Result<Vec<String>, Con
     Ok(out)
 }
 
+/// The two tables of a `writer_totals` family (the generic one included): key columns,
+/// bucket columns, `writer text`, one `bigint` per value column.
+fn totals_tables(family: &FamilyDef) -> [String; 2] {
+    let minute = TableLayout::of(family, Granularity::Minute);
+    let day = TableLayout::of(family, Granularity::Day);
+    let columns: String = minute
+        .key_columns()
+        .filter(|(_, role)| matches!(role, Role::Key(_)))
+        .map(|(name, role)| format!("    {name} {},\n", TableLayout::default_type(*role)))
+        .collect();
+    let values: String = family
+        .columns
+        .iter()
+        .map(|c| format!("    {c} {},\n", minute.value_type()))
+        .collect();
+    let (minute_table, day_table) = (minute.table.to_string(), day.table.to_string());
+    let (minute_key, day_key) = (minute.primary_key_text(), day.primary_key_text());
+    let values = [
+        ("minute_table", minute_table.as_str()),
+        ("day_table", day_table.as_str()),
+        ("column_definitions", columns.trim_end_matches('\n')),
+        ("value_definitions", values.trim_end_matches('\n')),
+        ("minute_primary_key", minute_key.as_str()),
+        ("day_primary_key", day_key.as_str()),
+    ];
+    [
+        cql_text::statement(TOTALS, "create_totals_minute", &values),
+        cql_text::statement(TOTALS, "create_totals_day", &values),
+    ]
+}
+
 /// The regular tables of the operator features a configuration turns on: the key index
 /// (`key_index.enabled`) and the leaderboard tables (any `[[leaderboard]]`).
 fn operation_tables(config: &Config, index_table: &TableName) -> Vec<String> {
@@ -136,8 +194,12 @@ fn operation_tables(config: &Config, index_table: &TableName) -> Vec<String> {
 }
 
 /// The statements as one script, `;`-terminated, for printing.
-pub fn script(config: &Config, replication: &str) -> Result<String, ConfigError> {
-    Ok(statements(config, replication)?
+pub fn script(
+    config: &Config,
+    replication: &str,
+    keyspaces_as: Keyspaces,
+) -> Result<String, ConfigError> {
+    Ok(statements_with(config, replication, keyspaces_as)?
         .iter()
         .map(|s| format!("{s};\n"))
         .collect::<Vec<_>>()
@@ -161,6 +223,45 @@ mod tests {
             !all.iter()
                 .any(|s| s.contains('{') && !s.contains("replication")),
             "{all:?}"
+        );
+    }
+
+    /// Modes mix: a counter family beside `writer_totals` ones (the generic family too).
+    #[test]
+    fn writer_totals_tables_have_bigint_values_and_a_writer_column() {
+        let mut config = Config::default();
+        config.generic.mode = CountingMode::WriterTotals;
+        config.families.push(FamilyConfig {
+            mode: CountingMode::WriterTotals,
+            ..FamilyConfig::seed_views()
+        });
+        config.families.push(FamilyConfig {
+            name: "counted".into(),
+            minute_table: "metrics.c_by_minute".into(),
+            day_table: "metrics.c_by_day".into(),
+            columns: [("c.views".to_string(), "views".to_string())].into(),
+            ..FamilyConfig::seed_views()
+        });
+        let all = statements(&config, DEV_REPLICATION).unwrap();
+        assert_eq!(
+            all.len(),
+            8,
+            "two keyspaces, three families of two tables: {all:?}"
+        );
+        assert_eq!(
+            all[2],
+            "CREATE TABLE IF NOT EXISTS countersink.counts_by_minute (\n    name text,\n    tags text,\n    day    date,\n    minute smallint,\n    writer text,\n    value bigint,\n    PRIMARY KEY ((name, tags, day), minute, writer)\n)"
+        );
+        assert!(
+            all[5].contains("views bigint")
+                && all[5].contains("PRIMARY KEY ((page_id, month), day, writer)"),
+            "{}",
+            all[5]
+        );
+        assert!(
+            all[6].contains("views counter") && !all[6].contains("writer"),
+            "{}",
+            all[6]
         );
     }
 

@@ -7,7 +7,7 @@
 
 use std::collections::HashMap;
 
-use crate::config::{Config, ConfigError, ShardPlacement};
+use crate::config::{Config, ConfigError, CountingMode, ShardPlacement};
 use crate::line::{self, CounterLine, InvalidReason, Tag};
 use crate::series;
 use crate::vocabulary::FamilyId;
@@ -89,6 +89,8 @@ pub struct FamilyDef {
     pub columns: Vec<String>,
     /// Hot-key sharding, if configured.
     pub sharding: Option<Sharding>,
+    /// How its tables count: counter deltas, or each writer's running totals.
+    pub mode: CountingMode,
 }
 
 impl FamilyDef {
@@ -339,6 +341,7 @@ impl Families {
             key_columns: vec!["name".into(), "tags".into()],
             columns: vec!["value".into()],
             sharding: None,
+            mode: config.generic.mode,
         }];
         let mut by_metric = HashMap::default();
         for (index, family) in config.families.iter().enumerate() {
@@ -369,6 +372,7 @@ impl Families {
                     placement: family.shard_placement,
                     column: family.shard_column.clone(),
                 }),
+                mode: family.mode,
             });
         }
         Ok(Families {
@@ -408,6 +412,18 @@ impl Families {
             .sharding
             .as_ref()
             .map(|s| s.shard_for(writer_seed, flush_seq))
+    }
+
+    /// How `family` counts.
+    pub fn mode(&self, family: FamilyId) -> CountingMode {
+        self.get(family).mode
+    }
+
+    /// Whether any family (the generic one only when enabled) uses `mode`.
+    pub fn any_in(&self, mode: CountingMode) -> bool {
+        self.defs
+            .iter()
+            .any(|f| f.mode == mode && (!f.is_generic() || self.generic_enabled))
     }
 
     /// Whether counters matching no configured family are kept.

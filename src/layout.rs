@@ -4,9 +4,13 @@
 //! One description serves the DDL (`countersink schema`), the UPDATE text and its bind
 //! order, the start-up check against `system_schema`, and the read-back queries.
 
-use crate::config::ShardPlacement;
+use crate::config::{CountingMode, ShardPlacement};
 use crate::family::{FamilyDef, TableName};
 use crate::vocabulary::Granularity;
+
+/// The clustering column of a `writer_totals` table that tells writers apart: text, the
+/// writer id, the incarnation and a start nonce (see `crate::totals`).
+pub const WRITER_COLUMN: &str = "writer";
 
 /// What fills a key column.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -22,6 +26,9 @@ pub enum Role {
     Minute,
     /// The `tinyint` shard of a sharded family.
     Shard,
+    /// `writer text`: whose running total the row holds (`writer_totals` tables, last
+    /// clustering column).
+    Writer,
 }
 
 /// The layout of one table.
@@ -35,8 +42,11 @@ pub struct TableLayout {
     pub partition_key: Vec<(String, Role)>,
     /// Clustering columns, in order.
     pub clustering_key: Vec<(String, Role)>,
-    /// Counter columns, in the family's column order.
+    /// Value columns, in the family's column order: counters, or the `bigint` totals of
+    /// a `writer_totals` table.
     pub counters: Vec<String>,
+    /// How the table counts.
+    pub mode: CountingMode,
 }
 
 impl TableLayout {
@@ -70,12 +80,24 @@ impl TableLayout {
             }
         }
         clustering_key.push((clustering_bucket.0.into(), clustering_bucket.1));
+        if family.mode == CountingMode::WriterTotals {
+            clustering_key.push((WRITER_COLUMN.into(), Role::Writer));
+        }
         TableLayout {
             table: table.clone(),
             kind,
             partition_key,
             clustering_key,
             counters: family.columns.clone(),
+            mode: family.mode,
+        }
+    }
+
+    /// The CQL type of the value columns: `counter`, or `bigint` for `writer_totals`.
+    pub fn value_type(&self) -> &'static str {
+        match self.mode {
+            CountingMode::Counter => "counter",
+            CountingMode::WriterTotals => "bigint",
         }
     }
 
@@ -88,7 +110,7 @@ impl TableLayout {
     /// `text`; an existing table may use another type, see the schema check).
     pub fn default_type(role: Role) -> &'static str {
         match role {
-            Role::Key(_) | Role::Month => "text",
+            Role::Key(_) | Role::Month | Role::Writer => "text",
             Role::Day => "date",
             Role::Minute => "smallint",
             Role::Shard => "tinyint",
@@ -104,6 +126,26 @@ impl TableLayout {
             text.push_str(column);
         }
         text
+    }
+
+    /// The idempotent write of a `writer_totals` table (from `cql/totals.cql`): every key
+    /// column, then every value column, then the write time, all bound.
+    pub fn totals_insert_statement(&self) -> String {
+        let columns: Vec<&str> = self
+            .key_columns()
+            .map(|(c, _)| c.as_str())
+            .chain(self.counters.iter().map(String::as_str))
+            .collect();
+        let markers = vec!["?"; columns.len()];
+        crate::cql_text::statement(
+            crate::cql_text::TOTALS,
+            "totals_insert",
+            &[
+                ("table", &self.table.to_string()),
+                ("columns", &columns.join(", ")),
+                ("markers", &markers.join(", ")),
+            ],
+        )
     }
 
     /// The counter UPDATE of this table (from `cql/statements.cql`).
@@ -157,6 +199,27 @@ mod tests {
             TableLayout::of(generic, Granularity::Day).update_statement(),
             "UPDATE countersink.counts_by_day SET value = value + ? WHERE name = ? AND tags = ? AND month = ? AND day = ?"
         );
+    }
+
+    #[test]
+    fn writer_totals_tables_cluster_by_writer_and_insert_with_a_timestamp() {
+        let mut config = Config::default();
+        config.generic.mode = CountingMode::WriterTotals;
+        config.families.push(FamilyConfig {
+            mode: CountingMode::WriterTotals,
+            ..FamilyConfig::seed_views()
+        });
+        let f = Families::from_config(&config).unwrap();
+        let views = f.by_name("views").unwrap();
+        let minute = TableLayout::of(views, Granularity::Minute);
+        assert_eq!(minute.primary_key_text(), "(page_id, day), minute, writer");
+        assert_eq!(minute.value_type(), "bigint");
+        assert_eq!(
+            minute.totals_insert_statement(),
+            "INSERT INTO metrics.views_by_minute (page_id, day, minute, writer, bytes, views) VALUES (?, ?, ?, ?, ?, ?) USING TIMESTAMP ?"
+        );
+        let day = TableLayout::of(f.by_name("generic").unwrap(), Granularity::Day);
+        assert_eq!(day.primary_key_text(), "(name, tags, month), day, writer");
     }
 
     #[test]

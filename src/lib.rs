@@ -24,8 +24,9 @@
 //! | [`state`] | the state directory: intent journal, outcome logs, spill segments and replay cursor, crash recovery, writer identity |
 //! | `ingest` | (feature `sidecar`) socket receivers |
 //! | [`telemetry`] | the metric catalogue, the accounting identity, the flusher's ledger, the Prometheus collectors |
+//! | [`totals`] | the `writer_totals` counting mode: running totals per writer, idempotent writes retried until applied, their spill |
 //! | [`flush`] | the plan, the loop, the pure settle step (outcome → action), one shutdown deadline |
-//! | [`ops`] | operating the tables: the read path, the key index, leaderboards, retention, migration, shard advice; reading the state directory's outcomes |
+//! | [`ops`] | operating the tables: the read path (summing shards and writers, both counting modes), the key index, leaderboards, retention, migration, shard advice; reading the state directory's outcomes |
 //! | [`pipeline`], [`recorder`] | engine + state + flusher assembled; the in-process `Recorder` |
 //! | [`wrapper`] | the driver wrapper: `CounterSession` pre-aggregates the counter UPDATEs an application sends through its own `scylla` session |
 //! | `facade` | (feature `metrics-facade`) a recorder for the `metrics` crate: `counter!` lands in the engine |
@@ -56,6 +57,7 @@ pub mod sink;
 pub mod state;
 pub mod telemetry;
 pub mod test_hooks;
+pub mod totals;
 pub mod vocabulary;
 pub mod wrapper;
 

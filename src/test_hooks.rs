@@ -28,8 +28,15 @@ pub fn crash_point(name: &'static str) {
         return;
     }
     eprintln!("countersink: crash point {name} reached");
-    loop {
+    let park = || loop {
         std::thread::sleep(std::time::Duration::from_secs(3600));
+    };
+    // On a runtime worker, hand its other tasks (the metrics endpoint the test polls
+    // among them) to the other workers first: a task left in this worker's queue would
+    // never run again, and the test would wait for it instead of killing the process.
+    match tokio::runtime::Handle::try_current().map(|h| h.runtime_flavor()) {
+        Ok(tokio::runtime::RuntimeFlavor::MultiThread) => tokio::task::block_in_place(park),
+        _ => park(),
     }
 }
 

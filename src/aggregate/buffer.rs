@@ -6,8 +6,8 @@
 use hashbrown::HashTable;
 
 use super::counters::Counters;
-use super::limits::Budget;
-use super::row::{Columns, Row, RowKey, RowKeyRef};
+use super::limits::{Budget, Credit};
+use super::row::{Columns, Row, RowKey, RowKeyRef, Slot};
 use crate::vocabulary::DropReason;
 use crate::vocabulary::Granularity;
 
@@ -25,9 +25,49 @@ pub(crate) type RowHasher = foldhash::fast::RandomState;
 /// estimated.
 pub(crate) const ROW_OVERHEAD_BYTES: usize = size_of::<(RowKey, Row)>() * 2 + 2 + 16;
 
-/// Estimated bytes of a row with this series and these columns.
+/// Estimated bytes a row takes beyond its pending form for each write a flush plans for
+/// it, while the flush holds that write: the write itself (in the plan and among the
+/// results), its row and outcome slot, its share of the planning table. Plus the write's
+/// own copy of the series and of wide columns (see [`estimated_flush_bytes`]). An upper
+/// bound checked by the `memory` benchmark ("while planning").
+pub(crate) const FLUSH_BYTES_PER_WRITE: usize = 208;
+
+/// Estimated bytes of a row with this series and columns while it is held: pending in a
+/// stripe, or drained and in flight (what the budget charges it).
 pub(crate) fn estimated_row_bytes(series_len: usize, columns: &Columns) -> usize {
     ROW_OVERHEAD_BYTES + series_len + columns.heap_bytes()
+}
+
+/// Estimated bytes of the writes a flush plans for a drained row, held while that flush
+/// lasts, on top of [`estimated_row_bytes`]: a fresh row is written to the minute and
+/// the day table, a re-queued row to one of them. A flush drains rows in chunks whose
+/// writes fit the flush's share of the memory limit (see [`super::Aggregator::take_chunk`]),
+/// so only one chunk's writes exist at a time, never a second copy of every pending row.
+pub(crate) fn estimated_flush_bytes(slot: Slot, series_len: usize, columns: &Columns) -> usize {
+    let writes = if matches!(slot, Slot::Both(_)) { 2 } else { 1 };
+    writes * (FLUSH_BYTES_PER_WRITE + series_len + columns.heap_bytes())
+}
+
+/// What one chunk may still take, shared by the stripes it is drained from.
+#[derive(Debug)]
+pub(crate) struct ChunkAllowance {
+    /// Estimated bytes of the chunk's writes ([`estimated_flush_bytes`]) still allowed.
+    pub(crate) flush_bytes: usize,
+    /// Whether the chunk holds no row yet: its first row is taken whatever its size, so
+    /// a flush always makes progress.
+    pub(crate) empty: bool,
+}
+
+impl ChunkAllowance {
+    /// Takes room for a row whose writes are estimated at `bytes`, if it fits.
+    fn take(&mut self, bytes: usize) -> bool {
+        if bytes > self.flush_bytes && !self.empty {
+            return false;
+        }
+        self.flush_bytes = self.flush_bytes.saturating_sub(bytes);
+        self.empty = false;
+        true
+    }
 }
 
 /// One stripe of pending rows.
@@ -35,6 +75,8 @@ pub struct Buffer {
     rows: HashTable<(RowKey, Row)>,
     /// Estimated bytes of `rows`, as charged to the budget.
     bytes: usize,
+    /// Estimated bytes of the writes a flush would plan for `rows`.
+    flush_bytes: usize,
     /// Signed sum of the deltas in `rows`, per slot kind (both, minute only, day only).
     pending_sum: [i128; 3],
     counters: Counters,
@@ -42,12 +84,88 @@ pub struct Buffer {
     pub(crate) rng: fastrand::Rng,
 }
 
+/// What a stripe gave a drain: every row it held, or some of them.
+pub enum TakenRows {
+    /// The stripe's whole table.
+    All(HashTable<(RowKey, Row)>),
+    /// Some of its rows.
+    Some(Vec<(RowKey, Row)>),
+}
+
+impl TakenRows {
+    /// Number of rows.
+    pub fn len(&self) -> usize {
+        match self {
+            TakenRows::All(table) => table.len(),
+            TakenRows::Some(rows) => rows.len(),
+        }
+    }
+
+    /// Whether there is none.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+impl IntoIterator for TakenRows {
+    type Item = (RowKey, Row);
+    type IntoIter = TakenIter;
+
+    fn into_iter(self) -> TakenIter {
+        match self {
+            TakenRows::All(table) => TakenIter::All(table.into_iter()),
+            TakenRows::Some(rows) => TakenIter::Some(rows.into_iter()),
+        }
+    }
+}
+
+/// The rows of a [`TakenRows`], by value.
+pub enum TakenIter {
+    /// From a whole table.
+    All(hashbrown::hash_table::IntoIter<(RowKey, Row)>),
+    /// From a list.
+    Some(std::vec::IntoIter<(RowKey, Row)>),
+}
+
+impl Iterator for TakenIter {
+    type Item = (RowKey, Row);
+
+    fn next(&mut self) -> Option<(RowKey, Row)> {
+        match self {
+            TakenIter::All(rows) => rows.next(),
+            TakenIter::Some(rows) => rows.next(),
+        }
+    }
+}
+
 /// Everything a stripe held when it was drained.
 pub struct Taken {
     /// The rows, each key at most once per stripe.
-    pub rows: HashTable<(RowKey, Row)>,
+    pub rows: TakenRows,
     /// Signed sum of their deltas, per slot kind.
     pub sums: [i128; 3],
+    /// Their estimated bytes, still charged to the budget.
+    pub bytes: usize,
+}
+
+/// A row that could not be merged back, handed back to the caller.
+#[derive(Debug)]
+pub struct Refused {
+    /// Its key.
+    pub key: RowKey,
+    /// Its deltas.
+    pub row: Row,
+    /// Why.
+    pub reason: RefusedReason,
+}
+
+/// Why a row could not be merged back.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RefusedReason {
+    /// Summing it into the row held would leave the i64 range.
+    Overflow,
+    /// The memory budget has no room for another row.
+    NoRoom,
 }
 
 /// The part of per-slot-kind sums owed to `table`.
@@ -65,6 +183,7 @@ impl Buffer {
         Buffer {
             rows: HashTable::new(),
             bytes: 0,
+            flush_bytes: 0,
             pending_sum: [0; 3],
             counters: Counters::default(),
             rng: fastrand::Rng::with_seed(seed),
@@ -105,6 +224,7 @@ impl Buffer {
             return Err(reason);
         }
         self.bytes += bytes;
+        self.flush_bytes += estimated_flush_bytes(key.slot, key.series.len(), &columns);
         self.pending_sum[key.slot.kind_index()] += i128::from(delta);
         let row = Row {
             columns,
@@ -130,44 +250,108 @@ impl Buffer {
     }
 
     /// Puts back deltas that definitely were not applied. They were counted as accepted
-    /// when they first arrived, so no limit applies; the only refusal is a sum that would
-    /// overflow, and then the row is handed back so the caller can spill it.
+    /// when they first arrived; a row that is new to this stripe takes its room from
+    /// `credit` (the charge of the rows they were drained as) and, for what the credit
+    /// lacks, from the budget within its limits. Handed back, with the reason, when a
+    /// sum would overflow or there is no room: the caller keeps them elsewhere (the spill
+    /// file), never drops them silently.
     pub(crate) fn merge_back(
         &mut self,
         key: RowKey,
         row: Row,
         hasher: &RowHasher,
-        budget: &Budget,
-    ) -> Result<(), (RowKey, Row)> {
+        credit: &mut Credit,
+    ) -> Result<(), Refused> {
         let key_ref = key.as_ref();
         let kind = key_ref.slot.kind_index();
         let hash = key_ref.hash_with(hasher);
         if let Some((_, held)) = self.rows.find_mut(hash, |(k, _)| key_ref.matches(k)) {
             if !held.columns.checked_add(&row.columns) {
-                return Err((key, row));
+                return Err(Refused {
+                    key,
+                    row,
+                    reason: RefusedReason::Overflow,
+                });
             }
             held.requeued_since = oldest(held.requeued_since, row.requeued_since);
             self.pending_sum[kind] += row.columns.sum();
             return Ok(());
         }
         let bytes = estimated_row_bytes(key.series().len(), &row.columns);
-        budget.force_reserve(bytes);
+        if !credit.spend(bytes) {
+            return Err(Refused {
+                key,
+                row,
+                reason: RefusedReason::NoRoom,
+            });
+        }
         self.bytes += bytes;
+        self.flush_bytes += estimated_flush_bytes(key_ref.slot, key.series().len(), &row.columns);
         self.pending_sum[kind] += row.columns.sum();
         self.rows
             .insert_unique(hash, (key, row), |(k, _)| k.as_ref().hash_with(hasher));
         Ok(())
     }
 
-    /// Takes every pending row, leaving the stripe empty, and returns its budget.
-    pub(crate) fn take_all(&mut self, budget: &Budget) -> Taken {
+    /// Takes every pending row, leaving the stripe empty. Their budget stays charged:
+    /// it goes with them (see [`Taken::bytes`]).
+    pub(crate) fn take_all(&mut self) -> Taken {
         // Keep roughly the previous size so the next interval does not regrow from zero.
         let capacity = self.rows.len() / 2;
         let rows = std::mem::replace(&mut self.rows, HashTable::with_capacity(capacity));
-        budget.release(rows.len(), self.bytes);
-        self.bytes = 0;
+        let bytes = std::mem::take(&mut self.bytes);
+        self.flush_bytes = 0;
         let sums = std::mem::take(&mut self.pending_sum);
-        Taken { rows, sums }
+        Taken {
+            rows: TakenRows::All(rows),
+            sums,
+            bytes,
+        }
+    }
+
+    /// Takes the rows whose writes fit `allowance` (all of them when they all fit),
+    /// leaving the others pending. Their budget stays charged, as with
+    /// [`Buffer::take_all`].
+    pub(crate) fn take_chunk(&mut self, allowance: &mut ChunkAllowance) -> Taken {
+        if self.rows.is_empty() {
+            return Taken {
+                rows: TakenRows::Some(Vec::new()),
+                sums: [0; 3],
+                bytes: 0,
+            };
+        }
+        if self.flush_bytes <= allowance.flush_bytes {
+            allowance.flush_bytes -= self.flush_bytes;
+            allowance.empty = false;
+            return self.take_all();
+        }
+        let mut rows = Vec::new();
+        let (mut bytes, mut flush_bytes, mut sums) = (0, 0, [0_i128; 3]);
+        let taken = self.rows.extract_if(|(key, row)| {
+            let key = key.as_ref();
+            allowance.take(estimated_flush_bytes(
+                key.slot,
+                key.series.len(),
+                &row.columns,
+            ))
+        });
+        for (key, row) in taken {
+            let key_ref = key.as_ref();
+            bytes += estimated_row_bytes(key_ref.series.len(), &row.columns);
+            flush_bytes += estimated_flush_bytes(key_ref.slot, key_ref.series.len(), &row.columns);
+            sums[key_ref.slot.kind_index()] += row.columns.sum();
+            rows.push((key, row));
+        }
+        self.bytes -= bytes;
+        self.flush_bytes -= flush_bytes;
+        for (pending, taken) in self.pending_sum.iter_mut().zip(sums) {
+            *pending -= taken;
+        }
+        Taken {
+            rows: TakenRows::Some(rows),
+            sums,
+            bytes,
+        }
     }
 
     /// Number of pending rows.

@@ -1,9 +1,11 @@
 //! Memory limits for pending rows, and the shared budget that enforces them across
 //! stripes without blocking anyone.
 
-use std::sync::OnceLock;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
+
+use crossbeam_utils::CachePadded;
 
 use crate::vocabulary::DropReason;
 
@@ -12,7 +14,8 @@ use crate::vocabulary::DropReason;
 pub struct Limits {
     /// Most distinct rows (key × minute) held for the next flush.
     pub max_pending_rows: usize,
-    /// Most estimated bytes held for the next flush.
+    /// Most estimated bytes held in memory: rows (pending, in flight, re-queued), and the
+    /// writes of the chunk a flush is sending (see [`Limits::flush_chunk_bytes`]).
     pub max_pending_bytes: usize,
     /// Longest encoded series key, in bytes (name plus tags, or the key tag values).
     pub max_key_bytes: usize,
@@ -34,11 +37,32 @@ impl Default for Limits {
     }
 }
 
+/// The part of `max_pending_bytes` kept for the writes of the chunk a flush holds: one
+/// quarter. Rows take at most the other three.
+const FLUSH_SHARE_DENOMINATOR: usize = 4;
+
+impl Limits {
+    /// Estimated bytes of the writes one flush chunk may plan: a flush drains rows in
+    /// chunks of this size, so its copy of the rows never grows with the buffer.
+    pub fn flush_chunk_bytes(&self) -> usize {
+        self.max_pending_bytes / FLUSH_SHARE_DENOMINATOR
+    }
+
+    /// Estimated bytes the held rows may take: `max_pending_bytes` less the flush's share.
+    pub fn row_bytes(&self) -> usize {
+        self.max_pending_bytes - self.flush_chunk_bytes()
+    }
+}
+
 /// Fraction of either limit at which the buffer asks for an early flush.
 const PRESSURE_NUMERATOR: usize = 3;
 const PRESSURE_DENOMINATOR: usize = 4;
 
-/// The shared row and byte budget of all stripes.
+/// The shared row and byte budget of everything held in memory: rows pending in the
+/// stripes, rows drained and in flight, rows merged back after a write that did not
+/// apply. A drained row keeps its charge (as a [`Credit`]) until its write settles, so
+/// intake cannot refill the room of rows still in flight, and a re-queued row takes the
+/// charge of the row it came from before it asks for more.
 ///
 /// Only creating a row touches these atomics; adding to an existing row does not, so the
 /// hot path stays free of shared writes.
@@ -51,11 +75,25 @@ pub(crate) struct Budget {
     on_pressure: OnceLock<Box<dyn Fn() + Send + Sync>>,
 }
 
+/// The budget as the aggregator and the credits share it: on cache lines of its own, so
+/// that its counters, which change whenever a row is created, do not evict what every
+/// increment reads.
+pub(crate) type SharedBudget = Arc<CachePadded<Budget>>;
+
+/// Room left in the budget, as a row count and estimated bytes.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Room {
+    /// Rows that may still be created.
+    pub rows: usize,
+    /// Estimated bytes that may still be taken.
+    pub bytes: usize,
+}
+
 impl Budget {
     pub(crate) fn new(limits: &Limits) -> Budget {
         Budget {
             max_rows: limits.max_pending_rows,
-            max_bytes: limits.max_pending_bytes,
+            max_bytes: limits.row_bytes(),
             rows: AtomicUsize::new(0),
             bytes: AtomicUsize::new(0),
             pressure: AtomicBool::new(false),
@@ -68,32 +106,43 @@ impl Budget {
         let _ = self.on_pressure.set(callback);
     }
 
-    /// Claims room for one new row of `bytes`, or says which limit refuses it.
+    /// Claims room for one new row of fresh increments, or says which limit refuses it.
+    /// Crossing the early-flush mark calls the pressure callback.
     pub(crate) fn try_reserve(&self, bytes: usize) -> Result<(), DropReason> {
-        let rows_before = self.rows.fetch_add(1, Ordering::Relaxed);
-        if rows_before >= self.max_rows {
-            self.rows.fetch_sub(1, Ordering::Relaxed);
-            return Err(DropReason::MaxRows);
-        }
-        let bytes_before = self.bytes.fetch_add(bytes, Ordering::Relaxed);
-        if bytes_before.saturating_add(bytes) > self.max_bytes {
-            self.bytes.fetch_sub(bytes, Ordering::Relaxed);
-            self.rows.fetch_sub(1, Ordering::Relaxed);
-            return Err(DropReason::MaxBytes);
-        }
-        self.check_pressure(rows_before + 1, bytes_before + bytes);
+        let (rows, total) = self.claim(1, bytes)?;
+        self.check_pressure(rows, total);
         Ok(())
     }
 
-    /// Claims room unconditionally: re-queued deltas were accepted already, and refusing
-    /// them here would lose them.
-    pub(crate) fn force_reserve(&self, bytes: usize) {
-        let rows = self.rows.fetch_add(1, Ordering::Relaxed) + 1;
-        let total = self.bytes.fetch_add(bytes, Ordering::Relaxed) + bytes;
-        self.check_pressure(rows, total);
+    /// Claims room for `rows` rows of `bytes` that were accepted earlier (merged back or
+    /// replayed), within the limits, without asking for an early flush: rows coming back
+    /// after a failed write must not make the flusher try again at once.
+    pub(crate) fn try_reserve_quiet(&self, rows: usize, bytes: usize) -> bool {
+        self.claim(rows, bytes).is_ok()
     }
 
-    /// Returns room taken by rows that left the buffer.
+    /// Adds `rows` and `bytes` if both stay within their limits; returns the new totals.
+    fn claim(&self, rows: usize, bytes: usize) -> Result<(usize, usize), DropReason> {
+        let rows_before = self.rows.fetch_add(rows, Ordering::Relaxed);
+        if rows > 0 && rows_before.saturating_add(rows) > self.max_rows {
+            self.rows.fetch_sub(rows, Ordering::Relaxed);
+            return Err(DropReason::MaxRows);
+        }
+        let bytes_before = self.bytes.fetch_add(bytes, Ordering::Relaxed);
+        if bytes > 0 && bytes_before.saturating_add(bytes) > self.max_bytes {
+            self.bytes.fetch_sub(bytes, Ordering::Relaxed);
+            self.rows.fetch_sub(rows, Ordering::Relaxed);
+            return Err(DropReason::MaxBytes);
+        }
+        Ok((rows_before + rows, bytes_before + bytes))
+    }
+
+    /// Whether usage is past the early-flush mark now.
+    pub(crate) fn under_pressure(&self) -> bool {
+        self.over_mark(self.rows(), self.bytes())
+    }
+
+    /// Returns room taken by rows that left memory.
     pub(crate) fn release(&self, rows: usize, bytes: usize) {
         self.rows.fetch_sub(rows, Ordering::Relaxed);
         self.bytes.fetch_sub(bytes, Ordering::Relaxed);
@@ -107,14 +156,22 @@ impl Budget {
         }
     }
 
-    /// Rows currently held, across stripes.
+    /// Rows currently held, across stripes and flushes.
     pub(crate) fn rows(&self) -> usize {
         self.rows.load(Ordering::Relaxed)
     }
 
-    /// Estimated bytes currently held, across stripes.
+    /// Estimated bytes currently held, across stripes and flushes.
     pub(crate) fn bytes(&self) -> usize {
         self.bytes.load(Ordering::Relaxed)
+    }
+
+    /// What is left below the limits now.
+    pub(crate) fn room(&self) -> Room {
+        Room {
+            rows: self.max_rows.saturating_sub(self.rows()),
+            bytes: self.max_bytes.saturating_sub(self.bytes()),
+        }
     }
 
     fn over_mark(&self, rows: usize, bytes: usize) -> bool {
@@ -134,17 +191,111 @@ impl Budget {
     }
 }
 
+/// Budget charged for rows held outside the stripes: the rows a flush drained, while
+/// their writes are in flight. Rows merged back take their room from it first (so intake
+/// cannot take the room of rows that are still owed); what is left returns to the shared
+/// budget when the credit is dropped.
+pub struct Credit {
+    budget: SharedBudget,
+    rows: usize,
+    bytes: usize,
+}
+
+impl Credit {
+    pub(crate) fn new(budget: SharedBudget, rows: usize, bytes: usize) -> Credit {
+        Credit {
+            budget,
+            rows,
+            bytes,
+        }
+    }
+
+    /// Rows still charged.
+    pub fn rows(&self) -> usize {
+        self.rows
+    }
+
+    /// Estimated bytes still charged.
+    pub fn bytes(&self) -> usize {
+        self.bytes
+    }
+
+    /// Moves room for one row of `bytes` from this credit to whoever holds the row next,
+    /// asking the shared budget (within its limits) for what the credit lacks. False,
+    /// with nothing changed, when the budget has no room either.
+    pub(crate) fn spend(&mut self, bytes: usize) -> bool {
+        let rows_short = 1_usize.saturating_sub(self.rows);
+        let bytes_short = bytes.saturating_sub(self.bytes);
+        if (rows_short > 0 || bytes_short > 0)
+            && !self.budget.try_reserve_quiet(rows_short, bytes_short)
+        {
+            return false;
+        }
+        self.rows = self.rows.saturating_sub(1);
+        self.bytes = self.bytes.saturating_sub(bytes);
+        true
+    }
+}
+
+impl Credit {
+    /// Returns the room of one row of `bytes` (or what is left of it) to the shared budget
+    /// now: the row left this credit's custody for a holder that claims its own room (a
+    /// running total of a `writer_totals` family).
+    pub fn release_row(&mut self, bytes: usize) {
+        let (rows, bytes) = (self.rows.min(1), self.bytes.min(bytes));
+        if rows > 0 || bytes > 0 {
+            self.budget.release(rows, bytes);
+            self.rows -= rows;
+            self.bytes -= bytes;
+        }
+    }
+}
+
+impl Drop for Credit {
+    fn drop(&mut self) {
+        if self.rows > 0 || self.bytes > 0 {
+            self.budget.release(self.rows, self.bytes);
+        }
+    }
+}
+
+impl std::fmt::Debug for Credit {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Credit")
+            .field("rows", &self.rows)
+            .field("bytes", &self.bytes)
+            .finish()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use std::sync::Arc;
 
+    /// A budget whose rows may take `bytes` (`max_pending_bytes` less the flush's share).
     fn budget(rows: usize, bytes: usize) -> Budget {
-        Budget::new(&Limits {
+        let mut limits = Limits {
             max_pending_rows: rows,
-            max_pending_bytes: bytes,
+            max_pending_bytes: bytes * 4 / 3,
             ..Limits::default()
-        })
+        };
+        while limits.row_bytes() < bytes {
+            limits.max_pending_bytes += 1;
+        }
+        assert_eq!(limits.row_bytes(), bytes);
+        Budget::new(&limits)
+    }
+
+    #[test]
+    fn the_flush_keeps_a_quarter_of_the_byte_limit() {
+        let limits = Limits {
+            max_pending_bytes: 64 << 20,
+            ..Limits::default()
+        };
+        assert_eq!(limits.flush_chunk_bytes(), 16 << 20);
+        assert_eq!(limits.row_bytes(), 48 << 20);
+        assert_eq!(Budget::new(&limits).room().bytes, 48 << 20);
     }
 
     #[test]

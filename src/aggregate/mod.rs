@@ -36,19 +36,20 @@ mod tests;
 use std::cell::Cell;
 use std::collections::BTreeMap;
 use std::fmt;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 use crossbeam_utils::CachePadded;
 use parking_lot::{Mutex, MutexGuard};
 
-pub use self::buffer::{Buffer, Taken};
+pub use self::buffer::{Buffer, Refused, RefusedReason, Taken, TakenIter, TakenRows};
 pub use self::counters::Counters;
-pub use self::limits::Limits;
+pub use self::limits::{Credit, Limits, Room};
 pub use self::row::{Columns, Row, RowKey, Slot};
 use crate::vocabulary::{DropReason, Granularity};
 
-pub(crate) use self::buffer::{RowHasher, estimated_row_bytes};
-pub(crate) use self::limits::Budget;
+pub(crate) use self::buffer::RowHasher;
+pub(crate) use self::limits::{Budget, SharedBudget};
 pub(crate) use self::row::{RowKeyRef, series_hash};
 
 use crate::bucket::Minute;
@@ -59,7 +60,8 @@ pub struct Aggregator {
     hasher: RowHasher,
     /// On cache lines of its own: its counters change whenever a row is created, and
     /// must not evict the fields every increment reads (`hasher`, `closed`, `stripes`).
-    budget: CachePadded<Budget>,
+    /// Shared with the [`Credit`]s of rows in flight.
+    budget: SharedBudget,
     limits: Limits,
     /// Set before the final drain of shutdown; read under each stripe's lock, so an
     /// increment either makes the final drain or is counted as dropped.
@@ -102,7 +104,7 @@ impl Aggregator {
         Aggregator {
             stripes,
             hasher: RowHasher::default(),
-            budget: CachePadded::new(Budget::new(&limits)),
+            budget: Arc::new(CachePadded::new(Budget::new(&limits))),
             limits,
             closed: AtomicBool::new(false),
         }
@@ -137,6 +139,12 @@ impl Aggregator {
         self.budget.set_on_pressure(Box::new(callback));
     }
 
+    /// Whether pending rows or bytes are past three quarters of their limit now (an early
+    /// flush asked for earlier may have been made moot by a flush since).
+    pub fn under_pressure(&self) -> bool {
+        self.budget.under_pressure()
+    }
+
     /// Locks the calling thread's stripe, to add many increments under one lock.
     pub fn stripe(&self) -> Stripe<'_> {
         let (thread, stripes) = (thread_stripe(), self.stripes.len());
@@ -152,30 +160,93 @@ impl Aggregator {
         }
     }
 
-    /// Takes every pending row from every stripe.
+    /// Takes every pending row from every stripe. The rows keep their charge of the
+    /// budget until the [`Drained`] (or the [`Credit`] taken from it) is dropped.
     pub fn take_all(&self) -> Drained {
-        let stripes = self
+        let stripes: Vec<Taken> = self
             .stripes
             .iter()
-            .map(|stripe| stripe.lock().take_all(&self.budget))
+            .map(|stripe| stripe.lock().take_all())
             .collect();
-        Drained { stripes }
+        let rows = stripes.iter().map(|t| t.rows.len()).sum();
+        let bytes = stripes.iter().map(|t| t.bytes).sum();
+        Drained {
+            stripes,
+            credit: Credit::new(self.budget.clone(), rows, bytes),
+        }
+    }
+
+    /// Takes the next chunk of pending rows for a flush: as many as fit the flush's share
+    /// of the memory limit ([`Limits::flush_chunk_bytes`], estimated for the writes it
+    /// plans for them), at least one, whole stripes when they fit. The rows keep their
+    /// charge of the budget as with [`Aggregator::take_all`].
+    pub fn take_chunk(&self) -> Drained {
+        let mut allowance = buffer::ChunkAllowance {
+            flush_bytes: self.limits.flush_chunk_bytes(),
+            empty: true,
+        };
+        let stripes: Vec<Taken> = self
+            .stripes
+            .iter()
+            .map(|stripe| stripe.lock().take_chunk(&mut allowance))
+            .collect();
+        let rows = stripes.iter().map(|t| t.rows.len()).sum();
+        let bytes = stripes.iter().map(|t| t.bytes).sum();
+        Drained {
+            stripes,
+            credit: Credit::new(self.budget.clone(), rows, bytes),
+        }
     }
 
     /// Puts back rows whose writes definitely did not apply (see [`Buffer`]'s rules).
-    /// Returns the rows that could not be merged because a sum would overflow.
-    pub fn merge_back(&self, rows: impl IntoIterator<Item = (RowKey, Row)>) -> Vec<(RowKey, Row)> {
+    /// A row new to the buffer takes its room from `credit` first (the charge of the
+    /// rows a flush drained), then from the budget within its limits. Returns the rows
+    /// that could not be merged (a sum would overflow, or there is no room), with why.
+    pub fn merge_back(
+        &self,
+        rows: impl IntoIterator<Item = (RowKey, Row)>,
+        credit: &mut Credit,
+    ) -> Vec<Refused> {
         let mut stripe = self.stripe();
-        let mut refused = Vec::new();
-        for (key, row) in rows {
-            if let Err(back) = stripe
-                .buffer
-                .merge_back(key, row, &self.hasher, &self.budget)
-            {
-                refused.push(back);
-            }
-        }
-        refused
+        rows.into_iter()
+            .filter_map(|(key, row)| {
+                stripe
+                    .buffer
+                    .merge_back(key, row, &self.hasher, credit)
+                    .err()
+            })
+            .collect()
+    }
+
+    /// Room left below the memory limits now, counting every row held (pending, in
+    /// flight, re-queued): what a replay of spilled rows may bring back at most before
+    /// its rows are refused.
+    pub fn room(&self) -> Room {
+        self.budget.room()
+    }
+
+    /// What the budget charges for `row` under `key` while it is held (pending or in
+    /// flight): how a replay sizes chunks against [`Aggregator::room`].
+    pub fn charge_of(&self, key: &RowKey, row: &Row) -> usize {
+        buffer::estimated_row_bytes(key.series().len(), &row.columns)
+    }
+
+    /// A credit of nothing: merging back with it takes all room from the budget, within
+    /// its limits (a replay of spilled rows, chunk by chunk).
+    pub fn no_credit(&self) -> Credit {
+        Credit::new(self.budget.clone(), 0, 0)
+    }
+
+    /// Claims room for one row of `bytes` held outside the stripes (a running total of a
+    /// `writer_totals` family, see `crate::totals`), within the limits: one budget covers
+    /// pending rows and held totals.
+    pub fn reserve_held(&self, bytes: usize) -> Result<(), DropReason> {
+        self.budget.try_reserve(bytes)
+    }
+
+    /// Returns room claimed with [`Aggregator::reserve_held`].
+    pub fn release_held(&self, rows: usize, bytes: usize) {
+        self.budget.release(rows, bytes);
     }
 
     /// Counters summed over all stripes.
@@ -200,12 +271,13 @@ impl Aggregator {
             .sum()
     }
 
-    /// Estimated bytes held by pending rows.
+    /// Estimated bytes of every row held: pending, in flight and re-queued (what
+    /// `limits.max_pending_bytes` caps).
     pub fn pending_bytes(&self) -> usize {
         self.budget.bytes()
     }
 
-    /// Pending rows as the shared budget counts them (cheap: no locks).
+    /// Rows held as the shared budget counts them, in flight included (cheap: no locks).
     pub fn pending_rows_estimate(&self) -> usize {
         self.budget.rows()
     }
@@ -326,9 +398,10 @@ pub fn minute_for(
     Minute::from_unix_secs(at).ok_or(DropReason::TimestampWindow)
 }
 
-/// Everything drained from all stripes by one flush.
+/// Everything drained from all stripes by one flush, with its charge of the budget.
 pub struct Drained {
     stripes: Vec<Taken>,
+    credit: Credit,
 }
 
 impl Drained {
@@ -350,11 +423,50 @@ impl Drained {
             .sum()
     }
 
-    /// The drained rows; the same key may appear once per stripe.
-    pub fn into_rows(self) -> impl Iterator<Item = (RowKey, Row)> {
-        self.stripes.into_iter().flat_map(|t| t.rows.into_iter())
+    /// The drained rows; the same key may appear once per stripe. Their charge of the
+    /// budget is returned now.
+    pub fn into_rows(self) -> DrainedRows {
+        self.into_parts().0
+    }
+
+    /// The drained rows and their charge of the budget, which the caller holds until
+    /// the rows have left memory (their writes settled) and spends on rows it merges
+    /// back.
+    pub fn into_parts(self) -> (DrainedRows, Credit) {
+        let remaining = self.len();
+        let tables: Vec<_> = self.stripes.into_iter().map(|t| t.rows).collect();
+        (
+            DrainedRows {
+                rows: tables.into_iter().flatten(),
+                remaining,
+            },
+            self.credit,
+        )
     }
 }
+
+/// The rows of a [`Drained`], stripe after stripe (each stripe's table is freed once
+/// read), with an exact length.
+pub struct DrainedRows {
+    rows: std::iter::Flatten<std::vec::IntoIter<TakenRows>>,
+    remaining: usize,
+}
+
+impl Iterator for DrainedRows {
+    type Item = (RowKey, Row);
+
+    fn next(&mut self) -> Option<(RowKey, Row)> {
+        let next = self.rows.next()?;
+        self.remaining -= 1;
+        Some(next)
+    }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        (self.remaining, Some(self.remaining))
+    }
+}
+
+impl ExactSizeIterator for DrainedRows {}
 
 /// A sorted, merged picture of the pending rows; its `Display` is stable across runs.
 #[derive(Clone, PartialEq, Eq)]

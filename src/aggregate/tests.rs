@@ -104,12 +104,24 @@ fn drain(agg: &Aggregator) -> BTreeMap<Vec<u8>, Vec<i128>> {
     rows
 }
 
-#[test]
-fn byte_limit_drops_and_counts() {
-    let limits = Limits {
-        max_pending_bytes: buffer::ROW_OVERHEAD_BYTES + 10,
+/// Limits whose rows may take `bytes` (and not much more): `max_pending_bytes` less the
+/// flush's share.
+fn limits_holding(bytes: usize) -> Limits {
+    let mut limits = Limits {
+        max_pending_bytes: bytes * 4 / 3,
         ..Limits::default()
     };
+    while limits.row_bytes() < bytes {
+        limits.max_pending_bytes += 1;
+    }
+    limits
+}
+
+#[test]
+fn byte_limit_drops_and_counts() {
+    let limits = limits_holding(
+        buffer::estimated_row_bytes(series::encode(["a"]).len(), &Columns::One(0)) + 10,
+    );
     let agg = Aggregator::new(limits, 1, Some(1));
     let short = series::encode(["a"]);
     let long = series::encode(["a-much-longer-series-key"]);
@@ -205,10 +217,11 @@ proptest::proptest! {
 }
 
 #[test]
-fn take_all_empties_and_returns_the_budget() {
+fn drained_rows_keep_their_budget_until_they_are_gone() {
     let agg = Aggregator::new(small_limits(1), 2, Some(1));
     let s = series::encode(["x"]);
     agg.stripe().record(key(&s, 1), 1, 0, 4).unwrap();
+    let bytes = agg.pending_bytes();
     let drained = agg.take_all();
     assert_eq!(
         (
@@ -219,15 +232,34 @@ fn take_all_empties_and_returns_the_budget() {
         (1, 4, 4)
     );
     assert!(agg.snapshot().is_empty());
+    assert_eq!(
+        (agg.pending_rows_estimate(), agg.pending_bytes()),
+        (1, bytes),
+        "rows in flight still hold their room"
+    );
+    assert_eq!(
+        agg.stripe().record(key(&s, 2), 1, 0, 1),
+        Err(DropReason::MaxRows),
+        "so intake cannot refill it"
+    );
+    let (rows, credit) = drained.into_parts();
+    assert_eq!((credit.rows(), credit.bytes()), (1, bytes));
+    drop(rows);
+    drop(credit);
     assert_eq!((agg.pending_rows_estimate(), agg.pending_bytes()), (0, 0));
     agg.stripe().record(key(&s, 2), 1, 0, 1).unwrap();
 }
 
 #[test]
 fn merge_back_keeps_slots_apart_and_marks_the_age() {
-    let agg = Aggregator::new(small_limits(1), 1, Some(1));
+    let agg = Aggregator::new(small_limits(3), 1, Some(1));
     let s = series::encode(["x"]);
+    // Two rows drained (their writes failed), one fresh row since: the limit is reached.
+    agg.stripe().record(key(&s, 1), 1, 0, 1).unwrap();
+    agg.stripe().record(key(&s, 2), 1, 0, 1).unwrap();
+    let (_, mut credit) = agg.take_all().into_parts();
     agg.stripe().record(key(&s, 60), 1, 0, 3).unwrap();
+    assert_eq!(agg.room().rows, 0);
     let requeue = |slot, v, since| {
         (
             RowKey::new(FamilyId(0), slot, s.clone().into_boxed_slice()),
@@ -237,13 +269,18 @@ fn merge_back_keeps_slots_apart_and_marks_the_age() {
             },
         )
     };
-    // The limit is already reached: merge_back must still keep re-queued deltas.
-    let refused = agg.merge_back([
-        requeue(Slot::MinuteOnly(Minute(60)), 2, 500),
-        requeue(Slot::DayOnly(Day(0)), 5, 400),
-        requeue(Slot::DayOnly(Day(0)), 1, 300),
-    ]);
-    assert!(refused.is_empty());
+    // The limit is reached, but the re-queued rows take the room of the rows they were
+    // drained as (the third one merges into the second: no room needed).
+    let refused = agg.merge_back(
+        [
+            requeue(Slot::MinuteOnly(Minute(60)), 2, 500),
+            requeue(Slot::DayOnly(Day(0)), 5, 400),
+            requeue(Slot::DayOnly(Day(0)), 1, 300),
+        ],
+        &mut credit,
+    );
+    assert!(refused.is_empty(), "{refused:?}");
+    assert_eq!(credit.rows(), 0);
     assert_eq!(
         agg.pending_sum(Granularity::Minute),
         5,
@@ -281,9 +318,77 @@ fn merge_back_hands_back_a_row_that_would_overflow() {
             requeued_since: 9,
         },
     );
-    let refused = agg.merge_back([row]);
+    let refused = agg.merge_back([row], &mut agg.no_credit());
     assert_eq!(refused.len(), 1);
+    assert_eq!(refused[0].reason, RefusedReason::Overflow);
     assert_eq!(agg.pending_sum(Granularity::Minute), i128::from(i64::MAX));
+}
+
+/// A failed flush of rows that were fresh (each owed to both tables) comes back as
+/// twice the rows (minute-only and day-only): what does not fit in the room the drained
+/// rows held is handed back (to be spilled), never charged past the limit.
+#[test]
+fn rows_merged_back_never_exceed_the_limit() {
+    let agg = Aggregator::new(small_limits(10), 1, Some(1));
+    let keys: Vec<_> = (0..10)
+        .map(|i| series::encode([format!("k{i}").as_str()]))
+        .collect();
+    for k in &keys {
+        agg.stripe().record(key(k, 60), 1, 0, 1).unwrap();
+    }
+    let (rows, mut credit) = agg.take_all().into_parts();
+    let mut back = Vec::new();
+    for (k, row) in rows {
+        let series = k.series().to_vec().into_boxed_slice();
+        back.push((
+            RowKey::new(FamilyId(0), Slot::MinuteOnly(Minute(60)), series.clone()),
+            row.clone(),
+        ));
+        back.push((RowKey::new(FamilyId(0), Slot::DayOnly(Day(0)), series), row));
+    }
+    let refused = agg.merge_back(back, &mut credit);
+    drop(credit);
+    assert_eq!(refused.len(), 10);
+    assert!(
+        refused.iter().all(|r| r.reason == RefusedReason::NoRoom),
+        "{refused:?}"
+    );
+    assert_eq!(agg.pending_rows(), 10);
+    assert_eq!(agg.pending_rows_estimate(), 10);
+    assert_eq!(agg.room().rows, 0);
+    // Existing rows still take increments; new rows are dropped and counted.
+    let mut s = agg.stripe();
+    s.record(key(&keys[0], 60), 1, 0, 1).unwrap_err();
+    drop(s);
+    assert_eq!(agg.counters().dropped_for(DropReason::MaxRows), 1);
+}
+
+/// Merging rows back never asks for an early flush, even past the mark: against a store
+/// that is down, that would start the next failing flush at once.
+#[test]
+fn rows_merged_back_do_not_call_the_pressure_callback() {
+    let agg = Aggregator::new(small_limits(4), 1, Some(1));
+    let fired = Arc::new(AtomicBool::new(false));
+    let flag = fired.clone();
+    agg.on_pressure(move || flag.store(true, Ordering::Relaxed));
+    let rows: Vec<_> = (0..4)
+        .map(|i| {
+            (
+                RowKey::new(
+                    FamilyId(0),
+                    Slot::MinuteOnly(Minute(1)),
+                    series::encode([format!("k{i}").as_str()]).into_boxed_slice(),
+                ),
+                Row {
+                    columns: Columns::One(1),
+                    requeued_since: 1,
+                },
+            )
+        })
+        .collect();
+    assert!(agg.merge_back(rows, &mut agg.no_credit()).is_empty());
+    assert!(agg.under_pressure());
+    assert!(!fired.load(Ordering::Relaxed));
 }
 
 #[test]
@@ -442,14 +547,14 @@ fn increments_land_exactly_through_growth_drains_and_merges() {
         }
         if round == 2 {
             // Drain everything and merge half of it back (a failed flush).
-            let rows: Vec<_> = agg.take_all().into_rows().collect();
+            let (rows, mut credit) = agg.take_all().into_parts();
             let (back, gone): (Vec<_>, Vec<_>) = rows
                 .into_iter()
                 .partition(|(k, _)| k.series().len() % 2 == 0);
             for (k, r) in &gone {
                 *drained.entry(format!("{k:?}")).or_default() += r.columns.sum();
             }
-            assert!(agg.merge_back(back).is_empty());
+            assert!(agg.merge_back(back, &mut credit).is_empty());
         }
     }
     let mut pending: HashMap<String, i128> = HashMap::new();

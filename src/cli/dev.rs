@@ -82,6 +82,15 @@ fn banner(config: &crate::config::Config, cql: SocketAddr, bound: crate::sidecar
     }
     if let Some(path) = &bound.uds {
         text.push_str(&format!("  Unix dgram: {}\n", path.display()));
+        if let Some(qlen) = bound.uds_max_dgram_qlen
+            && qlen < crate::ingest::ADVISED_QLEN
+        {
+            text.push_str(&format!(
+                "  WARNING: net.unix.max_dgram_qlen is {qlen}: non-blocking senders lose datagrams when that\n\
+                 \x20          many wait. Raise it with `{}`, then restart.\n",
+                crate::ingest::RAISE_QLEN
+            ));
+        }
     }
     if let Some(path) = &bound.uds_stream {
         text.push_str(&format!("  Unix stream: {}\n", path.display()));

@@ -1,5 +1,6 @@
-//! `countersink get`: read a counter back, summing shards (concurrently when they are
-//! separate partitions), at a chosen consistency.
+//! `countersink get`: read a count back, summing shards (concurrently when they are
+//! separate partitions) and the writers of `writer_totals` families, at a chosen
+//! consistency.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -49,7 +50,8 @@ pub(super) struct GetArgs {
     consistency: ConsistencyLevel,
 }
 
-/// Prints the day total, or one `YYYY-MM-DDTHH:MMZ value` line per minute with data.
+/// Prints the day total, or one `YYYY-MM-DDTHH:MMZ value` line per minute with data. Sums
+/// shards, and the writers of `writer_totals` families (see [`crate::ops::read`]).
 pub(super) async fn run(args: GetArgs) -> Result<(), Failure> {
     let mut config = match &args.config {
         Some(path) => Config::from_file(path).map_err(Failure::usage)?,

@@ -260,6 +260,11 @@ pub struct FlushConfig {
     /// Fits a 30 s Kubernetes grace period with time to spare. Default `"20s"`.
     #[serde(with = "duration")]
     pub shutdown_deadline: Duration,
+    /// While the store applies nothing (down, unreachable, failing every write), the wait
+    /// between flushes doubles from `interval` up to this, jittered, and the first flush
+    /// that applies anything resets it. Default `"60s"`.
+    #[serde(with = "duration")]
+    pub max_backoff: Duration,
 }
 
 impl Default for FlushConfig {
@@ -271,6 +276,7 @@ impl Default for FlushConfig {
             max_in_flight: 64,
             requeue_max_age: Duration::from_secs(600),
             shutdown_deadline: Duration::from_secs(20),
+            max_backoff: Duration::from_secs(60),
         }
     }
 }
@@ -282,8 +288,9 @@ pub struct LimitsConfig {
     /// Most distinct pending rows (series × minute); new rows beyond it are dropped
     /// (`reason="max_rows"`). Default `1000000`.
     pub max_pending_rows: usize,
-    /// Most estimated bytes of pending rows; new rows beyond it are dropped
-    /// (`reason="max_bytes"`). Default `268435456` (256 MiB).
+    /// Most estimated bytes held: rows (pending, in flight, re-queued) take up to three
+    /// quarters, and new rows beyond are dropped (`reason="max_bytes"`); the last quarter
+    /// bounds the writes of the chunk a flush is sending. Default `268435456` (256 MiB).
     pub max_pending_bytes: usize,
     /// Longest series key in bytes (metric name plus canonical tags, or the key tag
     /// values of a configured family); longer lines are invalid (`key_too_long`).
@@ -351,6 +358,30 @@ impl Default for StateConfig {
     }
 }
 
+/// How a family's tables count.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Deserialize, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CountingMode {
+    /// Counter tables: each flush adds one delta per row (`c = c + ?`). Cheap to read; a
+    /// write whose outcome is unknown is logged and never re-sent. The default.
+    #[default]
+    Counter,
+    /// Regular tables with `bigint` columns and a `writer` clustering column (seed 002):
+    /// each writer writes the running absolute total of its own rows `USING TIMESTAMP`,
+    /// so every write is idempotent and is retried until it applies; reads sum the writers.
+    WriterTotals,
+}
+
+impl CountingMode {
+    /// The configuration value: `counter` or `writer_totals`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CountingMode::Counter => "counter",
+            CountingMode::WriterTotals => "writer_totals",
+        }
+    }
+}
+
 /// `[generic]`: the zero-configuration family.
 #[derive(Clone, Debug, PartialEq, Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields)]
@@ -358,10 +389,16 @@ pub struct GenericConfig {
     /// Whether counters that match no configured family are kept (in the generic
     /// tables) or dropped (`reason="unconfigured"`). Default `true`.
     pub enabled: bool,
-    /// Minute table: `((name, tags, day), minute) value counter`. Default `"counts_by_minute"`.
+    /// Minute table: `((name, tags, day), minute) value counter` (with `writer_totals`:
+    /// `((name, tags, day), minute, writer) value bigint`). Default `"counts_by_minute"`.
     pub minute_table: String,
-    /// Day table: `((name, tags, month), day) value counter`. Default `"counts_by_day"`.
+    /// Day table: `((name, tags, month), day) value counter` (with `writer_totals`:
+    /// `((name, tags, month), day, writer) value bigint`). Default `"counts_by_day"`.
     pub day_table: String,
+    /// How the generic tables count: `"counter"` or `"writer_totals"`. The two need
+    /// tables of different shapes: switching an existing deployment needs new tables
+    /// (other names, or another keyspace). Default `"counter"`.
+    pub mode: CountingMode,
 }
 
 impl Default for GenericConfig {
@@ -370,6 +407,7 @@ impl Default for GenericConfig {
             enabled: true,
             minute_table: "counts_by_minute".into(),
             day_table: "counts_by_day".into(),
+            mode: CountingMode::Counter,
         }
     }
 }
@@ -402,6 +440,11 @@ pub struct FamilyConfig {
     pub shard_placement: ShardPlacement,
     /// Name of the `tinyint` shard column. Default `"shard"`.
     pub shard_column: String,
+    /// How the family's tables count: `"counter"` (counter columns, one delta per row
+    /// per flush) or `"writer_totals"` (`bigint` columns and a `writer` clustering
+    /// column: each writer's running total, written idempotently; no sharding, since
+    /// writers never share a cell). Default `"counter"`.
+    pub mode: CountingMode,
 }
 
 impl Default for FamilyConfig {
@@ -415,6 +458,7 @@ impl Default for FamilyConfig {
             shards: 1,
             shard_placement: ShardPlacement::Partition,
             shard_column: "shard".into(),
+            mode: CountingMode::Counter,
         }
     }
 }

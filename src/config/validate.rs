@@ -3,7 +3,7 @@
 use std::collections::HashSet;
 use std::path::PathBuf;
 
-use super::{Config, FamilyConfig};
+use super::{Config, CountingMode, FamilyConfig};
 
 /// A configuration problem. The message names the field, so an operator can fix the
 /// file without reading code; the command line exits with code 2 on any of these.
@@ -346,6 +346,27 @@ fn validate_family(family: &FamilyConfig, at: &dyn Fn(&str) -> String) -> Result
     if family.shards > 1 {
         check_identifier(&at("shard_column"), &family.shard_column)?;
     }
+    if family.mode == CountingMode::WriterTotals {
+        if family.shards > 1 {
+            return Err(ConfigError::invalid(
+                at("shards"),
+                "must be 1 with mode = \"writer_totals\": each writer writes rows of its own, so no cell is shared and there is nothing to spread",
+            ));
+        }
+        let writer = crate::layout::WRITER_COLUMN;
+        if let Some(i) = family.key.iter().position(|k| k == writer) {
+            return Err(ConfigError::invalid(
+                format!("{}[{i}]", at("key")),
+                format!("`{writer}` is the writer column of mode = \"writer_totals\""),
+            ));
+        }
+        if let Some((metric, _)) = family.columns.iter().find(|(_, c)| *c == writer) {
+            return Err(ConfigError::invalid(
+                format!("{}.\"{metric}\"", at("columns")),
+                format!("`{writer}` is the writer column of mode = \"writer_totals\""),
+            ));
+        }
+    }
     Ok(())
 }
 
@@ -430,6 +451,53 @@ mod tests {
             ..family()
         });
         assert_eq!(field_of(&c), "family[0].minute_table");
+    }
+
+    /// A `writer_totals` family has no shards and keeps `writer` for its writer column;
+    /// configured families and the generic one may mix modes.
+    #[test]
+    fn writer_totals_rules() {
+        let totals = || FamilyConfig {
+            mode: CountingMode::WriterTotals,
+            ..family()
+        };
+        let mut c = Config::default();
+        c.generic.mode = CountingMode::WriterTotals;
+        c.families.push(totals());
+        c.families.push(FamilyConfig {
+            name: "counted".into(),
+            minute_table: "c_m".into(),
+            day_table: "c_d".into(),
+            columns: [("c.views".to_string(), "views".to_string())].into(),
+            ..family()
+        });
+        c.validate().unwrap();
+
+        let mut c = Config::default();
+        c.families.push(FamilyConfig {
+            shards: 4,
+            ..totals()
+        });
+        assert_eq!(field_of(&c), "family[0].shards");
+        let mut c = Config::default();
+        c.families.push(FamilyConfig {
+            key: vec!["writer".into()],
+            ..totals()
+        });
+        assert_eq!(field_of(&c), "family[0].key[0]");
+        let mut c = Config::default();
+        c.families.push(FamilyConfig {
+            columns: [("page.views".to_string(), "writer".to_string())].into(),
+            ..totals()
+        });
+        assert_eq!(field_of(&c), "family[0].columns.\"page.views\"");
+        let parsed = Config::from_toml(
+            "[generic]\nmode = \"writer_totals\"\n[[family]]\nname = \"t\"\nminute_table = \"t_m\"\nday_table = \"t_d\"\nkey = [\"k\"]\nmode = \"writer_totals\"\n[family.columns]\n\"t.n\" = \"n\"\n",
+        )
+        .unwrap();
+        assert_eq!(parsed.families[0].mode, CountingMode::WriterTotals);
+        assert_eq!(parsed.generic.mode, CountingMode::WriterTotals);
+        assert!(Config::from_toml("[generic]\nmode = \"ledger\"\n").is_err());
     }
 
     /// One configuration shape in every build: the library built without the sidecar

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use tokio::sync::Notify;
 
-use crate::aggregate::Slot;
+use crate::aggregate::{Credit, Refused, Slot};
 use crate::bucket;
 use crate::config::{Config, FlushConfig};
 use crate::engine::Engine;
@@ -17,12 +17,14 @@ use crate::state::{
     WriteRecord,
 };
 use crate::test_hooks::crash_point;
+use crate::totals::{Totals, TotalsReport};
 use crate::vocabulary::{DropReason, Granularity};
 
 use super::observe::FlushObserver;
 use super::plan::{self, PlanOptions};
 use super::record_conversion::{self, error_info};
 use super::replay;
+use super::schedule::Schedule;
 use super::send::send_all;
 use super::settle::{self, Action, Circumstances, Sent};
 use super::shutdown::{Deadline, ShutdownSignal, shutdown_channel};
@@ -49,9 +51,26 @@ pub struct FlushReport {
     pub spilled: usize,
     /// Requests that could not be spilled (the spill full, or failing): dropped, counted.
     pub dropped: usize,
+    /// What the `writer_totals` families' writes did (not counted above).
+    pub totals: TotalsReport,
 }
 
 impl FlushReport {
+    /// Adds the figures of `chunk`, a later chunk of the same round, and takes its
+    /// sequence number.
+    fn add(&mut self, chunk: &FlushReport) {
+        self.seq = chunk.seq;
+        self.rows += chunk.rows;
+        self.writes += chunk.writes;
+        self.applied += chunk.applied;
+        self.requeued += chunk.requeued;
+        self.rejected += chunk.rejected;
+        self.unknown += chunk.unknown;
+        self.spilled += chunk.spilled;
+        self.dropped += chunk.dropped;
+        self.totals.add(&chunk.totals);
+    }
+
     fn count(&mut self, class: OutcomeClass) {
         match class {
             OutcomeClass::Applied => self.applied += 1,
@@ -83,6 +102,9 @@ pub struct Flusher<S> {
     lost: (u64, [i128; 2]),
     /// Told what each flush is about to send (see [`super::observe`]).
     observers: Vec<Arc<dyn FlushObserver>>,
+    /// The `writer_totals` families' path: their rows leave this one after the drain,
+    /// and their writes are the flush's second stage.
+    totals: Totals,
 }
 
 impl<S: Sink> Flusher<S> {
@@ -116,7 +138,10 @@ impl<S: Sink> Flusher<S> {
                 rejected_rows = recovery.rejected_rows,
                 dropped_rows = recovery.dropped_rows,
                 never_sent_rows = recovery.uncommitted_rows,
-                "Finished the flush the previous run was killed in: requests that may have been sent are in unknown.jsonl (in_flight_at_crash) and are never re-sent; requests that definitely were not applied were spilled for replay."
+                totals_rows = recovery.totals_rows,
+                totals_minute_sum = %recovery.totals_sums[0],
+                totals_day_sum = %recovery.totals_sums[1],
+                "Finished the flush the previous run was killed in: requests that may have been sent are in unknown.jsonl (in_flight_at_crash) and are never re-sent; requests that definitely were not applied were spilled for replay; writer_totals writes not known applied are written again (idempotent by their write time)."
             );
         }
         if recovery.dropped_rows > 0 {
@@ -148,12 +173,13 @@ impl<S: Sink> Flusher<S> {
     }
 
     /// A flusher on an open state directory. Spilled rows are replayed by the flushes, a
-    /// chunk at a time.
+    /// chunk at a time; spilled running totals (`writer_totals`) are loaded now and
+    /// written by the flushes.
     pub fn new(
         engine: Arc<Engine>,
         sink: Arc<S>,
         config: FlushConfig,
-        state: StateDir,
+        mut state: StateDir,
         ledger: Arc<Ledger>,
     ) -> Flusher<S> {
         let shard_seed = shard_seed(state.writer_id());
@@ -162,6 +188,7 @@ impl<S: Sink> Flusher<S> {
             .iter()
             .map(record_conversion::family_entry)
             .collect();
+        let totals = Totals::open(engine.clone(), &mut state, &config, &ledger);
         Flusher {
             engine,
             sink,
@@ -174,6 +201,7 @@ impl<S: Sink> Flusher<S> {
             families,
             lost: (0, [0, 0]),
             observers: Vec::new(),
+            totals,
         }
     }
 
@@ -204,20 +232,45 @@ impl<S: Sink> Flusher<S> {
         &self.ledger
     }
 
-    /// Runs until shutdown is requested: flushes every interval (± jitter) and early when
-    /// `early` is notified, then closes the buffer and does the final flush. The flush
-    /// running at the request and the final flush share one deadline, fixed at the
-    /// request (see [`super::shutdown`]).
+    /// This incarnation's writer column in `writer_totals` tables.
+    pub fn totals_writer(&self) -> &str {
+        self.totals.writer()
+    }
+
+    /// Runs until shutdown is requested: flushes on the [`Schedule`] (every interval ±
+    /// jitter, backing off while the store applies nothing) and early when `early` is
+    /// notified and the buffer is still under pressure (never while backing off), then
+    /// closes the buffer and does the final flush. The flush running at the request and
+    /// the final flush share one deadline, fixed at the request (see [`super::shutdown`]).
     pub async fn run(mut self, mut shutdown: ShutdownSignal, early: Arc<Notify>) -> FlushReport {
         let mut deadline = Deadline::new(shutdown.clone(), self.config.shutdown_deadline);
+        let mut schedule = Schedule::new(&self.config);
         loop {
-            let wait = self.next_interval();
-            tokio::select! {
-                _ = tokio::time::sleep(wait) => {}
-                _ = early.notified() => {}
-                _ = shutdown.requested() => break,
+            let wait = schedule.next_wait(fastrand::f64());
+            let next = tokio::time::sleep(wait);
+            tokio::pin!(next);
+            loop {
+                tokio::select! {
+                    _ = &mut next => break,
+                    _ = early.notified(), if !schedule.backing_off() => {
+                        // A notification stored while backing off (or made stale by a
+                        // flush since) is not a reason to flush now.
+                        if self.engine.aggregator().under_pressure() {
+                            break;
+                        }
+                    }
+                    _ = shutdown.requested() => return self.final_flush(deadline).await,
+                }
             }
-            self.flush(&mut deadline, false).await;
+            let report = self.flush(&mut deadline, false).await;
+            let was_backing_off = schedule.backing_off();
+            schedule.record(&report);
+            self.ledger.set_backoff(if schedule.backing_off() {
+                schedule.backoff_ceiling()
+            } else {
+                Duration::ZERO
+            });
+            log_backoff(&schedule, was_backing_off, &report);
             if shutdown.requested_at().is_some() {
                 break;
             }
@@ -244,8 +297,13 @@ impl<S: Sink> Flusher<S> {
         self.engine.aggregator().close();
         deadline.fix();
         let report = self.flush(&mut deadline, true).await;
-        let (rows, sums) = pending(&self.engine);
-        let (lost_rows, lost_sums) = self.lost;
+        let (rows, sums) = self.pending();
+        let (totals_lost_rows, totals_lost_sums) = self.totals.lost();
+        let lost_rows = self.lost.0 + totals_lost_rows;
+        let lost_sums = [
+            self.lost.1[0] + totals_lost_sums[0],
+            self.lost.1[1] + totals_lost_sums[1],
+        ];
         // A stop is clean only when nothing was lost: a final flush that could not spill
         // what it could not send reports those rows as lost at the next start.
         let clean = rows == 0 && lost_rows == 0;
@@ -259,46 +317,117 @@ impl<S: Sink> Flusher<S> {
         report
     }
 
-    fn next_interval(&self) -> Duration {
-        let jitter = self.config.jitter.as_nanos() as i128;
-        let offset = if jitter > 0 {
-            fastrand::i128(-jitter..=jitter)
-        } else {
-            0
-        };
-        let nanos = (self.config.interval.as_nanos() as i128 + offset).max(1_000_000);
-        Duration::from_nanos(u64::try_from(nanos).unwrap_or(u64::MAX))
+    /// One flush round: sends what is pending in chunks, each a flush of its own (its
+    /// group commit, sends, settle step and journal end) whose writes fit the flush's
+    /// share of the memory limit, so the round never holds a second copy of every
+    /// pending row. The round ends once it drained as many rows as were pending when it
+    /// began (rows arriving or re-queued meanwhile wait for the next round), when a chunk
+    /// applied nothing (the schedule backs off), or when shutdown is requested (the final
+    /// flush takes the rest). The final flush drains until nothing is left. Returns the
+    /// chunks' reports summed, with the last chunk's sequence number.
+    async fn flush(&mut self, deadline: &mut Deadline, last: bool) -> FlushReport {
+        if !last && self.store_healthy {
+            // The store answers: a chunk of spilled rows goes out with this round.
+            replay::load_chunk(&self.engine, &mut self.state, &self.ledger);
+        }
+        self.lost = (0, [0, 0]);
+        let mut owed = self.engine.aggregator().pending_rows();
+        let mut round = FlushReport::default();
+        loop {
+            let before = self.engine.aggregator().pending_rows();
+            let chunk = self.flush_chunk(deadline, last).await;
+            round.add(&chunk);
+            owed = owed.saturating_sub(chunk.rows);
+            let progressed = self.engine.aggregator().pending_rows() < before;
+            let done = chunk.rows == 0
+                || !progressed && last
+                || !last
+                    && (owed == 0
+                        || chunk.writes > 0 && chunk.applied == 0
+                        || deadline.at().is_some());
+            if done {
+                return round;
+            }
+        }
     }
 
-    async fn flush(&mut self, deadline: &mut Deadline, last: bool) -> FlushReport {
+    /// One chunk of a flush round (see [`Flusher::flush`]), in two stages: the counter
+    /// families' writes, then the `writer_totals` families' (see [`Flusher::flush_totals`]);
+    /// each stage a group of the intent journal.
+    async fn flush_chunk(&mut self, deadline: &mut Deadline, last: bool) -> FlushReport {
         let started = Instant::now();
+        let mut report = self.flush_counters(deadline, last).await;
+        report.totals = self.flush_totals(deadline, last, report.writes).await;
+        self.ledger.count_flush(started.elapsed().as_secs_f64());
+        report
+    }
+
+    /// The `writer_totals` stage of a flush, when there is anything to write: its
+    /// requests are numbered after the `counter_writes` of the counter stage.
+    async fn flush_totals(
+        &mut self,
+        deadline: &mut Deadline,
+        last: bool,
+        counter_writes: usize,
+    ) -> TotalsReport {
+        if !self.totals.is_active() {
+            return TotalsReport::default();
+        }
+        let observers = &self.observers;
+        let report = self
+            .totals
+            .flush(
+                &*self.sink,
+                deadline,
+                &self.ledger,
+                &mut self.state,
+                self.seq,
+                u32::try_from(counter_writes).unwrap_or(u32::MAX),
+                last,
+                &|writes| {
+                    for observer in observers {
+                        observer.planned_totals(writes);
+                    }
+                },
+            )
+            .await;
+        if !last {
+            // The totals not yet applied after this stage: what a kill now loses.
+            self.write_pending_status();
+        }
+        report
+    }
+
+    /// The counter families' stage: drain (handing `writer_totals` rows to the totals
+    /// path), plan, group commit, send, settle.
+    async fn flush_counters(&mut self, deadline: &mut Deadline, last: bool) -> FlushReport {
         self.seq += 1;
-        self.lost = (0, [0, 0]);
         let flush = FlushId {
             writer: self.state.writer_id().to_owned(),
             incarnation: self.state.incarnation(),
             flush_seq: self.seq,
         };
-        if !last && self.store_healthy {
-            // The store answers: a chunk of spilled rows goes out with this flush.
-            replay::load_chunk(&self.engine, &mut self.state, &self.ledger);
-        }
         if !last {
             // What is about to leave memory: a kill before this flush's group commit
             // loses these rows, and the next start reports them from this figure.
             self.write_pending_status();
         }
-        let drained = self.engine.aggregator().take_all();
+        let drained = self.engine.aggregator().take_chunk();
         let rows = drained.len();
         let drained_sums = Granularity::ALL.map(|g| drained.sum(g));
         for g in Granularity::ALL {
             self.ledger
                 .update(g, |s| s.in_flight += drained_sums[g.index()]);
         }
+        // The drained rows keep their room in the memory budget until their writes
+        // settle; rows merged back take theirs from it first (see [`Credit`]).
+        let (drained, mut credit) = drained.into_parts();
+        // The one point where the flush splits by counting mode.
+        let rows_for_counters = self.totals.take(drained, &mut credit, &self.ledger);
         let families = self.engine.families();
         let (seed, seq) = (self.shard_seed, self.seq);
         let writes = plan::plan(
-            drained.into_rows(),
+            rows_for_counters,
             PlanOptions {
                 max_batch_rows: self.config.max_batch_rows,
             },
@@ -318,9 +447,9 @@ impl<S: Sink> Flusher<S> {
                 &time,
                 None,
                 Vec::new(),
+                &mut credit,
                 rows,
                 drained_sums,
-                started,
                 last,
             );
         }
@@ -339,9 +468,9 @@ impl<S: Sink> Flusher<S> {
                     &time,
                     None,
                     results,
+                    &mut credit,
                     rows,
                     drained_sums,
-                    started,
                     last,
                 );
             }
@@ -364,15 +493,17 @@ impl<S: Sink> Flusher<S> {
             &time,
             consumes,
             results,
+            &mut credit,
             rows,
             drained_sums,
-            started,
             last,
         )
     }
 
     /// Decides (with [`settle::settle`]) and executes what becomes of every write, then
     /// closes the flush: spill segment, outcome logs, status, and the journal's end.
+    /// `credit` is the drained rows' room in the memory budget; re-queued rows take
+    /// theirs from it, and the caller returns the rest once the flush is over.
     #[allow(clippy::too_many_arguments)]
     fn settle(
         &mut self,
@@ -380,9 +511,9 @@ impl<S: Sink> Flusher<S> {
         time: &str,
         consumes: Option<crate::state::Cursor>,
         results: Vec<(PartitionWrite, Sent)>,
+        credit: &mut Credit,
         rows: usize,
         drained_sums: [i128; 2],
-        started: Instant,
         last: bool,
     ) -> FlushReport {
         let now = SystemTime::now();
@@ -426,6 +557,7 @@ impl<S: Sink> Flusher<S> {
                 decision.action,
                 source,
                 circumstances.now_unix_secs,
+                credit,
                 &mut batch,
             );
         }
@@ -452,7 +584,6 @@ impl<S: Sink> Flusher<S> {
         }
         crash_point("ended");
         self.ledger.set_spill_bytes(self.state.spill_bytes().0);
-        self.ledger.count_flush(started.elapsed().as_secs_f64());
         if report.writes > 0 {
             self.store_healthy = settle::store_answers(report.applied, report.requeued);
         }
@@ -466,6 +597,7 @@ impl<S: Sink> Flusher<S> {
         action: Action,
         source: RecordSource<'_>,
         now_unix_secs: u32,
+        credit: &mut Credit,
         batch: &mut Batch,
     ) {
         let sum = write.sum();
@@ -483,11 +615,16 @@ impl<S: Sink> Flusher<S> {
                     _ => plan::requeued_rows(write, now_unix_secs).collect(),
                 };
                 for (row_index, (key, row)) in rows.into_iter().enumerate() {
-                    let Some((key, back)) = self.engine.aggregator().merge_back([(key, row)]).pop()
+                    let Some(Refused { key, row: back, .. }) = self
+                        .engine
+                        .aggregator()
+                        .merge_back([(key, row)], credit)
+                        .pop()
                     else {
                         continue;
                     };
-                    // Summing into the buffer would overflow: keep it on disk.
+                    // Summing into the buffer would overflow, or the memory budget has
+                    // no room for it: keep it on disk.
                     let bucket = match key.slot() {
                         Slot::Both(m) | Slot::MinuteOnly(m) => m.0,
                         Slot::DayOnly(d) => d.0,
@@ -601,20 +738,34 @@ impl<S: Sink> Flusher<S> {
                     tracing::error!(rows = dropped.1, minute_delta_sum = %dropped.2[0], day_delta_sum = %dropped.2[1], spill_bytes, max_spill_bytes, "The spill is full (state.max_spill_bytes); these rows are lost (counted in countersink_rows_dropped_total{{reason=\"spill_full\"}}).")
                 }
             }
-            self.lost = (dropped.1, dropped.2);
+            self.lost.0 += dropped.1;
+            for (lost, dropped) in self.lost.1.iter_mut().zip(dropped.2) {
+                *lost += dropped;
+            }
         }
         (kept_count, dropped.0)
     }
 
     /// Records what is pending in memory now in `status.json` (the lost-at-crash figure).
     fn write_pending_status(&self) {
-        let (pending_rows, pending_sums) = pending(&self.engine);
+        let (pending_rows, pending_sums) = self.pending();
         if let Err(error) = self
             .state
             .write_status(false, pending_rows as u64, pending_sums)
         {
             tracing::warn!(%error, "Could not write status.json.");
         }
+    }
+
+    /// Pending rows and the delta sums they owe the minute and day tables: what the
+    /// buffer holds, and the running totals not known applied (`writer_totals`).
+    fn pending(&self) -> (usize, [i128; 2]) {
+        let (rows, sums) = pending(&self.engine);
+        let (totals_rows, totals_sums) = self.totals.pending();
+        (
+            rows + totals_rows,
+            [sums[0] + totals_sums[0], sums[1] + totals_sums[1]],
+        )
     }
 
     /// `keyspace.table` of the table `write` goes to.
@@ -643,9 +794,30 @@ struct Spilled {
     records: Vec<WriteRecord>,
 }
 
+/// Says when the store stopped applying writes (once per doubling of the back-off, so a
+/// long outage logs a handful of lines) and when it applies them again.
+fn log_backoff(schedule: &Schedule, was_backing_off: bool, report: &FlushReport) {
+    let failures = schedule.failures();
+    if failures > 0 && failures.is_power_of_two() {
+        tracing::warn!(
+            consecutive_failed_flushes = failures,
+            requests = report.writes,
+            requeued = report.requeued,
+            unknown = report.unknown,
+            next_flush_within = ?schedule.backoff_ceiling(),
+            "The store applied none of this flush's writes; backing off."
+        );
+    } else if was_backing_off && failures == 0 {
+        tracing::info!(
+            applied = report.applied,
+            "The store applies writes again; flushing every interval."
+        );
+    }
+}
+
 /// What the journal records for an outcome.
 fn settled_of(outcome: &Outcome) -> Settled {
-    let error = |e: &WriteError| (e.kind.to_owned(), e.text.clone());
+    let error = |e: &WriteError| (e.kind.to_owned(), e.text.to_string());
     match outcome {
         Outcome::Applied => Settled::Applied,
         Outcome::NotAppliedTransient(e) => {

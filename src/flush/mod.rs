@@ -8,6 +8,8 @@
 //! - [`plan`]: drained rows → one write per partition, minute and day tables.
 //! - [`flusher`]: the loop that drains, sends with bounded concurrency, and executes
 //!   what the settle step decides for each write.
+//! - [`schedule`]: when the next flush starts: the interval, or a back-off while the store
+//!   applies nothing.
 //! - [`settle`]: the pure policy, outcome → action (applied, re-queue, spill, log unknown,
 //!   log rejected), with time passed in.
 //! - [`shutdown`]: the shutdown request and the one deadline derived from it.
@@ -15,12 +17,17 @@
 //!   and the families as the journal describes them,
 //!   and spilled records back to rows.
 //! - [`observe`]: the hook after the drain ([`FlushObserver`]), which feeds the key index.
+//!
+//! Rows of `writer_totals` families leave this path right after the drain, for
+//! [`crate::totals`], which the flusher then runs after the counter writes.
 
+mod cutoff;
 pub mod flusher;
 pub mod observe;
 pub mod plan;
 pub mod record_conversion;
 mod replay;
+pub mod schedule;
 mod send;
 pub mod settle;
 pub mod shutdown;
@@ -30,5 +37,7 @@ pub use self::observe::FlushObserver;
 pub use self::plan::PlanOptions;
 pub use self::shutdown::{ShutdownHandle, ShutdownSignal, shutdown_channel};
 
+#[cfg(test)]
+mod outage_tests;
 #[cfg(test)]
 mod tests;

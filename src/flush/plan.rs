@@ -37,7 +37,11 @@ pub fn plan(
     options: PlanOptions,
     shard_of: impl Fn(FamilyId) -> Option<u8>,
 ) -> Vec<PartitionWrite> {
-    let mut partitions: HashMap<PartitionKey, Vec<RowDelta>> = HashMap::new();
+    let rows = rows.into_iter();
+    // At least one partition per drained row's minute, often one more for its day: sized
+    // for the first, so the table grows at most once.
+    let mut partitions: HashMap<PartitionKey, Vec<RowDelta>> =
+        HashMap::with_capacity(rows.size_hint().0);
     for (key, row) in rows {
         if row.columns.is_zero() {
             continue;
@@ -90,12 +94,19 @@ pub fn plan(
     for (partition, mut rows) in sorted {
         rows.sort_by_key(|r| r.bucket);
         let shard = shard_of(partition.family);
+        let mut series = Some(partition.series);
         while !rows.is_empty() {
             let rest = rows.split_off(rows.len().min(max));
+            // The last (usually the only) write of a partition takes the series itself.
+            let series = if rest.is_empty() {
+                series.take().unwrap_or_default()
+            } else {
+                series.clone().unwrap_or_default()
+            };
             writes.push(PartitionWrite {
                 family: partition.family,
                 table: partition.table,
-                series: partition.series.clone(),
+                series,
                 shard,
                 rows,
             });
@@ -120,6 +131,7 @@ fn add(
             (date.year().max(0) as u32) * 12 + u32::from(u8::from(date.month())) - 1
         }
     };
+    // Most partitions get one row per flush: no room for more until a second arrives.
     let rows = partitions
         .entry(PartitionKey {
             family,
@@ -127,7 +139,7 @@ fn add(
             series,
             partition_bucket,
         })
-        .or_default();
+        .or_insert_with(|| Vec::with_capacity(1));
     // A destination row may appear more than once only when summing would overflow.
     for existing in rows.iter_mut().filter(|r| r.bucket == bucket) {
         if existing.columns.checked_add(&row.columns) {

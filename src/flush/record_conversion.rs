@@ -25,7 +25,7 @@ pub fn family_entry(family: &FamilyDef) -> FamilyEntry {
 pub fn error_info(error: &WriteError) -> ErrorInfo {
     ErrorInfo {
         kind: error.kind.to_owned(),
-        text: error.text.clone(),
+        text: error.text.to_string(),
     }
 }
 

@@ -1,13 +1,17 @@
 //! Streamed replay: spilled rows come back into the buffer one chunk at a time, each
-//! chunk sized to the room the memory budget has left, never the whole spill at once.
+//! chunk within the room the memory budget has left, never the whole spill at once.
 //!
 //! A chunk is loaded just before a flush drains the buffer, so every row of it is in
 //! that flush's intents, and the flush's group commit names the replay cursor past it
-//! (see [`crate::state::spill`]).
+//! (see [`crate::state::spill`]). Records are read one at a time and merged straight into
+//! the buffer through the budget ([`crate::aggregate::Aggregator::merge_back`]): a row
+//! the budget has no room for ends the chunk with the replay cursor before it (it is
+//! still on disk, and comes back with a later chunk); only a row whose sum would leave
+//! the i64 range when merged is dropped, and counted.
 
-use crate::aggregate::{self, Slot};
+use crate::aggregate::{Refused, RefusedReason, Slot};
 use crate::engine::Engine;
-use crate::state::{ErrorInfo, OutcomeLog, RecordOutcome, StateDir};
+use crate::state::{ErrorInfo, OutcomeLog, RecordOutcome, StateDir, WriteRecord};
 use crate::test_hooks::crash_point;
 use crate::vocabulary::{DropReason, Granularity};
 
@@ -19,82 +23,70 @@ use crate::telemetry::Ledger;
 pub(super) const MAX_CHUNK_ROWS: usize = 100_000;
 
 /// Loads the next chunk of spilled rows into the buffer: at most half the rows and
-/// bytes the budget has left (the rest stays for fresh increments). Rows spilled by an
-/// earlier process are accepted anew (`replayed`); rows this process spilled move from
-/// `spilled` back to pending. Returns the rows loaded.
+/// bytes the budget has left (the rest stays for fresh increments), and never a row the
+/// budget refuses. Rows spilled by an earlier process are accepted anew (`replayed`);
+/// rows this process spilled move from `spilled` back to pending. Returns the records
+/// consumed.
 pub(super) fn load_chunk(engine: &Engine, state: &mut StateDir, ledger: &Ledger) -> usize {
     if !state.has_unreplayed() {
         return 0;
     }
     let aggregator = engine.aggregator();
-    let limits = aggregator.limits();
-    let room_rows = limits
-        .max_pending_rows
-        .saturating_sub(aggregator.pending_rows_estimate())
-        / 2;
-    let room_bytes = limits
-        .max_pending_bytes
-        .saturating_sub(aggregator.pending_bytes())
-        / 2;
-    let max_rows = room_rows.min(MAX_CHUNK_ROWS);
-    let mut bytes = 0_usize;
-    let loaded = state.load_spill(|rows, record| {
-        let key: usize = record.key.values().map(|v| v.len() + 1).sum();
-        let cost = aggregate::estimated_row_bytes(
-            key,
-            &aggregate::Columns::zeroed(record.deltas.len().max(1)),
-        );
-        if rows >= max_rows || bytes + cost > room_bytes {
+    let families = engine.families();
+    let room = aggregator.room();
+    let (max_rows, max_bytes) = ((room.rows / 2).min(MAX_CHUNK_ROWS), room.bytes / 2);
+    let incarnation = state.incarnation();
+    let mut credit = aggregator.no_credit();
+    let (mut count, mut charged, mut overflowed, mut no_room) = (0_usize, 0_usize, 0_u64, false);
+    let mut unmappable: Vec<WriteRecord> = Vec::new();
+    let read = state.read_spill(|segment, mut record| {
+        if count >= max_rows {
             return false;
         }
-        bytes += cost;
-        true
-    });
-    let chunk = match loaded {
-        Ok(chunk) => chunk,
-        Err(error) => {
-            tracing::error!(%error, "Could not read the spill; replay waits for the next flush.");
-            return 0;
-        }
-    };
-    if !chunk.corrupt.is_empty() {
-        ledger.count_corrupt_spill_lines(chunk.corrupt.len() as u64);
-        tracing::error!(
-            lines = chunk.corrupt.len(),
-            "Unreadable lines in a spill segment were set aside in spill.corrupt.jsonl."
-        );
-    }
-    let incarnation = state.incarnation();
-    let count = chunk.records.len();
-    for (segment, record) in chunk.records {
-        let this_run = segment.incarnation == incarnation;
         // Rows spilled by an earlier process are accepted anew by this one; rows this
         // process spilled move from the spilled stage back to pending.
         let bring_back = |table: Granularity, sum: i128| {
             ledger.update(table, |s| {
-                if this_run {
+                if segment.incarnation == incarnation {
                     s.spilled -= sum;
                 } else {
                     s.replayed += sum;
                 }
             });
         };
-        match record_conversion::from_record(&record, engine.families()) {
+        match record_conversion::from_record(&record, families) {
             Ok((key, row)) => {
-                let table = owed_table(key.slot());
-                let sum = row.columns.sum();
-                bring_back(table, sum);
-                if !aggregator.merge_back([(key, row)]).is_empty() {
-                    // Two spilled parts of one row whose sum would overflow.
-                    ledger.update(table, |s| s.dropped += sum);
-                    ledger.count_late_drop(DropReason::Overflow, 1);
-                    tracing::error!(
-                        "A replayed row would overflow its pending row when merged; dropped."
-                    );
+                let charge = aggregator.charge_of(&key, &row);
+                if charged.saturating_add(charge) > max_bytes {
+                    return false;
                 }
+                let (table, sum) = (owed_table(key.slot()), row.columns.sum());
+                match aggregator.merge_back([(key, row)], &mut credit).pop() {
+                    None => charged += charge,
+                    Some(Refused {
+                        reason: RefusedReason::NoRoom,
+                        ..
+                    }) => {
+                        // Still on disk: the cursor stays before it.
+                        no_room = true;
+                        return false;
+                    }
+                    Some(Refused {
+                        reason: RefusedReason::Overflow,
+                        ..
+                    }) => {
+                        // Two spilled parts of one row whose sum would overflow.
+                        bring_back(table, sum);
+                        ledger.update(table, |s| s.dropped += sum);
+                        ledger.count_late_drop(DropReason::Overflow, 1);
+                        overflowed += 1;
+                        count += 1;
+                        return true;
+                    }
+                }
+                bring_back(table, sum);
             }
             Err(error) => {
-                let mut record = record;
                 record.outcome = RecordOutcome::Rejected;
                 record.error = Some(ErrorInfo {
                     kind: "replay_unmappable".into(),
@@ -106,13 +98,42 @@ pub(super) fn load_chunk(engine: &Engine, state: &mut StateDir, ledger: &Ledger)
                 } else {
                     Granularity::Minute
                 };
-                let appended =
-                    state.append_now(OutcomeLog::Rejected, std::slice::from_ref(&record));
-                ledger.count_appended(OutcomeLog::Rejected, &appended);
                 bring_back(table, delta);
                 ledger.update(table, |s| s.rejected += delta);
+                unmappable.push(record);
             }
         }
+        count += 1;
+        true
+    });
+    match read {
+        Ok(0) => {}
+        Ok(corrupt) => {
+            ledger.count_corrupt_spill_lines(corrupt as u64);
+            tracing::error!(
+                lines = corrupt,
+                "Unreadable lines in a spill segment were set aside in spill.corrupt.jsonl."
+            );
+        }
+        Err(error) => {
+            tracing::error!(%error, rows = count, "Could not read the spill; the rest of the replay waits for the next flush.");
+        }
+    }
+    if !unmappable.is_empty() {
+        let appended = state.append_now(OutcomeLog::Rejected, &unmappable);
+        ledger.count_appended(OutcomeLog::Rejected, &appended);
+    }
+    if overflowed > 0 {
+        tracing::error!(
+            rows = overflowed,
+            "Replayed rows would overflow their pending rows when merged; dropped."
+        );
+    }
+    if no_room {
+        tracing::debug!(
+            rows = count,
+            "The memory budget is full; the rest of the spill waits for a later flush."
+        );
     }
     if count > 0 {
         tracing::info!(rows = count, "Replaying spilled rows.");

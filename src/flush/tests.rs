@@ -306,6 +306,10 @@ impl Sink for Hang {
     async fn write(&self, _: &crate::sink::PartitionWrite) -> Outcome {
         std::future::pending().await
     }
+
+    async fn write_totals(&self, _: &crate::sink::TotalsWrite) -> Outcome {
+        std::future::pending().await
+    }
 }
 
 #[tokio::test]
@@ -685,4 +689,85 @@ async fn replay_streams_the_spill_in_chunks_that_fit_the_budget() {
     );
     let a = accounting(&h);
     assert!(a.is_balanced(), "{a:?}");
+}
+
+/// Counts the writes each chunk of a flush planned.
+#[derive(Default)]
+struct ChunkSizes(parking_lot::Mutex<Vec<usize>>);
+
+impl crate::flush::FlushObserver for ChunkSizes {
+    fn planned(&self, writes: &[crate::sink::PartitionWrite]) {
+        self.0.lock().push(writes.len());
+    }
+
+    fn planned_totals(&self, _: &[crate::sink::TotalsWrite]) {}
+}
+
+/// A flush round drains the buffer in chunks whose writes fit the flush's quarter of
+/// `limits.max_pending_bytes`, never all pending rows at once: with a share of 40,000
+/// estimated bytes (at least 208 per write, so at most 192 writes per chunk), 400 rows
+/// (800 writes) go out in several chunks within one round, and every row arrives once.
+#[tokio::test]
+async fn a_flush_sends_the_buffer_in_chunks_that_fit_its_share_of_the_limit() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = config(dir.path());
+    config.limits.max_pending_bytes = 4 * 40_000;
+    let sink = MemorySink::new();
+    let mut h = harness(&config, sink.clone());
+    let chunks = Arc::new(ChunkSizes::default());
+    h.flusher.observe(chunks.clone());
+    for i in 0..400 {
+        let i = i.to_string();
+        h.engine
+            .record("hits", &[("i", i.as_str())][..], 1, T0, None)
+            .unwrap();
+    }
+    assert_eq!(h.engine.aggregator().pending_rows(), 400);
+    let report = h.flusher.flush_now().await;
+    assert_eq!(
+        (report.rows, report.writes, report.applied),
+        (400, 800, 800)
+    );
+    let sizes = chunks.0.lock().clone();
+    assert!(sizes.len() >= 5, "{} chunks: {sizes:?}", sizes.len());
+    assert!(sizes.iter().all(|&n| n <= 192), "{sizes:?}");
+    assert_eq!(sizes.iter().sum::<usize>(), 800);
+    assert_eq!(h.engine.aggregator().pending_rows(), 0);
+    assert_eq!(
+        (
+            sink.total(Granularity::Minute),
+            sink.total(Granularity::Day)
+        ),
+        (400, 400)
+    );
+    assert!(accounting(&h).is_balanced());
+}
+
+/// While the store applies nothing, a round stops after its first chunk: the re-queued
+/// rows wait for the back-off instead of going round again, and the rest of the buffer
+/// is not drained into a store that is down.
+#[tokio::test]
+async fn a_round_stops_at_a_chunk_that_applied_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = config(dir.path());
+    config.limits.max_pending_bytes = 4 * 40_000;
+    let sink = MemorySink::new();
+    sink.set_script(|_, _| {
+        Some((
+            Outcome::NotAppliedTransient(WriteError::new("unavailable", "down")),
+            false,
+        ))
+    });
+    let mut h = harness(&config, sink.clone());
+    for i in 0..400 {
+        let i = i.to_string();
+        h.engine
+            .record("hits", &[("i", i.as_str())][..], 1, T0, None)
+            .unwrap();
+    }
+    let report = h.flusher.flush_now().await;
+    assert!(report.rows > 0 && report.rows <= 96, "{report:?}");
+    assert_eq!(report.applied, 0);
+    assert_eq!(h.engine.aggregator().pending_rows(), 400 + report.rows);
+    assert!(accounting(&h).is_balanced());
 }

@@ -100,6 +100,9 @@ pub(super) struct DatagramReceiver<H> {
     pub(super) transport: Transport,
     pub(super) stop: StopFlag,
     pub(super) batch_size: usize,
+    /// Unix datagram sockets: `net.unix.max_dgram_qlen` at bind, against which each read's
+    /// count of datagrams is held (see [`QueueWatch`]).
+    pub(super) queue_limit: Option<u64>,
 }
 
 impl<H: PacketHandler> DatagramReceiver<H> {
@@ -125,8 +128,10 @@ impl<H: PacketHandler> DatagramReceiver<H> {
             stats,
             transport,
             stop,
+            queue_limit,
             ..
         } = self;
+        let mut queue = queue_limit.map(QueueWatch::new);
         let stats = stats.get(transport);
         let fd = socket.as_fd();
         let mut phase = Phase::Running;
@@ -158,6 +163,9 @@ impl<H: PacketHandler> DatagramReceiver<H> {
                     TransportStats::add(&stats.packets, packets);
                     TransportStats::add(&stats.bytes, bytes);
                     TransportStats::add(&stats.truncated, truncated);
+                    if let Some(queue) = &mut queue {
+                        queue.seen(n as u64, stats);
+                    }
                     if phase.drain_expired() {
                         tracing::warn!(%transport, "Shutdown drain stopped after its time limit; senders are still sending.");
                         break;
@@ -229,6 +237,39 @@ impl Reader for sys::MmsgBatch {
 
     fn packet(&self, i: usize) -> (&[u8], bool) {
         sys::MmsgBatch::packet(self, i)
+    }
+}
+
+/// What each read says of a Unix datagram socket's queue. Linux lets
+/// `net.unix.max_dgram_qlen` + 1 datagrams wait (a sender is held back or refused when
+/// more than `max_dgram_qlen` are queued), and the receiver cannot ask how many are
+/// queued: `SIOCINQ` gives the size of the next one only. But one `recvmmsg` takes every
+/// datagram already waiting, up to the batch size, so a read that returns more than
+/// `max_dgram_qlen` found the queue at its limit (or kept finding it refilled there while
+/// it read): blocking senders were waiting and non-blocking ones losing datagrams.
+struct QueueWatch {
+    limit: u64,
+    high_water: u64,
+}
+
+impl QueueWatch {
+    fn new(limit: u64) -> QueueWatch {
+        QueueWatch {
+            limit,
+            high_water: 0,
+        }
+    }
+
+    fn seen(&mut self, datagrams: u64, stats: &TransportStats) {
+        if datagrams > self.high_water {
+            self.high_water = datagrams;
+            stats
+                .queue_high_water
+                .fetch_max(datagrams, std::sync::atomic::Ordering::Relaxed);
+        }
+        if datagrams > self.limit {
+            TransportStats::add(&stats.queue_full, 1);
+        }
     }
 }
 

@@ -65,6 +65,7 @@ use std::time::Duration;
 pub use error::{ListenError, Step};
 pub use receivers::{Receivers, start};
 pub use stats::{IngestSnapshot, IngestStats, TransportSnapshot};
+pub use unix_datagram::{ADVISED_QLEN, RAISE_QLEN, max_dgram_qlen};
 
 /// Read timeout of every receive thread, and the longest time between two calls of
 /// [`PacketHandler::idle`] while a receiver runs.

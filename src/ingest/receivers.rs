@@ -38,6 +38,7 @@ where
         udp_local_addr: None,
         uds_path: None,
         uds_stream_path: None,
+        uds_max_dgram_qlen: None,
     };
 
     if let Some(addr) = config.udp.listen {
@@ -53,6 +54,7 @@ where
                 transport: Transport::Udp,
                 stop: receivers.stop.clone(),
                 batch_size,
+                queue_limit: None,
             };
             receivers.spawn(
                 Transport::Udp,
@@ -70,8 +72,21 @@ where
     }
 
     if let Some(path) = &config.uds.path {
-        let (socket, file, recv_buffer_bytes) = unix_datagram::bind(&config.uds, path)?;
+        let unix_datagram::Bound {
+            socket,
+            file,
+            recv_buffer_bytes,
+            max_dgram_qlen,
+        } = unix_datagram::bind(&config.uds, path)?;
         receivers.set_recv_buffer(Transport::UnixDatagram, recv_buffer_bytes);
+        receivers.uds_max_dgram_qlen = max_dgram_qlen;
+        if let Some(qlen) = max_dgram_qlen {
+            receivers
+                .stats
+                .get(Transport::UnixDatagram)
+                .queue_limit
+                .store(qlen, std::sync::atomic::Ordering::Relaxed);
+        }
         let address = path.display().to_string();
         receivers.files.push(file);
         receivers.uds_path = Some(path.clone());
@@ -82,6 +97,7 @@ where
             transport: Transport::UnixDatagram,
             stop: receivers.stop.clone(),
             batch_size: config.uds.batch_size,
+            queue_limit: max_dgram_qlen,
         };
         receivers.spawn(
             Transport::UnixDatagram,
@@ -137,6 +153,7 @@ pub struct Receivers {
     udp_local_addr: Option<SocketAddr>,
     uds_path: Option<PathBuf>,
     uds_stream_path: Option<PathBuf>,
+    uds_max_dgram_qlen: Option<u64>,
 }
 
 impl Receivers {
@@ -148,6 +165,12 @@ impl Receivers {
     /// The Unix datagram socket path, if that receiver is on.
     pub fn uds_path(&self) -> Option<&Path> {
         self.uds_path.as_deref()
+    }
+
+    /// `net.unix.max_dgram_qlen` of the Unix datagram socket (read when it was made), if
+    /// that receiver is on and the value could be read.
+    pub fn uds_max_dgram_qlen(&self) -> Option<u64> {
+        self.uds_max_dgram_qlen
     }
 
     /// The Unix stream socket path, if that receiver is on.

@@ -103,6 +103,16 @@ pub struct TransportSnapshot {
     /// Effective `SO_RCVBUF` of the socket as the kernel reports it (Linux reports twice the
     /// requested size, the extra half being its bookkeeping allowance). 0 if not listening.
     pub recv_buffer_bytes: u64,
+    /// Unix datagram: `net.unix.max_dgram_qlen` when the socket was made, the most
+    /// datagrams that can wait in it beyond the one being added. 0 if unknown.
+    pub queue_limit: u64,
+    /// Unix datagram: reads that returned more datagrams than `queue_limit`, so the queue
+    /// was at its limit (or kept refilling to it while being read): blocking senders
+    /// waited, non-blocking ones lost datagrams. Seen only with `batch_size` above the
+    /// limit.
+    pub queue_full: u64,
+    /// Unix datagram: the most datagrams one read returned (at most `batch_size`).
+    pub queue_high_water: u64,
 }
 
 /// Live counters of one transport.
@@ -119,6 +129,9 @@ pub(super) struct TransportStats {
     pub(super) connections_refused: AtomicU64,
     pub(super) connections_open: AtomicU64,
     pub(super) recv_buffer_bytes: AtomicU64,
+    pub(super) queue_limit: AtomicU64,
+    pub(super) queue_full: AtomicU64,
+    pub(super) queue_high_water: AtomicU64,
 }
 
 impl TransportStats {
@@ -143,6 +156,9 @@ impl TransportStats {
             connections_refused: self.connections_refused.load(Relaxed),
             connections_open: self.connections_open.load(Relaxed),
             recv_buffer_bytes: self.recv_buffer_bytes.load(Relaxed),
+            queue_limit: self.queue_limit.load(Relaxed),
+            queue_full: self.queue_full.load(Relaxed),
+            queue_high_water: self.queue_high_water.load(Relaxed),
         }
     }
 }

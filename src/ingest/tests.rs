@@ -868,6 +868,57 @@ fn kernel_drops_are_counted_when_the_queue_overflows() {
     );
 }
 
+/// A full Unix datagram queue is visible on this side. With the handler held, a
+/// non-blocking sender fills the queue until the kernel refuses a datagram (it lets
+/// `net.unix.max_dgram_qlen` + 1 wait); the next read returns them all, more than
+/// `max_dgram_qlen`, and is counted as a read of a full queue.
+#[test]
+fn a_full_unix_datagram_queue_is_seen_and_counted() {
+    let qlen = super::max_dgram_qlen().expect("net.unix.max_dgram_qlen is readable");
+    let dir = tempfile::tempdir().unwrap();
+    let seen = Arc::new(Seen::default());
+    let (factory, gate) = gated(&seen);
+    let mut config = unix_only(dir.path());
+    config.uds_stream.path = None;
+    config.uds.batch_size = usize::try_from(qlen).unwrap() + 2;
+    let receivers = start(&config, factory).unwrap();
+    let sender = UnixDatagram::unbound().unwrap();
+    sender.connect(receivers.uds_path().unwrap()).unwrap();
+    sender.set_nonblocking(true).unwrap();
+    sender.send(b"first:1|c").unwrap();
+    // The receiver wakes at once for it, and its handler then holds it (the packet
+    // counters move only when the handler returns, so there is nothing to poll).
+    std::thread::sleep(Duration::from_millis(200));
+    let mut queued = 0_u64;
+    loop {
+        match sender.send(b"x:1|c") {
+            Ok(_) => queued += 1,
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
+            Err(e) => panic!("{e}"),
+        }
+        assert!(
+            queued <= qlen + 1,
+            "the queue holds at most max_dgram_qlen + 1: {queued} of {qlen}"
+        );
+    }
+    gate.send(()).unwrap();
+    wait_until("every datagram read", || seen.count() as u64 == 1 + queued);
+    let stats = receivers.stats();
+    receivers.shutdown();
+    let uds = stats.transport(Transport::UnixDatagram);
+    assert_eq!(uds.queue_limit, qlen, "{uds:?}");
+    assert_eq!(
+        uds.queue_high_water, queued,
+        "one read took the whole queue: {uds:?}"
+    );
+    if queued == qlen + 1 {
+        assert_eq!(uds.queue_full, 1, "{uds:?}");
+    } else {
+        // The sender's own send buffer filled first (a long queue): the queue never did.
+        assert_eq!(uds.queue_full, 0, "{uds:?}");
+    }
+}
+
 /// Every inotify event on the children of `dir` during `during`, as (name, flags).
 fn directory_events(
     dir: &Path,

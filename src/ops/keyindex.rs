@@ -35,8 +35,8 @@ use crate::cql_text::{self, KEY_INDEX};
 use crate::family::{Families, TableName, shard_seed};
 use crate::flush::FlushObserver;
 use crate::series;
-use crate::sink::PartitionWrite;
 use crate::sink::cql::session;
+use crate::sink::{PartitionWrite, TotalsWrite};
 use crate::telemetry::OperationsMetrics;
 use crate::vocabulary::{FamilyId, Granularity};
 
@@ -391,26 +391,42 @@ impl KeyIndex {
 
 impl FlushObserver for KeyIndex {
     fn planned(&self, writes: &[PartitionWrite]) {
+        self.offer_days(writes.iter().flat_map(|w| {
+            days_of(w.table, w.rows.iter().map(|r| r.day(w.table)))
+                .into_iter()
+                .map(move |day| (w.family, day, &*w.series))
+        }));
+    }
+
+    fn planned_totals(&self, writes: &[TotalsWrite]) {
+        self.offer_days(writes.iter().flat_map(|w| {
+            days_of(w.table, w.rows.iter().map(|r| r.day(w.table)))
+                .into_iter()
+                .map(move |day| (w.family, day, &*w.series))
+        }));
+    }
+}
+
+/// The days a write's rows fall on: a minute-table write is one partition, one day; a
+/// day-table write's rows are days of one month.
+fn days_of(table: Granularity, mut days: impl Iterator<Item = Day>) -> Vec<Day> {
+    match table {
+        Granularity::Minute => days.next().into_iter().collect(),
+        Granularity::Day => days.collect(),
+    }
+}
+
+impl KeyIndex {
+    /// Offers the (family, day, key) of planned writes to the queue.
+    fn offer_days<'a>(&self, keys: impl Iterator<Item = (FamilyId, Day, &'a [u8])>) {
         let now = Instant::now();
         let (mut queued, mut dropped) = (0_usize, 0_u64);
         let mut queue = self.shared.queue.lock();
-        for write in writes {
-            let days: Vec<Day> = match write.table {
-                // One partition: every row has the same day.
-                Granularity::Minute => write
-                    .rows
-                    .first()
-                    .map(|r| r.day(write.table))
-                    .into_iter()
-                    .collect(),
-                Granularity::Day => write.rows.iter().map(|r| r.day(write.table)).collect(),
-            };
-            for day in days {
-                match queue.offer(write.family, day, &write.series, now) {
-                    Offer::Queued => queued += 1,
-                    Offer::Known => {}
-                    Offer::Dropped => dropped += 1,
-                }
+        for (family, day, series) in keys {
+            match queue.offer(family, day, series, now) {
+                Offer::Queued => queued += 1,
+                Offer::Known => {}
+                Offer::Dropped => dropped += 1,
             }
         }
         let pending = queue.len();

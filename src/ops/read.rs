@@ -1,11 +1,16 @@
-//! Reading counters back: one partition of a family's minute or day table, every shard
-//! summed, at a chosen consistency.
+//! Reading counts back: one partition of a family's minute or day table, every shard and
+//! every writer summed, at a chosen consistency. The one read path of `get`,
+//! `Recorder::read_day`/`read_minutes`, leaderboards and migration, for both counting
+//! modes.
 //!
 //! A family sharded in the partition key keeps one partition per shard (seed 000: "a read
 //! becomes sixteen partition reads, best issued concurrently and summed in the client"),
 //! so those reads go out together and the answer takes about one read's time, not
 //! sixteen. A family sharded in the clustering key keeps its shards in one partition: one
-//! read, whose rows are summed. Statements are prepared once per table and column set.
+//! read, whose rows are summed. A `writer_totals` family keeps one row per writer (writer
+//! id, incarnation) and bucket in the same partition: one read, whose rows are summed, so
+//! its cost is its rows: writers x incarnations per bucket ([`PartitionRead`] counts
+//! them). Statements are prepared once per table and column set.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -95,10 +100,22 @@ pub fn resolve(
     })
 }
 
-/// The rows of one logical partition (every shard summed): clustering bucket → one sum
-/// per requested column. The bucket is the minute of the day (minute table) or the day
-/// counted from the epoch (day table).
+/// The rows of one logical partition (every shard and writer summed): clustering bucket →
+/// one sum per requested column. The bucket is the minute of the day (minute table) or the
+/// day counted from the epoch (day table).
 pub type PartitionSums = BTreeMap<i64, Vec<i64>>;
+
+/// One partition read and what it cost.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PartitionRead {
+    /// The sums.
+    pub sums: PartitionSums,
+    /// Rows the store returned: per bucket, one per shard of a counter family, one per
+    /// writer and incarnation of a `writer_totals` family.
+    pub rows_read: usize,
+    /// Queries sent (one per shard in the partition key).
+    pub requests: usize,
+}
 
 /// Reads counter partitions; cheap to share (statements are prepared once).
 pub struct Reader {
@@ -124,8 +141,8 @@ impl Reader {
 
     /// The logical partition of `keys` holding `day` in `family`'s `kind` table: the
     /// minute table's (key, day) partition or the day table's (key, month) partition,
-    /// summed over every shard, for the counter columns `columns` (indices into the
-    /// family's columns).
+    /// summed over every shard and writer, for the value columns `columns` (indices into
+    /// the family's columns).
     pub async fn partition(
         &self,
         family: &FamilyDef,
@@ -135,6 +152,22 @@ impl Reader {
         columns: &[usize],
         consistency: ConsistencyLevel,
     ) -> Result<PartitionSums, ReadError> {
+        Ok(self
+            .read_partition(family, kind, keys, day, columns, consistency)
+            .await?
+            .sums)
+    }
+
+    /// [`Reader::partition`], with the rows and requests it took.
+    pub async fn read_partition(
+        &self,
+        family: &FamilyDef,
+        kind: Granularity,
+        keys: &[String],
+        day: Day,
+        columns: &[usize],
+        consistency: ConsistencyLevel,
+    ) -> Result<PartitionRead, ReadError> {
         let layout = TableLayout::of(family, kind);
         let names: Vec<&str> = columns
             .iter()
@@ -172,9 +205,11 @@ impl Reader {
                     .collect::<Result<Vec<Row>, ReadError>>()
             }
         });
-        let mut sums = PartitionSums::new();
+        let mut read = PartitionRead::default();
         for rows in try_join_all(reads).await? {
+            read.requests += 1;
             for row in rows {
+                read.rows_read += 1;
                 let mut cells = row.columns.into_iter();
                 let bucket = match cells.next().flatten() {
                     Some(CqlValue::SmallInt(minute)) => i64::from(minute),
@@ -186,18 +221,41 @@ impl Reader {
                         });
                     }
                 };
-                let entry = sums.entry(bucket).or_insert_with(|| vec![0; names.len()]);
+                let entry = read
+                    .sums
+                    .entry(bucket)
+                    .or_insert_with(|| vec![0; names.len()]);
                 for (sum, cell) in entry.iter_mut().zip(cells) {
-                    if let Some(CqlValue::Counter(c)) = cell {
-                        *sum = sum.wrapping_add(c.0);
+                    // A counter shard's cell, or one writer's running total (`bigint`);
+                    // added as the store adds a counter, wrapping at the `i64` range.
+                    match cell {
+                        Some(CqlValue::Counter(c)) => *sum = sum.wrapping_add(c.0),
+                        Some(CqlValue::BigInt(v)) => *sum = sum.wrapping_add(v),
+                        _ => {}
                     }
                 }
             }
         }
-        Ok(sums)
+        Ok(read)
     }
 
-    /// The day total of one counter (its day row, every shard summed).
+    /// The partition of one counter that holds `day` in its `kind` table (the minutes of
+    /// that day, or the days of its month), every shard and writer summed: one value per
+    /// bucket, and what the read cost.
+    pub async fn counter_partition(
+        &self,
+        families: &Families,
+        counter: &CounterRef,
+        kind: Granularity,
+        day: Day,
+        consistency: ConsistencyLevel,
+    ) -> Result<PartitionRead, ReadError> {
+        let (family, column) = locate(families, counter)?;
+        self.read_partition(family, kind, &counter.keys, day, &[column], consistency)
+            .await
+    }
+
+    /// The day total of one counter (its day row, every shard and writer summed).
     pub async fn day_total(
         &self,
         families: &Families,
@@ -205,18 +263,10 @@ impl Reader {
         day: Day,
         consistency: ConsistencyLevel,
     ) -> Result<i64, ReadError> {
-        let (family, column) = locate(families, counter)?;
-        let sums = self
-            .partition(
-                family,
-                Granularity::Day,
-                &counter.keys,
-                day,
-                &[column],
-                consistency,
-            )
+        let read = self
+            .counter_partition(families, counter, Granularity::Day, day, consistency)
             .await?;
-        Ok(sums.get(&i64::from(day.0)).map_or(0, |v| v[0]))
+        Ok(read.sums.get(&i64::from(day.0)).map_or(0, |v| v[0]))
     }
 
     /// The minute series of one counter on `day`: minute of the day → value.
@@ -227,18 +277,10 @@ impl Reader {
         day: Day,
         consistency: ConsistencyLevel,
     ) -> Result<BTreeMap<i64, i64>, ReadError> {
-        let (family, column) = locate(families, counter)?;
-        let sums = self
-            .partition(
-                family,
-                Granularity::Minute,
-                &counter.keys,
-                day,
-                &[column],
-                consistency,
-            )
+        let read = self
+            .counter_partition(families, counter, Granularity::Minute, day, consistency)
             .await?;
-        Ok(sums.into_iter().map(|(m, v)| (m, v[0])).collect())
+        Ok(read.sums.into_iter().map(|(m, v)| (m, v[0])).collect())
     }
 
     fn key_types(&self, layout: &TableLayout) -> Result<Vec<KeyType>, ReadError> {
@@ -351,6 +393,11 @@ pub fn partition_values(
             Role::Month => CqlValue::Text(day.month()),
             Role::Shard => CqlValue::TinyInt(shard.unwrap_or(0) as i8),
             Role::Minute => CqlValue::SmallInt(0),
+            Role::Writer => {
+                return Err(ReadError::Usage(
+                    "the writer column is a clustering column, never in a partition key".into(),
+                ));
+            }
         });
     }
     Ok(values)

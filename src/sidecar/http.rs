@@ -16,8 +16,9 @@ use crate::telemetry::{HotKeys, Metrics};
 pub struct HttpState {
     /// The registry rendered by `/metrics`.
     pub metrics: Arc<Metrics>,
-    /// Whether the sidecar is ready (session up, schema found).
-    pub ready: Arc<dyn Fn() -> bool + Send + Sync>,
+    /// Whether the sidecar is ready (session up, schema found, writes routable), or why
+    /// not.
+    pub ready: Arc<dyn Fn() -> Result<(), String> + Send + Sync>,
     /// The hot-key tracker of `/debug/hot`.
     pub hot: Arc<HotKeys>,
 }
@@ -47,13 +48,12 @@ async fn metrics(State(state): State<HttpState>) -> impl IntoResponse {
 }
 
 async fn ready(State(state): State<HttpState>) -> impl IntoResponse {
-    if (state.ready)() {
-        (StatusCode::OK, "ready\n")
-    } else {
-        (
+    match (state.ready)() {
+        Ok(()) => (StatusCode::OK, "ready\n".to_owned()),
+        Err(why) => (
             StatusCode::SERVICE_UNAVAILABLE,
-            "not ready: no session to the store, or tables not checked yet\n",
-        )
+            format!("not ready: {why}\n"),
+        ),
     }
 }
 

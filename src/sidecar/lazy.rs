@@ -15,7 +15,13 @@ use tokio::sync::{OnceCell, watch};
 use crate::config::StoreConfig;
 use crate::sink::Sink;
 use crate::sink::cql::{CqlSink, CqlSinkError};
-use crate::sink::{Outcome, PartitionWrite, WriteError};
+use crate::sink::{Outcome, PartitionWrite, TotalsWrite, WriteError};
+
+thread_local! {
+    /// One text for every write refused while there is no session (see
+    /// `WriteError`'s note on shared texts).
+    static NOT_CONNECTED: Arc<str> = Arc::from("no session to the store yet; nothing was sent");
+}
 
 /// The CQL sink once connected; "not connected" until then.
 #[derive(Clone, Default)]
@@ -26,20 +32,23 @@ pub struct LazyCqlSink {
 /// How the background connection ended when it did not connect.
 #[derive(Debug)]
 pub enum ConnectFailure {
-    /// The tables do not match the configuration (or a statement does not prepare).
+    /// The tables do not match the configuration, or the store refuses a statement.
     Fatal(CqlSinkError),
 }
 
 impl LazyCqlSink {
-    /// Whether the session is up and every table was found.
+    /// Whether the session is up, every table was found, and writes can be routed (a
+    /// node is connected, of `store.local_dc` when one is set). Otherwise, why not.
+    pub fn readiness(&self) -> Result<(), String> {
+        match self.inner.get() {
+            None => Err("no session to the store yet, or tables not checked yet".into()),
+            Some(sink) => sink.routable(),
+        }
+    }
+
+    /// Whether [`LazyCqlSink::readiness`] is ready.
     pub fn is_connected(&self) -> bool {
-        self.inner.get().is_some_and(|sink| {
-            sink.session()
-                .get_cluster_state()
-                .get_nodes_info()
-                .iter()
-                .any(|node| node.is_connected())
-        })
+        self.readiness().is_ok()
     }
 
     /// The connected sink, if any.
@@ -59,12 +68,21 @@ impl LazyCqlSink {
         loop {
             match CqlSink::connect(&store, engine.families()).await {
                 Ok(sink) => {
-                    let _ = self.inner.set(sink);
                     tracing::info!(contact_points = ?store.contact_points, "Connected to the store; every configured table checked.");
+                    if let (Some(_), Err(why)) = (&store.local_dc, sink.routable()) {
+                        tracing::warn!(
+                            local_dc = store.local_dc.as_deref(),
+                            "Not ready: {why}. Writes are re-queued (and spilled when too old) meanwhile; /readyz answers 503."
+                        );
+                    }
+                    let _ = self.inner.set(sink);
                     return Ok(());
                 }
-                Err(error @ (CqlSinkError::Schema(_) | CqlSinkError::Prepare { .. })) => {
+                Err(error) if error.is_permanent() => {
                     return Err(ConnectFailure::Fatal(error));
+                }
+                Err(error @ CqlSinkError::Prepare { .. }) => {
+                    tracing::warn!(%error, retry_in = ?wait, "A statement could not be prepared, for a reason that may pass; retrying, buffering meanwhile.");
                 }
                 Err(error) => {
                     tracing::warn!(%error, retry_in = ?wait, "Cannot reach the store yet; buffering meanwhile.");
@@ -83,6 +101,16 @@ impl Sink for LazyCqlSink {
     async fn write(&self, write: &PartitionWrite) -> Outcome {
         match self.inner.get() {
             Some(sink) => sink.write(write).await,
+            None => Outcome::NotAppliedTransient(WriteError::new(
+                "not_connected",
+                NOT_CONNECTED.with(Arc::clone),
+            )),
+        }
+    }
+
+    async fn write_totals(&self, write: &TotalsWrite) -> Outcome {
+        match self.inner.get() {
+            Some(sink) => sink.write_totals(write).await,
             None => Outcome::NotAppliedTransient(WriteError::new(
                 "not_connected",
                 "no session to the store yet; nothing was sent",

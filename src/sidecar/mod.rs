@@ -108,6 +108,8 @@ pub struct Bound {
     pub uds: Option<PathBuf>,
     /// Unix stream socket, if on.
     pub uds_stream: Option<PathBuf>,
+    /// `net.unix.max_dgram_qlen` of the Unix datagram socket, if on and readable.
+    pub uds_max_dgram_qlen: Option<u64>,
     /// HTTP address, if on.
     pub metrics: Option<SocketAddr>,
 }
@@ -180,7 +182,7 @@ impl Sidecar {
                 let ready_sink = sink.clone();
                 let state = http::HttpState {
                     metrics: metrics.clone(),
-                    ready: Arc::new(move || ready_sink.is_connected()),
+                    ready: Arc::new(move || ready_sink.readiness()),
                     hot: hot.clone(),
                 };
                 let mut stopped = stop_rx.clone();
@@ -259,6 +261,7 @@ impl Sidecar {
             udp: receivers.and_then(|r| r.udp_local_addr()),
             uds: receivers.and_then(|r| r.uds_path().map(PathBuf::from)),
             uds_stream: receivers.and_then(|r| r.uds_stream_path().map(PathBuf::from)),
+            uds_max_dgram_qlen: receivers.and_then(|r| r.uds_max_dgram_qlen()),
             metrics: self.http.as_ref().map(|(addr, _)| *addr),
         }
     }

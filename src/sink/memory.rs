@@ -7,18 +7,25 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use parking_lot::Mutex;
 
 use super::Sink;
-use crate::sink::{Outcome, PartitionWrite};
+use crate::sink::{Outcome, PartitionWrite, TotalsWrite};
 use crate::vocabulary::FamilyId;
 use crate::vocabulary::Granularity;
 
 /// A stored row's address: family, table, series, shard, bucket.
 pub type MemoryKey = (FamilyId, Granularity, Vec<u8>, Option<u8>, u32);
 
+/// A stored totals row's address: family, table, series, writer, bucket.
+pub type TotalsKey = (FamilyId, Granularity, Vec<u8>, String, u32);
+
 /// Decides the fate of each write: `(outcome to report, whether the store applies it)`.
 /// `None` means "apply and report success".
 pub type Script = Box<dyn Fn(u64, &PartitionWrite) -> Option<(Outcome, bool)> + Send + Sync>;
 
-/// Keeps every applied delta in a map, summed per row, like a counter table would.
+/// The same for totals writes.
+pub type TotalsScript = Box<dyn Fn(u64, &TotalsWrite) -> Option<(Outcome, bool)> + Send + Sync>;
+
+/// Keeps every applied delta in a map, summed per row, like a counter table would; and
+/// every applied total with its write time, the later time winning, like a regular table.
 #[derive(Clone, Default)]
 pub struct MemorySink {
     inner: Arc<Inner>,
@@ -29,6 +36,9 @@ struct Inner {
     rows: Mutex<BTreeMap<MemoryKey, Vec<i128>>>,
     requests: AtomicU64,
     script: Mutex<Option<Script>>,
+    totals: Mutex<BTreeMap<TotalsKey, (i64, Vec<i64>)>>,
+    totals_requests: AtomicU64,
+    totals_script: Mutex<Option<TotalsScript>>,
 }
 
 impl MemorySink {
@@ -71,6 +81,68 @@ impl MemorySink {
             .sum()
     }
 
+    /// Scripts the fate of totals writes, as [`MemorySink::set_script`] does for deltas.
+    pub fn set_totals_script(
+        &self,
+        script: impl Fn(u64, &TotalsWrite) -> Option<(Outcome, bool)> + Send + Sync + 'static,
+    ) {
+        *self.inner.totals_script.lock() = Some(Box::new(script));
+    }
+
+    /// Back to applying every totals write.
+    pub fn clear_totals_script(&self) {
+        *self.inner.totals_script.lock() = None;
+    }
+
+    /// Totals requests received.
+    pub fn totals_requests(&self) -> u64 {
+        self.inner.totals_requests.load(Ordering::Relaxed)
+    }
+
+    /// Every stored totals row (each writer's row apart), without its write time.
+    pub fn totals(&self) -> BTreeMap<TotalsKey, Vec<i64>> {
+        self.inner
+            .totals
+            .lock()
+            .iter()
+            .map(|(k, (_, v))| (k.clone(), v.clone()))
+            .collect()
+    }
+
+    /// Sum of every stored total of one table kind, over all writers and columns: what
+    /// a read of everything would add up.
+    pub fn totals_sum(&self, table: Granularity) -> i128 {
+        self.inner
+            .totals
+            .lock()
+            .iter()
+            .filter(|(k, _)| k.1 == table)
+            .flat_map(|(_, (_, v))| v.iter().map(|x| i128::from(*x)))
+            .sum()
+    }
+
+    fn apply_totals(&self, write: &TotalsWrite) {
+        let mut rows = self.inner.totals.lock();
+        for row in &write.rows {
+            let key = (
+                write.family,
+                write.table,
+                write.series.to_vec(),
+                write.writer.to_string(),
+                row.bucket,
+            );
+            let new = (write.timestamp, row.totals.as_slice().to_vec());
+            match rows.get(&key) {
+                // The later write time wins; at equal times the greater values (a
+                // deterministic choice, as a store's tie-break is).
+                Some(old) if old.0 > new.0 || (old.0 == new.0 && old.1 >= new.1) => {}
+                _ => {
+                    rows.insert(key, new);
+                }
+            }
+        }
+    }
+
     fn apply(&self, write: &PartitionWrite) {
         let mut rows = self.inner.rows.lock();
         for row in &write.rows {
@@ -108,6 +180,28 @@ impl Sink for MemorySink {
             Some((outcome, applied)) => {
                 if applied {
                     self.apply(write);
+                }
+                outcome
+            }
+        }
+    }
+
+    async fn write_totals(&self, write: &TotalsWrite) -> Outcome {
+        let n = self.inner.totals_requests.fetch_add(1, Ordering::Relaxed) + 1;
+        let decision = self
+            .inner
+            .totals_script
+            .lock()
+            .as_ref()
+            .and_then(|script| script(n, write));
+        match decision {
+            None => {
+                self.apply_totals(write);
+                Outcome::Applied
+            }
+            Some((outcome, applied)) => {
+                if applied {
+                    self.apply_totals(write);
                 }
                 outcome
             }

@@ -6,18 +6,21 @@
 //! the flusher's job and the same for every sink. The CQL sink is the product; the
 //! in-memory sink serves tests and benchmarks, and the logging sink a dry run.
 //!
-//! The contract's types live here, with the trait: [`write`](mod@write) (what is sent) and
-//! [`outcome`] (how it ended, and the closed set of outcome classes).
+//! The contract's types live here, with the trait: [`write`](mod@write) (what is sent),
+//! [`totals`] (what is sent for `writer_totals` families) and [`outcome`] (how it ended,
+//! and the closed set of outcome classes).
 
 pub mod cql;
 pub mod memory;
 pub mod outcome;
+pub mod totals;
 pub mod write;
 
 use std::future::Future;
 
 pub use self::memory::MemorySink;
 pub use self::outcome::{Outcome, OutcomeClass, WriteError};
+pub use self::totals::{TotalRow, TotalsWrite};
 pub use self::write::{PartitionWrite, RowDelta};
 
 /// A destination for flushed writes.
@@ -25,6 +28,11 @@ pub trait Sink: Send + Sync + 'static {
     /// Sends one write request and classifies its outcome. It must not retry a request
     /// whose outcome is unknown; the flusher decides what happens next.
     fn write(&self, write: &PartitionWrite) -> impl Future<Output = Outcome> + Send;
+
+    /// Sends one write of running totals (`writer_totals` families) and classifies its
+    /// outcome. The write is idempotent: the totals path sends it again after any outcome
+    /// but applied. Required, so that a sink wrapping another forwards it.
+    fn write_totals(&self, write: &TotalsWrite) -> impl Future<Output = Outcome> + Send;
 }
 
 /// A sink that only logs each write (at `info`) and reports it applied: a dry run that
@@ -43,6 +51,20 @@ impl Sink for LogSink {
             rows = write.rows.len(),
             delta_sum = %write.sum(),
             "Would write."
+        );
+        Outcome::Applied
+    }
+
+    async fn write_totals(&self, write: &TotalsWrite) -> Outcome {
+        let key: Vec<&str> = crate::series::fields(&write.series).collect();
+        tracing::info!(
+            family = write.family.0,
+            table = write.table.as_str(),
+            key = ?key,
+            writer = %write.writer,
+            timestamp = write.timestamp,
+            rows = write.rows.len(),
+            "Would write totals."
         );
         Outcome::Applied
     }

@@ -74,17 +74,21 @@ impl OutcomeClass {
 
 /// Why a write did not simply apply: a short, bounded kind (for metrics and grouping)
 /// and the full error text (for the log record).
+///
+/// The text is shared: during an outage every write of a flush fails with the same
+/// error, and a sink may hand out one text for all of them (see the CQL sink) instead
+/// of holding a copy per write until the flush settles.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct WriteError {
     /// A stable identifier such as `write_timeout` or `unavailable`.
     pub kind: &'static str,
     /// The error as the driver or sink described it.
-    pub text: String,
+    pub text: std::sync::Arc<str>,
 }
 
 impl WriteError {
     /// An error of `kind` described by `text`.
-    pub fn new(kind: &'static str, text: impl Into<String>) -> WriteError {
+    pub fn new(kind: &'static str, text: impl Into<std::sync::Arc<str>>) -> WriteError {
         WriteError {
             kind,
             text: text.into(),

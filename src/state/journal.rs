@@ -12,6 +12,15 @@
 //! End                                then the file is truncated
 //! ```
 //!
+//! A flush with `writer_totals` families writes a second group after the first ends: the
+//! same header, then one `TotalsIntent` per write of running totals (writer column, write
+//! time, rows: bucket, absolute totals, and the part of them not known applied), the
+//! group commit, `Outcome`s (only `applied` is recorded), `End`. Such a write is idempotent
+//! by its write time: recovery never logs it as unknown, it writes every intent not known
+//! applied to a totals replay file, and the next start writes it again with its own
+//! writer column and write time, which leaves the cell as it is if it had applied (see
+//! `crate::totals::recovery`).
+//!
 //! Nothing is sent before the group commit returns, so a request without an intent was
 //! never sent. Outcome records need no fsync of their own: a missing outcome only makes
 //! recovery more conservative (the request is logged as unknown, `in_flight_at_crash`),
@@ -48,7 +57,7 @@
 //! and writer, carried by every record written for that request (outcome logs, spill).
 
 use std::collections::HashMap;
-use std::fs::{File, OpenOptions};
+use std::fs::File;
 use std::io::{self, Read};
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
@@ -131,6 +140,37 @@ pub struct Intent {
     pub series: Vec<u8>,
     /// The rows, all in one partition.
     pub rows: Vec<IntentRow>,
+}
+
+/// One row of a totals intent.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TotalsIntentRow {
+    /// The minute (minute table) or day (day table), counted from the epoch.
+    pub bucket: u32,
+    /// The writer's absolute totals, one per value column of the family.
+    pub totals: Vec<i64>,
+    /// The part of each total not known applied when the write was planned: what the
+    /// accounting still owes the store.
+    pub unconfirmed: Vec<i64>,
+}
+
+/// One write of running totals (`writer_totals`) a flush will send.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TotalsIntent {
+    /// Its index within the flush (numbered after the flush's counter writes).
+    pub request: u32,
+    /// The family's id (see the group's dictionary).
+    pub family: u16,
+    /// Which of the family's tables.
+    pub table: Granularity,
+    /// The writer column (writer id, incarnation, start nonce).
+    pub writer: String,
+    /// The write time (`USING TIMESTAMP`), microseconds.
+    pub timestamp: i64,
+    /// The encoded series (key values).
+    pub series: Vec<u8>,
+    /// The rows, all in one partition.
+    pub rows: Vec<TotalsIntentRow>,
 }
 
 /// How a request ended, as far as the journal knows.
@@ -241,6 +281,8 @@ pub struct FlushGroup {
     pub families: Vec<FamilyEntry>,
     /// Its requests.
     pub intents: Vec<Intent>,
+    /// Its writes of running totals (a totals group).
+    pub totals: Vec<TotalsIntent>,
     /// Whether the group commit completed (without it, nothing was sent).
     pub committed: bool,
     /// The last outcome recorded per request index.
@@ -266,9 +308,10 @@ const COMMITTED: u8 = 3;
 const OUTCOME: u8 = 4;
 const LOGS_AT: u8 = 5;
 const END: u8 = 6;
-const WRAPPER_BEGIN: u8 = 7;
-const WRAPPER_INTENT: u8 = 8;
-const WRAPPER_LOGS_AT: u8 = 9;
+const TOTALS_INTENT: u8 = 7;
+const WRAPPER_BEGIN: u8 = 8;
+const WRAPPER_INTENT: u8 = 9;
+const WRAPPER_LOGS_AT: u8 = 10;
 
 const NO_SHARD: u16 = u16::MAX;
 
@@ -300,7 +343,7 @@ impl Journal {
     /// journal, its groups (oldest first), and the length of a torn tail cut off (bytes
     /// after the last readable record that are not an end mark).
     pub fn open(path: PathBuf) -> io::Result<(Journal, Vec<FlushGroup>, u64)> {
-        let mut file = OpenOptions::new()
+        let mut file = super::private::options()
             .create(true)
             .truncate(false)
             .read(true)
@@ -367,6 +410,73 @@ impl Journal {
         families: &[FamilyEntry],
         writes: &[PartitionWrite],
     ) -> io::Result<()> {
+        self.commit_group(flush, time, consumes, families, |out| {
+            for (index, write) in writes.iter().enumerate() {
+                frame(out, |e| {
+                    e.u8(INTENT);
+                    e.u32(index as u32);
+                    e.u16(write.family.0);
+                    e.u8(write.table.index() as u8);
+                    e.u16(write.shard.map_or(NO_SHARD, u16::from));
+                    e.bytes(&write.series);
+                    e.u32(write.rows.len() as u32);
+                    for row in &write.rows {
+                        e.u32(row.bucket);
+                        let deltas = row.columns.as_slice();
+                        e.u16(deltas.len() as u16);
+                        for d in deltas {
+                            e.i64(*d);
+                        }
+                    }
+                });
+            }
+        })
+    }
+
+    /// The group commit of a flush's writes of running totals (a second group, after
+    /// the counter writes' group ended). Nothing of them may be sent before it returns
+    /// `Ok`.
+    pub fn begin_totals(
+        &mut self,
+        flush: &FlushId,
+        time: &str,
+        families: &[FamilyEntry],
+        intents: &[TotalsIntent],
+    ) -> io::Result<()> {
+        self.commit_group(flush, time, None, families, |out| {
+            for intent in intents {
+                frame(out, |e| {
+                    e.u8(TOTALS_INTENT);
+                    e.u32(intent.request);
+                    e.u16(intent.family);
+                    e.u8(intent.table.index() as u8);
+                    e.str(&intent.writer);
+                    e.i64(intent.timestamp);
+                    e.bytes(&intent.series);
+                    e.u32(intent.rows.len() as u32);
+                    for row in &intent.rows {
+                        e.u32(row.bucket);
+                        e.u16(row.totals.len() as u16);
+                        for (total, unconfirmed) in row.totals.iter().zip(&row.unconfirmed) {
+                            e.i64(*total);
+                            e.i64(*unconfirmed);
+                        }
+                    }
+                });
+            }
+        })
+    }
+
+    /// Writes a group's header, its intents (`intents` appends their frames) and the
+    /// commit mark, with one `fdatasync`.
+    fn commit_group(
+        &mut self,
+        flush: &FlushId,
+        time: &str,
+        consumes: Option<Cursor>,
+        families: &[FamilyEntry],
+        intents: impl FnOnce(&mut Vec<u8>),
+    ) -> io::Result<()> {
         self.flush_pending()?;
         let mut out = std::mem::take(&mut self.pending);
         frame(&mut out, |e| {
@@ -386,26 +496,8 @@ impl Journal {
                 e.strs(&f.columns);
             }
         });
-        for (index, write) in writes.iter().enumerate() {
-            frame(&mut out, |e| {
-                e.u8(INTENT);
-                e.u32(index as u32);
-                e.u16(write.family.0);
-                e.u8(write.table.index() as u8);
-                e.u16(write.shard.map_or(NO_SHARD, u16::from));
-                e.bytes(&write.series);
-                e.u32(write.rows.len() as u32);
-                for row in &write.rows {
-                    e.u32(row.bucket);
-                    let deltas = row.columns.as_slice();
-                    e.u16(deltas.len() as u16);
-                    for d in deltas {
-                        e.i64(*d);
-                    }
-                }
-            });
-        }
-        self.commit_group(out)
+        intents(&mut out);
+        self.commit_frames(out)
     }
 
     /// The group commit of a driver wrapper's flush: its header, one intent per request
@@ -458,11 +550,12 @@ impl Journal {
                 }
             });
         }
-        self.commit_group(out)
+        self.commit_frames(out)
     }
 
-    /// Ends a group's frames with `Committed`, writes them and syncs.
-    fn commit_group(&mut self, mut out: Vec<u8>) -> io::Result<()> {
+    /// Ends a group's frames (header and intents) with the commit mark, writes them and
+    /// syncs: the group commit.
+    fn commit_frames(&mut self, mut out: Vec<u8>) -> io::Result<()> {
         frame(&mut out, |e| e.u8(COMMITTED));
         let start = self.offset;
         let written = self.write(&out).and_then(|()| self.file.sync_data());
@@ -637,6 +730,7 @@ fn apply(groups: &mut Vec<FlushGroup>, payload: &[u8]) -> Option<()> {
                 consumes,
                 families,
                 intents: Vec::new(),
+                totals: Vec::new(),
                 committed: false,
                 outcomes: HashMap::new(),
                 logs_at: None,
@@ -671,6 +765,7 @@ fn apply(groups: &mut Vec<FlushGroup>, payload: &[u8]) -> Option<()> {
                 consumes: None,
                 families: Vec::new(),
                 intents: Vec::new(),
+                totals: Vec::new(),
                 committed: false,
                 outcomes: HashMap::new(),
                 logs_at: None,
@@ -739,6 +834,43 @@ fn apply(groups: &mut Vec<FlushGroup>, payload: &[u8]) -> Option<()> {
                 family,
                 table,
                 shard,
+                series,
+                rows,
+            });
+        }
+        TOTALS_INTENT => {
+            let request = d.u32()?;
+            let family = d.u16()?;
+            let table = match d.u8()? {
+                0 => Granularity::Minute,
+                1 => Granularity::Day,
+                _ => return None,
+            };
+            let writer = d.str()?;
+            let timestamp = d.i64()?;
+            let series = d.bytes()?.to_vec();
+            let mut rows = Vec::new();
+            for _ in 0..d.u32()? {
+                let bucket = d.u32()?;
+                let width = usize::from(d.u16()?);
+                let (mut totals, mut unconfirmed) =
+                    (Vec::with_capacity(width), Vec::with_capacity(width));
+                for _ in 0..width {
+                    totals.push(d.i64()?);
+                    unconfirmed.push(d.i64()?);
+                }
+                rows.push(TotalsIntentRow {
+                    bucket,
+                    totals,
+                    unconfirmed,
+                });
+            }
+            groups.last_mut()?.totals.push(TotalsIntent {
+                request,
+                family,
+                table,
+                writer,
+                timestamp,
                 series,
                 rows,
             });
@@ -1106,5 +1238,46 @@ mod tests {
         assert_eq!(groups.len(), 1);
         assert_eq!(groups[0].flush.flush_seq, 2);
         assert_eq!(groups[0].intents.len(), 1);
+    }
+
+    #[test]
+    fn a_totals_group_reads_back_with_writer_time_totals_and_unconfirmed_parts() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("journal.wal");
+        let (mut journal, _, _) = Journal::open(path.clone()).unwrap();
+        journal.set_keep(true);
+        journal
+            .begin(&flush(4), "t", None, &[family()], &[write("a", &[1])])
+            .unwrap();
+        journal.end(4).unwrap();
+        let intent = TotalsIntent {
+            request: 1,
+            family: 1,
+            table: Granularity::Minute,
+            writer: "w/3/0000abcd".into(),
+            timestamp: 1_700_000_000_000_001,
+            series: crate::series::encode(["home"]),
+            rows: vec![TotalsIntentRow {
+                bucket: 28_000_000,
+                totals: vec![i64::MAX, -5],
+                unconfirmed: vec![7, 0],
+            }],
+        };
+        journal
+            .begin_totals(&flush(4), "t", &[family()], std::slice::from_ref(&intent))
+            .unwrap();
+        journal.outcome(1, &Settled::Applied);
+        journal.flush_pending().unwrap();
+        drop(journal);
+        let (_, groups, torn) = Journal::open(path).unwrap();
+        assert_eq!(torn, 0);
+        assert_eq!(groups.len(), 2, "the counter group, then the totals group");
+        assert!(groups[0].totals.is_empty());
+        let totals = &groups[1];
+        assert!(totals.committed && !totals.ended);
+        assert!(totals.intents.is_empty());
+        assert_eq!(totals.consumes, None, "a totals group consumes no spill");
+        assert_eq!(totals.totals, [intent]);
+        assert_eq!(totals.outcomes[&1], Settled::Applied);
     }
 }

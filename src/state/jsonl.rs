@@ -5,7 +5,7 @@
 //! starts on a line of its own instead of being glued to the fragment.
 
 use std::collections::HashSet;
-use std::fs::{File, OpenOptions};
+use std::fs::File;
 use std::io::{self, BufRead, BufReader, Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 
@@ -27,7 +27,7 @@ pub struct JsonlLog {
 impl JsonlLog {
     /// Opens (creating if needed) a log for appending, setting a torn last line aside.
     pub fn open(path: PathBuf, max_bytes: u64, max_files: u32) -> io::Result<JsonlLog> {
-        let mut file = OpenOptions::new()
+        let mut file = super::private::options()
             .create(true)
             .read(true)
             .append(true)
@@ -40,7 +40,7 @@ impl JsonlLog {
                 let mut tail = Vec::new();
                 file.seek(SeekFrom::Start(keep))?;
                 file.read_to_end(&mut tail)?;
-                let mut aside = OpenOptions::new()
+                let mut aside = super::private::options()
                     .create(true)
                     .append(true)
                     .open(torn_path(&path))?;
@@ -148,7 +148,7 @@ impl JsonlLog {
             }
         }
         std::fs::rename(&self.path, self.rotated(1))?;
-        self.file = OpenOptions::new()
+        self.file = super::private::options()
             .create(true)
             .read(true)
             .append(true)

@@ -12,14 +12,17 @@
 //! | `spill.*.jsonl`, `spill.cursor` | writes not sent yet, and how far replay consumed them (see [`spill`]) |
 //!
 //! Opening the directory finishes what a killed process left unfinished ([`recovery`]).
+//!
+//! The directory is `0700` and every file `0600` (see [`private`]).
 
 pub mod journal;
 pub mod jsonl;
+pub mod private;
 pub mod record;
 pub mod recovery;
 pub mod spill;
 
-use std::fs::{self, File, OpenOptions};
+use std::fs::{self, File};
 use std::io;
 use std::path::{Path, PathBuf};
 
@@ -30,7 +33,8 @@ use crate::sink::PartitionWrite;
 use crate::test_hooks;
 
 pub use self::journal::{
-    FamilyEntry, FlushGroup, FlushId, Journal, Settled, WrapperGroup, WrapperTable,
+    FamilyEntry, FlushGroup, FlushId, Journal, Settled, TotalsIntent, TotalsIntentRow,
+    WrapperGroup, WrapperTable,
 };
 pub use self::jsonl::JsonlLog;
 pub use self::record::{ErrorInfo, RecordOutcome, RecordSource, WriteRecord, records_of};
@@ -195,8 +199,9 @@ impl StateDir {
             let dir = error_dir.clone();
             move |error: io::Error| StateError::Io { dir, step, error }
         };
-        fs::create_dir_all(&dir).map_err(io_err("create"))?;
-        let lock = OpenOptions::new()
+        private::create_dir(&dir).map_err(io_err("create"))?;
+        private::restrict_files(&dir).map_err(io_err("restrict permissions"))?;
+        let lock = private::options()
             .create(true)
             .truncate(false)
             .write(true)
@@ -339,6 +344,23 @@ impl StateDir {
         self.journal
             .begin(flush, time, consumes, families, writes)
             .map(|()| consumes)
+    }
+
+    /// The group commit of a flush's writes of running totals (`writer_totals`): a
+    /// group of its own, after the counter writes' group ended; closed with
+    /// [`StateDir::journal_end`] (it consumes no spill). Nothing of them may be sent
+    /// before this returns `Ok`.
+    pub fn journal_begin_totals(
+        &mut self,
+        flush: &FlushId,
+        time: &str,
+        families: &[FamilyEntry],
+        intents: &[TotalsIntent],
+    ) -> io::Result<()> {
+        if !self.journal_enabled {
+            return Ok(());
+        }
+        self.journal.begin_totals(flush, time, families, intents)
     }
 
     /// Records how a request ended (buffered; see [`StateDir::journal_flush`]).
@@ -526,21 +548,39 @@ impl StateDir {
         self.spill.commit(cursor)
     }
 
-    /// Reads the next replay chunk (see [`Spill::load`]); unreadable lines are copied to
-    /// `spill.corrupt.jsonl` and returned counted.
+    /// Reads spilled records from the replay cursor on, one at a time, while `take`
+    /// accepts them (see [`Spill::read`]). Unreadable lines are copied to
+    /// `spill.corrupt.jsonl`; returns how many.
+    pub fn read_spill(
+        &mut self,
+        take: impl FnMut(SegmentId, WriteRecord) -> bool,
+    ) -> io::Result<usize> {
+        let corrupt = self.spill.read(take)?;
+        self.set_corrupt_aside(&corrupt)?;
+        Ok(corrupt.len())
+    }
+
+    /// Reads the next replay chunk whole (see [`Spill::load`]); unreadable lines are
+    /// copied to `spill.corrupt.jsonl` and returned counted. For tests and audits: the
+    /// flusher streams with [`StateDir::read_spill`].
     pub fn load_spill(
         &mut self,
         more: impl FnMut(usize, &WriteRecord) -> bool,
     ) -> io::Result<Chunk> {
         let chunk = self.spill.load(more)?;
-        if !chunk.corrupt.is_empty() {
+        self.set_corrupt_aside(&chunk.corrupt)?;
+        Ok(chunk)
+    }
+
+    fn set_corrupt_aside(&self, lines: &[String]) -> io::Result<()> {
+        if !lines.is_empty() {
             let mut log = JsonlLog::open(self.dir.join("spill.corrupt.jsonl"), u64::MAX, 1)?;
-            for line in &chunk.corrupt {
+            for line in lines {
                 log.append(&serde_json::json!({ "unparsed": line }))?;
             }
             log.sync()?;
         }
-        Ok(chunk)
+        Ok(())
     }
 
     /// Records the pending rows and sums (minute, day) after a flush or, with `clean`,
@@ -560,7 +600,8 @@ impl StateDir {
             time: crate::bucket::rfc3339(std::time::SystemTime::now()),
         };
         let tmp = self.dir.join("status.json.tmp");
-        fs::write(&tmp, serde_json::to_vec(&status).map_err(io::Error::other)?)?;
+        let bytes = serde_json::to_vec(&status).map_err(io::Error::other)?;
+        private::write(&tmp, &bytes, false)?;
         fs::rename(&tmp, self.dir.join("status.json"))
     }
 }
@@ -588,11 +629,7 @@ fn next_incarnation(path: &Path) -> io::Result<u64> {
 
 fn write_durably(path: &Path, bytes: &[u8]) -> io::Result<()> {
     let tmp = path.with_extension("tmp");
-    {
-        let mut file = File::create(&tmp)?;
-        io::Write::write_all(&mut file, bytes)?;
-        file.sync_all()?;
-    }
+    private::write(&tmp, bytes, true)?;
     fs::rename(&tmp, path)
 }
 
@@ -682,6 +719,43 @@ mod tests {
             appended.lost().collect::<Vec<_>>(),
             [(LostRecords::WriteError, 3)]
         );
+    }
+
+    /// Key values and deltas are for the owner only: the directory 0700, every file
+    /// 0600, whatever the umask, and files left by an earlier version are tightened.
+    #[test]
+    fn the_directory_and_its_files_are_private() {
+        use std::os::unix::fs::PermissionsExt;
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("state");
+        fs::create_dir(&dir).unwrap();
+        fs::set_permissions(&dir, fs::Permissions::from_mode(0o755)).unwrap();
+        fs::write(dir.join("unknown.jsonl"), "").unwrap();
+        fs::set_permissions(dir.join("unknown.jsonl"), fs::Permissions::from_mode(0o644)).unwrap();
+        let mut state = StateDir::open(&config(&dir)).unwrap();
+        state.log_batch(&[], &[record()]);
+        for flush_seq in [1, 2] {
+            let flush = FlushId {
+                writer: state.writer_id().to_owned(),
+                incarnation: state.incarnation(),
+                flush_seq,
+            };
+            state.spill(&flush, &[vec![record()]]).unwrap();
+        }
+        // Replay the first segment and commit the cursor: `spill.cursor` is written.
+        state.load_spill(|rows, _| rows < 1).unwrap();
+        state.commit_replay(state.replay_loaded()).unwrap();
+        state.write_status(false, 1, [1, 0]).unwrap();
+        let mode = |p: &Path| fs::metadata(p).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode(&dir), 0o700);
+        let files: Vec<_> = fs::read_dir(&dir)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .collect();
+        assert!(files.len() >= 9, "{files:?}");
+        for file in files {
+            assert_eq!(mode(&file), 0o600, "{}", file.display());
+        }
     }
 
     #[test]
@@ -873,7 +947,7 @@ mod tests {
         state.log_batch(&records[..1], &[]);
         drop(state);
         let second = serde_json::to_string(&records[1]).unwrap();
-        let mut file = OpenOptions::new()
+        let mut file = fs::OpenOptions::new()
             .append(true)
             .open(tmp.path().join("unknown.jsonl"))
             .unwrap();

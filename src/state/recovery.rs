@@ -19,6 +19,12 @@
 //! records already appended are not appended twice. It ends by marking the flush settled
 //! (`End`). A group whose commit did not complete sent nothing: its rows were only in
 //! memory and are counted by the lost-at-crash figure.
+//!
+//! A totals group (writes of running totals, `writer_totals`) needs none of this: each of
+//! its writes is idempotent by its write time, so every intent not known applied (no
+//! outcome, or any but `applied`) is written to a totals replay file and written again
+//! by the next start, in its own writer column with its own write time (see
+//! `crate::totals::recovery`). Nothing of it is logged as unknown.
 
 use std::collections::HashSet;
 
@@ -50,6 +56,12 @@ pub struct RecoveryReport {
     pub dropped_sums: [i128; 2],
     /// Rows of a group commit that did not complete (never sent; lost with memory).
     pub uncommitted_rows: u64,
+    /// Running totals (`writer_totals`) the killed flush sent or was sending, not known
+    /// applied: written to a totals replay file, written again by this start.
+    pub totals_rows: u64,
+    /// The parts of those totals not known applied, summed per granularity (minute,
+    /// day): what this start writes again beyond what the store may already hold.
+    pub totals_sums: [i128; 2],
     /// Bytes of a torn journal tail cut off.
     pub torn_journal_bytes: u64,
 }
@@ -72,12 +84,26 @@ pub(super) fn recover(
                 .intents
                 .iter()
                 .map(|i| i.rows.len() as u64)
+                .chain(group.totals.iter().map(|i| i.rows.len() as u64))
                 .sum::<u64>();
             state.journal.end(group.flush.flush_seq)?;
             continue;
         }
         report.flushes += 1;
-        finish(state, &group, index == last, &time, &mut report)?;
+        if !group.totals.is_empty() {
+            let (rows, sums) = crate::totals::recovery::replay_intents(
+                &crate::totals::SpillFiles::new(state.dir()),
+                &group,
+                &time,
+            )?;
+            report.totals_rows += rows;
+            for g in Granularity::ALL {
+                report.totals_sums[g.index()] += sums[g.index()];
+            }
+        }
+        if !group.intents.is_empty() {
+            finish(state, &group, index == last, &time, &mut report)?;
+        }
         crash_point("recovery_logged");
         state.journal.end(group.flush.flush_seq)?;
     }

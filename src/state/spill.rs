@@ -27,7 +27,7 @@
 
 use std::collections::{BTreeMap, HashSet};
 use std::fs::{self, File};
-use std::io::{self, BufRead, BufReader, Seek, SeekFrom, Write};
+use std::io::{self, BufRead, BufReader, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
@@ -122,11 +122,7 @@ fn sync_dir(dir: &Path) -> io::Result<()> {
 /// Writes `bytes` to `path` atomically: a temporary file, fsync, rename, directory fsync.
 pub(crate) fn write_atomically(dir: &Path, path: &Path, bytes: &[u8]) -> io::Result<()> {
     let tmp = path.with_extension("tmp");
-    {
-        let mut file = File::create(&tmp)?;
-        file.write_all(bytes)?;
-        file.sync_data()?;
-    }
+    super::private::write(&tmp, bytes, true)?;
     fs::rename(&tmp, path)?;
     sync_dir(dir)
 }
@@ -248,10 +244,17 @@ impl Spill {
         self.loaded
     }
 
-    /// Reads records from the loaded cursor on, while `more(records so far, next record)`
-    /// says so, and moves the loaded cursor past them. Never reads a segment whole.
-    pub fn load(&mut self, mut more: impl FnMut(usize, &WriteRecord) -> bool) -> io::Result<Chunk> {
-        let mut chunk = Chunk::default();
+    /// Reads records from the loaded cursor on, handing each to `take` with the segment
+    /// it came from: a record `take` accepts is consumed (the loaded cursor moves past
+    /// it); the first one it declines ends the read, the loaded cursor before it, so the
+    /// next read starts with that record again. Returns the lines that could not be read
+    /// as records (consumed: counted and set aside by the caller). Holds one record at a
+    /// time, never a segment.
+    pub fn read(
+        &mut self,
+        mut take: impl FnMut(SegmentId, WriteRecord) -> bool,
+    ) -> io::Result<Vec<String>> {
+        let mut corrupt = Vec::new();
         let ids: Vec<(SegmentId, u64)> = self
             .segments
             .iter()
@@ -291,16 +294,15 @@ impl Spill {
                 }
                 match serde_json::from_str::<WriteRecord>(text) {
                     Ok(record) => {
-                        if !more(chunk.records.len(), &record) {
+                        if !take(id, record) {
                             self.loaded = Some(Cursor {
                                 segment: id,
                                 offset,
                             });
-                            return Ok(chunk);
+                            return Ok(corrupt);
                         }
-                        chunk.records.push((id, record));
                     }
-                    Err(_) => chunk.corrupt.push(text.to_owned()),
+                    Err(_) => corrupt.push(text.to_owned()),
                 }
                 offset += read as u64;
                 self.loaded = Some(Cursor {
@@ -309,7 +311,21 @@ impl Spill {
                 });
             }
         }
-        Ok(chunk)
+        Ok(corrupt)
+    }
+
+    /// Reads records from the loaded cursor on, while `more(records so far, next record)`
+    /// says so, into one [`Chunk`] (see [`Spill::read`]; tests and audits).
+    pub fn load(&mut self, mut more: impl FnMut(usize, &WriteRecord) -> bool) -> io::Result<Chunk> {
+        let mut records = Vec::new();
+        let corrupt = self.read(|id, record| {
+            if !more(records.len(), &record) {
+                return false;
+            }
+            records.push((id, record));
+            true
+        })?;
+        Ok(Chunk { records, corrupt })
     }
 
     /// A flush that named `cursor` in its group commit has settled: `cursor` becomes

@@ -3,7 +3,7 @@
 //! is exactly this list, and another that the README's catalogue names each of them.
 
 use prometheus::{
-    GaugeVec, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge,
+    Gauge, GaugeVec, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge,
     IntGaugeVec, Opts,
 };
 
@@ -39,9 +39,12 @@ impl MetricDef {
         IntGauge::with_opts(self.opts()).expect(VALID)
     }
 
-    #[cfg_attr(not(feature = "sidecar"), allow(dead_code))]
     pub(crate) fn int_gauge_vec(&self) -> IntGaugeVec {
         IntGaugeVec::new(self.opts(), self.labels).expect(VALID)
+    }
+
+    pub(crate) fn gauge(&self) -> Gauge {
+        Gauge::with_opts(self.opts()).expect(VALID)
     }
 
     pub(crate) fn gauge_vec(&self) -> GaugeVec {
@@ -107,7 +110,7 @@ pub const PENDING_ROWS: MetricDef = MetricDef {
 /// `countersink_pending_bytes`.
 pub const PENDING_BYTES: MetricDef = MetricDef {
     name: "countersink_pending_bytes",
-    help: "Estimated bytes of the rows buffered for the next flush.",
+    help: "Estimated bytes of the rows held in memory: buffered for the next flush, in flight, and re-queued (what limits.max_pending_bytes caps).",
     labels: &[],
 };
 /// `countersink_cql_writes_total{table, outcome}`.
@@ -120,6 +123,12 @@ pub const CQL_WRITES: MetricDef = MetricDef {
 pub const FLUSHES: MetricDef = MetricDef {
     name: "countersink_flushes_total",
     help: "Flushes completed.",
+    labels: &[],
+};
+/// `countersink_flush_backoff_seconds`.
+pub const FLUSH_BACKOFF: MetricDef = MetricDef {
+    name: "countersink_flush_backoff_seconds",
+    help: "While the store applies none of the flushed writes: the longest wait before the next flush (it doubles per failed flush up to flush.max_backoff). 0 while flushing every interval.",
     labels: &[],
 };
 /// `countersink_flush_duration_seconds` (histogram).
@@ -182,6 +191,12 @@ pub const PREVIOUS_STOP_PENDING_ROWS: MetricDef = MetricDef {
     help: "Rows the previous run held in memory at its last flush when it stopped without a clean shutdown: a lower bound of the rows it lost. 0 after a clean stop.",
     labels: &[],
 };
+/// `countersink_writer_totals_rows{state}`.
+pub const WRITER_TOTALS_ROWS: MetricDef = MetricDef {
+    name: "countersink_writer_totals_rows",
+    help: "Running totals of writer_totals families after the last flush, by state: held (in memory, counted against the pending limits) and unwritten (held rows whose newest total the store may lack: retried until applied).",
+    labels: &["state"],
+};
 
 /// `countersink_previous_stop_pending_delta_sum{granularity}`.
 pub const PREVIOUS_STOP_PENDING_DELTA_SUM: MetricDef = MetricDef {
@@ -239,6 +254,25 @@ pub const STREAM_CONNECTIONS_OPEN: MetricDef = MetricDef {
     labels: &["transport"],
 };
 
+/// `countersink_uds_queue_full_total` (sidecar).
+pub const UDS_QUEUE_FULL: MetricDef = MetricDef {
+    name: "countersink_uds_queue_full_total",
+    help: "Reads of the Unix datagram socket that returned more datagrams than net.unix.max_dgram_qlen: its queue was at the limit, where blocking senders wait and non-blocking senders lose datagrams. Seen only with ingest.uds.batch_size above the limit.",
+    labels: &[],
+};
+/// `countersink_uds_queue_high_water` (sidecar).
+pub const UDS_QUEUE_HIGH_WATER: MetricDef = MetricDef {
+    name: "countersink_uds_queue_high_water",
+    help: "The most datagrams one read of the Unix datagram socket returned since start (at most ingest.uds.batch_size).",
+    labels: &[],
+};
+/// `countersink_uds_max_dgram_qlen` (sidecar).
+pub const UDS_MAX_DGRAM_QLEN: MetricDef = MetricDef {
+    name: "countersink_uds_max_dgram_qlen",
+    help: "net.unix.max_dgram_qlen when the Unix datagram socket was made: how many datagrams may wait in it (0: not listening, or unknown).",
+    labels: &[],
+};
+
 /// `countersink_cql_write_duration_seconds{table}` (histogram, sidecar).
 pub const CQL_WRITE_DURATION: MetricDef = MetricDef {
     name: "countersink_cql_write_duration_seconds",
@@ -275,7 +309,7 @@ pub const LEADERBOARD_RUNS: MetricDef = MetricDef {
 };
 
 /// What the engine and the flusher export, in every build.
-pub const ENGINE_METRICS: [MetricDef; 21] = [
+pub const ENGINE_METRICS: [MetricDef; 23] = [
     LINES_RECEIVED,
     LINES_INVALID,
     LINES_IGNORED,
@@ -292,15 +326,17 @@ pub const ENGINE_METRICS: [MetricDef; 21] = [
     PENDING_BYTES,
     CQL_WRITES,
     FLUSHES,
+    FLUSH_BACKOFF,
     FLUSH_DURATION,
     DELTA_SUM,
     OUTCOME_RECORDS_LOST,
     PREVIOUS_STOP_UNCLEAN,
     PREVIOUS_STOP_PENDING_ROWS,
+    WRITER_TOTALS_ROWS,
 ];
 
 /// What the sidecar's receivers export besides.
-pub const INGEST_METRICS: [MetricDef; 7] = [
+pub const INGEST_METRICS: [MetricDef; 10] = [
     PACKETS_RECEIVED,
     RECEIVED_BYTES,
     RECEIVE_ERRORS,
@@ -308,6 +344,9 @@ pub const INGEST_METRICS: [MetricDef; 7] = [
     SOCKET_RECEIVE_BUFFER,
     STREAM_CONNECTIONS,
     STREAM_CONNECTIONS_OPEN,
+    UDS_QUEUE_FULL,
+    UDS_QUEUE_HIGH_WATER,
+    UDS_MAX_DGRAM_QLEN,
 ];
 
 /// What the sidecar exports about the counter tables and the operator jobs.

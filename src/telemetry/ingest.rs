@@ -5,7 +5,7 @@ use std::sync::Arc;
 use parking_lot::Mutex;
 use prometheus::core::{Collector, Desc};
 use prometheus::proto::MetricFamily;
-use prometheus::{IntCounterVec, IntGaugeVec};
+use prometheus::{IntCounter, IntCounterVec, IntGauge, IntGaugeVec};
 
 use crate::ingest::IngestStats;
 
@@ -27,10 +27,13 @@ struct IngestSeries {
     buffer: IntGaugeVec,
     connections: IntCounterVec,
     open: IntGaugeVec,
+    queue_full: IntCounter,
+    queue_high_water: IntGauge,
+    queue_limit: IntGauge,
 }
 
 impl IngestSeries {
-    fn all(&self) -> [&dyn Collector; 7] {
+    fn all(&self) -> [&dyn Collector; 10] {
         [
             &self.packets,
             &self.bytes,
@@ -39,6 +42,9 @@ impl IngestSeries {
             &self.buffer,
             &self.connections,
             &self.open,
+            &self.queue_full,
+            &self.queue_high_water,
+            &self.queue_limit,
         ]
     }
 }
@@ -54,6 +60,9 @@ impl IngestCollector {
             buffer: catalogue::SOCKET_RECEIVE_BUFFER.int_gauge_vec(),
             connections: catalogue::STREAM_CONNECTIONS.int_counter_vec(),
             open: catalogue::STREAM_CONNECTIONS_OPEN.int_gauge_vec(),
+            queue_full: catalogue::UDS_QUEUE_FULL.int_counter(),
+            queue_high_water: catalogue::UDS_QUEUE_HIGH_WATER.int_gauge(),
+            queue_limit: catalogue::UDS_MAX_DGRAM_QLEN.int_gauge(),
         };
         let descs = families
             .all()
@@ -79,6 +88,12 @@ impl Collector for IngestCollector {
         for c in [&f.packets, &f.bytes, &f.errors, &f.dropped, &f.connections] {
             c.reset();
         }
+        let uds = snapshot.get(Transport::UnixDatagram);
+        f.queue_full.reset();
+        f.queue_full.inc_by(uds.queue_full);
+        let gauge = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
+        f.queue_high_water.set(gauge(uds.queue_high_water));
+        f.queue_limit.set(gauge(uds.queue_limit));
         for transport in Transport::ALL {
             let s = snapshot.get(transport);
             let t = transport.as_str();

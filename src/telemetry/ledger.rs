@@ -41,6 +41,8 @@ pub struct Ledger {
     late_drops: Mutex<BTreeMap<&'static str, u64>>,
     lost_records: Mutex<BTreeMap<(OutcomeLog, LostRecords), u64>>,
     flushes: Mutex<u64>,
+    /// The longest wait before the next flush while backing off; zero otherwise.
+    backoff: Mutex<std::time::Duration>,
     /// Rows the previous run in this state directory held when it last flushed, and
     /// their delta sums (minute, day), when it did not stop cleanly; unset after a clean
     /// stop. Known at start and set once.
@@ -53,6 +55,9 @@ pub struct Ledger {
     spill_bytes: Mutex<u64>,
     /// Time per flush, from drain to the last outcome recorded.
     pub(crate) flush_duration: Histogram,
+    /// Running totals of `writer_totals` families held in memory, and of those the ones
+    /// the store may lack, after the last flush.
+    totals_rows: Mutex<(u64, u64)>,
 }
 
 impl Default for Ledger {
@@ -63,11 +68,13 @@ impl Default for Ledger {
             late_drops: Mutex::default(),
             lost_records: Mutex::default(),
             flushes: Mutex::default(),
+            backoff: Mutex::default(),
             unclean_previous_stop: OnceLock::new(),
             recovery: OnceLock::new(),
             corrupt_lines: Mutex::default(),
             spill_bytes: Mutex::default(),
             flush_duration: catalogue::FLUSH_DURATION.histogram(&catalogue::FLUSH_DURATION_BUCKETS),
+            totals_rows: Mutex::default(),
         }
     }
 }
@@ -174,6 +181,25 @@ impl Ledger {
 
     pub(crate) fn set_spill_bytes(&self, bytes: u64) {
         *self.spill_bytes.lock() = bytes;
+    }
+
+    /// Running totals held in memory, and those the store may lack (`writer_totals`).
+    pub fn totals_rows(&self) -> (u64, u64) {
+        *self.totals_rows.lock()
+    }
+
+    pub(crate) fn set_totals_rows(&self, held: u64, unwritten: u64) {
+        *self.totals_rows.lock() = (held, unwritten);
+    }
+
+    /// The longest wait before the next flush while the flusher backs off (the store
+    /// applied nothing of the last flushes); zero while it flushes every interval.
+    pub fn backoff(&self) -> std::time::Duration {
+        *self.backoff.lock()
+    }
+
+    pub(crate) fn set_backoff(&self, ceiling: std::time::Duration) {
+        *self.backoff.lock() = ceiling;
     }
 
     pub(crate) fn count_flush(&self, seconds: f64) {

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use crate::family::Families;
-use crate::sink::{Outcome, PartitionWrite, Sink};
+use crate::sink::{Outcome, PartitionWrite, Sink, TotalsWrite};
 use crate::vocabulary::{FamilyId, Granularity};
 
 use super::hot::HotKeys;
@@ -46,20 +46,18 @@ impl<S: Sink> ObservedSink<S> {
     }
 }
 
-impl<S: Sink> Sink for ObservedSink<S> {
-    async fn write(&self, write: &PartitionWrite) -> Outcome {
-        self.hot.record(write);
-        let started = Instant::now();
-        let outcome = self.inner.write(write).await;
+impl<S: Sink> ObservedSink<S> {
+    /// Records the latency and the error kind of one write to `(family, table)`.
+    fn measure(&self, family: FamilyId, table: Granularity, started: Instant, outcome: &Outcome) {
         let table = self
             .tables
-            .get(&(write.family, write.table))
+            .get(&(family, table))
             .map_or("unknown", String::as_str);
         self.metrics
             .write_duration
             .with_label_values(&[table])
             .observe(started.elapsed().as_secs_f64());
-        match &outcome {
+        match outcome {
             Outcome::Applied => {}
             Outcome::NotAppliedTransient(error)
             | Outcome::NotAppliedPermanent(error)
@@ -69,6 +67,25 @@ impl<S: Sink> Sink for ObservedSink<S> {
                 .with_label_values(&[table, error.kind])
                 .inc(),
         }
+    }
+}
+
+impl<S: Sink> Sink for ObservedSink<S> {
+    async fn write(&self, write: &PartitionWrite) -> Outcome {
+        self.hot.record(write);
+        let started = Instant::now();
+        let outcome = self.inner.write(write).await;
+        self.measure(write.family, write.table, started, &outcome);
+        outcome
+    }
+
+    /// Timed and its errors counted like a counter write. Not offered to the hot keys:
+    /// they advise counter shards, and a running total is neither a delta nor contended
+    /// (each writer owns its row).
+    async fn write_totals(&self, write: &TotalsWrite) -> Outcome {
+        let started = Instant::now();
+        let outcome = self.inner.write_totals(write).await;
+        self.measure(write.family, write.table, started, &outcome);
         outcome
     }
 }
@@ -85,6 +102,10 @@ mod tests {
     impl Sink for Fails {
         async fn write(&self, _: &PartitionWrite) -> Outcome {
             Outcome::Unknown(WriteError::new("write_timeout", "timed out"))
+        }
+
+        async fn write_totals(&self, _: &TotalsWrite) -> Outcome {
+            Outcome::NotAppliedTransient(WriteError::new("overloaded", "overloaded"))
         }
     }
 

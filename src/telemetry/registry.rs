@@ -8,7 +8,9 @@ use std::sync::Arc;
 use parking_lot::Mutex;
 use prometheus::core::{Collector, Desc};
 use prometheus::proto::MetricFamily;
-use prometheus::{Encoder, GaugeVec, IntCounter, IntCounterVec, IntGauge, Registry, TextEncoder};
+use prometheus::{
+    Encoder, GaugeVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Registry, TextEncoder,
+};
 
 use crate::engine::Engine;
 use crate::line::{IgnoredKind, InvalidReason};
@@ -40,10 +42,12 @@ struct EngineSeries {
     pending_bytes: IntGauge,
     cql_writes: IntCounterVec,
     flushes: IntCounter,
+    backoff: prometheus::Gauge,
     delta_sum: GaugeVec,
     lost_records: IntCounterVec,
     previous_stop_unclean: IntGauge,
     previous_stop_pending_rows: IntGauge,
+    writer_totals_rows: IntGaugeVec,
     rows_dropped: IntCounterVec,
     delta_sum_high: GaugeVec,
     delta_sum_low: GaugeVec,
@@ -66,10 +70,12 @@ impl EngineCollector {
             pending_bytes: catalogue::PENDING_BYTES.int_gauge(),
             cql_writes: catalogue::CQL_WRITES.int_counter_vec(),
             flushes: catalogue::FLUSHES.int_counter(),
+            backoff: catalogue::FLUSH_BACKOFF.gauge(),
             lost_records: catalogue::OUTCOME_RECORDS_LOST.int_counter_vec(),
             previous_stop_unclean: catalogue::PREVIOUS_STOP_UNCLEAN.int_gauge(),
             previous_stop_pending_rows: catalogue::PREVIOUS_STOP_PENDING_ROWS.int_gauge(),
             delta_sum: catalogue::DELTA_SUM.gauge_vec(),
+            writer_totals_rows: catalogue::WRITER_TOTALS_ROWS.int_gauge_vec(),
             rows_dropped: catalogue::ROWS_DROPPED.int_counter_vec(),
             delta_sum_high: catalogue::DELTA_SUM_HIGH.gauge_vec(),
             delta_sum_low: catalogue::DELTA_SUM_LOW.gauge_vec(),
@@ -93,7 +99,7 @@ impl EngineCollector {
 }
 
 impl EngineSeries {
-    fn collectors(&self) -> [&dyn Collector; 20] {
+    fn collectors(&self) -> [&dyn Collector; 22] {
         [
             &self.lines_received,
             &self.lines_invalid,
@@ -104,6 +110,7 @@ impl EngineSeries {
             &self.pending_bytes,
             &self.cql_writes,
             &self.flushes,
+            &self.backoff,
             &self.delta_sum,
             &self.lost_records,
             &self.previous_stop_unclean,
@@ -115,6 +122,7 @@ impl EngineSeries {
             &self.corrupt_lines,
             &self.previous_stop_pending_sum,
             &self.previous_stop_unknown_rows,
+            &self.writer_totals_rows,
         ]
     }
 }
@@ -192,6 +200,7 @@ impl Collector for EngineCollector {
         }
         f.flushes.reset();
         f.flushes.inc_by(self.ledger.flushes());
+        f.backoff.set(self.ledger.backoff().as_secs_f64());
         f.lost_records.reset();
         let lost = self.ledger.lost_records();
         for log in OutcomeLog::ALL {
@@ -206,6 +215,12 @@ impl Collector for EngineCollector {
         f.previous_stop_unclean.set(i64::from(previous.is_some()));
         f.previous_stop_pending_rows
             .set(previous.map_or(0, |rows| i64::try_from(rows).unwrap_or(i64::MAX)));
+        let (held, unwritten) = self.ledger.totals_rows();
+        for (state, rows) in [("held", held), ("unwritten", unwritten)] {
+            f.writer_totals_rows
+                .with_label_values(&[state])
+                .set(i64::try_from(rows).unwrap_or(i64::MAX));
+        }
         f.delta_sum.reset();
         f.delta_sum_high.reset();
         f.delta_sum_low.reset();

@@ -39,6 +39,7 @@ use tokio::time::Instant;
 
 use crate::config::{FlushConfig, StoreConfig};
 use crate::flush::settle::cancelled_at_deadline;
+use crate::sink::cql::store::StoreKind;
 use crate::sink::cql::{classify, session::consistency};
 use crate::sink::{Outcome, OutcomeClass, WriteError};
 use crate::state::{FlushId, Settled, StateDir, WrapperTable};
@@ -119,6 +120,9 @@ pub struct WrapperFlusher {
     spill: WrapperSpill,
     statements: HashMap<u32, PreparedStatement>,
     seq: u64,
+    /// What the store is: an `Unavailable` answer is classified by it (ScyllaDB's may
+    /// come after a replica applied the write).
+    store_kind: StoreKind,
 }
 
 impl WrapperFlusher {
@@ -134,6 +138,7 @@ impl WrapperFlusher {
         state: StateDir,
         logs: Logs,
         spill: WrapperSpill,
+        store_kind: StoreKind,
     ) -> WrapperFlusher {
         WrapperFlusher {
             session,
@@ -147,6 +152,7 @@ impl WrapperFlusher {
             spill,
             statements: HashMap::new(),
             seq: 0,
+            store_kind,
         }
     }
 
@@ -609,7 +615,7 @@ impl WrapperFlusher {
             };
             match result {
                 Ok(()) => Outcome::Applied,
-                Err(error) => classify::classify(&error),
+                Err(error) => classify::classify(&error, self.store_kind),
             }
         };
         match deadline {
@@ -641,7 +647,7 @@ fn journal_outcome(
     error: &Option<WriteError>,
 ) -> Settled {
     let (kind, text) = error.as_ref().map_or((String::new(), String::new()), |e| {
-        (e.kind.to_owned(), e.text.clone())
+        (e.kind.to_owned(), e.text.to_string())
     });
     match (class, stage) {
         (_, Stage::Applied) => Settled::Applied,

@@ -229,6 +229,7 @@ impl CounterSession {
             state,
             logs,
             spill,
+            crate::sink::cql::store::detect(&session).await.kind,
         );
         let flusher = Arc::new(tokio::sync::Mutex::new(flusher));
         let stop = Arc::new(Notify::new());

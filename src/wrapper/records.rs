@@ -152,7 +152,7 @@ pub fn record(
             .map(|(c, d)| (c.clone(), *d))
             .collect(),
         error_kind: error.map(|e| e.kind.to_owned()),
-        error: error.map(|e| e.text.clone()),
+        error: error.map(|e| e.text.to_string()),
     }
 }
 

@@ -19,6 +19,12 @@ use countersink::vocabulary::Transport;
 struct Counting;
 
 static ALLOCATED: AtomicUsize = AtomicUsize::new(0);
+/// The most `ALLOCATED` reached since it was last reset.
+static PEAK: AtomicUsize = AtomicUsize::new(0);
+
+fn grew() {
+    PEAK.fetch_max(ALLOCATED.load(Ordering::Relaxed), Ordering::Relaxed);
+}
 
 // SAFETY: every call is forwarded to the system allocator unchanged; only a counter is
 // updated beside it.
@@ -26,6 +32,7 @@ static ALLOCATED: AtomicUsize = AtomicUsize::new(0);
 unsafe impl GlobalAlloc for Counting {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
         ALLOCATED.fetch_add(layout.size(), Ordering::Relaxed);
+        grew();
         // SAFETY: same contract as the caller's.
         unsafe { System.alloc(layout) }
     }
@@ -38,6 +45,7 @@ unsafe impl GlobalAlloc for Counting {
 
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
         ALLOCATED.fetch_add(new_size, Ordering::Relaxed);
+        grew();
         ALLOCATED.fetch_sub(layout.size(), Ordering::Relaxed);
         // SAFETY: same contract as the caller's.
         unsafe { System.realloc(ptr, layout, new_size) }
@@ -79,9 +87,32 @@ fn main() {
     println!("heap bytes per row: {:.1}", heap as f64 / rows as f64);
     println!("rss bytes per row: {:.1}", rss as f64 / rows as f64);
     println!(
-        "estimated bytes per row (the max_pending_bytes budget): {:.1}",
+        "estimated bytes per row (what max_pending_bytes charges a held row): {:.1}",
         engine.aggregator().pending_bytes() as f64 / rows as f64
     );
+
+    // The same rows drained and planned into writes (a minute write and a day write per
+    // row, each its own partition): the most heap held at once, per row, from the drain
+    // to the planned writes, beyond what the pending rows held.
+    let held = ALLOCATED.load(Ordering::Relaxed);
+    PEAK.store(held, Ordering::Relaxed);
+    let drained = engine.aggregator().take_all();
+    let writes = countersink::flush::plan::plan(
+        drained.into_rows(),
+        countersink::flush::PlanOptions { max_batch_rows: 16 },
+        |_| None,
+    );
+    let peak = PEAK.load(Ordering::Relaxed);
+    let after = ALLOCATED.load(Ordering::Relaxed);
+    println!("writes planned: {}", writes.len());
+
+    println!(
+        "heap bytes per row while planning, pending rows included: {:.1} (peak), {:.1} once planned",
+        (peak - heap_before) as f64 / rows as f64,
+        (after - heap_before) as f64 / rows as f64,
+    );
+    drop(writes);
+
     #[cfg(feature = "metrics-facade")]
     facade_keys(&config);
 }

@@ -26,6 +26,7 @@ use std::time::{Duration, Instant};
 use countersink::config::{Config, FamilyConfig};
 use countersink::sink::Outcome;
 use countersink::sink::cql::classify::classify;
+use countersink::sink::cql::store::StoreKind;
 use countersink::{Recorder, ddl};
 use parking_lot::Mutex;
 use scylla::client::session::Session;
@@ -308,7 +309,7 @@ impl Bench {
                                         counted.fetch_add(1, Ordering::Relaxed);
                                     }
                                 }
-                                Err(e) => match classify(&e) {
+                                Err(e) => match classify(&e, StoreKind::Cassandra) {
                                     Outcome::Unknown(_) => {
                                         unknown.fetch_add(1, Ordering::Relaxed);
                                     }

@@ -12,32 +12,45 @@
 //! - every minute row was written in one flush only, so its stored value is either its
 //!   whole delta or nothing;
 //! - transient failures end up applied.
+//!
+//! Every case runs twice: against cqlsim posing as Apache Cassandra and as ScyllaDB.
+//! They differ where the stores differ: a ScyllaDB counter leader applies a write, then
+//! may answer `Unavailable`, so there it is an unknown outcome, never re-sent.
 
 use std::collections::HashMap;
 use std::time::Duration;
 
 use countersink::vocabulary::Granularity;
-use cqlsim::{FaultKind, FaultRule};
+use cqlsim::{FaultKind, FaultRule, Persona};
 
-use crate::common::{T0, Writer, config, day_and_minute, start_cqlsim, table_sum};
+use crate::common::{T0, Writer, config, day_and_minute, start_cqlsim, start_cqlsim_as, table_sum};
 use crate::crash::check::{Model, check_views};
+
+const PERSONAS: [Persona; 2] = [Persona::Cassandra, Persona::Scylla];
 
 const KEYS: usize = 200;
 const FLUSHES: i64 = 10;
 const INCREMENTS: usize = 50_000;
 
-/// Runs 50k increments over 10 flushes (one minute each) with `rule` active, then heals
-/// the store and flushes until nothing is pending. Returns the stores's per-row view for
-/// further checks.
+/// Runs the case under both personas, with the same expectations.
 async fn run(rule: FaultRule, expect_unknown: bool, expect_requeued: bool) {
-    let name = format!("{} applied={}", rule.kind.name(), rule.applied);
+    for persona in PERSONAS {
+        run_as(persona, rule.clone(), expect_unknown, expect_requeued).await;
+    }
+}
+
+/// Runs 50k increments over 10 flushes (one minute each) with `rule` active, then heals
+/// the store and flushes until nothing is pending, and checks the store's truth.
+async fn run_as(persona: Persona, rule: FaultRule, expect_unknown: bool, expect_requeued: bool) {
+    let name = format!("{} applied={} ({persona})", rule.kind.name(), rule.applied);
     let dir = tempfile::tempdir().unwrap();
     let mut config = config(dir.path());
     config.store.request_timeout = Duration::from_millis(300);
     config.flush.max_in_flight = 32;
-    let store = start_cqlsim(
+    let store = start_cqlsim_as(
         &mut config,
         "injects faults and checks the store's request log",
+        persona,
     )
     .await;
     let server = store.sim();
@@ -197,8 +210,35 @@ async fn read_timeout_on_a_write_applied_and_not_is_unknown() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unavailable_and_bootstrapping_are_resent_until_applied() {
-    run(FaultRule::new(FaultKind::Unavailable), false, true).await;
+    run_as(
+        Persona::Cassandra,
+        FaultRule::new(FaultKind::Unavailable),
+        false,
+        true,
+    )
+    .await;
     run(FaultRule::new(FaultKind::Bootstrapping), false, true).await;
+}
+
+/// ScyllaDB's counter leader applies, then may answer `Unavailable`: there, and for a
+/// store that applied before answering whatever it is, the write is unknown and never
+/// re-sent (re-sending it counted it twice).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unavailable_after_applying_is_unknown_on_scylladb() {
+    run_as(
+        Persona::Scylla,
+        FaultRule::new(FaultKind::Unavailable),
+        true,
+        false,
+    )
+    .await;
+    run_as(
+        Persona::Scylla,
+        FaultRule::new(FaultKind::Unavailable).applied(true),
+        true,
+        false,
+    )
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

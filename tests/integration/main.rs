@@ -11,6 +11,7 @@ mod crash;
 mod docs;
 #[cfg(feature = "metrics-facade")]
 mod facade;
+mod operations;
 mod ops_hot;
 mod ops_keyindex;
 mod ops_leaderboard;
@@ -20,7 +21,9 @@ mod ops_read;
 mod outcomes;
 mod shards;
 mod sidecar;
+mod stores;
 #[cfg(feature = "tls")]
 mod tls;
+mod totals;
 mod wrapper;
 mod wrapper_crash;

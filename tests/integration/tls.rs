@@ -192,3 +192,43 @@ async fn client_certificates_are_presented_when_configured() {
     );
     store.shutdown().await;
 }
+
+/// `schema --apply` connects with the TLS settings of the configuration, as `serve`
+/// does (it used to ignore them and speak plaintext).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn schema_apply_connects_over_tls() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = crate::common::launch(crate::common::StoreOptions::cqlsim_only(
+        "reads the keyspace schema --apply created under its configured name",
+    ))
+    .await
+    .into_sim();
+    let pki = new_pki();
+    let (chain, key) = leaf(&pki, &["127.0.0.1"]);
+    let proxy = tls_proxy(server.local_addr(), &chain, &key, None).await;
+    let ca = write(dir.path(), "ca.pem", &pki.ca_pem);
+    let config = write(
+        dir.path(),
+        "countersink.toml",
+        &format!(
+            "[store]\ncontact_points = [\"{proxy}\"]\n[store.tls]\nenabled = true\nca_file = \"{}\"\n",
+            ca.display()
+        ),
+    );
+    let out = std::process::Command::new(crate::common::BIN)
+        .args(["schema", "--apply", "--config"])
+        .arg(&config)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        server
+            .execute(None, "SELECT * FROM countersink.counts_by_day")
+            .is_ok()
+    );
+    server.shutdown().await.unwrap();
+}

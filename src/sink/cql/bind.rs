@@ -8,6 +8,7 @@ use crate::bucket::{Day, Minute};
 use crate::layout::{Role, TableLayout};
 use crate::series;
 use crate::sink::{PartitionWrite, RowDelta, WriteError};
+use crate::vocabulary::Granularity;
 
 use super::schema::KeyType;
 
@@ -32,18 +33,56 @@ pub fn key_value(text: &str, typ: KeyType) -> Result<CqlValue, String> {
     })
 }
 
+/// The key tag values of an encoded series, converted to their columns' types.
+pub fn typed_keys(series: &[u8], key_types: &[KeyType]) -> Result<Vec<CqlValue>, WriteError> {
+    series::fields(series)
+        .enumerate()
+        .map(|(i, text)| {
+            let typ = key_types.get(i).copied().unwrap_or(KeyType::Text);
+            key_value(text, typ).map_err(|e| WriteError::new("bad_key_value", e))
+        })
+        .collect()
+}
+
+/// Where one row sits: what fills the key columns besides the key tags.
+#[derive(Clone, Copy, Debug)]
+pub struct RowPlace<'a> {
+    /// Minute or day table.
+    pub table: Granularity,
+    /// The row's minute (minute table) or day (day table), counted from the epoch.
+    pub bucket: u32,
+    /// The shard, for sharded families.
+    pub shard: Option<u8>,
+    /// The writer, for `writer_totals` tables (a counter table has no writer column).
+    pub writer: Option<&'a str>,
+}
+
+/// The value of the key column that `role` fills, for the row at `place`.
+pub fn key_column(role: Role, keys: &[CqlValue], place: RowPlace<'_>) -> CqlValue {
+    let day: Day = match place.table {
+        Granularity::Minute => Minute(place.bucket).day(),
+        Granularity::Day => Day(place.bucket),
+    };
+    match role {
+        Role::Key(i) => keys
+            .get(i)
+            .cloned()
+            .unwrap_or(CqlValue::Text(String::new())),
+        Role::Day => CqlValue::Date(CqlDate(day.cql_date())),
+        Role::Month => CqlValue::Text(day.month()),
+        Role::Minute => CqlValue::SmallInt(Minute(place.bucket).minute_of_day()),
+        Role::Shard => CqlValue::TinyInt(place.shard.unwrap_or(0) as i8),
+        Role::Writer => CqlValue::Text(place.writer.unwrap_or_default().to_owned()),
+    }
+}
+
 /// The values of every row of `write`.
 pub fn rows(
     write: &PartitionWrite,
     layout: &TableLayout,
     key_types: &[KeyType],
 ) -> Result<Vec<RowValues>, WriteError> {
-    let keys: Vec<&str> = series::fields(&write.series).collect();
-    let mut key_values = Vec::with_capacity(keys.len());
-    for (i, text) in keys.iter().enumerate() {
-        let typ = key_types.get(i).copied().unwrap_or(KeyType::Text);
-        key_values.push(key_value(text, typ).map_err(|e| WriteError::new("bad_key_value", e))?);
-    }
+    let key_values = typed_keys(&write.series, key_types)?;
     Ok(write
         .rows
         .iter()
@@ -69,19 +108,14 @@ fn row_values(
             }
         })
         .collect();
-    let day: Day = row.day(write.table);
+    let place = RowPlace {
+        table: write.table,
+        bucket: row.bucket,
+        shard: write.shard,
+        writer: None,
+    };
     for (_, role) in layout.key_columns() {
-        let value = match role {
-            Role::Key(i) => keys
-                .get(*i)
-                .cloned()
-                .unwrap_or(CqlValue::Text(String::new())),
-            Role::Day => CqlValue::Date(CqlDate(day.cql_date())),
-            Role::Month => CqlValue::Text(day.month()),
-            Role::Minute => CqlValue::SmallInt(Minute(row.bucket).minute_of_day()),
-            Role::Shard => CqlValue::TinyInt(write.shard.unwrap_or(0) as i8),
-        };
-        values.push(MaybeUnset::Set(value));
+        values.push(MaybeUnset::Set(key_column(*role, keys, place)));
     }
     values
 }

@@ -6,6 +6,11 @@
 //! errors raised before the request reached a replica) and Cassandra's write path (the
 //! counter leader applies locally before it can time out or report overload).
 //!
+//! One row depends on the store: `Unavailable` is "not applied" on Apache Cassandra,
+//! which checks replicas before its counter leader applies anything, and unknown on
+//! ScyllaDB (whose counter leader applies first) or a store that could not be identified
+//! (see [`super::store`]).
+//!
 //! The driver's error enums are `#[non_exhaustive]`, so Rust requires a catch-all arm for
 //! variants added by later driver versions. Every variant that exists in the driver
 //! version we build against is listed by name, and `clippy::wildcard_enum_match_arm` is
@@ -13,14 +18,16 @@
 //! `-D warnings`) fails until someone classifies it on purpose. The catch-all arms stay
 //! for the compiler's sake and say "unknown", the one class that can never double count.
 
-use scylla::errors::{DbError, ExecutionError, RequestAttemptError};
+use scylla::errors::{DbError, ExecutionError, PrepareError, RequestAttemptError};
 
 use crate::sink::{Outcome, WriteError};
 
-/// Classifies a failed counter write.
+use super::store::StoreKind;
+
+/// Classifies a failed counter write sent to a store of kind `store`.
 // Do not remove this lint: a new variant must be classified on purpose.
 #[deny(clippy::wildcard_enum_match_arm)]
-pub fn classify(error: &ExecutionError) -> Outcome {
+pub fn classify(error: &ExecutionError, store: StoreKind) -> Outcome {
     let text = error.to_string();
     let not_applied = |kind| Outcome::NotAppliedTransient(WriteError::new(kind, text.clone()));
     let rejected = |kind| Outcome::NotAppliedPermanent(WriteError::new(kind, text.clone()));
@@ -33,7 +40,7 @@ pub fn classify(error: &ExecutionError) -> Outcome {
         ExecutionError::ConnectionPoolError(_) => not_applied("no_connection"),
         // Sent, and the client stopped waiting.
         ExecutionError::RequestTimeout(_) => unknown("client_timeout"),
-        ExecutionError::LastAttemptError(attempt) => classify_attempt(attempt, &text),
+        ExecutionError::LastAttemptError(attempt) => classify_attempt(attempt, &text, store),
         // Raised only by USE and DDL requests, never by a counter write; if one ever
         // appears here, nothing proves the write did not apply.
         ExecutionError::UseKeyspaceError(_) => unknown("use_keyspace"),
@@ -45,7 +52,7 @@ pub fn classify(error: &ExecutionError) -> Outcome {
 
 // Do not remove this lint: a new variant must be classified on purpose.
 #[deny(clippy::wildcard_enum_match_arm)]
-fn classify_attempt(error: &RequestAttemptError, text: &str) -> Outcome {
+fn classify_attempt(error: &RequestAttemptError, text: &str, store: StoreKind) -> Outcome {
     let not_applied = |kind| Outcome::NotAppliedTransient(WriteError::new(kind, text));
     let rejected = |kind| Outcome::NotAppliedPermanent(WriteError::new(kind, text));
     let unknown = |kind| Outcome::Unknown(WriteError::new(kind, text));
@@ -65,14 +72,14 @@ fn classify_attempt(error: &RequestAttemptError, text: &str) -> Outcome {
         // The server answered UNPREPARED and re-preparing failed: not executed.
         RequestAttemptError::RepreparedIdChanged { .. } => not_applied("reprepare_failed"),
         RequestAttemptError::RepreparedIdMissingInBatch => not_applied("reprepare_failed"),
-        RequestAttemptError::DbError(db, _) => classify_db(db, text),
+        RequestAttemptError::DbError(db, _) => classify_db(db, text, store),
         _ => unknown("unclassified"),
     }
 }
 
 // Do not remove this lint: a new variant must be classified on purpose.
 #[deny(clippy::wildcard_enum_match_arm)]
-fn classify_db(error: &DbError, text: &str) -> Outcome {
+fn classify_db(error: &DbError, text: &str, store: StoreKind) -> Outcome {
     let not_applied = |kind| Outcome::NotAppliedTransient(WriteError::new(kind, text));
     let rejected = |kind| Outcome::NotAppliedPermanent(WriteError::new(kind, text));
     let unknown = |kind| Outcome::Unknown(WriteError::new(kind, text));
@@ -86,8 +93,13 @@ fn classify_db(error: &DbError, text: &str) -> Outcome {
         DbError::Unauthorized => rejected("unauthorized"),
         DbError::ConfigError => rejected("config_error"),
         DbError::ProtocolError => rejected("protocol_error"),
-        // Refused before any replica was contacted; worth another try later.
-        DbError::Unavailable { .. } => not_applied("unavailable"),
+        // Apache Cassandra refuses before any replica is contacted; a ScyllaDB counter
+        // leader applies first, then checks replicas (see the module documentation).
+        DbError::Unavailable { .. } if store.unavailable_means_not_applied() => {
+            not_applied("unavailable")
+        }
+        DbError::Unavailable { .. } => unknown("unavailable"),
+        // Refused before execution; worth another try later.
         DbError::IsBootstrapping => not_applied("bootstrapping"),
         DbError::Unprepared { .. } => not_applied("unprepared"),
         // The coordinator or the counter leader may have applied it.
@@ -102,6 +114,63 @@ fn classify_db(error: &DbError, text: &str) -> Outcome {
         DbError::RateLimitReached { .. } => unknown("rate_limited"),
         DbError::Other(_) => unknown("other_db_error"),
         _ => unknown("unclassified"),
+    }
+}
+
+/// The error texts of recent failures, handed out again for failures with the same
+/// text: when the store is down, every write of a flush fails alike, and the flush
+/// holds every outcome until it settles. One shared text instead of one copy per write
+/// (hundreds of bytes each, for hundreds of thousands of writes) keeps that from
+/// growing with the flush.
+#[derive(Debug, Default)]
+pub struct SharedTexts {
+    recent: parking_lot::Mutex<std::collections::VecDeque<std::sync::Arc<str>>>,
+}
+
+impl SharedTexts {
+    /// Distinct texts remembered.
+    const KEPT: usize = 8;
+
+    /// `outcome`, its error text replaced by an equal one handed out before, if any.
+    pub fn share(&self, mut outcome: Outcome) -> Outcome {
+        let error = match &mut outcome {
+            Outcome::Applied => return outcome,
+            Outcome::NotAppliedTransient(e)
+            | Outcome::NotAppliedPermanent(e)
+            | Outcome::Unknown(e) => e,
+        };
+        let mut recent = self.recent.lock();
+        match recent.iter().find(|t| ***t == *error.text) {
+            Some(same) => error.text = same.clone(),
+            None => {
+                if recent.len() == Self::KEPT {
+                    recent.pop_back();
+                }
+                recent.push_front(error.text.clone());
+            }
+        }
+        drop(recent);
+        outcome
+    }
+}
+
+/// Whether a failed PREPARE at start is a configuration error that retrying cannot fix
+/// (the statement or the permissions are wrong), rather than a store that is not
+/// answering well yet (no connection, a timeout, an overloaded node).
+// Do not remove this lint: a new variant must be classified on purpose.
+#[deny(clippy::wildcard_enum_match_arm)]
+pub fn prepare_failure_is_permanent(error: &PrepareError) -> bool {
+    match error {
+        PrepareError::AllAttemptsFailed {
+            first_attempt: RequestAttemptError::DbError(db, _),
+        } => matches!(
+            classify_db(db, "", StoreKind::Unidentified),
+            Outcome::NotAppliedPermanent(_)
+        ),
+        PrepareError::AllAttemptsFailed { .. }
+        | PrepareError::ConnectionPoolError(_)
+        | PrepareError::PreparedStatementIdsMismatch => false,
+        _ => false,
     }
 }
 
@@ -418,7 +487,8 @@ mod tests {
         ];
         let mut seen = std::collections::BTreeSet::new();
         for (error, class, kind) in &cases {
-            let outcome = classify(error);
+            // Apache Cassandra; the one row that differs on other stores is tested below.
+            let outcome = classify(error, StoreKind::Cassandra);
             let failure = match &outcome {
                 Outcome::NotAppliedTransient(f)
                 | Outcome::NotAppliedPermanent(f)
@@ -435,9 +505,85 @@ mod tests {
         assert_eq!(seen.len(), 8 + 11 + 20, "{seen:?}");
     }
 
+    /// The one row that depends on the store: on ScyllaDB (its counter leader applies,
+    /// then checks replicas) and on a store nobody identified, `Unavailable` proves
+    /// nothing, so it is never re-sent. Everything else classifies alike.
+    #[test]
+    fn unavailable_is_resent_only_on_apache_cassandra() {
+        let unavailable = db(DbError::Unavailable {
+            consistency: Consistency::LocalQuorum,
+            required: 2,
+            alive: 1,
+        });
+        for (store, expected) in [
+            (StoreKind::Cassandra, "requeued"),
+            (StoreKind::ScyllaDb, "unknown"),
+            (StoreKind::Unidentified, "unknown"),
+        ] {
+            let outcome = classify(&unavailable, store);
+            assert_eq!(outcome.label(), expected, "{store:?}");
+        }
+        for store in [StoreKind::ScyllaDb, StoreKind::Unidentified] {
+            assert_eq!(
+                classify(&db(DbError::IsBootstrapping), store).label(),
+                "requeued"
+            );
+            assert_eq!(classify(&db(DbError::Overloaded), store).label(), "unknown");
+        }
+    }
+
+    #[test]
+    fn only_a_refused_statement_fails_the_start_for_good() {
+        let attempt = |db| PrepareError::AllAttemptsFailed {
+            first_attempt: RequestAttemptError::DbError(db, "message".into()),
+        };
+        assert!(prepare_failure_is_permanent(&attempt(DbError::Invalid)));
+        assert!(prepare_failure_is_permanent(&attempt(DbError::SyntaxError)));
+        assert!(prepare_failure_is_permanent(&attempt(
+            DbError::Unauthorized
+        )));
+        assert!(!prepare_failure_is_permanent(&attempt(DbError::Overloaded)));
+        assert!(!prepare_failure_is_permanent(&attempt(
+            DbError::ServerError
+        )));
+        assert!(!prepare_failure_is_permanent(&attempt(
+            DbError::IsBootstrapping
+        )));
+        assert!(!prepare_failure_is_permanent(
+            &PrepareError::ConnectionPoolError(ConnectionPoolError::Initializing)
+        ));
+        assert!(!prepare_failure_is_permanent(
+            &PrepareError::AllAttemptsFailed {
+                first_attempt: RequestAttemptError::UnableToAllocStreamId,
+            }
+        ));
+    }
+
+    #[test]
+    fn failures_with_the_same_text_share_it() {
+        let texts = SharedTexts::default();
+        let down = || {
+            classify(
+                &ExecutionError::ConnectionPoolError(ConnectionPoolError::Initializing),
+                StoreKind::Cassandra,
+            )
+        };
+        let (Outcome::NotAppliedTransient(a), Outcome::NotAppliedTransient(b)) =
+            (texts.share(down()), texts.share(down()))
+        else {
+            panic!("not transient")
+        };
+        assert!(
+            std::sync::Arc::ptr_eq(&a.text, &b.text),
+            "one text for both"
+        );
+        assert_eq!(texts.share(Outcome::Applied), Outcome::Applied);
+    }
+
     #[test]
     fn the_failure_kind_and_text_are_kept() {
-        let Outcome::Unknown(failure) = classify(&db(DbError::Overloaded)) else {
+        let Outcome::Unknown(failure) = classify(&db(DbError::Overloaded), StoreKind::Cassandra)
+        else {
             panic!("overloaded must be unknown");
         };
         assert_eq!(failure.kind, "overloaded");

@@ -1,4 +1,5 @@
-//! The CQL sink: counter writes through the `scylla` driver.
+//! The CQL sink: counter writes through the `scylla` driver (and, for `writer_totals`
+//! families, the idempotent writes of running totals: `totals.rs`).
 //!
 //! Each table's UPDATE is prepared once at start, with every counter column of the
 //! table; a row binds an unset value for a column it has no delta for. A write of one row
@@ -11,8 +12,10 @@ pub mod bind;
 pub mod classify;
 pub mod schema;
 pub mod session;
+pub mod store;
 #[cfg(feature = "tls")]
 pub mod tls;
+mod totals;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -22,16 +25,19 @@ use scylla::policies::retry::FallthroughRetryPolicy;
 use scylla::statement::batch::{Batch, BatchType};
 use scylla::statement::prepared::PreparedStatement;
 
-use crate::config::StoreConfig;
+use crate::config::{CountingMode, StoreConfig};
 use crate::family::Families;
 use crate::layout::TableLayout;
-use crate::sink::{Outcome, PartitionWrite};
+use crate::sink::{Outcome, PartitionWrite, TotalsWrite};
 use crate::vocabulary::{FamilyId, Granularity};
+
+use self::totals::PreparedTotals;
 
 use super::Sink;
 
 pub use self::schema::{KeyType, SchemaError};
 pub use self::session::SessionError;
+pub use self::store::{StoreIdentity, StoreKind};
 
 /// Why the CQL sink could not start.
 #[derive(Debug, thiserror::Error)]
@@ -52,6 +58,20 @@ pub enum CqlSinkError {
     },
 }
 
+impl CqlSinkError {
+    /// Whether retrying cannot help: a table that does not match, or a statement the
+    /// store refuses. A session that cannot be opened, or a PREPARE that failed because
+    /// the store did not answer well (a timeout, an overloaded node, a lost
+    /// connection), may work on the next attempt.
+    pub fn is_permanent(&self) -> bool {
+        match self {
+            CqlSinkError::Session(_) => false,
+            CqlSinkError::Schema(_) => true,
+            CqlSinkError::Prepare { error, .. } => classify::prepare_failure_is_permanent(error),
+        }
+    }
+}
+
 /// One table, ready to write.
 struct PreparedTable {
     layout: TableLayout,
@@ -63,7 +83,15 @@ struct PreparedTable {
 pub struct CqlSink {
     session: Arc<Session>,
     tables: HashMap<(FamilyId, Granularity), PreparedTable>,
+    /// The tables of `writer_totals` families.
+    totals: HashMap<(FamilyId, Granularity), PreparedTotals>,
     store: StoreConfig,
+    /// Which store answers (what `Unavailable` means depends on it).
+    identity: StoreIdentity,
+    /// Things about the schema worth an operator's attention that do not stop the start.
+    schema_warnings: Vec<String>,
+    /// Error texts shared between failures alike.
+    texts: classify::SharedTexts,
 }
 
 impl CqlSink {
@@ -84,7 +112,21 @@ impl CqlSink {
         store: &StoreConfig,
         families: &Families,
     ) -> Result<CqlSink, CqlSinkError> {
+        let identity = store::detect(&session).await;
+        let unavailable = if identity.kind.unavailable_means_not_applied() {
+            "not applied, re-sent"
+        } else {
+            "outcome unknown, never re-sent"
+        };
+        match identity.kind {
+            StoreKind::Unidentified => {
+                tracing::warn!(store = %identity, unavailable, "Could not identify the store; Unavailable answers are treated as unknown outcomes.")
+            }
+            _ => tracing::info!(store = %identity, unavailable, "Store identified."),
+        }
         let mut tables = HashMap::new();
+        let mut totals = HashMap::new();
+        let mut schema_warnings = Vec::new();
         for family in families.iter() {
             if family.is_generic() && !families.generic_enabled() {
                 continue;
@@ -92,6 +134,19 @@ impl CqlSink {
             for kind in Granularity::ALL {
                 let layout = TableLayout::of(family, kind);
                 let key_types = schema::check(&session, &layout)?;
+                if family.mode == CountingMode::WriterTotals {
+                    // A regular table: tablets do not concern it.
+                    let prepared =
+                        PreparedTotals::prepare(&session, store, layout, key_types).await?;
+                    totals.insert((family.id, kind), prepared);
+                    continue;
+                }
+                if let Some(warning) = schema::tablets_warning(&session, &layout)
+                    && !schema_warnings.contains(&warning)
+                {
+                    tracing::warn!("{warning}");
+                    schema_warnings.push(warning);
+                }
                 let text = layout.update_statement();
                 let mut statement =
                     session
@@ -118,8 +173,66 @@ impl CqlSink {
         Ok(CqlSink {
             session,
             tables,
+            totals,
             store: store.clone(),
+            identity,
+            schema_warnings,
+            texts: classify::SharedTexts::default(),
         })
+    }
+
+    /// The store configuration it was connected with.
+    pub fn store_config(&self) -> &StoreConfig {
+        &self.store
+    }
+
+    /// Whether writes can be routed: a node is connected, and of `store.local_dc` when
+    /// one is set (DC-aware routing sends nowhere else, so with no node of that data
+    /// centre every write fails with `EmptyPlan`). Otherwise, why not.
+    pub fn routable(&self) -> Result<(), String> {
+        let state = self.session.get_cluster_state();
+        let nodes = state.get_nodes_info();
+        match &self.store.local_dc {
+            None if nodes.iter().any(|n| n.is_connected()) => Ok(()),
+            None => Err("no node of the cluster is connected".into()),
+            Some(dc) => {
+                let in_dc = |n: &std::sync::Arc<scylla::cluster::Node>| {
+                    n.datacenter.as_deref() == Some(dc.as_str())
+                };
+                if nodes.iter().any(|n| in_dc(n) && n.is_connected()) {
+                    return Ok(());
+                }
+                let mut seen: Vec<&str> = nodes
+                    .iter()
+                    .filter_map(|n| n.datacenter.as_deref())
+                    .collect();
+                seen.sort_unstable();
+                seen.dedup();
+                Err(if nodes.iter().any(in_dc) {
+                    format!("no node of store.local_dc `{dc}` is connected")
+                } else {
+                    format!(
+                        "no node of store.local_dc `{dc}` is known (data centres of the cluster: {}); every write fails until one is",
+                        if seen.is_empty() {
+                            "none reported".to_owned()
+                        } else {
+                            seen.join(", ")
+                        }
+                    )
+                })
+            }
+        }
+    }
+
+    /// The store found at connect.
+    pub fn identity(&self) -> &StoreIdentity {
+        &self.identity
+    }
+
+    /// Warnings about the schema found at connect (logged then; for example a counter
+    /// table in a ScyllaDB keyspace that uses tablets).
+    pub fn schema_warnings(&self) -> &[String] {
+        &self.schema_warnings
     }
 
     /// The session.
@@ -130,6 +243,11 @@ impl CqlSink {
     /// Every prepared counter statement (for checks such as "all non-idempotent").
     pub fn statements(&self) -> impl Iterator<Item = &PreparedStatement> {
         self.tables.values().map(|t| &t.statement)
+    }
+
+    /// Every prepared totals INSERT of `writer_totals` families (idempotent).
+    pub fn totals_statements(&self) -> impl Iterator<Item = &PreparedStatement> {
+        self.totals.values().map(PreparedTotals::statement)
     }
 
     /// The COUNTER BATCH used for a write of `rows` rows of one table.
@@ -178,7 +296,27 @@ impl Sink for CqlSink {
         };
         match result {
             Ok(()) => Outcome::Applied,
-            Err(error) => classify::classify(&error),
+            Err(error) => self
+                .texts
+                .share(classify::classify(&error, self.identity.kind)),
+        }
+    }
+
+    async fn write_totals(&self, write: &TotalsWrite) -> Outcome {
+        match self.totals.get(&(write.family, write.table)) {
+            Some(table) => {
+                table
+                    .write(&self.session, &self.store, self.identity.kind, write)
+                    .await
+            }
+            None => Outcome::NotAppliedPermanent(crate::sink::WriteError::new(
+                "no_statement",
+                format!(
+                    "no prepared totals statement for family {} {} table",
+                    write.family.0,
+                    write.table.as_str()
+                ),
+            )),
         }
     }
 }

@@ -5,6 +5,7 @@
 use scylla::client::session::Session;
 use scylla::cluster::metadata::{ColumnKind, ColumnType, NativeType, Table};
 
+use crate::config::CountingMode;
 use crate::layout::{Role, TableLayout};
 
 /// How a key value (always text on the wire from clients) is bound to its column.
@@ -62,6 +63,20 @@ pub fn check(session: &Session, layout: &TableLayout) -> Result<Vec<KeyType>, Sc
     check_table(table, layout).map_err(err)
 }
 
+/// A warning when the table's keyspace uses ScyllaDB tablets: ScyllaDB 6.0 and later put
+/// `NetworkTopologyStrategy` keyspaces on tablets by default, and document counters as
+/// unsupported there (refused at `CREATE TABLE`) through at least 2025.2.
+pub fn tablets_warning(session: &Session, layout: &TableLayout) -> Option<String> {
+    let state = session.get_cluster_state();
+    let keyspace = state.get_keyspace(&layout.table.keyspace)?;
+    keyspace.tablet_based.then(|| {
+        format!(
+            "Counter table {} is in keyspace {}, which uses ScyllaDB tablets. ScyllaDB documents counters as unsupported in tablet keyspaces up to at least 2025.2; unless your release supports them, recreate the keyspace with tablets = {{'enabled': false}} (`countersink schema --apply` does so on ScyllaDB).",
+            layout.table, layout.table.keyspace
+        )
+    })
+}
+
 fn check_table(table: &Table, layout: &TableLayout) -> Result<Vec<KeyType>, String> {
     let expected_partition = names(&layout.partition_key);
     if table.partition_key != expected_partition {
@@ -102,6 +117,7 @@ fn check_table(table: &Table, layout: &TableLayout) -> Result<Vec<KeyType>, Stri
             Role::Month => native == Some(&NativeType::Text),
             Role::Minute => native == Some(&NativeType::SmallInt),
             Role::Shard => native == Some(&NativeType::TinyInt),
+            Role::Writer => native == Some(&NativeType::Text),
         };
         if !ok {
             return Err(format!(
@@ -110,15 +126,19 @@ fn check_table(table: &Table, layout: &TableLayout) -> Result<Vec<KeyType>, Stri
             ));
         }
     }
+    let (value_type, mode) = match layout.mode {
+        CountingMode::Counter => (NativeType::Counter, "counter"),
+        CountingMode::WriterTotals => (NativeType::BigInt, "bigint (mode = \"writer_totals\")"),
+    };
     for column in &layout.counters {
         let found = table
             .columns
             .get(column)
-            .ok_or_else(|| format!("counter column `{column}` is missing"))?;
-        if found.typ != ColumnType::Native(NativeType::Counter) || found.kind != ColumnKind::Regular
+            .ok_or_else(|| format!("{mode} column `{column}` is missing"))?;
+        if found.typ != ColumnType::Native(value_type.clone()) || found.kind != ColumnKind::Regular
         {
             return Err(format!(
-                "column `{column}` is not a counter column (type {:?})",
+                "column `{column}` is not a {mode} column (type {:?})",
                 found.typ
             ));
         }

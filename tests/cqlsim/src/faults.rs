@@ -19,7 +19,9 @@ pub enum FaultKind {
     ReadTimeout,
     /// ERROR 0x1500 WriteFailure (v4 body with numfailures).
     WriteFailure,
-    /// ERROR 0x1000 Unavailable; never applied.
+    /// ERROR 0x1000 Unavailable. Not applied (Apache Cassandra checks replicas first),
+    /// unless `applied=yes`, or on a counter write under the ScyllaDB persona (its
+    /// counter leader applies, then checks).
     Unavailable,
     /// ERROR 0x1001 Overloaded.
     Overloaded,
@@ -67,10 +69,7 @@ impl FaultKind {
 
     /// Kinds that by definition never apply the write.
     fn never_applies(self) -> bool {
-        matches!(
-            self,
-            FaultKind::Unavailable | FaultKind::Bootstrapping | FaultKind::Unprepared
-        )
+        matches!(self, FaultKind::Bootstrapping | FaultKind::Unprepared)
     }
 }
 
@@ -138,6 +137,9 @@ pub struct FaultRule {
     pub max: Option<u64>,
     /// Delay for `Delay`; downtime for `Down` (`None`: until `node_up`).
     pub duration: Option<Duration>,
+    /// For `Delay` on a write: run it when the delay ends instead of at arrival, then answer
+    /// (`execute=late`): a write that reaches the replica after writes sent later.
+    pub late: bool,
 }
 
 impl FaultRule {
@@ -153,6 +155,7 @@ impl FaultRule {
             after: 0,
             max: None,
             duration: None,
+            late: false,
         }
     }
 
@@ -207,6 +210,12 @@ impl FaultRule {
     /// Sets [`FaultRule::duration`].
     pub fn duration(mut self, d: Duration) -> Self {
         self.duration = Some(d);
+        self
+    }
+
+    /// Sets [`FaultRule::late`].
+    pub fn late(mut self, yes: bool) -> Self {
+        self.late = yes;
         self
     }
 }
@@ -289,8 +298,18 @@ impl FromStr for FaultRule {
                             .ok_or_else(|| bad(format!("for={v}: use e.g. 250ms, 2s, 1m")))?,
                     )
                 }
+                "execute" => {
+                    r.late = match v {
+                        "late" => true,
+                        "now" => false,
+                        _ => return Err(bad(format!("execute={v}: use late or now"))),
+                    }
+                }
                 _ => return Err(bad(format!("unknown key {k:?}"))),
             }
+        }
+        if r.late && kind != FaultKind::Delay {
+            return Err(bad(format!("execute=late is for delay, not {kind_name}")));
         }
         if r.applied && kind.never_applies() {
             return Err(bad(format!(
@@ -457,7 +476,6 @@ mod tests {
         for bad in [
             "nope",
             "delay",
-            "unavailable,applied=yes",
             "close,every=x",
             "close,p=2",
             "close,foo=1",

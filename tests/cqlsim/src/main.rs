@@ -1,4 +1,5 @@
-//! The `cqlsim` binary: `cqlsim [--listen ADDR] [--fault SPEC]... [--seed N] [--data-dir DIR]`.
+//! The `cqlsim` binary: `cqlsim [--listen ADDR] [--fault SPEC]... [--seed N] [--data-dir DIR]
+//! [--persona cassandra|scylla]`.
 //! A test/dev store, not for production. Stops cleanly (writing the snapshot when
 //! `--data-dir` is set) on SIGINT or SIGTERM. Bad arguments exit with code 2.
 
@@ -24,6 +25,10 @@ struct Args {
     /// Load schema and data from DIR at start, write them back on clean shutdown.
     #[arg(long, value_name = "DIR")]
     data_dir: Option<PathBuf>,
+    /// The server to pose as: `cassandra` (Apache Cassandra 3.11) or `scylla` (ScyllaDB's
+    /// SUPPORTED keys and system tables, tablets, its counter leader's `Unavailable`).
+    #[arg(long, default_value = "cassandra")]
+    persona: cqlsim::Persona,
 }
 
 fn parse_fault(s: &str) -> Result<cqlsim::FaultRule, String> {
@@ -64,6 +69,7 @@ async fn serve(args: Args) -> Result<(), cqlsim::Error> {
         seed: args.seed,
         faults: args.faults,
         data_dir: args.data_dir,
+        persona: args.persona,
         ..Default::default()
     };
     let listener = tokio::net::TcpListener::bind(config.listen)
@@ -74,6 +80,12 @@ async fn serve(args: Args) -> Result<(), cqlsim::Error> {
         })?;
     let addr = listener.local_addr()?;
     eprintln!("{}", cqlsim::BANNER);
+    if config.persona != cqlsim::Persona::Cassandra {
+        eprintln!(
+            "cqlsim: posing as {} (see the README's persona section)",
+            config.persona
+        );
+    }
     // Scripts wait for this line to learn the port (with --listen 127.0.0.1:0).
     println!("cqlsim listening on {addr}");
     cqlsim::run(listener, config, shutdown_signal()).await?;

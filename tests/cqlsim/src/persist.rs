@@ -1,7 +1,9 @@
 //! `--data-dir`: the store is written on clean shutdown as one CQL script
-//! (`cqlsim-snapshot.cql`: CREATE KEYSPACE/TABLE, then INSERTs for regular rows and
-//! `c = c + n` UPDATEs for counters) and replayed at start through the normal executor. A crash
-//! or SIGKILL loses everything since the last clean shutdown (README).
+//! (`cqlsim-snapshot.cql`: CREATE KEYSPACE/TABLE, then INSERTs and UPDATEs `USING TIMESTAMP`
+//! for regular rows, keeping each cell's write time, and `c = c + n` UPDATEs for counters) and
+//! replayed at start through the normal executor. Tombstones are not written: a deletion is
+//! forgotten across a restart. A crash or SIGKILL loses everything since the last clean
+//! shutdown (README).
 
 use std::fmt::Write as _;
 use std::path::Path;
@@ -62,9 +64,14 @@ fn dump(db: &Db) -> String {
             .iter()
             .map(|(k, v)| format!("'{}': '{}'", k.replace('\'', "''"), v.replace('\'', "''")))
             .collect();
+        let tablets = match (db.persona, ks.tablets) {
+            (crate::persona::Persona::Cassandra, _) => String::new(),
+            (_, None) => " AND tablets = {'enabled': false}".to_owned(),
+            (_, Some(initial)) => format!(" AND tablets = {{'initial': {initial}}}"),
+        };
         let _ = writeln!(
             s,
-            "CREATE KEYSPACE {} WITH replication = {{{}}} AND durable_writes = {};",
+            "CREATE KEYSPACE {} WITH replication = {{{}}} AND durable_writes = {}{tablets};",
             q(&ks.name),
             repl.join(", "),
             ks.durable_writes
@@ -153,56 +160,57 @@ fn rows(s: &mut String, t: &TableSchema, pk: &[Value], part: &Partition) {
             other => format!("{name} = {}", other.to_literal()),
         }
     };
+    // Regular cells keep their write times: one UPDATE per distinct time. Counters add.
+    let updates = |s: &mut String, cells: &[Option<Value>], written: &[Option<i64>], key: &str| {
+        let mut by_time: std::collections::BTreeMap<Option<i64>, Vec<String>> =
+            std::collections::BTreeMap::new();
+        for (slot, v) in cells.iter().enumerate() {
+            if let Some(v) = v {
+                let at = if t.is_counter {
+                    None
+                } else {
+                    written.get(slot).copied().flatten()
+                };
+                by_time.entry(at).or_default().push(set(slot, v));
+            }
+        }
+        for (at, sets) in by_time {
+            let using = at.map_or(String::new(), |at| format!(" USING TIMESTAMP {at}"));
+            let _ = writeln!(
+                s,
+                "UPDATE {table}{using} SET {} WHERE {key};",
+                sets.join(", ")
+            );
+        }
+    };
     let pk_refs: Vec<&Value> = pk.iter().collect();
-    let statics: Vec<String> = part
-        .statics
-        .iter()
-        .enumerate()
-        .filter_map(|(i, v)| v.as_ref().map(|v| set(i, v)))
-        .collect();
-    if !statics.is_empty() {
-        let _ = writeln!(
-            s,
-            "UPDATE {table} SET {} WHERE {};",
-            statics.join(", "),
-            key_eq(&t.partition_key, &pk_refs).join(" AND ")
-        );
-    }
-    for (ck, row) in &part.rows {
+    updates(
+        s,
+        &part.statics,
+        &part.statics_written,
+        &key_eq(&t.partition_key, &pk_refs).join(" AND "),
+    );
+    for (ck, row) in part.rows.iter().filter(|(_, r)| r.is_live()) {
         let mut key_cols: Vec<usize> = t.partition_key.clone();
         key_cols.extend(&t.clustering);
         let mut key_vals = pk_refs.clone();
         key_vals.extend(ck.iter().map(|p| &p.value));
         if row.marker {
-            let mut names: Vec<String> = key_cols.iter().map(|i| q(&t.columns[*i].name)).collect();
-            let mut vals: Vec<String> = key_vals.iter().map(|v| v.to_literal()).collect();
-            for (slot, v) in row.cells.iter().enumerate() {
-                if let Some(v) = v {
-                    names.push(q(&t.columns[t.cells[slot]].name));
-                    vals.push(v.to_literal());
-                }
-            }
+            let names: Vec<String> = key_cols.iter().map(|i| q(&t.columns[*i].name)).collect();
+            let vals: Vec<String> = key_vals.iter().map(|v| v.to_literal()).collect();
             let _ = writeln!(
                 s,
-                "INSERT INTO {table} ({}) VALUES ({});",
+                "INSERT INTO {table} ({}) VALUES ({}) USING TIMESTAMP {};",
                 names.join(", "),
-                vals.join(", ")
+                vals.join(", "),
+                row.marker_time
             );
-        } else {
-            let sets: Vec<String> = row
-                .cells
-                .iter()
-                .enumerate()
-                .filter_map(|(i, v)| v.as_ref().map(|v| set(i, v)))
-                .collect();
-            if !sets.is_empty() {
-                let _ = writeln!(
-                    s,
-                    "UPDATE {table} SET {} WHERE {};",
-                    sets.join(", "),
-                    key_eq(&key_cols, &key_vals).join(" AND ")
-                );
-            }
         }
+        updates(
+            s,
+            &row.cells,
+            &row.written,
+            &key_eq(&key_cols, &key_vals).join(" AND "),
+        );
     }
 }

@@ -63,7 +63,7 @@ impl RequestLog {
         statements: Vec<LoggedStatement>,
         fault: Option<(FaultKind, bool)>,
         applied: bool,
-    ) {
+    ) -> u64 {
         let seq = self.next.fetch_add(1, Ordering::Relaxed) + 1;
         self.entries.lock().push(LoggedRequest {
             seq,
@@ -72,6 +72,15 @@ impl RequestLog {
             fault,
             applied,
         });
+        seq
+    }
+
+    /// Request `seq`, held by a late delay (`delay,execute=late`), applied when the delay
+    /// ended.
+    pub(crate) fn applied_late(&self, seq: u64) {
+        if let Some(entry) = self.entries.lock().iter_mut().find(|e| e.seq == seq) {
+            entry.applied = true;
+        }
     }
 
     pub(crate) fn snapshot(&self) -> Vec<LoggedRequest> {

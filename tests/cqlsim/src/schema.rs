@@ -370,6 +370,8 @@ pub(crate) struct Keyspace {
     pub(crate) durable_writes: bool,
     pub(crate) tables: BTreeMap<String, Arc<TableSchema>>,
     pub(crate) is_system: bool,
+    /// ScyllaDB persona: `Some(initial)` when the keyspace uses tablets.
+    pub(crate) tablets: Option<i32>,
 }
 
 /// All keyspaces plus the schema version that clients poll for agreement.

@@ -41,6 +41,11 @@ pub struct Config {
     pub data_dir: Option<PathBuf>,
     /// `system.local.cluster_name`. Defaults to `cqlsim`.
     pub cluster_name: String,
+    /// The server posed as: Apache Cassandra 3.11 (default) or ScyllaDB (see the README).
+    pub persona: crate::persona::Persona,
+    /// ScyllaDB persona: accept counter tables in keyspaces with tablets, as the releases
+    /// that support them do (refused by default, as ScyllaDB 6.0 to 2025.x refuse them).
+    pub counters_with_tablets: bool,
 }
 
 impl Default for Config {
@@ -51,6 +56,8 @@ impl Default for Config {
             faults: Vec::new(),
             data_dir: None,
             cluster_name: "cqlsim".into(),
+            persona: crate::persona::Persona::default(),
+            counters_with_tablets: false,
         }
     }
 }
@@ -76,6 +83,7 @@ pub(crate) struct Shared {
     pub(crate) down: watch::Sender<bool>,
     pub(crate) events: broadcast::Sender<SchemaChange>,
     pub(crate) data_dir: Option<PathBuf>,
+    pub(crate) persona: crate::persona::Persona,
 }
 
 impl Shared {
@@ -135,6 +143,8 @@ impl Handle {
     /// Builds the store (loading the data directory's snapshot, if any) without listening.
     pub fn new(config: &Config) -> Result<Handle, Error> {
         let mut db = Db::new();
+        db.persona = config.persona;
+        db.counters_with_tablets = config.counters_with_tablets;
         crate::system::install(&mut db);
         let (down, _) = watch::channel(false);
         let (events, _) = broadcast::channel(64);
@@ -150,6 +160,7 @@ impl Handle {
                 down,
                 events,
                 data_dir: config.data_dir.clone(),
+                persona: config.persona,
             }),
         };
         if let Some(dir) = &config.data_dir {
@@ -233,7 +244,15 @@ impl Handle {
         let view = self.shared.sys_view(IpAddr::V4(Ipv4Addr::LOCALHOST));
         let (outcome, _) = {
             let mut db = self.shared.db.lock();
-            exec::execute(&mut db, parsed, keyspace, &[], Paging::default(), &view)?
+            exec::execute(
+                &mut db,
+                parsed,
+                keyspace,
+                &[],
+                Paging::default(),
+                &view,
+                None,
+            )?
         };
         Ok(match outcome {
             Outcome::Rows(r) => Rows {

@@ -84,12 +84,18 @@ pub(crate) fn install(db: &mut Db) {
                 durable_writes: true,
                 tables: BTreeMap::new(),
                 is_system: true,
+                tablets: None,
             },
         );
     }
     // The schema above is a constant checked by a unit test, so parse errors cannot happen at
     // run time; if they did, the table would simply be missing.
-    for p in crate::cql::parse_script(SCHEMA).unwrap_or_default() {
+    let extra = db.persona.extra_schema();
+    let scripts = [SCHEMA, extra];
+    let statements = scripts
+        .iter()
+        .flat_map(|script| crate::cql::parse_script(script).unwrap_or_default());
+    for p in statements {
         if let Statement::CreateTable(ct) = &p.stmt {
             let ks = ct.name.keyspace.clone().unwrap_or_default();
             if let (Ok(t), Some(space)) = (
@@ -128,27 +134,42 @@ impl Virtual for SysView<'_> {
         let mut rows: Vec<Vec<(&str, Option<Value>)>> = Vec::new();
         let cat = &db.catalog;
         match (t.keyspace.as_str(), t.name.as_str()) {
-            ("system", "local") => rows.push(vec![
-                ("key", text("local")),
-                ("bootstrapped", text("COMPLETED")),
-                ("broadcast_address", Some(Value::Inet(self.rpc_address))),
-                ("cluster_name", text(self.cluster_name)),
-                ("cql_version", text("3.4.4")),
-                ("data_center", text("datacenter1")),
-                ("gossip_generation", Some(Value::Int(1))),
-                ("host_id", Some(Value::Uuid(self.host_id))),
-                ("listen_address", Some(Value::Inet(self.rpc_address))),
-                ("native_protocol_version", text("4")),
-                (
-                    "partitioner",
-                    text("org.apache.cassandra.dht.Murmur3Partitioner"),
-                ),
-                ("rack", text("rack1")),
-                ("release_version", text(RELEASE_VERSION)),
-                ("rpc_address", Some(Value::Inet(self.rpc_address))),
-                ("schema_version", Some(Value::Uuid(cat.version))),
-                ("tokens", Some(Value::Set(vec![Value::Text("0".into())]))),
-            ]),
+            ("system", "local") => rows.push(
+                vec![
+                    ("key", text("local")),
+                    ("bootstrapped", text("COMPLETED")),
+                    ("broadcast_address", Some(Value::Inet(self.rpc_address))),
+                    ("cluster_name", text(self.cluster_name)),
+                    ("cql_version", text("3.4.4")),
+                    ("data_center", text("datacenter1")),
+                    ("gossip_generation", Some(Value::Int(1))),
+                    ("host_id", Some(Value::Uuid(self.host_id))),
+                    ("listen_address", Some(Value::Inet(self.rpc_address))),
+                    ("native_protocol_version", text("4")),
+                    (
+                        "partitioner",
+                        text("org.apache.cassandra.dht.Murmur3Partitioner"),
+                    ),
+                    ("rack", text("rack1")),
+                    ("release_version", text(db.persona.release_version())),
+                    ("rpc_address", Some(Value::Inet(self.rpc_address))),
+                    ("schema_version", Some(Value::Uuid(cat.version))),
+                    ("tokens", Some(Value::Set(vec![Value::Text("0".into())]))),
+                ]
+                .into_iter()
+                .chain(db.persona.local_columns())
+                .collect(),
+            ),
+            ("system_schema", "scylla_keyspaces") => {
+                for ks in cat.keyspaces.values() {
+                    if let Some(initial) = ks.tablets {
+                        rows.push(vec![
+                            ("keyspace_name", text(&ks.name)),
+                            ("initial_tablets", Some(Value::Int(initial))),
+                        ]);
+                    }
+                }
+            }
             ("system_schema", "keyspaces") => {
                 for ks in cat.keyspaces.values() {
                     let repl = ks
@@ -303,6 +324,7 @@ fn fill(t: &TableSchema, rows: Vec<Vec<(&str, Option<Value>)>>) -> TableData {
         let mut r = Row {
             marker: true,
             cells: vec![None; t.cells.len()],
+            ..Row::default()
         };
         for ci in &t.cells {
             r.cells[t.columns[*ci].index] = get(*ci);

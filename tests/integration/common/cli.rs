@@ -68,6 +68,12 @@ impl Serve {
         );
     }
 
+    /// Kills it with SIGKILL (a crash: no shutdown runs) and waits for it to be gone.
+    pub(crate) fn kill(mut self) {
+        self.child.kill().expect("SIGKILL");
+        self.child.wait().expect("waits");
+    }
+
     /// Sends SIGTERM and waits for the exit: the status, and how long it took.
     pub(crate) fn terminate(mut self) -> (ExitStatus, Duration) {
         let pid = self.child.id().to_string();
@@ -83,5 +89,15 @@ impl Serve {
         for _ in self.stderr.by_ref() {}
         let status = self.child.wait().expect("waits");
         (status, sent.elapsed())
+    }
+}
+
+/// A test that fails half-way must not leave a sidecar behind.
+impl Drop for Serve {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
     }
 }

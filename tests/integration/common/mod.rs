@@ -12,7 +12,9 @@ pub(crate) use self::indexed::IndexedWriter;
 pub(crate) use self::sidecar::{http_get, metrics_when, sidecar_config, start_sidecar, wait_ready};
 #[cfg(feature = "metrics-facade")]
 pub(crate) use self::store::Store;
-pub(crate) use self::store::{StoreOptions, cell, launch, start_cqlsim, start_store, table_sum};
+pub(crate) use self::store::{
+    StoreOptions, cell, launch, start_cqlsim, start_cqlsim_as, start_store, table_sum,
+};
 
 use std::path::Path;
 use std::sync::Arc;

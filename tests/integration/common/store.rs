@@ -90,6 +90,11 @@ pub(crate) struct StoreOptions<'a> {
     pub(crate) cqlsim_only: Option<&'static str>,
     /// Where cqlsim listens (port 0: any free port). Only with `cqlsim_only`.
     pub(crate) listen: SocketAddr,
+    /// The server cqlsim poses as. Other than Apache Cassandra only with `cqlsim_only`.
+    pub(crate) persona: cqlsim::Persona,
+    /// ScyllaDB persona: accept counter tables in keyspaces with tablets. Only with
+    /// `cqlsim_only`.
+    pub(crate) counters_with_tablets: bool,
 }
 
 impl Default for StoreOptions<'_> {
@@ -98,6 +103,8 @@ impl Default for StoreOptions<'_> {
             schema_of: None,
             cqlsim_only: None,
             listen: "127.0.0.1:0".parse().expect("address"),
+            persona: cqlsim::Persona::Cassandra,
+            counters_with_tablets: false,
         }
     }
 }
@@ -135,6 +142,11 @@ pub(crate) async fn launch(options: StoreOptions<'_>) -> Store {
         options.cqlsim_only.is_some() || options.listen.port() == 0,
         "a listen address needs StoreOptions::cqlsim_only"
     );
+    assert!(
+        options.cqlsim_only.is_some()
+            || (options.persona == cqlsim::Persona::Cassandra && !options.counters_with_tablets),
+        "a cqlsim persona needs StoreOptions::cqlsim_only"
+    );
     let choice = match options.cqlsim_only {
         Some(_) => &Choice::Cqlsim,
         None => Choice::from_env(),
@@ -145,6 +157,8 @@ pub(crate) async fn launch(options: StoreOptions<'_>) -> Store {
                 listen: options.listen,
                 // Seeded so that injected faults repeat.
                 seed: 7,
+                persona: options.persona,
+                counters_with_tablets: options.counters_with_tablets,
                 ..Default::default()
             })
             .await
@@ -193,6 +207,20 @@ pub(crate) async fn start_store(config: &mut Config) -> Store {
 pub(crate) async fn start_cqlsim(config: &mut Config, reason: &'static str) -> Store {
     launch(StoreOptions {
         schema_of: Some(config),
+        ..StoreOptions::cqlsim_only(reason)
+    })
+    .await
+}
+
+/// [`start_cqlsim`] posing as `persona`.
+pub(crate) async fn start_cqlsim_as(
+    config: &mut Config,
+    reason: &'static str,
+    persona: cqlsim::Persona,
+) -> Store {
+    launch(StoreOptions {
+        schema_of: Some(config),
+        persona,
         ..StoreOptions::cqlsim_only(reason)
     })
     .await

@@ -13,7 +13,15 @@ use crate::proto::response;
 
 impl Conn {
     pub(super) fn decide(&self, info: &Info) -> Option<FaultRule> {
-        self.sh.faults.lock().decide(&info.req)
+        let mut rule = self.sh.faults.lock().decide(&info.req)?;
+        // A ScyllaDB counter leader applies the increment before it checks replicas.
+        if rule.kind == FaultKind::Unavailable
+            && info.write_type == WriteType::Counter
+            && self.sh.persona.counter_unavailable_applies()
+        {
+            rule.applied = true;
+        }
+        Some(rule)
     }
 
     /// Faults that act instead of executing (not applied). `None`: go on and execute.

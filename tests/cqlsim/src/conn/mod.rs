@@ -33,10 +33,15 @@ enum Out {
     Close,
 }
 
+/// Runs a request later and returns its reply frame and whether it applied.
+type LateWork = Box<dyn FnOnce() -> (Vec<u8>, bool) + Send>;
+
 /// What to do after a request.
 enum Action {
     Reply(Vec<u8>),
     Delayed(Duration, Vec<u8>),
+    /// Run the request after the delay, then reply (`delay,execute=late`).
+    Late(Duration, LateWork),
     Nothing,
     Close,
 }
@@ -98,6 +103,14 @@ pub(crate) async fn serve(sock: TcpStream, sh: Arc<Shared>, mut stop: watch::Rec
                                         tokio::time::sleep(d).await;
                                         let _ = tx.send(Out::Data(frame)).await;
                                         sh.stats.delay_ended();
+                                    });
+                                }
+                                Action::Late(d, work) => {
+                                    let tx = tx.clone();
+                                    tokio::spawn(async move {
+                                        tokio::time::sleep(d).await;
+                                        let (frame, _) = work();
+                                        let _ = tx.send(Out::Data(frame)).await;
                                     });
                                 }
                                 Action::Close => {
@@ -175,7 +188,8 @@ struct Item {
 
 enum Work {
     Single(Item, QueryParams),
-    Batch(BatchKind, Vec<Item>),
+    /// A BATCH frame: its kind, statements and client timestamp.
+    Batch(BatchKind, Vec<Item>, Option<i64>),
 }
 
 /// Prepared ids are MD5(keyspace + query), as Cassandra's `QueryProcessor.computeId`.
@@ -249,7 +263,7 @@ impl Conn {
             return Action::Reply(frame);
         }
         match req {
-            Request::Options => response::supported(&mut frame, v, h.stream),
+            Request::Options => response::supported(&mut frame, v, h.stream, self.sh.persona),
             Request::Startup(opts) => {
                 if let Some((_, c)) = opts.iter().find(|(k, _)| k == "COMPRESSION") {
                     proto(&mut frame, format!("Unknown compression algorithm: {c}"));
@@ -351,7 +365,13 @@ impl Conn {
                     items.push(item);
                 }
                 let cl = b.consistency;
-                return self.run_with_cl(v, h.stream, Op::Batch, Work::Batch(b.kind, items), cl);
+                return self.run_with_cl(
+                    v,
+                    h.stream,
+                    Op::Batch,
+                    Work::Batch(b.kind, items, b.timestamp),
+                    cl,
+                );
             }
         }
         Action::Reply(frame)

@@ -13,7 +13,7 @@ use crate::proto::request::BatchKind;
 use crate::proto::response;
 use crate::proto::wire::BoundValue;
 use crate::requests::LoggedStatement;
-use crate::server::Prepared;
+use crate::server::{Prepared, Shared};
 use crate::value::Value;
 
 impl Conn {
@@ -81,7 +81,7 @@ impl Conn {
     ) -> Action {
         let (items, frame_kind): (Vec<(&Parsed, Option<&str>)>, Option<BatchKind>) = match &work {
             Work::Single(it, _) => (vec![(&it.prep.parsed, it.prep.keyspace.as_deref())], None),
-            Work::Batch(k, its) => (
+            Work::Batch(k, its, _) => (
                 its.iter()
                     .map(|i| (&i.prep.parsed, i.prep.keyspace.as_deref()))
                     .collect(),
@@ -90,7 +90,7 @@ impl Conn {
         };
         let uses_prepared = match &work {
             Work::Single(it, _) => it.id.is_some(),
-            Work::Batch(_, its) => its.iter().any(|i| i.id.is_some()),
+            Work::Batch(_, its, _) => its.iter().any(|i| i.id.is_some()),
         };
         let info = self.info_of(op, &items, frame_kind, uses_prepared);
         if info.req.is_write || info.req.is_read {
@@ -106,11 +106,28 @@ impl Conn {
                 .iter()
                 .any(|(ks, _)| !exec::is_system_keyspace(ks)))
         .then(|| self.describe(&work));
-        let (action, fired, applied) = self.run_decided(v, stream, &work, &info, cl);
-        if let Some(statements) = logged {
-            self.sh.requests.push(op, statements, fired, applied);
+        let (action, fired, applied) = self.run_decided(v, stream, work, &info, cl);
+        let Some(statements) = logged else {
+            return action;
+        };
+        let seq = self.sh.requests.push(op, statements, fired, applied);
+        match action {
+            // A late write is logged where it arrived; whether it applied is known later.
+            Action::Late(delay, late) => {
+                let sh = self.sh.clone();
+                Action::Late(
+                    delay,
+                    Box::new(move || {
+                        let (frame, applied) = late();
+                        if applied {
+                            sh.requests.applied_late(seq);
+                        }
+                        (frame, applied)
+                    }),
+                )
+            }
+            action => action,
         }
-        action
     }
 
     /// Decides faults, executes, replies: the action, the fault that fired (and whether
@@ -119,7 +136,7 @@ impl Conn {
         &mut self,
         v: u8,
         stream: i16,
-        work: &Work,
+        work: Work,
         info: &super::Info,
         cl: Consistency,
     ) -> (Action, Option<(FaultKind, bool)>, bool) {
@@ -128,9 +145,9 @@ impl Conn {
             if r.kind == FaultKind::Unprepared {
                 self.sh.prepared.lock().clear();
                 self.sh.stats.fault(r.kind, false);
-                let id = match work {
+                let id = match &work {
                     Work::Single(it, _) => it.id.clone(),
-                    Work::Batch(_, its) => its.iter().find_map(|i| i.id.clone()),
+                    Work::Batch(_, its, _) => its.iter().find_map(|i| i.id.clone()),
                 };
                 let mut frame = Vec::new();
                 response::error(
@@ -144,8 +161,33 @@ impl Conn {
             if let Some(a) = self.before(r, info, v, stream, cl) {
                 return (a, Some((r.kind, false)), false);
             }
+            if r.kind == FaultKind::Delay && r.late && info.req.is_write {
+                // The write runs when the delay ends (other streams go on meanwhile): it
+                // reaches the store after requests sent after it.
+                self.sh.stats.fault(r.kind, true);
+                let (sh, local_ip) = (self.sh.clone(), self.local_ip);
+                let late = move || {
+                    let mut frame = Vec::new();
+                    let mut applied = false;
+                    match exec_work(&sh, local_ip, &work) {
+                        Ok((outcome, fx)) => {
+                            sh.stats.applied(&fx);
+                            applied = true;
+                            let skip = matches!(&work, Work::Single(_, p) if p.skip_metadata);
+                            response::result(&mut frame, v, stream, &outcome, skip);
+                        }
+                        Err(e) => response::error(&mut frame, v, stream, &e),
+                    }
+                    (frame, applied)
+                };
+                return (
+                    Action::Late(r.duration.unwrap_or_default(), Box::new(late)),
+                    Some((r.kind, true)),
+                    false,
+                );
+            }
         }
-        let result = self.exec(work);
+        let result = self.exec(&work);
         let mut frame = Vec::new();
         let mut applied = false;
         match result {
@@ -161,7 +203,7 @@ impl Conn {
                     }
                     _ => {}
                 }
-                let skip = matches!(work, Work::Single(_, p) if p.skip_metadata);
+                let skip = matches!(&work, Work::Single(_, p) if p.skip_metadata);
                 response::result(&mut frame, v, stream, &outcome, skip);
             }
             Err(e) => response::error(&mut frame, v, stream, &e),
@@ -178,7 +220,7 @@ impl Conn {
     fn describe(&self, work: &Work) -> Vec<LoggedStatement> {
         let items: Vec<&super::Item> = match work {
             Work::Single(it, _) => vec![it],
-            Work::Batch(_, its) => its.iter().collect(),
+            Work::Batch(_, its, _) => its.iter().collect(),
         };
         let db = self.sh.db.lock();
         items
@@ -215,70 +257,84 @@ impl Conn {
     }
 
     pub(super) fn exec(&self, work: &Work) -> Result<(Outcome, Effects), CqlError> {
-        let view = self.sh.sys_view(self.local_ip);
-        let mut db = self.sh.db.lock();
-        match work {
-            Work::Single(it, params) => {
-                let mapped;
-                let values: &[BoundValue] = match &params.names {
-                    None => &it.values,
-                    Some(names) => {
-                        let meta = exec::prepare::analyze(
-                            &db,
-                            &it.prep.parsed,
-                            it.prep.keyspace.as_deref(),
-                        )?;
-                        mapped = meta
-                            .vars
-                            .iter()
-                            .map(|spec| {
-                                names
-                                    .iter()
-                                    .position(|n| n.eq_ignore_ascii_case(&spec.name))
-                                    .and_then(|j| it.values.get(j).cloned())
-                                    .ok_or_else(|| {
-                                        CqlError::invalid(format!(
-                                            "Missing value for bind variable {}",
-                                            spec.name
-                                        ))
-                                    })
-                            })
-                            .collect::<Result<Vec<_>, _>>()?;
-                        &mapped
-                    }
-                };
-                let paging = Paging {
-                    page_size: params.paged(),
-                    state: params.paging_state.as_deref(),
-                };
-                exec::execute(
-                    &mut db,
-                    &it.prep.parsed,
-                    it.prep.keyspace.as_deref(),
-                    values,
-                    paging,
-                    &view,
-                )
-            }
-            Work::Batch(kind, items) => {
-                let mut bi = Vec::with_capacity(items.len());
-                for it in items {
-                    let n = it.prep.parsed.marker_names.len();
-                    if it.values.len() != n {
-                        return Err(CqlError::invalid(format!(
-                            "Invalid amount of bind variables: expected {n}, got {}",
-                            it.values.len()
-                        )));
-                    }
-                    bi.push(BatchItem {
-                        stmt: &it.prep.parsed.stmt,
-                        b: Bindings::new(&it.values),
-                        keyspace: it.prep.keyspace.as_deref(),
-                    });
+        exec_work(&self.sh, self.local_ip, work)
+    }
+}
+
+/// Runs a request's statement(s) under the database lock.
+fn exec_work(
+    sh: &Shared,
+    local_ip: std::net::IpAddr,
+    work: &Work,
+) -> Result<(Outcome, Effects), CqlError> {
+    let view = sh.sys_view(local_ip);
+    let mut db = sh.db.lock();
+    match work {
+        Work::Single(it, params) => {
+            let mapped;
+            let values: &[BoundValue] = match &params.names {
+                None => &it.values,
+                Some(names) => {
+                    let meta =
+                        exec::prepare::analyze(&db, &it.prep.parsed, it.prep.keyspace.as_deref())?;
+                    mapped = meta
+                        .vars
+                        .iter()
+                        .map(|spec| {
+                            names
+                                .iter()
+                                .position(|n| n.eq_ignore_ascii_case(&spec.name))
+                                .and_then(|j| it.values.get(j).cloned())
+                                .ok_or_else(|| {
+                                    CqlError::invalid(format!(
+                                        "Missing value for bind variable {}",
+                                        spec.name
+                                    ))
+                                })
+                        })
+                        .collect::<Result<Vec<_>, _>>()?;
+                    &mapped
                 }
-                exec::run_batch(&mut db, *kind, &Using::default(), &bi)
-                    .map(|fx| (Outcome::Void, fx))
+            };
+            let paging = Paging {
+                page_size: params.paged(),
+                state: params.paging_state.as_deref(),
+            };
+            exec::execute(
+                &mut db,
+                &it.prep.parsed,
+                it.prep.keyspace.as_deref(),
+                values,
+                paging,
+                &view,
+                params.timestamp,
+            )
+        }
+        Work::Batch(kind, items, client_time) => {
+            let mut bi = Vec::with_capacity(items.len());
+            for it in items {
+                let n = it.prep.parsed.marker_names.len();
+                if it.values.len() != n {
+                    return Err(CqlError::invalid(format!(
+                        "Invalid amount of bind variables: expected {n}, got {}",
+                        it.values.len()
+                    )));
+                }
+                bi.push(BatchItem {
+                    stmt: &it.prep.parsed.stmt,
+                    b: Bindings::new(&it.values),
+                    keyspace: it.prep.keyspace.as_deref(),
+                });
             }
+            exec::run_batch(
+                &mut db,
+                *kind,
+                &Using::default(),
+                Bindings::new(&[]),
+                &bi,
+                *client_time,
+            )
+            .map(|fx| (Outcome::Void, fx))
         }
     }
 }

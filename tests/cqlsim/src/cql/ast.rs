@@ -257,6 +257,9 @@ pub(crate) struct Select {
     pub(crate) order_by: Vec<(String, bool)>,
     pub(crate) limit: Option<Term>,
     pub(crate) allow_filtering: bool,
+    /// ScyllaDB's `USING TIMEOUT <duration>` (drivers add it to their metadata queries
+    /// when they see ScyllaDB); accepted by the ScyllaDB persona only, and ignored.
+    pub(crate) using_timeout: bool,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -274,6 +277,17 @@ impl Statement {
             Statement::Update(u) => Some(&u.table),
             Statement::Delete(d) => Some(&d.table),
             Statement::Select(s) => Some(&s.table),
+            _ => None,
+        }
+    }
+
+    /// The `USING` clause of a modification (or a batch).
+    pub(crate) fn using(&self) -> Option<&Using> {
+        match self {
+            Statement::Insert(i) => Some(&i.using),
+            Statement::Update(u) => Some(&u.using),
+            Statement::Delete(d) => Some(&d.using),
+            Statement::Batch(b) => Some(&b.using),
             _ => None,
         }
     }

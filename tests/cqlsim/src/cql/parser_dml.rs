@@ -88,6 +88,18 @@ impl Parser<'_> {
         if allow_filtering {
             self.expect_kw("filtering")?;
         }
+        let using_timeout = self.is_kw("using")
+            && matches!(self.peek_at(1), Some(Tok::Ident(k)) if k.eq_ignore_ascii_case("timeout"));
+        if using_timeout {
+            self.i += 2;
+            // A duration such as `2000ms`: a number, then its unit.
+            if !matches!(self.bump(), Some(Tok::Int(_))) {
+                return Err(self.unexpected("a duration"));
+            }
+            if matches!(self.peek(), Some(Tok::Ident(_))) {
+                self.i += 1;
+            }
+        }
         Ok(Select {
             table,
             selection,
@@ -95,6 +107,7 @@ impl Parser<'_> {
             order_by,
             limit,
             allow_filtering,
+            using_timeout,
         })
     }
 

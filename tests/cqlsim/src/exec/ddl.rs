@@ -50,7 +50,12 @@ pub(crate) fn run(
                     table: String::new(),
                 });
             }
-            let (replication, durable_writes) = keyspace_options(&ck.options)?;
+            let (replication, durable_writes, tablets) = keyspace_options(&ck.options)?;
+            let class = replication
+                .iter()
+                .find(|(k, _)| k == "class")
+                .map_or("", |(_, v)| v.as_str());
+            let tablets = db.persona.keyspace_tablets(class, tablets.as_deref())?;
             db.catalog.keyspaces.insert(
                 ck.name.clone(),
                 Keyspace {
@@ -59,6 +64,7 @@ pub(crate) fn run(
                     durable_writes,
                     tables: BTreeMap::new(),
                     is_system: false,
+                    tablets,
                 },
             );
             change("CREATED", &ck.name, None)
@@ -80,11 +86,19 @@ pub(crate) fn run(
             let ks = table_keyspace(&ct.name, keyspace)?.to_owned();
             refuse_system(&ks)?;
             let t = TableSchema::build(&ks, ct, false)?;
+            let (persona, counters_with_tablets) = (db.persona, db.counters_with_tablets);
             let space = db
                 .catalog
                 .keyspaces
                 .get_mut(&ks)
                 .ok_or_else(|| CqlError::invalid(format!("Keyspace '{ks}' doesn't exist")))?;
+            if t.is_counter
+                && space.tablets.is_some()
+                && let Some(refusal) =
+                    persona.counter_table_refusal(counters_with_tablets, &ks, &t.name)
+            {
+                return Err(refusal);
+            }
             if space.tables.contains_key(&t.name) {
                 if ct.if_not_exists {
                     return Ok(None);
@@ -174,10 +188,15 @@ fn missing_table(keyspace: &str, table: &str) -> CqlError {
     CqlError::invalid(format!("Table '{keyspace}.{table}' doesn't exist"))
 }
 
-/// `replication = {...}` (mandatory, with a class) and `durable_writes`.
-fn keyspace_options(opts: &[(String, Literal)]) -> Result<(Vec<(String, String)>, bool), CqlError> {
+/// Replication, durable writes, and the `tablets` property (which only the ScyllaDB
+/// persona accepts) as text pairs.
+type KeyspaceOptions = (Vec<(String, String)>, bool, Option<Vec<(String, String)>>);
+
+/// `replication = {...}` (mandatory, with a class), `durable_writes` and `tablets`.
+fn keyspace_options(opts: &[(String, Literal)]) -> Result<KeyspaceOptions, CqlError> {
     let mut replication = None;
     let mut durable = true;
+    let mut tablets = None;
     for (k, v) in opts {
         match (k.as_str(), v) {
             ("replication", Literal::Map(entries)) => {
@@ -199,6 +218,23 @@ fn keyspace_options(opts: &[(String, Literal)]) -> Result<(Vec<(String, String)>
                     }
                 }
                 replication = Some(m);
+            }
+            ("tablets", Literal::Map(entries)) => {
+                let mut m = Vec::new();
+                for (mk, mv) in entries {
+                    let text = |t: &Term| match t {
+                        Term::Lit(Literal::Str(s) | Literal::Int(s) | Literal::Float(s)) => {
+                            Some(s.clone())
+                        }
+                        Term::Lit(Literal::Bool(b)) => Some(b.to_string()),
+                        _ => None,
+                    };
+                    match (text(mk), text(mv)) {
+                        (Some(a), Some(b)) => m.push((a, b)),
+                        _ => return Err(CqlError::syntax("Invalid value for property 'tablets'")),
+                    }
+                }
+                tablets = Some(m);
             }
             ("durable_writes", Literal::Bool(b)) => durable = *b,
             ("durable_writes", Literal::Str(s)) => durable = s.eq_ignore_ascii_case("true"),
@@ -246,5 +282,5 @@ fn keyspace_options(opts: &[(String, Literal)]) -> Result<(Vec<(String, String)>
             Ok(_) => {}
         }
     }
-    Ok((replication, durable))
+    Ok((replication, durable, tablets))
 }

@@ -136,7 +136,8 @@ pub(crate) fn table_keyspace<'a>(
     })
 }
 
-/// Runs one statement. `values` are the bound values in marker order.
+/// Runs one statement. `values` are the bound values in marker order; `client_time` is the
+/// frame's client timestamp (flag 0x20), if it carries one.
 pub(crate) fn execute(
     db: &mut Db,
     parsed: &Parsed,
@@ -144,6 +145,7 @@ pub(crate) fn execute(
     values: &[BoundValue],
     paging: Paging<'_>,
     virt: &dyn Virtual,
+    client_time: Option<i64>,
 ) -> Result<(Outcome, Effects), CqlError> {
     let n = parsed.marker_names.len();
     if values.len() != n {
@@ -161,12 +163,20 @@ pub(crate) fn execute(
             Ok((Outcome::SetKeyspace(ks.clone()), Effects::default()))
         }
         Statement::Select(s) => {
+            if s.using_timeout && !db.persona.accepts_using_timeout() {
+                return Err(CqlError::syntax(
+                    "mismatched input 'USING' expecting EOF (USING TIMEOUT is ScyllaDB's)",
+                ));
+            }
             let t = resolve_table(db, &s.table, keyspace)?.clone();
             let rows = select::select(db, &t, s, b, paging, virt)?;
             Ok((Outcome::Rows(rows), Effects::default()))
         }
         Statement::Insert(_) | Statement::Update(_) | Statement::Delete(_) => {
-            let muts = write::plan(db, &parsed.stmt, keyspace, b)?;
+            let time = write::WriteTime {
+                default: client_time.unwrap_or_else(|| db.next_write_time()),
+            };
+            let muts = write::plan(db, &parsed.stmt, keyspace, b, time)?;
             Ok((Outcome::Void, apply::apply(db, muts)))
         }
         Statement::Batch(batch) => {
@@ -175,7 +185,7 @@ pub(crate) fn execute(
                 .iter()
                 .map(|stmt| BatchItem { stmt, b, keyspace })
                 .collect();
-            let effects = run_batch(db, batch.kind, &batch.using, &items)?;
+            let effects = run_batch(db, batch.kind, &batch.using, b, &items, client_time)?;
             Ok((Outcome::Void, effects))
         }
         Statement::Truncate(q) => {
@@ -209,17 +219,27 @@ pub(crate) struct BatchItem<'a> {
 }
 
 /// Runs a batch (from `BEGIN BATCH` text or a BATCH frame) atomically after Cassandra's
-/// batch checks.
+/// batch checks. Every statement without its own `USING TIMESTAMP` gets the batch's write
+/// time: its `USING TIMESTAMP` (bound with `b`), else `client_time`, else the server's.
 pub(crate) fn run_batch(
     db: &mut Db,
     kind: BatchKind,
     using: &crate::cql::ast::Using,
+    b: Bindings<'_>,
     items: &[BatchItem<'_>],
+    client_time: Option<i64>,
 ) -> Result<Effects, CqlError> {
     write::check_batch(db, kind, using, items)?;
+    let own = write::batch_time(using, b)?;
+    let time = write::WriteTime {
+        default: match own.or(client_time) {
+            Some(at) => at,
+            None => db.next_write_time(),
+        },
+    };
     let mut all = Vec::new();
     for it in items {
-        all.extend(write::plan(db, it.stmt, it.keyspace, it.b)?);
+        all.extend(write::plan(db, it.stmt, it.keyspace, it.b, time)?);
     }
     Ok(apply::apply(db, all))
 }
@@ -235,7 +255,7 @@ pub(crate) fn validate(
     let b = Bindings::dry();
     match &parsed.stmt {
         s @ (Statement::Insert(_) | Statement::Update(_) | Statement::Delete(_)) => {
-            write::plan(db, s, keyspace, b).map(drop)
+            write::plan(db, s, keyspace, b, write::WriteTime::dry()).map(drop)
         }
         Statement::Batch(batch) => {
             let items: Vec<BatchItem<'_>> = batch
@@ -245,7 +265,7 @@ pub(crate) fn validate(
                 .collect();
             write::check_batch(db, batch.kind, &batch.using, &items)?;
             for it in &items {
-                write::plan(db, it.stmt, keyspace, b)?;
+                write::plan(db, it.stmt, keyspace, b, write::WriteTime::dry())?;
             }
             Ok(())
         }

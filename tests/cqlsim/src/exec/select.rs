@@ -227,7 +227,7 @@ pub(crate) fn select(
     };
     let mut rows: Vec<(Vec<crate::storage::KeyPart>, Vec<Option<Value>>)> = Vec::new();
     for pk in keys {
-        let Some(part) = data.partitions.get(&pk) else {
+        let Some(part) = data.partitions.get(&pk).filter(|p| p.has_live_data()) else {
             continue;
         };
         let mut base: Vec<Option<Value>> = vec![None; t.columns.len()];
@@ -244,11 +244,11 @@ pub(crate) fn select(
                 rows.push((ck, full));
             }
         };
-        if part.rows.is_empty() {
+        if !part.rows.values().any(|r| r.is_live()) {
             emit(Vec::new(), base.clone());
             continue;
         }
-        for (ck, row) in &part.rows {
+        for (ck, row) in part.rows.iter().filter(|(_, r)| r.is_live()) {
             let mut full = base.clone();
             for (k, ci) in t.clustering.iter().enumerate() {
                 full[*ci] = ck.get(k).map(|p| p.value.clone());

@@ -32,6 +32,8 @@ pub(crate) enum Mutation {
         ck: Option<ClusteringKey>,
         marker: bool,
         cells: Vec<(usize, CellOp)>,
+        /// Write time, microseconds (unused by counter cells).
+        at: i64,
     },
     Delete {
         table: Arc<TableSchema>,
@@ -40,7 +42,26 @@ pub(crate) enum Mutation {
         ck_prefix: Vec<Value>,
         /// Cell slots to delete; `None` deletes whole rows.
         slots: Option<Vec<usize>>,
+        /// Deletion time, microseconds.
+        at: i64,
     },
+}
+
+/// The write time a statement gets when it does not set its own with `USING TIMESTAMP`:
+/// its batch's `USING TIMESTAMP`, else the client timestamp of the frame, else the
+/// server's clock ([`crate::storage::Db::next_write_time`]). One per statement or batch, as
+/// in Cassandra, so every row of a batch carries the same time.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct WriteTime {
+    /// The time.
+    pub(crate) default: i64,
+}
+
+impl WriteTime {
+    /// A placeholder for PREPARE-time validation, where nothing is applied.
+    pub(crate) fn dry() -> WriteTime {
+        WriteTime { default: 0 }
+    }
 }
 
 /// Plans one INSERT/UPDATE/DELETE.
@@ -49,10 +70,12 @@ pub(crate) fn plan(
     stmt: &Statement,
     keyspace: Option<&str>,
     b: Bindings<'_>,
+    time: WriteTime,
 ) -> Result<Vec<Mutation>, CqlError> {
     match stmt {
         Statement::Update(u) => {
             let t = writable(db, &u.table, keyspace)?;
+            let mut at = time.default;
             if t.is_counter {
                 counter_using(&u.using)?;
                 if u.condition.is_some() {
@@ -61,7 +84,7 @@ pub(crate) fn plan(
                     ));
                 }
             } else {
-                check_using(&u.using, b)?;
+                at = check_using(&u.using, b)?.unwrap_or(at);
                 no_lwt(u.condition.as_ref())?;
             }
             let mut cells = Vec::new();
@@ -148,6 +171,7 @@ pub(crate) fn plan(
                     },
                     marker: false,
                     cells: cells.clone(),
+                    at,
                 })
                 .collect())
         }
@@ -158,7 +182,7 @@ pub(crate) fn plan(
                     "INSERT statements are not allowed on counter tables, use UPDATE instead",
                 ));
             }
-            check_using(&i.using, b)?;
+            let at = check_using(&i.using, b)?.unwrap_or(time.default);
             no_lwt(i.condition.as_ref())?;
             if i.columns.len() != i.values.len() {
                 return Err(CqlError::invalid("Unmatched column names/values"));
@@ -214,10 +238,12 @@ pub(crate) fn plan(
                 ck: Some(clustering_key(&t, ck.into_iter().flatten().collect())),
                 marker: true,
                 cells,
+                at,
             }])
         }
         Statement::Delete(d) => {
             let t = writable(db, &d.table, keyspace)?;
+            let mut at = time.default;
             if t.is_counter {
                 counter_using(&d.using)?;
                 if d.condition.is_some() {
@@ -226,7 +252,7 @@ pub(crate) fn plan(
                     ));
                 }
             } else {
-                check_using(&d.using, b)?;
+                at = check_using(&d.using, b)?.unwrap_or(at);
                 no_lwt(d.condition.as_ref())?;
             }
             if d.using.ttl.is_some() {
@@ -265,6 +291,7 @@ pub(crate) fn plan(
                     } else {
                         Some(slots.clone())
                     },
+                    at,
                 })
                 .collect())
         }
@@ -298,9 +325,10 @@ fn counter_using(u: &Using) -> Result<(), CqlError> {
     Ok(())
 }
 
-/// TTL and TIMESTAMP on regular tables are validated and then ignored: data never expires and
-/// the last write to arrive wins (README).
-fn check_using(u: &Using, b: Bindings<'_>) -> Result<(), CqlError> {
+/// TTL on regular tables is validated and then ignored: data never expires (README).
+/// `USING TIMESTAMP` gives the statement's write time; an unset bound value leaves the
+/// default, a null one is refused, as `Attributes.getTimestamp` does.
+fn check_using(u: &Using, b: Bindings<'_>) -> Result<Option<i64>, CqlError> {
     if let Some(t) = &u.ttl
         && let Bound::Val(Value::Int(v)) = b.resolve(t, &ColType::Int, "[ttl]")?
         && v < 0
@@ -309,10 +337,15 @@ fn check_using(u: &Using, b: Bindings<'_>) -> Result<(), CqlError> {
             "A TTL must be greater or equal to 0, but was {v}"
         )));
     }
-    if let Some(t) = &u.timestamp {
-        b.resolve(t, &ColType::BigInt, "[timestamp]")?;
+    match &u.timestamp {
+        None => Ok(None),
+        Some(t) => match b.resolve(t, &ColType::BigInt, "[timestamp]")? {
+            Bound::Unset => Ok(None),
+            Bound::Null => Err(CqlError::invalid("Invalid null value of timestamp")),
+            Bound::Val(Value::BigInt(v)) => Ok(Some(v)),
+            Bound::Val(_) => Err(CqlError::Server("timestamp of another type".into())),
+        },
     }
-    Ok(())
 }
 
 fn no_lwt(c: Option<&Condition>) -> Result<(), CqlError> {
@@ -516,6 +549,17 @@ fn product(cols: Vec<Vec<Value>>) -> Vec<Vec<Value>> {
     })
 }
 
+/// The write time a batch sets for its statements with `USING TIMESTAMP`, if any.
+pub(crate) fn batch_time(using: &Using, b: Bindings<'_>) -> Result<Option<i64>, CqlError> {
+    check_using(
+        &Using {
+            ttl: None,
+            timestamp: using.timestamp.clone(),
+        },
+        b,
+    )
+}
+
 /// Cassandra's batch checks, in its order: TTL, timestamp, statement kinds, mixing, logged.
 pub(crate) fn check_batch(
     db: &Db,
@@ -545,6 +589,11 @@ pub(crate) fn check_batch(
             ));
         };
         let t = resolve_table(db, q, it.keyspace)?;
+        if using.timestamp.is_some() && it.stmt.using().is_some_and(|u| u.timestamp.is_some()) {
+            return Err(CqlError::invalid(
+                "Timestamp must be set either on BATCH or individual statements",
+            ));
+        }
         if using.timestamp.is_some() && t.is_counter {
             return Err(CqlError::invalid(
                 "Cannot provide custom timestamp for a BATCH containing counters",

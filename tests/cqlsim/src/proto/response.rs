@@ -7,20 +7,19 @@ use crate::error::CqlError;
 use crate::exec::prepare::PreparedMeta;
 use crate::exec::{ColSpec, Outcome, ResultRows, SchemaChange};
 
-/// The SUPPORTED options: plain Cassandra 3.11, no ScyllaDB keys (research §0, §1.2, §2.2).
-const SUPPORTED: [(&str, &[&str]); 3] = [
-    ("CQL_VERSION", &["3.4.4"]),
-    ("COMPRESSION", &[]),
-    ("PROTOCOL_VERSIONS", &["3/v3", "4/v4"]),
-];
-
 pub(crate) fn ready(out: &mut Vec<u8>, version: u8, stream: i16) {
     write_frame(out, version, stream, opcode::READY, |_| {});
 }
 
-pub(crate) fn supported(out: &mut Vec<u8>, version: u8, stream: i16) {
+/// SUPPORTED with the options of the persona (see [`crate::persona`]).
+pub(crate) fn supported(
+    out: &mut Vec<u8>,
+    version: u8,
+    stream: i16,
+    persona: crate::persona::Persona,
+) {
     write_frame(out, version, stream, opcode::SUPPORTED, |b| {
-        put_string_multimap(b, &SUPPORTED)
+        put_string_multimap(b, persona.supported())
     });
 }
 

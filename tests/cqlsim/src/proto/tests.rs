@@ -359,7 +359,7 @@ fn results_decode() {
 #[test]
 fn supported_ready_and_events_decode() {
     let mut f = Vec::new();
-    response::supported(&mut f, 4, 0);
+    response::supported(&mut f, 4, 0, crate::persona::Persona::Cassandra);
     let Response::Supported(s) = decode(&f) else {
         panic!("not supported")
     };
@@ -374,6 +374,23 @@ fn supported_ready_and_events_decode() {
             .any(|k| k.starts_with("SCYLLA") || k.starts_with("TABLETS")),
         "no ScyllaDB keys"
     );
+    // The ScyllaDB persona's keys are what the driver reads as a sharded node.
+    let mut f = Vec::new();
+    response::supported(&mut f, 4, 0, crate::persona::Persona::Scylla);
+    let Response::Supported(s) = decode(&f) else {
+        panic!("not supported")
+    };
+    for key in [
+        "SCYLLA_SHARD",
+        "SCYLLA_NR_SHARDS",
+        "SCYLLA_SHARDING_IGNORE_MSB",
+    ] {
+        let value = s.options.get(key).and_then(|v| v.first());
+        assert!(
+            value.is_some_and(|v| v.parse::<u16>().is_ok()),
+            "{key}: {value:?}"
+        );
+    }
     let mut f = Vec::new();
     response::ready(&mut f, 4, 0);
     assert!(matches!(decode(&f), Response::Ready));

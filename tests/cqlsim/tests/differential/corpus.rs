@@ -469,6 +469,32 @@ pub(crate) fn cases() -> Vec<Case> {
                 q("SELECT * FROM diff.r WHERE k = 10"),
             ],
         ),
+        // ---- last write wins by write time (writer_totals relies on it)
+        case(
+            "regular_last_write_wins_by_write_time",
+            vec![
+                // An older write arriving after a newer one loses.
+                q("INSERT INTO diff.r (k, n) VALUES (400, 20) USING TIMESTAMP 2000"),
+                q("INSERT INTO diff.r (k, n) VALUES (400, 10) USING TIMESTAMP 1000"),
+                q("SELECT n FROM diff.r WHERE k = 400"),
+                // Equal times: the greater value wins, its bytes compared unsigned.
+                q("INSERT INTO diff.r (k, n) VALUES (401, 7) USING TIMESTAMP 100"),
+                q("INSERT INTO diff.r (k, n) VALUES (401, 5) USING TIMESTAMP 100"),
+                q("INSERT INTO diff.r (k, n) VALUES (402, 5) USING TIMESTAMP 100"),
+                q("INSERT INTO diff.r (k, n) VALUES (402, -1) USING TIMESTAMP 100"),
+                q("SELECT n FROM diff.r WHERE k = 401"),
+                q("SELECT n FROM diff.r WHERE k = 402"),
+                // A row deleted at 15 stays deleted for writes at 12 and 15, and comes
+                // back for a write at 16.
+                q("INSERT INTO diff.r (k, n) VALUES (403, 1) USING TIMESTAMP 10"),
+                q("DELETE FROM diff.r USING TIMESTAMP 15 WHERE k = 403"),
+                q("INSERT INTO diff.r (k, n) VALUES (403, 2) USING TIMESTAMP 12"),
+                q("INSERT INTO diff.r (k, n) VALUES (403, 3) USING TIMESTAMP 15"),
+                q("SELECT n FROM diff.r WHERE k = 403"),
+                q("INSERT INTO diff.r (k, n) VALUES (403, 4) USING TIMESTAMP 16"),
+                q("SELECT n FROM diff.r WHERE k = 403"),
+            ],
+        ),
         // ---- SELECT forms
         case(
             "select_forms",

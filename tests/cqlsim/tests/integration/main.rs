@@ -8,3 +8,4 @@ mod faults;
 mod persist;
 mod regular;
 mod wire;
+mod write_time;

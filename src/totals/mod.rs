@@ -1,0 +1,808 @@
+//! Counting without counters (seed 002): the `writer_totals` counting mode.
+//!
+//! In a `writer_totals` family each writer keeps, for every row it counts (key x minute,
+//! key x day), its running absolute total since its incarnation started, and writes that
+//! total into a row of its own: the tables are regular tables with `bigint` columns and a
+//! `writer` clustering column. A read sums the writers. Every write is idempotent and
+//! carries its write time from the writer's monotonic clock (`USING TIMESTAMP`), so a
+//! write may be retried after any error, timeouts included, and an older total arriving
+//! late never replaces a newer one: there are no unknown outcomes to log, and a new
+//! incarnation starts a new writer column at zero without reading anything back.
+//!
+//! The flusher drains the buffer as for counters and hands this path the rows of
+//! `writer_totals` families ([`Totals::take`]); the rest of a flush is [`Totals::flush`]:
+//!
+//! - `book`: the running totals per open row, the rows the store may lack, back-off,
+//!   and the release of closed rows (memory is charged to the buffer's budget);
+//! - `clock`: the writer's monotonic write times;
+//! - `decide`: the settle step (outcome → confirm, retry, spill or reject), pure;
+//! - `send`: bounded concurrency up to the shutdown deadline;
+//! - [`records`], `spill`, `replay`: spilled totals and their replay, idempotent by
+//!   construction;
+//! - `recovery`: the intents of a killed flush's totals stage, written again.
+//!
+//! The intent journal: a flush's totals writes are a journal group of their own, after
+//! its counter writes' group (numbered after them, so request ids stay unique per
+//! flush), made durable before the first is sent. Recovery writes every intent not known
+//! applied again instead of logging it as unknown: idempotent by its write time.
+//!
+//! Accounting: a drained delta of such a family stays in the flusher's `in_flight` stage
+//! (pending) until a write that covers it applies; the newly applied part of a confirmed
+//! total moves to `applied`. A crash loses what was not applied yet and not in the
+//! journal's last group (bounded by what `status.json` reports after each flush); the rows
+//! the crashed incarnation did write stay in its writer column and keep counting.
+
+mod book;
+mod clock;
+mod decide;
+pub mod records;
+pub(crate) mod recovery;
+mod replay;
+mod send;
+mod spill;
+#[cfg(test)]
+mod tests;
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::SystemTime;
+
+use crate::aggregate::{Columns, Credit, Row, RowKey, Slot};
+use crate::bucket;
+use crate::config::{CountingMode, FlushConfig};
+use crate::engine::Engine;
+use crate::family::FamilyDef;
+use crate::sink::{Outcome, OutcomeClass, Sink, TotalRow, TotalsWrite, WriteError};
+use crate::state::{
+    FamilyEntry, FlushId, OutcomeLog, Settled, StateDir, TotalsIntent, TotalsIntentRow, WriteRecord,
+};
+use crate::telemetry::Ledger;
+use crate::test_hooks::crash_point;
+use crate::vocabulary::{DropReason, Granularity};
+
+use self::book::{Book, Closing, RowId, RowRef};
+use self::clock::WriterClock;
+use self::decide::{Ended, RowAction, RowFacts};
+use self::records::{Recorder, SpilledRow, TotalRecord};
+use self::replay::{Origin, Replays};
+pub(crate) use self::spill::SpillFiles;
+
+pub use self::send::Cutoff;
+
+/// What the totals part of one flush did.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct TotalsReport {
+    /// Write requests sent (or due and cut off by the deadline).
+    pub writes: usize,
+    /// Requests applied.
+    pub applied: usize,
+    /// Requests that did not apply, or may not have (retried later).
+    pub failed: usize,
+    /// Requests refused permanently.
+    pub rejected: usize,
+    /// Rows whose newest total went to the spill file.
+    pub rows_spilled: usize,
+    /// Closed rows released from memory.
+    pub rows_released: usize,
+    /// Rows replayed from a spill file that applied.
+    pub rows_replayed: usize,
+}
+
+impl TotalsReport {
+    /// Adds the figures of a later chunk of the same flush round.
+    pub(crate) fn add(&mut self, chunk: &TotalsReport) {
+        // Destructured, so that a field added later cannot be left out of the sum.
+        let TotalsReport {
+            writes,
+            applied,
+            failed,
+            rejected,
+            rows_spilled,
+            rows_released,
+            rows_replayed,
+        } = chunk;
+        self.writes += writes;
+        self.applied += applied;
+        self.failed += failed;
+        self.rejected += rejected;
+        self.rows_spilled += rows_spilled;
+        self.rows_released += rows_released;
+        self.rows_replayed += rows_replayed;
+    }
+}
+
+/// What each planned write stands for.
+enum Planned {
+    /// Rows of the book, with the part of each row's total not known applied.
+    Book(Vec<Columns>),
+    /// One replayed row (its index among the replays).
+    Replay(usize),
+}
+
+/// Records in the journal the outcomes recovery acts on: `applied` (nothing to write
+/// again) and `rejected` (already logged by the settle step).
+fn journal_outcomes(state: &mut StateDir, results: &[(TotalsWrite, Ended)], first_request: u32) {
+    for (index, (_, ended)) in results.iter().enumerate() {
+        let settled = match ended {
+            Ended::Done(Outcome::Applied) => Settled::Applied,
+            Ended::Done(Outcome::NotAppliedPermanent(error)) => Settled::Rejected {
+                kind: error.kind.to_owned(),
+                text: error.text.to_string(),
+            },
+            _ => continue,
+        };
+        state.journal_outcome(first_request.saturating_add(index as u32), &settled);
+    }
+    state.journal_flush();
+}
+
+/// One flush's settle step: what every write's settlement needs and collects.
+struct Settling<'a> {
+    ledger: &'a Ledger,
+    state: &'a mut StateDir,
+    seq: u64,
+    last: bool,
+    now_unix_secs: i64,
+    /// RFC 3339 now, for records.
+    time: String,
+    /// Rows for the spill file: record, granularity, unconfirmed sum.
+    to_spill: Vec<(TotalRecord, Granularity, i128)>,
+    /// Records of the parts of totals the store refused, for `rejected.jsonl`.
+    rejected: Vec<WriteRecord>,
+    /// This writer and incarnation, for request ids.
+    writer_id: String,
+    incarnation: u64,
+    /// The request index of this stage's first write: the totals writes of a flush are
+    /// numbered after its counter writes, so every request id of a flush is unique.
+    first_request: u32,
+}
+
+impl Settling<'_> {
+    /// The id of this stage's write `request` (counted from the stage's first).
+    fn request_id(&self, request: u32) -> String {
+        FlushId {
+            writer: self.writer_id.clone(),
+            incarnation: self.incarnation,
+            flush_seq: self.seq,
+        }
+        .request_id(self.first_request + request)
+    }
+}
+
+/// The `writer_totals` path of one writer: its running totals, its clock, its spill.
+pub struct Totals {
+    engine: Arc<Engine>,
+    book: Book,
+    clock: WriterClock,
+    /// This incarnation's writer column: writer id, incarnation, start nonce.
+    writer: Arc<str>,
+    writer_id: String,
+    incarnation: u64,
+    replays: Replays,
+    spill: SpillFiles,
+    max_batch_rows: usize,
+    max_in_flight: usize,
+    requeue_max_age_secs: u32,
+    /// Whether some family counts with writer totals.
+    enabled: bool,
+    /// Whether the last flush saw the store apply and nothing fail: the moment to bring
+    /// rows spilled during an outage back.
+    store_answered: bool,
+    /// Rows and sums (minute, day) the last flush could neither write nor spill.
+    lost: (u64, [i128; 2]),
+    /// The families as the journal describes them.
+    families: Vec<FamilyEntry>,
+}
+
+impl Totals {
+    /// The totals path of the writer owning `state`; replays what earlier runs spilled.
+    pub fn open(
+        engine: Arc<Engine>,
+        state: &mut StateDir,
+        flush: &FlushConfig,
+        ledger: &Ledger,
+    ) -> Totals {
+        let writer: Arc<str> = format!(
+            "{}/{}/{:08x}",
+            state.writer_id(),
+            state.incarnation(),
+            fastrand::u32(..)
+        )
+        .into();
+        let enabled = engine.families().any_in(CountingMode::WriterTotals);
+        let max_past = engine.aggregator().limits().timestamp_max_past;
+        let max_past_secs = i64::try_from(max_past.as_secs()).unwrap_or(i64::MAX);
+        let mut totals = Totals {
+            book: Book::new(Closing { max_past_secs }),
+            clock: WriterClock::default(),
+            writer,
+            writer_id: state.writer_id().to_owned(),
+            incarnation: state.incarnation(),
+            replays: Replays::new(SpillFiles::new(state.dir())),
+            spill: SpillFiles::new(state.dir()),
+            max_batch_rows: flush.max_batch_rows.max(1),
+            max_in_flight: flush.max_in_flight.max(1),
+            requeue_max_age_secs: u32::try_from(flush.requeue_max_age.as_secs())
+                .unwrap_or(u32::MAX),
+            enabled,
+            store_answered: false,
+            lost: (0, [0, 0]),
+            families: engine
+                .families()
+                .iter()
+                .map(crate::flush::record_conversion::family_entry)
+                .collect(),
+            engine,
+        };
+        let tag = format!("{}-0", totals.incarnation);
+        if let Err(error) = totals.spill.take_spill(&tag) {
+            tracing::error!(%error, "Could not take totals.spill.jsonl for replay; it waits for the next start.");
+        }
+        match totals.spill.replay_files() {
+            Ok(paths) => {
+                for path in paths {
+                    totals.load(path, Origin::PreviousRun, ledger, state, 0);
+                }
+            }
+            Err(error) => tracing::error!(%error, "Could not list the totals replay files."),
+        }
+        if totals.replays.len() > 0 {
+            tracing::info!(
+                rows = totals.replays.len(),
+                "Replaying spilled writer totals."
+            );
+        }
+        totals
+    }
+
+    /// Reads a replay file into the replays.
+    fn load(
+        &mut self,
+        path: PathBuf,
+        origin: Origin,
+        ledger: &Ledger,
+        state: &mut StateDir,
+        seq: u64,
+    ) {
+        let time = bucket::rfc3339(SystemTime::now());
+        let by = Recorder {
+            writer: &self.writer_id,
+            incarnation: self.incarnation,
+            flush_seq: seq,
+            request_id: String::new(),
+            row: 0,
+            time: &time,
+        };
+        self.replays
+            .load(path, origin, self.engine.families(), ledger, state, &by);
+    }
+
+    /// This incarnation's writer column value.
+    pub fn writer(&self) -> &str {
+        &self.writer
+    }
+
+    /// Whether the totals path has anything to do: a `writer_totals` family, or spilled
+    /// totals to replay.
+    pub fn is_active(&self) -> bool {
+        self.enabled || self.replays.len() > 0 || self.book.held() > 0
+    }
+
+    /// Rows whose newest total the store may lack, and the signed sums (minute, day) of
+    /// what of them is not known applied: what a crash now would lose. Replayed rows are
+    /// not in it: their files stay until they apply.
+    pub fn pending(&self) -> (usize, [i128; 2]) {
+        (
+            self.book.unwritten(),
+            Granularity::ALL.map(|g| self.book.unconfirmed_sum(g)),
+        )
+    }
+
+    /// Rows held in memory, and of those the ones the store may lack.
+    pub fn rows(&self) -> (usize, usize) {
+        (self.book.held(), self.book.unwritten())
+    }
+
+    /// The one point where the flush path splits by counting mode: the drained rows of
+    /// `writer_totals` families are added to their running totals; the others are
+    /// returned for the counter path. A delta that cannot be added (the budget is full,
+    /// its row was released, a total would overflow) is dropped and counted.
+    pub fn take(
+        &mut self,
+        rows: impl Iterator<Item = (RowKey, Row)>,
+        credit: &mut Credit,
+        ledger: &Ledger,
+    ) -> Vec<(RowKey, Row)> {
+        let families = self.engine.families();
+        if !self.enabled {
+            return rows.collect();
+        }
+        let mut counters = Vec::new();
+        let mut absorbed = [0_i128; 2];
+        for (key, row) in rows {
+            if families.mode(key.family()) != CountingMode::WriterTotals {
+                counters.push((key, row));
+                continue;
+            }
+            // The running total claims its own room (see `book`): the drained row's
+            // room goes back to the budget first, so the two are never charged together.
+            credit.release_row(self.engine.aggregator().charge_of(&key, &row));
+            let family = key.family();
+            let slot = key.slot();
+            let series = key.into_series();
+            let targets: [Option<(Granularity, u32)>; 2] = match slot {
+                Slot::Both(m) => [
+                    Some((Granularity::Minute, m.0)),
+                    Some((Granularity::Day, m.day().0)),
+                ],
+                Slot::MinuteOnly(m) => [Some((Granularity::Minute, m.0)), None],
+                Slot::DayOnly(d) => [Some((Granularity::Day, d.0)), None],
+            };
+            let sum = row.columns.sum();
+            for (table, bucket) in targets.into_iter().flatten() {
+                let row_ref = RowRef {
+                    family,
+                    table,
+                    series: &series,
+                    bucket,
+                };
+                match self
+                    .book
+                    .absorb(row_ref, &row.columns, self.engine.aggregator())
+                {
+                    Ok(()) => absorbed[table.index()] += sum,
+                    Err(reason) => {
+                        ledger.update(table, |s| s.dropped += sum);
+                        ledger.count_late_drop(reason, 1);
+                    }
+                }
+            }
+        }
+        for table in Granularity::ALL {
+            ledger.update(table, |s| s.in_flight += absorbed[table.index()]);
+        }
+        counters
+    }
+
+    /// Writes the rows the store may lack (their newest totals) and the spilled totals
+    /// to replay, then settles every write: confirmed, retried later, spilled (at
+    /// shutdown, with `last`), or rejected. `observe` is shown the planned writes before
+    /// any is sent (the key index learns the keys from it).
+    #[allow(clippy::too_many_arguments)]
+    pub async fn flush<S: Sink>(
+        &mut self,
+        sink: &S,
+        cutoff: &mut impl Cutoff,
+        ledger: &Ledger,
+        state: &mut StateDir,
+        seq: u64,
+        first_request: u32,
+        last: bool,
+        observe: &(dyn Fn(&[TotalsWrite]) + Sync),
+    ) -> TotalsReport {
+        let now = SystemTime::now();
+        let now_secs = bucket::unix_secs(now);
+        let mut report = TotalsReport::default();
+        self.lost = (0, [0, 0]);
+        if !last {
+            report.rows_released = self.book.release_closed(now_secs, self.engine.aggregator());
+            if self.store_answered && self.spill.has_spill() {
+                let tag = format!("{}-{seq}", self.incarnation);
+                match self.spill.take_spill(&tag) {
+                    Ok(Some(path)) => self.load(path, Origin::ThisRun, ledger, state, seq),
+                    Ok(None) => {}
+                    Err(error) => {
+                        tracing::error!(%error, "Could not take totals.spill.jsonl for replay.")
+                    }
+                }
+            }
+        }
+        let (writes, planned) = self.plan(seq, last);
+        report.writes = writes.len();
+        let flush = FlushId {
+            writer: self.writer_id.clone(),
+            incarnation: self.incarnation,
+            flush_seq: seq,
+        };
+        let journaled = !writes.is_empty()
+            && self.journal_begin(state, &flush, &writes, &planned, first_request);
+        let results = if writes.is_empty() || journaled {
+            if !writes.is_empty() {
+                observe(&writes);
+            }
+            send::send_all(sink, writes, self.max_in_flight, cutoff).await
+        } else {
+            // No group commit, nothing sent: the rows stay unwritten and go out with a
+            // later flush (or are spilled by the final one).
+            writes.into_iter().map(|w| (w, Ended::NotStarted)).collect()
+        };
+        if journaled {
+            journal_outcomes(state, &results, first_request);
+            // Answers in hand, nothing settled: a kill here leaves the journal's intents
+            // to recovery, which writes the ones not known applied again (idempotent).
+            crash_point("totals_sent");
+        }
+        let mut settling = Settling {
+            ledger,
+            state,
+            seq,
+            last,
+            now_unix_secs: now_secs,
+            time: bucket::rfc3339(SystemTime::now()),
+            to_spill: Vec::new(),
+            rejected: Vec::new(),
+            writer_id: self.writer_id.clone(),
+            incarnation: self.incarnation,
+            first_request,
+        };
+        for (request, ((write, ended), planned)) in results.into_iter().zip(planned).enumerate() {
+            let request = u32::try_from(request).unwrap_or(u32::MAX);
+            match decide::counted(&ended) {
+                Some(class) => {
+                    ledger.count_write(&self.table_name(&write), class);
+                    match class {
+                        OutcomeClass::Applied => report.applied += 1,
+                        OutcomeClass::Rejected => report.rejected += 1,
+                        OutcomeClass::Requeued | OutcomeClass::Unknown => report.failed += 1,
+                    }
+                }
+                None => report.failed += 1,
+            }
+            match planned {
+                Planned::Book(_) => self.settle_book(request, &write, &ended, &mut settling),
+                Planned::Replay(index) => {
+                    if self.settle_replay(request, index, &ended, &mut settling) {
+                        report.rows_replayed += 1;
+                    }
+                }
+            }
+        }
+        let Settling {
+            to_spill, rejected, ..
+        } = settling;
+        report.rows_spilled = to_spill.len();
+        if self.write_spill(to_spill, ledger) {
+            crash_point("totals_spilled");
+        }
+        if !rejected.is_empty() {
+            let appended = state.append_now(OutcomeLog::Rejected, &rejected);
+            ledger.count_appended(OutcomeLog::Rejected, &appended);
+        }
+        self.replays.finish(last, ledger);
+        if journaled && let Err(error) = state.journal_end(&flush, None) {
+            tracing::error!(%error, "Could not close the totals writes in the journal; a restart writes them again (idempotently).");
+        }
+        self.store_answered = report.applied > 0 && report.failed == 0;
+        ledger.set_totals_rows(self.book.held() as u64, self.book.unwritten() as u64);
+        report
+    }
+
+    /// Settles a write of the book's rows: confirms them, or decides row by row.
+    fn settle_book(
+        &mut self,
+        request: u32,
+        write: &TotalsWrite,
+        ended: &Ended,
+        s: &mut Settling<'_>,
+    ) {
+        if matches!(ended, Ended::Done(Outcome::Applied)) {
+            let mut applied = 0;
+            for row in &write.rows {
+                let row_ref = RowRef {
+                    family: write.family,
+                    table: write.table,
+                    series: &write.series,
+                    bucket: row.bucket,
+                };
+                applied += self.book.confirm(row_ref, &row.totals);
+            }
+            s.ledger.update(write.table, |st| {
+                st.applied += applied;
+                st.in_flight -= applied;
+            });
+            return;
+        }
+        for (row_index, row) in write.rows.iter().enumerate() {
+            let id = RowId {
+                family: write.family,
+                table: write.table,
+                series: write.series.clone(),
+                bucket: row.bucket,
+            };
+            let now_unix_secs = u32::try_from(s.now_unix_secs).unwrap_or(u32::MAX);
+            let facts = RowFacts {
+                final_flush: s.last,
+                closed: self.book.is_closed(&id, s.now_unix_secs),
+                failing_since: self.book.failing_since(&id),
+                now_unix_secs,
+                requeue_max_age_secs: self.requeue_max_age_secs,
+            };
+            match decide::decide(ended, &facts) {
+                RowAction::Confirm => {
+                    let applied = self.book.confirm(id.as_ref(), &row.totals);
+                    s.ledger.update(id.table, |st| {
+                        st.applied += applied;
+                        st.in_flight -= applied;
+                    });
+                }
+                RowAction::Retry => self.book.failed(&id, s.seq, now_unix_secs),
+                RowAction::Spill { release } => {
+                    let spilled = self.book.spill(&id, release, self.engine.aggregator());
+                    let timestamp = self.clock.tick(clock::now_micros());
+                    let record = records::total_record(
+                        &SpilledRow {
+                            id: &id,
+                            writer: &self.writer,
+                            total: &spilled.total,
+                            unconfirmed: &spilled.unconfirmed,
+                            timestamp,
+                            error: error_of(ended).as_ref(),
+                        },
+                        self.family(&id),
+                        &s.time,
+                    );
+                    s.to_spill
+                        .push((record, id.table, spilled.unconfirmed.sum()));
+                }
+                RowAction::Reject(error) => {
+                    let refused = self.book.reject(&id);
+                    let by = Recorder {
+                        writer: &self.writer_id,
+                        incarnation: self.incarnation,
+                        flush_seq: s.seq,
+                        request_id: s.request_id(request),
+                        row: u16::try_from(row_index).unwrap_or(u16::MAX),
+                        time: &s.time,
+                    };
+                    let record =
+                        records::rejected_record(&id, self.family(&id), &refused, &error, &by);
+                    s.rejected.push(record);
+                    let sum = refused.sum();
+                    s.ledger.update(id.table, |st| {
+                        st.rejected += sum;
+                        st.in_flight -= sum;
+                    });
+                    tracing::warn!(table = %self.table_name(write), kind = error.kind, error = %error.text, "Writer totals rejected; the unapplied part is recorded in rejected.jsonl.");
+                }
+            }
+        }
+    }
+
+    /// Settles the write of a replayed row; true when it applied. At shutdown a row
+    /// that did not apply stays in its file.
+    fn settle_replay(
+        &mut self,
+        request: u32,
+        index: usize,
+        ended: &Ended,
+        s: &mut Settling<'_>,
+    ) -> bool {
+        let facts = RowFacts {
+            final_flush: s.last,
+            closed: false,
+            failing_since: None,
+            now_unix_secs: u32::try_from(s.now_unix_secs).unwrap_or(u32::MAX),
+            requeue_max_age_secs: self.requeue_max_age_secs,
+        };
+        match decide::decide(ended, &facts) {
+            RowAction::Confirm => {
+                self.replays.applied(index, s.ledger);
+                return true;
+            }
+            RowAction::Reject(error) => {
+                let by = Recorder {
+                    writer: &self.writer_id,
+                    incarnation: self.incarnation,
+                    flush_seq: s.seq,
+                    request_id: s.request_id(request),
+                    row: 0,
+                    time: &s.time,
+                };
+                self.replays.rejected(
+                    index,
+                    &error,
+                    self.engine.families(),
+                    s.ledger,
+                    s.state,
+                    &by,
+                );
+            }
+            RowAction::Spill { .. } => {}
+            RowAction::Retry => self.replays.failed(index, s.seq),
+        }
+        false
+    }
+
+    /// The writes of flush `seq`: the book's due rows grouped by partition (at most
+    /// `max_batch_rows` a write, each with the next write time), and one write per due
+    /// replayed row, with its own writer and write time.
+    fn plan(&mut self, seq: u64, last: bool) -> (Vec<TotalsWrite>, Vec<Planned>) {
+        let mut writes: Vec<TotalsWrite> = Vec::new();
+        let mut planned = Vec::new();
+        // Sorted by row id: rows of one partition are adjacent.
+        let due = self.book.take_due(seq, last);
+        type Group = (RowId, Vec<TotalRow>, Vec<Columns>);
+        let mut current: Option<Group> = None;
+        let mut close = |group: Option<Group>, clock: &mut WriterClock, writer: &Arc<str>| {
+            if let Some((first, rows, unconfirmed)) = group {
+                writes.push(TotalsWrite {
+                    family: first.family,
+                    table: first.table,
+                    series: first.series,
+                    writer: writer.clone(),
+                    timestamp: clock.tick(clock::now_micros()),
+                    rows,
+                });
+                planned.push(Planned::Book(unconfirmed));
+            }
+        };
+        for due in due {
+            let same = current.as_ref().is_some_and(|(first, rows, _)| {
+                first.family == due.id.family
+                    && first.table == due.id.table
+                    && first.series == due.id.series
+                    && first.partition_bucket() == due.id.partition_bucket()
+                    && rows.len() < self.max_batch_rows
+            });
+            if !same {
+                close(current.take(), &mut self.clock, &self.writer);
+                current = Some((due.id.clone(), Vec::new(), Vec::new()));
+            }
+            if let Some((_, rows, unconfirmed)) = current.as_mut() {
+                rows.push(TotalRow {
+                    bucket: due.id.bucket,
+                    totals: due.total,
+                });
+                unconfirmed.push(due.unconfirmed);
+            }
+        }
+        close(current.take(), &mut self.clock, &self.writer);
+        for (index, write) in self.replays.writes(seq, last) {
+            writes.push(write);
+            planned.push(Planned::Replay(index));
+        }
+        (writes, planned)
+    }
+
+    /// The journal's intents of a flush's totals writes, numbered from `first_request`.
+    fn intents(
+        &self,
+        writes: &[TotalsWrite],
+        planned: &[Planned],
+        first_request: u32,
+    ) -> Vec<TotalsIntent> {
+        writes
+            .iter()
+            .zip(planned)
+            .enumerate()
+            .map(|(index, (write, planned))| {
+                let unconfirmed: Vec<&Columns> = match planned {
+                    Planned::Book(unconfirmed) => unconfirmed.iter().collect(),
+                    Planned::Replay(row) => vec![self.replays.unconfirmed(*row)],
+                };
+                TotalsIntent {
+                    request: first_request.saturating_add(index as u32),
+                    family: write.family.0,
+                    table: write.table,
+                    writer: write.writer.to_string(),
+                    timestamp: write.timestamp,
+                    series: write.series.to_vec(),
+                    rows: write
+                        .rows
+                        .iter()
+                        .zip(unconfirmed)
+                        .map(|(row, unconfirmed)| TotalsIntentRow {
+                            bucket: row.bucket,
+                            totals: row.totals.as_slice().to_vec(),
+                            unconfirmed: unconfirmed.as_slice().to_vec(),
+                        })
+                        .collect(),
+                }
+            })
+            .collect()
+    }
+
+    /// The group commit of this flush's totals writes; false (logged) when it failed:
+    /// then nothing is sent.
+    fn journal_begin(
+        &self,
+        state: &mut StateDir,
+        flush: &FlushId,
+        writes: &[TotalsWrite],
+        planned: &[Planned],
+        first_request: u32,
+    ) -> bool {
+        let intents = self.intents(writes, planned, first_request);
+        let time = bucket::rfc3339(SystemTime::now());
+        match state.journal_begin_totals(flush, &time, &self.families, &intents) {
+            Ok(()) => true,
+            Err(error) => {
+                tracing::error!(%error, writes = writes.len(), "Could not write the totals writes' intents to the journal; nothing is sent, the rows stay unwritten.");
+                false
+            }
+        }
+    }
+
+    /// Appends spilled totals; a failed write drops them, counted. True when rows were
+    /// spilled.
+    fn write_spill(
+        &mut self,
+        spilled: Vec<(TotalRecord, Granularity, i128)>,
+        ledger: &Ledger,
+    ) -> bool {
+        if spilled.is_empty() {
+            return false;
+        }
+        let records: Vec<TotalRecord> = spilled.iter().map(|(r, _, _)| r.clone()).collect();
+        match self.spill.append(&records) {
+            Ok(()) => {
+                for (_, table, sum) in &spilled {
+                    ledger.update(*table, |s| {
+                        s.spilled += sum;
+                        s.in_flight -= sum;
+                    });
+                }
+                tracing::warn!(
+                    rows = records.len(),
+                    "Writer totals spilled to disk; they are written again once the store answers, or at the next start."
+                );
+                true
+            }
+            Err(error) => {
+                for (_, table, sum) in &spilled {
+                    ledger.update(*table, |s| {
+                        s.dropped += sum;
+                        s.in_flight -= sum;
+                    });
+                    self.lost.0 += 1;
+                    self.lost.1[table.index()] += sum;
+                }
+                ledger.count_late_drop(DropReason::SpillFailed, records.len() as u64);
+                tracing::error!(%error, rows = records.len(), "Could not write totals.spill.jsonl; these totals are lost.");
+                false
+            }
+        }
+    }
+
+    /// Rows and sums (minute, day) the last flush could neither write nor spill: what a
+    /// final flush lost, for `status.json` (an unclean stop).
+    pub fn lost(&self) -> (u64, [i128; 2]) {
+        self.lost
+    }
+
+    fn family(&self, id: &RowId) -> &FamilyDef {
+        self.engine.families().get(id.family)
+    }
+
+    /// `keyspace.table` of a write.
+    fn table_name(&self, write: &TotalsWrite) -> String {
+        let family = self.engine.families().get(write.family);
+        match write.table {
+            Granularity::Minute => family.minute_table.to_string(),
+            Granularity::Day => family.day_table.to_string(),
+        }
+    }
+}
+
+impl Drop for Totals {
+    fn drop(&mut self) {
+        self.book.release_all(self.engine.aggregator());
+    }
+}
+
+/// The error a spilled row carries: the store's, or the deadline's.
+fn error_of(ended: &Ended) -> Option<WriteError> {
+    match ended {
+        Ended::Done(outcome) => match outcome {
+            Outcome::Applied => None,
+            Outcome::NotAppliedTransient(e)
+            | Outcome::NotAppliedPermanent(e)
+            | Outcome::Unknown(e) => Some(e.clone()),
+        },
+        Ended::Cancelled => Some(WriteError::new(
+            "cancelled_at_deadline",
+            "the shutdown deadline passed while the request was in flight",
+        )),
+        Ended::NotStarted => None,
+    }
+}

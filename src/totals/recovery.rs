@@ -1,0 +1,269 @@
+//! Finishing the totals group of a flush a killed process did not finish (called by
+//! [`crate::state::recovery`] while the state directory opens).
+//!
+//! The group's intents are writes of running totals, each idempotent by its write time:
+//! writing one again, in its own writer column with its own write time, leaves the cell
+//! as it is if it had applied, and no newer write of its row can exist (its process
+//! ended). So recovery needs no outcome but `applied` (nothing to do) and `rejected`
+//! (already in `rejected.jsonl`); every other intent, sent or not, is written to a totals
+//! replay file that the next start loads like a spill, except rows the flush had already
+//! spilled to `totals.spill.jsonl` (the spill owns them: written twice they would leave
+//! the same cell, but be counted twice). What the killed flush had not yet
+//! planned (rows backing off, increments after its drain) is lost with its memory and
+//! counted in the unclean-stop figure.
+
+use std::collections::{BTreeMap, HashSet};
+use std::io;
+
+use crate::bucket::{self, Day, Minute};
+use crate::series;
+use crate::state::{ErrorInfo, FamilyEntry, FlushGroup, Settled, TotalsIntent};
+use crate::vocabulary::Granularity;
+
+use super::records::TotalRecord;
+use super::spill::SpillFiles;
+
+/// Writes the intents of `group` not known applied or rejected to the group's replay
+/// file (atomically; skipped when an earlier run of recovery wrote it). Returns their
+/// rows, and the parts of their totals not known applied summed per granularity.
+pub(crate) fn replay_intents(
+    spill: &SpillFiles,
+    group: &FlushGroup,
+    time: &str,
+) -> io::Result<(u64, [i128; 2])> {
+    let spilled: HashSet<Place> = spill
+        .spilled()?
+        .iter()
+        .filter(|r| r.writer.starts_with(&writer_prefix(group)))
+        .map(place)
+        .collect();
+    let records: Vec<TotalRecord> = group
+        .totals
+        .iter()
+        .filter(|intent| {
+            !matches!(
+                group.outcomes.get(&intent.request),
+                Some(Settled::Applied | Settled::Rejected { .. })
+            )
+        })
+        .filter_map(|intent| {
+            let family = group.family(intent.family);
+            if family.is_none() {
+                tracing::error!(
+                    family = intent.family,
+                    "A journal's totals intent names a family its group does not describe; it is not replayed."
+                );
+            }
+            Some(records_of(family?, intent, time))
+        })
+        .flatten()
+        .filter(|record| !spilled.contains(&place(record)))
+        .collect();
+    let path = spill.recovered_path(group.flush.incarnation, group.flush.flush_seq);
+    if !records.is_empty() && !path.exists() {
+        spill.rewrite(&path, &records)?;
+    }
+    let mut sums = [0_i128; 2];
+    for record in &records {
+        let g = if record.granularity == "day" {
+            Granularity::Day
+        } else {
+            Granularity::Minute
+        };
+        sums[g.index()] += record
+            .unconfirmed
+            .values()
+            .map(|v| i128::from(*v))
+            .sum::<i128>();
+    }
+    Ok((records.len() as u64, sums))
+}
+
+/// Where a record's total goes: writer column, family, table, key, bucket.
+type Place = (
+    String,
+    String,
+    String,
+    BTreeMap<String, String>,
+    String,
+    Option<i16>,
+);
+
+fn place(record: &TotalRecord) -> Place {
+    (
+        record.writer.clone(),
+        record.family.clone(),
+        record.granularity.clone(),
+        record.key.clone(),
+        record.day.clone(),
+        record.minute,
+    )
+}
+
+/// The start of the writer column of the group's process: `writer id/incarnation/`.
+fn writer_prefix(group: &FlushGroup) -> String {
+    format!("{}/{}/", group.flush.writer, group.flush.incarnation)
+}
+
+/// The spill records of one intent, one per row.
+fn records_of(family: &FamilyEntry, intent: &TotalsIntent, time: &str) -> Vec<TotalRecord> {
+    let key: BTreeMap<String, String> = family
+        .key_columns
+        .iter()
+        .cloned()
+        .zip(series::fields(&intent.series).map(str::to_owned))
+        .collect();
+    let by_column = |values: &[i64]| -> BTreeMap<String, i64> {
+        family
+            .columns
+            .iter()
+            .cloned()
+            .zip(values.iter().copied())
+            .collect()
+    };
+    intent
+        .rows
+        .iter()
+        .map(|row| {
+            let day = match intent.table {
+                Granularity::Minute => Minute(row.bucket).day(),
+                Granularity::Day => Day(row.bucket),
+            };
+            TotalRecord {
+                time: time.to_owned(),
+                writer: intent.writer.clone(),
+                family: family.name.clone(),
+                table: family.table(intent.table).to_owned(),
+                granularity: intent.table.as_str().to_owned(),
+                key: key.clone(),
+                day: bucket::format_date(day.date()),
+                minute: (intent.table == Granularity::Minute)
+                    .then(|| Minute(row.bucket).minute_of_day()),
+                month: (intent.table == Granularity::Day).then(|| day.month()),
+                totals: by_column(&row.totals),
+                unconfirmed: by_column(&row.unconfirmed),
+                timestamp: intent.timestamp,
+                error: Some(ErrorInfo {
+                    kind: "in_flight_at_crash".into(),
+                    text: "sent or about to be sent when the process stopped; written again with its write time".into(),
+                }),
+            }
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::StateConfig;
+    use crate::state::{FlushId, StateDir, TotalsIntentRow};
+
+    fn family() -> FamilyEntry {
+        FamilyEntry {
+            id: 1,
+            name: "views".into(),
+            minute_table: "m.views_by_minute".into(),
+            day_table: "m.views_by_day".into(),
+            key_columns: vec!["page_id".into()],
+            columns: vec!["views".into()],
+        }
+    }
+
+    fn intent(
+        request: u32,
+        writer: &str,
+        page: &str,
+        total: i64,
+        unconfirmed: i64,
+    ) -> TotalsIntent {
+        TotalsIntent {
+            request,
+            family: 1,
+            table: Granularity::Minute,
+            writer: writer.into(),
+            timestamp: 1_000 + i64::from(request),
+            series: series::encode([page]),
+            rows: vec![TotalsIntentRow {
+                bucket: 29_000_000,
+                totals: vec![total],
+                unconfirmed: vec![unconfirmed],
+            }],
+        }
+    }
+
+    /// A flush killed in its totals stage: the intents not known applied or rejected, and
+    /// not already spilled, are written to one replay file with their writer and write
+    /// time; running recovery again adds nothing.
+    #[test]
+    fn a_killed_totals_stage_is_replayed_once_without_what_it_spilled_or_applied() {
+        let tmp = tempfile::tempdir().unwrap();
+        let config = StateConfig {
+            dir: tmp.path().to_owned(),
+            ..StateConfig::default()
+        };
+        let mut state = StateDir::open(&config).unwrap();
+        let flush = FlushId {
+            writer: state.writer_id().to_owned(),
+            incarnation: state.incarnation(),
+            flush_seq: 7,
+        };
+        let writer = format!("{}/{}/0000abcd", flush.writer, flush.incarnation);
+        let intents = [
+            intent(3, &writer, "applied", 10, 4),
+            intent(4, &writer, "in_flight", 20, 5),
+            intent(5, &writer, "spilled", 30, 6),
+            intent(6, &writer, "rejected", 40, 7),
+            intent(7, &writer, "failed", 50, 8),
+        ];
+        state
+            .journal_begin_totals(&flush, "t", &[family()], &intents)
+            .unwrap();
+        state.journal_outcome(3, &Settled::Applied);
+        let refused = |kind: &str| (kind.to_owned(), "x".to_owned());
+        let (kind, text) = refused("invalid");
+        state.journal_outcome(6, &Settled::Rejected { kind, text });
+        let (kind, text) = refused("unavailable");
+        state.journal_outcome(7, &Settled::NotApplied { kind, text });
+        state.journal_flush();
+        // The settle step had spilled one row before the kill.
+        let spill = SpillFiles::new(tmp.path());
+        spill
+            .append(&records_of(&family(), &intents[2], "t"))
+            .unwrap();
+        let journal = std::fs::read(state.journal_path()).unwrap();
+        drop(state); // killed
+
+        let state = StateDir::open(&config).unwrap();
+        let report = state.recovery().clone();
+        assert_eq!((report.flushes, report.totals_rows), (1, 2));
+        assert_eq!(report.totals_sums, [5 + 8, 0]);
+        assert_eq!(report.unknown_rows, 0, "a totals write is never unknown");
+        let path = spill.recovered_path(flush.incarnation, 7);
+        let replayed = spill.load(&path).unwrap().records;
+        let got: Vec<(String, &str, i64, i64, i64)> = replayed
+            .iter()
+            .map(|r| {
+                (
+                    r.key["page_id"].clone(),
+                    r.writer.as_str(),
+                    r.totals["views"],
+                    r.unconfirmed["views"],
+                    r.timestamp,
+                )
+            })
+            .collect();
+        assert_eq!(
+            got,
+            [
+                ("in_flight".to_owned(), writer.as_str(), 20, 5, 1_004),
+                ("failed".to_owned(), writer.as_str(), 50, 8, 1_007),
+            ]
+        );
+        drop(state);
+        // Killed again before recovery's end: the file is kept as it is, nothing added.
+        std::fs::write(tmp.path().join("journal.wal"), &journal).unwrap();
+        let _state = StateDir::open(&config).unwrap();
+        assert_eq!(spill.load(&path).unwrap().records, replayed);
+        assert_eq!(spill.replay_files().unwrap(), [path]);
+    }
+}

@@ -1,0 +1,355 @@
+//! The totals path through the flusher, against the in-memory sink (which keeps the later
+//! write time, as a regular table does): exact totals under every kind of failure, the
+//! accounting identity, spill and replay across incarnations, the memory budget, and a
+//! counter family beside it.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use crate::config::{Config, CountingMode, FamilyConfig};
+use crate::engine::Engine;
+use crate::flush::Flusher;
+use crate::sink::{MemorySink, Outcome, Sink, WriteError};
+use crate::telemetry::{Accounting, Ledger};
+use crate::vocabulary::Granularity;
+
+use super::book;
+
+/// Now, so that rows stay open (they close an hour and two minutes after their minute).
+fn now() -> i64 {
+    crate::bucket::unix_secs(std::time::SystemTime::now())
+}
+
+fn config(dir: &std::path::Path) -> Config {
+    let mut config = Config::default();
+    config.state.dir = dir.to_owned();
+    config.generic.mode = CountingMode::WriterTotals;
+    config.families.push(FamilyConfig {
+        mode: CountingMode::WriterTotals,
+        ..FamilyConfig::seed_views()
+    });
+    config.families.push(FamilyConfig {
+        name: "counted".into(),
+        minute_table: "metrics.c_by_minute".into(),
+        day_table: "metrics.c_by_day".into(),
+        columns: [("c.views".to_string(), "views".to_string())].into(),
+        ..FamilyConfig::seed_views()
+    });
+    config.flush.shutdown_deadline = Duration::from_millis(300);
+    config
+}
+
+struct Writer<S: Sink> {
+    engine: Arc<Engine>,
+    ledger: Arc<Ledger>,
+    flusher: Flusher<S>,
+}
+
+fn writer<S: Sink>(config: &Config, sink: S) -> Writer<S> {
+    let engine = Arc::new(Engine::with_seed(config, Some(1)).unwrap());
+    let flusher = Flusher::open(engine.clone(), Arc::new(sink), config).unwrap();
+    let ledger = flusher.ledger().clone();
+    Writer {
+        engine,
+        ledger,
+        flusher,
+    }
+}
+
+impl<S: Sink> Writer<S> {
+    fn accounting(&self) -> Accounting {
+        Accounting::read(&self.engine, &self.ledger)
+    }
+
+    fn incr(&self, page: &str, delta: i64, at: i64) {
+        let tags: &[(&str, &str)] = &[("page_id", page)];
+        self.engine
+            .record("page.views", tags, delta, at, None)
+            .unwrap();
+        self.engine
+            .record("c.views", tags, delta, at, None)
+            .unwrap();
+        self.engine
+            .record("req", &[("page", page)][..], delta, at, None)
+            .unwrap();
+    }
+}
+
+fn error() -> WriteError {
+    WriteError::new("write_timeout", "injected")
+}
+
+/// Fails every third totals write in turn as a timeout that applied, a timeout that did
+/// not, and a transient refusal; the totals end exact and nothing is logged as unknown.
+#[tokio::test]
+async fn every_failure_is_retried_until_the_totals_are_exact() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = config(dir.path());
+    let sink = MemorySink::new();
+    sink.set_totals_script(|n, _| match n % 9 {
+        1 => Some((Outcome::Unknown(error()), true)),
+        4 => Some((Outcome::Unknown(error()), false)),
+        7 => Some((Outcome::NotAppliedTransient(error()), false)),
+        _ => None,
+    });
+    let mut w = writer(&config, sink.clone());
+    let t = now();
+    let mut fed = 0_i128;
+    for round in 0..20 {
+        for page in 0..10 {
+            let delta = (round % 3) + page - 2;
+            w.incr(&format!("p{page}"), delta, t - 60 * (page % 3));
+            fed += i128::from(delta);
+        }
+        w.flusher.flush_now().await;
+    }
+    sink.clear_totals_script();
+    for _ in 0..40 {
+        w.flusher.flush_now().await;
+    }
+    let a = w.accounting();
+    assert!(a.is_balanced(), "{a:?}");
+    for table in Granularity::ALL {
+        let stages = a.of(table);
+        assert_eq!(
+            (stages.unknown, stages.pending),
+            (0, 0),
+            "{table:?}: {stages:?}"
+        );
+        assert_eq!(stages.applied, 3 * fed, "{table:?}: three families");
+        assert_eq!(
+            sink.totals_sum(table),
+            2 * fed,
+            "{table:?}: the two totals families"
+        );
+        assert_eq!(
+            sink.total(table),
+            fed,
+            "{table:?}: the counter family, no faults"
+        );
+    }
+    assert!(sink.totals_requests() > 40, "failures were retried");
+    assert!(
+        !dir.path().join("unknown.jsonl").exists()
+            || std::fs::read_to_string(dir.path().join("unknown.jsonl"))
+                .unwrap()
+                .is_empty()
+    );
+}
+
+/// A clean restart spills nothing; SIGTERM with the store down spills the newest totals,
+/// which the next incarnation writes into the first one's column, with the first one's
+/// write time, while it counts into a column of its own.
+#[tokio::test]
+async fn spilled_totals_are_written_again_by_the_next_incarnation() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = config(dir.path());
+    let sink = MemorySink::new();
+    let t = now();
+    let mut first = writer(&config, sink.clone());
+    first.incr("a", 5, t);
+    first.flusher.flush_now().await;
+    first.incr("a", 2, t);
+    let down = Arc::new(AtomicU64::new(1));
+    let flag = down.clone();
+    sink.set_totals_script(move |_, _| {
+        (flag.load(Ordering::Relaxed) == 1).then(|| {
+            (
+                Outcome::NotAppliedTransient(WriteError::new("no_connection", "down")),
+                false,
+            )
+        })
+    });
+    let first_writer = first.flusher_writer();
+    let report = first.flusher.finish().await;
+    assert!(report.totals.rows_spilled > 0, "{report:?}");
+    let a = Accounting::read(&first.engine, &first.ledger);
+    assert!(a.is_balanced(), "{a:?}");
+    assert_eq!(
+        a.minute.spilled,
+        2 * 2,
+        "the unapplied part: 2 in each totals family"
+    );
+
+    down.store(0, Ordering::Relaxed);
+    let mut second = writer(&config, sink.clone());
+    assert_ne!(second.flusher_writer(), first_writer);
+    second.incr("a", 1, t);
+    second.flusher.flush_now().await;
+    let a = second.accounting();
+    assert!(a.is_balanced(), "{a:?}");
+    assert_eq!(a.minute.pending, 0, "{a:?}");
+    assert_eq!(
+        sink.totals_sum(Granularity::Minute),
+        2 * (5 + 2 + 1),
+        "first column 7, second column 1, in both totals families"
+    );
+    let writers: std::collections::BTreeSet<String> =
+        sink.totals().keys().map(|k| k.3.clone()).collect();
+    assert_eq!(writers.len(), 2, "{writers:?}");
+    let files: Vec<_> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with("totals."))
+        .collect();
+    assert!(files.is_empty(), "replayed files are gone: {files:?}");
+}
+
+/// A rejected write logs its unapplied part; the rest of the row keeps counting.
+#[tokio::test]
+async fn a_permanent_refusal_is_logged_and_counted_as_rejected() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = config(dir.path());
+    let sink = MemorySink::new();
+    sink.set_totals_script(|n, _| {
+        (n <= 4).then(|| {
+            (
+                Outcome::NotAppliedPermanent(WriteError::new("invalid", "no")),
+                false,
+            )
+        })
+    });
+    let mut w = writer(&config, sink.clone());
+    let t = now();
+    w.incr("a", 3, t);
+    w.flusher.flush_now().await;
+    w.incr("a", 1, t);
+    w.flusher.flush_now().await;
+    let a = w.accounting();
+    assert!(a.is_balanced(), "{a:?}");
+    // Rejected: 3 in each totals family; applied: 1 in each, and 4 in the counter family.
+    assert_eq!((a.minute.rejected, a.minute.applied), (6, 2 + 4));
+    let log = std::fs::read_to_string(dir.path().join("rejected.jsonl")).unwrap();
+    assert_eq!(log.lines().count(), 4, "{log}");
+    assert_eq!(sink.totals_sum(Granularity::Minute), 2);
+}
+
+/// Held totals take room in the buffer's budget: new rows beyond it are dropped and
+/// counted, never silently lost.
+#[tokio::test]
+async fn held_totals_count_against_the_memory_limit() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = config(dir.path());
+    config.limits.max_pending_rows = 10;
+    config.families.truncate(1);
+    config.generic.mode = CountingMode::Counter;
+    config.generic.enabled = false;
+    let sink = MemorySink::new();
+    let mut w = writer(&config, sink.clone());
+    let t = now();
+    for page in 0..8 {
+        w.engine
+            .record(
+                "page.views",
+                &[("page_id", format!("p{page}").as_str())][..],
+                1,
+                t,
+                None,
+            )
+            .unwrap();
+    }
+    w.flusher.flush_now().await;
+    let a = w.accounting();
+    assert!(a.is_balanced(), "{a:?}");
+    assert_eq!(
+        w.engine.aggregator().pending_rows_estimate(),
+        10,
+        "held rows are charged"
+    );
+    assert!(a.minute.dropped + a.day.dropped > 0, "{a:?}");
+    assert_eq!(w.ledger.totals_rows().0, 10);
+}
+
+impl<S: Sink> Writer<S> {
+    fn flusher_writer(&self) -> String {
+        self.flusher.totals_writer().to_owned()
+    }
+}
+
+/// A closed row that keeps failing for `flush.requeue_max_age` is spilled and leaves
+/// memory; once the store answers again this process writes it back from the spill file
+/// (with its own writer and write time) and the totals end exact.
+#[tokio::test]
+async fn a_closed_row_failing_too_long_is_spilled_and_written_back_once_the_store_answers() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = config(dir.path());
+    config.families.truncate(1);
+    config.generic.enabled = false;
+    config.limits.timestamp_max_past = Duration::from_secs(1);
+    config.flush.requeue_max_age = Duration::from_secs(1);
+    let sink = MemorySink::new();
+    let down = Arc::new(AtomicU64::new(1));
+    let flag = down.clone();
+    sink.set_totals_script(move |_, _| {
+        (flag.load(Ordering::Relaxed) == 1).then(|| (Outcome::Unknown(error()), false))
+    });
+    let mut w = writer(&config, sink.clone());
+    let closed_minute = now() - 600;
+    let tags: &[(&str, &str)] = &[("page_id", "old")];
+    w.engine
+        .record("page.views", tags, 4, closed_minute, None)
+        .unwrap();
+    w.flusher.flush_now().await;
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    // The minute is closed; its day too only when it ended over 2 minutes ago (this test
+    // running just after midnight).
+    let day_end = (closed_minute.div_euclid(86_400) + 1) * 86_400;
+    let day_closed = day_end + 1 + book::CLOSE_MARGIN_SECS <= now();
+    let report = w.flusher.flush_now().await;
+    assert_eq!(
+        report.totals.rows_spilled,
+        1 + usize::from(day_closed),
+        "the minute row, and the day row if its day is closed: {report:?}"
+    );
+    let held = u64::from(!day_closed);
+    assert_eq!(w.ledger.totals_rows(), (held, held), "closed rows released");
+    let a = w.accounting();
+    assert!(a.is_balanced(), "{a:?}");
+    let day_held = if day_closed { 0 } else { 4 };
+    assert_eq!(
+        (
+            a.minute.spilled,
+            a.minute.pending,
+            a.day.pending,
+            a.day.spilled
+        ),
+        (4, 0, day_held, 4 - day_held)
+    );
+    assert_eq!(
+        w.engine.record("page.views", tags, 1, closed_minute, None),
+        Ok(()),
+        "accepted by the engine"
+    );
+    w.flusher.flush_now().await;
+    let a = w.accounting();
+    assert_eq!(
+        (a.minute.dropped, a.day.dropped),
+        (1, i128::from(day_closed)),
+        "a released row cannot restart from zero; an open day takes it: {a:?}"
+    );
+
+    down.store(0, Ordering::Relaxed);
+    w.engine
+        .record("page.views", &[("page_id", "new")][..], 1, now(), None)
+        .unwrap();
+    for _ in 0..20 {
+        w.flusher.flush_now().await;
+    }
+    let a = w.accounting();
+    assert!(a.is_balanced(), "{a:?}");
+    assert_eq!(
+        (a.minute.spilled, a.minute.pending, a.minute.applied),
+        (0, 0, 5)
+    );
+    let day_applied = if day_closed { 5 } else { 6 };
+    assert_eq!((a.day.pending, a.day.applied), (0, day_applied));
+    assert_eq!(sink.totals_sum(Granularity::Minute), 5);
+    assert_eq!(sink.totals_sum(Granularity::Day), day_applied);
+    let left: Vec<_> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with("totals."))
+        .collect();
+    assert!(left.is_empty(), "{left:?}");
+}

@@ -1,0 +1,58 @@
+//! Operating the sidecar: a start that survives a store answering badly for a moment,
+//! and readiness that means writes can be routed.
+
+use std::time::Duration;
+
+use cqlsim::{FaultKind, FaultRule, Op};
+
+use crate::common::{http_get, sidecar_config, start_cqlsim, wait_ready};
+
+/// A PREPARE that fails because the store is overloaded is retried like a connection
+/// failure (it used to stop the sidecar with the bad-configuration exit code).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn transient_prepare_failures_at_start_are_retried() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = sidecar_config(dir.path());
+    let server = start_cqlsim(&mut config, "injects PREPARE faults")
+        .await
+        .into_sim();
+    server.add_fault(FaultRule::new(FaultKind::Overloaded).op(Op::Prepare).max(2));
+    let sidecar = countersink::sidecar::Sidecar::start(&config).await.unwrap();
+    wait_ready(&sidecar).await;
+    assert_eq!(sidecar.fatal_reason(), None);
+    assert_eq!(server.stats().fault(FaultKind::Overloaded).fired, 2);
+    sidecar.shutdown().await;
+    server.shutdown().await.unwrap();
+}
+
+/// With `store.local_dc` naming a data centre no node is in, DC-aware routing sends
+/// every write nowhere (`EmptyPlan`): not ready, and `/readyz` says why.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn readyz_waits_for_a_node_of_the_local_dc() {
+    for (local_dc, ready) in [("elsewhere", false), ("datacenter1", true)] {
+        let dir = tempfile::tempdir().unwrap();
+        let mut config = sidecar_config(dir.path());
+        config.store.local_dc = Some(local_dc.into());
+        let server = start_cqlsim(&mut config, "relies on cqlsim's data centre name")
+            .await
+            .into_sim();
+        let sidecar = countersink::sidecar::Sidecar::start(&config).await.unwrap();
+        let metrics = sidecar.bound().metrics.unwrap();
+        // The session is up within this time in every other test.
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+        let (status, body) = http_get(metrics, "/readyz");
+        if ready {
+            wait_ready(&sidecar).await;
+            assert_eq!(http_get(metrics, "/readyz").0, 200);
+        } else {
+            assert_eq!(status, 503, "{body}");
+            assert!(
+                body.contains("`elsewhere`") && body.contains("datacenter1"),
+                "{body}"
+            );
+            assert!(!sidecar.is_ready());
+        }
+        sidecar.shutdown().await;
+        server.shutdown().await.unwrap();
+    }
+}

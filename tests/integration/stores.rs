@@ -1,0 +1,169 @@
+//! What differs between stores: which store countersink finds at connect (Apache
+//! Cassandra or ScyllaDB, from SUPPORTED and `system.local`), and ScyllaDB's tablets.
+
+use countersink::sink::cql::{CqlSink, StoreKind};
+use cqlsim::Persona;
+
+use crate::common::{StoreOptions, config, launch, run_cli, start_cqlsim_as};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_store_is_identified_at_connect() {
+    for (persona, kind) in [
+        (Persona::Cassandra, StoreKind::Cassandra),
+        (Persona::Scylla, StoreKind::ScyllaDb),
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        let mut config = config(dir.path());
+        let server = start_cqlsim_as(&mut config, "poses as each store", persona)
+            .await
+            .into_sim();
+        let engine = countersink::engine::Engine::new(&config).unwrap();
+        let sink = CqlSink::connect(&config.store, engine.families())
+            .await
+            .unwrap();
+        assert_eq!(sink.identity().kind, kind, "{persona}: {}", sink.identity());
+        assert!(
+            sink.schema_warnings().is_empty(),
+            "{:?}",
+            sink.schema_warnings()
+        );
+        server.shutdown().await.unwrap();
+    }
+}
+
+/// A counter table in a keyspace with tablets (a ScyllaDB release that accepts it):
+/// the start warns, naming the table and the remedy.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_counter_table_in_a_tablets_keyspace_is_warned_about() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = config(dir.path());
+    config.families.clear();
+    let server = launch(StoreOptions {
+        persona: Persona::Scylla,
+        counters_with_tablets: true,
+        ..StoreOptions::cqlsim_only("poses as ScyllaDB")
+    })
+    .await
+    .into_sim();
+    // NetworkTopologyStrategy: tablets by default on this persona.
+    let replication = "{'class': 'NetworkTopologyStrategy', 'datacenter1': 1}";
+    for statement in countersink::ddl::statements(&config, replication).unwrap() {
+        server.execute(None, &statement).unwrap();
+    }
+    config.store.contact_points = vec![server.local_addr().to_string()];
+    let engine = countersink::engine::Engine::new(&config).unwrap();
+    let sink = CqlSink::connect(&config.store, engine.families())
+        .await
+        .unwrap();
+    let warnings = sink.schema_warnings();
+    assert_eq!(warnings.len(), 2, "one per table: {warnings:?}");
+    assert!(
+        warnings[0].contains("countersink.counts_by_") && warnings[0].contains("'enabled': false"),
+        "{warnings:?}"
+    );
+    server.shutdown().await.unwrap();
+}
+
+/// Without that release, ScyllaDB refuses the counter table in a tablets keyspace.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn scylladb_refuses_counter_tables_in_tablets_keyspaces() {
+    let server = launch(StoreOptions {
+        persona: Persona::Scylla,
+        ..StoreOptions::cqlsim_only("poses as ScyllaDB")
+    })
+    .await
+    .into_sim();
+    server
+        .execute(
+            None,
+            "CREATE KEYSPACE t WITH replication = {'class': 'NetworkTopologyStrategy', 'datacenter1': 1}",
+        )
+        .unwrap();
+    let refused = server
+        .execute(None, "CREATE TABLE t.c (k text PRIMARY KEY, n counter)")
+        .unwrap_err();
+    assert!(
+        refused
+            .to_string()
+            .contains("Counters are not yet supported with tablets"),
+        "{refused}"
+    );
+    server
+        .execute(
+            None,
+            "CREATE KEYSPACE v WITH replication = {'class': 'NetworkTopologyStrategy', 'datacenter1': 1} AND tablets = {'enabled': false}",
+        )
+        .unwrap();
+    server
+        .execute(None, "CREATE TABLE v.c (k text PRIMARY KEY, n counter)")
+        .unwrap();
+    server.shutdown().await.unwrap();
+}
+
+/// `schema --apply` finds ScyllaDB and creates its keyspaces with tablets disabled, so
+/// the counter tables can be created in a `NetworkTopologyStrategy` keyspace (the
+/// production replication), where ScyllaDB would otherwise use tablets and refuse them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn schema_apply_disables_tablets_on_scylladb() {
+    let server = launch(StoreOptions {
+        persona: Persona::Scylla,
+        ..StoreOptions::cqlsim_only("poses as ScyllaDB")
+    })
+    .await
+    .into_sim();
+    let out = run_cli([
+        "schema",
+        "--apply",
+        "--contact-point",
+        &server.local_addr().to_string(),
+        "--replication",
+        "{'class': 'NetworkTopologyStrategy', 'datacenter1': 1}",
+    ]);
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    assert!(stdout.contains("tablets disabled"), "{stdout}");
+    assert!(stderr.contains("ScyllaDB"), "{stderr}");
+    let tablets = server
+        .execute(
+            None,
+            "SELECT keyspace_name FROM system_schema.scylla_keyspaces",
+        )
+        .unwrap();
+    assert!(tablets.is_empty(), "no keyspace uses tablets");
+    assert!(
+        server
+            .execute(None, "SELECT * FROM countersink.counts_by_minute")
+            .is_ok()
+    );
+    server.shutdown().await.unwrap();
+}
+
+/// `schema --apply` connects as `serve` does: the same credential rules (a user needs a
+/// password, from the environment or the password file), the same TLS settings.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn schema_apply_uses_the_credentials_of_the_config() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = launch(StoreOptions::default()).await;
+    let config = dir.path().join("countersink.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[store]\ncontact_points = [\"{}\"]\nusername = \"ops\"\n",
+            store.contact_point()
+        ),
+    )
+    .unwrap();
+    let out = std::process::Command::new(crate::common::BIN)
+        .args(["schema", "--apply", "--config"])
+        .arg(&config)
+        .env_remove(countersink::sink::cql::session::PASSWORD_ENV)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("no password"), "{stderr}");
+    store.shutdown().await;
+}
