@@ -19,6 +19,9 @@ pub const KEY_INDEX: &str = include_str!("../cql/key_index.cql");
 pub const LEADERBOARD: &str = include_str!("../cql/leaderboard.cql");
 /// `cql/migrate.cql`: the job table of `countersink migrate`.
 pub const MIGRATE: &str = include_str!("../cql/migrate.cql");
+/// `cql/exact.cql`: the delta ledger, the outcomes table, the closed-day table, and their
+/// statements.
+pub const EXACT: &str = include_str!("../cql/exact.cql");
 /// `cql/example_views.cql`: the example family tables of seed 000.
 pub const EXAMPLE_VIEWS: &str = include_str!("../cql/example_views.cql");
 
@@ -114,6 +117,18 @@ mod tests {
             (MIGRATE, "create_jobs"),
             (MIGRATE, "upsert_part"),
             (MIGRATE, "select_parts"),
+            (EXACT, "create_ledger"),
+            (EXACT, "insert_ledger"),
+            (EXACT, "select_ledger_bucket"),
+            (EXACT, "select_ledger_key"),
+            (EXACT, "create_outcomes"),
+            (EXACT, "insert_outcome"),
+            (EXACT, "select_outcomes"),
+            (EXACT, "resolve_outcome"),
+            (EXACT, "settle_repair"),
+            (EXACT, "create_exact_days"),
+            (EXACT, "insert_exact_day"),
+            (EXACT, "select_exact_day"),
         ] {
             let text = block(file, name).unwrap_or_else(|| panic!("{name} missing"));
             assert!(

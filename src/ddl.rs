@@ -4,7 +4,7 @@
 use std::collections::BTreeSet;
 
 use crate::config::{Config, ConfigError, CountingMode};
-use crate::cql_text::{self, FAMILY, GENERIC, KEY_INDEX, LEADERBOARD, TOTALS};
+use crate::cql_text::{self, EXACT, FAMILY, GENERIC, KEY_INDEX, LEADERBOARD, TOTALS};
 use crate::family::{Families, FamilyDef, TableName};
 use crate::layout::{Role, TableLayout};
 use crate::vocabulary::Granularity;
@@ -54,6 +54,9 @@ pub fn statements_with(
     }
     if !config.leaderboards.is_empty() {
         keyspaces.insert(config.store.keyspace.clone());
+    }
+    if config.any_exact() {
+        keyspaces.insert(config.exact_keyspace().to_owned());
     }
     let mut out: Vec<String> = keyspaces
         .iter()
@@ -167,7 +170,8 @@ fn totals_tables(family: &FamilyDef) -> [String; 2] {
 }
 
 /// The regular tables of the operator features a configuration turns on: the key index
-/// (`key_index.enabled`) and the leaderboard tables (any `[[leaderboard]]`).
+/// (`key_index.enabled`), the leaderboard tables (any `[[leaderboard]]`), and the exact
+/// tables (any family with `exact = true`).
 fn operation_tables(config: &Config, index_table: &TableName) -> Vec<String> {
     let mut out = Vec::new();
     if config.key_index.enabled {
@@ -189,6 +193,12 @@ fn operation_tables(config: &Config, index_table: &TableName) -> Vec<String> {
             "create_current",
             &keyspace,
         ));
+    }
+    if config.any_exact() {
+        let keyspace = [("keyspace", config.exact_keyspace())];
+        for name in ["create_ledger", "create_outcomes", "create_exact_days"] {
+            out.push(cql_text::statement(EXACT, name, &keyspace));
+        }
     }
     out
 }
@@ -300,6 +310,32 @@ mod tests {
                 .len(),
             3
         );
+    }
+
+    #[test]
+    fn the_exact_tables_come_with_an_exact_family_in_their_keyspace() {
+        let mut config = Config::default();
+        config.exact.keyspace = Some("truth".into());
+        assert!(
+            !statements(&config, DEV_REPLICATION)
+                .unwrap()
+                .iter()
+                .any(|s| s.contains("truth")),
+            "nothing exact without an exact family"
+        );
+        config.generic.exact = true;
+        let all = statements(&config, DEV_REPLICATION).unwrap();
+        assert!(all.iter().any(|s| s == "CREATE KEYSPACE IF NOT EXISTS truth\n    WITH replication = {'class': 'SimpleStrategy', 'replication_factor': 1}"), "{all:?}");
+        for table in ["truth.delta_ledger", "truth.outcomes", "truth.exact_by_day"] {
+            assert!(
+                all.iter()
+                    .any(|s| s.starts_with(&format!("CREATE TABLE IF NOT EXISTS {table} ("))),
+                "{table}: {all:?}"
+            );
+        }
+        assert!(all.iter().any(|s| s.contains(
+            "PRIMARY KEY ((family, day, bucket), key, minute, writer, incarnation, flush_seq, part)"
+        )));
     }
 
     #[test]

@@ -7,7 +7,7 @@
 
 use std::collections::HashMap;
 
-use crate::config::{Config, ConfigError, CountingMode, ShardPlacement};
+use crate::config::{Config, ConfigError, ConsistencyLevel, CountingMode, ShardPlacement};
 use crate::line::{self, CounterLine, InvalidReason, Tag};
 use crate::series;
 use crate::vocabulary::FamilyId;
@@ -72,6 +72,14 @@ pub fn shard_seed(writer_id: &str) -> u64 {
     })
 }
 
+/// The partition bucket of a key in a regular table spread over `buckets` partitions per
+/// family and day (the key index, the delta ledger): a stable hash (FNV-1a) of its JSON
+/// text, modulo `buckets`.
+pub fn key_bucket(key: &str, buckets: u16) -> i16 {
+    // Below `buckets` (at most 4096), so it fits.
+    (shard_seed(key) % u64::from(buckets.max(1))) as i16
+}
+
 /// One family, resolved from the configuration.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct FamilyDef {
@@ -89,6 +97,8 @@ pub struct FamilyDef {
     pub columns: Vec<String>,
     /// Hot-key sharding, if configured.
     pub sharding: Option<Sharding>,
+    /// Whether the family keeps exact totals in the delta ledger (`exact = true`).
+    pub exact: bool,
     /// How its tables count: counter deltas, or each writer's running totals.
     pub mode: CountingMode,
 }
@@ -320,9 +330,43 @@ fn only<'a>(mut values: impl Iterator<Item = &'a str>) -> Result<Option<&'a str>
     }
 }
 
+/// Where and how the exact families' tables are written (`[exact]`), known to whoever
+/// knows the families: the sink writes the ledger and the outcomes, the flush forms
+/// ledger rows in `buckets` partitions.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ExactTables {
+    /// Keyspace of `delta_ledger`, `outcomes` and `exact_by_day`.
+    pub keyspace: String,
+    /// Consistency of their writes.
+    pub consistency: ConsistencyLevel,
+    /// TTL of a ledger row, in seconds.
+    pub ledger_ttl_secs: i32,
+    /// Ledger partitions per family and day.
+    pub buckets: u16,
+    /// The first and the longest wait before a failed ledger write is sent again.
+    pub retry_backoff: (std::time::Duration, std::time::Duration),
+}
+
+impl ExactTables {
+    /// The settings of `config`.
+    pub fn of(config: &Config) -> ExactTables {
+        ExactTables {
+            keyspace: config.exact_keyspace().to_owned(),
+            consistency: config.exact.consistency,
+            ledger_ttl_secs: i32::try_from(config.exact.ledger_ttl.as_secs()).unwrap_or(i32::MAX),
+            buckets: config.exact.buckets,
+            retry_backoff: (
+                config.exact.retry_backoff_min,
+                config.exact.retry_backoff_max,
+            ),
+        }
+    }
+}
+
 /// All families, and the metric-name index that routes increments to them.
 pub struct Families {
     defs: Vec<FamilyDef>,
+    exact: Option<ExactTables>,
     generic_enabled: bool,
     by_metric: HashMap<Box<str>, (FamilyId, usize), foldhash::fast::RandomState>,
     max_key_bytes: usize,
@@ -341,6 +385,7 @@ impl Families {
             key_columns: vec!["name".into(), "tags".into()],
             columns: vec!["value".into()],
             sharding: None,
+            exact: config.generic.enabled && config.generic.exact,
             mode: config.generic.mode,
         }];
         let mut by_metric = HashMap::default();
@@ -372,11 +417,17 @@ impl Families {
                     placement: family.shard_placement,
                     column: family.shard_column.clone(),
                 }),
+                exact: family.exact,
                 mode: family.mode,
             });
         }
+        let exact = defs
+            .iter()
+            .any(|f| f.exact)
+            .then(|| ExactTables::of(config));
         Ok(Families {
             defs,
+            exact,
             generic_enabled: config.generic.enabled,
             by_metric,
             max_key_bytes: config.limits.max_key_bytes,
@@ -412,6 +463,16 @@ impl Families {
             .sharding
             .as_ref()
             .map(|s| s.shard_for(writer_seed, flush_seq))
+    }
+
+    /// Whether any family keeps exact totals.
+    pub fn any_exact(&self) -> bool {
+        self.exact.is_some()
+    }
+
+    /// The exact tables' settings, when any family keeps exact totals.
+    pub fn exact_tables(&self) -> Option<&ExactTables> {
+        self.exact.as_ref()
     }
 
     /// How `family` counts.

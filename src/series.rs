@@ -27,6 +27,13 @@ pub fn fields(series: &[u8]) -> Fields<'_> {
     Fields { rest: series }
 }
 
+/// The key values of an encoded series as the regular tables store them (the key index,
+/// the delta ledger, the outcomes table): a JSON array of strings, `["home"]`.
+pub fn key_json(series: &[u8]) -> String {
+    let fields: Vec<&str> = fields(series).collect();
+    serde_json::to_string(&fields).unwrap_or_default()
+}
+
 /// Iterator over the fields of an encoded series; see [`fields`].
 #[derive(Clone, Debug)]
 pub struct Fields<'a> {

@@ -44,6 +44,10 @@ pub(super) struct GetArgs {
     /// Print the minute series of the day instead of its total.
     #[arg(long)]
     minutes: bool,
+    /// Print the exact total (an exact family): the closed day's row, else the sum of
+    /// its delta ledger rows.
+    #[arg(long, conflicts_with = "minutes")]
+    exact: bool,
     /// Read consistency: `one` (display), `local_quorum` (what the default write
     /// consistency acknowledged), `quorum`, `local_one` or `all`.
     #[arg(long, value_name = "LEVEL", default_value = "local_quorum", value_parser = super::args::consistency)]
@@ -77,6 +81,35 @@ pub(super) async fn run(args: GetArgs) -> Result<(), Failure> {
     let session = session::connect(&config.store)
         .await
         .map_err(Failure::other)?;
+    if args.exact {
+        let family = families
+            .by_name(&counter.family)
+            .filter(|f| f.exact)
+            .ok_or_else(|| {
+                Failure::usage(format!(
+                    "family `{}` keeps no exact totals (exact = true)",
+                    counter.family
+                ))
+            })?;
+        let (totals, source) = crate::ops::reconcile::closed::exact_value(
+            &session,
+            &config,
+            family,
+            &counter.keys,
+            day,
+        )
+        .await
+        .map_err(read_failure)?;
+        eprintln!(
+            "exact, from {}",
+            match source {
+                crate::ops::reconcile::closed::ExactSource::Closed => "the closed day",
+                crate::ops::reconcile::closed::ExactSource::Ledger => "the delta ledger",
+            }
+        );
+        println!("{}", totals.get(&counter.column).copied().unwrap_or(0));
+        return Ok(());
+    }
     let reader = Reader::new(Arc::new(session));
     if args.minutes {
         let series = reader

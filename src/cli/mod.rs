@@ -17,6 +17,7 @@ mod logging;
 mod migrate;
 mod outcomes;
 mod prune;
+mod reconcile;
 mod schema;
 mod send;
 mod serve;
@@ -60,6 +61,9 @@ enum Command {
     /// Copy a family's counters into another table or cluster by read-and-increment, as
     /// a resumable job; or verify one.
     Migrate(migrate::MigrateArgs),
+    /// Compare the exact families' counters with their delta ledger for a day, and
+    /// explain the drift (exit 3 on unexplained drift over the threshold).
+    Reconcile(reconcile::ReconcileArgs),
     /// What the state directory says became of writes that did not apply: unknown,
     /// rejected, spilled, and an unfinished flush in the journal. Reads only.
     Outcomes(outcomes::OutcomesArgs),
@@ -132,6 +136,7 @@ pub fn main() -> ExitCode {
             Command::Top(args) => leaderboard::top(args).await,
             Command::Prune(args) => prune::run(args).await,
             Command::Migrate(args) => migrate::run(args).await,
+            Command::Reconcile(args) => reconcile::run(args).await,
             Command::Outcomes(args) => outcomes::run(args),
         }
     });

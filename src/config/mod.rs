@@ -6,6 +6,7 @@
 //! checked settings or a [`ConfigError`] that names the offending field.
 
 pub mod duration;
+pub mod exact;
 pub mod ingest;
 pub mod listen;
 pub mod operations;
@@ -17,6 +18,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+pub use self::exact::ExactConfig;
 pub use self::ingest::IngestConfig;
 pub use self::operations::{KeyIndexConfig, LeaderboardConfig, LeaderboardPeriod, ReadConfig};
 pub use self::validate::ConfigError;
@@ -53,6 +55,9 @@ pub struct Config {
     /// Leaderboards: rankings of a family's keys by a counter column.
     #[serde(rename = "leaderboard")]
     pub leaderboards: Vec<LeaderboardConfig>,
+    /// Exact totals beside the counters: the delta ledger, the outcomes table,
+    /// reconciliation.
+    pub exact: ExactConfig,
 }
 
 /// `[metrics]`: the HTTP endpoint of `/metrics`, `/healthz` and `/readyz`.
@@ -395,6 +400,9 @@ pub struct GenericConfig {
     /// Day table: `((name, tags, month), day) value counter` (with `writer_totals`:
     /// `((name, tags, month), day, writer) value bigint`). Default `"counts_by_day"`.
     pub day_table: String,
+    /// Keep exact totals of the generic family beside its counters (see `[exact]`).
+    /// Default `false`.
+    pub exact: bool,
     /// How the generic tables count: `"counter"` or `"writer_totals"`. The two need
     /// tables of different shapes: switching an existing deployment needs new tables
     /// (other names, or another keyspace). Default `"counter"`.
@@ -407,6 +415,7 @@ impl Default for GenericConfig {
             enabled: true,
             minute_table: "counts_by_minute".into(),
             day_table: "counts_by_day".into(),
+            exact: false,
             mode: CountingMode::Counter,
         }
     }
@@ -440,6 +449,10 @@ pub struct FamilyConfig {
     pub shard_placement: ShardPlacement,
     /// Name of the `tinyint` shard column. Default `"shard"`.
     pub shard_column: String,
+    /// Keep exact totals beside the counters: every delta's first drain is written to
+    /// the delta ledger before the counter writes that carry it (see `[exact]`).
+    /// Default `false`.
+    pub exact: bool,
     /// How the family's tables count: `"counter"` (counter columns, one delta per row
     /// per flush) or `"writer_totals"` (`bigint` columns and a `writer` clustering
     /// column: each writer's running total, written idempotently; no sharding, since
@@ -458,6 +471,7 @@ impl Default for FamilyConfig {
             shards: 1,
             shard_placement: ShardPlacement::Partition,
             shard_column: "shard".into(),
+            exact: false,
             mode: CountingMode::Counter,
         }
     }

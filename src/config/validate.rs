@@ -120,7 +120,8 @@ impl Config {
         self.validate_flush()?;
         self.validate_limits()?;
         self.validate_families()?;
-        self.validate_operations()
+        self.validate_operations()?;
+        self.validate_exact()
     }
 
     fn validate_store(&self) -> Result<(), ConfigError> {

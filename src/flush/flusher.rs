@@ -20,6 +20,7 @@ use crate::test_hooks::crash_point;
 use crate::totals::{Totals, TotalsReport};
 use crate::vocabulary::{DropReason, Granularity};
 
+use super::ledger_gate::LedgerGate;
 use super::observe::FlushObserver;
 use super::plan::{self, PlanOptions};
 use super::record_conversion::{self, error_info};
@@ -102,6 +103,9 @@ pub struct Flusher<S> {
     lost: (u64, [i128; 2]),
     /// Told what each flush is about to send (see [`super::observe`]).
     observers: Vec<Arc<dyn FlushObserver>>,
+    /// The delta ledger's gate, when a family keeps exact totals (see
+    /// [`super::ledger_gate`]).
+    ledger_gate: Option<LedgerGate>,
     /// The `writer_totals` families' path: their rows leave this one after the drain,
     /// and their writes are the flush's second stage.
     totals: Totals,
@@ -163,13 +167,11 @@ impl<S: Sink> Flusher<S> {
         }
         ledger.count_recovery(&recovery, torn);
         ledger.set_spill_bytes(state.spill_bytes().0);
-        Ok(Flusher::new(
-            engine,
-            sink,
-            config.flush.clone(),
-            state,
-            ledger,
-        ))
+        let mut flusher = Flusher::new(engine, sink, config.flush.clone(), state, ledger);
+        if let Some(gate) = &mut flusher.ledger_gate {
+            gate.record_outcomes(flusher.engine.families(), &recovery.records);
+        }
+        Ok(flusher)
     }
 
     /// A flusher on an open state directory. Spilled rows are replayed by the flushes, a
@@ -183,6 +185,11 @@ impl<S: Sink> Flusher<S> {
         ledger: Arc<Ledger>,
     ) -> Flusher<S> {
         let shard_seed = shard_seed(state.writer_id());
+        let ledger_gate = LedgerGate::new(
+            engine.families(),
+            super::ledger_gate::ROWS_PER_REQUEST,
+            ledger.clone(),
+        );
         let families = engine
             .families()
             .iter()
@@ -201,6 +208,7 @@ impl<S: Sink> Flusher<S> {
             families,
             lost: (0, [0, 0]),
             observers: Vec::new(),
+            ledger_gate,
             totals,
         }
     }
@@ -297,6 +305,22 @@ impl<S: Sink> Flusher<S> {
         self.engine.aggregator().close();
         deadline.fix();
         let report = self.flush(&mut deadline, true).await;
+        if let Some(gate) = &self.ledger_gate
+            && gate.outcomes_queued() > 0
+        {
+            tracing::warn!(
+                rows = gate.outcomes_queued(),
+                "Outcome rows not written to the outcomes table before the deadline (they are in the local logs)."
+            );
+        }
+        if let Some((held, _)) = self.ledger_gate.as_ref().map(LedgerGate::held)
+            && held > 0
+        {
+            tracing::error!(
+                rows = held,
+                "The delta ledger did not confirm these rows' ledger rows before the shutdown deadline: they were not written to the counter tables and are lost (reported as pending at this stop)."
+            );
+        }
         let (rows, sums) = self.pending();
         let (totals_lost_rows, totals_lost_sums) = self.totals.lost();
         let lost_rows = self.lost.0 + totals_lost_rows;
@@ -353,8 +377,18 @@ impl<S: Sink> Flusher<S> {
 
     /// One chunk of a flush round (see [`Flusher::flush`]), in two stages: the counter
     /// families' writes, then the `writer_totals` families' (see [`Flusher::flush_totals`]);
-    /// each stage a group of the intent journal.
+    /// each stage a group of the intent journal. Then the exact families' unknown and
+    /// rejected rows go to the outcomes table.
     async fn flush_chunk(&mut self, deadline: &mut Deadline, last: bool) -> FlushReport {
+        let report = self.drain_and_send(deadline, last).await;
+        if let Some(gate) = &mut self.ledger_gate {
+            // After the counter writes: they never wait for the outcomes table.
+            gate.send_outcomes(&*self.sink, deadline, last).await;
+        }
+        report
+    }
+
+    async fn drain_and_send(&mut self, deadline: &mut Deadline, last: bool) -> FlushReport {
         let started = Instant::now();
         let mut report = self.flush_counters(deadline, last).await;
         report.totals = self.flush_totals(deadline, last, report.writes).await;
@@ -424,10 +458,32 @@ impl<S: Sink> Flusher<S> {
         let (drained, mut credit) = drained.into_parts();
         // The one point where the flush splits by counting mode.
         let rows_for_counters = self.totals.take(drained, &mut credit, &self.ledger);
+        // The exact families' fresh rows wait here until their ledger rows are confirmed;
+        // what the plan gets may include rows held by earlier flushes.
+        let (admitted, planned_sums) = match &mut self.ledger_gate {
+            None => (rows_for_counters, drained_sums),
+            Some(gate) => {
+                let before = gate.held().1;
+                let rows = gate
+                    .admit(
+                        &*self.sink,
+                        &flush,
+                        rows_for_counters,
+                        self.config.max_in_flight,
+                        deadline,
+                        last,
+                    )
+                    .await;
+                let after = gate.held().1;
+                let sums = [0, 1].map(|i| drained_sums[i] + before[i] - after[i]);
+                (rows, sums)
+            }
+        };
+        let drained_sums = planned_sums;
         let families = self.engine.families();
         let (seed, seq) = (self.shard_seed, self.seq);
         let writes = plan::plan(
-            rows_for_counters,
+            admitted,
             PlanOptions {
                 max_batch_rows: self.config.max_batch_rows,
             },
@@ -568,6 +624,12 @@ impl<S: Sink> Flusher<S> {
         report.spilled = spilled;
         report.dropped = dropped;
         let [unknown, rejected] = self.state.log_batch(&batch.unknown, &batch.rejected);
+        if let Some(gate) = &mut self.ledger_gate {
+            gate.record_outcomes(
+                self.engine.families(),
+                batch.unknown.iter().chain(&batch.rejected),
+            );
+        }
         self.ledger.count_appended(OutcomeLog::Unknown, &unknown);
         self.ledger.count_appended(OutcomeLog::Rejected, &rejected);
         for g in Granularity::ALL {
@@ -758,13 +820,21 @@ impl<S: Sink> Flusher<S> {
     }
 
     /// Pending rows and the delta sums they owe the minute and day tables: what the
-    /// buffer holds, and the running totals not known applied (`writer_totals`).
+    /// buffer holds, the running totals not known applied (`writer_totals`), and the
+    /// rows the ledger gate holds (exact families).
     fn pending(&self) -> (usize, [i128; 2]) {
         let (rows, sums) = pending(&self.engine);
         let (totals_rows, totals_sums) = self.totals.pending();
+        let (held, held_sums) = self
+            .ledger_gate
+            .as_ref()
+            .map_or((0, [0, 0]), LedgerGate::held);
         (
-            rows + totals_rows,
-            [sums[0] + totals_sums[0], sums[1] + totals_sums[1]],
+            rows + totals_rows + held,
+            [
+                sums[0] + totals_sums[0] + held_sums[0],
+                sums[1] + totals_sums[1] + held_sums[1],
+            ],
         )
     }
 

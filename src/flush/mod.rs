@@ -1,6 +1,6 @@
 //! The flush path: from drained rows to settled outcomes.
 //!
-//! One flush: (replay a chunk of the spill) → drain → plan → journal (the group commit:
+//! One flush: (replay a chunk of the spill) → drain → (ledger gate) → plan → journal (the group commit:
 //! every request durable before the first send) → send (outcomes journaled as they
 //! arrive) → settle (the pure step decides, the flusher executes: memory, spill segment,
 //! outcome logs) → status → the journal's end.
@@ -16,13 +16,19 @@
 //! - [`record_conversion`]: writes to the records of the outcome logs and the spill,
 //!   and the families as the journal describes them,
 //!   and spilled records back to rows.
+//! - [`ledger_gate`]: the delta ledger of the exact families: the ledger rows of a
+//!   drain's fresh deltas, confirmed before the counter writes may carry those deltas.
+//! - [`exact_outcomes`]: the exact families' unknown and rejected rows, queued for the
+//!   outcomes table (never holding a counter write).
 //! - [`observe`]: the hook after the drain ([`FlushObserver`]), which feeds the key index.
 //!
 //! Rows of `writer_totals` families leave this path right after the drain, for
 //! [`crate::totals`], which the flusher then runs after the counter writes.
 
 mod cutoff;
+pub mod exact_outcomes;
 pub mod flusher;
+pub mod ledger_gate;
 pub mod observe;
 pub mod plan;
 pub mod record_conversion;

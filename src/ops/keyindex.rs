@@ -32,7 +32,7 @@ use tokio::sync::{Notify, watch};
 use crate::bucket::Day;
 use crate::config::{Config, ConsistencyLevel};
 use crate::cql_text::{self, KEY_INDEX};
-use crate::family::{Families, TableName, shard_seed};
+use crate::family::{Families, TableName};
 use crate::flush::FlushObserver;
 use crate::series;
 use crate::sink::cql::session;
@@ -44,8 +44,7 @@ use super::read::ReadError;
 
 /// The key values of an encoded series as the index stores them: a JSON array.
 pub fn key_text(series: &[u8]) -> String {
-    let fields: Vec<&str> = series::fields(series).collect();
-    serde_json::to_string(&fields).unwrap_or_default()
+    series::key_json(series)
 }
 
 /// The key values of an index row.
@@ -55,8 +54,7 @@ pub fn key_values(text: &str) -> Option<Vec<String>> {
 
 /// The bucket of a key: a stable hash (FNV-1a) of its text, modulo `buckets`.
 pub fn bucket_of(key: &str, buckets: u16) -> i16 {
-    // Below `buckets` (at most 1024), so it fits.
-    (shard_seed(key) % u64::from(buckets.max(1))) as i16
+    crate::family::key_bucket(key, buckets)
 }
 
 /// One index row waiting to be written.

@@ -8,6 +8,7 @@
 //! | [`keyindex`] | the keys written per family and day: fed by the flush hook, retried until applied; listed by day |
 //! | [`migrate`] | read-and-increment into another table or cluster, resumable through a job table, with verification |
 //! | [`prune`] | retention by whole partitions older than a cutoff, never a row or a cell |
+//! | [`reconcile`] | the exact families' counters against their delta ledger: per key, drift explained by the outcomes table or reported |
 //! | [`outcomes`] | what the state directory says became of writes that did not apply: summed by outcome, family, table and day, or listed, read-only |
 //! | [`leaderboard`] | rankings per period, written as versions in a regular table clustered by score, served through a pointer flipped last |
 
@@ -19,3 +20,4 @@ pub mod outcomes;
 pub mod prune;
 pub mod read;
 pub mod read_cache;
+pub mod reconcile;

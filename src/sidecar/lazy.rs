@@ -117,4 +117,24 @@ impl Sink for LazyCqlSink {
             )),
         }
     }
+
+    async fn write_ledger(&self, rows: &[crate::sink::LedgerRow]) -> Outcome {
+        match self.inner.get() {
+            Some(sink) => sink.write_ledger(rows).await,
+            None => Outcome::NotAppliedTransient(WriteError::new(
+                "not_connected",
+                "no session to the store yet; nothing was sent",
+            )),
+        }
+    }
+
+    async fn write_outcomes(&self, rows: &[crate::sink::OutcomeRow]) -> Outcome {
+        match self.inner.get() {
+            Some(sink) => sink.write_outcomes(rows).await,
+            None => Outcome::NotAppliedTransient(WriteError::new(
+                "not_connected",
+                "no session to the store yet; nothing was sent",
+            )),
+        }
+    }
 }

@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use parking_lot::Mutex;
 
 use super::Sink;
-use crate::sink::{Outcome, PartitionWrite, TotalsWrite};
+use crate::sink::{LedgerRow, Outcome, OutcomeRow, PartitionWrite, TotalsWrite};
 use crate::vocabulary::FamilyId;
 use crate::vocabulary::Granularity;
 
@@ -21,11 +21,16 @@ pub type TotalsKey = (FamilyId, Granularity, Vec<u8>, String, u32);
 /// `None` means "apply and report success".
 pub type Script = Box<dyn Fn(u64, &PartitionWrite) -> Option<(Outcome, bool)> + Send + Sync>;
 
+/// Decides the fate of each ledger request: `(outcome to report, whether the store
+/// keeps the rows)`. `None` means "keep them and report success".
+pub type LedgerScript = Box<dyn Fn(u64, &[LedgerRow]) -> Option<(Outcome, bool)> + Send + Sync>;
+
 /// The same for totals writes.
 pub type TotalsScript = Box<dyn Fn(u64, &TotalsWrite) -> Option<(Outcome, bool)> + Send + Sync>;
 
-/// Keeps every applied delta in a map, summed per row, like a counter table would; and
-/// every applied total with its write time, the later time winning, like a regular table.
+/// Keeps every applied delta in a map, summed per row, like a counter table would; every
+/// applied total with its write time, the later time winning, like a regular table; and
+/// the delta ledger's rows by their primary key.
 #[derive(Clone, Default)]
 pub struct MemorySink {
     inner: Arc<Inner>,
@@ -36,10 +41,18 @@ struct Inner {
     rows: Mutex<BTreeMap<MemoryKey, Vec<i128>>>,
     requests: AtomicU64,
     script: Mutex<Option<Script>>,
+    ledger: Mutex<BTreeMap<LedgerKey, LedgerRow>>,
+    ledger_requests: AtomicU64,
+    ledger_script: Mutex<Option<LedgerScript>>,
+    outcomes: Mutex<BTreeMap<(String, u32, String, u16), OutcomeRow>>,
     totals: Mutex<BTreeMap<TotalsKey, (i64, Vec<i64>)>>,
     totals_requests: AtomicU64,
     totals_script: Mutex<Option<TotalsScript>>,
 }
+
+/// A ledger row's primary key: family, day, bucket, key, minute of day, writer,
+/// incarnation, flush, part.
+type LedgerKey = (String, u32, i16, String, i16, String, u64, u64, u16);
 
 impl MemorySink {
     /// An empty store that applies everything.
@@ -58,6 +71,36 @@ impl MemorySink {
     /// Back to applying everything.
     pub fn clear_script(&self) {
         *self.inner.script.lock() = None;
+    }
+
+    /// Scripts the ledger's failures: the closure sees the ledger request number (from
+    /// 1) and its rows.
+    pub fn set_ledger_script(
+        &self,
+        script: impl Fn(u64, &[LedgerRow]) -> Option<(Outcome, bool)> + Send + Sync + 'static,
+    ) {
+        *self.inner.ledger_script.lock() = Some(Box::new(script));
+    }
+
+    /// The ledger back to keeping everything.
+    pub fn clear_ledger_script(&self) {
+        *self.inner.ledger_script.lock() = None;
+    }
+
+    /// Ledger requests received.
+    pub fn ledger_requests(&self) -> u64 {
+        self.inner.ledger_requests.load(Ordering::Relaxed)
+    }
+
+    /// Every ledger row kept, in primary-key order (a row written twice is kept once,
+    /// as an INSERT of the same key would).
+    pub fn ledger_rows(&self) -> Vec<LedgerRow> {
+        self.inner.ledger.lock().values().cloned().collect()
+    }
+
+    /// Every outcomes-table row kept, in primary-key order.
+    pub fn outcome_rows(&self) -> Vec<OutcomeRow> {
+        self.inner.outcomes.lock().values().cloned().collect()
     }
 
     /// Requests received.
@@ -163,7 +206,53 @@ impl MemorySink {
     }
 }
 
+fn ledger_key(row: &LedgerRow) -> LedgerKey {
+    (
+        row.family.to_string(),
+        row.day().0,
+        row.bucket,
+        row.key.to_string(),
+        row.minute.minute_of_day(),
+        row.writer.to_string(),
+        row.incarnation,
+        row.flush_seq,
+        row.part,
+    )
+}
+
 impl Sink for MemorySink {
+    async fn write_ledger(&self, rows: &[LedgerRow]) -> Outcome {
+        let n = self.inner.ledger_requests.fetch_add(1, Ordering::Relaxed) + 1;
+        let decision = self
+            .inner
+            .ledger_script
+            .lock()
+            .as_ref()
+            .and_then(|script| script(n, rows));
+        let (outcome, keep) = decision.unwrap_or((Outcome::Applied, true));
+        if keep {
+            let mut ledger = self.inner.ledger.lock();
+            for row in rows {
+                ledger.insert(ledger_key(row), row.clone());
+            }
+        }
+        outcome
+    }
+
+    async fn write_outcomes(&self, rows: &[OutcomeRow]) -> Outcome {
+        let mut outcomes = self.inner.outcomes.lock();
+        for row in rows {
+            let key = (
+                row.family.clone(),
+                row.day.0,
+                row.request_id.clone(),
+                row.row,
+            );
+            outcomes.insert(key, row.clone());
+        }
+        Outcome::Applied
+    }
+
     async fn write(&self, write: &PartitionWrite) -> Outcome {
         let n = self.inner.requests.fetch_add(1, Ordering::Relaxed) + 1;
         let decision = self

@@ -8,9 +8,11 @@
 //!
 //! The contract's types live here, with the trait: [`write`](mod@write) (what is sent),
 //! [`totals`] (what is sent for `writer_totals` families) and [`outcome`] (how it ended,
-//! and the closed set of outcome classes).
+//! and the closed set of outcome classes); [`exact`] holds the rows of the exact
+//! families' regular tables (the delta ledger, the outcomes table).
 
 pub mod cql;
+pub mod exact;
 pub mod memory;
 pub mod outcome;
 pub mod totals;
@@ -18,6 +20,7 @@ pub mod write;
 
 use std::future::Future;
 
+pub use self::exact::{LedgerRow, OutcomeRow};
 pub use self::memory::MemorySink;
 pub use self::outcome::{Outcome, OutcomeClass, WriteError};
 pub use self::totals::{TotalRow, TotalsWrite};
@@ -29,6 +32,32 @@ pub trait Sink: Send + Sync + 'static {
     /// whose outcome is unknown; the flusher decides what happens next.
     fn write(&self, write: &PartitionWrite) -> impl Future<Output = Outcome> + Send;
 
+    /// Writes rows of the delta ledger, all of one ledger partition (family, day,
+    /// bucket), with idempotent INSERTs. Only [`Outcome::Applied`] confirms them; any
+    /// other outcome (a timeout included) means "send the same rows again later". A sink
+    /// without a ledger refuses, so an exact family's counter writes wait rather than go
+    /// unrecorded.
+    fn write_ledger(&self, rows: &[LedgerRow]) -> impl Future<Output = Outcome> + Send {
+        let _ = rows;
+        async {
+            Outcome::NotAppliedPermanent(WriteError::new(
+                "no_ledger",
+                "this sink keeps no delta ledger",
+            ))
+        }
+    }
+
+    /// Writes rows of the outcomes table with idempotent INSERTs; outcomes as for
+    /// [`Sink::write_ledger`].
+    fn write_outcomes(&self, rows: &[OutcomeRow]) -> impl Future<Output = Outcome> + Send {
+        let _ = rows;
+        async {
+            Outcome::NotAppliedPermanent(WriteError::new(
+                "no_outcomes_table",
+                "this sink keeps no outcomes table",
+            ))
+        }
+    }
     /// Sends one write of running totals (`writer_totals` families) and classifies its
     /// outcome. The write is idempotent: the totals path sends it again after any outcome
     /// but applied. Required, so that a sink wrapping another forwards it.
@@ -66,6 +95,20 @@ impl Sink for LogSink {
             rows = write.rows.len(),
             "Would write totals."
         );
+        Outcome::Applied
+    }
+
+    async fn write_ledger(&self, rows: &[LedgerRow]) -> Outcome {
+        for row in rows {
+            tracing::info!(family = %row.family, key = %row.key, minute = row.minute.0, deltas = ?row.delta_map(), "Would write a ledger row.");
+        }
+        Outcome::Applied
+    }
+
+    async fn write_outcomes(&self, rows: &[OutcomeRow]) -> Outcome {
+        for row in rows {
+            tracing::info!(family = %row.family, request_id = %row.request_id, outcome = %row.outcome, "Would write an outcome row.");
+        }
         Outcome::Applied
     }
 }

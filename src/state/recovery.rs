@@ -64,6 +64,9 @@ pub struct RecoveryReport {
     pub totals_sums: [i128; 2],
     /// Bytes of a torn journal tail cut off.
     pub torn_journal_bytes: u64,
+    /// The records this recovery logged (unknown, rejected), for the exact families'
+    /// outcomes table.
+    pub records: Vec<WriteRecord>,
 }
 
 /// Finishes every unsettled group of the journal.
@@ -233,6 +236,8 @@ fn finish(
     }
     report.unknown_rows += to_unknown.len() as u64;
     report.rejected_rows += to_rejected.len() as u64;
+    report.records.extend(to_unknown.iter().cloned());
+    report.records.extend(to_rejected.iter().cloned());
     for (log, records) in [
         (OutcomeLog::Unknown, &to_unknown),
         (OutcomeLog::Rejected, &to_rejected),

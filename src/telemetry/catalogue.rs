@@ -358,6 +358,32 @@ pub const OPERATIONS_METRICS: [MetricDef; 5] = [
     LEADERBOARD_RUNS,
 ];
 
+/// `countersink_exact_ledger_writes_total{outcome}`.
+pub const EXACT_LEDGER_WRITES: MetricDef = MetricDef {
+    name: "countersink_exact_ledger_writes_total",
+    help: "Delta ledger write requests (exact families; one INSERT or one UNLOGGED BATCH of one ledger partition), every attempt, by outcome (applied; requeued, rejected, unknown: the same rows are sent again).",
+    labels: &["outcome"],
+};
+/// `countersink_exact_ledger_held_rows`.
+pub const EXACT_LEDGER_HELD_ROWS: MetricDef = MetricDef {
+    name: "countersink_exact_ledger_held_rows",
+    help: "Drained rows of exact families held out of the counter writes until their ledger rows are confirmed (non-zero for long: the ledger table is failing).",
+    labels: &[],
+};
+/// `countersink_exact_ledger_backlog_rows`.
+pub const EXACT_LEDGER_BACKLOG_ROWS: MetricDef = MetricDef {
+    name: "countersink_exact_ledger_backlog_rows",
+    help: "Delta ledger rows formed and not confirmed by the store yet.",
+    labels: &[],
+};
+
+/// What the flusher exports about the delta ledger of the exact families.
+pub const EXACT_METRICS: [MetricDef; 3] = [
+    EXACT_LEDGER_WRITES,
+    EXACT_LEDGER_HELD_ROWS,
+    EXACT_LEDGER_BACKLOG_ROWS,
+];
+
 /// `countersink_wrapper_passthrough_total{reason}` (the driver wrapper).
 pub const WRAPPER_PASSTHROUGH: MetricDef = MetricDef {
     name: "countersink_wrapper_passthrough_total",

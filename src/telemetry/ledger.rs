@@ -58,6 +58,20 @@ pub struct Ledger {
     /// Running totals of `writer_totals` families held in memory, and of those the ones
     /// the store may lack, after the last flush.
     totals_rows: Mutex<(u64, u64)>,
+    /// The delta ledger (exact families): its write requests by outcome class, and what
+    /// waits for it.
+    exact: Mutex<ExactLedgerCounts>,
+}
+
+/// The delta ledger's side (exact families), read at scrape time.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ExactLedgerCounts {
+    /// Ledger write requests by outcome class (every attempt counts).
+    pub writes: BTreeMap<OutcomeClass, u64>,
+    /// Drained rows held out of the counter writes until their ledger rows are confirmed.
+    pub held_rows: u64,
+    /// Ledger rows formed and not confirmed yet.
+    pub backlog_rows: u64,
 }
 
 impl Default for Ledger {
@@ -74,6 +88,7 @@ impl Default for Ledger {
             corrupt_lines: Mutex::default(),
             spill_bytes: Mutex::default(),
             flush_duration: catalogue::FLUSH_DURATION.histogram(&catalogue::FLUSH_DURATION_BUCKETS),
+            exact: Mutex::default(),
             totals_rows: Mutex::default(),
         }
     }
@@ -200,6 +215,21 @@ impl Ledger {
 
     pub(crate) fn set_backoff(&self, ceiling: std::time::Duration) {
         *self.backoff.lock() = ceiling;
+    }
+
+    /// The delta ledger's counts now.
+    pub fn exact_ledger(&self) -> ExactLedgerCounts {
+        self.exact.lock().clone()
+    }
+
+    pub(crate) fn count_exact_ledger_write(&self, outcome: OutcomeClass) {
+        *self.exact.lock().writes.entry(outcome).or_default() += 1;
+    }
+
+    pub(crate) fn set_exact_ledger_backlog(&self, held_rows: u64, backlog_rows: u64) {
+        let mut exact = self.exact.lock();
+        exact.held_rows = held_rows;
+        exact.backlog_rows = backlog_rows;
     }
 
     pub(crate) fn count_flush(&self, seconds: f64) {

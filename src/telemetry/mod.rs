@@ -5,6 +5,7 @@
 //! |---|---|
 //! | [`catalogue`] | every exported metric: name, help, labels (the one list) |
 //! | [`accounting`] | the identity `accepted = applied + unknown + rejected + dropped + spilled + pending`, per granularity |
+//! | [`exact`] | the delta ledger's metrics (exact families) |
 //! | [`ledger`] | the flusher's counts: settled delta sums, writes per table and outcome class, late drops, lost records |
 //! | [`registry`] | the engine's collector and a registry of our own, rendered for `/metrics` |
 //! | `ingest` | (feature `sidecar`) the receivers' collector |
@@ -18,6 +19,7 @@
 
 pub mod accounting;
 pub mod catalogue;
+pub mod exact;
 pub mod hot;
 #[cfg(feature = "sidecar")]
 pub mod ingest;
@@ -30,7 +32,7 @@ pub use self::accounting::{Accounting, Stages};
 pub use self::hot::{HotKeys, HotReport, HotRow};
 #[cfg(feature = "sidecar")]
 pub use self::ingest::IngestCollector;
-pub use self::ledger::{Ledger, Settled};
+pub use self::ledger::{ExactLedgerCounts, Ledger, Settled};
 pub use self::observed::ObservedSink;
 pub use self::operations::OperationsMetrics;
 pub use self::registry::{EngineCollector, Metrics};
@@ -52,6 +54,7 @@ mod tests {
         let metrics = Metrics::new(engine.clone(), Arc::new(Ledger::default())).unwrap();
         let mut expected: BTreeSet<&str> =
             catalogue::ENGINE_METRICS.iter().map(|m| m.name).collect();
+        expected.extend(catalogue::EXACT_METRICS.iter().map(|m| m.name));
         #[cfg(feature = "sidecar")]
         {
             let stats = Arc::new(crate::ingest::IngestStats::default());

@@ -88,6 +88,14 @@ impl<S: Sink> Sink for ObservedSink<S> {
         self.measure(write.family, write.table, started, &outcome);
         outcome
     }
+
+    async fn write_ledger(&self, rows: &[crate::sink::LedgerRow]) -> Outcome {
+        self.inner.write_ledger(rows).await
+    }
+
+    async fn write_outcomes(&self, rows: &[crate::sink::OutcomeRow]) -> Outcome {
+        self.inner.write_outcomes(rows).await
+    }
 }
 
 #[cfg(test)]

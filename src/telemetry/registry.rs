@@ -270,7 +270,8 @@ impl Metrics {
     /// A fresh registry with the engine collector registered.
     pub fn new(engine: Arc<Engine>, ledger: Arc<Ledger>) -> Result<Metrics, prometheus::Error> {
         let registry = Registry::new();
-        registry.register(Box::new(EngineCollector::new(engine, ledger)))?;
+        registry.register(Box::new(EngineCollector::new(engine, ledger.clone())))?;
+        registry.register(Box::new(super::exact::ExactLedgerCollector::new(ledger)))?;
         Ok(Metrics { registry })
     }
 

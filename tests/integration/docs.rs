@@ -13,6 +13,7 @@ fn every_exported_metric_is_in_the_catalogue() {
         .iter()
         .chain(&catalogue::INGEST_METRICS)
         .chain(&catalogue::OPERATIONS_METRICS)
+        .chain(&catalogue::EXACT_METRICS)
         .chain(&catalogue::WRAPPER_METRICS)
         .map(|m| m.name)
         .collect();

@@ -3,8 +3,10 @@
 //! for. One test binary, modules per subject.
 
 mod common;
+mod cql_exact;
 mod cql_faults;
 mod cql_flush;
+mod cql_reconcile;
 mod cql_setup;
 mod cql_shutdown;
 mod crash;

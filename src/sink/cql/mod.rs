@@ -10,6 +10,7 @@
 
 pub mod bind;
 pub mod classify;
+mod exact;
 pub mod schema;
 pub mod session;
 pub mod store;
@@ -28,7 +29,7 @@ use scylla::statement::prepared::PreparedStatement;
 use crate::config::{CountingMode, StoreConfig};
 use crate::family::Families;
 use crate::layout::TableLayout;
-use crate::sink::{Outcome, PartitionWrite, TotalsWrite};
+use crate::sink::{LedgerRow, Outcome, OutcomeRow, PartitionWrite, TotalsWrite, WriteError};
 use crate::vocabulary::{FamilyId, Granularity};
 
 use self::totals::PreparedTotals;
@@ -92,6 +93,8 @@ pub struct CqlSink {
     schema_warnings: Vec<String>,
     /// Error texts shared between failures alike.
     texts: classify::SharedTexts,
+    /// The ledger and outcome INSERTs, when a family keeps exact totals.
+    exact: Option<self::exact::ExactStatements>,
 }
 
 impl CqlSink {
@@ -170,6 +173,13 @@ impl CqlSink {
                 );
             }
         }
+        let exact = match families.exact_tables() {
+            Some(tables) => Some(
+                self::exact::ExactStatements::prepare(&session, store, tables, identity.kind)
+                    .await?,
+            ),
+            None => None,
+        };
         Ok(CqlSink {
             session,
             tables,
@@ -178,6 +188,7 @@ impl CqlSink {
             identity,
             schema_warnings,
             texts: classify::SharedTexts::default(),
+            exact,
         })
     }
 
@@ -319,4 +330,25 @@ impl Sink for CqlSink {
             )),
         }
     }
+
+    async fn write_ledger(&self, rows: &[LedgerRow]) -> Outcome {
+        match &self.exact {
+            Some(exact) => exact.write_ledger(&self.session, rows).await,
+            None => no_exact_tables(),
+        }
+    }
+
+    async fn write_outcomes(&self, rows: &[OutcomeRow]) -> Outcome {
+        match &self.exact {
+            Some(exact) => exact.write_outcomes(&self.session, rows).await,
+            None => no_exact_tables(),
+        }
+    }
+}
+
+fn no_exact_tables() -> Outcome {
+    Outcome::NotAppliedPermanent(WriteError::new(
+        "no_exact_tables",
+        "no family keeps exact totals, so the exact tables were not prepared",
+    ))
 }

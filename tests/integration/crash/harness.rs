@@ -23,6 +23,8 @@ pub(crate) struct Settings {
     pub(crate) request_timeout: &'static str,
     pub(crate) max_spill_bytes: u64,
     pub(crate) max_log_bytes: u64,
+    /// Whether the views family keeps exact totals (the delta ledger).
+    pub(crate) exact: bool,
 }
 
 impl Default for Settings {
@@ -34,6 +36,7 @@ impl Default for Settings {
             request_timeout: "1s",
             max_spill_bytes: 1 << 30,
             max_log_bytes: 64 << 20,
+            exact: false,
         }
     }
 }
@@ -68,6 +71,7 @@ impl Rig {
     pub(crate) async fn new(settings: Settings) -> Rig {
         let dir = tempfile::tempdir().expect("tempdir");
         let mut config = config(dir.path());
+        config.families[0].exact = settings.exact;
         let server = start_cqlsim(
             &mut config,
             "kills serve and checks the store's request log",
@@ -100,6 +104,10 @@ impl Rig {
             .replace(
                 "max_log_bytes = 67108864",
                 &format!("max_log_bytes = {}", settings.max_log_bytes),
+            )
+            .replace(
+                "compares them.\nexact = false",
+                &format!("compares them.\nexact = {}", settings.exact),
             );
         let config_file = dir.path().join("serve.toml");
         std::fs::write(&config_file, example).expect("config");
@@ -121,6 +129,11 @@ impl Rig {
             config_file,
             _dir: dir,
         }
+    }
+
+    /// The configuration file the runs share.
+    pub(crate) fn config_file(&self) -> &Path {
+        &self.config_file
     }
 
     /// Starts `serve` (stopping at `crash_point` if given) and waits until it is

@@ -5,5 +5,6 @@
 
 mod chaos;
 pub(crate) mod check;
+mod exact;
 pub(crate) mod harness;
 mod windows;

@@ -1,0 +1,277 @@
+//! `countersink reconcile`: the exact families' counters against their delta ledger (see
+//! [`crate::ops::reconcile`]). Exit 0 when no key's unexplained drift exceeds the
+//! threshold, 3 otherwise (for cron and Kubernetes jobs).
+
+use std::io::IsTerminal;
+use std::sync::Arc;
+
+use clap::Args;
+
+use crate::bucket::{self, Day};
+use crate::family::Families;
+use crate::ops::reconcile::{self, Options, Report, verdict::Status};
+use crate::sink::cql::session;
+
+use super::Failure;
+use super::store_args::StoreArgs;
+
+/// The flags of `reconcile`.
+#[derive(Debug, Args)]
+pub(super) struct ReconcileArgs {
+    #[command(flatten)]
+    store: StoreArgs,
+    /// The UTC day.
+    #[arg(long, value_name = "YYYY-MM-DD", value_parser = super::args::day)]
+    day: Day,
+    /// One family [default: every family with `exact = true`].
+    #[arg(long, value_name = "NAME")]
+    family: Option<String>,
+    /// Only keys with this key value, `column:value` (generic family: `name:NAME` or a
+    /// tag); repeat for several.
+    #[arg(long = "tag", value_name = "K:V")]
+    tags: Vec<String>,
+    /// `text` (keys that are not ok, then a summary) or `json` (every key).
+    #[arg(long, default_value = "text", value_parser = ["text", "json"])]
+    format: String,
+    /// Unexplained drift accepted per key, as a fraction of its exact total [default:
+    /// `exact.reconcile_threshold`].
+    #[arg(long, value_name = "FRACTION")]
+    threshold: Option<f64>,
+    /// Write the verdicts of `resolved` keys to the outcomes table.
+    #[arg(long)]
+    resolve: bool,
+    /// Keep every key's exact total of the (closed) day in `exact_by_day`.
+    #[arg(long)]
+    close: bool,
+    /// Write one corrective increment per drifting counter row of the (closed) day
+    /// (`counter += exact - counter`), each recorded in the outcomes table; then
+    /// reconcile again and report that.
+    #[arg(long)]
+    repair: bool,
+    /// With --repair: print the corrections, write nothing.
+    #[arg(long, requires = "repair")]
+    dry_run: bool,
+}
+
+/// Reconciles, prints, and fails with code 3 on unexplained drift over the threshold.
+pub(super) async fn run(args: ReconcileArgs) -> Result<(), Failure> {
+    let config = args.store.load()?;
+    let families = Families::from_config(&config)?;
+    let selected: Vec<_> = match &args.family {
+        Some(name) => {
+            let family = families
+                .by_name(name)
+                .ok_or_else(|| Failure::usage(format!("no family is called `{name}`")))?;
+            if !family.exact {
+                return Err(Failure::usage(format!(
+                    "family `{name}` keeps no exact totals (set exact = true)"
+                )));
+            }
+            vec![family]
+        }
+        None => families.iter().filter(|f| f.exact).collect(),
+    };
+    if selected.is_empty() {
+        return Err(Failure::usage(
+            "no family keeps exact totals (exact = true)",
+        ));
+    }
+    let threshold = args.threshold.unwrap_or(config.exact.reconcile_threshold);
+    if !(0.0..=1.0).contains(&threshold) {
+        return Err(Failure::usage(
+            "--threshold must be a fraction between 0 and 1",
+        ));
+    }
+    let tags = args
+        .tags
+        .iter()
+        .map(|t| {
+            t.split_once(':')
+                .map(|(k, v)| (k.to_owned(), v.to_owned()))
+                .ok_or_else(|| Failure::usage(format!("--tag {t}: expected K:V")))
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    let now = bucket::unix_secs(std::time::SystemTime::now());
+    let options = Options {
+        day: args.day,
+        tags,
+        threshold,
+        now_unix_secs: now,
+        concurrency: 64,
+    };
+    let session = Arc::new(
+        session::connect(&config.store)
+            .await
+            .map_err(Failure::other)?,
+    );
+    let terminal = std::io::stderr().is_terminal();
+    let progress = |what: &str, n: u64| {
+        if terminal {
+            eprint!("\r{what}: {n}    ");
+        }
+    };
+    let mut reports = Vec::new();
+    for family in selected {
+        let mut report = reconcile::reconcile(&session, &config, family, &options, &progress)
+            .await
+            .map_err(Failure::other)?;
+        if args.repair {
+            if !report.closed {
+                return Err(Failure::usage(format!(
+                    "{} is not closed yet: --repair only corrects closed days",
+                    report.day
+                )));
+            }
+            let reader = crate::ops::read::Reader::new(session.clone());
+            let mut corrections =
+                reconcile::repair::plan(&session, &reader, &config, family, &report, args.day)
+                    .await
+                    .map_err(Failure::other)?;
+            if !args.dry_run && !corrections.is_empty() {
+                let sink = crate::sink::cql::CqlSink::connect(&config.store, &families)
+                    .await
+                    .map_err(Failure::other)?;
+                reconcile::repair::apply(
+                    &session,
+                    &sink,
+                    &config,
+                    family,
+                    args.day,
+                    &mut corrections,
+                    now.saturating_mul(1000),
+                )
+                .await
+                .map_err(Failure::other)?;
+            }
+            for c in &corrections {
+                println!(
+                    "repair {:<7} {:<6} {}{} {:?}",
+                    c.outcome,
+                    c.granularity,
+                    serde_json::to_string(&c.key).unwrap_or_default(),
+                    c.minute.map(|m| format!(" minute {m}")).unwrap_or_default(),
+                    c.deltas
+                );
+            }
+            let unknown = corrections
+                .iter()
+                .filter(|c| c.outcome == "unknown")
+                .count();
+            if unknown > 0 {
+                eprintln!(
+                    "{unknown} repairs have an unknown outcome: recorded as repair_unknown, never sent again"
+                );
+            }
+            if !args.dry_run {
+                report = reconcile::reconcile(&session, &config, family, &options, &progress)
+                    .await
+                    .map_err(Failure::other)?;
+            }
+        }
+        if terminal {
+            eprintln!();
+        }
+        if args.resolve {
+            let written = reconcile::write_resolutions(
+                &session,
+                &config,
+                &report,
+                args.day,
+                now.saturating_mul(1000),
+            )
+            .await
+            .map_err(Failure::other)?;
+            eprintln!("{}: {written} outcome rows resolved", family.name);
+        }
+        if args.close {
+            if !report.closed {
+                return Err(Failure::usage(format!(
+                    "{} is not closed yet (see reconcile's `open`): --close waits for it",
+                    report.day
+                )));
+            }
+            let written = reconcile::closed::close_day(
+                &session,
+                &config,
+                &report,
+                args.day,
+                now.saturating_mul(1000),
+            )
+            .await
+            .map_err(Failure::other)?;
+            eprintln!("{}: {written} keys closed", family.name);
+        }
+        reports.push(report);
+    }
+    match args.format.as_str() {
+        "json" => {
+            let text = serde_json::to_string_pretty(&reports).map_err(Failure::other)?;
+            println!("{text}");
+        }
+        _ => reports.iter().for_each(print_text),
+    }
+    if reports.iter().all(Report::passes) {
+        Ok(())
+    } else {
+        let over: usize = reports.iter().map(|r| r.summary.over_threshold).sum();
+        Err(Failure::with_code(
+            3,
+            format!("{over} keys with unexplained drift over the threshold ({threshold})"),
+        ))
+    }
+}
+
+fn print_text(report: &Report) {
+    println!(
+        "family {} day {}{}",
+        report.family,
+        report.day,
+        if report.closed { "" } else { " (open)" }
+    );
+    for key in report.keys.iter().filter(|k| k.status != Status::Ok) {
+        let drift: Vec<String> = key
+            .drift
+            .iter()
+            .filter(|(_, d)| **d != 0)
+            .map(|(c, d)| format!("{c}={d:+}"))
+            .collect();
+        let mut line = format!(
+            "{:<11} {:<6} {}  exact={:?} counter={:?} drift {}",
+            key.status.as_str(),
+            key.granularity,
+            serde_json::to_string(&key.key).unwrap_or_default(),
+            key.exact,
+            key.counter,
+            if drift.is_empty() {
+                "0".to_owned()
+            } else {
+                drift.join(" ")
+            },
+        );
+        if key.unknown_requests > 0 {
+            line.push_str(&format!(" unknown_requests={}", key.unknown_requests));
+        }
+        for (request, applied) in &key.resolution {
+            line.push_str(&format!(
+                " {request}={}",
+                if *applied { "applied" } else { "not_applied" }
+            ));
+        }
+        println!("{line}");
+    }
+    let s = &report.summary;
+    let statuses: Vec<String> = s.statuses.iter().map(|(k, v)| format!("{k}={v}")).collect();
+    println!(
+        "keys {} ledger_rows {} exact {} counter minute={} day={} | {} | drift explained {} unexplained {} | unknowns resolved {} | over threshold {}",
+        s.keys,
+        s.ledger_rows,
+        s.exact_total,
+        s.counter_total.get("minute").copied().unwrap_or(0),
+        s.counter_total.get("day").copied().unwrap_or(0),
+        statuses.join(" "),
+        s.drift_explained,
+        s.drift_unexplained,
+        s.unknowns_resolved,
+        s.over_threshold,
+    );
+}

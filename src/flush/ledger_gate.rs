@@ -1,0 +1,380 @@
+//! The delta ledger's gate: the one place where a flush meets the ledger of the exact
+//! families (`family[].exact`, `generic.exact`).
+//!
+//! Given the rows a flush drained, the gate forms the ledger rows of their fresh deltas
+//! (rows drained as [`Slot::Both`]: deltas leaving the buffer for the first time;
+//! re-queued and replayed rows are owed to one table only and were recorded when they
+//! were fresh), writes them, and only then lets the drained rows go on to the plan and
+//! the counter writes. A ledger row is formed once — one per (family, key, minute,
+//! writer, incarnation, flush, part) — and on any failure, a timeout included, the very
+//! same row is sent again (its INSERT is idempotent), with a back-off, until the store
+//! acknowledges it. Until then the drained rows it records are held here, out of the
+//! buffer: a ledger outage holds the exact families' counter writes, it never lets them
+//! go out unrecorded. Other families, and rows that are not fresh, pass straight through.
+//!
+//! [`form`] is the synchronous core; [`LedgerGate::admit`] the async shell a flush calls.
+//! Held rows count as in flight in the accounting identity, and as pending in
+//! `status.json` (a kill loses them like any row in memory, and the next start says so).
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures_util::StreamExt;
+use futures_util::stream::FuturesUnordered;
+
+use crate::aggregate::{Columns, Row, RowKey, Slot};
+use crate::bucket::Minute;
+use crate::family::{Families, key_bucket};
+use crate::series;
+use crate::sink::{LedgerRow, Outcome, Sink};
+use crate::state::{FlushId, WriteRecord};
+use crate::telemetry::Ledger;
+use crate::vocabulary::{FamilyId, Granularity};
+
+use super::exact_outcomes::OutcomeQueue;
+use super::shutdown::Deadline;
+
+/// Attempts of one ledger request within one flush before its rows wait for a later
+/// flush (the back-off between them doubles from `exact.retry_backoff_min`).
+const ATTEMPTS_PER_FLUSH: u32 = 3;
+
+/// Most ledger rows per request (one UNLOGGED BATCH of one ledger partition, applied as
+/// one mutation): larger than a counter batch, since a ledger row is a small regular row
+/// and the ledger's requests run before the counter writes they gate (about 100 bytes a
+/// row: some 13 KB a batch, under Cassandra's 50 KB batch failure threshold).
+pub const ROWS_PER_REQUEST: usize = 128;
+
+/// An exact family as the ledger names it.
+#[derive(Clone, Debug)]
+struct ExactFamily {
+    name: Arc<str>,
+    columns: Arc<[String]>,
+}
+
+/// What the gate needs to know to form ledger rows.
+#[derive(Clone, Debug)]
+pub struct Formation {
+    /// By family id: the exact families' names and columns (None: not exact).
+    families: Vec<Option<ExactFamily>>,
+    /// Ledger partitions per family and day.
+    buckets: u16,
+    /// Most ledger rows per request.
+    max_rows: usize,
+}
+
+impl Formation {
+    /// The formation rules for `families`, or None when no family keeps exact totals.
+    pub fn of(families: &Families, max_rows: usize) -> Option<Formation> {
+        let tables = families.exact_tables()?;
+        let families = families
+            .iter()
+            .map(|f| {
+                f.exact.then(|| ExactFamily {
+                    name: f.name.as_str().into(),
+                    columns: f.columns.clone().into(),
+                })
+            })
+            .collect();
+        Some(Formation {
+            families,
+            buckets: tables.buckets,
+            max_rows: max_rows.max(1),
+        })
+    }
+
+    fn exact(&self, family: FamilyId) -> Option<&ExactFamily> {
+        self.families.get(usize::from(family.0))?.as_ref()
+    }
+}
+
+/// One ledger request waiting to be confirmed: rows of one ledger partition formed by one
+/// flush, and the drained rows whose fresh deltas they record.
+#[derive(Debug)]
+pub struct Held {
+    /// The ledger rows, formed once, sent verbatim on every attempt.
+    pub rows: Vec<LedgerRow>,
+    /// The drained rows they gate.
+    pub gated: Vec<(RowKey, Row)>,
+    /// Failed attempts so far.
+    failures: u32,
+    /// Not to be sent again before this instant (the back-off).
+    not_before: Option<Instant>,
+}
+
+impl Held {
+    fn owed_sums(&self) -> [i128; 2] {
+        owed_sums(self.gated.iter())
+    }
+}
+
+/// Signed delta sums (minute, day) that `rows` owe the counter tables.
+pub fn owed_sums<'a>(rows: impl Iterator<Item = &'a (RowKey, Row)>) -> [i128; 2] {
+    let mut sums = [0_i128; 2];
+    for (key, row) in rows {
+        for g in Granularity::ALL {
+            if key.slot().owes(g) {
+                sums[g.index()] += row.columns.sum();
+            }
+        }
+    }
+    sums
+}
+
+/// Splits drained rows into those that pass straight to the plan and the ledger requests
+/// that must be confirmed before the rest may follow. Pure: the same rows and flush give
+/// the same ledger rows.
+pub fn form(
+    formation: &Formation,
+    flush: &FlushId,
+    drained: impl IntoIterator<Item = (RowKey, Row)>,
+) -> (Vec<(RowKey, Row)>, Vec<Held>) {
+    // (family, series, minute) → the drained rows of it (one per stripe that held it).
+    type Group = Vec<(RowKey, Row)>;
+    let mut groups: BTreeMap<(FamilyId, Box<[u8]>, u32), Group> = BTreeMap::new();
+    let mut pass = Vec::new();
+    for (key, row) in drained {
+        match (key.slot(), formation.exact(key.family())) {
+            (Slot::Both(minute), Some(_)) if !row.columns.is_zero() => groups
+                .entry((key.family(), key.series().into(), minute.0))
+                .or_default()
+                .push((key, row)),
+            _ => pass.push((key, row)),
+        }
+    }
+    let writer: Arc<str> = flush.writer.as_str().into();
+    // (family, day, bucket) → ledger rows and gated rows, in chunks of `max_rows`.
+    let mut partitions: BTreeMap<(FamilyId, u32, i16), Vec<Held>> = BTreeMap::new();
+    for ((family, series, minute), rows) in groups {
+        let Some(exact) = formation.exact(family) else {
+            pass.extend(rows);
+            continue;
+        };
+        let key: Box<str> = series::key_json(&series).into();
+        let bucket = key_bucket(&key, formation.buckets);
+        let minute = Minute(minute);
+        let parts = summed_parts(&rows);
+        let ledger_rows = parts
+            .into_iter()
+            .enumerate()
+            .map(|(part, deltas)| LedgerRow {
+                family: exact.name.clone(),
+                key: key.clone(),
+                bucket,
+                minute,
+                writer: writer.clone(),
+                incarnation: flush.incarnation,
+                flush_seq: flush.flush_seq,
+                part: u16::try_from(part).unwrap_or(u16::MAX),
+                columns: exact.columns.clone(),
+                deltas: deltas.as_slice().into(),
+            });
+        let chunks = partitions
+            .entry((family, minute.day().0, bucket))
+            .or_default();
+        let fits = chunks
+            .last()
+            .is_some_and(|c| c.rows.len() < formation.max_rows);
+        if !fits {
+            chunks.push(Held {
+                rows: Vec::new(),
+                gated: Vec::new(),
+                failures: 0,
+                not_before: None,
+            });
+        }
+        if let Some(chunk) = chunks.last_mut() {
+            chunk.rows.extend(ledger_rows);
+            chunk.gated.extend(rows);
+        }
+    }
+    (pass, partitions.into_values().flatten().collect())
+}
+
+/// The fresh deltas of one (family, key, minute), summed; a second part (and more) only
+/// when a sum would not fit a bigint.
+fn summed_parts(rows: &[(RowKey, Row)]) -> Vec<Columns> {
+    let mut parts: Vec<Columns> = Vec::with_capacity(1);
+    for (_, row) in rows {
+        if !parts.iter_mut().any(|p| p.checked_add(&row.columns)) {
+            parts.push(row.columns.clone());
+        }
+    }
+    parts
+}
+
+/// The gate a flush passes its drained rows through (see the module docs).
+pub struct LedgerGate {
+    formation: Formation,
+    /// The first and the longest wait before a failed request is sent again.
+    backoff: (Duration, Duration),
+    /// Requests formed and not confirmed yet, oldest first.
+    held: Vec<Held>,
+    /// Sums (minute, day) the held rows owe the counter tables.
+    held_sums: [i128; 2],
+    /// Rows of the outcomes table waiting to be written.
+    outcomes: OutcomeQueue,
+    /// Where the ledger's write counts and backlog are kept for the metrics.
+    counts: Arc<Ledger>,
+}
+
+impl LedgerGate {
+    /// The gate for `families`, or None when no family keeps exact totals.
+    pub fn new(families: &Families, max_rows: usize, counts: Arc<Ledger>) -> Option<LedgerGate> {
+        let backoff = families.exact_tables()?.retry_backoff;
+        Some(LedgerGate {
+            formation: Formation::of(families, max_rows)?,
+            backoff,
+            held: Vec::new(),
+            held_sums: [0, 0],
+            outcomes: OutcomeQueue::default(),
+            counts,
+        })
+    }
+
+    /// Drained rows held for their ledger rows, and their sums (minute, day).
+    pub fn held(&self) -> (usize, [i128; 2]) {
+        (
+            self.held.iter().map(|h| h.gated.len()).sum(),
+            self.held_sums,
+        )
+    }
+
+    /// Ledger rows formed and not confirmed yet.
+    pub fn backlog(&self) -> usize {
+        self.held.iter().map(|h| h.rows.len()).sum()
+    }
+
+    /// Forms the ledger rows of `drained`, sends every request that is due (all of them
+    /// in the final flush), and returns the rows the counter writes may carry now: those
+    /// that need no ledger row and those whose ledger rows are confirmed (this flush's or
+    /// an earlier one's). The rest stay held for a later flush.
+    pub async fn admit<S: Sink>(
+        &mut self,
+        sink: &S,
+        flush: &FlushId,
+        drained: impl IntoIterator<Item = (RowKey, Row)>,
+        max_in_flight: usize,
+        deadline: &mut Deadline,
+        last: bool,
+    ) -> Vec<(RowKey, Row)> {
+        let (mut pass, formed) = form(&self.formation, flush, drained);
+        for held in &formed {
+            let sums = held.owed_sums();
+            self.held_sums[0] += sums[0];
+            self.held_sums[1] += sums[1];
+        }
+        self.held.extend(formed);
+        let now = Instant::now();
+        let (due, waiting): (Vec<Held>, Vec<Held>) = std::mem::take(&mut self.held)
+            .into_iter()
+            .partition(|h| last || h.not_before.is_none_or(|t| t <= now));
+        self.held = waiting;
+        let results = self.send(sink, due, max_in_flight, deadline).await;
+        let mut failed = 0;
+        for (mut held, confirmed) in results {
+            if confirmed {
+                let sums = held.owed_sums();
+                self.held_sums[0] -= sums[0];
+                self.held_sums[1] -= sums[1];
+                pass.append(&mut held.gated);
+            } else {
+                failed += 1;
+                held.failures += 1;
+                held.not_before = Some(Instant::now() + self.wait_after(held.failures));
+                self.held.push(held);
+            }
+        }
+        let (rows, _) = self.held();
+        self.counts
+            .set_exact_ledger_backlog(rows as u64, self.backlog() as u64);
+        if failed > 0 {
+            tracing::warn!(
+                requests = failed,
+                held_rows = rows,
+                ledger_rows = self.backlog(),
+                "Delta ledger writes failed: the exact families' rows they record are held (no counter write carries them) and the same ledger rows are sent again."
+            );
+        }
+        pass
+    }
+
+    /// Queues the outcomes-table rows of the exact families' records among `records`
+    /// (unknown, rejected: see [`super::exact_outcomes`]).
+    pub fn record_outcomes<'a>(
+        &mut self,
+        families: &Families,
+        records: impl IntoIterator<Item = &'a WriteRecord>,
+    ) {
+        self.outcomes.offer(families, records);
+    }
+
+    /// Sends the queued outcome rows (all that are due; every one when `force`).
+    pub async fn send_outcomes<S: Sink>(&mut self, sink: &S, deadline: &mut Deadline, force: bool) {
+        self.outcomes
+            .send(sink, self.backoff, deadline, force)
+            .await;
+    }
+
+    /// Outcome rows waiting to be written.
+    pub fn outcomes_queued(&self) -> usize {
+        self.outcomes.len()
+    }
+
+    /// Sends each request, up to [`ATTEMPTS_PER_FLUSH`] times, at most `max_in_flight`
+    /// at once, until confirmed or the shutdown deadline passes.
+    async fn send<S: Sink>(
+        &self,
+        sink: &S,
+        due: Vec<Held>,
+        max_in_flight: usize,
+        deadline: &mut Deadline,
+    ) -> Vec<(Held, bool)> {
+        let mut confirmed = vec![false; due.len()];
+        {
+            let attempt = |index: usize| {
+                let rows = &due[index].rows;
+                async move {
+                    for attempt in 0..ATTEMPTS_PER_FLUSH {
+                        let outcome = sink.write_ledger(rows).await;
+                        self.counts.count_exact_ledger_write(outcome.class());
+                        if outcome == Outcome::Applied {
+                            return (index, true);
+                        }
+                        if attempt + 1 < ATTEMPTS_PER_FLUSH {
+                            tokio::time::sleep(self.wait_after(attempt + 1)).await;
+                        }
+                    }
+                    (index, false)
+                }
+            };
+            let mut running = FuturesUnordered::new();
+            let mut started = 0;
+            loop {
+                while running.len() < max_in_flight.max(1) && started < due.len() {
+                    running.push(attempt(started));
+                    started += 1;
+                }
+                if running.is_empty() {
+                    break;
+                }
+                tokio::select! {
+                    Some((index, ok)) = running.next() => confirmed[index] = ok,
+                    _ = deadline.wait() => break,
+                }
+            }
+        }
+        due.into_iter().zip(confirmed).collect()
+    }
+
+    /// The wait after `failures` failed attempts: doubling from the minimum, capped.
+    fn wait_after(&self, failures: u32) -> Duration {
+        let (min, max) = self.backoff;
+        min.saturating_mul(1 << failures.saturating_sub(1).min(20))
+            .min(max)
+    }
+}
+
+#[cfg(test)]
+#[path = "ledger_gate_tests.rs"]
+mod tests;

@@ -1,0 +1,293 @@
+//! The ledger gate against the in-memory sink: the ledger records exactly what was fed,
+//! whatever the counter writes and the ledger writes went through; counter writes wait
+//! for the ledger.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use parking_lot::Mutex;
+
+use crate::config::{Config, FamilyConfig};
+use crate::engine::Engine;
+use crate::flush::Flusher;
+use crate::series;
+use crate::sink::{LedgerRow, MemorySink, Outcome, WriteError};
+use crate::telemetry::Accounting;
+use crate::vocabulary::Granularity;
+
+/// 2026-11-30T23:58:00Z.
+const T0: i64 = 1_796_083_080;
+
+fn config(dir: &std::path::Path) -> Config {
+    let mut config = Config::default();
+    config.state.dir = dir.to_owned();
+    let mut views = FamilyConfig::seed_views();
+    views.exact = true;
+    config.families.push(views);
+    config.exact.retry_backoff_min = Duration::from_millis(1);
+    config.exact.retry_backoff_max = Duration::from_millis(2);
+    config.flush.max_batch_rows = 7;
+    config
+}
+
+/// Ledger sums per (key, minute) over every kept ledger row.
+fn ledger_sums(rows: &[LedgerRow]) -> BTreeMap<(String, u32), i128> {
+    let mut sums = BTreeMap::new();
+    for row in rows {
+        *sums.entry((row.key.to_string(), row.minute.0)).or_default() += row.sum();
+    }
+    sums
+}
+
+/// Counter sums of the views family per (key, minute) in one table.
+fn counter_sums(sink: &MemorySink, table: Granularity) -> BTreeMap<(String, u32), i128> {
+    let mut sums = BTreeMap::new();
+    for (key, values) in sink.rows() {
+        if key.0.0 == 1 && key.1 == table {
+            *sums.entry((series::key_json(&key.2), key.4)).or_default() +=
+                values.iter().sum::<i128>();
+        }
+    }
+    sums
+}
+
+/// Records every ledger request's rows, so a test can check each primary key was only
+/// ever sent with one content.
+fn record_ledger_requests(
+    sink: &MemorySink,
+    fail: impl Fn(u64) -> Option<(Outcome, bool)> + Send + Sync + 'static,
+) -> Arc<Mutex<Vec<LedgerRow>>> {
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let log = seen.clone();
+    sink.set_ledger_script(move |n, rows| {
+        log.lock().extend(rows.iter().cloned());
+        fail(n)
+    });
+    seen
+}
+
+fn assert_each_row_sent_with_one_content(sent: &[LedgerRow]) {
+    let mut by_identity: BTreeMap<_, &LedgerRow> = BTreeMap::new();
+    for row in sent {
+        let identity = (row.partition(), row.identity());
+        if let Some(first) = by_identity.insert(identity, row) {
+            assert_eq!(first, row, "a ledger row was re-sent with other values");
+        }
+    }
+}
+
+#[tokio::test]
+async fn the_ledger_records_what_was_fed_through_counter_and_ledger_faults() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = config(dir.path());
+    let engine = Arc::new(Engine::with_seed(&config, Some(1)).unwrap());
+    let sink = MemorySink::new();
+    // Every 2nd ledger request times out after the store kept its rows; every 3rd
+    // counter write is re-queued, every 5th applies unknowingly, every 7th fails unknown
+    // and is not applied.
+    let sent = record_ledger_requests(&sink, |n| {
+        (n % 2 == 0).then(|| {
+            (
+                Outcome::Unknown(WriteError::new("write_timeout", "t")),
+                true,
+            )
+        })
+    });
+    sink.set_script(|n, _| match n % 7 {
+        3 => Some((
+            Outcome::NotAppliedTransient(WriteError::new("overloaded", "o")),
+            false,
+        )),
+        5 => Some((
+            Outcome::Unknown(WriteError::new("write_timeout", "t")),
+            true,
+        )),
+        0 => Some((
+            Outcome::Unknown(WriteError::new("write_timeout", "t")),
+            false,
+        )),
+        _ => None,
+    });
+    let mut flusher = Flusher::open(engine.clone(), Arc::new(sink.clone()), &config).unwrap();
+    let mut fed: BTreeMap<(String, u32), i128> = BTreeMap::new();
+    for flush in 0..6_i64 {
+        let now = T0 + flush * 40;
+        for i in 0..300_i64 {
+            let key = format!("p{}", i % 23);
+            let delta = if i % 11 == 0 { -2 } else { i % 4 + 1 };
+            engine
+                .record(
+                    "page.views",
+                    &[("page_id", key.as_str())][..],
+                    delta,
+                    now,
+                    None,
+                )
+                .unwrap();
+            *fed.entry((format!("[\"{key}\"]"), (now / 60) as u32))
+                .or_default() += i128::from(delta);
+        }
+        flusher.flush_now().await;
+    }
+    sink.clear_script();
+    for _ in 0..5 {
+        flusher.flush_now().await;
+    }
+    let ledger = sink.ledger_rows();
+    assert_eq!(
+        ledger_sums(&ledger),
+        fed,
+        "the ledger holds exactly what was fed"
+    );
+    assert_each_row_sent_with_one_content(&sent.lock());
+    assert!(
+        sink.ledger_requests() > sent.lock().len() as u64 / 8,
+        "ledger requests batch rows"
+    );
+    let counts = flusher.ledger().exact_ledger();
+    assert!(counts.writes[&crate::sink::OutcomeClass::Unknown] > 0);
+    assert_eq!((counts.held_rows, counts.backlog_rows), (0, 0));
+    // The counters drifted (unknown writes), the ledger did not; every unknown row of
+    // the log is in the outcomes table.
+    assert_ne!(counter_sums(&sink, Granularity::Minute), fed);
+    let logged = std::fs::read_to_string(dir.path().join("unknown.jsonl")).unwrap();
+    let outcomes = sink.outcome_rows();
+    assert_eq!(outcomes.len(), logged.lines().count());
+    assert!(
+        outcomes
+            .iter()
+            .all(|o| o.outcome == "unknown" && o.key.starts_with("[\"p"))
+    );
+    let a = Accounting::read(&engine, flusher.ledger());
+    assert!(a.is_balanced(), "{a:?}");
+}
+
+#[tokio::test]
+async fn a_ledger_outage_holds_the_counter_writes_until_it_ends() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = config(dir.path());
+    let engine = Arc::new(Engine::with_seed(&config, Some(1)).unwrap());
+    let sink = MemorySink::new();
+    sink.set_ledger_script(|_, _| {
+        Some((
+            Outcome::NotAppliedTransient(WriteError::new("unavailable", "u")),
+            false,
+        ))
+    });
+    let mut flusher = Flusher::open(engine.clone(), Arc::new(sink.clone()), &config).unwrap();
+    let mut fed: BTreeMap<(String, u32), i128> = BTreeMap::new();
+    for flush in 0..4_i64 {
+        let now = T0 + flush * 30;
+        for i in 0..50_i64 {
+            let key = format!("p{}", i % 9);
+            engine
+                .record("page.views", &[("page_id", key.as_str())][..], 1, now, None)
+                .unwrap();
+            // A generic counter: no ledger, so it is not held.
+            engine
+                .record("req", &[("env", "x")][..], 1, now, None)
+                .unwrap();
+            *fed.entry((format!("[\"{key}\"]"), (now / 60) as u32))
+                .or_default() += 1;
+        }
+        flusher.flush_now().await;
+        tokio::time::sleep(Duration::from_millis(3)).await;
+    }
+    assert!(
+        counter_sums(&sink, Granularity::Minute).is_empty(),
+        "no counter write of an exact family while the ledger fails"
+    );
+    assert!(counter_sums(&sink, Granularity::Day).is_empty());
+    assert_eq!(
+        sink.total(Granularity::Minute),
+        200,
+        "the generic family is not held"
+    );
+    let counts = flusher.ledger().exact_ledger();
+    assert!(
+        counts.held_rows > 0 && counts.backlog_rows > 0,
+        "{counts:?}"
+    );
+    let a = Accounting::read(&engine, flusher.ledger());
+    assert!(a.is_balanced(), "held rows are in flight: {a:?}");
+    assert_eq!(a.minute.pending, 200);
+
+    sink.clear_ledger_script();
+    tokio::time::sleep(Duration::from_millis(3)).await;
+    flusher.flush_now().await;
+    assert_eq!(ledger_sums(&sink.ledger_rows()), fed);
+    assert_eq!(
+        counter_sums(&sink, Granularity::Minute),
+        fed,
+        "everything lands once"
+    );
+    let day: i128 = counter_sums(&sink, Granularity::Day).values().sum();
+    assert_eq!(day, 200);
+    let a = Accounting::read(&engine, flusher.ledger());
+    assert!(a.is_balanced() && a.minute.pending == 0, "{a:?}");
+    assert_eq!(flusher.ledger().exact_ledger().held_rows, 0);
+}
+
+#[tokio::test]
+async fn requeued_deltas_are_not_fresh_again() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = config(dir.path());
+    let engine = Arc::new(Engine::with_seed(&config, Some(1)).unwrap());
+    let sink = MemorySink::new();
+    // Every counter write fails transiently for the first flushes: the rows are merged
+    // back and meet new increments of the same rows.
+    sink.set_script(|_, _| {
+        Some((
+            Outcome::NotAppliedTransient(WriteError::new("overloaded", "o")),
+            false,
+        ))
+    });
+    let mut flusher = Flusher::open(engine.clone(), Arc::new(sink.clone()), &config).unwrap();
+    let mut fed: BTreeMap<(String, u32), i128> = BTreeMap::new();
+    for flush in 0..5 {
+        if flush == 3 {
+            sink.clear_script();
+        }
+        for i in 0..40_i64 {
+            let key = format!("p{}", i % 5);
+            engine
+                .record("page.views", &[("page_id", key.as_str())][..], 3, T0, None)
+                .unwrap();
+            *fed.entry((format!("[\"{key}\"]"), (T0 / 60) as u32))
+                .or_default() += 3;
+        }
+        flusher.flush_now().await;
+    }
+    flusher.flush_now().await;
+    assert_eq!(ledger_sums(&sink.ledger_rows()), fed);
+    assert_eq!(counter_sums(&sink, Granularity::Minute), fed);
+    // One ledger row per key and flush: 5 keys, 5 flushes.
+    assert_eq!(sink.ledger_rows().len(), 25);
+}
+
+#[tokio::test]
+async fn the_final_flush_reports_rows_the_ledger_never_confirmed_as_lost() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = config(dir.path());
+    config.flush.shutdown_deadline = Duration::from_millis(50);
+    let engine = Arc::new(Engine::with_seed(&config, Some(1)).unwrap());
+    let sink = MemorySink::new();
+    sink.set_ledger_script(|_, _| {
+        Some((
+            Outcome::NotAppliedTransient(WriteError::new("unavailable", "u")),
+            false,
+        ))
+    });
+    let flusher = Flusher::open(engine.clone(), Arc::new(sink.clone()), &config).unwrap();
+    engine
+        .record("page.views", &[("page_id", "a")][..], 5, T0, None)
+        .unwrap();
+    flusher.finish().await;
+    assert_eq!(sink.requests(), 0, "no counter write went out unrecorded");
+    let status: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.path().join("status.json")).unwrap())
+            .unwrap();
+    assert_eq!(status["clean"], false, "{status}");
+    assert_eq!(status["pending_rows"], 1, "{status}");
+}

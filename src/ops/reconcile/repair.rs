@@ -1,0 +1,284 @@
+//! `reconcile --repair`: on a closed day, one corrective increment per drifting counter
+//! row (`counter += exact - counter`), so that the counters equal the ledger.
+//!
+//! A corrective increment is a counter write like any other: non-idempotent, sent once.
+//! Its outcome row (`repair_unknown`) is written to the outcomes table **before** it is
+//! sent, and settled (`repair_applied`, `repair_rejected`) after; an unknown repair stays
+//! `repair_unknown`, is reported, and is never sent again — the next reconcile counts it
+//! as an unknown request of its key (see [`super::gather`]). Minute rows are compared one
+//! by one (the key's ledger rows against its minute partition), the day row as a whole.
+
+use std::collections::BTreeMap;
+
+use futures_util::StreamExt;
+use scylla::client::session::Session;
+use scylla::value::CqlDate;
+use serde::Serialize;
+
+use crate::aggregate::Columns;
+use crate::bucket::{Day, MINUTES_PER_DAY};
+use crate::config::Config;
+use crate::cql_text::{self, EXACT};
+use crate::family::{FamilyDef, key_bucket};
+use crate::ops::read::{ReadError, Reader};
+use crate::series;
+use crate::sink::cql::{CqlSink, session};
+use crate::sink::{Outcome, OutcomeRow, PartitionWrite, RowDelta, Sink};
+use crate::vocabulary::Granularity;
+
+use super::Report;
+use super::verdict::Status;
+
+/// One corrective increment.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Correction {
+    /// The key values.
+    pub key: Vec<String>,
+    /// `minute` or `day`.
+    pub granularity: &'static str,
+    /// The minute of the day, for a minute row.
+    pub minute: Option<i16>,
+    /// Column → delta to add.
+    pub deltas: BTreeMap<String, i64>,
+    /// The outcome: `planned` (dry run), `applied`, `rejected`, `unknown`.
+    pub outcome: String,
+}
+
+/// The corrections of every drifting key of `report` (a closed day), by comparing the
+/// key's ledger rows with its counter rows.
+pub async fn plan(
+    session: &Session,
+    reader: &Reader,
+    config: &Config,
+    family: &FamilyDef,
+    report: &Report,
+    day: Day,
+) -> Result<Vec<Correction>, ReadError> {
+    let width = family.columns.len();
+    let all: Vec<usize> = (0..width).collect();
+    let mut corrections = Vec::new();
+    for key in &report.keys {
+        if matches!(key.status, Status::Ok | Status::Open) || key.drift.values().all(|d| *d == 0) {
+            continue;
+        }
+        let consistency = config.exact.consistency;
+        let granularity = if key.granularity == "day" {
+            Granularity::Day
+        } else {
+            Granularity::Minute
+        };
+        let counter = reader
+            .partition(family, granularity, &key.key, day, &all, consistency)
+            .await?;
+        let correction = |minute: Option<i16>, exact: &[i128], stored: &[i64]| {
+            let deltas: BTreeMap<String, i64> = family
+                .columns
+                .iter()
+                .enumerate()
+                .filter_map(|(i, c)| {
+                    let want = exact.get(i).copied().unwrap_or(0);
+                    let have = i128::from(stored.get(i).copied().unwrap_or(0));
+                    let delta = i64::try_from(want - have).ok()?;
+                    (delta != 0).then(|| (c.clone(), delta))
+                })
+                .collect();
+            (!deltas.is_empty()).then(|| Correction {
+                key: key.key.clone(),
+                granularity: key.granularity,
+                minute,
+                deltas,
+                outcome: "planned".into(),
+            })
+        };
+        match granularity {
+            Granularity::Day => {
+                let exact: Vec<i128> = family.columns.iter().map(|c| key.exact[c]).collect();
+                let stored = counter.get(&i64::from(day.0)).cloned().unwrap_or_default();
+                corrections.extend(correction(None, &exact, &stored));
+            }
+            Granularity::Minute => {
+                let exact = ledger_minutes(session, config, family, &key.key, day).await?;
+                let minutes: std::collections::BTreeSet<i64> = exact
+                    .keys()
+                    .map(|m| i64::from(*m))
+                    .chain(counter.keys().copied())
+                    .collect();
+                for minute in minutes {
+                    let want = exact
+                        .get(&(minute as i16))
+                        .cloned()
+                        .unwrap_or_else(|| vec![0; width]);
+                    let have = counter.get(&minute).cloned().unwrap_or_default();
+                    corrections.extend(correction(Some(minute as i16), &want, &have));
+                }
+            }
+        }
+    }
+    Ok(corrections)
+}
+
+/// One key's ledger sums per minute of `day`.
+async fn ledger_minutes(
+    session: &Session,
+    config: &Config,
+    family: &FamilyDef,
+    keys: &[String],
+    day: Day,
+) -> Result<BTreeMap<i16, Vec<i128>>, ReadError> {
+    let text = cql_text::statement(
+        EXACT,
+        "select_ledger_key",
+        &[("keyspace", config.exact_keyspace())],
+    );
+    let store_error = |e: &dyn std::fmt::Display| ReadError::Store {
+        statement: text.clone(),
+        error: e.to_string(),
+    };
+    let mut statement = session
+        .prepare(text.clone())
+        .await
+        .map_err(|e| store_error(&e))?;
+    statement.set_consistency(session::consistency(config.exact.consistency));
+    let key = serde_json::to_string(keys).unwrap_or_default();
+    let bucket = key_bucket(&key, config.exact.buckets);
+    let mut pager = session
+        .execute_iter(
+            statement,
+            (
+                family.name.as_str(),
+                CqlDate(day.cql_date()),
+                bucket,
+                key.as_str(),
+            ),
+        )
+        .await
+        .map_err(|e| store_error(&e))?
+        .rows_stream::<(i16, BTreeMap<String, i64>)>()
+        .map_err(|e| store_error(&e))?;
+    let mut minutes: BTreeMap<i16, Vec<i128>> = BTreeMap::new();
+    while let Some(row) = pager.next().await {
+        let (minute, deltas) = row.map_err(|e| store_error(&e))?;
+        let sums = minutes
+            .entry(minute)
+            .or_insert_with(|| vec![0; family.columns.len()]);
+        for (column, delta) in deltas {
+            if let Some(i) = family.columns.iter().position(|c| *c == column) {
+                sums[i] += i128::from(delta);
+            }
+        }
+    }
+    Ok(minutes)
+}
+
+/// Sends the corrections: each recorded as `repair_unknown` first, sent once, then
+/// settled. Fills in each correction's outcome.
+pub async fn apply(
+    session: &Session,
+    sink: &CqlSink,
+    config: &Config,
+    family: &FamilyDef,
+    day: Day,
+    corrections: &mut [Correction],
+    now_ms: i64,
+) -> Result<(), ReadError> {
+    let settle_text = cql_text::statement(
+        EXACT,
+        "settle_repair",
+        &[("keyspace", config.exact_keyspace())],
+    );
+    let store_error = |text: &str, e: &dyn std::fmt::Display| ReadError::Store {
+        statement: text.to_owned(),
+        error: e.to_string(),
+    };
+    let mut settle = session
+        .prepare(settle_text.clone())
+        .await
+        .map_err(|e| store_error(&settle_text, &e))?;
+    settle.set_is_idempotent(true);
+    settle.set_consistency(session::consistency(config.exact.consistency));
+    for (n, correction) in corrections.iter_mut().enumerate() {
+        let request_id = format!("repair/{now_ms}/{n}");
+        let record = OutcomeRow {
+            family: family.name.clone(),
+            day,
+            request_id: request_id.clone(),
+            row: 0,
+            outcome: "repair_unknown".into(),
+            granularity: correction.granularity.into(),
+            key: serde_json::to_string(&correction.key).unwrap_or_default(),
+            minute: correction.minute,
+            shard: None,
+            deltas: correction.deltas.clone(),
+            error_kind: None,
+            error: None,
+            recorded_ms: now_ms,
+        };
+        // The record first: a repair never goes out unrecorded.
+        if sink.write_outcomes(std::slice::from_ref(&record)).await != Outcome::Applied {
+            return Err(ReadError::Store {
+                statement: "outcomes".into(),
+                error: format!("could not record repair {request_id}; nothing sent"),
+            });
+        }
+        let (granularity, bucket) = match correction.minute {
+            Some(minute) => (Granularity::Minute, day.0 * MINUTES_PER_DAY + minute as u32),
+            None => (Granularity::Day, day.0),
+        };
+        let values: Vec<i64> = family
+            .columns
+            .iter()
+            .map(|c| correction.deltas.get(c).copied().unwrap_or(0))
+            .collect();
+        let mut columns = Columns::zeroed(values.len());
+        for (i, v) in values.iter().enumerate() {
+            columns.checked_add_at(i, *v);
+        }
+        let write = PartitionWrite {
+            family: family.id,
+            table: granularity,
+            series: series::encode(correction.key.iter().map(String::as_str)).into_boxed_slice(),
+            shard: family.sharding.as_ref().map(|_| 0),
+            rows: vec![RowDelta {
+                bucket,
+                columns,
+                requeued_since: 0,
+            }],
+        };
+        let (outcome, error) = match sink.write(&write).await {
+            Outcome::Applied => ("repair_applied", None),
+            Outcome::NotAppliedTransient(e) | Outcome::NotAppliedPermanent(e) => {
+                ("repair_rejected", Some(e))
+            }
+            Outcome::Unknown(e) => {
+                correction.outcome = "unknown".into();
+                tracing::warn!(
+                    request_id,
+                    kind = e.kind,
+                    "A repair's outcome is unknown: recorded as repair_unknown, not sent again."
+                );
+                continue;
+            }
+        };
+        correction.outcome = if outcome == "repair_applied" {
+            "applied".into()
+        } else {
+            "rejected".into()
+        };
+        session
+            .execute_unpaged(
+                &settle,
+                (
+                    outcome,
+                    error.as_ref().map(|e| e.kind),
+                    error.as_ref().map(|e| &*e.text),
+                    family.name.as_str(),
+                    CqlDate(day.cql_date()),
+                    request_id.as_str(),
+                    0_i16,
+                ),
+            )
+            .await
+            .map_err(|e| store_error(&settle_text, &e))?;
+    }
+    Ok(())
+}

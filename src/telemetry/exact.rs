@@ -1,0 +1,67 @@
+//! The delta ledger's metrics (exact families): its write requests by outcome, and the
+//! rows waiting for it. Read from the flusher's [`Ledger`] at scrape time; every series
+//! exists from the first scrape, at 0.
+
+use std::sync::Arc;
+
+use prometheus::core::{Collector, Desc};
+use prometheus::proto::MetricFamily;
+use prometheus::{IntCounterVec, IntGauge};
+
+use crate::sink::OutcomeClass;
+
+use super::catalogue;
+use super::ledger::Ledger;
+
+/// Reads the delta ledger's counts at scrape time.
+pub struct ExactLedgerCollector {
+    ledger: Arc<Ledger>,
+    writes: IntCounterVec,
+    held_rows: IntGauge,
+    backlog_rows: IntGauge,
+    descs: Vec<Desc>,
+}
+
+impl ExactLedgerCollector {
+    /// A collector of `ledger`'s delta-ledger counts.
+    pub fn new(ledger: Arc<Ledger>) -> ExactLedgerCollector {
+        let writes = catalogue::EXACT_LEDGER_WRITES.int_counter_vec();
+        let held_rows = catalogue::EXACT_LEDGER_HELD_ROWS.int_gauge();
+        let backlog_rows = catalogue::EXACT_LEDGER_BACKLOG_ROWS.int_gauge();
+        let descs = [writes.desc(), held_rows.desc(), backlog_rows.desc()]
+            .into_iter()
+            .flatten()
+            .cloned()
+            .collect();
+        ExactLedgerCollector {
+            ledger,
+            writes,
+            held_rows,
+            backlog_rows,
+            descs,
+        }
+    }
+}
+
+impl Collector for ExactLedgerCollector {
+    fn desc(&self) -> Vec<&Desc> {
+        self.descs.iter().collect()
+    }
+
+    fn collect(&self) -> Vec<MetricFamily> {
+        let counts = self.ledger.exact_ledger();
+        self.writes.reset();
+        for class in OutcomeClass::ALL {
+            let n = counts.writes.get(&class).copied().unwrap_or(0);
+            self.writes.with_label_values(&[class.label()]).inc_by(n);
+        }
+        self.held_rows
+            .set(i64::try_from(counts.held_rows).unwrap_or(i64::MAX));
+        self.backlog_rows
+            .set(i64::try_from(counts.backlog_rows).unwrap_or(i64::MAX));
+        let mut out = self.writes.collect();
+        out.extend(self.held_rows.collect());
+        out.extend(self.backlog_rows.collect());
+        out
+    }
+}

@@ -1,0 +1,341 @@
+//! Exact totals against cqlsim, through the real driver: the delta ledger records exactly
+//! what was fed whatever the counter writes went through, a re-sent ledger row carries
+//! the same values, and a ledger outage holds the counter writes.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use countersink::config::Config;
+use countersink::vocabulary::Granularity;
+use cqlsim::{FaultKind, FaultRule};
+use futures_util::TryStreamExt;
+
+use crate::common::{T0, Writer, config, start_cqlsim};
+
+/// The example configuration with the views family exact, short timeouts and back-offs.
+fn exact_config(state: &std::path::Path) -> Config {
+    let mut config = config(state);
+    for family in &mut config.families {
+        family.exact = true;
+    }
+    config.store.request_timeout = Duration::from_millis(300);
+    config.exact.retry_backoff_min = Duration::from_millis(5);
+    config.exact.retry_backoff_max = Duration::from_millis(20);
+    config.flush.max_in_flight = 32;
+    config
+}
+
+/// The views family's tables and the ledger, as this test's store names them.
+struct Tables {
+    minute: String,
+    day: String,
+    ledger: String,
+}
+
+fn tables(config: &Config) -> Tables {
+    let views = &config.families[0];
+    Tables {
+        minute: views.minute_table.clone(),
+        day: views.day_table.clone(),
+        ledger: format!("{}.delta_ledger", config.exact_keyspace()),
+    }
+}
+
+/// One stored ledger row: (key, minute of day, writer, incarnation, flush, part) and its
+/// deltas.
+type LedgerRow = ((String, i16, String, i64, i64, i16), BTreeMap<String, i64>);
+
+/// Every row of the ledger table, read back through the driver.
+async fn read_ledger(writer: &Writer, table: &str) -> Vec<LedgerRow> {
+    writer
+        .session
+        .query_iter(
+            format!(
+                "SELECT key, minute, writer, incarnation, flush_seq, part, deltas FROM {table}"
+            ),
+            (),
+        )
+        .await
+        .expect("ledger scan")
+        .rows_stream::<(String, i16, String, i64, i64, i16, BTreeMap<String, i64>)>()
+        .expect("ledger rows")
+        .map_ok(|(key, minute, w, inc, seq, part, deltas)| {
+            ((key, minute, w, inc, seq, part), deltas)
+        })
+        .try_collect()
+        .await
+        .expect("ledger rows")
+}
+
+/// The ledger's `views` sum per (key, minute of day).
+fn ledger_views(rows: &[LedgerRow]) -> BTreeMap<(String, i16), i64> {
+    let mut sums = BTreeMap::new();
+    for ((key, minute, ..), deltas) in rows {
+        *sums.entry((key.clone(), *minute)).or_default() +=
+            deltas.get("views").copied().unwrap_or(0);
+    }
+    sums
+}
+
+/// Flushes until nothing is pending or held.
+async fn settle(writer: &mut Writer) {
+    for _ in 0..40 {
+        let held = writer.ledger.exact_ledger().held_rows;
+        if writer.engine.aggregator().pending_rows() == 0 && held == 0 {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        writer.flusher.flush_now().await;
+    }
+    panic!(
+        "still pending: {} rows, {:?}",
+        writer.engine.aggregator().pending_rows(),
+        writer.ledger.exact_ledger()
+    );
+}
+
+/// Issue test 1: 50k increments with every counter fault kind (applied and not, where
+/// both exist) at about 10 % of counter writes, and every 2nd ledger write timing out
+/// after the store applied it: the ledger equals what was fed, per key and minute; every
+/// ledger row was sent with one content only; no (key, minute, flush) has two rows.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_ledger_equals_what_was_fed_under_every_counter_fault() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = exact_config(dir.path());
+    let store = start_cqlsim(&mut config, "injects faults and reads the request log").await;
+    let server = store.sim();
+    let t = tables(&config);
+    server.enable_request_log();
+    let mut writer = Writer::start(&config).await;
+    let mut rules = vec![
+        FaultRule::new(FaultKind::WriteTimeout)
+            .applied(true)
+            .table(&t.ledger)
+            .every(2),
+    ];
+    for table in [&t.minute, &t.day] {
+        for (kind, applied) in [
+            (FaultKind::WriteTimeout, true),
+            (FaultKind::WriteTimeout, false),
+            (FaultKind::WriteFailure, true),
+            (FaultKind::WriteFailure, false),
+            (FaultKind::Overloaded, true),
+            (FaultKind::Overloaded, false),
+            (FaultKind::ServerError, true),
+            (FaultKind::ServerError, false),
+            (FaultKind::NoReply, true),
+            (FaultKind::NoReply, false),
+            (FaultKind::Close, true),
+            (FaultKind::Close, false),
+            (FaultKind::Unavailable, false),
+            (FaultKind::Bootstrapping, false),
+            (FaultKind::Unprepared, false),
+        ] {
+            rules.push(
+                FaultRule::new(kind)
+                    .applied(applied)
+                    .table(table)
+                    .probability(0.007),
+            );
+        }
+    }
+    server.set_faults(rules);
+
+    let mut fed: BTreeMap<(String, i16), i64> = BTreeMap::new();
+    for flush in 0..10_i64 {
+        let now = T0 - 3600 + flush * 60;
+        for i in 0..5_000_i64 {
+            let key = format!("p{}", i % 200);
+            let delta = if i % 13 == 0 { -1 } else { i % 3 + 1 };
+            writer.incr("page.views", &[("page_id", key.as_str())], delta, now);
+            let minute = (now.rem_euclid(86_400) / 60) as i16;
+            *fed.entry((format!("[\"{key}\"]"), minute)).or_default() += delta;
+        }
+        writer.flusher.flush_now().await;
+    }
+    server.clear_faults();
+    settle(&mut writer).await;
+
+    let dropped = writer.engine.aggregator().counters().dropped_total();
+    assert_eq!(
+        dropped, 0,
+        "nothing dropped, so the ledger owes everything fed"
+    );
+    let rows = read_ledger(&writer, &t.ledger).await;
+    assert_eq!(
+        ledger_views(&rows),
+        fed,
+        "the ledger sum per key and minute"
+    );
+    let mut per_flush = BTreeMap::new();
+    for ((key, minute, w, inc, seq, _part), _) in &rows {
+        *per_flush.entry((key, minute, w, inc, seq)).or_insert(0) += 1;
+    }
+    assert!(
+        per_flush.values().all(|&n| n == 1),
+        "one ledger row per key, minute and flush"
+    );
+
+    // Re-sent verbatim: every ledger primary key reached the store with one content.
+    let mut contents: BTreeMap<Vec<String>, BTreeMap<String, String>> = BTreeMap::new();
+    let mut ledger_requests = 0;
+    let mut resent = 0;
+    for request in server.request_log() {
+        for statement in &request.statements {
+            if statement.table != "delta_ledger" {
+                continue;
+            }
+            ledger_requests += 1;
+            let identity: Vec<String> = [
+                "family",
+                "day",
+                "bucket",
+                "key",
+                "minute",
+                "writer",
+                "incarnation",
+                "flush_seq",
+                "part",
+            ]
+            .iter()
+            .map(|c| statement.values.get(*c).cloned().unwrap_or_default())
+            .collect();
+            if let Some(first) = contents.insert(identity, statement.values.clone()) {
+                resent += 1;
+                assert_eq!(
+                    first, statement.values,
+                    "a ledger row re-sent with other values"
+                );
+            }
+        }
+    }
+    assert!(
+        ledger_requests > 0 && resent > 0,
+        "timeouts made the gate re-send ({resent} of {ledger_requests})"
+    );
+    let counts = writer.ledger.exact_ledger();
+    assert!(
+        counts.writes[&countersink::sink::OutcomeClass::Unknown] > 0,
+        "{counts:?}"
+    );
+    let a = writer.accounting();
+    assert!(a.is_balanced(), "{a:?}");
+    assert!(a.minute.unknown != 0, "counter faults left unknown writes");
+    store.shutdown().await;
+}
+
+/// Issue test 4: while the ledger table is unavailable, the counter tables receive no
+/// write; once it returns, everything lands once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_ledger_outage_holds_every_counter_write_until_it_returns() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = exact_config(dir.path());
+    let store = start_cqlsim(&mut config, "makes one table unavailable").await;
+    let server = store.sim();
+    let t = tables(&config);
+    let mut writer = Writer::start(&config).await;
+    server.set_faults(vec![
+        FaultRule::new(FaultKind::Unavailable).table(&t.ledger),
+    ]);
+    server.reset_stats();
+    let mut fed: BTreeMap<(String, i16), i64> = BTreeMap::new();
+    for flush in 0..5_i64 {
+        let now = T0 - 600 + flush * 60;
+        for i in 0..400_i64 {
+            let key = format!("p{}", i % 40);
+            writer.incr("page.views", &[("page_id", key.as_str())], 2, now);
+            let minute = (now.rem_euclid(86_400) / 60) as i16;
+            *fed.entry((format!("[\"{key}\"]"), minute)).or_default() += 2;
+        }
+        writer.flusher.flush_now().await;
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    let stats = server.stats();
+    for table in [&t.minute, &t.day] {
+        let (ks, name) = table.split_once('.').unwrap();
+        assert_eq!(
+            stats.table(ks, name).write_requests,
+            0,
+            "{table} got a write during the outage"
+        );
+    }
+    let (ks, name) = t.ledger.split_once('.').unwrap();
+    assert!(
+        stats.table(ks, name).write_requests > 0,
+        "the ledger was tried"
+    );
+    assert_eq!(writer.ledger.exact_ledger().held_rows, 5 * 40);
+    let a = writer.accounting();
+    assert!(a.is_balanced(), "{a:?}");
+    assert_eq!(a.minute.pending, 5 * 400 * 2);
+
+    server.clear_faults();
+    settle(&mut writer).await;
+    assert_eq!(ledger_views(&read_ledger(&writer, &t.ledger).await), fed);
+    let stored: i128 = crate::common::table_sum(server, &t.minute, "views");
+    assert_eq!(stored, 5 * 400 * 2, "everything landed once");
+    assert_eq!(crate::common::table_sum(server, &t.day, "views"), stored);
+    let a = writer.accounting();
+    assert_eq!((a.minute.applied, a.day.applied), (stored, stored));
+    store.shutdown().await;
+}
+
+/// Issue test 5: transient counter failures while new increments arrive (the re-queued
+/// rows merge with fresh ones of the same rows): the ledger still equals what was fed,
+/// and once the failures stop, so do the counters.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requeue_merges_leave_the_ledger_equal_to_what_was_fed() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = exact_config(dir.path());
+    let store = start_cqlsim(&mut config, "injects transient faults").await;
+    let server = store.sim();
+    let t = tables(&config);
+    let mut writer = Writer::start(&config).await;
+    server.set_faults(vec![
+        FaultRule::new(FaultKind::Unavailable)
+            .table(&t.minute)
+            .probability(0.5),
+        FaultRule::new(FaultKind::Unavailable)
+            .table(&t.day)
+            .probability(0.5),
+    ]);
+    let mut fed: BTreeMap<(String, i16), i64> = BTreeMap::new();
+    for flush in 0..8_i64 {
+        // Two minutes, the same rows again and again.
+        let now = T0 - 600 + (flush % 2) * 60;
+        for i in 0..300_i64 {
+            let key = format!("p{}", i % 10);
+            writer.incr("page.views", &[("page_id", key.as_str())], 1 + i % 2, now);
+            let minute = (now.rem_euclid(86_400) / 60) as i16;
+            *fed.entry((format!("[\"{key}\"]"), minute)).or_default() += 1 + i % 2;
+        }
+        writer.flusher.flush_now().await;
+    }
+    let requeued: u64 = writer
+        .ledger
+        .writes()
+        .iter()
+        .filter(|((_, class), _)| *class == countersink::sink::OutcomeClass::Requeued)
+        .map(|(_, n)| n)
+        .sum();
+    assert!(requeued > 0, "counter writes were re-queued");
+    server.clear_faults();
+    settle(&mut writer).await;
+    let ledger = ledger_views(&read_ledger(&writer, &t.ledger).await);
+    assert_eq!(ledger, fed);
+    let total: i64 = fed.values().sum();
+    assert_eq!(
+        crate::common::table_sum(server, &t.minute, "views"),
+        i128::from(total)
+    );
+    assert_eq!(
+        crate::common::table_sum(server, &t.day, "views"),
+        i128::from(total)
+    );
+    let a = writer.accounting();
+    assert!(
+        a.is_balanced() && a.of(Granularity::Minute).pending == 0,
+        "{a:?}"
+    );
+    store.shutdown().await;
+}

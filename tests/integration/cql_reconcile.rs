@@ -1,0 +1,438 @@
+//! `countersink reconcile` against cqlsim: an outside writer is the one unexplained key
+//! (exit 3), equal unknown requests stay ambiguous, and every `resolved` verdict matches
+//! what cqlsim's request log says it applied.
+
+use std::collections::{BTreeMap, HashMap};
+use std::time::Duration;
+
+use countersink::bucket::{Day, format_date};
+use countersink::config::Config;
+use countersink::ops::reconcile::{self, Options, Report, verdict::Status};
+use cqlsim::{FaultKind, FaultRule};
+
+use crate::common::{T0, Writer, config, day_and_minute, run_cli, start_cqlsim};
+
+/// 2026-11-30 22:58Z: a day long closed when the tests run.
+const AT: i64 = T0 - 3600;
+
+fn exact_config(state: &std::path::Path) -> Config {
+    let mut config = config(state);
+    for family in &mut config.families {
+        family.exact = true;
+    }
+    config.store.request_timeout = Duration::from_millis(300);
+    config.exact.retry_backoff_min = Duration::from_millis(5);
+    config.exact.retry_backoff_max = Duration::from_millis(20);
+    config
+}
+
+fn day() -> Day {
+    Day((AT / 86_400) as u32)
+}
+
+async fn settle(writer: &mut Writer) {
+    for _ in 0..40 {
+        if writer.engine.aggregator().pending_rows() == 0
+            && writer.ledger.exact_ledger().held_rows == 0
+        {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        writer.flusher.flush_now().await;
+    }
+    panic!("still pending");
+}
+
+async fn run_reconcile(writer: &Writer, config: &Config) -> Report {
+    let families = countersink::family::Families::from_config(config).unwrap();
+    let family = families.by_name("views").unwrap();
+    let options = Options {
+        day: day(),
+        tags: Vec::new(),
+        threshold: 0.0,
+        now_unix_secs: countersink::bucket::unix_secs(std::time::SystemTime::now()),
+        concurrency: 8,
+    };
+    reconcile::reconcile(&writer.session, config, family, &options, &|_, _| {})
+        .await
+        .expect("reconcile")
+}
+
+/// Issue test 3: with no fault, every key is ok and reconcile exits 0; an outside writer
+/// adds +7 to one minute row: exactly one unexplained key, with drift 7, and exit code 3.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_outside_writer_is_the_one_unexplained_key_and_fails_the_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = exact_config(dir.path());
+    let store = start_cqlsim(&mut config, "writes beside countersink in process").await;
+    let mut writer = Writer::start(&config).await;
+    for i in 0..300_i64 {
+        let key = format!("p{}", i % 30);
+        writer.incr(
+            "page.views",
+            &[("page_id", key.as_str())],
+            1 + i % 4,
+            AT + i % 120,
+        );
+    }
+    writer.flusher.flush_now().await;
+    settle(&mut writer).await;
+    let file = dir.path().join("countersink.toml");
+    let mut example: toml::Table =
+        toml::from_str(include_str!("../../examples/countersink.toml")).unwrap();
+    example["family"][0]
+        .as_table_mut()
+        .unwrap()
+        .insert("exact".into(), true.into());
+    std::fs::write(
+        &file,
+        store.config_file(&toml::to_string(&example).unwrap()),
+    )
+    .unwrap();
+    let day_text = format_date(day().date());
+    let args = |format: &str| {
+        vec![
+            "reconcile".to_owned(),
+            "--config".into(),
+            file.display().to_string(),
+            "--day".into(),
+            day_text.clone(),
+            "--format".into(),
+            format.into(),
+        ]
+    };
+    let out = run_cli(args("text"));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{text}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(text.contains("keys 30 "), "{text}");
+    assert!(text.contains("ok=60"), "{text}");
+
+    let (date, minute) = day_and_minute(AT);
+    let sim = store.sim();
+    sim.execute(
+        None,
+        &format!(
+            "UPDATE {} SET views = views + 7 WHERE page_id = 'p3' AND day = '{date}' AND minute = {minute}",
+            config.families[0].minute_table
+        ),
+    )
+    .unwrap();
+    let out = run_cli(args("json"));
+    assert_eq!(
+        out.status.code(),
+        Some(3),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let reports: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let keys = reports[0]["keys"].as_array().unwrap();
+    let unexplained: Vec<_> = keys.iter().filter(|k| k["status"] != "ok").collect();
+    assert_eq!(unexplained.len(), 1, "{unexplained:?}");
+    assert_eq!(unexplained[0]["status"], "unexplained");
+    assert_eq!(unexplained[0]["key"], serde_json::json!(["p3"]));
+    assert_eq!(unexplained[0]["granularity"], "minute");
+    assert_eq!(unexplained[0]["drift"]["views"], 7);
+    assert_eq!(reports[0]["summary"]["drift_unexplained"], 7);
+    // A threshold above 7 / exact accepts it.
+    let mut lenient = args("text");
+    lenient.extend(["--threshold".to_owned(), "1.0".to_owned()]);
+    assert_eq!(run_cli(lenient).status.code(), Some(0));
+    store.shutdown().await;
+}
+
+/// Issue test 7: two unknown +5 requests to one row and a drift of 5 (one applied, one
+/// not): `ambiguous`, not `resolved`; the day row, where both applied, is resolved.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_equal_unknown_requests_are_ambiguous() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = exact_config(dir.path());
+    let store = start_cqlsim(&mut config, "injects one timeout per flush").await;
+    let sim = store.sim();
+    let minute_table = config.families[0].minute_table.clone();
+    let mut writer = Writer::start(&config).await;
+    for applied in [true, false] {
+        sim.set_faults(vec![
+            FaultRule::new(FaultKind::WriteTimeout)
+                .applied(applied)
+                .table(&minute_table)
+                .max(1),
+        ]);
+        writer.incr("page.views", &[("page_id", "a")], 5, AT);
+        writer.flusher.flush_now().await;
+    }
+    sim.clear_faults();
+    settle(&mut writer).await;
+    let report = run_reconcile(&writer, &config).await;
+    let a: Vec<_> = report.keys.iter().filter(|k| k.key == ["a"]).collect();
+    let minute = a.iter().find(|k| k.granularity == "minute").unwrap();
+    assert_eq!(minute.status, Status::Ambiguous, "{minute:?}");
+    assert_eq!(minute.drift["views"], -5);
+    assert_eq!(minute.unknown_requests, 2);
+    assert!(minute.resolution.is_empty());
+    assert!(
+        report.passes(),
+        "ambiguous drift is explained, not a failure"
+    );
+    store.shutdown().await;
+}
+
+/// Issue test 2: under write timeouts that applied and that did not, every `resolved`
+/// verdict says of each unknown request what cqlsim's request log says it did.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_resolved_verdict_matches_what_the_store_applied() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = exact_config(dir.path());
+    config.flush.max_batch_rows = 1;
+    let store = start_cqlsim(&mut config, "reads the fault log").await;
+    let sim = store.sim();
+    sim.enable_request_log();
+    let (minute_table, day_table) = (
+        config.families[0].minute_table.clone(),
+        config.families[0].day_table.clone(),
+    );
+    let mut writer = Writer::start(&config).await;
+    let mut rules = Vec::new();
+    for table in [&minute_table, &day_table] {
+        for applied in [true, false] {
+            rules.push(
+                FaultRule::new(FaultKind::WriteTimeout)
+                    .applied(applied)
+                    .table(table)
+                    .probability(0.1),
+            );
+        }
+    }
+    sim.set_faults(rules);
+    for flush in 0..6_i64 {
+        for i in 0..200_i64 {
+            let key = format!("p{}", i % 40);
+            // Distinct deltas per flush make most requests' contents unique.
+            writer.incr(
+                "page.views",
+                &[("page_id", key.as_str())],
+                1 + flush * 7 + i % 5,
+                AT + flush * 60,
+            );
+        }
+        writer.flusher.flush_now().await;
+    }
+    sim.clear_faults();
+    settle(&mut writer).await;
+    let report = run_reconcile(&writer, &config).await;
+
+    // What the store did with each faulted request, by content: (table, page_id, bucket,
+    // views) of its one row.
+    let mut applied_by_content: HashMap<(String, String, String, String), Vec<bool>> =
+        HashMap::new();
+    for request in sim.request_log() {
+        let Some((FaultKind::WriteTimeout, _)) = request.fault else {
+            continue;
+        };
+        let [statement] = request.statements.as_slice() else {
+            continue;
+        };
+        let v = |c: &str| statement.values.get(c).cloned().unwrap_or_default();
+        let bucket = if statement.table.ends_with("by_minute") {
+            v("minute")
+        } else {
+            v("day")
+        };
+        applied_by_content
+            .entry((statement.table.clone(), v("page_id"), bucket, v("views")))
+            .or_default()
+            .push(request.applied);
+    }
+    // The same requests from the writer's unknown log, by request id.
+    let log = std::fs::read_to_string(dir.path().join("unknown.jsonl")).unwrap();
+    let mut content_of: BTreeMap<String, (String, String, String, String)> = BTreeMap::new();
+    for line in log.lines() {
+        let r: serde_json::Value = serde_json::from_str(line).unwrap();
+        let table = r["table"]
+            .as_str()
+            .unwrap()
+            .rsplit('.')
+            .next()
+            .unwrap()
+            .to_owned();
+        let bucket = match r["minute"].as_i64() {
+            Some(m) => m.to_string(),
+            None => format!("'{}'", r["day"].as_str().unwrap()),
+        };
+        content_of.insert(
+            r["request_id"].as_str().unwrap().to_owned(),
+            (
+                table,
+                format!("'{}'", r["key"]["page_id"].as_str().unwrap()),
+                bucket,
+                r["deltas"]["views"].as_i64().unwrap_or(0).to_string(),
+            ),
+        );
+    }
+    let mut checked = 0;
+    for key in report.keys.iter().filter(|k| k.status == Status::Resolved) {
+        for (request, applied) in &key.resolution {
+            let content = &content_of[request];
+            let Some([store_applied]) = applied_by_content.get(content).map(Vec::as_slice) else {
+                continue; // the same content in two requests: no match by content
+            };
+            assert_eq!(applied, store_applied, "{request} {content:?}");
+            checked += 1;
+        }
+    }
+    assert!(
+        checked >= 5,
+        "only {checked} verdicts checked: {:?}",
+        report.summary
+    );
+    assert_eq!(report.summary.over_threshold, 0, "{:?}", report.summary);
+    store.shutdown().await;
+}
+
+/// Issue test 8, with `--close` and `get --exact`: a closed day drifted by unknown
+/// writes that did not apply and by an outside writer; `--repair --dry-run` writes
+/// nothing, `--repair` makes every counter equal the ledger and the run passes; `--close`
+/// keeps the day's exact totals, which `get --exact` then reads.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn repair_makes_a_closed_day_equal_its_ledger() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = exact_config(dir.path());
+    let store = start_cqlsim(&mut config, "injects faults and writes beside countersink").await;
+    let sim = store.sim();
+    let (minute_table, day_table) = (
+        config.families[0].minute_table.clone(),
+        config.families[0].day_table.clone(),
+    );
+    let mut writer = Writer::start(&config).await;
+    sim.set_faults(vec![
+        FaultRule::new(FaultKind::WriteTimeout)
+            .table(&minute_table)
+            .probability(0.3),
+        FaultRule::new(FaultKind::WriteFailure)
+            .table(&day_table)
+            .probability(0.3),
+    ]);
+    let mut fed = 0_i128;
+    let mut p3 = 0_i64;
+    for flush in 0..4_i64 {
+        for i in 0..120_i64 {
+            let key = format!("p{}", i % 12);
+            let delta = 1 + i % 5;
+            writer.incr(
+                "page.views",
+                &[("page_id", key.as_str())],
+                delta,
+                AT + flush * 60,
+            );
+            fed += i128::from(delta);
+            if i % 12 == 3 {
+                p3 += delta;
+            }
+        }
+        writer.flusher.flush_now().await;
+    }
+    sim.clear_faults();
+    settle(&mut writer).await;
+    let (date, minute) = day_and_minute(AT);
+    sim.execute(
+        None,
+        &format!(
+            "UPDATE {minute_table} SET views = views + 7 WHERE page_id = 'p5' AND day = '{date}' AND minute = {minute}"
+        ),
+    )
+    .unwrap();
+    let before = crate::common::table_sum(sim, &minute_table, "views");
+    assert_ne!(
+        before, fed,
+        "the faults and the outside writer made the counters drift"
+    );
+
+    let mut example: toml::Table =
+        toml::from_str(include_str!("../../examples/countersink.toml")).unwrap();
+    example["family"][0]
+        .as_table_mut()
+        .unwrap()
+        .insert("exact".into(), true.into());
+    let file = dir.path().join("countersink.toml");
+    std::fs::write(
+        &file,
+        store.config_file(&toml::to_string(&example).unwrap()),
+    )
+    .unwrap();
+    let day_text = format_date(day().date());
+    let cli = |extra: &[&str]| {
+        let mut args = vec![
+            "reconcile".to_owned(),
+            "--config".into(),
+            file.display().to_string(),
+            "--day".into(),
+            day_text.clone(),
+        ];
+        args.extend(extra.iter().map(|a| a.to_string()));
+        run_cli(args)
+    };
+    let dry = cli(&["--repair", "--dry-run"]);
+    assert_eq!(
+        dry.status.code(),
+        Some(3),
+        "{}",
+        String::from_utf8_lossy(&dry.stderr)
+    );
+    assert!(String::from_utf8_lossy(&dry.stdout).contains("repair planned"));
+    assert_eq!(
+        crate::common::table_sum(sim, &minute_table, "views"),
+        before,
+        "a dry run writes nothing"
+    );
+
+    let repaired = cli(&["--repair"]);
+    let text = String::from_utf8_lossy(&repaired.stdout).into_owned();
+    assert_eq!(
+        repaired.status.code(),
+        Some(0),
+        "{text}\n{}",
+        String::from_utf8_lossy(&repaired.stderr)
+    );
+    assert!(text.contains("repair applied"), "{text}");
+    assert_eq!(crate::common::table_sum(sim, &minute_table, "views"), fed);
+    assert_eq!(crate::common::table_sum(sim, &day_table, "views"), fed);
+    let report = run_reconcile(&writer, &config).await;
+    assert!(
+        report
+            .keys
+            .iter()
+            .all(|k| k.drift.values().all(|d| *d == 0)),
+        "{report:?}"
+    );
+    assert_eq!(
+        report.summary.statuses.get("unexplained"),
+        None,
+        "{:?}",
+        report.summary
+    );
+
+    assert_eq!(cli(&["--close"]).status.code(), Some(0));
+    let get = run_cli([
+        "get",
+        "--config",
+        &file.display().to_string(),
+        "page.views",
+        "--tag",
+        "page_id:p3",
+        "--day",
+        &day_text,
+        "--exact",
+    ]);
+    assert!(
+        get.status.success(),
+        "{}",
+        String::from_utf8_lossy(&get.stderr)
+    );
+    assert_eq!(String::from_utf8_lossy(&get.stdout).trim(), p3.to_string());
+    assert!(String::from_utf8_lossy(&get.stderr).contains("closed day"));
+    store.shutdown().await;
+}
