@@ -10,6 +10,13 @@
 //! | `spill` | `spill.*.jsonl` from the replay cursor on (rows before it are settled or carried by a flush) | `spilled` |
 //! | `journal` | flushes `journal.wal` holds committed and not ended: a flush in progress while a sidecar runs, else one the next start finishes | where recovery will put each row |
 //!
+//! The driver wrapper's files are read the same way, as family `wrapper` (the
+//! application's own table, granularity `row`, no day): `wrapper_unknown[.N].jsonl`
+//! (`unknown`), `wrapper_rejected[.N].jsonl` and `wrapper_unsent[.N].jsonl` (`rejected`:
+//! not applied and not to be sent again), `wrapper_spill.jsonl` from its cursor on
+//! (`spilled`), and its unended flushes in the journal (classified as
+//! [`crate::wrapper::recovery`] does; key literals in hex, the schema being unknown here).
+//!
 //! Journal rows are classified the way crash recovery does ([`crate::state::recovery`]):
 //! applied or dropped, nothing; rejected, `rejected`; unknown or no outcome (in flight,
 //! `in_flight_at_crash`), `unknown`; definitely not applied or not started, `spilled` (in
@@ -453,6 +460,42 @@ pub fn scan(
         report.files.push(file);
     }
 
+    // The driver wrapper's logs, then its spill from the cursor on.
+    let mut wrapper_logs = Vec::new();
+    for path in rotated_and_current(dir, &names, WRAPPER_LOG_STEMS) {
+        match LineReader::open(&path, 0) {
+            Ok(reader) => wrapper_logs.push((path, reader, 0)),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
+            Err(error) => return Err(io_error(&path)(error)),
+        }
+    }
+    let spill_path = dir.join(crate::wrapper::spill::SPILL_FILE);
+    let spill_from = wrapper_spill_cursor(dir, &groups);
+    match LineReader::open(&spill_path, spill_from) {
+        Ok(reader) => wrapper_logs.push((spill_path, reader, spill_from)),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+        Err(error) => return Err(io_error(&spill_path)(error)),
+    }
+    for (path, reader, from) in wrapper_logs {
+        let mut file = FileReport {
+            file: file_label(&path),
+            ..FileReport::default()
+        };
+        if from > 0 {
+            file.consumed = count_lines_before(&path, from).map_err(io_error(&path))?;
+        }
+        let source = if from > 0 || path.ends_with(crate::wrapper::spill::SPILL_FILE) {
+            Source::Spill
+        } else {
+            Source::Log
+        };
+        read_wrapper_records(reader, &path, &mut file, source, |record| {
+            note(record);
+            visit(source, record);
+        })?;
+        report.files.push(file);
+    }
+
     let view = SpillView::read(dir, journal_cursor).map_err(io_error(dir))?;
     for (id, path) in &view.segments {
         let mut file = FileReport {
@@ -499,10 +542,24 @@ pub fn scan(
                 .iter()
                 .map(|i| i.rows.len() as u64)
                 .sum::<u64>();
+            if let Some(wrapper) = &group.wrapper {
+                report.journal.uncommitted_rows += wrapper
+                    .intents
+                    .iter()
+                    .map(|i| i.rows.len() as u64)
+                    .sum::<u64>();
+            }
             continue;
         }
         report.journal.unfinished_flushes += 1;
-        for record in recovery_records(group, index == last) {
+        let wrapper_records = group.wrapper.as_ref().map(|wrapper| {
+            crate::wrapper::recovery::group_records(group, wrapper, None, &group.time)
+                .iter()
+                .map(|r| as_write_record(r, RecordOutcome::of_wrapper(r.outcome, false)))
+                .collect::<Vec<_>>()
+        });
+        let records = wrapper_records.unwrap_or_else(|| recovery_records(group, index == last));
+        for record in records {
             if recorded.contains(&(record.request_id.clone(), record.row)) {
                 report.journal.already_recorded += 1;
             } else {
@@ -596,6 +653,133 @@ pub fn recovery_records(group: &FlushGroup, is_last: bool) -> Vec<WriteRecord> {
         ));
     }
     out
+}
+
+/// The driver wrapper's logs, per stem.
+const WRAPPER_LOG_STEMS: &[&str] = &["wrapper_unknown", "wrapper_rejected", "wrapper_unsent"];
+
+/// Where the wrapper's spill is to be read from: the furthest of its cursor file and the
+/// offsets committed unended wrapper flushes consumed (their rows are theirs).
+fn wrapper_spill_cursor(dir: &Path, groups: &[FlushGroup]) -> u64 {
+    let on_disk = fs::read_to_string(dir.join(crate::wrapper::spill::CURSOR_FILE))
+        .ok()
+        .and_then(|t| t.trim().parse::<u64>().ok())
+        .unwrap_or(0);
+    groups
+        .iter()
+        .filter(|g| g.committed)
+        .filter_map(|g| g.wrapper.as_ref()?.consumes)
+        .fold(on_disk, u64::max)
+}
+
+impl RecordOutcome {
+    /// How `outcomes` labels a wrapper record: `unsent` rows of a log are not applied and
+    /// not to be sent again (`rejected`); those of the spill (or a journal flush, which
+    /// recovery spills) wait to be replayed (`spilled`).
+    fn of_wrapper(outcome: crate::wrapper::records::WrapperOutcome, in_log: bool) -> RecordOutcome {
+        use crate::wrapper::records::WrapperOutcome;
+        match outcome {
+            WrapperOutcome::Unknown => RecordOutcome::Unknown,
+            WrapperOutcome::Rejected => RecordOutcome::Rejected,
+            WrapperOutcome::Unsent if in_log => RecordOutcome::Rejected,
+            WrapperOutcome::Unsent => RecordOutcome::Spilled,
+        }
+    }
+}
+
+/// A wrapper record in the sidecar's record shape: family `wrapper`, granularity `row`,
+/// day `-`; writer, incarnation and flush from its request id
+/// (`writer/incarnation/wSEQ/request`).
+pub fn as_write_record(
+    record: &crate::wrapper::records::WrapperRecord,
+    outcome: RecordOutcome,
+) -> WriteRecord {
+    let mut parts = record.request_id.rsplitn(4, '/');
+    let _request = parts.next();
+    let flush_seq = parts
+        .next()
+        .and_then(|s| s.strip_prefix('w'))
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
+    let incarnation = parts.next().and_then(|s| s.parse().ok()).unwrap_or(0);
+    let writer = parts.next().unwrap_or_default().to_owned();
+    WriteRecord {
+        time: record.time.clone(),
+        writer,
+        incarnation,
+        flush_seq,
+        request_id: record.request_id.clone(),
+        row: record.row,
+        outcome,
+        family: "wrapper".to_owned(),
+        table: record.table.clone(),
+        granularity: "row".to_owned(),
+        key: record.key.clone(),
+        shard: None,
+        day: "-".to_owned(),
+        minute: None,
+        month: None,
+        deltas: record.deltas.clone(),
+        error: record.error_kind.as_ref().map(|kind| ErrorInfo {
+            kind: kind.clone(),
+            text: record.error.clone().unwrap_or_default(),
+        }),
+    }
+}
+
+/// Reads the wrapper records of one file into `file`'s counts.
+fn read_wrapper_records(
+    mut reader: LineReader,
+    path: &Path,
+    file: &mut FileReport,
+    source: Source,
+    mut each: impl FnMut(&WriteRecord),
+) -> Result<(), ScanError> {
+    while let Some(line) = reader.next_line().map_err(io_error(path))? {
+        if !line.complete {
+            file.torn += 1;
+            continue;
+        }
+        if line.text.iter().all(u8::is_ascii_whitespace) {
+            continue;
+        }
+        match serde_json::from_slice::<crate::wrapper::records::WrapperRecord>(line.text) {
+            Ok(record) => {
+                file.records += 1;
+                let in_log = source == Source::Log;
+                each(&as_write_record(
+                    &record,
+                    RecordOutcome::of_wrapper(record.outcome, in_log),
+                ));
+            }
+            Err(_) => file.unreadable += 1,
+        }
+    }
+    Ok(())
+}
+
+/// Per stem, its rotated files (highest number first), then the current file.
+fn rotated_and_current(dir: &Path, names: &[String], stems: &[&str]) -> Vec<PathBuf> {
+    let mut paths = Vec::new();
+    for stem in stems {
+        let mut rotated: Vec<(u32, &String)> = names
+            .iter()
+            .filter_map(|n| {
+                let number = n
+                    .strip_prefix(stem)?
+                    .strip_prefix('.')?
+                    .strip_suffix(".jsonl")?;
+                Some((number.parse().ok()?, n))
+            })
+            .collect();
+        rotated.sort_by_key(|r| std::cmp::Reverse(r.0));
+        paths.extend(rotated.into_iter().map(|(_, n)| dir.join(n)));
+        let current = format!("{stem}.jsonl");
+        if names.contains(&current) {
+            paths.push(dir.join(current));
+        }
+    }
+    paths
 }
 
 fn file_names(dir: &Path) -> Result<Vec<String>, ScanError> {

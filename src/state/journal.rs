@@ -43,6 +43,16 @@
 //! also commits the filesystem's journal (block allocation, file size) on every flush.
 //! A flush larger than the file grows it once, to its high-water mark.
 //!
+//! # The driver wrapper's flushes
+//!
+//! A wrapper flush writes the same group with its own header and intents (the
+//! application's tables, not families): `WrapperBegin` (writer, incarnation, flush_seq,
+//! the wrapper spill's replay offset consumed, table dictionary), `WrapperIntent` × n
+//! (request index, table, rows: the wrapper's row key + deltas), `Committed`, the same
+//! `Outcome` records, `WrapperLogsAt` (sizes of its three logs), `End`. Such a group is
+//! read into [`FlushGroup::wrapper`] and recovered by the wrapper, never by the
+//! sidecar's recovery.
+//!
 //! A request id is `writer/incarnation/flush_seq/request`: unique per state directory
 //! and writer, carried by every record written for that request (outcome logs, spill).
 
@@ -198,6 +208,67 @@ pub enum Settled {
     Dropped,
 }
 
+/// A table of the driver wrapper's flush, as the journal names it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct WrapperTable {
+    /// Its number in the flush's row keys.
+    pub id: u32,
+    /// The keyspace.
+    pub keyspace: String,
+    /// The table.
+    pub name: String,
+    /// Key columns, partition then clustering (the order of the values in a row key).
+    pub key_columns: Vec<String>,
+    /// Counter columns, in delta order.
+    pub counters: Vec<String>,
+}
+
+/// One row of a wrapper intent.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct WrapperRow {
+    /// The wrapper's row key (table number, then the key values), opaque here.
+    pub key: Vec<u8>,
+    /// One delta per counter column of the table.
+    pub deltas: Vec<i64>,
+}
+
+/// One request of a wrapper flush: rows of one partition of one table.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct WrapperIntent {
+    /// Its index within the flush.
+    pub request: u32,
+    /// The table's number (see [`WrapperGroup::tables`]).
+    pub table: u32,
+    /// The rows.
+    pub rows: Vec<WrapperRow>,
+}
+
+/// The requests a wrapper flush hands to its group commit: per request, its table's
+/// number and its rows (row key, deltas).
+pub type WrapperIntents<'a> = [(u32, Vec<(&'a [u8], &'a [i64])>)];
+
+/// What a wrapper flush's group holds besides the common parts.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct WrapperGroup {
+    /// How far the wrapper's spill replay had loaded rows into the buffer when this flush
+    /// drained it (a byte offset of `wrapper_spill.jsonl`): those rows are in its intents.
+    pub consumes: Option<u64>,
+    /// The tables its intents refer to.
+    pub tables: Vec<WrapperTable>,
+    /// Its requests.
+    pub intents: Vec<WrapperIntent>,
+    /// Sizes of `wrapper_unknown.jsonl`, `wrapper_rejected.jsonl` and
+    /// `wrapper_spill.jsonl` before this flush appended to them.
+    pub logs_at: Option<[u64; 3]>,
+}
+
+impl WrapperGroup {
+    /// The table numbered `id`.
+    pub fn table(&self, id: u32) -> Option<&WrapperTable> {
+        self.tables.iter().find(|t| t.id == id)
+    }
+}
+
 /// One flush as read back from the journal.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct FlushGroup {
@@ -222,6 +293,8 @@ pub struct FlushGroup {
     pub logs_at: Option<(u64, u64)>,
     /// Whether the flush settled every request (its records are all durable).
     pub ended: bool,
+    /// A driver wrapper's flush: its tables and requests (`intents` is then empty).
+    pub wrapper: Option<WrapperGroup>,
 }
 
 impl FlushGroup {
@@ -238,6 +311,9 @@ const OUTCOME: u8 = 4;
 const LOGS_AT: u8 = 5;
 const END: u8 = 6;
 const TOTALS_INTENT: u8 = 7;
+const WRAPPER_BEGIN: u8 = 8;
+const WRAPPER_INTENT: u8 = 9;
+const WRAPPER_LOGS_AT: u8 = 10;
 
 const NO_SHARD: u16 = u16::MAX;
 
@@ -428,6 +504,65 @@ impl Journal {
             }
         });
         intents(&mut out);
+        self.commit_frames(out)
+    }
+
+    /// The group commit of a driver wrapper's flush: its header, one intent per request
+    /// (`intents`: request table and rows), made durable. Nothing of this flush may be
+    /// sent before it returns `Ok`.
+    pub fn begin_wrapper(
+        &mut self,
+        flush: &FlushId,
+        time: &str,
+        consumes: Option<u64>,
+        tables: &[WrapperTable],
+        intents: &WrapperIntents<'_>,
+    ) -> io::Result<()> {
+        self.flush_pending()?;
+        let mut out = std::mem::take(&mut self.pending);
+        frame(&mut out, |e| {
+            e.u8(WRAPPER_BEGIN);
+            e.str(&flush.writer);
+            e.u64(flush.incarnation);
+            e.u64(flush.flush_seq);
+            e.str(time);
+            match consumes {
+                None => e.u8(0),
+                Some(offset) => {
+                    e.u8(1);
+                    e.u64(offset);
+                }
+            }
+            e.u32(tables.len() as u32);
+            for t in tables {
+                e.u32(t.id);
+                e.str(&t.keyspace);
+                e.str(&t.name);
+                e.strs(&t.key_columns);
+                e.strs(&t.counters);
+            }
+        });
+        for (index, (table, rows)) in intents.iter().enumerate() {
+            frame(&mut out, |e| {
+                e.u8(WRAPPER_INTENT);
+                e.u32(index as u32);
+                e.u32(*table);
+                e.u32(rows.len() as u32);
+                for (key, deltas) in rows {
+                    e.bytes(key);
+                    e.u16(deltas.len() as u16);
+                    for d in deltas.iter() {
+                        e.i64(*d);
+                    }
+                }
+            });
+        }
+        self.commit_frames(out)
+    }
+
+    /// Ends a group's frames (header and intents) with the commit mark, writes them and
+    /// syncs: the group commit.
+    fn commit_frames(&mut self, mut out: Vec<u8>) -> io::Result<()> {
         frame(&mut out, |e| e.u8(COMMITTED));
         let start = self.offset;
         let written = self.write(&out).and_then(|()| self.file.sync_data());
@@ -488,6 +623,19 @@ impl Journal {
             e.u8(LOGS_AT);
             e.u64(unknown);
             e.u64(rejected);
+        });
+        self.flush_pending()?;
+        self.file.sync_data()
+    }
+
+    /// Records the sizes of the driver wrapper's three logs before its flush appends to
+    /// them, durably (see [`WrapperGroup::logs_at`]).
+    pub fn logs_at_wrapper(&mut self, sizes: [u64; 3]) -> io::Result<()> {
+        frame(&mut self.pending, |e| {
+            e.u8(WRAPPER_LOGS_AT);
+            for size in sizes {
+                e.u64(size);
+            }
         });
         self.flush_pending()?;
         self.file.sync_data()
@@ -594,7 +742,76 @@ fn apply(groups: &mut Vec<FlushGroup>, payload: &[u8]) -> Option<()> {
                 outcomes: HashMap::new(),
                 logs_at: None,
                 ended: false,
+                wrapper: None,
             });
+        }
+        WRAPPER_BEGIN => {
+            let flush = FlushId {
+                writer: d.str()?,
+                incarnation: d.u64()?,
+                flush_seq: d.u64()?,
+            };
+            let time = d.str()?;
+            let consumes = match d.u8()? {
+                0 => None,
+                _ => Some(d.u64()?),
+            };
+            let mut tables = Vec::new();
+            for _ in 0..d.u32()? {
+                tables.push(WrapperTable {
+                    id: d.u32()?,
+                    keyspace: d.str()?,
+                    name: d.str()?,
+                    key_columns: d.strs()?,
+                    counters: d.strs()?,
+                });
+            }
+            groups.push(FlushGroup {
+                flush,
+                time,
+                consumes: None,
+                families: Vec::new(),
+                intents: Vec::new(),
+                totals: Vec::new(),
+                committed: false,
+                outcomes: HashMap::new(),
+                logs_at: None,
+                ended: false,
+                wrapper: Some(WrapperGroup {
+                    consumes,
+                    tables,
+                    intents: Vec::new(),
+                    logs_at: None,
+                }),
+            });
+        }
+        WRAPPER_INTENT => {
+            let request = d.u32()?;
+            let table = d.u32()?;
+            let mut rows = Vec::new();
+            for _ in 0..d.u32()? {
+                let key = d.bytes()?.to_vec();
+                let width = d.u16()?;
+                let mut deltas = Vec::with_capacity(usize::from(width));
+                for _ in 0..width {
+                    deltas.push(d.i64()?);
+                }
+                rows.push(WrapperRow { key, deltas });
+            }
+            groups
+                .last_mut()?
+                .wrapper
+                .as_mut()?
+                .intents
+                .push(WrapperIntent {
+                    request,
+                    table,
+                    rows,
+                });
+        }
+        WRAPPER_LOGS_AT => {
+            let at = [d.u64()?, d.u64()?, d.u64()?];
+            groups.last_mut()?.wrapper.as_mut()?.logs_at = Some(at);
         }
         INTENT => {
             let request = d.u32()?;
@@ -945,6 +1162,62 @@ mod tests {
         assert!(second.committed && !second.ended);
         assert_eq!(second.outcomes[&0], Settled::NotStarted);
         assert_eq!(flush(6).request_id(3), "w/3/6/3");
+    }
+
+    #[test]
+    fn a_wrapper_group_reads_back_with_its_tables_rows_outcomes_and_log_sizes() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("journal.wal");
+        let (mut journal, _, _) = Journal::open(path.clone()).unwrap();
+        let table = WrapperTable {
+            id: 4,
+            keyspace: "app".into(),
+            name: "views".into(),
+            key_columns: vec!["page".into(), "day".into()],
+            counters: vec!["hits".into(), "bytes".into()],
+        };
+        let (k1, k2) = (b"key-one".as_slice(), b"key-two".as_slice());
+        let intents = vec![
+            (4, vec![(k1, [1_i64, -2].as_slice())]),
+            (
+                4,
+                vec![(k2, [i64::MAX, 0].as_slice()), (k1, [3, 4].as_slice())],
+            ),
+        ];
+        journal
+            .begin_wrapper(
+                &flush(7),
+                "t",
+                Some(123),
+                std::slice::from_ref(&table),
+                &intents,
+            )
+            .unwrap();
+        journal.outcome(1, &Settled::Applied);
+        journal.logs_at_wrapper([1, 2, 3]).unwrap();
+        drop(journal);
+
+        let (_, groups, torn) = Journal::open(path).unwrap();
+        assert_eq!(torn, 0);
+        assert_eq!(groups.len(), 1);
+        let group = &groups[0];
+        assert!(group.committed && !group.ended);
+        assert!(group.intents.is_empty(), "not a sidecar flush");
+        let wrapper = group.wrapper.as_ref().expect("a wrapper group");
+        assert_eq!(wrapper.consumes, Some(123));
+        assert_eq!(wrapper.table(4), Some(&table));
+        assert_eq!(wrapper.logs_at, Some([1, 2, 3]));
+        assert_eq!(wrapper.intents.len(), 2);
+        assert_eq!(wrapper.intents[1].request, 1);
+        assert_eq!(
+            wrapper.intents[1].rows[0],
+            WrapperRow {
+                key: k2.to_vec(),
+                deltas: vec![i64::MAX, 0]
+            }
+        );
+        assert_eq!(group.outcomes[&1], Settled::Applied);
+        assert!(!group.outcomes.contains_key(&0));
     }
 
     #[test]

@@ -34,6 +34,7 @@ use crate::test_hooks;
 
 pub use self::journal::{
     FamilyEntry, FlushGroup, FlushId, Journal, Settled, TotalsIntent, TotalsIntentRow,
+    WrapperGroup, WrapperTable,
 };
 pub use self::jsonl::JsonlLog;
 pub use self::record::{ErrorInfo, RecordOutcome, RecordSource, WriteRecord, records_of};
@@ -107,6 +108,8 @@ pub struct StateDir {
     recovery: RecoveryReport,
     /// False only in the flush benchmark's baseline (feature `dev`): no journal at all.
     journal_enabled: bool,
+    /// Unsettled flushes of a driver wrapper found at open, for the wrapper to finish.
+    wrapper_groups: Vec<FlushGroup>,
 }
 
 /// The two append-only outcome logs.
@@ -243,6 +246,11 @@ impl StateDir {
             .filter(|g| g.committed)
             .filter_map(|g| g.consumes)
             .max();
+        let wrapper_groups = groups
+            .iter()
+            .filter(|g| g.wrapper.is_some() && !g.ended)
+            .cloned()
+            .collect();
         let spill = Spill::open(&dir, config.max_spill_bytes, journal_cursor)
             .map_err(io_err("open the spill"))?;
         let mut state = StateDir {
@@ -257,6 +265,7 @@ impl StateDir {
             unclean_previous_run,
             recovery: RecoveryReport::default(),
             journal_enabled: true,
+            wrapper_groups,
         };
         if test_hooks::keep_journal() {
             state.journal.set_keep(true);
@@ -375,6 +384,45 @@ impl StateDir {
             self.journal.end(flush.flush_seq)?;
         }
         self.spill.commit(consumed)
+    }
+
+    /// The driver wrapper's flushes the previous process did not end (its crash
+    /// recovery finishes them and ends each with [`StateDir::wrapper_journal_end`]).
+    pub fn take_wrapper_groups(&mut self) -> Vec<FlushGroup> {
+        std::mem::take(&mut self.wrapper_groups)
+    }
+
+    /// The group commit of a driver wrapper's flush (see [`Journal::begin_wrapper`]).
+    /// Nothing of the flush may be sent before this returns `Ok`.
+    pub fn wrapper_journal_begin(
+        &mut self,
+        flush: &FlushId,
+        time: &str,
+        consumes: Option<u64>,
+        tables: &[WrapperTable],
+        intents: &journal::WrapperIntents<'_>,
+    ) -> io::Result<()> {
+        if !self.journal_enabled {
+            return Ok(());
+        }
+        self.journal
+            .begin_wrapper(flush, time, consumes, tables, intents)
+    }
+
+    /// Records, durably, the sizes of the wrapper's logs before its flush appends to them.
+    pub fn wrapper_journal_logs_at(&mut self, sizes: [u64; 3]) -> io::Result<()> {
+        if !self.journal_enabled {
+            return Ok(());
+        }
+        self.journal.logs_at_wrapper(sizes)
+    }
+
+    /// Marks a driver wrapper's flush settled in the journal.
+    pub fn wrapper_journal_end(&mut self, flush_seq: u64) -> io::Result<()> {
+        if !self.journal_enabled {
+            return Ok(());
+        }
+        self.journal.end(flush_seq)
     }
 
     /// Appends one flush's outcome records: rotates full logs first, records where the

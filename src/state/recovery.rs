@@ -78,7 +78,8 @@ pub(super) fn recover(
     let time = crate::bucket::rfc3339(std::time::SystemTime::now());
     let last = groups.len().saturating_sub(1);
     for (index, group) in groups.into_iter().enumerate() {
-        if group.ended {
+        // A driver wrapper's flush is the wrapper's to finish (`StateDir::take_wrapper_groups`).
+        if group.ended || group.wrapper.is_some() {
             continue;
         }
         if !group.committed {

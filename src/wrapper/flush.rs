@@ -10,10 +10,20 @@
 //! | outcome | action |
 //! |---|---|
 //! | applied | counted |
-//! | requeued (definitely not applied) | merged back into the buffer for the next flush; at the final flush, `wrapper_unsent.jsonl` |
+//! | requeued (definitely not applied) | merged back into the buffer for the next flush; at the final flush, the spill (replayed by the next start) |
 //! | rejected | `wrapper_rejected.jsonl` |
 //! | unknown, or in flight at the shutdown deadline | `wrapper_unknown.jsonl`, never re-sent |
-//! | not started before the shutdown deadline | `wrapper_unsent.jsonl` |
+//! | not started before the shutdown deadline | the spill |
+//!
+//! # The intent journal
+//!
+//! Before anything is sent, the flush's requests (tables, row keys, deltas) and the spill
+//! offset its replayed rows came from are one group commit in the state directory's
+//! journal (`journal.wal`, [`crate::state::journal`]); outcomes follow as requests settle,
+//! then the logs' sizes before this flush appends to them, the appends, `End`, and the
+//! spill cursor. A process killed anywhere in between is finished by the next start
+//! ([`super::recovery`]): requests in flight are logged as unknown (`in_flight_at_crash`),
+//! never re-sent.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -32,11 +42,15 @@ use crate::flush::settle::cancelled_at_deadline;
 use crate::sink::cql::store::StoreKind;
 use crate::sink::cql::{classify, session::consistency};
 use crate::sink::{Outcome, OutcomeClass, WriteError};
-use crate::state::StateDir;
+use crate::state::{FlushId, Settled, StateDir, WrapperTable};
+use crate::test_hooks::crash_point;
 
+use super::buffer::RowAdd;
 use super::buffer::{Buffer, PendingRow};
 use super::recognize::{TableShape, Tables};
-use super::records::{Logs, WrapperOutcome, WrapperRecord, record};
+use super::records::{Logs, WrapperOutcome, WrapperRecord, record, unhex};
+use super::recovery::request_id;
+use super::spill::WrapperSpill;
 use super::statement::{RowValues, split_key, update_text};
 use super::stats::{Counters, Stage};
 
@@ -58,8 +72,13 @@ pub struct WrapperFlushReport {
     pub rejected: usize,
     /// Requests whose outcome is unknown (cancelled at the deadline included).
     pub unknown: usize,
-    /// Requests recorded in `wrapper_unsent.jsonl`.
+    /// Requests whose rows were spilled for the next start (or, past the spill's limit,
+    /// recorded in `wrapper_unsent.jsonl`).
     pub unsent: usize,
+    /// Spilled rows of an earlier process loaded into the buffer before this flush drained.
+    pub replayed_rows: u64,
+    /// Whether the journal's group commit failed (nothing was sent; rows re-queued).
+    pub journal_failed: bool,
 }
 
 /// How a request ended.
@@ -98,6 +117,7 @@ pub struct WrapperFlusher {
     store: StoreConfig,
     state: StateDir,
     logs: Logs,
+    spill: WrapperSpill,
     statements: HashMap<u32, PreparedStatement>,
     seq: u64,
     /// What the store is: an `Unavailable` answer is classified by it (ScyllaDB's may
@@ -117,6 +137,7 @@ impl WrapperFlusher {
         store: StoreConfig,
         state: StateDir,
         logs: Logs,
+        spill: WrapperSpill,
         store_kind: StoreKind,
     ) -> WrapperFlusher {
         WrapperFlusher {
@@ -128,10 +149,17 @@ impl WrapperFlusher {
             store,
             state,
             logs,
+            spill,
             statements: HashMap::new(),
             seq: 0,
             store_kind,
         }
+    }
+
+    /// See `CounterSession::disable_journal_for_benchmark`.
+    #[cfg(feature = "dev")]
+    pub fn disable_journal_for_benchmark(&mut self) {
+        self.state.disable_journal_for_benchmark();
     }
 
     /// The path of one of the logs.
@@ -147,9 +175,19 @@ impl WrapperFlusher {
             seq: self.seq,
             ..WrapperFlushReport::default()
         };
+        report.replayed_rows = self.replay();
+        if report.replayed_rows > 0 {
+            crash_point("wrapper_replay_loaded");
+        }
+        let consumes = self.spill.loaded();
         let drained = self.buffer.drain().rows;
         self.counters.flushed();
         if drained.is_empty() {
+            // Whatever replay read went to `wrapper_unsent.jsonl` (nothing reached the
+            // buffer): consumed without a flush.
+            if let Err(error) = self.spill.commit(consumes) {
+                tracing::error!(%error, "Could not write the wrapper spill's cursor.");
+            }
             return report;
         }
         report.rows = drained.len();
@@ -159,14 +197,41 @@ impl WrapperFlusher {
             self.counters.drained(request.sum());
         }
         self.prepare(&requests).await;
-        let sent = self.send(&requests, deadline).await;
+        let journaled = self.journal_begin(consumes, &requests);
+        crash_point("wrapper_journal_committed");
+        let sent = match &journaled {
+            Ok(()) => self.send(&requests, deadline).await,
+            Err(error) => {
+                tracing::error!(%error, "Could not write the flush's intents to the journal; nothing of it is sent.");
+                report.journal_failed = true;
+                let text = format!("the intent journal could not be written: {error}");
+                requests
+                    .iter()
+                    .map(|_| {
+                        Sent::Done(Outcome::NotAppliedTransient(WriteError::new(
+                            "journal_failed",
+                            text.clone(),
+                        )))
+                    })
+                    .collect()
+            }
+        };
+        crash_point("wrapper_sent");
         let now = crate::bucket::unix_secs(SystemTime::now());
         let now = u32::try_from(now).unwrap_or(u32::MAX);
         let mut requeue = Vec::new();
+        // Where each re-queued row was in this flush (a drained key is in one request
+        // once): a row that cannot go back is spilled under that identity, the one its
+        // intent has, so a recovery of this flush finds it in the spill.
+        let mut requeued_at: HashMap<Box<[u8]>, (usize, u16)> = HashMap::new();
         let mut records: HashMap<WrapperOutcome, Vec<WrapperRecord>> = HashMap::new();
         for (index, (request, sent)) in requests.into_iter().zip(sent).enumerate() {
             let sum = request.sum();
             let (class, stage, error) = settle(sent, deadline.is_some());
+            if journaled.is_ok() {
+                self.state
+                    .journal_outcome(index as u32, &journal_outcome(class, stage, &error));
+            }
             if let Some(class) = class {
                 self.counters.write(class);
                 match class {
@@ -179,6 +244,10 @@ impl WrapperFlusher {
             let outcome = match stage {
                 Stage::Applied => None,
                 Stage::Requeued => {
+                    for (position, (key, _)) in request.rows.iter().enumerate() {
+                        let position = u16::try_from(position).unwrap_or(u16::MAX);
+                        requeued_at.insert(key.clone(), (index, position));
+                    }
                     requeue.extend(request.rows);
                     self.counters.settled(sum, Stage::Requeued);
                     continue;
@@ -209,20 +278,54 @@ impl WrapperFlusher {
                 "sum_overflow",
                 "re-queued row's sum with newer increments would leave the i64 range",
             );
-            let id = self.request_id(usize::MAX);
             for (key, row) in refused {
                 let sum = row_sum(&row);
                 self.counters.settled(-sum, Stage::Requeued);
                 self.counters.settled(sum, Stage::Unsent);
+                let (index, position) = requeued_at.get(&key).copied().unwrap_or((usize::MAX, 0));
+                let id = self.request_id(index);
                 if let Some(table) = split_key(&key).and_then(|(t, _)| self.tables.get(t)) {
                     let request = Request {
                         table,
                         rows: vec![(key, row)],
                     };
+                    let mut spilled =
+                        self.records(&request, &id, WrapperOutcome::Unsent, Some(&error));
+                    for record in &mut spilled {
+                        record.row = position;
+                    }
                     records
                         .entry(WrapperOutcome::Unsent)
                         .or_default()
-                        .extend(self.records(&request, &id, WrapperOutcome::Unsent, Some(&error)));
+                        .extend(spilled);
+                }
+            }
+        }
+        self.state.journal_flush();
+        self.logs.rotate_full();
+        let [unknown_at, rejected_at] = self.logs.sizes();
+        // Only a flush with records to write needs the logs' sizes (one more fdatasync).
+        let has_records = records.values().any(|r| !r.is_empty());
+        if journaled.is_ok()
+            && has_records
+            && let Err(error) =
+                self.state
+                    .wrapper_journal_logs_at([unknown_at, rejected_at, self.spill.size()])
+        {
+            tracing::error!(%error, "Could not record the wrapper logs' sizes in the journal; a crash before this flush ends could log some records twice.");
+        }
+        crash_point("wrapper_logs_at");
+        if let Some(unsent) = records.remove(&WrapperOutcome::Unsent) {
+            let count = unsent.len();
+            match self.spill.append(unsent) {
+                Ok(over) if over.is_empty() => {}
+                Ok(over) => {
+                    records.insert(WrapperOutcome::Unsent, over);
+                }
+                Err(error) => {
+                    // Records past the failure may or may not be in the file: counted lost.
+                    self.counters.records_lost(count as u64);
+                    tracing::error!(%error, records = count, "Could not spill rows that did not apply; they are counted but their details are lost.");
                 }
             }
         }
@@ -240,17 +343,119 @@ impl WrapperFlusher {
                 );
             }
         }
+        crash_point("wrapper_logged");
+        if journaled.is_ok() {
+            match self.state.wrapper_journal_end(self.seq) {
+                Ok(()) => {
+                    if let Err(error) = self.spill.commit(consumes) {
+                        tracing::error!(%error, "Could not write the wrapper spill's cursor; the next start replays from the last one written (rows this flush sent are in the journal's last group only until the next flush).");
+                    }
+                }
+                Err(error) => {
+                    tracing::error!(%error, "Could not end the flush in the journal; the next start finishes it again (records are not duplicated).");
+                }
+            }
+        }
         report
     }
 
     fn request_id(&self, index: usize) -> String {
-        format!(
-            "{}/{}/w{}/{}",
+        request_id(
             self.state.writer_id(),
             self.state.incarnation(),
             self.seq,
-            index
+            u32::try_from(index).unwrap_or(u32::MAX),
         )
+    }
+
+    /// The group commit of this flush's requests (see the module doc).
+    fn journal_begin(
+        &mut self,
+        consumes: Option<u64>,
+        requests: &[Request],
+    ) -> std::io::Result<()> {
+        let flush = FlushId {
+            writer: self.state.writer_id().to_owned(),
+            incarnation: self.state.incarnation(),
+            flush_seq: self.seq,
+        };
+        let mut tables: Vec<WrapperTable> = Vec::new();
+        for request in requests {
+            let table = &request.table;
+            if tables.iter().all(|t| t.id != table.id) {
+                tables.push(WrapperTable {
+                    id: table.id,
+                    keyspace: table.keyspace.clone(),
+                    name: table.name.clone(),
+                    key_columns: table.key_columns().map(str::to_owned).collect(),
+                    counters: table.counters.clone(),
+                });
+            }
+        }
+        let intents: Vec<_> = requests
+            .iter()
+            .map(|r| {
+                let rows = r
+                    .rows
+                    .iter()
+                    .map(|(k, row)| (&k[..], &row.deltas[..]))
+                    .collect();
+                (r.table.id, rows)
+            })
+            .collect();
+        let time = crate::bucket::rfc3339(SystemTime::now());
+        self.state
+            .wrapper_journal_begin(&flush, &time, consumes, &tables, &intents)
+    }
+
+    /// Loads spilled rows of an earlier process into the buffer, as far as its budget
+    /// allows; rows that no longer map to their table go to `wrapper_unsent.jsonl`.
+    /// Returns the rows loaded into the buffer.
+    fn replay(&mut self) -> u64 {
+        if !self.spill.has_unloaded() {
+            return 0;
+        }
+        let cluster = self.session.get_cluster_state();
+        let (buffer, tables) = (&self.buffer, &self.tables);
+        let mut unreplayable = Vec::new();
+        let loaded = self.spill.load(|record| {
+            let Some(add) = row_add(record, &cluster, tables) else {
+                let mut record = record.clone();
+                record.error_kind = Some("not_replayable".into());
+                record.error = Some(
+                    "the table's schema in the driver's metadata no longer takes this row".into(),
+                );
+                unreplayable.push(record);
+                return true;
+            };
+            match buffer.add(std::slice::from_ref(&add)) {
+                Ok(()) => true,
+                Err(super::buffer::Refused::Overflow) => {
+                    // Alone it fits an i64; with what is pending it does not: next flush.
+                    false
+                }
+                Err(_) => false,
+            }
+        });
+        match loaded {
+            Ok(loaded) => {
+                if loaded.corrupt > 0 {
+                    self.counters.records_lost(loaded.corrupt);
+                    tracing::error!(lines = loaded.corrupt, file = %self.spill.path().display(), "Unreadable lines in the wrapper spill were passed over.");
+                }
+                if !unreplayable.is_empty()
+                    && let Err(error) = self.logs.append(WrapperOutcome::Unsent, &unreplayable)
+                {
+                    self.counters.records_lost(unreplayable.len() as u64);
+                    tracing::error!(%error, "Could not record spilled rows that cannot be replayed.");
+                }
+                loaded.rows - unreplayable.len() as u64
+            }
+            Err(error) => {
+                tracing::error!(%error, "Could not read the wrapper spill; its rows wait for the next flush.");
+                0
+            }
+        }
     }
 
     fn records(
@@ -433,6 +638,56 @@ impl WrapperFlusher {
         batch.set_request_timeout(Some(self.store.request_timeout));
         batch
     }
+}
+
+/// How the journal records a settled request.
+fn journal_outcome(
+    class: Option<OutcomeClass>,
+    stage: Stage,
+    error: &Option<WriteError>,
+) -> Settled {
+    let (kind, text) = error.as_ref().map_or((String::new(), String::new()), |e| {
+        (e.kind.to_owned(), e.text.to_string())
+    });
+    match (class, stage) {
+        (_, Stage::Applied) => Settled::Applied,
+        (None, _) => Settled::NotStarted,
+        (_, Stage::Requeued | Stage::Unsent) => Settled::NotApplied { kind, text },
+        (_, Stage::Rejected) => Settled::Rejected { kind, text },
+        (_, Stage::Unknown) => Settled::Unknown { kind, text },
+    }
+}
+
+/// A spilled record as an add to the buffer, on its table's current schema: `None` when
+/// the row no longer maps to it.
+fn row_add(
+    record: &WrapperRecord,
+    cluster: &scylla::cluster::ClusterState,
+    tables: &Tables,
+) -> Option<RowAdd> {
+    let (keyspace, name) = record.table.split_once('.')?;
+    let shape = tables.named(cluster, keyspace, name)?;
+    let values = record.key_hex.as_ref()?;
+    let columns: Vec<&str> = shape.key_columns().collect();
+    if values.len() != columns.len()
+        || record.key.len() != columns.len()
+        || columns.iter().any(|c| !record.key.contains_key(*c))
+    {
+        return None;
+    }
+    let mut key = shape.id.to_le_bytes().to_vec();
+    for value in values {
+        super::statement::push_key_value(&mut key, &unhex(value)?);
+    }
+    let mut deltas = Vec::with_capacity(record.deltas.len());
+    for (column, delta) in &record.deltas {
+        deltas.push((shape.counters.iter().position(|c| c == column)?, *delta));
+    }
+    Some(RowAdd {
+        key: key.into_boxed_slice(),
+        columns: shape.counters.len(),
+        deltas,
+    })
 }
 
 /// The settle step: the class a request is counted under (none if never sent), where its

@@ -15,8 +15,10 @@
 //!   striped, with a row and byte budget.
 //! - [`statement`]: the UPDATE each table's rows are flushed with (CQL built from the
 //!   application's names, so not in `cql/`), and its values.
-//! - [`flush`]: drain, one request per partition, the sidecar's classification and
-//!   outcome classes; [`records`]: the logs of rows that did not simply apply.
+//! - [`flush`]: drain, one request per partition, the intent journal's group commit, the
+//!   sidecar's classification and outcome classes; [`records`]: the logs of rows that did
+//!   not simply apply; [`spill`]: rows replayed by the next start; [`recovery`]: a flush
+//!   a killed process did not end, finished at the next start.
 //! - [`stats`]: the figures, the accounting identity and the Prometheus collector.
 //!
 //! A buffered execution returns at once with an empty (void) result: the write is
@@ -27,6 +29,8 @@ pub mod flush;
 pub mod parse;
 pub mod recognize;
 pub mod records;
+pub mod recovery;
+pub mod spill;
 pub mod statement;
 pub mod stats;
 
@@ -55,9 +59,11 @@ use self::buffer::{Buffer, Refused, RowAdd};
 use self::flush::{WrapperFlushReport, WrapperFlusher};
 use self::recognize::{CounterPlan, DeltaValue, Tables};
 use self::records::Logs;
+use self::spill::WrapperSpill;
 use self::stats::Counters;
 
 pub use self::recognize::PassthroughReason;
+pub use self::recovery::WrapperRecovery;
 pub use self::stats::{WrapperAccounting, WrapperCollector, WrapperStats};
 
 /// Why a [`CounterSession`] could not start.
@@ -66,7 +72,8 @@ pub enum WrapperError {
     /// The state directory could not be opened (or another process holds it).
     #[error(transparent)]
     State(#[from] StateError),
-    /// The wrapper's logs could not be opened.
+    /// The wrapper's logs or spill could not be opened, or finishing the previous
+    /// process's flush failed.
     #[error("cannot open the wrapper's logs in {dir}: {error}")]
     Logs {
         /// The state directory.
@@ -154,6 +161,7 @@ pub struct CounterSession {
     stop: Arc<Notify>,
     task: Option<tokio::task::JoinHandle<()>>,
     shutdown_deadline: std::time::Duration,
+    recovery: WrapperRecovery,
 }
 
 impl CounterSession {
@@ -166,11 +174,40 @@ impl CounterSession {
         config: &Config,
     ) -> Result<CounterSession, WrapperError> {
         let session: Arc<Session> = session.into();
-        let state = StateDir::open(&config.state)?;
-        let logs = Logs::open(state.dir(), &config.state).map_err(|error| WrapperError::Logs {
-            dir: state.dir().display().to_string(),
-            error,
-        })?;
+        let mut state = StateDir::open(&config.state)?;
+        let logs_error = |state: &StateDir| {
+            let dir = state.dir().display().to_string();
+            move |error| WrapperError::Logs { dir, error }
+        };
+        let mut logs = Logs::open(state.dir(), &config.state).map_err(logs_error(&state))?;
+        // A flush the previous process did not end: its committed replay offset first (the
+        // rows it consumed are in its intents), then each of its requests to one home.
+        let groups = state.take_wrapper_groups();
+        let consumed = groups
+            .iter()
+            .filter(|g| g.committed)
+            .filter_map(|g| g.wrapper.as_ref()?.consumes)
+            .max();
+        let mut spill = WrapperSpill::open(state.dir(), config.state.max_spill_bytes, consumed)
+            .map_err(logs_error(&state))?;
+        let recovery = recovery::recover(
+            &mut state,
+            &mut logs,
+            &mut spill,
+            &session.get_cluster_state(),
+            groups,
+        )
+        .map_err(logs_error(&state))?;
+        if recovery != WrapperRecovery::default() {
+            tracing::warn!(
+                flushes = recovery.flushes,
+                unknown_rows = recovery.unknown_rows,
+                rejected_rows = recovery.rejected_rows,
+                spilled_rows = recovery.spilled_rows,
+                uncommitted_rows = recovery.uncommitted_rows,
+                "Finished a flush the previous process did not end (rows in flight are logged as unknown, never re-sent)."
+            );
+        }
         let void = session
             .batch(&Batch::new(BatchType::Unlogged), Vec::<()>::new())
             .await
@@ -191,6 +228,7 @@ impl CounterSession {
             config.store.clone(),
             state,
             logs,
+            spill,
             crate::sink::cql::store::detect(&session).await.kind,
         );
         let flusher = Arc::new(tokio::sync::Mutex::new(flusher));
@@ -216,7 +254,14 @@ impl CounterSession {
             stop,
             task: Some(task),
             shutdown_deadline: config.flush.shutdown_deadline,
+            recovery,
         })
+    }
+
+    /// What starting had to finish for the previous process on this state directory (a
+    /// flush it did not end).
+    pub fn recovery(&self) -> &WrapperRecovery {
+        &self.recovery
     }
 
     /// The application's session, shared.
@@ -301,6 +346,14 @@ impl CounterSession {
                 Box::pin(self.core.session.batch(batch, values)).await
             }
         }
+    }
+
+    /// Turns the intent journal off for this session's flushes: no intents, no crash
+    /// recovery of them. Only for the flush benchmark's baseline (what the journal costs
+    /// is measured against it); never in a product build.
+    #[cfg(feature = "dev")]
+    pub async fn disable_journal_for_benchmark(&self) {
+        self.flusher.lock().await.disable_journal_for_benchmark();
     }
 
     /// Flushes now (also runs every `flush.interval` on its own).

@@ -235,6 +235,22 @@ impl Tables {
         shape
     }
 
+    /// The shape of `keyspace.name` as the driver's metadata has it now, if it is a
+    /// counter table (replayed rows are rebuilt on it).
+    pub fn named(
+        &self,
+        cluster: &ClusterState,
+        keyspace: &str,
+        name: &str,
+    ) -> Option<Arc<TableShape>> {
+        let schema = cluster.get_keyspace(keyspace)?.tables.get(name)?;
+        schema
+            .columns
+            .values()
+            .any(|c| is_counter(&c.typ))
+            .then(|| self.shape(keyspace, name, schema))
+    }
+
     /// The table numbered `id`.
     pub fn get(&self, id: u32) -> Option<Arc<TableShape>> {
         self.inner.lock().by_id.get(id as usize).cloned()

@@ -7,10 +7,13 @@
 //! |---|---|
 //! | `wrapper_unknown.jsonl` | may or may not have applied: never re-sent, reconcile by hand |
 //! | `wrapper_rejected.jsonl` | refused by the store for good |
-//! | `wrapper_unsent.jsonl` | definitely not applied, and no later flush will send it (the final flush could not, or its sum left the i64 range): apply by hand if wanted |
+//! | `wrapper_unsent.jsonl` | definitely not applied, and not replayable: past `state.max_spill_bytes`, or spilled rows whose table no longer takes them at replay; apply by hand if wanted |
+//!
+//! Rows definitely not applied that this process will not send go to the spill
+//! ([`super::spill`]) and are replayed by the next start.
 //!
 //! A record names the request (`writer/incarnation/flush/request`), the table, the key as
-//! CQL literals, and every non-zero delta, so a row can be checked against the store and
+//! CQL literals (and as the bytes' hex), and every non-zero delta, so a row can be checked against the store and
 //! applied by hand with one UPDATE.
 
 use std::collections::BTreeMap;
@@ -74,6 +77,10 @@ pub struct WrapperRecord {
     pub table: String,
     /// Key column → value as a CQL literal.
     pub key: BTreeMap<String, String>,
+    /// The key values' bytes as the driver serialized them, hex, in key column order
+    /// (partition, then clustering): a spilled row is replayed from these.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key_hex: Option<Vec<String>>,
     /// Counter column → delta (non-zero only).
     pub deltas: BTreeMap<String, i64>,
     /// The error kind (`write_timeout`, `cancelled_at_deadline`, ...), when there was one.
@@ -92,10 +99,25 @@ pub fn literal(typ: &ColumnType<'_>, bytes: &[u8]) -> String {
     {
         Some(value) => value.to_string(),
         None => {
-            let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
-            format!("0x{hex}")
+            format!("0x{}", hex(bytes))
         }
     }
+}
+
+/// Bytes as lowercase hex.
+pub fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// Hex back to bytes (`None` if it is not hex).
+pub fn unhex(text: &str) -> Option<Vec<u8>> {
+    if !text.len().is_multiple_of(2) {
+        return None;
+    }
+    (0..text.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(text.get(i..i + 2)?, 16).ok())
+        .collect()
 }
 
 /// The record of `row` of `table`, at `time` (RFC 3339).
@@ -121,6 +143,7 @@ pub fn record(
             .zip(key.iter().zip(&table.key_types))
             .map(|(column, (bytes, typ))| (column.to_owned(), literal(typ, bytes)))
             .collect(),
+        key_hex: Some(key.iter().map(|bytes| hex(bytes)).collect()),
         deltas: table
             .counters
             .iter()
@@ -157,14 +180,38 @@ impl Logs {
         })
     }
 
-    /// Appends `records` to the log of their outcome and syncs it; the error if that failed.
+    /// Rotates every full log. A flush calls it before it records the logs' sizes in the
+    /// journal, so that its appends land in the files those sizes describe.
+    pub fn rotate_full(&mut self) {
+        for (log, outcome) in self.logs.iter_mut().zip(WrapperOutcome::ALL) {
+            if let Err(error) = log.rotate_if_full() {
+                tracing::error!(file = outcome.file_name(), %error, "Could not rotate a wrapper log.");
+            }
+        }
+    }
+
+    /// The sizes of `wrapper_unknown.jsonl` and `wrapper_rejected.jsonl`.
+    pub fn sizes(&self) -> [u64; 2] {
+        [self.logs[0].size(), self.logs[1].size()]
+    }
+
+    /// The `(request_id, row)` of the records of one log from `offset` on.
+    pub fn keys_from(
+        &self,
+        outcome: WrapperOutcome,
+        offset: u64,
+    ) -> std::io::Result<std::collections::HashSet<(String, u16)>> {
+        self.logs[outcome as usize].keys_from(offset)
+    }
+
+    /// Appends `records` to the log of their outcome and syncs it (no rotation: see
+    /// [`Logs::rotate_full`]); the error if that failed.
     pub fn append(
         &mut self,
         outcome: WrapperOutcome,
         records: &[WrapperRecord],
     ) -> std::io::Result<()> {
         let log = &mut self.logs[outcome as usize];
-        log.rotate_if_full()?;
         for record in records {
             log.append(record)?;
         }

@@ -40,7 +40,8 @@ pub struct WrapperAccounting {
     pub unknown: i128,
     /// In `wrapper_rejected.jsonl`.
     pub rejected: i128,
-    /// In `wrapper_unsent.jsonl`: definitely not applied.
+    /// Definitely not applied and not to be sent by this process: spilled (replayed by
+    /// the next start) or in `wrapper_unsent.jsonl`.
     pub unsent: i128,
 }
 

@@ -29,3 +29,4 @@ mod stores;
 mod tls;
 mod totals;
 mod wrapper;
+mod wrapper_crash;

@@ -666,10 +666,12 @@ async fn fault_run(kind: FaultKind, applied: bool) {
 }
 
 /// The final flush with the store down: nothing is lost silently. Every buffered delta is
-/// in `wrapper_unsent.jsonl` (definitely not applied) or `wrapper_unknown.jsonl`, the
-/// identity holds in the collector's last figures, and the store holds nothing.
+/// in the spill (definitely not applied) or `wrapper_unknown.jsonl`, the identity holds in
+/// the collector's last figures, and the store holds nothing. The next start on the same
+/// state directory replays the spilled rows once: the store then holds exactly them, per
+/// row and column, and a third start sends nothing again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_final_flush_with_the_store_down_records_every_row() {
+async fn a_final_flush_with_the_store_down_spills_every_row_and_the_next_start_replays_them_once() {
     let store = launch(StoreOptions::cqlsim_only("takes the node down")).await;
     let server = store.sim();
     server.execute_script(None, SCHEMA).expect("schema");
@@ -692,6 +694,7 @@ async fn a_final_flush_with_the_store_down_records_every_row() {
             .unwrap();
         fed += i128::from(i + 1) - 1;
     }
+    let spill_path = dir.path().join(countersink::wrapper::spill::SPILL_FILE);
     let unsent_path = session.log_path(WrapperOutcome::Unsent).await;
     let unknown_path = session.log_path(WrapperOutcome::Unknown).await;
     let collector = session.collector();
@@ -702,7 +705,10 @@ async fn a_final_flush_with_the_store_down_records_every_row() {
     // Each request ended unsent (refused, or never started before the deadline) or
     // unknown (no answer in time): nothing re-queued after the final flush.
     assert_eq!(report.unsent + report.unknown, report.writes, "{report:?}");
-    let recorded: i128 = records(&unsent_path)
+    assert!(report.unsent > 0, "{report:?}");
+    let spilled = records(&spill_path);
+    assert!(records(&unsent_path).is_empty(), "all fit in the spill");
+    let recorded: i128 = spilled
         .iter()
         .chain(&records(&unknown_path))
         .flat_map(|r| r.deltas.values())
@@ -730,6 +736,49 @@ async fn a_final_flush_with_the_store_down_records_every_row() {
     );
     server.node_up();
     assert_eq!(server.stats().table("w", "c1").counter_delta_sum, 0);
+
+    // The next start replays the spilled rows, once.
+    let mut expected: BTreeMap<String, (i64, i64)> = BTreeMap::new();
+    for record in &spilled {
+        let key = record.key["k"].trim_matches('\'').to_owned();
+        let row = expected.entry(key).or_default();
+        row.0 += record.deltas.get("c").copied().unwrap_or(0);
+        row.1 += record.deltas.get("d").copied().unwrap_or(0);
+    }
+    let tweak = |c: &mut Config| c.store.request_timeout = Duration::from_secs(5);
+    let session = wrap(&store.contact_point(), dir.path(), tweak).await;
+    let report = session.flush_now().await;
+    assert_eq!(report.replayed_rows, spilled.len() as u64, "{report:?}");
+    assert_eq!(report.applied, report.writes, "{report:?}");
+    session.shutdown().await;
+    let check = |what: &str| {
+        for (key, (c, d)) in &expected {
+            let condition = format!("k = '{key}'");
+            assert_eq!(
+                cell(server, "w.c1", "c", &condition),
+                Some(*c),
+                "{what}: c of {key}"
+            );
+            assert_eq!(
+                cell(server, "w.c1", "d", &condition),
+                Some(*d),
+                "{what}: d of {key}"
+            );
+        }
+        let total: i128 = expected.values().map(|(c, d)| i128::from(*c + *d)).sum();
+        assert_eq!(
+            server.stats().table("w", "c1").counter_delta_sum,
+            total,
+            "{what}: nothing but the spilled rows"
+        );
+    };
+    check("after the replay");
+    // A third start: nothing left to replay.
+    let session = wrap(&store.contact_point(), dir.path(), tweak).await;
+    let report = session.flush_now().await;
+    assert_eq!(report.replayed_rows, 0, "{report:?}");
+    session.shutdown().await;
+    check("after a third start");
     store.shutdown().await;
 }
 

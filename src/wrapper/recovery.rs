@@ -1,0 +1,218 @@
+//! Finishing a wrapper flush the previous process did not end, exactly as the sidecar's
+//! recovery does ([`crate::state::recovery`]): each request of a committed journal group
+//! gets one home, decided from what is durable.
+//!
+//! | what the journal says | where its rows go |
+//! |---|---|
+//! | `applied` (or `dropped`) | nowhere |
+//! | definitely not applied, or not started | the spill, replayed by this start |
+//! | `rejected` | `wrapper_rejected.jsonl` |
+//! | `unknown`, or no outcome (in flight) | `wrapper_unknown.jsonl` (`in_flight_at_crash` when no outcome), never re-sent |
+//!
+//! A row already in its file from the offsets the flush recorded (`WrapperLogsAt`; recovery
+//! records them first when the flush had not) is not written twice, so recovery can be
+//! killed and run again. A group whose commit did not complete sent nothing: its rows were
+//! only in memory (counted as lost with it).
+
+use std::time::SystemTime;
+
+use scylla::cluster::ClusterState;
+use scylla::cluster::metadata::{ColumnType, NativeType};
+
+use crate::state::journal::{WrapperGroup, WrapperTable};
+use crate::state::recovery::in_flight_at_crash;
+use crate::state::{FlushGroup, Settled, StateDir};
+use crate::test_hooks::crash_point;
+
+use super::buffer::PendingRow;
+use super::recognize::TableShape;
+use super::records::{Logs, WrapperOutcome, WrapperRecord, record};
+use super::spill::WrapperSpill;
+use super::statement::split_key;
+
+/// What recovery did for the previous process.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct WrapperRecovery {
+    /// Flushes found committed and not ended, and finished.
+    pub flushes: u64,
+    /// Rows logged to `wrapper_unknown.jsonl` (in flight at the crash, or unknown and not
+    /// logged yet).
+    pub unknown_rows: u64,
+    /// Rows logged to `wrapper_rejected.jsonl`.
+    pub rejected_rows: u64,
+    /// Rows definitely not applied, spilled for replay.
+    pub spilled_rows: u64,
+    /// Rows of a group commit that did not complete: never sent, lost with memory.
+    pub uncommitted_rows: u64,
+}
+
+/// The request id of request `request` of wrapper flush `seq`.
+pub fn request_id(writer: &str, incarnation: u64, seq: u64, request: u32) -> String {
+    format!("{writer}/{incarnation}/w{seq}/{request}")
+}
+
+/// Finishes every unended wrapper group of the journal.
+pub fn recover(
+    state: &mut StateDir,
+    logs: &mut Logs,
+    spill: &mut WrapperSpill,
+    cluster: &ClusterState,
+    groups: Vec<FlushGroup>,
+) -> std::io::Result<WrapperRecovery> {
+    let mut report = WrapperRecovery::default();
+    for group in groups {
+        let Some(wrapper) = group.wrapper.as_ref() else {
+            continue;
+        };
+        if !group.committed {
+            report.uncommitted_rows += wrapper
+                .intents
+                .iter()
+                .map(|i| i.rows.len() as u64)
+                .sum::<u64>();
+        } else {
+            report.flushes += 1;
+            finish(state, logs, spill, cluster, &group, wrapper, &mut report)?;
+        }
+        crash_point("wrapper_recovery_logged");
+        state.wrapper_journal_end(group.flush.flush_seq)?;
+    }
+    Ok(report)
+}
+
+fn finish(
+    state: &mut StateDir,
+    logs: &mut Logs,
+    spill: &mut WrapperSpill,
+    cluster: &ClusterState,
+    group: &FlushGroup,
+    wrapper: &WrapperGroup,
+    report: &mut WrapperRecovery,
+) -> std::io::Result<()> {
+    let at = match wrapper.logs_at {
+        Some(at) => at,
+        None => {
+            logs.rotate_full();
+            let [unknown, rejected] = logs.sizes();
+            let at = [unknown, rejected, spill.size()];
+            state.wrapper_journal_logs_at(at)?;
+            at
+        }
+    };
+    let present = [
+        logs.keys_from(WrapperOutcome::Unknown, at[0])?,
+        logs.keys_from(WrapperOutcome::Rejected, at[1])?,
+        spill.keys_from(at[2])?,
+    ];
+    let time = crate::bucket::rfc3339(SystemTime::now());
+    let (mut unknown, mut rejected, mut spilled) = (Vec::new(), Vec::new(), Vec::new());
+    for record in group_records(group, wrapper, Some(cluster), &time) {
+        let (into, seen) = match record.outcome {
+            WrapperOutcome::Unknown => (&mut unknown, &present[0]),
+            WrapperOutcome::Rejected => (&mut rejected, &present[1]),
+            WrapperOutcome::Unsent => (&mut spilled, &present[2]),
+        };
+        if !seen.contains(&(record.request_id.clone(), record.row)) {
+            into.push(record);
+        }
+    }
+    crash_point("wrapper_recovery_before_logs");
+    report.spilled_rows += spilled.len() as u64;
+    report.unknown_rows += unknown.len() as u64;
+    report.rejected_rows += rejected.len() as u64;
+    if !spilled.is_empty() {
+        let over = spill.append(spilled)?;
+        report.spilled_rows -= over.len() as u64;
+        logs.append(WrapperOutcome::Unsent, &over)?;
+    }
+    logs.append(WrapperOutcome::Unknown, &unknown)?;
+    logs.append(WrapperOutcome::Rejected, &rejected)
+}
+
+/// The records recovery writes for an unended, committed wrapper flush, row for row:
+/// `unsent` (to the spill), `rejected` or `unknown` (see the module doc). Key literals use
+/// the key types `cluster`'s metadata has now (hex without it). Also what
+/// `countersink outcomes` shows for such a flush.
+pub fn group_records(
+    group: &FlushGroup,
+    wrapper: &WrapperGroup,
+    cluster: Option<&ClusterState>,
+    time: &str,
+) -> Vec<WrapperRecord> {
+    let mut out = Vec::new();
+    for intent in &wrapper.intents {
+        let Some(table) = wrapper.table(intent.table) else {
+            continue;
+        };
+        let shape = shape_of(table, cluster);
+        let id = request_id(
+            &group.flush.writer,
+            group.flush.incarnation,
+            group.flush.flush_seq,
+            intent.request,
+        );
+        let error = |kind: &str, text: &str| Some((kind.to_owned(), text.to_owned()));
+        let (outcome, error) = match group.outcomes.get(&intent.request) {
+            Some(Settled::Applied | Settled::Dropped) => continue,
+            Some(Settled::NotApplied { kind, text }) => (WrapperOutcome::Unsent, error(kind, text)),
+            Some(Settled::NotStarted) => (WrapperOutcome::Unsent, None),
+            Some(Settled::Rejected { kind, text }) => (WrapperOutcome::Rejected, error(kind, text)),
+            Some(Settled::Unknown { kind, text }) => (WrapperOutcome::Unknown, error(kind, text)),
+            None => {
+                let e = in_flight_at_crash();
+                (WrapperOutcome::Unknown, Some((e.kind, e.text)))
+            }
+        };
+        for (i, row) in intent.rows.iter().enumerate() {
+            let Some((_, values)) = split_key(&row.key) else {
+                continue;
+            };
+            let pending = PendingRow {
+                deltas: row.deltas.clone().into_boxed_slice(),
+                requeued_since: 0,
+            };
+            let mut record = record(
+                &shape,
+                &values,
+                &pending,
+                u16::try_from(i).unwrap_or(u16::MAX),
+                &id,
+                outcome,
+                None,
+                time,
+            );
+            if let Some((kind, text)) = &error {
+                record.error_kind = Some(kind.clone());
+                record.error = Some(text.clone());
+            }
+            out.push(record);
+        }
+    }
+    out
+}
+
+/// A shape to print the group's rows with: its names, and the key types the driver's
+/// metadata has for them now (blob, printed as hex, where it has none).
+fn shape_of(table: &WrapperTable, cluster: Option<&ClusterState>) -> TableShape {
+    let schema = cluster
+        .and_then(|c| c.get_keyspace(&table.keyspace))
+        .and_then(|k| k.tables.get(&table.name));
+    let key_types = table
+        .key_columns
+        .iter()
+        .map(|c| {
+            schema
+                .and_then(|s| s.columns.get(c))
+                .map_or(ColumnType::Native(NativeType::Blob), |c| c.typ.clone())
+        })
+        .collect();
+    TableShape {
+        id: table.id,
+        keyspace: table.keyspace.clone(),
+        name: table.name.clone(),
+        partition_key: table.key_columns.clone(),
+        clustering_key: Vec::new(),
+        key_types,
+        counters: table.counters.clone(),
+    }
+}

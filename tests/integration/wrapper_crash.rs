@@ -1,0 +1,439 @@
+//! The driver wrapper killed (SIGKILL) at a step of its flush, then started again on the
+//! same state directory: what was in flight is in `wrapper_unknown.jsonl`
+//! (`in_flight_at_crash`) and never sent again, and spilled rows a killed flush had
+//! already taken are not replayed a second time.
+//!
+//! The process killed is this test binary run again with only [`wrapper_child`] selected:
+//! it wraps a session to the parent's cqlsim, feeds or replays, flushes, and stops at the
+//! crash point `COUNTERSINK_CRASH_POINT` names (feature `dev`), where the parent kills it.
+
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
+
+use countersink::CounterSession;
+use countersink::config::Config;
+use countersink::wrapper::records::{WrapperOutcome, WrapperRecord, hex};
+use countersink::wrapper::spill::SPILL_FILE;
+use scylla::client::session_builder::SessionBuilder;
+use scylla::value::Counter;
+
+use crate::common::{StoreOptions, cell, config, launch};
+
+/// Set in the child's environment: `contact|state dir|increments to feed`.
+const CHILD_ENV: &str = "COUNTERSINK_WRAPPER_CRASH_CHILD";
+
+const SCHEMA: &str = "
+    CREATE KEYSPACE wk WITH replication = {'class': 'SimpleStrategy', 'replication_factor': 1};
+    CREATE TABLE wk.c (k text PRIMARY KEY, c counter);
+";
+
+async fn wrap(contact: &str, dir: &Path) -> CounterSession {
+    let mut config: Config = config(dir);
+    config.store.contact_points = vec![contact.to_owned()];
+    config.flush.interval = Duration::from_secs(3600);
+    let session = SessionBuilder::new()
+        .known_node(contact)
+        .build()
+        .await
+        .expect("session");
+    CounterSession::new(session, &config)
+        .await
+        .expect("wrapper")
+}
+
+/// The process the tests below kill; without their environment it returns at once (it is
+/// a child process's entry point, not a test of its own).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn wrapper_child() {
+    let Ok(spec) = std::env::var(CHILD_ENV) else {
+        return;
+    };
+    let mut parts = spec.split('|');
+    let (contact, dir, feed) = (
+        parts.next().expect("contact"),
+        parts.next().expect("dir"),
+        parts.next().expect("feed").parse::<i64>().expect("feed"),
+    );
+    let session = wrap(contact, Path::new(dir)).await;
+    let update = session
+        .prepare("UPDATE wk.c SET c = c + ? WHERE k = ?")
+        .await
+        .expect("prepare");
+    for i in 0..feed {
+        session
+            .execute_unpaged(&update, (Counter(i + 1), format!("k{}", i % 10)))
+            .await
+            .expect("buffered");
+    }
+    session.flush_now().await;
+    panic!("the crash point was not reached");
+}
+
+/// What the child feeds: key → sum.
+fn fed(feed: i64) -> BTreeMap<String, i64> {
+    let mut sums = BTreeMap::new();
+    for i in 0..feed {
+        *sums.entry(format!("k{}", i % 10)).or_default() += i + 1;
+    }
+    sums
+}
+
+/// Runs the child until it reports `crash_point`, then kills it (SIGKILL).
+fn run_child_until(contact: &str, dir: &Path, feed: i64, crash_point: &str) {
+    let mut child = Command::new(std::env::current_exe().expect("test binary"))
+        .args([
+            "--exact",
+            "wrapper_crash::wrapper_child",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env(CHILD_ENV, format!("{contact}|{}|{feed}", dir.display()))
+        .env("COUNTERSINK_CRASH_POINT", crash_point)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("child");
+    let stderr = child.stderr.take().expect("stderr");
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            if tx.send(line).is_err() {
+                return;
+            }
+        }
+    });
+    let wanted = format!("crash point {crash_point} reached");
+    let mut seen = Vec::new();
+    loop {
+        match rx.recv_timeout(Duration::from_secs(120)) {
+            Ok(line) if line.contains(&wanted) => break,
+            Ok(line) => seen.push(line),
+            Err(_) => {
+                let _ = child.kill();
+                panic!(
+                    "the child never reached {crash_point}:\n{}",
+                    seen.join("\n")
+                );
+            }
+        }
+    }
+    child.kill().expect("SIGKILL");
+    child.wait().expect("reaped");
+}
+
+fn records(path: &Path) -> Vec<WrapperRecord> {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("record"))
+        .collect()
+}
+
+/// What `countersink outcomes` reads from `dir` for the wrapper: (outcome, source) →
+/// key → delta sum of column `c`.
+fn outcomes(dir: &Path) -> BTreeMap<(String, String), BTreeMap<String, i64>> {
+    let mut read: BTreeMap<(String, String), BTreeMap<String, i64>> = BTreeMap::new();
+    countersink::ops::outcomes::scan(dir, |source, record| {
+        assert_eq!(record.family, "wrapper");
+        let outcome = countersink::ops::outcomes::outcome_label(record.outcome);
+        let key = record.key["k"].trim_matches('\'').to_owned();
+        let key = match key.strip_prefix("0x") {
+            // Read from the journal: the key's bytes in hex.
+            Some(hex) => {
+                let bytes = countersink::wrapper::records::unhex(hex).expect("hex");
+                String::from_utf8(bytes).expect("utf-8")
+            }
+            None => key,
+        };
+        *read
+            .entry((outcome.to_owned(), source.as_str().to_owned()))
+            .or_default()
+            .entry(key)
+            .or_default() += record.deltas.get("c").copied().unwrap_or(0);
+    })
+    .expect("scan");
+    read
+}
+
+/// The store's value of every key of `expected`, checked.
+fn assert_store(server: &cqlsim::Server, expected: &BTreeMap<String, i64>, what: &str) {
+    for (key, sum) in expected {
+        let value = cell(server, "wk.c", "c", &format!("k = '{key}'"));
+        assert_eq!(value, Some(*sum), "{what}: {key}");
+    }
+}
+
+/// Killed after its requests reached the store and before any outcome was recorded: the
+/// next start logs every row as unknown (`in_flight_at_crash`, exact deltas) and sends
+/// none of them again; a third start adds no record.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wrapper_killed_with_a_flush_in_flight_logs_it_unknown_and_never_resends_it() {
+    let store = launch(StoreOptions::cqlsim_only(
+        "kills a wrapper and counts its writes",
+    ))
+    .await;
+    let server = store.sim();
+    server.execute_script(None, SCHEMA).expect("schema");
+    let dir = tempfile::tempdir().unwrap();
+    let contact = store.contact_point();
+    let expected = fed(100);
+
+    run_child_until(&contact, dir.path(), 100, "wrapper_sent");
+    assert_store(server, &expected, "applied before the kill");
+    let writes = server.stats().table("wk", "c").write_requests;
+    assert!(writes > 0);
+    // `countersink outcomes` reads the killed flush from the journal as recovery will
+    // log it.
+    let before = outcomes(dir.path());
+    assert_eq!(before.len(), 1, "{before:?}");
+    assert_eq!(before[&("unknown".into(), "journal".into())], expected);
+
+    let session = wrap(&contact, dir.path()).await;
+    let recovery = session.recovery().clone();
+    assert_eq!(recovery.flushes, 1, "{recovery:?}");
+    assert_eq!(recovery.unknown_rows, 10, "{recovery:?}");
+    let unknown_path = session.log_path(WrapperOutcome::Unknown).await;
+    let logged = records(&unknown_path);
+    let mut by_key: BTreeMap<String, i64> = BTreeMap::new();
+    for record in &logged {
+        assert_eq!(record.error_kind.as_deref(), Some("in_flight_at_crash"));
+        *by_key
+            .entry(record.key["k"].trim_matches('\'').to_owned())
+            .or_default() += record.deltas["c"];
+    }
+    assert_eq!(by_key, expected, "each in-flight row once, with its deltas");
+    let after = outcomes(dir.path());
+    assert_eq!(after.len(), 1, "{after:?}");
+    assert_eq!(after[&("unknown".into(), "log".into())], expected);
+    let report = session.flush_now().await;
+    assert_eq!((report.rows, report.replayed_rows), (0, 0), "{report:?}");
+    session.shutdown().await;
+    assert_store(server, &expected, "after the restart");
+    assert_eq!(
+        server.stats().table("wk", "c").write_requests,
+        writes,
+        "nothing sent again"
+    );
+
+    let session = wrap(&contact, dir.path()).await;
+    assert_eq!(session.recovery().flushes, 0);
+    session.shutdown().await;
+    assert_eq!(
+        records(&unknown_path).len(),
+        logged.len(),
+        "no record twice"
+    );
+    store.shutdown().await;
+}
+
+/// Spilled rows of an earlier run, loaded by a flush that is killed after its journal
+/// group commit (before sending): the next start logs them as unknown and does not
+/// replay them again. Killed before that group commit instead, they are replayed once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn spilled_rows_a_killed_flush_took_are_not_replayed_twice() {
+    let store = launch(StoreOptions::cqlsim_only("kills a wrapper during replay")).await;
+    let server = store.sim();
+    server.execute_script(None, SCHEMA).expect("schema");
+    let contact = store.contact_point();
+    let spilled: BTreeMap<String, i64> = (0..5).map(|i| (format!("s{i}"), 10 + i)).collect();
+    let spill_lines: String = spilled
+        .iter()
+        .enumerate()
+        .map(|(i, (key, delta))| {
+            let record = WrapperRecord {
+                time: "2026-01-01T00:00:00Z".into(),
+                request_id: format!("earlier/1/w9/{i}"),
+                row: 0,
+                outcome: WrapperOutcome::Unsent,
+                table: "wk.c".into(),
+                key: [("k".to_owned(), format!("'{key}'"))].into(),
+                key_hex: Some(vec![hex(key.as_bytes())]),
+                deltas: [("c".to_owned(), *delta)].into(),
+                error_kind: None,
+                error: None,
+            };
+            format!("{}\n", serde_json::to_string(&record).unwrap())
+        })
+        .collect();
+
+    // Killed after the group commit that took them: unknown, never replayed again.
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join(SPILL_FILE), &spill_lines).unwrap();
+    let read = outcomes(dir.path());
+    assert_eq!(read.len(), 1, "{read:?}");
+    assert_eq!(read[&("spilled".into(), "spill".into())], spilled);
+    run_child_until(&contact, dir.path(), 0, "wrapper_journal_committed");
+    let read = outcomes(dir.path());
+    assert_eq!(read.len(), 1, "the journal's group owns them: {read:?}");
+    assert_eq!(read[&("unknown".into(), "journal".into())], spilled);
+    assert_eq!(server.stats().table("wk", "c").write_requests, 0);
+    let session = wrap(&contact, dir.path()).await;
+    assert_eq!(
+        session.recovery().unknown_rows,
+        5,
+        "{:?}",
+        session.recovery()
+    );
+    let report = session.flush_now().await;
+    assert_eq!(report.replayed_rows, 0, "{report:?}");
+    session.shutdown().await;
+    assert_eq!(server.stats().table("wk", "c").write_requests, 0);
+
+    // Killed before the group commit (at a step before it is written: the spill was
+    // loaded, nothing sent): replayed once by the next start.
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join(SPILL_FILE), &spill_lines).unwrap();
+    run_child_until(&contact, dir.path(), 0, "wrapper_replay_loaded");
+    let session = wrap(&contact, dir.path()).await;
+    assert_eq!(session.recovery().flushes, 0, "{:?}", session.recovery());
+    let report = session.flush_now().await;
+    assert_eq!(report.replayed_rows, 5, "{report:?}");
+    assert_eq!(report.applied, report.writes, "{report:?}");
+    session.shutdown().await;
+    assert_store(server, &spilled, "replayed once");
+    let session = wrap(&contact, dir.path()).await;
+    assert_eq!(session.flush_now().await.replayed_rows, 0);
+    session.shutdown().await;
+    assert_store(server, &spilled, "not twice");
+    store.shutdown().await;
+}
+
+/// Recovery itself killed after it appended its records and before it ended the flush:
+/// the next start runs it again and appends nothing twice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_recovery_killed_before_it_ends_runs_again_without_duplicates() {
+    let store = launch(StoreOptions::cqlsim_only("kills a wrapper twice")).await;
+    let server = store.sim();
+    server.execute_script(None, SCHEMA).expect("schema");
+    let dir = tempfile::tempdir().unwrap();
+    let contact = store.contact_point();
+    let expected = fed(40);
+    run_child_until(&contact, dir.path(), 40, "wrapper_sent");
+    // The child's start recovers the flush and is killed before ending it.
+    run_child_until(&contact, dir.path(), 0, "wrapper_recovery_logged");
+    let unknown = dir.path().join(WrapperOutcome::Unknown.file_name());
+    assert_eq!(records(&unknown).len(), 10, "logged by the killed recovery");
+    let session = wrap(&contact, dir.path()).await;
+    let recovery = session.recovery().clone();
+    assert_eq!(
+        (recovery.flushes, recovery.unknown_rows),
+        (1, 0),
+        "{recovery:?}"
+    );
+    session.shutdown().await;
+    let logged = records(&unknown);
+    assert_eq!(logged.len(), 10, "no record twice");
+    let keys: std::collections::BTreeSet<String> =
+        logged.iter().map(|r| r.key["k"].clone()).collect();
+    assert_eq!(keys.len(), 10);
+    assert_store(server, &expected, "sent once");
+    store.shutdown().await;
+}
+
+/// Killed after the flush's outcomes were recorded (every other write timed out after
+/// applying), at its log step: before the appends (`wrapper_logs_at`) or after them
+/// (`wrapper_logged`). The next start logs each unknown row exactly once, logs no applied
+/// row, and sends nothing again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wrapper_killed_at_its_log_steps_logs_each_unknown_row_once() {
+    for crash_point in ["wrapper_logs_at", "wrapper_logged"] {
+        let store = launch(StoreOptions::cqlsim_only("injects write timeouts")).await;
+        let server = store.sim();
+        server.execute_script(None, SCHEMA).expect("schema");
+        let mut rule = cqlsim::FaultRule::new(cqlsim::FaultKind::WriteTimeout).every(2);
+        rule.applied = true;
+        server.add_fault(rule);
+        let dir = tempfile::tempdir().unwrap();
+        let contact = store.contact_point();
+        let expected = fed(100);
+        run_child_until(&contact, dir.path(), 100, crash_point);
+        server.clear_faults();
+        assert_store(server, &expected, crash_point);
+        let writes = server.stats().table("wk", "c").write_requests;
+        let unknown = dir.path().join(WrapperOutcome::Unknown.file_name());
+        let before = records(&unknown).len();
+
+        let session = wrap(&contact, dir.path()).await;
+        let recovery = session.recovery().clone();
+        session.shutdown().await;
+        let logged = records(&unknown);
+        let ids: std::collections::BTreeSet<(String, u16)> = logged
+            .iter()
+            .map(|r| (r.request_id.clone(), r.row))
+            .collect();
+        assert_eq!(ids.len(), logged.len(), "{crash_point}: no record twice");
+        assert!(!logged.is_empty(), "{crash_point}: the fault fired");
+        assert!(
+            logged.len() < 10,
+            "{crash_point}: applied rows are not logged"
+        );
+        assert!(
+            logged
+                .iter()
+                .all(|r| r.error_kind.as_deref() == Some("write_timeout")),
+            "{crash_point}: the recorded outcome, not in_flight_at_crash"
+        );
+        let (by_recovery, by_flush) = match crash_point {
+            "wrapper_logs_at" => (logged.len(), 0),
+            _ => (0, logged.len()),
+        };
+        assert_eq!(before, by_flush, "{crash_point}");
+        assert_eq!(
+            recovery.unknown_rows as usize, by_recovery,
+            "{crash_point}: {recovery:?}"
+        );
+        assert_store(server, &expected, crash_point);
+        assert_eq!(
+            server.stats().table("wk", "c").write_requests,
+            writes,
+            "{crash_point}: nothing sent again"
+        );
+        store.shutdown().await;
+    }
+}
+
+/// A spilled row whose table no longer takes it (here: dropped) is recorded in
+/// `wrapper_unsent.jsonl` as `not_replayable`, once; the other rows are replayed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_spilled_row_that_no_longer_maps_is_recorded_unsent_once() {
+    let store = launch(StoreOptions::cqlsim_only("replays into a changed schema")).await;
+    let server = store.sim();
+    server.execute_script(None, SCHEMA).expect("schema");
+    let contact = store.contact_point();
+    let line = |table: &str, key: &str, delta: i64| {
+        let record = WrapperRecord {
+            time: "2026-01-01T00:00:00Z".into(),
+            request_id: format!("earlier/1/w3/{key}"),
+            row: 0,
+            outcome: WrapperOutcome::Unsent,
+            table: table.into(),
+            key: [("k".to_owned(), format!("'{key}'"))].into(),
+            key_hex: Some(vec![hex(key.as_bytes())]),
+            deltas: [("c".to_owned(), delta)].into(),
+            error_kind: None,
+            error: None,
+        };
+        format!("{}\n", serde_json::to_string(&record).unwrap())
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let lines = line("wk.c", "kept", 7) + &line("wk.gone", "lost", 9);
+    std::fs::write(dir.path().join(SPILL_FILE), lines).unwrap();
+    let unsent = dir.path().join(WrapperOutcome::Unsent.file_name());
+    for start in 0..2 {
+        let session = wrap(&contact, dir.path()).await;
+        let report = session.flush_now().await;
+        assert_eq!(report.replayed_rows, 1 - start, "{report:?}");
+        session.shutdown().await;
+        let recorded = records(&unsent);
+        assert_eq!(recorded.len(), 1, "start {start}: once");
+        assert_eq!(recorded[0].table, "wk.gone");
+        assert_eq!(recorded[0].error_kind.as_deref(), Some("not_replayable"));
+        assert_eq!(recorded[0].deltas["c"], 9);
+    }
+    assert_eq!(cell(server, "wk.c", "c", "k = 'kept'"), Some(7));
+    store.shutdown().await;
+}
