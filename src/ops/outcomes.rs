@@ -716,6 +716,7 @@ pub fn as_write_record(
         granularity: "row".to_owned(),
         key: record.key.clone(),
         shard: None,
+        epoch: None,
         day: "-".to_owned(),
         minute: None,
         month: None,
