@@ -12,7 +12,7 @@ use crate::config::{Config, FlushConfig};
 use crate::engine::Engine;
 use crate::epoch::{self, EpochRegistry};
 use crate::family::shard_seed;
-use crate::sink::{Outcome, OutcomeClass, PartitionWrite, Sink, WriteError};
+use crate::sink::{Outcome, PartitionWrite, Sink};
 use crate::state::{
     FamilyEntry, FlushId, OutcomeLog, RecordOutcome, RecordSource, Settled, StateDir, StateError,
     WriteRecord,
@@ -24,64 +24,14 @@ use crate::vocabulary::{DropReason, Granularity};
 use super::ledger_gate::LedgerGate;
 use super::observe::FlushObserver;
 use super::plan::{self, PlanOptions};
-use super::record_conversion::{self, error_info};
+use super::record_conversion::{self, error_info, settled_of};
 use super::replay;
-use super::schedule::Schedule;
+use super::report::FlushReport;
+use super::schedule::{Schedule, log_backoff};
 use super::send::send_all;
 use super::settle::{self, Action, Circumstances, Sent};
 use super::shutdown::{Deadline, ShutdownSignal, shutdown_channel};
 use crate::telemetry::Ledger;
-
-/// What one flush did.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct FlushReport {
-    /// Flush sequence number.
-    pub seq: u64,
-    /// Rows drained from the buffer.
-    pub rows: usize,
-    /// Write requests planned.
-    pub writes: usize,
-    /// Requests applied.
-    pub applied: usize,
-    /// Requests re-queued in memory.
-    pub requeued: usize,
-    /// Requests rejected permanently.
-    pub rejected: usize,
-    /// Requests with an unknown outcome (including those cancelled at the deadline).
-    pub unknown: usize,
-    /// Requests spilled to disk (not attempted, or re-queued too long).
-    pub spilled: usize,
-    /// Requests that could not be spilled (the spill full, or failing): dropped, counted.
-    pub dropped: usize,
-    /// What the `writer_totals` families' writes did (not counted above).
-    pub totals: TotalsReport,
-}
-
-impl FlushReport {
-    /// Adds the figures of `chunk`, a later chunk of the same round, and takes its
-    /// sequence number.
-    fn add(&mut self, chunk: &FlushReport) {
-        self.seq = chunk.seq;
-        self.rows += chunk.rows;
-        self.writes += chunk.writes;
-        self.applied += chunk.applied;
-        self.requeued += chunk.requeued;
-        self.rejected += chunk.rejected;
-        self.unknown += chunk.unknown;
-        self.spilled += chunk.spilled;
-        self.dropped += chunk.dropped;
-        self.totals.add(&chunk.totals);
-    }
-
-    fn count(&mut self, class: OutcomeClass) {
-        match class {
-            OutcomeClass::Applied => self.applied += 1,
-            OutcomeClass::Requeued => self.requeued += 1,
-            OutcomeClass::Rejected => self.rejected += 1,
-            OutcomeClass::Unknown => self.unknown += 1,
-        }
-    }
-}
 
 /// Drains the engine into a sink on a schedule, and once more at shutdown.
 pub struct Flusher<S> {
@@ -999,47 +949,6 @@ struct Spilled {
     table: Granularity,
     sum: i128,
     records: Vec<WriteRecord>,
-}
-
-/// Says when the store stopped applying writes (once per doubling of the back-off, so a
-/// long outage logs a handful of lines) and when it applies them again.
-fn log_backoff(schedule: &Schedule, was_backing_off: bool, report: &FlushReport) {
-    let failures = schedule.failures();
-    if failures > 0 && failures.is_power_of_two() {
-        tracing::warn!(
-            consecutive_failed_flushes = failures,
-            requests = report.writes,
-            requeued = report.requeued,
-            unknown = report.unknown,
-            next_flush_within = ?schedule.backoff_ceiling(),
-            "The store applied none of this flush's writes; backing off."
-        );
-    } else if was_backing_off && failures == 0 {
-        tracing::info!(
-            applied = report.applied,
-            "The store applies writes again; flushing every interval."
-        );
-    }
-}
-
-/// What the journal records for an outcome.
-fn settled_of(outcome: &Outcome) -> Settled {
-    let error = |e: &WriteError| (e.kind.to_owned(), e.text.to_string());
-    match outcome {
-        Outcome::Applied => Settled::Applied,
-        Outcome::NotAppliedTransient(e) => {
-            let (kind, text) = error(e);
-            Settled::NotApplied { kind, text }
-        }
-        Outcome::NotAppliedPermanent(e) => {
-            let (kind, text) = error(e);
-            Settled::Rejected { kind, text }
-        }
-        Outcome::Unknown(e) => {
-            let (kind, text) = error(e);
-            Settled::Unknown { kind, text }
-        }
-    }
 }
 
 /// Pending rows and the delta sums they owe the minute and day tables, for `status.json`.

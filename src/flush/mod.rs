@@ -33,14 +33,16 @@ pub mod observe;
 pub mod plan;
 pub mod record_conversion;
 mod replay;
+mod report;
 pub mod schedule;
 mod send;
 pub mod settle;
 pub mod shutdown;
 
-pub use self::flusher::{FlushReport, Flusher};
+pub use self::flusher::Flusher;
 pub use self::observe::FlushObserver;
 pub use self::plan::PlanOptions;
+pub use self::report::FlushReport;
 pub use self::shutdown::{ShutdownHandle, ShutdownSignal, shutdown_channel};
 
 #[cfg(test)]

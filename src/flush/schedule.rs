@@ -89,6 +89,27 @@ impl Schedule {
     }
 }
 
+/// Says when the store stopped applying writes (once per doubling of the back-off, so a
+/// long outage logs a handful of lines) and when it applies them again.
+pub(super) fn log_backoff(schedule: &Schedule, was_backing_off: bool, report: &super::FlushReport) {
+    let failures = schedule.failures();
+    if failures > 0 && failures.is_power_of_two() {
+        tracing::warn!(
+            consecutive_failed_flushes = failures,
+            requests = report.writes,
+            requeued = report.requeued,
+            unknown = report.unknown,
+            next_flush_within = ?schedule.backoff_ceiling(),
+            "The store applied none of this flush's writes; backing off."
+        );
+    } else if was_backing_off && failures == 0 {
+        tracing::info!(
+            applied = report.applied,
+            "The store applies writes again; flushing every interval."
+        );
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1,0 +1,271 @@
+use super::*;
+use crate::aggregate::Columns;
+use crate::sink::RowDelta;
+use crate::vocabulary::FamilyId;
+
+fn write(series: &str, deltas: &[i64]) -> PartitionWrite {
+    PartitionWrite {
+        epoch: None,
+        family: FamilyId(1),
+        table: Granularity::Day,
+        series: crate::series::encode([series]).into_boxed_slice(),
+        shard: Some(2),
+        rows: deltas
+            .iter()
+            .enumerate()
+            .map(|(i, d)| {
+                let mut columns = Columns::zeroed(2);
+                columns.checked_add_at(0, *d);
+                columns.checked_add_at(1, d.wrapping_neg());
+                RowDelta {
+                    bucket: 20_000 + i as u32,
+                    columns,
+                    requeued_since: 0,
+                }
+            })
+            .collect(),
+    }
+}
+
+fn family() -> FamilyEntry {
+    FamilyEntry {
+        id: 1,
+        name: "views".into(),
+        minute_table: "m.views_by_minute".into(),
+        day_table: "m.views_by_day".into(),
+        key_columns: vec!["page_id".into()],
+        columns: vec!["views".into(), "bytes".into()],
+    }
+}
+
+fn flush(seq: u64) -> FlushId {
+    FlushId {
+        writer: "w".into(),
+        incarnation: 3,
+        flush_seq: seq,
+    }
+}
+
+#[test]
+fn a_group_reads_back_with_its_outcomes_and_a_torn_tail_is_cut() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("journal.wal");
+    let (mut journal, groups, _) = Journal::open(path.clone()).unwrap();
+    assert!(groups.is_empty());
+    journal.set_keep(true);
+    let cursor = Cursor {
+        segment: SegmentId {
+            incarnation: 2,
+            flush_seq: 9,
+            recovered: true,
+        },
+        offset: 77,
+    };
+    let mut epoch_write = write("b", &[i64::MIN]);
+    epoch_write.epoch = Some(29_934_000);
+    let writes = [write("a", &[1, 2]), epoch_write];
+    journal
+        .begin(&flush(5), "t", Some(cursor), &[family()], &writes)
+        .unwrap();
+    journal.outcome(0, &Settled::Applied);
+    journal.outcome(
+        1,
+        &Settled::Unknown {
+            kind: "write_timeout".into(),
+            text: "x".into(),
+        },
+    );
+    journal.logs_at(10, 20).unwrap();
+    journal.end(5).unwrap();
+    journal
+        .begin(&flush(6), "t", None, &[family()], &writes[..1])
+        .unwrap();
+    journal.outcome(0, &Settled::NotStarted);
+    journal.flush_pending().unwrap();
+    // A crash in the middle of a record: the tail is unreadable.
+    let whole = journal.offset as usize;
+    drop(journal);
+    let mut bytes = std::fs::read(&path).unwrap();
+    bytes.truncate(whole);
+    bytes.extend_from_slice(&[9, 0, 0, 0, 1, 2]);
+    std::fs::write(&path, &bytes).unwrap();
+
+    let (reopened, groups, torn) = Journal::open(path.clone()).unwrap();
+    assert_eq!(torn, 6);
+    assert_eq!(
+        reopened.offset as usize, whole,
+        "the next write starts there"
+    );
+    assert_eq!(groups.len(), 2);
+    let first = &groups[0];
+    assert!(first.committed && first.ended);
+    assert_eq!(first.consumes, Some(cursor));
+    assert_eq!(first.logs_at, Some((10, 20)));
+    assert_eq!(first.family(1), Some(&family()));
+    assert_eq!(first.intents.len(), 2);
+    assert_eq!(first.intents[0].shard, Some(2));
+    assert_eq!(
+        (first.intents[0].epoch, first.intents[1].epoch),
+        (None, Some(29_934_000)),
+        "an epoch is kept, and an intent without one reads as before"
+    );
+    assert_eq!(
+        first.intents[0].rows[1],
+        IntentRow {
+            bucket: 20_001,
+            deltas: vec![2, -2]
+        }
+    );
+    assert_eq!(
+        first.intents[1].rows[0].deltas,
+        [i64::MIN, i64::MIN.wrapping_neg()]
+    );
+    assert_eq!(first.outcomes[&0], Settled::Applied);
+    assert!(
+        matches!(&first.outcomes[&1], Settled::Unknown { kind, .. } if kind == "write_timeout")
+    );
+    let second = &groups[1];
+    assert!(second.committed && !second.ended);
+    assert_eq!(second.outcomes[&0], Settled::NotStarted);
+    assert_eq!(flush(6).request_id(3), "w/3/6/3");
+}
+
+#[test]
+fn a_wrapper_group_reads_back_with_its_tables_rows_outcomes_and_log_sizes() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("journal.wal");
+    let (mut journal, _, _) = Journal::open(path.clone()).unwrap();
+    let table = WrapperTable {
+        id: 4,
+        keyspace: "app".into(),
+        name: "views".into(),
+        key_columns: vec!["page".into(), "day".into()],
+        counters: vec!["hits".into(), "bytes".into()],
+    };
+    let (k1, k2) = (b"key-one".as_slice(), b"key-two".as_slice());
+    let intents = vec![
+        (4, vec![(k1, [1_i64, -2].as_slice())]),
+        (
+            4,
+            vec![(k2, [i64::MAX, 0].as_slice()), (k1, [3, 4].as_slice())],
+        ),
+    ];
+    journal
+        .begin_wrapper(
+            &flush(7),
+            "t",
+            Some(123),
+            std::slice::from_ref(&table),
+            &intents,
+        )
+        .unwrap();
+    journal.outcome(1, &Settled::Applied);
+    journal.logs_at_wrapper([1, 2, 3]).unwrap();
+    drop(journal);
+
+    let (_, groups, torn) = Journal::open(path).unwrap();
+    assert_eq!(torn, 0);
+    assert_eq!(groups.len(), 1);
+    let group = &groups[0];
+    assert!(group.committed && !group.ended);
+    assert!(group.intents.is_empty(), "not a sidecar flush");
+    let wrapper = group.wrapper.as_ref().expect("a wrapper group");
+    assert_eq!(wrapper.consumes, Some(123));
+    assert_eq!(wrapper.table(4), Some(&table));
+    assert_eq!(wrapper.logs_at, Some([1, 2, 3]));
+    assert_eq!(wrapper.intents.len(), 2);
+    assert_eq!(wrapper.intents[1].request, 1);
+    assert_eq!(
+        wrapper.intents[1].rows[0],
+        WrapperRow {
+            key: k2.to_vec(),
+            deltas: vec![i64::MAX, 0]
+        }
+    );
+    assert_eq!(group.outcomes[&1], Settled::Applied);
+    assert!(!group.outcomes.contains_key(&0));
+}
+
+#[test]
+fn a_group_commit_cut_short_is_not_committed() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("journal.wal");
+    let (mut journal, _, _) = Journal::open(path.clone()).unwrap();
+    journal
+        .begin(&flush(1), "t", None, &[family()], &[write("a", &[1])])
+        .unwrap();
+    let end = journal.offset as usize;
+    drop(journal);
+    let bytes = std::fs::read(&path).unwrap();
+    // Cut inside the Committed frame (the last 9 bytes).
+    std::fs::write(&path, &bytes[..end - 3]).unwrap();
+    let (_, groups, _) = Journal::open(path).unwrap();
+    assert_eq!(groups.len(), 1);
+    assert!(!groups[0].committed);
+    assert_eq!(groups[0].intents.len(), 1);
+}
+
+#[test]
+fn end_starts_the_journal_over_and_a_shorter_group_hides_the_longer_one_before_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("journal.wal");
+    let (mut journal, _, _) = Journal::open(path.clone()).unwrap();
+    let many: Vec<PartitionWrite> = (0..50).map(|i| write(&format!("k{i}"), &[i])).collect();
+    journal
+        .begin(&flush(1), "t", None, &[family()], &many)
+        .unwrap();
+    journal.end(1).unwrap();
+    assert!(read(&path).unwrap().is_empty(), "empty once a flush ended");
+    assert_eq!(std::fs::metadata(&path).unwrap().len(), PREALLOCATED);
+    // A shorter group overwrites the start; the rest of the longer one stays on
+    // disk behind the end mark and is never read.
+    journal
+        .begin(&flush(2), "t", None, &[family()], &[write("a", &[1])])
+        .unwrap();
+    let (_, groups, torn) = Journal::open(path).unwrap();
+    assert_eq!(torn, 0);
+    assert_eq!(groups.len(), 1);
+    assert_eq!(groups[0].flush.flush_seq, 2);
+    assert_eq!(groups[0].intents.len(), 1);
+}
+
+#[test]
+fn a_totals_group_reads_back_with_writer_time_totals_and_unconfirmed_parts() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("journal.wal");
+    let (mut journal, _, _) = Journal::open(path.clone()).unwrap();
+    journal.set_keep(true);
+    journal
+        .begin(&flush(4), "t", None, &[family()], &[write("a", &[1])])
+        .unwrap();
+    journal.end(4).unwrap();
+    let intent = TotalsIntent {
+        request: 1,
+        family: 1,
+        table: Granularity::Minute,
+        writer: "w/3/0000abcd".into(),
+        timestamp: 1_700_000_000_000_001,
+        series: crate::series::encode(["home"]),
+        rows: vec![TotalsIntentRow {
+            bucket: 28_000_000,
+            totals: vec![i64::MAX, -5],
+            unconfirmed: vec![7, 0],
+        }],
+    };
+    journal
+        .begin_totals(&flush(4), "t", &[family()], std::slice::from_ref(&intent))
+        .unwrap();
+    journal.outcome(1, &Settled::Applied);
+    journal.flush_pending().unwrap();
+    drop(journal);
+    let (_, groups, torn) = Journal::open(path).unwrap();
+    assert_eq!(torn, 0);
+    assert_eq!(groups.len(), 2, "the counter group, then the totals group");
+    assert!(groups[0].totals.is_empty());
+    let totals = &groups[1];
+    assert!(totals.committed && !totals.ended);
+    assert!(totals.intents.is_empty());
+    assert_eq!(totals.consumes, None, "a totals group consumes no spill");
+    assert_eq!(totals.totals, [intent]);
+    assert_eq!(totals.outcomes[&1], Settled::Applied);
+}
