@@ -43,9 +43,28 @@ pub(super) fn consistency(text: &str) -> Result<ConsistencyLevel, String> {
 
 /// A UTC day written `YYYY-MM-DD`.
 pub(super) fn day(text: &str) -> Result<crate::bucket::Day, String> {
-    crate::bucket::parse_date(text)
-        .and_then(crate::bucket::Day::from_date)
-        .ok_or_else(|| format!("`{text}` is not a date like 2026-11-30"))
+    let now = crate::bucket::unix_secs(std::time::SystemTime::now());
+    day_at(text, now)
+}
+
+/// A UTC day: `YYYY-MM-DD`, or `today` / `yesterday` at `now_unix_secs` (for jobs whose
+/// image has no shell to compute a date, such as a Kubernetes CronJob on a `FROM scratch`
+/// image).
+fn day_at(text: &str, now_unix_secs: i64) -> Result<crate::bucket::Day, String> {
+    let today = u32::try_from(now_unix_secs.div_euclid(86_400)).ok();
+    let relative = match text {
+        "today" => Some(today),
+        "yesterday" => Some(today.and_then(|d| d.checked_sub(1))),
+        _ => None,
+    };
+    match relative {
+        Some(day) => day
+            .map(crate::bucket::Day)
+            .ok_or_else(|| format!("`{text}` is before 1970")),
+        None => crate::bucket::parse_date(text)
+            .and_then(crate::bucket::Day::from_date)
+            .ok_or_else(|| format!("`{text}` is not a date like 2026-11-30 (or today, yesterday)")),
+    }
 }
 
 /// The flags of `serve` (and, with more, of `dev`).
@@ -154,5 +173,25 @@ impl ServeArgs {
 impl From<ConfigError> for Failure {
     fn from(error: ConfigError) -> Failure {
         Failure::usage(error)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::day_at;
+    use crate::bucket::Day;
+
+    /// `today` and `yesterday` are UTC days at the given time; dates parse as before; the
+    /// rest is refused with the forms it takes.
+    #[test]
+    fn days_are_dates_or_today_or_yesterday() {
+        // 2026-12-01T00:30:00Z is day 20_788.
+        let now = 20_788 * 86_400 + 1_800;
+        assert_eq!(day_at("today", now), Ok(Day(20_788)));
+        assert_eq!(day_at("yesterday", now), Ok(Day(20_787)));
+        assert_eq!(day_at("2026-11-30", now), Ok(Day(20_787)));
+        assert!(day_at("yesterday", 3_600).is_err());
+        let refused = day_at("tomorrow", now).unwrap_err();
+        assert!(refused.contains("today, yesterday"), "{refused}");
     }
 }

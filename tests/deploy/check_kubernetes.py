@@ -160,6 +160,24 @@ def main():
     check(pod["securityContext"].get("fsGroup") is not None and config["ingest"]["uds"]["mode"] == 0o660,
           "socket mode 0660 with a pod fsGroup")
 
+    # The reconcile CronJob: the same config and Secret mounts, and arguments the binary
+    # accepts (run with --help appended: clap parses every argument before it answers).
+    check("CronJob" in documents, "the reconcile CronJob ships")
+    job = documents["CronJob"]["spec"]["jobTemplate"]["spec"]["template"]["spec"]
+    reconcile = job["containers"][0]
+    job_volumes = {v["name"]: v for v in job["volumes"]}
+    job_mounts = mounts(reconcile)
+    check(reconcile["args"][:3] == ["reconcile", "--config", config_mount["mountPath"]]
+          and job_mounts.get(config_mount["mountPath"]) == "countersink-config"
+          and job_volumes["countersink-config"]["configMap"]["name"] == documents["ConfigMap"]["metadata"]["name"],
+          "the CronJob runs reconcile on the mounted ConfigMap")
+    job_secret = [path for path, v in job_mounts.items() if "secret" in job_volumes[v]]
+    check(under(password, job_secret), f"the CronJob mounts the Secret holding {password}")
+    check(job["restartPolicy"] == "Never" and documents["CronJob"]["spec"]["jobTemplate"]["spec"]["backoffLimit"] == 0,
+          "a reconcile finding is not retried (restartPolicy Never, backoffLimit 0)")
+    proc = subprocess.run([binary, *reconcile["args"], "--help"], capture_output=True, text=True)
+    check(proc.returncode == 0, f"countersink parses the CronJob's arguments {proc.stderr.strip()[-300:]}")
+
     print(f"check_kubernetes: {passed} passed, {failed} failed")
     return 1 if failed or not passed else 0
 
