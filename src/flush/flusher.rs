@@ -76,6 +76,13 @@ impl<S: Sink> Flusher<S> {
         config: &Config,
     ) -> Result<Flusher<S>, StateError> {
         let state = StateDir::open(&config.state)?;
+        let flushes = state.unfinished_wrapper_flushes();
+        if flushes > 0 {
+            return Err(StateError::UnfinishedWrapperFlush {
+                dir: state.dir().to_owned(),
+                flushes,
+            });
+        }
         let ledger = Arc::new(Ledger::default());
         if let Some(previous) = state.unclean_previous_run() {
             tracing::warn!(

@@ -771,3 +771,52 @@ async fn a_round_stops_at_a_chunk_that_applied_nothing() {
     assert_eq!(h.engine.aggregator().pending_rows(), 400 + report.rows);
     assert!(accounting(&h).is_balanced());
 }
+
+/// A state directory holding an unfinished flush of the driver wrapper is refused by the
+/// sidecar's flusher, with the reason: opening it would overwrite the journal the wrapper's
+/// recovery needs. Once the wrapper ended its flush, the directory opens.
+#[tokio::test]
+async fn an_unfinished_wrapper_flush_keeps_the_sidecar_out_of_the_directory() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = config(dir.path());
+    let flush = crate::state::FlushId {
+        writer: "w".into(),
+        incarnation: 1,
+        flush_seq: 1,
+    };
+    {
+        let mut state = StateDir::open(&config.state).unwrap();
+        let table = crate::state::WrapperTable {
+            id: 0,
+            keyspace: "app".into(),
+            name: "views".into(),
+            key_columns: vec!["page".into()],
+            counters: vec!["hits".into()],
+        };
+        let intents = vec![(0, vec![(b"home".as_slice(), [1_i64].as_slice())])];
+        state
+            .wrapper_journal_begin(&flush, "t", None, std::slice::from_ref(&table), &intents)
+            .unwrap();
+    }
+    let engine = Arc::new(Engine::with_seed(&config, Some(1)).unwrap());
+    let refused = Flusher::open(engine.clone(), Arc::new(MemorySink::new()), &config)
+        .err()
+        .expect("refused");
+    assert!(
+        matches!(
+            refused,
+            crate::state::StateError::UnfinishedWrapperFlush { flushes: 1, .. }
+        ),
+        "{refused}"
+    );
+    assert!(refused.to_string().contains("CounterSession"), "{refused}");
+    {
+        let mut state = StateDir::open(&config.state).unwrap();
+        assert_eq!(state.unfinished_wrapper_flushes(), 1);
+        let groups = state.take_wrapper_groups();
+        state
+            .wrapper_journal_end(groups[0].flush.flush_seq)
+            .unwrap();
+    }
+    Flusher::open(engine, Arc::new(MemorySink::new()), &config).expect("opens once ended");
+}

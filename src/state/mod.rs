@@ -50,6 +50,15 @@ pub enum StateError {
         /// The directory.
         dir: PathBuf,
     },
+    /// The driver wrapper left flushes unfinished here: only `CounterSession` recovers
+    /// them (a sidecar or `Recorder` would overwrite their trail).
+    #[error("state directory {} holds {flushes} unfinished flush(es) of the driver wrapper (CounterSession): open it with CounterSession once to recover them, or give this process another state.dir", dir.display())]
+    UnfinishedWrapperFlush {
+        /// The directory.
+        dir: PathBuf,
+        /// How many flushes.
+        flushes: usize,
+    },
     /// A file could not be read or written.
     #[error("state directory {}: {step}: {error}", dir.display())]
     Io {
@@ -384,6 +393,11 @@ impl StateDir {
             self.journal.end(flush.flush_seq)?;
         }
         self.spill.commit(consumed)
+    }
+
+    /// How many flushes of the driver wrapper the journal holds unfinished.
+    pub fn unfinished_wrapper_flushes(&self) -> usize {
+        self.wrapper_groups.len()
     }
 
     /// The driver wrapper's flushes the previous process did not end (its crash
