@@ -38,6 +38,18 @@ fn family() -> FamilyEntry {
     }
 }
 
+/// A replay cursor of a recovered segment.
+fn cursor() -> Cursor {
+    Cursor {
+        segment: SegmentId {
+            incarnation: 2,
+            flush_seq: 9,
+            recovered: true,
+        },
+        offset: 77,
+    }
+}
+
 fn flush(seq: u64) -> FlushId {
     FlushId {
         writer: "w".into(),
@@ -53,14 +65,7 @@ fn a_group_reads_back_with_its_outcomes_and_a_torn_tail_is_cut() {
     let (mut journal, groups, _) = Journal::open(path.clone()).unwrap();
     assert!(groups.is_empty());
     journal.set_keep(true);
-    let cursor = Cursor {
-        segment: SegmentId {
-            incarnation: 2,
-            flush_seq: 9,
-            recovered: true,
-        },
-        offset: 77,
-    };
+    let cursor = cursor();
     let mut epoch_write = write("b", &[i64::MIN]);
     epoch_write.epoch = Some(29_934_000);
     let writes = [write("a", &[1, 2]), epoch_write];
@@ -279,14 +284,7 @@ fn the_format_of_every_record_is_fixed() {
     let path = dir.path().join("journal.wal");
     let (mut journal, _, _) = Journal::open(path.clone()).unwrap();
     journal.set_keep(true);
-    let cursor = Cursor {
-        segment: SegmentId {
-            incarnation: 2,
-            flush_seq: 9,
-            recovered: true,
-        },
-        offset: 77,
-    };
+    let cursor = cursor();
     let mut epoch_write = write("b", &[-3]);
     epoch_write.epoch = Some(7);
     journal
