@@ -181,7 +181,7 @@ impl<S: Sink> Flusher<S> {
         let families = engine
             .families()
             .iter()
-            .map(record_conversion::family_entry)
+            .map(crate::state::FamilyEntry::of)
             .collect();
         let totals = Totals::open(engine.clone(), &mut state, &config, &ledger);
         Flusher {

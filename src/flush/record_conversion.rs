@@ -4,25 +4,13 @@
 
 use crate::aggregate::{Columns, Row, RowKey, Slot};
 use crate::bucket::{self, Day, MINUTES_PER_DAY, Minute};
-use crate::family::{Families, FamilyDef};
+use crate::family::Families;
 use crate::series;
 use crate::sink::{Outcome, PartitionWrite, WriteError};
 use crate::state::{
     ErrorInfo, FamilyEntry, RecordOutcome, RecordSource, Settled, WriteRecord, records_of,
 };
 use crate::vocabulary::Granularity;
-
-/// The journal's description of a family (what its records and intents need).
-pub fn family_entry(family: &FamilyDef) -> FamilyEntry {
-    FamilyEntry {
-        id: family.id.0,
-        name: family.name.clone(),
-        minute_table: family.minute_table.to_string(),
-        day_table: family.day_table.to_string(),
-        key_columns: family.key_columns.clone(),
-        columns: family.columns.clone(),
-    }
-}
 
 /// The error of a failed write, as records carry it.
 pub fn error_info(error: &WriteError) -> ErrorInfo {

@@ -86,6 +86,18 @@ pub struct FamilyEntry {
 }
 
 impl FamilyEntry {
+    /// The journal's description of `family` (what its records and intents need).
+    pub fn of(family: &crate::family::FamilyDef) -> FamilyEntry {
+        FamilyEntry {
+            id: family.id.0,
+            name: family.name.clone(),
+            minute_table: family.minute_table.to_string(),
+            day_table: family.day_table.to_string(),
+            key_columns: family.key_columns.clone(),
+            columns: family.columns.clone(),
+        }
+    }
+
     /// The table of one granularity.
     pub fn table(&self, table: Granularity) -> &str {
         match table {

@@ -229,7 +229,7 @@ impl Totals {
             families: engine
                 .families()
                 .iter()
-                .map(crate::flush::record_conversion::family_entry)
+                .map(crate::state::FamilyEntry::of)
                 .collect(),
             engine,
         };
