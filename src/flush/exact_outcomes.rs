@@ -7,8 +7,9 @@
 //! table gets the same rows with idempotent INSERTs, re-sent until applied, in the
 //! background of the flushes: they never hold a counter write. Bounded: beyond
 //! [`MAX_QUEUED`] rows the oldest are dropped from the queue (counted, and still in the
-//! local log). A kill loses the queue; rows of requests in flight at a kill are queued
-//! again by the next start's recovery.
+//! local log). A kill loses the queue, not the rows: each start offers again every
+//! record logged past `outcomes.mark` (see [`crate::state::outcomes_mark`]), and rows of
+//! requests in flight at a kill are queued by the next start's recovery.
 
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};

@@ -15,7 +15,7 @@ use crate::family::shard_seed;
 use crate::sink::{Outcome, PartitionWrite, Sink};
 use crate::state::{
     FamilyEntry, FlushId, OutcomeLog, RecordOutcome, RecordSource, Settled, StateDir, StateError,
-    WriteRecord,
+    WriteRecord, outcomes_mark,
 };
 use crate::test_hooks::crash_point;
 use crate::totals::{Totals, TotalsReport};
@@ -67,6 +67,8 @@ pub struct Flusher<S> {
     /// Whether `ledger_pending.jsonl` exists (written at a shutdown deadline, or left by
     /// an earlier run): deleted once the gate confirmed every row of it.
     ledger_file: bool,
+    /// The outcome logs' sizes last recorded in `outcomes.mark` (exact families only).
+    outcomes_mark: Option<outcomes_mark::Mark>,
     /// The `writer_totals` families' path: their rows leave this one after the drain,
     /// and their writes are the flush's second stage.
     totals: Totals,
@@ -144,6 +146,17 @@ impl<S: Sink> Flusher<S> {
         match &mut flusher.ledger_gate {
             Some(gate) => {
                 gate.record_outcomes(flusher.engine.families(), &recovery.records);
+                // What the outcomes table may lack: records logged after the last moment
+                // its queue was empty (a kill, or a stop with the table unreachable).
+                let mark = outcomes_mark::load(flusher.state.dir()).unwrap_or_default();
+                let families = flusher.engine.families();
+                let read = flusher
+                    .state
+                    .outcome_records_past(mark, |record| gate.record_outcomes(families, [&record]));
+                if let Err(error) = read {
+                    tracing::error!(%error, "Could not read the outcome logs past outcomes.mark: rows of them may be missing from the outcomes table (they are in the logs).");
+                }
+                flusher.outcomes_mark = Some(mark);
                 if !stored.is_empty() {
                     tracing::info!(
                         ledger_rows = stored.len(),
@@ -200,6 +213,7 @@ impl<S: Sink> Flusher<S> {
             held_spill: Vec::new(),
             ledger_gate,
             ledger_file: false,
+            outcomes_mark: None,
             totals,
         }
     }
@@ -387,6 +401,9 @@ impl<S: Sink> Flusher<S> {
         if let Some(gate) = &mut self.ledger_gate {
             // After the counter writes: they never wait for the outcomes table.
             gate.send_outcomes(&*self.sink, deadline, last).await;
+            if gate.outcomes_queued() == 0 {
+                self.advance_outcomes_mark();
+            }
         }
         report
     }

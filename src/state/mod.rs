@@ -18,6 +18,7 @@
 pub mod journal;
 pub mod jsonl;
 pub mod ledger_pending;
+pub mod outcomes_mark;
 pub mod private;
 pub mod record;
 pub mod recovery;
@@ -541,6 +542,25 @@ impl StateDir {
         };
         let consumes = self.spill.loaded();
         self.spill.write_segment(id, consumes, batches)
+    }
+
+    /// The outcome logs' sizes now (see [`outcomes_mark`]).
+    pub fn outcome_log_sizes(&self) -> outcomes_mark::Mark {
+        outcomes_mark::Mark {
+            unknown: self.unknown.size(),
+            rejected: self.rejected.size(),
+        }
+    }
+
+    /// Calls `each` with every record the outcome logs hold past `mark` (see
+    /// [`outcomes_mark::records_past`]).
+    pub fn outcome_records_past(
+        &self,
+        mark: outcomes_mark::Mark,
+        mut each: impl FnMut(WriteRecord),
+    ) -> io::Result<()> {
+        outcomes_mark::records_past(self.unknown.path(), mark.unknown, &mut each)?;
+        outcomes_mark::records_past(self.rejected.path(), mark.rejected, &mut each)
     }
 
     /// Bytes of spill segments on disk, and the limit.

@@ -372,6 +372,65 @@ async fn rows_held_at_the_shutdown_deadline_are_spilled_and_their_ledger_rows_co
     store.shutdown().await;
 }
 
+/// Unknown counter writes while the outcomes table is unreachable, then a stop without a
+/// final flush (a kill, as far as memory goes): the next start finds the records the table
+/// may lack in the outcome logs (past `outcomes.mark`) and writes them; once written, the
+/// mark moves on and a later start offers nothing again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn outcome_rows_unwritten_at_a_kill_reach_the_outcomes_table_after_the_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = exact_config(dir.path());
+    let store = start_cqlsim(&mut config, "injects faults on chosen tables").await;
+    let server = store.sim();
+    let t = tables(&config);
+    let outcomes = format!("{}.outcomes", config.exact_keyspace());
+    server.set_faults(vec![
+        FaultRule::new(FaultKind::Unavailable).table(&outcomes),
+        FaultRule::new(FaultKind::WriteTimeout)
+            .applied(true)
+            .table(&t.minute),
+    ]);
+    let mut writer = Writer::start(&config).await;
+    for i in 0..30_i64 {
+        let key = format!("p{}", i % 6);
+        writer.incr("page.views", &[("page_id", key.as_str())], 1, T0 - 600);
+    }
+    writer.flusher.flush_now().await;
+    let unknown_rows = std::fs::read_to_string(dir.path().join("unknown.jsonl"))
+        .expect("unknown.jsonl")
+        .lines()
+        .count();
+    assert!(unknown_rows >= 6, "{unknown_rows} unknown rows logged");
+    let count = |server: &cqlsim::Server| {
+        server
+            .execute(None, &format!("SELECT request_id FROM {outcomes}"))
+            .expect("select")
+            .rows
+            .len()
+    };
+    assert_eq!(count(server), 0, "the outcomes table was unreachable");
+    drop(writer);
+
+    server.clear_faults();
+    let mut writer = Writer::start(&config).await;
+    writer.flusher.flush_now().await;
+    assert_eq!(
+        count(server),
+        unknown_rows,
+        "every logged unknown row is in the table"
+    );
+    drop(writer);
+
+    // Everything is written: a later start offers the table nothing.
+    server.reset_stats();
+    let mut writer = Writer::start(&config).await;
+    writer.flusher.flush_now().await;
+    let (ks, name) = outcomes.split_once('.').unwrap();
+    assert_eq!(server.stats().table(ks, name).write_requests, 0);
+    drop(writer);
+    store.shutdown().await;
+}
+
 /// Issue test 5: transient counter failures while new increments arrive (the re-queued
 /// rows merge with fresh ones of the same rows): the ledger still equals what was fed,
 /// and once the failures stop, so do the counters.

@@ -1,12 +1,13 @@
 //! Rows a flush drained and does not send: held back for the epoch registry, or for the
-//! delta ledger at the shutdown deadline (see [`crate::state::ledger_pending`]).
+//! delta ledger at the shutdown deadline (see [`crate::state::ledger_pending`]); and the
+//! exact families' files beside the flush (`ledger_pending.jsonl`, `outcomes.mark`).
 
 use std::time::SystemTime;
 
 use crate::aggregate::{Credit, Refused, RefusedReason, Row, RowKey};
 use crate::bucket;
 use crate::sink::Sink;
-use crate::state::{FlushId, RecordSource, ledger_pending};
+use crate::state::{FlushId, RecordSource, ledger_pending, outcomes_mark};
 use crate::vocabulary::{DropReason, Granularity};
 
 use super::super::record_conversion;
@@ -145,6 +146,21 @@ impl<S: Sink> Flusher<S> {
                 self.lost.0 += rows.len() as u64;
                 self.lost.1[0] += sums[0];
                 self.lost.1[1] += sums[1];
+            }
+        }
+    }
+
+    /// Records in `outcomes.mark` that everything logged so far is in the outcomes table
+    /// (called when its queue is empty), if the logs grew since the last mark.
+    pub(super) fn advance_outcomes_mark(&mut self) {
+        let sizes = self.state.outcome_log_sizes();
+        if self.outcomes_mark == Some(sizes) {
+            return;
+        }
+        match outcomes_mark::store(self.state.dir(), sizes) {
+            Ok(()) => self.outcomes_mark = Some(sizes),
+            Err(error) => {
+                tracing::warn!(%error, "Could not record outcomes.mark (the next start offers the outcomes table more records again; harmless).")
             }
         }
     }
