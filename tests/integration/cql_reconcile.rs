@@ -1,8 +1,9 @@
 //! `countersink reconcile`: an outside writer is the one unexplained key (exit 3) and
-//! `--repair` makes a closed day equal its ledger, on any store (the real node too);
-//! against cqlsim's injected faults, equal unknown requests stay ambiguous, every
-//! `resolved` verdict matches what its request log says it applied, and a repair undoes
-//! unknown writes that did not apply.
+//! `--repair` makes a closed day equal its ledger, equal unknown requests stay ambiguous
+//! and distinct ones are resolved, on any store (the real node too; unknown writes come
+//! from a fault proxy in front of it); against cqlsim's injected faults, every `resolved`
+//! verdict matches what its request log says it applied, and a repair undoes unknown
+//! writes that did not apply.
 
 use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
@@ -13,8 +14,12 @@ use countersink::ops::reconcile::{self, Options, Report, verdict::Status};
 use cqlsim::{FaultKind, FaultRule};
 
 use crate::common::{
-    Store, T0, Writer, config, day_and_minute, run_cli, start_cqlsim, start_store,
+    FaultProxy, Store, Swallow, T0, Writer, config, day_and_minute, run_cli, start_cqlsim,
+    start_store,
 };
+
+/// The opcode of a successful answer (CQL v4 RESULT).
+const RESULT: u8 = 0x08;
 
 /// 2026-11-30 22:58Z: a day long closed when the tests run.
 const AT: i64 = T0 - 3600;
@@ -146,28 +151,42 @@ async fn an_outside_writer_is_the_one_unexplained_key_and_fails_the_run() {
     store.shutdown().await;
 }
 
-/// Issue test 7: two unknown +5 requests to one row and a drift of 5 (one applied, one
-/// not): `ambiguous`, not `resolved`; the day row, where both applied, is resolved.
+/// Issue test 7, on any store: two +5 writes to one minute row made unknown by the
+/// fault proxy in front of the store, the first applied (its answer lost), the second not
+/// (the request lost); a drift of -5: `ambiguous`, not `resolved`, and explained; the day
+/// rows, whose writes went through, are ok.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_equal_unknown_requests_are_ambiguous() {
     let dir = tempfile::tempdir().unwrap();
     let mut config = exact_config(dir.path());
-    let store = start_cqlsim(&mut config, "injects one timeout per flush").await;
-    let sim = store.sim();
+    // The client timeout that makes a swallowed write unknown; no real answer comes
+    // near it.
+    config.store.request_timeout = Duration::from_secs(1);
+    let store = start_store(&mut config).await;
+    let proxy = FaultProxy::start(store.contact_point()).await;
+    config.store.contact_points = vec![proxy.addr()];
     let minute_table = config.families[0].minute_table.clone();
     let mut writer = Writer::start(&config).await;
-    for applied in [true, false] {
-        sim.set_faults(vec![
-            FaultRule::new(FaultKind::WriteTimeout)
-                .applied(applied)
-                .table(&minute_table)
-                .max(1),
-        ]);
+    for swallow in [Swallow::Answer, Swallow::Request] {
+        proxy.swallow(&minute_table, swallow, 1);
         writer.incr("page.views", &[("page_id", "a")], 5, AT);
         writer.flusher.flush_now().await;
     }
-    sim.clear_faults();
+    proxy.clear();
     settle(&mut writer).await;
+    let swallowed = proxy.log();
+    assert_eq!(swallowed.len(), 2, "{swallowed:?}");
+    assert!(
+        swallowed.iter().all(|s| s.query.contains(&minute_table)),
+        "{swallowed:?}"
+    );
+    assert_eq!(
+        (swallowed[0].swallow, swallowed[0].answer_opcode),
+        (Swallow::Answer, Some(RESULT)),
+        "the store applied the write whose answer was dropped"
+    );
+    assert_eq!(swallowed[1].swallow, Swallow::Request);
+    assert_eq!(writer.accounting().minute.unknown, 10);
     let report = run_reconcile(&writer, &config).await;
     let a: Vec<_> = report.keys.iter().filter(|k| k.key == ["a"]).collect();
     let minute = a.iter().find(|k| k.granularity == "minute").unwrap();
@@ -175,10 +194,61 @@ async fn two_equal_unknown_requests_are_ambiguous() {
     assert_eq!(minute.drift["views"], -5);
     assert_eq!(minute.unknown_requests, 2);
     assert!(minute.resolution.is_empty());
+    let day = a.iter().find(|k| k.granularity == "day").unwrap();
+    assert_eq!(day.status, Status::Ok, "{day:?}");
     assert!(
         report.passes(),
         "ambiguous drift is explained, not a failure"
     );
+    store.shutdown().await;
+}
+
+/// Issue test 7's resolvable twin, on any store: one +5 write made unknown and applied,
+/// one +3 made unknown and lost: exactly one subset explains the drift of -3, so the key
+/// is `resolved`, the +5 as applied and the +3 as not.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn distinct_unknown_requests_are_resolved() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = exact_config(dir.path());
+    config.store.request_timeout = Duration::from_secs(1);
+    let store = start_store(&mut config).await;
+    let proxy = FaultProxy::start(store.contact_point()).await;
+    config.store.contact_points = vec![proxy.addr()];
+    let minute_table = config.families[0].minute_table.clone();
+    let mut writer = Writer::start(&config).await;
+    for (swallow, delta) in [(Swallow::Answer, 5), (Swallow::Request, 3)] {
+        proxy.swallow(&minute_table, swallow, 1);
+        writer.incr("page.views", &[("page_id", "b")], delta, AT);
+        writer.flusher.flush_now().await;
+    }
+    proxy.clear();
+    settle(&mut writer).await;
+    assert_eq!(proxy.log().len(), 2);
+    let report = run_reconcile(&writer, &config).await;
+    let minute = report
+        .keys
+        .iter()
+        .find(|k| k.key == ["b"] && k.granularity == "minute")
+        .unwrap();
+    assert_eq!(minute.status, Status::Resolved, "{minute:?}");
+    assert_eq!(minute.drift["views"], -3);
+    let log = std::fs::read_to_string(dir.path().join("unknown.jsonl")).unwrap();
+    let mut verdicts = Vec::new();
+    for line in log.lines() {
+        let r: serde_json::Value = serde_json::from_str(line).unwrap();
+        let id = r["request_id"].as_str().unwrap();
+        verdicts.push((
+            r["deltas"]["views"].as_i64(),
+            minute.resolution.get(id).copied(),
+        ));
+    }
+    verdicts.sort();
+    assert_eq!(
+        verdicts,
+        [(Some(3), Some(false)), (Some(5), Some(true))],
+        "{minute:?}"
+    );
+    assert!(report.passes());
     store.shutdown().await;
 }
 
