@@ -14,7 +14,7 @@
 //! real driver, into a keyspace of its own (created before the timer starts, dropped
 //! after): with `generic.exact = true` the flush also writes one ledger row per minute row,
 //! batched per ledger partition, before the counter writes, and waits for it. Optional:
-//! `COUNTERSINK_BENCH_RUNS` (runs per figure at 10k rows, default 5; 3 at 100k).
+//! `COUNTERSINK_BENCH_RUNS` (runs per figure at 10k rows, default 7; at most 5 at 100k).
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -110,7 +110,7 @@ fn main() {
         .ok()
         .and_then(|r| r.parse().ok())
         .filter(|&r| r > 0)
-        .unwrap_or(5);
+        .unwrap_or(7);
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -127,7 +127,7 @@ fn main() {
         flush_rate(&admin, &node, 2_000, false).await;
         flush_rate(&admin, &node, 2_000, true).await;
         for rows in [10_000, 100_000] {
-            let runs = if rows > 10_000 { runs.min(3) } else { runs };
+            let runs = if rows > 10_000 { runs.min(5) } else { runs };
             let (mut on, mut off) = (Vec::new(), Vec::new());
             for _ in 0..runs {
                 off.push(flush_rate(&admin, &node, rows, false).await);
@@ -140,10 +140,14 @@ fn main() {
                 format!("{lo:.0}-{hi:.0}")
             };
             let (on_range, off_range) = (spread(&on), spread(&off));
+            // Each on run beside the off run just before it: less sensitive to the load of
+            // a shared machine changing during the measurement.
+            let paired = median(on.iter().zip(&off).map(|(on, off)| on / off).collect());
             let (on, off) = (median(on), median(off));
             println!(
                 "node {node}, flush {rows} rows: ledger off {off:.0} rows/s ({off_range}), \
-                 ledger on {on:.0} rows/s ({on_range}), ratio {:.2} (medians of {runs} interleaved runs)",
+                 ledger on {on:.0} rows/s ({on_range}), ratio {:.2}, paired ratio {paired:.2} \
+                 (medians of {runs} interleaved runs)",
                 on / off
             );
         }

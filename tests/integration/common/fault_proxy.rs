@@ -29,6 +29,9 @@ const OP_PREPARE: u8 = 0x09;
 const OP_EXECUTE: u8 = 0x0A;
 const OP_BATCH: u8 = 0x0D;
 const RESULT_PREPARED: i32 = 0x0004;
+const FLAG_TRACING: u8 = 0x02;
+const FLAG_CUSTOM_PAYLOAD: u8 = 0x04;
+const FLAG_WARNING: u8 = 0x08;
 
 /// What to drop of a matching write.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -155,11 +158,51 @@ impl Frame {
     fn opcode(&self) -> u8 {
         self.header[4]
     }
+
+    /// Where the message proper starts in the body: after the tracing id, the custom
+    /// payload and the warnings the header's flags announce (a node adds warnings to
+    /// some answers).
+    fn message_start(&self) -> Option<usize> {
+        let flags = self.header[1];
+        let mut at = 0;
+        if flags & FLAG_TRACING != 0 && self.header[0] & 0x80 != 0 {
+            at += 16;
+        }
+        if flags & FLAG_CUSTOM_PAYLOAD != 0 {
+            let n = short(&self.body, at)?;
+            at += 2;
+            for _ in 0..n {
+                at = short_bytes(&self.body, at)?.1; // [string] key: same layout
+                let len = i32::from_be_bytes(self.body.get(at..at + 4)?.try_into().ok()?);
+                at += 4 + usize::try_from(len).unwrap_or(0);
+            }
+        }
+        if flags & FLAG_WARNING != 0 {
+            let n = short(&self.body, at)?;
+            at += 2;
+            for _ in 0..n {
+                at = short_bytes(&self.body, at)?.1;
+            }
+        }
+        Some(at)
+    }
+
+    /// The message: the body after what [`Frame::message_start`] skips.
+    fn message(&self) -> &[u8] {
+        self.message_start()
+            .and_then(|at| self.body.get(at..))
+            .unwrap_or(&[])
+    }
 }
 
-/// `[short bytes]` at `at`: the bytes and the offset after them.
+/// `[short]` at `at`.
+fn short(body: &[u8], at: usize) -> Option<u16> {
+    Some(u16::from_be_bytes(body.get(at..at + 2)?.try_into().ok()?))
+}
+
+/// `[short bytes]` (or `[string]`) at `at`: the bytes and the offset after them.
 fn short_bytes(body: &[u8], at: usize) -> Option<(&[u8], usize)> {
-    let n = u16::from_be_bytes(body.get(at..at + 2)?.try_into().ok()?) as usize;
+    let n = usize::from(short(body, at)?);
     Some((body.get(at + 2..at + 2 + n)?, at + 2 + n))
 }
 
@@ -173,12 +216,13 @@ impl Connection {
     /// The query a write frame runs (a BATCH: its first statement's), if it is one.
     fn write_query(&self, frame: &Frame) -> Option<String> {
         let prepared = |id: &[u8]| self.state.lock().prepared.get(id).cloned();
+        let message = frame.message();
         match frame.opcode() {
-            OP_EXECUTE => prepared(short_bytes(&frame.body, 0)?.0),
+            OP_EXECUTE => prepared(short_bytes(message, 0)?.0),
             // type, statement count, then the first statement: kind 0 (query) or 1 (id).
-            OP_BATCH => match frame.body.get(3)? {
-                0 => long_string(&frame.body, 4),
-                1 => prepared(short_bytes(&frame.body, 4)?.0),
+            OP_BATCH => match message.get(3)? {
+                0 => long_string(message, 4),
+                1 => prepared(short_bytes(message, 4)?.0),
                 _ => None,
             },
             _ => None,
@@ -189,7 +233,7 @@ impl Connection {
     async fn requests(self, mut client: OwnedReadHalf, mut server: OwnedWriteHalf) {
         while let Some(frame) = Frame::read(&mut client).await {
             if frame.opcode() == OP_PREPARE
-                && let Some(query) = long_string(&frame.body, 0)
+                && let Some(query) = long_string(frame.message(), 0)
             {
                 self.prepares.lock().insert(frame.stream(), query);
             }
@@ -228,8 +272,8 @@ impl Connection {
             let stream = frame.stream();
             if let Some(query) = self.prepares.lock().remove(&stream)
                 && frame.opcode() == OP_RESULT
-                && frame.body.get(..4) == Some(&RESULT_PREPARED.to_be_bytes())
-                && let Some((id, _)) = short_bytes(&frame.body, 4)
+                && frame.message().get(..4) == Some(&RESULT_PREPARED.to_be_bytes())
+                && let Some((id, _)) = short_bytes(frame.message(), 4)
             {
                 self.state.lock().prepared.insert(id.to_vec(), query);
             }
