@@ -38,9 +38,11 @@ suite() { # store, tally file, libtest arguments...
         cargo test --locked --features tls --test integration -- tls)
 }
 
-# Tests that must run against the node: the guarantees of exact totals (issue tests 3, 6, 7,
-# 8 and the fault-free ledger), whose faulted twins stay on cqlsim.
+# Tests that must run against the node: the guarantees of exact totals (issue tests 1, 3, 6,
+# 7 and 8, with the faults the proxy of tests/integration/common/fault_proxy.rs makes, and
+# the fault-free ledger), whose twins under cqlsim's own faults stay on cqlsim.
 must_run_on_node="cql_exact::the_ledger_and_the_counters_equal_what_was_fed
+cql_exact::the_ledger_equals_what_was_fed_when_writes_go_unknown
 cql_reconcile::an_outside_writer_is_the_one_unexplained_key_and_fails_the_run
 cql_reconcile::repair_makes_a_closed_day_equal_its_ledger
 cql_reconcile::two_equal_unknown_requests_are_ambiguous

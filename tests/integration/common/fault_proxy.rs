@@ -53,10 +53,22 @@ pub(crate) struct Swallowed {
     pub(crate) answer_opcode: Option<u8>,
 }
 
+/// Which writes into a table to make unknown.
+struct Rule {
+    table: String,
+    swallow: Swallow,
+    /// Every how many-th matching write (1: each).
+    every: u32,
+    /// Matching writes seen so far.
+    seen: u64,
+    /// How many more it may swallow.
+    left: u32,
+}
+
 #[derive(Default)]
 struct State {
-    /// Pending rules: (table, what to drop, how many more).
-    rules: Vec<(String, Swallow, u32)>,
+    /// Rules, first match first.
+    rules: Vec<Rule>,
     /// Prepared statement id -> query, learnt from PREPARE and its RESULT.
     prepared: HashMap<Vec<u8>, String>,
     log: Vec<Swallowed>,
@@ -100,13 +112,26 @@ impl FaultProxy {
         self.addr.clone()
     }
 
-    /// Makes the next `count` writes (EXECUTE or BATCH of an UPDATE) into `table`
-    /// (`keyspace.table`, as the query names it) unknown, dropping `swallow`.
+    /// Makes the next `count` writes (EXECUTE or BATCH of an UPDATE or INSERT) into
+    /// `table` (`keyspace.table`, as the query names it) unknown, dropping `swallow`.
     pub(crate) fn swallow(&self, table: &str, swallow: Swallow, count: u32) {
-        self.state
-            .lock()
-            .rules
-            .push((table.to_owned(), swallow, count));
+        self.add(table, swallow, 1, count);
+    }
+
+    /// Makes every `every`-th write into `table` unknown, dropping `swallow`, until
+    /// [`FaultProxy::clear`]. Several rules on one table each count every write.
+    pub(crate) fn swallow_every(&self, table: &str, swallow: Swallow, every: u32) {
+        self.add(table, swallow, every, u32::MAX);
+    }
+
+    fn add(&self, table: &str, swallow: Swallow, every: u32, left: u32) {
+        self.state.lock().rules.push(Rule {
+            table: table.to_owned(),
+            swallow,
+            every: every.max(1),
+            seen: 0,
+            left,
+        });
     }
 
     /// Drops every pending rule.
@@ -238,13 +263,23 @@ impl Connection {
                 self.prepares.lock().insert(frame.stream(), query);
             }
             let matched = self.write_query(&frame).and_then(|query| {
-                let mut state = self.state.lock();
                 let upper = query.trim_start().to_ascii_uppercase();
-                let rule = state.rules.iter_mut().find(|(table, _, left)| {
-                    *left > 0 && upper.starts_with("UPDATE") && query.contains(table.as_str())
-                })?;
-                rule.2 -= 1;
-                let swallow = rule.1;
+                if !(upper.starts_with("UPDATE") || upper.starts_with("INSERT")) {
+                    return None;
+                }
+                let mut state = self.state.lock();
+                let mut chosen = None;
+                for rule in state.rules.iter_mut() {
+                    if rule.left == 0 || !query.contains(rule.table.as_str()) {
+                        continue;
+                    }
+                    rule.seen += 1;
+                    if chosen.is_none() && rule.seen % u64::from(rule.every) == 0 {
+                        rule.left -= 1;
+                        chosen = Some(rule.swallow);
+                    }
+                }
+                let swallow = chosen?;
                 state.log.push(Swallowed {
                     query,
                     swallow,
