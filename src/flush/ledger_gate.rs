@@ -129,29 +129,39 @@ pub fn form(
     flush: &FlushId,
     drained: impl IntoIterator<Item = (RowKey, Row)>,
 ) -> (Vec<(RowKey, Row)>, Vec<Held>) {
-    // (family, series, minute) → the drained rows of it (one per stripe that held it).
-    type Group = Vec<(RowKey, Row)>;
-    let mut groups: BTreeMap<(FamilyId, Box<[u8]>, u32), Group> = BTreeMap::new();
-    let mut pass = Vec::new();
-    for (key, row) in drained {
-        match (key.slot(), formation.exact(key.family())) {
-            (Slot::Both(minute), Some(_)) if !row.columns.is_zero() => groups
-                .entry((key.family(), key.series().into(), minute.0))
-                .or_default()
-                .push((key, row)),
-            _ => pass.push((key, row)),
-        }
-    }
+    let (mut fresh, mut pass): (Vec<_>, Vec<_>) = drained.into_iter().partition(|(key, row)| {
+        matches!(key.slot(), Slot::Both(_))
+            && formation.exact(key.family()).is_some()
+            && !row.columns.is_zero()
+    });
+    // Sorted by (family, series, minute), the rows of one minute row (one per stripe that
+    // held it) are neighbours, and so are the minutes of one series: its key is formed
+    // once, not once per minute.
+    fresh.sort_unstable_by(|(a, _), (b, _)| group_of(a).cmp(&group_of(b)));
     let writer: Arc<str> = flush.writer.as_str().into();
     // (family, day, bucket) → ledger rows and gated rows, in chunks of `max_rows`.
     let mut partitions: BTreeMap<(FamilyId, u32, i16), Vec<Held>> = BTreeMap::new();
-    for ((family, series, minute), rows) in groups {
+    let mut last_series: Option<SeriesKey> = None;
+    let mut fresh = fresh.into_iter().peekable();
+    while let Some(first) = fresh.next() {
+        let mut rows = vec![first];
+        while let Some(next) = fresh.next_if(|(key, _)| group_of(key) == group_of(&rows[0].0)) {
+            rows.push(next);
+        }
+        let (family, series, minute) = group_of(&rows[0].0);
         let Some(exact) = formation.exact(family) else {
             pass.extend(rows);
             continue;
         };
-        let key: Box<str> = series::key_json(&series).into();
-        let bucket = key_bucket(&key, formation.buckets);
+        let (key, bucket) = match &last_series {
+            Some((f, s, key, bucket)) if *f == family && **s == *series => (key.clone(), *bucket),
+            _ => {
+                let key: Arc<str> = series::key_json(series).into();
+                let bucket = key_bucket(&key, formation.buckets);
+                last_series = Some((family, series.into(), key.clone(), bucket));
+                (key, bucket)
+            }
+        };
         let minute = Minute(minute);
         let parts = summed_parts(&rows);
         let ledger_rows = parts
@@ -189,6 +199,19 @@ pub fn form(
         }
     }
     (pass, partitions.into_values().flatten().collect())
+}
+
+/// The previous group's family and series, with its key (JSON) and ledger bucket.
+type SeriesKey = (FamilyId, Box<[u8]>, Arc<str>, i16);
+
+/// What a drained row's ledger row is formed for: (family, series, minute). Only fresh
+/// rows ([`Slot::Both`]) are grouped; others have no minute here.
+fn group_of(key: &RowKey) -> (FamilyId, &[u8], u32) {
+    let minute = match key.slot() {
+        Slot::Both(minute) => minute.0,
+        _ => 0,
+    };
+    (key.family(), key.series(), minute)
 }
 
 /// The fresh deltas of one (family, key, minute), summed; a second part (and more) only
