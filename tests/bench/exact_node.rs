@@ -41,7 +41,10 @@ const MINUTES: usize = 100;
 #[derive(Clone, Copy)]
 enum Target<'a> {
     /// The node, through `admin` for its schema.
-    Node { admin: &'a Session, contact: &'a str },
+    Node {
+        admin: &'a Session,
+        contact: &'a str,
+    },
     /// A fresh in-process cqlsim per run.
     Cqlsim,
 }

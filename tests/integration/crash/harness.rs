@@ -63,7 +63,10 @@ enum RigStore {
     /// cqlsim, for its faults and request log (the checker reads it).
     Cqlsim(cqlsim::Server),
     /// The store the test run chose (a real node too), reached through a fault proxy.
-    Proxied { store: Store, proxy: FaultProxy },
+    Proxied {
+        store: Box<Store>,
+        proxy: FaultProxy,
+    },
 }
 
 /// One `countersink serve` process.
@@ -104,7 +107,15 @@ impl Rig {
         let proxy = FaultProxy::start(store.contact_point()).await;
         let example = store.config_file(&Self::example(&settings));
         let contact = proxy.addr();
-        Self::with_store(RigStore::Proxied { store, proxy }, contact, example, dir)
+        Self::with_store(
+            RigStore::Proxied {
+                store: Box::new(store),
+                proxy,
+            },
+            contact,
+            example,
+            dir,
+        )
     }
 
     /// The example configuration with the settings' values.
