@@ -1,6 +1,9 @@
-//! `countersink reconcile` against cqlsim: an outside writer is the one unexplained key
-//! (exit 3), equal unknown requests stay ambiguous, and every `resolved` verdict matches
-//! what cqlsim's request log says it applied.
+//! `countersink reconcile`: an outside writer is the one unexplained key (exit 3) and
+//! `--repair` makes a closed day equal its ledger, equal unknown requests stay ambiguous
+//! and distinct ones are resolved, on any store (the real node too; unknown writes come
+//! from a fault proxy in front of it); against cqlsim's injected faults, every `resolved`
+//! verdict matches what its request log says it applied, and a repair undoes unknown
+//! writes that did not apply.
 
 use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
@@ -10,7 +13,13 @@ use countersink::config::Config;
 use countersink::ops::reconcile::{self, Options, Report, verdict::Status};
 use cqlsim::{FaultKind, FaultRule};
 
-use crate::common::{T0, Writer, config, day_and_minute, run_cli, start_cqlsim};
+use crate::common::{
+    FaultProxy, Store, Swallow, T0, Writer, config, day_and_minute, run_cli, start_cqlsim,
+    start_store,
+};
+
+/// The opcode of a successful answer (CQL v4 RESULT).
+const RESULT: u8 = 0x08;
 
 /// 2026-11-30 22:58Z: a day long closed when the tests run.
 const AT: i64 = T0 - 3600;
@@ -64,7 +73,7 @@ async fn run_reconcile(writer: &Writer, config: &Config) -> Report {
 async fn an_outside_writer_is_the_one_unexplained_key_and_fails_the_run() {
     let dir = tempfile::tempdir().unwrap();
     let mut config = exact_config(dir.path());
-    let store = start_cqlsim(&mut config, "writes beside countersink in process").await;
+    let store = start_store(&mut config).await;
     let mut writer = Writer::start(&config).await;
     for i in 0..300_i64 {
         let key = format!("p{}", i % 30);
@@ -113,15 +122,12 @@ async fn an_outside_writer_is_the_one_unexplained_key_and_fails_the_run() {
     assert!(text.contains("ok=60"), "{text}");
 
     let (date, minute) = day_and_minute(AT);
-    let sim = store.sim();
-    sim.execute(
-        None,
-        &format!(
+    store
+        .execute(&format!(
             "UPDATE {} SET views = views + 7 WHERE page_id = 'p3' AND day = '{date}' AND minute = {minute}",
             config.families[0].minute_table
-        ),
-    )
-    .unwrap();
+        ))
+        .await;
     let out = run_cli(args("json"));
     assert_eq!(
         out.status.code(),
@@ -145,28 +151,42 @@ async fn an_outside_writer_is_the_one_unexplained_key_and_fails_the_run() {
     store.shutdown().await;
 }
 
-/// Issue test 7: two unknown +5 requests to one row and a drift of 5 (one applied, one
-/// not): `ambiguous`, not `resolved`; the day row, where both applied, is resolved.
+/// Issue test 7, on any store: two +5 writes to one minute row made unknown by the
+/// fault proxy in front of the store, the first applied (its answer lost), the second not
+/// (the request lost); a drift of -5: `ambiguous`, not `resolved`, and explained; the day
+/// rows, whose writes went through, are ok.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_equal_unknown_requests_are_ambiguous() {
     let dir = tempfile::tempdir().unwrap();
     let mut config = exact_config(dir.path());
-    let store = start_cqlsim(&mut config, "injects one timeout per flush").await;
-    let sim = store.sim();
+    // The client timeout that makes a swallowed write unknown; no real answer comes
+    // near it.
+    config.store.request_timeout = Duration::from_secs(1);
+    let store = start_store(&mut config).await;
+    let proxy = FaultProxy::start(store.contact_point()).await;
+    config.store.contact_points = vec![proxy.addr()];
     let minute_table = config.families[0].minute_table.clone();
     let mut writer = Writer::start(&config).await;
-    for applied in [true, false] {
-        sim.set_faults(vec![
-            FaultRule::new(FaultKind::WriteTimeout)
-                .applied(applied)
-                .table(&minute_table)
-                .max(1),
-        ]);
+    for swallow in [Swallow::Answer, Swallow::Request] {
+        proxy.swallow(&minute_table, swallow, 1);
         writer.incr("page.views", &[("page_id", "a")], 5, AT);
         writer.flusher.flush_now().await;
     }
-    sim.clear_faults();
+    proxy.clear();
     settle(&mut writer).await;
+    let swallowed = proxy.log();
+    assert_eq!(swallowed.len(), 2, "{swallowed:?}");
+    assert!(
+        swallowed.iter().all(|s| s.query.contains(&minute_table)),
+        "{swallowed:?}"
+    );
+    assert_eq!(
+        (swallowed[0].swallow, swallowed[0].answer_opcode),
+        (Swallow::Answer, Some(RESULT)),
+        "the store applied the write whose answer was dropped"
+    );
+    assert_eq!(swallowed[1].swallow, Swallow::Request);
+    assert_eq!(writer.accounting().minute.unknown, 10);
     let report = run_reconcile(&writer, &config).await;
     let a: Vec<_> = report.keys.iter().filter(|k| k.key == ["a"]).collect();
     let minute = a.iter().find(|k| k.granularity == "minute").unwrap();
@@ -174,10 +194,61 @@ async fn two_equal_unknown_requests_are_ambiguous() {
     assert_eq!(minute.drift["views"], -5);
     assert_eq!(minute.unknown_requests, 2);
     assert!(minute.resolution.is_empty());
+    let day = a.iter().find(|k| k.granularity == "day").unwrap();
+    assert_eq!(day.status, Status::Ok, "{day:?}");
     assert!(
         report.passes(),
         "ambiguous drift is explained, not a failure"
     );
+    store.shutdown().await;
+}
+
+/// Issue test 7's resolvable twin, on any store: one +5 write made unknown and applied,
+/// one +3 made unknown and lost: exactly one subset explains the drift of -3, so the key
+/// is `resolved`, the +5 as applied and the +3 as not.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn distinct_unknown_requests_are_resolved() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = exact_config(dir.path());
+    config.store.request_timeout = Duration::from_secs(1);
+    let store = start_store(&mut config).await;
+    let proxy = FaultProxy::start(store.contact_point()).await;
+    config.store.contact_points = vec![proxy.addr()];
+    let minute_table = config.families[0].minute_table.clone();
+    let mut writer = Writer::start(&config).await;
+    for (swallow, delta) in [(Swallow::Answer, 5), (Swallow::Request, 3)] {
+        proxy.swallow(&minute_table, swallow, 1);
+        writer.incr("page.views", &[("page_id", "b")], delta, AT);
+        writer.flusher.flush_now().await;
+    }
+    proxy.clear();
+    settle(&mut writer).await;
+    assert_eq!(proxy.log().len(), 2);
+    let report = run_reconcile(&writer, &config).await;
+    let minute = report
+        .keys
+        .iter()
+        .find(|k| k.key == ["b"] && k.granularity == "minute")
+        .unwrap();
+    assert_eq!(minute.status, Status::Resolved, "{minute:?}");
+    assert_eq!(minute.drift["views"], -3);
+    let log = std::fs::read_to_string(dir.path().join("unknown.jsonl")).unwrap();
+    let mut verdicts = Vec::new();
+    for line in log.lines() {
+        let r: serde_json::Value = serde_json::from_str(line).unwrap();
+        let id = r["request_id"].as_str().unwrap();
+        verdicts.push((
+            r["deltas"]["views"].as_i64(),
+            minute.resolution.get(id).copied(),
+        ));
+    }
+    verdicts.sort();
+    assert_eq!(
+        verdicts,
+        [(Some(3), Some(false)), (Some(5), Some(true))],
+        "{minute:?}"
+    );
+    assert!(report.passes());
     store.shutdown().await;
 }
 
@@ -293,29 +364,55 @@ async fn every_resolved_verdict_matches_what_the_store_applied() {
     store.shutdown().await;
 }
 
-/// Issue test 8, with `--close` and `get --exact`: a closed day drifted by unknown
-/// writes that did not apply and by an outside writer; `--repair --dry-run` writes
+/// Issue test 8, with `--close` and `get --exact`, on any store: a closed day drifted by
+/// outside writers (a minute row up, a day row down); `--repair --dry-run` writes
 /// nothing, `--repair` makes every counter equal the ledger and the run passes; `--close`
 /// keeps the day's exact totals, which `get --exact` then reads.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn repair_makes_a_closed_day_equal_its_ledger() {
     let dir = tempfile::tempdir().unwrap();
     let mut config = exact_config(dir.path());
-    let store = start_cqlsim(&mut config, "injects faults and writes beside countersink").await;
-    let sim = store.sim();
-    let (minute_table, day_table) = (
-        config.families[0].minute_table.clone(),
-        config.families[0].day_table.clone(),
-    );
-    let mut writer = Writer::start(&config).await;
-    sim.set_faults(vec![
+    // A real node on a shared machine may answer a write late; a client timeout here
+    // would only add unknown writes the outside writers' drift does not need.
+    config.store.request_timeout = Duration::from_secs(5);
+    let store = start_store(&mut config).await;
+    repair_scenario(&store, &config, dir.path(), None).await;
+    store.shutdown().await;
+}
+
+/// Issue test 8 under injected faults: unknown minute writes (timeouts, some not applied)
+/// and rejected day writes beside an outside writer; the repair undoes all of it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn repair_makes_a_closed_day_equal_its_ledger_after_unknown_writes() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = exact_config(dir.path());
+    let store = start_cqlsim(&mut config, "injects faults that leave unknown writes").await;
+    let faults = vec![
         FaultRule::new(FaultKind::WriteTimeout)
-            .table(&minute_table)
+            .table(&config.families[0].minute_table)
             .probability(0.3),
         FaultRule::new(FaultKind::WriteFailure)
-            .table(&day_table)
+            .table(&config.families[0].day_table)
             .probability(0.3),
-    ]);
+    ];
+    repair_scenario(&store, &config, dir.path(), Some((store.sim(), faults))).await;
+    store.shutdown().await;
+}
+
+/// Feeds a closed day (under `faults` on cqlsim, if given), adds outside writes, then
+/// runs `reconcile --repair --dry-run`, `--repair`, `--close` and `get --exact`.
+async fn repair_scenario(
+    store: &Store,
+    config: &Config,
+    dir: &std::path::Path,
+    faults: Option<(&cqlsim::Server, Vec<FaultRule>)>,
+) {
+    const MINUTE_TABLE: &str = "metrics.views_by_minute";
+    const DAY_TABLE: &str = "metrics.views_by_day";
+    let mut writer = Writer::start(config).await;
+    if let Some((sim, rules)) = &faults {
+        sim.set_faults(rules.clone());
+    }
     let mut fed = 0_i128;
     let mut p3 = 0_i64;
     for flush in 0..4_i64 {
@@ -335,21 +432,33 @@ async fn repair_makes_a_closed_day_equal_its_ledger() {
         }
         writer.flusher.flush_now().await;
     }
-    sim.clear_faults();
+    if let Some((sim, _)) = &faults {
+        sim.clear_faults();
+    }
     settle(&mut writer).await;
     let (date, minute) = day_and_minute(AT);
-    sim.execute(
-        None,
-        &format!(
-            "UPDATE {minute_table} SET views = views + 7 WHERE page_id = 'p5' AND day = '{date}' AND minute = {minute}"
-        ),
-    )
-    .unwrap();
-    let before = crate::common::table_sum(sim, &minute_table, "views");
+    store
+        .execute(&format!(
+            "UPDATE {} SET views = views + 7 WHERE page_id = 'p5' AND day = '{date}' AND minute = {minute}",
+            config.families[0].minute_table
+        ))
+        .await;
+    store
+        .execute(&format!(
+            "UPDATE {} SET views = views - 4 WHERE page_id = 'p7' AND month = '{}' AND day = '{date}'",
+            config.families[0].day_table,
+            &date[..7]
+        ))
+        .await;
+    let before = store.table_sum(MINUTE_TABLE, "views").await;
     assert_ne!(
         before, fed,
-        "the faults and the outside writer made the counters drift"
+        "the outside writer (and the faults) made the counters drift"
     );
+    if faults.is_none() {
+        assert_eq!(before, fed + 7, "every write applied, then the outside +7");
+        assert_eq!(store.table_sum(DAY_TABLE, "views").await, fed - 4);
+    }
 
     let mut example: toml::Table =
         toml::from_str(include_str!("../../examples/countersink.toml")).unwrap();
@@ -357,7 +466,7 @@ async fn repair_makes_a_closed_day_equal_its_ledger() {
         .as_table_mut()
         .unwrap()
         .insert("exact".into(), true.into());
-    let file = dir.path().join("countersink.toml");
+    let file = dir.join("countersink.toml");
     std::fs::write(
         &file,
         store.config_file(&toml::to_string(&example).unwrap()),
@@ -384,7 +493,7 @@ async fn repair_makes_a_closed_day_equal_its_ledger() {
     );
     assert!(String::from_utf8_lossy(&dry.stdout).contains("repair planned"));
     assert_eq!(
-        crate::common::table_sum(sim, &minute_table, "views"),
+        store.table_sum(MINUTE_TABLE, "views").await,
         before,
         "a dry run writes nothing"
     );
@@ -398,9 +507,9 @@ async fn repair_makes_a_closed_day_equal_its_ledger() {
         String::from_utf8_lossy(&repaired.stderr)
     );
     assert!(text.contains("repair applied"), "{text}");
-    assert_eq!(crate::common::table_sum(sim, &minute_table, "views"), fed);
-    assert_eq!(crate::common::table_sum(sim, &day_table, "views"), fed);
-    let report = run_reconcile(&writer, &config).await;
+    assert_eq!(store.table_sum(MINUTE_TABLE, "views").await, fed);
+    assert_eq!(store.table_sum(DAY_TABLE, "views").await, fed);
+    let report = run_reconcile(&writer, config).await;
     assert!(
         report
             .keys
@@ -434,5 +543,4 @@ async fn repair_makes_a_closed_day_equal_its_ledger() {
     );
     assert_eq!(String::from_utf8_lossy(&get.stdout).trim(), p3.to_string());
     assert!(String::from_utf8_lossy(&get.stderr).contains("closed day"));
-    store.shutdown().await;
 }

@@ -3,11 +3,13 @@
 //! binary ([`cli`]).
 
 mod cli;
+mod fault_proxy;
 mod indexed;
 mod sidecar;
 mod store;
 
 pub(crate) use self::cli::{BIN, Serve, cli_stdout, run_cli};
+pub(crate) use self::fault_proxy::{FaultProxy, Swallow};
 pub(crate) use self::indexed::IndexedWriter;
 pub(crate) use self::sidecar::{http_get, metrics_when, sidecar_config, start_sidecar, wait_ready};
 pub(crate) use self::store::Store;

@@ -62,7 +62,7 @@ async fn crash_chaos() {
     };
     let mut rig = Rig::new(settings).await;
     for iteration in 0..iterations {
-        rig.server.set_faults(random_faults(&mut rng));
+        rig.server().set_faults(random_faults(&mut rng));
         let point = (rng.u8(..10) < 3).then(|| POINTS[rng.usize(..POINTS.len())]);
         let increments: Vec<(u32, i64, i64)> = (0..rng.usize(10..60))
             .map(|_| (rng.u32(..20), rig.base + 60 * rng.i64(0..35), rng.i64(1..5)))
@@ -89,7 +89,7 @@ async fn crash_chaos() {
             eprintln!("crash chaos: {} iterations so far", iteration + 1);
         }
     }
-    rig.server.clear_faults();
+    rig.server().clear_faults();
     tokio::task::block_in_place(|| {
         let serve = rig.start(None);
         rig.settle_and_stop(serve);

@@ -145,7 +145,7 @@ fn date_of(day: Day) -> String {
 
 /// Runs every check on a crash rig.
 pub(crate) fn check(rig: &Rig) -> Findings {
-    check_views(&rig.server, rig.state(), &rig.model, rig.lost_bound)
+    check_views(rig.server(), rig.state(), &rig.model, rig.lost_bound)
 }
 
 /// Error kinds that only the store returns: a request that ended so reached it.

@@ -1,5 +1,6 @@
 //! Exact totals across a kill: the delta ledger and the outcomes table explain what a
-//! SIGKILL with a flush in flight did to the counters.
+//! SIGKILL with a flush in flight did to the counters, on cqlsim (its request log checked
+//! too) and on any store (the real node too, the flight held by a fault proxy).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -12,6 +13,7 @@ use cqlsim::{FaultKind, FaultRule};
 
 use super::check::check;
 use super::harness::{Rig, Settings};
+use crate::common::Swallow;
 
 /// Issue test 6: the store applies a flush's minute writes but answers late; the writer
 /// is killed with them in flight and restarted. Recovery logs them as in flight at the
@@ -24,7 +26,7 @@ async fn reconcile_explains_a_kill_with_writes_in_flight() {
         ..Settings::default()
     })
     .await;
-    rig.server.set_faults(vec![
+    rig.server().set_faults(vec![
         FaultRule::new(FaultKind::Delay)
             .table("metrics.views_by_minute")
             .duration(Duration::from_secs(8)),
@@ -37,7 +39,7 @@ async fn reconcile_explains_a_kill_with_writes_in_flight() {
         rig.feed(&mut serve, &increments);
         for _ in 0..400 {
             let applied = rig
-                .server
+                .server()
                 .request_log()
                 .iter()
                 .filter(|r| r.applied && r.statements.iter().any(|s| s.table == "views_by_minute"))
@@ -49,7 +51,7 @@ async fn reconcile_explains_a_kill_with_writes_in_flight() {
         }
         rig.kill(serve);
     });
-    rig.server.clear_faults();
+    rig.server().clear_faults();
     tokio::task::block_in_place(|| {
         let serve = rig.start(None);
         rig.settle_and_stop(serve);
@@ -59,7 +61,7 @@ async fn reconcile_explains_a_kill_with_writes_in_flight() {
     assert_eq!(findings.beyond_bound(), 0, "{findings:?}");
 
     let mut config = Config::from_file(rig.config_file()).expect("config");
-    config.store.contact_points = vec![rig.server.local_addr().to_string()];
+    config.store.contact_points = vec![rig.server().local_addr().to_string()];
     let session = Arc::new(
         countersink::sink::cql::session::connect(&config.store)
             .await
@@ -109,3 +111,113 @@ async fn reconcile_explains_a_kill_with_writes_in_flight() {
     );
     assert!(report.passes());
 }
+
+/// Issue test 6 on any store (the real node too): the fault proxy in front of the store
+/// forwards the minute writes and holds back the store's answers; `serve` is killed once
+/// the store has answered at least 8 of them (so applied them) while they are still in
+/// flight for `serve` (its request timeout is far off), then restarted. Recovery logs
+/// them as in flight at the crash, the restarted run writes them to the outcomes table,
+/// and reconcile explains every key: each in-flight request resolved as applied, no
+/// drift, nothing unexplained.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reconcile_explains_a_kill_with_writes_in_flight_on_any_store() {
+    let mut rig = Rig::on_any_store(Settings {
+        exact: true,
+        request_timeout: "30s",
+        ..Settings::default()
+    })
+    .await;
+    let minute_table = rig.proxied().0.table("metrics.views_by_minute");
+    rig.proxied()
+        .1
+        .swallow(&minute_table, Swallow::Answer, u32::MAX);
+    let increments: Vec<(u32, i64, i64)> = (0..40)
+        .map(|i| ((i % 8) as u32, rig.base + (i % 3) * 60, 1 + i % 4))
+        .collect();
+    tokio::task::block_in_place(|| {
+        let mut serve = rig.start(None);
+        rig.feed(&mut serve, &increments);
+        let answered = || {
+            let log = rig.proxied().1.log();
+            log.iter()
+                .filter(|s| s.answer_opcode == Some(RESULT))
+                .count()
+        };
+        for _ in 0..400 {
+            if answered() >= 8 {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(25));
+        }
+        assert!(answered() >= 8, "{:?}", rig.proxied().1.log());
+        rig.kill(serve);
+    });
+    rig.proxied().1.clear();
+    tokio::task::block_in_place(|| {
+        let serve = rig.start(None);
+        rig.settle_and_stop(serve);
+    });
+
+    let (store, _) = rig.proxied();
+    let mut config = Config::from_file(rig.config_file()).expect("config");
+    config.store.contact_points = vec![store.contact_point()];
+    let session = Arc::new(
+        countersink::sink::cql::session::connect(&config.store)
+            .await
+            .expect("session"),
+    );
+    let families = Families::from_config(&config).unwrap();
+    let options = Options {
+        day: Day((rig.base / 86_400) as u32),
+        tags: Vec::new(),
+        threshold: 0.0,
+        // As if the day had closed: it is today's.
+        now_unix_secs: rig.base + 3 * 86_400,
+        concurrency: 4,
+    };
+    let report = reconcile::reconcile(
+        &session,
+        &config,
+        families.by_name("views").unwrap(),
+        &options,
+        &|_, _| {},
+    )
+    .await
+    .expect("reconcile");
+    let minute: Vec<_> = report
+        .keys
+        .iter()
+        .filter(|k| k.granularity == "minute")
+        .collect();
+    assert_eq!(minute.len(), 8, "{report:?}");
+    let in_flight: usize = minute.iter().map(|k| k.unknown_requests).sum();
+    assert!(
+        in_flight >= 8,
+        "the in-flight requests reached the outcomes table: {report:?}"
+    );
+    for key in &report.keys {
+        assert!(
+            matches!(key.status, Status::Ok | Status::Resolved),
+            "{key:?}"
+        );
+        assert!(key.resolution.values().all(|applied| *applied), "{key:?}");
+        assert!(key.drift.values().all(|d| *d == 0), "{key:?}");
+    }
+    assert!(
+        report.summary.unknowns_resolved >= 8,
+        "{:?}",
+        report.summary
+    );
+    assert!(report.passes());
+    // What the keys hold is what was fed: the model's minute rows, summed.
+    let fed: i64 = increments.iter().map(|(_, _, d)| d).sum();
+    assert_eq!(
+        store.table_sum("metrics.views_by_minute", "views").await,
+        i128::from(fed)
+    );
+    drop(session);
+    rig.shutdown().await;
+}
+
+/// The opcode of a successful answer (CQL v4 RESULT).
+const RESULT: u8 = 0x08;

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use countersink::ingest::client::{Client, Target};
 
 use super::check::Model;
-use crate::common::{BIN, config, start_cqlsim};
+use crate::common::{BIN, FaultProxy, Store, config, start_cqlsim, start_store};
 
 /// Settings of the serve runs.
 #[derive(Clone, Debug)]
@@ -43,7 +43,7 @@ impl Default for Settings {
 
 /// The store, the state directory, the model of what was fed, and the kills so far.
 pub(crate) struct Rig {
-    pub(crate) server: cqlsim::Server,
+    store: RigStore,
     pub(crate) state: PathBuf,
     pub(crate) model: Model,
     /// Sum of the lost-at-crash figures (minute, day) the starts after each kill report.
@@ -58,6 +58,17 @@ pub(crate) struct Rig {
     _dir: tempfile::TempDir,
 }
 
+/// The store a rig's runs write to.
+enum RigStore {
+    /// cqlsim, for its faults and request log (the checker reads it).
+    Cqlsim(cqlsim::Server),
+    /// The store the test run chose (a real node too), reached through a fault proxy.
+    Proxied {
+        store: Box<Store>,
+        proxy: FaultProxy,
+    },
+}
+
 /// One `countersink serve` process.
 pub(crate) struct Serve {
     child: Child,
@@ -68,6 +79,7 @@ pub(crate) struct Serve {
 }
 
 impl Rig {
+    /// A rig on cqlsim, whose request log the checker reads.
     pub(crate) async fn new(settings: Settings) -> Rig {
         let dir = tempfile::tempdir().expect("tempdir");
         let mut config = config(dir.path());
@@ -79,7 +91,36 @@ impl Rig {
         .await
         .into_sim();
         server.enable_request_log();
-        let example = include_str!("../../../examples/countersink.toml")
+        let contact = config.store.contact_points[0].clone();
+        let example = Self::example(&settings);
+        Self::with_store(RigStore::Cqlsim(server), contact, example, dir)
+    }
+
+    /// A rig on the store the test run chose (the real node too), its `serve` runs
+    /// connected through a [`FaultProxy`]; the configuration file names this test's
+    /// keyspaces. No request log: [`super::check::check`] needs [`Rig::new`].
+    pub(crate) async fn on_any_store(settings: Settings) -> Rig {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mut config = config(dir.path());
+        config.families[0].exact = settings.exact;
+        let store = start_store(&mut config).await;
+        let proxy = FaultProxy::start(store.contact_point()).await;
+        let example = store.config_file(&Self::example(&settings));
+        let contact = proxy.addr();
+        Self::with_store(
+            RigStore::Proxied {
+                store: Box::new(store),
+                proxy,
+            },
+            contact,
+            example,
+            dir,
+        )
+    }
+
+    /// The example configuration with the settings' values.
+    fn example(settings: &Settings) -> String {
+        include_str!("../../../examples/countersink.toml")
             .replace(
                 "request_timeout = \"10s\"",
                 &format!("request_timeout = \"{}\"", settings.request_timeout),
@@ -108,12 +149,20 @@ impl Rig {
             .replace(
                 "compares them.\nexact = false",
                 &format!("compares them.\nexact = {}", settings.exact),
-            );
+            )
+    }
+
+    fn with_store(
+        store: RigStore,
+        contact: String,
+        example: String,
+        dir: tempfile::TempDir,
+    ) -> Rig {
         let config_file = dir.path().join("serve.toml");
         std::fs::write(&config_file, example).expect("config");
         Rig {
-            contact: config.store.contact_points[0].clone(),
-            server,
+            contact,
+            store,
             state: dir.path().join("state"),
             model: Model::default(),
             lost_bound: [0, 0],
@@ -128,6 +177,31 @@ impl Rig {
             socket: dir.path().join("stream.sock"),
             config_file,
             _dir: dir,
+        }
+    }
+
+    /// cqlsim, of a rig made with [`Rig::new`].
+    pub(crate) fn server(&self) -> &cqlsim::Server {
+        match &self.store {
+            RigStore::Cqlsim(server) => server,
+            RigStore::Proxied { .. } => panic!("a rig on any store has no cqlsim"),
+        }
+    }
+
+    /// The store and the proxy the runs go through, of a rig made with
+    /// [`Rig::on_any_store`].
+    pub(crate) fn proxied(&self) -> (&Store, &FaultProxy) {
+        match &self.store {
+            RigStore::Proxied { store, proxy } => (store, proxy),
+            RigStore::Cqlsim(_) => panic!("a cqlsim rig has no proxy"),
+        }
+    }
+
+    /// Drops this test's keyspaces (on a shared node) and stops the store.
+    pub(crate) async fn shutdown(self) {
+        match self.store {
+            RigStore::Cqlsim(server) => server.shutdown().await.expect("cqlsim stops"),
+            RigStore::Proxied { store, .. } => store.shutdown().await,
         }
     }
 

@@ -23,7 +23,7 @@ fn increments(base: i64, round: i64) -> Vec<(u32, i64, i64)> {
 /// Feeds with `faults` in force, stops at `point`, kills, restarts clean, stops, checks.
 async fn kill_at(point: &str, settings: Settings, faults: Vec<FaultRule>) -> (Rig, Findings) {
     let mut rig = Rig::new(settings).await;
-    rig.server.set_faults(faults);
+    rig.server().set_faults(faults);
     blocking(|| {
         let mut serve = rig.start(Some(point));
         rig.feed(&mut serve, &increments(rig.base, 0));
@@ -33,7 +33,7 @@ async fn kill_at(point: &str, settings: Settings, faults: Vec<FaultRule>) -> (Ri
         );
         rig.kill(serve);
     });
-    rig.server.clear_faults();
+    rig.server().clear_faults();
     blocking(|| {
         let serve = rig.start(None);
         rig.settle_and_stop(serve);
@@ -63,7 +63,7 @@ async fn killed_after_the_group_commit_before_the_first_send() {
     // since, so the store saw none of them.
     assert!(findings.in_flight_at_crash > 0, "{findings:?}");
     assert_eq!(
-        rig.server
+        rig.server()
             .stats()
             .table("metrics", "views_by_minute")
             .write_requests,
@@ -138,7 +138,7 @@ async fn killed_while_rotating_an_outcome_log() {
     };
     let faults = vec![all_writes(FaultKind::WriteTimeout).applied(true)];
     let mut rig = Rig::new(settings).await;
-    rig.server.set_faults(faults);
+    rig.server().set_faults(faults);
     blocking(|| {
         let mut serve = rig.start(Some("log_rotating"));
         // Several flushes' worth of unknown records: the log passes 600 bytes.
@@ -152,7 +152,7 @@ async fn killed_while_rotating_an_outcome_log() {
         serve.wait_for("crash point log_rotating reached", Duration::from_secs(20));
         rig.kill(serve);
     });
-    rig.server.clear_faults();
+    rig.server().clear_faults();
     blocking(|| {
         let serve = rig.start(None);
         rig.settle_and_stop(serve);
@@ -166,7 +166,7 @@ async fn killed_while_rotating_an_outcome_log() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn killed_with_applied_requests_in_flight() {
     let mut rig = Rig::new(Settings::default()).await;
-    rig.server.set_faults(vec![
+    rig.server().set_faults(vec![
         FaultRule::new(FaultKind::Delay).duration(Duration::from_secs(8)),
     ]);
     blocking(|| {
@@ -174,7 +174,7 @@ async fn killed_with_applied_requests_in_flight() {
         rig.feed(&mut serve, &increments(rig.base, 0));
         for _ in 0..400 {
             if rig
-                .server
+                .server()
                 .request_log()
                 .iter()
                 .filter(|r| r.applied)
@@ -187,7 +187,7 @@ async fn killed_with_applied_requests_in_flight() {
         }
         rig.kill(serve);
     });
-    rig.server.clear_faults();
+    rig.server().clear_faults();
     blocking(|| {
         let serve = rig.start(None);
         rig.settle_and_stop(serve);
@@ -201,7 +201,7 @@ async fn killed_with_applied_requests_in_flight() {
 /// a chunk, or after making the cursor durable and before deleting the segment.
 async fn kill_during_replay(point: &str) {
     let mut rig = Rig::new(Settings::default()).await;
-    rig.server
+    rig.server()
         .set_faults(vec![all_writes(FaultKind::Unavailable)]);
     blocking(|| {
         let mut serve = rig.start(None);
@@ -209,7 +209,7 @@ async fn kill_during_replay(point: &str) {
         // The final flush spills what the store refuses.
         rig.terminate_any(serve);
     });
-    rig.server.clear_faults();
+    rig.server().clear_faults();
     blocking(|| {
         let serve = rig.start_until(Some(point), &format!("crash point {point} reached"));
         rig.kill(serve);
@@ -234,7 +234,7 @@ async fn killed_after_the_replay_cursor_before_deleting_the_segment() {
 /// then recovery again.
 async fn kill_during_recovery(point: &str) {
     let mut rig = Rig::new(Settings::default()).await;
-    rig.server.set_faults(vec![
+    rig.server().set_faults(vec![
         all_writes(FaultKind::Unavailable).probability(0.4),
         all_writes(FaultKind::WriteTimeout)
             .applied(true)
@@ -246,7 +246,7 @@ async fn kill_during_recovery(point: &str) {
         serve.wait_for("crash point sent reached", Duration::from_secs(20));
         rig.kill(serve);
     });
-    rig.server.clear_faults();
+    rig.server().clear_faults();
     blocking(|| {
         let serve = rig.start_until(Some(point), &format!("crash point {point} reached"));
         rig.kill(serve);
@@ -282,7 +282,7 @@ async fn a_final_flush_that_could_not_spill_is_an_unclean_stop() {
         ..Settings::default()
     };
     let mut rig = Rig::new(settings).await;
-    rig.server
+    rig.server()
         .set_faults(vec![all_writes(FaultKind::Unavailable)]);
     blocking(|| {
         let mut serve = rig.start(None);
@@ -290,7 +290,7 @@ async fn a_final_flush_that_could_not_spill_is_an_unclean_stop() {
         rig.terminate_any(serve);
         rig.account_unclean_stop();
     });
-    rig.server.clear_faults();
+    rig.server().clear_faults();
     blocking(|| {
         let mut serve = rig.start(None);
         let text = serve.wait_metric(|t| t.contains("countersink_previous_stop_unclean 1"));
