@@ -52,8 +52,9 @@ async fn run_reconcile(writer: &Writer, config: &Config) -> Report {
         threshold: 0.0,
         now_unix_secs: countersink::bucket::unix_secs(std::time::SystemTime::now()),
         concurrency: 8,
+        max_listed: reconcile::MAX_LISTED,
     };
-    reconcile::reconcile(&writer.session, config, family, &options, &|_, _| {})
+    reconcile::reconcile(&writer.session, config, family, &options, &|_| {})
         .await
         .expect("reconcile")
 }

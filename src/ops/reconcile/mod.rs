@@ -19,11 +19,12 @@ pub mod gather;
 pub mod repair;
 pub mod verdict;
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use futures_util::StreamExt;
+use futures_util::{StreamExt, TryStreamExt};
 use scylla::client::session::Session;
 use scylla::value::{CqlDate, CqlTimestamp};
 use serde::Serialize;
@@ -31,12 +32,12 @@ use serde::Serialize;
 use crate::bucket::Day;
 use crate::config::Config;
 use crate::cql_text::{self, EXACT};
-use crate::family::FamilyDef;
+use crate::family::{FamilyDef, key_bucket};
 use crate::ops::read::{ReadError, Reader};
 use crate::sink::cql::session;
 use crate::vocabulary::Granularity;
 
-use self::verdict::{Status, Verdict};
+use self::verdict::{Status, Sums, Verdict};
 
 /// What to reconcile and how.
 #[derive(Clone, Debug)]
@@ -52,7 +53,13 @@ pub struct Options {
     pub now_unix_secs: i64,
     /// Keys read concurrently.
     pub concurrency: usize,
+    /// The most keys that are not `ok` kept in the report (the summary counts them all).
+    pub max_listed: usize,
 }
+
+/// The default of [`Options::max_listed`]: a bound on the report's memory (about half a
+/// kilobyte per listed key), far above what an operator reads or a repair run fixes.
+pub const MAX_LISTED: usize = 100_000;
 
 /// One key and granularity in the report.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
@@ -98,6 +105,45 @@ pub struct Summary {
     pub unknowns_resolved: usize,
     /// Keys whose unexplained drift exceeds the threshold.
     pub over_threshold: usize,
+    /// Key-granularities that are not `ok` beyond [`Options::max_listed`]: counted here,
+    /// not listed in [`Report::keys`].
+    pub not_listed: usize,
+}
+
+impl Summary {
+    /// Counts one key and granularity's verdict (`exact`, `counter` and `drift` per
+    /// column; `resolved`: the unknown requests its verdict settles).
+    fn count(
+        &mut self,
+        g: Granularity,
+        exact: &[i128],
+        counter: &[i128],
+        v: &Verdict,
+        threshold: f64,
+    ) {
+        *self.statuses.entry(v.status.as_str()).or_default() += 1;
+        let exact: i128 = exact.iter().sum();
+        let drift: i128 = v.drift.iter().map(|d| d.abs()).sum();
+        if g == Granularity::Minute {
+            self.exact_total += exact;
+        }
+        *self.counter_total.entry(g.as_str()).or_default() += counter.iter().sum::<i128>();
+        match v.status {
+            Status::Explained | Status::Resolved | Status::Ambiguous => {
+                self.drift_explained += drift
+            }
+            Status::Unexplained => {
+                self.drift_unexplained += drift;
+                if drift as f64 > threshold * exact.abs() as f64 {
+                    self.over_threshold += 1;
+                }
+            }
+            Status::Ok | Status::Open => {}
+        }
+        if v.status == Status::Resolved {
+            self.unknowns_resolved += v.applied.as_ref().map_or(0, Vec::len);
+        }
+    }
 }
 
 /// The result of a run.
@@ -109,17 +155,18 @@ pub struct Report {
     pub day: String,
     /// Whether the day is closed (else every key is `open`).
     pub closed: bool,
-    /// Every key and granularity (the caller filters for display).
+    /// Why the day is still open (`None` when closed).
+    pub open_because: Option<String>,
+    /// The keys and granularities that are not `ok` (at most [`Options::max_listed`],
+    /// sorted by key): an `ok` key is only counted, so that a run over millions of keys
+    /// holds the summary and the exceptions, never every key.
     pub keys: Vec<KeyReport>,
     /// Totals.
     pub summary: Summary,
-    /// The outcome rows of each unknown request (request id → row numbers), for
-    /// [`write_resolutions`].
+    /// The outcome rows of each unknown request of a listed `resolved` key (request id →
+    /// row numbers), for [`write_resolutions`].
     #[serde(skip)]
     pub request_rows: BTreeMap<String, Vec<i16>>,
-    /// Ledger rows per key (JSON text), for [`closed::close_day`].
-    #[serde(skip)]
-    pub ledger_rows_per_key: BTreeMap<String, u64>,
 }
 
 impl Report {
@@ -129,97 +176,290 @@ impl Report {
     }
 }
 
+/// How far a run is, for a progress line.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Progress {
+    /// Keys whose verdict is done.
+    pub keys_done: u64,
+    /// Keys found so far (in the scanned slices).
+    pub keys_found: u64,
+    /// Slices of the day scanned (see [`slices`]), and how many there are.
+    pub slices_scanned: u32,
+    /// All slices.
+    pub slices: u32,
+    /// Ledger rows read.
+    pub ledger_rows: u64,
+}
+
+impl Progress {
+    /// The keys of the whole day, estimated from the slices scanned so far (a key's
+    /// slice is a hash of it, so slices hold about as many keys each).
+    pub fn keys_estimated(&self) -> u64 {
+        if self.slices_scanned == 0 {
+            return 0;
+        }
+        if self.slices_scanned >= self.slices {
+            return self.keys_found;
+        }
+        self.keys_found * u64::from(self.slices) / u64::from(self.slices_scanned)
+    }
+}
+
 /// How long after its end a day may still receive writes: the accepted-timestamp window,
 /// the re-queue age, and two flush intervals.
 pub fn settle_time(config: &Config) -> Duration {
     config.limits.timestamp_max_past + config.flush.requeue_max_age + config.flush.interval * 2
 }
 
-/// Reconciles `family`'s day. `progress` hears the ledger rows and keys done.
+/// Why `family`'s `day` is still open at `now_unix_secs`, or `None` when it is closed.
+///
+/// Open while a writer may still send rows for it: the accepted-timestamp window, the
+/// re-queue age and two flush intervals since its end ([`settle_time`]); and, whatever
+/// the time, while the local state directory (`state.dir`, when it exists) holds rows
+/// of that family-day in a spill segment not yet replayed or in a flush the intent
+/// journal has not finished: those rows are in the ledger and will reach the counters
+/// when replayed. Other writers' state directories are not visible from here (see the
+/// README: reconcile again after their replay).
+pub fn open_because(
+    config: &Config,
+    family: &FamilyDef,
+    day: Day,
+    now_unix_secs: i64,
+) -> Result<Option<String>, ReadError> {
+    let day_end = (i64::from(day.0) + 1) * 86_400;
+    let settles_at = day_end + settle_time(config).as_secs() as i64;
+    if now_unix_secs < settles_at {
+        return Ok(Some(format!(
+            "writes may still arrive until {} (limits.timestamp_max_past + flush.requeue_max_age + 2 x flush.interval after the day)",
+            time::OffsetDateTime::from_unix_timestamp(settles_at)
+                .ok()
+                .and_then(|t| t
+                    .format(&time::format_description::well_known::Rfc3339)
+                    .ok())
+                .unwrap_or_else(|| settles_at.to_string())
+        )));
+    }
+    let dir = &config.state.dir;
+    if !dir.is_dir() {
+        return Ok(None);
+    }
+    let date = crate::bucket::format_date(day.date());
+    let mut waiting = 0_u64;
+    crate::ops::outcomes::scan(dir, |source, record| {
+        if source != crate::ops::outcomes::Source::Log
+            && record.family == family.name
+            && record.day == date
+        {
+            waiting += 1;
+        }
+    })
+    .map_err(|e| ReadError::Usage(e.to_string()))?;
+    Ok((waiting > 0).then(|| {
+        format!(
+            "{waiting} rows of this day wait in {} (spill not replayed, or a flush the journal has not finished): they reach the counters when that writer replays them",
+            dir.display()
+        )
+    }))
+}
+
+/// How many slices a day is read in: a slice is the keys whose hash is `s` modulo this,
+/// that is some ledger buckets and some key-index buckets read whole. With the key index
+/// on, it is the greatest common divisor of `exact.buckets` and `key_index.buckets`
+/// (16 with the defaults, 64 and 16); with a single slice (coprime bucket counts) the
+/// whole day is one slice and memory grows with its keys.
+pub fn slices(config: &Config) -> u16 {
+    let ledger = config.exact.buckets.max(1);
+    if !config.key_index.enabled {
+        return ledger;
+    }
+    let (mut a, mut b) = (ledger, config.key_index.buckets.max(1));
+    while b != 0 {
+        (a, b) = (b, a % b);
+    }
+    a
+}
+
+/// One key of a slice, before its counters are read.
+struct KeyWork {
+    key: String,
+    exact: Sums,
+}
+
+/// Reads one slice: its ledger buckets and key-index buckets, and the keys of the
+/// outcomes table that fall in it; the keys that pass the tag filter, each with its
+/// ledger sums.
+async fn read_slice(
+    buckets: &gather::BucketReader<'_>,
+    config: &Config,
+    family: &FamilyDef,
+    outcomes: &gather::DayOutcomes,
+    tags: &[(String, String)],
+    slice: u16,
+    slices: u16,
+    ledger_rows: &AtomicU64,
+) -> Result<Vec<KeyWork>, ReadError> {
+    let in_slice = |n: u16| (0..n).filter(move |b| b % slices == slice);
+    let mut keys: HashMap<String, Sums> = HashMap::new();
+    let ledger =
+        in_slice(config.exact.buckets).map(|b| buckets.ledger_bucket(b as i16, ledger_rows));
+    for sums in futures_util::future::try_join_all(ledger).await? {
+        // A key lives in one bucket: no merging across buckets.
+        keys.extend(sums.into_iter().map(|(key, (sums, _))| (key, sums)));
+    }
+    if buckets.reads_index() {
+        let index = in_slice(config.key_index.buckets).map(|b| buckets.index_bucket(b as i16));
+        for indexed in futures_util::future::try_join_all(index).await? {
+            for key in indexed {
+                keys.entry(key).or_default();
+            }
+        }
+    }
+    for (key, _) in outcomes.keys() {
+        if key_bucket(key, slices) as u16 == slice && !keys.contains_key(key) {
+            keys.insert(key.clone(), Sums::new());
+        }
+    }
+    let width = family.columns.len();
+    Ok(keys
+        .into_iter()
+        .filter(|(key, _)| matches_tags(family, key, tags))
+        .map(|(key, mut exact)| {
+            exact.resize(width, 0);
+            KeyWork { key, exact }
+        })
+        .collect())
+}
+
+/// Reconciles `family`'s day, streaming: the day is read one slice of keys at a time
+/// (see [`slices`]; the next slice is read while the current one's counters are), and
+/// each key is counted in the summary as its counters arrive. Memory holds about two
+/// slices of keys, the day's outcome rows, and the keys that are not `ok` (at most
+/// [`Options::max_listed`]), whatever the number of keys. `progress` hears how far it is.
 pub async fn reconcile(
     session: &Arc<Session>,
     config: &Config,
     family: &FamilyDef,
     options: &Options,
-    progress: &(dyn Fn(&str, u64) + Sync),
+    progress: &(dyn Fn(Progress) + Sync),
 ) -> Result<Report, ReadError> {
     let day = options.day;
-    let day_end = (i64::from(day.0) + 1) * 86_400;
-    let closed = options.now_unix_secs >= day_end + settle_time(config).as_secs() as i64;
-    let mut truth = gather::read_truth(session, config, family, day, &|rows| {
-        progress("ledger rows", rows)
-    })
-    .await?;
-    let mut keys: BTreeSet<String> = truth.exact.keys().cloned().collect();
-    keys.extend(truth.outcomes.keys().map(|(k, _)| k.clone()));
-    keys.extend(gather::indexed_keys(session, config, family, day).await?);
-    let keys: Vec<String> = keys
-        .into_iter()
-        .filter(|k| matches_tags(family, k, &options.tags))
-        .collect();
-    let reader = Arc::new(Reader::new(session.clone()));
+    let open_because = open_because(config, family, day, options.now_unix_secs)?;
+    let open = open_because.is_some();
+    let outcomes = gather::read_outcomes(session, config, family, day).await?;
+    let buckets = gather::BucketReader::new(session, config, family, day).await?;
+    let reader = Reader::new(session.clone());
     let consistency = config.exact.consistency;
-    let mut reads = futures_util::stream::iter(keys.iter().map(|key| {
-        let reader = reader.clone();
-        async move {
-            let sums = gather::counters(&reader, family, key, day, consistency).await;
-            (key, sums)
-        }
-    }))
-    .buffer_unordered(options.concurrency.max(1));
+    let slices = slices(config);
+    let ledger_rows = AtomicU64::new(0);
+    let keys_found = AtomicU64::new(0);
+    let slices_scanned = AtomicU64::new(0);
+    let (buckets, outcomes, ledger_rows_ref) = (&buckets, &outcomes, &ledger_rows);
+    let (keys_found_ref, slices_scanned_ref) = (&keys_found, &slices_scanned);
+    let work = futures_util::stream::iter(0..slices)
+        .map(|slice| async move {
+            let keys = read_slice(
+                buckets,
+                config,
+                family,
+                outcomes,
+                &options.tags,
+                slice,
+                slices,
+                ledger_rows_ref,
+            )
+            .await?;
+            keys_found_ref.fetch_add(keys.len() as u64, Ordering::Relaxed);
+            slices_scanned_ref.fetch_add(1, Ordering::Relaxed);
+            Ok::<_, ReadError>(futures_util::stream::iter(keys.into_iter().map(Ok)))
+        })
+        // The next slice is scanned while this one's counters are read.
+        .buffered(2)
+        .try_flatten();
+    let reader = &reader;
+    let mut verdicts = work
+        .map_ok(|work| async move {
+            let values = crate::ops::keyindex::key_values(&work.key)
+                .ok_or_else(|| ReadError::Usage(format!("unreadable key {}", work.key)))?;
+            let counters = gather::counters(reader, family, &values, day, consistency).await?;
+            Ok::<_, ReadError>((work, values, counters))
+        })
+        .try_buffer_unordered(options.concurrency.max(1));
     let mut report = Report {
         family: family.name.clone(),
         day: crate::bucket::format_date(day.date()),
-        closed,
+        closed: !open,
+        open_because,
         ..Report::default()
     };
-    let width = family.columns.len();
+    let empty = gather::KeyOutcomes::default();
     let mut done = 0_u64;
-    while let Some((key, counters)) = reads.next().await {
-        let counters = counters?;
-        let exact = truth
-            .exact
-            .get(key)
-            .cloned()
-            .unwrap_or_else(|| vec![0; width]);
+    let mut lookup = (String::new(), Granularity::Minute);
+    while let Some((work, values, counters)) = verdicts.try_next().await? {
+        report.summary.keys += 1;
+        lookup.0 = work.key;
         for g in Granularity::ALL {
-            let outcomes = truth
-                .outcomes
-                .get(&(key.clone(), g))
-                .cloned()
-                .unwrap_or_default();
+            lookup.1 = g;
+            let key_outcomes = outcomes.get(&lookup).unwrap_or(&empty);
+            let counter = &counters[g.index()];
             let v = verdict::verdict(
-                &exact,
-                &counters[g.index()],
-                &outcomes.known_missing,
-                &outcomes.unknowns,
-                !closed,
+                &work.exact,
+                counter,
+                &key_outcomes.known_missing,
+                &key_outcomes.unknowns,
+                open,
             );
+            report
+                .summary
+                .count(g, &work.exact, counter, &v, options.threshold);
+            if v.status == Status::Ok {
+                continue;
+            }
+            if report.keys.len() >= options.max_listed {
+                report.summary.not_listed += 1;
+                continue;
+            }
+            if v.status == Status::Resolved {
+                for (request, rows) in &key_outcomes.rows {
+                    report
+                        .request_rows
+                        .entry(request.clone())
+                        .or_default()
+                        .extend(rows);
+                }
+            }
             report.keys.push(key_report(
                 family,
-                key,
+                values.clone(),
                 g,
-                &exact,
-                &counters[g.index()],
-                &outcomes,
+                &work.exact,
+                counter,
+                key_outcomes,
                 &v,
             ));
         }
         done += 1;
         if done.is_multiple_of(1_000) {
-            progress("keys", done);
+            progress(Progress {
+                keys_done: done,
+                keys_found: keys_found.load(Ordering::Relaxed),
+                slices_scanned: slices_scanned.load(Ordering::Relaxed) as u32,
+                slices: u32::from(slices),
+                ledger_rows: ledger_rows.load(Ordering::Relaxed),
+            });
         }
     }
+    drop(verdicts);
+    report.summary.ledger_rows = ledger_rows.load(Ordering::Relaxed);
+    progress(Progress {
+        keys_done: done,
+        keys_found: keys_found.load(Ordering::Relaxed),
+        slices_scanned: u32::from(slices),
+        slices: u32::from(slices),
+        ledger_rows: report.summary.ledger_rows,
+    });
     report
         .keys
         .sort_by(|a, b| (&a.key, a.granularity).cmp(&(&b.key, b.granularity)));
-    report.summary = summarize(&report.keys, truth.ledger_rows, options.threshold);
-    report.ledger_rows_per_key = std::mem::take(&mut truth.rows_per_key);
-    for outcomes in truth.outcomes.into_values() {
-        for (request, rows) in outcomes.rows {
-            report.request_rows.entry(request).or_default().extend(rows);
-        }
-    }
     Ok(report)
 }
 
@@ -234,7 +474,7 @@ fn named(family: &FamilyDef, sums: &[i128]) -> BTreeMap<String, i128> {
 
 fn key_report(
     family: &FamilyDef,
-    key: &str,
+    key: Vec<String>,
     g: Granularity,
     exact: &[i128],
     counter: &[i128],
@@ -251,7 +491,7 @@ fn key_report(
         None => BTreeMap::new(),
     };
     KeyReport {
-        key: crate::ops::keyindex::key_values(key).unwrap_or_default(),
+        key,
         granularity: g.as_str(),
         exact: named(family, exact),
         counter: named(family, counter),
@@ -261,42 +501,6 @@ fn key_report(
         status: v.status,
         resolution,
     }
-}
-
-fn summarize(keys: &[KeyReport], ledger_rows: u64, threshold: f64) -> Summary {
-    let mut summary = Summary {
-        ledger_rows,
-        ..Summary::default()
-    };
-    let mut distinct = BTreeSet::new();
-    for k in keys {
-        distinct.insert(&k.key);
-        *summary.statuses.entry(k.status.as_str()).or_default() += 1;
-        let exact: i128 = k.exact.values().sum();
-        let drift: i128 = k.drift.values().map(|d| d.abs()).sum();
-        if k.granularity == "minute" {
-            summary.exact_total += exact;
-        }
-        *summary.counter_total.entry(k.granularity).or_default() +=
-            k.counter.values().sum::<i128>();
-        match k.status {
-            Status::Explained | Status::Resolved | Status::Ambiguous => {
-                summary.drift_explained += drift
-            }
-            Status::Unexplained => {
-                summary.drift_unexplained += drift;
-                if drift as f64 > threshold * exact.abs() as f64 {
-                    summary.over_threshold += 1;
-                }
-            }
-            Status::Ok | Status::Open => {}
-        }
-        if k.status == Status::Resolved {
-            summary.unknowns_resolved += k.resolution.len();
-        }
-    }
-    summary.keys = distinct.len();
-    summary
 }
 
 /// Whether a key (JSON text) matches every `(column, value)` filter.
