@@ -15,7 +15,7 @@ use crate::config::{Config, ConsistencyLevel};
 use crate::cql_text::{self, EXACT, KEY_INDEX};
 use crate::family::FamilyDef;
 use crate::ops::keyindex;
-use crate::ops::read::{ReadError, Reader};
+use crate::ops::read::{PartitionQuery, ReadError, Reader};
 use crate::sink::cql::session;
 use crate::vocabulary::Granularity;
 
@@ -274,35 +274,55 @@ pub async fn read_outcomes(
     Ok(outcomes)
 }
 
+/// The reads of one key's counters: its minute partition and its day partition, every
+/// column, prepared once per run.
+pub struct CounterQueries {
+    minute: PartitionQuery,
+    day: PartitionQuery,
+    width: usize,
+}
+
+impl CounterQueries {
+    /// Prepares both reads of `family` at `consistency`.
+    pub async fn new(
+        reader: &Reader,
+        family: &FamilyDef,
+        consistency: ConsistencyLevel,
+    ) -> Result<CounterQueries, ReadError> {
+        let columns: Vec<usize> = (0..family.columns.len()).collect();
+        Ok(CounterQueries {
+            minute: reader
+                .partition_query(family, Granularity::Minute, &columns, consistency)
+                .await?,
+            day: reader
+                .partition_query(family, Granularity::Day, &columns, consistency)
+                .await?,
+            width: columns.len(),
+        })
+    }
+}
+
 /// The counters of one key on `day`: the minute rows summed over the day, and the day
 /// row; per column.
 pub async fn counters(
     reader: &Reader,
-    family: &FamilyDef,
+    queries: &CounterQueries,
     values: &[String],
     day: Day,
-    consistency: ConsistencyLevel,
 ) -> Result<[Sums; 2], ReadError> {
-    let columns: Vec<usize> = (0..family.columns.len()).collect();
     let (minute, day_rows) = futures_util::future::try_join(
-        reader.partition(
-            family,
-            Granularity::Minute,
-            values,
-            day,
-            &columns,
-            consistency,
-        ),
-        reader.partition(family, Granularity::Day, values, day, &columns, consistency),
+        reader.read_query(&queries.minute, values, None, day),
+        reader.read_query(&queries.day, values, None, day),
     )
     .await?;
-    let mut sums = [vec![0_i128; columns.len()], vec![0_i128; columns.len()]];
-    for row in minute.values() {
+    let width = queries.width;
+    let mut sums = [vec![0_i128; width], vec![0_i128; width]];
+    for row in minute.sums.values() {
         for (s, v) in sums[0].iter_mut().zip(row) {
             *s += i128::from(*v);
         }
     }
-    if let Some(row) = day_rows.get(&i64::from(day.0)) {
+    if let Some(row) = day_rows.sums.get(&i64::from(day.0)) {
         for (s, v) in sums[1].iter_mut().zip(row) {
             *s += i128::from(*v);
         }

@@ -24,7 +24,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use futures_util::{StreamExt, TryStreamExt};
+use futures_util::StreamExt;
 use scylla::client::session::Session;
 use scylla::value::{CqlDate, CqlTimestamp};
 use serde::Serialize;
@@ -332,7 +332,7 @@ async fn read_slice(
 
 /// Reconciles `family`'s day, streaming: the day is read one slice of keys at a time
 /// (see [`slices`]; the next slice is read while the current one's counters are), and
-/// each key is counted in the summary as its counters arrive. Memory holds about two
+/// each key is counted in the summary as its counters arrive. Memory holds at most three
 /// slices of keys, the day's outcome rows, and the keys that are not `ok` (at most
 /// [`Options::max_listed`]), whatever the number of keys. `progress` hears how far it is.
 pub async fn reconcile(
@@ -348,15 +348,18 @@ pub async fn reconcile(
     let outcomes = gather::read_outcomes(session, config, family, day).await?;
     let buckets = gather::BucketReader::new(session, config, family, day).await?;
     let reader = Reader::new(session.clone());
-    let consistency = config.exact.consistency;
+    let queries = gather::CounterQueries::new(&reader, family, config.exact.consistency).await?;
     let slices = slices(config);
     let ledger_rows = AtomicU64::new(0);
     let keys_found = AtomicU64::new(0);
     let slices_scanned = AtomicU64::new(0);
     let (buckets, outcomes, ledger_rows_ref) = (&buckets, &outcomes, &ledger_rows);
     let (keys_found_ref, slices_scanned_ref) = (&keys_found, &slices_scanned);
-    let work = futures_util::stream::iter(0..slices)
-        .map(|slice| async move {
+    // The scan runs beside the counter reads, one slice ahead: polled with them by this
+    // task (not only when the reads want more keys), so the reads never wait for it.
+    let (slice_tx, slice_rx) = tokio::sync::mpsc::channel::<Vec<KeyWork>>(1);
+    let scan = async move {
+        for slice in 0..slices {
             let keys = read_slice(
                 buckets,
                 config,
@@ -370,20 +373,25 @@ pub async fn reconcile(
             .await?;
             keys_found_ref.fetch_add(keys.len() as u64, Ordering::Relaxed);
             slices_scanned_ref.fetch_add(1, Ordering::Relaxed);
-            Ok::<_, ReadError>(futures_util::stream::iter(keys.into_iter().map(Ok)))
-        })
-        // The next slice is scanned while this one's counters are read.
-        .buffered(2)
-        .try_flatten();
-    let reader = &reader;
-    let mut verdicts = work
-        .map_ok(|work| async move {
-            let values = crate::ops::keyindex::key_values(&work.key)
-                .ok_or_else(|| ReadError::Usage(format!("unreadable key {}", work.key)))?;
-            let counters = gather::counters(reader, family, &values, day, consistency).await?;
-            Ok::<_, ReadError>((work, values, counters))
-        })
-        .try_buffer_unordered(options.concurrency.max(1));
+            if slice_tx.send(keys).await.is_err() {
+                break;
+            }
+        }
+        Ok::<_, ReadError>(())
+    };
+    let (reader, queries) = (&reader, &queries);
+    let verdicts = futures_util::stream::unfold(slice_rx, |mut rx| async move {
+        rx.recv().await.map(|keys| (keys, rx))
+    })
+    .flat_map(futures_util::stream::iter)
+    .map(|work| async move {
+        let values = crate::ops::keyindex::key_values(&work.key)
+            .ok_or_else(|| ReadError::Usage(format!("unreadable key {}", work.key)))?;
+        let counters = gather::counters(reader, queries, &values, day).await?;
+        Ok::<_, ReadError>((work, values, counters))
+    })
+    .buffer_unordered(options.concurrency.max(1));
+    let mut verdicts = std::pin::pin!(verdicts);
     let mut report = Report {
         family: family.name.clone(),
         day: crate::bucket::format_date(day.date()),
@@ -392,63 +400,67 @@ pub async fn reconcile(
         ..Report::default()
     };
     let empty = gather::KeyOutcomes::default();
-    let mut done = 0_u64;
-    let mut lookup = (String::new(), Granularity::Minute);
-    while let Some((work, values, counters)) = verdicts.try_next().await? {
-        report.summary.keys += 1;
-        lookup.0 = work.key;
-        for g in Granularity::ALL {
-            lookup.1 = g;
-            let key_outcomes = outcomes.get(&lookup).unwrap_or(&empty);
-            let counter = &counters[g.index()];
-            let v = verdict::verdict(
-                &work.exact,
-                counter,
-                &key_outcomes.known_missing,
-                &key_outcomes.unknowns,
-                open,
-            );
-            report
-                .summary
-                .count(g, &work.exact, counter, &v, options.threshold);
-            if v.status == Status::Ok {
-                continue;
-            }
-            if report.keys.len() >= options.max_listed {
-                report.summary.not_listed += 1;
-                continue;
-            }
-            if v.status == Status::Resolved {
-                for (request, rows) in &key_outcomes.rows {
-                    report
-                        .request_rows
-                        .entry(request.clone())
-                        .or_default()
-                        .extend(rows);
+    let judge = async {
+        let mut done = 0_u64;
+        let mut lookup = (String::new(), Granularity::Minute);
+        while let Some(result) = verdicts.next().await {
+            let (work, values, counters) = result?;
+            report.summary.keys += 1;
+            lookup.0 = work.key;
+            for g in Granularity::ALL {
+                lookup.1 = g;
+                let key_outcomes = outcomes.get(&lookup).unwrap_or(&empty);
+                let counter = &counters[g.index()];
+                let v = verdict::verdict(
+                    &work.exact,
+                    counter,
+                    &key_outcomes.known_missing,
+                    &key_outcomes.unknowns,
+                    open,
+                );
+                report
+                    .summary
+                    .count(g, &work.exact, counter, &v, options.threshold);
+                if v.status == Status::Ok {
+                    continue;
                 }
+                if report.keys.len() >= options.max_listed {
+                    report.summary.not_listed += 1;
+                    continue;
+                }
+                if v.status == Status::Resolved {
+                    for (request, rows) in &key_outcomes.rows {
+                        report
+                            .request_rows
+                            .entry(request.clone())
+                            .or_default()
+                            .extend(rows);
+                    }
+                }
+                report.keys.push(key_report(
+                    family,
+                    values.clone(),
+                    g,
+                    &work.exact,
+                    counter,
+                    key_outcomes,
+                    &v,
+                ));
             }
-            report.keys.push(key_report(
-                family,
-                values.clone(),
-                g,
-                &work.exact,
-                counter,
-                key_outcomes,
-                &v,
-            ));
+            done += 1;
+            if done.is_multiple_of(1_000) {
+                progress(Progress {
+                    keys_done: done,
+                    keys_found: keys_found.load(Ordering::Relaxed),
+                    slices_scanned: slices_scanned.load(Ordering::Relaxed) as u32,
+                    slices: u32::from(slices),
+                    ledger_rows: ledger_rows.load(Ordering::Relaxed),
+                });
+            }
         }
-        done += 1;
-        if done.is_multiple_of(1_000) {
-            progress(Progress {
-                keys_done: done,
-                keys_found: keys_found.load(Ordering::Relaxed),
-                slices_scanned: slices_scanned.load(Ordering::Relaxed) as u32,
-                slices: u32::from(slices),
-                ledger_rows: ledger_rows.load(Ordering::Relaxed),
-            });
-        }
-    }
-    drop(verdicts);
+        Ok::<_, ReadError>(done)
+    };
+    let ((), done) = futures_util::future::try_join(scan, judge).await?;
     report.summary.ledger_rows = ledger_rows.load(Ordering::Relaxed);
     progress(Progress {
         keys_done: done,
