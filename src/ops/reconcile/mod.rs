@@ -589,3 +589,119 @@ pub async fn write_resolutions(
     }
     Ok(written)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::family::Families;
+    use crate::state::{SegmentId, Spill, WriteRecord};
+
+    const DAY: Day = Day(20_421);
+
+    fn config(dir: &std::path::Path) -> Config {
+        let mut config = Config::default();
+        config.generic.exact = true;
+        config.state.dir = dir.to_owned();
+        config
+    }
+
+    fn spilled(family: &str, day: &str) -> WriteRecord {
+        serde_json::from_value(serde_json::json!({
+            "time": "2025-11-30T23:59:00Z", "writer": "w", "incarnation": 3, "flush_seq": 9,
+            "request_id": "w/3/9/0", "row": 0, "outcome": "spilled", "family": family,
+            "table": "countersink.counts_by_minute", "granularity": "minute",
+            "key": {"name": "a", "tags": ""}, "day": day, "minute": 1439,
+            "deltas": {"value": 4}
+        }))
+        .expect("record")
+    }
+
+    #[test]
+    fn a_day_is_open_until_late_and_requeued_writes_have_settled() {
+        let dir = tempfile::tempdir().unwrap();
+        let config = config(dir.path());
+        let families = Families::from_config(&config).unwrap();
+        let generic = families.by_name("generic").unwrap();
+        let end = (i64::from(DAY.0) + 1) * 86_400;
+        let settled = end + settle_time(&config).as_secs() as i64;
+        assert!(
+            open_because(&config, generic, DAY, end + 1)
+                .unwrap()
+                .is_some()
+        );
+        assert!(
+            open_because(&config, generic, DAY, settled - 1)
+                .unwrap()
+                .is_some()
+        );
+        assert_eq!(open_because(&config, generic, DAY, settled).unwrap(), None);
+        // No state directory at all (a job on another host): the time rule only.
+        let gone = self::config(&dir.path().join("absent"));
+        assert_eq!(open_because(&gone, generic, DAY, settled).unwrap(), None);
+    }
+
+    #[test]
+    fn a_closed_day_reopens_while_the_local_spill_holds_rows_of_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let config = config(dir.path());
+        let families = Families::from_config(&config).unwrap();
+        let generic = families.by_name("generic").unwrap();
+        let date = crate::bucket::format_date(DAY.date());
+        let late = (i64::from(DAY.0) + 30) * 86_400;
+        let mut spill = Spill::open(dir.path(), 1 << 20, None).unwrap();
+        // Rows of another day and of another family do not hold this one open.
+        let id = |flush_seq| SegmentId {
+            incarnation: 3,
+            flush_seq,
+            recovered: false,
+        };
+        spill
+            .write_segment(
+                id(1),
+                None,
+                &[vec![
+                    spilled("generic", "2025-11-28"),
+                    spilled("views", &date),
+                ]],
+            )
+            .unwrap();
+        assert_eq!(open_because(&config, generic, DAY, late).unwrap(), None);
+        spill
+            .write_segment(id(2), None, &[vec![spilled("generic", &date)]])
+            .unwrap();
+        let why = open_because(&config, generic, DAY, late).unwrap();
+        assert!(
+            why.as_deref().is_some_and(|w| w.starts_with("1 rows")),
+            "{why:?}"
+        );
+    }
+
+    #[test]
+    fn slices_are_the_common_divisor_of_the_bucket_counts() {
+        let mut config = Config::default();
+        config.key_index.enabled = true;
+        assert_eq!(slices(&config), 16, "64 ledger and 16 index buckets");
+        config.key_index.buckets = 7;
+        assert_eq!(slices(&config), 1);
+        config.key_index.enabled = false;
+        assert_eq!(slices(&config), 64);
+    }
+
+    #[test]
+    fn a_key_of_a_slice_is_in_that_slices_ledger_and_index_buckets() {
+        let config = Config::default();
+        let slices = 16;
+        for i in 0..1_000 {
+            let key = format!("[\"k{i}\"]");
+            let slice = key_bucket(&key, slices) as u16;
+            assert_eq!(
+                key_bucket(&key, config.exact.buckets) as u16 % slices,
+                slice
+            );
+            assert_eq!(
+                key_bucket(&key, config.key_index.buckets) as u16 % slices,
+                slice
+            );
+        }
+    }
+}
