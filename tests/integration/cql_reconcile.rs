@@ -602,3 +602,92 @@ async fn a_streamed_run_counts_every_key_of_every_slice_once() {
     assert_eq!(summaries[0], summaries[1]);
     store.shutdown().await;
 }
+
+/// `--repair` on a sharded family (shards in the partition key, then in the clustering
+/// key): an outside writer adds +7 to shard 2 of one key's minute and day rows; the
+/// correction goes to shard 0, and afterwards every key is ok: the counter reconcile
+/// compares is the sum of the shards, which one shard's -7 brings back to the ledger.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn repair_of_a_sharded_family_corrects_the_sum_of_its_shards() {
+    for placement in [
+        countersink::config::ShardPlacement::Partition,
+        countersink::config::ShardPlacement::Clustering,
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        let mut config = exact_config(dir.path());
+        config.families[0].shards = 4;
+        config.families[0].shard_placement = placement;
+        let store = start_cqlsim(&mut config, "writes beside countersink in process").await;
+        let mut writer = Writer::start(&config).await;
+        for flush in 0..8_i64 {
+            for i in 0..40_i64 {
+                let key = format!("p{}", i % 10);
+                writer.incr(
+                    "page.views",
+                    &[("page_id", key.as_str())],
+                    1 + i % 3,
+                    AT + flush,
+                );
+            }
+            writer.flusher.flush_now().await;
+        }
+        settle(&mut writer).await;
+        let (date, minute) = day_and_minute(AT);
+        let family = &config.families[0];
+        let sim = store.sim();
+        sim.execute(None, &format!(
+            "UPDATE {} SET views = views + 7 WHERE page_id = 'p3' AND shard = 2 AND day = '{date}' AND minute = {minute}",
+            family.minute_table
+        ))
+        .unwrap();
+        sim.execute(None, &format!(
+            "UPDATE {} SET views = views + 7 WHERE page_id = 'p3' AND shard = 2 AND month = '{}' AND day = '{date}'",
+            family.day_table,
+            &date[..7]
+        ))
+        .unwrap();
+        let report = run_reconcile(&writer, &config).await;
+        assert_eq!(report.keys.len(), 2, "{placement:?}: {:?}", report.keys);
+        assert!(
+            report.keys.iter().all(|k| k.key == ["p3"]
+                && k.status == Status::Unexplained
+                && k.drift["views"] == 7)
+        );
+
+        let families = countersink::family::Families::from_config(&config).unwrap();
+        let views = families.by_name("views").unwrap();
+        let reader = countersink::ops::read::Reader::new(writer.session.clone());
+        let mut corrections =
+            reconcile::repair::plan(&writer.session, &reader, &config, views, &report, day())
+                .await
+                .unwrap();
+        assert_eq!(corrections.len(), 2, "{corrections:?}");
+        let sink = countersink::sink::cql::CqlSink::connect(&config.store, &families)
+            .await
+            .unwrap();
+        reconcile::repair::apply(
+            &writer.session,
+            &sink,
+            &config,
+            views,
+            day(),
+            &mut corrections,
+            1,
+        )
+        .await
+        .unwrap();
+        assert!(
+            corrections.iter().all(|c| c.outcome == "applied"),
+            "{corrections:?}"
+        );
+        let after = run_reconcile(&writer, &config).await;
+        assert!(
+            after.keys.iter().all(|k| k.drift.values().all(|d| *d == 0)),
+            "{placement:?}: {:?}",
+            after.keys
+        );
+        assert_eq!(after.summary.drift_unexplained, 0, "{placement:?}");
+        assert!(after.passes());
+        store.shutdown().await;
+    }
+}

@@ -1,11 +1,13 @@
 //! `countersink reconcile`: the exact families' counters against their delta ledger, per
 //! key, granularity and day, with every unit of drift explained or reported.
 //!
-//! For one family-day: the ledger's sum per key (every bucket read), the counters (minute
-//! rows summed over the day, and the day row; every shard), the outcomes table's rows
-//! (known not applied; unknown requests, each all-or-nothing), then a [`verdict`] per key
-//! and granularity. Keys come from the ledger, the outcomes table and the key index (when
-//! it is on), so an outside writer to a key countersink never wrote is not seen.
+//! For one family-day: the outcomes table's rows (known not applied; unknown requests,
+//! each all-or-nothing), then, one slice of keys at a time ([`slices`]), the ledger's sum
+//! per key and the counters (minute rows summed over the day, and the day row; every
+//! shard), and a [`verdict`] per key and granularity, counted in the summary as it comes.
+//! Keys come from the ledger, the outcomes table and the key index (when it is on), so an
+//! outside writer to a key countersink never wrote is not seen. Memory does not grow with
+//! the day's keys: only the keys that are not `ok` are kept, up to a bound.
 //!
 //! | module | job |
 //! |---|---|
