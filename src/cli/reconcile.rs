@@ -249,28 +249,11 @@ impl ProgressLine {
             }
             *last = Some(now);
         }
-        eprint!("\r{}\x1b[K", progress_text(progress, now - self.started));
+        eprint!("\r{}\x1b[K", progress.line(now - self.started));
         if done {
             eprintln!();
         }
     }
-}
-
-/// `keys 120000/~1000000 (12%) 61000 keys/s, ledger rows 120000, ~14s left`.
-fn progress_text(p: reconcile::Progress, elapsed: std::time::Duration) -> String {
-    let total = p.keys_estimated().max(p.keys_done);
-    let rate = p.keys_done as f64 / elapsed.as_secs_f64().max(1e-3);
-    let approx = if p.slices_scanned < p.slices { "~" } else { "" };
-    let mut text = format!("keys {}/{approx}{total}", p.keys_done);
-    if total > 0 {
-        text.push_str(&format!(" ({}%)", p.keys_done * 100 / total));
-    }
-    text.push_str(&format!(" {rate:.0} keys/s, ledger rows {}", p.ledger_rows));
-    if rate > 0.0 && total > p.keys_done {
-        let left = (total - p.keys_done) as f64 / rate;
-        text.push_str(&format!(", ~{left:.0}s left"));
-    }
-    text
 }
 
 fn print_text(report: &Report) {
@@ -333,37 +316,6 @@ fn print_text(report: &Report) {
         println!(
             "{} more keys that are not ok are counted above but not listed",
             s.not_listed
-        );
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_progress_line_shows_rate_estimate_and_time_left() {
-        let p = reconcile::Progress {
-            keys_done: 100_000,
-            keys_found: 250_000,
-            slices_scanned: 4,
-            slices: 16,
-            ledger_rows: 300_000,
-        };
-        assert_eq!(
-            progress_text(p, std::time::Duration::from_secs(2)),
-            "keys 100000/~1000000 (10%) 50000 keys/s, ledger rows 300000, ~18s left"
-        );
-        let end = reconcile::Progress {
-            keys_done: 1_000,
-            keys_found: 1_000,
-            slices_scanned: 16,
-            slices: 16,
-            ledger_rows: 1_000,
-        };
-        assert_eq!(
-            progress_text(end, std::time::Duration::from_secs(1)),
-            "keys 1000/1000 (100%) 1000 keys/s, ledger rows 1000"
         );
     }
 }

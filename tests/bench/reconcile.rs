@@ -128,6 +128,7 @@ struct Run {
     peak_growth_mib: f64,
     first_estimate: u64,
     progress_calls: u64,
+    progress_lines: Vec<String>,
 }
 
 async fn reconcile_run(
@@ -147,8 +148,10 @@ async fn reconcile_run(
     };
     let first_estimate = AtomicU64::new(0);
     let calls = AtomicU64::new(0);
+    let lines = std::sync::Mutex::new(Vec::new());
+    let started = Instant::now();
     let progress = |p: Progress| {
-        calls.fetch_add(1, Ordering::Relaxed);
+        let n = calls.fetch_add(1, Ordering::Relaxed);
         if p.slices_scanned > 0 {
             let _ = first_estimate.compare_exchange(
                 0,
@@ -157,10 +160,18 @@ async fn reconcile_run(
                 Ordering::Relaxed,
             );
         }
+        // The line the command shows on a terminal, at about a quarter, half, three
+        // quarters of the run, and at its end.
+        let quarter = (keys as u64 / 4_000).max(1);
+        if (n + 1) % quarter == 0 || p.keys_done == keys as u64 {
+            lines
+                .lock()
+                .expect("lines")
+                .push(p.line(started.elapsed()));
+        }
     };
     reset_peak();
     let before = status_mib("VmRSS:");
-    let started = Instant::now();
     let report = reconcile::reconcile(
         session,
         config,
@@ -183,6 +194,7 @@ async fn reconcile_run(
         peak_growth_mib: peak - before,
         first_estimate: first_estimate.load(Ordering::Relaxed),
         progress_calls: calls.load(Ordering::Relaxed),
+        progress_lines: lines.into_inner().expect("lines"),
     }
 }
 
@@ -246,11 +258,13 @@ async fn measure(keys: usize, runs: usize) {
     let session = Arc::new(session::connect(&config.store).await.expect("session"));
     let (mut rates, mut ceilings, mut growth) = (Vec::new(), Vec::new(), Vec::new());
     let mut estimate = (0, 0);
+    let mut lines = Vec::new();
     for _ in 0..runs {
         let run = reconcile_run(&session, &config, keys, exact_total).await;
         rates.push(run.keys_per_sec);
         growth.push(run.peak_growth_mib);
         estimate = (run.first_estimate, run.progress_calls);
+        lines = run.progress_lines;
         ceilings.push(ceiling(&session, &config, keys).await);
     }
     let (rate, ceiling) = (median(rates), median(ceilings));
@@ -267,6 +281,9 @@ async fn measure(keys: usize, runs: usize) {
         estimate.1,
         estimate.0,
     );
+    for line in lines {
+        println!("  progress (last run): {line}");
+    }
     drop(session);
     server.shutdown().await.expect("shutdown");
 }

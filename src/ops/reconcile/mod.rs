@@ -205,6 +205,31 @@ impl Progress {
         }
         self.keys_found * u64::from(self.slices) / u64::from(self.slices_scanned)
     }
+
+    /// The progress line, `elapsed` into the run: keys done of the (estimated) total,
+    /// rate, ledger rows, time left.
+    pub fn line(&self, elapsed: Duration) -> String {
+        let total = self.keys_estimated().max(self.keys_done);
+        let rate = self.keys_done as f64 / elapsed.as_secs_f64().max(1e-3);
+        let approx = if self.slices_scanned < self.slices {
+            "~"
+        } else {
+            ""
+        };
+        let mut text = format!("keys {}/{approx}{total}", self.keys_done);
+        if total > 0 {
+            text.push_str(&format!(" ({}%)", self.keys_done * 100 / total));
+        }
+        text.push_str(&format!(
+            " {rate:.0} keys/s, ledger rows {}",
+            self.ledger_rows
+        ));
+        if rate > 0.0 && total > self.keys_done {
+            let left = (total - self.keys_done) as f64 / rate;
+            text.push_str(&format!(", ~{left:.0}s left"));
+        }
+        text
+    }
 }
 
 /// How long after its end a day may still receive writes: the accepted-timestamp window,
@@ -675,6 +700,32 @@ mod tests {
         assert!(
             why.as_deref().is_some_and(|w| w.starts_with("1 rows")),
             "{why:?}"
+        );
+    }
+
+    #[test]
+    fn the_progress_line_shows_rate_estimate_and_time_left() {
+        let p = Progress {
+            keys_done: 100_000,
+            keys_found: 250_000,
+            slices_scanned: 4,
+            slices: 16,
+            ledger_rows: 300_000,
+        };
+        assert_eq!(
+            p.line(Duration::from_secs(2)),
+            "keys 100000/~1000000 (10%) 50000 keys/s, ledger rows 300000, ~18s left"
+        );
+        let end = Progress {
+            keys_done: 1_000,
+            keys_found: 1_000,
+            slices_scanned: 16,
+            slices: 16,
+            ledger_rows: 1_000,
+        };
+        assert_eq!(
+            end.line(Duration::from_secs(1)),
+            "keys 1000/1000 (100%) 1000 keys/s, ledger rows 1000"
         );
     }
 
