@@ -238,6 +238,26 @@ impl Credit {
 }
 
 impl Credit {
+    /// Moves the room of `rows` rows of `bytes` (as much of it as this credit has) into a
+    /// credit of its own, for rows that leave this one's custody but stay in memory (rows
+    /// held for the delta ledger past their flush).
+    pub fn split_off(&mut self, rows: usize, bytes: usize) -> Credit {
+        let (rows, bytes) = (rows.min(self.rows), bytes.min(self.bytes));
+        self.rows -= rows;
+        self.bytes -= bytes;
+        Credit {
+            budget: self.budget.clone(),
+            rows,
+            bytes,
+        }
+    }
+
+    /// Takes over `other`'s room (rows coming back into this credit's custody).
+    pub fn absorb(&mut self, mut other: Credit) {
+        self.rows += std::mem::take(&mut other.rows);
+        self.bytes += std::mem::take(&mut other.bytes);
+    }
+
     /// Returns the room of one row of `bytes` (or what is left of it) to the shared budget
     /// now: the row left this credit's custody for a holder that claims its own room (a
     /// running total of a `writer_totals` family).

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use tokio::sync::Notify;
 
-use crate::aggregate::{Credit, Refused, RefusedReason, Slot};
+use crate::aggregate::{Credit, Refused, Slot};
 use crate::bucket;
 use crate::config::{Config, FlushConfig};
 use crate::engine::Engine;
@@ -32,6 +32,8 @@ use super::send::send_all;
 use super::settle::{self, Action, Circumstances, Sent};
 use super::shutdown::{Deadline, ShutdownSignal, shutdown_channel};
 use crate::telemetry::Ledger;
+
+mod held;
 
 /// Drains the engine into a sink on a schedule, and once more at shutdown.
 pub struct Flusher<S> {
@@ -62,6 +64,9 @@ pub struct Flusher<S> {
     /// The delta ledger's gate, when a family keeps exact totals (see
     /// [`super::ledger_gate`]).
     ledger_gate: Option<LedgerGate>,
+    /// Whether `ledger_pending.jsonl` exists (written at a shutdown deadline, or left by
+    /// an earlier run): deleted once the gate confirmed every row of it.
+    ledger_file: bool,
     /// The `writer_totals` families' path: their rows leave this one after the drain,
     /// and their writes are the flush's second stage.
     totals: Totals,
@@ -130,9 +135,29 @@ impl<S: Sink> Flusher<S> {
         }
         ledger.count_recovery(&recovery, torn);
         ledger.set_spill_bytes(state.spill_bytes().0);
+        let stored = crate::state::ledger_pending::load(state.dir()).map_err(|error| StateError::Io {
+            dir: state.dir().to_owned(),
+            step: "reading ledger_pending.jsonl (ledger rows a previous run could not confirm; no spilled row is replayed before they are)",
+            error,
+        })?;
         let mut flusher = Flusher::new(engine, sink, config.flush.clone(), state, ledger);
-        if let Some(gate) = &mut flusher.ledger_gate {
-            gate.record_outcomes(flusher.engine.families(), &recovery.records);
+        match &mut flusher.ledger_gate {
+            Some(gate) => {
+                gate.record_outcomes(flusher.engine.families(), &recovery.records);
+                if !stored.is_empty() {
+                    tracing::info!(
+                        ledger_rows = stored.len(),
+                        "Ledger rows the previous run could not confirm are sent again before any spilled row is replayed."
+                    );
+                    gate.load_stored(stored);
+                    flusher.ledger_file = true;
+                }
+            }
+            None if !stored.is_empty() => tracing::warn!(
+                ledger_rows = stored.len(),
+                "ledger_pending.jsonl holds ledger rows of a previous run, but no family keeps exact totals now: they are not sent (the file stays)."
+            ),
+            None => {}
         }
         Ok(flusher)
     }
@@ -174,6 +199,7 @@ impl<S: Sink> Flusher<S> {
             epochs: None,
             held_spill: Vec::new(),
             ledger_gate,
+            ledger_file: false,
             totals,
         }
     }
@@ -321,8 +347,14 @@ impl<S: Sink> Flusher<S> {
     /// flush takes the rest). The final flush drains until nothing is left. Returns the
     /// chunks' reports summed, with the last chunk's sequence number.
     async fn flush(&mut self, deadline: &mut Deadline, last: bool) -> FlushReport {
-        if !last && self.store_healthy {
-            // The store answers: a chunk of spilled rows goes out with this round.
+        let ledger_first = self
+            .ledger_gate
+            .as_ref()
+            .is_some_and(LedgerGate::has_stored);
+        if !last && self.store_healthy && !ledger_first {
+            // The store answers: a chunk of spilled rows goes out with this round (once
+            // the ledger rows of `ledger_pending.jsonl` are confirmed: the spill may
+            // carry their deltas).
             replay::load_chunk(&self.engine, &mut self.state, &self.ledger);
         }
         self.lost = (0, [0, 0]);
@@ -435,11 +467,14 @@ impl<S: Sink> Flusher<S> {
             None => (rows_for_counters, drained_sums),
             Some(gate) => {
                 let before = gate.held().1;
+                let aggregator = self.engine.aggregator();
                 let rows = gate
                     .admit(
                         &*self.sink,
                         &flush,
                         rows_for_counters,
+                        &mut credit,
+                        |key, row| aggregator.charge_of(key, row),
                         self.config.max_in_flight,
                         deadline,
                         last,
@@ -450,6 +485,10 @@ impl<S: Sink> Flusher<S> {
                 (rows, sums)
             }
         };
+        if last {
+            self.spill_ledger_held(&flush);
+        }
+        self.forget_confirmed_ledger_file();
         let mut drained_sums = planned_sums;
         let families = self.engine.families();
         let (seed, seq) = (self.shard_seed, self.seq);
@@ -802,103 +841,6 @@ impl<S: Sink> Flusher<S> {
             }
         }
         (kept_count, dropped.0)
-    }
-
-    /// Puts rows the epoch view does not cover yet back into the buffer, whole (they were
-    /// never planned), and counts them. Returns their delta sums per table (they are not
-    /// in flight). A row whose sum would overflow there is dropped and counted
-    /// (`overflow`).
-    fn hold(
-        &self,
-        held: Vec<(crate::aggregate::RowKey, crate::aggregate::Row)>,
-        credit: &mut Credit,
-    ) -> [i128; 2] {
-        let mut sums = [0_i128; 2];
-        if held.is_empty() {
-            return sums;
-        }
-        for (key, row) in &held {
-            for g in Granularity::ALL {
-                if key.slot().owes(g) {
-                    sums[g.index()] += row.columns.sum();
-                }
-            }
-        }
-        if let Some(epochs) = &self.epochs {
-            epochs.count_held(held.len());
-        }
-        tracing::debug!(
-            rows = held.len(),
-            "Rows held: the epoch registry's last read does not cover their minute yet."
-        );
-        // Their room is the drained rows' credit, so only an overflowing sum is refused.
-        for Refused { key, row, reason } in self.engine.aggregator().merge_back(held, credit) {
-            for g in Granularity::ALL {
-                if key.slot().owes(g) {
-                    let sum = row.columns.sum();
-                    self.ledger.update(g, |s| s.dropped += sum);
-                }
-            }
-            let reason = match reason {
-                RefusedReason::Overflow => DropReason::Overflow,
-                RefusedReason::NoRoom => DropReason::MaxRows,
-            };
-            self.ledger.count_late_drop(reason, 1);
-            tracing::error!(
-                ?key,
-                reason = reason.as_str(),
-                "A held row could not go back to the buffer; dropped (counted in countersink_rows_dropped_total)."
-            );
-        }
-        sums
-    }
-
-    /// At the final flush, rows the epoch view does not cover go to the flush's spill
-    /// segment (request id `…/held`) instead of back to memory: the next start replays
-    /// them into the epoch of their minute. Returns their delta sums per table.
-    fn spill_held(
-        &mut self,
-        flush: &FlushId,
-        held: Vec<(crate::aggregate::RowKey, crate::aggregate::Row)>,
-    ) -> [i128; 2] {
-        let mut sums = [0_i128; 2];
-        if let Some(epochs) = &self.epochs {
-            epochs.count_held(held.len());
-        }
-        let time = bucket::rfc3339(SystemTime::now());
-        let held_id = format!(
-            "{}/{}/{}/held",
-            flush.writer, flush.incarnation, flush.flush_seq
-        );
-        let mut index = 0_u16;
-        for (key, row) in &held {
-            let family = &self.families[usize::from(key.family().0)];
-            let source = RecordSource {
-                flush,
-                request: u32::MAX,
-                time: &time,
-            };
-            for (table, mut record) in record_conversion::held_records(key, row, family, source) {
-                record.request_id.clone_from(&held_id);
-                record.row = index;
-                index = index.saturating_add(1);
-                let sum = row.columns.sum();
-                sums[table.index()] += sum;
-                self.held_spill.push(Spilled {
-                    request: None,
-                    table,
-                    sum,
-                    records: vec![record],
-                });
-            }
-        }
-        if !held.is_empty() {
-            tracing::warn!(
-                rows = held.len(),
-                "At shutdown, rows whose epoch the last read of the registry does not cover were spilled; the next start places them."
-            );
-        }
-        sums
     }
 
     /// Records what is pending in memory now in `status.json` (the lost-at-crash figure).

@@ -20,13 +20,11 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use futures_util::StreamExt;
-use futures_util::stream::FuturesUnordered;
-
-use crate::aggregate::{Columns, Row, RowKey, Slot};
+use crate::aggregate::{Columns, Credit, Row, RowKey, Slot};
 use crate::bucket::Minute;
 use crate::family::{Families, key_bucket};
 use crate::series;
+use crate::sink::bounded::{Ended, send_bounded};
 use crate::sink::{LedgerRow, Outcome, Sink};
 use crate::state::{FlushId, WriteRecord};
 use crate::telemetry::Ledger;
@@ -96,6 +94,12 @@ pub struct Held {
     pub rows: Vec<LedgerRow>,
     /// The drained rows they gate.
     pub gated: Vec<(RowKey, Row)>,
+    /// The gated rows' room in the memory budget while they wait here past their flush
+    /// (None for rows formed by an earlier process: theirs are in the spill).
+    credit: Option<Credit>,
+    /// Written to `ledger_pending.jsonl` (see [`crate::state::ledger_pending`]): the
+    /// spill replays nothing until every such request is confirmed.
+    stored: bool,
     /// Failed attempts so far.
     failures: u32,
     /// Not to be sent again before this instant (the back-off).
@@ -103,6 +107,17 @@ pub struct Held {
 }
 
 impl Held {
+    fn new(rows: Vec<LedgerRow>, stored: bool) -> Held {
+        Held {
+            rows,
+            gated: Vec::new(),
+            credit: None,
+            stored,
+            failures: 0,
+            not_before: None,
+        }
+    }
+
     fn owed_sums(&self) -> [i128; 2] {
         owed_sums(self.gated.iter())
     }
@@ -129,29 +144,39 @@ pub fn form(
     flush: &FlushId,
     drained: impl IntoIterator<Item = (RowKey, Row)>,
 ) -> (Vec<(RowKey, Row)>, Vec<Held>) {
-    // (family, series, minute) → the drained rows of it (one per stripe that held it).
-    type Group = Vec<(RowKey, Row)>;
-    let mut groups: BTreeMap<(FamilyId, Box<[u8]>, u32), Group> = BTreeMap::new();
-    let mut pass = Vec::new();
-    for (key, row) in drained {
-        match (key.slot(), formation.exact(key.family())) {
-            (Slot::Both(minute), Some(_)) if !row.columns.is_zero() => groups
-                .entry((key.family(), key.series().into(), minute.0))
-                .or_default()
-                .push((key, row)),
-            _ => pass.push((key, row)),
-        }
-    }
+    let (mut fresh, mut pass): (Vec<_>, Vec<_>) = drained.into_iter().partition(|(key, row)| {
+        matches!(key.slot(), Slot::Both(_))
+            && formation.exact(key.family()).is_some()
+            && !row.columns.is_zero()
+    });
+    // Sorted by (family, series, minute), the rows of one minute row (one per stripe that
+    // held it) are neighbours, and so are the minutes of one series: its key is formed
+    // once, not once per minute.
+    fresh.sort_unstable_by(|(a, _), (b, _)| group_of(a).cmp(&group_of(b)));
     let writer: Arc<str> = flush.writer.as_str().into();
     // (family, day, bucket) → ledger rows and gated rows, in chunks of `max_rows`.
     let mut partitions: BTreeMap<(FamilyId, u32, i16), Vec<Held>> = BTreeMap::new();
-    for ((family, series, minute), rows) in groups {
+    let mut last_series: Option<SeriesKey> = None;
+    let mut fresh = fresh.into_iter().peekable();
+    while let Some(first) = fresh.next() {
+        let mut rows = vec![first];
+        while let Some(next) = fresh.next_if(|(key, _)| group_of(key) == group_of(&rows[0].0)) {
+            rows.push(next);
+        }
+        let (family, series, minute) = group_of(&rows[0].0);
         let Some(exact) = formation.exact(family) else {
             pass.extend(rows);
             continue;
         };
-        let key: Box<str> = series::key_json(&series).into();
-        let bucket = key_bucket(&key, formation.buckets);
+        let (key, bucket) = match &last_series {
+            Some((f, s, key, bucket)) if *f == family && **s == *series => (key.clone(), *bucket),
+            _ => {
+                let key: Arc<str> = series::key_json(series).into();
+                let bucket = key_bucket(&key, formation.buckets);
+                last_series = Some((family, series.into(), key.clone(), bucket));
+                (key, bucket)
+            }
+        };
         let minute = Minute(minute);
         let parts = summed_parts(&rows);
         let ledger_rows = parts
@@ -176,12 +201,7 @@ pub fn form(
             .last()
             .is_some_and(|c| c.rows.len() < formation.max_rows);
         if !fits {
-            chunks.push(Held {
-                rows: Vec::new(),
-                gated: Vec::new(),
-                failures: 0,
-                not_before: None,
-            });
+            chunks.push(Held::new(Vec::new(), false));
         }
         if let Some(chunk) = chunks.last_mut() {
             chunk.rows.extend(ledger_rows);
@@ -189,6 +209,19 @@ pub fn form(
         }
     }
     (pass, partitions.into_values().flatten().collect())
+}
+
+/// The previous group's family and series, with its key (JSON) and ledger bucket.
+type SeriesKey = (FamilyId, Box<[u8]>, Arc<str>, i16);
+
+/// What a drained row's ledger row is formed for: (family, series, minute). Only fresh
+/// rows ([`Slot::Both`]) are grouped; others have no minute here.
+fn group_of(key: &RowKey) -> (FamilyId, &[u8], u32) {
+    let minute = match key.slot() {
+        Slot::Both(minute) => minute.0,
+        _ => 0,
+    };
+    (key.family(), key.series(), minute)
 }
 
 /// The fresh deltas of one (family, key, minute), summed; a second part (and more) only
@@ -248,36 +281,46 @@ impl LedgerGate {
     /// Forms the ledger rows of `drained`, sends every request that is due (all of them
     /// in the final flush), and returns the rows the counter writes may carry now: those
     /// that need no ledger row and those whose ledger rows are confirmed (this flush's or
-    /// an earlier one's). The rest stay held for a later flush.
+    /// an earlier one's). The rest stay held for a later flush, and take their room in
+    /// the memory budget (`charge` of each row) out of the flush's `credit` with them;
+    /// rows released here bring theirs back into it.
+    #[allow(clippy::too_many_arguments)]
     pub async fn admit<S: Sink>(
         &mut self,
         sink: &S,
         flush: &FlushId,
         drained: impl IntoIterator<Item = (RowKey, Row)>,
+        credit: &mut Credit,
+        charge: impl Fn(&RowKey, &Row) -> usize,
         max_in_flight: usize,
         deadline: &mut Deadline,
         last: bool,
     ) -> Vec<(RowKey, Row)> {
         let (mut pass, formed) = form(&self.formation, flush, drained);
-        for held in &formed {
+        for mut held in formed {
             let sums = held.owed_sums();
             self.held_sums[0] += sums[0];
             self.held_sums[1] += sums[1];
+            let bytes = held.gated.iter().map(|(k, r)| charge(k, r)).sum();
+            held.credit = Some(credit.split_off(held.gated.len(), bytes));
+            self.held.push(held);
         }
-        self.held.extend(formed);
         let now = Instant::now();
         let (due, waiting): (Vec<Held>, Vec<Held>) = std::mem::take(&mut self.held)
             .into_iter()
             .partition(|h| last || h.not_before.is_none_or(|t| t <= now));
         self.held = waiting;
-        let results = self.send(sink, due, max_in_flight, deadline).await;
+        let ended = self.send(sink, &due, max_in_flight, deadline).await;
         let mut failed = 0;
-        for (mut held, confirmed) in results {
-            if confirmed {
+        for (mut held, ended) in due.into_iter().zip(ended) {
+            if ended == Ended::Done(true) {
                 let sums = held.owed_sums();
                 self.held_sums[0] -= sums[0];
                 self.held_sums[1] -= sums[1];
                 pass.append(&mut held.gated);
+                if let Some(room) = held.credit.take() {
+                    credit.absorb(room);
+                }
             } else {
                 failed += 1;
                 held.failures += 1;
@@ -285,10 +328,9 @@ impl LedgerGate {
                 self.held.push(held);
             }
         }
-        let (rows, _) = self.held();
-        self.counts
-            .set_exact_ledger_backlog(rows as u64, self.backlog() as u64);
+        self.publish();
         if failed > 0 {
+            let (rows, _) = self.held();
             tracing::warn!(
                 requests = failed,
                 held_rows = rows,
@@ -297,6 +339,55 @@ impl LedgerGate {
             );
         }
         pass
+    }
+
+    /// Takes in ledger rows an earlier process formed and could not confirm (from
+    /// `ledger_pending.jsonl`): they are sent again, verbatim, before anything else.
+    pub fn load_stored(&mut self, rows: Vec<LedgerRow>) {
+        let mut partitions: BTreeMap<(Arc<str>, u32, i16), Vec<LedgerRow>> = BTreeMap::new();
+        for row in rows {
+            partitions
+                .entry((row.family.clone(), row.day().0, row.bucket))
+                .or_default()
+                .push(row);
+        }
+        for rows in partitions.into_values() {
+            for chunk in rows.chunks(self.formation.max_rows) {
+                self.held.push(Held::new(chunk.to_vec(), true));
+            }
+        }
+        self.publish();
+    }
+
+    /// Whether ledger rows of `ledger_pending.jsonl` wait to be confirmed: until none
+    /// does, no spilled row may be replayed (it may carry their deltas).
+    pub fn has_stored(&self) -> bool {
+        self.held.iter().any(|h| h.stored)
+    }
+
+    /// At the end of the final flush: every unconfirmed request gives up its drained
+    /// rows (for the spill) and its room in the budget, and stays as a stored request;
+    /// returns the rows, their sums (minute, day), and every unconfirmed ledger row (for
+    /// `ledger_pending.jsonl`, which must be written before the rows are spilled).
+    pub fn give_up_held(&mut self) -> (Vec<(RowKey, Row)>, [i128; 2], Vec<LedgerRow>) {
+        let mut gated = Vec::new();
+        let mut ledger_rows = Vec::new();
+        for held in &mut self.held {
+            gated.append(&mut held.gated);
+            held.credit = None;
+            held.stored = true;
+            ledger_rows.extend(held.rows.iter().cloned());
+        }
+        let sums = std::mem::take(&mut self.held_sums);
+        self.publish();
+        (gated, sums, ledger_rows)
+    }
+
+    /// Publishes the held rows and the backlog to the metrics.
+    fn publish(&self) {
+        let (rows, sums) = self.held();
+        self.counts
+            .set_exact_ledger_backlog(rows as u64, self.backlog() as u64, sums);
     }
 
     /// Queues the outcomes-table rows of the exact families' records among `records`
@@ -322,49 +413,32 @@ impl LedgerGate {
     }
 
     /// Sends each request, up to [`ATTEMPTS_PER_FLUSH`] times, at most `max_in_flight`
-    /// at once, until confirmed or the shutdown deadline passes.
-    async fn send<S: Sink>(
-        &self,
-        sink: &S,
-        due: Vec<Held>,
+    /// at once, until confirmed or the shutdown deadline passes: whether each was
+    /// confirmed (`Done(true)`).
+    async fn send<'a, S: Sink>(
+        &'a self,
+        sink: &'a S,
+        due: &'a [Held],
         max_in_flight: usize,
         deadline: &mut Deadline,
-    ) -> Vec<(Held, bool)> {
-        let mut confirmed = vec![false; due.len()];
-        {
-            let attempt = |index: usize| {
-                let rows = &due[index].rows;
-                async move {
-                    for attempt in 0..ATTEMPTS_PER_FLUSH {
-                        let outcome = sink.write_ledger(rows).await;
-                        self.counts.count_exact_ledger_write(outcome.class());
-                        if outcome == Outcome::Applied {
-                            return (index, true);
-                        }
-                        if attempt + 1 < ATTEMPTS_PER_FLUSH {
-                            tokio::time::sleep(self.wait_after(attempt + 1)).await;
-                        }
+    ) -> Vec<Ended<bool>> {
+        let attempts = |held: &'a Held| {
+            let rows = &held.rows;
+            async move {
+                for attempt in 0..ATTEMPTS_PER_FLUSH {
+                    let outcome = sink.write_ledger(rows).await;
+                    self.counts.count_exact_ledger_write(outcome.class());
+                    if outcome == Outcome::Applied {
+                        return true;
                     }
-                    (index, false)
+                    if attempt + 1 < ATTEMPTS_PER_FLUSH {
+                        tokio::time::sleep(self.wait_after(attempt + 1)).await;
+                    }
                 }
-            };
-            let mut running = FuturesUnordered::new();
-            let mut started = 0;
-            loop {
-                while running.len() < max_in_flight.max(1) && started < due.len() {
-                    running.push(attempt(started));
-                    started += 1;
-                }
-                if running.is_empty() {
-                    break;
-                }
-                tokio::select! {
-                    Some((index, ok)) = running.next() => confirmed[index] = ok,
-                    _ = deadline.wait() => break,
-                }
+                false
             }
-        }
-        due.into_iter().zip(confirmed).collect()
+        };
+        send_bounded(due, max_in_flight, deadline, attempts, |_, _, _| {}).await
     }
 
     /// The wait after `failures` failed attempts: doubling from the minimum, capped.

@@ -210,8 +210,12 @@ async fn a_ledger_outage_holds_the_counter_writes_until_it_ends() {
         "{counts:?}"
     );
     let a = Accounting::read(&engine, flusher.ledger());
-    assert!(a.is_balanced(), "held rows are in flight: {a:?}");
-    assert_eq!(a.minute.pending, 200);
+    assert!(a.is_balanced(), "{a:?}");
+    assert_eq!(
+        (a.minute.ledgered, a.minute.pending),
+        (200, 0),
+        "held rows are their own stage: {a:?}"
+    );
 
     sink.clear_ledger_script();
     tokio::time::sleep(Duration::from_millis(3)).await;
@@ -267,13 +271,16 @@ async fn requeued_deltas_are_not_fresh_again() {
 }
 
 #[tokio::test]
-async fn the_final_flush_reports_rows_the_ledger_never_confirmed_as_lost() {
+async fn the_final_flush_spills_held_rows_and_the_next_start_sends_their_ledger_rows_verbatim() {
     let dir = tempfile::tempdir().unwrap();
     let mut config = config(dir.path());
     config.flush.shutdown_deadline = Duration::from_millis(50);
     let engine = Arc::new(Engine::with_seed(&config, Some(1)).unwrap());
     let sink = MemorySink::new();
-    sink.set_ledger_script(|_, _| {
+    let formed = Arc::new(Mutex::new(Vec::new()));
+    let seen = formed.clone();
+    sink.set_ledger_script(move |_, rows| {
+        seen.lock().extend(rows.iter().cloned());
         Some((
             Outcome::NotAppliedTransient(WriteError::new("unavailable", "u")),
             false,
@@ -288,6 +295,62 @@ async fn the_final_flush_reports_rows_the_ledger_never_confirmed_as_lost() {
     let status: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(dir.path().join("status.json")).unwrap())
             .unwrap();
-    assert_eq!(status["clean"], false, "{status}");
-    assert_eq!(status["pending_rows"], 1, "{status}");
+    assert_eq!(status["clean"], true, "spilled, not lost: {status}");
+    let stored = crate::state::ledger_pending::load(dir.path()).unwrap();
+    assert_eq!(stored.len(), 1);
+    assert!(formed.lock().iter().all(|row| *row == stored[0]));
+
+    // The next start, the ledger answering: the very same ledger row, then the counters.
+    sink.clear_ledger_script();
+    let engine = Arc::new(Engine::with_seed(&config, Some(1)).unwrap());
+    let mut flusher = Flusher::open(engine.clone(), Arc::new(sink.clone()), &config).unwrap();
+    for _ in 0..3 {
+        flusher.flush_now().await;
+    }
+    assert_eq!(
+        sink.ledger_rows(),
+        stored,
+        "sent again as formed, not formed anew"
+    );
+    assert_eq!(sink.total(Granularity::Minute), 5);
+    assert_eq!(sink.total(Granularity::Day), 5);
+    assert!(
+        crate::state::ledger_pending::load(dir.path())
+            .unwrap()
+            .is_empty()
+    );
+}
+
+#[tokio::test]
+async fn held_rows_keep_their_room_in_the_memory_budget() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = config(dir.path());
+    config.limits.max_pending_rows = 100;
+    let engine = Arc::new(Engine::with_seed(&config, Some(1)).unwrap());
+    let sink = MemorySink::new();
+    sink.set_ledger_script(|_, _| {
+        Some((
+            Outcome::NotAppliedTransient(WriteError::new("unavailable", "u")),
+            false,
+        ))
+    });
+    let mut flusher = Flusher::open(engine.clone(), Arc::new(sink.clone()), &config).unwrap();
+    let record = |first: i64| {
+        for i in first..first + 60 {
+            let key = format!("p{i}");
+            // Refused rows are counted drops, not errors.
+            let _ = engine.record("page.views", &[("page_id", key.as_str())][..], 1, T0, None);
+        }
+    };
+    record(0);
+    flusher.flush_now().await;
+    assert_eq!(flusher.ledger().exact_ledger().held_rows, 60);
+    record(60);
+    let a = Accounting::read(&engine, flusher.ledger());
+    assert!(a.is_balanced(), "{a:?}");
+    assert_eq!(
+        (a.minute.ledgered, a.minute.pending, a.minute.dropped),
+        (60, 40, 20),
+        "60 held rows and 40 new ones fill the 100-row budget: {a:?}"
+    );
 }

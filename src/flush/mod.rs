@@ -25,7 +25,6 @@
 //! Rows of `writer_totals` families leave this path right after the drain, for
 //! [`crate::totals`], which the flusher then runs after the counter writes.
 
-mod cutoff;
 pub mod exact_outcomes;
 pub mod flusher;
 pub mod ledger_gate;

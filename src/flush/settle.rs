@@ -7,9 +7,19 @@
 //! write has waited long enough, what the final flush does — lives here, in one table
 //! with one test row per case.
 
+use crate::sink::bounded::Ended;
 use crate::sink::{Outcome, OutcomeClass, PartitionWrite, WriteError};
 
-/// How a write ended, from the flusher's point of view.
+pub use crate::sink::bounded::cancelled_at_deadline;
+
+/// How a counter write ended, from the flusher's point of view: how its send
+/// ([`Ended`]) ended, or [`Sent::Held`].
+///
+/// Not [`Ended`] itself because of `Held`, which only the counter path has: when its
+/// group commit fails, its writes are never sent and their rows go back to the buffer
+/// with their re-queue times unchanged (a held write is not a failed one). The totals
+/// path and the driver wrapper settle a failed group commit with the cases they already
+/// have (not started; a transient error).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Sent {
     /// The sink answered.
@@ -65,12 +75,14 @@ pub struct Circumstances {
     pub final_flush: bool,
 }
 
-/// The error recorded for a request still in flight when the shutdown deadline passed.
-pub fn cancelled_at_deadline() -> WriteError {
-    WriteError::new(
-        "cancelled_at_deadline",
-        "the shutdown deadline passed while the request was in flight",
-    )
+impl From<Ended> for Sent {
+    fn from(ended: Ended) -> Sent {
+        match ended {
+            Ended::Done(outcome) => Sent::Done(outcome),
+            Ended::NotStarted => Sent::NotStarted,
+            Ended::Cancelled => Sent::Cancelled,
+        }
+    }
 }
 
 /// Decides what becomes of `write`, which ended as `sent`.

@@ -12,6 +12,8 @@ use std::time::Duration;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
+use crate::sink::bounded::Cutoff;
+
 /// Requests shutdown. Clones request the same shutdown; the first request fixes its
 /// instant.
 #[derive(Clone, Debug)]
@@ -129,6 +131,18 @@ impl Deadline {
             Some(at) => at,
             None => *self.at.get_or_insert(Instant::now() + self.grace),
         }
+    }
+}
+
+/// The deadline as the cut-off of the shared sending loop (the counter writes and the
+/// totals writes of a flush stop at it).
+impl Cutoff for Deadline {
+    fn passed(&mut self) -> bool {
+        Deadline::passed(self)
+    }
+
+    async fn wait(&mut self) {
+        Deadline::wait(self).await;
     }
 }
 

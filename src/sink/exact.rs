@@ -15,7 +15,7 @@ pub struct LedgerRow {
     /// The family's name.
     pub family: Arc<str>,
     /// The key values as a JSON array of strings (the key index's form).
-    pub key: Box<str>,
+    pub key: Arc<str>,
     /// The ledger partition of the key: `hash(key) % exact.buckets`, fixed at formation.
     pub bucket: i16,
     /// The minute (from the epoch) the deltas belong to.
@@ -46,12 +46,12 @@ impl LedgerRow {
     }
 
     /// Column → delta, non-zero deltas only (the stored map).
-    pub fn delta_map(&self) -> BTreeMap<String, i64> {
+    pub fn delta_map(&self) -> BTreeMap<&str, i64> {
         self.columns
             .iter()
             .zip(self.deltas.iter())
             .filter(|(_, d)| **d != 0)
-            .map(|(c, d)| (c.clone(), *d))
+            .map(|(c, d)| (c.as_str(), *d))
             .collect()
     }
 

@@ -9,8 +9,10 @@
 //! The contract's types live here, with the trait: [`write`](mod@write) (what is sent),
 //! [`totals`] (what is sent for `writer_totals` families) and [`outcome`] (how it ended,
 //! and the closed set of outcome classes); [`exact`] holds the rows of the exact
-//! families' regular tables (the delta ledger, the outcomes table).
+//! families' regular tables (the delta ledger, the outcomes table). [`bounded`] is the
+//! sending loop every path shares: at most N requests in flight, until a cut-off.
 
+pub mod bounded;
 pub mod cql;
 pub mod exact;
 pub mod memory;

@@ -298,6 +298,23 @@ pub struct FlushGroup {
 }
 
 impl FlushGroup {
+    /// A group as its header starts it: nothing committed, sent or settled yet.
+    fn begun(flush: FlushId, time: String) -> FlushGroup {
+        FlushGroup {
+            flush,
+            time,
+            consumes: None,
+            families: Vec::new(),
+            intents: Vec::new(),
+            totals: Vec::new(),
+            committed: false,
+            outcomes: HashMap::new(),
+            logs_at: None,
+            ended: false,
+            wrapper: None,
+        }
+    }
+
     /// The family entry of an intent.
     pub fn family(&self, id: u16) -> Option<&FamilyEntry> {
         self.families.iter().find(|f| f.id == id)
@@ -354,12 +371,7 @@ impl Journal {
         let mut bytes = Vec::new();
         file.read_to_end(&mut bytes)?;
         let (groups, valid) = parse(&bytes);
-        let after = &bytes[valid..bytes.len().min(valid + 8)];
-        let torn = if after.iter().all(|b| *b == 0) {
-            0
-        } else {
-            (bytes.len() - valid) as u64
-        };
+        let torn = torn_tail(&bytes, valid);
         file.write_all_at(&END_MARK, valid as u64)?;
         let len = bytes.len() as u64;
         if len < PREALLOCATED {
@@ -424,11 +436,7 @@ impl Journal {
                     e.u32(write.rows.len() as u32);
                     for row in &write.rows {
                         e.u32(row.bucket);
-                        let deltas = row.columns.as_slice();
-                        e.u16(deltas.len() as u16);
-                        for d in deltas {
-                            e.i64(*d);
-                        }
+                        e.deltas(row.columns.as_slice());
                     }
                     // Last, and only when there is one: intents written before epochs
                     // existed read the same.
@@ -488,9 +496,7 @@ impl Journal {
         let mut out = std::mem::take(&mut self.pending);
         frame(&mut out, |e| {
             e.u8(BEGIN);
-            e.str(&flush.writer);
-            e.u64(flush.incarnation);
-            e.u64(flush.flush_seq);
+            e.flush_id(flush);
             e.str(time);
             e.cursor(consumes);
             e.u32(families.len() as u32);
@@ -522,17 +528,9 @@ impl Journal {
         let mut out = std::mem::take(&mut self.pending);
         frame(&mut out, |e| {
             e.u8(WRAPPER_BEGIN);
-            e.str(&flush.writer);
-            e.u64(flush.incarnation);
-            e.u64(flush.flush_seq);
+            e.flush_id(flush);
             e.str(time);
-            match consumes {
-                None => e.u8(0),
-                Some(offset) => {
-                    e.u8(1);
-                    e.u64(offset);
-                }
-            }
+            e.option_u64(consumes);
             e.u32(tables.len() as u32);
             for t in tables {
                 e.u32(t.id);
@@ -550,10 +548,7 @@ impl Journal {
                 e.u32(rows.len() as u32);
                 for (key, deltas) in rows {
                     e.bytes(key);
-                    e.u16(deltas.len() as u16);
-                    for d in deltas.iter() {
-                        e.i64(*d);
-                    }
+                    e.deltas(deltas);
                 }
             });
         }
@@ -713,11 +708,7 @@ fn apply(groups: &mut Vec<FlushGroup>, payload: &[u8]) -> Option<()> {
     let mut d = Dec { b: payload, pos: 0 };
     match d.u8()? {
         BEGIN => {
-            let flush = FlushId {
-                writer: d.str()?,
-                incarnation: d.u64()?,
-                flush_seq: d.u64()?,
-            };
+            let flush = d.flush_id()?;
             let time = d.str()?;
             let consumes = d.cursor()?;
             let mut families = Vec::new();
@@ -732,30 +723,15 @@ fn apply(groups: &mut Vec<FlushGroup>, payload: &[u8]) -> Option<()> {
                 });
             }
             groups.push(FlushGroup {
-                flush,
-                time,
                 consumes,
                 families,
-                intents: Vec::new(),
-                totals: Vec::new(),
-                committed: false,
-                outcomes: HashMap::new(),
-                logs_at: None,
-                ended: false,
-                wrapper: None,
+                ..FlushGroup::begun(flush, time)
             });
         }
         WRAPPER_BEGIN => {
-            let flush = FlushId {
-                writer: d.str()?,
-                incarnation: d.u64()?,
-                flush_seq: d.u64()?,
-            };
+            let flush = d.flush_id()?;
             let time = d.str()?;
-            let consumes = match d.u8()? {
-                0 => None,
-                _ => Some(d.u64()?),
-            };
+            let consumes = d.option_u64()?;
             let mut tables = Vec::new();
             for _ in 0..d.u32()? {
                 tables.push(WrapperTable {
@@ -767,22 +743,13 @@ fn apply(groups: &mut Vec<FlushGroup>, payload: &[u8]) -> Option<()> {
                 });
             }
             groups.push(FlushGroup {
-                flush,
-                time,
-                consumes: None,
-                families: Vec::new(),
-                intents: Vec::new(),
-                totals: Vec::new(),
-                committed: false,
-                outcomes: HashMap::new(),
-                logs_at: None,
-                ended: false,
                 wrapper: Some(WrapperGroup {
                     consumes,
                     tables,
                     intents: Vec::new(),
                     logs_at: None,
                 }),
+                ..FlushGroup::begun(flush, time)
             });
         }
         WRAPPER_INTENT => {
@@ -791,11 +758,7 @@ fn apply(groups: &mut Vec<FlushGroup>, payload: &[u8]) -> Option<()> {
             let mut rows = Vec::new();
             for _ in 0..d.u32()? {
                 let key = d.bytes()?.to_vec();
-                let width = d.u16()?;
-                let mut deltas = Vec::with_capacity(usize::from(width));
-                for _ in 0..width {
-                    deltas.push(d.i64()?);
-                }
+                let deltas = d.deltas()?;
                 rows.push(WrapperRow { key, deltas });
             }
             groups
@@ -816,11 +779,7 @@ fn apply(groups: &mut Vec<FlushGroup>, payload: &[u8]) -> Option<()> {
         INTENT => {
             let request = d.u32()?;
             let family = d.u16()?;
-            let table = match d.u8()? {
-                0 => Granularity::Minute,
-                1 => Granularity::Day,
-                _ => return None,
-            };
+            let table = d.granularity()?;
             let shard = match d.u16()? {
                 NO_SHARD => None,
                 s => Some(u8::try_from(s).ok()?),
@@ -829,11 +788,7 @@ fn apply(groups: &mut Vec<FlushGroup>, payload: &[u8]) -> Option<()> {
             let mut rows = Vec::new();
             for _ in 0..d.u32()? {
                 let bucket = d.u32()?;
-                let width = d.u16()?;
-                let mut deltas = Vec::with_capacity(usize::from(width));
-                for _ in 0..width {
-                    deltas.push(d.i64()?);
-                }
+                let deltas = d.deltas()?;
                 rows.push(IntentRow { bucket, deltas });
             }
             let epoch = match d.remaining() {
@@ -853,11 +808,7 @@ fn apply(groups: &mut Vec<FlushGroup>, payload: &[u8]) -> Option<()> {
         TOTALS_INTENT => {
             let request = d.u32()?;
             let family = d.u16()?;
-            let table = match d.u8()? {
-                0 => Granularity::Minute,
-                1 => Granularity::Day,
-                _ => return None,
-            };
+            let table = d.granularity()?;
             let writer = d.str()?;
             let timestamp = d.i64()?;
             let series = d.bytes()?.to_vec();
@@ -962,6 +913,27 @@ impl Enc<'_> {
             self.str(s);
         }
     }
+    fn flush_id(&mut self, flush: &FlushId) {
+        self.str(&flush.writer);
+        self.u64(flush.incarnation);
+        self.u64(flush.flush_seq);
+    }
+    /// A row's deltas: their count (`u16`), then each.
+    fn deltas(&mut self, deltas: &[i64]) {
+        self.u16(deltas.len() as u16);
+        for d in deltas {
+            self.i64(*d);
+        }
+    }
+    fn option_u64(&mut self, v: Option<u64>) {
+        match v {
+            None => self.u8(0),
+            Some(v) => {
+                self.u8(1);
+                self.u64(v);
+            }
+        }
+    }
     fn cursor(&mut self, cursor: Option<Cursor>) {
         match cursor {
             None => self.u8(0),
@@ -1014,6 +986,30 @@ impl Dec<'_> {
     }
     fn strs(&mut self) -> Option<Vec<String>> {
         (0..self.u32()?).map(|_| self.str()).collect()
+    }
+    fn flush_id(&mut self) -> Option<FlushId> {
+        Some(FlushId {
+            writer: self.str()?,
+            incarnation: self.u64()?,
+            flush_seq: self.u64()?,
+        })
+    }
+    fn deltas(&mut self) -> Option<Vec<i64>> {
+        let width = self.u16()?;
+        (0..width).map(|_| self.i64()).collect()
+    }
+    fn granularity(&mut self) -> Option<Granularity> {
+        match self.u8()? {
+            0 => Some(Granularity::Minute),
+            1 => Some(Granularity::Day),
+            _ => None,
+        }
+    }
+    fn option_u64(&mut self) -> Option<Option<u64>> {
+        Some(match self.u8()? {
+            0 => None,
+            _ => Some(self.u64()?),
+        })
     }
     fn cursor(&mut self) -> Option<Option<Cursor>> {
         Some(match self.u8()? {

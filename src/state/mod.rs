@@ -17,6 +17,7 @@
 
 pub mod journal;
 pub mod jsonl;
+pub mod ledger_pending;
 pub mod private;
 pub mod record;
 pub mod recovery;

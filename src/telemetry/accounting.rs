@@ -2,7 +2,7 @@
 //! of deltas.
 //!
 //! Every accepted increment ends in exactly one stage, so at any quiet moment
-//! `accepted = applied + unknown + rejected + dropped + spilled + pending`. Each accepted
+//! `accepted = applied + unknown + rejected + dropped + spilled + ledgered + pending`. Each accepted
 //! delta is owed to two tables (its minute row and its day row), whose writes can end
 //! differently, so the identity is kept **per table granularity**: once for the minute
 //! tables and once for the day tables. The stages are counted in different places (the
@@ -29,6 +29,9 @@ pub struct Stages {
     pub dropped: i128,
     /// On disk in the spill.
     pub spilled: i128,
+    /// In memory, drained for an exact family and held until the delta ledger confirms
+    /// their ledger rows (no counter write carries them before).
+    pub ledgered: i128,
     /// In memory: buffered or in flight.
     pub pending: i128,
 }
@@ -36,7 +39,13 @@ pub struct Stages {
 impl Stages {
     /// The sum of every stage after acceptance.
     pub fn settled_total(&self) -> i128 {
-        self.applied + self.unknown + self.rejected + self.dropped + self.spilled + self.pending
+        self.applied
+            + self.unknown
+            + self.rejected
+            + self.dropped
+            + self.spilled
+            + self.ledgered
+            + self.pending
     }
 
     /// Whether `accepted` equals the sum of the other stages.
@@ -45,7 +54,7 @@ impl Stages {
     }
 
     /// `(stage, sum)` pairs in label order, for metrics.
-    pub fn labelled(&self) -> [(&'static str, i128); 7] {
+    pub fn labelled(&self) -> [(&'static str, i128); 8] {
         [
             ("accepted", self.accepted),
             ("applied", self.applied),
@@ -53,6 +62,7 @@ impl Stages {
             ("rejected", self.rejected),
             ("dropped", self.dropped),
             ("spilled", self.spilled),
+            ("ledgered", self.ledgered),
             ("pending", self.pending),
         ]
     }
@@ -71,8 +81,11 @@ impl Accounting {
     /// Reads the stages now.
     pub fn read(engine: &Engine, ledger: &Ledger) -> Accounting {
         let counters = engine.aggregator().counters();
+        let held_sums = ledger.exact_ledger().held_sums;
         let stages = |table: Granularity| {
             let settled = ledger.settled(table);
+            // Held rows stay in the flusher's in-flight sum; shown as their own stage.
+            let ledgered = held_sums[table.index()];
             Stages {
                 accepted: counters.accepted_sum + settled.replayed,
                 applied: settled.applied,
@@ -80,7 +93,8 @@ impl Accounting {
                 rejected: settled.rejected,
                 dropped: counters.dropped_sum_total() + settled.dropped,
                 spilled: settled.spilled,
-                pending: engine.aggregator().pending_sum(table) + settled.in_flight,
+                ledgered,
+                pending: engine.aggregator().pending_sum(table) + settled.in_flight - ledgered,
             }
         };
         Accounting {

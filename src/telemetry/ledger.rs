@@ -72,6 +72,8 @@ pub struct ExactLedgerCounts {
     pub held_rows: u64,
     /// Ledger rows formed and not confirmed yet.
     pub backlog_rows: u64,
+    /// Signed delta sums (minute, day) of the held rows: the identity's `ledgered` stage.
+    pub held_sums: [i128; 2],
 }
 
 impl Default for Ledger {
@@ -226,10 +228,16 @@ impl Ledger {
         *self.exact.lock().writes.entry(outcome).or_default() += 1;
     }
 
-    pub(crate) fn set_exact_ledger_backlog(&self, held_rows: u64, backlog_rows: u64) {
+    pub(crate) fn set_exact_ledger_backlog(
+        &self,
+        held_rows: u64,
+        backlog_rows: u64,
+        held_sums: [i128; 2],
+    ) {
         let mut exact = self.exact.lock();
         exact.held_rows = held_rows;
         exact.backlog_rows = backlog_rows;
+        exact.held_sums = held_sums;
     }
 
     pub(crate) fn count_flush(&self, seconds: f64) {

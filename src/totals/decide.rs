@@ -9,18 +9,8 @@
 //! closed row failing for longer than `flush.requeue_max_age`, sends a row to the spill
 //! file.
 
+use crate::sink::bounded::Ended;
 use crate::sink::{Outcome, OutcomeClass, WriteError};
-
-/// How a totals write ended, from the flusher's point of view.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) enum Ended {
-    /// The sink answered.
-    Done(Outcome),
-    /// The deadline passed before it was started.
-    NotStarted,
-    /// The deadline passed while it was in flight.
-    Cancelled,
-}
 
 /// What to do with one row of the write.
 #[derive(Clone, Debug, PartialEq, Eq)]

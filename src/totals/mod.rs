@@ -16,7 +16,8 @@
 //!   and the release of closed rows (memory is charged to the buffer's budget);
 //! - `clock`: the writer's monotonic write times;
 //! - `decide`: the settle step (outcome → confirm, retry, spill or reject), pure;
-//! - `send`: bounded concurrency up to the shutdown deadline;
+//! - sending: the shared bounded loop ([`crate::sink::bounded`]), up to the shutdown
+//!   deadline;
 //! - [`records`], `spill`, `replay`: spilled totals and their replay, idempotent by
 //!   construction;
 //! - `recovery`: the intents of a killed flush's totals stage, written again.
@@ -38,7 +39,6 @@ mod decide;
 pub mod records;
 pub(crate) mod recovery;
 mod replay;
-mod send;
 mod spill;
 #[cfg(test)]
 mod tests;
@@ -52,6 +52,7 @@ use crate::bucket;
 use crate::config::{CountingMode, FlushConfig};
 use crate::engine::Engine;
 use crate::family::FamilyDef;
+use crate::sink::bounded::{Cutoff, Ended, cancelled_at_deadline, send_bounded};
 use crate::sink::{Outcome, OutcomeClass, Sink, TotalRow, TotalsWrite, WriteError};
 use crate::state::{
     FamilyEntry, FlushId, OutcomeLog, Settled, StateDir, TotalsIntent, TotalsIntentRow, WriteRecord,
@@ -62,12 +63,10 @@ use crate::vocabulary::{DropReason, Granularity};
 
 use self::book::{Book, Closing, RowId, RowRef};
 use self::clock::WriterClock;
-use self::decide::{Ended, RowAction, RowFacts};
+use self::decide::{RowAction, RowFacts};
 use self::records::{Recorder, SpilledRow, TotalRecord};
 use self::replay::{Origin, Replays};
 pub(crate) use self::spill::SpillFiles;
-
-pub use self::send::Cutoff;
 
 /// What the totals part of one flush did.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -408,11 +407,19 @@ impl Totals {
         };
         let journaled = !writes.is_empty()
             && self.journal_begin(state, &flush, &writes, &planned, first_request);
-        let results = if writes.is_empty() || journaled {
+        let results: Vec<(TotalsWrite, Ended)> = if writes.is_empty() || journaled {
             if !writes.is_empty() {
                 observe(&writes);
             }
-            send::send_all(sink, writes, self.max_in_flight, cutoff).await
+            let ended = send_bounded(
+                &writes,
+                self.max_in_flight,
+                cutoff,
+                |write| sink.write_totals(write),
+                |_, _, _| {},
+            )
+            .await;
+            writes.into_iter().zip(ended).collect()
         } else {
             // No group commit, nothing sent: the rows stay unwritten and go out with a
             // later flush (or are spilled by the final one).
@@ -801,10 +808,7 @@ fn error_of(ended: &Ended) -> Option<WriteError> {
             | Outcome::NotAppliedPermanent(e)
             | Outcome::Unknown(e) => Some(e.clone()),
         },
-        Ended::Cancelled => Some(WriteError::new(
-            "cancelled_at_deadline",
-            "the shutdown deadline passed while the request was in flight",
-        )),
+        Ended::Cancelled => Some(cancelled_at_deadline()),
         Ended::NotStarted => None,
     }
 }

@@ -29,8 +29,6 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::SystemTime;
 
-use futures_util::StreamExt;
-use futures_util::stream::FuturesUnordered;
 use scylla::client::session::Session;
 use scylla::policies::retry::FallthroughRetryPolicy;
 use scylla::statement::batch::{Batch, BatchType};
@@ -38,7 +36,7 @@ use scylla::statement::prepared::PreparedStatement;
 use tokio::time::Instant;
 
 use crate::config::{FlushConfig, StoreConfig};
-use crate::flush::settle::cancelled_at_deadline;
+use crate::sink::bounded::{Ended, cancelled_at_deadline, send_bounded};
 use crate::sink::cql::store::StoreKind;
 use crate::sink::cql::{classify, session::consistency};
 use crate::sink::{Outcome, OutcomeClass, WriteError};
@@ -79,13 +77,6 @@ pub struct WrapperFlushReport {
     pub replayed_rows: u64,
     /// Whether the journal's group commit failed (nothing was sent; rows re-queued).
     pub journal_failed: bool,
-}
-
-/// How a request ended.
-enum Sent {
-    Done(Outcome),
-    NotStarted,
-    Cancelled,
 }
 
 /// A drained row: its key and its deltas.
@@ -208,7 +199,7 @@ impl WrapperFlusher {
                 requests
                     .iter()
                     .map(|_| {
-                        Sent::Done(Outcome::NotAppliedTransient(WriteError::new(
+                        Ended::Done(Outcome::NotAppliedTransient(WriteError::new(
                             "journal_failed",
                             text.clone(),
                         )))
@@ -558,72 +549,51 @@ impl WrapperFlusher {
         }
     }
 
-    /// Sends every request, at most `flush.max_in_flight` at once.
-    async fn send(&self, requests: &[Request], deadline: Option<Instant>) -> Vec<Sent> {
-        let mut sent: Vec<Option<Sent>> = requests.iter().map(|_| None).collect();
-        let mut running = FuturesUnordered::new();
-        let mut started = 0;
-        loop {
-            while running.len() < self.flush.max_in_flight.max(1) && started < requests.len() {
-                let index = started;
-                let send = self.send_one(&requests[index], deadline);
-                running.push(async move { (index, send.await) });
-                started += 1;
-            }
-            match running.next().await {
-                Some((index, outcome)) => sent[index] = Some(outcome),
-                None => break,
-            }
-        }
-        sent.into_iter()
-            .map(|s| s.unwrap_or(Sent::NotStarted))
-            .collect()
+    /// Sends every request, at most `flush.max_in_flight` at once, until done or the
+    /// deadline (the final flush's; the others have none).
+    async fn send(&self, requests: &[Request], mut deadline: Option<Instant>) -> Vec<Ended> {
+        send_bounded(
+            requests,
+            self.flush.max_in_flight,
+            &mut deadline,
+            |request| self.send_one(request),
+            |_, _, _| {},
+        )
+        .await
     }
 
-    async fn send_one(&self, request: &Request, deadline: Option<Instant>) -> Sent {
-        if deadline.is_some_and(|d| Instant::now() >= d) {
-            return Sent::NotStarted;
-        }
+    async fn send_one(&self, request: &Request) -> Outcome {
         let Some(statement) = self.statements.get(&request.table.id) else {
-            return Sent::Done(Outcome::NotAppliedTransient(WriteError::new(
+            return Outcome::NotAppliedTransient(WriteError::new(
                 "prepare_failed",
                 format!(
                     "the UPDATE of {} could not be prepared",
                     request.table.qualified_name()
                 ),
-            )));
+            ));
         };
         let mut values = Vec::with_capacity(request.rows.len());
         for (key, row) in &request.rows {
             let Some((_, key)) = split_key(key) else {
-                return Sent::Done(Outcome::NotAppliedPermanent(WriteError::new(
+                return Outcome::NotAppliedPermanent(WriteError::new(
                     "bad_key",
                     "a buffered row key does not decode",
-                )));
+                ));
             };
             values.push(RowValues {
                 deltas: &row.deltas,
                 key,
             });
         }
-        let write = async {
-            let result = if let [row] = values.as_slice() {
-                self.session.execute_unpaged(statement, row).await.map(drop)
-            } else {
-                let batch = self.counter_batch(statement, values.len());
-                self.session.batch(&batch, &values).await.map(drop)
-            };
-            match result {
-                Ok(()) => Outcome::Applied,
-                Err(error) => classify::classify(&error, self.store_kind),
-            }
+        let result = if let [row] = values.as_slice() {
+            self.session.execute_unpaged(statement, row).await.map(drop)
+        } else {
+            let batch = self.counter_batch(statement, values.len());
+            self.session.batch(&batch, &values).await.map(drop)
         };
-        match deadline {
-            None => Sent::Done(write.await),
-            Some(deadline) => match tokio::time::timeout_at(deadline, write).await {
-                Ok(outcome) => Sent::Done(outcome),
-                Err(_) => Sent::Cancelled,
-            },
+        match result {
+            Ok(()) => Outcome::Applied,
+            Err(error) => classify::classify(&error, self.store_kind),
         }
     }
 
@@ -692,10 +662,10 @@ fn row_add(
 
 /// The settle step: the class a request is counted under (none if never sent), where its
 /// deltas go, and the error to record.
-fn settle(sent: Sent, final_flush: bool) -> (Option<OutcomeClass>, Stage, Option<WriteError>) {
-    match sent {
-        Sent::Done(Outcome::Applied) => (Some(OutcomeClass::Applied), Stage::Applied, None),
-        Sent::Done(Outcome::NotAppliedTransient(error)) => {
+fn settle(ended: Ended, final_flush: bool) -> (Option<OutcomeClass>, Stage, Option<WriteError>) {
+    match ended {
+        Ended::Done(Outcome::Applied) => (Some(OutcomeClass::Applied), Stage::Applied, None),
+        Ended::Done(Outcome::NotAppliedTransient(error)) => {
             let stage = if final_flush {
                 Stage::Unsent
             } else {
@@ -703,18 +673,18 @@ fn settle(sent: Sent, final_flush: bool) -> (Option<OutcomeClass>, Stage, Option
             };
             (Some(OutcomeClass::Requeued), stage, Some(error))
         }
-        Sent::Done(Outcome::NotAppliedPermanent(error)) => {
+        Ended::Done(Outcome::NotAppliedPermanent(error)) => {
             (Some(OutcomeClass::Rejected), Stage::Rejected, Some(error))
         }
-        Sent::Done(Outcome::Unknown(error)) => {
+        Ended::Done(Outcome::Unknown(error)) => {
             (Some(OutcomeClass::Unknown), Stage::Unknown, Some(error))
         }
-        Sent::Cancelled => (
+        Ended::Cancelled => (
             Some(OutcomeClass::Unknown),
             Stage::Unknown,
             Some(cancelled_at_deadline()),
         ),
-        Sent::NotStarted => (None, Stage::Unsent, None),
+        Ended::NotStarted => (None, Stage::Unsent, None),
     }
 }
 
@@ -730,42 +700,42 @@ mod tests {
     fn only_a_write_that_definitely_did_not_apply_is_sent_again() {
         let cases = [
             (
-                Sent::Done(Outcome::Applied),
+                Ended::Done(Outcome::Applied),
                 false,
                 Some(OutcomeClass::Applied),
                 Stage::Applied,
             ),
             (
-                Sent::Done(Outcome::NotAppliedTransient(error())),
+                Ended::Done(Outcome::NotAppliedTransient(error())),
                 false,
                 Some(OutcomeClass::Requeued),
                 Stage::Requeued,
             ),
             (
-                Sent::Done(Outcome::NotAppliedTransient(error())),
+                Ended::Done(Outcome::NotAppliedTransient(error())),
                 true,
                 Some(OutcomeClass::Requeued),
                 Stage::Unsent,
             ),
             (
-                Sent::Done(Outcome::NotAppliedPermanent(error())),
+                Ended::Done(Outcome::NotAppliedPermanent(error())),
                 false,
                 Some(OutcomeClass::Rejected),
                 Stage::Rejected,
             ),
             (
-                Sent::Done(Outcome::Unknown(error())),
+                Ended::Done(Outcome::Unknown(error())),
                 false,
                 Some(OutcomeClass::Unknown),
                 Stage::Unknown,
             ),
             (
-                Sent::Cancelled,
+                Ended::Cancelled,
                 true,
                 Some(OutcomeClass::Unknown),
                 Stage::Unknown,
             ),
-            (Sent::NotStarted, true, None, Stage::Unsent),
+            (Ended::NotStarted, true, None, Stage::Unsent),
         ];
         for (sent, final_flush, class, stage) in cases {
             let (c, s, _) = settle(sent, final_flush);

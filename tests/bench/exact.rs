@@ -12,32 +12,17 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use countersink::config::Config;
-use countersink::ddl;
 use countersink::engine::Engine;
 use countersink::flush::Flusher;
 use countersink::sink::cql::CqlSink;
 
+#[path = "common/mod.rs"]
+mod common;
+
+use self::common::{median, store};
+
 const NOW: i64 = 1_796_042_096;
 const RATE_RUNS: usize = 7;
-
-fn median(mut values: Vec<f64>) -> f64 {
-    values.sort_by(f64::total_cmp);
-    values[values.len() / 2]
-}
-
-async fn store(config: &mut Config) -> cqlsim::Server {
-    let server = cqlsim::Server::start(cqlsim::Config {
-        listen: "127.0.0.1:0".parse().expect("address"),
-        ..Default::default()
-    })
-    .await
-    .expect("cqlsim");
-    for statement in ddl::statements(config, ddl::DEV_REPLICATION).expect("schema") {
-        server.execute(None, &statement).expect("ddl");
-    }
-    config.store.contact_points = vec![server.local_addr().to_string()];
-    server
-}
 
 fn exact_config(dir: &std::path::Path, exact: bool) -> Config {
     let mut config = Config::default();

@@ -20,37 +20,22 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use countersink::config::Config;
-use countersink::ddl;
 use countersink::engine::Engine;
 use countersink::flush::Flusher;
 use countersink::ingest::client::{Client, Target};
 use countersink::sink::cql::CqlSink;
 use scylla::value::Counter;
 
+#[path = "common/mod.rs"]
+mod common;
+
+use self::common::{median, store};
+
 const NOW: i64 = 1_796_042_096;
 const RUNS: usize = 5;
 /// Flush-rate runs: more, because one flush of 10k rows takes tens of milliseconds and a
 /// shared machine's noise is of that order.
 const RATE_RUNS: usize = 11;
-
-fn median(mut values: Vec<f64>) -> f64 {
-    values.sort_by(f64::total_cmp);
-    values[values.len() / 2]
-}
-
-async fn store(config: &mut Config) -> cqlsim::Server {
-    let server = cqlsim::Server::start(cqlsim::Config {
-        listen: "127.0.0.1:0".parse().expect("address"),
-        ..Default::default()
-    })
-    .await
-    .expect("cqlsim");
-    for statement in ddl::statements(config, ddl::DEV_REPLICATION).expect("schema") {
-        server.execute(None, &statement).expect("ddl");
-    }
-    config.store.contact_points = vec![server.local_addr().to_string()];
-    server
-}
 
 /// Rows per second for one flush of `rows` distinct rows (100 per partition, minutes),
 /// with or without the intent journal.

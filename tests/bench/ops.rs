@@ -18,7 +18,6 @@ use std::time::{Duration, Instant};
 
 use countersink::bucket::Day;
 use countersink::config::{Config, ConsistencyLevel, FamilyConfig, LeaderboardConfig};
-use countersink::ddl;
 use countersink::engine::Engine;
 use countersink::flush::Flusher;
 use countersink::ops::keyindex::KeyIndex;
@@ -29,28 +28,14 @@ use countersink::telemetry::OperationsMetrics;
 use futures_util::StreamExt;
 use scylla::value::Counter;
 
+#[path = "common/mod.rs"]
+mod common;
+
+use self::common::{median, store};
+
 /// 2026-11-20T12:00Z.
 const NOW: i64 = 1_795_132_800 + 12 * 3600;
 const RUNS: usize = 5;
-
-fn median(mut values: Vec<f64>) -> f64 {
-    values.sort_by(f64::total_cmp);
-    values[values.len() / 2]
-}
-
-async fn store(config: &mut Config) -> cqlsim::Server {
-    let server = cqlsim::Server::start(cqlsim::Config {
-        listen: "127.0.0.1:0".parse().expect("address"),
-        ..Default::default()
-    })
-    .await
-    .expect("cqlsim");
-    for statement in ddl::statements(config, ddl::DEV_REPLICATION).expect("schema") {
-        server.execute(None, &statement).expect("ddl");
-    }
-    config.store.contact_points = vec![server.local_addr().to_string()];
-    server
-}
 
 fn config(dir: &std::path::Path) -> Config {
     let mut config = Config::default();

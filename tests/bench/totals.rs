@@ -35,14 +35,14 @@ use countersink::ops::read::{Reader, resolve};
 use countersink::sink::cql::CqlSink;
 use countersink::vocabulary::Granularity;
 
+#[path = "common/mod.rs"]
+mod common;
+
+use self::common::{median, store};
+
 const ROWS: usize = 50_000;
 const RUNS: usize = 5;
 const READS: usize = 200;
-
-fn median(mut values: Vec<f64>) -> f64 {
-    values.sort_by(f64::total_cmp);
-    values[values.len() / 2]
-}
 
 fn now() -> i64 {
     countersink::bucket::unix_secs(std::time::SystemTime::now())
@@ -86,42 +86,18 @@ fn config_in(dir: &std::path::Path, mode: CountingMode, keyspace: &str) -> Confi
     config
 }
 
-async fn store(config: &mut Config) -> cqlsim::Server {
-    let server = cqlsim::Server::start(cqlsim::Config {
-        listen: "127.0.0.1:0".parse().expect("address"),
-        ..Default::default()
-    })
-    .await
-    .expect("cqlsim");
-    for statement in ddl::statements(config, ddl::DEV_REPLICATION).expect("schema") {
-        server.execute(None, &statement).expect("ddl");
-    }
-    config.store.contact_points = vec![server.local_addr().to_string()];
-    server
-}
-
-/// One measured flush.
-struct Measured {
-    rows_per_sec: f64,
-    requests_per_row: f64,
-    mutations_per_row: f64,
-    cpu_us_per_row: f64,
-}
-
-/// Flushes `ROWS` rows once (creating them), changes every one, and measures the second
-/// flush.
-async fn flush_once(mode: CountingMode) -> Measured {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let mut config = config(dir.path(), mode);
-    let server = store(&mut config).await;
-    let engine = Arc::new(Engine::new(&config).expect("engine"));
+/// A flusher on `config` whose store already holds `rows` rows (100 minutes per key,
+/// written by one flush), every one of them changed since: the next flush writes each
+/// row again, the steady state.
+async fn changed_rows(config: &Config, rows: usize) -> Flusher<CqlSink> {
+    let engine = Arc::new(Engine::new(config).expect("engine"));
     let sink = CqlSink::connect(&config.store, engine.families())
         .await
         .expect("sink");
-    let mut flusher = Flusher::open(engine.clone(), Arc::new(sink), &config).expect("state");
+    let mut flusher = Flusher::open(engine.clone(), Arc::new(sink), config).expect("state");
     let base = now() - 6000;
     let record = |delta: i64| {
-        for i in 0..ROWS {
+        for i in 0..rows {
             let key = format!("k{}", i / 100);
             let minute = (i % 100) as i64;
             engine
@@ -138,14 +114,62 @@ async fn flush_once(mode: CountingMode) -> Measured {
     record(1);
     flusher.flush_now().await;
     record(2);
-    server.reset_stats();
-    let cpu = cpu_time();
+    flusher
+}
+
+/// One flush, every write of which must apply: its wall time, and the CPU time `cpu`
+/// (a process's clock) advanced meanwhile.
+async fn timed_flush(
+    flusher: &mut Flusher<CqlSink>,
+    cpu: impl Fn() -> Duration,
+) -> (Duration, Duration) {
+    let cpu_before = cpu();
     let started = Instant::now();
     let report = flusher.flush_now().await;
     let elapsed = started.elapsed();
-    let cpu = cpu_time() - cpu;
+    let cpu = cpu() - cpu_before;
     let failed = report.totals.failed + report.requeued + report.unknown + report.rejected;
     assert_eq!(failed, 0, "{report:?}");
+    (elapsed, cpu)
+}
+
+/// Drops `keyspace` on the node `session` is connected to and creates `config`'s schema
+/// in it afresh.
+async fn fresh_keyspace(
+    session: &scylla::client::session::Session,
+    config: &Config,
+    keyspace: &str,
+) {
+    session
+        .query_unpaged(format!("DROP KEYSPACE IF EXISTS {keyspace}"), ())
+        .await
+        .expect("drop");
+    for statement in ddl::statements(config, ddl::DEV_REPLICATION).expect("schema") {
+        session
+            .query_unpaged(statement.as_str(), ())
+            .await
+            .expect("ddl");
+    }
+    session.await_schema_agreement().await.expect("agreement");
+}
+
+/// One measured flush.
+struct Measured {
+    rows_per_sec: f64,
+    requests_per_row: f64,
+    mutations_per_row: f64,
+    cpu_us_per_row: f64,
+}
+
+/// Flushes `ROWS` rows once (creating them), changes every one, and measures the second
+/// flush.
+async fn flush_once(mode: CountingMode) -> Measured {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut config = config(dir.path(), mode);
+    let server = store(&mut config).await;
+    let mut flusher = changed_rows(&config, ROWS).await;
+    server.reset_stats();
+    let (elapsed, cpu) = timed_flush(&mut flusher, cpu_time).await;
     let stats = server.stats();
     let (requests, mutations): (u64, u64) = ["bench_by_minute", "bench_by_day"]
         .iter()
@@ -183,17 +207,7 @@ async fn read_cost(mode: CountingMode, writers: usize, node: Option<&str>) -> [(
         .await
         .expect("session");
     if server.is_none() {
-        session
-            .query_unpaged(format!("DROP KEYSPACE IF EXISTS {keyspace}"), ())
-            .await
-            .expect("drop");
-        for statement in ddl::statements(&config, ddl::DEV_REPLICATION).expect("schema") {
-            session
-                .query_unpaged(statement.as_str(), ())
-                .await
-                .expect("ddl");
-        }
-        session.await_schema_agreement().await.expect("agreement");
+        fresh_keyspace(&session, &config, &keyspace).await;
     }
     let day = Minute::from_unix_secs(now()).expect("now").day();
     let date = countersink::bucket::format_date(day.date());
@@ -280,48 +294,9 @@ async fn flush_on_node(
         .build()
         .await
         .expect("session to the node");
-    session
-        .query_unpaged(format!("DROP KEYSPACE IF EXISTS {keyspace}"), ())
-        .await
-        .expect("drop");
-    for statement in ddl::statements(&config, ddl::DEV_REPLICATION).expect("schema") {
-        session
-            .query_unpaged(statement.as_str(), ())
-            .await
-            .expect("ddl");
-    }
-    session.await_schema_agreement().await.expect("agreement");
-    let engine = Arc::new(Engine::new(&config).expect("engine"));
-    let sink = CqlSink::connect(&config.store, engine.families())
-        .await
-        .expect("sink");
-    let mut flusher = Flusher::open(engine.clone(), Arc::new(sink), &config).expect("state");
-    let base = now() - 6000;
-    let record = |delta: i64| {
-        for i in 0..rows {
-            let key = format!("k{}", i / 100);
-            let minute = (i % 100) as i64;
-            engine
-                .record(
-                    "bench",
-                    &[("key", key.as_str())][..],
-                    delta,
-                    base + minute * 60,
-                    None,
-                )
-                .expect("record");
-        }
-    };
-    record(1);
-    flusher.flush_now().await;
-    record(2);
-    let cpu = cpu_time_of(pid);
-    let started = Instant::now();
-    let report = flusher.flush_now().await;
-    let elapsed = started.elapsed();
-    let cpu = cpu_time_of(pid) - cpu;
-    let failed = report.totals.failed + report.requeued + report.unknown + report.rejected;
-    assert_eq!(failed, 0, "{report:?}");
+    fresh_keyspace(&session, &config, &keyspace).await;
+    let mut flusher = changed_rows(&config, rows).await;
+    let (elapsed, cpu) = timed_flush(&mut flusher, || cpu_time_of(pid)).await;
     let _ = session
         .query_unpaged(format!("DROP KEYSPACE IF EXISTS {keyspace}"), ())
         .await;

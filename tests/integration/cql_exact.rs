@@ -267,7 +267,8 @@ async fn a_ledger_outage_holds_every_counter_write_until_it_returns() {
     assert_eq!(writer.ledger.exact_ledger().held_rows, 5 * 40);
     let a = writer.accounting();
     assert!(a.is_balanced(), "{a:?}");
-    assert_eq!(a.minute.pending, 5 * 400 * 2);
+    assert_eq!((a.minute.ledgered, a.minute.pending), (5 * 400 * 2, 0));
+    assert_eq!((a.day.ledgered, a.day.pending), (5 * 400 * 2, 0));
 
     server.clear_faults();
     settle(&mut writer).await;
@@ -277,6 +278,97 @@ async fn a_ledger_outage_holds_every_counter_write_until_it_returns() {
     assert_eq!(crate::common::table_sum(server, &t.day, "views"), stored);
     let a = writer.accounting();
     assert_eq!((a.minute.applied, a.day.applied), (stored, stored));
+    store.shutdown().await;
+}
+
+/// Rows still held for the ledger at the shutdown deadline are spilled and their ledger
+/// rows kept verbatim in `ledger_pending.jsonl`; the next start replays no spilled row
+/// while those ledger rows are unconfirmed, then confirms them (no second formation) and
+/// only then replays the rows: ledger and counters both end equal to what was fed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rows_held_at_the_shutdown_deadline_are_spilled_and_their_ledger_rows_confirmed_first() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = exact_config(dir.path());
+    config.flush.shutdown_deadline = Duration::from_millis(500);
+    let store = start_cqlsim(&mut config, "makes one table unavailable").await;
+    let server = store.sim();
+    let t = tables(&config);
+    let pending_file = dir.path().join("ledger_pending.jsonl");
+    server.set_faults(vec![
+        FaultRule::new(FaultKind::Unavailable).table(&t.ledger),
+    ]);
+    let writer = Writer::start(&config).await;
+    let mut fed: BTreeMap<(String, i16), i64> = BTreeMap::new();
+    let now = T0 - 600;
+    for i in 0..400_i64 {
+        let key = format!("p{}", i % 40);
+        writer.incr("page.views", &[("page_id", key.as_str())], 1 + i % 3, now);
+        let minute = (now.rem_euclid(86_400) / 60) as i16;
+        *fed.entry((format!("[\"{key}\"]"), minute)).or_default() += 1 + i % 3;
+    }
+    let total: i64 = fed.values().sum();
+    let Writer {
+        engine,
+        ledger,
+        flusher,
+        ..
+    } = writer;
+    flusher.finish().await;
+    let a = countersink::telemetry::Accounting::read(&engine, &ledger);
+    assert!(a.is_balanced(), "{a:?}");
+    assert_eq!(
+        (a.minute.spilled, a.day.spilled, a.minute.ledgered),
+        (i128::from(total), i128::from(total), 0),
+        "{a:?}"
+    );
+    let stored = std::fs::read_to_string(&pending_file).expect("ledger_pending.jsonl");
+    assert_eq!(
+        stored.lines().count(),
+        40,
+        "one ledger row per key and minute"
+    );
+    let spilled: i64 = crate::common::spilled_records(dir.path())
+        .iter()
+        .map(|r| r["deltas"]["views"].as_i64().expect("views delta"))
+        .sum();
+    assert_eq!(spilled, 2 * total, "each row spilled for both tables");
+
+    // The ledger is still down: the next start replays nothing.
+    let mut writer = Writer::start(&config).await;
+    for _ in 0..3 {
+        writer.flusher.flush_now().await;
+    }
+    assert_eq!(crate::common::table_sum(server, &t.minute, "views"), 0);
+    assert_eq!(crate::common::table_sum(server, &t.day, "views"), 0);
+    assert!(pending_file.exists());
+
+    server.clear_faults();
+    for _ in 0..40 {
+        writer.flusher.flush_now().await;
+        if crate::common::table_sum(server, &t.day, "views") == i128::from(total) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let rows = read_ledger(&writer, &t.ledger).await;
+    assert_eq!(
+        rows.len(),
+        40,
+        "the stored ledger rows were sent again, not formed anew"
+    );
+    assert_eq!(ledger_views(&rows), fed);
+    assert_eq!(
+        crate::common::table_sum(server, &t.minute, "views"),
+        i128::from(total)
+    );
+    assert_eq!(
+        crate::common::table_sum(server, &t.day, "views"),
+        i128::from(total)
+    );
+    assert!(
+        !pending_file.exists(),
+        "deleted once its rows are confirmed"
+    );
     store.shutdown().await;
 }
 

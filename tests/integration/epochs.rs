@@ -3,6 +3,7 @@
 //! and never writes them to the epoch before.
 
 use std::collections::BTreeMap;
+use std::path::Path;
 use std::sync::Arc;
 
 use countersink::config::{Config, FamilyConfig};
@@ -83,6 +84,82 @@ async fn rows(store: &Store, config: &Config) -> (BTreeMap<(i64, i64), i64>, BTr
     (by_minute, by_epoch)
 }
 
+/// What a reset splits `fed` (Unix minute → plays) into: the rows of the minute table
+/// ((epoch, minute) → plays), each minute before `start` in epoch 0 and each from it on in
+/// epoch `start`; and of the day table (epoch → plays).
+#[allow(clippy::type_complexity)]
+fn split_at_reset(
+    fed: &BTreeMap<i64, i64>,
+    start: i32,
+) -> (BTreeMap<(i64, i64), i64>, BTreeMap<i64, i64>) {
+    let s = i64::from(start);
+    let minutes = fed
+        .iter()
+        .map(|(&m, &v)| (((if m < s { 0 } else { s }), m), v))
+        .collect();
+    let days = BTreeMap::from([
+        (0, fed.range(..s).map(|(_, v)| v).sum::<i64>()),
+        (s, fed.range(s..).map(|(_, v)| v).sum::<i64>()),
+    ]);
+    (minutes, days)
+}
+
+/// Asserts that the store holds `fed` split at the reset `start` ([`split_at_reset`]).
+async fn assert_split_at_reset(
+    store: &Store,
+    config: &Config,
+    fed: &BTreeMap<i64, i64>,
+    start: i32,
+) {
+    assert_eq!(
+        rows(store, config).await,
+        split_at_reset(fed, start),
+        "each minute in the epoch of its minute, in both tables"
+    );
+}
+
+/// A reset the writer has not read: writer `a` reads the registry at `T0 - 3600` (the
+/// minute `first`), a reset of `plays` is then scheduled `ahead` seconds later (at the
+/// minute `start`), and from then on every request to the registry fails.
+struct ResetUnread {
+    config: Config,
+    store: Store,
+    writer: Writer,
+    registry: Arc<EpochRegistry>,
+    first: i64,
+    start: i32,
+}
+
+async fn reset_unread(dir: &Path, ahead: i64) -> ResetUnread {
+    let mut config = config(dir);
+    with_plays(&mut config);
+    let store = start_cqlsim(&mut config, "injects faults on the epoch registry").await;
+    let t0 = T0 - 3600;
+    let (writer, registry) = writer(&config, "a", t0).await;
+    // The writer's last good read is from before the reset was written.
+    registry
+        .refresh_at(&writer.session, writer.engine.families(), t0)
+        .await
+        .unwrap();
+    let start = countersink::epoch::reset::start_minute(t0 + 1, 60, Some(t0 + ahead)).unwrap();
+    registry::schedule(&writer.session, &config, "plays", "", start, "test", t0 + 1)
+        .await
+        .unwrap();
+    store.sim().add_fault(
+        FaultRule::new(FaultKind::Unavailable)
+            .table("epochs")
+            .target(Target::All),
+    );
+    ResetUnread {
+        config,
+        store,
+        writer,
+        registry,
+        first: t0 / 60,
+        start,
+    }
+}
+
 /// Two writers, client timestamps on both sides of a reset: each minute before it only in
 /// the old epoch, each minute from it on only in the new one, for both writers, totals
 /// exact in both tables; rows past what a writer's read of the registry covers wait.
@@ -142,25 +219,13 @@ async fn two_writers_straddling_a_reset_put_each_minute_in_one_epoch() {
     a.flusher.flush_now().await;
     b.flusher.flush_now().await;
     let (minutes, days) = rows(&store, &config).await;
-    let expected: BTreeMap<(i64, i64), i64> = fed
-        .iter()
-        .map(|(&m, &v)| {
-            let epoch = if m < i64::from(start) {
-                0
-            } else {
-                i64::from(start)
-            };
-            ((epoch, m), v)
-        })
-        .collect();
-    assert_eq!(minutes, expected, "each minute in exactly one epoch, exact");
-    let before: i64 = fed.range(..i64::from(start)).map(|(_, v)| v).sum();
-    let after: i64 = fed.range(i64::from(start)..).map(|(_, v)| v).sum();
+    let (expected_minutes, expected_days) = split_at_reset(&fed, start);
     assert_eq!(
-        days,
-        BTreeMap::from([(0, before), (i64::from(start), after)]),
-        "the day splits at the reset"
+        minutes, expected_minutes,
+        "each minute in exactly one epoch, exact"
     );
+    assert_eq!(days, expected_days, "the day splits at the reset");
+    let (before, after) = (expected_days[&0], expected_days[&i64::from(start)]);
     for w in [&a, &b] {
         let accounting = w.accounting();
         assert!(accounting.is_balanced(), "{accounting:?}");
@@ -208,25 +273,14 @@ async fn two_writers_straddling_a_reset_put_each_minute_in_one_epoch() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_unreachable_registry_holds_rows_and_never_writes_the_old_epoch() {
     let dir = tempfile::tempdir().unwrap();
-    let mut config = config(dir.path());
-    with_plays(&mut config);
-    let store = start_cqlsim(&mut config, "injects faults on the epoch registry").await;
-    let t0 = T0 - 3600;
-    let first = t0 / 60;
-    let (mut w, reg) = writer(&config, "a", t0).await;
-    // The writer's last good read is from before the reset was written.
-    reg.refresh_at(&w.session, w.engine.families(), t0)
-        .await
-        .unwrap();
-    let start = countersink::epoch::reset::start_minute(t0 + 1, 60, Some(t0 + 180)).unwrap();
-    registry::schedule(&w.session, &config, "plays", "", start, "test", t0 + 1)
-        .await
-        .unwrap();
-    store.sim().add_fault(
-        FaultRule::new(FaultKind::Unavailable)
-            .table("epochs")
-            .target(Target::All),
-    );
+    let ResetUnread {
+        config,
+        store,
+        writer: mut w,
+        registry: reg,
+        first,
+        start,
+    } = reset_unread(dir.path(), 180).await;
     let later = i64::from(start) * 60 + 90;
     assert!(
         reg.refresh_at(&w.session, w.engine.families(), later)
@@ -264,20 +318,7 @@ async fn an_unreachable_registry_holds_rows_and_never_writes_the_old_epoch() {
         .await
         .unwrap();
     w.flusher.flush_now().await;
-    let (minutes, days) = rows(&store, &config).await;
-    let s = i64::from(start);
-    let expected: BTreeMap<(i64, i64), i64> = fed
-        .iter()
-        .map(|(&m, &v)| (((if m < s { 0 } else { s }), m), v))
-        .collect();
-    assert_eq!(minutes, expected);
-    assert_eq!(
-        days,
-        BTreeMap::from([
-            (0, fed.range(..s).map(|(_, v)| v).sum::<i64>()),
-            (s, fed.range(s..).map(|(_, v)| v).sum::<i64>())
-        ])
-    );
+    assert_split_at_reset(&store, &config, &fed, start).await;
     store.shutdown().await;
 }
 
@@ -350,24 +391,14 @@ async fn reset_schedules_epochs_a_lead_ahead_and_refuses_earlier_ones() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rows_held_at_shutdown_are_spilled_and_placed_by_the_next_start() {
     let dir = tempfile::tempdir().unwrap();
-    let mut config = config(dir.path());
-    with_plays(&mut config);
-    let store = start_cqlsim(&mut config, "injects faults on the epoch registry").await;
-    let t0 = T0 - 3600;
-    let first = t0 / 60;
-    let (w, reg) = writer(&config, "a", t0).await;
-    reg.refresh_at(&w.session, w.engine.families(), t0)
-        .await
-        .unwrap();
-    let start = countersink::epoch::reset::start_minute(t0 + 1, 60, Some(t0 + 120)).unwrap();
-    registry::schedule(&w.session, &config, "plays", "", start, "test", t0 + 1)
-        .await
-        .unwrap();
-    store.sim().add_fault(
-        FaultRule::new(FaultKind::Unavailable)
-            .table("epochs")
-            .target(Target::All),
-    );
+    let ResetUnread {
+        config,
+        store,
+        writer: w,
+        first,
+        start,
+        ..
+    } = reset_unread(dir.path(), 120).await;
     let now = i64::from(start) * 60 + 90;
     let mut fed: BTreeMap<i64, i64> = BTreeMap::new();
     for m in first..=first + 3 {
@@ -409,20 +440,7 @@ async fn rows_held_at_shutdown_are_spilled_and_placed_by_the_next_start() {
         .unwrap();
     again.flusher.flush_now().await;
     again.flusher.flush_now().await;
-    let (minutes, days) = rows(&store, &config).await;
-    let s = i64::from(start);
-    let expected: BTreeMap<(i64, i64), i64> = fed
-        .iter()
-        .map(|(&m, &v)| (((if m < s { 0 } else { s }), m), v))
-        .collect();
-    assert_eq!(minutes, expected);
-    assert_eq!(
-        days,
-        BTreeMap::from([
-            (0, fed.range(..s).map(|(_, v)| v).sum::<i64>()),
-            (s, fed.range(s..).map(|(_, v)| v).sum::<i64>())
-        ])
-    );
+    assert_split_at_reset(&store, &config, &fed, start).await;
     store.shutdown().await;
 }
 

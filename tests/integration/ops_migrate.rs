@@ -3,7 +3,7 @@
 //! resolved against the target, definite failures sent again, live sources refused.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::process::{Command, Stdio};
+use std::process::{Command, Output, Stdio};
 use std::time::Duration;
 
 use countersink::config::{Config, ShardPlacement};
@@ -158,10 +158,37 @@ fn no_counter_deletes(servers: [&cqlsim::Server; 2]) {
     }
 }
 
-fn migrate(args: &[&str]) -> std::process::Output {
-    let mut all = vec!["migrate"];
-    all.extend_from_slice(args);
-    run_cli(all)
+fn migrate<S: AsRef<str>>(args: &[S]) -> Output {
+    run_cli(std::iter::once("migrate").chain(args.iter().map(AsRef::as_ref)))
+}
+
+/// [`migrate`] on a blocking thread, so that the test's runtime (its stores, a live
+/// writer) goes on meanwhile.
+async fn migrate_off_runtime(args: &[&str]) -> Output {
+    let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
+    tokio::task::spawn_blocking(move || migrate(&args))
+        .await
+        .unwrap()
+}
+
+/// The arguments of a migration of the `views` family from `from` to `to`, then `rest`.
+fn views<'a>(from: &'a str, to: &'a str, rest: &[&'a str]) -> Vec<&'a str> {
+    let mut args = vec!["--from", from, "--to", to, "--family", "views"];
+    args.extend_from_slice(rest);
+    args
+}
+
+/// The copy is exact: the target's tables equal the source's, `--verify-only` (with the
+/// run's arguments `args`) finds no difference, and no counter was deleted in either.
+fn assert_copied_exactly(source: &cqlsim::Server, target: &cqlsim::Server, args: &[&str]) {
+    assert_target_equals_source(source, target);
+    let verify = migrate(&[args, &["--verify-only"]].concat());
+    assert!(
+        verify.status.success(),
+        "{}",
+        String::from_utf8_lossy(&verify.stdout)
+    );
+    no_counter_deletes([source, target]);
 }
 
 /// SIGKILL while chunks are in flight (the target answers 300 ms late, the writes already
@@ -178,25 +205,23 @@ async fn a_migration_killed_midway_and_rerun_copies_the_source_exactly() {
             .parse()
             .unwrap(),
     ]);
-    let common = [
-        "--from",
+    let common = views(
         &from,
-        "--to",
         &to,
-        "--family",
-        "views",
-        "--quiet-period",
-        "1s",
-        "--settle",
-        "1s",
-        "--concurrency",
-        "4",
-        "--format",
-        "json",
-    ];
+        &[
+            "--quiet-period",
+            "1s",
+            "--settle",
+            "1s",
+            "--concurrency",
+            "4",
+            "--format",
+            "json",
+        ],
+    );
     let mut child = Command::new(BIN)
         .arg("migrate")
-        .args(common)
+        .args(&common)
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
@@ -223,12 +248,7 @@ async fn a_migration_killed_midway_and_rerun_copies_the_source_exactly() {
     target.clear_faults();
     tokio::time::sleep(Duration::from_millis(400)).await;
 
-    let rerun = tokio::task::spawn_blocking({
-        let args: Vec<String> = common.iter().map(|s| s.to_string()).collect();
-        move || run_cli(std::iter::once("migrate".to_string()).chain(args))
-    })
-    .await
-    .unwrap();
+    let rerun = migrate_off_runtime(&common).await;
     let stdout = String::from_utf8_lossy(&rerun.stdout);
     assert!(
         rerun.status.success(),
@@ -249,14 +269,7 @@ async fn a_migration_killed_midway_and_rerun_copies_the_source_exactly() {
     assert!(third.status.success());
     let report: serde_json::Value = serde_json::from_slice(&third.stdout).unwrap();
     assert_eq!(report["applied"], 0, "{report}");
-    assert_target_equals_source(&source, &target);
-    let verify = migrate(&[&common[..], &["--verify-only"]].concat());
-    assert!(
-        verify.status.success(),
-        "{}",
-        String::from_utf8_lossy(&verify.stdout)
-    );
-    no_counter_deletes([&source, &target]);
+    assert_copied_exactly(&source, &target, &common);
     source.shutdown().await.unwrap();
     target.shutdown().await.unwrap();
 }
@@ -280,22 +293,20 @@ async fn unknown_outcomes_are_reported_never_resent_and_resolved_later() {
             .parse()
             .unwrap(),
     ]);
-    let common = [
-        "--from",
+    let common = views(
         &from,
-        "--to",
         &to,
-        "--family",
-        "views",
-        "--day-from",
-        "2025-03-01",
-        "--day-to",
-        "2025-04-30",
-        "--settle",
-        "1s",
-        "--format",
-        "json",
-    ];
+        &[
+            "--day-from",
+            "2025-03-01",
+            "--day-to",
+            "2025-04-30",
+            "--settle",
+            "1s",
+            "--format",
+            "json",
+        ],
+    );
     let first = migrate(&common);
     assert_eq!(
         first.status.code(),
@@ -378,10 +389,7 @@ async fn unknown_outcomes_are_reported_never_resent_and_resolved_later() {
         unknown.len() as u64
     );
     assert_eq!(report["applied"].as_u64().unwrap(), refused.len() as u64);
-    assert_target_equals_source(&source, &target);
-    let verify = migrate(&[&common[..], &["--verify-only"]].concat());
-    assert!(verify.status.success());
-    no_counter_deletes([&source, &target]);
+    assert_copied_exactly(&source, &target, &common);
     source.shutdown().await.unwrap();
     target.shutdown().await.unwrap();
 }
@@ -406,23 +414,7 @@ async fn a_live_source_is_refused_unless_allowed() {
             }
         }
     });
-    let out = tokio::task::spawn_blocking({
-        let (from, to) = (from.clone(), to.clone());
-        move || {
-            migrate(&[
-                "--from",
-                &from,
-                "--to",
-                &to,
-                "--family",
-                "views",
-                "--quiet-period",
-                "1s",
-            ])
-        }
-    })
-    .await
-    .unwrap();
+    let out = migrate_off_runtime(&views(&from, &to, &["--quiet-period", "1s"])).await;
     assert_eq!(out.status.code(), Some(2));
     assert!(
         String::from_utf8_lossy(&out.stderr).contains("changed during the quiet period"),
@@ -436,22 +428,7 @@ async fn a_live_source_is_refused_unless_allowed() {
             .write_requests,
         0
     );
-    let allowed = tokio::task::spawn_blocking({
-        let (from, to) = (from.clone(), to.clone());
-        move || {
-            migrate(&[
-                "--from",
-                &from,
-                "--to",
-                &to,
-                "--family",
-                "views",
-                "--allow-live",
-            ])
-        }
-    })
-    .await
-    .unwrap();
+    let allowed = migrate_off_runtime(&views(&from, &to, &["--allow-live"])).await;
     assert!(
         allowed.status.success(),
         "{}",

@@ -10,9 +10,9 @@
 //!   `status.json` and the next start reports as an unclean stop;
 //! - `schema` creates both shapes and the start-up check tells them apart.
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::io::{BufRead, BufReader};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
@@ -49,6 +49,82 @@ fn totals_config(state: &Path) -> Config {
 
 fn unix_now() -> i64 {
     countersink::bucket::unix_secs(std::time::SystemTime::now())
+}
+
+/// The `views_totals` family as a configuration file states it.
+fn family_toml() -> String {
+    format!(
+        "[[family]]\nname = \"views_totals\"\nminute_table = \"{MINUTES}\"\nday_table = \"{DAYS}\"\nkey = [\"page_id\"]\nmode = \"writer_totals\"\n[family.columns]\n\"page.views.t\" = \"views\"\n"
+    )
+}
+
+/// What the `serve` tests start with: a cqlsim the test injects its faults into (it reads
+/// the tables in process), and a configuration file for `views_totals` alone, flushing
+/// every `interval`.
+struct ServeSetup {
+    contact_point: String,
+    file: PathBuf,
+    state: PathBuf,
+}
+
+impl ServeSetup {
+    /// The store, and the setup to start `serve` against it with.
+    async fn start(dir: &Path, interval: &str) -> (cqlsim::Server, ServeSetup) {
+        let mut config = totals_config(&dir.join("unused"));
+        let server = start_cqlsim(
+            &mut config,
+            "refuses every write with an injected fault, reads the table in process",
+        )
+        .await
+        .into_sim();
+        let file = dir.join("serve.toml");
+        std::fs::write(
+            &file,
+            format!(
+                "[store]\nrequest_timeout = \"1s\"\n[flush]\ninterval = \"{interval}\"\njitter = \"0s\"\n\
+                 [generic]\nenabled = false\n{}",
+                family_toml()
+            ),
+        )
+        .unwrap();
+        let setup = ServeSetup {
+            contact_point: config.store.contact_points[0].clone(),
+            file,
+            state: dir.join("state"),
+        };
+        (server, setup)
+    }
+
+    /// The arguments of `serve` listening on the Unix stream `socket` only.
+    fn args(&self, socket: &Path) -> Vec<String> {
+        vec![
+            "--config".to_string(),
+            self.file.display().to_string(),
+            "--udp".into(),
+            "off".into(),
+            "--uds-stream".into(),
+            socket.display().to_string(),
+            "--metrics".into(),
+            "off".into(),
+            "--contact-point".into(),
+            self.contact_point.clone(),
+            "--state-dir".into(),
+            self.state.display().to_string(),
+        ]
+    }
+}
+
+/// The writer columns of the day table.
+fn day_writers(server: &cqlsim::Server) -> BTreeSet<String> {
+    let rows = server
+        .execute(None, &format!("SELECT writer FROM {DAYS}"))
+        .unwrap();
+    (0..rows.len())
+        .filter_map(|i| match rows.get(i, "writer") {
+            Some(cqlsim::Value::Text(w)) => Some(w.clone()),
+            _ => None,
+        })
+        .collect()
 }
 
 /// The stored totals of one writer_totals minute row, per writer.
@@ -308,13 +384,7 @@ async fn a_clean_restart_counts_on_in_a_new_writer_column() {
     }
     assert!(writers[1].contains("/2/"), "incarnation 2: {}", writers[1]);
     let file = dir.path().join("countersink.toml");
-    std::fs::write(
-        &file,
-        format!(
-            "[[family]]\nname = \"views_totals\"\nminute_table = \"{MINUTES}\"\nday_table = \"{DAYS}\"\nkey = [\"page_id\"]\nmode = \"writer_totals\"\n[family.columns]\n\"page.views.t\" = \"views\"\n"
-        ),
-    )
-    .unwrap();
+    std::fs::write(&file, family_toml()).unwrap();
     let day = countersink::bucket::format_date(minute.day().date());
     let got = cli_stdout([
         "get",
@@ -339,41 +409,9 @@ async fn a_clean_restart_counts_on_in_a_new_writer_column() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigkill_loses_only_the_unwritten_totals_it_reported() {
     let dir = tempfile::tempdir().unwrap();
-    let mut config = totals_config(&dir.path().join("unused"));
-    let server = start_cqlsim(
-        &mut config,
-        "refuses every write with an injected fault, reads the table in process",
-    )
-    .await
-    .into_sim();
-    let file = dir.path().join("serve.toml");
-    std::fs::write(
-        &file,
-        format!(
-            "[store]\nrequest_timeout = \"1s\"\n[flush]\ninterval = \"200ms\"\njitter = \"0s\"\n\
-             [generic]\nenabled = false\n\
-             [[family]]\nname = \"views_totals\"\nminute_table = \"{MINUTES}\"\nday_table = \"{DAYS}\"\nkey = [\"page_id\"]\nmode = \"writer_totals\"\n[family.columns]\n\"page.views.t\" = \"views\"\n"
-        ),
-    )
-    .unwrap();
-    let state = dir.path().join("state");
+    let (server, setup) = ServeSetup::start(dir.path(), "200ms").await;
+    let state = &setup.state;
     let socket = dir.path().join("stream.sock");
-    let args = |socket: &Path| {
-        vec![
-            "--config".to_string(),
-            file.display().to_string(),
-            "--udp".into(),
-            "off".into(),
-            "--uds-stream".into(),
-            socket.display().to_string(),
-            "--metrics".into(),
-            "off".into(),
-            "--contact-point".into(),
-            config.store.contact_points[0].clone(),
-            "--state-dir".into(),
-            state.display().to_string(),
-        ]
-    };
     let send = |socket: &Path, count: usize, delta: i64| {
         let mut client = Client::connect(Target::UnixStream(socket.to_owned())).unwrap();
         let lines: Vec<String> = (0..count)
@@ -384,7 +422,7 @@ async fn sigkill_loses_only_the_unwritten_totals_it_reported() {
     };
     let stored = || crate::common::table_sum(&server, DAYS, "views");
 
-    let first = Serve::start(args(&socket));
+    let first = Serve::start(setup.args(&socket));
     let a = send(&socket, 1000, 1);
     wait_for("the first batch stored", a, stored).await;
     // The store now refuses every write (definitely not applied).
@@ -406,13 +444,13 @@ async fn sigkill_loses_only_the_unwritten_totals_it_reported() {
     assert_eq!(stored(), a, "nothing of the second batch reached the store");
     // Killed inside a flush's totals stage, the intents of its journal not known applied
     // are written again by the next start (idempotent); killed between flushes, none.
-    let recovered = recoverable_day_sum(&state);
+    let recovered = recoverable_day_sum(state);
 
     server.clear_faults();
     let socket2 = dir.path().join("stream2.sock");
     let mut second = Command::new(BIN)
         .arg("serve")
-        .args(args(&socket2))
+        .args(setup.args(&socket2))
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
@@ -470,17 +508,7 @@ async fn sigkill_loses_only_the_unwritten_totals_it_reported() {
         b.to_string(),
         "and said so (a bound)"
     );
-    let writers: std::collections::BTreeSet<String> = {
-        let rows = server
-            .execute(None, &format!("SELECT writer FROM {DAYS}"))
-            .unwrap();
-        (0..rows.len())
-            .filter_map(|i| match rows.get(i, "writer") {
-                Some(cqlsim::Value::Text(w)) => Some(w.clone()),
-                _ => None,
-            })
-            .collect()
-    };
+    let writers = day_writers(&server);
     assert_eq!(writers.len(), 2, "one column per incarnation: {writers:?}");
     server.shutdown().await.unwrap();
 }
@@ -492,47 +520,15 @@ async fn sigkill_loses_only_the_unwritten_totals_it_reported() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_kill_between_sending_totals_and_settling_them_loses_none_of_them() {
     let dir = tempfile::tempdir().unwrap();
-    let mut config = totals_config(&dir.path().join("unused"));
-    let server = start_cqlsim(
-        &mut config,
-        "refuses every write with an injected fault, reads the table in process",
-    )
-    .await
-    .into_sim();
-    let file = dir.path().join("serve.toml");
     // A long interval: the lines sent at start are all in the first flush that writes.
-    std::fs::write(
-        &file,
-        format!(
-            "[store]\nrequest_timeout = \"1s\"\n[flush]\ninterval = \"2s\"\njitter = \"0s\"\n\
-             [generic]\nenabled = false\n\
-             [[family]]\nname = \"views_totals\"\nminute_table = \"{MINUTES}\"\nday_table = \"{DAYS}\"\nkey = [\"page_id\"]\nmode = \"writer_totals\"\n[family.columns]\n\"page.views.t\" = \"views\"\n"
-        ),
-    )
-    .unwrap();
-    let state = dir.path().join("state");
-    let args = |socket: &Path| {
-        vec![
-            "--config".to_string(),
-            file.display().to_string(),
-            "--udp".into(),
-            "off".into(),
-            "--uds-stream".into(),
-            socket.display().to_string(),
-            "--metrics".into(),
-            "off".into(),
-            "--contact-point".into(),
-            config.store.contact_points[0].clone(),
-            "--state-dir".into(),
-            state.display().to_string(),
-        ]
-    };
+    let (server, setup) = ServeSetup::start(dir.path(), "2s").await;
+    let state = &setup.state;
     let stored = || crate::common::table_sum(&server, DAYS, "views");
     server.set_faults(vec![FaultRule::new(FaultKind::Unavailable)]);
     let socket = dir.path().join("stream.sock");
     let mut first = Command::new(BIN)
         .arg("serve")
-        .args(args(&socket))
+        .args(setup.args(&socket))
         .env("COUNTERSINK_CRASH_POINT", "totals_sent")
         .stderr(Stdio::piped())
         .spawn()
@@ -566,21 +562,11 @@ async fn a_kill_between_sending_totals_and_settling_them_loses_none_of_them() {
     assert!(group.committed && !group.ended && !group.totals.is_empty());
 
     server.clear_faults();
-    let second = Serve::start(args(&dir.path().join("stream2.sock")));
+    let second = Serve::start(setup.args(&dir.path().join("stream2.sock")));
     wait_for("the killed run's totals written again", fed, stored).await;
     let (status, _) = second.terminate();
     assert!(status.success());
-    let writers: Vec<String> = {
-        let rows = server
-            .execute(None, &format!("SELECT writer FROM {DAYS}"))
-            .unwrap();
-        (0..rows.len())
-            .filter_map(|i| match rows.get(i, "writer") {
-                Some(cqlsim::Value::Text(w)) => Some(w.clone()),
-                _ => None,
-            })
-            .collect()
-    };
+    let writers = day_writers(&server);
     assert!(
         !writers.is_empty() && writers.iter().all(|w| w.contains("/1/")),
         "written in the killed run's (incarnation 1) column: {writers:?}"
@@ -629,13 +615,7 @@ async fn schema_creates_both_shapes_and_the_check_tells_them_apart() {
     let dir = tempfile::tempdir().unwrap();
     let mut config = totals_config(dir.path());
     let file = dir.path().join("countersink.toml");
-    std::fs::write(
-        &file,
-        format!(
-            "[[family]]\nname = \"views_totals\"\nminute_table = \"{MINUTES}\"\nday_table = \"{DAYS}\"\nkey = [\"page_id\"]\nmode = \"writer_totals\"\n[family.columns]\n\"page.views.t\" = \"views\"\n"
-        ),
-    )
-    .unwrap();
+    std::fs::write(&file, family_toml()).unwrap();
     let printed = cli_stdout(["schema", "--config", &file.display().to_string()]);
     assert!(
         printed.contains("PRIMARY KEY ((page_id, day), minute, writer)"),

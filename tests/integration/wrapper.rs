@@ -665,6 +665,84 @@ async fn fault_run(kind: FaultKind, applied: bool) {
     store.shutdown().await;
 }
 
+/// The final flush's deadline stops the sending: with every reply held past it and two
+/// requests in flight at most, the two running at the deadline are given up as unknown
+/// (`cancelled_at_deadline`; they did apply, and nothing sends them again), the other
+/// eight never start and go to the spill, and every delta is in exactly one record.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn at_the_final_deadline_requests_in_flight_are_unknown_and_the_rest_spilled() {
+    let store = launch(StoreOptions::cqlsim_only(
+        "holds every reply past the deadline",
+    ))
+    .await;
+    let server = store.sim();
+    server.execute_script(None, SCHEMA).expect("schema");
+    let dir = tempfile::tempdir().unwrap();
+    let session = wrap(&store.contact_point(), dir.path(), |c| {
+        c.store.request_timeout = Duration::from_secs(30);
+        c.flush.shutdown_deadline = Duration::from_secs(1);
+        c.flush.max_in_flight = 2;
+    })
+    .await;
+    let update = session
+        .prepare("UPDATE w.c1 SET c = c + ? WHERE k = ?")
+        .await
+        .unwrap();
+    // A first flush prepares the wrapper's own UPDATE while the store answers.
+    session
+        .execute_unpaged(&update, (Counter(1), "warm"))
+        .await
+        .unwrap();
+    assert_eq!(session.flush_now().await.applied, 1);
+    let mut fed = 0_i128;
+    for i in 1..=10_i64 {
+        session
+            .execute_unpaged(&update, (Counter(i), format!("k{i}")))
+            .await
+            .unwrap();
+        fed += i128::from(i);
+    }
+    let spill_path = dir.path().join(countersink::wrapper::spill::SPILL_FILE);
+    let unknown_path = session.log_path(WrapperOutcome::Unknown).await;
+    server.set_faults(vec!["delay,for=5s,table=w.c1".parse().unwrap()]);
+    let report = session.shutdown().await;
+    assert_eq!(report.writes, 10, "one request per key: {report:?}");
+    assert_eq!(
+        (report.applied, report.unknown, report.unsent),
+        (0, 2, 8),
+        "{report:?}"
+    );
+    let unknown = records(&unknown_path);
+    assert_eq!(unknown.len(), 2, "{unknown:?}");
+    assert!(
+        unknown
+            .iter()
+            .all(|r| r.error_kind.as_deref() == Some("cancelled_at_deadline")),
+        "{unknown:?}"
+    );
+    let spilled = records(&spill_path);
+    assert_eq!(spilled.len(), 8, "{spilled:?}");
+    let sum = |records: &[WrapperRecord]| -> i128 {
+        records
+            .iter()
+            .flat_map(|r| r.deltas.values())
+            .map(|d| i128::from(*d))
+            .sum()
+    };
+    assert_eq!(
+        sum(&unknown) + sum(&spilled),
+        fed,
+        "every delta in one record"
+    );
+    server.clear_faults();
+    assert_eq!(
+        server.stats().table("w", "c1").counter_delta_sum,
+        1 + sum(&unknown),
+        "the store holds the first flush and the two cut off in flight, nothing more"
+    );
+    store.shutdown().await;
+}
+
 /// The final flush with the store down: nothing is lost silently. Every buffered delta is
 /// in the spill (definitely not applied) or `wrapper_unknown.jsonl`, the identity holds in
 /// the collector's last figures, and the store holds nothing. The next start on the same

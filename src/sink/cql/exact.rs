@@ -44,7 +44,7 @@ type LedgerValues<'a> = (
     i64,
     i64,
     i16,
-    BTreeMap<String, i64>,
+    BTreeMap<&'a str, i64>,
     i32,
 );
 

@@ -38,6 +38,18 @@ fn family() -> FamilyEntry {
     }
 }
 
+/// A replay cursor of a recovered segment.
+fn cursor() -> Cursor {
+    Cursor {
+        segment: SegmentId {
+            incarnation: 2,
+            flush_seq: 9,
+            recovered: true,
+        },
+        offset: 77,
+    }
+}
+
 fn flush(seq: u64) -> FlushId {
     FlushId {
         writer: "w".into(),
@@ -53,14 +65,7 @@ fn a_group_reads_back_with_its_outcomes_and_a_torn_tail_is_cut() {
     let (mut journal, groups, _) = Journal::open(path.clone()).unwrap();
     assert!(groups.is_empty());
     journal.set_keep(true);
-    let cursor = Cursor {
-        segment: SegmentId {
-            incarnation: 2,
-            flush_seq: 9,
-            recovered: true,
-        },
-        offset: 77,
-    };
+    let cursor = cursor();
     let mut epoch_write = write("b", &[i64::MIN]);
     epoch_write.epoch = Some(29_934_000);
     let writes = [write("a", &[1, 2]), epoch_write];
@@ -268,4 +273,123 @@ fn a_totals_group_reads_back_with_writer_time_totals_and_unconfirmed_parts() {
     assert_eq!(totals.consumes, None, "a totals group consumes no spill");
     assert_eq!(totals.totals, [intent]);
     assert_eq!(totals.outcomes[&1], Settled::Applied);
+}
+
+/// Every record kind, written once: the bytes on disk as this format defines them. A
+/// journal written by an earlier build must read the same, so any change here is a
+/// format change (and needs a version of its own), not a refactoring.
+#[test]
+fn the_format_of_every_record_is_fixed() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("journal.wal");
+    let (mut journal, _, _) = Journal::open(path.clone()).unwrap();
+    journal.set_keep(true);
+    let cursor = cursor();
+    let mut epoch_write = write("b", &[-3]);
+    epoch_write.epoch = Some(7);
+    journal
+        .begin(
+            &flush(5),
+            "t",
+            Some(cursor),
+            &[family()],
+            &[write("a", &[1]), epoch_write],
+        )
+        .unwrap();
+    journal.outcome(0, &Settled::Applied);
+    for (request, settled) in [
+        (
+            1,
+            Settled::NotApplied {
+                kind: "k".into(),
+                text: "x".into(),
+            },
+        ),
+        (
+            2,
+            Settled::Rejected {
+                kind: "k".into(),
+                text: "y".into(),
+            },
+        ),
+        (
+            3,
+            Settled::Unknown {
+                kind: "k".into(),
+                text: "z".into(),
+            },
+        ),
+        (4, Settled::NotStarted),
+        (5, Settled::Dropped),
+    ] {
+        journal.outcome(request, &settled);
+    }
+    journal.logs_at(10, 20).unwrap();
+    journal.end(5).unwrap();
+    let totals = TotalsIntent {
+        request: 2,
+        family: 1,
+        table: Granularity::Minute,
+        writer: "w/3/a".into(),
+        timestamp: -1,
+        series: vec![0xab],
+        rows: vec![TotalsIntentRow {
+            bucket: 6,
+            totals: vec![8],
+            unconfirmed: vec![-8],
+        }],
+    };
+    journal
+        .begin_totals(&flush(5), "t", &[family()], &[totals])
+        .unwrap();
+    journal.end(5).unwrap();
+    let table = WrapperTable {
+        id: 4,
+        keyspace: "a".into(),
+        name: "v".into(),
+        key_columns: vec!["p".into()],
+        counters: vec!["h".into()],
+    };
+    let intents = vec![(4, vec![(b"kk".as_slice(), [1_i64, -1].as_slice())])];
+    journal
+        .begin_wrapper(
+            &flush(6),
+            "t",
+            Some(123),
+            std::slice::from_ref(&table),
+            &intents,
+        )
+        .unwrap();
+    journal.logs_at_wrapper([1, 2, 3]).unwrap();
+    journal
+        .begin_wrapper(&flush(7), "t", None, &[table], &[])
+        .unwrap();
+    let written = std::fs::read(&path).unwrap()[..journal.offset as usize].to_vec();
+    let hex: String = written.iter().map(|b| format!("{b:02x}")).collect();
+    let expected = concat!(
+        "9000000011c641340101000000770300000000000000050000000000000001000000740102000000",
+        "000000000900000000000000014d0000000000000001000000010005000000766965777311000000",
+        "6d2e76696577735f62795f6d696e7574650e0000006d2e76696577735f62795f6461790100000007",
+        "000000706167655f6964020000000500000076696577730500000062797465732b0000005fa6d546",
+        "020000000001000102000300000001006101000000204e000002000100000000000000ffffffffff",
+        "ffffff330000002e6618cf020100000001000102000300000001006201000000204e00000200fdff",
+        "ffffffffffff0300000000000000070000000000000001000000a5a02d41030e00000018149a2304",
+        "0000000000000000000000000010000000a9bac7a3040100000001010000006b0100000078100000",
+        "001b504145040200000002010000006b0100000079100000002fa9eea6040300000003010000006b",
+        "010000007a0e000000bf371d3e04040000000400000000000000000e00000092d9f1fa0405000000",
+        "05000000000000000011000000c8b10c32050a00000000000000140000000000000009000000bb8f",
+        "9ae0060500000000000000770000002d60cbc1010100000077030000000000000005000000000000",
+        "00010000007400010000000100050000007669657773110000006d2e76696577735f62795f6d696e",
+        "7574650e0000006d2e76696577735f62795f6461790100000007000000706167655f696402000000",
+        "05000000766965777305000000627974657338000000658cdc41070200000001000005000000772f",
+        "332f61ffffffffffffffff01000000ab010000000600000001000800000000000000f8ffffffffff",
+        "ffff01000000a5a02d410309000000bb8f9ae006050000000000000048000000e7d640d808010000",
+        "0077030000000000000006000000000000000100000074017b000000000000000100000004000000",
+        "010000006101000000760100000001000000700100000001000000682500000047c8713a09000000",
+        "000400000001000000020000006b6b02000100000000000000ffffffffffffffff01000000a5a02d",
+        "410319000000492a6db50a0100000000000000020000000000000003000000000000004000000093",
+        "a269f408010000007703000000000000000700000000000000010000007400010000000400000001",
+        "00000061010000007601000000010000007001000000010000006801000000a5a02d4103",
+    );
+    assert_eq!(hex, expected);
 }

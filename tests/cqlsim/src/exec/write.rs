@@ -490,8 +490,12 @@ fn keys(
             m.join(", ")
         )));
     }
-    let pks = product(pk.into_iter().flatten().collect());
-    let cks = product(ck.into_iter().flatten().collect());
+    let mut pks = product(pk.into_iter().flatten().collect());
+    let mut cks = product(ck.into_iter().flatten().collect());
+    if pks.len() == 1 && cks.len() == 1 {
+        // The common case (every relation an `=`): one row, nothing to clone.
+        return Ok(pks.pop().into_iter().zip(cks.pop()).collect());
+    }
     Ok(pks
         .iter()
         .flat_map(|p| cks.iter().map(move |c| (p.clone(), c.clone())))
@@ -536,6 +540,9 @@ pub(crate) fn in_values(
 
 /// Cartesian product of per-column value lists.
 fn product(cols: Vec<Vec<Value>>) -> Vec<Vec<Value>> {
+    if cols.iter().all(|vals| vals.len() == 1) {
+        return vec![cols.into_iter().flatten().collect()];
+    }
     cols.into_iter().fold(vec![Vec::new()], |acc, vals| {
         acc.iter()
             .flat_map(|prefix| {

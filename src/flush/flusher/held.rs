@@ -1,0 +1,174 @@
+//! Rows a flush drained and does not send: held back for the epoch registry, or for the
+//! delta ledger at the shutdown deadline (see [`crate::state::ledger_pending`]).
+
+use std::time::SystemTime;
+
+use crate::aggregate::{Credit, Refused, RefusedReason, Row, RowKey};
+use crate::bucket;
+use crate::sink::Sink;
+use crate::state::{FlushId, RecordSource, ledger_pending};
+use crate::vocabulary::{DropReason, Granularity};
+
+use super::super::record_conversion;
+use super::{Flusher, Spilled};
+
+impl<S: Sink> Flusher<S> {
+    /// Puts rows the epoch view does not cover yet back into the buffer, whole (they were
+    /// never planned), and counts them. Returns their delta sums per table (they are not
+    /// in flight). A row whose sum would overflow there is dropped and counted
+    /// (`overflow`).
+    pub(super) fn hold(&self, held: Vec<(RowKey, Row)>, credit: &mut Credit) -> [i128; 2] {
+        let mut sums = [0_i128; 2];
+        if held.is_empty() {
+            return sums;
+        }
+        for (key, row) in &held {
+            for g in Granularity::ALL {
+                if key.slot().owes(g) {
+                    sums[g.index()] += row.columns.sum();
+                }
+            }
+        }
+        if let Some(epochs) = &self.epochs {
+            epochs.count_held(held.len());
+        }
+        tracing::debug!(
+            rows = held.len(),
+            "Rows held: the epoch registry's last read does not cover their minute yet."
+        );
+        // Their room is the drained rows' credit, so only an overflowing sum is refused.
+        for Refused { key, row, reason } in self.engine.aggregator().merge_back(held, credit) {
+            for g in Granularity::ALL {
+                if key.slot().owes(g) {
+                    let sum = row.columns.sum();
+                    self.ledger.update(g, |s| s.dropped += sum);
+                }
+            }
+            let reason = match reason {
+                RefusedReason::Overflow => DropReason::Overflow,
+                RefusedReason::NoRoom => DropReason::MaxRows,
+            };
+            self.ledger.count_late_drop(reason, 1);
+            tracing::error!(
+                ?key,
+                reason = reason.as_str(),
+                "A held row could not go back to the buffer; dropped (counted in countersink_rows_dropped_total)."
+            );
+        }
+        sums
+    }
+
+    /// At the final flush, rows the epoch view does not cover go to the flush's spill
+    /// segment (request id `…/held`) instead of back to memory: the next start replays
+    /// them into the epoch of their minute. Returns their delta sums per table.
+    pub(super) fn spill_held(&mut self, flush: &FlushId, held: Vec<(RowKey, Row)>) -> [i128; 2] {
+        if let Some(epochs) = &self.epochs {
+            epochs.count_held(held.len());
+        }
+        if !held.is_empty() {
+            tracing::warn!(
+                rows = held.len(),
+                "At shutdown, rows whose epoch the last read of the registry does not cover were spilled; the next start places them."
+            );
+        }
+        self.spill_rows(flush, &held)
+    }
+
+    /// Puts drained rows that were never planned into this flush's spill segment, as
+    /// records of request `…/held` (one per row and table). Returns their delta sums per
+    /// table.
+    fn spill_rows(&mut self, flush: &FlushId, held: &[(RowKey, Row)]) -> [i128; 2] {
+        let mut sums = [0_i128; 2];
+        let time = bucket::rfc3339(SystemTime::now());
+        let held_id = format!(
+            "{}/{}/{}/held",
+            flush.writer, flush.incarnation, flush.flush_seq
+        );
+        let mut index = 0_u16;
+        for (key, row) in held {
+            let family = &self.families[usize::from(key.family().0)];
+            let source = RecordSource {
+                flush,
+                request: u32::MAX,
+                time: &time,
+            };
+            for (table, mut record) in record_conversion::held_records(key, row, family, source) {
+                record.request_id.clone_from(&held_id);
+                record.row = index;
+                index = index.saturating_add(1);
+                let sum = row.columns.sum();
+                sums[table.index()] += sum;
+                self.held_spill.push(Spilled {
+                    request: None,
+                    table,
+                    sum,
+                    records: vec![record],
+                });
+            }
+        }
+        sums
+    }
+
+    /// At the final flush, the rows still held for the delta ledger: their ledger rows
+    /// go, verbatim, to `ledger_pending.jsonl`, and only once that file is durable are the
+    /// rows spilled (the next start confirms the ledger rows before it replays them). If
+    /// the file cannot be written, the rows are not spilled (replaying them would put
+    /// deltas in the counters that the ledger may never record): they are lost, and the
+    /// stop is recorded as unclean with them.
+    pub(super) fn spill_ledger_held(&mut self, flush: &FlushId) {
+        let Some(gate) = &mut self.ledger_gate else {
+            return;
+        };
+        if gate.held().0 == 0 {
+            return;
+        }
+        let (rows, sums, ledger_rows) = gate.give_up_held();
+        for g in Granularity::ALL {
+            self.ledger.update(g, |s| s.in_flight -= sums[g.index()]);
+        }
+        match ledger_pending::store(self.state.dir(), &ledger_rows) {
+            Ok(()) => {
+                self.ledger_file = true;
+                tracing::warn!(
+                    rows = rows.len(),
+                    ledger_rows = ledger_rows.len(),
+                    "At the shutdown deadline the delta ledger had not confirmed these rows' ledger rows: the rows were spilled and their ledger rows kept in ledger_pending.jsonl; the next start confirms them before it replays the rows."
+                );
+                self.spill_rows(flush, &rows);
+            }
+            Err(error) => {
+                tracing::error!(
+                    %error,
+                    rows = rows.len(),
+                    "Could not write ledger_pending.jsonl: rows held for the delta ledger at the shutdown deadline are lost (not spilled: their deltas would reach the counters unrecorded); the stop is recorded as unclean."
+                );
+                self.lost.0 += rows.len() as u64;
+                self.lost.1[0] += sums[0];
+                self.lost.1[1] += sums[1];
+            }
+        }
+    }
+
+    /// Deletes `ledger_pending.jsonl` once the gate confirmed every row of it (spilled
+    /// rows may be replayed from then on).
+    pub(super) fn forget_confirmed_ledger_file(&mut self) {
+        let confirmed = self
+            .ledger_gate
+            .as_ref()
+            .is_some_and(|gate| !gate.has_stored());
+        if !self.ledger_file || !confirmed {
+            return;
+        }
+        match ledger_pending::remove(self.state.dir()) {
+            Ok(()) => {
+                self.ledger_file = false;
+                tracing::info!(
+                    "The ledger rows of ledger_pending.jsonl are confirmed; spilled rows are replayed again."
+                );
+            }
+            Err(error) => {
+                tracing::error!(%error, "Could not delete ledger_pending.jsonl (its rows are confirmed; it is tried again).")
+            }
+        }
+    }
+}
