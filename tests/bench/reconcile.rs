@@ -164,10 +164,7 @@ async fn reconcile_run(
         // quarters of the run, and at its end.
         let quarter = (keys as u64 / 4_000).max(1);
         if (n + 1) % quarter == 0 || p.keys_done == keys as u64 {
-            lines
-                .lock()
-                .expect("lines")
-                .push(p.line(started.elapsed()));
+            lines.lock().expect("lines").push(p.line(started.elapsed()));
         }
     };
     reset_peak();
