@@ -18,6 +18,9 @@
 //!    store's rows already resident.
 //! 2. The ceiling: the same two prepared SELECTs per key, the same texts, at the same
 //!    concurrency, through the same driver session, rows deserialized, nothing else.
+//! 3. The day's scans alone (ledger and key-index buckets, as reconcile reads them): with
+//!    the ceiling, the time reconcile's parts take done one after the other, so that its
+//!    own cost shows (ratio 1.0: none).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -30,7 +33,7 @@ use countersink::family::{Families, key_bucket};
 use countersink::layout::TableLayout;
 use countersink::ops::keyindex::index_table;
 use countersink::ops::read::select_partition;
-use countersink::ops::reconcile::{self, MAX_LISTED, Options, Progress};
+use countersink::ops::reconcile::{self, MAX_LISTED, Options, Progress, gather};
 use countersink::sink::cql::session;
 use countersink::vocabulary::Granularity;
 use futures_util::StreamExt;
@@ -237,6 +240,35 @@ async fn ceiling(session: &Arc<Session>, config: &Config, keys: usize) -> f64 {
     (2 * keys) as f64 / started.elapsed().as_secs_f64()
 }
 
+/// Seconds to scan the day's ledger and key-index buckets as reconcile does (a slice's
+/// buckets together, slice after slice), without reading a counter.
+async fn scan_secs(session: &Arc<Session>, config: &Config) -> f64 {
+    let families = Families::from_config(config).expect("families");
+    let generic = families.by_name("generic").expect("generic");
+    let buckets = gather::BucketReader::new(session, config, generic, Day(DAY))
+        .await
+        .expect("prepare");
+    let slices = reconcile::slices(config);
+    let rows = AtomicU64::new(0);
+    let started = Instant::now();
+    for slice in 0..slices {
+        let ledger = (0..config.exact.buckets)
+            .filter(|b| b % slices == slice)
+            .map(|b| buckets.ledger_bucket(b as i16, &rows));
+        let index = (0..config.key_index.buckets)
+            .filter(|b| b % slices == slice)
+            .map(|b| buckets.index_bucket(b as i16));
+        let (ledger, index) = futures_util::future::join(
+            futures_util::future::try_join_all(ledger),
+            futures_util::future::try_join_all(index),
+        )
+        .await;
+        ledger.expect("ledger");
+        index.expect("index");
+    }
+    started.elapsed().as_secs_f64()
+}
+
 async fn measure(keys: usize, runs: usize) {
     let mut config = bench_config();
     let server = cqlsim::Server::start(cqlsim::Config {
@@ -254,6 +286,7 @@ async fn measure(keys: usize, runs: usize) {
     let populated = started.elapsed();
     let session = Arc::new(session::connect(&config.store).await.expect("session"));
     let (mut rates, mut ceilings, mut growth) = (Vec::new(), Vec::new(), Vec::new());
+    let mut scans = Vec::new();
     let mut estimate = (0, 0);
     let mut lines = Vec::new();
     for _ in 0..runs {
@@ -263,8 +296,20 @@ async fn measure(keys: usize, runs: usize) {
         estimate = (run.first_estimate, run.progress_calls);
         lines = run.progress_lines;
         ceilings.push(ceiling(&session, &config, keys).await);
+        scans.push(scan_secs(&session, &config).await);
     }
-    let (rate, ceiling) = (median(rates), median(ceilings));
+    let (rate, ceiling, scan) = (median(rates), median(ceilings), median(scans));
+    // Reconcile's time against its parts done alone: the day's scans, then the SELECTs
+    // at the ceiling's rate (1.0: no cost of its own; below: the parts overlap).
+    let parts = scan + (2 * keys) as f64 / ceiling;
+    // Rows read: per key a ledger row, a key-index row, a minute row and a day row.
+    println!(
+        "reconcile {keys} key-days: {:.1}s; alone: scans {scan:.1}s + SELECTs at the ceiling {:.1}s = {parts:.1}s, ratio {:.2}; rows read {:.0}/s",
+        keys as f64 / rate,
+        (2 * keys) as f64 / ceiling,
+        parts / (keys as f64 / rate),
+        4.0 * rate,
+    );
     println!(
         "reconcile {keys} key-days (populated in {:.1}s): {rate:.0} keys/s = {:.0} partition reads/s; \
          ceiling {ceiling:.0} SELECTs/s at concurrency {CONCURRENCY}; ratio {:.2}; \
