@@ -98,6 +98,7 @@ pub(super) async fn run(args: ReconcileArgs) -> Result<(), Failure> {
         threshold,
         now_unix_secs: now,
         concurrency: 64,
+        max_listed: reconcile::MAX_LISTED,
     };
     let session = Arc::new(
         session::connect(&config.store)
@@ -105,11 +106,8 @@ pub(super) async fn run(args: ReconcileArgs) -> Result<(), Failure> {
             .map_err(Failure::other)?,
     );
     let terminal = std::io::stderr().is_terminal();
-    let progress = |what: &str, n: u64| {
-        if terminal {
-            eprint!("\r{what}: {n}    ");
-        }
-    };
+    let line = ProgressLine::new(terminal);
+    let progress = |p: reconcile::Progress| line.show(p);
     let mut reports = Vec::new();
     for family in selected {
         let mut report = reconcile::reconcile(&session, &config, family, &options, &progress)
@@ -168,9 +166,6 @@ pub(super) async fn run(args: ReconcileArgs) -> Result<(), Failure> {
                     .map_err(Failure::other)?;
             }
         }
-        if terminal {
-            eprintln!();
-        }
         if args.resolve {
             let written = reconcile::write_resolutions(
                 &session,
@@ -193,8 +188,9 @@ pub(super) async fn run(args: ReconcileArgs) -> Result<(), Failure> {
             let written = reconcile::closed::close_day(
                 &session,
                 &config,
-                &report,
+                family,
                 args.day,
+                &options.tags,
                 now.saturating_mul(1000),
             )
             .await
@@ -221,6 +217,45 @@ pub(super) async fn run(args: ReconcileArgs) -> Result<(), Failure> {
     }
 }
 
+/// The progress line of a long run on a terminal (stderr): keys done of the estimated
+/// total, rate and time left, redrawn at most every half second. Silent when stderr is
+/// not a terminal (cron, Kubernetes jobs, pipes).
+struct ProgressLine {
+    started: std::time::Instant,
+    last: std::sync::Mutex<Option<std::time::Instant>>,
+    on: bool,
+}
+
+impl ProgressLine {
+    fn new(on: bool) -> ProgressLine {
+        ProgressLine {
+            started: std::time::Instant::now(),
+            last: std::sync::Mutex::new(None),
+            on,
+        }
+    }
+
+    fn show(&self, progress: reconcile::Progress) {
+        if !self.on {
+            return;
+        }
+        let now = std::time::Instant::now();
+        let done =
+            progress.keys_done >= progress.keys_found && progress.slices_scanned >= progress.slices;
+        {
+            let mut last = self.last.lock().unwrap_or_else(|e| e.into_inner());
+            if !done && last.is_some_and(|t| now - t < std::time::Duration::from_millis(500)) {
+                return;
+            }
+            *last = Some(now);
+        }
+        eprint!("\r{}\x1b[K", progress.line(now - self.started));
+        if done {
+            eprintln!();
+        }
+    }
+}
+
 fn print_text(report: &Report) {
     println!(
         "family {} day {}{}",
@@ -228,6 +263,9 @@ fn print_text(report: &Report) {
         report.day,
         if report.closed { "" } else { " (open)" }
     );
+    if let Some(why) = &report.open_because {
+        println!("open: {why}");
+    }
     for key in report.keys.iter().filter(|k| k.status != Status::Ok) {
         let drift: Vec<String> = key
             .drift
@@ -274,4 +312,10 @@ fn print_text(report: &Report) {
         s.unknowns_resolved,
         s.over_threshold,
     );
+    if s.not_listed > 0 {
+        println!(
+            "{} more keys that are not ok are counted above but not listed",
+            s.not_listed
+        );
+    }
 }

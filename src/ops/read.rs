@@ -122,6 +122,15 @@ pub struct PartitionRead {
     pub requests: usize,
 }
 
+/// The reads of one table's partitions, prepared ([`Reader::partition_query`]).
+pub struct PartitionQuery {
+    layout: TableLayout,
+    key_types: Vec<KeyType>,
+    statement: PreparedStatement,
+    shards: Vec<Option<u8>>,
+    width: usize,
+}
+
 /// Reads counter partitions; cheap to share (statements are prepared once).
 pub struct Reader {
     session: Arc<Session>,
@@ -190,6 +199,22 @@ impl Reader {
         columns: &[usize],
         consistency: ConsistencyLevel,
     ) -> Result<PartitionRead, ReadError> {
+        let query = self
+            .partition_query(family, kind, columns, consistency)
+            .await?;
+        self.read_query(&query, keys, epoch, day).await
+    }
+
+    /// Prepares the reads of `family`'s `kind` partitions for the value columns
+    /// `columns` at `consistency`, for a caller that reads many keys the same way
+    /// (reconcile): the statement, layout and key types are then found once, not per read.
+    pub async fn partition_query(
+        &self,
+        family: &FamilyDef,
+        kind: Granularity,
+        columns: &[usize],
+        consistency: ConsistencyLevel,
+    ) -> Result<PartitionQuery, ReadError> {
         let layout = TableLayout::of(family, kind);
         let names: Vec<&str> = columns
             .iter()
@@ -197,8 +222,7 @@ impl Reader {
             .collect::<Option<_>>()
             .ok_or_else(|| ReadError::Usage("no such counter column".into()))?;
         let key_types = self.key_types(&layout)?;
-        let statement = self.prepared(&layout, &names).await?;
-        let mut statement = statement.clone();
+        let mut statement = self.prepared(&layout, &names).await?;
         statement.set_consistency(session::consistency(consistency));
         let shards: Vec<Option<u8>> = match &family.sharding {
             Some(s) if s.placement == ShardPlacement::Partition => {
@@ -206,9 +230,33 @@ impl Reader {
             }
             _ => vec![None],
         };
+        Ok(PartitionQuery {
+            width: names.len(),
+            layout,
+            key_types,
+            statement,
+            shards,
+        })
+    }
+
+    /// One logical partition read with a [`PartitionQuery`]: every shard, summed.
+    pub async fn read_query(
+        &self,
+        query: &PartitionQuery,
+        keys: &[String],
+        epoch: Option<i32>,
+        day: Day,
+    ) -> Result<PartitionRead, ReadError> {
+        let PartitionQuery {
+            layout,
+            key_types,
+            statement,
+            shards,
+            width,
+        } = query;
         let mut bound = Vec::with_capacity(shards.len());
         for shard in shards {
-            let mut values = partition_values(&layout, &key_types, keys, day, shard)?;
+            let mut values = partition_values(layout, key_types, keys, day, *shard)?;
             for ((_, role), value) in layout.partition_key.iter().zip(values.iter_mut()) {
                 if *role == Role::Epoch {
                     *value = CqlValue::Int(epoch.unwrap_or(0));
@@ -249,10 +297,7 @@ impl Reader {
                         });
                     }
                 };
-                let entry = read
-                    .sums
-                    .entry(bucket)
-                    .or_insert_with(|| vec![0; names.len()]);
+                let entry = read.sums.entry(bucket).or_insert_with(|| vec![0; *width]);
                 for (sum, cell) in entry.iter_mut().zip(cells) {
                     // A counter shard's cell, or one writer's running total (`bigint`);
                     // added as the store adds a counter, wrapping at the `i64` range.

@@ -5,18 +5,15 @@
 //!    in-process cqlsim through the real driver, the generic family with
 //!    `generic.exact = true` and `false`, at 10k and 100k distinct rows (100 minutes per
 //!    key; the ledger adds one regular row per minute row, batched per ledger partition).
-//! 2. `reconcile` of one family-day: keys reconciled per second, beside cqlsim's ceiling
-//!    for the single-partition SELECTs reconcile issues (two per key: the minute
-//!    partition and the day partition), at the same concurrency.
+//!
+//! `reconcile`'s benchmark is `cargo bench --bench reconcile`.
 
 use std::sync::Arc;
 use std::time::Instant;
 
-use countersink::bucket::Day;
 use countersink::config::Config;
 use countersink::engine::Engine;
 use countersink::flush::Flusher;
-use countersink::ops::reconcile::{self, Options};
 use countersink::sink::cql::CqlSink;
 
 #[path = "common/mod.rs"]
@@ -26,7 +23,6 @@ use self::common::{median, store};
 
 const NOW: i64 = 1_796_042_096;
 const RATE_RUNS: usize = 7;
-const CONCURRENCY: usize = 64;
 
 fn exact_config(dir: &std::path::Path, exact: bool) -> Config {
     let mut config = Config::default();
@@ -72,69 +68,6 @@ async fn flush_rate(rows: usize, exact: bool) -> f64 {
     rows as f64 / elapsed.as_secs_f64()
 }
 
-/// Keys reconciled per second for a day of `keys` keys (one minute each), and cqlsim's
-/// single-partition SELECTs per second at the same concurrency.
-async fn reconcile_rate(keys: usize) -> (f64, f64, u64) {
-    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("tempdir");
-    let mut config = exact_config(dir.path(), true);
-    let server = store(&mut config).await;
-    let engine = Arc::new(Engine::new(&config).expect("engine"));
-    let sink = CqlSink::connect(&config.store, engine.families())
-        .await
-        .expect("sink");
-    let session = sink.session().clone();
-    let mut flusher = Flusher::open(engine.clone(), Arc::new(sink), &config).expect("state");
-    feed(&engine, keys, 1);
-    flusher.flush_now().await;
-    let families = countersink::family::Families::from_config(&config).expect("families");
-    let options = Options {
-        day: Day(((NOW - 6000) / 86_400) as u32),
-        tags: Vec::new(),
-        threshold: 0.0,
-        now_unix_secs: NOW + 10 * 86_400,
-        concurrency: CONCURRENCY,
-    };
-    let started = Instant::now();
-    let report = reconcile::reconcile(
-        &session,
-        &config,
-        families.by_name("generic").expect("generic"),
-        &options,
-        &|_, _| {},
-    )
-    .await
-    .expect("reconcile");
-    let rate = keys as f64 / started.elapsed().as_secs_f64();
-    assert_eq!(report.summary.keys, keys);
-    assert!(report.passes(), "{:?}", report.summary);
-    let ledger_rows = report.summary.ledger_rows;
-
-    // The ceiling: the same partition SELECTs, prepared, at the same concurrency.
-    let select = session
-        .prepare("SELECT minute, value FROM countersink.counts_by_minute WHERE name = ? AND tags = ? AND day = ?")
-        .await
-        .expect("prepare");
-    let requests = keys * 2;
-    let day = scylla::value::CqlDate(((1_i64 << 31) + (NOW - 6000) / 86_400) as u32);
-    let started = Instant::now();
-    let mut tasks = tokio::task::JoinSet::new();
-    for worker in 0..CONCURRENCY {
-        let (session, select) = (session.clone(), select.clone());
-        tasks.spawn(async move {
-            for i in (worker..requests).step_by(CONCURRENCY) {
-                session
-                    .execute_unpaged(&select, ("bench", format!("key:k{}", i % keys), day))
-                    .await
-                    .expect("select");
-            }
-        });
-    }
-    while tasks.join_next().await.is_some() {}
-    let ceiling = requests as f64 / started.elapsed().as_secs_f64();
-    server.shutdown().await.expect("shutdown");
-    (rate, ceiling, ledger_rows)
-}
-
 fn main() {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -155,21 +88,5 @@ fn main() {
                 on / off
             );
         }
-        let keys = 20_000;
-        let mut rates = Vec::new();
-        let mut ceilings = Vec::new();
-        let mut ledger_rows = 0;
-        for _ in 0..3 {
-            let (rate, ceiling, rows) = reconcile_rate(keys).await;
-            rates.push(rate);
-            ceilings.push(ceiling);
-            ledger_rows = rows;
-        }
-        let (rate, ceiling) = (median(rates), median(ceilings));
-        println!(
-            "reconcile {keys} keys ({ledger_rows} ledger rows): {rate:.0} keys/s = {:.0} partition reads/s; cqlsim SELECT ceiling {ceiling:.0}/s at concurrency {CONCURRENCY}; ratio {:.2} (median of 3)",
-            rate * 2.0,
-            rate * 2.0 / ceiling
-        );
     });
 }

@@ -61,8 +61,9 @@ async fn run_reconcile(writer: &Writer, config: &Config) -> Report {
         threshold: 0.0,
         now_unix_secs: countersink::bucket::unix_secs(std::time::SystemTime::now()),
         concurrency: 8,
+        max_listed: reconcile::MAX_LISTED,
     };
-    reconcile::reconcile(&writer.session, config, family, &options, &|_, _| {})
+    reconcile::reconcile(&writer.session, config, family, &options, &|_| {})
         .await
         .expect("reconcile")
 }
@@ -543,4 +544,258 @@ async fn repair_scenario(
     );
     assert_eq!(String::from_utf8_lossy(&get.stdout).trim(), p3.to_string());
     assert!(String::from_utf8_lossy(&get.stderr).contains("closed day"));
+}
+
+/// One key of [`streamed_day`]: its ledger value (none: no ledger row), its counter
+/// (minute and day rows; none: no counter rows), and whether the key index has it.
+struct Planned {
+    ledger: Option<i64>,
+    counter: Option<i64>,
+    indexed: bool,
+}
+
+/// 2 000 keys of the generic family: most equal to their ledger; every 97th drifted +3
+/// by an outside writer, every 89th only in the key index and the counters (its ledger
+/// row lost), every 101st in the ledger only (its counter writes lost).
+fn streamed_plan() -> Vec<Planned> {
+    (0..2_000_i64)
+        .map(|i| {
+            let value = 1 + i % 9;
+            match i {
+                i if i % 97 == 0 => Planned {
+                    ledger: Some(value),
+                    counter: Some(value + 3),
+                    indexed: true,
+                },
+                i if i % 89 == 0 => Planned {
+                    ledger: None,
+                    counter: Some(value),
+                    indexed: true,
+                },
+                i if i % 101 == 0 => Planned {
+                    ledger: Some(value),
+                    counter: None,
+                    indexed: true,
+                },
+                _ => Planned {
+                    ledger: Some(value),
+                    counter: Some(value),
+                    indexed: true,
+                },
+            }
+        })
+        .collect()
+}
+
+/// Writes `plan` for `day` straight into cqlsim, bucketed as `config` says.
+fn write_plan(sim: &cqlsim::Server, config: &Config, day: Day, plan: &[Planned]) {
+    let families = countersink::family::Families::from_config(config).unwrap();
+    let generic = families.by_name("generic").unwrap();
+    let date = format_date(day.date());
+    let ks = config.exact_keyspace();
+    let index = countersink::ops::keyindex::index_table(config);
+    for (i, key) in plan.iter().enumerate() {
+        let tags = format!("key:k{i}");
+        let json = serde_json::to_string(&["s", tags.as_str()]).unwrap();
+        if let Some(value) = key.ledger {
+            sim.execute(None, &format!(
+                "INSERT INTO {ks}.delta_ledger (family, day, bucket, key, minute, writer, incarnation, flush_seq, part, deltas) VALUES ('generic', '{date}', {}, '{json}', 7, 'w', 1, 1, 0, {{'value': {value}}})",
+                countersink::family::key_bucket(&json, config.exact.buckets)
+            )).unwrap();
+        }
+        if key.indexed && config.key_index.enabled {
+            sim.execute(None, &format!(
+                "INSERT INTO {index} (family, day, bucket, key) VALUES ('generic', '{date}', {}, '{json}')",
+                countersink::family::key_bucket(&json, config.key_index.buckets)
+            )).unwrap();
+        }
+        if let Some(value) = key.counter {
+            sim.execute(None, &format!(
+                "UPDATE {} SET value = value + {value} WHERE name = 's' AND tags = '{tags}' AND day = '{date}' AND minute = 7",
+                generic.minute_table
+            )).unwrap();
+            sim.execute(None, &format!(
+                "UPDATE {} SET value = value + {value} WHERE name = 's' AND tags = '{tags}' AND month = '{}' AND day = '{date}'",
+                generic.day_table, &date[..7]
+            )).unwrap();
+        }
+    }
+}
+
+/// A streamed run over many slices (16 with the default 64 ledger and 16 index buckets;
+/// 1 with coprime counts; 64 with the index off) counts exactly what the plan holds, key
+/// by key: the same summary whatever the slicing, and a capped listing changes the
+/// listing only.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_streamed_run_counts_every_key_of_every_slice_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = exact_config(dir.path());
+    config.generic.exact = true;
+    config.key_index.enabled = true;
+    let store = start_cqlsim(&mut config, "writes a day's rows in process").await;
+    let session = std::sync::Arc::new(
+        countersink::sink::cql::session::connect(&config.store)
+            .await
+            .unwrap(),
+    );
+    let plan = streamed_plan();
+    let mut index_7 = config.clone();
+    index_7.key_index.buckets = 7;
+    let mut no_index = config.clone();
+    no_index.key_index.enabled = false;
+    let cases = [(&config, 16), (&index_7, 1), (&no_index, 64)];
+    let mut summaries = Vec::new();
+    for (n, (case, slices)) in cases.into_iter().enumerate() {
+        assert_eq!(reconcile::slices(case), slices);
+        let day = Day(day().0 - 1 - n as u32);
+        write_plan(store.sim(), case, day, &plan);
+        let indexed = case.key_index.enabled;
+        // What the plan says, key by key.
+        let seen: Vec<&Planned> = plan
+            .iter()
+            .filter(|k| k.ledger.is_some() || indexed)
+            .collect();
+        let exact: i128 = seen.iter().filter_map(|k| k.ledger).map(i128::from).sum();
+        let counter: i128 = seen.iter().filter_map(|k| k.counter).map(i128::from).sum();
+        let drifting = seen.iter().filter(|k| k.ledger != k.counter).count();
+        let drift: i128 = seen
+            .iter()
+            .map(|k| (k.counter.unwrap_or(0) - k.ledger.unwrap_or(0)).abs() as i128)
+            .sum();
+        let families = countersink::family::Families::from_config(case).unwrap();
+        let mut options = Options {
+            day,
+            tags: Vec::new(),
+            threshold: 0.0,
+            now_unix_secs: countersink::bucket::unix_secs(std::time::SystemTime::now()),
+            concurrency: 16,
+            max_listed: reconcile::MAX_LISTED,
+        };
+        let generic = families.by_name("generic").unwrap();
+        let report = reconcile::reconcile(&session, case, generic, &options, &|_| {})
+            .await
+            .unwrap();
+        let s = &report.summary;
+        assert_eq!(s.keys, seen.len(), "case {n}: {s:?}");
+        assert_eq!(s.exact_total, exact, "case {n}");
+        assert_eq!(s.counter_total["minute"], counter, "case {n}");
+        assert_eq!(s.counter_total["day"], counter, "case {n}");
+        assert_eq!(s.statuses["ok"], 2 * (seen.len() - drifting), "case {n}");
+        assert_eq!(s.statuses["unexplained"], 2 * drifting, "case {n}");
+        assert_eq!(s.drift_unexplained, 2 * drift, "case {n}");
+        assert_eq!(report.keys.len(), 2 * drifting, "case {n}");
+        assert_eq!(
+            s.ledger_rows,
+            plan.iter().filter(|k| k.ledger.is_some()).count() as u64
+        );
+        // The listing capped: the same counts, three keys listed, the rest counted.
+        options.max_listed = 3;
+        let capped = reconcile::reconcile(&session, case, generic, &options, &|_| {})
+            .await
+            .unwrap();
+        assert_eq!(capped.keys.len(), 3);
+        assert_eq!(capped.summary.not_listed, 2 * drifting - 3);
+        assert_eq!(
+            reconcile::Summary {
+                not_listed: 0,
+                ..capped.summary.clone()
+            },
+            *s
+        );
+        let mut comparable = s.clone();
+        comparable.ledger_rows = 0;
+        summaries.push((comparable, indexed));
+    }
+    // Every slicing with the index counts the same.
+    assert_eq!(summaries[0], summaries[1]);
+    store.shutdown().await;
+}
+
+/// `--repair` on a sharded family (shards in the partition key, then in the clustering
+/// key): an outside writer adds +7 to shard 2 of one key's minute and day rows; the
+/// correction goes to shard 0, and afterwards every key is ok: the counter reconcile
+/// compares is the sum of the shards, which one shard's -7 brings back to the ledger.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn repair_of_a_sharded_family_corrects_the_sum_of_its_shards() {
+    for placement in [
+        countersink::config::ShardPlacement::Partition,
+        countersink::config::ShardPlacement::Clustering,
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        let mut config = exact_config(dir.path());
+        config.families[0].shards = 4;
+        config.families[0].shard_placement = placement;
+        let store = start_cqlsim(&mut config, "writes beside countersink in process").await;
+        let mut writer = Writer::start(&config).await;
+        for flush in 0..8_i64 {
+            for i in 0..40_i64 {
+                let key = format!("p{}", i % 10);
+                writer.incr(
+                    "page.views",
+                    &[("page_id", key.as_str())],
+                    1 + i % 3,
+                    AT + flush,
+                );
+            }
+            writer.flusher.flush_now().await;
+        }
+        settle(&mut writer).await;
+        let (date, minute) = day_and_minute(AT);
+        let family = &config.families[0];
+        let sim = store.sim();
+        sim.execute(None, &format!(
+            "UPDATE {} SET views = views + 7 WHERE page_id = 'p3' AND shard = 2 AND day = '{date}' AND minute = {minute}",
+            family.minute_table
+        ))
+        .unwrap();
+        sim.execute(None, &format!(
+            "UPDATE {} SET views = views + 7 WHERE page_id = 'p3' AND shard = 2 AND month = '{}' AND day = '{date}'",
+            family.day_table,
+            &date[..7]
+        ))
+        .unwrap();
+        let report = run_reconcile(&writer, &config).await;
+        assert_eq!(report.keys.len(), 2, "{placement:?}: {:?}", report.keys);
+        assert!(
+            report.keys.iter().all(|k| k.key == ["p3"]
+                && k.status == Status::Unexplained
+                && k.drift["views"] == 7)
+        );
+
+        let families = countersink::family::Families::from_config(&config).unwrap();
+        let views = families.by_name("views").unwrap();
+        let reader = countersink::ops::read::Reader::new(writer.session.clone());
+        let mut corrections =
+            reconcile::repair::plan(&writer.session, &reader, &config, views, &report, day())
+                .await
+                .unwrap();
+        assert_eq!(corrections.len(), 2, "{corrections:?}");
+        let sink = countersink::sink::cql::CqlSink::connect(&config.store, &families)
+            .await
+            .unwrap();
+        reconcile::repair::apply(
+            &writer.session,
+            &sink,
+            &config,
+            views,
+            day(),
+            &mut corrections,
+            1,
+        )
+        .await
+        .unwrap();
+        assert!(
+            corrections.iter().all(|c| c.outcome == "applied"),
+            "{corrections:?}"
+        );
+        let after = run_reconcile(&writer, &config).await;
+        assert!(
+            after.keys.iter().all(|k| k.drift.values().all(|d| *d == 0)),
+            "{placement:?}: {:?}",
+            after.keys
+        );
+        assert_eq!(after.summary.drift_unexplained, 0, "{placement:?}");
+        assert!(after.passes());
+        store.shutdown().await;
+    }
 }

@@ -17,8 +17,6 @@ use crate::family::{FamilyDef, key_bucket};
 use crate::ops::read::ReadError;
 use crate::sink::cql::session;
 
-use super::Report;
-
 async fn prepare(
     session: &Session,
     config: &Config,
@@ -44,41 +42,58 @@ fn store_error(statement: &PreparedStatement, error: impl std::fmt::Display) -> 
     }
 }
 
-/// Writes every key's exact total of a closed day (`reconcile --close`). Idempotent: a
-/// second close writes the same rows. Returns the rows written.
+/// Writes every key's exact total of a closed day (`reconcile --close`), for the keys
+/// that pass `tags`. Streams: the ledger is read one bucket at a time, and that bucket's
+/// rows written (concurrently) before the next is read. Idempotent: a second close writes
+/// the same rows. Returns the rows written.
 pub async fn close_day(
     session: &Session,
     config: &Config,
-    report: &Report,
+    family: &FamilyDef,
     day: Day,
+    tags: &[(String, String)],
     now_ms: i64,
 ) -> Result<usize, ReadError> {
     let statement = prepare(session, config, "insert_exact_day").await?;
+    let buckets = super::gather::BucketReader::new(session, config, family, day).await?;
+    let rows_read = std::sync::atomic::AtomicU64::new(0);
     let mut written = 0;
-    for key in report.keys.iter().filter(|k| k.granularity == "minute") {
-        let text = serde_json::to_string(&key.key).unwrap_or_default();
-        let totals: BTreeMap<String, i64> = key
-            .exact
-            .iter()
-            .filter(|(_, v)| **v != 0)
-            .map(|(c, v)| (c.clone(), i64::try_from(*v).unwrap_or(i64::MAX)))
-            .collect();
-        let rows = report.ledger_rows_per_key.get(&text).copied().unwrap_or(0);
-        session
-            .execute_unpaged(
-                &statement,
-                (
-                    report.family.as_str(),
-                    text.as_str(),
-                    CqlDate(day.cql_date()),
-                    totals,
-                    i64::try_from(rows).unwrap_or(i64::MAX),
-                    CqlTimestamp(now_ms),
-                ),
-            )
-            .await
-            .map_err(|e| store_error(&statement, e))?;
-        written += 1;
+    for bucket in 0..config.exact.buckets {
+        let sums = buckets.ledger_bucket(bucket as i16, &rows_read).await?;
+        let writes = sums
+            .into_iter()
+            .filter(|(key, _)| super::matches_tags(family, key, tags))
+            .map(|(key, (exact, rows))| {
+                let statement = &statement;
+                async move {
+                    let totals: BTreeMap<String, i64> = family
+                        .columns
+                        .iter()
+                        .zip(exact)
+                        .filter(|(_, v)| *v != 0)
+                        .map(|(c, v)| (c.clone(), i64::try_from(v).unwrap_or(i64::MAX)))
+                        .collect();
+                    session
+                        .execute_unpaged(
+                            statement,
+                            (
+                                family.name.as_str(),
+                                key.as_str(),
+                                CqlDate(day.cql_date()),
+                                totals,
+                                i64::try_from(rows).unwrap_or(i64::MAX),
+                                CqlTimestamp(now_ms),
+                            ),
+                        )
+                        .await
+                        .map_err(|e| store_error(statement, e))
+                }
+            });
+        let mut writes = futures_util::stream::iter(writes).buffer_unordered(64);
+        while let Some(result) = writes.next().await {
+            result?;
+            written += 1;
+        }
     }
     Ok(written)
 }

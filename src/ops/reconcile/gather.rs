@@ -1,20 +1,21 @@
-//! Reading one family-day for reconcile: the ledger (every bucket, paged), the outcomes
-//! table, the key index, and the counters of each key (minute rows and day row, every
-//! shard summed, through [`Reader`]).
+//! Reading one family-day for reconcile: the ledger and the key index one bucket at a
+//! time (paged), the outcomes table, and the counters of each key (minute rows and day
+//! row, every shard summed, through [`Reader`]).
 
-use std::collections::BTreeMap;
-use std::sync::Arc;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use futures_util::StreamExt;
 use scylla::client::session::Session;
+use scylla::statement::prepared::PreparedStatement;
 use scylla::value::CqlDate;
 
 use crate::bucket::Day;
 use crate::config::{Config, ConsistencyLevel};
-use crate::cql_text::{self, EXACT};
+use crate::cql_text::{self, EXACT, KEY_INDEX};
 use crate::family::FamilyDef;
 use crate::ops::keyindex;
-use crate::ops::read::{ReadError, Reader};
+use crate::ops::read::{PartitionQuery, ReadError, Reader};
 use crate::sink::cql::session;
 use crate::vocabulary::Granularity;
 
@@ -32,18 +33,13 @@ pub struct KeyOutcomes {
     pub rows: BTreeMap<String, Vec<i16>>,
 }
 
-/// One family-day as the ledger and the outcomes table have it.
-#[derive(Debug, Default)]
-pub struct DayTruth {
-    /// Key (JSON text) → the ledger's sum of the day, per column.
-    pub exact: BTreeMap<String, Sums>,
-    /// Ledger rows read.
-    pub ledger_rows: u64,
-    /// Key (JSON text) → its ledger rows of the day.
-    pub rows_per_key: BTreeMap<String, u64>,
-    /// (key, granularity) → outcomes.
-    pub outcomes: BTreeMap<(String, Granularity), KeyOutcomes>,
-}
+/// The outcome rows of one family-day: (key, granularity) → what they say. Read whole:
+/// its size follows the writes that did not simply apply, not the number of keys.
+pub type DayOutcomes = BTreeMap<(String, Granularity), KeyOutcomes>;
+
+/// The ledger's sums of the keys of one bucket: key (JSON text) → (sums per column,
+/// ledger rows).
+pub type LedgerSums = HashMap<String, (Sums, u64)>;
 
 fn store_error(statement: &str, error: impl std::fmt::Display) -> ReadError {
     ReadError::Store {
@@ -70,79 +66,135 @@ fn negated(deltas: &BTreeMap<String, i64>) -> BTreeMap<String, i64> {
         .collect()
 }
 
-/// Reads every ledger bucket of `family`'s `day` (concurrently, paged), and its
-/// outcome rows. `progress` hears the ledger rows read so far.
-pub async fn read_truth(
-    session: &Session,
-    config: &Config,
-    family: &FamilyDef,
+/// The bucket scans of one family-day: the ledger's buckets and the key index's, with
+/// their statements prepared once.
+pub struct BucketReader<'a> {
+    session: &'a Session,
+    family: &'a FamilyDef,
     day: Day,
-    progress: &(dyn Fn(u64) + Sync),
-) -> Result<DayTruth, ReadError> {
-    let keyspace = [("keyspace", config.exact_keyspace())];
-    let consistency = session::consistency(config.exact.consistency);
-    let text = cql_text::statement(EXACT, "select_ledger_bucket", &keyspace);
+    ledger: (PreparedStatement, String),
+    index: Option<(PreparedStatement, String)>,
+}
+
+async fn prepare_scan(
+    session: &Session,
+    text: String,
+    consistency: ConsistencyLevel,
+) -> Result<(PreparedStatement, String), ReadError> {
     let mut statement = session
         .prepare(text.clone())
         .await
         .map_err(|e| store_error(&text, e))?;
     statement.set_is_idempotent(true);
-    statement.set_consistency(consistency);
+    statement.set_consistency(session::consistency(consistency));
     statement.set_page_size(5_000);
-    let read_rows = std::sync::atomic::AtomicU64::new(0);
-    let buckets = (0..config.exact.buckets).map(|bucket| {
-        let (statement, text, read_rows) = (&statement, &text, &read_rows);
-        async move {
-            let mut pager = session
-                .execute_iter(
-                    statement.clone(),
-                    (family.name.as_str(), CqlDate(day.cql_date()), bucket as i16),
-                )
-                .await
-                .map_err(|e| store_error(text, e))?
-                .rows_stream::<(String, i16, BTreeMap<String, i64>)>()
-                .map_err(|e| store_error(text, e))?;
-            let mut sums: BTreeMap<String, (Sums, u64)> = BTreeMap::new();
-            let mut rows = 0_u64;
-            while let Some(row) = pager.next().await {
-                let (key, _minute, deltas) = row.map_err(|e| store_error(text, e))?;
-                let entry = sums.entry(key).or_default();
-                column_sums(family, &deltas, &mut entry.0);
-                entry.1 += 1;
-                rows += 1;
-                if rows.is_multiple_of(10_000) {
-                    let total = read_rows.fetch_add(10_000, std::sync::atomic::Ordering::Relaxed);
-                    progress(total + 10_000);
-                }
-            }
-            read_rows.fetch_add(rows % 10_000, std::sync::atomic::Ordering::Relaxed);
-            Ok::<_, ReadError>((sums, rows))
-        }
-    });
-    let mut truth = DayTruth::default();
-    let mut results = futures_util::stream::iter(buckets).buffer_unordered(16);
-    while let Some(result) = results.next().await {
-        let (sums, rows) = result?;
-        truth.ledger_rows += rows;
-        // A key lives in one bucket: no merging across buckets.
-        for (key, (sums, rows)) in sums {
-            truth.rows_per_key.insert(key.clone(), rows);
-            truth.exact.insert(key, sums);
-        }
+    Ok((statement, text))
+}
+
+impl<'a> BucketReader<'a> {
+    /// Prepares the scans (the key index's only when `key_index.enabled`).
+    pub async fn new(
+        session: &'a Session,
+        config: &Config,
+        family: &'a FamilyDef,
+        day: Day,
+    ) -> Result<BucketReader<'a>, ReadError> {
+        let keyspace = [("keyspace", config.exact_keyspace())];
+        let ledger = prepare_scan(
+            session,
+            cql_text::statement(EXACT, "select_ledger_bucket", &keyspace),
+            config.exact.consistency,
+        )
+        .await?;
+        let index = if config.key_index.enabled {
+            let table = keyindex::index_table(config).to_string();
+            let text = cql_text::statement(KEY_INDEX, "select_keys", &[("table", &table)]);
+            Some(prepare_scan(session, text, ConsistencyLevel::One).await?)
+        } else {
+            None
+        };
+        Ok(BucketReader {
+            session,
+            family,
+            day,
+            ledger,
+            index,
+        })
     }
-    progress(truth.ledger_rows);
-    read_outcomes(session, config, family, day, &mut truth).await?;
-    Ok(truth)
+
+    /// Whether the key index is read.
+    pub fn reads_index(&self) -> bool {
+        self.index.is_some()
+    }
+
+    /// One ledger bucket, paged: its keys' sums and row counts. `rows_read` hears every
+    /// row as it is read (for progress).
+    pub async fn ledger_bucket(
+        &self,
+        bucket: i16,
+        rows_read: &AtomicU64,
+    ) -> Result<LedgerSums, ReadError> {
+        let (statement, text) = &self.ledger;
+        let mut pager = self
+            .session
+            .execute_iter(
+                statement.clone(),
+                (
+                    self.family.name.as_str(),
+                    CqlDate(self.day.cql_date()),
+                    bucket,
+                ),
+            )
+            .await
+            .map_err(|e| store_error(text, e))?
+            .rows_stream::<(String, i16, BTreeMap<String, i64>)>()
+            .map_err(|e| store_error(text, e))?;
+        let mut sums = LedgerSums::new();
+        while let Some(row) = pager.next().await {
+            let (key, _minute, deltas) = row.map_err(|e| store_error(text, e))?;
+            let entry = sums.entry(key).or_default();
+            column_sums(self.family, &deltas, &mut entry.0);
+            entry.1 += 1;
+            rows_read.fetch_add(1, Ordering::Relaxed);
+        }
+        Ok(sums)
+    }
+
+    /// One key-index bucket's keys (JSON texts); none when the index is off.
+    pub async fn index_bucket(&self, bucket: i16) -> Result<Vec<String>, ReadError> {
+        let Some((statement, text)) = &self.index else {
+            return Ok(Vec::new());
+        };
+        let mut pager = self
+            .session
+            .execute_iter(
+                statement.clone(),
+                (
+                    self.family.name.as_str(),
+                    CqlDate(self.day.cql_date()),
+                    bucket,
+                ),
+            )
+            .await
+            .map_err(|e| store_error(text, e))?
+            .rows_stream::<(String,)>()
+            .map_err(|e| store_error(text, e))?;
+        let mut keys = Vec::new();
+        while let Some(row) = pager.next().await {
+            keys.push(row.map_err(|e| store_error(text, e))?.0);
+        }
+        Ok(keys)
+    }
 }
 
 /// The outcome rows of `family`'s `day`, folded per key and granularity.
-async fn read_outcomes(
+pub async fn read_outcomes(
     session: &Session,
     config: &Config,
     family: &FamilyDef,
     day: Day,
-    truth: &mut DayTruth,
-) -> Result<(), ReadError> {
+) -> Result<DayOutcomes, ReadError> {
+    let mut outcomes = DayOutcomes::new();
     let keyspace = [("keyspace", config.exact_keyspace())];
     let text = cql_text::statement(EXACT, "select_outcomes", &keyspace);
     let mut statement = session
@@ -180,10 +232,7 @@ async fn read_outcomes(
             _ => Granularity::Minute,
         };
         let deltas = deltas.unwrap_or_default();
-        let entry = truth
-            .outcomes
-            .entry((key.clone(), granularity))
-            .or_default();
+        let entry = outcomes.entry((key.clone(), granularity)).or_default();
         // How the row moves the expected counter away from the ledger.
         let mut unknown_item = false;
         match (outcome.as_str(), resolution.as_deref()) {
@@ -216,72 +265,64 @@ async fn read_outcomes(
         }
     }
     for (place, requests) in unknown {
-        let entry = truth.outcomes.entry(place).or_default();
+        let entry = outcomes.entry(place).or_default();
         entry.unknowns = requests
             .into_iter()
             .map(|(request_id, deltas)| Unknown { request_id, deltas })
             .collect();
     }
-    Ok(())
+    Ok(outcomes)
 }
 
-/// The keys of `family`'s `day` in the key index, as JSON texts (empty when the index is
-/// off).
-pub async fn indexed_keys(
-    session: &Session,
-    config: &Config,
-    family: &FamilyDef,
-    day: Day,
-) -> Result<Vec<String>, ReadError> {
-    if !config.key_index.enabled {
-        return Ok(Vec::new());
+/// The reads of one key's counters: its minute partition and its day partition, every
+/// column, prepared once per run.
+pub struct CounterQueries {
+    minute: PartitionQuery,
+    day: PartitionQuery,
+    width: usize,
+}
+
+impl CounterQueries {
+    /// Prepares both reads of `family` at `consistency`.
+    pub async fn new(
+        reader: &Reader,
+        family: &FamilyDef,
+        consistency: ConsistencyLevel,
+    ) -> Result<CounterQueries, ReadError> {
+        let columns: Vec<usize> = (0..family.columns.len()).collect();
+        Ok(CounterQueries {
+            minute: reader
+                .partition_query(family, Granularity::Minute, &columns, consistency)
+                .await?,
+            day: reader
+                .partition_query(family, Granularity::Day, &columns, consistency)
+                .await?,
+            width: columns.len(),
+        })
     }
-    let keys =
-        keyindex::keys_of_day(session, config, &family.name, day, ConsistencyLevel::One).await?;
-    Ok(keys
-        .into_iter()
-        .map(|values| serde_json::to_string(&values).unwrap_or_default())
-        .collect())
 }
 
 /// The counters of one key on `day`: the minute rows summed over the day, and the day
 /// row; per column.
 pub async fn counters(
-    reader: &Arc<Reader>,
-    family: &FamilyDef,
-    key: &str,
+    reader: &Reader,
+    queries: &CounterQueries,
+    values: &[String],
     day: Day,
-    consistency: ConsistencyLevel,
 ) -> Result<[Sums; 2], ReadError> {
-    let values = keyindex::key_values(key)
-        .ok_or_else(|| ReadError::Usage(format!("unreadable key {key}")))?;
-    let columns: Vec<usize> = (0..family.columns.len()).collect();
     let (minute, day_rows) = futures_util::future::try_join(
-        reader.partition(
-            family,
-            Granularity::Minute,
-            &values,
-            day,
-            &columns,
-            consistency,
-        ),
-        reader.partition(
-            family,
-            Granularity::Day,
-            &values,
-            day,
-            &columns,
-            consistency,
-        ),
+        reader.read_query(&queries.minute, values, None, day),
+        reader.read_query(&queries.day, values, None, day),
     )
     .await?;
-    let mut sums = [vec![0_i128; columns.len()], vec![0_i128; columns.len()]];
-    for row in minute.values() {
+    let width = queries.width;
+    let mut sums = [vec![0_i128; width], vec![0_i128; width]];
+    for row in minute.sums.values() {
         for (s, v) in sums[0].iter_mut().zip(row) {
             *s += i128::from(*v);
         }
     }
-    if let Some(row) = day_rows.get(&i64::from(day.0)) {
+    if let Some(row) = day_rows.sums.get(&i64::from(day.0)) {
         for (s, v) in sums[1].iter_mut().zip(row) {
             *s += i128::from(*v);
         }

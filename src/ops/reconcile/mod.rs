@@ -1,11 +1,13 @@
 //! `countersink reconcile`: the exact families' counters against their delta ledger, per
 //! key, granularity and day, with every unit of drift explained or reported.
 //!
-//! For one family-day: the ledger's sum per key (every bucket read), the counters (minute
-//! rows summed over the day, and the day row; every shard), the outcomes table's rows
-//! (known not applied; unknown requests, each all-or-nothing), then a [`verdict`] per key
-//! and granularity. Keys come from the ledger, the outcomes table and the key index (when
-//! it is on), so an outside writer to a key countersink never wrote is not seen.
+//! For one family-day: the outcomes table's rows (known not applied; unknown requests,
+//! each all-or-nothing), then, one slice of keys at a time ([`slices`]), the ledger's sum
+//! per key and the counters (minute rows summed over the day, and the day row; every
+//! shard), and a [`verdict`] per key and granularity, counted in the summary as it comes.
+//! Keys come from the ledger, the outcomes table and the key index (when it is on), so an
+//! outside writer to a key countersink never wrote is not seen. Memory does not grow with
+//! the day's keys: only the keys that are not `ok` are kept, up to a bound.
 //!
 //! | module | job |
 //! |---|---|
@@ -19,8 +21,9 @@ pub mod gather;
 pub mod repair;
 pub mod verdict;
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use futures_util::StreamExt;
@@ -31,12 +34,12 @@ use serde::Serialize;
 use crate::bucket::Day;
 use crate::config::Config;
 use crate::cql_text::{self, EXACT};
-use crate::family::FamilyDef;
+use crate::family::{FamilyDef, key_bucket};
 use crate::ops::read::{ReadError, Reader};
 use crate::sink::cql::session;
 use crate::vocabulary::Granularity;
 
-use self::verdict::{Status, Verdict};
+use self::verdict::{Status, Sums, Verdict};
 
 /// What to reconcile and how.
 #[derive(Clone, Debug)]
@@ -52,7 +55,13 @@ pub struct Options {
     pub now_unix_secs: i64,
     /// Keys read concurrently.
     pub concurrency: usize,
+    /// The most keys that are not `ok` kept in the report (the summary counts them all).
+    pub max_listed: usize,
 }
+
+/// The default of [`Options::max_listed`]: a bound on the report's memory (about half a
+/// kilobyte per listed key), far above what an operator reads or a repair run fixes.
+pub const MAX_LISTED: usize = 100_000;
 
 /// One key and granularity in the report.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
@@ -98,6 +107,45 @@ pub struct Summary {
     pub unknowns_resolved: usize,
     /// Keys whose unexplained drift exceeds the threshold.
     pub over_threshold: usize,
+    /// Key-granularities that are not `ok` beyond [`Options::max_listed`]: counted here,
+    /// not listed in [`Report::keys`].
+    pub not_listed: usize,
+}
+
+impl Summary {
+    /// Counts one key and granularity's verdict (`exact`, `counter` and `drift` per
+    /// column; `resolved`: the unknown requests its verdict settles).
+    fn count(
+        &mut self,
+        g: Granularity,
+        exact: &[i128],
+        counter: &[i128],
+        v: &Verdict,
+        threshold: f64,
+    ) {
+        *self.statuses.entry(v.status.as_str()).or_default() += 1;
+        let exact: i128 = exact.iter().sum();
+        let drift: i128 = v.drift.iter().map(|d| d.abs()).sum();
+        if g == Granularity::Minute {
+            self.exact_total += exact;
+        }
+        *self.counter_total.entry(g.as_str()).or_default() += counter.iter().sum::<i128>();
+        match v.status {
+            Status::Explained | Status::Resolved | Status::Ambiguous => {
+                self.drift_explained += drift
+            }
+            Status::Unexplained => {
+                self.drift_unexplained += drift;
+                if drift as f64 > threshold * exact.abs() as f64 {
+                    self.over_threshold += 1;
+                }
+            }
+            Status::Ok | Status::Open => {}
+        }
+        if v.status == Status::Resolved {
+            self.unknowns_resolved += v.applied.as_ref().map_or(0, Vec::len);
+        }
+    }
 }
 
 /// The result of a run.
@@ -109,17 +157,18 @@ pub struct Report {
     pub day: String,
     /// Whether the day is closed (else every key is `open`).
     pub closed: bool,
-    /// Every key and granularity (the caller filters for display).
+    /// Why the day is still open (`None` when closed).
+    pub open_because: Option<String>,
+    /// The keys and granularities that are not `ok` (at most [`Options::max_listed`],
+    /// sorted by key): an `ok` key is only counted, so that a run over millions of keys
+    /// holds the summary and the exceptions, never every key.
     pub keys: Vec<KeyReport>,
     /// Totals.
     pub summary: Summary,
-    /// The outcome rows of each unknown request (request id → row numbers), for
-    /// [`write_resolutions`].
+    /// The outcome rows of each unknown request of a listed `resolved` key (request id →
+    /// row numbers), for [`write_resolutions`].
     #[serde(skip)]
     pub request_rows: BTreeMap<String, Vec<i16>>,
-    /// Ledger rows per key (JSON text), for [`closed::close_day`].
-    #[serde(skip)]
-    pub ledger_rows_per_key: BTreeMap<String, u64>,
 }
 
 impl Report {
@@ -129,97 +178,330 @@ impl Report {
     }
 }
 
+/// How far a run is, for a progress line.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Progress {
+    /// Keys whose verdict is done.
+    pub keys_done: u64,
+    /// Keys found so far (in the scanned slices).
+    pub keys_found: u64,
+    /// Slices of the day scanned (see [`slices`]), and how many there are.
+    pub slices_scanned: u32,
+    /// All slices.
+    pub slices: u32,
+    /// Ledger rows read.
+    pub ledger_rows: u64,
+}
+
+impl Progress {
+    /// The keys of the whole day, estimated from the slices scanned so far (a key's
+    /// slice is a hash of it, so slices hold about as many keys each).
+    pub fn keys_estimated(&self) -> u64 {
+        if self.slices_scanned == 0 {
+            return 0;
+        }
+        if self.slices_scanned >= self.slices {
+            return self.keys_found;
+        }
+        self.keys_found * u64::from(self.slices) / u64::from(self.slices_scanned)
+    }
+
+    /// The progress line, `elapsed` into the run: keys done of the (estimated) total,
+    /// rate, ledger rows, time left.
+    pub fn line(&self, elapsed: Duration) -> String {
+        let total = self.keys_estimated().max(self.keys_done);
+        let rate = self.keys_done as f64 / elapsed.as_secs_f64().max(1e-3);
+        let approx = if self.slices_scanned < self.slices {
+            "~"
+        } else {
+            ""
+        };
+        let mut text = format!("keys {}/{approx}{total}", self.keys_done);
+        if total > 0 {
+            text.push_str(&format!(" ({}%)", self.keys_done * 100 / total));
+        }
+        text.push_str(&format!(
+            " {rate:.0} keys/s, ledger rows {}",
+            self.ledger_rows
+        ));
+        if rate > 0.0 && total > self.keys_done {
+            let left = (total - self.keys_done) as f64 / rate;
+            text.push_str(&format!(", ~{left:.0}s left"));
+        }
+        text
+    }
+}
+
 /// How long after its end a day may still receive writes: the accepted-timestamp window,
 /// the re-queue age, and two flush intervals.
 pub fn settle_time(config: &Config) -> Duration {
     config.limits.timestamp_max_past + config.flush.requeue_max_age + config.flush.interval * 2
 }
 
-/// Reconciles `family`'s day. `progress` hears the ledger rows and keys done.
+/// Why `family`'s `day` is still open at `now_unix_secs`, or `None` when it is closed.
+///
+/// Open while a writer may still send rows for it: the accepted-timestamp window, the
+/// re-queue age and two flush intervals since its end ([`settle_time`]); and, whatever
+/// the time, while the local state directory (`state.dir`, when it exists) holds rows
+/// of that family-day in a spill segment not yet replayed or in a flush the intent
+/// journal has not finished: those rows are in the ledger and will reach the counters
+/// when replayed. Other writers' state directories are not visible from here (see the
+/// README: reconcile again after their replay).
+pub fn open_because(
+    config: &Config,
+    family: &FamilyDef,
+    day: Day,
+    now_unix_secs: i64,
+) -> Result<Option<String>, ReadError> {
+    let day_end = (i64::from(day.0) + 1) * 86_400;
+    let settles_at = day_end + settle_time(config).as_secs() as i64;
+    if now_unix_secs < settles_at {
+        return Ok(Some(format!(
+            "writes may still arrive until {} (limits.timestamp_max_past + flush.requeue_max_age + 2 x flush.interval after the day)",
+            time::OffsetDateTime::from_unix_timestamp(settles_at)
+                .ok()
+                .and_then(|t| t
+                    .format(&time::format_description::well_known::Rfc3339)
+                    .ok())
+                .unwrap_or_else(|| settles_at.to_string())
+        )));
+    }
+    let dir = &config.state.dir;
+    if !dir.is_dir() {
+        return Ok(None);
+    }
+    let date = crate::bucket::format_date(day.date());
+    let mut waiting = 0_u64;
+    crate::ops::outcomes::scan(dir, |source, record| {
+        if source != crate::ops::outcomes::Source::Log
+            && record.family == family.name
+            && record.day == date
+        {
+            waiting += 1;
+        }
+    })
+    .map_err(|e| ReadError::Usage(e.to_string()))?;
+    Ok((waiting > 0).then(|| {
+        format!(
+            "{waiting} rows of this day wait in {} (spill not replayed, or a flush the journal has not finished): they reach the counters when that writer replays them",
+            dir.display()
+        )
+    }))
+}
+
+/// How many slices a day is read in: a slice is the keys whose hash is `s` modulo this,
+/// that is some ledger buckets and some key-index buckets read whole. With the key index
+/// on, it is the greatest common divisor of `exact.buckets` and `key_index.buckets`
+/// (16 with the defaults, 64 and 16); with a single slice (coprime bucket counts) the
+/// whole day is one slice and memory grows with its keys.
+pub fn slices(config: &Config) -> u16 {
+    let ledger = config.exact.buckets.max(1);
+    if !config.key_index.enabled {
+        return ledger;
+    }
+    let (mut a, mut b) = (ledger, config.key_index.buckets.max(1));
+    while b != 0 {
+        (a, b) = (b, a % b);
+    }
+    a
+}
+
+/// One key of a slice, before its counters are read.
+struct KeyWork {
+    key: String,
+    exact: Sums,
+}
+
+/// Reads one slice: its ledger buckets and key-index buckets, and the keys of the
+/// outcomes table that fall in it; the keys that pass the tag filter, each with its
+/// ledger sums.
+async fn read_slice(
+    buckets: &gather::BucketReader<'_>,
+    config: &Config,
+    family: &FamilyDef,
+    outcomes: &gather::DayOutcomes,
+    tags: &[(String, String)],
+    slice: u16,
+    slices: u16,
+    ledger_rows: &AtomicU64,
+) -> Result<Vec<KeyWork>, ReadError> {
+    let in_slice = |n: u16| (0..n).filter(move |b| b % slices == slice);
+    let mut keys: HashMap<String, Sums> = HashMap::new();
+    let ledger =
+        in_slice(config.exact.buckets).map(|b| buckets.ledger_bucket(b as i16, ledger_rows));
+    for sums in futures_util::future::try_join_all(ledger).await? {
+        // A key lives in one bucket: no merging across buckets.
+        keys.extend(sums.into_iter().map(|(key, (sums, _))| (key, sums)));
+    }
+    if buckets.reads_index() {
+        let index = in_slice(config.key_index.buckets).map(|b| buckets.index_bucket(b as i16));
+        for indexed in futures_util::future::try_join_all(index).await? {
+            for key in indexed {
+                keys.entry(key).or_default();
+            }
+        }
+    }
+    for (key, _) in outcomes.keys() {
+        if key_bucket(key, slices) as u16 == slice && !keys.contains_key(key) {
+            keys.insert(key.clone(), Sums::new());
+        }
+    }
+    let width = family.columns.len();
+    Ok(keys
+        .into_iter()
+        .filter(|(key, _)| matches_tags(family, key, tags))
+        .map(|(key, mut exact)| {
+            exact.resize(width, 0);
+            KeyWork { key, exact }
+        })
+        .collect())
+}
+
+/// Reconciles `family`'s day, streaming: the day is read one slice of keys at a time
+/// (see [`slices`]; the next slice is read while the current one's counters are), and
+/// each key is counted in the summary as its counters arrive. Memory holds at most three
+/// slices of keys, the day's outcome rows, and the keys that are not `ok` (at most
+/// [`Options::max_listed`]), whatever the number of keys. `progress` hears how far it is.
 pub async fn reconcile(
     session: &Arc<Session>,
     config: &Config,
     family: &FamilyDef,
     options: &Options,
-    progress: &(dyn Fn(&str, u64) + Sync),
+    progress: &(dyn Fn(Progress) + Sync),
 ) -> Result<Report, ReadError> {
     let day = options.day;
-    let day_end = (i64::from(day.0) + 1) * 86_400;
-    let closed = options.now_unix_secs >= day_end + settle_time(config).as_secs() as i64;
-    let mut truth = gather::read_truth(session, config, family, day, &|rows| {
-        progress("ledger rows", rows)
-    })
-    .await?;
-    let mut keys: BTreeSet<String> = truth.exact.keys().cloned().collect();
-    keys.extend(truth.outcomes.keys().map(|(k, _)| k.clone()));
-    keys.extend(gather::indexed_keys(session, config, family, day).await?);
-    let keys: Vec<String> = keys
-        .into_iter()
-        .filter(|k| matches_tags(family, k, &options.tags))
-        .collect();
-    let reader = Arc::new(Reader::new(session.clone()));
-    let consistency = config.exact.consistency;
-    let mut reads = futures_util::stream::iter(keys.iter().map(|key| {
-        let reader = reader.clone();
-        async move {
-            let sums = gather::counters(&reader, family, key, day, consistency).await;
-            (key, sums)
+    let open_because = open_because(config, family, day, options.now_unix_secs)?;
+    let open = open_because.is_some();
+    let outcomes = gather::read_outcomes(session, config, family, day).await?;
+    let buckets = gather::BucketReader::new(session, config, family, day).await?;
+    let reader = Reader::new(session.clone());
+    let queries = gather::CounterQueries::new(&reader, family, config.exact.consistency).await?;
+    let slices = slices(config);
+    let ledger_rows = AtomicU64::new(0);
+    let keys_found = AtomicU64::new(0);
+    let slices_scanned = AtomicU64::new(0);
+    let (buckets, outcomes, ledger_rows_ref) = (&buckets, &outcomes, &ledger_rows);
+    let (keys_found_ref, slices_scanned_ref) = (&keys_found, &slices_scanned);
+    // The scan runs beside the counter reads, one slice ahead: polled with them by this
+    // task (not only when the reads want more keys), so the reads never wait for it.
+    let (slice_tx, slice_rx) = tokio::sync::mpsc::channel::<Vec<KeyWork>>(1);
+    let scan = async move {
+        for slice in 0..slices {
+            let keys = read_slice(
+                buckets,
+                config,
+                family,
+                outcomes,
+                &options.tags,
+                slice,
+                slices,
+                ledger_rows_ref,
+            )
+            .await?;
+            keys_found_ref.fetch_add(keys.len() as u64, Ordering::Relaxed);
+            slices_scanned_ref.fetch_add(1, Ordering::Relaxed);
+            if slice_tx.send(keys).await.is_err() {
+                break;
+            }
         }
-    }))
+        Ok::<_, ReadError>(())
+    };
+    let (reader, queries) = (&reader, &queries);
+    let verdicts = futures_util::stream::unfold(slice_rx, |mut rx| async move {
+        rx.recv().await.map(|keys| (keys, rx))
+    })
+    .flat_map(futures_util::stream::iter)
+    .map(|work| async move {
+        let values = crate::ops::keyindex::key_values(&work.key)
+            .ok_or_else(|| ReadError::Usage(format!("unreadable key {}", work.key)))?;
+        let counters = gather::counters(reader, queries, &values, day).await?;
+        Ok::<_, ReadError>((work, values, counters))
+    })
     .buffer_unordered(options.concurrency.max(1));
+    let mut verdicts = std::pin::pin!(verdicts);
     let mut report = Report {
         family: family.name.clone(),
         day: crate::bucket::format_date(day.date()),
-        closed,
+        closed: !open,
+        open_because,
         ..Report::default()
     };
-    let width = family.columns.len();
-    let mut done = 0_u64;
-    while let Some((key, counters)) = reads.next().await {
-        let counters = counters?;
-        let exact = truth
-            .exact
-            .get(key)
-            .cloned()
-            .unwrap_or_else(|| vec![0; width]);
-        for g in Granularity::ALL {
-            let outcomes = truth
-                .outcomes
-                .get(&(key.clone(), g))
-                .cloned()
-                .unwrap_or_default();
-            let v = verdict::verdict(
-                &exact,
-                &counters[g.index()],
-                &outcomes.known_missing,
-                &outcomes.unknowns,
-                !closed,
-            );
-            report.keys.push(key_report(
-                family,
-                key,
-                g,
-                &exact,
-                &counters[g.index()],
-                &outcomes,
-                &v,
-            ));
+    let empty = gather::KeyOutcomes::default();
+    let judge = async {
+        let mut done = 0_u64;
+        let mut lookup = (String::new(), Granularity::Minute);
+        while let Some(result) = verdicts.next().await {
+            let (work, values, counters) = result?;
+            report.summary.keys += 1;
+            lookup.0 = work.key;
+            for g in Granularity::ALL {
+                lookup.1 = g;
+                let key_outcomes = outcomes.get(&lookup).unwrap_or(&empty);
+                let counter = &counters[g.index()];
+                let v = verdict::verdict(
+                    &work.exact,
+                    counter,
+                    &key_outcomes.known_missing,
+                    &key_outcomes.unknowns,
+                    open,
+                );
+                report
+                    .summary
+                    .count(g, &work.exact, counter, &v, options.threshold);
+                if v.status == Status::Ok {
+                    continue;
+                }
+                if report.keys.len() >= options.max_listed {
+                    report.summary.not_listed += 1;
+                    continue;
+                }
+                if v.status == Status::Resolved {
+                    for (request, rows) in &key_outcomes.rows {
+                        report
+                            .request_rows
+                            .entry(request.clone())
+                            .or_default()
+                            .extend(rows);
+                    }
+                }
+                report.keys.push(key_report(
+                    family,
+                    values.clone(),
+                    g,
+                    &work.exact,
+                    counter,
+                    key_outcomes,
+                    &v,
+                ));
+            }
+            done += 1;
+            if done.is_multiple_of(1_000) {
+                progress(Progress {
+                    keys_done: done,
+                    keys_found: keys_found.load(Ordering::Relaxed),
+                    slices_scanned: slices_scanned.load(Ordering::Relaxed) as u32,
+                    slices: u32::from(slices),
+                    ledger_rows: ledger_rows.load(Ordering::Relaxed),
+                });
+            }
         }
-        done += 1;
-        if done.is_multiple_of(1_000) {
-            progress("keys", done);
-        }
+        Ok::<_, ReadError>(done)
+    };
+    let ((), done) = futures_util::future::try_join(scan, judge).await?;
+    report.summary.ledger_rows = ledger_rows.load(Ordering::Relaxed);
+    // The last line, unless the last key's own line was it.
+    if done == 0 || !done.is_multiple_of(1_000) {
+        progress(Progress {
+            keys_done: done,
+            keys_found: keys_found.load(Ordering::Relaxed),
+            slices_scanned: u32::from(slices),
+            slices: u32::from(slices),
+            ledger_rows: report.summary.ledger_rows,
+        });
     }
     report
         .keys
         .sort_by(|a, b| (&a.key, a.granularity).cmp(&(&b.key, b.granularity)));
-    report.summary = summarize(&report.keys, truth.ledger_rows, options.threshold);
-    report.ledger_rows_per_key = std::mem::take(&mut truth.rows_per_key);
-    for outcomes in truth.outcomes.into_values() {
-        for (request, rows) in outcomes.rows {
-            report.request_rows.entry(request).or_default().extend(rows);
-        }
-    }
     Ok(report)
 }
 
@@ -234,7 +516,7 @@ fn named(family: &FamilyDef, sums: &[i128]) -> BTreeMap<String, i128> {
 
 fn key_report(
     family: &FamilyDef,
-    key: &str,
+    key: Vec<String>,
     g: Granularity,
     exact: &[i128],
     counter: &[i128],
@@ -251,7 +533,7 @@ fn key_report(
         None => BTreeMap::new(),
     };
     KeyReport {
-        key: crate::ops::keyindex::key_values(key).unwrap_or_default(),
+        key,
         granularity: g.as_str(),
         exact: named(family, exact),
         counter: named(family, counter),
@@ -261,42 +543,6 @@ fn key_report(
         status: v.status,
         resolution,
     }
-}
-
-fn summarize(keys: &[KeyReport], ledger_rows: u64, threshold: f64) -> Summary {
-    let mut summary = Summary {
-        ledger_rows,
-        ..Summary::default()
-    };
-    let mut distinct = BTreeSet::new();
-    for k in keys {
-        distinct.insert(&k.key);
-        *summary.statuses.entry(k.status.as_str()).or_default() += 1;
-        let exact: i128 = k.exact.values().sum();
-        let drift: i128 = k.drift.values().map(|d| d.abs()).sum();
-        if k.granularity == "minute" {
-            summary.exact_total += exact;
-        }
-        *summary.counter_total.entry(k.granularity).or_default() +=
-            k.counter.values().sum::<i128>();
-        match k.status {
-            Status::Explained | Status::Resolved | Status::Ambiguous => {
-                summary.drift_explained += drift
-            }
-            Status::Unexplained => {
-                summary.drift_unexplained += drift;
-                if drift as f64 > threshold * exact.abs() as f64 {
-                    summary.over_threshold += 1;
-                }
-            }
-            Status::Ok | Status::Open => {}
-        }
-        if k.status == Status::Resolved {
-            summary.unknowns_resolved += k.resolution.len();
-        }
-    }
-    summary.keys = distinct.len();
-    summary
 }
 
 /// Whether a key (JSON text) matches every `(column, value)` filter.
@@ -372,4 +618,146 @@ pub async fn write_resolutions(
         }
     }
     Ok(written)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::family::Families;
+    use crate::state::{SegmentId, Spill, WriteRecord};
+
+    const DAY: Day = Day(20_421);
+
+    fn config(dir: &std::path::Path) -> Config {
+        let mut config = Config::default();
+        config.generic.exact = true;
+        config.state.dir = dir.to_owned();
+        config
+    }
+
+    fn spilled(family: &str, day: &str) -> WriteRecord {
+        serde_json::from_value(serde_json::json!({
+            "time": "2025-11-30T23:59:00Z", "writer": "w", "incarnation": 3, "flush_seq": 9,
+            "request_id": "w/3/9/0", "row": 0, "outcome": "spilled", "family": family,
+            "table": "countersink.counts_by_minute", "granularity": "minute",
+            "key": {"name": "a", "tags": ""}, "day": day, "minute": 1439,
+            "deltas": {"value": 4}
+        }))
+        .expect("record")
+    }
+
+    #[test]
+    fn a_day_is_open_until_late_and_requeued_writes_have_settled() {
+        let dir = tempfile::tempdir().unwrap();
+        let config = config(dir.path());
+        let families = Families::from_config(&config).unwrap();
+        let generic = families.by_name("generic").unwrap();
+        let end = (i64::from(DAY.0) + 1) * 86_400;
+        let settled = end + settle_time(&config).as_secs() as i64;
+        assert!(
+            open_because(&config, generic, DAY, end + 1)
+                .unwrap()
+                .is_some()
+        );
+        assert!(
+            open_because(&config, generic, DAY, settled - 1)
+                .unwrap()
+                .is_some()
+        );
+        assert_eq!(open_because(&config, generic, DAY, settled).unwrap(), None);
+        // No state directory at all (a job on another host): the time rule only.
+        let gone = self::config(&dir.path().join("absent"));
+        assert_eq!(open_because(&gone, generic, DAY, settled).unwrap(), None);
+    }
+
+    #[test]
+    fn a_closed_day_reopens_while_the_local_spill_holds_rows_of_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let config = config(dir.path());
+        let families = Families::from_config(&config).unwrap();
+        let generic = families.by_name("generic").unwrap();
+        let date = crate::bucket::format_date(DAY.date());
+        let late = (i64::from(DAY.0) + 30) * 86_400;
+        let mut spill = Spill::open(dir.path(), 1 << 20, None).unwrap();
+        // Rows of another day and of another family do not hold this one open.
+        let id = |flush_seq| SegmentId {
+            incarnation: 3,
+            flush_seq,
+            recovered: false,
+        };
+        spill
+            .write_segment(
+                id(1),
+                None,
+                &[vec![
+                    spilled("generic", "2025-11-28"),
+                    spilled("views", &date),
+                ]],
+            )
+            .unwrap();
+        assert_eq!(open_because(&config, generic, DAY, late).unwrap(), None);
+        spill
+            .write_segment(id(2), None, &[vec![spilled("generic", &date)]])
+            .unwrap();
+        let why = open_because(&config, generic, DAY, late).unwrap();
+        assert!(
+            why.as_deref().is_some_and(|w| w.starts_with("1 rows")),
+            "{why:?}"
+        );
+    }
+
+    #[test]
+    fn the_progress_line_shows_rate_estimate_and_time_left() {
+        let p = Progress {
+            keys_done: 100_000,
+            keys_found: 250_000,
+            slices_scanned: 4,
+            slices: 16,
+            ledger_rows: 300_000,
+        };
+        assert_eq!(
+            p.line(Duration::from_secs(2)),
+            "keys 100000/~1000000 (10%) 50000 keys/s, ledger rows 300000, ~18s left"
+        );
+        let end = Progress {
+            keys_done: 1_000,
+            keys_found: 1_000,
+            slices_scanned: 16,
+            slices: 16,
+            ledger_rows: 1_000,
+        };
+        assert_eq!(
+            end.line(Duration::from_secs(1)),
+            "keys 1000/1000 (100%) 1000 keys/s, ledger rows 1000"
+        );
+    }
+
+    #[test]
+    fn slices_are_the_common_divisor_of_the_bucket_counts() {
+        let mut config = Config::default();
+        config.key_index.enabled = true;
+        assert_eq!(slices(&config), 16, "64 ledger and 16 index buckets");
+        config.key_index.buckets = 7;
+        assert_eq!(slices(&config), 1);
+        config.key_index.enabled = false;
+        assert_eq!(slices(&config), 64);
+    }
+
+    #[test]
+    fn a_key_of_a_slice_is_in_that_slices_ledger_and_index_buckets() {
+        let config = Config::default();
+        let slices = 16;
+        for i in 0..1_000 {
+            let key = format!("[\"k{i}\"]");
+            let slice = key_bucket(&key, slices) as u16;
+            assert_eq!(
+                key_bucket(&key, config.exact.buckets) as u16 % slices,
+                slice
+            );
+            assert_eq!(
+                key_bucket(&key, config.key_index.buckets) as u16 % slices,
+                slice
+            );
+        }
+    }
 }

@@ -7,6 +7,8 @@
 //! `repair_unknown`, is reported, and is never sent again — the next reconcile counts it
 //! as an unknown request of its key (see [`super::gather`]). Minute rows are compared one
 //! by one (the key's ledger rows against its minute partition), the day row as a whole.
+//! A sharded family's correction goes to shard 0: the counter is the sum of its shards,
+//! so any one shard carries the difference (see [`apply`]).
 
 use std::collections::BTreeMap;
 
@@ -237,6 +239,11 @@ pub async fn apply(
             family: family.id,
             table: granularity,
             series: series::encode(correction.key.iter().map(String::as_str)).into_boxed_slice(),
+            // Shard 0 of a sharded family: a counter's value is the sum of its shards
+            // (every reader sums them, in the partition key or the clustering key), so
+            // `+delta` on any one shard moves the sum by exactly `delta`. Shards only
+            // spread a hot key's write load; one corrective write per row needs no
+            // spreading, and shard 0 exists for every key.
             shard: family.sharding.as_ref().map(|_| 0),
             epoch: None,
             rows: vec![RowDelta {

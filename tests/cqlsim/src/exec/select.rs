@@ -225,8 +225,34 @@ pub(crate) fn select(
     } else {
         data.partitions.keys().cloned().collect()
     };
+    let counts = cols.iter().any(|(_, src)| *src == Source::Count);
+    let page_start = match paging.state {
+        None => 0,
+        Some(st) => {
+            let a: [u8; 8] = st
+                .try_into()
+                .map_err(|_| CqlError::Protocol("Invalid value for the paging state".into()))?;
+            usize::try_from(u64::from_be_bytes(a)).unwrap_or(usize::MAX)
+        }
+    };
+    // A page of rows in storage order (no ORDER BY, no LIMIT, no COUNT) is built alone:
+    // the rows before it are counted, not materialized, and the scan stops one row after
+    // it (to know whether more follow). A paged scan of a partition then costs its rows
+    // once, as a server resuming from its paging state does, not once per page.
+    let window = match paging.page_size {
+        Some(size) if s.order_by.is_empty() && !reverse && limit.is_none() && !counts => {
+            Some((page_start, size))
+        }
+        _ => None,
+    };
+    let mut skipped = 0_usize;
     let mut rows: Vec<(Vec<crate::storage::KeyPart>, Vec<Option<Value>>)> = Vec::new();
-    for pk in keys {
+    'partitions: for pk in keys {
+        if let Some((_, size)) = window
+            && rows.len() > size
+        {
+            break 'partitions;
+        }
         let Some(part) = data.partitions.get(&pk).filter(|p| p.has_live_data()) else {
             continue;
         };
@@ -239,16 +265,31 @@ pub(crate) fn select(
                 base[*ci] = part.statics.get(t.columns[*ci].index).cloned().flatten();
             }
         }
-        let mut emit = |ck: Vec<crate::storage::KeyPart>, full: Vec<Option<Value>>| {
+        let emit = |rows: &mut Vec<_>,
+                    skipped: &mut usize,
+                    ck: Vec<crate::storage::KeyPart>,
+                    full: Vec<Option<Value>>| {
             if filters.iter().all(|(ci, p)| p.test(full[*ci].as_ref())) {
-                rows.push((ck, full));
+                match window {
+                    Some((start, _)) if *skipped < start => *skipped += 1,
+                    _ => rows.push((ck, full)),
+                }
             }
         };
         if !part.rows.values().any(|r| r.is_live()) {
-            emit(Vec::new(), base.clone());
+            emit(&mut rows, &mut skipped, Vec::new(), base.clone());
             continue;
         }
         for (ck, row) in part.rows.iter().filter(|(_, r)| r.is_live()) {
+            if let Some((start, size)) = window {
+                if rows.len() > size {
+                    break 'partitions;
+                }
+                if filters.is_empty() && skipped < start {
+                    skipped += 1;
+                    continue;
+                }
+            }
             let mut full = base.clone();
             for (k, ci) in t.clustering.iter().enumerate() {
                 full[*ci] = ck.get(k).map(|p| p.value.clone());
@@ -259,7 +300,7 @@ pub(crate) fn select(
                     full[*ci] = row.cells.get(c.index).cloned().flatten();
                 }
             }
-            emit(ck.clone(), full);
+            emit(&mut rows, &mut skipped, ck.clone(), full);
         }
     }
     if !s.order_by.is_empty() {
@@ -268,7 +309,7 @@ pub(crate) fn select(
     if reverse {
         rows.reverse();
     }
-    let mut out: Vec<Vec<Option<Value>>> = if cols.iter().any(|(_, src)| *src == Source::Count) {
+    let mut out: Vec<Vec<Option<Value>>> = if counts {
         let n = i64::try_from(rows.len()).unwrap_or(i64::MAX);
         vec![cols.iter().map(|_| Some(Value::BigInt(n))).collect()]
     } else {
@@ -285,17 +326,19 @@ pub(crate) fn select(
             .collect()
     };
     let mut paging_state = None;
-    if let Some(size) = paging.page_size {
-        let start = match paging.state {
-            None => 0,
-            Some(st) => {
-                let a: [u8; 8] = st
-                    .try_into()
-                    .map_err(|_| CqlError::Protocol("Invalid value for the paging state".into()))?;
-                usize::try_from(u64::from_be_bytes(a)).unwrap_or(usize::MAX)
-            }
-        };
-        let start = start.min(out.len());
+    if let Some((start, size)) = window {
+        // `out` is the page and at most one row beyond it.
+        if out.len() > size {
+            paging_state = Some(
+                u64::try_from(start.saturating_add(size))
+                    .unwrap_or(u64::MAX)
+                    .to_be_bytes()
+                    .to_vec(),
+            );
+            out.truncate(size);
+        }
+    } else if let Some(size) = paging.page_size {
+        let start = page_start.min(out.len());
         let end = start.saturating_add(size).min(out.len());
         if end < out.len() {
             paging_state = Some(

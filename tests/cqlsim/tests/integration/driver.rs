@@ -250,3 +250,59 @@ async fn stats_list_only_user_tables() {
     let tables: Vec<(String, String)> = server.stats().tables.into_keys().collect();
     assert_eq!(tables, vec![("ks".to_string(), "counts".to_string())]);
 }
+
+/// Every page size gives the rows of the unpaged query, in order, once: one partition,
+/// a scan over partitions, and a filtered scan (the pages are built alone, rows before
+/// them counted, not materialized).
+#[tokio::test(flavor = "current_thread")]
+async fn paged_scans_return_the_unpaged_rows_once() {
+    let server = start().await;
+    server
+        .execute_script(
+            Some("ks"),
+            "CREATE TABLE pg (k int, seq int, v int, PRIMARY KEY (k, seq));",
+        )
+        .expect("table");
+    for k in 0..4 {
+        for i in 0..23 {
+            server
+                .execute(
+                    Some("ks"),
+                    &format!("INSERT INTO pg (k, seq, v) VALUES ({k}, {i}, {})", i % 3),
+                )
+                .expect("insert");
+        }
+    }
+    let session = session(server.local_addr()).await;
+    for text in [
+        "SELECT k, seq FROM ks.pg WHERE k = 2",
+        "SELECT k, seq FROM ks.pg",
+        "SELECT k, seq FROM ks.pg WHERE v = 1 ALLOW FILTERING",
+    ] {
+        let unpaged: Vec<(i32, i32)> = session
+            .query_unpaged(text, ())
+            .await
+            .expect("unpaged")
+            .into_rows_result()
+            .expect("rows")
+            .rows::<(i32, i32)>()
+            .expect("typed")
+            .map(|r| r.expect("row"))
+            .collect();
+        assert!(!unpaged.is_empty(), "{text}");
+        for size in [1, 5, 7, 23, 92, 1000] {
+            let mut q = scylla::statement::unprepared::Statement::new(text);
+            q.set_page_size(size);
+            let paged: Vec<(i32, i32)> = session
+                .query_iter(q, ())
+                .await
+                .expect("paged query")
+                .rows_stream::<(i32, i32)>()
+                .expect("typed")
+                .try_collect()
+                .await
+                .expect("all pages");
+            assert_eq!(paged, unpaged, "{text} page size {size}");
+        }
+    }
+}
