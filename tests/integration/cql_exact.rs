@@ -261,13 +261,14 @@ async fn the_ledger_equals_what_was_fed_when_writes_go_unknown() {
         threshold: 0.0,
         now_unix_secs: countersink::bucket::unix_secs(std::time::SystemTime::now()),
         concurrency: 8,
+        max_listed: countersink::ops::reconcile::MAX_LISTED,
     };
     let report = countersink::ops::reconcile::reconcile(
         &writer.session,
         &config,
         families.by_name("views").unwrap(),
         &options,
-        &|_, _| {},
+        &|_| {},
     )
     .await
     .expect("reconcile");

@@ -175,13 +175,14 @@ async fn reconcile_explains_a_kill_with_writes_in_flight_on_any_store() {
         // As if the day had closed: it is today's.
         now_unix_secs: rig.base + 3 * 86_400,
         concurrency: 4,
+        max_listed: reconcile::MAX_LISTED,
     };
     let report = reconcile::reconcile(
         &session,
         &config,
         families.by_name("views").unwrap(),
         &options,
-        &|_, _| {},
+        &|_| {},
     )
     .await
     .expect("reconcile");
