@@ -166,7 +166,7 @@ async fn reconcile_run(
         // The line the command shows on a terminal, at about a quarter, half, three
         // quarters of the run, and at its end.
         let quarter = (keys as u64 / 4_000).max(1);
-        if (n + 1) % quarter == 0 || p.keys_done == keys as u64 {
+        if (n + 1).is_multiple_of(quarter) || p.keys_done == keys as u64 {
             lines.lock().expect("lines").push(p.line(started.elapsed()));
         }
     };

@@ -217,8 +217,8 @@ impl Progress {
             ""
         };
         let mut text = format!("keys {}/{approx}{total}", self.keys_done);
-        if total > 0 {
-            text.push_str(&format!(" ({}%)", self.keys_done * 100 / total));
+        if let Some(percent) = (self.keys_done * 100).checked_div(total) {
+            text.push_str(&format!(" ({percent}%)"));
         }
         text.push_str(&format!(
             " {rate:.0} keys/s, ledger rows {}",
@@ -314,15 +314,14 @@ struct KeyWork {
 
 /// Reads one slice: its ledger buckets and key-index buckets, and the keys of the
 /// outcomes table that fall in it; the keys that pass the tag filter, each with its
-/// ledger sums.
+/// ledger sums. `(slice, slices)`: slice number `slice` of `slices`.
 async fn read_slice(
     buckets: &gather::BucketReader<'_>,
     config: &Config,
     family: &FamilyDef,
     outcomes: &gather::DayOutcomes,
     tags: &[(String, String)],
-    slice: u16,
-    slices: u16,
+    (slice, slices): (u16, u16),
     ledger_rows: &AtomicU64,
 ) -> Result<Vec<KeyWork>, ReadError> {
     let in_slice = |n: u16| (0..n).filter(move |b| b % slices == slice);
@@ -393,8 +392,7 @@ pub async fn reconcile(
                 family,
                 outcomes,
                 &options.tags,
-                slice,
-                slices,
+                (slice, slices),
                 ledger_rows_ref,
             )
             .await?;
