@@ -401,7 +401,9 @@ impl<S: Sink> Flusher<S> {
         if let Some(gate) = &mut self.ledger_gate {
             // After the counter writes: they never wait for the outcomes table.
             gate.send_outcomes(&*self.sink, deadline, last).await;
-            if gate.outcomes_queued() == 0 {
+            // An empty queue that dropped rows has not written everything logged: the
+            // mark stays, and the next start offers those rows again.
+            if gate.outcomes_queued() == 0 && gate.outcomes_dropped() == 0 {
                 self.advance_outcomes_mark();
             }
         }
@@ -832,6 +834,13 @@ impl<S: Sink> Flusher<S> {
                 self.ledger.count_late_drop(reason, rows);
                 if let Some(request) = item.request {
                     self.state.journal_outcome(request, &Settled::Dropped);
+                }
+                // The ledger records these deltas (a row reaches the counters only once its
+                // ledger row is confirmed; a held row's ledger row is in
+                // ledger_pending.jsonl): the outcomes table says they were dropped, so
+                // reconcile counts them as known missing.
+                if let Some(gate) = &mut self.ledger_gate {
+                    gate.record_outcomes(self.engine.families(), &item.records);
                 }
             }
         }

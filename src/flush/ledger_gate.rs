@@ -412,6 +412,11 @@ impl LedgerGate {
         self.outcomes.len()
     }
 
+    /// Outcome rows dropped from the full queue since the start (still in the logs).
+    pub fn outcomes_dropped(&self) -> u64 {
+        self.outcomes.dropped
+    }
+
     /// Sends each request, up to [`ATTEMPTS_PER_FLUSH`] times, at most `max_in_flight`
     /// at once, until confirmed or the shutdown deadline passes: whether each was
     /// confirmed (`Done(true)`).

@@ -549,6 +549,8 @@ impl StateDir {
         outcomes_mark::Mark {
             unknown: self.unknown.size(),
             rejected: self.rejected.size(),
+            unknown_file: outcomes_mark::file_id(self.unknown.path()),
+            rejected_file: outcomes_mark::file_id(self.rejected.path()),
         }
     }
 
@@ -559,8 +561,18 @@ impl StateDir {
         mark: outcomes_mark::Mark,
         mut each: impl FnMut(WriteRecord),
     ) -> io::Result<()> {
-        outcomes_mark::records_past(self.unknown.path(), mark.unknown, &mut each)?;
-        outcomes_mark::records_past(self.rejected.path(), mark.rejected, &mut each)
+        outcomes_mark::records_past(
+            self.unknown.path(),
+            mark.unknown,
+            mark.unknown_file,
+            &mut each,
+        )?;
+        outcomes_mark::records_past(
+            self.rejected.path(),
+            mark.rejected,
+            mark.rejected_file,
+            &mut each,
+        )
     }
 
     /// Bytes of spill segments on disk, and the limit.

@@ -673,3 +673,97 @@ async fn requeue_merges_leave_the_ledger_equal_to_what_was_fed() {
     );
     store.shutdown().await;
 }
+
+/// Rows dropped after their ledger rows were written (the final flush could not send
+/// them and the spill is full) are in the ledger, so the outcomes table says they were
+/// dropped: reconcile counts their drift as known missing (`explained`), never as
+/// `unexplained`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rows_dropped_after_their_ledger_rows_are_known_missing() {
+    use countersink::ops::reconcile::{self, verdict::Status};
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = exact_config(dir.path());
+    config.state.max_spill_bytes = 1;
+    let store = start_cqlsim(&mut config, "makes the minute table unavailable").await;
+    let server = store.sim();
+    let t = tables(&config);
+    let outcomes = format!("{}.outcomes", config.exact_keyspace());
+    server.set_faults(vec![
+        FaultRule::new(FaultKind::Unavailable).table(&t.minute),
+    ]);
+    let writer = Writer::start(&config).await;
+    let at = T0 - 600;
+    let mut total = 0;
+    for i in 0..60_i64 {
+        let key = format!("p{}", i % 6);
+        writer.incr("page.views", &[("page_id", key.as_str())], 1 + i % 4, at);
+        total += 1 + i % 4;
+    }
+    let Writer {
+        engine,
+        ledger,
+        flusher,
+        session,
+        ..
+    } = writer;
+    let report = flusher.finish().await;
+    assert!(report.dropped > 0, "{report:?}");
+    let a = countersink::telemetry::Accounting::read(&engine, &ledger);
+    assert_eq!(a.minute.dropped, i128::from(total), "{a:?}");
+    drop(session);
+
+    server.clear_faults();
+    let mut writer = Writer::start(&config).await;
+    writer.flusher.flush_now().await;
+    assert_eq!(crate::common::table_sum(server, &t.minute, "views"), 0);
+    assert_eq!(
+        crate::common::table_sum(server, &t.day, "views"),
+        i128::from(total)
+    );
+    let rows = read_ledger(&writer, &t.ledger).await;
+    assert_eq!(
+        ledger_views(&rows).values().sum::<i64>(),
+        total,
+        "the ledger recorded every delta fed"
+    );
+    let dropped = server
+        .execute(None, &format!("SELECT outcome FROM {outcomes}"))
+        .expect("select")
+        .rows
+        .iter()
+        .filter(|row| matches!(&row[0], Some(cqlsim::Value::Text(o)) if o == "dropped"))
+        .count();
+    assert_eq!(dropped, 6, "one dropped outcome row per key's minute row");
+
+    let families = countersink::family::Families::from_config(&config).unwrap();
+    let options = reconcile::Options {
+        day: countersink::bucket::Day((at / 86_400) as u32),
+        tags: Vec::new(),
+        threshold: 0.0,
+        now_unix_secs: at + 3 * 86_400,
+        concurrency: 8,
+        max_listed: reconcile::MAX_LISTED,
+    };
+    let report = reconcile::reconcile(
+        &writer.session,
+        &config,
+        families.by_name("views").unwrap(),
+        &options,
+        &|_| {},
+    )
+    .await
+    .expect("reconcile");
+    assert!(report.passes(), "{:?}", report.summary);
+    let minute: Vec<_> = report
+        .keys
+        .iter()
+        .filter(|k| k.granularity == "minute")
+        .collect();
+    assert_eq!(minute.len(), 6, "{:?}", report.keys);
+    assert!(
+        minute.iter().all(|k| k.status == Status::Explained),
+        "{minute:?}"
+    );
+    drop(writer);
+    store.shutdown().await;
+}

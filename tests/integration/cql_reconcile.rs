@@ -260,6 +260,40 @@ async fn distinct_unknown_requests_are_resolved() {
         "{minute:?}"
     );
     assert!(report.passes());
+
+    // A run that lists no key still resolves its requests, and `--resolve` writes them:
+    // a later run counts them as known.
+    let families = countersink::family::Families::from_config(&config).unwrap();
+    let mut options = Options {
+        day: day(),
+        tags: Vec::new(),
+        threshold: 0.0,
+        now_unix_secs: countersink::bucket::unix_secs(std::time::SystemTime::now()),
+        concurrency: 8,
+        max_listed: 0,
+    };
+    let views = families.by_name("views").unwrap();
+    let capped = reconcile::reconcile(&writer.session, &config, views, &options, &|_| {})
+        .await
+        .expect("reconcile");
+    assert!(capped.keys.is_empty());
+    assert_eq!(capped.resolved_requests, report.resolved_requests);
+    let applied: Vec<bool> = capped.resolved_requests.values().map(|r| r.0).collect();
+    assert_eq!(applied.len(), 2, "{:?}", capped.resolved_requests);
+    let written = reconcile::write_resolutions(&writer.session, &config, &capped, day(), 0)
+        .await
+        .expect("resolve");
+    assert_eq!(written, 2);
+    options.max_listed = reconcile::MAX_LISTED;
+    let after = reconcile::reconcile(&writer.session, &config, views, &options, &|_| {})
+        .await
+        .expect("reconcile");
+    let minute = after
+        .keys
+        .iter()
+        .find(|k| k.key == ["b"] && k.granularity == "minute")
+        .unwrap();
+    assert_eq!(minute.status, Status::Explained, "{minute:?}");
     store.shutdown().await;
 }
 

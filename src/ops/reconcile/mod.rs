@@ -165,10 +165,11 @@ pub struct Report {
     pub keys: Vec<KeyReport>,
     /// Totals.
     pub summary: Summary,
-    /// The outcome rows of each unknown request of a listed `resolved` key (request id →
-    /// row numbers), for [`write_resolutions`].
+    /// Every unknown request of every `resolved` key, listed or not (request id → whether
+    /// it applied, and its outcome rows' numbers), for [`write_resolutions`]. Bounded by
+    /// the day's outcome rows, which the run holds anyway.
     #[serde(skip)]
-    pub request_rows: BTreeMap<String, Vec<i16>>,
+    pub resolved_requests: BTreeMap<String, (bool, Vec<i16>)>,
 }
 
 impl Report {
@@ -449,18 +450,18 @@ pub async fn reconcile(
                 if v.status == Status::Ok {
                     continue;
                 }
+                if let (Status::Resolved, Some(applied)) = (v.status, &v.applied) {
+                    for (unknown, applied) in key_outcomes.unknowns.iter().zip(applied) {
+                        let rows = key_outcomes.rows.get(&unknown.request_id);
+                        report.resolved_requests.insert(
+                            unknown.request_id.clone(),
+                            (*applied, rows.cloned().unwrap_or_default()),
+                        );
+                    }
+                }
                 if report.keys.len() >= options.max_listed {
                     report.summary.not_listed += 1;
                     continue;
-                }
-                if v.status == Status::Resolved {
-                    for (request, rows) in &key_outcomes.rows {
-                        report
-                            .request_rows
-                            .entry(request.clone())
-                            .or_default()
-                            .extend(rows);
-                    }
                 }
                 report.keys.push(key_report(
                     family,
@@ -569,8 +570,9 @@ fn matches_tags(family: &FamilyDef, key: &str, tags: &[(String, String)]) -> boo
     })
 }
 
-/// Writes the resolutions of `resolved` keys to the outcomes table (`--resolve`): each
-/// row of each unknown request gets `applied` or `not_applied`. Returns the rows written.
+/// Writes the resolutions of `resolved` keys, listed or not, to the outcomes table
+/// (`--resolve`): each row of each of their unknown requests gets `applied` or
+/// `not_applied`. Returns the rows written.
 pub async fn write_resolutions(
     session: &Session,
     config: &Config,
@@ -590,29 +592,27 @@ pub async fn write_resolutions(
     statement.set_is_idempotent(true);
     statement.set_consistency(session::consistency(config.exact.consistency));
     let mut written = 0;
-    for key in report.keys.iter().filter(|k| k.status == Status::Resolved) {
-        for (request_id, applied) in &key.resolution {
-            let resolution = if *applied { "applied" } else { "not_applied" };
-            for row in report.request_rows.get(request_id).into_iter().flatten() {
-                session
-                    .execute_unpaged(
-                        &statement,
-                        (
-                            resolution,
-                            CqlTimestamp(now_ms),
-                            report.family.as_str(),
-                            CqlDate(day.cql_date()),
-                            request_id.as_str(),
-                            *row,
-                        ),
-                    )
-                    .await
-                    .map_err(|e| ReadError::Store {
-                        statement: text.clone(),
-                        error: e.to_string(),
-                    })?;
-                written += 1;
-            }
+    for (request_id, (applied, rows)) in &report.resolved_requests {
+        let resolution = if *applied { "applied" } else { "not_applied" };
+        for row in rows {
+            session
+                .execute_unpaged(
+                    &statement,
+                    (
+                        resolution,
+                        CqlTimestamp(now_ms),
+                        report.family.as_str(),
+                        CqlDate(day.cql_date()),
+                        request_id.as_str(),
+                        *row,
+                    ),
+                )
+                .await
+                .map_err(|e| ReadError::Store {
+                    statement: text.clone(),
+                    error: e.to_string(),
+                })?;
+            written += 1;
         }
     }
     Ok(written)
