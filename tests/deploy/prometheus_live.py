@@ -213,9 +213,10 @@ def main():
             for g in ("minute", "day"):
                 stages = {m["stage"]: v for m, v in prometheus.query(f'countersink_delta_sum{{job="countersink",granularity="{g}"}}')}
                 settled = sum(v for s, v in stages.items() if s != "accepted")
-                check(len(stages) == 7 and stages["accepted"] == settled == expected_sum + 1
+                every_stage = {"accepted", "applied", "unknown", "rejected", "dropped", "spilled", "ledgered", "pending"}
+                check(set(stages) == every_stage and stages["accepted"] == settled == expected_sum + 1
                       and stages["applied"] == expected_sum and stages["dropped"] == 1,
-                      f"identity ({g}): accepted {stages.get('accepted')} = applied {stages.get('applied')} + dropped {stages.get('dropped')} + others")
+                      f"identity ({g}): accepted {stages.get('accepted')} = applied {stages.get('applied')} + dropped {stages.get('dropped')} + others; stages {sorted(stages)}")
             # Recording rules.
             gaps = prometheus.wait("the identity recording rule",
                                    lambda: prometheus.query("countersink:delta_sum:unaccounted"))
