@@ -70,6 +70,11 @@ impl TableSchema {
         self.by_name.get(name).map(|i| &self.columns[*i])
     }
 
+    /// The position in [`TableSchema::columns`] of the column called `name`.
+    pub(crate) fn column_position(&self, name: &str) -> Option<usize> {
+        self.by_name.get(name).copied()
+    }
+
     /// The integer value of a `WITH` option, if set.
     pub(crate) fn int_option(&self, name: &str) -> Option<i64> {
         self.options
