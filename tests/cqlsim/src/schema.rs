@@ -47,6 +47,9 @@ pub(crate) struct Column {
 pub(crate) struct TableSchema {
     pub(crate) keyspace: String,
     pub(crate) name: String,
+    /// A name-based UUID of `keyspace.name` (keyspace names hold no `.`, so distinct names
+    /// give distinct ids): the key of the table's data in [`crate::storage::Db`], which
+    /// relies on it never being anything else.
     pub(crate) id: [u8; 16],
     /// Partition key, clustering columns, then the others by name (Cassandra's `*` order).
     pub(crate) columns: Vec<Column>,
@@ -65,6 +68,11 @@ pub(crate) struct TableSchema {
 impl TableSchema {
     pub(crate) fn column(&self, name: &str) -> Option<&Column> {
         self.by_name.get(name).map(|i| &self.columns[*i])
+    }
+
+    /// The position in [`TableSchema::columns`] of the column called `name`.
+    pub(crate) fn column_position(&self, name: &str) -> Option<usize> {
+        self.by_name.get(name).copied()
     }
 
     /// The integer value of a `WITH` option, if set.

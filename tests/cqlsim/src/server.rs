@@ -67,6 +67,8 @@ impl Default for Config {
 pub(crate) struct Prepared {
     pub(crate) keyspace: Option<String>,
     pub(crate) parsed: Parsed,
+    /// Column positions resolved at the first execution (see [`crate::exec::write::PlanCache`]).
+    pub(crate) plans: crate::exec::write::PlanCache,
 }
 
 /// State shared by the accept loop, the connections and the [`Handle`]s.
@@ -251,6 +253,7 @@ impl Handle {
                 &[],
                 Paging::default(),
                 &view,
+                None,
                 None,
             )?
         };

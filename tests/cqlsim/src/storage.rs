@@ -137,7 +137,10 @@ pub(crate) struct TableData {
 #[derive(Debug, Clone)]
 pub(crate) struct Db {
     pub(crate) catalog: Catalog,
-    pub(crate) data: HashMap<(String, String), TableData>,
+    /// Each table's data, by [`TableSchema::id`]: the id is a function of the keyspace and
+    /// table names (see `schema.rs`), so this is keyed by name as Cassandra's data is, and
+    /// a write finds its table without building an owned name key per row.
+    pub(crate) data: HashMap<[u8; 16], TableData>,
     /// The last write time handed out by [`Db::next_write_time`].
     last_write_time: i64,
     /// The server posed as (DDL rules that differ: tablets).
@@ -172,13 +175,11 @@ impl Db {
     }
 
     pub(crate) fn table_data(&self, t: &TableSchema) -> Option<&TableData> {
-        self.data.get(&(t.keyspace.clone(), t.name.clone()))
+        self.data.get(&t.id)
     }
 
     pub(crate) fn table_data_mut(&mut self, t: &TableSchema) -> &mut TableData {
-        self.data
-            .entry((t.keyspace.clone(), t.name.clone()))
-            .or_default()
+        self.data.entry(t.id).or_default()
     }
 }
 

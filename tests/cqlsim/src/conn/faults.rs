@@ -162,12 +162,12 @@ impl Conn {
         let (mut is_write, mut is_read, mut counter) = (false, false, false);
         let mut batch_kind = None;
         for (p, ks) in items {
-            let stmts: Vec<&Statement> = match &p.stmt {
+            let stmts: &[Statement] = match &p.stmt {
                 Statement::Batch(b) => {
                     batch_kind = Some(b.kind);
-                    b.statements.iter().collect()
+                    &b.statements
                 }
-                s => vec![s],
+                s => std::slice::from_ref(s),
             };
             for s in stmts {
                 is_write |= s.is_write();
@@ -176,9 +176,12 @@ impl Conn {
                     && let Ok(t) = exec::resolve_table(&db, q, *ks)
                 {
                     counter |= t.is_counter;
-                    let key = (t.keyspace.clone(), t.name.clone());
-                    if !tables.contains(&key) {
-                        tables.push(key);
+                    // Compared before cloning: a batch names its table once per statement.
+                    if !tables
+                        .iter()
+                        .any(|(k, n): &(String, String)| *k == t.keyspace && *n == t.name)
+                    {
+                        tables.push((t.keyspace.clone(), t.name.clone()));
                     }
                 }
             }

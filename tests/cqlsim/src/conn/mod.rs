@@ -288,6 +288,7 @@ impl Conn {
                     let prep = Arc::new(Prepared {
                         keyspace: self.keyspace.clone(),
                         parsed,
+                        plans: Default::default(),
                     });
                     let values = params.values.clone();
                     return self.run(
@@ -334,6 +335,7 @@ impl Conn {
                                 prep: Arc::new(Prepared {
                                     keyspace: self.keyspace.clone(),
                                     parsed,
+                                    plans: Default::default(),
                                 }),
                                 id: None,
                                 values,

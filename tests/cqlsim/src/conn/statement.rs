@@ -54,6 +54,7 @@ impl Conn {
                     Arc::new(Prepared {
                         keyspace: self.keyspace.clone(),
                         parsed,
+                        plans: Default::default(),
                     }),
                 );
                 response::prepared(&mut frame, v, stream, &id, &meta);
@@ -308,6 +309,7 @@ fn exec_work(
                 paging,
                 &view,
                 params.timestamp,
+                it.id.is_some().then_some(&it.prep.plans),
             )
         }
         Work::Batch(kind, items, client_time) => {
@@ -324,6 +326,8 @@ fn exec_work(
                     stmt: &it.prep.parsed.stmt,
                     b: Bindings::new(&it.values),
                     keyspace: it.prep.keyspace.as_deref(),
+                    // Only prepared statements live on to use what their cache keeps.
+                    cache: it.id.is_some().then_some(&it.prep.plans),
                 });
             }
             exec::run_batch(

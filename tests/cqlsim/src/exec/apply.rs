@@ -18,7 +18,10 @@ use super::Effects;
 use super::write::{CellOp, Mutation};
 use crate::schema::{ColumnKind, TableSchema};
 use crate::stats::{DeleteRecord, DeleteScope};
-use crate::storage::{ClusteringKey, Db, Row};
+use std::collections::BTreeMap;
+use std::collections::btree_map::{self, Entry};
+
+use crate::storage::{ClusteringKey, Db, Partition, Row, TableData};
 use crate::value::Value;
 
 /// Applies planned mutations and reports what changed.
@@ -35,9 +38,9 @@ pub(crate) fn apply(db: &mut Db, muts: Vec<Mutation>) -> Effects {
                 at,
             } => {
                 let delta = if table.is_counter {
-                    add_counters(db, &table, &pk, ck, cells)
+                    add_counters(db, &table, pk, ck, cells)
                 } else {
-                    upsert(db, &table, &pk, ck, marker, cells, at);
+                    upsert(db, &table, pk, ck, marker, cells, at);
                     0
                 };
                 fx.add(&table, 1, delta);
@@ -78,54 +81,111 @@ fn is_static(table: &TableSchema, slot: usize) -> bool {
     table.columns[table.cells[slot]].kind == ColumnKind::Static
 }
 
-/// Adds counter deltas: counters have no write time.
+/// Adds counter deltas: counters have no write time. The partition and the row are found
+/// once (by the owned keys of the mutation, never cloned) and changed in place.
 fn add_counters(
     db: &mut Db,
     table: &TableSchema,
-    pk: &[Value],
+    pk: Vec<Value>,
+    ck: Option<ClusteringKey>,
+    cells: Vec<(usize, CellOp)>,
+) -> i128 {
+    in_partition(db.table_data_mut(table), pk, |part| {
+        add_counters_in(part, table, ck, cells)
+    })
+}
+
+/// Runs `f` on the partition of `pk` (a new, empty one if there is none) and drops the
+/// partition if it is left empty: one map lookup, and `pk` moves into the map only when
+/// the partition is new and kept.
+fn in_partition<T>(data: &mut TableData, pk: Vec<Value>, f: impl FnOnce(&mut Partition) -> T) -> T {
+    match data.partitions.entry(pk) {
+        Entry::Occupied(mut o) => {
+            let out = f(o.get_mut());
+            if o.get().is_empty() {
+                o.remove();
+            }
+            out
+        }
+        Entry::Vacant(v) => {
+            let mut part = Partition::default();
+            let out = f(&mut part);
+            if !part.is_empty() {
+                v.insert(part);
+            }
+            out
+        }
+    }
+}
+
+/// Runs `f` on the row of `ck` (a new, default one if there is none) and keeps the row
+/// afterwards if `keep` says so, removing an existing one otherwise: the same outcome as
+/// taking the row out and putting it back, without moving it.
+fn in_row<T>(
+    rows: &mut BTreeMap<ClusteringKey, Row>,
+    ck: ClusteringKey,
+    keep: impl Fn(&Row) -> bool,
+    f: impl FnOnce(&mut Row) -> T,
+) -> T {
+    match rows.entry(ck) {
+        btree_map::Entry::Occupied(mut o) => {
+            let out = f(o.get_mut());
+            if !keep(o.get()) {
+                o.remove();
+            }
+            out
+        }
+        btree_map::Entry::Vacant(v) => {
+            let mut row = Row::default();
+            let out = f(&mut row);
+            if keep(&row) {
+                v.insert(row);
+            }
+            out
+        }
+    }
+}
+
+fn add_counters_in(
+    part: &mut Partition,
+    table: &TableSchema,
     ck: Option<ClusteringKey>,
     cells: Vec<(usize, CellOp)>,
 ) -> i128 {
     let n = table.cells.len();
-    let data = db.table_data_mut(table);
-    let part = data.partitions.entry(pk.to_vec()).or_default();
     part.fit(n);
-    let mut delta: i128 = 0;
-    let mut row = ck
-        .as_ref()
-        .map(|ck| part.rows.remove(ck).unwrap_or_default());
-    if let Some(r) = row.as_mut() {
-        r.fit(n);
-    }
-    for (slot, op) in cells {
-        let cell = if is_static(table, slot) {
-            &mut part.statics[slot]
-        } else if let Some(r) = row.as_mut() {
-            &mut r.cells[slot]
-        } else {
-            continue;
-        };
-        match op {
-            CellOp::Set(v) => *cell = v,
-            CellOp::Add(d) => {
-                let cur = match cell {
-                    Some(Value::Counter(c)) => *c,
-                    _ => 0,
-                };
-                *cell = Some(Value::Counter(cur.wrapping_add(d)));
-                delta += i128::from(d);
+    let statics = &mut part.statics;
+    let write = |mut row: Option<&mut Row>| {
+        if let Some(r) = row.as_mut() {
+            r.fit(n);
+        }
+        let mut delta: i128 = 0;
+        for (slot, op) in cells {
+            let cell = if is_static(table, slot) {
+                &mut statics[slot]
+            } else if let Some(r) = row.as_mut() {
+                &mut r.cells[slot]
+            } else {
+                continue;
+            };
+            match op {
+                CellOp::Set(v) => *cell = v,
+                CellOp::Add(d) => {
+                    let cur = match cell {
+                        Some(Value::Counter(c)) => *c,
+                        _ => 0,
+                    };
+                    *cell = Some(Value::Counter(cur.wrapping_add(d)));
+                    delta += i128::from(d);
+                }
             }
         }
+        delta
+    };
+    match ck {
+        None => write(None),
+        Some(ck) => in_row(&mut part.rows, ck, Row::is_live, |r| write(Some(r))),
     }
-    if let (Some(ck), Some(r)) = (ck, row)
-        && r.is_live()
-    {
-        part.rows.insert(ck, r);
-    }
-    if part.is_empty() {
-        data.partitions.remove(pk);
-    }
-    delta
 }
 
 /// Deletes counter rows or cells at once: counter tables keep no tombstones here.
@@ -169,68 +229,76 @@ fn prefix_matches(prefix: &[Value], k: &ClusteringKey) -> bool {
     prefix.len() <= k.len() && k.iter().zip(prefix).all(|(a, b)| a.value == *b)
 }
 
-/// Writes regular cells (and the row marker of an INSERT) at time `at`.
+/// Writes regular cells (and the row marker of an INSERT) at time `at`, in place (see
+/// [`in_partition`], [`in_row`]).
+#[allow(clippy::too_many_arguments)]
 fn upsert(
     db: &mut Db,
     table: &TableSchema,
-    pk: &[Value],
+    pk: Vec<Value>,
+    ck: Option<ClusteringKey>,
+    marker: bool,
+    cells: Vec<(usize, CellOp)>,
+    at: i64,
+) {
+    in_partition(db.table_data_mut(table), pk, |part| {
+        upsert_in(part, table, ck, marker, cells, at)
+    })
+}
+
+fn upsert_in(
+    part: &mut Partition,
+    table: &TableSchema,
     ck: Option<ClusteringKey>,
     marker: bool,
     cells: Vec<(usize, CellOp)>,
     at: i64,
 ) {
     let n = table.cells.len();
-    let data = db.table_data_mut(table);
-    let part = data.partitions.entry(pk.to_vec()).or_default();
     part.fit(n);
     let partition_deleted = part.deleted.is_some_and(|d| at <= d);
-    let mut row = ck.as_ref().map(|ck| {
-        let mut r = part.rows.remove(ck).unwrap_or_default();
-        r.fit(n);
-        r
-    });
-    let row_deleted = match (&ck, &row) {
-        (Some(ck), Some(r)) => part
-            .deletion_over(ck)
-            .into_iter()
-            .chain(r.deleted)
-            .max()
-            .is_some_and(|d| at <= d),
-        _ => false,
-    };
-    if let Some(r) = row.as_mut()
-        && marker
-        && !row_deleted
-    {
-        r.marker_time = if r.marker { r.marker_time.max(at) } else { at };
-        r.marker = true;
-    }
-    for (slot, op) in cells {
-        let CellOp::Set(value) = op else {
-            continue;
-        };
-        if is_static(table, slot) {
-            if !partition_deleted {
-                reconcile(
-                    &mut part.statics[slot],
-                    &mut part.statics_written[slot],
-                    value,
-                    at,
-                );
-            }
-        } else if let Some(r) = row.as_mut()
+    let over = ck.as_ref().and_then(|ck| part.deletion_over(ck));
+    let (statics, statics_written) = (&mut part.statics, &mut part.statics_written);
+    let write = |mut row: Option<&mut Row>| {
+        if let Some(r) = row.as_mut() {
+            r.fit(n);
+        }
+        let row_deleted = row.as_ref().is_some_and(|r| {
+            over.into_iter()
+                .chain(r.deleted)
+                .max()
+                .is_some_and(|d| at <= d)
+        });
+        if let Some(r) = row.as_mut()
+            && marker
             && !row_deleted
         {
-            reconcile(&mut r.cells[slot], &mut r.written[slot], value, at);
+            r.marker_time = if r.marker { r.marker_time.max(at) } else { at };
+            r.marker = true;
         }
-    }
-    if let (Some(ck), Some(r)) = (ck, row)
-        && (r.is_live() || r.holds_tombstone())
-    {
-        part.rows.insert(ck, r);
-    }
-    if part.is_empty() {
-        data.partitions.remove(pk);
+        for (slot, op) in cells {
+            let CellOp::Set(value) = op else {
+                continue;
+            };
+            if is_static(table, slot) {
+                if !partition_deleted {
+                    reconcile(&mut statics[slot], &mut statics_written[slot], value, at);
+                }
+            } else if let Some(r) = row.as_mut()
+                && !row_deleted
+            {
+                reconcile(&mut r.cells[slot], &mut r.written[slot], value, at);
+            }
+        }
+    };
+    match ck {
+        None => write(None),
+        Some(ck) => in_row(
+            &mut part.rows,
+            ck,
+            |r| r.is_live() || r.holds_tombstone(),
+            |r| write(Some(r)),
+        ),
     }
 }
 

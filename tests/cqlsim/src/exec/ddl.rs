@@ -71,15 +71,17 @@ pub(crate) fn run(
         }
         Statement::DropKeyspace { name, if_exists } => {
             refuse_system(name)?;
-            if db.catalog.keyspaces.remove(name).is_none() {
+            let Some(dropped) = db.catalog.keyspaces.remove(name) else {
                 if *if_exists {
                     return Ok(None);
                 }
                 return Err(CqlError::invalid(format!(
                     "Keyspace '{name}' doesn't exist"
                 )));
+            };
+            for t in dropped.tables.values() {
+                db.data.remove(&t.id);
             }
-            db.data.retain(|(ks, _), _| ks != name);
             change("DROPPED", name, None)
         }
         Statement::CreateTable(ct) => {
@@ -113,8 +115,8 @@ pub(crate) fn run(
                 });
             }
             let name = t.name.clone();
+            db.data.remove(&t.id);
             space.tables.insert(name.clone(), Arc::new(t));
-            db.data.remove(&(ks.clone(), name.clone()));
             change("CREATED", &ks, Some(&name))
         }
         Statement::DropTable { table, if_exists } => {
@@ -126,13 +128,13 @@ pub(crate) fn run(
                 }
                 return Err(missing_table(&ks, &table.name));
             };
-            if space.tables.remove(&table.name).is_none() {
+            let Some(dropped) = space.tables.remove(&table.name) else {
                 if *if_exists {
                     return Ok(None);
                 }
                 return Err(missing_table(&ks, &table.name));
-            }
-            db.data.remove(&(ks.clone(), table.name.clone()));
+            };
+            db.data.remove(&dropped.id);
             change("DROPPED", &ks, Some(&table.name))
         }
         Statement::AlterTable(alter) => {

@@ -137,7 +137,9 @@ pub(crate) fn table_keyspace<'a>(
 }
 
 /// Runs one statement. `values` are the bound values in marker order; `client_time` is the
-/// frame's client timestamp (flag 0x20), if it carries one.
+/// frame's client timestamp (flag 0x20), if it carries one; `cache` is the plan cache of a
+/// prepared statement.
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn execute(
     db: &mut Db,
     parsed: &Parsed,
@@ -146,6 +148,7 @@ pub(crate) fn execute(
     paging: Paging<'_>,
     virt: &dyn Virtual,
     client_time: Option<i64>,
+    cache: Option<&write::PlanCache>,
 ) -> Result<(Outcome, Effects), CqlError> {
     let n = parsed.marker_names.len();
     if values.len() != n {
@@ -176,14 +179,19 @@ pub(crate) fn execute(
             let time = write::WriteTime {
                 default: client_time.unwrap_or_else(|| db.next_write_time()),
             };
-            let muts = write::plan(db, &parsed.stmt, keyspace, b, time)?;
+            let muts = write::plan(db, &parsed.stmt, keyspace, b, time, cache)?;
             Ok((Outcome::Void, apply::apply(db, muts)))
         }
         Statement::Batch(batch) => {
             let items: Vec<BatchItem<'_>> = batch
                 .statements
                 .iter()
-                .map(|stmt| BatchItem { stmt, b, keyspace })
+                .map(|stmt| BatchItem {
+                    stmt,
+                    b,
+                    keyspace,
+                    cache: None,
+                })
                 .collect();
             let effects = run_batch(db, batch.kind, &batch.using, b, &items, client_time)?;
             Ok((Outcome::Void, effects))
@@ -216,6 +224,8 @@ pub(crate) struct BatchItem<'a> {
     pub(crate) stmt: &'a Statement,
     pub(crate) b: Bindings<'a>,
     pub(crate) keyspace: Option<&'a str>,
+    /// The plan cache of a prepared statement.
+    pub(crate) cache: Option<&'a write::PlanCache>,
 }
 
 /// Runs a batch (from `BEGIN BATCH` text or a BATCH frame) atomically after Cassandra's
@@ -237,9 +247,9 @@ pub(crate) fn run_batch(
             None => db.next_write_time(),
         },
     };
-    let mut all = Vec::new();
+    let mut all = Vec::with_capacity(items.len());
     for it in items {
-        all.extend(write::plan(db, it.stmt, it.keyspace, it.b, time)?);
+        all.extend(write::plan(db, it.stmt, it.keyspace, it.b, time, it.cache)?);
     }
     Ok(apply::apply(db, all))
 }
@@ -255,17 +265,22 @@ pub(crate) fn validate(
     let b = Bindings::dry();
     match &parsed.stmt {
         s @ (Statement::Insert(_) | Statement::Update(_) | Statement::Delete(_)) => {
-            write::plan(db, s, keyspace, b, write::WriteTime::dry()).map(drop)
+            write::plan(db, s, keyspace, b, write::WriteTime::dry(), None).map(drop)
         }
         Statement::Batch(batch) => {
             let items: Vec<BatchItem<'_>> = batch
                 .statements
                 .iter()
-                .map(|stmt| BatchItem { stmt, b, keyspace })
+                .map(|stmt| BatchItem {
+                    stmt,
+                    b,
+                    keyspace,
+                    cache: None,
+                })
                 .collect();
             write::check_batch(db, batch.kind, &batch.using, &items)?;
             for it in &items {
-                write::plan(db, it.stmt, keyspace, b, write::WriteTime::dry())?;
+                write::plan(db, it.stmt, keyspace, b, write::WriteTime::dry(), None)?;
             }
             Ok(())
         }

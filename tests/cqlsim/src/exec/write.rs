@@ -8,7 +8,7 @@ use super::{BatchItem, resolve_table};
 use crate::cql::ast::{Condition, InValues, Literal, Operation, Relation, Statement, Term, Using};
 use crate::error::CqlError;
 use crate::proto::request::BatchKind;
-use crate::schema::{ColumnKind, TableSchema};
+use crate::schema::{Column, ColumnKind, TableSchema};
 use crate::storage::{ClusteringKey, Db, clustering_key};
 use crate::types::ColType;
 use crate::value::Value;
@@ -64,17 +64,113 @@ impl WriteTime {
     }
 }
 
-/// Plans one INSERT/UPDATE/DELETE.
+/// The column positions of a prepared INSERT/UPDATE/DELETE, resolved once against one
+/// version of its table's schema and kept with the prepared statement, so that executing it
+/// (128 times per batch frame) does not look every column up by name again.
+#[derive(Debug, Default)]
+pub(crate) struct PlanCache(parking_lot::Mutex<Option<Arc<Resolved>>>);
+
+/// The positions in `table.columns` of the columns a statement names, in [`named`] order.
+#[derive(Debug)]
+pub(crate) struct Resolved {
+    table: Arc<TableSchema>,
+    cols: Vec<usize>,
+}
+
+impl PlanCache {
+    /// The positions for `stmt` against table `t`: kept ones if they were resolved against
+    /// this very schema version (ALTER, and DROP then CREATE, put a new `Arc` in the
+    /// catalog; the `Arc` held here keeps the old one's address from being reused), else
+    /// resolved now. `None` when a name is unknown (or an INSERT names a column twice): the
+    /// statement is then planned by name, which reports it as before.
+    fn resolve(&self, t: &Arc<TableSchema>, stmt: &Statement) -> Option<Arc<Resolved>> {
+        let mut slot = self.0.lock();
+        if let Some(r) = slot.as_ref().filter(|r| Arc::ptr_eq(&r.table, t)) {
+            return Some(r.clone());
+        }
+        let names = named(stmt);
+        if let Statement::Insert(i) = stmt
+            && (1..i.columns.len()).any(|k| i.columns[..k].contains(&i.columns[k]))
+        {
+            return None;
+        }
+        let cols = names
+            .iter()
+            .map(|n| t.column_position(n))
+            .collect::<Option<Vec<usize>>>()?;
+        let r = Arc::new(Resolved {
+            table: t.clone(),
+            cols,
+        });
+        *slot = Some(r.clone());
+        Some(r)
+    }
+}
+
+/// The column names a modification uses, in the order [`Lookup::col`] numbers them: an
+/// INSERT's columns; an UPDATE's assignments then its WHERE relations; a DELETE's columns
+/// then its WHERE relations.
+fn named(stmt: &Statement) -> Vec<&str> {
+    match stmt {
+        Statement::Insert(i) => i.columns.iter().map(String::as_str).collect(),
+        Statement::Update(u) => u
+            .assignments
+            .iter()
+            .map(|a| a.column.as_str())
+            .chain(u.where_.iter().map(Relation::column))
+            .collect(),
+        Statement::Delete(d) => d
+            .columns
+            .iter()
+            .map(String::as_str)
+            .chain(d.where_.iter().map(Relation::column))
+            .collect(),
+        _ => Vec::new(),
+    }
+}
+
+/// Finds the columns a statement names: by name, or at the positions a [`PlanCache`]
+/// resolved for this schema version.
+#[derive(Clone, Copy)]
+struct Lookup<'a> {
+    t: &'a TableSchema,
+    at: Option<&'a [usize]>,
+}
+
+impl<'a> Lookup<'a> {
+    /// The `k`-th column the statement names (see [`named`]), called `name`.
+    fn col(self, k: usize, name: &str) -> Option<&'a Column> {
+        match self.at {
+            Some(at) => {
+                let c = at.get(k).map(|i| &self.t.columns[*i]);
+                debug_assert!(c.is_some_and(|c| c.name == name), "{name} at {k}");
+                c
+            }
+            None => self.t.column(name),
+        }
+    }
+}
+
+/// Plans one INSERT/UPDATE/DELETE. `cache`, for a prepared statement, keeps the column
+/// positions between executions.
 pub(crate) fn plan(
     db: &Db,
     stmt: &Statement,
     keyspace: Option<&str>,
     b: Bindings<'_>,
     time: WriteTime,
+    cache: Option<&PlanCache>,
 ) -> Result<Vec<Mutation>, CqlError> {
+    let lookup = |t: &Arc<TableSchema>| cache.and_then(|c| c.resolve(t, stmt));
     match stmt {
         Statement::Update(u) => {
             let t = writable(db, &u.table, keyspace)?;
+            let resolved = lookup(&t);
+            let look = Lookup {
+                t: &t,
+                at: resolved.as_ref().map(|r| r.cols.as_slice()),
+            };
+            let na = u.assignments.len();
             let mut at = time.default;
             if t.is_counter {
                 counter_using(&u.using)?;
@@ -88,8 +184,10 @@ pub(crate) fn plan(
                 no_lwt(u.condition.as_ref())?;
             }
             let mut cells = Vec::new();
-            for a in &u.assignments {
-                let c = t.column(&a.column).ok_or_else(|| t.undefined(&a.column))?;
+            for (k, a) in u.assignments.iter().enumerate() {
+                let c = look
+                    .col(k, &a.column)
+                    .ok_or_else(|| t.undefined(&a.column))?;
                 if matches!(c.kind, ColumnKind::PartitionKey | ColumnKind::Clustering) {
                     return Err(CqlError::invalid(format!(
                         "PRIMARY KEY part {} found in SET part",
@@ -132,9 +230,10 @@ pub(crate) fn plan(
                 };
                 cells.push((c.index, op));
             }
-            if u.where_.iter().any(|r| {
+            if u.where_.iter().enumerate().any(|(j, r)| {
                 matches!(r, Relation::Range(..))
-                    && t.column(r.column())
+                    && look
+                        .col(na + j, r.column())
                         .is_some_and(|c| c.kind == ColumnKind::Clustering)
             }) {
                 return Err(CqlError::invalid(
@@ -142,12 +241,13 @@ pub(crate) fn plan(
                 ));
             }
             let static_only = !u.assignments.is_empty()
-                && u.assignments.iter().all(|a| {
-                    t.column(&a.column)
+                && u.assignments.iter().enumerate().all(|(k, a)| {
+                    look.col(k, &a.column)
                         .is_some_and(|c| c.kind == ColumnKind::Static)
                 });
             let keys = keys(
-                &t,
+                look,
+                na,
                 &u.where_,
                 b,
                 if static_only {
@@ -177,6 +277,11 @@ pub(crate) fn plan(
         }
         Statement::Insert(i) => {
             let t = writable(db, &i.table, keyspace)?;
+            let resolved = lookup(&t);
+            let look = Lookup {
+                t: &t,
+                at: resolved.as_ref().map(|r| r.cols.as_slice()),
+            };
             if t.is_counter {
                 return Err(CqlError::invalid(
                     "INSERT statements are not allowed on counter tables, use UPDATE instead",
@@ -191,10 +296,11 @@ pub(crate) fn plan(
             let mut ck = vec![None; t.clustering.len()];
             let mut cells = Vec::new();
             for (k, (name, term)) in i.columns.iter().zip(&i.values).enumerate() {
-                if i.columns[..k].contains(name) {
+                // Resolved positions exist only for statements without duplicates.
+                if look.at.is_none() && i.columns[..k].contains(name) {
                     return Err(CqlError::invalid("The column names contains duplicates"));
                 }
-                let c = t.column(name).ok_or_else(|| t.undefined(name))?;
+                let c = look.col(k, name).ok_or_else(|| t.undefined(name))?;
                 match c.kind {
                     ColumnKind::PartitionKey => {
                         pk[c.index] = Some(b.resolve_value(term, &c.ty, &c.name)?)
@@ -243,6 +349,11 @@ pub(crate) fn plan(
         }
         Statement::Delete(d) => {
             let t = writable(db, &d.table, keyspace)?;
+            let resolved = lookup(&t);
+            let look = Lookup {
+                t: &t,
+                at: resolved.as_ref().map(|r| r.cols.as_slice()),
+            };
             let mut at = time.default;
             if t.is_counter {
                 counter_using(&d.using)?;
@@ -261,8 +372,8 @@ pub(crate) fn plan(
                 ));
             }
             let mut slots = Vec::new();
-            for name in &d.columns {
-                let c = t.column(name).ok_or_else(|| t.undefined(name))?;
+            for (k, name) in d.columns.iter().enumerate() {
+                let c = look.col(k, name).ok_or_else(|| t.undefined(name))?;
                 if matches!(c.kind, ColumnKind::PartitionKey | ColumnKind::Clustering) {
                     return Err(CqlError::invalid(format!(
                         "Invalid identifier {name} for deletion (should not be a PRIMARY KEY part)"
@@ -273,13 +384,14 @@ pub(crate) fn plan(
             let all_static = d
                 .columns
                 .iter()
-                .all(|n| t.column(n).is_some_and(|c| c.kind == ColumnKind::Static));
+                .enumerate()
+                .all(|(k, n)| look.col(k, n).is_some_and(|c| c.kind == ColumnKind::Static));
             let rule = if !d.columns.is_empty() && !all_static {
                 CkRule::Full
             } else {
                 CkRule::Prefix
             };
-            let keys = keys(&t, &d.where_, b, rule)?;
+            let keys = keys(look, d.columns.len(), &d.where_, b, rule)?;
             Ok(keys
                 .into_iter()
                 .map(|(pk, ck_prefix)| Mutation::Delete {
@@ -403,18 +515,21 @@ enum CkRule {
 }
 
 /// Expands the WHERE clause of a modification into (partition key, clustering values) pairs.
+/// `first` is the [`Lookup::col`] number of the first relation's column.
 fn keys(
-    t: &TableSchema,
+    look: Lookup<'_>,
+    first: usize,
     rels: &[Relation],
     b: Bindings<'_>,
     rule: CkRule,
 ) -> Result<Vec<KeyPair>, CqlError> {
+    let t = look.t;
     let mut pk: Vec<Option<Vec<Value>>> = vec![None; t.partition_key.len()];
     let mut ck: Vec<Option<Vec<Value>>> = vec![None; t.clustering.len()];
     let mut not_key: Vec<&str> = Vec::new();
-    for r in rels {
-        let c = t
-            .column(r.column())
+    for (j, r) in rels.iter().enumerate() {
+        let c = look
+            .col(first + j, r.column())
             .ok_or_else(|| t.undefined(r.column()))?;
         let slot = match c.kind {
             ColumnKind::PartitionKey => &mut pk[c.index],
