@@ -7,6 +7,9 @@
 //!    key; the ledger adds one regular row per minute row, batched per ledger partition).
 //!
 //! `reconcile`'s benchmark is `cargo bench --bench reconcile`.
+//!
+//! For a profile of one side alone, `COUNTERSINK_BENCH_SIDE=on` (or `off`) runs only the
+//! flushes with the ledger on (or off) and prints their rates, no ratio.
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -75,6 +78,21 @@ fn main() {
         .build()
         .expect("runtime");
     runtime.block_on(async {
+        let side = std::env::var("COUNTERSINK_BENCH_SIDE").ok();
+        if let Some(side) = side.as_deref() {
+            let exact = side == "on";
+            for rows in [10_000, 100_000] {
+                let mut rates = Vec::new();
+                for _ in 0..RATE_RUNS {
+                    rates.push(flush_rate(rows, exact).await);
+                }
+                println!(
+                    "flush {rows} rows, ledger {side}: {:.0} rows/s (median of {RATE_RUNS})",
+                    median(rates)
+                );
+            }
+            return;
+        }
         for rows in [10_000, 100_000] {
             let runs = if rows > 10_000 { 3 } else { RATE_RUNS };
             let (mut on, mut off) = (Vec::new(), Vec::new());

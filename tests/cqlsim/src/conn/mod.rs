@@ -24,6 +24,7 @@ use crate::proto::request::{BatchEntry, BatchKind, QueryParams, Request};
 use crate::proto::response;
 use crate::proto::wire::BoundValue;
 use crate::server::{Prepared, Shared};
+use bytes::Bytes;
 
 mod faults;
 mod statement;
@@ -90,9 +91,12 @@ pub(crate) async fn serve(sock: TcpStream, sh: Arc<Shared>, mut stop: watch::Rec
                             break;
                         }
                         Peek::Frame(h, n) => {
-                            let body = &buf[pos + crate::proto::frame::HEADER_LEN..pos + n];
+                            // One copy per frame: the request's bound values are views of it.
+                            let body = Bytes::copy_from_slice(
+                                &buf[pos + crate::proto::frame::HEADER_LEN..pos + n],
+                            );
                             pos += n;
-                            match conn.handle(h, body, &mut out) {
+                            match conn.handle(h, &body, &mut out) {
                                 Action::Reply(frame) => out.extend_from_slice(&frame),
                                 Action::Nothing => {}
                                 Action::Delayed(d, frame) => {
@@ -182,7 +186,7 @@ async fn next_event(rx: &mut Option<broadcast::Receiver<SchemaChange>>) -> Schem
 /// A statement to run: the prepared (or just parsed) statement and its values.
 struct Item {
     prep: Arc<Prepared>,
-    id: Option<Vec<u8>>,
+    id: Option<Bytes>,
     values: Vec<BoundValue>,
 }
 
@@ -212,7 +216,7 @@ fn block_for(cl: Consistency) -> i32 {
 }
 
 impl Conn {
-    fn handle(&mut self, h: Header, body: &[u8], out: &mut Vec<u8>) -> Action {
+    fn handle(&mut self, h: Header, body: &Bytes, out: &mut Vec<u8>) -> Action {
         if h.version != 3 && h.version != 4 {
             let msg = format!(
                 "Invalid or unsupported protocol version ({}); supported versions are (3/v3, 4/v4)",
@@ -283,14 +287,14 @@ impl Conn {
                 "Unexpected AUTH_RESPONSE: authentication is not enabled".into(),
             ),
             Request::Prepare(q) => return self.prepare(v, h.stream, q),
-            Request::Query(q, params) => match crate::cql::parse(&q) {
+            Request::Query(q, mut params) => match crate::cql::parse(&q) {
                 Ok(parsed) => {
                     let prep = Arc::new(Prepared {
                         keyspace: self.keyspace.clone(),
                         parsed,
                         plans: Default::default(),
                     });
-                    let values = params.values.clone();
+                    let values = std::mem::take(&mut params.values);
                     return self.run(
                         v,
                         h.stream,
@@ -307,9 +311,9 @@ impl Conn {
                 }
                 Err(e) => response::error(&mut frame, v, h.stream, &e),
             },
-            Request::Execute(id, params) => match self.lookup_or_log(&id, Op::Execute) {
+            Request::Execute(id, mut params) => match self.lookup_or_log(&id, Op::Execute) {
                 Some(prep) => {
-                    let values = params.values.clone();
+                    let values = std::mem::take(&mut params.values);
                     return self.run(
                         v,
                         h.stream,
@@ -324,7 +328,9 @@ impl Conn {
                         ),
                     );
                 }
-                None => response::error(&mut frame, v, h.stream, &CqlError::Unprepared(id)),
+                None => {
+                    response::error(&mut frame, v, h.stream, &CqlError::Unprepared(id.to_vec()))
+                }
             },
             Request::Batch(b) => {
                 let mut items = Vec::with_capacity(b.entries.len());
@@ -357,7 +363,7 @@ impl Conn {
                                         &mut frame,
                                         v,
                                         h.stream,
-                                        &CqlError::Unprepared(id),
+                                        &CqlError::Unprepared(id.to_vec()),
                                     );
                                     return Action::Reply(frame);
                                 }

@@ -155,7 +155,7 @@ impl Conn {
                     &mut frame,
                     v,
                     stream,
-                    &CqlError::Unprepared(id.unwrap_or_default()),
+                    &CqlError::Unprepared(id.map(|id| id.to_vec()).unwrap_or_default()),
                 );
                 return (Action::Reply(frame), Some((r.kind, false)), false);
             }

@@ -1,5 +1,7 @@
 //! Request bodies (S §4.1): decoded into owned values so the connection can hand them to the
-//! executor without lifetimes. Unknown flags are rejected, as Cassandra does.
+//! executor without lifetimes (bound values and prepared ids are views of the body). Unknown flags are rejected, as Cassandra does.
+
+use bytes::Bytes;
 
 use super::frame::opcode;
 use super::wire::{BoundValue, Reader, WireError};
@@ -19,7 +21,7 @@ pub(crate) enum Request {
     /// PREPARE a CQL string.
     Prepare(String),
     /// EXECUTE a prepared id.
-    Execute(Vec<u8>, QueryParams),
+    Execute(Bytes, QueryParams),
     /// BATCH.
     Batch(BatchRequest),
     /// AUTH_RESPONSE: we never ask for authentication.
@@ -29,8 +31,8 @@ pub(crate) enum Request {
 impl Request {
     /// Decodes the body of a frame with the given opcode. `Ok(None)` means the opcode is not a
     /// request opcode.
-    pub(crate) fn decode(op: u8, body: &[u8]) -> Result<Option<Request>, WireError> {
-        let mut r = Reader::new(body);
+    pub(crate) fn decode(op: u8, body: &Bytes) -> Result<Option<Request>, WireError> {
+        let mut r = Reader::shared(body);
         let req = match op {
             opcode::OPTIONS => Request::Options,
             opcode::STARTUP => Request::Startup(r.string_map()?),
@@ -41,7 +43,7 @@ impl Request {
             }
             opcode::PREPARE => Request::Prepare(r.long_string()?.to_owned()),
             opcode::EXECUTE => {
-                let id = r.short_bytes()?.to_vec();
+                let id = r.short_bytes_owned()?;
                 Request::Execute(id, QueryParams::decode(&mut r)?)
             }
             opcode::BATCH => Request::Batch(BatchRequest::decode(&mut r)?),
@@ -155,7 +157,7 @@ pub(crate) enum BatchKind {
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) enum BatchEntry {
     Query(String, Vec<BoundValue>),
-    Prepared(Vec<u8>, Vec<BoundValue>),
+    Prepared(Bytes, Vec<BoundValue>),
 }
 
 /// A BATCH request.
@@ -182,7 +184,7 @@ impl BatchRequest {
             let k = r.u8()?;
             let target = match k {
                 0 => Ok(r.long_string()?.to_owned()),
-                1 => Err(r.short_bytes()?.to_vec()),
+                1 => Err(r.short_bytes_owned()?),
                 _ => return Err(WireError("unknown batch statement kind")),
             };
             let nv = r.u16()?;

@@ -38,7 +38,7 @@ fn parse(frame: &[u8]) -> Request {
         panic!("not a frame")
     };
     assert_eq!((h.version, h.stream, n), (4, 7, frame.len()));
-    Request::decode(h.opcode, &frame[HEADER_LEN..])
+    Request::decode(h.opcode, &Bytes::copy_from_slice(&frame[HEADER_LEN..]))
         .expect("decodes")
         .expect("known opcode")
 }
@@ -98,8 +98,8 @@ fn driver_query_frames_parse() {
     assert_eq!(
         p.values,
         vec![
-            BoundValue::Bytes(5i64.to_be_bytes().to_vec()),
-            BoundValue::Bytes(b"a".to_vec())
+            BoundValue::Bytes(Bytes::copy_from_slice(&5i64.to_be_bytes())),
+            BoundValue::Bytes(Bytes::from_static(b"a"))
         ]
     );
 
@@ -122,7 +122,7 @@ fn truncated_frames_never_panic() {
     for cut in 0..full.len() {
         // A shorter body with a patched length must decode to an error, not panic.
         let body = &full[HEADER_LEN..HEADER_LEN + cut.min(full.len() - HEADER_LEN)];
-        let _ = Request::decode(full[4], body);
+        let _ = Request::decode(full[4], &Bytes::copy_from_slice(body));
     }
     for op in 0..=0x10u8 {
         for junk in [
@@ -131,7 +131,7 @@ fn truncated_frames_never_panic() {
             &[0, 0, 0, 1, 0xff][..],
             &[0x7f, 0xff, 0xff, 0xff][..],
         ] {
-            let _ = Request::decode(op, junk);
+            let _ = Request::decode(op, &Bytes::copy_from_slice(junk));
         }
     }
 }

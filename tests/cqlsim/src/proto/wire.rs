@@ -2,13 +2,17 @@
 //! lists. Reading is bounds-checked and never panics: every short read is a [`WireError`], which
 //! the connection turns into a protocol error.
 
+use bytes::Bytes;
+
 /// A malformed request body. The message names what could not be read.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("malformed frame body: {0}")]
 pub(crate) struct WireError(pub(crate) &'static str);
 
 /// A bound value as sent by a client (S §3 `[value]`): the bytes, null (length -1) or, since v4,
-/// "unset" (length -2), which means "leave this alone".
+/// "unset" (length -2), which means "leave this alone". The bytes are a view of the frame
+/// body they came in (a BATCH of rows carries a dozen values per row: one allocation per
+/// frame, not per value).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum BoundValue {
     /// Length -1.
@@ -16,17 +20,41 @@ pub(crate) enum BoundValue {
     /// Length -2 (v4).
     Unset,
     /// The serialized value.
-    Bytes(Vec<u8>),
+    Bytes(Bytes),
 }
 
 /// A cursor over a request body.
 pub(crate) struct Reader<'a> {
     buf: &'a [u8],
+    /// The body `buf` is part of, when the values read are to share it.
+    owner: Option<&'a Bytes>,
 }
 
 impl<'a> Reader<'a> {
     pub(crate) fn new(buf: &'a [u8]) -> Self {
-        Reader { buf }
+        Reader { buf, owner: None }
+    }
+
+    /// A cursor whose values and ids are views of `body` instead of copies.
+    pub(crate) fn shared(body: &'a Bytes) -> Self {
+        Reader {
+            buf: body,
+            owner: Some(body),
+        }
+    }
+
+    /// Bytes read from this body, owned: a view of the body when it is shared.
+    fn owned(&self, part: &'a [u8]) -> Bytes {
+        match self.owner {
+            Some(body) => body.slice_ref(part),
+            None => Bytes::copy_from_slice(part),
+        }
+    }
+
+    /// `[short bytes]`, owned (a prepared id).
+    pub(crate) fn short_bytes_owned(&mut self) -> Result<Bytes, WireError> {
+        let part = self.short_bytes()?;
+        Ok(self.owned(part))
     }
 
     #[cfg(test)]
@@ -104,9 +132,8 @@ impl<'a> Reader<'a> {
             n if n < 0 => Err(WireError("invalid [value] length")),
             n => {
                 let n = usize::try_from(n).map_err(|_| WireError("bad [value] length"))?;
-                Ok(BoundValue::Bytes(
-                    self.take(n, "truncated [value]")?.to_vec(),
-                ))
+                let part = self.take(n, "truncated [value]")?;
+                Ok(BoundValue::Bytes(self.owned(part)))
             }
         }
     }
@@ -210,7 +237,30 @@ mod tests {
         let mut r = Reader::new(&buf);
         assert_eq!(r.value(), Ok(BoundValue::Null));
         assert_eq!(r.value(), Ok(BoundValue::Unset));
-        assert_eq!(r.value(), Ok(BoundValue::Bytes(vec![1, 2])));
+        assert_eq!(
+            r.value(),
+            Ok(BoundValue::Bytes(Bytes::from_static(&[1, 2])))
+        );
+        assert!(r.is_empty());
+    }
+
+    #[test]
+    fn shared_bodies_lend_their_values_and_ids() {
+        let mut buf = Vec::new();
+        put_bytes(&mut buf, Some(&[7, 8, 9]));
+        buf.extend_from_slice(&[0, 2, 0xaa, 0xbb]);
+        let body = Bytes::from(buf);
+        let mut r = Reader::shared(&body);
+        let Ok(BoundValue::Bytes(value)) = r.value() else {
+            panic!("a value");
+        };
+        let id = r.short_bytes_owned().expect("an id");
+        assert_eq!((&value[..], &id[..]), (&[7, 8, 9][..], &[0xaa, 0xbb][..]));
+        let inside = |b: &Bytes| body.as_ptr_range().contains(&b.as_ptr());
+        assert!(
+            inside(&value) && inside(&id),
+            "views of the body, not copies"
+        );
         assert!(r.is_empty());
     }
 }
