@@ -535,13 +535,25 @@ impl StateDir {
         flush: &FlushId,
         batches: &[Vec<WriteRecord>],
     ) -> io::Result<Vec<bool>> {
-        let id = SegmentId {
-            incarnation: flush.incarnation,
-            flush_seq: flush.flush_seq,
-            recovered: false,
-        };
+        let id = SegmentId::live(flush.incarnation, flush.flush_seq);
         let consumes = self.spill.loaded();
         self.spill.write_segment(id, consumes, batches)
+    }
+
+    /// Writes the held segment of a final flush (rows held for the delta ledger, see
+    /// [`ledger_pending`]), as [`StateDir::spill`] does. Its header names no replay
+    /// cursor: held rows are fresh, never replayed ones, so the segment owns nothing
+    /// that replay loaded.
+    pub fn spill_held(
+        &mut self,
+        flush: &FlushId,
+        batches: &[Vec<WriteRecord>],
+    ) -> io::Result<Vec<bool>> {
+        let id = SegmentId {
+            held: true,
+            ..SegmentId::live(flush.incarnation, flush.flush_seq)
+        };
+        self.spill.write_segment(id, None, batches)
     }
 
     /// The outcome logs' sizes now (see [`outcomes_mark`]).
