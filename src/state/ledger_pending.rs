@@ -10,11 +10,12 @@
 //! held segment, `spill.<inc>.<seq>.held.jsonl`), before the flush sends anything more,
 //! so a kill later in the final flush finds both. The next start sends these ledger rows
 //! first (again, idempotently) and replays no spill until every one is confirmed; then
-//! the file is deleted. Only a crash between the two writes loses the drained rows (the
-//! unclean stop reports them) while their ledger rows are sent again; the other order
-//! could replay counter deltas the ledger never recorded, so it is never taken. If the
-//! file cannot be written, the rows are lost (not spilled) and their ledger rows are
-//! forgotten: no later chunk of the final flush sends them or writes them here.
+//! the file is deleted. Only a crash between the two writes (local, nothing is sent in
+//! between) loses the drained rows, as a crash loses rows in memory, while their ledger
+//! rows are sent again; the other order could replay counter deltas the ledger never
+//! recorded, so it is never taken. If the file cannot be written, the rows are lost (not
+//! spilled) and their ledger rows are forgotten: no later chunk of the final flush sends
+//! them or writes them here.
 
 use std::fs;
 use std::io;

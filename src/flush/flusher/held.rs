@@ -124,12 +124,12 @@ impl<S: Sink> Flusher<S> {
     /// `…/ledger-held`), before the flush sends anything more: a kill later in the flush
     /// finds both on disk, and the next start confirms the ledger rows, then replays the
     /// rows once (recovery of the flush leaves the segment alone: it holds none of the
-    /// flush's intents). Only a kill between the two writes loses the rows (the unclean
-    /// stop reports them). If the file cannot be written, the rows are not spilled
-    /// (replaying them would put deltas in the counters that the ledger may never record):
-    /// they are lost, the stop is recorded as unclean with them, and the gate forgets their
-    /// ledger rows so that no later chunk sends them or writes them to the file. Returns
-    /// the spilled and dropped writes.
+    /// flush's intents). Only a kill between the two writes (local, nothing is sent in
+    /// between) loses the rows, as a kill loses rows in memory. If the file cannot be
+    /// written, the rows are not spilled (replaying them would put deltas in the counters
+    /// that the ledger may never record): they are lost, the stop is recorded as unclean
+    /// with them, and the gate forgets their ledger rows so that no later chunk sends
+    /// them or writes them to the file. Returns the spilled and dropped writes.
     pub(super) fn spill_ledger_held(&mut self, flush: &FlushId) -> (usize, usize) {
         let Some(gate) = &mut self.ledger_gate else {
             return (0, 0);
