@@ -962,6 +962,72 @@ mod tests {
         );
     }
 
+    /// A final flush wrote its held segment (rows held for the delta ledger) and was
+    /// killed after its group commit: recovery gives the flush's requests their homes and
+    /// leaves the held segment alone (it holds none of them), also when it runs twice,
+    /// so replay yields every row once.
+    #[test]
+    fn recovery_of_a_flush_leaves_its_held_segment_to_replay_once() {
+        let tmp = tempfile::tempdir().unwrap();
+        let mut state = StateDir::open(&config(tmp.path())).unwrap();
+        let flush = FlushId {
+            writer: state.writer_id().to_owned(),
+            incarnation: state.incarnation(),
+            flush_seq: 3,
+        };
+        let held = |n: i64| {
+            let mut r = record();
+            r.outcome = RecordOutcome::Spilled;
+            r.request_id = format!("{}/{}/3/ledger-held", flush.writer, flush.incarnation);
+            r.row = n as u16;
+            r.key.insert("name".into(), format!("held{n}"));
+            r.deltas.insert("value".into(), 100 + n);
+            r
+        };
+        let kept = state
+            .spill_held(&flush, &[vec![held(0)], vec![held(1)]])
+            .unwrap();
+        assert_eq!(kept, [true, true]);
+        let writes = [write("not_started", 1), write("not_applied", 2)];
+        state
+            .journal_begin(&flush, "t", &families(), &writes)
+            .unwrap();
+        state.journal_outcome(0, &Settled::NotStarted);
+        let (kind, text) = ("unavailable".to_string(), "text".to_string());
+        state.journal_outcome(1, &Settled::NotApplied { kind, text });
+        state.journal_flush();
+        let journal = fs::read(state.journal_path()).unwrap();
+        drop(state); // killed
+
+        let state = StateDir::open(&config(tmp.path())).unwrap();
+        assert_eq!(state.recovery().spilled_rows, 2);
+        drop(state);
+        fs::write(tmp.path().join("journal.wal"), &journal).unwrap();
+        let mut state = StateDir::open(&config(tmp.path())).unwrap();
+        assert_eq!(
+            state.recovery().spilled_rows,
+            0,
+            "the recovered segment exists"
+        );
+        let chunk = state.load_spill(|_, _| true).unwrap();
+        let mut replayed: Vec<(String, i64)> = chunk
+            .records
+            .iter()
+            .map(|(_, r)| (r.key["name"].clone(), r.deltas["value"]))
+            .collect();
+        replayed.sort();
+        assert_eq!(
+            replayed,
+            [
+                ("held0".to_string(), 100),
+                ("held1".to_string(), 101),
+                ("not_applied".to_string(), 2),
+                ("not_started".to_string(), 1)
+            ],
+            "each row once"
+        );
+    }
+
     /// Records a flush wrote before it was killed are not written again; a torn one is
     /// set aside and written whole.
     #[test]
