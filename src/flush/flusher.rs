@@ -19,7 +19,7 @@ use crate::state::{
 };
 use crate::test_hooks::crash_point;
 use crate::totals::{Totals, TotalsReport};
-use crate::vocabulary::{DropReason, Granularity};
+use crate::vocabulary::Granularity;
 
 use super::ledger_gate::LedgerGate;
 use super::observe::FlushObserver;
@@ -34,6 +34,7 @@ use super::shutdown::{Deadline, ShutdownSignal, shutdown_channel};
 use crate::telemetry::Ledger;
 
 mod held;
+mod spill;
 
 /// Drains the engine into a sink on a schedule, and once more at shutdown.
 pub struct Flusher<S> {
@@ -61,6 +62,8 @@ pub struct Flusher<S> {
     epochs: Option<Arc<EpochRegistry>>,
     /// Rows the final flush held back, bound for its spill segment.
     held_spill: Vec<Spilled>,
+    /// Writes (spilled, dropped) of the chunk's held segment, for its report.
+    ledger_held: (usize, usize),
     /// The delta ledger's gate, when a family keeps exact totals (see
     /// [`super::ledger_gate`]).
     ledger_gate: Option<LedgerGate>,
@@ -211,6 +214,7 @@ impl<S: Sink> Flusher<S> {
             observers: Vec::new(),
             epochs: None,
             held_spill: Vec::new(),
+            ledger_held: (0, 0),
             ledger_gate,
             ledger_file: false,
             outcomes_mark: None,
@@ -505,7 +509,7 @@ impl<S: Sink> Flusher<S> {
             }
         };
         if last {
-            self.spill_ledger_held(&flush);
+            self.ledger_held = self.spill_ledger_held(&flush);
         }
         self.forget_confirmed_ledger_file();
         let mut drained_sums = planned_sums;
@@ -670,9 +674,10 @@ impl<S: Sink> Flusher<S> {
         crash_point("settled_in_memory");
 
         batch.spill.append(&mut self.held_spill);
-        let (spilled, dropped) = self.spill(&flush, batch.spill);
-        report.spilled = spilled;
-        report.dropped = dropped;
+        let (spilled, dropped) = self.spill(&flush, batch.spill, false);
+        let held = std::mem::take(&mut self.ledger_held);
+        report.spilled = spilled + held.0;
+        report.dropped = dropped + held.1;
         let [unknown, rejected] = self.state.log_batch(&batch.unknown, &batch.rejected);
         if let Some(gate) = &mut self.ledger_gate {
             gate.record_outcomes(
@@ -802,71 +807,6 @@ impl<S: Sink> Flusher<S> {
                 tracing::warn!(table = %self.table_name(&write), kind = error.kind, error = %error.text, rows = write.rows.len(), "Write outcome unknown; recorded in unknown.jsonl and not re-sent.");
             }
         }
-    }
-
-    /// Writes the flush's spill segment. Writes that do not fit (`state.max_spill_bytes`)
-    /// or cannot be written are dropped and counted. Returns (spilled, dropped) writes.
-    fn spill(&mut self, flush: &FlushId, spilled: Vec<Spilled>) -> (usize, usize) {
-        if spilled.is_empty() {
-            return (0, 0);
-        }
-        let batches: Vec<Vec<WriteRecord>> = spilled.iter().map(|s| s.records.clone()).collect();
-        let (kept, reason, failure) = match self.state.spill(flush, &batches) {
-            Ok(kept) => (kept, DropReason::SpillFull, None),
-            Err(error) => (
-                vec![false; batches.len()],
-                DropReason::SpillFailed,
-                Some(error),
-            ),
-        };
-        crash_point("spill_written");
-        let (mut kept_count, mut dropped) = (0, (0_usize, 0_u64, [0_i128; 2]));
-        for (item, kept) in spilled.iter().zip(&kept) {
-            let rows = item.records.len() as u64;
-            if *kept {
-                kept_count += 1;
-                self.ledger.update(item.table, |s| s.spilled += item.sum);
-            } else {
-                dropped.0 += 1;
-                dropped.1 += rows;
-                dropped.2[item.table.index()] += item.sum;
-                self.ledger.update(item.table, |s| s.dropped += item.sum);
-                self.ledger.count_late_drop(reason, rows);
-                if let Some(request) = item.request {
-                    self.state.journal_outcome(request, &Settled::Dropped);
-                }
-                // The ledger records these deltas (a row reaches the counters only once its
-                // ledger row is confirmed; a held row's ledger row is in
-                // ledger_pending.jsonl): the outcomes table says they were dropped, so
-                // reconcile counts them as known missing.
-                if let Some(gate) = &mut self.ledger_gate {
-                    gate.record_outcomes(self.engine.families(), &item.records);
-                }
-            }
-        }
-        self.state.journal_flush();
-        if kept_count > 0 {
-            tracing::warn!(
-                writes = kept_count,
-                "Writes spilled to disk; they are replayed once the store answers (or at the next start)."
-            );
-        }
-        if dropped.0 > 0 {
-            let (spill_bytes, max_spill_bytes) = self.state.spill_bytes();
-            match failure {
-                Some(error) => {
-                    tracing::error!(%error, rows = dropped.1, minute_delta_sum = %dropped.2[0], day_delta_sum = %dropped.2[1], "Could not write the spill; these rows are lost (counted in countersink_rows_dropped_total{{reason=\"spill_failed\"}}).")
-                }
-                None => {
-                    tracing::error!(rows = dropped.1, minute_delta_sum = %dropped.2[0], day_delta_sum = %dropped.2[1], spill_bytes, max_spill_bytes, "The spill is full (state.max_spill_bytes); these rows are lost (counted in countersink_rows_dropped_total{{reason=\"spill_full\"}}).")
-                }
-            }
-            self.lost.0 += dropped.1;
-            for (lost, dropped) in self.lost.1.iter_mut().zip(dropped.2) {
-                *lost += dropped;
-            }
-        }
-        (kept_count, dropped.0)
     }
 
     /// Records what is pending in memory now in `status.json` (the lost-at-crash figure).

@@ -366,21 +366,44 @@ impl LedgerGate {
     }
 
     /// At the end of the final flush: every unconfirmed request gives up its drained
-    /// rows (for the spill) and its room in the budget, and stays as a stored request;
-    /// returns the rows, their sums (minute, day), and every unconfirmed ledger row (for
-    /// `ledger_pending.jsonl`, which must be written before the rows are spilled).
+    /// rows (for the spill) and its room in the budget; returns the rows, their sums
+    /// (minute, day), and every unconfirmed ledger row (for `ledger_pending.jsonl`, which
+    /// must be written before the rows are spilled). The requests stay, to be marked
+    /// stored once the file is written ([`LedgerGate::mark_stored`]), or forgotten if it
+    /// could not be ([`LedgerGate::forget_unstored`]).
     pub fn give_up_held(&mut self) -> (Vec<(RowKey, Row)>, [i128; 2], Vec<LedgerRow>) {
         let mut gated = Vec::new();
         let mut ledger_rows = Vec::new();
         for held in &mut self.held {
             gated.append(&mut held.gated);
             held.credit = None;
-            held.stored = true;
             ledger_rows.extend(held.rows.iter().cloned());
         }
         let sums = std::mem::take(&mut self.held_sums);
         self.publish();
         (gated, sums, ledger_rows)
+    }
+
+    /// `ledger_pending.jsonl` holds every unconfirmed ledger row: each request is a
+    /// stored one (no spilled row is replayed before it is confirmed).
+    pub fn mark_stored(&mut self) {
+        for held in &mut self.held {
+            held.stored = true;
+        }
+    }
+
+    /// `ledger_pending.jsonl` could not be written, so the rows just given up are lost
+    /// (not spilled): their requests are forgotten, never sent again nor written to the
+    /// file by a later chunk of the final flush (the ledger would record deltas that
+    /// reach no counter). Returns the ledger rows of the requests still stored (those of
+    /// rows spilled earlier), what the file must hold.
+    pub fn forget_unstored(&mut self) -> Vec<LedgerRow> {
+        self.held.retain(|held| held.stored);
+        self.publish();
+        self.held
+            .iter()
+            .flat_map(|held| held.rows.iter().cloned())
+            .collect()
     }
 
     /// Publishes the held rows and the backlog to the metrics.

@@ -321,6 +321,70 @@ async fn the_final_flush_spills_held_rows_and_the_next_start_sends_their_ledger_
     );
 }
 
+/// The final flush drains in chunks; the first chunk's `ledger_pending.jsonl` cannot be
+/// written (its temporary file is blocked by a directory, cleared while the second chunk
+/// sends), so that chunk's held rows are lost, not spilled. No later chunk sends their
+/// ledger rows again nor writes them to the file: the next start confirms only ledger rows
+/// whose rows it replays, and the ledger ends equal to the counters.
+#[tokio::test]
+async fn ledger_rows_of_rows_lost_to_an_unwritable_ledger_pending_file_are_never_confirmed() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = config(dir.path());
+    config.flush.shutdown_deadline = Duration::from_secs(60);
+    config.limits.max_pending_bytes = 4 * 40_000;
+    let engine = Arc::new(Engine::with_seed(&config, Some(1)).unwrap());
+    let sink = MemorySink::new();
+    let obstacle = dir.path().join("ledger_pending.tmp");
+    std::fs::create_dir(&obstacle).unwrap();
+    let first_flush = Arc::new(Mutex::new(None));
+    let cleared = obstacle.clone();
+    sink.set_ledger_script(move |_, rows| {
+        let flush = rows.iter().map(|r| r.flush_seq).max().unwrap_or(0);
+        if flush > *first_flush.lock().get_or_insert(flush) {
+            // A later chunk sends: its store will find the way free.
+            let _ = std::fs::remove_dir(&cleared);
+        }
+        Some((
+            Outcome::NotAppliedTransient(WriteError::new("unavailable", "u")),
+            false,
+        ))
+    });
+    let flusher = Flusher::open(engine.clone(), Arc::new(sink.clone()), &config).unwrap();
+    for i in 0..400 {
+        let key = format!("p{i}");
+        engine
+            .record("page.views", &[("page_id", key.as_str())][..], 1, T0, None)
+            .unwrap();
+    }
+    flusher.finish().await;
+    assert!(!obstacle.exists(), "the final flush had several chunks");
+    assert_eq!(sink.requests(), 0, "no counter write went out unrecorded");
+    let status: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.path().join("status.json")).unwrap())
+            .unwrap();
+    assert_eq!(status["clean"], false, "the first chunk's rows were lost");
+    let stored = crate::state::ledger_pending::load(dir.path()).unwrap();
+    assert!(!stored.is_empty(), "later chunks' ledger rows are kept");
+    assert!(stored.iter().map(|r| r.sum()).sum::<i128>() < 400);
+
+    // The next start, the ledger answering: the stored ledger rows, then their rows.
+    sink.clear_ledger_script();
+    let engine = Arc::new(Engine::with_seed(&config, Some(1)).unwrap());
+    let mut flusher = Flusher::open(engine.clone(), Arc::new(sink.clone()), &config).unwrap();
+    for _ in 0..20 {
+        flusher.flush_now().await;
+    }
+    let minute = counter_sums(&sink, Granularity::Minute);
+    let replayed: i128 = minute.values().sum();
+    assert!(replayed > 0 && replayed < 400, "{replayed}");
+    assert_eq!(
+        ledger_sums(&sink.ledger_rows()),
+        minute,
+        "the ledger records exactly the rows that reached the counters"
+    );
+    assert_eq!(sink.total(Granularity::Day), replayed);
+}
+
 #[tokio::test]
 async fn held_rows_keep_their_room_in_the_memory_budget() {
     let dir = tempfile::tempdir().unwrap();

@@ -953,7 +953,8 @@ impl Enc<'_> {
                 self.u8(1);
                 self.u64(c.segment.incarnation);
                 self.u64(c.segment.flush_seq);
-                self.u8(u8::from(c.segment.recovered));
+                // Bit 0: recovered; bit 1: a held segment (older journals never set it).
+                self.u8(u8::from(c.segment.recovered) | (u8::from(c.segment.held) << 1));
                 self.u64(c.offset);
             }
         }
@@ -1027,10 +1028,16 @@ impl Dec<'_> {
         Some(match self.u8()? {
             0 => None,
             _ => Some(Cursor {
-                segment: SegmentId {
-                    incarnation: self.u64()?,
-                    flush_seq: self.u64()?,
-                    recovered: self.u8()? != 0,
+                segment: {
+                    let incarnation = self.u64()?;
+                    let flush_seq = self.u64()?;
+                    let kind = self.u8()?;
+                    SegmentId {
+                        incarnation,
+                        flush_seq,
+                        recovered: kind & 1 != 0,
+                        held: kind & 2 != 0,
+                    }
                 },
                 offset: self.u64()?,
             }),

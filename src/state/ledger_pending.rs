@@ -5,13 +5,17 @@
 //! exact family can neither go to the counter tables (their ledger rows are not
 //! confirmed) nor be formed again later (a ledger row formed once is sent verbatim: a row
 //! that may already be applied under one identity must not be written again under
-//! another). So both are kept: the drained rows go to the spill like any unsent row, and
-//! their ledger rows, verbatim, to this file, written **before** the spill segment. The
-//! next start sends these ledger rows first (again, idempotently) and replays no spill
-//! until every one is confirmed; then the file is deleted. A crash after the file and
-//! before the spill loses the drained rows (the unclean stop reports them) and leaves
-//! ledger rows that are simply sent again; the other order could replay counter deltas
-//! the ledger never recorded, so it is never taken.
+//! another). So both are kept: their ledger rows, verbatim, go to this file, and as soon
+//! as it is durable the drained rows go to a spill segment of their own (the flush's
+//! held segment, `spill.<inc>.<seq>.held.jsonl`), before the flush sends anything more,
+//! so a kill later in the final flush finds both. The next start sends these ledger rows
+//! first (again, idempotently) and replays no spill until every one is confirmed; then
+//! the file is deleted. Only a crash between the two writes (local, nothing is sent in
+//! between) loses the drained rows, as a crash loses rows in memory, while their ledger
+//! rows are sent again; the other order could replay counter deltas the ledger never
+//! recorded, so it is never taken. If the file cannot be written, the rows are lost (not
+//! spilled) and their ledger rows are forgotten: no later chunk of the final flush sends
+//! them or writes them here.
 
 use std::fs;
 use std::io;

@@ -535,13 +535,25 @@ impl StateDir {
         flush: &FlushId,
         batches: &[Vec<WriteRecord>],
     ) -> io::Result<Vec<bool>> {
-        let id = SegmentId {
-            incarnation: flush.incarnation,
-            flush_seq: flush.flush_seq,
-            recovered: false,
-        };
+        let id = SegmentId::live(flush.incarnation, flush.flush_seq);
         let consumes = self.spill.loaded();
         self.spill.write_segment(id, consumes, batches)
+    }
+
+    /// Writes the held segment of a final flush (rows held for the delta ledger, see
+    /// [`ledger_pending`]), as [`StateDir::spill`] does. Its header names no replay
+    /// cursor: held rows are fresh, never replayed ones, so the segment owns nothing
+    /// that replay loaded.
+    pub fn spill_held(
+        &mut self,
+        flush: &FlushId,
+        batches: &[Vec<WriteRecord>],
+    ) -> io::Result<Vec<bool>> {
+        let id = SegmentId {
+            held: true,
+            ..SegmentId::live(flush.incarnation, flush.flush_seq)
+        };
+        self.spill.write_segment(id, None, batches)
     }
 
     /// The outcome logs' sizes now (see [`outcomes_mark`]).
@@ -947,6 +959,72 @@ mod tests {
                 ("not_started".to_string(), 32)
             ],
             "once, though recovery ran twice"
+        );
+    }
+
+    /// A final flush wrote its held segment (rows held for the delta ledger) and was
+    /// killed after its group commit: recovery gives the flush's requests their homes and
+    /// leaves the held segment alone (it holds none of them), also when it runs twice,
+    /// so replay yields every row once.
+    #[test]
+    fn recovery_of_a_flush_leaves_its_held_segment_to_replay_once() {
+        let tmp = tempfile::tempdir().unwrap();
+        let mut state = StateDir::open(&config(tmp.path())).unwrap();
+        let flush = FlushId {
+            writer: state.writer_id().to_owned(),
+            incarnation: state.incarnation(),
+            flush_seq: 3,
+        };
+        let held = |n: i64| {
+            let mut r = record();
+            r.outcome = RecordOutcome::Spilled;
+            r.request_id = format!("{}/{}/3/ledger-held", flush.writer, flush.incarnation);
+            r.row = n as u16;
+            r.key.insert("name".into(), format!("held{n}"));
+            r.deltas.insert("value".into(), 100 + n);
+            r
+        };
+        let kept = state
+            .spill_held(&flush, &[vec![held(0)], vec![held(1)]])
+            .unwrap();
+        assert_eq!(kept, [true, true]);
+        let writes = [write("not_started", 1), write("not_applied", 2)];
+        state
+            .journal_begin(&flush, "t", &families(), &writes)
+            .unwrap();
+        state.journal_outcome(0, &Settled::NotStarted);
+        let (kind, text) = ("unavailable".to_string(), "text".to_string());
+        state.journal_outcome(1, &Settled::NotApplied { kind, text });
+        state.journal_flush();
+        let journal = fs::read(state.journal_path()).unwrap();
+        drop(state); // killed
+
+        let state = StateDir::open(&config(tmp.path())).unwrap();
+        assert_eq!(state.recovery().spilled_rows, 2);
+        drop(state);
+        fs::write(tmp.path().join("journal.wal"), &journal).unwrap();
+        let mut state = StateDir::open(&config(tmp.path())).unwrap();
+        assert_eq!(
+            state.recovery().spilled_rows,
+            0,
+            "the recovered segment exists"
+        );
+        let chunk = state.load_spill(|_, _| true).unwrap();
+        let mut replayed: Vec<(String, i64)> = chunk
+            .records
+            .iter()
+            .map(|(_, r)| (r.key["name"].clone(), r.deltas["value"]))
+            .collect();
+        replayed.sort();
+        assert_eq!(
+            replayed,
+            [
+                ("held0".to_string(), 100),
+                ("held1".to_string(), 101),
+                ("not_applied".to_string(), 2),
+                ("not_started".to_string(), 1)
+            ],
+            "each row once"
         );
     }
 

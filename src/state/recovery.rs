@@ -130,11 +130,9 @@ fn finish(
     };
     let logged_unknown = state.unknown.keys_from(unknown_at)?;
     let logged_rejected = state.rejected.keys_from(rejected_at)?;
-    let live = SegmentId {
-        incarnation: group.flush.incarnation,
-        flush_seq: group.flush.flush_seq,
-        recovered: false,
-    };
+    // The flush's held segment (rows held for the delta ledger) is not looked at: it
+    // holds no intent of the flush, and is replayed like any segment.
+    let live = SegmentId::live(group.flush.incarnation, group.flush.flush_seq);
     let recovered = SegmentId {
         recovered: true,
         ..live

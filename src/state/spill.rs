@@ -5,7 +5,10 @@
 //!
 //! Each flush that spills writes one immutable segment, `spill.<incarnation>.<flush_seq>.jsonl`
 //! (crash recovery writes `spill.<incarnation>.<flush_seq>.recovered.jsonl` for the
-//! flush it finishes), through a temporary file, `fsync` and `rename`: a segment is on
+//! flush it finishes; a final flush writes the rows it held for the delta ledger, right
+//! after their ledger rows reach `ledger_pending.jsonl`, to
+//! `spill.<incarnation>.<flush_seq>.held.jsonl`, before it sends anything more), through
+//! a temporary file, `fsync` and `rename`: a segment is on
 //! disk whole or not at all, so there is never a torn spill line. Its first line is a
 //! header naming the replay cursor its flush had consumed (below). Records carry the
 //! request id they came from, so a restart can tell which requests a segment owns.
@@ -45,21 +48,42 @@ pub struct SegmentId {
     pub flush_seq: u64,
     /// Written by crash recovery for that flush (sorts after the flush's own segment).
     pub recovered: bool,
+    /// Rows a final flush held for the delta ledger, written apart from (and before) the
+    /// flush's own segment (see [`crate::state::ledger_pending`]). Never an intent of the
+    /// flush, so recovery of the flush neither reads nor writes it: it is replayed once,
+    /// like any segment. Sorts after the flush's own segment, before a recovered one.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub held: bool,
 }
 
 impl SegmentId {
-    /// `spill.<incarnation>.<flush_seq>[.recovered].jsonl`.
+    /// The own segment of a flush.
+    pub fn live(incarnation: u64, flush_seq: u64) -> SegmentId {
+        SegmentId {
+            incarnation,
+            flush_seq,
+            recovered: false,
+            held: false,
+        }
+    }
+
+    /// `spill.<incarnation>.<flush_seq>[.recovered|.held].jsonl`.
     pub fn file_name(&self) -> String {
         format!(
-            "spill.{:010}.{:012}{}.jsonl",
+            "spill.{:010}.{:012}{}{}.jsonl",
             self.incarnation,
             self.flush_seq,
-            if self.recovered { ".recovered" } else { "" }
+            if self.recovered { ".recovered" } else { "" },
+            if self.held { ".held" } else { "" }
         )
     }
 
     fn parse(name: &str) -> Option<SegmentId> {
         let rest = name.strip_prefix("spill.")?.strip_suffix(".jsonl")?;
+        let (rest, held) = match rest.strip_suffix(".held") {
+            Some(r) => (r, true),
+            None => (rest, false),
+        };
         let (rest, recovered) = match rest.strip_suffix(".recovered") {
             Some(r) => (r, true),
             None => (rest, false),
@@ -69,6 +93,7 @@ impl SegmentId {
             incarnation: incarnation.parse().ok()?,
             flush_seq: flush_seq.parse().ok()?,
             recovered,
+            held,
         })
     }
 }
@@ -468,11 +493,7 @@ fn migrate_legacy(dir: &Path) -> io::Result<()> {
             }
             fs::remove_file(&path)?;
         } else {
-            let id = SegmentId {
-                incarnation: 0,
-                flush_seq: index as u64,
-                recovered: false,
-            };
+            let id = SegmentId::live(0, index as u64);
             fs::rename(&path, dir.join(id.file_name()))?;
         }
     }
@@ -520,11 +541,7 @@ mod tests {
     }
 
     fn segment(seq: u64) -> SegmentId {
-        SegmentId {
-            incarnation: 1,
-            flush_seq: seq,
-            recovered: false,
-        }
+        SegmentId::live(1, seq)
     }
 
     fn all(spill: &mut Spill) -> Vec<i64> {
@@ -711,9 +728,12 @@ mod tests {
             recovered: true,
             ..live
         };
+        let held = SegmentId { held: true, ..live };
         assert_eq!(SegmentId::parse(&live.file_name()), Some(live));
         assert_eq!(SegmentId::parse(&recovered.file_name()), Some(recovered));
-        assert!(live < recovered && recovered < segment(8));
+        assert_eq!(SegmentId::parse(&held.file_name()), Some(held));
+        assert_eq!(held.file_name(), "spill.0000000001.000000000007.held.jsonl");
+        assert!(live < held && held < recovered && recovered < segment(8));
         assert_eq!(SegmentId::parse("spill.cursor"), None);
     }
 }

@@ -8,6 +8,7 @@ use crate::aggregate::{Credit, Refused, RefusedReason, Row, RowKey};
 use crate::bucket;
 use crate::sink::Sink;
 use crate::state::{FlushId, RecordSource, ledger_pending, outcomes_mark};
+use crate::test_hooks::crash_point;
 use crate::vocabulary::{DropReason, Granularity};
 
 use super::super::record_conversion;
@@ -72,17 +73,24 @@ impl<S: Sink> Flusher<S> {
                 "At shutdown, rows whose epoch the last read of the registry does not cover were spilled; the next start places them."
             );
         }
-        self.spill_rows(flush, &held)
+        let (items, sums) = self.spill_items(flush, &held, "held");
+        self.held_spill.extend(items);
+        sums
     }
 
-    /// Puts drained rows that were never planned into this flush's spill segment, as
-    /// records of request `…/held` (one per row and table). Returns their delta sums per
-    /// table.
-    fn spill_rows(&mut self, flush: &FlushId, held: &[(RowKey, Row)]) -> [i128; 2] {
+    /// Drained rows that were never planned, as spill items of request
+    /// `…/<request>` (one record per row and table), and their delta sums per table.
+    fn spill_items(
+        &self,
+        flush: &FlushId,
+        held: &[(RowKey, Row)],
+        request: &str,
+    ) -> (Vec<Spilled>, [i128; 2]) {
         let mut sums = [0_i128; 2];
+        let mut items = Vec::new();
         let time = bucket::rfc3339(SystemTime::now());
         let held_id = format!(
-            "{}/{}/{}/held",
+            "{}/{}/{}/{request}",
             flush.writer, flush.incarnation, flush.flush_seq
         );
         let mut index = 0_u16;
@@ -99,7 +107,7 @@ impl<S: Sink> Flusher<S> {
                 index = index.saturating_add(1);
                 let sum = row.columns.sum();
                 sums[table.index()] += sum;
-                self.held_spill.push(Spilled {
+                items.push(Spilled {
                     request: None,
                     table,
                     sum,
@@ -107,21 +115,27 @@ impl<S: Sink> Flusher<S> {
                 });
             }
         }
-        sums
+        (items, sums)
     }
 
     /// At the final flush, the rows still held for the delta ledger: their ledger rows
-    /// go, verbatim, to `ledger_pending.jsonl`, and only once that file is durable are the
-    /// rows spilled (the next start confirms the ledger rows before it replays them). If
-    /// the file cannot be written, the rows are not spilled (replaying them would put
-    /// deltas in the counters that the ledger may never record): they are lost, and the
-    /// stop is recorded as unclean with them.
-    pub(super) fn spill_ledger_held(&mut self, flush: &FlushId) {
+    /// go, verbatim, to `ledger_pending.jsonl`, and as soon as that file is durable the
+    /// rows go to this flush's held segment (`spill.<inc>.<seq>.held.jsonl`, request id
+    /// `…/ledger-held`), before the flush sends anything more: a kill later in the flush
+    /// finds both on disk, and the next start confirms the ledger rows, then replays the
+    /// rows once (recovery of the flush leaves the segment alone: it holds none of the
+    /// flush's intents). Only a kill between the two writes (local, nothing is sent in
+    /// between) loses the rows, as a kill loses rows in memory. If the file cannot be
+    /// written, the rows are not spilled (replaying them would put deltas in the counters
+    /// that the ledger may never record): they are lost, the stop is recorded as unclean
+    /// with them, and the gate forgets their ledger rows so that no later chunk sends
+    /// them or writes them to the file. Returns the spilled and dropped writes.
+    pub(super) fn spill_ledger_held(&mut self, flush: &FlushId) -> (usize, usize) {
         let Some(gate) = &mut self.ledger_gate else {
-            return;
+            return (0, 0);
         };
         if gate.held().0 == 0 {
-            return;
+            return (0, 0);
         }
         let (rows, sums, ledger_rows) = gate.give_up_held();
         for g in Granularity::ALL {
@@ -129,23 +143,37 @@ impl<S: Sink> Flusher<S> {
         }
         match ledger_pending::store(self.state.dir(), &ledger_rows) {
             Ok(()) => {
+                gate.mark_stored();
                 self.ledger_file = true;
                 tracing::warn!(
                     rows = rows.len(),
                     ledger_rows = ledger_rows.len(),
                     "At the shutdown deadline the delta ledger had not confirmed these rows' ledger rows: the rows were spilled and their ledger rows kept in ledger_pending.jsonl; the next start confirms them before it replays the rows."
                 );
-                self.spill_rows(flush, &rows);
+                let (items, _) = self.spill_items(flush, &rows, "ledger-held");
+                let written = self.spill(flush, items, true);
+                crash_point("ledger_held_spilled");
+                written
             }
             Err(error) => {
                 tracing::error!(
                     %error,
                     rows = rows.len(),
-                    "Could not write ledger_pending.jsonl: rows held for the delta ledger at the shutdown deadline are lost (not spilled: their deltas would reach the counters unrecorded); the stop is recorded as unclean."
+                    "Could not write ledger_pending.jsonl: rows held for the delta ledger at the shutdown deadline are lost (not spilled: their deltas would reach the counters unrecorded), and their ledger rows are not sent again; the stop is recorded as unclean."
                 );
                 self.lost.0 += rows.len() as u64;
                 self.lost.1[0] += sums[0];
                 self.lost.1[1] += sums[1];
+                // A write that failed after its rename may have left the lost rows' ledger
+                // rows in the file: it is put back to what the stored requests hold.
+                let stored = gate.forget_unstored();
+                match ledger_pending::store(self.state.dir(), &stored) {
+                    Ok(()) => self.ledger_file = !stored.is_empty(),
+                    Err(error) => {
+                        tracing::error!(%error, "Could not rewrite ledger_pending.jsonl either.")
+                    }
+                }
+                (0, 0)
             }
         }
     }

@@ -678,11 +678,7 @@ mod tests {
         let late = (i64::from(DAY.0) + 30) * 86_400;
         let mut spill = Spill::open(dir.path(), 1 << 20, None).unwrap();
         // Rows of another day and of another family do not hold this one open.
-        let id = |flush_seq| SegmentId {
-            incarnation: 3,
-            flush_seq,
-            recovered: false,
-        };
+        let id = |flush_seq| SegmentId::live(3, flush_seq);
         spill
             .write_segment(
                 id(1),

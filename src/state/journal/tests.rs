@@ -45,6 +45,7 @@ fn cursor() -> Cursor {
             incarnation: 2,
             flush_seq: 9,
             recovered: true,
+            held: false,
         },
         offset: 77,
     }
@@ -82,8 +83,17 @@ fn a_group_reads_back_with_its_outcomes_and_a_torn_tail_is_cut() {
     );
     journal.logs_at(10, 20).unwrap();
     journal.end(5).unwrap();
+    // A cursor inside a held segment (rows a final flush held for the delta ledger).
+    let held = Cursor {
+        segment: SegmentId {
+            recovered: false,
+            held: true,
+            ..cursor.segment
+        },
+        offset: 5,
+    };
     journal
-        .begin(&flush(6), "t", None, &[family()], &writes[..1])
+        .begin(&flush(6), "t", Some(held), &[family()], &writes[..1])
         .unwrap();
     journal.outcome(0, &Settled::NotStarted);
     journal.flush_pending().unwrap();
@@ -132,6 +142,11 @@ fn a_group_reads_back_with_its_outcomes_and_a_torn_tail_is_cut() {
     let second = &groups[1];
     assert!(second.committed && !second.ended);
     assert_eq!(second.outcomes[&0], Settled::NotStarted);
+    assert_eq!(
+        second.consumes,
+        Some(held),
+        "a held segment's cursor reads back"
+    );
     assert_eq!(flush(6).request_id(3), "w/3/6/3");
 }
 

@@ -357,6 +357,15 @@ impl Rig {
 }
 
 impl Serve {
+    /// SIGTERM, without waiting: the final flush runs (a test then waits for a crash
+    /// point in it).
+    pub(crate) fn request_stop(&self) {
+        Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status()
+            .expect("kill runs");
+    }
+
     /// Waits for a line of the log containing `needle`.
     pub(crate) fn wait_for(&mut self, needle: &str, timeout: Duration) {
         if self.log.iter().any(|l| l.contains(needle)) {
