@@ -249,7 +249,7 @@ pub(crate) fn run_batch(
     };
     let mut all = Vec::with_capacity(items.len());
     for it in items {
-        all.extend(write::plan(db, it.stmt, it.keyspace, it.b, time, it.cache)?);
+        write::plan_into(db, it.stmt, it.keyspace, it.b, time, it.cache, &mut all)?;
     }
     Ok(apply::apply(db, all))
 }

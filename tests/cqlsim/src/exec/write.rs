@@ -9,7 +9,7 @@ use crate::cql::ast::{Condition, InValues, Literal, Operation, Relation, Stateme
 use crate::error::CqlError;
 use crate::proto::request::BatchKind;
 use crate::schema::{Column, ColumnKind, TableSchema};
-use crate::storage::{ClusteringKey, Db, clustering_key};
+use crate::storage::{ClusteringKey, Db, KeyPart, clustering_key};
 use crate::types::ColType;
 use crate::value::Value;
 
@@ -161,6 +161,21 @@ pub(crate) fn plan(
     time: WriteTime,
     cache: Option<&PlanCache>,
 ) -> Result<Vec<Mutation>, CqlError> {
+    let mut muts = Vec::new();
+    plan_into(db, stmt, keyspace, b, time, cache, &mut muts)?;
+    Ok(muts)
+}
+
+/// [`plan`], adding the mutations to `out` (a BATCH plans all its statements into one list).
+pub(crate) fn plan_into(
+    db: &Db,
+    stmt: &Statement,
+    keyspace: Option<&str>,
+    b: Bindings<'_>,
+    time: WriteTime,
+    cache: Option<&PlanCache>,
+    out: &mut Vec<Mutation>,
+) -> Result<(), CqlError> {
     let lookup = |t: &Arc<TableSchema>| cache.and_then(|c| c.resolve(t, stmt));
     match stmt {
         Statement::Update(u) => {
@@ -257,23 +272,21 @@ pub(crate) fn plan(
                 },
             )?;
             if cells.is_empty() {
-                return Ok(Vec::new());
+                return Ok(());
             }
-            Ok(keys
-                .into_iter()
-                .map(|(pk, ck)| Mutation::Upsert {
-                    table: t.clone(),
-                    pk,
-                    ck: if ck.is_empty() && !t.clustering.is_empty() {
-                        None
-                    } else {
-                        Some(clustering_key(&t, ck))
-                    },
-                    marker: false,
-                    cells: cells.clone(),
-                    at,
-                })
-                .collect())
+            out.extend(keys.into_iter().map(|(pk, ck)| Mutation::Upsert {
+                table: t.clone(),
+                pk,
+                ck: if ck.is_empty() && !t.clustering.is_empty() {
+                    None
+                } else {
+                    Some(clustering_key(&t, ck))
+                },
+                marker: false,
+                cells: cells.clone(),
+                at,
+            }));
+            Ok(())
         }
         Statement::Insert(i) => {
             let t = writable(db, &i.table, keyspace)?;
@@ -306,7 +319,10 @@ pub(crate) fn plan(
                         pk[c.index] = Some(b.resolve_value(term, &c.ty, &c.name)?)
                     }
                     ColumnKind::Clustering => {
-                        ck[c.index] = Some(b.resolve_value(term, &c.ty, &c.name)?)
+                        ck[c.index] = Some(KeyPart {
+                            value: b.resolve_value(term, &c.ty, &c.name)?,
+                            desc: c.desc,
+                        })
                     }
                     ColumnKind::Regular | ColumnKind::Static => {
                         match b.resolve(term, &c.ty, &c.name)? {
@@ -317,35 +333,36 @@ pub(crate) fn plan(
                     }
                 }
             }
-            let missing = |ix: &[usize], vals: &[Option<Value>]| -> Vec<String> {
+            let missing = |ix: &[usize], absent: &mut dyn Iterator<Item = bool>| -> Vec<String> {
                 ix.iter()
-                    .zip(vals)
-                    .filter(|(_, v)| v.is_none())
+                    .zip(absent)
+                    .filter(|(_, absent)| *absent)
                     .map(|(c, _)| t.columns[*c].name.clone())
                     .collect()
             };
-            let m = missing(&t.partition_key, &pk);
+            let m = missing(&t.partition_key, &mut pk.iter().map(Option::is_none));
             if !m.is_empty() {
                 return Err(CqlError::invalid(format!(
                     "Some partition key parts are missing: {}",
                     m.join(", ")
                 )));
             }
-            let m = missing(&t.clustering, &ck);
+            let m = missing(&t.clustering, &mut ck.iter().map(Option::is_none));
             if !m.is_empty() {
                 return Err(CqlError::invalid(format!(
                     "Some clustering keys are missing: {}",
                     m.join(", ")
                 )));
             }
-            Ok(vec![Mutation::Upsert {
+            out.push(Mutation::Upsert {
                 table: t.clone(),
                 pk: pk.into_iter().flatten().collect(),
-                ck: Some(clustering_key(&t, ck.into_iter().flatten().collect())),
+                ck: Some(ck.into_iter().flatten().collect()),
                 marker: true,
                 cells,
                 at,
-            }])
+            });
+            Ok(())
         }
         Statement::Delete(d) => {
             let t = writable(db, &d.table, keyspace)?;
@@ -392,20 +409,18 @@ pub(crate) fn plan(
                 CkRule::Prefix
             };
             let keys = keys(look, d.columns.len(), &d.where_, b, rule)?;
-            Ok(keys
-                .into_iter()
-                .map(|(pk, ck_prefix)| Mutation::Delete {
-                    table: t.clone(),
-                    pk,
-                    ck_prefix,
-                    slots: if d.columns.is_empty() {
-                        None
-                    } else {
-                        Some(slots.clone())
-                    },
-                    at,
-                })
-                .collect())
+            out.extend(keys.into_iter().map(|(pk, ck_prefix)| Mutation::Delete {
+                table: t.clone(),
+                pk,
+                ck_prefix,
+                slots: if d.columns.is_empty() {
+                    None
+                } else {
+                    Some(slots.clone())
+                },
+                at,
+            }));
+            Ok(())
         }
         _ => Err(CqlError::invalid(
             "Invalid statement in batch: only UPDATE, INSERT and DELETE statements are allowed.",
