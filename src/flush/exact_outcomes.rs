@@ -37,6 +37,8 @@ pub struct OutcomeQueue {
     not_before: Option<Instant>,
     /// Rows dropped from a full queue.
     pub dropped: u64,
+    /// The most rows queued, when a test sets one below [`MAX_QUEUED`].
+    limit: Option<usize>,
 }
 
 impl OutcomeQueue {
@@ -54,12 +56,18 @@ impl OutcomeQueue {
             let Some(row) = outcome_row(families, record) else {
                 continue;
             };
-            if self.rows.len() >= MAX_QUEUED {
+            if self.rows.len() >= self.limit.unwrap_or(MAX_QUEUED) {
                 self.rows.pop_front();
                 self.dropped += 1;
             }
             self.rows.push_back(row);
         }
+    }
+
+    /// Queues at most `rows` rows (a test's small stand-in for [`MAX_QUEUED`]).
+    #[cfg(test)]
+    pub fn limit(&mut self, rows: usize) {
+        self.limit = Some(rows);
     }
 
     /// Rows waiting.

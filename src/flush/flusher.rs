@@ -255,6 +255,12 @@ impl<S: Sink> Flusher<S> {
         &self.ledger
     }
 
+    /// The delta ledger's gate (exact families), for tests that shape it.
+    #[cfg(test)]
+    pub(crate) fn ledger_gate_mut(&mut self) -> Option<&mut LedgerGate> {
+        self.ledger_gate.as_mut()
+    }
+
     /// This incarnation's writer column in `writer_totals` tables.
     pub fn totals_writer(&self) -> &str {
         self.totals.writer()

@@ -435,6 +435,12 @@ impl LedgerGate {
         self.outcomes.len()
     }
 
+    /// Queues at most `rows` outcome rows (a test's stand-in for a full queue).
+    #[cfg(test)]
+    pub fn limit_outcome_queue(&mut self, rows: usize) {
+        self.outcomes.limit(rows);
+    }
+
     /// Outcome rows dropped from the full queue since the start (still in the logs).
     pub fn outcomes_dropped(&self) -> u64 {
         self.outcomes.dropped

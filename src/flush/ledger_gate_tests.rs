@@ -418,3 +418,63 @@ async fn held_rows_keep_their_room_in_the_memory_budget() {
         "60 held rows and 40 new ones fill the 100-row budget: {a:?}"
     );
 }
+
+/// Outcome rows dropped from a full queue are still in the outcome logs, and
+/// `outcomes.mark` never moves past them (not even once the queue has drained): the next
+/// start offers them again, and the outcomes table ends up with every logged row.
+#[tokio::test]
+async fn outcome_rows_dropped_from_a_full_queue_reach_the_table_after_a_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = config(dir.path());
+    let engine = Arc::new(Engine::with_seed(&config, Some(1)).unwrap());
+    let sink = MemorySink::new();
+    sink.set_outcomes_available(false);
+    sink.set_script(|_, _| {
+        Some((
+            Outcome::Unknown(WriteError::new("write_timeout", "t")),
+            false,
+        ))
+    });
+    let mut flusher = Flusher::open(engine.clone(), Arc::new(sink.clone()), &config).unwrap();
+    flusher.ledger_gate_mut().unwrap().limit_outcome_queue(5);
+    for i in 0..40 {
+        let key = format!("p{i}");
+        engine
+            .record("page.views", &[("page_id", key.as_str())][..], 1, T0, None)
+            .unwrap();
+    }
+    flusher.flush_now().await;
+    let logged = std::fs::read_to_string(dir.path().join("unknown.jsonl"))
+        .unwrap()
+        .lines()
+        .count();
+    assert!(logged > 5, "{logged} unknown rows logged");
+    let gate = flusher.ledger_gate_mut().unwrap();
+    assert_eq!(gate.outcomes_dropped(), logged as u64 - 5);
+
+    sink.clear_script();
+    sink.set_outcomes_available(true);
+    for _ in 0..20 {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+        flusher.flush_now().await;
+        if flusher.ledger_gate_mut().unwrap().outcomes_queued() == 0 {
+            break;
+        }
+    }
+    assert_eq!(flusher.ledger_gate_mut().unwrap().outcomes_queued(), 0);
+    assert_eq!(
+        sink.outcome_rows().len(),
+        5,
+        "only the queued rows were sent"
+    );
+    drop(flusher);
+
+    let engine = Arc::new(Engine::with_seed(&config, Some(1)).unwrap());
+    let mut flusher = Flusher::open(engine, Arc::new(sink.clone()), &config).unwrap();
+    flusher.flush_now().await;
+    assert_eq!(
+        sink.outcome_rows().len(),
+        logged,
+        "every logged unknown row is in the outcomes table after the restart"
+    );
+}

@@ -2,12 +2,12 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use parking_lot::Mutex;
 
 use super::Sink;
-use crate::sink::{LedgerRow, Outcome, OutcomeRow, PartitionWrite, TotalsWrite};
+use crate::sink::{LedgerRow, Outcome, OutcomeRow, PartitionWrite, TotalsWrite, WriteError};
 use crate::vocabulary::FamilyId;
 use crate::vocabulary::Granularity;
 
@@ -45,6 +45,8 @@ struct Inner {
     ledger_requests: AtomicU64,
     ledger_script: Mutex<Option<LedgerScript>>,
     outcomes: Mutex<BTreeMap<(String, u32, String, u16), OutcomeRow>>,
+    /// Whether the outcomes table refuses every write (`unavailable`, nothing kept).
+    outcomes_down: AtomicBool,
     totals: Mutex<BTreeMap<TotalsKey, (i64, Vec<i64>)>>,
     totals_requests: AtomicU64,
     totals_script: Mutex<Option<TotalsScript>>,
@@ -85,6 +87,13 @@ impl MemorySink {
     /// The ledger back to keeping everything.
     pub fn clear_ledger_script(&self) {
         *self.inner.ledger_script.lock() = None;
+    }
+
+    /// Makes the outcomes table refuse every write (`unavailable`) or accept them again.
+    pub fn set_outcomes_available(&self, available: bool) {
+        self.inner
+            .outcomes_down
+            .store(!available, Ordering::Relaxed);
     }
 
     /// Ledger requests received.
@@ -240,6 +249,12 @@ impl Sink for MemorySink {
     }
 
     async fn write_outcomes(&self, rows: &[OutcomeRow]) -> Outcome {
+        if self.inner.outcomes_down.load(Ordering::Relaxed) {
+            return Outcome::NotAppliedTransient(WriteError::new(
+                "unavailable",
+                "the outcomes table is down (scripted)",
+            ));
+        }
         let mut outcomes = self.inner.outcomes.lock();
         for row in rows {
             let key = (
