@@ -324,6 +324,10 @@ impl<S: Sink> Flusher<S> {
 
     async fn final_flush(mut self, mut deadline: Deadline) -> FlushReport {
         self.engine.aggregator().close();
+        // Everything in memory now is what a kill during the final flush can lose (sent
+        // requests are journaled): the next start reports it, not the figure of the last
+        // periodic flush, which misses what arrived since.
+        self.write_pending_status();
         deadline.fix();
         let report = self.flush(&mut deadline, true).await;
         if let Some(gate) = &self.ledger_gate

@@ -820,3 +820,46 @@ async fn an_unfinished_wrapper_flush_keeps_the_sidecar_out_of_the_directory() {
     }
     Flusher::open(engine, Arc::new(MemorySink::new()), &config).expect("opens once ended");
 }
+
+/// A kill during the final flush loses at most what was in memory when it began (sent
+/// requests are journaled): `status.json` says so while it runs, so the next start reports
+/// it, not the figure of the last periodic flush, which misses what arrived since.
+#[tokio::test]
+async fn the_final_flush_records_what_a_kill_during_it_could_lose() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = config(dir.path());
+    let sink = MemorySink::new();
+    let mut h = harness(&config, sink.clone());
+    h.engine
+        .record("hits", &[("i", "first")][..], 1, T0, None)
+        .unwrap();
+    h.flusher.flush_now().await;
+    for i in 0..10 {
+        let i = i.to_string();
+        h.engine
+            .record("hits", &[("i", i.as_str())][..], 2, T0, None)
+            .unwrap();
+    }
+    let seen = Arc::new(parking_lot::Mutex::new(None));
+    let (state, first) = (dir.path().to_owned(), seen.clone());
+    sink.set_script(move |_, _| {
+        first
+            .lock()
+            .get_or_insert_with(|| std::fs::read(state.join("status.json")).unwrap_or_default());
+        None
+    });
+    let report = h.flusher.finish().await;
+    assert_eq!(report.applied, report.writes);
+    let during: serde_json::Value =
+        serde_json::from_slice(seen.lock().as_deref().expect("the final flush wrote"))
+            .expect("status.json during the final flush");
+    assert_eq!(during["clean"], false);
+    assert_eq!(
+        (&during["pending_sum"], &during["pending_day_sum"]),
+        (&serde_json::json!("20"), &serde_json::json!("20")),
+        "what the final flush began with: {during}"
+    );
+    let after: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(dir.path().join("status.json")).unwrap()).unwrap();
+    assert_eq!(after["clean"], true, "{after}");
+}

@@ -168,6 +168,12 @@ async fn a_kill_in_the_final_flush_after_ledger_pending_loses_no_held_row() {
         rig.kill(serve);
     });
     assert!(rig.state().join("ledger_pending.jsonl").exists());
+    let fed: i64 = increments.iter().map(|(_, _, d)| d).sum();
+    assert_eq!(
+        rig.lost_bound,
+        [i128::from(fed); 2],
+        "the lost-at-crash figure of a kill in the final flush covers all it held"
+    );
     rig.server().clear_faults();
     tokio::task::block_in_place(|| {
         let serve = rig.start(None);
@@ -179,7 +185,6 @@ async fn a_kill_in_the_final_flush_after_ledger_pending_loses_no_held_row() {
         [0, 0],
         "no held row lost: {findings:?}"
     );
-    let fed: i64 = increments.iter().map(|(_, _, d)| d).sum();
     for table in ["metrics.views_by_minute", "metrics.views_by_day"] {
         assert_eq!(
             crate::common::table_sum(rig.server(), table, "views"),
