@@ -1,0 +1,383 @@
+//! The state directory's tests: open, lock, journal, spill, recovery and replay.
+
+use super::*;
+use crate::aggregate::Columns;
+use crate::sink::RowDelta;
+use crate::vocabulary::{FamilyId, Granularity};
+
+fn config(dir: &Path) -> StateConfig {
+    StateConfig {
+        dir: dir.to_owned(),
+        ..StateConfig::default()
+    }
+}
+
+#[test]
+fn identity_persists_and_incarnation_grows() {
+    let tmp = tempfile::tempdir().unwrap();
+    let first = StateDir::open(&config(tmp.path())).unwrap();
+    let (id, inc) = (first.writer_id().to_owned(), first.incarnation());
+    drop(first);
+    let second = StateDir::open(&config(tmp.path())).unwrap();
+    assert_eq!(second.writer_id(), id);
+    assert_eq!(second.incarnation(), inc + 1);
+}
+
+#[test]
+fn one_process_per_directory() {
+    let tmp = tempfile::tempdir().unwrap();
+    let _held = StateDir::open(&config(tmp.path())).unwrap();
+    assert!(matches!(
+        StateDir::open(&config(tmp.path())),
+        Err(StateError::Locked { .. })
+    ));
+}
+
+#[test]
+fn unclean_stop_is_reported_with_its_last_pending_rows_and_sums() {
+    let tmp = tempfile::tempdir().unwrap();
+    let state = StateDir::open(&config(tmp.path())).unwrap();
+    assert!(state.unclean_previous_run().is_none());
+    state.write_status(false, 42, [-7, 9]).unwrap();
+    drop(state);
+    let state = StateDir::open(&config(tmp.path())).unwrap();
+    let previous = state.unclean_previous_run().cloned().unwrap();
+    assert_eq!(
+        (previous.pending_rows, previous.pending_sums()),
+        (42, [-7, 9])
+    );
+    state.write_status(true, 0, [0, 0]).unwrap();
+    drop(state);
+    let state = StateDir::open(&config(tmp.path())).unwrap();
+    assert!(state.unclean_previous_run().is_none());
+}
+
+fn record() -> WriteRecord {
+    serde_json::from_str(
+        r#"{"time":"t","writer":"w","incarnation":1,"flush_seq":1,"outcome":"unknown","family":"generic",
+            "table":"ks.t","granularity":"minute","key":{},"day":"2026-11-30","minute":1,"deltas":{"value":1}}"#,
+    )
+    .unwrap()
+}
+
+/// A full disk (`/dev/full` answers every write with ENOSPC) loses the records but
+/// never silently: the append says how many.
+#[test]
+fn records_that_cannot_be_written_are_counted() {
+    let tmp = tempfile::tempdir().unwrap();
+    std::os::unix::fs::symlink("/dev/full", tmp.path().join("unknown.jsonl")).unwrap();
+    let mut state = StateDir::open(&config(tmp.path())).unwrap();
+    let [appended, _] = state.log_batch(&[record(), record(), record()], &[]);
+    assert_eq!(
+        appended.lost().collect::<Vec<_>>(),
+        [(LostRecords::WriteError, 3)]
+    );
+}
+
+/// Key values and deltas are for the owner only: the directory 0700, every file
+/// 0600, whatever the umask, and files left by an earlier version are tightened.
+#[test]
+fn the_directory_and_its_files_are_private() {
+    use std::os::unix::fs::PermissionsExt;
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("state");
+    fs::create_dir(&dir).unwrap();
+    fs::set_permissions(&dir, fs::Permissions::from_mode(0o755)).unwrap();
+    fs::write(dir.join("unknown.jsonl"), "").unwrap();
+    fs::set_permissions(dir.join("unknown.jsonl"), fs::Permissions::from_mode(0o644)).unwrap();
+    let mut state = StateDir::open(&config(&dir)).unwrap();
+    state.log_batch(&[], &[record()]);
+    for flush_seq in [1, 2] {
+        let flush = FlushId {
+            writer: state.writer_id().to_owned(),
+            incarnation: state.incarnation(),
+            flush_seq,
+        };
+        state.spill(&flush, &[vec![record()]]).unwrap();
+    }
+    // Replay the first segment and commit the cursor: `spill.cursor` is written.
+    state.load_spill(|rows, _| rows < 1).unwrap();
+    state.commit_replay(state.replay_loaded()).unwrap();
+    state.write_status(false, 1, [1, 0]).unwrap();
+    let mode = |p: &Path| fs::metadata(p).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode(&dir), 0o700);
+    let files: Vec<_> = fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    assert!(files.len() >= 9, "{files:?}");
+    for file in files {
+        assert_eq!(mode(&file), 0o600, "{}", file.display());
+    }
+}
+
+#[test]
+fn records_deleted_by_rotation_are_counted() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut state = StateDir::open(&StateConfig {
+        max_log_bytes: 10,
+        max_log_files: 1,
+        ..config(tmp.path())
+    })
+    .unwrap();
+    let rotated: u64 = (0..4)
+        .map(|_| state.log_batch(&[], &[record()])[1].rotated_out)
+        .sum();
+    assert_eq!(rotated, 2);
+}
+
+fn families() -> Vec<FamilyEntry> {
+    vec![FamilyEntry {
+        id: 0,
+        name: "generic".into(),
+        minute_table: "ks.counts_by_minute".into(),
+        day_table: "ks.counts_by_day".into(),
+        key_columns: vec!["name".into(), "tags".into()],
+        columns: vec!["value".into()],
+    }]
+}
+
+fn write(name: &str, delta: i64) -> PartitionWrite {
+    PartitionWrite {
+        epoch: None,
+        family: FamilyId(0),
+        table: Granularity::Minute,
+        series: crate::series::encode([name, ""]).into_boxed_slice(),
+        shard: None,
+        rows: vec![RowDelta {
+            bucket: 20_000 * 1440 + 5,
+            columns: Columns::One(delta),
+            requeued_since: 0,
+        }],
+    }
+}
+
+fn lines(dir: &Path, name: &str) -> Vec<WriteRecord> {
+    fs::read_to_string(dir.join(name))
+        .unwrap_or_default()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+/// A flush killed after its group commit: each request gets one home, and running the
+/// recovery again (as after a kill in the middle of it) adds nothing.
+#[test]
+fn recovery_gives_each_request_of_a_killed_flush_one_home_and_runs_again_safely() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut state = StateDir::open(&config(tmp.path())).unwrap();
+    let flush = FlushId {
+        writer: state.writer_id().to_owned(),
+        incarnation: state.incarnation(),
+        flush_seq: 1,
+    };
+    let writes = [
+        write("applied", 1),
+        write("in_flight", 2),
+        write("not_applied", 4),
+        write("unknown", 8),
+        write("rejected", 16),
+        write("not_started", 32),
+    ];
+    state
+        .journal_begin(&flush, "t", &families(), &writes)
+        .unwrap();
+    let error = |kind: &str| (kind.to_string(), "text".to_string());
+    state.journal_outcome(0, &Settled::Applied);
+    let (kind, text) = error("unavailable");
+    state.journal_outcome(2, &Settled::NotApplied { kind, text });
+    let (kind, text) = error("write_timeout");
+    state.journal_outcome(3, &Settled::Unknown { kind, text });
+    let (kind, text) = error("invalid");
+    state.journal_outcome(4, &Settled::Rejected { kind, text });
+    state.journal_outcome(5, &Settled::NotStarted);
+    // Where the flush's records would have started (recovery records this itself when
+    // a flush was killed before it).
+    state.journal.logs_at(0, 0).unwrap();
+    let journal = fs::read(state.journal_path()).unwrap();
+    drop(state); // killed
+
+    let state = StateDir::open(&config(tmp.path())).unwrap();
+    let report = state.recovery().clone();
+    assert_eq!(
+        (
+            report.flushes,
+            report.unknown_rows,
+            report.spilled_rows,
+            report.rejected_rows
+        ),
+        (1, 2, 2, 1)
+    );
+    assert_eq!(report.unknown_sums, [2 + 8, 0]);
+    let check = |dir: &Path| {
+        let unknown = lines(dir, "unknown.jsonl");
+        let kinds: Vec<(String, String)> = unknown
+            .iter()
+            .map(|r| {
+                (
+                    r.key["name"].clone(),
+                    r.error.as_ref().unwrap().kind.clone(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            kinds,
+            [
+                ("in_flight".to_string(), "in_flight_at_crash".to_string()),
+                ("unknown".to_string(), "write_timeout".to_string())
+            ]
+        );
+        assert_eq!(unknown[0].request_id, flush.request_id(1));
+        let rejected = lines(dir, "rejected.jsonl");
+        assert_eq!(rejected.len(), 1);
+        assert_eq!(rejected[0].key["name"], "rejected");
+    };
+    check(tmp.path());
+    drop(state);
+    // The same journal again (a kill before recovery's own end): nothing is added.
+    fs::write(tmp.path().join("journal.wal"), &journal).unwrap();
+    let mut state = StateDir::open(&config(tmp.path())).unwrap();
+    check(tmp.path());
+    let report = state.recovery().clone();
+    assert_eq!((report.unknown_rows, report.spilled_rows), (0, 0));
+    let chunk = state.load_spill(|_, _| true).unwrap();
+    let spilled: Vec<(String, i64)> = chunk
+        .records
+        .iter()
+        .map(|(_, r)| (r.key["name"].clone(), r.deltas["value"]))
+        .collect();
+    assert_eq!(
+        spilled,
+        [
+            ("not_applied".to_string(), 4),
+            ("not_started".to_string(), 32)
+        ],
+        "once, though recovery ran twice"
+    );
+}
+
+/// A final flush wrote its held segment (rows held for the delta ledger) and was
+/// killed after its group commit: recovery gives the flush's requests their homes and
+/// leaves the held segment alone (it holds none of them), also when it runs twice,
+/// so replay yields every row once.
+#[test]
+fn recovery_of_a_flush_leaves_its_held_segment_to_replay_once() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut state = StateDir::open(&config(tmp.path())).unwrap();
+    let flush = FlushId {
+        writer: state.writer_id().to_owned(),
+        incarnation: state.incarnation(),
+        flush_seq: 3,
+    };
+    let held = |n: i64| {
+        let mut r = record();
+        r.outcome = RecordOutcome::Spilled;
+        r.request_id = format!("{}/{}/3/ledger-held", flush.writer, flush.incarnation);
+        r.row = n as u16;
+        r.key.insert("name".into(), format!("held{n}"));
+        r.deltas.insert("value".into(), 100 + n);
+        r
+    };
+    let kept = state
+        .spill_held(&flush, &[vec![held(0)], vec![held(1)]])
+        .unwrap();
+    assert_eq!(kept, [true, true]);
+    let writes = [write("not_started", 1), write("not_applied", 2)];
+    state
+        .journal_begin(&flush, "t", &families(), &writes)
+        .unwrap();
+    state.journal_outcome(0, &Settled::NotStarted);
+    let (kind, text) = ("unavailable".to_string(), "text".to_string());
+    state.journal_outcome(1, &Settled::NotApplied { kind, text });
+    state.journal_flush();
+    let journal = fs::read(state.journal_path()).unwrap();
+    drop(state); // killed
+
+    let state = StateDir::open(&config(tmp.path())).unwrap();
+    assert_eq!(state.recovery().spilled_rows, 2);
+    drop(state);
+    fs::write(tmp.path().join("journal.wal"), &journal).unwrap();
+    let mut state = StateDir::open(&config(tmp.path())).unwrap();
+    assert_eq!(
+        state.recovery().spilled_rows,
+        0,
+        "the recovered segment exists"
+    );
+    let chunk = state.load_spill(|_, _| true).unwrap();
+    let mut replayed: Vec<(String, i64)> = chunk
+        .records
+        .iter()
+        .map(|(_, r)| (r.key["name"].clone(), r.deltas["value"]))
+        .collect();
+    replayed.sort();
+    assert_eq!(
+        replayed,
+        [
+            ("held0".to_string(), 100),
+            ("held1".to_string(), 101),
+            ("not_applied".to_string(), 2),
+            ("not_started".to_string(), 1)
+        ],
+        "each row once"
+    );
+}
+
+/// Records a flush wrote before it was killed are not written again; a torn one is
+/// set aside and written whole.
+#[test]
+fn recovery_completes_a_half_written_log_batch_without_duplicates() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut state = StateDir::open(&config(tmp.path())).unwrap();
+    let flush = FlushId {
+        writer: state.writer_id().to_owned(),
+        incarnation: state.incarnation(),
+        flush_seq: 7,
+    };
+    let writes = [write("a", 1), write("b", 2), write("c", 3)];
+    state
+        .journal_begin(&flush, "t", &families(), &writes)
+        .unwrap();
+    for i in 0..3 {
+        state.journal_outcome(
+            i,
+            &Settled::Unknown {
+                kind: "overloaded".into(),
+                text: "x".into(),
+            },
+        );
+    }
+    let records: Vec<WriteRecord> = writes
+        .iter()
+        .enumerate()
+        .flat_map(|(i, w)| {
+            crate::flush::record_conversion::to_records(
+                w,
+                &families()[0],
+                RecordSource {
+                    flush: &flush,
+                    request: i as u32,
+                    time: "t",
+                },
+                RecordOutcome::Unknown,
+                None,
+            )
+        })
+        .collect();
+    // Only the first record made it, and half of the second.
+    state.log_batch(&records[..1], &[]);
+    drop(state);
+    let second = serde_json::to_string(&records[1]).unwrap();
+    let mut file = fs::OpenOptions::new()
+        .append(true)
+        .open(tmp.path().join("unknown.jsonl"))
+        .unwrap();
+    io::Write::write_all(&mut file, &second.as_bytes()[..10]).unwrap();
+    drop(file);
+
+    let state = StateDir::open(&config(tmp.path())).unwrap();
+    assert_eq!(state.torn_lines(), [1, 0]);
+    let unknown = lines(tmp.path(), "unknown.jsonl");
+    let names: Vec<&str> = unknown.iter().map(|r| r.key["name"].as_str()).collect();
+    assert_eq!(names, ["a", "b", "c"]);
+    assert_eq!(state.recovery().unknown_rows, 2);
+}
