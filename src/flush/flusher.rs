@@ -67,8 +67,9 @@ pub struct Flusher<S> {
     /// The delta ledger's gate, when a family keeps exact totals (see
     /// [`super::ledger_gate`]).
     ledger_gate: Option<LedgerGate>,
-    /// Whether `ledger_pending.jsonl` exists (written at a shutdown deadline, or left by
-    /// an earlier run): deleted once the gate confirmed every row of it.
+    /// Whether stored ledger rows were loaded or `ledger_pending.jsonl` was written (at a
+    /// shutdown deadline whose held rows no segment could take): the file is deleted once
+    /// the gate confirmed every stored row.
     ledger_file: bool,
     /// The outcome logs' sizes last recorded in `outcomes.mark` (exact families only).
     outcomes_mark: Option<outcomes_mark::Mark>,
@@ -142,7 +143,7 @@ impl<S: Sink> Flusher<S> {
         ledger.set_spill_bytes(state.spill_bytes().0);
         let stored = crate::state::ledger_pending::load(state.dir()).map_err(|error| StateError::Io {
             dir: state.dir().to_owned(),
-            step: "reading ledger_pending.jsonl (ledger rows a previous run could not confirm; no spilled row is replayed before they are)",
+            step: "reading the ledger rows a previous run could not confirm (ledger_pending.jsonl, the held spill segments' headers; no spilled row is replayed before they are confirmed)",
             error,
         })?;
         let mut flusher = Flusher::new(engine, sink, config.flush.clone(), state, ledger);
@@ -171,7 +172,7 @@ impl<S: Sink> Flusher<S> {
             }
             None if !stored.is_empty() => tracing::warn!(
                 ledger_rows = stored.len(),
-                "ledger_pending.jsonl holds ledger rows of a previous run, but no family keeps exact totals now: they are not sent (the file stays)."
+                "Ledger rows of a previous run wait to be confirmed (ledger_pending.jsonl, held spill segments), but no family keeps exact totals now: they are not sent (the files stay)."
             ),
             None => {}
         }
@@ -381,7 +382,7 @@ impl<S: Sink> Flusher<S> {
             .is_some_and(LedgerGate::has_stored);
         if !last && self.store_healthy && !ledger_first {
             // The store answers: a chunk of spilled rows goes out with this round (once
-            // the ledger rows of `ledger_pending.jsonl` are confirmed: the spill may
+            // the ledger rows stored at a shutdown deadline are confirmed: the spill may
             // carry their deltas).
             replay::load_chunk(&self.engine, &mut self.state, &self.ledger);
         }
@@ -684,7 +685,7 @@ impl<S: Sink> Flusher<S> {
         crash_point("settled_in_memory");
 
         batch.spill.append(&mut self.held_spill);
-        let (spilled, dropped) = self.spill(&flush, batch.spill, false);
+        let (spilled, dropped) = self.spill(&flush, batch.spill);
         let held = std::mem::take(&mut self.ledger_held);
         report.spilled = spilled + held.0;
         report.dropped = dropped + held.1;

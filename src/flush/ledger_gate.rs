@@ -97,8 +97,9 @@ pub struct Held {
     /// The gated rows' room in the memory budget while they wait here past their flush
     /// (None for rows formed by an earlier process: theirs are in the spill).
     credit: Option<Credit>,
-    /// Written to `ledger_pending.jsonl` (see [`crate::state::ledger_pending`]): the
-    /// spill replays nothing until every such request is confirmed.
+    /// On disk: in a held segment's header or in `ledger_pending.jsonl` (see
+    /// [`crate::state::ledger_pending`]). The spill replays nothing until every such
+    /// request is confirmed.
     stored: bool,
     /// Failed attempts so far.
     failures: u32,
@@ -341,8 +342,9 @@ impl LedgerGate {
         pass
     }
 
-    /// Takes in ledger rows an earlier process formed and could not confirm (from
-    /// `ledger_pending.jsonl`): they are sent again, verbatim, before anything else.
+    /// Takes in ledger rows an earlier process formed and could not confirm (from held
+    /// segments' headers and `ledger_pending.jsonl`): they are sent again, verbatim,
+    /// before anything else.
     pub fn load_stored(&mut self, rows: Vec<LedgerRow>) {
         let mut partitions: BTreeMap<(Arc<str>, u32, i16), Vec<LedgerRow>> = BTreeMap::new();
         for row in rows {
@@ -359,7 +361,7 @@ impl LedgerGate {
         self.publish();
     }
 
-    /// Whether ledger rows of `ledger_pending.jsonl` wait to be confirmed: until none
+    /// Whether ledger rows stored on disk wait to be confirmed: until none
     /// does, no spilled row may be replayed (it may carry their deltas).
     pub fn has_stored(&self) -> bool {
         self.held.iter().any(|h| h.stored)
@@ -367,10 +369,10 @@ impl LedgerGate {
 
     /// At the end of the final flush: every unconfirmed request gives up its drained
     /// rows (for the spill) and its room in the budget; returns the rows, their sums
-    /// (minute, day), and every unconfirmed ledger row (for `ledger_pending.jsonl`, which
-    /// must be written before the rows are spilled). The requests stay, to be marked
-    /// stored once the file is written ([`LedgerGate::mark_stored`]), or forgotten if it
-    /// could not be ([`LedgerGate::forget_unstored`]).
+    /// (minute, day), and every unconfirmed ledger row (for `ledger_pending.jsonl`, when
+    /// no held segment can carry them). The requests stay, to be marked stored once
+    /// their ledger rows are on disk ([`LedgerGate::mark_stored`]), or forgotten if they
+    /// could not be written ([`LedgerGate::forget_unstored`]).
     pub fn give_up_held(&mut self) -> (Vec<(RowKey, Row)>, [i128; 2], Vec<LedgerRow>) {
         let mut gated = Vec::new();
         let mut ledger_rows = Vec::new();
@@ -384,19 +386,30 @@ impl LedgerGate {
         (gated, sums, ledger_rows)
     }
 
-    /// `ledger_pending.jsonl` holds every unconfirmed ledger row: each request is a
-    /// stored one (no spilled row is replayed before it is confirmed).
+    /// The ledger rows of the requests not on disk yet: those of the rows
+    /// [`LedgerGate::give_up_held`] just gave up, for their held segment's header.
+    pub fn unstored_rows(&self) -> Vec<LedgerRow> {
+        self.held
+            .iter()
+            .filter(|held| !held.stored)
+            .flat_map(|held| held.rows.iter().cloned())
+            .collect()
+    }
+
+    /// Every unconfirmed ledger row is on disk (a held segment's header or
+    /// `ledger_pending.jsonl`): each request is a stored one (no spilled row is replayed
+    /// before it is confirmed).
     pub fn mark_stored(&mut self) {
         for held in &mut self.held {
             held.stored = true;
         }
     }
 
-    /// `ledger_pending.jsonl` could not be written, so the rows just given up are lost
-    /// (not spilled): their requests are forgotten, never sent again nor written to the
-    /// file by a later chunk of the final flush (the ledger would record deltas that
-    /// reach no counter). Returns the ledger rows of the requests still stored (those of
-    /// rows spilled earlier), what the file must hold.
+    /// Neither a held segment nor `ledger_pending.jsonl` could be written, so the rows
+    /// just given up are lost (not spilled): their requests are forgotten, never sent
+    /// again nor written to the file by a later chunk of the final flush (the ledger would
+    /// record deltas that reach no counter). Returns the ledger rows of the requests still
+    /// stored (those of rows spilled earlier), what the file must hold.
     pub fn forget_unstored(&mut self) -> Vec<LedgerRow> {
         self.held.retain(|held| held.stored);
         self.publish();

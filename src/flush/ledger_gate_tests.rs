@@ -296,6 +296,12 @@ async fn the_final_flush_spills_held_rows_and_the_next_start_sends_their_ledger_
         serde_json::from_str(&std::fs::read_to_string(dir.path().join("status.json")).unwrap())
             .unwrap();
     assert_eq!(status["clean"], true, "spilled, not lost: {status}");
+    assert!(
+        !dir.path()
+            .join(crate::state::ledger_pending::FILE_NAME)
+            .exists(),
+        "the ledger row is in the held segment's header, written with the row"
+    );
     let stored = crate::state::ledger_pending::load(dir.path()).unwrap();
     assert_eq!(stored.len(), 1);
     assert!(formed.lock().iter().all(|row| *row == stored[0]));
@@ -321,13 +327,82 @@ async fn the_final_flush_spills_held_rows_and_the_next_start_sends_their_ledger_
     );
 }
 
-/// The final flush drains in chunks; the first chunk's `ledger_pending.jsonl` cannot be
-/// written (its temporary file is blocked by a directory, cleared while the second chunk
-/// sends), so that chunk's held rows are lost, not spilled. No later chunk sends their
-/// ledger rows again nor writes them to the file: the next start confirms only ledger rows
-/// whose rows it replays, and the ledger ends equal to the counters.
+/// When the held segment cannot be written (the spill is full), the final flush drops
+/// the held rows (counted) and keeps their ledger rows in `ledger_pending.jsonl` (they
+/// may be applied already): the next start confirms them, the counters never get the
+/// rows, and the outcomes table says they were dropped (reconcile's known missing).
 #[tokio::test]
-async fn ledger_rows_of_rows_lost_to_an_unwritable_ledger_pending_file_are_never_confirmed() {
+async fn held_rows_the_spill_cannot_take_are_dropped_and_their_ledger_rows_kept_in_ledger_pending()
+{
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = config(dir.path());
+    config.flush.shutdown_deadline = Duration::from_millis(50);
+    config.state.max_spill_bytes = 1;
+    let engine = Arc::new(Engine::with_seed(&config, Some(1)).unwrap());
+    let sink = MemorySink::new();
+    sink.set_ledger_script(|_, _| {
+        Some((
+            Outcome::NotAppliedTransient(WriteError::new("unavailable", "u")),
+            false,
+        ))
+    });
+    let flusher = Flusher::open(engine.clone(), Arc::new(sink.clone()), &config).unwrap();
+    engine
+        .record("page.views", &[("page_id", "a")][..], 5, T0, None)
+        .unwrap();
+    let report = flusher.finish().await;
+    assert_eq!(report.dropped, 2, "the minute and day writes: {report:?}");
+    assert_eq!(sink.requests(), 0, "no counter write went out unrecorded");
+    let segments = std::fs::read_dir(dir.path())
+        .unwrap()
+        .filter(|e| {
+            let name = e.as_ref().unwrap().file_name();
+            name.to_string_lossy().starts_with("spill.0")
+        })
+        .count();
+    assert_eq!(segments, 0, "nothing fit the spill");
+    let stored = crate::state::ledger_pending::load_file(dir.path()).unwrap();
+    assert_eq!(
+        stored.len(),
+        1,
+        "the ledger row waits in ledger_pending.jsonl"
+    );
+
+    sink.clear_ledger_script();
+    let engine = Arc::new(Engine::with_seed(&config, Some(1)).unwrap());
+    let mut flusher = Flusher::open(engine.clone(), Arc::new(sink.clone()), &config).unwrap();
+    for _ in 0..3 {
+        flusher.flush_now().await;
+    }
+    assert_eq!(sink.ledger_rows(), stored, "sent again as formed");
+    assert_eq!(sink.total(Granularity::Minute), 0, "the rows were dropped");
+    let dropped: Vec<_> = sink
+        .outcome_rows()
+        .into_iter()
+        .filter(|row| row.outcome == "dropped")
+        .map(|row| (row.granularity, row.deltas["views"]))
+        .collect();
+    assert_eq!(
+        dropped.len(),
+        2,
+        "both tables' rows are known missing: {dropped:?}"
+    );
+    assert!(dropped.iter().all(|(_, delta)| *delta == 5), "{dropped:?}");
+    assert!(
+        !dir.path()
+            .join(crate::state::ledger_pending::FILE_NAME)
+            .exists()
+    );
+}
+
+/// The final flush drains in chunks; the first chunk can write neither its held segment
+/// nor `ledger_pending.jsonl` (their temporary files are blocked by directories, cleared
+/// while the second chunk sends), so that chunk's held rows are lost, not spilled. No
+/// later chunk sends their ledger rows again nor writes them to disk: the next start
+/// confirms only ledger rows whose rows it replays, and the ledger ends equal to the
+/// counters.
+#[tokio::test]
+async fn ledger_rows_of_held_rows_lost_to_an_unwritable_state_dir_are_never_confirmed() {
     let dir = tempfile::tempdir().unwrap();
     let mut config = config(dir.path());
     config.flush.shutdown_deadline = Duration::from_secs(60);
@@ -338,11 +413,23 @@ async fn ledger_rows_of_rows_lost_to_an_unwritable_ledger_pending_file_are_never
     std::fs::create_dir(&obstacle).unwrap();
     let first_flush = Arc::new(Mutex::new(None));
     let cleared = obstacle.clone();
+    let state_dir = dir.path().to_owned();
     sink.set_ledger_script(move |_, rows| {
-        let flush = rows.iter().map(|r| r.flush_seq).max().unwrap_or(0);
-        if flush > *first_flush.lock().get_or_insert(flush) {
-            // A later chunk sends: its store will find the way free.
+        let (incarnation, flush) = rows
+            .iter()
+            .map(|r| (r.incarnation, r.flush_seq))
+            .max()
+            .unwrap_or_default();
+        let held_segment = state_dir.join(format!("spill.{incarnation:010}.{flush:012}.held.tmp"));
+        let first = *first_flush.lock().get_or_insert(flush);
+        if flush == first {
+            let _ = std::fs::create_dir(&held_segment);
+        } else {
+            // A later chunk sends: its writes will find the way free.
             let _ = std::fs::remove_dir(&cleared);
+            let _ = std::fs::remove_dir(
+                state_dir.join(format!("spill.{incarnation:010}.{first:012}.held.tmp")),
+            );
         }
         Some((
             Outcome::NotAppliedTransient(WriteError::new("unavailable", "u")),

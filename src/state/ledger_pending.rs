@@ -1,22 +1,30 @@
-//! `ledger_pending.jsonl`: delta-ledger rows formed and not confirmed when a process
-//! stopped (the exact families; see `flush::ledger_gate`).
+//! Delta-ledger rows formed and not confirmed when a process stopped (the exact families;
+//! see `flush::ledger_gate`), and where they wait for the next start.
 //!
 //! At the shutdown deadline with the ledger unreachable, the rows a flush drained for an
 //! exact family can neither go to the counter tables (their ledger rows are not
 //! confirmed) nor be formed again later (a ledger row formed once is sent verbatim: a row
 //! that may already be applied under one identity must not be written again under
-//! another). So both are kept: their ledger rows, verbatim, go to this file, and as soon
-//! as it is durable the drained rows go to a spill segment of their own (the flush's
-//! held segment, `spill.<inc>.<seq>.held.jsonl`), before the flush sends anything more,
-//! so a kill later in the final flush finds both. The next start sends these ledger rows
+//! another). So both are kept, in one atomic write: the drained rows go to a spill
+//! segment of their own (the flush's held segment, `spill.<inc>.<seq>.held.jsonl`), whose
+//! header carries their ledger rows verbatim ([`HeldLedger`]), before the flush sends
+//! anything more. A kill at any point of the final flush finds both or neither: never
+//! rows whose ledger rows are lost (their deltas would replay unrecorded), never ledger
+//! rows whose rows are lost (the ledger would record deltas no counter received).
+//!
+//! Only when that segment cannot be written (the spill is full or failing: the rows are
+//! dropped, counted, and the outcomes table says so) do their ledger rows go to
+//! `ledger_pending.jsonl` (this module's file): they may be applied already, and the
+//! ledger must then record them, with the drop explained. If that file cannot be written
+//! either, the ledger rows are forgotten: no later chunk of the final flush sends them or
+//! writes them here.
+//!
+//! The next start ([`load`]) sends the ledger rows of the file and of every held segment
 //! first (again, idempotently) and replays no spill until every one is confirmed; then
-//! the file is deleted. Only a crash between the two writes (local, nothing is sent in
-//! between) loses the drained rows, as a crash loses rows in memory, while their ledger
-//! rows are sent again; the other order could replay counter deltas the ledger never
-//! recorded, so it is never taken. If the file cannot be written, the rows are lost (not
-//! spilled) and their ledger rows are forgotten: no later chunk of the final flush sends
-//! them or writes them here.
+//! the file is deleted (a held segment goes once replay consumed it; a start before that
+//! sends its ledger rows once more, harmlessly).
 
+use std::collections::HashSet;
 use std::fs;
 use std::io;
 use std::path::Path;
@@ -30,9 +38,9 @@ use crate::sink::LedgerRow;
 /// The file's name in the state directory.
 pub const FILE_NAME: &str = "ledger_pending.jsonl";
 
-/// One ledger row as a line of the file.
-#[derive(Serialize, Deserialize)]
-struct Line {
+/// One ledger row as a line of the file, or an entry of a held segment's header.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct HeldLedger {
     family: String,
     key: String,
     bucket: i16,
@@ -45,15 +53,10 @@ struct Line {
     deltas: Vec<i64>,
 }
 
-/// Replaces the file with `rows` (atomically, durably); removes it when `rows` is empty.
-pub fn store(dir: &Path, rows: &[LedgerRow]) -> io::Result<()> {
-    let path = dir.join(FILE_NAME);
-    if rows.is_empty() {
-        return remove(dir);
-    }
-    let mut bytes = Vec::new();
-    for row in rows {
-        let line = Line {
+impl HeldLedger {
+    /// The stored form of `row`.
+    pub fn of(row: &LedgerRow) -> HeldLedger {
+        HeldLedger {
             family: row.family.to_string(),
             key: row.key.to_string(),
             bucket: row.bucket,
@@ -64,17 +67,84 @@ pub fn store(dir: &Path, rows: &[LedgerRow]) -> io::Result<()> {
             part: row.part,
             columns: row.columns.to_vec(),
             deltas: row.deltas.to_vec(),
-        };
-        serde_json::to_writer(&mut bytes, &line).map_err(io::Error::other)?;
+        }
+    }
+
+    /// The ledger row, or why the stored form is damaged (`at` names where it was read).
+    fn into_row(self, at: &dyn Fn() -> String) -> io::Result<LedgerRow> {
+        if self.columns.len() != self.deltas.len() {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!(
+                    "{}: {} columns for {} deltas",
+                    at(),
+                    self.columns.len(),
+                    self.deltas.len()
+                ),
+            ));
+        }
+        Ok(LedgerRow {
+            family: self.family.into(),
+            key: self.key.into(),
+            bucket: self.bucket,
+            minute: Minute(self.minute),
+            writer: self.writer.into(),
+            incarnation: self.incarnation,
+            flush_seq: self.flush_seq,
+            part: self.part,
+            columns: Arc::from(self.columns),
+            deltas: self.deltas.into(),
+        })
+    }
+}
+
+/// Replaces the file with `rows` (atomically, durably); removes it when `rows` is empty.
+pub fn store(dir: &Path, rows: &[LedgerRow]) -> io::Result<()> {
+    let path = dir.join(FILE_NAME);
+    if rows.is_empty() {
+        return remove(dir);
+    }
+    let mut bytes = Vec::new();
+    for row in rows {
+        serde_json::to_writer(&mut bytes, &HeldLedger::of(row)).map_err(io::Error::other)?;
         bytes.push(b'\n');
     }
     super::spill::write_atomically(dir, &path, &bytes)
 }
 
-/// The rows of the file (none when there is no file). A line that does not parse is an
-/// error: the file is only ever written whole, so it means damage, and skipping a row
-/// could let its counter deltas replay unrecorded.
+/// Every ledger row waiting to be confirmed: those of the file, then those of the held
+/// segments' headers, each once. Damage is an error, not a skipped row: both are only
+/// ever written whole, and skipping a row could let its counter deltas replay
+/// unrecorded.
 pub fn load(dir: &Path) -> io::Result<Vec<LedgerRow>> {
+    let mut rows = load_file(dir)?;
+    for (path, entries) in super::spill::held_ledger(dir)? {
+        for (index, entry) in entries.into_iter().enumerate() {
+            rows.push(
+                entry
+                    .into_row(&|| format!("{}: header ledger row {}", path.display(), index + 1))?,
+            );
+        }
+    }
+    // A row is in the file and a header only if a store of the file repeated it (it
+    // holds every unconfirmed row): one request each is enough.
+    let mut seen = HashSet::new();
+    rows.retain(|row| {
+        seen.insert((
+            row.family.clone(),
+            row.key.clone(),
+            row.minute,
+            row.writer.clone(),
+            row.incarnation,
+            row.flush_seq,
+            row.part,
+        ))
+    });
+    Ok(rows)
+}
+
+/// The rows of the file alone (none when there is no file).
+pub fn load_file(dir: &Path) -> io::Result<Vec<LedgerRow>> {
     let path = dir.join(FILE_NAME);
     let text = match fs::read_to_string(&path) {
         Ok(text) => text,
@@ -83,36 +153,11 @@ pub fn load(dir: &Path) -> io::Result<Vec<LedgerRow>> {
     };
     let mut rows = Vec::new();
     for (number, line) in text.lines().enumerate().filter(|(_, l)| !l.is_empty()) {
-        let line: Line = serde_json::from_str(line).map_err(|error| {
-            io::Error::new(
-                io::ErrorKind::InvalidData,
-                format!("{}: line {}: {error}", path.display(), number + 1),
-            )
+        let at = || format!("{}: line {}", path.display(), number + 1);
+        let line: HeldLedger = serde_json::from_str(line).map_err(|error| {
+            io::Error::new(io::ErrorKind::InvalidData, format!("{}: {error}", at()))
         })?;
-        if line.columns.len() != line.deltas.len() {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidData,
-                format!(
-                    "{}: line {}: {} columns for {} deltas",
-                    path.display(),
-                    number + 1,
-                    line.columns.len(),
-                    line.deltas.len()
-                ),
-            ));
-        }
-        rows.push(LedgerRow {
-            family: line.family.into(),
-            key: line.key.into(),
-            bucket: line.bucket,
-            minute: Minute(line.minute),
-            writer: line.writer.into(),
-            incarnation: line.incarnation,
-            flush_seq: line.flush_seq,
-            part: line.part,
-            columns: Arc::from(line.columns),
-            deltas: line.deltas.into(),
-        });
+        rows.push(line.into_row(&at)?);
     }
     Ok(rows)
 }

@@ -537,23 +537,25 @@ impl StateDir {
     ) -> io::Result<Vec<bool>> {
         let id = SegmentId::live(flush.incarnation, flush.flush_seq);
         let consumes = self.spill.loaded();
-        self.spill.write_segment(id, consumes, batches)
+        self.spill.write_segment(id, consumes, batches, &[])
     }
 
     /// Writes the held segment of a final flush (rows held for the delta ledger, see
-    /// [`ledger_pending`]), as [`StateDir::spill`] does. Its header names no replay
-    /// cursor: held rows are fresh, never replayed ones, so the segment owns nothing
-    /// that replay loaded.
+    /// [`ledger_pending`]), as [`StateDir::spill`] does, its header carrying `ledger`,
+    /// the rows' ledger rows: both are on disk after one atomic step, or neither. Its
+    /// header names no replay cursor: held rows are fresh, never replayed ones, so the
+    /// segment owns nothing that replay loaded.
     pub fn spill_held(
         &mut self,
         flush: &FlushId,
         batches: &[Vec<WriteRecord>],
+        ledger: &[crate::sink::LedgerRow],
     ) -> io::Result<Vec<bool>> {
         let id = SegmentId {
             held: true,
             ..SegmentId::live(flush.incarnation, flush.flush_seq)
         };
-        self.spill.write_segment(id, None, batches)
+        self.spill.write_segment(id, None, batches, ledger)
     }
 
     /// The outcome logs' sizes now (see [`outcomes_mark`]).

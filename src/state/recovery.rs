@@ -207,7 +207,7 @@ fn finish(
         let batches: Vec<Vec<WriteRecord>> = to_spill.iter().map(|(_, r)| r.clone()).collect();
         let kept = state
             .spill
-            .write_segment(recovered, group.consumes, &batches)?;
+            .write_segment(recovered, group.consumes, &batches, &[])?;
         for ((table, records), kept) in to_spill.iter().zip(kept) {
             let sum: i128 = records
                 .iter()

@@ -5,9 +5,9 @@
 //!
 //! Each flush that spills writes one immutable segment, `spill.<incarnation>.<flush_seq>.jsonl`
 //! (crash recovery writes `spill.<incarnation>.<flush_seq>.recovered.jsonl` for the
-//! flush it finishes; a final flush writes the rows it held for the delta ledger, right
-//! after their ledger rows reach `ledger_pending.jsonl`, to
-//! `spill.<incarnation>.<flush_seq>.held.jsonl`, before it sends anything more), through
+//! flush it finishes; a final flush writes the rows it held for the delta ledger, their
+//! ledger rows in the header, to `spill.<incarnation>.<flush_seq>.held.jsonl`, before it
+//! sends anything more), through
 //! a temporary file, `fsync` and `rename`: a segment is on
 //! disk whole or not at all, so there is never a torn spill line. Its first line is a
 //! header naming the replay cursor its flush had consumed (below). Records carry the
@@ -35,7 +35,9 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
+use super::ledger_pending::HeldLedger;
 use super::record::WriteRecord;
+use crate::sink::LedgerRow;
 
 const CURSOR_FILE: &str = "spill.cursor";
 
@@ -48,8 +50,9 @@ pub struct SegmentId {
     pub flush_seq: u64,
     /// Written by crash recovery for that flush (sorts after the flush's own segment).
     pub recovered: bool,
-    /// Rows a final flush held for the delta ledger, written apart from (and before) the
-    /// flush's own segment (see [`crate::state::ledger_pending`]). Never an intent of the
+    /// Rows a final flush held for the delta ledger, with their ledger rows in the header,
+    /// written apart from (and before) the flush's own segment (see
+    /// [`crate::state::ledger_pending`]). Never an intent of the
     /// flush, so recovery of the flush neither reads nor writes it: it is replayed once,
     /// like any segment. Sorts after the flush's own segment, before a recovered one.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
@@ -117,6 +120,10 @@ struct Header {
 #[derive(Serialize, Deserialize)]
 struct SegmentHeader {
     consumes: Option<Cursor>,
+    /// A held segment's ledger rows: written in the same atomic step as its rows (see
+    /// [`super::ledger_pending`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    ledger: Vec<HeldLedger>,
 }
 
 /// Rows read back for replay.
@@ -206,15 +213,21 @@ impl Spill {
 
     /// Writes a segment holding the batches that fit under `state.max_spill_bytes` (in
     /// order; a batch is one write's records, kept whole). Returns, per batch, whether
-    /// it was written. `consumes` is the replay cursor the writing flush had loaded.
+    /// it was written. `consumes` is the replay cursor the writing flush had loaded;
+    /// `ledger`, the ledger rows a held segment carries in its header (written only with
+    /// at least one batch).
     pub fn write_segment(
         &mut self,
         id: SegmentId,
         consumes: Option<Cursor>,
         batches: &[Vec<WriteRecord>],
+        ledger: &[LedgerRow],
     ) -> io::Result<Vec<bool>> {
         let mut bytes = serde_json::to_vec(&Header {
-            spill_segment: SegmentHeader { consumes },
+            spill_segment: SegmentHeader {
+                consumes,
+                ledger: ledger.iter().map(HeldLedger::of).collect(),
+            },
         })
         .map_err(io::Error::other)?;
         bytes.push(b'\n');
@@ -449,6 +462,43 @@ impl SpillView {
     }
 }
 
+/// The ledger rows in the headers of the held segments of `dir`, by segment path (see
+/// [`super::ledger_pending::load`]). A header that does not parse is an error: a segment
+/// is only ever written whole.
+pub fn held_ledger(dir: &Path) -> io::Result<Vec<(PathBuf, Vec<HeldLedger>)>> {
+    let mut held = Vec::new();
+    for entry in fs::read_dir(dir)? {
+        let entry = entry?;
+        let Some(id) = SegmentId::parse(&entry.file_name().to_string_lossy()) else {
+            continue;
+        };
+        if !id.held {
+            continue;
+        }
+        let path = entry.path();
+        let mut line = String::new();
+        match File::open(&path) {
+            Ok(file) => BufReader::new(file).read_line(&mut line)?,
+            // Consumed and deleted since the listing.
+            Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
+            Err(e) => return Err(e),
+        };
+        let header: Header = serde_json::from_str(line.trim_end()).map_err(|error| {
+            io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!("{}: header: {error}", path.display()),
+            )
+        })?;
+        held.push((id, path, header.spill_segment.ledger));
+    }
+    held.sort_by_key(|(id, ..)| *id);
+    Ok(held
+        .into_iter()
+        .filter(|(.., ledger)| !ledger.is_empty())
+        .map(|(_, path, ledger)| (path, ledger))
+        .collect())
+}
+
 /// Whether a line is a segment's header line (its first).
 pub fn is_header_line(line: &[u8]) -> bool {
     line.starts_with(b"{\"spill_segment\"")
@@ -559,10 +609,10 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let mut spill = Spill::open(dir.path(), u64::MAX, None).unwrap();
         spill
-            .write_segment(segment(2), None, &[vec![record(3)], vec![record(4)]])
+            .write_segment(segment(2), None, &[vec![record(3)], vec![record(4)]], &[])
             .unwrap();
         spill
-            .write_segment(segment(1), None, &[vec![record(1), record(2)]])
+            .write_segment(segment(1), None, &[vec![record(1), record(2)]], &[])
             .unwrap();
         assert!(spill.has_unloaded());
         let first = spill.load(|n, _| n < 3).unwrap();
@@ -600,13 +650,13 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let mut spill = Spill::open(dir.path(), u64::MAX, None).unwrap();
         spill
-            .write_segment(segment(1), None, &[vec![record(1)], vec![record(2)]])
+            .write_segment(segment(1), None, &[vec![record(1)], vec![record(2)]], &[])
             .unwrap();
         spill.load(|n, _| n < 1).unwrap();
         let consumed = spill.loaded();
         // The flush that carried record 1 could not send it and spilled it again.
         spill
-            .write_segment(segment(2), consumed, &[vec![record(1)]])
+            .write_segment(segment(2), consumed, &[vec![record(1)]], &[])
             .unwrap();
         drop(spill);
         let mut spill = Spill::open(dir.path(), u64::MAX, None).unwrap();
@@ -631,12 +681,13 @@ mod tests {
                     vec![record(3), record(4)],
                     vec![record(5)],
                 ],
+                &[],
             )
             .unwrap();
         assert_eq!(kept, [true, false, true]);
         assert!(spill.bytes() <= spill.max_bytes());
         let kept = spill
-            .write_segment(segment(2), None, &[vec![record(6)]])
+            .write_segment(segment(2), None, &[vec![record(6)]], &[])
             .unwrap();
         assert_eq!(kept, [false], "full");
         assert!(!dir.path().join(segment(2).file_name()).exists());
@@ -686,10 +737,10 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let mut spill = Spill::open(dir.path(), u64::MAX, None).unwrap();
         spill
-            .write_segment(segment(1), None, &[vec![record(1)], vec![record(2)]])
+            .write_segment(segment(1), None, &[vec![record(1)], vec![record(2)]], &[])
             .unwrap();
         spill
-            .write_segment(segment(2), None, &[vec![record(3)]])
+            .write_segment(segment(2), None, &[vec![record(3)]], &[])
             .unwrap();
         spill.load(|n, _| n < 1).unwrap();
         let cursor = spill.loaded().unwrap();

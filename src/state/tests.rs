@@ -256,10 +256,11 @@ fn recovery_gives_each_request_of_a_killed_flush_one_home_and_runs_again_safely(
     );
 }
 
-/// A final flush wrote its held segment (rows held for the delta ledger) and was
-/// killed after its group commit: recovery gives the flush's requests their homes and
-/// leaves the held segment alone (it holds none of them), also when it runs twice,
-/// so replay yields every row once.
+/// A final flush wrote its held segment (rows held for the delta ledger, their ledger
+/// rows in its header) and was killed after its group commit: recovery gives the flush's
+/// requests their homes and leaves the held segment alone (it holds none of them), also
+/// when it runs twice, so replay yields every row once and the next start finds the
+/// ledger rows to confirm first.
 #[test]
 fn recovery_of_a_flush_leaves_its_held_segment_to_replay_once() {
     let tmp = tempfile::tempdir().unwrap();
@@ -278,8 +279,24 @@ fn recovery_of_a_flush_leaves_its_held_segment_to_replay_once() {
         r.deltas.insert("value".into(), 100 + n);
         r
     };
+    let ledger_row = crate::sink::LedgerRow {
+        family: "generic".into(),
+        key: r#"["held"]"#.into(),
+        bucket: 0,
+        minute: crate::bucket::Minute(29_000_000),
+        writer: flush.writer.as_str().into(),
+        incarnation: flush.incarnation,
+        flush_seq: 3,
+        part: 0,
+        columns: std::sync::Arc::from(vec!["value".to_owned()]),
+        deltas: vec![201].into(),
+    };
     let kept = state
-        .spill_held(&flush, &[vec![held(0)], vec![held(1)]])
+        .spill_held(
+            &flush,
+            &[vec![held(0)], vec![held(1)]],
+            std::slice::from_ref(&ledger_row),
+        )
         .unwrap();
     assert_eq!(kept, [true, true]);
     let writes = [write("not_started", 1), write("not_applied", 2)];
@@ -297,6 +314,11 @@ fn recovery_of_a_flush_leaves_its_held_segment_to_replay_once() {
     assert_eq!(state.recovery().spilled_rows, 2);
     drop(state);
     fs::write(tmp.path().join("journal.wal"), &journal).unwrap();
+    assert_eq!(
+        ledger_pending::load(tmp.path()).unwrap(),
+        [ledger_row],
+        "the held rows' ledger row, from the segment's header"
+    );
     let mut state = StateDir::open(&config(tmp.path())).unwrap();
     assert_eq!(
         state.recovery().spilled_rows,

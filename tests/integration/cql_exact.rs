@@ -464,8 +464,8 @@ async fn a_ledger_outage_holds_every_counter_write_until_it_returns() {
     store.shutdown().await;
 }
 
-/// Rows still held for the ledger at the shutdown deadline are spilled and their ledger
-/// rows kept verbatim in `ledger_pending.jsonl`; the next start replays no spilled row
+/// Rows still held for the ledger at the shutdown deadline are spilled, their ledger rows
+/// kept verbatim in their held segment's header; the next start replays no spilled row
 /// while those ledger rows are unconfirmed, then confirms them (no second formation) and
 /// only then replays the rows: ledger and counters both end equal to what was fed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -476,7 +476,7 @@ async fn rows_held_at_the_shutdown_deadline_are_spilled_and_their_ledger_rows_co
     let store = start_cqlsim(&mut config, "makes one table unavailable").await;
     let server = store.sim();
     let t = tables(&config);
-    let pending_file = dir.path().join("ledger_pending.jsonl");
+    let waiting = || countersink::state::ledger_pending::load(dir.path()).expect("ledger rows");
     server.set_faults(vec![
         FaultRule::new(FaultKind::Unavailable).table(&t.ledger),
     ]);
@@ -504,11 +504,11 @@ async fn rows_held_at_the_shutdown_deadline_are_spilled_and_their_ledger_rows_co
         (i128::from(total), i128::from(total), 0),
         "{a:?}"
     );
-    let stored = std::fs::read_to_string(&pending_file).expect("ledger_pending.jsonl");
+    assert!(!dir.path().join("ledger_pending.jsonl").exists());
     assert_eq!(
-        stored.lines().count(),
+        waiting().len(),
         40,
-        "one ledger row per key and minute"
+        "one ledger row per key and minute, in the held segments"
     );
     let spilled: i64 = crate::common::spilled_records(dir.path())
         .iter()
@@ -523,7 +523,7 @@ async fn rows_held_at_the_shutdown_deadline_are_spilled_and_their_ledger_rows_co
     }
     assert_eq!(crate::common::table_sum(server, &t.minute, "views"), 0);
     assert_eq!(crate::common::table_sum(server, &t.day, "views"), 0);
-    assert!(pending_file.exists());
+    assert_eq!(waiting().len(), 40, "the held segments stay");
 
     server.clear_faults();
     for _ in 0..40 {
@@ -549,8 +549,8 @@ async fn rows_held_at_the_shutdown_deadline_are_spilled_and_their_ledger_rows_co
         i128::from(total)
     );
     assert!(
-        !pending_file.exists(),
-        "deleted once its rows are confirmed"
+        waiting().is_empty(),
+        "the held segments are gone once replayed"
     );
     store.shutdown().await;
 }

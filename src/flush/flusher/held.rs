@@ -12,7 +12,7 @@ use crate::test_hooks::crash_point;
 use crate::vocabulary::{DropReason, Granularity};
 
 use super::super::record_conversion;
-use super::{Flusher, Spilled};
+use super::{Flusher, Spilled, spill};
 
 impl<S: Sink> Flusher<S> {
     /// Puts rows the epoch view does not cover yet back into the buffer, whole (they were
@@ -118,18 +118,20 @@ impl<S: Sink> Flusher<S> {
         (items, sums)
     }
 
-    /// At the final flush, the rows still held for the delta ledger: their ledger rows
-    /// go, verbatim, to `ledger_pending.jsonl`, and as soon as that file is durable the
-    /// rows go to this flush's held segment (`spill.<inc>.<seq>.held.jsonl`, request id
-    /// `…/ledger-held`), before the flush sends anything more: a kill later in the flush
-    /// finds both on disk, and the next start confirms the ledger rows, then replays the
-    /// rows once (recovery of the flush leaves the segment alone: it holds none of the
-    /// flush's intents). Only a kill between the two writes (local, nothing is sent in
-    /// between) loses the rows, as a kill loses rows in memory. If the file cannot be
-    /// written, the rows are not spilled (replaying them would put deltas in the counters
-    /// that the ledger may never record): they are lost, the stop is recorded as unclean
-    /// with them, and the gate forgets their ledger rows so that no later chunk sends
-    /// them or writes them to the file. Returns the spilled and dropped writes.
+    /// At the final flush, the rows still held for the delta ledger go to this flush's
+    /// held segment (`spill.<inc>.<seq>.held.jsonl`, request id `…/ledger-held`), whose
+    /// header carries the ledger rows this chunk gave up, verbatim, in one atomic write,
+    /// before the flush sends anything more: a kill at any point finds the rows and their
+    /// ledger rows on disk together, or neither (see [`crate::state::ledger_pending`]).
+    /// The next start confirms the ledger rows, then replays the rows once (recovery of
+    /// the flush leaves the segment alone: it holds none of the flush's intents).
+    ///
+    /// When no segment is written (the spill is full or failing), the rows are dropped,
+    /// counted, and their outcome rows queued, and their ledger rows (they may be applied
+    /// already) go to `ledger_pending.jsonl`. If that file cannot be written either, the
+    /// ledger rows are forgotten (no later chunk sends them or writes them to the file)
+    /// and the stop is recorded as unclean with the rows. Returns the spilled and dropped
+    /// writes.
     pub(super) fn spill_ledger_held(&mut self, flush: &FlushId) -> (usize, usize) {
         let Some(gate) = &mut self.ledger_gate else {
             return (0, 0);
@@ -138,28 +140,43 @@ impl<S: Sink> Flusher<S> {
             return (0, 0);
         }
         let (rows, sums, ledger_rows) = gate.give_up_held();
+        let given_up = gate.unstored_rows();
         for g in Granularity::ALL {
             self.ledger.update(g, |s| s.in_flight -= sums[g.index()]);
         }
+        let (items, _) = self.spill_items(flush, &rows, "ledger-held");
+        let written = self
+            .state
+            .spill_held(flush, &spill::batches(&items), &given_up);
+        if matches!(&written, Ok(kept) if kept.contains(&true)) {
+            if let Some(gate) = &mut self.ledger_gate {
+                gate.mark_stored();
+            }
+            tracing::warn!(
+                rows = rows.len(),
+                ledger_rows = given_up.len(),
+                "At the shutdown deadline the delta ledger had not confirmed these rows' ledger rows: the rows were spilled with their ledger rows; the next start confirms them before it replays the rows."
+            );
+            let counts = self.account_spill(&items, written);
+            crash_point("ledger_held_spilled");
+            return counts;
+        }
+        let Some(gate) = &mut self.ledger_gate else {
+            return (0, 0);
+        };
         match ledger_pending::store(self.state.dir(), &ledger_rows) {
             Ok(()) => {
                 gate.mark_stored();
                 self.ledger_file = true;
-                tracing::warn!(
-                    rows = rows.len(),
-                    ledger_rows = ledger_rows.len(),
-                    "At the shutdown deadline the delta ledger had not confirmed these rows' ledger rows: the rows were spilled and their ledger rows kept in ledger_pending.jsonl; the next start confirms them before it replays the rows."
-                );
-                let (items, _) = self.spill_items(flush, &rows, "ledger-held");
-                let written = self.spill(flush, items, true);
-                crash_point("ledger_held_spilled");
-                written
+                // The rows are dropped (counted; the outcomes table says so), their
+                // ledger rows kept: the ledger records them, reconcile explains the drop.
+                self.account_spill(&items, written)
             }
             Err(error) => {
                 tracing::error!(
                     %error,
                     rows = rows.len(),
-                    "Could not write ledger_pending.jsonl: rows held for the delta ledger at the shutdown deadline are lost (not spilled: their deltas would reach the counters unrecorded), and their ledger rows are not sent again; the stop is recorded as unclean."
+                    "Could not write the held segment nor ledger_pending.jsonl: rows held for the delta ledger at the shutdown deadline are lost, and their ledger rows are not sent again; the stop is recorded as unclean."
                 );
                 self.lost.0 += rows.len() as u64;
                 self.lost.1[0] += sums[0];
@@ -193,8 +210,9 @@ impl<S: Sink> Flusher<S> {
         }
     }
 
-    /// Deletes `ledger_pending.jsonl` once the gate confirmed every row of it (spilled
-    /// rows may be replayed from then on).
+    /// Deletes `ledger_pending.jsonl` once the gate confirmed every stored ledger row
+    /// (spilled rows may be replayed from then on; a held segment's header goes with its
+    /// segment, once replay consumed it).
     pub(super) fn forget_confirmed_ledger_file(&mut self) {
         let confirmed = self
             .ledger_gate
@@ -207,7 +225,7 @@ impl<S: Sink> Flusher<S> {
             Ok(()) => {
                 self.ledger_file = false;
                 tracing::info!(
-                    "The ledger rows of ledger_pending.jsonl are confirmed; spilled rows are replayed again."
+                    "The ledger rows stored at a shutdown deadline are confirmed; spilled rows are replayed again."
                 );
             }
             Err(error) => {

@@ -8,29 +8,29 @@ use crate::vocabulary::DropReason;
 use super::{Flusher, Spilled};
 
 impl<S: Sink> Flusher<S> {
-    /// Writes the flush's spill segment, or its held segment when `held` (the rows a final
-    /// flush held for the delta ledger: see [`Flusher::spill_ledger_held`]). Writes that
-    /// do not fit (`state.max_spill_bytes`) or cannot be written are dropped and counted.
-    /// Returns (spilled, dropped) writes.
-    pub(super) fn spill(
-        &mut self,
-        flush: &FlushId,
-        spilled: Vec<Spilled>,
-        held: bool,
-    ) -> (usize, usize) {
+    /// Writes the flush's spill segment. Writes that do not fit (`state.max_spill_bytes`)
+    /// or cannot be written are dropped and counted. Returns (spilled, dropped) writes.
+    pub(super) fn spill(&mut self, flush: &FlushId, spilled: Vec<Spilled>) -> (usize, usize) {
         if spilled.is_empty() {
             return (0, 0);
         }
-        let batches: Vec<Vec<WriteRecord>> = spilled.iter().map(|s| s.records.clone()).collect();
-        let written = if held {
-            self.state.spill_held(flush, &batches)
-        } else {
-            self.state.spill(flush, &batches)
-        };
+        let written = self.state.spill(flush, &batches(&spilled));
+        self.account_spill(&spilled, written)
+    }
+
+    /// Counts what a segment write (`written`: per item, whether it was kept) did with
+    /// `spilled`: kept writes are spilled, the others dropped (counted, logged, their
+    /// journal outcome and their exact families' outcome rows recorded). Returns
+    /// (spilled, dropped) writes.
+    pub(super) fn account_spill(
+        &mut self,
+        spilled: &[Spilled],
+        written: std::io::Result<Vec<bool>>,
+    ) -> (usize, usize) {
         let (kept, reason, failure) = match written {
             Ok(kept) => (kept, DropReason::SpillFull, None),
             Err(error) => (
-                vec![false; batches.len()],
+                vec![false; spilled.len()],
                 DropReason::SpillFailed,
                 Some(error),
             ),
@@ -52,9 +52,10 @@ impl<S: Sink> Flusher<S> {
                     self.state.journal_outcome(request, &Settled::Dropped);
                 }
                 // The ledger records these deltas (a row reaches the counters only once its
-                // ledger row is confirmed; a held row's ledger row is in
-                // ledger_pending.jsonl): the outcomes table says they were dropped, so
-                // reconcile counts them as known missing.
+                // ledger row is confirmed; a held row's ledger row is in its segment's
+                // header, or in ledger_pending.jsonl when no segment was written): the
+                // outcomes table says they were dropped, so reconcile counts them as known
+                // missing.
                 if let Some(gate) = &mut self.ledger_gate {
                     gate.record_outcomes(self.engine.families(), &item.records);
                 }
@@ -84,4 +85,9 @@ impl<S: Sink> Flusher<S> {
         }
         (kept_count, dropped.0)
     }
+}
+
+/// The records of each spilled write: one batch each, kept or dropped whole.
+pub(super) fn batches(spilled: &[Spilled]) -> Vec<Vec<WriteRecord>> {
+    spilled.iter().map(|s| s.records.clone()).collect()
 }

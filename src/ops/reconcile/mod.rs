@@ -687,11 +687,12 @@ mod tests {
                     spilled("generic", "2025-11-28"),
                     spilled("views", &date),
                 ]],
+                &[],
             )
             .unwrap();
         assert_eq!(open_because(&config, generic, DAY, late).unwrap(), None);
         spill
-            .write_segment(id(2), None, &[vec![spilled("generic", &date)]])
+            .write_segment(id(2), None, &[vec![spilled("generic", &date)]], &[])
             .unwrap();
         let why = open_because(&config, generic, DAY, late).unwrap();
         assert!(
