@@ -187,7 +187,7 @@ impl WrapperFlusher {
         for request in &requests {
             self.counters.drained(request.sum());
         }
-        self.prepare(&requests).await;
+        self.prepare(&requests, deadline).await;
         let journaled = self.journal_begin(consumes, &requests);
         crash_point("wrapper_journal_committed");
         let sent = match &journaled {
@@ -524,15 +524,25 @@ impl WrapperFlusher {
     }
 
     /// Prepares the UPDATE of every table the requests write and this flusher has not
-    /// prepared yet. A failure leaves the table without a statement: its requests are
-    /// then not sent (not applied, re-queued), and the next flush tries again.
-    async fn prepare(&mut self, requests: &[Request]) {
+    /// prepared yet, within the final flush's `deadline`: a store that takes PREPARE and
+    /// never answers must not hold the shutdown past it. A failure leaves the table
+    /// without a statement: its requests are then not sent (not applied: re-queued, or
+    /// spilled at the final flush), and the next flush tries again.
+    async fn prepare(&mut self, requests: &[Request], deadline: Option<Instant>) {
         for request in requests {
             let id = request.table.id;
             if self.statements.contains_key(&id) {
                 continue;
             }
-            match self.session.prepare(update_text(&request.table)).await {
+            let prepare = self.session.prepare(update_text(&request.table));
+            let prepared = match deadline {
+                None => prepare.await.map_err(|error| error.to_string()),
+                Some(at) => match tokio::time::timeout_at(at, prepare).await {
+                    Ok(result) => result.map_err(|error| error.to_string()),
+                    Err(_) => Err("no answer before the shutdown deadline".to_owned()),
+                },
+            };
+            match prepared {
                 Ok(mut statement) => {
                     statement.set_is_idempotent(false);
                     statement.set_retry_policy(Some(Arc::new(FallthroughRetryPolicy::new())));

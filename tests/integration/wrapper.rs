@@ -743,6 +743,57 @@ async fn at_the_final_deadline_requests_in_flight_are_unknown_and_the_rest_spill
     store.shutdown().await;
 }
 
+/// A store that takes the wrapper's PREPARE and holds the answer: the final flush
+/// prepares within its deadline, so the shutdown ends soon after it (not when the store
+/// answers, two minutes later), and every row is spilled (never sent: not applied,
+/// nothing unknown) with every delta in it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_prepare_unanswered_at_shutdown_ends_at_the_deadline_with_every_row_spilled() {
+    let store = launch(StoreOptions::cqlsim_only("holds PREPARE replies")).await;
+    let server = store.sim();
+    server.execute_script(None, SCHEMA).expect("schema");
+    let dir = tempfile::tempdir().unwrap();
+    let session = wrap(&store.contact_point(), dir.path(), |c| {
+        c.store.request_timeout = Duration::from_secs(120);
+        c.flush.shutdown_deadline = Duration::from_secs(1);
+    })
+    .await;
+    let update = session
+        .prepare("UPDATE w.c1 SET c = c + ? WHERE k = ?")
+        .await
+        .unwrap();
+    let mut fed = 0_i128;
+    for i in 1..=10_i64 {
+        session
+            .execute_unpaged(&update, (Counter(i), format!("k{i}")))
+            .await
+            .unwrap();
+        fed += i128::from(i);
+    }
+    let spill_path = dir.path().join(countersink::wrapper::spill::SPILL_FILE);
+    server.set_faults(vec![
+        "delay,for=120s,op=prepare,table=w.c1".parse().unwrap(),
+    ]);
+    let report = tokio::time::timeout(Duration::from_secs(30), session.shutdown())
+        .await
+        .expect("the shutdown ends at its deadline, not when PREPARE is answered");
+    assert_eq!(report.writes, 10, "{report:?}");
+    assert_eq!(
+        (report.applied, report.unknown, report.unsent),
+        (0, 0, 10),
+        "{report:?}"
+    );
+    let spilled: i128 = records(&spill_path)
+        .iter()
+        .flat_map(|r| r.deltas.values())
+        .map(|d| i128::from(*d))
+        .sum();
+    assert_eq!(spilled, fed, "every delta in the spill");
+    server.clear_faults();
+    assert_eq!(server.stats().table("w", "c1").counter_delta_sum, 0);
+    store.shutdown().await;
+}
+
 /// The final flush with the store down: nothing is lost silently. Every buffered delta is
 /// in the spill (definitely not applied) or `wrapper_unknown.jsonl`, the identity holds in
 /// the collector's last figures, and the store holds nothing. The next start on the same
