@@ -266,9 +266,13 @@ impl KeyIndex {
                 return;
             }
             if statement.is_none() {
-                match self.prepare(&session).await {
-                    Ok(prepared) => statement = Some(prepared),
-                    Err(error) => {
+                match until_drained(self.prepare(&session), &mut stop, deadline, drain_for).await {
+                    None => {
+                        self.abandon("shutdown deadline (the store did not answer PREPARE)");
+                        return;
+                    }
+                    Some(Ok(prepared)) => statement = Some(prepared),
+                    Some(Err(error)) => {
                         tracing::warn!(%error, "Cannot prepare the key index insert; retrying.");
                         self.wait(&mut stop, Some(Instant::now() + MAX_BACKOFF / 6), deadline)
                             .await;
@@ -287,7 +291,21 @@ impl KeyIndex {
                 continue;
             }
             if let Some(prepared) = &statement {
-                self.send(&session, prepared, ready).await;
+                let taken = ready.len();
+                let sent = self.send(&session, prepared, ready);
+                if until_drained(sent, &mut stop, deadline, drain_for)
+                    .await
+                    .is_none()
+                {
+                    // Taken from the queue, not confirmed: dropped with the rest.
+                    self.shared
+                        .metrics
+                        .key_index_writes
+                        .with_label_values(&["dropped"])
+                        .inc_by(taken as u64);
+                    self.abandon("shutdown deadline (inserts unanswered)");
+                    return;
+                }
             }
         }
     }
@@ -384,6 +402,32 @@ impl KeyIndex {
                 "Key index rows not written; their keys are missing from the index unless flushed again that day."
             );
         }
+    }
+}
+
+/// Runs `work` until it ends, or until the drain ends first (`drain_for` after `stop`
+/// turns true, or `deadline` once set): a store that takes a request and never answers
+/// must not hold the shutdown. `None` when cut off.
+async fn until_drained<T>(
+    work: impl std::future::Future<Output = T>,
+    stop: &mut watch::Receiver<bool>,
+    deadline: Option<Instant>,
+    drain_for: Duration,
+) -> Option<T> {
+    let end = async {
+        let at = match deadline {
+            Some(at) => at,
+            None => {
+                // A dropped sender stops too.
+                let _ = stop.wait_for(|s| *s).await;
+                Instant::now() + drain_for
+            }
+        };
+        tokio::time::sleep_until(at.into()).await;
+    };
+    tokio::select! {
+        out = work => Some(out),
+        () = end => None,
     }
 }
 

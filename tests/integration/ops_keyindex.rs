@@ -134,3 +134,57 @@ async fn each_key_of_each_day_is_indexed_once_through_failures() {
     );
     server.shutdown().await.unwrap();
 }
+
+/// A store that takes the key index's PREPARE and holds the answer: the writer's drain
+/// ends `drain_for` after the stop (not when the store answers, two minutes later), and
+/// the rows it could not write are counted as dropped, none left pending.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unanswered_prepare_ends_the_drain_at_its_deadline_with_the_rows_counted() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = config(dir.path());
+    config.key_index.enabled = true;
+    let server = start_cqlsim(&mut config, "holds PREPARE replies")
+        .await
+        .into_sim();
+    let engine = Arc::new(Engine::with_seed(&config, Some(1)).unwrap());
+    let sink = CqlSink::connect(&config.store, engine.families())
+        .await
+        .unwrap();
+    let session = sink.session().clone();
+    let metrics = OperationsMetrics::default();
+    let index = KeyIndex::new(&config, engine.families(), metrics.clone());
+    index.set_session(session.clone());
+    let mut flusher = Flusher::open(engine.clone(), Arc::new(sink), &config).unwrap();
+    flusher.observe(Arc::new(index.clone()));
+    server.set_faults(vec![
+        "delay,for=120s,op=prepare,table=countersink.key_index"
+            .parse()
+            .unwrap(),
+    ]);
+    for i in 0..5 {
+        let page = format!("p{i}");
+        engine
+            .record("page.views", &[("page_id", page.as_str())][..], 1, T0, None)
+            .unwrap();
+    }
+    flusher.flush_now().await;
+    assert_eq!(index.pending(), 5);
+    let (stop, stopped) = tokio::sync::watch::channel(false);
+    let task = tokio::spawn(index.clone().run(stopped, Duration::from_secs(1)));
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    stop.send(true).unwrap();
+    tokio::time::timeout(Duration::from_secs(30), task)
+        .await
+        .expect("the drain ends at its deadline, not when PREPARE is answered")
+        .unwrap();
+    assert_eq!(index.pending(), 0);
+    assert_eq!(
+        metrics
+            .key_index_writes
+            .with_label_values(&["dropped"])
+            .get(),
+        5
+    );
+    server.clear_faults();
+    server.shutdown().await.unwrap();
+}
