@@ -1,7 +1,7 @@
 //! What became of the writes that did not simply apply, read from a state directory:
 //! the first thing an operator opens after an incident (`countersink outcomes`).
 //!
-//! Four sources, read without changing anything, so a running sidecar is undisturbed
+//! Its sources, read without changing anything, so a running sidecar is undisturbed
 //! (no lock taken, no torn line truncated, no segment deleted):
 //!
 //! | source | files | outcome |
@@ -9,6 +9,7 @@
 //! | `log` | `unknown[.N].jsonl`, `unknown.replay-interrupted.*.jsonl`, `rejected[.N].jsonl` | `unknown`, `rejected` |
 //! | `spill` | `spill.*.jsonl` from the replay cursor on (rows before it are settled or carried by a flush) | `spilled` |
 //! | `journal` | flushes `journal.wal` holds committed and not ended: a flush in progress while a sidecar runs, else one the next start finishes | where recovery will put each row |
+//! | `spill`, `journal` | `totals.spill.jsonl`, `totals.replay.*.jsonl`, and the totals writes of unfinished flushes (the `writer_totals` families; see [`totals`]) | `spilled` |
 //!
 //! The driver wrapper's files are read the same way, as family `wrapper` (the
 //! application's own table, granularity `row`, no day): `wrapper_unknown[.N].jsonl`
@@ -496,6 +497,25 @@ pub fn scan(
         report.files.push(file);
     }
 
+    // The writer_totals families' spill and replay files, whole: every row waits to be
+    // written again.
+    for path in totals::files(dir)? {
+        let reader = match LineReader::open(&path, 0) {
+            Ok(reader) => reader,
+            // No spill, or replayed and deleted since the listing.
+            Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
+            Err(error) => return Err(io_error(&path)(error)),
+        };
+        let mut file = FileReport {
+            file: file_label(&path),
+            ..FileReport::default()
+        };
+        totals::read_records(reader, &path, &mut file, |record| {
+            visit(Source::Spill, record);
+        })?;
+        report.files.push(file);
+    }
+
     let view = SpillView::read(dir, journal_cursor).map_err(io_error(dir))?;
     for (id, path) in &view.segments {
         let mut file = FileReport {
@@ -542,6 +562,11 @@ pub fn scan(
                 .iter()
                 .map(|i| i.rows.len() as u64)
                 .sum::<u64>();
+            report.journal.uncommitted_rows += group
+                .totals
+                .iter()
+                .map(|t| t.rows.len() as u64)
+                .sum::<u64>();
             if let Some(wrapper) = &group.wrapper {
                 report.journal.uncommitted_rows += wrapper
                     .intents
@@ -559,6 +584,10 @@ pub fn scan(
                 .collect::<Vec<_>>()
         });
         let records = wrapper_records.unwrap_or_else(|| recovery_records(group, index == last));
+        for record in totals::journal_records(dir, group)? {
+            report.journal.records += 1;
+            visit(Source::Journal, &record);
+        }
         for record in records {
             if recorded.contains(&(record.request_id.clone(), record.row)) {
                 report.journal.already_recorded += 1;
@@ -879,3 +908,4 @@ fn lock_holder(lock: &Path) -> Option<u32> {
 
 #[cfg(test)]
 mod tests;
+mod totals;

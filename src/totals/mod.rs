@@ -39,7 +39,7 @@ mod decide;
 pub mod records;
 pub(crate) mod recovery;
 mod replay;
-mod spill;
+pub(crate) mod spill;
 #[cfg(test)]
 mod tests;
 

@@ -31,6 +31,35 @@ pub(crate) fn replay_intents(
     group: &FlushGroup,
     time: &str,
 ) -> io::Result<(u64, [i128; 2])> {
+    let records = unsettled_records(spill, group, time)?;
+    let path = spill.recovered_path(group.flush.incarnation, group.flush.flush_seq);
+    if !records.is_empty() && !path.exists() {
+        spill.rewrite(&path, &records)?;
+    }
+    let mut sums = [0_i128; 2];
+    for record in &records {
+        let g = if record.granularity == "day" {
+            Granularity::Day
+        } else {
+            Granularity::Minute
+        };
+        sums[g.index()] += record
+            .unconfirmed
+            .values()
+            .map(|v| i128::from(*v))
+            .sum::<i128>();
+    }
+    Ok((records.len() as u64, sums))
+}
+
+/// The records recovery writes to the group's replay file: one per row of every intent
+/// not known applied or rejected, but rows the flush already spilled to
+/// `totals.spill.jsonl` (also what `countersink outcomes` shows of such a group).
+pub(crate) fn unsettled_records(
+    spill: &SpillFiles,
+    group: &FlushGroup,
+    time: &str,
+) -> io::Result<Vec<TotalRecord>> {
     let spilled: HashSet<Place> = spill
         .spilled()?
         .iter()
@@ -59,24 +88,7 @@ pub(crate) fn replay_intents(
         .flatten()
         .filter(|record| !spilled.contains(&place(record)))
         .collect();
-    let path = spill.recovered_path(group.flush.incarnation, group.flush.flush_seq);
-    if !records.is_empty() && !path.exists() {
-        spill.rewrite(&path, &records)?;
-    }
-    let mut sums = [0_i128; 2];
-    for record in &records {
-        let g = if record.granularity == "day" {
-            Granularity::Day
-        } else {
-            Granularity::Minute
-        };
-        sums[g.index()] += record
-            .unconfirmed
-            .values()
-            .map(|v| i128::from(*v))
-            .sum::<i128>();
-    }
-    Ok((records.len() as u64, sums))
+    Ok(records)
 }
 
 /// Where a record's total goes: writer column, family, table, key, bucket.

@@ -107,6 +107,11 @@ impl SpillFiles {
         ))
     }
 
+    /// `totals.spill.jsonl` (it may not exist).
+    pub(crate) fn spill_path(&self) -> PathBuf {
+        self.dir.join(SPILL)
+    }
+
     /// Every replay file, oldest tag first.
     pub(crate) fn replay_files(&self) -> io::Result<Vec<PathBuf>> {
         let mut found = Vec::new();

@@ -560,6 +560,30 @@ async fn a_kill_between_sending_totals_and_settling_them_loses_none_of_them() {
     let journal = countersink::state::journal::read(&state.join("journal.wal")).unwrap();
     let group = journal.last().expect("the killed flush's group");
     assert!(group.committed && !group.ended && !group.totals.is_empty());
+    // `countersink outcomes` before the restart: the journal's totals writes, spilled
+    // (the next start writes them again), every unit fed.
+    let mut summary = countersink::ops::outcomes::Summary::default();
+    countersink::ops::outcomes::scan(state, |source, record| summary.add(source, record)).unwrap();
+    let shown: Vec<(String, String, String, i128)> = summary
+        .totals()
+        .into_iter()
+        .map(|((outcome, source, granularity), sums)| {
+            (
+                outcome.to_string(),
+                source.as_str().to_owned(),
+                granularity,
+                sums.delta_sum,
+            )
+        })
+        .collect();
+    assert!(!shown.is_empty());
+    for (outcome, source, granularity, sum) in &shown {
+        assert_eq!(
+            (outcome.as_str(), source.as_str(), *sum),
+            ("spilled", "journal", fed),
+            "{granularity}: {shown:?}"
+        );
+    }
 
     server.clear_faults();
     let second = Serve::start(setup.args(&dir.path().join("stream2.sock")));

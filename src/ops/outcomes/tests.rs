@@ -558,3 +558,69 @@ fn a_missing_or_unreadable_directory_is_a_clear_error() {
     let (summary, report) = summarize(tmp.path());
     assert!(summary.groups().is_empty() && report.files.is_empty());
 }
+
+/// The `writer_totals` families' spill and replay files are read as `spilled` rows of
+/// source `spill`, their deltas the parts of the totals not known applied; a torn last
+/// line is counted, not read.
+#[test]
+fn totals_spill_and_replay_files_are_spilled_rows() {
+    use crate::totals::records::TotalRecord;
+    use crate::totals::spill::SpillFiles;
+    let tmp = tempfile::tempdir().unwrap();
+    let total = |page: &str, granularity: &str, unconfirmed: i64| TotalRecord {
+        time: "2026-11-30T10:00:00Z".into(),
+        writer: "w1/3/abcd".into(),
+        family: "views".into(),
+        table: format!("metrics.views_by_{granularity}"),
+        granularity: granularity.into(),
+        key: BTreeMap::from([("page_id".to_owned(), page.to_owned())]),
+        day: "2026-11-30".into(),
+        minute: (granularity == "minute").then_some(600),
+        month: (granularity == "day").then(|| "2026-11".to_owned()),
+        totals: BTreeMap::from([("views".to_owned(), 100)]),
+        unconfirmed: BTreeMap::from([("views".to_owned(), unconfirmed)]),
+        timestamp: 1,
+        error: None,
+    };
+    let spill = SpillFiles::new(tmp.path());
+    spill
+        .append(&[total("a", "minute", 7), total("a", "day", 7)])
+        .unwrap();
+    let replay = spill.take_spill("1-5").unwrap().unwrap();
+    spill.append(&[total("b", "minute", 2)]).unwrap();
+    let mut torn = fs::OpenOptions::new()
+        .append(true)
+        .open(spill.spill_path())
+        .unwrap();
+    torn.write_all(b"{\"time\":").unwrap();
+    let (summary, report) = summarize(tmp.path());
+    assert_eq!(
+        by_outcome(&summary),
+        BTreeMap::from([
+            (("spilled".into(), "day".into()), (1, 7)),
+            (("spilled".into(), "minute".into()), (2, 9)),
+        ])
+    );
+    assert!(
+        summary
+            .totals()
+            .keys()
+            .all(|(_, source, _)| *source == Source::Spill)
+    );
+    let files: BTreeMap<&str, (u64, u64)> = report
+        .files
+        .iter()
+        .map(|f| (f.file.as_str(), (f.records, f.torn)))
+        .collect();
+    assert_eq!(files["totals.spill.jsonl"], (1, 1));
+    assert_eq!(files[replay.file_name().unwrap().to_str().unwrap()], (2, 0));
+    let mut writers = Vec::new();
+    scan(tmp.path(), |_, r| {
+        writers.push((r.writer.clone(), r.incarnation))
+    })
+    .unwrap();
+    assert!(
+        writers.iter().all(|(w, i)| w == "w1" && *i == 3),
+        "the writer column names writer and incarnation: {writers:?}"
+    );
+}
