@@ -9,7 +9,7 @@
 //! | `log` | `unknown[.N].jsonl`, `unknown.replay-interrupted.*.jsonl`, `rejected[.N].jsonl` | `unknown`, `rejected` |
 //! | `spill` | `spill.*.jsonl` from the replay cursor on (rows before it are settled or carried by a flush) | `spilled` |
 //! | `journal` | flushes `journal.wal` holds committed and not ended: a flush in progress while a sidecar runs, else one the next start finishes | where recovery will put each row |
-//! | `spill`, `journal` | `totals.spill.jsonl`, `totals.replay.*.jsonl`, and the totals writes of unfinished flushes (the `writer_totals` families; see [`totals`]) | `spilled` |
+//! | `spill`, `journal` | `totals.spill.jsonl`, `totals.replay.*.jsonl`, and the totals writes of unfinished flushes (the `writer_totals` families; see `outcomes/totals.rs`) | `spilled` |
 //!
 //! The driver wrapper's files are read the same way, as family `wrapper` (the
 //! application's own table, granularity `row`, no day): `wrapper_unknown[.N].jsonl`
