@@ -616,10 +616,31 @@ pub fn scan(
 
 /// Reads the records of one file into `file`'s counts.
 fn read_records(
+    reader: LineReader,
+    path: &Path,
+    file: &mut FileReport,
+    each: impl FnMut(&WriteRecord),
+) -> Result<(), ScanError> {
+    read_lines(
+        reader,
+        path,
+        file,
+        true,
+        |record: WriteRecord, each| each(&record),
+        each,
+    )
+}
+
+/// Reads the lines of one file as `T` records into `file`'s counts, handing each to
+/// `each` through `convert`: torn last lines, blank lines and (`headers`: a spill
+/// segment's) header line are skipped, lines that are not a `T` counted as unreadable.
+fn read_lines<T: serde::de::DeserializeOwned, F>(
     mut reader: LineReader,
     path: &Path,
     file: &mut FileReport,
-    mut each: impl FnMut(&WriteRecord),
+    headers: bool,
+    mut convert: impl FnMut(T, &mut F),
+    mut each: F,
 ) -> Result<(), ScanError> {
     while let Some(line) = reader.next_line().map_err(io_error(path))? {
         if !line.complete {
@@ -627,14 +648,14 @@ fn read_records(
             continue;
         }
         if line.text.iter().all(u8::is_ascii_whitespace)
-            || (line.offset == 0 && spill::is_header_line(line.text))
+            || (headers && line.offset == 0 && spill::is_header_line(line.text))
         {
             continue;
         }
-        match serde_json::from_slice::<WriteRecord>(line.text) {
+        match serde_json::from_slice::<T>(line.text) {
             Ok(record) => {
                 file.records += 1;
-                each(&record);
+                convert(record, &mut each);
             }
             Err(_) => file.unreadable += 1,
         }
@@ -759,33 +780,26 @@ pub fn as_write_record(
 
 /// Reads the wrapper records of one file into `file`'s counts.
 fn read_wrapper_records(
-    mut reader: LineReader,
+    reader: LineReader,
     path: &Path,
     file: &mut FileReport,
     source: Source,
-    mut each: impl FnMut(&WriteRecord),
+    each: impl FnMut(&WriteRecord),
 ) -> Result<(), ScanError> {
-    while let Some(line) = reader.next_line().map_err(io_error(path))? {
-        if !line.complete {
-            file.torn += 1;
-            continue;
-        }
-        if line.text.iter().all(u8::is_ascii_whitespace) {
-            continue;
-        }
-        match serde_json::from_slice::<crate::wrapper::records::WrapperRecord>(line.text) {
-            Ok(record) => {
-                file.records += 1;
-                let in_log = source == Source::Log;
-                each(&as_write_record(
-                    &record,
-                    RecordOutcome::of_wrapper(record.outcome, in_log),
-                ));
-            }
-            Err(_) => file.unreadable += 1,
-        }
-    }
-    Ok(())
+    let in_log = source == Source::Log;
+    read_lines(
+        reader,
+        path,
+        file,
+        false,
+        |record: crate::wrapper::records::WrapperRecord, each| {
+            each(&as_write_record(
+                &record,
+                RecordOutcome::of_wrapper(record.outcome, in_log),
+            ))
+        },
+        each,
+    )
 }
 
 /// Per stem, its rotated files (highest number first), then the current file.

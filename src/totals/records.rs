@@ -275,6 +275,25 @@ pub(crate) fn unmappable_record(
     why: &Unmappable,
     by: &Recorder<'_>,
 ) -> WriteRecord {
+    as_write_record(
+        record,
+        by,
+        RecordOutcome::Rejected,
+        Some(ErrorInfo {
+            kind: "replay_unmappable".into(),
+            text: why.to_string(),
+        }),
+    )
+}
+
+/// A spilled total as a record of the outcome logs' form: its row, its unconfirmed part as
+/// deltas (zeros left out), under `by`'s identity.
+pub(crate) fn as_write_record(
+    record: &TotalRecord,
+    by: &Recorder<'_>,
+    outcome: RecordOutcome,
+    error: Option<ErrorInfo>,
+) -> WriteRecord {
     WriteRecord {
         time: by.time.to_owned(),
         writer: by.writer.to_owned(),
@@ -282,7 +301,7 @@ pub(crate) fn unmappable_record(
         flush_seq: by.flush_seq,
         request_id: by.request_id.clone(),
         row: by.row,
-        outcome: RecordOutcome::Rejected,
+        outcome,
         family: record.family.clone(),
         table: record.table.clone(),
         granularity: record.granularity.clone(),
@@ -298,10 +317,7 @@ pub(crate) fn unmappable_record(
             .filter(|(_, v)| **v != 0)
             .map(|(c, v)| (c.clone(), *v))
             .collect(),
-        error: Some(ErrorInfo {
-            kind: "replay_unmappable".into(),
-            text: why.to_string(),
-        }),
+        error,
     }
 }
 

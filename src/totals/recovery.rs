@@ -38,12 +38,7 @@ pub(crate) fn replay_intents(
     }
     let mut sums = [0_i128; 2];
     for record in &records {
-        let g = if record.granularity == "day" {
-            Granularity::Day
-        } else {
-            Granularity::Minute
-        };
-        sums[g.index()] += record
+        sums[super::records::granularity_of(record).index()] += record
             .unconfirmed
             .values()
             .map(|v| i128::from(*v))

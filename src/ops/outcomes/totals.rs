@@ -9,11 +9,11 @@ use std::path::{Path, PathBuf};
 
 use crate::state::jsonl::LineReader;
 use crate::state::{FlushGroup, RecordOutcome, WriteRecord};
-use crate::totals::records::TotalRecord;
+use crate::totals::records::{self, Recorder, TotalRecord};
 use crate::totals::recovery::unsettled_records;
 use crate::totals::spill::SpillFiles;
 
-use super::{FileReport, ScanError, io_error};
+use super::{FileReport, ScanError, io_error, read_lines};
 
 /// The totals files of `dir` to read: the spill, then the replay files, oldest first.
 pub(super) fn files(dir: &Path) -> Result<Vec<PathBuf>, ScanError> {
@@ -25,28 +25,19 @@ pub(super) fn files(dir: &Path) -> Result<Vec<PathBuf>, ScanError> {
 
 /// Reads the totals records of one file into `file`'s counts.
 pub(super) fn read_records(
-    mut reader: LineReader,
+    reader: LineReader,
     path: &Path,
     file: &mut FileReport,
-    mut each: impl FnMut(&WriteRecord),
+    each: impl FnMut(&WriteRecord),
 ) -> Result<(), ScanError> {
-    while let Some(line) = reader.next_line().map_err(io_error(path))? {
-        if !line.complete {
-            file.torn += 1;
-            continue;
-        }
-        if line.text.iter().all(u8::is_ascii_whitespace) {
-            continue;
-        }
-        match serde_json::from_slice::<TotalRecord>(line.text) {
-            Ok(record) => {
-                file.records += 1;
-                each(&as_write_record(&record));
-            }
-            Err(_) => file.unreadable += 1,
-        }
-    }
-    Ok(())
+    read_lines(
+        reader,
+        path,
+        file,
+        false,
+        |record: TotalRecord, each| each(&as_write_record(&record)),
+        each,
+    )
 }
 
 /// The records crash recovery would write to the replay file of `group`'s totals writes
@@ -72,26 +63,13 @@ pub(super) fn journal_records(
 /// column itself.
 fn as_write_record(record: &TotalRecord) -> WriteRecord {
     let mut column = record.writer.split('/');
-    let writer = column.next().unwrap_or_default().to_owned();
-    let incarnation = column.next().and_then(|s| s.parse().ok()).unwrap_or(0);
-    WriteRecord {
-        time: record.time.clone(),
-        writer,
-        incarnation,
+    let by = Recorder {
+        writer: column.next().unwrap_or_default(),
+        incarnation: column.next().and_then(|s| s.parse().ok()).unwrap_or(0),
         flush_seq: 0,
         request_id: format!("{}/totals", record.writer),
         row: 0,
-        outcome: RecordOutcome::Spilled,
-        family: record.family.clone(),
-        table: record.table.clone(),
-        granularity: record.granularity.clone(),
-        key: record.key.clone(),
-        shard: None,
-        epoch: None,
-        day: record.day.clone(),
-        minute: record.minute,
-        month: record.month.clone(),
-        deltas: record.unconfirmed.clone(),
-        error: record.error.clone(),
-    }
+        time: &record.time,
+    };
+    records::as_write_record(record, &by, RecordOutcome::Spilled, record.error.clone())
 }
