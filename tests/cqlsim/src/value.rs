@@ -217,7 +217,7 @@ impl Value {
             ColType::List(e) | ColType::Set(e) => {
                 let mut r = crate::proto::wire::Reader::new(b);
                 let n = r.i32().map_err(|_| bad_collection())?;
-                let mut items = Vec::new();
+                let mut items = Vec::with_capacity(collection_room(n, b.len(), 4));
                 for _ in 0..n.max(0) {
                     let eb = r.bytes().map_err(|_| bad_collection())?;
                     let eb = eb.ok_or_else(|| {
@@ -236,7 +236,7 @@ impl Value {
             ColType::Map(kt, vt) => {
                 let mut r = crate::proto::wire::Reader::new(b);
                 let n = r.i32().map_err(|_| bad_collection())?;
-                let mut entries = Vec::new();
+                let mut entries = Vec::with_capacity(collection_room(n, b.len(), 8));
                 for _ in 0..n.max(0) {
                     let kb = r
                         .bytes()
@@ -314,6 +314,12 @@ pub(crate) fn normalize_map(mut entries: Vec<(Value, Value)>) -> Vec<(Value, Val
     entries.sort_by(|a, b| a.0.cmp(&b.0));
     entries.dedup_by(|a, b| a.0 == b.0);
     entries
+}
+
+/// Room for the `n` elements a collection's bytes announce, never more than `len` bytes of
+/// `per`-byte length prefixes can hold (a bad count must not reserve memory it cannot fill).
+fn collection_room(n: i32, len: usize, per: usize) -> usize {
+    usize::try_from(n).unwrap_or(0).min(len / per)
 }
 
 fn arr<const N: usize>(b: &[u8]) -> [u8; N] {

@@ -27,7 +27,8 @@ use crate::value::Value;
 /// Applies planned mutations and reports what changed.
 pub(crate) fn apply(db: &mut Db, muts: Vec<Mutation>) -> Effects {
     let mut fx = Effects::default();
-    for m in muts {
+    let mut muts = muts.into_iter().peekable();
+    while let Some(m) = muts.next() {
         match m {
             Mutation::Upsert {
                 table,
@@ -37,13 +38,33 @@ pub(crate) fn apply(db: &mut Db, muts: Vec<Mutation>) -> Effects {
                 cells,
                 at,
             } => {
-                let delta = if table.is_counter {
-                    add_counters(db, &table, pk, ck, cells)
-                } else {
-                    upsert(db, &table, pk, ck, marker, cells, at);
-                    0
-                };
-                fx.add(&table, 1, delta);
+                // The rows of one partition that follow (a batch is usually one partition's
+                // rows) are written with one lookup of the partition.
+                let mut run = Vec::with_capacity(1);
+                run.push((ck, marker, cells, at));
+                while let Some(Mutation::Upsert {
+                    ck,
+                    marker,
+                    cells,
+                    at,
+                    ..
+                }) = muts.next_if(|next| same_partition(next, &table, &pk))
+                {
+                    run.push((ck, marker, cells, at));
+                }
+                let rows = run.len() as u64;
+                let delta = in_partition(db.table_data_mut(&table), pk, |part| {
+                    let mut delta = 0;
+                    for (ck, marker, cells, at) in run {
+                        if table.is_counter {
+                            delta += add_counters_in(part, &table, ck, cells);
+                        } else {
+                            upsert_in(part, &table, ck, marker, cells, at);
+                        }
+                    }
+                    delta
+                });
+                fx.add(&table, rows, delta);
             }
             Mutation::Delete {
                 table,
@@ -77,22 +98,13 @@ pub(crate) fn apply(db: &mut Db, muts: Vec<Mutation>) -> Effects {
     fx
 }
 
-fn is_static(table: &TableSchema, slot: usize) -> bool {
-    table.columns[table.cells[slot]].kind == ColumnKind::Static
+/// Whether `m` is an upsert into the partition `pk` of `table`.
+fn same_partition(m: &Mutation, table: &TableSchema, pk: &[Value]) -> bool {
+    matches!(m, Mutation::Upsert { table: t, pk: p, .. } if t.id == table.id && p == pk)
 }
 
-/// Adds counter deltas: counters have no write time. The partition and the row are found
-/// once (by the owned keys of the mutation, never cloned) and changed in place.
-fn add_counters(
-    db: &mut Db,
-    table: &TableSchema,
-    pk: Vec<Value>,
-    ck: Option<ClusteringKey>,
-    cells: Vec<(usize, CellOp)>,
-) -> i128 {
-    in_partition(db.table_data_mut(table), pk, |part| {
-        add_counters_in(part, table, ck, cells)
-    })
+fn is_static(table: &TableSchema, slot: usize) -> bool {
+    table.columns[table.cells[slot]].kind == ColumnKind::Static
 }
 
 /// Runs `f` on the partition of `pk` (a new, empty one if there is none) and drops the
@@ -231,21 +243,6 @@ fn prefix_matches(prefix: &[Value], k: &ClusteringKey) -> bool {
 
 /// Writes regular cells (and the row marker of an INSERT) at time `at`, in place (see
 /// [`in_partition`], [`in_row`]).
-#[allow(clippy::too_many_arguments)]
-fn upsert(
-    db: &mut Db,
-    table: &TableSchema,
-    pk: Vec<Value>,
-    ck: Option<ClusteringKey>,
-    marker: bool,
-    cells: Vec<(usize, CellOp)>,
-    at: i64,
-) {
-    in_partition(db.table_data_mut(table), pk, |part| {
-        upsert_in(part, table, ck, marker, cells, at)
-    })
-}
-
 fn upsert_in(
     part: &mut Partition,
     table: &TableSchema,

@@ -307,7 +307,7 @@ pub(crate) fn plan_into(
             }
             let mut pk = vec![None; t.partition_key.len()];
             let mut ck = vec![None; t.clustering.len()];
-            let mut cells = Vec::new();
+            let mut cells = Vec::with_capacity(i.columns.len().saturating_sub(pk.len() + ck.len()));
             for (k, (name, term)) in i.columns.iter().zip(&i.values).enumerate() {
                 // Resolved positions exist only for statements without duplicates.
                 if look.at.is_none() && i.columns[..k].contains(name) {
@@ -356,8 +356,8 @@ pub(crate) fn plan_into(
             }
             out.push(Mutation::Upsert {
                 table: t.clone(),
-                pk: pk.into_iter().flatten().collect(),
-                ck: Some(ck.into_iter().flatten().collect()),
+                pk: every(pk),
+                ck: Some(every(ck)),
                 marker: true,
                 cells,
                 at,
@@ -426,6 +426,14 @@ pub(crate) fn plan_into(
             "Invalid statement in batch: only UPDATE, INSERT and DELETE statements are allowed.",
         )),
     }
+}
+
+/// The values of a key whose every part is known to be present, in one allocation of the
+/// right size (`flatten().collect()` cannot know the size, and grows the vector).
+fn every<T>(parts: Vec<Option<T>>) -> Vec<T> {
+    let mut out = Vec::with_capacity(parts.len());
+    out.extend(parts.into_iter().flatten());
+    out
 }
 
 fn writable(
@@ -620,8 +628,8 @@ fn keys(
             m.join(", ")
         )));
     }
-    let mut pks = product(pk.into_iter().flatten().collect());
-    let mut cks = product(ck.into_iter().flatten().collect());
+    let mut pks = product(every(pk));
+    let mut cks = product(every(ck));
     if pks.len() == 1 && cks.len() == 1 {
         // The common case (every relation an `=`): one row, nothing to clone.
         return Ok(pks.pop().into_iter().zip(cks.pop()).collect());
@@ -671,7 +679,9 @@ pub(crate) fn in_values(
 /// Cartesian product of per-column value lists.
 fn product(cols: Vec<Vec<Value>>) -> Vec<Vec<Value>> {
     if cols.iter().all(|vals| vals.len() == 1) {
-        return vec![cols.into_iter().flatten().collect()];
+        let mut one = Vec::with_capacity(cols.len());
+        one.extend(cols.into_iter().flatten());
+        return vec![one];
     }
     cols.into_iter().fold(vec![Vec::new()], |acc, vals| {
         acc.iter()

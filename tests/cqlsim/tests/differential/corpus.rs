@@ -396,6 +396,26 @@ pub(crate) fn cases() -> Vec<Case> {
                 q("SELECT * FROM diff.r WHERE k = 2"),
             ],
         ),
+        // One partition's rows in one batch are applied with one lookup of the partition:
+        // the write times still decide, whatever the order, across a deletion and with
+        // another partition's row between them.
+        case(
+            "batch_rows_of_one_partition_reconcile_by_write_time",
+            vec![
+                q("BEGIN UNLOGGED BATCH \
+                     INSERT INTO diff.rc (k, ck, v) VALUES (30, 1, 'one') USING TIMESTAMP 10; \
+                     INSERT INTO diff.rc (k, ck, v) VALUES (30, 1, 'older') USING TIMESTAMP 5; \
+                     INSERT INTO diff.rc (k, ck, v) VALUES (30, 2, 'two') USING TIMESTAMP 10; \
+                     INSERT INTO diff.rc (k, ck, v) VALUES (31, 1, 'other') USING TIMESTAMP 10; \
+                     INSERT INTO diff.rc (k, ck, v) VALUES (30, 3, 'three') USING TIMESTAMP 10; \
+                     DELETE FROM diff.rc USING TIMESTAMP 11 WHERE k = 30 AND ck = 2; \
+                     INSERT INTO diff.rc (k, ck, v) VALUES (30, 2, 'again') USING TIMESTAMP 12; \
+                     DELETE FROM diff.rc USING TIMESTAMP 11 WHERE k = 30 AND ck = 3; \
+                     APPLY BATCH"),
+                q("SELECT * FROM diff.rc WHERE k = 30"),
+                q("SELECT * FROM diff.rc WHERE k = 31"),
+            ],
+        ),
         case(
             "counter_delete_and_missing_rows",
             vec![
