@@ -11,7 +11,8 @@
 //!
 //! Without `COUNTERSINK_BENCH_NODE` it exits with status 2 and says so: it never reports a
 //! figure it did not measure on a node. Each run flushes `rows` distinct rows of the
-//! generic family (`rows / 100` keys, 100 minutes each) in one `flush_now`, through the
+//! generic family in one `flush_now` (the shapes of `tests/bench/exact.rs`: 100 minutes per
+//! key, a backlog; one minute per key, the steady state), through the
 //! real driver, into a keyspace of its own (created before the timer starts, dropped
 //! after): with `generic.exact = true` the flush also writes one ledger row per minute row,
 //! batched per ledger partition, before the counter writes, and waits for it. Optional:
@@ -35,7 +36,8 @@ use common::median;
 /// The environment variable naming the node, `host:port`.
 const NODE_ENV: &str = "COUNTERSINK_BENCH_NODE";
 const NOW: i64 = 1_796_042_096;
-const MINUTES: usize = 100;
+/// The flushes measured: (distinct rows, minutes per key), as in `tests/bench/exact.rs`.
+const SHAPES: [(usize, usize); 4] = [(10_000, 100), (100_000, 100), (10_000, 1), (100_000, 1)];
 
 /// Where a run flushes.
 #[derive(Clone, Copy)]
@@ -68,11 +70,11 @@ fn bench_config(dir: &std::path::Path, keyspace: &str, exact: bool) -> Config {
     config
 }
 
-/// Feeds `rows` distinct rows: `rows / MINUTES` keys, `MINUTES` minutes each.
-fn feed(engine: &Engine, rows: usize) {
+/// Feeds `rows` distinct rows: `rows / minutes` keys, `minutes` minutes each.
+fn feed(engine: &Engine, rows: usize, minutes: usize) {
     for i in 0..rows {
-        let key = format!("k{}", i / MINUTES);
-        let minute = (i % MINUTES) as i64;
+        let key = format!("k{}", i / minutes);
+        let minute = (i % minutes) as i64;
         engine
             .record(
                 "bench",
@@ -85,9 +87,9 @@ fn feed(engine: &Engine, rows: usize) {
     }
 }
 
-/// Rows per second of one flush of `rows` distinct rows into a fresh keyspace of the
-/// node (or a fresh cqlsim), ledger on or off.
-async fn flush_rate(target: Target<'_>, rows: usize, exact: bool) -> f64 {
+/// Rows per second of one flush of `rows` distinct rows (`minutes` per key) into a fresh
+/// keyspace of the node (or a fresh cqlsim), ledger on or off.
+async fn flush_rate(target: Target<'_>, rows: usize, minutes: usize, exact: bool) -> f64 {
     let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("tempdir");
     let keyspace = format!("bench_exact_{:08x}", fastrand::u32(..));
     let mut config = bench_config(dir.path(), &keyspace, exact);
@@ -109,7 +111,7 @@ async fn flush_rate(target: Target<'_>, rows: usize, exact: bool) -> f64 {
         .await
         .expect("sink");
     let mut flusher = Flusher::open(engine.clone(), Arc::new(sink), &config).expect("state");
-    feed(&engine, rows);
+    feed(&engine, rows, minutes);
     let started = Instant::now();
     let report = flusher.flush_now().await;
     let elapsed = started.elapsed();
@@ -130,12 +132,13 @@ async fn flush_rate(target: Target<'_>, rows: usize, exact: bool) -> f64 {
     rows as f64 / elapsed.as_secs_f64()
 }
 
-/// Measures and prints the ledger off/on figures of `target` at `rows` rows.
-async fn measure(target: Target<'_>, rows: usize, runs: usize) {
+/// Measures and prints the ledger off/on figures of `target` at `rows` rows, `minutes`
+/// per key.
+async fn measure(target: Target<'_>, rows: usize, minutes: usize, runs: usize) {
     let (mut on, mut off) = (Vec::new(), Vec::new());
     for _ in 0..runs {
-        off.push(flush_rate(target, rows, false).await);
-        on.push(flush_rate(target, rows, true).await);
+        off.push(flush_rate(target, rows, minutes, false).await);
+        on.push(flush_rate(target, rows, minutes, true).await);
     }
     let spread = |v: &[f64]| {
         let (lo, hi) = v
@@ -149,7 +152,7 @@ async fn measure(target: Target<'_>, rows: usize, runs: usize) {
     let paired = median(on.iter().zip(&off).map(|(on, off)| on / off).collect());
     let (on, off) = (median(on), median(off));
     println!(
-        "{}, flush {rows} rows: ledger off {off:.0} rows/s ({off_range}), \
+        "{}, flush {rows} rows ({minutes} min per key): ledger off {off:.0} rows/s ({off_range}), \
          ledger on {on:.0} rows/s ({on_range}), ratio {:.2}, paired ratio {paired:.2} \
          (medians of {runs} interleaved runs)",
         target.name(),
@@ -189,13 +192,13 @@ fn main() {
         // A first flush of each kind, not counted: the node's JIT, the driver's prepared
         // statements, the keyspace code paths.
         for target in [node, Target::Cqlsim] {
-            flush_rate(target, 2_000, false).await;
-            flush_rate(target, 2_000, true).await;
+            flush_rate(target, 2_000, 100, false).await;
+            flush_rate(target, 2_000, 100, true).await;
         }
-        for rows in [10_000, 100_000] {
+        for (rows, minutes) in SHAPES {
             let runs = if rows > 10_000 { runs.min(5) } else { runs };
             for target in [node, Target::Cqlsim] {
-                measure(target, rows, runs).await;
+                measure(target, rows, minutes, runs).await;
             }
         }
     });
