@@ -34,7 +34,8 @@ pub(super) struct ResetArgs {
     all: bool,
     /// When the new epoch starts, RFC 3339 (`2026-12-01T13:00:00Z`), rounded up to a
     /// whole minute; at least `epochs.lead` from now [default: the first whole minute
-    /// that far ahead].
+    /// that far ahead of the moment the store is connected, plus its request timeout for
+    /// the registry write].
     #[arg(long, value_name = "TIME", value_parser = parse_time)]
     at: Option<i64>,
     /// Why, kept in the registry.
@@ -115,10 +116,21 @@ pub(super) async fn run(args: ResetArgs) -> Result<(), Failure> {
     let targets = targets(&args, &config)?;
     let lead = config.epochs.lead.as_secs() as i64;
     let now = || bucket::unix_secs(std::time::SystemTime::now());
-    let start = reset::start_minute(now(), lead, args.at).map_err(Failure::usage)?;
+    // An explicit start is checked before connecting: refusing it needs no store.
+    let asked = reset::start_minute(now(), lead, args.at).map_err(Failure::usage)?;
     let session = session::connect(&config.store)
         .await
         .map_err(Failure::other)?;
+    // The default start is chosen once connected (connecting must not eat into the lead),
+    // with room for the registry write itself: it is acknowledged within the request
+    // timeout or fails, so the acknowledgement still comes a lead before the start.
+    let start = match args.at {
+        Some(_) => asked,
+        None => {
+            let write_room = config.store.request_timeout.as_secs() as i64 + 1;
+            reset::start_minute(now() + write_room, lead, None).map_err(Failure::usage)?
+        }
+    };
     for (family, scope) in &targets {
         registry::schedule(&session, &config, family, scope, start, &args.reason, now())
             .await
