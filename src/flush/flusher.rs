@@ -708,7 +708,7 @@ impl<S: Sink> Flusher<S> {
             self.write_pending_status();
         }
         if journaled && let Err(error) = self.state.journal_end(&flush, consumes) {
-            tracing::error!(%error, "Could not close the flush in the journal; a restart will finish it again (idempotently).");
+            tracing::error!(%error, "Could not end the flush: the replay cursor or the journal's end mark was not written. The flush stays open in the journal, which names how far the spill was consumed: a restart finishes it without sending anything again, the next flush that ends closes it.");
         }
         crash_point("ended");
         self.ledger.set_spill_bytes(self.state.spill_bytes().0);

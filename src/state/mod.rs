@@ -388,13 +388,28 @@ impl StateDir {
         }
     }
 
-    /// Ends a flush: marks it settled in the journal, then makes the replay cursor it
-    /// consumed durable and deletes the spill segments passed.
+    /// Ends a flush: makes the replay cursor it consumed durable (and deletes the spill
+    /// segments passed), then marks it settled in the journal.
+    ///
+    /// In that order because the End starts the journal over, and with it goes the group
+    /// that named the cursor: until `spill.cursor` holds it, that group is the only
+    /// durable record that the replayed rows were sent. When the cursor cannot be
+    /// written (a full disk: the journal is preallocated and keeps working, the cursor's
+    /// temp file does not), the group stays open and the next start, or the next flush
+    /// that ends, takes the cursor from it; a kill between the two finds the cursor
+    /// durable and the group open, which recovery finishes without sending anything.
     pub fn journal_end(&mut self, flush: &FlushId, consumed: Option<Cursor>) -> io::Result<()> {
+        let committed = self.spill.commit(consumed);
+        if self.spill.durable() < consumed {
+            return committed;
+        }
+        test_hooks::crash_point("replay_cursor_committed");
         if self.journal_enabled {
             self.journal.end(flush.flush_seq)?;
         }
-        self.spill.commit(consumed)
+        // A cursor durable but a segment it passed not deleted: deleted at the next
+        // commit or start, nothing replays twice.
+        committed
     }
 
     /// How many flushes of the driver wrapper the journal holds unfinished.

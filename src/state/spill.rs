@@ -379,6 +379,11 @@ impl Spill {
         self.delete_consumed()
     }
 
+    /// How far replay's progress is durable (in `spill.cursor`, or found at open).
+    pub fn durable(&self) -> Option<Cursor> {
+        self.durable
+    }
+
     /// Deletes the segments the durable cursor has passed entirely.
     fn delete_consumed(&mut self) -> io::Result<()> {
         let Some(cursor) = self.durable else {

@@ -403,3 +403,70 @@ fn recovery_completes_a_half_written_log_batch_without_duplicates() {
     assert_eq!(names, ["a", "b", "c"]);
     assert_eq!(state.recovery().unknown_rows, 2);
 }
+
+/// Spills one segment of three rows, then loads them as a replay and opens the flush
+/// that carries them (its group commit names the cursor it consumes).
+fn replay_in_flight(dir: &Path) -> (StateDir, FlushId, Option<Cursor>) {
+    let mut state = StateDir::open(&config(dir)).unwrap();
+    let spilled_by = FlushId {
+        writer: state.writer_id().to_owned(),
+        incarnation: state.incarnation(),
+        flush_seq: 1,
+    };
+    state
+        .spill(&spilled_by, &[vec![record(), record(), record()]])
+        .unwrap();
+    let loaded = state.load_spill(|_, _| true).unwrap();
+    assert_eq!(loaded.records.len(), 3);
+    let flush = FlushId {
+        flush_seq: 2,
+        ..spilled_by
+    };
+    let consumes = state
+        .journal_begin(&flush, "t", &families(), &[write("replayed", 3)])
+        .unwrap();
+    assert!(consumes.is_some());
+    state.journal_outcome(0, &Settled::Applied);
+    state.journal_flush();
+    (state, flush, consumes)
+}
+
+/// A replayed chunk that applied is never replayed again, even when the replay cursor
+/// cannot be written when the flush ends (a full disk: the journal is preallocated and
+/// keeps working, the cursor's temp file does not) and the process is killed later.
+/// The journal's group is then the only durable record of how far the spill was
+/// consumed, so the flush must not end it.
+#[test]
+fn a_replayed_chunk_whose_cursor_cannot_be_written_is_not_replayed_after_a_kill() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (mut state, flush, consumes) = replay_in_flight(tmp.path());
+    std::os::unix::fs::symlink("/dev/full", tmp.path().join("spill.tmp")).unwrap();
+    assert!(state.journal_end(&flush, consumes).is_err());
+    drop(state); // killed before the next flush
+    fs::remove_file(tmp.path().join("spill.tmp")).ok();
+
+    let mut state = StateDir::open(&config(tmp.path())).unwrap();
+    let again = state.load_spill(|_, _| true).unwrap();
+    assert_eq!(
+        again.records.len(),
+        0,
+        "rows the killed process replayed and applied come back"
+    );
+}
+
+/// The same window without a full disk: a kill after the flush ends finds the cursor
+/// durable, and a kill inside `journal_end` finds either the group (it names the
+/// cursor) or the cursor.
+#[test]
+fn a_replayed_chunk_is_consumed_once_its_flush_ends() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (mut state, flush, consumes) = replay_in_flight(tmp.path());
+    state.journal_end(&flush, consumes).unwrap();
+    drop(state);
+    let mut state = StateDir::open(&config(tmp.path())).unwrap();
+    assert_eq!(state.load_spill(|_, _| true).unwrap().records.len(), 0);
+    assert!(
+        state.spill_bytes().0 == 0,
+        "the consumed segment is deleted"
+    );
+}
