@@ -4,8 +4,9 @@
 //!   the named step it prints `countersink: crash point NAME reached` on stderr and stops
 //!   there, so a test can kill it (SIGKILL) at exactly that step. The names are listed
 //!   with the crash windows in the README.
-//! - `COUNTERSINK_KEEP_JOURNAL=1`: settled flushes stay in `journal.wal`, so a test can
-//!   read back every request and how it ended.
+//!
+//! Nothing here changes what the process writes or sends: the crash tests check the
+//! journal, logs and spill exactly as a production build leaves them.
 
 /// Stops here if `COUNTERSINK_CRASH_POINT` names this step (feature `dev` only).
 #[cfg(feature = "dev")]
@@ -44,8 +45,3 @@ pub fn crash_point(name: &'static str) {
 #[cfg(not(feature = "dev"))]
 #[inline(always)]
 pub fn crash_point(_name: &'static str) {}
-
-/// Whether `COUNTERSINK_KEEP_JOURNAL` asks to keep settled flushes (feature `dev` only).
-pub fn keep_journal() -> bool {
-    cfg!(feature = "dev") && std::env::var_os("COUNTERSINK_KEEP_JOURNAL").is_some_and(|v| v == "1")
-}

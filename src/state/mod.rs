@@ -278,9 +278,6 @@ impl StateDir {
             journal_enabled: true,
             wrapper_groups,
         };
-        if test_hooks::keep_journal() {
-            state.journal.set_keep(true);
-        }
         let mut report = recovery::recover(&mut state, groups).map_err(io_err("recover"))?;
         report.torn_journal_bytes = torn_journal;
         state.recovery = report;

@@ -14,7 +14,7 @@ use cqlsim::{FaultKind, FaultRule};
 use super::check::check;
 use super::harness::{Rig, Settings};
 
-const POINTS: [&str; 8] = [
+const POINTS: [&str; 9] = [
     "drained",
     "journal_committed",
     "sent",
@@ -23,6 +23,7 @@ const POINTS: [&str; 8] = [
     "logs_appended",
     "ended",
     "replay_loaded",
+    "replay_cursor_committed",
 ];
 
 fn random_faults(rng: &mut fastrand::Rng) -> Vec<FaultRule> {
@@ -96,10 +97,10 @@ async fn crash_chaos() {
     });
     let findings = check(&rig);
     println!(
-        "crash chaos (seed {seed}): {iterations} iterations, {} kills, {} rows checked, {} requests ({} received by the store), {} rows in flight at a kill; fed {}, lost from memory at kills {:?} (reported bound {:?}); largest unexplained difference beyond the bound: {}",
+        "crash chaos (seed {seed}): {iterations} iterations, {} kills, {} rows checked, {} requests logged unknown, {} received by the store, {} rows in flight at a kill; fed {}, lost from memory at kills {:?} (reported bound {:?}); largest unexplained difference beyond the bound: {}",
         rig.kills,
         findings.rows,
-        findings.requests,
+        findings.unknown_requests,
         findings.received,
         findings.in_flight_at_crash,
         rig.model.total(),

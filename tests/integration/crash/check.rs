@@ -1,24 +1,29 @@
-//! The checker every crash test ends with. It compares five independent views:
+//! The checker every crash test ends with. The product runs as it ships (its journal
+//! starts over after every flush), so the checker takes nothing from the journal but
+//! the last word: once the clean stop is done, no flush is left open in it. It
+//! compares four independent views:
 //!
 //! - the model: what the test fed, per destination row (minute and day tables);
 //! - the store: each row's counter;
-//! - the store's request log: what each request carried and whether it applied;
-//! - countersink's journal (kept whole for tests): every request id, its rows, its outcome;
-//! - countersink's records: `unknown*.jsonl`, `rejected*.jsonl`, the spill segments.
+//! - the store's request log: what each request carried, the fault that answered it,
+//!   and whether it applied;
+//! - countersink's records: `unknown*.jsonl`, `rejected*.jsonl`, the spill segments,
+//!   matched to the request log by content (a request's rows and deltas).
 //!
-//! and asserts, per row: nothing stored beyond what was fed or sent; everything
-//! acknowledged is stored; each fed delta is in at most one request that may have
-//! applied (a re-sent unknown write breaks this even when the store did not apply it);
-//! every record is there once; what is missing from the store is explained by unknown
-//! writes the store did not apply, rejected or spilled rows, and (in total per
-//! granularity) by the lost-at-crash figures the starts after the kills reported.
+//! and asserts, per row: nothing stored beyond what was fed; the store's counters are
+//! what the requests it applied carried; each fed delta is in at most one request that
+//! may have applied (a request the store answered ambiguously, or one logged unknown
+//! that never reached it, counts as applied: re-sending either breaks this even when
+//! the store did not apply the second copy); every ambiguous answer is in
+//! `unknown.jsonl`; every record is there once; what is missing from the store is
+//! explained by unknown writes the store did not apply, rejected or spilled rows, and
+//! (in total per granularity) by the lost-at-crash figures the starts after the kills
+//! reported.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::Path;
 
-use countersink::bucket::{Day, Minute};
-use countersink::state::journal::{self, Settled};
-use countersink::vocabulary::Granularity;
+use countersink::state::journal;
 
 use super::harness::Rig;
 use crate::common::{cell, day_and_minute, table_sum};
@@ -69,8 +74,8 @@ pub(crate) struct Findings {
     pub(crate) bound: [i128; 2],
     /// Rows checked.
     pub(crate) rows: usize,
-    /// Requests in the journal, and those the store received.
-    pub(crate) requests: usize,
+    /// Requests logged as unknown, and counter requests the store received.
+    pub(crate) unknown_requests: usize,
     pub(crate) received: usize,
     /// Rows logged as unknown because they were in flight at a kill.
     pub(crate) in_flight_at_crash: usize,
@@ -92,6 +97,7 @@ fn granularity(table: &str) -> usize {
 
 struct Record {
     row: RowKey,
+    /// The request id and the row's index in it.
     id: (String, u64),
     delta: i128,
     kind: String,
@@ -139,158 +145,43 @@ fn read_records(state: &Path, prefix: &str) -> Vec<Record> {
 /// A request's content: its rows with their `views` deltas, sorted.
 type Fingerprint = Vec<(RowKey, i128)>;
 
-fn date_of(day: Day) -> String {
-    countersink::bucket::format_date(day.date())
-}
-
 /// Runs every check on a crash rig.
 pub(crate) fn check(rig: &Rig) -> Findings {
     check_views(rig.server(), rig.state(), &rig.model, rig.lost_bound)
 }
 
-/// Error kinds that only the store returns: a request that ended so reached it.
-const FROM_THE_STORE: [&str; 18] = [
-    "syntax_error",
-    "invalid",
-    "already_exists",
-    "function_failure",
-    "authentication",
-    "unauthorized",
-    "config_error",
-    "protocol_error",
-    "unavailable",
-    "bootstrapping",
-    "write_timeout",
-    "write_failure",
-    "read_timeout",
-    "read_failure",
-    "overloaded",
-    "server_error",
-    "truncate_error",
-    "rate_limited",
-];
+/// How the store answered a request, as the client can tell.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Answer {
+    /// Its own reply, in time (no fault, or a reply sent late but well inside the
+    /// request timeout the rigs use).
+    Replied,
+    /// An error that proves the write was not applied: countersink sends it again.
+    NotApplied,
+    /// An error or silence that leaves the outcome unknown: countersink logs it, never
+    /// sends it again.
+    Ambiguous,
+}
 
-/// Error kinds of requests that may or may not have reached the store.
-const MAYBE_REACHED: [&str; 7] = [
-    "connection_broken",
-    "client_timeout",
-    "response_unreadable",
-    "response_unexpected",
-    "cancelled_at_deadline",
-    "other_db_error",
-    "unclassified",
-];
-
-/// Runs every check on writes of the `views` family; `bound` is what the starts after
-/// kills reported lost (per granularity). Panics with the row and the numbers on the
-/// first violation.
-pub(crate) fn check_views(
-    server: &cqlsim::Server,
-    state: &Path,
-    model: &Model,
-    bound: [i128; 2],
-) -> Findings {
-    let mut findings = Findings {
-        bound,
-        ..Findings::default()
-    };
-
-    // The journal: request ids, rows, outcomes.
-    let groups = journal::read(&state.join("journal.wal")).expect("journal");
-    let mut applied: HashMap<RowKey, i128> = HashMap::new();
-    let mut maybe: HashMap<RowKey, i128> = HashMap::new();
-    // Per content: (acknowledged, may have applied, surely reached the store, may have).
-    let mut sent: HashMap<Fingerprint, (u64, u64, u64, u64)> = HashMap::new();
-    let mut must_be_unknown: Vec<(String, u64)> = Vec::new();
-    let mut must_be_rejected: Vec<(String, u64)> = Vec::new();
-    for group in &groups {
-        assert!(
-            group.ended,
-            "every flush ends, by itself or by recovery: {:?}",
-            group.flush
-        );
-        if !group.committed {
-            continue;
-        }
-        for intent in &group.intents {
-            findings.requests += 1;
-            let family = group
-                .family(intent.family)
-                .expect("family in the dictionary");
-            let table = family.table(intent.table).to_owned();
-            let page = countersink::series::fields(&intent.series)
-                .next()
-                .expect("page")
-                .to_owned();
-            let views = family
-                .columns
-                .iter()
-                .position(|c| c == "views")
-                .expect("views");
-            let mut fingerprint: Fingerprint = Vec::new();
-            for row in &intent.rows {
-                let (day, minute) = match intent.table {
-                    Granularity::Minute => (
-                        date_of(Minute(row.bucket).day()),
-                        i64::from(Minute(row.bucket).minute_of_day()),
-                    ),
-                    Granularity::Day => (date_of(Day(row.bucket)), -1),
-                };
-                fingerprint.push((
-                    (table.clone(), page.clone(), day, minute),
-                    i128::from(row.deltas[views]),
-                ));
-            }
-            fingerprint.sort();
-            let outcome = group.outcomes.get(&intent.request);
-            let entry = sent.entry(fingerprint.clone()).or_default();
-            let request_id = group.flush.request_id(intent.request);
-            let reached = |kind: &str, entry: &mut (u64, u64, u64, u64)| {
-                if FROM_THE_STORE.contains(&kind) {
-                    entry.2 += 1;
-                } else if MAYBE_REACHED.contains(&kind) {
-                    entry.3 += 1;
-                }
-            };
-            match outcome {
-                Some(Settled::Applied) => {
-                    entry.0 += 1;
-                    entry.1 += 1;
-                    entry.2 += 1;
-                    for (row, delta) in &fingerprint {
-                        *applied.entry(row.clone()).or_default() += delta;
-                        *maybe.entry(row.clone()).or_default() += delta;
-                    }
-                }
-                Some(Settled::Unknown { .. }) | None => {
-                    entry.1 += 1;
-                    match outcome {
-                        Some(Settled::Unknown { kind, .. }) => reached(kind, entry),
-                        _ => entry.3 += 1, // in flight at a kill
-                    }
-                    for (row, delta) in &fingerprint {
-                        *maybe.entry(row.clone()).or_default() += delta;
-                    }
-                    for i in 0..intent.rows.len() {
-                        must_be_unknown.push((request_id.clone(), i as u64));
-                    }
-                }
-                Some(Settled::Rejected { kind, .. }) => {
-                    reached(kind, entry);
-                    for i in 0..intent.rows.len() {
-                        must_be_rejected.push((request_id.clone(), i as u64));
-                    }
-                }
-                Some(Settled::NotApplied { kind, .. }) => reached(kind, entry),
-                // Dropped: not applied, perhaps sent (it failed, then could not be spilled).
-                Some(Settled::Dropped) => entry.3 += 1,
-                Some(Settled::NotStarted) => {}
-            }
-        }
+fn answer(fault: Option<(cqlsim::FaultKind, bool)>) -> Answer {
+    use cqlsim::FaultKind::{Bootstrapping, Delay, Unavailable};
+    match fault {
+        None | Some((Delay, _)) => Answer::Replied,
+        // The rigs run the Cassandra persona: `Unavailable` is checked before applying.
+        Some((Unavailable | Bootstrapping, false)) => Answer::NotApplied,
+        Some(_) => Answer::Ambiguous,
     }
+}
 
-    // The store's request log, matched by content.
-    let mut received: HashMap<Fingerprint, (u64, u64)> = HashMap::new(); // (received, applied)
+/// One counter request the store received.
+struct Receipt {
+    fingerprint: Fingerprint,
+    answer: Answer,
+    applied: bool,
+}
+
+fn receipts(server: &cqlsim::Server) -> Vec<Receipt> {
+    let mut out = Vec::new();
     for request in server.request_log() {
         if request.statements.is_empty()
             || matches!(request.fault, Some((cqlsim::FaultKind::Unprepared, _)))
@@ -304,7 +195,6 @@ pub(crate) fn check_views(
         {
             continue; // the exact families' regular tables: idempotent, re-sent by design
         }
-        findings.received += 1;
         let mut fingerprint: Fingerprint = request
             .statements
             .iter()
@@ -324,37 +214,75 @@ pub(crate) fn check_views(
             })
             .collect();
         fingerprint.sort();
-        let entry = received.entry(fingerprint).or_default();
-        entry.0 += 1;
-        entry.1 += u64::from(request.applied);
+        out.push(Receipt {
+            fingerprint,
+            answer: answer(request.fault),
+            applied: request.applied,
+        });
     }
-    for (fingerprint, (recv, stored)) in &received {
-        let (acked, may, surely, perhaps) = sent.get(fingerprint).copied().unwrap_or_default();
-        assert!(
-            *recv <= surely + perhaps,
-            "the store received {recv} requests carrying {fingerprint:?}, countersink sent at most {}: a request was sent twice (or behind its back)",
-            surely + perhaps
-        );
-        assert!(
-            stored <= &may,
-            "the store applied {stored} requests carrying {fingerprint:?}, only {may} may have applied"
-        );
-        assert!(
-            acked <= *stored,
-            "{acked} requests carrying {fingerprint:?} were acknowledged, the store applied {stored}"
-        );
+    out
+}
+
+/// The unknown records as requests: their content, by request id.
+fn unknown_requests(unknown: &[Record]) -> Vec<Fingerprint> {
+    let mut by_id: BTreeMap<&str, Fingerprint> = BTreeMap::new();
+    for record in unknown {
+        by_id
+            .entry(&record.id.0)
+            .or_default()
+            .push((record.row.clone(), record.delta));
     }
-    for (fingerprint, (acked, _, surely, _)) in &sent {
-        let (recv, stored) = received.get(fingerprint).copied().unwrap_or_default();
-        assert!(
-            *acked <= stored,
-            "{acked} acknowledged requests carrying {fingerprint:?}, the store applied {stored}"
-        );
-        assert!(
-            *surely <= recv,
-            "{surely} requests carrying {fingerprint:?} ended with the store's own answer, it received {recv}"
-        );
+    by_id
+        .into_values()
+        .map(|mut f| {
+            f.sort();
+            f
+        })
+        .collect()
+}
+
+/// Per row, sums over requests of one content taken `times` times.
+fn add(sums: &mut HashMap<RowKey, i128>, fingerprint: &Fingerprint, times: u64) {
+    for (row, delta) in fingerprint {
+        *sums.entry(row.clone()).or_default() += delta * i128::from(times);
     }
+}
+
+/// Per content, what the store's log and the unknown records say of its requests.
+#[derive(Default)]
+struct Tally {
+    /// Requests with this content in `unknown.jsonl`.
+    unknown: u64,
+    /// Receipts the store answered ambiguously, and those of them it applied.
+    ambiguous: u64,
+    ambiguous_applied: u64,
+    /// Receipts answered in time that applied (acknowledged, unless a kill came first).
+    replied_applied: u64,
+    /// Receipts answered with an error that proves nothing applied.
+    not_applied: u64,
+}
+
+/// Runs every check on writes of the `views` family; `bound` is what the starts after
+/// kills reported lost (per granularity). Panics with the row and the numbers on the
+/// first violation.
+pub(crate) fn check_views(
+    server: &cqlsim::Server,
+    state: &Path,
+    model: &Model,
+    bound: [i128; 2],
+) -> Findings {
+    let mut findings = Findings {
+        bound,
+        ..Findings::default()
+    };
+
+    // The journal as shipped keeps only the flush in progress: after a clean stop, none.
+    let groups = journal::read(&state.join("journal.wal")).expect("journal");
+    assert!(
+        groups.iter().all(|g| g.ended || !g.committed),
+        "a flush is left open in the journal after the clean stop: {:?}",
+        groups.iter().map(|g| &g.flush).collect::<Vec<_>>()
+    );
 
     // The records, each once.
     let unknown = read_records(state, "unknown.");
@@ -372,18 +300,57 @@ pub(crate) fn check_views(
         .iter()
         .filter(|r| r.kind == "in_flight_at_crash")
         .count();
-    let unknown_ids: HashSet<_> = unknown.iter().map(|r| r.id.clone()).collect();
-    let rejected_ids: HashSet<_> = rejected.iter().map(|r| r.id.clone()).collect();
-    for id in &must_be_unknown {
-        assert!(
-            unknown_ids.contains(id),
-            "request row {id:?} may have applied and is not in unknown.jsonl"
-        );
+
+    // The store's request log and the unknown requests, matched by content.
+    let receipts = receipts(server);
+    findings.received = receipts.len();
+    let unknown_by_content = unknown_requests(&unknown);
+    findings.unknown_requests = unknown_by_content.len();
+    let mut tallies: HashMap<Fingerprint, Tally> = HashMap::new();
+    for fingerprint in unknown_by_content {
+        tallies.entry(fingerprint).or_default().unknown += 1;
     }
-    for id in &must_be_rejected {
+    let mut stored_by_log: HashMap<RowKey, i128> = HashMap::new();
+    for receipt in &receipts {
+        if receipt.applied {
+            add(&mut stored_by_log, &receipt.fingerprint, 1);
+        }
+        let tally = tallies.entry(receipt.fingerprint.clone()).or_default();
+        match (receipt.answer, receipt.applied) {
+            (Answer::Ambiguous, applied) => {
+                tally.ambiguous += 1;
+                tally.ambiguous_applied += u64::from(applied);
+            }
+            (Answer::Replied, true) => tally.replied_applied += 1,
+            (Answer::Replied, false) => {}
+            (Answer::NotApplied, applied) => {
+                assert!(!applied, "a request proved not applied was applied");
+                tally.not_applied += 1;
+            }
+        }
+    }
+    // Per row: deltas in requests that may have applied; deltas of unknown requests
+    // that applied, at least (proved by an ambiguous answer) and at most (an
+    // acknowledged-looking one may have been cut off by a kill).
+    let mut maybe: HashMap<RowKey, i128> = HashMap::new();
+    let mut unknown_applied_min: HashMap<RowKey, i128> = HashMap::new();
+    let mut unknown_applied_max: HashMap<RowKey, i128> = HashMap::new();
+    for (fingerprint, t) in &tallies {
         assert!(
-            rejected_ids.contains(id),
-            "request row {id:?} was rejected and is not in rejected.jsonl"
+            t.ambiguous <= t.unknown,
+            "the store answered {} requests carrying {fingerprint:?} ambiguously, unknown.jsonl holds {}",
+            t.ambiguous,
+            t.unknown
+        );
+        let received_maybe = t.ambiguous + t.replied_applied;
+        // An unknown request the store never received (cut off, or in flight at a kill).
+        let unreceived = t.unknown.saturating_sub(received_maybe);
+        add(&mut maybe, fingerprint, received_maybe + unreceived);
+        add(&mut unknown_applied_min, fingerprint, t.ambiguous_applied);
+        add(
+            &mut unknown_applied_max,
+            fingerprint,
+            t.unknown.min(t.ambiguous_applied + t.replied_applied),
         );
     }
     let sum_by_row = |records: &[Record]| {
@@ -415,33 +382,32 @@ pub(crate) fn check_views(
         let stored = i128::from(cell(server, table, "views", &condition).unwrap_or(0));
         stored_total[granularity(table)] += stored;
         let get = |m: &HashMap<RowKey, i128>| m.get(row).copied().unwrap_or(0);
-        let (acked, may) = (get(&applied), get(&maybe));
         assert!(stored <= *fed, "{row:?}: stored {stored} > fed {fed}");
-        assert!(
-            stored >= acked,
-            "{row:?}: stored {stored} < acknowledged {acked}"
+        assert_eq!(
+            stored,
+            get(&stored_by_log),
+            "{row:?}: the counter is not what the requests the store applied carried"
         );
-        assert!(stored <= may, "{row:?}: stored {stored} > sent {may}");
         assert!(
-            may <= *fed,
-            "{row:?}: {may} in requests that may have applied, fed {fed}: a delta was sent twice"
+            get(&maybe) <= *fed,
+            "{row:?}: {} in requests that may have applied, fed {fed}: a delta was sent twice",
+            get(&maybe)
         );
-        let unknown_not_applied = get(&unknown) - (stored - acked);
-        assert!(
-            unknown_not_applied >= 0,
-            "{row:?}: the store holds {} beyond acknowledged writes, unknown records explain {}",
-            stored - acked,
-            get(&unknown)
+        let unexplained = |unknown_applied: i128| {
+            fed - stored - (get(&unknown) - unknown_applied) - get(&rejected) - get(&spilled)
+        };
+        let (least, most) = (
+            unexplained(get(&unknown_applied_min)),
+            unexplained(get(&unknown_applied_max)),
         );
-        let unexplained = fed - stored - unknown_not_applied - get(&rejected) - get(&spilled);
         assert!(
-            unexplained >= 0,
+            most >= 0,
             "{row:?}: fed {fed}, stored {stored}, unknown {}, rejected {}, spilled {}: a delta is explained twice",
             get(&unknown),
             get(&rejected),
             get(&spilled)
         );
-        findings.unexplained[granularity(table)] += unexplained;
+        findings.unexplained[granularity(table)] += least.max(0);
     }
     for (g, table) in [MINUTE_TABLE, DAY_TABLE].into_iter().enumerate() {
         assert_eq!(

@@ -230,7 +230,6 @@ impl Rig {
             .args(["--contact-point", &self.contact])
             .arg("--state-dir")
             .arg(&self.state)
-            .env("COUNTERSINK_KEEP_JOURNAL", "1")
             .env("COUNTERSINK_LOG", "info")
             .stderr(Stdio::piped());
         match crash_point {
