@@ -93,7 +93,7 @@ impl<S: Sink> Flusher<S> {
             "{}/{}/{}/{request}",
             flush.writer, flush.incarnation, flush.flush_seq
         );
-        let mut index = 0_u16;
+        let mut index = 0_usize;
         for (key, row) in held {
             let family = &self.families[usize::from(key.family().0)];
             let source = RecordSource {
@@ -102,9 +102,8 @@ impl<S: Sink> Flusher<S> {
                 time: &time,
             };
             for (table, mut record) in record_conversion::held_records(key, row, family, source) {
-                record.request_id.clone_from(&held_id);
-                record.row = index;
-                index = index.saturating_add(1);
+                (record.request_id, record.row) = held_record_id(&held_id, index);
+                index += 1;
                 let sum = row.columns.sum();
                 sums[table.index()] += sum;
                 items.push(Spilled {
@@ -232,5 +231,46 @@ impl<S: Sink> Flusher<S> {
                 tracing::error!(%error, "Could not delete ledger_pending.jsonl (its rows are confirmed; it is tried again).")
             }
         }
+    }
+}
+
+/// Rows of one part of a held request: its records' row numbers fit the outcomes
+/// table's `row smallint`.
+const HELD_PART_ROWS: usize = 16_384;
+
+/// The request id and row of the `index`th held record of `base` (`…/held`,
+/// `…/ledger-held`): one id for the first [`HELD_PART_ROWS`] records, then `base.1`,
+/// `base.2`, … A final-flush chunk can hold far more rows than a request has, and two
+/// records under one (request id, row) would overwrite each other's outcome row.
+fn held_record_id(base: &str, index: usize) -> (String, u16) {
+    let (part, row) = (index / HELD_PART_ROWS, index % HELD_PART_ROWS);
+    let id = match part {
+        0 => base.to_owned(),
+        part => format!("{base}.{part}"),
+    };
+    (id, u16::try_from(row).expect("a part's rows fit a u16"))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashSet;
+
+    use super::{HELD_PART_ROWS, held_record_id};
+
+    /// Every held record of a large final-flush chunk has its own (request id, row),
+    /// and every row number fits the outcomes table's `smallint`.
+    #[test]
+    fn held_records_past_a_request_s_rows_keep_distinct_ids() {
+        let mut seen = HashSet::new();
+        for index in 0..5 * HELD_PART_ROWS + 7 {
+            let (id, row) = held_record_id("w/1/3/ledger-held", index);
+            assert!(i16::try_from(row).is_ok(), "row {row} of record {index}");
+            assert!(seen.insert((id, row)), "record {index} shares its id");
+        }
+        assert_eq!(held_record_id("w/1/3/held", 0).0, "w/1/3/held");
+        assert_eq!(
+            held_record_id("w/1/3/held", HELD_PART_ROWS).0,
+            "w/1/3/held.1"
+        );
     }
 }
