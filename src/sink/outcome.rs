@@ -1,8 +1,12 @@
 //! What became of one write request: the contract between a sink and the flusher.
 //!
 //! Four classes, because a counter write is not idempotent: only a write that
-//! *definitely did not apply* may be sent again. What the flusher then does with each
-//! class is its settle step (`flush::settle`); a sink only classifies.
+//! *definitely did not apply* may be sent again. A sink only classifies; what is done
+//! with each class belongs to the kind of write, not to the contract: a counter delta
+//! (the sidecar's, the driver wrapper's) whose outcome is unknown is logged and never
+//! sent again, while an idempotent write (`writer_totals` rows, delta-ledger rows,
+//! outcome rows) is sent again until it applies. The counter deltas' table is
+//! `flush::settle`.
 
 /// How one write request ended, as the sink saw it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -16,7 +20,8 @@ pub enum Outcome {
     /// mismatch, unauthorized). Written to the rejected log.
     NotAppliedPermanent(WriteError),
     /// It may or may not have applied (write timeout, overloaded, server error, client
-    /// timeout, connection lost after sending). Written to the unknown log, never re-sent.
+    /// timeout, connection lost after sending). A counter delta is written to the
+    /// unknown log and never re-sent; an idempotent write is sent again.
     Unknown(WriteError),
 }
 
