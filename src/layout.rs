@@ -8,9 +8,7 @@ use crate::config::{CountingMode, ShardPlacement};
 use crate::family::{FamilyDef, TableName};
 use crate::vocabulary::Granularity;
 
-/// The clustering column of a `writer_totals` table that tells writers apart: text, the
-/// writer id, the incarnation and a start nonce (see `crate::totals`).
-pub const WRITER_COLUMN: &str = "writer";
+pub use crate::vocabulary::WRITER_COLUMN;
 
 /// What fills a key column.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

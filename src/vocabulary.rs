@@ -5,6 +5,11 @@
 //! the stage that happens to produce or consume the value. Each closed set has `ALL` (in
 //! label order) and the metric label its values are exported under.
 
+/// The clustering column of a `writer_totals` table that tells writers apart: text, the
+/// writer id, the incarnation and a start nonce (see `crate::totals`). Here because the
+/// configuration's validation needs the name as much as the table layout does.
+pub const WRITER_COLUMN: &str = "writer";
+
 /// Index of a counter family: 0 is the generic family, configured families follow in
 /// configuration order.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]

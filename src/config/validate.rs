@@ -369,7 +369,7 @@ fn validate_family(family: &FamilyConfig, at: &dyn Fn(&str) -> String) -> Result
                 "must be 1 with mode = \"writer_totals\": each writer writes rows of its own, so no cell is shared and there is nothing to spread",
             ));
         }
-        let writer = crate::layout::WRITER_COLUMN;
+        let writer = crate::vocabulary::WRITER_COLUMN;
         if let Some(i) = family.key.iter().position(|k| k == writer) {
             return Err(ConfigError::invalid(
                 format!("{}[{i}]", at("key")),
