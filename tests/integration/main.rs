@@ -14,6 +14,7 @@ mod docs;
 mod epochs;
 #[cfg(feature = "metrics-facade")]
 mod facade;
+mod layers;
 mod operations;
 mod ops_hot;
 mod ops_keyindex;
