@@ -28,7 +28,7 @@ use super::record_conversion::{self, error_info, settled_of};
 use super::replay;
 use super::report::FlushReport;
 use super::schedule::{Schedule, log_backoff};
-use super::send::send_all;
+use super::send::{self, send_all};
 use super::settle::{self, Action, Circumstances, Sent};
 use super::shutdown::{Deadline, ShutdownSignal, shutdown_channel};
 use crate::telemetry::Ledger;
@@ -189,6 +189,7 @@ impl<S: Sink> Flusher<S> {
         mut state: StateDir,
         ledger: Arc<Ledger>,
     ) -> Flusher<S> {
+        state.set_start_window(send::start_window(config.max_in_flight));
         let shard_seed = shard_seed(state.writer_id());
         let ledger_gate = LedgerGate::new(
             engine.families(),
@@ -596,13 +597,12 @@ impl<S: Sink> Flusher<S> {
             }
         };
         crash_point("journal_committed");
-        let state = &mut self.state;
         let results = send_all(
             &*self.sink,
             writes,
             self.config.max_in_flight,
             deadline,
-            |index, outcome| state.journal_outcome(index as u32, &settled_of(outcome)),
+            &mut self.state,
         )
         .await;
         // Every outcome reaches the file before the settle step acts on any of them.

@@ -39,9 +39,9 @@ use serde::Serialize;
 use time::OffsetDateTime;
 use time::format_description::well_known::Rfc3339;
 
-use crate::state::journal::{self, FlushGroup, Settled};
+use crate::state::journal::{self, FlushGroup};
 use crate::state::jsonl::LineReader;
-use crate::state::recovery::in_flight_at_crash;
+use crate::state::recovery;
 use crate::state::spill::{self, SpillView};
 use crate::state::{ErrorInfo, RecordOutcome, RecordSource, Status, WriteRecord, records_of};
 
@@ -671,21 +671,8 @@ pub fn recovery_records(group: &FlushGroup, is_last: bool) -> Vec<WriteRecord> {
         let Some(family) = group.family(intent.family) else {
             continue;
         };
-        let error = |kind: &str, text: &str| {
-            Some(ErrorInfo {
-                kind: kind.to_owned(),
-                text: text.to_owned(),
-            })
-        };
-        let (outcome, error) = match group.outcomes.get(&intent.request) {
-            Some(Settled::Applied | Settled::Dropped) => continue,
-            Some(Settled::NotApplied { kind, text }) if is_last => {
-                (RecordOutcome::Spilled, error(kind, text))
-            }
-            Some(Settled::NotStarted) if is_last => (RecordOutcome::Spilled, None),
-            Some(Settled::Rejected { kind, text }) => (RecordOutcome::Rejected, error(kind, text)),
-            Some(Settled::Unknown { kind, text }) => (RecordOutcome::Unknown, error(kind, text)),
-            _ => (RecordOutcome::Unknown, Some(in_flight_at_crash())),
+        let (Some(outcome), error) = recovery::home_of(group, intent.request, is_last) else {
+            continue;
         };
         out.extend(records_of(
             family,

@@ -66,6 +66,30 @@ pub fn cancelled_at_deadline() -> WriteError {
     )
 }
 
+/// What a sender hears while sending: asked before each request starts, told of each
+/// answer as it arrives.
+pub trait Progress<T, O> {
+    /// Whether request `index` may start now. `false` starts nothing more: it and the
+    /// requests after it end [`Ended::NotStarted`] (for a caller that must make
+    /// something durable before a request leaves the process, and could not).
+    fn may_start(&mut self, index: usize) -> bool;
+    /// One answer, in completion order, before the next request starts.
+    fn answered(&mut self, index: usize, item: &T, answer: &O);
+}
+
+/// Every request may start; each answer goes to the closure.
+struct Answers<F>(F);
+
+impl<T, O, F: FnMut(usize, &T, &O)> Progress<T, O> for Answers<F> {
+    fn may_start(&mut self, _: usize) -> bool {
+        true
+    }
+
+    fn answered(&mut self, index: usize, item: &T, answer: &O) {
+        (self.0)(index, item, answer);
+    }
+}
+
 /// Sends every item of `items` with `send`, at most `max_in_flight` at once (at least
 /// one), in order, until all have answered or `cutoff` passes; returns how each ended, in
 /// the order of `items`.
@@ -82,7 +106,21 @@ pub async fn send_bounded<'a, T, O, Fut>(
     max_in_flight: usize,
     cutoff: &mut impl Cutoff,
     send: impl Fn(&'a T) -> Fut,
-    mut on_done: impl FnMut(usize, &'a T, &O),
+    on_done: impl FnMut(usize, &T, &O),
+) -> Vec<Ended<O>>
+where
+    Fut: Future<Output = O>,
+{
+    send_with_progress(items, max_in_flight, cutoff, send, &mut Answers(on_done)).await
+}
+
+/// [`send_bounded`], asking `progress` before each request starts (see [`Progress`]).
+pub async fn send_with_progress<'a, T, O, Fut>(
+    items: &'a [T],
+    max_in_flight: usize,
+    cutoff: &mut impl Cutoff,
+    send: impl Fn(&'a T) -> Fut,
+    progress: &mut impl Progress<T, O>,
 ) -> Vec<Ended<O>>
 where
     Fut: Future<Output = O>,
@@ -90,8 +128,17 @@ where
     let mut ended: Vec<Ended<O>> = items.iter().map(|_| Ended::NotStarted).collect();
     let mut running = FuturesUnordered::new();
     let mut started = 0;
+    let mut refused = false;
     loop {
-        while running.len() < max_in_flight.max(1) && started < items.len() && !cutoff.passed() {
+        while !refused
+            && running.len() < max_in_flight.max(1)
+            && started < items.len()
+            && !cutoff.passed()
+        {
+            if !progress.may_start(started) {
+                refused = true;
+                break;
+            }
             let index = started;
             let sending = send(&items[index]);
             running.push(async move { (index, sending.await) });
@@ -104,7 +151,7 @@ where
         }
         tokio::select! {
             Some((index, answer)) = running.next() => {
-                on_done(index, &items[index], &answer);
+                progress.answered(index, &items[index], &answer);
                 ended[index] = Ended::Done(answer);
             }
             _ = cutoff.wait() => break,

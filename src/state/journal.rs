@@ -7,7 +7,9 @@
 //! Begin (writer, incarnation, flush_seq, replay cursor consumed, family dictionary)
 //! Intent × n (request index, family, table, key, shard, rows: bucket + deltas, epoch)
 //! Committed                          ── one write + fdatasync: the group commit ──
+//! StartsBelow (first window)         in the same write, when the writer sends in windows
 //! Outcome × n                        as requests settle (no fsync: see below)
+//! StartsBelow (next window)          fdatasync, before the first request of that window starts
 //! LogsAt (sizes of the outcome logs before this flush appends to them; fdatasync)
 //! End                                then the file is truncated
 //! ```
@@ -20,6 +22,17 @@
 //! applied to a totals replay file, and the next start writes it again with its own
 //! writer column and write time, which leaves the cell as it is if it had applied (see
 //! `crate::totals::recovery`).
+//!
+//! # Start windows
+//!
+//! A request with an intent but no outcome may have been sent before a crash; recovery
+//! logs it as unknown and never sends it. A large flush starts its requests a few at a
+//! time, so most of them would be logged so without ever having left the process. The
+//! counter flush therefore records, durably and before starting request `i` at or past
+//! the last bound, a new bound `StartsBelow(i + window)`: recovery knows that a request
+//! at or past the last bound recorded was never started and spills it. One fdatasync
+//! per window (the first window rides on the group commit). A group without the record
+//! (other writers, older versions) means every request may have started.
 //!
 //! Nothing is sent before the group commit returns, so a request without an intent was
 //! never sent. Outcome records need no fsync of their own: a missing outcome only makes
@@ -307,6 +320,9 @@ pub struct FlushGroup {
     pub ended: bool,
     /// A driver wrapper's flush: its tables and requests (`intents` is then empty).
     pub wrapper: Option<WrapperGroup>,
+    /// Requests at or past this index were never started (see the module's start
+    /// windows); `None` when the group records no bound: every request may have started.
+    pub starts_below: Option<u32>,
 }
 
 impl FlushGroup {
@@ -324,7 +340,13 @@ impl FlushGroup {
             logs_at: None,
             ended: false,
             wrapper: None,
+            starts_below: None,
         }
+    }
+
+    /// Whether request `index` certainly never left the process.
+    pub fn never_started(&self, index: u32) -> bool {
+        self.starts_below.is_some_and(|bound| index >= bound)
     }
 
     /// The family entry of an intent.
@@ -343,6 +365,7 @@ const TOTALS_INTENT: u8 = 7;
 const WRAPPER_BEGIN: u8 = 8;
 const WRAPPER_INTENT: u8 = 9;
 const WRAPPER_LOGS_AT: u8 = 10;
+const STARTS_BELOW: u8 = 11;
 
 const NO_SHARD: u16 = u16::MAX;
 
@@ -367,6 +390,11 @@ pub struct Journal {
     pending: Vec<u8>,
     /// Keep settled groups instead of starting over (tests and audits read them back).
     keep: bool,
+    /// Requests a counter flush starts per recorded bound (see the start windows);
+    /// `None`: no bounds are recorded.
+    start_window: Option<u32>,
+    /// The open counter group's requests, and the bound recorded for them.
+    starts: Option<(u32, u32)>,
 }
 
 impl Journal {
@@ -403,6 +431,8 @@ impl Journal {
                 offset: valid as u64,
                 pending: Vec::new(),
                 keep: false,
+                start_window: None,
+                starts: None,
             },
             groups,
             torn,
@@ -426,6 +456,33 @@ impl Journal {
         self.keep = keep;
     }
 
+    /// Counter flushes from now on start their requests in windows of `window` (at
+    /// least 1), each window's bound durable before its first request starts.
+    pub fn set_start_window(&mut self, window: u32) {
+        self.start_window = Some(window.max(1));
+    }
+
+    /// Before request `index` of the open counter group starts: records the next
+    /// window's bound, durably, when `index` is at or past the last one. `Err`: the
+    /// request must not start (recovery would take it for never started).
+    pub fn may_start(&mut self, index: u32) -> io::Result<()> {
+        let (Some(window), Some((requests, bound))) = (self.start_window, self.starts) else {
+            return Ok(());
+        };
+        if index < bound {
+            return Ok(());
+        }
+        let next = index.saturating_add(window).min(requests);
+        frame(&mut self.pending, |e| {
+            e.u8(STARTS_BELOW);
+            e.u32(next);
+        });
+        self.flush_pending()?;
+        self.file.sync_data()?;
+        self.starts = Some((requests, next));
+        Ok(())
+    }
+
     /// The group commit: writes the flush's header and one intent per write, and makes
     /// them durable. Nothing of this flush may be sent before it returns `Ok`.
     pub fn begin(
@@ -436,7 +493,10 @@ impl Journal {
         families: &[FamilyEntry],
         writes: &[PartitionWrite],
     ) -> io::Result<()> {
-        self.commit_group(flush, time, consumes, families, |out| {
+        let requests = u32::try_from(writes.len()).unwrap_or(u32::MAX);
+        let first = self.start_window.map(|window| window.min(requests));
+        self.starts = None;
+        self.commit_group(flush, time, consumes, families, first, |out| {
             for (index, write) in writes.iter().enumerate() {
                 frame(out, |e| {
                     e.u8(INTENT);
@@ -457,7 +517,9 @@ impl Journal {
                     }
                 });
             }
-        })
+        })?;
+        self.starts = first.map(|bound| (requests, bound));
+        Ok(())
     }
 
     /// The group commit of a flush's writes of running totals (a second group, after
@@ -470,7 +532,8 @@ impl Journal {
         families: &[FamilyEntry],
         intents: &[TotalsIntent],
     ) -> io::Result<()> {
-        self.commit_group(flush, time, None, families, |out| {
+        self.starts = None;
+        self.commit_group(flush, time, None, families, None, |out| {
             for intent in intents {
                 frame(out, |e| {
                     e.u8(TOTALS_INTENT);
@@ -494,14 +557,15 @@ impl Journal {
         })
     }
 
-    /// Writes a group's header, its intents (`intents` appends their frames) and the
-    /// commit mark, with one `fdatasync`.
+    /// Writes a group's header, its intents (`intents` appends their frames), the commit
+    /// mark and the first start window's bound (`starts_below`), with one `fdatasync`.
     fn commit_group(
         &mut self,
         flush: &FlushId,
         time: &str,
         consumes: Option<Cursor>,
         families: &[FamilyEntry],
+        starts_below: Option<u32>,
         intents: impl FnOnce(&mut Vec<u8>),
     ) -> io::Result<()> {
         self.flush_pending()?;
@@ -522,7 +586,7 @@ impl Journal {
             }
         });
         intents(&mut out);
-        self.commit_frames(out)
+        self.commit_frames(out, starts_below)
     }
 
     /// The group commit of a driver wrapper's flush: its header, one intent per request
@@ -536,6 +600,7 @@ impl Journal {
         tables: &[WrapperTable],
         intents: &WrapperIntents<'_>,
     ) -> io::Result<()> {
+        self.starts = None;
         self.flush_pending()?;
         let mut out = std::mem::take(&mut self.pending);
         frame(&mut out, |e| {
@@ -564,13 +629,20 @@ impl Journal {
                 }
             });
         }
-        self.commit_frames(out)
+        self.commit_frames(out, None)
     }
 
-    /// Ends a group's frames (header and intents) with the commit mark, writes them and
-    /// syncs: the group commit.
-    fn commit_frames(&mut self, mut out: Vec<u8>) -> io::Result<()> {
+    /// Ends a group's frames (header and intents) with the commit mark and the first
+    /// start window's bound, writes them and syncs: the group commit. The bound follows
+    /// the mark, so that a reader that does not know it still finds the group committed.
+    fn commit_frames(&mut self, mut out: Vec<u8>, starts_below: Option<u32>) -> io::Result<()> {
         frame(&mut out, |e| e.u8(COMMITTED));
+        if let Some(bound) = starts_below {
+            frame(&mut out, |e| {
+                e.u8(STARTS_BELOW);
+                e.u32(bound);
+            });
+        }
         let start = self.offset;
         let written = self.write(&out).and_then(|()| self.file.sync_data());
         if written.is_err() {
@@ -650,6 +722,7 @@ impl Journal {
 
     /// Marks the flush settled, then starts the journal over (unless it keeps groups).
     pub fn end(&mut self, flush_seq: u64) -> io::Result<()> {
+        self.starts = None;
         frame(&mut self.pending, |e| {
             e.u8(END);
             e.u64(flush_seq);
@@ -851,6 +924,11 @@ fn apply(groups: &mut Vec<FlushGroup>, payload: &[u8]) -> Option<()> {
             });
         }
         COMMITTED => groups.last_mut()?.committed = true,
+        STARTS_BELOW => {
+            let bound = d.u32()?;
+            let group = groups.last_mut()?;
+            group.starts_below = group.starts_below.max(Some(bound));
+        }
         OUTCOME => {
             let request = d.u32()?;
             let code = d.u8()?;

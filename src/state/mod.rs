@@ -371,6 +371,24 @@ impl StateDir {
         self.journal.begin_totals(flush, time, families, intents)
     }
 
+    /// Counter flushes from now on start their requests in windows of `window`, each
+    /// window's bound durable before its first request starts: after a crash, requests
+    /// past the last bound are known never sent and are spilled instead of logged as
+    /// unknown (see the journal's start windows).
+    pub fn set_start_window(&mut self, window: u32) {
+        self.journal.set_start_window(window);
+    }
+
+    /// Before request `index` of the open counter flush starts (see
+    /// [`StateDir::set_start_window`]). `Err`: the bound could not be made durable, and
+    /// the request must not start.
+    pub fn journal_may_start(&mut self, index: u32) -> io::Result<()> {
+        if !self.journal_enabled {
+            return Ok(());
+        }
+        self.journal.may_start(index)
+    }
+
     /// Records how a request ended (buffered; see [`StateDir::journal_flush`]).
     pub fn journal_outcome(&mut self, request: u32, settled: &Settled) {
         if self.journal_enabled {

@@ -9,8 +9,14 @@
 //! | outcome `applied`, or `dropped` (counted by that process) | nothing |
 //! | its rows are in the flush's spill segment | nothing (the segment owns them) |
 //! | outcome "definitely not applied" or "not started" | spilled, in `spill.<inc>.<seq>.recovered.jsonl` |
+//! | no outcome, at or past the group's last start bound (never started) | spilled, as "not started" |
 //! | outcome `rejected` | `rejected.jsonl`, unless already there |
 //! | outcome `unknown`, or no outcome (in flight) | `unknown.jsonl` (`in_flight_at_crash` when no outcome), unless already there |
+//!
+//! Rows are spilled only from the journal's last group: in an earlier one, rows that
+//! went back to memory may have been sent again by a later group, so each of its
+//! requests not known applied or rejected is logged as unknown. [`home_of`] is this
+//! table, and `countersink outcomes` reads the journal through it too.
 //!
 //! "Already there" is read from the outcome logs from the offsets the flush recorded
 //! (`LogsAt`) before appending, by request id and row; recovery records those offsets
@@ -164,41 +170,23 @@ fn finish(
                 error,
             )
         };
-        let error = |kind: &str, text: &str| ErrorInfo {
-            kind: kind.to_owned(),
-            text: text.to_owned(),
-        };
         // Rows the flush's own segment holds are owned by it, whatever else is known.
         let not_spilled = |records: Vec<WriteRecord>| -> Vec<WriteRecord> {
             missing(records, &in_live).collect()
         };
-        match group.outcomes.get(&intent.request) {
-            Some(Settled::Applied | Settled::Dropped) => {}
-            Some(Settled::NotApplied { kind, text }) if is_last => {
-                let rows = not_spilled(records(RecordOutcome::Spilled, Some(&error(kind, text))));
+        let (outcome, error) = home_of(group, intent.request, is_last);
+        let Some(outcome) = outcome else {
+            continue;
+        };
+        let rows = not_spilled(records(outcome, error.as_ref()));
+        match outcome {
+            RecordOutcome::Spilled => {
                 if !recovered_exists && !rows.is_empty() {
                     to_spill.push((intent.table, rows));
                 }
             }
-            Some(Settled::NotStarted) if is_last => {
-                let rows = not_spilled(records(RecordOutcome::Spilled, None));
-                if !recovered_exists && !rows.is_empty() {
-                    to_spill.push((intent.table, rows));
-                }
-            }
-            Some(Settled::Rejected { kind, text }) => to_rejected.extend(missing(
-                not_spilled(records(RecordOutcome::Rejected, Some(&error(kind, text)))),
-                &logged_rejected,
-            )),
-            Some(Settled::Unknown { kind, text }) => to_unknown.extend(missing(
-                not_spilled(records(RecordOutcome::Unknown, Some(&error(kind, text)))),
-                &logged_unknown,
-            )),
-            // In flight (or, in a group that is not the last, anything else): unknown.
-            _ => to_unknown.extend(missing(
-                not_spilled(records(RecordOutcome::Unknown, Some(&in_flight_at_crash()))),
-                &logged_unknown,
-            )),
+            RecordOutcome::Rejected => to_rejected.extend(missing(rows, &logged_rejected)),
+            RecordOutcome::Unknown => to_unknown.extend(missing(rows, &logged_unknown)),
         }
     }
 
@@ -251,6 +239,37 @@ fn finish(
     match state.sync_logs().into_iter().next() {
         Some((_, error)) => Err(error),
         None => Ok(()),
+    }
+}
+
+/// Where recovery puts request `request` of the unended `group` (`is_last`: the
+/// journal's last group): the log or spill its rows go to, with their error, or `None`
+/// when they need no home (applied, or dropped and counted by the process that dropped
+/// them). The module's table, row for row.
+pub fn home_of(
+    group: &FlushGroup,
+    request: u32,
+    is_last: bool,
+) -> (Option<RecordOutcome>, Option<ErrorInfo>) {
+    let error = |kind: &str, text: &str| {
+        Some(ErrorInfo {
+            kind: kind.to_owned(),
+            text: text.to_owned(),
+        })
+    };
+    match group.outcomes.get(&request) {
+        Some(Settled::Applied | Settled::Dropped) => (None, None),
+        Some(Settled::NotApplied { kind, text }) if is_last => {
+            (Some(RecordOutcome::Spilled), error(kind, text))
+        }
+        Some(Settled::NotStarted) if is_last => (Some(RecordOutcome::Spilled), None),
+        None if is_last && group.never_started(request) => (Some(RecordOutcome::Spilled), None),
+        Some(Settled::Rejected { kind, text }) => {
+            (Some(RecordOutcome::Rejected), error(kind, text))
+        }
+        Some(Settled::Unknown { kind, text }) => (Some(RecordOutcome::Unknown), error(kind, text)),
+        // In flight (or, in a group that is not the last, anything else): unknown.
+        _ => (Some(RecordOutcome::Unknown), Some(in_flight_at_crash())),
     }
 }
 

@@ -470,3 +470,74 @@ fn a_replayed_chunk_is_consumed_once_its_flush_ends() {
         "the consumed segment is deleted"
     );
 }
+
+/// A large flush killed early: the requests past the last start bound the journal
+/// recorded were never started, so recovery spills them; only those that may have
+/// started are logged as unknown.
+#[test]
+fn recovery_spills_the_requests_past_the_last_start_bound() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut state = StateDir::open(&config(tmp.path())).unwrap();
+    state.set_start_window(64);
+    let flush = FlushId {
+        writer: state.writer_id().to_owned(),
+        incarnation: state.incarnation(),
+        flush_seq: 1,
+    };
+    let writes: Vec<PartitionWrite> = (0..300).map(|i| write(&format!("k{i}"), 1)).collect();
+    state
+        .journal_begin(&flush, "t", &families(), &writes)
+        .unwrap();
+    // Requests 0..=70 start (the second window's bound, 70 + 64, is recorded before
+    // request 64 starts); the first ten answer.
+    for index in 0..=70 {
+        state.journal_may_start(index).unwrap();
+    }
+    for index in 0..10 {
+        state.journal_outcome(index, &Settled::Applied);
+    }
+    state.journal_flush();
+    let groups = journal::read(state.journal_path()).unwrap();
+    assert_eq!(groups[0].starts_below, Some(64 + 64));
+    drop(state); // killed
+
+    let state = StateDir::open(&config(tmp.path())).unwrap();
+    let report = state.recovery().clone();
+    assert_eq!(
+        (report.unknown_rows, report.spilled_rows),
+        (128 - 10, 300 - 128),
+        "{report:?}"
+    );
+    let unknown = lines(tmp.path(), "unknown.jsonl");
+    let request = |id: &str| -> u32 { id.rsplit('/').next().unwrap().parse().unwrap() };
+    assert!(
+        unknown
+            .iter()
+            .all(|r| (10..128).contains(&request(&r.request_id))),
+        "only the requests that may have started are logged unknown"
+    );
+}
+
+/// Without a start window (the wrapper's flushes, older versions), every request of a
+/// killed flush may have started: all unknown.
+#[test]
+fn without_start_bounds_every_unanswered_request_is_unknown() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut state = StateDir::open(&config(tmp.path())).unwrap();
+    let flush = FlushId {
+        writer: state.writer_id().to_owned(),
+        incarnation: state.incarnation(),
+        flush_seq: 1,
+    };
+    let writes: Vec<PartitionWrite> = (0..100).map(|i| write(&format!("k{i}"), 1)).collect();
+    state
+        .journal_begin(&flush, "t", &families(), &writes)
+        .unwrap();
+    state.journal_may_start(0).unwrap();
+    drop(state);
+    let state = StateDir::open(&config(tmp.path())).unwrap();
+    assert_eq!(
+        (state.recovery().unknown_rows, state.recovery().spilled_rows),
+        (100, 0)
+    );
+}

@@ -8,7 +8,7 @@ use super::*;
 use crate::aggregate::Columns;
 use crate::config::StateConfig;
 use crate::sink::{PartitionWrite, RowDelta};
-use crate::state::{FamilyEntry, FlushId, StateDir};
+use crate::state::{FamilyEntry, FlushId, Settled, StateDir};
 use crate::vocabulary::{FamilyId, Granularity};
 
 fn record(outcome: RecordOutcome, family: &str, day: &str, deltas: &[(&str, i64)]) -> WriteRecord {

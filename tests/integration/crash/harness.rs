@@ -23,6 +23,8 @@ pub(crate) struct Settings {
     pub(crate) request_timeout: &'static str,
     pub(crate) max_spill_bytes: u64,
     pub(crate) max_log_bytes: u64,
+    /// Requests a flush keeps in flight.
+    pub(crate) max_in_flight: usize,
     /// Whether the views family keeps exact totals (the delta ledger).
     pub(crate) exact: bool,
 }
@@ -36,6 +38,7 @@ impl Default for Settings {
             request_timeout: "1s",
             max_spill_bytes: 1 << 30,
             max_log_bytes: 64 << 20,
+            max_in_flight: 64,
             exact: false,
         }
     }
@@ -141,6 +144,10 @@ impl Rig {
             .replace(
                 "max_spill_bytes = 1073741824",
                 &format!("max_spill_bytes = {}", settings.max_spill_bytes),
+            )
+            .replace(
+                "max_in_flight = 64",
+                &format!("max_in_flight = {}", settings.max_in_flight),
             )
             .replace(
                 "max_log_bytes = 67108864",
