@@ -17,6 +17,7 @@ use std::time::{Duration, Instant};
 use crate::bucket::{self, Day};
 use crate::family::Families;
 use crate::series;
+use crate::sink::bounded::Cutoff;
 use crate::sink::{Outcome, OutcomeRow, Sink};
 use crate::state::{RecordOutcome, WriteRecord};
 
@@ -103,7 +104,14 @@ impl OutcomeQueue {
                 .take_while(|r| r.family == family && r.day == day)
                 .count();
             let chunk: Vec<OutcomeRow> = self.rows.iter().take(count).cloned().collect();
-            match sink.write_outcomes(&chunk).await {
+            // Raced against the deadline like every write of a flush: a write cut off
+            // stays queued (it is idempotent) and its rows stay in the local logs, which
+            // the next start offers to the table again.
+            let answer = tokio::select! {
+                answer = sink.write_outcomes(&chunk) => answer,
+                () = deadline.wait() => return,
+            };
+            match answer {
                 Outcome::Applied => {
                     self.rows.drain(..count);
                     self.failures = 0;

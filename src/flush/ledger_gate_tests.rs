@@ -565,3 +565,69 @@ async fn outcome_rows_dropped_from_a_full_queue_reach_the_table_after_a_restart(
         "every logged unknown row is in the outcomes table after the restart"
     );
 }
+
+/// The in-memory sink, but every outcome-table write takes ten seconds.
+struct SlowOutcomes(MemorySink);
+
+impl crate::sink::Sink for SlowOutcomes {
+    async fn write(&self, write: &crate::sink::PartitionWrite) -> Outcome {
+        self.0.write(write).await
+    }
+
+    async fn write_ledger(&self, rows: &[LedgerRow]) -> Outcome {
+        self.0.write_ledger(rows).await
+    }
+
+    async fn write_outcomes(&self, rows: &[crate::sink::OutcomeRow]) -> Outcome {
+        tokio::time::sleep(Duration::from_secs(10)).await;
+        self.0.write_outcomes(rows).await
+    }
+
+    async fn write_totals(&self, write: &crate::sink::TotalsWrite) -> Outcome {
+        self.0.write_totals(write).await
+    }
+}
+
+/// An exact family's final flush whose write goes unknown, with an outcomes table that
+/// answers after ten seconds: the outcome-row write is cut off at the shutdown
+/// deadline like every other write (the rows stay in `unknown.jsonl` and are offered to
+/// the table again at the next start), so shutdown takes the deadline, not ten seconds
+/// more.
+#[tokio::test(start_paused = true)]
+async fn a_slow_outcomes_table_does_not_hold_the_final_flush_past_its_deadline() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = config(dir.path());
+    config.flush.shutdown_deadline = Duration::from_secs(3);
+    let engine = Arc::new(Engine::with_seed(&config, Some(1)).unwrap());
+    let sink = MemorySink::new();
+    sink.set_script(|_, _| {
+        Some((
+            Outcome::Unknown(WriteError::new("write_timeout", "t")),
+            false,
+        ))
+    });
+    let flusher = Flusher::open(
+        engine.clone(),
+        Arc::new(SlowOutcomes(sink.clone())),
+        &config,
+    )
+    .unwrap();
+    engine
+        .record("page.views", &[("page_id", "p1")][..], 1, T0, None)
+        .unwrap();
+    let started = tokio::time::Instant::now();
+    flusher.finish().await;
+    let took = tokio::time::Instant::now() - started;
+    assert!(
+        took <= config.flush.shutdown_deadline,
+        "the final flush took {took:?}, its deadline is 3 s"
+    );
+    assert!(
+        std::fs::read_to_string(dir.path().join("unknown.jsonl"))
+            .unwrap()
+            .lines()
+            .count()
+            > 0,
+        "the unknown rows are in the local log"
+    );
+}
