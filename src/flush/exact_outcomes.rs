@@ -17,7 +17,6 @@ use std::time::{Duration, Instant};
 use crate::bucket::{self, Day};
 use crate::family::Families;
 use crate::series;
-use crate::sink::bounded::Cutoff;
 use crate::sink::{Outcome, OutcomeRow, Sink};
 use crate::state::{RecordOutcome, WriteRecord};
 

@@ -7,11 +7,9 @@
 //! mutations), so a partition's rows of one flush go in one request.
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
 
 use scylla::client::session::Session;
-use scylla::policies::retry::FallthroughRetryPolicy;
-use scylla::statement::batch::{Batch, BatchType};
+use scylla::statement::batch::BatchType;
 use scylla::statement::prepared::PreparedStatement;
 use scylla::value::{CqlDate, CqlTimestamp, MaybeUnset};
 
@@ -20,8 +18,9 @@ use crate::cql_text::{self, EXACT};
 use crate::family::ExactTables;
 use crate::sink::{LedgerRow, Outcome, OutcomeRow};
 
+use super::profile::WriteProfile;
 use super::store::StoreKind;
-use super::{CqlSinkError, classify, session};
+use super::{CqlSinkError, classify};
 
 /// The prepared INSERTs of the ledger and the outcomes table.
 pub(super) struct ExactStatements {
@@ -31,6 +30,8 @@ pub(super) struct ExactStatements {
     /// Which store answers (how an `Unavailable` is classified; a ledger row is sent
     /// again whatever the class, the class only reaches the metrics).
     store_kind: StoreKind,
+    /// How the statements and their batches are sent.
+    profile: WriteProfile,
 }
 
 /// The bound values of one ledger row, in `insert_ledger`'s marker order.
@@ -79,6 +80,7 @@ impl ExactStatements {
             ledger: prepare_one(session, store, tables, "insert_ledger").await?,
             outcome: prepare_one(session, store, tables, "insert_outcome").await?,
             ttl: tables.ledger_ttl_secs,
+            profile: profile(store, tables),
         })
     }
 
@@ -153,16 +155,7 @@ impl ExactStatements {
                 None => return Outcome::Applied,
             },
             n => {
-                let mut batch = Batch::new(BatchType::Unlogged);
-                for _ in 0..n {
-                    batch.append_statement(statement.clone());
-                }
-                batch.set_is_idempotent(true);
-                batch.set_retry_policy(Some(Arc::new(FallthroughRetryPolicy::new())));
-                if let Some(consistency) = statement.get_consistency() {
-                    batch.set_consistency(consistency);
-                }
-                batch.set_request_timeout(statement.get_request_timeout());
+                let batch = self.profile.batch(BatchType::Unlogged, statement, n);
                 session.batch(&batch, values).await.map(|_| ())
             }
         };
@@ -171,6 +164,12 @@ impl ExactStatements {
             Err(error) => classify::classify(&error, self.store_kind),
         }
     }
+}
+
+/// The ledger's and the outcomes table's writes: idempotent, at the exact tables'
+/// consistency.
+fn profile(store: &StoreConfig, tables: &ExactTables) -> WriteProfile {
+    WriteProfile::idempotent(tables.consistency, store.request_timeout)
 }
 
 /// An optional text as a bound value: unset when absent.
@@ -193,10 +192,7 @@ async fn prepare_one(
                 statement: text,
                 error,
             })?;
-    statement.set_is_idempotent(true);
     // Retries are the caller's, with its back-off: one attempt per call here.
-    statement.set_retry_policy(Some(Arc::new(FallthroughRetryPolicy::new())));
-    statement.set_consistency(session::consistency(tables.consistency));
-    statement.set_request_timeout(Some(store.request_timeout));
+    profile(store, tables).apply(&mut statement);
     Ok(statement)
 }

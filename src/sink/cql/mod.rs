@@ -11,6 +11,7 @@
 pub mod bind;
 pub mod classify;
 mod exact;
+pub mod profile;
 pub mod schema;
 pub mod session;
 pub mod store;
@@ -22,7 +23,6 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use scylla::client::session::Session;
-use scylla::policies::retry::FallthroughRetryPolicy;
 use scylla::statement::batch::{Batch, BatchType};
 use scylla::statement::prepared::PreparedStatement;
 
@@ -32,6 +32,7 @@ use crate::layout::TableLayout;
 use crate::sink::{LedgerRow, Outcome, OutcomeRow, PartitionWrite, TotalsWrite, WriteError};
 use crate::vocabulary::{FamilyId, Granularity};
 
+use self::profile::WriteProfile;
 use self::totals::PreparedTotals;
 
 use super::Sink;
@@ -159,10 +160,8 @@ impl CqlSink {
                             statement: text,
                             error,
                         })?;
-                statement.set_is_idempotent(false);
-                statement.set_retry_policy(Some(Arc::new(FallthroughRetryPolicy::new())));
-                statement.set_consistency(session::consistency(store.consistency));
-                statement.set_request_timeout(Some(store.request_timeout));
+                WriteProfile::counter(store.consistency, store.request_timeout)
+                    .apply(&mut statement);
                 tables.insert(
                     (family.id, kind),
                     PreparedTable {
@@ -268,15 +267,11 @@ impl CqlSink {
     }
 
     fn counter_batch(&self, statement: &PreparedStatement, rows: usize) -> Batch {
-        let mut batch = Batch::new(BatchType::Counter);
-        for _ in 0..rows {
-            batch.append_statement(statement.clone());
-        }
-        batch.set_is_idempotent(false);
-        batch.set_retry_policy(Some(Arc::new(FallthroughRetryPolicy::new())));
-        batch.set_consistency(session::consistency(self.store.consistency));
-        batch.set_request_timeout(Some(self.store.request_timeout));
-        batch
+        WriteProfile::counter(self.store.consistency, self.store.request_timeout).batch(
+            BatchType::Counter,
+            statement,
+            rows,
+        )
     }
 }
 

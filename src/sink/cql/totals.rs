@@ -7,11 +7,8 @@
 //! path retries on its own schedule, always with the newest total and a newer write time,
 //! so a slow store is not hit by the driver and by the flusher at once.
 
-use std::sync::Arc;
-
 use scylla::client::session::Session;
-use scylla::policies::retry::FallthroughRetryPolicy;
-use scylla::statement::batch::{Batch, BatchType};
+use scylla::statement::batch::BatchType;
 use scylla::statement::prepared::PreparedStatement;
 use scylla::value::CqlValue;
 
@@ -20,9 +17,10 @@ use crate::layout::TableLayout;
 use crate::sink::{Outcome, TotalsWrite, WriteError};
 
 use super::bind::{self, RowPlace};
+use super::classify;
+use super::profile::WriteProfile;
 use super::schema::KeyType;
 use super::store::StoreKind;
-use super::{classify, session};
 
 /// One `writer_totals` table, ready to write.
 pub(super) struct PreparedTotals {
@@ -48,10 +46,7 @@ impl PreparedTotals {
                     statement: text,
                     error,
                 })?;
-        statement.set_is_idempotent(true);
-        statement.set_retry_policy(Some(Arc::new(FallthroughRetryPolicy::new())));
-        statement.set_consistency(session::consistency(store.consistency));
-        statement.set_request_timeout(Some(store.request_timeout));
+        WriteProfile::idempotent(store.consistency, store.request_timeout).apply(&mut statement);
         Ok(PreparedTotals {
             layout,
             statement,
@@ -76,22 +71,17 @@ impl PreparedTotals {
             Ok(rows) => rows,
             Err(failure) => return Outcome::NotAppliedPermanent(failure),
         };
-        let result = if let [row] = rows.as_slice() {
-            session
-                .execute_unpaged(&self.statement, row)
-                .await
-                .map(|_| ())
-        } else {
-            let mut batch = Batch::new(BatchType::Unlogged);
-            for _ in 0..rows.len() {
-                batch.append_statement(self.statement.clone());
-            }
-            batch.set_is_idempotent(true);
-            batch.set_retry_policy(Some(Arc::new(FallthroughRetryPolicy::new())));
-            batch.set_consistency(session::consistency(store.consistency));
-            batch.set_request_timeout(Some(store.request_timeout));
-            session.batch(&batch, rows).await.map(|_| ())
-        };
+        let result =
+            if let [row] = rows.as_slice() {
+                session
+                    .execute_unpaged(&self.statement, row)
+                    .await
+                    .map(|_| ())
+            } else {
+                let batch = WriteProfile::idempotent(store.consistency, store.request_timeout)
+                    .batch(BatchType::Unlogged, &self.statement, rows.len());
+                session.batch(&batch, rows).await.map(|_| ())
+            };
         match result {
             Ok(()) => Outcome::Applied,
             Err(error) => classify::classify(&error, store_kind),
