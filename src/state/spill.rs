@@ -36,6 +36,9 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use super::ledger_pending::HeldLedger;
+// Re-exported where callers outside the state module have always found it.
+use super::private::sync_dir;
+pub(crate) use super::private::write_atomically;
 use super::record::WriteRecord;
 use crate::sink::LedgerRow;
 
@@ -145,18 +148,6 @@ pub struct Spill {
     durable: Option<Cursor>,
     /// Loaded into the buffer up to here (ahead of `durable` while a flush carries them).
     loaded: Option<Cursor>,
-}
-
-fn sync_dir(dir: &Path) -> io::Result<()> {
-    File::open(dir)?.sync_all()
-}
-
-/// Writes `bytes` to `path` atomically: a temporary file, fsync, rename, directory fsync.
-pub(crate) fn write_atomically(dir: &Path, path: &Path, bytes: &[u8]) -> io::Result<()> {
-    let tmp = path.with_extension("tmp");
-    super::private::write(&tmp, bytes, true)?;
-    fs::rename(&tmp, path)?;
-    sync_dir(dir)
 }
 
 impl Spill {

@@ -20,6 +20,7 @@ use std::io::{self, BufRead, Write};
 use std::path::{Path, PathBuf};
 
 use crate::state::JsonlLog;
+use crate::state::private::{sync_dir, write_atomically_with};
 
 use super::records::TotalRecord;
 
@@ -162,18 +163,13 @@ impl SpillFiles {
         if records.is_empty() {
             return self.remove(path);
         }
-        let tmp = path.with_extension("jsonl.tmp");
-        {
-            let mut file = fs::File::create(&tmp)?;
+        write_atomically_with(&self.dir, path, |out| {
             for record in records {
-                let mut line = serde_json::to_vec(record).map_err(io::Error::other)?;
-                line.push(b'\n');
-                file.write_all(&line)?;
+                serde_json::to_writer(&mut *out, record).map_err(io::Error::other)?;
+                out.write_all(b"\n")?;
             }
-            file.sync_all()?;
-        }
-        fs::rename(&tmp, path)?;
-        sync_dir(&self.dir)
+            Ok(())
+        })
     }
 
     /// Deletes a replay file whose rows all applied.
@@ -184,10 +180,6 @@ impl SpillFiles {
             Err(e) => Err(e),
         }
     }
-}
-
-fn sync_dir(dir: &Path) -> io::Result<()> {
-    fs::File::open(dir)?.sync_all()
 }
 
 #[cfg(test)]
