@@ -262,8 +262,14 @@ impl StateDir {
             .filter(|g| g.wrapper.is_some() && !g.ended)
             .cloned()
             .collect();
-        let spill = Spill::open(&dir, config.max_spill_bytes, journal_cursor)
+        let mut spill = Spill::open(&dir, config.max_spill_bytes, journal_cursor)
             .map_err(io_err("open the spill"))?;
+        // The writer_totals spill files share the spill budget (see `spill`).
+        spill.set_totals_bytes(
+            crate::totals::SpillFiles::new(&dir)
+                .bytes_on_disk()
+                .map_err(io_err("measure the totals spill"))?,
+        );
         let mut state = StateDir {
             dir,
             _lock: lock,
@@ -589,9 +595,16 @@ impl StateDir {
         )
     }
 
-    /// Bytes of spill segments on disk, and the limit.
+    /// Bytes of the spill on disk (the segments and the `writer_totals` spill files,
+    /// which share the limit), and the limit (`state.max_spill_bytes`).
     pub fn spill_bytes(&self) -> (u64, u64) {
-        (self.spill.bytes(), self.spill.max_bytes())
+        (self.spill.shared_bytes(), self.spill.max_bytes())
+    }
+
+    /// Reports what the `writer_totals` spill files take on disk now: the segments'
+    /// room is what they leave of `state.max_spill_bytes`.
+    pub(crate) fn set_totals_spill_bytes(&mut self, bytes: u64) {
+        self.spill.set_totals_bytes(bytes);
     }
 
     /// Whether spilled rows wait to be replayed.

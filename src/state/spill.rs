@@ -25,8 +25,11 @@
 //! only then are fully consumed segments deleted. At start the cursor is the furthest
 //! of `spill.cursor`, the journal's last committed group and the segments' headers.
 //!
-//! `state.max_spill_bytes` bounds the segments on disk: a write that does not fit is
-//! dropped, counted and logged by the caller.
+//! `state.max_spill_bytes` bounds the spill on disk: these segments and the
+//! `writer_totals` spill files (`totals.spill.jsonl`, `totals.replay.*.jsonl`, see
+//! `crate::totals::spill`) share the one budget, so the configured figure bounds what
+//! the state directory's spill takes whichever counting mode wrote it. A write that does
+//! not fit is dropped, counted and logged by the caller.
 
 use std::collections::{BTreeMap, HashSet};
 use std::fs::{self, File};
@@ -148,6 +151,9 @@ pub struct Spill {
     durable: Option<Cursor>,
     /// Loaded into the buffer up to here (ahead of `durable` while a flush carries them).
     loaded: Option<Cursor>,
+    /// Bytes of the `writer_totals` spill files, which share `max_bytes` with the
+    /// segments (as their owner last reported them).
+    totals_bytes: u64,
 }
 
 impl Spill {
@@ -182,6 +188,7 @@ impl Spill {
             segments,
             durable: cursor,
             loaded: cursor,
+            totals_bytes: 0,
         };
         spill.delete_consumed()?;
         Ok(spill)
@@ -190,6 +197,18 @@ impl Spill {
     /// Bytes of the segments on disk.
     pub fn bytes(&self) -> u64 {
         self.segments.values().sum()
+    }
+
+    /// Bytes of the whole spill on disk, the budget `max_spill_bytes` bounds: the
+    /// segments and the `writer_totals` spill files.
+    pub fn shared_bytes(&self) -> u64 {
+        self.bytes().saturating_add(self.totals_bytes)
+    }
+
+    /// What the `writer_totals` spill files take on disk now (their owner reports it
+    /// whenever they change: they share the budget).
+    pub fn set_totals_bytes(&mut self, bytes: u64) {
+        self.totals_bytes = bytes;
     }
 
     /// `state.max_spill_bytes`.
@@ -222,7 +241,7 @@ impl Spill {
         })
         .map_err(io::Error::other)?;
         bytes.push(b'\n');
-        let room = self.max_bytes.saturating_sub(self.bytes());
+        let room = self.max_bytes.saturating_sub(self.shared_bytes());
         let mut kept = Vec::with_capacity(batches.len());
         for batch in batches {
             let mut lines = Vec::new();
@@ -656,6 +675,26 @@ mod tests {
             [2, 1],
             "record 1 once, from its new segment"
         );
+    }
+
+    /// The writer_totals spill files take their part of `state.max_spill_bytes`: what
+    /// they hold leaves the segments less room, and the bound covers both.
+    #[test]
+    fn the_totals_spill_shares_the_size_limit() {
+        let dir = tempfile::tempdir().unwrap();
+        let one = serde_json::to_vec(&record(1)).unwrap().len() as u64 + 1;
+        let limit = 200 + one * 3;
+        let mut spill = Spill::open(dir.path(), limit, None).unwrap();
+        spill.set_totals_bytes(limit - 200 - one);
+        let kept = spill
+            .write_segment(segment(1), None, &[vec![record(1)], vec![record(2)]], &[])
+            .unwrap();
+        assert_eq!(
+            kept,
+            [true, false],
+            "room for one record besides the totals"
+        );
+        assert!(spill.shared_bytes() <= limit);
     }
 
     #[test]

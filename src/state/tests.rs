@@ -107,9 +107,13 @@ fn the_directory_and_its_files_are_private() {
             "key":{},"day":"2026-11-30","minute":1,"totals":{"value":2},"unconfirmed":{"value":1},"timestamp":1}"#,
     )
     .unwrap();
-    totals.append(std::slice::from_ref(&spilled)).unwrap();
+    totals
+        .append(std::slice::from_ref(&spilled), u64::MAX)
+        .unwrap();
     let taken = totals.take_spill("1-0").unwrap().unwrap();
-    totals.append(std::slice::from_ref(&spilled)).unwrap();
+    totals
+        .append(std::slice::from_ref(&spilled), u64::MAX)
+        .unwrap();
     totals
         .rewrite(&taken, std::slice::from_ref(&spilled))
         .unwrap();

@@ -245,6 +245,7 @@ impl Totals {
             }
             Err(error) => tracing::error!(%error, "Could not list the totals replay files."),
         }
+        totals.share_spill_bytes(state);
         if totals.replays.len() > 0 {
             tracing::info!(
                 rows = totals.replays.len(),
@@ -469,8 +470,8 @@ impl Totals {
         let Settling {
             to_spill, rejected, ..
         } = settling;
-        report.rows_spilled = to_spill.len();
-        if self.write_spill(to_spill, ledger) {
+        report.rows_spilled = self.write_spill(to_spill, ledger, state);
+        if report.rows_spilled > 0 {
             crash_point("totals_spilled");
         }
         if !rejected.is_empty() {
@@ -478,6 +479,7 @@ impl Totals {
             ledger.count_appended(OutcomeLog::Rejected, &appended);
         }
         self.replays.finish(last, ledger);
+        self.share_spill_bytes(state);
         if journaled && let Err(error) = state.journal_end(&flush, None) {
             tracing::error!(%error, "Could not close the totals writes in the journal; a restart writes them again (idempotently).");
         }
@@ -732,43 +734,93 @@ impl Totals {
         }
     }
 
-    /// Appends spilled totals; a failed write drops them, counted. True when rows were
-    /// spilled.
+    /// Appends spilled totals while the spill budget has room (`state.max_spill_bytes`,
+    /// shared with the counter spill: see [`spill`]). The rows beyond it, or all of them
+    /// when the file cannot be written, are dropped and counted (`spill_full`,
+    /// `spill_failed`), never lost silently. Returns the rows spilled.
     fn write_spill(
         &mut self,
         spilled: Vec<(TotalRecord, Granularity, i128)>,
         ledger: &Ledger,
-    ) -> bool {
+        state: &mut StateDir,
+    ) -> usize {
         if spilled.is_empty() {
-            return false;
+            return 0;
         }
         let records: Vec<TotalRecord> = spilled.iter().map(|(r, _, _)| r.clone()).collect();
-        match self.spill.append(&records) {
-            Ok(()) => {
-                for (_, table, sum) in &spilled {
-                    ledger.update(*table, |s| {
-                        s.spilled += sum;
-                        s.in_flight -= sum;
-                    });
-                }
-                tracing::warn!(
-                    rows = records.len(),
-                    "Writer totals spilled to disk; they are written again once the store answers, or at the next start."
-                );
-                true
+        let room = self.spill_room(state);
+        let (written, failure) = match self.spill.append(&records, room) {
+            Ok(written) => (written, None),
+            Err(error) => (0, Some(error)),
+        };
+        self.share_spill_bytes(state);
+        let (kept, dropped) = spilled.split_at(written);
+        for (_, table, sum) in kept {
+            ledger.update(*table, |s| {
+                s.spilled += sum;
+                s.in_flight -= sum;
+            });
+        }
+        if written > 0 {
+            tracing::warn!(
+                rows = written,
+                "Writer totals spilled to disk; they are written again once the store answers, or at the next start."
+            );
+        }
+        if !dropped.is_empty() {
+            self.drop_unspilled(dropped, failure, ledger, state);
+        }
+        written
+    }
+
+    /// Counts spilled rows that could not be written: dropped, for `reason` the full
+    /// budget or the write's `failure`.
+    fn drop_unspilled(
+        &mut self,
+        dropped: &[(TotalRecord, Granularity, i128)],
+        failure: Option<std::io::Error>,
+        ledger: &Ledger,
+        state: &StateDir,
+    ) {
+        let mut sums = [0_i128; 2];
+        for (_, table, sum) in dropped {
+            ledger.update(*table, |s| {
+                s.dropped += sum;
+                s.in_flight -= sum;
+            });
+            sums[table.index()] += sum;
+        }
+        self.lost.0 += dropped.len() as u64;
+        self.lost.1[0] += sums[0];
+        self.lost.1[1] += sums[1];
+        let rows = dropped.len();
+        match failure {
+            Some(error) => {
+                ledger.count_late_drop(DropReason::SpillFailed, rows as u64);
+                tracing::error!(%error, rows, minute_sum = %sums[0], day_sum = %sums[1], "Could not write totals.spill.jsonl; these totals are lost (counted in countersink_rows_dropped_total{{reason=\"spill_failed\"}}).");
             }
+            None => {
+                ledger.count_late_drop(DropReason::SpillFull, rows as u64);
+                let (spill_bytes, max_spill_bytes) = state.spill_bytes();
+                tracing::error!(rows, minute_sum = %sums[0], day_sum = %sums[1], spill_bytes, max_spill_bytes, "The spill is full (state.max_spill_bytes, shared by the counter and writer_totals spills); these totals are lost (counted in countersink_rows_dropped_total{{reason=\"spill_full\"}}).");
+            }
+        }
+    }
+
+    /// Bytes the spill budget has left for the totals spill.
+    fn spill_room(&self, state: &mut StateDir) -> u64 {
+        self.share_spill_bytes(state);
+        let (used, max) = state.spill_bytes();
+        max.saturating_sub(used)
+    }
+
+    /// Tells the state directory what the totals spill files take on disk now: the
+    /// counter spill's segments get what they leave of the shared budget.
+    fn share_spill_bytes(&self, state: &mut StateDir) {
+        match self.spill.bytes_on_disk() {
+            Ok(bytes) => state.set_totals_spill_bytes(bytes),
             Err(error) => {
-                for (_, table, sum) in &spilled {
-                    ledger.update(*table, |s| {
-                        s.dropped += sum;
-                        s.in_flight -= sum;
-                    });
-                    self.lost.0 += 1;
-                    self.lost.1[table.index()] += sum;
-                }
-                ledger.count_late_drop(DropReason::SpillFailed, records.len() as u64);
-                tracing::error!(%error, rows = records.len(), "Could not write totals.spill.jsonl; these totals are lost.");
-                false
+                tracing::warn!(%error, "Could not measure the totals spill files; the spill budget counts them at their last known size.")
             }
         }
     }

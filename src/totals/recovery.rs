@@ -235,7 +235,7 @@ mod tests {
         // The settle step had spilled one row before the kill.
         let spill = SpillFiles::new(tmp.path());
         spill
-            .append(&records_of(&family(), &intents[2], "t"))
+            .append(&records_of(&family(), &intents[2], "t"), u64::MAX)
             .unwrap();
         let journal = std::fs::read(state.journal_path()).unwrap();
         drop(state); // killed

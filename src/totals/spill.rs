@@ -6,6 +6,13 @@
 //! | `totals.replay.<tag>.jsonl` | a spill file taken for replay (at start, or once the store answers again); `<incarnation>-<flush>-recovered` when crash recovery wrote it from the journal |
 //! | `totals.spill.corrupt.jsonl` | lines that could not be read (a torn last line) |
 //!
+//! # The size bound
+//!
+//! `totals.spill.jsonl` and the replay files are spill on disk like the counter path's
+//! segments, and share `state.max_spill_bytes` with them (see [`crate::state::spill`]):
+//! the configured figure bounds the whole spill of the state directory. A row that does
+//! not fit is not written; the caller drops it and counts it (`spill_full`).
+//!
 //! # Crash windows
 //!
 //! There are none to guard here: a spilled total is absolute and carries its write time, so
@@ -50,19 +57,42 @@ impl SpillFiles {
         }
     }
 
-    /// Appends records to `totals.spill.jsonl` and makes them durable.
-    pub(crate) fn append(&self, records: &[TotalRecord]) -> io::Result<()> {
+    /// Appends to `totals.spill.jsonl`, durably, the records that fit in `room` bytes:
+    /// the first ones, up to the first that would pass it. Returns how many were written.
+    pub(crate) fn append(&self, records: &[TotalRecord], room: u64) -> io::Result<usize> {
+        let fitting = fitting_prefix(records, room)?;
+        if fitting == 0 {
+            return Ok(0);
+        }
         let path = self.dir.join(SPILL);
         let created = !path.exists();
+        // Opening sets a torn last line aside, so the new lines start on their own.
         let mut log = JsonlLog::open(path, u64::MAX, 1)?;
-        for record in records {
+        for record in &records[..fitting] {
             log.append(record)?;
         }
         log.sync()?;
         if created {
             sync_dir(&self.dir)?;
         }
-        Ok(())
+        Ok(fitting)
+    }
+
+    /// Bytes the totals spill takes on disk: `totals.spill.jsonl` and the replay files
+    /// (rows spilled and not yet written again). Its share of `state.max_spill_bytes`.
+    pub(crate) fn bytes_on_disk(&self) -> io::Result<u64> {
+        let mut bytes = 0_u64;
+        for entry in fs::read_dir(&self.dir)? {
+            let entry = entry?;
+            let name = entry.file_name();
+            let name = name.to_string_lossy();
+            let spill =
+                name == SPILL || (name.starts_with(REPLAY_PREFIX) && name.ends_with(".jsonl"));
+            if spill {
+                bytes = bytes.saturating_add(entry.metadata()?.len());
+            }
+        }
+        Ok(bytes)
     }
 
     /// The records `totals.spill.jsonl` holds now (unreadable lines skipped: loading
@@ -182,6 +212,19 @@ impl SpillFiles {
     }
 }
 
+/// How many of the first `records` take at most `room` bytes as lines.
+fn fitting_prefix(records: &[TotalRecord], room: u64) -> io::Result<usize> {
+    let mut taken = 0_u64;
+    for (fitting, record) in records.iter().enumerate() {
+        let line = serde_json::to_vec(record).map_err(io::Error::other)?.len() as u64 + 1;
+        taken = taken.saturating_add(line);
+        if taken > room {
+            return Ok(fitting);
+        }
+    }
+    Ok(records.len())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -210,8 +253,8 @@ mod tests {
         let files = SpillFiles::new(dir.path());
         assert!(!files.has_spill());
         assert_eq!(files.take_spill("1-0").unwrap(), None);
-        files.append(&[record(1), record(2)]).unwrap();
-        files.append(&[record(3)]).unwrap();
+        assert_eq!(files.append(&[record(1), record(2)], u64::MAX).unwrap(), 2);
+        assert_eq!(files.append(&[record(3)], u64::MAX).unwrap(), 1);
         assert!(files.has_spill());
         let taken = files.take_spill("1-0").unwrap().unwrap();
         assert!(!files.has_spill());
@@ -229,7 +272,7 @@ mod tests {
     fn a_torn_line_is_set_aside_and_counted() {
         let dir = tempfile::tempdir().unwrap();
         let files = SpillFiles::new(dir.path());
-        files.append(&[record(1)]).unwrap();
+        files.append(&[record(1)], u64::MAX).unwrap();
         let mut spill = fs::OpenOptions::new()
             .append(true)
             .open(dir.path().join(SPILL))

@@ -353,3 +353,120 @@ async fn a_closed_row_failing_too_long_is_spilled_and_written_back_once_the_stor
         .collect();
     assert!(left.is_empty(), "{left:?}");
 }
+
+/// Lines of a state directory file (0 when it does not exist).
+fn lines_of(path: &std::path::Path) -> Vec<String> {
+    std::fs::read_to_string(path)
+        .map(|text| text.lines().map(str::to_owned).collect())
+        .unwrap_or_default()
+}
+
+/// Under a long outage of the totals table, closed rows failing past
+/// `flush.requeue_max_age` are spilled only while `state.max_spill_bytes` has room: the
+/// file stays within it, the rows beyond are dropped and counted (`spill_full`), and
+/// once the store answers exactly the spilled totals reach it.
+#[tokio::test]
+async fn the_totals_spill_stays_within_max_spill_bytes_and_counts_what_it_drops() {
+    const LIMIT: u64 = 10 << 10;
+    const PAGES: i64 = 200;
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = config(dir.path());
+    config.families.truncate(1);
+    config.generic.enabled = false;
+    config.limits.timestamp_max_past = Duration::from_secs(1);
+    config.flush.requeue_max_age = Duration::from_secs(1);
+    config.state.max_spill_bytes = LIMIT;
+    let sink = MemorySink::new();
+    let down = Arc::new(AtomicU64::new(1));
+    let flag = down.clone();
+    sink.set_totals_script(move |_, _| {
+        (flag.load(Ordering::Relaxed) == 1).then(|| {
+            (
+                Outcome::NotAppliedTransient(WriteError::new("unavailable", "down")),
+                false,
+            )
+        })
+    });
+    let mut w = writer(&config, sink.clone());
+    let closed_minute = now() - 600;
+    let mut fed = 0_i128;
+    for page in 0..PAGES {
+        let page_id = format!("p{page:03}");
+        w.engine
+            .record(
+                "page.views",
+                &[("page_id", page_id.as_str())][..],
+                page + 1,
+                closed_minute,
+                None,
+            )
+            .unwrap();
+        fed += i128::from(page + 1);
+    }
+    w.flusher.flush_now().await;
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    let report = w.flusher.flush_now().await;
+
+    let spill = dir.path().join("totals.spill.jsonl");
+    let size = std::fs::metadata(&spill).map(|m| m.len()).unwrap_or(0);
+    assert!(
+        size <= LIMIT,
+        "totals.spill.jsonl holds {size} bytes, past state.max_spill_bytes = {LIMIT}"
+    );
+    let records: Vec<super::records::TotalRecord> = lines_of(&spill)
+        .iter()
+        .map(|line| serde_json::from_str(line).unwrap())
+        .collect();
+    let spilled_minute: i128 = records
+        .iter()
+        .filter(|r| r.granularity == "minute")
+        .map(|r| i128::from(r.unconfirmed["views"]))
+        .sum();
+    assert!(spilled_minute > 0, "some rows fit: {report:?}");
+    let to_spill = report.totals.rows_spilled;
+    let spill_full = w
+        .ledger
+        .late_drops()
+        .get("spill_full")
+        .copied()
+        .unwrap_or(0);
+    assert_eq!(
+        report.totals.rows_spilled,
+        records.len(),
+        "the report counts the rows written"
+    );
+    assert!(spill_full > 0, "the overflow is counted: {report:?}");
+    let a = w.accounting();
+    assert!(a.is_balanced(), "{a:?}");
+    assert_eq!(
+        (a.minute.spilled, a.minute.dropped),
+        (spilled_minute, fed - spilled_minute),
+        "{a:?} (spilled {to_spill} rows, {spill_full} dropped)"
+    );
+
+    // The store answers again: the spilled totals, and nothing else, reach it.
+    down.store(0, Ordering::Relaxed);
+    for _ in 0..20 {
+        w.flusher.flush_now().await;
+    }
+    let stored = sink.totals();
+    for record in records.iter().filter(|r| r.granularity == "minute") {
+        let page = &record.key["page_id"];
+        let cell = stored
+            .iter()
+            .find(|(k, _)| {
+                k.1 == Granularity::Minute && crate::series::fields(&k.2).any(|f| f == page)
+            })
+            .map(|(_, v)| v.clone());
+        // The family's columns in their order: bytes, views.
+        let fed = vec![record.totals["bytes"], record.totals["views"]];
+        assert_eq!(cell, Some(fed), "{page}");
+    }
+    assert_eq!(sink.totals_sum(Granularity::Minute), spilled_minute);
+    let a = w.accounting();
+    assert!(a.is_balanced(), "{a:?}");
+    assert_eq!(
+        (a.minute.applied, a.minute.dropped, a.minute.pending),
+        (spilled_minute, fed - spilled_minute, 0)
+    );
+}
