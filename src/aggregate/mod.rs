@@ -244,7 +244,15 @@ impl Aggregator {
         self.budget.try_reserve(bytes)
     }
 
-    /// Returns room claimed with [`Aggregator::reserve_held`].
+    /// Claims room for one row of `bytes` brought back from disk (a replayed running
+    /// total, see `crate::totals`), within the limits and without asking for an early
+    /// flush, as rows merged back do; false when the budget has no room for it.
+    pub(crate) fn reserve_replayed(&self, bytes: usize) -> bool {
+        self.budget.try_reserve_quiet(1, bytes)
+    }
+
+    /// Returns room claimed with [`Aggregator::reserve_held`] or
+    /// [`Aggregator::reserve_replayed`].
     pub fn release_held(&self, rows: usize, bytes: usize) {
         self.budget.release(rows, bytes);
     }

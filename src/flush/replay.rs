@@ -19,8 +19,8 @@ use super::record_conversion;
 use crate::telemetry::Ledger;
 
 /// Most rows one chunk brings back, whatever the budget allows: a flush carrying a chunk
-/// should take seconds, not minutes.
-pub(super) const MAX_CHUNK_ROWS: usize = 100_000;
+/// should take seconds, not minutes (the `writer_totals` replay takes the same bound).
+pub(crate) const MAX_CHUNK_ROWS: usize = 100_000;
 
 /// Loads the next chunk of spilled rows into the buffer: at most half the rows and
 /// bytes the budget has left (the rest stays for fresh increments), and never a row the

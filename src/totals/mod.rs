@@ -43,7 +43,6 @@ pub(crate) mod spill;
 #[cfg(test)]
 mod tests;
 
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::SystemTime;
 
@@ -65,7 +64,7 @@ use self::book::{Book, Closing, RowId, RowRef};
 use self::clock::WriterClock;
 use self::decide::{RowAction, RowFacts};
 use self::records::{Recorder, SpilledRow, TotalRecord};
-use self::replay::{Origin, Replays};
+use self::replay::{Origin, Reading, Replays};
 pub(crate) use self::spill::SpillFiles;
 
 /// What the totals part of one flush did.
@@ -240,30 +239,24 @@ impl Totals {
         match totals.spill.replay_files() {
             Ok(paths) => {
                 for path in paths {
-                    totals.load(path, Origin::PreviousRun, ledger, state, 0);
+                    totals.replays.add_file(path, Origin::PreviousRun);
                 }
             }
             Err(error) => tracing::error!(%error, "Could not list the totals replay files."),
         }
+        totals.load_replay_chunk(ledger, state, 0);
         totals.share_spill_bytes(state);
-        if totals.replays.len() > 0 {
+        if totals.replays.has_work() {
             tracing::info!(
-                rows = totals.replays.len(),
-                "Replaying spilled writer totals."
+                files = totals.replays.files(),
+                "Replaying spilled writer totals, a chunk at a time."
             );
         }
         totals
     }
 
-    /// Reads a replay file into the replays.
-    fn load(
-        &mut self,
-        path: PathBuf,
-        origin: Origin,
-        ledger: &Ledger,
-        state: &mut StateDir,
-        seq: u64,
-    ) {
+    /// Reads the next chunk of the replay files, within the memory budget.
+    fn load_replay_chunk(&mut self, ledger: &Ledger, state: &mut StateDir, seq: u64) {
         let time = bucket::rfc3339(SystemTime::now());
         let by = Recorder {
             writer: &self.writer_id,
@@ -273,8 +266,13 @@ impl Totals {
             row: 0,
             time: &time,
         };
-        self.replays
-            .load(path, origin, self.engine.families(), ledger, state, &by);
+        let reading = Reading {
+            aggregator: self.engine.aggregator(),
+            families: self.engine.families(),
+            ledger,
+            by: &by,
+        };
+        self.replays.load_chunk(&reading, state);
     }
 
     /// This incarnation's writer column value.
@@ -285,7 +283,7 @@ impl Totals {
     /// Whether the totals path has anything to do: a `writer_totals` family, or spilled
     /// totals to replay.
     pub fn is_active(&self) -> bool {
-        self.enabled || self.replays.len() > 0 || self.book.held() > 0
+        self.enabled || self.replays.has_work() || self.book.held() > 0
     }
 
     /// Rows whose newest total the store may lack, and the signed sums (minute, day) of
@@ -391,13 +389,14 @@ impl Totals {
             if self.store_answered && self.spill.has_spill() {
                 let tag = format!("{}-{seq}", self.incarnation);
                 match self.spill.take_spill(&tag) {
-                    Ok(Some(path)) => self.load(path, Origin::ThisRun, ledger, state, seq),
+                    Ok(Some(path)) => self.replays.add_file(path, Origin::ThisRun),
                     Ok(None) => {}
                     Err(error) => {
                         tracing::error!(%error, "Could not take totals.spill.jsonl for replay.")
                     }
                 }
             }
+            self.load_replay_chunk(ledger, state, seq);
         }
         let (writes, planned) = self.plan(seq, last);
         report.writes = writes.len();
@@ -478,7 +477,7 @@ impl Totals {
             let appended = state.append_now(OutcomeLog::Rejected, &rejected);
             ledger.count_appended(OutcomeLog::Rejected, &appended);
         }
-        self.replays.finish(last, ledger);
+        self.replays.finish(last, ledger, self.engine.aggregator());
         self.share_spill_bytes(state);
         if journaled && let Err(error) = state.journal_end(&flush, None) {
             tracing::error!(%error, "Could not close the totals writes in the journal; a restart writes them again (idempotently).");
@@ -597,7 +596,8 @@ impl Totals {
         };
         match decide::decide(ended, &facts) {
             RowAction::Confirm => {
-                self.replays.applied(index, s.ledger);
+                self.replays
+                    .applied(index, s.ledger, self.engine.aggregator());
                 return true;
             }
             RowAction::Reject(error) => {
@@ -609,14 +609,13 @@ impl Totals {
                     row: 0,
                     time: &s.time,
                 };
-                self.replays.rejected(
-                    index,
-                    &error,
-                    self.engine.families(),
-                    s.ledger,
-                    s.state,
-                    &by,
-                );
+                let reading = Reading {
+                    aggregator: self.engine.aggregator(),
+                    families: self.engine.families(),
+                    ledger: s.ledger,
+                    by: &by,
+                };
+                self.replays.rejected(index, &error, &reading, s.state);
             }
             RowAction::Spill { .. } => {}
             RowAction::Retry => self.replays.failed(index, s.seq),
@@ -848,6 +847,7 @@ impl Totals {
 impl Drop for Totals {
     fn drop(&mut self) {
         self.book.release_all(self.engine.aggregator());
+        self.replays.release_all(self.engine.aggregator());
     }
 }
 

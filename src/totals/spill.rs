@@ -23,10 +23,12 @@
 //! replays again, harmlessly.
 
 use std::fs;
-use std::io::{self, BufRead, Write};
+use std::io::{self, BufRead, Read, Seek, SeekFrom, Write};
+use std::ops::Range;
 use std::path::{Path, PathBuf};
 
 use crate::state::JsonlLog;
+use crate::state::jsonl::LineReader;
 use crate::state::private::{sync_dir, write_atomically_with};
 
 use super::records::TotalRecord;
@@ -41,7 +43,8 @@ pub(crate) struct SpillFiles {
     dir: PathBuf,
 }
 
-/// What a replay file held.
+/// What a replay file held (tests read whole files).
+#[cfg(test)]
 pub(crate) struct Loaded {
     /// Its records.
     pub(crate) records: Vec<TotalRecord>,
@@ -158,33 +161,55 @@ impl SpillFiles {
         Ok(found)
     }
 
-    /// Reads a replay file; unreadable lines go to `totals.spill.corrupt.jsonl`.
+    /// Reads a replay file from byte `offset` on, one record at a time (see
+    /// [`ReplayReader`]).
+    pub(crate) fn read_from(&self, path: &Path, offset: u64) -> io::Result<ReplayReader> {
+        Ok(ReplayReader {
+            lines: LineReader::open(path, offset)?,
+            corrupt: None,
+            corrupt_path: self.dir.join(CORRUPT),
+            set_aside: 0,
+        })
+    }
+
+    /// Every record of a replay file, unreadable lines set aside.
+    #[cfg(test)]
     pub(crate) fn load(&self, path: &Path) -> io::Result<Loaded> {
+        let mut reader = self.read_from(path, 0)?;
         let mut records = Vec::new();
-        let mut corrupt = Vec::new();
-        for line in io::BufReader::new(fs::File::open(path)?).lines() {
-            let line = line?;
-            if line.trim().is_empty() {
-                continue;
-            }
-            match serde_json::from_str::<TotalRecord>(&line) {
-                Ok(record) => records.push(record),
-                Err(_) => corrupt.push(line),
-            }
-        }
-        if !corrupt.is_empty() {
-            let mut log = JsonlLog::open(self.dir.join(CORRUPT), u64::MAX, 1)?;
-            for line in &corrupt {
-                log.append(&serde_json::json!({ "unparsed": line }))?;
-            }
-            log.sync()?;
-            // The file is read again by the next start if this run does not finish it:
-            // keep only what could be read, so the same lines are not set aside twice.
-            self.rewrite(path, &records)?;
+        while let Some(read) = reader.next_record()? {
+            records.push(read.record);
         }
         Ok(Loaded {
             records,
-            corrupt_lines: corrupt.len() as u64,
+            corrupt_lines: reader.finish()?,
+        })
+    }
+
+    /// Rewrites a replay file to hold only its lines at `spans` (in file order) and
+    /// everything from byte `rest_from` on: at shutdown, the rows read and not applied,
+    /// and those not read yet. Streamed, so the file may be larger than memory; removed
+    /// when nothing is left.
+    pub(crate) fn keep_only(
+        &self,
+        path: &Path,
+        spans: &[Range<u64>],
+        rest_from: u64,
+    ) -> io::Result<()> {
+        let mut source = fs::File::open(path)?;
+        let size = source.metadata()?.len();
+        if spans.is_empty() && rest_from >= size {
+            drop(source);
+            return self.remove(path);
+        }
+        write_atomically_with(&self.dir, path, |out| {
+            for span in spans {
+                source.seek(SeekFrom::Start(span.start))?;
+                io::copy(&mut (&mut source).take(span.end - span.start), out)?;
+            }
+            source.seek(SeekFrom::Start(rest_from.min(size)))?;
+            io::copy(&mut source, out)?;
+            Ok(())
         })
     }
 
@@ -209,6 +234,67 @@ impl SpillFiles {
             Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
             Err(e) => Err(e),
         }
+    }
+}
+
+/// A replay file read one record at a time, from an offset, without holding the file in
+/// memory. Unreadable lines met on the way (a torn last line) are set aside in
+/// `totals.spill.corrupt.jsonl` and skipped; they leave the replay file when it is
+/// deleted or rewritten ([`SpillFiles::keep_only`] keeps only lines that were read).
+pub(crate) struct ReplayReader {
+    lines: LineReader,
+    corrupt: Option<JsonlLog>,
+    corrupt_path: PathBuf,
+    set_aside: u64,
+}
+
+/// One record of a replay file, and where its line is.
+pub(crate) struct ReadRecord {
+    /// The record.
+    pub(crate) record: TotalRecord,
+    /// Its line in the file, newline included.
+    pub(crate) span: Range<u64>,
+}
+
+impl ReplayReader {
+    /// The next record, or `None` at the end of the file.
+    pub(crate) fn next_record(&mut self) -> io::Result<Option<ReadRecord>> {
+        loop {
+            let Some(line) = self.lines.next_line()? else {
+                return Ok(None);
+            };
+            let span = line.offset..line.offset + line.text.len() as u64 + u64::from(line.complete);
+            if line.text.iter().all(u8::is_ascii_whitespace) {
+                continue;
+            }
+            match serde_json::from_slice::<TotalRecord>(line.text) {
+                Ok(record) => return Ok(Some(ReadRecord { record, span })),
+                Err(_) => {
+                    let text = String::from_utf8_lossy(line.text).into_owned();
+                    self.set_aside(&text)?;
+                }
+            }
+        }
+    }
+
+    fn set_aside(&mut self, text: &str) -> io::Result<()> {
+        let log = match &mut self.corrupt {
+            Some(log) => log,
+            None => self
+                .corrupt
+                .insert(JsonlLog::open(self.corrupt_path.clone(), u64::MAX, 1)?),
+        };
+        log.append(&serde_json::json!({ "unparsed": text }))?;
+        self.set_aside += 1;
+        Ok(())
+    }
+
+    /// Makes the lines set aside durable; returns how many there were.
+    pub(crate) fn finish(mut self) -> io::Result<u64> {
+        if let Some(log) = &mut self.corrupt {
+            log.sync()?;
+        }
+        Ok(self.set_aside)
     }
 }
 
@@ -267,7 +353,35 @@ mod tests {
         assert!(files.replay_files().unwrap().is_empty());
     }
 
-    /// A torn last line (a crash in the middle of an append) is set aside, once.
+    /// A replay file keeps, at shutdown, the rows read and not applied and the rest not
+    /// read yet, byte for byte.
+    #[test]
+    fn keep_only_keeps_the_spans_and_the_rest() {
+        let dir = tempfile::tempdir().unwrap();
+        let files = SpillFiles::new(dir.path());
+        let all: Vec<TotalRecord> = (1..=5).map(record).collect();
+        files.append(&all, u64::MAX).unwrap();
+        let taken = files.take_spill("3-0").unwrap().unwrap();
+        let mut reader = files.read_from(&taken, 0).unwrap();
+        let spans: Vec<Range<u64>> = (0..3)
+            .map(|_| reader.next_record().unwrap().unwrap().span)
+            .collect();
+        files
+            .keep_only(&taken, &[spans[1].clone()], spans[2].end)
+            .unwrap();
+        assert_eq!(
+            files.load(&taken).unwrap().records,
+            [record(2), record(4), record(5)]
+        );
+        files.keep_only(&taken, &[], u64::MAX).unwrap();
+        assert!(
+            files.replay_files().unwrap().is_empty(),
+            "nothing left: removed"
+        );
+    }
+
+    /// A torn last line (a crash in the middle of an append) is set aside when read, and
+    /// leaves the file when it is rewritten.
     #[test]
     fn a_torn_line_is_set_aside_and_counted() {
         let dir = tempfile::tempdir().unwrap();
@@ -281,12 +395,13 @@ mod tests {
         let taken = files.take_spill("2-0").unwrap().unwrap();
         let loaded = files.load(&taken).unwrap();
         assert_eq!((loaded.records.len(), loaded.corrupt_lines), (1, 1));
-        assert_eq!(
-            files.load(&taken).unwrap().corrupt_lines,
-            0,
-            "set aside once"
-        );
         let corrupt = fs::read_to_string(dir.path().join(CORRUPT)).unwrap();
         assert!(corrupt.contains("unparsed"));
+        // Rewritten at shutdown with the one row read: the torn line is gone.
+        let mut reader = files.read_from(&taken, 0).unwrap();
+        let span = reader.next_record().unwrap().unwrap().span;
+        files.keep_only(&taken, &[span], u64::MAX).unwrap();
+        let again = files.load(&taken).unwrap();
+        assert_eq!((again.records, again.corrupt_lines), (vec![record(1)], 0));
     }
 }
