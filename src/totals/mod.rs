@@ -322,37 +322,32 @@ impl Totals {
                 counters.push((key, row));
                 continue;
             }
-            // The running total claims its own room (see `book`): the drained row's
-            // room goes back to the budget first, so the two are never charged together.
-            credit.release_row(self.engine.aggregator().charge_of(&key, &row));
+            // The running totals take over the drained row's room, still charged (no
+            // intake thread can take it in between), and claim what more they need.
+            let given = credit.hand_over_row(self.engine.aggregator().charge_of(&key, &row));
             let family = key.family();
-            let slot = key.slot();
+            let targets = targets_of(key.slot());
             let series = key.into_series();
-            let targets: [Option<(Granularity, u32)>; 2] = match slot {
-                Slot::Both(m) => [
-                    Some((Granularity::Minute, m.0)),
-                    Some((Granularity::Day, m.day().0)),
-                ],
-                Slot::MinuteOnly(m) => [Some((Granularity::Minute, m.0)), None],
-                Slot::DayOnly(d) => [Some((Granularity::Day, d.0)), None],
-                // Epoch families count with counters (their config refuses this mode).
-                Slot::DayOnlyAt(m) => [Some((Granularity::Day, m.day().0)), None],
-            };
-            let sum = row.columns.sum();
-            for (table, bucket) in targets.into_iter().flatten() {
-                let row_ref = RowRef {
+            let row_refs: Vec<RowRef<'_>> = targets
+                .iter()
+                .flatten()
+                .map(|&(table, bucket)| RowRef {
                     family,
                     table,
                     series: &series,
                     bucket,
-                };
-                match self
-                    .book
-                    .absorb(row_ref, &row.columns, self.engine.aggregator())
-                {
-                    Ok(()) => absorbed[table.index()] += sum,
+                })
+                .collect();
+            let sum = row.columns.sum();
+            // A delta goes to its minute and its day, or to neither (they never disagree).
+            let absorbed_now =
+                self.book
+                    .absorb_all(&row_refs, &row.columns, given, self.engine.aggregator());
+            for row_ref in &row_refs {
+                match absorbed_now {
+                    Ok(()) => absorbed[row_ref.table.index()] += sum,
                     Err(reason) => {
-                        ledger.update(table, |s| s.dropped += sum);
+                        ledger.update(row_ref.table, |s| s.dropped += sum);
                         ledger.count_late_drop(reason, 1);
                     }
                 }
@@ -848,6 +843,21 @@ impl Drop for Totals {
     fn drop(&mut self) {
         self.book.release_all(self.engine.aggregator());
         self.replays.release_all(self.engine.aggregator());
+    }
+}
+
+/// The book rows a drained row of `slot` counts in: (table, bucket) of its minute and of
+/// its day, as far as it has them.
+fn targets_of(slot: Slot) -> [Option<(Granularity, u32)>; 2] {
+    match slot {
+        Slot::Both(m) => [
+            Some((Granularity::Minute, m.0)),
+            Some((Granularity::Day, m.day().0)),
+        ],
+        Slot::MinuteOnly(m) => [Some((Granularity::Minute, m.0)), None],
+        Slot::DayOnly(d) => [Some((Granularity::Day, d.0)), None],
+        // Epoch families count with counters (their config refuses this mode).
+        Slot::DayOnlyAt(m) => [Some((Granularity::Day, m.day().0)), None],
     }
 }
 

@@ -122,14 +122,6 @@ fn unconfirmed_of(record: &TotalRecord) -> i128 {
     record.unconfirmed.values().map(|v| i128::from(*v)).sum()
 }
 
-/// Heap bytes of a row's columns (several columns live in a vector of their own).
-fn heap_bytes(columns: &Columns) -> usize {
-    match columns.as_slice().len() {
-        0 | 1 => 0,
-        width => size_of::<Vec<i64>>() + width * size_of::<i64>(),
-    }
-}
-
 /// What a read row costs while it is held: the row, and the write a flush plans from it
 /// (its series and totals copied, its writer shared).
 fn charge_of(replayed: &Replayed, writer: &str) -> usize {
@@ -138,8 +130,8 @@ fn charge_of(replayed: &Replayed, writer: &str) -> usize {
         + size_of::<TotalRow>()
         + 2 * replayed.id.series.len()
         + writer.len()
-        + 2 * heap_bytes(&replayed.total)
-        + heap_bytes(&replayed.unconfirmed)
+        + 2 * replayed.total.heap_bytes()
+        + replayed.unconfirmed.heap_bytes()
 }
 
 impl Replays {
