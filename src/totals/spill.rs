@@ -23,7 +23,7 @@
 //! replays again, harmlessly.
 
 use std::fs;
-use std::io::{self, BufRead, Read, Seek, SeekFrom, Write};
+use std::io::{self, Read, Seek, SeekFrom, Write};
 use std::ops::Range;
 use std::path::{Path, PathBuf};
 
@@ -98,21 +98,20 @@ impl SpillFiles {
         Ok(bytes)
     }
 
-    /// The records `totals.spill.jsonl` holds now (unreadable lines skipped: loading
-    /// the file for replay sets them aside).
-    pub(crate) fn spilled(&self) -> io::Result<Vec<TotalRecord>> {
-        let file = match fs::File::open(self.dir.join(SPILL)) {
-            Ok(file) => file,
-            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
+    /// Calls `each` with every record `totals.spill.jsonl` holds now, one line in memory
+    /// at a time (unreadable lines skipped: reading the file for replay sets them aside).
+    pub(crate) fn for_each_spilled(&self, mut each: impl FnMut(TotalRecord)) -> io::Result<()> {
+        let mut lines = match LineReader::open(&self.dir.join(SPILL), 0) {
+            Ok(lines) => lines,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
             Err(e) => return Err(e),
         };
-        let mut records = Vec::new();
-        for line in io::BufReader::new(file).lines() {
-            if let Ok(record) = serde_json::from_str::<TotalRecord>(&line?) {
-                records.push(record);
+        while let Some(line) = lines.next_line()? {
+            if let Ok(record) = serde_json::from_slice::<TotalRecord>(line.text) {
+                each(record);
             }
         }
-        Ok(records)
+        Ok(())
     }
 
     /// Whether `totals.spill.jsonl` holds anything.
