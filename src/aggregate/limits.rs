@@ -277,18 +277,6 @@ impl Credit {
         self.bytes -= room.bytes;
         room
     }
-
-    /// Returns the room of one row of `bytes` (or what is left of it) to the shared budget
-    /// now: the row left this credit's custody for a holder that claims its own room (a
-    /// running total of a `writer_totals` family).
-    pub fn release_row(&mut self, bytes: usize) {
-        let (rows, bytes) = (self.rows.min(1), self.bytes.min(bytes));
-        if rows > 0 || bytes > 0 {
-            self.budget.release(rows, bytes);
-            self.rows -= rows;
-            self.bytes -= bytes;
-        }
-    }
 }
 
 impl Drop for Credit {

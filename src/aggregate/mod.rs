@@ -237,17 +237,11 @@ impl Aggregator {
         Credit::new(self.budget.clone(), 0, 0)
     }
 
-    /// Claims room for one row of `bytes` held outside the stripes (a running total of a
-    /// `writer_totals` family, see `crate::totals`), within the limits: one budget covers
-    /// pending rows and held totals.
-    pub fn reserve_held(&self, bytes: usize) -> Result<(), DropReason> {
-        self.budget.try_reserve(bytes)
-    }
-
     /// Turns `given` (room handed over by [`Credit::hand_over_row`], still charged) into
     /// `needed`, the room of rows held outside the stripes, in one step: what `given`
-    /// lacks is claimed from the budget, what it has over goes back. Refused when the
-    /// budget cannot cover the lack: then `given` goes back as well, nothing stays charged.
+    /// lacks is claimed from the budget, what it has over goes back (one budget covers
+    /// pending rows and held totals). Refused when the budget cannot cover the lack: then
+    /// `given` goes back as well, nothing stays charged.
     pub(crate) fn take_over_held(&self, given: Room, needed: Room) -> Result<(), DropReason> {
         let short = (
             needed.rows.saturating_sub(given.rows),
@@ -271,7 +265,7 @@ impl Aggregator {
         self.budget.try_reserve_quiet(1, bytes)
     }
 
-    /// Returns room claimed with [`Aggregator::reserve_held`] or
+    /// Returns room taken with [`Aggregator::take_over_held`] or
     /// [`Aggregator::reserve_replayed`].
     pub fn release_held(&self, rows: usize, bytes: usize) {
         self.budget.release(rows, bytes);

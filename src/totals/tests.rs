@@ -711,4 +711,9 @@ async fn at_the_memory_limit_a_delta_takes_its_minute_and_its_day_or_neither() {
         "the same deltas dropped in both: {a:?}"
     );
     assert_eq!(w.ledger.totals_rows().0, 10);
+    assert_eq!(
+        w.engine.aggregator().pending_rows_estimate(),
+        10,
+        "the budget charges the book's ten rows: the refused keys' room went back"
+    );
 }
