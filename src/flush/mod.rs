@@ -31,7 +31,7 @@ pub mod ledger_gate;
 pub mod observe;
 pub mod plan;
 pub mod record_conversion;
-pub(crate) mod replay;
+mod replay;
 mod report;
 pub mod schedule;
 mod send;

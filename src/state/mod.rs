@@ -262,14 +262,8 @@ impl StateDir {
             .filter(|g| g.wrapper.is_some() && !g.ended)
             .cloned()
             .collect();
-        let mut spill = Spill::open(&dir, config.max_spill_bytes, journal_cursor)
+        let spill = Spill::open(&dir, config.max_spill_bytes, journal_cursor)
             .map_err(io_err("open the spill"))?;
-        // The writer_totals spill files share the spill budget (see `spill`).
-        spill.set_totals_bytes(
-            crate::totals::SpillFiles::new(&dir)
-                .bytes_on_disk()
-                .map_err(io_err("measure the totals spill"))?,
-        );
         let mut state = StateDir {
             dir,
             _lock: lock,

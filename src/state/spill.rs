@@ -47,6 +47,34 @@ use crate::sink::LedgerRow;
 
 const CURSOR_FILE: &str = "spill.cursor";
 
+/// Most rows one replay chunk brings back, whatever the budget allows: a flush carrying
+/// a chunk should take seconds, not minutes. The counter spill's replay and the
+/// `writer_totals` replay both keep to it.
+pub const MAX_REPLAY_CHUNK_ROWS: usize = 100_000;
+
+/// The `writer_totals` spill file (written by `crate::totals::spill`).
+pub const TOTALS_SPILL: &str = "totals.spill.jsonl";
+/// The start of a `writer_totals` replay file's name: `totals.replay.<tag>.jsonl`.
+pub const TOTALS_REPLAY_PREFIX: &str = "totals.replay.";
+
+/// Whether `name` is a `writer_totals` spill or replay file: spill on disk, which shares
+/// `state.max_spill_bytes` with the segments.
+pub fn is_totals_spill(name: &str) -> bool {
+    name == TOTALS_SPILL || (name.starts_with(TOTALS_REPLAY_PREFIX) && name.ends_with(".jsonl"))
+}
+
+/// Bytes the `writer_totals` spill files of `dir` take on disk.
+pub fn totals_spill_bytes(dir: &Path) -> io::Result<u64> {
+    let mut bytes = 0_u64;
+    for entry in fs::read_dir(dir)? {
+        let entry = entry?;
+        if is_totals_spill(&entry.file_name().to_string_lossy()) {
+            bytes = bytes.saturating_add(entry.metadata()?.len());
+        }
+    }
+    Ok(bytes)
+}
+
 /// A spill segment's identity: the flush that wrote it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub struct SegmentId {
@@ -188,7 +216,7 @@ impl Spill {
             segments,
             durable: cursor,
             loaded: cursor,
-            totals_bytes: 0,
+            totals_bytes: totals_spill_bytes(dir)?,
         };
         spill.delete_consumed()?;
         Ok(spill)

@@ -22,8 +22,8 @@ use std::sync::Arc;
 
 use crate::aggregate::{Aggregator, Columns};
 use crate::family::Families;
-use crate::flush::replay::MAX_CHUNK_ROWS;
 use crate::sink::{TotalRow, TotalsWrite, WriteError};
+use crate::state::spill::MAX_REPLAY_CHUNK_ROWS;
 use crate::state::{OutcomeLog, StateDir};
 use crate::telemetry::{Ledger, Settled};
 
@@ -87,12 +87,12 @@ struct ChunkRoom {
 
 impl ChunkRoom {
     /// Half the room the budget has left (the rest stays for fresh increments), within
-    /// [`MAX_CHUNK_ROWS`] and the flush's share of the byte limit (the flush copies each
+    /// [`MAX_REPLAY_CHUNK_ROWS`] and the flush's share of the byte limit (the flush copies each
     /// row into its write).
     fn of(aggregator: &Aggregator) -> ChunkRoom {
         let room = aggregator.room();
         ChunkRoom {
-            rows: (room.rows / 2).min(MAX_CHUNK_ROWS),
+            rows: (room.rows / 2).min(MAX_REPLAY_CHUNK_ROWS),
             bytes: (room.bytes / 2).min(aggregator.limits().flush_chunk_bytes()),
         }
     }

@@ -30,11 +30,13 @@ use std::path::{Path, PathBuf};
 use crate::state::JsonlLog;
 use crate::state::jsonl::LineReader;
 use crate::state::private::{sync_dir, write_atomically_with};
+use crate::state::spill;
 
 use super::records::TotalRecord;
 
-const SPILL: &str = "totals.spill.jsonl";
-const REPLAY_PREFIX: &str = "totals.replay.";
+// The state directory names its spill files: the totals spill is part of its budget.
+const SPILL: &str = spill::TOTALS_SPILL;
+const REPLAY_PREFIX: &str = spill::TOTALS_REPLAY_PREFIX;
 const CORRUPT: &str = "totals.spill.corrupt.jsonl";
 
 /// The totals spill files of one state directory.
@@ -84,18 +86,7 @@ impl SpillFiles {
     /// Bytes the totals spill takes on disk: `totals.spill.jsonl` and the replay files
     /// (rows spilled and not yet written again). Its share of `state.max_spill_bytes`.
     pub(crate) fn bytes_on_disk(&self) -> io::Result<u64> {
-        let mut bytes = 0_u64;
-        for entry in fs::read_dir(&self.dir)? {
-            let entry = entry?;
-            let name = entry.file_name();
-            let name = name.to_string_lossy();
-            let spill =
-                name == SPILL || (name.starts_with(REPLAY_PREFIX) && name.ends_with(".jsonl"));
-            if spill {
-                bytes = bytes.saturating_add(entry.metadata()?.len());
-            }
-        }
-        Ok(bytes)
+        spill::totals_spill_bytes(&self.dir)
     }
 
     /// Calls `each` with every record `totals.spill.jsonl` holds now, one line in memory
@@ -152,7 +143,7 @@ impl SpillFiles {
             let entry = entry?;
             let name = entry.file_name();
             let name = name.to_string_lossy();
-            if name.starts_with(REPLAY_PREFIX) && name.ends_with(".jsonl") {
+            if spill::is_totals_spill(&name) && name != SPILL {
                 found.push(entry.path());
             }
         }
