@@ -39,8 +39,8 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use super::ledger_pending::HeldLedger;
-// Re-exported where callers outside the state module have always found it.
 use super::private::sync_dir;
+// Re-exported where callers outside the state module have always found it.
 pub(crate) use super::private::write_atomically;
 use super::record::WriteRecord;
 use crate::sink::LedgerRow;
