@@ -109,7 +109,13 @@ impl Budget {
     /// Claims room for one new row of fresh increments, or says which limit refuses it.
     /// Crossing the early-flush mark calls the pressure callback.
     pub(crate) fn try_reserve(&self, bytes: usize) -> Result<(), DropReason> {
-        let (rows, total) = self.claim(1, bytes)?;
+        self.try_reserve_rows(1, bytes)
+    }
+
+    /// Claims room for `rows` new rows of `bytes` in all, all of it or none, as
+    /// [`Budget::try_reserve`] does for one.
+    pub(crate) fn try_reserve_rows(&self, rows: usize, bytes: usize) -> Result<(), DropReason> {
+        let (rows, total) = self.claim(rows, bytes)?;
         self.check_pressure(rows, total);
         Ok(())
     }
@@ -258,16 +264,18 @@ impl Credit {
         self.bytes += std::mem::take(&mut other.bytes);
     }
 
-    /// Returns the room of one row of `bytes` (or what is left of it) to the shared budget
-    /// now: the row left this credit's custody for a holder that claims its own room (a
-    /// running total of a `writer_totals` family).
-    pub fn release_row(&mut self, bytes: usize) {
-        let (rows, bytes) = (self.rows.min(1), self.bytes.min(bytes));
-        if rows > 0 || bytes > 0 {
-            self.budget.release(rows, bytes);
-            self.rows -= rows;
-            self.bytes -= bytes;
-        }
+    /// Hands the room of one row of `bytes` (as much of it as this credit has) over to a
+    /// holder that keeps the row's deltas and claims its own room (a running total of a
+    /// `writer_totals` family): the room stays charged, so no one else can take it in
+    /// between (see [`crate::aggregate::Aggregator::take_over_held`]).
+    pub(crate) fn hand_over_row(&mut self, bytes: usize) -> Room {
+        let room = Room {
+            rows: self.rows.min(1),
+            bytes: self.bytes.min(bytes),
+        };
+        self.rows -= room.rows;
+        self.bytes -= room.bytes;
+        room
     }
 }
 

@@ -237,14 +237,36 @@ impl Aggregator {
         Credit::new(self.budget.clone(), 0, 0)
     }
 
-    /// Claims room for one row of `bytes` held outside the stripes (a running total of a
-    /// `writer_totals` family, see `crate::totals`), within the limits: one budget covers
-    /// pending rows and held totals.
-    pub fn reserve_held(&self, bytes: usize) -> Result<(), DropReason> {
-        self.budget.try_reserve(bytes)
+    /// Turns `given` (room handed over by [`Credit::hand_over_row`], still charged) into
+    /// `needed`, the room of rows held outside the stripes, in one step: what `given`
+    /// lacks is claimed from the budget, what it has over goes back (one budget covers
+    /// pending rows and held totals). Refused when the budget cannot cover the lack: then
+    /// `given` goes back as well, nothing stays charged.
+    pub(crate) fn take_over_held(&self, given: Room, needed: Room) -> Result<(), DropReason> {
+        let short = (
+            needed.rows.saturating_sub(given.rows),
+            needed.bytes.saturating_sub(given.bytes),
+        );
+        if let Err(reason) = self.budget.try_reserve_rows(short.0, short.1) {
+            self.release_held(given.rows, given.bytes);
+            return Err(reason);
+        }
+        self.release_held(
+            given.rows.saturating_sub(needed.rows),
+            given.bytes.saturating_sub(needed.bytes),
+        );
+        Ok(())
     }
 
-    /// Returns room claimed with [`Aggregator::reserve_held`].
+    /// Claims room for one row of `bytes` brought back from disk (a replayed running
+    /// total, see `crate::totals`), within the limits and without asking for an early
+    /// flush, as rows merged back do; false when the budget has no room for it.
+    pub(crate) fn reserve_replayed(&self, bytes: usize) -> bool {
+        self.budget.try_reserve_quiet(1, bytes)
+    }
+
+    /// Returns room taken with [`Aggregator::take_over_held`] or
+    /// [`Aggregator::reserve_replayed`].
     pub fn release_held(&self, rows: usize, bytes: usize) {
         self.budget.release(rows, bytes);
     }

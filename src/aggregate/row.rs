@@ -247,20 +247,25 @@ impl Columns {
     /// Adds every column of `other`. Refuses (leaving the row unchanged) if any column
     /// would overflow or the widths differ.
     pub fn checked_add(&mut self, other: &Columns) -> bool {
-        let mine = self.as_slice();
-        let theirs = other.as_slice();
-        if mine.len() != theirs.len()
-            || mine
-                .iter()
-                .zip(theirs)
-                .any(|(a, b)| a.checked_add(*b).is_none())
-        {
+        if !self.can_add(other) {
             return false;
         }
-        for (a, b) in self.as_mut_slice().iter_mut().zip(theirs) {
+        for (a, b) in self.as_mut_slice().iter_mut().zip(other.as_slice()) {
             *a += *b;
         }
         true
+    }
+
+    /// Whether [`Columns::checked_add`] would take `other`: same width, no column
+    /// overflowing.
+    pub(crate) fn can_add(&self, other: &Columns) -> bool {
+        let mine = self.as_slice();
+        let theirs = other.as_slice();
+        mine.len() == theirs.len()
+            && mine
+                .iter()
+                .zip(theirs)
+                .all(|(a, b)| a.checked_add(*b).is_some())
     }
 
     /// The signed sum of all columns, for delta accounting (i128 cannot overflow here).

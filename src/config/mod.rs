@@ -349,8 +349,9 @@ pub struct StateConfig {
     /// Rotated files kept per log; the oldest beyond this is deleted (and counted).
     /// Default `8`.
     pub max_log_files: u32,
-    /// Most bytes of spill segments on disk; a write that would go beyond is dropped
-    /// (counted in `countersink_rows_dropped_total{reason="spill_full"}` and logged).
+    /// Most bytes of spill on disk: the spill segments and the `writer_totals` spill
+    /// files together; a write that would go beyond is dropped (counted in
+    /// `countersink_rows_dropped_total{reason="spill_full"}` and logged).
     /// Default `1073741824` (1 GiB).
     pub max_spill_bytes: u64,
 }

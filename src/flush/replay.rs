@@ -11,16 +11,13 @@
 
 use crate::aggregate::{Refused, RefusedReason, Slot};
 use crate::engine::Engine;
+use crate::state::spill::MAX_REPLAY_CHUNK_ROWS;
 use crate::state::{ErrorInfo, OutcomeLog, RecordOutcome, StateDir, WriteRecord};
 use crate::test_hooks::crash_point;
 use crate::vocabulary::{DropReason, Granularity};
 
 use super::record_conversion;
 use crate::telemetry::Ledger;
-
-/// Most rows one chunk brings back, whatever the budget allows: a flush carrying a chunk
-/// should take seconds, not minutes.
-pub(super) const MAX_CHUNK_ROWS: usize = 100_000;
 
 /// Loads the next chunk of spilled rows into the buffer: at most half the rows and
 /// bytes the budget has left (the rest stays for fresh increments), and never a row the
@@ -34,7 +31,7 @@ pub(super) fn load_chunk(engine: &Engine, state: &mut StateDir, ledger: &Ledger)
     let aggregator = engine.aggregator();
     let families = engine.families();
     let room = aggregator.room();
-    let (max_rows, max_bytes) = ((room.rows / 2).min(MAX_CHUNK_ROWS), room.bytes / 2);
+    let (max_rows, max_bytes) = ((room.rows / 2).min(MAX_REPLAY_CHUNK_ROWS), room.bytes / 2);
     let incarnation = state.incarnation();
     let mut credit = aggregator.no_credit();
     let (mut count, mut charged, mut overflowed, mut no_room) = (0_usize, 0_usize, 0_u64, false);

@@ -109,7 +109,7 @@ pub fn store(dir: &Path, rows: &[LedgerRow]) -> io::Result<()> {
         serde_json::to_writer(&mut bytes, &HeldLedger::of(row)).map_err(io::Error::other)?;
         bytes.push(b'\n');
     }
-    super::spill::write_atomically(dir, &path, &bytes)
+    super::private::write_atomically(dir, &path, &bytes)
 }
 
 /// Every ledger row waiting to be confirmed: those of the file, then those of the held

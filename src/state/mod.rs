@@ -619,9 +619,16 @@ impl StateDir {
         )
     }
 
-    /// Bytes of spill segments on disk, and the limit.
+    /// Bytes of the spill on disk (the segments and the `writer_totals` spill files,
+    /// which share the limit), and the limit (`state.max_spill_bytes`).
     pub fn spill_bytes(&self) -> (u64, u64) {
-        (self.spill.bytes(), self.spill.max_bytes())
+        (self.spill.shared_bytes(), self.spill.max_bytes())
+    }
+
+    /// Reports what the `writer_totals` spill files take on disk now: the segments'
+    /// room is what they leave of `state.max_spill_bytes`.
+    pub(crate) fn set_totals_spill_bytes(&mut self, bytes: u64) {
+        self.spill.set_totals_bytes(bytes);
     }
 
     /// Whether spilled rows wait to be replayed.

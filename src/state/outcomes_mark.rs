@@ -52,7 +52,7 @@ pub fn load(dir: &Path) -> Option<Mark> {
 /// Records the mark (atomically).
 pub fn store(dir: &Path, mark: Mark) -> io::Result<()> {
     let bytes = serde_json::to_vec(&mark).map_err(io::Error::other)?;
-    super::spill::write_atomically(dir, &dir.join(FILE_NAME), &bytes)
+    super::private::write_atomically(dir, &dir.join(FILE_NAME), &bytes)
 }
 
 /// Calls `each` with every record of the log at `path` past byte `offset` of the file

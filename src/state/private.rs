@@ -2,8 +2,8 @@
 //! its owner may read it, whatever the umask. The directory is `0700` and every file
 //! countersink creates in it `0600`.
 
-use std::fs::{self, OpenOptions};
-use std::io::{self, Write};
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, BufWriter, Write};
 #[cfg(unix)]
 use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::Path;
@@ -56,4 +56,38 @@ pub(crate) fn write(path: &Path, bytes: &[u8], durable: bool) -> io::Result<()> 
         file.sync_all()?;
     }
     Ok(())
+}
+
+/// Makes the creation, rename or removal of a file in `dir` durable.
+pub(crate) fn sync_dir(dir: &Path) -> io::Result<()> {
+    File::open(dir)?.sync_all()
+}
+
+/// Writes `bytes` to `path` (a file of `dir`) atomically: see [`write_atomically_with`].
+pub(crate) fn write_atomically(dir: &Path, path: &Path, bytes: &[u8]) -> io::Result<()> {
+    write_atomically_with(dir, path, |out| out.write_all(bytes))
+}
+
+/// Replaces `path` (a file of `dir`) with what `fill` writes, so that a crash leaves the
+/// old content or the new, never part of it: a temporary file beside it (the owner-only
+/// mode, like every file of the directory), fsync, rename, directory fsync. `fill`
+/// writes through a buffer, so content larger than memory can be streamed in.
+pub(crate) fn write_atomically_with(
+    dir: &Path,
+    path: &Path,
+    fill: impl FnOnce(&mut BufWriter<File>) -> io::Result<()>,
+) -> io::Result<()> {
+    let tmp = path.with_extension("tmp");
+    let file = options()
+        .create(true)
+        .write(true)
+        .truncate(true)
+        .open(&tmp)?;
+    let mut out = BufWriter::new(file);
+    fill(&mut out)?;
+    out.into_inner()
+        .map_err(io::IntoInnerError::into_error)?
+        .sync_all()?;
+    fs::rename(&tmp, path)?;
+    sync_dir(dir)
 }

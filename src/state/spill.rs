@@ -25,8 +25,11 @@
 //! only then are fully consumed segments deleted. At start the cursor is the furthest
 //! of `spill.cursor`, the journal's last committed group and the segments' headers.
 //!
-//! `state.max_spill_bytes` bounds the segments on disk: a write that does not fit is
-//! dropped, counted and logged by the caller.
+//! `state.max_spill_bytes` bounds the spill on disk: these segments and the
+//! `writer_totals` spill files (`totals.spill.jsonl`, `totals.replay.*.jsonl`, see
+//! `crate::totals::spill`) share the one budget, so the configured figure bounds what
+//! the state directory's spill takes whichever counting mode wrote it. A write that does
+//! not fit is dropped, counted and logged by the caller.
 
 use std::collections::{BTreeMap, HashSet};
 use std::fs::{self, File};
@@ -36,10 +39,41 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use super::ledger_pending::HeldLedger;
+use super::private::sync_dir;
+// Re-exported where callers outside the state module have always found it.
+pub(crate) use super::private::write_atomically;
 use super::record::WriteRecord;
 use crate::sink::LedgerRow;
 
 const CURSOR_FILE: &str = "spill.cursor";
+
+/// Most rows one replay chunk brings back, whatever the budget allows: a flush carrying
+/// a chunk should take seconds, not minutes. The counter spill's replay and the
+/// `writer_totals` replay both keep to it.
+pub const MAX_REPLAY_CHUNK_ROWS: usize = 100_000;
+
+/// The `writer_totals` spill file (written by `crate::totals::spill`).
+pub const TOTALS_SPILL: &str = "totals.spill.jsonl";
+/// The start of a `writer_totals` replay file's name: `totals.replay.<tag>.jsonl`.
+pub const TOTALS_REPLAY_PREFIX: &str = "totals.replay.";
+
+/// Whether `name` is a `writer_totals` spill or replay file: spill on disk, which shares
+/// `state.max_spill_bytes` with the segments.
+pub fn is_totals_spill(name: &str) -> bool {
+    name == TOTALS_SPILL || (name.starts_with(TOTALS_REPLAY_PREFIX) && name.ends_with(".jsonl"))
+}
+
+/// Bytes the `writer_totals` spill files of `dir` take on disk.
+pub fn totals_spill_bytes(dir: &Path) -> io::Result<u64> {
+    let mut bytes = 0_u64;
+    for entry in fs::read_dir(dir)? {
+        let entry = entry?;
+        if is_totals_spill(&entry.file_name().to_string_lossy()) {
+            bytes = bytes.saturating_add(entry.metadata()?.len());
+        }
+    }
+    Ok(bytes)
+}
 
 /// A spill segment's identity: the flush that wrote it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
@@ -145,18 +179,9 @@ pub struct Spill {
     durable: Option<Cursor>,
     /// Loaded into the buffer up to here (ahead of `durable` while a flush carries them).
     loaded: Option<Cursor>,
-}
-
-fn sync_dir(dir: &Path) -> io::Result<()> {
-    File::open(dir)?.sync_all()
-}
-
-/// Writes `bytes` to `path` atomically: a temporary file, fsync, rename, directory fsync.
-pub(crate) fn write_atomically(dir: &Path, path: &Path, bytes: &[u8]) -> io::Result<()> {
-    let tmp = path.with_extension("tmp");
-    super::private::write(&tmp, bytes, true)?;
-    fs::rename(&tmp, path)?;
-    sync_dir(dir)
+    /// Bytes of the `writer_totals` spill files, which share `max_bytes` with the
+    /// segments (as their owner last reported them).
+    totals_bytes: u64,
 }
 
 impl Spill {
@@ -191,6 +216,7 @@ impl Spill {
             segments,
             durable: cursor,
             loaded: cursor,
+            totals_bytes: totals_spill_bytes(dir)?,
         };
         spill.delete_consumed()?;
         Ok(spill)
@@ -199,6 +225,18 @@ impl Spill {
     /// Bytes of the segments on disk.
     pub fn bytes(&self) -> u64 {
         self.segments.values().sum()
+    }
+
+    /// Bytes of the whole spill on disk, the budget `max_spill_bytes` bounds: the
+    /// segments and the `writer_totals` spill files.
+    pub fn shared_bytes(&self) -> u64 {
+        self.bytes().saturating_add(self.totals_bytes)
+    }
+
+    /// What the `writer_totals` spill files take on disk now (their owner reports it
+    /// whenever they change: they share the budget).
+    pub fn set_totals_bytes(&mut self, bytes: u64) {
+        self.totals_bytes = bytes;
     }
 
     /// `state.max_spill_bytes`.
@@ -231,7 +269,7 @@ impl Spill {
         })
         .map_err(io::Error::other)?;
         bytes.push(b'\n');
-        let room = self.max_bytes.saturating_sub(self.bytes());
+        let room = self.max_bytes.saturating_sub(self.shared_bytes());
         let mut kept = Vec::with_capacity(batches.len());
         for batch in batches {
             let mut lines = Vec::new();
@@ -670,6 +708,26 @@ mod tests {
             [2, 1],
             "record 1 once, from its new segment"
         );
+    }
+
+    /// The writer_totals spill files take their part of `state.max_spill_bytes`: what
+    /// they hold leaves the segments less room, and the bound covers both.
+    #[test]
+    fn the_totals_spill_shares_the_size_limit() {
+        let dir = tempfile::tempdir().unwrap();
+        let one = serde_json::to_vec(&record(1)).unwrap().len() as u64 + 1;
+        let limit = 200 + one * 3;
+        let mut spill = Spill::open(dir.path(), limit, None).unwrap();
+        spill.set_totals_bytes(limit - 200 - one);
+        let kept = spill
+            .write_segment(segment(1), None, &[vec![record(1)], vec![record(2)]], &[])
+            .unwrap();
+        assert_eq!(
+            kept,
+            [true, false],
+            "room for one record besides the totals"
+        );
+        assert!(spill.shared_bytes() <= limit);
     }
 
     #[test]

@@ -99,13 +99,44 @@ fn the_directory_and_its_files_are_private() {
     state.load_spill(|rows, _| rows < 1).unwrap();
     state.commit_replay(state.replay_loaded()).unwrap();
     state.write_status(false, 1, [1, 0]).unwrap();
+    // The `writer_totals` files: a spill, a spill taken for replay, and a replay file
+    // rewritten (shutdown) and one written whole (crash recovery).
+    let totals = crate::totals::SpillFiles::new(&dir);
+    let spilled: crate::totals::records::TotalRecord = serde_json::from_str(
+        r#"{"time":"t","writer":"w/1/00","family":"generic","table":"ks.t","granularity":"minute",
+            "key":{},"day":"2026-11-30","minute":1,"totals":{"value":2},"unconfirmed":{"value":1},"timestamp":1}"#,
+    )
+    .unwrap();
+    totals
+        .append(std::slice::from_ref(&spilled), u64::MAX)
+        .unwrap();
+    let taken = totals.take_spill("1-0").unwrap().unwrap();
+    totals
+        .append(std::slice::from_ref(&spilled), u64::MAX)
+        .unwrap();
+    totals
+        .rewrite(&taken, std::slice::from_ref(&spilled))
+        .unwrap();
+    totals
+        .rewrite(&totals.recovered_path(1, 1), std::slice::from_ref(&spilled))
+        .unwrap();
     let mode = |p: &Path| fs::metadata(p).unwrap().permissions().mode() & 0o777;
     assert_eq!(mode(&dir), 0o700);
     let files: Vec<_> = fs::read_dir(&dir)
         .unwrap()
         .map(|e| e.unwrap().path())
         .collect();
-    assert!(files.len() >= 9, "{files:?}");
+    assert!(files.len() >= 12, "{files:?}");
+    let totals_files = files
+        .iter()
+        .filter(|f| {
+            f.file_name()
+                .unwrap()
+                .to_string_lossy()
+                .starts_with("totals.")
+        })
+        .count();
+    assert_eq!(totals_files, 3, "{files:?}");
     for file in files {
         assert_eq!(mode(&file), 0o600, "{}", file.display());
     }

@@ -164,7 +164,7 @@ pub const DELTA_SUM_SPLIT: i128 = 1_000_000_000_000_000;
 /// `countersink_spill_bytes`.
 pub const SPILL_BYTES: MetricDef = MetricDef {
     name: "countersink_spill_bytes",
-    help: "Bytes of spill segments on disk (writes not sent yet), as of the last flush; bounded by state.max_spill_bytes.",
+    help: "Bytes of spill on disk (writes not sent yet: segments and writer_totals spill files), as of the last flush; bounded by state.max_spill_bytes.",
     labels: &[],
 };
 /// `countersink_state_lines_corrupt_total{file}`.

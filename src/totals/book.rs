@@ -19,7 +19,7 @@
 
 use hashbrown::{Equivalent, HashMap, HashSet};
 
-use crate::aggregate::{Aggregator, Columns};
+use crate::aggregate::{Aggregator, Columns, Room};
 use crate::bucket::{MINUTES_PER_DAY, Minute};
 use crate::vocabulary::{DropReason, FamilyId, Granularity};
 
@@ -203,43 +203,93 @@ impl Book {
     /// Adds deltas to a row's running total. A row new to the book takes room in the
     /// aggregator's budget. Refused (nothing changes) when the budget is full, when a total
     /// would leave the `i64` range, or when the row was released already.
+    #[cfg(test)]
     pub(crate) fn absorb(
         &mut self,
         row: RowRef<'_>,
         deltas: &Columns,
         aggregator: &Aggregator,
     ) -> Result<(), DropReason> {
-        if let Some(entry) = self.rows.get_mut(&row) {
-            if !entry.total.checked_add(deltas) {
-                return Err(DropReason::Overflow);
+        self.absorb_all(&[row], deltas, Room::default(), aggregator)
+    }
+
+    /// Adds one delta to every row it counts in (its minute and its day), or to none, so
+    /// that a minute and its day never disagree. The rows new to the book take `given`
+    /// (the room of the drained row the delta came from, handed over still charged)
+    /// and what they need beyond it from the aggregator's budget, in one step; room left
+    /// over goes back. Refused, nothing changed and `given` back in the budget, when the
+    /// budget cannot hold them all, a total would leave the `i64` range, or a row was
+    /// released already.
+    pub(crate) fn absorb_all(
+        &mut self,
+        rows: &[RowRef<'_>],
+        deltas: &Columns,
+        given: Room,
+        aggregator: &Aggregator,
+    ) -> Result<(), DropReason> {
+        let new_rows = match self.new_rows_for(rows, deltas) {
+            Ok(new_rows) => new_rows,
+            Err(reason) => {
+                aggregator.release_held(given.rows, given.bytes);
+                return Err(reason);
             }
-            if !entry.unwritten {
-                entry.unwritten = true;
-                self.unwritten.insert(row.to_id());
-            }
-            return Ok(());
-        }
-        let id = row.to_id();
-        if self.closing.closes_at(&id) <= self.released_through {
-            return Err(DropReason::TimestampWindow);
-        }
+        };
         let width = deltas.as_slice().len();
-        let bytes = row_bytes(&id, width);
-        aggregator.reserve_held(bytes)?;
-        self.rows.insert(
-            id.clone(),
-            Entry {
-                total: deltas.clone(),
-                confirmed: Columns::zeroed(width),
-                unwritten: true,
-                failures: 0,
-                not_before: 0,
-                failing_since: 0,
-                bytes,
-            },
-        );
-        self.unwritten.insert(id);
+        let needed = Room {
+            rows: new_rows.len(),
+            bytes: new_rows.iter().map(|id| row_bytes(id, width)).sum(),
+        };
+        aggregator.take_over_held(given, needed)?;
+        for row in rows {
+            if let Some(entry) = self.rows.get_mut(row) {
+                entry.total.checked_add(deltas);
+                if !entry.unwritten {
+                    entry.unwritten = true;
+                    self.unwritten.insert(row.to_id());
+                }
+            }
+        }
+        for id in new_rows {
+            let bytes = row_bytes(&id, width);
+            self.rows.insert(
+                id.clone(),
+                Entry {
+                    total: deltas.clone(),
+                    confirmed: Columns::zeroed(width),
+                    unwritten: true,
+                    failures: 0,
+                    not_before: 0,
+                    failing_since: 0,
+                    bytes,
+                },
+            );
+            self.unwritten.insert(id);
+        }
         Ok(())
+    }
+
+    /// The rows of `rows` new to the book, if the delta may go to all of them: no held
+    /// total would overflow, no row was released.
+    fn new_rows_for(
+        &self,
+        rows: &[RowRef<'_>],
+        deltas: &Columns,
+    ) -> Result<Vec<RowId>, DropReason> {
+        let mut new_rows = Vec::new();
+        for row in rows {
+            match self.rows.get(row) {
+                Some(entry) if !entry.total.can_add(deltas) => return Err(DropReason::Overflow),
+                Some(_) => {}
+                None => {
+                    let id = row.to_id();
+                    if self.closing.closes_at(&id) <= self.released_through {
+                        return Err(DropReason::TimestampWindow);
+                    }
+                    new_rows.push(id);
+                }
+            }
+        }
+        Ok(new_rows)
     }
 
     /// Takes the rows to write at flush `flush`, with their newest totals, sorted by id

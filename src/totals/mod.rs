@@ -43,7 +43,6 @@ pub(crate) mod spill;
 #[cfg(test)]
 mod tests;
 
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::SystemTime;
 
@@ -65,7 +64,7 @@ use self::book::{Book, Closing, RowId, RowRef};
 use self::clock::WriterClock;
 use self::decide::{RowAction, RowFacts};
 use self::records::{Recorder, SpilledRow, TotalRecord};
-use self::replay::{Origin, Replays};
+use self::replay::{Origin, Reading, Replays};
 pub(crate) use self::spill::SpillFiles;
 
 /// What the totals part of one flush did.
@@ -240,29 +239,24 @@ impl Totals {
         match totals.spill.replay_files() {
             Ok(paths) => {
                 for path in paths {
-                    totals.load(path, Origin::PreviousRun, ledger, state, 0);
+                    totals.replays.add_file(path, Origin::PreviousRun);
                 }
             }
             Err(error) => tracing::error!(%error, "Could not list the totals replay files."),
         }
-        if totals.replays.len() > 0 {
+        totals.load_replay_chunk(ledger, state, 0);
+        totals.share_spill_bytes(state);
+        if totals.replays.has_work() {
             tracing::info!(
-                rows = totals.replays.len(),
-                "Replaying spilled writer totals."
+                files = totals.replays.files(),
+                "Replaying spilled writer totals, a chunk at a time."
             );
         }
         totals
     }
 
-    /// Reads a replay file into the replays.
-    fn load(
-        &mut self,
-        path: PathBuf,
-        origin: Origin,
-        ledger: &Ledger,
-        state: &mut StateDir,
-        seq: u64,
-    ) {
+    /// Reads the next chunk of the replay files, within the memory budget.
+    fn load_replay_chunk(&mut self, ledger: &Ledger, state: &mut StateDir, seq: u64) {
         let time = bucket::rfc3339(SystemTime::now());
         let by = Recorder {
             writer: &self.writer_id,
@@ -272,8 +266,13 @@ impl Totals {
             row: 0,
             time: &time,
         };
-        self.replays
-            .load(path, origin, self.engine.families(), ledger, state, &by);
+        let reading = Reading {
+            aggregator: self.engine.aggregator(),
+            families: self.engine.families(),
+            ledger,
+            by: &by,
+        };
+        self.replays.load_chunk(&reading, state);
     }
 
     /// This incarnation's writer column value.
@@ -284,7 +283,7 @@ impl Totals {
     /// Whether the totals path has anything to do: a `writer_totals` family, or spilled
     /// totals to replay.
     pub fn is_active(&self) -> bool {
-        self.enabled || self.replays.len() > 0 || self.book.held() > 0
+        self.enabled || self.replays.has_work() || self.book.held() > 0
     }
 
     /// Rows whose newest total the store may lack, and the signed sums (minute, day) of
@@ -323,37 +322,32 @@ impl Totals {
                 counters.push((key, row));
                 continue;
             }
-            // The running total claims its own room (see `book`): the drained row's
-            // room goes back to the budget first, so the two are never charged together.
-            credit.release_row(self.engine.aggregator().charge_of(&key, &row));
+            // The running totals take over the drained row's room, still charged (no
+            // intake thread can take it in between), and claim what more they need.
+            let given = credit.hand_over_row(self.engine.aggregator().charge_of(&key, &row));
             let family = key.family();
-            let slot = key.slot();
+            let targets = targets_of(key.slot());
             let series = key.into_series();
-            let targets: [Option<(Granularity, u32)>; 2] = match slot {
-                Slot::Both(m) => [
-                    Some((Granularity::Minute, m.0)),
-                    Some((Granularity::Day, m.day().0)),
-                ],
-                Slot::MinuteOnly(m) => [Some((Granularity::Minute, m.0)), None],
-                Slot::DayOnly(d) => [Some((Granularity::Day, d.0)), None],
-                // Epoch families count with counters (their config refuses this mode).
-                Slot::DayOnlyAt(m) => [Some((Granularity::Day, m.day().0)), None],
-            };
-            let sum = row.columns.sum();
-            for (table, bucket) in targets.into_iter().flatten() {
-                let row_ref = RowRef {
+            let row_refs: Vec<RowRef<'_>> = targets
+                .iter()
+                .flatten()
+                .map(|&(table, bucket)| RowRef {
                     family,
                     table,
                     series: &series,
                     bucket,
-                };
-                match self
-                    .book
-                    .absorb(row_ref, &row.columns, self.engine.aggregator())
-                {
-                    Ok(()) => absorbed[table.index()] += sum,
+                })
+                .collect();
+            let sum = row.columns.sum();
+            // A delta goes to its minute and its day, or to neither (they never disagree).
+            let absorbed_now =
+                self.book
+                    .absorb_all(&row_refs, &row.columns, given, self.engine.aggregator());
+            for row_ref in &row_refs {
+                match absorbed_now {
+                    Ok(()) => absorbed[row_ref.table.index()] += sum,
                     Err(reason) => {
-                        ledger.update(table, |s| s.dropped += sum);
+                        ledger.update(row_ref.table, |s| s.dropped += sum);
                         ledger.count_late_drop(reason, 1);
                     }
                 }
@@ -390,13 +384,14 @@ impl Totals {
             if self.store_answered && self.spill.has_spill() {
                 let tag = format!("{}-{seq}", self.incarnation);
                 match self.spill.take_spill(&tag) {
-                    Ok(Some(path)) => self.load(path, Origin::ThisRun, ledger, state, seq),
+                    Ok(Some(path)) => self.replays.add_file(path, Origin::ThisRun),
                     Ok(None) => {}
                     Err(error) => {
                         tracing::error!(%error, "Could not take totals.spill.jsonl for replay.")
                     }
                 }
             }
+            self.load_replay_chunk(ledger, state, seq);
         }
         let (writes, planned) = self.plan(seq, last);
         report.writes = writes.len();
@@ -469,15 +464,16 @@ impl Totals {
         let Settling {
             to_spill, rejected, ..
         } = settling;
-        report.rows_spilled = to_spill.len();
-        if self.write_spill(to_spill, ledger) {
+        report.rows_spilled = self.write_spill(to_spill, ledger, state);
+        if report.rows_spilled > 0 {
             crash_point("totals_spilled");
         }
         if !rejected.is_empty() {
             let appended = state.append_now(OutcomeLog::Rejected, &rejected);
             ledger.count_appended(OutcomeLog::Rejected, &appended);
         }
-        self.replays.finish(last, ledger);
+        self.replays.finish(last, ledger, self.engine.aggregator());
+        self.share_spill_bytes(state);
         if journaled && let Err(error) = state.journal_end(&flush, None) {
             tracing::error!(%error, "Could not close the totals writes in the journal; a restart writes them again (idempotently).");
         }
@@ -595,7 +591,8 @@ impl Totals {
         };
         match decide::decide(ended, &facts) {
             RowAction::Confirm => {
-                self.replays.applied(index, s.ledger);
+                self.replays
+                    .applied(index, s.ledger, self.engine.aggregator());
                 return true;
             }
             RowAction::Reject(error) => {
@@ -607,14 +604,13 @@ impl Totals {
                     row: 0,
                     time: &s.time,
                 };
-                self.replays.rejected(
-                    index,
-                    &error,
-                    self.engine.families(),
-                    s.ledger,
-                    s.state,
-                    &by,
-                );
+                let reading = Reading {
+                    aggregator: self.engine.aggregator(),
+                    families: self.engine.families(),
+                    ledger: s.ledger,
+                    by: &by,
+                };
+                self.replays.rejected(index, &error, &reading, s.state);
             }
             RowAction::Spill { .. } => {}
             RowAction::Retry => self.replays.failed(index, s.seq),
@@ -732,43 +728,93 @@ impl Totals {
         }
     }
 
-    /// Appends spilled totals; a failed write drops them, counted. True when rows were
-    /// spilled.
+    /// Appends spilled totals while the spill budget has room (`state.max_spill_bytes`,
+    /// shared with the counter spill: see [`spill`]). The rows beyond it, or all of them
+    /// when the file cannot be written, are dropped and counted (`spill_full`,
+    /// `spill_failed`), never lost silently. Returns the rows spilled.
     fn write_spill(
         &mut self,
         spilled: Vec<(TotalRecord, Granularity, i128)>,
         ledger: &Ledger,
-    ) -> bool {
+        state: &mut StateDir,
+    ) -> usize {
         if spilled.is_empty() {
-            return false;
+            return 0;
         }
         let records: Vec<TotalRecord> = spilled.iter().map(|(r, _, _)| r.clone()).collect();
-        match self.spill.append(&records) {
-            Ok(()) => {
-                for (_, table, sum) in &spilled {
-                    ledger.update(*table, |s| {
-                        s.spilled += sum;
-                        s.in_flight -= sum;
-                    });
-                }
-                tracing::warn!(
-                    rows = records.len(),
-                    "Writer totals spilled to disk; they are written again once the store answers, or at the next start."
-                );
-                true
+        let room = self.spill_room(state);
+        let (written, failure) = match self.spill.append(&records, room) {
+            Ok(written) => (written, None),
+            Err(error) => (0, Some(error)),
+        };
+        self.share_spill_bytes(state);
+        let (kept, dropped) = spilled.split_at(written);
+        for (_, table, sum) in kept {
+            ledger.update(*table, |s| {
+                s.spilled += sum;
+                s.in_flight -= sum;
+            });
+        }
+        if written > 0 {
+            tracing::warn!(
+                rows = written,
+                "Writer totals spilled to disk; they are written again once the store answers, or at the next start."
+            );
+        }
+        if !dropped.is_empty() {
+            self.drop_unspilled(dropped, failure, ledger, state);
+        }
+        written
+    }
+
+    /// Counts spilled rows that could not be written: dropped, for `reason` the full
+    /// budget or the write's `failure`.
+    fn drop_unspilled(
+        &mut self,
+        dropped: &[(TotalRecord, Granularity, i128)],
+        failure: Option<std::io::Error>,
+        ledger: &Ledger,
+        state: &StateDir,
+    ) {
+        let mut sums = [0_i128; 2];
+        for (_, table, sum) in dropped {
+            ledger.update(*table, |s| {
+                s.dropped += sum;
+                s.in_flight -= sum;
+            });
+            sums[table.index()] += sum;
+        }
+        self.lost.0 += dropped.len() as u64;
+        self.lost.1[0] += sums[0];
+        self.lost.1[1] += sums[1];
+        let rows = dropped.len();
+        match failure {
+            Some(error) => {
+                ledger.count_late_drop(DropReason::SpillFailed, rows as u64);
+                tracing::error!(%error, rows, minute_sum = %sums[0], day_sum = %sums[1], "Could not write totals.spill.jsonl; these totals are lost (counted in countersink_rows_dropped_total{{reason=\"spill_failed\"}}).");
             }
+            None => {
+                ledger.count_late_drop(DropReason::SpillFull, rows as u64);
+                let (spill_bytes, max_spill_bytes) = state.spill_bytes();
+                tracing::error!(rows, minute_sum = %sums[0], day_sum = %sums[1], spill_bytes, max_spill_bytes, "The spill is full (state.max_spill_bytes, shared by the counter and writer_totals spills); these totals are lost (counted in countersink_rows_dropped_total{{reason=\"spill_full\"}}).");
+            }
+        }
+    }
+
+    /// Bytes the spill budget has left for the totals spill.
+    fn spill_room(&self, state: &mut StateDir) -> u64 {
+        self.share_spill_bytes(state);
+        let (used, max) = state.spill_bytes();
+        max.saturating_sub(used)
+    }
+
+    /// Tells the state directory what the totals spill files take on disk now: the
+    /// counter spill's segments get what they leave of the shared budget.
+    fn share_spill_bytes(&self, state: &mut StateDir) {
+        match self.spill.bytes_on_disk() {
+            Ok(bytes) => state.set_totals_spill_bytes(bytes),
             Err(error) => {
-                for (_, table, sum) in &spilled {
-                    ledger.update(*table, |s| {
-                        s.dropped += sum;
-                        s.in_flight -= sum;
-                    });
-                    self.lost.0 += 1;
-                    self.lost.1[table.index()] += sum;
-                }
-                ledger.count_late_drop(DropReason::SpillFailed, records.len() as u64);
-                tracing::error!(%error, rows = records.len(), "Could not write totals.spill.jsonl; these totals are lost.");
-                false
+                tracing::warn!(%error, "Could not measure the totals spill files; the spill budget counts them at their last known size.")
             }
         }
     }
@@ -796,6 +842,22 @@ impl Totals {
 impl Drop for Totals {
     fn drop(&mut self) {
         self.book.release_all(self.engine.aggregator());
+        self.replays.release_all(self.engine.aggregator());
+    }
+}
+
+/// The book rows a drained row of `slot` counts in: (table, bucket) of its minute and of
+/// its day, as far as it has them.
+fn targets_of(slot: Slot) -> [Option<(Granularity, u32)>; 2] {
+    match slot {
+        Slot::Both(m) => [
+            Some((Granularity::Minute, m.0)),
+            Some((Granularity::Day, m.day().0)),
+        ],
+        Slot::MinuteOnly(m) => [Some((Granularity::Minute, m.0)), None],
+        Slot::DayOnly(d) => [Some((Granularity::Day, d.0)), None],
+        // Epoch families count with counters (their config refuses this mode).
+        Slot::DayOnlyAt(m) => [Some((Granularity::Day, m.day().0)), None],
     }
 }
 

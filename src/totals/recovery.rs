@@ -55,12 +55,14 @@ pub(crate) fn unsettled_records(
     group: &FlushGroup,
     time: &str,
 ) -> io::Result<Vec<TotalRecord>> {
-    let spilled: HashSet<Place> = spill
-        .spilled()?
-        .iter()
-        .filter(|r| r.writer.starts_with(&writer_prefix(group)))
-        .map(place)
-        .collect();
+    // Streamed: the spill may be large, and only the group's own rows are kept.
+    let prefix = writer_prefix(group);
+    let mut spilled: HashSet<Place> = HashSet::new();
+    spill.for_each_spilled(|record| {
+        if record.writer.starts_with(&prefix) {
+            spilled.insert(place(&record));
+        }
+    })?;
     let records: Vec<TotalRecord> = group
         .totals
         .iter()
@@ -235,7 +237,7 @@ mod tests {
         // The settle step had spilled one row before the kill.
         let spill = SpillFiles::new(tmp.path());
         spill
-            .append(&records_of(&family(), &intents[2], "t"))
+            .append(&records_of(&family(), &intents[2], "t"), u64::MAX)
             .unwrap();
         let journal = std::fs::read(state.journal_path()).unwrap();
         drop(state); // killed

@@ -584,10 +584,10 @@ fn totals_spill_and_replay_files_are_spilled_rows() {
     };
     let spill = SpillFiles::new(tmp.path());
     spill
-        .append(&[total("a", "minute", 7), total("a", "day", 7)])
+        .append(&[total("a", "minute", 7), total("a", "day", 7)], u64::MAX)
         .unwrap();
     let replay = spill.take_spill("1-5").unwrap().unwrap();
-    spill.append(&[total("b", "minute", 2)]).unwrap();
+    spill.append(&[total("b", "minute", 2)], u64::MAX).unwrap();
     let mut torn = fs::OpenOptions::new()
         .append(true)
         .open(spill.spill_path())
