@@ -10,10 +10,9 @@
 //!
 //! In layers: a module imports only modules of its own row or of rows above it
 //! ([`vocabulary`] imports nothing of this crate). `tests/integration/layers.rs` reads
-//! this table and fails on an import that runs back up it; two such imports remain and
-//! are listed there with their reason (`state` finishing a killed `writer_totals` flush,
-//! `ops` reading the driver wrapper's records), so the list can only shrink. Inside
-//! `state` the files still import each other in a circle.
+//! this table and fails on an import that runs back up it; one such import remains and
+//! is listed there with its reason (`ops` reading the driver wrapper's records), so the
+//! list can only shrink. Inside `state` the files still import each other in a circle.
 //!
 //! | module | job |
 //! |---|---|

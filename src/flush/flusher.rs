@@ -86,7 +86,7 @@ impl<S: Sink> Flusher<S> {
         sink: Arc<S>,
         config: &Config,
     ) -> Result<Flusher<S>, StateError> {
-        let state = StateDir::open(&config.state)?;
+        let state = StateDir::open_with(&config.state, &crate::totals::Recovery)?;
         let flushes = state.unfinished_wrapper_flushes();
         if flushes > 0 {
             return Err(StateError::UnfinishedWrapperFlush {

@@ -203,7 +203,19 @@ impl StateDir {
     /// Opens and locks the directory, and finishes what the previous process left
     /// unfinished (see [`recovery`]): an unsettled flush in the journal, unfinished
     /// spill writes, a torn outcome log.
+    ///
+    /// A `writer_totals` flush left unfinished in it is an error here: an opener that
+    /// may find one uses [`StateDir::open_with`].
     pub fn open(config: &StateConfig) -> Result<StateDir, StateError> {
+        StateDir::open_with(config, &recovery::NoTotals)
+    }
+
+    /// [`StateDir::open`], finishing a killed flush's `writer_totals` group with
+    /// `totals` (the counting mode's own recovery).
+    pub fn open_with(
+        config: &StateConfig,
+        totals: &dyn recovery::FinishTotals,
+    ) -> Result<StateDir, StateError> {
         let dir = config.dir.clone();
         let error_dir = dir.clone();
         let io_err = move |step: &'static str| {
@@ -278,7 +290,8 @@ impl StateDir {
             journal_enabled: true,
             wrapper_groups,
         };
-        let mut report = recovery::recover(&mut state, groups).map_err(io_err("recover"))?;
+        let mut report =
+            recovery::recover(&mut state, groups, totals).map_err(io_err("recover"))?;
         report.torn_journal_bytes = torn_journal;
         state.recovery = report;
         state

@@ -29,10 +29,13 @@
 //! A totals group (writes of running totals, `writer_totals`) needs none of this: each of
 //! its writes is idempotent by its write time, so every intent not known applied (no
 //! outcome, or any but `applied`) is written to a totals replay file and written again
-//! by the next start, in its own writer column with its own write time (see
-//! `crate::totals::recovery`). Nothing of it is logged as unknown.
+//! by the next start, in its own writer column with its own write time. That is the
+//! counting mode's to do, not this layer's: the opener hands recovery a
+//! [`FinishTotals`] (`crate::totals` implements it), which recovery calls for each such
+//! group, in journal order, before it ends the group. Nothing of it is logged as unknown.
 
 use std::collections::HashSet;
+use std::path::Path;
 
 use crate::test_hooks::crash_point;
 use crate::vocabulary::Granularity;
@@ -75,10 +78,44 @@ pub struct RecoveryReport {
     pub records: Vec<WriteRecord>,
 }
 
-/// Finishes every unsettled group of the journal.
+/// How the `writer_totals` counting mode finishes a totals group of a killed flush
+/// (see the module doc): it makes durable what the group's writes still owe, and
+/// returns their rows and the parts of their totals not known applied, summed per
+/// granularity (minute, day).
+pub trait FinishTotals {
+    /// Finishes `group`, a committed, unended totals group of the directory `dir`.
+    fn finish_totals(
+        &self,
+        dir: &Path,
+        group: &FlushGroup,
+        time: &str,
+    ) -> std::io::Result<(u64, [i128; 2])>;
+}
+
+/// For an opener that writes no running totals: a totals group left in its directory
+/// is an error, not something to skip (the sidecar or `Recorder` finishes it).
+pub struct NoTotals;
+
+impl FinishTotals for NoTotals {
+    fn finish_totals(
+        &self,
+        dir: &Path,
+        group: &FlushGroup,
+        _: &str,
+    ) -> std::io::Result<(u64, [i128; 2])> {
+        Err(std::io::Error::other(format!(
+            "{} holds an unfinished writer_totals flush ({:?}): open it once with the sidecar or a Recorder to finish it",
+            dir.display(),
+            group.flush
+        )))
+    }
+}
+
+/// Finishes every unsettled group of the journal; totals groups through `totals`.
 pub(super) fn recover(
     state: &mut StateDir,
     groups: Vec<FlushGroup>,
+    totals: &dyn FinishTotals,
 ) -> std::io::Result<RecoveryReport> {
     let mut report = RecoveryReport::default();
     let time = crate::bucket::rfc3339(std::time::SystemTime::now());
@@ -100,11 +137,7 @@ pub(super) fn recover(
         }
         report.flushes += 1;
         if !group.totals.is_empty() {
-            let (rows, sums) = crate::totals::recovery::replay_intents(
-                &crate::totals::SpillFiles::new(state.dir()),
-                &group,
-                &time,
-            )?;
+            let (rows, sums) = totals.finish_totals(state.dir(), &group, &time)?;
             report.totals_rows += rows;
             for g in Granularity::ALL {
                 report.totals_sums[g.index()] += sums[g.index()];

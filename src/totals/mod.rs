@@ -64,6 +64,7 @@ use self::book::{Book, Closing, RowId, RowRef};
 use self::clock::WriterClock;
 use self::decide::{RowAction, RowFacts};
 use self::records::{Recorder, SpilledRow, TotalRecord};
+pub use self::recovery::Recovery;
 use self::replay::{Origin, Reading, Replays};
 pub(crate) use self::spill::SpillFiles;
 

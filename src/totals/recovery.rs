@@ -1,5 +1,5 @@
-//! Finishing the totals group of a flush a killed process did not finish (called by
-//! [`crate::state::recovery`] while the state directory opens).
+//! Finishing the totals group of a flush a killed process did not finish: [`Recovery`],
+//! which [`crate::state::recovery`] calls while the state directory opens.
 //!
 //! The group's intents are writes of running totals, each idempotent by its write time:
 //! writing one again, in its own writer column with its own write time, leaves the cell
@@ -22,6 +22,20 @@ use crate::vocabulary::Granularity;
 
 use super::records::TotalRecord;
 use super::spill::SpillFiles;
+
+/// The counting mode's recovery, handed to [`crate::state::StateDir::open_with`].
+pub struct Recovery;
+
+impl crate::state::recovery::FinishTotals for Recovery {
+    fn finish_totals(
+        &self,
+        dir: &std::path::Path,
+        group: &FlushGroup,
+        time: &str,
+    ) -> io::Result<(u64, [i128; 2])> {
+        replay_intents(&SpillFiles::new(dir), group, time)
+    }
+}
 
 /// Writes the intents of `group` not known applied or rejected to the group's replay
 /// file (atomically; skipped when an earlier run of recovery wrote it). Returns their
@@ -210,7 +224,7 @@ mod tests {
             dir: tmp.path().to_owned(),
             ..StateConfig::default()
         };
-        let mut state = StateDir::open(&config).unwrap();
+        let mut state = StateDir::open_with(&config, &Recovery).unwrap();
         let flush = FlushId {
             writer: state.writer_id().to_owned(),
             incarnation: state.incarnation(),
@@ -242,7 +256,7 @@ mod tests {
         let journal = std::fs::read(state.journal_path()).unwrap();
         drop(state); // killed
 
-        let state = StateDir::open(&config).unwrap();
+        let state = StateDir::open_with(&config, &Recovery).unwrap();
         let report = state.recovery().clone();
         assert_eq!((report.flushes, report.totals_rows), (1, 2));
         assert_eq!(report.totals_sums, [5 + 8, 0]);
@@ -271,7 +285,7 @@ mod tests {
         drop(state);
         // Killed again before recovery's end: the file is kept as it is, nothing added.
         std::fs::write(tmp.path().join("journal.wal"), &journal).unwrap();
-        let _state = StateDir::open(&config).unwrap();
+        let _state = StateDir::open_with(&config, &Recovery).unwrap();
         assert_eq!(spill.load(&path).unwrap().records, replayed);
         assert_eq!(spill.replay_files().unwrap(), [path]);
     }

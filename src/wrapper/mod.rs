@@ -174,7 +174,7 @@ impl CounterSession {
         config: &Config,
     ) -> Result<CounterSession, WrapperError> {
         let session: Arc<Session> = session.into();
-        let mut state = StateDir::open(&config.state)?;
+        let mut state = StateDir::open_with(&config.state, &crate::totals::Recovery)?;
         let logs_error = |state: &StateDir| {
             let dir = state.dir().display().to_string();
             move |error| WrapperError::Logs { dir, error }
