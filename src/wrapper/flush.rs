@@ -190,21 +190,22 @@ impl WrapperFlusher {
         self.prepare(&requests, deadline).await;
         let journaled = self.journal_begin(consumes, &requests);
         crash_point("wrapper_journal_committed");
-        let sent = match &journaled {
-            Ok(()) => self.send(&requests, deadline).await,
+        // How each request ended, or why it was never sent.
+        let sent: Vec<Result<Ended, WriteError>> = match &journaled {
+            Ok(()) => self
+                .send(&requests, deadline)
+                .await
+                .into_iter()
+                .map(Ok)
+                .collect(),
             Err(error) => {
                 tracing::error!(%error, "Could not write the flush's intents to the journal; nothing of it is sent.");
                 report.journal_failed = true;
-                let text = format!("the intent journal could not be written: {error}");
-                requests
-                    .iter()
-                    .map(|_| {
-                        Ended::Done(Outcome::NotAppliedTransient(WriteError::new(
-                            "journal_failed",
-                            text.clone(),
-                        )))
-                    })
-                    .collect()
+                let error = WriteError::new(
+                    "journal_failed",
+                    format!("the intent journal could not be written: {error}"),
+                );
+                requests.iter().map(|_| Err(error.clone())).collect()
             }
         };
         crash_point("wrapper_sent");
@@ -218,7 +219,11 @@ impl WrapperFlusher {
         let mut records: HashMap<WrapperOutcome, Vec<WrapperRecord>> = HashMap::new();
         for (index, (request, sent)) in requests.into_iter().zip(sent).enumerate() {
             let sum = request.sum();
-            let (class, stage, error) = settle(sent, deadline.is_some());
+            let final_flush = deadline.is_some();
+            let (class, stage, error) = match sent {
+                Ok(ended) => settle(ended, final_flush),
+                Err(error) => settle_not_journaled(error, final_flush),
+            };
             if journaled.is_ok() {
                 self.state
                     .journal_outcome(index as u32, &journal_outcome(class, stage, &error));
@@ -698,9 +703,42 @@ fn settle(ended: Ended, final_flush: bool) -> (Option<OutcomeClass>, Stage, Opti
     }
 }
 
+/// The settle step of a request the flush never sent because its group commit failed:
+/// counted under no outcome class (`countersink_wrapper_writes_total` counts requests
+/// sent, and the sidecar counts a write its failed group commit held back under none),
+/// its rows kept for the next flush, or spilled at the final flush.
+fn settle_not_journaled(
+    error: WriteError,
+    final_flush: bool,
+) -> (Option<OutcomeClass>, Stage, Option<WriteError>) {
+    let stage = if final_flush {
+        Stage::Unsent
+    } else {
+        Stage::Requeued
+    };
+    (None, stage, Some(error))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_request_a_failed_group_commit_kept_back_is_counted_under_no_outcome() {
+        for final_flush in [false, true] {
+            let (class, stage, _) = settle_not_journaled(error(), final_flush);
+            assert_eq!(
+                class, None,
+                "never sent, so not a write of any outcome (final flush: {final_flush})"
+            );
+            let kept = if final_flush {
+                Stage::Unsent
+            } else {
+                Stage::Requeued
+            };
+            assert_eq!(stage, kept, "final flush: {final_flush}");
+        }
+    }
 
     fn error() -> WriteError {
         WriteError::new("k", "t")
