@@ -578,7 +578,7 @@ pub fn scan(
         }
         report.journal.unfinished_flushes += 1;
         let wrapper_records = group.wrapper.as_ref().map(|wrapper| {
-            crate::wrapper::recovery::group_records(group, wrapper, None, &group.time)
+            crate::wrapper::recovery::group_records(group, wrapper, index == last, None, &group.time)
                 .iter()
                 .map(|r| as_write_record(r, RecordOutcome::of_wrapper(r.outcome, false)))
                 .collect::<Vec<_>>()

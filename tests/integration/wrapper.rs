@@ -955,3 +955,85 @@ async fn a_table_the_driver_learns_of_later_is_aggregated_once_known() {
     assert_eq!(cell(server, "w.late", "c", "k = 'a'"), Some(11));
     store.shutdown().await;
 }
+
+/// The per-key sum of column `c` over `records` (a key literal's quotes removed).
+fn sums_by_key(records: &[WrapperRecord]) -> BTreeMap<String, i64> {
+    let mut sums = BTreeMap::new();
+    for record in records {
+        let key = record.key["k"].trim_matches('\'').to_owned();
+        *sums.entry(key).or_default() += record.deltas.get("c").copied().unwrap_or(0);
+    }
+    sums
+}
+
+/// Two committed wrapper flushes the journal holds unended (the first one's end could not
+/// be written): the first re-queued k's +5 (not applied), the second sent the re-queued
+/// +5 and it applied. Recovery must not spill the first one's +5: the later flush re-sent
+/// it, and a replay would apply it a second time. As the sidecar's recovery does, a
+/// not-applied request of a flush that is not the last is logged unknown.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn recovery_spills_nothing_a_later_unended_flush_already_sent() {
+    use countersink::state::{FlushId, Settled, StateDir, WrapperTable};
+    let store = launch(StoreOptions::cqlsim_only("reads the wrapper's recovery")).await;
+    let server = store.sim();
+    server.execute_script(None, SCHEMA).expect("schema");
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let mut state = StateDir::open(&config(dir.path()).state).expect("state");
+        let table = WrapperTable {
+            id: 1,
+            keyspace: "w".into(),
+            name: "c1".into(),
+            key_columns: vec!["k".into()],
+            counters: vec!["c".into(), "d".into()],
+        };
+        let mut key = 1_u32.to_le_bytes().to_vec();
+        countersink::wrapper::statement::push_key_value(&mut key, b"k");
+        let deltas = [5_i64, 0];
+        let outcomes = [
+            Settled::NotApplied {
+                kind: "unavailable".into(),
+                text: "not enough replicas".into(),
+            },
+            Settled::Applied,
+        ];
+        for (seq, outcome) in (1..).zip(outcomes) {
+            let flush = FlushId {
+                writer: state.writer_id().to_owned(),
+                incarnation: state.incarnation(),
+                flush_seq: seq,
+            };
+            let intents = [(1, vec![(&key[..], &deltas[..])])];
+            state
+                .wrapper_journal_begin(
+                    &flush,
+                    "2026-01-01T00:00:00Z",
+                    None,
+                    std::slice::from_ref(&table),
+                    &intents,
+                )
+                .expect("group commit");
+            state.journal_outcome(0, &outcome);
+            state.journal_flush();
+        }
+    }
+    let session = wrap(&store.contact_point(), dir.path(), |_| {}).await;
+    let recovery = session.recovery().clone();
+    let spill_path = dir.path().join(countersink::wrapper::spill::SPILL_FILE);
+    assert_eq!(
+        sums_by_key(&records(&spill_path)),
+        BTreeMap::new(),
+        "nothing spilled: {recovery:?}"
+    );
+    let unknown_path = session.log_path(WrapperOutcome::Unknown).await;
+    let report = session.flush_now().await;
+    session.shutdown().await;
+    assert_eq!(report.replayed_rows, 0, "{report:?}");
+    assert_eq!(
+        sums_by_key(&records(&unknown_path)),
+        BTreeMap::from([("k".to_owned(), 5)]),
+        "the first flush's +5 is unknown: {recovery:?}"
+    );
+    assert_eq!(cell(server, "w.c1", "c", "k = 'k'"), None, "nothing sent");
+    store.shutdown().await;
+}
