@@ -20,10 +20,16 @@
 //! Before anything is sent, the flush's requests (tables, row keys, deltas) and the spill
 //! offset its replayed rows came from are one group commit in the state directory's
 //! journal (`journal.wal`, [`crate::state::journal`]); outcomes follow as requests settle,
-//! then the logs' sizes before this flush appends to them, the appends, `End`, and the
-//! spill cursor. A process killed anywhere in between is finished by the next start
+//! then the logs' sizes before this flush appends to them, the appends, the spill cursor,
+//! and `End`. A process killed anywhere in between is finished by the next start
 //! ([`super::recovery`]): requests in flight are logged as unknown (`in_flight_at_crash`),
 //! never re-sent.
+//!
+//! The cursor comes before `End` because `End` starts the journal over: from then on
+//! nothing names the offset this flush's replayed rows were consumed up to but the
+//! cursor, and a next start that found an older one would replay (and apply) those rows
+//! again. When the cursor cannot be written (a full disk), the flush's group is left open
+//! instead, so its offset still counts at the next start, and the next flush tries again.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -114,6 +120,17 @@ pub struct WrapperFlusher {
     /// What the store is: an `Unavailable` answer is classified by it (ScyllaDB's may
     /// come after a replica applied the write).
     store_kind: StoreKind,
+    /// A flush whose journal group is left open because the spill cursor it consumed is
+    /// not durable yet (see the module doc).
+    unended: Option<Unended>,
+}
+
+/// A settled flush not ended in the journal yet: its group keeps `consumes` for the next
+/// start until the cursor is durable.
+#[derive(Clone, Copy, Debug)]
+struct Unended {
+    seq: u64,
+    consumes: Option<u64>,
 }
 
 impl WrapperFlusher {
@@ -144,6 +161,7 @@ impl WrapperFlusher {
             statements: HashMap::new(),
             seq: 0,
             store_kind,
+            unended: None,
         }
     }
 
@@ -161,6 +179,9 @@ impl WrapperFlusher {
     /// Drains and sends everything pending. At the final flush (`deadline` given), nothing
     /// is re-queued, and requests still running at the deadline are given up as unknown.
     pub async fn flush(&mut self, deadline: Option<Instant>) -> WrapperFlushReport {
+        if let Some(unended) = self.unended.take() {
+            self.end(unended);
+        }
         self.seq += 1;
         let mut report = WrapperFlushReport {
             seq: self.seq,
@@ -341,18 +362,32 @@ impl WrapperFlusher {
         }
         crash_point("wrapper_logged");
         if journaled.is_ok() {
-            match self.state.wrapper_journal_end(self.seq) {
-                Ok(()) => {
-                    if let Err(error) = self.spill.commit(consumes) {
-                        tracing::error!(%error, "Could not write the wrapper spill's cursor; the next start replays from the last one written (rows this flush sent are in the journal's last group only until the next flush).");
-                    }
-                }
-                Err(error) => {
-                    tracing::error!(%error, "Could not end the flush in the journal; the next start finishes it again (records are not duplicated).");
-                }
-            }
+            self.end(Unended {
+                seq: self.seq,
+                consumes,
+            });
         }
         report
+    }
+
+    /// Ends a settled flush: makes the spill cursor it consumed durable, then writes
+    /// `End` (in that order: see the module doc). When the cursor cannot be written, the
+    /// group stays open and is kept in `self.unended` for the next flush to end.
+    fn end(&mut self, flush: Unended) {
+        if let Err(error) = self.spill.commit(flush.consumes) {
+            tracing::error!(%error, "Could not write the wrapper spill's cursor; the flush stays open in the journal, whose group keeps the offset its replayed rows were consumed up to, and the next flush tries again.");
+            self.unended = Some(flush);
+            return;
+        }
+        crash_point("wrapper_cursor_committed");
+        match self.state.wrapper_journal_end(flush.seq) {
+            // `End` starts the journal over: a group left open before this one is gone
+            // with it (its cursor is durable: this one's is at least as far).
+            Ok(()) => self.unended = None,
+            Err(error) => {
+                tracing::error!(%error, "Could not end the flush in the journal; the next start finishes it again (records are not duplicated).");
+            }
+        }
     }
 
     fn request_id(&self, index: usize) -> String {

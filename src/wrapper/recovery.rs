@@ -109,10 +109,14 @@ fn finish(
             at
         }
     };
+    // A spill shorter than its recorded size was consumed whole and started over after
+    // the flush recorded it (the cursor is made durable before the flush ends): every
+    // record in it now was written after that.
+    let spill_at = if at[2] > spill.size() { 0 } else { at[2] };
     let present = [
         logs.keys_from(WrapperOutcome::Unknown, at[0])?,
         logs.keys_from(WrapperOutcome::Rejected, at[1])?,
-        spill.keys_from(at[2])?,
+        spill.keys_from(spill_at)?,
     ];
     let time = crate::bucket::rfc3339(SystemTime::now());
     let (mut unknown, mut rejected, mut spilled) = (Vec::new(), Vec::new(), Vec::new());

@@ -966,6 +966,75 @@ fn sums_by_key(records: &[WrapperRecord]) -> BTreeMap<String, i64> {
     sums
 }
 
+/// Spill records of `w.c1`, one per key, delta `c` each, as an earlier process leaves them.
+fn spill_lines(rows: &BTreeMap<String, i64>) -> String {
+    rows.iter()
+        .enumerate()
+        .map(|(i, (key, delta))| {
+            let record = WrapperRecord {
+                time: "2026-01-01T00:00:00Z".into(),
+                request_id: format!("earlier/1/w9/{i}"),
+                row: 0,
+                outcome: WrapperOutcome::Unsent,
+                table: "w.c1".into(),
+                key: [("k".to_owned(), format!("'{key}'"))].into(),
+                key_hex: Some(vec![countersink::wrapper::records::hex(key.as_bytes())]),
+                deltas: [("c".to_owned(), *delta)].into(),
+                error_kind: None,
+                error: None,
+            };
+            format!("{}\n", serde_json::to_string(&record).unwrap())
+        })
+        .collect()
+}
+
+/// A replay whose spill cursor cannot be written (the disk is full: the cursor's
+/// temporary file is `/dev/full`), then the process ends without a shutdown (a kill
+/// between flushes): the next start must not replay the rows the first one applied.
+/// Each row is in the store once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replayed_spill_whose_cursor_could_not_be_written_is_not_replayed_again() {
+    let store = launch(StoreOptions::cqlsim_only("counts what a replay applies")).await;
+    let server = store.sim();
+    server.execute_script(None, SCHEMA).expect("schema");
+    let dir = tempfile::tempdir().unwrap();
+    let spilled: BTreeMap<String, i64> = (0..5).map(|i| (format!("s{i}"), 10 + i)).collect();
+    std::fs::write(
+        dir.path().join(countersink::wrapper::spill::SPILL_FILE),
+        spill_lines(&spilled),
+    )
+    .unwrap();
+    let cursor_tmp = dir.path().join("wrapper_spill.tmp");
+    std::os::unix::fs::symlink("/dev/full", &cursor_tmp).unwrap();
+    // Room for three rows: the replay consumes part of the file, so the cursor is written
+    // (a file consumed whole is removed instead).
+    let small = |c: &mut Config| c.limits.max_pending_rows = 3;
+    let session = wrap(&store.contact_point(), dir.path(), small).await;
+    let report = session.flush_now().await;
+    assert_eq!(report.replayed_rows, 3, "{report:?}");
+    assert_eq!(report.applied, report.writes, "{report:?}");
+    // Ended without a shutdown, as a kill between flushes would; the disk heals.
+    drop(session);
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    std::fs::remove_file(&cursor_tmp).unwrap();
+
+    let session = wrap(&store.contact_point(), dir.path(), small).await;
+    let mut replayed = 0;
+    for _ in 0..3 {
+        replayed += session.flush_now().await.replayed_rows;
+    }
+    session.shutdown().await;
+    for (key, delta) in &spilled {
+        assert_eq!(
+            cell(server, "w.c1", "c", &format!("k = '{key}'")),
+            Some(*delta),
+            "row {key}: spilled once, applied once"
+        );
+    }
+    assert_eq!(replayed, 2, "only the two rows the first start did not load");
+    store.shutdown().await;
+}
+
 /// Two committed wrapper flushes the journal holds unended (the first one's end could not
 /// be written): the first re-queued k's +5 (not applied), the second sent the re-queued
 /// +5 and it applied. Recovery must not spill the first one's +5: the later flush re-sent
