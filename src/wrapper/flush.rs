@@ -39,9 +39,8 @@ use scylla::client::session::Session;
 use scylla::policies::retry::FallthroughRetryPolicy;
 use scylla::statement::batch::{Batch, BatchType};
 use scylla::statement::prepared::PreparedStatement;
-use tokio::time::Instant;
-
 use crate::config::{FlushConfig, StoreConfig};
+use crate::flush::shutdown::Deadline;
 use crate::sink::bounded::{Ended, cancelled_at_deadline, send_bounded};
 use crate::sink::cql::store::StoreKind;
 use crate::sink::cql::{classify, session::consistency};
@@ -176,9 +175,11 @@ impl WrapperFlusher {
         self.logs.path(outcome)
     }
 
-    /// Drains and sends everything pending. At the final flush (`deadline` given), nothing
-    /// is re-queued, and requests still running at the deadline are given up as unknown.
-    pub async fn flush(&mut self, deadline: Option<Instant>) -> WrapperFlushReport {
+    /// Drains and sends everything pending, until `deadline` (shutdown's: every flush
+    /// running when shutdown is requested stops sending at the same instant, the final
+    /// flush too). Requests still running at the deadline are given up as unknown, those
+    /// not started are spilled. At the final flush, nothing is re-queued.
+    pub async fn flush(&mut self, deadline: &mut Deadline, final_flush: bool) -> WrapperFlushReport {
         if let Some(unended) = self.unended.take() {
             self.end(unended);
         }
@@ -240,7 +241,6 @@ impl WrapperFlusher {
         let mut records: HashMap<WrapperOutcome, Vec<WrapperRecord>> = HashMap::new();
         for (index, (request, sent)) in requests.into_iter().zip(sent).enumerate() {
             let sum = request.sum();
-            let final_flush = deadline.is_some();
             let (class, stage, error) = match sent {
                 Ok(ended) => settle(ended, final_flush),
                 Err(error) => settle_not_journaled(error, final_flush),
@@ -564,23 +564,20 @@ impl WrapperFlusher {
     }
 
     /// Prepares the UPDATE of every table the requests write and this flusher has not
-    /// prepared yet, within the final flush's `deadline`: a store that takes PREPARE and
-    /// never answers must not hold the shutdown past it. A failure leaves the table
-    /// without a statement: its requests are then not sent (not applied: re-queued, or
-    /// spilled at the final flush), and the next flush tries again.
-    async fn prepare(&mut self, requests: &[Request], deadline: Option<Instant>) {
+    /// prepared yet, within the shutdown `deadline`: a store that takes PREPARE and never
+    /// answers must not hold the shutdown past it. A failure leaves the table without a
+    /// statement: its requests are then not sent (not applied: re-queued, or spilled at
+    /// the final flush), and the next flush tries again.
+    async fn prepare(&mut self, requests: &[Request], deadline: &mut Deadline) {
         for request in requests {
             let id = request.table.id;
-            if self.statements.contains_key(&id) {
+            if self.statements.contains_key(&id) || deadline.passed() {
                 continue;
             }
             let prepare = self.session.prepare(update_text(&request.table));
-            let prepared = match deadline {
-                None => prepare.await.map_err(|error| error.to_string()),
-                Some(at) => match tokio::time::timeout_at(at, prepare).await {
-                    Ok(result) => result.map_err(|error| error.to_string()),
-                    Err(_) => Err("no answer before the shutdown deadline".to_owned()),
-                },
+            let prepared = tokio::select! {
+                result = prepare => result.map_err(|error| error.to_string()),
+                () = deadline.wait() => Err("no answer before the shutdown deadline".to_owned()),
             };
             match prepared {
                 Ok(mut statement) => {
@@ -600,12 +597,12 @@ impl WrapperFlusher {
     }
 
     /// Sends every request, at most `flush.max_in_flight` at once, until done or the
-    /// deadline (the final flush's; the others have none).
-    async fn send(&self, requests: &[Request], mut deadline: Option<Instant>) -> Vec<Ended> {
+    /// shutdown deadline.
+    async fn send(&self, requests: &[Request], deadline: &mut Deadline) -> Vec<Ended> {
         send_bounded(
             requests,
             self.flush.max_in_flight,
-            &mut deadline,
+            deadline,
             |request| self.send_one(request),
             |_, _, _| {},
         )

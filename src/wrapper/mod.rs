@@ -50,9 +50,9 @@ use scylla::statement::Consistency;
 use scylla::statement::Statement;
 use scylla::statement::batch::{Batch, BatchStatement, BatchType};
 use scylla::statement::prepared::PreparedStatement;
-use tokio::sync::Notify;
 
 use crate::config::Config;
+use crate::flush::shutdown::{Deadline, ShutdownHandle, ShutdownSignal, shutdown_channel};
 use crate::state::{StateDir, StateError};
 
 use self::buffer::{Buffer, Refused, RowAdd};
@@ -158,7 +158,10 @@ thread_local! {
 pub struct CounterSession {
     core: Arc<Core>,
     flusher: Arc<tokio::sync::Mutex<WrapperFlusher>>,
-    stop: Arc<Notify>,
+    /// Requests shutdown: its instant fixes the one deadline of every flush still running
+    /// then and of the final flush.
+    shutdown: ShutdownHandle,
+    signal: ShutdownSignal,
     task: Option<tokio::task::JoinHandle<()>>,
     shutdown_deadline: std::time::Duration,
     recovery: WrapperRecovery,
@@ -232,11 +235,12 @@ impl CounterSession {
             crate::sink::cql::store::detect(&session).await.kind,
         );
         let flusher = Arc::new(tokio::sync::Mutex::new(flusher));
-        let stop = Arc::new(Notify::new());
+        let (shutdown, signal) = shutdown_channel();
         let task = tokio::spawn(flush_loop(
             Arc::clone(&flusher),
-            Arc::clone(&stop),
+            signal.clone(),
             config.flush.interval,
+            config.flush.shutdown_deadline,
         ));
         Ok(CounterSession {
             core: Arc::new(Core {
@@ -251,7 +255,8 @@ impl CounterSession {
                 consistency: crate::sink::cql::session::consistency(config.store.consistency),
             }),
             flusher,
-            stop,
+            shutdown,
+            signal,
             task: Some(task),
             shutdown_deadline: config.flush.shutdown_deadline,
             recovery,
@@ -356,9 +361,17 @@ impl CounterSession {
         self.flusher.lock().await.disable_journal_for_benchmark();
     }
 
-    /// Flushes now (also runs every `flush.interval` on its own).
+    /// Flushes now (also runs every `flush.interval` on its own). Bounded by the
+    /// shutdown deadline once `shutdown()` is called, like the periodic flushes.
     pub async fn flush_now(&self) -> WrapperFlushReport {
-        self.flusher.lock().await.flush(None).await
+        let mut deadline = self.deadline();
+        self.flusher.lock().await.flush(&mut deadline, false).await
+    }
+
+    /// The shutdown deadline: none until shutdown is requested, then its instant plus
+    /// `flush.shutdown_deadline`, the same for every flush.
+    fn deadline(&self) -> Deadline {
+        Deadline::new(self.signal.clone(), self.shutdown_deadline)
     }
 
     /// Every figure: passthroughs by reason, buffered executions, flushed writes by
@@ -382,15 +395,17 @@ impl CounterSession {
     }
 
     /// Stops buffering (later calls pass through, counted as `after_shutdown`) and runs
-    /// the final flush, bounded by `flush.shutdown_deadline`. Returns its report.
+    /// the final flush. One `flush.shutdown_deadline`, from this call, covers a flush
+    /// still running and the final flush: requests in flight at it are logged unknown,
+    /// those not started are spilled. Returns the final flush's report.
     pub async fn shutdown(mut self) -> WrapperFlushReport {
-        self.stop.notify_one();
+        self.shutdown.request();
+        let mut deadline = self.deadline();
         if let Some(task) = self.task.take() {
             let _ = task.await;
         }
         self.core.buffer.close();
-        let deadline = tokio::time::Instant::now() + self.shutdown_deadline;
-        self.flusher.lock().await.flush(Some(deadline)).await
+        self.flusher.lock().await.flush(&mut deadline, true).await
     }
 }
 
@@ -409,17 +424,24 @@ impl Drop for CounterSession {
     }
 }
 
+/// Flushes every `interval` until shutdown is requested; a flush running at the request
+/// stops at the shutdown deadline.
 async fn flush_loop(
     flusher: Arc<tokio::sync::Mutex<WrapperFlusher>>,
-    stop: Arc<Notify>,
+    mut signal: ShutdownSignal,
     interval: std::time::Duration,
+    grace: std::time::Duration,
 ) {
+    let mut deadline = Deadline::new(signal.clone(), grace);
     loop {
         tokio::select! {
-            () = stop.notified() => return,
+            _ = signal.requested() => return,
             () = tokio::time::sleep(interval) => {}
         }
-        flusher.lock().await.flush(None).await;
+        flusher.lock().await.flush(&mut deadline, false).await;
+        if signal.requested_at().is_some() {
+            return;
+        }
     }
 }
 

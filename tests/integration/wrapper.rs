@@ -1106,3 +1106,86 @@ async fn recovery_spills_nothing_a_later_unended_flush_already_sent() {
     assert_eq!(cell(server, "w.c1", "c", "k = 'k'"), None, "nothing sent");
     store.shutdown().await;
 }
+
+/// `shutdown()` while a periodic flush hangs (the store takes every write and never
+/// answers, the request timeout is a minute): one `flush.shutdown_deadline` covers the
+/// running flush and the final flush. The two requests in flight at the deadline are
+/// logged unknown, the rest never started and are spilled, and every delta fed is in one
+/// of the two.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_during_a_hanging_periodic_flush_ends_within_one_deadline() {
+    let store = launch(StoreOptions::cqlsim_only("never answers writes")).await;
+    let server = store.sim();
+    server.execute_script(None, SCHEMA).expect("schema");
+    let dir = tempfile::tempdir().unwrap();
+    let deadline = Duration::from_secs(2);
+    let session = wrap(&store.contact_point(), dir.path(), |c| {
+        c.store.request_timeout = Duration::from_secs(60);
+        c.flush.interval = Duration::from_millis(300);
+        c.flush.jitter = Duration::ZERO;
+        c.flush.shutdown_deadline = deadline;
+        c.flush.max_in_flight = 2;
+    })
+    .await;
+    let update = session
+        .prepare("UPDATE w.c1 SET c = c + ? WHERE k = ?")
+        .await
+        .unwrap();
+    // A first flush prepares the wrapper's own UPDATE while the store answers.
+    session
+        .execute_unpaged(&update, (Counter(1), "warm"))
+        .await
+        .unwrap();
+    session.flush_now().await;
+    server.set_faults(vec!["no-reply,table=w.c1".parse().unwrap()]);
+    let mut fed = BTreeMap::new();
+    for i in 1..=10_i64 {
+        let key = format!("k{i}");
+        session
+            .execute_unpaged(&update, (Counter(i), &key))
+            .await
+            .unwrap();
+        fed.insert(key, i);
+    }
+    for _ in 0..100 {
+        if session.stats().accounting.in_flight != 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_ne!(
+        session.stats().accounting.in_flight,
+        0,
+        "a periodic flush is sending"
+    );
+    // Not `session.log_path`: it waits for the flusher, which the hanging flush holds.
+    let spill_path = dir.path().join(countersink::wrapper::spill::SPILL_FILE);
+    let unknown_path = dir.path().join(WrapperOutcome::Unknown.file_name());
+    let started = std::time::Instant::now();
+    tokio::time::timeout(deadline + Duration::from_secs(3), session.shutdown())
+        .await
+        .expect("shutdown ends within one deadline (and a margin)");
+    let took = started.elapsed();
+    let unknown = records(&unknown_path);
+    let spilled = records(&spill_path);
+    assert_eq!(unknown.len(), 2, "the two in flight: {unknown:?} ({took:?})");
+    assert!(
+        unknown
+            .iter()
+            .all(|r| r.error_kind.as_deref() == Some("cancelled_at_deadline")),
+        "{unknown:?}"
+    );
+    assert_eq!(spilled.len(), 8, "never started: {spilled:?}");
+    let mut recorded = sums_by_key(&unknown);
+    for (key, sum) in sums_by_key(&spilled) {
+        assert!(recorded.insert(key, sum).is_none(), "a row in two records");
+    }
+    assert_eq!(recorded, fed, "every delta fed is in exactly one record");
+    server.clear_faults();
+    assert_eq!(
+        server.stats().table("w", "c1").counter_delta_sum,
+        1,
+        "the store holds the first flush only (no reply means not applied here)"
+    );
+    store.shutdown().await;
+}
