@@ -80,7 +80,16 @@ pub fn recover(
         } else {
             report.flushes += 1;
             let is_last = index == last;
-            finish(state, logs, spill, cluster, &group, wrapper, is_last, &mut report)?;
+            finish(
+                state,
+                logs,
+                spill,
+                cluster,
+                &group,
+                wrapper,
+                is_last,
+                &mut report,
+            )?;
         }
         crash_point("wrapper_recovery_logged");
         state.wrapper_journal_end(group.flush.flush_seq)?;

@@ -266,7 +266,10 @@ fn spill_lines(rows: &BTreeMap<String, i64>) -> String {
 /// and the store holds each row once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_replay_killed_as_its_flush_ends_is_not_replayed_again() {
-    let store = launch(StoreOptions::cqlsim_only("kills a wrapper as a replay ends")).await;
+    let store = launch(StoreOptions::cqlsim_only(
+        "kills a wrapper as a replay ends",
+    ))
+    .await;
     let server = store.sim();
     server.execute_script(None, SCHEMA).expect("schema");
     let contact = store.contact_point();
