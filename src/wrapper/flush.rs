@@ -35,11 +35,8 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::SystemTime;
 
-use scylla::client::session::Session;
-use scylla::policies::retry::FallthroughRetryPolicy;
-use scylla::statement::batch::{Batch, BatchType};
-use scylla::statement::prepared::PreparedStatement;
 use crate::config::{FlushConfig, StoreConfig};
+use crate::flush::schedule::Attempt;
 use crate::flush::shutdown::Deadline;
 use crate::sink::bounded::{Ended, cancelled_at_deadline, send_bounded};
 use crate::sink::cql::store::StoreKind;
@@ -47,9 +44,13 @@ use crate::sink::cql::{classify, session::consistency};
 use crate::sink::{Outcome, OutcomeClass, WriteError};
 use crate::state::{FlushId, Settled, StateDir, WrapperTable};
 use crate::test_hooks::crash_point;
+use scylla::client::session::Session;
+use scylla::policies::retry::FallthroughRetryPolicy;
+use scylla::statement::batch::{Batch, BatchType};
+use scylla::statement::prepared::PreparedStatement;
 
 use super::buffer::RowAdd;
-use super::buffer::{Buffer, PendingRow};
+use super::buffer::{Buffer, Drained, PendingRow, Unmerged};
 use super::recognize::{TableShape, Tables};
 use super::records::{Logs, WrapperOutcome, WrapperRecord, record, unhex};
 use super::recovery::request_id;
@@ -82,6 +83,17 @@ pub struct WrapperFlushReport {
     pub replayed_rows: u64,
     /// Whether the journal's group commit failed (nothing was sent; rows re-queued).
     pub journal_failed: bool,
+}
+
+impl From<&WrapperFlushReport> for Attempt {
+    fn from(report: &WrapperFlushReport) -> Attempt {
+        Attempt {
+            writes: report.writes,
+            applied: report.applied,
+            requeued: report.requeued,
+            unknown: report.unknown,
+        }
+    }
 }
 
 /// A drained row: its key and its deltas.
@@ -179,7 +191,11 @@ impl WrapperFlusher {
     /// running when shutdown is requested stops sending at the same instant, the final
     /// flush too). Requests still running at the deadline are given up as unknown, those
     /// not started are spilled. At the final flush, nothing is re-queued.
-    pub async fn flush(&mut self, deadline: &mut Deadline, final_flush: bool) -> WrapperFlushReport {
+    pub async fn flush(
+        &mut self,
+        deadline: &mut Deadline,
+        final_flush: bool,
+    ) -> WrapperFlushReport {
         if let Some(unended) = self.unended.take() {
             self.end(unended);
         }
@@ -193,7 +209,11 @@ impl WrapperFlusher {
             crash_point("wrapper_replay_loaded");
         }
         let consumes = self.spill.loaded();
-        let drained = self.buffer.drain().rows;
+        // The drained rows keep their room in the budget until they settle (`room`).
+        let Drained {
+            rows: drained,
+            mut room,
+        } = self.buffer.drain();
         self.counters.flushed();
         if drained.is_empty() {
             // Whatever replay read went to `wrapper_unsent.jsonl` (nothing reached the
@@ -287,15 +307,14 @@ impl WrapperFlusher {
             }
             self.counters.settled(sum, stage);
         }
-        // Definitely not applied: back for the next flush. A row whose sum with what
-        // arrived since would leave the i64 range cannot go back: it is recorded unsent.
-        let refused = self.buffer.requeue(requeue, now);
+        // Definitely not applied: back for the next flush, in the room the rows had. A row
+        // that cannot go back (its sum with what arrived since would leave the i64 range,
+        // or no room is left for it) is spilled, under the identity its intent has.
+        let refused = self.buffer.requeue(requeue, now, &mut room);
+        drop(room);
         if !refused.is_empty() {
-            let error = WriteError::new(
-                "sum_overflow",
-                "re-queued row's sum with newer increments would leave the i64 range",
-            );
-            for (key, row) in refused {
+            for (key, row, why) in refused {
+                let error = unmerged_error(why);
                 let sum = row_sum(&row);
                 self.counters.settled(-sum, Stage::Requeued);
                 self.counters.settled(sum, Stage::Unsent);
@@ -654,6 +673,20 @@ impl WrapperFlusher {
         batch.set_consistency(consistency(self.store.consistency));
         batch.set_request_timeout(Some(self.store.request_timeout));
         batch
+    }
+}
+
+/// The error recorded for a re-queued row that could not go back into the buffer.
+fn unmerged_error(why: Unmerged) -> WriteError {
+    match why {
+        Unmerged::Overflow => WriteError::new(
+            "sum_overflow",
+            "re-queued row's sum with newer increments would leave the i64 range",
+        ),
+        Unmerged::NoRoom => WriteError::new(
+            "no_room",
+            "no room was left within limits.max_pending_rows/max_pending_bytes for the re-queued row",
+        ),
     }
 }
 

@@ -50,8 +50,10 @@ use scylla::statement::Consistency;
 use scylla::statement::Statement;
 use scylla::statement::batch::{Batch, BatchStatement, BatchType};
 use scylla::statement::prepared::PreparedStatement;
+use tokio::sync::Notify;
 
-use crate::config::Config;
+use crate::config::{Config, FlushConfig};
+use crate::flush::schedule::{Schedule, log_backoff};
 use crate::flush::shutdown::{Deadline, ShutdownHandle, ShutdownSignal, shutdown_channel};
 use crate::state::{StateDir, StateError};
 
@@ -236,11 +238,17 @@ impl CounterSession {
         );
         let flusher = Arc::new(tokio::sync::Mutex::new(flusher));
         let (shutdown, signal) = shutdown_channel();
+        let early = Arc::new(Notify::new());
+        buffer.set_on_pressure(Box::new({
+            let early = Arc::clone(&early);
+            move || early.notify_one()
+        }));
         let task = tokio::spawn(flush_loop(
             Arc::clone(&flusher),
+            Arc::clone(&buffer),
             signal.clone(),
-            config.flush.interval,
-            config.flush.shutdown_deadline,
+            early,
+            config.flush.clone(),
         ));
         Ok(CounterSession {
             core: Arc::new(Core {
@@ -424,21 +432,40 @@ impl Drop for CounterSession {
     }
 }
 
-/// Flushes every `interval` until shutdown is requested; a flush running at the request
-/// stops at the shutdown deadline.
+/// Flushes on the sidecar's [`Schedule`] until shutdown is requested: every interval ±
+/// jitter, backing off while the store applies nothing (a store that refuses every write
+/// is not sent the whole backlog every interval), and early when the buffer crosses its
+/// pressure mark (never while backing off: against a failing store it frees nothing).
+/// A flush running at the request stops at the shutdown deadline.
 async fn flush_loop(
     flusher: Arc<tokio::sync::Mutex<WrapperFlusher>>,
+    buffer: Arc<Buffer>,
     mut signal: ShutdownSignal,
-    interval: std::time::Duration,
-    grace: std::time::Duration,
+    early: Arc<Notify>,
+    config: FlushConfig,
 ) {
-    let mut deadline = Deadline::new(signal.clone(), grace);
+    let mut deadline = Deadline::new(signal.clone(), config.shutdown_deadline);
+    let mut schedule = Schedule::new(&config);
     loop {
-        tokio::select! {
-            _ = signal.requested() => return,
-            () = tokio::time::sleep(interval) => {}
+        let next = tokio::time::sleep(schedule.next_wait(fastrand::f64()));
+        tokio::pin!(next);
+        loop {
+            tokio::select! {
+                () = &mut next => break,
+                () = early.notified(), if !schedule.backing_off() => {
+                    // A notification stored while backing off, or made stale by a flush
+                    // since, is no reason to flush now.
+                    if buffer.under_pressure() {
+                        break;
+                    }
+                }
+                _ = signal.requested() => return,
+            }
         }
-        flusher.lock().await.flush(&mut deadline, false).await;
+        let report = flusher.lock().await.flush(&mut deadline, false).await;
+        let was_backing_off = schedule.backing_off();
+        schedule.record(&report);
+        log_backoff(&schedule, was_backing_off, &report);
         if signal.requested_at().is_some() {
             return;
         }

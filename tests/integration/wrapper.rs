@@ -1031,7 +1031,10 @@ async fn a_replayed_spill_whose_cursor_could_not_be_written_is_not_replayed_agai
             "row {key}: spilled once, applied once"
         );
     }
-    assert_eq!(replayed, 2, "only the two rows the first start did not load");
+    assert_eq!(
+        replayed, 2,
+        "only the two rows the first start did not load"
+    );
     store.shutdown().await;
 }
 
@@ -1168,7 +1171,11 @@ async fn shutdown_during_a_hanging_periodic_flush_ends_within_one_deadline() {
     let took = started.elapsed();
     let unknown = records(&unknown_path);
     let spilled = records(&spill_path);
-    assert_eq!(unknown.len(), 2, "the two in flight: {unknown:?} ({took:?})");
+    assert_eq!(
+        unknown.len(),
+        2,
+        "the two in flight: {unknown:?} ({took:?})"
+    );
     assert!(
         unknown
             .iter()
@@ -1187,5 +1194,92 @@ async fn shutdown_during_a_hanging_periodic_flush_ends_within_one_deadline() {
         1,
         "the store holds the first flush only (no reply means not applied here)"
     );
+    store.shutdown().await;
+}
+
+/// A transient outage (the Cassandra persona answers every write `Unavailable`: not
+/// applied) while the application creates a new key every millisecond: the rows the
+/// wrapper holds never pass `limits.max_pending_rows` (a re-queued row keeps the room it
+/// had; past the limit, calls are sent unchanged), the flush loop backs off instead of
+/// re-sending the backlog every interval, and once the store heals every increment the
+/// application was told succeeded is in the store, exactly, or in a record.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_outage_keeps_the_wrapper_within_its_row_limit_and_loses_nothing() {
+    const LIMIT: usize = 100;
+    let store = launch(StoreOptions::cqlsim_only("answers every write unavailable")).await;
+    let server = store.sim();
+    server.execute_script(None, SCHEMA).expect("schema");
+    let dir = tempfile::tempdir().unwrap();
+    let session = wrap(&store.contact_point(), dir.path(), |c| {
+        c.limits.max_pending_rows = LIMIT;
+        c.store.request_timeout = Duration::from_secs(2);
+        c.flush.interval = Duration::from_millis(20);
+        c.flush.jitter = Duration::ZERO;
+        c.flush.max_backoff = Duration::from_millis(500);
+    })
+    .await;
+    let update = session
+        .prepare("UPDATE w.c1 SET c = c + ? WHERE k = ?")
+        .await
+        .unwrap();
+    server.set_faults(vec!["unavailable,table=w.c1".parse().unwrap()]);
+    let flushes_before = session.stats().flushes;
+    let mut acknowledged: BTreeMap<String, i64> = BTreeMap::new();
+    let mut most_rows = 0;
+    let outage = std::time::Instant::now();
+    for i in 0..2_000_i64 {
+        let key = format!("k{i}");
+        let delta = i % 7 + 1;
+        // Past the limit the call is sent unchanged and the store refuses it: the
+        // application sees the error, and the increment is its own to retry.
+        if session
+            .execute_unpaged(&update, (Counter(delta), &key))
+            .await
+            .is_ok()
+        {
+            *acknowledged.entry(key).or_default() += delta;
+        }
+        most_rows = most_rows.max(session.stats().pending_rows);
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    let outage = outage.elapsed();
+    let flushes = session.stats().flushes - flushes_before;
+    assert!(
+        most_rows <= LIMIT as u64,
+        "held {most_rows} rows, limit {LIMIT}"
+    );
+    let every_interval = (outage.as_millis() / 20) as u64;
+    assert!(
+        flushes * 4 <= every_interval,
+        "{flushes} flushes in {outage:?}: backing off, not one every 20 ms"
+    );
+    server.clear_faults();
+    for _ in 0..50 {
+        if session.stats().pending_rows == 0 {
+            break;
+        }
+        session.flush_now().await;
+    }
+    let unknown_path = session.log_path(WrapperOutcome::Unknown).await;
+    let unsent_path = session.log_path(WrapperOutcome::Unsent).await;
+    let rejected_path = session.log_path(WrapperOutcome::Rejected).await;
+    let spill_path = dir.path().join(countersink::wrapper::spill::SPILL_FILE);
+    session.shutdown().await;
+    let mut recorded: BTreeMap<String, i64> = BTreeMap::new();
+    for path in [&unknown_path, &unsent_path, &rejected_path, &spill_path] {
+        for (key, sum) in sums_by_key(&records(path)) {
+            *recorded.entry(key).or_default() += sum;
+        }
+    }
+    assert!(!acknowledged.is_empty());
+    for (key, fed) in &acknowledged {
+        let stored = cell(server, "w.c1", "c", &format!("k = '{key}'")).unwrap_or(0);
+        let in_records = recorded.get(key).copied().unwrap_or(0);
+        assert_eq!(
+            stored + in_records,
+            *fed,
+            "row {key}: fed {fed}, stored {stored}, in records {in_records}"
+        );
+    }
     store.shutdown().await;
 }
