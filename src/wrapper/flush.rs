@@ -35,6 +35,11 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::SystemTime;
 
+use scylla::client::session::Session;
+use scylla::policies::retry::FallthroughRetryPolicy;
+use scylla::statement::batch::{Batch, BatchType};
+use scylla::statement::prepared::PreparedStatement;
+
 use crate::config::{FlushConfig, StoreConfig};
 use crate::flush::schedule::Attempt;
 use crate::flush::shutdown::Deadline;
@@ -44,10 +49,6 @@ use crate::sink::cql::{classify, session::consistency};
 use crate::sink::{Outcome, OutcomeClass, WriteError};
 use crate::state::{FlushId, Settled, StateDir, WrapperTable};
 use crate::test_hooks::crash_point;
-use scylla::client::session::Session;
-use scylla::policies::retry::FallthroughRetryPolicy;
-use scylla::statement::batch::{Batch, BatchType};
-use scylla::statement::prepared::PreparedStatement;
 
 use super::buffer::RowAdd;
 use super::buffer::{Buffer, Drained, PendingRow, Unmerged};
