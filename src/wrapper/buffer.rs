@@ -113,6 +113,16 @@ pub struct Drained {
     pub room: Credit,
 }
 
+/// How an add claims room for its new rows.
+#[derive(Clone, Copy)]
+enum Reserve {
+    /// Increments the application just made: crossing the pressure mark asks for an
+    /// early flush.
+    Fresh,
+    /// Rows coming back from the spill: no early flush.
+    Quiet,
+}
+
 /// Why a re-queued row could not go back into the buffer.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Unmerged {
@@ -191,6 +201,16 @@ impl Buffer {
 
     /// Adds every row of `adds`, or none of them.
     pub fn add(&self, adds: &[RowAdd]) -> Result<(), Refused> {
+        self.add_rows(adds, Reserve::Fresh)
+    }
+
+    /// Adds a row an earlier process spilled, as [`Buffer::add`] does, without asking for
+    /// an early flush: the flush replaying it drains it at once anyway.
+    pub fn add_replayed(&self, add: &RowAdd) -> Result<(), Refused> {
+        self.add_rows(std::slice::from_ref(add), Reserve::Quiet)
+    }
+
+    fn add_rows(&self, adds: &[RowAdd], reserve: Reserve) -> Result<(), Refused> {
         let stripe = &self.stripes[thread_stripe() % self.stripes.len()];
         let mut stripe = stripe.lock();
         if self.closed.load(Ordering::Acquire) {
@@ -219,7 +239,11 @@ impl Buffer {
             }
         }
         if new_rows > 0 {
-            self.reserve(new_rows, new_bytes)?;
+            match reserve {
+                Reserve::Fresh => self.reserve(new_rows, new_bytes)?,
+                Reserve::Quiet if self.budget.try_reserve_quiet(new_rows, new_bytes) => {}
+                Reserve::Quiet => return Err(Refused::Full),
+            }
         }
         for add in adds {
             if !stripe.rows.contains_key(&add.key) {

@@ -479,7 +479,7 @@ impl WrapperFlusher {
                 unreplayable.push(record);
                 return true;
             };
-            match buffer.add(std::slice::from_ref(&add)) {
+            match buffer.add_replayed(&add) {
                 Ok(()) => true,
                 Err(super::buffer::Refused::Overflow) => {
                     // Alone it fits an i64; with what is pending it does not: next flush.
