@@ -119,8 +119,8 @@ impl Budget {
         self.try_reserve_rows(1, bytes)
     }
 
-    /// Claims room for `rows` new rows of `bytes` in all (one add of several rows), or
-    /// none of it; as [`Budget::try_reserve`].
+    /// Claims room for `rows` new rows of `bytes` in all, all of it or none, as
+    /// [`Budget::try_reserve`] does for one.
     pub(crate) fn try_reserve_rows(&self, rows: usize, bytes: usize) -> Result<(), DropReason> {
         let (rows, total) = self.claim(rows, bytes)?;
         self.check_pressure(rows, total);
