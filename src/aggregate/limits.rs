@@ -91,9 +91,16 @@ pub struct Room {
 
 impl Budget {
     pub(crate) fn new(limits: &Limits) -> Budget {
+        Budget::with_maxima(limits.max_pending_rows, limits.row_bytes())
+    }
+
+    /// A budget of at most `max_rows` rows and `max_bytes` estimated bytes (the driver
+    /// wrapper's buffer, whose rows take all of `limits.max_pending_bytes`: its flush
+    /// holds no copy of them beside the rows themselves).
+    pub(crate) fn with_maxima(max_rows: usize, max_bytes: usize) -> Budget {
         Budget {
-            max_rows: limits.max_pending_rows,
-            max_bytes: limits.row_bytes(),
+            max_rows,
+            max_bytes,
             rows: AtomicUsize::new(0),
             bytes: AtomicUsize::new(0),
             pressure: AtomicBool::new(false),

@@ -10,13 +10,39 @@
 //! than one attempt per interval. Early flushes (memory pressure) are not taken while
 //! backing off: against a failing store they would free nothing and only add requests.
 //!
-//! Pure and synchronous, time and randomness passed in, like the settle step.
+//! Pure and synchronous, time and randomness passed in, like the settle step. The driver
+//! wrapper's flush loop runs on the same schedule: a flush tells it what it sent and what
+//! applied as an [`Attempt`], which both flushes' reports convert into.
 
 use std::time::Duration;
 
 use crate::config::FlushConfig;
 
 use super::FlushReport;
+
+/// What the schedule learns from one flush: the requests it sent, and how they ended.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Attempt {
+    /// Requests sent or meant to be sent.
+    pub writes: usize,
+    /// Requests applied.
+    pub applied: usize,
+    /// Requests definitely not applied, kept for a later flush.
+    pub requeued: usize,
+    /// Requests whose outcome is unknown.
+    pub unknown: usize,
+}
+
+impl From<&FlushReport> for Attempt {
+    fn from(report: &FlushReport) -> Attempt {
+        Attempt {
+            writes: report.writes,
+            applied: report.applied,
+            requeued: report.requeued,
+            unknown: report.unknown,
+        }
+    }
+}
 
 /// The flush schedule and its back-off state.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -45,7 +71,8 @@ impl Schedule {
     /// Takes a flush's outcome into account: nothing applied of what was sent is one more
     /// failure, anything applied resets the back-off, and a flush that sent nothing
     /// proves nothing either way.
-    pub fn record(&mut self, report: &FlushReport) {
+    pub fn record(&mut self, report: impl Into<Attempt>) {
+        let report = report.into();
         if report.applied > 0 {
             self.failures = 0;
         } else if report.writes > 0 {
@@ -91,7 +118,8 @@ impl Schedule {
 
 /// Says when the store stopped applying writes (once per doubling of the back-off, so a
 /// long outage logs a handful of lines) and when it applies them again.
-pub(super) fn log_backoff(schedule: &Schedule, was_backing_off: bool, report: &super::FlushReport) {
+pub(crate) fn log_backoff(schedule: &Schedule, was_backing_off: bool, report: impl Into<Attempt>) {
+    let report = report.into();
     let failures = schedule.failures();
     if failures > 0 && failures.is_power_of_two() {
         tracing::warn!(

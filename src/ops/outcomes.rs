@@ -578,10 +578,16 @@ pub fn scan(
         }
         report.journal.unfinished_flushes += 1;
         let wrapper_records = group.wrapper.as_ref().map(|wrapper| {
-            crate::wrapper::recovery::group_records(group, wrapper, None, &group.time)
-                .iter()
-                .map(|r| as_write_record(r, RecordOutcome::of_wrapper(r.outcome, false)))
-                .collect::<Vec<_>>()
+            crate::wrapper::recovery::group_records(
+                group,
+                wrapper,
+                index == last,
+                None,
+                &group.time,
+            )
+            .iter()
+            .map(|r| as_write_record(r, RecordOutcome::of_wrapper(r.outcome, false)))
+            .collect::<Vec<_>>()
         });
         let records = wrapper_records.unwrap_or_else(|| recovery_records(group, index == last));
         for record in totals::journal_records(dir, group)? {

@@ -419,7 +419,7 @@ pub const WRAPPER_WRITES: MetricDef = MetricDef {
 /// `countersink_wrapper_pending_rows` (the driver wrapper).
 pub const WRAPPER_PENDING_ROWS: MetricDef = MetricDef {
     name: "countersink_wrapper_pending_rows",
-    help: "Rows (table, primary key) the driver wrapper holds for its next flush.",
+    help: "Rows (table, primary key) the driver wrapper holds: pending for its next flush, or in the flush running now (limits.max_pending_rows bounds them).",
     labels: &[],
 };
 /// `countersink_wrapper_delta_sum{stage}` (the driver wrapper).

@@ -9,16 +9,26 @@
 //! lock (an add racing with it lands in the drained map or the fresh one, never both,
 //! never neither), and a closed flag read under the same lock for the final drain.
 //!
+//! The budget is the sidecar's ([`crate::aggregate::Credit`] and the budget behind it):
+//! it covers every row held, pending or drained by the flush running now. A drained row
+//! keeps its room until its write settles, and a row re-queued after a write that did not
+//! apply takes that room back, so a store that applies nothing cannot make the buffer
+//! grow past its limits: new rows are refused (sent unchanged) instead. Crossing three
+//! quarters of either limit asks for an early flush ([`Buffer::set_on_pressure`]).
+//!
 //! A row key is the table's number (4 bytes) followed by each key column's serialized
 //! value, length-prefixed: exactly the bytes the application's driver serialized, so two
 //! executions address the same row exactly when the store would think so.
 
 use std::cell::Cell;
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 use crossbeam_utils::CachePadded;
 use parking_lot::Mutex;
+
+use crate::aggregate::{Budget, Credit, SharedBudget};
 
 /// A buffered row's deltas, in its table's counter column order.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -71,10 +81,8 @@ struct Stripe {
 /// The striped buffer.
 pub struct Buffer {
     stripes: Box<[CachePadded<Mutex<Stripe>>]>,
-    rows: CachePadded<AtomicUsize>,
-    bytes: CachePadded<AtomicUsize>,
-    max_rows: usize,
-    max_bytes: usize,
+    /// Room for every row held: pending here, or drained and not settled yet.
+    budget: SharedBudget,
     closed: AtomicBool,
 }
 
@@ -95,11 +103,33 @@ fn thread_stripe() -> usize {
 }
 
 /// The rows of one drain (a row whose stripes' sums could not be added without leaving
-/// the i64 range appears more than once).
-#[derive(Debug, Default)]
+/// the i64 range appears more than once), and the room they still hold in the budget.
+#[derive(Debug)]
 pub struct Drained {
     /// The rows.
     pub rows: Vec<(Box<[u8]>, PendingRow)>,
+    /// Their room: re-queued rows take theirs from it ([`Buffer::requeue`]); what is left
+    /// returns to the budget when it is dropped (the flush settled the rest).
+    pub room: Credit,
+}
+
+/// How an add claims room for its new rows.
+#[derive(Clone, Copy)]
+enum Reserve {
+    /// Increments the application just made: crossing the pressure mark asks for an
+    /// early flush.
+    Fresh,
+    /// Rows coming back from the spill: no early flush.
+    Quiet,
+}
+
+/// Why a re-queued row could not go back into the buffer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Unmerged {
+    /// Its sum with what arrived since would leave the i64 range.
+    Overflow,
+    /// The budget has no room for it (its own was given up).
+    NoRoom,
 }
 
 impl Buffer {
@@ -109,12 +139,20 @@ impl Buffer {
             stripes: (0..stripes.max(1))
                 .map(|_| CachePadded::new(Mutex::new(Stripe::default())))
                 .collect(),
-            rows: CachePadded::new(AtomicUsize::new(0)),
-            bytes: CachePadded::new(AtomicUsize::new(0)),
-            max_rows,
-            max_bytes,
+            budget: Arc::new(CachePadded::new(Budget::with_maxima(max_rows, max_bytes))),
             closed: AtomicBool::new(false),
         }
+    }
+
+    /// Sets what to call, once per crossing, when the rows held pass three quarters of
+    /// either limit (the flush loop flushes early, unless it is backing off).
+    pub fn set_on_pressure(&self, callback: Box<dyn Fn() + Send + Sync>) {
+        self.budget.set_on_pressure(callback);
+    }
+
+    /// Whether the rows held are past three quarters of either limit now.
+    pub fn under_pressure(&self) -> bool {
+        self.budget.under_pressure()
     }
 
     /// Adds one execution's deltas to the row `key` of a table with `columns` counter
@@ -163,6 +201,16 @@ impl Buffer {
 
     /// Adds every row of `adds`, or none of them.
     pub fn add(&self, adds: &[RowAdd]) -> Result<(), Refused> {
+        self.add_rows(adds, Reserve::Fresh)
+    }
+
+    /// Adds a row an earlier process spilled, as [`Buffer::add`] does, without asking for
+    /// an early flush: the flush replaying it drains it at once anyway.
+    pub fn add_replayed(&self, add: &RowAdd) -> Result<(), Refused> {
+        self.add_rows(std::slice::from_ref(add), Reserve::Quiet)
+    }
+
+    fn add_rows(&self, adds: &[RowAdd], reserve: Reserve) -> Result<(), Refused> {
         let stripe = &self.stripes[thread_stripe() % self.stripes.len()];
         let mut stripe = stripe.lock();
         if self.closed.load(Ordering::Acquire) {
@@ -191,7 +239,11 @@ impl Buffer {
             }
         }
         if new_rows > 0 {
-            self.reserve(new_rows, new_bytes)?;
+            match reserve {
+                Reserve::Fresh => self.reserve(new_rows, new_bytes)?,
+                Reserve::Quiet if self.budget.try_reserve_quiet(new_rows, new_bytes) => {}
+                Reserve::Quiet => return Err(Refused::Full),
+            }
         }
         for add in adds {
             if !stripe.rows.contains_key(&add.key) {
@@ -219,24 +271,22 @@ impl Buffer {
     }
 
     fn reserve(&self, rows: usize, bytes: usize) -> Result<(), Refused> {
-        let before_rows = self.rows.fetch_add(rows, Ordering::Relaxed);
-        let before_bytes = self.bytes.fetch_add(bytes, Ordering::Relaxed);
-        if before_rows + rows > self.max_rows || before_bytes + bytes > self.max_bytes {
-            self.rows.fetch_sub(rows, Ordering::Relaxed);
-            self.bytes.fetch_sub(bytes, Ordering::Relaxed);
-            return Err(Refused::Full);
-        }
-        Ok(())
+        self.budget
+            .try_reserve_rows(rows, bytes)
+            .map_err(|_| Refused::Full)
     }
 
-    /// Takes every buffered row, summing a row held by several stripes.
+    /// Takes every buffered row, summing a row held by several stripes. The rows keep
+    /// their room until the returned [`Drained::room`] is dropped.
     pub fn drain(&self) -> Drained {
         let mut rows: Vec<(Box<[u8]>, PendingRow)> = Vec::new();
         let mut at: HashMap<Box<[u8]>, usize, foldhash::fast::RandomState> = HashMap::default();
+        let (mut held_rows, mut held_bytes) = (0, 0);
         for stripe in self.stripes.iter() {
             let taken = std::mem::take(&mut stripe.lock().rows);
             for (key, row) in taken {
-                self.release(&key, row.deltas.len());
+                held_rows += 1;
+                held_bytes += row_bytes(&key, row.deltas.len());
                 // Two stripes' sums of one row can only leave the i64 range together if
                 // the row's total does: then they stay two entries (two requests), never
                 // a wrapped sum.
@@ -249,23 +299,22 @@ impl Buffer {
                 }
             }
         }
-        Drained { rows }
-    }
-
-    fn release(&self, key: &[u8], columns: usize) {
-        self.rows.fetch_sub(1, Ordering::Relaxed);
-        self.bytes
-            .fetch_sub(row_bytes(key, columns), Ordering::Relaxed);
+        Drained {
+            rows,
+            room: Credit::new(Arc::clone(&self.budget), held_rows, held_bytes),
+        }
     }
 
     /// Puts rows that definitely were not applied back, first failure at `now_unix_secs`
-    /// unless they failed before. Outside the budget: they were counted in before. Returns
-    /// the rows that could not be merged (a sum leaving the i64 range).
+    /// unless they failed before. A row new to the buffer takes its room from `room` (the
+    /// drain's), then from the budget within its limits. Returns the rows that could not
+    /// go back, with why.
     pub fn requeue(
         &self,
         rows: Vec<(Box<[u8]>, PendingRow)>,
         now_unix_secs: u32,
-    ) -> Vec<(Box<[u8]>, PendingRow)> {
+        room: &mut Credit,
+    ) -> Vec<(Box<[u8]>, PendingRow, Unmerged)> {
         let mut refused = Vec::new();
         let mut stripe = self.stripes[0].lock();
         for (key, mut row) in rows {
@@ -275,17 +324,15 @@ impl Buffer {
             match stripe.rows.get_mut(&key) {
                 Some(into) => {
                     if add_row(into, &row).is_err() {
-                        refused.push((key, row));
+                        refused.push((key, row, Unmerged::Overflow));
                     } else if into.requeued_since == 0 || into.requeued_since > row.requeued_since {
                         into.requeued_since = row.requeued_since;
                     }
                 }
-                None => {
-                    self.rows.fetch_add(1, Ordering::Relaxed);
-                    self.bytes
-                        .fetch_add(row_bytes(&key, row.deltas.len()), Ordering::Relaxed);
+                None if room.spend(row_bytes(&key, row.deltas.len())) => {
                     stripe.rows.insert(key, row);
                 }
+                None => refused.push((key, row, Unmerged::NoRoom)),
             }
         }
         refused
@@ -300,9 +347,9 @@ impl Buffer {
         }
     }
 
-    /// Rows pending.
+    /// Rows held: pending, or drained by the flush running now and not settled yet.
     pub fn pending_rows(&self) -> usize {
-        self.rows.load(Ordering::Relaxed)
+        self.budget.rows()
     }
 
     /// The signed sum of every pending delta.
@@ -402,15 +449,55 @@ mod tests {
     fn requeued_rows_merge_with_new_adds_and_keep_their_first_failure() {
         let buffer = Buffer::new(2, 10, 1 << 20);
         buffer.add(&[add(b"a", &[(0, 1)])]).unwrap();
-        let drained = buffer.drain().rows;
+        let Drained { rows, mut room } = buffer.drain();
         buffer.add(&[add(b"a", &[(0, 10)])]).unwrap();
-        assert!(buffer.requeue(drained, 1000).is_empty());
-        let again = buffer.drain().rows;
-        assert_eq!(again.len(), 1);
-        assert_eq!(again[0].1.deltas.as_ref(), [11, 0]);
-        assert_eq!(again[0].1.requeued_since, 1000);
-        assert!(buffer.requeue(again, 2000).is_empty());
+        assert!(buffer.requeue(rows, 1000, &mut room).is_empty());
+        drop(room);
+        let Drained { rows, mut room } = buffer.drain();
+        assert_eq!(rows.len(), 1);
+        assert_eq!(rows[0].1.deltas.as_ref(), [11, 0]);
+        assert_eq!(rows[0].1.requeued_since, 1000);
+        assert!(buffer.requeue(rows, 2000, &mut room).is_empty());
         assert_eq!(buffer.drain().rows[0].1.requeued_since, 1000);
+    }
+
+    #[test]
+    fn drained_rows_keep_their_room_until_they_settle_and_requeued_ones_take_it_back() {
+        let buffer = Buffer::new(2, 2, 1 << 20);
+        buffer
+            .add(&[add(b"a", &[(0, 1)]), add(b"b", &[(0, 1)])])
+            .unwrap();
+        let Drained { rows, mut room } = buffer.drain();
+        assert_eq!(buffer.pending_rows(), 2, "in flight, still held");
+        assert_eq!(
+            buffer.add(&[add(b"c", &[(0, 1)])]),
+            Err(Refused::Full),
+            "no room while the drained rows are in flight"
+        );
+        // Both re-queued: each takes the room it had.
+        assert!(buffer.requeue(rows, 1000, &mut room).is_empty());
+        drop(room);
+        assert_eq!(buffer.pending_rows(), 2);
+        assert_eq!(buffer.add(&[add(b"c", &[(0, 1)])]), Err(Refused::Full));
+        // One applied, one re-queued: the applied row's room returns with the credit.
+        let Drained { mut rows, mut room } = buffer.drain();
+        rows.truncate(1);
+        assert!(buffer.requeue(rows, 2000, &mut room).is_empty());
+        drop(room);
+        assert_eq!(buffer.pending_rows(), 1);
+        buffer.add(&[add(b"c", &[(0, 1)])]).unwrap();
+        // A row given up by its credit finds no room in a full budget: handed back.
+        let Drained { rows, room } = buffer.drain();
+        drop(room);
+        buffer
+            .add(&[add(b"x", &[(0, 1)]), add(b"y", &[(0, 1)])])
+            .unwrap();
+        let mut none = Credit::new(Arc::clone(&buffer.budget), 0, 0);
+        let refused = buffer.requeue(rows, 3000, &mut none);
+        assert!(
+            refused.iter().all(|(_, _, why)| *why == Unmerged::NoRoom) && refused.len() == 2,
+            "{refused:?}"
+        );
     }
 
     #[test]

@@ -20,10 +20,16 @@
 //! Before anything is sent, the flush's requests (tables, row keys, deltas) and the spill
 //! offset its replayed rows came from are one group commit in the state directory's
 //! journal (`journal.wal`, [`crate::state::journal`]); outcomes follow as requests settle,
-//! then the logs' sizes before this flush appends to them, the appends, `End`, and the
-//! spill cursor. A process killed anywhere in between is finished by the next start
+//! then the logs' sizes before this flush appends to them, the appends, the spill cursor,
+//! and `End`. A process killed anywhere in between is finished by the next start
 //! ([`super::recovery`]): requests in flight are logged as unknown (`in_flight_at_crash`),
 //! never re-sent.
+//!
+//! The cursor comes before `End` because `End` starts the journal over: from then on
+//! nothing names the offset this flush's replayed rows were consumed up to but the
+//! cursor, and a next start that found an older one would replay (and apply) those rows
+//! again. When the cursor cannot be written (a full disk), the flush's group is left open
+//! instead, so its offset still counts at the next start, and the next flush tries again.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -33,9 +39,10 @@ use scylla::client::session::Session;
 use scylla::policies::retry::FallthroughRetryPolicy;
 use scylla::statement::batch::{Batch, BatchType};
 use scylla::statement::prepared::PreparedStatement;
-use tokio::time::Instant;
 
 use crate::config::{FlushConfig, StoreConfig};
+use crate::flush::schedule::Attempt;
+use crate::flush::shutdown::Deadline;
 use crate::sink::bounded::{Ended, cancelled_at_deadline, send_bounded};
 use crate::sink::cql::store::StoreKind;
 use crate::sink::cql::{classify, session::consistency};
@@ -44,7 +51,7 @@ use crate::state::{FlushId, Settled, StateDir, WrapperTable};
 use crate::test_hooks::crash_point;
 
 use super::buffer::RowAdd;
-use super::buffer::{Buffer, PendingRow};
+use super::buffer::{Buffer, Drained, PendingRow, Unmerged};
 use super::recognize::{TableShape, Tables};
 use super::records::{Logs, WrapperOutcome, WrapperRecord, record, unhex};
 use super::recovery::request_id;
@@ -77,6 +84,17 @@ pub struct WrapperFlushReport {
     pub replayed_rows: u64,
     /// Whether the journal's group commit failed (nothing was sent; rows re-queued).
     pub journal_failed: bool,
+}
+
+impl From<&WrapperFlushReport> for Attempt {
+    fn from(report: &WrapperFlushReport) -> Attempt {
+        Attempt {
+            writes: report.writes,
+            applied: report.applied,
+            requeued: report.requeued,
+            unknown: report.unknown,
+        }
+    }
 }
 
 /// A drained row: its key and its deltas.
@@ -114,6 +132,17 @@ pub struct WrapperFlusher {
     /// What the store is: an `Unavailable` answer is classified by it (ScyllaDB's may
     /// come after a replica applied the write).
     store_kind: StoreKind,
+    /// A flush whose journal group is left open because the spill cursor it consumed is
+    /// not durable yet (see the module doc).
+    unended: Option<Unended>,
+}
+
+/// A settled flush not ended in the journal yet: its group keeps `consumes` for the next
+/// start until the cursor is durable.
+#[derive(Clone, Copy, Debug)]
+struct Unended {
+    seq: u64,
+    consumes: Option<u64>,
 }
 
 impl WrapperFlusher {
@@ -144,6 +173,7 @@ impl WrapperFlusher {
             statements: HashMap::new(),
             seq: 0,
             store_kind,
+            unended: None,
         }
     }
 
@@ -158,9 +188,18 @@ impl WrapperFlusher {
         self.logs.path(outcome)
     }
 
-    /// Drains and sends everything pending. At the final flush (`deadline` given), nothing
-    /// is re-queued, and requests still running at the deadline are given up as unknown.
-    pub async fn flush(&mut self, deadline: Option<Instant>) -> WrapperFlushReport {
+    /// Drains and sends everything pending, until `deadline` (shutdown's: every flush
+    /// running when shutdown is requested stops sending at the same instant, the final
+    /// flush too). Requests still running at the deadline are given up as unknown, those
+    /// not started are spilled. At the final flush, nothing is re-queued.
+    pub async fn flush(
+        &mut self,
+        deadline: &mut Deadline,
+        final_flush: bool,
+    ) -> WrapperFlushReport {
+        if let Some(unended) = self.unended.take() {
+            self.end(unended);
+        }
         self.seq += 1;
         let mut report = WrapperFlushReport {
             seq: self.seq,
@@ -171,7 +210,11 @@ impl WrapperFlusher {
             crash_point("wrapper_replay_loaded");
         }
         let consumes = self.spill.loaded();
-        let drained = self.buffer.drain().rows;
+        // The drained rows keep their room in the budget until they settle (`room`).
+        let Drained {
+            rows: drained,
+            mut room,
+        } = self.buffer.drain();
         self.counters.flushed();
         if drained.is_empty() {
             // Whatever replay read went to `wrapper_unsent.jsonl` (nothing reached the
@@ -190,21 +233,22 @@ impl WrapperFlusher {
         self.prepare(&requests, deadline).await;
         let journaled = self.journal_begin(consumes, &requests);
         crash_point("wrapper_journal_committed");
-        let sent = match &journaled {
-            Ok(()) => self.send(&requests, deadline).await,
+        // How each request ended, or why it was never sent.
+        let sent: Vec<Result<Ended, WriteError>> = match &journaled {
+            Ok(()) => self
+                .send(&requests, deadline)
+                .await
+                .into_iter()
+                .map(Ok)
+                .collect(),
             Err(error) => {
                 tracing::error!(%error, "Could not write the flush's intents to the journal; nothing of it is sent.");
                 report.journal_failed = true;
-                let text = format!("the intent journal could not be written: {error}");
-                requests
-                    .iter()
-                    .map(|_| {
-                        Ended::Done(Outcome::NotAppliedTransient(WriteError::new(
-                            "journal_failed",
-                            text.clone(),
-                        )))
-                    })
-                    .collect()
+                let error = WriteError::new(
+                    "journal_failed",
+                    format!("the intent journal could not be written: {error}"),
+                );
+                requests.iter().map(|_| Err(error.clone())).collect()
             }
         };
         crash_point("wrapper_sent");
@@ -218,7 +262,10 @@ impl WrapperFlusher {
         let mut records: HashMap<WrapperOutcome, Vec<WrapperRecord>> = HashMap::new();
         for (index, (request, sent)) in requests.into_iter().zip(sent).enumerate() {
             let sum = request.sum();
-            let (class, stage, error) = settle(sent, deadline.is_some());
+            let (class, stage, error) = match sent {
+                Ok(ended) => settle(ended, final_flush),
+                Err(error) => settle_not_journaled(error, final_flush),
+            };
             if journaled.is_ok() {
                 self.state
                     .journal_outcome(index as u32, &journal_outcome(class, stage, &error));
@@ -261,15 +308,14 @@ impl WrapperFlusher {
             }
             self.counters.settled(sum, stage);
         }
-        // Definitely not applied: back for the next flush. A row whose sum with what
-        // arrived since would leave the i64 range cannot go back: it is recorded unsent.
-        let refused = self.buffer.requeue(requeue, now);
+        // Definitely not applied: back for the next flush, in the room the rows had. A row
+        // that cannot go back (its sum with what arrived since would leave the i64 range,
+        // or no room is left for it) is spilled, under the identity its intent has.
+        let refused = self.buffer.requeue(requeue, now, &mut room);
+        drop(room);
         if !refused.is_empty() {
-            let error = WriteError::new(
-                "sum_overflow",
-                "re-queued row's sum with newer increments would leave the i64 range",
-            );
-            for (key, row) in refused {
+            for (key, row, why) in refused {
+                let error = unmerged_error(why);
                 let sum = row_sum(&row);
                 self.counters.settled(-sum, Stage::Requeued);
                 self.counters.settled(sum, Stage::Unsent);
@@ -336,18 +382,32 @@ impl WrapperFlusher {
         }
         crash_point("wrapper_logged");
         if journaled.is_ok() {
-            match self.state.wrapper_journal_end(self.seq) {
-                Ok(()) => {
-                    if let Err(error) = self.spill.commit(consumes) {
-                        tracing::error!(%error, "Could not write the wrapper spill's cursor; the next start replays from the last one written (rows this flush sent are in the journal's last group only until the next flush).");
-                    }
-                }
-                Err(error) => {
-                    tracing::error!(%error, "Could not end the flush in the journal; the next start finishes it again (records are not duplicated).");
-                }
-            }
+            self.end(Unended {
+                seq: self.seq,
+                consumes,
+            });
         }
         report
+    }
+
+    /// Ends a settled flush: makes the spill cursor it consumed durable, then writes
+    /// `End` (in that order: see the module doc). When the cursor cannot be written, the
+    /// group stays open and is kept in `self.unended` for the next flush to end.
+    fn end(&mut self, flush: Unended) {
+        if let Err(error) = self.spill.commit(flush.consumes) {
+            tracing::error!(%error, "Could not write the wrapper spill's cursor; the flush stays open in the journal, whose group keeps the offset its replayed rows were consumed up to, and the next flush tries again.");
+            self.unended = Some(flush);
+            return;
+        }
+        crash_point("wrapper_cursor_committed");
+        match self.state.wrapper_journal_end(flush.seq) {
+            // `End` starts the journal over: a group left open before this one is gone
+            // with it (its cursor is durable: this one's is at least as far).
+            Ok(()) => self.unended = None,
+            Err(error) => {
+                tracing::error!(%error, "Could not end the flush in the journal; the next start finishes it again (records are not duplicated).");
+            }
+        }
     }
 
     fn request_id(&self, index: usize) -> String {
@@ -419,7 +479,7 @@ impl WrapperFlusher {
                 unreplayable.push(record);
                 return true;
             };
-            match buffer.add(std::slice::from_ref(&add)) {
+            match buffer.add_replayed(&add) {
                 Ok(()) => true,
                 Err(super::buffer::Refused::Overflow) => {
                     // Alone it fits an i64; with what is pending it does not: next flush.
@@ -524,23 +584,20 @@ impl WrapperFlusher {
     }
 
     /// Prepares the UPDATE of every table the requests write and this flusher has not
-    /// prepared yet, within the final flush's `deadline`: a store that takes PREPARE and
-    /// never answers must not hold the shutdown past it. A failure leaves the table
-    /// without a statement: its requests are then not sent (not applied: re-queued, or
-    /// spilled at the final flush), and the next flush tries again.
-    async fn prepare(&mut self, requests: &[Request], deadline: Option<Instant>) {
+    /// prepared yet, within the shutdown `deadline`: a store that takes PREPARE and never
+    /// answers must not hold the shutdown past it. A failure leaves the table without a
+    /// statement: its requests are then not sent (not applied: re-queued, or spilled at
+    /// the final flush), and the next flush tries again.
+    async fn prepare(&mut self, requests: &[Request], deadline: &mut Deadline) {
         for request in requests {
             let id = request.table.id;
-            if self.statements.contains_key(&id) {
+            if self.statements.contains_key(&id) || deadline.passed() {
                 continue;
             }
             let prepare = self.session.prepare(update_text(&request.table));
-            let prepared = match deadline {
-                None => prepare.await.map_err(|error| error.to_string()),
-                Some(at) => match tokio::time::timeout_at(at, prepare).await {
-                    Ok(result) => result.map_err(|error| error.to_string()),
-                    Err(_) => Err("no answer before the shutdown deadline".to_owned()),
-                },
+            let prepared = tokio::select! {
+                result = prepare => result.map_err(|error| error.to_string()),
+                () = deadline.wait() => Err("no answer before the shutdown deadline".to_owned()),
             };
             match prepared {
                 Ok(mut statement) => {
@@ -560,12 +617,12 @@ impl WrapperFlusher {
     }
 
     /// Sends every request, at most `flush.max_in_flight` at once, until done or the
-    /// deadline (the final flush's; the others have none).
-    async fn send(&self, requests: &[Request], mut deadline: Option<Instant>) -> Vec<Ended> {
+    /// shutdown deadline.
+    async fn send(&self, requests: &[Request], deadline: &mut Deadline) -> Vec<Ended> {
         send_bounded(
             requests,
             self.flush.max_in_flight,
-            &mut deadline,
+            deadline,
             |request| self.send_one(request),
             |_, _, _| {},
         )
@@ -617,6 +674,20 @@ impl WrapperFlusher {
         batch.set_consistency(consistency(self.store.consistency));
         batch.set_request_timeout(Some(self.store.request_timeout));
         batch
+    }
+}
+
+/// The error recorded for a re-queued row that could not go back into the buffer.
+fn unmerged_error(why: Unmerged) -> WriteError {
+    match why {
+        Unmerged::Overflow => WriteError::new(
+            "sum_overflow",
+            "re-queued row's sum with newer increments would leave the i64 range",
+        ),
+        Unmerged::NoRoom => WriteError::new(
+            "no_room",
+            "no room was left within limits.max_pending_rows/max_pending_bytes for the re-queued row",
+        ),
     }
 }
 
@@ -698,9 +769,42 @@ fn settle(ended: Ended, final_flush: bool) -> (Option<OutcomeClass>, Stage, Opti
     }
 }
 
+/// The settle step of a request the flush never sent because its group commit failed:
+/// counted under no outcome class (`countersink_wrapper_writes_total` counts requests
+/// sent, and the sidecar counts a write its failed group commit held back under none),
+/// its rows kept for the next flush, or spilled at the final flush.
+fn settle_not_journaled(
+    error: WriteError,
+    final_flush: bool,
+) -> (Option<OutcomeClass>, Stage, Option<WriteError>) {
+    let stage = if final_flush {
+        Stage::Unsent
+    } else {
+        Stage::Requeued
+    };
+    (None, stage, Some(error))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_request_a_failed_group_commit_kept_back_is_counted_under_no_outcome() {
+        for final_flush in [false, true] {
+            let (class, stage, _) = settle_not_journaled(error(), final_flush);
+            assert_eq!(
+                class, None,
+                "never sent, so not a write of any outcome (final flush: {final_flush})"
+            );
+            let kept = if final_flush {
+                Stage::Unsent
+            } else {
+                Stage::Requeued
+            };
+            assert_eq!(stage, kept, "final flush: {final_flush}");
+        }
+    }
 
     fn error() -> WriteError {
         WriteError::new("k", "t")

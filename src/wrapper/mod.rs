@@ -52,7 +52,9 @@ use scylla::statement::batch::{Batch, BatchStatement, BatchType};
 use scylla::statement::prepared::PreparedStatement;
 use tokio::sync::Notify;
 
-use crate::config::Config;
+use crate::config::{Config, FlushConfig};
+use crate::flush::schedule::{Schedule, log_backoff};
+use crate::flush::shutdown::{Deadline, ShutdownHandle, ShutdownSignal, shutdown_channel};
 use crate::state::{StateDir, StateError};
 
 use self::buffer::{Buffer, Refused, RowAdd};
@@ -158,7 +160,10 @@ thread_local! {
 pub struct CounterSession {
     core: Arc<Core>,
     flusher: Arc<tokio::sync::Mutex<WrapperFlusher>>,
-    stop: Arc<Notify>,
+    /// Requests shutdown: its instant fixes the one deadline of every flush still running
+    /// then and of the final flush.
+    shutdown: ShutdownHandle,
+    signal: ShutdownSignal,
     task: Option<tokio::task::JoinHandle<()>>,
     shutdown_deadline: std::time::Duration,
     recovery: WrapperRecovery,
@@ -232,11 +237,18 @@ impl CounterSession {
             crate::sink::cql::store::detect(&session).await.kind,
         );
         let flusher = Arc::new(tokio::sync::Mutex::new(flusher));
-        let stop = Arc::new(Notify::new());
+        let (shutdown, signal) = shutdown_channel();
+        let early = Arc::new(Notify::new());
+        buffer.set_on_pressure(Box::new({
+            let early = Arc::clone(&early);
+            move || early.notify_one()
+        }));
         let task = tokio::spawn(flush_loop(
             Arc::clone(&flusher),
-            Arc::clone(&stop),
-            config.flush.interval,
+            Arc::clone(&buffer),
+            signal.clone(),
+            early,
+            config.flush.clone(),
         ));
         Ok(CounterSession {
             core: Arc::new(Core {
@@ -251,7 +263,8 @@ impl CounterSession {
                 consistency: crate::sink::cql::session::consistency(config.store.consistency),
             }),
             flusher,
-            stop,
+            shutdown,
+            signal,
             task: Some(task),
             shutdown_deadline: config.flush.shutdown_deadline,
             recovery,
@@ -356,9 +369,17 @@ impl CounterSession {
         self.flusher.lock().await.disable_journal_for_benchmark();
     }
 
-    /// Flushes now (also runs every `flush.interval` on its own).
+    /// Flushes now (also runs every `flush.interval` on its own). Bounded by the
+    /// shutdown deadline once `shutdown()` is called, like the periodic flushes.
     pub async fn flush_now(&self) -> WrapperFlushReport {
-        self.flusher.lock().await.flush(None).await
+        let mut deadline = self.deadline();
+        self.flusher.lock().await.flush(&mut deadline, false).await
+    }
+
+    /// The shutdown deadline: none until shutdown is requested, then its instant plus
+    /// `flush.shutdown_deadline`, the same for every flush.
+    fn deadline(&self) -> Deadline {
+        Deadline::new(self.signal.clone(), self.shutdown_deadline)
     }
 
     /// Every figure: passthroughs by reason, buffered executions, flushed writes by
@@ -382,15 +403,17 @@ impl CounterSession {
     }
 
     /// Stops buffering (later calls pass through, counted as `after_shutdown`) and runs
-    /// the final flush, bounded by `flush.shutdown_deadline`. Returns its report.
+    /// the final flush. One `flush.shutdown_deadline`, from this call, covers a flush
+    /// still running and the final flush: requests in flight at it are logged unknown,
+    /// those not started are spilled. Returns the final flush's report.
     pub async fn shutdown(mut self) -> WrapperFlushReport {
-        self.stop.notify_one();
+        self.shutdown.request();
+        let mut deadline = self.deadline();
         if let Some(task) = self.task.take() {
             let _ = task.await;
         }
         self.core.buffer.close();
-        let deadline = tokio::time::Instant::now() + self.shutdown_deadline;
-        self.flusher.lock().await.flush(Some(deadline)).await
+        self.flusher.lock().await.flush(&mut deadline, true).await
     }
 }
 
@@ -409,17 +432,43 @@ impl Drop for CounterSession {
     }
 }
 
+/// Flushes on the sidecar's [`Schedule`] until shutdown is requested: every interval ±
+/// jitter, backing off while the store applies nothing (a store that refuses every write
+/// is not sent the whole backlog every interval), and early when the buffer crosses its
+/// pressure mark (never while backing off: against a failing store it frees nothing).
+/// A flush running at the request stops at the shutdown deadline.
 async fn flush_loop(
     flusher: Arc<tokio::sync::Mutex<WrapperFlusher>>,
-    stop: Arc<Notify>,
-    interval: std::time::Duration,
+    buffer: Arc<Buffer>,
+    mut signal: ShutdownSignal,
+    early: Arc<Notify>,
+    config: FlushConfig,
 ) {
+    let mut deadline = Deadline::new(signal.clone(), config.shutdown_deadline);
+    let mut schedule = Schedule::new(&config);
     loop {
-        tokio::select! {
-            () = stop.notified() => return,
-            () = tokio::time::sleep(interval) => {}
+        let next = tokio::time::sleep(schedule.next_wait(fastrand::f64()));
+        tokio::pin!(next);
+        loop {
+            tokio::select! {
+                () = &mut next => break,
+                () = early.notified(), if !schedule.backing_off() => {
+                    // A notification stored while backing off, or made stale by a flush
+                    // since, is no reason to flush now.
+                    if buffer.under_pressure() {
+                        break;
+                    }
+                }
+                _ = signal.requested() => return,
+            }
         }
-        flusher.lock().await.flush(None).await;
+        let report = flusher.lock().await.flush(&mut deadline, false).await;
+        let was_backing_off = schedule.backing_off();
+        schedule.record(&report);
+        log_backoff(&schedule, was_backing_off, &report);
+        if signal.requested_at().is_some() {
+            return;
+        }
     }
 }
 

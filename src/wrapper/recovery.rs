@@ -5,9 +5,15 @@
 //! | what the journal says | where its rows go |
 //! |---|---|
 //! | `applied` (or `dropped`) | nowhere |
-//! | definitely not applied, or not started | the spill, replayed by this start |
+//! | definitely not applied, or not started, in the journal's last group | the spill, replayed by this start |
 //! | `rejected` | `wrapper_rejected.jsonl` |
-//! | `unknown`, or no outcome (in flight) | `wrapper_unknown.jsonl` (`in_flight_at_crash` when no outcome), never re-sent |
+//! | `unknown`, no outcome (in flight), or not applied in a group that is not the last | `wrapper_unknown.jsonl` (`in_flight_at_crash` when no outcome or not the last), never re-sent |
+//!
+//! Only the last group's not-applied rows are known to be nowhere else. A later group
+//! means the process flushed again after that group settled: its re-queued rows were in
+//! the buffer that later flush drained, so they may have been sent (and applied) by it;
+//! spilling them would replay them a second time. As in the sidecar's recovery, they are
+//! unknown instead. (Two unended groups remain when a flush's end could not be written.)
 //!
 //! A row already in its file from the offsets the flush recorded (`WrapperLogsAt`; recovery
 //! records them first when the flush had not) is not written twice, so recovery can be
@@ -60,7 +66,8 @@ pub fn recover(
     groups: Vec<FlushGroup>,
 ) -> std::io::Result<WrapperRecovery> {
     let mut report = WrapperRecovery::default();
-    for group in groups {
+    let last = groups.len().saturating_sub(1);
+    for (index, group) in groups.into_iter().enumerate() {
         let Some(wrapper) = group.wrapper.as_ref() else {
             continue;
         };
@@ -72,7 +79,17 @@ pub fn recover(
                 .sum::<u64>();
         } else {
             report.flushes += 1;
-            finish(state, logs, spill, cluster, &group, wrapper, &mut report)?;
+            let is_last = index == last;
+            finish(
+                state,
+                logs,
+                spill,
+                cluster,
+                &group,
+                wrapper,
+                is_last,
+                &mut report,
+            )?;
         }
         crash_point("wrapper_recovery_logged");
         state.wrapper_journal_end(group.flush.flush_seq)?;
@@ -80,6 +97,7 @@ pub fn recover(
     Ok(report)
 }
 
+#[allow(clippy::too_many_arguments)]
 fn finish(
     state: &mut StateDir,
     logs: &mut Logs,
@@ -87,6 +105,7 @@ fn finish(
     cluster: &ClusterState,
     group: &FlushGroup,
     wrapper: &WrapperGroup,
+    is_last: bool,
     report: &mut WrapperRecovery,
 ) -> std::io::Result<()> {
     let at = match wrapper.logs_at {
@@ -99,14 +118,18 @@ fn finish(
             at
         }
     };
+    // A spill shorter than its recorded size was consumed whole and started over after
+    // the flush recorded it (the cursor is made durable before the flush ends): every
+    // record in it now was written after that.
+    let spill_at = if at[2] > spill.size() { 0 } else { at[2] };
     let present = [
         logs.keys_from(WrapperOutcome::Unknown, at[0])?,
         logs.keys_from(WrapperOutcome::Rejected, at[1])?,
-        spill.keys_from(at[2])?,
+        spill.keys_from(spill_at)?,
     ];
     let time = crate::bucket::rfc3339(SystemTime::now());
     let (mut unknown, mut rejected, mut spilled) = (Vec::new(), Vec::new(), Vec::new());
-    for record in group_records(group, wrapper, Some(cluster), &time) {
+    for record in group_records(group, wrapper, is_last, Some(cluster), &time) {
         let (into, seen) = match record.outcome {
             WrapperOutcome::Unknown => (&mut unknown, &present[0]),
             WrapperOutcome::Rejected => (&mut rejected, &present[1]),
@@ -130,12 +153,14 @@ fn finish(
 }
 
 /// The records recovery writes for an unended, committed wrapper flush, row for row:
-/// `unsent` (to the spill), `rejected` or `unknown` (see the module doc). Key literals use
-/// the key types `cluster`'s metadata has now (hex without it). Also what
-/// `countersink outcomes` shows for such a flush.
+/// `unsent` (to the spill), `rejected` or `unknown` (see the module doc; `is_last`: no
+/// later group follows it in the journal). Key literals use the key types `cluster`'s
+/// metadata has now (hex without it). Also what `countersink outcomes` shows for such a
+/// flush.
 pub fn group_records(
     group: &FlushGroup,
     wrapper: &WrapperGroup,
+    is_last: bool,
     cluster: Option<&ClusterState>,
     time: &str,
 ) -> Vec<WrapperRecord> {
@@ -154,11 +179,14 @@ pub fn group_records(
         let error = |kind: &str, text: &str| Some((kind.to_owned(), text.to_owned()));
         let (outcome, error) = match group.outcomes.get(&intent.request) {
             Some(Settled::Applied | Settled::Dropped) => continue,
-            Some(Settled::NotApplied { kind, text }) => (WrapperOutcome::Unsent, error(kind, text)),
-            Some(Settled::NotStarted) => (WrapperOutcome::Unsent, None),
+            Some(Settled::NotApplied { kind, text }) if is_last => {
+                (WrapperOutcome::Unsent, error(kind, text))
+            }
+            Some(Settled::NotStarted) if is_last => (WrapperOutcome::Unsent, None),
             Some(Settled::Rejected { kind, text }) => (WrapperOutcome::Rejected, error(kind, text)),
             Some(Settled::Unknown { kind, text }) => (WrapperOutcome::Unknown, error(kind, text)),
-            None => {
+            // In flight (or, in a group that is not the last, not applied): unknown.
+            Some(Settled::NotApplied { .. } | Settled::NotStarted) | None => {
                 let e = in_flight_at_crash();
                 (WrapperOutcome::Unknown, Some((e.kind, e.text)))
             }

@@ -9,11 +9,13 @@
 //! Each flush loads the rows after the part already loaded into its buffer (as far as the
 //! buffer's budget allows) before it drains, and its journal group records the offset it
 //! loaded up to (`WrapperBegin`): from that group commit on, those rows are in the
-//! flush's intents, and whatever happens to them is the journal's to say. After the
-//! flush ends, the cursor is written (temporary file, fsync, rename); once it reaches
-//! the end of the file, the file and then the cursor are removed. At open, the cursor is
-//! the furthest of the file and the journal's committed groups, so a kill anywhere
-//! between the group commit and the cursor write neither replays a row twice nor
+//! flush's intents, and whatever happens to them is the journal's to say. Once the flush
+//! has settled, the cursor is written (temporary file, fsync, rename), and only then is
+//! the flush ended in the journal (`End` starts the journal over, and the group's offset
+//! with it); a cursor that cannot be written leaves the group open. Once the cursor
+//! reaches the end of the file, the file and then the cursor are removed. At open, the
+//! cursor is the furthest of the file and the journal's unended committed groups, so a
+//! kill anywhere between the group commit and `End` neither replays a row twice nor
 //! forgets one: rows not yet in a committed group are loaded again, rows in one are not.
 //!
 //! Records are [`WrapperRecord`]s with `key_hex` (the key values' bytes): a replayed row

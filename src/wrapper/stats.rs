@@ -80,7 +80,8 @@ pub struct WrapperStats {
     pub buffered: u64,
     /// Flushed write requests, by outcome class label.
     pub writes: BTreeMap<&'static str, u64>,
-    /// Rows pending in the buffer.
+    /// Rows held: pending in the buffer, or drained by the flush running now (each keeps
+    /// its room in `limits.max_pending_rows` until its write settles).
     pub pending_rows: u64,
     /// Flushes run.
     pub flushes: u64,

@@ -233,18 +233,14 @@ async fn a_wrapper_killed_with_a_flush_in_flight_logs_it_unknown_and_never_resen
     store.shutdown().await;
 }
 
-/// Spilled rows of an earlier run, loaded by a flush that is killed after its journal
-/// group commit (before sending): the next start logs them as unknown and does not
-/// replay them again. Killed before that group commit instead, they are replayed once.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn spilled_rows_a_killed_flush_took_are_not_replayed_twice() {
-    let store = launch(StoreOptions::cqlsim_only("kills a wrapper during replay")).await;
-    let server = store.sim();
-    server.execute_script(None, SCHEMA).expect("schema");
-    let contact = store.contact_point();
-    let spilled: BTreeMap<String, i64> = (0..5).map(|i| (format!("s{i}"), 10 + i)).collect();
-    let spill_lines: String = spilled
-        .iter()
+/// Rows an earlier run spilled: key → delta.
+fn five_spilled_rows() -> BTreeMap<String, i64> {
+    (0..5).map(|i| (format!("s{i}"), 10 + i)).collect()
+}
+
+/// The spill file's lines holding `rows` of `wk.c`, as an earlier run writes them.
+fn spill_lines(rows: &BTreeMap<String, i64>) -> String {
+    rows.iter()
         .enumerate()
         .map(|(i, (key, delta))| {
             let record = WrapperRecord {
@@ -261,7 +257,47 @@ async fn spilled_rows_a_killed_flush_took_are_not_replayed_twice() {
             };
             format!("{}\n", serde_json::to_string(&record).unwrap())
         })
-        .collect();
+        .collect()
+}
+
+/// A flush that replayed and applied every spilled row, killed between the spill
+/// cursor's write and the end of the flush in the journal: the next start replays
+/// nothing (the cursor, or the journal's still open group, says the rows were consumed)
+/// and the store holds each row once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replay_killed_as_its_flush_ends_is_not_replayed_again() {
+    let store = launch(StoreOptions::cqlsim_only(
+        "kills a wrapper as a replay ends",
+    ))
+    .await;
+    let server = store.sim();
+    server.execute_script(None, SCHEMA).expect("schema");
+    let contact = store.contact_point();
+    let spilled = five_spilled_rows();
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join(SPILL_FILE), spill_lines(&spilled)).unwrap();
+    run_child_until(&contact, dir.path(), 0, "wrapper_cursor_committed");
+    assert_store(server, &spilled, "applied by the killed flush");
+    let session = wrap(&contact, dir.path()).await;
+    let recovery = session.recovery().clone();
+    let report = session.flush_now().await;
+    session.shutdown().await;
+    assert_store(server, &spilled, "not replayed a second time");
+    assert_eq!(report.replayed_rows, 0, "{report:?}, {recovery:?}");
+    store.shutdown().await;
+}
+
+/// Spilled rows of an earlier run, loaded by a flush that is killed after its journal
+/// group commit (before sending): the next start logs them as unknown and does not
+/// replay them again. Killed before that group commit instead, they are replayed once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn spilled_rows_a_killed_flush_took_are_not_replayed_twice() {
+    let store = launch(StoreOptions::cqlsim_only("kills a wrapper during replay")).await;
+    let server = store.sim();
+    server.execute_script(None, SCHEMA).expect("schema");
+    let contact = store.contact_point();
+    let spilled = five_spilled_rows();
+    let spill_lines = spill_lines(&spilled);
 
     // Killed after the group commit that took them: unknown, never replayed again.
     let dir = tempfile::tempdir().unwrap();
