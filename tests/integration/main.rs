@@ -31,3 +31,4 @@ mod tls;
 mod totals;
 mod wrapper;
 mod wrapper_crash;
+mod wrapper_stops;
