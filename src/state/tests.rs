@@ -519,7 +519,7 @@ fn recovery_spills_the_requests_past_the_last_start_bound() {
     state
         .journal_begin(&flush, "t", &families(), &writes)
         .unwrap();
-    // Requests 0..=70 start (the second window's bound, 70 + 64, is recorded before
+    // Requests 0..=70 start (the second window's bound, 64 + 64, is recorded before
     // request 64 starts); the first ten answer.
     for index in 0..=70 {
         state.journal_may_start(index).unwrap();
