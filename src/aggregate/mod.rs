@@ -265,8 +265,8 @@ impl Aggregator {
         self.budget.try_reserve_quiet(1, bytes)
     }
 
-    /// Returns room taken with [`Aggregator::take_over_held`] or
-    /// [`Aggregator::reserve_replayed`].
+    /// Returns room taken with `Aggregator::take_over_held` or
+    /// `Aggregator::reserve_replayed` (both crate-private: the `writer_totals` path).
     pub fn release_held(&self, rows: usize, bytes: usize) {
         self.budget.release(rows, bytes);
     }

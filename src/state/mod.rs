@@ -1,15 +1,17 @@
 //! The state directory: one writer's intent journal, outcome logs, spill and identity.
 //!
-//! | file | what |
+//! The README's "The state directory" lists every file it holds (the counter families',
+//! the `writer_totals` families', the exact families' and the driver wrapper's) with its
+//! content; this module owns the ones every kind of write shares:
+//!
+//! | module | files |
 //! |---|---|
-//! | `lock` | held (`flock`) while a process uses the directory: one writer per directory |
-//! | `writer_id` | this writer's id, generated once unless configured |
-//! | `incarnation` | how many times the directory was opened; part of every request id |
-//! | `status.json` | pending rows and sums after the last flush, and whether the process stopped cleanly |
-//! | `journal.wal` | the intent journal of the flush in progress (see [`journal`]) |
-//! | `unknown.jsonl` | writes whose outcome is unknown (never re-sent) |
-//! | `rejected.jsonl` | writes the store refused permanently |
-//! | `spill.*.jsonl`, `spill.cursor` | writes not sent yet, and how far replay consumed them (see [`spill`]) |
+//! | this one | `lock`, `writer_id`, `incarnation`, `status.json` |
+//! | [`journal`] | `journal.wal`: the group commit of the flush in progress, its start windows and outcomes |
+//! | [`jsonl`], [`record`] | `unknown.jsonl`, `rejected.jsonl` and their rotations and torn lines |
+//! | [`spill`] | `spill.<incarnation>.<flush>[.recovered\|.held].jsonl`, `spill.cursor`, `spill.corrupt.jsonl`; the size the `writer_totals` spill files take of the shared limit |
+//! | [`ledger_pending`], [`outcomes_mark`] | `ledger_pending.jsonl`, `outcomes.mark` (exact families) |
+//! | [`recovery`] | what opening the directory finishes for a killed process; a counting mode's own groups through the [`recovery::FinishTotals`] its opener hands in |
 //!
 //! Opening the directory finishes what a killed process left unfinished ([`recovery`]).
 //!
