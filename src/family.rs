@@ -7,6 +7,7 @@
 
 use std::collections::HashMap;
 
+use crate::backoff::Backoff;
 use crate::config::{Config, ConfigError, ConsistencyLevel, CountingMode, ShardPlacement};
 use crate::line::{self, CounterLine, InvalidReason, Tag};
 use crate::series;
@@ -345,8 +346,8 @@ pub struct ExactTables {
     pub ledger_ttl_secs: i32,
     /// Ledger partitions per family and day.
     pub buckets: u16,
-    /// The first and the longest wait before a failed ledger write is sent again.
-    pub retry_backoff: (std::time::Duration, std::time::Duration),
+    /// The wait before a failed ledger or outcome-table write is sent again.
+    pub retry_backoff: Backoff,
 }
 
 impl ExactTables {
@@ -357,7 +358,7 @@ impl ExactTables {
             consistency: config.exact.consistency,
             ledger_ttl_secs: i32::try_from(config.exact.ledger_ttl.as_secs()).unwrap_or(i32::MAX),
             buckets: config.exact.buckets,
-            retry_backoff: (
+            retry_backoff: Backoff::new(
                 config.exact.retry_backoff_min,
                 config.exact.retry_backoff_max,
             ),

@@ -12,8 +12,9 @@
 //! requests in flight at a kill are queued by the next start's recovery.
 
 use std::collections::VecDeque;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
+use crate::backoff::Backoff;
 use crate::bucket::{self, Day};
 use crate::family::Families;
 use crate::series;
@@ -86,7 +87,7 @@ impl OutcomeQueue {
     pub async fn send<S: Sink>(
         &mut self,
         sink: &S,
-        backoff: (Duration, Duration),
+        backoff: Backoff,
         deadline: &mut Deadline,
         force: bool,
     ) {
@@ -120,11 +121,7 @@ impl OutcomeQueue {
                 | Outcome::NotAppliedPermanent(error)
                 | Outcome::Unknown(error) => {
                     self.failures += 1;
-                    let (min, max) = backoff;
-                    let wait = min
-                        .saturating_mul(1 << self.failures.min(20).saturating_sub(1))
-                        .min(max);
-                    self.not_before = Some(Instant::now() + wait);
+                    self.not_before = Some(Instant::now() + backoff.delay(self.failures));
                     tracing::warn!(kind = error.kind, error = %error.text, rows = self.rows.len(), "Could not write to the outcomes table; the rows are sent again later (they are in the local logs).");
                     return;
                 }

@@ -18,9 +18,10 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use crate::aggregate::{Columns, Credit, Row, RowKey, Slot};
+use crate::backoff::Backoff;
 use crate::bucket::Minute;
 use crate::family::{Families, key_bucket};
 use crate::series;
@@ -240,8 +241,8 @@ fn summed_parts(rows: &[(RowKey, Row)]) -> Vec<Columns> {
 /// The gate a flush passes its drained rows through (see the module docs).
 pub struct LedgerGate {
     formation: Formation,
-    /// The first and the longest wait before a failed request is sent again.
-    backoff: (Duration, Duration),
+    /// The wait before a failed request is sent again (within a flush and across them).
+    backoff: Backoff,
     /// Requests formed and not confirmed yet, oldest first.
     held: Vec<Held>,
     /// Sums (minute, day) the held rows owe the counter tables.
@@ -325,7 +326,7 @@ impl LedgerGate {
             } else {
                 failed += 1;
                 held.failures += 1;
-                held.not_before = Some(Instant::now() + self.wait_after(held.failures));
+                held.not_before = Some(Instant::now() + self.backoff.delay(held.failures));
                 self.held.push(held);
             }
         }
@@ -479,20 +480,13 @@ impl LedgerGate {
                         return true;
                     }
                     if attempt + 1 < ATTEMPTS_PER_FLUSH {
-                        tokio::time::sleep(self.wait_after(attempt + 1)).await;
+                        tokio::time::sleep(self.backoff.delay(attempt + 1)).await;
                     }
                 }
                 false
             }
         };
         send_bounded(due, max_in_flight, deadline, attempts, |_, _, _| {}).await
-    }
-
-    /// The wait after `failures` failed attempts: doubling from the minimum, capped.
-    fn wait_after(&self, failures: u32) -> Duration {
-        let (min, max) = self.backoff;
-        min.saturating_mul(1 << failures.saturating_sub(1).min(20))
-            .min(max)
     }
 }
 

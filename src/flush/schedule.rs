@@ -16,6 +16,7 @@
 
 use std::time::Duration;
 
+use crate::backoff::Backoff;
 use crate::config::FlushConfig;
 
 use super::FlushReport;
@@ -106,12 +107,14 @@ impl Schedule {
 
     /// The longest wait at the current number of failures: the interval doubled per
     /// failure, capped by `flush.max_backoff` (but never below the interval).
+    ///
+    /// The interval is the wait at no failure, so the first failure already doubles it:
+    /// counted as a [`Backoff`] from the interval, the schedule stands one failure further
+    /// on than it has seen.
     pub fn backoff_ceiling(&self) -> Duration {
         let cap = self.max_backoff.max(self.interval);
-        let doublings = self.failures.min(32);
-        self.interval
-            .checked_mul(1_u32 << doublings.min(31))
-            .map_or(cap, |d| d.min(cap))
+        Backoff::new(self.interval, cap)
+            .delay(self.failures.saturating_add(1))
             .max(MIN_WAIT)
     }
 }

@@ -29,6 +29,7 @@ use scylla::statement::prepared::PreparedStatement;
 use scylla::value::CqlDate;
 use tokio::sync::{Notify, watch};
 
+use crate::backoff::Backoff;
 use crate::bucket::Day;
 use crate::config::{Config, ConsistencyLevel};
 use crate::cql_text::{self, KEY_INDEX};
@@ -99,6 +100,8 @@ pub struct IndexQueue {
 const FIRST_BACKOFF: Duration = Duration::from_millis(200);
 /// The longest wait between two attempts.
 const MAX_BACKOFF: Duration = Duration::from_secs(30);
+/// The wait before a failed row is sent again.
+const RETRY_BACKOFF: Backoff = Backoff::new(FIRST_BACKOFF, MAX_BACKOFF);
 
 impl IndexQueue {
     /// A queue of at most `max_pending` rows, remembering at most ten times as many keys
@@ -159,10 +162,7 @@ impl IndexQueue {
     /// even when the queue is full: it was accepted once.
     pub fn failed(&mut self, mut entry: Entry, now: Instant) {
         entry.attempts += 1;
-        let backoff = FIRST_BACKOFF
-            .saturating_mul(1 << entry.attempts.min(16).saturating_sub(1))
-            .min(MAX_BACKOFF);
-        entry.not_before = now + backoff;
+        entry.not_before = now + RETRY_BACKOFF.delay(entry.attempts);
         self.queue.push_back(entry);
     }
 

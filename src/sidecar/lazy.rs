@@ -12,6 +12,7 @@ use std::time::Duration;
 
 use tokio::sync::{OnceCell, watch};
 
+use crate::backoff::Backoff;
 use crate::config::StoreConfig;
 use crate::sink::Sink;
 use crate::sink::cql::{CqlSink, CqlSinkError};
@@ -22,6 +23,9 @@ thread_local! {
     /// `WriteError`'s note on shared texts).
     static NOT_CONNECTED: Arc<str> = Arc::from("no session to the store yet; nothing was sent");
 }
+
+/// The wait between two connection attempts: doubling from 500 ms up to 30 s.
+const CONNECT_BACKOFF: Backoff = Backoff::new(Duration::from_millis(500), Duration::from_secs(30));
 
 /// The CQL sink once connected; "not connected" until then.
 #[derive(Clone, Default)]
@@ -64,8 +68,10 @@ impl LazyCqlSink {
         engine: Arc<crate::engine::Engine>,
         mut stop: watch::Receiver<bool>,
     ) -> Result<(), ConnectFailure> {
-        let mut wait = Duration::from_millis(500);
+        // Which attempt this is: when it fails, that many failed in a row.
+        let mut attempt = 1;
         loop {
+            let wait = CONNECT_BACKOFF.delay(attempt);
             match CqlSink::connect(&store, engine.families()).await {
                 Ok(sink) => {
                     tracing::info!(contact_points = ?store.contact_points, "Connected to the store; every configured table checked.");
@@ -92,7 +98,7 @@ impl LazyCqlSink {
                 _ = tokio::time::sleep(wait) => {}
                 _ = stop.wait_for(|s| *s) => return Ok(()),
             }
-            wait = (wait * 2).min(Duration::from_secs(30));
+            attempt = attempt.saturating_add(1);
         }
     }
 }

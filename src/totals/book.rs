@@ -20,6 +20,7 @@
 use hashbrown::{Equivalent, HashMap, HashSet};
 
 use crate::aggregate::{Aggregator, Columns, Room};
+use crate::backoff::Backoff;
 use crate::bucket::{MINUTES_PER_DAY, Minute};
 use crate::vocabulary::{DropReason, FamilyId, Granularity};
 
@@ -480,12 +481,17 @@ impl Book {
     }
 }
 
+/// How far ahead, in flushes, a failing row's next attempt is: the next flush after its
+/// first failure, twice as far per further failure, and at most one past
+/// [`MAX_BACKOFF_FLUSHES`] skipped flushes. Counted in flushes, not time, so the unit of
+/// this back-off is a flush.
+const ROW_BACKOFF: Backoff<u64> = Backoff::new(1, MAX_BACKOFF_FLUSHES + 1);
+
 /// The first flush at which a row that failed `failures` times in a row, the last time
-/// at flush `flush`, is sent again: it waits `2^(failures - 1) - 1` flushes, at most
+/// at flush `flush`, is sent again: it skips `2^(failures - 1) - 1` flushes, at most
 /// [`MAX_BACKOFF_FLUSHES`] (about a minute at the default interval).
 pub(crate) fn next_attempt(failures: u32, flush: u64) -> u64 {
-    let wait = (1_u64 << failures.clamp(1, 8).saturating_sub(1)) - 1;
-    flush + 1 + wait.min(MAX_BACKOFF_FLUSHES)
+    flush + ROW_BACKOFF.delay(failures)
 }
 
 /// The memory estimate of one held row: its key, its two totals, the map's slot.
@@ -568,6 +574,28 @@ mod tests {
         assert_eq!(b.confirm(id.as_ref(), &one(5)), -2);
         assert_eq!((b.held(), b.unwritten()), (1, 0));
         assert_eq!(agg.pending_rows_estimate(), 1, "the row holds its room");
+    }
+
+    /// The flush of the next attempt at the edges of the failure count: no failure and the
+    /// first one both mean the next flush, and no count runs past the maximum or panics.
+    #[test]
+    fn the_next_attempt_at_the_edges_of_the_failure_count() {
+        let cases: [(u32, u64); 7] = [
+            (0, 101),
+            (1, 101),
+            (2, 102),
+            (4, 108),
+            (5, 100 + 1 + MAX_BACKOFF_FLUSHES),
+            (64, 100 + 1 + MAX_BACKOFF_FLUSHES),
+            (u32::MAX, 100 + 1 + MAX_BACKOFF_FLUSHES),
+        ];
+        for (failures, expected) in cases {
+            assert_eq!(
+                next_attempt(failures, 100),
+                expected,
+                "after {failures} failures"
+            );
+        }
     }
 
     /// A failed write backs off 0, 1, 3, 7 flushes ... up to the maximum; the newest total

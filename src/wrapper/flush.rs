@@ -36,16 +36,16 @@ use std::sync::Arc;
 use std::time::SystemTime;
 
 use scylla::client::session::Session;
-use scylla::policies::retry::FallthroughRetryPolicy;
-use scylla::statement::batch::{Batch, BatchType};
+use scylla::statement::batch::BatchType;
 use scylla::statement::prepared::PreparedStatement;
 
 use crate::config::{FlushConfig, StoreConfig};
 use crate::flush::schedule::Attempt;
 use crate::flush::shutdown::Deadline;
 use crate::sink::bounded::{Ended, cancelled_at_deadline, send_bounded};
+use crate::sink::cql::classify;
+use crate::sink::cql::profile::WriteProfile;
 use crate::sink::cql::store::StoreKind;
-use crate::sink::cql::{classify, session::consistency};
 use crate::sink::{Outcome, OutcomeClass, WriteError};
 use crate::state::{FlushId, Settled, StateDir, WrapperTable};
 use crate::test_hooks::crash_point;
@@ -123,7 +123,9 @@ pub struct WrapperFlusher {
     tables: Arc<Tables>,
     counters: Arc<Counters>,
     flush: FlushConfig,
-    store: StoreConfig,
+    /// How its writes are sent: counter deltas, never idempotent, with the store's
+    /// consistency and timeout (the same profile as the sidecar's counter writes).
+    profile: WriteProfile,
     state: StateDir,
     logs: Logs,
     spill: WrapperSpill,
@@ -166,7 +168,7 @@ impl WrapperFlusher {
             tables,
             counters,
             flush,
-            store,
+            profile: WriteProfile::counter(store.consistency, store.request_timeout),
             state,
             logs,
             spill,
@@ -601,10 +603,7 @@ impl WrapperFlusher {
             };
             match prepared {
                 Ok(mut statement) => {
-                    statement.set_is_idempotent(false);
-                    statement.set_retry_policy(Some(Arc::new(FallthroughRetryPolicy::new())));
-                    statement.set_consistency(consistency(self.store.consistency));
-                    statement.set_request_timeout(Some(self.store.request_timeout));
+                    self.profile.apply(&mut statement);
                     self.statements.insert(id, statement);
                 }
                 Err(error) => tracing::warn!(
@@ -655,25 +654,15 @@ impl WrapperFlusher {
         let result = if let [row] = values.as_slice() {
             self.session.execute_unpaged(statement, row).await.map(drop)
         } else {
-            let batch = self.counter_batch(statement, values.len());
+            let batch = self
+                .profile
+                .batch(BatchType::Counter, statement, values.len());
             self.session.batch(&batch, &values).await.map(drop)
         };
         match result {
             Ok(()) => Outcome::Applied,
             Err(error) => classify::classify(&error, self.store_kind),
         }
-    }
-
-    fn counter_batch(&self, statement: &PreparedStatement, rows: usize) -> Batch {
-        let mut batch = Batch::new(BatchType::Counter);
-        for _ in 0..rows {
-            batch.append_statement(statement.clone());
-        }
-        batch.set_is_idempotent(false);
-        batch.set_retry_policy(Some(Arc::new(FallthroughRetryPolicy::new())));
-        batch.set_consistency(consistency(self.store.consistency));
-        batch.set_request_timeout(Some(self.store.request_timeout));
-        batch
     }
 }
 
