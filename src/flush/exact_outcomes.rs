@@ -120,7 +120,7 @@ impl OutcomeQueue {
                 Outcome::NotAppliedTransient(error)
                 | Outcome::NotAppliedPermanent(error)
                 | Outcome::Unknown(error) => {
-                    self.failures += 1;
+                    self.failures = self.failures.saturating_add(1);
                     self.not_before = Some(Instant::now() + backoff.delay(self.failures));
                     tracing::warn!(kind = error.kind, error = %error.text, rows = self.rows.len(), "Could not write to the outcomes table; the rows are sent again later (they are in the local logs).");
                     return;

@@ -325,7 +325,7 @@ impl LedgerGate {
                 }
             } else {
                 failed += 1;
-                held.failures += 1;
+                held.failures = held.failures.saturating_add(1);
                 held.not_before = Some(Instant::now() + self.backoff.delay(held.failures));
                 self.held.push(held);
             }

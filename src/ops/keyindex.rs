@@ -161,7 +161,7 @@ impl IndexQueue {
     /// Puts back a row whose insert failed, due after its back-off. It stays in the queue
     /// even when the queue is full: it was accepted once.
     pub fn failed(&mut self, mut entry: Entry, now: Instant) {
-        entry.attempts += 1;
+        entry.attempts = entry.attempts.saturating_add(1);
         entry.not_before = now + RETRY_BACKOFF.delay(entry.attempts);
         self.queue.push_back(entry);
     }
