@@ -152,6 +152,85 @@ async fn an_outside_writer_is_the_one_unexplained_key_and_fails_the_run() {
     store.shutdown().await;
 }
 
+/// Issue item 6: on the current (open) day, keys below or at their ledger wait for the
+/// day to close (`open`, exit 0), but an outside `+7` on one key takes its counter above
+/// anything countersink can have written: `reconcile --day today` names it `unexplained`
+/// at once and exits 3.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_outside_writer_on_the_open_day_is_unexplained_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = exact_config(dir.path());
+    let store = start_store(&mut config).await;
+    let mut writer = Writer::start(&config).await;
+    let now = countersink::bucket::unix_secs(std::time::SystemTime::now());
+    let at = (now - 60).max(now - now.rem_euclid(86_400));
+    for i in 0..40_i64 {
+        let key = format!("p{}", i % 20);
+        writer.incr("page.views", &[("page_id", key.as_str())], 1 + i % 3, at);
+    }
+    writer.flusher.flush_now().await;
+    settle(&mut writer).await;
+    let file = dir.path().join("countersink.toml");
+    let mut example: toml::Table =
+        toml::from_str(include_str!("../../examples/countersink.toml")).unwrap();
+    example["family"][0]
+        .as_table_mut()
+        .unwrap()
+        .insert("exact".into(), true.into());
+    std::fs::write(
+        &file,
+        store.config_file(&toml::to_string(&example).unwrap()),
+    )
+    .unwrap();
+    let args = || {
+        [
+            "reconcile",
+            "--config",
+            &file.display().to_string(),
+            "--day",
+            "today",
+            "--format",
+            "json",
+        ]
+        .map(str::to_owned)
+    };
+    let out = run_cli(args());
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let reports: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(reports[0]["closed"], false, "{reports}");
+    assert_eq!(reports[0]["summary"]["keys"], 20, "{reports}");
+
+    let (date, minute) = day_and_minute(at);
+    store
+        .execute(&format!(
+            "UPDATE {} SET views = views + 7 WHERE page_id = 'p3' AND day = '{date}' AND minute = {minute}",
+            config.families[0].minute_table
+        ))
+        .await;
+    let out = run_cli(args());
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(3), "{stdout}");
+    let reports: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(reports[0]["closed"], false, "{reports}");
+    let named: Vec<_> = reports[0]["keys"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|k| k["status"] != "open")
+        .collect();
+    assert_eq!(named.len(), 1, "{named:?}");
+    assert_eq!(named[0]["status"], "unexplained");
+    assert_eq!(named[0]["key"], serde_json::json!(["p3"]));
+    assert_eq!(named[0]["granularity"], "minute");
+    assert_eq!(named[0]["drift"]["views"], 7);
+    store.shutdown().await;
+}
+
 /// Issue test 7, on any store: two +5 writes to one minute row made unknown by the
 /// fault proxy in front of the store, the first applied (its answer lost), the second not
 /// (the request lost); a drift of -5: `ambiguous`, not `resolved`, and explained; the day

@@ -91,12 +91,12 @@ pub async fn close_day(
     for bucket in 0..config.exact.buckets {
         let sums = buckets.ledger_bucket(bucket as i16, &rows_read).await?;
         let mut keys = Vec::new();
-        for (key, (exact, rows)) in sums {
+        for (key, ledger) in sums {
             if !super::matches_tags(family, &key, tags) {
                 continue;
             }
-            match closed_totals(&family.columns, &key, &exact) {
-                Ok(totals) => keys.push((key, totals, rows)),
+            match closed_totals(&family.columns, &key, &ledger.sums) {
+                Ok(totals) => keys.push((key, totals, ledger.rows)),
                 Err(why) => closed.beyond_i64.push(why),
             }
         }
