@@ -14,14 +14,20 @@
 //!    rows (the before-image) and the chunk's intent are written to the job table; after,
 //!    its outcome, classified exactly as the flush classifies counter writes
 //!    ([`crate::sink::cql::classify`]: the write goes through the same [`CqlSink`]).
-//! 3. A rerun of the same job skips applied chunks and sends again the ones that
-//!    definitely did not apply. A chunk that may have applied (an unknown outcome, or an
-//!    intent without outcome because the run was killed) is never sent blindly: once
+//! 3. A rerun of the same job copies by content, not by position: per partition, it
+//!    sums the rows of the recorded chunks that applied or may have applied, and sends
+//!    the source minus that sum, in new chunks numbered after the recorded ones. So a
+//!    rerun with another `flush.max_batch_rows`, or after the source gained or lost rows,
+//!    sends each missing unit once (a row that lost value gets a negative delta), and
+//!    the rows of chunks that definitely did not apply are sent again. A chunk that may
+//!    have applied (an unknown outcome, or an intent without outcome because the run was
+//!    killed) is never sent blindly, and its partition gets nothing more until it is
+//!    resolved: once
 //!    `--settle` has passed since its intent (longer than any counter write timeout, so
 //!    no copy of the write is still on its way), the target is read at ALL and compared
 //!    with the before-image. Before-image plus delta: applied. Exactly the before-image
-//!    on every replica: not applied, sent again. Anything else (someone else wrote those
-//!    rows): stays unknown and is reported.
+//!    on every replica: not applied, its rows sent again. Anything else (someone else
+//!    wrote those rows): stays unknown, is reported, and its rows are never sent again.
 //!
 //! Live sources: a migration copies what it reads, so writers must be stopped or
 //! switched first. Rows reach a table at most `limits.timestamp_max_past` plus
@@ -234,26 +240,30 @@ impl Side {
     }
 }
 
-/// The job table's chunks by partition, each with its index and the row it was read
-/// from (ids that do not parse are not chunks of this layout and are left alone).
+/// A chunk of an earlier run, as the job table holds it.
+struct Recorded {
+    /// Its id.
+    part: String,
+    /// Its position among its partition's chunks (all runs together).
+    index: u32,
+    /// Its row.
+    row: JobRow,
+}
+
+/// The job table's chunks by partition (ids that do not parse are not chunks of this
+/// layout and are left alone).
 fn chunks_by_partition(
     recorded: std::collections::HashMap<String, JobRow>,
-) -> std::collections::HashMap<PartitionRef, Vec<(plan::JobChunk, JobRow)>> {
+) -> std::collections::HashMap<PartitionRef, Vec<Recorded>> {
     let mut by_partition: std::collections::HashMap<_, Vec<_>> = Default::default();
     for (part, row) in recorded {
         let Some((partition, index)) = plan::parse_part(&part) else {
             continue;
         };
-        let chunk = plan::JobChunk {
-            part,
-            index,
-            state: row.state,
-            rows: row.rows.clone(),
-        };
         by_partition
             .entry(partition)
             .or_default()
-            .push((chunk, row));
+            .push(Recorded { part, index, row });
     }
     by_partition
 }
@@ -363,11 +373,11 @@ impl Migration {
             let chunks = recorded.remove(&partition).unwrap_or_default();
             counts.lock().skipped += chunks
                 .iter()
-                .filter(|(c, _)| c.state == State::Applied)
+                .filter(|c| c.row.state == State::Applied)
                 .count() as u64;
             if chunks
                 .iter()
-                .any(|(c, _)| plan::step(Some(c.state)) == Step::Resolve)
+                .any(|c| plan::step(Some(c.row.state)) == Step::Resolve)
             {
                 to_resolve.push((partition, chunks));
             } else {
@@ -408,14 +418,14 @@ impl Migration {
         &self,
         jobs: &JobTable,
         partition: &PartitionRef,
-        chunks: &[(plan::JobChunk, JobRow)],
+        chunks: &[Recorded],
         target: Option<PartitionSums>,
         counts: &parking_lot::Mutex<Progress>,
         report: &parking_lot::Mutex<Report>,
     ) -> Result<(), MigrateError> {
         let sums = self.source_sums(partition).await?;
-        let accounted = plan::accounted(chunks.iter().map(|(c, _)| c));
-        let first_index = chunks.iter().map(|(c, _)| c.index + 1).max().unwrap_or(0);
+        let accounted = plan::accounted(chunks.iter().map(|c| (c.row.state, &c.row.rows)));
+        let first_index = chunks.iter().map(|c| c.index + 1).max().unwrap_or(0);
         let rest =
             plan::remaining_chunks(partition, &sums, &accounted, self.batch_rows(), first_index);
         if rest.is_empty() {
@@ -442,15 +452,15 @@ impl Migration {
     async fn resolve(
         &self,
         jobs: &JobTable,
-        partitions: Vec<(PartitionRef, Vec<(plan::JobChunk, JobRow)>)>,
+        partitions: Vec<(PartitionRef, Vec<Recorded>)>,
         counts: &parking_lot::Mutex<Progress>,
         report: &parking_lot::Mutex<Report>,
     ) -> Result<(), MigrateError> {
         let latest = partitions
             .iter()
             .flat_map(|(_, chunks)| chunks.iter())
-            .filter(|(c, _)| plan::step(Some(c.state)) == Step::Resolve)
-            .map(|(_, row)| row.updated)
+            .filter(|c| plan::step(Some(c.row.state)) == Step::Resolve)
+            .map(|c| c.row.updated)
             .max();
         let Some(latest) = latest else {
             return Ok(());
@@ -467,8 +477,8 @@ impl Migration {
             let now = match self.target_sums(&partition, ConsistencyLevel::All).await {
                 Ok(now) => now,
                 Err(error) => {
-                    for (chunk, _) in &chunks {
-                        if plan::step(Some(chunk.state)) == Step::Resolve {
+                    for chunk in &chunks {
+                        if plan::step(Some(chunk.row.state)) == Step::Resolve {
                             report.lock().unknown.push((
                                 chunk.part.clone(),
                                 format!("cannot read the target at ALL to resolve it: {error}"),
@@ -478,11 +488,9 @@ impl Migration {
                     continue;
                 }
             };
-            for (chunk, row) in &mut chunks {
-                if plan::step(Some(chunk.state)) == Step::Resolve {
-                    chunk.state = self
-                        .resolve_one(jobs, chunk, row, &now, counts, report)
-                        .await?;
+            for chunk in &mut chunks {
+                if plan::step(Some(chunk.row.state)) == Step::Resolve {
+                    chunk.row.state = self.resolve_one(jobs, chunk, &now, counts, report).await?;
                 }
             }
             self.copy_rest(jobs, &partition, &chunks, Some(now), counts, report)
@@ -497,12 +505,12 @@ impl Migration {
     async fn resolve_one(
         &self,
         jobs: &JobTable,
-        chunk: &plan::JobChunk,
-        row: &JobRow,
+        chunk: &Recorded,
         now: &PartitionSums,
         counts: &parking_lot::Mutex<Progress>,
         report: &parking_lot::Mutex<Report>,
     ) -> Result<State, MigrateError> {
+        let row = &chunk.row;
         let (state, why) = match plan::verdict(&row.rows, &row.before, now) {
             Verdict::Applied => {
                 counts.lock().resolved_applied += 1;

@@ -115,13 +115,14 @@ pub fn chunks(partition: &PartitionRef, sums: &PartitionSums, max_rows: usize) -
 /// What the job has put into the target for one partition, or may have: per bucket, the
 /// rows of its chunks that applied or whose outcome is still unknown (never sent again).
 /// A chunk that definitely did not apply puts nothing there.
-pub fn accounted<'a>(chunks: impl IntoIterator<Item = &'a JobChunk>) -> PartitionSums {
+/// `chunks`: each recorded chunk's state and rows.
+pub fn accounted<'a>(chunks: impl IntoIterator<Item = (State, &'a ChunkRows)>) -> PartitionSums {
     let mut sums = PartitionSums::new();
-    for chunk in chunks {
-        if chunk.state == State::NotApplied || chunk.state == State::Rejected {
+    for (state, rows) in chunks {
+        if state == State::NotApplied || state == State::Rejected {
             continue;
         }
-        for (bucket, delta) in &chunk.rows {
+        for (bucket, delta) in rows {
             let sum = sums.entry(*bucket).or_insert_with(|| vec![0; delta.len()]);
             if sum.len() < delta.len() {
                 sum.resize(delta.len(), 0);
@@ -172,19 +173,6 @@ pub fn remaining_chunks(
             rows: rows.to_vec(),
         })
         .collect()
-}
-
-/// A chunk the job table holds for a partition.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct JobChunk {
-    /// Its id.
-    pub part: String,
-    /// Its position among the partition's chunks (all runs together).
-    pub index: u32,
-    /// Its state.
-    pub state: State,
-    /// What its write carried.
-    pub rows: ChunkRows,
 }
 
 /// Where a chunk stands in the job table.
@@ -322,15 +310,6 @@ mod tests {
         assert_eq!(partition_of(&all[0].part()), Some(partition()));
     }
 
-    fn recorded(index: u32, state: State, rows: ChunkRows) -> JobChunk {
-        JobChunk {
-            part: part_id(&partition(), index),
-            index,
-            state,
-            rows,
-        }
-    }
-
     /// Issue item 1: chunk 0 (rows 0..15) applied, chunk 1 (rows 16..19) not; a rerun
     /// that cuts chunks of 10 sends rows 16..19 only, numbered after the recorded chunks.
     #[test]
@@ -338,23 +317,23 @@ mod tests {
         let source: PartitionSums = (0..20).map(|m| (m, vec![m + 1])).collect();
         let first = chunks(&partition(), &source, 16);
         let records = [
-            recorded(0, State::Applied, first[0].rows.clone()),
-            recorded(1, State::NotApplied, first[1].rows.clone()),
+            (State::Applied, &first[0].rows),
+            (State::NotApplied, &first[1].rows),
         ];
-        let rerun = remaining_chunks(&partition(), &source, &accounted(&records), 10, 2);
+        let rerun = remaining_chunks(&partition(), &source, &accounted(records), 10, 2);
         assert_eq!(rerun.len(), 1);
         assert_eq!(rerun[0].index, 2);
         assert_eq!(rerun[0].rows, first[1].rows);
         // An unknown chunk is accounted for (never sent again); a row the source gained
         // is sent, and one it lost gets a negative delta.
         let records = [
-            recorded(0, State::Applied, first[0].rows.clone()),
-            recorded(1, State::Unknown, first[1].rows.clone()),
+            (State::Applied, &first[0].rows),
+            (State::Unknown, &first[1].rows),
         ];
         let mut changed = source.clone();
         changed.insert(25, vec![4]);
         changed.remove(&3);
-        let rerun = remaining_chunks(&partition(), &changed, &accounted(&records), 10, 2);
+        let rerun = remaining_chunks(&partition(), &changed, &accounted(records), 10, 2);
         assert_eq!(rerun.len(), 1);
         assert_eq!(rerun[0].rows, [(3, vec![-4]), (25, vec![4])]);
     }
