@@ -109,6 +109,8 @@ pub(super) async fn run(args: ReconcileArgs) -> Result<(), Failure> {
     let line = ProgressLine::new(terminal);
     let progress = |p: reconcile::Progress| line.show(p);
     let mut reports = Vec::new();
+    // Closed rows and corrections refused because a value is beyond i64.
+    let mut refused = 0;
     for family in selected {
         let mut report = reconcile::reconcile(&session, &config, family, &options, &progress)
             .await
@@ -151,6 +153,10 @@ pub(super) async fn run(args: ReconcileArgs) -> Result<(), Failure> {
                     c.deltas
                 );
             }
+            refused += corrections
+                .iter()
+                .filter(|c| c.outcome == reconcile::repair::BEYOND_I64)
+                .count();
             let unknown = corrections
                 .iter()
                 .filter(|c| c.outcome == "unknown")
@@ -185,7 +191,7 @@ pub(super) async fn run(args: ReconcileArgs) -> Result<(), Failure> {
                     report.day
                 )));
             }
-            let written = reconcile::closed::close_day(
+            let closed = reconcile::closed::close_day(
                 &session,
                 &config,
                 family,
@@ -195,7 +201,11 @@ pub(super) async fn run(args: ReconcileArgs) -> Result<(), Failure> {
             )
             .await
             .map_err(Failure::other)?;
-            eprintln!("{}: {written} keys closed", family.name);
+            eprintln!("{}: {} keys closed", family.name, closed.written);
+            for why in &closed.beyond_i64 {
+                eprintln!("{}: not closed: {why}", family.name);
+            }
+            refused += closed.beyond_i64.len();
         }
         reports.push(report);
     }
@@ -205,6 +215,12 @@ pub(super) async fn run(args: ReconcileArgs) -> Result<(), Failure> {
             println!("{text}");
         }
         _ => reports.iter().for_each(print_text),
+    }
+    if refused > 0 {
+        return Err(Failure::with_code(
+            3,
+            format!("{refused} closed totals or corrections are beyond i64 (listed above)"),
+        ));
     }
     if reports.iter().all(Report::passes) {
         Ok(())

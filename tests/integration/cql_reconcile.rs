@@ -152,6 +152,185 @@ async fn an_outside_writer_is_the_one_unexplained_key_and_fails_the_run() {
     store.shutdown().await;
 }
 
+/// Issue item 5: a key whose ledger sums beyond i64 (two rows of `i64::MAX`) gets no
+/// closed row, not a clamped `i64::MAX`: `reconcile --close` names it and exits 3, its
+/// exact value still reads the ledger's true sum, and the other key is closed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_closed_total_beyond_i64_is_refused_not_clamped() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = exact_config(dir.path());
+    let store = start_store(&mut config).await;
+    let mut writer = Writer::start(&config).await;
+    writer.incr("page.views", &[("page_id", "p0")], 3, AT);
+    writer.flusher.flush_now().await;
+    settle(&mut writer).await;
+    let huge = r#"["p1"]"#;
+    let (date, minute) = day_and_minute(AT);
+    for flush in 1..=2 {
+        store
+            .execute(&format!(
+                "INSERT INTO {}.delta_ledger (family, day, bucket, key, minute, writer, incarnation, flush_seq, part, deltas) VALUES ('views', '{date}', {}, '{huge}', {minute}, 'w', 1, {flush}, 0, {{'views': {}}})",
+                config.exact_keyspace(),
+                countersink::family::key_bucket(huge, config.exact.buckets),
+                i64::MAX
+            ))
+            .await;
+    }
+    let file = dir.path().join("countersink.toml");
+    let mut example: toml::Table =
+        toml::from_str(include_str!("../../examples/countersink.toml")).unwrap();
+    example["family"][0]
+        .as_table_mut()
+        .unwrap()
+        .insert("exact".into(), true.into());
+    std::fs::write(
+        &file,
+        store.config_file(&toml::to_string(&example).unwrap()),
+    )
+    .unwrap();
+    let out = run_cli([
+        "reconcile".to_owned(),
+        "--config".into(),
+        file.display().to_string(),
+        "--day".into(),
+        format_date(day().date()),
+        "--close".into(),
+        "--threshold".into(),
+        "1.0".into(),
+    ]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(3), "{stderr}");
+    let total = 2 * i128::from(i64::MAX);
+    assert!(
+        stderr.contains(&format!(
+            r#"["p1"] views: exact total {total} is beyond i64"#
+        )),
+        "{stderr}"
+    );
+    let families = countersink::family::Families::from_config(&config).unwrap();
+    let views = families.by_name("views").unwrap();
+    let (session, config) = (&writer.session, &config);
+    let exact = |key: &str| {
+        let keys = vec![key.to_owned()];
+        async move { reconcile::closed::exact_value(session, config, views, &keys, day()).await }
+    };
+    let (totals, source) = exact("p1").await.unwrap();
+    assert_eq!(
+        source,
+        reconcile::closed::ExactSource::Ledger,
+        "no closed row"
+    );
+    assert_eq!(totals["views"], total);
+    let (totals, source) = exact("p0").await.unwrap();
+    assert_eq!(source, reconcile::closed::ExactSource::Closed);
+    assert_eq!(totals["views"], 3);
+
+    // Its correction (`+2 * i64::MAX`) cannot be one counter write: listed, not sent.
+    let out = run_cli([
+        "reconcile".to_owned(),
+        "--config".into(),
+        file.display().to_string(),
+        "--day".into(),
+        format_date(day().date()),
+        "--repair".into(),
+        "--threshold".into(),
+        "1.0".into(),
+    ]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(3), "{stdout}");
+    assert!(
+        stdout.contains(r#"repair beyond_i64 minute ["p1"]"#),
+        "{stdout}"
+    );
+    let counters = store
+        .select(&format!(
+            "SELECT views FROM {} WHERE page_id = 'p1' AND day = '{date}'",
+            config.families[0].minute_table
+        ))
+        .await;
+    assert_eq!(counters.len(), 0, "nothing was sent to p1's counter");
+    store.shutdown().await;
+}
+
+/// Issue item 6: on the current (open) day, keys below or at their ledger wait for the
+/// day to close (`open`, exit 0), but an outside `+7` on one key takes its counter above
+/// anything countersink can have written: `reconcile --day today` names it `unexplained`
+/// at once and exits 3.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_outside_writer_on_the_open_day_is_unexplained_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = exact_config(dir.path());
+    let store = start_store(&mut config).await;
+    let mut writer = Writer::start(&config).await;
+    let now = countersink::bucket::unix_secs(std::time::SystemTime::now());
+    let at = (now - 60).max(now - now.rem_euclid(86_400));
+    for i in 0..40_i64 {
+        let key = format!("p{}", i % 20);
+        writer.incr("page.views", &[("page_id", key.as_str())], 1 + i % 3, at);
+    }
+    writer.flusher.flush_now().await;
+    settle(&mut writer).await;
+    let file = dir.path().join("countersink.toml");
+    let mut example: toml::Table =
+        toml::from_str(include_str!("../../examples/countersink.toml")).unwrap();
+    example["family"][0]
+        .as_table_mut()
+        .unwrap()
+        .insert("exact".into(), true.into());
+    std::fs::write(
+        &file,
+        store.config_file(&toml::to_string(&example).unwrap()),
+    )
+    .unwrap();
+    let args = || {
+        [
+            "reconcile",
+            "--config",
+            &file.display().to_string(),
+            "--day",
+            "today",
+            "--format",
+            "json",
+        ]
+        .map(str::to_owned)
+    };
+    let out = run_cli(args());
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let reports: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(reports[0]["closed"], false, "{reports}");
+    assert_eq!(reports[0]["summary"]["keys"], 20, "{reports}");
+
+    let (date, minute) = day_and_minute(at);
+    store
+        .execute(&format!(
+            "UPDATE {} SET views = views + 7 WHERE page_id = 'p3' AND day = '{date}' AND minute = {minute}",
+            config.families[0].minute_table
+        ))
+        .await;
+    let out = run_cli(args());
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(3), "{stdout}");
+    let reports: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(reports[0]["closed"], false, "{reports}");
+    let named: Vec<_> = reports[0]["keys"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|k| k["status"] != "open")
+        .collect();
+    assert_eq!(named.len(), 1, "{named:?}");
+    assert_eq!(named[0]["status"], "unexplained");
+    assert_eq!(named[0]["key"], serde_json::json!(["p3"]));
+    assert_eq!(named[0]["granularity"], "minute");
+    assert_eq!(named[0]["drift"]["views"], 7);
+    store.shutdown().await;
+}
+
 /// Issue test 7, on any store: two +5 writes to one minute row made unknown by the
 /// fault proxy in front of the store, the first applied (its answer lost), the second not
 /// (the request lost); a drift of -5: `ambiguous`, not `resolved`, and explained; the day

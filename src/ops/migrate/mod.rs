@@ -14,14 +14,20 @@
 //!    rows (the before-image) and the chunk's intent are written to the job table; after,
 //!    its outcome, classified exactly as the flush classifies counter writes
 //!    ([`crate::sink::cql::classify`]: the write goes through the same [`CqlSink`]).
-//! 3. A rerun of the same job skips applied chunks and sends again the ones that
-//!    definitely did not apply. A chunk that may have applied (an unknown outcome, or an
-//!    intent without outcome because the run was killed) is never sent blindly: once
+//! 3. A rerun of the same job copies by content, not by position: per partition, it
+//!    sums the rows of the recorded chunks that applied or may have applied, and sends
+//!    the source minus that sum, in new chunks numbered after the recorded ones. So a
+//!    rerun with another `flush.max_batch_rows`, or after the source gained or lost rows,
+//!    sends each missing unit once (a row that lost value gets a negative delta), and
+//!    the rows of chunks that definitely did not apply are sent again. A chunk that may
+//!    have applied (an unknown outcome, or an intent without outcome because the run was
+//!    killed) is never sent blindly, and its partition gets nothing more until it is
+//!    resolved: once
 //!    `--settle` has passed since its intent (longer than any counter write timeout, so
 //!    no copy of the write is still on its way), the target is read at ALL and compared
 //!    with the before-image. Before-image plus delta: applied. Exactly the before-image
-//!    on every replica: not applied, sent again. Anything else (someone else wrote those
-//!    rows): stays unknown and is reported.
+//!    on every replica: not applied, its rows sent again. Anything else (someone else
+//!    wrote those rows): stays unknown, is reported, and its rows are never sent again.
 //!
 //! Live sources: a migration copies what it reads, so writers must be stopped or
 //! switched first. Rows reach a table at most `limits.timestamp_max_past` plus
@@ -234,6 +240,34 @@ impl Side {
     }
 }
 
+/// A chunk of an earlier run, as the job table holds it.
+struct Recorded {
+    /// Its id.
+    part: String,
+    /// Its position among its partition's chunks (all runs together).
+    index: u32,
+    /// Its row.
+    row: JobRow,
+}
+
+/// The job table's chunks by partition (ids that do not parse are not chunks of this
+/// layout and are left alone).
+fn chunks_by_partition(
+    recorded: std::collections::HashMap<String, JobRow>,
+) -> std::collections::HashMap<PartitionRef, Vec<Recorded>> {
+    let mut by_partition: std::collections::HashMap<_, Vec<_>> = Default::default();
+    for (part, row) in recorded {
+        let Some((partition, index)) = plan::parse_part(&part) else {
+            continue;
+        };
+        by_partition
+            .entry(partition)
+            .or_default()
+            .push(Recorded { part, index, row });
+    }
+    by_partition
+}
+
 /// A migration between two configurations.
 pub struct Migration {
     options: Options,
@@ -313,6 +347,11 @@ impl Migration {
     }
 
     /// Runs (or resumes) the job; `progress` is called after every partition.
+    ///
+    /// A partition is copied by content (see [`plan::remaining_chunks`]): what it sends is
+    /// the source minus what its recorded chunks applied or may have applied. A partition
+    /// with a chunk of unknown outcome waits until that chunk is resolved ([`Self::resolve`]),
+    /// so that what is missing is known before anything more is sent.
     pub async fn run(&self, progress: &(dyn Fn(&Progress) + Sync)) -> Result<Report, MigrateError> {
         let jobs = JobTable::open(
             self.target.reader.session().clone(),
@@ -321,46 +360,36 @@ impl Migration {
             &self.job,
         )
         .await?;
-        let recorded = jobs.load().await?;
+        let mut recorded = chunks_by_partition(jobs.load().await?);
         let partitions = self.source_partitions().await?;
         let counts = parking_lot::Mutex::new(Progress::default());
         let report = parking_lot::Mutex::new(Report {
             job: self.job.clone(),
             ..Report::default()
         });
-        let to_resolve = parking_lot::Mutex::new(Vec::<(Chunk, JobRow)>::new());
-        let work = futures_util::stream::iter(partitions)
-            .map(|partition: PartitionRef| {
-                let (jobs, recorded, counts, report, to_resolve) =
-                    (&jobs, &recorded, &counts, &report, &to_resolve);
+        let mut settled = Vec::new();
+        let mut to_resolve = Vec::new();
+        for partition in partitions {
+            let chunks = recorded.remove(&partition).unwrap_or_default();
+            counts.lock().skipped += chunks
+                .iter()
+                .filter(|c| c.row.state == State::Applied)
+                .count() as u64;
+            if chunks
+                .iter()
+                .any(|c| plan::step(Some(c.row.state)) == Step::Resolve)
+            {
+                to_resolve.push((partition, chunks));
+            } else {
+                settled.push((partition, chunks));
+            }
+        }
+        let work = futures_util::stream::iter(settled)
+            .map(|(partition, chunks)| {
+                let (jobs, counts, report) = (&jobs, &counts, &report);
                 async move {
-                    let sums = self.source_sums(&partition).await?;
-                    let mut target: Option<PartitionSums> = None;
-                    for chunk in plan::chunks(&partition, &sums, self.batch_rows()) {
-                        let row = recorded.get(&chunk.part());
-                        match plan::step(row.map(|r| r.state)) {
-                            Step::Skip => counts.lock().skipped += 1,
-                            Step::Resolve => {
-                                if let Some(row) = row {
-                                    to_resolve.lock().push((chunk, row.clone()));
-                                }
-                            }
-                            Step::Send => {
-                                if target.is_none() {
-                                    target = Some(
-                                        self.target_sums(&partition, self.options.consistency)
-                                            .await?,
-                                    );
-                                }
-                                let before = plan::before_image(
-                                    &chunk.rows,
-                                    target.as_ref().unwrap_or(&PartitionSums::new()),
-                                );
-                                self.send(jobs, &chunk, before, counts, report, false)
-                                    .await?;
-                            }
-                        }
-                    }
+                    self.copy_rest(jobs, &partition, &chunks, None, counts, report)
+                        .await?;
                     let snapshot = {
                         let mut c = counts.lock();
                         c.partitions += 1;
@@ -374,8 +403,7 @@ impl Migration {
         for result in work.collect::<Vec<_>>().await {
             result?;
         }
-        self.resolve(&jobs, to_resolve.into_inner(), &counts, &report)
-            .await?;
+        self.resolve(&jobs, to_resolve, &counts, &report).await?;
         let mut report = report.into_inner();
         report.counts = counts.into_inner();
         report.unknown.sort();
@@ -383,78 +411,133 @@ impl Migration {
         Ok(report)
     }
 
-    /// Chunks of earlier runs whose outcome is unknown: wait out the settle time, read the
-    /// target at ALL, and decide.
-    async fn resolve(
+    /// Sends what `partition` still lacks: the source minus what its recorded `chunks`
+    /// account for, in new chunks numbered after them. `target`: the target's values if
+    /// already read (for the before-images).
+    async fn copy_rest(
         &self,
         jobs: &JobTable,
-        chunks: Vec<(Chunk, JobRow)>,
+        partition: &PartitionRef,
+        chunks: &[Recorded],
+        target: Option<PartitionSums>,
         counts: &parking_lot::Mutex<Progress>,
         report: &parking_lot::Mutex<Report>,
     ) -> Result<(), MigrateError> {
-        if chunks.is_empty() {
+        let sums = self.source_sums(partition).await?;
+        let accounted = plan::accounted(chunks.iter().map(|c| (c.row.state, &c.row.rows)));
+        let first_index = chunks.iter().map(|c| c.index + 1).max().unwrap_or(0);
+        let rest =
+            plan::remaining_chunks(partition, &sums, &accounted, self.batch_rows(), first_index);
+        if rest.is_empty() {
             return Ok(());
         }
-        let latest = chunks
+        let target = match target {
+            Some(target) => target,
+            None => {
+                self.target_sums(partition, self.options.consistency)
+                    .await?
+            }
+        };
+        for chunk in rest {
+            let before = plan::before_image(&chunk.rows, &target);
+            self.send(jobs, &chunk, before, counts, report).await?;
+        }
+        Ok(())
+    }
+
+    /// Partitions with chunks of earlier runs whose outcome is unknown: wait out the
+    /// settle time, read the target at ALL, decide each such chunk from its recorded rows
+    /// and before-image, then send what the partition still lacks. A partition whose
+    /// target cannot be read is left alone (its chunks stay unknown, reported).
+    async fn resolve(
+        &self,
+        jobs: &JobTable,
+        partitions: Vec<(PartitionRef, Vec<Recorded>)>,
+        counts: &parking_lot::Mutex<Progress>,
+        report: &parking_lot::Mutex<Report>,
+    ) -> Result<(), MigrateError> {
+        let latest = partitions
             .iter()
-            .map(|(_, row)| row.updated)
-            .max()
-            .unwrap_or(SystemTime::UNIX_EPOCH);
+            .flat_map(|(_, chunks)| chunks.iter())
+            .filter(|c| plan::step(Some(c.row.state)) == Step::Resolve)
+            .map(|c| c.row.updated)
+            .max();
+        let Some(latest) = latest else {
+            return Ok(());
+        };
         if let Ok(wait) = (latest + self.options.settle).duration_since(SystemTime::now()) {
             tracing::info!(
-                chunks = chunks.len(),
+                partitions = partitions.len(),
                 ?wait,
                 "Waiting for writes of an earlier run to settle before reading their outcome from the target."
             );
             tokio::time::sleep(wait).await;
         }
-        for (chunk, row) in chunks {
-            let now = match self
-                .target_sums(&chunk.partition, ConsistencyLevel::All)
-                .await
-            {
+        for (partition, mut chunks) in partitions {
+            let now = match self.target_sums(&partition, ConsistencyLevel::All).await {
                 Ok(now) => now,
                 Err(error) => {
-                    report.lock().unknown.push((
-                        chunk.part(),
-                        format!("cannot read the target at ALL to resolve it: {error}"),
-                    ));
+                    for chunk in &chunks {
+                        if plan::step(Some(chunk.row.state)) == Step::Resolve {
+                            report.lock().unknown.push((
+                                chunk.part.clone(),
+                                format!("cannot read the target at ALL to resolve it: {error}"),
+                            ));
+                        }
+                    }
                     continue;
                 }
             };
-            match plan::verdict(&row.rows, &row.before, &now) {
-                Verdict::Applied => {
-                    jobs.record(
-                        &chunk.part(),
-                        State::Applied,
-                        &row.rows,
-                        &row.before,
-                        Some("resolved: the target holds the before-image plus this write"),
-                    )
-                    .await?;
-                    counts.lock().resolved_applied += 1;
-                }
-                Verdict::NotApplied => {
-                    counts.lock().resolved_resent += 1;
-                    let before = plan::before_image(&chunk.rows, &now);
-                    self.send(jobs, &chunk, before, counts, report, true)
-                        .await?;
-                }
-                Verdict::Ambiguous => {
-                    let why = "the target holds neither the before-image nor the before-image plus this write: someone else wrote these rows, or replicas disagree";
-                    jobs.record(
-                        &chunk.part(),
-                        State::Unknown,
-                        &row.rows,
-                        &row.before,
-                        Some(why),
-                    )
-                    .await?;
-                    report.lock().unknown.push((chunk.part(), why.to_owned()));
+            for chunk in &mut chunks {
+                if plan::step(Some(chunk.row.state)) == Step::Resolve {
+                    chunk.row.state = self.resolve_one(jobs, chunk, &now, counts, report).await?;
                 }
             }
+            self.copy_rest(jobs, &partition, &chunks, Some(now), counts, report)
+                .await?;
+            counts.lock().partitions += 1;
         }
         Ok(())
+    }
+
+    /// Decides one chunk of unknown outcome from the target `now` (read at ALL after the
+    /// settle time), records the decision, and returns the chunk's new state.
+    async fn resolve_one(
+        &self,
+        jobs: &JobTable,
+        chunk: &Recorded,
+        now: &PartitionSums,
+        counts: &parking_lot::Mutex<Progress>,
+        report: &parking_lot::Mutex<Report>,
+    ) -> Result<State, MigrateError> {
+        let row = &chunk.row;
+        let (state, why) = match plan::verdict(&row.rows, &row.before, now) {
+            Verdict::Applied => {
+                counts.lock().resolved_applied += 1;
+                (
+                    State::Applied,
+                    "resolved: the target holds the before-image plus this write",
+                )
+            }
+            Verdict::NotApplied => {
+                counts.lock().resolved_resent += 1;
+                (
+                    State::NotApplied,
+                    "resolved: every replica holds the before-image; its rows are sent again",
+                )
+            }
+            Verdict::Ambiguous => {
+                let why = "the target holds neither the before-image nor the before-image plus this write: someone else wrote these rows, or replicas disagree";
+                report
+                    .lock()
+                    .unknown
+                    .push((chunk.part.clone(), why.to_owned()));
+                (State::Unknown, why)
+            }
+        };
+        jobs.record(&chunk.part, state, &row.rows, &row.before, Some(why))
+            .await?;
+        Ok(state)
     }
 
     /// Records the intent, sends one chunk, records the outcome.
@@ -465,7 +548,6 @@ impl Migration {
         before: plan::ChunkRows,
         counts: &parking_lot::Mutex<Progress>,
         report: &parking_lot::Mutex<Report>,
-        resent: bool,
     ) -> Result<(), MigrateError> {
         let part = chunk.part();
         jobs.record(&part, State::Sending, &chunk.rows, &before, None)
@@ -481,8 +563,7 @@ impl Migration {
         jobs.record(&part, state, &chunk.rows, &before, text.as_deref())
             .await?;
         match state {
-            State::Applied if !resent => counts.lock().applied += 1,
-            State::Applied => {}
+            State::Applied => counts.lock().applied += 1,
             State::Unknown => report.lock().unknown.push((part, text.unwrap_or_default())),
             State::NotApplied | State::Rejected | State::Sending => {
                 counts.lock().failed += 1;

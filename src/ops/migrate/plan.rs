@@ -94,26 +94,82 @@ pub fn part_id(partition: &PartitionRef, index: u32) -> String {
         .unwrap_or_default()
 }
 
-/// The partition of a job table id.
-pub fn partition_of(part: &str) -> Option<PartitionRef> {
-    let (table, key, bucket, _): (String, Vec<String>, String, u32) =
+/// The partition and chunk index of a job table id.
+pub fn parse_part(part: &str) -> Option<(PartitionRef, u32)> {
+    let (table, key, bucket, index): (String, Vec<String>, String, u32) =
         serde_json::from_str(part).ok()?;
-    Some(PartitionRef { table, key, bucket })
+    Some((PartitionRef { table, key, bucket }, index))
 }
 
-/// Cuts a partition's rows (rows summing to zero in every column left out, when
-/// `skip_zero_rows`) into chunks of at most `max_rows`, in bucket order.
+/// The partition of a job table id.
+pub fn partition_of(part: &str) -> Option<PartitionRef> {
+    parse_part(part).map(|(partition, _)| partition)
+}
+
+/// Cuts a partition's rows (rows summing to zero in every column left out) into chunks
+/// of at most `max_rows`, in bucket order.
 pub fn chunks(partition: &PartitionRef, sums: &PartitionSums, max_rows: usize) -> Vec<Chunk> {
-    let rows: ChunkRows = sums
-        .iter()
-        .filter(|(_, values)| values.iter().any(|v| *v != 0))
-        .map(|(bucket, values)| (*bucket, values.clone()))
+    remaining_chunks(partition, sums, &PartitionSums::new(), max_rows, 0)
+}
+
+/// What the job has put into the target for one partition, or may have: per bucket, the
+/// rows of its chunks that applied or whose outcome is still unknown (never sent again).
+/// A chunk that definitely did not apply puts nothing there.
+/// `chunks`: each recorded chunk's state and rows.
+pub fn accounted<'a>(chunks: impl IntoIterator<Item = (State, &'a ChunkRows)>) -> PartitionSums {
+    let mut sums = PartitionSums::new();
+    for (state, rows) in chunks {
+        if state == State::NotApplied || state == State::Rejected {
+            continue;
+        }
+        for (bucket, delta) in rows {
+            let sum = sums.entry(*bucket).or_insert_with(|| vec![0; delta.len()]);
+            if sum.len() < delta.len() {
+                sum.resize(delta.len(), 0);
+            }
+            for (s, d) in sum.iter_mut().zip(delta) {
+                *s = s.wrapping_add(*d);
+            }
+        }
+    }
+    sums
+}
+
+/// The chunks that take the target from what the job `accounted` for to the `source`:
+/// per row, the source's value minus what is accounted for (zero rows left out), cut
+/// into chunks of at most `max_rows` numbered from `first_index` (after every chunk the
+/// job table holds for the partition, so that no record is overwritten).
+///
+/// A chunk is identified by what it carries, not by its position: a rerun with another
+/// `max_batch_rows`, or after the source gained or lost rows, sends exactly what is
+/// missing, and a row that lost value in the source gets a negative delta.
+pub fn remaining_chunks(
+    partition: &PartitionRef,
+    source: &PartitionSums,
+    accounted: &PartitionSums,
+    max_rows: usize,
+    first_index: u32,
+) -> Vec<Chunk> {
+    let buckets: std::collections::BTreeSet<i64> =
+        source.keys().chain(accounted.keys()).copied().collect();
+    let rows: ChunkRows = buckets
+        .into_iter()
+        .filter_map(|bucket| {
+            let have = source.get(&bucket).map_or(&[][..], Vec::as_slice);
+            let sent = accounted.get(&bucket).map_or(&[][..], Vec::as_slice);
+            let width = have.len().max(sent.len());
+            let at = |v: &[i64], i: usize| v.get(i).copied().unwrap_or(0);
+            let delta: Vec<i64> = (0..width)
+                .map(|i| at(have, i).wrapping_sub(at(sent, i)))
+                .collect();
+            delta.iter().any(|d| *d != 0).then_some((bucket, delta))
+        })
         .collect();
     rows.chunks(max_rows.max(1))
         .enumerate()
         .map(|(i, rows)| Chunk {
             partition: partition.clone(),
-            index: i as u32,
+            index: first_index + i as u32,
             rows: rows.to_vec(),
         })
         .collect()
@@ -252,6 +308,34 @@ mod tests {
         assert_eq!(all[1].index, 1);
         assert_eq!(all[0].part(), r#"["minute",["home"],"2026-11-30",0]"#);
         assert_eq!(partition_of(&all[0].part()), Some(partition()));
+    }
+
+    /// Issue item 1: chunk 0 (rows 0..15) applied, chunk 1 (rows 16..19) not; a rerun
+    /// that cuts chunks of 10 sends rows 16..19 only, numbered after the recorded chunks.
+    #[test]
+    fn a_rerun_sends_what_is_missing_whatever_the_chunk_size() {
+        let source: PartitionSums = (0..20).map(|m| (m, vec![m + 1])).collect();
+        let first = chunks(&partition(), &source, 16);
+        let records = [
+            (State::Applied, &first[0].rows),
+            (State::NotApplied, &first[1].rows),
+        ];
+        let rerun = remaining_chunks(&partition(), &source, &accounted(records), 10, 2);
+        assert_eq!(rerun.len(), 1);
+        assert_eq!(rerun[0].index, 2);
+        assert_eq!(rerun[0].rows, first[1].rows);
+        // An unknown chunk is accounted for (never sent again); a row the source gained
+        // is sent, and one it lost gets a negative delta.
+        let records = [
+            (State::Applied, &first[0].rows),
+            (State::Unknown, &first[1].rows),
+        ];
+        let mut changed = source.clone();
+        changed.insert(25, vec![4]);
+        changed.remove(&3);
+        let rerun = remaining_chunks(&partition(), &changed, &accounted(records), 10, 2);
+        assert_eq!(rerun.len(), 1);
+        assert_eq!(rerun[0].rows, [(3, vec![-4]), (25, vec![4])]);
     }
 
     #[test]

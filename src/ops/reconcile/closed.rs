@@ -42,10 +42,40 @@ fn store_error(statement: &PreparedStatement, error: impl std::fmt::Display) -> 
     }
 }
 
+/// What `reconcile --close` did.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Closed {
+    /// Keys whose closed row was written.
+    pub written: usize,
+    /// Keys whose exact total does not fit the table's 64-bit values: no row written (a
+    /// clamped total would be a wrong exact value), each with why.
+    pub beyond_i64: Vec<String>,
+}
+
+/// A key's closed-row totals per column name (zero columns left out), or why they cannot
+/// be kept: a total beyond i64 is refused, never clamped.
+pub fn closed_totals(
+    columns: &[String],
+    key: &str,
+    exact: &[i128],
+) -> Result<BTreeMap<String, i64>, String> {
+    columns
+        .iter()
+        .zip(exact)
+        .filter(|(_, v)| **v != 0)
+        .map(|(column, v)| {
+            i64::try_from(*v)
+                .map(|v| (column.clone(), v))
+                .map_err(|_| format!("{key} {column}: exact total {v} is beyond i64"))
+        })
+        .collect()
+}
+
 /// Writes every key's exact total of a closed day (`reconcile --close`), for the keys
 /// that pass `tags`. Streams: the ledger is read one bucket at a time, and that bucket's
 /// rows written (concurrently) before the next is read. Idempotent: a second close writes
-/// the same rows. Returns the rows written.
+/// the same rows. A key whose total is beyond i64 gets no row and is listed in
+/// [`Closed::beyond_i64`].
 pub async fn close_day(
     session: &Session,
     config: &Config,
@@ -53,49 +83,49 @@ pub async fn close_day(
     day: Day,
     tags: &[(String, String)],
     now_ms: i64,
-) -> Result<usize, ReadError> {
+) -> Result<Closed, ReadError> {
     let statement = prepare(session, config, "insert_exact_day").await?;
     let buckets = super::gather::BucketReader::new(session, config, family, day).await?;
     let rows_read = std::sync::atomic::AtomicU64::new(0);
-    let mut written = 0;
+    let mut closed = Closed::default();
     for bucket in 0..config.exact.buckets {
         let sums = buckets.ledger_bucket(bucket as i16, &rows_read).await?;
-        let writes = sums
-            .into_iter()
-            .filter(|(key, _)| super::matches_tags(family, key, tags))
-            .map(|(key, (exact, rows))| {
-                let statement = &statement;
-                async move {
-                    let totals: BTreeMap<String, i64> = family
-                        .columns
-                        .iter()
-                        .zip(exact)
-                        .filter(|(_, v)| *v != 0)
-                        .map(|(c, v)| (c.clone(), i64::try_from(v).unwrap_or(i64::MAX)))
-                        .collect();
-                    session
-                        .execute_unpaged(
-                            statement,
-                            (
-                                family.name.as_str(),
-                                key.as_str(),
-                                CqlDate(day.cql_date()),
-                                totals,
-                                i64::try_from(rows).unwrap_or(i64::MAX),
-                                CqlTimestamp(now_ms),
-                            ),
-                        )
-                        .await
-                        .map_err(|e| store_error(statement, e))
-                }
-            });
+        let mut keys = Vec::new();
+        for (key, ledger) in sums {
+            if !super::matches_tags(family, &key, tags) {
+                continue;
+            }
+            match closed_totals(&family.columns, &key, &ledger.sums) {
+                Ok(totals) => keys.push((key, totals, ledger.rows)),
+                Err(why) => closed.beyond_i64.push(why),
+            }
+        }
+        let writes = keys.into_iter().map(|(key, totals, rows)| {
+            let statement = &statement;
+            async move {
+                session
+                    .execute_unpaged(
+                        statement,
+                        (
+                            family.name.as_str(),
+                            key.as_str(),
+                            CqlDate(day.cql_date()),
+                            totals,
+                            i64::try_from(rows).unwrap_or(i64::MAX),
+                            CqlTimestamp(now_ms),
+                        ),
+                    )
+                    .await
+                    .map_err(|e| store_error(statement, e))
+            }
+        });
         let mut writes = futures_util::stream::iter(writes).buffer_unordered(64);
         while let Some(result) = writes.next().await {
             result?;
-            written += 1;
+            closed.written += 1;
         }
     }
-    Ok(written)
+    Ok(closed)
 }
 
 /// Where a key's exact value came from.
@@ -170,4 +200,21 @@ pub async fn exact_value(
         }
     }
     Ok((totals, ExactSource::Ledger))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_closed_total_beyond_i64_is_refused_not_clamped() {
+        let columns = ["views".to_owned(), "bytes".to_owned()];
+        let fits = closed_totals(&columns, r#"["home"]"#, &[5, 0]).unwrap();
+        assert_eq!(fits, BTreeMap::from([("views".to_owned(), 5)]));
+        let too_large = i128::from(i64::MAX) + 1;
+        let why = closed_totals(&columns, r#"["home"]"#, &[5, too_large]).unwrap_err();
+        assert!(why.contains("bytes") && why.contains("beyond i64"), "{why}");
+        let too_small = i128::from(i64::MIN) - 1;
+        assert!(closed_totals(&columns, r#"["home"]"#, &[too_small, 0]).is_err());
+    }
 }

@@ -37,9 +37,21 @@ pub struct KeyOutcomes {
 /// its size follows the writes that did not simply apply, not the number of keys.
 pub type DayOutcomes = BTreeMap<(String, Granularity), KeyOutcomes>;
 
-/// The ledger's sums of the keys of one bucket: key (JSON text) → (sums per column,
-/// ledger rows).
-pub type LedgerSums = HashMap<String, (Sums, u64)>;
+/// One key's ledger rows, summed.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct LedgerKey {
+    /// Sums per column.
+    pub sums: Sums,
+    /// Sums of the positive deltas per column: the most the counter can hold while the
+    /// counter write of any of these rows may still be on its way (a pending decrement
+    /// has not lowered it yet).
+    pub rises: Sums,
+    /// Ledger rows.
+    pub rows: u64,
+}
+
+/// The ledger's sums of the keys of one bucket: key (JSON text) → its rows summed.
+pub type LedgerSums = HashMap<String, LedgerKey>;
 
 fn store_error(statement: &str, error: impl std::fmt::Display) -> ReadError {
     ReadError::Store {
@@ -57,6 +69,14 @@ fn column_sums(family: &FamilyDef, deltas: &BTreeMap<String, i64>, into: &mut Su
             into[i] += i128::from(*delta);
         }
     }
+}
+
+fn positive(deltas: &BTreeMap<String, i64>) -> BTreeMap<String, i64> {
+    deltas
+        .iter()
+        .filter(|(_, d)| **d > 0)
+        .map(|(c, d)| (c.clone(), *d))
+        .collect()
 }
 
 fn negated(deltas: &BTreeMap<String, i64>) -> BTreeMap<String, i64> {
@@ -153,8 +173,9 @@ impl<'a> BucketReader<'a> {
         while let Some(row) = pager.next().await {
             let (key, _minute, deltas) = row.map_err(|e| store_error(text, e))?;
             let entry = sums.entry(key).or_default();
-            column_sums(self.family, &deltas, &mut entry.0);
-            entry.1 += 1;
+            column_sums(self.family, &deltas, &mut entry.sums);
+            column_sums(self.family, &positive(&deltas), &mut entry.rises);
+            entry.rows += 1;
             rows_read.fetch_add(1, Ordering::Relaxed);
         }
         Ok(sums)

@@ -155,7 +155,8 @@ pub struct Report {
     pub family: String,
     /// The day, `YYYY-MM-DD`.
     pub day: String,
-    /// Whether the day is closed (else every key is `open`).
+    /// Whether the day is closed (else every key is `open`, but one whose counter is
+    /// above anything countersink can have written: `unexplained`).
     pub closed: bool,
     /// Why the day is still open (`None` when closed).
     pub open_because: Option<String>,
@@ -311,6 +312,8 @@ pub fn slices(config: &Config) -> u16 {
 struct KeyWork {
     key: String,
     exact: Sums,
+    /// Its ledger's positive deltas summed (see [`gather::LedgerKey::rises`]).
+    rises: Sums,
 }
 
 /// Reads one slice: its ledger buckets and key-index buckets, and the keys of the
@@ -326,12 +329,12 @@ async fn read_slice(
     ledger_rows: &AtomicU64,
 ) -> Result<Vec<KeyWork>, ReadError> {
     let in_slice = |n: u16| (0..n).filter(move |b| b % slices == slice);
-    let mut keys: HashMap<String, Sums> = HashMap::new();
+    let mut keys: HashMap<String, gather::LedgerKey> = HashMap::new();
     let ledger =
         in_slice(config.exact.buckets).map(|b| buckets.ledger_bucket(b as i16, ledger_rows));
     for sums in futures_util::future::try_join_all(ledger).await? {
         // A key lives in one bucket: no merging across buckets.
-        keys.extend(sums.into_iter().map(|(key, (sums, _))| (key, sums)));
+        keys.extend(sums);
     }
     if buckets.reads_index() {
         let index = in_slice(config.key_index.buckets).map(|b| buckets.index_bucket(b as i16));
@@ -343,16 +346,18 @@ async fn read_slice(
     }
     for (key, _) in outcomes.keys() {
         if key_bucket(key, slices) as u16 == slice && !keys.contains_key(key) {
-            keys.insert(key.clone(), Sums::new());
+            keys.insert(key.clone(), gather::LedgerKey::default());
         }
     }
     let width = family.columns.len();
     Ok(keys
         .into_iter()
         .filter(|(key, _)| matches_tags(family, key, tags))
-        .map(|(key, mut exact)| {
+        .map(|(key, ledger)| {
+            let (mut exact, mut rises) = (ledger.sums, ledger.rises);
             exact.resize(width, 0);
-            KeyWork { key, exact }
+            rises.resize(width, 0);
+            KeyWork { key, exact, rises }
         })
         .collect())
 }
@@ -437,12 +442,14 @@ pub async fn reconcile(
                 lookup.1 = g;
                 let key_outcomes = outcomes.get(&lookup).unwrap_or(&empty);
                 let counter = &counters[g.index()];
+                let ceiling =
+                    open.then(|| verdict::open_ceiling(&work.rises, &key_outcomes.unknowns));
                 let v = verdict::verdict(
                     &work.exact,
                     counter,
                     &key_outcomes.known_missing,
                     &key_outcomes.unknowns,
-                    open,
+                    ceiling.as_deref(),
                 );
                 report
                     .summary

@@ -42,8 +42,37 @@ pub struct Correction {
     pub minute: Option<i16>,
     /// Column → delta to add.
     pub deltas: BTreeMap<String, i64>,
-    /// The outcome: `planned` (dry run), `applied`, `rejected`, `unknown`.
+    /// The outcome: `planned` (dry run), `applied`, `rejected`, `unknown`, or
+    /// [`BEYOND_I64`] (not sent: no counter write can carry it).
     pub outcome: String,
+}
+
+/// The outcome of a correction that no counter write can carry: a column's
+/// `exact - counter` is beyond i64. Never sent; the run fails.
+pub const BEYOND_I64: &str = "beyond_i64";
+
+/// The deltas (non-zero, per column name) that take `stored` to `exact`. `Err` when one
+/// of them is beyond i64, with the deltas that fit: a correction is sent whole or not at
+/// all, never with a column silently left out.
+pub fn correction_deltas(
+    columns: &[String],
+    exact: &[i128],
+    stored: &[i64],
+) -> Result<BTreeMap<String, i64>, BTreeMap<String, i64>> {
+    let mut fits = true;
+    let mut deltas = BTreeMap::new();
+    for (i, column) in columns.iter().enumerate() {
+        let want = exact.get(i).copied().unwrap_or(0);
+        let have = i128::from(stored.get(i).copied().unwrap_or(0));
+        match i64::try_from(want - have) {
+            Ok(0) => {}
+            Ok(delta) => {
+                deltas.insert(column.clone(), delta);
+            }
+            Err(_) => fits = false,
+        }
+    }
+    if fits { Ok(deltas) } else { Err(deltas) }
 }
 
 /// The corrections of every drifting key of `report` (a closed day), by comparing the
@@ -73,23 +102,16 @@ pub async fn plan(
             .partition(family, granularity, &key.key, day, &all, consistency)
             .await?;
         let correction = |minute: Option<i16>, exact: &[i128], stored: &[i64]| {
-            let deltas: BTreeMap<String, i64> = family
-                .columns
-                .iter()
-                .enumerate()
-                .filter_map(|(i, c)| {
-                    let want = exact.get(i).copied().unwrap_or(0);
-                    let have = i128::from(stored.get(i).copied().unwrap_or(0));
-                    let delta = i64::try_from(want - have).ok()?;
-                    (delta != 0).then(|| (c.clone(), delta))
-                })
-                .collect();
-            (!deltas.is_empty()).then(|| Correction {
+            let (deltas, outcome) = match correction_deltas(&family.columns, exact, stored) {
+                Ok(deltas) => (deltas, "planned"),
+                Err(fitting) => (fitting, BEYOND_I64),
+            };
+            (!deltas.is_empty() || outcome == BEYOND_I64).then(|| Correction {
                 key: key.key.clone(),
                 granularity: key.granularity,
                 minute,
                 deltas,
-                outcome: "planned".into(),
+                outcome: outcome.into(),
             })
         };
         match granularity {
@@ -199,6 +221,9 @@ pub async fn apply(
     settle.set_is_idempotent(true);
     settle.set_consistency(session::consistency(config.exact.consistency));
     for (n, correction) in corrections.iter_mut().enumerate() {
+        if correction.outcome == BEYOND_I64 {
+            continue;
+        }
         let request_id = format!("repair/{now_ms}/{n}");
         let record = OutcomeRow {
             family: family.name.clone(),
@@ -289,4 +314,24 @@ pub async fn apply(
             .map_err(|e| store_error(&settle_text, &e))?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_correction_beyond_i64_is_refused_whole_not_left_out() {
+        let columns = ["views".to_owned(), "bytes".to_owned()];
+        let fits = correction_deltas(&columns, &[10, 4], &[3, 4]).unwrap();
+        assert_eq!(fits, BTreeMap::from([("views".to_owned(), 7)]));
+        let beyond = i128::from(i64::MAX) + 10;
+        let refused = correction_deltas(&columns, &[10, beyond], &[3, 4]).unwrap_err();
+        assert_eq!(
+            refused,
+            BTreeMap::from([("views".to_owned(), 7)]),
+            "the column that fits is shown, the other is missing: the correction is refused"
+        );
+        assert!(correction_deltas(&columns, &[i128::from(i64::MIN), 0], &[1, 0]).is_err());
+    }
 }

@@ -75,13 +75,34 @@ pub const MAX_UNKNOWNS: usize = 40;
 /// is `ambiguous`.
 const MAX_REACHABLE: usize = 1 << 20;
 
-/// Decides one key's verdict. `open`: the day is not closed yet.
+/// The most a key's counter can hold while its day is open: every positive delta of its
+/// ledger applied and no negative one yet (`rises`), plus every positive delta of its
+/// unknown requests (a repair's is not in the ledger). A counter write of countersink is
+/// sent only after its ledger row is confirmed, so nothing countersink writes can take a
+/// counter above it.
+pub fn open_ceiling(rises: &[i128], unknowns: &[Unknown]) -> Sums {
+    let mut ceiling = rises.to_vec();
+    for unknown in unknowns {
+        if ceiling.len() < unknown.deltas.len() {
+            ceiling.resize(unknown.deltas.len(), 0);
+        }
+        for (i, delta) in unknown.deltas.iter().enumerate() {
+            ceiling[i] += (*delta).max(0);
+        }
+    }
+    ceiling
+}
+
+/// Decides one key's verdict. `open`: the day is not closed yet, with the key's
+/// [`open_ceiling`]. A counter of an open day below the ledger may still be waiting for
+/// writes on their way (`open`); one above the ceiling is `unexplained` at once: no later
+/// write of countersink can explain it.
 pub fn verdict(
     exact: &[i128],
     counter: &[i128],
     known_missing: &[i128],
     unknowns: &[Unknown],
-    open: bool,
+    open: Option<&[i128]>,
 ) -> Verdict {
     let width = exact.len().max(counter.len()).max(known_missing.len());
     let at = |v: &[i128], i: usize| v.get(i).copied().unwrap_or(0);
@@ -94,8 +115,14 @@ pub fn verdict(
         drift: drift.clone(),
         applied,
     };
-    if open {
-        return with(Status::Open, None);
+    if let Some(ceiling) = open {
+        let above = (0..width).any(|i| at(counter, i) > at(ceiling, i));
+        let status = if above {
+            Status::Unexplained
+        } else {
+            Status::Open
+        };
+        return with(status, None);
     }
     // A counter equal to the ledger is never unexplained: what the records say of its
     // history (rejections, repairs that undid an outside write) is explanation enough.
@@ -173,22 +200,22 @@ mod tests {
 
     #[test]
     fn equal_and_nothing_unknown_is_ok() {
-        let v = verdict(&[10], &[10], &[0], &[], false);
+        let v = verdict(&[10], &[10], &[0], &[], None);
         assert_eq!((v.status, v.drift), (Status::Ok, vec![0]));
     }
 
     #[test]
     fn a_drift_of_rejected_rows_is_explained() {
-        let v = verdict(&[10], &[7], &[3], &[], false);
+        let v = verdict(&[10], &[7], &[3], &[], None);
         assert_eq!((v.status, v.drift), (Status::Explained, vec![-3]));
     }
 
     #[test]
     fn an_outside_writer_is_unexplained() {
-        let v = verdict(&[10], &[17], &[0], &[], false);
+        let v = verdict(&[10], &[17], &[0], &[], None);
         assert_eq!((v.status, v.drift), (Status::Unexplained, vec![7]));
         // Unknown requests that cannot sum to it do not explain it either.
-        let v = verdict(&[10], &[17], &[0], &[unknown("a", 5)], false);
+        let v = verdict(&[10], &[17], &[0], &[unknown("a", 5)], None);
         assert_eq!(v.status, Status::Unexplained);
     }
 
@@ -196,11 +223,11 @@ mod tests {
     fn one_subset_resolves_which_unknown_requests_applied() {
         // Unknown 5, 3 and 4; the counter lacks 3: only {3} sums to it.
         let unknowns = [unknown("a", 5), unknown("b", 3), unknown("c", 4)];
-        let v = verdict(&[12], &[9], &[0], &unknowns, false);
+        let v = verdict(&[12], &[9], &[0], &unknowns, None);
         assert_eq!(v.status, Status::Resolved);
         assert_eq!(v.applied, Some(vec![true, false, true]));
         // Nothing lacking: all applied (the empty subset is the only one).
-        let v = verdict(&[12], &[12], &[0], &unknowns, false);
+        let v = verdict(&[12], &[12], &[0], &unknowns, None);
         assert_eq!(v.applied, Some(vec![true, true, true]));
     }
 
@@ -208,28 +235,16 @@ mod tests {
     /// applied; with negative deltas, +5 and -5 make "both or neither" ambiguous too.
     #[test]
     fn equal_unknowns_are_ambiguous_not_resolved() {
-        let v = verdict(
-            &[10],
-            &[5],
-            &[0],
-            &[unknown("a", 5), unknown("b", 5)],
-            false,
-        );
+        let v = verdict(&[10], &[5], &[0], &[unknown("a", 5), unknown("b", 5)], None);
         assert_eq!((v.status, v.drift), (Status::Ambiguous, vec![-5]));
-        let v = verdict(
-            &[0],
-            &[0],
-            &[0],
-            &[unknown("a", 5), unknown("b", -5)],
-            false,
-        );
+        let v = verdict(&[0], &[0], &[0], &[unknown("a", 5), unknown("b", -5)], None);
         assert_eq!(v.status, Status::Ambiguous);
         let v = verdict(
             &[0],
             &[-5],
             &[0],
             &[unknown("a", 5), unknown("b", -5)],
-            false,
+            None,
         );
         assert_eq!(v.status, Status::Resolved);
         assert_eq!(v.applied, Some(vec![false, true]));
@@ -247,7 +262,7 @@ mod tests {
                 deltas: vec![1, 200],
             },
         ];
-        let v = verdict(&[2, 300], &[1, 100], &[0, 0], &unknowns, false);
+        let v = verdict(&[2, 300], &[1, 100], &[0, 0], &unknowns, None);
         assert_eq!(v.applied, Some(vec![true, false]));
     }
 
@@ -255,13 +270,30 @@ mod tests {
     /// does not explain, but the counter equals the ledger.
     #[test]
     fn a_repaired_counter_equal_to_the_ledger_is_explained() {
-        let v = verdict(&[10], &[10], &[7], &[], false);
+        let v = verdict(&[10], &[10], &[7], &[], None);
         assert_eq!((v.status, v.drift), (Status::Explained, vec![0]));
     }
 
     #[test]
-    fn an_open_day_gets_no_verdict() {
-        let v = verdict(&[10], &[3], &[0], &[], true);
+    fn an_open_day_below_its_ledger_gets_no_verdict() {
+        let v = verdict(&[10], &[3], &[0], &[], Some(&[10]));
         assert_eq!((v.status, v.drift), (Status::Open, vec![-7]));
+    }
+
+    /// Issue item 6: an outside `+7` on a key of today is caught the same day.
+    #[test]
+    fn an_open_day_above_what_countersink_can_have_written_is_unexplained() {
+        let v = verdict(&[10], &[17], &[0], &[], Some(&[10]));
+        assert_eq!((v.status, v.drift), (Status::Unexplained, vec![7]));
+        // A decrement of the ledger whose counter write is still on its way: the counter
+        // may be above the ledger's sum, never above its positive deltas.
+        let v = verdict(&[5], &[10], &[0], &[], Some(&[10]));
+        assert_eq!(v.status, Status::Open);
+        // A repair of unknown outcome (not in the ledger) may have added its delta.
+        let repair = [unknown("repair/1/0", 7)];
+        let ceiling = open_ceiling(&[10], &repair);
+        assert_eq!(ceiling, vec![17]);
+        let v = verdict(&[10], &[17], &[0], &repair, Some(&ceiling));
+        assert_eq!(v.status, Status::Open);
     }
 }
