@@ -350,7 +350,7 @@ impl Migration {
     ///
     /// A partition is copied by content (see [`plan::remaining_chunks`]): what it sends is
     /// the source minus what its recorded chunks applied or may have applied. A partition
-    /// with a chunk of unknown outcome waits until that chunk is resolved ([`Self::resolve`]),
+    /// with a chunk of unknown outcome waits until that chunk is resolved (`resolve`, below),
     /// so that what is missing is known before anything more is sent.
     pub async fn run(&self, progress: &(dyn Fn(&Progress) + Sync)) -> Result<Report, MigrateError> {
         let jobs = JobTable::open(
