@@ -119,6 +119,9 @@ pub struct StateDir {
     journal: Journal,
     unclean_previous_run: Option<Status>,
     recovery: RecoveryReport,
+    /// A replay cursor a flush consumed that could not be made durable: the flush's group
+    /// is still open in the journal, the only record that names it.
+    owed_cursor: Option<Cursor>,
     /// False only in the flush benchmark's baseline (feature `dev`): no journal at all.
     journal_enabled: bool,
     /// Unsettled flushes of a driver wrapper found at open, for the wrapper to finish.
@@ -290,6 +293,7 @@ impl StateDir {
             unclean_previous_run,
             recovery: RecoveryReport::default(),
             journal_enabled: true,
+            owed_cursor: None,
             wrapper_groups,
         };
         let mut report =
@@ -428,11 +432,18 @@ impl StateDir {
     /// temp file does not), the group stays open and the next start, or the next flush
     /// that ends, takes the cursor from it; a kill between the two finds the cursor
     /// durable and the group open, which recovery finishes without sending anything.
+    ///
+    /// A cursor that could not be made durable stays owed: every later end (a
+    /// `writer_totals` group's too, which consumes no cursor) makes it durable before it
+    /// writes its End, or writes none, so no End can discard the open group that names it.
     pub fn journal_end(&mut self, flush: &FlushId, consumed: Option<Cursor>) -> io::Result<()> {
+        let consumed = consumed.max(self.owed_cursor);
         let committed = self.spill.commit(consumed);
         if self.spill.durable() < consumed {
+            self.owed_cursor = consumed;
             return committed;
         }
+        self.owed_cursor = None;
         test_hooks::crash_point("replay_cursor_committed");
         if self.journal_enabled {
             self.journal.end(flush.flush_seq)?;

@@ -191,7 +191,8 @@ impl Spill {
     pub fn open(dir: &Path, max_bytes: u64, journal_cursor: Option<Cursor>) -> io::Result<Spill> {
         migrate_legacy(dir)?;
         let mut segments = BTreeMap::new();
-        let mut cursor = journal_cursor;
+        // What the files say, durable whatever becomes of the journal.
+        let mut on_disk = None;
         for entry in fs::read_dir(dir)? {
             let entry = entry?;
             let name = entry.file_name();
@@ -201,15 +202,16 @@ impl Spill {
                 fs::remove_file(entry.path())?;
             } else if let Some(id) = SegmentId::parse(&name) {
                 let path = entry.path();
-                cursor = cursor.max(read_header(&path)?);
+                on_disk = on_disk.max(read_header(&path)?);
                 segments.insert(id, entry.metadata()?.len());
             }
         }
         if let Ok(text) = fs::read_to_string(dir.join(CURSOR_FILE))
             && let Ok(saved) = serde_json::from_str::<Cursor>(&text)
         {
-            cursor = cursor.max(Some(saved));
+            on_disk = on_disk.max(Some(saved));
         }
+        let cursor = on_disk.max(journal_cursor);
         let mut spill = Spill {
             dir: dir.to_owned(),
             max_bytes,
@@ -218,8 +220,20 @@ impl Spill {
             loaded: cursor,
             totals_bytes: totals_spill_bytes(dir)?,
         };
+        if journal_cursor > on_disk {
+            // Only the journal names this cursor, and recovery is about to end its group,
+            // which starts the journal over: written first, or a second start would
+            // replay rows the journal's flush carried.
+            spill.write_cursor(cursor)?;
+        }
         spill.delete_consumed()?;
         Ok(spill)
+    }
+
+    /// Makes `cursor` durable in `spill.cursor`.
+    fn write_cursor(&self, cursor: Option<Cursor>) -> io::Result<()> {
+        let bytes = serde_json::to_vec(&cursor).map_err(io::Error::other)?;
+        write_atomically(&self.dir, &self.dir.join(CURSOR_FILE), &bytes)
     }
 
     /// Bytes of the segments on disk.
@@ -410,8 +424,7 @@ impl Spill {
         if cursor <= self.durable {
             return Ok(());
         }
-        let bytes = serde_json::to_vec(&cursor).map_err(io::Error::other)?;
-        write_atomically(&self.dir, &self.dir.join(CURSOR_FILE), &bytes)?;
+        self.write_cursor(cursor)?;
         crate::test_hooks::crash_point("replay_cursor_written");
         self.durable = cursor;
         self.delete_consumed()

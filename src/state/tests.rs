@@ -438,6 +438,11 @@ fn recovery_completes_a_half_written_log_batch_without_duplicates() {
 /// Spills one segment of three rows, then loads them as a replay and opens the flush
 /// that carries them (its group commit names the cursor it consumes).
 fn replay_in_flight(dir: &Path) -> (StateDir, FlushId, Option<Cursor>) {
+    replay_part_in_flight(dir, 3)
+}
+
+/// [`replay_in_flight`], loading only the first `rows` of the three spilled rows.
+fn replay_part_in_flight(dir: &Path, rows: usize) -> (StateDir, FlushId, Option<Cursor>) {
     let mut state = StateDir::open(&config(dir)).unwrap();
     let spilled_by = FlushId {
         writer: state.writer_id().to_owned(),
@@ -447,8 +452,8 @@ fn replay_in_flight(dir: &Path) -> (StateDir, FlushId, Option<Cursor>) {
     state
         .spill(&spilled_by, &[vec![record(), record(), record()]])
         .unwrap();
-    let loaded = state.load_spill(|_, _| true).unwrap();
-    assert_eq!(loaded.records.len(), 3);
+    let loaded = state.load_spill(|n, _| n < rows).unwrap();
+    assert_eq!(loaded.records.len(), rows);
     let flush = FlushId {
         flush_seq: 2,
         ..spilled_by
@@ -570,5 +575,51 @@ fn without_start_bounds_every_unanswered_request_is_unknown() {
     assert_eq!(
         (state.recovery().unknown_rows, state.recovery().spilled_rows),
         (100, 0)
+    );
+}
+
+/// A replayed chunk whose cursor could not be written leaves its group open; the flush's
+/// `writer_totals` stage then ends a group of its own (consuming no cursor). That end
+/// must not discard the open group: a kill after it must still find the cursor.
+#[test]
+fn a_later_end_does_not_discard_the_group_that_owes_a_replay_cursor() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (mut state, flush, consumes) = replay_in_flight(tmp.path());
+    std::os::unix::fs::symlink("/dev/full", tmp.path().join("spill.tmp")).unwrap();
+    assert!(state.journal_end(&flush, consumes).is_err());
+    // The totals stage of the same flush: its own group, ended with no cursor.
+    state
+        .journal_begin_totals(&flush, "t", &families(), &[])
+        .unwrap();
+    assert!(
+        state.journal_end(&flush, None).is_err(),
+        "the cursor is still owed"
+    );
+    drop(state); // killed
+    fs::remove_file(tmp.path().join("spill.tmp")).ok();
+    let mut state = StateDir::open(&config(tmp.path())).unwrap();
+    assert_eq!(
+        state.load_spill(|_, _| true).unwrap().records.len(),
+        0,
+        "rows the killed process replayed and applied come back"
+    );
+}
+
+/// A kill before a replaying flush ended: the next start takes the cursor from the
+/// journal and ends the group, which starts the journal over; the cursor must be in
+/// `spill.cursor` by then, or a second start replays the chunk again.
+#[test]
+fn a_cursor_found_only_in_the_journal_survives_a_second_start() {
+    let tmp = tempfile::tempdir().unwrap();
+    // Two of the segment's three rows: the cursor stops inside the segment.
+    let (state, _, _) = replay_part_in_flight(tmp.path(), 2);
+    drop(state); // killed before the flush ended
+    let state = StateDir::open(&config(tmp.path())).unwrap();
+    drop(state); // stopped again before any later replay
+    let mut state = StateDir::open(&config(tmp.path())).unwrap();
+    assert_eq!(
+        state.load_spill(|_, _| true).unwrap().records.len(),
+        1,
+        "the second start replays rows the first start's journal had consumed"
     );
 }
