@@ -27,6 +27,7 @@
 //! | `ingest` | (feature `sidecar`) socket receivers |
 //! | [`telemetry`] | the metric catalogue, the accounting identity, the flusher's ledger, the Prometheus collectors |
 //! | [`epoch`] | resets by epoch: the registry view, the pure choice of a row's epoch, the refresh timer |
+//! | [`stage`] | the one write pipeline: the decision table, with a policy per kind of write |
 //! | [`totals`] | the `writer_totals` counting mode: running totals per writer, idempotent writes retried until applied, their spill |
 //! | [`flush`] | the plan, the loop, the pure settle step (outcome → action), one shutdown deadline |
 //! | [`ops`] | operating the tables: the read path (summing shards and writers, both counting modes), the key index, leaderboards, retention, migration, shard advice; reading the state directory's outcomes |
@@ -59,6 +60,7 @@ pub mod pipeline;
 pub mod recorder;
 pub mod series;
 pub mod sink;
+pub mod stage;
 pub mod state;
 pub mod telemetry;
 pub mod test_hooks;

@@ -18,7 +18,8 @@ use crate::backoff::Backoff;
 use crate::bucket::{self, Day};
 use crate::family::Families;
 use crate::series;
-use crate::sink::{Outcome, OutcomeRow, Sink};
+use crate::sink::{OutcomeRow, Sink};
+use crate::stage::{self, Action, Facts, Policy, Sent};
 use crate::state::{RecordOutcome, WriteRecord};
 
 use super::record_conversion;
@@ -111,18 +112,24 @@ impl OutcomeQueue {
                 answer = sink.write_outcomes(&chunk) => answer,
                 () = deadline.wait() => return,
             };
-            match answer {
-                Outcome::Applied => {
+            // The outcomes table's column has no age rule and keeps what fails.
+            let facts = Facts::fresh(force, 0, u32::MAX);
+            match stage::decide(&Policy::OUTCOMES, Sent::Done(answer), &facts).action {
+                Action::Applied => {
                     self.rows.drain(..count);
                     self.failures = 0;
                     self.not_before = None;
                 }
-                Outcome::NotAppliedTransient(error)
-                | Outcome::NotAppliedPermanent(error)
-                | Outcome::Unknown(error) => {
+                failed => {
                     self.failures = self.failures.saturating_add(1);
                     self.not_before = Some(Instant::now() + backoff.delay(self.failures));
-                    tracing::warn!(kind = error.kind, error = %error.text, rows = self.rows.len(), "Could not write to the outcomes table; the rows are sent again later (they are in the local logs).");
+                    let error = failed.error();
+                    tracing::warn!(
+                        kind = error.map(|e| e.kind),
+                        error = error.map(|e| &*e.text),
+                        rows = self.rows.len(),
+                        "Could not write to the outcomes table; the rows are sent again later (they are in the local logs)."
+                    );
                     return;
                 }
             }

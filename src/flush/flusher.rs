@@ -6,16 +6,15 @@ use std::time::{Duration, Instant, SystemTime};
 
 use tokio::sync::Notify;
 
-use crate::aggregate::{Credit, Refused, Slot};
 use crate::bucket;
 use crate::config::{Config, FlushConfig};
 use crate::engine::Engine;
 use crate::epoch::{self, EpochRegistry};
 use crate::family::shard_seed;
-use crate::sink::{Outcome, PartitionWrite, Sink};
+use crate::sink::{PartitionWrite, Sink};
+use crate::stage::{self, Facts, StageCx, run_stage};
 use crate::state::{
-    FamilyEntry, FlushId, OutcomeLog, RecordOutcome, RecordSource, Settled, StateDir, StateError,
-    WriteRecord, outcomes_mark,
+    FamilyEntry, FlushId, OutcomeLog, StateDir, StateError, WriteRecord, outcomes_mark,
 };
 use crate::test_hooks::crash_point;
 use crate::totals::{Totals, TotalsReport};
@@ -24,17 +23,17 @@ use crate::vocabulary::Granularity;
 use super::ledger_gate::LedgerGate;
 use super::observe::FlushObserver;
 use super::plan::{self, PlanOptions};
-use super::record_conversion::{self, error_info, settled_of};
 use super::replay;
 use super::report::FlushReport;
 use super::schedule::{Schedule, log_backoff};
-use super::send::{self, send_all};
-use super::settle::{self, Action, Circumstances, Sent};
 use super::shutdown::{Deadline, ShutdownSignal, shutdown_channel};
 use crate::telemetry::Ledger;
 
+mod counters;
 mod held;
 mod spill;
+
+use self::counters::{CounterStage, Writes};
 
 /// Drains the engine into a sink on a schedule, and once more at shutdown.
 pub struct Flusher<S> {
@@ -189,7 +188,7 @@ impl<S: Sink> Flusher<S> {
         mut state: StateDir,
         ledger: Arc<Ledger>,
     ) -> Flusher<S> {
-        state.set_start_window(send::start_window(config.max_in_flight));
+        state.set_start_window(counters::start_window(config.max_in_flight));
         let shard_seed = shard_seed(state.writer_id());
         let ledger_gate = LedgerGate::new(
             engine.families(),
@@ -557,267 +556,64 @@ impl<S: Sink> Flusher<S> {
         for observer in &self.observers {
             observer.planned(&writes);
         }
-        let time = bucket::rfc3339(SystemTime::now());
         if writes.is_empty() {
             // Nothing to send; replayed rows that produced no write are consumed.
             if let Err(error) = self.state.commit_replay(self.state.replay_loaded()) {
                 tracing::error!(%error, "Could not record the replay cursor.");
             }
-            return self.settle(
-                flush,
-                &time,
-                None,
-                Vec::new(),
-                &mut credit,
-                rows,
-                drained_sums,
-                last,
-            );
+        } else {
+            crash_point("drained");
         }
-        crash_point("drained");
-        // The group commit: every request of this flush, durable before the first send.
-        let consumes = match self
-            .state
-            .journal_begin(&flush, &time, &self.families, &writes)
-        {
-            Ok(consumes) => consumes,
-            Err(error) => {
-                tracing::error!(%error, writes = writes.len(), "Could not write the flush's intents to the journal; nothing is sent, the rows stay pending.");
-                let results = writes.into_iter().map(|w| (w, Sent::Held)).collect();
-                return self.settle(
-                    flush,
-                    &time,
-                    None,
-                    results,
-                    &mut credit,
-                    rows,
-                    drained_sums,
-                    last,
-                );
-            }
+        let facts = Facts::fresh(
+            last,
+            counters::now_unix_secs(),
+            u32::try_from(self.config.requeue_max_age.as_secs()).unwrap_or(u32::MAX),
+        );
+        let max_in_flight = self.config.max_in_flight;
+        let sink = Arc::clone(&self.sink);
+        let seq = self.seq;
+        let mut stage = CounterStage {
+            flusher: self,
+            flush,
+            time: bucket::rfc3339(SystemTime::now()),
+            credit: &mut credit,
+            consumes: None,
+            batch: Batch::default(),
+            now_unix_secs: facts.now_unix_secs,
+            last,
+            in_flight: drained_sums,
+            spilled: (0, 0),
         };
-        crash_point("journal_committed");
-        let results = send_all(
-            &*self.sink,
+        let done = run_stage(
+            &mut stage,
+            &Writes(&*sink),
             writes,
-            self.config.max_in_flight,
-            deadline,
-            &mut self.state,
+            StageCx {
+                cutoff: deadline,
+                max_in_flight,
+                facts,
+                first_request: 0,
+            },
         )
         .await;
-        // Every outcome reaches the file before the settle step acts on any of them.
-        self.state.journal_flush();
-        crash_point("sent");
-        self.settle(
-            flush,
-            &time,
-            consumes,
-            results,
-            &mut credit,
+        let (spilled, dropped) = stage.spilled;
+        let report = FlushReport {
+            seq,
             rows,
-            drained_sums,
-            last,
-        )
-    }
-
-    /// Decides (with [`settle::settle`]) and executes what becomes of every write, then
-    /// closes the flush: spill segment, outcome logs, status, and the journal's end.
-    /// `credit` is the drained rows' room in the memory budget; re-queued rows take
-    /// theirs from it, and the caller returns the rest once the flush is over.
-    #[allow(clippy::too_many_arguments)]
-    fn settle(
-        &mut self,
-        flush: FlushId,
-        time: &str,
-        consumes: Option<crate::state::Cursor>,
-        results: Vec<(PartitionWrite, Sent)>,
-        credit: &mut Credit,
-        rows: usize,
-        drained_sums: [i128; 2],
-        last: bool,
-    ) -> FlushReport {
-        let now = SystemTime::now();
-        let circumstances = Circumstances {
-            now_unix_secs: u32::try_from(bucket::unix_secs(now)).unwrap_or(u32::MAX),
-            requeue_max_age_secs: u32::try_from(self.config.requeue_max_age.as_secs())
-                .unwrap_or(u32::MAX),
-            final_flush: last,
-        };
-        let mut report = FlushReport {
-            seq: self.seq,
-            rows,
-            writes: results.len(),
+            writes: done.requests,
+            applied: done.applied,
+            requeued: done.requeued,
+            rejected: done.rejected,
+            unknown: done.unknown,
+            spilled,
+            dropped,
             ..FlushReport::default()
         };
-        let journaled = consumes.is_some() || results.iter().any(|(_, s)| !matches!(s, Sent::Held));
-        let mut batch = Batch::default();
-        for (index, (write, sent)) in results.into_iter().enumerate() {
-            let index = index as u32;
-            match &sent {
-                Sent::NotStarted => self.state.journal_outcome(index, &Settled::NotStarted),
-                Sent::Cancelled => self.state.journal_outcome(
-                    index,
-                    &settled_of(&Outcome::Unknown(settle::cancelled_at_deadline())),
-                ),
-                Sent::Done(_) | Sent::Held => {}
-            }
-            let decision = settle::settle(&write, sent, &circumstances);
-            if let Some(class) = decision.counted {
-                let table = self.table_name(&write);
-                self.ledger.count_write(&table, class);
-                report.count(class);
-            }
-            let source = RecordSource {
-                flush: &flush,
-                request: index,
-                time,
-            };
-            self.execute(
-                write,
-                decision.action,
-                source,
-                circumstances.now_unix_secs,
-                credit,
-                &mut batch,
-            );
-        }
-        self.state.journal_flush();
-        crash_point("settled_in_memory");
-
-        batch.spill.append(&mut self.held_spill);
-        let (spilled, dropped) = self.spill(&flush, batch.spill);
-        let held = std::mem::take(&mut self.ledger_held);
-        report.spilled = spilled + held.0;
-        report.dropped = dropped + held.1;
-        let [unknown, rejected] = self.state.log_batch(&batch.unknown, &batch.rejected);
-        if let Some(gate) = &mut self.ledger_gate {
-            gate.record_outcomes(
-                self.engine.families(),
-                batch.unknown.iter().chain(&batch.rejected),
-            );
-        }
-        self.ledger.count_appended(OutcomeLog::Unknown, &unknown);
-        self.ledger.count_appended(OutcomeLog::Rejected, &rejected);
-        for g in Granularity::ALL {
-            self.ledger
-                .update(g, |s| s.in_flight -= drained_sums[g.index()]);
-        }
-        if !last {
-            // Before the journal's end: a crash between the two finds the re-queued rows
-            // both in this figure and spilled by recovery (an over-count, never an under-count).
-            self.write_pending_status();
-        }
-        if journaled && let Err(error) = self.state.journal_end(&flush, consumes) {
-            tracing::error!(%error, "Could not end the flush: the replay cursor or the journal's end mark was not written. The flush stays open in the journal, which names how far the spill was consumed: a restart finishes it without sending anything again, the next flush that ends closes it.");
-        }
-        crash_point("ended");
         self.ledger.set_spill_bytes(self.state.spill_bytes().0);
         if report.writes > 0 {
-            self.store_healthy = settle::store_answers(report.applied, report.requeued);
+            self.store_healthy = stage::store_answers(report.applied, report.requeued);
         }
         report
-    }
-
-    /// Carries out one action; what must reach a file goes into `batch`.
-    fn execute(
-        &mut self,
-        write: PartitionWrite,
-        action: Action,
-        source: RecordSource<'_>,
-        now_unix_secs: u32,
-        credit: &mut Credit,
-        batch: &mut Batch,
-    ) {
-        let sum = write.sum();
-        let family = &self.families[usize::from(write.family.0)];
-        match action {
-            Action::Applied => self.ledger.update(write.table, |s| s.applied += sum),
-            Action::Requeue(_) | Action::Hold => {
-                let error = match &action {
-                    Action::Requeue(error) => Some(error_info(error)),
-                    _ => None,
-                };
-                let (table, series, shard, epoch) =
-                    (write.table, write.series.clone(), write.shard, write.epoch);
-                let rows: Vec<_> = match action {
-                    Action::Hold => plan::held_rows(write).collect(),
-                    _ => plan::requeued_rows(write, now_unix_secs).collect(),
-                };
-                for (row_index, (key, row)) in rows.into_iter().enumerate() {
-                    let Some(Refused { key, row: back, .. }) = self
-                        .engine
-                        .aggregator()
-                        .merge_back([(key, row)], credit)
-                        .pop()
-                    else {
-                        continue;
-                    };
-                    // Summing into the buffer would overflow, or the memory budget has
-                    // no room for it: keep it on disk.
-                    let bucket = match key.slot() {
-                        Slot::Both(m) | Slot::MinuteOnly(m) => m.0,
-                        Slot::DayOnly(d) => d.0,
-                        Slot::DayOnlyAt(m) => m.day().0,
-                    };
-                    let mut records = crate::state::records_of(
-                        family,
-                        table,
-                        &series,
-                        (shard, epoch),
-                        [(bucket, back.columns.as_slice())],
-                        source,
-                        RecordOutcome::Spilled,
-                        error.as_ref(),
-                    );
-                    for r in &mut records {
-                        r.row = u16::try_from(row_index).unwrap_or(u16::MAX);
-                    }
-                    batch.spill.push(Spilled {
-                        request: Some(source.request),
-                        table,
-                        sum: back.columns.sum(),
-                        records,
-                    });
-                }
-            }
-            Action::Spill(error) => {
-                let records = record_conversion::to_records(
-                    &write,
-                    family,
-                    source,
-                    RecordOutcome::Spilled,
-                    error.as_ref(),
-                );
-                batch.spill.push(Spilled {
-                    request: Some(source.request),
-                    table: write.table,
-                    sum,
-                    records,
-                });
-            }
-            Action::LogRejected(error) => {
-                batch.rejected.extend(record_conversion::to_records(
-                    &write,
-                    family,
-                    source,
-                    RecordOutcome::Rejected,
-                    Some(&error),
-                ));
-                self.ledger.update(write.table, |s| s.rejected += sum);
-                tracing::warn!(table = %self.table_name(&write), kind = error.kind, error = %error.text, rows = write.rows.len(), "Write rejected; recorded in rejected.jsonl.");
-            }
-            Action::LogUnknown(error) => {
-                batch.unknown.extend(record_conversion::to_records(
-                    &write,
-                    family,
-                    source,
-                    RecordOutcome::Unknown,
-                    Some(&error),
-                ));
-                self.ledger.update(write.table, |s| s.unknown += sum);
-                tracing::warn!(table = %self.table_name(&write), kind = error.kind, error = %error.text, rows = write.rows.len(), "Write outcome unknown; recorded in unknown.jsonl and not re-sent.");
-            }
-        }
     }
 
     /// Records what is pending in memory now in `status.json` (the lost-at-crash figure).

@@ -25,8 +25,9 @@ use crate::backoff::Backoff;
 use crate::bucket::Minute;
 use crate::family::{Families, key_bucket};
 use crate::series;
-use crate::sink::bounded::{Ended, send_bounded};
+use crate::sink::bounded::send_bounded;
 use crate::sink::{LedgerRow, Outcome, Sink};
+use crate::stage::{self, Action, Facts, Policy, Sent};
 use crate::state::{FlushId, WriteRecord};
 use crate::telemetry::Ledger;
 use crate::vocabulary::{FamilyId, Granularity};
@@ -314,8 +315,12 @@ impl LedgerGate {
         self.held = waiting;
         let ended = self.send(sink, &due, max_in_flight, deadline).await;
         let mut failed = 0;
+        // The ledger's column has no age rule and keeps what fails, the final flush too
+        // (its rows are given up together once the flush is over): only applied or not.
+        let facts = Facts::fresh(last, 0, u32::MAX);
         for (mut held, ended) in due.into_iter().zip(ended) {
-            if ended == Ended::Done(true) {
+            let action = stage::decide(&Policy::LEDGER, Sent::from(ended), &facts).action;
+            if action == Action::Applied {
                 let sums = held.owed_sums();
                 self.held_sums[0] -= sums[0];
                 self.held_sums[1] -= sums[1];
@@ -461,29 +466,28 @@ impl LedgerGate {
     }
 
     /// Sends each request, up to [`ATTEMPTS_PER_FLUSH`] times, at most `max_in_flight`
-    /// at once, until confirmed or the shutdown deadline passes: whether each was
-    /// confirmed (`Done(true)`).
+    /// at once, until confirmed or the shutdown deadline passes: how each ended (its last
+    /// attempt's outcome).
     async fn send<'a, S: Sink>(
         &'a self,
         sink: &'a S,
         due: &'a [Held],
         max_in_flight: usize,
         deadline: &mut Deadline,
-    ) -> Vec<Ended<bool>> {
+    ) -> Vec<crate::sink::bounded::Ended> {
         let attempts = |held: &'a Held| {
             let rows = &held.rows;
             async move {
-                for attempt in 0..ATTEMPTS_PER_FLUSH {
+                let mut attempt = 1;
+                loop {
                     let outcome = sink.write_ledger(rows).await;
                     self.counts.count_exact_ledger_write(outcome.class());
-                    if outcome == Outcome::Applied {
-                        return true;
+                    if outcome == Outcome::Applied || attempt >= ATTEMPTS_PER_FLUSH {
+                        return outcome;
                     }
-                    if attempt + 1 < ATTEMPTS_PER_FLUSH {
-                        tokio::time::sleep(self.backoff.delay(attempt + 1)).await;
-                    }
+                    tokio::time::sleep(self.backoff.delay(attempt)).await;
+                    attempt += 1;
                 }
-                false
             }
         };
         send_bounded(due, max_in_flight, deadline, attempts, |_, _, _| {}).await

@@ -10,8 +10,8 @@
 //!   what the settle step decides for each write.
 //! - [`schedule`]: when the next flush starts: the interval, or a back-off while the store
 //!   applies nothing.
-//! - [`settle`]: the pure policy, outcome → action (applied, re-queue, spill, log unknown,
-//!   log rejected), with time passed in.
+//! - what becomes of each write is decided by the one decision table,
+//!   [`crate::stage::decide`], in its counter column.
 //! - [`shutdown`]: the shutdown request and the one deadline derived from it.
 //! - [`record_conversion`]: writes to the records of the outcome logs and the spill,
 //!   and the families as the journal describes them,
@@ -34,8 +34,6 @@ pub mod record_conversion;
 mod replay;
 mod report;
 pub mod schedule;
-mod send;
-pub mod settle;
 pub mod shutdown;
 
 pub use self::flusher::Flusher;

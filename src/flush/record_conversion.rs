@@ -6,10 +6,8 @@ use crate::aggregate::{Columns, Row, RowKey, Slot};
 use crate::bucket::{self, Day, MINUTES_PER_DAY, Minute};
 use crate::family::Families;
 use crate::series;
-use crate::sink::{Outcome, PartitionWrite, WriteError};
-use crate::state::{
-    ErrorInfo, FamilyEntry, RecordOutcome, RecordSource, Settled, WriteRecord, records_of,
-};
+use crate::sink::{PartitionWrite, WriteError};
+use crate::state::{ErrorInfo, FamilyEntry, RecordOutcome, RecordSource, WriteRecord, records_of};
 use crate::vocabulary::Granularity;
 
 /// The error of a failed write, as records carry it.
@@ -167,24 +165,4 @@ pub fn from_record(
             requeued_since: 0,
         },
     ))
-}
-
-/// What the journal records for an outcome.
-pub(super) fn settled_of(outcome: &Outcome) -> Settled {
-    let error = |e: &WriteError| (e.kind.to_owned(), e.text.to_string());
-    match outcome {
-        Outcome::Applied => Settled::Applied,
-        Outcome::NotAppliedTransient(e) => {
-            let (kind, text) = error(e);
-            Settled::NotApplied { kind, text }
-        }
-        Outcome::NotAppliedPermanent(e) => {
-            let (kind, text) = error(e);
-            Settled::Rejected { kind, text }
-        }
-        Outcome::Unknown(e) => {
-            let (kind, text) = error(e);
-            Settled::Unknown { kind, text }
-        }
-    }
 }

@@ -1,7 +1,6 @@
 //! What one flush (or one round of chunks) did: the figures `flush_now`, `finish` and
 //! `run` return.
 
-use crate::sink::OutcomeClass;
 use crate::totals::TotalsReport;
 
 /// What one flush did.
@@ -43,15 +42,5 @@ impl FlushReport {
         self.spilled += chunk.spilled;
         self.dropped += chunk.dropped;
         self.totals.add(&chunk.totals);
-    }
-
-    /// Counts one write request settled as `class`.
-    pub(super) fn count(&mut self, class: OutcomeClass) {
-        match class {
-            OutcomeClass::Applied => self.applied += 1,
-            OutcomeClass::Requeued => self.requeued += 1,
-            OutcomeClass::Rejected => self.rejected += 1,
-            OutcomeClass::Unknown => self.unknown += 1,
-        }
     }
 }

@@ -5,8 +5,8 @@
 //! with each class belongs to the kind of write, not to the contract: a counter delta
 //! (the sidecar's, the driver wrapper's) whose outcome is unknown is logged and never
 //! sent again, while an idempotent write (`writer_totals` rows, delta-ledger rows,
-//! outcome rows) is sent again until it applies. The counter deltas' table is
-//! `flush::settle`.
+//! outcome rows) is sent again until it applies. That policy is a column of the one
+//! decision table, `stage::decide`.
 
 /// How one write request ended, as the sink saw it.
 #[derive(Clone, Debug, PartialEq, Eq)]

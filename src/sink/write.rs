@@ -53,4 +53,14 @@ impl PartitionWrite {
     pub fn sum(&self) -> i128 {
         self.rows.iter().map(|r| r.columns.sum()).sum()
     }
+
+    /// Unix seconds when its longest-failing row first failed: the oldest re-queue time
+    /// of its rows (None when none was re-queued), what the counter age rule reads.
+    pub fn failing_since(&self) -> Option<u32> {
+        self.rows
+            .iter()
+            .map(|r| r.requeued_since)
+            .filter(|since| *since != 0)
+            .min()
+    }
 }

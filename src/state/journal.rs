@@ -233,6 +233,29 @@ pub enum Settled {
     Dropped,
 }
 
+impl Settled {
+    /// What the journal records for an answer of the store.
+    pub fn of(outcome: &crate::sink::Outcome) -> Settled {
+        use crate::sink::Outcome;
+        let error = |e: &crate::sink::WriteError| (e.kind.to_owned(), e.text.to_string());
+        match outcome {
+            Outcome::Applied => Settled::Applied,
+            Outcome::NotAppliedTransient(e) => {
+                let (kind, text) = error(e);
+                Settled::NotApplied { kind, text }
+            }
+            Outcome::NotAppliedPermanent(e) => {
+                let (kind, text) = error(e);
+                Settled::Rejected { kind, text }
+            }
+            Outcome::Unknown(e) => {
+                let (kind, text) = error(e);
+                Settled::Unknown { kind, text }
+            }
+        }
+    }
+}
+
 /// A table of the driver wrapper's flush, as the journal names it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct WrapperTable {

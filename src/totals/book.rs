@@ -370,6 +370,15 @@ impl Book {
         }
     }
 
+    /// A write of `id` was held back before anything was sent (its group commit
+    /// failed): the row stays unwritten, due again with the next flush, without a
+    /// failure counted against it.
+    pub(crate) fn hold(&mut self, id: &RowId) {
+        if self.rows.contains_key(id) && !self.unwritten.contains(id) {
+            self.unwritten.insert(id.clone());
+        }
+    }
+
     /// Unix seconds of the first failure of the row's current streak, if it is failing.
     pub(crate) fn failing_since(&self, id: &RowId) -> Option<u32> {
         self.rows

@@ -15,7 +15,8 @@
 //! - `book`: the running totals per open row, the rows the store may lack, back-off,
 //!   and the release of closed rows (memory is charged to the buffer's budget);
 //! - `clock`: the writer's monotonic write times;
-//! - `decide`: the settle step (outcome → confirm, retry, spill or reject), pure;
+//! - what becomes of each write is decided by the one decision table
+//!   ([`crate::stage::decide`]), in its `writer_totals` column;
 //! - sending: the shared bounded loop ([`crate::sink::bounded`]), up to the shutdown
 //!   deadline;
 //! - [`records`], `spill`, `replay`: spilled totals and their replay, idempotent by
@@ -35,11 +36,11 @@
 
 mod book;
 mod clock;
-mod decide;
 pub mod records;
 pub(crate) mod recovery;
 mod replay;
 pub(crate) mod spill;
+mod stage;
 #[cfg(test)]
 mod tests;
 
@@ -51,22 +52,19 @@ use crate::bucket;
 use crate::config::{CountingMode, FlushConfig};
 use crate::engine::Engine;
 use crate::family::FamilyDef;
-use crate::sink::bounded::{Cutoff, Ended, cancelled_at_deadline, send_bounded};
-use crate::sink::{Outcome, OutcomeClass, Sink, TotalRow, TotalsWrite, WriteError};
-use crate::state::{
-    FamilyEntry, FlushId, OutcomeLog, Settled, StateDir, TotalsIntent, TotalsIntentRow, WriteRecord,
-};
+use crate::sink::bounded::Cutoff;
+use crate::sink::{Sink, TotalRow, TotalsWrite};
+use crate::state::{FamilyEntry, FlushId, StateDir, TotalsIntent, TotalsIntentRow};
 use crate::telemetry::Ledger;
-use crate::test_hooks::crash_point;
 use crate::vocabulary::{DropReason, Granularity};
 
 use self::book::{Book, Closing, RowId, RowRef};
 use self::clock::WriterClock;
-use self::decide::{RowAction, RowFacts};
-use self::records::{Recorder, SpilledRow, TotalRecord};
+use self::records::{Recorder, TotalRecord};
 pub use self::recovery::Recovery;
 use self::replay::{Origin, Reading, Replays};
 pub(crate) use self::spill::SpillFiles;
+use self::stage::TotalsStage;
 
 /// What the totals part of one flush did.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -116,56 +114,6 @@ enum Planned {
     Book(Vec<Columns>),
     /// One replayed row (its index among the replays).
     Replay(usize),
-}
-
-/// Records in the journal the outcomes recovery acts on: `applied` (nothing to write
-/// again) and `rejected` (already logged by the settle step).
-fn journal_outcomes(state: &mut StateDir, results: &[(TotalsWrite, Ended)], first_request: u32) {
-    for (index, (_, ended)) in results.iter().enumerate() {
-        let settled = match ended {
-            Ended::Done(Outcome::Applied) => Settled::Applied,
-            Ended::Done(Outcome::NotAppliedPermanent(error)) => Settled::Rejected {
-                kind: error.kind.to_owned(),
-                text: error.text.to_string(),
-            },
-            _ => continue,
-        };
-        state.journal_outcome(first_request.saturating_add(index as u32), &settled);
-    }
-    state.journal_flush();
-}
-
-/// One flush's settle step: what every write's settlement needs and collects.
-struct Settling<'a> {
-    ledger: &'a Ledger,
-    state: &'a mut StateDir,
-    seq: u64,
-    last: bool,
-    now_unix_secs: i64,
-    /// RFC 3339 now, for records.
-    time: String,
-    /// Rows for the spill file: record, granularity, unconfirmed sum.
-    to_spill: Vec<(TotalRecord, Granularity, i128)>,
-    /// Records of the parts of totals the store refused, for `rejected.jsonl`.
-    rejected: Vec<WriteRecord>,
-    /// This writer and incarnation, for request ids.
-    writer_id: String,
-    incarnation: u64,
-    /// The request index of this stage's first write: the totals writes of a flush are
-    /// numbered after its counter writes, so every request id of a flush is unique.
-    first_request: u32,
-}
-
-impl Settling<'_> {
-    /// The id of this stage's write `request` (counted from the stage's first).
-    fn request_id(&self, request: u32) -> String {
-        FlushId {
-            writer: self.writer_id.clone(),
-            incarnation: self.incarnation,
-            flush_seq: self.seq,
-        }
-        .request_id(self.first_request + request)
-    }
 }
 
 /// The `writer_totals` path of one writer: its running totals, its clock, its spill.
@@ -395,228 +343,36 @@ impl Totals {
             self.load_replay_chunk(ledger, state, seq);
         }
         let (writes, planned) = self.plan(seq, last);
-        report.writes = writes.len();
         let flush = FlushId {
             writer: self.writer_id.clone(),
             incarnation: self.incarnation,
             flush_seq: seq,
         };
-        let journaled = !writes.is_empty()
-            && self.journal_begin(state, &flush, &writes, &planned, first_request);
-        let results: Vec<(TotalsWrite, Ended)> = if writes.is_empty() || journaled {
-            if !writes.is_empty() {
-                observe(&writes);
-            }
-            let ended = send_bounded(
-                &writes,
-                self.max_in_flight,
-                cutoff,
-                |write| sink.write_totals(write),
-                |_, _, _| {},
-            )
-            .await;
-            writes.into_iter().zip(ended).collect()
-        } else {
-            // No group commit, nothing sent: the rows stay unwritten and go out with a
-            // later flush (or are spilled by the final one).
-            writes.into_iter().map(|w| (w, Ended::NotStarted)).collect()
-        };
-        if journaled {
-            journal_outcomes(state, &results, first_request);
-            // Answers in hand, nothing settled: a kill here leaves the journal's intents
-            // to recovery, which writes the ones not known applied again (idempotent).
-            crash_point("totals_sent");
-        }
-        let mut settling = Settling {
-            ledger,
+        let max_in_flight = self.max_in_flight;
+        let mut stage = TotalsStage {
+            totals: self,
             state,
-            seq,
+            ledger,
+            observe,
+            flush,
+            planned: planned.into_iter().map(Some).collect(),
+            first_request,
             last,
             now_unix_secs: now_secs,
             time: bucket::rfc3339(SystemTime::now()),
             to_spill: Vec::new(),
             rejected: Vec::new(),
-            writer_id: self.writer_id.clone(),
-            incarnation: self.incarnation,
-            first_request,
+            report,
         };
-        for (request, ((write, ended), planned)) in results.into_iter().zip(planned).enumerate() {
-            let request = u32::try_from(request).unwrap_or(u32::MAX);
-            match decide::counted(&ended) {
-                Some(class) => {
-                    ledger.count_write(&self.table_name(&write), class);
-                    match class {
-                        OutcomeClass::Applied => report.applied += 1,
-                        OutcomeClass::Rejected => report.rejected += 1,
-                        OutcomeClass::Requeued | OutcomeClass::Unknown => report.failed += 1,
-                    }
-                }
-                None => report.failed += 1,
-            }
-            match planned {
-                Planned::Book(_) => self.settle_book(request, &write, &ended, &mut settling),
-                Planned::Replay(index) => {
-                    if self.settle_replay(request, index, &ended, &mut settling) {
-                        report.rows_replayed += 1;
-                    }
-                }
-            }
-        }
-        let Settling {
-            to_spill, rejected, ..
-        } = settling;
-        report.rows_spilled = self.write_spill(to_spill, ledger, state);
-        if report.rows_spilled > 0 {
-            crash_point("totals_spilled");
-        }
-        if !rejected.is_empty() {
-            let appended = state.append_now(OutcomeLog::Rejected, &rejected);
-            ledger.count_appended(OutcomeLog::Rejected, &appended);
-        }
-        self.replays.finish(last, ledger, self.engine.aggregator());
-        self.share_spill_bytes(state);
-        if journaled && let Err(error) = state.journal_end(&flush, None) {
-            tracing::error!(%error, "Could not close the totals writes in the journal; a restart writes them again (idempotently).");
-        }
+        let done = stage::run(&mut stage, sink, writes, cutoff, max_in_flight).await;
+        let mut report = stage.report;
+        report.writes = done.requests;
+        report.applied = done.applied;
+        report.rejected = done.rejected;
+        report.failed = done.requeued + done.unknown + done.not_sent;
         self.store_answered = report.applied > 0 && report.failed == 0;
         ledger.set_totals_rows(self.book.held() as u64, self.book.unwritten() as u64);
         report
-    }
-
-    /// Settles a write of the book's rows: confirms them, or decides row by row.
-    fn settle_book(
-        &mut self,
-        request: u32,
-        write: &TotalsWrite,
-        ended: &Ended,
-        s: &mut Settling<'_>,
-    ) {
-        if matches!(ended, Ended::Done(Outcome::Applied)) {
-            let mut applied = 0;
-            for row in &write.rows {
-                let row_ref = RowRef {
-                    family: write.family,
-                    table: write.table,
-                    series: &write.series,
-                    bucket: row.bucket,
-                };
-                applied += self.book.confirm(row_ref, &row.totals);
-            }
-            s.ledger.update(write.table, |st| {
-                st.applied += applied;
-                st.in_flight -= applied;
-            });
-            return;
-        }
-        for (row_index, row) in write.rows.iter().enumerate() {
-            let id = RowId {
-                family: write.family,
-                table: write.table,
-                series: write.series.clone(),
-                bucket: row.bucket,
-            };
-            let now_unix_secs = u32::try_from(s.now_unix_secs).unwrap_or(u32::MAX);
-            let facts = RowFacts {
-                final_flush: s.last,
-                closed: self.book.is_closed(&id, s.now_unix_secs),
-                failing_since: self.book.failing_since(&id),
-                now_unix_secs,
-                requeue_max_age_secs: self.requeue_max_age_secs,
-            };
-            match decide::decide(ended, &facts) {
-                RowAction::Confirm => {
-                    let applied = self.book.confirm(id.as_ref(), &row.totals);
-                    s.ledger.update(id.table, |st| {
-                        st.applied += applied;
-                        st.in_flight -= applied;
-                    });
-                }
-                RowAction::Retry => self.book.failed(&id, s.seq, now_unix_secs),
-                RowAction::Spill { release } => {
-                    let spilled = self.book.spill(&id, release, self.engine.aggregator());
-                    let timestamp = self.clock.tick(clock::now_micros());
-                    let record = records::total_record(
-                        &SpilledRow {
-                            id: &id,
-                            writer: &self.writer,
-                            total: &spilled.total,
-                            unconfirmed: &spilled.unconfirmed,
-                            timestamp,
-                            error: error_of(ended).as_ref(),
-                        },
-                        self.family(&id),
-                        &s.time,
-                    );
-                    s.to_spill
-                        .push((record, id.table, spilled.unconfirmed.sum()));
-                }
-                RowAction::Reject(error) => {
-                    let refused = self.book.reject(&id);
-                    let by = Recorder {
-                        writer: &self.writer_id,
-                        incarnation: self.incarnation,
-                        flush_seq: s.seq,
-                        request_id: s.request_id(request),
-                        row: u16::try_from(row_index).unwrap_or(u16::MAX),
-                        time: &s.time,
-                    };
-                    let record =
-                        records::rejected_record(&id, self.family(&id), &refused, &error, &by);
-                    s.rejected.push(record);
-                    let sum = refused.sum();
-                    s.ledger.update(id.table, |st| {
-                        st.rejected += sum;
-                        st.in_flight -= sum;
-                    });
-                    tracing::warn!(table = %self.table_name(write), kind = error.kind, error = %error.text, "Writer totals rejected; the unapplied part is recorded in rejected.jsonl.");
-                }
-            }
-        }
-    }
-
-    /// Settles the write of a replayed row; true when it applied. At shutdown a row
-    /// that did not apply stays in its file.
-    fn settle_replay(
-        &mut self,
-        request: u32,
-        index: usize,
-        ended: &Ended,
-        s: &mut Settling<'_>,
-    ) -> bool {
-        let facts = RowFacts {
-            final_flush: s.last,
-            closed: false,
-            failing_since: None,
-            now_unix_secs: u32::try_from(s.now_unix_secs).unwrap_or(u32::MAX),
-            requeue_max_age_secs: self.requeue_max_age_secs,
-        };
-        match decide::decide(ended, &facts) {
-            RowAction::Confirm => {
-                self.replays
-                    .applied(index, s.ledger, self.engine.aggregator());
-                return true;
-            }
-            RowAction::Reject(error) => {
-                let by = Recorder {
-                    writer: &self.writer_id,
-                    incarnation: self.incarnation,
-                    flush_seq: s.seq,
-                    request_id: s.request_id(request),
-                    row: 0,
-                    time: &s.time,
-                };
-                let reading = Reading {
-                    aggregator: self.engine.aggregator(),
-                    families: self.engine.families(),
-                    ledger: s.ledger,
-                    by: &by,
-                };
-                self.replays.rejected(index, &error, &reading, s.state);
-            }
-            RowAction::Spill { .. } => {}
-            RowAction::Retry => self.replays.failed(index, s.seq),
-        }
-        false
     }
 
     /// The writes of flush `seq`: the book's due rows grouped by partition (at most
@@ -674,7 +430,7 @@ impl Totals {
     fn intents(
         &self,
         writes: &[TotalsWrite],
-        planned: &[Planned],
+        planned: &[&Planned],
         first_request: u32,
     ) -> Vec<TotalsIntent> {
         writes
@@ -706,27 +462,6 @@ impl Totals {
                 }
             })
             .collect()
-    }
-
-    /// The group commit of this flush's totals writes; false (logged) when it failed:
-    /// then nothing is sent.
-    fn journal_begin(
-        &self,
-        state: &mut StateDir,
-        flush: &FlushId,
-        writes: &[TotalsWrite],
-        planned: &[Planned],
-        first_request: u32,
-    ) -> bool {
-        let intents = self.intents(writes, planned, first_request);
-        let time = bucket::rfc3339(SystemTime::now());
-        match state.journal_begin_totals(flush, &time, &self.families, &intents) {
-            Ok(()) => true,
-            Err(error) => {
-                tracing::error!(%error, writes = writes.len(), "Could not write the totals writes' intents to the journal; nothing is sent, the rows stay unwritten.");
-                false
-            }
-        }
     }
 
     /// Appends spilled totals while the spill budget has room (`state.max_spill_bytes`,
@@ -859,19 +594,5 @@ fn targets_of(slot: Slot) -> [Option<(Granularity, u32)>; 2] {
         Slot::DayOnly(d) => [Some((Granularity::Day, d.0)), None],
         // Epoch families count with counters (their config refuses this mode).
         Slot::DayOnlyAt(m) => [Some((Granularity::Day, m.day().0)), None],
-    }
-}
-
-/// The error a spilled row carries: the store's, or the deadline's.
-fn error_of(ended: &Ended) -> Option<WriteError> {
-    match ended {
-        Ended::Done(outcome) => match outcome {
-            Outcome::Applied => None,
-            Outcome::NotAppliedTransient(e)
-            | Outcome::NotAppliedPermanent(e)
-            | Outcome::Unknown(e) => Some(e.clone()),
-        },
-        Ended::Cancelled => Some(cancelled_at_deadline()),
-        Ended::NotStarted => None,
     }
 }

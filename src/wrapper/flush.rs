@@ -42,11 +42,12 @@ use scylla::statement::prepared::PreparedStatement;
 use crate::config::{FlushConfig, StoreConfig};
 use crate::flush::schedule::Attempt;
 use crate::flush::shutdown::Deadline;
-use crate::sink::bounded::{Ended, cancelled_at_deadline, send_bounded};
+use crate::sink::bounded::{Ended, send_bounded};
 use crate::sink::cql::classify;
 use crate::sink::cql::profile::WriteProfile;
 use crate::sink::cql::store::StoreKind;
 use crate::sink::{Outcome, OutcomeClass, WriteError};
+use crate::stage::{self, Action, Facts, Policy, Sent};
 use crate::state::{FlushId, Settled, StateDir, WrapperTable};
 use crate::test_hooks::crash_point;
 
@@ -235,14 +236,16 @@ impl WrapperFlusher {
         self.prepare(&requests, deadline).await;
         let journaled = self.journal_begin(consumes, &requests);
         crash_point("wrapper_journal_committed");
-        // How each request ended, or why it was never sent.
-        let sent: Vec<Result<Ended, WriteError>> = match &journaled {
-            Ok(()) => self
-                .send(&requests, deadline)
-                .await
-                .into_iter()
-                .map(Ok)
-                .collect(),
+        // How each request ended; all held back when the group commit failed.
+        let (sent, held_error): (Vec<Sent>, _) = match &journaled {
+            Ok(()) => (
+                self.send(&requests, deadline)
+                    .await
+                    .into_iter()
+                    .map(Sent::from)
+                    .collect(),
+                None,
+            ),
             Err(error) => {
                 tracing::error!(%error, "Could not write the flush's intents to the journal; nothing of it is sent.");
                 report.journal_failed = true;
@@ -250,12 +253,14 @@ impl WrapperFlusher {
                     "journal_failed",
                     format!("the intent journal could not be written: {error}"),
                 );
-                requests.iter().map(|_| Err(error.clone())).collect()
+                (requests.iter().map(|_| Sent::Held).collect(), Some(error))
             }
         };
         crash_point("wrapper_sent");
         let now = crate::bucket::unix_secs(SystemTime::now());
         let now = u32::try_from(now).unwrap_or(u32::MAX);
+        // The wrapper's column has no age rule: the maximum age is not read.
+        let facts = Facts::fresh(final_flush, now, u32::MAX);
         let mut requeue = Vec::new();
         // Where each re-queued row was in this flush (a drained key is in one request
         // once): a row that cannot go back is spilled under that identity, the one its
@@ -264,10 +269,12 @@ impl WrapperFlusher {
         let mut records: HashMap<WrapperOutcome, Vec<WrapperRecord>> = HashMap::new();
         for (index, (request, sent)) in requests.into_iter().zip(sent).enumerate() {
             let sum = request.sum();
-            let (class, stage, error) = match sent {
-                Ok(ended) => settle(ended, final_flush),
-                Err(error) => settle_not_journaled(error, final_flush),
-            };
+            let decision = stage::decide(&Policy::WRAPPER, sent, &facts);
+            let (class, stage, error) = (
+                decision.counted,
+                stage_of(&decision.action),
+                decision.action.error().or(held_error.as_ref()).cloned(),
+            );
             if journaled.is_ok() {
                 self.state
                     .journal_outcome(index as u32, &journal_outcome(class, stage, &error));
@@ -730,119 +737,61 @@ fn row_add(
     })
 }
 
-/// The settle step: the class a request is counted under (none if never sent), where its
-/// deltas go, and the error to record.
-fn settle(ended: Ended, final_flush: bool) -> (Option<OutcomeClass>, Stage, Option<WriteError>) {
-    match ended {
-        Ended::Done(Outcome::Applied) => (Some(OutcomeClass::Applied), Stage::Applied, None),
-        Ended::Done(Outcome::NotAppliedTransient(error)) => {
-            let stage = if final_flush {
-                Stage::Unsent
-            } else {
-                Stage::Requeued
-            };
-            (Some(OutcomeClass::Requeued), stage, Some(error))
-        }
-        Ended::Done(Outcome::NotAppliedPermanent(error)) => {
-            (Some(OutcomeClass::Rejected), Stage::Rejected, Some(error))
-        }
-        Ended::Done(Outcome::Unknown(error)) => {
-            (Some(OutcomeClass::Unknown), Stage::Unknown, Some(error))
-        }
-        Ended::Cancelled => (
-            Some(OutcomeClass::Unknown),
-            Stage::Unknown,
-            Some(cancelled_at_deadline()),
-        ),
-        Ended::NotStarted => (None, Stage::Unsent, None),
+/// Where the deltas of a request go, by the action the decision table chose.
+fn stage_of(action: &Action) -> Stage {
+    match action {
+        Action::Applied => Stage::Applied,
+        // Back in the buffer: re-queued, or kept unchanged after a failed group commit.
+        Action::Retry(_) | Action::Hold => Stage::Requeued,
+        Action::Spill(_) => Stage::Unsent,
+        Action::LogUnknown(_) => Stage::Unknown,
+        Action::LogRejected(_) => Stage::Rejected,
     }
-}
-
-/// The settle step of a request the flush never sent because its group commit failed:
-/// counted under no outcome class (`countersink_wrapper_writes_total` counts requests
-/// sent, and the sidecar counts a write its failed group commit held back under none),
-/// its rows kept for the next flush, or spilled at the final flush.
-fn settle_not_journaled(
-    error: WriteError,
-    final_flush: bool,
-) -> (Option<OutcomeClass>, Stage, Option<WriteError>) {
-    let stage = if final_flush {
-        Stage::Unsent
-    } else {
-        Stage::Requeued
-    };
-    (None, stage, Some(error))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    fn error() -> WriteError {
+        WriteError::new("k", "t")
+    }
+
+    /// A request a failed group commit held back is counted under no outcome class
+    /// (`countersink_wrapper_writes_total` counts requests sent), and its rows stay in
+    /// the buffer for the next flush, or go to the spill at the final flush.
     #[test]
     fn a_request_a_failed_group_commit_kept_back_is_counted_under_no_outcome() {
         for final_flush in [false, true] {
-            let (class, stage, _) = settle_not_journaled(error(), final_flush);
-            assert_eq!(
-                class, None,
-                "never sent, so not a write of any outcome (final flush: {final_flush})"
-            );
+            let facts = Facts::fresh(final_flush, 1, u32::MAX);
+            let decision = stage::decide(&Policy::WRAPPER, Sent::Held, &facts);
+            assert_eq!(decision.counted, None, "final flush: {final_flush}");
             let kept = if final_flush {
                 Stage::Unsent
             } else {
                 Stage::Requeued
             };
-            assert_eq!(stage, kept, "final flush: {final_flush}");
+            assert_eq!(
+                stage_of(&decision.action),
+                kept,
+                "final flush: {final_flush}"
+            );
         }
     }
 
-    fn error() -> WriteError {
-        WriteError::new("k", "t")
-    }
-
     #[test]
-    fn only_a_write_that_definitely_did_not_apply_is_sent_again() {
+    fn every_action_has_one_stage_and_keeps_its_error() {
         let cases = [
-            (
-                Ended::Done(Outcome::Applied),
-                false,
-                Some(OutcomeClass::Applied),
-                Stage::Applied,
-            ),
-            (
-                Ended::Done(Outcome::NotAppliedTransient(error())),
-                false,
-                Some(OutcomeClass::Requeued),
-                Stage::Requeued,
-            ),
-            (
-                Ended::Done(Outcome::NotAppliedTransient(error())),
-                true,
-                Some(OutcomeClass::Requeued),
-                Stage::Unsent,
-            ),
-            (
-                Ended::Done(Outcome::NotAppliedPermanent(error())),
-                false,
-                Some(OutcomeClass::Rejected),
-                Stage::Rejected,
-            ),
-            (
-                Ended::Done(Outcome::Unknown(error())),
-                false,
-                Some(OutcomeClass::Unknown),
-                Stage::Unknown,
-            ),
-            (
-                Ended::Cancelled,
-                true,
-                Some(OutcomeClass::Unknown),
-                Stage::Unknown,
-            ),
-            (Ended::NotStarted, true, None, Stage::Unsent),
+            (Action::Applied, Stage::Applied, None),
+            (Action::Retry(Some(error())), Stage::Requeued, Some(error())),
+            (Action::Hold, Stage::Requeued, None),
+            (Action::Spill(None), Stage::Unsent, None),
+            (Action::LogUnknown(error()), Stage::Unknown, Some(error())),
+            (Action::LogRejected(error()), Stage::Rejected, Some(error())),
         ];
-        for (sent, final_flush, class, stage) in cases {
-            let (c, s, _) = settle(sent, final_flush);
-            assert_eq!((c, s), (class, stage));
+        for (action, stage, kept) in cases {
+            assert_eq!(stage_of(&action), stage, "{action:?}");
+            assert_eq!(action.error(), kept.as_ref());
         }
     }
 }

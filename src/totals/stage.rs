@@ -1,0 +1,310 @@
+//! The running totals' kind of write: one flush's totals writes through the stage
+//! runner ([`crate::stage::run_stage`]) with the `writer_totals` column of the decision
+//! table.
+//!
+//! What is the totals path's own: its intents (writer column, write time, absolute
+//! totals and the part of them not known applied), and how a decision is carried out. A
+//! write of the book's rows is decided for the request, then row by row for the age
+//! rule (each row has its own failure streak, and only closed rows leave memory); a
+//! replayed row is its own write and stays in its file until it applies.
+
+use crate::sink::bounded::Cutoff;
+use crate::sink::{Outcome, Sink, TotalsWrite};
+use crate::stage::{
+    self, Action, CrashPoints, Decision, Facts, Policy, Sender, StageCx, WriteKind, run_stage,
+};
+use crate::state::{FlushId, OutcomeLog, StateDir, WriteRecord};
+use crate::telemetry::Ledger;
+use crate::test_hooks::crash_point;
+use crate::vocabulary::Granularity;
+
+use super::book::{RowId, RowRef};
+use super::clock;
+use super::records::{self, Recorder, SpilledRow, TotalRecord};
+use super::replay::Reading;
+use super::{Planned, Totals, TotalsReport};
+
+/// A sink sends totals writes with [`Sink::write_totals`].
+pub(super) struct TotalsWrites<'s, S>(pub(super) &'s S);
+
+impl<S: Sink> Sender<TotalsWrite> for TotalsWrites<'_, S> {
+    fn send<'a>(&'a self, write: &'a TotalsWrite) -> impl Future<Output = Outcome> + Send + 'a {
+        self.0.write_totals(write)
+    }
+}
+
+/// One flush's totals writes being settled.
+pub(super) struct TotalsStage<'a> {
+    pub(super) totals: &'a mut Totals,
+    pub(super) state: &'a mut StateDir,
+    pub(super) ledger: &'a Ledger,
+    /// Shown the planned writes once their group commit is made (the key index learns
+    /// the keys from it).
+    pub(super) observe: &'a (dyn Fn(&[TotalsWrite]) + Sync),
+    pub(super) flush: FlushId,
+    /// What each write stands for, by its position in the group (taken as it settles).
+    pub(super) planned: Vec<Option<Planned>>,
+    /// The flush's index of the group's first write.
+    pub(super) first_request: u32,
+    pub(super) last: bool,
+    pub(super) now_unix_secs: i64,
+    /// RFC 3339 now, for records.
+    pub(super) time: String,
+    /// Rows for the spill file: record, granularity, unconfirmed sum.
+    pub(super) to_spill: Vec<(TotalRecord, Granularity, i128)>,
+    /// Records of the parts of totals the store refused, for `rejected.jsonl`.
+    pub(super) rejected: Vec<WriteRecord>,
+    /// Rows released, replayed and spilled (the request counts come from the runner).
+    pub(super) report: TotalsReport,
+}
+
+impl WriteKind for TotalsStage<'_> {
+    type Request = TotalsWrite;
+
+    const POLICY: Policy = Policy::TOTALS;
+
+    const CRASH_POINTS: CrashPoints = CrashPoints {
+        committed: None,
+        // Answers in hand, nothing settled: a kill here leaves the journal's intents to
+        // recovery, which writes the ones not known applied again (idempotent).
+        sent: Some("totals_sent"),
+        settled: None,
+        ended: None,
+    };
+
+    fn state(&mut self) -> &mut StateDir {
+        self.state
+    }
+
+    fn begin(&mut self, writes: &[TotalsWrite], first_request: u32) -> std::io::Result<()> {
+        let planned: Vec<&Planned> = self.planned.iter().flatten().collect();
+        let intents = self.totals.intents(writes, &planned, first_request);
+        let families = &self.totals.families;
+        self.state
+            .journal_begin_totals(&self.flush, &self.time, families, &intents)?;
+        (self.observe)(writes);
+        Ok(())
+    }
+
+    fn apply(&mut self, index: u32, write: TotalsWrite, decision: Decision) {
+        if let Some(class) = decision.counted {
+            self.ledger
+                .count_write(&self.totals.table_name(&write), class);
+        }
+        let offset = index.saturating_sub(self.first_request) as usize;
+        match self.planned.get_mut(offset).and_then(Option::take) {
+            Some(Planned::Book(_)) => self.settle_book(index, &write, &decision.action),
+            Some(Planned::Replay(row)) if self.settle_replay(index, row, decision.action) => {
+                self.report.rows_replayed += 1;
+            }
+            Some(Planned::Replay(_)) | None => {}
+        }
+    }
+
+    /// The spill file, the rejected log, the replay files' progress, the spill budget.
+    fn finish(&mut self) {
+        let to_spill = std::mem::take(&mut self.to_spill);
+        self.report.rows_spilled = self.totals.write_spill(to_spill, self.ledger, self.state);
+        if self.report.rows_spilled > 0 {
+            crash_point("totals_spilled");
+        }
+        if !self.rejected.is_empty() {
+            let appended = self.state.append_now(OutcomeLog::Rejected, &self.rejected);
+            self.ledger.count_appended(OutcomeLog::Rejected, &appended);
+        }
+        let totals = &mut *self.totals;
+        totals
+            .replays
+            .finish(self.last, self.ledger, totals.engine.aggregator());
+        totals.share_spill_bytes(self.state);
+    }
+
+    /// A totals group consumes no spill cursor: it ends with its End (a cursor an
+    /// earlier group owes is made durable first, or no End is written).
+    fn end(&mut self) -> std::io::Result<()> {
+        self.state.journal_end(&self.flush, None)
+    }
+}
+
+impl TotalsStage<'_> {
+    /// The facts every row of this flush shares (the final flush, now, the maximum age).
+    fn shared_facts(&self) -> Facts {
+        Facts::fresh(
+            self.last,
+            u32::try_from(self.now_unix_secs).unwrap_or(u32::MAX),
+            self.totals.requeue_max_age_secs,
+        )
+    }
+
+    /// A write of the book's rows, decided as `action` for the request: confirms them,
+    /// or carries out each row's own decision (the age rule reads the row's failure
+    /// streak and whether it is closed).
+    fn settle_book(&mut self, request: u32, write: &TotalsWrite, action: &Action) {
+        if *action == Action::Applied {
+            let mut applied = 0;
+            for row in &write.rows {
+                let row_ref = RowRef {
+                    family: write.family,
+                    table: write.table,
+                    series: &write.series,
+                    bucket: row.bucket,
+                };
+                applied += self.totals.book.confirm(row_ref, &row.totals);
+            }
+            self.ledger.update(write.table, |st| {
+                st.applied += applied;
+                st.in_flight -= applied;
+            });
+            return;
+        }
+        let shared = self.shared_facts();
+        for (row_index, row) in write.rows.iter().enumerate() {
+            let id = RowId {
+                family: write.family,
+                table: write.table,
+                series: write.series.clone(),
+                bucket: row.bucket,
+            };
+            let book = &self.totals.book;
+            let facts = Facts {
+                closed: book.is_closed(&id, self.now_unix_secs),
+                failing_since: book.failing_since(&id),
+                ..shared
+            };
+            match stage::for_row(&Policy::TOTALS, action, &facts) {
+                Action::Applied => {
+                    let applied = self.totals.book.confirm(id.as_ref(), &row.totals);
+                    self.ledger.update(id.table, |st| {
+                        st.applied += applied;
+                        st.in_flight -= applied;
+                    });
+                }
+                Action::Retry(_) => {
+                    let seq = self.flush.flush_seq;
+                    self.totals.book.failed(&id, seq, shared.now_unix_secs);
+                }
+                Action::Hold => self.totals.book.hold(&id),
+                Action::Spill(error) => self.spill_row(&id, error.as_ref()),
+                Action::LogRejected(error) | Action::LogUnknown(error) => {
+                    // A total is never logged unknown (its column sends it again); a
+                    // refusal logs the part of the total not applied.
+                    self.reject_row(&id, request, row_index, &error, write);
+                }
+            }
+        }
+    }
+
+    /// The row's newest total goes to the spill file. A closed row leaves memory with it
+    /// (the age rule spills only closed rows); the final flush spills open rows too,
+    /// and memory goes with the process.
+    fn spill_row(&mut self, id: &RowId, error: Option<&crate::sink::WriteError>) {
+        let totals = &mut *self.totals;
+        let spilled = totals
+            .book
+            .spill(id, !self.last, totals.engine.aggregator());
+        let timestamp = totals.clock.tick(clock::now_micros());
+        let record = records::total_record(
+            &SpilledRow {
+                id,
+                writer: &totals.writer,
+                total: &spilled.total,
+                unconfirmed: &spilled.unconfirmed,
+                timestamp,
+                error,
+            },
+            totals.family(id),
+            &self.time,
+        );
+        self.to_spill
+            .push((record, id.table, spilled.unconfirmed.sum()));
+    }
+
+    /// The store refused the row for good: the part of its total not applied is logged.
+    fn reject_row(
+        &mut self,
+        id: &RowId,
+        request: u32,
+        row_index: usize,
+        error: &crate::sink::WriteError,
+        write: &TotalsWrite,
+    ) {
+        let refused = self.totals.book.reject(id);
+        let request_id = self.flush.request_id(request);
+        let by = Recorder {
+            writer: &self.totals.writer_id,
+            incarnation: self.totals.incarnation,
+            flush_seq: self.flush.flush_seq,
+            request_id,
+            row: u16::try_from(row_index).unwrap_or(u16::MAX),
+            time: &self.time,
+        };
+        let record = records::rejected_record(id, self.totals.family(id), &refused, error, &by);
+        self.rejected.push(record);
+        let sum = refused.sum();
+        self.ledger.update(id.table, |st| {
+            st.rejected += sum;
+            st.in_flight -= sum;
+        });
+        tracing::warn!(table = %self.totals.table_name(write), kind = error.kind, error = %error.text, "Writer totals rejected; the unapplied part is recorded in rejected.jsonl.");
+    }
+
+    /// The write of replayed row `row`, decided as `action`; true when it applied. A
+    /// replayed row is neither closed nor aged (its file keeps it): at shutdown a row
+    /// that did not apply stays in its file.
+    fn settle_replay(&mut self, request: u32, row: usize, action: Action) -> bool {
+        let totals = &mut *self.totals;
+        match action {
+            Action::Applied => {
+                totals
+                    .replays
+                    .applied(row, self.ledger, totals.engine.aggregator());
+                return true;
+            }
+            Action::LogRejected(error) | Action::LogUnknown(error) => {
+                let by = Recorder {
+                    writer: &totals.writer_id,
+                    incarnation: totals.incarnation,
+                    flush_seq: self.flush.flush_seq,
+                    request_id: self.flush.request_id(request),
+                    row: 0,
+                    time: &self.time,
+                };
+                let reading = Reading {
+                    aggregator: totals.engine.aggregator(),
+                    families: totals.engine.families(),
+                    ledger: self.ledger,
+                    by: &by,
+                };
+                totals.replays.rejected(row, &error, &reading, self.state);
+            }
+            Action::Spill(_) | Action::Hold => {}
+            Action::Retry(_) => totals.replays.failed(row, self.flush.flush_seq),
+        }
+        false
+    }
+}
+
+/// Runs one flush's totals writes through the stage runner: see [`Totals::flush`].
+#[allow(clippy::too_many_arguments)]
+pub(super) async fn run<S: Sink>(
+    stage: &mut TotalsStage<'_>,
+    sink: &S,
+    writes: Vec<TotalsWrite>,
+    cutoff: &mut impl Cutoff,
+    max_in_flight: usize,
+) -> crate::stage::StageReport {
+    let facts = stage.shared_facts();
+    let first_request = stage.first_request;
+    run_stage(
+        stage,
+        &TotalsWrites(sink),
+        writes,
+        StageCx {
+            cutoff,
+            max_in_flight,
+            facts,
+            first_request,
+        },
+    )
+    .await
+}
