@@ -251,6 +251,18 @@ impl Credit {
 }
 
 impl Credit {
+    /// Claims room for one more row of `bytes` from the shared budget into this credit,
+    /// within the limits and without asking for an early flush (rows read back from the
+    /// spill): false, with nothing changed, when the budget has no room.
+    pub(crate) fn claim(&mut self, bytes: usize) -> bool {
+        if !self.budget.try_reserve_quiet(1, bytes) {
+            return false;
+        }
+        self.rows += 1;
+        self.bytes += bytes;
+        true
+    }
+
     /// Moves the room of `rows` rows of `bytes` (as much of it as this credit has) into a
     /// credit of its own, for rows that leave this one's custody but stay in memory (rows
     /// held for the delta ledger past their flush).

@@ -231,6 +231,12 @@ impl Aggregator {
         buffer::estimated_row_bytes(key.series().len(), &row.columns)
     }
 
+    /// What the budget charges for the writes a flush plans for `row` under `key`, on
+    /// top of [`Aggregator::charge_of`], while they are in flight.
+    pub fn flush_charge_of(&self, key: &RowKey, row: &Row) -> usize {
+        buffer::estimated_flush_bytes(key.slot(), key.series().len(), &row.columns)
+    }
+
     /// A credit of nothing: merging back with it takes all room from the budget, within
     /// its limits (a replay of spilled rows, chunk by chunk).
     pub fn no_credit(&self) -> Credit {

@@ -6,6 +6,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use tokio::sync::Notify;
 
+use crate::aggregate::{Credit, Row, RowKey};
 use crate::bucket;
 use crate::config::{Config, FlushConfig};
 use crate::engine::Engine;
@@ -21,9 +22,10 @@ use crate::totals::{Totals, TotalsReport};
 use crate::vocabulary::Granularity;
 
 use super::ledger_gate::LedgerGate;
+use super::ledger_gate::owed_sums;
 use super::observe::FlushObserver;
 use super::plan::{self, PlanOptions};
-use super::replay;
+use super::replay::{self, ReplayChunk};
 use super::report::FlushReport;
 use super::schedule::{Schedule, log_backoff};
 use super::shutdown::{Deadline, ShutdownSignal, shutdown_channel};
@@ -33,7 +35,7 @@ mod counters;
 mod held;
 mod spill;
 
-use self::counters::{CounterStage, Writes};
+use self::counters::{CounterStage, Counters, Writes};
 
 /// Drains the engine into a sink on a schedule, and once more at shutdown.
 pub struct Flusher<S> {
@@ -380,15 +382,16 @@ impl<S: Sink> Flusher<S> {
             .ledger_gate
             .as_ref()
             .is_some_and(LedgerGate::has_stored);
-        if !last && self.store_healthy && !ledger_first {
-            // The store answers: a chunk of spilled rows goes out with this round (once
-            // the ledger rows stored at a shutdown deadline are confirmed: the spill may
-            // carry their deltas).
-            replay::load_chunk(&self.engine, &mut self.state, &self.ledger);
-        }
         self.lost = (0, [0, 0]);
-        let mut owed = self.engine.aggregator().pending_rows();
         let mut round = FlushReport::default();
+        if !last && self.store_healthy && !ledger_first {
+            // The store answers: a chunk of spilled rows goes out with this round, as a
+            // group of its own (once the ledger rows stored at a shutdown deadline are
+            // confirmed: the spill may carry their deltas).
+            let replayed = self.flush_replay(deadline).await;
+            round.add(&replayed);
+        }
+        let mut owed = self.engine.aggregator().pending_rows();
         loop {
             let before = self.engine.aggregator().pending_rows();
             let chunk = self.flush_chunk(deadline, last).await;
@@ -524,23 +527,7 @@ impl<S: Sink> Flusher<S> {
         }
         self.forget_confirmed_ledger_file();
         let mut drained_sums = planned_sums;
-        let families = self.engine.families();
-        let (seed, seq) = (self.shard_seed, self.seq);
-        let view = self.epochs.as_ref().map(|e| (e.view(), *e.horizon()));
-        let planned = plan::plan_placed(
-            admitted,
-            PlanOptions {
-                max_batch_rows: self.config.max_batch_rows,
-            },
-            |family| families.shard_of(family, seed, seq),
-            |family, series, minute| match (&families.get(family).epoch_column, &view) {
-                (None, _) => epoch::Placement::NoEpoch,
-                (Some(_), None) => epoch::Placement::Epoch(0),
-                (Some(_), Some((view, horizon))) => {
-                    epoch::choose(view.as_deref(), horizon, family, series, minute)
-                }
-            },
-        );
+        let planned = self.plan(admitted);
         let held_sums = if last {
             self.spill_held(&flush, planned.held)
         } else {
@@ -556,14 +543,126 @@ impl<S: Sink> Flusher<S> {
         for observer in &self.observers {
             observer.planned(&writes);
         }
-        if writes.is_empty() {
-            // Nothing to send; replayed rows that produced no write are consumed.
-            if let Err(error) = self.state.commit_replay(self.state.replay_loaded()) {
-                tracing::error!(%error, "Could not record the replay cursor.");
-            }
-        } else {
+        if !writes.is_empty() {
             crash_point("drained");
         }
+        let sent = Counters {
+            flush,
+            writes,
+            in_flight: drained_sums,
+            consumes: None,
+            last,
+        };
+        let (mut report, _) = self.send_counters(sent, &mut credit, deadline).await;
+        report.rows = rows;
+        report
+    }
+
+    /// One chunk of the spill, sent as a group of its own whose commit consumes the
+    /// replay cursor past exactly its rows (see [`super::replay`]). Not while shutdown
+    /// is under way: a group past the deadline is not committed, and its rows must stay
+    /// on disk rather than go to memory.
+    async fn flush_replay(&mut self, deadline: &mut Deadline) -> FlushReport {
+        if deadline.at().is_some() {
+            return FlushReport::default();
+        }
+        let Some(chunk) = replay::read_chunk(&self.engine, &mut self.state, &self.ledger) else {
+            return FlushReport::default();
+        };
+        let consumes = self.state.replay_loaded();
+        self.seq += 1;
+        let flush = FlushId {
+            writer: self.state.writer_id().to_owned(),
+            incarnation: self.state.incarnation(),
+            flush_seq: self.seq,
+        };
+        let mut in_flight = chunk.in_flight();
+        let ReplayChunk {
+            rows,
+            mut credit,
+            sums,
+        } = chunk;
+        let count = rows.len();
+        let planned = self.plan(rows);
+        // Rows the epoch registry cannot place yet are not sent: they go to the buffer
+        // once the group is committed (the cursor then passes them), like any row the
+        // registry holds.
+        let held = planned.held;
+        let held_sums = owed_sums(held.iter());
+        for g in Granularity::ALL {
+            in_flight[g.index()] -= held_sums[g.index()];
+        }
+        let writes = planned.writes;
+        for observer in &self.observers {
+            observer.planned(&writes);
+        }
+        let sent = Counters {
+            flush,
+            writes,
+            in_flight,
+            consumes,
+            last: false,
+        };
+        let (mut report, journaled) = self.send_counters(sent, &mut credit, deadline).await;
+        report.rows = count;
+        for g in Granularity::ALL {
+            self.ledger
+                .update(g, |s| s.in_flight -= held_sums[g.index()]);
+        }
+        if report.writes == 0 || journaled {
+            // The group consumed the cursor (or there was none to send): held rows
+            // become pending rows.
+            if report.writes == 0
+                && let Err(error) = self.state.commit_replay(consumes)
+            {
+                tracing::error!(%error, "Could not record the replay cursor.");
+            }
+            self.hold(held, &mut credit);
+        } else {
+            // Nothing was sent and nothing consumed: the rows stay on disk, read again.
+            self.state.rewind_replay();
+            replay::unread(sums, &self.ledger);
+        }
+        report
+    }
+
+    /// The writes of rows: one per partition and table, each row placed in its epoch
+    /// (or held, when the epoch registry cannot place it yet).
+    fn plan(&self, rows: impl IntoIterator<Item = (RowKey, Row)>) -> plan::Planned {
+        let families = self.engine.families();
+        let (seed, seq) = (self.shard_seed, self.seq);
+        let view = self.epochs.as_ref().map(|e| (e.view(), *e.horizon()));
+        plan::plan_placed(
+            rows,
+            PlanOptions {
+                max_batch_rows: self.config.max_batch_rows,
+            },
+            |family| families.shard_of(family, seed, seq),
+            |family, series, minute| match (&families.get(family).epoch_column, &view) {
+                (None, _) => epoch::Placement::NoEpoch,
+                (Some(_), None) => epoch::Placement::Epoch(0),
+                (Some(_), Some((view, horizon))) => {
+                    epoch::choose(view.as_deref(), horizon, family, series, minute)
+                }
+            },
+        )
+    }
+
+    /// Sends a group of counter writes through the stage runner and settles them;
+    /// returns what it did, and whether its group commit was made.
+    async fn send_counters(
+        &mut self,
+        sent: Counters,
+        credit: &mut Credit,
+        deadline: &mut Deadline,
+    ) -> (FlushReport, bool) {
+        let Counters {
+            flush,
+            writes,
+            in_flight,
+            consumes,
+            last,
+        } = sent;
         let facts = Facts::fresh(
             last,
             counters::now_unix_secs(),
@@ -576,12 +675,12 @@ impl<S: Sink> Flusher<S> {
             flusher: self,
             flush,
             time: bucket::rfc3339(SystemTime::now()),
-            credit: &mut credit,
-            consumes: None,
+            credit,
+            consumes,
             batch: Batch::default(),
             now_unix_secs: facts.now_unix_secs,
             last,
-            in_flight: drained_sums,
+            in_flight,
             spilled: (0, 0),
         };
         let done = run_stage(
@@ -599,7 +698,6 @@ impl<S: Sink> Flusher<S> {
         let (spilled, dropped) = stage.spilled;
         let report = FlushReport {
             seq,
-            rows,
             writes: done.requests,
             applied: done.applied,
             requeued: done.requeued,
@@ -613,7 +711,7 @@ impl<S: Sink> Flusher<S> {
         if report.writes > 0 {
             self.store_healthy = stage::store_answers(report.applied, report.requeued);
         }
-        report
+        (report, done.journaled)
     }
 
     /// Records what is pending in memory now in `status.json` (the lost-at-crash figure).

@@ -1,50 +1,94 @@
-//! Streamed replay: spilled rows come back into the buffer one chunk at a time, each
-//! chunk within the room the memory budget has left, never the whole spill at once.
+//! Streamed replay: spilled rows come back one chunk at a time, each chunk sent as a
+//! group of its own, never merged into the buffer before it is sent.
 //!
-//! A chunk is loaded just before a flush drains the buffer, so every row of it is in
-//! that flush's intents, and the flush's group commit names the replay cursor past it
-//! (see [`crate::state::spill`]). Records are read one at a time and merged straight into
-//! the buffer through the budget ([`crate::aggregate::Aggregator::merge_back`]): a row
-//! the budget has no room for ends the chunk with the replay cursor before it (it is
-//! still on disk, and comes back with a later chunk); only a row whose sum would leave
-//! the i64 range when merged is dropped, and counted.
+//! A chunk's rows are exactly the group's intents, and its group commit names the
+//! replay cursor past them: from the commit on, the journal (and, once the group ends,
+//! `spill.cursor`) says those rows left the spill, and each has one home after a crash,
+//! like any request of a flush. Were they merged into the buffer first, a drain chunk
+//! could carry part of them while the cursor passed all of them, and a kill would lose
+//! the rest (they would be on disk no more, and only in memory).
+//!
+//! Records are read one at a time; a chunk takes at most half the rows and bytes the
+//! memory budget has left (the rest stays for fresh increments), writes within one
+//! flush chunk's share of the limit, and never a row the budget refuses: that row ends
+//! the chunk with the read position before it (it is still on disk, and comes back with
+//! a later chunk). A record that no longer maps to its family is logged as rejected.
 
-use crate::aggregate::{Refused, RefusedReason, Slot};
+use crate::aggregate::{Credit, Row, RowKey, Slot};
 use crate::engine::Engine;
 use crate::state::spill::MAX_REPLAY_CHUNK_ROWS;
 use crate::state::{ErrorInfo, OutcomeLog, RecordOutcome, StateDir, WriteRecord};
+use crate::telemetry::Ledger;
 use crate::test_hooks::crash_point;
-use crate::vocabulary::{DropReason, Granularity};
+use crate::vocabulary::Granularity;
 
 use super::record_conversion;
-use crate::telemetry::Ledger;
 
-/// Loads the next chunk of spilled rows into the buffer: at most half the rows and
-/// bytes the budget has left (the rest stays for fresh increments), and never a row the
-/// budget refuses. Rows spilled by an earlier process are accepted anew (`replayed`);
-/// rows this process spilled move from `spilled` back to pending. Returns the records
-/// consumed.
-pub(super) fn load_chunk(engine: &Engine, state: &mut StateDir, ledger: &Ledger) -> usize {
+/// Spilled rows read for a group of their own.
+pub(super) struct ReplayChunk {
+    /// The rows, each owed to one table.
+    pub(super) rows: Vec<(RowKey, Row)>,
+    /// Their room in the memory budget while they are in flight.
+    pub(super) credit: Credit,
+    /// Their delta sums (minute, day), by where they came from: this process's own
+    /// spill (`[0]`), or an earlier process's (`[1]`, accepted anew by this one).
+    pub(super) sums: [[i128; 2]; 2],
+}
+
+impl ReplayChunk {
+    /// Their delta sums (minute, day).
+    pub(super) fn in_flight(&self) -> [i128; 2] {
+        Granularity::ALL.map(|g| self.sums[0][g.index()] + self.sums[1][g.index()])
+    }
+}
+
+/// Puts the accounting of a chunk with `sums` back as it was before it was read (its
+/// group commit failed: the rows stay on disk, to be read again).
+pub(super) fn unread(sums: [[i128; 2]; 2], ledger: &Ledger) {
+    for g in Granularity::ALL {
+        let (own, earlier) = (sums[0][g.index()], sums[1][g.index()]);
+        ledger.update(g, |s| {
+            s.spilled += own;
+            s.replayed -= earlier;
+        });
+    }
+}
+
+/// Reads the next chunk of spilled rows (see the module doc); `None` when nothing waits
+/// or nothing could be read. Rows spilled by an earlier process are accepted anew
+/// (`replayed`); rows this process spilled move from `spilled` back in flight.
+pub(super) fn read_chunk(
+    engine: &Engine,
+    state: &mut StateDir,
+    ledger: &Ledger,
+) -> Option<ReplayChunk> {
     if !state.has_unreplayed() {
-        return 0;
+        return None;
     }
     let aggregator = engine.aggregator();
     let families = engine.families();
     let room = aggregator.room();
-    let (max_rows, max_bytes) = ((room.rows / 2).min(MAX_REPLAY_CHUNK_ROWS), room.bytes / 2);
+    let max_rows = (room.rows / 2).min(MAX_REPLAY_CHUNK_ROWS);
+    let max_bytes = room.bytes / 2;
+    let max_writes = aggregator.limits().flush_chunk_bytes();
     let incarnation = state.incarnation();
-    let mut credit = aggregator.no_credit();
-    let (mut count, mut charged, mut overflowed, mut no_room) = (0_usize, 0_usize, 0_u64, false);
+    let mut chunk = ReplayChunk {
+        rows: Vec::new(),
+        credit: aggregator.no_credit(),
+        sums: [[0; 2]; 2],
+    };
+    let (mut count, mut charged, mut planned, mut no_room) = (0_usize, 0_usize, 0_usize, false);
     let mut unmappable: Vec<WriteRecord> = Vec::new();
     let read = state.read_spill(|segment, mut record| {
         if count >= max_rows {
             return false;
         }
+        let own = usize::from(segment.incarnation != incarnation);
         // Rows spilled by an earlier process are accepted anew by this one; rows this
-        // process spilled move from the spilled stage back to pending.
+        // process spilled move from the spilled stage back.
         let bring_back = |table: Granularity, sum: i128| {
             ledger.update(table, |s| {
-                if segment.incarnation == incarnation {
+                if own == 0 {
                     s.spilled -= sum;
                 } else {
                     s.replayed += sum;
@@ -53,35 +97,25 @@ pub(super) fn load_chunk(engine: &Engine, state: &mut StateDir, ledger: &Ledger)
         };
         match record_conversion::from_record(&record, families) {
             Ok((key, row)) => {
+                // Held as a drained row is: its room in the budget, and its one write
+                // within a flush chunk's share of the limit.
                 let charge = aggregator.charge_of(&key, &row);
-                if charged.saturating_add(charge) > max_bytes {
+                let writes = aggregator.flush_charge_of(&key, &row);
+                if charged.saturating_add(charge) > max_bytes
+                    || (count > 0 && planned.saturating_add(writes) > max_writes)
+                    || !chunk.credit.claim(charge)
+                {
+                    // Still on disk: the read position stays before it.
+                    no_room = true;
                     return false;
                 }
+                charged += charge;
+                planned += writes;
                 let (table, sum) = (owed_table(key.slot()), row.columns.sum());
-                match aggregator.merge_back([(key, row)], &mut credit).pop() {
-                    None => charged += charge,
-                    Some(Refused {
-                        reason: RefusedReason::NoRoom,
-                        ..
-                    }) => {
-                        // Still on disk: the cursor stays before it.
-                        no_room = true;
-                        return false;
-                    }
-                    Some(Refused {
-                        reason: RefusedReason::Overflow,
-                        ..
-                    }) => {
-                        // Two spilled parts of one row whose sum would overflow.
-                        bring_back(table, sum);
-                        ledger.update(table, |s| s.dropped += sum);
-                        ledger.count_late_drop(DropReason::Overflow, 1);
-                        overflowed += 1;
-                        count += 1;
-                        return true;
-                    }
-                }
                 bring_back(table, sum);
+                ledger.update(table, |s| s.in_flight += sum);
+                chunk.sums[own][table.index()] += sum;
+                chunk.rows.push((key, row));
             }
             Err(error) => {
                 record.outcome = RecordOutcome::Rejected;
@@ -120,23 +154,18 @@ pub(super) fn load_chunk(engine: &Engine, state: &mut StateDir, ledger: &Ledger)
         let appended = state.append_now(OutcomeLog::Rejected, &unmappable);
         ledger.count_appended(OutcomeLog::Rejected, &appended);
     }
-    if overflowed > 0 {
-        tracing::error!(
-            rows = overflowed,
-            "Replayed rows would overflow their pending rows when merged; dropped."
-        );
-    }
     if no_room {
         tracing::debug!(
             rows = count,
             "The memory budget is full; the rest of the spill waits for a later flush."
         );
     }
-    if count > 0 {
-        tracing::info!(rows = count, "Replaying spilled rows.");
-        crash_point("replay_loaded");
+    if count == 0 {
+        return None;
     }
-    count
+    tracing::info!(rows = count, "Replaying spilled rows.");
+    crash_point("replay_loaded");
+    Some(chunk)
 }
 
 /// The one table a re-queued or replayed row is owed to.

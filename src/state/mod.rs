@@ -355,22 +355,21 @@ impl StateDir {
         self.journal.path()
     }
 
-    /// The group commit of a flush: its intents, durable, with the replay cursor it
-    /// consumes. Nothing of the flush may be sent before this returns `Ok`.
+    /// The group commit of a flush's counter writes: their intents, durable, with the
+    /// replay cursor the group consumes (a group sending replayed rows: the cursor past
+    /// exactly those rows). Nothing of the group may be sent before this returns `Ok`.
     pub fn journal_begin(
         &mut self,
         flush: &FlushId,
         time: &str,
+        consumes: Option<Cursor>,
         families: &[FamilyEntry],
         writes: &[PartitionWrite],
-    ) -> io::Result<Option<Cursor>> {
-        let consumes = self.spill.loaded();
+    ) -> io::Result<()> {
         if !self.journal_enabled {
-            return Ok(consumes);
+            return Ok(());
         }
-        self.journal
-            .begin(flush, time, consumes, families, writes)
-            .map(|()| consumes)
+        self.journal.begin(flush, time, consumes, families, writes)
     }
 
     /// The group commit of a flush's writes of running totals (`writer_totals`): a
@@ -662,9 +661,16 @@ impl StateDir {
         self.spill.has_unloaded()
     }
 
-    /// How far replay has loaded rows into the buffer.
+    /// How far replay has read spilled rows.
     pub fn replay_loaded(&self) -> Option<Cursor> {
         self.spill.loaded()
+    }
+
+    /// The rows read for replay since the last consumed cursor were not sent (their
+    /// group could not be committed): the next read starts from that cursor again.
+    pub fn rewind_replay(&mut self) {
+        let consumed = self.spill.durable().max(self.owed_cursor);
+        self.spill.rewind(consumed);
     }
 
     /// Makes a replay cursor durable outside a flush (a chunk that produced no write).

@@ -329,9 +329,16 @@ impl Spill {
         })
     }
 
-    /// How far rows were loaded into the buffer.
+    /// How far rows were read for replay.
     pub fn loaded(&self) -> Option<Cursor> {
         self.loaded
+    }
+
+    /// Reads again from `to` on (not before the durable cursor): the rows read past it
+    /// were not consumed after all (the group that was to send them could not be
+    /// committed), and stay on disk for a later read.
+    pub fn rewind(&mut self, to: Option<Cursor>) {
+        self.loaded = to.max(self.durable).min(self.loaded);
     }
 
     /// Reads records from the loaded cursor on, handing each to `take` with the segment

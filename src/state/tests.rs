@@ -211,7 +211,7 @@ fn recovery_gives_each_request_of_a_killed_flush_one_home_and_runs_again_safely(
         write("not_started", 32),
     ];
     state
-        .journal_begin(&flush, "t", &families(), &writes)
+        .journal_begin(&flush, "t", None, &families(), &writes)
         .unwrap();
     let error = |kind: &str| (kind.to_string(), "text".to_string());
     state.journal_outcome(0, &Settled::Applied);
@@ -332,7 +332,7 @@ fn recovery_of_a_flush_leaves_its_held_segment_to_replay_once() {
     assert_eq!(kept, [true, true]);
     let writes = [write("not_started", 1), write("not_applied", 2)];
     state
-        .journal_begin(&flush, "t", &families(), &writes)
+        .journal_begin(&flush, "t", None, &families(), &writes)
         .unwrap();
     state.journal_outcome(0, &Settled::NotStarted);
     let (kind, text) = ("unavailable".to_string(), "text".to_string());
@@ -388,7 +388,7 @@ fn recovery_completes_a_half_written_log_batch_without_duplicates() {
     };
     let writes = [write("a", 1), write("b", 2), write("c", 3)];
     state
-        .journal_begin(&flush, "t", &families(), &writes)
+        .journal_begin(&flush, "t", None, &families(), &writes)
         .unwrap();
     for i in 0..3 {
         state.journal_outcome(
@@ -458,10 +458,11 @@ fn replay_part_in_flight(dir: &Path, rows: usize) -> (StateDir, FlushId, Option<
         flush_seq: 2,
         ..spilled_by
     };
-    let consumes = state
-        .journal_begin(&flush, "t", &families(), &[write("replayed", 3)])
-        .unwrap();
+    let consumes = state.replay_loaded();
     assert!(consumes.is_some());
+    state
+        .journal_begin(&flush, "t", consumes, &families(), &[write("replayed", 3)])
+        .unwrap();
     state.journal_outcome(0, &Settled::Applied);
     state.journal_flush();
     (state, flush, consumes)
@@ -522,7 +523,7 @@ fn recovery_spills_the_requests_past_the_last_start_bound() {
     };
     let writes: Vec<PartitionWrite> = (0..300).map(|i| write(&format!("k{i}"), 1)).collect();
     state
-        .journal_begin(&flush, "t", &families(), &writes)
+        .journal_begin(&flush, "t", None, &families(), &writes)
         .unwrap();
     // Requests 0..=70 start (the second window's bound, 64 + 64, is recorded before
     // request 64 starts); the first ten answer.
@@ -567,7 +568,7 @@ fn without_start_bounds_every_unanswered_request_is_unknown() {
     };
     let writes: Vec<PartitionWrite> = (0..100).map(|i| write(&format!("k{i}"), 1)).collect();
     state
-        .journal_begin(&flush, "t", &families(), &writes)
+        .journal_begin(&flush, "t", None, &families(), &writes)
         .unwrap();
     state.journal_may_start(0).unwrap();
     drop(state);

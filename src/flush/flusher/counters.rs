@@ -46,7 +46,20 @@ impl<S: Sink> Sender<PartitionWrite> for Writes<'_, S> {
     }
 }
 
-/// One chunk's counter writes being settled.
+/// A group of counter writes to send: a drain chunk's, or a replay chunk's.
+pub(in crate::flush) struct Counters {
+    pub(in crate::flush) flush: FlushId,
+    pub(in crate::flush) writes: Vec<PartitionWrite>,
+    /// Their delta sums (minute, day), in flight until the group settles.
+    pub(in crate::flush) in_flight: [i128; 2],
+    /// For a group of replayed rows, the replay cursor past exactly those rows: its
+    /// group commit consumes it. `None` for a drain chunk.
+    pub(in crate::flush) consumes: Option<Cursor>,
+    /// Whether this is the final flush.
+    pub(in crate::flush) last: bool,
+}
+
+/// One group's counter writes being settled.
 pub(in crate::flush) struct CounterStage<'f, S> {
     pub(in crate::flush) flusher: &'f mut Flusher<S>,
     pub(in crate::flush) flush: FlushId,
@@ -54,7 +67,7 @@ pub(in crate::flush) struct CounterStage<'f, S> {
     pub(in crate::flush) time: String,
     /// The drained rows' room in the memory budget: re-queued rows take theirs from it.
     pub(in crate::flush) credit: &'f mut Credit,
-    /// The replay cursor the group consumes (known once the group commit is made).
+    /// For a group of replayed rows, the replay cursor it consumes (see [`Counters`]).
     pub(in crate::flush) consumes: Option<Cursor>,
     /// What the decisions leave for files.
     pub(in crate::flush) batch: Batch,
@@ -86,10 +99,8 @@ impl<S: Sink> WriteKind for CounterStage<'_, S> {
 
     fn begin(&mut self, writes: &[PartitionWrite], _first_request: u32) -> std::io::Result<()> {
         let f = &mut *self.flusher;
-        self.consumes = f
-            .state
-            .journal_begin(&self.flush, &self.time, &f.families, writes)?;
-        Ok(())
+        f.state
+            .journal_begin(&self.flush, &self.time, self.consumes, &f.families, writes)
     }
 
     fn facts(&self, write: &PartitionWrite, shared: Facts) -> Facts {
@@ -100,6 +111,12 @@ impl<S: Sink> WriteKind for CounterStage<'_, S> {
     }
 
     fn apply(&mut self, index: u32, write: PartitionWrite, decision: Decision) {
+        if self.consumes.is_some() && decision.action == Action::Hold {
+            // Replayed rows whose group could not be committed: nothing consumed them,
+            // they stay on disk and are read again (in memory too, they would be sent
+            // twice).
+            return;
+        }
         let CounterStage {
             flusher,
             flush,

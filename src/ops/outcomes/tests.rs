@@ -468,7 +468,7 @@ fn journal_rows_are_classified_as_recovery_then_records_them_and_never_twice() {
         write("logged", Granularity::Minute, 64),
     ];
     state
-        .journal_begin(&flush, "2026-11-30T12:00:00Z", &families(), &writes)
+        .journal_begin(&flush, "2026-11-30T12:00:00Z", None, &families(), &writes)
         .unwrap();
     let error = |kind: &str| (kind.to_string(), "text".to_string());
     state.journal_outcome(0, &Settled::Applied);

@@ -23,6 +23,8 @@ pub(crate) struct Settings {
     pub(crate) request_timeout: &'static str,
     pub(crate) max_spill_bytes: u64,
     pub(crate) max_log_bytes: u64,
+    /// `limits.max_pending_bytes`: a quarter of it bounds one drain chunk's writes.
+    pub(crate) max_pending_bytes: u64,
     /// Requests a flush keeps in flight.
     pub(crate) max_in_flight: usize,
     /// Whether the views family keeps exact totals (the delta ledger).
@@ -38,6 +40,7 @@ impl Default for Settings {
             request_timeout: "1s",
             max_spill_bytes: 1 << 30,
             max_log_bytes: 64 << 20,
+            max_pending_bytes: 256 << 20,
             max_in_flight: 64,
             exact: false,
         }
@@ -149,6 +152,10 @@ impl Rig {
             .replace(
                 "max_spill_bytes = 1073741824",
                 &format!("max_spill_bytes = {}", settings.max_spill_bytes),
+            )
+            .replace(
+                "max_pending_bytes = 268435456",
+                &format!("max_pending_bytes = {}", settings.max_pending_bytes),
             )
             .replace(
                 "max_in_flight = 64",

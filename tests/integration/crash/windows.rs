@@ -291,6 +291,40 @@ async fn killed_after_the_end_of_a_replaying_flush() {
     kill_during_replay("ended").await;
 }
 
+/// A replay chunk larger than a drain chunk (audit F4): a previous run spilled every row,
+/// and the memory limit lets one drain chunk carry only about ten replayed rows. A kill
+/// right after the first chunk of the replay ended loses no spilled row: each is in the
+/// store once the next start has settled, none only in the memory of the killed run.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_kill_after_the_first_chunk_of_a_replay_loses_no_spilled_row() {
+    let settings = Settings {
+        max_pending_bytes: 9_000,
+        ..Settings::default()
+    };
+    let mut rig = Rig::new(settings).await;
+    rig.server()
+        .set_faults(vec![all_writes(FaultKind::Unavailable)]);
+    blocking(|| {
+        let mut serve = rig.start(None);
+        rig.feed(&mut serve, &increments(rig.base, 0));
+        // The final flush spills what the store refuses.
+        rig.terminate_any(serve);
+    });
+    rig.server().clear_faults();
+    blocking(|| {
+        let serve = rig.start_until(Some("ended"), "crash point ended reached");
+        rig.kill(serve);
+        let serve = rig.start(None);
+        rig.settle_and_stop(serve);
+    });
+    let findings = check(&rig);
+    assert_eq!(
+        findings.unexplained,
+        [0, 0],
+        "a spilled row was lost: {findings:?}"
+    );
+}
+
 /// A flush killed with mixed outcomes, then its recovery killed at a step of its own,
 /// then recovery again.
 async fn kill_during_recovery(point: &str) {
