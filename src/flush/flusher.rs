@@ -190,7 +190,7 @@ impl<S: Sink> Flusher<S> {
         mut state: StateDir,
         ledger: Arc<Ledger>,
     ) -> Flusher<S> {
-        state.set_start_window(counters::start_window(config.max_in_flight));
+        state.set_start_window(stage::start_window(config.max_in_flight));
         let shard_seed = shard_seed(state.writer_id());
         let ledger_gate = LedgerGate::new(
             engine.families(),

@@ -22,4 +22,6 @@ pub use self::decide::{
     Action, AgeRule, AtFinal, Decision, Facts, OnPermanent, OnUnknown, Policy, Sent, decide,
     for_row, store_answers,
 };
-pub use self::run::{CrashPoints, Sender, StageCx, StageReport, WriteKind, run_stage};
+pub use self::run::{
+    CrashPoints, Sender, StageCx, StageReport, WriteKind, run_stage, start_window,
+};

@@ -479,8 +479,9 @@ impl Journal {
         self.keep = keep;
     }
 
-    /// Counter flushes from now on start their requests in windows of `window` (at
-    /// least 1), each window's bound durable before its first request starts.
+    /// Counter flushes (the sidecar's and the driver wrapper's) from now on start their
+    /// requests in windows of `window` (at least 1), each window's bound durable before
+    /// its first request starts.
     pub fn set_start_window(&mut self, window: u32) {
         self.start_window = Some(window.max(1));
     }
@@ -623,6 +624,8 @@ impl Journal {
         tables: &[WrapperTable],
         intents: &WrapperIntents<'_>,
     ) -> io::Result<()> {
+        let requests = u32::try_from(intents.len()).unwrap_or(u32::MAX);
+        let first = self.start_window.map(|window| window.min(requests));
         self.starts = None;
         self.flush_pending()?;
         let mut out = std::mem::take(&mut self.pending);
@@ -652,7 +655,9 @@ impl Journal {
                 }
             });
         }
-        self.commit_frames(out, None)
+        self.commit_frames(out, first)?;
+        self.starts = first.map(|bound| (requests, bound));
+        Ok(())
     }
 
     /// Ends a group's frames (header and intents) with the commit mark and the first

@@ -13,7 +13,12 @@
 //! | requeued (definitely not applied) | merged back into the buffer for the next flush; at the final flush, the spill (replayed by the next start) |
 //! | rejected | `wrapper_rejected.jsonl` |
 //! | unknown, or in flight at the shutdown deadline | `wrapper_unknown.jsonl`, never re-sent |
-//! | not started before the shutdown deadline | the spill |
+//! | not started before the shutdown deadline | back into the buffer; at the final flush, the spill |
+//! | held back (the group commit failed) | back into the buffer unchanged; at the final flush, the spill |
+//!
+//! That table is the wrapper column of the one decision table (`crate::stage::decide`),
+//! and a flush is one group of the stage runner (`crate::stage::run_stage`, see
+//! [`stage`]).
 //!
 //! # The intent journal
 //!
@@ -36,19 +41,16 @@ use std::sync::Arc;
 use std::time::SystemTime;
 
 use scylla::client::session::Session;
-use scylla::statement::batch::BatchType;
 use scylla::statement::prepared::PreparedStatement;
 
 use crate::config::{FlushConfig, StoreConfig};
 use crate::flush::schedule::Attempt;
 use crate::flush::shutdown::Deadline;
-use crate::sink::bounded::{Ended, send_bounded};
-use crate::sink::cql::classify;
+use crate::sink::WriteError;
 use crate::sink::cql::profile::WriteProfile;
 use crate::sink::cql::store::StoreKind;
-use crate::sink::{Outcome, OutcomeClass, WriteError};
-use crate::stage::{self, Action, Facts, Policy, Sent};
-use crate::state::{FlushId, Settled, StateDir, WrapperTable};
+use crate::stage::{Facts, StageCx, run_stage};
+use crate::state::StateDir;
 use crate::test_hooks::crash_point;
 
 use super::buffer::RowAdd;
@@ -57,8 +59,12 @@ use super::recognize::{TableShape, Tables};
 use super::records::{Logs, WrapperOutcome, WrapperRecord, record, unhex};
 use super::recovery::request_id;
 use super::spill::WrapperSpill;
-use super::statement::{RowValues, split_key, update_text};
-use super::stats::{Counters, Stage};
+use super::statement::{split_key, update_text};
+use super::stats::Counters;
+
+mod stage;
+
+use self::stage::{Statements, WrapperStage};
 
 /// What one flush did.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -102,18 +108,18 @@ impl From<&WrapperFlushReport> for Attempt {
 type Row = (Box<[u8]>, PendingRow);
 
 /// One planned request: rows of one partition of one table.
-struct Request {
-    table: Arc<TableShape>,
-    rows: Vec<Row>,
+pub(super) struct Request {
+    pub(super) table: Arc<TableShape>,
+    pub(super) rows: Vec<Row>,
 }
 
 impl Request {
-    fn sum(&self) -> i128 {
+    pub(super) fn sum(&self) -> i128 {
         self.rows.iter().map(|(_, row)| row_sum(row)).sum()
     }
 }
 
-fn row_sum(row: &PendingRow) -> i128 {
+pub(super) fn row_sum(row: &PendingRow) -> i128 {
     row.deltas.iter().map(|d| i128::from(*d)).sum()
 }
 
@@ -143,9 +149,9 @@ pub struct WrapperFlusher {
 /// A settled flush not ended in the journal yet: its group keeps `consumes` for the next
 /// start until the cursor is durable.
 #[derive(Clone, Copy, Debug)]
-struct Unended {
-    seq: u64,
-    consumes: Option<u64>,
+pub(super) struct Unended {
+    pub(super) seq: u64,
+    pub(super) consumes: Option<u64>,
 }
 
 impl WrapperFlusher {
@@ -163,6 +169,10 @@ impl WrapperFlusher {
         spill: WrapperSpill,
         store_kind: StoreKind,
     ) -> WrapperFlusher {
+        let mut state = state;
+        // Requests start in windows, each window's bound durable first: a kill turns at
+        // most about one window of never-started requests into unknown ones.
+        state.set_start_window(crate::stage::start_window(flush.max_in_flight));
         WrapperFlusher {
             session,
             buffer,
@@ -216,7 +226,7 @@ impl WrapperFlusher {
         // The drained rows keep their room in the budget until they settle (`room`).
         let Drained {
             rows: drained,
-            mut room,
+            room,
         } = self.buffer.drain();
         self.counters.flushed();
         if drained.is_empty() {
@@ -234,175 +244,41 @@ impl WrapperFlusher {
             self.counters.drained(request.sum());
         }
         self.prepare(&requests, deadline).await;
-        let journaled = self.journal_begin(consumes, &requests);
-        crash_point("wrapper_journal_committed");
-        // How each request ended; all held back when the group commit failed.
-        let (sent, held_error): (Vec<Sent>, _) = match &journaled {
-            Ok(()) => (
-                self.send(&requests, deadline)
-                    .await
-                    .into_iter()
-                    .map(Sent::from)
-                    .collect(),
-                None,
-            ),
-            Err(error) => {
-                tracing::error!(%error, "Could not write the flush's intents to the journal; nothing of it is sent.");
-                report.journal_failed = true;
-                let error = WriteError::new(
-                    "journal_failed",
-                    format!("the intent journal could not be written: {error}"),
-                );
-                (requests.iter().map(|_| Sent::Held).collect(), Some(error))
-            }
+        let sender = Statements {
+            session: Arc::clone(&self.session),
+            statements: std::mem::take(&mut self.statements),
+            profile: self.profile,
+            store_kind: self.store_kind,
         };
-        crash_point("wrapper_sent");
-        let now = crate::bucket::unix_secs(SystemTime::now());
-        let now = u32::try_from(now).unwrap_or(u32::MAX);
-        // The wrapper's column has no age rule: the maximum age is not read.
-        let facts = Facts::fresh(final_flush, now, u32::MAX);
-        let mut requeue = Vec::new();
-        // Where each re-queued row was in this flush (a drained key is in one request
-        // once): a row that cannot go back is spilled under that identity, the one its
-        // intent has, so a recovery of this flush finds it in the spill.
-        let mut requeued_at: HashMap<Box<[u8]>, (usize, u16)> = HashMap::new();
-        let mut records: HashMap<WrapperOutcome, Vec<WrapperRecord>> = HashMap::new();
-        for (index, (request, sent)) in requests.into_iter().zip(sent).enumerate() {
-            let sum = request.sum();
-            let decision = stage::decide(&Policy::WRAPPER, sent, &facts);
-            let (class, stage, error) = (
-                decision.counted,
-                stage_of(&decision.action),
-                decision.action.error().or(held_error.as_ref()).cloned(),
-            );
-            if journaled.is_ok() {
-                self.state
-                    .journal_outcome(index as u32, &journal_outcome(class, stage, &error));
-            }
-            if let Some(class) = class {
-                self.counters.write(class);
-                match class {
-                    OutcomeClass::Applied => report.applied += 1,
-                    OutcomeClass::Requeued => report.requeued += 1,
-                    OutcomeClass::Rejected => report.rejected += 1,
-                    OutcomeClass::Unknown => report.unknown += 1,
-                }
-            }
-            let outcome = match stage {
-                Stage::Applied => None,
-                Stage::Requeued => {
-                    for (position, (key, _)) in request.rows.iter().enumerate() {
-                        let position = u16::try_from(position).unwrap_or(u16::MAX);
-                        requeued_at.insert(key.clone(), (index, position));
-                    }
-                    requeue.extend(request.rows);
-                    self.counters.settled(sum, Stage::Requeued);
-                    continue;
-                }
-                Stage::Unknown => Some(WrapperOutcome::Unknown),
-                Stage::Rejected => Some(WrapperOutcome::Rejected),
-                Stage::Unsent => {
-                    report.unsent += 1;
-                    Some(WrapperOutcome::Unsent)
-                }
-            };
-            if let Some(outcome) = outcome {
-                let id = self.request_id(index);
-                records.entry(outcome).or_default().extend(self.records(
-                    &request,
-                    &id,
-                    outcome,
-                    error.as_ref(),
-                ));
-            }
-            self.counters.settled(sum, stage);
-        }
-        // Definitely not applied: back for the next flush, in the room the rows had. A row
-        // that cannot go back (its sum with what arrived since would leave the i64 range,
-        // or no room is left for it) is spilled, under the identity its intent has.
-        let refused = self.buffer.requeue(requeue, now, &mut room);
-        drop(room);
-        if !refused.is_empty() {
-            for (key, row, why) in refused {
-                let error = unmerged_error(why);
-                let sum = row_sum(&row);
-                self.counters.settled(-sum, Stage::Requeued);
-                self.counters.settled(sum, Stage::Unsent);
-                let (index, position) = requeued_at.get(&key).copied().unwrap_or((usize::MAX, 0));
-                let id = self.request_id(index);
-                if let Some(table) = split_key(&key).and_then(|(t, _)| self.tables.get(t)) {
-                    let request = Request {
-                        table,
-                        rows: vec![(key, row)],
-                    };
-                    let mut spilled =
-                        self.records(&request, &id, WrapperOutcome::Unsent, Some(&error));
-                    for record in &mut spilled {
-                        record.row = position;
-                    }
-                    records
-                        .entry(WrapperOutcome::Unsent)
-                        .or_default()
-                        .extend(spilled);
-                }
-            }
-        }
-        self.state.journal_flush();
-        self.logs.rotate_full();
-        let [unknown_at, rejected_at] = self.logs.sizes();
-        // Only a flush with records to write needs the logs' sizes (one more fdatasync).
-        let has_records = records.values().any(|r| !r.is_empty());
-        if journaled.is_ok()
-            && has_records
-            && let Err(error) =
-                self.state
-                    .wrapper_journal_logs_at([unknown_at, rejected_at, self.spill.size()])
-        {
-            tracing::error!(%error, "Could not record the wrapper logs' sizes in the journal; a crash before this flush ends could log some records twice.");
-        }
-        crash_point("wrapper_logs_at");
-        if let Some(unsent) = records.remove(&WrapperOutcome::Unsent) {
-            let count = unsent.len();
-            match self.spill.append(unsent) {
-                Ok(over) if over.is_empty() => {}
-                Ok(over) => {
-                    records.insert(WrapperOutcome::Unsent, over);
-                }
-                Err(error) => {
-                    // Records past the failure may or may not be in the file: counted lost.
-                    self.counters.records_lost(count as u64);
-                    tracing::error!(%error, records = count, "Could not spill rows that did not apply; they are counted but their details are lost.");
-                }
-            }
-        }
-        for outcome in WrapperOutcome::ALL {
-            let Some(records) = records.get(&outcome) else {
-                continue;
-            };
-            if let Err(error) = self.logs.append(outcome, records) {
-                self.counters.records_lost(records.len() as u64);
-                tracing::error!(
-                    file = outcome.file_name(),
-                    records = records.len(),
-                    %error,
-                    "Could not record flushed rows that did not apply; they are counted but their details are lost."
-                );
-            }
-        }
-        crash_point("wrapper_logged");
-        if journaled.is_ok() {
-            self.end(Unended {
-                seq: self.seq,
-                consumes,
-            });
-        }
+        let now = u32::try_from(crate::bucket::unix_secs(SystemTime::now())).unwrap_or(u32::MAX);
+        let max_in_flight = self.flush.max_in_flight;
+        let mut stage = WrapperStage::new(self, consumes, now, room, report);
+        let done = run_stage(
+            &mut stage,
+            &sender,
+            requests,
+            StageCx {
+                cutoff: deadline,
+                max_in_flight,
+                // The wrapper's column has no age rule: the maximum age is not read.
+                facts: Facts::fresh(final_flush, now, u32::MAX),
+                first_request: 0,
+            },
+        )
+        .await;
+        let mut report = stage.into_report();
+        report.applied = done.applied;
+        report.requeued = done.requeued;
+        report.rejected = done.rejected;
+        report.unknown = done.unknown;
+        self.statements = sender.statements;
         report
     }
 
     /// Ends a settled flush: makes the spill cursor it consumed durable, then writes
     /// `End` (in that order: see the module doc). When the cursor cannot be written, the
     /// group stays open and is kept in `self.unended` for the next flush to end.
-    fn end(&mut self, flush: Unended) {
+    pub(super) fn end(&mut self, flush: Unended) {
         if let Err(error) = self.spill.commit(flush.consumes) {
             tracing::error!(%error, "Could not write the wrapper spill's cursor; the flush stays open in the journal, whose group keeps the offset its replayed rows were consumed up to, and the next flush tries again.");
             self.unended = Some(flush);
@@ -419,53 +295,13 @@ impl WrapperFlusher {
         }
     }
 
-    fn request_id(&self, index: usize) -> String {
+    pub(super) fn request_id(&self, index: u32) -> String {
         request_id(
             self.state.writer_id(),
             self.state.incarnation(),
             self.seq,
-            u32::try_from(index).unwrap_or(u32::MAX),
+            index,
         )
-    }
-
-    /// The group commit of this flush's requests (see the module doc).
-    fn journal_begin(
-        &mut self,
-        consumes: Option<u64>,
-        requests: &[Request],
-    ) -> std::io::Result<()> {
-        let flush = FlushId {
-            writer: self.state.writer_id().to_owned(),
-            incarnation: self.state.incarnation(),
-            flush_seq: self.seq,
-        };
-        let mut tables: Vec<WrapperTable> = Vec::new();
-        for request in requests {
-            let table = &request.table;
-            if tables.iter().all(|t| t.id != table.id) {
-                tables.push(WrapperTable {
-                    id: table.id,
-                    keyspace: table.keyspace.clone(),
-                    name: table.name.clone(),
-                    key_columns: table.key_columns().map(str::to_owned).collect(),
-                    counters: table.counters.clone(),
-                });
-            }
-        }
-        let intents: Vec<_> = requests
-            .iter()
-            .map(|r| {
-                let rows = r
-                    .rows
-                    .iter()
-                    .map(|(k, row)| (&k[..], &row.deltas[..]))
-                    .collect();
-                (r.table.id, rows)
-            })
-            .collect();
-        let time = crate::bucket::rfc3339(SystemTime::now());
-        self.state
-            .wrapper_journal_begin(&flush, &time, consumes, &tables, &intents)
     }
 
     /// Loads spilled rows of an earlier process into the buffer, as far as its budget
@@ -518,7 +354,7 @@ impl WrapperFlusher {
         }
     }
 
-    fn records(
+    pub(super) fn records(
         &self,
         request: &Request,
         id: &str,
@@ -621,60 +457,10 @@ impl WrapperFlusher {
             }
         }
     }
-
-    /// Sends every request, at most `flush.max_in_flight` at once, until done or the
-    /// shutdown deadline.
-    async fn send(&self, requests: &[Request], deadline: &mut Deadline) -> Vec<Ended> {
-        send_bounded(
-            requests,
-            self.flush.max_in_flight,
-            deadline,
-            |request| self.send_one(request),
-            |_, _, _| {},
-        )
-        .await
-    }
-
-    async fn send_one(&self, request: &Request) -> Outcome {
-        let Some(statement) = self.statements.get(&request.table.id) else {
-            return Outcome::NotAppliedTransient(WriteError::new(
-                "prepare_failed",
-                format!(
-                    "the UPDATE of {} could not be prepared",
-                    request.table.qualified_name()
-                ),
-            ));
-        };
-        let mut values = Vec::with_capacity(request.rows.len());
-        for (key, row) in &request.rows {
-            let Some((_, key)) = split_key(key) else {
-                return Outcome::NotAppliedPermanent(WriteError::new(
-                    "bad_key",
-                    "a buffered row key does not decode",
-                ));
-            };
-            values.push(RowValues {
-                deltas: &row.deltas,
-                key,
-            });
-        }
-        let result = if let [row] = values.as_slice() {
-            self.session.execute_unpaged(statement, row).await.map(drop)
-        } else {
-            let batch = self
-                .profile
-                .batch(BatchType::Counter, statement, values.len());
-            self.session.batch(&batch, &values).await.map(drop)
-        };
-        match result {
-            Ok(()) => Outcome::Applied,
-            Err(error) => classify::classify(&error, self.store_kind),
-        }
-    }
 }
 
 /// The error recorded for a re-queued row that could not go back into the buffer.
-fn unmerged_error(why: Unmerged) -> WriteError {
+pub(super) fn unmerged_error(why: Unmerged) -> WriteError {
     match why {
         Unmerged::Overflow => WriteError::new(
             "sum_overflow",
@@ -684,24 +470,6 @@ fn unmerged_error(why: Unmerged) -> WriteError {
             "no_room",
             "no room was left within limits.max_pending_rows/max_pending_bytes for the re-queued row",
         ),
-    }
-}
-
-/// How the journal records a settled request.
-fn journal_outcome(
-    class: Option<OutcomeClass>,
-    stage: Stage,
-    error: &Option<WriteError>,
-) -> Settled {
-    let (kind, text) = error.as_ref().map_or((String::new(), String::new()), |e| {
-        (e.kind.to_owned(), e.text.to_string())
-    });
-    match (class, stage) {
-        (_, Stage::Applied) => Settled::Applied,
-        (None, _) => Settled::NotStarted,
-        (_, Stage::Requeued | Stage::Unsent) => Settled::NotApplied { kind, text },
-        (_, Stage::Rejected) => Settled::Rejected { kind, text },
-        (_, Stage::Unknown) => Settled::Unknown { kind, text },
     }
 }
 
@@ -735,63 +503,4 @@ fn row_add(
         columns: shape.counters.len(),
         deltas,
     })
-}
-
-/// Where the deltas of a request go, by the action the decision table chose.
-fn stage_of(action: &Action) -> Stage {
-    match action {
-        Action::Applied => Stage::Applied,
-        // Back in the buffer: re-queued, or kept unchanged after a failed group commit.
-        Action::Retry(_) | Action::Hold => Stage::Requeued,
-        Action::Spill(_) => Stage::Unsent,
-        Action::LogUnknown(_) => Stage::Unknown,
-        Action::LogRejected(_) => Stage::Rejected,
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn error() -> WriteError {
-        WriteError::new("k", "t")
-    }
-
-    /// A request a failed group commit held back is counted under no outcome class
-    /// (`countersink_wrapper_writes_total` counts requests sent), and its rows stay in
-    /// the buffer for the next flush, or go to the spill at the final flush.
-    #[test]
-    fn a_request_a_failed_group_commit_kept_back_is_counted_under_no_outcome() {
-        for final_flush in [false, true] {
-            let facts = Facts::fresh(final_flush, 1, u32::MAX);
-            let decision = stage::decide(&Policy::WRAPPER, Sent::Held, &facts);
-            assert_eq!(decision.counted, None, "final flush: {final_flush}");
-            let kept = if final_flush {
-                Stage::Unsent
-            } else {
-                Stage::Requeued
-            };
-            assert_eq!(
-                stage_of(&decision.action),
-                kept,
-                "final flush: {final_flush}"
-            );
-        }
-    }
-
-    #[test]
-    fn every_action_has_one_stage_and_keeps_its_error() {
-        let cases = [
-            (Action::Applied, Stage::Applied, None),
-            (Action::Retry(Some(error())), Stage::Requeued, Some(error())),
-            (Action::Hold, Stage::Requeued, None),
-            (Action::Spill(None), Stage::Unsent, None),
-            (Action::LogUnknown(error()), Stage::Unknown, Some(error())),
-            (Action::LogRejected(error()), Stage::Rejected, Some(error())),
-        ];
-        for (action, stage, kept) in cases {
-            assert_eq!(stage_of(&action), stage, "{action:?}");
-            assert_eq!(action.error(), kept.as_ref());
-        }
-    }
 }

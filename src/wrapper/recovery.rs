@@ -5,9 +5,12 @@
 //! | what the journal says | where its rows go |
 //! |---|---|
 //! | `applied` (or `dropped`) | nowhere |
-//! | definitely not applied, or not started, in the journal's last group | the spill, replayed by this start |
+//! | definitely not applied, or not started (an outcome saying so, or none at or past the group's last start bound), in the journal's last group | the spill, replayed by this start |
 //! | `rejected` | `wrapper_rejected.jsonl` |
 //! | `unknown`, no outcome (in flight), or not applied in a group that is not the last | `wrapper_unknown.jsonl` (`in_flight_at_crash` when no outcome or not the last), never re-sent |
+//!
+//! The table is the sidecar's recovery classifier, [`crate::state::recovery::home_of`],
+//! called here: the wrapper only writes to its own files.
 //!
 //! Only the last group's not-applied rows are known to be nowhere else. A later group
 //! means the process flushed again after that group settled: its re-queued rows were in
@@ -26,8 +29,8 @@ use scylla::cluster::ClusterState;
 use scylla::cluster::metadata::{ColumnType, NativeType};
 
 use crate::state::journal::{WrapperGroup, WrapperTable};
-use crate::state::recovery::in_flight_at_crash;
-use crate::state::{FlushGroup, Settled, StateDir};
+use crate::state::recovery::home_of;
+use crate::state::{FlushGroup, RecordOutcome, StateDir};
 use crate::test_hooks::crash_point;
 
 use super::buffer::PendingRow;
@@ -176,21 +179,14 @@ pub fn group_records(
             group.flush.flush_seq,
             intent.request,
         );
-        let error = |kind: &str, text: &str| Some((kind.to_owned(), text.to_owned()));
-        let (outcome, error) = match group.outcomes.get(&intent.request) {
-            Some(Settled::Applied | Settled::Dropped) => continue,
-            Some(Settled::NotApplied { kind, text }) if is_last => {
-                (WrapperOutcome::Unsent, error(kind, text))
-            }
-            Some(Settled::NotStarted) if is_last => (WrapperOutcome::Unsent, None),
-            Some(Settled::Rejected { kind, text }) => (WrapperOutcome::Rejected, error(kind, text)),
-            Some(Settled::Unknown { kind, text }) => (WrapperOutcome::Unknown, error(kind, text)),
-            // In flight (or, in a group that is not the last, not applied): unknown.
-            Some(Settled::NotApplied { .. } | Settled::NotStarted) | None => {
-                let e = in_flight_at_crash();
-                (WrapperOutcome::Unknown, Some((e.kind, e.text)))
-            }
+        // The sidecar's classifier, for the wrapper's logs: one table for both.
+        let (outcome, error) = match home_of(group, intent.request, is_last) {
+            (None, _) => continue,
+            (Some(RecordOutcome::Spilled), error) => (WrapperOutcome::Unsent, error),
+            (Some(RecordOutcome::Rejected), error) => (WrapperOutcome::Rejected, error),
+            (Some(RecordOutcome::Unknown), error) => (WrapperOutcome::Unknown, error),
         };
+        let error = error.map(|e| (e.kind, e.text));
         for (i, row) in intent.rows.iter().enumerate() {
             let Some((_, values)) = split_key(&row.key) else {
                 continue;

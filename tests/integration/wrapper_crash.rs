@@ -23,7 +23,8 @@ use scylla::value::Counter;
 
 use crate::common::{StoreOptions, cell, config, launch};
 
-/// Set in the child's environment: `contact|state dir|increments to feed`.
+/// Set in the child's environment: `contact|state dir|increments to feed`, and optionally
+/// `|keys|requests in flight` (10 keys and the default in-flight bound otherwise).
 const CHILD_ENV: &str = "COUNTERSINK_WRAPPER_CRASH_CHILD";
 
 const SCHEMA: &str = "
@@ -32,8 +33,15 @@ const SCHEMA: &str = "
 ";
 
 async fn wrap(contact: &str, dir: &Path) -> CounterSession {
+    wrap_with(contact, dir, None).await
+}
+
+async fn wrap_with(contact: &str, dir: &Path, max_in_flight: Option<usize>) -> CounterSession {
     let mut config: Config = config(dir);
     config.store.contact_points = vec![contact.to_owned()];
+    if let Some(max_in_flight) = max_in_flight {
+        config.flush.max_in_flight = max_in_flight;
+    }
     config.flush.interval = Duration::from_secs(3600);
     let session = SessionBuilder::new()
         .known_node(contact)
@@ -60,14 +68,16 @@ async fn wrapper_child() {
         parts.next().expect("dir"),
         parts.next().expect("feed").parse::<i64>().expect("feed"),
     );
-    let session = wrap(contact, Path::new(dir)).await;
+    let keys = parts.next().map_or(10, |k| k.parse::<i64>().expect("keys"));
+    let in_flight = parts.next().map(|n| n.parse::<usize>().expect("in flight"));
+    let session = wrap_with(contact, Path::new(dir), in_flight).await;
     let update = session
         .prepare("UPDATE wk.c SET c = c + ? WHERE k = ?")
         .await
         .expect("prepare");
     for i in 0..feed {
         session
-            .execute_unpaged(&update, (Counter(i + 1), format!("k{}", i % 10)))
+            .execute_unpaged(&update, (Counter(i + 1), format!("k{}", i % keys)))
             .await
             .expect("buffered");
     }
@@ -84,9 +94,61 @@ fn fed(feed: i64) -> BTreeMap<String, i64> {
     sums
 }
 
-/// Runs the child until it reports `crash_point`, then kills it (SIGKILL).
-fn run_child_until(contact: &str, dir: &Path, feed: i64, crash_point: &str) {
-    let mut child = Command::new(std::env::current_exe().expect("test binary"))
+/// Runs the child with every reply of the store to its writes held back (each write
+/// applies on arrival, its answer is late), waits until the store holds all it was fed,
+/// then kills it (SIGKILL): its flush's requests are in flight, applied, and not one of
+/// their answers was heard, so its journal holds their intents and no outcome.
+fn kill_child_with_replies_pending(
+    contact: &str,
+    dir: &Path,
+    feed: i64,
+    server: &cqlsim::Server,
+    expected: &BTreeMap<String, i64>,
+) {
+    kill_child_when(contact, dir, &feed.to_string(), server, || {
+        expected
+            .iter()
+            .all(|(key, sum)| cell(server, "wk.c", "c", &format!("k = '{key}'")) == Some(*sum))
+    });
+}
+
+/// Runs the child (`spec`: what follows the state directory in [`CHILD_ENV`]) with every
+/// reply of the store to its writes held back, until `ready`, then kills it (SIGKILL).
+fn kill_child_when(
+    contact: &str,
+    dir: &Path,
+    spec: &str,
+    server: &cqlsim::Server,
+    ready: impl Fn() -> bool,
+) {
+    server.set_faults(vec![
+        cqlsim::FaultRule::new(cqlsim::FaultKind::Delay)
+            .table("wk.c")
+            .duration(Duration::from_secs(600)),
+    ]);
+    let mut child = spawn_child(contact, dir, spec, None);
+    let started = std::time::Instant::now();
+    while !ready() {
+        if started.elapsed() > Duration::from_secs(120) {
+            let _ = child.kill();
+            panic!("the child's writes never reached the store");
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    child.kill().expect("SIGKILL");
+    child.wait().expect("reaped");
+    server.clear_faults();
+}
+
+/// The child process, feeding `feed` increments into `dir`, stopping at `crash_point`.
+fn spawn_child(
+    contact: &str,
+    dir: &Path,
+    spec: &str,
+    crash_point: Option<&str>,
+) -> std::process::Child {
+    let mut command = Command::new(std::env::current_exe().expect("test binary"));
+    command
         .args([
             "--ignored",
             "--exact",
@@ -94,12 +156,19 @@ fn run_child_until(contact: &str, dir: &Path, feed: i64, crash_point: &str) {
             "--nocapture",
             "--test-threads=1",
         ])
-        .env(CHILD_ENV, format!("{contact}|{}|{feed}", dir.display()))
-        .env("COUNTERSINK_CRASH_POINT", crash_point)
+        .env(CHILD_ENV, format!("{contact}|{}|{spec}", dir.display()))
         .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("child");
+        .stderr(Stdio::piped());
+    match crash_point {
+        Some(point) => command.env("COUNTERSINK_CRASH_POINT", point),
+        None => command.env_remove("COUNTERSINK_CRASH_POINT"),
+    };
+    command.spawn().expect("child")
+}
+
+/// Runs the child until it reports `crash_point`, then kills it (SIGKILL).
+fn run_child_until(contact: &str, dir: &Path, feed: i64, crash_point: &str) {
+    let mut child = spawn_child(contact, dir, &feed.to_string(), Some(crash_point));
     let stderr = child.stderr.take().expect("stderr");
     let (tx, rx) = mpsc::channel();
     std::thread::spawn(move || {
@@ -170,7 +239,8 @@ fn assert_store(server: &cqlsim::Server, expected: &BTreeMap<String, i64>, what:
     }
 }
 
-/// Killed after its requests reached the store and before any outcome was recorded: the
+/// Killed after its requests reached the store and before any answer came back (every
+/// answer is journaled as it arrives, so only requests still in flight lack one): the
 /// next start logs every row as unknown (`in_flight_at_crash`, exact deltas) and sends
 /// none of them again; a third start adds no record.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -185,7 +255,7 @@ async fn a_wrapper_killed_with_a_flush_in_flight_logs_it_unknown_and_never_resen
     let contact = store.contact_point();
     let expected = fed(100);
 
-    run_child_until(&contact, dir.path(), 100, "wrapper_sent");
+    kill_child_with_replies_pending(&contact, dir.path(), 100, server, &expected);
     assert_store(server, &expected, "applied before the kill");
     let writes = server.stats().table("wk", "c").write_requests;
     assert!(writes > 0);
@@ -230,6 +300,77 @@ async fn a_wrapper_killed_with_a_flush_in_flight_logs_it_unknown_and_never_resen
         logged.len(),
         "no record twice"
     );
+    store.shutdown().await;
+}
+
+/// A large flush killed early: 2,000 requests (one key each), 2 in flight, every answer
+/// held back. Its requests start in windows of 256, each window's bound durable before
+/// its first request starts, so the next start logs as unknown only the requests of the
+/// first window (the two that applied among them), and spills the rest, which certainly
+/// never left the process, and replays them: each row is in the store or in the unknown
+/// log, once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_kill_early_in_a_large_wrapper_flush_logs_unknown_only_what_may_have_started() {
+    let store = launch(StoreOptions::cqlsim_only(
+        "kills a wrapper with its answers held back",
+    ))
+    .await;
+    let server = store.sim();
+    server.execute_script(None, SCHEMA).expect("schema");
+    let dir = tempfile::tempdir().unwrap();
+    let contact = store.contact_point();
+    let (feed, keys) = (2000, 2000);
+    let expected: BTreeMap<String, i64> = (0..feed).map(|i| (format!("k{i}"), i + 1)).collect();
+    kill_child_when(
+        &contact,
+        dir.path(),
+        &format!("{feed}|{keys}|2"),
+        server,
+        || server.stats().table("wk", "c").write_requests >= 2,
+    );
+    let applied_at_kill: BTreeMap<String, i64> = expected
+        .keys()
+        .filter_map(|k| Some((k.clone(), cell(server, "wk.c", "c", &format!("k = '{k}'"))?)))
+        .collect();
+    assert_eq!(applied_at_kill.len(), 2, "two requests were in flight");
+
+    let session = wrap(&contact, dir.path()).await;
+    let recovery = session.recovery().clone();
+    assert_eq!(recovery.flushes, 1, "{recovery:?}");
+    assert!(
+        recovery.unknown_rows <= 256,
+        "at most one window is unknown: {recovery:?}"
+    );
+    assert_eq!(
+        recovery.unknown_rows + recovery.spilled_rows,
+        2000,
+        "every row has one home: {recovery:?}"
+    );
+    let unknown: BTreeMap<String, i64> = records(&session.log_path(WrapperOutcome::Unknown).await)
+        .into_iter()
+        .map(|r| (r.key["k"].trim_matches('\'').to_owned(), r.deltas["c"]))
+        .collect();
+    for key in applied_at_kill.keys() {
+        assert!(unknown.contains_key(key), "{key} applied: logged unknown");
+    }
+    let report = session.flush_now().await;
+    assert_eq!(report.replayed_rows, recovery.spilled_rows, "{report:?}");
+    session.shutdown().await;
+    for (key, fed) in &expected {
+        let stored = cell(server, "wk.c", "c", &format!("k = '{key}'")).unwrap_or(0);
+        let logged = unknown.get(key).copied().unwrap_or(0);
+        if applied_at_kill.contains_key(key) {
+            assert_eq!(
+                (stored, logged),
+                (*fed, *fed),
+                "{key}: applied once, logged"
+            );
+        } else if logged > 0 {
+            assert_eq!((stored, logged), (0, *fed), "{key}: never sent, logged");
+        } else {
+            assert_eq!(stored, *fed, "{key}: spilled and replayed once");
+        }
+    }
     store.shutdown().await;
 }
 
@@ -351,7 +492,7 @@ async fn a_recovery_killed_before_it_ends_runs_again_without_duplicates() {
     let dir = tempfile::tempdir().unwrap();
     let contact = store.contact_point();
     let expected = fed(40);
-    run_child_until(&contact, dir.path(), 40, "wrapper_sent");
+    kill_child_with_replies_pending(&contact, dir.path(), 40, server, &expected);
     // The child's start recovers the flush and is killed before ending it.
     run_child_until(&contact, dir.path(), 0, "wrapper_recovery_logged");
     let unknown = dir.path().join(WrapperOutcome::Unknown.file_name());

@@ -22,18 +22,6 @@ use super::super::plan;
 use super::super::record_conversion::{self, error_info};
 use super::{Batch, Flusher, Spilled};
 
-/// Requests started per durable start bound: 64 times the requests in flight, at least
-/// 256. A kill then turns at most about one window of never-started requests into
-/// unknown ones (instead of the whole flush's), for one fdatasync per window, the first
-/// riding on the group commit. Measured on the flush bench: a window of eight times in
-/// flight cost about a tenth of a 100k-row flush's rate; at 64 times, a window is some
-/// 100 ms of sending at 40k requests/s, so its fdatasync costs a few per cent.
-pub(in crate::flush) fn start_window(max_in_flight: usize) -> u32 {
-    u32::try_from(max_in_flight.saturating_mul(64))
-        .unwrap_or(u32::MAX)
-        .max(256)
-}
-
 /// A sink sends counter writes with [`Sink::write`].
 pub(in crate::flush) struct Writes<'s, S>(pub(in crate::flush) &'s S);
 
