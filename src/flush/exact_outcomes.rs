@@ -12,14 +12,19 @@
 //! requests in flight at a kill are queued by the next start's recovery.
 
 use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
 use crate::backoff::Backoff;
 use crate::bucket::{self, Day};
 use crate::family::Families;
 use crate::series;
-use crate::sink::{OutcomeRow, Sink};
-use crate::stage::{self, Action, Facts, Policy, Sent};
+use crate::sink::bounded::Cutoff;
+use crate::sink::{Outcome, OutcomeRow, Sink, WriteError};
+use crate::stage::{
+    Action, CrashPoints, Decision, Facts, Policy, Sender, StageCx, WriteKind, run_stage,
+};
+use crate::state::StateDir;
 use crate::state::{RecordOutcome, WriteRecord};
 
 use super::record_conversion;
@@ -83,8 +88,8 @@ impl OutcomeQueue {
     }
 
     /// Sends the waiting rows (unless a back-off says not yet, or `force`), a request per
-    /// family-day partition and at most `ROWS_PER_REQUEST` rows, until one fails or
-    /// the deadline passes; what did not apply stays queued.
+    /// family-day partition and at most `ROWS_PER_REQUEST` rows, one at a time, until one
+    /// fails or the deadline passes; what did not apply stays queued, in its order.
     pub async fn send<S: Sink>(
         &mut self,
         sink: &S,
@@ -95,8 +100,8 @@ impl OutcomeQueue {
         if self.rows.is_empty() || (!force && self.not_before.is_some_and(|t| Instant::now() < t)) {
             return;
         }
-        while !self.rows.is_empty() && !deadline.passed() {
-            let first = &self.rows[0];
+        let mut chunks = Vec::new();
+        while let Some(first) = self.rows.front() {
             let (family, day) = (first.family.clone(), first.day);
             let count = self
                 .rows
@@ -104,36 +109,134 @@ impl OutcomeQueue {
                 .take(ROWS_PER_REQUEST)
                 .take_while(|r| r.family == family && r.day == day)
                 .count();
-            let chunk: Vec<OutcomeRow> = self.rows.iter().take(count).cloned().collect();
-            // Raced against the deadline like every write of a flush: a write cut off
-            // stays queued (it is idempotent) and its rows stay in the local logs, which
-            // the next start offers to the table again.
-            let answer = tokio::select! {
-                answer = sink.write_outcomes(&chunk) => answer,
-                () = deadline.wait() => return,
-            };
-            // The outcomes table's column has no age rule and keeps what fails.
-            let facts = Facts::fresh(force, 0, u32::MAX);
-            match stage::decide(&Policy::OUTCOMES, Sent::Done(answer), &facts).action {
-                Action::Applied => {
-                    self.rows.drain(..count);
-                    self.failures = 0;
-                    self.not_before = None;
-                }
-                failed => {
-                    self.failures = self.failures.saturating_add(1);
-                    self.not_before = Some(Instant::now() + backoff.delay(self.failures));
-                    let error = failed.error();
-                    tracing::warn!(
-                        kind = error.map(|e| e.kind),
-                        error = error.map(|e| &*e.text),
-                        rows = self.rows.len(),
-                        "Could not write to the outcomes table; the rows are sent again later (they are in the local logs)."
-                    );
-                    return;
-                }
+            chunks.push(self.rows.drain(..count).collect::<Vec<_>>());
+        }
+        let writes = OutcomeWrites {
+            sink,
+            failed: AtomicBool::new(false),
+        };
+        let mut stage = OutcomeStage {
+            queue: self,
+            kept: Vec::new(),
+            backoff,
+            error: None,
+        };
+        run_stage(
+            &mut stage,
+            &writes,
+            chunks,
+            StageCx {
+                // One at a time, and nothing more after a failure (the back-off).
+                cutoff: &mut StopAtFailure {
+                    deadline,
+                    failed: &writes.failed,
+                },
+                max_in_flight: 1,
+                // The outcomes table's column has no age rule and keeps what fails.
+                facts: Facts::fresh(force, 0, u32::MAX),
+                first_request: 0,
+            },
+        )
+        .await;
+    }
+}
+
+/// How outcome rows are sent: one idempotent batch per request; a failure stops the
+/// sending (see [`StopAtFailure`]).
+struct OutcomeWrites<'a, S> {
+    sink: &'a S,
+    failed: AtomicBool,
+}
+
+impl<S: Sink> Sender<Vec<OutcomeRow>> for OutcomeWrites<'_, S> {
+    async fn send(&self, rows: &Vec<OutcomeRow>) -> Outcome {
+        let outcome = self.sink.write_outcomes(rows).await;
+        if outcome != Outcome::Applied {
+            self.failed.store(true, Ordering::Relaxed);
+        }
+        outcome
+    }
+}
+
+/// The shutdown deadline, or the first failure: the table is not answering, and the
+/// rows wait for the back-off.
+struct StopAtFailure<'a> {
+    deadline: &'a mut Deadline,
+    failed: &'a AtomicBool,
+}
+
+impl Cutoff for StopAtFailure<'_> {
+    fn passed(&mut self) -> bool {
+        self.failed.load(Ordering::Relaxed) || self.deadline.passed()
+    }
+
+    async fn wait(&mut self) {
+        self.deadline.wait().await;
+    }
+}
+
+/// The outcome rows' kind of write: the queue's chunks of one flush. Nothing is
+/// journaled: the local logs hold every row, and a start offers the ones past
+/// `outcomes.mark` again.
+struct OutcomeStage<'a> {
+    queue: &'a mut OutcomeQueue,
+    /// Chunks that did not apply, in their order.
+    kept: Vec<Vec<OutcomeRow>>,
+    backoff: Backoff,
+    /// The first failure's error.
+    error: Option<WriteError>,
+}
+
+impl WriteKind for OutcomeStage<'_> {
+    type Request = Vec<OutcomeRow>;
+
+    const POLICY: Policy = Policy::OUTCOMES;
+
+    const CRASH_POINTS: CrashPoints = CrashPoints {
+        committed: None,
+        sent: None,
+        settled: None,
+        ended: None,
+    };
+
+    fn journal(&mut self) -> Option<&mut StateDir> {
+        None
+    }
+
+    fn begin(&mut self, _: &[Vec<OutcomeRow>], _: u32) -> std::io::Result<()> {
+        Ok(())
+    }
+
+    fn apply(&mut self, _: u32, rows: Vec<OutcomeRow>, decision: Decision) {
+        if decision.action == Action::Applied {
+            self.queue.failures = 0;
+            self.queue.not_before = None;
+            return;
+        }
+        if decision.counted.is_some() && self.error.is_none() {
+            self.error = decision.action.error().cloned();
+        }
+        self.kept.push(rows);
+    }
+
+    /// What did not apply goes back to the front of the queue, in its order; a failure
+    /// backs the queue off.
+    fn finish(&mut self) {
+        let queue = &mut *self.queue;
+        for rows in std::mem::take(&mut self.kept).into_iter().rev() {
+            for row in rows.into_iter().rev() {
+                queue.rows.push_front(row);
             }
         }
+        if let Some(error) = self.error.take() {
+            queue.failures = queue.failures.saturating_add(1);
+            queue.not_before = Some(Instant::now() + self.backoff.delay(queue.failures));
+            tracing::warn!(kind = error.kind, error = %error.text, rows = queue.rows.len(), "Could not write to the outcomes table; the rows are sent again later (they are in the local logs).");
+        }
+    }
+
+    fn end(&mut self) -> std::io::Result<()> {
+        Ok(())
     }
 }
 

@@ -711,7 +711,7 @@ impl<S: Sink> Flusher<S> {
         if report.writes > 0 {
             self.store_healthy = stage::store_answers(report.applied, report.requeued);
         }
-        (report, done.journaled)
+        (report, done.committed)
     }
 
     /// Records what is pending in memory now in `status.json` (the lost-at-crash figure).

@@ -25,9 +25,11 @@ use crate::backoff::Backoff;
 use crate::bucket::Minute;
 use crate::family::{Families, key_bucket};
 use crate::series;
-use crate::sink::bounded::send_bounded;
 use crate::sink::{LedgerRow, Outcome, Sink};
-use crate::stage::{self, Action, Facts, Policy, Sent};
+use crate::stage::{
+    Action, CrashPoints, Decision, Facts, Policy, Sender, StageCx, WriteKind, run_stage,
+};
+use crate::state::StateDir;
 use crate::state::{FlushId, WriteRecord};
 use crate::telemetry::Ledger;
 use crate::vocabulary::{FamilyId, Granularity};
@@ -299,7 +301,7 @@ impl LedgerGate {
         deadline: &mut Deadline,
         last: bool,
     ) -> Vec<(RowKey, Row)> {
-        let (mut pass, formed) = form(&self.formation, flush, drained);
+        let (pass, formed) = form(&self.formation, flush, drained);
         for mut held in formed {
             let sums = held.owed_sums();
             self.held_sums[0] += sums[0];
@@ -313,39 +315,33 @@ impl LedgerGate {
             .into_iter()
             .partition(|h| last || h.not_before.is_none_or(|t| t <= now));
         self.held = waiting;
-        let ended = self.send(sink, &due, max_in_flight, deadline).await;
-        let mut failed = 0;
-        // The ledger's column has no age rule and keeps what fails, the final flush too
-        // (its rows are given up together once the flush is over): only applied or not.
-        let facts = Facts::fresh(last, 0, u32::MAX);
-        for (mut held, ended) in due.into_iter().zip(ended) {
-            let action = stage::decide(&Policy::LEDGER, Sent::from(ended), &facts).action;
-            if action == Action::Applied {
-                let sums = held.owed_sums();
-                self.held_sums[0] -= sums[0];
-                self.held_sums[1] -= sums[1];
-                pass.append(&mut held.gated);
-                if let Some(room) = held.credit.take() {
-                    credit.absorb(room);
-                }
-            } else {
-                failed += 1;
-                held.failures = held.failures.saturating_add(1);
-                held.not_before = Some(Instant::now() + self.backoff.delay(held.failures));
-                self.held.push(held);
-            }
-        }
-        self.publish();
-        if failed > 0 {
-            let (rows, _) = self.held();
-            tracing::warn!(
-                requests = failed,
-                held_rows = rows,
-                ledger_rows = self.backlog(),
-                "Delta ledger writes failed: the exact families' rows they record are held (no counter write carries them) and the same ledger rows are sent again."
-            );
-        }
-        pass
+        let counts = Arc::clone(&self.counts);
+        let writes = LedgerWrites {
+            sink,
+            counts: &counts,
+            backoff: self.backoff,
+        };
+        let mut stage = LedgerStage {
+            gate: self,
+            pass,
+            credit,
+            failed: 0,
+        };
+        run_stage(
+            &mut stage,
+            &writes,
+            due,
+            StageCx {
+                cutoff: deadline,
+                max_in_flight,
+                // The ledger's column has no age rule and keeps what fails, the final
+                // flush too (its rows are given up together once the flush is over).
+                facts: Facts::fresh(last, 0, u32::MAX),
+                first_request: 0,
+            },
+        )
+        .await;
+        stage.pass
     }
 
     /// Takes in ledger rows an earlier process formed and could not confirm (from held
@@ -464,33 +460,97 @@ impl LedgerGate {
     pub fn outcomes_dropped(&self) -> u64 {
         self.outcomes.dropped
     }
+}
 
-    /// Sends each request, up to [`ATTEMPTS_PER_FLUSH`] times, at most `max_in_flight`
-    /// at once, until confirmed or the shutdown deadline passes: how each ended (its last
-    /// attempt's outcome).
-    async fn send<'a, S: Sink>(
-        &'a self,
-        sink: &'a S,
-        due: &'a [Held],
-        max_in_flight: usize,
-        deadline: &mut Deadline,
-    ) -> Vec<crate::sink::bounded::Ended> {
-        let attempts = |held: &'a Held| {
-            let rows = &held.rows;
-            async move {
-                let mut attempt = 1;
-                loop {
-                    let outcome = sink.write_ledger(rows).await;
-                    self.counts.count_exact_ledger_write(outcome.class());
-                    if outcome == Outcome::Applied || attempt >= ATTEMPTS_PER_FLUSH {
-                        return outcome;
-                    }
-                    tokio::time::sleep(self.backoff.delay(attempt)).await;
-                    attempt += 1;
-                }
+/// How ledger requests are sent: each up to [`ATTEMPTS_PER_FLUSH`] times, with the
+/// back-off between attempts; every attempt counted. Its answer is the last attempt's.
+struct LedgerWrites<'a, S> {
+    sink: &'a S,
+    counts: &'a Ledger,
+    backoff: Backoff,
+}
+
+impl<S: Sink> Sender<Held> for LedgerWrites<'_, S> {
+    async fn send(&self, held: &Held) -> Outcome {
+        let mut attempt = 1;
+        loop {
+            let outcome = self.sink.write_ledger(&held.rows).await;
+            self.counts.count_exact_ledger_write(outcome.class());
+            if outcome == Outcome::Applied || attempt >= ATTEMPTS_PER_FLUSH {
+                return outcome;
             }
-        };
-        send_bounded(due, max_in_flight, deadline, attempts, |_, _, _| {}).await
+            tokio::time::sleep(self.backoff.delay(attempt)).await;
+            attempt += 1;
+        }
+    }
+}
+
+/// The delta ledger's kind of write: the due ledger requests of one flush. Nothing is
+/// journaled (a ledger row is formed once and sent verbatim until it applies; at a
+/// shutdown deadline the rows go to a held segment's header or `ledger_pending.jsonl`).
+struct LedgerStage<'a> {
+    gate: &'a mut LedgerGate,
+    /// The rows the counter writes may carry now.
+    pass: Vec<(RowKey, Row)>,
+    /// The flush's credit: rows released here bring their room back into it.
+    credit: &'a mut Credit,
+    /// Requests that did not apply.
+    failed: usize,
+}
+
+impl WriteKind for LedgerStage<'_> {
+    type Request = Held;
+
+    const POLICY: Policy = Policy::LEDGER;
+
+    const CRASH_POINTS: CrashPoints = CrashPoints {
+        committed: None,
+        sent: None,
+        settled: None,
+        ended: None,
+    };
+
+    fn journal(&mut self) -> Option<&mut StateDir> {
+        None
+    }
+
+    fn begin(&mut self, _: &[Held], _: u32) -> std::io::Result<()> {
+        Ok(())
+    }
+
+    fn apply(&mut self, _: u32, mut held: Held, decision: Decision) {
+        let gate = &mut *self.gate;
+        if decision.action == Action::Applied {
+            let sums = held.owed_sums();
+            gate.held_sums[0] -= sums[0];
+            gate.held_sums[1] -= sums[1];
+            self.pass.append(&mut held.gated);
+            if let Some(room) = held.credit.take() {
+                self.credit.absorb(room);
+            }
+        } else {
+            self.failed += 1;
+            held.failures = held.failures.saturating_add(1);
+            held.not_before = Some(Instant::now() + gate.backoff.delay(held.failures));
+            gate.held.push(held);
+        }
+    }
+
+    fn finish(&mut self) {
+        self.gate.publish();
+        if self.failed > 0 {
+            let (rows, _) = self.gate.held();
+            tracing::warn!(
+                requests = self.failed,
+                held_rows = rows,
+                ledger_rows = self.gate.backlog(),
+                "Delta ledger writes failed: the exact families' rows they record are held (no counter write carries them) and the same ledger rows are sent again."
+            );
+        }
+    }
+
+    fn end(&mut self) -> std::io::Result<()> {
+        Ok(())
     }
 }
 

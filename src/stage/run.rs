@@ -67,12 +67,15 @@ pub trait WriteKind {
     /// Its crash points.
     const CRASH_POINTS: CrashPoints;
 
-    /// The state directory whose journal records the group.
-    fn state(&mut self) -> &mut StateDir;
+    /// The state directory whose journal records the group; `None` for a kind whose
+    /// requests are idempotent rows kept in memory until they apply (the delta ledger,
+    /// the outcomes table): nothing of them is journaled.
+    fn journal(&mut self) -> Option<&mut StateDir>;
 
     /// The group commit: makes the intents of `requests` durable in the journal
     /// (request `i` of them is request `first_request + i` of the flush). Nothing of
-    /// them may be sent before it returns `Ok`.
+    /// them may be sent before it returns `Ok`. A kind without a journal commits
+    /// nothing.
     fn begin(&mut self, requests: &[Self::Request], first_request: u32) -> std::io::Result<()>;
 
     /// The facts of one request, from the ones every request of the group shares: its
@@ -91,7 +94,8 @@ pub trait WriteKind {
     fn finish(&mut self);
 
     /// Ends the group in the journal (making durable first what its end would
-    /// otherwise discard, such as the replay cursor it consumed).
+    /// otherwise discard, such as the replay cursor it consumed). Called only after a
+    /// group commit was made.
     fn end(&mut self) -> std::io::Result<()>;
 }
 
@@ -135,8 +139,9 @@ pub struct StageReport {
     pub unknown: usize,
     /// Never sent: not started before the cut-off, or held back.
     pub not_sent: usize,
-    /// Whether the group commit was made (false: nothing was sent, nothing journaled).
-    pub journaled: bool,
+    /// Whether the group commit was made (false: nothing was sent). A kind without a
+    /// journal commits by sending.
+    pub committed: bool,
 }
 
 impl StageReport {
@@ -178,21 +183,24 @@ pub async fn run_stage<K: WriteKind, C: Cutoff>(
     } else {
         match kind.begin(&requests, first_request) {
             Ok(()) => {
-                report.journaled = true;
+                report.committed = true;
                 stop_at(points.committed);
+                let mut journaled = Journaled {
+                    state: kind.journal(),
+                    first_request,
+                };
                 let ended = send_with_progress(
                     &requests,
                     max_in_flight,
                     cutoff,
                     |request| sender.send(request),
-                    &mut Journaled {
-                        state: kind.state(),
-                        first_request,
-                    },
+                    &mut journaled,
                 )
                 .await;
                 // Every answer reaches the file before a decision is acted on.
-                kind.state().journal_flush();
+                if let Some(state) = kind.journal() {
+                    state.journal_flush();
+                }
                 stop_at(points.sent);
                 ended.into_iter().map(Sent::from).collect()
             }
@@ -204,9 +212,10 @@ pub async fn run_stage<K: WriteKind, C: Cutoff>(
     };
     for (offset, (request, sent)) in requests.into_iter().zip(sent).enumerate() {
         let index = first_request.saturating_add(u32::try_from(offset).unwrap_or(u32::MAX));
-        if report.journaled {
+        if report.committed
+            && let Some(state) = kind.journal()
+        {
             // The answers were journaled as they arrived; these two ends had none.
-            let state = kind.state();
             match &sent {
                 Sent::NotStarted => state.journal_outcome(index, &Settled::NotStarted),
                 Sent::Cancelled => state.journal_outcome(
@@ -221,10 +230,12 @@ pub async fn run_stage<K: WriteKind, C: Cutoff>(
         report.count(&decision);
         kind.apply(index, request, decision);
     }
-    kind.state().journal_flush();
+    if let Some(state) = kind.journal() {
+        state.journal_flush();
+    }
     stop_at(points.settled);
     kind.finish();
-    if report.journaled
+    if report.committed
         && let Err(error) = kind.end()
     {
         tracing::error!(%error, "Could not end the group in the journal: it stays open, and a restart (or the next group that ends) finishes it without sending anything again.");
@@ -240,9 +251,10 @@ fn stop_at(point: Option<&'static str>) {
 }
 
 /// The journal's side of sending: each start window's bound made durable before its
-/// first request starts, each answer recorded as it arrives.
+/// first request starts, each answer recorded as it arrives (nothing, for a kind
+/// without a journal).
 struct Journaled<'s> {
-    state: &'s mut StateDir,
+    state: Option<&'s mut StateDir>,
     first_request: u32,
 }
 
@@ -256,7 +268,10 @@ impl Journaled<'_> {
 impl<T> Progress<T, Outcome> for Journaled<'_> {
     fn may_start(&mut self, offset: usize) -> bool {
         let index = self.index(offset);
-        match self.state.journal_may_start(index) {
+        let Some(state) = self.state.as_deref_mut() else {
+            return true;
+        };
+        match state.journal_may_start(index) {
             Ok(()) => true,
             Err(error) => {
                 tracing::error!(%error, request = index, "Could not record in the journal which requests may start; nothing more of the group is sent, the rest stays pending.");
@@ -267,6 +282,8 @@ impl<T> Progress<T, Outcome> for Journaled<'_> {
 
     fn answered(&mut self, offset: usize, _: &T, outcome: &Outcome) {
         let index = self.index(offset);
-        self.state.journal_outcome(index, &Settled::of(outcome));
+        if let Some(state) = self.state.as_deref_mut() {
+            state.journal_outcome(index, &Settled::of(outcome));
+        }
     }
 }

@@ -72,8 +72,8 @@ impl WriteKind for TotalsStage<'_> {
         ended: None,
     };
 
-    fn state(&mut self) -> &mut StateDir {
-        self.state
+    fn journal(&mut self) -> Option<&mut StateDir> {
+        Some(self.state)
     }
 
     fn begin(&mut self, writes: &[TotalsWrite], first_request: u32) -> std::io::Result<()> {

@@ -81,8 +81,8 @@ impl<S: Sink> WriteKind for CounterStage<'_, S> {
         ended: Some("ended"),
     };
 
-    fn state(&mut self) -> &mut StateDir {
-        &mut self.flusher.state
+    fn journal(&mut self) -> Option<&mut StateDir> {
+        Some(&mut self.flusher.state)
     }
 
     fn begin(&mut self, writes: &[PartitionWrite], _first_request: u32) -> std::io::Result<()> {

@@ -172,8 +172,8 @@ impl WriteKind for WrapperStage<'_> {
         ended: None,
     };
 
-    fn state(&mut self) -> &mut StateDir {
-        &mut self.flusher.state
+    fn journal(&mut self) -> Option<&mut StateDir> {
+        Some(&mut self.flusher.state)
     }
 
     fn begin(&mut self, requests: &[Request], _first_request: u32) -> std::io::Result<()> {
