@@ -11,7 +11,7 @@
 //! - [`schedule`]: when the next flush starts: the interval, or a back-off while the store
 //!   applies nothing.
 //! - what becomes of each write is decided by the one decision table,
-//!   [`crate::stage::decide`], in its counter column.
+//!   [`crate::stage::decide()`], in its counter column.
 //! - [`shutdown`]: the shutdown request and the one deadline derived from it.
 //! - [`record_conversion`]: writes to the records of the outcome logs and the spill,
 //!   and the families as the journal describes them,

@@ -6,7 +6,7 @@
 //! pending rows live, how rows become requests, and one policy: whether a request may
 //! be sent twice. Everything else is the same for all of them and lives here, once:
 //!
-//! - [`decide`]: the one decision table, outcome → action, with a [`Policy`] column
+//! - [`decide`](mod@decide): the one decision table, outcome → action, with a [`Policy`] column
 //!   per kind of write;
 //! - [`run`]: the stage runner, [`run_stage`]: group commit, bounded send with every
 //!   answer journaled, decision, apply, logs and spill, end; a kind of write is a

@@ -78,68 +78,8 @@ use std::path::{Path, PathBuf};
 use crate::sink::PartitionWrite;
 use crate::vocabulary::Granularity;
 
-use super::spill::{Cursor, SegmentId};
-
-/// A family as the journal describes it: enough to turn an intent into records (and into
-/// ledger rows) without the configuration that wrote it.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct FamilyEntry {
-    /// The family's id in that configuration.
-    pub id: u16,
-    /// Its name.
-    pub name: String,
-    /// `keyspace.table` of its minute table.
-    pub minute_table: String,
-    /// `keyspace.table` of its day table.
-    pub day_table: String,
-    /// Key columns, in series order.
-    pub key_columns: Vec<String>,
-    /// Counter columns, in delta order.
-    pub columns: Vec<String>,
-}
-
-impl FamilyEntry {
-    /// The journal's description of `family` (what its records and intents need).
-    pub fn of(family: &crate::family::FamilyDef) -> FamilyEntry {
-        FamilyEntry {
-            id: family.id.0,
-            name: family.name.clone(),
-            minute_table: family.minute_table.to_string(),
-            day_table: family.day_table.to_string(),
-            key_columns: family.key_columns.clone(),
-            columns: family.columns.clone(),
-        }
-    }
-
-    /// The table of one granularity.
-    pub fn table(&self, table: Granularity) -> &str {
-        match table {
-            Granularity::Minute => &self.minute_table,
-            Granularity::Day => &self.day_table,
-        }
-    }
-}
-
-/// Who sent a flush: with a request index, the request id.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
-pub struct FlushId {
-    /// The writer id.
-    pub writer: String,
-    /// The state directory's incarnation.
-    pub incarnation: u64,
-    /// The flush sequence within the incarnation.
-    pub flush_seq: u64,
-}
-
-impl FlushId {
-    /// The id of request `request` of this flush: `writer/incarnation/flush_seq/request`.
-    pub fn request_id(&self, request: u32) -> String {
-        format!(
-            "{}/{}/{}/{request}",
-            self.writer, self.incarnation, self.flush_seq
-        )
-    }
-}
+use super::ids::{Cursor, SegmentId};
+pub use super::ids::{FamilyEntry, FlushId};
 
 /// One destination row of an intent.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -7,7 +7,7 @@
 //! that may already be applied under one identity must not be written again under
 //! another). So both are kept, in one atomic write: the drained rows go to a spill
 //! segment of their own (the flush's held segment, `spill.<inc>.<seq>.held.jsonl`), whose
-//! header carries their ledger rows verbatim ([`HeldLedger`]), before the flush sends
+//! header carries their ledger rows verbatim (`spill::HeldLedger`), before the flush sends
 //! anything more. A kill at any point of the final flush finds both or neither: never
 //! rows whose ledger rows are lost (their deltas would replay unrecorded), never ledger
 //! rows whose rows are lost (the ledger would record deltas no counter received).
@@ -28,75 +28,13 @@ use std::collections::HashSet;
 use std::fs;
 use std::io;
 use std::path::Path;
-use std::sync::Arc;
 
-use serde::{Deserialize, Serialize};
-
-use crate::bucket::Minute;
 use crate::sink::LedgerRow;
+
+use super::spill::HeldLedger;
 
 /// The file's name in the state directory.
 pub const FILE_NAME: &str = "ledger_pending.jsonl";
-
-/// One ledger row as a line of the file, or an entry of a held segment's header.
-#[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct HeldLedger {
-    family: String,
-    key: String,
-    bucket: i16,
-    minute: u32,
-    writer: String,
-    incarnation: u64,
-    flush_seq: u64,
-    part: u16,
-    columns: Vec<String>,
-    deltas: Vec<i64>,
-}
-
-impl HeldLedger {
-    /// The stored form of `row`.
-    pub fn of(row: &LedgerRow) -> HeldLedger {
-        HeldLedger {
-            family: row.family.to_string(),
-            key: row.key.to_string(),
-            bucket: row.bucket,
-            minute: row.minute.0,
-            writer: row.writer.to_string(),
-            incarnation: row.incarnation,
-            flush_seq: row.flush_seq,
-            part: row.part,
-            columns: row.columns.to_vec(),
-            deltas: row.deltas.to_vec(),
-        }
-    }
-
-    /// The ledger row, or why the stored form is damaged (`at` names where it was read).
-    fn into_row(self, at: &dyn Fn() -> String) -> io::Result<LedgerRow> {
-        if self.columns.len() != self.deltas.len() {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidData,
-                format!(
-                    "{}: {} columns for {} deltas",
-                    at(),
-                    self.columns.len(),
-                    self.deltas.len()
-                ),
-            ));
-        }
-        Ok(LedgerRow {
-            family: self.family.into(),
-            key: self.key.into(),
-            bucket: self.bucket,
-            minute: Minute(self.minute),
-            writer: self.writer.into(),
-            incarnation: self.incarnation,
-            flush_seq: self.flush_seq,
-            part: self.part,
-            columns: Arc::from(self.columns),
-            deltas: self.deltas.into(),
-        })
-    }
-}
 
 /// Replaces the file with `rows` (atomically, durably); removes it when `rows` is empty.
 pub fn store(dir: &Path, rows: &[LedgerRow]) -> io::Result<()> {
@@ -173,7 +111,10 @@ pub fn remove(dir: &Path) -> io::Result<()> {
 
 #[cfg(test)]
 mod tests {
+    use std::sync::Arc;
+
     use super::*;
+    use crate::bucket::Minute;
 
     fn row(minute: u32, deltas: &[i64]) -> LedgerRow {
         LedgerRow {

@@ -17,6 +17,7 @@
 //!
 //! The directory is `0700` and every file `0600` (see [`private`]).
 
+pub mod ids;
 pub mod journal;
 pub mod jsonl;
 pub mod ledger_pending;

@@ -87,7 +87,7 @@ pub struct ErrorInfo {
 #[derive(Clone, Copy, Debug)]
 pub struct RecordSource<'a> {
     /// The flush that sent (or meant to send) the request.
-    pub flush: &'a super::journal::FlushId,
+    pub flush: &'a super::ids::FlushId,
     /// The request's index within the flush.
     pub request: u32,
     /// When the outcome is recorded, RFC 3339.
@@ -99,7 +99,7 @@ pub struct RecordSource<'a> {
 /// crash recovery alike.
 #[allow(clippy::too_many_arguments)]
 pub fn records_of<'r>(
-    family: &super::journal::FamilyEntry,
+    family: &super::ids::FamilyEntry,
     table: crate::vocabulary::Granularity,
     series: &[u8],
     (shard, epoch): (Option<u8>, Option<i32>),

@@ -35,15 +35,18 @@ use std::collections::{BTreeMap, HashSet};
 use std::fs::{self, File};
 use std::io::{self, BufRead, BufReader, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
-use super::ledger_pending::HeldLedger;
 use super::private::sync_dir;
 // Re-exported where callers outside the state module have always found it.
 pub(crate) use super::private::write_atomically;
 use super::record::WriteRecord;
+use crate::bucket::Minute;
 use crate::sink::LedgerRow;
+
+pub use super::ids::{Cursor, SegmentId};
 
 const CURSOR_FILE: &str = "spill.cursor";
 
@@ -75,74 +78,64 @@ pub fn totals_spill_bytes(dir: &Path) -> io::Result<u64> {
     Ok(bytes)
 }
 
-/// A spill segment's identity: the flush that wrote it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-pub struct SegmentId {
-    /// Incarnation of the process that wrote it.
-    pub incarnation: u64,
-    /// Its flush.
-    pub flush_seq: u64,
-    /// Written by crash recovery for that flush (sorts after the flush's own segment).
-    pub recovered: bool,
-    /// Rows a final flush held for the delta ledger, with their ledger rows in the header,
-    /// written apart from (and before) the flush's own segment (see
-    /// [`crate::state::ledger_pending`]). Never an intent of the
-    /// flush, so recovery of the flush neither reads nor writes it: it is replayed once,
-    /// like any segment. Sorts after the flush's own segment, before a recovered one.
-    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
-    pub held: bool,
+/// One ledger row as a line of the file, or an entry of a held segment's header.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct HeldLedger {
+    family: String,
+    key: String,
+    bucket: i16,
+    minute: u32,
+    writer: String,
+    incarnation: u64,
+    flush_seq: u64,
+    part: u16,
+    columns: Vec<String>,
+    deltas: Vec<i64>,
 }
 
-impl SegmentId {
-    /// The own segment of a flush.
-    pub fn live(incarnation: u64, flush_seq: u64) -> SegmentId {
-        SegmentId {
-            incarnation,
-            flush_seq,
-            recovered: false,
-            held: false,
+impl HeldLedger {
+    /// The stored form of `row`.
+    pub fn of(row: &LedgerRow) -> HeldLedger {
+        HeldLedger {
+            family: row.family.to_string(),
+            key: row.key.to_string(),
+            bucket: row.bucket,
+            minute: row.minute.0,
+            writer: row.writer.to_string(),
+            incarnation: row.incarnation,
+            flush_seq: row.flush_seq,
+            part: row.part,
+            columns: row.columns.to_vec(),
+            deltas: row.deltas.to_vec(),
         }
     }
 
-    /// `spill.<incarnation>.<flush_seq>[.recovered|.held].jsonl`.
-    pub fn file_name(&self) -> String {
-        format!(
-            "spill.{:010}.{:012}{}{}.jsonl",
-            self.incarnation,
-            self.flush_seq,
-            if self.recovered { ".recovered" } else { "" },
-            if self.held { ".held" } else { "" }
-        )
-    }
-
-    fn parse(name: &str) -> Option<SegmentId> {
-        let rest = name.strip_prefix("spill.")?.strip_suffix(".jsonl")?;
-        let (rest, held) = match rest.strip_suffix(".held") {
-            Some(r) => (r, true),
-            None => (rest, false),
-        };
-        let (rest, recovered) = match rest.strip_suffix(".recovered") {
-            Some(r) => (r, true),
-            None => (rest, false),
-        };
-        let (incarnation, flush_seq) = rest.split_once('.')?;
-        Some(SegmentId {
-            incarnation: incarnation.parse().ok()?,
-            flush_seq: flush_seq.parse().ok()?,
-            recovered,
-            held,
+    /// The ledger row, or why the stored form is damaged (`at` names where it was read).
+    pub(super) fn into_row(self, at: &dyn Fn() -> String) -> io::Result<LedgerRow> {
+        if self.columns.len() != self.deltas.len() {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!(
+                    "{}: {} columns for {} deltas",
+                    at(),
+                    self.columns.len(),
+                    self.deltas.len()
+                ),
+            ));
+        }
+        Ok(LedgerRow {
+            family: self.family.into(),
+            key: self.key.into(),
+            bucket: self.bucket,
+            minute: Minute(self.minute),
+            writer: self.writer.into(),
+            incarnation: self.incarnation,
+            flush_seq: self.flush_seq,
+            part: self.part,
+            columns: Arc::from(self.columns),
+            deltas: self.deltas.into(),
         })
     }
-}
-
-/// How far the spill has been consumed: every segment before `segment`, and `segment`
-/// up to byte `offset`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-pub struct Cursor {
-    /// The segment being read.
-    pub segment: SegmentId,
-    /// Byte offset of the next unread line in it.
-    pub offset: u64,
 }
 
 /// The header line of a segment.

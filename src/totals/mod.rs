@@ -16,7 +16,7 @@
 //!   and the release of closed rows (memory is charged to the buffer's budget);
 //! - `clock`: the writer's monotonic write times;
 //! - what becomes of each write is decided by the one decision table
-//!   ([`crate::stage::decide`]), in its `writer_totals` column;
+//!   ([`crate::stage::decide()`]), in its `writer_totals` column;
 //! - sending: the shared bounded loop ([`crate::sink::bounded`]), up to the shutdown
 //!   deadline;
 //! - [`records`], `spill`, `replay`: spilled totals and their replay, idempotent by

@@ -17,8 +17,8 @@
 //! | held back (the group commit failed) | back into the buffer unchanged; at the final flush, the spill |
 //!
 //! That table is the wrapper column of the one decision table (`crate::stage::decide`),
-//! and a flush is one group of the stage runner (`crate::stage::run_stage`, see
-//! [`stage`]).
+//! and a flush is one group of the stage runner (`crate::stage::run_stage`, see the
+//! `stage` module beside this one).
 //!
 //! # The intent journal
 //!

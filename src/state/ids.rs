@@ -1,0 +1,142 @@
+//! The names the state directory's files share: who sent a flush ([`FlushId`]), the
+//! families as the journal describes them ([`FamilyEntry`]), and where the spill is read
+//! to ([`SegmentId`], [`Cursor`]).
+//!
+//! A leaf of the state module: the journal, the records, the spill and recovery all use
+//! these words, and none of them is the place of another's.
+
+use serde::{Deserialize, Serialize};
+
+use crate::vocabulary::Granularity;
+
+/// A family as the journal describes it: enough to turn an intent into records (and into
+/// ledger rows) without the configuration that wrote it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FamilyEntry {
+    /// The family's id in that configuration.
+    pub id: u16,
+    /// Its name.
+    pub name: String,
+    /// `keyspace.table` of its minute table.
+    pub minute_table: String,
+    /// `keyspace.table` of its day table.
+    pub day_table: String,
+    /// Key columns, in series order.
+    pub key_columns: Vec<String>,
+    /// Counter columns, in delta order.
+    pub columns: Vec<String>,
+}
+
+impl FamilyEntry {
+    /// The journal's description of `family` (what its records and intents need).
+    pub fn of(family: &crate::family::FamilyDef) -> FamilyEntry {
+        FamilyEntry {
+            id: family.id.0,
+            name: family.name.clone(),
+            minute_table: family.minute_table.to_string(),
+            day_table: family.day_table.to_string(),
+            key_columns: family.key_columns.clone(),
+            columns: family.columns.clone(),
+        }
+    }
+
+    /// The table of one granularity.
+    pub fn table(&self, table: Granularity) -> &str {
+        match table {
+            Granularity::Minute => &self.minute_table,
+            Granularity::Day => &self.day_table,
+        }
+    }
+}
+
+/// Who sent a flush: with a request index, the request id.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct FlushId {
+    /// The writer id.
+    pub writer: String,
+    /// The state directory's incarnation.
+    pub incarnation: u64,
+    /// The flush sequence within the incarnation.
+    pub flush_seq: u64,
+}
+
+impl FlushId {
+    /// The id of request `request` of this flush: `writer/incarnation/flush_seq/request`.
+    pub fn request_id(&self, request: u32) -> String {
+        format!(
+            "{}/{}/{}/{request}",
+            self.writer, self.incarnation, self.flush_seq
+        )
+    }
+}
+
+/// A spill segment's identity: the flush that wrote it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct SegmentId {
+    /// Incarnation of the process that wrote it.
+    pub incarnation: u64,
+    /// Its flush.
+    pub flush_seq: u64,
+    /// Written by crash recovery for that flush (sorts after the flush's own segment).
+    pub recovered: bool,
+    /// Rows a final flush held for the delta ledger, with their ledger rows in the header,
+    /// written apart from (and before) the flush's own segment (see
+    /// [`crate::state::ledger_pending`]). Never an intent of the
+    /// flush, so recovery of the flush neither reads nor writes it: it is replayed once,
+    /// like any segment. Sorts after the flush's own segment, before a recovered one.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub held: bool,
+}
+
+impl SegmentId {
+    /// The own segment of a flush.
+    pub fn live(incarnation: u64, flush_seq: u64) -> SegmentId {
+        SegmentId {
+            incarnation,
+            flush_seq,
+            recovered: false,
+            held: false,
+        }
+    }
+
+    /// `spill.<incarnation>.<flush_seq>[.recovered|.held].jsonl`.
+    pub fn file_name(&self) -> String {
+        format!(
+            "spill.{:010}.{:012}{}{}.jsonl",
+            self.incarnation,
+            self.flush_seq,
+            if self.recovered { ".recovered" } else { "" },
+            if self.held { ".held" } else { "" }
+        )
+    }
+
+    /// The identity a segment file's name gives, if it is one.
+    pub(super) fn parse(name: &str) -> Option<SegmentId> {
+        let rest = name.strip_prefix("spill.")?.strip_suffix(".jsonl")?;
+        let (rest, held) = match rest.strip_suffix(".held") {
+            Some(r) => (r, true),
+            None => (rest, false),
+        };
+        let (rest, recovered) = match rest.strip_suffix(".recovered") {
+            Some(r) => (r, true),
+            None => (rest, false),
+        };
+        let (incarnation, flush_seq) = rest.split_once('.')?;
+        Some(SegmentId {
+            incarnation: incarnation.parse().ok()?,
+            flush_seq: flush_seq.parse().ok()?,
+            recovered,
+            held,
+        })
+    }
+}
+
+/// How far the spill has been consumed: every segment before `segment`, and `segment`
+/// up to byte `offset`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct Cursor {
+    /// The segment being read.
+    pub segment: SegmentId,
+    /// Byte offset of the next unread line in it.
+    pub offset: u64,
+}
