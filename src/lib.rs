@@ -12,7 +12,9 @@
 //! ([`vocabulary`] and [`backoff`] import nothing of this crate).
 //! `tests/integration/layers.rs` reads this table and fails on an import that runs back
 //! up it; one such import remains and is listed there with its reason (`ops` reading the
-//! driver wrapper's records), so the list can only shrink. Inside `state` the files still import each other in a circle.
+//! driver wrapper's records), so the list can only shrink. The same test fails on any
+//! circle of imports among the files of `src/`, a module's use of its own ancestors
+//! aside (a parent re-exports its children).
 //!
 //! | module | job |
 //! |---|---|
