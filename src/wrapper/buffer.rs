@@ -65,8 +65,20 @@ pub struct RowAdd {
 /// Rough memory of one buffered row besides its key and deltas: map slot, boxes, hash.
 const ROW_OVERHEAD_BYTES: usize = 64;
 
-fn row_bytes(key: &[u8], columns: usize) -> usize {
+/// Memory a flush holds for one drained row while its request is in flight, on top of the
+/// row's own: the drained list, the plan's partition and request, the journal's intent
+/// and answer, the decision, the re-queue (measured with `cargo bench --bench
+/// wrapper_outage`, as the sidecar's flush was).
+const FLUSH_BYTES_PER_ROW: usize = 320;
+
+/// The room one buffered row takes in the budget.
+pub(super) fn row_bytes(key: &[u8], columns: usize) -> usize {
     key.len() + columns * 8 + ROW_OVERHEAD_BYTES
+}
+
+/// What a flush holds for one drained row besides its room (see [`FLUSH_BYTES_PER_ROW`]).
+pub(super) fn flush_bytes(key: &[u8], columns: usize) -> usize {
+    2 * key.len() + columns * 16 + FLUSH_BYTES_PER_ROW
 }
 
 #[derive(Default)]
@@ -279,11 +291,39 @@ impl Buffer {
     /// Takes every buffered row, summing a row held by several stripes. The rows keep
     /// their room until the returned [`Drained::room`] is dropped.
     pub fn drain(&self) -> Drained {
+        self.drain_chunk(usize::MAX)
+    }
+
+    /// Takes buffered rows while what a flush holds for them ([`flush_bytes`]) stays
+    /// within `flush_bytes` (at least one row), summing a row held by several stripes in
+    /// one chunk (a row of two stripes may also go out in two chunks: two requests, each
+    /// its own part). The rows keep their room until the returned [`Drained::room`] is
+    /// dropped. So a flush holds one chunk's copies at a time, never a second copy of
+    /// every pending row.
+    pub fn drain_chunk(&self, flush_bytes: usize) -> Drained {
         let mut rows: Vec<(Box<[u8]>, PendingRow)> = Vec::new();
         let mut at: HashMap<Box<[u8]>, usize, foldhash::fast::RandomState> = HashMap::default();
         let (mut held_rows, mut held_bytes) = (0, 0);
+        let (mut allowance, mut taken_any) = (flush_bytes, false);
         for stripe in self.stripes.iter() {
-            let taken = std::mem::take(&mut stripe.lock().rows);
+            let mut stripe = stripe.lock();
+            let taken: Vec<(Box<[u8]>, PendingRow)> = if allowance == usize::MAX {
+                std::mem::take(&mut stripe.rows).into_iter().collect()
+            } else {
+                stripe
+                    .rows
+                    .extract_if(|key, row| {
+                        let cost = self::flush_bytes(key, row.deltas.len());
+                        if taken_any && cost > allowance {
+                            return false;
+                        }
+                        allowance = allowance.saturating_sub(cost);
+                        taken_any = true;
+                        true
+                    })
+                    .collect()
+            };
+            drop(stripe);
             for (key, row) in taken {
                 held_rows += 1;
                 held_bytes += row_bytes(&key, row.deltas.len());
@@ -303,6 +343,21 @@ impl Buffer {
             rows,
             room: Credit::new(Arc::clone(&self.budget), held_rows, held_bytes),
         }
+    }
+
+    /// A credit of nothing on the buffer's budget: rows read back from the spill claim
+    /// their room into it ([`Credit::claim`]), as they would in the buffer.
+    pub fn credit(&self) -> Credit {
+        Credit::new(Arc::clone(&self.budget), 0, 0)
+    }
+
+    /// Counts `adds` rows summing to `sum` read back from the spill as accepted (they go
+    /// out in a flush of their own, not through the buffer); negative to take back rows
+    /// whose flush could not be committed (they stay in the spill).
+    pub fn count_replayed(&self, adds: i64, sum: i128) {
+        let mut stripe = self.stripes[0].lock();
+        stripe.adds = stripe.adds.saturating_add_signed(adds);
+        stripe.delta_sum += sum;
     }
 
     /// Puts rows that definitely were not applied back, first failure at `now_unix_secs`
@@ -459,6 +514,37 @@ mod tests {
         assert_eq!(rows[0].1.requeued_since, 1000);
         assert!(buffer.requeue(rows, 2000, &mut room).is_empty());
         assert_eq!(buffer.drain().rows[0].1.requeued_since, 1000);
+    }
+
+    /// A chunk takes rows while what a flush holds for them fits its allowance (at least
+    /// one row); the rest stay pending, and every row comes out once over the chunks.
+    #[test]
+    fn a_chunk_takes_what_its_allowance_fits_and_the_chunks_take_every_row_once() {
+        let buffer = Buffer::new(3, 100, 1 << 20);
+        let keys: Vec<Vec<u8>> = (0..10_u8).map(|i| vec![b'k', i]).collect();
+        for key in &keys {
+            buffer.add(&[add(key, &[(0, 1)])]).unwrap();
+        }
+        let one = flush_bytes(&keys[0], 2);
+        let Drained { rows, room } = buffer.drain_chunk(3 * one);
+        assert_eq!(rows.len(), 3, "three rows' worth");
+        assert_eq!(room.rows(), 3);
+        assert_eq!(buffer.pending_rows(), 10, "drained rows hold their room");
+        drop(room);
+        assert_eq!(buffer.pending_rows(), 7);
+        let mut seen: Vec<Box<[u8]>> = rows.into_iter().map(|(k, _)| k).collect();
+        loop {
+            let Drained { rows, .. } = buffer.drain_chunk(0);
+            if rows.is_empty() {
+                break;
+            }
+            assert_eq!(rows.len(), 1, "an allowance too small still takes one row");
+            seen.extend(rows.into_iter().map(|(k, _)| k));
+        }
+        seen.sort();
+        let mut all: Vec<Box<[u8]>> = keys.into_iter().map(Vec::into_boxed_slice).collect();
+        all.sort();
+        assert_eq!(seen, all);
     }
 
     #[test]

@@ -43,10 +43,12 @@ use std::time::SystemTime;
 use scylla::client::session::Session;
 use scylla::statement::prepared::PreparedStatement;
 
+use crate::aggregate::Credit;
 use crate::config::{FlushConfig, StoreConfig};
 use crate::flush::schedule::Attempt;
 use crate::flush::shutdown::Deadline;
 use crate::sink::WriteError;
+use crate::sink::cql::classify::SharedTexts;
 use crate::sink::cql::profile::WriteProfile;
 use crate::sink::cql::store::StoreKind;
 use crate::stage::{Facts, StageCx, run_stage};
@@ -91,6 +93,35 @@ pub struct WrapperFlushReport {
     pub replayed_rows: u64,
     /// Whether the journal's group commit failed (nothing was sent; rows re-queued).
     pub journal_failed: bool,
+}
+
+impl WrapperFlushReport {
+    /// Adds the figures of a later group of the same flush, and takes its sequence number.
+    fn add(&mut self, group: &WrapperFlushReport) {
+        // Destructured, so that a field added later cannot be left out of the sum.
+        let WrapperFlushReport {
+            seq,
+            rows,
+            writes,
+            applied,
+            requeued,
+            rejected,
+            unknown,
+            unsent,
+            replayed_rows,
+            journal_failed,
+        } = group;
+        self.seq = self.seq.max(*seq);
+        self.rows += rows;
+        self.writes += writes;
+        self.applied += applied;
+        self.requeued += requeued;
+        self.rejected += rejected;
+        self.unknown += unknown;
+        self.unsent += unsent;
+        self.replayed_rows += replayed_rows;
+        self.journal_failed |= journal_failed;
+    }
 }
 
 impl From<&WrapperFlushReport> for Attempt {
@@ -144,6 +175,14 @@ pub struct WrapperFlusher {
     /// A flush whose journal group is left open because the spill cursor it consumed is
     /// not durable yet (see the module doc).
     unended: Option<Unended>,
+    /// What a flush may hold for the rows of one chunk (a quarter of
+    /// `limits.max_pending_bytes`; the buffer's rows take the other three).
+    chunk_bytes: usize,
+    /// Whether the last flush that sent anything found the store answering (something
+    /// applied, nothing re-queued): the moment to bring spilled rows back. True at start.
+    store_answered: bool,
+    /// Error texts shared between failures alike (an outage fails every request alike).
+    texts: SharedTexts,
 }
 
 /// A settled flush not ended in the journal yet: its group keeps `consumes` for the next
@@ -168,6 +207,7 @@ impl WrapperFlusher {
         logs: Logs,
         spill: WrapperSpill,
         store_kind: StoreKind,
+        chunk_bytes: usize,
     ) -> WrapperFlusher {
         let mut state = state;
         // Requests start in windows, each window's bound durable first: a kill turns at
@@ -187,6 +227,9 @@ impl WrapperFlusher {
             seq: 0,
             store_kind,
             unended: None,
+            chunk_bytes: chunk_bytes.max(1),
+            store_answered: true,
+            texts: SharedTexts::default(),
         }
     }
 
@@ -201,10 +244,14 @@ impl WrapperFlusher {
         self.logs.path(outcome)
     }
 
-    /// Drains and sends everything pending, until `deadline` (shutdown's: every flush
+    /// Drains and sends what is pending, until `deadline` (shutdown's: every flush
     /// running when shutdown is requested stops sending at the same instant, the final
-    /// flush too). Requests still running at the deadline are given up as unknown, those
-    /// not started are spilled. At the final flush, nothing is re-queued.
+    /// flush too), in groups of the stage runner: first a chunk of the spill, when the
+    /// last flush found the store answering, then the buffer in chunks whose copies fit
+    /// the flush's share of the memory limit. The round ends once it drained as many rows
+    /// as were pending when it began, when a group applied nothing, or at the deadline;
+    /// the final flush drains until nothing is left. Requests still running at the
+    /// deadline are given up as unknown, those not started are spilled at the final flush.
     pub async fn flush(
         &mut self,
         deadline: &mut Deadline,
@@ -213,32 +260,145 @@ impl WrapperFlusher {
         if let Some(unended) = self.unended.take() {
             self.end(unended);
         }
-        self.seq += 1;
-        let mut report = WrapperFlushReport {
-            seq: self.seq,
-            ..WrapperFlushReport::default()
-        };
-        report.replayed_rows = self.replay();
-        if report.replayed_rows > 0 {
-            crash_point("wrapper_replay_loaded");
+        self.counters.flushed();
+        let mut round = WrapperFlushReport::default();
+        if !final_flush && deadline.at().is_none() && self.store_answered {
+            let replayed = self.flush_replay(deadline).await;
+            round.add(&replayed);
+        }
+        let mut owed = self.buffer.pending_rows();
+        loop {
+            let before = self.buffer.pending_rows();
+            let Drained { rows, room } = self.buffer.drain_chunk(self.chunk_bytes);
+            if rows.is_empty() {
+                break;
+            }
+            let chunk = self
+                .flush_group(rows, room, None, deadline, final_flush)
+                .await;
+            round.add(&chunk);
+            owed = owed.saturating_sub(chunk.rows);
+            let progressed = self.buffer.pending_rows() < before;
+            let done = if final_flush {
+                !progressed
+            } else {
+                owed == 0 || chunk.writes > 0 && chunk.applied == 0 || deadline.at().is_some()
+            };
+            if done {
+                break;
+            }
+        }
+        if round.writes > 0 {
+            self.store_answered = round.applied > 0 && round.requeued == 0;
+        }
+        round
+    }
+
+    /// One chunk of the spill, sent as a group of its own whose commit consumes the spill
+    /// offset past exactly its rows: never merged into the buffer first (a chunked drain
+    /// could carry part of it while the offset passed all of it). Rows that no longer map
+    /// to their table go to `wrapper_unsent.jsonl`.
+    async fn flush_replay(&mut self, deadline: &mut Deadline) -> WrapperFlushReport {
+        if !self.spill.has_unloaded() {
+            return WrapperFlushReport::default();
+        }
+        let cluster = self.session.get_cluster_state();
+        let tables = Arc::clone(&self.tables);
+        let mut room = self.buffer.credit();
+        let mut rows: Vec<Row> = Vec::new();
+        let mut unreplayable = Vec::new();
+        let (mut allowance, chunk_bytes) = (self.chunk_bytes, self.chunk_bytes);
+        let loaded = self.spill.load(|record| {
+            let Some(add) = row_add(record, &cluster, &tables) else {
+                let mut record = record.clone();
+                record.error_kind = Some("not_replayable".into());
+                record.error = Some(
+                    "the table's schema in the driver's metadata no longer takes this row".into(),
+                );
+                unreplayable.push(record);
+                return true;
+            };
+            let cost = super::buffer::flush_bytes(&add.key, add.columns);
+            if (!rows.is_empty() && cost > allowance)
+                || !room.claim(super::buffer::row_bytes(&add.key, add.columns))
+            {
+                // Still in the file: the next chunk starts with it.
+                return false;
+            }
+            allowance = allowance.saturating_sub(cost).min(chunk_bytes);
+            let mut deltas = vec![0; add.columns];
+            for (column, delta) in add.deltas {
+                if let Some(slot) = deltas.get_mut(column) {
+                    *slot = delta;
+                }
+            }
+            rows.push((
+                add.key,
+                PendingRow {
+                    deltas: deltas.into_boxed_slice(),
+                    requeued_since: 0,
+                },
+            ));
+            true
+        });
+        match loaded {
+            Ok(loaded) if loaded.corrupt > 0 => {
+                self.counters.records_lost(loaded.corrupt);
+                tracing::error!(lines = loaded.corrupt, file = %self.spill.path().display(), "Unreadable lines in the wrapper spill were passed over.");
+            }
+            Ok(_) => {}
+            Err(error) => {
+                tracing::error!(%error, "Could not read the wrapper spill; its rows wait for the next flush.");
+            }
+        }
+        if !unreplayable.is_empty()
+            && let Err(error) = self.logs.append(WrapperOutcome::Unsent, &unreplayable)
+        {
+            self.counters.records_lost(unreplayable.len() as u64);
+            tracing::error!(%error, "Could not record spilled rows that cannot be replayed.");
         }
         let consumes = self.spill.loaded();
-        // The drained rows keep their room in the budget until they settle (`room`).
-        let Drained {
-            rows: drained,
-            room,
-        } = self.buffer.drain();
-        self.counters.flushed();
-        if drained.is_empty() {
-            // Whatever replay read went to `wrapper_unsent.jsonl` (nothing reached the
-            // buffer): consumed without a flush.
+        if rows.is_empty() {
+            // Whatever was read went to `wrapper_unsent.jsonl`: consumed without a flush.
             if let Err(error) = self.spill.commit(consumes) {
                 tracing::error!(%error, "Could not write the wrapper spill's cursor.");
             }
-            return report;
+            return WrapperFlushReport::default();
         }
-        report.rows = drained.len();
-        let requests = self.plan(drained);
+        crash_point("wrapper_replay_loaded");
+        // Rows of an earlier process: accepted anew by this one.
+        let count = rows.len();
+        let sum: i128 = rows.iter().map(|(_, row)| row_sum(row)).sum();
+        self.buffer.count_replayed(count as i64, sum);
+        let mut report = self
+            .flush_group(rows, room, consumes, deadline, false)
+            .await;
+        report.replayed_rows = count as u64;
+        if report.journal_failed {
+            // Nothing was sent and nothing consumed: the rows stay in the file, read again.
+            self.spill.rewind(self.unended.and_then(|u| u.consumes));
+            self.buffer.count_replayed(-(count as i64), -sum);
+        }
+        report
+    }
+
+    /// One group of the stage runner: `rows` planned into requests and sent; `consumes`,
+    /// for replayed rows, the spill offset the group's commit consumes.
+    async fn flush_group(
+        &mut self,
+        rows: Vec<Row>,
+        room: Credit,
+        consumes: Option<u64>,
+        deadline: &mut Deadline,
+        final_flush: bool,
+    ) -> WrapperFlushReport {
+        self.seq += 1;
+        let mut report = WrapperFlushReport {
+            seq: self.seq,
+            rows: rows.len(),
+            ..WrapperFlushReport::default()
+        };
+        let requests = self.plan(rows);
         report.writes = requests.len();
         for request in &requests {
             self.counters.drained(request.sum());
@@ -249,6 +409,7 @@ impl WrapperFlusher {
             statements: std::mem::take(&mut self.statements),
             profile: self.profile,
             store_kind: self.store_kind,
+            texts: std::mem::take(&mut self.texts),
         };
         let now = u32::try_from(crate::bucket::unix_secs(SystemTime::now())).unwrap_or(u32::MAX);
         let max_in_flight = self.flush.max_in_flight;
@@ -272,6 +433,7 @@ impl WrapperFlusher {
         report.rejected = done.rejected;
         report.unknown = done.unknown;
         self.statements = sender.statements;
+        self.texts = sender.texts;
         report
     }
 
@@ -302,56 +464,6 @@ impl WrapperFlusher {
             self.seq,
             index,
         )
-    }
-
-    /// Loads spilled rows of an earlier process into the buffer, as far as its budget
-    /// allows; rows that no longer map to their table go to `wrapper_unsent.jsonl`.
-    /// Returns the rows loaded into the buffer.
-    fn replay(&mut self) -> u64 {
-        if !self.spill.has_unloaded() {
-            return 0;
-        }
-        let cluster = self.session.get_cluster_state();
-        let (buffer, tables) = (&self.buffer, &self.tables);
-        let mut unreplayable = Vec::new();
-        let loaded = self.spill.load(|record| {
-            let Some(add) = row_add(record, &cluster, tables) else {
-                let mut record = record.clone();
-                record.error_kind = Some("not_replayable".into());
-                record.error = Some(
-                    "the table's schema in the driver's metadata no longer takes this row".into(),
-                );
-                unreplayable.push(record);
-                return true;
-            };
-            match buffer.add_replayed(&add) {
-                Ok(()) => true,
-                Err(super::buffer::Refused::Overflow) => {
-                    // Alone it fits an i64; with what is pending it does not: next flush.
-                    false
-                }
-                Err(_) => false,
-            }
-        });
-        match loaded {
-            Ok(loaded) => {
-                if loaded.corrupt > 0 {
-                    self.counters.records_lost(loaded.corrupt);
-                    tracing::error!(lines = loaded.corrupt, file = %self.spill.path().display(), "Unreadable lines in the wrapper spill were passed over.");
-                }
-                if !unreplayable.is_empty()
-                    && let Err(error) = self.logs.append(WrapperOutcome::Unsent, &unreplayable)
-                {
-                    self.counters.records_lost(unreplayable.len() as u64);
-                    tracing::error!(%error, "Could not record spilled rows that cannot be replayed.");
-                }
-                loaded.rows - unreplayable.len() as u64
-            }
-            Err(error) => {
-                tracing::error!(%error, "Could not read the wrapper spill; its rows wait for the next flush.");
-                0
-            }
-        }
     }
 
     pub(super) fn records(

@@ -217,10 +217,13 @@ impl CounterSession {
             .batch(&Batch::new(BatchType::Unlogged), Vec::<()>::new())
             .await
             .map_err(|error| WrapperError::VoidResult(Box::new(error)))?;
+        // As the sidecar's: the rows held take three quarters of the byte limit, the
+        // chunk a flush holds the last quarter.
+        let chunk_bytes = config.limits.max_pending_bytes / 4;
         let buffer = Arc::new(Buffer::new(
             crate::aggregate::default_stripes(),
             config.limits.max_pending_rows,
-            config.limits.max_pending_bytes,
+            config.limits.max_pending_bytes - chunk_bytes,
         ));
         let tables = Arc::new(Tables::default());
         let counters = Arc::new(Counters::default());
@@ -235,6 +238,7 @@ impl CounterSession {
             logs,
             spill,
             crate::sink::cql::store::detect(&session).await.kind,
+            chunk_bytes,
         );
         let flusher = Arc::new(tokio::sync::Mutex::new(flusher));
         let (shutdown, signal) = shutdown_channel();

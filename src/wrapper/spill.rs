@@ -103,6 +103,12 @@ impl WrapperSpill {
         self.loaded < self.log.size()
     }
 
+    /// Reads again from `to` (not before the durable cursor): rows read past it were not
+    /// consumed after all (the flush that was to send them could not be committed).
+    pub fn rewind(&mut self, to: Option<u64>) {
+        self.loaded = to.unwrap_or(0).max(self.consumed).min(self.loaded);
+    }
+
     /// The offset loaded up to, when rows were loaded that no ended flush consumed yet.
     pub fn loaded(&self) -> Option<u64> {
         (self.loaded > self.consumed).then_some(self.loaded)

@@ -24,7 +24,8 @@ use scylla::value::Counter;
 use crate::common::{StoreOptions, cell, config, launch};
 
 /// Set in the child's environment: `contact|state dir|increments to feed`, and optionally
-/// `|keys|requests in flight` (10 keys and the default in-flight bound otherwise).
+/// `|keys|requests in flight|limits.max_pending_bytes` (10 keys and the defaults
+/// otherwise).
 const CHILD_ENV: &str = "COUNTERSINK_WRAPPER_CRASH_CHILD";
 
 const SCHEMA: &str = "
@@ -33,14 +34,22 @@ const SCHEMA: &str = "
 ";
 
 async fn wrap(contact: &str, dir: &Path) -> CounterSession {
-    wrap_with(contact, dir, None).await
+    wrap_with(contact, dir, None, None).await
 }
 
-async fn wrap_with(contact: &str, dir: &Path, max_in_flight: Option<usize>) -> CounterSession {
+async fn wrap_with(
+    contact: &str,
+    dir: &Path,
+    max_in_flight: Option<usize>,
+    max_pending_bytes: Option<usize>,
+) -> CounterSession {
     let mut config: Config = config(dir);
     config.store.contact_points = vec![contact.to_owned()];
     if let Some(max_in_flight) = max_in_flight {
         config.flush.max_in_flight = max_in_flight;
+    }
+    if let Some(bytes) = max_pending_bytes {
+        config.limits.max_pending_bytes = bytes;
     }
     config.flush.interval = Duration::from_secs(3600);
     let session = SessionBuilder::new()
@@ -69,8 +78,13 @@ async fn wrapper_child() {
         parts.next().expect("feed").parse::<i64>().expect("feed"),
     );
     let keys = parts.next().map_or(10, |k| k.parse::<i64>().expect("keys"));
-    let in_flight = parts.next().map(|n| n.parse::<usize>().expect("in flight"));
-    let session = wrap_with(contact, Path::new(dir), in_flight).await;
+    let in_flight = parts
+        .next()
+        .and_then(|n| (n != "-").then(|| n.parse::<usize>().expect("in flight")));
+    let bytes = parts
+        .next()
+        .map(|n| n.parse::<usize>().expect("max_pending_bytes"));
+    let session = wrap_with(contact, Path::new(dir), in_flight, bytes).await;
     let update = session
         .prepare("UPDATE wk.c SET c = c + ? WHERE k = ?")
         .await
@@ -169,6 +183,11 @@ fn spawn_child(
 /// Runs the child until it reports `crash_point`, then kills it (SIGKILL).
 fn run_child_until(contact: &str, dir: &Path, feed: i64, crash_point: &str) {
     let mut child = spawn_child(contact, dir, &feed.to_string(), Some(crash_point));
+    wait_for_crash_point(&mut child, crash_point);
+}
+
+/// Waits until `child` reports `crash_point`, then kills it (SIGKILL).
+fn wait_for_crash_point(child: &mut std::process::Child, crash_point: &str) {
     let stderr = child.stderr.take().expect("stderr");
     let (tx, rx) = mpsc::channel();
     std::thread::spawn(move || {
@@ -399,6 +418,45 @@ fn spill_lines(rows: &BTreeMap<String, i64>) -> String {
             format!("{}\n", serde_json::to_string(&record).unwrap())
         })
         .collect()
+}
+
+/// A spill larger than a flush's chunk goes out in groups of its own, each consuming the
+/// spill offset past exactly its rows: killed after the first group's cursor (two of the
+/// five rows applied), the next start replays the other three, and the store holds each
+/// row once. (Loaded into the buffer and drained in chunks, the offset would have passed
+/// rows still only in memory.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replay_larger_than_a_chunk_killed_after_its_first_group_loses_nothing() {
+    let store = launch(StoreOptions::cqlsim_only(
+        "kills a wrapper between two groups of a replay",
+    ))
+    .await;
+    let server = store.sim();
+    server.execute_script(None, SCHEMA).expect("schema");
+    let contact = store.contact_point();
+    let spilled = five_spilled_rows();
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join(SPILL_FILE), spill_lines(&spilled)).unwrap();
+    // A quarter of 2,900 bytes holds two of these rows: a replay group each.
+    let mut child = spawn_child(
+        &contact,
+        dir.path(),
+        "0|10|-|2900",
+        Some("wrapper_cursor_committed"),
+    );
+    wait_for_crash_point(&mut child, "wrapper_cursor_committed");
+    let applied: Vec<String> = spilled
+        .keys()
+        .filter(|k| cell(server, "wk.c", "c", &format!("k = '{k}'")).is_some())
+        .cloned()
+        .collect();
+    assert_eq!(applied.len(), 2, "the first group: {applied:?}");
+    let session = wrap(&contact, dir.path()).await;
+    let report = session.flush_now().await;
+    assert_eq!(report.replayed_rows, 3, "{report:?}");
+    session.shutdown().await;
+    assert_store(server, &spilled, "each spilled row once");
+    store.shutdown().await;
 }
 
 /// A flush that replayed and applied every spilled row, killed between the spill

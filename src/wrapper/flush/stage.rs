@@ -38,6 +38,7 @@ pub(super) struct Statements {
     pub(super) statements: HashMap<u32, PreparedStatement>,
     pub(super) profile: WriteProfile,
     pub(super) store_kind: StoreKind,
+    pub(super) texts: classify::SharedTexts,
 }
 
 impl Sender<Request> for Statements {
@@ -74,7 +75,9 @@ impl Sender<Request> for Statements {
         };
         match result {
             Ok(()) => Outcome::Applied,
-            Err(error) => classify::classify(&error, self.store_kind),
+            Err(error) => self
+                .texts
+                .share(classify::classify(&error, self.store_kind)),
         }
     }
 }
@@ -232,6 +235,13 @@ impl WriteKind for WrapperStage<'_> {
         let f = &mut *self.flusher;
         if let Some(class) = decision.counted {
             f.counters.write(class);
+        }
+        if self.consumes.is_some() && decision.action == Action::Hold {
+            // Replayed rows whose group could not be committed: nothing consumed them,
+            // they stay in the spill and are read again (in the buffer too, they would be
+            // sent twice). The flush takes back their count as accepted.
+            f.counters.settled(sum, Stage::Requeued);
+            return;
         }
         let outcome = match stage {
             Stage::Applied => None,
