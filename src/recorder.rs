@@ -31,8 +31,11 @@ use crate::sink::Sink;
 use crate::telemetry::{Accounting, OperationsMetrics};
 use crate::vocabulary::FamilyId;
 
-/// How long the key index may take, after the final flush, to write what it queued.
-const KEY_INDEX_DRAIN: std::time::Duration = std::time::Duration::from_secs(5);
+/// The key index writer's stop signal (the instant its drain ends) and task.
+type IndexTask = (
+    tokio::sync::watch::Sender<Option<std::time::Instant>>,
+    tokio::task::JoinHandle<()>,
+);
 
 /// A background task and its stop signal.
 type Task = (
@@ -67,13 +70,11 @@ struct Inner {
     reader: Option<Arc<CachedReader>>,
     /// The epoch registry, when a family has an epoch column (connected recorders).
     epochs: Option<Arc<EpochRegistry>>,
-    /// The key index writer's stop signal and task, when `key_index.enabled`.
-    key_index: Mutex<
-        Option<(
-            tokio::sync::watch::Sender<bool>,
-            tokio::task::JoinHandle<()>,
-        )>,
-    >,
+    /// The key index writer's stop signal (the instant its drain ends) and task, when
+    /// `key_index.enabled`.
+    key_index: Mutex<Option<IndexTask>>,
+    /// `flush.shutdown_deadline`: the key index's drain ends within it too.
+    shutdown_deadline: std::time::Duration,
     pipeline: tokio::sync::Mutex<Pipeline>,
     /// The epoch registry's refresh task.
     epoch_task: Mutex<Option<Task>>,
@@ -172,8 +173,8 @@ impl Recorder {
         let pipeline =
             Pipeline::start_placed(engine.clone(), config, sink, observers, epochs.clone()).await?;
         let key_index = key_index.map(|index| {
-            let (stop, stopped) = tokio::sync::watch::channel(false);
-            (stop, tokio::spawn(index.run(stopped, KEY_INDEX_DRAIN)))
+            let (stop, stopped) = tokio::sync::watch::channel(None);
+            (stop, tokio::spawn(index.run(stopped)))
         });
         let stop_handle = pipeline_stopper(&pipeline);
         Ok(Recorder {
@@ -183,6 +184,7 @@ impl Recorder {
                 epoch_task: Mutex::new(epoch_task),
                 reader,
                 key_index: Mutex::new(key_index),
+                shutdown_deadline: config.flush.shutdown_deadline,
                 pipeline: tokio::sync::Mutex::new(pipeline),
                 shut_down: AtomicBool::new(false),
                 stop: Mutex::new(Some(stop_handle)),
@@ -322,11 +324,15 @@ impl Recorder {
     pub async fn shutdown(&self) -> Option<FlushReport> {
         self.inner.shut_down.store(true, Ordering::Release);
         self.inner.stop.lock().take();
+        let requested = std::time::Instant::now();
         let report = self.inner.pipeline.lock().await.shutdown().await;
-        // The key index writes what the final flush queued (with its own deadline).
+        // The key index writes what the final flush queued, within the same deadline.
         let key_index = self.inner.key_index.lock().take();
         if let Some((stop, task)) = key_index {
-            let _ = stop.send(true);
+            let _ = stop.send(Some(crate::ops::keyindex::drain_end(
+                requested,
+                self.inner.shutdown_deadline,
+            )));
             let _ = task.await;
         }
         let epoch_task = self.inner.epoch_task.lock().take();

@@ -241,13 +241,15 @@ impl KeyIndex {
         self.shared.queue.lock().len()
     }
 
-    /// Writes queued rows until `stop` turns true, then for at most `drain_for` more
-    /// (the rows of the final flush); what is left then is counted as dropped and logged.
-    pub async fn run(self, mut stop: watch::Receiver<bool>, drain_for: Duration) {
+    /// Writes queued rows until `stop` names an instant, then until that instant at most
+    /// (the rows of the final flush: the shutdown's deadline, so the key index never holds
+    /// a stop past it); what is left then is counted as dropped and logged. A dropped
+    /// sender stops at once.
+    pub async fn run(self, mut stop: watch::Receiver<Option<Instant>>) {
         let mut sessions = self.shared.session.subscribe();
         let session = tokio::select! {
             s = sessions.wait_for(Option::is_some) => s.ok().and_then(|s| s.clone()),
-            _ = stop.wait_for(|s| *s) => None,
+            _ = stop.wait_for(Option::is_some) => None,
         };
         let Some(session) = session else {
             self.abandon("no session to the store");
@@ -256,8 +258,8 @@ impl KeyIndex {
         let mut statement = None;
         let mut deadline: Option<Instant> = None;
         loop {
-            if deadline.is_none() && *stop.borrow() {
-                deadline = Some(Instant::now() + drain_for);
+            if deadline.is_none() {
+                deadline = drain_until(&stop);
             }
             if let Some(deadline) = deadline
                 && (Instant::now() >= deadline || self.shared.queue.lock().is_empty())
@@ -266,7 +268,7 @@ impl KeyIndex {
                 return;
             }
             if statement.is_none() {
-                match until_drained(self.prepare(&session), &mut stop, deadline, drain_for).await {
+                match until_drained(self.prepare(&session), &mut stop, deadline).await {
                     None => {
                         self.abandon("shutdown deadline (the store did not answer PREPARE)");
                         return;
@@ -293,10 +295,7 @@ impl KeyIndex {
             if let Some(prepared) = &statement {
                 let taken = ready.len();
                 let sent = self.send(&session, prepared, ready);
-                if until_drained(sent, &mut stop, deadline, drain_for)
-                    .await
-                    .is_none()
-                {
+                if until_drained(sent, &mut stop, deadline).await.is_none() {
                     // Taken from the queue, not confirmed: dropped with the rest.
                     self.shared
                         .metrics
@@ -312,7 +311,7 @@ impl KeyIndex {
 
     async fn wait(
         &self,
-        stop: &mut watch::Receiver<bool>,
+        stop: &mut watch::Receiver<Option<Instant>>,
         due: Option<Instant>,
         deadline: Option<Instant>,
     ) {
@@ -332,7 +331,7 @@ impl KeyIndex {
             tokio::select! {
                 _ = self.shared.wake.notified() => {}
                 _ = sleep => {}
-                _ = stop.wait_for(|s| *s) => {}
+                _ = stop.wait_for(Option::is_some) => {}
             }
         }
     }
@@ -405,23 +404,41 @@ impl KeyIndex {
     }
 }
 
-/// Runs `work` until it ends, or until the drain ends first (`drain_for` after `stop`
-/// turns true, or `deadline` once set): a store that takes a request and never answers
-/// must not hold the shutdown. `None` when cut off.
+/// Longest a key index drains after the final flush, within the shutdown's deadline.
+const MAX_DRAIN: Duration = Duration::from_secs(5);
+
+/// When a key index stopped after a final flush must have written what it queued: the
+/// shutdown's deadline (`requested` plus `flush.shutdown_deadline`, the one the final
+/// flush kept), and at most `MAX_DRAIN` (5 s) from now. Past the deadline already, now: what
+/// is queued is counted as dropped.
+pub fn drain_end(requested: Instant, shutdown_deadline: Duration) -> Instant {
+    (requested + shutdown_deadline).min(Instant::now() + MAX_DRAIN)
+}
+
+/// The instant the drain ends, once `stop` names one (now, when its sender is gone).
+fn drain_until(stop: &watch::Receiver<Option<Instant>>) -> Option<Instant> {
+    match stop.has_changed() {
+        Err(_) => Some((*stop.borrow()).unwrap_or_else(Instant::now)),
+        Ok(_) => *stop.borrow(),
+    }
+}
+
+/// Runs `work` until it ends, or until the drain ends first (the instant `stop` names,
+/// or `deadline` once set): a store that takes a request and never answers must not
+/// hold the shutdown. `None` when cut off.
 async fn until_drained<T>(
     work: impl std::future::Future<Output = T>,
-    stop: &mut watch::Receiver<bool>,
+    stop: &mut watch::Receiver<Option<Instant>>,
     deadline: Option<Instant>,
-    drain_for: Duration,
 ) -> Option<T> {
     let end = async {
         let at = match deadline {
             Some(at) => at,
-            None => {
+            None => match stop.wait_for(Option::is_some).await {
+                Ok(at) => (*at).unwrap_or_else(Instant::now),
                 // A dropped sender stops too.
-                let _ = stop.wait_for(|s| *s).await;
-                Instant::now() + drain_for
-            }
+                Err(_) => Instant::now(),
+            },
         };
         tokio::time::sleep_until(at.into()).await;
     };
@@ -549,6 +566,43 @@ pub async fn keys_of_day(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The drain after the final flush ends at the shutdown's deadline, never after it,
+    /// and at most [`MAX_DRAIN`] from now.
+    #[test]
+    fn the_drain_ends_within_the_shutdown_deadline() {
+        let now = Instant::now();
+        let past = now
+            .checked_sub(Duration::from_secs(30))
+            .expect("an instant back");
+        assert!(
+            drain_end(past, Duration::from_secs(20)) <= Instant::now(),
+            "a final flush that took the whole deadline leaves the index none"
+        );
+        let end = drain_end(now, Duration::from_secs(3));
+        assert!(end <= now + Duration::from_secs(3));
+        let end = drain_end(now, Duration::from_secs(60));
+        assert!(end <= Instant::now() + MAX_DRAIN);
+    }
+
+    /// A dropped sender ends the drain at once; a sender that named an instant, then.
+    #[test]
+    fn the_stop_signal_names_the_end() {
+        let (stop, stopped) = watch::channel(None);
+        assert_eq!(drain_until(&stopped), None);
+        let at = Instant::now() + Duration::from_secs(2);
+        stop.send(Some(at)).unwrap();
+        assert_eq!(drain_until(&stopped), Some(at));
+        drop(stop);
+        assert_eq!(
+            drain_until(&stopped),
+            Some(at),
+            "named before it was dropped"
+        );
+        let (stop, stopped) = watch::channel(None::<Instant>);
+        drop(stop);
+        assert!(drain_until(&stopped).is_some_and(|end| end <= Instant::now()));
+    }
 
     #[test]
     fn keys_are_json_arrays_in_stable_buckets() {

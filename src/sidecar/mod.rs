@@ -82,6 +82,10 @@ pub struct Sidecar {
     fatal: watch::Receiver<Option<String>>,
     connect: JoinHandle<()>,
     index_task: Option<JoinHandle<()>>,
+    /// Tells the key index when its drain ends (see [`crate::ops::keyindex::drain_end`]).
+    index_stop: watch::Sender<Option<std::time::Instant>>,
+    /// `flush.shutdown_deadline`.
+    shutdown_deadline: std::time::Duration,
 }
 
 /// Runs the leaderboard jobs that `run_in_serve` asks for, until `stop`.
@@ -96,9 +100,6 @@ async fn run_leaderboards(
         Err(error) => tracing::error!(%error, "Cannot start the leaderboard jobs."),
     }
 }
-
-/// How long the key index may take, after the final flush, to write what it queued.
-const KEY_INDEX_DRAIN: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// Where a running sidecar listens.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -253,8 +254,8 @@ impl Sidecar {
         };
         // The key index writes beside the flush; at shutdown it drains what the final
         // flush queued, for at most this long.
-        let index_task =
-            key_index.map(|index| tokio::spawn(index.run(stop_rx.clone(), KEY_INDEX_DRAIN)));
+        let (index_stop, index_stopped) = watch::channel(None);
+        let index_task = key_index.map(|index| tokio::spawn(index.run(index_stopped)));
 
         Ok(Sidecar {
             engine,
@@ -267,6 +268,8 @@ impl Sidecar {
             fatal,
             connect,
             index_task,
+            index_stop,
+            shutdown_deadline: config.flush.shutdown_deadline,
         })
     }
 
@@ -322,9 +325,15 @@ impl Sidecar {
         if let Some(receivers) = self.receivers.take() {
             receivers.shutdown_async().await;
         }
+        let requested = std::time::Instant::now();
         let report = self.pipeline.shutdown().await;
         let _ = self.stop.send(true);
         self.connect.abort();
+        // The key index writes what the final flush queued, within the same deadline.
+        let _ = self.index_stop.send(Some(crate::ops::keyindex::drain_end(
+            requested,
+            self.shutdown_deadline,
+        )));
         if let Some(task) = self.index_task.take() {
             let _ = task.await;
         }

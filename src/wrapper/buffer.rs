@@ -294,7 +294,7 @@ impl Buffer {
         self.drain_chunk(usize::MAX)
     }
 
-    /// Takes buffered rows while what a flush holds for them ([`flush_bytes`]) stays
+    /// Takes buffered rows while what a flush holds for them (`flush_bytes`) stays
     /// within `flush_bytes` (at least one row), summing a row held by several stripes in
     /// one chunk (a row of two stripes may also go out in two chunks: two requests, each
     /// its own part). The rows keep their room until the returned [`Drained::room`] is
@@ -346,7 +346,7 @@ impl Buffer {
     }
 
     /// A credit of nothing on the buffer's budget: rows read back from the spill claim
-    /// their room into it ([`Credit::claim`]), as they would in the buffer.
+    /// their room into it (`Credit::claim`), as they would in the buffer.
     pub fn credit(&self) -> Credit {
         Credit::new(Arc::clone(&self.budget), 0, 0)
     }

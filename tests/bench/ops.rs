@@ -66,11 +66,11 @@ async fn flush_seconds(keys: usize, with_index: bool) -> (f64, f64) {
     let session = sink.session().clone();
     let mut flusher = Flusher::open(engine.clone(), Arc::new(sink), &config).expect("state");
     let index = KeyIndex::new(&config, engine.families(), OperationsMetrics::default());
-    let (_stop, stopped) = tokio::sync::watch::channel(false);
+    let (_stop, stopped) = tokio::sync::watch::channel(None);
     if with_index {
         index.set_session(session);
         flusher.observe(Arc::new(index.clone()));
-        tokio::spawn(index.clone().run(stopped, Duration::from_secs(5)));
+        tokio::spawn(index.clone().run(stopped));
     }
     for k in 0..keys {
         let page = format!("p{k}");

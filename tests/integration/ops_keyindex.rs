@@ -44,8 +44,8 @@ async fn each_key_of_each_day_is_indexed_once_through_failures() {
     index.set_session(session.clone());
     let mut flusher = Flusher::open(engine.clone(), Arc::new(sink), &config).unwrap();
     flusher.observe(Arc::new(index.clone()));
-    let (stop, stopped) = tokio::sync::watch::channel(false);
-    let task = tokio::spawn(index.clone().run(stopped, Duration::from_secs(10)));
+    let (stop, stopped) = tokio::sync::watch::channel(None);
+    let task = tokio::spawn(index.clone().run(stopped));
 
     for round in 0..2 {
         for i in 0..50 {
@@ -87,7 +87,8 @@ async fn each_key_of_each_day_is_indexed_once_through_failures() {
                 .get()
         );
     }
-    stop.send(true).unwrap();
+    stop.send(Some(std::time::Instant::now() + Duration::from_secs(10)))
+        .unwrap();
     task.await.unwrap();
 
     let day = Day((T0 / 86_400) as u32);
@@ -169,10 +170,11 @@ async fn an_unanswered_prepare_ends_the_drain_at_its_deadline_with_the_rows_coun
     }
     flusher.flush_now().await;
     assert_eq!(index.pending(), 5);
-    let (stop, stopped) = tokio::sync::watch::channel(false);
-    let task = tokio::spawn(index.clone().run(stopped, Duration::from_secs(1)));
+    let (stop, stopped) = tokio::sync::watch::channel(None);
+    let task = tokio::spawn(index.clone().run(stopped));
     tokio::time::sleep(Duration::from_millis(200)).await;
-    stop.send(true).unwrap();
+    stop.send(Some(std::time::Instant::now() + Duration::from_secs(1)))
+        .unwrap();
     tokio::time::timeout(Duration::from_secs(30), task)
         .await
         .expect("the drain ends at its deadline, not when PREPARE is answered")

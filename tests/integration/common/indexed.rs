@@ -15,7 +15,7 @@ pub(crate) struct IndexedWriter {
     pub(crate) engine: Arc<Engine>,
     pub(crate) flusher: Flusher<CqlSink>,
     index: KeyIndex,
-    _stop: tokio::sync::watch::Sender<bool>,
+    _stop: tokio::sync::watch::Sender<Option<std::time::Instant>>,
 }
 
 impl IndexedWriter {
@@ -28,8 +28,8 @@ impl IndexedWriter {
         index.set_session(sink.session().clone());
         let mut flusher = Flusher::open(engine.clone(), Arc::new(sink), config).unwrap();
         flusher.observe(Arc::new(index.clone()));
-        let (stop, stopped) = tokio::sync::watch::channel(false);
-        tokio::spawn(index.clone().run(stopped, Duration::from_secs(5)));
+        let (stop, stopped) = tokio::sync::watch::channel(None);
+        tokio::spawn(index.clone().run(stopped));
         IndexedWriter {
             engine,
             flusher,
