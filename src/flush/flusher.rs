@@ -238,11 +238,6 @@ impl<S: Sink> Flusher<S> {
         self.state.disable_journal_for_benchmark();
     }
 
-    /// Keeps settled flushes in the journal (tests read every request back).
-    pub fn keep_journal(&mut self) {
-        self.state.keep_journal(true);
-    }
-
     /// The journal's file.
     pub fn journal_path(&self) -> &std::path::Path {
         self.state.journal_path()

@@ -351,13 +351,15 @@ pub struct Journal {
     offset: u64,
     /// Frames waiting to be written (outcome records are batched).
     pending: Vec<u8>,
-    /// Keep settled groups instead of starting over (tests and audits read them back).
-    keep: bool,
     /// Requests a counter flush starts per recorded bound (see the start windows);
     /// `None`: no bounds are recorded.
     start_window: Option<u32>,
     /// The open counter group's requests, and the bound recorded for them.
     starts: Option<(u32, u32)>,
+    /// Keep ended groups in the file (the codec's unit tests read several back; the
+    /// product always starts over).
+    #[cfg(test)]
+    keep: bool,
 }
 
 impl Journal {
@@ -393,9 +395,10 @@ impl Journal {
                 file,
                 offset: valid as u64,
                 pending: Vec::new(),
-                keep: false,
                 start_window: None,
                 starts: None,
+                #[cfg(test)]
+                keep: false,
             },
             groups,
             torn,
@@ -412,11 +415,6 @@ impl Journal {
     /// The file.
     pub fn path(&self) -> &Path {
         &self.path
-    }
-
-    /// Keeps settled groups in the file instead of truncating it after each flush.
-    pub fn set_keep(&mut self, keep: bool) {
-        self.keep = keep;
     }
 
     /// Counter flushes (the sidecar's and the driver wrapper's) from now on start their
@@ -688,7 +686,13 @@ impl Journal {
         self.file.sync_data()
     }
 
-    /// Marks the flush settled, then starts the journal over (unless it keeps groups).
+    /// Keeps ended groups in the file (the codec's unit tests only).
+    #[cfg(test)]
+    pub(super) fn set_keep(&mut self, keep: bool) {
+        self.keep = keep;
+    }
+
+    /// Marks the flush settled, then starts the journal over.
     pub fn end(&mut self, flush_seq: u64) -> io::Result<()> {
         self.starts = None;
         frame(&mut self.pending, |e| {
@@ -696,13 +700,15 @@ impl Journal {
             e.u64(flush_seq);
         });
         self.flush_pending()?;
-        if !self.keep {
-            // An end mark at the start, not synced: the next group commit's fdatasync
-            // makes it durable with that group, and a journal that comes back whole is
-            // read as settled (it ends with End).
-            self.offset = 0;
-            self.file.write_all_at(&END_MARK, 0)?;
+        #[cfg(test)]
+        if self.keep {
+            return Ok(());
         }
+        // An end mark at the start, not synced: the next group commit's fdatasync makes
+        // it durable with that group, and a journal that comes back whole is read as
+        // settled (it ends with End).
+        self.offset = 0;
+        self.file.write_all_at(&END_MARK, 0)?;
         Ok(())
     }
 }

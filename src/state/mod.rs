@@ -337,12 +337,6 @@ impl StateDir {
         [self.unknown.torn_lines(), self.rejected.torn_lines()]
     }
 
-    /// Keeps settled flushes in `journal.wal` instead of emptying it after each flush
-    /// (tests read every request back; the file then grows without bound).
-    pub fn keep_journal(&mut self, keep: bool) {
-        self.journal.set_keep(keep);
-    }
-
     /// Turns the journal off: no intents, no outcomes, no crash recovery for this
     /// process's flushes. Only for the flush benchmark's baseline (what the journal
     /// costs is measured against it); never in a product build.
