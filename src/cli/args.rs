@@ -116,6 +116,11 @@ pub(super) struct ServeArgs {
         value_name = "FORMAT"
     )]
     pub(super) log_format: Option<crate::config::LogFormat>,
+    /// Refuse to start when the state directory's filesystem has less room than the
+    /// configuration lets countersink write there (`countersink state-size`); without
+    /// it, a warning.
+    #[arg(long, env = "COUNTERSINK_STRICT")]
+    pub(super) strict: bool,
 }
 
 impl ServeArgs {

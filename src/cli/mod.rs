@@ -22,6 +22,7 @@ mod reset;
 mod schema;
 mod send;
 mod serve;
+mod state_size;
 mod store_args;
 
 use std::process::ExitCode;
@@ -71,6 +72,9 @@ enum Command {
     /// What the state directory says became of writes that did not apply: unknown,
     /// rejected, spilled, and an unfinished flush in the journal. Reads only.
     Outcomes(outcomes::OutcomesArgs),
+    /// The most disk a state directory can take with a configuration (spill, outcome
+    /// logs, journal), to size its volume by.
+    StateSize(state_size::StateSizeArgs),
 }
 
 /// A command's failure, with the exit code it maps to.
@@ -135,6 +139,7 @@ pub fn main() -> ExitCode {
             Command::Send(args) => send::run(args),
             Command::Get(args) => get::run(args).await,
             Command::Schema(args) => schema::run(args).await,
+            Command::StateSize(args) => state_size::run(args),
             Command::AdviseShards(args) => advise::run(args).await,
             Command::Leaderboard(args) => leaderboard::run(args).await,
             Command::Top(args) => leaderboard::top(args).await,

@@ -2,6 +2,7 @@
 
 use crate::config::Config;
 use crate::sidecar::Sidecar;
+use crate::state::bound::{self, StateBound};
 
 use super::args::ServeArgs;
 use super::{Failure, logging};
@@ -10,7 +11,45 @@ use super::{Failure, logging};
 pub(super) async fn run(args: ServeArgs) -> Result<(), Failure> {
     let config = args.load()?;
     logging::init(&config.log);
+    check_state_room(&config, args.strict)?;
     run_sidecar(&config, |_| {}).await
+}
+
+/// Compares what the configuration lets countersink write to its state directory with
+/// the room its filesystem has (see [`crate::state::bound`]): a warning, or with
+/// `strict` a refusal to start. A figure that cannot be read is a warning either way.
+pub(super) fn check_state_room(config: &Config, strict: bool) -> Result<(), Failure> {
+    let dir = &config.state.dir;
+    let bound = StateBound::of(&config.state, config.limits.max_pending_bytes as u64);
+    let (free, used) = match (bound::free_bytes(dir), bound::used_bytes(dir)) {
+        (Ok(free), Ok(used)) => (free, used),
+        (Err(error), _) | (_, Err(error)) => {
+            tracing::warn!(%error, dir = %dir.display(), "Could not read the free space of the state directory's filesystem; its room is not checked.");
+            return Ok(());
+        }
+    };
+    let bound::Room::Short { bound: total, .. } = bound::room(bound.total(), free, used) else {
+        return Ok(());
+    };
+    let message = format!(
+        "the state directory {} can take up to {} (spill {}, outcome logs {}, journal {}; `countersink state-size`), but its filesystem has {} free and the directory holds {}: past the free space, spilled rows and outcome records are dropped (counted); lower state.max_spill_bytes or state.max_log_bytes, or give the directory more room",
+        dir.display(),
+        mib(total),
+        mib(bound.spill),
+        mib(bound.logs),
+        mib(bound.journal),
+        mib(free),
+        mib(used),
+    );
+    if strict {
+        return Err(Failure::usage(format!("{message} (refused: --strict)")));
+    }
+    tracing::warn!("The {message}.");
+    Ok(())
+}
+
+fn mib(bytes: u64) -> String {
+    format!("{:.1} MiB", bytes as f64 / (1 << 20) as f64)
 }
 
 /// Starts a sidecar for `config`, calls `started` with it (dev prints its banner there),

@@ -11,12 +11,14 @@
 //! | [`jsonl`], [`record`] | `unknown.jsonl`, `rejected.jsonl` and their rotations and torn lines |
 //! | [`spill`] | `spill.<incarnation>.<flush>[.recovered\|.held].jsonl`, `spill.cursor`, `spill.corrupt.jsonl`; the size the `writer_totals` spill files take of the shared limit |
 //! | [`ledger_pending`], [`outcomes_mark`] | `ledger_pending.jsonl`, `outcomes.mark` (exact families) |
+//! | [`bound`] | how much disk the directory can take at most, and the free space of its filesystem |
 //! | [`recovery`] | what opening the directory finishes for a killed process; a counting mode's own groups through the [`recovery::FinishTotals`] its opener hands in |
 //!
 //! Opening the directory finishes what a killed process left unfinished ([`recovery`]).
 //!
 //! The directory is `0700` and every file `0600` (see [`private`]).
 
+pub mod bound;
 pub mod ids;
 pub mod journal;
 pub mod jsonl;

@@ -16,6 +16,7 @@ Usage: check_kubernetes.py COUNTERSINK_BINARY   (run by check_kubernetes.sh)
 """
 
 import os
+import json
 import subprocess
 import sys
 import tempfile
@@ -90,9 +91,15 @@ def main():
         f.write(toml_text)
     try:
         proc = subprocess.run([binary, "schema", "--config", f.name], capture_output=True, text=True)
+        # The most the state directory can take with this configuration, as the binary
+        # computes it (spill, outcome logs, journal): the volume must hold it.
+        sizes = subprocess.run([binary, "state-size", "--config", f.name, "--json"],
+                               capture_output=True, text=True)
     finally:
         os.unlink(f.name)
     check(proc.returncode == 0, f"countersink accepts the ConfigMap's countersink.toml {proc.stderr.strip()[-300:]}")
+    check(sizes.returncode == 0, f"countersink state-size reads the ConfigMap's countersink.toml {sizes.stderr.strip()[-300:]}")
+    state_size = json.loads(sizes.stdout)
     import tomllib
 
     config = tomllib.loads(toml_text)
@@ -151,10 +158,13 @@ def main():
           f"memory limit {limit / 2**20:.0f} MiB >= 1.2 x measured peak {peak / 2**20:.0f} MiB for max_pending_bytes {pending / 2**20:.0f} MiB; request = limit")
     rows_bytes = config["limits"]["max_pending_rows"] * 153
     check(rows_bytes <= pending, f"max_pending_rows x 153 bytes ({rows_bytes / 2**20:.0f} MiB) within max_pending_bytes")
-    logs = 2 * (config["state"]["max_log_files"] + 1) * config["state"]["max_log_bytes"]
     state_volume = volumes[side_mounts[state_dir]]["emptyDir"]
-    check(logs <= quantity_bytes(state_volume["sizeLimit"]) / 2,
-          f"outcome logs at most {logs / 2**20:.0f} MiB, half the state volume's sizeLimit {state_volume['sizeLimit']} or less")
+    size_limit = quantity_bytes(state_volume["sizeLimit"])
+    # Past its sizeLimit the kubelet evicts the pod, and the emptyDir (spill and unknown
+    # log included) is gone: the configuration's bound must fit inside it.
+    check(state_size["total"] <= size_limit,
+          f"the state directory takes at most {state_size['total'] / 2**20:.0f} MiB (spill {state_size['spill'] / 2**20:.0f}, "
+          f"logs {state_size['logs'] / 2**20:.0f}, journal {state_size['journal'] / 2**20:.0f}), within the volume's sizeLimit {state_volume['sizeLimit']}")
     sysctls = {s["name"]: s["value"] for s in pod["securityContext"].get("sysctls", [])}
     check(int(sysctls.get("net.unix.max_dgram_qlen", 0)) >= 512, "net.unix.max_dgram_qlen raised for the pod")
     check(pod["securityContext"].get("fsGroup") is not None and config["ingest"]["uds"]["mode"] == 0o660,

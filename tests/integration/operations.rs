@@ -56,3 +56,62 @@ async fn readyz_waits_for_a_node_of_the_local_dc() {
         server.shutdown().await.unwrap();
     }
 }
+
+/// A configuration that lets countersink write more to its state directory than the
+/// directory's filesystem holds (a spill of 1 PiB) is refused by `serve --strict`, before
+/// it connects, with the figures; `state-size` prints the bound it checks, part by part.
+#[test]
+fn serve_strict_refuses_a_state_directory_too_small_for_the_configuration() {
+    use crate::common::{cli_stdout, run_cli};
+    const PIB: u64 = 1 << 50;
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("countersink.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[state]\ndir = \"{}\"\nmax_spill_bytes = {PIB}\n",
+            dir.path().join("state").display()
+        ),
+    )
+    .unwrap();
+    let sizes: serde_json::Value = serde_json::from_str(&cli_stdout([
+        "state-size",
+        "--config",
+        config.to_str().unwrap(),
+        "--json",
+    ]))
+    .unwrap();
+    let (total, free) = (
+        sizes["total"].as_u64().unwrap(),
+        sizes["free"].as_u64().unwrap(),
+    );
+    assert_eq!(sizes["spill"].as_u64(), Some(PIB));
+    assert_eq!(
+        total,
+        ["spill", "logs", "journal", "small_files"]
+            .iter()
+            .map(|part| sizes[part].as_u64().unwrap())
+            .sum::<u64>()
+    );
+    assert!(free < total, "no disk here holds a PiB: {sizes}");
+    let out = run_cli([
+        "serve",
+        "--config",
+        config.to_str().unwrap(),
+        "--strict",
+        "--udp",
+        "off",
+        "--metrics",
+        "off",
+    ]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("refused: --strict") && stderr.contains("state.max_spill_bytes"),
+        "{stderr}"
+    );
+    assert!(
+        !dir.path().join("state").exists(),
+        "refused before the state directory is opened"
+    );
+}

@@ -1,0 +1,72 @@
+//! `countersink state-size`: the most disk a state directory can take with a
+//! configuration (see [`crate::state::bound`]), to size its volume by.
+
+use std::path::PathBuf;
+
+use clap::Args;
+
+use crate::config::Config;
+use crate::state::bound::{self, StateBound};
+
+use super::Failure;
+
+/// The flags of `state-size`.
+#[derive(Debug, Args)]
+pub(super) struct StateSizeArgs {
+    /// Config file (`[state]` and `limits.max_pending_bytes` set the bound).
+    #[arg(long, env = "COUNTERSINK_CONFIG", value_name = "FILE")]
+    config: Option<PathBuf>,
+    /// The bound of a driver wrapper's directory (three outcome logs) instead of a
+    /// sidecar's.
+    #[arg(long)]
+    wrapper: bool,
+    /// One JSON object: `spill`, `logs`, `journal`, `small_files`, `total` (bytes), and
+    /// `free` (bytes free on the directory's filesystem, null where unknown).
+    #[arg(long)]
+    json: bool,
+}
+
+/// Prints the bound, and the room the directory's filesystem has now.
+pub(super) fn run(args: StateSizeArgs) -> Result<(), Failure> {
+    let config = match &args.config {
+        Some(path) => Config::from_file(path).map_err(Failure::usage)?,
+        None => Config::default(),
+    };
+    let pending = config.limits.max_pending_bytes as u64;
+    let bound = if args.wrapper {
+        StateBound::of_wrapper(&config.state, pending)
+    } else {
+        StateBound::of(&config.state, pending)
+    };
+    let free = bound::free_bytes(&config.state.dir).ok();
+    if args.json {
+        println!(
+            "{}",
+            serde_json::json!({
+                "dir": config.state.dir,
+                "spill": bound.spill,
+                "logs": bound.logs,
+                "journal": bound.journal,
+                "small_files": bound.small_files,
+                "total": bound.total(),
+                "free": free,
+            })
+        );
+        return Ok(());
+    }
+    let mib = |bytes: u64| format!("{:.1} MiB", bytes as f64 / (1 << 20) as f64);
+    println!(
+        "{}: at most {} (spill {}, outcome logs {}, journal {}, small files {})",
+        config.state.dir.display(),
+        mib(bound.total()),
+        mib(bound.spill),
+        mib(bound.logs),
+        mib(bound.journal),
+        mib(bound.small_files)
+    );
+    match free {
+        Some(free) => println!("its filesystem has {} free now", mib(free)),
+        None => println!("its filesystem's free space could not be read"),
+    }
+    Ok(())
+}

@@ -1,0 +1,203 @@
+//! How much disk a state directory can take at most, from the configuration: what an
+//! operator sizes its volume by (`countersink state-size`), and what `serve` compares
+//! with the free space of the directory's filesystem at start.
+//!
+//! | part | at most |
+//! |---|---|
+//! | spill (segments and the `writer_totals` files, which share it) | `state.max_spill_bytes` |
+//! | outcome logs (`unknown`, `rejected`: the current file and `state.max_log_files` rotated ones each) | 2 × (`max_log_files` + 1) × `max_log_bytes` |
+//! | the journal (zero-filled to 4 MiB; grows to the largest group: one flush chunk's intents and answers, a chunk's writes being a quarter of `limits.max_pending_bytes`) | 4 MiB + `max_pending_bytes` / 2 |
+//! | small files (identity, status, cursors, marks, `ledger_pending.jsonl`, torn lines) | 1 MiB |
+//!
+//! The driver wrapper keeps three logs (`wrapper_unknown`, `_rejected`, `_unsent`) and
+//! its own spill of `max_spill_bytes`: [`StateBound::of_wrapper`].
+//!
+//! Past a full disk nothing is lost silently (a spill or record that cannot be written is
+//! counted), but an emptyDir past its `sizeLimit` evicts the pod and the directory is
+//! gone: size both together.
+
+use std::io;
+use std::path::Path;
+
+use crate::config::StateConfig;
+
+/// The journal's preallocated size (see [`super::journal`]).
+const JOURNAL_FLOOR: u64 = 4 << 20;
+
+/// Small files beside the logs, the spill and the journal.
+const SMALL_FILES: u64 = 1 << 20;
+
+/// The most a state directory takes, by part.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StateBound {
+    /// The spill (`state.max_spill_bytes`).
+    pub spill: u64,
+    /// The outcome logs with their rotated files.
+    pub logs: u64,
+    /// The journal.
+    pub journal: u64,
+    /// Everything else.
+    pub small_files: u64,
+}
+
+impl StateBound {
+    /// The bound of a sidecar's (or `Recorder`'s) directory with `state` and
+    /// `limits.max_pending_bytes`.
+    pub fn of(state: &StateConfig, max_pending_bytes: u64) -> StateBound {
+        StateBound::with_logs(state, max_pending_bytes, 2)
+    }
+
+    /// The bound of a driver wrapper's directory (three logs).
+    pub fn of_wrapper(state: &StateConfig, max_pending_bytes: u64) -> StateBound {
+        StateBound::with_logs(state, max_pending_bytes, 3)
+    }
+
+    fn with_logs(state: &StateConfig, max_pending_bytes: u64, logs: u64) -> StateBound {
+        let per_log = u64::from(state.max_log_files)
+            .saturating_add(1)
+            .saturating_mul(state.max_log_bytes);
+        StateBound {
+            spill: state.max_spill_bytes,
+            logs: logs.saturating_mul(per_log),
+            journal: JOURNAL_FLOOR.saturating_add(max_pending_bytes / 2),
+            small_files: SMALL_FILES,
+        }
+    }
+
+    /// The whole bound.
+    pub fn total(&self) -> u64 {
+        self.spill
+            .saturating_add(self.logs)
+            .saturating_add(self.journal)
+            .saturating_add(self.small_files)
+    }
+}
+
+/// Whether the directory's filesystem can take the bound.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Room {
+    /// The free space and what the directory already holds cover the bound.
+    Fits,
+    /// They do not: the bound, the free space, and what the directory holds.
+    Short {
+        /// The bound.
+        bound: u64,
+        /// Bytes free for this process on the filesystem.
+        free: u64,
+        /// Bytes the directory's files take now (they count toward the bound).
+        used: u64,
+    },
+}
+
+/// Compares `bound` with `free` bytes on the filesystem and `used` bytes the directory
+/// already holds.
+pub fn room(bound: u64, free: u64, used: u64) -> Room {
+    if free.saturating_add(used) >= bound {
+        Room::Fits
+    } else {
+        Room::Short { bound, free, used }
+    }
+}
+
+/// Bytes free for an unprivileged writer on the filesystem of `dir` (or of its nearest
+/// existing ancestor, before the directory is created).
+#[cfg(target_os = "linux")]
+pub fn free_bytes(dir: &Path) -> io::Result<u64> {
+    let mut at = dir;
+    while !at.exists() {
+        at = match at.parent() {
+            Some(parent) if !parent.as_os_str().is_empty() => parent,
+            _ => Path::new("."),
+        };
+        if at == Path::new(".") {
+            break;
+        }
+    }
+    let stat = rustix::fs::statvfs(at)?;
+    Ok(stat.f_bavail.saturating_mul(stat.f_frsize))
+}
+
+/// Elsewhere than Linux the free space is not read.
+#[cfg(not(target_os = "linux"))]
+pub fn free_bytes(_dir: &Path) -> io::Result<u64> {
+    Err(io::Error::new(
+        io::ErrorKind::Unsupported,
+        "the free space of a filesystem is read on Linux only",
+    ))
+}
+
+/// Bytes the files directly in `dir` take now (0 when it does not exist).
+pub fn used_bytes(dir: &Path) -> io::Result<u64> {
+    let entries = match std::fs::read_dir(dir) {
+        Ok(entries) => entries,
+        Err(error) if error.kind() == io::ErrorKind::NotFound => return Ok(0),
+        Err(error) => return Err(error),
+    };
+    let mut used = 0_u64;
+    for entry in entries {
+        let meta = entry?.metadata()?;
+        if meta.is_file() {
+            used = used.saturating_add(meta.len());
+        }
+    }
+    Ok(used)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MIB: u64 = 1 << 20;
+
+    fn state(spill: u64, log_bytes: u64, log_files: u32) -> StateConfig {
+        StateConfig {
+            max_spill_bytes: spill,
+            max_log_bytes: log_bytes,
+            max_log_files: log_files,
+            ..StateConfig::default()
+        }
+    }
+
+    #[test]
+    fn the_bound_adds_the_spill_the_rotated_logs_and_the_journal() {
+        // The shipped Kubernetes sizes: 512 MiB of spill, 2 x 9 x 16 MiB of logs, a
+        // journal for 32 MiB of pending rows.
+        let bound = StateBound::of(&state(512 * MIB, 16 * MIB, 8), 32 * MIB);
+        assert_eq!(bound.spill, 512 * MIB);
+        assert_eq!(bound.logs, 288 * MIB);
+        assert_eq!(bound.journal, 20 * MIB);
+        assert_eq!(bound.total(), 821 * MIB);
+        let wrapper = StateBound::of_wrapper(&state(512 * MIB, 16 * MIB, 8), 32 * MIB);
+        assert_eq!(wrapper.logs, 432 * MIB, "three logs");
+        let huge = StateBound::of(&state(u64::MAX, u64::MAX, u32::MAX), u64::MAX);
+        assert_eq!(huge.total(), u64::MAX, "saturates, never wraps");
+    }
+
+    #[test]
+    fn room_counts_what_the_directory_already_holds() {
+        assert_eq!(room(100, 100, 0), Room::Fits);
+        assert_eq!(room(100, 40, 60), Room::Fits, "its own files count");
+        assert_eq!(
+            room(100, 40, 10),
+            Room::Short {
+                bound: 100,
+                free: 40,
+                used: 10
+            }
+        );
+    }
+
+    #[test]
+    fn free_and_used_bytes_of_a_real_directory() {
+        let dir = tempfile::tempdir().unwrap();
+        assert!(free_bytes(dir.path()).unwrap() > 0);
+        assert!(
+            free_bytes(&dir.path().join("not/yet/made")).unwrap() > 0,
+            "an ancestor that exists answers"
+        );
+        std::fs::write(dir.path().join("a"), [0_u8; 1000]).unwrap();
+        std::fs::create_dir(dir.path().join("sub")).unwrap();
+        assert_eq!(used_bytes(dir.path()).unwrap(), 1000);
+        assert_eq!(used_bytes(&dir.path().join("none")).unwrap(), 0);
+    }
+}
