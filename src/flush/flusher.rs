@@ -14,9 +14,7 @@ use crate::epoch::{self, EpochRegistry};
 use crate::family::shard_seed;
 use crate::sink::{PartitionWrite, Sink};
 use crate::stage::{self, Facts, StageCx, run_stage};
-use crate::state::{
-    FamilyEntry, FlushId, OutcomeLog, StateDir, StateError, WriteRecord, outcomes_mark,
-};
+use crate::state::{FamilyEntry, OutcomeLog, StateDir, StateError, WriteRecord, outcomes_mark};
 use crate::test_hooks::crash_point;
 use crate::totals::{Totals, TotalsReport};
 use crate::vocabulary::Granularity;
@@ -471,11 +469,7 @@ impl<S: Sink> Flusher<S> {
     /// path), plan, group commit, send, settle.
     async fn flush_counters(&mut self, deadline: &mut Deadline, last: bool) -> FlushReport {
         self.seq += 1;
-        let flush = FlushId {
-            writer: self.state.writer_id().to_owned(),
-            incarnation: self.state.incarnation(),
-            flush_seq: self.seq,
-        };
+        let flush = self.state.flush_id(self.seq);
         if !last {
             // What is about to leave memory: a kill before this flush's group commit
             // loses these rows, and the next start reports them from this figure.
@@ -566,11 +560,7 @@ impl<S: Sink> Flusher<S> {
         };
         let consumes = self.state.replay_loaded();
         self.seq += 1;
-        let flush = FlushId {
-            writer: self.state.writer_id().to_owned(),
-            incarnation: self.state.incarnation(),
-            flush_seq: self.seq,
-        };
+        let flush = self.state.flush_id(self.seq);
         let mut in_flight = chunk.in_flight();
         let ReplayChunk {
             rows,

@@ -158,7 +158,7 @@ pub fn form(
     // held it) are neighbours, and so are the minutes of one series: its key is formed
     // once, not once per minute.
     fresh.sort_unstable_by(|(a, _), (b, _)| group_of(a).cmp(&group_of(b)));
-    let writer: Arc<str> = flush.writer.as_str().into();
+    let writer: Arc<str> = flush.ledger_writer().into();
     // (family, day, bucket) → ledger rows and gated rows, in chunks of `max_rows`.
     let mut partitions: BTreeMap<(FamilyId, u32, i16), Vec<Held>> = BTreeMap::new();
     let mut last_series: Option<SeriesKey> = None;

@@ -783,6 +783,7 @@ async fn an_unfinished_wrapper_flush_keeps_the_sidecar_out_of_the_directory() {
         writer: "w".into(),
         incarnation: 1,
         flush_seq: 1,
+        nonce: None,
     };
     {
         let mut state = StateDir::open(&config.state).unwrap();

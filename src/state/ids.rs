@@ -58,15 +58,44 @@ pub struct FlushId {
     pub incarnation: u64,
     /// The flush sequence within the incarnation.
     pub flush_seq: u64,
+    /// The start nonce of the process that sent it (random at each start; `None` in
+    /// journals of earlier versions): two processes with one writer id, on two hosts or
+    /// one after the other on a fresh state directory, count incarnations alike, and
+    /// only the nonce tells their requests and ledger rows apart.
+    pub nonce: Option<u32>,
 }
 
 impl FlushId {
-    /// The id of request `request` of this flush: `writer/incarnation/flush_seq/request`.
+    /// The id of request `request` of this flush:
+    /// `writer/incarnation.nonce/flush_seq/request` (`writer/incarnation/flush_seq/request`
+    /// without a nonce).
     pub fn request_id(&self, request: u32) -> String {
-        format!(
-            "{}/{}/{}/{request}",
-            self.writer, self.incarnation, self.flush_seq
-        )
+        self.named_request(&request.to_string())
+    }
+
+    /// The id of a request of this flush named rather than numbered (rows a final flush
+    /// held back: `…/held`, `…/ledger-held`).
+    pub fn named_request(&self, request: &str) -> String {
+        match self.nonce {
+            Some(nonce) => format!(
+                "{}/{}.{nonce:08x}/{}/{request}",
+                self.writer, self.incarnation, self.flush_seq
+            ),
+            None => format!(
+                "{}/{}/{}/{request}",
+                self.writer, self.incarnation, self.flush_seq
+            ),
+        }
+    }
+
+    /// The writer as the delta ledger names it: `writer/nonce` (the writer id alone
+    /// without a nonce), so the ledger rows of two processes sharing a writer id never
+    /// overwrite each other.
+    pub fn ledger_writer(&self) -> String {
+        match self.nonce {
+            Some(nonce) => format!("{}/{nonce:08x}", self.writer),
+            None => self.writer.clone(),
+        }
     }
 }
 

@@ -4,7 +4,8 @@
 //! # One group per flush
 //!
 //! ```text
-//! Begin (writer, incarnation, flush_seq, replay cursor consumed, family dictionary)
+//! Begin (writer, incarnation, flush_seq, replay cursor consumed, family dictionary,
+//!        start nonce)
 //! Intent × n (request index, family, table, key, shard, rows: bucket + deltas, epoch)
 //! Committed                          ── one write + fdatasync: the group commit ──
 //! StartsBelow (first window)         in the same write, when the writer sends in windows
@@ -66,8 +67,10 @@
 //! read into [`FlushGroup::wrapper`] and recovered by the wrapper, never by the
 //! sidecar's recovery.
 //!
-//! A request id is `writer/incarnation/flush_seq/request`: unique per state directory
-//! and writer, carried by every record written for that request (outcome logs, spill).
+//! A request id is `writer/incarnation.nonce/flush_seq/request` (the start nonce in hex;
+//! `writer/incarnation/flush_seq/request` in groups of earlier versions): unique per
+//! writer even when two processes share a writer id, carried by every record written for
+//! that request (outcome logs, spill, the outcomes table).
 
 use std::collections::HashMap;
 use std::fs::File;
@@ -546,6 +549,11 @@ impl Journal {
                 e.strs(&f.key_columns);
                 e.strs(&f.columns);
             }
+            // Last, and only when there is one: headers written before start nonces
+            // existed read the same.
+            if let Some(nonce) = flush.nonce {
+                e.u32(nonce);
+            }
         });
         intents(&mut out);
         self.commit_frames(out, starts_below)
@@ -781,6 +789,11 @@ fn apply(groups: &mut Vec<FlushGroup>, payload: &[u8]) -> Option<()> {
                     columns: d.strs()?,
                 });
             }
+            let mut flush = flush;
+            flush.nonce = match d.remaining() {
+                0 => None,
+                _ => Some(d.u32()?),
+            };
             groups.push(FlushGroup {
                 consumes,
                 families,
@@ -1057,6 +1070,8 @@ impl Dec<'_> {
             writer: self.str()?,
             incarnation: self.u64()?,
             flush_seq: self.u64()?,
+            // Read at the end of the header, where it is written (see `nonce`).
+            nonce: None,
         })
     }
     fn deltas(&mut self) -> Option<Vec<i64>> {

@@ -127,6 +127,9 @@ pub struct StateDir {
     owed_cursor: Option<Cursor>,
     /// False only in the flush benchmark's baseline (feature `dev`): no journal at all.
     journal_enabled: bool,
+    /// This start's nonce (random): with the writer id and the incarnation, what tells
+    /// this process's requests and rows apart from another's sharing its writer id.
+    nonce: u32,
     /// Unsettled flushes of a driver wrapper found at open, for the wrapper to finish.
     wrapper_groups: Vec<FlushGroup>,
 }
@@ -296,6 +299,7 @@ impl StateDir {
             unclean_previous_run,
             recovery: RecoveryReport::default(),
             journal_enabled: true,
+            nonce: fastrand::u32(..),
             owed_cursor: None,
             wrapper_groups,
         };
@@ -322,6 +326,21 @@ impl StateDir {
     /// This process's incarnation: how many times the directory was opened.
     pub fn incarnation(&self) -> u64 {
         self.incarnation
+    }
+
+    /// This start's nonce (see [`FlushId::nonce`]).
+    pub fn nonce(&self) -> u32 {
+        self.nonce
+    }
+
+    /// The id of this process's flush `flush_seq`.
+    pub fn flush_id(&self, flush_seq: u64) -> FlushId {
+        FlushId {
+            writer: self.writer_id.clone(),
+            incarnation: self.incarnation,
+            flush_seq,
+            nonce: Some(self.nonce),
+        }
     }
 
     /// What the previous run left in `status.json`, when it did not stop cleanly.

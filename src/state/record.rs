@@ -21,7 +21,8 @@ pub struct WriteRecord {
     pub incarnation: u64,
     /// Flush number within the incarnation.
     pub flush_seq: u64,
-    /// The request this row was part of: `writer/incarnation/flush_seq/request`, the id
+    /// The request this row was part of: `writer/incarnation.nonce/flush_seq/request`
+    /// (see [`super::ids::FlushId::request_id`]), the id
     /// its intent has in the journal (empty in records of older versions).
     #[serde(default)]
     pub request_id: String,

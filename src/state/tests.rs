@@ -92,6 +92,7 @@ fn the_directory_and_its_files_are_private() {
             writer: state.writer_id().to_owned(),
             incarnation: state.incarnation(),
             flush_seq,
+            nonce: None,
         };
         state.spill(&flush, &[vec![record()]]).unwrap();
     }
@@ -201,6 +202,7 @@ fn recovery_gives_each_request_of_a_killed_flush_one_home_and_runs_again_safely(
         writer: state.writer_id().to_owned(),
         incarnation: state.incarnation(),
         flush_seq: 1,
+        nonce: None,
     };
     let writes = [
         write("applied", 1),
@@ -300,6 +302,7 @@ fn recovery_of_a_flush_leaves_its_held_segment_to_replay_once() {
         writer: state.writer_id().to_owned(),
         incarnation: state.incarnation(),
         flush_seq: 3,
+        nonce: None,
     };
     let held = |n: i64| {
         let mut r = record();
@@ -385,6 +388,7 @@ fn recovery_completes_a_half_written_log_batch_without_duplicates() {
         writer: state.writer_id().to_owned(),
         incarnation: state.incarnation(),
         flush_seq: 7,
+        nonce: None,
     };
     let writes = [write("a", 1), write("b", 2), write("c", 3)];
     state
@@ -448,6 +452,7 @@ fn replay_part_in_flight(dir: &Path, rows: usize) -> (StateDir, FlushId, Option<
         writer: state.writer_id().to_owned(),
         incarnation: state.incarnation(),
         flush_seq: 1,
+        nonce: None,
     };
     state
         .spill(&spilled_by, &[vec![record(), record(), record()]])
@@ -520,6 +525,7 @@ fn recovery_spills_the_requests_past_the_last_start_bound() {
         writer: state.writer_id().to_owned(),
         incarnation: state.incarnation(),
         flush_seq: 1,
+        nonce: None,
     };
     let writes: Vec<PartitionWrite> = (0..300).map(|i| write(&format!("k{i}"), 1)).collect();
     state
@@ -565,6 +571,7 @@ fn without_start_bounds_every_unanswered_request_is_unknown() {
         writer: state.writer_id().to_owned(),
         incarnation: state.incarnation(),
         flush_seq: 1,
+        nonce: None,
     };
     let writes: Vec<PartitionWrite> = (0..100).map(|i| write(&format!("k{i}"), 1)).collect();
     state

@@ -54,7 +54,7 @@ use crate::engine::Engine;
 use crate::family::FamilyDef;
 use crate::sink::bounded::Cutoff;
 use crate::sink::{Sink, TotalRow, TotalsWrite};
-use crate::state::{FamilyEntry, FlushId, StateDir, TotalsIntent, TotalsIntentRow};
+use crate::state::{FamilyEntry, StateDir, TotalsIntent, TotalsIntentRow};
 use crate::telemetry::Ledger;
 use crate::vocabulary::{DropReason, Granularity};
 
@@ -149,11 +149,13 @@ impl Totals {
         flush: &FlushConfig,
         ledger: &Ledger,
     ) -> Totals {
+        // The start nonce of the state directory: the one its requests and ledger rows
+        // carry too.
         let writer: Arc<str> = format!(
             "{}/{}/{:08x}",
             state.writer_id(),
             state.incarnation(),
-            fastrand::u32(..)
+            state.nonce()
         )
         .into();
         let enabled = engine.families().any_in(CountingMode::WriterTotals);
@@ -343,11 +345,7 @@ impl Totals {
             self.load_replay_chunk(ledger, state, seq);
         }
         let (writes, planned) = self.plan(seq, last);
-        let flush = FlushId {
-            writer: self.writer_id.clone(),
-            incarnation: self.incarnation,
-            flush_seq: seq,
-        };
+        let flush = state.flush_id(seq);
         let max_in_flight = self.max_in_flight;
         let mut stage = TotalsStage {
             totals: self,

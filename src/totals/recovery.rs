@@ -229,6 +229,7 @@ mod tests {
             writer: state.writer_id().to_owned(),
             incarnation: state.incarnation(),
             flush_seq: 7,
+            nonce: None,
         };
         let writer = format!("{}/{}/0000abcd", flush.writer, flush.incarnation);
         let intents = [

@@ -152,6 +152,42 @@ async fn an_outside_writer_is_the_one_unexplained_key_and_fails_the_run() {
     store.shutdown().await;
 }
 
+/// Two writers with one configured writer id (two hosts, or one reused with a fresh
+/// state directory) count the same key and minute in their first flush: the same writer
+/// id, incarnation 1, flush 1. Each start's nonce is in its ledger rows' writer (and in
+/// its request ids), so neither overwrites the other's: the ledger holds both deltas and
+/// every key reconciles `ok`. (Without it the second row replaced the first, and the
+/// counter stood above its ledger: `unexplained`, and a `--repair` would have subtracted
+/// real counts.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_writers_sharing_a_writer_id_keep_both_ledger_rows() {
+    let (dir_a, dir_b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let mut config_a = exact_config(dir_a.path());
+    config_a.state.writer_id = Some("shared".to_owned());
+    let store = start_store(&mut config_a).await;
+    let mut config_b = config_a.clone();
+    config_b.state.dir = dir_b.path().to_owned();
+    let mut writer_a = Writer::start(&config_a).await;
+    let mut writer_b = Writer::start(&config_b).await;
+    for (writer, delta) in [(&mut writer_a, 2), (&mut writer_b, 5)] {
+        for key in ["p1", "p2"] {
+            writer.incr("page.views", &[("page_id", key)], delta, AT);
+        }
+        writer.flusher.flush_now().await;
+        settle(writer).await;
+    }
+    let report = run_reconcile(&writer_a, &config_a).await;
+    assert!(
+        report.keys.is_empty(),
+        "every key and granularity ok: {:?}",
+        report.keys
+    );
+    assert_eq!(report.summary.keys, 2, "{:?}", report.summary);
+    assert_eq!(report.summary.ledger_rows, 4, "two writers x two keys");
+    assert_eq!(report.summary.exact_total, 14, "2 + 5 for each key");
+    store.shutdown().await;
+}
+
 /// Issue item 5: a key whose ledger sums beyond i64 (two rows of `i64::MAX`) gets no
 /// closed row, not a clamped `i64::MAX`: `reconcile --close` names it and exits 3, its
 /// exact value still reads the ledger's true sum, and the other key is closed.

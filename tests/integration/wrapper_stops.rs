@@ -377,6 +377,7 @@ async fn recovery_spills_nothing_a_later_unended_flush_already_sent() {
                 writer: state.writer_id().to_owned(),
                 incarnation: state.incarnation(),
                 flush_seq: seq,
+                nonce: None,
             };
             let intents = [(1, vec![(&key[..], &deltas[..])])];
             state

@@ -89,10 +89,7 @@ impl<S: Sink> Flusher<S> {
         let mut sums = [0_i128; 2];
         let mut items = Vec::new();
         let time = bucket::rfc3339(SystemTime::now());
-        let held_id = format!(
-            "{}/{}/{}/{request}",
-            flush.writer, flush.incarnation, flush.flush_seq
-        );
+        let held_id = flush.named_request(request);
         let mut index = 0_usize;
         for (key, row) in held {
             let family = &self.families[usize::from(key.family().0)];

@@ -322,6 +322,7 @@ fn scans_logs_and_spill_while_the_directory_is_open_and_changes_nothing() {
         writer: state.writer_id().to_owned(),
         incarnation: state.incarnation(),
         flush_seq: 1,
+        nonce: None,
     };
     let unknown: Vec<WriteRecord> = [("a", 1), ("b", 2)]
         .iter()
@@ -419,6 +420,7 @@ fn spill_rows_before_the_replay_cursor_are_consumed_not_counted() {
         writer: state.writer_id().to_owned(),
         incarnation: state.incarnation(),
         flush_seq: 1,
+        nonce: None,
     };
     let batches: Vec<Vec<WriteRecord>> = (0..3)
         .map(|i| {
@@ -457,6 +459,7 @@ fn journal_rows_are_classified_as_recovery_then_records_them_and_never_twice() {
         writer: state.writer_id().to_owned(),
         incarnation: state.incarnation(),
         flush_seq: 1,
+        nonce: None,
     };
     let writes = [
         write("applied", Granularity::Minute, 1),

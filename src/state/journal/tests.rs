@@ -56,6 +56,7 @@ fn flush(seq: u64) -> FlushId {
         writer: "w".into(),
         incarnation: 3,
         flush_seq: seq,
+        nonce: None,
     }
 }
 
@@ -407,4 +408,41 @@ fn the_format_of_every_record_is_fixed() {
         "00000061010000007601000000010000007001000000010000006801000000a5a02d4103",
     );
     assert_eq!(hex, expected);
+}
+
+/// A header carries the start nonce at its end; a header without one (written before
+/// nonces existed, or by the driver wrapper) reads as `None`, and request ids follow.
+#[test]
+fn a_start_nonce_rides_at_the_end_of_the_header() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("journal.wal");
+    let (mut journal, _, _) = Journal::open(path.clone()).unwrap();
+    journal.set_keep(true);
+    let with = FlushId {
+        nonce: Some(0x00c0_ffee),
+        ..flush(7)
+    };
+    journal
+        .begin(&with, "t", None, &[family()], &[write("a", &[1])])
+        .unwrap();
+    journal.end(7).unwrap();
+    journal
+        .begin(&flush(8), "t", None, &[family()], &[write("a", &[1])])
+        .unwrap();
+    journal.flush_pending().unwrap();
+    drop(journal);
+    let (_, groups, torn) = Journal::open(path).unwrap();
+    assert_eq!(torn, 0);
+    assert_eq!(groups[0].flush, with);
+    assert_eq!(
+        groups[0].families,
+        [family()],
+        "the dictionary reads whole before it"
+    );
+    assert_eq!(groups[1].flush.nonce, None);
+    assert_eq!(with.request_id(3), "w/3.00c0ffee/7/3");
+    assert_eq!(flush(8).request_id(3), "w/3/8/3");
+    assert_eq!(with.named_request("held"), "w/3.00c0ffee/7/held");
+    assert_eq!(with.ledger_writer(), "w/00c0ffee");
+    assert_eq!(flush(8).ledger_writer(), "w");
 }

@@ -181,10 +181,12 @@ impl WriteKind for WrapperStage<'_> {
 
     fn begin(&mut self, requests: &[Request], _first_request: u32) -> std::io::Result<()> {
         let f = &mut *self.flusher;
+        // The wrapper names its requests itself (`writer/incarnation/wSEQ/request`).
         let flush = FlushId {
             writer: f.state.writer_id().to_owned(),
             incarnation: f.state.incarnation(),
             flush_seq: f.seq,
+            nonce: None,
         };
         let mut tables: Vec<WrapperTable> = Vec::new();
         for request in requests {
