@@ -667,6 +667,7 @@ impl<S: Sink> Flusher<S> {
             last,
             in_flight,
             spilled: (0, 0),
+            committed: false,
         };
         let done = run_stage(
             &mut stage,

@@ -631,3 +631,33 @@ fn a_cursor_found_only_in_the_journal_survives_a_second_start() {
         "the second start replays rows the first start's journal had consumed"
     );
 }
+
+/// Rows read for replay whose group could not be committed are read again from where the
+/// consumed cursor is, and a rewind never goes back before it (nor before a cursor an
+/// open group still owes).
+#[test]
+fn a_rewound_replay_reads_the_same_rows_again_and_never_before_the_consumed_cursor() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut state = StateDir::open(&config(tmp.path())).unwrap();
+    let spilled_by = state.flush_id(1);
+    let mut records: Vec<WriteRecord> = (0..4).map(|_| record()).collect();
+    for (i, r) in records.iter_mut().enumerate() {
+        r.row = i as u16;
+    }
+    state.spill(&spilled_by, &[records]).unwrap();
+    let first = state.load_spill(|n, _| n < 2).unwrap();
+    assert_eq!(first.records.len(), 2);
+    let after_two = state.replay_loaded();
+    state.commit_replay(after_two).unwrap();
+    let second = state.load_spill(|n, _| n < 1).unwrap();
+    assert_eq!(second.records[0].1.row, 2);
+    state.rewind_replay();
+    assert_eq!(
+        state.replay_loaded(),
+        after_two,
+        "back to the consumed cursor, not before"
+    );
+    let again = state.load_spill(|_, _| true).unwrap();
+    let rows: Vec<u16> = again.records.iter().map(|(_, r)| r.row).collect();
+    assert_eq!(rows, [2, 3], "the rewound row once more, then the rest");
+}

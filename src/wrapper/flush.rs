@@ -273,7 +273,7 @@ impl WrapperFlusher {
             if rows.is_empty() {
                 break;
             }
-            let chunk = self
+            let (chunk, _) = self
                 .flush_group(rows, room, None, deadline, final_flush)
                 .await;
             round.add(&chunk);
@@ -370,11 +370,11 @@ impl WrapperFlusher {
         let count = rows.len();
         let sum: i128 = rows.iter().map(|(_, row)| row_sum(row)).sum();
         self.buffer.count_replayed(count as i64, sum);
-        let mut report = self
+        let (mut report, committed) = self
             .flush_group(rows, room, consumes, deadline, false)
             .await;
         report.replayed_rows = count as u64;
-        if report.journal_failed {
+        if !committed {
             // Nothing was sent and nothing consumed: the rows stay in the file, read again.
             self.spill.rewind(self.unended.and_then(|u| u.consumes));
             self.buffer.count_replayed(-(count as i64), -sum);
@@ -383,7 +383,8 @@ impl WrapperFlusher {
     }
 
     /// One group of the stage runner: `rows` planned into requests and sent; `consumes`,
-    /// for replayed rows, the spill offset the group's commit consumes.
+    /// for replayed rows, the spill offset the group's commit consumes. Returns what it
+    /// did, and whether its group commit was made.
     async fn flush_group(
         &mut self,
         rows: Vec<Row>,
@@ -391,7 +392,7 @@ impl WrapperFlusher {
         consumes: Option<u64>,
         deadline: &mut Deadline,
         final_flush: bool,
-    ) -> WrapperFlushReport {
+    ) -> (WrapperFlushReport, bool) {
         self.seq += 1;
         let mut report = WrapperFlushReport {
             seq: self.seq,
@@ -427,14 +428,14 @@ impl WrapperFlusher {
             },
         )
         .await;
-        let mut report = stage.into_report();
+        let (mut report, committed) = stage.into_report();
         report.applied = done.applied;
         report.requeued = done.requeued;
         report.rejected = done.rejected;
         report.unknown = done.unknown;
         self.statements = sender.statements;
         self.texts = sender.texts;
-        report
+        (report, committed)
     }
 
     /// Ends a settled flush: makes the spill cursor it consumed durable, then writes

@@ -67,6 +67,8 @@ pub(in crate::flush) struct CounterStage<'f, S> {
     pub(in crate::flush) in_flight: [i128; 2],
     /// Requests spilled and dropped (the spill full or failing), once finished.
     pub(in crate::flush) spilled: (usize, usize),
+    /// Whether the group commit was made.
+    pub(in crate::flush) committed: bool,
 }
 
 impl<S: Sink> WriteKind for CounterStage<'_, S> {
@@ -88,7 +90,9 @@ impl<S: Sink> WriteKind for CounterStage<'_, S> {
     fn begin(&mut self, writes: &[PartitionWrite], _first_request: u32) -> std::io::Result<()> {
         let f = &mut *self.flusher;
         f.state
-            .journal_begin(&self.flush, &self.time, self.consumes, &f.families, writes)
+            .journal_begin(&self.flush, &self.time, self.consumes, &f.families, writes)?;
+        self.committed = true;
+        Ok(())
     }
 
     fn facts(&self, write: &PartitionWrite, shared: Facts) -> Facts {
@@ -99,10 +103,10 @@ impl<S: Sink> WriteKind for CounterStage<'_, S> {
     }
 
     fn apply(&mut self, index: u32, write: PartitionWrite, decision: Decision) {
-        if self.consumes.is_some() && decision.action == Action::Hold {
-            // Replayed rows whose group could not be committed: nothing consumed them,
-            // they stay on disk and are read again (in memory too, they would be sent
-            // twice).
+        if self.consumes.is_some() && !self.committed {
+            // Replayed rows of a group that was not committed (its commit failed, or the
+            // deadline had passed): nothing consumed them, they stay on disk and are read
+            // again (in memory too, they would be sent twice).
             return;
         }
         let CounterStage {

@@ -93,6 +93,8 @@ pub(super) struct WrapperStage<'w> {
     room: Credit,
     /// Why nothing was sent, when the group commit failed (the spilled rows' error).
     held_error: Option<WriteError>,
+    /// Whether the group commit was made.
+    committed: bool,
     /// Rows definitely not applied, back to the buffer once every request settled.
     requeue: Vec<(Box<[u8]>, PendingRow)>,
     /// Where each re-queued row was in this flush (a drained key is in one request
@@ -118,6 +120,7 @@ impl<'w> WrapperStage<'w> {
             now_unix_secs,
             room,
             held_error: None,
+            committed: false,
             requeue: Vec::new(),
             requeued_at: HashMap::new(),
             records: HashMap::new(),
@@ -125,9 +128,10 @@ impl<'w> WrapperStage<'w> {
         }
     }
 
-    /// What the flush did, but the request counts (the runner's).
-    pub(super) fn into_report(self) -> WrapperFlushReport {
-        self.report
+    /// What the flush did, but the request counts (the runner's), and whether its group
+    /// commit was made.
+    pub(super) fn into_report(self) -> (WrapperFlushReport, bool) {
+        (self.report, self.committed)
     }
 
     /// Definitely not applied: back for the next flush, in the room the rows had. A row
@@ -216,6 +220,7 @@ impl WriteKind for WrapperStage<'_> {
         let begun = f
             .state
             .wrapper_journal_begin(&flush, &time, self.consumes, &tables, &intents);
+        self.committed = begun.is_ok();
         if let Err(error) = &begun {
             self.report.journal_failed = true;
             self.held_error = Some(WriteError::new(
@@ -238,10 +243,11 @@ impl WriteKind for WrapperStage<'_> {
         if let Some(class) = decision.counted {
             f.counters.write(class);
         }
-        if self.consumes.is_some() && decision.action == Action::Hold {
-            // Replayed rows whose group could not be committed: nothing consumed them,
-            // they stay in the spill and are read again (in the buffer too, they would be
-            // sent twice). The flush takes back their count as accepted.
+        if self.consumes.is_some() && !self.committed {
+            // Replayed rows of a group that was not committed (its commit failed, or the
+            // deadline had passed): nothing consumed them, they stay in the spill and are
+            // read again (in the buffer too, they would be sent twice). The flush takes
+            // back their count as accepted.
             f.counters.settled(sum, Stage::Requeued);
             return;
         }
