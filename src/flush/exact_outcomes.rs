@@ -192,12 +192,7 @@ impl WriteKind for OutcomeStage<'_> {
 
     const POLICY: Policy = Policy::OUTCOMES;
 
-    const CRASH_POINTS: CrashPoints = CrashPoints {
-        committed: None,
-        sent: None,
-        settled: None,
-        ended: None,
-    };
+    const CRASH_POINTS: CrashPoints = CrashPoints::NONE;
 
     fn journal(&mut self) -> Option<&mut StateDir> {
         None

@@ -503,12 +503,7 @@ impl WriteKind for LedgerStage<'_> {
 
     const POLICY: Policy = Policy::LEDGER;
 
-    const CRASH_POINTS: CrashPoints = CrashPoints {
-        committed: None,
-        sent: None,
-        settled: None,
-        ended: None,
-    };
+    const CRASH_POINTS: CrashPoints = CrashPoints::NONE;
 
     fn journal(&mut self) -> Option<&mut StateDir> {
         None

@@ -56,6 +56,16 @@ pub trait Sender<R>: Sync {
     fn send<'a>(&'a self, request: &'a R) -> impl Future<Output = Outcome> + Send + 'a;
 }
 
+impl CrashPoints {
+    /// No crash point (a kind whose requests are not journaled has no window to test).
+    pub const NONE: CrashPoints = CrashPoints {
+        committed: None,
+        sent: None,
+        settled: None,
+        ended: None,
+    };
+}
+
 /// A kind of write, as the runner sees it.
 pub trait WriteKind {
     /// One request: what one answer of the store is about.
