@@ -40,6 +40,11 @@ struct RunArgs {
     /// Rank the period holding this UTC day (`YYYY-MM-DD`) [default: today].
     #[arg(long, value_name = "YYYY-MM-DD", value_parser = super::args::day)]
     day: Option<Day>,
+    /// For a family with an epoch column: rank this epoch (its start minute, as `reset`
+    /// printed it; 0 before the first reset) [default: the one in force at the end of
+    /// the period, or now].
+    #[arg(long, value_name = "N")]
+    epoch: Option<i32>,
 }
 
 /// The flags of `top`.
@@ -59,6 +64,10 @@ pub(super) struct TopArgs {
     /// `text` or `json`.
     #[arg(long, default_value = "text", value_parser = ["text", "json"])]
     format: String,
+    /// For a family with an epoch column: the ranking of this epoch (its start minute)
+    /// [default: the one in force at the end of the period, or now].
+    #[arg(long, value_name = "N")]
+    epoch: Option<i32>,
 }
 
 fn today() -> Day {
@@ -115,7 +124,7 @@ pub(super) async fn run(args: LeaderboardArgs) -> Result<(), Failure> {
     let day = args.day.unwrap_or_else(today);
     let mut failed = 0;
     for board in &boards {
-        match jobs.run(board, day).await {
+        match jobs.run_in_epoch(board, day, args.epoch).await {
             Ok(report) => println!(
                 "{}: {} ranked, {} of {} keys, version {}",
                 board.name, report.period, report.entries, report.keys, report.version
@@ -141,7 +150,10 @@ pub(super) async fn top(args: TopArgs) -> Result<(), Failure> {
     let board = jobs.board(&args.board).map_err(failure)?.clone();
     let day = args.day.unwrap_or_else(today);
     let limit = args.limit.unwrap_or(board.top);
-    let ranking = jobs.top(&board, day, limit).await.map_err(failure)?;
+    let ranking = jobs
+        .top_in_epoch(&board, day, limit, args.epoch)
+        .await
+        .map_err(failure)?;
     match (args.format.as_str(), ranking) {
         ("json", ranking) => println!(
             "{}",

@@ -178,16 +178,7 @@ impl Config {
                 vec!["value"]
             } else {
                 match self.families.iter().find(|f| f.name == board.family) {
-                    // A ranking would read one epoch while writers move to the next.
-                    Some(family) if family.epoch_column.is_some() => {
-                        return Err(ConfigError::invalid(
-                            field("family"),
-                            format!(
-                                "family `{}` has an epoch column: leaderboards do not follow epochs yet",
-                                board.family
-                            ),
-                        ));
-                    }
+                    // An epoch family is ranked per epoch (`ops::leaderboard`).
                     Some(family) => family.columns.values().map(String::as_str).collect(),
                     None => {
                         return Err(ConfigError::invalid(

@@ -255,6 +255,57 @@ pub fn scope_of(values: &[&str]) -> String {
     serde_json::to_string(values).unwrap_or_default()
 }
 
+/// One row of the registry: a family's epoch, for `migrate` to copy.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct EpochRow {
+    /// `""` for the whole family, else the key (see [`scope_of`]).
+    pub scope: String,
+    /// The epoch's start minute.
+    pub start_minute: i32,
+    /// Why it was started.
+    pub reason: String,
+    /// When it was written, Unix seconds.
+    pub created_unix_secs: i64,
+}
+
+/// Every registry row of `family` in `config`'s registry.
+pub async fn rows_of(
+    session: &Session,
+    config: &Config,
+    family: &str,
+) -> Result<Vec<EpochRow>, RegistryError> {
+    let table = crate::ddl::epochs_table(config);
+    let store = |e: &dyn std::fmt::Display| RegistryError::Store {
+        table: table.to_string(),
+        error: e.to_string(),
+    };
+    let text = cql_text::statement(
+        EPOCHS,
+        "select_epoch_rows",
+        &[("table", &table.to_string())],
+    );
+    let mut statement = session.prepare(text).await.map_err(|e| store(&e))?;
+    statement.set_is_idempotent(true);
+    statement.set_consistency(session::consistency(config.epochs.consistency));
+    let mut rows = session
+        .execute_iter(statement, (family,))
+        .await
+        .map_err(|e| store(&e))?
+        .rows_stream::<(String, i32, Option<String>, Option<CqlTimestamp>)>()
+        .map_err(|e| store(&e))?;
+    let mut out = Vec::new();
+    while let Some(row) = rows.next().await {
+        let (scope, start_minute, reason, created) = row.map_err(|e| store(&e))?;
+        out.push(EpochRow {
+            scope,
+            start_minute,
+            reason: reason.unwrap_or_default(),
+            created_unix_secs: created.map_or(0, |c| c.0 / 1000),
+        });
+    }
+    Ok(out)
+}
+
 /// Writes one epoch to the registry: `family` (and one key, `scope`, or `""` for all of
 /// it) starts epoch `start_minute`.
 pub async fn schedule(

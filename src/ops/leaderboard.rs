@@ -30,6 +30,8 @@ use crate::sink::cql::session;
 use crate::telemetry::OperationsMetrics;
 use crate::vocabulary::Granularity;
 
+use crate::epoch::{EpochRegistry, EpochView, registry::RegistryError};
+
 use super::keyindex::{self, key_values};
 use super::read::{ReadError, Reader};
 
@@ -120,6 +122,9 @@ pub enum LeaderboardError {
         /// What the driver said.
         error: String,
     },
+    /// The epoch registry of a family with an epoch column could not be read.
+    #[error(transparent)]
+    Epochs(#[from] RegistryError),
 }
 
 /// What a run did.
@@ -161,6 +166,47 @@ pub struct Ranking {
     pub size: i32,
     /// The entries read (at most the limit asked for).
     pub entries: Vec<Entry>,
+}
+
+/// The epochs a ranking reads.
+enum Epochs {
+    /// A family without an epoch column.
+    None,
+    /// A family with one: the registry's view, the ranking's epoch, whether it was asked
+    /// (every key read in it) or not (each key in the epoch in force for it), and when.
+    Of {
+        view: Arc<EpochView>,
+        board: i32,
+        asked: bool,
+        last: Day,
+        now: i64,
+    },
+}
+
+impl Epochs {
+    /// The period's name in the ranking tables: `period@epoch` for an epoch family.
+    fn period(&self, period: &str) -> String {
+        match self {
+            Epochs::None => period.to_owned(),
+            Epochs::Of { board, .. } => format!("{period}@{board}"),
+        }
+    }
+
+    /// The epoch a key's counters are read in.
+    fn of_key(&self, family: &crate::family::FamilyDef, key: &[String]) -> Option<i32> {
+        match self {
+            Epochs::None => None,
+            Epochs::Of {
+                board, asked: true, ..
+            } => Some(*board),
+            Epochs::Of {
+                view, last, now, ..
+            } => {
+                let series = crate::series::encode(key.iter().map(String::as_str));
+                Some(view.read_epoch(family.id, &series, *last, *now))
+            }
+        }
+    }
 }
 
 /// The leaderboard jobs and reads of a configuration, on one session.
@@ -209,13 +255,29 @@ impl Leaderboards {
             })
     }
 
-    /// Ranks the period of `board` holding `day` and serves the new version.
+    /// Ranks the period of `board` holding `day` and serves the new version (for a
+    /// family with an epoch column, in the epochs in force: see [`Leaderboards::run_in_epoch`]).
     pub async fn run(
         &self,
         board: &LeaderboardConfig,
         day: Day,
     ) -> Result<RunReport, LeaderboardError> {
-        let result = self.run_inner(board, day).await;
+        self.run_in_epoch(board, day, None).await
+    }
+
+    /// [`Leaderboards::run`] for a family with an epoch column: the ranking is of the
+    /// family's epoch `epoch` (its start minute; default the one in force at the end of
+    /// the period, or now), and is served under the period `YYYY-MM-DD@epoch`, so a
+    /// reset starts a ranking of its own and the rankings of earlier epochs stay
+    /// readable. Each key is read in that epoch when one is asked, else in the epoch in
+    /// force for the key (a key reset alone restarts in the family's ranking).
+    pub async fn run_in_epoch(
+        &self,
+        board: &LeaderboardConfig,
+        day: Day,
+        epoch: Option<i32>,
+    ) -> Result<RunReport, LeaderboardError> {
+        let result = self.run_inner(board, day, epoch).await;
         let label = if result.is_ok() { "ok" } else { "failed" };
         self.metrics
             .leaderboard_runs
@@ -228,9 +290,10 @@ impl Leaderboards {
         &self,
         board: &LeaderboardConfig,
         day: Day,
+        asked: Option<i32>,
     ) -> Result<RunReport, LeaderboardError> {
         let started = SystemTime::now();
-        let period = Period::of(board.granularity, day);
+        let mut period = Period::of(board.granularity, day);
         let family = self.families.by_name(&board.family).ok_or_else(|| {
             LeaderboardError::Usage(format!("no family is called `{}`", board.family))
         })?;
@@ -244,6 +307,9 @@ impl Leaderboards {
                     family.name, board.column
                 ))
             })?;
+        let now = bucket::unix_secs(started);
+        let epochs = self.epochs(family, &period, asked, now).await?;
+        period.text = epochs.period(&period.text);
         let session = self.reader.session();
         let mut keys = std::collections::BTreeSet::new();
         for &d in &period.days {
@@ -252,20 +318,22 @@ impl Leaderboards {
                     .await?,
             );
         }
-        let days = &period.days;
+        let (days, epochs) = (&period.days, &epochs);
         let reads = futures_util::stream::iter(keys.iter().cloned())
             .map(|key: Vec<String>| async move {
                 let sums = self
                     .reader
-                    .partition(
+                    .read_partition_in_epoch(
                         family,
                         Granularity::Day,
                         &key,
+                        epochs.of_key(family, &key),
                         days[0],
                         &[column],
                         self.consistency,
                     )
-                    .await?;
+                    .await?
+                    .sums;
                 let score = days
                     .iter()
                     .filter_map(|d| sums.get(&i64::from(d.0)))
@@ -347,7 +415,28 @@ impl Leaderboards {
         day: Day,
         limit: usize,
     ) -> Result<Option<Ranking>, LeaderboardError> {
-        let period = Period::of(board.granularity, day);
+        self.top_in_epoch(board, day, limit, None).await
+    }
+
+    /// [`Leaderboards::top`] for a family with an epoch column: the ranking of the
+    /// family's epoch `epoch` (default: the one in force at the end of the period, or
+    /// now).
+    pub async fn top_in_epoch(
+        &self,
+        board: &LeaderboardConfig,
+        day: Day,
+        limit: usize,
+        epoch: Option<i32>,
+    ) -> Result<Option<Ranking>, LeaderboardError> {
+        let mut period = Period::of(board.granularity, day);
+        let family = self.families.by_name(&board.family).ok_or_else(|| {
+            LeaderboardError::Usage(format!("no family is called `{}`", board.family))
+        })?;
+        let now = bucket::unix_secs(SystemTime::now());
+        period.text = self
+            .epochs(family, &period, epoch, now)
+            .await?
+            .period(&period.text);
         let Some(pointer) = self.pointer(&board.name, &period.text).await? else {
             return Ok(None);
         };
@@ -386,6 +475,44 @@ impl Leaderboards {
             size: pointer.entries,
             entries,
         }))
+    }
+
+    /// The epochs a ranking of `family`'s `period` reads (see
+    /// [`Leaderboards::run_in_epoch`]): none for a family without an epoch column (an
+    /// epoch asked of one is a usage error), else from a read of the registry at `now`.
+    async fn epochs(
+        &self,
+        family: &crate::family::FamilyDef,
+        period: &Period,
+        asked: Option<i32>,
+        now: i64,
+    ) -> Result<Epochs, LeaderboardError> {
+        if family.epoch_column.is_none() {
+            return match asked {
+                Some(_) => Err(LeaderboardError::Usage(format!(
+                    "family `{}` has no epoch column: --epoch does not apply",
+                    family.name
+                ))),
+                None => Ok(Epochs::None),
+            };
+        }
+        let registry = EpochRegistry::new(&self.config, &self.families, &self.metrics, now)
+            .ok_or_else(|| LeaderboardError::Usage("no family has an epoch column".into()))?;
+        registry
+            .refresh_at(self.reader.session(), &self.families, now)
+            .await?;
+        let view = registry
+            .view()
+            .ok_or_else(|| LeaderboardError::Usage("the epoch registry was not read".into()))?;
+        let last = period.days.last().copied().unwrap_or(Day(0));
+        let board = asked.unwrap_or_else(|| view.read_epoch(family.id, &[], last, now));
+        Ok(Epochs::Of {
+            view,
+            board,
+            asked: asked.is_some(),
+            last,
+            now,
+        })
     }
 
     /// The pointer row of a board's period, if a run finished for it.

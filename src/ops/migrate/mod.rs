@@ -206,21 +206,11 @@ impl Side {
     async fn open(config: Config, family: &str) -> Result<Side, MigrateError> {
         let families =
             Families::from_config(&config).map_err(|e| MigrateError::Usage(e.to_string()))?;
-        match families.by_name(family) {
-            None => {
-                return Err(MigrateError::Usage(format!(
-                    "no family `{family}` in the configuration of {}",
-                    config.store.contact_points.join(",")
-                )));
-            }
-            // Epochs would have to be copied partition by partition with the registry;
-            // not built.
-            Some(def) if def.epoch_column.is_some() => {
-                return Err(MigrateError::Usage(format!(
-                    "family `{family}` has an epoch column: migrate does not copy epochs yet"
-                )));
-            }
-            Some(_) => {}
+        if families.by_name(family).is_none() {
+            return Err(MigrateError::Usage(format!(
+                "no family `{family}` in the configuration of {}",
+                config.store.contact_points.join(",")
+            )));
         }
         let session = session::connect(&config.store)
             .await
@@ -301,6 +291,17 @@ impl Migration {
                 dst.key_columns.join(", ")
             )));
         }
+        if src.epoch_column.is_some() != dst.epoch_column.is_some() {
+            return Err(MigrateError::Usage(format!(
+                "family `{}` has an epoch column in the {} only: each epoch's partitions are copied into the same epoch of the target, so both need one (or neither)",
+                src.name,
+                if src.epoch_column.is_some() {
+                    "source"
+                } else {
+                    "target"
+                }
+            )));
+        }
         if let Some(missing) = src.columns.iter().find(|c| !dst.columns.contains(c)) {
             return Err(MigrateError::Usage(format!(
                 "the target family `{}` has no column `{missing}`",
@@ -361,6 +362,7 @@ impl Migration {
         )
         .await?;
         let mut recorded = chunks_by_partition(jobs.load().await?);
+        self.copy_epochs().await?;
         let partitions = self.source_partitions().await?;
         let counts = parking_lot::Mutex::new(Progress::default());
         let report = parking_lot::Mutex::new(Report {
@@ -576,6 +578,41 @@ impl Migration {
         Ok(())
     }
 
+    /// For a family with an epoch column: the source registry's rows of the family,
+    /// written to the target's registry before any partition (idempotent INSERTs of the
+    /// same rows), so that the target's writers and readers place and read rows in the
+    /// epochs the copied partitions are in.
+    async fn copy_epochs(&self) -> Result<(), MigrateError> {
+        let family = self.source.family(&self.options.family);
+        if family.epoch_column.is_none() {
+            return Ok(());
+        }
+        let registry = |e: crate::epoch::registry::RegistryError| {
+            MigrateError::store("the epoch registry of the family", e)
+        };
+        let rows = crate::epoch::registry::rows_of(
+            self.source.reader.session(),
+            &self.source.config,
+            &family.name,
+        )
+        .await
+        .map_err(registry)?;
+        for row in rows {
+            crate::epoch::registry::schedule(
+                self.target.reader.session(),
+                &self.target.config,
+                &self.target.family(&self.options.family).name,
+                &row.scope,
+                row.start_minute,
+                &row.reason,
+                row.created_unix_secs,
+            )
+            .await
+            .map_err(registry)?;
+        }
+        Ok(())
+    }
+
     /// The counter write of a chunk, for the target's counter writer.
     fn write_of(&self, chunk: &Chunk) -> Result<PartitionWrite, MigrateError> {
         let family = self.target.family(&self.options.family);
@@ -605,7 +642,7 @@ impl Migration {
             });
         }
         Ok(PartitionWrite {
-            epoch: None,
+            epoch: chunk.partition.epoch,
             family: family.id,
             table,
             series: series::encode(keys).into_boxed_slice(),

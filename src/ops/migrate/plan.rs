@@ -18,6 +18,10 @@ pub struct PartitionRef {
     pub key: Vec<String>,
     /// `YYYY-MM-DD` (minute table) or `YYYY-MM` (day table).
     pub bucket: String,
+    /// The epoch, for a family with an epoch column (each epoch's partitions are copied
+    /// into the same epoch of the target).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub epoch: Option<i32>,
 }
 
 impl PartitionRef {
@@ -60,9 +64,17 @@ impl PartitionRef {
         from.is_none_or(|f| last >= f) && to.is_none_or(|t| first <= t)
     }
 
-    /// A short text for reports: `minute home 2026-11-30`.
+    /// A short text for reports: `minute home 2026-11-30` (`… epoch 29934000`).
     pub fn describe(&self) -> String {
-        format!("{} {} {}", self.table, self.key.join(","), self.bucket)
+        match self.epoch {
+            Some(epoch) => format!(
+                "{} {} {} epoch {epoch}",
+                self.table,
+                self.key.join(","),
+                self.bucket
+            ),
+            None => format!("{} {} {}", self.table, self.key.join(","), self.bucket),
+        }
     }
 }
 
@@ -88,17 +100,42 @@ impl Chunk {
     }
 }
 
-/// The job table id of chunk `index` of `partition`.
+/// The job table id of chunk `index` of `partition`: `[table, key, bucket, index]`, and
+/// the epoch fifth for a family with an epoch column.
 pub fn part_id(partition: &PartitionRef, index: u32) -> String {
-    serde_json::to_string(&(&partition.table, &partition.key, &partition.bucket, index))
-        .unwrap_or_default()
+    let (table, key, bucket) = (&partition.table, &partition.key, &partition.bucket);
+    match partition.epoch {
+        Some(epoch) => serde_json::to_string(&(table, key, bucket, index, epoch)),
+        None => serde_json::to_string(&(table, key, bucket, index)),
+    }
+    .unwrap_or_default()
 }
 
 /// The partition and chunk index of a job table id.
 pub fn parse_part(part: &str) -> Option<(PartitionRef, u32)> {
-    let (table, key, bucket, index): (String, Vec<String>, String, u32) =
-        serde_json::from_str(part).ok()?;
-    Some((PartitionRef { table, key, bucket }, index))
+    let fields: Vec<serde_json::Value> = serde_json::from_str(part).ok()?;
+    let text = |i: usize| fields.get(i)?.as_str().map(str::to_owned);
+    let key = fields
+        .get(1)?
+        .as_array()?
+        .iter()
+        .map(|v| v.as_str().map(str::to_owned))
+        .collect::<Option<Vec<_>>>()?;
+    let index = u32::try_from(fields.get(3)?.as_u64()?).ok()?;
+    let epoch = match fields.len() {
+        4 => None,
+        5 => Some(i32::try_from(fields[4].as_i64()?).ok()?),
+        _ => return None,
+    };
+    Some((
+        PartitionRef {
+            table: text(0)?,
+            key,
+            bucket: text(2)?,
+            epoch,
+        },
+        index,
+    ))
 }
 
 /// The partition of a job table id.
@@ -296,7 +333,26 @@ mod tests {
             table: "minute".into(),
             key: vec!["home".into()],
             bucket: "2026-11-30".into(),
+            epoch: None,
         }
+    }
+
+    /// A chunk id names its partition whole: the epoch fifth when there is one, and an
+    /// id without it (every job of earlier versions) reads as epoch-less.
+    #[test]
+    fn chunk_ids_round_trip_with_and_without_an_epoch() {
+        let plain = partition();
+        let id = part_id(&plain, 2);
+        assert_eq!(id, r#"["minute",["home"],"2026-11-30",2]"#, "unchanged");
+        assert_eq!(parse_part(&id), Some((plain.clone(), 2)));
+        let in_epoch = PartitionRef {
+            epoch: Some(29_934_000),
+            ..plain
+        };
+        let id = part_id(&in_epoch, 0);
+        assert_eq!(id, r#"["minute",["home"],"2026-11-30",0,29934000]"#);
+        assert_eq!(parse_part(&id), Some((in_epoch, 0)));
+        assert_eq!(parse_part(r#"["minute",["home"],"2026-11-30"]"#), None);
     }
 
     #[test]
@@ -400,6 +456,7 @@ mod tests {
             table: "day".into(),
             key: vec!["k".into()],
             bucket: "2026-11".into(),
+            epoch: None,
         };
         assert!(month.overlaps(Some(day("2026-11-30")), None));
         assert!(!month.overlaps(Some(day("2026-12-01")), None));

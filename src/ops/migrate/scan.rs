@@ -128,15 +128,17 @@ impl Migration {
         let sums = self
             .source
             .reader
-            .partition(
+            .read_partition_in_epoch(
                 family,
                 partition.granularity(),
                 &partition.key,
+                partition.epoch,
                 day,
                 &all,
                 self.options.consistency,
             )
-            .await?;
+            .await?
+            .sums;
         let in_range = |bucket: i64| {
             partition.granularity() == Granularity::Minute
                 || (self
@@ -173,19 +175,22 @@ impl Migration {
         Ok(self
             .target
             .reader
-            .partition(
+            .read_partition_in_epoch(
                 family,
                 partition.granularity(),
                 &partition.key,
+                partition.epoch,
                 day,
                 &all,
                 consistency,
             )
-            .await?)
+            .await?
+            .sums)
     }
 }
 
-/// The logical partition of a scanned partition key (the shard dropped).
+/// The logical partition of a scanned partition key (the shard dropped; the epoch kept,
+/// for a family with an epoch column).
 fn partition_ref(layout: &TableLayout, values: &[Option<CqlValue>]) -> Option<PartitionRef> {
     let mut key = vec![
         String::new();
@@ -195,10 +200,11 @@ fn partition_ref(layout: &TableLayout, values: &[Option<CqlValue>]) -> Option<Pa
             .filter(|(_, r)| matches!(r, Role::Key(_)))
             .count()
     ];
-    let mut bucket = None;
+    let (mut bucket, mut epoch) = (None, None);
     for ((_, role), value) in layout.partition_key.iter().zip(values) {
         match (role, value.as_ref()?) {
             (Role::Key(i), v) => *key.get_mut(*i)? = text_of(v)?,
+            (Role::Epoch, CqlValue::Int(start)) => epoch = Some(*start),
             (Role::Day, CqlValue::Date(date)) => {
                 let day = u32::try_from(i64::from(date.0) - (1_i64 << 31)).ok()?;
                 bucket = Some(bucket::format_date(Day(day).date()));
@@ -211,6 +217,7 @@ fn partition_ref(layout: &TableLayout, values: &[Option<CqlValue>]) -> Option<Pa
         table: layout.kind.as_str().to_owned(),
         key,
         bucket: bucket?,
+        epoch,
     })
 }
 
