@@ -51,6 +51,11 @@ pub(super) struct ReconcileArgs {
     /// With --repair: print the corrections, write nothing.
     #[arg(long, requires = "repair")]
     dry_run: bool,
+    /// With --repair: how long after an earlier repair of the day its writes may still be
+    /// on their way (longer than any counter write timeout); the run waits that long
+    /// after it before reading the counters, at ALL.
+    #[arg(long, value_name = "DURATION", default_value = "60s", value_parser = super::args::parse_duration, requires = "repair")]
+    settle: std::time::Duration,
 }
 
 /// Reconciles, prints, and fails with code 3 on unexplained drift over the threshold.
@@ -116,10 +121,25 @@ pub(super) async fn run(args: ReconcileArgs) -> Result<(), Failure> {
             .await
             .map_err(Failure::other)?;
         if args.repair {
+            let wait =
+                reconcile::repair::settle_wait(&report, args.settle, std::time::SystemTime::now());
+            if report.closed
+                && let Some(wait) = wait
+            {
+                eprintln!(
+                    "{}: waiting {:.0?} for the writes of an earlier repair to settle (--settle)",
+                    family.name, wait
+                );
+                tokio::time::sleep(wait).await;
+                report = reconcile::reconcile(&session, &config, family, &options, &progress)
+                    .await
+                    .map_err(Failure::other)?;
+            }
             if !report.closed {
                 return Err(Failure::usage(format!(
-                    "{} is not closed yet: --repair only corrects closed days",
-                    report.day
+                    "{} is not closed yet: --repair only corrects closed days ({})",
+                    report.day,
+                    report.open_because.as_deref().unwrap_or("open")
                 )));
             }
             let reader = crate::ops::read::Reader::new(session.clone());

@@ -71,6 +71,26 @@ impl OutcomeQueue {
         }
     }
 
+    /// A queue that never drops a row: for the owed marks (see [`super::owed`]), which
+    /// are as many as the keys a spill holds, and must all reach the table.
+    pub fn unbounded() -> OutcomeQueue {
+        OutcomeQueue {
+            limit: Some(usize::MAX),
+            ..OutcomeQueue::default()
+        }
+    }
+
+    /// Queues rows as they are, after those waiting.
+    pub fn push_rows(&mut self, rows: impl IntoIterator<Item = OutcomeRow>) {
+        for row in rows {
+            if self.rows.len() >= self.limit.unwrap_or(MAX_QUEUED) {
+                self.rows.pop_front();
+                self.dropped += 1;
+            }
+            self.rows.push_back(row);
+        }
+    }
+
     /// Queues at most `rows` rows (a test's small stand-in for [`MAX_QUEUED`]).
     #[cfg(test)]
     pub fn limit(&mut self, rows: usize) {

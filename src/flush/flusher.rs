@@ -22,6 +22,7 @@ use crate::vocabulary::Granularity;
 use super::ledger_gate::LedgerGate;
 use super::ledger_gate::owed_sums;
 use super::observe::FlushObserver;
+use super::owed::OwedBook;
 use super::plan::{self, PlanOptions};
 use super::replay::{self, ReplayChunk};
 use super::report::FlushReport;
@@ -160,6 +161,27 @@ impl<S: Sink> Flusher<S> {
                     tracing::error!(%error, "Could not read the outcome logs past outcomes.mark: rows of them may be missing from the outcomes table (they are in the logs).");
                 }
                 flusher.outcomes_mark = Some(mark);
+                // What the spill still owes the counters, made visible to reconcile.
+                let state_dir = flusher.state.dir().to_owned();
+                let owed_error = |error| StateError::Io {
+                    dir: state_dir.clone(),
+                    step: "reading the spill for the days it owes, or owed.days",
+                    error,
+                };
+                let mut book = OwedBook::open(flusher.state.dir(), flusher.state.owner())
+                    .map_err(owed_error)?;
+                flusher
+                    .state
+                    .scan_spill(|record| book.count_spilled(families, record))
+                    .map_err(owed_error)?;
+                let marks = book.start_marks().map_err(owed_error)?;
+                if book.owed_days() > 0 {
+                    tracing::info!(
+                        days = book.owed_days(),
+                        "The spill holds rows of exact families: their days are marked owed in the outcomes table until they are replayed (reconcile keeps them open)."
+                    );
+                }
+                gate.set_owed(book, marks);
                 if !stored.is_empty() {
                     tracing::info!(
                         ledger_rows = stored.len(),
@@ -566,6 +588,7 @@ impl<S: Sink> Flusher<S> {
             rows,
             mut credit,
             sums,
+            owed,
         } = chunk;
         let count = rows.len();
         let planned = self.plan(rows);
@@ -596,7 +619,12 @@ impl<S: Sink> Flusher<S> {
         }
         if report.writes == 0 || journaled {
             // The group consumed the cursor (or there was none to send): held rows
-            // become pending rows.
+            // become pending rows (still owed, see `owed`), and the spill holds these
+            // rows no more.
+            if let Some(gate) = &mut self.ledger_gate {
+                gate.replayed(owed);
+                gate.buffered_rows(self.engine.families(), held.iter().map(|(key, _)| key));
+            }
             if report.writes == 0
                 && let Err(error) = self.state.commit_replay(consumes)
             {

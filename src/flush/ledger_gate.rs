@@ -25,7 +25,7 @@ use crate::backoff::Backoff;
 use crate::bucket::Minute;
 use crate::family::{Families, key_bucket};
 use crate::series;
-use crate::sink::{LedgerRow, Outcome, Sink};
+use crate::sink::{LedgerRow, Outcome, OutcomeRow, PartitionWrite, Sink};
 use crate::stage::{
     Action, CrashPoints, Decision, Facts, Policy, Sender, StageCx, WriteKind, run_stage,
 };
@@ -35,6 +35,7 @@ use crate::telemetry::Ledger;
 use crate::vocabulary::{FamilyId, Granularity};
 
 use super::exact_outcomes::OutcomeQueue;
+use super::owed::{OwedBook, OwedDay};
 use super::shutdown::Deadline;
 
 /// Attempts of one ledger request within one flush before its rows wait for a later
@@ -252,6 +253,10 @@ pub struct LedgerGate {
     held_sums: [i128; 2],
     /// Rows of the outcomes table waiting to be written.
     outcomes: OutcomeQueue,
+    /// What the state directory's spill still owes (see [`super::owed`]), once set.
+    owed: Option<OwedBook>,
+    /// The owed marks waiting to be written (never dropped).
+    marks: OutcomeQueue,
     /// Where the ledger's write counts and backlog are kept for the metrics.
     counts: Arc<Ledger>,
 }
@@ -266,6 +271,8 @@ impl LedgerGate {
             held: Vec::new(),
             held_sums: [0, 0],
             outcomes: OutcomeQueue::default(),
+            owed: None,
+            marks: OutcomeQueue::unbounded(),
             counts,
         })
     }
@@ -438,11 +445,92 @@ impl LedgerGate {
         self.outcomes.offer(families, records);
     }
 
-    /// Sends the queued outcome rows (all that are due; every one when `force`).
+    /// Sends the queued outcome rows (all that are due; every one when `force`), then the
+    /// owed marks (see [`super::owed`]).
     pub async fn send_outcomes<S: Sink>(&mut self, sink: &S, deadline: &mut Deadline, force: bool) {
         self.outcomes
             .send(sink, self.backoff, deadline, force)
             .await;
+        if let Some(book) = &mut self.owed {
+            self.marks.push_rows(book.sweep());
+        }
+        if self.marks.is_empty() {
+            return;
+        }
+        self.marks.send(sink, self.backoff, deadline, force).await;
+        if self.marks.is_empty()
+            && let Some(book) = &mut self.owed
+            && let Err(error) = book.marks_applied()
+        {
+            tracing::warn!(%error, file = super::owed::FILE_NAME, "Could not record that owed days were cleared; the next start clears them again.");
+        }
+    }
+
+    /// Makes what the state directory owes visible in the outcomes table (see
+    /// [`super::owed`]): `book`, and the marks a start sends.
+    pub fn set_owed(&mut self, book: OwedBook, marks: Vec<OutcomeRow>) {
+        self.owed = Some(book);
+        self.marks.push_rows(marks);
+    }
+
+    /// Records kept in a spill segment: the days of exact families among them are owed.
+    pub fn spilled<'a>(
+        &mut self,
+        families: &Families,
+        records: impl IntoIterator<Item = &'a WriteRecord>,
+    ) {
+        let Some(book) = &mut self.owed else {
+            return;
+        };
+        match book.spilled(families, records) {
+            Ok(marks) => self.marks.push_rows(marks),
+            Err(error) => {
+                tracing::error!(%error, file = super::owed::FILE_NAME, "Could not record owed days; their marks are not sent (a repair before the replay could count those rows twice). The next start sends them.")
+            }
+        }
+    }
+
+    /// The records a committed replay group carried, counted per owed day.
+    pub fn replayed(&mut self, days: BTreeMap<OwedDay, u64>) {
+        if let Some(book) = &mut self.owed {
+            book.replayed(days);
+        }
+    }
+
+    /// A counter write's decision, as the owed days see it: a write of a replay group
+    /// that goes back into the buffer stays owed; any write that leaves the buffer for
+    /// good carries the replayed rows it merged with.
+    pub fn track(
+        &mut self,
+        families: &Families,
+        write: &PartitionWrite,
+        action: &Action,
+        replay: bool,
+    ) {
+        let Some(book) = &mut self.owed else {
+            return;
+        };
+        match action {
+            Action::Retry(_) | Action::Hold if replay => book.buffered_write(families, write),
+            Action::Retry(_) | Action::Hold => {}
+            _ => book.settled(families, write),
+        }
+    }
+
+    /// Rows of a committed replay group the epoch registry holds in the buffer.
+    pub fn buffered_rows<'a>(
+        &mut self,
+        families: &Families,
+        keys: impl Iterator<Item = &'a RowKey>,
+    ) {
+        if let Some(book) = &mut self.owed {
+            book.buffered_rows(families, keys);
+        }
+    }
+
+    /// Owed marks waiting to be written.
+    pub fn marks_queued(&self) -> usize {
+        self.marks.len()
     }
 
     /// Outcome rows waiting to be written.

@@ -20,6 +20,9 @@
 //!   drain's fresh deltas, confirmed before the counter writes may carry those deltas.
 //! - [`exact_outcomes`]: the exact families' unknown and rejected rows, queued for the
 //!   outcomes table (never holding a counter write).
+//! - [`owed`]: what the spill still owes the exact families' counters, marked in the
+//!   outcomes table so that `reconcile --repair` never corrects a key a writer will
+//!   still replay.
 //! - [`observe`]: the hook after the drain ([`FlushObserver`]), which feeds the key index.
 //!
 //! Rows of `writer_totals` families leave this path right after the drain, for
@@ -29,6 +32,7 @@ pub mod exact_outcomes;
 pub mod flusher;
 pub mod ledger_gate;
 pub mod observe;
+pub mod owed;
 pub mod plan;
 pub mod record_conversion;
 mod replay;

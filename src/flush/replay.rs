@@ -14,6 +14,8 @@
 //! the chunk with the read position before it (it is still on disk, and comes back with
 //! a later chunk). A record that no longer maps to its family is logged as rejected.
 
+use std::collections::BTreeMap;
+
 use crate::aggregate::{Credit, Row, RowKey, Slot};
 use crate::engine::Engine;
 use crate::state::spill::MAX_REPLAY_CHUNK_ROWS;
@@ -22,6 +24,7 @@ use crate::telemetry::Ledger;
 use crate::test_hooks::crash_point;
 use crate::vocabulary::Granularity;
 
+use super::owed::OwedDay;
 use super::record_conversion;
 
 /// Spilled rows read for a group of their own.
@@ -33,6 +36,8 @@ pub(super) struct ReplayChunk {
     /// Their delta sums (minute, day), by where they came from: this process's own
     /// spill (`[0]`), or an earlier process's (`[1]`, accepted anew by this one).
     pub(super) sums: [[i128; 2]; 2],
+    /// The exact families' records read, per owed day (see [`super::owed`]).
+    pub(super) owed: BTreeMap<OwedDay, u64>,
 }
 
 impl ReplayChunk {
@@ -76,6 +81,7 @@ pub(super) fn read_chunk(
         rows: Vec::new(),
         credit: aggregator.no_credit(),
         sums: [[0; 2]; 2],
+        owed: BTreeMap::new(),
     };
     let (mut count, mut charged, mut planned, mut no_room) = (0_usize, 0_usize, 0_usize, false);
     let mut unmappable: Vec<WriteRecord> = Vec::new();
@@ -115,6 +121,9 @@ pub(super) fn read_chunk(
                 bring_back(table, sum);
                 ledger.update(table, |s| s.in_flight += sum);
                 chunk.sums[own][table.index()] += sum;
+                if let Some(day) = OwedDay::of(families, &record) {
+                    *chunk.owed.entry(day).or_default() += 1;
+                }
                 chunk.rows.push((key, row));
             }
             Err(error) => {

@@ -6,7 +6,7 @@
 //!
 //! | module | files |
 //! |---|---|
-//! | this one | `lock`, `writer_id`, `incarnation`, `status.json` |
+//! | this one | `lock`, `writer_id`, `dir_id`, `incarnation`, `status.json` |
 //! | [`journal`] | `journal.wal`: the group commit of the flush in progress, its start windows and outcomes |
 //! | [`jsonl`], [`record`] | `unknown.jsonl`, `rejected.jsonl` and their rotations and torn lines |
 //! | [`spill`] | `spill.<incarnation>.<flush>[.recovered\|.held].jsonl`, `spill.cursor`, `spill.corrupt.jsonl`; the size the `writer_totals` spill files take of the shared limit |
@@ -115,6 +115,9 @@ pub struct StateDir {
     dir: PathBuf,
     _lock: File,
     writer_id: String,
+    /// A random id made when the directory was first opened: what tells two directories
+    /// apart whose writers share a configured writer id.
+    dir_id: String,
     incarnation: u64,
     unknown: JsonlLog,
     rejected: JsonlLog,
@@ -252,6 +255,10 @@ impl StateDir {
             None => read_or_create(&dir.join("writer_id"), generate_writer_id)
                 .map_err(io_err("writer id"))?,
         };
+        let dir_id = read_or_create(&dir.join("dir_id"), || {
+            uuid::Uuid::new_v4().simple().to_string()[..16].to_owned()
+        })
+        .map_err(io_err("directory id"))?;
         let incarnation =
             next_incarnation(&dir.join("incarnation")).map_err(io_err("incarnation"))?;
         let unclean_previous_run = match fs::read(dir.join("status.json")) {
@@ -291,6 +298,7 @@ impl StateDir {
             dir,
             _lock: lock,
             writer_id,
+            dir_id,
             incarnation,
             unknown,
             rejected,
@@ -326,6 +334,12 @@ impl StateDir {
     /// This process's incarnation: how many times the directory was opened.
     pub fn incarnation(&self) -> u64 {
         self.incarnation
+    }
+
+    /// Who owns what this directory holds, whatever the process: the writer id and the
+    /// directory id (`writer~dir_id`).
+    pub fn owner(&self) -> String {
+        format!("{}~{}", self.writer_id, self.dir_id)
     }
 
     /// This start's nonce (see [`FlushId::nonce`]).
@@ -687,6 +701,11 @@ impl StateDir {
     pub fn rewind_replay(&mut self) {
         let consumed = self.spill.durable().max(self.owed_cursor);
         self.spill.rewind(consumed);
+    }
+
+    /// Every spilled record not consumed yet, read without consuming any.
+    pub fn scan_spill(&mut self, each: impl FnMut(&WriteRecord)) -> io::Result<()> {
+        self.spill.scan(each)
     }
 
     /// Makes a replay cursor durable outside a flush (a chunk that produced no write).

@@ -404,6 +404,19 @@ impl Spill {
         Ok(corrupt)
     }
 
+    /// Every record from the read position on, without consuming any (the position is
+    /// where it was after); lines that do not read as records are passed over (a read
+    /// that consumes them sets them aside).
+    pub fn scan(&mut self, mut each: impl FnMut(&WriteRecord)) -> io::Result<()> {
+        let at = self.loaded;
+        let read = self.read(|_, record| {
+            each(&record);
+            true
+        });
+        self.loaded = at;
+        read.map(drop)
+    }
+
     /// Reads records from the loaded cursor on, while `more(records so far, next record)`
     /// says so, into one [`Chunk`] (see [`Spill::read`]; tests and audits).
     pub fn load(&mut self, mut more: impl FnMut(usize, &WriteRecord) -> bool) -> io::Result<Chunk> {

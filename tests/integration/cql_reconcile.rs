@@ -188,6 +188,109 @@ async fn two_writers_sharing_a_writer_id_keep_both_ledger_rows() {
     store.shutdown().await;
 }
 
+/// Issue 26 item 2: writers A and B count the same keys of a closed day; the store
+/// refuses B's counter writes (Unavailable: not applied) and its final flush spills
+/// them, their ledger rows confirmed. A `reconcile --repair` from a machine without B's
+/// state directory sees B's `owed` mark in the outcomes table: the day is still open and
+/// nothing is corrected. B restarts and replays: every counter equals what was fed, the
+/// mark turns `replayed`, the day closes, and a repair finds nothing to correct. (Without
+/// the mark the repair raised the counters to the ledger, and B's replay then counted
+/// its rows a second time: counter = ledger + B's deltas.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_repair_waits_for_a_writer_whose_spill_still_owes_the_day() {
+    const MINUTE_TABLE: &str = "metrics.views_by_minute";
+    const DAY_TABLE: &str = "metrics.views_by_day";
+    let (dir_a, dir_b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let mut config_a = exact_config(dir_a.path());
+    let store = start_cqlsim(&mut config_a, "injects Unavailable on the counter tables").await;
+    let mut config_b = config_a.clone();
+    config_b.state.dir = dir_b.path().to_owned();
+    let pages = ["p1", "p2", "p3", "p4"];
+    let mut writer_a = Writer::start(&config_a).await;
+    for page in pages {
+        writer_a.incr("page.views", &[("page_id", page)], 3, AT);
+    }
+    writer_a.flusher.flush_now().await;
+    settle(&mut writer_a).await;
+    let writer_b = Writer::start(&config_b).await;
+    store.sim().set_faults(vec![
+        FaultRule::new(FaultKind::Unavailable).table(&config_a.families[0].minute_table),
+        FaultRule::new(FaultKind::Unavailable).table(&config_a.families[0].day_table),
+    ]);
+    for page in pages {
+        writer_b.incr("page.views", &[("page_id", page)], 5, AT + 60);
+    }
+    writer_b.flusher.finish().await;
+    store.sim().clear_faults();
+    assert_eq!(
+        crate::common::spilled_records(dir_b.path()).len(),
+        8,
+        "B's minute and day rows wait in its spill"
+    );
+    let fed = 4 * (3 + 5);
+    assert_eq!(store.table_sum(MINUTE_TABLE, "views").await, 4 * 3);
+
+    let mut example: toml::Table =
+        toml::from_str(include_str!("../../examples/countersink.toml")).unwrap();
+    example["family"][0]
+        .as_table_mut()
+        .unwrap()
+        .insert("exact".into(), true.into());
+    let file = dir_a.path().join("countersink.toml");
+    std::fs::write(
+        &file,
+        store.config_file(&toml::to_string(&example).unwrap()),
+    )
+    .unwrap();
+    let repair = || {
+        run_cli([
+            "reconcile".to_owned(),
+            "--config".into(),
+            file.display().to_string(),
+            "--day".into(),
+            format_date(day().date()),
+            "--repair".into(),
+        ])
+    };
+    let refused = repair();
+    let stderr = String::from_utf8_lossy(&refused.stderr).into_owned();
+    assert_eq!(refused.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("not closed yet") && stderr.contains("owed"),
+        "{stderr}"
+    );
+    assert_eq!(
+        store.table_sum(MINUTE_TABLE, "views").await,
+        4 * 3,
+        "nothing corrected"
+    );
+
+    let mut writer_b = Writer::start(&config_b).await;
+    writer_b.flusher.flush_now().await;
+    settle(&mut writer_b).await;
+    writer_b.flusher.flush_now().await;
+    assert_eq!(store.table_sum(MINUTE_TABLE, "views").await, fed);
+    assert_eq!(store.table_sum(DAY_TABLE, "views").await, fed);
+    let report = run_reconcile(&writer_a, &config_a).await;
+    assert!(report.closed, "{:?}", report.open_because);
+    assert!(report.owed_by.is_empty(), "{:?}", report.owed_by);
+    assert!(report.keys.is_empty(), "every key ok: {:?}", report.keys);
+    assert_eq!(report.summary.exact_total, fed);
+
+    let repaired = repair();
+    let stdout = String::from_utf8_lossy(&repaired.stdout).into_owned();
+    assert_eq!(
+        repaired.status.code(),
+        Some(0),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&repaired.stderr)
+    );
+    assert!(!stdout.contains("repair "), "nothing to correct: {stdout}");
+    assert_eq!(store.table_sum(MINUTE_TABLE, "views").await, fed);
+    assert_eq!(store.table_sum(DAY_TABLE, "views").await, fed);
+    store.shutdown().await;
+}
+
 /// Issue item 5: a key whose ledger sums beyond i64 (two rows of `i64::MAX`) gets no
 /// closed row, not a clamped `i64::MAX`: `reconcile --close` names it and exits 3, its
 /// exact value still reads the ledger's true sum, and the other key is closed.

@@ -123,6 +123,12 @@ impl<S: Sink> WriteKind for CounterStage<'_, S> {
                 .ledger
                 .count_write(&flusher.table_name(&write), class);
         }
+        if let Some(gate) = &mut flusher.ledger_gate {
+            // What the state directory owes (see `flush::owed`): replayed rows back in
+            // the buffer stay owed until a write carries them.
+            let replay = self.consumes.is_some();
+            gate.track(flusher.engine.families(), &write, &decision.action, replay);
+        }
         let source = RecordSource {
             flush,
             request: index,

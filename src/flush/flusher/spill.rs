@@ -42,6 +42,10 @@ impl<S: Sink> Flusher<S> {
             if *kept {
                 kept_count += 1;
                 self.ledger.update(item.table, |s| s.spilled += item.sum);
+                // Owed until replayed: reconcile must not repair these keys meanwhile.
+                if let Some(gate) = &mut self.ledger_gate {
+                    gate.spilled(self.engine.families(), &item.records);
+                }
             } else {
                 dropped.0 += 1;
                 dropped.1 += rows;

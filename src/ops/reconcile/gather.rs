@@ -14,6 +14,7 @@ use crate::bucket::Day;
 use crate::config::{Config, ConsistencyLevel};
 use crate::cql_text::{self, EXACT, KEY_INDEX};
 use crate::family::FamilyDef;
+use crate::flush::owed;
 use crate::ops::keyindex;
 use crate::ops::read::{PartitionQuery, ReadError, Reader};
 use crate::sink::cql::session;
@@ -36,6 +37,18 @@ pub struct KeyOutcomes {
 /// The outcome rows of one family-day: (key, granularity) → what they say. Read whole:
 /// its size follows the writes that did not simply apply, not the number of keys.
 pub type DayOutcomes = BTreeMap<(String, Granularity), KeyOutcomes>;
+
+/// What the outcomes table says about one family-day.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct DayRecords {
+    /// Per key and granularity.
+    pub keys: DayOutcomes,
+    /// The state directories that still owe rows of this day (an `owed` mark, see
+    /// [`crate::flush::owed`]): their spill has not been replayed yet.
+    pub owed_by: Vec<String>,
+    /// When the latest corrective write of `--repair` was recorded (Unix milliseconds).
+    pub last_repair_ms: Option<i64>,
+}
 
 /// One key's ledger rows, summed.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -208,14 +221,16 @@ impl<'a> BucketReader<'a> {
     }
 }
 
-/// The outcome rows of `family`'s `day`, folded per key and granularity.
+/// The outcome rows of `family`'s `day`, folded per key and granularity, with the days'
+/// owed marks and the time of its latest repair.
 pub async fn read_outcomes(
     session: &Session,
     config: &Config,
     family: &FamilyDef,
     day: Day,
-) -> Result<DayOutcomes, ReadError> {
-    let mut outcomes = DayOutcomes::new();
+) -> Result<DayRecords, ReadError> {
+    let mut records = DayRecords::default();
+    let outcomes = &mut records.keys;
     let keyspace = [("keyspace", config.exact_keyspace())];
     let text = cql_text::statement(EXACT, "select_outcomes", &keyspace);
     let mut statement = session
@@ -246,8 +261,31 @@ pub async fn read_outcomes(
     // (key, granularity) → request id → summed deltas.
     let mut unknown: BTreeMap<(String, Granularity), BTreeMap<String, Sums>> = BTreeMap::new();
     while let Some(row) = pager.next().await {
-        let (request_id, row, outcome, granularity, key, _minute, _shard, deltas, _, _, resolution) =
-            row.map_err(|e| store_error(&text, e))?;
+        let (
+            request_id,
+            row,
+            outcome,
+            granularity,
+            key,
+            _minute,
+            _shard,
+            deltas,
+            _,
+            recorded,
+            resolution,
+        ) = row.map_err(|e| store_error(&text, e))?;
+        if let Some(owner) = request_id.strip_prefix(owed::REQUEST_PREFIX) {
+            // A state directory's mark of the whole day, not a request.
+            if outcome == owed::OWED {
+                records.owed_by.push(owner.to_owned());
+            }
+            continue;
+        }
+        if outcome.starts_with("repair_")
+            && let Some(at) = recorded
+        {
+            records.last_repair_ms = records.last_repair_ms.max(Some(at.0));
+        }
         let granularity = match granularity.as_str() {
             "day" => Granularity::Day,
             _ => Granularity::Minute,
@@ -292,7 +330,7 @@ pub async fn read_outcomes(
             .map(|(request_id, deltas)| Unknown { request_id, deltas })
             .collect();
     }
-    Ok(outcomes)
+    Ok(records)
 }
 
 /// The reads of one key's counters: its minute partition and its day partition, every

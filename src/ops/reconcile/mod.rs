@@ -160,6 +160,13 @@ pub struct Report {
     pub closed: bool,
     /// Why the day is still open (`None` when closed).
     pub open_because: Option<String>,
+    /// The state directories (writer id and directory id) that still owe rows of this day
+    /// (see [`crate::flush::owed`]): the day stays open until they replayed them.
+    pub owed_by: Vec<String>,
+    /// When the latest corrective write of `--repair` on this day was recorded (Unix
+    /// milliseconds): a repair waits a settle time after it (see [`repair::settle_wait`]).
+    #[serde(skip)]
+    pub last_repair_ms: Option<i64>,
     /// The keys and granularities that are not `ok` (at most [`Options::max_listed`],
     /// sorted by key): an `ok` key is only counted, so that a run over millions of keys
     /// holds the summary and the exceptions, never every key.
@@ -247,8 +254,8 @@ pub fn settle_time(config: &Config) -> Duration {
 /// the time, while the local state directory (`state.dir`, when it exists) holds rows
 /// of that family-day in a spill segment not yet replayed or in a flush the intent
 /// journal has not finished: those rows are in the ledger and will reach the counters
-/// when replayed. Other writers' state directories are not visible from here (see the
-/// README: reconcile again after their replay).
+/// when replayed. Other writers' state directories are seen through their `owed` marks
+/// in the outcomes table ([`reconcile`] reads them).
 pub fn open_because(
     config: &Config,
     family: &FamilyDef,
@@ -289,6 +296,21 @@ pub fn open_because(
             dir.display()
         )
     }))
+}
+
+/// Why a day is open while state directories of other writers still owe rows of it (an
+/// `owed` mark in the outcomes table), or `None` when none does.
+fn owed_because(owed_by: &[String]) -> Option<String> {
+    let (first, rest) = owed_by.split_first()?;
+    let others = if rest.is_empty() {
+        String::new()
+    } else {
+        format!(" and {} more", rest.len())
+    };
+    Some(format!(
+        "{} writer state directories ({first}{others}) still hold rows of this day in their spill or buffer (an `owed` mark in the outcomes table): they reach the counters when those writers replay them; repair and close wait for them",
+        owed_by.len()
+    ))
 }
 
 /// How many slices a day is read in: a slice is the keys whose hash is `s` modulo this,
@@ -375,9 +397,13 @@ pub async fn reconcile(
     progress: &(dyn Fn(Progress) + Sync),
 ) -> Result<Report, ReadError> {
     let day = options.day;
-    let open_because = open_because(config, family, day, options.now_unix_secs)?;
+    let records = gather::read_outcomes(session, config, family, day).await?;
+    let open_because = match open_because(config, family, day, options.now_unix_secs)? {
+        Some(why) => Some(why),
+        None => owed_because(&records.owed_by),
+    };
     let open = open_because.is_some();
-    let outcomes = gather::read_outcomes(session, config, family, day).await?;
+    let outcomes = &records.keys;
     let buckets = gather::BucketReader::new(session, config, family, day).await?;
     let reader = Reader::new(session.clone());
     let queries = gather::CounterQueries::new(&reader, family, config.exact.consistency).await?;
@@ -385,7 +411,7 @@ pub async fn reconcile(
     let ledger_rows = AtomicU64::new(0);
     let keys_found = AtomicU64::new(0);
     let slices_scanned = AtomicU64::new(0);
-    let (buckets, outcomes, ledger_rows_ref) = (&buckets, &outcomes, &ledger_rows);
+    let (buckets, ledger_rows_ref) = (&buckets, &ledger_rows);
     let (keys_found_ref, slices_scanned_ref) = (&keys_found, &slices_scanned);
     // The scan runs beside the counter reads, one slice ahead: polled with them by this
     // task (not only when the reads want more keys), so the reads never wait for it.
@@ -428,6 +454,8 @@ pub async fn reconcile(
         day: crate::bucket::format_date(day.date()),
         closed: !open,
         open_because,
+        owed_by: records.owed_by.clone(),
+        last_repair_ms: records.last_repair_ms,
         ..Report::default()
     };
     let empty = gather::KeyOutcomes::default();

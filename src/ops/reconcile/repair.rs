@@ -9,8 +9,15 @@
 //! by one (the key's ledger rows against its minute partition), the day row as a whole.
 //! A sharded family's correction goes to shard 0: the counter is the sum of its shards,
 //! so any one shard carries the difference (see [`apply`]).
+//!
+//! A correction is computed from counters read at ALL, and only once an earlier
+//! repair's writes of the day can no longer be on their way ([`settle_wait`]): a counter
+//! write whose outcome is unknown has applied at its leader replica or never will once
+//! its timeout is long past, and a read at ALL cannot miss what the leader applied. A
+//! correction computed from a read that missed it would be counted on top of it.
 
 use std::collections::BTreeMap;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use futures_util::StreamExt;
 use scylla::client::session::Session;
@@ -19,7 +26,7 @@ use serde::Serialize;
 
 use crate::aggregate::Columns;
 use crate::bucket::{Day, MINUTES_PER_DAY};
-use crate::config::Config;
+use crate::config::{Config, ConsistencyLevel};
 use crate::cql_text::{self, EXACT};
 use crate::family::{FamilyDef, key_bucket};
 use crate::ops::read::{ReadError, Reader};
@@ -75,8 +82,18 @@ pub fn correction_deltas(
     if fits { Ok(deltas) } else { Err(deltas) }
 }
 
+/// How long to wait before planning a repair of `report`'s day: until `settle` has
+/// passed since the latest corrective write recorded for it (`None`: no wait).
+pub fn settle_wait(report: &Report, settle: Duration, now: SystemTime) -> Option<Duration> {
+    let last = UNIX_EPOCH + Duration::from_millis(u64::try_from(report.last_repair_ms?).ok()?);
+    (last + settle)
+        .duration_since(now)
+        .ok()
+        .filter(|wait| !wait.is_zero())
+}
+
 /// The corrections of every drifting key of `report` (a closed day), by comparing the
-/// key's ledger rows with its counter rows.
+/// key's ledger rows with its counter rows read at ALL (see the module doc).
 pub async fn plan(
     session: &Session,
     reader: &Reader,
@@ -92,7 +109,8 @@ pub async fn plan(
         if matches!(key.status, Status::Ok | Status::Open) || key.drift.values().all(|d| *d == 0) {
             continue;
         }
-        let consistency = config.exact.consistency;
+        // ALL: the corrections must not miss a write one replica has applied.
+        let consistency = ConsistencyLevel::All;
         let granularity = if key.granularity == "day" {
             Granularity::Day
         } else {
@@ -319,6 +337,21 @@ pub async fn apply(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_repair_waits_the_settle_time_after_the_latest_recorded_repair() {
+        let settle = Duration::from_secs(60);
+        let now = UNIX_EPOCH + Duration::from_secs(1_000_000);
+        let mut report = Report::default();
+        assert_eq!(settle_wait(&report, settle, now), None, "no repair yet");
+        report.last_repair_ms = Some(1_000_000_000 - 45_000);
+        assert_eq!(
+            settle_wait(&report, settle, now),
+            Some(Duration::from_secs(15))
+        );
+        report.last_repair_ms = Some(1_000_000_000 - 60_000);
+        assert_eq!(settle_wait(&report, settle, now), None, "settled");
+    }
 
     #[test]
     fn a_correction_beyond_i64_is_refused_whole_not_left_out() {
