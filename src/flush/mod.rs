@@ -20,9 +20,9 @@
 //!   drain's fresh deltas, confirmed before the counter writes may carry those deltas.
 //! - [`exact_outcomes`]: the exact families' unknown and rejected rows, queued for the
 //!   outcomes table (never holding a counter write).
-//! - [`owed`]: what the spill still owes the exact families' counters, marked in the
-//!   outcomes table so that `reconcile --repair` never corrects a key a writer will
-//!   still replay.
+//! - [`owed`]: the exact family-days this state directory still owes the counters (in
+//!   its spill, or back in the buffer after a replay), marked in the outcomes table so
+//!   that `reconcile` keeps those days open and `--repair` waits for the replay.
 //! - [`observe`]: the hook after the drain ([`FlushObserver`]), which feeds the key index.
 //!
 //! Rows of `writer_totals` families leave this path right after the drain, for
