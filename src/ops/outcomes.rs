@@ -589,7 +589,8 @@ pub fn scan(
             .map(|r| as_write_record(r, RecordOutcome::of_wrapper(r.outcome, false)))
             .collect::<Vec<_>>()
         });
-        let records = wrapper_records.unwrap_or_else(|| recovery_records(group, index == last));
+        let mut records = wrapper_records.unwrap_or_else(|| recovery_records(group, index == last));
+        records.extend(totals::rejected_records(group));
         for record in totals::journal_records(dir, group)? {
             report.journal.records += 1;
             visit(Source::Journal, &record);

@@ -128,6 +128,9 @@ pub struct StateDir {
     /// A replay cursor a flush consumed that could not be made durable: the flush's group
     /// is still open in the journal, the only record that names it.
     owed_cursor: Option<Cursor>,
+    /// Whether the open journal group recorded the outcome logs' sizes already (see
+    /// [`StateDir::note_logs_at`]).
+    logs_noted: bool,
     /// False only in the flush benchmark's baseline (feature `dev`): no journal at all.
     journal_enabled: bool,
     /// This start's nonce (random): with the writer id and the incarnation, what tells
@@ -309,6 +312,7 @@ impl StateDir {
             journal_enabled: true,
             nonce: fastrand::u32(..),
             owed_cursor: None,
+            logs_noted: false,
             wrapper_groups,
         };
         let mut report =
@@ -396,6 +400,7 @@ impl StateDir {
         families: &[FamilyEntry],
         writes: &[PartitionWrite],
     ) -> io::Result<()> {
+        self.logs_noted = false;
         if !self.journal_enabled {
             return Ok(());
         }
@@ -413,6 +418,7 @@ impl StateDir {
         families: &[FamilyEntry],
         intents: &[TotalsIntent],
     ) -> io::Result<()> {
+        self.logs_noted = false;
         if !self.journal_enabled {
             return Ok(());
         }
@@ -477,6 +483,7 @@ impl StateDir {
         if self.journal_enabled {
             self.journal.end(flush.flush_seq)?;
         }
+        self.logs_noted = false;
         // A cursor durable but a segment it passed not deleted: deleted at the next
         // commit or start, nothing replays twice.
         committed
@@ -526,16 +533,14 @@ impl StateDir {
         self.journal.end(flush_seq)
     }
 
-    /// Appends one flush's outcome records: rotates full logs first, records where the
-    /// batch starts in the journal (durably), appends, syncs. Returns what each log did.
-    pub fn log_batch(
-        &mut self,
-        unknown: &[WriteRecord],
-        rejected: &[WriteRecord],
-    ) -> [Appended; 2] {
-        let mut results = [Appended::default(), Appended::default()];
-        if unknown.is_empty() && rejected.is_empty() {
-            return results;
+    /// Before the open journal group first appends to the outcome logs: rotates full logs,
+    /// then records the logs' sizes in the journal, durably, so that recovery finds what
+    /// the group already logged from there (and logs nothing twice, nor misses a record
+    /// whose outcome the journal holds). Once per group: a rotation after the sizes were
+    /// recorded would move the records they point at.
+    pub fn note_logs_at(&mut self) {
+        if self.logs_noted {
+            return;
         }
         for (log, file) in [
             (OutcomeLog::Unknown, &mut self.unknown),
@@ -545,13 +550,33 @@ impl StateDir {
                 tracing::error!(%error, file = log.file_name(), "Could not rotate an outcome log.");
             }
         }
-        if let Err(error) = self
+        match self
             .journal
             .logs_at(self.unknown.size(), self.rejected.size())
         {
-            tracing::error!(%error, "Could not record the outcome logs' sizes in the journal; a crash before this flush ends could log some records twice.");
+            Ok(()) => self.logs_noted = true,
+            Err(error) => {
+                tracing::error!(%error, "Could not record the outcome logs' sizes in the journal; a crash before this flush ends could log some records twice.");
+            }
         }
         crate::test_hooks::crash_point("logs_at_recorded");
+    }
+
+    /// Appends one flush's outcome records (one batch per journal group): rotates full
+    /// logs and records where the batch starts in the journal (durably, see
+    /// [`StateDir::note_logs_at`]), appends, syncs. Returns what each log did.
+    pub fn log_batch(
+        &mut self,
+        unknown: &[WriteRecord],
+        rejected: &[WriteRecord],
+    ) -> [Appended; 2] {
+        let mut results = [Appended::default(), Appended::default()];
+        if unknown.is_empty() && rejected.is_empty() {
+            return results;
+        }
+        // A flush logs one batch per group: its sizes are noted afresh, full logs rotated.
+        self.logs_noted = false;
+        self.note_logs_at();
         for (i, (log, records)) in [
             (OutcomeLog::Unknown, unknown),
             (OutcomeLog::Rejected, rejected),
@@ -606,6 +631,7 @@ impl StateDir {
     /// Appends records to an outcome log outside a flush (replayed rows that no longer
     /// map to a table), durably.
     pub fn append_now(&mut self, log: OutcomeLog, records: &[WriteRecord]) -> Appended {
+        self.note_logs_at();
         let appended = self.append(log, records);
         for (log, error) in self.sync_logs() {
             tracing::error!(%error, file = log.file_name(), "Could not sync an outcome log.");

@@ -26,13 +26,15 @@
 //! (`End`). A group whose commit did not complete sent nothing: its rows were only in
 //! memory and are counted by the lost-at-crash figure.
 //!
-//! A totals group (writes of running totals, `writer_totals`) needs none of this: each of
-//! its writes is idempotent by its write time, so every intent not known applied (no
-//! outcome, or any but `applied`) is written to a totals replay file and written again
-//! by the next start, in its own writer column with its own write time. That is the
-//! counting mode's to do, not this layer's: the opener hands recovery a
-//! [`FinishTotals`] (`crate::totals` implements it), which recovery calls for each such
-//! group, in journal order, before it ends the group. Nothing of it is logged as unknown.
+//! A totals group (writes of running totals, `writer_totals`) needs little of this: each
+//! of its writes is idempotent by its write time, so every intent not known applied or
+//! rejected is written to a totals replay file and written again by the next start, in
+//! its own writer column with its own write time. That is the counting mode's to do,
+//! not this layer's: the opener hands recovery a [`FinishTotals`] (`crate::totals`
+//! implements it), which recovery calls for each such group, in journal order, before it
+//! ends the group. Nothing of it is logged as unknown; the records of its `rejected`
+//! intents go to `rejected.jsonl` here, unless already there, as above (the flush
+//! journals a refusal as it arrives and logs it after: a kill can fall in between).
 
 use std::collections::HashSet;
 use std::path::Path;
@@ -78,10 +80,23 @@ pub struct RecoveryReport {
     pub records: Vec<WriteRecord>,
 }
 
+/// What a counting mode's recovery did for one totals group.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct TotalsFinished {
+    /// Rows whose writes it made durable for this start to write again.
+    pub rows: u64,
+    /// The parts of their totals not known applied, summed per granularity (minute, day).
+    pub sums: [i128; 2],
+    /// The `rejected.jsonl` records of the group's requests the journal says were
+    /// refused, every one: recovery appends those the log does not hold yet (a kill can
+    /// fall between the refusal's journal record and its log line).
+    pub rejected: Vec<WriteRecord>,
+}
+
 /// How the `writer_totals` counting mode finishes a totals group of a killed flush
 /// (see the module doc): it makes durable what the group's writes still owe, and
-/// returns their rows and the parts of their totals not known applied, summed per
-/// granularity (minute, day).
+/// returns their rows, the parts of their totals not known applied, and the records of
+/// its refused requests.
 pub trait FinishTotals {
     /// Finishes `group`, a committed, unended totals group of the directory `dir`.
     fn finish_totals(
@@ -89,7 +104,7 @@ pub trait FinishTotals {
         dir: &Path,
         group: &FlushGroup,
         time: &str,
-    ) -> std::io::Result<(u64, [i128; 2])>;
+    ) -> std::io::Result<TotalsFinished>;
 }
 
 /// For an opener that writes no running totals: a totals group left in its directory
@@ -102,7 +117,7 @@ impl FinishTotals for NoTotals {
         dir: &Path,
         group: &FlushGroup,
         _: &str,
-    ) -> std::io::Result<(u64, [i128; 2])> {
+    ) -> std::io::Result<TotalsFinished> {
         Err(std::io::Error::other(format!(
             "{} holds an unfinished writer_totals flush ({:?}): open it once with the sidecar or a Recorder to finish it",
             dir.display(),
@@ -137,10 +152,19 @@ pub(super) fn recover(
         }
         report.flushes += 1;
         if !group.totals.is_empty() {
-            let (rows, sums) = totals.finish_totals(state.dir(), &group, &time)?;
-            report.totals_rows += rows;
+            let finished = totals.finish_totals(state.dir(), &group, &time)?;
+            report.totals_rows += finished.rows;
             for g in Granularity::ALL {
-                report.totals_sums[g.index()] += sums[g.index()];
+                report.totals_sums[g.index()] += finished.sums[g.index()];
+            }
+            if !finished.rejected.is_empty() {
+                log_missing(
+                    state,
+                    &group,
+                    OutcomeLog::Rejected,
+                    finished.rejected,
+                    &mut report,
+                )?;
             }
         }
         if !group.intents.is_empty() {
@@ -152,6 +176,52 @@ pub(super) fn recover(
     Ok(report)
 }
 
+/// Appends to `log` the records of `group` it does not hold from the group's recorded
+/// log sizes on (recorded now when the group had not: nothing of it was appended then),
+/// so that recovery run again after a kill adds nothing.
+fn log_missing(
+    state: &mut StateDir,
+    group: &FlushGroup,
+    log: OutcomeLog,
+    records: Vec<WriteRecord>,
+    report: &mut RecoveryReport,
+) -> std::io::Result<()> {
+    let (unknown_at, rejected_at) = logs_at(state, group)?;
+    let logged = match log {
+        OutcomeLog::Unknown => state.unknown.keys_from(unknown_at)?,
+        OutcomeLog::Rejected => state.rejected.keys_from(rejected_at)?,
+    };
+    let missing: Vec<WriteRecord> = missing(records, &logged).collect();
+    if missing.is_empty() {
+        return Ok(());
+    }
+    match log {
+        OutcomeLog::Unknown => report.unknown_rows += missing.len() as u64,
+        OutcomeLog::Rejected => report.rejected_rows += missing.len() as u64,
+    }
+    report.records.extend(missing.iter().cloned());
+    if let Some((_, error)) = state.append(log, &missing).failed {
+        return Err(error);
+    }
+    match state.sync_logs().into_iter().next() {
+        Some((_, error)) => Err(error),
+        None => Ok(()),
+    }
+}
+
+/// The outcome logs' sizes `group` recorded before it appended to them, recorded now
+/// (durably, before recovery appends) when it had not.
+fn logs_at(state: &mut StateDir, group: &FlushGroup) -> std::io::Result<(u64, u64)> {
+    match group.logs_at {
+        Some(at) => Ok(at),
+        None => {
+            let at = (state.unknown.size(), state.rejected.size());
+            state.journal.logs_at(at.0, at.1)?;
+            Ok(at)
+        }
+    }
+}
+
 fn finish(
     state: &mut StateDir,
     group: &FlushGroup,
@@ -159,14 +229,7 @@ fn finish(
     time: &str,
     report: &mut RecoveryReport,
 ) -> std::io::Result<()> {
-    let (unknown_at, rejected_at) = match group.logs_at {
-        Some(at) => at,
-        None => {
-            let at = (state.unknown.size(), state.rejected.size());
-            state.journal.logs_at(at.0, at.1)?;
-            at
-        }
-    };
+    let (unknown_at, rejected_at) = logs_at(state, group)?;
     let logged_unknown = state.unknown.keys_from(unknown_at)?;
     let logged_rejected = state.rejected.keys_from(rejected_at)?;
     // The flush's held segment (rows held for the delta ledger) is not looked at: it

@@ -5,10 +5,12 @@
 //! writing one again, in its own writer column with its own write time, leaves the cell
 //! as it is if it had applied, and no newer write of its row can exist (its process
 //! ended). So recovery needs no outcome but `applied` (nothing to do) and `rejected`
-//! (already in `rejected.jsonl`); every other intent, sent or not, is written to a totals
-//! replay file that the next start loads like a spill, except rows the flush had already
-//! spilled to `totals.spill.jsonl` (the spill owns them: written twice they would leave
-//! the same cell, but be counted twice). What the killed flush had not yet
+//! (its rows' records for `rejected.jsonl`, which state recovery appends unless the log
+//! holds them: the refusal is journaled as it arrives, before its record is appended);
+//! every other intent, sent or not, is written to a totals replay file that the next
+//! start loads like a spill, except rows the flush had already spilled to
+//! `totals.spill.jsonl` (the spill owns them: written twice they would leave the same
+//! cell, but be counted twice). What the killed flush had not yet
 //! planned (rows backing off, increments after its drain) is lost with its memory and
 //! counted in the unclean-stop figure.
 
@@ -17,7 +19,10 @@ use std::io;
 
 use crate::bucket::{self, Day, Minute};
 use crate::series;
-use crate::state::{ErrorInfo, FamilyEntry, FlushGroup, Settled, TotalsIntent};
+use crate::state::recovery::TotalsFinished;
+use crate::state::{
+    ErrorInfo, FamilyEntry, FlushGroup, RecordOutcome, Settled, TotalsIntent, WriteRecord,
+};
 use crate::vocabulary::Granularity;
 
 use super::records::TotalRecord;
@@ -32,9 +37,59 @@ impl crate::state::recovery::FinishTotals for Recovery {
         dir: &std::path::Path,
         group: &FlushGroup,
         time: &str,
-    ) -> io::Result<(u64, [i128; 2])> {
-        replay_intents(&SpillFiles::new(dir), group, time)
+    ) -> io::Result<TotalsFinished> {
+        let (rows, sums) = replay_intents(&SpillFiles::new(dir), group, time)?;
+        Ok(TotalsFinished {
+            rows,
+            sums,
+            rejected: rejected_records(group, time),
+        })
     }
+}
+
+/// The `rejected.jsonl` records of the group's refused requests, row for row as the
+/// flush writes them: the part of each total not known applied when it was planned.
+pub(crate) fn rejected_records(group: &FlushGroup, time: &str) -> Vec<WriteRecord> {
+    let mut out = Vec::new();
+    for intent in &group.totals {
+        let Some(Settled::Rejected { kind, text }) = group.outcomes.get(&intent.request) else {
+            continue;
+        };
+        let Some(family) = group.family(intent.family) else {
+            continue;
+        };
+        let request_id = group.flush.request_id(intent.request);
+        for (row, total) in records_of(family, intent, time).into_iter().enumerate() {
+            out.push(WriteRecord {
+                time: time.to_owned(),
+                writer: group.flush.writer.clone(),
+                incarnation: group.flush.incarnation,
+                flush_seq: group.flush.flush_seq,
+                request_id: request_id.clone(),
+                row: u16::try_from(row).unwrap_or(u16::MAX),
+                outcome: RecordOutcome::Rejected,
+                family: total.family,
+                table: total.table,
+                granularity: total.granularity,
+                key: total.key,
+                shard: None,
+                epoch: None,
+                day: total.day,
+                minute: total.minute,
+                month: total.month,
+                deltas: total
+                    .unconfirmed
+                    .into_iter()
+                    .filter(|(_, v)| *v != 0)
+                    .collect(),
+                error: Some(ErrorInfo {
+                    kind: kind.clone(),
+                    text: text.clone(),
+                }),
+            });
+        }
+    }
+    out
 }
 
 /// Writes the intents of `group` not known applied or rejected to the group's replay
@@ -262,6 +317,10 @@ mod tests {
         assert_eq!((report.flushes, report.totals_rows), (1, 2));
         assert_eq!(report.totals_sums, [5 + 8, 0]);
         assert_eq!(report.unknown_rows, 0, "a totals write is never unknown");
+        assert_eq!(
+            report.rejected_rows, 1,
+            "the refusal had not been logged yet"
+        );
         let path = spill.recovered_path(flush.incarnation, 7);
         let replayed = spill.load(&path).unwrap().records;
         let got: Vec<(String, &str, i64, i64, i64)> = replayed
@@ -289,5 +348,103 @@ mod tests {
         let _state = StateDir::open_with(&config, &Recovery).unwrap();
         assert_eq!(spill.load(&path).unwrap().records, replayed);
         assert_eq!(spill.replay_files().unwrap(), [path]);
+    }
+
+    fn rejected_log(dir: &std::path::Path) -> Vec<WriteRecord> {
+        std::fs::read_to_string(dir.join("rejected.jsonl"))
+            .unwrap_or_default()
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect()
+    }
+
+    /// A refusal is journaled as its answer arrives and its record appended after: a kill
+    /// in between left the request settled `rejected` with no record anywhere (recovery
+    /// took the journal's word that the log had it). Recovery now logs it, with the part
+    /// of the total not known applied and the store's error.
+    #[test]
+    fn a_refusal_journaled_before_its_record_was_logged_is_logged_by_recovery() {
+        let tmp = tempfile::tempdir().unwrap();
+        let config = StateConfig {
+            dir: tmp.path().to_owned(),
+            ..StateConfig::default()
+        };
+        let mut state = StateDir::open_with(&config, &Recovery).unwrap();
+        let flush = state.flush_id(4);
+        let writer = format!("{}/{}/0000abcd", flush.writer, flush.incarnation);
+        let intents = [intent(0, &writer, "refused", 40, 7)];
+        state
+            .journal_begin_totals(&flush, "t", &[family()], &intents)
+            .unwrap();
+        let (kind, text) = ("invalid".to_owned(), "no such column".to_owned());
+        state.journal_outcome(0, &Settled::Rejected { kind, text });
+        state.journal_flush();
+        drop(state); // killed before the record was appended
+
+        let state = StateDir::open_with(&config, &Recovery).unwrap();
+        assert_eq!(state.recovery().rejected_rows, 1);
+        let logged = rejected_log(tmp.path());
+        assert_eq!(logged.len(), 1, "{logged:?}");
+        let record = &logged[0];
+        assert_eq!(record.request_id, flush.request_id(0));
+        assert_eq!((record.row, record.outcome), (0, RecordOutcome::Rejected));
+        assert_eq!(record.key["page_id"], "refused");
+        assert_eq!(record.deltas, BTreeMap::from([("views".to_owned(), 7)]));
+        assert_eq!(record.error.as_ref().unwrap().kind, "invalid");
+        drop(state);
+        // Opened again: nothing more to log.
+        let state = StateDir::open_with(&config, &Recovery).unwrap();
+        assert_eq!(state.recovery().rejected_rows, 0);
+        assert_eq!(rejected_log(tmp.path()).len(), 1);
+    }
+
+    /// The same refusal logged before the kill (its log's size noted in the journal
+    /// first, as a flush does) is not logged a second time.
+    #[test]
+    fn a_refusal_already_logged_is_not_logged_again() {
+        let tmp = tempfile::tempdir().unwrap();
+        let config = StateConfig {
+            dir: tmp.path().to_owned(),
+            ..StateConfig::default()
+        };
+        let mut state = StateDir::open_with(&config, &Recovery).unwrap();
+        let flush = state.flush_id(4);
+        let writer = format!("{}/{}/0000abcd", flush.writer, flush.incarnation);
+        let intents = [intent(0, &writer, "refused", 40, 7)];
+        state
+            .journal_begin_totals(&flush, "t", &[family()], &intents)
+            .unwrap();
+        let (kind, text) = ("invalid".to_owned(), "no such column".to_owned());
+        state.journal_outcome(0, &Settled::Rejected { kind, text });
+        let group = FlushGroup {
+            flush: flush.clone(),
+            time: "t".into(),
+            consumes: None,
+            families: vec![family()],
+            intents: Vec::new(),
+            totals: intents.to_vec(),
+            committed: true,
+            outcomes: [(
+                0,
+                Settled::Rejected {
+                    kind: "invalid".into(),
+                    text: "no such column".into(),
+                },
+            )]
+            .into(),
+            logs_at: None,
+            ended: false,
+            wrapper: None,
+            starts_below: None,
+        };
+        let records = rejected_records(&group, "t");
+        assert_eq!(records.len(), 1);
+        state.append_now(crate::state::OutcomeLog::Rejected, &records);
+        drop(state); // killed before the group's end
+
+        let state = StateDir::open_with(&config, &Recovery).unwrap();
+        assert_eq!(state.recovery().flushes, 1);
+        assert_eq!(state.recovery().rejected_rows, 0);
+        assert_eq!(rejected_log(tmp.path()), records);
     }
 }

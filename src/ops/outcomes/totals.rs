@@ -1,9 +1,10 @@
 //! The `writer_totals` families' side of `countersink outcomes`: their spill and replay
 //! files (`totals.spill.jsonl`, `totals.replay.*.jsonl`, source `spill`) and the totals
-//! writes of an unfinished flush in the journal (source `journal`), all `spilled`: a
-//! running total that did not apply is written again later, idempotently. A record's
-//! deltas are the parts of its totals not known applied (`unconfirmed`), what the
-//! accounting still owes the store.
+//! writes of an unfinished flush in the journal (source `journal`), `spilled`: a
+//! running total that did not apply is written again later, idempotently; and the
+//! `rejected` rows of its refused writes that `rejected.jsonl` may not hold yet. A
+//! record's deltas are the parts of its totals not known applied (`unconfirmed`), what
+//! the accounting still owes the store.
 
 use std::path::{Path, PathBuf};
 
@@ -56,6 +57,12 @@ pub(super) fn journal_records(
     }
     let records = unsettled_records(&spill, group, &group.time).map_err(io_error(dir))?;
     Ok(records.iter().map(as_write_record).collect())
+}
+
+/// The `rejected.jsonl` records crash recovery writes for `group`'s refused totals
+/// writes (those the log already holds are told apart by the caller).
+pub(super) fn rejected_records(group: &FlushGroup) -> Vec<WriteRecord> {
+    crate::totals::recovery::rejected_records(group, &group.time)
 }
 
 /// A totals record in the form the command sums and lists: its writer column
