@@ -11,8 +11,8 @@
 //! In layers: a module imports only modules of its own row or of rows above it
 //! ([`vocabulary`] and [`backoff`] import nothing of this crate).
 //! `tests/integration/layers.rs` reads this table and fails on an import that runs back
-//! up it; one such import remains and is listed there with its reason (`ops` reading the
-//! driver wrapper's records), so the list can only shrink. The same test fails on any
+//! up it (none remains: the driver wrapper's file formats live in `state`, which the
+//! operator tools read). The same test fails on any
 //! circle of imports among the files of `src/`, a module's use of its own ancestors
 //! aside (a parent re-exports its children).
 //!
@@ -25,7 +25,7 @@
 //! | [`family`], [`layout`], [`cql_text`], [`ddl`] | families and their shards; table layouts; the `cql/` files; the schema |
 //! | [`engine`] | families + aggregator: the line path and the in-process path |
 //! | [`sink`] | where writes go, and the contract: `PartitionWrite`, `Outcome`; the CQL, memory and log sinks; the bounded sending loop every path shares |
-//! | [`state`] | the state directory: intent journal, outcome logs, spill segments and replay cursor, crash recovery, writer identity |
+//! | [`state`] | the state directory: intent journal, outcome logs, spill segments and replay cursor, crash recovery, writer identity; the driver wrapper's files as readers see them |
 //! | `ingest` | (feature `sidecar`) socket receivers |
 //! | [`telemetry`] | the metric catalogue, the accounting identity, the flusher's ledger, the Prometheus collectors |
 //! | [`epoch`] | resets by epoch: the registry view, the pure choice of a row's epoch, the refresh timer |

@@ -16,7 +16,7 @@
 //! (`unknown`), `wrapper_rejected[.N].jsonl` and `wrapper_unsent[.N].jsonl` (`rejected`:
 //! not applied and not to be sent again), `wrapper_spill.jsonl` from its cursor on
 //! (`spilled`), and its unended flushes in the journal (classified as
-//! [`crate::wrapper::recovery`] does; key literals in hex, the schema being unknown here).
+//! [`crate::state::wrapper_files::group_records`] says; key literals in hex, the schema being unknown here).
 //!
 //! Journal rows are classified the way crash recovery does ([`crate::state::recovery`]):
 //! applied or dropped, nothing; rejected, `rejected`; unknown or no outcome (in flight,
@@ -43,6 +43,7 @@ use crate::state::journal::{self, FlushGroup};
 use crate::state::jsonl::LineReader;
 use crate::state::recovery;
 use crate::state::spill::{self, SpillView};
+use crate::state::wrapper_files::{self, WrapperOutcome};
 use crate::state::{ErrorInfo, RecordOutcome, RecordSource, Status, WriteRecord, records_of};
 
 /// Where a record was read.
@@ -463,14 +464,14 @@ pub fn scan(
 
     // The driver wrapper's logs, then its spill from the cursor on.
     let mut wrapper_logs = Vec::new();
-    for path in rotated_and_current(dir, &names, WRAPPER_LOG_STEMS) {
+    for path in rotated_and_current(dir, &names, &wrapper_files::LOG_STEMS) {
         match LineReader::open(&path, 0) {
             Ok(reader) => wrapper_logs.push((path, reader, 0)),
             Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
             Err(error) => return Err(io_error(&path)(error)),
         }
     }
-    let spill_path = dir.join(crate::wrapper::spill::SPILL_FILE);
+    let spill_path = dir.join(wrapper_files::SPILL_FILE);
     let spill_from = wrapper_spill_cursor(dir, &groups);
     match LineReader::open(&spill_path, spill_from) {
         Ok(reader) => wrapper_logs.push((spill_path, reader, spill_from)),
@@ -485,7 +486,7 @@ pub fn scan(
         if from > 0 {
             file.consumed = count_lines_before(&path, from).map_err(io_error(&path))?;
         }
-        let source = if from > 0 || path.ends_with(crate::wrapper::spill::SPILL_FILE) {
+        let source = if from > 0 || path.ends_with(wrapper_files::SPILL_FILE) {
             Source::Spill
         } else {
             Source::Log
@@ -578,16 +579,12 @@ pub fn scan(
         }
         report.journal.unfinished_flushes += 1;
         let wrapper_records = group.wrapper.as_ref().map(|wrapper| {
-            crate::wrapper::recovery::group_records(
-                group,
-                wrapper,
-                index == last,
-                None,
-                &group.time,
-            )
-            .iter()
-            .map(|r| as_write_record(r, RecordOutcome::of_wrapper(r.outcome, false)))
-            .collect::<Vec<_>>()
+            // No schema here: key values print as blobs.
+            let literal = |_: &_, _, bytes: &[u8]| format!("0x{}", wrapper_files::hex(bytes));
+            wrapper_files::group_records(group, wrapper, index == last, &group.time, &literal)
+                .iter()
+                .map(|r| as_write_record(r, RecordOutcome::of_wrapper(r.outcome, false)))
+                .collect::<Vec<_>>()
         });
         let mut records = wrapper_records.unwrap_or_else(|| recovery_records(group, index == last));
         records.extend(totals::rejected_records(group));
@@ -699,13 +696,10 @@ pub fn recovery_records(group: &FlushGroup, is_last: bool) -> Vec<WriteRecord> {
     out
 }
 
-/// The driver wrapper's logs, per stem.
-const WRAPPER_LOG_STEMS: &[&str] = &["wrapper_unknown", "wrapper_rejected", "wrapper_unsent"];
-
 /// Where the wrapper's spill is to be read from: the furthest of its cursor file and the
 /// offsets committed unended wrapper flushes consumed (their rows are theirs).
 fn wrapper_spill_cursor(dir: &Path, groups: &[FlushGroup]) -> u64 {
-    let on_disk = fs::read_to_string(dir.join(crate::wrapper::spill::CURSOR_FILE))
+    let on_disk = fs::read_to_string(dir.join(wrapper_files::CURSOR_FILE))
         .ok()
         .and_then(|t| t.trim().parse::<u64>().ok())
         .unwrap_or(0);
@@ -720,8 +714,7 @@ impl RecordOutcome {
     /// How `outcomes` labels a wrapper record: `unsent` rows of a log are not applied and
     /// not to be sent again (`rejected`); those of the spill (or a journal flush, which
     /// recovery spills) wait to be replayed (`spilled`).
-    fn of_wrapper(outcome: crate::wrapper::records::WrapperOutcome, in_log: bool) -> RecordOutcome {
-        use crate::wrapper::records::WrapperOutcome;
+    fn of_wrapper(outcome: WrapperOutcome, in_log: bool) -> RecordOutcome {
         match outcome {
             WrapperOutcome::Unknown => RecordOutcome::Unknown,
             WrapperOutcome::Rejected => RecordOutcome::Rejected,
@@ -735,7 +728,7 @@ impl RecordOutcome {
 /// day `-`; writer, incarnation and flush from its request id
 /// (`writer/incarnation/wSEQ/request`).
 pub fn as_write_record(
-    record: &crate::wrapper::records::WrapperRecord,
+    record: &wrapper_files::WrapperRecord,
     outcome: RecordOutcome,
 ) -> WriteRecord {
     let mut parts = record.request_id.rsplitn(4, '/');
@@ -786,7 +779,7 @@ fn read_wrapper_records(
         path,
         file,
         false,
-        |record: crate::wrapper::records::WrapperRecord, each| {
+        |record: wrapper_files::WrapperRecord, each| {
             each(&as_write_record(
                 &record,
                 RecordOutcome::of_wrapper(record.outcome, in_log),

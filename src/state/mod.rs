@@ -13,6 +13,7 @@
 //! | [`ledger_pending`], [`outcomes_mark`] | `ledger_pending.jsonl`, `outcomes.mark` (exact families) |
 //! | [`bound`] | how much disk the directory can take at most, and the free space of its filesystem |
 //! | [`recovery`] | what opening the directory finishes for a killed process; a counting mode's own groups through the [`recovery::FinishTotals`] its opener hands in |
+//! | [`wrapper_files`] | the driver wrapper's `wrapper_*.jsonl`, `wrapper_spill.jsonl`, `wrapper_spill.cursor` as readers see them, and the records recovery writes for its unended flushes (the wrapper writes them) |
 //!
 //! Opening the directory finishes what a killed process left unfinished ([`recovery`]).
 //!
@@ -28,6 +29,7 @@ pub mod private;
 pub mod record;
 pub mod recovery;
 pub mod spill;
+pub mod wrapper_files;
 
 use std::fs::{self, File};
 use std::io;

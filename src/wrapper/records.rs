@@ -16,80 +16,19 @@
 //! CQL literals (and as the bytes' hex), and every non-zero delta, so a row can be checked against the store and
 //! applied by hand with one UPDATE.
 
-use std::collections::BTreeMap;
 use std::path::Path;
 
 use scylla::cluster::metadata::ColumnType;
 use scylla::deserialize::FrameSlice;
 use scylla::deserialize::value::DeserializeValue;
 use scylla::value::CqlValue;
-use serde::{Deserialize, Serialize};
 
 use crate::config::StateConfig;
 use crate::state::JsonlLog;
+pub use crate::state::wrapper_files::{WrapperOutcome, WrapperRecord, hex, unhex};
 
 use super::buffer::PendingRow;
 use super::recognize::TableShape;
-
-/// Why a row is recorded: the file it goes to follows from it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum WrapperOutcome {
-    /// `wrapper_unknown.jsonl`.
-    Unknown,
-    /// `wrapper_rejected.jsonl`.
-    Rejected,
-    /// `wrapper_unsent.jsonl`.
-    Unsent,
-}
-
-impl WrapperOutcome {
-    /// Every outcome, in file order.
-    pub const ALL: [WrapperOutcome; 3] = [
-        WrapperOutcome::Unknown,
-        WrapperOutcome::Rejected,
-        WrapperOutcome::Unsent,
-    ];
-
-    /// Its file in the state directory.
-    pub fn file_name(self) -> &'static str {
-        match self {
-            WrapperOutcome::Unknown => "wrapper_unknown.jsonl",
-            WrapperOutcome::Rejected => "wrapper_rejected.jsonl",
-            WrapperOutcome::Unsent => "wrapper_unsent.jsonl",
-        }
-    }
-}
-
-/// One recorded row.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct WrapperRecord {
-    /// When, RFC 3339 UTC.
-    pub time: String,
-    /// `writer/incarnation/flush/request`.
-    pub request_id: String,
-    /// The row's position in its request.
-    pub row: u16,
-    /// Why it is here.
-    pub outcome: WrapperOutcome,
-    /// `keyspace.table`.
-    pub table: String,
-    /// Key column → value as a CQL literal.
-    pub key: BTreeMap<String, String>,
-    /// The key values' bytes as the driver serialized them, hex, in key column order
-    /// (partition, then clustering): a spilled row is replayed from these.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub key_hex: Option<Vec<String>>,
-    /// Counter column → delta (non-zero only).
-    pub deltas: BTreeMap<String, i64>,
-    /// The error kind (`write_timeout`, `cancelled_at_deadline`, ...), when there was one.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub error_kind: Option<String>,
-    /// The error text.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub error: Option<String>,
-}
 
 /// A key value as a CQL literal (hex bytes if it does not decode as its column's type).
 pub fn literal(typ: &ColumnType<'_>, bytes: &[u8]) -> String {
@@ -102,22 +41,6 @@ pub fn literal(typ: &ColumnType<'_>, bytes: &[u8]) -> String {
             format!("0x{}", hex(bytes))
         }
     }
-}
-
-/// Bytes as lowercase hex.
-pub fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
-
-/// Hex back to bytes (`None` if it is not hex).
-pub fn unhex(text: &str) -> Option<Vec<u8>> {
-    if !text.len().is_multiple_of(2) {
-        return None;
-    }
-    (0..text.len())
-        .step_by(2)
-        .map(|i| u8::from_str_radix(text.get(i..i + 2)?, 16).ok())
-        .collect()
 }
 
 /// The record of `row` of `table`, at `time` (RFC 3339).

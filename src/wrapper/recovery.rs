@@ -23,21 +23,20 @@
 //! killed and run again. A group whose commit did not complete sent nothing: its rows were
 //! only in memory (counted as lost with it).
 
+use std::collections::HashMap;
 use std::time::SystemTime;
 
 use scylla::cluster::ClusterState;
 use scylla::cluster::metadata::{ColumnType, NativeType};
 
 use crate::state::journal::{WrapperGroup, WrapperTable};
-use crate::state::recovery::home_of;
-use crate::state::{FlushGroup, RecordOutcome, StateDir};
+use crate::state::wrapper_files;
+use crate::state::{FlushGroup, StateDir};
 use crate::test_hooks::crash_point;
 
-use super::buffer::PendingRow;
 use super::recognize::TableShape;
-use super::records::{Logs, WrapperOutcome, WrapperRecord, record};
+use super::records::{Logs, WrapperOutcome, WrapperRecord, literal};
 use super::spill::WrapperSpill;
-use super::statement::split_key;
 
 /// What recovery did for the previous process.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -55,10 +54,7 @@ pub struct WrapperRecovery {
     pub uncommitted_rows: u64,
 }
 
-/// The request id of request `request` of wrapper flush `seq`.
-pub fn request_id(writer: &str, incarnation: u64, seq: u64, request: u32) -> String {
-    format!("{writer}/{incarnation}/w{seq}/{request}")
-}
+pub use crate::state::wrapper_files::request_id;
 
 /// Finishes every unended wrapper group of the journal.
 pub fn recover(
@@ -155,11 +151,9 @@ fn finish(
     logs.append(WrapperOutcome::Rejected, &rejected)
 }
 
-/// The records recovery writes for an unended, committed wrapper flush, row for row:
-/// `unsent` (to the spill), `rejected` or `unknown` (see the module doc; `is_last`: no
-/// later group follows it in the journal). Key literals use the key types `cluster`'s
-/// metadata has now (hex without it). Also what `countersink outcomes` shows for such a
-/// flush.
+/// The records recovery writes for an unended, committed wrapper flush (see
+/// [`crate::state::wrapper_files::group_records`]), key values printed with the key types
+/// `cluster`'s metadata has now (hex without it).
 pub fn group_records(
     group: &FlushGroup,
     wrapper: &WrapperGroup,
@@ -167,52 +161,19 @@ pub fn group_records(
     cluster: Option<&ClusterState>,
     time: &str,
 ) -> Vec<WrapperRecord> {
-    let mut out = Vec::new();
-    for intent in &wrapper.intents {
-        let Some(table) = wrapper.table(intent.table) else {
-            continue;
-        };
-        let shape = shape_of(table, cluster);
-        let id = request_id(
-            &group.flush.writer,
-            group.flush.incarnation,
-            group.flush.flush_seq,
-            intent.request,
-        );
-        // The sidecar's classifier, for the wrapper's logs: one table for both.
-        let (outcome, error) = match home_of(group, intent.request, is_last) {
-            (None, _) => continue,
-            (Some(RecordOutcome::Spilled), error) => (WrapperOutcome::Unsent, error),
-            (Some(RecordOutcome::Rejected), error) => (WrapperOutcome::Rejected, error),
-            (Some(RecordOutcome::Unknown), error) => (WrapperOutcome::Unknown, error),
-        };
-        let error = error.map(|e| (e.kind, e.text));
-        for (i, row) in intent.rows.iter().enumerate() {
-            let Some((_, values)) = split_key(&row.key) else {
-                continue;
-            };
-            let pending = PendingRow {
-                deltas: row.deltas.clone().into_boxed_slice(),
-                requeued_since: 0,
-            };
-            let mut record = record(
-                &shape,
-                &values,
-                &pending,
-                u16::try_from(i).unwrap_or(u16::MAX),
-                &id,
-                outcome,
-                None,
-                time,
-            );
-            if let Some((kind, text)) = &error {
-                record.error_kind = Some(kind.clone());
-                record.error = Some(text.clone());
-            }
-            out.push(record);
-        }
-    }
-    out
+    let types: HashMap<u32, Vec<ColumnType<'static>>> = wrapper
+        .tables
+        .iter()
+        .map(|table| (table.id, shape_of(table, cluster).key_types))
+        .collect();
+    let literal = |table: &WrapperTable, column: usize, bytes: &[u8]| match types
+        .get(&table.id)
+        .and_then(|t| t.get(column))
+    {
+        Some(typ) => literal(typ, bytes),
+        None => literal(&ColumnType::Native(NativeType::Blob), bytes),
+    };
+    wrapper_files::group_records(group, wrapper, is_last, time, &literal)
 }
 
 /// A shape to print the group's rows with: its names, and the key types the driver's

@@ -32,10 +32,7 @@ use crate::state::jsonl::LineReader;
 
 use super::records::WrapperRecord;
 
-/// The spill file's name in the state directory.
-pub const SPILL_FILE: &str = "wrapper_spill.jsonl";
-/// The replay cursor's file name.
-pub const CURSOR_FILE: &str = "wrapper_spill.cursor";
+pub use crate::state::wrapper_files::{CURSOR_FILE, SPILL_FILE};
 
 /// What loading read from the spill.
 #[derive(Debug, Default)]

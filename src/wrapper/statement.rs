@@ -95,28 +95,7 @@ struct ColumnCountMismatch {
     row: usize,
 }
 
-/// Splits a row key (see [`super::buffer`]) into its table number and key values.
-pub fn split_key(key: &[u8]) -> Option<(u32, Vec<&[u8]>)> {
-    let (id, mut rest) = key.split_first_chunk::<4>()?;
-    let mut values = Vec::new();
-    while !rest.is_empty() {
-        let (len, tail) = rest.split_first_chunk::<4>()?;
-        let len = u32::from_be_bytes(*len) as usize;
-        if tail.len() < len {
-            return None;
-        }
-        let (value, tail) = tail.split_at(len);
-        values.push(value);
-        rest = tail;
-    }
-    Some((u32::from_le_bytes(*id), values))
-}
-
-/// Appends a key value to a row key.
-pub fn push_key_value(key: &mut Vec<u8>, value: &[u8]) {
-    key.extend_from_slice(&u32::try_from(value.len()).unwrap_or(u32::MAX).to_be_bytes());
-    key.extend_from_slice(value);
-}
+pub use crate::state::wrapper_files::{push_key_value, split_key};
 
 #[cfg(test)]
 mod tests {
