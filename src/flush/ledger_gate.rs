@@ -455,6 +455,7 @@ impl LedgerGate {
             self.marks.push_rows(book.sweep());
         }
         if self.marks.is_empty() {
+            self.publish_owed();
             return;
         }
         self.marks.send(sink, self.backoff, deadline, force).await;
@@ -464,6 +465,14 @@ impl LedgerGate {
         {
             tracing::warn!(%error, file = super::owed::FILE_NAME, "Could not record that owed days were cleared; the next start clears them again.");
         }
+        self.publish_owed();
+    }
+
+    /// Publishes the owed days and the marks waiting to the metrics.
+    fn publish_owed(&self) {
+        let days = self.owed.as_ref().map_or(0, OwedBook::owed_days);
+        self.counts
+            .set_exact_owed(days as u64, self.marks.len() as u64);
     }
 
     /// Makes what the state directory owes visible in the outcomes table (see
@@ -471,6 +480,7 @@ impl LedgerGate {
     pub fn set_owed(&mut self, book: OwedBook, marks: Vec<OutcomeRow>) {
         self.owed = Some(book);
         self.marks.push_rows(marks);
+        self.publish_owed();
     }
 
     /// Records kept in a spill segment: the days of exact families among them are owed.

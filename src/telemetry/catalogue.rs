@@ -391,11 +391,26 @@ pub const EXACT_LEDGER_BACKLOG_ROWS: MetricDef = MetricDef {
     labels: &[],
 };
 
+/// `countersink_exact_owed_days`.
+pub const EXACT_OWED_DAYS: MetricDef = MetricDef {
+    name: "countersink_exact_owed_days",
+    help: "Family-days of exact families this state directory still owes the counters (rows in its spill, or brought back by a replay and not written yet): reconcile keeps them open (their owed mark in the outcomes table).",
+    labels: &[],
+};
+/// `countersink_exact_owed_marks_queued`.
+pub const EXACT_OWED_MARKS_QUEUED: MetricDef = MetricDef {
+    name: "countersink_exact_owed_marks_queued",
+    help: "Owed and replayed marks waiting to be written to the outcomes table (non-zero for long: reconcile cannot see what this writer owes).",
+    labels: &[],
+};
+
 /// What the flusher exports about the delta ledger of the exact families.
-pub const EXACT_METRICS: [MetricDef; 3] = [
+pub const EXACT_METRICS: [MetricDef; 5] = [
     EXACT_LEDGER_WRITES,
     EXACT_LEDGER_HELD_ROWS,
     EXACT_LEDGER_BACKLOG_ROWS,
+    EXACT_OWED_DAYS,
+    EXACT_OWED_MARKS_QUEUED,
 ];
 
 /// `countersink_wrapper_passthrough_total{reason}` (the driver wrapper).

@@ -19,6 +19,8 @@ pub struct ExactLedgerCollector {
     writes: IntCounterVec,
     held_rows: IntGauge,
     backlog_rows: IntGauge,
+    owed_days: IntGauge,
+    owed_marks_queued: IntGauge,
     descs: Vec<Desc>,
 }
 
@@ -28,16 +30,26 @@ impl ExactLedgerCollector {
         let writes = catalogue::EXACT_LEDGER_WRITES.int_counter_vec();
         let held_rows = catalogue::EXACT_LEDGER_HELD_ROWS.int_gauge();
         let backlog_rows = catalogue::EXACT_LEDGER_BACKLOG_ROWS.int_gauge();
-        let descs = [writes.desc(), held_rows.desc(), backlog_rows.desc()]
-            .into_iter()
-            .flatten()
-            .cloned()
-            .collect();
+        let owed_days = catalogue::EXACT_OWED_DAYS.int_gauge();
+        let owed_marks_queued = catalogue::EXACT_OWED_MARKS_QUEUED.int_gauge();
+        let descs = [
+            writes.desc(),
+            held_rows.desc(),
+            backlog_rows.desc(),
+            owed_days.desc(),
+            owed_marks_queued.desc(),
+        ]
+        .into_iter()
+        .flatten()
+        .cloned()
+        .collect();
         ExactLedgerCollector {
             ledger,
             writes,
             held_rows,
             backlog_rows,
+            owed_days,
+            owed_marks_queued,
             descs,
         }
     }
@@ -59,9 +71,18 @@ impl Collector for ExactLedgerCollector {
             .set(i64::try_from(counts.held_rows).unwrap_or(i64::MAX));
         self.backlog_rows
             .set(i64::try_from(counts.backlog_rows).unwrap_or(i64::MAX));
+        let gauge = |g: &IntGauge, v: u64| g.set(i64::try_from(v).unwrap_or(i64::MAX));
+        gauge(&self.owed_days, counts.owed_days);
+        gauge(&self.owed_marks_queued, counts.owed_marks_queued);
         let mut out = self.writes.collect();
-        out.extend(self.held_rows.collect());
-        out.extend(self.backlog_rows.collect());
+        for g in [
+            &self.held_rows,
+            &self.backlog_rows,
+            &self.owed_days,
+            &self.owed_marks_queued,
+        ] {
+            out.extend(g.collect());
+        }
         out
     }
 }

@@ -74,6 +74,10 @@ pub struct ExactLedgerCounts {
     pub backlog_rows: u64,
     /// Signed delta sums (minute, day) of the held rows: the identity's `ledgered` stage.
     pub held_sums: [i128; 2],
+    /// Family-days the state directory owes the counters (see `flush::owed`).
+    pub owed_days: u64,
+    /// Owed marks waiting for the outcomes table.
+    pub owed_marks_queued: u64,
 }
 
 impl Default for Ledger {
@@ -238,6 +242,12 @@ impl Ledger {
         exact.held_rows = held_rows;
         exact.backlog_rows = backlog_rows;
         exact.held_sums = held_sums;
+    }
+
+    pub(crate) fn set_exact_owed(&self, days: u64, marks_queued: u64) {
+        let mut exact = self.exact.lock();
+        exact.owed_days = days;
+        exact.owed_marks_queued = marks_queued;
     }
 
     pub(crate) fn count_flush(&self, seconds: f64) {

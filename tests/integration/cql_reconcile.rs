@@ -266,9 +266,17 @@ async fn a_repair_waits_for_a_writer_whose_spill_still_owes_the_day() {
     );
 
     let mut writer_b = Writer::start(&config_b).await;
+    let owed = writer_b.ledger.exact_ledger();
+    assert_eq!(
+        (owed.owed_days, owed.owed_marks_queued),
+        (1, 1),
+        "its start asserts the day it owes again"
+    );
     writer_b.flusher.flush_now().await;
     settle(&mut writer_b).await;
     writer_b.flusher.flush_now().await;
+    let owed = writer_b.ledger.exact_ledger();
+    assert_eq!((owed.owed_days, owed.owed_marks_queued), (0, 0));
     assert_eq!(store.table_sum(MINUTE_TABLE, "views").await, fed);
     assert_eq!(store.table_sum(DAY_TABLE, "views").await, fed);
     let report = run_reconcile(&writer_a, &config_a).await;
