@@ -358,12 +358,15 @@ mod tests {
             .collect()
     }
 
-    /// A refusal is journaled as its answer arrives and its record appended after: a kill
-    /// in between left the request settled `rejected` with no record anywhere (recovery
-    /// took the journal's word that the log had it). Recovery now logs it, with the part
-    /// of the total not known applied and the store's error.
-    #[test]
-    fn a_refusal_journaled_before_its_record_was_logged_is_logged_by_recovery() {
+    /// A state directory whose totals group (flush 4) sent one write, refused
+    /// (`invalid`), its refusal journaled and not logged yet.
+    fn refused_in_flight() -> (
+        tempfile::TempDir,
+        StateConfig,
+        StateDir,
+        FlushId,
+        [TotalsIntent; 1],
+    ) {
         let tmp = tempfile::tempdir().unwrap();
         let config = StateConfig {
             dir: tmp.path().to_owned(),
@@ -378,6 +381,16 @@ mod tests {
             .unwrap();
         let (kind, text) = ("invalid".to_owned(), "no such column".to_owned());
         state.journal_outcome(0, &Settled::Rejected { kind, text });
+        (tmp, config, state, flush, intents)
+    }
+
+    /// A refusal is journaled as its answer arrives and its record appended after: a kill
+    /// in between left the request settled `rejected` with no record anywhere (recovery
+    /// took the journal's word that the log had it). Recovery now logs it, with the part
+    /// of the total not known applied and the store's error.
+    #[test]
+    fn a_refusal_journaled_before_its_record_was_logged_is_logged_by_recovery() {
+        let (tmp, config, mut state, flush, _) = refused_in_flight();
         state.journal_flush();
         drop(state); // killed before the record was appended
 
@@ -402,20 +415,7 @@ mod tests {
     /// first, as a flush does) is not logged a second time.
     #[test]
     fn a_refusal_already_logged_is_not_logged_again() {
-        let tmp = tempfile::tempdir().unwrap();
-        let config = StateConfig {
-            dir: tmp.path().to_owned(),
-            ..StateConfig::default()
-        };
-        let mut state = StateDir::open_with(&config, &Recovery).unwrap();
-        let flush = state.flush_id(4);
-        let writer = format!("{}/{}/0000abcd", flush.writer, flush.incarnation);
-        let intents = [intent(0, &writer, "refused", 40, 7)];
-        state
-            .journal_begin_totals(&flush, "t", &[family()], &intents)
-            .unwrap();
-        let (kind, text) = ("invalid".to_owned(), "no such column".to_owned());
-        state.journal_outcome(0, &Settled::Rejected { kind, text });
+        let (tmp, config, mut state, flush, intents) = refused_in_flight();
         let group = FlushGroup {
             flush: flush.clone(),
             time: "t".into(),

@@ -35,6 +35,18 @@ fn exact_config(state: &std::path::Path) -> Config {
     config
 }
 
+/// Writes the annotated example configuration, seed 000's `views` family made exact, as
+/// a file for the binary against `store`.
+fn write_exact_config(store: &Store, file: &std::path::Path) {
+    let mut example: toml::Table =
+        toml::from_str(include_str!("../../examples/countersink.toml")).unwrap();
+    example["family"][0]
+        .as_table_mut()
+        .unwrap()
+        .insert("exact".into(), true.into());
+    std::fs::write(file, store.config_file(&toml::to_string(&example).unwrap())).unwrap();
+}
+
 fn day() -> Day {
     Day((AT / 86_400) as u32)
 }
@@ -88,17 +100,7 @@ async fn an_outside_writer_is_the_one_unexplained_key_and_fails_the_run() {
     writer.flusher.flush_now().await;
     settle(&mut writer).await;
     let file = dir.path().join("countersink.toml");
-    let mut example: toml::Table =
-        toml::from_str(include_str!("../../examples/countersink.toml")).unwrap();
-    example["family"][0]
-        .as_table_mut()
-        .unwrap()
-        .insert("exact".into(), true.into());
-    std::fs::write(
-        &file,
-        store.config_file(&toml::to_string(&example).unwrap()),
-    )
-    .unwrap();
+    write_exact_config(&store, &file);
     let day_text = format_date(day().date());
     let args = |format: &str| {
         vec![
@@ -230,18 +232,8 @@ async fn a_repair_waits_for_a_writer_whose_spill_still_owes_the_day() {
     let fed = 4 * (3 + 5);
     assert_eq!(store.table_sum(MINUTE_TABLE, "views").await, 4 * 3);
 
-    let mut example: toml::Table =
-        toml::from_str(include_str!("../../examples/countersink.toml")).unwrap();
-    example["family"][0]
-        .as_table_mut()
-        .unwrap()
-        .insert("exact".into(), true.into());
     let file = dir_a.path().join("countersink.toml");
-    std::fs::write(
-        &file,
-        store.config_file(&toml::to_string(&example).unwrap()),
-    )
-    .unwrap();
+    write_exact_config(&store, &file);
     let repair = || {
         run_cli([
             "reconcile".to_owned(),
@@ -324,17 +316,7 @@ async fn a_closed_total_beyond_i64_is_refused_not_clamped() {
             .await;
     }
     let file = dir.path().join("countersink.toml");
-    let mut example: toml::Table =
-        toml::from_str(include_str!("../../examples/countersink.toml")).unwrap();
-    example["family"][0]
-        .as_table_mut()
-        .unwrap()
-        .insert("exact".into(), true.into());
-    std::fs::write(
-        &file,
-        store.config_file(&toml::to_string(&example).unwrap()),
-    )
-    .unwrap();
+    write_exact_config(&store, &file);
     let out = run_cli([
         "reconcile".to_owned(),
         "--config".into(),
@@ -418,17 +400,7 @@ async fn an_outside_writer_on_the_open_day_is_unexplained_at_once() {
     writer.flusher.flush_now().await;
     settle(&mut writer).await;
     let file = dir.path().join("countersink.toml");
-    let mut example: toml::Table =
-        toml::from_str(include_str!("../../examples/countersink.toml")).unwrap();
-    example["family"][0]
-        .as_table_mut()
-        .unwrap()
-        .insert("exact".into(), true.into());
-    std::fs::write(
-        &file,
-        store.config_file(&toml::to_string(&example).unwrap()),
-    )
-    .unwrap();
+    write_exact_config(&store, &file);
     let args = || {
         [
             "reconcile",
@@ -831,18 +803,8 @@ async fn repair_scenario(
         assert_eq!(store.table_sum(DAY_TABLE, "views").await, fed - 4);
     }
 
-    let mut example: toml::Table =
-        toml::from_str(include_str!("../../examples/countersink.toml")).unwrap();
-    example["family"][0]
-        .as_table_mut()
-        .unwrap()
-        .insert("exact".into(), true.into());
     let file = dir.join("countersink.toml");
-    std::fs::write(
-        &file,
-        store.config_file(&toml::to_string(&example).unwrap()),
-    )
-    .unwrap();
+    write_exact_config(store, &file);
     let day_text = format_date(day().date());
     let cli = |extra: &[&str]| {
         let mut args = vec![
