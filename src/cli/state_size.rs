@@ -16,10 +16,6 @@ pub(super) struct StateSizeArgs {
     /// Config file (`[state]` and `limits.max_pending_bytes` set the bound).
     #[arg(long, env = "COUNTERSINK_CONFIG", value_name = "FILE")]
     config: Option<PathBuf>,
-    /// The bound of a driver wrapper's directory (three outcome logs) instead of a
-    /// sidecar's.
-    #[arg(long)]
-    wrapper: bool,
     /// One JSON object: `spill`, `logs`, `journal`, `small_files`, `total` (bytes), and
     /// `free` (bytes free on the directory's filesystem, null where unknown).
     #[arg(long)]
@@ -33,11 +29,9 @@ pub(super) fn run(args: StateSizeArgs) -> Result<(), Failure> {
         None => Config::default(),
     };
     let pending = config.limits.max_pending_bytes as u64;
-    let bound = if args.wrapper {
-        StateBound::of_wrapper(&config.state, pending)
-    } else {
-        StateBound::of(&config.state, pending)
-    };
+    // The same bound for a sidecar's, a `Recorder`'s and a driver wrapper's directory:
+    // they share the outcome logs, and each spills within `state.max_spill_bytes`.
+    let bound = StateBound::of(&config.state, pending);
     let free = bound::free_bytes(&config.state.dir).ok();
     if args.json {
         println!(

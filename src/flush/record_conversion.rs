@@ -10,14 +10,6 @@ use crate::sink::{PartitionWrite, WriteError};
 use crate::state::{ErrorInfo, FamilyEntry, RecordOutcome, RecordSource, WriteRecord, records_of};
 use crate::vocabulary::Granularity;
 
-/// The error of a failed write, as records carry it.
-pub fn error_info(error: &WriteError) -> ErrorInfo {
-    ErrorInfo {
-        kind: error.kind.to_owned(),
-        text: error.text.to_string(),
-    }
-}
-
 /// One record per row of `write`.
 pub fn to_records(
     write: &PartitionWrite,
@@ -34,7 +26,7 @@ pub fn to_records(
         write.rows.iter().map(|r| (r.bucket, r.columns.as_slice())),
         source,
         outcome,
-        failure.map(error_info).as_ref(),
+        failure.map(ErrorInfo::of).as_ref(),
     )
 }
 

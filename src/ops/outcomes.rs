@@ -11,12 +11,14 @@
 //! | `journal` | flushes `journal.wal` holds committed and not ended: a flush in progress while a sidecar runs, else one the next start finishes | where recovery will put each row |
 //! | `spill`, `journal` | `totals.spill.jsonl`, `totals.replay.*.jsonl`, and the totals writes of unfinished flushes (the `writer_totals` families; see `outcomes/totals.rs`) | `spilled` |
 //!
-//! The driver wrapper's files are read the same way, as family `wrapper` (the
-//! application's own table, granularity `row`, no day): `wrapper_unknown[.N].jsonl`
-//! (`unknown`), `wrapper_rejected[.N].jsonl` and `wrapper_unsent[.N].jsonl` (`rejected`:
-//! not applied and not to be sent again), `wrapper_spill.jsonl` from its cursor on
-//! (`spilled`), and its unended flushes in the journal (classified as
-//! [`crate::state::wrapper_files::group_records`] says; key literals in hex, the schema being unknown here).
+//! The driver wrapper's records (of the application's own tables) are in the same logs;
+//! they show as family `wrapper`, granularity `row`, day `-`. Its spill
+//! `wrapper_spill.jsonl` is read from its cursor on (`spilled`), and its unended flushes
+//! in the journal as [`crate::state::wrapper_files::group_records`] says (key literals in
+//! hex, the schema being unknown here). The wrapper's own logs of earlier versions,
+//! `wrapper_unknown[.N].jsonl` (`unknown`), `wrapper_rejected[.N].jsonl` and
+//! `wrapper_unsent[.N].jsonl` (`rejected`: not applied and not to be sent again), are
+//! read too.
 //!
 //! Journal rows are classified the way crash recovery does ([`crate::state::recovery`]):
 //! applied or dropped, nothing; rejected, `rejected`; unknown or no outcome (in flight,
@@ -28,6 +30,7 @@
 //! Everything streams: one line in memory at a time, sums per group. The reading is
 //! synchronous and free of output; the command ([`crate::cli`]) prints.
 
+use std::borrow::Cow;
 use std::collections::{BTreeMap, HashSet};
 use std::fmt;
 use std::fs;
@@ -43,8 +46,8 @@ use crate::state::journal::{self, FlushGroup};
 use crate::state::jsonl::LineReader;
 use crate::state::recovery;
 use crate::state::spill::{self, SpillView};
-use crate::state::wrapper_files::{self, WrapperOutcome};
-use crate::state::{ErrorInfo, RecordOutcome, RecordSource, Status, WriteRecord, records_of};
+use crate::state::wrapper_files::{self, WrapperLine};
+use crate::state::{RecordOutcome, RecordSource, Status, Target, WriteRecord, records_of};
 
 /// Where a record was read.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
@@ -387,6 +390,7 @@ pub fn scan(
     dir: &Path,
     mut visit: impl FnMut(Source, &WriteRecord),
 ) -> Result<ScanReport, ScanError> {
+    let mut visit = |source: Source, record: &WriteRecord| visit(source, &labelled(record));
     match fs::metadata(dir) {
         Ok(meta) if meta.is_dir() => {}
         Ok(_) => return Err(ScanError::NotADirectory(dir.to_owned())),
@@ -462,9 +466,9 @@ pub fn scan(
         report.files.push(file);
     }
 
-    // The driver wrapper's logs, then its spill from the cursor on.
+    // The driver wrapper's logs of earlier versions, then its spill from the cursor on.
     let mut wrapper_logs = Vec::new();
-    for path in rotated_and_current(dir, &names, &wrapper_files::LOG_STEMS) {
+    for path in rotated_and_current(dir, &names, &wrapper_files::LEGACY_LOG_STEMS) {
         match LineReader::open(&path, 0) {
             Ok(reader) => wrapper_logs.push((path, reader, 0)),
             Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
@@ -582,9 +586,6 @@ pub fn scan(
             // No schema here: key values print as blobs.
             let literal = |_: &_, _, bytes: &[u8]| format!("0x{}", wrapper_files::hex(bytes));
             wrapper_files::group_records(group, wrapper, index == last, &group.time, &literal)
-                .iter()
-                .map(|r| as_write_record(r, RecordOutcome::of_wrapper(r.outcome, false)))
-                .collect::<Vec<_>>()
         });
         let mut records = wrapper_records.unwrap_or_else(|| recovery_records(group, index == last));
         records.extend(totals::rejected_records(group));
@@ -710,62 +711,23 @@ fn wrapper_spill_cursor(dir: &Path, groups: &[FlushGroup]) -> u64 {
         .fold(on_disk, u64::max)
 }
 
-impl RecordOutcome {
-    /// How `outcomes` labels a wrapper record: `unsent` rows of a log are not applied and
-    /// not to be sent again (`rejected`); those of the spill (or a journal flush, which
-    /// recovery spills) wait to be replayed (`spilled`).
-    fn of_wrapper(outcome: WrapperOutcome, in_log: bool) -> RecordOutcome {
-        match outcome {
-            WrapperOutcome::Unknown => RecordOutcome::Unknown,
-            WrapperOutcome::Rejected => RecordOutcome::Rejected,
-            WrapperOutcome::Unsent if in_log => RecordOutcome::Rejected,
-            WrapperOutcome::Unsent => RecordOutcome::Spilled,
+/// How `outcomes` shows a record of an application table (the driver wrapper's): family
+/// `wrapper`, granularity `row`, day `-`, so that its summary groups and filters it.
+fn labelled(record: &WriteRecord) -> Cow<'_, WriteRecord> {
+    match record.target() {
+        Target::Family(_) => Cow::Borrowed(record),
+        Target::Table(_) => {
+            let mut record = record.clone();
+            record.family = "wrapper".to_owned();
+            record.granularity = "row".to_owned();
+            record.day = "-".to_owned();
+            Cow::Owned(record)
         }
     }
 }
 
-/// A wrapper record in the sidecar's record shape: family `wrapper`, granularity `row`,
-/// day `-`; writer, incarnation and flush from its request id
-/// (`writer/incarnation/wSEQ/request`).
-pub fn as_write_record(
-    record: &wrapper_files::WrapperRecord,
-    outcome: RecordOutcome,
-) -> WriteRecord {
-    let mut parts = record.request_id.rsplitn(4, '/');
-    let _request = parts.next();
-    let flush_seq = parts
-        .next()
-        .and_then(|s| s.strip_prefix('w'))
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(0);
-    let incarnation = parts.next().and_then(|s| s.parse().ok()).unwrap_or(0);
-    let writer = parts.next().unwrap_or_default().to_owned();
-    WriteRecord {
-        time: record.time.clone(),
-        writer,
-        incarnation,
-        flush_seq,
-        request_id: record.request_id.clone(),
-        row: record.row,
-        outcome,
-        family: "wrapper".to_owned(),
-        table: record.table.clone(),
-        granularity: "row".to_owned(),
-        key: record.key.clone(),
-        shard: None,
-        epoch: None,
-        day: "-".to_owned(),
-        minute: None,
-        month: None,
-        deltas: record.deltas.clone(),
-        error: record.error_kind.as_ref().map(|kind| ErrorInfo {
-            kind: kind.clone(),
-            text: record.error.clone().unwrap_or_default(),
-        }),
-    }
-}
-
-/// Reads the wrapper records of one file into `file`'s counts.
+/// Reads the wrapper records of one file (its spill, or a log of an earlier version)
+/// into `file`'s counts.
 fn read_wrapper_records(
     reader: LineReader,
     path: &Path,
@@ -773,18 +735,13 @@ fn read_wrapper_records(
     source: Source,
     each: impl FnMut(&WriteRecord),
 ) -> Result<(), ScanError> {
-    let in_log = source == Source::Log;
+    let in_spill = source == Source::Spill;
     read_lines(
         reader,
         path,
         file,
         false,
-        |record: wrapper_files::WrapperRecord, each| {
-            each(&as_write_record(
-                &record,
-                RecordOutcome::of_wrapper(record.outcome, in_log),
-            ))
-        },
+        |line: WrapperLine, each| each(&line.into_record(in_spill)),
         each,
     )
 }

@@ -9,8 +9,9 @@
 //! | the journal (zero-filled to 4 MiB; grows to the largest group: one flush chunk's intents and answers, a chunk's writes being a quarter of `limits.max_pending_bytes`) | 4 MiB + `max_pending_bytes` / 2 |
 //! | small files (identity, status, cursors, marks, `ledger_pending.jsonl`, torn lines) | 1 MiB |
 //!
-//! The driver wrapper keeps three logs (`wrapper_unknown`, `_rejected`, `_unsent`) and
-//! its own spill of `max_spill_bytes`: [`StateBound::of_wrapper`].
+//! A driver wrapper's directory has the same bound: its records go to the same two
+//! outcome logs, its rows to its own spill (`wrapper_spill.jsonl`) within
+//! `state.max_spill_bytes`.
 //!
 //! Past a full disk nothing is lost silently (a spill or record that cannot be written is
 //! counted), but an emptyDir past its `sizeLimit` evicts the pod and the directory is
@@ -20,6 +21,8 @@ use std::io;
 use std::path::Path;
 
 use crate::config::StateConfig;
+
+use super::OutcomeLog;
 
 /// The journal's preallocated size (see [`super::journal`]).
 const JOURNAL_FLOOR: u64 = 4 << 20;
@@ -41,18 +44,10 @@ pub struct StateBound {
 }
 
 impl StateBound {
-    /// The bound of a sidecar's (or `Recorder`'s) directory with `state` and
-    /// `limits.max_pending_bytes`.
+    /// The bound of a state directory (a sidecar's, a `Recorder`'s or a driver
+    /// wrapper's) with `state` and `limits.max_pending_bytes`.
     pub fn of(state: &StateConfig, max_pending_bytes: u64) -> StateBound {
-        StateBound::with_logs(state, max_pending_bytes, 2)
-    }
-
-    /// The bound of a driver wrapper's directory (three logs).
-    pub fn of_wrapper(state: &StateConfig, max_pending_bytes: u64) -> StateBound {
-        StateBound::with_logs(state, max_pending_bytes, 3)
-    }
-
-    fn with_logs(state: &StateConfig, max_pending_bytes: u64, logs: u64) -> StateBound {
+        let logs = OutcomeLog::ALL.len() as u64;
         let per_log = u64::from(state.max_log_files)
             .saturating_add(1)
             .saturating_mul(state.max_log_bytes);
@@ -167,8 +162,6 @@ mod tests {
         assert_eq!(bound.logs, 288 * MIB);
         assert_eq!(bound.journal, 20 * MIB);
         assert_eq!(bound.total(), 821 * MIB);
-        let wrapper = StateBound::of_wrapper(&state(512 * MIB, 16 * MIB, 8), 32 * MIB);
-        assert_eq!(wrapper.logs, 432 * MIB, "three logs");
         let huge = StateBound::of(&state(u64::MAX, u64::MAX, u32::MAX), u64::MAX);
         assert_eq!(huge.total(), u64::MAX, "saturates, never wraps");
     }

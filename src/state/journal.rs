@@ -248,8 +248,10 @@ pub struct WrapperGroup {
     pub tables: Vec<WrapperTable>,
     /// Its requests.
     pub intents: Vec<WrapperIntent>,
-    /// Sizes of `wrapper_unknown.jsonl`, `wrapper_rejected.jsonl` and
-    /// `wrapper_spill.jsonl` before this flush appended to them.
+    /// Sizes of `unknown.jsonl`, `rejected.jsonl` and `wrapper_spill.jsonl` before this
+    /// flush appended to them (in a group of an earlier version, of the wrapper's own
+    /// `wrapper_unknown.jsonl` and `wrapper_rejected.jsonl`: its recovery also looks in
+    /// those files).
     pub logs_at: Option<[u64; 3]>,
 }
 

@@ -24,6 +24,31 @@ pub struct JsonlLog {
     torn_lines: u64,
 }
 
+/// The `(request_id, row)` of the records of the file at `path` from `offset` on (an
+/// absent file has none).
+pub fn keys_in(path: &Path, offset: u64) -> io::Result<HashSet<(String, u16)>> {
+    #[derive(serde::Deserialize)]
+    struct Identity {
+        #[serde(default)]
+        request_id: String,
+        #[serde(default)]
+        row: u16,
+    }
+    let mut file = match File::open(path) {
+        Ok(file) => file,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(HashSet::new()),
+        Err(e) => return Err(e),
+    };
+    file.seek(SeekFrom::Start(offset))?;
+    let mut keys = HashSet::new();
+    for line in BufReader::new(file).lines() {
+        if let Ok(id) = serde_json::from_str::<Identity>(&line?) {
+            keys.insert((id.request_id, id.row));
+        }
+    }
+    Ok(keys)
+}
+
 impl JsonlLog {
     /// Opens (creating if needed) a log for appending, setting a torn last line aside.
     pub fn open(path: PathBuf, max_bytes: u64, max_files: u32) -> io::Result<JsonlLog> {
@@ -110,22 +135,7 @@ impl JsonlLog {
     /// The `(request_id, row)` of every record from byte `offset` on: what a flush that
     /// crashed had already written here.
     pub fn keys_from(&self, offset: u64) -> io::Result<HashSet<(String, u16)>> {
-        #[derive(serde::Deserialize)]
-        struct Identity {
-            #[serde(default)]
-            request_id: String,
-            #[serde(default)]
-            row: u16,
-        }
-        let mut file = File::open(&self.path)?;
-        file.seek(SeekFrom::Start(offset))?;
-        let mut keys = HashSet::new();
-        for line in BufReader::new(file).lines() {
-            if let Ok(id) = serde_json::from_str::<Identity>(&line?) {
-                keys.insert((id.request_id, id.row));
-            }
-        }
-        Ok(keys)
+        keys_in(&self.path, offset)
     }
 
     fn rotated(&self, n: u32) -> PathBuf {

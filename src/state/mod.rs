@@ -46,7 +46,7 @@ pub use self::journal::{
     WrapperGroup, WrapperTable,
 };
 pub use self::jsonl::JsonlLog;
-pub use self::record::{ErrorInfo, RecordOutcome, RecordSource, WriteRecord, records_of};
+pub use self::record::{ErrorInfo, RecordOutcome, RecordSource, Target, WriteRecord, records_of};
 pub use self::recovery::RecoveryReport;
 pub use self::spill::{Chunk, Cursor, SegmentId, Spill, SpillView};
 
@@ -519,12 +519,39 @@ impl StateDir {
             .begin_wrapper(flush, time, consumes, tables, intents)
     }
 
-    /// Records, durably, the sizes of the wrapper's logs before its flush appends to them.
-    pub fn wrapper_journal_logs_at(&mut self, sizes: [u64; 3]) -> io::Result<()> {
-        if !self.journal_enabled {
-            return Ok(());
+    /// Before a driver wrapper's flush first appends records: rotates full outcome logs,
+    /// then records, durably, the logs' sizes and the wrapper spill's (`spill_size`) in
+    /// the journal, so that its recovery finds what the flush already recorded. Returns
+    /// the sizes recorded.
+    pub fn wrapper_journal_logs_at(&mut self, spill_size: u64) -> io::Result<[u64; 3]> {
+        self.rotate_full_logs();
+        let sizes = [self.unknown.size(), self.rejected.size(), spill_size];
+        if self.journal_enabled {
+            self.journal.logs_at_wrapper(sizes)?;
         }
-        self.journal.logs_at_wrapper(sizes)
+        Ok(sizes)
+    }
+
+    /// The `(request_id, row)` of the records `log` holds from `offset` on (its current
+    /// file): what a recovery must not record again.
+    pub fn log_keys_from(
+        &self,
+        log: OutcomeLog,
+        offset: u64,
+    ) -> io::Result<std::collections::HashSet<(String, u16)>> {
+        self.log(log).keys_from(offset)
+    }
+
+    /// The current file of an outcome log.
+    pub fn log_path(&self, log: OutcomeLog) -> &Path {
+        self.log(log).path()
+    }
+
+    fn log(&self, log: OutcomeLog) -> &JsonlLog {
+        match log {
+            OutcomeLog::Unknown => &self.unknown,
+            OutcomeLog::Rejected => &self.rejected,
+        }
     }
 
     /// Marks a driver wrapper's flush settled in the journal.
@@ -544,14 +571,7 @@ impl StateDir {
         if self.logs_noted {
             return;
         }
-        for (log, file) in [
-            (OutcomeLog::Unknown, &mut self.unknown),
-            (OutcomeLog::Rejected, &mut self.rejected),
-        ] {
-            if let Err(error) = file.rotate_if_full() {
-                tracing::error!(%error, file = log.file_name(), "Could not rotate an outcome log.");
-            }
-        }
+        self.rotate_full_logs();
         match self
             .journal
             .logs_at(self.unknown.size(), self.rejected.size())
@@ -562,6 +582,35 @@ impl StateDir {
             }
         }
         crate::test_hooks::crash_point("logs_at_recorded");
+    }
+
+    /// Rotates each full outcome log (an error is logged: appends go on in the full file).
+    fn rotate_full_logs(&mut self) {
+        for (log, file) in [
+            (OutcomeLog::Unknown, &mut self.unknown),
+            (OutcomeLog::Rejected, &mut self.rejected),
+        ] {
+            if let Err(error) = file.rotate_if_full() {
+                tracing::error!(%error, file = log.file_name(), "Could not rotate an outcome log.");
+            }
+        }
+    }
+
+    /// Appends records to an outcome log and syncs it, without rotating it or recording
+    /// its size: for a driver wrapper's flush, whose group recorded the sizes before
+    /// (see [`StateDir::wrapper_journal_logs_at`]).
+    pub fn append_recorded(&mut self, log: OutcomeLog, records: &[WriteRecord]) -> Appended {
+        let mut appended = self.append(log, records);
+        let file = match log {
+            OutcomeLog::Unknown => &mut self.unknown,
+            OutcomeLog::Rejected => &mut self.rejected,
+        };
+        if let Err(error) = file.sync()
+            && appended.failed.is_none()
+        {
+            appended.failed = Some((records.len() as u64, error));
+        }
+        appended
     }
 
     /// Appends one flush's outcome records (one batch per journal group): rotates full

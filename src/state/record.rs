@@ -1,8 +1,12 @@
-//! The JSON record written for every write that did not simply succeed.
+//! The JSON record written for every write that did not simply succeed, by every kind of
+//! write: the sidecar's counter families and `writer_totals` families, and the driver
+//! wrapper's writes to the application's own tables.
 //!
 //! One object per line, complete enough to reconcile by hand: who wrote it (writer id,
-//! incarnation, flush sequence, request id and row within the request), where (table, key values, shard, epoch, bucket), what (column
-//! deltas), and why it is here (outcome, error kind and text).
+//! incarnation, flush sequence, request id and row within the request), where (its
+//! [`Target`]: a family's table, key values, shard, epoch, bucket; or an application
+//! table and its key), what (column deltas), and why it is here (outcome, error kind and
+//! text).
 
 use std::collections::BTreeMap;
 
@@ -31,21 +35,30 @@ pub struct WriteRecord {
     pub row: u16,
     /// Why the record is here: `unknown`, `rejected` or `spilled`.
     pub outcome: RecordOutcome,
-    /// Family name (`generic` for the generic tables).
+    /// Family name (`generic` for the generic tables); empty (absent from the line) for
+    /// a row of an application table (see [`Target`]).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
     pub family: String,
     /// `keyspace.table`.
     pub table: String,
-    /// `minute` or `day`.
+    /// `minute` or `day`; empty (absent) for a row of an application table.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
     pub granularity: String,
-    /// Key column → value.
+    /// Key column → value (for an application table, as a CQL literal).
     pub key: BTreeMap<String, String>,
+    /// For a row of an application table: the key values' bytes as the driver serialized
+    /// them, hex, in key column order (partition, then clustering). A spilled row is
+    /// replayed from these, on the table's schema at replay.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key_hex: Option<Vec<String>>,
     /// Shard written to, for sharded families.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub shard: Option<u8>,
     /// Epoch written to, for families with an epoch column.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub epoch: Option<i32>,
-    /// The day, `YYYY-MM-DD`.
+    /// The day, `YYYY-MM-DD`; empty (absent) for a row of an application table.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
     pub day: String,
     /// Minute of the day (minute table only; in a day record of a family with an epoch
     /// column held at shutdown before its epoch was known, the minute that decides it).
@@ -59,6 +72,26 @@ pub struct WriteRecord {
     /// Why the write is here; absent for rows spilled without being attempted.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<ErrorInfo>,
+}
+
+/// Where a record's row was to be written.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Target<'a> {
+    /// A table of a configured family (`granularity` says which of its tables).
+    Family(&'a str),
+    /// An application's own table, `keyspace.table` (the driver wrapper's writes).
+    Table(&'a str),
+}
+
+impl WriteRecord {
+    /// Where its row was to be written.
+    pub fn target(&self) -> Target<'_> {
+        if self.family.is_empty() {
+            Target::Table(&self.table)
+        } else {
+            Target::Family(&self.family)
+        }
+    }
 }
 
 /// Why a record was written: the file it goes to follows from it.
@@ -82,6 +115,16 @@ pub struct ErrorInfo {
     pub kind: String,
     /// The error text.
     pub text: String,
+}
+
+impl ErrorInfo {
+    /// The record's form of a write error.
+    pub fn of(error: &crate::sink::WriteError) -> ErrorInfo {
+        ErrorInfo {
+            kind: error.kind.to_owned(),
+            text: error.text.to_string(),
+        }
+    }
 }
 
 /// What a request's records say about where they come from.
@@ -137,6 +180,7 @@ pub fn records_of<'r>(
                 table: family.table(table).to_owned(),
                 granularity: table.as_str().to_owned(),
                 key: key.clone(),
+                key_hex: None,
                 shard,
                 epoch,
                 day: bucket::format_date(day.date()),

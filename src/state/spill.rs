@@ -638,6 +638,7 @@ mod tests {
 
     fn record(n: i64) -> WriteRecord {
         WriteRecord {
+            key_hex: None,
             time: "2026-11-30T00:00:00Z".into(),
             writer: "w".into(),
             incarnation: 1,

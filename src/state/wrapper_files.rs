@@ -1,17 +1,22 @@
-//! The driver wrapper's files in the state directory, as every reader sees them: its
-//! records (`wrapper_unknown.jsonl`, `wrapper_rejected.jsonl`, `wrapper_unsent.jsonl`,
-//! the spill `wrapper_spill.jsonl` and its cursor), the layout of a row key in its
-//! journal intents, and what recovery writes for an unended wrapper flush
-//! ([`group_records`]). The wrapper writes them (`crate::wrapper`); `countersink
-//! outcomes` reads them through this module, so that the operator tools need nothing of
-//! the wrapper itself.
+//! The driver wrapper's files in the state directory, as every reader sees them: the
+//! spill `wrapper_spill.jsonl` and its cursor, the layout of a row key in its journal
+//! intents, what recovery writes for an unended wrapper flush ([`group_records`]), and
+//! the logs of versions before the wrapper shared the outcome logs.
+//!
+//! The wrapper's records are [`WriteRecord`]s whose [`super::Target`] is an application
+//! table (no family, no granularity, no day; `key` as CQL literals and `key_hex`, the
+//! key values' bytes). Unknown and rejected rows go to `unknown.jsonl` and
+//! `rejected.jsonl` beside the sidecar's; rows definitely not applied that a later start
+//! replays go to the wrapper's spill. The wrapper writes them (`crate::wrapper`);
+//! `countersink outcomes` reads them through this module, so that the operator tools
+//! need nothing of the wrapper itself.
 
 use std::collections::BTreeMap;
 
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
 
 use super::journal::{FlushGroup, WrapperGroup, WrapperTable};
-use super::record::RecordOutcome;
+use super::record::{ErrorInfo, RecordOutcome, WriteRecord};
 use super::recovery::home_of;
 
 /// The spill file's name in the state directory.
@@ -20,67 +25,104 @@ pub const SPILL_FILE: &str = "wrapper_spill.jsonl";
 /// The spill's replay cursor file name.
 pub const CURSOR_FILE: &str = "wrapper_spill.cursor";
 
-/// The logs' file stems (each rotated as `<stem>.N.jsonl`).
-pub const LOG_STEMS: [&str; 3] = ["wrapper_unknown", "wrapper_rejected", "wrapper_unsent"];
+/// The stems of the wrapper's own logs of earlier versions (each rotated as
+/// `<stem>.N.jsonl`): read by `countersink outcomes`, never written any more.
+pub const LEGACY_LOG_STEMS: [&str; 3] = ["wrapper_unknown", "wrapper_rejected", "wrapper_unsent"];
 
-/// Why a row is recorded: the file it goes to follows from it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum WrapperOutcome {
-    /// `wrapper_unknown.jsonl`.
-    Unknown,
-    /// `wrapper_rejected.jsonl`.
-    Rejected,
-    /// `wrapper_unsent.jsonl` (in the spill: to be replayed).
-    Unsent,
+/// A line of the wrapper's files as earlier versions wrote them (its own record type,
+/// the error as two strings): read so that an upgrade loses no spilled row and
+/// `countersink outcomes` still shows the old logs, never written.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LegacyWrapperRecord {
+    time: String,
+    request_id: String,
+    row: u16,
+    /// `unknown`, `rejected` or `unsent`.
+    outcome: String,
+    table: String,
+    key: BTreeMap<String, String>,
+    #[serde(default)]
+    key_hex: Option<Vec<String>>,
+    deltas: BTreeMap<String, i64>,
+    #[serde(default)]
+    error_kind: Option<String>,
+    #[serde(default)]
+    error: Option<String>,
 }
 
-impl WrapperOutcome {
-    /// Every outcome, in file order.
-    pub const ALL: [WrapperOutcome; 3] = [
-        WrapperOutcome::Unknown,
-        WrapperOutcome::Rejected,
-        WrapperOutcome::Unsent,
-    ];
-
-    /// Its file in the state directory.
-    pub fn file_name(self) -> &'static str {
-        match self {
-            WrapperOutcome::Unknown => "wrapper_unknown.jsonl",
-            WrapperOutcome::Rejected => "wrapper_rejected.jsonl",
-            WrapperOutcome::Unsent => "wrapper_unsent.jsonl",
+impl LegacyWrapperRecord {
+    /// The record as this version writes it. `in_spill`: read from the spill, where an
+    /// `unsent` row waits to be replayed; in a log it was not applied and is not to be
+    /// sent again (`rejected`). Writer, incarnation and flush come from its request id
+    /// (`writer/incarnation/wSEQ/request`).
+    pub fn into_record(self, in_spill: bool) -> WriteRecord {
+        let outcome = match self.outcome.as_str() {
+            "unknown" => RecordOutcome::Unknown,
+            "unsent" if in_spill => RecordOutcome::Spilled,
+            _ => RecordOutcome::Rejected,
+        };
+        let mut parts = self.request_id.rsplitn(4, '/');
+        let _request = parts.next();
+        let flush_seq = parts
+            .next()
+            .and_then(|s| s.strip_prefix('w'))
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(0);
+        let incarnation = parts.next().and_then(|s| s.parse().ok()).unwrap_or(0);
+        let writer = parts.next().unwrap_or_default().to_owned();
+        WriteRecord {
+            time: self.time,
+            writer,
+            incarnation,
+            flush_seq,
+            request_id: self.request_id,
+            row: self.row,
+            outcome,
+            family: String::new(),
+            table: self.table,
+            granularity: String::new(),
+            key: self.key,
+            key_hex: self.key_hex,
+            shard: None,
+            epoch: None,
+            day: String::new(),
+            minute: None,
+            month: None,
+            deltas: self.deltas,
+            error: self.error_kind.map(|kind| ErrorInfo {
+                kind,
+                text: self.error.unwrap_or_default(),
+            }),
         }
     }
 }
 
-/// One recorded row.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct WrapperRecord {
-    /// When, RFC 3339 UTC.
-    pub time: String,
-    /// `writer/incarnation/wFLUSH/request` (see [`request_id`]).
-    pub request_id: String,
-    /// The row's position in its request.
-    pub row: u16,
-    /// Why it is here.
-    pub outcome: WrapperOutcome,
-    /// `keyspace.table`.
-    pub table: String,
-    /// Key column → value as a CQL literal.
-    pub key: BTreeMap<String, String>,
-    /// The key values' bytes as the driver serialized them, hex, in key column order
-    /// (partition, then clustering): a spilled row is replayed from these.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub key_hex: Option<Vec<String>>,
-    /// Counter column → delta (non-zero only).
-    pub deltas: BTreeMap<String, i64>,
-    /// The error kind (`write_timeout`, `cancelled_at_deadline`, ...), when there was one.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub error_kind: Option<String>,
-    /// The error text.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub error: Option<String>,
+/// A line of the wrapper's spill or of an old wrapper log, whichever version wrote it.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(untagged)]
+pub enum WrapperLine {
+    /// As this version writes it.
+    Current(WriteRecord),
+    /// As earlier versions wrote it.
+    Legacy(LegacyWrapperRecord),
+}
+
+impl WrapperLine {
+    /// The record (see [`LegacyWrapperRecord::into_record`] for `in_spill`).
+    pub fn into_record(self, in_spill: bool) -> WriteRecord {
+        match self {
+            WrapperLine::Current(record) => record,
+            WrapperLine::Legacy(legacy) => legacy.into_record(in_spill),
+        }
+    }
+}
+
+/// A line of the wrapper's spill or of an old wrapper log as a record, if it reads as one.
+pub fn read_line(line: &[u8], in_spill: bool) -> Option<WriteRecord> {
+    serde_json::from_slice::<WrapperLine>(line)
+        .ok()
+        .map(|line| line.into_record(in_spill))
 }
 
 /// The request id of request `request` of wrapper flush `seq`.
@@ -129,21 +171,24 @@ pub fn push_key_value(key: &mut Vec<u8>, value: &[u8]) {
 }
 
 /// The records recovery writes for an unended, committed wrapper flush, row for row:
-/// `unsent` (to the spill), `rejected` or `unknown`, where the sidecar's recovery
-/// classifier ([`home_of`]) puts each request (`is_last`: no later group follows it in
-/// the journal). `literal` prints key value `i` of a table as a CQL literal (the wrapper
-/// uses the driver's schema metadata; without it, hex). Also what `countersink outcomes`
-/// shows for such a flush.
+/// `spilled` (to the wrapper's spill), `rejected` or `unknown`, where the sidecar's
+/// recovery classifier ([`home_of`]) puts each request (`is_last`: no later group follows
+/// it in the journal). `literal` prints key value `i` of a table as a CQL literal (the
+/// wrapper uses the driver's schema metadata; without it, hex). Also what `countersink
+/// outcomes` shows for such a flush.
 pub fn group_records(
     group: &FlushGroup,
     wrapper: &WrapperGroup,
     is_last: bool,
     time: &str,
     literal: &dyn Fn(&WrapperTable, usize, &[u8]) -> String,
-) -> Vec<WrapperRecord> {
+) -> Vec<WriteRecord> {
     let mut out = Vec::new();
     for intent in &wrapper.intents {
         let Some(table) = wrapper.table(intent.table) else {
+            continue;
+        };
+        let (Some(outcome), error) = home_of(group, intent.request, is_last) else {
             continue;
         };
         let id = request_id(
@@ -152,43 +197,91 @@ pub fn group_records(
             group.flush.flush_seq,
             intent.request,
         );
-        let (outcome, error) = match home_of(group, intent.request, is_last) {
-            (None, _) => continue,
-            (Some(RecordOutcome::Spilled), error) => (WrapperOutcome::Unsent, error),
-            (Some(RecordOutcome::Rejected), error) => (WrapperOutcome::Rejected, error),
-            (Some(RecordOutcome::Unknown), error) => (WrapperOutcome::Unknown, error),
-        };
         for (i, row) in intent.rows.iter().enumerate() {
             let Some((_, values)) = split_key(&row.key) else {
                 continue;
             };
-            out.push(WrapperRecord {
-                time: time.to_owned(),
-                request_id: id.clone(),
-                row: u16::try_from(i).unwrap_or(u16::MAX),
+            let key = table
+                .key_columns
+                .iter()
+                .zip(&values)
+                .enumerate()
+                .map(|(n, (column, bytes))| (column.clone(), literal(table, n, bytes)))
+                .collect();
+            let deltas = table.counters.iter().zip(&row.deltas[..]);
+            let mut record = table_record(
+                &format!("{}.{}", table.keyspace, table.name),
+                key,
+                &values,
+                deltas,
+                TableRecordSource {
+                    writer: &group.flush.writer,
+                    incarnation: group.flush.incarnation,
+                    flush_seq: group.flush.flush_seq,
+                    request_id: &id,
+                    time,
+                },
                 outcome,
-                table: format!("{}.{}", table.keyspace, table.name),
-                key: table
-                    .key_columns
-                    .iter()
-                    .zip(&values)
-                    .enumerate()
-                    .map(|(n, (column, bytes))| (column.clone(), literal(table, n, bytes)))
-                    .collect(),
-                key_hex: Some(values.iter().map(|bytes| hex(bytes)).collect()),
-                deltas: table
-                    .counters
-                    .iter()
-                    .zip(&row.deltas)
-                    .filter(|(_, d)| **d != 0)
-                    .map(|(c, d)| (c.clone(), *d))
-                    .collect(),
-                error_kind: error.as_ref().map(|e| e.kind.clone()),
-                error: error.as_ref().map(|e| e.text.clone()),
-            });
+            );
+            record.row = u16::try_from(i).unwrap_or(u16::MAX);
+            record.error.clone_from(&error);
+            out.push(record);
         }
     }
     out
+}
+
+/// Who wrote a row of an application table, and when its outcome was recorded.
+#[derive(Clone, Copy, Debug)]
+pub struct TableRecordSource<'a> {
+    /// The writer id.
+    pub writer: &'a str,
+    /// The state directory's incarnation.
+    pub incarnation: u64,
+    /// The wrapper flush.
+    pub flush_seq: u64,
+    /// The request (see [`request_id`]).
+    pub request_id: &'a str,
+    /// RFC 3339.
+    pub time: &'a str,
+}
+
+/// The record of one row of an application table (row 0 of its request, no error: the
+/// caller sets both): `key` as CQL literals, `values` the key values' bytes, `deltas`
+/// (column, delta) of which the non-zero ones are kept.
+pub fn table_record<'c>(
+    table: &str,
+    key: BTreeMap<String, String>,
+    values: &[&[u8]],
+    deltas: impl IntoIterator<Item = (&'c String, &'c i64)>,
+    source: TableRecordSource<'_>,
+    outcome: RecordOutcome,
+) -> WriteRecord {
+    WriteRecord {
+        time: source.time.to_owned(),
+        writer: source.writer.to_owned(),
+        incarnation: source.incarnation,
+        flush_seq: source.flush_seq,
+        request_id: source.request_id.to_owned(),
+        row: 0,
+        outcome,
+        family: String::new(),
+        table: table.to_owned(),
+        granularity: String::new(),
+        key,
+        key_hex: Some(values.iter().map(|bytes| hex(bytes)).collect()),
+        shard: None,
+        epoch: None,
+        day: String::new(),
+        minute: None,
+        month: None,
+        deltas: deltas
+            .into_iter()
+            .filter(|(_, d)| **d != 0)
+            .map(|(c, d)| (c.clone(), *d))
+            .collect(),
+        error: None,
+    }
 }
 
 #[cfg(test)]

@@ -96,13 +96,6 @@ fn by_column(family: &FamilyDef, columns: &Columns, skip_zero: bool) -> BTreeMap
         .collect()
 }
 
-fn error_info(error: &WriteError) -> ErrorInfo {
-    ErrorInfo {
-        kind: error.kind.to_owned(),
-        text: error.text.to_string(),
-    }
-}
-
 /// Everything a spilled row needs.
 pub(crate) struct SpilledRow<'a> {
     /// The row.
@@ -135,7 +128,7 @@ pub(crate) fn total_record(row: &SpilledRow<'_>, family: &FamilyDef, time: &str)
         totals: by_column(family, row.total, false),
         unconfirmed: by_column(family, row.unconfirmed, false),
         timestamp: row.timestamp,
-        error: row.error.map(error_info),
+        error: row.error.map(ErrorInfo::of),
     }
 }
 
@@ -167,6 +160,7 @@ pub(crate) fn rejected_record(
 ) -> WriteRecord {
     let place = place(id, family);
     WriteRecord {
+        key_hex: None,
         time: by.time.to_owned(),
         writer: by.writer.to_owned(),
         incarnation: by.incarnation,
@@ -184,7 +178,7 @@ pub(crate) fn rejected_record(
         minute: place.minute,
         month: place.month,
         deltas: by_column(family, refused, true),
-        error: Some(error_info(error)),
+        error: Some(ErrorInfo::of(error)),
     }
 }
 
@@ -295,6 +289,7 @@ pub(crate) fn as_write_record(
     error: Option<ErrorInfo>,
 ) -> WriteRecord {
     WriteRecord {
+        key_hex: None,
         time: by.time.to_owned(),
         writer: by.writer.to_owned(),
         incarnation: by.incarnation,

@@ -61,6 +61,7 @@ pub(crate) fn rejected_records(group: &FlushGroup, time: &str) -> Vec<WriteRecor
         let request_id = group.flush.request_id(intent.request);
         for (row, total) in records_of(family, intent, time).into_iter().enumerate() {
             out.push(WriteRecord {
+                key_hex: None,
                 time: time.to_owned(),
                 writer: group.flush.writer.clone(),
                 incarnation: group.flush.incarnation,

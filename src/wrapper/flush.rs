@@ -11,8 +11,8 @@
 //! |---|---|
 //! | applied | counted |
 //! | requeued (definitely not applied) | merged back into the buffer for the next flush; at the final flush, the spill (replayed by the next start) |
-//! | rejected | `wrapper_rejected.jsonl` |
-//! | unknown, or in flight at the shutdown deadline | `wrapper_unknown.jsonl`, never re-sent |
+//! | rejected | `rejected.jsonl` |
+//! | unknown, or in flight at the shutdown deadline | `unknown.jsonl`, never re-sent |
 //! | not started before the shutdown deadline | back into the buffer; at the final flush, the spill |
 //! | held back (the group commit failed) | back into the buffer unchanged; at the final flush, the spill |
 //!
@@ -52,13 +52,14 @@ use crate::sink::cql::classify::SharedTexts;
 use crate::sink::cql::profile::WriteProfile;
 use crate::sink::cql::store::StoreKind;
 use crate::stage::{Facts, StageCx, run_stage};
-use crate::state::StateDir;
+use crate::state::wrapper_files::TableRecordSource;
+use crate::state::{OutcomeLog, StateDir};
 use crate::test_hooks::crash_point;
 
 use super::buffer::RowAdd;
 use super::buffer::{Buffer, Drained, PendingRow, Unmerged};
 use super::recognize::{TableShape, Tables};
-use super::records::{Logs, WrapperOutcome, WrapperRecord, record, unhex};
+use super::records::{ErrorInfo, RecordOutcome, WriteRecord, record, unhex};
 use super::recovery::request_id;
 use super::spill::WrapperSpill;
 use super::statement::{split_key, update_text};
@@ -87,7 +88,7 @@ pub struct WrapperFlushReport {
     /// Requests whose outcome is unknown (cancelled at the deadline included).
     pub unknown: usize,
     /// Requests whose rows were spilled for the next start (or, past the spill's limit,
-    /// recorded in `wrapper_unsent.jsonl`).
+    /// recorded in `rejected.jsonl` as `spill_full`).
     pub unsent: usize,
     /// Spilled rows of an earlier process loaded into the buffer before this flush drained.
     pub replayed_rows: u64,
@@ -165,7 +166,6 @@ pub struct WrapperFlusher {
     /// consistency and timeout (the same profile as the sidecar's counter writes).
     profile: WriteProfile,
     state: StateDir,
-    logs: Logs,
     spill: WrapperSpill,
     statements: HashMap<u32, PreparedStatement>,
     seq: u64,
@@ -204,7 +204,6 @@ impl WrapperFlusher {
         flush: FlushConfig,
         store: StoreConfig,
         state: StateDir,
-        logs: Logs,
         spill: WrapperSpill,
         store_kind: StoreKind,
         chunk_bytes: usize,
@@ -221,7 +220,6 @@ impl WrapperFlusher {
             flush,
             profile: WriteProfile::counter(store.consistency, store.request_timeout),
             state,
-            logs,
             spill,
             statements: HashMap::new(),
             seq: 0,
@@ -239,9 +237,9 @@ impl WrapperFlusher {
         self.state.disable_journal_for_benchmark();
     }
 
-    /// The path of one of the logs.
-    pub fn log_path(&self, outcome: WrapperOutcome) -> &std::path::Path {
-        self.logs.path(outcome)
+    /// The current file of one of the outcome logs.
+    pub fn log_path(&self, log: OutcomeLog) -> &std::path::Path {
+        self.state.log_path(log)
     }
 
     /// Drains and sends what is pending, until `deadline` (shutdown's: every flush
@@ -297,7 +295,7 @@ impl WrapperFlusher {
     /// One chunk of the spill, sent as a group of its own whose commit consumes the spill
     /// offset past exactly its rows: never merged into the buffer first (a chunked drain
     /// could carry part of it while the offset passed all of it). Rows that no longer map
-    /// to their table go to `wrapper_unsent.jsonl`.
+    /// to their table go to `rejected.jsonl` (`not_replayable`).
     async fn flush_replay(&mut self, deadline: &mut Deadline) -> WrapperFlushReport {
         if !self.spill.has_unloaded() {
             return WrapperFlushReport::default();
@@ -311,10 +309,12 @@ impl WrapperFlusher {
         let loaded = self.spill.load(|record| {
             let Some(add) = row_add(record, &cluster, &tables) else {
                 let mut record = record.clone();
-                record.error_kind = Some("not_replayable".into());
-                record.error = Some(
-                    "the table's schema in the driver's metadata no longer takes this row".into(),
-                );
+                record.outcome = RecordOutcome::Rejected;
+                record.error = Some(ErrorInfo {
+                    kind: "not_replayable".into(),
+                    text: "the table's schema in the driver's metadata no longer takes this row"
+                        .into(),
+                });
                 unreplayable.push(record);
                 return true;
             };
@@ -351,15 +351,17 @@ impl WrapperFlusher {
                 tracing::error!(%error, "Could not read the wrapper spill; its rows wait for the next flush.");
             }
         }
-        if !unreplayable.is_empty()
-            && let Err(error) = self.logs.append(WrapperOutcome::Unsent, &unreplayable)
-        {
-            self.counters.records_lost(unreplayable.len() as u64);
-            tracing::error!(%error, "Could not record spilled rows that cannot be replayed.");
+        if !unreplayable.is_empty() {
+            // Outside any flush's group: a crash before the cursor passes these rows logs
+            // them again at the next start, never sends them.
+            let appended = self
+                .state
+                .append_recorded(OutcomeLog::Rejected, &unreplayable);
+            self.count_lost(&appended);
         }
         let consumes = self.spill.loaded();
         if rows.is_empty() {
-            // Whatever was read went to `wrapper_unsent.jsonl`: consumed without a flush.
+            // Whatever was read went to `rejected.jsonl`: consumed without a flush.
             if let Err(error) = self.spill.commit(consumes) {
                 tracing::error!(%error, "Could not write the wrapper spill's cursor.");
             }
@@ -458,6 +460,15 @@ impl WrapperFlusher {
         }
     }
 
+    /// Counts the records an append to an outcome log lost (not written, or deleted by
+    /// the rotation before it).
+    pub(super) fn count_lost(&self, appended: &crate::state::Appended) {
+        let lost: u64 = appended.lost().map(|(_, n)| n).sum();
+        if lost > 0 {
+            self.counters.records_lost(lost);
+        }
+    }
+
     pub(super) fn request_id(&self, index: u32) -> String {
         request_id(
             self.state.writer_id(),
@@ -470,11 +481,19 @@ impl WrapperFlusher {
     pub(super) fn records(
         &self,
         request: &Request,
-        id: &str,
-        outcome: WrapperOutcome,
+        index: u32,
+        outcome: RecordOutcome,
         error: Option<&WriteError>,
-    ) -> Vec<WrapperRecord> {
+    ) -> Vec<WriteRecord> {
         let time = crate::bucket::rfc3339(SystemTime::now());
+        let id = self.request_id(index);
+        let source = TableRecordSource {
+            writer: self.state.writer_id(),
+            incarnation: self.state.incarnation(),
+            flush_seq: self.seq,
+            request_id: &id,
+            time: &time,
+        };
         request
             .rows
             .iter()
@@ -486,10 +505,9 @@ impl WrapperFlusher {
                     &values,
                     row,
                     u16::try_from(i).unwrap_or(u16::MAX),
-                    id,
+                    source,
                     outcome,
                     error,
-                    &time,
                 ))
             })
             .collect()
@@ -589,7 +607,7 @@ pub(super) fn unmerged_error(why: Unmerged) -> WriteError {
 /// A spilled record as an add to the buffer, on its table's current schema: `None` when
 /// the row no longer maps to it.
 fn row_add(
-    record: &WrapperRecord,
+    record: &WriteRecord,
     cluster: &scylla::cluster::ClusterState,
     tables: &Tables,
 ) -> Option<RowAdd> {

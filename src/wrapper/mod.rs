@@ -60,7 +60,6 @@ use crate::state::{StateDir, StateError};
 use self::buffer::{Buffer, Refused, RowAdd};
 use self::flush::{WrapperFlushReport, WrapperFlusher};
 use self::recognize::{CounterPlan, DeltaValue, Tables};
-use self::records::Logs;
 use self::spill::WrapperSpill;
 use self::stats::Counters;
 
@@ -184,7 +183,6 @@ impl CounterSession {
             let dir = state.dir().display().to_string();
             move |error| WrapperError::Logs { dir, error }
         };
-        let mut logs = Logs::open(state.dir(), &config.state).map_err(logs_error(&state))?;
         // A flush the previous process did not end: its committed replay offset first (the
         // rows it consumed are in its intents), then each of its requests to one home.
         let groups = state.take_wrapper_groups();
@@ -195,14 +193,9 @@ impl CounterSession {
             .max();
         let mut spill = WrapperSpill::open(state.dir(), config.state.max_spill_bytes, consumed)
             .map_err(logs_error(&state))?;
-        let recovery = recovery::recover(
-            &mut state,
-            &mut logs,
-            &mut spill,
-            &session.get_cluster_state(),
-            groups,
-        )
-        .map_err(logs_error(&state))?;
+        let recovery =
+            recovery::recover(&mut state, &mut spill, &session.get_cluster_state(), groups)
+                .map_err(logs_error(&state))?;
         if recovery != WrapperRecovery::default() {
             tracing::warn!(
                 flushes = recovery.flushes,
@@ -235,7 +228,6 @@ impl CounterSession {
             config.flush.clone(),
             config.store.clone(),
             state,
-            logs,
             spill,
             crate::sink::cql::store::detect(&session).await.kind,
             chunk_bytes,
@@ -401,9 +393,10 @@ impl CounterSession {
         )
     }
 
-    /// The path of one of the wrapper's logs (`wrapper_unknown.jsonl`, ...).
-    pub async fn log_path(&self, outcome: records::WrapperOutcome) -> std::path::PathBuf {
-        self.flusher.lock().await.log_path(outcome).to_path_buf()
+    /// The current file of one of the outcome logs the wrapper records in
+    /// (`unknown.jsonl`, `rejected.jsonl`).
+    pub async fn log_path(&self, log: crate::state::OutcomeLog) -> std::path::PathBuf {
+        self.flusher.lock().await.log_path(log).to_path_buf()
     }
 
     /// Stops buffering (later calls pass through, counted as `after_shutdown`) and runs

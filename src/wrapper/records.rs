@@ -1,31 +1,27 @@
-//! The records of flushed rows that did not simply apply, and the files they go to.
+//! The records of flushed rows that did not simply apply: [`WriteRecord`]s whose target
+//! is the application's table, in the state directory's outcome logs beside the
+//! sidecar's (`unknown.jsonl`, `rejected.jsonl`: the same rotation and size limits,
+//! `state.max_log_bytes` and `state.max_log_files`).
 //!
-//! One JSON object per line, in the state directory beside the sidecar's logs (the same
-//! rotation and size limits, `state.max_log_bytes` and `state.max_log_files`):
-//!
-//! | file | what |
+//! | outcome | where |
 //! |---|---|
-//! | `wrapper_unknown.jsonl` | may or may not have applied: never re-sent, reconcile by hand |
-//! | `wrapper_rejected.jsonl` | refused by the store for good |
-//! | `wrapper_unsent.jsonl` | definitely not applied, and not replayable: past `state.max_spill_bytes`, or spilled rows whose table no longer takes them at replay; apply by hand if wanted |
+//! | `unknown` | `unknown.jsonl`: may or may not have applied; never re-sent, reconcile by hand |
+//! | `rejected` | `rejected.jsonl`: refused by the store for good; or definitely not applied and not replayable (`error.kind` `spill_full`: past `state.max_spill_bytes`; `not_replayable`: no longer matching its table's schema at replay): apply by hand if wanted |
+//! | `spilled` | the wrapper's spill ([`super::spill`]), replayed by the next start |
 //!
-//! Rows definitely not applied that this process will not send go to the spill
-//! ([`super::spill`]) and are replayed by the next start.
-//!
-//! A record names the request (`writer/incarnation/flush/request`), the table, the key as
-//! CQL literals (and as the bytes' hex), and every non-zero delta, so a row can be checked against the store and
-//! applied by hand with one UPDATE.
-
-use std::path::Path;
+//! A record names the request (`writer/incarnation/wFLUSH/request`), the table, the key
+//! as CQL literals (and as the bytes' hex, `key_hex`), and every non-zero delta, so a row
+//! can be checked against the store and applied by hand with one UPDATE.
 
 use scylla::cluster::metadata::ColumnType;
 use scylla::deserialize::FrameSlice;
 use scylla::deserialize::value::DeserializeValue;
 use scylla::value::CqlValue;
 
-use crate::config::StateConfig;
-use crate::state::JsonlLog;
-pub use crate::state::wrapper_files::{WrapperOutcome, WrapperRecord, hex, unhex};
+use crate::sink::WriteError;
+use crate::state::wrapper_files::{TableRecordSource, table_record};
+pub use crate::state::wrapper_files::{hex, unhex};
+pub use crate::state::{ErrorInfo, RecordOutcome, WriteRecord};
 
 use super::buffer::PendingRow;
 use super::recognize::TableShape;
@@ -43,107 +39,49 @@ pub fn literal(typ: &ColumnType<'_>, bytes: &[u8]) -> String {
     }
 }
 
-/// The record of `row` of `table`, at `time` (RFC 3339).
-#[allow(clippy::too_many_arguments)]
+/// The record of `row` of `table`, at position `position` of its request.
 pub fn record(
     table: &TableShape,
     key: &[&[u8]],
     row: &PendingRow,
     position: u16,
-    request_id: &str,
-    outcome: WrapperOutcome,
-    error: Option<&crate::sink::WriteError>,
-    time: &str,
-) -> WrapperRecord {
-    WrapperRecord {
-        time: time.to_owned(),
-        request_id: request_id.to_owned(),
-        row: position,
+    source: TableRecordSource<'_>,
+    outcome: RecordOutcome,
+    error: Option<&WriteError>,
+) -> WriteRecord {
+    let literals = table
+        .key_columns()
+        .zip(key.iter().zip(&table.key_types))
+        .map(|(column, (bytes, typ))| (column.to_owned(), literal(typ, bytes)))
+        .collect();
+    let deltas = table.counters.iter().zip(row.deltas.iter());
+    let mut record = table_record(
+        &table.qualified_name(),
+        literals,
+        key,
+        deltas,
+        source,
         outcome,
-        table: table.qualified_name(),
-        key: table
-            .key_columns()
-            .zip(key.iter().zip(&table.key_types))
-            .map(|(column, (bytes, typ))| (column.to_owned(), literal(typ, bytes)))
-            .collect(),
-        key_hex: Some(key.iter().map(|bytes| hex(bytes)).collect()),
-        deltas: table
-            .counters
-            .iter()
-            .zip(row.deltas.iter())
-            .filter(|(_, d)| **d != 0)
-            .map(|(c, d)| (c.clone(), *d))
-            .collect(),
-        error_kind: error.map(|e| e.kind.to_owned()),
-        error: error.map(|e| e.text.to_string()),
-    }
+    );
+    record.row = position;
+    record.error = error.map(ErrorInfo::of);
+    record
 }
 
-/// The three logs.
-pub struct Logs {
-    logs: [JsonlLog; 3],
-}
-
-impl Logs {
-    /// Opens (creating) the logs in `dir`.
-    pub fn open(dir: &Path, state: &StateConfig) -> std::io::Result<Logs> {
-        let open = |outcome: WrapperOutcome| {
-            JsonlLog::open(
-                dir.join(outcome.file_name()),
-                state.max_log_bytes,
-                state.max_log_files,
-            )
-        };
-        Ok(Logs {
-            logs: [
-                open(WrapperOutcome::Unknown)?,
-                open(WrapperOutcome::Rejected)?,
-                open(WrapperOutcome::Unsent)?,
-            ],
-        })
+/// Why a row definitely not applied is not in the spill: the spill is full. `failed`:
+/// how its write failed, if it was sent.
+pub fn spill_full(failed: Option<&ErrorInfo>) -> ErrorInfo {
+    let mut text =
+        "the wrapper spill is at state.max_spill_bytes: not applied, and not replayed".to_owned();
+    if let Some(failed) = failed {
+        text.push_str(&format!(
+            " (its write failed: {}: {})",
+            failed.kind, failed.text
+        ));
     }
-
-    /// Rotates every full log. A flush calls it before it records the logs' sizes in the
-    /// journal, so that its appends land in the files those sizes describe.
-    pub fn rotate_full(&mut self) {
-        for (log, outcome) in self.logs.iter_mut().zip(WrapperOutcome::ALL) {
-            if let Err(error) = log.rotate_if_full() {
-                tracing::error!(file = outcome.file_name(), %error, "Could not rotate a wrapper log.");
-            }
-        }
-    }
-
-    /// The sizes of `wrapper_unknown.jsonl` and `wrapper_rejected.jsonl`.
-    pub fn sizes(&self) -> [u64; 2] {
-        [self.logs[0].size(), self.logs[1].size()]
-    }
-
-    /// The `(request_id, row)` of the records of one log from `offset` on.
-    pub fn keys_from(
-        &self,
-        outcome: WrapperOutcome,
-        offset: u64,
-    ) -> std::io::Result<std::collections::HashSet<(String, u16)>> {
-        self.logs[outcome as usize].keys_from(offset)
-    }
-
-    /// Appends `records` to the log of their outcome and syncs it (no rotation: see
-    /// [`Logs::rotate_full`]); the error if that failed.
-    pub fn append(
-        &mut self,
-        outcome: WrapperOutcome,
-        records: &[WrapperRecord],
-    ) -> std::io::Result<()> {
-        let log = &mut self.logs[outcome as usize];
-        for record in records {
-            log.append(record)?;
-        }
-        log.sync()
-    }
-
-    /// The path of one log.
-    pub fn path(&self, outcome: WrapperOutcome) -> &Path {
-        self.logs[outcome as usize].path()
+    ErrorInfo {
+        kind: "spill_full".into(),
+        text,
     }
 }
 

@@ -6,11 +6,11 @@
 //! |---|---|
 //! | `applied` (or `dropped`) | nowhere |
 //! | definitely not applied, or not started (an outcome saying so, or none at or past the group's last start bound), in the journal's last group | the spill, replayed by this start |
-//! | `rejected` | `wrapper_rejected.jsonl` |
-//! | `unknown`, no outcome (in flight), or not applied in a group that is not the last | `wrapper_unknown.jsonl` (`in_flight_at_crash` when no outcome or not the last), never re-sent |
+//! | `rejected` | `rejected.jsonl` |
+//! | `unknown`, no outcome (in flight), or not applied in a group that is not the last | `unknown.jsonl` (`in_flight_at_crash` when no outcome or not the last), never re-sent |
 //!
 //! The table is the sidecar's recovery classifier, [`crate::state::recovery::home_of`],
-//! called here: the wrapper only writes to its own files.
+//! called here; the records are the sidecar's too (of an application table).
 //!
 //! Only the last group's not-applied rows are known to be nowhere else. A later group
 //! means the process flushed again after that group settled: its re-queued rows were in
@@ -31,11 +31,11 @@ use scylla::cluster::metadata::{ColumnType, NativeType};
 
 use crate::state::journal::{WrapperGroup, WrapperTable};
 use crate::state::wrapper_files;
-use crate::state::{FlushGroup, StateDir};
+use crate::state::{FlushGroup, OutcomeLog, RecordOutcome, StateDir, WriteRecord};
 use crate::test_hooks::crash_point;
 
 use super::recognize::TableShape;
-use super::records::{Logs, WrapperOutcome, WrapperRecord, literal};
+use super::records::{literal, spill_full};
 use super::spill::WrapperSpill;
 
 /// What recovery did for the previous process.
@@ -43,10 +43,11 @@ use super::spill::WrapperSpill;
 pub struct WrapperRecovery {
     /// Flushes found committed and not ended, and finished.
     pub flushes: u64,
-    /// Rows logged to `wrapper_unknown.jsonl` (in flight at the crash, or unknown and not
-    /// logged yet).
+    /// Rows logged to `unknown.jsonl` (in flight at the crash, or unknown and not logged
+    /// yet).
     pub unknown_rows: u64,
-    /// Rows logged to `wrapper_rejected.jsonl`.
+    /// Rows logged to `rejected.jsonl` (refused, or not applied and past the spill's
+    /// size limit).
     pub rejected_rows: u64,
     /// Rows definitely not applied, spilled for replay.
     pub spilled_rows: u64,
@@ -59,7 +60,6 @@ pub use crate::state::wrapper_files::request_id;
 /// Finishes every unended wrapper group of the journal.
 pub fn recover(
     state: &mut StateDir,
-    logs: &mut Logs,
     spill: &mut WrapperSpill,
     cluster: &ClusterState,
     groups: Vec<FlushGroup>,
@@ -79,16 +79,7 @@ pub fn recover(
         } else {
             report.flushes += 1;
             let is_last = index == last;
-            finish(
-                state,
-                logs,
-                spill,
-                cluster,
-                &group,
-                wrapper,
-                is_last,
-                &mut report,
-            )?;
+            finish(state, spill, cluster, &group, wrapper, is_last, &mut report)?;
         }
         crash_point("wrapper_recovery_logged");
         state.wrapper_journal_end(group.flush.flush_seq)?;
@@ -99,7 +90,6 @@ pub fn recover(
 #[allow(clippy::too_many_arguments)]
 fn finish(
     state: &mut StateDir,
-    logs: &mut Logs,
     spill: &mut WrapperSpill,
     cluster: &ClusterState,
     group: &FlushGroup,
@@ -109,30 +99,30 @@ fn finish(
 ) -> std::io::Result<()> {
     let at = match wrapper.logs_at {
         Some(at) => at,
-        None => {
-            logs.rotate_full();
-            let [unknown, rejected] = logs.sizes();
-            let at = [unknown, rejected, spill.size()];
-            state.wrapper_journal_logs_at(at)?;
-            at
-        }
+        None => state.wrapper_journal_logs_at(spill.size())?,
     };
     // A spill shorter than its recorded size was consumed whole and started over after
     // the flush recorded it (the cursor is made durable before the flush ends): every
     // record in it now was written after that.
     let spill_at = if at[2] > spill.size() { 0 } else { at[2] };
-    let present = [
-        logs.keys_from(WrapperOutcome::Unknown, at[0])?,
-        logs.keys_from(WrapperOutcome::Rejected, at[1])?,
+    let mut present = [
+        state.log_keys_from(OutcomeLog::Unknown, at[0])?,
+        state.log_keys_from(OutcomeLog::Rejected, at[1])?,
         spill.keys_from(spill_at)?,
     ];
+    // A flush an earlier version left unended recorded its records in the wrapper's own
+    // logs of that version: found there, they are not recorded again.
+    for (stem, into) in wrapper_files::LEGACY_LOG_STEMS.iter().zip([0, 1, 1]) {
+        let path = state.dir().join(format!("{stem}.jsonl"));
+        present[into].extend(crate::state::jsonl::keys_in(&path, 0)?);
+    }
     let time = crate::bucket::rfc3339(SystemTime::now());
     let (mut unknown, mut rejected, mut spilled) = (Vec::new(), Vec::new(), Vec::new());
     for record in group_records(group, wrapper, is_last, Some(cluster), &time) {
         let (into, seen) = match record.outcome {
-            WrapperOutcome::Unknown => (&mut unknown, &present[0]),
-            WrapperOutcome::Rejected => (&mut rejected, &present[1]),
-            WrapperOutcome::Unsent => (&mut spilled, &present[2]),
+            RecordOutcome::Unknown => (&mut unknown, &present[0]),
+            RecordOutcome::Rejected => (&mut rejected, &present[1]),
+            RecordOutcome::Spilled => (&mut spilled, &present[2]),
         };
         if !seen.contains(&(record.request_id.clone(), record.row)) {
             into.push(record);
@@ -140,15 +130,29 @@ fn finish(
     }
     crash_point("wrapper_recovery_before_logs");
     report.spilled_rows += spilled.len() as u64;
-    report.unknown_rows += unknown.len() as u64;
-    report.rejected_rows += rejected.len() as u64;
     if !spilled.is_empty() {
         let over = spill.append(spilled)?;
         report.spilled_rows -= over.len() as u64;
-        logs.append(WrapperOutcome::Unsent, &over)?;
+        for mut record in over {
+            record.outcome = RecordOutcome::Rejected;
+            record.error = Some(spill_full(record.error.as_ref()));
+            rejected.push(record);
+        }
     }
-    logs.append(WrapperOutcome::Unknown, &unknown)?;
-    logs.append(WrapperOutcome::Rejected, &rejected)
+    report.unknown_rows += unknown.len() as u64;
+    report.rejected_rows += rejected.len() as u64;
+    for (log, records) in [
+        (OutcomeLog::Unknown, &unknown),
+        (OutcomeLog::Rejected, &rejected),
+    ] {
+        if records.is_empty() {
+            continue;
+        }
+        if let Some((_, error)) = state.append_recorded(log, records).failed {
+            return Err(error);
+        }
+    }
+    Ok(())
 }
 
 /// The records recovery writes for an unended, committed wrapper flush (see
@@ -160,7 +164,7 @@ pub fn group_records(
     is_last: bool,
     cluster: Option<&ClusterState>,
     time: &str,
-) -> Vec<WrapperRecord> {
+) -> Vec<WriteRecord> {
     let types: HashMap<u32, Vec<ColumnType<'static>>> = wrapper
         .tables
         .iter()

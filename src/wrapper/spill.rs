@@ -18,10 +18,11 @@
 //! kill anywhere between the group commit and `End` neither replays a row twice nor
 //! forgets one: rows not yet in a committed group are loaded again, rows in one are not.
 //!
-//! Records are [`WrapperRecord`]s with `key_hex` (the key values' bytes): a replayed row
-//! is rebuilt from the table's current schema in the driver's metadata. A row that no
-//! longer maps to it (table dropped, key or counter columns changed, unreadable line) is
-//! recorded in `wrapper_unsent.jsonl` instead, to apply by hand.
+//! Records are [`WriteRecord`]s of an application table, with `key_hex` (the key values'
+//! bytes): a replayed row is rebuilt from the table's current schema in the driver's
+//! metadata. A row that no longer maps to it (table dropped, key or counter columns
+//! changed) is recorded in `rejected.jsonl` instead (`not_replayable`), to apply by hand.
+//! Lines earlier versions wrote (their own record type) are read as well.
 
 use std::fs;
 use std::io;
@@ -30,7 +31,8 @@ use std::path::{Path, PathBuf};
 use crate::state::JsonlLog;
 use crate::state::jsonl::LineReader;
 
-use super::records::WrapperRecord;
+use crate::state::WriteRecord;
+use crate::state::wrapper_files;
 
 pub use crate::state::wrapper_files::{CURSOR_FILE, SPILL_FILE};
 
@@ -114,7 +116,7 @@ impl WrapperSpill {
     /// Loads records after the part already loaded, in file order, while `take` accepts
     /// them (`take` returns false to stop before a record: the buffer is full). Lines
     /// that do not read as records are counted and passed.
-    pub fn load(&mut self, mut take: impl FnMut(&WrapperRecord) -> bool) -> io::Result<Loaded> {
+    pub fn load(&mut self, mut take: impl FnMut(&WriteRecord) -> bool) -> io::Result<Loaded> {
         let mut loaded = Loaded::default();
         if !self.has_unloaded() {
             return Ok(loaded);
@@ -126,14 +128,14 @@ impl WrapperSpill {
                 break;
             }
             let next = line.offset + line.text.len() as u64 + 1;
-            match serde_json::from_slice::<WrapperRecord>(line.text) {
-                Ok(record) => {
+            match wrapper_files::read_line(line.text, true) {
+                Some(record) => {
                     if !take(&record) {
                         break;
                     }
                     loaded.rows += 1;
                 }
-                Err(_) => loaded.corrupt += 1,
+                None => loaded.corrupt += 1,
             }
             self.loaded = next;
         }
@@ -142,7 +144,7 @@ impl WrapperSpill {
 
     /// Appends `records` and syncs. Records past `state.max_spill_bytes` are not written:
     /// they are returned (the caller records them as unsent).
-    pub fn append(&mut self, records: Vec<WrapperRecord>) -> io::Result<Vec<WrapperRecord>> {
+    pub fn append(&mut self, records: Vec<WriteRecord>) -> io::Result<Vec<WriteRecord>> {
         let mut over = Vec::new();
         for record in records {
             if self.log.size() >= self.max_bytes {
@@ -206,21 +208,59 @@ impl WrapperSpill {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::wrapper::records::WrapperOutcome;
+    use crate::state::RecordOutcome;
+    use crate::state::wrapper_files::{TableRecordSource, table_record};
 
-    fn record(n: u16) -> WrapperRecord {
-        WrapperRecord {
-            time: "t".into(),
-            request_id: "w/1/w1/0".into(),
-            row: n,
-            outcome: WrapperOutcome::Unsent,
-            table: "ks.t".into(),
-            key: [("k".to_owned(), format!("'{n}'"))].into(),
-            key_hex: Some(vec![format!("{n:02x}")]),
-            deltas: [("c".to_owned(), i64::from(n) + 1)].into(),
-            error_kind: None,
-            error: None,
-        }
+    fn record(n: u16) -> WriteRecord {
+        let source = TableRecordSource {
+            writer: "w",
+            incarnation: 1,
+            flush_seq: 1,
+            request_id: "w/1/w1/0",
+            time: "t",
+        };
+        let delta = i64::from(n) + 1;
+        let mut record = table_record(
+            "ks.t",
+            [("k".to_owned(), format!("'{n}'"))].into(),
+            &[&[n as u8][..]],
+            [(&"c".to_owned(), &delta)],
+            source,
+            RecordOutcome::Spilled,
+        );
+        record.row = n;
+        record
+    }
+
+    /// An upgrade replays the spill an earlier version wrote, in its own record type: no
+    /// row is passed over as unreadable.
+    #[test]
+    fn a_spill_an_earlier_version_wrote_is_replayed() {
+        let dir = tempfile::tempdir().unwrap();
+        let old = r#"{"time":"t","request_id":"app/3/w7/2","row":1,"outcome":"unsent","table":"ks.t","key":{"k":"'a'"},"key_hex":["61"],"deltas":{"c":5},"error_kind":"write_timeout","error":"timed out"}"#;
+        std::fs::write(dir.path().join(SPILL_FILE), format!("{old}\n")).unwrap();
+        let mut spill = WrapperSpill::open(dir.path(), u64::MAX, None).unwrap();
+        let mut read = Vec::new();
+        let loaded = spill
+            .load(|r| {
+                read.push(r.clone());
+                true
+            })
+            .unwrap();
+        assert_eq!((loaded.rows, loaded.corrupt), (1, 0));
+        let record = &read[0];
+        assert_eq!(record.outcome, RecordOutcome::Spilled);
+        assert_eq!(record.target(), crate::state::Target::Table("ks.t"));
+        assert_eq!(
+            (record.writer.as_str(), record.incarnation, record.flush_seq),
+            ("app", 3, 7)
+        );
+        assert_eq!(record.key_hex, Some(vec!["61".to_owned()]));
+        assert_eq!(record.deltas, [("c".to_owned(), 5)].into());
+        assert_eq!(
+            record.error.as_ref().map(|e| e.kind.as_str()),
+            Some("write_timeout")
+        );
     }
 
     fn rows(spill: &mut WrapperSpill, max: usize) -> Vec<u16> {

@@ -36,12 +36,13 @@ pub struct WrapperAccounting {
     pub pending: i128,
     /// Drained by the flush running now, not settled yet.
     pub in_flight: i128,
-    /// In `wrapper_unknown.jsonl`: may or may not have applied.
+    /// In `unknown.jsonl`: may or may not have applied.
     pub unknown: i128,
-    /// In `wrapper_rejected.jsonl`.
+    /// In `rejected.jsonl`, refused by the store.
     pub rejected: i128,
     /// Definitely not applied and not to be sent by this process: spilled (replayed by
-    /// the next start) or in `wrapper_unsent.jsonl`.
+    /// the next start) or, past the spill's limit or no longer matching the table, in
+    /// `rejected.jsonl` (`spill_full`, `not_replayable`).
     pub unsent: i128,
 }
 
@@ -85,7 +86,9 @@ pub struct WrapperStats {
     pub pending_rows: u64,
     /// Flushes run.
     pub flushes: u64,
-    /// Records that could not be written to their log (the error is logged).
+    /// Records missing from their log or spill: not written (the error is logged),
+    /// unreadable in the spill, or in a rotated log file that rotation deleted
+    /// (`state.max_log_files`).
     pub records_lost: u64,
     /// The accounting identity.
     pub accounting: WrapperAccounting,

@@ -16,7 +16,8 @@ use std::time::Duration;
 
 use countersink::CounterSession;
 use countersink::config::Config;
-use countersink::wrapper::records::{WrapperOutcome, WrapperRecord, hex};
+use countersink::state::{OutcomeLog, WriteRecord};
+use countersink::wrapper::records::hex;
 use countersink::wrapper::spill::SPILL_FILE;
 use scylla::client::session_builder::SessionBuilder;
 use scylla::value::Counter;
@@ -216,12 +217,13 @@ fn wait_for_crash_point(child: &mut std::process::Child, crash_point: &str) {
     child.wait().expect("reaped");
 }
 
-fn records(path: &Path) -> Vec<WrapperRecord> {
-    std::fs::read_to_string(path)
-        .unwrap_or_default()
-        .lines()
-        .map(|l| serde_json::from_str(l).expect("record"))
-        .collect()
+fn records(path: &Path) -> Vec<WriteRecord> {
+    crate::wrapper::records(path)
+}
+
+/// The kind of a record's error.
+fn error_kind(record: &WriteRecord) -> Option<&str> {
+    record.error.as_ref().map(|e| e.kind.as_str())
 }
 
 /// What `countersink outcomes` reads from `dir` for the wrapper: (outcome, source) →
@@ -288,11 +290,11 @@ async fn a_wrapper_killed_with_a_flush_in_flight_logs_it_unknown_and_never_resen
     let recovery = session.recovery().clone();
     assert_eq!(recovery.flushes, 1, "{recovery:?}");
     assert_eq!(recovery.unknown_rows, 10, "{recovery:?}");
-    let unknown_path = session.log_path(WrapperOutcome::Unknown).await;
+    let unknown_path = session.log_path(OutcomeLog::Unknown).await;
     let logged = records(&unknown_path);
     let mut by_key: BTreeMap<String, i64> = BTreeMap::new();
     for record in &logged {
-        assert_eq!(record.error_kind.as_deref(), Some("in_flight_at_crash"));
+        assert_eq!(error_kind(record), Some("in_flight_at_crash"));
         *by_key
             .entry(record.key["k"].trim_matches('\'').to_owned())
             .or_default() += record.deltas["c"];
@@ -365,7 +367,7 @@ async fn a_kill_early_in_a_large_wrapper_flush_logs_unknown_only_what_may_have_s
         2000,
         "every row has one home: {recovery:?}"
     );
-    let unknown: BTreeMap<String, i64> = records(&session.log_path(WrapperOutcome::Unknown).await)
+    let unknown: BTreeMap<String, i64> = records(&session.log_path(OutcomeLog::Unknown).await)
         .into_iter()
         .map(|r| (r.key["k"].trim_matches('\'').to_owned(), r.deltas["c"]))
         .collect();
@@ -403,19 +405,13 @@ fn spill_lines(rows: &BTreeMap<String, i64>) -> String {
     rows.iter()
         .enumerate()
         .map(|(i, (key, delta))| {
-            let record = WrapperRecord {
-                time: "2026-01-01T00:00:00Z".into(),
-                request_id: format!("earlier/1/w9/{i}"),
-                row: 0,
-                outcome: WrapperOutcome::Unsent,
-                table: "wk.c".into(),
-                key: [("k".to_owned(), format!("'{key}'"))].into(),
-                key_hex: Some(vec![hex(key.as_bytes())]),
-                deltas: [("c".to_owned(), *delta)].into(),
-                error_kind: None,
-                error: None,
-            };
-            format!("{}\n", serde_json::to_string(&record).unwrap())
+            let record = serde_json::json!({
+                "time": "2026-01-01T00:00:00Z", "writer": "earlier", "incarnation": 1,
+                "flush_seq": 9, "request_id": format!("earlier/1/w9/{i}"), "row": 0,
+                "outcome": "spilled", "table": "wk.c", "key": {"k": format!("'{key}'")},
+                "key_hex": [hex(key.as_bytes())], "deltas": {"c": delta},
+            });
+            format!("{record}\n")
         })
         .collect()
 }
@@ -553,7 +549,7 @@ async fn a_recovery_killed_before_it_ends_runs_again_without_duplicates() {
     kill_child_with_replies_pending(&contact, dir.path(), 40, server, &expected);
     // The child's start recovers the flush and is killed before ending it.
     run_child_until(&contact, dir.path(), 0, "wrapper_recovery_logged");
-    let unknown = dir.path().join(WrapperOutcome::Unknown.file_name());
+    let unknown = dir.path().join(OutcomeLog::Unknown.file_name());
     assert_eq!(records(&unknown).len(), 10, "logged by the killed recovery");
     let session = wrap(&contact, dir.path()).await;
     let recovery = session.recovery().clone();
@@ -592,7 +588,7 @@ async fn a_wrapper_killed_at_its_log_steps_logs_each_unknown_row_once() {
         server.clear_faults();
         assert_store(server, &expected, crash_point);
         let writes = server.stats().table("wk", "c").write_requests;
-        let unknown = dir.path().join(WrapperOutcome::Unknown.file_name());
+        let unknown = dir.path().join(OutcomeLog::Unknown.file_name());
         let before = records(&unknown).len();
 
         let session = wrap(&contact, dir.path()).await;
@@ -612,7 +608,7 @@ async fn a_wrapper_killed_at_its_log_steps_logs_each_unknown_row_once() {
         assert!(
             logged
                 .iter()
-                .all(|r| r.error_kind.as_deref() == Some("write_timeout")),
+                .all(|r| error_kind(r) == Some("write_timeout")),
             "{crash_point}: the recorded outcome, not in_flight_at_crash"
         );
         let (by_recovery, by_flush) = match crash_point {
@@ -635,41 +631,39 @@ async fn a_wrapper_killed_at_its_log_steps_logs_each_unknown_row_once() {
 }
 
 /// A spilled row whose table no longer takes it (here: dropped) is recorded in
-/// `wrapper_unsent.jsonl` as `not_replayable`, once; the other rows are replayed.
+/// `rejected.jsonl` as `not_replayable`, once; the other rows are replayed. The spill is
+/// in the record type of earlier versions (the wrapper's own): an upgrade replays it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_spilled_row_that_no_longer_maps_is_recorded_unsent_once() {
+async fn a_spilled_row_that_no_longer_maps_is_recorded_rejected_once() {
     let store = launch(StoreOptions::cqlsim_only("replays into a changed schema")).await;
     let server = store.sim();
     server.execute_script(None, SCHEMA).expect("schema");
     let contact = store.contact_point();
     let line = |table: &str, key: &str, delta: i64| {
-        let record = WrapperRecord {
-            time: "2026-01-01T00:00:00Z".into(),
-            request_id: format!("earlier/1/w3/{key}"),
-            row: 0,
-            outcome: WrapperOutcome::Unsent,
-            table: table.into(),
-            key: [("k".to_owned(), format!("'{key}'"))].into(),
-            key_hex: Some(vec![hex(key.as_bytes())]),
-            deltas: [("c".to_owned(), delta)].into(),
-            error_kind: None,
-            error: None,
-        };
-        format!("{}\n", serde_json::to_string(&record).unwrap())
+        let record = serde_json::json!({
+            "time": "2026-01-01T00:00:00Z", "request_id": format!("earlier/1/w3/{key}"),
+            "row": 0, "outcome": "unsent", "table": table, "key": {"k": format!("'{key}'")},
+            "key_hex": [hex(key.as_bytes())], "deltas": {"c": delta},
+        });
+        format!("{record}\n")
     };
     let dir = tempfile::tempdir().unwrap();
     let lines = line("wk.c", "kept", 7) + &line("wk.gone", "lost", 9);
     std::fs::write(dir.path().join(SPILL_FILE), lines).unwrap();
-    let unsent = dir.path().join(WrapperOutcome::Unsent.file_name());
+    let rejected = dir.path().join(OutcomeLog::Rejected.file_name());
     for start in 0..2 {
         let session = wrap(&contact, dir.path()).await;
         let report = session.flush_now().await;
         assert_eq!(report.replayed_rows, 1 - start, "{report:?}");
         session.shutdown().await;
-        let recorded = records(&unsent);
+        let recorded = records(&rejected);
         assert_eq!(recorded.len(), 1, "start {start}: once");
         assert_eq!(recorded[0].table, "wk.gone");
-        assert_eq!(recorded[0].error_kind.as_deref(), Some("not_replayable"));
+        assert_eq!(error_kind(&recorded[0]), Some("not_replayable"));
+        assert_eq!(
+            recorded[0].writer, "earlier",
+            "read from the old request id"
+        );
         assert_eq!(recorded[0].deltas["c"], 9);
     }
     assert_eq!(cell(server, "wk.c", "c", "k = 'kept'"), Some(7));

@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use countersink::config::Config;
-use countersink::wrapper::records::{WrapperOutcome, WrapperRecord};
+use countersink::state::{OutcomeLog, WriteRecord};
 use scylla::value::Counter;
 
 use crate::common::{StoreOptions, cell, config, launch};
@@ -51,7 +51,7 @@ async fn at_the_final_deadline_requests_in_flight_are_unknown_and_the_rest_spill
         fed += i128::from(i);
     }
     let spill_path = dir.path().join(countersink::wrapper::spill::SPILL_FILE);
-    let unknown_path = session.log_path(WrapperOutcome::Unknown).await;
+    let unknown_path = session.log_path(OutcomeLog::Unknown).await;
     server.set_faults(vec!["delay,for=5s,table=w.c1".parse().unwrap()]);
     let report = session.shutdown().await;
     assert_eq!(report.writes, 10, "one request per key: {report:?}");
@@ -65,12 +65,12 @@ async fn at_the_final_deadline_requests_in_flight_are_unknown_and_the_rest_spill
     assert!(
         unknown
             .iter()
-            .all(|r| r.error_kind.as_deref() == Some("cancelled_at_deadline")),
+            .all(|r| r.error.as_ref().map(|e| e.kind.as_str()) == Some("cancelled_at_deadline")),
         "{unknown:?}"
     );
     let spilled = records(&spill_path);
     assert_eq!(spilled.len(), 8, "{spilled:?}");
-    let sum = |records: &[WrapperRecord]| -> i128 {
+    let sum = |records: &[WriteRecord]| -> i128 {
         records
             .iter()
             .flat_map(|r| r.deltas.values())
@@ -172,8 +172,8 @@ async fn a_final_flush_with_the_store_down_spills_every_row_and_the_next_start_r
         fed += i128::from(i + 1) - 1;
     }
     let spill_path = dir.path().join(countersink::wrapper::spill::SPILL_FILE);
-    let unsent_path = session.log_path(WrapperOutcome::Unsent).await;
-    let unknown_path = session.log_path(WrapperOutcome::Unknown).await;
+    let rejected_path = session.log_path(OutcomeLog::Rejected).await;
+    let unknown_path = session.log_path(OutcomeLog::Unknown).await;
     let collector = session.collector();
     server.node_down();
     let report = session.shutdown().await;
@@ -184,7 +184,7 @@ async fn a_final_flush_with_the_store_down_spills_every_row_and_the_next_start_r
     assert_eq!(report.unsent + report.unknown, report.writes, "{report:?}");
     assert!(report.unsent > 0, "{report:?}");
     let spilled = records(&spill_path);
-    assert!(records(&unsent_path).is_empty(), "all fit in the spill");
+    assert!(records(&rejected_path).is_empty(), "all fit in the spill");
     let recorded: i128 = spilled
         .iter()
         .chain(&records(&unknown_path))
@@ -259,8 +259,80 @@ async fn a_final_flush_with_the_store_down_spills_every_row_and_the_next_start_r
     store.shutdown().await;
 }
 
+/// The final flush with the store down and a spill too small for its rows: what does not
+/// fit is in `rejected.jsonl` (`spill_full`, with the error its write had), so every
+/// buffered delta is still in exactly one record, and the next start replays only what
+/// the spill holds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rows_past_a_full_wrapper_spill_are_recorded_rejected_with_their_deltas() {
+    let store = launch(StoreOptions::cqlsim_only("takes the node down")).await;
+    let server = store.sim();
+    server.execute_script(None, SCHEMA).expect("schema");
+    let dir = tempfile::tempdir().unwrap();
+    let session = wrap(&store.contact_point(), dir.path(), |c| {
+        c.store.request_timeout = Duration::from_millis(300);
+        c.flush.shutdown_deadline = Duration::from_secs(3);
+        c.state.max_spill_bytes = 2048;
+    })
+    .await;
+    let update = session
+        .prepare("UPDATE w.c1 SET c = c + ? WHERE k = ?")
+        .await
+        .unwrap();
+    let mut fed = 0_i128;
+    for i in 0..200_i64 {
+        session
+            .execute_unpaged(&update, (Counter(i + 1), format!("k{}", i % 40)))
+            .await
+            .unwrap();
+        fed += i128::from(i + 1);
+    }
+    let spill_path = dir.path().join(countersink::wrapper::spill::SPILL_FILE);
+    let rejected_path = session.log_path(OutcomeLog::Rejected).await;
+    let unknown_path = session.log_path(OutcomeLog::Unknown).await;
+    server.node_down();
+    let report = session.shutdown().await;
+    assert_eq!(report.applied, 0, "{report:?}");
+    let spilled = records(&spill_path);
+    let rejected = records(&rejected_path);
+    assert!(!spilled.is_empty(), "some rows fit in the spill");
+    assert!(!rejected.is_empty(), "2 KiB cannot hold 40 rows");
+    for record in &rejected {
+        let error = record.error.as_ref().expect("an error");
+        assert_eq!(error.kind, "spill_full", "{record:?}");
+        assert_eq!(record.outcome, countersink::state::RecordOutcome::Rejected);
+    }
+    let mut keys = std::collections::BTreeSet::new();
+    let mut recorded = 0_i128;
+    for record in spilled
+        .iter()
+        .chain(&rejected)
+        .chain(&records(&unknown_path))
+    {
+        assert!(
+            keys.insert(record.key["k"].clone()),
+            "one record per row: {record:?}"
+        );
+        recorded += i128::from(record.deltas["c"]);
+    }
+    assert_eq!(recorded, fed, "every delta is in exactly one record");
+    server.node_up();
+
+    let session = wrap(&store.contact_point(), dir.path(), |_| {}).await;
+    let report = session.flush_now().await;
+    assert_eq!(report.replayed_rows, spilled.len() as u64, "{report:?}");
+    session.shutdown().await;
+    let stored: i128 = server.stats().table("w", "c1").counter_delta_sum;
+    let in_spill: i128 = spilled.iter().map(|r| i128::from(r.deltas["c"])).sum();
+    assert_eq!(
+        stored, in_spill,
+        "the store holds the spilled rows only, once"
+    );
+    store.shutdown().await;
+}
+
 /// The per-key sum of column `c` over `records` (a key literal's quotes removed).
-fn sums_by_key(records: &[WrapperRecord]) -> BTreeMap<String, i64> {
+fn sums_by_key(records: &[WriteRecord]) -> BTreeMap<String, i64> {
     let mut sums = BTreeMap::new();
     for record in records {
         let key = record.key["k"].trim_matches('\'').to_owned();
@@ -274,19 +346,14 @@ fn spill_lines(rows: &BTreeMap<String, i64>) -> String {
     rows.iter()
         .enumerate()
         .map(|(i, (key, delta))| {
-            let record = WrapperRecord {
-                time: "2026-01-01T00:00:00Z".into(),
-                request_id: format!("earlier/1/w9/{i}"),
-                row: 0,
-                outcome: WrapperOutcome::Unsent,
-                table: "w.c1".into(),
-                key: [("k".to_owned(), format!("'{key}'"))].into(),
-                key_hex: Some(vec![countersink::wrapper::records::hex(key.as_bytes())]),
-                deltas: [("c".to_owned(), *delta)].into(),
-                error_kind: None,
-                error: None,
-            };
-            format!("{}\n", serde_json::to_string(&record).unwrap())
+            let record = serde_json::json!({
+                "time": "2026-01-01T00:00:00Z", "writer": "earlier", "incarnation": 1,
+                "flush_seq": 9, "request_id": format!("earlier/1/w9/{i}"), "row": 0,
+                "outcome": "spilled", "table": "w.c1", "key": {"k": format!("'{key}'")},
+                "key_hex": [countersink::wrapper::records::hex(key.as_bytes())],
+                "deltas": {"c": delta},
+            });
+            format!("{record}\n")
         })
         .collect()
 }
@@ -401,7 +468,7 @@ async fn recovery_spills_nothing_a_later_unended_flush_already_sent() {
         BTreeMap::new(),
         "nothing spilled: {recovery:?}"
     );
-    let unknown_path = session.log_path(WrapperOutcome::Unknown).await;
+    let unknown_path = session.log_path(OutcomeLog::Unknown).await;
     let report = session.flush_now().await;
     session.shutdown().await;
     assert_eq!(report.replayed_rows, 0, "{report:?}");
@@ -467,7 +534,7 @@ async fn shutdown_during_a_hanging_periodic_flush_ends_within_one_deadline() {
     );
     // Not `session.log_path`: it waits for the flusher, which the hanging flush holds.
     let spill_path = dir.path().join(countersink::wrapper::spill::SPILL_FILE);
-    let unknown_path = dir.path().join(WrapperOutcome::Unknown.file_name());
+    let unknown_path = dir.path().join(OutcomeLog::Unknown.file_name());
     let started = std::time::Instant::now();
     tokio::time::timeout(deadline + Duration::from_secs(3), session.shutdown())
         .await
@@ -483,7 +550,7 @@ async fn shutdown_during_a_hanging_periodic_flush_ends_within_one_deadline() {
     assert!(
         unknown
             .iter()
-            .all(|r| r.error_kind.as_deref() == Some("cancelled_at_deadline")),
+            .all(|r| r.error.as_ref().map(|e| e.kind.as_str()) == Some("cancelled_at_deadline")),
         "{unknown:?}"
     );
     assert_eq!(spilled.len(), 8, "never started: {spilled:?}");
@@ -564,13 +631,12 @@ async fn an_outage_keeps_the_wrapper_within_its_row_limit_and_loses_nothing() {
         }
         session.flush_now().await;
     }
-    let unknown_path = session.log_path(WrapperOutcome::Unknown).await;
-    let unsent_path = session.log_path(WrapperOutcome::Unsent).await;
-    let rejected_path = session.log_path(WrapperOutcome::Rejected).await;
+    let unknown_path = session.log_path(OutcomeLog::Unknown).await;
+    let rejected_path = session.log_path(OutcomeLog::Rejected).await;
     let spill_path = dir.path().join(countersink::wrapper::spill::SPILL_FILE);
     session.shutdown().await;
     let mut recorded: BTreeMap<String, i64> = BTreeMap::new();
-    for path in [&unknown_path, &unsent_path, &rejected_path, &spill_path] {
+    for path in [&unknown_path, &rejected_path, &spill_path] {
         for (key, sum) in sums_by_key(&records(path)) {
             *recorded.entry(key).or_default() += sum;
         }

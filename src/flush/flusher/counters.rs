@@ -14,12 +14,12 @@ use crate::bucket;
 use crate::sink::{PartitionWrite, Sink};
 use crate::stage::{Action, CrashPoints, Decision, Facts, Policy, Sender, WriteKind};
 use crate::state::{
-    Cursor, FlushId, OutcomeLog, RecordOutcome, RecordSource, StateDir, records_of,
+    Cursor, ErrorInfo, FlushId, OutcomeLog, RecordOutcome, RecordSource, StateDir, records_of,
 };
 use crate::vocabulary::Granularity;
 
 use super::super::plan;
-use super::super::record_conversion::{self, error_info};
+use super::super::record_conversion;
 use super::{Batch, Flusher, Spilled};
 
 /// A sink sends counter writes with [`Sink::write`].
@@ -198,7 +198,7 @@ impl<S: Sink> Flusher<S> {
             Action::Applied => self.ledger.update(write.table, |s| s.applied += sum),
             Action::Retry(_) | Action::Hold => {
                 let error = match &action {
-                    Action::Retry(Some(error)) => Some(error_info(error)),
+                    Action::Retry(Some(error)) => Some(ErrorInfo::of(error)),
                     _ => None,
                 };
                 let (table, series, shard, epoch) =

@@ -13,6 +13,7 @@ use crate::vocabulary::{FamilyId, Granularity};
 
 fn record(outcome: RecordOutcome, family: &str, day: &str, deltas: &[(&str, i64)]) -> WriteRecord {
     WriteRecord {
+        key_hex: None,
         time: format!("{day}T12:00:00Z"),
         writer: "w".into(),
         incarnation: 1,

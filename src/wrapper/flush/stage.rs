@@ -4,9 +4,9 @@
 //!
 //! What is the wrapper's own: its requests go through the application's session and its
 //! prepared UPDATEs ([`Statements`]); its intents name the application's tables; its
-//! records go to its own logs and spill (`wrapper_*.jsonl`), whose sizes its group
-//! records before they are appended; and its group's end makes the wrapper spill's cursor
-//! durable first.
+//! records (of the application's tables) go to the outcome logs and its own spill
+//! (`wrapper_spill.jsonl`), whose sizes its group records before they are appended; and
+//! its group's end makes the wrapper spill's cursor durable first.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -22,11 +22,11 @@ use crate::sink::cql::profile::WriteProfile;
 use crate::sink::cql::store::StoreKind;
 use crate::sink::{Outcome, WriteError};
 use crate::stage::{Action, CrashPoints, Decision, Policy, Sender, WriteKind};
-use crate::state::{FlushId, StateDir, WrapperTable};
+use crate::state::{FlushId, OutcomeLog, RecordOutcome, StateDir, WrapperTable, WriteRecord};
 use crate::test_hooks::crash_point;
 
 use super::super::buffer::PendingRow;
-use super::super::records::{WrapperOutcome, WrapperRecord};
+use super::super::records::spill_full;
 use super::super::statement::{RowValues, split_key};
 use super::super::stats::Stage;
 use super::{Request, Unended, WrapperFlushReport, WrapperFlusher, row_sum, unmerged_error};
@@ -101,8 +101,8 @@ pub(super) struct WrapperStage<'w> {
     /// once): a row that cannot go back is spilled under that identity, the one its
     /// intent has, so a recovery of this flush finds it in the spill.
     requeued_at: HashMap<Box<[u8]>, (u32, u16)>,
-    /// Records for the logs and the spill.
-    records: HashMap<WrapperOutcome, Vec<WrapperRecord>>,
+    /// Records for the logs and the spill, by outcome.
+    records: HashMap<RecordOutcome, Vec<WriteRecord>>,
     report: WrapperFlushReport,
 }
 
@@ -154,13 +154,12 @@ impl<'w> WrapperStage<'w> {
                 table,
                 rows: vec![(key, row)],
             };
-            let id = f.request_id(index);
-            let mut spilled = f.records(&request, &id, WrapperOutcome::Unsent, Some(&error));
+            let mut spilled = f.records(&request, index, RecordOutcome::Spilled, Some(&error));
             for record in &mut spilled {
                 record.row = position;
             }
             self.records
-                .entry(WrapperOutcome::Unsent)
+                .entry(RecordOutcome::Spilled)
                 .or_default()
                 .extend(spilled);
         }
@@ -262,16 +261,15 @@ impl WriteKind for WrapperStage<'_> {
                 f.counters.settled(sum, Stage::Requeued);
                 return;
             }
-            Stage::Unknown => Some(WrapperOutcome::Unknown),
-            Stage::Rejected => Some(WrapperOutcome::Rejected),
+            Stage::Unknown => Some(RecordOutcome::Unknown),
+            Stage::Rejected => Some(RecordOutcome::Rejected),
             Stage::Unsent => {
                 self.report.unsent += 1;
-                Some(WrapperOutcome::Unsent)
+                Some(RecordOutcome::Spilled)
             }
         };
         if let Some(outcome) = outcome {
-            let id = f.request_id(index);
-            let records = f.records(&request, &id, outcome, error.as_ref());
+            let records = f.records(&request, index, outcome, error.as_ref());
             self.records.entry(outcome).or_default().extend(records);
         }
         f.counters.settled(sum, stage);
@@ -282,25 +280,29 @@ impl WriteKind for WrapperStage<'_> {
         self.requeue();
         let journaled = self.held_error.is_none();
         let f = &mut *self.flusher;
-        f.logs.rotate_full();
-        let [unknown_at, rejected_at] = f.logs.sizes();
         // Only a flush with records to write needs the logs' sizes (one more fdatasync).
         let has_records = self.records.values().any(|r| !r.is_empty());
         if journaled
             && has_records
-            && let Err(error) =
-                f.state
-                    .wrapper_journal_logs_at([unknown_at, rejected_at, f.spill.size()])
+            && let Err(error) = f.state.wrapper_journal_logs_at(f.spill.size())
         {
-            tracing::error!(%error, "Could not record the wrapper logs' sizes in the journal; a crash before this flush ends could log some records twice.");
+            tracing::error!(%error, "Could not record the outcome logs' sizes in the journal; a crash before this flush ends could log some records twice.");
         }
         crash_point("wrapper_logs_at");
-        if let Some(unsent) = self.records.remove(&WrapperOutcome::Unsent) {
-            let count = unsent.len();
-            match f.spill.append(unsent) {
+        if let Some(spilled) = self.records.remove(&RecordOutcome::Spilled) {
+            let count = spilled.len();
+            match f.spill.append(spilled) {
                 Ok(over) if over.is_empty() => {}
-                Ok(over) => {
-                    self.records.insert(WrapperOutcome::Unsent, over);
+                Ok(mut over) => {
+                    // Past `state.max_spill_bytes`: not applied, and not to be replayed.
+                    for record in &mut over {
+                        record.outcome = RecordOutcome::Rejected;
+                        record.error = Some(spill_full(record.error.as_ref()));
+                    }
+                    self.records
+                        .entry(RecordOutcome::Rejected)
+                        .or_default()
+                        .extend(over);
                 }
                 Err(error) => {
                     // Records past the failure may or may not be in the file: counted lost.
@@ -309,15 +311,19 @@ impl WriteKind for WrapperStage<'_> {
                 }
             }
         }
-        for outcome in WrapperOutcome::ALL {
-            let Some(records) = self.records.get(&outcome) else {
+        for (outcome, log) in [
+            (RecordOutcome::Unknown, OutcomeLog::Unknown),
+            (RecordOutcome::Rejected, OutcomeLog::Rejected),
+        ] {
+            let Some(records) = self.records.get(&outcome).filter(|r| !r.is_empty()) else {
                 continue;
             };
-            if let Err(error) = f.logs.append(outcome, records) {
-                f.counters.records_lost(records.len() as u64);
+            let appended = f.state.append_recorded(log, records);
+            f.count_lost(&appended);
+            if let Some((lost, error)) = &appended.failed {
                 tracing::error!(
-                    file = outcome.file_name(),
-                    records = records.len(),
+                    file = log.file_name(),
+                    records = lost,
                     %error,
                     "Could not record flushed rows that did not apply; they are counted but their details are lost."
                 );
