@@ -31,34 +31,48 @@ async fn the_store_is_identified_at_connect() {
     }
 }
 
-/// A counter table in a keyspace with tablets (a ScyllaDB release that accepts it):
-/// the start warns, naming the table and the remedy.
+/// A counter table in a keyspace with tablets: no warning on a ScyllaDB release that
+/// lists `COUNTERS_WITH_TABLETS`; on one that does not (the same data, served by such a
+/// release: ScyllaDB 6.0's first releases took such tables silently), the start warns,
+/// naming the table and the remedy.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_counter_table_in_a_tablets_keyspace_is_warned_about() {
+async fn a_counter_table_in_a_tablets_keyspace_is_warned_about_unless_the_release_supports_it() {
     let dir = tempfile::tempdir().unwrap();
+    let data = tempfile::tempdir().unwrap();
     let mut config = config(dir.path());
     config.families.clear();
-    let server = launch(StoreOptions {
+    let serve = |counters_with_tablets| cqlsim::Config {
+        listen: "127.0.0.1:0".parse().unwrap(),
+        data_dir: Some(data.path().to_owned()),
         persona: Persona::Scylla,
-        counters_with_tablets: true,
-        ..StoreOptions::cqlsim_only("poses as ScyllaDB")
-    })
-    .await
-    .into_sim();
+        counters_with_tablets,
+        ..Default::default()
+    };
+    let server = cqlsim::Server::start(serve(true)).await.unwrap();
     // NetworkTopologyStrategy: tablets by default on this persona.
     let replication = "{'class': 'NetworkTopologyStrategy', 'datacenter1': 1}";
     for statement in countersink::ddl::statements(&config, replication).unwrap() {
         server.execute(None, &statement).unwrap();
     }
-    config.store.contact_points = vec![server.local_addr().to_string()];
-    let engine = countersink::engine::Engine::new(&config).unwrap();
-    let sink = CqlSink::connect(&config.store, engine.families())
-        .await
-        .unwrap();
-    let warnings = sink.schema_warnings();
+    let mut warnings_of = async |server: &cqlsim::Server| {
+        config.store.contact_points = vec![server.local_addr().to_string()];
+        let engine = countersink::engine::Engine::new(&config).unwrap();
+        let sink = CqlSink::connect(&config.store, engine.families())
+            .await
+            .unwrap();
+        sink.schema_warnings().to_vec()
+    };
+    let warnings = warnings_of(&server).await;
+    assert!(warnings.is_empty(), "supported here: {warnings:?}");
+    server.shutdown().await.unwrap();
+
+    let server = cqlsim::Server::start(serve(false)).await.unwrap();
+    let warnings = warnings_of(&server).await;
     assert_eq!(warnings.len(), 2, "one per table: {warnings:?}");
     assert!(
-        warnings[0].contains("countersink.counts_by_") && warnings[0].contains("'enabled': false"),
+        warnings[0].contains("countersink.counts_by_")
+            && warnings[0].contains("COUNTERS_WITH_TABLETS")
+            && warnings[0].contains("'enabled': false"),
         "{warnings:?}"
     );
     server.shutdown().await.unwrap();
@@ -166,4 +180,86 @@ async fn schema_apply_uses_the_credentials_of_the_config() {
     assert_eq!(out.status.code(), Some(2), "{stderr}");
     assert!(stderr.contains("no password"), "{stderr}");
     store.shutdown().await;
+}
+
+/// Where the ScyllaDB release supports counters with tablets, `schema --apply` leaves new
+/// keyspaces to the cluster's tablets setting (here: tablets), and the counter tables are
+/// created in them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn schema_apply_keeps_tablets_where_the_release_supports_counters_with_them() {
+    for tablets_mode in [cqlsim::TabletsMode::Enabled, cqlsim::TabletsMode::Enforced] {
+        let server = launch(StoreOptions {
+            persona: Persona::Scylla,
+            counters_with_tablets: true,
+            tablets_mode,
+            ..StoreOptions::cqlsim_only("poses as ScyllaDB")
+        })
+        .await
+        .into_sim();
+        let out = apply_schema(&server);
+        let (stdout, stderr) = (
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr),
+        );
+        assert!(out.status.success(), "{tablets_mode:?}: {stdout}\n{stderr}");
+        assert!(
+            stdout.contains("the cluster's tablets setting"),
+            "{tablets_mode:?}: {stdout}"
+        );
+        assert!(stderr.contains("COUNTERS_WITH_TABLETS"), "{stderr}");
+        let tablets = server
+            .execute(
+                None,
+                "SELECT keyspace_name FROM system_schema.scylla_keyspaces",
+            )
+            .unwrap();
+        assert!(
+            !tablets.is_empty(),
+            "{tablets_mode:?}: the keyspace uses tablets"
+        );
+        assert!(
+            server
+                .execute(None, "SELECT * FROM countersink.counts_by_minute")
+                .is_ok()
+        );
+        server.shutdown().await.unwrap();
+    }
+}
+
+/// A ScyllaDB cluster that enforces tablets for new keyspaces, on a release that refuses
+/// counters with tablets: `schema --apply` fails with what to change, naming the setting
+/// and the feature, instead of the store's bare refusal.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn schema_apply_on_a_cluster_enforcing_tablets_says_what_to_change() {
+    let server = launch(StoreOptions {
+        persona: Persona::Scylla,
+        tablets_mode: cqlsim::TabletsMode::Enforced,
+        ..StoreOptions::cqlsim_only("poses as ScyllaDB")
+    })
+    .await
+    .into_sim();
+    let out = apply_schema(&server);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    for needed in [
+        "tablets_mode_for_new_keyspaces: enforced",
+        "COUNTERS_WITH_TABLETS",
+        "`enabled`",
+        "upgrade",
+    ] {
+        assert!(stderr.contains(needed), "{needed:?} in {stderr}");
+    }
+    server.shutdown().await.unwrap();
+}
+
+/// `schema --apply` against `server` with a `NetworkTopologyStrategy` replication.
+fn apply_schema(server: &cqlsim::Server) -> std::process::Output {
+    run_cli([
+        "schema",
+        "--apply",
+        "--contact-point",
+        &server.local_addr().to_string(),
+        "--replication",
+        "{'class': 'NetworkTopologyStrategy', 'datacenter1': 1}",
+    ])
 }

@@ -145,7 +145,8 @@ impl CqlSink {
                     totals.insert((family.id, kind), prepared);
                     continue;
                 }
-                if let Some(warning) = schema::tablets_warning(&session, &layout)
+                if let Some(warning) =
+                    schema::tablets_warning(&session, &layout, identity.counters_with_tablets())
                     && !schema_warnings.contains(&warning)
                 {
                     tracing::warn!("{warning}");

@@ -63,15 +63,24 @@ pub fn check(session: &Session, layout: &TableLayout) -> Result<Vec<KeyType>, Sc
     check_table(table, layout).map_err(err)
 }
 
-/// A warning when the table's keyspace uses ScyllaDB tablets: ScyllaDB 6.0 and later put
-/// `NetworkTopologyStrategy` keyspaces on tablets by default, and document counters as
-/// unsupported there (refused at `CREATE TABLE`) through at least 2025.2.
-pub fn tablets_warning(session: &Session, layout: &TableLayout) -> Option<String> {
+/// A warning when the table's keyspace uses ScyllaDB tablets and the release does not
+/// list `COUNTERS_WITH_TABLETS` (`counters_with_tablets`): ScyllaDB 6.0 and later put
+/// `NetworkTopologyStrategy` keyspaces on tablets by default, and the releases before
+/// that feature refuse counter tables there (6.0's first releases took them silently,
+/// broken under tablet migration).
+pub fn tablets_warning(
+    session: &Session,
+    layout: &TableLayout,
+    counters_with_tablets: bool,
+) -> Option<String> {
+    if counters_with_tablets {
+        return None;
+    }
     let state = session.get_cluster_state();
     let keyspace = state.get_keyspace(&layout.table.keyspace)?;
     keyspace.tablet_based.then(|| {
         format!(
-            "Counter table {} is in keyspace {}, which uses ScyllaDB tablets. ScyllaDB documents counters as unsupported in tablet keyspaces up to at least 2025.2; unless your release supports them, recreate the keyspace with tablets = {{'enabled': false}} (`countersink schema --apply` does so on ScyllaDB).",
+            "Counter table {} is in keyspace {}, which uses ScyllaDB tablets, and this ScyllaDB release does not list COUNTERS_WITH_TABLETS among its features (system.local.supported_features): counters are not supported with tablets before it. Recreate the keyspace with tablets = {{'enabled': false}} (`countersink schema --apply` does so on such a release), or upgrade.",
             layout.table, layout.table.keyspace
         )
     })

@@ -65,6 +65,22 @@ pub struct StoreIdentity {
     pub release_version: Option<String>,
     /// What decided it, for the log.
     pub evidence: String,
+    /// ScyllaDB's cluster features this node supports (`system.local.supported_features`;
+    /// empty elsewhere): what its release can do, whatever its version number says.
+    pub features: Vec<String>,
+}
+
+/// The ScyllaDB cluster feature of releases that take counter tables in keyspaces with
+/// tablets.
+pub const COUNTERS_WITH_TABLETS: &str = "COUNTERS_WITH_TABLETS";
+
+impl StoreIdentity {
+    /// Whether counter tables may live in a keyspace with tablets here (a ScyllaDB
+    /// release listing [`COUNTERS_WITH_TABLETS`]; earlier ones refuse them, and
+    /// Apache Cassandra has no tablets).
+    pub fn counters_with_tablets(&self) -> bool {
+        self.kind == StoreKind::ScyllaDb && self.features.iter().any(|f| f == COUNTERS_WITH_TABLETS)
+    }
 }
 
 impl fmt::Display for StoreIdentity {
@@ -86,6 +102,8 @@ pub struct LocalRow {
     pub release_version: Option<String>,
     /// `partitioner`.
     pub partitioner: Option<String>,
+    /// `supported_features` (ScyllaDB: comma-separated cluster features).
+    pub supported_features: Option<String>,
 }
 
 /// Columns only ScyllaDB's `system.local` has.
@@ -99,10 +117,21 @@ const SCYLLA_LOCAL_COLUMNS: [&str; 3] = [
 /// SUPPORTED, and the `system.local` row (`None` when it could not be read).
 pub fn identify(sharded: bool, local: Option<&LocalRow>) -> StoreIdentity {
     let release_version = local.and_then(|l| l.release_version.clone());
+    let features: Vec<String> = local
+        .and_then(|l| l.supported_features.as_deref())
+        .map(|f| {
+            f.split(',')
+                .map(str::trim)
+                .filter(|f| !f.is_empty())
+                .map(str::to_owned)
+                .collect()
+        })
+        .unwrap_or_default();
     let identity = |kind, evidence: String| StoreIdentity {
         kind,
         release_version: release_version.clone(),
         evidence,
+        features: features.clone(),
     };
     if sharded {
         return identity(
@@ -193,6 +222,7 @@ async fn read_local(session: &Session) -> Result<LocalRow, Box<dyn std::error::E
     Ok(LocalRow {
         release_version: text("release_version"),
         partitioner: text("partitioner"),
+        supported_features: text("supported_features"),
         columns,
     })
 }
@@ -206,7 +236,23 @@ mod tests {
             columns: columns.iter().map(|c| (*c).to_owned()).collect(),
             release_version: Some(version.into()),
             partitioner: Some(partitioner.into()),
+            supported_features: None,
         }
+    }
+
+    #[test]
+    fn counters_with_tablets_is_a_scylladb_feature_read_from_system_local() {
+        let mut row = local(&["supported_features"], "3.0.8", "x");
+        row.supported_features = Some("COUNTERS,TABLETS".into());
+        assert!(!identify(false, Some(&row)).counters_with_tablets());
+        row.supported_features = Some("COUNTERS, COUNTERS_WITH_TABLETS,TABLETS".into());
+        let identity = identify(false, Some(&row));
+        assert_eq!(identity.kind, StoreKind::ScyllaDb);
+        assert!(identity.counters_with_tablets());
+        assert!(
+            !identify(false, None).counters_with_tablets(),
+            "nothing read, nothing assumed"
+        );
     }
 
     const MURMUR: &str = "org.apache.cassandra.dht.Murmur3Partitioner";

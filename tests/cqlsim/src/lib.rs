@@ -55,7 +55,7 @@ mod value;
 
 pub use error::{Consistency, CqlError, Error, WriteType};
 pub use faults::{FaultKind, FaultRule, Op, Target, Trigger};
-pub use persona::Persona;
+pub use persona::{Persona, TabletsMode};
 pub use requests::{LoggedRequest, LoggedStatement};
 pub use server::{Config, Handle, Rows, Server, run};
 pub use stats::{DeleteRecord, DeleteScope, FaultStats, StatsSnapshot, TableStats};

@@ -29,6 +29,14 @@ struct Args {
     /// SUPPORTED keys and system tables, tablets, its counter leader's `Unavailable`).
     #[arg(long, default_value = "cassandra")]
     persona: cqlsim::Persona,
+    /// ScyllaDB persona: the cluster's `tablets_mode_for_new_keyspaces` (`disabled`,
+    /// `enabled`, `enforced`).
+    #[arg(long, default_value = "enabled")]
+    tablets_mode: cqlsim::TabletsMode,
+    /// ScyllaDB persona: a release that supports counters in keyspaces with tablets
+    /// (`COUNTERS_WITH_TABLETS` among its features).
+    #[arg(long)]
+    counters_with_tablets: bool,
 }
 
 fn parse_fault(s: &str) -> Result<cqlsim::FaultRule, String> {
@@ -70,6 +78,8 @@ async fn serve(args: Args) -> Result<(), cqlsim::Error> {
         faults: args.faults,
         data_dir: args.data_dir,
         persona: args.persona,
+        tablets_mode: args.tablets_mode,
+        counters_with_tablets: args.counters_with_tablets,
         ..Default::default()
     };
     let listener = tokio::net::TcpListener::bind(config.listen)

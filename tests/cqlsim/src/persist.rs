@@ -3,7 +3,8 @@
 //! for regular rows, keeping each cell's write time, and `c = c + n` UPDATEs for counters) and
 //! replayed at start through the normal executor. Tombstones are not written: a deletion is
 //! forgotten across a restart. A crash or SIGKILL loses everything since the last clean
-//! shutdown (README).
+//! shutdown (README). The schema is replayed as it was, whatever the ScyllaDB persona's
+//! DDL rules are now (a node keeps its tables across an upgrade or a setting change).
 
 use std::fmt::Write as _;
 use std::path::Path;
@@ -20,7 +21,19 @@ pub(crate) fn load(h: &Handle, dir: &Path) -> Result<(), Error> {
     let path = dir.join(FILE);
     match std::fs::read_to_string(&path) {
         Ok(script) => {
-            h.execute_script(None, &script).map_err(|e| match e {
+            let rules = {
+                let mut db = h.shared.db.lock();
+                let rules = (db.counters_with_tablets, db.tablets_mode);
+                db.counters_with_tablets = true;
+                db.tablets_mode = crate::persona::TabletsMode::Enabled;
+                rules
+            };
+            let replayed = h.execute_script(None, &script);
+            {
+                let mut db = h.shared.db.lock();
+                (db.counters_with_tablets, db.tablets_mode) = rules;
+            }
+            replayed.map_err(|e| match e {
                 Error::Script { index, source, .. } => Error::Script {
                     what: path.display().to_string(),
                     index,

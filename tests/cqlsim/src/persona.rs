@@ -18,19 +18,50 @@
 //!   may answer `Unavailable` for a write it applied (`storage_proxy::mutate_counters`,
 //!   `replicate_counter_from_leader`). So under this persona an `unavailable` fault on a
 //!   counter write applies it first. Apache Cassandra checks before it applies.
-//! - **Tablets.** As ScyllaDB 6.0 to 2025.x with tablets on for new keyspaces: a
-//!   `NetworkTopologyStrategy` keyspace uses tablets unless created with
-//!   `tablets = {'enabled': false}`; `{'enabled': true}` and `{'initial': N}` ask for
-//!   them. A keyspace's tablets show in `system_schema.scylla_keyspaces.initial_tablets`.
-//!   A counter table in a tablets keyspace is refused ("Counters are not yet supported
-//!   with tablets"), unless [`crate::Config::counters_with_tablets`] models a release
-//!   that supports them. The Cassandra persona refuses the `tablets` property.
+//! - **Tablets.** As ScyllaDB 6.0 to 2025.x, with `tablets_mode_for_new_keyspaces`
+//!   ([`TabletsMode`], `enabled` by default): a `NetworkTopologyStrategy` keyspace uses
+//!   tablets unless created with `tablets = {'enabled': false}` (or, mode `disabled`,
+//!   unless created with `{'enabled': true}` or `{'initial': N}`); mode `enforced`
+//!   refuses `{'enabled': false}` with ScyllaDB's configuration error. A keyspace's
+//!   tablets show in `system_schema.scylla_keyspaces.initial_tablets`. A counter table
+//!   in a tablets keyspace is refused ("Counters are not yet supported with tablets"),
+//!   unless [`crate::Config::counters_with_tablets`] models a release that supports
+//!   them, whose `system.local.supported_features` then lists `COUNTERS_WITH_TABLETS`
+//!   (the cluster feature ScyllaDB names them by). The Cassandra persona refuses the
+//!   `tablets` property.
 
 use std::fmt;
 use std::str::FromStr;
 
 use crate::error::CqlError;
 use crate::value::Value;
+
+/// ScyllaDB's `tablets_mode_for_new_keyspaces` setting.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum TabletsMode {
+    /// New keyspaces use vnodes unless they ask for tablets.
+    Disabled,
+    /// New `NetworkTopologyStrategy` keyspaces use tablets unless they opt out.
+    #[default]
+    Enabled,
+    /// As `Enabled`, and a keyspace may not opt out.
+    Enforced,
+}
+
+impl FromStr for TabletsMode {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<TabletsMode, String> {
+        match s {
+            "disabled" => Ok(TabletsMode::Disabled),
+            "enabled" => Ok(TabletsMode::Enabled),
+            "enforced" => Ok(TabletsMode::Enforced),
+            _ => Err(format!(
+                "unknown tablets mode {s:?} (disabled, enabled or enforced)"
+            )),
+        }
+    }
+}
 
 /// The server cqlsim poses as.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -123,15 +154,21 @@ impl Persona {
         }
     }
 
-    /// Values of the `system.local` columns only this persona has.
-    pub(crate) fn local_columns(self) -> Vec<(&'static str, Option<Value>)> {
+    /// Values of the `system.local` columns only this persona has (`counters_with_tablets`:
+    /// the release supports them, a feature it lists).
+    pub(crate) fn local_columns(
+        self,
+        counters_with_tablets: bool,
+    ) -> Vec<(&'static str, Option<Value>)> {
+        let features = if counters_with_tablets {
+            "COUNTERS,COUNTERS_WITH_TABLETS,TABLETS"
+        } else {
+            "COUNTERS,TABLETS"
+        };
         match self {
             Persona::Cassandra => Vec::new(),
             Persona::Scylla => vec![
-                (
-                    "supported_features",
-                    Some(Value::Text("COUNTERS,TABLETS".into())),
-                ),
+                ("supported_features", Some(Value::Text(features.into()))),
                 (
                     "scylla_cpu_sharding_algorithm",
                     Some(Value::Text("biased-token-round-robin".into())),
@@ -155,9 +192,11 @@ impl Persona {
     }
 
     /// The tablets a new keyspace gets: `None` for vnodes, `Some(initial)` for tablets
-    /// (0: as many as the cluster decides). `option` is the `tablets` property, if given.
+    /// (0: as many as the cluster decides). `option` is the `tablets` property, if given;
+    /// `mode` the cluster's `tablets_mode_for_new_keyspaces`.
     pub(crate) fn keyspace_tablets(
         self,
+        mode: TabletsMode,
         class: &str,
         option: Option<&[(String, String)]>,
     ) -> Result<Option<i32>, CqlError> {
@@ -165,11 +204,16 @@ impl Persona {
         match (self, option) {
             (Persona::Cassandra, None) => Ok(None),
             (Persona::Cassandra, Some(_)) => Err(CqlError::syntax("Unknown property 'tablets'")),
-            (Persona::Scylla, None) => Ok(network.then_some(0)),
+            (Persona::Scylla, None) => Ok((network && mode != TabletsMode::Disabled).then_some(0)),
             (Persona::Scylla, Some(entries)) => {
                 let mut tablets = Some(0);
                 for (key, value) in entries {
                     match (key.as_str(), value.to_ascii_lowercase().as_str()) {
+                        ("enabled", "false") if mode == TabletsMode::Enforced => {
+                            return Err(CqlError::Config(
+                                "Cannot disable tablets for keyspace since tablets are enforced using the `tablets_mode_for_new_keyspaces: enforced` config option.".into(),
+                            ));
+                        }
                         ("enabled", "false") => tablets = None,
                         ("enabled", "true") => {}
                         ("initial", n) => {
@@ -228,18 +272,49 @@ mod tests {
         let nts = "NetworkTopologyStrategy";
         let simple = "org.apache.cassandra.locator.SimpleStrategy";
         let s = Persona::Scylla;
-        assert_eq!(s.keyspace_tablets(nts, None), Ok(Some(0)));
-        assert_eq!(s.keyspace_tablets(simple, None), Ok(None));
+        let on = TabletsMode::Enabled;
+        assert_eq!(s.keyspace_tablets(on, nts, None), Ok(Some(0)));
+        assert_eq!(s.keyspace_tablets(on, simple, None), Ok(None));
         let off = opts(&[("enabled", "false")]);
-        assert_eq!(s.keyspace_tablets(nts, Some(&off)), Ok(None));
-        assert_eq!(s.keyspace_tablets(simple, Some(&off)), Ok(None));
+        assert_eq!(s.keyspace_tablets(on, nts, Some(&off)), Ok(None));
+        assert_eq!(s.keyspace_tablets(on, simple, Some(&off)), Ok(None));
         let initial = opts(&[("initial", "8")]);
-        assert_eq!(s.keyspace_tablets(nts, Some(&initial)), Ok(Some(8)));
-        assert!(s.keyspace_tablets(simple, Some(&initial)).is_err());
-        assert!(s.keyspace_tablets(nts, Some(&opts(&[("x", "1")]))).is_err());
+        assert_eq!(s.keyspace_tablets(on, nts, Some(&initial)), Ok(Some(8)));
+        assert!(s.keyspace_tablets(on, simple, Some(&initial)).is_err());
+        assert!(
+            s.keyspace_tablets(on, nts, Some(&opts(&[("x", "1")])))
+                .is_err()
+        );
         let c = Persona::Cassandra;
-        assert_eq!(c.keyspace_tablets(nts, None), Ok(None));
-        assert!(c.keyspace_tablets(nts, Some(&off)).is_err());
+        assert_eq!(c.keyspace_tablets(on, nts, None), Ok(None));
+        assert!(c.keyspace_tablets(on, nts, Some(&off)).is_err());
+    }
+
+    #[test]
+    fn the_tablets_mode_sets_the_default_and_enforced_refuses_opting_out() {
+        let nts = "NetworkTopologyStrategy";
+        let s = Persona::Scylla;
+        let off = opts(&[("enabled", "false")]);
+        let ask = opts(&[("enabled", "true")]);
+        assert_eq!(
+            s.keyspace_tablets(TabletsMode::Disabled, nts, None),
+            Ok(None)
+        );
+        assert_eq!(
+            s.keyspace_tablets(TabletsMode::Disabled, nts, Some(&ask)),
+            Ok(Some(0))
+        );
+        assert_eq!(
+            s.keyspace_tablets(TabletsMode::Enforced, nts, None),
+            Ok(Some(0))
+        );
+        let refused = s
+            .keyspace_tablets(TabletsMode::Enforced, nts, Some(&off))
+            .unwrap_err();
+        assert!(
+            matches!(&refused, CqlError::Config(m) if m.contains("tablets_mode_for_new_keyspaces: enforced")),
+            "{refused:?}"
+        );
     }
 
     #[test]

@@ -46,6 +46,8 @@ pub struct Config {
     /// ScyllaDB persona: accept counter tables in keyspaces with tablets, as the releases
     /// that support them do (refused by default, as ScyllaDB 6.0 to 2025.x refuse them).
     pub counters_with_tablets: bool,
+    /// ScyllaDB persona: its `tablets_mode_for_new_keyspaces` (`enabled` by default).
+    pub tablets_mode: crate::persona::TabletsMode,
 }
 
 impl Default for Config {
@@ -58,6 +60,7 @@ impl Default for Config {
             cluster_name: "cqlsim".into(),
             persona: crate::persona::Persona::default(),
             counters_with_tablets: false,
+            tablets_mode: crate::persona::TabletsMode::default(),
         }
     }
 }
@@ -147,6 +150,7 @@ impl Handle {
         let mut db = Db::new();
         db.persona = config.persona;
         db.counters_with_tablets = config.counters_with_tablets;
+        db.tablets_mode = config.tablets_mode;
         crate::system::install(&mut db);
         let (down, _) = watch::channel(false);
         let (events, _) = broadcast::channel(64);

@@ -147,6 +147,8 @@ pub(crate) struct Db {
     pub(crate) persona: crate::persona::Persona,
     /// ScyllaDB persona: accept counter tables in keyspaces with tablets.
     pub(crate) counters_with_tablets: bool,
+    /// ScyllaDB persona: `tablets_mode_for_new_keyspaces`.
+    pub(crate) tablets_mode: crate::persona::TabletsMode,
 }
 
 impl Db {
@@ -157,6 +159,7 @@ impl Db {
             last_write_time: i64::MIN,
             persona: crate::persona::Persona::default(),
             counters_with_tablets: false,
+            tablets_mode: crate::persona::TabletsMode::default(),
         }
     }
 

@@ -157,7 +157,7 @@ impl Virtual for SysView<'_> {
                     ("tokens", Some(Value::Set(vec![Value::Text("0".into())]))),
                 ]
                 .into_iter()
-                .chain(db.persona.local_columns())
+                .chain(db.persona.local_columns(db.counters_with_tablets))
                 .collect(),
             ),
             ("system_schema", "scylla_keyspaces") => {

@@ -95,6 +95,9 @@ pub(crate) struct StoreOptions<'a> {
     /// ScyllaDB persona: accept counter tables in keyspaces with tablets. Only with
     /// `cqlsim_only`.
     pub(crate) counters_with_tablets: bool,
+    /// ScyllaDB persona: `tablets_mode_for_new_keyspaces`. Other than the default only
+    /// with `cqlsim_only`.
+    pub(crate) tablets_mode: cqlsim::TabletsMode,
 }
 
 impl Default for StoreOptions<'_> {
@@ -105,6 +108,7 @@ impl Default for StoreOptions<'_> {
             listen: "127.0.0.1:0".parse().expect("address"),
             persona: cqlsim::Persona::Cassandra,
             counters_with_tablets: false,
+            tablets_mode: cqlsim::TabletsMode::default(),
         }
     }
 }
@@ -144,7 +148,9 @@ pub(crate) async fn launch(options: StoreOptions<'_>) -> Store {
     );
     assert!(
         options.cqlsim_only.is_some()
-            || (options.persona == cqlsim::Persona::Cassandra && !options.counters_with_tablets),
+            || (options.persona == cqlsim::Persona::Cassandra
+                && !options.counters_with_tablets
+                && options.tablets_mode == cqlsim::TabletsMode::default()),
         "a cqlsim persona needs StoreOptions::cqlsim_only"
     );
     let choice = match options.cqlsim_only {
@@ -159,6 +165,7 @@ pub(crate) async fn launch(options: StoreOptions<'_>) -> Store {
                 seed: 7,
                 persona: options.persona,
                 counters_with_tablets: options.counters_with_tablets,
+                tablets_mode: options.tablets_mode,
                 ..Default::default()
             })
             .await

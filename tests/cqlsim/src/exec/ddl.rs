@@ -55,7 +55,9 @@ pub(crate) fn run(
                 .iter()
                 .find(|(k, _)| k == "class")
                 .map_or("", |(_, v)| v.as_str());
-            let tablets = db.persona.keyspace_tablets(class, tablets.as_deref())?;
+            let tablets =
+                db.persona
+                    .keyspace_tablets(db.tablets_mode, class, tablets.as_deref())?;
             db.catalog.keyspaces.insert(
                 ck.name.clone(),
                 Keyspace {
