@@ -114,45 +114,52 @@ async fn scylladb_refuses_counter_tables_in_tablets_keyspaces() {
     server.shutdown().await.unwrap();
 }
 
-/// `schema --apply` finds ScyllaDB and creates its keyspaces with tablets disabled, so
-/// the counter tables can be created in a `NetworkTopologyStrategy` keyspace (the
-/// production replication), where ScyllaDB would otherwise use tablets and refuse them.
+/// `schema --apply` finds ScyllaDB and, on a release that refuses counters with tablets,
+/// creates its keyspaces with tablets disabled, so the counter tables can be created in
+/// a `NetworkTopologyStrategy` keyspace (the production replication), where ScyllaDB would
+/// otherwise use tablets and refuse them. On a release that supports them, new keyspaces
+/// take the cluster's tablets setting (here: tablets, enforced or not), and the tables are
+/// created in them.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn schema_apply_disables_tablets_on_scylladb() {
-    let server = launch(StoreOptions {
-        persona: Persona::Scylla,
-        ..StoreOptions::cqlsim_only("poses as ScyllaDB")
-    })
-    .await
-    .into_sim();
-    let out = run_cli([
-        "schema",
-        "--apply",
-        "--contact-point",
-        &server.local_addr().to_string(),
-        "--replication",
-        "{'class': 'NetworkTopologyStrategy', 'datacenter1': 1}",
-    ]);
-    let (stdout, stderr) = (
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr),
-    );
-    assert!(out.status.success(), "{stdout}\n{stderr}");
-    assert!(stdout.contains("tablets disabled"), "{stdout}");
-    assert!(stderr.contains("ScyllaDB"), "{stderr}");
-    let tablets = server
-        .execute(
-            None,
-            "SELECT keyspace_name FROM system_schema.scylla_keyspaces",
-        )
-        .unwrap();
-    assert!(tablets.is_empty(), "no keyspace uses tablets");
-    assert!(
-        server
-            .execute(None, "SELECT * FROM countersink.counts_by_minute")
-            .is_ok()
-    );
-    server.shutdown().await.unwrap();
+async fn schema_apply_disables_tablets_on_scylladb_only_where_counters_need_it() {
+    use cqlsim::TabletsMode::{Enabled, Enforced};
+    for (counters_with_tablets, tablets_mode, uses_tablets, said) in [
+        (false, Enabled, false, "tablets disabled"),
+        (true, Enabled, true, "the cluster's tablets setting"),
+        (true, Enforced, true, "the cluster's tablets setting"),
+    ] {
+        let case = format!("{counters_with_tablets} {tablets_mode:?}");
+        let server = launch(StoreOptions {
+            persona: Persona::Scylla,
+            counters_with_tablets,
+            tablets_mode,
+            ..StoreOptions::cqlsim_only("poses as ScyllaDB")
+        })
+        .await
+        .into_sim();
+        let out = apply_schema(&server);
+        let (stdout, stderr) = (
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr),
+        );
+        assert!(out.status.success(), "{case}: {stdout}\n{stderr}");
+        assert!(stdout.contains(said), "{case}: {stdout}");
+        assert!(stderr.contains("ScyllaDB"), "{case}: {stderr}");
+        let tablets = server
+            .execute(
+                None,
+                "SELECT keyspace_name FROM system_schema.scylla_keyspaces",
+            )
+            .unwrap();
+        assert_eq!(!tablets.is_empty(), uses_tablets, "{case}");
+        assert!(
+            server
+                .execute(None, "SELECT * FROM countersink.counts_by_minute")
+                .is_ok(),
+            "{case}"
+        );
+        server.shutdown().await.unwrap();
+    }
 }
 
 /// `schema --apply` connects as `serve` does: the same credential rules (a user needs a
@@ -180,50 +187,6 @@ async fn schema_apply_uses_the_credentials_of_the_config() {
     assert_eq!(out.status.code(), Some(2), "{stderr}");
     assert!(stderr.contains("no password"), "{stderr}");
     store.shutdown().await;
-}
-
-/// Where the ScyllaDB release supports counters with tablets, `schema --apply` leaves new
-/// keyspaces to the cluster's tablets setting (here: tablets), and the counter tables are
-/// created in them.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn schema_apply_keeps_tablets_where_the_release_supports_counters_with_them() {
-    for tablets_mode in [cqlsim::TabletsMode::Enabled, cqlsim::TabletsMode::Enforced] {
-        let server = launch(StoreOptions {
-            persona: Persona::Scylla,
-            counters_with_tablets: true,
-            tablets_mode,
-            ..StoreOptions::cqlsim_only("poses as ScyllaDB")
-        })
-        .await
-        .into_sim();
-        let out = apply_schema(&server);
-        let (stdout, stderr) = (
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr),
-        );
-        assert!(out.status.success(), "{tablets_mode:?}: {stdout}\n{stderr}");
-        assert!(
-            stdout.contains("the cluster's tablets setting"),
-            "{tablets_mode:?}: {stdout}"
-        );
-        assert!(stderr.contains("COUNTERS_WITH_TABLETS"), "{stderr}");
-        let tablets = server
-            .execute(
-                None,
-                "SELECT keyspace_name FROM system_schema.scylla_keyspaces",
-            )
-            .unwrap();
-        assert!(
-            !tablets.is_empty(),
-            "{tablets_mode:?}: the keyspace uses tablets"
-        );
-        assert!(
-            server
-                .execute(None, "SELECT * FROM countersink.counts_by_minute")
-                .is_ok()
-        );
-        server.shutdown().await.unwrap();
-    }
 }
 
 /// A ScyllaDB cluster that enforces tablets for new keyspaces, on a release that refuses
