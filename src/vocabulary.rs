@@ -128,7 +128,7 @@ pub enum Transport {
     Udp,
     /// Unix datagram socket.
     UnixDatagram,
-    /// Unix stream socket with DogStatsD length-prefix framing.
+    /// Unix stream socket: DogStatsD length-prefix framing, or newline-framed lines.
     UnixStream,
 }
 
@@ -152,6 +152,24 @@ impl Transport {
     /// Position in [`Transport::ALL`].
     pub fn index(self) -> usize {
         self as usize
+    }
+
+    /// Whether it accepts connections (and so has connection counters and a connection
+    /// limit) rather than receiving datagrams.
+    pub const fn is_stream(self) -> bool {
+        match self {
+            Transport::Udp | Transport::UnixDatagram => false,
+            Transport::UnixStream => true,
+        }
+    }
+
+    /// How people name it: the sidecar's start-up banner and logs.
+    pub const fn title(self) -> &'static str {
+        match self {
+            Transport::Udp => "UDP",
+            Transport::UnixDatagram => "Unix dgram",
+            Transport::UnixStream => "Unix stream",
+        }
     }
 }
 

@@ -10,7 +10,8 @@
 //! | --- | --- |
 //! | `error` | [`ListenError`]: which transport, which address or path, which step failed |
 //! | `stats` | [`IngestStats`]: per-transport atomics and [`TransportSnapshot`] |
-//! | `receivers` | [`start`] and [`Receivers`]: thread spawning and the shutdown order |
+//! | `start` | [`start`]: one registration line per transport |
+//! | `receivers` | [`Receivers`]: where each receiver listens, its threads and socket files, the shutdown order |
 //! | `worker` | what every receive thread shares: stop flag, idle clock, rate-limited logs |
 //! | `datagram` | the receive loop for UDP and Unix datagram sockets, `SO_RCVBUF` set-up |
 //! | `udp` | binding one or several (`SO_REUSEPORT`) UDP sockets |
@@ -49,6 +50,7 @@ mod datagram;
 mod error;
 mod framing;
 mod receivers;
+mod start;
 mod stats;
 mod sys;
 mod udp;
@@ -63,7 +65,8 @@ mod tests;
 use std::time::Duration;
 
 pub use error::{ListenError, Step};
-pub use receivers::{Receivers, start};
+pub use receivers::{Address, Listening, Receivers};
+pub use start::start;
 pub use stats::{IngestSnapshot, IngestStats, TransportSnapshot};
 pub use unix_datagram::{ADVISED_QLEN, RAISE_QLEN, max_dgram_qlen};
 

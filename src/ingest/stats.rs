@@ -1,18 +1,17 @@
 //! Per-transport receive counters: plain relaxed atomics, added once per system call (not
 //! per datagram), each transport on its own cache line.
 //!
-//! Suggested Prometheus names (bounded labels):
+//! Exported by `telemetry/ingest.rs` as (bounded labels):
 //!
 //! | field | metric |
 //! | --- | --- |
-//! | `packets` | `countersink_ingest_packets_total{transport}` |
-//! | `bytes` | `countersink_ingest_bytes_total{transport}` |
-//! | `receive_errors` | `countersink_ingest_receive_errors_total{transport}` |
-//! | `truncated`, `oversized`, `partial` | `countersink_ingest_packets_dropped_total{transport,reason}` |
-//! | `kernel_drops` | `countersink_ingest_kernel_drops_total{transport}` |
-//! | `connections_accepted`, `connections_refused` | `countersink_ingest_connections_total{result}` |
-//! | `connections_open` | `countersink_ingest_connections_open` |
-//! | `recv_buffer_bytes` | `countersink_ingest_recv_buffer_bytes{transport}` |
+//! | `packets` | `countersink_packets_received_total{transport}` |
+//! | `bytes` | `countersink_received_bytes_total{transport}` |
+//! | `receive_errors` | `countersink_receive_errors_total{transport}` |
+//! | `truncated`, `oversized`, `partial`, `kernel_drops` | `countersink_packets_dropped_total{transport,reason}` |
+//! | `connections_accepted`, `connections_refused` | `countersink_stream_connections_total{transport,result}` |
+//! | `connections_open` | `countersink_stream_connections_open{transport}` |
+//! | `recv_buffer_bytes` | `countersink_socket_receive_buffer_bytes{transport}` |
 
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
@@ -20,22 +19,18 @@ use crossbeam_utils::CachePadded;
 
 use crate::vocabulary::Transport;
 
-/// Counters of all transports. Shared (`Arc`) between the receive threads and readers.
+/// Counters of all transports, indexed by [`Transport::index`]: a new transport gets its
+/// counters by being in [`Transport::ALL`], with no field to add here. Shared (`Arc`)
+/// between the receive threads and readers.
 #[derive(Debug, Default)]
 pub struct IngestStats {
-    udp: CachePadded<TransportStats>,
-    uds: CachePadded<TransportStats>,
-    uds_stream: CachePadded<TransportStats>,
+    by_transport: [CachePadded<TransportStats>; Transport::ALL.len()],
 }
 
 impl IngestStats {
     /// The live counters of one transport.
     pub(super) fn get(&self, transport: Transport) -> &TransportStats {
-        match transport {
-            Transport::Udp => &self.udp,
-            Transport::UnixDatagram => &self.uds,
-            Transport::UnixStream => &self.uds_stream,
-        }
+        &self.by_transport[transport.index()]
     }
 
     /// A copy of one transport's counters.
@@ -46,9 +41,7 @@ impl IngestStats {
     /// A copy of every transport's counters.
     pub fn snapshot(&self) -> IngestSnapshot {
         IngestSnapshot {
-            udp: self.udp.snapshot(),
-            uds: self.uds.snapshot(),
-            uds_stream: self.uds_stream.snapshot(),
+            by_transport: Transport::ALL.map(|t| self.get(t).snapshot()),
         }
     }
 }
@@ -56,22 +49,13 @@ impl IngestStats {
 /// A copy of every transport's counters.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct IngestSnapshot {
-    /// UDP.
-    pub udp: TransportSnapshot,
-    /// Unix datagram.
-    pub uds: TransportSnapshot,
-    /// Unix stream.
-    pub uds_stream: TransportSnapshot,
+    by_transport: [TransportSnapshot; Transport::ALL.len()],
 }
 
 impl IngestSnapshot {
     /// One transport's counters.
     pub fn get(&self, transport: Transport) -> &TransportSnapshot {
-        match transport {
-            Transport::Udp => &self.udp,
-            Transport::UnixDatagram => &self.uds,
-            Transport::UnixStream => &self.uds_stream,
-        }
+        &self.by_transport[transport.index()]
     }
 }
 

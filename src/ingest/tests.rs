@@ -149,7 +149,7 @@ fn udp_datagrams_arrive_intact_with_recv_and_recvmmsg() {
         let mut config = udp_only();
         config.udp.batch_size = batch_size;
         let receivers = start(&config, recording(&seen)).unwrap();
-        let sender = udp_sender(receivers.udp_local_addr().unwrap());
+        let sender = udp_sender(receivers.inet(Transport::Udp).unwrap());
         let big = vec![b'x'; 65_000];
         let sent: Vec<Vec<u8>> = vec![
             b"a:1|c".to_vec(),
@@ -186,7 +186,9 @@ fn unix_datagrams_arrive_intact_and_oversized_ones_are_dropped_whole() {
         config.uds.batch_size = batch_size;
         let receivers = start(&config, recording(&seen)).unwrap();
         let sender = UnixDatagram::unbound().unwrap();
-        sender.connect(receivers.uds_path().unwrap()).unwrap();
+        sender
+            .connect(receivers.path(Transport::UnixDatagram).unwrap())
+            .unwrap();
         sender.send(b"a:1|c").unwrap();
         // Longer than the 64 KiB receive slot: must be counted, not delivered in part.
         sender.send(&vec![b'y'; MAX_DATAGRAM_BYTES + 100]).unwrap();
@@ -212,7 +214,7 @@ fn unix_stream_several_messages_in_one_write_and_one_message_over_many_writes() 
     let dir = tempfile::tempdir().unwrap();
     let seen = Arc::new(Seen::default());
     let receivers = start(&unix_only(dir.path()), recording(&seen)).unwrap();
-    let mut stream = UnixStream::connect(receivers.uds_stream_path().unwrap()).unwrap();
+    let mut stream = UnixStream::connect(receivers.path(Transport::UnixStream).unwrap()).unwrap();
 
     let mut batch = frame(b"a:1|c");
     batch.extend(frame(b"b:2|c\nc:3|c"));
@@ -261,7 +263,7 @@ fn unix_stream_oversized_message_is_counted_and_closes_the_connection() {
     let mut config = unix_only(dir.path());
     config.uds_stream.max_message_bytes = 1000;
     let receivers = start(&config, recording(&seen)).unwrap();
-    let mut stream = UnixStream::connect(receivers.uds_stream_path().unwrap()).unwrap();
+    let mut stream = UnixStream::connect(receivers.path(Transport::UnixStream).unwrap()).unwrap();
     stream.write_all(&frame(b"ok:1|c")).unwrap();
     stream.write_all(&frame(&[b'x'; 1000])).unwrap(); // exactly the limit: accepted
     // Announces 4 GiB: must be refused from the prefix alone, without allocating.
@@ -278,7 +280,7 @@ fn unix_stream_oversized_message_is_counted_and_closes_the_connection() {
     });
     assert_eq!(seen.count(), 2);
     // The next connection is served normally.
-    let mut again = UnixStream::connect(receivers.uds_stream_path().unwrap()).unwrap();
+    let mut again = UnixStream::connect(receivers.path(Transport::UnixStream).unwrap()).unwrap();
     again.write_all(&frame(b"after:1|c")).unwrap();
     wait_until("message on a new connection", || seen.count() == 3);
     receivers.shutdown();
@@ -289,7 +291,7 @@ fn unix_stream_partial_message_at_eof_is_counted_not_delivered() {
     let dir = tempfile::tempdir().unwrap();
     let seen = Arc::new(Seen::default());
     let receivers = start(&unix_only(dir.path()), recording(&seen)).unwrap();
-    let mut stream = UnixStream::connect(receivers.uds_stream_path().unwrap()).unwrap();
+    let mut stream = UnixStream::connect(receivers.path(Transport::UnixStream).unwrap()).unwrap();
     stream.write_all(&frame(b"whole:1|c")).unwrap();
     stream.write_all(&frame(b"cut:1|c")[..7]).unwrap();
     drop(stream);
@@ -311,7 +313,7 @@ fn unix_stream_connections_over_the_limit_are_refused_and_counted() {
     let mut config = unix_only(dir.path());
     config.uds_stream.max_connections = 1;
     let receivers = start(&config, recording(&seen)).unwrap();
-    let path = receivers.uds_stream_path().unwrap().to_owned();
+    let path = receivers.path(Transport::UnixStream).unwrap().to_owned();
     let stats = receivers.stats();
     let mut first = UnixStream::connect(&path).unwrap();
     first.write_all(&frame(b"first:1|c")).unwrap();
@@ -355,9 +357,9 @@ fn client_reaches_every_transport_and_packs_lines() {
         .map(|i| format!("page.views:{i}|c|#page:p{i}"))
         .collect();
     let targets = [
-        Target::Udp(receivers.udp_local_addr().unwrap()),
-        Target::UnixDatagram(receivers.uds_path().unwrap().to_owned()),
-        Target::UnixStream(receivers.uds_stream_path().unwrap().to_owned()),
+        Target::Udp(receivers.inet(Transport::Udp).unwrap()),
+        Target::UnixDatagram(receivers.path(Transport::UnixDatagram).unwrap().to_owned()),
+        Target::UnixStream(receivers.path(Transport::UnixStream).unwrap().to_owned()),
     ];
     for target in targets {
         let transport = target.transport();
@@ -387,8 +389,8 @@ fn socket_file_mode_is_exactly_the_configured_one() {
         config.uds_stream.mode = SocketMode::new(bits).unwrap();
         let receivers = start(&config, recording(&Arc::new(Seen::default()))).unwrap();
         for path in [
-            receivers.uds_path().unwrap(),
-            receivers.uds_stream_path().unwrap(),
+            receivers.path(Transport::UnixDatagram).unwrap(),
+            receivers.path(Transport::UnixStream).unwrap(),
         ] {
             assert!(fs::symlink_metadata(path).unwrap().file_type().is_socket());
             assert_eq!(mode_of(path), bits, "{} right after start", path.display());
@@ -567,7 +569,7 @@ fn shutdown_drains_what_the_kernel_holds_udp() {
         let mut config = udp_only();
         config.udp.batch_size = batch_size;
         let receivers = start(&config, factory).unwrap();
-        let sender = udp_sender(receivers.udp_local_addr().unwrap());
+        let sender = udp_sender(receivers.inet(Transport::Udp).unwrap());
         // Few enough to fit even a default-sized receive buffer (no kernel drops).
         const N: usize = 150;
         for i in 0..N {
@@ -591,7 +593,7 @@ fn shutdown_drains_what_the_kernel_holds_unix_datagram_and_stream() {
     let mut config = unix_only(dir.path());
     config.uds.path = None;
     let receivers = start(&config, factory).unwrap();
-    let mut stream = UnixStream::connect(receivers.uds_stream_path().unwrap()).unwrap();
+    let mut stream = UnixStream::connect(receivers.path(Transport::UnixStream).unwrap()).unwrap();
     const N: usize = 5000;
     let mut bytes = Vec::new();
     for i in 0..N {
@@ -613,7 +615,9 @@ fn shutdown_drains_what_the_kernel_holds_unix_datagram_and_stream() {
     config.uds_stream.path = None;
     let receivers = start(&config, factory).unwrap();
     let sender = UnixDatagram::unbound().unwrap();
-    sender.connect(receivers.uds_path().unwrap()).unwrap();
+    sender
+        .connect(receivers.path(Transport::UnixDatagram).unwrap())
+        .unwrap();
     sender.set_nonblocking(true).unwrap();
     let mut sent = 0;
     for i in 0..8 {
@@ -654,7 +658,7 @@ fn shutdown_drains_stream_connections_still_in_the_backlog() {
     let mut config = unix_only(dir.path());
     config.uds.path = None;
     let receivers = start(&config, factory).unwrap();
-    let path = receivers.uds_stream_path().unwrap().to_owned();
+    let path = receivers.path(Transport::UnixStream).unwrap().to_owned();
     let mut first = UnixStream::connect(&path).unwrap();
     first.write_all(&frame(b"one:1|c")).unwrap();
     wait_until("first served", || seen.count() == 1);
@@ -691,7 +695,7 @@ fn idle_is_called_while_quiet_while_busy_and_once_at_exit() {
     );
 
     // Busy: a packet every 10 ms never lets the read time out, idle() must still come.
-    let sender = udp_sender(receivers.udp_local_addr().unwrap());
+    let sender = udp_sender(receivers.inet(Transport::Udp).unwrap());
     let before = seen.idles.load(Ordering::SeqCst);
     let until = Instant::now() + IDLE_INTERVAL * 5;
     while Instant::now() < until {
@@ -714,7 +718,7 @@ fn dropping_receivers_also_stops_them_and_removes_files() {
     let dir = tempfile::tempdir().unwrap();
     let config = unix_only(dir.path());
     let receivers = start(&config, recording(&Arc::new(Seen::default()))).unwrap();
-    let path = receivers.uds_path().unwrap().to_owned();
+    let path = receivers.path(Transport::UnixDatagram).unwrap().to_owned();
     drop(receivers);
     assert!(fs::symlink_metadata(&path).is_err());
 }
@@ -723,7 +727,7 @@ fn dropping_receivers_also_stops_them_and_removes_files() {
 async fn shutdown_is_usable_from_async_code() {
     let seen = Arc::new(Seen::default());
     let receivers = start(&udp_only(), recording(&seen)).unwrap();
-    let addr = receivers.udp_local_addr().unwrap();
+    let addr = receivers.inet(Transport::Udp).unwrap();
     udp_sender(addr).send(b"async:1|c").unwrap();
     tokio::time::timeout(Duration::from_secs(5), receivers.shutdown_async())
         .await
@@ -828,7 +832,7 @@ fn several_udp_threads_share_the_port_with_reuseport() {
     config.udp.threads = 2;
     let receivers = start(&config, recording(&seen)).unwrap();
     assert_eq!(seen.handlers.load(Ordering::SeqCst), 2);
-    let addr = receivers.udp_local_addr().unwrap();
+    let addr = receivers.inet(Transport::Udp).unwrap();
     assert_ne!(addr.port(), 0);
     // Many source ports, so the kernel's hash spreads them over both sockets.
     let senders: Vec<UdpSocket> = (0..32).map(|_| udp_sender(addr)).collect();
@@ -846,7 +850,7 @@ fn kernel_drops_are_counted_when_the_queue_overflows() {
     let mut config = udp_only();
     config.udp.recv_buffer_bytes = 64 * 1024;
     let receivers = start(&config, factory).unwrap();
-    let sender = udp_sender(receivers.udp_local_addr().unwrap());
+    let sender = udp_sender(receivers.inet(Transport::Udp).unwrap());
     sender.send(b"first").unwrap();
     std::thread::sleep(Duration::from_millis(20));
     // The handler is blocked: 2 MB of 1 KiB datagrams overflow a 64 KiB (128 KiB charged) queue.
@@ -883,7 +887,9 @@ fn a_full_unix_datagram_queue_is_seen_and_counted() {
     config.uds.batch_size = usize::try_from(qlen).unwrap() + 2;
     let receivers = start(&config, factory).unwrap();
     let sender = UnixDatagram::unbound().unwrap();
-    sender.connect(receivers.uds_path().unwrap()).unwrap();
+    sender
+        .connect(receivers.path(Transport::UnixDatagram).unwrap())
+        .unwrap();
     sender.set_nonblocking(true).unwrap();
     sender.send(b"first:1|c").unwrap();
     // The receiver wakes at once for it, and its handler then holds it (the packet
@@ -981,7 +987,7 @@ fn a_factory_may_return_boxed_trait_objects() {
         }
     };
     let receivers = start(&udp_only(), factory).unwrap();
-    udp_sender(receivers.udp_local_addr().unwrap())
+    udp_sender(receivers.inet(Transport::Udp).unwrap())
         .send(b"boxed:1|c")
         .unwrap();
     wait_until("boxed handler", || seen.count() == 1);

@@ -16,11 +16,12 @@ use parking_lot::Mutex;
 use socket2::{Socket, Type};
 
 use super::framing::{FrameReader, Oversized};
+use super::receivers::{Address, Receivers};
 use super::stats::TransportStats;
 use super::unix_path::{self, SocketFile};
 use super::worker::{IdleClock, Phase, RateLimitedLog, StopFlag};
 use super::{IDLE_INTERVAL, IngestStats, ListenError, PacketHandler, Step};
-use crate::config::ingest::UnixStreamConfig;
+use crate::config::ingest::{IngestConfig, UnixStreamConfig};
 use crate::vocabulary::Transport;
 
 const TRANSPORT: Transport = Transport::UnixStream;
@@ -28,11 +29,45 @@ const TRANSPORT: Transport = Transport::UnixStream;
 /// Pause after a failed `accept` (e.g. out of file descriptors), so it cannot spin a core.
 const ACCEPT_BACKOFF: std::time::Duration = std::time::Duration::from_millis(100);
 
+/// Starts the Unix stream receiver if `ingest.uds_stream.path` is set: the accept thread.
+pub(super) fn start<F, H>(
+    config: &IngestConfig,
+    receivers: &mut Receivers,
+    factory: &Arc<F>,
+) -> Result<(), ListenError>
+where
+    F: Fn(Transport) -> H + Send + Sync + 'static,
+    H: PacketHandler,
+{
+    let Some(path) = &config.uds_stream.path else {
+        return Ok(());
+    };
+    let (listener, file) = bind(&config.uds_stream, path)?;
+    receivers.keep_file(file);
+    receivers.listen(TRANSPORT, Address::Path(path.clone()));
+    let acceptor = Acceptor {
+        listener,
+        factory: Arc::clone(factory),
+        stats: receivers.shared_stats(),
+        stop: receivers.stop_flag(),
+        max_message_bytes: config.uds_stream.max_message_bytes,
+        max_connections: config.uds_stream.max_connections,
+    };
+    let address = path.display().to_string();
+    receivers.spawn(TRANSPORT, &address, "cs-uds-accept".into(), move || {
+        acceptor.run()
+    })?;
+    tracing::info!(
+        path = address,
+        mode = %config.uds_stream.mode,
+        max_connections = config.uds_stream.max_connections,
+        "Listening for length-prefixed StatsD messages on a Unix stream socket."
+    );
+    Ok(())
+}
+
 /// Binds and listens at `path`.
-pub(super) fn bind(
-    config: &UnixStreamConfig,
-    path: &Path,
-) -> Result<(Socket, SocketFile), ListenError> {
+fn bind(config: &UnixStreamConfig, path: &Path) -> Result<(Socket, SocketFile), ListenError> {
     let address = path.display().to_string();
     unix_path::bind(path, Type::STREAM, config.mode, TRANSPORT, |socket| {
         // On Linux the receive timeout also bounds a blocking accept(2).
@@ -48,13 +83,13 @@ pub(super) fn bind(
 }
 
 /// The accept thread's state; [`Acceptor::run`] is the thread body.
-pub(super) struct Acceptor<F> {
-    pub(super) listener: Socket,
-    pub(super) factory: Arc<F>,
-    pub(super) stats: Arc<IngestStats>,
-    pub(super) stop: StopFlag,
-    pub(super) max_message_bytes: usize,
-    pub(super) max_connections: usize,
+struct Acceptor<F> {
+    listener: Socket,
+    factory: Arc<F>,
+    stats: Arc<IngestStats>,
+    stop: StopFlag,
+    max_message_bytes: usize,
+    max_connections: usize,
 }
 
 impl<F, H> Acceptor<F>
@@ -64,7 +99,7 @@ where
 {
     /// Accepts until shutdown, then accepts what waits in the backlog (each is drained like
     /// the others), and joins every connection thread.
-    pub(super) fn run(self) {
+    fn run(self) {
         let stats = self.stats.get(TRANSPORT);
         let mut connections: Vec<JoinHandle<()>> = Vec::new();
         let mut phase = Phase::Running;

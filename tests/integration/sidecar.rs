@@ -1,6 +1,7 @@
 //! The sidecar end to end: real clients over every transport into cqlsim, hostile
 //! input, metrics, exit codes, and `dev` with its banner's commands pasted.
 
+use countersink::vocabulary::Transport;
 use std::io::{BufRead, BufReader};
 use std::os::unix::net::UnixDatagram;
 use std::process::{Command, Stdio};
@@ -29,11 +30,14 @@ async fn real_clients_over_every_transport_land_with_exact_totals() {
     let udp_socket = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
     let udp = StatsdClient::from_sink(
         "app",
-        UdpMetricSink::from(bound.udp.unwrap(), udp_socket).unwrap(),
+        UdpMetricSink::from(bound.inet(Transport::Udp).unwrap(), udp_socket).unwrap(),
     );
     let unix = StatsdClient::from_sink(
         "app",
-        UnixMetricSink::from(bound.uds.clone().unwrap(), UnixDatagram::unbound().unwrap()),
+        UnixMetricSink::from(
+            bound.path(Transport::UnixDatagram).unwrap(),
+            UnixDatagram::unbound().unwrap(),
+        ),
     );
     for _ in 0..500 {
         udp.count_with_tags("hits", 1)
@@ -48,11 +52,22 @@ async fn real_clients_over_every_transport_land_with_exact_totals() {
     }
     // A binary started as a child, the way scripts use it.
     for (flag, target) in [
-        ("--udp", bound.udp.unwrap().to_string()),
-        ("--uds", bound.uds.clone().unwrap().display().to_string()),
+        ("--udp", bound.inet(Transport::Udp).unwrap().to_string()),
+        (
+            "--uds",
+            bound
+                .path(Transport::UnixDatagram)
+                .unwrap()
+                .display()
+                .to_string(),
+        ),
         (
             "--uds-stream",
-            bound.uds_stream.clone().unwrap().display().to_string(),
+            bound
+                .path(Transport::UnixStream)
+                .unwrap()
+                .display()
+                .to_string(),
         ),
     ] {
         let out = run_cli([
@@ -74,7 +89,11 @@ async fn real_clients_over_every_transport_land_with_exact_totals() {
         .args([
             "send",
             "--uds-stream",
-            &bound.uds_stream.clone().unwrap().display().to_string(),
+            &bound
+                .path(Transport::UnixStream)
+                .unwrap()
+                .display()
+                .to_string(),
         ])
         .stdin(Stdio::piped())
         .stdout(Stdio::null())
@@ -134,7 +153,7 @@ async fn hostile_packets_are_counted_and_good_neighbours_still_count() {
     let store = start_store(&mut config).await;
     let sidecar = start_sidecar(&config).await;
     let bound = sidecar.bound();
-    let mut client = Client::connect(Target::Udp(bound.udp.unwrap()))
+    let mut client = Client::connect(Target::Udp(bound.inet(Transport::Udp).unwrap()))
         .unwrap()
         .with_max_payload(65_000);
 
@@ -167,7 +186,8 @@ async fn hostile_packets_are_counted_and_good_neighbours_still_count() {
     {
         use std::io::Write;
         let mut stream =
-            std::os::unix::net::UnixStream::connect(bound.uds_stream.clone().unwrap()).unwrap();
+            std::os::unix::net::UnixStream::connect(bound.path(Transport::UnixStream).unwrap())
+                .unwrap();
         let _ = stream.write_all(&(10_000_000u32).to_le_bytes());
     }
     client.send_packet(b"good:1|c\n").unwrap();
@@ -223,7 +243,7 @@ async fn metrics_carry_the_minimum_set_and_the_identity_holds() {
     let store = start_store(&mut config).await;
     let sidecar = start_sidecar(&config).await;
     let bound = sidecar.bound();
-    let mut client = Client::connect(Target::Udp(bound.udp.unwrap())).unwrap();
+    let mut client = Client::connect(Target::Udp(bound.inet(Transport::Udp).unwrap())).unwrap();
     let lines: Vec<String> = (0..2000)
         .map(|i| format!("m{}:{}|c|#k:{}", i % 7, i % 5 + 1, i % 13))
         .collect();
@@ -516,7 +536,7 @@ async fn starts_before_the_store_and_catches_up() {
     config.store.contact_points = vec![store_addr.to_string()];
     let sidecar = Sidecar::start(&config).await.unwrap();
     let bound = sidecar.bound();
-    let mut client = Client::connect(Target::Udp(bound.udp.unwrap())).unwrap();
+    let mut client = Client::connect(Target::Udp(bound.inet(Transport::Udp).unwrap())).unwrap();
     client.send_lines(["early:5|c"]).unwrap();
     tokio::time::sleep(Duration::from_millis(600)).await;
     assert_eq!(http_get(bound.metrics.unwrap(), "/readyz").0, 503);
