@@ -130,22 +130,27 @@ pub enum Transport {
     UnixDatagram,
     /// Unix stream socket: DogStatsD length-prefix framing, or newline-framed lines.
     UnixStream,
+    /// TCP, newline-framed lines.
+    Tcp,
 }
 
 impl Transport {
     /// Every transport, in label order.
-    pub const ALL: [Transport; 3] = [
+    pub const ALL: [Transport; 4] = [
         Transport::Udp,
         Transport::UnixDatagram,
         Transport::UnixStream,
+        Transport::Tcp,
     ];
 
-    /// The metric label value: `udp`, `uds` or `uds_stream` (the names of the CLI flags).
+    /// The metric label value: `udp`, `uds`, `uds_stream` or `tcp` (the names of the CLI
+    /// flags, with `_` for `-`).
     pub const fn as_str(self) -> &'static str {
         match self {
             Transport::Udp => "udp",
             Transport::UnixDatagram => "uds",
             Transport::UnixStream => "uds_stream",
+            Transport::Tcp => "tcp",
         }
     }
 
@@ -159,7 +164,7 @@ impl Transport {
     pub const fn is_stream(self) -> bool {
         match self {
             Transport::Udp | Transport::UnixDatagram => false,
-            Transport::UnixStream => true,
+            Transport::UnixStream | Transport::Tcp => true,
         }
     }
 
@@ -169,6 +174,7 @@ impl Transport {
             Transport::Udp => "UDP",
             Transport::UnixDatagram => "Unix dgram",
             Transport::UnixStream => "Unix stream",
+            Transport::Tcp => "TCP",
         }
     }
 }

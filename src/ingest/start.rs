@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use super::receivers::Receivers;
 use super::{ListenError, PacketHandler};
-use super::{udp, unix_datagram, unix_stream};
+use super::{tcp, udp, unix_datagram, unix_stream};
 use crate::config::ingest::IngestConfig;
 use crate::vocabulary::Transport;
 
@@ -31,5 +31,6 @@ where
     udp::start(config, &mut receivers, &factory)?;
     unix_datagram::start(config, &mut receivers, &factory)?;
     unix_stream::start(config, &mut receivers, &factory)?;
+    tcp::start(config, &mut receivers, &factory)?;
     Ok(receivers)
 }

@@ -244,7 +244,7 @@ pub const SOCKET_RECEIVE_BUFFER: MetricDef = MetricDef {
 /// `countersink_stream_connections_total{transport,result}` (sidecar).
 pub const STREAM_CONNECTIONS: MetricDef = MetricDef {
     name: "countersink_stream_connections_total",
-    help: "Stream connections, by transport and result (accepted, refused over max_connections).",
+    help: "Stream connections, by transport and result (accepted, refused over max_connections, idle_timeout: closed after sending nothing for idle_timeout).",
     labels: &["transport", "result"],
 };
 /// `countersink_stream_connections_open{transport}` (sidecar).

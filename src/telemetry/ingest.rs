@@ -115,6 +115,7 @@ impl Collector for IngestCollector {
                 for (result, n) in [
                     ("accepted", s.connections_accepted),
                     ("refused", s.connections_refused),
+                    ("idle_timeout", s.idle_closed),
                 ] {
                     f.connections.with_label_values(&[t, result]).inc_by(n);
                 }
