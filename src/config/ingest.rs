@@ -23,10 +23,15 @@ pub const DEFAULT_RECV_BUFFER_BYTES: usize = 8 * 1024 * 1024;
 /// Default TCP address: `127.0.0.1:8125` (loopback only; the StatsD port, beside UDP's).
 pub const DEFAULT_TCP_LISTEN: SocketAddr = SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), 8125);
 
-/// Default time a stream connection may stay silent before it is closed: 10 minutes.
-/// Long enough for a client that sends every few seconds or minutes; short enough that
-/// connections abandoned by their peers give their slots back (`max_connections`).
-pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(600);
+/// Default time a stream connection may stay silent before it is closed: never (zero).
+///
+/// StatsD stream clients hold one connection for the life of the process and several do
+/// not reconnect: Python `statsd`'s `TCPStatsClient` writes its next line into a
+/// connection closed under it (lost in the kernel), and raises on the one after, into
+/// the application. So silence alone closes nothing unless asked; a dead peer is seen
+/// without it (a Unix peer's exit closes its end; TCP connections carry keepalive
+/// probes), and `max_connections` bounds what leaked connections can hold.
+pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::ZERO;
 
 /// Default Unix socket file mode: `0o660`, owner and group may connect, others may not.
 pub const DEFAULT_SOCKET_MODE: SocketMode = SocketMode(0o660);
@@ -154,7 +159,8 @@ pub struct UnixStreamConfig {
     /// and counted as refused. Defaults to 64.
     pub max_connections: usize,
     /// A connection that sends nothing for this long is closed (counted as
-    /// `idle_timeout`); `"0s"` keeps silent connections open. Defaults to `"10m"`.
+    /// `idle_timeout`); `"0s"` keeps silent connections open. Defaults to `"0s"` (see
+    /// [`DEFAULT_IDLE_TIMEOUT`] for why).
     #[serde(with = "super::duration")]
     pub idle_timeout: Duration,
 }
@@ -193,7 +199,8 @@ pub struct TcpConfig {
     /// and counted as refused. Defaults to 64.
     pub max_connections: usize,
     /// A connection that sends nothing for this long is closed (counted as
-    /// `idle_timeout`); `"0s"` keeps silent connections open. Defaults to `"10m"`.
+    /// `idle_timeout`); `"0s"` keeps silent connections open. Defaults to `"0s"` (see
+    /// [`DEFAULT_IDLE_TIMEOUT`] for why).
     #[serde(with = "super::duration")]
     pub idle_timeout: Duration,
 }

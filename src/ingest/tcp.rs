@@ -7,8 +7,9 @@
 
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::time::Duration;
 
-use socket2::{Domain, Protocol, Socket, Type};
+use socket2::{Domain, Protocol, Socket, TcpKeepalive, Type};
 
 use super::receivers::{Address, Receivers};
 use super::stream::{Acceptor, StreamSettings};
@@ -20,6 +21,12 @@ const TRANSPORT: Transport = Transport::Tcp;
 
 /// Connections the kernel may hold completed before the accept thread takes them.
 const BACKLOG: i32 = 1024;
+
+/// Keepalive probes of accepted connections (inherited from the listener on Linux): after
+/// 60 s of silence, every 10 s; the kernel's default count (9 on Linux) of unanswered
+/// probes closes a connection whose peer vanished without a FIN (a host or network gone),
+/// so it gives back its slot of `max_connections` without an idle timeout.
+const KEEPALIVE: (Duration, Duration) = (Duration::from_secs(60), Duration::from_secs(10));
 
 /// Starts the TCP receiver if `ingest.tcp.enabled`: the accept thread.
 pub(super) fn start<F, H>(
@@ -78,6 +85,12 @@ fn bind(addr: SocketAddr) -> Result<(Socket, SocketAddr), ListenError> {
     socket
         .set_reuse_address(true)
         .map_err(fail(Step::SetOption("SO_REUSEADDR")))?;
+    let keepalive = TcpKeepalive::new()
+        .with_time(KEEPALIVE.0)
+        .with_interval(KEEPALIVE.1);
+    socket
+        .set_tcp_keepalive(&keepalive)
+        .map_err(fail(Step::SetOption("SO_KEEPALIVE")))?;
     // On Linux the receive timeout also bounds a blocking accept(2).
     socket
         .set_read_timeout(Some(IDLE_INTERVAL))
@@ -90,4 +103,24 @@ fn bind(addr: SocketAddr) -> Result<(Socket, SocketAddr), ListenError> {
         .as_socket()
         .ok_or_else(|| fail(Step::Inspect)(std::io::ErrorKind::InvalidData.into()))?;
     Ok((socket, local))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Accepted connections carry the listener's keepalive probes (Linux copies them on
+    /// accept), which is what frees the slot of a peer that vanished.
+    #[test]
+    fn accepted_connections_inherit_keepalive() {
+        let (listener, local) = bind("127.0.0.1:0".parse().unwrap()).unwrap();
+        let _client = std::net::TcpStream::connect(local).unwrap();
+        let (accepted, _) = listener.accept().unwrap();
+        assert!(accepted.keepalive().unwrap());
+        #[cfg(target_os = "linux")]
+        {
+            assert_eq!(accepted.tcp_keepalive_time().unwrap(), KEEPALIVE.0);
+            assert_eq!(accepted.tcp_keepalive_interval().unwrap(), KEEPALIVE.1);
+        }
+    }
 }
