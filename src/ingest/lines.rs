@@ -127,6 +127,8 @@ impl LineReader {
 
 #[cfg(test)]
 mod tests {
+    use proptest::prelude::{Just, prop_assert, prop_assert_eq};
+
     use super::*;
 
     /// Feeds `bytes` in reads of at most `chunk` bytes; returns the lines handed on (each
@@ -271,5 +273,55 @@ mod tests {
         assert_eq!(drained.lines, 100_000);
         assert_eq!(lines[99_999], b"m99999:1|c");
         assert!(!partial);
+    }
+
+    proptest::proptest! {
+        /// Whatever the bytes, the limit and the read sizes, the reader hands on exactly
+        /// the complete lines within the limit, counts every longer line (complete or
+        /// not) once, and reports the unfinished rest as partial only within the limit:
+        /// the same as splitting the whole input at its newlines.
+        #[test]
+        fn reads_of_any_size_give_the_whole_input_split_at_newlines(
+            bytes in proptest::collection::vec(
+                proptest::prop_oneof![Just(b'\n'), Just(b'\r'), Just(b'x'), Just(b'y')],
+                0..600,
+            ),
+            max_line in 1usize..40,
+            chunks in proptest::collection::vec(1usize..70, 1..20),
+        ) {
+            let mut reader = LineReader::new(max_line);
+            let mut got = Vec::new();
+            let mut total = Drained::default();
+            let mut rest = &bytes[..];
+            let mut i = 0;
+            while !rest.is_empty() {
+                let spare = reader.spare();
+                let n = chunks[i % chunks.len()].min(spare.len()).min(rest.len());
+                i += 1;
+                spare[..n].copy_from_slice(&rest[..n]);
+                reader.filled(n);
+                rest = &rest[n..];
+                let drained = reader.drain(|run| {
+                    got.extend(run.split(|&b| b == b'\n').map(<[u8]>::to_vec));
+                    got.pop();
+                });
+                total.lines += drained.lines;
+                total.oversized += drained.oversized;
+                prop_assert!(reader.buf.len() <= (max_line + 1).max(MIN_BUF));
+            }
+            let mut pieces: Vec<&[u8]> = bytes.split(|&b| b == b'\n').collect();
+            let last = pieces.pop().unwrap_or_default();
+            let want: Vec<Vec<u8>> = pieces
+                .iter()
+                .filter(|l| l.len() <= max_line)
+                .map(|l| l.to_vec())
+                .collect();
+            let oversized = pieces.iter().filter(|l| l.len() > max_line).count()
+                + usize::from(last.len() > max_line);
+            prop_assert_eq!(&got, &want);
+            prop_assert_eq!(total.lines, want.len() as u64);
+            prop_assert_eq!(total.oversized, oversized as u64);
+            prop_assert_eq!(reader.has_partial(), !last.is_empty() && last.len() <= max_line);
+        }
     }
 }
