@@ -128,30 +128,54 @@ pub enum Transport {
     Udp,
     /// Unix datagram socket.
     UnixDatagram,
-    /// Unix stream socket with DogStatsD length-prefix framing.
+    /// Unix stream socket: DogStatsD length-prefix framing, or newline-framed lines.
     UnixStream,
+    /// TCP, newline-framed lines.
+    Tcp,
 }
 
 impl Transport {
     /// Every transport, in label order.
-    pub const ALL: [Transport; 3] = [
+    pub const ALL: [Transport; 4] = [
         Transport::Udp,
         Transport::UnixDatagram,
         Transport::UnixStream,
+        Transport::Tcp,
     ];
 
-    /// The metric label value: `udp`, `uds` or `uds_stream` (the names of the CLI flags).
+    /// The metric label value: `udp`, `uds`, `uds_stream` or `tcp` (the names of the CLI
+    /// flags, with `_` for `-`).
     pub const fn as_str(self) -> &'static str {
         match self {
             Transport::Udp => "udp",
             Transport::UnixDatagram => "uds",
             Transport::UnixStream => "uds_stream",
+            Transport::Tcp => "tcp",
         }
     }
 
     /// Position in [`Transport::ALL`].
     pub fn index(self) -> usize {
         self as usize
+    }
+
+    /// Whether it accepts connections (and so has connection counters and a connection
+    /// limit) rather than receiving datagrams.
+    pub const fn is_stream(self) -> bool {
+        match self {
+            Transport::Udp | Transport::UnixDatagram => false,
+            Transport::UnixStream | Transport::Tcp => true,
+        }
+    }
+
+    /// How people name it: the sidecar's start-up banner and logs.
+    pub const fn title(self) -> &'static str {
+        match self {
+            Transport::Udp => "UDP",
+            Transport::UnixDatagram => "Unix dgram",
+            Transport::UnixStream => "Unix stream",
+            Transport::Tcp => "TCP",
+        }
     }
 }
 

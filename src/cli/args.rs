@@ -79,13 +79,18 @@ pub(super) struct ServeArgs {
     /// Unix datagram socket to receive on.
     #[arg(long, env = "COUNTERSINK_UDS", value_name = "PATH")]
     pub(super) uds: Option<PathBuf>,
-    /// Unix stream socket to receive on (DogStatsD length-prefix framing).
+    /// Unix stream socket to receive on (DogStatsD length prefixes or newline-ended lines,
+    /// told apart per connection unless `ingest.uds_stream.framing` says which).
     #[arg(
         long = "uds-stream",
         env = "COUNTERSINK_UDS_STREAM",
         value_name = "PATH"
     )]
     pub(super) uds_stream: Option<PathBuf>,
+    /// TCP address to receive newline-framed lines on, or `off` [default: off; the
+    /// address when on is 127.0.0.1:8125].
+    #[arg(long, env = "COUNTERSINK_TCP", value_name = "ADDR", value_parser = listen)]
+    pub(super) tcp: Option<Listen>,
     /// HTTP address of /metrics, /healthz and /readyz, or `off` [default: 127.0.0.1:9102].
     #[arg(long, env = "COUNTERSINK_METRICS", value_name = "ADDR", value_parser = listen)]
     pub(super) metrics: Option<Listen>,
@@ -145,6 +150,12 @@ impl ServeArgs {
         }
         if let Some(path) = &self.uds_stream {
             config.ingest.uds_stream.path = Some(path.clone());
+        }
+        if let Some(Listen(tcp)) = self.tcp {
+            config.ingest.tcp.enabled = tcp.is_some();
+            if let Some(addr) = tcp {
+                config.ingest.tcp.listen = addr;
+            }
         }
         if let Some(Listen(metrics)) = self.metrics {
             config.metrics.listen = metrics;

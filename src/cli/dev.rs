@@ -5,6 +5,7 @@ use std::net::SocketAddr;
 use clap::Args;
 
 use crate::ddl;
+use crate::vocabulary::Transport;
 
 use super::args::ServeArgs;
 use super::serve::run_sidecar;
@@ -64,11 +65,10 @@ fn banner(config: &crate::config::Config, cql: SocketAddr, bound: crate::sidecar
     let program = std::env::args()
         .next()
         .unwrap_or_else(|| "countersink".into());
-    let send_target = match (&bound.udp, &bound.uds, &bound.uds_stream) {
-        (Some(udp), _, _) => format!("--udp {udp}"),
-        (None, Some(path), _) => format!("--uds {}", path.display()),
-        (None, None, Some(path)) => format!("--uds-stream {}", path.display()),
-        (None, None, None) => "--udp 127.0.0.1:8125".into(),
+    // `send`'s flag for a transport is its label with dashes (`--uds-stream`).
+    let send_target = match bound.listening.first() {
+        Some(l) => format!("--{} {}", l.transport.as_str().replace('_', "-"), l.address),
+        None => "--udp 127.0.0.1:8125".into(),
     };
     let mut text = String::new();
     text.push_str("countersink dev: the sidecar, with an embedded store\n");
@@ -77,12 +77,11 @@ fn banner(config: &crate::config::Config, cql: SocketAddr, bound: crate::sidecar
         "  CQL store:  {cql} (keyspace {}, schema created)\n",
         config.store.keyspace
     ));
-    if let Some(udp) = bound.udp {
-        text.push_str(&format!("  UDP:        {udp}\n"));
-    }
-    if let Some(path) = &bound.uds {
-        text.push_str(&format!("  Unix dgram: {}\n", path.display()));
-        if let Some(qlen) = bound.uds_max_dgram_qlen
+    for listening in &bound.listening {
+        let title = format!("{}:", listening.transport.title());
+        text.push_str(&format!("  {title:<11} {}\n", listening.address));
+        if listening.transport == Transport::UnixDatagram
+            && let Some(qlen) = bound.uds_max_dgram_qlen
             && qlen < crate::ingest::ADVISED_QLEN
         {
             text.push_str(&format!(
@@ -91,9 +90,6 @@ fn banner(config: &crate::config::Config, cql: SocketAddr, bound: crate::sidecar
                 crate::ingest::RAISE_QLEN
             ));
         }
-    }
-    if let Some(path) = &bound.uds_stream {
-        text.push_str(&format!("  Unix stream: {}\n", path.display()));
     }
     if let Some(metrics) = bound.metrics {
         text.push_str(&format!("  Metrics:    http://{metrics}/metrics\n"));

@@ -67,9 +67,12 @@ pub(super) async fn run_sidecar(
         .map_err(|e| Failure::with_code(e.exit_code(), e))?;
     let bound = sidecar.bound();
     tracing::info!(
-        udp = ?bound.udp,
-        uds = ?bound.uds,
-        uds_stream = ?bound.uds_stream,
+        listening = %bound
+            .listening
+            .iter()
+            .map(|l| format!("{} {}", l.transport, l.address))
+            .collect::<Vec<_>>()
+            .join(", "),
         metrics = ?bound.metrics,
         state_dir = %config.state.dir.display(),
         "countersink is running."

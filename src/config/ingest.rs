@@ -7,6 +7,7 @@
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::PathBuf;
+use std::time::Duration;
 
 use serde::{Deserialize, Deserializer, de};
 
@@ -18,6 +19,19 @@ pub const DEFAULT_UDP_LISTEN: SocketAddr = SocketAddr::new(IpAddr::V4(Ipv4Addr::
 /// Default requested `SO_RCVBUF`: 8 MiB. Measured on a 2-core VM, the kernel's 208 KiB
 /// default lost datagrams at 20-100k lines/s whenever the reader stalled; 1-8 MiB did not.
 pub const DEFAULT_RECV_BUFFER_BYTES: usize = 8 * 1024 * 1024;
+
+/// Default TCP address: `127.0.0.1:8125` (loopback only; the StatsD port, beside UDP's).
+pub const DEFAULT_TCP_LISTEN: SocketAddr = SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), 8125);
+
+/// Default time a stream connection may stay silent before it is closed: never (zero).
+///
+/// StatsD stream clients hold one connection for the life of the process and several do
+/// not reconnect: Python `statsd`'s `TCPStatsClient` writes its next line into a
+/// connection closed under it (lost in the kernel), and raises on the one after, into
+/// the application. So silence alone closes nothing unless asked; a dead peer is seen
+/// without it (a Unix peer's exit closes its end; TCP connections carry keepalive
+/// probes), and `max_connections` bounds what leaked connections can hold.
+pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::ZERO;
 
 /// Default Unix socket file mode: `0o660`, owner and group may connect, others may not.
 pub const DEFAULT_SOCKET_MODE: SocketMode = SocketMode(0o660);
@@ -31,8 +45,8 @@ const MAX_RECV_BUFFER_BYTES: usize = (i32::MAX / 2) as usize;
 const MAX_MESSAGE_LIMIT: usize = 16 * 1024 * 1024;
 const MAX_CONNECTIONS_LIMIT: usize = 4096;
 
-/// All receivers. In TOML: `[udp]`, `[uds]`, `[uds_stream]` (under whatever table the main
-/// config nests this in).
+/// All receivers. In TOML: `[udp]`, `[uds]`, `[uds_stream]`, `[tcp]` (under whatever table
+/// the main config nests this in).
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize, Default)]
 #[serde(default, deny_unknown_fields)]
 pub struct IngestConfig {
@@ -42,6 +56,8 @@ pub struct IngestConfig {
     pub uds: UnixDatagramConfig,
     /// The Unix stream receiver. Off by default.
     pub uds_stream: UnixStreamConfig,
+    /// The TCP receiver (newline-framed lines). Off by default.
+    pub tcp: TcpConfig,
 }
 
 /// The UDP receiver.
@@ -106,8 +122,24 @@ impl Default for UnixDatagramConfig {
     }
 }
 
-/// The Unix stream receiver (DogStatsD framing: each message is preceded by its length as a
-/// 4-byte little-endian unsigned integer).
+/// How a stream connection's bytes are cut into lines.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StreamFraming {
+    /// Decided per connection on its first four bytes: a DogStatsD length prefix of a
+    /// message within `max_message_bytes` (at most 16 MiB) has a fourth byte of 0 or 1,
+    /// which no StatsD line has (a line's fourth byte is part of its name, value or `:`);
+    /// anything else is a newline-framed stream. The default: both kinds of client work
+    /// against one socket, and neither can be mistaken for the other.
+    Auto,
+    /// Every message is preceded by its length, 4 bytes little-endian (DogStatsD).
+    Length,
+    /// Lines end with `\n` (`\r\n` accepted): Python `statsd`'s `UnixSocketStatsClient`.
+    Newline,
+}
+
+/// The Unix stream receiver: DogStatsD framing (each message preceded by its length as a
+/// 4-byte little-endian unsigned integer) or newline-framed lines, see [`StreamFraming`].
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct UnixStreamConfig {
@@ -115,13 +147,22 @@ pub struct UnixStreamConfig {
     pub path: Option<PathBuf>,
     /// File mode of the socket file, as for [`UnixDatagramConfig::mode`]. Defaults to `0o660`.
     pub mode: SocketMode,
-    /// Largest message accepted, in bytes (the length prefix not included). A longer one is
-    /// counted as oversized and its connection is closed; nothing larger is ever allocated.
-    /// Defaults to 65536.
+    /// `"auto"`, `"length"` or `"newline"`. Defaults to `"auto"`.
+    pub framing: StreamFraming,
+    /// Largest message (the length prefix not included) or line (the newline not
+    /// included) accepted, in bytes; nothing larger is ever allocated. An oversized
+    /// length-prefixed message closes its connection (what follows cannot be trusted); an
+    /// oversized line is dropped up to the next newline and the connection goes on. Both
+    /// are counted as oversized. Defaults to 65536.
     pub max_message_bytes: usize,
     /// Connections served at once (one thread each). Further connections are closed at once
     /// and counted as refused. Defaults to 64.
     pub max_connections: usize,
+    /// A connection that sends nothing for this long is closed (counted as
+    /// `idle_timeout`); `"0s"` keeps silent connections open. Defaults to `"0s"` (see
+    /// [`DEFAULT_IDLE_TIMEOUT`] for why).
+    #[serde(with = "super::duration")]
+    pub idle_timeout: Duration,
 }
 
 impl Default for UnixStreamConfig {
@@ -129,8 +170,49 @@ impl Default for UnixStreamConfig {
         UnixStreamConfig {
             path: None,
             mode: DEFAULT_SOCKET_MODE,
+            framing: StreamFraming::Auto,
             max_message_bytes: 64 * 1024,
             max_connections: 64,
+            idle_timeout: DEFAULT_IDLE_TIMEOUT,
+        }
+    }
+}
+
+/// The TCP receiver: StatsD lines, newline-framed (`\r\n` accepted), as StatsD's own TCP
+/// server and Python `statsd`'s `TCPStatsClient` write them.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct TcpConfig {
+    /// Whether to listen. Defaults to `false`, in `serve` and `dev` alike (the flag
+    /// `--tcp ADDR` turns it on).
+    pub enabled: bool,
+    /// Address to listen on, `"IP:PORT"`. Defaults to `"127.0.0.1:8125"`: loopback only,
+    /// the StatsD port (TCP and UDP may share the number). Anyone who can connect can add
+    /// to counters in the database: open it wider only behind a firewall.
+    #[serde(deserialize_with = "super::listen::deserialize_required")]
+    pub listen: SocketAddr,
+    /// Longest line accepted, in bytes (the newline not included). A longer one is dropped
+    /// up to the next newline, counted as oversized, and the connection goes on; at most
+    /// this much is buffered per connection. Defaults to 65536.
+    pub max_line_bytes: usize,
+    /// Connections served at once (one thread each). Further connections are closed at once
+    /// and counted as refused. Defaults to 64.
+    pub max_connections: usize,
+    /// A connection that sends nothing for this long is closed (counted as
+    /// `idle_timeout`); `"0s"` keeps silent connections open. Defaults to `"0s"` (see
+    /// [`DEFAULT_IDLE_TIMEOUT`] for why).
+    #[serde(with = "super::duration")]
+    pub idle_timeout: Duration,
+}
+
+impl Default for TcpConfig {
+    fn default() -> Self {
+        TcpConfig {
+            enabled: false,
+            listen: DEFAULT_TCP_LISTEN,
+            max_line_bytes: 64 * 1024,
+            max_connections: 64,
+            idle_timeout: DEFAULT_IDLE_TIMEOUT,
         }
     }
 }
@@ -230,6 +312,18 @@ impl IngestConfig {
             1,
             MAX_CONNECTIONS_LIMIT,
         )?;
+        check_range(
+            "tcp.max_line_bytes",
+            self.tcp.max_line_bytes,
+            1,
+            MAX_MESSAGE_LIMIT,
+        )?;
+        check_range(
+            "tcp.max_connections",
+            self.tcp.max_connections,
+            1,
+            MAX_CONNECTIONS_LIMIT,
+        )?;
         if let (Some(a), Some(b)) = (&self.uds.path, &stream.path)
             && a == b
         {
@@ -295,8 +389,16 @@ mod tests {
             [uds_stream]
             path = "/run/countersink/dsd-stream.sock"
             mode = "0600"
+            framing = "newline"
             max_message_bytes = 8192
             max_connections = 4
+            idle_timeout = "30s"
+            [tcp]
+            enabled = true
+            listen = "0.0.0.0:9125"
+            max_line_bytes = 1024
+            max_connections = 8
+            idle_timeout = "0s"
             "#,
         )
         .unwrap();
@@ -305,6 +407,11 @@ mod tests {
         assert_eq!(config.uds.mode.bits(), 0o622);
         assert_eq!(config.uds_stream.mode.bits(), 0o600);
         assert_eq!(config.uds_stream.max_connections, 4);
+        assert_eq!(config.uds_stream.framing, StreamFraming::Newline);
+        assert_eq!(config.uds_stream.idle_timeout, Duration::from_secs(30));
+        assert!(config.tcp.enabled);
+        assert_eq!(config.tcp.listen, "0.0.0.0:9125".parse().unwrap());
+        assert_eq!(config.tcp.idle_timeout, Duration::ZERO);
         config.validate().unwrap();
     }
 
@@ -323,6 +430,14 @@ mod tests {
         assert!(toml::from_str::<IngestConfig>("[udp]\nlisten = \"localhost\"").is_err());
         assert!(toml::from_str::<IngestConfig>("[uds]\nmode = 0o1777").is_err());
         assert!(toml::from_str::<IngestConfig>("[uds]\nmode = \"rw\"").is_err());
+        assert!(toml::from_str::<IngestConfig>("[uds_stream]\nframing = \"nul\"").is_err());
+        assert!(toml::from_str::<IngestConfig>("[tcp]\nlisten = \"off\"").is_err());
+        let config: IngestConfig = toml::from_str("[tcp]\nmax_line_bytes = 0").unwrap();
+        let err = config.validate().unwrap_err();
+        assert!(
+            err.to_string().contains("ingest.tcp.max_line_bytes"),
+            "{err}"
+        );
         let config: IngestConfig = toml::from_str("[udp]\nthreads = 0").unwrap();
         let err = config.validate().unwrap_err();
         assert!(err.to_string().contains("ingest.udp.threads"), "{err}");

@@ -23,6 +23,19 @@ pub fn deserialize<'de, D: Deserializer<'de>>(
     parse(&text).map_err(serde::de::Error::custom)
 }
 
+/// `#[serde(deserialize_with = "listen::deserialize_required")]`: an `"IP:PORT"` for a
+/// listener switched on and off by its own `enabled` field, so `"off"` is refused.
+pub fn deserialize_required<'de, D: Deserializer<'de>>(
+    deserializer: D,
+) -> Result<SocketAddr, D::Error> {
+    let text = String::deserialize(deserializer)?;
+    text.trim().parse().map_err(|_| {
+        serde::de::Error::custom(format!(
+            "`{text}` is not IP:PORT (set `enabled = false` to turn the listener off)"
+        ))
+    })
+}
+
 #[cfg(test)]
 mod tests {
     #[test]

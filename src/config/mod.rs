@@ -42,7 +42,7 @@ pub struct Config {
     /// Configured families: metric names mapped to counter columns of your own tables.
     #[serde(rename = "family")]
     pub families: Vec<FamilyConfig>,
-    /// The sidecar's receivers: `[ingest.udp]`, `[ingest.uds]`, `[ingest.uds_stream]`.
+    /// The sidecar's receivers: `[ingest.udp]`, `[ingest.uds]`, `[ingest.uds_stream]`, `[ingest.tcp]`.
     /// Read in every build (one file serves the sidecar and the library); only the
     /// sidecar uses it.
     pub ingest: IngestConfig,

@@ -278,6 +278,23 @@ impl Engine {
         );
     }
 
+    /// One increment from a receiver that does not carry StatsD lines (a decoded OTLP
+    /// point, say): counted as received on `source`, like a line in
+    /// [`Engine::ingest_packet`], then kept as by [`Engine::record`]. The entry of every
+    /// non-line transport, so each keeps its own `lines_received` count.
+    pub fn record_from<T: TagSet + ?Sized>(
+        &self,
+        source: Transport,
+        name: &str,
+        tags: &T,
+        delta: i64,
+        now_unix_secs: i64,
+        at: Option<i64>,
+    ) -> Result<(), RecordError> {
+        self.aggregator.stripe().counters().count_line(source);
+        self.record(name, tags, delta, now_unix_secs, at)
+    }
+
     /// Adds `delta` to metric `name` with `tags`, at `now` (Unix seconds) or at the
     /// client timestamp `at` when given and inside the window.
     pub fn record<T: TagSet + ?Sized>(

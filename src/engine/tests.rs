@@ -283,3 +283,23 @@ fn cached_lines_count_exactly_like_lines_parsed_in_full() {
     );
     assert!(snapshot(&cached).contains("req|az:b,env:prod"));
 }
+
+/// A non-line source is counted as received on its own transport, and its increment is
+/// kept exactly as an in-process one.
+#[test]
+fn record_from_counts_its_source() {
+    let e = engine();
+    e.record_from(
+        Transport::UnixStream,
+        "req",
+        &[("env", "prod")][..],
+        3,
+        NOW,
+        None,
+    )
+    .unwrap();
+    let c = e.aggregator().counters();
+    assert_eq!(c.received_for(Transport::UnixStream), 1);
+    assert_eq!(c.received_for(Transport::Udp), 0);
+    assert_eq!((c.accepted, c.accepted_sum), (1, 3));
+}

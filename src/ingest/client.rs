@@ -3,7 +3,8 @@
 //! [`Client::send_lines`] packs as many lines per packet as fit in
 //! [`Client::max_payload`] bytes, separated by `\n`, which is what makes a sidecar fast:
 //! the receiver's cost is per datagram, not per line. Over the Unix stream socket each packet
-//! is one DogStatsD frame (4-byte little-endian length, then the lines).
+//! is one DogStatsD frame (4-byte little-endian length, then the lines); over TCP the lines
+//! are written newline-ended, as StatsD's TCP clients do.
 //!
 //! Sends are blocking. A Unix datagram sender therefore waits when the receiver's queue is
 //! full (`net.unix.max_dgram_qlen`) instead of losing lines; UDP never waits and may lose.
@@ -18,7 +19,7 @@
 //! ```
 
 use std::io::{self, Write};
-use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, UdpSocket};
+use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, TcpStream, UdpSocket};
 use std::os::unix::net::{UnixDatagram, UnixStream};
 use std::path::PathBuf;
 
@@ -35,6 +36,8 @@ pub enum Target {
     UnixDatagram(PathBuf),
     /// A Unix stream socket path (DogStatsD length-prefix framing).
     UnixStream(PathBuf),
+    /// A TCP address (newline framing).
+    Tcp(SocketAddr),
 }
 
 impl Target {
@@ -44,15 +47,16 @@ impl Target {
             Target::Udp(_) => Transport::Udp,
             Target::UnixDatagram(_) => Transport::UnixDatagram,
             Target::UnixStream(_) => Transport::UnixStream,
+            Target::Tcp(_) => Transport::Tcp,
         }
     }
 
     /// Default packet payload limit: 1432 bytes for UDP (fits a 1500-byte MTU without
-    /// fragmentation, as DogStatsD clients do), 8192 for the Unix sockets.
+    /// fragmentation, as DogStatsD clients do), 8192 for the Unix sockets and TCP.
     pub fn default_max_payload(&self) -> usize {
         match self {
             Target::Udp(_) => 1432,
-            Target::UnixDatagram(_) | Target::UnixStream(_) => 8192,
+            Target::UnixDatagram(_) | Target::UnixStream(_) | Target::Tcp(_) => 8192,
         }
     }
 }
@@ -63,6 +67,7 @@ impl std::fmt::Display for Target {
             Target::Udp(addr) => write!(f, "udp {addr}"),
             Target::UnixDatagram(path) => write!(f, "uds {}", path.display()),
             Target::UnixStream(path) => write!(f, "uds_stream {}", path.display()),
+            Target::Tcp(addr) => write!(f, "tcp {addr}"),
         }
     }
 }
@@ -126,6 +131,7 @@ enum Conn {
     Udp(UdpSocket),
     UnixDatagram(UnixDatagram),
     UnixStream(UnixStream),
+    Tcp(TcpStream),
 }
 
 impl Client {
@@ -153,6 +159,7 @@ impl Client {
             Target::UnixStream(path) => {
                 Conn::UnixStream(UnixStream::connect(path).map_err(connect_error)?)
             }
+            Target::Tcp(addr) => Conn::Tcp(TcpStream::connect(addr).map_err(connect_error)?),
         };
         let max_payload = target.default_max_payload();
         Ok(Client {
@@ -226,7 +233,8 @@ impl Client {
         result
     }
 
-    /// Sends `payload` as one datagram, or as one length-prefixed frame over a stream.
+    /// Sends `payload` as one datagram, as one length-prefixed frame over a Unix stream, or
+    /// followed by a newline over TCP.
     pub fn send_packet(&mut self, payload: &[u8]) -> Result<(), SendError> {
         let result = match &mut self.socket {
             Conn::Udp(socket) => socket.send(payload).map(drop),
@@ -240,6 +248,12 @@ impl Client {
                 }
                 Err(_) => Err(io::Error::from(io::ErrorKind::InvalidInput)),
             },
+            Conn::Tcp(stream) => {
+                let mut lines = Vec::with_capacity(payload.len() + 1);
+                lines.extend_from_slice(payload);
+                lines.push(b'\n');
+                stream.write_all(&lines)
+            }
         };
         result.map_err(|source| SendError::Send {
             target: self.target.to_string(),

@@ -1,4 +1,4 @@
-//! Socket receivers: UDP, Unix datagram and Unix stream, plus the matching client.
+//! Socket receivers: UDP, Unix datagram, Unix stream and TCP, plus the matching client.
 //!
 //! The receivers read bytes and hand them, untouched, to a [`PacketHandler`]; they never
 //! parse. One handler is created per receive thread (and per stream connection) by the
@@ -10,16 +10,20 @@
 //! | --- | --- |
 //! | `error` | [`ListenError`]: which transport, which address or path, which step failed |
 //! | `stats` | [`IngestStats`]: per-transport atomics and [`TransportSnapshot`] |
-//! | `receivers` | [`start`] and [`Receivers`]: thread spawning and the shutdown order |
+//! | `start` | [`start`]: one registration line per transport |
+//! | `receivers` | [`Receivers`]: where each receiver listens, its threads and socket files, the shutdown order |
 //! | `worker` | what every receive thread shares: stop flag, idle clock, rate-limited logs |
 //! | `datagram` | the receive loop for UDP and Unix datagram sockets, `SO_RCVBUF` set-up |
 //! | `udp` | binding one or several (`SO_REUSEPORT`) UDP sockets |
 //! | `unix_path` | the socket-file rules: stale check, bind without a loose-permission window, cleanup |
 //! | `unix_datagram` | the Unix datagram socket |
-//! | `unix_stream` | accept loop and one thread per connection |
+//! | `unix_stream` | binding the Unix stream socket |
+//! | `tcp` | binding the TCP listener |
+//! | `stream` | what both stream transports share: accept loop, one thread per connection, framing choice (`auto` detection), idle timeout |
 //! | `framing` | DogStatsD stream framing (4-byte little-endian length prefix), bounded buffer |
+//! | `lines` | newline stream framing, bounded buffer, resync after an overlong line |
 //! | `sys` | the only `unsafe` code: `recvmsg`, `recvmmsg`, `SO_RCVBUFFORCE`, `SO_MEMINFO` |
-//! | [`client`] | sending lines over the three transports (`countersink send`, tests, load tools) |
+//! | [`client`] | sending lines over the transports (`countersink send`, tests, load tools) |
 //!
 //! # Threading model
 //!
@@ -30,7 +34,7 @@
 //! - UDP: `threads` sockets bound to the same address with `SO_REUSEPORT` (only when
 //!   `threads > 1`), one thread each; the kernel spreads senders over them by 4-tuple hash.
 //! - Unix datagram: one socket, one thread.
-//! - Unix stream: one accept thread, plus one thread per connection, at most
+//! - Unix stream and TCP: one accept thread each, plus one thread per connection, at most
 //!   `max_connections`; further connections are accepted and closed at once, and counted.
 //!
 //! Every thread uses a read timeout of [`IDLE_INTERVAL`], which is how it notices shutdown
@@ -48,9 +52,13 @@ pub mod client;
 mod datagram;
 mod error;
 mod framing;
+mod lines;
 mod receivers;
+mod start;
 mod stats;
+mod stream;
 mod sys;
+mod tcp;
 mod udp;
 mod unix_datagram;
 mod unix_path;
@@ -63,7 +71,8 @@ mod tests;
 use std::time::Duration;
 
 pub use error::{ListenError, Step};
-pub use receivers::{Receivers, start};
+pub use receivers::{Address, Listening, Receivers};
+pub use start::start;
 pub use stats::{IngestSnapshot, IngestStats, TransportSnapshot};
 pub use unix_datagram::{ADVISED_QLEN, RAISE_QLEN, max_dgram_qlen};
 
@@ -84,7 +93,8 @@ pub const MAX_DATAGRAM_BYTES: usize = 64 * 1024;
 /// One handler lives on one receive thread (or one stream connection) for its whole life, so
 /// it can keep state without locks and publish it from [`idle`](PacketHandler::idle).
 pub trait PacketHandler: Send + 'static {
-    /// One datagram or one length-framed stream message, as received (never a truncated one).
+    /// One datagram, one length-framed stream message, or a run of complete newline-ended
+    /// lines, as received (never a truncated one).
     fn handle(&mut self, packet: &[u8]);
 
     /// Called at least every [`IDLE_INTERVAL`] while the receiver runs: when the read times

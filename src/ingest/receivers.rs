@@ -1,4 +1,6 @@
-//! [`start`] and [`Receivers`]: bringing the receivers up and down.
+//! [`Receivers`]: the running receivers, what each transport's `start` records in them
+//! (threads, socket files, where it listens), and the shutdown order. Bringing them up is
+//! `start.rs`, which imports the transports; they import this file.
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -6,141 +8,36 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering::Relaxed;
 use std::thread::JoinHandle;
 
-use super::datagram::DatagramReceiver;
 use super::unix_path::SocketFile;
-use super::unix_stream::Acceptor;
 use super::worker::StopFlag;
-use super::{IngestStats, ListenError, PacketHandler, Step};
-use super::{udp, unix_datagram, unix_stream};
-use crate::config::ingest::IngestConfig;
+use super::{IngestStats, ListenError, Step};
 use crate::vocabulary::Transport;
 
-/// Binds every configured receiver and starts its threads.
-///
-/// `factory` is called once per receive thread (and once per accepted stream connection,
-/// from the accept thread) to create that thread's handler.
-///
-/// On error nothing is left behind: threads already started are stopped and joined, socket
-/// files already created are removed.
-pub fn start<F, H>(config: &IngestConfig, factory: F) -> Result<Receivers, ListenError>
-where
-    F: Fn(Transport) -> H + Send + Sync + 'static,
-    H: PacketHandler,
-{
-    config.validate()?;
-    let factory = Arc::new(factory);
-    // Dropped on any early return below, which stops what was started.
-    let mut receivers = Receivers {
-        stop: StopFlag::default(),
-        threads: Vec::new(),
-        files: Vec::new(),
-        stats: Arc::new(IngestStats::default()),
-        udp_local_addr: None,
-        uds_path: None,
-        uds_stream_path: None,
-        uds_max_dgram_qlen: None,
-    };
+/// Where one receiver listens.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Listening {
+    /// Its transport.
+    pub transport: Transport,
+    /// The bound address (with the real port when port 0 was configured) or the socket path.
+    pub address: Address,
+}
 
-    if let Some(addr) = config.udp.listen {
-        let bound = udp::bind(&config.udp, addr)?;
-        receivers.set_recv_buffer(Transport::Udp, bound.recv_buffer_bytes);
-        receivers.udp_local_addr = Some(bound.local_addr);
-        let batch_size = config.udp.batch_size;
-        for (i, socket) in bound.sockets.into_iter().enumerate() {
-            let worker = DatagramReceiver {
-                socket,
-                handler: factory(Transport::Udp),
-                stats: Arc::clone(&receivers.stats),
-                transport: Transport::Udp,
-                stop: receivers.stop.clone(),
-                batch_size,
-                queue_limit: None,
-            };
-            receivers.spawn(
-                Transport::Udp,
-                &addr.to_string(),
-                format!("cs-udp-{i}"),
-                move || worker.run(),
-            )?;
+/// A bound network address or a Unix socket path.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Address {
+    /// An IP address and port.
+    Inet(SocketAddr),
+    /// A Unix socket file.
+    Path(PathBuf),
+}
+
+impl std::fmt::Display for Address {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Address::Inet(addr) => write!(f, "{addr}"),
+            Address::Path(path) => write!(f, "{}", path.display()),
         }
-        tracing::info!(
-            address = %bound.local_addr,
-            threads = config.udp.threads,
-            recv_buffer_bytes = bound.recv_buffer_bytes,
-            "Listening for StatsD lines over UDP."
-        );
     }
-
-    if let Some(path) = &config.uds.path {
-        let unix_datagram::Bound {
-            socket,
-            file,
-            recv_buffer_bytes,
-            max_dgram_qlen,
-        } = unix_datagram::bind(&config.uds, path)?;
-        receivers.set_recv_buffer(Transport::UnixDatagram, recv_buffer_bytes);
-        receivers.uds_max_dgram_qlen = max_dgram_qlen;
-        if let Some(qlen) = max_dgram_qlen {
-            receivers
-                .stats
-                .get(Transport::UnixDatagram)
-                .queue_limit
-                .store(qlen, std::sync::atomic::Ordering::Relaxed);
-        }
-        let address = path.display().to_string();
-        receivers.files.push(file);
-        receivers.uds_path = Some(path.clone());
-        let worker = DatagramReceiver {
-            socket,
-            handler: factory(Transport::UnixDatagram),
-            stats: Arc::clone(&receivers.stats),
-            transport: Transport::UnixDatagram,
-            stop: receivers.stop.clone(),
-            batch_size: config.uds.batch_size,
-            queue_limit: max_dgram_qlen,
-        };
-        receivers.spawn(
-            Transport::UnixDatagram,
-            &address,
-            "cs-uds".into(),
-            move || worker.run(),
-        )?;
-        tracing::info!(
-            path = address,
-            mode = %config.uds.mode,
-            recv_buffer_bytes,
-            "Listening for StatsD lines on a Unix datagram socket."
-        );
-    }
-
-    if let Some(path) = &config.uds_stream.path {
-        let (listener, file) = unix_stream::bind(&config.uds_stream, path)?;
-        let address = path.display().to_string();
-        receivers.files.push(file);
-        receivers.uds_stream_path = Some(path.clone());
-        let acceptor = Acceptor {
-            listener,
-            factory: Arc::clone(&factory),
-            stats: Arc::clone(&receivers.stats),
-            stop: receivers.stop.clone(),
-            max_message_bytes: config.uds_stream.max_message_bytes,
-            max_connections: config.uds_stream.max_connections,
-        };
-        receivers.spawn(
-            Transport::UnixStream,
-            &address,
-            "cs-uds-accept".into(),
-            move || acceptor.run(),
-        )?;
-        tracing::info!(
-            path = address,
-            mode = %config.uds_stream.mode,
-            max_connections = config.uds_stream.max_connections,
-            "Listening for length-prefixed StatsD messages on a Unix stream socket."
-        );
-    }
-
-    Ok(receivers)
 }
 
 /// The running receivers. [`Receivers::shutdown`] (or drop) stops them after draining.
@@ -150,32 +47,49 @@ pub struct Receivers {
     threads: Vec<(String, JoinHandle<()>)>,
     files: Vec<SocketFile>,
     stats: Arc<IngestStats>,
-    udp_local_addr: Option<SocketAddr>,
-    uds_path: Option<PathBuf>,
-    uds_stream_path: Option<PathBuf>,
+    listening: Vec<Listening>,
     uds_max_dgram_qlen: Option<u64>,
 }
 
 impl Receivers {
-    /// The bound UDP address (with the real port when port 0 was configured), if UDP is on.
-    pub fn udp_local_addr(&self) -> Option<SocketAddr> {
-        self.udp_local_addr
+    /// Nothing started yet; [`start`](super::start) fills it in.
+    pub(super) fn empty() -> Receivers {
+        Receivers {
+            stop: StopFlag::default(),
+            threads: Vec::new(),
+            files: Vec::new(),
+            stats: Arc::new(IngestStats::default()),
+            listening: Vec::new(),
+            uds_max_dgram_qlen: None,
+        }
     }
 
-    /// The Unix datagram socket path, if that receiver is on.
-    pub fn uds_path(&self) -> Option<&Path> {
-        self.uds_path.as_deref()
+    /// Where every receiver listens, in start order.
+    pub fn listening(&self) -> &[Listening] {
+        &self.listening
+    }
+
+    /// The bound address of `transport` (with the real port when port 0 was configured),
+    /// if it listens on one.
+    pub fn inet(&self, transport: Transport) -> Option<SocketAddr> {
+        self.listening.iter().find_map(|l| match &l.address {
+            Address::Inet(addr) if l.transport == transport => Some(*addr),
+            _ => None,
+        })
+    }
+
+    /// The socket path of `transport`, if it listens on one.
+    pub fn path(&self, transport: Transport) -> Option<&Path> {
+        self.listening.iter().find_map(|l| match &l.address {
+            Address::Path(path) if l.transport == transport => Some(path.as_path()),
+            _ => None,
+        })
     }
 
     /// `net.unix.max_dgram_qlen` of the Unix datagram socket (read when it was made), if
     /// that receiver is on and the value could be read.
     pub fn uds_max_dgram_qlen(&self) -> Option<u64> {
         self.uds_max_dgram_qlen
-    }
-
-    /// The Unix stream socket path, if that receiver is on.
-    pub fn uds_stream_path(&self) -> Option<&Path> {
-        self.uds_stream_path.as_deref()
     }
 
     /// The live counters; the handle stays valid after shutdown.
@@ -221,14 +135,46 @@ impl Receivers {
         self.files.clear();
     }
 
-    fn set_recv_buffer(&self, transport: Transport, bytes: usize) {
+    /// Records where `transport` listens.
+    pub(super) fn listen(&mut self, transport: Transport, address: Address) {
+        self.listening.push(Listening { transport, address });
+    }
+
+    /// Keeps a socket file, removed at shutdown (or on a failed start).
+    pub(super) fn keep_file(&mut self, file: SocketFile) {
+        self.files.push(file);
+    }
+
+    /// Records the Unix datagram queue length the socket got.
+    pub(super) fn set_uds_max_dgram_qlen(&mut self, qlen: Option<u64>) {
+        self.uds_max_dgram_qlen = qlen;
+        if let Some(qlen) = qlen {
+            self.stats
+                .get(Transport::UnixDatagram)
+                .queue_limit
+                .store(qlen, Relaxed);
+        }
+    }
+
+    /// The flag every thread polls.
+    pub(super) fn stop_flag(&self) -> StopFlag {
+        self.stop.clone()
+    }
+
+    /// The counters, for a thread to keep.
+    pub(super) fn shared_stats(&self) -> Arc<IngestStats> {
+        Arc::clone(&self.stats)
+    }
+
+    pub(super) fn set_recv_buffer(&self, transport: Transport, bytes: usize) {
         self.stats
             .get(transport)
             .recv_buffer_bytes
             .store(bytes as u64, Relaxed);
     }
 
-    fn spawn(
+    /// Starts a named receive thread; it is joined at shutdown.
+    pub(super) fn spawn(
         &mut self,
         transport: Transport,
         address: &str,

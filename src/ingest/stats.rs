@@ -1,18 +1,17 @@
 //! Per-transport receive counters: plain relaxed atomics, added once per system call (not
 //! per datagram), each transport on its own cache line.
 //!
-//! Suggested Prometheus names (bounded labels):
+//! Exported by `telemetry/ingest.rs` as (bounded labels):
 //!
 //! | field | metric |
 //! | --- | --- |
-//! | `packets` | `countersink_ingest_packets_total{transport}` |
-//! | `bytes` | `countersink_ingest_bytes_total{transport}` |
-//! | `receive_errors` | `countersink_ingest_receive_errors_total{transport}` |
-//! | `truncated`, `oversized`, `partial` | `countersink_ingest_packets_dropped_total{transport,reason}` |
-//! | `kernel_drops` | `countersink_ingest_kernel_drops_total{transport}` |
-//! | `connections_accepted`, `connections_refused` | `countersink_ingest_connections_total{result}` |
-//! | `connections_open` | `countersink_ingest_connections_open` |
-//! | `recv_buffer_bytes` | `countersink_ingest_recv_buffer_bytes{transport}` |
+//! | `packets` | `countersink_packets_received_total{transport}` |
+//! | `bytes` | `countersink_received_bytes_total{transport}` |
+//! | `receive_errors` | `countersink_receive_errors_total{transport}` |
+//! | `truncated`, `oversized`, `partial`, `kernel_drops` | `countersink_packets_dropped_total{transport,reason}` |
+//! | `connections_accepted`, `connections_refused`, `idle_closed` | `countersink_stream_connections_total{transport,result}` |
+//! | `connections_open` | `countersink_stream_connections_open{transport}` |
+//! | `recv_buffer_bytes` | `countersink_socket_receive_buffer_bytes{transport}` |
 
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
@@ -20,22 +19,18 @@ use crossbeam_utils::CachePadded;
 
 use crate::vocabulary::Transport;
 
-/// Counters of all transports. Shared (`Arc`) between the receive threads and readers.
+/// Counters of all transports, indexed by [`Transport::index`]: a new transport gets its
+/// counters by being in [`Transport::ALL`], with no field to add here. Shared (`Arc`)
+/// between the receive threads and readers.
 #[derive(Debug, Default)]
 pub struct IngestStats {
-    udp: CachePadded<TransportStats>,
-    uds: CachePadded<TransportStats>,
-    uds_stream: CachePadded<TransportStats>,
+    by_transport: [CachePadded<TransportStats>; Transport::ALL.len()],
 }
 
 impl IngestStats {
     /// The live counters of one transport.
     pub(super) fn get(&self, transport: Transport) -> &TransportStats {
-        match transport {
-            Transport::Udp => &self.udp,
-            Transport::UnixDatagram => &self.uds,
-            Transport::UnixStream => &self.uds_stream,
-        }
+        &self.by_transport[transport.index()]
     }
 
     /// A copy of one transport's counters.
@@ -46,9 +41,7 @@ impl IngestStats {
     /// A copy of every transport's counters.
     pub fn snapshot(&self) -> IngestSnapshot {
         IngestSnapshot {
-            udp: self.udp.snapshot(),
-            uds: self.uds.snapshot(),
-            uds_stream: self.uds_stream.snapshot(),
+            by_transport: Transport::ALL.map(|t| self.get(t).snapshot()),
         }
     }
 }
@@ -56,22 +49,13 @@ impl IngestStats {
 /// A copy of every transport's counters.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct IngestSnapshot {
-    /// UDP.
-    pub udp: TransportSnapshot,
-    /// Unix datagram.
-    pub uds: TransportSnapshot,
-    /// Unix stream.
-    pub uds_stream: TransportSnapshot,
+    by_transport: [TransportSnapshot; Transport::ALL.len()],
 }
 
 impl IngestSnapshot {
     /// One transport's counters.
     pub fn get(&self, transport: Transport) -> &TransportSnapshot {
-        match transport {
-            Transport::Udp => &self.udp,
-            Transport::UnixDatagram => &self.uds,
-            Transport::UnixStream => &self.uds_stream,
-        }
+        &self.by_transport[transport.index()]
     }
 }
 
@@ -79,7 +63,8 @@ impl IngestSnapshot {
 /// `connections_open` and `recv_buffer_bytes`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct TransportSnapshot {
-    /// Datagrams (or stream messages) handed to a handler.
+    /// Datagrams, length-prefixed stream messages or newline-framed lines handed to a
+    /// handler.
     pub packets: u64,
     /// Bytes received: datagram payloads, or stream bytes including length prefixes.
     pub bytes: u64,
@@ -87,9 +72,11 @@ pub struct TransportSnapshot {
     pub receive_errors: u64,
     /// Datagrams longer than 64 KiB, dropped whole (datagram transports).
     pub truncated: u64,
-    /// Stream messages longer than `max_message_bytes`; each closed its connection.
+    /// Stream messages or lines over the listener's limit (a length-prefixed one also
+    /// closed its connection; a line was skipped up to its newline).
     pub oversized: u64,
-    /// Stream connections that ended in the middle of a message (the partial one is dropped).
+    /// Stream connections that ended in the middle of a message or line (the partial one
+    /// is dropped, never joined to another connection's bytes).
     pub partial: u64,
     /// Datagrams the kernel dropped because the socket's receive queue was full
     /// (`SO_MEMINFO` drops, sampled every idle interval; Linux only, 0 elsewhere).
@@ -98,6 +85,8 @@ pub struct TransportSnapshot {
     pub connections_accepted: u64,
     /// Stream connections closed at once because `max_connections` were open.
     pub connections_refused: u64,
+    /// Stream connections closed because they sent nothing for `idle_timeout`.
+    pub idle_closed: u64,
     /// Stream connections open now.
     pub connections_open: u64,
     /// Effective `SO_RCVBUF` of the socket as the kernel reports it (Linux reports twice the
@@ -127,6 +116,7 @@ pub(super) struct TransportStats {
     pub(super) kernel_drops: AtomicU64,
     pub(super) connections_accepted: AtomicU64,
     pub(super) connections_refused: AtomicU64,
+    pub(super) idle_closed: AtomicU64,
     pub(super) connections_open: AtomicU64,
     pub(super) recv_buffer_bytes: AtomicU64,
     pub(super) queue_limit: AtomicU64,
@@ -154,6 +144,7 @@ impl TransportStats {
             kernel_drops: self.kernel_drops.load(Relaxed),
             connections_accepted: self.connections_accepted.load(Relaxed),
             connections_refused: self.connections_refused.load(Relaxed),
+            idle_closed: self.idle_closed.load(Relaxed),
             connections_open: self.connections_open.load(Relaxed),
             recv_buffer_bytes: self.recv_buffer_bytes.load(Relaxed),
             queue_limit: self.queue_limit.load(Relaxed),

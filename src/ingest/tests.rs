@@ -149,7 +149,7 @@ fn udp_datagrams_arrive_intact_with_recv_and_recvmmsg() {
         let mut config = udp_only();
         config.udp.batch_size = batch_size;
         let receivers = start(&config, recording(&seen)).unwrap();
-        let sender = udp_sender(receivers.udp_local_addr().unwrap());
+        let sender = udp_sender(receivers.inet(Transport::Udp).unwrap());
         let big = vec![b'x'; 65_000];
         let sent: Vec<Vec<u8>> = vec![
             b"a:1|c".to_vec(),
@@ -186,7 +186,9 @@ fn unix_datagrams_arrive_intact_and_oversized_ones_are_dropped_whole() {
         config.uds.batch_size = batch_size;
         let receivers = start(&config, recording(&seen)).unwrap();
         let sender = UnixDatagram::unbound().unwrap();
-        sender.connect(receivers.uds_path().unwrap()).unwrap();
+        sender
+            .connect(receivers.path(Transport::UnixDatagram).unwrap())
+            .unwrap();
         sender.send(b"a:1|c").unwrap();
         // Longer than the 64 KiB receive slot: must be counted, not delivered in part.
         sender.send(&vec![b'y'; MAX_DATAGRAM_BYTES + 100]).unwrap();
@@ -212,7 +214,7 @@ fn unix_stream_several_messages_in_one_write_and_one_message_over_many_writes() 
     let dir = tempfile::tempdir().unwrap();
     let seen = Arc::new(Seen::default());
     let receivers = start(&unix_only(dir.path()), recording(&seen)).unwrap();
-    let mut stream = UnixStream::connect(receivers.uds_stream_path().unwrap()).unwrap();
+    let mut stream = UnixStream::connect(receivers.path(Transport::UnixStream).unwrap()).unwrap();
 
     let mut batch = frame(b"a:1|c");
     batch.extend(frame(b"b:2|c\nc:3|c"));
@@ -261,7 +263,7 @@ fn unix_stream_oversized_message_is_counted_and_closes_the_connection() {
     let mut config = unix_only(dir.path());
     config.uds_stream.max_message_bytes = 1000;
     let receivers = start(&config, recording(&seen)).unwrap();
-    let mut stream = UnixStream::connect(receivers.uds_stream_path().unwrap()).unwrap();
+    let mut stream = UnixStream::connect(receivers.path(Transport::UnixStream).unwrap()).unwrap();
     stream.write_all(&frame(b"ok:1|c")).unwrap();
     stream.write_all(&frame(&[b'x'; 1000])).unwrap(); // exactly the limit: accepted
     // Announces 4 GiB: must be refused from the prefix alone, without allocating.
@@ -278,7 +280,7 @@ fn unix_stream_oversized_message_is_counted_and_closes_the_connection() {
     });
     assert_eq!(seen.count(), 2);
     // The next connection is served normally.
-    let mut again = UnixStream::connect(receivers.uds_stream_path().unwrap()).unwrap();
+    let mut again = UnixStream::connect(receivers.path(Transport::UnixStream).unwrap()).unwrap();
     again.write_all(&frame(b"after:1|c")).unwrap();
     wait_until("message on a new connection", || seen.count() == 3);
     receivers.shutdown();
@@ -289,7 +291,7 @@ fn unix_stream_partial_message_at_eof_is_counted_not_delivered() {
     let dir = tempfile::tempdir().unwrap();
     let seen = Arc::new(Seen::default());
     let receivers = start(&unix_only(dir.path()), recording(&seen)).unwrap();
-    let mut stream = UnixStream::connect(receivers.uds_stream_path().unwrap()).unwrap();
+    let mut stream = UnixStream::connect(receivers.path(Transport::UnixStream).unwrap()).unwrap();
     stream.write_all(&frame(b"whole:1|c")).unwrap();
     stream.write_all(&frame(b"cut:1|c")[..7]).unwrap();
     drop(stream);
@@ -311,7 +313,7 @@ fn unix_stream_connections_over_the_limit_are_refused_and_counted() {
     let mut config = unix_only(dir.path());
     config.uds_stream.max_connections = 1;
     let receivers = start(&config, recording(&seen)).unwrap();
-    let path = receivers.uds_stream_path().unwrap().to_owned();
+    let path = receivers.path(Transport::UnixStream).unwrap().to_owned();
     let stats = receivers.stats();
     let mut first = UnixStream::connect(&path).unwrap();
     first.write_all(&frame(b"first:1|c")).unwrap();
@@ -355,9 +357,9 @@ fn client_reaches_every_transport_and_packs_lines() {
         .map(|i| format!("page.views:{i}|c|#page:p{i}"))
         .collect();
     let targets = [
-        Target::Udp(receivers.udp_local_addr().unwrap()),
-        Target::UnixDatagram(receivers.uds_path().unwrap().to_owned()),
-        Target::UnixStream(receivers.uds_stream_path().unwrap().to_owned()),
+        Target::Udp(receivers.inet(Transport::Udp).unwrap()),
+        Target::UnixDatagram(receivers.path(Transport::UnixDatagram).unwrap().to_owned()),
+        Target::UnixStream(receivers.path(Transport::UnixStream).unwrap().to_owned()),
     ];
     for target in targets {
         let transport = target.transport();
@@ -387,8 +389,8 @@ fn socket_file_mode_is_exactly_the_configured_one() {
         config.uds_stream.mode = SocketMode::new(bits).unwrap();
         let receivers = start(&config, recording(&Arc::new(Seen::default()))).unwrap();
         for path in [
-            receivers.uds_path().unwrap(),
-            receivers.uds_stream_path().unwrap(),
+            receivers.path(Transport::UnixDatagram).unwrap(),
+            receivers.path(Transport::UnixStream).unwrap(),
         ] {
             assert!(fs::symlink_metadata(path).unwrap().file_type().is_socket());
             assert_eq!(mode_of(path), bits, "{} right after start", path.display());
@@ -567,7 +569,7 @@ fn shutdown_drains_what_the_kernel_holds_udp() {
         let mut config = udp_only();
         config.udp.batch_size = batch_size;
         let receivers = start(&config, factory).unwrap();
-        let sender = udp_sender(receivers.udp_local_addr().unwrap());
+        let sender = udp_sender(receivers.inet(Transport::Udp).unwrap());
         // Few enough to fit even a default-sized receive buffer (no kernel drops).
         const N: usize = 150;
         for i in 0..N {
@@ -591,7 +593,7 @@ fn shutdown_drains_what_the_kernel_holds_unix_datagram_and_stream() {
     let mut config = unix_only(dir.path());
     config.uds.path = None;
     let receivers = start(&config, factory).unwrap();
-    let mut stream = UnixStream::connect(receivers.uds_stream_path().unwrap()).unwrap();
+    let mut stream = UnixStream::connect(receivers.path(Transport::UnixStream).unwrap()).unwrap();
     const N: usize = 5000;
     let mut bytes = Vec::new();
     for i in 0..N {
@@ -613,7 +615,9 @@ fn shutdown_drains_what_the_kernel_holds_unix_datagram_and_stream() {
     config.uds_stream.path = None;
     let receivers = start(&config, factory).unwrap();
     let sender = UnixDatagram::unbound().unwrap();
-    sender.connect(receivers.uds_path().unwrap()).unwrap();
+    sender
+        .connect(receivers.path(Transport::UnixDatagram).unwrap())
+        .unwrap();
     sender.set_nonblocking(true).unwrap();
     let mut sent = 0;
     for i in 0..8 {
@@ -654,7 +658,7 @@ fn shutdown_drains_stream_connections_still_in_the_backlog() {
     let mut config = unix_only(dir.path());
     config.uds.path = None;
     let receivers = start(&config, factory).unwrap();
-    let path = receivers.uds_stream_path().unwrap().to_owned();
+    let path = receivers.path(Transport::UnixStream).unwrap().to_owned();
     let mut first = UnixStream::connect(&path).unwrap();
     first.write_all(&frame(b"one:1|c")).unwrap();
     wait_until("first served", || seen.count() == 1);
@@ -691,7 +695,7 @@ fn idle_is_called_while_quiet_while_busy_and_once_at_exit() {
     );
 
     // Busy: a packet every 10 ms never lets the read time out, idle() must still come.
-    let sender = udp_sender(receivers.udp_local_addr().unwrap());
+    let sender = udp_sender(receivers.inet(Transport::Udp).unwrap());
     let before = seen.idles.load(Ordering::SeqCst);
     let until = Instant::now() + IDLE_INTERVAL * 5;
     while Instant::now() < until {
@@ -714,7 +718,7 @@ fn dropping_receivers_also_stops_them_and_removes_files() {
     let dir = tempfile::tempdir().unwrap();
     let config = unix_only(dir.path());
     let receivers = start(&config, recording(&Arc::new(Seen::default()))).unwrap();
-    let path = receivers.uds_path().unwrap().to_owned();
+    let path = receivers.path(Transport::UnixDatagram).unwrap().to_owned();
     drop(receivers);
     assert!(fs::symlink_metadata(&path).is_err());
 }
@@ -723,7 +727,7 @@ fn dropping_receivers_also_stops_them_and_removes_files() {
 async fn shutdown_is_usable_from_async_code() {
     let seen = Arc::new(Seen::default());
     let receivers = start(&udp_only(), recording(&seen)).unwrap();
-    let addr = receivers.udp_local_addr().unwrap();
+    let addr = receivers.inet(Transport::Udp).unwrap();
     udp_sender(addr).send(b"async:1|c").unwrap();
     tokio::time::timeout(Duration::from_secs(5), receivers.shutdown_async())
         .await
@@ -828,7 +832,7 @@ fn several_udp_threads_share_the_port_with_reuseport() {
     config.udp.threads = 2;
     let receivers = start(&config, recording(&seen)).unwrap();
     assert_eq!(seen.handlers.load(Ordering::SeqCst), 2);
-    let addr = receivers.udp_local_addr().unwrap();
+    let addr = receivers.inet(Transport::Udp).unwrap();
     assert_ne!(addr.port(), 0);
     // Many source ports, so the kernel's hash spreads them over both sockets.
     let senders: Vec<UdpSocket> = (0..32).map(|_| udp_sender(addr)).collect();
@@ -846,7 +850,7 @@ fn kernel_drops_are_counted_when_the_queue_overflows() {
     let mut config = udp_only();
     config.udp.recv_buffer_bytes = 64 * 1024;
     let receivers = start(&config, factory).unwrap();
-    let sender = udp_sender(receivers.udp_local_addr().unwrap());
+    let sender = udp_sender(receivers.inet(Transport::Udp).unwrap());
     sender.send(b"first").unwrap();
     std::thread::sleep(Duration::from_millis(20));
     // The handler is blocked: 2 MB of 1 KiB datagrams overflow a 64 KiB (128 KiB charged) queue.
@@ -883,7 +887,9 @@ fn a_full_unix_datagram_queue_is_seen_and_counted() {
     config.uds.batch_size = usize::try_from(qlen).unwrap() + 2;
     let receivers = start(&config, factory).unwrap();
     let sender = UnixDatagram::unbound().unwrap();
-    sender.connect(receivers.uds_path().unwrap()).unwrap();
+    sender
+        .connect(receivers.path(Transport::UnixDatagram).unwrap())
+        .unwrap();
     sender.set_nonblocking(true).unwrap();
     sender.send(b"first:1|c").unwrap();
     // The receiver wakes at once for it, and its handler then holds it (the packet
@@ -981,9 +987,266 @@ fn a_factory_may_return_boxed_trait_objects() {
         }
     };
     let receivers = start(&udp_only(), factory).unwrap();
-    udp_sender(receivers.udp_local_addr().unwrap())
+    udp_sender(receivers.inet(Transport::Udp).unwrap())
         .send(b"boxed:1|c")
         .unwrap();
     wait_until("boxed handler", || seen.count() == 1);
+    receivers.shutdown();
+}
+
+fn tcp_only(idle_timeout: Duration) -> IngestConfig {
+    let mut config = IngestConfig::default();
+    config.udp.listen = None;
+    config.tcp.enabled = true;
+    config.tcp.listen = "127.0.0.1:0".parse().unwrap();
+    config.tcp.idle_timeout = idle_timeout;
+    config
+}
+
+/// Every line handed on for `transport`, runs split at their newlines (a `\r` kept).
+fn lines_of(seen: &Seen, transport: Transport) -> Vec<String> {
+    let mut out = Vec::new();
+    for run in seen.payloads(transport) {
+        let text = String::from_utf8(run).unwrap();
+        assert!(
+            text.ends_with('\n'),
+            "a run ends with its newline: {text:?}"
+        );
+        out.extend(text[..text.len() - 1].split('\n').map(str::to_owned));
+    }
+    out
+}
+
+/// Writes `bytes` in pieces of `chunk` bytes with a pause between them, so the receiver
+/// sees reads that end inside lines.
+fn write_in_pieces(stream: &mut impl Write, bytes: &[u8], chunk: usize) {
+    for piece in bytes.chunks(chunk) {
+        stream.write_all(piece).unwrap();
+        stream.flush().unwrap();
+        std::thread::sleep(Duration::from_micros(300));
+    }
+}
+
+#[test]
+fn tcp_lines_split_across_writes_with_crlf_over_many_connections() {
+    let seen = Arc::new(Seen::default());
+    let receivers = start(&tcp_only(Duration::ZERO), recording(&seen)).unwrap();
+    let addr = receivers.inet(Transport::Tcp).unwrap();
+    let stats = receivers.stats();
+    let connections = 16;
+    let per_connection = 300;
+    std::thread::scope(|s| {
+        for c in 0..connections {
+            s.spawn(move || {
+                let mut stream = std::net::TcpStream::connect(addr).unwrap();
+                let mut bytes = Vec::new();
+                for i in 0..per_connection {
+                    let end = if i % 3 == 0 { "\r\n" } else { "\n" };
+                    bytes.extend(format!("c{c}.l{i}:1|c|#k:v{end}").as_bytes());
+                }
+                write_in_pieces(&mut stream, &bytes, 7 + c * 13);
+            });
+        }
+    });
+    let expected = connections * per_connection;
+    wait_until("every line", || {
+        lines_of(&seen, Transport::Tcp).len() == expected
+    });
+    wait_until("connections closed", || {
+        stats.transport(Transport::Tcp).connections_open == 0
+    });
+    let mut got = lines_of(&seen, Transport::Tcp);
+    let crlf = got.iter().filter(|l| l.ends_with('\r')).count();
+    assert_eq!(crlf, connections * per_connection.div_ceil(3));
+    got.iter_mut()
+        .for_each(|l| *l = l.trim_end_matches('\r').to_owned());
+    got.sort();
+    got.dedup();
+    assert_eq!(got.len(), expected, "every line exactly once");
+    let snapshot = stats.transport(Transport::Tcp);
+    assert_eq!(snapshot.packets, expected as u64);
+    assert_eq!(snapshot.connections_accepted, connections as u64);
+    assert_eq!((snapshot.partial, snapshot.oversized), (0, 0));
+    receivers.shutdown();
+}
+
+#[test]
+fn tcp_overlong_line_is_counted_and_the_connection_resyncs() {
+    let seen = Arc::new(Seen::default());
+    let mut config = tcp_only(Duration::ZERO);
+    config.tcp.max_line_bytes = 100;
+    let receivers = start(&config, recording(&seen)).unwrap();
+    let mut stream = std::net::TcpStream::connect(receivers.inet(Transport::Tcp).unwrap()).unwrap();
+    let long = "x".repeat(5000);
+    let bytes = format!("a:1|c\n{long}:1|c\nb:2|c\n{}\nc:3|c\n", "y".repeat(101));
+    write_in_pieces(&mut stream, bytes.as_bytes(), 333);
+    wait_until("three lines", || lines_of(&seen, Transport::Tcp).len() == 3);
+    assert_eq!(lines_of(&seen, Transport::Tcp), ["a:1|c", "b:2|c", "c:3|c"]);
+    let stats = receivers.stats();
+    assert_eq!(stats.transport(Transport::Tcp).oversized, 2);
+    // The same connection goes on.
+    stream.write_all(b"d:4|c\n").unwrap();
+    wait_until("a fourth line", || {
+        lines_of(&seen, Transport::Tcp).len() == 4
+    });
+    receivers.shutdown();
+}
+
+#[test]
+fn tcp_partial_last_line_is_counted_and_never_joined_to_the_next_connection() {
+    let seen = Arc::new(Seen::default());
+    let receivers = start(&tcp_only(Duration::ZERO), recording(&seen)).unwrap();
+    let addr = receivers.inet(Transport::Tcp).unwrap();
+    let stats = receivers.stats();
+    let mut first = std::net::TcpStream::connect(addr).unwrap();
+    first.write_all(b"a:1|c\nb:2").unwrap();
+    drop(first);
+    wait_until("partial counted", || {
+        stats.transport(Transport::Tcp).partial == 1
+    });
+    let mut second = std::net::TcpStream::connect(addr).unwrap();
+    second.write_all(b"3|c\nc:1|c\n").unwrap();
+    wait_until("three lines", || lines_of(&seen, Transport::Tcp).len() == 3);
+    assert_eq!(lines_of(&seen, Transport::Tcp), ["a:1|c", "3|c", "c:1|c"]);
+    receivers.shutdown();
+}
+
+#[test]
+fn tcp_idle_connection_is_closed_and_counted() {
+    let seen = Arc::new(Seen::default());
+    let receivers = start(&tcp_only(Duration::from_millis(300)), recording(&seen)).unwrap();
+    let mut stream = std::net::TcpStream::connect(receivers.inet(Transport::Tcp).unwrap()).unwrap();
+    stream.write_all(b"a:1|c\nhalf").unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .unwrap();
+    let started = Instant::now();
+    let mut buf = [0u8; 4];
+    assert!(matches!(stream.read(&mut buf), Ok(0) | Err(_)), "closed");
+    assert!(started.elapsed() < Duration::from_secs(3));
+    let stats = receivers.stats();
+    wait_until("idle close counted", || {
+        stats.transport(Transport::Tcp).idle_closed == 1
+    });
+    let snapshot = stats.transport(Transport::Tcp);
+    assert_eq!((snapshot.partial, snapshot.connections_open), (1, 0));
+    assert_eq!(lines_of(&seen, Transport::Tcp), ["a:1|c"]);
+    receivers.shutdown();
+}
+
+#[test]
+fn tcp_shutdown_hands_on_complete_lines_of_open_connections() {
+    let seen = Arc::new(Seen::default());
+    let receivers = start(&tcp_only(Duration::ZERO), recording(&seen)).unwrap();
+    let addr = receivers.inet(Transport::Tcp).unwrap();
+    let stats = receivers.stats();
+    let mut open = Vec::new();
+    for c in 0..4 {
+        let mut stream = std::net::TcpStream::connect(addr).unwrap();
+        let mut bytes = String::new();
+        for i in 0..1000 {
+            bytes.push_str(&format!("s{c}.{i}:1|c\n"));
+        }
+        bytes.push_str("cut:1");
+        stream.write_all(bytes.as_bytes()).unwrap();
+        open.push(stream);
+    }
+    wait_until("connections accepted", || {
+        stats.transport(Transport::Tcp).connections_accepted == 4
+    });
+    // The peers stay connected: shutdown must not wait for them to close.
+    let started = Instant::now();
+    receivers.shutdown();
+    assert!(started.elapsed() < Duration::from_secs(3));
+    assert_eq!(lines_of(&seen, Transport::Tcp).len(), 4000);
+    assert_eq!(stats.transport(Transport::Tcp).partial, 4);
+    drop(open);
+}
+
+#[test]
+fn tcp_over_max_connections_is_refused_and_a_taken_port_is_an_error() {
+    let seen = Arc::new(Seen::default());
+    let mut config = tcp_only(Duration::ZERO);
+    config.tcp.max_connections = 1;
+    let receivers = start(&config, recording(&seen)).unwrap();
+    let addr = receivers.inet(Transport::Tcp).unwrap();
+    let mut first = std::net::TcpStream::connect(addr).unwrap();
+    first.write_all(b"first:1|c\n").unwrap();
+    wait_until("first served", || seen.count() == 1);
+    let mut second = std::net::TcpStream::connect(addr).unwrap();
+    second
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .unwrap();
+    let mut buf = [0u8; 4];
+    assert!(matches!(second.read(&mut buf), Ok(0) | Err(_)), "refused");
+    let stats = receivers.stats();
+    wait_until("refusal counted", || {
+        stats.transport(Transport::Tcp).connections_refused == 1
+    });
+
+    let mut taken = tcp_only(Duration::ZERO);
+    taken.tcp.listen = addr;
+    let error = start(&taken, recording(&seen)).unwrap_err();
+    assert!(error.to_string().contains("tcp"), "{error}");
+    assert!(error.to_string().contains(&addr.to_string()), "{error}");
+    receivers.shutdown();
+}
+
+#[test]
+fn unix_stream_auto_framing_serves_length_prefixes_and_lines_on_one_socket() {
+    let dir = tempfile::tempdir().unwrap();
+    let seen = Arc::new(Seen::default());
+    let mut config = unix_only(dir.path());
+    config.uds.path = None;
+    let receivers = start(&config, recording(&seen)).unwrap();
+    let path = receivers.path(Transport::UnixStream).unwrap().to_owned();
+    let stats = receivers.stats();
+
+    let mut framed = UnixStream::connect(&path).unwrap();
+    // A first read of fewer than four bytes must not decide the framing.
+    let message = frame(b"framed:1|c");
+    framed.write_all(&message[..1]).unwrap();
+    std::thread::sleep(Duration::from_millis(20));
+    framed.write_all(&message[1..]).unwrap();
+    wait_until("framed message", || seen.count() == 1);
+
+    let mut lines = UnixStream::connect(&path).unwrap();
+    write_in_pieces(&mut lines, b"li", 1);
+    write_in_pieces(&mut lines, b"ne:1|c\r\nline:2|c\n", 5);
+    wait_until("lines", || seen.count() >= 2);
+    drop((framed, lines));
+    wait_until("closed", || {
+        stats.transport(Transport::UnixStream).connections_open == 0
+    });
+    let payloads = seen.payloads(Transport::UnixStream);
+    assert_eq!(payloads[0], b"framed:1|c");
+    let rest: Vec<u8> = payloads[1..].concat();
+    assert_eq!(rest, b"line:1|c\r\nline:2|c\n");
+    let snapshot = stats.transport(Transport::UnixStream);
+    assert_eq!((snapshot.packets, snapshot.partial), (3, 0));
+    receivers.shutdown();
+}
+
+#[test]
+fn unix_stream_newline_framing_when_configured() {
+    let dir = tempfile::tempdir().unwrap();
+    let seen = Arc::new(Seen::default());
+    let mut config = unix_only(dir.path());
+    config.uds.path = None;
+    config.uds_stream.framing = crate::config::ingest::StreamFraming::Newline;
+    config.uds_stream.max_message_bytes = 10;
+    let receivers = start(&config, recording(&seen)).unwrap();
+    let path = receivers.path(Transport::UnixStream).unwrap().to_owned();
+    let mut stream = UnixStream::connect(&path).unwrap();
+    // A length prefix read as a line: it is not a line under the limit, so it is dropped.
+    stream.write_all(&frame(b"framed:1|c|#a:bcdefgh")).unwrap();
+    stream.write_all(b"\na:1|c\nb:2").unwrap();
+    drop(stream);
+    let stats = receivers.stats();
+    wait_until("partial", || {
+        stats.transport(Transport::UnixStream).partial == 1
+    });
+    assert_eq!(lines_of(&seen, Transport::UnixStream), ["a:1|c"]);
+    assert_eq!(stats.transport(Transport::UnixStream).oversized, 1);
     receivers.shutdown();
 }

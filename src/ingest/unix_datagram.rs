@@ -1,14 +1,64 @@
 //! The Unix datagram socket. Its receive loop is the UDP one (`datagram`).
 
 use std::path::Path;
+use std::sync::Arc;
 
 use socket2::{Socket, Type};
 
-use super::datagram::set_recv_buffer;
+use super::datagram::{DatagramReceiver, set_recv_buffer};
+use super::receivers::{Address, Receivers};
 use super::unix_path::{self, SocketFile};
-use super::{IDLE_INTERVAL, ListenError, Step};
-use crate::config::ingest::UnixDatagramConfig;
+use super::{IDLE_INTERVAL, ListenError, PacketHandler, Step};
+use crate::config::ingest::{IngestConfig, UnixDatagramConfig};
 use crate::vocabulary::Transport;
+
+/// Starts the Unix datagram receiver if `ingest.uds.path` is set: one socket, one thread.
+pub(super) fn start<F, H>(
+    config: &IngestConfig,
+    receivers: &mut Receivers,
+    factory: &Arc<F>,
+) -> Result<(), ListenError>
+where
+    F: Fn(Transport) -> H + Send + Sync + 'static,
+    H: PacketHandler,
+{
+    let Some(path) = &config.uds.path else {
+        return Ok(());
+    };
+    let Bound {
+        socket,
+        file,
+        recv_buffer_bytes,
+        max_dgram_qlen,
+    } = bind(&config.uds, path)?;
+    receivers.set_recv_buffer(Transport::UnixDatagram, recv_buffer_bytes);
+    receivers.set_uds_max_dgram_qlen(max_dgram_qlen);
+    receivers.keep_file(file);
+    receivers.listen(Transport::UnixDatagram, Address::Path(path.clone()));
+    let worker = DatagramReceiver {
+        socket,
+        handler: factory(Transport::UnixDatagram),
+        stats: receivers.shared_stats(),
+        transport: Transport::UnixDatagram,
+        stop: receivers.stop_flag(),
+        batch_size: config.uds.batch_size,
+        queue_limit: max_dgram_qlen,
+    };
+    let address = path.display().to_string();
+    receivers.spawn(
+        Transport::UnixDatagram,
+        &address,
+        "cs-uds".into(),
+        move || worker.run(),
+    )?;
+    tracing::info!(
+        path = address,
+        mode = %config.uds.mode,
+        recv_buffer_bytes,
+        "Listening for StatsD lines on a Unix datagram socket."
+    );
+    Ok(())
+}
 
 /// `net.unix.max_dgram_qlen` below which a warning is logged (and shown by `dev`).
 pub const ADVISED_QLEN: u64 = 512;
@@ -26,16 +76,16 @@ pub fn max_dgram_qlen() -> Option<u64> {
 }
 
 /// A bound Unix datagram socket.
-pub(super) struct Bound {
-    pub(super) socket: Socket,
-    pub(super) file: SocketFile,
-    pub(super) recv_buffer_bytes: usize,
+struct Bound {
+    socket: Socket,
+    file: SocketFile,
+    recv_buffer_bytes: usize,
     /// `net.unix.max_dgram_qlen` when the socket was made (it keeps that value).
-    pub(super) max_dgram_qlen: Option<u64>,
+    max_dgram_qlen: Option<u64>,
 }
 
 /// Binds the Unix datagram socket at `path`.
-pub(super) fn bind(config: &UnixDatagramConfig, path: &Path) -> Result<Bound, ListenError> {
+fn bind(config: &UnixDatagramConfig, path: &Path) -> Result<Bound, ListenError> {
     let transport = Transport::UnixDatagram;
     let address = path.display().to_string();
     let mut recv_buffer_bytes = 0;

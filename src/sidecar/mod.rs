@@ -21,11 +21,12 @@ use crate::config::{Config, ConfigError};
 use crate::engine::Engine;
 use crate::epoch::EpochRegistry;
 use crate::flush::{FlushObserver, FlushReport};
-use crate::ingest::{self, ListenError, Receivers};
+use crate::ingest::{self, Address, ListenError, Listening, Receivers};
 use crate::ops::keyindex::KeyIndex;
 use crate::ops::leaderboard::{self, Leaderboards};
 use crate::pipeline::{Pipeline, StartError};
 use crate::telemetry::{HotKeys, Metrics, ObservedSink, OperationsMetrics};
+use crate::vocabulary::Transport;
 
 use self::handler::EngineHandler;
 use self::lazy::{ConnectFailure, LazyCqlSink};
@@ -104,16 +105,30 @@ async fn run_leaderboards(
 /// Where a running sidecar listens.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Bound {
-    /// UDP address, if on.
-    pub udp: Option<SocketAddr>,
-    /// Unix datagram socket, if on.
-    pub uds: Option<PathBuf>,
-    /// Unix stream socket, if on.
-    pub uds_stream: Option<PathBuf>,
+    /// Every receiver, in start order (see [`Listening`]).
+    pub listening: Vec<Listening>,
     /// `net.unix.max_dgram_qlen` of the Unix datagram socket, if on and readable.
     pub uds_max_dgram_qlen: Option<u64>,
     /// HTTP address, if on.
     pub metrics: Option<SocketAddr>,
+}
+
+impl Bound {
+    /// The bound address of `transport` (the real port when port 0 was configured), if on.
+    pub fn inet(&self, transport: Transport) -> Option<SocketAddr> {
+        self.listening.iter().find_map(|l| match &l.address {
+            Address::Inet(addr) if l.transport == transport => Some(*addr),
+            _ => None,
+        })
+    }
+
+    /// The socket path of `transport`, if on.
+    pub fn path(&self, transport: Transport) -> Option<PathBuf> {
+        self.listening.iter().find_map(|l| match &l.address {
+            Address::Path(path) if l.transport == transport => Some(path.clone()),
+            _ => None,
+        })
+    }
 }
 
 impl Sidecar {
@@ -277,9 +292,9 @@ impl Sidecar {
     pub fn bound(&self) -> Bound {
         let receivers = self.receivers.as_ref();
         Bound {
-            udp: receivers.and_then(|r| r.udp_local_addr()),
-            uds: receivers.and_then(|r| r.uds_path().map(PathBuf::from)),
-            uds_stream: receivers.and_then(|r| r.uds_stream_path().map(PathBuf::from)),
+            listening: receivers
+                .map(|r| r.listening().to_vec())
+                .unwrap_or_default(),
             uds_max_dgram_qlen: receivers.and_then(|r| r.uds_max_dgram_qlen()),
             metrics: self.http.as_ref().map(|(addr, _)| *addr),
         }

@@ -232,7 +232,7 @@ pub const RECEIVE_ERRORS: MetricDef = MetricDef {
 /// `countersink_packets_dropped_total{transport, reason}` (sidecar).
 pub const PACKETS_DROPPED: MetricDef = MetricDef {
     name: "countersink_packets_dropped_total",
-    help: "Packets lost before parsing, by transport and reason: truncated (datagram over 64 KiB), oversized (stream message over the limit), kernel (the socket's receive queue overflowed).",
+    help: "Packets lost before parsing, by transport and reason: truncated (datagram over 64 KiB), oversized (stream message or line over the limit), partial (a stream connection ended inside a message or line), kernel (the socket's receive queue overflowed).",
     labels: &["transport", "reason"],
 };
 /// `countersink_socket_receive_buffer_bytes{transport}` (sidecar).
@@ -241,16 +241,16 @@ pub const SOCKET_RECEIVE_BUFFER: MetricDef = MetricDef {
     help: "Effective SO_RCVBUF of the socket, as the kernel reports it.",
     labels: &["transport"],
 };
-/// `countersink_stream_connections_total{result}` (sidecar).
+/// `countersink_stream_connections_total{transport,result}` (sidecar).
 pub const STREAM_CONNECTIONS: MetricDef = MetricDef {
     name: "countersink_stream_connections_total",
-    help: "Unix stream connections, by result (accepted, refused over max_connections).",
-    labels: &["result"],
+    help: "Stream connections, by transport and result (accepted, refused over max_connections, idle_timeout: closed after sending nothing for idle_timeout).",
+    labels: &["transport", "result"],
 };
 /// `countersink_stream_connections_open{transport}` (sidecar).
 pub const STREAM_CONNECTIONS_OPEN: MetricDef = MetricDef {
     name: "countersink_stream_connections_open",
-    help: "Unix stream connections open now.",
+    help: "Stream connections open now.",
     labels: &["transport"],
 };
 

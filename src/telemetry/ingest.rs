@@ -100,29 +100,30 @@ impl Collector for IngestCollector {
             f.packets.with_label_values(&[t]).inc_by(s.packets);
             f.bytes.with_label_values(&[t]).inc_by(s.bytes);
             f.errors.with_label_values(&[t]).inc_by(s.receive_errors);
-            f.dropped
-                .with_label_values(&[t, "truncated"])
-                .inc_by(s.truncated);
-            f.dropped
-                .with_label_values(&[t, "oversized"])
-                .inc_by(s.oversized);
-            f.dropped
-                .with_label_values(&[t, "kernel"])
-                .inc_by(s.kernel_drops);
+            for (reason, n) in [
+                ("truncated", s.truncated),
+                ("oversized", s.oversized),
+                ("partial", s.partial),
+                ("kernel", s.kernel_drops),
+            ] {
+                f.dropped.with_label_values(&[t, reason]).inc_by(n);
+            }
             f.buffer
                 .with_label_values(&[t])
-                .set(i64::try_from(s.recv_buffer_bytes).unwrap_or(i64::MAX));
+                .set(gauge(s.recv_buffer_bytes));
+            if transport.is_stream() {
+                for (result, n) in [
+                    ("accepted", s.connections_accepted),
+                    ("refused", s.connections_refused),
+                    ("idle_timeout", s.idle_closed),
+                ] {
+                    f.connections.with_label_values(&[t, result]).inc_by(n);
+                }
+                f.open
+                    .with_label_values(&[t])
+                    .set(gauge(s.connections_open));
+            }
         }
-        let stream = snapshot.get(Transport::UnixStream);
-        f.connections
-            .with_label_values(&["accepted"])
-            .inc_by(stream.connections_accepted);
-        f.connections
-            .with_label_values(&["refused"])
-            .inc_by(stream.connections_refused);
-        f.open
-            .with_label_values(&[Transport::UnixStream.as_str()])
-            .set(i64::try_from(stream.connections_open).unwrap_or(i64::MAX));
         f.all().iter().flat_map(|c| c.collect()).collect()
     }
 }

@@ -124,7 +124,7 @@ fn receive(args: &[String]) {
         }
     };
     let receivers = start(&config, factory).expect("start receivers");
-    println!("port {}", receivers.udp_local_addr().unwrap().port());
+    println!("port {}", receivers.inet(Transport::Udp).unwrap().port());
     std::io::stdout().flush().unwrap();
     let mut line = String::new();
     std::io::stdin().read_line(&mut line).unwrap();

@@ -96,7 +96,11 @@ def cases(tools):
         ("blocking", "datadog-blocking", "uds_stream", EXACT),
         ("plain", "statsd", "udp", EXACT),
         ("pipeline", "statsd-pipeline", "udp", EXACT),
-        ("plain", "statsd", "uds_stream", MISMATCH),
+        ("plain", "statsd", "tcp", EXACT),
+        ("pipeline", "statsd-pipeline", "tcp", EXACT),
+        # Newline-framed: the Unix stream socket's `auto` framing tells it from DogStatsD's.
+        ("plain", "statsd", "uds_stream", EXACT),
+        ("pipeline", "statsd-pipeline", "uds_stream", EXACT),
     ):
         client = "statsd" if flavour.startswith("statsd") else "datadog"
         add("python", client, option, transport,
@@ -134,7 +138,8 @@ def cases(tools):
 
 
 def target_of(dev, transport):
-    return {"udp": f"127.0.0.1:{dev.udp_port}", "uds": dev.uds, "uds_stream": dev.uds_stream}[transport]
+    return {"udp": f"127.0.0.1:{dev.udp_port}", "uds": dev.uds, "uds_stream": dev.uds_stream,
+            "tcp": f"127.0.0.1:{dev.tcp_port}"}[transport]
 
 
 def run_client(case, target, count):
@@ -159,7 +164,8 @@ def receive_totals(dev):
         "lines": total("countersink_lines_received_total"),
         "packets": total("countersink_packets_received_total"),
         "invalid": total("countersink_lines_invalid_total"),
-        "refused": total("countersink_packets_dropped_total", reason="oversized") + total("countersink_packets_dropped_total", reason="truncated"),
+        "refused": total("countersink_packets_dropped_total", reason="oversized") + total("countersink_packets_dropped_total", reason="truncated")
+        + total("countersink_packets_dropped_total", reason="partial"),
         "accepted": total("countersink_increments_accepted_total"),
     }
 

@@ -2,7 +2,7 @@
 checks of tests/deploy and tests/clients (standard library only).
 
     with DevServer(binary, workdir) as dev:
-        dev.udp, dev.uds, dev.uds_stream, dev.metrics_url, dev.cql
+        dev.udp, dev.uds, dev.uds_stream, dev.tcp, dev.metrics_url, dev.cql
         dev.wait_settled(n)           # n deltas accepted, none pending, the identity balanced
         dev.get("name", ["k:v"])      # (day total, sum of the minute rows) via `countersink get`
 """
@@ -48,8 +48,8 @@ def parse_metrics(text):
 
 
 class DevServer:
-    """`countersink dev` with UDP, a Unix datagram and a Unix stream socket, metrics and
-    the embedded store on free ports, its state under `workdir`."""
+    """`countersink dev` with UDP, a Unix datagram and a Unix stream socket, TCP, metrics
+    and the embedded store on free ports, its state under `workdir`."""
 
     def __init__(self, binary, workdir, flush_interval="1s", extra_args=()):
         self.binary = binary
@@ -58,6 +58,8 @@ class DevServer:
         self.udp = ("127.0.0.1", self.udp_port)
         self.uds = os.path.join(workdir, "dsd.sock")
         self.uds_stream = os.path.join(workdir, "dsd-stream.sock")
+        self.tcp_port = free_port()
+        self.tcp = ("127.0.0.1", self.tcp_port)
         self.metrics_addr = f"127.0.0.1:{free_port()}"
         self.metrics_url = f"http://{self.metrics_addr}"
         self.cql = f"127.0.0.1:{free_port()}"
@@ -66,6 +68,7 @@ class DevServer:
             "--udp", f"127.0.0.1:{self.udp_port}",
             "--uds", self.uds,
             "--uds-stream", self.uds_stream,
+            "--tcp", f"127.0.0.1:{self.tcp_port}",
             "--metrics", self.metrics_addr,
             "--cql-listen", self.cql,
             "--state-dir", os.path.join(workdir, "state"),

@@ -2,6 +2,7 @@
 //! flushes; a writer whose view of the registry does not cover a minute holds its rows
 //! and never writes them to the epoch before.
 
+use countersink::vocabulary::Transport;
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;
@@ -471,7 +472,8 @@ async fn the_sidecar_follows_the_registry_and_holds_lines_from_the_future() {
         "track.plays:5|c|#track:x".to_owned(),
         format!("track.plays:7|c|#track:x|T{ahead}"),
     ] {
-        udp.send_to(line.as_bytes(), bound.udp.unwrap()).unwrap();
+        udp.send_to(line.as_bytes(), bound.inet(Transport::Udp).unwrap())
+            .unwrap();
     }
     let metrics = crate::common::metrics_when(bound.metrics.unwrap(), |text| {
         text.lines()

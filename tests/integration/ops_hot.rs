@@ -1,6 +1,7 @@
 //! Hot keys: the rows each writer sends to most (`/debug/hot`), the shard advice summed
 //! over a fleet, and the per-table write latency and error-kind metrics.
 
+use countersink::vocabulary::Transport;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -107,7 +108,7 @@ async fn the_sidecar_serves_hot_keys_and_per_table_write_metrics() {
     socket
         .send_to(
             b"page.views:7|c|#page_id:home\npage.views:1|c|#page_id:about",
-            bound.udp.unwrap(),
+            bound.inet(Transport::Udp).unwrap(),
         )
         .unwrap();
     let addr = bound.metrics.unwrap();

@@ -1,6 +1,7 @@
 //! Leaderboards: exact rankings from the key index and the counters (shards summed), ties
 //! by key; a run killed midway leaves the previous ranking served; `serve` runs the job.
 
+use countersink::vocabulary::Transport;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
@@ -311,7 +312,7 @@ async fn serve_runs_the_job_on_the_keys_it_indexed() {
     socket
         .send_to(
             b"page.views:5|c|#page_id:a\npage.views:9|c|#page_id:b\npage.views:7|c|#page_id:c",
-            sidecar.bound().udp.unwrap(),
+            sidecar.bound().inet(Transport::Udp).unwrap(),
         )
         .unwrap();
     let (today, _) = day_and_minute(countersink::bucket::unix_secs(std::time::SystemTime::now()));

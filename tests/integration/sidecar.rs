@@ -1,6 +1,7 @@
 //! The sidecar end to end: real clients over every transport into cqlsim, hostile
 //! input, metrics, exit codes, and `dev` with its banner's commands pasted.
 
+use countersink::vocabulary::Transport;
 use std::io::{BufRead, BufReader};
 use std::os::unix::net::UnixDatagram;
 use std::process::{Command, Stdio};
@@ -29,11 +30,14 @@ async fn real_clients_over_every_transport_land_with_exact_totals() {
     let udp_socket = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
     let udp = StatsdClient::from_sink(
         "app",
-        UdpMetricSink::from(bound.udp.unwrap(), udp_socket).unwrap(),
+        UdpMetricSink::from(bound.inet(Transport::Udp).unwrap(), udp_socket).unwrap(),
     );
     let unix = StatsdClient::from_sink(
         "app",
-        UnixMetricSink::from(bound.uds.clone().unwrap(), UnixDatagram::unbound().unwrap()),
+        UnixMetricSink::from(
+            bound.path(Transport::UnixDatagram).unwrap(),
+            UnixDatagram::unbound().unwrap(),
+        ),
     );
     for _ in 0..500 {
         udp.count_with_tags("hits", 1)
@@ -48,11 +52,22 @@ async fn real_clients_over_every_transport_land_with_exact_totals() {
     }
     // A binary started as a child, the way scripts use it.
     for (flag, target) in [
-        ("--udp", bound.udp.unwrap().to_string()),
-        ("--uds", bound.uds.clone().unwrap().display().to_string()),
+        ("--udp", bound.inet(Transport::Udp).unwrap().to_string()),
+        (
+            "--uds",
+            bound
+                .path(Transport::UnixDatagram)
+                .unwrap()
+                .display()
+                .to_string(),
+        ),
         (
             "--uds-stream",
-            bound.uds_stream.clone().unwrap().display().to_string(),
+            bound
+                .path(Transport::UnixStream)
+                .unwrap()
+                .display()
+                .to_string(),
         ),
     ] {
         let out = run_cli([
@@ -74,7 +89,11 @@ async fn real_clients_over_every_transport_land_with_exact_totals() {
         .args([
             "send",
             "--uds-stream",
-            &bound.uds_stream.clone().unwrap().display().to_string(),
+            &bound
+                .path(Transport::UnixStream)
+                .unwrap()
+                .display()
+                .to_string(),
         ])
         .stdin(Stdio::piped())
         .stdout(Stdio::null())
@@ -124,6 +143,122 @@ async fn real_clients_over_every_transport_land_with_exact_totals() {
     store.shutdown().await;
 }
 
+/// Newline-framed lines over TCP and over the Unix stream socket (told from length
+/// prefixes per connection) land with exact totals in both tables: lines split across
+/// writes and CRLF count once; an overlong line and a partial last line at close are
+/// counted drops, never joined to the next connection; and the complete lines of a
+/// connection still open at shutdown go into the final flush.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn newline_streams_over_tcp_and_unix_land_with_exact_totals() {
+    use std::io::Write;
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = sidecar_config(dir.path());
+    config.ingest.tcp.enabled = true;
+    config.ingest.tcp.listen = "127.0.0.1:0".parse().unwrap();
+    config.ingest.tcp.max_line_bytes = 200;
+    let store = start_store(&mut config).await;
+    let sidecar = start_sidecar(&config).await;
+    let bound = sidecar.bound();
+    let tcp = bound.inet(Transport::Tcp).unwrap();
+    let unix = bound.path(Transport::UnixStream).unwrap();
+
+    // Four TCP connections, 250 lines each (values 1..=5), written in pieces that end
+    // inside lines, every third line CRLF-ended.
+    let per_connection: i64 = (0..250).map(|i| i % 5 + 1).sum();
+    for c in 0..4 {
+        let mut stream = std::net::TcpStream::connect(tcp).unwrap();
+        let mut bytes = Vec::new();
+        for i in 0..250 {
+            let end = if i % 3 == 0 { "\r\n" } else { "\n" };
+            bytes.extend(format!("stream.hits:{}|c|#via:tcp{end}", i % 5 + 1).as_bytes());
+        }
+        for piece in bytes.chunks(37 + c * 11) {
+            stream.write_all(piece).unwrap();
+        }
+    }
+    // An overlong line between two good ones, then a partial last line at close; the next
+    // connection begins with what would complete it.
+    let mut first = std::net::TcpStream::connect(tcp).unwrap();
+    let long = "x".repeat(300);
+    first
+        .write_all(
+            format!(
+                "stream.hits:1|c|#via:tcp\n{long}:1|c\nstream.hits:1|c|#via:tcp\nstream.hits:100"
+            )
+            .as_bytes(),
+        )
+        .unwrap();
+    drop(first);
+    let mut second = std::net::TcpStream::connect(tcp).unwrap();
+    second
+        .write_all(b"0|c|#via:tcp\nstream.hits:2|c|#via:tcp\n")
+        .unwrap();
+    drop(second);
+    // Python statsd's UnixSocketStatsClient writes lines like these on the stream socket;
+    // a DogStatsD client's length-prefixed message shares the socket.
+    let mut lines = std::os::unix::net::UnixStream::connect(&unix).unwrap();
+    for i in 0..300 {
+        lines
+            .write_all(format!("stream.hits:{}|c|#via:unix\n", i % 5 + 1).as_bytes())
+            .unwrap();
+    }
+    drop(lines);
+    let mut framed = std::os::unix::net::UnixStream::connect(&unix).unwrap();
+    let body = b"stream.hits:7|c|#via:unix";
+    framed
+        .write_all(&(body.len() as u32).to_le_bytes())
+        .unwrap();
+    framed.write_all(body).unwrap();
+    drop(framed);
+    // Still open at shutdown: its complete lines must reach the final flush.
+    let mut open = std::net::TcpStream::connect(tcp).unwrap();
+    open.write_all(b"stream.hits:5|c|#via:open\nstream.hits:5|c|#via:open\nstream.hits:9")
+        .unwrap();
+
+    let metrics = bound.metrics.unwrap();
+    metrics_when(metrics, |text| {
+        text.contains("countersink_packets_dropped_total{reason=\"partial\",transport=\"tcp\"} 1")
+            && text.contains(
+                "countersink_packets_dropped_total{reason=\"oversized\",transport=\"tcp\"} 1",
+            )
+            && text.contains(
+                "countersink_stream_connections_total{result=\"accepted\",transport=\"tcp\"} 7",
+            )
+    })
+    .await;
+    let report = sidecar.shutdown().await.unwrap();
+    assert_eq!(
+        report.spilled + report.unknown + report.rejected,
+        0,
+        "{report:?}"
+    );
+    drop(open);
+    for table in ["countersink.counts_by_day", "countersink.counts_by_minute"] {
+        let rows = store
+            .select(&format!(
+                "SELECT name, tags, value FROM {}",
+                store.table(table)
+            ))
+            .await;
+        let mut totals = std::collections::BTreeMap::new();
+        for i in 0..rows.len() {
+            let key = (rows.text(i, "name").unwrap(), rows.text(i, "tags").unwrap());
+            *totals.entry(key).or_insert(0) += rows.get_i64(i, "value").unwrap();
+        }
+        let unix_lines: i64 = (0..300).map(|i| i % 5 + 1).sum();
+        assert_eq!(
+            totals,
+            std::collections::BTreeMap::from([
+                (("stream.hits", "via:open"), 10),
+                (("stream.hits", "via:tcp"), 4 * per_connection + 2 + 2),
+                (("stream.hits", "via:unix"), unix_lines + 7),
+            ]),
+            "{table}"
+        );
+    }
+    store.shutdown().await;
+}
+
 /// Garbage, 64 KiB lines, huge tag counts, quotes and semicolons, i64 extremes: each bad
 /// line is counted by reason, the good lines of the same packet still count, and the
 /// sidecar keeps serving; `/metrics` shows it and the identity holds.
@@ -134,7 +269,7 @@ async fn hostile_packets_are_counted_and_good_neighbours_still_count() {
     let store = start_store(&mut config).await;
     let sidecar = start_sidecar(&config).await;
     let bound = sidecar.bound();
-    let mut client = Client::connect(Target::Udp(bound.udp.unwrap()))
+    let mut client = Client::connect(Target::Udp(bound.inet(Transport::Udp).unwrap()))
         .unwrap()
         .with_max_payload(65_000);
 
@@ -167,7 +302,8 @@ async fn hostile_packets_are_counted_and_good_neighbours_still_count() {
     {
         use std::io::Write;
         let mut stream =
-            std::os::unix::net::UnixStream::connect(bound.uds_stream.clone().unwrap()).unwrap();
+            std::os::unix::net::UnixStream::connect(bound.path(Transport::UnixStream).unwrap())
+                .unwrap();
         let _ = stream.write_all(&(10_000_000u32).to_le_bytes());
     }
     client.send_packet(b"good:1|c\n").unwrap();
@@ -223,7 +359,7 @@ async fn metrics_carry_the_minimum_set_and_the_identity_holds() {
     let store = start_store(&mut config).await;
     let sidecar = start_sidecar(&config).await;
     let bound = sidecar.bound();
-    let mut client = Client::connect(Target::Udp(bound.udp.unwrap())).unwrap();
+    let mut client = Client::connect(Target::Udp(bound.inet(Transport::Udp).unwrap())).unwrap();
     let lines: Vec<String> = (0..2000)
         .map(|i| format!("m{}:{}|c|#k:{}", i % 7, i % 5 + 1, i % 13))
         .collect();
@@ -516,7 +652,7 @@ async fn starts_before_the_store_and_catches_up() {
     config.store.contact_points = vec![store_addr.to_string()];
     let sidecar = Sidecar::start(&config).await.unwrap();
     let bound = sidecar.bound();
-    let mut client = Client::connect(Target::Udp(bound.udp.unwrap())).unwrap();
+    let mut client = Client::connect(Target::Udp(bound.inet(Transport::Udp).unwrap())).unwrap();
     client.send_lines(["early:5|c"]).unwrap();
     tokio::time::sleep(Duration::from_millis(600)).await;
     assert_eq!(http_get(bound.metrics.unwrap(), "/readyz").0, 503);

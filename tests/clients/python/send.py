@@ -4,8 +4,8 @@
 
 datadog-blocking sets socket_timeout (the client's Unix sockets are non-blocking by default).
 
-TRANSPORT is udp (TARGET host:port), uds (a Unix datagram socket path) or uds_stream (a
-Unix stream socket path). Prints one JSON line: what the client says it dropped.
+TRANSPORT is udp or tcp (TARGET host:port), uds (a Unix datagram socket path) or uds_stream
+(a Unix stream socket path). Prints one JSON line: what the client says it dropped.
 """
 
 import json
@@ -45,6 +45,9 @@ def main():
         if transport == "udp":
             host, port = target.rsplit(":", 1)
             sc = statsd.StatsClient(host, int(port))
+        elif transport == "tcp":
+            host, port = target.rsplit(":", 1)
+            sc = statsd.TCPStatsClient(host, int(port))
         elif transport == "uds_stream":
             # Newline-framed stream, not the DogStatsD length prefix.
             sc = statsd.UnixSocketStatsClient(target)
