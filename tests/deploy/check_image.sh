@@ -10,9 +10,8 @@
 #      flushing to a cqlsim on the host: /readyz 200, lines sent to its Unix datagram
 #      socket and over UDP are read back exactly from the store, `podman stop` (SIGTERM)
 #      exits 0 and the state directory holds what the run wrote.
-# No image registry is reachable here: the binary is built on the host by the
-# Dockerfile's own scripts (build-static.sh, image-root.sh) and given to the Dockerfile's
-# `prebuilt` stage (--build-arg BINARY_FROM=prebuilt); the rust stage is skipped.
+# No image registry is reachable here: build_image.sh builds the binary on the host with
+# the Dockerfile's own scripts and gives it to the Dockerfile's `prebuilt` stage.
 # Needs root (podman with runc, as this machine kind allows: vfs storage, lowered rlimits).
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
@@ -28,11 +27,6 @@ finish() {
 }
 [ "$(id -u)" -eq 0 ] || { fail "needs root (podman with runc)"; finish; exit 1; }
 
-if ! command -v podman >/dev/null || ! command -v runc >/dev/null; then
-    echo "==> install podman and runc (Debian)"
-    apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends podman runc >/dev/null
-fi
 # vfs: no overlay in this VM; runc: crun fails here; the VM refuses raising rlimits, so
 # every container gets lowered ones.
 pm() { podman --storage-driver vfs --runtime runc "$@"; }
@@ -51,26 +45,10 @@ cleanup() {
 }
 trap cleanup EXIT
 
-case "$(uname -m)" in
-    x86_64) arch=amd64 ;;
-    aarch64) arch=arm64 ;;
-    *) fail "no image architecture for $(uname -m)"; finish; exit 1 ;;
-esac
-echo "==> the binary (deploy/docker/build-static.sh) and the image root (image-root.sh)"
-deploy/docker/build-static.sh "$work/bin"
-deploy/docker/image-root.sh "$work/bin/countersink" "$work/context/$arch"
-# The labels: the source is the repository's remote where it has one (Cargo.toml names no
-# repository yet), else this checkout.
-source_url="$(git config --get remote.origin.url 2>/dev/null || true)"
-source_url="${source_url:-git+file://$root}"
-revision="$(git rev-parse HEAD)"
-
-echo "==> podman build -f deploy/docker/Dockerfile (BINARY_FROM=prebuilt, $arch)"
 started=$(date +%s)
-pm build --quiet --platform "linux/$arch" --build-arg BINARY_FROM=prebuilt --build-arg VERSION="$version" \
-    --build-arg SOURCE_URL="$source_url" --build-arg REVISION="$revision" \
-    -t "$image" -f deploy/docker/Dockerfile "$work/context" >/dev/null
-ok "built $image in $(($(date +%s) - started)) s"
+arch="$(bash "$here/build_image.sh" "$image")"
+ok "built $image ($arch) in $(($(date +%s) - started)) s"
+binary_size="$(du -h "$target/$(uname -m)-unknown-linux-musl/release/countersink" | cut -f1)"
 
 inspect() { pm image inspect --format "$1" "$image"; }
 user="$(inspect '{{.Config.User}}')"
@@ -92,7 +70,7 @@ entrypoint="$(inspect '{{json .Config.Entrypoint}} {{json .Config.Cmd}}')"
     && ok "entrypoint and command: $entrypoint" || fail "entrypoint and command: $entrypoint"
 size="$(inspect '{{.Size}}')"
 size_mib="$(awk -v b="$size" 'BEGIN { printf "%.1f", b / 1048576 }')"
-echo "image size: $size bytes ($size_mib MiB; the binary alone $(du -h "$work/bin/countersink" | cut -f1))"
+echo "image size: $size bytes ($size_mib MiB; the binary alone $binary_size)"
 [ "$size" -lt $((32 * 1048576)) ] && ok "image size $size_mib MiB (< 32 MiB)" || fail "image size $size_mib MiB (>= 32 MiB)"
 
 # Every file of the image, with owner and mode.

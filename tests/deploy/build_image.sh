@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Builds the production image IMAGE from deploy/docker/Dockerfile with podman, the way CI
+# can without an image registry: the binary by the Dockerfile's own scripts
+# (build-static.sh, image-root.sh) on the host, given to the Dockerfile's `prebuilt`
+# stage; the rust stage is skipped. Installs podman and runc (Debian) when missing.
+# Used by check_image.sh and play_pod.sh. Prints the image's architecture last.
+set -euo pipefail
+image="${1:?usage: build_image.sh IMAGE}"
+root="$(cd "$(dirname "$0")/../.." && pwd)"
+cd "$root"
+if ! command -v podman >/dev/null || ! command -v runc >/dev/null || ! command -v catatonit >/dev/null; then
+    echo "==> install podman, runc and catatonit (Debian)" >&2
+    apt-get update -qq >&2
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends podman runc catatonit >/dev/null
+fi
+case "$(uname -m)" in
+    x86_64) arch=amd64 ;;
+    aarch64) arch=arm64 ;;
+    *) echo "no image architecture for $(uname -m)" >&2; exit 1 ;;
+esac
+version="$(cargo metadata --format-version 1 --no-deps | python3 -c 'import json, sys; print([p for p in json.load(sys.stdin)["packages"] if p["name"] == "countersink"][0]["version"])')"
+work="$(mktemp -d)"
+trap 'rm -rf "$work"' EXIT
+echo "==> the binary (deploy/docker/build-static.sh) and the image root (image-root.sh)" >&2
+deploy/docker/build-static.sh "$work/bin" >&2
+deploy/docker/image-root.sh "$work/bin/countersink" "$work/context/$arch"
+# The labels: the source is the repository's remote where it has one (Cargo.toml names no
+# repository yet), else this checkout.
+source_url="$(git config --get remote.origin.url 2>/dev/null || true)"
+echo "==> podman build -f deploy/docker/Dockerfile (BINARY_FROM=prebuilt, $arch)" >&2
+podman --storage-driver vfs build --quiet --platform "linux/$arch" --build-arg BINARY_FROM=prebuilt \
+    --build-arg VERSION="$version" --build-arg SOURCE_URL="${source_url:-git+file://$root}" \
+    --build-arg REVISION="$(git rev-parse HEAD)" \
+    -t "$image" -f deploy/docker/Dockerfile "$work/context" >/dev/null
+echo "$arch"
