@@ -10,7 +10,8 @@
 #   3. value sets that must not render (a username without a password, a config without
 #      the bound the chart sizes memory from) fail with their message.
 # Helm is built from the Go module proxy (helm.sh/helm/v4, go install) into
-# target/helm/bin and reused from there; Go comes from Debian when missing.
+# target/helm/bin and reused from there (about 10 minutes once on 2 cores); it needs Go
+# 1.26 or later (helm's go.mod), which this machine kind has in /usr/local/go.
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 root="$(cd "$here/../.." && pwd)"
@@ -20,16 +21,21 @@ target="$(cargo metadata --format-version 1 --no-deps | python3 -c 'import json,
 cache="$target/helm"
 helm="$cache/bin/helm"
 if [ ! -x "$helm" ] || [ "$(cat "$cache/bin/version" 2>/dev/null)" != "$helm_version" ]; then
-    if ! command -v go >/dev/null; then
-        echo "==> install Go (Debian)"
-        apt-get update -qq
-        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends golang-go >/dev/null
+    # helm v4.3.2's go.mod says go 1.26.0; Debian 12's golang-go is 1.19, too old to build it.
+    go_minor="$(go env GOVERSION 2>/dev/null | sed -n 's/^go1\.\([0-9]*\).*/\1/p')"
+    if [ "${go_minor:-0}" -lt 26 ]; then
+        echo "FAIL building helm $helm_version needs Go 1.26 or later on the PATH (found: $(go env GOVERSION 2>/dev/null || echo none));"
+        echo "     Debian's golang-go is 1.19. Install Go 1.26, or put a helm $helm_version binary at $helm"
+        exit 1
     fi
     echo "==> build helm $helm_version from the Go module proxy (once; cached in $cache)"
     mkdir -p "$cache"
     GOBIN="$cache/bin" GOPATH="$cache/gopath" GOCACHE="$cache/gocache" GOFLAGS=-mod=mod \
         go install "helm.sh/helm/v4/cmd/helm@$helm_version"
     echo "$helm_version" >"$cache/bin/version"
+    # Only the binary is kept: the module and build caches take some 2 GB.
+    GOPATH="$cache/gopath" GOFLAGS=-mod=mod go clean -modcache
+    rm -rf "$cache/gopath" "$cache/gocache"
 fi
 "$helm" version
 cargo build --quiet --locked --bin countersink
