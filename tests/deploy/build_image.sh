@@ -3,9 +3,11 @@
 # can without an image registry: the binary by the Dockerfile's own scripts
 # (build-static.sh, image-root.sh) on the host, given to the Dockerfile's `prebuilt`
 # stage; the rust stage is skipped. Installs podman and runc (Debian) when missing.
-# Used by check_image.sh and play_pod.sh. Prints the image's architecture last.
+# Used by check_image.sh, play_pod.sh and check_multiarch.sh. ARCH (amd64 or arm64)
+# defaults to this machine's; another one is cross-compiled (the musl target from rustup,
+# linked by rust-lld). Prints the image's architecture last.
 set -euo pipefail
-image="${1:?usage: build_image.sh IMAGE}"
+image="${1:?usage: build_image.sh IMAGE [ARCH]}"
 root="$(cd "$(dirname "$0")/../.." && pwd)"
 cd "$root"
 if ! command -v podman >/dev/null || ! command -v runc >/dev/null || ! command -v catatonit >/dev/null; then
@@ -14,10 +16,22 @@ if ! command -v podman >/dev/null || ! command -v runc >/dev/null || ! command -
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends podman runc catatonit >/dev/null
 fi
 case "$(uname -m)" in
-    x86_64) arch=amd64 ;;
-    aarch64) arch=arm64 ;;
+    x86_64) host_arch=amd64 ;;
+    aarch64) host_arch=arm64 ;;
     *) echo "no image architecture for $(uname -m)" >&2; exit 1 ;;
 esac
+arch="${2:-$host_arch}"
+case "$arch" in
+    amd64) triple=x86_64-unknown-linux-musl ;;
+    arm64) triple=aarch64-unknown-linux-musl ;;
+    *) echo "no Rust target for the image architecture $arch" >&2; exit 1 ;;
+esac
+if [ "$arch" != "$host_arch" ]; then
+    # Pure Rust (no C in the production build's tree): rust-lld from the toolchain links it.
+    linker_var="CARGO_TARGET_$(echo "$triple" | tr 'a-z-' 'A-Z_')_LINKER"
+    export "$linker_var=${!linker_var:-rust-lld}"
+fi
+export COUNTERSINK_TARGET="$triple"
 version="$(cargo metadata --format-version 1 --no-deps | python3 -c 'import json, sys; print([p for p in json.load(sys.stdin)["packages"] if p["name"] == "countersink"][0]["version"])')"
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
