@@ -9,7 +9,10 @@
 #   2. the state volume survives a restart of countersink's container: after SIGKILL the
 #      pod's restart policy starts it again, on the same writer id, and it reports the
 #      unclean stop (countersink_previous_stop_unclean 1) found in that directory;
-#   3. SIGTERM with the grace period (`podman pod stop -t`, as the kubelet stops a pod;
+#   3. with the store down, a stopped countersink spills its rows to the state volume;
+#      started again (store back) it replays them once: exact totals, and the same after
+#      one more start;
+#   4. SIGTERM with the grace period (`podman pod stop -t`, as the kubelet stops a pod;
 #      podman 4.3's `kube down` alone kills at once, see below): increments sent just
 #      before are in the store after it (the final flush), countersink exits 0 within the
 #      grace period; then `podman kube down` removes the pod.
@@ -66,16 +69,20 @@ pm build --quiet -t "$app_image" -f "$here/pod/Containerfile" "$work/app" >/dev/
 cargo build --quiet --locked -p cqlsim --bin cqlsim
 cargo build --quiet --locked --bin countersink
 
-"$target/debug/cqlsim" --listen 127.0.0.1:0 >"$work/cqlsim.out" 2>/dev/null &
-pids+=("$!")
-cql=""
-for _ in $(seq 1 100); do
-    cql="$(sed -n 's/^cqlsim listening on \(127\.0\.0\.1:[0-9]*\)$/\1/p' "$work/cqlsim.out")"
-    [ -n "$cql" ] && break
-    sleep 0.1
-done
-"$target/debug/countersink" schema --apply --contact-point "$cql" >/dev/null
 free_port() { python3 -c 'import socket, sys; s = socket.socket(socket.AF_INET, getattr(socket, sys.argv[1])); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])' "$1"; }
+# cqlsim on a fixed port with a data directory: the store is stopped and started again
+# (its snapshot kept) to make countersink spill, then replay.
+cql="127.0.0.1:$(free_port SOCK_STREAM)"
+start_store() {
+    "$target/debug/cqlsim" --listen "$cql" --data-dir "$work/cqlsim-data" >"$work/cqlsim.out" 2>&1 &
+    store_pid=$!
+    pids+=("$store_pid")
+    for _ in $(seq 1 100); do grep -q "^cqlsim listening on $cql\$" "$work/cqlsim.out" && return 0; sleep 0.1; done
+    echo "cqlsim did not start on $cql:"; cat "$work/cqlsim.out"; return 1
+}
+mkdir -p "$work/cqlsim-data"
+start_store
+"$target/debug/countersink" schema --apply --contact-point "$cql" >/dev/null
 metrics="127.0.0.1:$(free_port SOCK_STREAM)"
 udp="127.0.0.1:$(free_port SOCK_DGRAM)"
 
@@ -142,6 +149,44 @@ done
     || fail "countersink_previous_stop_unclean = '$(metric countersink_previous_stop_unclean)'"
 read_back "$increments" "after the restart, nothing counted twice"
 
+echo "==> the store stopped: countersink's container stopped spills, started again it replays once"
+spilled=77
+kill -TERM "$store_pid"
+wait "$store_pid" 2>/dev/null || true
+"$target/debug/countersink" send --udp "$udp" "pod.app:$spilled|c|#via:pod" >/dev/null
+sleep 0.5
+pm stop -t 60 "$sidecar" >/dev/null
+state="$(pm volume inspect countersink-state --format '{{.Mountpoint}}')"
+final="$(pm logs "$sidecar" 2>&1 | grep '"Final flush done."' | tail -1)"
+segments="$(cd "$state" && ls spill.*.jsonl 2>/dev/null | tr '\n' ' ')"
+echo "$final" | grep -q '"spilled":[1-9]' && [ -n "$segments" ] \
+    && ok "store down at SIGTERM: the final flush spilled ($(echo "$final" | grep -o '"rows".*"spilled":[0-9]*')) to $segments" \
+    || { fail "no spill with the store down: $final; state: $(ls "$state" | tr '\n' ' ')"; pm logs "$sidecar" 2>&1 | tail -5; }
+[ "$(pm inspect "$sidecar" --format '{{.State.ExitCode}}')" = 0 ] && ok "countersink exited 0 with its rows spilled" \
+    || fail "countersink exit code $(pm inspect "$sidecar" --format '{{.State.ExitCode}}')"
+start_store
+total="$("$target/debug/countersink" get --contact-point "$cql" pod.app --tag via:pod 2>/dev/null || true)"
+[ "$total" = "$increments" ] && ok "the store restarted from its snapshot without the spilled rows: $total" || fail "store after restart: '$total', expected $increments"
+pm start "$sidecar" >/dev/null
+wait_ready || fail "countersink not ready after its start"
+read_back $((increments + spilled)) "the spill replayed after the container's start"
+# Started once more: the replayed spill must not be sent again.
+pm stop -t 60 "$sidecar" >/dev/null
+pm start "$sidecar" >/dev/null
+wait_ready || fail "countersink not ready after its second start"
+flushes=""
+for _ in $(seq 1 100); do
+    flushes="$(metric countersink_flushes_total)"
+    [ "${flushes:-0}" -ge 2 ] && break
+    sleep 0.2
+done
+total="$("$target/debug/countersink" get --contact-point "$cql" pod.app --tag via:pod 2>/dev/null || true)"
+[ "$total" = $((increments + spilled)) ] && [ "${flushes:-0}" -ge 2 ] \
+    && ok "started again, $flushes flushes later: still $total (the spill replayed once)" \
+    || fail "after a second start: '$total' after '$flushes' flushes, expected $((increments + spilled))"
+[ -z "$(cd "$state" && ls spill.*.jsonl 2>/dev/null)" ] && ok "no spill segment left in the state volume" \
+    || fail "spill segments left: $(cd "$state" && ls spill.*.jsonl | tr '\n' ' ')"
+
 # podman 4.3's `kube down` stops the pod with a zero timeout (SIGTERM, then SIGKILL at
 # once: its PodStopOptions{} leave Timeout at 0), which no final flush survives. So the
 # pod is stopped first as the kubelet stops it, SIGTERM with the manifest's grace period
@@ -161,6 +206,6 @@ echo "$final" | grep -q '"spilled":0' && ok "countersink logged its final flush:
     || { fail "no final flush in countersink's log"; pm logs "$sidecar" 2>&1 | tail -5; }
 pm kube down "$work/play.yaml" >/dev/null && ok "podman kube down removed the pod" || fail "podman kube down"
 total="$("$target/debug/countersink" get --contact-point "$cql" pod.app --tag via:pod 2>/dev/null || true)"
-[ "$total" = $((increments + late)) ] && ok "after the stop: pod.app{via:pod} = $total (the $late sent just before SIGTERM were flushed)" \
-    || fail "after the stop: '$total', expected $((increments + late))"
+[ "$total" = $((increments + spilled + late)) ] && ok "after the stop: pod.app{via:pod} = $total (the $late sent just before SIGTERM were flushed)" \
+    || fail "after the stop: '$total', expected $((increments + spilled + late))"
 finish
