@@ -80,16 +80,25 @@ start_store() {
     for _ in $(seq 1 100); do grep -q "^cqlsim listening on $cql\$" "$work/cqlsim.out" && return 0; sleep 0.1; done
     echo "cqlsim did not start on $cql:"; cat "$work/cqlsim.out"; return 1
 }
-mkdir -p "$work/cqlsim-data"
-start_store
+if [ -n "${PLAY_POD_STORE:-}" ]; then
+    # A store that is already running (the real Cassandra node of .ci/run's real-node
+    # step): this script does not stop it, so the spill phase is left out.
+    cql="$PLAY_POD_STORE"
+    echo "==> store: $cql (PLAY_POD_STORE)"
+else
+    mkdir -p "$work/cqlsim-data"
+    start_store
+fi
 "$target/debug/countersink" schema --apply --contact-point "$cql" >/dev/null
+# The metric of this run: a real store keeps what earlier runs wrote.
+metric_name="pod.app.r$(date +%s)x$$"
 metrics="127.0.0.1:$(free_port SOCK_STREAM)"
 udp="127.0.0.1:$(free_port SOCK_DGRAM)"
 
 py="$(bash "$here/venv.sh")"
 echo "==> the pod podman 4.3 can play, from deploy/kubernetes"
 "$py" "$here/pod/podify.py" deploy/kubernetes "$work/play.yaml" "$work/secret.yaml" \
-    "$cql" "$metrics" "$udp" "$app_image" "$increments"
+    "$cql" "$metrics" "$udp" "$app_image" "$increments" "$metric_name"
 pm volume rm -f "${volumes[@]}" >/dev/null 2>&1 || true
 pm secret rm web-countersink-cassandra >/dev/null 2>&1 || true
 pm secret create web-countersink-cassandra "$work/secret.yaml" >/dev/null
@@ -117,14 +126,14 @@ if wait_ready; then ok "countersink in the pod: /readyz 200 (store $cql)"; else 
 read_back() { # expected, what
     local total=""
     for _ in $(seq 1 100); do
-        total="$("$target/debug/countersink" get --contact-point "$cql" pod.app --tag via:pod 2>/dev/null || true)"
+        total="$("$target/debug/countersink" get --contact-point "$cql" $metric_name --tag via:pod 2>/dev/null || true)"
         [ "$total" = "$1" ] && break
         sleep 0.2
     done
-    [ "$total" = "$1" ] && ok "$2: pod.app{via:pod} = $total in the store" || { fail "$2: pod.app{via:pod} = '$total', expected $1"; pm logs "$sidecar" 2>&1 | tail -5; }
+    [ "$total" = "$1" ] && ok "$2: $metric_name{via:pod} = $total in the store" || { fail "$2: $metric_name{via:pod} = '$total', expected $1"; pm logs "$sidecar" 2>&1 | tail -5; }
 }
 read_back "$increments" "the application's increments over the shared Unix socket"
-pm logs "$app" 2>&1 | grep -q "sent $increments increments of pod.app to unix:///run/countersink/dsd.sock" \
+pm logs "$app" 2>&1 | grep -q "sent $increments increments of $metric_name to unix:///run/countersink/dsd.sock" \
     && ok "the application sent them to unix:///run/countersink/dsd.sock" || { fail "application log"; pm logs "$app" 2>&1 | tail -3; }
 
 echo "==> countersink's process killed (SIGKILL): its container restarted by the pod on its state volume"
@@ -149,11 +158,13 @@ done
     || fail "countersink_previous_stop_unclean = '$(metric countersink_previous_stop_unclean)'"
 read_back "$increments" "after the restart, nothing counted twice"
 
+spilled=0
+if [ -z "${PLAY_POD_STORE:-}" ]; then
 echo "==> the store stopped: countersink's container stopped spills, started again it replays once"
 spilled=77
 kill -TERM "$store_pid"
 wait "$store_pid" 2>/dev/null || true
-"$target/debug/countersink" send --udp "$udp" "pod.app:$spilled|c|#via:pod" >/dev/null
+"$target/debug/countersink" send --udp "$udp" "$metric_name:$spilled|c|#via:pod" >/dev/null
 sleep 0.5
 pm stop -t 60 "$sidecar" >/dev/null
 state="$(pm volume inspect countersink-state --format '{{.Mountpoint}}')"
@@ -165,7 +176,7 @@ echo "$final" | grep -q '"spilled":[1-9]' && [ -n "$segments" ] \
 [ "$(pm inspect "$sidecar" --format '{{.State.ExitCode}}')" = 0 ] && ok "countersink exited 0 with its rows spilled" \
     || fail "countersink exit code $(pm inspect "$sidecar" --format '{{.State.ExitCode}}')"
 start_store
-total="$("$target/debug/countersink" get --contact-point "$cql" pod.app --tag via:pod 2>/dev/null || true)"
+total="$("$target/debug/countersink" get --contact-point "$cql" $metric_name --tag via:pod 2>/dev/null || true)"
 [ "$total" = "$increments" ] && ok "the store restarted from its snapshot without the spilled rows: $total" || fail "store after restart: '$total', expected $increments"
 pm start "$sidecar" >/dev/null
 wait_ready || fail "countersink not ready after its start"
@@ -180,12 +191,15 @@ for _ in $(seq 1 100); do
     [ "${flushes:-0}" -ge 2 ] && break
     sleep 0.2
 done
-total="$("$target/debug/countersink" get --contact-point "$cql" pod.app --tag via:pod 2>/dev/null || true)"
+total="$("$target/debug/countersink" get --contact-point "$cql" $metric_name --tag via:pod 2>/dev/null || true)"
 [ "$total" = $((increments + spilled)) ] && [ "${flushes:-0}" -ge 2 ] \
     && ok "started again, $flushes flushes later: still $total (the spill replayed once)" \
     || fail "after a second start: '$total' after '$flushes' flushes, expected $((increments + spilled))"
 [ -z "$(cd "$state" && ls spill.*.jsonl 2>/dev/null)" ] && ok "no spill segment left in the state volume" \
     || fail "spill segments left: $(cd "$state" && ls spill.*.jsonl | tr '\n' ' ')"
+else
+    echo "==> spill and replay left out: the store ($cql) is not this script's to stop"
+fi
 
 # podman 4.3's `kube down` stops the pod with a zero timeout (SIGTERM, then SIGKILL at
 # once: its PodStopOptions{} leave Timeout at 0), which no final flush survives. So the
@@ -193,7 +207,7 @@ total="$("$target/debug/countersink" get --contact-point "$cql" pod.app --tag vi
 # (`podman pod stop -t`), then `kube down` removes it.
 grace="$("$py" -c 'import sys, yaml; print([d for d in yaml.safe_load_all(open(sys.argv[1])) if d["kind"] == "Deployment"][0]["spec"]["template"]["spec"]["terminationGracePeriodSeconds"])' deploy/kubernetes/deployment.yaml)"
 echo "==> pod stop -t $grace (SIGTERM, the grace period) right after $late more increments, then kube down"
-"$target/debug/countersink" send --udp "$udp" "pod.app:$late|c|#via:pod" >/dev/null
+"$target/debug/countersink" send --udp "$udp" "$metric_name:$late|c|#via:pod" >/dev/null
 started=$(date +%s.%N)
 pm pod stop -t "$grace" "$pod" >/dev/null
 took="$(python3 -c "import sys; print(f'{float(sys.argv[2]) - float(sys.argv[1]):.1f}')" "$started" "$(date +%s.%N)")"
@@ -205,7 +219,7 @@ final="$(pm logs "$sidecar" 2>&1 | grep '"Final flush done."' | tail -1)"
 echo "$final" | grep -q '"spilled":0' && ok "countersink logged its final flush: $(echo "$final" | grep -o '"rows".*"spilled":[0-9]*')" \
     || { fail "no final flush in countersink's log"; pm logs "$sidecar" 2>&1 | tail -5; }
 pm kube down "$work/play.yaml" >/dev/null && ok "podman kube down removed the pod" || fail "podman kube down"
-total="$("$target/debug/countersink" get --contact-point "$cql" pod.app --tag via:pod 2>/dev/null || true)"
-[ "$total" = $((increments + spilled + late)) ] && ok "after the stop: pod.app{via:pod} = $total (the $late sent just before SIGTERM were flushed)" \
+total="$("$target/debug/countersink" get --contact-point "$cql" $metric_name --tag via:pod 2>/dev/null || true)"
+[ "$total" = $((increments + spilled + late)) ] && ok "after the stop: $metric_name{via:pod} = $total (the $late sent just before SIGTERM were flushed)" \
     || fail "after the stop: '$total', expected $((increments + spilled + late))"
 finish

@@ -24,7 +24,7 @@ what this machine needs
   - the application image is the app of tests/deploy/pod/app.rs.
 
 Usage: podify.py MANIFEST_DIR OUT_PLAY_YAML OUT_SECRET_YAML CQL_ADDR METRICS_ADDR UDP_ADDR
-       APP_IMAGE APP_INCREMENTS
+       APP_IMAGE APP_INCREMENTS APP_METRIC
 """
 
 import base64
@@ -35,7 +35,7 @@ import yaml
 
 
 def main():
-    src, out_play, out_secret, cql, metrics, udp, app_image, increments = sys.argv[1:]
+    src, out_play, out_secret, cql, metrics, udp, app_image, increments, metric = sys.argv[1:]
     docs = []
     for name in ("configmap.yaml", "secret.yaml", "deployment.yaml"):
         with open(os.path.join(src, name)) as f:
@@ -89,8 +89,9 @@ def main():
             volume["secret"]["optional"] = False
     app = pod["containers"][0]
     app["image"] = app_image
-    app.setdefault("env", []).append({"name": "APP_INCREMENTS", "value": increments})
-    say(f"app: image {app_image}, {increments} increments to {[e['value'] for e in app['env'] if e['name'] == 'DD_DOGSTATSD_URL'][0]}")
+    app.setdefault("env", []).extend([{"name": "APP_INCREMENTS", "value": increments},
+                                      {"name": "APP_METRIC", "value": metric}])
+    say(f"app: image {app_image}, {increments} increments of {metric} to {[e['value'] for e in app['env'] if e['name'] == 'DD_DOGSTATSD_URL'][0]}")
     pod["containers"] = [sidecar, app]
     with open(out_play, "w") as f:
         yaml.safe_dump_all([config_map, deployment], f, sort_keys=False)
