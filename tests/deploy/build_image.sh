@@ -42,8 +42,14 @@ deploy/docker/image-root.sh "$work/bin/countersink" "$work/context/$arch"
 # repository yet), else this checkout.
 source_url="$(git config --get remote.origin.url 2>/dev/null || true)"
 echo "==> podman build -f deploy/docker/Dockerfile (BINARY_FROM=prebuilt, $arch)" >&2
-podman --storage-driver vfs build --quiet --platform "linux/$arch" --build-arg BINARY_FROM=prebuilt \
+previous="$(podman --storage-driver vfs image inspect --format '{{.Id}}' "$image" 2>/dev/null || true)"
+# --no-cache: podman 4.3 reused a cached image whose labels held an older revision.
+podman --storage-driver vfs build --quiet --no-cache --platform "linux/$arch" --build-arg BINARY_FROM=prebuilt \
     --build-arg VERSION="$version" --build-arg SOURCE_URL="${source_url:-git+file://$root}" \
     --build-arg REVISION="$(git rev-parse HEAD)" \
     -t "$image" -f deploy/docker/Dockerfile "$work/context" >/dev/null
+# The image this tag named before (vfs storage copies every layer): removed unless in use.
+if [ -n "$previous" ] && [ "$previous" != "$(podman --storage-driver vfs image inspect --format '{{.Id}}' "$image")" ]; then
+    podman --storage-driver vfs rmi "$previous" >/dev/null 2>&1 || true
+fi
 echo "$arch"

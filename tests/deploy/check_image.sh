@@ -63,6 +63,8 @@ for label in version licenses source revision title; do
 done
 [ "$(inspect '{{index .Labels "org.opencontainers.image.version"}}')" = "$version" ] \
     && ok "version label is the crate's ($version)" || fail "version label is not $version"
+[ "$(inspect '{{index .Labels "org.opencontainers.image.revision"}}')" = "$(git rev-parse HEAD)" ] \
+    && ok "revision label is this checkout's commit" || fail "revision label is not $(git rev-parse HEAD)"
 [ "$(inspect '{{index .Labels "org.opencontainers.image.licenses"}}')" = "Apache-2.0" ] \
     && ok "licence label matches Cargo.toml (Apache-2.0)" || fail "licence label is not Apache-2.0"
 entrypoint="$(inspect '{{json .Config.Entrypoint}} {{json .Config.Cmd}}')"

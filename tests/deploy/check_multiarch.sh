@@ -6,7 +6,8 @@
 #   2. the binary inside the arm64 image is a static AArch64 executable, and run under
 #      Debian's qemu-user-static it prints its version, and `serve` flushes a line sent
 #      over UDP into a cqlsim on the host, read back exactly, then exits 0 on SIGTERM;
-#   3. `podman manifest create/add`: one list naming linux/amd64 and linux/arm64.
+#   3. `podman manifest create/add`: one list naming linux/amd64 and linux/arm64 (removed
+#      at the end; `podman manifest push --all` would send it to a registry).
 # The arm64 image itself is not run: that needs qemu registered in the kernel's
 # binfmt_misc, a machine-wide setting this check leaves alone. Needs root (podman).
 set -euo pipefail
@@ -35,6 +36,9 @@ work="$(mktemp -d)"
 pids=()
 cleanup() {
     pm rm -f "countersink-multiarch-$$" >/dev/null 2>&1 || true
+    # The list names its images by digest: left behind, a later rebuild or prune of them
+    # would leave it dangling (and `podman images` failing on it).
+    pm manifest rm "$list" >/dev/null 2>&1 || true
     for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true; done
     rm -rf "$work"
 }
