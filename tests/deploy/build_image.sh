@@ -48,8 +48,10 @@ podman --storage-driver vfs build --quiet --no-cache --platform "linux/$arch" --
     --build-arg VERSION="$version" --build-arg SOURCE_URL="${source_url:-git+file://$root}" \
     --build-arg REVISION="$(git rev-parse HEAD)" \
     -t "$image" -f deploy/docker/Dockerfile "$work/context" >/dev/null
-# The image this tag named before (vfs storage copies every layer): removed unless in use.
+# The image this tag named before and the build stages' untagged images (vfs storage
+# copies every layer, some 15 MB each): removed, so reruns do not pile them up.
 if [ -n "$previous" ] && [ "$previous" != "$(podman --storage-driver vfs image inspect --format '{{.Id}}' "$image")" ]; then
     podman --storage-driver vfs rmi "$previous" >/dev/null 2>&1 || true
 fi
+podman --storage-driver vfs image prune -f >/dev/null
 echo "$arch"
