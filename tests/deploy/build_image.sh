@@ -2,7 +2,8 @@
 # Builds the production image IMAGE from deploy/docker/Dockerfile with podman, the way CI
 # can without an image registry: the binary by the Dockerfile's own scripts
 # (build-static.sh, image-root.sh) on the host, given to the Dockerfile's `prebuilt`
-# stage; the rust stage is skipped. Installs podman and runc (Debian) when missing.
+# stage; the rust stage is skipped. Installs podman, runc and catatonit (Debian) when
+# missing.
 # Used by check_image.sh, play_pod.sh and check_multiarch.sh. ARCH (amd64 or arm64)
 # defaults to this machine's; another one is cross-compiled (the musl target from rustup,
 # linked by rust-lld). Prints the image's architecture last.
