@@ -17,6 +17,7 @@ cd "$root"
 # Symbols stay (readable backtraces); the debug info of the release profile goes.
 CARGO_PROFILE_RELEASE_STRIP=debuginfo \
     cargo build --release --locked --target "$target" --no-default-features --features sidecar --bin countersink
-target_dir="$(cargo metadata --format-version 1 --no-deps | python3 -c 'import json, sys; print(json.load(sys.stdin)["target_directory"])')"
+# No python3 here: the rust image of the Dockerfile's build stage may lack it.
+target_dir="$(cargo metadata --format-version 1 --no-deps | sed -n 's/.*"target_directory":"\([^"]*\)".*/\1/p')"
 mkdir -p "$out"
 cp "$target_dir/$target/release/countersink" "$out/countersink"
