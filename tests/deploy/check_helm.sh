@@ -10,7 +10,7 @@
 #   3. value sets that must not render (a username without a password, a config without
 #      the bound the chart sizes memory from) fail with their message.
 # Helm is built from the Go module proxy (helm.sh/helm/v4, go install) into
-# target/helm/bin and reused from there (about 10 minutes once on 2 cores); it needs Go
+# target/helm/bin and reused from there (the first run took 159 s here); it needs Go
 # 1.26 or later (helm's go.mod), which this machine kind has in /usr/local/go.
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
