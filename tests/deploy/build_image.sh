@@ -34,7 +34,9 @@ if [ "$arch" != "$host_arch" ]; then
 fi
 export COUNTERSINK_TARGET="$triple"
 version="$(cargo metadata --format-version 1 --no-deps | python3 -c 'import json, sys; print([p for p in json.load(sys.stdin)["packages"] if p["name"] == "countersink"][0]["version"])')"
-work="$(mktemp -d)"
+target="$(cargo metadata --format-version 1 --no-deps | python3 -c 'import json, sys; print(json.load(sys.stdin)["target_directory"])')"
+mkdir -p "$target/tmp"
+work="$(mktemp -d "$target/tmp/build_image.XXXXXX")"
 trap 'rm -rf "$work"' EXIT
 echo "==> the binary (deploy/docker/build-static.sh) and the image root (image-root.sh)" >&2
 deploy/docker/build-static.sh "$work/bin" >&2

@@ -40,7 +40,10 @@ fi
 "$helm" version
 cargo build --quiet --locked --bin countersink
 python="$(bash "$here/venv.sh")"
-work="$(mktemp -d)"
+# Scratch space under target/, not /tmp: a /tmp/tmp.* work directory vanished mid-run
+# here once (cause not found).
+mkdir -p "$target/tmp"
+work="$(mktemp -d "$target/tmp/check_helm.XXXXXX")"
 trap 'rm -rf "$work"' EXIT
 chart=deploy/helm/countersink
 failed=0

@@ -36,7 +36,10 @@ target="$(cargo metadata --format-version 1 --no-deps | python3 -c 'import json,
 version="$(cargo metadata --format-version 1 --no-deps | python3 -c 'import json, sys; print([p for p in json.load(sys.stdin)["packages"] if p["name"] == "countersink"][0]["version"])')"
 image="localhost/countersink:$version-check"
 container="countersink-image-check-$$"
-work="$(mktemp -d)"
+# Scratch space under target/, not /tmp: a /tmp/tmp.* work directory vanished mid-run
+# here once (cause not found).
+mkdir -p "$target/tmp"
+work="$(mktemp -d "$target/tmp/check_image.XXXXXX")"
 pids=()
 cleanup() {
     pm rm -f -t 0 "$container" >/dev/null 2>&1 || true

@@ -32,7 +32,10 @@ pm() { podman --storage-driver vfs --runtime runc "$@"; }
 target="$(cargo metadata --format-version 1 --no-deps | python3 -c 'import json, sys; print(json.load(sys.stdin)["target_directory"])')"
 version="$(cargo metadata --format-version 1 --no-deps | python3 -c 'import json, sys; print([p for p in json.load(sys.stdin)["packages"] if p["name"] == "countersink"][0]["version"])')"
 list="localhost/countersink:$version-multiarch"
-work="$(mktemp -d)"
+# Scratch space under target/, not /tmp: a /tmp/tmp.* work directory vanished mid-run
+# here once (cause not found).
+mkdir -p "$target/tmp"
+work="$(mktemp -d "$target/tmp/check_multiarch.XXXXXX")"
 pids=()
 cleanup() {
     pm rm -f "countersink-multiarch-$$" >/dev/null 2>&1 || true

@@ -36,7 +36,10 @@ image=registry.example.com/countersink:0.1.0
 app_image=localhost/countersink-pod-app:check
 increments=5000
 late=321
-work="$(mktemp -d)"
+# Scratch space under target/, not /tmp: a /tmp/tmp.* work directory vanished mid-run
+# here once (cause not found).
+mkdir -p "$target/tmp"
+work="$(mktemp -d "$target/tmp/play_pod.XXXXXX")"
 # kube play takes no --ulimit: the VM refuses raising rlimits, so every container of the
 # pod (its infra container too) gets lowered ones from this file; runc, as crun fails here.
 cat >"$work/containers.conf" <<'EOF'
