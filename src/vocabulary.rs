@@ -46,7 +46,7 @@ impl Granularity {
 /// Why an accepted increment (or a row made of them) was dropped instead of buffered or
 /// settled. A closed set: each is a `countersink_dropped_total{reason}` label (increments,
 /// [`DropReason::INCREMENTS`]) or a `countersink_rows_dropped_total{reason}` label (rows,
-/// [`DropReason::ROWS`]), and a `countersink_delta_sum{stage="dropped"}` contribution.
+/// [`DropReason::ROWS`]), and a `countersink_stage_delta{stage="dropped"}` contribution.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum DropReason {
     /// The buffer already holds `max_pending_rows` distinct rows.

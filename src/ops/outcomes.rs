@@ -164,7 +164,7 @@ pub struct Sums {
     /// Records (rows).
     pub records: u64,
     /// Signed sum of every delta of every column: the unit of
-    /// `countersink_delta_sum{stage, granularity}`.
+    /// `countersink_stage_delta{stage, granularity}`.
     pub delta_sum: i128,
     /// Signed sum per counter column.
     pub columns: BTreeMap<String, i128>,
@@ -287,7 +287,7 @@ impl Summary {
     }
 
     /// Totals per (outcome, source, granularity): the figures to hold against the
-    /// sidecar's `countersink_delta_sum{stage, granularity}`.
+    /// sidecar's `countersink_stage_delta{stage, granularity}`.
     pub fn totals(&self) -> BTreeMap<(Outcome, Source, String), Sums> {
         let mut totals: BTreeMap<(Outcome, Source, String), Sums> = BTreeMap::new();
         for (key, sums) in &self.groups {

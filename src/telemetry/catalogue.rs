@@ -98,7 +98,7 @@ pub const DROPPED: MetricDef = MetricDef {
 /// `countersink_rows_dropped_total{reason}`.
 pub const ROWS_DROPPED: MetricDef = MetricDef {
     name: "countersink_rows_dropped_total",
-    help: "Rows dropped after leaving the buffer, by reason: overflow (a replayed or re-queued row whose sum would leave the i64 range), spill_failed, spill_full (state.max_spill_bytes). Unit: rows; their deltas are in countersink_delta_sum{stage=\"dropped\"}.",
+    help: "Rows dropped after leaving the buffer, by reason: overflow (a replayed or re-queued row whose sum would leave the i64 range), spill_failed, spill_full (state.max_spill_bytes). Unit: rows; their deltas are in countersink_stage_delta{stage=\"dropped\"}.",
     labels: &["reason"],
 };
 /// `countersink_pending_rows`.
@@ -141,22 +141,22 @@ pub const FLUSH_DURATION: MetricDef = MetricDef {
 pub const FLUSH_DURATION_BUCKETS: [f64; 13] = [
     0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
 ];
-/// `countersink_delta_sum{stage, granularity}`: the accounting identity.
+/// `countersink_stage_delta{stage, granularity}`: the accounting identity.
 pub const DELTA_SUM: MetricDef = MetricDef {
-    name: "countersink_delta_sum",
+    name: "countersink_stage_delta",
     help: "Signed sum of deltas per stage and table granularity; accepted equals the sum of the other stages when idle.",
     labels: &["stage", "granularity"],
 };
-/// `countersink_delta_sum_high{stage, granularity}`.
+/// `countersink_stage_delta_high{stage, granularity}`.
 pub const DELTA_SUM_HIGH: MetricDef = MetricDef {
-    name: "countersink_delta_sum_high",
-    help: "The exact countersink_delta_sum is high * 10^15 + low (both integers exactly representable as float64): the high part, floor(sum / 10^15).",
+    name: "countersink_stage_delta_high",
+    help: "The exact countersink_stage_delta is high * 10^15 + low (both integers exactly representable as float64): the high part, floor(sum / 10^15).",
     labels: &["stage", "granularity"],
 };
-/// `countersink_delta_sum_low{stage, granularity}`.
+/// `countersink_stage_delta_low{stage, granularity}`.
 pub const DELTA_SUM_LOW: MetricDef = MetricDef {
-    name: "countersink_delta_sum_low",
-    help: "The exact countersink_delta_sum is high * 10^15 + low: the low part, sum mod 10^15 (0 to 10^15 - 1).",
+    name: "countersink_stage_delta_low",
+    help: "The exact countersink_stage_delta is high * 10^15 + low: the low part, sum mod 10^15 (0 to 10^15 - 1).",
     labels: &["stage", "granularity"],
 };
 /// The base of the split of [`DELTA_SUM_HIGH`] and [`DELTA_SUM_LOW`].
@@ -198,9 +198,9 @@ pub const WRITER_TOTALS_ROWS: MetricDef = MetricDef {
     labels: &["state"],
 };
 
-/// `countersink_previous_stop_pending_delta_sum{granularity}`.
+/// `countersink_previous_stop_pending_delta{granularity}`.
 pub const PREVIOUS_STOP_PENDING_DELTA_SUM: MetricDef = MetricDef {
-    name: "countersink_previous_stop_pending_delta_sum",
+    name: "countersink_previous_stop_pending_delta",
     help: "Signed delta sum of the rows the previous run held in memory at its last flush when it stopped without a clean shutdown, per table granularity. 0 after a clean stop.",
     labels: &["granularity"],
 };
@@ -437,9 +437,9 @@ pub const WRAPPER_PENDING_ROWS: MetricDef = MetricDef {
     help: "Rows (table, primary key) the driver wrapper holds: pending for its next flush, or in the flush running now (limits.max_pending_rows bounds them).",
     labels: &[],
 };
-/// `countersink_wrapper_delta_sum{stage}` (the driver wrapper).
+/// `countersink_wrapper_stage_delta{stage}` (the driver wrapper).
 pub const WRAPPER_DELTA_SUM: MetricDef = MetricDef {
-    name: "countersink_wrapper_delta_sum",
+    name: "countersink_wrapper_stage_delta",
     help: "The driver wrapper's accounting identity, signed delta sums by stage: buffered = applied + pending + in_flight + unknown + rejected + unsent (exact between flushes).",
     labels: &["stage"],
 };

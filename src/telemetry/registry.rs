@@ -310,8 +310,8 @@ mod tests {
             "countersink_increments_accepted_total 1",
             "countersink_dropped_total{reason=\"max_rows\"} 0",
             "countersink_pending_rows 1",
-            "countersink_delta_sum{granularity=\"minute\",stage=\"accepted\"} 2",
-            "countersink_delta_sum{granularity=\"day\",stage=\"pending\"} 2",
+            "countersink_stage_delta{granularity=\"minute\",stage=\"accepted\"} 2",
+            "countersink_stage_delta{granularity=\"day\",stage=\"pending\"} 2",
             "countersink_flush_duration_seconds_count 0",
             "countersink_flushes_total 0",
             "countersink_cql_writes_total{outcome=\"unknown\",table=\"countersink.counts_by_day\"} 0",
@@ -341,8 +341,8 @@ mod tests {
                 .unwrap()
         };
         let exact = |stage, granularity| {
-            part("countersink_delta_sum_high", stage, granularity) * catalogue::DELTA_SUM_SPLIT
-                + part("countersink_delta_sum_low", stage, granularity)
+            part("countersink_stage_delta_high", stage, granularity) * catalogue::DELTA_SUM_SPLIT
+                + part("countersink_stage_delta_low", stage, granularity)
         };
         assert_eq!(exact("applied", "minute"), big);
         assert_eq!(exact("accepted", "minute"), big);

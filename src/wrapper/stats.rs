@@ -58,7 +58,7 @@ impl WrapperAccounting {
                 + self.unsent
     }
 
-    /// The stages as `countersink_wrapper_delta_sum{stage}` labels them.
+    /// The stages as `countersink_wrapper_stage_delta{stage}` labels them.
     pub fn stages(&self) -> [(&'static str, i128); 7] {
         [
             ("buffered", self.buffered),

@@ -244,7 +244,7 @@ impl Metrics {
 
     fn stage(&self, stage: &str, granularity: &str) -> f64 {
         self.get(&format!(
-            "countersink_delta_sum{{granularity=\"{granularity}\",stage=\"{stage}\"}}"
+            "countersink_stage_delta{{granularity=\"{granularity}\",stage=\"{stage}\"}}"
         ))
     }
 

@@ -13,6 +13,10 @@
    peak for limits.max_pending_bytes, the qlen sysctl.
 
 Usage: check_kubernetes.py COUNTERSINK_BINARY   (run by check_kubernetes.sh)
+       check_kubernetes.py COUNTERSINK_BINARY RENDERED.yaml...
+The second form checks manifests rendered by the Helm chart (tests/deploy/check_helm.sh):
+the same checks, for what the value set turns on (each socket configured, the Secret
+when a password file is configured, the CronJob when rendered).
 """
 
 import os
@@ -70,11 +74,17 @@ def under(path, mounts):
 
 def main():
     binary = sys.argv[1]
-    files = sorted(f for f in os.listdir(K8S) if f.endswith(".yaml"))
+    rendered = sys.argv[2:]
+    if rendered:
+        sources = [(os.path.basename(p), p) for p in rendered]
+    else:
+        sources = [(f, os.path.join(K8S, f)) for f in sorted(os.listdir(K8S)) if f.endswith(".yaml")]
     documents = {}
-    for name in files:
-        with open(os.path.join(K8S, name)) as f:
+    for name, path in sources:
+        with open(path) as f:
             for doc in yaml.safe_load_all(f):
+                if not doc:
+                    continue
                 documents[doc["kind"]] = doc
                 for version in VERSIONS:
                     try:
@@ -84,7 +94,8 @@ def main():
                         check(False, f"{name}: {doc['kind']} against {version}: {e.message} at {list(e.path)}")
                     except kubernetes_validate.utils.SchemaNotFoundError as e:
                         check(False, f"{name}: no schema for {doc['kind']} in {version}: {e}")
-    check({"ConfigMap", "Secret", "Deployment"} <= set(documents), f"manifests: {sorted(documents)}")
+    check({"ConfigMap", "Deployment"} <= set(documents) and (rendered or "Secret" in documents),
+          f"manifests: {sorted(documents)}")
 
     toml_text = documents["ConfigMap"]["data"]["countersink.toml"]
     with tempfile.NamedTemporaryFile("w", suffix=".toml", delete=False) as f:
@@ -116,7 +127,10 @@ def main():
         return {m["mountPath"]: m["name"] for m in container.get("volumeMounts", [])}
 
     side_mounts, app_mounts = mounts(sidecar), mounts(app)
-    for key in ("uds", "uds_stream"):
+    sockets = [key for key in ("uds", "uds_stream") if config.get("ingest", {}).get(key, {}).get("path")]
+    check(bool(sockets) or config.get("ingest", {}).get("udp", {}).get("listen", "127.0.0.1:8125") != "off",
+          f"the application can reach the sidecar: {sockets or 'UDP'}")
+    for key in sockets:
         path = config["ingest"][key]["path"]
         directory = os.path.dirname(path)
         shared = side_mounts.get(directory)
@@ -128,18 +142,27 @@ def main():
     state_dir = config["state"]["dir"]
     check(under(state_dir, [p for p, v in side_mounts.items() if "emptyDir" in volumes[v] or "persistentVolumeClaim" in volumes[v]]),
           f"state.dir {state_dir} is on a writable volume")
-    password = config["store"]["password_file"]
-    secret_mounts = [p for p, v in side_mounts.items() if "secret" in volumes[v]]
-    check(under(password, secret_mounts), f"store.password_file {password} is in the mounted Secret")
-    secret_key = os.path.relpath(password, secret_mounts[0]) if secret_mounts else None
-    check(secret_key in documents["Secret"].get("stringData", {}) or secret_key in documents["Secret"].get("data", {}),
-          f"the Secret has the key {secret_key}")
+    password = config["store"].get("password_file")
+    if password or not rendered:
+        secret_mounts = [p for p, v in side_mounts.items() if "secret" in volumes[v]]
+        check(under(password or "", secret_mounts), f"store.password_file {password} is in the mounted Secret")
+        secret_key = os.path.relpath(password, secret_mounts[0]) if secret_mounts else None
+        secret_name = volumes[side_mounts[secret_mounts[0]]]["secret"]["secretName"] if secret_mounts else None
+        if "Secret" in documents:
+            check(documents["Secret"]["metadata"]["name"] == secret_name
+                  and (secret_key in documents["Secret"].get("stringData", {}) or secret_key in documents["Secret"].get("data", {})),
+                  f"the Secret {secret_name} has the key {secret_key}")
+        else:
+            print(f"note the Secret {secret_name} (key {secret_key}) is not rendered: an existing Secret")
 
     port = int(config["metrics"]["listen"].rsplit(":", 1)[1])
     host = config["metrics"]["listen"].rsplit(":", 1)[0]
     named = {p["name"]: p["containerPort"] for p in sidecar["ports"]}
     check(host in ("0.0.0.0", "[::]"), f"metrics.listen {host} is reachable by the kubelet and Prometheus")
     for probe, path in (("readinessProbe", "/readyz"), ("livenessProbe", "/healthz"), ("startupProbe", "/healthz")):
+        if probe == "readinessProbe" and rendered and probe not in sidecar:
+            print("note no readiness probe (the value set turns it off)")
+            continue
         get = sidecar[probe]["httpGet"]
         probe_port = named.get(get["port"], get["port"])
         check(get["path"] == path and probe_port == port, f"{probe} on {path} port {probe_port} (metrics {port})")
@@ -158,20 +181,35 @@ def main():
           f"memory limit {limit / 2**20:.0f} MiB >= 1.2 x measured peak {peak / 2**20:.0f} MiB for max_pending_bytes {pending / 2**20:.0f} MiB; request = limit")
     rows_bytes = config["limits"]["max_pending_rows"] * 153
     check(rows_bytes <= pending, f"max_pending_rows x 153 bytes ({rows_bytes / 2**20:.0f} MiB) within max_pending_bytes")
-    state_volume = volumes[side_mounts[state_dir]]["emptyDir"]
-    size_limit = quantity_bytes(state_volume["sizeLimit"])
+    state_volume = volumes[side_mounts[state_dir]].get("emptyDir")
     # Past its sizeLimit the kubelet evicts the pod, and the emptyDir (spill and unknown
-    # log included) is gone: the configuration's bound must fit inside it.
-    check(state_size["total"] <= size_limit,
+    # log included) is gone: the configuration's bound must fit inside it. (A claim's size
+    # is the claim's business.)
+    if state_volume is None:
+        print(f"note state.dir is on the claim {volumes[side_mounts[state_dir]]['persistentVolumeClaim']['claimName']}: no sizeLimit to check")
+    size_limit = quantity_bytes(state_volume["sizeLimit"]) if state_volume else state_size["total"]
+    check(state_volume is None or state_size["total"] <= size_limit,
           f"the state directory takes at most {state_size['total'] / 2**20:.0f} MiB (spill {state_size['spill'] / 2**20:.0f}, "
-          f"logs {state_size['logs'] / 2**20:.0f}, journal {state_size['journal'] / 2**20:.0f}), within the volume's sizeLimit {state_volume['sizeLimit']}")
+          f"logs {state_size['logs'] / 2**20:.0f}, journal {state_size['journal'] / 2**20:.0f}), within the volume's sizeLimit {(state_volume or {}).get('sizeLimit')}")
     sysctls = {s["name"]: s["value"] for s in pod["securityContext"].get("sysctls", [])}
-    check(int(sysctls.get("net.unix.max_dgram_qlen", 0)) >= 512, "net.unix.max_dgram_qlen raised for the pod")
-    check(pod["securityContext"].get("fsGroup") is not None and config["ingest"]["uds"]["mode"] == 0o660,
-          "socket mode 0660 with a pod fsGroup")
+    if "uds" in sockets:
+        check(int(sysctls.get("net.unix.max_dgram_qlen", 0)) >= 512, "net.unix.max_dgram_qlen raised for the pod")
+    for key in sockets:
+        check(pod["securityContext"].get("fsGroup") is not None and config["ingest"][key]["mode"] == 0o660,
+              f"ingest.{key}: socket mode 0660 with a pod fsGroup")
+    app_env = {e["name"]: e.get("value") for e in app.get("env", [])}
+    if "DD_DOGSTATSD_URL" in app_env:
+        url = app_env["DD_DOGSTATSD_URL"]
+        reachable = (url.startswith("unix://") and "uds" in sockets and url[7:] == config["ingest"]["uds"]["path"]) \
+            or (url.startswith("unixstream://") and "uds_stream" in sockets and url[13:] == config["ingest"]["uds_stream"]["path"]) \
+            or (url.startswith("udp://") and url[6:] == config["ingest"]["udp"]["listen"])
+        check(reachable, f"the application's DD_DOGSTATSD_URL {url} is a socket the sidecar listens on")
 
     # The reconcile CronJob: the same config and Secret mounts, and arguments the binary
     # accepts (run with --help appended: clap parses every argument before it answers).
+    if rendered and "CronJob" not in documents:
+        print(f"check_kubernetes: {passed} passed, {failed} failed (no CronJob rendered)")
+        return 1 if failed or not passed else 0
     check("CronJob" in documents, "the reconcile CronJob ships")
     job = documents["CronJob"]["spec"]["jobTemplate"]["spec"]["template"]["spec"]
     reconcile = job["containers"][0]
@@ -182,7 +220,8 @@ def main():
           and job_volumes["countersink-config"]["configMap"]["name"] == documents["ConfigMap"]["metadata"]["name"],
           "the CronJob runs reconcile on the mounted ConfigMap")
     job_secret = [path for path, v in job_mounts.items() if "secret" in job_volumes[v]]
-    check(under(password, job_secret), f"the CronJob mounts the Secret holding {password}")
+    if password:
+        check(under(password, job_secret), f"the CronJob mounts the Secret holding {password}")
     check(job["restartPolicy"] == "Never" and documents["CronJob"]["spec"]["jobTemplate"]["spec"]["backoffLimit"] == 0,
           "a reconcile finding is not retried (restartPolicy Never, backoffLimit 0)")
     proc = subprocess.run([binary, *reconcile["args"], "--help"], capture_output=True, text=True)

@@ -172,7 +172,7 @@ def main():
                 want = {("accepted", expected_sum + 1), ("applied", expected_sum)}
                 return all(
                     {(m["stage"], v) for m, v in prometheus.query(
-                        f'countersink_delta_sum{{job="countersink",granularity="{g}",stage=~"accepted|applied"}}')} == want
+                        f'countersink_stage_delta{{job="countersink",granularity="{g}",stage=~"accepted|applied"}}')} == want
                     for g in ("minute", "day"))
 
             prometheus.wait("Prometheus to scrape the settled identity", scraped_settled)
@@ -211,7 +211,7 @@ def main():
 
             # The identity, through Prometheus, per granularity.
             for g in ("minute", "day"):
-                stages = {m["stage"]: v for m, v in prometheus.query(f'countersink_delta_sum{{job="countersink",granularity="{g}"}}')}
+                stages = {m["stage"]: v for m, v in prometheus.query(f'countersink_stage_delta{{job="countersink",granularity="{g}"}}')}
                 settled = sum(v for s, v in stages.items() if s != "accepted")
                 every_stage = {"accepted", "applied", "unknown", "rejected", "dropped", "spilled", "ledgered", "pending"}
                 check(set(stages) == every_stage and stages["accepted"] == settled == expected_sum + 1
@@ -219,9 +219,9 @@ def main():
                       f"identity ({g}): accepted {stages.get('accepted')} = applied {stages.get('applied')} + dropped {stages.get('dropped')} + others; stages {sorted(stages)}")
             # Recording rules.
             gaps = prometheus.wait("the identity recording rule",
-                                   lambda: prometheus.query("countersink:delta_sum:unaccounted"))
+                                   lambda: prometheus.query("countersink:stage_delta:unaccounted"))
             check(sorted((m["granularity"], v) for m, v in gaps) == [("day", 0.0), ("minute", 0.0)],
-                  f"countersink:delta_sum:unaccounted = 0 for minute and day {gaps}")
+                  f"countersink:stage_delta:unaccounted = 0 for minute and day {gaps}")
             rates = {m["transport"]: v for m, v in prometheus.query("countersink:lines_received:rate5m")}
             check(sorted(rates) == ["udp", "uds", "uds_stream"] and all(v > 0 for v in rates.values()),
                   f"countersink:lines_received:rate5m > 0 per transport {rates}")

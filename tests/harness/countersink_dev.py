@@ -136,7 +136,7 @@ class DevServer:
         while time.monotonic() < deadline:
             m = self.metrics()
             last = {
-                (g, s): m.get(("countersink_delta_sum", frozenset({("stage", s), ("granularity", g)})), 0.0)
+                (g, s): m.get(("countersink_stage_delta", frozenset({("stage", s), ("granularity", g)})), 0.0)
                 for g in ("minute", "day") for s in stages
             }
             if all(

@@ -26,6 +26,29 @@ fn every_exported_metric_is_in_the_catalogue() {
     }
 }
 
+/// No metric name ends in a suffix that the Prometheus exposition and OpenMetrics formats
+/// give the series of histograms and summaries (`_sum`, `_count`, `_bucket`) or their
+/// creation time (`_created`): a scraper would read such a gauge as part of a histogram
+/// or summary that does not exist.
+#[test]
+fn no_metric_name_ends_in_a_reserved_suffix() {
+    let all = catalogue::ENGINE_METRICS
+        .iter()
+        .chain(&catalogue::INGEST_METRICS)
+        .chain(&catalogue::OPERATIONS_METRICS)
+        .chain(&catalogue::EXACT_METRICS)
+        .chain(&catalogue::WRAPPER_METRICS);
+    for metric in all {
+        for suffix in ["_sum", "_count", "_bucket", "_created"] {
+            assert!(
+                !metric.name.ends_with(suffix),
+                "{} ends in `{suffix}`, which Prometheus reserves for histograms and summaries",
+                metric.name
+            );
+        }
+    }
+}
+
 #[test]
 fn every_configuration_key_is_in_the_reference() {
     let example: toml::Table =

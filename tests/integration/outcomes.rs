@@ -1,5 +1,5 @@
 //! `countersink outcomes` on state directories that real faults filled: its sums must
-//! equal what the writer's own ledger counted (the `countersink_delta_sum` stages), read
+//! equal what the writer's own ledger counted (the `countersink_stage_delta` stages), read
 //! while the writer holds the directory and after it stopped, without changing a byte;
 //! and on a flush killed after its group commit, its reading of the journal must equal
 //! what the next start's recovery records and reports.

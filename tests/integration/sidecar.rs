@@ -378,14 +378,14 @@ async fn metrics_carry_the_minimum_set_and_the_identity_holds() {
         "countersink_cql_writes_total{outcome=\"applied\"",
         "countersink_dropped_total{reason=",
         "countersink_flush_duration_seconds_bucket",
-        "countersink_delta_sum{granularity=\"minute\",stage=\"accepted\"}",
+        "countersink_stage_delta{granularity=\"minute\",stage=\"accepted\"}",
         "countersink_socket_receive_buffer_bytes{transport=\"udp\"}",
     ] {
         assert!(text.contains(name), "missing {name}:\n{text}");
     }
     let stage = |granularity: &str, stage: &str| -> f64 {
         let prefix =
-            format!("countersink_delta_sum{{granularity=\"{granularity}\",stage=\"{stage}\"}} ");
+            format!("countersink_stage_delta{{granularity=\"{granularity}\",stage=\"{stage}\"}} ");
         text.lines()
             .find_map(|l| l.strip_prefix(&prefix))
             .unwrap()

@@ -132,7 +132,7 @@ async fn plain_and_wrapped(
         "countersink_wrapper_buffered_total 40000",
         "countersink_wrapper_passthrough_total{reason=\"not_counter_update\"} 60",
         "countersink_wrapper_passthrough_total{reason=\"buffer_full\"} 0",
-        "countersink_wrapper_delta_sum{stage=\"pending\"} 0",
+        "countersink_wrapper_stage_delta{stage=\"pending\"} 0",
         "countersink_wrapper_pending_rows 0",
     ] {
         assert!(text.contains(line), "{line} in\n{text}");

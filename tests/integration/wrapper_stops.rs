@@ -200,14 +200,14 @@ async fn a_final_flush_with_the_store_down_spills_every_row_and_the_next_start_r
     for stage in ["pending", "in_flight", "applied"] {
         assert!(
             text.contains(&format!(
-                "countersink_wrapper_delta_sum{{stage=\"{stage}\"}} 0"
+                "countersink_wrapper_stage_delta{{stage=\"{stage}\"}} 0"
             )),
             "{stage} in\n{text}"
         );
     }
     assert!(
         text.contains(&format!(
-            "countersink_wrapper_delta_sum{{stage=\"buffered\"}} {fed}"
+            "countersink_wrapper_stage_delta{{stage=\"buffered\"}} {fed}"
         )),
         "{text}"
     );
