@@ -53,6 +53,8 @@ mod datagram;
 mod error;
 mod framing;
 mod lines;
+#[cfg(feature = "otlp")]
+pub mod otlp;
 mod receivers;
 mod start;
 mod stats;
