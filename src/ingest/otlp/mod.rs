@@ -292,6 +292,115 @@ impl<H: PacketHandler> Shared<H> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use opentelemetry_proto::tonic::metrics::v1::{
+        AggregationTemporality, Metric, NumberDataPoint, ResourceMetrics, ScopeMetrics, Sum,
+        metric::Data, number_data_point::Value,
+    };
+
+    /// A handler that keeps what it is given, refuses every `refuse_every`-th increment,
+    /// and says it is busy when told to.
+    #[derive(Default)]
+    struct Keep {
+        kept: Vec<(String, i64)>,
+        seen: usize,
+        refuse_every: usize,
+        busy: bool,
+    }
+
+    impl PacketHandler for Keep {
+        fn handle(&mut self, _packet: &[u8]) {}
+
+        fn record(
+            &mut self,
+            name: &str,
+            _tags: &[(&str, &str)],
+            delta: i64,
+            _at: Option<i64>,
+        ) -> Recorded {
+            self.seen += 1;
+            if self.refuse_every > 0 && self.seen.is_multiple_of(self.refuse_every) {
+                return Recorded::Refused;
+            }
+            self.kept.push((name.to_string(), delta));
+            Recorded::Accepted
+        }
+
+        fn busy(&self) -> bool {
+            self.busy
+        }
+    }
+
+    fn shared(handler: Keep) -> Shared<Keep> {
+        Shared {
+            handler: Mutex::new(handler),
+            streams: Arc::new(Mutex::new(Streams::new(100, 0))),
+            policy: AttributePolicy::default(),
+            stats: Arc::new(IngestStats::default()),
+            transport: Transport::OtlpHttp,
+            max_request_bytes: 1 << 20,
+        }
+    }
+
+    fn deltas(values: &[f64]) -> ExportMetricsServiceRequest {
+        let points = values
+            .iter()
+            .map(|v| NumberDataPoint {
+                value: Some(Value::AsDouble(*v)),
+                ..Default::default()
+            })
+            .collect();
+        ExportMetricsServiceRequest {
+            resource_metrics: vec![ResourceMetrics {
+                scope_metrics: vec![ScopeMetrics {
+                    metrics: vec![Metric {
+                        name: "m".into(),
+                        data: Some(Data::Sum(Sum {
+                            data_points: points,
+                            aggregation_temporality: AggregationTemporality::Delta as i32,
+                            is_monotonic: true,
+                        })),
+                        ..Default::default()
+                    }],
+                    ..Default::default()
+                }],
+                ..Default::default()
+            }],
+        }
+    }
+
+    /// Busy: nothing of the request is applied (so the exporter's retry cannot double
+    /// count), and the refusal is counted.
+    #[test]
+    fn a_busy_buffer_refuses_the_whole_request_before_applying_anything() {
+        let s = shared(Keep {
+            busy: true,
+            ..Keep::default()
+        });
+        assert_eq!(s.export(&deltas(&[1.0, 2.0])), Answer::Busy);
+        assert!(s.handler.lock().kept.is_empty());
+        assert_eq!(s.stats.transport(Transport::OtlpHttp).busy, 1);
+    }
+
+    /// Refusals by the mapping and by the aggregator add up in one partial success; what
+    /// was accepted stays accepted.
+    #[test]
+    fn refusals_are_reported_as_a_partial_success_with_counts() {
+        let s = shared(Keep {
+            refuse_every: 2,
+            ..Keep::default()
+        });
+        let answer = s.export(&deltas(&[1.0, 2.5, 3.0, 4.0, 5.0]));
+        let Answer::Done { rejected, message } = answer else {
+            panic!("{answer:?}");
+        };
+        // 2.5 by the mapping; of 1, 3, 4, 5 the handler refuses the 2nd and the 4th.
+        assert_eq!(rejected, 3);
+        assert!(message.contains("1 non_integer"), "{message}");
+        assert!(message.contains("2 refused by the aggregator"), "{message}");
+        let kept: Vec<i64> = s.handler.lock().kept.iter().map(|(_, d)| *d).collect();
+        assert_eq!(kept, vec![1, 4]);
+        assert_eq!(s.stats.otlp().dropped[PointDrop::NonInteger.index()], 1);
+    }
 
     /// The metric labels in `stats` are the receiver's own reasons and kinds.
     #[test]
