@@ -139,6 +139,7 @@ async fn otlp_over_http_protobuf_json_and_grpc_land_with_exact_totals() {
     config.ingest.otlp_http.max_request_bytes = 64 * 1024;
     config.ingest.otlp_grpc.enabled = true;
     config.ingest.otlp_grpc.listen = "127.0.0.1:0".parse().unwrap();
+    config.ingest.otlp_grpc.max_request_bytes = 64 * 1024;
     let store = start_store(&mut config).await;
     let sidecar = start_sidecar(&config).await;
     let bound = sidecar.bound();
@@ -220,6 +221,24 @@ async fn otlp_over_http_protobuf_json_and_grpc_land_with_exact_totals() {
         client.export(cumulative).await.unwrap();
     }
 
+    // Over gRPC's size limit: RESOURCE_EXHAUSTED (not tonic's retryable OUT_OF_RANGE),
+    // nothing applied, counted.
+    let huge = request(vec![sum(
+        AggregationTemporality::Delta,
+        (0..5000)
+            .map(|i| point(0, now, Value::AsInt(1), &format!("huge-{i}")))
+            .collect(),
+    )]);
+    let mut plain = MetricsServiceClient::connect(format!("http://{grpc}"))
+        .await
+        .unwrap();
+    let refused = plain.export(huge).await.unwrap_err();
+    assert_eq!(
+        refused.code(),
+        tonic::Code::ResourceExhausted,
+        "{refused:?}"
+    );
+
     // Bad requests: each its status, nothing applied, counted by reason.
     assert_eq!(
         post(http, &[PROTOBUF], b"\xff\xff\xff\xff not protobuf").0,
@@ -247,6 +266,7 @@ async fn otlp_over_http_protobuf_json_and_grpc_land_with_exact_totals() {
             && has("countersink_otlp_points_ignored_total{kind=\"gauge\"} 1")
             && has("countersink_otlp_streams 2")
             && has("countersink_lines_received_total{transport=\"otlp_grpc\"} 3")
+            && has("countersink_packets_dropped_total{reason=\"oversized\",transport=\"otlp_grpc\"} 1")
     })
     .await;
     let report = sidecar.shutdown().await.unwrap();
