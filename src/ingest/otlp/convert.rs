@@ -38,7 +38,7 @@ pub enum PointDrop {
     NonFinite,
     /// A value outside the 64-bit signed range, or a difference that overflows it.
     OutOfRange,
-    /// A negative value in a monotonic delta sum.
+    /// A negative value in a monotonic sum (delta or cumulative).
     NegativeMonotonic,
     /// A sum whose temporality is unspecified.
     UnknownTemporality,
@@ -234,6 +234,9 @@ pub fn convert(
                                 Ok(value)
                             }
                         }
+                        AggregationTemporality::Cumulative if sum.is_monotonic && value < 0 => {
+                            Err(PointDrop::NegativeMonotonic)
+                        }
                         AggregationTemporality::Cumulative => {
                             key.clear();
                             stream_key(
@@ -266,7 +269,7 @@ pub fn convert(
                                 }
                             }
                             for a in &point.attributes {
-                                tags.push((a.key.clone(), render(a.value.as_ref())));
+                                tags.push(tag(&a.key, render(a.value.as_ref())));
                             }
                             out.increments.push(Increment {
                                 name: metric.name.clone(),
@@ -359,8 +362,22 @@ fn kept(attrs: &[KeyValue], keep: &[String]) -> Vec<(String, String)> {
     attrs
         .iter()
         .filter(|a| keep.iter().any(|k| k == &a.key))
-        .map(|a| (a.key.clone(), render(a.value.as_ref())))
+        .map(|a| tag(&a.key, render(a.value.as_ref())))
         .collect()
+}
+
+/// One tag from an attribute, with the bytes that separate tags in the canonical tag
+/// string replaced by `_`: `,` anywhere, `:` in the key. Otherwise `{a: "1,b:2"}` and
+/// `{a: "1", b: "2"}` would be one series under two spellings. (The stream identity keeps
+/// the attribute as it was.)
+fn tag(key: &str, value: String) -> (String, String) {
+    let key = key.replace([',', ':'], "_");
+    let value = if value.contains(',') {
+        value.replace(',', "_")
+    } else {
+        value
+    };
+    (key, value)
 }
 
 /// An attribute value as tag text: strings as they are, scalars in decimal, bytes in hex,

@@ -328,3 +328,101 @@ fn no_recorded_value_points_are_skipped() {
     assert!(c.increments.is_empty());
     assert_eq!(c.rejected(), 0);
 }
+
+#[test]
+fn tag_separators_in_attributes_are_replaced() {
+    let req = request(vec![sum(
+        "x",
+        AggregationTemporality::Delta,
+        true,
+        vec![point(
+            0,
+            0,
+            Value::AsInt(1),
+            vec![kv("a", "1,b:2"), kv("k:ey", "v")],
+        )],
+    )]);
+    let c = run(&mut Streams::new(10, BOOT), &req);
+    assert_eq!(
+        c.increments[0].tags,
+        vec![
+            ("service.name".to_string(), "shop".to_string()),
+            ("a".to_string(), "1_b:2".to_string()),
+            ("k_ey".to_string(), "v".to_string())
+        ]
+    );
+}
+
+mod properties {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn value() -> impl Strategy<Value = Value> {
+        prop_oneof![
+            any::<i64>().prop_map(Value::AsInt),
+            (-5i64..50).prop_map(Value::AsInt),
+            prop_oneof![
+                Just(f64::NAN),
+                Just(f64::INFINITY),
+                Just(-0.0),
+                Just(1.5),
+                Just(1e300),
+                Just(-9.3e18),
+                (-50i32..50).prop_map(f64::from),
+            ]
+            .prop_map(Value::AsDouble),
+        ]
+    }
+
+    fn points() -> impl Strategy<Value = Vec<(u64, u64, Value, u32, u8)>> {
+        // (start, time, value, flags, attribute) from small sets: duplicates, resets and
+        // out-of-order points happen often.
+        prop::collection::vec((0u64..3, 0u64..6, value(), 0u32..2, 0u8..3), 0..30)
+    }
+
+    proptest! {
+        /// Never a panic, and every point is accounted for exactly once: an increment,
+        /// a counted drop, unchanged, or skipped for having no value.
+        #[test]
+        fn every_point_is_accounted_for(
+            batches in prop::collection::vec((0i32..4, any::<bool>(), points()), 1..6),
+        ) {
+            let mut streams = Streams::new(4, BOOT);
+            for (temporality, monotonic, pts) in batches {
+                let no_value = pts.iter().filter(|p| p.3 == 1).count() as u64;
+                let n = pts.len() as u64;
+                let data_points = pts
+                    .into_iter()
+                    .map(|(start, time, v, flags, attr)| NumberDataPoint {
+                        attributes: vec![kv("a", &attr.to_string())],
+                        start_time_unix_nano: (start + 1) * 100 * S + BOOT,
+                        time_unix_nano: (time + 1) * 100 * S + BOOT,
+                        value: Some(v),
+                        flags,
+                        ..Default::default()
+                    })
+                    .collect();
+                let metric = Metric {
+                    name: "p".into(),
+                    data: Some(Data::Sum(Sum {
+                        data_points,
+                        aggregation_temporality: temporality,
+                        is_monotonic: monotonic,
+                    })),
+                    ..Default::default()
+                };
+                let c = run(&mut streams, &request(vec![metric]));
+                prop_assert_eq!(
+                    c.increments.len() as u64 + c.rejected() + c.unchanged + no_value,
+                    n
+                );
+                prop_assert!(c.increments.iter().all(|i| i.delta != 0));
+                // A monotonic sum never takes anything away, whatever the points say.
+                if monotonic {
+                    prop_assert!(c.increments.iter().all(|i| i.delta > 0));
+                }
+                prop_assert!(streams.len() <= 4);
+            }
+        }
+    }
+}
