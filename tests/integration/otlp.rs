@@ -269,7 +269,22 @@ async fn otlp_over_http_protobuf_json_and_grpc_land_with_exact_totals() {
             && has("countersink_packets_dropped_total{reason=\"oversized\",transport=\"otlp_grpc\"} 1")
     })
     .await;
+    // A client stuck in the middle of its body must not hold the shutdown.
+    let mut stuck = std::net::TcpStream::connect(http).unwrap();
+    stuck
+        .write_all(
+            b"POST /v1/metrics HTTP/1.1\r\nHost: x\r\nContent-Type: application/x-protobuf\r\nContent-Length: 1000\r\n\r\nabc",
+        )
+        .unwrap();
+    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    let stopping = std::time::Instant::now();
     let report = sidecar.shutdown().await.unwrap();
+    assert!(
+        stopping.elapsed() < std::time::Duration::from_secs(15),
+        "shutdown took {:?}",
+        stopping.elapsed()
+    );
+    drop(stuck);
     assert_eq!(
         report.spilled + report.unknown + report.rejected,
         0,

@@ -43,6 +43,10 @@ use super::{IDLE_INTERVAL, ListenError, PacketHandler, Recorded, Step};
 use crate::config::ingest::IngestConfig;
 use crate::vocabulary::Transport;
 
+/// Longest wait, after the stop, for requests in flight to finish (their points reach
+/// the final flush); what is still unanswered then is cut off with its connection.
+pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(2);
+
 /// What an exporter is told to wait before retrying a request refused as busy.
 pub const RETRY_AFTER: Duration = Duration::from_secs(2);
 
@@ -148,21 +152,50 @@ fn serve<H: PacketHandler>(
                 return;
             }
         };
-        let stopped = async move {
+        let (raised_tx, raised) = tokio::sync::watch::channel(false);
+        let watch = async move {
             while !stop.is_raised() {
                 tokio::time::sleep(IDLE_INTERVAL).await;
             }
+            let _ = raised_tx.send(true);
         };
-        let result = match transport {
-            Transport::OtlpGrpc => grpc::serve(listener, shared, stopped)
-                .await
-                .map_err(|e| e.to_string()),
-            _ => http::serve(listener, shared, stopped)
-                .await
-                .map_err(|e| e.to_string()),
+        let stopped = {
+            let mut raised = raised.clone();
+            async move {
+                let _ = raised.wait_for(|r| *r).await;
+            }
         };
-        if let Err(error) = result {
-            tracing::error!(%error, "The {} receiver failed.", transport.title());
+        let server = async move {
+            match transport {
+                Transport::OtlpGrpc => grpc::serve(listener, shared, stopped)
+                    .await
+                    .map_err(|e| e.to_string()),
+                _ => http::serve(listener, shared, stopped)
+                    .await
+                    .map_err(|e| e.to_string()),
+            }
+        };
+        // A client still sending a request body after the stop is not waited for past
+        // SHUTDOWN_GRACE: shutdown never hangs on a slow or stuck exporter.
+        let deadline = async move {
+            let mut raised = raised;
+            let _ = raised.wait_for(|r| *r).await;
+            tokio::time::sleep(SHUTDOWN_GRACE).await;
+        };
+        tokio::spawn(watch);
+        tokio::select! {
+            result = server => {
+                if let Err(error) = result {
+                    tracing::error!(%error, "The {} receiver failed.", transport.title());
+                }
+            }
+            () = deadline => {
+                tracing::warn!(
+                    "The {} receiver stopped with requests still in flight after {:?}; their clients see the connection close.",
+                    transport.title(),
+                    SHUTDOWN_GRACE
+                );
+            }
         }
     });
 }
