@@ -83,6 +83,10 @@
 //!   is not StatsD lines enters the engine through `Engine::record_from`, which keeps its
 //!   `lines_received` count; the receivers' handler factory carries bytes, so such a
 //!   receiver also needs its handler (`sidecar/handler.rs`) to reach the engine.
+//!   The OTLP receivers (`ingest/otlp/`) are that case and took 9 files: the 5 above, the
+//!   handler's `record`/`busy` (`sidecar/handler.rs`), and, for their request-level drop
+//!   reasons and point counters, `ingest/stats.rs`, `telemetry/ingest.rs` and
+//!   `telemetry/catalogue.rs`.
 
 pub mod line;
 pub mod ops;

@@ -132,25 +132,33 @@ pub enum Transport {
     UnixStream,
     /// TCP, newline-framed lines.
     Tcp,
+    /// OTLP metrics over HTTP (`POST /v1/metrics`).
+    OtlpHttp,
+    /// OTLP metrics over gRPC.
+    OtlpGrpc,
 }
 
 impl Transport {
     /// Every transport, in label order.
-    pub const ALL: [Transport; 4] = [
+    pub const ALL: [Transport; 6] = [
         Transport::Udp,
         Transport::UnixDatagram,
         Transport::UnixStream,
         Transport::Tcp,
+        Transport::OtlpHttp,
+        Transport::OtlpGrpc,
     ];
 
-    /// The metric label value: `udp`, `uds`, `uds_stream` or `tcp` (the names of the CLI
-    /// flags, with `_` for `-`).
+    /// The metric label value: `udp`, `uds`, `uds_stream`, `tcp`, `otlp_http` or
+    /// `otlp_grpc` (the names of the CLI flags and config sections, with `_` for `-`).
     pub const fn as_str(self) -> &'static str {
         match self {
             Transport::Udp => "udp",
             Transport::UnixDatagram => "uds",
             Transport::UnixStream => "uds_stream",
             Transport::Tcp => "tcp",
+            Transport::OtlpHttp => "otlp_http",
+            Transport::OtlpGrpc => "otlp_grpc",
         }
     }
 
@@ -160,10 +168,13 @@ impl Transport {
     }
 
     /// Whether it accepts connections (and so has connection counters and a connection
-    /// limit) rather than receiving datagrams.
+    /// limit served by `ingest/stream.rs`) rather than receiving datagrams or requests.
     pub const fn is_stream(self) -> bool {
         match self {
-            Transport::Udp | Transport::UnixDatagram => false,
+            Transport::Udp
+            | Transport::UnixDatagram
+            | Transport::OtlpHttp
+            | Transport::OtlpGrpc => false,
             Transport::UnixStream | Transport::Tcp => true,
         }
     }
@@ -175,6 +186,8 @@ impl Transport {
             Transport::UnixDatagram => "Unix dgram",
             Transport::UnixStream => "Unix stream",
             Transport::Tcp => "TCP",
+            Transport::OtlpHttp => "OTLP/HTTP",
+            Transport::OtlpGrpc => "OTLP/gRPC",
         }
     }
 }

@@ -91,6 +91,14 @@ pub(super) struct ServeArgs {
     /// address when on is 127.0.0.1:8125].
     #[arg(long, env = "COUNTERSINK_TCP", value_name = "ADDR", value_parser = listen)]
     pub(super) tcp: Option<Listen>,
+    /// OTLP/HTTP address to receive OpenTelemetry metrics on, or `off` [default: off; the
+    /// address when on is 127.0.0.1:4318].
+    #[arg(long = "otlp-http", env = "COUNTERSINK_OTLP_HTTP", value_name = "ADDR", value_parser = listen)]
+    pub(super) otlp_http: Option<Listen>,
+    /// OTLP/gRPC address to receive OpenTelemetry metrics on, or `off` [default: off; the
+    /// address when on is 127.0.0.1:4317].
+    #[arg(long = "otlp-grpc", env = "COUNTERSINK_OTLP_GRPC", value_name = "ADDR", value_parser = listen)]
+    pub(super) otlp_grpc: Option<Listen>,
     /// HTTP address of /metrics, /healthz and /readyz, or `off` [default: 127.0.0.1:9102].
     #[arg(long, env = "COUNTERSINK_METRICS", value_name = "ADDR", value_parser = listen)]
     pub(super) metrics: Option<Listen>,
@@ -155,6 +163,18 @@ impl ServeArgs {
             config.ingest.tcp.enabled = tcp.is_some();
             if let Some(addr) = tcp {
                 config.ingest.tcp.listen = addr;
+            }
+        }
+        if let Some(Listen(otlp)) = self.otlp_http {
+            config.ingest.otlp_http.enabled = otlp.is_some();
+            if let Some(addr) = otlp {
+                config.ingest.otlp_http.listen = addr;
+            }
+        }
+        if let Some(Listen(otlp)) = self.otlp_grpc {
+            config.ingest.otlp_grpc.enabled = otlp.is_some();
+            if let Some(addr) = otlp {
+                config.ingest.otlp_grpc.listen = addr;
             }
         }
         if let Some(Listen(metrics)) = self.metrics {

@@ -66,7 +66,12 @@ fn banner(config: &crate::config::Config, cql: SocketAddr, bound: crate::sidecar
         .next()
         .unwrap_or_else(|| "countersink".into());
     // `send`'s flag for a transport is its label with dashes (`--uds-stream`).
-    let send_target = match bound.listening.first() {
+    // OTLP receivers take OpenTelemetry exporters, not `send`.
+    let send_target = match bound
+        .listening
+        .iter()
+        .find(|l| !matches!(l.transport, Transport::OtlpHttp | Transport::OtlpGrpc))
+    {
         Some(l) => format!("--{} {}", l.transport.as_str().replace('_', "-"), l.address),
         None => "--udp 127.0.0.1:8125".into(),
     };

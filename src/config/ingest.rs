@@ -23,6 +23,9 @@ pub const DEFAULT_RECV_BUFFER_BYTES: usize = 8 * 1024 * 1024;
 /// Default TCP address: `127.0.0.1:8125` (loopback only; the StatsD port, beside UDP's).
 pub const DEFAULT_TCP_LISTEN: SocketAddr = SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), 8125);
 
+/// Default largest OTLP request body, compressed or not: 4 MiB (the gRPC default).
+pub const DEFAULT_OTLP_MAX_REQUEST_BYTES: usize = 4 * 1024 * 1024;
+
 /// Default time a stream connection may stay silent before it is closed: never (zero).
 ///
 /// StatsD stream clients hold one connection for the life of the process and several do
@@ -44,6 +47,8 @@ const MAX_BATCH_SIZE: usize = 1024;
 const MAX_RECV_BUFFER_BYTES: usize = (i32::MAX / 2) as usize;
 const MAX_MESSAGE_LIMIT: usize = 16 * 1024 * 1024;
 const MAX_CONNECTIONS_LIMIT: usize = 4096;
+const MAX_OTLP_REQUEST_LIMIT: usize = 256 * 1024 * 1024;
+const MAX_OTLP_STREAMS: usize = 100_000_000;
 
 /// All receivers. In TOML: `[udp]`, `[uds]`, `[uds_stream]`, `[tcp]` (under whatever table
 /// the main config nests this in).
@@ -58,6 +63,83 @@ pub struct IngestConfig {
     pub uds_stream: UnixStreamConfig,
     /// The TCP receiver (newline-framed lines). Off by default.
     pub tcp: TcpConfig,
+    /// The OTLP/HTTP metrics receiver. Off by default.
+    pub otlp_http: OtlpHttpConfig,
+    /// The OTLP/gRPC metrics receiver. Off by default.
+    pub otlp_grpc: OtlpGrpcConfig,
+    /// How OTLP metrics become increments (both OTLP receivers).
+    pub otlp: OtlpConfig,
+}
+
+/// One OTLP receiver's section; `$port` is its protocol's port, the default of `listen`.
+macro_rules! otlp_listen_config {
+    ($(#[$doc:meta])* $name:ident, $port:expr) => {
+        $(#[$doc])*
+        #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+        #[serde(default, deny_unknown_fields)]
+        pub struct $name {
+            /// Whether to listen. Defaults to `false`, in `serve` and `dev` alike.
+            pub enabled: bool,
+            /// Address to listen on, `"IP:PORT"`: loopback and the protocol's port by
+            /// default. Anyone who can connect can add to counters in the database: open it
+            /// wider only behind a firewall.
+            #[serde(deserialize_with = "super::listen::deserialize_required")]
+            pub listen: SocketAddr,
+            /// Largest request body accepted, in bytes, compressed and once decompressed; a
+            /// larger one is refused whole (HTTP 413, gRPC `RESOURCE_EXHAUSTED`) and counted
+            /// as `oversized`. Defaults to 4194304 (4 MiB).
+            pub max_request_bytes: usize,
+        }
+
+        impl Default for $name {
+            fn default() -> Self {
+                $name {
+                    enabled: false,
+                    listen: SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), $port),
+                    max_request_bytes: DEFAULT_OTLP_MAX_REQUEST_BYTES,
+                }
+            }
+        }
+    };
+}
+
+otlp_listen_config!(
+    /// `[ingest.otlp_http]`: the OTLP/HTTP receiver (`POST /v1/metrics`, protobuf or JSON),
+    /// `127.0.0.1:4318` by default.
+    OtlpHttpConfig,
+    4318
+);
+otlp_listen_config!(
+    /// `[ingest.otlp_grpc]`: the OTLP/gRPC receiver, `127.0.0.1:4317` by default.
+    OtlpGrpcConfig,
+    4317
+);
+
+/// `[ingest.otlp]`: which OTLP attributes become tags.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct OtlpConfig {
+    /// Resource attributes kept as tags (data point attributes always are). Defaults to
+    /// `["service.name"]`: per-process attributes such as `service.instance.id` or
+    /// `host.name` would make one row per process; add them knowingly.
+    pub resource_attributes: Vec<String>,
+    /// Instrumentation scope attributes kept as tags. Defaults to none.
+    pub scope_attributes: Vec<String>,
+    /// Most cumulative streams whose last point is kept (both receivers share the table);
+    /// beyond it the least recently seen are evicted (counted), and an evicted stream's
+    /// next point only sets its baseline again (counted as `cumulative_baseline`).
+    /// Defaults to 100000.
+    pub max_streams: usize,
+}
+
+impl Default for OtlpConfig {
+    fn default() -> Self {
+        OtlpConfig {
+            resource_attributes: vec!["service.name".into()],
+            scope_attributes: Vec::new(),
+            max_streams: 100_000,
+        }
+    }
 }
 
 /// The UDP receiver.
@@ -323,6 +405,24 @@ impl IngestConfig {
             self.tcp.max_connections,
             1,
             MAX_CONNECTIONS_LIMIT,
+        )?;
+        check_range(
+            "otlp_http.max_request_bytes",
+            self.otlp_http.max_request_bytes,
+            1024,
+            MAX_OTLP_REQUEST_LIMIT,
+        )?;
+        check_range(
+            "otlp_grpc.max_request_bytes",
+            self.otlp_grpc.max_request_bytes,
+            1024,
+            MAX_OTLP_REQUEST_LIMIT,
+        )?;
+        check_range(
+            "otlp.max_streams",
+            self.otlp.max_streams,
+            2,
+            MAX_OTLP_STREAMS,
         )?;
         if let (Some(a), Some(b)) = (&self.uds.path, &stream.path)
             && a == b

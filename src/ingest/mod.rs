@@ -53,6 +53,8 @@ mod datagram;
 mod error;
 mod framing;
 mod lines;
+#[cfg(feature = "otlp")]
+pub mod otlp;
 mod receivers;
 mod start;
 mod stats;
@@ -71,9 +73,13 @@ mod tests;
 use std::time::Duration;
 
 pub use error::{ListenError, Step};
+
 pub use receivers::{Address, Listening, Receivers};
 pub use start::start;
-pub use stats::{IngestSnapshot, IngestStats, TransportSnapshot};
+pub use stats::{
+    IngestSnapshot, IngestStats, OTLP_DROP_REASONS, OTLP_IGNORED_KINDS, OtlpSnapshot,
+    TransportSnapshot,
+};
 pub use unix_datagram::{ADVISED_QLEN, RAISE_QLEN, max_dgram_qlen};
 
 /// Read timeout of every receive thread, and the longest time between two calls of
@@ -102,6 +108,36 @@ pub trait PacketHandler: Send + 'static {
     /// the receiver exits (after the shutdown drain, or when a stream connection closes),
     /// so per-thread state can be published.
     fn idle(&mut self) {}
+
+    /// One increment decoded from a source that is not StatsD lines (an OTLP point): `name`
+    /// with `tags`, `delta`, at the client time `at` (Unix seconds) or now. The default
+    /// refuses it (a handler for lines only).
+    fn record(
+        &mut self,
+        _name: &str,
+        _tags: &[(&str, &str)],
+        _delta: i64,
+        _at: Option<i64>,
+    ) -> Recorded {
+        Recorded::Refused
+    }
+
+    /// Whether the buffer behind the handler is near its limits, so a request-based
+    /// receiver should refuse new requests (back-pressure the client retries on) rather
+    /// than accept them partly. Defaults to `false`.
+    fn busy(&self) -> bool {
+        false
+    }
+}
+
+/// What became of one increment handed to [`PacketHandler::record`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Recorded {
+    /// In the buffer.
+    Accepted,
+    /// Not kept: invalid, outside the time window, or dropped by a limit (counted by the
+    /// engine with its reason).
+    Refused,
 }
 
 impl<H: PacketHandler + ?Sized> PacketHandler for Box<H> {
@@ -111,5 +147,19 @@ impl<H: PacketHandler + ?Sized> PacketHandler for Box<H> {
 
     fn idle(&mut self) {
         (**self).idle();
+    }
+
+    fn record(
+        &mut self,
+        name: &str,
+        tags: &[(&str, &str)],
+        delta: i64,
+        at: Option<i64>,
+    ) -> Recorded {
+        (**self).record(name, tags, delta, at)
+    }
+
+    fn busy(&self) -> bool {
+        (**self).busy()
     }
 }

@@ -32,5 +32,7 @@ where
     unix_datagram::start(config, &mut receivers, &factory)?;
     unix_stream::start(config, &mut receivers, &factory)?;
     tcp::start(config, &mut receivers, &factory)?;
+    #[cfg(feature = "otlp")]
+    super::otlp::start(config, &mut receivers, &factory)?;
     Ok(receivers)
 }

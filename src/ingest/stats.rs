@@ -25,6 +25,57 @@ use crate::vocabulary::Transport;
 #[derive(Debug, Default)]
 pub struct IngestStats {
     by_transport: [CachePadded<TransportStats>; Transport::ALL.len()],
+    /// The OTLP receivers' point counters (both transports).
+    pub(super) otlp: OtlpStats,
+}
+
+/// Points by what became of them, in the OTLP receivers (both transports share one
+/// cumulative stream table).
+#[derive(Debug, Default)]
+pub(super) struct OtlpStats {
+    /// Points refused before the engine, by the OTLP drop reason's index.
+    pub(super) dropped: [AtomicU64; OTLP_DROP_REASONS.len()],
+    /// Points of other metric kinds, by the kind's index.
+    pub(super) ignored: [AtomicU64; OTLP_IGNORED_KINDS.len()],
+    /// Cumulative streams held now.
+    pub(super) streams: AtomicU64,
+    /// Cumulative streams evicted from the table.
+    pub(super) evicted: AtomicU64,
+}
+
+/// Labels of the OTLP point drop reasons, in index order (`PointDrop::ALL` of the OTLP
+/// receiver; a test checks they agree).
+pub const OTLP_DROP_REASONS: [&str; 8] = [
+    "non_integer",
+    "non_finite",
+    "out_of_range",
+    "negative_monotonic",
+    "unknown_temporality",
+    "cumulative_decrease",
+    "out_of_order",
+    "cumulative_baseline",
+];
+
+/// Labels of the ignored OTLP metric kinds, in index order (`IgnoredKind::ALL`).
+pub const OTLP_IGNORED_KINDS: [&str; 5] = [
+    "gauge",
+    "histogram",
+    "exponential_histogram",
+    "summary",
+    "empty",
+];
+
+/// A copy of the OTLP receivers' point counters.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct OtlpSnapshot {
+    /// Points refused before the engine, in [`OTLP_DROP_REASONS`] order.
+    pub dropped: [u64; OTLP_DROP_REASONS.len()],
+    /// Points of other kinds, in [`OTLP_IGNORED_KINDS`] order.
+    pub ignored: [u64; OTLP_IGNORED_KINDS.len()],
+    /// Cumulative streams held now.
+    pub streams: u64,
+    /// Cumulative streams evicted.
+    pub evicted: u64,
 }
 
 impl IngestStats {
@@ -36,6 +87,17 @@ impl IngestStats {
     /// A copy of one transport's counters.
     pub fn transport(&self, transport: Transport) -> TransportSnapshot {
         self.get(transport).snapshot()
+    }
+
+    /// A copy of the OTLP receivers' point counters.
+    pub fn otlp(&self) -> OtlpSnapshot {
+        let o = &self.otlp;
+        OtlpSnapshot {
+            dropped: o.dropped.each_ref().map(|c| c.load(Relaxed)),
+            ignored: o.ignored.each_ref().map(|c| c.load(Relaxed)),
+            streams: o.streams.load(Relaxed),
+            evicted: o.evicted.load(Relaxed),
+        }
     }
 
     /// A copy of every transport's counters.
@@ -78,6 +140,14 @@ pub struct TransportSnapshot {
     /// Stream connections that ended in the middle of a message or line (the partial one
     /// is dropped, never joined to another connection's bytes).
     pub partial: u64,
+    /// Requests refused whole as unreadable: a body that is not valid protobuf or OTLP
+    /// JSON, or a gzip body that does not decompress (request transports).
+    pub malformed: u64,
+    /// Requests refused whole for their content type or encoding (request transports).
+    pub unsupported: u64,
+    /// Requests refused whole because the buffer was near its limits: the client is told
+    /// to retry (HTTP 429, gRPC `RESOURCE_EXHAUSTED`).
+    pub busy: u64,
     /// Datagrams the kernel dropped because the socket's receive queue was full
     /// (`SO_MEMINFO` drops, sampled every idle interval; Linux only, 0 elsewhere).
     pub kernel_drops: u64,
@@ -113,6 +183,9 @@ pub(super) struct TransportStats {
     pub(super) truncated: AtomicU64,
     pub(super) oversized: AtomicU64,
     pub(super) partial: AtomicU64,
+    pub(super) malformed: AtomicU64,
+    pub(super) unsupported: AtomicU64,
+    pub(super) busy: AtomicU64,
     pub(super) kernel_drops: AtomicU64,
     pub(super) connections_accepted: AtomicU64,
     pub(super) connections_refused: AtomicU64,
@@ -141,6 +214,9 @@ impl TransportStats {
             truncated: self.truncated.load(Relaxed),
             oversized: self.oversized.load(Relaxed),
             partial: self.partial.load(Relaxed),
+            malformed: self.malformed.load(Relaxed),
+            unsupported: self.unsupported.load(Relaxed),
+            busy: self.busy.load(Relaxed),
             kernel_drops: self.kernel_drops.load(Relaxed),
             connections_accepted: self.connections_accepted.load(Relaxed),
             connections_refused: self.connections_refused.load(Relaxed),

@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use crate::engine::{self, Engine};
-use crate::ingest::PacketHandler;
+use crate::ingest::{PacketHandler, Recorded};
 use crate::vocabulary::Transport;
 
 /// Hands each datagram (or stream message) to the engine, stamped with the time it was
@@ -29,5 +29,27 @@ impl PacketHandler for EngineHandler {
     fn handle(&mut self, packet: &[u8]) {
         let now = engine::now_unix_secs();
         self.engine.ingest_packet(packet, self.transport, now);
+    }
+
+    fn record(
+        &mut self,
+        name: &str,
+        tags: &[(&str, &str)],
+        delta: i64,
+        at: Option<i64>,
+    ) -> Recorded {
+        let now = engine::now_unix_secs();
+        match self
+            .engine
+            .record_from(self.transport, name, tags, delta, now, at)
+        {
+            Ok(()) => Recorded::Accepted,
+            Err(_) => Recorded::Refused,
+        }
+    }
+
+    fn busy(&self) -> bool {
+        let aggregator = self.engine.aggregator();
+        aggregator.under_pressure() || aggregator.is_closed()
     }
 }

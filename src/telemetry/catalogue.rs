@@ -232,8 +232,32 @@ pub const RECEIVE_ERRORS: MetricDef = MetricDef {
 /// `countersink_packets_dropped_total{transport, reason}` (sidecar).
 pub const PACKETS_DROPPED: MetricDef = MetricDef {
     name: "countersink_packets_dropped_total",
-    help: "Packets lost before parsing, by transport and reason: truncated (datagram over 64 KiB), oversized (stream message or line over the limit), partial (a stream connection ended inside a message or line), kernel (the socket's receive queue overflowed).",
+    help: "Packets lost before parsing, by transport and reason: truncated (datagram over 64 KiB), oversized (stream message, line or OTLP request over the limit), partial (a stream connection ended inside a message or line), kernel (the socket's receive queue overflowed), malformed (an OTLP body that does not decode or decompress), unsupported (an OTLP content type or encoding), busy (an OTLP request refused with a retry status because the buffer was near its limits).",
     labels: &["transport", "reason"],
+};
+/// `countersink_otlp_points_dropped_total{reason}` (sidecar).
+pub const OTLP_POINTS_DROPPED: MetricDef = MetricDef {
+    name: "countersink_otlp_points_dropped_total",
+    help: "OTLP sum points refused before the aggregator, by reason: non_integer, non_finite, out_of_range, negative_monotonic, unknown_temporality, cumulative_decrease, out_of_order, cumulative_baseline (the first point of a cumulative stream that may have been counted before: it sets the baseline).",
+    labels: &["reason"],
+};
+/// `countersink_otlp_points_ignored_total{kind}` (sidecar).
+pub const OTLP_POINTS_IGNORED: MetricDef = MetricDef {
+    name: "countersink_otlp_points_ignored_total",
+    help: "OTLP points of metric kinds that are not counters, by kind: gauge, histogram, exponential_histogram, summary, empty (a metric without data).",
+    labels: &["kind"],
+};
+/// `countersink_otlp_streams` (sidecar).
+pub const OTLP_STREAMS: MetricDef = MetricDef {
+    name: "countersink_otlp_streams",
+    help: "OTLP cumulative streams whose last point is held (at most ingest.otlp.max_streams).",
+    labels: &[],
+};
+/// `countersink_otlp_stream_evictions_total` (sidecar).
+pub const OTLP_STREAM_EVICTIONS: MetricDef = MetricDef {
+    name: "countersink_otlp_stream_evictions_total",
+    help: "OTLP cumulative streams evicted from the full stream table.",
+    labels: &[],
 };
 /// `countersink_socket_receive_buffer_bytes{transport}` (sidecar).
 pub const SOCKET_RECEIVE_BUFFER: MetricDef = MetricDef {
@@ -348,7 +372,7 @@ pub const ENGINE_METRICS: [MetricDef; 23] = [
 ];
 
 /// What the sidecar's receivers export besides.
-pub const INGEST_METRICS: [MetricDef; 10] = [
+pub const INGEST_METRICS: [MetricDef; 14] = [
     PACKETS_RECEIVED,
     RECEIVED_BYTES,
     RECEIVE_ERRORS,
@@ -359,6 +383,10 @@ pub const INGEST_METRICS: [MetricDef; 10] = [
     UDS_QUEUE_FULL,
     UDS_QUEUE_HIGH_WATER,
     UDS_MAX_DGRAM_QLEN,
+    OTLP_POINTS_DROPPED,
+    OTLP_POINTS_IGNORED,
+    OTLP_STREAMS,
+    OTLP_STREAM_EVICTIONS,
 ];
 
 /// What the sidecar exports about the counter tables and the operator jobs.

@@ -7,7 +7,7 @@ use prometheus::core::{Collector, Desc};
 use prometheus::proto::MetricFamily;
 use prometheus::{IntCounter, IntCounterVec, IntGauge, IntGaugeVec};
 
-use crate::ingest::IngestStats;
+use crate::ingest::{IngestStats, OTLP_DROP_REASONS, OTLP_IGNORED_KINDS};
 
 use super::catalogue;
 use crate::vocabulary::Transport;
@@ -30,10 +30,14 @@ struct IngestSeries {
     queue_full: IntCounter,
     queue_high_water: IntGauge,
     queue_limit: IntGauge,
+    otlp_dropped: IntCounterVec,
+    otlp_ignored: IntCounterVec,
+    otlp_streams: IntGauge,
+    otlp_evicted: IntCounter,
 }
 
 impl IngestSeries {
-    fn all(&self) -> [&dyn Collector; 10] {
+    fn all(&self) -> [&dyn Collector; 14] {
         [
             &self.packets,
             &self.bytes,
@@ -45,6 +49,10 @@ impl IngestSeries {
             &self.queue_full,
             &self.queue_high_water,
             &self.queue_limit,
+            &self.otlp_dropped,
+            &self.otlp_ignored,
+            &self.otlp_streams,
+            &self.otlp_evicted,
         ]
     }
 }
@@ -63,6 +71,10 @@ impl IngestCollector {
             queue_full: catalogue::UDS_QUEUE_FULL.int_counter(),
             queue_high_water: catalogue::UDS_QUEUE_HIGH_WATER.int_gauge(),
             queue_limit: catalogue::UDS_MAX_DGRAM_QLEN.int_gauge(),
+            otlp_dropped: catalogue::OTLP_POINTS_DROPPED.int_counter_vec(),
+            otlp_ignored: catalogue::OTLP_POINTS_IGNORED.int_counter_vec(),
+            otlp_streams: catalogue::OTLP_STREAMS.int_gauge(),
+            otlp_evicted: catalogue::OTLP_STREAM_EVICTIONS.int_counter(),
         };
         let descs = families
             .all()
@@ -85,9 +97,28 @@ impl Collector for IngestCollector {
     fn collect(&self) -> Vec<MetricFamily> {
         let snapshot = self.stats.snapshot();
         let f = self.series.lock();
-        for c in [&f.packets, &f.bytes, &f.errors, &f.dropped, &f.connections] {
+        for c in [
+            &f.packets,
+            &f.bytes,
+            &f.errors,
+            &f.dropped,
+            &f.connections,
+            &f.otlp_dropped,
+            &f.otlp_ignored,
+        ] {
             c.reset();
         }
+        let otlp = self.stats.otlp();
+        for (reason, n) in OTLP_DROP_REASONS.iter().zip(otlp.dropped) {
+            f.otlp_dropped.with_label_values(&[*reason]).inc_by(n);
+        }
+        for (kind, n) in OTLP_IGNORED_KINDS.iter().zip(otlp.ignored) {
+            f.otlp_ignored.with_label_values(&[*kind]).inc_by(n);
+        }
+        f.otlp_streams
+            .set(i64::try_from(otlp.streams).unwrap_or(i64::MAX));
+        f.otlp_evicted.reset();
+        f.otlp_evicted.inc_by(otlp.evicted);
         let uds = snapshot.get(Transport::UnixDatagram);
         f.queue_full.reset();
         f.queue_full.inc_by(uds.queue_full);
@@ -105,6 +136,9 @@ impl Collector for IngestCollector {
                 ("oversized", s.oversized),
                 ("partial", s.partial),
                 ("kernel", s.kernel_drops),
+                ("malformed", s.malformed),
+                ("unsupported", s.unsupported),
+                ("busy", s.busy),
             ] {
                 f.dropped.with_label_values(&[t, reason]).inc_by(n);
             }

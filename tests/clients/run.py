@@ -1,4 +1,5 @@
-"""Real StatsD/DogStatsD clients in five languages against `countersink dev`.
+"""Real StatsD/DogStatsD clients in five languages, and the Python OpenTelemetry SDK's
+OTLP exporters, against `countersink dev`.
 
 Each case sends COUNT increments (value i % 5 + 1, so the total is known) of its own
 counter through one client, transport and option, and must land the exact total in both
@@ -67,6 +68,9 @@ class Case:
         self.id = f"{language}-{client}-{option}-{transport}".replace("_", "-")
         self.name = "clients." + self.id.replace("-", "_")
         self.tags = [] if client == "statsd" else [f"client:{self.id}"]
+        if transport.startswith("otlp"):
+            # The resource's service.name is kept as a tag by default.
+            self.tags.append("service.name:clients")
 
     def argv(self, target, count):
         return self.command(self.transport, target, self.name, self.id, str(count))
@@ -105,6 +109,12 @@ def cases(tools):
         client = "statsd" if flavour.startswith("statsd") else "datadog"
         add("python", client, option, transport,
             lambda t, target, n, c, k, f=flavour: [py, send_py, f, t, target, n, c, k], expect)
+    # Python OpenTelemetry SDK, OTLP exporters (gzip), both temporalities.
+    otlp_py = os.path.join(HERE, "python", "otlp_send.py")
+    for protocol in ("http", "grpc"):
+        for temporality in ("delta", "cumulative"):
+            add("python", "opentelemetry-sdk", temporality, f"otlp_{protocol}",
+                lambda t, target, n, c, k, p=protocol, tm=temporality: [py, otlp_py, p, tm, target, n, c, k])
     # Go datadog-go: blocking writes with a 100 ms timeout. Channel mode drops on a full channel
     # (reported), and Close() stops its workers without draining their channels (not reported).
     for option, transport, expect in (
@@ -139,7 +149,8 @@ def cases(tools):
 
 def target_of(dev, transport):
     return {"udp": f"127.0.0.1:{dev.udp_port}", "uds": dev.uds, "uds_stream": dev.uds_stream,
-            "tcp": f"127.0.0.1:{dev.tcp_port}"}[transport]
+            "tcp": f"127.0.0.1:{dev.tcp_port}", "otlp_http": f"127.0.0.1:{dev.otlp_http_port}",
+            "otlp_grpc": f"127.0.0.1:{dev.otlp_grpc_port}"}[transport]
 
 
 def run_client(case, target, count):

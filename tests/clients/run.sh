@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Installs the five languages' StatsD clients at pinned versions (PyPI, the Go module
+# Installs the five languages' StatsD clients and the Python OpenTelemetry SDK (OTLP
+# exporters) at pinned versions (PyPI, the Go module
 # proxy, npm, Maven Central, crates.io), then runs run.py: real traffic from each to
 # `countersink dev`, exact totals read back from both tables. A client that cannot be
 # installed fails the run. Needs root for the net.unix.max_dgram_qlen phases (CI is root).
@@ -14,7 +15,7 @@ mkdir -p "$out"
 echo "==> countersink and the Rust client (cadence, from Cargo.lock)"
 cargo build --quiet --locked --bin countersink --example client_cadence
 
-echo "==> Python: datadog and statsd ($here/python/requirements.txt)"
+echo "==> Python: datadog, statsd and the OpenTelemetry SDK ($here/python/requirements.txt)"
 venv="$target/clients-venv"
 if ! "$venv/bin/python" -c 'import sys
 import importlib.metadata as m

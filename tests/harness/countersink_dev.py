@@ -48,8 +48,9 @@ def parse_metrics(text):
 
 
 class DevServer:
-    """`countersink dev` with UDP, a Unix datagram and a Unix stream socket, TCP, metrics
-    and the embedded store on free ports, its state under `workdir`."""
+    """`countersink dev` with UDP, a Unix datagram and a Unix stream socket, TCP, OTLP
+    (HTTP and gRPC), metrics and the embedded store on free ports, its state under
+    `workdir`."""
 
     def __init__(self, binary, workdir, flush_interval="1s", extra_args=()):
         self.binary = binary
@@ -60,6 +61,8 @@ class DevServer:
         self.uds_stream = os.path.join(workdir, "dsd-stream.sock")
         self.tcp_port = free_port()
         self.tcp = ("127.0.0.1", self.tcp_port)
+        self.otlp_http_port = free_port()
+        self.otlp_grpc_port = free_port()
         self.metrics_addr = f"127.0.0.1:{free_port()}"
         self.metrics_url = f"http://{self.metrics_addr}"
         self.cql = f"127.0.0.1:{free_port()}"
@@ -69,6 +72,8 @@ class DevServer:
             "--uds", self.uds,
             "--uds-stream", self.uds_stream,
             "--tcp", f"127.0.0.1:{self.tcp_port}",
+            "--otlp-http", f"127.0.0.1:{self.otlp_http_port}",
+            "--otlp-grpc", f"127.0.0.1:{self.otlp_grpc_port}",
             "--metrics", self.metrics_addr,
             "--cql-listen", self.cql,
             "--state-dir", os.path.join(workdir, "state"),

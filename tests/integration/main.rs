@@ -22,6 +22,8 @@ mod ops_leaderboard;
 mod ops_migrate;
 mod ops_prune;
 mod ops_read;
+#[cfg(feature = "otlp")]
+mod otlp;
 mod outcomes;
 mod shards;
 mod sidecar;

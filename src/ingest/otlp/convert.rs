@@ -1,0 +1,441 @@
+//! One OTLP metrics request to increments: plain synchronous code, time passed in.
+
+use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
+use opentelemetry_proto::tonic::common::v1::{AnyValue, KeyValue, any_value};
+use opentelemetry_proto::tonic::metrics::v1::{
+    AggregationTemporality, NumberDataPoint, metric::Data, number_data_point,
+};
+
+use super::streams::{Last, Streams};
+
+/// Data point flag: the point carries no value (OTLP `FLAG_NO_RECORDED_VALUE`).
+const FLAG_NO_RECORDED_VALUE: u32 = 1;
+
+/// Which resource and scope attributes become tags. Data point attributes always do.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AttributePolicy {
+    /// Resource attribute keys kept as tags (default `service.name`).
+    pub resource: Vec<String>,
+    /// Instrumentation scope attribute keys kept as tags (default none).
+    pub scope: Vec<String>,
+}
+
+impl Default for AttributePolicy {
+    fn default() -> Self {
+        AttributePolicy {
+            resource: vec!["service.name".into()],
+            scope: Vec::new(),
+        }
+    }
+}
+
+/// Why a data point was refused before it reached the engine.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum PointDrop {
+    /// A double value with a fraction.
+    NonInteger,
+    /// NaN or an infinity.
+    NonFinite,
+    /// A value outside the 64-bit signed range, or a difference that overflows it.
+    OutOfRange,
+    /// A negative value in a monotonic sum (delta or cumulative).
+    NegativeMonotonic,
+    /// A sum whose temporality is unspecified.
+    UnknownTemporality,
+    /// A cumulative monotonic point below the stream's last one with the same start time
+    /// (the new value becomes the baseline).
+    CumulativeDecrease,
+    /// A cumulative point older than the stream's last one.
+    OutOfOrder,
+    /// The first point the table sees of a stream that may have been counted before (the
+    /// sidecar restarted, or the stream was evicted): it sets the baseline, and what it
+    /// carries since the stream's previous point is not counted.
+    CumulativeBaseline,
+}
+
+impl PointDrop {
+    /// Every reason, in label order.
+    pub const ALL: [PointDrop; 8] = [
+        PointDrop::NonInteger,
+        PointDrop::NonFinite,
+        PointDrop::OutOfRange,
+        PointDrop::NegativeMonotonic,
+        PointDrop::UnknownTemporality,
+        PointDrop::CumulativeDecrease,
+        PointDrop::OutOfOrder,
+        PointDrop::CumulativeBaseline,
+    ];
+
+    /// The metric label value.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            PointDrop::NonInteger => "non_integer",
+            PointDrop::NonFinite => "non_finite",
+            PointDrop::OutOfRange => "out_of_range",
+            PointDrop::NegativeMonotonic => "negative_monotonic",
+            PointDrop::UnknownTemporality => "unknown_temporality",
+            PointDrop::CumulativeDecrease => "cumulative_decrease",
+            PointDrop::OutOfOrder => "out_of_order",
+            PointDrop::CumulativeBaseline => "cumulative_baseline",
+        }
+    }
+
+    /// Position in [`PointDrop::ALL`].
+    pub fn index(self) -> usize {
+        self as usize
+    }
+}
+
+/// Metric kinds that are not counters: their points are ignored, counted by kind.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum IgnoredKind {
+    /// Gauge.
+    Gauge,
+    /// Histogram.
+    Histogram,
+    /// Exponential histogram.
+    ExponentialHistogram,
+    /// Summary.
+    Summary,
+    /// A metric without data.
+    Empty,
+}
+
+impl IgnoredKind {
+    /// Every kind, in label order.
+    pub const ALL: [IgnoredKind; 5] = [
+        IgnoredKind::Gauge,
+        IgnoredKind::Histogram,
+        IgnoredKind::ExponentialHistogram,
+        IgnoredKind::Summary,
+        IgnoredKind::Empty,
+    ];
+
+    /// The metric label value.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            IgnoredKind::Gauge => "gauge",
+            IgnoredKind::Histogram => "histogram",
+            IgnoredKind::ExponentialHistogram => "exponential_histogram",
+            IgnoredKind::Summary => "summary",
+            IgnoredKind::Empty => "empty",
+        }
+    }
+
+    /// Position in [`IgnoredKind::ALL`].
+    pub fn index(self) -> usize {
+        self as usize
+    }
+}
+
+/// One increment for the engine.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Increment {
+    /// The metric name (mapped onto a family like a StatsD name).
+    pub name: String,
+    /// Tags: kept resource and scope attributes, then the point's attributes.
+    pub tags: Vec<(String, String)>,
+    /// The amount.
+    pub delta: i64,
+    /// The point's time, Unix seconds (`None` when the point has none: now).
+    pub at_unix_secs: Option<i64>,
+}
+
+/// What one request turned into.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Conversion {
+    /// Increments to record, in request order.
+    pub increments: Vec<Increment>,
+    /// Points refused, by [`PointDrop::index`].
+    pub dropped: [u64; PointDrop::ALL.len()],
+    /// Points ignored, by [`IgnoredKind::index`] (a metric without data counts one).
+    pub ignored: [u64; IgnoredKind::ALL.len()],
+    /// Sum points that added nothing (a cumulative point equal to the last one).
+    pub unchanged: u64,
+}
+
+impl Conversion {
+    /// Points refused in all.
+    pub fn rejected(&self) -> u64 {
+        self.dropped.iter().sum()
+    }
+
+    /// A message for `partial_success`: the reasons and their counts.
+    pub fn message(&self) -> String {
+        let mut parts = Vec::new();
+        for reason in PointDrop::ALL {
+            let n = self.dropped[reason.index()];
+            if n > 0 {
+                parts.push(format!("{n} {}", reason.as_str()));
+            }
+        }
+        parts.join(", ")
+    }
+}
+
+/// Converts one request. Cumulative points go through `streams`; `now_unix_nanos` is the
+/// receive time (for the stream table's eviction mark).
+pub fn convert(
+    request: &ExportMetricsServiceRequest,
+    policy: &AttributePolicy,
+    streams: &mut Streams,
+    now_unix_nanos: u64,
+) -> Conversion {
+    let mut out = Conversion::default();
+    let mut key = Vec::new();
+    for rm in &request.resource_metrics {
+        let resource_attrs: &[KeyValue] = rm.resource.as_ref().map_or(&[], |r| &r.attributes);
+        let resource_tags = kept(resource_attrs, &policy.resource);
+        for sm in &rm.scope_metrics {
+            let (scope_name, scope_version, scope_attrs): (&str, &str, &[KeyValue]) =
+                match &sm.scope {
+                    Some(s) => (&s.name, &s.version, &s.attributes),
+                    None => ("", "", &[]),
+                };
+            let scope_tags = kept(scope_attrs, &policy.scope);
+            for metric in &sm.metrics {
+                let sum = match &metric.data {
+                    Some(Data::Sum(sum)) => sum,
+                    other => {
+                        let (kind, n) = match other {
+                            Some(Data::Gauge(g)) => (IgnoredKind::Gauge, g.data_points.len()),
+                            Some(Data::Histogram(h)) => {
+                                (IgnoredKind::Histogram, h.data_points.len())
+                            }
+                            Some(Data::ExponentialHistogram(h)) => {
+                                (IgnoredKind::ExponentialHistogram, h.data_points.len())
+                            }
+                            Some(Data::Summary(s)) => (IgnoredKind::Summary, s.data_points.len()),
+                            Some(Data::Sum(_)) | None => (IgnoredKind::Empty, 1),
+                        };
+                        out.ignored[kind.index()] += n as u64;
+                        continue;
+                    }
+                };
+                let temporality = AggregationTemporality::try_from(sum.aggregation_temporality)
+                    .unwrap_or(AggregationTemporality::Unspecified);
+                for point in &sum.data_points {
+                    if point.flags & FLAG_NO_RECORDED_VALUE != 0 {
+                        continue;
+                    }
+                    let value = match integral(point) {
+                        Ok(v) => v,
+                        Err(reason) => {
+                            out.dropped[reason.index()] += 1;
+                            continue;
+                        }
+                    };
+                    let delta = match temporality {
+                        AggregationTemporality::Unspecified => Err(PointDrop::UnknownTemporality),
+                        AggregationTemporality::Delta => {
+                            if sum.is_monotonic && value < 0 {
+                                Err(PointDrop::NegativeMonotonic)
+                            } else {
+                                Ok(value)
+                            }
+                        }
+                        AggregationTemporality::Cumulative if sum.is_monotonic && value < 0 => {
+                            Err(PointDrop::NegativeMonotonic)
+                        }
+                        AggregationTemporality::Cumulative => {
+                            key.clear();
+                            stream_key(
+                                &mut key,
+                                resource_attrs,
+                                (scope_name, scope_version, scope_attrs),
+                                &metric.name,
+                                &point.attributes,
+                            );
+                            cumulative(
+                                streams,
+                                &key,
+                                point,
+                                value,
+                                sum.is_monotonic,
+                                now_unix_nanos,
+                            )
+                        }
+                    };
+                    match delta {
+                        Err(reason) => out.dropped[reason.index()] += 1,
+                        Ok(0) => out.unchanged += 1,
+                        Ok(delta) => {
+                            let mut tags = Vec::with_capacity(
+                                resource_tags.len() + scope_tags.len() + point.attributes.len(),
+                            );
+                            for (k, v) in resource_tags.iter().chain(&scope_tags) {
+                                if !point.attributes.iter().any(|a| &a.key == k) {
+                                    tags.push((k.clone(), v.clone()));
+                                }
+                            }
+                            for a in &point.attributes {
+                                tags.push(tag(&a.key, render(a.value.as_ref())));
+                            }
+                            out.increments.push(Increment {
+                                name: metric.name.clone(),
+                                tags,
+                                delta,
+                                at_unix_secs: unix_secs(point.time_unix_nano),
+                            });
+                        }
+                    }
+                }
+            }
+        }
+    }
+    out
+}
+
+/// The difference a cumulative point adds, and the table updated.
+fn cumulative(
+    streams: &mut Streams,
+    key: &[u8],
+    point: &NumberDataPoint,
+    value: i64,
+    monotonic: bool,
+    now_unix_nanos: u64,
+) -> Result<i64, PointDrop> {
+    let this = Last {
+        start: point.start_time_unix_nano,
+        time: point.time_unix_nano,
+        value,
+    };
+    let Some(last) = streams.get(key) else {
+        let complete = streams.is_complete_for(point.start_time_unix_nano);
+        streams.set(key, this, now_unix_nanos);
+        return if complete {
+            Ok(value)
+        } else if value == 0 {
+            Ok(0)
+        } else {
+            Err(PointDrop::CumulativeBaseline)
+        };
+    };
+    if this.start != last.start {
+        if this.start < last.start {
+            // A point of the stream's previous life, arriving late.
+            return Err(PointDrop::OutOfOrder);
+        }
+        // A reset: the new life's whole value is new.
+        streams.set(key, this, now_unix_nanos);
+        return Ok(value);
+    }
+    if this.time < last.time {
+        return Err(PointDrop::OutOfOrder);
+    }
+    if monotonic && value < last.value {
+        streams.set(key, this, now_unix_nanos);
+        return Err(PointDrop::CumulativeDecrease);
+    }
+    let delta = value.checked_sub(last.value).ok_or(PointDrop::OutOfRange)?;
+    streams.set(key, this, now_unix_nanos);
+    Ok(delta)
+}
+
+/// The point's value as an integer, or why not.
+fn integral(point: &NumberDataPoint) -> Result<i64, PointDrop> {
+    match point.value {
+        Some(number_data_point::Value::AsInt(v)) => Ok(v),
+        Some(number_data_point::Value::AsDouble(v)) => {
+            if !v.is_finite() {
+                Err(PointDrop::NonFinite)
+            } else if v.fract() != 0.0 {
+                Err(PointDrop::NonInteger)
+            } else if !(-9.223_372_036_854_775e18..9.223_372_036_854_775e18).contains(&v) {
+                Err(PointDrop::OutOfRange)
+            } else {
+                #[allow(clippy::cast_possible_truncation)]
+                Ok(v as i64)
+            }
+        }
+        None => Ok(0),
+    }
+}
+
+/// Unix seconds of a point time; `None` for 0 (no time).
+fn unix_secs(nanos: u64) -> Option<i64> {
+    (nanos != 0).then(|| i64::try_from(nanos / 1_000_000_000).unwrap_or(i64::MAX))
+}
+
+/// The attributes among `attrs` whose key is in `keep`, rendered.
+fn kept(attrs: &[KeyValue], keep: &[String]) -> Vec<(String, String)> {
+    attrs
+        .iter()
+        .filter(|a| keep.iter().any(|k| k == &a.key))
+        .map(|a| tag(&a.key, render(a.value.as_ref())))
+        .collect()
+}
+
+/// One tag from an attribute, with the bytes that separate tags in the canonical tag
+/// string replaced by `_`: `,` anywhere, `:` in the key. Otherwise `{a: "1,b:2"}` and
+/// `{a: "1", b: "2"}` would be one series under two spellings. (The stream identity keeps
+/// the attribute as it was.)
+fn tag(key: &str, value: String) -> (String, String) {
+    let key = key.replace([',', ':'], "_");
+    let value = if value.contains(',') {
+        value.replace(',', "_")
+    } else {
+        value
+    };
+    (key, value)
+}
+
+/// An attribute value as tag text: strings as they are, scalars in decimal, bytes in hex,
+/// arrays and maps as JSON.
+fn render(value: Option<&AnyValue>) -> String {
+    match value.and_then(|v| v.value.as_ref()) {
+        None => String::new(),
+        Some(any_value::Value::StringValue(s)) => s.clone(),
+        Some(any_value::Value::BoolValue(b)) => b.to_string(),
+        Some(any_value::Value::IntValue(i)) => i.to_string(),
+        Some(any_value::Value::DoubleValue(d)) => d.to_string(),
+        Some(any_value::Value::BytesValue(b)) => b.iter().map(|x| format!("{x:02x}")).collect(),
+        Some(other) => serde_json::to_string(other).unwrap_or_default(),
+    }
+}
+
+/// The stream identity, every attribute included (sorted by key), each part length-prefixed.
+fn stream_key(
+    out: &mut Vec<u8>,
+    resource: &[KeyValue],
+    scope: (&str, &str, &[KeyValue]),
+    metric: &str,
+    point: &[KeyValue],
+) {
+    fn part(out: &mut Vec<u8>, bytes: &[u8]) {
+        out.extend_from_slice(&(bytes.len() as u64).to_le_bytes());
+        out.extend_from_slice(bytes);
+    }
+    fn attrs(out: &mut Vec<u8>, attrs: &[KeyValue]) {
+        let mut sorted: Vec<&KeyValue> = attrs.iter().collect();
+        sorted.sort_by(|a, b| a.key.cmp(&b.key));
+        part(out, &(sorted.len() as u64).to_le_bytes());
+        for a in sorted {
+            part(out, a.key.as_bytes());
+            let value = a.value.as_ref();
+            // The kind too: the string "1" and the integer 1 are two streams.
+            let kind = match value.and_then(|v| v.value.as_ref()) {
+                None => 0u8,
+                Some(any_value::Value::StringValue(_)) => 1,
+                Some(any_value::Value::BoolValue(_)) => 2,
+                Some(any_value::Value::IntValue(_)) => 3,
+                Some(any_value::Value::DoubleValue(_)) => 4,
+                Some(any_value::Value::ArrayValue(_)) => 5,
+                Some(any_value::Value::KvlistValue(_)) => 6,
+                Some(any_value::Value::BytesValue(_)) => 7,
+                Some(any_value::Value::StringValueStrindex(_)) => 8,
+            };
+            part(out, &[kind]);
+            part(out, render(value).as_bytes());
+        }
+    }
+    attrs(out, resource);
+    part(out, scope.0.as_bytes());
+    part(out, scope.1.as_bytes());
+    attrs(out, scope.2);
+    part(out, metric.as_bytes());
+    attrs(out, point);
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,428 @@
+use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
+use opentelemetry_proto::tonic::common::v1::{AnyValue, InstrumentationScope, KeyValue, any_value};
+use opentelemetry_proto::tonic::metrics::v1::{
+    AggregationTemporality, Gauge, Histogram, HistogramDataPoint, Metric, NumberDataPoint,
+    ResourceMetrics, ScopeMetrics, Sum, metric::Data, number_data_point::Value,
+};
+use opentelemetry_proto::tonic::resource::v1::Resource;
+
+use super::*;
+
+const S: u64 = 1_000_000_000;
+/// The sidecar's start in these tests: t = 1000 s.
+const BOOT: u64 = 1000 * S;
+
+fn kv(k: &str, v: &str) -> KeyValue {
+    KeyValue {
+        key: k.into(),
+        value: Some(AnyValue {
+            value: Some(any_value::Value::StringValue(v.into())),
+        }),
+        ..Default::default()
+    }
+}
+
+fn point(start: u64, time: u64, value: Value, attrs: Vec<KeyValue>) -> NumberDataPoint {
+    NumberDataPoint {
+        attributes: attrs,
+        start_time_unix_nano: start,
+        time_unix_nano: time,
+        value: Some(value),
+        ..Default::default()
+    }
+}
+
+fn sum(
+    name: &str,
+    temporality: AggregationTemporality,
+    monotonic: bool,
+    points: Vec<NumberDataPoint>,
+) -> Metric {
+    Metric {
+        name: name.into(),
+        data: Some(Data::Sum(Sum {
+            data_points: points,
+            aggregation_temporality: temporality as i32,
+            is_monotonic: monotonic,
+        })),
+        ..Default::default()
+    }
+}
+
+fn request(metrics: Vec<Metric>) -> ExportMetricsServiceRequest {
+    ExportMetricsServiceRequest {
+        resource_metrics: vec![ResourceMetrics {
+            resource: Some(Resource {
+                attributes: vec![
+                    kv("service.name", "shop"),
+                    kv("service.instance.id", "pod-7"),
+                ],
+                ..Default::default()
+            }),
+            scope_metrics: vec![ScopeMetrics {
+                scope: Some(InstrumentationScope {
+                    name: "lib".into(),
+                    attributes: vec![kv("team", "core")],
+                    ..Default::default()
+                }),
+                metrics,
+                ..Default::default()
+            }],
+            ..Default::default()
+        }],
+    }
+}
+
+fn cumulative_req(start: u64, time: u64, value: i64) -> ExportMetricsServiceRequest {
+    request(vec![sum(
+        "orders",
+        AggregationTemporality::Cumulative,
+        true,
+        vec![point(
+            start,
+            time,
+            Value::AsInt(value),
+            vec![kv("region", "eu")],
+        )],
+    )])
+}
+
+fn deltas(c: &Conversion) -> Vec<i64> {
+    c.increments.iter().map(|i| i.delta).collect()
+}
+
+fn run(streams: &mut Streams, req: &ExportMetricsServiceRequest) -> Conversion {
+    convert(req, &AttributePolicy::default(), streams, 2000 * S)
+}
+
+#[test]
+fn delta_points_map_with_tags_time_and_default_attribute_policy() {
+    let req = request(vec![sum(
+        "orders",
+        AggregationTemporality::Delta,
+        true,
+        vec![
+            point(0, 1500 * S + 7, Value::AsInt(3), vec![kv("region", "eu")]),
+            point(0, 1560 * S, Value::AsDouble(2.0), vec![kv("region", "us")]),
+        ],
+    )]);
+    let c = run(&mut Streams::new(10, BOOT), &req);
+    assert_eq!(c.rejected(), 0);
+    assert_eq!(c.increments.len(), 2);
+    let first = &c.increments[0];
+    assert_eq!(first.name, "orders");
+    assert_eq!(first.delta, 3);
+    assert_eq!(first.at_unix_secs, Some(1500));
+    // service.name kept; service.instance.id and scope attributes dropped by default.
+    assert_eq!(
+        first.tags,
+        vec![
+            ("service.name".to_string(), "shop".to_string()),
+            ("region".to_string(), "eu".to_string())
+        ]
+    );
+    assert_eq!(c.increments[1].delta, 2);
+}
+
+#[test]
+fn configured_resource_and_scope_attributes_become_tags() {
+    let policy = AttributePolicy {
+        resource: vec!["service.instance.id".into()],
+        scope: vec!["team".into()],
+    };
+    let req = request(vec![sum(
+        "orders",
+        AggregationTemporality::Delta,
+        false,
+        vec![point(0, 0, Value::AsInt(-4), vec![])],
+    )]);
+    let c = convert(&req, &policy, &mut Streams::new(10, BOOT), 0);
+    assert_eq!(
+        deltas(&c),
+        vec![-4],
+        "a non-monotonic delta may be negative"
+    );
+    assert_eq!(c.increments[0].at_unix_secs, None);
+    assert_eq!(
+        c.increments[0].tags,
+        vec![
+            ("service.instance.id".to_string(), "pod-7".to_string()),
+            ("team".to_string(), "core".to_string())
+        ]
+    );
+}
+
+#[test]
+fn doubles_only_when_integral_and_bad_values_are_counted() {
+    let req = request(vec![sum(
+        "x",
+        AggregationTemporality::Delta,
+        true,
+        vec![
+            point(0, 0, Value::AsDouble(1.5), vec![]),
+            point(0, 0, Value::AsDouble(f64::NAN), vec![]),
+            point(0, 0, Value::AsDouble(f64::INFINITY), vec![]),
+            point(0, 0, Value::AsDouble(1e30), vec![]),
+            point(0, 0, Value::AsInt(-1), vec![]),
+            point(0, 0, Value::AsDouble(5.0), vec![]),
+        ],
+    )]);
+    let c = run(&mut Streams::new(10, BOOT), &req);
+    assert_eq!(deltas(&c), vec![5]);
+    assert_eq!(c.dropped[PointDrop::NonInteger.index()], 1);
+    assert_eq!(c.dropped[PointDrop::NonFinite.index()], 2);
+    assert_eq!(c.dropped[PointDrop::OutOfRange.index()], 1);
+    assert_eq!(c.dropped[PointDrop::NegativeMonotonic.index()], 1);
+    assert_eq!(c.rejected(), 5);
+    assert!(c.message().contains("1 non_integer"), "{}", c.message());
+}
+
+#[test]
+fn other_kinds_are_ignored_by_kind_not_refused() {
+    let gauge = Metric {
+        name: "g".into(),
+        data: Some(Data::Gauge(Gauge {
+            data_points: vec![point(0, 0, Value::AsInt(1), vec![]); 2],
+        })),
+        ..Default::default()
+    };
+    let histogram = Metric {
+        name: "h".into(),
+        data: Some(Data::Histogram(Histogram {
+            data_points: vec![HistogramDataPoint::default()],
+            aggregation_temporality: 1,
+        })),
+        ..Default::default()
+    };
+    let unspecified = sum(
+        "u",
+        AggregationTemporality::Unspecified,
+        true,
+        vec![point(0, 0, Value::AsInt(1), vec![])],
+    );
+    let c = run(
+        &mut Streams::new(10, BOOT),
+        &request(vec![gauge, histogram, unspecified]),
+    );
+    assert!(c.increments.is_empty());
+    assert_eq!(c.ignored[IgnoredKind::Gauge.index()], 2);
+    assert_eq!(c.ignored[IgnoredKind::Histogram.index()], 1);
+    assert_eq!(c.dropped[PointDrop::UnknownTemporality.index()], 1);
+}
+
+#[test]
+fn cumulative_differences_duplicates_and_resets() {
+    let mut t = Streams::new(10, BOOT);
+    // Started after the sidecar: the first point is all new.
+    let start = 1100 * S;
+    assert_eq!(
+        deltas(&run(&mut t, &cumulative_req(start, 1160 * S, 5))),
+        vec![5]
+    );
+    assert_eq!(
+        deltas(&run(&mut t, &cumulative_req(start, 1220 * S, 12))),
+        vec![7]
+    );
+    // The same point again adds nothing.
+    let again = run(&mut t, &cumulative_req(start, 1220 * S, 12));
+    assert!(again.increments.is_empty());
+    assert_eq!(again.unchanged, 1);
+    assert_eq!(again.rejected(), 0);
+    // A point older than the last one: refused, the baseline kept.
+    let late = run(&mut t, &cumulative_req(start, 1190 * S, 9));
+    assert_eq!(late.dropped[PointDrop::OutOfOrder.index()], 1);
+    assert_eq!(
+        deltas(&run(&mut t, &cumulative_req(start, 1280 * S, 13))),
+        vec![1]
+    );
+    // A new start time is a reset: the new life's value is all new.
+    let restart = 1300 * S;
+    let r = run(&mut t, &cumulative_req(restart, 1340 * S, 4));
+    assert_eq!(deltas(&r), vec![4]);
+    assert_eq!(r.increments[0].at_unix_secs, Some(1340));
+    // A late point of the previous life: refused.
+    let old_life = run(&mut t, &cumulative_req(start, 1350 * S, 20));
+    assert_eq!(old_life.dropped[PointDrop::OutOfOrder.index()], 1);
+    // A decrease without a new start time: counted, and it becomes the baseline.
+    let down = run(&mut t, &cumulative_req(restart, 1400 * S, 2));
+    assert!(down.increments.is_empty());
+    assert_eq!(down.dropped[PointDrop::CumulativeDecrease.index()], 1);
+    assert_eq!(
+        deltas(&run(&mut t, &cumulative_req(restart, 1460 * S, 6))),
+        vec![4]
+    );
+}
+
+#[test]
+fn a_stream_older_than_the_table_only_sets_its_baseline() {
+    let mut t = Streams::new(10, BOOT);
+    // Started before the sidecar (which may have counted it in a previous life).
+    let first = run(&mut t, &cumulative_req(500 * S, 1060 * S, 40));
+    assert!(first.increments.is_empty());
+    assert_eq!(first.dropped[PointDrop::CumulativeBaseline.index()], 1);
+    assert_eq!(
+        deltas(&run(&mut t, &cumulative_req(500 * S, 1120 * S, 45))),
+        vec![5]
+    );
+}
+
+#[test]
+fn non_monotonic_cumulative_goes_down_without_a_reset() {
+    let mut t = Streams::new(10, BOOT);
+    let m = |time, v| {
+        request(vec![sum(
+            "queue",
+            AggregationTemporality::Cumulative,
+            false,
+            vec![point(1100 * S, time, Value::AsInt(v), vec![])],
+        )])
+    };
+    assert_eq!(deltas(&run(&mut t, &m(1160 * S, 10))), vec![10]);
+    assert_eq!(deltas(&run(&mut t, &m(1220 * S, 3))), vec![-7]);
+}
+
+#[test]
+fn streams_differ_by_every_attribute_even_when_not_tagged() {
+    let mut t = Streams::new(10, BOOT);
+    let with_instance = |instance: &str, v| {
+        let mut r = cumulative_req(1100 * S, 1160 * S, v);
+        r.resource_metrics[0].resource.as_mut().unwrap().attributes[1] =
+            kv("service.instance.id", instance);
+        r
+    };
+    // Two instances of a service: two streams, though both land on the same tags.
+    assert_eq!(deltas(&run(&mut t, &with_instance("a", 5))), vec![5]);
+    assert_eq!(deltas(&run(&mut t, &with_instance("b", 3))), vec![3]);
+    assert_eq!(t.len(), 2);
+}
+
+#[test]
+fn an_evicted_stream_coming_back_is_a_counted_baseline() {
+    let mut t = Streams::new(2, BOOT);
+    let named = |name: &str, time, v| {
+        request(vec![sum(
+            name,
+            AggregationTemporality::Cumulative,
+            true,
+            vec![point(1100 * S, time, Value::AsInt(v), vec![])],
+        )])
+    };
+    assert_eq!(deltas(&run(&mut t, &named("a", 1160 * S, 5))), vec![5]);
+    assert_eq!(deltas(&run(&mut t, &named("b", 1160 * S, 5))), vec![5]);
+    assert_eq!(deltas(&run(&mut t, &named("c", 1160 * S, 5))), vec![5]);
+    assert!(t.evicted() >= 1);
+    // `a` was evicted: its next point must not add its whole value again.
+    let back = run(&mut t, &named("a", 1220 * S, 9));
+    assert!(back.increments.is_empty(), "{back:?}");
+    assert_eq!(back.dropped[PointDrop::CumulativeBaseline.index()], 1);
+}
+
+#[test]
+fn no_recorded_value_points_are_skipped() {
+    let mut p = point(0, 0, Value::AsInt(9), vec![]);
+    p.flags = FLAG_NO_RECORDED_VALUE;
+    let c = run(
+        &mut Streams::new(10, BOOT),
+        &request(vec![sum("x", AggregationTemporality::Delta, true, vec![p])]),
+    );
+    assert!(c.increments.is_empty());
+    assert_eq!(c.rejected(), 0);
+}
+
+#[test]
+fn tag_separators_in_attributes_are_replaced() {
+    let req = request(vec![sum(
+        "x",
+        AggregationTemporality::Delta,
+        true,
+        vec![point(
+            0,
+            0,
+            Value::AsInt(1),
+            vec![kv("a", "1,b:2"), kv("k:ey", "v")],
+        )],
+    )]);
+    let c = run(&mut Streams::new(10, BOOT), &req);
+    assert_eq!(
+        c.increments[0].tags,
+        vec![
+            ("service.name".to_string(), "shop".to_string()),
+            ("a".to_string(), "1_b:2".to_string()),
+            ("k_ey".to_string(), "v".to_string())
+        ]
+    );
+}
+
+mod properties {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn value() -> impl Strategy<Value = Value> {
+        prop_oneof![
+            any::<i64>().prop_map(Value::AsInt),
+            (-5i64..50).prop_map(Value::AsInt),
+            prop_oneof![
+                Just(f64::NAN),
+                Just(f64::INFINITY),
+                Just(-0.0),
+                Just(1.5),
+                Just(1e300),
+                Just(-9.3e18),
+                (-50i32..50).prop_map(f64::from),
+            ]
+            .prop_map(Value::AsDouble),
+        ]
+    }
+
+    fn points() -> impl Strategy<Value = Vec<(u64, u64, Value, u32, u8)>> {
+        // (start, time, value, flags, attribute) from small sets: duplicates, resets and
+        // out-of-order points happen often.
+        prop::collection::vec((0u64..3, 0u64..6, value(), 0u32..2, 0u8..3), 0..30)
+    }
+
+    proptest! {
+        /// Never a panic, and every point is accounted for exactly once: an increment,
+        /// a counted drop, unchanged, or skipped for having no value.
+        #[test]
+        fn every_point_is_accounted_for(
+            batches in prop::collection::vec((0i32..4, any::<bool>(), points()), 1..6),
+        ) {
+            let mut streams = Streams::new(4, BOOT);
+            for (temporality, monotonic, pts) in batches {
+                let no_value = pts.iter().filter(|p| p.3 == 1).count() as u64;
+                let n = pts.len() as u64;
+                let data_points = pts
+                    .into_iter()
+                    .map(|(start, time, v, flags, attr)| NumberDataPoint {
+                        attributes: vec![kv("a", &attr.to_string())],
+                        start_time_unix_nano: (start + 1) * 100 * S + BOOT,
+                        time_unix_nano: (time + 1) * 100 * S + BOOT,
+                        value: Some(v),
+                        flags,
+                        ..Default::default()
+                    })
+                    .collect();
+                let metric = Metric {
+                    name: "p".into(),
+                    data: Some(Data::Sum(Sum {
+                        data_points,
+                        aggregation_temporality: temporality,
+                        is_monotonic: monotonic,
+                    })),
+                    ..Default::default()
+                };
+                let c = run(&mut streams, &request(vec![metric]));
+                prop_assert_eq!(
+                    c.increments.len() as u64 + c.rejected() + c.unchanged + no_value,
+                    n
+                );
+                prop_assert!(c.increments.iter().all(|i| i.delta != 0));
+                // A monotonic sum never takes anything away, whatever the points say.
+                if monotonic {
+                    prop_assert!(c.increments.iter().all(|i| i.delta > 0));
+                }
+                prop_assert!(streams.len() <= 4);
+            }
+        }
+    }
+}

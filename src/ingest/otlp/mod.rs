@@ -1,0 +1,446 @@
+//! The OTLP metrics receivers: OpenTelemetry exporters over HTTP (`POST /v1/metrics`,
+//! protobuf or JSON, gzip or not) and gRPC, into the engine.
+//!
+//! | module | job |
+//! | --- | --- |
+//! | `convert` | one request to increments: the mapping, temporalities, resets (synchronous, time passed in) |
+//! | `streams` | the bounded table of the last point per cumulative stream |
+//! | `http` | the HTTP listener: body limit, gzip, content types, status codes |
+//! | `grpc` | the gRPC listener (tonic) |
+//!
+//! Each listener is one thread of the receivers (joined at shutdown like the others)
+//! running a single-threaded async runtime. At shutdown it stops accepting, finishes the
+//! requests in flight (their points reach the buffer before the final flush) and exits.
+//! Both listeners share one cumulative stream table.
+//!
+//! A request is answered only after its points are in the buffer (or refused and
+//! counted). When the buffer is near its limits ([`PacketHandler::busy`]) a request is
+//! refused whole, before any of its points is applied, with a status the exporter
+//! retries on; a refusal in the middle of a request (a limit reached by another sender
+//! meanwhile) is answered as a partial success, never as a retry, because a retried
+//! request would add its delta points twice.
+
+pub mod convert;
+mod grpc;
+mod http;
+pub mod streams;
+
+use std::net::{SocketAddr, TcpListener};
+use std::sync::Arc;
+use std::sync::atomic::Ordering::Relaxed;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
+use parking_lot::Mutex;
+
+pub use convert::{AttributePolicy, Conversion, IgnoredKind, Increment, PointDrop, convert};
+pub use streams::Streams;
+
+use super::receivers::{Address, Receivers};
+use super::stats::IngestStats;
+use super::worker::StopFlag;
+use super::{IDLE_INTERVAL, ListenError, PacketHandler, Recorded, Step};
+use crate::config::ingest::IngestConfig;
+use crate::vocabulary::Transport;
+
+/// Longest wait, after the stop, for requests in flight to finish (their points reach
+/// the final flush); what is still unanswered then is cut off with its connection.
+pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(2);
+
+/// What an exporter is told to wait before retrying a request refused as busy.
+pub const RETRY_AFTER: Duration = Duration::from_secs(2);
+
+/// Starts the OTLP listeners that are enabled.
+pub(super) fn start<F, H>(
+    config: &IngestConfig,
+    receivers: &mut Receivers,
+    factory: &Arc<F>,
+) -> Result<(), ListenError>
+where
+    F: Fn(Transport) -> H + Send + Sync + 'static,
+    H: PacketHandler,
+{
+    if !config.otlp_http.enabled && !config.otlp_grpc.enabled {
+        return Ok(());
+    }
+    let streams = Arc::new(Mutex::new(Streams::new(
+        config.otlp.max_streams,
+        now_unix_nanos(),
+    )));
+    let policy = AttributePolicy {
+        resource: config.otlp.resource_attributes.clone(),
+        scope: config.otlp.scope_attributes.clone(),
+    };
+    let listeners = [
+        (
+            Transport::OtlpHttp,
+            &config.otlp_http.enabled,
+            config.otlp_http.listen,
+            config.otlp_http.max_request_bytes,
+        ),
+        (
+            Transport::OtlpGrpc,
+            &config.otlp_grpc.enabled,
+            config.otlp_grpc.listen,
+            config.otlp_grpc.max_request_bytes,
+        ),
+    ];
+    for (transport, enabled, addr, max_request_bytes) in listeners {
+        if !enabled {
+            continue;
+        }
+        let listener = bind(transport, addr)?;
+        let local = listener
+            .local_addr()
+            .map_err(|e| ListenError::io(transport, addr.to_string(), Step::Inspect, e))?;
+        receivers.listen(transport, Address::Inet(local));
+        let shared = Arc::new(Shared {
+            handler: Mutex::new(factory(transport)),
+            streams: Arc::clone(&streams),
+            policy: policy.clone(),
+            stats: receivers.shared_stats(),
+            transport,
+            max_request_bytes,
+        });
+        let stop = receivers.stop_flag();
+        let name = match transport {
+            Transport::OtlpGrpc => "cs-otlp-grpc",
+            _ => "cs-otlp-http",
+        };
+        receivers.spawn(transport, &addr.to_string(), name.into(), move || {
+            serve(transport, listener, shared, stop);
+        })?;
+        tracing::info!(address = %local, "Listening for OTLP metrics ({}).", transport.title());
+    }
+    Ok(())
+}
+
+/// Binds `addr` (`SO_REUSEADDR`, as the standard library sets it), non-blocking for the
+/// async runtime.
+fn bind(transport: Transport, addr: SocketAddr) -> Result<TcpListener, ListenError> {
+    let fail = |step| move |e| ListenError::io(transport, addr.to_string(), step, e);
+    let listener = TcpListener::bind(addr).map_err(fail(Step::Bind))?;
+    listener
+        .set_nonblocking(true)
+        .map_err(fail(Step::SetOption("O_NONBLOCK")))?;
+    Ok(listener)
+}
+
+/// The listener thread: a single-threaded runtime serving until the stop flag is raised,
+/// then finishing the requests in flight.
+fn serve<H: PacketHandler>(
+    transport: Transport,
+    listener: TcpListener,
+    shared: Arc<Shared<H>>,
+    stop: StopFlag,
+) {
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            tracing::error!(%error, "The {} receiver could not start its runtime.", transport.title());
+            return;
+        }
+    };
+    runtime.block_on(async move {
+        let listener = match tokio::net::TcpListener::from_std(listener) {
+            Ok(listener) => listener,
+            Err(error) => {
+                tracing::error!(%error, "The {} receiver could not register its socket.", transport.title());
+                return;
+            }
+        };
+        let (raised_tx, raised) = tokio::sync::watch::channel(false);
+        let watch = async move {
+            while !stop.is_raised() {
+                tokio::time::sleep(IDLE_INTERVAL).await;
+            }
+            let _ = raised_tx.send(true);
+        };
+        let stopped = {
+            let mut raised = raised.clone();
+            async move {
+                let _ = raised.wait_for(|r| *r).await;
+            }
+        };
+        let server = async move {
+            match transport {
+                Transport::OtlpGrpc => grpc::serve(listener, shared, stopped)
+                    .await
+                    .map_err(|e| e.to_string()),
+                _ => http::serve(listener, shared, stopped)
+                    .await
+                    .map_err(|e| e.to_string()),
+            }
+        };
+        // A client still sending a request body after the stop is not waited for past
+        // SHUTDOWN_GRACE: shutdown never hangs on a slow or stuck exporter.
+        let deadline = async move {
+            let mut raised = raised;
+            let _ = raised.wait_for(|r| *r).await;
+            tokio::time::sleep(SHUTDOWN_GRACE).await;
+        };
+        tokio::spawn(watch);
+        tokio::select! {
+            result = server => {
+                if let Err(error) = result {
+                    tracing::error!(%error, "The {} receiver failed.", transport.title());
+                }
+            }
+            () = deadline => {
+                tracing::warn!(
+                    "The {} receiver stopped with requests still in flight after {:?}; their clients see the connection close.",
+                    transport.title(),
+                    SHUTDOWN_GRACE
+                );
+            }
+        }
+    });
+}
+
+/// Nanoseconds since the Unix epoch, now.
+fn now_unix_nanos() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
+}
+
+/// What both listeners share: the handler into the engine, the stream table, counters.
+pub(super) struct Shared<H> {
+    handler: Mutex<H>,
+    streams: Arc<Mutex<Streams>>,
+    policy: AttributePolicy,
+    stats: Arc<IngestStats>,
+    transport: Transport,
+    max_request_bytes: usize,
+}
+
+/// The answer to one decoded request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) enum Answer {
+    /// Every point is in the buffer, ignored (another kind) or counted as refused:
+    /// `rejected` points, and why in `message` (empty when none).
+    Done {
+        /// Points refused.
+        rejected: u64,
+        /// The reasons, for `partial_success.error_message`.
+        message: String,
+    },
+    /// Nothing applied: the buffer is near its limits; retry later.
+    Busy,
+}
+
+/// Why a request was refused before decoding finished.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Refusal {
+    /// Larger than `max_request_bytes` (compressed or decompressed).
+    TooLarge,
+    /// Not protobuf, not OTLP JSON, or a gzip body that does not decompress.
+    Malformed,
+    /// A content type or encoding the receiver does not speak.
+    Unsupported,
+}
+
+impl<H: PacketHandler> Shared<H> {
+    /// Counts one request received, of `bytes` bytes on the wire.
+    pub(super) fn count_request(&self, bytes: usize) {
+        let t = self.stats.get(self.transport);
+        t.packets.fetch_add(1, Relaxed);
+        t.bytes.fetch_add(bytes as u64, Relaxed);
+    }
+
+    /// Counts a request refused before decoding.
+    pub(super) fn count_refusal(&self, refusal: Refusal) {
+        let t = self.stats.get(self.transport);
+        match refusal {
+            Refusal::TooLarge => &t.oversized,
+            Refusal::Malformed => &t.malformed,
+            Refusal::Unsupported => &t.unsupported,
+        }
+        .fetch_add(1, Relaxed);
+    }
+
+    /// The largest request body accepted.
+    pub(super) fn max_request_bytes(&self) -> usize {
+        self.max_request_bytes
+    }
+
+    /// Applies one decoded request: its points into the buffer, or refused and counted.
+    pub(super) fn export(&self, request: &ExportMetricsServiceRequest) -> Answer {
+        if self.handler.lock().busy() {
+            self.stats.get(self.transport).busy.fetch_add(1, Relaxed);
+            return Answer::Busy;
+        }
+        let conversion = {
+            let mut streams = self.streams.lock();
+            let conversion = convert(request, &self.policy, &mut streams, now_unix_nanos());
+            let otlp = &self.stats.otlp;
+            otlp.streams.store(streams.len() as u64, Relaxed);
+            otlp.evicted.store(streams.evicted(), Relaxed);
+            conversion
+        };
+        let otlp = &self.stats.otlp;
+        for (counter, n) in otlp.dropped.iter().zip(conversion.dropped) {
+            counter.fetch_add(n, Relaxed);
+        }
+        for (counter, n) in otlp.ignored.iter().zip(conversion.ignored) {
+            counter.fetch_add(n, Relaxed);
+        }
+        let mut refused = 0u64;
+        {
+            let mut handler = self.handler.lock();
+            let mut tags: Vec<(&str, &str)> = Vec::new();
+            for increment in &conversion.increments {
+                tags.clear();
+                tags.extend(increment.tags.iter().map(|(k, v)| (k.as_str(), v.as_str())));
+                let recorded = handler.record(
+                    &increment.name,
+                    &tags,
+                    increment.delta,
+                    increment.at_unix_secs,
+                );
+                if recorded == Recorded::Refused {
+                    refused += 1;
+                }
+            }
+        }
+        let mut message = conversion.message();
+        if refused > 0 {
+            if !message.is_empty() {
+                message.push_str(", ");
+            }
+            message.push_str(&format!(
+                "{refused} refused by the aggregator (invalid key, outside the time window or over a limit; see countersink_dropped_total and countersink_lines_invalid_total)"
+            ));
+        }
+        Answer::Done {
+            rejected: conversion.rejected() + refused,
+            message,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use opentelemetry_proto::tonic::metrics::v1::{
+        AggregationTemporality, Metric, NumberDataPoint, ResourceMetrics, ScopeMetrics, Sum,
+        metric::Data, number_data_point::Value,
+    };
+
+    /// A handler that keeps what it is given, refuses every `refuse_every`-th increment,
+    /// and says it is busy when told to.
+    #[derive(Default)]
+    struct Keep {
+        kept: Vec<(String, i64)>,
+        seen: usize,
+        refuse_every: usize,
+        busy: bool,
+    }
+
+    impl PacketHandler for Keep {
+        fn handle(&mut self, _packet: &[u8]) {}
+
+        fn record(
+            &mut self,
+            name: &str,
+            _tags: &[(&str, &str)],
+            delta: i64,
+            _at: Option<i64>,
+        ) -> Recorded {
+            self.seen += 1;
+            if self.refuse_every > 0 && self.seen.is_multiple_of(self.refuse_every) {
+                return Recorded::Refused;
+            }
+            self.kept.push((name.to_string(), delta));
+            Recorded::Accepted
+        }
+
+        fn busy(&self) -> bool {
+            self.busy
+        }
+    }
+
+    fn shared(handler: Keep) -> Shared<Keep> {
+        Shared {
+            handler: Mutex::new(handler),
+            streams: Arc::new(Mutex::new(Streams::new(100, 0))),
+            policy: AttributePolicy::default(),
+            stats: Arc::new(IngestStats::default()),
+            transport: Transport::OtlpHttp,
+            max_request_bytes: 1 << 20,
+        }
+    }
+
+    fn deltas(values: &[f64]) -> ExportMetricsServiceRequest {
+        let points = values
+            .iter()
+            .map(|v| NumberDataPoint {
+                value: Some(Value::AsDouble(*v)),
+                ..Default::default()
+            })
+            .collect();
+        ExportMetricsServiceRequest {
+            resource_metrics: vec![ResourceMetrics {
+                scope_metrics: vec![ScopeMetrics {
+                    metrics: vec![Metric {
+                        name: "m".into(),
+                        data: Some(Data::Sum(Sum {
+                            data_points: points,
+                            aggregation_temporality: AggregationTemporality::Delta as i32,
+                            is_monotonic: true,
+                        })),
+                        ..Default::default()
+                    }],
+                    ..Default::default()
+                }],
+                ..Default::default()
+            }],
+        }
+    }
+
+    /// Busy: nothing of the request is applied (so the exporter's retry cannot double
+    /// count), and the refusal is counted.
+    #[test]
+    fn a_busy_buffer_refuses_the_whole_request_before_applying_anything() {
+        let s = shared(Keep {
+            busy: true,
+            ..Keep::default()
+        });
+        assert_eq!(s.export(&deltas(&[1.0, 2.0])), Answer::Busy);
+        assert!(s.handler.lock().kept.is_empty());
+        assert_eq!(s.stats.transport(Transport::OtlpHttp).busy, 1);
+    }
+
+    /// Refusals by the mapping and by the aggregator add up in one partial success; what
+    /// was accepted stays accepted.
+    #[test]
+    fn refusals_are_reported_as_a_partial_success_with_counts() {
+        let s = shared(Keep {
+            refuse_every: 2,
+            ..Keep::default()
+        });
+        let answer = s.export(&deltas(&[1.0, 2.5, 3.0, 4.0, 5.0]));
+        let Answer::Done { rejected, message } = answer else {
+            panic!("{answer:?}");
+        };
+        // 2.5 by the mapping; of 1, 3, 4, 5 the handler refuses the 2nd and the 4th.
+        assert_eq!(rejected, 3);
+        assert!(message.contains("1 non_integer"), "{message}");
+        assert!(message.contains("2 refused by the aggregator"), "{message}");
+        let kept: Vec<i64> = s.handler.lock().kept.iter().map(|(_, d)| *d).collect();
+        assert_eq!(kept, vec![1, 4]);
+        assert_eq!(s.stats.otlp().dropped[PointDrop::NonInteger.index()], 1);
+    }
+
+    /// The metric labels in `stats` are the receiver's own reasons and kinds.
+    #[test]
+    fn stats_labels_match_the_reasons() {
+        let reasons: Vec<&str> = PointDrop::ALL.iter().map(|r| r.as_str()).collect();
+        assert_eq!(reasons, super::super::OTLP_DROP_REASONS);
+        let kinds: Vec<&str> = IgnoredKind::ALL.iter().map(|k| k.as_str()).collect();
+        assert_eq!(kinds, super::super::OTLP_IGNORED_KINDS);
+    }
+}
