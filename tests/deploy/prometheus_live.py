@@ -116,6 +116,25 @@ def send(binary, flag, target, lines):
                    check=True, capture_output=True, timeout=30)
 
 
+def send_otlp_http(port, name, via, values):
+    """One OTLP/HTTP JSON request: a delta monotonic sum `name` with one integer point per
+    value, tagged `via`, at the current time."""
+    now = str(time.time_ns())
+    points = [{"attributes": [{"key": "via", "value": {"stringValue": via}}],
+               "timeUnixNano": now, "asInt": str(v)} for v in values]
+    body = {"resourceMetrics": [{"resource": {"attributes": []}, "scopeMetrics": [{
+        "scope": {"name": "prometheus_live"},
+        "metrics": [{"name": name, "sum": {
+            "aggregationTemporality": 1, "isMonotonic": True, "dataPoints": points}}]}]}]}
+    request = urllib.request.Request(
+        f"http://127.0.0.1:{port}/v1/metrics", data=json.dumps(body).encode(),
+        headers={"Content-Type": "application/json"}, method="POST")
+    with urllib.request.urlopen(request, timeout=10) as r:
+        answer = json.load(r)
+    if (answer.get("partialSuccess") or {}).get("rejectedDataPoints"):
+        raise RuntimeError(f"OTLP/HTTP refused points: {answer}")
+
+
 def dashboard_queries():
     """(panel title, refId, expr) of every panel target, and the template variables."""
     with open(DASHBOARD) as f:
@@ -157,15 +176,17 @@ def main():
             prometheus.wait("the countersink target to be up",
                             lambda: prometheus.query('up{job="countersink"} == 1'))
             day = utc_day()
-            # Known traffic on every transport; sums 3*40 + 5*30 + 7*20 + 11*10 = 520 per table.
+            # Known traffic on every transport but OTLP/gRPC (its traffic is the integration
+            # test's and the Python SDK's); sums 3*40 + 5*30 + 7*20 + 11*10 + 13*5 = 585 per table.
             send(binary, "--udp", f"127.0.0.1:{dev.udp_port}", ["deploy.check:3|c|#via:udp"] * 40)
             send(binary, "--uds", dev.uds, ["deploy.check:5|c|#via:uds"] * 30)
             send(binary, "--uds-stream", dev.uds_stream, ["deploy.check:7|c|#via:uds_stream"] * 20)
             send(binary, "--tcp", f"127.0.0.1:{dev.tcp_port}", ["deploy.check:11|c|#via:tcp"] * 10)
+            send_otlp_http(dev.otlp_http_port, "deploy.check", "otlp_http", [13] * 5)
             # Lines that are counted but not aggregated: invalid, another type, out of window.
             send(binary, "--udp", f"127.0.0.1:{dev.udp_port}",
                  ["deploy.bad:x|c", "deploy.gauge:1|g", "deploy.old:1|c|T1000000000"])
-            expected_sum = 3 * 40 + 5 * 30 + 7 * 20 + 11 * 10
+            expected_sum = 3 * 40 + 5 * 30 + 7 * 20 + 11 * 10 + 13 * 5
             dev.wait_settled(expected_sum + 1)
             target = '{job="countersink"}'
 
@@ -179,10 +200,10 @@ def main():
             prometheus.wait("Prometheus to scrape the settled identity", scraped_settled)
             # rate() over [5m] needs two samples after the traffic: wait for them.
             prometheus.wait("the recording rule of ingest rates",
-                            lambda: len([v for _, v in prometheus.query("countersink:lines_received:rate5m") if v > 0]) == 4)
+                            lambda: len([v for _, v in prometheus.query("countersink:lines_received:rate5m") if v > 0]) == 5)
 
             # The series and their values.
-            for transport, lines in (("udp", 43), ("uds", 30), ("uds_stream", 20), ("tcp", 10)):
+            for transport, lines in (("udp", 43), ("uds", 30), ("uds_stream", 20), ("tcp", 10), ("otlp_http", 5)):
                 check(prometheus.one(f'countersink_lines_received_total{{job="countersink",transport="{transport}"}}') == lines,
                       f"countersink_lines_received_total{{transport={transport}}} = {lines}")
             check(prometheus.one(f'countersink_lines_invalid_total{{job="countersink",reason="bad_value"}}') == 1,
@@ -191,8 +212,8 @@ def main():
                   "countersink_lines_ignored_total{type=gauge} = 1")
             check(prometheus.one(f'countersink_dropped_total{{job="countersink",reason="timestamp_window"}}') == 1,
                   "countersink_dropped_total{reason=timestamp_window} = 1")
-            check(prometheus.one(f"countersink_increments_accepted_total{target}") == 40 + 30 + 20 + 10 + 1,
-                  "countersink_increments_accepted_total = 101 (the out-of-window line is accepted, then dropped)")
+            check(prometheus.one(f"countersink_increments_accepted_total{target}") == 40 + 30 + 20 + 10 + 5 + 1,
+                  "countersink_increments_accepted_total = 106 (the out-of-window line is accepted, then dropped)")
             check(prometheus.one(f'sum(countersink_cql_writes_total{{job="countersink",outcome!="applied"}})') == 0,
                   "no write re-queued, rejected or unknown")
             check(prometheus.one(f'sum(countersink_cql_writes_total{{job="countersink",outcome="applied"}})') >= 2,
@@ -224,8 +245,10 @@ def main():
             check(sorted((m["granularity"], v) for m, v in gaps) == [("day", 0.0), ("minute", 0.0)],
                   f"countersink:stage_delta:unaccounted = 0 for minute and day {gaps}")
             rates = {m["transport"]: v for m, v in prometheus.query("countersink:lines_received:rate5m")}
-            check(sorted(rates) == ["tcp", "udp", "uds", "uds_stream"] and all(v > 0 for v in rates.values()),
-                  f"countersink:lines_received:rate5m > 0 per transport {rates}")
+            quiet = {"otlp_grpc"}
+            check(sorted(rates) == ["otlp_grpc", "otlp_http", "tcp", "udp", "uds", "uds_stream"]
+                  and all(v > 0 for t, v in rates.items() if t not in quiet),
+                  f"countersink:lines_received:rate5m per transport, > 0 where traffic was sent {rates}")
             groups = prometheus.api("rules")["groups"]
             rules = [r for g in groups for r in g["rules"]]
             unhealthy = [(r["name"], r.get("lastError")) for r in rules if r.get("health") != "ok"]
@@ -234,7 +257,7 @@ def main():
             check(firing == [], f"no alert firing on a healthy sidecar {firing}")
 
             # Read back: both tables hold what was sent.
-            for via, total in (("udp", 120), ("uds", 150), ("uds_stream", 140), ("tcp", 110)):
+            for via, total in (("udp", 120), ("uds", 150), ("uds_stream", 140), ("tcp", 110), ("otlp_http", 65)):
                 got = dev.get("deploy.check", [f"via:{via}"], [day, utc_day()])
                 check(got == (total, total), f"deploy.check via {via}: day and minute tables {got} = {total}")
 
