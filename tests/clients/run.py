@@ -115,6 +115,19 @@ def cases(tools):
         for temporality in ("delta", "cumulative"):
             add("python", "opentelemetry-sdk", temporality, f"otlp_{protocol}",
                 lambda t, target, n, c, k, p=protocol, tm=temporality: [py, otlp_py, p, tm, target, n, c, k])
+    # The OpenTelemetry SDKs of Go, Java and Node, OTLP exporters (gzip), both protocols
+    # and both temporalities. Node's HTTP exporter speaks OTLP/HTTP JSON, the others
+    # protobuf.
+    otlp_js = os.path.join(HERE, "node", "otlp_send.js")
+    for protocol in ("http", "grpc"):
+        for temporality in ("delta", "cumulative"):
+            transport = f"otlp_{protocol}"
+            add("go", "opentelemetry-go", temporality, transport,
+                lambda t, target, n, c, k, p=protocol, tm=temporality: [tools["go_otel"], p, tm, target, n, c, k])
+            add("java", "opentelemetry-java", temporality, transport,
+                lambda t, target, n, c, k, p=protocol, tm=temporality: [*java, "SendOtlp", p, tm, target, n, c, k])
+            add("node", "opentelemetry-js", temporality, transport,
+                lambda t, target, n, c, k, p=protocol, tm=temporality: [node, otlp_js, p, tm, target, n, c, k])
     # Go datadog-go: blocking writes with a 100 ms timeout. Channel mode drops on a full channel
     # (reported), and Close() stops its workers without draining their channels (not reported).
     for option, transport, expect in (

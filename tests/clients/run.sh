@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Installs the five languages' StatsD clients and the Python OpenTelemetry SDK (OTLP
-# exporters) at pinned versions (PyPI, the Go module
-# proxy, npm, Maven Central, crates.io), then runs run.py: real traffic from each to
+# Installs the five languages' StatsD clients and the OpenTelemetry SDKs of Python, Go,
+# Java and Node (their OTLP exporters) at pinned versions (PyPI, the Go module proxy,
+# npm, Maven Central, crates.io), then runs run.py: real traffic from each to
 # `countersink dev`, exact totals read back from both tables. A client that cannot be
 # installed fails the run. Needs root for the net.unix.max_dgram_qlen phases (CI is root).
 set -euo pipefail
@@ -25,10 +25,11 @@ sys.exit(any(m.version(p) != v for p, v in pins.items()))' "$here/python/require
     "$venv/bin/pip" install --quiet --disable-pip-version-check -r "$here/python/requirements.txt"
 fi
 
-echo "==> Go: datadog-go (go.mod, go.sum)"
+echo "==> Go: datadog-go, and the OpenTelemetry SDK (go.mod, go.sum of each)"
 (cd "$here/go" && GOFLAGS=-mod=readonly go build -o "$out/datadog-go-send" .)
+(cd "$here/go/otlp" && GOFLAGS=-mod=readonly go build -o "$out/otel-go-send" .)
 
-echo "==> Node: hot-shots and unix-dgram (package-lock.json)"
+echo "==> Node: hot-shots, unix-dgram and the OpenTelemetry SDK (package-lock.json)"
 # unix-dgram is a native module: build it against the installed Node's headers
 # (node-gyp would otherwise download them).
 nodedir=/usr
@@ -36,14 +37,15 @@ nodedir=/usr
 (cd "$here/node" && npm_config_nodedir="$nodedir" npm ci --no-audit --no-fund --loglevel=error)
 node -e "require('$here/node/node_modules/unix-dgram')"
 
-echo "==> Java: java-dogstatsd-client (pom.xml)"
+echo "==> Java: java-dogstatsd-client and the OpenTelemetry SDK (pom.xml)"
 (cd "$here/java" && mvn -q -B dependency:build-classpath -Dmdep.outputFile="$out/java-classpath.txt")
 mkdir -p "$out/java"
-javac -d "$out/java" -cp "$(cat "$out/java-classpath.txt")" "$here/java/src/Send.java"
+javac -d "$out/java" -cp "$(cat "$out/java-classpath.txt")" "$here/java/src/Send.java" "$here/java/src/SendOtlp.java"
 
 tools=$(python3 -c 'import json, sys; print(json.dumps({"python": sys.argv[1], "go": sys.argv[2], "node": "node",
-    "java": ["java", "-cp", sys.argv[3]], "cadence": sys.argv[4]}))' \
-    "$venv/bin/python" "$out/datadog-go-send" "$out/java:$(cat "$out/java-classpath.txt")" "$target/debug/examples/client_cadence")
+    "java": ["java", "-cp", sys.argv[3]], "cadence": sys.argv[4], "go_otel": sys.argv[5]}))' \
+    "$venv/bin/python" "$out/datadog-go-send" "$out/java:$(cat "$out/java-classpath.txt")" "$target/debug/examples/client_cadence" \
+    "$out/otel-go-send")
 echo "==> run.py"
 CLIENT_TOOLS="$tools" COUNTERSINK_BIN="$target/debug/countersink" CLIENTS_REPORT="${CLIENTS_REPORT:-$out/report.json}" \
     python3 "$here/run.py"
