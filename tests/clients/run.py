@@ -21,6 +21,7 @@ Ends with `clients: N passed, N failed` and exits 1 on any failure.
 import json
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -30,7 +31,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, os.path.join(ROOT, "tests", "harness"))
-from countersink_dev import DevServer, find_binary, utc_day  # noqa: E402
+from countersink_dev import DevServer, find_binary, free_port, utc_day  # noqa: E402
 
 COUNT = int(os.environ.get("CLIENTS_COUNT", "20000"))
 QLEN = "/proc/sys/net/unix/max_dgram_qlen"
@@ -68,7 +69,7 @@ class Case:
         self.id = f"{language}-{client}-{option}-{transport}".replace("_", "-")
         self.name = "clients." + self.id.replace("-", "_")
         self.tags = [] if client == "statsd" else [f"client:{self.id}"]
-        if transport.startswith("otlp"):
+        if "otlp" in transport:
             # The resource's service.name is kept as a tag by default.
             self.tags.append("service.name:clients")
 
@@ -128,6 +129,13 @@ def cases(tools):
                 lambda t, target, n, c, k, p=protocol, tm=temporality: [*java, "SendOtlp", p, tm, target, n, c, k])
             add("node", "opentelemetry-js", temporality, transport,
                 lambda t, target, n, c, k, p=protocol, tm=temporality: [node, otlp_js, p, tm, target, n, c, k])
+    # Through an OpenTelemetry Collector (OTLP receiver, batch, OTLP exporter) in front of
+    # countersink: the Python SDK sends to the collector, which forwards over gRPC.
+    if tools.get("collector"):
+        for protocol in ("http", "grpc"):
+            for temporality in ("delta", "cumulative"):
+                add("python", "opentelemetry-sdk-via-collector", temporality, f"collector_otlp_{protocol}",
+                    lambda t, target, n, c, k, p=protocol, tm=temporality: [py, otlp_py, p, tm, target, n, c, k])
     # Go datadog-go: blocking writes with a 100 ms timeout. Channel mode drops on a full channel
     # (reported), and Close() stops its workers without draining their channels (not reported).
     for option, transport, expect in (
@@ -160,10 +168,46 @@ def cases(tools):
     return out
 
 
-def target_of(dev, transport):
+def target_of(dev, collector, transport):
+    if transport.startswith("collector_"):
+        return collector.target(transport)
     return {"udp": f"127.0.0.1:{dev.udp_port}", "uds": dev.uds, "uds_stream": dev.uds_stream,
             "tcp": f"127.0.0.1:{dev.tcp_port}", "otlp_http": f"127.0.0.1:{dev.otlp_http_port}",
             "otlp_grpc": f"127.0.0.1:{dev.otlp_grpc_port}"}[transport]
+
+
+class Collector:
+    """The OpenTelemetry Collector of collector/ (built by run.sh), forwarding to `dev`'s
+    OTLP/gRPC receiver; started only when a case needs it. `stop()` shuts it down
+    gracefully (SIGTERM): the batch processor and the exporter's queue are drained first,
+    so every point it took has reached countersink or failed loudly."""
+
+    def __init__(self, binary, dev, workdir):
+        self.grpc_port, self.http_port = free_port(), free_port()
+        env = dict(os.environ, COLLECTOR_GRPC_PORT=str(self.grpc_port), COLLECTOR_HTTP_PORT=str(self.http_port),
+                   COUNTERSINK_OTLP_GRPC=f"127.0.0.1:{dev.otlp_grpc_port}")
+        self.log = open(os.path.join(workdir, "collector.log"), "w")
+        config = os.path.join(ROOT, "tests", "otelcol", "forward.yaml")
+        self.proc = subprocess.Popen([binary, "--config", config], env=env, stdout=self.log, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + 30
+        while not all(port_open(p) for p in (self.grpc_port, self.http_port)):
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"the collector did not start; see {self.log.name}")
+            time.sleep(0.1)
+
+    def target(self, transport):
+        return f"127.0.0.1:{self.grpc_port if transport == 'collector_otlp_grpc' else self.http_port}"
+
+    def stop(self):
+        self.proc.send_signal(signal.SIGTERM)
+        code = self.proc.wait(timeout=60)
+        self.log.close()
+        return code
+
+
+def port_open(port):
+    with socket.socket() as s:
+        return s.connect_ex(("127.0.0.1", port)) == 0
 
 
 def run_client(case, target, count):
@@ -231,7 +275,7 @@ def set_qlen(value):
         return int(f.read())
 
 
-def run_phase(label, binary, selected, results, count):
+def run_phase(label, binary, collector_binary, selected, results, count):
     """Runs `selected` against one fresh `countersink dev` and checks each case's totals
     against what it must achieve (Case)."""
     work = tempfile.mkdtemp(prefix=f"countersink-clients-{label}-")
@@ -240,15 +284,21 @@ def run_phase(label, binary, selected, results, count):
         with DevServer(binary, work, flush_interval="1s") as dev:
             day_first = utc_day()
             outcomes = []
+            collector = None
+            if any(case.transport.startswith("collector_") for case in selected):
+                collector = Collector(collector_binary, dev, work)
             for case in selected:
                 before = receive_totals(dev)
-                proc, report, seconds = run_client(case, target_of(dev, case.transport), count)
+                proc, report, seconds = run_client(case, target_of(dev, collector, case.transport), count)
                 after = wait_quiet(dev)
                 delta = {k: after[k] - before[k] for k in after}
                 if proc.returncode != 0 and case.expect != MISMATCH:
                     results.check(False, f"[{label}] {case.id}: exit {proc.returncode}: {proc.stderr.strip()[-400:]}")
                     continue
                 outcomes.append((case, proc, report, seconds, delta))
+            if collector is not None:
+                code = collector.stop()
+                results.check(code == 0, f"[{label}] the collector drained and stopped cleanly (exit {code})")
             settled = dev.wait_settled(0)
             for g in ("minute", "day"):
                 results.check(settled[(g, "accepted")] == settled[(g, "applied")],
@@ -329,12 +379,12 @@ def main():
         if os.geteuid() == 0:
             set_qlen(10)
         if original == 10 or os.geteuid() == 0:
-            run_phase("qlen10", binary, uds_cases, results, COUNT)
+            run_phase("qlen10", binary, tools.get("collector"), uds_cases, results, COUNT)
         else:
             results.check(False, "qlen10 phase not run: max_dgram_qlen is not 10 and this is not root")
         if os.geteuid() == 0:
             results.check(set_qlen(512) == 512, "net.unix.max_dgram_qlen raised to 512 for the main phase")
-            run_phase("main", binary, all_cases, results, COUNT)
+            run_phase("main", binary, tools.get("collector"), all_cases, results, COUNT)
         else:
             results.check(False, "main phase not run: raising net.unix.max_dgram_qlen needs root")
     finally:

@@ -29,6 +29,9 @@ echo "==> Go: datadog-go, and the OpenTelemetry SDK (go.mod, go.sum of each)"
 (cd "$here/go" && GOFLAGS=-mod=readonly go build -o "$out/datadog-go-send" .)
 (cd "$here/go/otlp" && GOFLAGS=-mod=readonly go build -o "$out/otel-go-send" .)
 
+echo "==> Go: an OpenTelemetry Collector (OTLP receiver, batch, OTLP exporter) at v0.165.0 (tests/otelcol)"
+bash "$root/tests/otelcol/build.sh" "$target/otelcol"
+
 echo "==> Node: hot-shots, unix-dgram and the OpenTelemetry SDK (package-lock.json)"
 # unix-dgram is a native module: build it against the installed Node's headers
 # (node-gyp would otherwise download them).
@@ -43,9 +46,9 @@ mkdir -p "$out/java"
 javac -d "$out/java" -cp "$(cat "$out/java-classpath.txt")" "$here/java/src/Send.java" "$here/java/src/SendOtlp.java"
 
 tools=$(python3 -c 'import json, sys; print(json.dumps({"python": sys.argv[1], "go": sys.argv[2], "node": "node",
-    "java": ["java", "-cp", sys.argv[3]], "cadence": sys.argv[4], "go_otel": sys.argv[5]}))' \
+    "java": ["java", "-cp", sys.argv[3]], "cadence": sys.argv[4], "go_otel": sys.argv[5], "collector": sys.argv[6]}))' \
     "$venv/bin/python" "$out/datadog-go-send" "$out/java:$(cat "$out/java-classpath.txt")" "$target/debug/examples/client_cadence" \
-    "$out/otel-go-send")
+    "$out/otel-go-send" "$target/otelcol/otelcol-countersink")
 echo "==> run.py"
 CLIENT_TOOLS="$tools" COUNTERSINK_BIN="$target/debug/countersink" CLIENTS_REPORT="${CLIENTS_REPORT:-$out/report.json}" \
     python3 "$here/run.py"

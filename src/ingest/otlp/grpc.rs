@@ -75,7 +75,9 @@ pub(super) async fn serve<H: PacketHandler>(
     tonic::transport::Server::builder()
         .add_service(service)
         .serve_with_incoming_shutdown(
-            tonic::transport::server::TcpIncoming::from(listener),
+            // Without TCP_NODELAY the reply's frames wait on the client's delayed ACK:
+            // about 40 ms per export (measured: 87 exports/s on four connections).
+            tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true)),
             stopped,
         )
         .await

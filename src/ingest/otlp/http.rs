@@ -17,6 +17,7 @@ use axum::extract::State;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
+use axum::serve::ListenerExt;
 use opentelemetry_proto::tonic::collector::metrics::v1::{
     ExportMetricsPartialSuccess, ExportMetricsServiceRequest, ExportMetricsServiceResponse,
 };
@@ -49,6 +50,12 @@ pub(super) async fn serve<H: PacketHandler>(
     let app = Router::new()
         .route(PATH, post(export::<H>))
         .with_state(shared);
+    // Replies go out at once rather than waiting on the client's delayed ACK (Nagle).
+    let listener = listener.tap_io(|tcp| {
+        if let Err(error) = tcp.set_nodelay(true) {
+            tracing::debug!(%error, "Could not set TCP_NODELAY on an OTLP/HTTP connection.");
+        }
+    });
     axum::serve(listener, app)
         .with_graceful_shutdown(stopped)
         .await
