@@ -17,12 +17,16 @@ use super::store_args::StoreArgs;
 
 /// The flags of `reconcile`.
 #[derive(Debug, Args)]
+#[command(args_conflicts_with_subcommands = true, subcommand_negates_reqs = true)]
 pub(super) struct ReconcileArgs {
+    /// `merge`: combine the partial reports of `--slice` runs.
+    #[command(subcommand)]
+    merge: Option<Merge>,
     #[command(flatten)]
     store: StoreArgs,
     /// The UTC day.
-    #[arg(long, value_name = "YYYY-MM-DD", value_parser = super::args::day)]
-    day: Day,
+    #[arg(long, value_name = "YYYY-MM-DD", value_parser = super::args::day, required = true)]
+    day: Option<Day>,
     /// One family [default: every family with `exact = true`].
     #[arg(long, value_name = "NAME")]
     family: Option<String>,
@@ -51,6 +55,15 @@ pub(super) struct ReconcileArgs {
     /// With --repair: print the corrections, write nothing.
     #[arg(long, requires = "repair")]
     dry_run: bool,
+    /// Only this part of the keys, `I/N` (N dividing the day's slices: 1, 2, 4, 8 or 16
+    /// with the default bucket counts): a partial report, to merge with the other parts'
+    /// (`reconcile merge`). Exits 0 once its report is written, whatever its verdicts:
+    /// the merge decides. Not with --repair, which runs over the whole day.
+    #[arg(long, value_name = "I/N", conflicts_with = "repair")]
+    slice: Option<String>,
+    /// Keys whose counters are read at once.
+    #[arg(long, value_name = "N", default_value_t = 64, value_parser = clap::value_parser!(u16).range(1..))]
+    concurrency: u16,
     /// With --repair: how long after an earlier repair of the day its writes may still be
     /// on their way (longer than any counter write timeout); the run waits that long
     /// after it before reading the counters, at ALL.
@@ -58,8 +71,23 @@ pub(super) struct ReconcileArgs {
     settle: std::time::Duration,
 }
 
+/// The subcommand of `reconcile`.
+#[derive(Debug, clap::Subcommand)]
+enum Merge {
+    /// Combine the partial reports of `reconcile --slice I/N --format json` into the
+    /// report, verdicts and exit code of a single run over the day (exit 3 on unexplained
+    /// drift over the threshold); refuses a missing or repeated slice.
+    Merge(MergeArgs),
+}
+
 /// Reconciles, prints, and fails with code 3 on unexplained drift over the threshold.
 pub(super) async fn run(args: ReconcileArgs) -> Result<(), Failure> {
+    if let Some(Merge::Merge(merge)) = args.merge {
+        return run_merge(merge);
+    }
+    let Some(day) = args.day else {
+        return Err(Failure::usage("--day is required"));
+    };
     let config = args.store.load()?;
     let families = Families::from_config(&config)?;
     let selected: Vec<_> = match &args.family {
@@ -96,14 +124,21 @@ pub(super) async fn run(args: ReconcileArgs) -> Result<(), Failure> {
                 .ok_or_else(|| Failure::usage(format!("--tag {t}: expected K:V")))
         })
         .collect::<Result<Vec<_>, _>>()?;
+    let slice = args
+        .slice
+        .as_deref()
+        .map(|text| reconcile::slice::Slice::parse(text, reconcile::slices(&config)))
+        .transpose()
+        .map_err(Failure::usage)?;
     let now = bucket::unix_secs(std::time::SystemTime::now());
     let options = Options {
-        day: args.day,
+        day,
         tags,
         threshold,
         now_unix_secs: now,
-        concurrency: 64,
+        concurrency: usize::from(args.concurrency),
         max_listed: reconcile::MAX_LISTED,
+        slice,
     };
     let session = Arc::new(
         session::connect(&config.store)
@@ -144,7 +179,7 @@ pub(super) async fn run(args: ReconcileArgs) -> Result<(), Failure> {
             }
             let reader = crate::ops::read::Reader::new(session.clone());
             let mut corrections =
-                reconcile::repair::plan(&session, &reader, &config, family, &report, args.day)
+                reconcile::repair::plan(&session, &reader, &config, family, &report, day)
                     .await
                     .map_err(Failure::other)?;
             if !args.dry_run && !corrections.is_empty() {
@@ -156,7 +191,7 @@ pub(super) async fn run(args: ReconcileArgs) -> Result<(), Failure> {
                     &sink,
                     &config,
                     family,
-                    args.day,
+                    day,
                     &mut corrections,
                     now.saturating_mul(1000),
                 )
@@ -197,7 +232,7 @@ pub(super) async fn run(args: ReconcileArgs) -> Result<(), Failure> {
                 &session,
                 &config,
                 &report,
-                args.day,
+                day,
                 now.saturating_mul(1000),
             )
             .await
@@ -215,8 +250,9 @@ pub(super) async fn run(args: ReconcileArgs) -> Result<(), Failure> {
                 &session,
                 &config,
                 family,
-                args.day,
+                day,
                 &options.tags,
+                options.slice,
                 now.saturating_mul(1000),
             )
             .await
@@ -229,19 +265,33 @@ pub(super) async fn run(args: ReconcileArgs) -> Result<(), Failure> {
         }
         reports.push(report);
     }
-    match args.format.as_str() {
-        "json" => {
-            let text = serde_json::to_string_pretty(&reports).map_err(Failure::other)?;
-            println!("{text}");
-        }
-        _ => reports.iter().for_each(print_text),
-    }
+    print_reports(&reports, &args.format)?;
     if refused > 0 {
         return Err(Failure::with_code(
             3,
             format!("{refused} closed totals or corrections are beyond i64 (listed above)"),
         ));
     }
+    if slice.is_some() {
+        // A part's verdicts are the merge's to judge.
+        return Ok(());
+    }
+    verdict(&reports, threshold)
+}
+
+fn print_reports(reports: &[Report], format: &str) -> Result<(), Failure> {
+    match format {
+        "json" => {
+            let text = serde_json::to_string_pretty(reports).map_err(Failure::other)?;
+            println!("{text}");
+        }
+        _ => reports.iter().for_each(print_text),
+    }
+    Ok(())
+}
+
+/// Exit 0 when no key's unexplained drift exceeds the threshold, 3 otherwise.
+fn verdict(reports: &[Report], threshold: f64) -> Result<(), Failure> {
     if reports.iter().all(Report::passes) {
         Ok(())
     } else {
@@ -251,6 +301,46 @@ pub(super) async fn run(args: ReconcileArgs) -> Result<(), Failure> {
             format!("{over} keys with unexplained drift over the threshold ({threshold})"),
         ))
     }
+}
+
+/// The flags of `reconcile merge`.
+#[derive(Debug, Args)]
+pub(super) struct MergeArgs {
+    /// The partial reports (`reconcile --slice I/N --format json`), one file each, every
+    /// slice of each family-day exactly once; `-` reads one from standard input.
+    #[arg(value_name = "FILE", required = true)]
+    files: Vec<std::path::PathBuf>,
+    /// `text` (keys that are not ok, then a summary) or `json`.
+    #[arg(long, default_value = "text", value_parser = ["text", "json"])]
+    format: String,
+}
+
+/// Merges partial reports into the report, verdicts and exit code of a single run.
+pub(super) fn run_merge(args: MergeArgs) -> Result<(), Failure> {
+    let mut parts = Vec::new();
+    for file in &args.files {
+        let text = if file.as_os_str() == "-" {
+            std::io::read_to_string(std::io::stdin()).map_err(Failure::other)?
+        } else {
+            std::fs::read_to_string(file)
+                .map_err(|e| Failure::usage(format!("{}: {e}", file.display())))?
+        };
+        let reports: Vec<Report> = serde_json::from_str(&text).map_err(|e| {
+            Failure::usage(format!(
+                "{}: not a report of `reconcile --slice I/N --format json`: {e}",
+                file.display()
+            ))
+        })?;
+        parts.extend(reports);
+    }
+    let threshold = parts
+        .iter()
+        .find_map(|r| r.slice.as_ref().map(|s| s.threshold))
+        .unwrap_or_default();
+    let merged = reconcile::slice::merge(parts, reconcile::MAX_LISTED)
+        .map_err(|e| Failure::usage(e.to_string()))?;
+    print_reports(&merged, &args.format)?;
+    verdict(&merged, threshold)
 }
 
 /// The progress line of a long run on a terminal (stderr): keys done of the estimated

@@ -148,6 +148,7 @@ async fn reconcile_run(
         now_unix_secs: NOW,
         concurrency: CONCURRENCY,
         max_listed: MAX_LISTED,
+        slice: None,
     };
     let first_estimate = AtomicU64::new(0);
     let calls = AtomicU64::new(0);

@@ -262,6 +262,7 @@ async fn the_ledger_equals_what_was_fed_when_writes_go_unknown() {
         now_unix_secs: countersink::bucket::unix_secs(std::time::SystemTime::now()),
         concurrency: 8,
         max_listed: countersink::ops::reconcile::MAX_LISTED,
+        slice: None,
     };
     let report = countersink::ops::reconcile::reconcile(
         &writer.session,
@@ -743,6 +744,7 @@ async fn rows_dropped_after_their_ledger_rows_are_known_missing() {
         now_unix_secs: at + 3 * 86_400,
         concurrency: 8,
         max_listed: reconcile::MAX_LISTED,
+        slice: None,
     };
     let report = reconcile::reconcile(
         &writer.session,

@@ -24,7 +24,7 @@ const RESULT: u8 = 0x08;
 /// 2026-11-30 22:58Z: a day long closed when the tests run.
 const AT: i64 = T0 - 3600;
 
-fn exact_config(state: &std::path::Path) -> Config {
+pub(crate) fn exact_config(state: &std::path::Path) -> Config {
     let mut config = config(state);
     for family in &mut config.families {
         family.exact = true;
@@ -47,7 +47,7 @@ fn write_exact_config(store: &Store, file: &std::path::Path) {
     std::fs::write(file, store.config_file(&toml::to_string(&example).unwrap())).unwrap();
 }
 
-fn day() -> Day {
+pub(crate) fn day() -> Day {
     Day((AT / 86_400) as u32)
 }
 
@@ -74,6 +74,7 @@ async fn run_reconcile(writer: &Writer, config: &Config) -> Report {
         now_unix_secs: countersink::bucket::unix_secs(std::time::SystemTime::now()),
         concurrency: 8,
         max_listed: reconcile::MAX_LISTED,
+        slice: None,
     };
     reconcile::reconcile(&writer.session, config, family, &options, &|_| {})
         .await
@@ -569,6 +570,7 @@ async fn distinct_unknown_requests_are_resolved() {
         now_unix_secs: countersink::bucket::unix_secs(std::time::SystemTime::now()),
         concurrency: 8,
         max_listed: 0,
+        slice: None,
     };
     let views = families.by_name("views").unwrap();
     let capped = reconcile::reconcile(&writer.session, &config, views, &options, &|_| {})
@@ -880,16 +882,16 @@ async fn repair_scenario(
 
 /// One key of [`streamed_day`]: its ledger value (none: no ledger row), its counter
 /// (minute and day rows; none: no counter rows), and whether the key index has it.
-struct Planned {
-    ledger: Option<i64>,
-    counter: Option<i64>,
-    indexed: bool,
+pub(crate) struct Planned {
+    pub(crate) ledger: Option<i64>,
+    pub(crate) counter: Option<i64>,
+    pub(crate) indexed: bool,
 }
 
 /// 2 000 keys of the generic family: most equal to their ledger; every 97th drifted +3
 /// by an outside writer, every 89th only in the key index and the counters (its ledger
 /// row lost), every 101st in the ledger only (its counter writes lost).
-fn streamed_plan() -> Vec<Planned> {
+pub(crate) fn streamed_plan() -> Vec<Planned> {
     (0..2_000_i64)
         .map(|i| {
             let value = 1 + i % 9;
@@ -920,7 +922,7 @@ fn streamed_plan() -> Vec<Planned> {
 }
 
 /// Writes `plan` for `day` straight into cqlsim, bucketed as `config` says.
-fn write_plan(sim: &cqlsim::Server, config: &Config, day: Day, plan: &[Planned]) {
+pub(crate) fn write_plan(sim: &cqlsim::Server, config: &Config, day: Day, plan: &[Planned]) {
     let families = countersink::family::Families::from_config(config).unwrap();
     let generic = families.by_name("generic").unwrap();
     let date = format_date(day.date());
@@ -1002,6 +1004,7 @@ async fn a_streamed_run_counts_every_key_of_every_slice_once() {
             now_unix_secs: countersink::bucket::unix_secs(std::time::SystemTime::now()),
             concurrency: 16,
             max_listed: reconcile::MAX_LISTED,
+            slice: None,
         };
         let generic = families.by_name("generic").unwrap();
         let report = reconcile::reconcile(&session, case, generic, &options, &|_| {})

@@ -25,6 +25,7 @@ mod ops_read;
 #[cfg(feature = "otlp")]
 mod otlp;
 mod outcomes;
+mod reconcile_slices;
 mod shards;
 mod sidecar;
 mod stores;

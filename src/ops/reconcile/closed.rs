@@ -82,13 +82,18 @@ pub async fn close_day(
     family: &FamilyDef,
     day: Day,
     tags: &[(String, String)],
+    slice: Option<super::slice::Part>,
     now_ms: i64,
 ) -> Result<Closed, ReadError> {
     let statement = prepare(session, config, "insert_exact_day").await?;
     let buckets = super::gather::BucketReader::new(session, config, family, day).await?;
     let rows_read = std::sync::atomic::AtomicU64::new(0);
     let mut closed = Closed::default();
-    for bucket in 0..config.exact.buckets {
+    // A slice's keys are whole ledger buckets: those whose number is its index modulo
+    // its count (see `super::slice`).
+    let in_part =
+        |bucket: &u16| slice.is_none_or(|(i, n)| super::slice::Slice::holds(i, n, *bucket));
+    for bucket in (0..config.exact.buckets).filter(in_part) {
         let sums = buckets.ledger_bucket(bucket as i16, &rows_read).await?;
         let mut keys = Vec::new();
         for (key, ledger) in sums {

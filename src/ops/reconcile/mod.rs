@@ -15,10 +15,12 @@
 //! | [`gather`] | the reads: ledger buckets, outcomes, key index, counters |
 //! | [`repair`] | `--repair`: one recorded corrective increment per drifting counter row of a closed day |
 //! | [`closed`] | `--close` (the closed-day table) and the exact value of a key (`get --exact`) |
+//! | [`slice`] | `--slice I/N`: one part of the keys, and the merge of the parts' reports |
 
 pub mod closed;
 pub mod gather;
 pub mod repair;
+pub mod slice;
 pub mod verdict;
 
 use std::collections::{BTreeMap, HashMap};
@@ -29,7 +31,7 @@ use std::time::Duration;
 use futures_util::StreamExt;
 use scylla::client::session::Session;
 use scylla::value::{CqlDate, CqlTimestamp};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::bucket::Day;
 use crate::config::Config;
@@ -57,6 +59,9 @@ pub struct Options {
     pub concurrency: usize,
     /// The most keys that are not `ok` kept in the report (the summary counts them all).
     pub max_listed: usize,
+    /// Only this part of the keys, `(I, N)`: the day's slices `s` with `s % N == I` (see
+    /// [`slice`]; `N` divides [`slices`]). `None`: every key.
+    pub slice: Option<slice::Part>,
 }
 
 /// The default of [`Options::max_listed`]: a bound on the report's memory (about half a
@@ -64,12 +69,13 @@ pub struct Options {
 pub const MAX_LISTED: usize = 100_000;
 
 /// One key and granularity in the report.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct KeyReport {
     /// The key values.
     pub key: Vec<String>,
     /// `minute` (the minute rows summed over the day) or `day` (the day row).
-    pub granularity: &'static str,
+    #[serde(deserialize_with = "slice::label")]
+    pub granularity: slice::Label,
     /// The ledger's sum, per column.
     pub exact: BTreeMap<String, i128>,
     /// The counter, per column.
@@ -87,18 +93,20 @@ pub struct KeyReport {
 }
 
 /// Totals of a reconcile run.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Summary {
     /// Keys seen.
     pub keys: usize,
     /// Ledger rows read.
     pub ledger_rows: u64,
     /// Key-granularities per status.
-    pub statuses: BTreeMap<&'static str, usize>,
+    #[serde(deserialize_with = "slice::labelled")]
+    pub statuses: BTreeMap<slice::Label, usize>,
     /// Sum of the ledger over keys and columns (per granularity it is the same).
     pub exact_total: i128,
     /// Sums of the counters: minute rows, day rows.
-    pub counter_total: BTreeMap<&'static str, i128>,
+    #[serde(deserialize_with = "slice::labelled")]
+    pub counter_total: BTreeMap<slice::Label, i128>,
     /// |drift| of keys whose drift is explained (explained, resolved, ambiguous).
     pub drift_explained: i128,
     /// |drift| of unexplained keys.
@@ -148,8 +156,8 @@ impl Summary {
     }
 }
 
-/// The result of a run.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+/// The result of a run (of one slice, with `--slice`: see [`slice`]).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct Report {
     /// The family.
     pub family: String,
@@ -173,6 +181,9 @@ pub struct Report {
     pub keys: Vec<KeyReport>,
     /// Totals.
     pub summary: Summary,
+    /// The slice this report covers (`--slice`); absent for a whole day's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub slice: Option<slice::Slice>,
     /// Every unknown request of every `resolved` key, listed or not (request id → whether
     /// it applied, and its outcome rows' numbers), for [`write_resolutions`]. Bounded by
     /// the day's outcome rows, which the run holds anyway.
@@ -416,8 +427,12 @@ pub async fn reconcile(
     // The scan runs beside the counter reads, one slice ahead: polled with them by this
     // task (not only when the reads want more keys), so the reads never wait for it.
     let (slice_tx, slice_rx) = tokio::sync::mpsc::channel::<Vec<KeyWork>>(1);
+    let part = options.slice;
+    // The day's slices this run reads (all of them, or those of its part).
+    let reading = part.map_or(slices, |(_, n)| slices / n);
     let scan = async move {
-        for slice in 0..slices {
+        for slice in (0..slices).filter(|s| part.is_none_or(|(i, n)| slice::Slice::holds(i, n, *s)))
+        {
             let keys = read_slice(
                 buckets,
                 config,
@@ -456,6 +471,12 @@ pub async fn reconcile(
         open_because,
         owed_by: records.owed_by.clone(),
         last_repair_ms: records.last_repair_ms,
+        slice: options.slice.map(|(index, of)| slice::Slice {
+            index,
+            of,
+            threshold: options.threshold,
+            tags: options.tags.clone(),
+        }),
         ..Report::default()
     };
     let empty = gather::KeyOutcomes::default();
@@ -514,7 +535,7 @@ pub async fn reconcile(
                     keys_done: done,
                     keys_found: keys_found.load(Ordering::Relaxed),
                     slices_scanned: slices_scanned.load(Ordering::Relaxed) as u32,
-                    slices: u32::from(slices),
+                    slices: u32::from(reading),
                     ledger_rows: ledger_rows.load(Ordering::Relaxed),
                 });
             }
@@ -528,8 +549,8 @@ pub async fn reconcile(
         progress(Progress {
             keys_done: done,
             keys_found: keys_found.load(Ordering::Relaxed),
-            slices_scanned: u32::from(slices),
-            slices: u32::from(slices),
+            slices_scanned: u32::from(reading),
+            slices: u32::from(reading),
             ledger_rows: report.summary.ledger_rows,
         });
     }

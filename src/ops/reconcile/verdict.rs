@@ -23,7 +23,9 @@ pub struct Unknown {
 }
 
 /// The status of a key (see the README's reconcile table).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize)]
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize,
+)]
 #[serde(rename_all = "snake_case")]
 pub enum Status {
     /// Counter equals the ledger and nothing is unknown.
@@ -43,6 +45,16 @@ pub enum Status {
 }
 
 impl Status {
+    /// Every status.
+    pub const ALL: [Status; 6] = [
+        Status::Ok,
+        Status::Explained,
+        Status::Resolved,
+        Status::Ambiguous,
+        Status::Unexplained,
+        Status::Open,
+    ];
+
     /// The label in reports.
     pub fn as_str(self) -> &'static str {
         match self {

@@ -239,6 +239,7 @@ async fn reconcile_day(
         now_unix_secs: base + 3 * 86_400,
         concurrency: 4,
         max_listed: reconcile::MAX_LISTED,
+        slice: None,
     };
     reconcile::reconcile(
         session,
