@@ -431,4 +431,28 @@ mod tests {
                 && all[2].contains("PRIMARY KEY ((page_id, month), shard, day)")
         );
     }
+
+    /// A family's own time columns are created with their names and types.
+    #[test]
+    fn family_tables_carry_their_time_columns() {
+        use crate::config::tables::TimeColumnConfig;
+        let mut config = Config::default();
+        config.generic.enabled = false;
+        let mut views = FamilyConfig::seed_views();
+        views.minute_time.day = TimeColumnConfig::new("ts_day", "date");
+        views.minute_time.minute = TimeColumnConfig::new("bucket", "timestamp");
+        views.day_time.day = TimeColumnConfig::new("day", "text");
+        config.families.push(views);
+        let all = statements(&config, DEV_REPLICATION).unwrap();
+        assert_eq!(
+            all[1],
+            "CREATE TABLE IF NOT EXISTS metrics.views_by_minute (\n    page_id text,\n    ts_day date,\n    bucket timestamp,\n    bytes counter,\n    views counter,\n    PRIMARY KEY ((page_id, ts_day), bucket)\n)"
+        );
+        assert!(
+            all[2].contains("    month text,\n    day   text,\n")
+                && all[2].contains("PRIMARY KEY ((page_id, month), day)"),
+            "{}",
+            all[2]
+        );
+    }
 }

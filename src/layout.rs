@@ -99,7 +99,10 @@ impl TableLayout {
                 ShardPlacement::Clustering => clustering_key.push(shard),
             }
         }
-        clustering_key.push((time.clustering.name.clone(), Role::of_time(&time.clustering)));
+        clustering_key.push((
+            time.clustering.name.clone(),
+            Role::of_time(&time.clustering),
+        ));
         if family.mode == CountingMode::WriterTotals {
             clustering_key.push((WRITER_COLUMN.into(), Role::Writer));
         }
@@ -266,6 +269,36 @@ mod tests {
         let clustering = families(8, ShardPlacement::Clustering);
         let minute = TableLayout::of(clustering.by_name("views").unwrap(), Granularity::Minute);
         assert_eq!(minute.primary_key_text(), "(page_id, day), shard, minute");
+    }
+
+    /// Renamed and retyped time columns take the places of `day`, `minute` and `month`
+    /// in the key, the UPDATE and the read's bucket column.
+    #[test]
+    fn custom_time_columns_take_their_places() {
+        use crate::config::tables::TimeColumnConfig;
+        let mut config = Config::default();
+        let mut views = FamilyConfig::seed_views();
+        views.minute_time.day = TimeColumnConfig::new("ts_day", "date");
+        views.minute_time.minute = TimeColumnConfig::new("bucket", "timestamp");
+        views.day_time.month = TimeColumnConfig::new("ts_month", "date");
+        config.families.push(views);
+        let families = Families::from_config(&config).unwrap();
+        let views = families.by_name("views").unwrap();
+        let minute = TableLayout::of(views, Granularity::Minute);
+        assert_eq!(minute.primary_key_text(), "(page_id, ts_day), bucket");
+        assert_eq!(minute.bucket_column(), "bucket");
+        assert_eq!(
+            minute.clustering_key,
+            [("bucket".to_string(), Role::Minute(TimeType::Timestamp))]
+        );
+        assert_eq!(
+            minute.update_statement(),
+            "UPDATE metrics.views_by_minute SET bytes = bytes + ?, views = views + ? WHERE page_id = ? AND ts_day = ? AND bucket = ?"
+        );
+        let day = TableLayout::of(views, Granularity::Day);
+        assert_eq!(day.primary_key_text(), "(page_id, ts_month), day");
+        assert_eq!(day.partition_key[1].1, Role::Month(TimeType::Date));
+        assert_eq!(TableLayout::default_type(day.partition_key[1].1), "date");
     }
 
     #[test]

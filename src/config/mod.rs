@@ -24,7 +24,9 @@ pub use self::epochs::EpochsConfig;
 pub use self::exact::ExactConfig;
 pub use self::ingest::IngestConfig;
 pub use self::operations::{KeyIndexConfig, LeaderboardConfig, LeaderboardPeriod, ReadConfig};
-pub use self::tables::{DayTimeConfig, MinuteTimeConfig, TableTime, TimeColumn, TimeRole, TimeType};
+pub use self::tables::{
+    DayTimeConfig, MinuteTimeConfig, TableTime, TimeColumn, TimeRole, TimeType,
+};
 pub use self::validate::ConfigError;
 
 /// The whole configuration file.

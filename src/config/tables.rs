@@ -105,8 +105,7 @@ impl TimeType {
         role.types().contains(&self)
     }
 
-    /// Why a column of CQL type `name` cannot hold a value of `role` (`None`: it can,
-    /// as this type).
+    /// The type a column of CQL type `name` holds `role` as, or why it cannot hold it.
     pub fn check(name: &str, role: TimeRole) -> Result<TimeType, String> {
         match TimeType::parse(name) {
             Some(typ) if typ.holds(role) => Ok(typ),
@@ -122,15 +121,76 @@ impl TimeType {
     }
 }
 
-/// One time column as configured: either part may be left out.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct TimeColumnConfig {
+/// Which role a [`TimeColumnConfig`] configures, so that a column given in part (only
+/// its name, or only its type) keeps the default of its own role for the rest.
+pub trait RoleOf {
+    /// The role.
+    const ROLE: TimeRole;
+}
+
+/// The `minute` role.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct MinuteRole;
+/// The `day` role.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct DayRole;
+/// The `month` role.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct MonthRole;
+
+impl RoleOf for MinuteRole {
+    const ROLE: TimeRole = TimeRole::Minute;
+}
+impl RoleOf for DayRole {
+    const ROLE: TimeRole = TimeRole::Day;
+}
+impl RoleOf for MonthRole {
+    const ROLE: TimeRole = TimeRole::Month;
+}
+
+/// One time column as configured: `{ column = NAME, type = CQL_TYPE }`, either part
+/// defaulting to countersink's own column of the role `R`.
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(default, deny_unknown_fields, bound = "")]
+pub struct TimeColumnConfig<R: RoleOf> {
     /// The column's name. Default: the role's name (`minute`, `day`, `month`).
-    pub column: Option<String>,
+    pub column: String,
     /// Its CQL type. Default: `smallint` (minute), `date` (day), `text` (month).
     #[serde(rename = "type")]
-    pub typ: Option<String>,
+    pub typ: String,
+    #[serde(skip)]
+    role: std::marker::PhantomData<R>,
+}
+
+impl<R: RoleOf> Default for TimeColumnConfig<R> {
+    fn default() -> Self {
+        let (name, typ) = R::ROLE.default_column();
+        TimeColumnConfig {
+            column: name.into(),
+            typ: typ.as_str().into(),
+            role: std::marker::PhantomData,
+        }
+    }
+}
+
+impl<R: RoleOf> TimeColumnConfig<R> {
+    /// A column named `column` of CQL type `typ`.
+    pub fn new(column: &str, typ: &str) -> Self {
+        TimeColumnConfig {
+            column: column.into(),
+            typ: typ.into(),
+            role: std::marker::PhantomData,
+        }
+    }
+
+    /// The column this configures, or what is wrong with its type.
+    pub fn resolve(&self) -> Result<TimeColumn, String> {
+        Ok(TimeColumn {
+            name: self.column.clone(),
+            role: R::ROLE,
+            typ: TimeType::check(&self.typ, R::ROLE)?,
+        })
+    }
 }
 
 /// A time column resolved: name, role, type.
@@ -156,31 +216,16 @@ impl TimeColumn {
     }
 }
 
-impl TimeColumnConfig {
-    /// The column this configures for `role`, or what is wrong with its type.
-    pub fn resolve(&self, role: TimeRole) -> Result<TimeColumn, String> {
-        let (name, typ) = role.default_column();
-        Ok(TimeColumn {
-            name: self.column.clone().unwrap_or_else(|| name.into()),
-            role,
-            typ: match &self.typ {
-                Some(text) => TimeType::check(text, role)?,
-                None => typ,
-            },
-        })
-    }
-}
-
 /// `[family.minute_time]`: the minute table's time columns.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct MinuteTimeConfig {
     /// The partition's day. Default `{ column = "day", type = "date" }`; also
     /// `timestamp` (midnight UTC) or `text` (`'YYYY-MM-DD'`).
-    pub day: TimeColumnConfig,
+    pub day: TimeColumnConfig<DayRole>,
     /// The clustering minute. Default `{ column = "minute", type = "smallint" }` (minute
     /// of the day); also `int` (minute of the day) or `timestamp` (the minute's start).
-    pub minute: TimeColumnConfig,
+    pub minute: TimeColumnConfig<MinuteRole>,
 }
 
 /// `[family.day_time]`: the day table's time columns.
@@ -189,10 +234,10 @@ pub struct MinuteTimeConfig {
 pub struct DayTimeConfig {
     /// The partition's month. Default `{ column = "month", type = "text" }`
     /// (`'YYYY-MM'`); also `date` (the month's first day) or `timestamp` (its start).
-    pub month: TimeColumnConfig,
+    pub month: TimeColumnConfig<MonthRole>,
     /// The clustering day. Default `{ column = "day", type = "date" }`; also
     /// `timestamp` (midnight UTC) or `text` (`'YYYY-MM-DD'`).
-    pub day: TimeColumnConfig,
+    pub day: TimeColumnConfig<DayRole>,
 }
 
 /// A table's two time columns, resolved.
@@ -226,11 +271,8 @@ impl MinuteTimeConfig {
     /// The columns, or the field (`day` or `minute`) and what is wrong with it.
     pub fn resolve(&self) -> Result<TableTime, (&'static str, String)> {
         Ok(TableTime {
-            partition: self.day.resolve(TimeRole::Day).map_err(|e| ("day", e))?,
-            clustering: self
-                .minute
-                .resolve(TimeRole::Minute)
-                .map_err(|e| ("minute", e))?,
+            partition: self.day.resolve().map_err(|e| ("day", e))?,
+            clustering: self.minute.resolve().map_err(|e| ("minute", e))?,
         })
     }
 }
@@ -239,11 +281,8 @@ impl DayTimeConfig {
     /// The columns, or the field (`month` or `day`) and what is wrong with it.
     pub fn resolve(&self) -> Result<TableTime, (&'static str, String)> {
         Ok(TableTime {
-            partition: self
-                .month
-                .resolve(TimeRole::Month)
-                .map_err(|e| ("month", e))?,
-            clustering: self.day.resolve(TimeRole::Day).map_err(|e| ("day", e))?,
+            partition: self.month.resolve().map_err(|e| ("month", e))?,
+            clustering: self.day.resolve().map_err(|e| ("day", e))?,
         })
     }
 }
@@ -262,50 +301,51 @@ mod tests {
             DayTimeConfig::default().resolve().unwrap(),
             TableTime::default_day()
         );
-        assert_eq!(TableTime::default_minute().clustering.typ, TimeType::SmallInt);
+        assert_eq!(
+            TableTime::default_minute().clustering.typ,
+            TimeType::SmallInt
+        );
         assert_eq!(TableTime::default_day().partition.name, "month");
     }
 
     #[test]
     fn a_type_that_cannot_hold_the_value_is_refused_by_name() {
         let tiny = MinuteTimeConfig {
-            minute: TimeColumnConfig {
-                column: None,
-                typ: Some("tinyint".into()),
-            },
+            minute: TimeColumnConfig::new("minute", "tinyint"),
             ..MinuteTimeConfig::default()
         };
         let (field, problem) = tiny.resolve().unwrap_err();
         assert_eq!(field, "minute");
-        assert!(problem.contains("a `tinyint` column cannot hold a minute"), "{problem}");
+        assert!(
+            problem.contains("a `tinyint` column cannot hold a minute"),
+            "{problem}"
+        );
         assert!(problem.contains("smallint, int, timestamp"), "{problem}");
-        let text_minute = TimeColumnConfig {
-            column: None,
-            typ: Some("text".into()),
-        };
-        assert!(text_minute.resolve(TimeRole::Minute).is_err());
-        let smallint_day = TimeColumnConfig {
-            column: None,
-            typ: Some("smallint".into()),
-        };
-        assert!(smallint_day.resolve(TimeRole::Day).is_err());
-        assert!(smallint_day.resolve(TimeRole::Month).is_err());
+        assert!(
+            TimeColumnConfig::<MinuteRole>::new("m", "text")
+                .resolve()
+                .is_err()
+        );
+        assert!(
+            TimeColumnConfig::<DayRole>::new("d", "smallint")
+                .resolve()
+                .is_err()
+        );
+        assert!(
+            TimeColumnConfig::<MonthRole>::new("m", "int")
+                .resolve()
+                .is_err()
+        );
     }
 
+    /// A column given in part keeps its role's default for the rest.
     #[test]
     fn renamed_and_retyped_columns_resolve() {
-        let custom = MinuteTimeConfig {
-            day: TimeColumnConfig {
-                column: Some("ts_day".into()),
-                typ: None,
-            },
-            minute: TimeColumnConfig {
-                column: Some("bucket".into()),
-                typ: Some("TIMESTAMP".into()),
-            },
-        }
-        .resolve()
+        let custom: MinuteTimeConfig = toml::from_str(
+            "day = { column = \"ts_day\" }\nminute = { column = \"bucket\", type = \"TIMESTAMP\" }\n",
+        )
         .unwrap();
+        let custom = custom.resolve().unwrap();
         assert_eq!(
             (custom.partition.name.as_str(), custom.partition.typ),
             ("ts_day", TimeType::Date)
@@ -313,6 +353,12 @@ mod tests {
         assert_eq!(
             (custom.clustering.name.as_str(), custom.clustering.typ),
             ("bucket", TimeType::Timestamp)
+        );
+        let month: DayTimeConfig = toml::from_str("month = { type = \"date\" }\n").unwrap();
+        let month = month.resolve().unwrap();
+        assert_eq!(
+            (month.partition.name.as_str(), month.partition.typ),
+            ("month", TimeType::Date)
         );
         assert_eq!(TimeType::parse("varchar"), Some(TimeType::Text));
     }

@@ -28,6 +28,7 @@ mod outcomes;
 mod shards;
 mod sidecar;
 mod stores;
+mod tables;
 #[cfg(feature = "tls")]
 mod tls;
 mod totals;

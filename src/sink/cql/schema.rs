@@ -165,8 +165,16 @@ fn check_table(table: &Table, layout: &TableLayout) -> Result<Vec<KeyType>, Stri
 /// than as two differing key lists.
 fn check_key_places(table: &Table, layout: &TableLayout) -> Result<(), String> {
     let places = [
-        (&layout.partition_key, ColumnKind::PartitionKey, "the partition key"),
-        (&layout.clustering_key, ColumnKind::Clustering, "the clustering key"),
+        (
+            &layout.partition_key,
+            ColumnKind::PartitionKey,
+            "the partition key",
+        ),
+        (
+            &layout.clustering_key,
+            ColumnKind::Clustering,
+            "the clustering key",
+        ),
     ];
     for (columns, kind, place) in places {
         for (column, role) in columns {

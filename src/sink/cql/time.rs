@@ -116,19 +116,13 @@ mod tests {
             self::day(TimeType::Text, day),
             CqlValue::Text("2026-10-15".into())
         );
-        assert_eq!(
-            month(TimeType::Text, day),
-            CqlValue::Text("2026-10".into())
-        );
+        assert_eq!(month(TimeType::Text, day), CqlValue::Text("2026-10".into()));
         // 2026-10-01T00:00Z
         assert_eq!(
             month(TimeType::Timestamp, day),
             CqlValue::Timestamp(CqlTimestamp(1_790_812_800_000))
         );
-        assert_eq!(
-            format_date(first_of_month(day).date()),
-            "2026-10-01"
-        );
+        assert_eq!(format_date(first_of_month(day).date()), "2026-10-01");
     }
 
     #[test]
