@@ -391,4 +391,42 @@ mod tests {
         );
         assert_eq!(wholly_before(&minute, &[None, None], cutoff), None);
     }
+
+    /// A table whose day is a `timestamp` and whose month is a `date` is pruned by the
+    /// same cutoffs.
+    #[test]
+    fn other_time_types_are_read_for_the_cutoff() {
+        use crate::config::tables::TimeColumnConfig;
+        use scylla::value::CqlTimestamp;
+        let mut config = Config::default();
+        let mut views = FamilyConfig::seed_views();
+        views.minute_time.day = TimeColumnConfig::new("ts_day", "timestamp");
+        views.day_time.month = TimeColumnConfig::new("month", "date");
+        config.families.push(views);
+        let families = Families::from_config(&config).unwrap();
+        let views = families.by_name("views").unwrap();
+        let minute = TableLayout::of(views, Granularity::Minute);
+        let dayt = TableLayout::of(views, Granularity::Day);
+        let cutoff = day("2026-10-15");
+        let key = |bucket: CqlValue| vec![Some(CqlValue::Text("home".into())), Some(bucket)];
+        let midnight =
+            |text: &str| CqlValue::Timestamp(CqlTimestamp(i64::from(day(text).0) * 86_400_000));
+        assert_eq!(
+            wholly_before(&minute, &key(midnight("2026-10-14")), cutoff),
+            Some(true)
+        );
+        assert_eq!(
+            wholly_before(&minute, &key(midnight("2026-10-15")), cutoff),
+            Some(false)
+        );
+        let first = |text: &str| CqlValue::Date(CqlDate(day(text).cql_date()));
+        assert_eq!(
+            wholly_before(&dayt, &key(first("2026-09-01")), cutoff),
+            Some(true)
+        );
+        assert_eq!(
+            wholly_before(&dayt, &key(first("2026-10-01")), cutoff),
+            Some(false)
+        );
+    }
 }

@@ -14,7 +14,7 @@ use countersink::ops::read::{self, Reader};
 use countersink::sink::cql::{CqlSink, CqlSinkError};
 use scylla::value::{CqlDate, CqlTimestamp, CqlValue};
 
-use crate::common::{Store, StoreOptions, Writer, config, launch};
+use crate::common::{Store, StoreOptions, Writer, cli_stdout, config, launch};
 
 /// 2026-10-15T13:07:30Z, inside seed 000's month `'2026-10'`.
 const AT: i64 = 1_792_069_650;
@@ -206,8 +206,45 @@ async fn a_table_with_other_time_columns_works_end_to_end() {
     let (minutes, total) = read_back(&writer, "site.hits", &[("site", "a")]).await;
     assert_eq!(minutes, [(787, 5), (788, 2)]);
     assert_eq!(total, 7);
+
+    // `countersink get`, configured by a file with the same sections.
+    let file = dir.path().join("hits.toml");
+    std::fs::write(&file, store.config_file(HITS_TOML)).unwrap();
+    let file = file.display().to_string();
+    let get = |extra: &[&str]| {
+        let mut args = vec!["get", "--config", &file, "site.hits", "--tag", "site:a"];
+        args.extend(["--day", "2026-10-15", "--consistency", "one"]);
+        args.extend(extra);
+        cli_stdout(args)
+    };
+    let (series, total) = tokio::task::block_in_place(|| (get(&["--minutes"]), get(&[])));
+    assert_eq!(
+        series.lines().collect::<Vec<_>>(),
+        ["2026-10-15T13:07Z 5", "2026-10-15T13:08Z 2"]
+    );
+    assert_eq!(total.trim(), "7");
     store.shutdown().await;
 }
+
+/// The family of [`a_table_with_other_time_columns_works_end_to_end`], as a file.
+const HITS_TOML: &str = r#"
+[generic]
+enabled = false
+
+[[family]]
+name = "hits"
+minute_table = "metrics.hits_by_bucket"
+day_table = "metrics.hits_by_day"
+key = ["site"]
+minute_time = { day = { column = "ts_day" }, minute = { column = "bucket", type = "timestamp" } }
+
+[family.day_time]
+month = { column = "month_start", type = "timestamp" }
+day = { column = "day", type = "text" }
+
+[family.columns]
+"site.hits" = "hits"
+"#;
 
 /// The start-up check names the table, the column and what is wrong: a `tinyint` minute
 /// (it cannot hold 0..1439), a time column of another type than configured (and the
