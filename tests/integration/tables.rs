@@ -7,14 +7,14 @@ use std::sync::Arc;
 
 use countersink::bucket::Day;
 use countersink::config::tables::TimeColumnConfig;
-use countersink::config::{Config, ConsistencyLevel, FamilyConfig};
+use countersink::config::{Config, ConsistencyLevel, CountingMode, FamilyConfig};
 use countersink::ddl::DEV_REPLICATION;
 use countersink::engine::Engine;
 use countersink::ops::read::{self, Reader};
 use countersink::sink::cql::{CqlSink, CqlSinkError};
 use scylla::value::{CqlDate, CqlTimestamp, CqlValue};
 
-use crate::common::{Store, StoreOptions, Writer, cli_stdout, config, launch};
+use crate::common::{Store, StoreOptions, Writer, cli_stdout, config, launch, start_store};
 
 /// 2026-10-15T13:07:30Z, inside seed 000's month `'2026-10'`.
 const AT: i64 = 1_792_069_650;
@@ -223,6 +223,53 @@ async fn a_table_with_other_time_columns_works_end_to_end() {
         ["2026-10-15T13:07Z 5", "2026-10-15T13:08Z 2"]
     );
     assert_eq!(total.trim(), "7");
+    store.shutdown().await;
+}
+
+/// A `writer_totals` family with a `bucket timestamp` minute and a `date` month: the
+/// generated tables pass the check, each writer's total lands in its `timestamp` row, and
+/// the read path sums the writers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn writer_totals_tables_take_other_time_columns_too() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = config(dir.path());
+    config.generic.enabled = false;
+    let mut totals = FamilyConfig {
+        name: "hits".into(),
+        minute_table: "metrics.hit_totals_by_bucket".into(),
+        day_table: "metrics.hit_totals_by_day".into(),
+        key: vec!["site".into()],
+        columns: [("site.hits".to_string(), "hits".to_string())].into(),
+        mode: CountingMode::WriterTotals,
+        ..FamilyConfig::default()
+    };
+    totals.minute_time.minute = TimeColumnConfig::new("bucket", "timestamp");
+    totals.day_time.month = TimeColumnConfig::new("month", "date");
+    config.families = vec![totals];
+    let store = start_store(&mut config).await;
+    for delta in [4, 6] {
+        let mut writer = Writer::start(&config).await;
+        writer.incr("site.hits", &[("site", "b")], delta, AT);
+        writer.flusher.flush_now().await;
+        writer.flusher.finish().await;
+    }
+    let rows = store
+        .select(&format!(
+            "SELECT bucket, hits FROM {}",
+            store.table("metrics.hit_totals_by_bucket")
+        ))
+        .await;
+    assert_eq!(rows.len(), 2, "one row per writer");
+    for row in 0..2 {
+        assert_eq!(
+            rows.get(row, "bucket"),
+            Some(&CqlValue::Timestamp(CqlTimestamp(MINUTE_MS)))
+        );
+    }
+    let writer = Writer::start(&config).await;
+    let (minutes, total) = read_back(&writer, "site.hits", &[("site", "b")]).await;
+    assert_eq!(minutes, [(787, 10)]);
+    assert_eq!(total, 10);
     store.shutdown().await;
 }
 
