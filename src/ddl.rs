@@ -3,7 +3,7 @@
 
 use std::collections::BTreeSet;
 
-use crate::config::{Config, ConfigError, CountingMode};
+use crate::config::{Config, ConfigError, CountingMode, TableTime};
 use crate::cql_text::{self, EPOCHS, EXACT, FAMILY, GENERIC, KEY_INDEX, LEADERBOARD, TOTALS};
 use crate::family::{Families, FamilyDef, TableName};
 use crate::layout::{Role, TableLayout};
@@ -126,9 +126,13 @@ pub fn statements_with(
         let day_table = day.table.to_string();
         let minute_key = minute.primary_key_text();
         let day_key = day.primary_key_text();
+        let minute_time = time_definitions(&family.minute_time, 0);
+        let day_time = time_definitions(&family.day_time, 0);
         let values = [
             ("minute_table", minute_table.as_str()),
             ("day_table", day_table.as_str()),
+            ("minute_time_definitions", minute_time.as_str()),
+            ("day_time_definitions", day_time.as_str()),
             ("column_definitions", columns),
             ("counter_definitions", counters),
             ("minute_primary_key", minute_key.as_str()),
@@ -168,9 +172,15 @@ fn totals_tables(family: &FamilyDef) -> [String; 2] {
         .collect();
     let (minute_table, day_table) = (minute.table.to_string(), day.table.to_string());
     let (minute_key, day_key) = (minute.primary_key_text(), day.primary_key_text());
+    // Aligned with the `writer text` line that follows them.
+    let writer = crate::vocabulary::WRITER_COLUMN.len();
+    let minute_time = time_definitions(&family.minute_time, writer);
+    let day_time = time_definitions(&family.day_time, writer);
     let values = [
         ("minute_table", minute_table.as_str()),
         ("day_table", day_table.as_str()),
+        ("minute_time_definitions", minute_time.as_str()),
+        ("day_time_definitions", day_time.as_str()),
         ("column_definitions", columns.trim_end_matches('\n')),
         ("value_definitions", values.trim_end_matches('\n')),
         ("minute_primary_key", minute_key.as_str()),
@@ -180,6 +190,18 @@ fn totals_tables(family: &FamilyDef) -> [String; 2] {
         cql_text::statement(TOTALS, "create_totals_minute", &values),
         cql_text::statement(TOTALS, "create_totals_day", &values),
     ]
+}
+
+/// A table's two time columns as column definitions, partition column first, their types
+/// aligned (to at least `width` characters of name).
+fn time_definitions(time: &TableTime, width: usize) -> String {
+    let columns = [&time.partition, &time.clustering];
+    let width = columns.iter().map(|c| c.name.len()).fold(width, usize::max);
+    columns
+        .iter()
+        .map(|c| format!("    {:width$} {},", c.name, c.typ.as_str()))
+        .collect::<Vec<_>>()
+        .join("\n")
 }
 
 /// The regular tables of the operator features a configuration turns on: the key index
@@ -407,6 +429,30 @@ mod tests {
         assert!(
             all[2].contains("month text")
                 && all[2].contains("PRIMARY KEY ((page_id, month), shard, day)")
+        );
+    }
+
+    /// A family's own time columns are created with their names and types.
+    #[test]
+    fn family_tables_carry_their_time_columns() {
+        use crate::config::tables::TimeColumnConfig;
+        let mut config = Config::default();
+        config.generic.enabled = false;
+        let mut views = FamilyConfig::seed_views();
+        views.minute_time.day = TimeColumnConfig::new("ts_day", "date");
+        views.minute_time.minute = TimeColumnConfig::new("bucket", "timestamp");
+        views.day_time.day = TimeColumnConfig::new("day", "text");
+        config.families.push(views);
+        let all = statements(&config, DEV_REPLICATION).unwrap();
+        assert_eq!(
+            all[1],
+            "CREATE TABLE IF NOT EXISTS metrics.views_by_minute (\n    page_id text,\n    ts_day date,\n    bucket timestamp,\n    bytes counter,\n    views counter,\n    PRIMARY KEY ((page_id, ts_day), bucket)\n)"
+        );
+        assert!(
+            all[2].contains("    month text,\n    day   text,\n")
+                && all[2].contains("PRIMARY KEY ((page_id, month), day)"),
+            "{}",
+            all[2]
         );
     }
 }

@@ -8,7 +8,9 @@
 use std::collections::HashMap;
 
 use crate::backoff::Backoff;
-use crate::config::{Config, ConfigError, ConsistencyLevel, CountingMode, ShardPlacement};
+use crate::config::{
+    Config, ConfigError, ConsistencyLevel, CountingMode, ShardPlacement, TableTime,
+};
 use crate::line::{self, CounterLine, InvalidReason, Tag};
 use crate::series;
 use crate::vocabulary::FamilyId;
@@ -92,6 +94,10 @@ pub struct FamilyDef {
     pub minute_table: TableName,
     /// The day table.
     pub day_table: TableName,
+    /// The minute table's time columns (`[family.minute_time]`).
+    pub minute_time: TableTime,
+    /// The day table's time columns (`[family.day_time]`).
+    pub day_time: TableTime,
     /// Key columns in order; the series key holds one field per key column.
     pub key_columns: Vec<String>,
     /// Counter columns in order; a row holds one delta per counter column.
@@ -385,6 +391,8 @@ impl Families {
             name: "generic".into(),
             minute_table: TableName::resolve(&config.generic.minute_table, keyspace),
             day_table: TableName::resolve(&config.generic.day_table, keyspace),
+            minute_time: TableTime::default_minute(),
+            day_time: TableTime::default_day(),
             key_columns: vec!["name".into(), "tags".into()],
             columns: vec!["value".into()],
             sharding: None,
@@ -414,6 +422,14 @@ impl Families {
                 name: family.name.clone(),
                 minute_table: TableName::resolve(&family.minute_table, keyspace),
                 day_table: TableName::resolve(&family.day_table, keyspace),
+                minute_time: family
+                    .minute_time
+                    .resolve()
+                    .map_err(|(_, problem)| ConfigError::invalid("family.minute_time", problem))?,
+                day_time: family
+                    .day_time
+                    .resolve()
+                    .map_err(|(_, problem)| ConfigError::invalid("family.day_time", problem))?,
                 key_columns: family.key.clone(),
                 columns,
                 sharding: (family.shards > 1).then(|| Sharding {

@@ -4,7 +4,7 @@
 //! One description serves the DDL (`countersink schema`), the UPDATE text and its bind
 //! order, the start-up check against `system_schema`, and the read-back queries.
 
-use crate::config::{CountingMode, ShardPlacement};
+use crate::config::{CountingMode, ShardPlacement, TimeColumn, TimeRole, TimeType};
 use crate::family::{FamilyDef, TableName};
 use crate::vocabulary::Granularity;
 
@@ -16,12 +16,15 @@ pub enum Role {
     /// The family's key column number `n` (a tag value; for the generic family, 0 is the
     /// metric name and 1 the canonical tags).
     Key(usize),
-    /// `day date`: the UTC day (the minute table's partition, the day table's clustering).
-    Day,
-    /// `month text`: `'YYYY-MM'` (the day table's partition).
-    Month,
-    /// `minute smallint`: minute of the day (the minute table's clustering).
-    Minute,
+    /// The UTC day (the minute table's partition, the day table's clustering), stored
+    /// as this type (countersink's own tables: `day date`).
+    Day(TimeType),
+    /// The UTC month (the day table's partition), stored as this type (countersink's
+    /// own tables: `month text`, `'YYYY-MM'`).
+    Month(TimeType),
+    /// The UTC minute (the minute table's clustering), stored as this type
+    /// (countersink's own tables: `minute smallint`, the minute of the day).
+    Minute(TimeType),
     /// The `tinyint` shard of a sharded family.
     Shard,
     /// The `int` epoch of a family reset by epochs: the start minute of the epoch the row
@@ -30,6 +33,27 @@ pub enum Role {
     /// `writer text`: whose running total the row holds (`writer_totals` tables, last
     /// clustering column).
     Writer,
+}
+
+impl Role {
+    /// The role of a time column.
+    pub fn of_time(column: &TimeColumn) -> Role {
+        match column.role {
+            TimeRole::Minute => Role::Minute(column.typ),
+            TimeRole::Day => Role::Day(column.typ),
+            TimeRole::Month => Role::Month(column.typ),
+        }
+    }
+
+    /// The period and type of a time column; `None` for the other roles.
+    pub fn time(self) -> Option<(TimeRole, TimeType)> {
+        match self {
+            Role::Minute(t) => Some((TimeRole::Minute, t)),
+            Role::Day(t) => Some((TimeRole::Day, t)),
+            Role::Month(t) => Some((TimeRole::Month, t)),
+            Role::Key(_) | Role::Shard | Role::Epoch | Role::Writer => None,
+        }
+    }
 }
 
 /// The layout of one table.
@@ -62,19 +86,11 @@ impl TableLayout {
         if let Some(epoch) = &family.epoch_column {
             partition_key.push((epoch.clone(), Role::Epoch));
         }
-        let (table, partition_bucket, clustering_bucket) = match kind {
-            Granularity::Minute => (
-                &family.minute_table,
-                ("day", Role::Day),
-                ("minute", Role::Minute),
-            ),
-            Granularity::Day => (
-                &family.day_table,
-                ("month", Role::Month),
-                ("day", Role::Day),
-            ),
+        let (table, time) = match kind {
+            Granularity::Minute => (&family.minute_table, &family.minute_time),
+            Granularity::Day => (&family.day_table, &family.day_time),
         };
-        partition_key.push((partition_bucket.0.into(), partition_bucket.1));
+        partition_key.push((time.partition.name.clone(), Role::of_time(&time.partition)));
         let mut clustering_key = Vec::new();
         if let Some(sharding) = &family.sharding {
             let shard = (sharding.column.clone(), Role::Shard);
@@ -83,7 +99,10 @@ impl TableLayout {
                 ShardPlacement::Clustering => clustering_key.push(shard),
             }
         }
-        clustering_key.push((clustering_bucket.0.into(), clustering_bucket.1));
+        clustering_key.push((
+            time.clustering.name.clone(),
+            Role::of_time(&time.clustering),
+        ));
         if family.mode == CountingMode::WriterTotals {
             clustering_key.push((WRITER_COLUMN.into(), Role::Writer));
         }
@@ -110,16 +129,24 @@ impl TableLayout {
         self.partition_key.iter().chain(&self.clustering_key)
     }
 
-    /// The CQL type of a key column (key columns of configured families are created as
-    /// `text`; an existing table may use another type, see the schema check).
+    /// The CQL type a key column is created with (key columns of configured families
+    /// are created as `text`; an existing table may use another type, see the schema
+    /// check); a time column has the type its role carries.
     pub fn default_type(role: Role) -> &'static str {
         match role {
-            Role::Key(_) | Role::Month | Role::Writer => "text",
-            Role::Day => "date",
-            Role::Minute => "smallint",
+            Role::Key(_) | Role::Writer => "text",
+            Role::Day(t) | Role::Month(t) | Role::Minute(t) => t.as_str(),
             Role::Shard => "tinyint",
             Role::Epoch => "int",
         }
+    }
+
+    /// The time column of the clustering key: the row's minute or day.
+    pub fn bucket_column(&self) -> &str {
+        self.clustering_key
+            .iter()
+            .find(|(_, role)| role.time().is_some())
+            .map_or("", |(name, _)| name.as_str())
     }
 
     /// `PRIMARY KEY` contents: `(p1, p2), c1, c2`.
@@ -242,6 +269,36 @@ mod tests {
         let clustering = families(8, ShardPlacement::Clustering);
         let minute = TableLayout::of(clustering.by_name("views").unwrap(), Granularity::Minute);
         assert_eq!(minute.primary_key_text(), "(page_id, day), shard, minute");
+    }
+
+    /// Renamed and retyped time columns take the places of `day`, `minute` and `month`
+    /// in the key, the UPDATE and the read's bucket column.
+    #[test]
+    fn custom_time_columns_take_their_places() {
+        use crate::config::tables::TimeColumnConfig;
+        let mut config = Config::default();
+        let mut views = FamilyConfig::seed_views();
+        views.minute_time.day = TimeColumnConfig::new("ts_day", "date");
+        views.minute_time.minute = TimeColumnConfig::new("bucket", "timestamp");
+        views.day_time.month = TimeColumnConfig::new("ts_month", "date");
+        config.families.push(views);
+        let families = Families::from_config(&config).unwrap();
+        let views = families.by_name("views").unwrap();
+        let minute = TableLayout::of(views, Granularity::Minute);
+        assert_eq!(minute.primary_key_text(), "(page_id, ts_day), bucket");
+        assert_eq!(minute.bucket_column(), "bucket");
+        assert_eq!(
+            minute.clustering_key,
+            [("bucket".to_string(), Role::Minute(TimeType::Timestamp))]
+        );
+        assert_eq!(
+            minute.update_statement(),
+            "UPDATE metrics.views_by_minute SET bytes = bytes + ?, views = views + ? WHERE page_id = ? AND ts_day = ? AND bucket = ?"
+        );
+        let day = TableLayout::of(views, Granularity::Day);
+        assert_eq!(day.primary_key_text(), "(page_id, ts_month), day");
+        assert_eq!(day.partition_key[1].1, Role::Month(TimeType::Date));
+        assert_eq!(TableLayout::default_type(day.partition_key[1].1), "date");
     }
 
     #[test]

@@ -11,6 +11,7 @@ pub mod exact;
 pub mod ingest;
 pub mod listen;
 pub mod operations;
+pub mod tables;
 mod validate;
 
 use std::collections::BTreeMap;
@@ -23,6 +24,9 @@ pub use self::epochs::EpochsConfig;
 pub use self::exact::ExactConfig;
 pub use self::ingest::IngestConfig;
 pub use self::operations::{KeyIndexConfig, LeaderboardConfig, LeaderboardPeriod, ReadConfig};
+pub use self::tables::{
+    DayTimeConfig, MinuteTimeConfig, TableTime, TimeColumn, TimeRole, TimeType,
+};
 pub use self::validate::ConfigError;
 
 /// The whole configuration file.
@@ -433,12 +437,20 @@ pub struct FamilyConfig {
     /// Name of the family, for logs and the `get` command. Required, unique.
     pub name: String,
     /// Minute table, `table` or `keyspace.table`; its primary key is the key columns
-    /// plus `day date` in the partition key and `minute smallint` as clustering column.
-    /// Required.
+    /// plus `day date` in the partition key and `minute smallint` as clustering column
+    /// (other names and types: `minute_time`). Required.
     pub minute_table: String,
     /// Day table; its primary key is the key columns plus `month text` in the partition
-    /// key and `day date` as clustering column. Required.
+    /// key and `day date` as clustering column (other names and types: `day_time`).
+    /// Required.
     pub day_table: String,
+    /// The minute table's time columns, for an existing table whose columns are named
+    /// or typed otherwise: `day` (partition) and `minute` (clustering), each
+    /// `{ column = NAME, type = CQL_TYPE }`. Default: `day date`, `minute smallint`.
+    pub minute_time: MinuteTimeConfig,
+    /// The day table's time columns: `month` (partition) and `day` (clustering), each
+    /// `{ column = NAME, type = CQL_TYPE }`. Default: `month text`, `day date`.
+    pub day_time: DayTimeConfig,
     /// Key columns, in order; each is filled from the tag of the same name, and a line
     /// without one of them is invalid (`missing_key_tag`). Required, non-empty.
     pub key: Vec<String>,
@@ -475,6 +487,8 @@ impl Default for FamilyConfig {
             name: String::new(),
             minute_table: String::new(),
             day_table: String::new(),
+            minute_time: MinuteTimeConfig::default(),
+            day_time: DayTimeConfig::default(),
             key: Vec::new(),
             columns: BTreeMap::new(),
             shards: 1,

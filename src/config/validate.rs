@@ -110,9 +110,6 @@ fn positive(field: &str, value: u128) -> Result<(), ConfigError> {
     }
 }
 
-/// Column names the tables reserve for time buckets.
-const BUCKET_COLUMNS: [&str; 3] = ["day", "minute", "month"];
-
 impl Config {
     /// Checks every setting; the first problem found is returned.
     pub fn validate(&self) -> Result<(), ConfigError> {
@@ -309,12 +306,14 @@ fn validate_family(family: &FamilyConfig, at: &dyn Fn(&str) -> String) -> Result
             "must be between 1 and 64",
         ));
     }
+    let time_columns = time_columns(family, at)?;
+    let is_bucket = |name: &str| time_columns.iter().any(|c| c == name);
     let mut seen = HashSet::new();
     let shard = (family.shards > 1).then_some(family.shard_column.as_str());
     let epoch = family.epoch_column.as_deref();
     if let Some(epoch) = epoch {
         check_identifier(&at("epoch_column"), epoch)?;
-        if BUCKET_COLUMNS.contains(&epoch) || Some(epoch) == shard {
+        if is_bucket(epoch) || Some(epoch) == shard {
             return Err(ConfigError::invalid(
                 at("epoch_column"),
                 format!("`{epoch}` is reserved for the time bucket or shard"),
@@ -323,10 +322,7 @@ fn validate_family(family: &FamilyConfig, at: &dyn Fn(&str) -> String) -> Result
     }
     for (i, column) in family.key.iter().enumerate() {
         check_identifier(&format!("{}[{i}]", at("key")), column)?;
-        if BUCKET_COLUMNS.contains(&column.as_str())
-            || Some(column.as_str()) == shard
-            || Some(column.as_str()) == epoch
-        {
+        if is_bucket(column) || Some(column.as_str()) == shard || Some(column.as_str()) == epoch {
             return Err(ConfigError::invalid(
                 format!("{}[{i}]", at("key")),
                 format!("`{column}` is reserved for the time bucket or shard"),
@@ -349,7 +345,7 @@ fn validate_family(family: &FamilyConfig, at: &dyn Fn(&str) -> String) -> Result
         }
         check_identifier(&field, column)?;
         if seen.contains(column.as_str())
-            || BUCKET_COLUMNS.contains(&column.as_str())
+            || is_bucket(column)
             || Some(column.as_str()) == shard
             || Some(column.as_str()) == epoch
         {
@@ -384,6 +380,42 @@ fn validate_family(family: &FamilyConfig, at: &dyn Fn(&str) -> String) -> Result
         }
     }
     Ok(())
+}
+
+/// The names of a family's time columns (both tables), after checking each: a valid
+/// name, a type that can hold its value, and within a table two different names.
+fn time_columns(
+    family: &FamilyConfig,
+    at: &dyn Fn(&str) -> String,
+) -> Result<Vec<String>, ConfigError> {
+    let minute = family.minute_time.resolve().map_err(|(field, problem)| {
+        ConfigError::invalid(at(&format!("minute_time.{field}.type")), problem)
+    })?;
+    let day = family.day_time.resolve().map_err(|(field, problem)| {
+        ConfigError::invalid(at(&format!("day_time.{field}.type")), problem)
+    })?;
+    let mut names = Vec::new();
+    for (section, table) in [("minute_time", &minute), ("day_time", &day)] {
+        for column in [&table.partition, &table.clustering] {
+            let field = at(&format!("{section}.{}.column", column.role.as_str()));
+            check_identifier(&field, &column.name)?;
+        }
+        if table.partition.name == table.clustering.name {
+            return Err(ConfigError::invalid(
+                at(&format!(
+                    "{section}.{}.column",
+                    table.clustering.role.as_str()
+                )),
+                format!(
+                    "`{}` already names the partition's time column",
+                    table.clustering.name
+                ),
+            ));
+        }
+        names.push(table.partition.name.clone());
+        names.push(table.clustering.name.clone());
+    }
+    Ok(names)
 }
 
 #[cfg(test)]
@@ -514,6 +546,52 @@ mod tests {
         assert_eq!(parsed.families[0].mode, CountingMode::WriterTotals);
         assert_eq!(parsed.generic.mode, CountingMode::WriterTotals);
         assert!(Config::from_toml("[generic]\nmode = \"ledger\"\n").is_err());
+    }
+
+    /// Time columns: a type that cannot hold the value, a bad or repeated name, a time
+    /// column reused as a counter: each names its field.
+    #[test]
+    fn time_columns_name_their_field() {
+        use super::super::tables::TimeColumnConfig;
+        let mut c = Config::default();
+        let mut f = family();
+        f.minute_time.minute = TimeColumnConfig::new("minute", "tinyint");
+        c.families.push(f);
+        assert_eq!(field_of(&c), "family[0].minute_time.minute.type");
+        let error = c.validate().unwrap_err().to_string();
+        assert!(error.contains("cannot hold a minute"), "{error}");
+
+        let mut c = Config::default();
+        let mut f = family();
+        f.day_time.month = TimeColumnConfig::new("month", "smallint");
+        c.families.push(f);
+        assert_eq!(field_of(&c), "family[0].day_time.month.type");
+
+        let mut c = Config::default();
+        let mut f = family();
+        f.minute_time.minute = TimeColumnConfig::new("day", "timestamp");
+        c.families.push(f);
+        assert_eq!(field_of(&c), "family[0].minute_time.minute.column");
+
+        let mut c = Config::default();
+        let mut f = family();
+        f.day_time.day = TimeColumnConfig::new("bad name", "date");
+        c.families.push(f);
+        assert_eq!(field_of(&c), "family[0].day_time.day.column");
+
+        let mut c = Config::default();
+        let mut f = family();
+        f.minute_time.minute = TimeColumnConfig::new("views", "timestamp");
+        c.families.push(f);
+        assert_eq!(field_of(&c), "family[0].columns.\"page.views\"");
+
+        // Renamed time columns free the default names for key columns.
+        let mut c = Config::default();
+        let mut f = family();
+        f.minute_time.minute = TimeColumnConfig::new("bucket", "timestamp");
+        f.key = vec!["minute".into()];
+        c.families.push(f);
+        c.validate().unwrap();
     }
 
     /// One configuration shape in every build: the library built without the sidecar

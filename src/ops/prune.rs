@@ -31,7 +31,7 @@ use crate::config::Config;
 use crate::cql_text::{self, KEY_INDEX, STATEMENTS};
 use crate::family::FamilyDef;
 use crate::layout::{Role, TableLayout};
-use crate::sink::cql::{schema, session};
+use crate::sink::cql::{schema, session, time};
 use crate::vocabulary::Granularity;
 
 use super::keyindex::index_table;
@@ -77,13 +77,12 @@ pub fn wholly_before(
 ) -> Option<bool> {
     for ((_, role), value) in layout.partition_key.iter().zip(partition) {
         match (role, value) {
-            (Role::Day, Some(CqlValue::Date(date))) => {
-                let day = i64::from(date.0) - (1_i64 << 31);
-                return Some(day < i64::from(before.0));
+            (Role::Day(_), Some(value)) => {
+                return time::read_day(value).map(|day| day < before);
             }
             // 'YYYY-MM' sorts like the months it names.
-            (Role::Month, Some(CqlValue::Text(month))) => {
-                return Some(month.as_str() < before.month().as_str());
+            (Role::Month(_), Some(value)) => {
+                return time::read_month(value).map(|month| month < before.month());
             }
             _ => {}
         }
@@ -313,11 +312,7 @@ fn day_of(layout: &TableLayout, partition: &[Option<CqlValue>]) -> Option<Day> {
         .iter()
         .zip(partition)
         .find_map(|((_, role), value)| match (role, value) {
-            (Role::Day, Some(CqlValue::Date(date))) => {
-                u32::try_from(i64::from(date.0) - (1_i64 << 31))
-                    .ok()
-                    .map(Day)
-            }
+            (Role::Day(_), Some(value)) => time::read_day(value),
             _ => None,
         })
 }
@@ -332,7 +327,7 @@ fn bucket_text(layout: &TableLayout, partition: &[Option<CqlValue>]) -> String {
         .iter()
         .zip(partition)
         .find_map(|((_, role), value)| match (role, value) {
-            (Role::Month, Some(CqlValue::Text(month))) => Some(month.clone()),
+            (Role::Month(_), Some(value)) => time::read_month(value),
             _ => None,
         })
         .unwrap_or_default()
@@ -395,5 +390,43 @@ mod tests {
             Some(true)
         );
         assert_eq!(wholly_before(&minute, &[None, None], cutoff), None);
+    }
+
+    /// A table whose day is a `timestamp` and whose month is a `date` is pruned by the
+    /// same cutoffs.
+    #[test]
+    fn other_time_types_are_read_for_the_cutoff() {
+        use crate::config::tables::TimeColumnConfig;
+        use scylla::value::CqlTimestamp;
+        let mut config = Config::default();
+        let mut views = FamilyConfig::seed_views();
+        views.minute_time.day = TimeColumnConfig::new("ts_day", "timestamp");
+        views.day_time.month = TimeColumnConfig::new("month", "date");
+        config.families.push(views);
+        let families = Families::from_config(&config).unwrap();
+        let views = families.by_name("views").unwrap();
+        let minute = TableLayout::of(views, Granularity::Minute);
+        let dayt = TableLayout::of(views, Granularity::Day);
+        let cutoff = day("2026-10-15");
+        let key = |bucket: CqlValue| vec![Some(CqlValue::Text("home".into())), Some(bucket)];
+        let midnight =
+            |text: &str| CqlValue::Timestamp(CqlTimestamp(i64::from(day(text).0) * 86_400_000));
+        assert_eq!(
+            wholly_before(&minute, &key(midnight("2026-10-14")), cutoff),
+            Some(true)
+        );
+        assert_eq!(
+            wholly_before(&minute, &key(midnight("2026-10-15")), cutoff),
+            Some(false)
+        );
+        let first = |text: &str| CqlValue::Date(CqlDate(day(text).cql_date()));
+        assert_eq!(
+            wholly_before(&dayt, &key(first("2026-09-01")), cutoff),
+            Some(true)
+        );
+        assert_eq!(
+            wholly_before(&dayt, &key(first("2026-10-01")), cutoff),
+            Some(false)
+        );
     }
 }

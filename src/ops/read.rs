@@ -19,14 +19,14 @@ use futures_util::future::try_join_all;
 use parking_lot::Mutex;
 use scylla::client::session::Session;
 use scylla::statement::prepared::PreparedStatement;
-use scylla::value::{CqlDate, CqlValue, Row};
+use scylla::value::{CqlValue, Row};
 
 use crate::bucket::Day;
 use crate::config::{ConsistencyLevel, ShardPlacement};
 use crate::cql_text::{self, STATEMENTS};
 use crate::family::{Families, FamilyDef, TableName, TagSet};
 use crate::layout::{Role, TableLayout};
-use crate::sink::cql::{KeyType, SchemaError, bind, schema, session};
+use crate::sink::cql::{KeyType, SchemaError, bind, schema, session, time};
 use crate::vocabulary::Granularity;
 
 /// Why a read failed.
@@ -287,13 +287,20 @@ impl Reader {
             for row in rows {
                 read.rows_read += 1;
                 let mut cells = row.columns.into_iter();
-                let bucket = match cells.next().flatten() {
-                    Some(CqlValue::SmallInt(minute)) => i64::from(minute),
-                    Some(CqlValue::Date(date)) => i64::from(date.0) - (1_i64 << 31),
-                    other => {
+                let cell = cells.next().flatten();
+                let bucket = match (layout.kind, &cell) {
+                    (Granularity::Minute, Some(value)) => time::read_minute_of_day(value),
+                    (Granularity::Day, Some(value)) => {
+                        time::read_day(value).map(|day| i64::from(day.0))
+                    }
+                    (_, None) => None,
+                };
+                let bucket = match bucket {
+                    Some(bucket) => bucket,
+                    None => {
                         return Err(ReadError::Store {
                             statement: layout.table.to_string(),
-                            error: format!("unexpected bucket value {other:?}"),
+                            error: format!("unexpected bucket value {cell:?}"),
                         });
                     }
                 };
@@ -428,12 +435,10 @@ pub fn locate<'a>(
     Ok((family, column))
 }
 
-/// `SELECT bucket, columns FROM table WHERE partition key` (from `cql/statements.cql`).
+/// `SELECT bucket, columns FROM table WHERE partition key` (from `cql/statements.cql`):
+/// the bucket is the table's clustering time column, whatever its name.
 pub fn select_partition(layout: &TableLayout, columns: &[&str]) -> String {
-    let bucket = match layout.kind {
-        Granularity::Minute => "minute",
-        Granularity::Day => "day",
-    };
+    let bucket = layout.bucket_column();
     let conditions: Vec<String> = layout
         .partition_key
         .iter()
@@ -470,10 +475,10 @@ pub fn partition_values(
                 let typ = key_types.get(*i).copied().unwrap_or(KeyType::Text);
                 bind::key_value(text, typ).map_err(ReadError::Usage)?
             }
-            Role::Day => CqlValue::Date(CqlDate(day.cql_date())),
-            Role::Month => CqlValue::Text(day.month()),
+            Role::Day(typ) => time::day(*typ, day),
+            Role::Month(typ) => time::month(*typ, day),
             Role::Shard => CqlValue::TinyInt(shard.unwrap_or(0) as i8),
-            Role::Minute => CqlValue::SmallInt(0),
+            Role::Minute(_) => CqlValue::SmallInt(0),
             Role::Epoch => CqlValue::Int(0),
             Role::Writer => {
                 return Err(ReadError::Usage(

@@ -82,7 +82,7 @@ async fn schema_mismatches_are_named_at_start() {
         (
             "wrong key",
             Box::new(|f| f.key = vec!["page".into()]),
-            "partition key is (page_id, day), the configuration needs (page, day)".into(),
+            "key column `page` is missing (the configuration needs it in the partition key)".into(),
         ),
     ];
     for (what, change, expected) in cases {

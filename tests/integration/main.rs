@@ -29,6 +29,7 @@ mod reconcile_slices;
 mod shards;
 mod sidecar;
 mod stores;
+mod tables;
 #[cfg(feature = "tls")]
 mod tls;
 mod totals;

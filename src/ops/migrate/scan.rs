@@ -14,7 +14,7 @@ use crate::cql_text::{self, STATEMENTS};
 use crate::family::shard_seed;
 use crate::layout::{Role, TableLayout};
 use crate::ops::read::{PartitionSums, ReadError};
-use crate::sink::cql::{schema, session};
+use crate::sink::cql::{schema, session, time};
 use crate::vocabulary::Granularity;
 
 use super::plan::PartitionRef;
@@ -205,11 +205,10 @@ fn partition_ref(layout: &TableLayout, values: &[Option<CqlValue>]) -> Option<Pa
         match (role, value.as_ref()?) {
             (Role::Key(i), v) => *key.get_mut(*i)? = text_of(v)?,
             (Role::Epoch, CqlValue::Int(start)) => epoch = Some(*start),
-            (Role::Day, CqlValue::Date(date)) => {
-                let day = u32::try_from(i64::from(date.0) - (1_i64 << 31)).ok()?;
-                bucket = Some(bucket::format_date(Day(day).date()));
+            (Role::Day(_), v) => {
+                bucket = Some(bucket::format_date(time::read_day(v)?.date()));
             }
-            (Role::Month, CqlValue::Text(month)) => bucket = Some(month.clone()),
+            (Role::Month(_), v) => bucket = Some(time::read_month(v)?),
             _ => {}
         }
     }

@@ -2,7 +2,7 @@
 //! increment per counter column (unset when the row has no delta for it), then the key
 //! columns in layout order.
 
-use scylla::value::{Counter, CqlDate, CqlTimeuuid, CqlValue, MaybeUnset};
+use scylla::value::{Counter, CqlTimeuuid, CqlValue, MaybeUnset};
 
 use crate::bucket::{Day, Minute};
 use crate::layout::{Role, TableLayout};
@@ -11,6 +11,7 @@ use crate::sink::{PartitionWrite, RowDelta, WriteError};
 use crate::vocabulary::Granularity;
 
 use super::schema::KeyType;
+use super::time;
 
 /// One row's values.
 pub type RowValues = Vec<MaybeUnset<CqlValue>>;
@@ -70,9 +71,9 @@ pub fn key_column(role: Role, keys: &[CqlValue], place: RowPlace<'_>) -> CqlValu
             .get(i)
             .cloned()
             .unwrap_or(CqlValue::Text(String::new())),
-        Role::Day => CqlValue::Date(CqlDate(day.cql_date())),
-        Role::Month => CqlValue::Text(day.month()),
-        Role::Minute => CqlValue::SmallInt(Minute(place.bucket).minute_of_day()),
+        Role::Day(typ) => time::day(typ, day),
+        Role::Month(typ) => time::month(typ, day),
+        Role::Minute(typ) => time::minute(typ, Minute(place.bucket)),
         Role::Shard => CqlValue::TinyInt(place.shard.unwrap_or(0) as i8),
         Role::Writer => CqlValue::Text(place.writer.unwrap_or_default().to_owned()),
         Role::Epoch => CqlValue::Int(place.epoch.unwrap_or(0)),

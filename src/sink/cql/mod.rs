@@ -15,6 +15,7 @@ pub mod profile;
 pub mod schema;
 pub mod session;
 pub mod store;
+pub mod time;
 #[cfg(feature = "tls")]
 pub mod tls;
 mod totals;

@@ -5,8 +5,9 @@
 use scylla::client::session::Session;
 use scylla::cluster::metadata::{ColumnKind, ColumnType, NativeType, Table};
 
-use crate::config::CountingMode;
+use crate::config::{CountingMode, TimeType};
 use crate::layout::{Role, TableLayout};
+use crate::vocabulary::Granularity;
 
 /// How a key value (always text on the wire from clients) is bound to its column.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -87,6 +88,7 @@ pub fn tablets_warning(
 }
 
 fn check_table(table: &Table, layout: &TableLayout) -> Result<Vec<KeyType>, String> {
+    check_key_places(table, layout)?;
     let expected_partition = names(&layout.partition_key);
     if table.partition_key != expected_partition {
         return Err(format!(
@@ -114,24 +116,26 @@ fn check_table(table: &Table, layout: &TableLayout) -> Result<Vec<KeyType>, Stri
             ColumnType::Native(native) => Some(native),
             _ => None,
         };
-        let ok = match role {
+        let expected = match role {
             Role::Key(_) => {
                 let key_type = native.and_then(key_type).ok_or_else(|| {
-                    format!("key column `{column}` has type {typ:?}; supported: text, ascii, bigint, int, smallint, tinyint, uuid, timeuuid")
+                    format!("key column `{column}` has type {}; supported: text, ascii, bigint, int, smallint, tinyint, uuid, timeuuid", type_name(typ))
                 })?;
                 key_types.push(key_type);
-                true
+                continue;
             }
-            Role::Day => native == Some(&NativeType::Date),
-            Role::Month => native == Some(&NativeType::Text),
-            Role::Minute => native == Some(&NativeType::SmallInt),
-            Role::Shard => native == Some(&NativeType::TinyInt),
-            Role::Epoch => native == Some(&NativeType::Int),
-            Role::Writer => native == Some(&NativeType::Text),
+            Role::Day(_) | Role::Month(_) | Role::Minute(_) => {
+                check_time_type(column, *role, typ, layout)?;
+                continue;
+            }
+            Role::Shard => NativeType::TinyInt,
+            Role::Epoch => NativeType::Int,
+            Role::Writer => NativeType::Text,
         };
-        if !ok {
+        if native != Some(&expected) {
             return Err(format!(
-                "column `{column}` has type {typ:?}, expected {}",
+                "column `{column}` has type {}, expected {}",
+                type_name(typ),
                 TableLayout::default_type(*role)
             ));
         }
@@ -148,12 +152,120 @@ fn check_table(table: &Table, layout: &TableLayout) -> Result<Vec<KeyType>, Stri
         if found.typ != ColumnType::Native(value_type.clone()) || found.kind != ColumnKind::Regular
         {
             return Err(format!(
-                "column `{column}` is not a {mode} column (type {:?})",
-                found.typ
+                "column `{column}` is not a {mode} column (type {})",
+                type_name(&found.typ)
             ));
         }
     }
     Ok(key_types)
+}
+
+/// Each configured key column exists and sits where the configuration puts it (partition
+/// key or clustering key), so a renamed or misplaced column is named on its own rather
+/// than as two differing key lists.
+fn check_key_places(table: &Table, layout: &TableLayout) -> Result<(), String> {
+    let places = [
+        (
+            &layout.partition_key,
+            ColumnKind::PartitionKey,
+            "the partition key",
+        ),
+        (
+            &layout.clustering_key,
+            ColumnKind::Clustering,
+            "the clustering key",
+        ),
+    ];
+    for (columns, kind, place) in places {
+        for (column, role) in columns {
+            let what = match role {
+                Role::Key(_) => "key column",
+                Role::Day(_) | Role::Month(_) | Role::Minute(_) => "time column",
+                Role::Shard => "shard column",
+                Role::Epoch => "epoch column",
+                Role::Writer => "writer column",
+            };
+            let found = table.columns.get(column).ok_or_else(|| {
+                format!("{what} `{column}` is missing (the configuration needs it in {place})")
+            })?;
+            if found.kind != kind {
+                let actual = match found.kind {
+                    ColumnKind::PartitionKey => "is in the partition key",
+                    ColumnKind::Clustering => "is a clustering column",
+                    ColumnKind::Regular | ColumnKind::Static => "is not in the primary key",
+                    _ => "is not where expected",
+                };
+                return Err(format!(
+                    "{what} `{column}` {actual}; the configuration needs it in {place}"
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// A time column's type is the one configured; when it is not, the message says whether
+/// the column's type could hold the value (and which setting says so) or cannot at all.
+fn check_time_type(
+    column: &str,
+    role: Role,
+    typ: &ColumnType,
+    layout: &TableLayout,
+) -> Result<(), String> {
+    let Some((time_role, configured)) = role.time() else {
+        return Ok(());
+    };
+    let actual = type_name(typ);
+    if TimeType::parse(&actual) == Some(configured) {
+        return Ok(());
+    }
+    let section = match layout.kind {
+        Granularity::Minute => "minute_time",
+        Granularity::Day => "day_time",
+    };
+    let setting = format!("{section}.{}.type", time_role.as_str());
+    match TimeType::check(&actual, time_role) {
+        Ok(usable) => Err(format!(
+            "column `{column}` has type {actual}, the configuration says {} (`{setting}`); set `{setting} = \"{}\"` to write this table",
+            configured.as_str(),
+            usable.as_str()
+        )),
+        Err(cannot) => Err(format!(
+            "column `{column}` has type {actual}, the configuration says {} (`{setting}`): {cannot}",
+            configured.as_str()
+        )),
+    }
+}
+
+/// A column type as CQL writes it (`smallint`, `date`), for messages.
+fn type_name(typ: &ColumnType) -> String {
+    match typ {
+        ColumnType::Native(native) => match native {
+            NativeType::Ascii => "ascii",
+            NativeType::Boolean => "boolean",
+            NativeType::Blob => "blob",
+            NativeType::Counter => "counter",
+            NativeType::Date => "date",
+            NativeType::Decimal => "decimal",
+            NativeType::Double => "double",
+            NativeType::Duration => "duration",
+            NativeType::Float => "float",
+            NativeType::Int => "int",
+            NativeType::BigInt => "bigint",
+            NativeType::Text => "text",
+            NativeType::Timestamp => "timestamp",
+            NativeType::Inet => "inet",
+            NativeType::SmallInt => "smallint",
+            NativeType::TinyInt => "tinyint",
+            NativeType::Time => "time",
+            NativeType::Timeuuid => "timeuuid",
+            NativeType::Uuid => "uuid",
+            NativeType::Varint => "varint",
+            _ => return format!("{native:?}").to_lowercase(),
+        }
+        .to_owned(),
+        other => format!("{other:?}"),
+    }
 }
 
 fn key_type(native: &NativeType) -> Option<KeyType> {
