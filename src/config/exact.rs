@@ -30,7 +30,9 @@ pub struct ExactConfig {
     /// Partitions of the ledger per family and day: a key's rows go to bucket
     /// `hash(key) % buckets`. Readers read every bucket of a day, so changing it hides the
     /// rows written before from them: choose it once, from the rows a day writes (one per
-    /// key, minute and flush) divided by about 100 000. Default `64`.
+    /// key, minute and flush, about 100 bytes each) divided by about 1 000 000, so that a
+    /// partition stays under ~100 MB; the sidecar counts yesterday's bucket 0 at start and
+    /// warns past that (`ops::sizing`). Default `64`.
     pub buckets: u16,
     /// The first wait before a failed ledger write is sent again; each further failure
     /// doubles it. Default `"100ms"`.

@@ -9,6 +9,7 @@
 //! | [`migrate`] | read-and-increment into another table or cluster, resumable through a job table, with verification |
 //! | [`prune`] | retention by whole partitions older than a cutoff, never a row or a cell |
 //! | [`reconcile`] | the exact families' counters against their delta ledger: per key, drift explained by the outcomes table or reported |
+//! | [`sizing`] | at start, yesterday's ledger and key index partitions measured, and a warning with the bucket count when one passes ~100 MB |
 //! | [`outcomes`] | what the state directory says became of writes that did not apply: summed by outcome, family, table and day, or listed, read-only |
 //! | [`leaderboard`] | rankings per period, written as versions in a regular table clustered by score, served through a pointer flipped last |
 
@@ -21,3 +22,4 @@ pub mod prune;
 pub mod read;
 pub mod read_cache;
 pub mod reconcile;
+pub mod sizing;

@@ -247,6 +247,25 @@ impl Sidecar {
                         if let Some(index) = &key_index {
                             index.set_session(connected.session().clone());
                         }
+                        if jobs_config.key_index.enabled || epoch_engine.families().any_exact() {
+                            let (session, config, engine) = (
+                                connected.session().clone(),
+                                jobs_config.clone(),
+                                epoch_engine.clone(),
+                            );
+                            let today = crate::bucket::Day(
+                                (crate::engine::now_unix_secs() / 86_400) as u32,
+                            );
+                            tokio::spawn(async move {
+                                crate::ops::sizing::warn_at_start(
+                                    &session,
+                                    &config,
+                                    engine.families(),
+                                    today,
+                                )
+                                .await;
+                            });
+                        }
                         if let Some(epochs) = epochs {
                             tokio::spawn(epochs.run(
                                 connected.session().clone(),

@@ -28,6 +28,7 @@ mod outcomes;
 mod reconcile_slices;
 mod shards;
 mod sidecar;
+mod sizing;
 mod stores;
 mod tables;
 #[cfg(feature = "tls")]
