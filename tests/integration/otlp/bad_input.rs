@@ -1,0 +1,1 @@
+//! Bad OTLP input end to end.
