@@ -22,6 +22,7 @@ use opentelemetry_proto::tonic::collector::metrics::v1::{
 };
 use prost::Message;
 
+use super::rpc::RpcStatus;
 use super::{Answer, RETRY_AFTER, Refusal, Shared};
 use crate::ingest::PacketHandler;
 
@@ -30,15 +31,6 @@ pub(super) const PATH: &str = "/v1/metrics";
 
 const PROTOBUF: &str = "application/x-protobuf";
 const JSON: &str = "application/json";
-
-/// `google.rpc.Status`, the body of OTLP/HTTP error responses.
-#[derive(Clone, PartialEq, prost::Message)]
-struct RpcStatus {
-    #[prost(int32, tag = "1")]
-    code: i32,
-    #[prost(string, tag = "2")]
-    message: String,
-}
 
 /// Serves until `stopped` completes, then finishes the requests in flight.
 pub(super) async fn serve<H: PacketHandler>(
@@ -219,6 +211,7 @@ fn status(code: StatusCode, format: Format, grpc_code: i32, message: &str) -> Re
         Format::Protobuf => RpcStatus {
             code: grpc_code,
             message: message.to_string(),
+            details: Vec::new(),
         }
         .encode_to_vec(),
         Format::Json => serde_json::to_vec(&serde_json::json!({

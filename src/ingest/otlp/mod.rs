@@ -9,6 +9,7 @@
 //! | `persist` | its file in the state directory, `otlp_streams.bin` |
 //! | `http` | the HTTP listener: body limit, gzip, content types, status codes |
 //! | `grpc` | the gRPC listener (tonic) |
+//! | `rpc` | the `google.rpc.Status` and `RetryInfo` of error answers |
 //!
 //! Each listener is one thread of the receivers (joined at shutdown like the others)
 //! running a single-threaded async runtime. At shutdown it stops accepting, finishes the
@@ -27,6 +28,7 @@ pub mod convert;
 mod grpc;
 mod http;
 pub mod persist;
+mod rpc;
 pub mod state;
 pub mod streams;
 
