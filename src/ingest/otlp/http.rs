@@ -18,7 +18,7 @@ use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use opentelemetry_proto::tonic::collector::metrics::v1::{
-    ExportMetricsPartialSuccess, ExportMetricsServiceRequest, ExportMetricsServiceResponse,
+    ExportMetricsPartialSuccess, ExportMetricsServiceResponse,
 };
 use prost::Message;
 
@@ -121,8 +121,8 @@ async fn export<H: PacketHandler>(
         }
     };
     let request = match format {
-        Format::Protobuf => ExportMetricsServiceRequest::decode(body).map_err(|e| e.to_string()),
-        Format::Json => serde_json::from_slice(&body).map_err(|e| e.to_string()),
+        Format::Protobuf => super::decode_protobuf(&body),
+        Format::Json => super::decode_json(&body),
     };
     let request = match request {
         Ok(request) => request,

@@ -209,6 +209,16 @@ fn serve<H: PacketHandler>(
     });
 }
 
+/// Decodes an OTLP/HTTP protobuf body (or a gRPC message), already decompressed.
+pub fn decode_protobuf(body: &[u8]) -> Result<ExportMetricsServiceRequest, String> {
+    prost::Message::decode(body).map_err(|e: prost::DecodeError| e.to_string())
+}
+
+/// Decodes an OTLP/HTTP JSON body, already decompressed.
+pub fn decode_json(body: &[u8]) -> Result<ExportMetricsServiceRequest, String> {
+    serde_json::from_slice(body).map_err(|e| e.to_string())
+}
+
 /// Nanoseconds since the Unix epoch, now.
 pub fn now_unix_nanos() -> u64 {
     SystemTime::now()

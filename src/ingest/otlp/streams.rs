@@ -45,7 +45,7 @@ pub struct Last {
 }
 
 /// The last point per cumulative stream, at most `capacity` streams.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct Streams {
     young: HashMap<StreamId, Last>,
     old: HashMap<StreamId, Last>,
