@@ -127,8 +127,9 @@ pub struct OtlpConfig {
     pub scope_attributes: Vec<String>,
     /// Most cumulative streams whose last point is kept (both receivers share the table);
     /// beyond it the least recently seen are evicted (counted), and an evicted stream's
-    /// next point only sets its baseline again (counted as `cumulative_baseline`).
-    /// Defaults to 100000.
+    /// next point only sets its baseline again (counted as `cumulative_baseline`). The
+    /// table is saved in the state directory (`otlp_streams.bin`, 40 bytes per stream)
+    /// at each flush and read back at start. Defaults to 100000.
     pub max_streams: usize,
 }
 

@@ -75,7 +75,7 @@ use std::time::Duration;
 pub use error::{ListenError, Step};
 
 pub use receivers::{Address, Listening, Receivers};
-pub use start::start;
+pub use start::{Kept, start, start_keeping};
 pub use stats::{
     IngestSnapshot, IngestStats, OTLP_DROP_REASONS, OTLP_IGNORED_KINDS, OtlpSnapshot,
     TransportSnapshot,

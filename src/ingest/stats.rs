@@ -41,6 +41,12 @@ pub(super) struct OtlpStats {
     pub(super) streams: AtomicU64,
     /// Cumulative streams evicted from the table.
     pub(super) evicted: AtomicU64,
+    /// Streams read from the state directory at start.
+    pub(super) restored: AtomicU64,
+    /// Whether the stream table's file was unreadable at start (0 or 1).
+    pub(super) state_corrupt: AtomicU64,
+    /// Saves of the stream table that failed.
+    pub(super) state_save_errors: AtomicU64,
 }
 
 /// Labels of the OTLP point drop reasons, in index order (`PointDrop::ALL` of the OTLP
@@ -76,6 +82,12 @@ pub struct OtlpSnapshot {
     pub streams: u64,
     /// Cumulative streams evicted.
     pub evicted: u64,
+    /// Streams read from the state directory at start.
+    pub restored: u64,
+    /// Whether the stream table's file was unreadable at start (0 or 1).
+    pub state_corrupt: u64,
+    /// Saves of the stream table that failed.
+    pub state_save_errors: u64,
 }
 
 impl IngestStats {
@@ -97,6 +109,9 @@ impl IngestStats {
             ignored: o.ignored.each_ref().map(|c| c.load(Relaxed)),
             streams: o.streams.load(Relaxed),
             evicted: o.evicted.load(Relaxed),
+            restored: o.restored.load(Relaxed),
+            state_corrupt: o.state_corrupt.load(Relaxed),
+            state_save_errors: o.state_save_errors.load(Relaxed),
         }
     }
 

@@ -9,6 +9,8 @@
 pub mod handler;
 pub mod http;
 pub mod lazy;
+#[cfg(feature = "otlp")]
+mod otlp_streams;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -152,10 +154,15 @@ impl Sidecar {
             .key_index
             .enabled
             .then(|| KeyIndex::new(config, engine.families(), operations.clone()));
-        let observers: Vec<Arc<dyn FlushObserver>> = key_index
+        let mut observers: Vec<Arc<dyn FlushObserver>> = key_index
             .iter()
             .map(|index| Arc::new(index.clone()) as Arc<dyn FlushObserver>)
             .collect();
+        #[cfg(feature = "otlp")]
+        let (kept, save_streams) = otlp_streams::open(config);
+        #[cfg(not(feature = "otlp"))]
+        let (kept, save_streams) = (ingest::Kept::default(), None);
+        observers.extend(save_streams);
         let epochs = EpochRegistry::new(
             config,
             engine.families(),
@@ -172,7 +179,7 @@ impl Sidecar {
         let _ = operations.register(metrics.registry());
 
         let handler_engine = engine.clone();
-        let receivers = match ingest::start(&config.ingest, move |transport| {
+        let receivers = match ingest::start_keeping(&config.ingest, kept, move |transport| {
             EngineHandler::new(handler_engine.clone(), transport)
         }) {
             Ok(receivers) => receivers,

@@ -259,6 +259,18 @@ pub const OTLP_STREAM_EVICTIONS: MetricDef = MetricDef {
     help: "OTLP cumulative streams evicted from the full stream table.",
     labels: &[],
 };
+/// `countersink_otlp_streams_restored` (sidecar).
+pub const OTLP_STREAMS_RESTORED: MetricDef = MetricDef {
+    name: "countersink_otlp_streams_restored",
+    help: "OTLP cumulative streams read back from the state directory (otlp_streams.bin) at start.",
+    labels: &[],
+};
+/// `countersink_otlp_stream_state_errors_total{kind}` (sidecar).
+pub const OTLP_STREAM_STATE_ERRORS: MetricDef = MetricDef {
+    name: "countersink_otlp_stream_state_errors_total",
+    help: "Problems with the OTLP cumulative stream table's file, by kind: corrupt (unreadable at start: set aside, the table starts empty), save (a save failed: the file is removed).",
+    labels: &["kind"],
+};
 /// `countersink_socket_receive_buffer_bytes{transport}` (sidecar).
 pub const SOCKET_RECEIVE_BUFFER: MetricDef = MetricDef {
     name: "countersink_socket_receive_buffer_bytes",
@@ -372,7 +384,7 @@ pub const ENGINE_METRICS: [MetricDef; 23] = [
 ];
 
 /// What the sidecar's receivers export besides.
-pub const INGEST_METRICS: [MetricDef; 14] = [
+pub const INGEST_METRICS: [MetricDef; 16] = [
     PACKETS_RECEIVED,
     RECEIVED_BYTES,
     RECEIVE_ERRORS,
@@ -387,6 +399,8 @@ pub const INGEST_METRICS: [MetricDef; 14] = [
     OTLP_POINTS_IGNORED,
     OTLP_STREAMS,
     OTLP_STREAM_EVICTIONS,
+    OTLP_STREAMS_RESTORED,
+    OTLP_STREAM_STATE_ERRORS,
 ];
 
 /// What the sidecar exports about the counter tables and the operator jobs.

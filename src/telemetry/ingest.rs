@@ -34,10 +34,12 @@ struct IngestSeries {
     otlp_ignored: IntCounterVec,
     otlp_streams: IntGauge,
     otlp_evicted: IntCounter,
+    otlp_restored: IntGauge,
+    otlp_state_errors: IntCounterVec,
 }
 
 impl IngestSeries {
-    fn all(&self) -> [&dyn Collector; 14] {
+    fn all(&self) -> [&dyn Collector; 16] {
         [
             &self.packets,
             &self.bytes,
@@ -53,6 +55,8 @@ impl IngestSeries {
             &self.otlp_ignored,
             &self.otlp_streams,
             &self.otlp_evicted,
+            &self.otlp_restored,
+            &self.otlp_state_errors,
         ]
     }
 }
@@ -75,6 +79,8 @@ impl IngestCollector {
             otlp_ignored: catalogue::OTLP_POINTS_IGNORED.int_counter_vec(),
             otlp_streams: catalogue::OTLP_STREAMS.int_gauge(),
             otlp_evicted: catalogue::OTLP_STREAM_EVICTIONS.int_counter(),
+            otlp_restored: catalogue::OTLP_STREAMS_RESTORED.int_gauge(),
+            otlp_state_errors: catalogue::OTLP_STREAM_STATE_ERRORS.int_counter_vec(),
         };
         let descs = families
             .all()
@@ -105,6 +111,7 @@ impl Collector for IngestCollector {
             &f.connections,
             &f.otlp_dropped,
             &f.otlp_ignored,
+            &f.otlp_state_errors,
         ] {
             c.reset();
         }
@@ -119,6 +126,14 @@ impl Collector for IngestCollector {
             .set(i64::try_from(otlp.streams).unwrap_or(i64::MAX));
         f.otlp_evicted.reset();
         f.otlp_evicted.inc_by(otlp.evicted);
+        f.otlp_restored
+            .set(i64::try_from(otlp.restored).unwrap_or(i64::MAX));
+        for (kind, n) in [
+            ("corrupt", otlp.state_corrupt),
+            ("save", otlp.state_save_errors),
+        ] {
+            f.otlp_state_errors.with_label_values(&[kind]).inc_by(n);
+        }
         let uds = snapshot.get(Transport::UnixDatagram);
         f.queue_full.reset();
         f.queue_full.inc_by(uds.queue_full);

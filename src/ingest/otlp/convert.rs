@@ -6,7 +6,7 @@ use opentelemetry_proto::tonic::metrics::v1::{
     AggregationTemporality, NumberDataPoint, metric::Data, number_data_point,
 };
 
-use super::streams::{Last, Streams};
+use super::streams::{Last, StreamId, Streams, stream_id};
 
 /// Data point flag: the point carries no value (OTLP `FLAG_NO_RECORDED_VALUE`).
 const FLAG_NO_RECORDED_VALUE: u32 = 1;
@@ -248,7 +248,7 @@ pub fn convert(
                             );
                             cumulative(
                                 streams,
-                                &key,
+                                stream_id(&key),
                                 point,
                                 value,
                                 sum.is_monotonic,
@@ -289,7 +289,7 @@ pub fn convert(
 /// The difference a cumulative point adds, and the table updated.
 fn cumulative(
     streams: &mut Streams,
-    key: &[u8],
+    id: StreamId,
     point: &NumberDataPoint,
     value: i64,
     monotonic: bool,
@@ -300,9 +300,9 @@ fn cumulative(
         time: point.time_unix_nano,
         value,
     };
-    let Some(last) = streams.get(key) else {
+    let Some(last) = streams.get(id) else {
         let complete = streams.is_complete_for(point.start_time_unix_nano);
-        streams.set(key, this, now_unix_nanos);
+        streams.set(id, this, now_unix_nanos);
         return if complete {
             Ok(value)
         } else if value == 0 {
@@ -317,18 +317,18 @@ fn cumulative(
             return Err(PointDrop::OutOfOrder);
         }
         // A reset: the new life's whole value is new.
-        streams.set(key, this, now_unix_nanos);
+        streams.set(id, this, now_unix_nanos);
         return Ok(value);
     }
     if this.time < last.time {
         return Err(PointDrop::OutOfOrder);
     }
     if monotonic && value < last.value {
-        streams.set(key, this, now_unix_nanos);
+        streams.set(id, this, now_unix_nanos);
         return Err(PointDrop::CumulativeDecrease);
     }
     let delta = value.checked_sub(last.value).ok_or(PointDrop::OutOfRange)?;
-    streams.set(key, this, now_unix_nanos);
+    streams.set(id, this, now_unix_nanos);
     Ok(delta)
 }
 

@@ -1,8 +1,8 @@
 //! OTLP/gRPC: the `MetricsService/Export` call, served by tonic, gzip accepted.
 //!
 //! Statuses: OK with `partial_success` when points were refused; `RESOURCE_EXHAUSTED`
-//! when the buffer is near its limits (nothing applied: the exporter retries) and for a
-//! message over `max_request_bytes`; `INVALID_ARGUMENT` for a message that does not
+//! when the buffer is near its limits (nothing applied; with `RetryInfo`, so the exporter
+//! retries) and for a message over `max_request_bytes` (without: not retried); `INVALID_ARGUMENT` for a message that does not
 //! decode or decompress; `UNIMPLEMENTED` for an unknown compression. tonic refuses those
 //! before the call reaches this code; [`Counted`] counts them by reason, and turns
 //! tonic's `OUT_OF_RANGE` (retryable in OTLP) for an oversized message into
@@ -28,7 +28,7 @@ use tonic::codegen::Service as TowerService;
 use tonic::codegen::http;
 use tonic::{Code, Request, Response, Status};
 
-use super::{Answer, Refusal, Shared};
+use super::{Answer, RETRY_AFTER, Refusal, Shared, rpc};
 use crate::ingest::PacketHandler;
 
 /// The message of the busy refusal (counted where it is made, not again by [`Counted`]).
@@ -54,7 +54,13 @@ impl<H: PacketHandler> MetricsService for Service<H> {
                     error_message: message,
                 }),
             })),
-            Answer::Busy => Err(Status::resource_exhausted(BUSY)),
+            // With RetryInfo: the OTLP specification's sign that RESOURCE_EXHAUSTED is
+            // worth retrying (an oversized message gets it without, so is not retried).
+            Answer::Busy => Err(Status::with_details(
+                Code::ResourceExhausted,
+                BUSY,
+                rpc::retryable_exhausted(BUSY, RETRY_AFTER).into(),
+            )),
         }
     }
 }

@@ -19,10 +19,11 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use axum::serve::ListenerExt;
 use opentelemetry_proto::tonic::collector::metrics::v1::{
-    ExportMetricsPartialSuccess, ExportMetricsServiceRequest, ExportMetricsServiceResponse,
+    ExportMetricsPartialSuccess, ExportMetricsServiceResponse,
 };
 use prost::Message;
 
+use super::rpc::RpcStatus;
 use super::{Answer, RETRY_AFTER, Refusal, Shared};
 use crate::ingest::PacketHandler;
 
@@ -31,15 +32,6 @@ pub(super) const PATH: &str = "/v1/metrics";
 
 const PROTOBUF: &str = "application/x-protobuf";
 const JSON: &str = "application/json";
-
-/// `google.rpc.Status`, the body of OTLP/HTTP error responses.
-#[derive(Clone, PartialEq, prost::Message)]
-struct RpcStatus {
-    #[prost(int32, tag = "1")]
-    code: i32,
-    #[prost(string, tag = "2")]
-    message: String,
-}
 
 /// Serves until `stopped` completes, then finishes the requests in flight.
 pub(super) async fn serve<H: PacketHandler>(
@@ -136,8 +128,8 @@ async fn export<H: PacketHandler>(
         }
     };
     let request = match format {
-        Format::Protobuf => ExportMetricsServiceRequest::decode(body).map_err(|e| e.to_string()),
-        Format::Json => serde_json::from_slice(&body).map_err(|e| e.to_string()),
+        Format::Protobuf => super::decode_protobuf(&body),
+        Format::Json => super::decode_json(&body),
     };
     let request = match request {
         Ok(request) => request,
@@ -226,6 +218,7 @@ fn status(code: StatusCode, format: Format, grpc_code: i32, message: &str) -> Re
         Format::Protobuf => RpcStatus {
             code: grpc_code,
             message: message.to_string(),
+            details: Vec::new(),
         }
         .encode_to_vec(),
         Format::Json => serde_json::to_vec(&serde_json::json!({

@@ -5,13 +5,17 @@
 //! | --- | --- |
 //! | `convert` | one request to increments: the mapping, temporalities, resets (synchronous, time passed in) |
 //! | `streams` | the bounded table of the last point per cumulative stream |
+//! | `state` | that table shared by both listeners, saved at each flush |
+//! | `persist` | its file in the state directory, `otlp_streams.bin` |
 //! | `http` | the HTTP listener: body limit, gzip, content types, status codes |
 //! | `grpc` | the gRPC listener (tonic) |
+//! | `rpc` | the `google.rpc.Status` and `RetryInfo` of error answers |
 //!
 //! Each listener is one thread of the receivers (joined at shutdown like the others)
 //! running a single-threaded async runtime. At shutdown it stops accepting, finishes the
 //! requests in flight (their points reach the buffer before the final flush) and exits.
-//! Both listeners share one cumulative stream table.
+//! Both listeners share one cumulative stream table, which the sidecar saves in the
+//! state directory at each flush (see [`state`]) and reads back at start.
 //!
 //! A request is answered only after its points are in the buffer (or refused and
 //! counted). When the buffer is near its limits ([`PacketHandler::busy`]) a request is
@@ -23,6 +27,9 @@
 pub mod convert;
 mod grpc;
 mod http;
+pub mod persist;
+mod rpc;
+pub mod state;
 pub mod streams;
 
 use std::net::{SocketAddr, TcpListener};
@@ -34,6 +41,7 @@ use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequ
 use parking_lot::Mutex;
 
 pub use convert::{AttributePolicy, Conversion, IgnoredKind, Increment, PointDrop, convert};
+pub use state::StreamState;
 pub use streams::Streams;
 
 use super::receivers::{Address, Receivers};
@@ -50,9 +58,11 @@ pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(2);
 /// What an exporter is told to wait before retrying a request refused as busy.
 pub const RETRY_AFTER: Duration = Duration::from_secs(2);
 
-/// Starts the OTLP listeners that are enabled.
+/// Starts the OTLP listeners that are enabled, around `streams` (a table in memory when
+/// none is given).
 pub(super) fn start<F, H>(
     config: &IngestConfig,
+    streams: Option<Arc<StreamState>>,
     receivers: &mut Receivers,
     factory: &Arc<F>,
 ) -> Result<(), ListenError>
@@ -63,10 +73,9 @@ where
     if !config.otlp_http.enabled && !config.otlp_grpc.enabled {
         return Ok(());
     }
-    let streams = Arc::new(Mutex::new(Streams::new(
-        config.otlp.max_streams,
-        now_unix_nanos(),
-    )));
+    let streams =
+        streams.unwrap_or_else(|| Arc::new(StreamState::in_memory(&config.otlp, now_unix_nanos())));
+    streams.report_to(receivers.shared_stats());
     let policy = AttributePolicy {
         resource: config.otlp.resource_attributes.clone(),
         scope: config.otlp.scope_attributes.clone(),
@@ -200,8 +209,18 @@ fn serve<H: PacketHandler>(
     });
 }
 
+/// Decodes an OTLP/HTTP protobuf body (or a gRPC message), already decompressed.
+pub fn decode_protobuf(body: &[u8]) -> Result<ExportMetricsServiceRequest, String> {
+    prost::Message::decode(body).map_err(|e: prost::DecodeError| e.to_string())
+}
+
+/// Decodes an OTLP/HTTP JSON body, already decompressed.
+pub fn decode_json(body: &[u8]) -> Result<ExportMetricsServiceRequest, String> {
+    serde_json::from_slice(body).map_err(|e| e.to_string())
+}
+
 /// Nanoseconds since the Unix epoch, now.
-fn now_unix_nanos() -> u64 {
+pub fn now_unix_nanos() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
@@ -210,7 +229,7 @@ fn now_unix_nanos() -> u64 {
 /// What both listeners share: the handler into the engine, the stream table, counters.
 pub(super) struct Shared<H> {
     handler: Mutex<H>,
-    streams: Arc<Mutex<Streams>>,
+    streams: Arc<StreamState>,
     policy: AttributePolicy,
     stats: Arc<IngestStats>,
     transport: Transport,
@@ -274,7 +293,7 @@ impl<H: PacketHandler> Shared<H> {
             return Answer::Busy;
         }
         let conversion = {
-            let mut streams = self.streams.lock();
+            let mut streams = self.streams.table();
             let conversion = convert(request, &self.policy, &mut streams, now_unix_nanos());
             let otlp = &self.stats.otlp;
             otlp.streams.store(streams.len() as u64, Relaxed);
@@ -366,7 +385,13 @@ mod tests {
     fn shared(handler: Keep) -> Shared<Keep> {
         Shared {
             handler: Mutex::new(handler),
-            streams: Arc::new(Mutex::new(Streams::new(100, 0))),
+            streams: Arc::new(StreamState::in_memory(
+                &crate::config::ingest::OtlpConfig {
+                    max_streams: 100,
+                    ..Default::default()
+                },
+                0,
+            )),
             policy: AttributePolicy::default(),
             stats: Arc::new(IngestStats::default()),
             transport: Transport::OtlpHttp,

@@ -1,14 +1,37 @@
 //! The cumulative stream table: the last point of every cumulative stream, bounded.
 //!
 //! A stream is resource + scope + metric + point attributes (the OpenTelemetry data
-//! model's identity), encoded whole as the key: two streams never share an entry.
+//! model's identity), encoded whole and hashed to a 128-bit [`StreamId`]: 40 bytes per
+//! stream whatever its attributes, in memory and in the state directory's file (see
+//! `persist`). Two of a million streams share an id with a probability below 10^-26.
 //!
 //! Bounded by two generations: new and refreshed streams go into the young map; when it
 //! holds half the capacity, the old map is dropped (its streams counted as evicted) and
 //! the young one becomes old. A stream seen at least once per half-capacity of new
 //! streams is never evicted; the total stays at most the capacity; every step is O(1).
 
+use std::hash::{BuildHasher, Hasher};
+
 use hashbrown::HashMap;
+
+/// A cumulative stream's identity: a 128-bit hash of its encoded resource, scope, metric
+/// and attributes.
+pub type StreamId = u128;
+
+/// The two seeds of [`stream_id`]'s halves.
+const SEEDS: [u64; 2] = [0x6f74_6c70_5f73_7472, 0x6561_6d5f_6964_7631];
+
+/// The id of a stream from its encoded identity. Stable for a given build of the hasher
+/// (the state file records [`stream_id`] of a probe, so a build that hashes differently
+/// does not misread it).
+pub fn stream_id(encoded: &[u8]) -> StreamId {
+    let half = |seed: u64| {
+        let mut h = foldhash::quality::FixedState::with_seed(seed).build_hasher();
+        h.write(encoded);
+        h.finish()
+    };
+    (u128::from(half(SEEDS[0])) << 64) | u128::from(half(SEEDS[1]))
+}
 
 /// What the table remembers of one cumulative stream.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -22,16 +45,19 @@ pub struct Last {
 }
 
 /// The last point per cumulative stream, at most `capacity` streams.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct Streams {
-    young: HashMap<Box<[u8]>, Last>,
-    old: HashMap<Box<[u8]>, Last>,
+    young: HashMap<StreamId, Last>,
+    old: HashMap<StreamId, Last>,
     capacity: usize,
     /// Streams whose start time is at or after this (Unix nanoseconds) cannot have been
     /// seen before the table began or before its last eviction: their first point is all
     /// new. Earlier-started streams seen for the first time only set a baseline.
     complete_since: u64,
     evicted: u64,
+    /// Bumped by every change (a point recorded, an eviction): what was saved is current
+    /// while this has not moved.
+    generation: u64,
 }
 
 impl Streams {
@@ -44,25 +70,41 @@ impl Streams {
             capacity: capacity.max(2),
             complete_since: now_unix_nanos,
             evicted: 0,
+            generation: 0,
         }
     }
 
+    /// A table for at most `capacity` streams holding `entries` (oldest first), complete
+    /// since `complete_since`: the table a previous run saved. Entries beyond the
+    /// capacity evict the oldest as usual (counted; complete since `now_unix_nanos` then).
+    pub fn restore(
+        capacity: usize,
+        complete_since: u64,
+        entries: impl IntoIterator<Item = (StreamId, Last)>,
+        now_unix_nanos: u64,
+    ) -> Streams {
+        let mut table = Streams::new(capacity, complete_since);
+        for (id, last) in entries {
+            table.set(id, last, now_unix_nanos);
+        }
+        table.generation = 0;
+        table
+    }
+
     /// The stream's last point, if the table still holds it.
-    pub fn get(&self, key: &[u8]) -> Option<Last> {
-        self.young.get(key).or_else(|| self.old.get(key)).copied()
+    pub fn get(&self, id: StreamId) -> Option<Last> {
+        self.young.get(&id).or_else(|| self.old.get(&id)).copied()
     }
 
     /// Records `last` as the stream's last point. `now_unix_nanos` is when, for the
     /// completeness mark an eviction moves.
-    pub fn set(&mut self, key: &[u8], last: Last, now_unix_nanos: u64) {
-        if let Some(slot) = self.young.get_mut(key) {
+    pub fn set(&mut self, id: StreamId, last: Last, now_unix_nanos: u64) {
+        self.generation += 1;
+        if let Some(slot) = self.young.get_mut(&id) {
             *slot = last;
             return;
         }
-        let owned: Box<[u8]> = match self.old.remove_entry(key) {
-            Some((owned, _)) => owned,
-            None => key.into(),
-        };
+        self.old.remove(&id);
         if self.young.len() >= self.capacity / 2 {
             let dropped = std::mem::take(&mut self.old);
             if !dropped.is_empty() {
@@ -71,7 +113,7 @@ impl Streams {
             }
             self.old = std::mem::take(&mut self.young);
         }
-        self.young.insert(owned, last);
+        self.young.insert(id, last);
     }
 
     /// Whether a stream first seen now with this start time started after everything the
@@ -94,6 +136,26 @@ impl Streams {
     pub fn evicted(&self) -> u64 {
         self.evicted
     }
+
+    /// Unix nanoseconds since which a stream's first point is all new (see
+    /// [`Streams::is_complete_for`]).
+    pub fn complete_since(&self) -> u64 {
+        self.complete_since
+    }
+
+    /// Changes so far (only compared for equality: has anything changed since then).
+    pub fn generation(&self) -> u64 {
+        self.generation
+    }
+
+    /// Every stream held, the older generation first (the order [`Streams::restore`]
+    /// takes them in, so a restored table evicts the same generation next).
+    pub fn entries(&self) -> impl Iterator<Item = (StreamId, Last)> + '_ {
+        self.old
+            .iter()
+            .chain(self.young.iter())
+            .map(|(id, last)| (*id, *last))
+    }
 }
 
 #[cfg(test)]
@@ -110,21 +172,22 @@ mod tests {
 
     #[test]
     fn bounded_with_counted_evictions_and_recent_streams_kept() {
+        let [a, b, c, d] = [1, 2, 3, 4];
         let mut t = Streams::new(4, 100);
-        t.set(b"a", last(1), 100);
-        t.set(b"b", last(2), 100);
+        t.set(a, last(1), 100);
+        t.set(b, last(2), 100);
         // Young is full (2): the next new stream ages it; nothing is evicted yet.
-        t.set(b"c", last(3), 100);
+        t.set(c, last(3), 100);
         assert_eq!(t.evicted(), 0);
         assert_eq!(t.len(), 3);
         // `a` is refreshed: it moves back to young.
-        t.set(b"a", last(4), 100);
-        assert_eq!(t.get(b"a"), Some(last(4)));
+        t.set(a, last(4), 100);
+        assert_eq!(t.get(a), Some(last(4)));
         // The next new stream drops the old generation: `b` only.
-        t.set(b"d", last(5), 200);
+        t.set(d, last(5), 200);
         assert_eq!(t.evicted(), 1);
-        assert_eq!(t.get(b"b"), None);
-        assert_eq!(t.get(b"a"), Some(last(4)));
+        assert_eq!(t.get(b), None);
+        assert_eq!(t.get(a), Some(last(4)));
         assert!(t.len() <= 4);
         // After an eviction only streams started since it are complete.
         assert!(!t.is_complete_for(150));
@@ -136,9 +199,45 @@ mod tests {
     fn never_more_than_capacity() {
         let mut t = Streams::new(10, 0);
         for i in 0u32..1000 {
-            t.set(&i.to_le_bytes(), last(1), u64::from(i));
+            t.set(u128::from(i), last(1), u64::from(i));
             assert!(t.len() <= 10);
         }
         assert!(t.evicted() >= 990);
+    }
+
+    /// A restored table holds what was saved, in the same recency order (so the same
+    /// streams are evicted next), complete since the saved mark, and unchanged.
+    #[test]
+    fn restore_keeps_entries_recency_and_the_completeness_mark() {
+        let mut t = Streams::new(8, 100);
+        for id in 1..=4 {
+            t.set(id, last(id as i64), 150);
+        }
+        t.set(1, last(10), 150);
+        assert_eq!(t.evicted(), 0);
+        let saved: Vec<_> = t.entries().collect();
+        let r = Streams::restore(8, t.complete_since(), saved.clone(), 900);
+        assert_eq!(r.entries().collect::<Vec<_>>().len(), saved.len());
+        for (id, l) in &saved {
+            assert_eq!(r.get(*id), Some(*l));
+        }
+        assert_eq!(r.complete_since(), 100);
+        assert_eq!(r.evicted(), 0);
+        assert_eq!(r.generation(), 0);
+        // Restored into a smaller table: the oldest go, counted, and the mark moves.
+        let small = Streams::restore(2, 100, saved.clone(), 900);
+        assert!(small.len() <= 2);
+        assert_eq!(small.evicted() as usize + small.len(), saved.len());
+        assert_eq!(small.complete_since(), 900);
+        for (id, l) in small.entries() {
+            assert!(saved.contains(&(id, l)));
+        }
+    }
+
+    #[test]
+    fn stream_ids_differ_and_are_stable() {
+        assert_ne!(stream_id(b"a"), stream_id(b"b"));
+        assert_eq!(stream_id(b"a"), stream_id(b"a"));
+        assert_ne!(stream_id(b""), stream_id(b"\0"));
     }
 }

@@ -21,6 +21,9 @@ use prost::Message;
 
 use crate::common::{metrics_when, sidecar_config, start_sidecar, start_store};
 
+mod bad_input;
+mod restart;
+
 fn kv(k: &str, v: &str) -> KeyValue {
     KeyValue {
         key: k.into(),
@@ -314,4 +317,47 @@ async fn otlp_over_http_protobuf_json_and_grpc_land_with_exact_totals() {
         );
     }
     store.shutdown().await;
+}
+
+/// The sidecar config of these tests: both OTLP receivers on free ports.
+fn otlp_config(dir: &std::path::Path) -> countersink::config::Config {
+    let mut config = sidecar_config(dir);
+    config.ingest.otlp_http.enabled = true;
+    config.ingest.otlp_http.listen = "127.0.0.1:0".parse().unwrap();
+    config.ingest.otlp_grpc.enabled = true;
+    config.ingest.otlp_grpc.listen = "127.0.0.1:0".parse().unwrap();
+    config
+}
+
+/// Nanoseconds since the Unix epoch, now.
+fn now_nanos() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_nanos() as u64
+}
+
+/// (name, tags) → total, in each of the day and minute tables.
+async fn store_totals(
+    store: &crate::common::Store,
+) -> Vec<std::collections::BTreeMap<(String, String), i64>> {
+    let mut out = Vec::new();
+    for table in ["countersink.counts_by_day", "countersink.counts_by_minute"] {
+        let rows = store
+            .select(&format!(
+                "SELECT name, tags, value FROM {}",
+                store.table(table)
+            ))
+            .await;
+        let mut totals = std::collections::BTreeMap::new();
+        for i in 0..rows.len() {
+            let key = (
+                rows.text(i, "name").unwrap().to_string(),
+                rows.text(i, "tags").unwrap().to_string(),
+            );
+            *totals.entry(key).or_insert(0) += rows.get_i64(i, "value").unwrap();
+        }
+        out.push(totals);
+    }
+    out
 }

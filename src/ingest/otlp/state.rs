@@ -1,0 +1,239 @@
+//! The cumulative stream table both OTLP receivers share, and when it is saved.
+//!
+//! **Why at the flush, after the drain and before the first send.** A point's
+//! difference reaches the buffer after the table recorded the point; a flush sends what
+//! it drained. Saved after the drain, the file holds every point whose difference the
+//! flush carries (and perhaps a few whose differences are still in memory); saved before
+//! the send, no difference reaches the store unless the file already holds its point. So
+//! after a restart, the next point's difference from the file's value is exactly what the
+//! store has not received: never counted twice. What can be lost is what a crash loses
+//! anyway (differences still in memory), and only those whose point was recorded between
+//! the drain and the save; the others come back with the next point. A save that fails
+//! removes the file (an older table read back could count twice), so that those streams'
+//! next points after a restart are counted baselines instead.
+//!
+//! The sidecar calls [`StreamState::save_if_changed`] from the flush's observer hook.
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::{Arc, OnceLock};
+
+use parking_lot::Mutex;
+
+use super::persist::{self, Loaded};
+use super::streams::Streams;
+use crate::config::ingest::OtlpConfig;
+use crate::ingest::IngestStats;
+
+/// The stream table, and the state directory it is saved in (none: in memory only).
+#[derive(Debug)]
+pub struct StreamState {
+    table: Mutex<Streams>,
+    dir: Option<PathBuf>,
+    /// The table's generation the file holds.
+    saved: Mutex<u64>,
+    /// Streams read from the file at start.
+    restored: u64,
+    /// A file found unreadable at start (0 or 1).
+    corrupt: u64,
+    /// Saves that failed.
+    save_errors: AtomicU64,
+    /// The receivers' counters, once they run (the table's size is published there).
+    stats: OnceLock<Arc<IngestStats>>,
+}
+
+impl StreamState {
+    /// A table kept in memory only (a restart forgets it), complete since `now_unix_nanos`.
+    pub fn in_memory(config: &OtlpConfig, now_unix_nanos: u64) -> StreamState {
+        StreamState::with(Streams::new(config.max_streams, now_unix_nanos), None, 0, 0)
+    }
+
+    /// The table saved in `dir`, or an empty one complete since `now_unix_nanos` when
+    /// the directory holds none (or an unreadable one: counted, logged, set aside).
+    pub fn open(config: &OtlpConfig, dir: PathBuf, now_unix_nanos: u64) -> StreamState {
+        let capacity = config.max_streams;
+        let (table, corrupt) = match persist::load(&dir) {
+            Ok(Loaded::Table {
+                complete_since,
+                entries,
+            }) => (
+                Streams::restore(capacity, complete_since, entries, now_unix_nanos),
+                0,
+            ),
+            Ok(Loaded::Absent) => (Streams::new(capacity, now_unix_nanos), 0),
+            Ok(Loaded::Corrupt(why)) => {
+                tracing::warn!(
+                    file = %persist::path(&dir).display(),
+                    reason = %why,
+                    "The OTLP cumulative stream table could not be read; it is set aside as {} and the table starts empty: each stream's next point only sets its baseline.",
+                    persist::CORRUPT
+                );
+                (Streams::new(capacity, now_unix_nanos), 1)
+            }
+            Err(error) => {
+                tracing::warn!(
+                    file = %persist::path(&dir).display(),
+                    %error,
+                    "The OTLP cumulative stream table could not be read; the table starts empty: each stream's next point only sets its baseline."
+                );
+                (Streams::new(capacity, now_unix_nanos), 1)
+            }
+        };
+        let restored = table.len() as u64;
+        if restored > 0 {
+            tracing::info!(
+                streams = restored,
+                "Restored the OTLP cumulative stream table."
+            );
+        }
+        StreamState::with(table, Some(dir), restored, corrupt)
+    }
+
+    fn with(table: Streams, dir: Option<PathBuf>, restored: u64, corrupt: u64) -> StreamState {
+        let saved = table.generation();
+        StreamState {
+            table: Mutex::new(table),
+            dir,
+            saved: Mutex::new(saved),
+            restored,
+            corrupt,
+            save_errors: AtomicU64::new(0),
+            stats: OnceLock::new(),
+        }
+    }
+
+    /// The table, locked.
+    pub fn table(&self) -> parking_lot::MutexGuard<'_, Streams> {
+        self.table.lock()
+    }
+
+    /// Streams read from the state directory at start.
+    pub fn restored(&self) -> u64 {
+        self.restored
+    }
+
+    /// Whether the file found at start was unreadable (0 or 1).
+    pub fn corrupt(&self) -> u64 {
+        self.corrupt
+    }
+
+    /// Saves that failed so far.
+    pub fn save_errors(&self) -> u64 {
+        self.save_errors.load(Relaxed)
+    }
+
+    /// Publishes the table's figures in the receivers' counters from now on.
+    pub(super) fn report_to(&self, stats: Arc<IngestStats>) {
+        stats.otlp.restored.store(self.restored, Relaxed);
+        stats.otlp.state_corrupt.store(self.corrupt, Relaxed);
+        let _ = self.stats.set(stats);
+    }
+
+    /// Writes the table to the state directory if it changed since the last save.
+    /// Called after a flush drained the buffer and before it sends (see the module
+    /// documentation); returns whether a file was written.
+    pub fn save_if_changed(&self) -> bool {
+        let Some(dir) = &self.dir else { return false };
+        let mut saved = self.saved.lock();
+        let (bytes, generation) = {
+            let table = self.table.lock();
+            if table.generation() == *saved {
+                return false;
+            }
+            (persist::encode(&table), table.generation())
+        };
+        match persist::save(dir, &bytes) {
+            Ok(()) => {
+                *saved = generation;
+                true
+            }
+            Err(error) => {
+                self.save_errors.fetch_add(1, Relaxed);
+                if let Some(stats) = self.stats.get() {
+                    stats.otlp.state_save_errors.fetch_add(1, Relaxed);
+                }
+                let removed = persist::remove(dir);
+                tracing::error!(
+                    file = %persist::path(dir).display(),
+                    %error,
+                    removed = removed.is_ok(),
+                    "Could not save the OTLP cumulative stream table; the older file is removed so that a restart cannot count twice (each stream's first point after a restart then only sets its baseline)."
+                );
+                false
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ingest::otlp::streams::Last;
+
+    fn config() -> OtlpConfig {
+        OtlpConfig {
+            max_streams: 10,
+            ..OtlpConfig::default()
+        }
+    }
+
+    fn last(value: i64) -> Last {
+        Last {
+            start: 1,
+            time: 2,
+            value,
+        }
+    }
+
+    #[test]
+    fn saved_only_when_changed_and_read_back_by_the_next_start() {
+        let dir = tempfile::tempdir().unwrap();
+        let state = StreamState::open(&config(), dir.path().into(), 100);
+        assert_eq!(state.restored(), 0);
+        assert!(!state.save_if_changed(), "nothing to save yet");
+        state.table().set(7, last(5), 100);
+        assert!(state.save_if_changed());
+        assert!(!state.save_if_changed(), "unchanged since");
+        state.table().set(7, last(9), 100);
+        assert!(state.save_if_changed());
+        drop(state);
+        let again = StreamState::open(&config(), dir.path().into(), 500);
+        assert_eq!(again.restored(), 1);
+        assert_eq!(again.table().get(7), Some(last(9)));
+        assert_eq!(again.table().complete_since(), 100, "the saved mark");
+        assert!(
+            !again.save_if_changed(),
+            "what was read is what the file holds"
+        );
+    }
+
+    #[test]
+    fn a_corrupt_file_is_counted_and_the_table_starts_empty_from_now() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join(persist::FILE), b"garbage").unwrap();
+        let state = StreamState::open(&config(), dir.path().into(), 500);
+        assert_eq!(state.corrupt(), 1);
+        assert_eq!(state.restored(), 0);
+        assert!(state.table().is_empty());
+        assert_eq!(state.table().complete_since(), 500);
+        assert!(dir.path().join(persist::CORRUPT).exists());
+    }
+
+    /// A save that fails removes the older file: a restart then knows no stream (their
+    /// next points are baselines) instead of counting from stale values.
+    #[test]
+    fn a_failed_save_removes_the_older_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let state_dir = dir.path().join("state");
+        std::fs::create_dir(&state_dir).unwrap();
+        let state = StreamState::open(&config(), state_dir.clone(), 100);
+        state.table().set(7, last(5), 100);
+        assert!(state.save_if_changed());
+        // The temporary file's name taken by a directory: the next save cannot write.
+        std::fs::create_dir(persist::path(&state_dir).with_extension("tmp")).unwrap();
+        state.table().set(7, last(9), 100);
+        assert!(!state.save_if_changed());
+        assert_eq!(state.save_errors(), 1);
+        assert!(!persist::path(&state_dir).exists());
+    }
+}
