@@ -10,7 +10,9 @@
 //! most `max_contexts` distinct contexts, and a tag at most `max_tag_values` distinct
 //! values. The window follows the receive time, not a client timestamp, so a burst of
 //! late lines cannot open old windows again; like the DogStatsD aggregator's context
-//! limit per aggregation window, a new window starts from zero.
+//! limit per aggregation window, a new window starts from zero. Time only moves forward
+//! here: a time before the current window (threads racing across a boundary) counts in
+//! the current one.
 //!
 //! The check runs only where a pending row is *created* ([`super::Buffer`]): adding to a
 //! row that exists costs nothing more, and a context admitted earlier in the window is

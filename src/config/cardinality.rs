@@ -64,13 +64,16 @@ impl Config {
     /// by `limits.max_pending_rows` where no cap bounds them.
     pub fn cardinality_caps(&self) -> Cardinality {
         let default = self.cardinality.max_contexts;
-        let mut caps = vec![FamilyCaps {
-            family: FamilyId(0),
-            name: "generic".into(),
-            source: TagSource::Generic,
-            max_contexts: self.generic.max_contexts.or(default),
-            max_tag_values: tag_caps(&self.generic.max_tag_values),
-        }];
+        let mut caps = Vec::new();
+        if self.generic.enabled {
+            caps.push(FamilyCaps {
+                family: FamilyId(0),
+                name: "generic".into(),
+                source: TagSource::Generic,
+                max_contexts: self.generic.max_contexts.or(default),
+                max_tag_values: tag_caps(&self.generic.max_tag_values),
+            });
+        }
         for (i, family) in self.families.iter().enumerate() {
             let Ok(id) = u16::try_from(i + 1) else { break };
             caps.push(FamilyCaps {
