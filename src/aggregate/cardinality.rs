@@ -278,8 +278,8 @@ struct Tracker {
     /// Whether this window's refusal was logged.
     warned: bool,
     previous: Option<WindowView>,
-    /// The tags of the series being checked: (tag, value hash, value is new).
-    scratch: Vec<(Box<str>, u64, bool)>,
+    /// The tag a cap refused last (reused: refusals come in floods).
+    refused_tag: String,
 }
 
 /// One tag's values in the window.
@@ -314,7 +314,7 @@ impl Tracker {
             window_dropped_tag: 0,
             warned: false,
             previous: None,
-            scratch: Vec::new(),
+            refused_tag: String::new(),
         };
         tracker.reset_tags();
         tracker
@@ -373,7 +373,9 @@ impl Tracker {
         }
     }
 
-    /// The caps for a context not seen in this window: counts it, or the drop.
+    /// The caps for a context not seen in this window: counts it, or the drop. The
+    /// series is read twice (check, then count) rather than copied: no allocation but a
+    /// tag name new to the window.
     fn check_and_count(
         &mut self,
         series: &[u8],
@@ -382,78 +384,47 @@ impl Tracker {
         track_max: usize,
         count: u64,
     ) -> Result<(), DropReason> {
-        let mut scratch = std::mem::take(&mut self.scratch);
-        scratch.clear();
-        each_tag(&self.caps.source, series, |tag, value| {
-            scratch.push((tag.into(), hasher.hash_one(value), false));
-        });
         // First every capped tag, then the family: nothing is counted unless all pass.
-        let mut refused: Option<(DropReason, Option<usize>)> = None;
-        for (at, (tag, value, new)) in scratch.iter_mut().enumerate() {
-            let Some(stats) = self.tags.get(&**tag) else {
-                *new = true;
-                continue;
-            };
-            if stats.values.contains(value) {
-                continue;
-            }
-            *new = true;
-            if stats.cap.is_some_and(|cap| stats.values.len() >= cap) {
-                refused = Some((DropReason::CardinalityTag, Some(at)));
-                break;
-            }
-        }
-        if refused.is_none()
-            && let Some(max) = self.caps.max_contexts
-            && self.contexts.len() >= max
-        {
-            refused = Some((DropReason::CardinalityFamily, None));
-        }
-        let result = match refused {
-            Some((reason, tag)) => {
-                let tag = tag.map(|at| scratch[at].0.clone());
-                self.count_drop(reason, tag.as_deref(), series, count);
-                Err(reason)
-            }
-            None => {
-                if self.contexts.len() < self.caps.max_contexts.unwrap_or(track_max) {
-                    self.contexts.insert(context);
-                }
-                for (tag, value, new) in &scratch {
-                    if *new {
-                        self.count_value(tag, *value, series, track_max);
-                    }
-                }
-                Ok(())
-            }
-        };
-        self.scratch = scratch;
-        result
-    }
-
-    /// Adds a value to a tag (the tag is tracked from here on if there is room).
-    fn count_value(&mut self, tag: &str, value: u64, series: &[u8], track_max: usize) {
-        if !self.tags.contains_key(tag) {
-            if self.tags.len() >= MAX_TRACKED_TAGS {
+        let Tracker {
+            caps,
+            tags,
+            refused_tag,
+            ..
+        } = self;
+        let mut full = false;
+        each_tag(&caps.source, series, |tag, value| {
+            if full {
                 return;
             }
-            self.tags.insert(tag.into(), TagStats::new(None));
+            if let Some(stats) = tags.get(tag)
+                && stats.cap.is_some_and(|cap| stats.values.len() >= cap)
+                && !stats.values.contains(&hasher.hash_one(value))
+            {
+                refused_tag.clear();
+                refused_tag.push_str(tag);
+                full = true;
+            }
+        });
+        if full {
+            let tag = std::mem::take(&mut self.refused_tag);
+            self.count_drop(DropReason::CardinalityTag, Some(&tag), series, count);
+            self.refused_tag = tag;
+            return Err(DropReason::CardinalityTag);
         }
-        let Some(stats) = self.tags.get_mut(tag) else {
-            return;
-        };
-        if stats.values.len() >= stats.cap.unwrap_or(track_max) {
-            return;
+        if let Some(max) = self.caps.max_contexts
+            && self.contexts.len() >= max
+        {
+            self.count_drop(DropReason::CardinalityFamily, None, series, count);
+            return Err(DropReason::CardinalityFamily);
         }
-        if stats.values.insert(value) && stats.samples.len() < SAMPLES_PER_TAG {
-            let mut sample = None;
-            each_tag(&self.caps.source, series, |t, v| {
-                if t == tag && sample.is_none() {
-                    sample = Some(v.to_owned());
-                }
-            });
-            stats.samples.extend(sample);
+        if self.contexts.len() < self.caps.max_contexts.unwrap_or(track_max) {
+            self.contexts.insert(context);
         }
+        let Tracker { caps, tags, .. } = self;
+        each_tag(&caps.source, series, |tag, value| {
+            count_value(tags, tag, value, hasher.hash_one(value), track_max);
+        });
+        Ok(())
     }
 
     fn count_drop(&mut self, reason: DropReason, tag: Option<&str>, series: &[u8], count: u64) {
@@ -489,6 +460,32 @@ impl Tracker {
                 ),
             }
         }
+    }
+}
+
+/// Adds a value to a tag's set (the tag is tracked from here on if there is room), and
+/// keeps it as a sample while there are few.
+fn count_value(
+    tags: &mut HashMap<Box<str>, TagStats, foldhash::fast::RandomState>,
+    tag: &str,
+    value: &str,
+    hash: u64,
+    track_max: usize,
+) {
+    if !tags.contains_key(tag) {
+        if tags.len() >= MAX_TRACKED_TAGS {
+            return;
+        }
+        tags.insert(tag.into(), TagStats::new(None));
+    }
+    let Some(stats) = tags.get_mut(tag) else {
+        return;
+    };
+    if stats.values.len() >= stats.cap.unwrap_or(track_max) {
+        return;
+    }
+    if stats.values.insert(hash) && stats.samples.len() < SAMPLES_PER_TAG {
+        stats.samples.push(value.to_owned());
     }
 }
 

@@ -247,3 +247,33 @@ fn snapshot_total(snapshot: &countersink::aggregate::Snapshot) -> u64 {
         })
         .sum()
 }
+
+/// The in-process path (`Recorder::incr`, OTLP points) is capped as lines are, and says
+/// why an increment was dropped; a configured family's cap names its key column.
+#[test]
+fn in_process_increments_are_capped_and_told_why() {
+    use countersink::engine::RecordError;
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = config(dir.path());
+    config.families[0].max_tag_values = [("page_id".to_string(), 1)].into();
+    let engine = countersink::engine::Engine::with_seed(&config, Some(1)).unwrap();
+    let views = |page| engine.record("page.views", &[("page_id", page)][..], 1, T0, None);
+    assert_eq!(views("home"), Ok(()));
+    assert_eq!(views("home"), Ok(()), "the row exists: no check");
+    assert_eq!(
+        views("about"),
+        Err(RecordError::Dropped(DropReason::CardinalityTag))
+    );
+    let report = engine.aggregator().cardinality().report(T0);
+    let family = report
+        .families
+        .iter()
+        .find(|f| f.family == "views")
+        .unwrap();
+    let page = &family.current.tags[0];
+    assert_eq!(
+        (page.tag.as_str(), page.values, page.dropped),
+        ("page_id", 1, 1)
+    );
+    assert_eq!(page.samples, ["home"]);
+}
