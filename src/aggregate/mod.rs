@@ -19,7 +19,8 @@
 //!
 //! The only state that all threads write is the row budget, and only when a row is
 //! created; it sits on cache lines of its own so that those writes do not evict what
-//! every increment reads.
+//! every increment reads. The cardinality caps ([`cardinality`]) are asked at the same
+//! moment, under a lock per capped family, and never when a row takes an increment.
 //!
 //! A flush swaps maps under each stripe's lock, so an increment racing with it lands
 //! either in the drained map or in the fresh one, never in both and never in neither.
