@@ -11,10 +11,22 @@
 //!   context seen before (the steady state: contexts recur from flush to flush);
 //! - `100k_keys`: the same over 100k keys: every line of a pass creates its row;
 //! - `100k_keys_new_window`: as `100k_keys`, each pass in the next window, so every row
-//!   creation is a context new to its window (the caps' most expensive case).
+//!   creation is a context new to its window (the caps' most expensive case);
+//! - `100_keys_control`: `100_keys` with two engines *without* caps: how far apart two
+//!   identical engines measure in this run (placement in memory, the machine's noise).
 //!
 //! Each sample is one pass of 200k lines; the figures are the medians of the samples of
 //! each engine and their ratio (capped / baseline), printed per workload.
+//!
+//! On a loaded shared machine the wall-clock ratios swing (see the control); instruction
+//! counts do not. With `CARDINALITY_BENCH_ONCE=WORKLOAD:base|capped` the binary runs one
+//! warm-up pass and then two passes inside `measured`, for callgrind:
+//!
+//! ```text
+//! cargo bench --bench cardinality --no-run
+//! CARDINALITY_BENCH_ONCE=100k_keys:capped valgrind --tool=callgrind \
+//!     --toggle-collect='cardinality::measured*' target/release/deps/cardinality-<hash>
+//! ```
 
 use std::time::Instant;
 
@@ -69,20 +81,57 @@ fn median(mut xs: Vec<f64>) -> f64 {
     xs[xs.len() / 2]
 }
 
+/// Workloads: name, keys, whether each pass is in a window of its own.
+const WORKLOADS: [(&str, usize, bool); 3] = [
+    ("100_keys", 100, false),
+    ("100k_keys", 100_000, false),
+    ("100k_keys_new_window", 100_000, true),
+];
+
+/// One engine through one workload, for an instruction count (see the module docs).
+fn run_once(spec: &str) {
+    let (workload, which) = spec.split_once(':').expect("WORKLOAD:base|capped");
+    let &(_, keys, new_window) = WORKLOADS
+        .iter()
+        .find(|w| w.0 == workload)
+        .expect("a known workload");
+    let engine = engine(which == "capped");
+    let data = packets(keys);
+    pass(&engine, &data, NOW);
+    measured(|| {
+        for round in 1..=2 {
+            let now = if new_window { NOW + 60 * round } else { NOW };
+            pass(&engine, &data, now);
+        }
+    });
+    assert_eq!(engine.aggregator().counters().dropped_total(), 0);
+}
+
+/// The measured part of [`run_once`], as its own symbol in callgrind's output.
+#[inline(never)]
+fn measured(f: impl FnOnce()) {
+    f();
+}
+
 fn main() {
+    if let Ok(spec) = std::env::var("CARDINALITY_BENCH_ONCE") {
+        run_once(&spec);
+        return;
+    }
     // `cargo bench` passes `--bench`; a filter argument selects workloads by name.
     let filter = std::env::args().skip(1).find(|a| !a.starts_with("--"));
     println!("workload                  baseline ns/line   capped ns/line   ratio");
-    for (name, keys, new_window) in [
-        ("100_keys", 100, false),
-        ("100k_keys", 100_000, false),
-        ("100k_keys_new_window", 100_000, true),
+    for (name, keys, new_window, caps) in [
+        ("100_keys", 100, false, true),
+        ("100_keys_control", 100, false, false),
+        ("100k_keys", 100_000, false, true),
+        ("100k_keys_new_window", 100_000, true, true),
     ] {
         if filter.as_deref().is_some_and(|f| !name.contains(f)) {
             continue;
         }
         let data = packets(keys);
-        let (base, capped) = (engine(false), engine(true));
+        let (base, capped) = (engine(false), engine(caps));
         // Warm-up: one pass each (tables and caches sized).
         pass(&base, &data, NOW);
         pass(&capped, &data, NOW);
