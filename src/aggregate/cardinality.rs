@@ -320,12 +320,20 @@ impl Tracker {
         tracker
     }
 
-    /// Empties the tags, keeping an entry for each capped one.
+    /// Empties the tags, keeping an entry for each capped one, whose sets keep their
+    /// room (a busy family fills them again every window).
     fn reset_tags(&mut self) {
-        self.tags.clear();
+        self.tags.retain(|_, stats| stats.cap.is_some());
+        for stats in self.tags.values_mut() {
+            stats.values.clear();
+            stats.samples.clear();
+            stats.dropped = 0;
+        }
         for (tag, cap) in &self.caps.max_tag_values {
-            self.tags
-                .insert(tag.as_str().into(), TagStats::new(Some(*cap)));
+            if !self.tags.contains_key(tag.as_str()) {
+                self.tags
+                    .insert(tag.as_str().into(), TagStats::new(Some(*cap)));
+            }
         }
     }
 
