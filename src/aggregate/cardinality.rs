@@ -497,23 +497,39 @@ fn count_value(
     }
 }
 
+/// The canonical tag text of a generic series (its second field), read without
+/// checking the name before it.
+fn generic_tags(series: &[u8]) -> Option<&str> {
+    let (name_len, rest) = series.split_first_chunk::<2>()?;
+    let rest = rest.get(usize::from(u16::from_le_bytes(*name_len))..)?;
+    let (tags_len, rest) = rest.split_first_chunk::<2>()?;
+    let tags = rest.get(..usize::from(u16::from_le_bytes(*tags_len)))?;
+    std::str::from_utf8(tags).ok()
+}
+
 /// Calls `each` with every (tag, value) of a series of a family whose tags are in
 /// `source`: the generic family's canonical tags (a tag without value has value `""`),
 /// or a configured family's key columns.
 fn each_tag<'s>(source: &TagSource, series: &'s [u8], mut each: impl FnMut(&str, &'s str)) {
     match source {
         TagSource::Generic => {
-            let Some(tags) = series::fields(series).nth(1) else {
+            let Some(tags) = generic_tags(series) else {
                 return;
             };
-            if tags.is_empty() {
-                return;
-            }
-            for tag in tags.split(',') {
-                match tag.split_once(':') {
-                    Some((key, value)) => each(key, value),
+            // Byte scans: `,` and `:` are ASCII, so every cut is a char boundary.
+            let bytes = tags.as_bytes();
+            let mut start = 0;
+            while start < bytes.len() {
+                let end = bytes[start..]
+                    .iter()
+                    .position(|&b| b == b',')
+                    .map_or(bytes.len(), |at| start + at);
+                let tag = &tags[start..end];
+                match tag.bytes().position(|b| b == b':') {
+                    Some(at) => each(&tag[..at], &tag[at + 1..]),
                     None => each(tag, ""),
                 }
+                start = end + 1;
             }
         }
         TagSource::Keyed(columns) => {
@@ -653,6 +669,27 @@ mod tests {
         assert_eq!(window.contexts, 3);
         assert!(window.saturated);
         assert_eq!(window.tags[0].values, 3);
+    }
+
+    #[test]
+    fn generic_tags_are_cut_at_the_first_colon_and_may_have_no_value() {
+        let mut seen = Vec::new();
+        let series = generic(("m", "canary,url:http://x/a,é:ü"));
+        each_tag(&TagSource::Generic, &series, |t, v| {
+            seen.push((t.to_owned(), v))
+        });
+        assert_eq!(
+            seen,
+            [
+                ("canary".to_owned(), ""),
+                ("url".to_owned(), "http://x/a"),
+                ("é".to_owned(), "ü")
+            ]
+        );
+        let mut none = 0;
+        each_tag(&TagSource::Generic, &generic(("m", "")), |_, _| none += 1);
+        each_tag(&TagSource::Generic, &series[..3], |_, _| none += 1);
+        assert_eq!(none, 0, "no tags, and a truncated series, give none");
     }
 
     #[test]
