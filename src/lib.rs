@@ -20,7 +20,7 @@
 //! |---|---|
 //! | [`vocabulary`], [`backoff`], [`test_hooks`] | the shared words: `FamilyId`, `Granularity`, `DropReason`, `Transport`; the one exponential back-off rule; crash points for tests (feature `dev`) |
 //! | [`line`](mod@line), [`bucket`], [`series`] | the StatsD/DogStatsD parser; UTC minute/day buckets; encoded series keys |
-//! | [`aggregate`] | the synchronous core: one stripe's map, limits, counters, and the striped front |
+//! | [`aggregate`] | the synchronous core: one stripe's map, limits, cardinality caps, counters, and the striped front |
 //! | [`config`] | the configuration file (every section, `[ingest.*]` included, in every build), defaults, validation |
 //! | [`family`], [`layout`], [`cql_text`], [`ddl`] | families and their shards; table layouts; the `cql/` files; the schema |
 //! | [`engine`] | families + aggregator: the line path and the in-process path |

@@ -66,11 +66,17 @@ pub enum DropReason {
     SpillFull,
     /// The increment arrived after shutdown had taken the final flush.
     AfterShutdown,
+    /// It would have created a context (a new series) in a family that already holds
+    /// its `max_contexts` distinct contexts in the current cardinality window.
+    CardinalityFamily,
+    /// It would have brought a tag a new value while the tag already holds its
+    /// `max_tag_values` distinct values in the current cardinality window.
+    CardinalityTag,
 }
 
 impl DropReason {
     /// Every reason, in label order.
-    pub const ALL: [DropReason; 8] = [
+    pub const ALL: [DropReason; 10] = [
         DropReason::MaxRows,
         DropReason::MaxBytes,
         DropReason::TimestampWindow,
@@ -79,17 +85,21 @@ impl DropReason {
         DropReason::SpillFailed,
         DropReason::SpillFull,
         DropReason::AfterShutdown,
+        DropReason::CardinalityFamily,
+        DropReason::CardinalityTag,
     ];
 
     /// Reasons an increment is dropped before it reaches a pending row: the labels of
     /// `countersink_dropped_total` (unit: increments).
-    pub const INCREMENTS: [DropReason; 6] = [
+    pub const INCREMENTS: [DropReason; 8] = [
         DropReason::MaxRows,
         DropReason::MaxBytes,
         DropReason::TimestampWindow,
         DropReason::Overflow,
         DropReason::Unconfigured,
         DropReason::AfterShutdown,
+        DropReason::CardinalityFamily,
+        DropReason::CardinalityTag,
     ];
 
     /// Reasons a row is dropped after it left the buffer: the labels of
@@ -111,6 +121,8 @@ impl DropReason {
             DropReason::SpillFailed => "spill_failed",
             DropReason::SpillFull => "spill_full",
             DropReason::AfterShutdown => "after_shutdown",
+            DropReason::CardinalityFamily => "cardinality_family",
+            DropReason::CardinalityTag => "cardinality_tag",
         }
     }
 

@@ -5,6 +5,7 @@
 
 use hashbrown::HashTable;
 
+use super::cardinality::Cardinality;
 use super::counters::Counters;
 use super::limits::{Budget, Credit};
 use super::row::{Columns, Row, RowKey, RowKeyRef, Slot};
@@ -68,6 +69,15 @@ impl ChunkAllowance {
         self.empty = false;
         true
     }
+}
+
+/// What decides whether a new row may be created: the shared memory budget, the
+/// cardinality caps, and the time their windows follow.
+#[derive(Clone, Copy)]
+pub(crate) struct NewRows<'a> {
+    pub(crate) budget: &'a Budget,
+    pub(crate) cardinality: &'a Cardinality,
+    pub(crate) now_unix_secs: i64,
 }
 
 /// One stripe of pending rows.
@@ -191,9 +201,10 @@ impl Buffer {
     }
 
     /// Adds `count` accepted increments summing to `delta` to column `column` of a row
-    /// `width` columns wide, creating the row if the budget allows. Counts them as
-    /// accepted either way, and as dropped (with the reason returned) when they could not
-    /// be kept. `hash` is the key's [`RowKeyRef::hash_with`].
+    /// `width` columns wide, creating the row if the cardinality caps and then the budget
+    /// allow (both are asked only for a new row: adding to a row held costs neither).
+    /// Counts them as accepted either way, and as dropped (with the reason returned) when
+    /// they could not be kept. `hash` is the key's [`RowKeyRef::hash_with`].
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn record(
         &mut self,
@@ -204,7 +215,7 @@ impl Buffer {
         delta: i64,
         count: u64,
         hasher: &RowHasher,
-        budget: &Budget,
+        new_rows: NewRows<'_>,
     ) -> Result<(), DropReason> {
         self.counters.accept(count, i128::from(delta));
         if let Some((_, row)) = self.rows.find_mut(hash, |(k, _)| key.matches(k)) {
@@ -216,9 +227,18 @@ impl Buffer {
             self.pending_sum[key.slot.kind_index()] += i128::from(delta);
             return Ok(());
         }
+        if let Err(reason) =
+            new_rows
+                .cardinality
+                .admit(key.family, key.series, new_rows.now_unix_secs, count)
+        {
+            self.counters
+                .drop_accepted(reason, count, i128::from(delta));
+            return Err(reason);
+        }
         let columns = Columns::single(width, column, delta);
         let bytes = estimated_row_bytes(key.series.len(), &columns);
-        if let Err(reason) = budget.try_reserve(bytes) {
+        if let Err(reason) = new_rows.budget.try_reserve(bytes) {
             self.counters
                 .drop_accepted(reason, count, i128::from(delta));
             return Err(reason);

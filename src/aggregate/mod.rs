@@ -19,12 +19,14 @@
 //!
 //! The only state that all threads write is the row budget, and only when a row is
 //! created; it sits on cache lines of its own so that those writes do not evict what
-//! every increment reads.
+//! every increment reads. The cardinality caps ([`cardinality`]) are asked at the same
+//! moment, under a lock per capped family, and never when a row takes an increment.
 //!
 //! A flush swaps maps under each stripe's lock, so an increment racing with it lands
 //! either in the drained map or in the fresh one, never in both and never in neither.
 
 mod buffer;
+pub mod cardinality;
 mod counters;
 mod limits;
 mod row;
@@ -43,6 +45,7 @@ use crossbeam_utils::CachePadded;
 use parking_lot::{Mutex, MutexGuard};
 
 pub use self::buffer::{Buffer, Refused, RefusedReason, Taken, TakenIter, TakenRows};
+pub use self::cardinality::Cardinality;
 pub use self::counters::Counters;
 pub use self::limits::{Credit, Limits, Room};
 pub use self::row::{Columns, Row, RowKey, Slot};
@@ -63,6 +66,8 @@ pub struct Aggregator {
     /// Shared with the [`Credit`]s of rows in flight.
     budget: SharedBudget,
     limits: Limits,
+    /// The cardinality caps, asked when a row is created (none by default).
+    cardinality: Cardinality,
     /// Set before the final drain of shutdown; read under each stripe's lock, so an
     /// increment either makes the final drain or is counted as dropped.
     closed: AtomicBool,
@@ -106,8 +111,20 @@ impl Aggregator {
             hasher: RowHasher::default(),
             budget: Arc::new(CachePadded::new(Budget::new(&limits))),
             limits,
+            cardinality: Cardinality::default(),
             closed: AtomicBool::new(false),
         }
+    }
+
+    /// The same aggregator with cardinality caps (before any increment).
+    pub fn with_cardinality(mut self, cardinality: Cardinality) -> Aggregator {
+        self.cardinality = cardinality;
+        self
+    }
+
+    /// The cardinality caps and what they have seen (`/debug/contexts`, the metrics).
+    pub fn cardinality(&self) -> &Cardinality {
+        &self.cardinality
     }
 
     /// Refuses every later increment (counted as `after_shutdown`). Called before the
@@ -351,12 +368,14 @@ impl Stripe<'_> {
         column: usize,
         delta: i64,
     ) -> Result<(), DropReason> {
-        self.record_many(key, None, width, column, delta, 1)
+        self.record_many(key, None, width, column, delta, 1, 0)
     }
 
-    /// Adds `count` accepted increments summing to `delta` (a multi-value line).
+    /// Adds `count` accepted increments summing to `delta` (a multi-value line), received
+    /// at `now_unix_secs` (the time the cardinality windows follow).
     /// `series_hash`, when given, must be [`series_hash`] of the key's series with this
     /// aggregator's [`hasher`](Aggregator::hasher): it spares hashing the series again.
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn record_many(
         &mut self,
         key: RowKeyRef<'_>,
@@ -365,6 +384,7 @@ impl Stripe<'_> {
         column: usize,
         delta: i64,
         count: u64,
+        now_unix_secs: i64,
     ) -> Result<(), DropReason> {
         if self.aggregator.closed.load(Ordering::Relaxed) {
             self.buffer
@@ -384,7 +404,11 @@ impl Stripe<'_> {
             delta,
             count,
             &self.aggregator.hasher,
-            &self.aggregator.budget,
+            buffer::NewRows {
+                budget: &self.aggregator.budget,
+                cardinality: &self.aggregator.cardinality,
+                now_unix_secs,
+            },
         )
     }
 

@@ -46,7 +46,7 @@ pub(super) async fn run(args: AdviseArgs) -> Result<(), Failure> {
     };
     let mut reports = Vec::new();
     for source in &args.from {
-        let text = fetch(source).await?;
+        let text = fetch(source, "/debug/hot?k=1000").await?;
         let report: HotReport = serde_json::from_str(&text)
             .map_err(|e| Failure::other(format!("{source} is not a /debug/hot answer: {e}")))?;
         reports.push(report);
@@ -105,15 +105,16 @@ fn line(a: &Advice, now: Option<u32>) -> String {
     text
 }
 
-/// The text of a file, or of `GET /debug/hot?k=1000` on a sidecar.
-async fn fetch(source: &str) -> Result<String, Failure> {
+/// The text of a file, or of a `GET` on a sidecar (`default_path` when the URL has no
+/// path).
+pub(super) async fn fetch(source: &str, default_path: &str) -> Result<String, Failure> {
     let Some(rest) = source.strip_prefix("http://") else {
         return std::fs::read_to_string(source)
             .map_err(|e| Failure::usage(format!("cannot read {source}: {e}")));
     };
     let (authority, path) = match rest.find('/') {
         Some(at) => (&rest[..at], &rest[at..]),
-        None => (rest, "/debug/hot?k=1000"),
+        None => (rest, default_path),
     };
     let failed = |e: &dyn std::fmt::Display| Failure::other(format!("GET {source}: {e}"));
     let stream = tokio::net::TcpStream::connect(authority)

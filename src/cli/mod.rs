@@ -9,6 +9,7 @@
 
 mod advise;
 mod args;
+mod contexts;
 #[cfg(feature = "dev")]
 mod dev;
 mod get;
@@ -54,6 +55,9 @@ enum Command {
     /// Recommend a shard count per family from the sidecars' measured peak write rate
     /// per key (their /debug/hot) and the safe rate per key of a load test.
     AdviseShards(advise::AdviseArgs),
+    /// Which families and tags bring the most distinct contexts: a sidecar's
+    /// /debug/contexts as a table (the tag that exploded, with sample values).
+    Contexts(contexts::ContextsArgs),
     /// Leaderboard jobs: `leaderboard run [--once]` ranks the configured boards.
     Leaderboard(leaderboard::LeaderboardArgs),
     /// Show a leaderboard's ranking for a period.
@@ -141,6 +145,7 @@ pub fn main() -> ExitCode {
             Command::Schema(args) => schema::run(args).await,
             Command::StateSize(args) => state_size::run(args),
             Command::AdviseShards(args) => advise::run(args).await,
+            Command::Contexts(args) => contexts::run(args).await,
             Command::Leaderboard(args) => leaderboard::run(args).await,
             Command::Top(args) => leaderboard::top(args).await,
             Command::Prune(args) => prune::run(args).await,
@@ -185,6 +190,7 @@ mod tests {
             "countersink leaderboard run --once --config x.toml --board top_pages --day 2026-11-30",
             "countersink top top_pages --day 2026-11-30 --limit 5 --format json",
             "countersink advise-shards --safe-rate 100 --from http://127.0.0.1:9102 --from hot.json",
+            "countersink contexts --metrics-addr 127.0.0.1:9102 --tags 5 --format json",
             "countersink reset views --tag page_id:home --at 2026-12-01T13:00:00Z --reason launch --config x.toml",
             "countersink reset --all --reason yearly",
             "countersink get page.views --tag page_id:home --epoch 29934060",

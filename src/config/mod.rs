@@ -5,6 +5,7 @@
 //! shows them all and a test parses it. [`Config::validate`] turns a parsed file into
 //! checked settings or a [`ConfigError`] that names the offending field.
 
+pub mod cardinality;
 pub mod duration;
 pub mod epochs;
 pub mod exact;
@@ -20,6 +21,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+pub use self::cardinality::CardinalityConfig;
 pub use self::epochs::EpochsConfig;
 pub use self::exact::ExactConfig;
 pub use self::ingest::IngestConfig;
@@ -39,6 +41,8 @@ pub struct Config {
     pub flush: FlushConfig,
     /// What the buffer accepts.
     pub limits: LimitsConfig,
+    /// The window of the cardinality caps, and their default.
+    pub cardinality: CardinalityConfig,
     /// Where outcome logs and the spill live.
     pub state: StateConfig,
     /// The zero-configuration family every unmatched counter lands in.
@@ -416,6 +420,14 @@ pub struct GenericConfig {
     /// tables of different shapes: switching an existing deployment needs new tables
     /// (other names, or another keyspace). Default `"counter"`.
     pub mode: CountingMode,
+    /// Most distinct contexts (name and tags) the generic family admits per
+    /// `cardinality.window`; increments of further ones are dropped
+    /// (`reason="cardinality_family"`). Default unset (`cardinality.max_contexts`).
+    pub max_contexts: Option<usize>,
+    /// Most distinct values per `cardinality.window` of the named tags, e.g.
+    /// `{ user_id = 1000 }`; increments of new contexts bringing a further value are
+    /// dropped (`reason="cardinality_tag"`). Default empty.
+    pub max_tag_values: BTreeMap<String, usize>,
 }
 
 impl Default for GenericConfig {
@@ -426,6 +438,8 @@ impl Default for GenericConfig {
             day_table: "counts_by_day".into(),
             exact: false,
             mode: CountingMode::Counter,
+            max_contexts: None,
+            max_tag_values: BTreeMap::new(),
         }
     }
 }
@@ -479,6 +493,14 @@ pub struct FamilyConfig {
     /// column: each writer's running total, written idempotently; no sharding, since
     /// writers never share a cell). Default `"counter"`.
     pub mode: CountingMode,
+    /// Most distinct keys the family admits per `cardinality.window`; increments of
+    /// further ones are dropped (`reason="cardinality_family"`). Default unset
+    /// (`cardinality.max_contexts`).
+    pub max_contexts: Option<usize>,
+    /// Most distinct values per `cardinality.window` of the named key columns, e.g.
+    /// `{ user_id = 1000 }`; increments of new keys bringing a further value are dropped
+    /// (`reason="cardinality_tag"`). Default empty.
+    pub max_tag_values: BTreeMap<String, usize>,
 }
 
 impl Default for FamilyConfig {
@@ -497,6 +519,8 @@ impl Default for FamilyConfig {
             epoch_column: None,
             exact: false,
             mode: CountingMode::Counter,
+            max_contexts: None,
+            max_tag_values: BTreeMap::new(),
         }
     }
 }

@@ -117,6 +117,7 @@ impl Config {
         self.validate_flush()?;
         self.validate_limits()?;
         self.validate_families()?;
+        self.validate_cardinality()?;
         self.validate_operations()?;
         self.validate_epochs()?;
         self.validate_exact()

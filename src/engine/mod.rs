@@ -91,7 +91,8 @@ impl Engine {
         };
         Ok(Engine {
             families,
-            aggregator: Aggregator::new(limits, aggregate::default_stripes(), seed),
+            aggregator: Aggregator::new(limits, aggregate::default_stripes(), seed)
+                .with_cardinality(config.cardinality_caps()),
             line_limits: LineLimits {
                 max_line_bytes: config.limits.max_line_bytes,
                 max_tags: config.limits.max_tags,
@@ -274,7 +275,7 @@ impl Engine {
             Some(series_hash),
             delta,
             count,
-            minute,
+            (minute, now.unix_secs),
         );
     }
 
@@ -312,21 +313,21 @@ impl Engine {
                 Ok(target) => target,
                 Err(unplaced) => return Err(self.unplaced(unplaced, delta)),
             };
-            self.record_at(target, series, None, delta, minute)
+            self.record_at(target, series, None, delta, (minute, now_unix_secs))
         })
     }
 
-    /// Adds one increment to a resolved target in `minute`.
+    /// Adds one increment to a resolved target in a minute, received at a time.
     fn record_at(
         &self,
         target: Target,
         series: &[u8],
         series_hash: Option<u64>,
         delta: i64,
-        minute: Result<Minute, DropReason>,
+        at: (Result<Minute, DropReason>, i64),
     ) -> Result<(), RecordError> {
         let mut stripe = self.aggregator.stripe();
-        self.add(&mut stripe, target, series, series_hash, delta, 1, minute)
+        self.add(&mut stripe, target, series, series_hash, delta, 1, at)
             .map_err(RecordError::Dropped)
     }
 
@@ -363,13 +364,14 @@ impl Engine {
             if let Err(unplaced) = self.families.encode_key(target.family, key, series) {
                 return Err(self.unplaced(unplaced, delta));
             }
-            self.record_at(target, series, None, delta, minute)
+            self.record_at(target, series, None, delta, (minute, now_unix_secs))
         })
     }
 
     /// Adds to the row of `target` and `series` (whose hash is `series_hash` when known)
-    /// in `minute`, or counts the drop when the minute could not be had (a client
-    /// timestamp outside the window).
+    /// in `minute`, received at `now_unix_secs` (the clock of the cardinality windows),
+    /// or counts the drop when the minute could not be had (a client timestamp outside
+    /// the window).
     #[allow(clippy::too_many_arguments)]
     fn add(
         &self,
@@ -379,7 +381,7 @@ impl Engine {
         series_hash: Option<u64>,
         delta: i64,
         count: u64,
-        minute: Result<Minute, DropReason>,
+        (minute, now_unix_secs): (Result<Minute, DropReason>, i64),
     ) -> Result<(), DropReason> {
         let minute = match minute {
             Ok(minute) => minute,
@@ -393,7 +395,15 @@ impl Engine {
             slot: Slot::Both(minute),
             series,
         };
-        stripe.record_many(key, series_hash, target.width, target.column, delta, count)
+        stripe.record_many(
+            key,
+            series_hash,
+            target.width,
+            target.column,
+            delta,
+            count,
+            now_unix_secs,
+        )
     }
 }
 

@@ -142,8 +142,8 @@ impl CounterFn for Placed {
                 series,
                 series_hash,
             } => {
-                let minute =
-                    aggregate::minute_for(engine::now_unix_secs(), None, aggregator.limits());
+                let now = engine::now_unix_secs();
+                let minute = aggregate::minute_for(now, None, aggregator.limits());
                 let mut stripe = aggregator.stripe();
                 match minute {
                     Ok(minute) => {
@@ -160,6 +160,7 @@ impl CounterFn for Placed {
                             target.column,
                             delta,
                             1,
+                            now,
                         );
                     }
                     Err(reason) => stripe.record_dropped(reason, 1, i128::from(delta)),

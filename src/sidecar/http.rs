@@ -1,4 +1,5 @@
-//! `/metrics`, `/healthz` and `/readyz`, served by axum.
+//! `/metrics`, `/healthz` and `/readyz`, the debug views `/debug/hot` and
+//! `/debug/contexts`, served by axum.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -9,6 +10,7 @@ use axum::http::{StatusCode, header};
 use axum::response::IntoResponse;
 use axum::routing::get;
 
+use crate::aggregate::cardinality::ContextsReport;
 use crate::telemetry::{HotKeys, Metrics};
 
 /// What the endpoints read.
@@ -21,6 +23,8 @@ pub struct HttpState {
     pub ready: Arc<dyn Fn() -> Result<(), String> + Send + Sync>,
     /// The hot-key tracker of `/debug/hot`.
     pub hot: Arc<HotKeys>,
+    /// What `/debug/contexts` shows: the cardinality trackers' report now.
+    pub contexts: Arc<dyn Fn() -> ContextsReport + Send + Sync>,
 }
 
 /// Rows per ranking of `/debug/hot` unless `?k=` says otherwise, and the most it gives.
@@ -34,6 +38,7 @@ pub fn router(state: HttpState) -> Router {
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/readyz", get(ready))
         .route("/debug/hot", get(hot))
+        .route("/debug/contexts", get(contexts))
         .with_state(state)
 }
 
@@ -68,6 +73,14 @@ async fn hot(State(state): State<HttpState>, RawQuery(query): RawQuery) -> impl 
         .unwrap_or(HOT_DEFAULT_K)
         .min(HOT_MAX_K);
     let body = serde_json::to_string(&state.hot.report(k)).unwrap_or_else(|_| "{}".into());
+    ([(header::CONTENT_TYPE, "application/json")], body)
+}
+
+/// Per family with a cardinality cap, its distinct contexts in the window now and the
+/// one before, and the tags of the most distinct values (with samples), as JSON: which
+/// tag exploded. `countersink contexts` prints it as a table.
+async fn contexts(State(state): State<HttpState>) -> impl IntoResponse {
+    let body = serde_json::to_string(&(state.contexts)()).unwrap_or_else(|_| "{}".into());
     ([(header::CONTENT_TYPE, "application/json")], body)
 }
 

@@ -215,6 +215,15 @@ impl Sidecar {
                     metrics: metrics.clone(),
                     ready: Arc::new(move || ready_sink.readiness()),
                     hot: hot.clone(),
+                    contexts: {
+                        let engine = engine.clone();
+                        Arc::new(move || {
+                            engine
+                                .aggregator()
+                                .cardinality()
+                                .report(crate::engine::now_unix_secs())
+                        })
+                    },
                 };
                 let mut stopped = stop_rx.clone();
                 let task = tokio::spawn(async move {

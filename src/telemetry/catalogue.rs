@@ -95,6 +95,18 @@ pub const DROPPED: MetricDef = MetricDef {
     help: "Accepted increments dropped on purpose before reaching a pending row, by reason (unit: increments).",
     labels: &["reason"],
 };
+/// `countersink_cardinality_dropped_total{family, reason}`.
+pub const CARDINALITY_DROPPED: MetricDef = MetricDef {
+    name: "countersink_cardinality_dropped_total",
+    help: "Accepted increments a cardinality cap dropped, by family and reason: cardinality_family (max_contexts), cardinality_tag (max_tag_values). Unit: increments; also counted in countersink_dropped_total{reason}.",
+    labels: &["family", "reason"],
+};
+/// `countersink_cardinality_contexts{family}`.
+pub const CARDINALITY_CONTEXTS: MetricDef = MetricDef {
+    name: "countersink_cardinality_contexts",
+    help: "Distinct contexts admitted in the current cardinality window, per family with a cap (see /debug/contexts for its tags).",
+    labels: &["family"],
+};
 /// `countersink_rows_dropped_total{reason}`.
 pub const ROWS_DROPPED: MetricDef = MetricDef {
     name: "countersink_rows_dropped_total",
@@ -357,12 +369,14 @@ pub const EPOCH_REGISTRY_AGE: MetricDef = MetricDef {
 };
 
 /// What the engine and the flusher export, in every build.
-pub const ENGINE_METRICS: [MetricDef; 23] = [
+pub const ENGINE_METRICS: [MetricDef; 25] = [
     LINES_RECEIVED,
     LINES_INVALID,
     LINES_IGNORED,
     INCREMENTS_ACCEPTED,
     DROPPED,
+    CARDINALITY_DROPPED,
+    CARDINALITY_CONTEXTS,
     ROWS_DROPPED,
     DELTA_SUM_HIGH,
     DELTA_SUM_LOW,

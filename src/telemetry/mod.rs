@@ -5,6 +5,7 @@
 //! |---|---|
 //! | [`catalogue`] | every exported metric: name, help, labels (the one list) |
 //! | [`accounting`] | the identity `accepted = applied + unknown + rejected + dropped + spilled + pending`, per granularity |
+//! | [`cardinality`] | the cardinality caps' drops per family and contexts per window |
 //! | [`exact`] | the delta ledger's metrics (exact families) |
 //! | [`ledger`] | the flusher's counts: settled delta sums, writes per table and outcome class, late drops, lost records |
 //! | [`registry`] | the engine's collector and a registry of our own, rendered for `/metrics` |
@@ -18,6 +19,7 @@
 //! exported from the first scrape, at 0.
 
 pub mod accounting;
+pub mod cardinality;
 pub mod catalogue;
 pub mod exact;
 pub mod hot;
@@ -50,7 +52,10 @@ mod tests {
     /// it, and no entry is left unexported.
     #[test]
     fn the_exported_metrics_are_the_catalogue() {
-        let engine = Arc::new(Engine::new(&Config::default()).unwrap());
+        // A cap, so that the contexts gauge of a capped family exists.
+        let mut config = Config::default();
+        config.generic.max_contexts = Some(10);
+        let engine = Arc::new(Engine::new(&config).unwrap());
         let metrics = Metrics::new(engine.clone(), Arc::new(Ledger::default())).unwrap();
         let mut expected: BTreeSet<&str> =
             catalogue::ENGINE_METRICS.iter().map(|m| m.name).collect();

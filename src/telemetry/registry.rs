@@ -270,8 +270,14 @@ impl Metrics {
     /// A fresh registry with the engine collector registered.
     pub fn new(engine: Arc<Engine>, ledger: Arc<Ledger>) -> Result<Metrics, prometheus::Error> {
         let registry = Registry::new();
-        registry.register(Box::new(EngineCollector::new(engine, ledger.clone())))?;
+        registry.register(Box::new(EngineCollector::new(
+            engine.clone(),
+            ledger.clone(),
+        )))?;
         registry.register(Box::new(super::exact::ExactLedgerCollector::new(ledger)))?;
+        registry.register(Box::new(super::cardinality::CardinalityCollector::new(
+            engine,
+        )))?;
         Ok(Metrics { registry })
     }
 

@@ -2,6 +2,7 @@
 //! fault class, node loss, shutdown and spill, and the write reduction the product exists
 //! for. One test binary, modules per subject.
 
+mod cardinality;
 mod common;
 mod cql_exact;
 mod cql_faults;
