@@ -17,6 +17,7 @@ its embedded store (cqlsim) the store.
    their verdicts and drift) and the same exit code, 3.
 4. Again, with one part's countersink killed (SIGKILL) on its first attempt
    (kill_once.sh): Spark runs the part again and the result is the same.
+5. With SPARK_MEASURE_RUNS=N: N more runs of each on the same data, medians of keys/s.
 
 Reconcile reads with a configuration that differs from the writer's in
 `limits.timestamp_max_past` only ("1h"), under which the day is long closed: every key
@@ -24,6 +25,8 @@ gets a closed-day verdict. Prints one line per check and the runs' keys/s; exits
 check failed. Drops its keyspace at the end (real node).
 """
 
+import atexit
+import datetime
 import json
 import os
 import secrets
@@ -32,7 +35,6 @@ import socket
 import subprocess
 import sys
 import time
-import datetime
 
 from cassandra.cluster import Cluster
 
@@ -102,7 +104,7 @@ with open(reconcile_config, "w") as f:
 listen = ["--udp", "off", "--metrics", "off", "--tcp", tcp, "--config", writer_config]
 if real:
     out = subprocess.run([binary, "schema", "--apply", "--config", writer_config], capture_output=True, text=True)
-    check(out.returncode == 0, f"schema --apply in {keyspace} {out.stderr[-500:]}")
+    check(out.returncode == 0, f"schema --apply in {keyspace}" + (f": {out.stderr[-500:]}" if out.returncode else ""))
     writer = subprocess.Popen([binary, "serve", *listen], stderr=open(os.path.join(work, "writer.log"), "w"))
 else:
     writer = subprocess.Popen([binary, "dev", "--cql-listen", f"{host}:{port}", *listen],
@@ -113,6 +115,9 @@ def stop_writer():
     if writer.poll() is None:
         writer.send_signal(signal.SIGTERM)
         writer.wait(60)
+
+
+atexit.register(stop_writer)
 
 
 def writer_log():
@@ -159,6 +164,23 @@ if real:
 # 2. Outside writers.
 cluster = Cluster([host], port=port)
 session = cluster.connect()
+
+
+def finish():
+    """Drops the keyspace (real node) and stops the writer; also when a step raised (not
+    from atexit: the driver's threads are gone by then)."""
+    if real:
+        session.execute(f"DROP KEYSPACE IF EXISTS {keyspace}")
+    cluster.shutdown()
+    stop_writer()
+
+
+def finish_on_error(kind, value, traceback):
+    finish()
+    sys.__excepthook__(kind, value, traceback)
+
+
+sys.excepthook = finish_on_error
 session.execute(f"UPDATE {keyspace}.counts_by_minute SET value = value + 7 "
                 f"WHERE name = 'spark.test' AND tags = 'k:3' AND day = '{day}' AND minute = 600")
 session.execute(f"UPDATE {keyspace}.counts_by_day SET value = value - 4 "
@@ -166,7 +188,7 @@ session.execute(f"UPDATE {keyspace}.counts_by_day SET value = value - 4 "
 
 # 3. One process, then the Spark job.
 code, whole, seconds, stderr = reconcile()
-check(code == 3 and whole is not None, f"one process: exit {code} (3: unexplained drift) {stderr[-300:]}")
+check(code == 3 and whole is not None, f"one process: exit {code} (3: unexplained drift)" + ("" if whole else f": {stderr[-300:]}"))
 summary = whole[0]["summary"] if whole else {}
 listed = {(tuple(k["key"]), k["granularity"]): (k["status"], k["drift"]["value"]) for k in (whole[0]["keys"] if whole else [])}
 check(summary.get("keys") == keys and summary.get("statuses") == {"ok": 2 * keys - 2, "unexplained": 2}
@@ -219,9 +241,30 @@ check(any("part 5/16:" in line and "attempt 1" in line for line in log.splitline
 check(code == 3, f"Spark job with a killed task: exit {code}, the one process's 3")
 check(report == whole, "Spark job with a killed task: the one process's report")
 
-if real:
-    session.execute(f"DROP KEYSPACE {keyspace}")
-cluster.shutdown()
-stop_writer()
+# 5. With SPARK_MEASURE_RUNS=N (N > 1): N more runs of each, alternating, on the same data;
+# the medians of keys/s (the Spark job's from its parts' start to their collection, and
+# from spark-submit's start to its exit) and their ratio to the one process's.
+runs = int(os.environ.get("SPARK_MEASURE_RUNS", "1"))
+if runs > 1:
+    import statistics
+
+    single, doubled, collected, submit = [], [], [], []
+    for _ in range(runs):
+        code, _, seconds, _ = reconcile()
+        single.append(keys / seconds)
+        # As many reads in flight as the job's two task slots have (2 x 64).
+        code, _, seconds, _ = reconcile("--concurrency", "128")
+        doubled.append(keys / seconds)
+        code, _, seconds, log = spark("countersink", binary, "spark-measure")
+        rate = [line for line in log.splitlines() if "keys/s" in line and "INFO reconcile:" in line]
+        collected.append(float(rate[-1].rsplit("(", 1)[1].split()[0]) if rate else 0.0)
+        submit.append(keys / seconds)
+    one, two, parts, whole_submit = (statistics.median(v) for v in (single, doubled, collected, submit))
+    print(f"measure: {keys} keys, {runs} runs each, medians: one process {one:.0f} keys/s; "
+          f"one process with --concurrency 128 {two:.0f} keys/s ({two / one:.2f}x); "
+          f"Spark job (local[2,4], 16 parts) {parts:.0f} keys/s ({parts / one:.2f}x), "
+          f"with spark-submit's start and stop {whole_submit:.0f} keys/s ({whole_submit / one:.2f}x)", flush=True)
+
+finish()
 print(f"spark: {passed} passed, {failed} failed")
 sys.exit(1 if failed else 0)
