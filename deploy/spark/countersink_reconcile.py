@@ -11,7 +11,7 @@ with the same result. The driver writes the collected reports to a directory and
 `countersink reconcile merge`, which prints the report a single `countersink reconcile`
 of the day gives and decides the exit code: 0, or 3 on unexplained drift over the
 threshold (2 when the parts cannot be merged). This script exits with that code, and
-`spark-submit` with it.
+`spark-submit` with it; with 1 when a part failed on every try Spark gave it.
 
 Nothing of reconcile is re-implemented here: the binary reads the store (through its
 own driver, with its own retries and consistency) and judges every key; Spark schedules,
