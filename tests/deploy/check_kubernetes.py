@@ -227,8 +227,55 @@ def main():
     proc = subprocess.run([binary, *reconcile["args"], "--help"], capture_output=True, text=True)
     check(proc.returncode == 0, f"countersink parses the CronJob's arguments {proc.stderr.strip()[-300:]}")
 
+    # The reconcile Indexed Job (the day in parts, merged afterwards): one part per
+    # completion index, a part count dividing the day's slice count of the ConfigMap's
+    # configuration, the CronJob's mounts, and arguments the binary accepts for index 0.
+    if "Job" in documents:
+        check_indexed_job(documents, binary, config, reconcile, job_volumes)
+    elif not rendered:
+        check(False, "the reconcile Indexed Job ships")
+
     print(f"check_kubernetes: {passed} passed, {failed} failed")
     return 1 if failed or not passed else 0
+
+
+def day_slices(config):
+    """The day's slice count countersink computes from a configuration (README, "In
+    parts"): exact.buckets, or with the key index on its gcd with key_index.buckets."""
+    import math
+
+    exact = config.get("exact", {}).get("buckets", 64)
+    key_index = config.get("key_index", {})
+    if not key_index.get("enabled", False):
+        return exact
+    return math.gcd(exact, key_index.get("buckets", 16))
+
+
+def check_indexed_job(documents, binary, config, cron_container, cron_volumes):
+    job = documents["Job"]["spec"]
+    pod = job["template"]["spec"]
+    container = pod["containers"][0]
+    parts = job.get("completions")
+    slices = day_slices(config)
+    check(job.get("completionMode") == "Indexed" and parts and slices % parts == 0,
+          f"the Indexed Job's {parts} completions divide the day's {slices} slices")
+    check(0 < job.get("parallelism", 1) <= parts, f"parallelism {job.get('parallelism')} of {parts} parts")
+    env = {e["name"]: e for e in container.get("env", [])}
+    args = container["args"]
+    slice_arg = args[args.index("--slice") + 1] if "--slice" in args else ""
+    variable = slice_arg.split("/")[0][2:-1] if slice_arg.startswith("$(") else None
+    field = env.get(variable, {}).get("valueFrom", {}).get("fieldRef", {}).get("fieldPath")
+    check(slice_arg == f"$({variable})/{parts}"
+          and field == "metadata.annotations['batch.kubernetes.io/job-completion-index']",
+          f"--slice {slice_arg}: the pod's completion index of {parts}")
+    check("--format" in args and args[args.index("--format") + 1] == "json", "each part writes its JSON report")
+    check("--repair" not in args and pod["restartPolicy"] == "Never", "parts only read (no --repair), restartPolicy Never")
+    check(container.get("volumeMounts") == cron_container.get("volumeMounts")
+          and {v["name"]: v for v in pod["volumes"]} == cron_volumes,
+          "the Indexed Job mounts the CronJob's config and Secret")
+    concrete = [a.replace(f"$({variable})", "0") for a in args]
+    proc = subprocess.run([binary, *concrete, "--help"], capture_output=True, text=True)
+    check(proc.returncode == 0, f"countersink parses the Indexed Job's arguments {proc.stderr.strip()[-300:]}")
 
 
 if __name__ == "__main__":
