@@ -10,6 +10,7 @@ pub mod epochs;
 pub mod exact;
 pub mod ingest;
 pub mod listen;
+pub mod mapping;
 pub mod operations;
 mod validate;
 
@@ -22,6 +23,7 @@ use serde::{Deserialize, Serialize};
 pub use self::epochs::EpochsConfig;
 pub use self::exact::ExactConfig;
 pub use self::ingest::IngestConfig;
+pub use self::mapping::{FamilyTagsConfig, MappingConfig, TagsConfig};
 pub use self::operations::{KeyIndexConfig, LeaderboardConfig, LeaderboardPeriod, ReadConfig};
 pub use self::validate::ConfigError;
 
@@ -42,6 +44,12 @@ pub struct Config {
     /// Configured families: metric names mapped to counter columns of your own tables.
     #[serde(rename = "family")]
     pub families: Vec<FamilyConfig>,
+    /// Name-mapping rules: dotted names matching a pattern go to a configured family,
+    /// with key columns filled from the pattern's captures.
+    #[serde(rename = "mapping")]
+    pub mappings: Vec<MappingConfig>,
+    /// Tag rules of every family: deny and allow lists, renames, the default deny list.
+    pub tags: TagsConfig,
     /// The sidecar's receivers: `[ingest.udp]`, `[ingest.uds]`, `[ingest.uds_stream]`, `[ingest.tcp]`.
     /// Read in every build (one file serves the sidecar and the library); only the
     /// sidecar uses it.
@@ -442,7 +450,8 @@ pub struct FamilyConfig {
     /// Key columns, in order; each is filled from the tag of the same name, and a line
     /// without one of them is invalid (`missing_key_tag`). Required, non-empty.
     pub key: Vec<String>,
-    /// Metric name → counter column. Several metrics may feed one column. Required.
+    /// Metric name → counter column. Several metrics may feed one column. Required
+    /// unless a `[[mapping]]` rule feeds the family.
     pub columns: BTreeMap<String, String>,
     /// Hot-key sharding: number of shards (1 = off). Each flush writes a row to one
     /// shard, chosen from the writer id and the flush sequence, so a fleet spreads over
@@ -467,6 +476,8 @@ pub struct FamilyConfig {
     /// column: each writer's running total, written idempotently; no sharding, since
     /// writers never share a cell). Default `"counter"`.
     pub mode: CountingMode,
+    /// Tag rules of this family, on top of `[tags]` (which tag fills a key column).
+    pub tags: FamilyTagsConfig,
 }
 
 impl Default for FamilyConfig {
@@ -483,6 +494,7 @@ impl Default for FamilyConfig {
             epoch_column: None,
             exact: false,
             mode: CountingMode::Counter,
+            tags: FamilyTagsConfig::default(),
         }
     }
 }

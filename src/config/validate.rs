@@ -89,7 +89,7 @@ pub(crate) fn check_table_name(field: &str, name: &str) -> Result<(), ConfigErro
     }
 }
 
-fn check_identifier(field: &str, name: &str) -> Result<(), ConfigError> {
+pub(super) fn check_identifier(field: &str, name: &str) -> Result<(), ConfigError> {
     if is_plain_identifier(name) {
         Ok(())
     } else {
@@ -111,7 +111,7 @@ fn positive(field: &str, value: u128) -> Result<(), ConfigError> {
 }
 
 /// Column names the tables reserve for time buckets.
-const BUCKET_COLUMNS: [&str; 3] = ["day", "minute", "month"];
+pub(super) const BUCKET_COLUMNS: [&str; 3] = ["day", "minute", "month"];
 
 impl Config {
     /// Checks every setting; the first problem found is returned.
@@ -120,6 +120,7 @@ impl Config {
         self.validate_flush()?;
         self.validate_limits()?;
         self.validate_families()?;
+        self.validate_mappings()?;
         self.validate_operations()?;
         self.validate_epochs()?;
         self.validate_exact()
@@ -236,7 +237,8 @@ impl Config {
         tables.insert(self.qualified(&self.generic.day_table));
         for (i, family) in self.families.iter().enumerate() {
             let at = |field: &str| format!("family[{i}].{field}");
-            validate_family(family, &at)?;
+            let mapped = self.mappings.iter().any(|m| m.family == family.name);
+            validate_family(family, mapped, &at)?;
             if !names.insert(family.name.as_str()) {
                 return Err(ConfigError::invalid(
                     at("name"),
@@ -279,7 +281,11 @@ impl Config {
     }
 }
 
-fn validate_family(family: &FamilyConfig, at: &dyn Fn(&str) -> String) -> Result<(), ConfigError> {
+fn validate_family(
+    family: &FamilyConfig,
+    mapped: bool,
+    at: &dyn Fn(&str) -> String,
+) -> Result<(), ConfigError> {
     if family.name.trim().is_empty() {
         return Err(ConfigError::invalid(at("name"), "is required"));
     }
@@ -297,10 +303,10 @@ fn validate_family(family: &FamilyConfig, at: &dyn Fn(&str) -> String) -> Result
             "needs at least one key column",
         ));
     }
-    if family.columns.is_empty() {
+    if family.columns.is_empty() && !mapped {
         return Err(ConfigError::invalid(
             at("columns"),
-            "needs at least one metric = column",
+            "needs at least one metric = column, or a [[mapping]] rule that feeds the family",
         ));
     }
     if !(1..=64).contains(&family.shards) {

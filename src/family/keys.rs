@@ -1,0 +1,113 @@
+//! Filling a series key under the tag rules: key columns from tags (through renames) or
+//! from captures, and the generic family's canonical tag string without the tags the
+//! rules drop.
+
+use crate::line::{self, Tag};
+use crate::mapping::{Captures, TagRules, Template};
+use crate::series;
+
+use super::{TagSet, Unplaced};
+
+/// Appends the key field filled from the tags named in `sources` (the keys, as sent, that
+/// are stored under the key column's name: see [`TagRules::sources_of`]). All of them
+/// that are present must agree; the value must not be empty.
+pub(super) fn push_from_tags<T: TagSet + ?Sized>(
+    tags: &T,
+    sources: &[Box<str>],
+    series: &mut Vec<u8>,
+) -> Result<(), Unplaced> {
+    let value = match sources {
+        // No rename reaches this column: the plain look-up.
+        [one] => tags
+            .only_value_of(one)
+            .map_err(|()| Unplaced::AmbiguousKeyTag)?,
+        many => {
+            let mut found: Option<&str> = None;
+            for source in many {
+                let value = tags
+                    .only_value_of(source)
+                    .map_err(|()| Unplaced::AmbiguousKeyTag)?;
+                match (found, value) {
+                    (Some(a), Some(b)) if a != b => return Err(Unplaced::AmbiguousKeyTag),
+                    (None, Some(b)) => found = Some(b),
+                    _ => {}
+                }
+            }
+            found
+        }
+    };
+    let value = value
+        .filter(|v| !v.is_empty())
+        .ok_or(Unplaced::MissingKeyTag)?;
+    if series::push_field(series, value) {
+        Ok(())
+    } else {
+        Err(Unplaced::KeyTooLong)
+    }
+}
+
+/// Appends the key field a rule's template builds from the captures of `name`. An empty
+/// value (a regex group that matched nothing) is a missing key, as an empty tag is.
+pub(super) fn push_from_captures(
+    template: &Template,
+    name: &str,
+    captures: &Captures,
+    series: &mut Vec<u8>,
+) -> Result<(), Unplaced> {
+    let at = series.len();
+    series.extend_from_slice(&[0, 0]);
+    template.write(name, captures, series);
+    let len = series.len() - at - 2;
+    if len == 0 {
+        return Err(Unplaced::MissingKeyTag);
+    }
+    let len = u16::try_from(len).map_err(|_| Unplaced::KeyTooLong)?;
+    series[at..at + 2].copy_from_slice(&len.to_le_bytes());
+    Ok(())
+}
+
+/// Tags kept on the stack while the rules are applied; more use one temporary vector.
+const INLINE: usize = 16;
+
+/// Appends the generic family's canonical tag string of `tags` under `rules`: renamed,
+/// without the dropped ones, sorted and de-duplicated. A line none of whose keys the rules
+/// can touch (one bit test per tag) takes the plain path unchanged.
+pub(super) fn write_canonical<T: TagSet + ?Sized>(tags: &T, rules: &TagRules, out: &mut Vec<u8>) {
+    if rules.is_empty() {
+        tags.write_canonical(out);
+        return;
+    }
+    let mut touched = false;
+    tags.visit(&mut |tag| touched |= rules.touches(tag.key));
+    if !touched {
+        tags.write_canonical(out);
+        return;
+    }
+    let mut inline = [Tag {
+        key: "",
+        value: None,
+    }; INLINE];
+    let mut count = 0;
+    let mut spilled: Vec<Tag<'_>> = Vec::new();
+    tags.visit(&mut |tag| {
+        let Some(key) = rules.apply(tag.key) else {
+            return;
+        };
+        let kept = Tag {
+            key,
+            value: tag.value,
+        };
+        if count < INLINE {
+            inline[count] = kept;
+            count += 1;
+        } else {
+            spilled.push(kept);
+        }
+    });
+    if spilled.is_empty() {
+        line::write_sorted(&mut inline[..count], out);
+    } else {
+        spilled.extend_from_slice(&inline[..count]);
+        line::write_sorted(&mut spilled, out);
+    }
+}
