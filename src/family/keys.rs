@@ -111,3 +111,52 @@ pub(super) fn write_canonical<T: TagSet + ?Sized>(tags: &T, rules: &TagRules, ou
         line::write_sorted(&mut spilled, out);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::line::{LineLimits, LineResult, parse_line};
+
+    proptest::proptest! {
+        /// Rules that touch a line's keys without renaming or dropping any (a deny entry
+        /// for an absent key that shares their first byte) give the same tag string as
+        /// the plain path, and rules that drop a key give the plain string of the line
+        /// without it.
+        #[test]
+        fn the_rules_path_writes_the_plain_canonical_string(
+            tags in proptest::collection::vec(("[a-c]{1,2}", proptest::option::of("[a-c:]{0,2}")), 0..24),
+        ) {
+            let field: Vec<String> = tags
+                .iter()
+                .map(|(k, v)| v.as_ref().map_or(k.clone(), |v| format!("{k}:{v}")))
+                .collect();
+            let text = format!("m:1|c|#{}", field.join(","));
+            let LineResult::Counter(line) = parse_line(text.as_bytes(), &LineLimits::default())
+            else {
+                panic!("{text}");
+            };
+            let mut plain = Vec::new();
+            line.write_canonical_tags(&mut plain);
+            let touching = TagRules::new([], ["azz", "bzz", "czz"], []).unwrap();
+            let mut ruled = Vec::new();
+            write_canonical(&line, &touching, &mut ruled);
+            proptest::prop_assert_eq!(&ruled, &plain);
+
+            let without_a = TagRules::new([], ["a"], []).unwrap();
+            let mut dropped = Vec::new();
+            write_canonical(&line, &without_a, &mut dropped);
+            let kept: Vec<&String> = field
+                .iter()
+                .filter(|t| t.split(':').next() != Some("a"))
+                .collect();
+            let text = format!("m:1|c|#{}", kept.iter().map(|s| s.as_str()).collect::<Vec<_>>().join(","));
+            let LineResult::Counter(line) = parse_line(text.as_bytes(), &LineLimits::default())
+            else {
+                panic!("{text}");
+            };
+            let mut expected = Vec::new();
+            line.write_canonical_tags(&mut expected);
+            proptest::prop_assert_eq!(dropped, expected);
+        }
+    }
+}
