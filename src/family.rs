@@ -182,6 +182,13 @@ pub trait TagSet {
     fn write_canonical(&self, out: &mut Vec<u8>);
     /// Calls `f` with every tag, duplicates included (what the tag rules look at).
     fn visit<'s>(&'s self, f: &mut dyn FnMut(Tag<'s>));
+    /// Whether some tag's key starts with a byte `first` accepts: the tag rules' quick
+    /// test, which a parsed line answers from its raw tag field without splitting it.
+    fn any_key_starts(&self, first: &dyn Fn(u8) -> bool) -> bool {
+        let mut any = false;
+        self.visit(&mut |tag| any |= tag.key.as_bytes().first().is_some_and(|&b| first(b)));
+        any
+    }
 }
 
 /// Tag pairs given to the in-process API. An empty value means a tag without value
@@ -322,6 +329,14 @@ impl TagSet for CounterLine<'_> {
             f(tag);
         }
     }
+
+    fn any_key_starts(&self, first: &dyn Fn(u8) -> bool) -> bool {
+        // A key starts the field and follows each `,` (an empty entry shows a `,` or
+        // nothing, which no rule key starts with).
+        let raw = self.raw_tags().as_bytes();
+        raw.first().is_some_and(|&b| first(b))
+            || memchr::memchr_iter(b',', raw).any(|i| raw.get(i + 1).is_some_and(|&b| first(b)))
+    }
 }
 
 /// A parsed line with the tag index its parse recorded: the engine's per-packet path,
@@ -348,6 +363,10 @@ impl TagSet for IndexedLine<'_, '_> {
 
     fn visit<'s>(&'s self, f: &mut dyn FnMut(Tag<'s>)) {
         self.line.visit(f);
+    }
+
+    fn any_key_starts(&self, first: &dyn Fn(u8) -> bool) -> bool {
+        self.line.any_key_starts(first)
     }
 }
 

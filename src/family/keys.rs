@@ -71,15 +71,10 @@ const INLINE: usize = 16;
 
 /// Appends the generic family's canonical tag string of `tags` under `rules`: renamed,
 /// without the dropped ones, sorted and de-duplicated. A line none of whose keys the rules
-/// can touch (one bit test per tag) takes the plain path unchanged.
+/// can touch (one bit test per key's first byte, read from the raw tag field) takes the
+/// plain path unchanged; the others are split once, the rules applied, and sorted.
 pub(super) fn write_canonical<T: TagSet + ?Sized>(tags: &T, rules: &TagRules, out: &mut Vec<u8>) {
-    if rules.is_empty() {
-        tags.write_canonical(out);
-        return;
-    }
-    let mut touched = false;
-    tags.visit(&mut |tag| touched |= rules.touches(tag.key));
-    if !touched {
+    if rules.is_empty() || !tags.any_key_starts(&|b| rules.touches_first_byte(b)) {
         tags.write_canonical(out);
         return;
     }

@@ -209,10 +209,25 @@ impl Pattern {
         captures.clear();
         match self {
             Pattern::Glob(components) => {
+                let bytes = name.as_bytes();
+                let last = components.len() - 1;
                 let mut start = 0;
-                let mut parts = name.split('.');
-                for component in components {
-                    let Some(part) = parts.next() else {
+                for (i, component) in components.iter().enumerate() {
+                    let rest = bytes.get(start..).unwrap_or_default();
+                    // A literal is compared in place, without searching for its dot.
+                    let end = match &component.0 {
+                        Component::Literal(literal)
+                            if rest.len() < literal.len()
+                                || rest.get(literal.len()).is_some_and(|&b| b != b'.') =>
+                        {
+                            return false;
+                        }
+                        Component::Literal(literal) => start + literal.len(),
+                        Component::Star { .. } => {
+                            memchr::memchr(b'.', rest).map_or(bytes.len(), |dot| start + dot)
+                        }
+                    };
+                    let Some(part) = name.get(start..end) else {
                         return false;
                     };
                     match component.0.matches(part) {
@@ -220,9 +235,13 @@ impl Pattern {
                         Some(Some((from, to))) => captures.push(start + from, start + to),
                         Some(None) => {}
                     }
-                    start += part.len() + 1;
+                    // The last component must end the name; the others end at a dot.
+                    if (i == last) != (end == bytes.len()) {
+                        return false;
+                    }
+                    start = end + 1;
                 }
-                parts.next().is_none()
+                true
             }
             Pattern::Regex(regex) => {
                 // The DFA answers most names without building captures; a match (once

@@ -187,7 +187,13 @@ impl TagRules {
     pub fn touches(&self, key: &str) -> bool {
         key.as_bytes()
             .first()
-            .is_some_and(|&b| self.first_bytes[usize::from(b >> 6)] & (1 << (b & 63)) != 0)
+            .is_some_and(|&b| self.touches_first_byte(b))
+    }
+
+    /// Whether a rule might rename or drop a key that starts with byte `b`.
+    #[inline]
+    pub fn touches_first_byte(&self, b: u8) -> bool {
+        self.first_bytes[usize::from(b >> 6)] & (1 << (b & 63)) != 0
     }
 
     /// The key a tag is stored under, or `None` when the rules drop it.
