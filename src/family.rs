@@ -6,9 +6,9 @@
 //! own tables, keyed by the values of named tags (seed 000's `views_by_minute`).
 //!
 //! A name goes, in this order: to the family whose `columns` list it exactly (one hash
-//! look-up); to the first `[[mapping]]` rule it matches ([`mapped`]: only the rules that
+//! look-up); to the first `[[mapping]]` rule it matches (`family/mapped.rs`: only the rules that
 //! can match it are tried); else to the generic family, or it is dropped as
-//! unconfigured. Tag rules ([`keys`]) decide which tag fills a key column and what the
+//! unconfigured. Tag rules (`family/keys.rs`) decide which tag fills a key column and what the
 //! generic family's canonical tag string keeps.
 
 mod keys;
