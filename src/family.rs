@@ -4,6 +4,15 @@
 //! `counts_by_minute ((name, tags, day), minute) value` keyed by its name and canonical
 //! tag string. Configured families map metric names to counter columns of the user's
 //! own tables, keyed by the values of named tags (seed 000's `views_by_minute`).
+//!
+//! A name goes, in this order: to the family whose `columns` list it exactly (one hash
+//! look-up); to the first `[[mapping]]` rule it matches (`family/mapped.rs`: only the rules that
+//! can match it are tried); else to the generic family, or it is dropped as
+//! unconfigured. Tag rules (`family/keys.rs`) decide which tag fills a key column and what the
+//! generic family's canonical tag string keeps.
+
+mod keys;
+mod mapped;
 
 use std::collections::HashMap;
 
@@ -12,7 +21,10 @@ use crate::config::{
     Config, ConfigError, ConsistencyLevel, CountingMode, ShardPlacement, TableTime,
 };
 use crate::line::{self, CounterLine, InvalidReason, Tag};
+use crate::mapping::{Captures, TagRules};
 use crate::series;
+
+use self::mapped::{MappedNames, MappedRule};
 use crate::vocabulary::FamilyId;
 
 /// A table, with its keyspace.
@@ -174,6 +186,15 @@ pub trait TagSet {
     fn only_value_of(&self, key: &str) -> Result<Option<&str>, ()>;
     /// Appends the canonical tag string (see [`CounterLine::write_canonical_tags`]).
     fn write_canonical(&self, out: &mut Vec<u8>);
+    /// Calls `f` with every tag, duplicates included (what the tag rules look at).
+    fn visit<'s>(&'s self, f: &mut dyn FnMut(Tag<'s>));
+    /// Whether some tag's key starts with a byte `first` accepts: the tag rules' quick
+    /// test, which a parsed line answers from its raw tag field without splitting it.
+    fn any_key_starts(&self, first: &dyn Fn(u8) -> bool) -> bool {
+        let mut any = false;
+        self.visit(&mut |tag| any |= tag.key.as_bytes().first().is_some_and(|&b| first(b)));
+        any
+    }
 }
 
 /// Tag pairs given to the in-process API. An empty value means a tag without value
@@ -248,6 +269,12 @@ impl TagSet for [(&str, &str)] {
             }
         }
     }
+
+    fn visit<'s>(&'s self, f: &mut dyn FnMut(Tag<'s>)) {
+        for &(key, value) in self {
+            f(tag(key, value));
+        }
+    }
 }
 
 /// Appends `key` or `key:value` (an empty value is no value).
@@ -302,6 +329,20 @@ impl TagSet for CounterLine<'_> {
     fn write_canonical(&self, out: &mut Vec<u8>) {
         self.write_canonical_tags(out);
     }
+
+    fn visit<'s>(&'s self, f: &mut dyn FnMut(Tag<'s>)) {
+        for tag in self.tags() {
+            f(tag);
+        }
+    }
+
+    fn any_key_starts(&self, first: &dyn Fn(u8) -> bool) -> bool {
+        // A key starts the field and follows each `,` (an empty entry shows a `,` or
+        // nothing, which no rule key starts with).
+        let raw = self.raw_tags().as_bytes();
+        raw.first().is_some_and(|&b| first(b))
+            || memchr::memchr_iter(b',', raw).any(|i| raw.get(i + 1).is_some_and(|&b| first(b)))
+    }
 }
 
 /// A parsed line with the tag index its parse recorded: the engine's per-packet path,
@@ -324,6 +365,14 @@ impl TagSet for IndexedLine<'_, '_> {
 
     fn write_canonical(&self, out: &mut Vec<u8>) {
         self.line.write_canonical_tags_with(self.spans, out);
+    }
+
+    fn visit<'s>(&'s self, f: &mut dyn FnMut(Tag<'s>)) {
+        self.line.visit(f);
+    }
+
+    fn any_key_starts(&self, first: &dyn Fn(u8) -> bool) -> bool {
+        self.line.any_key_starts(first)
     }
 }
 
@@ -378,6 +427,12 @@ pub struct Families {
     exact: Option<ExactTables>,
     generic_enabled: bool,
     by_metric: HashMap<Box<str>, (FamilyId, usize), foldhash::fast::RandomState>,
+    /// The `[[mapping]]` rules; `None` without any.
+    mapped: Option<MappedNames>,
+    /// Per family (by id), per key column: the tag keys, as sent, that fill it.
+    key_sources: Vec<Vec<Vec<Box<str>>>>,
+    /// The generic family's tag rules (`[tags]` and the default deny list).
+    generic_tags: TagRules,
     max_key_bytes: usize,
 }
 
@@ -442,6 +497,17 @@ impl Families {
                 mode: family.mode,
             });
         }
+        let mapped = Self::compile_mappings(config, &mut defs)?;
+        let mut key_sources = vec![Vec::new()];
+        for (index, def) in defs.iter().enumerate().skip(1) {
+            let rules = config.tag_rules(Some(index - 1))?;
+            key_sources.push(
+                def.key_columns
+                    .iter()
+                    .map(|c| rules.sources_of(c))
+                    .collect(),
+            );
+        }
         let exact = defs
             .iter()
             .any(|f| f.exact)
@@ -451,8 +517,72 @@ impl Families {
             exact,
             generic_enabled: config.generic.enabled,
             by_metric,
+            mapped,
+            key_sources,
+            generic_tags: config.tag_rules(None)?,
             max_key_bytes: config.limits.max_key_bytes,
         })
+    }
+
+    /// Compiles the `[[mapping]]` rules (validated already), adding the counter columns
+    /// they name to their families.
+    fn compile_mappings(
+        config: &Config,
+        defs: &mut [FamilyDef],
+    ) -> Result<Option<MappedNames>, ConfigError> {
+        if config.mappings.is_empty() {
+            return Ok(None);
+        }
+        let mut placed = Vec::with_capacity(config.mappings.len());
+        for (i, rule) in config.mappings.iter().enumerate() {
+            let invalid = |problem: String| ConfigError::invalid(format!("mapping[{i}]"), problem);
+            let pattern = crate::mapping::Pattern::compile(&rule.pattern, rule.match_type)
+                .map_err(invalid)?;
+            let def = defs
+                .iter_mut()
+                .skip(1)
+                .find(|d| d.name == rule.family)
+                .ok_or_else(|| invalid(format!("family `{}` is not defined", rule.family)))?;
+            let column = match def.columns.iter().position(|c| *c == rule.column) {
+                Some(p) => p,
+                None => {
+                    def.columns.push(rule.column.clone());
+                    def.columns.len() - 1
+                }
+            };
+            let key = def
+                .key_columns
+                .iter()
+                .map(|c| {
+                    rule.key
+                        .get(c)
+                        .map(|t| crate::mapping::Template::parse(t).map_err(invalid))
+                        .transpose()
+                })
+                .collect::<Result<_, _>>()?;
+            let head = pattern.literal_head(&rule.pattern);
+            placed.push((def.id, column, pattern, key, head));
+        }
+        // Widths are final once every rule has added its column.
+        let rules = placed
+            .into_iter()
+            .map(|(family, column, pattern, key, head)| {
+                let target = Target {
+                    family,
+                    column,
+                    width: defs[usize::from(family.0)].width(),
+                };
+                (
+                    MappedRule {
+                        pattern,
+                        target,
+                        key,
+                    },
+                    head,
+                )
+            })
+            .collect();
+        Ok(Some(MappedNames::new(rules)))
     }
 
     /// The family with this id. Ids come from [`Families::resolve`] or
@@ -524,15 +654,8 @@ impl Families {
         series.clear();
         if let Some(&(family, column)) = self.by_metric.get(name) {
             let def = self.get(family);
-            for key in &def.key_columns {
-                let value = tags
-                    .only_value_of(key)
-                    .map_err(|()| Unplaced::AmbiguousKeyTag)?
-                    .filter(|v| !v.is_empty())
-                    .ok_or(Unplaced::MissingKeyTag)?;
-                if !series::push_field(series, value) {
-                    return Err(Unplaced::KeyTooLong);
-                }
+            for sources in self.sources(family) {
+                keys::push_from_tags(tags, sources, series)?;
             }
             self.check_length(series, def.key_columns.len())?;
             return Ok(Target {
@@ -540,6 +663,12 @@ impl Families {
                 column,
                 width: def.width(),
             });
+        }
+        if let Some(mapped) = &self.mapped {
+            let mut captures = Captures::default();
+            if let Some(rule) = mapped.find(name, &mut captures) {
+                return self.resolve_mapped(rule, name, &captures, tags, series);
+            }
         }
         if !self.generic_enabled {
             return Err(Unplaced::Unconfigured);
@@ -550,7 +679,7 @@ impl Families {
         // Length prefix first, patched once the canonical tags are written in place.
         let prefix_at = series.len();
         series.extend_from_slice(&[0, 0]);
-        tags.write_canonical(series);
+        keys::write_canonical(tags, &self.generic_tags, series);
         let tags_len =
             u16::try_from(series.len() - prefix_at - 2).map_err(|_| Unplaced::KeyTooLong)?;
         series[prefix_at..prefix_at + 2].copy_from_slice(&tags_len.to_le_bytes());
@@ -560,6 +689,34 @@ impl Families {
             column: 0,
             width: 1,
         })
+    }
+
+    /// The tag keys that fill each key column of `family`, in key order.
+    fn sources(&self, family: FamilyId) -> &[Vec<Box<str>>] {
+        self.key_sources
+            .get(usize::from(family.0))
+            .map_or(&[], Vec::as_slice)
+    }
+
+    /// The series key of a name a `[[mapping]]` rule matched: each key column from the
+    /// rule's template, or from the tags.
+    fn resolve_mapped<T: TagSet + ?Sized>(
+        &self,
+        rule: &MappedRule,
+        name: &str,
+        captures: &Captures,
+        tags: &T,
+        series: &mut Vec<u8>,
+    ) -> Result<Target, Unplaced> {
+        let sources = self.sources(rule.target.family);
+        for (template, sources) in rule.key.iter().zip(sources) {
+            match template {
+                Some(template) => keys::push_from_captures(template, name, captures, series)?,
+                None => keys::push_from_tags(tags, sources, series)?,
+            }
+        }
+        self.check_length(series, rule.key.len())?;
+        Ok(rule.target)
     }
 
     /// Encodes the key of a configured family from its key values, in key order.

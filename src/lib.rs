@@ -19,7 +19,7 @@
 //! | module | job |
 //! |---|---|
 //! | [`vocabulary`], [`backoff`], [`test_hooks`] | the shared words: `FamilyId`, `Granularity`, `DropReason`, `Transport`; the one exponential back-off rule; crash points for tests (feature `dev`) |
-//! | [`line`](mod@line), [`bucket`], [`series`] | the StatsD/DogStatsD parser; UTC minute/day buckets; encoded series keys |
+//! | [`line`](mod@line), [`bucket`], [`series`], [`mapping`] | the StatsD/DogStatsD parser; UTC minute/day buckets; encoded series keys; name-mapping patterns and tag rules, compiled |
 //! | [`aggregate`] | the synchronous core: one stripe's map, limits, cardinality caps, counters, and the striped front |
 //! | [`config`] | the configuration file (every section, `[ingest.*]` included, in every build), defaults, validation |
 //! | [`family`], [`layout`], [`cql_text`], [`ddl`] | families and their shards; table layouts; the `cql/` files; the schema |
@@ -89,6 +89,7 @@
 //!   `telemetry/catalogue.rs`.
 
 pub mod line;
+pub mod mapping;
 pub mod ops;
 
 #[cfg(feature = "sidecar")]

@@ -11,6 +11,7 @@ pub mod epochs;
 pub mod exact;
 pub mod ingest;
 pub mod listen;
+pub mod mapping;
 pub mod operations;
 pub mod tables;
 mod validate;
@@ -25,6 +26,7 @@ pub use self::cardinality::CardinalityConfig;
 pub use self::epochs::EpochsConfig;
 pub use self::exact::ExactConfig;
 pub use self::ingest::IngestConfig;
+pub use self::mapping::{FamilyTagsConfig, MappingConfig, TagsConfig};
 pub use self::operations::{KeyIndexConfig, LeaderboardConfig, LeaderboardPeriod, ReadConfig};
 pub use self::tables::{
     DayTimeConfig, MinuteTimeConfig, TableTime, TimeColumn, TimeRole, TimeType,
@@ -50,6 +52,12 @@ pub struct Config {
     /// Configured families: metric names mapped to counter columns of your own tables.
     #[serde(rename = "family")]
     pub families: Vec<FamilyConfig>,
+    /// Name-mapping rules: dotted names matching a pattern go to a configured family,
+    /// with key columns filled from the pattern's captures.
+    #[serde(rename = "mapping")]
+    pub mappings: Vec<MappingConfig>,
+    /// Tag rules of every family: deny and allow lists, renames, the default deny list.
+    pub tags: TagsConfig,
     /// The sidecar's receivers: `[ingest.udp]`, `[ingest.uds]`, `[ingest.uds_stream]`, `[ingest.tcp]`.
     /// Read in every build (one file serves the sidecar and the library); only the
     /// sidecar uses it.
@@ -468,7 +476,8 @@ pub struct FamilyConfig {
     /// Key columns, in order; each is filled from the tag of the same name, and a line
     /// without one of them is invalid (`missing_key_tag`). Required, non-empty.
     pub key: Vec<String>,
-    /// Metric name → counter column. Several metrics may feed one column. Required.
+    /// Metric name → counter column. Several metrics may feed one column. Required
+    /// unless a `[[mapping]]` rule feeds the family.
     pub columns: BTreeMap<String, String>,
     /// Hot-key sharding: number of shards (1 = off). Each flush writes a row to one
     /// shard, chosen from the writer id and the flush sequence, so a fleet spreads over
@@ -501,6 +510,8 @@ pub struct FamilyConfig {
     /// `{ user_id = 1000 }`; increments of new keys bringing a further value are dropped
     /// (`reason="cardinality_tag"`). Default empty.
     pub max_tag_values: BTreeMap<String, usize>,
+    /// Tag rules of this family, on top of `[tags]` (which tag fills a key column).
+    pub tags: FamilyTagsConfig,
 }
 
 impl Default for FamilyConfig {
@@ -521,6 +532,7 @@ impl Default for FamilyConfig {
             mode: CountingMode::Counter,
             max_contexts: None,
             max_tag_values: BTreeMap::new(),
+            tags: FamilyTagsConfig::default(),
         }
     }
 }

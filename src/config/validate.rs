@@ -89,7 +89,7 @@ pub(crate) fn check_table_name(field: &str, name: &str) -> Result<(), ConfigErro
     }
 }
 
-fn check_identifier(field: &str, name: &str) -> Result<(), ConfigError> {
+pub(super) fn check_identifier(field: &str, name: &str) -> Result<(), ConfigError> {
     if is_plain_identifier(name) {
         Ok(())
     } else {
@@ -110,6 +110,24 @@ fn positive(field: &str, value: u128) -> Result<(), ConfigError> {
     }
 }
 
+/// The names of a family's time columns in both tables (as configured: `minute_time`,
+/// `day_time`; the defaults `day`, `minute`, `month`), which no counter column may take.
+/// A setting that does not resolve is `validate_families`' to report; its default name
+/// stands in here.
+pub(super) fn bucket_columns(family: &FamilyConfig) -> Vec<String> {
+    let defaults = FamilyConfig::default();
+    let minute = family
+        .minute_time
+        .resolve()
+        .or_else(|_| defaults.minute_time.resolve());
+    let day = family.day_time.resolve().or_else(|_| defaults.day_time.resolve());
+    [minute, day]
+        .into_iter()
+        .flatten()
+        .flat_map(|table| [table.partition.name, table.clustering.name])
+        .collect()
+}
+
 impl Config {
     /// Checks every setting; the first problem found is returned.
     pub fn validate(&self) -> Result<(), ConfigError> {
@@ -118,6 +136,7 @@ impl Config {
         self.validate_limits()?;
         self.validate_families()?;
         self.validate_cardinality()?;
+        self.validate_mappings()?;
         self.validate_operations()?;
         self.validate_epochs()?;
         self.validate_exact()
@@ -234,7 +253,8 @@ impl Config {
         tables.insert(self.qualified(&self.generic.day_table));
         for (i, family) in self.families.iter().enumerate() {
             let at = |field: &str| format!("family[{i}].{field}");
-            validate_family(family, &at)?;
+            let mapped = self.mappings.iter().any(|m| m.family == family.name);
+            validate_family(family, mapped, &at)?;
             if !names.insert(family.name.as_str()) {
                 return Err(ConfigError::invalid(
                     at("name"),
@@ -277,7 +297,11 @@ impl Config {
     }
 }
 
-fn validate_family(family: &FamilyConfig, at: &dyn Fn(&str) -> String) -> Result<(), ConfigError> {
+fn validate_family(
+    family: &FamilyConfig,
+    mapped: bool,
+    at: &dyn Fn(&str) -> String,
+) -> Result<(), ConfigError> {
     if family.name.trim().is_empty() {
         return Err(ConfigError::invalid(at("name"), "is required"));
     }
@@ -295,10 +319,10 @@ fn validate_family(family: &FamilyConfig, at: &dyn Fn(&str) -> String) -> Result
             "needs at least one key column",
         ));
     }
-    if family.columns.is_empty() {
+    if family.columns.is_empty() && !mapped {
         return Err(ConfigError::invalid(
             at("columns"),
-            "needs at least one metric = column",
+            "needs at least one metric = column, or a [[mapping]] rule that feeds the family",
         ));
     }
     if !(1..=64).contains(&family.shards) {

@@ -24,7 +24,7 @@ use scylla::value::{CqlValue, Row};
 use crate::bucket::Day;
 use crate::config::{ConsistencyLevel, ShardPlacement};
 use crate::cql_text::{self, STATEMENTS};
-use crate::family::{Families, FamilyDef, TableName, TagSet};
+use crate::family::{Families, FamilyDef, TableName, TagSet, Unplaced};
 use crate::layout::{Role, TableLayout};
 use crate::sink::cql::{KeyType, SchemaError, bind, schema, session, time};
 use crate::vocabulary::Granularity;
@@ -93,14 +93,27 @@ pub fn resolve(
             epoch: None,
         });
     }
-    let generic = families.get(crate::family::GENERIC);
-    let mut canonical = Vec::new();
-    tags.write_canonical(&mut canonical);
-    let tags = String::from_utf8(canonical).map_err(|e| ReadError::Usage(e.to_string()))?;
+    // A `[[mapping]]` rule's family, or the generic family: the resolver writes the key
+    // (captures, tag rules) exactly as for an increment.
+    let mut series = Vec::new();
+    let target = families
+        .resolve(name, tags, &mut series)
+        .map_err(|unplaced| {
+            ReadError::Usage(match unplaced {
+                Unplaced::MissingKeyTag | Unplaced::AmbiguousKeyTag => format!(
+                    "`{name}` is mapped to a family by a [[mapping]] rule: give each key column the rule does not fill with --tag KEY:VALUE (once)"
+                ),
+                Unplaced::KeyTooLong => format!("the key of `{name}` is longer than limits.max_key_bytes"),
+                Unplaced::Unconfigured => format!(
+                    "no family takes `{name}` and the generic family is disabled"
+                ),
+            })
+        })?;
+    let family = families.get(target.family);
     Ok(CounterRef {
-        family: generic.name.clone(),
-        column: "value".into(),
-        keys: vec![name.to_owned(), tags],
+        family: family.name.clone(),
+        column: family.columns[target.column].clone(),
+        keys: crate::series::fields(&series).map(str::to_owned).collect(),
         epoch: None,
     })
 }
@@ -534,6 +547,39 @@ mod tests {
                 .keys,
             ["api.calls", "env:x,route:/a"]
         );
+    }
+
+    /// `get` of a name a `[[mapping]]` rule takes reads the rule's row, and the generic
+    /// tag string drops what the tag rules drop, as the increments did.
+    #[test]
+    fn mapped_names_and_tag_rules_resolve_as_increments_land() {
+        let mut config = Config::default();
+        config.families.push(FamilyConfig::seed_views());
+        config.mappings.push(crate::config::MappingConfig {
+            pattern: "page.*.views".into(),
+            family: "views".into(),
+            column: "mobile".into(),
+            key: [("page_id".to_string(), "$1".to_string())].into(),
+            ..Default::default()
+        });
+        let f = Families::from_config(&config).unwrap();
+        let mapped = resolve(&f, "page.home.views", &[("env", "x")]).unwrap();
+        assert_eq!(
+            (mapped.family.as_str(), mapped.column.as_str(), mapped.keys),
+            ("views", "mobile", vec!["home".to_owned()])
+        );
+        let generic = resolve(
+            &f,
+            "api.calls",
+            &[("dd.internal.entity_id", "pod-a"), ("env", "x")],
+        );
+        assert_eq!(generic.unwrap().keys, ["api.calls", "env:x"]);
+        config.generic.enabled = false;
+        let f = Families::from_config(&config).unwrap();
+        assert!(matches!(
+            resolve(&f, "api.calls", &[]),
+            Err(ReadError::Usage(m)) if m.contains("generic family is disabled")
+        ));
     }
 
     #[test]

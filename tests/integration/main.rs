@@ -16,6 +16,7 @@ mod epochs;
 #[cfg(feature = "metrics-facade")]
 mod facade;
 mod layers;
+mod mapping;
 mod operations;
 mod ops_hot;
 mod ops_keyindex;
