@@ -120,7 +120,10 @@ pub(super) fn bucket_columns(family: &FamilyConfig) -> Vec<String> {
         .minute_time
         .resolve()
         .or_else(|_| defaults.minute_time.resolve());
-    let day = family.day_time.resolve().or_else(|_| defaults.day_time.resolve());
+    let day = family
+        .day_time
+        .resolve()
+        .or_else(|_| defaults.day_time.resolve());
     [minute, day]
         .into_iter()
         .flatten()
