@@ -220,11 +220,11 @@ fn in_process(requests: &[Vec<u8>]) -> f64 {
         let mut tags: Vec<(&str, &str)> = Vec::new();
         for increment in &conversion.increments {
             tags.clear();
-            tags.extend(increment.tags.iter().map(|(k, v)| (k.as_str(), v.as_str())));
+            tags.extend(increment.tags.iter().map(|(k, v)| (k.as_ref(), v.as_ref())));
             engine
                 .record_from(
                     Transport::OtlpGrpc,
-                    &increment.name,
+                    increment.name,
                     tags.as_slice(),
                     increment.delta,
                     now,

@@ -1,4 +1,11 @@
 //! One OTLP metrics request to increments: plain synchronous code, time passed in.
+//!
+//! The increments borrow their names and tag texts from the decoded request (a tag is
+//! copied only when it must be rewritten: a scalar value, a `,` or `:` to replace), and a
+//! cumulative stream's identity is built from its resource and scope once per scope, so
+//! that a point costs no allocation beyond its tag list.
+
+use std::borrow::Cow;
 
 use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
 use opentelemetry_proto::tonic::common::v1::{AnyValue, KeyValue, any_value};
@@ -128,24 +135,27 @@ impl IgnoredKind {
     }
 }
 
-/// One increment for the engine.
+/// One increment for the engine, borrowing its texts from the request.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Increment {
+pub struct Increment<'r> {
     /// The metric name (mapped onto a family like a StatsD name).
-    pub name: String,
+    pub name: &'r str,
     /// Tags: kept resource and scope attributes, then the point's attributes.
-    pub tags: Vec<(String, String)>,
+    pub tags: Vec<Tag<'r>>,
     /// The amount.
     pub delta: i64,
     /// The point's time, Unix seconds (`None` when the point has none: now).
     pub at_unix_secs: Option<i64>,
 }
 
+/// A tag, key and value: the request's own text where it could be kept as it was.
+pub type Tag<'r> = (Cow<'r, str>, Cow<'r, str>);
+
 /// What one request turned into.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
-pub struct Conversion {
+pub struct Conversion<'r> {
     /// Increments to record, in request order.
-    pub increments: Vec<Increment>,
+    pub increments: Vec<Increment<'r>>,
     /// Points refused, by [`PointDrop::index`].
     pub dropped: [u64; PointDrop::ALL.len()],
     /// Points ignored, by [`IgnoredKind::index`] (a metric without data counts one).
@@ -154,7 +164,7 @@ pub struct Conversion {
     pub unchanged: u64,
 }
 
-impl Conversion {
+impl Conversion<'_> {
     /// Points refused in all.
     pub fn rejected(&self) -> u64 {
         self.dropped.iter().sum()
@@ -175,14 +185,18 @@ impl Conversion {
 
 /// Converts one request. Cumulative points go through `streams`; `now_unix_nanos` is the
 /// receive time (for the stream table's eviction mark).
-pub fn convert(
-    request: &ExportMetricsServiceRequest,
+pub fn convert<'r>(
+    request: &'r ExportMetricsServiceRequest,
     policy: &AttributePolicy,
     streams: &mut Streams,
     now_unix_nanos: u64,
-) -> Conversion {
+) -> Conversion<'r> {
     let mut out = Conversion::default();
+    // A cumulative stream's identity: its scope's part once per scope, then per point
+    // the metric and the point's attributes (see `stream_key`).
+    let mut scope_key = Vec::new();
     let mut key = Vec::new();
+    let mut sorted = Vec::new();
     for rm in &request.resource_metrics {
         let resource_attrs: &[KeyValue] = rm.resource.as_ref().map_or(&[], |r| &r.attributes);
         let resource_tags = kept(resource_attrs, &policy.resource);
@@ -193,6 +207,13 @@ pub fn convert(
                     None => ("", "", &[]),
                 };
             let scope_tags = kept(scope_attrs, &policy.scope);
+            scope_key.clear();
+            stream_key_scope(
+                &mut scope_key,
+                resource_attrs,
+                (scope_name, scope_version, scope_attrs),
+                &mut sorted,
+            );
             for metric in &sm.metrics {
                 let sum = match &metric.data {
                     Some(Data::Sum(sum)) => sum,
@@ -239,12 +260,12 @@ pub fn convert(
                         }
                         AggregationTemporality::Cumulative => {
                             key.clear();
-                            stream_key(
+                            key.extend_from_slice(&scope_key);
+                            stream_key_point(
                                 &mut key,
-                                resource_attrs,
-                                (scope_name, scope_version, scope_attrs),
                                 &metric.name,
                                 &point.attributes,
+                                &mut sorted,
                             );
                             cumulative(
                                 streams,
@@ -264,7 +285,7 @@ pub fn convert(
                                 resource_tags.len() + scope_tags.len() + point.attributes.len(),
                             );
                             for (k, v) in resource_tags.iter().chain(&scope_tags) {
-                                if !point.attributes.iter().any(|a| &a.key == k) {
+                                if !point.attributes.iter().any(|a| a.key == *k) {
                                     tags.push((k.clone(), v.clone()));
                                 }
                             }
@@ -272,7 +293,7 @@ pub fn convert(
                                 tags.push(tag(&a.key, render(a.value.as_ref())));
                             }
                             out.increments.push(Increment {
-                                name: metric.name.clone(),
+                                name: &metric.name,
                                 tags,
                                 delta,
                                 at_unix_secs: unix_secs(point.time_unix_nano),
@@ -358,7 +379,7 @@ fn unix_secs(nanos: u64) -> Option<i64> {
 }
 
 /// The attributes among `attrs` whose key is in `keep`, rendered.
-fn kept(attrs: &[KeyValue], keep: &[String]) -> Vec<(String, String)> {
+fn kept<'r>(attrs: &'r [KeyValue], keep: &[String]) -> Vec<Tag<'r>> {
     attrs
         .iter()
         .filter(|a| keep.iter().any(|k| k == &a.key))
@@ -369,72 +390,92 @@ fn kept(attrs: &[KeyValue], keep: &[String]) -> Vec<(String, String)> {
 /// One tag from an attribute, with the bytes that separate tags in the canonical tag
 /// string replaced by `_`: `,` anywhere, `:` in the key. Otherwise `{a: "1,b:2"}` and
 /// `{a: "1", b: "2"}` would be one series under two spellings. (The stream identity keeps
-/// the attribute as it was.)
-fn tag(key: &str, value: String) -> (String, String) {
-    let key = key.replace([',', ':'], "_");
+/// the attribute as it was.) Text that needs no replacement is kept borrowed.
+fn tag<'r>(key: &'r str, value: Cow<'r, str>) -> Tag<'r> {
+    let key = if key.contains([',', ':']) {
+        Cow::Owned(key.replace([',', ':'], "_"))
+    } else {
+        Cow::Borrowed(key)
+    };
     let value = if value.contains(',') {
-        value.replace(',', "_")
+        Cow::Owned(value.replace(',', "_"))
     } else {
         value
     };
     (key, value)
 }
 
-/// An attribute value as tag text: strings as they are, scalars in decimal, bytes in hex,
-/// arrays and maps as JSON.
-fn render(value: Option<&AnyValue>) -> String {
+/// An attribute value as tag text: strings as they are (borrowed), scalars in decimal,
+/// bytes in hex, arrays and maps as JSON.
+fn render(value: Option<&AnyValue>) -> Cow<'_, str> {
     match value.and_then(|v| v.value.as_ref()) {
-        None => String::new(),
-        Some(any_value::Value::StringValue(s)) => s.clone(),
-        Some(any_value::Value::BoolValue(b)) => b.to_string(),
-        Some(any_value::Value::IntValue(i)) => i.to_string(),
-        Some(any_value::Value::DoubleValue(d)) => d.to_string(),
-        Some(any_value::Value::BytesValue(b)) => b.iter().map(|x| format!("{x:02x}")).collect(),
-        Some(other) => serde_json::to_string(other).unwrap_or_default(),
+        None => Cow::Borrowed(""),
+        Some(any_value::Value::StringValue(s)) => Cow::Borrowed(s),
+        Some(any_value::Value::BoolValue(b)) => Cow::Owned(b.to_string()),
+        Some(any_value::Value::IntValue(i)) => Cow::Owned(i.to_string()),
+        Some(any_value::Value::DoubleValue(d)) => Cow::Owned(d.to_string()),
+        Some(any_value::Value::BytesValue(b)) => {
+            Cow::Owned(b.iter().map(|x| format!("{x:02x}")).collect())
+        }
+        Some(other) => Cow::Owned(serde_json::to_string(other).unwrap_or_default()),
     }
 }
 
-/// The stream identity, every attribute included (sorted by key), each part length-prefixed.
-fn stream_key(
+/// The stream identity is, each part length-prefixed: the resource's attributes, the
+/// scope's name, version and attributes ([`stream_key_scope`], once per scope), then the
+/// metric's name and the point's attributes ([`stream_key_point`]); attributes sorted by
+/// key, each with its value's kind and text. `sorted` is scratch space.
+fn stream_key_scope<'r>(
     out: &mut Vec<u8>,
-    resource: &[KeyValue],
-    scope: (&str, &str, &[KeyValue]),
-    metric: &str,
-    point: &[KeyValue],
+    resource: &'r [KeyValue],
+    scope: (&str, &str, &'r [KeyValue]),
+    sorted: &mut Vec<&'r KeyValue>,
 ) {
-    fn part(out: &mut Vec<u8>, bytes: &[u8]) {
-        out.extend_from_slice(&(bytes.len() as u64).to_le_bytes());
-        out.extend_from_slice(bytes);
+    key_attrs(out, resource, sorted);
+    key_part(out, scope.0.as_bytes());
+    key_part(out, scope.1.as_bytes());
+    key_attrs(out, scope.2, sorted);
+}
+
+/// The point's part of the stream identity (see [`stream_key_scope`]).
+fn stream_key_point<'r>(
+    out: &mut Vec<u8>,
+    metric: &str,
+    point: &'r [KeyValue],
+    sorted: &mut Vec<&'r KeyValue>,
+) {
+    key_part(out, metric.as_bytes());
+    key_attrs(out, point, sorted);
+}
+
+fn key_part(out: &mut Vec<u8>, bytes: &[u8]) {
+    out.extend_from_slice(&(bytes.len() as u64).to_le_bytes());
+    out.extend_from_slice(bytes);
+}
+
+fn key_attrs<'r>(out: &mut Vec<u8>, attrs: &'r [KeyValue], sorted: &mut Vec<&'r KeyValue>) {
+    sorted.clear();
+    sorted.extend(attrs);
+    sorted.sort_by(|a, b| a.key.cmp(&b.key));
+    key_part(out, &(sorted.len() as u64).to_le_bytes());
+    for a in sorted.iter() {
+        key_part(out, a.key.as_bytes());
+        let value = a.value.as_ref();
+        // The kind too: the string "1" and the integer 1 are two streams.
+        let kind = match value.and_then(|v| v.value.as_ref()) {
+            None => 0u8,
+            Some(any_value::Value::StringValue(_)) => 1,
+            Some(any_value::Value::BoolValue(_)) => 2,
+            Some(any_value::Value::IntValue(_)) => 3,
+            Some(any_value::Value::DoubleValue(_)) => 4,
+            Some(any_value::Value::ArrayValue(_)) => 5,
+            Some(any_value::Value::KvlistValue(_)) => 6,
+            Some(any_value::Value::BytesValue(_)) => 7,
+            Some(any_value::Value::StringValueStrindex(_)) => 8,
+        };
+        key_part(out, &[kind]);
+        key_part(out, render(value).as_bytes());
     }
-    fn attrs(out: &mut Vec<u8>, attrs: &[KeyValue]) {
-        let mut sorted: Vec<&KeyValue> = attrs.iter().collect();
-        sorted.sort_by(|a, b| a.key.cmp(&b.key));
-        part(out, &(sorted.len() as u64).to_le_bytes());
-        for a in sorted {
-            part(out, a.key.as_bytes());
-            let value = a.value.as_ref();
-            // The kind too: the string "1" and the integer 1 are two streams.
-            let kind = match value.and_then(|v| v.value.as_ref()) {
-                None => 0u8,
-                Some(any_value::Value::StringValue(_)) => 1,
-                Some(any_value::Value::BoolValue(_)) => 2,
-                Some(any_value::Value::IntValue(_)) => 3,
-                Some(any_value::Value::DoubleValue(_)) => 4,
-                Some(any_value::Value::ArrayValue(_)) => 5,
-                Some(any_value::Value::KvlistValue(_)) => 6,
-                Some(any_value::Value::BytesValue(_)) => 7,
-                Some(any_value::Value::StringValueStrindex(_)) => 8,
-            };
-            part(out, &[kind]);
-            part(out, render(value).as_bytes());
-        }
-    }
-    attrs(out, resource);
-    part(out, scope.0.as_bytes());
-    part(out, scope.1.as_bytes());
-    attrs(out, scope.2);
-    part(out, metric.as_bytes());
-    attrs(out, point);
 }
 
 #[cfg(test)]

@@ -40,7 +40,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
 use parking_lot::Mutex;
 
-pub use convert::{AttributePolicy, Conversion, IgnoredKind, Increment, PointDrop, convert};
+pub use convert::{AttributePolicy, Conversion, IgnoredKind, Increment, PointDrop, Tag, convert};
 pub use state::StreamState;
 pub use streams::Streams;
 
@@ -313,9 +313,9 @@ impl<H: PacketHandler> Shared<H> {
             let mut tags: Vec<(&str, &str)> = Vec::new();
             for increment in &conversion.increments {
                 tags.clear();
-                tags.extend(increment.tags.iter().map(|(k, v)| (k.as_str(), v.as_str())));
+                tags.extend(increment.tags.iter().map(|(k, v)| (k.as_ref(), v.as_ref())));
                 let recorded = handler.record(
-                    &increment.name,
+                    increment.name,
                     &tags,
                     increment.delta,
                     increment.at_unix_secs,

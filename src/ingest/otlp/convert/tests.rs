@@ -91,7 +91,14 @@ fn deltas(c: &Conversion) -> Vec<i64> {
     c.increments.iter().map(|i| i.delta).collect()
 }
 
-fn run(streams: &mut Streams, req: &ExportMetricsServiceRequest) -> Conversion {
+/// Tags as owned pairs, to compare with literals.
+fn owned(tags: &[crate::ingest::otlp::Tag<'_>]) -> Vec<(String, String)> {
+    tags.iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
+
+fn run<'r>(streams: &mut Streams, req: &'r ExportMetricsServiceRequest) -> Conversion<'r> {
     convert(req, &AttributePolicy::default(), streams, 2000 * S)
 }
 
@@ -115,7 +122,7 @@ fn delta_points_map_with_tags_time_and_default_attribute_policy() {
     assert_eq!(first.at_unix_secs, Some(1500));
     // service.name kept; service.instance.id and scope attributes dropped by default.
     assert_eq!(
-        first.tags,
+        owned(&first.tags),
         vec![
             ("service.name".to_string(), "shop".to_string()),
             ("region".to_string(), "eu".to_string())
@@ -144,7 +151,7 @@ fn configured_resource_and_scope_attributes_become_tags() {
     );
     assert_eq!(c.increments[0].at_unix_secs, None);
     assert_eq!(
-        c.increments[0].tags,
+        owned(&c.increments[0].tags),
         vec![
             ("service.instance.id".to_string(), "pod-7".to_string()),
             ("team".to_string(), "core".to_string())
@@ -200,10 +207,8 @@ fn other_kinds_are_ignored_by_kind_not_refused() {
         true,
         vec![point(0, 0, Value::AsInt(1), vec![])],
     );
-    let c = run(
-        &mut Streams::new(10, BOOT),
-        &request(vec![gauge, histogram, unspecified]),
-    );
+    let req = request(vec![gauge, histogram, unspecified]);
+    let c = run(&mut Streams::new(10, BOOT), &req);
     assert!(c.increments.is_empty());
     assert_eq!(c.ignored[IgnoredKind::Gauge.index()], 2);
     assert_eq!(c.ignored[IgnoredKind::Histogram.index()], 1);
@@ -224,12 +229,14 @@ fn cumulative_differences_duplicates_and_resets() {
         vec![7]
     );
     // The same point again adds nothing.
-    let again = run(&mut t, &cumulative_req(start, 1220 * S, 12));
+    let again_request = cumulative_req(start, 1220 * S, 12);
+    let again = run(&mut t, &again_request);
     assert!(again.increments.is_empty());
     assert_eq!(again.unchanged, 1);
     assert_eq!(again.rejected(), 0);
     // A point older than the last one: refused, the baseline kept.
-    let late = run(&mut t, &cumulative_req(start, 1190 * S, 9));
+    let late_request = cumulative_req(start, 1190 * S, 9);
+    let late = run(&mut t, &late_request);
     assert_eq!(late.dropped[PointDrop::OutOfOrder.index()], 1);
     assert_eq!(
         deltas(&run(&mut t, &cumulative_req(start, 1280 * S, 13))),
@@ -237,14 +244,17 @@ fn cumulative_differences_duplicates_and_resets() {
     );
     // A new start time is a reset: the new life's value is all new.
     let restart = 1300 * S;
-    let r = run(&mut t, &cumulative_req(restart, 1340 * S, 4));
+    let r_request = cumulative_req(restart, 1340 * S, 4);
+    let r = run(&mut t, &r_request);
     assert_eq!(deltas(&r), vec![4]);
     assert_eq!(r.increments[0].at_unix_secs, Some(1340));
     // A late point of the previous life: refused.
-    let old_life = run(&mut t, &cumulative_req(start, 1350 * S, 20));
+    let old_life_request = cumulative_req(start, 1350 * S, 20);
+    let old_life = run(&mut t, &old_life_request);
     assert_eq!(old_life.dropped[PointDrop::OutOfOrder.index()], 1);
     // A decrease without a new start time: counted, and it becomes the baseline.
-    let down = run(&mut t, &cumulative_req(restart, 1400 * S, 2));
+    let down_request = cumulative_req(restart, 1400 * S, 2);
+    let down = run(&mut t, &down_request);
     assert!(down.increments.is_empty());
     assert_eq!(down.dropped[PointDrop::CumulativeDecrease.index()], 1);
     assert_eq!(
@@ -257,7 +267,8 @@ fn cumulative_differences_duplicates_and_resets() {
 fn a_stream_older_than_the_table_only_sets_its_baseline() {
     let mut t = Streams::new(10, BOOT);
     // Started before the sidecar (which may have counted it in a previous life).
-    let first = run(&mut t, &cumulative_req(500 * S, 1060 * S, 40));
+    let first_request = cumulative_req(500 * S, 1060 * S, 40);
+    let first = run(&mut t, &first_request);
     assert!(first.increments.is_empty());
     assert_eq!(first.dropped[PointDrop::CumulativeBaseline.index()], 1);
     assert_eq!(
@@ -312,7 +323,8 @@ fn an_evicted_stream_coming_back_is_a_counted_baseline() {
     assert_eq!(deltas(&run(&mut t, &named("c", 1160 * S, 5))), vec![5]);
     assert!(t.evicted() >= 1);
     // `a` was evicted: its next point must not add its whole value again.
-    let back = run(&mut t, &named("a", 1220 * S, 9));
+    let back_request = named("a", 1220 * S, 9);
+    let back = run(&mut t, &back_request);
     assert!(back.increments.is_empty(), "{back:?}");
     assert_eq!(back.dropped[PointDrop::CumulativeBaseline.index()], 1);
 }
@@ -321,10 +333,8 @@ fn an_evicted_stream_coming_back_is_a_counted_baseline() {
 fn no_recorded_value_points_are_skipped() {
     let mut p = point(0, 0, Value::AsInt(9), vec![]);
     p.flags = FLAG_NO_RECORDED_VALUE;
-    let c = run(
-        &mut Streams::new(10, BOOT),
-        &request(vec![sum("x", AggregationTemporality::Delta, true, vec![p])]),
-    );
+    let req = request(vec![sum("x", AggregationTemporality::Delta, true, vec![p])]);
+    let c = run(&mut Streams::new(10, BOOT), &req);
     assert!(c.increments.is_empty());
     assert_eq!(c.rejected(), 0);
 }
@@ -344,7 +354,7 @@ fn tag_separators_in_attributes_are_replaced() {
     )]);
     let c = run(&mut Streams::new(10, BOOT), &req);
     assert_eq!(
-        c.increments[0].tags,
+        owned(&c.increments[0].tags),
         vec![
             ("service.name".to_string(), "shop".to_string()),
             ("a".to_string(), "1_b:2".to_string()),
@@ -411,7 +421,8 @@ mod properties {
                     })),
                     ..Default::default()
                 };
-                let c = run(&mut streams, &request(vec![metric]));
+                let c_request = request(vec![metric]);
+                let c = run(&mut streams, &c_request);
                 prop_assert_eq!(
                     c.increments.len() as u64 + c.rejected() + c.unchanged + no_value,
                     n
