@@ -15,7 +15,7 @@
 //! | [`gather`] | the reads: ledger buckets, outcomes, key index, counters |
 //! | [`repair`] | `--repair`: one recorded corrective increment per drifting counter row of a closed day |
 //! | [`closed`] | `--close` (the closed-day table) and the exact value of a key (`get --exact`) |
-//! | [`slice`] | `--slice I/N`: one part of the keys, and the merge of the parts' reports |
+//! | [`slice`](mod@slice) | `--slice I/N`: one part of the keys, and the merge of the parts' reports |
 
 pub mod closed;
 pub mod gather;
@@ -60,7 +60,7 @@ pub struct Options {
     /// The most keys that are not `ok` kept in the report (the summary counts them all).
     pub max_listed: usize,
     /// Only this part of the keys, `(I, N)`: the day's slices `s` with `s % N == I` (see
-    /// [`slice`]; `N` divides [`slices`]). `None`: every key.
+    /// [`slice`](mod@slice); `N` divides [`slices`]). `None`: every key.
     pub slice: Option<slice::Part>,
 }
 
@@ -156,7 +156,7 @@ impl Summary {
     }
 }
 
-/// The result of a run (of one slice, with `--slice`: see [`slice`]).
+/// The result of a run (of one slice, with `--slice`: see [`slice`](mod@slice)).
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct Report {
     /// The family.

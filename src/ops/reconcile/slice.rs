@@ -246,7 +246,7 @@ fn add_counts<V: Copy + std::ops::AddAssign + Default>(
 
 /// A label in a report: a status or a granularity name. An alias rather than
 /// `&'static str` written out, because serde's derive would take a field of that type
-/// as borrowed from the input; [`label`] and [`labelled`] read it back instead.
+/// as borrowed from the input; `label` and `labelled` read it back instead.
 pub type Label = &'static str;
 
 /// The label a report holds (a status or a granularity), as the `'static` text the
