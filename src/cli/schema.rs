@@ -73,7 +73,7 @@ pub(super) async fn run(args: SchemaArgs) -> Result<(), Failure> {
     // The session `serve` would open: same credentials, same TLS.
     let session = session::connect(&config.store).await.map_err(|e| match e {
         SessionError::Credentials(_) | SessionError::Tls(_) => Failure::usage(e),
-        SessionError::Connect { .. } => Failure::other(e),
+        SessionError::Connect { .. } | SessionError::Timeout { .. } => Failure::other(e),
     })?;
     let identity = store::detect(&session).await;
     let kind = match args.store {

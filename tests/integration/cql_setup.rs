@@ -201,3 +201,47 @@ async fn memory_pressure_flushes_early() {
     recorder.shutdown().await;
     store.shutdown().await;
 }
+
+/// A contact point that accepts TCP and never answers (a stalled proxy, a port that is not
+/// CQL) ends the connect with a timeout error after six `connect_timeout`s: the driver
+/// bounds only the TCP connect, and `serve`'s connect loop must get the attempt back to
+/// retry it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_silent_contact_point_is_a_bounded_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = config(dir.path());
+    let silent = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    config.store.contact_points = vec![silent.local_addr().unwrap().to_string()];
+    config.store.connect_timeout = Duration::from_millis(200);
+    // Accepts and holds every connection, reading nothing, answering nothing.
+    let held = tokio::spawn(async move {
+        let mut open = Vec::new();
+        while let Ok((socket, _)) = silent.accept().await {
+            open.push(socket);
+        }
+    });
+    let engine = Engine::new(&config).unwrap();
+    let started = std::time::Instant::now();
+    let result = tokio::time::timeout(
+        Duration::from_secs(30),
+        CqlSink::connect(&config.store, engine.families()),
+    )
+    .await
+    .expect("the connect ends on its own bound");
+    let Err(error) = result else {
+        panic!("a silent peer is not a store")
+    };
+    assert!(
+        matches!(
+            error,
+            CqlSinkError::Session(countersink::sink::cql::SessionError::Timeout { .. })
+        ),
+        "{error}"
+    );
+    assert!(!error.is_permanent(), "serve retries it");
+    assert!(
+        started.elapsed() >= Duration::from_millis(1200),
+        "six connect timeouts"
+    );
+    held.abort();
+}

@@ -233,3 +233,36 @@ async fn schema_apply_connects_over_tls() {
     );
     server.shutdown().await.unwrap();
 }
+
+/// A contact point that accepts TCP and never answers the TLS handshake: the driver does
+/// not bound the handshake, so the session setup bound must end it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_silent_tls_peer_is_a_bounded_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = config(dir.path());
+    let pki = new_pki();
+    let silent = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    config.store.contact_points = vec![silent.local_addr().unwrap().to_string()];
+    config.store.connect_timeout = Duration::from_millis(200);
+    config.store.tls.enabled = true;
+    config.store.tls.ca_file = Some(write(dir.path(), "ca.pem", &pki.ca_pem));
+    let held = tokio::spawn(async move {
+        let mut open = Vec::new();
+        while let Ok((socket, _)) = silent.accept().await {
+            open.push(socket);
+        }
+    });
+    let engine = Engine::new(&config).unwrap();
+    let result = tokio::time::timeout(
+        Duration::from_secs(30),
+        CqlSink::connect(&config.store, engine.families()),
+    )
+    .await
+    .expect("the connect ends on its own bound");
+    match result {
+        Err(CqlSinkError::Session(countersink::sink::cql::SessionError::Timeout { .. })) => {}
+        Err(other) => panic!("expected the setup timeout, got {other}"),
+        Ok(_) => panic!("a silent peer is not a store"),
+    }
+    held.abort();
+}

@@ -32,7 +32,26 @@ pub enum SessionError {
         /// The driver's error.
         error: Box<scylla::errors::NewSessionError>,
     },
+    /// The driver neither connected nor failed in time: a contact point accepted TCP but
+    /// never finished the TLS handshake or the CQL start-up.
+    #[error(
+        "cannot connect to {contact_points}: no session after {after:?} (a contact point accepts connections but does not answer; is it a CQL port, with the TLS setting it expects?)"
+    )]
+    Timeout {
+        /// The contact points tried.
+        contact_points: String,
+        /// The bound that passed: [`SESSION_SETUP_TIMEOUTS`] times `store.connect_timeout`.
+        after: std::time::Duration,
+    },
 }
+
+/// How many `store.connect_timeout`s one session setup may take in all. The driver bounds
+/// each TCP connect by `connect_timeout` but not the TLS handshake after it nor the CQL
+/// start-up, so a peer that accepts a connection and then stays silent (a TLS port spoken
+/// to without TLS, a stalled proxy) would hold `serve`'s connect loop, and every CLI
+/// command, forever. Six leaves room for the start-up queries and the schema metadata read
+/// of a loaded cluster (30 s with the default 5 s).
+pub const SESSION_SETUP_TIMEOUTS: u32 = 6;
 
 /// The driver's consistency for a configured level.
 pub fn consistency(level: ConsistencyLevel) -> Consistency {
@@ -122,11 +141,16 @@ pub async fn connect(store: &StoreConfig) -> Result<Session, SessionError> {
         }
         (None, _) => {}
     }
-    builder
-        .build()
-        .await
-        .map_err(|error| SessionError::Connect {
+    let bound = store.connect_timeout.saturating_mul(SESSION_SETUP_TIMEOUTS);
+    match tokio::time::timeout(bound, builder.build()).await {
+        Ok(Ok(session)) => Ok(session),
+        Ok(Err(error)) => Err(SessionError::Connect {
             contact_points: store.contact_points.join(","),
             error: Box::new(error),
-        })
+        }),
+        Err(_) => Err(SessionError::Timeout {
+            contact_points: store.contact_points.join(","),
+            after: bound,
+        }),
+    }
 }
