@@ -198,7 +198,13 @@ impl Recorder {
     ///
     /// "Now" is read from a coarse clock ([`engine::now_unix_secs`]): an increment made
     /// in the first few milliseconds of a minute may be counted in the minute before.
+    ///
+    /// A name or tag a counter line could not carry (an empty name, a `:` or `|` in it, a
+    /// tag key with `:`, `,` or `|`, a value with `,` or `|`, a control character) is
+    /// refused as [`RecordError::Invalid`] and counted: the generic family's canonical tag
+    /// string could not tell such tag sets apart.
     pub fn incr(&self, name: &str, tags: &[(&str, &str)], delta: i64) -> Result<(), RecordError> {
+        self.check(name, tags)?;
         self.inner
             .engine
             .record(name, tags, delta, engine::now_unix_secs(), None)
@@ -213,9 +219,15 @@ impl Recorder {
         delta: i64,
         unix_secs: i64,
     ) -> Result<(), RecordError> {
+        self.check(name, tags)?;
         self.inner
             .engine
             .record(name, tags, delta, engine::now_unix_secs(), Some(unix_secs))
+    }
+
+    /// Refuses (and counts) a name or tags a counter line could not carry.
+    fn check(&self, name: &str, tags: &[(&str, &str)]) -> Result<(), RecordError> {
+        crate::line::check_counter(name, tags).map_err(|reason| self.inner.engine.refuse(reason))
     }
 
     /// A typed handle on one counter column of a configured family: no name look-up and

@@ -331,6 +331,13 @@ impl Engine {
             .map_err(RecordError::Dropped)
     }
 
+    /// Counts an increment refused before it was placed (a name or tags its line could
+    /// not carry), and says why.
+    pub(crate) fn refuse(&self, reason: InvalidReason) -> RecordError {
+        self.aggregator.stripe().counters().count_invalid(reason);
+        RecordError::Invalid(reason)
+    }
+
     /// Counts an increment that could not be placed, and says why.
     pub(crate) fn unplaced(&self, unplaced: Unplaced, delta: i64) -> RecordError {
         let mut stripe = self.aggregator.stripe();

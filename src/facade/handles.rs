@@ -8,7 +8,7 @@ use ::metrics::{CounterFn, GaugeFn, HistogramFn, Key};
 use crate::aggregate::{self, RowKeyRef, Slot};
 use crate::engine::{self, Engine};
 use crate::family::Target;
-use crate::line::{self, IgnoredKind, Increment, InvalidReason, Tag, Value};
+use crate::line::{self, IgnoredKind, InvalidReason};
 use crate::vocabulary::DropReason;
 
 /// Where a counter's increments go, decided once when its key is registered.
@@ -39,7 +39,7 @@ impl Place {
     /// as in `Recorder::incr`.
     pub(crate) fn of(engine: &Engine, key: &Key) -> Place {
         let pairs: Vec<(&str, &str)> = key.labels().map(|l| (l.key(), l.value())).collect();
-        if let Err(reason) = check_as_line(key.name(), &pairs) {
+        if let Err(reason) = line::check_counter(key.name(), &pairs) {
             return Place::Invalid(reason);
         }
         let mut series = Vec::new();
@@ -58,24 +58,6 @@ impl Place {
             },
         }
     }
-}
-
-/// Refuses a name or labels that a counter line could not carry: the generic family's
-/// canonical tag string (`k:v,k2:v2`) would be ambiguous with a `,` in a value or a `:`
-/// in a key, and two different label sets could then sum into one row.
-fn check_as_line(name: &str, pairs: &[(&str, &str)]) -> Result<(), InvalidReason> {
-    let tags: Vec<Tag<'_>> = pairs
-        .iter()
-        .map(|&(key, value)| Tag {
-            key,
-            value: (!value.is_empty()).then_some(value),
-        })
-        .collect();
-    let increment = Increment {
-        tags: &tags,
-        ..Increment::new(name, &[Value::Int(1)])
-    };
-    line::render(&increment, &mut Vec::new())
 }
 
 /// A registered counter: its key, the engine and where its increments go.

@@ -864,3 +864,52 @@ async fn the_final_flush_records_what_a_kill_during_it_could_lose() {
         serde_json::from_slice(&std::fs::read(dir.path().join("status.json")).unwrap()).unwrap();
     assert_eq!(after["clean"], true, "{after}");
 }
+
+/// `Recorder::incr` refuses what a counter line could not carry, as the facade does: with
+/// a `,` in a tag value, `[("a", "1,b:2")]` and `[("a", "1"), ("b", "2")]` would have the
+/// same canonical tag string and sum into one generic row.
+#[tokio::test]
+async fn recorder_refuses_names_and_tags_a_line_could_not_carry() {
+    use crate::engine::RecordError::Invalid;
+    use crate::line::InvalidReason::{BadName, BadTag, NoName};
+    let dir = tempfile::tempdir().unwrap();
+    let config = config(dir.path());
+    let sink = MemorySink::new();
+    let recorder = crate::Recorder::start(&config, sink.clone()).await.unwrap();
+    assert_eq!(
+        recorder.incr("evt", &[("a", "1,b:2")], 5),
+        Err(Invalid(BadTag))
+    );
+    assert_eq!(
+        recorder.incr("evt", &[("a:b", "1")], 5),
+        Err(Invalid(BadTag))
+    );
+    assert_eq!(
+        recorder.incr("evt", &[("a", "x|y")], 5),
+        Err(Invalid(BadTag))
+    );
+    assert_eq!(recorder.incr("evt", &[("", "1")], 5), Err(Invalid(BadTag)));
+    assert_eq!(
+        recorder.incr("evt", &[("a", "\n")], 5),
+        Err(Invalid(BadTag))
+    );
+    assert_eq!(recorder.incr("e:vt", &[], 5), Err(Invalid(BadName)));
+    assert_eq!(recorder.incr("", &[], 5), Err(Invalid(NoName)));
+    assert_eq!(
+        recorder.incr_at("evt", &[("a", "1,b:2")], 5, 1_700_000_000),
+        Err(Invalid(BadTag))
+    );
+    recorder
+        .incr("evt", &[("a", "1"), ("b", "2"), ("canary", "")], 1)
+        .unwrap();
+    let counters = recorder.engine().aggregator().counters();
+    assert_eq!(counters.invalid_for(BadTag), 6);
+    assert_eq!(counters.invalid_for(BadName), 1);
+    assert_eq!(counters.invalid_for(NoName), 1);
+    recorder.shutdown().await.unwrap();
+    assert_eq!(
+        sink.total(Granularity::Minute),
+        1,
+        "only the valid increment"
+    );
+}

@@ -131,7 +131,7 @@ mod proptests;
 #[cfg(test)]
 mod tests;
 
-pub use render::{Increment, render};
+pub use render::{Increment, check_counter, render};
 pub use tags::{Tag, Tags};
 pub(crate) use tags::{TagSpans, write_sorted};
 pub use value::{Value, Values};

@@ -81,13 +81,44 @@ pub fn render(inc: &Increment<'_>, out: &mut Vec<u8>) -> Result<(), InvalidReaso
     Ok(())
 }
 
-fn check(inc: &Increment<'_>) -> Result<(), InvalidReason> {
-    if inc.name.is_empty() {
+/// Refuses a counter name and tag pairs that a counter line could not carry, for the
+/// reason its line would be refused: the in-process APIs (`Recorder::incr`, the
+/// `metrics` facade) take names and tags as strings, and the generic family's canonical
+/// tag string (`k:v,k2:v2`) could not tell `[("a", "1,b:2")]` from `[("a", "1"),
+/// ("b", "2")]`: two different tag sets would sum into one row. An empty value is a tag
+/// without value.
+pub fn check_counter(name: &str, tags: &[(&str, &str)]) -> Result<(), InvalidReason> {
+    check_name(name)?;
+    for (key, value) in tags {
+        check_tag(key, value)?;
+    }
+    Ok(())
+}
+
+fn check_name(name: &str) -> Result<(), InvalidReason> {
+    if name.is_empty() {
         return Err(InvalidReason::NoName);
     }
-    if inc.name.contains([':', '|']) || has_control(inc.name) || inc.name.starts_with("_e{") {
+    if name.contains([':', '|']) || has_control(name) || name.starts_with("_e{") {
         return Err(InvalidReason::BadName);
     }
+    Ok(())
+}
+
+fn check_tag(key: &str, value: &str) -> Result<(), InvalidReason> {
+    if key.is_empty()
+        || key.contains([':', ',', '|'])
+        || value.contains([',', '|'])
+        || has_control(key)
+        || has_control(value)
+    {
+        return Err(InvalidReason::BadTag);
+    }
+    Ok(())
+}
+
+fn check(inc: &Increment<'_>) -> Result<(), InvalidReason> {
+    check_name(inc.name)?;
     if inc.values.is_empty() {
         return Err(InvalidReason::NoValue);
     }
@@ -102,15 +133,7 @@ fn check(inc: &Increment<'_>) -> Result<(), InvalidReason> {
         return Err(InvalidReason::BadSampleRate);
     }
     for tag in inc.tags {
-        let value = tag.value.unwrap_or("");
-        if tag.key.is_empty()
-            || tag.key.contains([':', ',', '|'])
-            || value.contains([',', '|'])
-            || has_control(tag.key)
-            || has_control(value)
-        {
-            return Err(InvalidReason::BadTag);
-        }
+        check_tag(tag.key, tag.value.unwrap_or(""))?;
     }
     if inc.timestamp.is_some_and(|t| t < 1) {
         return Err(InvalidReason::BadTimestamp);
