@@ -20,7 +20,7 @@ pub(super) async fn run(args: ServeArgs) -> Result<(), Failure> {
 /// `strict` a refusal to start. A figure that cannot be read is a warning either way.
 pub(super) fn check_state_room(config: &Config, strict: bool) -> Result<(), Failure> {
     let dir = &config.state.dir;
-    let bound = StateBound::of(&config.state, config.limits.max_pending_bytes as u64);
+    let bound = super::state_size::state_bound(config);
     let (free, used) = match (bound::free_bytes(dir), bound::used_bytes(dir)) {
         (Ok(free), Ok(used)) => (free, used),
         (Err(error), _) | (_, Err(error)) => {

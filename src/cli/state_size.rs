@@ -16,10 +16,27 @@ pub(super) struct StateSizeArgs {
     /// Config file (`[state]` and `limits.max_pending_bytes` set the bound).
     #[arg(long, env = "COUNTERSINK_CONFIG", value_name = "FILE")]
     config: Option<PathBuf>,
-    /// One JSON object: `spill`, `logs`, `journal`, `small_files`, `total` (bytes), and
+    /// One JSON object: `spill`, `logs`, `journal`, `small_files`, `otlp_streams`, `total`
+    /// (bytes), and
     /// `free` (bytes free on the directory's filesystem, null where unknown).
     #[arg(long)]
     json: bool,
+}
+
+/// The bound of the configuration's state directory. The same for a sidecar's, a
+/// `Recorder`'s and a driver wrapper's directory (they share the outcome logs, and each
+/// spills within `state.max_spill_bytes`), plus the OTLP stream table when a receiver
+/// is on.
+pub(super) fn state_bound(config: &Config) -> StateBound {
+    let bound = StateBound::of(&config.state, config.limits.max_pending_bytes as u64);
+    let ingest = &config.ingest;
+    if ingest.otlp_grpc.enabled || ingest.otlp_http.enabled {
+        bound.with_otlp_streams(crate::ingest::otlp::persist::max_file_bytes(
+            ingest.otlp.max_streams,
+        ))
+    } else {
+        bound
+    }
 }
 
 /// Prints the bound, and the room the directory's filesystem has now.
@@ -28,10 +45,7 @@ pub(super) fn run(args: StateSizeArgs) -> Result<(), Failure> {
         Some(path) => Config::from_file(path).map_err(Failure::usage)?,
         None => Config::default(),
     };
-    let pending = config.limits.max_pending_bytes as u64;
-    // The same bound for a sidecar's, a `Recorder`'s and a driver wrapper's directory:
-    // they share the outcome logs, and each spills within `state.max_spill_bytes`.
-    let bound = StateBound::of(&config.state, pending);
+    let bound = state_bound(&config);
     let free = bound::free_bytes(&config.state.dir).ok();
     if args.json {
         println!(
@@ -42,6 +56,7 @@ pub(super) fn run(args: StateSizeArgs) -> Result<(), Failure> {
                 "logs": bound.logs,
                 "journal": bound.journal,
                 "small_files": bound.small_files,
+                "otlp_streams": bound.otlp_streams,
                 "total": bound.total(),
                 "free": free,
             })
@@ -50,13 +65,14 @@ pub(super) fn run(args: StateSizeArgs) -> Result<(), Failure> {
     }
     let mib = |bytes: u64| format!("{:.1} MiB", bytes as f64 / (1 << 20) as f64);
     println!(
-        "{}: at most {} (spill {}, outcome logs {}, journal {}, small files {})",
+        "{}: at most {} (spill {}, outcome logs {}, journal {}, small files {}, OTLP streams {})",
         config.state.dir.display(),
         mib(bound.total()),
         mib(bound.spill),
         mib(bound.logs),
         mib(bound.journal),
-        mib(bound.small_files)
+        mib(bound.small_files),
+        mib(bound.otlp_streams)
     );
     match free {
         Some(free) => println!("its filesystem has {} free now", mib(free)),

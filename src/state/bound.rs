@@ -8,6 +8,7 @@
 //! | outcome logs (`unknown`, `rejected`: the current file and `state.max_log_files` rotated ones each) | 2 × (`max_log_files` + 1) × `max_log_bytes` |
 //! | the journal (zero-filled to 4 MiB; grows to the largest group: one flush chunk's intents and answers, a chunk's writes being a quarter of `limits.max_pending_bytes`) | 4 MiB + `max_pending_bytes` / 2 |
 //! | small files (identity, status, cursors, marks, `ledger_pending.jsonl`, torn lines) | 1 MiB |
+//! | with an OTLP receiver on, the cumulative stream table (`otlp_streams.bin`, its temporary file while it is replaced, and one `otlp_streams.corrupt` set aside) | 3 × (44 + 40 × `ingest.otlp.max_streams`) |
 //!
 //! A driver wrapper's directory has the same bound: its records go to the same two
 //! outcome logs, its rows to its own spill (`wrapper_spill.jsonl`) within
@@ -41,6 +42,8 @@ pub struct StateBound {
     pub journal: u64,
     /// Everything else.
     pub small_files: u64,
+    /// The OTLP cumulative stream table's files (0 without an OTLP receiver).
+    pub otlp_streams: u64,
 }
 
 impl StateBound {
@@ -56,6 +59,17 @@ impl StateBound {
             logs: logs.saturating_mul(per_log),
             journal: JOURNAL_FLOOR.saturating_add(max_pending_bytes / 2),
             small_files: SMALL_FILES,
+            otlp_streams: 0,
+        }
+    }
+
+    /// The bound with an OTLP receiver on, whose stream table file takes at most
+    /// `file_bytes`: the file, its temporary copy while it is replaced, and one file set
+    /// aside as corrupt.
+    pub fn with_otlp_streams(self, file_bytes: u64) -> StateBound {
+        StateBound {
+            otlp_streams: file_bytes.saturating_mul(3),
+            ..self
         }
     }
 
@@ -65,6 +79,7 @@ impl StateBound {
             .saturating_add(self.logs)
             .saturating_add(self.journal)
             .saturating_add(self.small_files)
+            .saturating_add(self.otlp_streams)
     }
 }
 
@@ -162,6 +177,13 @@ mod tests {
         assert_eq!(bound.logs, 288 * MIB);
         assert_eq!(bound.journal, 20 * MIB);
         assert_eq!(bound.total(), 821 * MIB);
+        let otlp = bound.with_otlp_streams(4 * MIB);
+        assert_eq!(
+            otlp.otlp_streams,
+            12 * MIB,
+            "file, temporary copy, corrupt copy"
+        );
+        assert_eq!(otlp.total(), 833 * MIB);
         let huge = StateBound::of(&state(u64::MAX, u64::MAX, u32::MAX), u64::MAX);
         assert_eq!(huge.total(), u64::MAX, "saturates, never wraps");
     }

@@ -88,12 +88,35 @@ fn serve_strict_refuses_a_state_directory_too_small_for_the_configuration() {
     assert_eq!(sizes["spill"].as_u64(), Some(PIB));
     assert_eq!(
         total,
-        ["spill", "logs", "journal", "small_files"]
+        ["spill", "logs", "journal", "small_files", "otlp_streams"]
             .iter()
             .map(|part| sizes[part].as_u64().unwrap())
             .sum::<u64>()
     );
     assert!(free < total, "no disk here holds a PiB: {sizes}");
+    assert_eq!(sizes["otlp_streams"].as_u64(), Some(0), "no OTLP receiver");
+    // With a receiver on, the stream table's file counts: itself, its temporary copy
+    // while it is replaced, and one set aside as corrupt.
+    let otlp = dir.path().join("otlp.toml");
+    std::fs::write(
+        &otlp,
+        format!(
+            "[state]\ndir = \"{}\"\n[ingest.otlp_http]\nenabled = true\n[ingest.otlp]\nmax_streams = 1000\n",
+            dir.path().join("state").display()
+        ),
+    )
+    .unwrap();
+    let with_otlp: serde_json::Value = serde_json::from_str(&cli_stdout([
+        "state-size",
+        "--config",
+        otlp.to_str().unwrap(),
+        "--json",
+    ]))
+    .unwrap();
+    assert_eq!(
+        with_otlp["otlp_streams"].as_u64(),
+        Some(3 * (44 + 40 * 1000))
+    );
     let out = run_cli([
         "serve",
         "--config",

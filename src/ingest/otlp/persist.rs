@@ -36,6 +36,12 @@ const HEADER: usize = 8 + 16 + 8 + 8;
 const ENTRY: usize = 40;
 const TRAILER: usize = 4;
 
+/// The most bytes the file takes with a table of at most `max_streams` streams.
+pub fn max_file_bytes(max_streams: usize) -> u64 {
+    let entries = (max_streams as u64).saturating_mul(ENTRY as u64);
+    entries.saturating_add((HEADER + TRAILER) as u64)
+}
+
 /// What the state directory held at start.
 #[derive(Debug)]
 pub enum Loaded {
