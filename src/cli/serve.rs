@@ -2,7 +2,7 @@
 
 use crate::config::Config;
 use crate::sidecar::Sidecar;
-use crate::state::bound::{self, StateBound};
+use crate::state::bound;
 
 use super::args::ServeArgs;
 use super::{Failure, logging};
