@@ -148,21 +148,25 @@ pub enum Transport {
     OtlpHttp,
     /// OTLP metrics over gRPC.
     OtlpGrpc,
+    /// The HTTP increment API (`POST /v1/increments`).
+    Http,
 }
 
 impl Transport {
     /// Every transport, in label order.
-    pub const ALL: [Transport; 6] = [
+    pub const ALL: [Transport; 7] = [
         Transport::Udp,
         Transport::UnixDatagram,
         Transport::UnixStream,
         Transport::Tcp,
         Transport::OtlpHttp,
         Transport::OtlpGrpc,
+        Transport::Http,
     ];
 
-    /// The metric label value: `udp`, `uds`, `uds_stream`, `tcp`, `otlp_http` or
-    /// `otlp_grpc` (the names of the CLI flags and config sections, with `_` for `-`).
+    /// The metric label value: `udp`, `uds`, `uds_stream`, `tcp`, `otlp_http`,
+    /// `otlp_grpc` or `http` (the names of the CLI flags and config sections, with `_` for
+    /// `-`).
     pub const fn as_str(self) -> &'static str {
         match self {
             Transport::Udp => "udp",
@@ -171,6 +175,7 @@ impl Transport {
             Transport::Tcp => "tcp",
             Transport::OtlpHttp => "otlp_http",
             Transport::OtlpGrpc => "otlp_grpc",
+            Transport::Http => "http",
         }
     }
 
@@ -186,7 +191,8 @@ impl Transport {
             Transport::Udp
             | Transport::UnixDatagram
             | Transport::OtlpHttp
-            | Transport::OtlpGrpc => false,
+            | Transport::OtlpGrpc
+            | Transport::Http => false,
             Transport::UnixStream | Transport::Tcp => true,
         }
     }
@@ -200,6 +206,7 @@ impl Transport {
             Transport::Tcp => "TCP",
             Transport::OtlpHttp => "OTLP/HTTP",
             Transport::OtlpGrpc => "OTLP/gRPC",
+            Transport::Http => "HTTP increments",
         }
     }
 }

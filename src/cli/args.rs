@@ -99,6 +99,10 @@ pub(super) struct ServeArgs {
     /// address when on is 127.0.0.1:4317].
     #[arg(long = "otlp-grpc", env = "COUNTERSINK_OTLP_GRPC", value_name = "ADDR", value_parser = listen)]
     pub(super) otlp_grpc: Option<Listen>,
+    /// HTTP address of the increment API (`POST /v1/increments`), or `off` [default: off;
+    /// the address when on is 127.0.0.1:9103].
+    #[arg(long = "http", env = "COUNTERSINK_HTTP", value_name = "ADDR", value_parser = listen)]
+    pub(super) http: Option<Listen>,
     /// HTTP address of /metrics, /healthz and /readyz, or `off` [default: 127.0.0.1:9102].
     #[arg(long, env = "COUNTERSINK_METRICS", value_name = "ADDR", value_parser = listen)]
     pub(super) metrics: Option<Listen>,
@@ -175,6 +179,12 @@ impl ServeArgs {
             config.ingest.otlp_grpc.enabled = otlp.is_some();
             if let Some(addr) = otlp {
                 config.ingest.otlp_grpc.listen = addr;
+            }
+        }
+        if let Some(Listen(http)) = self.http {
+            config.ingest.http.enabled = http.is_some();
+            if let Some(addr) = http {
+                config.ingest.http.listen = addr;
             }
         }
         if let Some(Listen(metrics)) = self.metrics {

@@ -69,6 +69,46 @@ pub struct IngestConfig {
     pub otlp_grpc: OtlpGrpcConfig,
     /// How OTLP metrics become increments (both OTLP receivers).
     pub otlp: OtlpConfig,
+    /// The HTTP increment API (`POST /v1/increments`). Off by default.
+    pub http: HttpApiConfig,
+}
+
+/// `[ingest.http]`: the HTTP increment API, `POST /v1/increments` with a JSON array or
+/// NDJSON of increments and an optional `Idempotency-Key`.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct HttpApiConfig {
+    /// Whether to listen. Defaults to `false`, in `serve` and `dev` alike.
+    pub enabled: bool,
+    /// Address to listen on, `"IP:PORT"`. Defaults to `"127.0.0.1:9103"`. Anyone who can
+    /// connect can add to counters in the database: open it wider only behind a firewall.
+    #[serde(deserialize_with = "super::listen::deserialize_required")]
+    pub listen: SocketAddr,
+    /// Largest request body accepted, in bytes; a larger one gets 413 and is counted as
+    /// `oversized`. Defaults to 4194304 (4 MiB).
+    pub max_request_bytes: usize,
+    /// Most increments in one request; more get 400, nothing applied. Defaults to 10000.
+    pub max_items: usize,
+    /// How long the answer to a request with an `Idempotency-Key` is kept: the same key
+    /// and body within it get that answer again, applying nothing. Defaults to `"10m"`.
+    #[serde(with = "super::duration")]
+    pub idempotency_window: Duration,
+    /// Most keys whose answer is kept; past it the oldest is forgotten early (counted in
+    /// `countersink_idempotency_keys_total{result="evicted"}`). Defaults to 100000.
+    pub max_idempotency_keys: usize,
+}
+
+impl Default for HttpApiConfig {
+    fn default() -> Self {
+        HttpApiConfig {
+            enabled: false,
+            listen: SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), 9103),
+            max_request_bytes: DEFAULT_OTLP_MAX_REQUEST_BYTES,
+            max_items: 10_000,
+            idempotency_window: Duration::from_secs(600),
+            max_idempotency_keys: 100_000,
+        }
+    }
 }
 
 /// One OTLP receiver's section; `$port` is its protocol's port, the default of `listen`.
@@ -418,6 +458,19 @@ impl IngestConfig {
             self.otlp_grpc.max_request_bytes,
             1024,
             MAX_OTLP_REQUEST_LIMIT,
+        )?;
+        check_range(
+            "http.max_request_bytes",
+            self.http.max_request_bytes,
+            1024,
+            MAX_OTLP_REQUEST_LIMIT,
+        )?;
+        check_range("http.max_items", self.http.max_items, 1, 1_000_000)?;
+        check_range(
+            "http.max_idempotency_keys",
+            self.http.max_idempotency_keys,
+            1,
+            10_000_000,
         )?;
         check_range(
             "otlp.max_streams",

@@ -48,10 +48,12 @@
 //! threads are joined. Stream connections waiting in the listen backlog are accepted and
 //! drained too.
 
+mod async_listener;
 pub mod client;
 mod datagram;
 mod error;
 mod framing;
+pub mod http_api;
 mod lines;
 #[cfg(feature = "otlp")]
 pub mod otlp;
@@ -77,8 +79,8 @@ pub use error::{ListenError, Step};
 pub use receivers::{Address, Listening, Receivers};
 pub use start::{Kept, start, start_keeping};
 pub use stats::{
-    IngestSnapshot, IngestStats, OTLP_DROP_REASONS, OTLP_IGNORED_KINDS, OtlpSnapshot,
-    TransportSnapshot,
+    IDEMPOTENCY_RESULTS, IngestSnapshot, IngestStats, OTLP_DROP_REASONS, OTLP_IGNORED_KINDS,
+    OtlpSnapshot, TransportSnapshot,
 };
 pub use unix_datagram::{ADVISED_QLEN, RAISE_QLEN, max_dgram_qlen};
 

@@ -56,6 +56,7 @@ where
     unix_datagram::start(config, &mut receivers, &factory)?;
     unix_stream::start(config, &mut receivers, &factory)?;
     tcp::start(config, &mut receivers, &factory)?;
+    super::http_api::start(config, &mut receivers, &factory)?;
     #[cfg(feature = "otlp")]
     super::otlp::start(config, kept.otlp_streams, &mut receivers, &factory)?;
     #[cfg(not(feature = "otlp"))]

@@ -27,7 +27,16 @@ pub struct IngestStats {
     by_transport: [CachePadded<TransportStats>; Transport::ALL.len()],
     /// The OTLP receivers' point counters (both transports).
     pub(super) otlp: OtlpStats,
+    /// What became of `Idempotency-Key`s at the HTTP increment API, by the index of
+    /// [`IDEMPOTENCY_RESULTS`].
+    pub(super) idempotency: [AtomicU64; IDEMPOTENCY_RESULTS.len()],
 }
+
+/// Labels of `countersink_idempotency_keys_total{result}`: a request applied under a new
+/// key, an answer replayed, a key in flight (409), a key answered for another body (422),
+/// an answer forgotten early to stay within `ingest.http.max_idempotency_keys`.
+pub const IDEMPOTENCY_RESULTS: [&str; 5] =
+    ["applied", "replayed", "in_flight", "other_body", "evicted"];
 
 /// Points by what became of them, in the OTLP receivers (both transports share one
 /// cumulative stream table).
@@ -113,6 +122,16 @@ impl IngestStats {
             state_corrupt: o.state_corrupt.load(Relaxed),
             state_save_errors: o.state_save_errors.load(Relaxed),
         }
+    }
+
+    /// A copy of the `Idempotency-Key` counters, in [`IDEMPOTENCY_RESULTS`] order.
+    pub fn idempotency(&self) -> [u64; IDEMPOTENCY_RESULTS.len()] {
+        self.idempotency.each_ref().map(|c| c.load(Relaxed))
+    }
+
+    /// Counts one `Idempotency-Key` result (an index of [`IDEMPOTENCY_RESULTS`]).
+    pub(super) fn count_idempotency(&self, result: usize, n: u64) {
+        self.idempotency[result].fetch_add(n, Relaxed);
     }
 
     /// A copy of every transport's counters.

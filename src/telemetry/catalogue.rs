@@ -244,7 +244,7 @@ pub const RECEIVE_ERRORS: MetricDef = MetricDef {
 /// `countersink_packets_dropped_total{transport, reason}` (sidecar).
 pub const PACKETS_DROPPED: MetricDef = MetricDef {
     name: "countersink_packets_dropped_total",
-    help: "Packets lost before parsing, by transport and reason: truncated (datagram over 64 KiB), oversized (stream message, line or OTLP request over the limit), partial (a stream connection ended inside a message or line), kernel (the socket's receive queue overflowed), malformed (an OTLP body that does not decode or decompress), unsupported (an OTLP content type or encoding), busy (an OTLP request refused with a retry status because the buffer was near its limits).",
+    help: "Packets lost before parsing, by transport and reason: truncated (datagram over 64 KiB), oversized (stream message, line or OTLP request over the limit), partial (a stream connection ended inside a message or line), kernel (the socket's receive queue overflowed), malformed (an OTLP body that does not decode or decompress, an HTTP increment request that is not increments), unsupported (an OTLP or HTTP increment API content type or encoding), busy (an OTLP or HTTP increment request refused with a retry status because the buffer was near its limits).",
     labels: &["transport", "reason"],
 };
 /// `countersink_otlp_points_dropped_total{reason}` (sidecar).
@@ -258,6 +258,12 @@ pub const OTLP_POINTS_IGNORED: MetricDef = MetricDef {
     name: "countersink_otlp_points_ignored_total",
     help: "OTLP points of metric kinds that are not counters, by kind: gauge, histogram, exponential_histogram, summary, empty (a metric without data).",
     labels: &["kind"],
+};
+/// `countersink_idempotency_keys_total{result}` (sidecar).
+pub const IDEMPOTENCY_KEYS: MetricDef = MetricDef {
+    name: "countersink_idempotency_keys_total",
+    help: "Requests with an Idempotency-Key at the HTTP increment API, by result: applied (a new key), replayed (the kept answer sent again, nothing applied), in_flight (409), other_body (422), and evicted (an answer forgotten before its window to stay within ingest.http.max_idempotency_keys).",
+    labels: &["result"],
 };
 /// `countersink_otlp_streams` (sidecar).
 pub const OTLP_STREAMS: MetricDef = MetricDef {
@@ -398,7 +404,7 @@ pub const ENGINE_METRICS: [MetricDef; 25] = [
 ];
 
 /// What the sidecar's receivers export besides.
-pub const INGEST_METRICS: [MetricDef; 16] = [
+pub const INGEST_METRICS: [MetricDef; 17] = [
     PACKETS_RECEIVED,
     RECEIVED_BYTES,
     RECEIVE_ERRORS,
@@ -415,6 +421,7 @@ pub const INGEST_METRICS: [MetricDef; 16] = [
     OTLP_STREAM_EVICTIONS,
     OTLP_STREAMS_RESTORED,
     OTLP_STREAM_STATE_ERRORS,
+    IDEMPOTENCY_KEYS,
 ];
 
 /// What the sidecar exports about the counter tables and the operator jobs.

@@ -7,7 +7,7 @@ use prometheus::core::{Collector, Desc};
 use prometheus::proto::MetricFamily;
 use prometheus::{IntCounter, IntCounterVec, IntGauge, IntGaugeVec};
 
-use crate::ingest::{IngestStats, OTLP_DROP_REASONS, OTLP_IGNORED_KINDS};
+use crate::ingest::{IDEMPOTENCY_RESULTS, IngestStats, OTLP_DROP_REASONS, OTLP_IGNORED_KINDS};
 
 use super::catalogue;
 use crate::vocabulary::Transport;
@@ -36,10 +36,11 @@ struct IngestSeries {
     otlp_evicted: IntCounter,
     otlp_restored: IntGauge,
     otlp_state_errors: IntCounterVec,
+    idempotency: IntCounterVec,
 }
 
 impl IngestSeries {
-    fn all(&self) -> [&dyn Collector; 16] {
+    fn all(&self) -> [&dyn Collector; 17] {
         [
             &self.packets,
             &self.bytes,
@@ -57,6 +58,7 @@ impl IngestSeries {
             &self.otlp_evicted,
             &self.otlp_restored,
             &self.otlp_state_errors,
+            &self.idempotency,
         ]
     }
 }
@@ -81,6 +83,7 @@ impl IngestCollector {
             otlp_evicted: catalogue::OTLP_STREAM_EVICTIONS.int_counter(),
             otlp_restored: catalogue::OTLP_STREAMS_RESTORED.int_gauge(),
             otlp_state_errors: catalogue::OTLP_STREAM_STATE_ERRORS.int_counter_vec(),
+            idempotency: catalogue::IDEMPOTENCY_KEYS.int_counter_vec(),
         };
         let descs = families
             .all()
@@ -112,8 +115,12 @@ impl Collector for IngestCollector {
             &f.otlp_dropped,
             &f.otlp_ignored,
             &f.otlp_state_errors,
+            &f.idempotency,
         ] {
             c.reset();
+        }
+        for (result, n) in IDEMPOTENCY_RESULTS.iter().zip(self.stats.idempotency()) {
+            f.idempotency.with_label_values(&[*result]).inc_by(n);
         }
         let otlp = self.stats.otlp();
         for (reason, n) in OTLP_DROP_REASONS.iter().zip(otlp.dropped) {

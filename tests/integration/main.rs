@@ -15,6 +15,7 @@ mod docs;
 mod epochs;
 #[cfg(feature = "metrics-facade")]
 mod facade;
+mod http_api;
 mod layers;
 mod mapping;
 mod operations;

@@ -1,0 +1,383 @@
+//! The HTTP increment API: `POST /v1/increments` on its own listener (`[ingest.http]`,
+//! loopback by default), for clients that want an answer per request rather than
+//! datagrams: a JSON array (`application/json`) or NDJSON (`application/x-ndjson`) of
+//! increments (see [`body`]), mapped onto families exactly as StatsD lines are.
+//!
+//! | module | job |
+//! | --- | --- |
+//! | [`body`] | the body: framing, items, the checks a StatsD line gets, the offending index |
+//! | [`idempotency`] | the `Idempotency-Key` table, bounded by age and count |
+//!
+//! Answers:
+//!
+//! | status | when | applied |
+//! |---|---|---|
+//! | 200 `{"accepted", "refused", "refused_items"}` | the request was applied; `refused` increments were dropped by a limit, the time window or an unconfigured name (counted like a line's), `refused_items` their first 100 indices | the accepted ones |
+//! | 400 `{"error", "index"}` | a body that does not read, or an item that is not an increment (its index) | nothing |
+//! | 409 | a request with the same `Idempotency-Key` is being applied | nothing |
+//! | 413 | a body over `max_request_bytes` | nothing |
+//! | 415 | another content type | nothing |
+//! | 422 | the `Idempotency-Key` was answered for another body | nothing |
+//! | 429 with `Retry-After` | the buffer is near its limits | nothing |
+//!
+//! A 200 means the increments are in the buffer, like a datagram received: a crash before
+//! the next flush loses them (the README's loss windows). A client that retries a request
+//! whose answer it did not get counts it twice, unless it sends an `Idempotency-Key`: the
+//! same key and body within `idempotency_window` are answered with the first answer
+//! (`Idempotent-Replayed: true`) and applied once. Keys live in memory: a restart forgets
+//! them.
+
+pub mod body;
+pub mod idempotency;
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering::Relaxed;
+use std::time::Instant;
+
+use axum::Router;
+use axum::body::{Body, Bytes};
+use axum::extract::State;
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::post;
+use axum::serve::ListenerExt;
+use parking_lot::Mutex;
+
+use self::body::{BadBody, Framing, Item};
+use self::idempotency::{Begin, Idempotency, Kept};
+use super::async_listener::{self, Stopped};
+use super::receivers::{Address, Receivers};
+use super::stats::IngestStats;
+use super::{ListenError, PacketHandler, Recorded, Step};
+use crate::config::ingest::{HttpApiConfig, IngestConfig};
+use crate::vocabulary::Transport;
+
+/// The path increments are posted to.
+pub const PATH: &str = "/v1/increments";
+
+/// The header that makes a request idempotent.
+pub const IDEMPOTENCY_KEY: &str = "idempotency-key";
+
+/// The header on a replayed answer.
+pub const REPLAYED: &str = "idempotent-replayed";
+
+/// What a client is told to wait before retrying a request refused as busy (seconds).
+const RETRY_AFTER_SECS: u64 = 2;
+
+/// Longest `Idempotency-Key` accepted, in bytes.
+const MAX_KEY_BYTES: usize = 255;
+
+/// Most refused indices listed in an answer.
+const MAX_LISTED: usize = 100;
+
+const TRANSPORT: Transport = Transport::Http;
+
+/// Starts the listener when `[ingest.http]` enables it.
+pub(super) fn start<F, H>(
+    config: &IngestConfig,
+    receivers: &mut Receivers,
+    factory: &Arc<F>,
+) -> Result<(), ListenError>
+where
+    F: Fn(Transport) -> H + Send + Sync + 'static,
+    H: PacketHandler,
+{
+    let http = &config.http;
+    if !http.enabled {
+        return Ok(());
+    }
+    let listener = async_listener::bind(TRANSPORT, http.listen)?;
+    let local = listener
+        .local_addr()
+        .map_err(|e| ListenError::io(TRANSPORT, http.listen.to_string(), Step::Inspect, e))?;
+    receivers.listen(TRANSPORT, Address::Inet(local));
+    let shared = Arc::new(Shared::new(
+        factory(TRANSPORT),
+        http,
+        receivers.shared_stats(),
+    ));
+    let stop = receivers.stop_flag();
+    receivers.spawn(
+        TRANSPORT,
+        &http.listen.to_string(),
+        "cs-http".into(),
+        move || {
+            async_listener::serve(TRANSPORT, listener, stop, |listener, stopped| {
+                serve(listener, shared, stopped)
+            });
+        },
+    )?;
+    tracing::info!(address = %local, "Listening for increments over HTTP (POST {PATH}).");
+    Ok(())
+}
+
+async fn serve<H: PacketHandler>(
+    listener: tokio::net::TcpListener,
+    shared: Arc<Shared<H>>,
+    stopped: Stopped,
+) -> std::io::Result<()> {
+    let app = Router::new()
+        .route(PATH, post(increments::<H>))
+        .with_state(shared);
+    // Replies go out at once rather than waiting on the client's delayed ACK (Nagle).
+    let listener = listener.tap_io(|tcp| {
+        if let Err(error) = tcp.set_nodelay(true) {
+            tracing::debug!(%error, "Could not set TCP_NODELAY on an HTTP connection.");
+        }
+    });
+    axum::serve(listener, app)
+        .with_graceful_shutdown(stopped)
+        .await
+}
+
+/// What the listener's requests share.
+struct Shared<H> {
+    handler: Mutex<H>,
+    keys: Mutex<Idempotency>,
+    stats: Arc<IngestStats>,
+    max_request_bytes: usize,
+    max_items: usize,
+}
+
+impl<H: PacketHandler> Shared<H> {
+    fn new(handler: H, config: &HttpApiConfig, stats: Arc<IngestStats>) -> Shared<H> {
+        Shared {
+            handler: Mutex::new(handler),
+            keys: Mutex::new(Idempotency::new(
+                config.idempotency_window,
+                config.max_idempotency_keys,
+            )),
+            stats,
+            max_request_bytes: config.max_request_bytes,
+            max_items: config.max_items,
+        }
+    }
+
+    /// Applies checked items; the answer and whether anything was applied.
+    fn apply(&self, items: &[Item]) -> Applied {
+        let mut handler = self.handler.lock();
+        if handler.busy() {
+            self.stats.get(TRANSPORT).busy.fetch_add(1, Relaxed);
+            return Applied::Busy;
+        }
+        let mut refused = Vec::new();
+        for (index, item) in items.iter().enumerate() {
+            let recorded =
+                handler.record(&item.name, &item.tag_pairs(), item.value, item.timestamp);
+            if recorded == Recorded::Refused {
+                refused.push(index);
+            }
+        }
+        Applied::Done {
+            accepted: items.len() - refused.len(),
+            refused,
+        }
+    }
+
+    /// Counts `n` requests with a key under `result` (a label of
+    /// [`super::IDEMPOTENCY_RESULTS`]).
+    fn count_idempotency(&self, result: &str, n: u64) {
+        if let Some(index) = super::IDEMPOTENCY_RESULTS.iter().position(|r| *r == result)
+            && n > 0
+        {
+            self.stats.count_idempotency(index, n);
+        }
+    }
+}
+
+/// What applying a request did.
+enum Applied {
+    /// Nothing: the buffer is near its limits.
+    Busy,
+    /// Every item is in the buffer or counted as refused.
+    Done {
+        accepted: usize,
+        refused: Vec<usize>,
+    },
+}
+
+async fn increments<H: PacketHandler>(
+    State(shared): State<Arc<Shared<H>>>,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    let stats = shared.stats.get(TRANSPORT);
+    let Some(framing) = framing(&headers) else {
+        stats.packets.fetch_add(1, Relaxed);
+        stats.unsupported.fetch_add(1, Relaxed);
+        return error(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "content type must be application/json (an array) or application/x-ndjson",
+            None,
+        );
+    };
+    let body = match axum::body::to_bytes(body, shared.max_request_bytes).await {
+        Ok(body) => body,
+        Err(read) => {
+            stats.packets.fetch_add(1, Relaxed);
+            let too_large = std::error::Error::source(&read)
+                .is_some_and(|e| e.is::<http_body_util::LengthLimitError>());
+            if too_large {
+                stats.oversized.fetch_add(1, Relaxed);
+                let message = format!("request body over {} bytes", shared.max_request_bytes);
+                return error(StatusCode::PAYLOAD_TOO_LARGE, &message, None);
+            }
+            stats.malformed.fetch_add(1, Relaxed);
+            return error(
+                StatusCode::BAD_REQUEST,
+                "the request body could not be read",
+                None,
+            );
+        }
+    };
+    stats.packets.fetch_add(1, Relaxed);
+    stats.bytes.fetch_add(body.len() as u64, Relaxed);
+    let key = match idempotency_key(&headers) {
+        Ok(key) => key,
+        Err(message) => return error(StatusCode::BAD_REQUEST, message, None),
+    };
+    if let Some(key) = &key {
+        let begun = shared.keys.lock().begin(key, &body, Instant::now());
+        match begun {
+            Begin::Apply => {}
+            Begin::Replay(kept) => {
+                shared.count_idempotency("replayed", 1);
+                let mut response = json(status(kept.status), Bytes::from(kept.body));
+                response
+                    .headers_mut()
+                    .insert(REPLAYED, HeaderValue::from_static("true"));
+                return response;
+            }
+            Begin::InFlight => {
+                shared.count_idempotency("in_flight", 1);
+                return error(
+                    StatusCode::CONFLICT,
+                    "a request with this Idempotency-Key is being applied",
+                    None,
+                );
+            }
+            Begin::OtherBody => {
+                shared.count_idempotency("other_body", 1);
+                return error(
+                    StatusCode::UNPROCESSABLE_ENTITY,
+                    "this Idempotency-Key was used for another request body",
+                    None,
+                );
+            }
+        }
+    }
+    let (response, kept) = answer(&shared, &body, framing);
+    if let Some(key) = &key {
+        let mut keys = shared.keys.lock();
+        let evicted = keys.evicted();
+        if kept.is_some() {
+            shared.count_idempotency("applied", 1);
+        }
+        keys.finish(key, kept, Instant::now());
+        shared.count_idempotency("evicted", keys.evicted() - evicted);
+    }
+    response
+}
+
+/// Reads, checks and applies a body: the response, and the answer to keep for its
+/// `Idempotency-Key` when something was applied.
+fn answer<H: PacketHandler>(
+    shared: &Shared<H>,
+    body: &[u8],
+    framing: Framing,
+) -> (Response, Option<Kept>) {
+    let items = match body::parse(body, framing, shared.max_items) {
+        Ok(items) => items,
+        Err(bad) => {
+            shared.stats.get(TRANSPORT).malformed.fetch_add(1, Relaxed);
+            return (bad_body(&bad), None);
+        }
+    };
+    match shared.apply(&items) {
+        Applied::Busy => {
+            let mut response = error(
+                StatusCode::TOO_MANY_REQUESTS,
+                "the buffer is near its limits; nothing was applied, retry later",
+                None,
+            );
+            response
+                .headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from(RETRY_AFTER_SECS));
+            (response, None)
+        }
+        Applied::Done { accepted, refused } => {
+            let listed = &refused[..refused.len().min(MAX_LISTED)];
+            let text = serde_json::json!({
+                "accepted": accepted,
+                "refused": refused.len(),
+                "refused_items": listed,
+            })
+            .to_string();
+            let kept = Kept {
+                status: 200,
+                body: text.clone().into_bytes(),
+            };
+            (json(StatusCode::OK, Bytes::from(text)), Some(kept))
+        }
+    }
+}
+
+/// The body's framing from its content type; `None` for another type.
+fn framing(headers: &HeaderMap) -> Option<Framing> {
+    let value = headers.get(header::CONTENT_TYPE)?.to_str().ok()?;
+    let media = value.split(';').next()?.trim().to_ascii_lowercase();
+    match media.as_str() {
+        "application/json" => Some(Framing::JsonArray),
+        "application/x-ndjson" | "application/ndjson" | "application/jsonl" => {
+            Some(Framing::Ndjson)
+        }
+        _ => None,
+    }
+}
+
+/// The request's `Idempotency-Key` (a structured-field string, quotes optional), if any.
+fn idempotency_key(headers: &HeaderMap) -> Result<Option<String>, &'static str> {
+    let Some(value) = headers.get(IDEMPOTENCY_KEY) else {
+        return Ok(None);
+    };
+    let text = value
+        .to_str()
+        .map_err(|_| "the Idempotency-Key must be visible ASCII")?
+        .trim();
+    let key = text
+        .strip_prefix('"')
+        .and_then(|t| t.strip_suffix('"'))
+        .unwrap_or(text);
+    if key.is_empty() || key.len() > MAX_KEY_BYTES {
+        return Err("the Idempotency-Key must be 1 to 255 characters");
+    }
+    Ok(Some(key.to_owned()))
+}
+
+fn status(code: u16) -> StatusCode {
+    StatusCode::from_u16(code).unwrap_or(StatusCode::OK)
+}
+
+fn json(status: StatusCode, body: Bytes) -> Response {
+    (
+        status,
+        [(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        )],
+        body,
+    )
+        .into_response()
+}
+
+fn error(status: StatusCode, message: &str, index: Option<usize>) -> Response {
+    let body = match index {
+        Some(index) => serde_json::json!({ "error": message, "index": index }),
+        None => serde_json::json!({ "error": message }),
+    };
+    json(status, Bytes::from(body.to_string()))
+}
+
+fn bad_body(bad: &BadBody) -> Response {
+    error(StatusCode::BAD_REQUEST, &bad.message, bad.index)
+}

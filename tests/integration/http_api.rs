@@ -1,0 +1,159 @@
+//! The HTTP increment API end to end: a JSON array and NDJSON land exactly, a bad item
+//! refuses its whole request naming its index, an `Idempotency-Key` makes a retried
+//! request count once (the same body replayed, another body 422), and each refusal is
+//! counted.
+
+use std::collections::BTreeMap;
+use std::io::{Read, Write};
+use std::net::SocketAddr;
+
+use countersink::vocabulary::Transport;
+
+use crate::common::{metrics_when, sidecar_config, start_sidecar, start_store};
+
+/// A plain HTTP/1.1 POST to `/v1/increments`: the status, the head and the body.
+fn post(addr: SocketAddr, headers: &[(&str, &str)], body: &[u8]) -> (u16, String, String) {
+    let mut stream = std::net::TcpStream::connect(addr).unwrap();
+    let mut head = format!(
+        "POST /v1/increments HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Length: {}\r\n",
+        body.len()
+    );
+    for (k, v) in headers {
+        head.push_str(&format!("{k}: {v}\r\n"));
+    }
+    head.push_str("\r\n");
+    stream.write_all(head.as_bytes()).unwrap();
+    let _ = stream.write_all(body);
+    let mut response = Vec::new();
+    let _ = stream.read_to_end(&mut response);
+    let text = String::from_utf8_lossy(&response).to_string();
+    let (head, body) = text.split_once("\r\n\r\n").expect("a response head");
+    (
+        head[9..12].parse().unwrap(),
+        head.to_ascii_lowercase(),
+        body.to_string(),
+    )
+}
+
+const JSON: (&str, &str) = ("Content-Type", "application/json");
+const NDJSON: (&str, &str) = ("Content-Type", "application/x-ndjson");
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn increments_over_http_land_once_with_idempotency_keys() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = sidecar_config(dir.path());
+    config.ingest.http.enabled = true;
+    config.ingest.http.listen = "127.0.0.1:0".parse().unwrap();
+    config.ingest.http.max_items = 100;
+    config.ingest.http.max_request_bytes = 16 * 1024;
+    let store = start_store(&mut config).await;
+    let sidecar = start_sidecar(&config).await;
+    let bound = sidecar.bound();
+    let http = bound.inet(Transport::Http).unwrap();
+
+    // A JSON array: a configured family (its key from the tags) and the generic family.
+    let array = br#"[{"name":"page.views","tags":{"page_id":"home"},"value":3},
+        {"name":"api.requests","tags":["route:/a","canary"],"value":4},
+        {"name":"api.requests","tags":{"route":"/a","canary":""},"value":5}]"#;
+    let (status, _, body) = post(http, &[JSON], array);
+    assert_eq!(status, 200, "{body}");
+    let answer: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(answer["accepted"], 3, "{answer}");
+    assert_eq!(answer["refused"], 0, "{answer}");
+
+    // NDJSON with an idempotency key, sent three times: applied once, replayed twice.
+    let lines = b"{\"name\":\"page.views\",\"tags\":{\"page_id\":\"home\"},\"value\":10}\n{\"name\":\"api.requests\",\"tags\":{\"route\":\"/b\"},\"value\":1}\n";
+    let key = ("Idempotency-Key", "\"order-1\"");
+    let first = post(http, &[NDJSON, key], lines);
+    assert_eq!(first.0, 200, "{}", first.2);
+    for _ in 0..2 {
+        let again = post(http, &[NDJSON, key], lines);
+        assert_eq!((again.0, &again.2), (200, &first.2));
+        assert!(again.1.contains("idempotent-replayed: true"), "{}", again.1);
+    }
+    assert!(!first.1.contains("idempotent-replayed"));
+    // The same key with another body: 422, nothing applied.
+    let other = post(
+        http,
+        &[NDJSON, key],
+        b"{\"name\":\"page.views\",\"tags\":{\"page_id\":\"home\"},\"value\":1000}\n",
+    );
+    assert_eq!(other.0, 422, "{}", other.2);
+
+    // A bad item refuses its request whole, naming the item; a retry with the key after
+    // a refusal is applied (a refusal keeps nothing).
+    let bad = br#"[{"name":"page.views","tags":{"page_id":"home"},"value":100},
+        {"name":"api.requests","tags":{"route":"/c,d"},"value":1}]"#;
+    let refused = post(http, &[JSON, ("Idempotency-Key", "fix-me")], bad);
+    assert_eq!(refused.0, 400, "{}", refused.2);
+    let error: serde_json::Value = serde_json::from_str(&refused.2).unwrap();
+    assert_eq!(error["index"], 1, "{error}");
+    let fixed = br#"[{"name":"page.views","tags":{"page_id":"home"},"value":100}]"#;
+    assert_eq!(
+        post(http, &[JSON, ("Idempotency-Key", "fix-me")], fixed).0,
+        200
+    );
+
+    // Other refusals: each its status, nothing applied.
+    assert_eq!(
+        post(http, &[("Content-Type", "text/plain")], b"a:1|c").0,
+        415
+    );
+    assert_eq!(post(http, &[JSON], b"{\"name\":\"a\",\"value\":1}").0, 400);
+    assert_eq!(post(http, &[JSON], &vec![b' '; 20 * 1024]).0, 413);
+    let too_many = format!("[{}]", vec![r#"{"name":"x","value":1}"#; 101].join(","));
+    assert_eq!(post(http, &[JSON], too_many.as_bytes()).0, 400);
+    assert_eq!(post(http, &[JSON, ("Idempotency-Key", "")], b"[]").0, 400);
+
+    let metrics = bound.metrics.unwrap();
+    metrics_when(metrics, |text| {
+        let has = |series: &str| text.lines().any(|l| l == series);
+        has("countersink_idempotency_keys_total{result=\"applied\"} 2")
+            && has("countersink_idempotency_keys_total{result=\"replayed\"} 2")
+            && has("countersink_idempotency_keys_total{result=\"other_body\"} 1")
+            && has("countersink_lines_received_total{transport=\"http\"} 6")
+            && has("countersink_packets_dropped_total{reason=\"unsupported\",transport=\"http\"} 1")
+            && has("countersink_packets_dropped_total{reason=\"oversized\",transport=\"http\"} 1")
+            && has("countersink_packets_dropped_total{reason=\"malformed\",transport=\"http\"} 3")
+    })
+    .await;
+    let report = sidecar.shutdown().await.unwrap();
+    assert_eq!(
+        report.spilled + report.unknown + report.rejected,
+        0,
+        "{report:?}"
+    );
+
+    for table in ["metrics.views_by_day", "metrics.views_by_minute"] {
+        assert_eq!(
+            store.table_sum(table, "views").await,
+            3 + 10 + 100,
+            "{table}"
+        );
+    }
+    for table in ["countersink.counts_by_day", "countersink.counts_by_minute"] {
+        let rows = store
+            .select(&format!(
+                "SELECT name, tags, value FROM {}",
+                store.table(table)
+            ))
+            .await;
+        let mut totals = BTreeMap::new();
+        for i in 0..rows.len() {
+            let key = (
+                rows.text(i, "name").unwrap().to_string(),
+                rows.text(i, "tags").unwrap().to_string(),
+            );
+            *totals.entry(key).or_insert(0) += rows.get_i64(i, "value").unwrap();
+        }
+        assert_eq!(
+            totals,
+            BTreeMap::from([
+                (("api.requests".into(), "canary,route:/a".into()), 9),
+                (("api.requests".into(), "route:/b".into()), 1),
+            ]),
+            "{table}"
+        );
+    }
+    store.shutdown().await;
+}
