@@ -157,3 +157,60 @@ async fn increments_over_http_land_once_with_idempotency_keys() {
     }
     store.shutdown().await;
 }
+
+/// With the buffer full (no store to flush to), increments past the row limit are
+/// refused and listed by index in a 200; the next request is refused whole with 429 and
+/// `Retry-After`, its `Idempotency-Key` left free for the retry.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_buffer_lists_refused_items_then_answers_retry_later() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = sidecar_config(dir.path());
+    config.ingest.http.enabled = true;
+    config.ingest.http.listen = "127.0.0.1:0".parse().unwrap();
+    // A store that is not there: nothing leaves the buffer.
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = closed.local_addr().unwrap().port();
+    drop(closed);
+    config.store.contact_points = vec![format!("127.0.0.1:{port}")];
+    config.limits.max_pending_rows = 8;
+    config.flush.shutdown_deadline = std::time::Duration::from_secs(1);
+    let sidecar = countersink::sidecar::Sidecar::start(&config)
+        .await
+        .expect("the sidecar starts without its store");
+    let bound = sidecar.bound();
+    let http = bound.inet(Transport::Http).unwrap();
+
+    let fill = format!(
+        "[{}]",
+        (0..16)
+            .map(|i| format!(r#"{{"name":"fill","tags":{{"n":"{i}"}},"value":1}}"#))
+            .collect::<Vec<_>>()
+            .join(",")
+    );
+    let (status, _, body) = post(http, &[JSON], fill.as_bytes());
+    assert_eq!(status, 200, "{body}");
+    let answer: serde_json::Value = serde_json::from_str(&body).unwrap();
+    let refused = answer["refused"].as_u64().unwrap();
+    assert!(
+        refused > 0 && answer["accepted"].as_u64().unwrap() + refused == 16,
+        "{answer}"
+    );
+    let listed = answer["refused_items"].as_array().unwrap();
+    assert_eq!(listed.len() as u64, refused, "{answer}");
+
+    let next = br#"[{"name":"later","value":1}]"#;
+    let key = ("Idempotency-Key", "retry-me");
+    let (status, head, _) = post(http, &[JSON, key], next);
+    assert_eq!(status, 429, "{head}");
+    assert!(head.contains("retry-after: 2"), "{head}");
+    // Still full: refused again, not replayed (a refusal keeps nothing).
+    let (status, head, _) = post(http, &[JSON, key], next);
+    assert_eq!(status, 429, "{head}");
+    assert!(!head.contains("idempotent-replayed"), "{head}");
+    metrics_when(bound.metrics.unwrap(), |text| {
+        text.lines()
+            .any(|l| l == "countersink_packets_dropped_total{reason=\"busy\",transport=\"http\"} 2")
+    })
+    .await;
+    drop(sidecar.shutdown().await);
+}
