@@ -212,5 +212,5 @@ async fn a_full_buffer_lists_refused_items_then_answers_retry_later() {
             .any(|l| l == "countersink_packets_dropped_total{reason=\"busy\",transport=\"http\"} 2")
     })
     .await;
-    drop(sidecar.shutdown().await);
+    sidecar.shutdown().await;
 }
