@@ -61,9 +61,9 @@ pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(2);
 /// What an exporter is told to wait before retrying a request refused as busy.
 pub const RETRY_AFTER: Duration = Duration::from_secs(2);
 
-/// Most runtime threads per listener. Decoding a request is the receiver's largest
-/// cost and one core's worth of it is below what two exporters can send; beyond four, the
-/// listeners would crowd the flush and the line receivers out of a sidecar's cores.
+/// Most runtime threads per listener. Decoding a request is the receiver's largest cost
+/// and one thread decodes one request at a time, so more cores absorb more; beyond four
+/// the listeners would crowd the flush and the line receivers out of a sidecar's cores.
 pub const MAX_WORKERS: usize = 4;
 
 /// Runtime threads per listener: the cores available, at most [`MAX_WORKERS`].
