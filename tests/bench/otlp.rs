@@ -11,31 +11,51 @@
 //! points carry three attributes over 1000 distinct series, integer values, encoded as
 //! protobuf once before the clock starts. Each round measures, in rotating order:
 //!
-//! - `decode`: `decode_protobuf` of every request (the limit: the bytes must be decoded);
+//! - `decode`: `decode_protobuf` of every request on one thread (the limit: the bytes
+//!   must be decoded);
+//! - `decode/N`: the same requests decoded by N threads at once, N the OTLP receivers'
+//!   runtime workers ([`workers`]: the cores, at most 4): what decoding alone reaches
+//!   with as many threads as the receiver, the stricter baseline for `grpc`;
 //! - `delta` and `cumulative`: decode, convert (the mapping; for cumulative, the stream
 //!   table: each point's difference from its stream's last), and record every increment
 //!   into a fresh engine (`Engine::record_from`, what the receivers' handler calls): the
 //!   receivers' whole work on a request but the socket;
 //! - `grpc`: the delta requests sent to the real OTLP/gRPC receiver (4 connections, one
 //!   request in flight on each) into a fresh engine, the clock stopping at the last point
-//!   counted: the socket, HTTP/2 and tonic included.
+//!   counted: the socket, HTTP/2 and tonic included, both ends. The client sends the
+//!   already-encoded request bytes (a pass-through codec), as a load generator would: like
+//!   `decode`, it pays no protobuf encoding, but it does pay its own HTTP/2 and the copy
+//!   into its frames, on the same cores as the receiver;
+//! - `grpc+encode`: the same, from tonic's generated client encoding every (already
+//!   decoded, cloned before the clock starts) request: the client's protobuf encoding
+//!   too, which an exporter pays in its own process, not the receiver's.
 //!
 //! Reported per round and as medians: ns per point for each, and `decode` / each (the
 //! share of the decode-only loop's speed each path reaches; 1.0 = as fast as decoding).
+//!
+//! Then the CPU time per point, which a busy machine disturbs far less than the wall
+//! clock (a request and its answer wait on every thread's turn on a shared core; a
+//! decoding loop does not): the whole process's during each path's timed part, and for
+//! the `grpc` paths the receiver's threads' alone (`cs-otlp-grpc*`, from
+//! `/proc/self/task/*/schedstat`): what the sidecar spends per point, against what
+//! decoding alone spends.
 
 use std::hint::black_box;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use bytes::{BufMut, Bytes};
 use countersink::config::Config;
 use countersink::config::ingest::{IngestConfig, OtlpConfig};
 use countersink::engine::{self, Engine};
-use countersink::ingest::otlp::{AttributePolicy, Streams, convert, decode_protobuf};
+use countersink::ingest::otlp::{AttributePolicy, Streams, convert, decode_protobuf, workers};
 use countersink::ingest::start;
 use countersink::sidecar::handler::EngineHandler;
 use countersink::vocabulary::Transport;
-use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
 use opentelemetry_proto::tonic::collector::metrics::v1::metrics_service_client::MetricsServiceClient;
+use opentelemetry_proto::tonic::collector::metrics::v1::{
+    ExportMetricsServiceRequest, ExportMetricsServiceResponse,
+};
 use opentelemetry_proto::tonic::common::v1::{AnyValue, InstrumentationScope, KeyValue, any_value};
 use opentelemetry_proto::tonic::metrics::v1::{
     AggregationTemporality, Metric, NumberDataPoint, ResourceMetrics, ScopeMetrics, Sum,
@@ -43,6 +63,10 @@ use opentelemetry_proto::tonic::metrics::v1::{
 };
 use opentelemetry_proto::tonic::resource::v1::Resource;
 use prost::Message;
+use tonic::Status;
+use tonic::codec::{Codec, DecodeBuf, Decoder, EncodeBuf, Encoder};
+use tonic::codegen::http::uri::PathAndQuery;
+use tonic::transport::Channel;
 
 /// Distinct series (attribute sets).
 const SERIES: usize = 1000;
@@ -66,30 +90,59 @@ fn main() {
         "{rounds} rounds, {requests} requests of {points} points ({} bytes each), {SERIES} series",
         delta[0].len()
     );
-    let names = ["decode", "delta", "cumulative", "grpc"];
+    let threads = workers();
+    let parallel = format!("decode/{threads}");
+    let names = [
+        "decode",
+        parallel.as_str(),
+        "delta",
+        "cumulative",
+        "grpc",
+        "grpc+encode",
+    ];
     let mut ns: Vec<Vec<f64>> = vec![Vec::new(); names.len()];
     let mut ratios: Vec<Vec<f64>> = vec![Vec::new(); names.len()];
+    let mut against_parallel: Vec<Vec<f64>> = vec![Vec::new(); names.len()];
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()
         .unwrap();
+    let mut cpu: Vec<Vec<f64>> = vec![Vec::new(); names.len()];
+    let mut receiver_cpu: Vec<Vec<f64>> = vec![Vec::new(); names.len()];
     for round in 0..rounds {
-        let mut this = [0.0; 4];
+        let mut this = [0.0; 6];
         for k in 0..names.len() {
             let which = (k + round) % names.len();
+            let cpu_before = process_cpu_ns();
             let seconds = match which {
                 0 => decode_only(&delta),
-                1 => in_process(&delta),
-                2 => in_process(&cumulative),
-                _ => runtime.block_on(over_grpc(&delta, (requests * points) as u64)),
+                1 => decode_parallel(&delta, threads),
+                2 => in_process(&delta),
+                3 => in_process(&cumulative),
+                4 | 5 => {
+                    let client = if which == 4 {
+                        Client::PreEncoded
+                    } else {
+                        Client::Encoding
+                    };
+                    let timed = runtime.block_on(over_grpc(&delta, client, total as u64));
+                    receiver_cpu[which].push(timed.receiver_cpu_ns / total);
+                    cpu[which].push(timed.process_cpu_ns / total);
+                    timed.seconds
+                }
+                _ => unreachable!(),
             };
+            if which < 4 {
+                cpu[which].push((process_cpu_ns() - cpu_before) / total);
+            }
             this[which] = seconds * 1e9 / total;
         }
         let mut line = format!("round {round}:");
         for (i, name) in names.iter().enumerate() {
             ns[i].push(this[i]);
             ratios[i].push(this[0] / this[i]);
+            against_parallel[i].push(this[1] / this[i]);
             line.push_str(&format!(
                 " {name} {:.0} ns/point ({:.2}x)",
                 this[i],
@@ -107,6 +160,65 @@ fn main() {
         ));
     }
     println!("{line}");
+    let mut line = format!("median against {parallel}:");
+    for (i, name) in names.iter().enumerate().skip(2) {
+        line.push_str(&format!(" {name} {:.2}x", median(&mut against_parallel[i])));
+    }
+    println!("{line}");
+    let decode_cpu = median(&mut cpu[0]);
+    let mut line = format!("median CPU per point: decode {decode_cpu:.0} ns");
+    for (i, name) in names.iter().enumerate().skip(1) {
+        let process = median(&mut cpu[i]);
+        line.push_str(&format!(
+            ", {name} {process:.0} ns ({:.2}x)",
+            decode_cpu / process
+        ));
+        if !receiver_cpu[i].is_empty() {
+            let receiver = median(&mut receiver_cpu[i]);
+            line.push_str(&format!(
+                " of which the receiver's threads {receiver:.0} ns ({:.2}x)",
+                decode_cpu / receiver
+            ));
+        }
+    }
+    println!("{line}");
+}
+
+/// CPU time of the whole process so far (every thread, ended ones too), ns.
+fn process_cpu_ns() -> f64 {
+    let mut t = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `t` is a valid timespec for the call to fill.
+    #[allow(unsafe_code)]
+    unsafe {
+        libc::clock_gettime(libc::CLOCK_PROCESS_CPUTIME_ID, &mut t);
+    }
+    t.tv_sec as f64 * 1e9 + t.tv_nsec as f64
+}
+
+/// CPU time so far of the threads whose name starts with `prefix`, ns (the first field
+/// of each thread's `schedstat`).
+fn threads_cpu_ns(prefix: &str) -> f64 {
+    let mut sum = 0.0;
+    for task in std::fs::read_dir("/proc/self/task")
+        .into_iter()
+        .flatten()
+        .flatten()
+    {
+        let comm = std::fs::read_to_string(task.path().join("comm")).unwrap_or_default();
+        if !comm.starts_with(prefix) {
+            continue;
+        }
+        let stat = std::fs::read_to_string(task.path().join("schedstat")).unwrap_or_default();
+        sum += stat
+            .split_whitespace()
+            .next()
+            .and_then(|n| n.parse::<f64>().ok())
+            .unwrap_or(0.0);
+    }
+    sum
 }
 
 fn unix_nanos() -> u64 {
@@ -207,6 +319,21 @@ fn decode_only(requests: &[Vec<u8>]) -> f64 {
     started.elapsed().as_secs_f64()
 }
 
+/// Seconds for `threads` threads to decode every request between them.
+fn decode_parallel(requests: &[Vec<u8>], threads: usize) -> f64 {
+    let started = Instant::now();
+    std::thread::scope(|scope| {
+        for t in 0..threads {
+            scope.spawn(move || {
+                for body in requests.iter().skip(t).step_by(threads) {
+                    black_box(decode_protobuf(black_box(body)).unwrap());
+                }
+            });
+        }
+    });
+    started.elapsed().as_secs_f64()
+}
+
 /// Seconds to decode, convert and record every request into a fresh engine.
 fn in_process(requests: &[Vec<u8>]) -> f64 {
     let engine = Engine::new(&Config::default()).expect("default config");
@@ -250,9 +377,108 @@ fn points_of(body: &[u8]) -> usize {
     }
 }
 
+/// The names of the OTLP/gRPC receiver's threads start with this (its listener thread
+/// and its runtime's workers).
+const RECEIVER_THREADS: &str = "cs-otlp-grpc";
+
+/// One `grpc` run: wall time, and the CPU time of the process and of the receiver's
+/// threads in it.
+struct Timed {
+    seconds: f64,
+    process_cpu_ns: f64,
+    receiver_cpu_ns: f64,
+}
+
+/// How the `grpc` paths' client sends a request.
+#[derive(Clone, Copy)]
+enum Client {
+    /// The encoded bytes as they are (a pass-through codec): a load generator.
+    PreEncoded,
+    /// tonic's generated client, encoding each decoded request: an exporter.
+    Encoding,
+}
+
+/// One connection's client and what it sends.
+enum Prepared {
+    Bytes(tonic::client::Grpc<Channel>, Vec<Bytes>),
+    Decoded(
+        MetricsServiceClient<Channel>,
+        Vec<ExportMetricsServiceRequest>,
+    ),
+}
+
+impl Prepared {
+    /// Sends every request, one at a time, each answered with success.
+    async fn send_all(self) {
+        match self {
+            Prepared::Bytes(mut grpc, bodies) => {
+                for body in bodies {
+                    grpc.ready().await.unwrap();
+                    grpc.unary::<_, ExportMetricsServiceResponse, _>(
+                        tonic::Request::new(body),
+                        PathAndQuery::from_static(EXPORT),
+                        PassThrough,
+                    )
+                    .await
+                    .expect("accepted");
+                }
+            }
+            Prepared::Decoded(mut client, requests) => {
+                for request in requests {
+                    client.export(request).await.expect("accepted");
+                }
+            }
+        }
+    }
+}
+
+/// The OTLP/gRPC method's path.
+const EXPORT: &str = "/opentelemetry.proto.collector.metrics.v1.MetricsService/Export";
+
+/// A codec that sends already-encoded protobuf as it is and decodes the answer.
+#[derive(Default)]
+struct PassThrough;
+
+impl Codec for PassThrough {
+    type Encode = Bytes;
+    type Decode = ExportMetricsServiceResponse;
+    type Encoder = PassThrough;
+    type Decoder = PassThrough;
+
+    fn encoder(&mut self) -> PassThrough {
+        PassThrough
+    }
+
+    fn decoder(&mut self) -> PassThrough {
+        PassThrough
+    }
+}
+
+impl Encoder for PassThrough {
+    type Item = Bytes;
+    type Error = Status;
+
+    fn encode(&mut self, item: Bytes, dst: &mut EncodeBuf<'_>) -> Result<(), Status> {
+        dst.put_slice(&item);
+        Ok(())
+    }
+}
+
+impl Decoder for PassThrough {
+    type Item = ExportMetricsServiceResponse;
+    type Error = Status;
+
+    fn decode(&mut self, src: &mut DecodeBuf<'_>) -> Result<Option<Self::Item>, Status> {
+        ExportMetricsServiceResponse::decode(src)
+            .map(Some)
+            .map_err(|e| Status::internal(e.to_string()))
+    }
+}
+
 /// Seconds from the first request sent to the OTLP/gRPC receiver until the engine
-/// counted the last point.
-async fn over_grpc(requests: &[Vec<u8>], points: u64) -> f64 {
+/// counted the last point. Everything a connection sends is prepared before the clock
+/// starts: the bytes, or the decoded requests `client` encodes.
+async fn over_grpc(requests: &[Vec<u8>], client: Client, points: u64) -> Timed {
     let engine = Arc::new(Engine::new(&Config::default()).expect("default config"));
     let mut config = IngestConfig::default();
     config.udp.listen = None;
@@ -264,33 +490,32 @@ async fn over_grpc(requests: &[Vec<u8>], points: u64) -> f64 {
     })
     .expect("receivers start");
     let addr = receivers.inet(Transport::OtlpGrpc).expect("bound");
-    let decoded: Vec<ExportMetricsServiceRequest> = requests
-        .iter()
-        .map(|b| decode_protobuf(b).unwrap())
-        .collect();
-    let mut clients = Vec::new();
-    for _ in 0..CONNECTIONS {
-        clients.push(
-            MetricsServiceClient::connect(format!("http://{addr}"))
-                .await
-                .unwrap(),
-        );
+    let mut prepared = Vec::new();
+    for c in 0..CONNECTIONS {
+        let channel = Channel::from_shared(format!("http://{addr}"))
+            .unwrap()
+            .connect()
+            .await
+            .unwrap();
+        let mine = requests.iter().skip(c).step_by(CONNECTIONS);
+        prepared.push(match client {
+            Client::PreEncoded => Prepared::Bytes(
+                tonic::client::Grpc::new(channel),
+                mine.map(|b| Bytes::copy_from_slice(b)).collect(),
+            ),
+            Client::Encoding => Prepared::Decoded(
+                MetricsServiceClient::new(channel),
+                mine.map(|b| decode_protobuf(b).unwrap()).collect(),
+            ),
+        });
     }
+    let receiver_before = threads_cpu_ns(RECEIVER_THREADS);
+    let process_before = process_cpu_ns();
     let started = Instant::now();
-    let mut tasks = Vec::new();
-    for (c, mut client) in clients.into_iter().enumerate() {
-        let mine: Vec<ExportMetricsServiceRequest> = decoded
-            .iter()
-            .skip(c)
-            .step_by(CONNECTIONS)
-            .cloned()
-            .collect();
-        tasks.push(tokio::spawn(async move {
-            for request in mine {
-                client.export(request).await.expect("accepted");
-            }
-        }));
-    }
+    let tasks: Vec<_> = prepared
+        .into_iter()
+        .map(|p| tokio::spawn(p.send_all()))
+        .collect();
     for task in tasks {
         task.await.unwrap();
     }
@@ -303,8 +528,13 @@ async fn over_grpc(requests: &[Vec<u8>], points: u64) -> f64 {
         tokio::time::sleep(Duration::from_micros(200)).await;
     }
     let seconds = started.elapsed().as_secs_f64();
+    let timed = Timed {
+        seconds,
+        process_cpu_ns: process_cpu_ns() - process_before,
+        receiver_cpu_ns: threads_cpu_ns(RECEIVER_THREADS) - receiver_before,
+    };
     receivers.shutdown_async().await;
-    seconds
+    timed
 }
 
 fn median(values: &mut [f64]) -> f64 {

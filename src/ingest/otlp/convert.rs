@@ -307,6 +307,18 @@ pub fn convert<'r>(
     out
 }
 
+/// Whether the request holds a cumulative sum: only then does [`convert`] read or change
+/// the stream table (so a caller holding it shared locks it only then).
+pub fn has_cumulative(request: &ExportMetricsServiceRequest) -> bool {
+    let cumulative = AggregationTemporality::Cumulative as i32;
+    request
+        .resource_metrics
+        .iter()
+        .flat_map(|rm| &rm.scope_metrics)
+        .flat_map(|sm| &sm.metrics)
+        .any(|m| matches!(&m.data, Some(Data::Sum(sum)) if sum.aggregation_temporality == cumulative))
+}
+
 /// The difference a cumulative point adds, and the table updated.
 fn cumulative(
     streams: &mut Streams,

@@ -1,53 +1,116 @@
 //! OTLP/gRPC: the `MetricsService/Export` call, served by tonic, gzip accepted.
 //!
+//! The service is written here rather than taken from the generated
+//! `MetricsServiceServer` for its codec: tonic hands a message over whole in one buffer,
+//! and decoding it as a slice costs about a sixth less than through the buffer's cursor
+//! (what the generated codec does), and gives its size for the byte counter without a
+//! walk of the decoded request (`encoded_len`).
+//!
 //! Statuses: OK with `partial_success` when points were refused; `RESOURCE_EXHAUSTED`
 //! when the buffer is near its limits (nothing applied; with `RetryInfo`, so the exporter
 //! retries) and for a message over `max_request_bytes` (without: not retried); `INVALID_ARGUMENT` for a message that does not
 //! decode or decompress; `UNIMPLEMENTED` for an unknown compression. tonic refuses those
-//! before the call reaches this code; [`Counted`] counts them by reason, and turns
+//! before the call reaches this code; [`Metrics`] counts them by reason, and turns
 //! tonic's `OUT_OF_RANGE` (retryable in OTLP) for an oversized message into
 //! `RESOURCE_EXHAUSTED`, and `INTERNAL` for a body that does not decode into
 //! `INVALID_ARGUMENT`, which exporters do not retry.
 
-use std::future::Future;
-use std::sync::Arc;
-
-use opentelemetry_proto::tonic::collector::metrics::v1::metrics_service_server::{
-    MetricsService, MetricsServiceServer,
-};
-use opentelemetry_proto::tonic::collector::metrics::v1::{
-    ExportMetricsPartialSuccess, ExportMetricsServiceRequest, ExportMetricsServiceResponse,
-};
 use std::convert::Infallible;
+use std::future::{Future, Ready, ready};
 use std::pin::Pin;
+use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use opentelemetry_proto::tonic::collector::metrics::v1::metrics_service_server::SERVICE_NAME;
-use tonic::codec::CompressionEncoding;
+use opentelemetry_proto::tonic::collector::metrics::v1::{
+    ExportMetricsPartialSuccess, ExportMetricsServiceRequest, ExportMetricsServiceResponse,
+};
+use prost::bytes::Buf;
+use tonic::codec::{
+    Codec, CompressionEncoding, DecodeBuf, Decoder, EnabledCompressionEncodings, EncodeBuf, Encoder,
+};
 use tonic::codegen::Service as TowerService;
-use tonic::codegen::http;
+use tonic::codegen::{Body, StdError, http};
+use tonic::server::UnaryService;
 use tonic::{Code, Request, Response, Status};
 
 use super::{Answer, RETRY_AFTER, Refusal, Shared, rpc};
 use crate::ingest::PacketHandler;
 
-/// The message of the busy refusal (counted where it is made, not again by [`Counted`]).
+/// The message of the busy refusal (counted where it is made, not again by [`classify`]).
 const BUSY: &str = "the buffer is near its limits; retry later";
 
-struct Service<H> {
+/// The path of the one method served.
+const EXPORT: &str = "/opentelemetry.proto.collector.metrics.v1.MetricsService/Export";
+
+/// A decoded request and its size, decompressed, in bytes.
+struct Received {
+    request: ExportMetricsServiceRequest,
+    bytes: usize,
+}
+
+/// The `Export` call's codec: [`Received`] in, the response out (prost both ways).
+#[derive(Clone, Copy, Default)]
+struct OtlpCodec;
+
+impl Codec for OtlpCodec {
+    type Encode = ExportMetricsServiceResponse;
+    type Decode = Received;
+    type Encoder = OtlpCodec;
+    type Decoder = OtlpCodec;
+
+    fn encoder(&mut self) -> OtlpCodec {
+        OtlpCodec
+    }
+
+    fn decoder(&mut self) -> OtlpCodec {
+        OtlpCodec
+    }
+}
+
+impl Encoder for OtlpCodec {
+    type Item = ExportMetricsServiceResponse;
+    type Error = Status;
+
+    fn encode(&mut self, item: Self::Item, dst: &mut EncodeBuf<'_>) -> Result<(), Status> {
+        prost::Message::encode(&item, dst).map_err(|e| Status::internal(e.to_string()))
+    }
+}
+
+impl Decoder for OtlpCodec {
+    type Item = Received;
+    type Error = Status;
+
+    fn decode(&mut self, src: &mut DecodeBuf<'_>) -> Result<Option<Received>, Status> {
+        let bytes = src.remaining();
+        let chunk = src.chunk();
+        let decoded = if chunk.len() == bytes {
+            let decoded = prost::Message::decode(chunk);
+            src.advance(bytes);
+            decoded
+        } else {
+            // Not the case with tonic's buffers today; correct either way.
+            prost::Message::decode(&mut *src)
+        };
+        decoded
+            .map(|request| Some(Received { request, bytes }))
+            .map_err(|e: prost::DecodeError| Status::invalid_argument(e.to_string()))
+    }
+}
+
+/// The `Export` call itself: synchronous (the points are in the buffer when it returns).
+struct Export<H> {
     shared: Arc<Shared<H>>,
 }
 
-#[tonic::async_trait]
-impl<H: PacketHandler> MetricsService for Service<H> {
-    async fn export(
-        &self,
-        request: Request<ExportMetricsServiceRequest>,
-    ) -> Result<Response<ExportMetricsServiceResponse>, Status> {
-        let request = request.into_inner();
-        self.shared
-            .count_request(prost::Message::encoded_len(&request));
-        match self.shared.export(&request) {
+impl<H: PacketHandler> UnaryService<Received> for Export<H> {
+    type Response = ExportMetricsServiceResponse;
+    type Future = Ready<Result<Response<ExportMetricsServiceResponse>, Status>>;
+
+    fn call(&mut self, request: Request<Received>) -> Self::Future {
+        let Received { request, bytes } = request.into_inner();
+        self.shared.count_request(bytes);
+        ready(match self.shared.export(&request) {
             Answer::Done { rejected, message } => Ok(Response::new(ExportMetricsServiceResponse {
                 partial_success: (rejected > 0).then(|| ExportMetricsPartialSuccess {
                     rejected_data_points: i64::try_from(rejected).unwrap_or(i64::MAX),
@@ -61,7 +124,7 @@ impl<H: PacketHandler> MetricsService for Service<H> {
                 BUSY,
                 rpc::retryable_exhausted(BUSY, RETRY_AFTER).into(),
             )),
-        }
+        })
     }
 }
 
@@ -71,15 +134,8 @@ pub(super) async fn serve<H: PacketHandler>(
     shared: Arc<Shared<H>>,
     stopped: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), tonic::transport::Error> {
-    let limit = shared.max_request_bytes();
-    let inner = MetricsServiceServer::new(Service {
-        shared: Arc::clone(&shared),
-    })
-    .accept_compressed(CompressionEncoding::Gzip)
-    .max_decoding_message_size(limit);
-    let service = Counted { inner, shared };
     tonic::transport::Server::builder()
-        .add_service(service)
+        .add_service(Metrics { shared })
         .serve_with_incoming_shutdown(
             // Without TCP_NODELAY the reply's frames wait on the client's delayed ACK:
             // about 40 ms per export (measured: 87 exports/s on four connections).
@@ -89,50 +145,55 @@ pub(super) async fn serve<H: PacketHandler>(
         .await
 }
 
-/// The metrics service, with tonic's own refusals (before the call) counted by reason
-/// and given the status an exporter should act on.
-struct Counted<H> {
-    inner: MetricsServiceServer<Service<H>>,
+/// The metrics service: `Export` through tonic's unary handling (compression, size
+/// limit, status), with tonic's own refusals (before the call) counted by reason and
+/// given the status an exporter should act on.
+struct Metrics<H> {
     shared: Arc<Shared<H>>,
 }
 
-impl<H> Clone for Counted<H> {
+impl<H> Clone for Metrics<H> {
     fn clone(&self) -> Self {
-        Counted {
-            inner: self.inner.clone(),
+        Metrics {
             shared: Arc::clone(&self.shared),
         }
     }
 }
 
-impl<H> tonic::server::NamedService for Counted<H> {
+impl<H> tonic::server::NamedService for Metrics<H> {
     const NAME: &'static str = SERVICE_NAME;
 }
 
-impl<H, B> TowerService<http::Request<B>> for Counted<H>
+impl<H, B> TowerService<http::Request<B>> for Metrics<H>
 where
     H: PacketHandler,
-    MetricsServiceServer<Service<H>>: TowerService<
-            http::Request<B>,
-            Response = http::Response<tonic::body::Body>,
-            Error = Infallible,
-        >,
-    <MetricsServiceServer<Service<H>> as TowerService<http::Request<B>>>::Future: Send + 'static,
+    B: Body + Send + 'static,
+    B::Error: Into<StdError> + Send + 'static,
 {
     type Response = http::Response<tonic::body::Body>;
     type Error = Infallible;
     type Future =
         Pin<Box<dyn Future<Output = Result<Self::Response, Infallible>> + Send + 'static>>;
 
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
-        self.inner.poll_ready(cx)
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        Poll::Ready(Ok(()))
     }
 
     fn call(&mut self, request: http::Request<B>) -> Self::Future {
-        let call = self.inner.call(request);
         let shared = Arc::clone(&self.shared);
         Box::pin(async move {
-            let mut response = call.await?;
+            if request.uri().path() != EXPORT {
+                return Ok(unimplemented());
+            }
+            let mut accept = EnabledCompressionEncodings::default();
+            accept.enable(CompressionEncoding::Gzip);
+            let mut grpc = tonic::server::Grpc::new(OtlpCodec)
+                .apply_compression_config(accept, EnabledCompressionEncodings::default())
+                .apply_max_message_size_config(Some(shared.max_request_bytes()), None);
+            let export = Export {
+                shared: Arc::clone(&shared),
+            };
+            let mut response = grpc.unary(export, request).await;
             let refused = response.extensions().get::<Status>().and_then(classify);
             if let Some((refusal, code)) = refused {
                 shared.count_request(0);
@@ -144,6 +205,19 @@ where
             Ok(response)
         })
     }
+}
+
+/// The answer to a method of the service other than `Export` (as tonic's generated
+/// servers answer it).
+fn unimplemented() -> http::Response<tonic::body::Body> {
+    let mut response = http::Response::new(tonic::body::Body::default());
+    let headers = response.headers_mut();
+    headers.insert(Status::GRPC_STATUS, (Code::Unimplemented as i32).into());
+    headers.insert(
+        http::header::CONTENT_TYPE,
+        tonic::metadata::GRPC_CONTENT_TYPE,
+    );
+    response
 }
 
 /// A refusal tonic made before the call, and the status to answer with; `None` for the

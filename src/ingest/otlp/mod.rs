@@ -12,8 +12,10 @@
 //! | `rpc` | the `google.rpc.Status` and `RetryInfo` of error answers |
 //!
 //! Each listener is one thread of the receivers (joined at shutdown like the others)
-//! running a single-threaded async runtime. At shutdown it stops accepting, finishes the
-//! requests in flight (their points reach the buffer before the final flush) and exits.
+//! running an async runtime of [`workers`] threads (up to [`MAX_WORKERS`]), so that
+//! requests on several connections decode and record at the same time, each worker with
+//! its own handler. At shutdown it stops accepting, finishes the requests in flight
+//! (their points reach the buffer before the final flush) and exits; its workers with it.
 //! Both listeners share one cumulative stream table, which the sidecar saves in the
 //! state directory at each flush (see [`state`]) and reads back at start.
 //!
@@ -34,11 +36,12 @@ pub mod streams;
 
 use std::net::{SocketAddr, TcpListener};
 use std::sync::Arc;
+use std::sync::atomic::AtomicUsize;
 use std::sync::atomic::Ordering::Relaxed;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
-use parking_lot::Mutex;
+use parking_lot::{Mutex, MutexGuard};
 
 pub use convert::{AttributePolicy, Conversion, IgnoredKind, Increment, PointDrop, Tag, convert};
 pub use state::StreamState;
@@ -57,6 +60,16 @@ pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(2);
 
 /// What an exporter is told to wait before retrying a request refused as busy.
 pub const RETRY_AFTER: Duration = Duration::from_secs(2);
+
+/// Most runtime threads per listener. Decoding a request is the receiver's largest cost
+/// and one thread decodes one request at a time, so more cores absorb more; beyond four
+/// the listeners would crowd the flush and the line receivers out of a sidecar's cores.
+pub const MAX_WORKERS: usize = 4;
+
+/// Runtime threads per listener: the cores available, at most [`MAX_WORKERS`].
+pub fn workers() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get().min(MAX_WORKERS))
+}
 
 /// Starts the OTLP listeners that are enabled, around `streams` (a table in memory when
 /// none is given).
@@ -104,7 +117,10 @@ where
             .map_err(|e| ListenError::io(transport, addr.to_string(), Step::Inspect, e))?;
         receivers.listen(transport, Address::Inet(local));
         let shared = Arc::new(Shared {
-            handler: Mutex::new(factory(transport)),
+            handlers: (0..workers())
+                .map(|_| Mutex::new(factory(transport)))
+                .collect(),
+            next_handler: AtomicUsize::new(0),
             streams: Arc::clone(&streams),
             policy: policy.clone(),
             stats: receivers.shared_stats(),
@@ -135,15 +151,22 @@ fn bind(transport: Transport, addr: SocketAddr) -> Result<TcpListener, ListenErr
     Ok(listener)
 }
 
-/// The listener thread: a single-threaded runtime serving until the stop flag is raised,
-/// then finishing the requests in flight.
+/// The listener thread: a runtime of one worker per handler serving until the stop flag
+/// is raised, then finishing the requests in flight. Dropping the runtime at the end
+/// joins its workers.
 fn serve<H: PacketHandler>(
     transport: Transport,
     listener: TcpListener,
     shared: Arc<Shared<H>>,
     stop: StopFlag,
 ) {
-    let runtime = match tokio::runtime::Builder::new_current_thread()
+    let worker_name = match transport {
+        Transport::OtlpGrpc => "cs-otlp-grpc-w",
+        _ => "cs-otlp-http-w",
+    };
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(shared.handlers.len())
+        .thread_name(worker_name)
         .enable_all()
         .build()
     {
@@ -226,9 +249,14 @@ pub fn now_unix_nanos() -> u64 {
         .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
 }
 
-/// What both listeners share: the handler into the engine, the stream table, counters.
+/// What a listener's workers share: the handlers into the engine, the stream table (both
+/// listeners share that one), counters.
 pub(super) struct Shared<H> {
-    handler: Mutex<H>,
+    /// One handler per runtime worker: a request takes a free one, so requests on
+    /// different workers never wait on each other's handler.
+    handlers: Vec<Mutex<H>>,
+    /// Where the search for a free handler starts next.
+    next_handler: AtomicUsize,
     streams: Arc<StreamState>,
     policy: AttributePolicy,
     stats: Arc<IngestStats>,
@@ -286,19 +314,40 @@ impl<H: PacketHandler> Shared<H> {
         self.max_request_bytes
     }
 
+    /// A free handler (there is one per worker and a request holds one only while it is
+    /// applied, without waiting on anything, so one is free unless a caller outside the
+    /// runtime competes: then it waits for one).
+    fn handler(&self) -> MutexGuard<'_, H> {
+        let n = self.handlers.len();
+        let first = self.next_handler.fetch_add(1, Relaxed);
+        (0..n)
+            .find_map(|i| self.handlers[(first + i) % n].try_lock())
+            .unwrap_or_else(|| self.handlers[first % n].lock())
+    }
+
     /// Applies one decoded request: its points into the buffer, or refused and counted.
     pub(super) fn export(&self, request: &ExportMetricsServiceRequest) -> Answer {
-        if self.handler.lock().busy() {
+        let mut handler = self.handler();
+        if handler.busy() {
             self.stats.get(self.transport).busy.fetch_add(1, Relaxed);
             return Answer::Busy;
         }
-        let conversion = {
+        let conversion = if convert::has_cumulative(request) {
             let mut streams = self.streams.table();
             let conversion = convert(request, &self.policy, &mut streams, now_unix_nanos());
             let otlp = &self.stats.otlp;
             otlp.streams.store(streams.len() as u64, Relaxed);
             otlp.evicted.store(streams.evicted(), Relaxed);
             conversion
+        } else {
+            // Without a cumulative sum the table is never read: an empty one (which does
+            // not allocate) spares delta requests the shared table's lock.
+            convert(
+                request,
+                &self.policy,
+                &mut Streams::new(2, 0),
+                now_unix_nanos(),
+            )
         };
         let otlp = &self.stats.otlp;
         for (counter, n) in otlp.dropped.iter().zip(conversion.dropped) {
@@ -308,23 +357,21 @@ impl<H: PacketHandler> Shared<H> {
             counter.fetch_add(n, Relaxed);
         }
         let mut refused = 0u64;
-        {
-            let mut handler = self.handler.lock();
-            let mut tags: Vec<(&str, &str)> = Vec::new();
-            for increment in &conversion.increments {
-                tags.clear();
-                tags.extend(increment.tags.iter().map(|(k, v)| (k.as_ref(), v.as_ref())));
-                let recorded = handler.record(
-                    increment.name,
-                    &tags,
-                    increment.delta,
-                    increment.at_unix_secs,
-                );
-                if recorded == Recorded::Refused {
-                    refused += 1;
-                }
+        let mut tags: Vec<(&str, &str)> = Vec::new();
+        for increment in &conversion.increments {
+            tags.clear();
+            tags.extend(increment.tags.iter().map(|(k, v)| (k.as_ref(), v.as_ref())));
+            let recorded = handler.record(
+                increment.name,
+                &tags,
+                increment.delta,
+                increment.at_unix_secs,
+            );
+            if recorded == Recorded::Refused {
+                refused += 1;
             }
         }
+        drop(handler);
         let mut message = conversion.message();
         if refused > 0 {
             if !message.is_empty() {
@@ -384,7 +431,8 @@ mod tests {
 
     fn shared(handler: Keep) -> Shared<Keep> {
         Shared {
-            handler: Mutex::new(handler),
+            handlers: vec![Mutex::new(handler)],
+            next_handler: AtomicUsize::new(0),
             streams: Arc::new(StreamState::in_memory(
                 &crate::config::ingest::OtlpConfig {
                     max_streams: 100,
@@ -435,7 +483,7 @@ mod tests {
             ..Keep::default()
         });
         assert_eq!(s.export(&deltas(&[1.0, 2.0])), Answer::Busy);
-        assert!(s.handler.lock().kept.is_empty());
+        assert!(s.handlers[0].lock().kept.is_empty());
         assert_eq!(s.stats.transport(Transport::OtlpHttp).busy, 1);
     }
 
@@ -455,9 +503,49 @@ mod tests {
         assert_eq!(rejected, 3);
         assert!(message.contains("1 non_integer"), "{message}");
         assert!(message.contains("2 refused by the aggregator"), "{message}");
-        let kept: Vec<i64> = s.handler.lock().kept.iter().map(|(_, d)| *d).collect();
+        let kept: Vec<i64> = s.handlers[0].lock().kept.iter().map(|(_, d)| *d).collect();
         assert_eq!(kept, vec![1, 4]);
         assert_eq!(s.stats.otlp().dropped[PointDrop::NonInteger.index()], 1);
+    }
+
+    /// A request takes a free handler: one held elsewhere (another worker's request)
+    /// does not make it wait, and the points go through the free one.
+    #[test]
+    fn a_request_takes_a_free_handler_while_another_is_held() {
+        let mut s = shared(Keep::default());
+        s.handlers.push(Mutex::new(Keep::default()));
+        let held = s.handlers[0].lock();
+        let answer = s.export(&deltas(&[1.0, 2.0]));
+        assert!(
+            matches!(answer, Answer::Done { rejected: 0, .. }),
+            "{answer:?}"
+        );
+        assert!(held.kept.is_empty());
+        drop(held);
+        let kept: Vec<i64> = s.handlers[1].lock().kept.iter().map(|(_, d)| *d).collect();
+        assert_eq!(kept, vec![1, 2]);
+    }
+
+    /// A request without a cumulative sum never takes the shared stream table's lock:
+    /// it completes while another holder keeps it locked.
+    #[test]
+    fn delta_requests_do_not_wait_on_the_stream_table() {
+        let s = Arc::new(shared(Keep::default()));
+        let table = s.streams.table();
+        let (done_tx, done) = std::sync::mpsc::channel();
+        let exporter = Arc::clone(&s);
+        std::thread::spawn(move || {
+            let _ = done_tx.send(exporter.export(&deltas(&[4.0])));
+        });
+        let answer = done
+            .recv_timeout(Duration::from_secs(30))
+            .expect("the delta request finished with the table locked elsewhere");
+        assert!(
+            matches!(answer, Answer::Done { rejected: 0, .. }),
+            "{answer:?}"
+        );
+        drop(table);
+        assert_eq!(s.handlers[0].lock().kept, vec![("m".to_string(), 4)]);
     }
 
     /// The metric labels in `stats` are the receiver's own reasons and kinds.

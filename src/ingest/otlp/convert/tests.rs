@@ -437,3 +437,49 @@ mod properties {
         }
     }
 }
+
+/// `has_cumulative` is what lets the receiver skip the shared stream table's lock: a
+/// request it says no to leaves the table untouched however it converts, and a single
+/// cumulative sum among other metrics makes it say yes.
+#[test]
+fn only_a_cumulative_sum_needs_the_stream_table() {
+    let delta = sum(
+        "d",
+        AggregationTemporality::Delta,
+        true,
+        vec![point(BOOT, BOOT + S, Value::AsInt(3), vec![kv("a", "1")])],
+    );
+    let cumulative_histogram = Metric {
+        name: "h".into(),
+        data: Some(Data::Histogram(Histogram {
+            data_points: vec![HistogramDataPoint::default()],
+            aggregation_temporality: AggregationTemporality::Cumulative as i32,
+        })),
+        ..Default::default()
+    };
+    let unspecified = sum(
+        "u",
+        AggregationTemporality::Unspecified,
+        true,
+        vec![point(0, 0, Value::AsInt(1), vec![])],
+    );
+    let without = request(vec![delta.clone(), cumulative_histogram, unspecified]);
+    assert!(!has_cumulative(&without));
+    let mut streams = Streams::new(10, BOOT);
+    let c = run(&mut streams, &without);
+    assert_eq!(deltas(&c), vec![3]);
+    assert_eq!((streams.len(), streams.generation()), (0, 0));
+
+    let with = request(vec![
+        delta,
+        sum(
+            "c",
+            AggregationTemporality::Cumulative,
+            true,
+            vec![point(BOOT, BOOT + S, Value::AsInt(5), vec![])],
+        ),
+    ]);
+    assert!(has_cumulative(&with));
+    run(&mut streams, &with);
+    assert_eq!(streams.len(), 1);
+}
