@@ -1,7 +1,8 @@
-//! A request-based receiver's thread: one single-threaded async runtime serving a TCP
-//! listener until the receivers' stop flag is raised, then finishing the requests in
-//! flight for at most [`SHUTDOWN_GRACE`], so that their increments reach the final flush
-//! and a stuck client never holds the shutdown.
+//! A request-based receiver's thread (the OTLP listeners, the HTTP increment API): an
+//! async runtime of a given number of worker threads serving a TCP listener until the
+//! receivers' stop flag is raised, then finishing the requests in flight for at most
+//! [`SHUTDOWN_GRACE`], so that their increments reach the final flush and a stuck client
+//! never holds the shutdown. Dropping the runtime at the end joins its workers.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -18,17 +19,21 @@ pub(super) const SHUTDOWN_GRACE: Duration = Duration::from_secs(2);
 /// Completes once the stop flag is raised: the server's graceful-shutdown signal.
 pub(super) type Stopped = Pin<Box<dyn Future<Output = ()> + Send + 'static>>;
 
-/// Runs `server` on `listener` in this thread until the stop, as described above.
+/// Runs `server` on `listener` until the stop, as described above, on a runtime of
+/// `workers` threads named `worker_name`.
 pub(super) fn serve<F, Fut>(
     transport: Transport,
     listener: std::net::TcpListener,
     stop: StopFlag,
+    (workers, worker_name): (usize, &str),
     server: F,
 ) where
     F: FnOnce(tokio::net::TcpListener, Stopped) -> Fut,
-    Fut: Future<Output = std::io::Result<()>>,
+    Fut: Future<Output = Result<(), String>>,
 {
-    let runtime = match tokio::runtime::Builder::new_current_thread()
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(workers.max(1))
+        .thread_name(worker_name)
         .enable_all()
         .build()
     {

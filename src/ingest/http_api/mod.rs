@@ -102,9 +102,19 @@ where
         &http.listen.to_string(),
         "cs-http".into(),
         move || {
-            async_listener::serve(TRANSPORT, listener, stop, |listener, stopped| {
-                serve(listener, shared, stopped)
-            });
+            // One worker: the handler is one, behind its lock.
+            let workers = (1, "cs-http-w");
+            async_listener::serve(
+                TRANSPORT,
+                listener,
+                stop,
+                workers,
+                |listener, stopped| async {
+                    serve(listener, shared, stopped)
+                        .await
+                        .map_err(|e| e.to_string())
+                },
+            );
         },
     )?;
     tracing::info!(address = %local, "Listening for increments over HTTP (POST {PATH}).");

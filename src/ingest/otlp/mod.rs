@@ -34,7 +34,7 @@ mod rpc;
 pub mod state;
 pub mod streams;
 
-use std::net::{SocketAddr, TcpListener};
+use std::net::TcpListener;
 use std::sync::Arc;
 use std::sync::atomic::AtomicUsize;
 use std::sync::atomic::Ordering::Relaxed;
@@ -47,16 +47,17 @@ pub use convert::{AttributePolicy, Conversion, IgnoredKind, Increment, PointDrop
 pub use state::StreamState;
 pub use streams::Streams;
 
+use super::async_listener;
 use super::receivers::{Address, Receivers};
 use super::stats::IngestStats;
 use super::worker::StopFlag;
-use super::{IDLE_INTERVAL, ListenError, PacketHandler, Recorded, Step};
+use super::{ListenError, PacketHandler, Recorded, Step};
 use crate::config::ingest::IngestConfig;
 use crate::vocabulary::Transport;
 
 /// Longest wait, after the stop, for requests in flight to finish (their points reach
 /// the final flush); what is still unanswered then is cut off with its connection.
-pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(2);
+pub const SHUTDOWN_GRACE: Duration = async_listener::SHUTDOWN_GRACE;
 
 /// What an exporter is told to wait before retrying a request refused as busy.
 pub const RETRY_AFTER: Duration = Duration::from_secs(2);
@@ -111,7 +112,7 @@ where
         if !enabled {
             continue;
         }
-        let listener = bind(transport, addr)?;
+        let listener = async_listener::bind(transport, addr)?;
         let local = listener
             .local_addr()
             .map_err(|e| ListenError::io(transport, addr.to_string(), Step::Inspect, e))?;
@@ -140,20 +141,8 @@ where
     Ok(())
 }
 
-/// Binds `addr` (`SO_REUSEADDR`, as the standard library sets it), non-blocking for the
-/// async runtime.
-fn bind(transport: Transport, addr: SocketAddr) -> Result<TcpListener, ListenError> {
-    let fail = |step| move |e| ListenError::io(transport, addr.to_string(), step, e);
-    let listener = TcpListener::bind(addr).map_err(fail(Step::Bind))?;
-    listener
-        .set_nonblocking(true)
-        .map_err(fail(Step::SetOption("O_NONBLOCK")))?;
-    Ok(listener)
-}
-
-/// The listener thread: a runtime of one worker per handler serving until the stop flag
-/// is raised, then finishing the requests in flight. Dropping the runtime at the end
-/// joins its workers.
+/// The listener thread: a runtime of one worker per handler (see
+/// [`async_listener::serve`]).
 fn serve<H: PacketHandler>(
     transport: Transport,
     listener: TcpListener,
@@ -164,40 +153,13 @@ fn serve<H: PacketHandler>(
         Transport::OtlpGrpc => "cs-otlp-grpc-w",
         _ => "cs-otlp-http-w",
     };
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(shared.handlers.len())
-        .thread_name(worker_name)
-        .enable_all()
-        .build()
-    {
-        Ok(runtime) => runtime,
-        Err(error) => {
-            tracing::error!(%error, "The {} receiver could not start its runtime.", transport.title());
-            return;
-        }
-    };
-    runtime.block_on(async move {
-        let listener = match tokio::net::TcpListener::from_std(listener) {
-            Ok(listener) => listener,
-            Err(error) => {
-                tracing::error!(%error, "The {} receiver could not register its socket.", transport.title());
-                return;
-            }
-        };
-        let (raised_tx, raised) = tokio::sync::watch::channel(false);
-        let watch = async move {
-            while !stop.is_raised() {
-                tokio::time::sleep(IDLE_INTERVAL).await;
-            }
-            let _ = raised_tx.send(true);
-        };
-        let stopped = {
-            let mut raised = raised.clone();
-            async move {
-                let _ = raised.wait_for(|r| *r).await;
-            }
-        };
-        let server = async move {
+    let workers = (shared.handlers.len(), worker_name);
+    async_listener::serve(
+        transport,
+        listener,
+        stop,
+        workers,
+        |listener, stopped| async move {
             match transport {
                 Transport::OtlpGrpc => grpc::serve(listener, shared, stopped)
                     .await
@@ -206,30 +168,8 @@ fn serve<H: PacketHandler>(
                     .await
                     .map_err(|e| e.to_string()),
             }
-        };
-        // A client still sending a request body after the stop is not waited for past
-        // SHUTDOWN_GRACE: shutdown never hangs on a slow or stuck exporter.
-        let deadline = async move {
-            let mut raised = raised;
-            let _ = raised.wait_for(|r| *r).await;
-            tokio::time::sleep(SHUTDOWN_GRACE).await;
-        };
-        tokio::spawn(watch);
-        tokio::select! {
-            result = server => {
-                if let Err(error) = result {
-                    tracing::error!(%error, "The {} receiver failed.", transport.title());
-                }
-            }
-            () = deadline => {
-                tracing::warn!(
-                    "The {} receiver stopped with requests still in flight after {:?}; their clients see the connection close.",
-                    transport.title(),
-                    SHUTDOWN_GRACE
-                );
-            }
-        }
-    });
+        },
+    );
 }
 
 /// Decodes an OTLP/HTTP protobuf body (or a gRPC message), already decompressed.
