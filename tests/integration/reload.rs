@@ -15,7 +15,7 @@ use countersink::sidecar::Sidecar;
 use countersink::sidecar::reload::ConfigSource;
 use countersink::vocabulary::Transport;
 
-use crate::common::{Store, metrics_when, start_store, wait_ready};
+use crate::common::{Serve, Store, metrics_when, start_store, wait_ready};
 
 /// Two families of one shape, each with its own tables, and one rule sending
 /// `api.<endpoint>.requests` to `family`. Both families list a name of their own in
@@ -405,5 +405,40 @@ async fn reloads_under_a_stream_of_lines_lose_and_double_nothing() {
         per_family.iter().all(|&sum| sum > 0),
         "both rules were in force for a while: {per_family:?}"
     );
+    store.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sighup_reloads_the_file_serve_was_started_with() {
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state");
+    let text = config_text(&state, "api_a", "1h");
+    let mut schema = Config::from_toml(&text).unwrap();
+    let store = start_store(&mut schema).await;
+    let file = dir.path().join("countersink.toml");
+    std::fs::write(&file, store.config_file(&text)).unwrap();
+    let mut serve = Serve::start([std::ffi::OsStr::new("--config"), file.as_os_str()]);
+
+    std::fs::write(
+        &file,
+        store.config_file(&config_text(&state, "api_b", "1h")),
+    )
+    .unwrap();
+    serve.signal("HUP");
+    let line = serve.log_until("Configuration reload");
+    assert!(line.contains("Configuration reloaded"), "{line}");
+    assert!(line.contains("SIGHUP"), "{line}");
+
+    let moved = config_text(&dir.path().join("elsewhere"), "api_b", "1h");
+    std::fs::write(&file, store.config_file(&moved)).unwrap();
+    serve.signal("HUP");
+    let line = serve.log_until("Configuration reload");
+    assert!(
+        line.contains("refused") && line.contains("state.dir cannot change without a restart"),
+        "{line}"
+    );
+    // Still running, and it stops cleanly.
+    let (status, _) = serve.terminate();
+    assert!(status.success(), "{status}");
     store.shutdown().await;
 }
