@@ -427,8 +427,9 @@ impl ExactTables {
 ///
 /// Two parts: the families themselves (their tables, key and counter columns, modes),
 /// fixed for the life of the process because pending rows, the journal and the sink's
-/// prepared statements depend on them; and their [`Routing`], which a live reload may
-/// replace (see [`Families::replace_routing`]).
+/// prepared statements depend on them; and their routing (exact names, `[[mapping]]`
+/// rules, tag rules), which a live reload may replace (see
+/// [`Families::replace_routing`]).
 pub struct Families {
     defs: Vec<FamilyDef>,
     exact: Option<ExactTables>,
