@@ -3,19 +3,21 @@
 //! A running sidecar re-reads its configuration on SIGHUP or `POST /-/reload`. It takes
 //! the families' *routing* live: the exact metric names of a family's `columns` (onto the
 //! counter columns it already has), the `[[mapping]]` rules and the tag rules (`[tags]`,
-//! `[family.tags]`). Everything else was built into something that outlives one flush:
+//! `[family.tags]`); and the cardinality caps (`cardinality.max_contexts`, and
+//! `max_contexts` and `max_tag_values` of `[generic]` and each family). Everything else
+//! was built into something that outlives one flush:
 //! sockets (listen addresses and paths), the state directory and the writer identity
 //! (the journal, the spill and recovery are keyed by them), the session to the store
 //! (contact points, TLS, credentials), the families' tables and columns (pending rows,
 //! journal groups and prepared statements name families by id), the buffer's limits and
-//! the cardinality trackers. [`fixed_changes`] names each such field that differs; the
+//! the cardinality window. [`fixed_changes`] names each such field that differs; the
 //! families' shapes are compared once built (see `Families::same_families`), since the
 //! mapping rules add counter columns to them.
 
 use serde::Serialize;
 use serde_json::Value;
 
-use super::{Config, FamilyConfig, IngestConfig};
+use super::{Config, FamilyConfig, GenericConfig, IngestConfig};
 
 /// Every field that differs between the running configuration and `next` and cannot
 /// change without a restart, named as in the file (`store.contact_points`,
@@ -30,10 +32,17 @@ pub fn fixed_changes(running: &Config, next: &Config) -> Vec<String> {
         out.push("metrics.listen".into());
     }
     families(&running.families, &next.families, out);
-    section("generic", &running.generic, &next.generic, out);
+    let generic = |c: &Config| GenericConfig {
+        max_contexts: None,
+        max_tag_values: Default::default(),
+        ..c.generic.clone()
+    };
+    section("generic", &generic(running), &generic(next), out);
     section("flush", &running.flush, &next.flush, out);
     section("limits", &running.limits, &next.limits, out);
-    section("cardinality", &running.cardinality, &next.cardinality, out);
+    if running.cardinality.window != next.cardinality.window {
+        out.push("cardinality.window".into());
+    }
     if running.log != next.log {
         out.push("log".into());
     }
@@ -59,7 +68,7 @@ pub fn refusal(fields: &[String]) -> String {
 }
 
 /// The families, each compared without what a reload takes live (`columns`, whose
-/// counter columns the built families compare, and `tags`).
+/// counter columns the built families compare, `tags` and the caps).
 fn families(running: &[FamilyConfig], next: &[FamilyConfig], out: &mut Vec<String>) {
     let names = |list: &[FamilyConfig]| list.iter().map(|f| f.name.clone()).collect::<Vec<_>>();
     if names(running) != names(next) {
@@ -69,6 +78,8 @@ fn families(running: &[FamilyConfig], next: &[FamilyConfig], out: &mut Vec<Strin
     let fixed = |family: &FamilyConfig| FamilyConfig {
         columns: Default::default(),
         tags: Default::default(),
+        max_contexts: None,
+        max_tag_values: Default::default(),
         ..family.clone()
     };
     for (old, new) in running.iter().zip(next) {
@@ -201,6 +212,9 @@ mod tests {
             .insert("page.view".into(), "views".into());
         next.families[0].tags.deny.push("host".into());
         next.tags.deny.push("pod".into());
+        next.families[0].max_contexts = Some(10);
+        next.generic.max_tag_values.insert("user".into(), 5);
+        next.cardinality.max_contexts = Some(1000);
         next.mappings.push(crate::config::MappingConfig {
             pattern: "api.*.views".into(),
             family: "views".into(),
@@ -220,6 +234,7 @@ mod tests {
         next.metrics.listen = None;
         next.families[0].minute_table = "other".into();
         next.limits.max_pending_rows += 1;
+        next.cardinality.window = std::time::Duration::from_secs(120);
         assert_eq!(
             fixed_changes(&running, &next),
             [
@@ -229,6 +244,7 @@ mod tests {
                 "metrics.listen",
                 "family.views.minute_table",
                 "limits.max_pending_rows",
+                "cardinality.window",
             ]
         );
         let mut renamed = base();

@@ -4,10 +4,11 @@
 //! In order: read the file (with the same flags and environment on top as at start),
 //! validate it as at start, refuse any change to a field that needs a restart, naming it
 //! (see [`crate::config::reload`]), build the families and refuse a change to their
-//! tables or columns; then hand the new routing to the flush task, which flushes
-//! everything pending through the normal flush (journal, outcomes, spill) and swaps it in
-//! before its next drain (see [`crate::flush::barrier`]). A refusal leaves the running
-//! configuration in force and counts `countersink_config_reload_failures_total`.
+//! tables or columns; then hand the new routing and cardinality caps to the flush task,
+//! which flushes everything pending through the normal flush (journal, outcomes, spill)
+//! and swaps them in before its next drain (see [`crate::flush::barrier`]). A refusal
+//! leaves the running configuration in force and counts
+//! `countersink_config_reload_failures_total`.
 //!
 //! Reloads run one at a time, each compared with the configuration last taken.
 
@@ -121,11 +122,16 @@ impl Reloader {
             .same_families(&families)
             .map_err(|field| ReloadError::Fixed(config::reload::refusal(&[field])))?;
         let engine = self.engine.clone();
+        let caps = next.family_caps();
         let (swapped, outcome) = tokio::sync::oneshot::channel();
         let report = self
             .barriers
             .flush_then(move || {
-                let _ = swapped.send(engine.replace_routing(families));
+                let routed = engine.replace_routing(families);
+                if routed.is_ok() {
+                    engine.aggregator().cardinality().replace_caps(caps);
+                }
+                let _ = swapped.send(routed);
             })
             .await
             .ok_or(ReloadError::Stopping)?;

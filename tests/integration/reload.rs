@@ -1,8 +1,8 @@
 //! Live reload of the sidecar's configuration (`POST /-/reload`, SIGHUP): a new mapping
 //! takes effect after the rows pending under the old one reached their old table; an
 //! invalid file, or one that changes a field needing a restart, is refused by name and
-//! counted while the running configuration keeps working; and under a steady stream of
-//! UDP lines, reloads back and forth lose and double nothing.
+//! counted while the running configuration keeps working; new cardinality caps bind; and
+//! under a steady stream of UDP lines, reloads back and forth lose and double nothing.
 
 use std::net::{SocketAddr, UdpSocket};
 use std::path::{Path, PathBuf};
@@ -34,6 +34,9 @@ shutdown_deadline = "5s"
 
 [state]
 dir = "{state}"
+
+[cardinality]
+window = "1d"
 
 [metrics]
 listen = "127.0.0.1:0"
@@ -329,6 +332,45 @@ async fn a_change_that_needs_a_restart_is_refused_by_name() {
     assert_eq!(status, 200, "{body}");
     let Reloadable { sidecar, store, .. } = side;
     sidecar.shutdown().await.expect("the final flush ran");
+    store.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn new_cardinality_caps_bind_from_the_next_new_context() {
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state");
+    let side = Reloadable::start(dir.path(), "1h").await;
+    send(side.udp, "api.e1.requests", 1);
+    send(side.udp, "api.e2.requests", 1);
+    side.wait_accepted(2).await;
+
+    // `api_a`, uncapped and so untracked until now, may bring one context a window (a
+    // day here) from the swap on.
+    let capped = config_text(&state, "api_a", "1h").replacen(
+        "key = [\"endpoint\"]\n",
+        "key = [\"endpoint\"]\nmax_contexts = 1\n",
+        1,
+    );
+    side.write(&capped);
+    let (status, body) = post_reload(side.metrics);
+    assert_eq!(status, 200, "{body}");
+    // The first context after the swap passes, the next one is dropped and counted.
+    send(side.udp, "api.e1.requests", 1);
+    send(side.udp, "api.e3.requests", 1);
+    side.wait_accepted(4).await;
+    let dropped = |t: &str| {
+        t.lines().find_map(|l| {
+            l.strip_prefix(
+                "countersink_cardinality_dropped_total{family=\"api_a\",reason=\"cardinality_family\"} ",
+            )?
+            .parse::<u64>()
+            .ok()
+        })
+    };
+    metrics_when(side.metrics, |t| dropped(t) == Some(1)).await;
+    let Reloadable { sidecar, store, .. } = side;
+    sidecar.shutdown().await.expect("the final flush ran");
+    assert_eq!(sums(&store, "api_a").await, (3, 3));
     store.shutdown().await;
 }
 
