@@ -69,10 +69,12 @@ pub(super) async fn run_sidecar(
     // as soon as the banner appears must reach the handler, not the default action (which
     // would kill the process without its final flush).
     let mut signals = ShutdownSignals::install();
+    // SIGHUP too: its default action would kill the process.
+    let hangups = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup());
     let mut sidecar = Sidecar::start_reloadable(config, source)
         .await
         .map_err(|e| Failure::with_code(e.exit_code(), e))?;
-    let reloads = watch_reloads(sidecar.reloader());
+    let reloads = watch_reloads(hangups, sidecar.reloader());
     let bound = sidecar.bound();
     tracing::info!(
         listening = %bound
@@ -114,11 +116,13 @@ pub(super) async fn run_sidecar(
     }
 }
 
-/// Reloads the configuration on every SIGHUP (one at a time; a refusal is logged and
-/// counted by the reloader), until aborted. Without a watch on SIGHUP, says so once.
-fn watch_reloads(reloader: Arc<Reloader>) -> tokio::task::JoinHandle<()> {
-    use tokio::signal::unix::{SignalKind, signal};
-    let hangups = signal(SignalKind::hangup());
+/// Reloads the configuration on every SIGHUP `hangups` sees (one at a time; a refusal is
+/// logged and counted by the reloader), until aborted. Without a watch on SIGHUP, says
+/// so once.
+fn watch_reloads(
+    hangups: std::io::Result<tokio::signal::unix::Signal>,
+    reloader: Arc<Reloader>,
+) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
         let mut hangups = match hangups {
             Ok(hangups) => hangups,
