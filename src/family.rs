@@ -16,6 +16,8 @@ mod mapped;
 
 use std::collections::HashMap;
 
+use arc_swap::ArcSwap;
+
 use crate::backoff::Backoff;
 use crate::config::{
     Config, ConfigError, ConsistencyLevel, CountingMode, ShardPlacement, TableTime,
@@ -422,10 +424,25 @@ impl ExactTables {
 }
 
 /// All families, and the metric-name index that routes increments to them.
+///
+/// Two parts: the families themselves (their tables, key and counter columns, modes),
+/// fixed for the life of the process because pending rows, the journal and the sink's
+/// prepared statements depend on them; and their routing (exact names, `[[mapping]]`
+/// rules, tag rules), which a live reload may replace (see
+/// [`Families::replace_routing`]).
 pub struct Families {
     defs: Vec<FamilyDef>,
     exact: Option<ExactTables>,
     generic_enabled: bool,
+    /// Which names and tags go where; swapped whole, read without a lock.
+    routing: ArcSwap<Routing>,
+    max_key_bytes: usize,
+}
+
+/// Where increments go: the exact-name index, the `[[mapping]]` rules and the tag rules.
+/// It names families by id, so it is only ever swapped for one built against families
+/// of the same shape (same ids, names, tables and columns).
+struct Routing {
     by_metric: HashMap<Box<str>, (FamilyId, usize), foldhash::fast::RandomState>,
     /// The `[[mapping]]` rules; `None` without any.
     mapped: Option<MappedNames>,
@@ -433,7 +450,6 @@ pub struct Families {
     key_sources: Vec<Vec<Vec<Box<str>>>>,
     /// The generic family's tag rules (`[tags]` and the default deny list).
     generic_tags: TagRules,
-    max_key_bytes: usize,
 }
 
 impl Families {
@@ -516,10 +532,12 @@ impl Families {
             defs,
             exact,
             generic_enabled: config.generic.enabled,
-            by_metric,
-            mapped,
-            key_sources,
-            generic_tags: config.tag_rules(None)?,
+            routing: ArcSwap::from_pointee(Routing {
+                by_metric,
+                mapped,
+                key_sources,
+                generic_tags: config.tag_rules(None)?,
+            }),
             max_key_bytes: config.limits.max_key_bytes,
         })
     }
@@ -604,7 +622,41 @@ impl Families {
 
     /// The configured family and column index a metric name is mapped to.
     pub fn column_of(&self, name: &str) -> Option<(FamilyId, usize)> {
-        self.by_metric.get(name).copied()
+        self.routing.load().by_metric.get(name).copied()
+    }
+
+    /// Takes the routing of `next` (its exact names, `[[mapping]]` rules and tag rules)
+    /// when its families are the same as these, field for field; otherwise leaves the
+    /// routing as it is and says, by name, what differs (pending rows, the journal and
+    /// the sink's prepared statements name families by id and know their tables and
+    /// columns, so those cannot change while the process runs).
+    pub fn replace_routing(&self, next: Families) -> Result<(), String> {
+        self.same_families(&next)?;
+        self.routing.store(next.routing.into_inner());
+        Ok(())
+    }
+
+    /// Whether `other` has exactly these families, or the first difference, named.
+    pub fn same_families(&self, other: &Families) -> Result<(), String> {
+        if self.generic_enabled != other.generic_enabled {
+            return Err("generic.enabled".into());
+        }
+        for (old, new) in self.defs.iter().zip(&other.defs) {
+            if let Some(field) = family_difference(old, new) {
+                return Err(format!("family `{}`: {field}", old.name));
+            }
+        }
+        if self.defs.len() != other.defs.len() {
+            return Err(format!(
+                "the list of families ({} configured, {} in the new file)",
+                self.defs.len() - 1,
+                other.defs.len() - 1
+            ));
+        }
+        if self.exact != other.exact {
+            return Err("exact".into());
+        }
+        Ok(())
     }
 
     /// The shard `family`'s writes go to in flush `flush_seq` of the writer with
@@ -652,9 +704,10 @@ impl Families {
         series: &mut Vec<u8>,
     ) -> Result<Target, Unplaced> {
         series.clear();
-        if let Some(&(family, column)) = self.by_metric.get(name) {
+        let routing = self.routing.load();
+        if let Some(&(family, column)) = routing.by_metric.get(name) {
             let def = self.get(family);
-            for sources in self.sources(family) {
+            for sources in routing.sources(family) {
                 keys::push_from_tags(tags, sources, series)?;
             }
             self.check_length(series, def.key_columns.len())?;
@@ -664,10 +717,10 @@ impl Families {
                 width: def.width(),
             });
         }
-        if let Some(mapped) = &self.mapped {
+        if let Some(mapped) = &routing.mapped {
             let mut captures = Captures::default();
             if let Some(rule) = mapped.find(name, &mut captures) {
-                return self.resolve_mapped(rule, name, &captures, tags, series);
+                return self.resolve_mapped(&routing, rule, name, &captures, tags, series);
             }
         }
         if !self.generic_enabled {
@@ -679,7 +732,7 @@ impl Families {
         // Length prefix first, patched once the canonical tags are written in place.
         let prefix_at = series.len();
         series.extend_from_slice(&[0, 0]);
-        keys::write_canonical(tags, &self.generic_tags, series);
+        keys::write_canonical(tags, &routing.generic_tags, series);
         let tags_len =
             u16::try_from(series.len() - prefix_at - 2).map_err(|_| Unplaced::KeyTooLong)?;
         series[prefix_at..prefix_at + 2].copy_from_slice(&tags_len.to_le_bytes());
@@ -691,24 +744,18 @@ impl Families {
         })
     }
 
-    /// The tag keys that fill each key column of `family`, in key order.
-    fn sources(&self, family: FamilyId) -> &[Vec<Box<str>>] {
-        self.key_sources
-            .get(usize::from(family.0))
-            .map_or(&[], Vec::as_slice)
-    }
-
     /// The series key of a name a `[[mapping]]` rule matched: each key column from the
     /// rule's template, or from the tags.
     fn resolve_mapped<T: TagSet + ?Sized>(
         &self,
+        routing: &Routing,
         rule: &MappedRule,
         name: &str,
         captures: &Captures,
         tags: &T,
         series: &mut Vec<u8>,
     ) -> Result<Target, Unplaced> {
-        let sources = self.sources(rule.target.family);
+        let sources = routing.sources(rule.target.family);
         for (template, sources) in rule.key.iter().zip(sources) {
             match template {
                 Some(template) => keys::push_from_captures(template, name, captures, series)?,
@@ -750,6 +797,39 @@ impl Families {
             Ok(())
         }
     }
+}
+
+impl Routing {
+    /// The tag keys that fill each key column of `family`, in key order.
+    fn sources(&self, family: FamilyId) -> &[Vec<Box<str>>] {
+        self.key_sources
+            .get(usize::from(family.0))
+            .map_or(&[], Vec::as_slice)
+    }
+}
+
+/// The first field in which two definitions of one family differ, as the configuration
+/// names it.
+fn family_difference(old: &FamilyDef, new: &FamilyDef) -> Option<String> {
+    let changed = |differs: bool, field: &str| differs.then(|| field.to_owned());
+    changed(old.name != new.name, "name (the families' order or names)")
+        .or_else(|| changed(old.minute_table != new.minute_table, "minute_table"))
+        .or_else(|| changed(old.day_table != new.day_table, "day_table"))
+        .or_else(|| changed(old.minute_time != new.minute_time, "minute_time"))
+        .or_else(|| changed(old.day_time != new.day_time, "day_time"))
+        .or_else(|| changed(old.key_columns != new.key_columns, "key"))
+        .or_else(|| {
+            (old.columns != new.columns).then(|| {
+                format!(
+                    "its counter columns (from `columns` and the `[[mapping]]` rules: {:?}, now {:?})",
+                    old.columns, new.columns
+                )
+            })
+        })
+        .or_else(|| changed(old.sharding != new.sharding, "shards"))
+        .or_else(|| changed(old.epoch_column != new.epoch_column, "epoch_column"))
+        .or_else(|| changed(old.exact != new.exact, "exact"))
+        .or_else(|| changed(old.mode != new.mode, "mode"))
 }
 
 #[cfg(test)]

@@ -21,7 +21,7 @@
 //! | [`vocabulary`], [`backoff`], [`test_hooks`] | the shared words: `FamilyId`, `Granularity`, `DropReason`, `Transport`; the one exponential back-off rule; crash points for tests (feature `dev`) |
 //! | [`line`](mod@line), [`bucket`], [`series`], [`mapping`] | the StatsD/DogStatsD parser; UTC minute/day buckets; encoded series keys; name-mapping patterns and tag rules, compiled |
 //! | [`aggregate`] | the synchronous core: one stripe's map, limits, cardinality caps, counters, and the striped front |
-//! | [`config`] | the configuration file (every section, `[ingest.*]` included, in every build), defaults, validation |
+//! | [`config`] | the configuration file (every section, `[ingest.*]` included, in every build), defaults, validation, what a live reload may change |
 //! | [`family`], [`layout`], [`cql_text`], [`ddl`] | families and their shards; table layouts; the `cql/` files; the schema |
 //! | [`engine`] | families + aggregator: the line path and the in-process path |
 //! | [`sink`] | where writes go, and the contract: `PartitionWrite`, `Outcome`; the CQL, memory and log sinks; the bounded sending loop every path shares |
@@ -31,12 +31,12 @@
 //! | [`epoch`] | resets by epoch: the registry view, the pure choice of a row's epoch, the refresh timer |
 //! | [`stage`] | the one write pipeline: the decision table (a policy column per kind of write) and the stage runner every kind of write goes through (group commit, bounded send, decide, apply, logs and spill, end) |
 //! | [`totals`] | the `writer_totals` counting mode: running totals per writer, idempotent writes retried until applied, their spill |
-//! | [`flush`] | the plan, the loop, the pure settle step (outcome → action), one shutdown deadline |
+//! | [`flush`] | the plan, the loop, the pure settle step (outcome → action), one shutdown deadline, barriers (a change applied after a flush round) |
 //! | [`ops`] | operating the tables: the read path (summing shards and writers, both counting modes), the key index, leaderboards, retention, migration, shard advice; reading the state directory's outcomes |
 //! | [`pipeline`], [`recorder`] | engine + state + flusher assembled; the in-process `Recorder` |
 //! | [`wrapper`] | the driver wrapper: `CounterSession` pre-aggregates the counter UPDATEs an application sends through its own `scylla` session |
 //! | `facade` | (feature `metrics-facade`) a recorder for the `metrics` crate: `counter!` lands in the engine |
-//! | `sidecar`, `cli` | (feature `sidecar`) the sidecar runtime and HTTP, the command line (`dev` needs feature `dev`) |
+//! | `sidecar`, `cli` | (feature `sidecar`) the sidecar runtime and HTTP, live reload, the command line (`dev` needs feature `dev`) |
 //!
 //! # Extension points
 //!

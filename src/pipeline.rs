@@ -11,7 +11,10 @@ use tokio::task::JoinHandle;
 use crate::config::{Config, ConfigError};
 use crate::engine::Engine;
 use crate::epoch::EpochRegistry;
-use crate::flush::{FlushObserver, FlushReport, Flusher, ShutdownHandle, shutdown_channel};
+use crate::flush::{
+    BarrierHandle, FlushObserver, FlushReport, Flusher, ShutdownHandle, barrier_channel,
+    shutdown_channel,
+};
 use crate::sink::Sink;
 use crate::state::StateError;
 use crate::telemetry::Accounting;
@@ -36,6 +39,8 @@ pub struct Pipeline {
     engine: Arc<Engine>,
     ledger: Arc<Ledger>,
     shutdown: ShutdownHandle,
+    /// Changes applied by the flush task after a flush round (a live reload).
+    barriers: BarrierHandle,
     task: Option<JoinHandle<FlushReport>>,
 }
 
@@ -95,11 +100,15 @@ impl Pipeline {
         let notify = early.clone();
         engine.aggregator().on_pressure(move || notify.notify_one());
         let (shutdown, signal) = shutdown_channel();
+        let (barriers, accepted) = barrier_channel();
+        let mut flusher = flusher;
+        flusher.accept_barriers(accepted);
         let task = tokio::spawn(flusher.run(signal, early));
         Ok(Pipeline {
             engine,
             ledger,
             shutdown,
+            barriers,
             task: Some(task),
         })
     }
@@ -107,6 +116,12 @@ impl Pipeline {
     /// The engine (for recording and for metrics).
     pub fn engine(&self) -> &Arc<Engine> {
         &self.engine
+    }
+
+    /// Where to send a change the flush task applies right after flushing what is
+    /// pending (see [`crate::flush::barrier`]).
+    pub fn barriers(&self) -> &BarrierHandle {
+        &self.barriers
     }
 
     /// The flusher's ledger.

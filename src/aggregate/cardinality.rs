@@ -24,11 +24,14 @@
 //! and the tag.
 //!
 //! Plain synchronous code with the time passed in; families without a cap are not
-//! tracked and cost one bounds check.
+//! tracked and cost one bounds check. A live reload may change the caps (not the window
+//! length): see [`Cardinality::replace_caps`].
 
 use std::collections::{HashMap, HashSet};
 use std::hash::BuildHasher;
+use std::sync::Arc;
 
+use arc_swap::ArcSwap;
 use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
 
@@ -73,8 +76,10 @@ pub struct FamilyCaps {
 /// Every family's tracker (those with a cap), and the window length.
 pub struct Cardinality {
     window_secs: i64,
-    /// Indexed by family id; `None` for families without caps.
-    families: Vec<Option<Box<Mutex<Tracker>>>>,
+    /// Indexed by family id; `None` for families without caps. Replaced whole when a
+    /// reload changes the caps (see [`Cardinality::replace_caps`]), read once per row
+    /// created.
+    families: ArcSwap<Trackers>,
     /// Most entries any set of a tracker holds when no cap bounds it (the buffer's
     /// `max_pending_rows`): beyond it counts are lower bounds and shown as saturated.
     track_max: usize,
@@ -87,11 +92,14 @@ impl Default for Cardinality {
     }
 }
 
+/// The trackers, by family id.
+type Trackers = Vec<Option<Arc<Mutex<Tracker>>>>;
+
 impl Cardinality {
     /// Trackers for `caps` (families without any cap may be left out), windows of
     /// `window_secs` (at least 1), sets bounded by `track_max` where no cap bounds them.
     pub fn new(window_secs: u64, track_max: usize, caps: Vec<FamilyCaps>) -> Cardinality {
-        let mut families: Vec<Option<Box<Mutex<Tracker>>>> = Vec::new();
+        let mut families: Trackers = Vec::new();
         for caps in caps {
             if caps.max_contexts.is_none() && caps.max_tag_values.is_empty() {
                 continue;
@@ -100,19 +108,42 @@ impl Cardinality {
             if families.len() <= index {
                 families.resize_with(index + 1, || None);
             }
-            families[index] = Some(Box::new(Mutex::new(Tracker::new(caps))));
+            families[index] = Some(Arc::new(Mutex::new(Tracker::new(caps))));
         }
         Cardinality {
             window_secs: i64::try_from(window_secs.max(1)).unwrap_or(i64::MAX),
-            families,
+            families: ArcSwap::from_pointee(families),
             track_max: track_max.max(1),
             hasher: foldhash::fast::RandomState::default(),
         }
     }
 
+    /// Takes new caps (a live reload): a family keeps its tracker, with what its window
+    /// counted and its drop totals, and is held to the new caps from its next new
+    /// context on; a family capped for the first time gets a tracker; a family whose
+    /// caps are all gone stays tracked, uncapped (its drop totals stay exported). The
+    /// window length does not change.
+    pub fn replace_caps(&self, caps: Vec<FamilyCaps>) {
+        let mut families: Trackers = (*self.families.load_full()).clone();
+        for caps in caps {
+            let index = usize::from(caps.family.0);
+            match families.get(index).cloned().flatten() {
+                Some(tracker) => tracker.lock().set_caps(caps),
+                None if caps.max_contexts.is_none() && caps.max_tag_values.is_empty() => {}
+                None => {
+                    if families.len() <= index {
+                        families.resize_with(index + 1, || None);
+                    }
+                    families[index] = Some(Arc::new(Mutex::new(Tracker::new(caps))));
+                }
+            }
+        }
+        self.families.store(Arc::new(families));
+    }
+
     /// Whether any family is tracked.
     pub fn is_active(&self) -> bool {
-        self.families.iter().any(Option::is_some)
+        self.families.load().iter().any(Option::is_some)
     }
 
     /// The window length, in seconds.
@@ -132,7 +163,8 @@ impl Cardinality {
         now_unix_secs: i64,
         count: u64,
     ) -> Result<(), DropReason> {
-        let Some(Some(tracker)) = self.families.get(usize::from(family.0)) else {
+        let families = self.families.load();
+        let Some(Some(tracker)) = families.get(usize::from(family.0)) else {
             return Ok(());
         };
         let window = now_unix_secs.div_euclid(self.window_secs);
@@ -148,7 +180,7 @@ impl Cardinality {
     /// Per family and reason, the increments dropped since start (for the metrics).
     pub fn dropped(&self) -> Vec<(String, DropReason, u64)> {
         let mut out = Vec::new();
-        for tracker in self.families.iter().flatten() {
+        for tracker in self.families.load().iter().flatten() {
             let tracker = tracker.lock();
             out.push((
                 tracker.caps.name.clone(),
@@ -168,6 +200,7 @@ impl Cardinality {
     pub fn contexts(&self, now_unix_secs: i64) -> Vec<(String, u64)> {
         let window = now_unix_secs.div_euclid(self.window_secs);
         self.families
+            .load()
             .iter()
             .flatten()
             .map(|tracker| {
@@ -184,6 +217,7 @@ impl Cardinality {
         let window = now_unix_secs.div_euclid(self.window_secs);
         let families = self
             .families
+            .load()
             .iter()
             .flatten()
             .map(|tracker| {
@@ -318,6 +352,25 @@ impl Tracker {
         };
         tracker.reset_tags();
         tracker
+    }
+
+    /// Holds the family to `caps` from now on; the window's counts stay (a tag capped
+    /// anew starts counting at its next new context).
+    fn set_caps(&mut self, caps: FamilyCaps) {
+        for (tag, stats) in self.tags.iter_mut() {
+            stats.cap = caps
+                .max_tag_values
+                .iter()
+                .find(|(t, _)| **t == **tag)
+                .map(|(_, cap)| *cap);
+        }
+        for (tag, cap) in &caps.max_tag_values {
+            if !self.tags.contains_key(tag.as_str()) {
+                self.tags
+                    .insert(tag.as_str().into(), TagStats::new(Some(*cap)));
+            }
+        }
+        self.caps = caps;
     }
 
     /// Empties the tags, keeping an entry for each capped one, whose sets keep their
@@ -700,5 +753,49 @@ mod tests {
         assert!(report.families[0].previous.is_none());
         assert_eq!(report.families[0].current.contexts, 0);
         assert_eq!(report.families[0].current.start_unix_secs, T0 + 180);
+    }
+
+    #[test]
+    fn replaced_caps_bind_from_the_next_new_context_and_keep_the_window() {
+        let c = Cardinality::new(60, 1000, vec![caps(Some(1), &[])]);
+        let (a, b, x) = (generic(("a", "")), generic(("b", "")), generic(("x", "")));
+        assert_eq!(c.admit(FamilyId(0), &a, T0, 1), Ok(()));
+        assert_eq!(
+            c.admit(FamilyId(0), &b, T0, 2),
+            Err(DropReason::CardinalityFamily)
+        );
+        // Raised to 2: the window's context stays counted, one more fits.
+        c.replace_caps(vec![caps(Some(2), &[])]);
+        assert_eq!(c.admit(FamilyId(0), &b, T0 + 1, 1), Ok(()));
+        assert_eq!(
+            c.admit(FamilyId(0), &x, T0 + 1, 1),
+            Err(DropReason::CardinalityFamily)
+        );
+        // Every cap gone: still tracked (its drop totals stay), nothing refused.
+        c.replace_caps(vec![caps(None, &[])]);
+        assert_eq!(c.admit(FamilyId(0), &x, T0 + 2, 1), Ok(()));
+        assert_eq!(
+            c.dropped()[0],
+            ("generic".into(), DropReason::CardinalityFamily, 3)
+        );
+        // A family capped for the first time is tracked from then on.
+        let mut views = caps(None, &[("page", 1)]);
+        views.family = FamilyId(1);
+        views.name = "views".into();
+        views.source = TagSource::Keyed(vec!["page".into()]);
+        c.replace_caps(vec![views]);
+        let (p1, p2) = (series::encode(["p1"]), series::encode(["p2"]));
+        assert_eq!(c.admit(FamilyId(1), &p1, T0, 1), Ok(()));
+        assert_eq!(
+            c.admit(FamilyId(1), &p2, T0, 1),
+            Err(DropReason::CardinalityTag)
+        );
+        let names: Vec<_> = c
+            .report(T0)
+            .families
+            .into_iter()
+            .map(|f| f.family)
+            .collect();
+        assert_eq!(names, ["generic", "views"]);
     }
 }

@@ -50,7 +50,14 @@ pub(super) async fn run(args: DevArgs) -> Result<(), Failure> {
     }
     let cql = store.local_addr();
     config.store.contact_points = vec![cql.to_string()];
-    let result = run_sidecar(&config, |sidecar| {
+    // A reload reads the file and flags again, pointed at the same embedded store.
+    let serve = std::sync::Arc::new(args.serve);
+    let source: crate::sidecar::reload::ConfigSource = std::sync::Arc::new(move || {
+        let mut config = serve.load().map_err(|f| f.to_string())?;
+        config.store.contact_points = vec![cql.to_string()];
+        Ok(config)
+    });
+    let result = run_sidecar(&config, Some(source), |sidecar| {
         let bound = sidecar.bound();
         println!("{}", banner(&config, cql, bound));
     })

@@ -114,6 +114,12 @@ impl Failure {
     }
 }
 
+impl std::fmt::Display for Failure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
 /// Parses the command line and runs the command.
 pub fn main() -> ExitCode {
     let cli = match Cli::try_parse() {

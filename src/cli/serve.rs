@@ -1,18 +1,23 @@
 //! `countersink serve`.
 
+use std::sync::Arc;
+
 use crate::config::Config;
 use crate::sidecar::Sidecar;
+use crate::sidecar::reload::{ConfigSource, Reloader};
 use crate::state::bound;
 
 use super::args::ServeArgs;
 use super::{Failure, logging};
 
-/// Runs the sidecar until SIGTERM or SIGINT.
+/// Runs the sidecar until SIGTERM or SIGINT; SIGHUP re-reads the configuration.
 pub(super) async fn run(args: ServeArgs) -> Result<(), Failure> {
     let config = args.load()?;
     logging::init(&config.log);
     check_state_room(&config, args.strict)?;
-    run_sidecar(&config, |_| {}).await
+    let args = Arc::new(args);
+    let source: ConfigSource = Arc::new(move || args.load().map_err(|f| f.to_string()));
+    run_sidecar(&config, Some(source), |_| {}).await
 }
 
 /// Compares what the configuration lets countersink write to its state directory with
@@ -52,19 +57,24 @@ fn mib(bytes: u64) -> String {
     format!("{:.1} MiB", bytes as f64 / (1 << 20) as f64)
 }
 
-/// Starts a sidecar for `config`, calls `started` with it (dev prints its banner there),
-/// waits for a signal (or a fatal schema mismatch), and shuts down in order.
+/// Starts a sidecar for `config` (re-read from `source` on SIGHUP), calls `started` with
+/// it (dev prints its banner there), waits for a signal (or a fatal schema mismatch), and
+/// shuts down in order.
 pub(super) async fn run_sidecar(
     config: &Config,
+    source: Option<ConfigSource>,
     started: impl FnOnce(&Sidecar),
 ) -> Result<(), Failure> {
     // Installed before the sidecar starts and before `started` announces it: a signal sent
     // as soon as the banner appears must reach the handler, not the default action (which
     // would kill the process without its final flush).
     let mut signals = ShutdownSignals::install();
-    let mut sidecar = Sidecar::start(config)
+    // SIGHUP too: its default action would kill the process.
+    let hangups = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup());
+    let mut sidecar = Sidecar::start_reloadable(config, source)
         .await
         .map_err(|e| Failure::with_code(e.exit_code(), e))?;
+    let reloads = watch_reloads(hangups, sidecar.reloader());
     let bound = sidecar.bound();
     tracing::info!(
         listening = %bound
@@ -82,6 +92,7 @@ pub(super) async fn run_sidecar(
         signal = signals.recv() => signal,
         reason = sidecar.fatal() => reason,
     };
+    reloads.abort();
     tracing::info!(reason = %stop_reason, "Shutting down: draining sockets, then the final flush.");
     let fatal = sidecar.fatal_reason();
     let report = sidecar.shutdown().await;
@@ -103,6 +114,27 @@ pub(super) async fn run_sidecar(
         None if report.is_none() => Err(Failure::other("the final flush did not complete")),
         None => Ok(()),
     }
+}
+
+/// Reloads the configuration on every SIGHUP `hangups` sees (one at a time; a refusal is
+/// logged and counted by the reloader), until aborted. Without a watch on SIGHUP, says
+/// so once.
+fn watch_reloads(
+    hangups: std::io::Result<tokio::signal::unix::Signal>,
+    reloader: Arc<Reloader>,
+) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        let mut hangups = match hangups {
+            Ok(hangups) => hangups,
+            Err(error) => {
+                tracing::warn!(%error, "Cannot watch SIGHUP; reload with POST /-/reload instead.");
+                return;
+            }
+        };
+        while hangups.recv().await.is_some() {
+            let _ = reloader.reload("SIGHUP").await;
+        }
+    })
 }
 
 /// SIGTERM and SIGINT, watched from the moment [`ShutdownSignals::install`] returns.

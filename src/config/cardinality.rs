@@ -63,6 +63,16 @@ impl Config {
     /// The cardinality caps of this configuration, for the aggregator; sets are bounded
     /// by `limits.max_pending_rows` where no cap bounds them.
     pub fn cardinality_caps(&self) -> Cardinality {
+        Cardinality::new(
+            self.cardinality.window.as_secs(),
+            self.limits.max_pending_rows,
+            self.family_caps(),
+        )
+    }
+
+    /// Every family's caps (the generic one's when it is enabled), by family id: what a
+    /// live reload hands to [`Cardinality::replace_caps`].
+    pub fn family_caps(&self) -> Vec<FamilyCaps> {
         let default = self.cardinality.max_contexts;
         let mut caps = Vec::new();
         if self.generic.enabled {
@@ -84,11 +94,7 @@ impl Config {
                 max_tag_values: tag_caps(&family.max_tag_values),
             });
         }
-        Cardinality::new(
-            self.cardinality.window.as_secs(),
-            self.limits.max_pending_rows,
-            caps,
-        )
+        caps
     }
 }
 

@@ -13,6 +13,7 @@ pub mod ingest;
 pub mod listen;
 pub mod mapping;
 pub mod operations;
+pub mod reload;
 pub mod tables;
 mod validate;
 

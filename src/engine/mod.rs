@@ -19,6 +19,7 @@
 //! which repeat on a shared machine); the README has the figures.
 
 use std::cell::RefCell;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::aggregate::scale;
 use crate::aggregate::{self, Aggregator, Limits, RowKeyRef, Slot, Stripe};
@@ -67,8 +68,10 @@ pub struct Engine {
     families: Families,
     aggregator: Aggregator,
     line_limits: LineLimits,
-    /// This engine's identity in the per-thread line caches.
-    cache_owner: u64,
+    /// This engine's identity in the per-thread line caches: a new one each time the
+    /// families' routing is replaced, so no thread places a line by the old routing
+    /// from its cache afterwards.
+    cache_owner: AtomicU64,
     /// Seed of the line caches' hash.
     cache_seed: u64,
 }
@@ -97,7 +100,7 @@ impl Engine {
                 max_line_bytes: config.limits.max_line_bytes,
                 max_tags: config.limits.max_tags,
             },
-            cache_owner: cache::new_owner(),
+            cache_owner: AtomicU64::new(cache::new_owner()),
             cache_seed: fastrand::u64(..),
         })
     }
@@ -112,6 +115,19 @@ impl Engine {
         &self.aggregator
     }
 
+    /// Routes increments by the names, `[[mapping]]` rules and tag rules of `next` from
+    /// now on, when its families are the same as this engine's (see
+    /// [`Families::replace_routing`]); rows already pending keep the family they were
+    /// placed in. Says what differs otherwise, and changes nothing.
+    pub fn replace_routing(&self, next: Families) -> Result<(), String> {
+        self.families.replace_routing(next)?;
+        // After the routing: a thread that claims its cache with the new owner reads the
+        // new routing on every miss.
+        self.cache_owner
+            .store(cache::new_owner(), Ordering::Release);
+        Ok(())
+    }
+
     /// Parses and aggregates every line of one datagram (or stream message) received
     /// at `now_unix_secs`. Takes the calling thread's stripe once for the whole packet;
     /// each line is counted as received and then as invalid, ignored, accepted or
@@ -124,7 +140,9 @@ impl Engine {
             minute: aggregate::minute_for(now_unix_secs, None, self.aggregator.limits()),
         };
         SCRATCH.with_borrow_mut(|scratch| {
-            scratch.cache.claim(self.cache_owner);
+            scratch
+                .cache
+                .claim(self.cache_owner.load(Ordering::Acquire));
             for raw in line::split_lines(packet) {
                 stripe.counters().count_line(transport);
                 let result = if raw.len() <= self.line_limits.max_line_bytes {

@@ -303,3 +303,68 @@ fn record_from_counts_its_source() {
     assert_eq!(c.received_for(Transport::Udp), 0);
     assert_eq!((c.accepted, c.accepted_sum), (1, 3));
 }
+
+/// A second name for the `views` column, the routing change a reload takes live.
+fn config_with_alias() -> Config {
+    let mut config = config();
+    config.families[0]
+        .columns
+        .insert("page.view".into(), "views".into());
+    config
+}
+
+#[test]
+fn a_replaced_routing_places_the_next_lines_and_leaves_pending_rows_alone() {
+    let e = engine();
+    // Twice, so that the second one is placed from this thread's line cache.
+    e.ingest_packet(
+        b"page.view:1|c|#page_id:p1\npage.view:1|c|#page_id:p1\n",
+        Transport::Udp,
+        NOW,
+    );
+    let families = crate::family::Families::from_config(&config_with_alias()).unwrap();
+    e.replace_routing(families).unwrap();
+    e.ingest_packet(b"page.view:5|c|#page_id:p1\n", Transport::Udp, NOW);
+    assert_eq!(
+        snapshot(&e),
+        format!(
+            "0/Both(Minute({MINUTE}))/page.view|page_id:p1 = [2]\n\
+             1/Both(Minute({MINUTE}))/p1 = [0, 5]\n"
+        )
+    );
+    // And back: the cache holds no placement of the routing before.
+    e.replace_routing(crate::family::Families::from_config(&config()).unwrap())
+        .unwrap();
+    e.ingest_packet(b"page.view:7|c|#page_id:p1\n", Transport::Udp, NOW);
+    assert!(
+        snapshot(&e).contains("page.view|page_id:p1 = [9]"),
+        "{}",
+        snapshot(&e)
+    );
+}
+
+#[test]
+fn a_routing_for_other_families_is_refused_by_name() {
+    let e = engine();
+    let mut moved = config();
+    moved.families[0].minute_table = "metrics.elsewhere".into();
+    let families = crate::family::Families::from_config(&moved).unwrap();
+    assert_eq!(
+        e.replace_routing(families),
+        Err("family `views`: minute_table".into())
+    );
+    let mut wider = config();
+    wider.families[0]
+        .columns
+        .insert("page.clicks".into(), "clicks".into());
+    let error = e
+        .replace_routing(crate::family::Families::from_config(&wider).unwrap())
+        .unwrap_err();
+    assert!(error.contains("counter columns"), "{error}");
+    // Still routed as before.
+    e.ingest_packet(b"page.views:1|c|#page_id:p1\n", Transport::Udp, NOW);
+    assert_eq!(
+        snapshot(&e),
+        format!("1/Both(Minute({MINUTE}))/p1 = [0, 1]\n")
+    );
+}

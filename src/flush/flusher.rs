@@ -19,6 +19,7 @@ use crate::test_hooks::crash_point;
 use crate::totals::{Totals, TotalsReport};
 use crate::vocabulary::Granularity;
 
+use super::barrier::Barriers;
 use super::ledger_gate::LedgerGate;
 use super::ledger_gate::owed_sums;
 use super::observe::FlushObserver;
@@ -76,6 +77,8 @@ pub struct Flusher<S> {
     /// The `writer_totals` families' path: their rows leave this one after the drain,
     /// and their writes are the flush's second stage.
     totals: Totals,
+    /// Changes waiting for a flush round (see [`super::barrier`]).
+    barriers: Option<Barriers>,
 }
 
 impl<S: Sink> Flusher<S> {
@@ -242,6 +245,7 @@ impl<S: Sink> Flusher<S> {
             ledger_file: false,
             outcomes_mark: None,
             totals,
+            barriers: None,
         }
     }
 
@@ -261,6 +265,11 @@ impl<S: Sink> Flusher<S> {
     /// The journal's file.
     pub fn journal_path(&self) -> &std::path::Path {
         self.state.journal_path()
+    }
+
+    /// Takes barriers from `barriers` while running (see [`super::barrier`]).
+    pub fn accept_barriers(&mut self, barriers: Barriers) {
+        self.barriers = Some(barriers);
     }
 
     /// Adds an observer of every flush's planned writes.
@@ -292,6 +301,7 @@ impl<S: Sink> Flusher<S> {
     pub async fn run(mut self, mut shutdown: ShutdownSignal, early: Arc<Notify>) -> FlushReport {
         let mut deadline = Deadline::new(shutdown.clone(), self.config.shutdown_deadline);
         let mut schedule = Schedule::new(&self.config);
+        let mut barriers = self.barriers.take();
         loop {
             let wait = schedule.next_wait(fastrand::f64());
             let next = tokio::time::sleep(wait);
@@ -299,6 +309,15 @@ impl<S: Sink> Flusher<S> {
             loop {
                 tokio::select! {
                     _ = &mut next => break,
+                    barrier = Barriers::next(&mut barriers) => {
+                        // Between two scheduled flushes: one round of what is pending,
+                        // then the change, before the next drain.
+                        let report = self.flush(&mut deadline, false).await;
+                        barrier.pass(report);
+                        if shutdown.requested_at().is_some() {
+                            return self.final_flush(deadline).await;
+                        }
+                    }
                     _ = early.notified(), if !schedule.backing_off() => {
                         // A notification stored while backing off (or made stale by a
                         // flush since) is not a reason to flush now.

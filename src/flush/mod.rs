@@ -23,11 +23,14 @@
 //! - [`owed`]: the exact family-days this state directory still owes the counters (in
 //!   its spill, or back in the buffer after a replay), marked in the outcomes table so
 //!   that `reconcile` keeps those days open and `--repair` waits for the replay.
+//! - [`barrier`]: a change applied by the flush task right after a flush round of
+//!   what is pending (a live reload's new routing).
 //! - [`observe`]: the hook after the drain ([`FlushObserver`]), which feeds the key index.
 //!
 //! Rows of `writer_totals` families leave this path right after the drain, for
 //! [`crate::totals`], which the flusher then runs after the counter writes.
 
+pub mod barrier;
 pub mod exact_outcomes;
 pub mod flusher;
 pub mod ledger_gate;
@@ -40,6 +43,7 @@ mod report;
 pub mod schedule;
 pub mod shutdown;
 
+pub use self::barrier::{BarrierHandle, Barriers, barrier_channel};
 pub use self::flusher::Flusher;
 pub use self::observe::FlushObserver;
 pub use self::plan::PlanOptions;

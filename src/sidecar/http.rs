@@ -1,5 +1,5 @@
 //! `/metrics`, `/healthz` and `/readyz`, the debug views `/debug/hot` and
-//! `/debug/contexts`, served by axum.
+//! `/debug/contexts`, and `POST /-/reload` (see [`super::reload`]), served by axum.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -8,10 +8,12 @@ use axum::Router;
 use axum::extract::{RawQuery, State};
 use axum::http::{StatusCode, header};
 use axum::response::IntoResponse;
-use axum::routing::get;
+use axum::routing::{get, post};
 
 use crate::aggregate::cardinality::ContextsReport;
 use crate::telemetry::{HotKeys, Metrics};
+
+use super::reload::Reloader;
 
 /// What the endpoints read.
 #[derive(Clone)]
@@ -25,6 +27,8 @@ pub struct HttpState {
     pub hot: Arc<HotKeys>,
     /// What `/debug/contexts` shows: the cardinality trackers' report now.
     pub contexts: Arc<dyn Fn() -> ContextsReport + Send + Sync>,
+    /// What `POST /-/reload` runs.
+    pub reloader: Arc<Reloader>,
 }
 
 /// Rows per ranking of `/debug/hot` unless `?k=` says otherwise, and the most it gives.
@@ -39,6 +43,7 @@ pub fn router(state: HttpState) -> Router {
         .route("/readyz", get(ready))
         .route("/debug/hot", get(hot))
         .route("/debug/contexts", get(contexts))
+        .route("/-/reload", post(reload))
         .with_state(state)
 }
 
@@ -82,6 +87,24 @@ async fn hot(State(state): State<HttpState>, RawQuery(query): RawQuery) -> impl 
 async fn contexts(State(state): State<HttpState>) -> impl IntoResponse {
     let body = serde_json::to_string(&(state.contexts)()).unwrap_or_else(|_| "{}".into());
     ([(header::CONTENT_TYPE, "application/json")], body)
+}
+
+/// Re-reads the configuration: 200 once it took effect, 400 with the reason when it was
+/// refused (the running configuration stays), 503 while shutting down.
+async fn reload(State(state): State<HttpState>) -> impl IntoResponse {
+    match state.reloader.reload("POST /-/reload").await {
+        Ok(done) => (
+            StatusCode::OK,
+            format!(
+                "reloaded: generation {}, {} pending rows flushed first\n",
+                done.generation, done.flushed_rows
+            ),
+        ),
+        Err(error @ super::reload::ReloadError::Stopping) => {
+            (StatusCode::SERVICE_UNAVAILABLE, format!("{error}\n"))
+        }
+        Err(error) => (StatusCode::BAD_REQUEST, format!("refused: {error}\n")),
+    }
 }
 
 /// Binds the listener (so a bad address is an error at start, not later).

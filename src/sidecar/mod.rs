@@ -4,13 +4,15 @@
 //! HTTP port (a bad address fails here, before anything runs), start receiving, and
 //! connect to the store in the background (see [`lazy`]). Stop order (SIGTERM/SIGINT):
 //! stop the receivers after draining what the kernel already holds, run the final flush
-//! with its deadline, then stop HTTP.
+//! with its deadline, then stop HTTP. SIGHUP and `POST /-/reload` re-read the
+//! configuration (see [`reload`]).
 
 pub mod handler;
 pub mod http;
 pub mod lazy;
 #[cfg(feature = "otlp")]
 mod otlp_streams;
+pub mod reload;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -32,6 +34,7 @@ use crate::vocabulary::Transport;
 
 use self::handler::EngineHandler;
 use self::lazy::{ConnectFailure, LazyCqlSink};
+use self::reload::{ConfigSource, ReloadError, Reloaded, Reloader};
 
 /// Why the sidecar could not start (or had to stop).
 #[derive(Debug, thiserror::Error)]
@@ -89,6 +92,8 @@ pub struct Sidecar {
     index_stop: watch::Sender<Option<std::time::Instant>>,
     /// `flush.shutdown_deadline`.
     shutdown_deadline: std::time::Duration,
+    /// Re-reads and applies the configuration (SIGHUP, `POST /-/reload`).
+    reloader: Arc<Reloader>,
 }
 
 /// Runs the leaderboard jobs that `run_in_serve` asks for, until `stop`.
@@ -134,8 +139,18 @@ impl Bound {
 }
 
 impl Sidecar {
-    /// Starts everything. Must run inside a tokio runtime.
+    /// Starts everything. Must run inside a tokio runtime. A reload is refused: there is
+    /// no file to re-read (see [`Sidecar::start_reloadable`]).
     pub async fn start(config: &Config) -> Result<Sidecar, SidecarError> {
+        Self::start_reloadable(config, None).await
+    }
+
+    /// Starts everything, re-reading the configuration from `source` on a reload
+    /// (`countersink serve` passes its file with its flags and environment on top).
+    pub async fn start_reloadable(
+        config: &Config,
+        source: Option<ConfigSource>,
+    ) -> Result<Sidecar, SidecarError> {
         config.validate()?;
         config.ingest.validate()?;
         let engine = Arc::new(Engine::new(config)?);
@@ -177,6 +192,13 @@ impl Sidecar {
                 .map_err(|e| StartError::Config(ConfigError::invalid("metrics", e.to_string())))?,
         );
         let _ = operations.register(metrics.registry());
+        let reloader = Arc::new(Reloader::new(
+            source,
+            config.clone(),
+            engine.clone(),
+            pipeline.barriers().clone(),
+            operations.clone(),
+        ));
 
         let handler_engine = engine.clone();
         let receivers = match ingest::start_keeping(&config.ingest, kept, move |transport| {
@@ -224,6 +246,7 @@ impl Sidecar {
                                 .report(crate::engine::now_unix_secs())
                         })
                     },
+                    reloader: reloader.clone(),
                 };
                 let mut stopped = stop_rx.clone();
                 let task = tokio::spawn(async move {
@@ -320,6 +343,7 @@ impl Sidecar {
             index_task,
             index_stop,
             shutdown_deadline: config.flush.shutdown_deadline,
+            reloader,
         })
     }
 
@@ -348,6 +372,16 @@ impl Sidecar {
     /// The metrics registry.
     pub fn metrics(&self) -> &Arc<Metrics> {
         &self.metrics
+    }
+
+    /// Re-reads the configuration and applies it, or refuses it (see [`reload`]).
+    pub async fn reload(&self, cause: &str) -> Result<Reloaded, ReloadError> {
+        self.reloader.reload(cause).await
+    }
+
+    /// The reloader, for a task of its own (a signal handler).
+    pub fn reloader(&self) -> Arc<Reloader> {
+        self.reloader.clone()
     }
 
     /// Whether the store is connected and its tables checked.

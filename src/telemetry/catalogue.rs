@@ -373,6 +373,24 @@ pub const EPOCH_REGISTRY_AGE: MetricDef = MetricDef {
     help: "Seconds since the read of the epoch registry behind the writer's current view was sent (since start while no read succeeded).",
     labels: &[],
 };
+/// `countersink_config_reloads_total` (sidecar).
+pub const CONFIG_RELOADS: MetricDef = MetricDef {
+    name: "countersink_config_reloads_total",
+    help: "Live reloads of the configuration file (SIGHUP, POST /-/reload) that took effect.",
+    labels: &[],
+};
+/// `countersink_config_reload_failures_total` (sidecar).
+pub const CONFIG_RELOAD_FAILURES: MetricDef = MetricDef {
+    name: "countersink_config_reload_failures_total",
+    help: "Live reloads refused (the file cannot be read or is invalid, or it changes a field that needs a restart); the configuration in force stayed.",
+    labels: &[],
+};
+/// `countersink_config_generation` (sidecar).
+pub const CONFIG_GENERATION: MetricDef = MetricDef {
+    name: "countersink_config_generation",
+    help: "Which configuration is in force: 0 as started, plus one per reload that took effect.",
+    labels: &[],
+};
 
 /// What the engine and the flusher export, in every build.
 pub const ENGINE_METRICS: [MetricDef; 25] = [
@@ -425,7 +443,7 @@ pub const INGEST_METRICS: [MetricDef; 17] = [
 ];
 
 /// What the sidecar exports about the counter tables and the operator jobs.
-pub const OPERATIONS_METRICS: [MetricDef; 7] = [
+pub const OPERATIONS_METRICS: [MetricDef; 10] = [
     CQL_WRITE_DURATION,
     CQL_WRITE_ERRORS,
     KEY_INDEX_WRITES,
@@ -433,6 +451,9 @@ pub const OPERATIONS_METRICS: [MetricDef; 7] = [
     LEADERBOARD_RUNS,
     EPOCH_ROWS_HELD,
     EPOCH_REGISTRY_AGE,
+    CONFIG_RELOADS,
+    CONFIG_RELOAD_FAILURES,
+    CONFIG_GENERATION,
 ];
 
 /// `countersink_exact_ledger_writes_total{outcome}`.

@@ -1,8 +1,9 @@
 //! The metrics of the counter tables and of the operator jobs: per-table write latency
 //! and error kinds (seed 000: "watch write latency and timeouts for the counter tables
 //! specifically ... counter timeouts mean unknown outcomes"), the key index, leaderboard
-//! runs. Plain Prometheus vectors, updated where the thing happens (a write's outcome, an
-//! index write, a job run), never on the ingest path.
+//! runs, live reloads of the configuration. Plain Prometheus vectors, updated where the
+//! thing happens (a write's outcome, an index write, a job run, a reload), never on the
+//! ingest path.
 
 use prometheus::{HistogramVec, IntCounter, IntCounterVec, IntGauge, Registry};
 
@@ -30,6 +31,12 @@ pub struct OperationsMetrics {
     pub epoch_rows_held: IntCounter,
     /// `countersink_epoch_registry_age_seconds`.
     pub epoch_registry_age: IntGauge,
+    /// `countersink_config_reloads_total`.
+    pub config_reloads: IntCounter,
+    /// `countersink_config_reload_failures_total`.
+    pub config_reload_failures: IntCounter,
+    /// `countersink_config_generation`.
+    pub config_generation: IntGauge,
 }
 
 impl Default for OperationsMetrics {
@@ -43,6 +50,9 @@ impl Default for OperationsMetrics {
             leaderboard_runs: catalogue::LEADERBOARD_RUNS.int_counter_vec(),
             epoch_rows_held: catalogue::EPOCH_ROWS_HELD.int_counter(),
             epoch_registry_age: catalogue::EPOCH_REGISTRY_AGE.int_gauge(),
+            config_reloads: catalogue::CONFIG_RELOADS.int_counter(),
+            config_reload_failures: catalogue::CONFIG_RELOAD_FAILURES.int_counter(),
+            config_generation: catalogue::CONFIG_GENERATION.int_gauge(),
         };
         for outcome in KEY_INDEX_OUTCOMES {
             metrics.key_index_writes.with_label_values(&[outcome]);
@@ -81,6 +91,9 @@ impl OperationsMetrics {
         registry.register(Box::new(self.key_index_pending.clone()))?;
         registry.register(Box::new(self.epoch_rows_held.clone()))?;
         registry.register(Box::new(self.epoch_registry_age.clone()))?;
+        registry.register(Box::new(self.config_reloads.clone()))?;
+        registry.register(Box::new(self.config_reload_failures.clone()))?;
+        registry.register(Box::new(self.config_generation.clone()))?;
         registry.register(Box::new(self.leaderboard_runs.clone()))
     }
 }

@@ -29,6 +29,7 @@ mod ops_read;
 mod otlp;
 mod outcomes;
 mod reconcile_slices;
+mod reload;
 mod shards;
 mod sidecar;
 mod sizing;

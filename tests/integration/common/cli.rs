@@ -68,6 +68,29 @@ impl Serve {
         );
     }
 
+    /// Sends it `signal` (`HUP`, `TERM`, ...) without waiting for anything.
+    pub(crate) fn signal(&self, signal: &str) {
+        let pid = self.child.id().to_string();
+        assert!(
+            Command::new("kill")
+                .args([&format!("-{signal}"), &pid])
+                .status()
+                .expect("kill runs")
+                .success()
+        );
+    }
+
+    /// Reads its log until a line contains `text`, and returns that line.
+    pub(crate) fn log_until(&mut self, text: &str) -> String {
+        for line in self.stderr.by_ref() {
+            let line = line.expect("stderr line");
+            if line.contains(text) {
+                return line;
+            }
+        }
+        panic!("serve's log ended without a line containing {text:?}");
+    }
+
     /// Kills it with SIGKILL (a crash: no shutdown runs) and waits for it to be gone.
     pub(crate) fn kill(mut self) {
         self.child.kill().expect("SIGKILL");

@@ -1,0 +1,150 @@
+//! Live reload: SIGHUP and `POST /-/reload` re-read the configuration the process was
+//! started with and take what can change live.
+//!
+//! In order: read the file (with the same flags and environment on top as at start),
+//! validate it as at start, refuse any change to a field that needs a restart, naming it
+//! (see [`crate::config::reload`]), build the families and refuse a change to their
+//! tables or columns; then hand the new routing and cardinality caps to the flush task,
+//! which flushes everything pending through the normal flush (journal, outcomes, spill)
+//! and swaps them in before its next drain (see [`crate::flush::barrier`]). A refusal
+//! leaves the running configuration in force and counts
+//! `countersink_config_reload_failures_total`.
+//!
+//! Reloads run one at a time, each compared with the configuration last taken.
+
+use std::sync::Arc;
+
+use tokio::sync::Mutex;
+
+use crate::config::{self, Config};
+use crate::engine::Engine;
+use crate::family::Families;
+use crate::flush::BarrierHandle;
+use crate::telemetry::OperationsMetrics;
+
+/// Reads the configuration anew: the file the process was started with, and what the
+/// command line and the environment put on top of it.
+pub type ConfigSource = Arc<dyn Fn() -> Result<Config, String> + Send + Sync>;
+
+/// Why a reload did not take effect; the running configuration stays.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum ReloadError {
+    /// The process has no file to re-read (started from a configuration built in code).
+    #[error("this process was not started from a configuration file")]
+    NoSource,
+    /// The file cannot be read, parsed or validated.
+    #[error("invalid configuration: {0}")]
+    Invalid(String),
+    /// It changes fields that need a restart.
+    #[error("{0}")]
+    Fixed(String),
+    /// The flush task has stopped (the process is shutting down).
+    #[error("the sidecar is shutting down")]
+    Stopping,
+}
+
+/// What a reload that took effect did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Reloaded {
+    /// The configuration's generation now (0 as started).
+    pub generation: i64,
+    /// Rows the flush before the swap drained.
+    pub flushed_rows: usize,
+}
+
+/// Re-reads and applies the configuration (see the module doc).
+pub struct Reloader {
+    source: Option<ConfigSource>,
+    /// The configuration in force; its lock makes reloads run one at a time.
+    running: Mutex<Config>,
+    engine: Arc<Engine>,
+    barriers: BarrierHandle,
+    metrics: OperationsMetrics,
+}
+
+impl Reloader {
+    /// A reloader of a sidecar started with `running`, re-reading `source`.
+    pub fn new(
+        source: Option<ConfigSource>,
+        running: Config,
+        engine: Arc<Engine>,
+        barriers: BarrierHandle,
+        metrics: OperationsMetrics,
+    ) -> Reloader {
+        Reloader {
+            source,
+            running: Mutex::new(running),
+            engine,
+            barriers,
+            metrics,
+        }
+    }
+
+    /// Re-reads the configuration and applies it, or refuses it; logs and counts either
+    /// way. `cause` names what asked (`SIGHUP`, `POST /-/reload`) in the log.
+    pub async fn reload(&self, cause: &str) -> Result<Reloaded, ReloadError> {
+        let result = self.try_reload().await;
+        match &result {
+            Ok(done) => {
+                self.metrics.config_reloads.inc();
+                tracing::info!(
+                    cause,
+                    generation = done.generation,
+                    flushed_rows = done.flushed_rows,
+                    "Configuration reloaded: rows pending under the previous one were flushed first."
+                );
+            }
+            Err(error) => {
+                self.metrics.config_reload_failures.inc();
+                tracing::error!(cause, %error, "Configuration reload refused; the running configuration stays in force.");
+            }
+        }
+        result
+    }
+
+    async fn try_reload(&self) -> Result<Reloaded, ReloadError> {
+        let source = self.source.as_ref().ok_or(ReloadError::NoSource)?;
+        let mut running = self.running.lock().await;
+        let next = source().map_err(ReloadError::Invalid)?;
+        next.validate()
+            .map_err(|e| ReloadError::Invalid(e.to_string()))?;
+        next.ingest
+            .validate()
+            .map_err(|e| ReloadError::Invalid(e.to_string()))?;
+        let fixed = config::reload::fixed_changes(&running, &next);
+        if !fixed.is_empty() {
+            return Err(ReloadError::Fixed(config::reload::refusal(&fixed)));
+        }
+        let families =
+            Families::from_config(&next).map_err(|e| ReloadError::Invalid(e.to_string()))?;
+        self.engine
+            .families()
+            .same_families(&families)
+            .map_err(|field| ReloadError::Fixed(config::reload::refusal(&[field])))?;
+        let engine = self.engine.clone();
+        let caps = next.family_caps();
+        let (swapped, outcome) = tokio::sync::oneshot::channel();
+        let report = self
+            .barriers
+            .flush_then(move || {
+                let routed = engine.replace_routing(families);
+                if routed.is_ok() {
+                    engine.aggregator().cardinality().replace_caps(caps);
+                }
+                let _ = swapped.send(routed);
+            })
+            .await
+            .ok_or(ReloadError::Stopping)?;
+        // Checked above against the same families; a difference now is a bug, reported.
+        outcome
+            .await
+            .map_err(|_| ReloadError::Stopping)?
+            .map_err(|field| ReloadError::Fixed(config::reload::refusal(&[field])))?;
+        *running = next;
+        self.metrics.config_generation.inc();
+        Ok(Reloaded {
+            generation: self.metrics.config_generation.get(),
+            flushed_rows: report.rows,
+        })
+    }
+}

@@ -1,0 +1,486 @@
+//! Live reload of the sidecar's configuration (`POST /-/reload`, SIGHUP): a new mapping
+//! takes effect after the rows pending under the old one reached their old table; an
+//! invalid file, or one that changes a field needing a restart, is refused by name and
+//! counted while the running configuration keeps working; new cardinality caps bind; and
+//! under a steady stream of UDP lines, reloads back and forth lose and double nothing.
+
+use std::net::{SocketAddr, UdpSocket};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use countersink::config::Config;
+use countersink::sidecar::Sidecar;
+use countersink::sidecar::reload::ConfigSource;
+use countersink::vocabulary::Transport;
+
+use crate::common::{Serve, Store, metrics_when, start_store, wait_ready};
+
+/// Two families of one shape, each with its own tables, and one rule sending
+/// `api.<endpoint>.requests` to `family`. Both families list a name of their own in
+/// `columns`, so each has its `requests` column whichever family the rule names.
+fn config_text(state: &Path, family: &str, flush_interval: &str) -> String {
+    format!(
+        r#"
+[store]
+keyspace = "countersink"
+request_timeout = "2s"
+
+[flush]
+interval = "{flush_interval}"
+jitter = "10ms"
+shutdown_deadline = "5s"
+
+[state]
+dir = "{state}"
+
+[cardinality]
+window = "1d"
+
+[metrics]
+listen = "127.0.0.1:0"
+
+[ingest.udp]
+listen = "127.0.0.1:0"
+
+[[family]]
+name = "api_a"
+minute_table = "api_a_by_minute"
+day_table = "api_a_by_day"
+key = ["endpoint"]
+[family.columns]
+"api_a.requests" = "requests"
+
+[[family]]
+name = "api_b"
+minute_table = "api_b_by_minute"
+day_table = "api_b_by_day"
+key = ["endpoint"]
+[family.columns]
+"api_b.requests" = "requests"
+
+[[mapping]]
+match = "api.*.requests"
+family = "{family}"
+column = "requests"
+key = {{ endpoint = "$1" }}
+"#,
+        state = state.display(),
+    )
+}
+
+/// A sidecar started from a file, as `countersink serve --config FILE` is: a reload
+/// reads the file again.
+struct Reloadable {
+    sidecar: Sidecar,
+    store: Store,
+    file: PathBuf,
+    metrics: SocketAddr,
+    udp: SocketAddr,
+}
+
+impl Reloadable {
+    /// The store with both families' tables, the file written (pointed at the store),
+    /// the sidecar started from it and ready.
+    async fn start(dir: &Path, flush_interval: &str) -> Reloadable {
+        let text = config_text(&dir.join("state"), "api_a", flush_interval);
+        let mut schema = Config::from_toml(&text).expect("the test's configuration parses");
+        let store = start_store(&mut schema).await;
+        let file = dir.join("countersink.toml");
+        std::fs::write(&file, store.config_file(&text)).unwrap();
+        let config = Config::from_file(&file).unwrap();
+        let path = file.clone();
+        let source: ConfigSource =
+            Arc::new(move || Config::from_file(&path).map_err(|e| e.to_string()));
+        let sidecar = Sidecar::start_reloadable(&config, Some(source))
+            .await
+            .expect("the sidecar starts");
+        wait_ready(&sidecar).await;
+        let bound = sidecar.bound();
+        Reloadable {
+            metrics: bound.metrics.expect("metrics on"),
+            udp: bound.inet(Transport::Udp).expect("UDP on"),
+            sidecar,
+            store,
+            file,
+        }
+    }
+
+    /// Rewrites the file: `text` as the store sees it.
+    fn write(&self, text: &str) {
+        std::fs::write(&self.file, self.store.config_file(text)).unwrap();
+    }
+
+    /// Lines accepted so far.
+    fn accepted(&self) -> u64 {
+        self.sidecar.engine().aggregator().counters().accepted
+    }
+
+    /// Waits until `n` lines were accepted (the receive thread runs on its own).
+    async fn wait_accepted(&self, n: u64) {
+        for _ in 0..400 {
+            if self.accepted() >= n {
+                assert_eq!(self.accepted(), n, "more lines accepted than sent");
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        }
+        panic!("{} lines accepted of {n}", self.accepted());
+    }
+}
+
+/// The sums of `requests` over a family's minute and day tables.
+async fn sums(store: &Store, family: &str) -> (i128, i128) {
+    (
+        store
+            .table_sum(&format!("countersink.{family}_by_minute"), "requests")
+            .await,
+        store
+            .table_sum(&format!("countersink.{family}_by_day"), "requests")
+            .await,
+    )
+}
+
+/// `POST /-/reload`: the status and the body.
+fn post_reload(addr: SocketAddr) -> (u16, String) {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect(addr).unwrap();
+    write!(
+        stream,
+        "POST /-/reload HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut response = String::new();
+    stream.read_to_string(&mut response).unwrap();
+    let status = response[9..12].parse().unwrap();
+    let body = response
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_owned())
+        .unwrap_or_default();
+    (status, body)
+}
+
+/// Sends `n` lines of `name`, each `|c` of 1, a few per datagram.
+fn send(udp: SocketAddr, name: &str, n: u64) {
+    let socket = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let mut left = n;
+    while left > 0 {
+        let lines = left.min(10);
+        let packet: String = (0..lines).map(|_| format!("{name}:1|c\n")).collect();
+        socket.send_to(packet.as_bytes(), udp).unwrap();
+        left -= lines;
+    }
+}
+
+/// The value of an unlabelled metric in `/metrics` text.
+fn metric(text: &str, name: &str) -> Option<i64> {
+    text.lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_mapping_takes_effect_after_the_old_rows_reach_their_old_table() {
+    let dir = tempfile::tempdir().unwrap();
+    // No scheduled flush during the test: only the reload's and the final one.
+    let side = Reloadable::start(dir.path(), "1h").await;
+    send(side.udp, "api.home.requests", 30);
+    side.wait_accepted(30).await;
+    assert_eq!(
+        sums(&side.store, "api_a").await,
+        (0, 0),
+        "nothing flushed yet"
+    );
+
+    side.write(&config_text(&dir.path().join("state"), "api_b", "1h"));
+    let (status, body) = post_reload(side.metrics);
+    assert_eq!(status, 200, "{body}");
+    assert!(body.contains("generation 1"), "{body}");
+    // The rows pending under the old rule were flushed, to the old family's tables,
+    // before the reload answered.
+    assert_eq!(sums(&side.store, "api_a").await, (30, 30));
+    assert_eq!(sums(&side.store, "api_b").await, (0, 0));
+
+    send(side.udp, "api.home.requests", 12);
+    side.wait_accepted(42).await;
+    let text = metrics_when(side.metrics, |t| {
+        metric(t, "countersink_config_reloads_total") == Some(1)
+    })
+    .await;
+    assert_eq!(metric(&text, "countersink_config_generation"), Some(1));
+    assert_eq!(
+        metric(&text, "countersink_config_reload_failures_total"),
+        Some(0)
+    );
+    let Reloadable { sidecar, store, .. } = side;
+    let report = sidecar.shutdown().await.expect("the final flush ran");
+    assert_eq!(report.applied, report.writes);
+    assert_eq!(sums(&store, "api_a").await, (30, 30));
+    assert_eq!(sums(&store, "api_b").await, (12, 12));
+    store.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_invalid_file_is_refused_counted_and_the_old_configuration_keeps_working() {
+    let dir = tempfile::tempdir().unwrap();
+    let side = Reloadable::start(dir.path(), "1h").await;
+    let state = dir.path().join("state");
+
+    // A rule naming a family that does not exist: refused with the validation's reason.
+    side.write(&config_text(&state, "api_c", "1h"));
+    let (status, body) = post_reload(side.metrics);
+    assert_eq!(status, 400, "{body}");
+    assert!(body.contains("api_c"), "{body}");
+    // A file that does not parse.
+    std::fs::write(&side.file, "[flush\ninterval = ").unwrap();
+    let (status, body) = post_reload(side.metrics);
+    assert_eq!(status, 400, "{body}");
+    assert!(body.contains("invalid configuration"), "{body}");
+
+    let text = metrics_when(side.metrics, |t| {
+        metric(t, "countersink_config_reload_failures_total") == Some(2)
+    })
+    .await;
+    assert_eq!(metric(&text, "countersink_config_reloads_total"), Some(0));
+    assert_eq!(metric(&text, "countersink_config_generation"), Some(0));
+
+    // The rule in force still sends these to `api_a`.
+    send(side.udp, "api.home.requests", 7);
+    side.wait_accepted(7).await;
+    let Reloadable { sidecar, store, .. } = side;
+    sidecar.shutdown().await.expect("the final flush ran");
+    assert_eq!(sums(&store, "api_a").await, (7, 7));
+    assert_eq!(sums(&store, "api_b").await, (0, 0));
+    store.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_change_that_needs_a_restart_is_refused_by_name() {
+    let dir = tempfile::tempdir().unwrap();
+    let side = Reloadable::start(dir.path(), "1h").await;
+    let state = dir.path().join("state");
+    let valid = config_text(&state, "api_b", "1h");
+    let refused = |text: String, name: &str| {
+        side.write(&text);
+        let (status, body) = post_reload(side.metrics);
+        assert_eq!(status, 400, "{body}");
+        assert!(
+            body.contains(name) && body.contains("cannot change without a restart"),
+            "{name}: {body}"
+        );
+    };
+    // Where the process listens, keeps its state, and writes.
+    refused(
+        valid.replace(
+            "[ingest.udp]\nlisten = \"127.0.0.1:0\"",
+            "[ingest.udp]\nlisten = \"127.0.0.1:9\"",
+        ),
+        "ingest.udp.listen",
+    );
+    refused(
+        valid.replace(
+            &format!("dir = \"{}\"", state.display()),
+            "dir = \"/elsewhere\"",
+        ),
+        "state.dir",
+    );
+    refused(
+        valid.replace("[state]\n", "[state]\nwriter_id = \"another\"\n"),
+        "state.writer_id",
+    );
+    refused(
+        valid.replace("[store]\n", "[store]\nusername = \"someone\"\n"),
+        "store.username",
+    );
+    // A family's tables, and its counter columns (a rule adding one).
+    refused(
+        valid.replace(
+            "minute_table = \"api_a_by_minute\"",
+            "minute_table = \"other\"",
+        ),
+        "family.api_a.minute_table",
+    );
+    refused(
+        valid.replace("column = \"requests\"", "column = \"hits\""),
+        "family `api_b`: its counter columns",
+    );
+    // The contact points, as the file states them (the store's own address otherwise).
+    std::fs::write(
+        &side.file,
+        side.store.config_file(&valid).replacen(
+            "contact_points = [",
+            "contact_points = [\"10.0.0.1:9042\", ",
+            1,
+        ),
+    )
+    .unwrap();
+    let (status, body) = post_reload(side.metrics);
+    assert_eq!(status, 400, "{body}");
+    assert!(
+        body.contains("store.contact_points cannot change without a restart"),
+        "{body}"
+    );
+
+    let text = metrics_when(side.metrics, |t| {
+        metric(t, "countersink_config_reload_failures_total") == Some(7)
+    })
+    .await;
+    assert_eq!(metric(&text, "countersink_config_generation"), Some(0));
+    // The valid file, at last, is taken.
+    side.write(&valid);
+    let (status, body) = post_reload(side.metrics);
+    assert_eq!(status, 200, "{body}");
+    let Reloadable { sidecar, store, .. } = side;
+    sidecar.shutdown().await.expect("the final flush ran");
+    store.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn new_cardinality_caps_bind_from_the_next_new_context() {
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state");
+    let side = Reloadable::start(dir.path(), "1h").await;
+    send(side.udp, "api.e1.requests", 1);
+    send(side.udp, "api.e2.requests", 1);
+    side.wait_accepted(2).await;
+
+    // `api_a`, uncapped and so untracked until now, may bring one context a window (a
+    // day here) from the swap on.
+    let capped = config_text(&state, "api_a", "1h").replacen(
+        "key = [\"endpoint\"]\n",
+        "key = [\"endpoint\"]\nmax_contexts = 1\n",
+        1,
+    );
+    side.write(&capped);
+    let (status, body) = post_reload(side.metrics);
+    assert_eq!(status, 200, "{body}");
+    // The first context after the swap passes, the next one is dropped and counted.
+    send(side.udp, "api.e1.requests", 1);
+    send(side.udp, "api.e3.requests", 1);
+    side.wait_accepted(4).await;
+    let dropped = |t: &str| {
+        t.lines().find_map(|l| {
+            l.strip_prefix(
+                "countersink_cardinality_dropped_total{family=\"api_a\",reason=\"cardinality_family\"} ",
+            )?
+            .parse::<u64>()
+            .ok()
+        })
+    };
+    metrics_when(side.metrics, |t| dropped(t) == Some(1)).await;
+    let Reloadable { sidecar, store, .. } = side;
+    sidecar.shutdown().await.expect("the final flush ran");
+    assert_eq!(sums(&store, "api_a").await, (3, 3));
+    store.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reloads_under_a_stream_of_lines_lose_and_double_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state");
+    // Scheduled flushes run between and during the reloads.
+    let side = Reloadable::start(dir.path(), "100ms").await;
+    let stop = Arc::new(AtomicBool::new(false));
+    let sender = {
+        let (stop, udp, engine) = (stop.clone(), side.udp, side.sidecar.engine().clone());
+        std::thread::spawn(move || {
+            let socket = UdpSocket::bind("127.0.0.1:0").unwrap();
+            let mut sent = 0_u64;
+            let mut i = 0_u64;
+            while !stop.load(Ordering::Relaxed) {
+                // Never more than 40 datagrams ahead of the receiver, so that the
+                // kernel's receive buffer never overflows: a datagram lost there would
+                // not be the reload's doing.
+                let received = engine.aggregator().counters().received_for(Transport::Udp);
+                if sent - received > 200 {
+                    std::thread::sleep(Duration::from_micros(200));
+                    continue;
+                }
+                // Five endpoints, five lines a datagram.
+                let packet: String = (0..5)
+                    .map(|k| format!("api.e{}.requests:1|c\n", (i + k) % 5))
+                    .collect();
+                socket.send_to(packet.as_bytes(), udp).unwrap();
+                sent += 5;
+                i += 1;
+            }
+            sent
+        })
+    };
+    for round in 0..6 {
+        tokio::time::sleep(Duration::from_millis(150)).await;
+        let family = if round % 2 == 0 { "api_b" } else { "api_a" };
+        side.write(&config_text(&state, family, "100ms"));
+        let (status, body) = post_reload(side.metrics);
+        assert_eq!(status, 200, "round {round}: {body}");
+    }
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    stop.store(true, Ordering::Relaxed);
+    let sent = sender.join().unwrap();
+    side.wait_accepted(sent).await;
+    let counters = side.sidecar.engine().aggregator().counters();
+    assert_eq!(counters.received_for(Transport::Udp), sent);
+
+    let Reloadable { sidecar, store, .. } = side;
+    let report = sidecar.shutdown().await.expect("the final flush ran");
+    assert_eq!(report.unknown + report.rejected + report.spilled, 0);
+    let mut total = [0_i128; 2];
+    let mut per_family = Vec::new();
+    for family in ["api_a", "api_b"] {
+        let minute = store
+            .table_sum(&format!("countersink.{family}_by_minute"), "requests")
+            .await;
+        let day = store
+            .table_sum(&format!("countersink.{family}_by_day"), "requests")
+            .await;
+        assert_eq!(minute, day, "{family}: minute and day tables agree");
+        per_family.push(minute);
+        total[0] += minute;
+        total[1] += day;
+    }
+    assert_eq!(
+        total,
+        [i128::from(sent); 2],
+        "every line once, {per_family:?}"
+    );
+    assert!(
+        per_family.iter().all(|&sum| sum > 0),
+        "both rules were in force for a while: {per_family:?}"
+    );
+    store.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sighup_reloads_the_file_serve_was_started_with() {
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state");
+    let text = config_text(&state, "api_a", "1h");
+    let mut schema = Config::from_toml(&text).unwrap();
+    let store = start_store(&mut schema).await;
+    let file = dir.path().join("countersink.toml");
+    std::fs::write(&file, store.config_file(&text)).unwrap();
+    let mut serve = Serve::start([std::ffi::OsStr::new("--config"), file.as_os_str()]);
+
+    std::fs::write(
+        &file,
+        store.config_file(&config_text(&state, "api_b", "1h")),
+    )
+    .unwrap();
+    serve.signal("HUP");
+    let line = serve.log_until("Configuration reload");
+    assert!(line.contains("Configuration reloaded"), "{line}");
+    assert!(line.contains("SIGHUP"), "{line}");
+
+    let moved = config_text(&dir.path().join("elsewhere"), "api_b", "1h");
+    std::fs::write(&file, store.config_file(&moved)).unwrap();
+    serve.signal("HUP");
+    let line = serve.log_until("Configuration reload");
+    assert!(
+        line.contains("refused") && line.contains("state.dir cannot change without a restart"),
+        "{line}"
+    );
+    // Still running, and it stops cleanly.
+    let (status, _) = serve.terminate();
+    assert!(status.success(), "{status}");
+    store.shutdown().await;
+}
