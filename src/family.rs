@@ -195,6 +195,13 @@ pub trait TagSet {
         self.visit(&mut |tag| any |= tag.key.as_bytes().first().is_some_and(|&b| first(b)));
         any
     }
+    /// Appends the canonical tag string of the tags whose key `keep` accepts: the tag
+    /// rules' path for a line whose tags are dropped but none renamed, so that their
+    /// canonical order is that of the line's own tags. A parsed line with its tag index
+    /// writes it from the index without splitting the field again.
+    fn write_canonical_kept(&self, keep: &dyn Fn(&str) -> bool, out: &mut Vec<u8>) {
+        keys::write_sorted_from(self, &|tag| keep(tag.key).then_some(tag), out);
+    }
 }
 
 /// Tag pairs given to the in-process API. An empty value means a tag without value
@@ -336,6 +343,10 @@ impl TagSet for CounterLine<'_> {
         }
     }
 
+    fn write_canonical_kept(&self, keep: &dyn Fn(&str) -> bool, out: &mut Vec<u8>) {
+        line::write_canonical_kept(self.tags(), keep, out);
+    }
+
     fn any_key_starts(&self, first: &dyn Fn(u8) -> bool) -> bool {
         // A key starts the field and follows each `,` (an empty entry shows a `,` or
         // nothing, which no rule key starts with).
@@ -373,6 +384,15 @@ impl TagSet for IndexedLine<'_, '_> {
 
     fn any_key_starts(&self, first: &dyn Fn(u8) -> bool) -> bool {
         self.line.any_key_starts(first)
+    }
+
+    fn write_canonical_kept(&self, keep: &dyn Fn(&str) -> bool, out: &mut Vec<u8>) {
+        if !self
+            .spans
+            .write_canonical_kept(self.line.raw_tags(), keep, out)
+        {
+            self.line.write_canonical_kept(keep, out);
+        }
     }
 }
 
