@@ -326,11 +326,34 @@ impl TagSet for CounterLine<'_> {
     }
 
     fn only_value_of(&self, key: &str) -> Result<Option<&str>, ()> {
-        only(
-            self.tags()
-                .filter(|t| t.key == key)
-                .map(|t| t.value.unwrap_or("")),
-        )
+        if key.is_empty() {
+            return only(
+                self.tags()
+                    .filter(|t| t.key == key)
+                    .map(|t| t.value.unwrap_or("")),
+            );
+        }
+        // The raw field is cut at its commas only (memchr), and each entry's start compared
+        // with `key`: a key holds no `:`, so `key` then `:` or the entry's end is that key.
+        // Splitting every tag at its `:` as well cost as much as the whole canonical tag
+        // string of a line without rules.
+        let mut found: Option<&str> = None;
+        for entry in self.raw_tags().split(',') {
+            let Some(rest) = entry.strip_prefix(key) else {
+                continue;
+            };
+            let value = match rest.as_bytes().first() {
+                None => "",
+                Some(b':') => &rest[1..],
+                Some(_) => continue,
+            };
+            match found {
+                None => found = Some(value),
+                Some(seen) if seen != value => return Err(()),
+                Some(_) => {}
+            }
+        }
+        Ok(found)
     }
 
     fn write_canonical(&self, out: &mut Vec<u8>) {

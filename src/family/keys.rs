@@ -162,6 +162,29 @@ mod tests {
     }
 
     proptest::proptest! {
+        /// A parsed line's value of a key, read from the raw field, is the one its split
+        /// tags give: the first value when all agree, an error when two differ.
+        #[test]
+        fn a_lines_only_value_is_that_of_its_split_tags(
+            tags in proptest::collection::vec(("[a-c]{1,2}", proptest::option::of("[a-c:]{0,2}")), 0..12),
+            key in "[a-c]{1,2}",
+            commas in ",{0,2}",
+        ) {
+            let field: Vec<String> = tags
+                .iter()
+                .map(|(k, v)| v.as_ref().map_or(k.clone(), |v| format!("{k}:{v}")))
+                .collect();
+            let text = format!("m:1|c|#{commas}{}", field.join(","));
+            let LineResult::Counter(line) = parse_line(text.as_bytes(), &LineLimits::default())
+            else {
+                panic!("{text}");
+            };
+            let expected = crate::family::only(
+                line.tags().filter(|t| t.key == key).map(|t| t.value.unwrap_or("")),
+            );
+            proptest::prop_assert_eq!(line.only_value_of(&key), expected, "{}", text);
+        }
+
         /// Whichever path a line takes (untouched, only filtered, renamed) and whether its
         /// tag index is at hand or not, its generic tag string is the one the rules spell
         /// out.
