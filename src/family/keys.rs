@@ -76,11 +76,24 @@ const INLINE: usize = 16;
 /// default deny list drops the pod UID) keeps its tags' canonical order and only loses
 /// the dropped ones; only a line with a renamed key is split, renamed and sorted again.
 pub(super) fn write_canonical<T: TagSet + ?Sized>(tags: &T, rules: &TagRules, out: &mut Vec<u8>) {
-    if rules.is_empty() || !tags.any_key_starts(&|b| rules.touches_first_byte(b)) {
+    if rules.is_empty() {
         tags.write_canonical(out);
         return;
     }
-    if !rules.renames() || !tags.any_key_starts(&|b| rules.may_rename_first_byte(b)) {
+    // One scan of the first bytes answers both questions: it stops at a key that may be
+    // renamed (every such key may be touched too), and notes any key that may be touched.
+    let touched = std::cell::Cell::new(false);
+    let renamed = tags.any_key_starts(&|b| {
+        if rules.touches_first_byte(b) {
+            touched.set(true);
+        }
+        rules.may_rename_first_byte(b)
+    });
+    if !touched.get() {
+        tags.write_canonical(out);
+        return;
+    }
+    if !renamed {
         tags.write_canonical_kept(&|key| !rules.touches(key) || rules.keeps(key), out);
         return;
     }

@@ -224,11 +224,6 @@ impl TagRules {
         self.rename_first_bytes[usize::from(b >> 6)] & (1 << (b & 63)) != 0
     }
 
-    /// Whether any key is renamed.
-    pub fn renames(&self) -> bool {
-        !self.rename.is_empty()
-    }
-
     /// The key a tag is stored under, or `None` when the rules drop it.
     pub fn apply<'s>(&'s self, key: &'s str) -> Option<&'s str> {
         let stored = if self.rename_lengths & length_bit(key.len()) == 0 {
