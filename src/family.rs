@@ -197,6 +197,13 @@ pub trait TagSet {
         self.visit(&mut |tag| any |= tag.key.as_bytes().first().is_some_and(|&b| first(b)));
         any
     }
+    /// Appends the canonical tag string of the tags whose key `keep` accepts: the tag
+    /// rules' path for a line whose tags are dropped but none renamed, so that their
+    /// canonical order is that of the line's own tags. A parsed line with its tag index
+    /// writes it from the index without splitting the field again.
+    fn write_canonical_kept(&self, keep: &dyn Fn(&str) -> bool, out: &mut Vec<u8>) {
+        keys::write_sorted_from(self, &|tag| keep(tag.key).then_some(tag), out);
+    }
 }
 
 /// Tag pairs given to the in-process API. An empty value means a tag without value
@@ -321,11 +328,34 @@ impl TagSet for CounterLine<'_> {
     }
 
     fn only_value_of(&self, key: &str) -> Result<Option<&str>, ()> {
-        only(
-            self.tags()
-                .filter(|t| t.key == key)
-                .map(|t| t.value.unwrap_or("")),
-        )
+        if key.is_empty() {
+            return only(
+                self.tags()
+                    .filter(|t| t.key == key)
+                    .map(|t| t.value.unwrap_or("")),
+            );
+        }
+        // The raw field is cut at its commas only (memchr), and each entry's start compared
+        // with `key`: a key holds no `:`, so `key` then `:` or the entry's end is that key.
+        // Splitting every tag at its `:` as well cost as much as the whole canonical tag
+        // string of a line without rules.
+        let mut found: Option<&str> = None;
+        for entry in self.raw_tags().split(',') {
+            let Some(rest) = entry.strip_prefix(key) else {
+                continue;
+            };
+            let value = match rest.as_bytes().first() {
+                None => "",
+                Some(b':') => &rest[1..],
+                Some(_) => continue,
+            };
+            match found {
+                None => found = Some(value),
+                Some(seen) if seen != value => return Err(()),
+                Some(_) => {}
+            }
+        }
+        Ok(found)
     }
 
     fn write_canonical(&self, out: &mut Vec<u8>) {
@@ -336,6 +366,10 @@ impl TagSet for CounterLine<'_> {
         for tag in self.tags() {
             f(tag);
         }
+    }
+
+    fn write_canonical_kept(&self, keep: &dyn Fn(&str) -> bool, out: &mut Vec<u8>) {
+        line::write_canonical_kept(self.tags(), keep, out);
     }
 
     fn any_key_starts(&self, first: &dyn Fn(u8) -> bool) -> bool {
@@ -375,6 +409,15 @@ impl TagSet for IndexedLine<'_, '_> {
 
     fn any_key_starts(&self, first: &dyn Fn(u8) -> bool) -> bool {
         self.line.any_key_starts(first)
+    }
+
+    fn write_canonical_kept(&self, keep: &dyn Fn(&str) -> bool, out: &mut Vec<u8>) {
+        if !self
+            .spans
+            .write_canonical_kept(self.line.raw_tags(), keep, out)
+        {
+            self.line.write_canonical_kept(keep, out);
+        }
     }
 }
 

@@ -133,7 +133,7 @@ mod tests;
 
 pub use render::{Increment, check_counter, render};
 pub use tags::{Tag, Tags};
-pub(crate) use tags::{TagSpans, write_sorted};
+pub(crate) use tags::{TagSpans, write_canonical_kept, write_sorted};
 pub use value::{Value, Values};
 
 use std::fmt;

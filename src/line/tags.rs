@@ -187,6 +187,35 @@ impl TagSpans {
         }
         true
     }
+
+    /// [`write_canonical`](Self::write_canonical) without the tags whose key `keep`
+    /// refuses: dropping tags leaves the others in canonical order. Returns `false`,
+    /// writing nothing, if the spans belong to another field.
+    pub(crate) fn write_canonical_kept(
+        &self,
+        field: &str,
+        keep: &dyn Fn(&str) -> bool,
+        out: &mut Vec<u8>,
+    ) -> bool {
+        if self.field != (field.as_ptr() as usize, field.len()) {
+            return false;
+        }
+        out.reserve(field.len());
+        let mut first = true;
+        for &(start, end) in &self.spans {
+            let raw = &field[start..end];
+            let (key, _) = split_once(raw, b':');
+            if !keep(key) {
+                continue;
+            }
+            if !first {
+                out.push(b',');
+            }
+            first = false;
+            out.extend_from_slice(raw.as_bytes());
+        }
+        true
+    }
 }
 
 /// Orders two raw tags (`key` or `key:value`, keys without `:`) exactly as the [`Tag`]s
@@ -280,6 +309,28 @@ pub(super) fn write_canonical(tags: Tags<'_>, out: &mut Vec<u8>) {
     } else {
         let mut buf: Vec<Tag<'_>> = tags.collect();
         write_sorted(&mut buf, out);
+    }
+}
+
+/// Writes the canonical form of the tags of `tags` whose key `keep` accepts: the tag
+/// rules' path for a line whose tags are dropped but none renamed.
+pub(crate) fn write_canonical_kept(tags: Tags<'_>, keep: &dyn Fn(&str) -> bool, out: &mut Vec<u8>) {
+    let mut buf = [Tag::EMPTY; INLINE_TAGS];
+    let mut count = 0;
+    let mut spilled: Vec<Tag<'_>> = Vec::new();
+    for tag in tags.filter(|tag| keep(tag.key)) {
+        if count < INLINE_TAGS {
+            buf[count] = tag;
+            count += 1;
+        } else {
+            spilled.push(tag);
+        }
+    }
+    if spilled.is_empty() {
+        write_sorted(&mut buf[..count], out);
+    } else {
+        spilled.extend_from_slice(&buf[..count]);
+        write_sorted(&mut spilled, out);
     }
 }
 

@@ -10,5 +10,7 @@
 pub mod pattern;
 pub mod tags;
 
-pub use self::pattern::{Captures, MAX_CAPTURES, MatchType, Pattern, Template};
+pub use self::pattern::{
+    Captures, GlobShape, MAX_CAPTURES, MatchType, NameShape, Pattern, Template,
+};
 pub use self::tags::{DEFAULT_DENY, KeyPattern, TagRules};

@@ -204,6 +204,24 @@ impl Pattern {
         }
     }
 
+    /// What a name must look like for this pattern to be worth trying, known without
+    /// matching: for a glob, its number of components and its last component when that is
+    /// literal (`api.*.requests`: three components, the last `requests`). A regex says
+    /// nothing here (the regex engine rejects most names on its own, by length).
+    pub fn shape(&self) -> Option<GlobShape> {
+        match self {
+            Pattern::Glob(components) => Some(GlobShape {
+                // At most a line's length of components; u32 is plenty.
+                dots: components.len().saturating_sub(1) as u32,
+                tail: match &components.last()?.0 {
+                    Component::Literal(tail) => Some(tail.clone()),
+                    Component::Star { .. } => None,
+                },
+            }),
+            Pattern::Regex(_) => None,
+        }
+    }
+
     /// Whether `name` matches; its captures are left in `captures`.
     pub fn matches(&self, name: &str, captures: &mut Captures) -> bool {
         captures.clear();
@@ -270,6 +288,50 @@ impl Pattern {
                 a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x.0.covers(&y.0))
             }
             _ => false,
+        }
+    }
+}
+
+/// The cheap facts about the names a glob can match (see [`Pattern::shape`]), checked
+/// against a name's [`NameShape`] before the glob is tried: most names a rule cannot take
+/// differ from it in their number of dots or in their last component, which one length
+/// compare nearly always tells.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct GlobShape {
+    dots: u32,
+    tail: Option<Box<str>>,
+}
+
+impl GlobShape {
+    /// Whether a name of this shape could match the glob.
+    #[inline]
+    pub fn admits(&self, name: &NameShape<'_>) -> bool {
+        self.dots == name.dots
+            && self
+                .tail
+                .as_deref()
+                .is_none_or(|tail| same_bytes(tail.as_bytes(), name.tail))
+    }
+}
+
+/// A name's number of dots and its last component, found in one pass over it, once per
+/// name whatever the number of rules tried.
+#[derive(Clone, Copy, Debug)]
+pub struct NameShape<'n> {
+    dots: u32,
+    tail: &'n [u8],
+}
+
+impl<'n> NameShape<'n> {
+    /// The shape of `name`.
+    #[inline]
+    pub fn of(name: &'n str) -> NameShape<'n> {
+        let bytes = name.as_bytes();
+        let tail_at = memchr::memrchr(b'.', bytes).map_or(0, |dot| dot + 1);
+        NameShape {
+            // Names are at most a line long (1 MiB): the count fits.
+            dots: bytes.iter().filter(|&&b| b == b'.').count() as u32,
+            tail: &bytes[tail_at..],
         }
     }
 }

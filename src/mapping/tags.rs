@@ -98,13 +98,24 @@ type Hasher = foldhash::fast::RandomState;
 #[derive(Clone, Debug, Default)]
 struct KeySet {
     exact: HashSet<Box<str>, Hasher>,
+    /// Bit `n` is set when an exact key is `n` bytes long (bit 63: 63 or more), so that
+    /// most keys are answered without hashing them.
+    exact_lengths: u64,
     prefixes: Vec<Box<str>>,
+}
+
+/// The bit of [`KeySet::exact_lengths`] and [`TagRules::rename_lengths`] for a key of
+/// `len` bytes.
+#[inline]
+fn length_bit(len: usize) -> u64 {
+    1 << len.min(63)
 }
 
 impl KeySet {
     fn insert(&mut self, pattern: KeyPattern) {
         match pattern {
             KeyPattern::Exact(key) => {
+                self.exact_lengths |= length_bit(key.len());
                 self.exact.insert(key);
             }
             KeyPattern::Prefix(prefix) => self.prefixes.push(prefix),
@@ -116,7 +127,8 @@ impl KeySet {
     }
 
     fn contains(&self, key: &str) -> bool {
-        self.prefixes.iter().any(|p| key.starts_with(&**p)) || self.exact.contains(key)
+        self.prefixes.iter().any(|p| key.starts_with(&**p))
+            || (self.exact_lengths & length_bit(key.len()) != 0 && self.exact.contains(key))
     }
 }
 
@@ -125,11 +137,16 @@ impl KeySet {
 #[derive(Clone, Debug, Default)]
 pub struct TagRules {
     rename: HashMap<Box<str>, Box<str>, Hasher>,
+    /// The lengths of the renamed keys, as [`KeySet::exact_lengths`].
+    rename_lengths: u64,
     deny: KeySet,
     allow: Vec<KeySet>,
     /// Bit `b` is set when a key starting with byte `b` may be renamed or dropped: most
     /// keys are let through on one bit test.
     first_bytes: [u64; 4],
+    /// Bit `b` is set when a key starting with byte `b` may be renamed: a line without
+    /// such a key is only filtered, so its tags keep their canonical order.
+    rename_first_bytes: [u64; 4],
 }
 
 impl TagRules {
@@ -145,6 +162,10 @@ impl TagRules {
             check_tag_key(from)?;
             check_tag_key(to)?;
             rules.mark(from);
+            if let Some(&b) = from.as_bytes().first() {
+                rules.rename_first_bytes[usize::from(b >> 6)] |= 1 << (b & 63);
+            }
+            rules.rename_lengths |= length_bit(from.len());
             rules.rename.insert(from.into(), to.into());
         }
         for entry in deny {
@@ -196,9 +217,20 @@ impl TagRules {
         self.first_bytes[usize::from(b >> 6)] & (1 << (b & 63)) != 0
     }
 
+    /// Whether a rule might rename a key that starts with byte `b`. A line with no such
+    /// key only loses the tags [`TagRules::keeps`] refuses.
+    #[inline]
+    pub fn may_rename_first_byte(&self, b: u8) -> bool {
+        self.rename_first_bytes[usize::from(b >> 6)] & (1 << (b & 63)) != 0
+    }
+
     /// The key a tag is stored under, or `None` when the rules drop it.
     pub fn apply<'s>(&'s self, key: &'s str) -> Option<&'s str> {
-        let stored = self.rename.get(key).map_or(key, |to| &**to);
+        let stored = if self.rename_lengths & length_bit(key.len()) == 0 {
+            key
+        } else {
+            self.rename.get(key).map_or(key, |to| &**to)
+        };
         self.keeps(stored).then_some(stored)
     }
 

@@ -10,9 +10,10 @@
 //! - `resolve/*`: parse + [`Families::resolve`] of a 20-line packet, the routing work of a
 //!   line the engine's cache has not seen, without the aggregation map:
 //!   - `plain`: no rules (and no default deny list); every line goes to the generic family;
-//!   - `rules_unmatched`: the 20 rules, lines no rule matches (each is tried against the
-//!     `api` rules and every unindexed one, then goes to the generic family without its
-//!     pod UID): the tax on every name the rules do not take;
+//!   - `rules_unmatched`: the 20 rules, lines no rule matches (each is compared with the
+//!     shapes of the `api` rules and the unindexed globs, the unindexed regex is tried,
+//!     then it goes to the generic family without its pod UID): the tax on every name the
+//!     rules do not take;
 //!   - `rules_matched`: the 20 rules, lines the last `api` rule matches (key from a
 //!     capture and a tag).
 //! - `engine/*`: the whole line path (`Engine::ingest_packet`) over 100k distinct keys, so
