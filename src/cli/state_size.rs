@@ -29,14 +29,17 @@ pub(super) struct StateSizeArgs {
 /// is on.
 pub(super) fn state_bound(config: &Config) -> StateBound {
     let bound = StateBound::of(&config.state, config.limits.max_pending_bytes as u64);
-    let ingest = &config.ingest;
-    if ingest.otlp_grpc.enabled || ingest.otlp_http.enabled {
-        bound.with_otlp_streams(crate::ingest::otlp::persist::max_file_bytes(
-            ingest.otlp.max_streams,
-        ))
-    } else {
-        bound
+    // A build without the `otlp` feature runs no OTLP receiver, so writes no stream table.
+    #[cfg(feature = "otlp")]
+    {
+        let ingest = &config.ingest;
+        if ingest.otlp_grpc.enabled || ingest.otlp_http.enabled {
+            return bound.with_otlp_streams(crate::ingest::otlp::persist::max_file_bytes(
+                ingest.otlp.max_streams,
+            ));
+        }
     }
+    bound
 }
 
 /// Prints the bound, and the room the directory's filesystem has now.
