@@ -12,10 +12,12 @@
 //! | `spill`, `journal` | `totals.spill.jsonl`, `totals.replay.*.jsonl`, and the totals writes of unfinished flushes (the `writer_totals` families; see `outcomes/totals.rs`) | `spilled` |
 //!
 //! The driver wrapper's records (of the application's own tables) are in the same logs;
-//! they show as family `wrapper`, granularity `row`, day `-`. Its spill
-//! `wrapper_spill.jsonl` is read from its cursor on (`spilled`), and its unended flushes
+//! they show as family `wrapper`, granularity `row`, day `-`. Its spilled rows are in the
+//! same segments, and its unended flushes
 //! in the journal as [`crate::state::wrapper_files::group_records`] says (key literals in
-//! hex, the schema being unknown here). The wrapper's own logs of earlier versions,
+//! hex, the schema being unknown here). The spill file of earlier versions,
+//! `wrapper_spill.jsonl`, is read from its cursor on until a start moves it into a
+//! segment (`spilled`). The wrapper's own logs of earlier versions,
 //! `wrapper_unknown[.N].jsonl` (`unknown`), `wrapper_rejected[.N].jsonl` and
 //! `wrapper_unsent[.N].jsonl` (`rejected`: not applied and not to be sent again), are
 //! read too.
@@ -707,7 +709,7 @@ fn wrapper_spill_cursor(dir: &Path, groups: &[FlushGroup]) -> u64 {
     groups
         .iter()
         .filter(|g| g.committed)
-        .filter_map(|g| g.wrapper.as_ref()?.consumes)
+        .filter_map(|g| g.wrapper.as_ref()?.legacy_spill_offset)
         .fold(on_disk, u64::max)
 }
 

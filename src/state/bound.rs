@@ -11,8 +11,7 @@
 //! | with an OTLP receiver on, the cumulative stream table (`otlp_streams.bin`, its temporary file while it is replaced, and one `otlp_streams.corrupt` set aside) | 3 × (44 + 40 × `ingest.otlp.max_streams`) |
 //!
 //! A driver wrapper's directory has the same bound: its records go to the same two
-//! outcome logs, its rows to its own spill (`wrapper_spill.jsonl`) within
-//! `state.max_spill_bytes`.
+//! outcome logs, its rows to the same spill segments within `state.max_spill_bytes`.
 //!
 //! Past a full disk nothing is lost silently (a spill or record that cannot be written is
 //! counted), but an emptyDir past its `sizeLimit` evicts the pod and the directory is

@@ -118,6 +118,15 @@ pub struct SegmentId {
 }
 
 impl SegmentId {
+    /// The segment crash recovery writes for a flush it finishes (sorts after the
+    /// flush's own segment and its held one).
+    pub fn recovered(incarnation: u64, flush_seq: u64) -> SegmentId {
+        SegmentId {
+            recovered: true,
+            ..SegmentId::live(incarnation, flush_seq)
+        }
+    }
+
     /// The own segment of a flush.
     pub fn live(incarnation: u64, flush_seq: u64) -> SegmentId {
         SegmentId {

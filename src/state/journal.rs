@@ -61,11 +61,14 @@
 //!
 //! A wrapper flush writes the same group with its own header and intents (the
 //! application's tables, not families): `WrapperBegin` (writer, incarnation, flush_seq,
-//! the wrapper spill's replay offset consumed, table dictionary), `WrapperIntent` × n
+//! the spill's replay cursor consumed, table dictionary), `WrapperIntent` × n
 //! (request index, table, rows: the wrapper's row key + deltas), `Committed`, the same
-//! `Outcome` records, `WrapperLogsAt` (sizes of its three logs), `End`. Such a group is
+//! `Outcome` records, `WrapperLogsAt` (sizes of its logs), `End`. Such a group is
 //! read into [`FlushGroup::wrapper`] and recovered by the wrapper, never by the
-//! sidecar's recovery.
+//! sidecar's recovery. The wrapper spills into the same segments as the sidecar, so its
+//! group names its cursor in [`FlushGroup::consumes`] like any other; a group an earlier
+//! version wrote (its own header tag) names a byte offset of that version's
+//! `wrapper_spill.jsonl` instead ([`WrapperGroup::legacy_spill_offset`]).
 //!
 //! A request id is `writer/incarnation.nonce/flush_seq/request` (the start nonce in hex;
 //! `writer/incarnation/flush_seq/request` in groups of earlier versions): unique per
@@ -241,17 +244,21 @@ pub type WrapperIntents<'a> = [(u32, Vec<(&'a [u8], &'a [i64])>)];
 /// What a wrapper flush's group holds besides the common parts.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct WrapperGroup {
-    /// How far the wrapper's spill replay had loaded rows into the buffer when this flush
-    /// drained it (a byte offset of `wrapper_spill.jsonl`): those rows are in its intents.
-    pub consumes: Option<u64>,
+    /// In a group an earlier version wrote: how far that version's spill replay had
+    /// loaded rows into the buffer when this flush drained it (a byte offset of its
+    /// `wrapper_spill.jsonl`, which the spill migrates into a segment at start). A group
+    /// of this version names a cursor in [`FlushGroup::consumes`] instead.
+    pub legacy_spill_offset: Option<u64>,
     /// The tables its intents refer to.
     pub tables: Vec<WrapperTable>,
     /// Its requests.
     pub intents: Vec<WrapperIntent>,
-    /// Sizes of `unknown.jsonl`, `rejected.jsonl` and `wrapper_spill.jsonl` before this
-    /// flush appended to them (in a group of an earlier version, of the wrapper's own
+    /// Sizes of `unknown.jsonl` and `rejected.jsonl` before this flush appended to them,
+    /// and a third that only groups of earlier versions fill (their `wrapper_spill.jsonl`;
+    /// a spill segment names its flush, so the size is not needed any more). In a group
+    /// of an even earlier version, the first two are of the wrapper's own
     /// `wrapper_unknown.jsonl` and `wrapper_rejected.jsonl`: its recovery also looks in
-    /// those files).
+    /// those files.
     pub logs_at: Option<[u64; 3]>,
 }
 
@@ -334,8 +341,21 @@ const WRAPPER_BEGIN: u8 = 8;
 const WRAPPER_INTENT: u8 = 9;
 const WRAPPER_LOGS_AT: u8 = 10;
 const STARTS_BELOW: u8 = 11;
+/// A wrapper flush's header naming a spill cursor (`WRAPPER_BEGIN` named an offset of
+/// the wrapper's own spill file, before the wrapper spilled into segments).
+const WRAPPER_BEGIN_CURSOR: u8 = 12;
 
 const NO_SHARD: u16 = u16::MAX;
+
+/// What a wrapper flush's header names of the spill.
+#[derive(Clone, Copy)]
+enum SpillAt {
+    /// The replay cursor its group consumes.
+    Cursor(Option<Cursor>),
+    /// An offset of an earlier version's `wrapper_spill.jsonl` (only written by tests).
+    #[cfg(test)]
+    LegacyOffset(Option<u64>),
+}
 
 /// The end mark: an empty frame (length 0, and 0 is the CRC32C of nothing).
 const END_MARK: [u8; 8] = [0; 8];
@@ -568,7 +588,31 @@ impl Journal {
         &mut self,
         flush: &FlushId,
         time: &str,
-        consumes: Option<u64>,
+        consumes: Option<Cursor>,
+        tables: &[WrapperTable],
+        intents: &WrapperIntents<'_>,
+    ) -> io::Result<()> {
+        self.wrapper_group(flush, time, SpillAt::Cursor(consumes), tables, intents)
+    }
+
+    /// A group as an earlier version wrote it, naming an offset of its own spill file
+    /// (the tests of reading such journals).
+    #[cfg(test)]
+    pub(super) fn begin_wrapper_of_an_earlier_version(
+        &mut self,
+        flush: &FlushId,
+        offset: Option<u64>,
+        tables: &[WrapperTable],
+        intents: &WrapperIntents<'_>,
+    ) -> io::Result<()> {
+        self.wrapper_group(flush, "t", SpillAt::LegacyOffset(offset), tables, intents)
+    }
+
+    fn wrapper_group(
+        &mut self,
+        flush: &FlushId,
+        time: &str,
+        spill: SpillAt,
         tables: &[WrapperTable],
         intents: &WrapperIntents<'_>,
     ) -> io::Result<()> {
@@ -578,10 +622,18 @@ impl Journal {
         self.flush_pending()?;
         let mut out = std::mem::take(&mut self.pending);
         frame(&mut out, |e| {
-            e.u8(WRAPPER_BEGIN);
+            match spill {
+                SpillAt::Cursor(_) => e.u8(WRAPPER_BEGIN_CURSOR),
+                #[cfg(test)]
+                SpillAt::LegacyOffset(_) => e.u8(WRAPPER_BEGIN),
+            }
             e.flush_id(flush);
             e.str(time);
-            e.option_u64(consumes);
+            match spill {
+                SpillAt::Cursor(consumes) => e.cursor(consumes),
+                #[cfg(test)]
+                SpillAt::LegacyOffset(offset) => e.option_u64(offset),
+            }
             e.u32(tables.len() as u32);
             for t in tables {
                 e.u32(t.id);
@@ -775,7 +827,8 @@ fn next_frame(bytes: &[u8], pos: usize) -> Option<(&[u8], usize)> {
 /// (treated like a torn tail).
 fn apply(groups: &mut Vec<FlushGroup>, payload: &[u8]) -> Option<()> {
     let mut d = Dec { b: payload, pos: 0 };
-    match d.u8()? {
+    let tag = d.u8()?;
+    match tag {
         BEGIN => {
             let flush = d.flush_id()?;
             let time = d.str()?;
@@ -802,10 +855,14 @@ fn apply(groups: &mut Vec<FlushGroup>, payload: &[u8]) -> Option<()> {
                 ..FlushGroup::begun(flush, time)
             });
         }
-        WRAPPER_BEGIN => {
+        WRAPPER_BEGIN | WRAPPER_BEGIN_CURSOR => {
             let flush = d.flush_id()?;
             let time = d.str()?;
-            let consumes = d.option_u64()?;
+            let (consumes, legacy_spill_offset) = if tag == WRAPPER_BEGIN_CURSOR {
+                (d.cursor()?, None)
+            } else {
+                (None, d.option_u64()?)
+            };
             let mut tables = Vec::new();
             for _ in 0..d.u32()? {
                 tables.push(WrapperTable {
@@ -817,8 +874,9 @@ fn apply(groups: &mut Vec<FlushGroup>, payload: &[u8]) -> Option<()> {
                 });
             }
             groups.push(FlushGroup {
+                consumes,
                 wrapper: Some(WrapperGroup {
-                    consumes,
+                    legacy_spill_offset,
                     tables,
                     intents: Vec::new(),
                     logs_at: None,
@@ -1004,6 +1062,7 @@ impl Enc<'_> {
             self.i64(*d);
         }
     }
+    #[cfg(test)]
     fn option_u64(&mut self, v: Option<u64>) {
         match v {
             None => self.u8(0),

@@ -13,7 +13,7 @@
 //! | [`ledger_pending`], [`outcomes_mark`] | `ledger_pending.jsonl`, `outcomes.mark` (exact families) |
 //! | [`bound`] | how much disk the directory can take at most, and the free space of its filesystem |
 //! | [`recovery`] | what opening the directory finishes for a killed process; a counting mode's own groups through the [`recovery::FinishTotals`] its opener hands in |
-//! | [`wrapper_files`] | the driver wrapper's `wrapper_*.jsonl`, `wrapper_spill.jsonl`, `wrapper_spill.cursor` as readers see them, and the records recovery writes for its unended flushes (the wrapper writes them) |
+//! | [`wrapper_files`] | the driver wrapper's files as readers see them (its logs and spill of earlier versions, `wrapper_*.jsonl`, `wrapper_spill.jsonl` and `wrapper_spill.cursor`, which a start moves into a segment), and the records recovery writes for its unended flushes (the wrapper writes them) |
 //!
 //! Opening the directory finishes what a killed process left unfinished ([`recovery`]).
 //!
@@ -297,6 +297,15 @@ impl StateDir {
             .filter(|g| g.wrapper.is_some() && !g.ended)
             .cloned()
             .collect();
+        // An earlier version's wrapper flush named an offset of its own spill file: the
+        // file moves into a segment from the furthest one on.
+        let wrapper_offset = groups
+            .iter()
+            .filter(|g| g.committed)
+            .filter_map(|g| g.wrapper.as_ref()?.legacy_spill_offset)
+            .max();
+        wrapper_files::migrate_spill(&dir, wrapper_offset)
+            .map_err(io_err("move the wrapper spill of an earlier version"))?;
         let spill = Spill::open(&dir, config.max_spill_bytes, journal_cursor)
             .map_err(io_err("open the spill"))?;
         let mut state = StateDir {
@@ -497,7 +506,7 @@ impl StateDir {
     }
 
     /// The driver wrapper's flushes the previous process did not end (its crash
-    /// recovery finishes them and ends each with [`StateDir::wrapper_journal_end`]).
+    /// recovery finishes them and ends each with [`StateDir::journal_end`]).
     pub fn take_wrapper_groups(&mut self) -> Vec<FlushGroup> {
         std::mem::take(&mut self.wrapper_groups)
     }
@@ -508,7 +517,7 @@ impl StateDir {
         &mut self,
         flush: &FlushId,
         time: &str,
-        consumes: Option<u64>,
+        consumes: Option<Cursor>,
         tables: &[WrapperTable],
         intents: &journal::WrapperIntents<'_>,
     ) -> io::Result<()> {
@@ -520,12 +529,12 @@ impl StateDir {
     }
 
     /// Before a driver wrapper's flush first appends records: rotates full outcome logs,
-    /// then records, durably, the logs' sizes and the wrapper spill's (`spill_size`) in
-    /// the journal, so that its recovery finds what the flush already recorded. Returns
-    /// the sizes recorded.
-    pub fn wrapper_journal_logs_at(&mut self, spill_size: u64) -> io::Result<[u64; 3]> {
+    /// then records, durably, the logs' sizes in the journal, so that its recovery finds
+    /// what the flush already recorded. Returns the sizes recorded (the third, an earlier
+    /// version's spill file size, is 0: a spill segment names its flush).
+    pub fn wrapper_journal_logs_at(&mut self) -> io::Result<[u64; 3]> {
         self.rotate_full_logs();
-        let sizes = [self.unknown.size(), self.rejected.size(), spill_size];
+        let sizes = [self.unknown.size(), self.rejected.size(), 0];
         if self.journal_enabled {
             self.journal.logs_at_wrapper(sizes)?;
         }
@@ -552,14 +561,6 @@ impl StateDir {
             OutcomeLog::Unknown => &self.unknown,
             OutcomeLog::Rejected => &self.rejected,
         }
-    }
-
-    /// Marks a driver wrapper's flush settled in the journal.
-    pub fn wrapper_journal_end(&mut self, flush_seq: u64) -> io::Result<()> {
-        if !self.journal_enabled {
-            return Ok(());
-        }
-        self.journal.end(flush_seq)
     }
 
     /// Before the open journal group first appends to the outcome logs: rotates full logs,
@@ -718,6 +719,33 @@ impl StateDir {
             ..SegmentId::live(flush.incarnation, flush.flush_seq)
         };
         self.spill.write_segment(id, None, batches, ledger)
+    }
+
+    /// Writes the segment crash recovery spills a flush's rows into (see
+    /// [`SegmentId::recovered`]), as [`StateDir::spill`] does; `consumes`, the cursor
+    /// that flush's group named.
+    pub fn spill_recovered(
+        &mut self,
+        flush: &FlushId,
+        consumes: Option<Cursor>,
+        batches: &[Vec<WriteRecord>],
+    ) -> io::Result<Vec<bool>> {
+        let id = SegmentId::recovered(flush.incarnation, flush.flush_seq);
+        self.spill.write_segment(id, consumes, batches, &[])
+    }
+
+    /// Whether a spill segment is on disk.
+    pub fn has_spill_segment(&self, id: SegmentId) -> bool {
+        self.spill.has_segment(id)
+    }
+
+    /// The `(request_id, row)` of the records a segment holds (empty when there is no
+    /// such segment): what a recovery must not spill again.
+    pub fn spill_keys(
+        &self,
+        id: SegmentId,
+    ) -> io::Result<std::collections::HashSet<(String, u16)>> {
+        Ok(self.spill.segment_keys(id)?.unwrap_or_default())
     }
 
     /// The outcome logs' sizes now (see [`outcomes_mark`]).

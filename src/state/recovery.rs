@@ -235,10 +235,7 @@ fn finish(
     // The flush's held segment (rows held for the delta ledger) is not looked at: it
     // holds no intent of the flush, and is replayed like any segment.
     let live = SegmentId::live(group.flush.incarnation, group.flush.flush_seq);
-    let recovered = SegmentId {
-        recovered: true,
-        ..live
-    };
+    let recovered = SegmentId::recovered(group.flush.incarnation, group.flush.flush_seq);
     let in_live = state.spill.segment_keys(live)?.unwrap_or_default();
     let recovered_exists = state.spill.has_segment(recovered);
     let source = |request| RecordSource {

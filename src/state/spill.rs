@@ -178,9 +178,11 @@ pub struct Spill {
 }
 
 impl Spill {
-    /// Opens the spill of `dir`: removes unfinished segment writes, finds the cursor
-    /// (the furthest of `spill.cursor`, `journal_cursor` and the segments' headers), and
-    /// deletes the segments it has passed.
+    /// Opens the spill of `dir`: moves in the sidecar's spill files of earlier versions
+    /// (the state directory moves the driver wrapper's before), removes unfinished
+    /// segment writes, finds the cursor (the furthest of `spill.cursor`,
+    /// `journal_cursor` and the segments' headers), and deletes the segments it has
+    /// passed.
     pub fn open(dir: &Path, max_bytes: u64, journal_cursor: Option<Cursor>) -> io::Result<Spill> {
         migrate_legacy(dir)?;
         let mut segments = BTreeMap::new();

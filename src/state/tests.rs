@@ -661,3 +661,48 @@ fn a_rewound_replay_reads_the_same_rows_again_and_never_before_the_consumed_curs
     let rows: Vec<u16> = again.records.iter().map(|(_, r)| r.row).collect();
     assert_eq!(rows, [2, 3], "the rewound row once more, then the rest");
 }
+
+/// An upgrade finds a wrapper flush of an earlier version unended in the journal (it
+/// consumed its spill file up to an offset) and that version's spill file: the start
+/// moves the rows past that offset into a segment, replayed first, and leaves the group
+/// to the wrapper's recovery; rows before the offset are the group's, never replayed.
+#[test]
+fn an_earlier_versions_wrapper_spill_moves_past_what_its_unended_flush_consumed() {
+    let dir = tempfile::tempdir().unwrap();
+    let line = |row: u16| {
+        format!(
+            r#"{{"time":"t","request_id":"app/1/w1/0","row":{row},"outcome":"unsent","table":"ks.t","key":{{"k":"'a'"}},"key_hex":["61"],"deltas":{{"c":{row}}}}}"#
+        ) + "\n"
+    };
+    let file: String = (0..4).map(line).collect();
+    let consumed = (line(0) + &line(1)).len() as u64;
+    std::fs::write(dir.path().join(wrapper_files::SPILL_FILE), &file).unwrap();
+    {
+        let (mut journal, _, _) = Journal::open(dir.path().join("journal.wal")).unwrap();
+        let flush = FlushId {
+            writer: "app".into(),
+            incarnation: 1,
+            flush_seq: 1,
+            nonce: None,
+        };
+        journal
+            .begin_wrapper_of_an_earlier_version(&flush, Some(consumed), &[], &[])
+            .unwrap();
+    }
+    let mut state = StateDir::open(&config(dir.path())).unwrap();
+    assert!(!dir.path().join(wrapper_files::SPILL_FILE).exists());
+    assert_eq!(
+        state.unfinished_wrapper_flushes(),
+        1,
+        "the wrapper's to finish"
+    );
+    let chunk = state.load_spill(|_, _| true).unwrap();
+    let rows: Vec<u16> = chunk.records.iter().map(|(_, r)| r.row).collect();
+    assert_eq!(rows, [2, 3], "past the offset the unended flush consumed");
+    assert_eq!(chunk.records[0].0, wrapper_files::MIGRATED_SPILL);
+    drop(state);
+    // Not consumed yet: a second start finds the same rows, moved once.
+    let mut state = StateDir::open(&config(dir.path())).unwrap();
+    let again = state.load_spill(|_, _| true).unwrap();
+    assert_eq!(again.records.len(), 2);
+}

@@ -1,29 +1,106 @@
 //! The driver wrapper's files in the state directory, as every reader sees them: the
-//! spill `wrapper_spill.jsonl` and its cursor, the layout of a row key in its journal
-//! intents, what recovery writes for an unended wrapper flush ([`group_records`]), and
-//! the logs of versions before the wrapper shared the outcome logs.
+//! layout of a row key in its journal intents, what recovery writes for an unended
+//! wrapper flush ([`group_records`]), and the files of earlier versions: the logs of
+//! versions before the wrapper shared the outcome logs, and the spill
+//! `wrapper_spill.jsonl` with its cursor of versions before it shared the spill
+//! segments (a start moves it into one).
 //!
 //! The wrapper's records are [`WriteRecord`]s whose [`super::Target`] is an application
 //! table (no family, no granularity, no day; `key` as CQL literals and `key_hex`, the
 //! key values' bytes). Unknown and rejected rows go to `unknown.jsonl` and
 //! `rejected.jsonl` beside the sidecar's; rows definitely not applied that a later start
-//! replays go to the wrapper's spill. The wrapper writes them (`crate::wrapper`);
+//! replays go to the spill segments, beside the sidecar's. The wrapper writes them (`crate::wrapper`);
 //! `countersink outcomes` reads them through this module, so that the operator tools
 //! need nothing of the wrapper itself.
 
 use std::collections::BTreeMap;
+use std::fs;
+use std::io;
+use std::path::Path;
 
 use serde::Deserialize;
+
+use super::ids::SegmentId;
+use super::jsonl::LineReader;
 
 use super::journal::{FlushGroup, WrapperGroup, WrapperTable};
 use super::record::{ErrorInfo, RecordOutcome, WriteRecord};
 use super::recovery::home_of;
 
-/// The spill file's name in the state directory.
+/// The wrapper's spill file of earlier versions (a start moves it into a segment).
 pub const SPILL_FILE: &str = "wrapper_spill.jsonl";
 
-/// The spill's replay cursor file name.
+/// That spill's replay cursor file (a byte offset).
 pub const CURSOR_FILE: &str = "wrapper_spill.cursor";
+
+/// The segment an earlier version's `wrapper_spill.jsonl` is moved into: incarnation 0,
+/// replayed before anything this version spilled, and one name, so that a start killed
+/// half-way through the move finds it done and only removes the old files.
+pub const MIGRATED_SPILL: SegmentId = SegmentId {
+    incarnation: 0,
+    flush_seq: u64::MAX,
+    recovered: false,
+    held: false,
+};
+
+/// Moves the spill an earlier version of the wrapper wrote (`wrapper_spill.jsonl`, read
+/// from its cursor on) into the segment [`MIGRATED_SPILL`], then removes the file and
+/// its cursor. `journal_offset`: the furthest offset a committed flush of that version
+/// consumed (its rows are in that flush's intents, and its recovery's to place).
+///
+/// Kill-safe: the segment is written whole (temporary file, fsync, rename) before the
+/// old files go, and a start that finds the segment and the file both only removes the
+/// file. Returns how many rows it moved.
+pub(super) fn migrate_spill(dir: &Path, journal_offset: Option<u64>) -> io::Result<u64> {
+    let path = dir.join(SPILL_FILE);
+    let cursor_path = dir.join(CURSOR_FILE);
+    if !path.exists() {
+        remove_if_present(&cursor_path)?;
+        return Ok(0);
+    }
+    let target = dir.join(MIGRATED_SPILL.file_name());
+    let mut moved = 0;
+    if !target.exists() {
+        let on_disk = match fs::read_to_string(&cursor_path) {
+            Ok(text) => text.trim().parse::<u64>().unwrap_or(0),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => 0,
+            Err(e) => return Err(e),
+        };
+        let from = on_disk.max(journal_offset.unwrap_or(0));
+        let mut out = Vec::new();
+        let mut lines = LineReader::open(&path, from)?;
+        while let Some(line) = lines.next_line()? {
+            if !line.complete {
+                // A torn last append: never synced, so its flush's recovery places it.
+                break;
+            }
+            match read_line(line.text, true) {
+                Some(record) => {
+                    serde_json::to_writer(&mut out, &record).map_err(io::Error::other)?;
+                    moved += 1;
+                }
+                // Kept as it was: the segment's reader sets it aside as unreadable.
+                None => out.extend_from_slice(line.text),
+            }
+            out.push(b'\n');
+        }
+        if !out.is_empty() {
+            super::private::write_atomically(dir, &target, &out)?;
+        }
+    }
+    crate::test_hooks::crash_point("wrapper_spill_migrated");
+    remove_if_present(&path)?;
+    remove_if_present(&cursor_path)?;
+    super::private::sync_dir(dir)?;
+    Ok(moved)
+}
+
+fn remove_if_present(path: &Path) -> io::Result<()> {
+    match fs::remove_file(path) {
+        Err(e) if e.kind() != io::ErrorKind::NotFound => Err(e),
+        _ => Ok(()),
+    }
+}
 
 /// The stems of the wrapper's own logs of earlier versions (each rotated as
 /// `<stem>.N.jsonl`): read by `countersink outcomes`, never written any more.
@@ -298,5 +375,85 @@ mod tests {
         assert_eq!(split_key(&key[..key.len() - 1]), None, "a torn length");
         assert_eq!(unhex(&hex(b"\x00\xffa")), Some(b"\x00\xffa".to_vec()));
         assert_eq!(unhex("0"), None);
+    }
+
+    const OLD: &str = r#"{"time":"t","request_id":"app/3/w7/2","row":1,"outcome":"unsent","table":"ks.t","key":{"k":"'a'"},"key_hex":["61"],"deltas":{"c":5},"error_kind":"write_timeout","error":"timed out"}"#;
+
+    fn line(row: u16) -> String {
+        OLD.replace("\"row\":1", &format!("\"row\":{row}"))
+    }
+
+    fn segment_rows(dir: &Path) -> Vec<WriteRecord> {
+        let text = fs::read_to_string(dir.join(MIGRATED_SPILL.file_name())).unwrap_or_default();
+        text.lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect()
+    }
+
+    /// An upgrade moves the spill an earlier version wrote, in its own record type, into
+    /// a segment: from its cursor on, each row once, as a record of this version.
+    #[test]
+    fn an_earlier_versions_spill_moves_into_a_segment_from_its_cursor_on() {
+        let dir = tempfile::tempdir().unwrap();
+        let lines: String = (0..3).map(|r| line(r) + "\n").collect();
+        let second = line(0).len() as u64 + 1;
+        fs::write(dir.path().join(SPILL_FILE), &lines).unwrap();
+        fs::write(dir.path().join(CURSOR_FILE), second.to_string()).unwrap();
+        assert_eq!(migrate_spill(dir.path(), None).unwrap(), 2);
+        let rows = segment_rows(dir.path());
+        assert_eq!(rows.iter().map(|r| r.row).collect::<Vec<_>>(), [1, 2]);
+        let record = &rows[0];
+        assert_eq!(record.outcome, RecordOutcome::Spilled);
+        assert_eq!(record.target(), super::super::Target::Table("ks.t"));
+        assert_eq!(
+            (record.writer.as_str(), record.incarnation, record.flush_seq),
+            ("app", 3, 7)
+        );
+        assert_eq!(record.key_hex, Some(vec!["61".to_owned()]));
+        assert_eq!(record.deltas, [("c".to_owned(), 5)].into());
+        assert!(!dir.path().join(SPILL_FILE).exists());
+        assert!(!dir.path().join(CURSOR_FILE).exists());
+        // Nothing left to move: a second start changes nothing.
+        assert_eq!(migrate_spill(dir.path(), None).unwrap(), 0);
+        assert_eq!(segment_rows(dir.path()).len(), 2);
+    }
+
+    /// The offset a committed flush of the earlier version consumed counts (its rows are
+    /// its recovery's), and a torn last line is left to that recovery.
+    #[test]
+    fn a_journal_offset_counts_and_a_torn_last_line_is_not_moved() {
+        let dir = tempfile::tempdir().unwrap();
+        let third = 2 * (line(0).len() as u64 + 1);
+        let lines = format!("{}\n{}\n{}\n{}", line(0), line(1), line(2), &line(3)[..20]);
+        fs::write(dir.path().join(SPILL_FILE), lines).unwrap();
+        assert_eq!(migrate_spill(dir.path(), Some(third)).unwrap(), 1);
+        assert_eq!(segment_rows(dir.path())[0].row, 2);
+    }
+
+    /// A start killed after the segment was written, before the old file went: the next
+    /// start finds both and only removes the file, so no row is moved (and replayed)
+    /// twice.
+    #[test]
+    fn a_move_cut_short_is_finished_without_moving_a_row_twice() {
+        let dir = tempfile::tempdir().unwrap();
+        fs::write(
+            dir.path().join(SPILL_FILE),
+            line(0) + "\n" + &line(1) + "\n",
+        )
+        .unwrap();
+        assert_eq!(migrate_spill(dir.path(), None).unwrap(), 2);
+        // As if the removal had not happened.
+        fs::write(
+            dir.path().join(SPILL_FILE),
+            line(0) + "\n" + &line(1) + "\n",
+        )
+        .unwrap();
+        assert_eq!(migrate_spill(dir.path(), None).unwrap(), 0);
+        assert_eq!(segment_rows(dir.path()).len(), 2);
+        assert!(!dir.path().join(SPILL_FILE).exists());
+        // A cursor left alone (its file gone first) is removed.
+        fs::write(dir.path().join(CURSOR_FILE), "10").unwrap();
+        migrate_spill(dir.path(), None).unwrap();
+        assert!(!dir.path().join(CURSOR_FILE).exists());
     }
 }

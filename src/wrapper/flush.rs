@@ -23,18 +23,18 @@
 //! # The intent journal
 //!
 //! Before anything is sent, the flush's requests (tables, row keys, deltas) and the spill
-//! offset its replayed rows came from are one group commit in the state directory's
+//! cursor its replayed rows were read up to are one group commit in the state directory's
 //! journal (`journal.wal`, [`crate::state::journal`]); outcomes follow as requests settle,
-//! then the logs' sizes before this flush appends to them, the appends, the spill cursor,
-//! and `End`. A process killed anywhere in between is finished by the next start
-//! ([`super::recovery`]): requests in flight are logged as unknown (`in_flight_at_crash`),
-//! never re-sent.
+//! then the logs' sizes before this flush appends to them, the appends and its spill
+//! segment, the spill cursor, and `End`. A process killed anywhere in between is finished
+//! by the next start ([`super::recovery`]): requests in flight are logged as unknown
+//! (`in_flight_at_crash`), never re-sent.
 //!
-//! The cursor comes before `End` because `End` starts the journal over: from then on
-//! nothing names the offset this flush's replayed rows were consumed up to but the
-//! cursor, and a next start that found an older one would replay (and apply) those rows
-//! again. When the cursor cannot be written (a full disk), the flush's group is left open
-//! instead, so its offset still counts at the next start, and the next flush tries again.
+//! The spill is the sidecar's: segments of whole flushes, read back in chunks, with one
+//! replay cursor ([`crate::state::spill`]), and the flush ends through the same step
+//! ([`StateDir::journal_end`]): the cursor is made durable before `End`, and a cursor
+//! that cannot be written (a full disk) leaves the group open and stays owed by every
+//! later end.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -53,7 +53,7 @@ use crate::sink::cql::profile::WriteProfile;
 use crate::sink::cql::store::StoreKind;
 use crate::stage::{Facts, StageCx, run_stage};
 use crate::state::wrapper_files::TableRecordSource;
-use crate::state::{OutcomeLog, StateDir};
+use crate::state::{Cursor, FlushId, OutcomeLog, StateDir};
 use crate::test_hooks::crash_point;
 
 use super::buffer::RowAdd;
@@ -61,7 +61,6 @@ use super::buffer::{Buffer, Drained, PendingRow, Unmerged};
 use super::recognize::{TableShape, Tables};
 use super::records::{ErrorInfo, RecordOutcome, WriteRecord, record, unhex};
 use super::recovery::request_id;
-use super::spill::WrapperSpill;
 use super::statement::{split_key, update_text};
 use super::stats::Counters;
 
@@ -166,15 +165,11 @@ pub struct WrapperFlusher {
     /// consistency and timeout (the same profile as the sidecar's counter writes).
     profile: WriteProfile,
     state: StateDir,
-    spill: WrapperSpill,
     statements: HashMap<u32, PreparedStatement>,
     seq: u64,
     /// What the store is: an `Unavailable` answer is classified by it (ScyllaDB's may
     /// come after a replica applied the write).
     store_kind: StoreKind,
-    /// A flush whose journal group is left open because the spill cursor it consumed is
-    /// not durable yet (see the module doc).
-    unended: Option<Unended>,
     /// What a flush may hold for the rows of one chunk (a quarter of
     /// `limits.max_pending_bytes`; the buffer's rows take the other three).
     chunk_bytes: usize,
@@ -183,14 +178,6 @@ pub struct WrapperFlusher {
     store_answered: bool,
     /// Error texts shared between failures alike (an outage fails every request alike).
     texts: SharedTexts,
-}
-
-/// A settled flush not ended in the journal yet: its group keeps `consumes` for the next
-/// start until the cursor is durable.
-#[derive(Clone, Copy, Debug)]
-pub(super) struct Unended {
-    pub(super) seq: u64,
-    pub(super) consumes: Option<u64>,
 }
 
 impl WrapperFlusher {
@@ -204,7 +191,6 @@ impl WrapperFlusher {
         flush: FlushConfig,
         store: StoreConfig,
         state: StateDir,
-        spill: WrapperSpill,
         store_kind: StoreKind,
         chunk_bytes: usize,
     ) -> WrapperFlusher {
@@ -220,11 +206,9 @@ impl WrapperFlusher {
             flush,
             profile: WriteProfile::counter(store.consistency, store.request_timeout),
             state,
-            spill,
             statements: HashMap::new(),
             seq: 0,
             store_kind,
-            unended: None,
             chunk_bytes: chunk_bytes.max(1),
             store_answered: true,
             texts: SharedTexts::default(),
@@ -255,9 +239,6 @@ impl WrapperFlusher {
         deadline: &mut Deadline,
         final_flush: bool,
     ) -> WrapperFlushReport {
-        if let Some(unended) = self.unended.take() {
-            self.end(unended);
-        }
         self.counters.flushed();
         let mut round = WrapperFlushReport::default();
         if !final_flush && deadline.at().is_none() && self.store_answered {
@@ -293,11 +274,11 @@ impl WrapperFlusher {
     }
 
     /// One chunk of the spill, sent as a group of its own whose commit consumes the spill
-    /// offset past exactly its rows: never merged into the buffer first (a chunked drain
+    /// cursor past exactly its rows: never merged into the buffer first (a chunked drain
     /// could carry part of it while the offset passed all of it). Rows that no longer map
     /// to their table go to `rejected.jsonl` (`not_replayable`).
     async fn flush_replay(&mut self, deadline: &mut Deadline) -> WrapperFlushReport {
-        if !self.spill.has_unloaded() {
+        if !self.state.has_unreplayed() {
             return WrapperFlushReport::default();
         }
         let cluster = self.session.get_cluster_state();
@@ -306,9 +287,9 @@ impl WrapperFlusher {
         let mut rows: Vec<Row> = Vec::new();
         let mut unreplayable = Vec::new();
         let (mut allowance, chunk_bytes) = (self.chunk_bytes, self.chunk_bytes);
-        let loaded = self.spill.load(|record| {
-            let Some(add) = row_add(record, &cluster, &tables) else {
-                let mut record = record.clone();
+        let loaded = self.state.read_spill(|_, record| {
+            let Some(add) = row_add(&record, &cluster, &tables) else {
+                let mut record = record;
                 record.outcome = RecordOutcome::Rejected;
                 record.error = Some(ErrorInfo {
                     kind: "not_replayable".into(),
@@ -342,13 +323,16 @@ impl WrapperFlusher {
             true
         });
         match loaded {
-            Ok(loaded) if loaded.corrupt > 0 => {
-                self.counters.records_lost(loaded.corrupt);
-                tracing::error!(lines = loaded.corrupt, file = %self.spill.path().display(), "Unreadable lines in the wrapper spill were passed over.");
+            Ok(corrupt) if corrupt > 0 => {
+                self.counters.records_lost(corrupt as u64);
+                tracing::error!(
+                    lines = corrupt,
+                    "Unreadable lines in the spill were set aside in spill.corrupt.jsonl."
+                );
             }
             Ok(_) => {}
             Err(error) => {
-                tracing::error!(%error, "Could not read the wrapper spill; its rows wait for the next flush.");
+                tracing::error!(%error, "Could not read the spill; its rows wait for the next flush.");
             }
         }
         if !unreplayable.is_empty() {
@@ -359,11 +343,11 @@ impl WrapperFlusher {
                 .append_recorded(OutcomeLog::Rejected, &unreplayable);
             self.count_lost(&appended);
         }
-        let consumes = self.spill.loaded();
+        let consumes = self.state.replay_loaded();
         if rows.is_empty() {
             // Whatever was read went to `rejected.jsonl`: consumed without a flush.
-            if let Err(error) = self.spill.commit(consumes) {
-                tracing::error!(%error, "Could not write the wrapper spill's cursor.");
+            if let Err(error) = self.state.commit_replay(consumes) {
+                tracing::error!(%error, "Could not write the spill's cursor.");
             }
             return WrapperFlushReport::default();
         }
@@ -378,20 +362,20 @@ impl WrapperFlusher {
         report.replayed_rows = count as u64;
         if !committed {
             // Nothing was sent and nothing consumed: the rows stay in the file, read again.
-            self.spill.rewind(self.unended.and_then(|u| u.consumes));
+            self.state.rewind_replay();
             self.buffer.count_replayed(-(count as i64), -sum);
         }
         report
     }
 
     /// One group of the stage runner: `rows` planned into requests and sent; `consumes`,
-    /// for replayed rows, the spill offset the group's commit consumes. Returns what it
+    /// for replayed rows, the spill cursor the group's commit consumes. Returns what it
     /// did, and whether its group commit was made.
     async fn flush_group(
         &mut self,
         rows: Vec<Row>,
         room: Credit,
-        consumes: Option<u64>,
+        consumes: Option<Cursor>,
         deadline: &mut Deadline,
         final_flush: bool,
     ) -> (WrapperFlushReport, bool) {
@@ -440,23 +424,22 @@ impl WrapperFlusher {
         (report, committed)
     }
 
-    /// Ends a settled flush: makes the spill cursor it consumed durable, then writes
-    /// `End` (in that order: see the module doc). When the cursor cannot be written, the
-    /// group stays open and is kept in `self.unended` for the next flush to end.
-    pub(super) fn end(&mut self, flush: Unended) {
-        if let Err(error) = self.spill.commit(flush.consumes) {
-            tracing::error!(%error, "Could not write the wrapper spill's cursor; the flush stays open in the journal, whose group keeps the offset its replayed rows were consumed up to, and the next flush tries again.");
-            self.unended = Some(flush);
-            return;
+    /// Who sent the current flush: the wrapper names its requests itself
+    /// (`writer/incarnation/wSEQ/request`), without the start nonce.
+    pub(super) fn flush_id(&self) -> FlushId {
+        FlushId {
+            nonce: None,
+            ..self.state.flush_id(self.seq)
         }
-        crash_point("wrapper_cursor_committed");
-        match self.state.wrapper_journal_end(flush.seq) {
-            // `End` starts the journal over: a group left open before this one is gone
-            // with it (its cursor is durable: this one's is at least as far).
-            Ok(()) => self.unended = None,
-            Err(error) => {
-                tracing::error!(%error, "Could not end the flush in the journal; the next start finishes it again (records are not duplicated).");
-            }
+    }
+
+    /// Ends a settled flush: makes the spill cursor it consumed durable, then writes
+    /// `End` (see the module doc). When the cursor cannot be written, the group stays
+    /// open and the cursor owed: the next flush's end writes it first.
+    pub(super) fn end(&mut self, consumes: Option<Cursor>) {
+        let flush = self.flush_id();
+        if let Err(error) = self.state.journal_end(&flush, consumes) {
+            tracing::error!(%error, "Could not end the flush in the journal (its spill cursor, or its End); its group stays open, the next flush's end tries again, and a next start finishes it (records are not duplicated).");
         }
     }
 

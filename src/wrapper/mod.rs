@@ -17,8 +17,9 @@
 //!   application's names, so not in `cql/`), and its values.
 //! - [`flush`]: drain, one request per partition, the intent journal's group commit, the
 //!   sidecar's classification and outcome classes; [`records`]: the logs of rows that did
-//!   not simply apply; [`spill`]: rows replayed by the next start; [`recovery`]: a flush
-//!   a killed process did not end, finished at the next start.
+//!   not simply apply (rows to replay go to the sidecar's spill segments,
+//!   [`crate::state::spill`]); [`recovery`]: a flush a killed process did not end,
+//!   finished at the next start.
 //! - [`stats`]: the figures, the accounting identity and the Prometheus collector.
 //!
 //! A buffered execution returns at once with an empty (void) result: the write is
@@ -30,7 +31,6 @@ pub mod parse;
 pub mod recognize;
 pub mod records;
 pub mod recovery;
-pub mod spill;
 pub mod statement;
 pub mod stats;
 
@@ -60,7 +60,6 @@ use crate::state::{StateDir, StateError};
 use self::buffer::{Buffer, Refused, RowAdd};
 use self::flush::{WrapperFlushReport, WrapperFlusher};
 use self::recognize::{CounterPlan, DeltaValue, Tables};
-use self::spill::WrapperSpill;
 use self::stats::Counters;
 
 pub use self::recognize::PassthroughReason;
@@ -183,19 +182,12 @@ impl CounterSession {
             let dir = state.dir().display().to_string();
             move |error| WrapperError::Logs { dir, error }
         };
-        // A flush the previous process did not end: its committed replay offset first (the
-        // rows it consumed are in its intents), then each of its requests to one home.
+        // A flush the previous process did not end (the state directory made the replay
+        // cursor its group consumed durable when it opened): each of its requests to one
+        // home.
         let groups = state.take_wrapper_groups();
-        let consumed = groups
-            .iter()
-            .filter(|g| g.committed)
-            .filter_map(|g| g.wrapper.as_ref()?.consumes)
-            .max();
-        let mut spill = WrapperSpill::open(state.dir(), config.state.max_spill_bytes, consumed)
+        let recovery = recovery::recover(&mut state, &session.get_cluster_state(), groups)
             .map_err(logs_error(&state))?;
-        let recovery =
-            recovery::recover(&mut state, &mut spill, &session.get_cluster_state(), groups)
-                .map_err(logs_error(&state))?;
         if recovery != WrapperRecovery::default() {
             tracing::warn!(
                 flushes = recovery.flushes,
@@ -228,7 +220,6 @@ impl CounterSession {
             config.flush.clone(),
             config.store.clone(),
             state,
-            spill,
             crate::sink::cql::store::detect(&session).await.kind,
             chunk_bytes,
         );

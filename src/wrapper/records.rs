@@ -7,7 +7,7 @@
 //! |---|---|
 //! | `unknown` | `unknown.jsonl`: may or may not have applied; never re-sent, reconcile by hand |
 //! | `rejected` | `rejected.jsonl`: refused by the store for good; or definitely not applied and not replayable (`error.kind` `spill_full`: past `state.max_spill_bytes`; `not_replayable`: no longer matching its table's schema at replay): apply by hand if wanted |
-//! | `spilled` | the wrapper's spill ([`super::spill`]), replayed by the next start |
+//! | `spilled` | the spill segments ([`crate::state::spill`]), replayed by the next start |
 //!
 //! A record names the request (`writer/incarnation/wFLUSH/request`), the table, the key
 //! as CQL literals (and as the bytes' hex, `key_hex`), and every non-zero delta, so a row
@@ -72,7 +72,7 @@ pub fn record(
 /// how its write failed, if it was sent.
 pub fn spill_full(failed: Option<&ErrorInfo>) -> ErrorInfo {
     let mut text =
-        "the wrapper spill is at state.max_spill_bytes: not applied, and not replayed".to_owned();
+        "the spill is at state.max_spill_bytes: not applied, and not replayed".to_owned();
     if let Some(failed) = failed {
         text.push_str(&format!(
             " (its write failed: {}: {})",

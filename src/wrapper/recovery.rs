@@ -18,9 +18,10 @@
 //! spilling them would replay them a second time. As in the sidecar's recovery, they are
 //! unknown instead. (Two unended groups remain when a flush's end could not be written.)
 //!
-//! A row already in its file from the offsets the flush recorded (`WrapperLogsAt`; recovery
-//! records them first when the flush had not) is not written twice, so recovery can be
-//! killed and run again. A group whose commit did not complete sent nothing: its rows were
+//! A row already in its log from the offsets the flush recorded (`WrapperLogsAt`; recovery
+//! records them first when the flush had not), or in a spill segment of its flush (its
+//! own, the one recovery writes, or the one an earlier version's spill file was moved
+//! into), is not written twice, so recovery can be killed and run again. A group whose commit did not complete sent nothing: its rows were
 //! only in memory (counted as lost with it).
 
 use std::collections::HashMap;
@@ -31,12 +32,11 @@ use scylla::cluster::metadata::{ColumnType, NativeType};
 
 use crate::state::journal::{WrapperGroup, WrapperTable};
 use crate::state::wrapper_files;
-use crate::state::{FlushGroup, OutcomeLog, RecordOutcome, StateDir, WriteRecord};
+use crate::state::{FlushGroup, OutcomeLog, RecordOutcome, SegmentId, StateDir, WriteRecord};
 use crate::test_hooks::crash_point;
 
 use super::recognize::TableShape;
 use super::records::{literal, spill_full};
-use super::spill::WrapperSpill;
 
 /// What recovery did for the previous process.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -60,7 +60,6 @@ pub use crate::state::wrapper_files::request_id;
 /// Finishes every unended wrapper group of the journal.
 pub fn recover(
     state: &mut StateDir,
-    spill: &mut WrapperSpill,
     cluster: &ClusterState,
     groups: Vec<FlushGroup>,
 ) -> std::io::Result<WrapperRecovery> {
@@ -79,18 +78,17 @@ pub fn recover(
         } else {
             report.flushes += 1;
             let is_last = index == last;
-            finish(state, spill, cluster, &group, wrapper, is_last, &mut report)?;
+            finish(state, cluster, &group, wrapper, is_last, &mut report)?;
         }
         crash_point("wrapper_recovery_logged");
-        state.wrapper_journal_end(group.flush.flush_seq)?;
+        // The cursor the group consumed was made durable when the spill opened.
+        state.journal_end(&group.flush, None)?;
     }
     Ok(report)
 }
 
-#[allow(clippy::too_many_arguments)]
 fn finish(
     state: &mut StateDir,
-    spill: &mut WrapperSpill,
     cluster: &ClusterState,
     group: &FlushGroup,
     wrapper: &WrapperGroup,
@@ -99,16 +97,22 @@ fn finish(
 ) -> std::io::Result<()> {
     let at = match wrapper.logs_at {
         Some(at) => at,
-        None => state.wrapper_journal_logs_at(spill.size())?,
+        None => state.wrapper_journal_logs_at()?,
     };
-    // A spill shorter than its recorded size was consumed whole and started over after
-    // the flush recorded it (the cursor is made durable before the flush ends): every
-    // record in it now was written after that.
-    let spill_at = if at[2] > spill.size() { 0 } else { at[2] };
+    let flush = &group.flush;
+    let recovered = SegmentId::recovered(flush.incarnation, flush.flush_seq);
+    let mut spilled_already = state.spill_keys(recovered)?;
+    for id in [
+        SegmentId::live(flush.incarnation, flush.flush_seq),
+        // An earlier version's flush appended to its spill file, moved into this one.
+        wrapper_files::MIGRATED_SPILL,
+    ] {
+        spilled_already.extend(state.spill_keys(id)?);
+    }
     let mut present = [
         state.log_keys_from(OutcomeLog::Unknown, at[0])?,
         state.log_keys_from(OutcomeLog::Rejected, at[1])?,
-        spill.keys_from(spill_at)?,
+        spilled_already,
     ];
     // A flush an earlier version left unended recorded its records in the wrapper's own
     // logs of that version: found there, they are not recorded again.
@@ -131,12 +135,25 @@ fn finish(
     crash_point("wrapper_recovery_before_logs");
     report.spilled_rows += spilled.len() as u64;
     if !spilled.is_empty() {
-        let over = spill.append(spilled)?;
-        report.spilled_rows -= over.len() as u64;
-        for mut record in over {
-            record.outcome = RecordOutcome::Rejected;
-            record.error = Some(spill_full(record.error.as_ref()));
-            rejected.push(record);
+        let batches: Vec<Vec<WriteRecord>> = spilled.into_iter().map(|r| vec![r]).collect();
+        // A recovered segment is written whole: a row not in it was past the size limit
+        // (a recovery killed before its logs), and writing the segment again would
+        // replace the rows it holds.
+        let kept = if state.has_spill_segment(recovered) {
+            vec![false; batches.len()]
+        } else {
+            state.spill_recovered(flush, group.consumes, &batches)?
+        };
+        for (batch, kept) in batches.into_iter().zip(kept) {
+            if kept {
+                continue;
+            }
+            report.spilled_rows -= batch.len() as u64;
+            for mut record in batch {
+                record.outcome = RecordOutcome::Rejected;
+                record.error = Some(spill_full(record.error.as_ref()));
+                rejected.push(record);
+            }
         }
     }
     report.unknown_rows += unknown.len() as u64;

@@ -529,6 +529,20 @@ pub(crate) fn records(path: &Path) -> Vec<WriteRecord> {
         .lines()
         .map(|l| serde_json::from_str(l).expect("record"))
         .collect();
+    of_tables(records)
+}
+
+/// The records of the spill segments of a state directory the wrapper used (the
+/// sidecar's segments: the wrapper spills into them), in replay order.
+pub(crate) fn spilled(state: &Path) -> Vec<WriteRecord> {
+    let records = crate::common::spilled_records(state)
+        .into_iter()
+        .map(|v| serde_json::from_value(v).expect("record"))
+        .collect();
+    of_tables(records)
+}
+
+fn of_tables(records: Vec<WriteRecord>) -> Vec<WriteRecord> {
     for record in &records {
         assert!(
             matches!(record.target(), Target::Table(_)),

@@ -16,9 +16,9 @@ use std::time::Duration;
 
 use countersink::CounterSession;
 use countersink::config::Config;
+use countersink::state::wrapper_files::SPILL_FILE;
 use countersink::state::{OutcomeLog, WriteRecord};
 use countersink::wrapper::records::hex;
-use countersink::wrapper::spill::SPILL_FILE;
 use scylla::client::session_builder::SessionBuilder;
 use scylla::value::Counter;
 
@@ -438,9 +438,9 @@ async fn a_replay_larger_than_a_chunk_killed_after_its_first_group_loses_nothing
         &contact,
         dir.path(),
         "0|10|-|2900",
-        Some("wrapper_cursor_committed"),
+        Some("replay_cursor_committed"),
     );
-    wait_for_crash_point(&mut child, "wrapper_cursor_committed");
+    wait_for_crash_point(&mut child, "replay_cursor_committed");
     let applied: Vec<String> = spilled
         .keys()
         .filter(|k| cell(server, "wk.c", "c", &format!("k = '{k}'")).is_some())
@@ -471,7 +471,7 @@ async fn a_replay_killed_as_its_flush_ends_is_not_replayed_again() {
     let spilled = five_spilled_rows();
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join(SPILL_FILE), spill_lines(&spilled)).unwrap();
-    run_child_until(&contact, dir.path(), 0, "wrapper_cursor_committed");
+    run_child_until(&contact, dir.path(), 0, "replay_cursor_committed");
     assert_store(server, &spilled, "applied by the killed flush");
     let session = wrap(&contact, dir.path()).await;
     let recovery = session.recovery().clone();

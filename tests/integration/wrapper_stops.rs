@@ -11,7 +11,7 @@ use countersink::state::{OutcomeLog, WriteRecord};
 use scylla::value::Counter;
 
 use crate::common::{StoreOptions, cell, config, launch};
-use crate::wrapper::{SCHEMA, records, wrap};
+use crate::wrapper::{SCHEMA, records, spilled, wrap};
 
 /// The final flush's deadline stops the sending: with every reply held past it and two
 /// requests in flight at most, the two running at the deadline are given up as unknown
@@ -50,7 +50,6 @@ async fn at_the_final_deadline_requests_in_flight_are_unknown_and_the_rest_spill
             .unwrap();
         fed += i128::from(i);
     }
-    let spill_path = dir.path().join(countersink::wrapper::spill::SPILL_FILE);
     let unknown_path = session.log_path(OutcomeLog::Unknown).await;
     server.set_faults(vec!["delay,for=5s,table=w.c1".parse().unwrap()]);
     let report = session.shutdown().await;
@@ -68,7 +67,7 @@ async fn at_the_final_deadline_requests_in_flight_are_unknown_and_the_rest_spill
             .all(|r| r.error.as_ref().map(|e| e.kind.as_str()) == Some("cancelled_at_deadline")),
         "{unknown:?}"
     );
-    let spilled = records(&spill_path);
+    let spilled = spilled(dir.path());
     assert_eq!(spilled.len(), 8, "{spilled:?}");
     let sum = |records: &[WriteRecord]| -> i128 {
         records
@@ -118,7 +117,6 @@ async fn a_prepare_unanswered_at_shutdown_ends_at_the_deadline_with_every_row_sp
             .unwrap();
         fed += i128::from(i);
     }
-    let spill_path = dir.path().join(countersink::wrapper::spill::SPILL_FILE);
     server.set_faults(vec![
         "delay,for=120s,op=prepare,table=w.c1".parse().unwrap(),
     ]);
@@ -131,7 +129,7 @@ async fn a_prepare_unanswered_at_shutdown_ends_at_the_deadline_with_every_row_sp
         (0, 0, 10),
         "{report:?}"
     );
-    let spilled: i128 = records(&spill_path)
+    let spilled: i128 = spilled(dir.path())
         .iter()
         .flat_map(|r| r.deltas.values())
         .map(|d| i128::from(*d))
@@ -171,7 +169,6 @@ async fn a_final_flush_with_the_store_down_spills_every_row_and_the_next_start_r
             .unwrap();
         fed += i128::from(i + 1) - 1;
     }
-    let spill_path = dir.path().join(countersink::wrapper::spill::SPILL_FILE);
     let rejected_path = session.log_path(OutcomeLog::Rejected).await;
     let unknown_path = session.log_path(OutcomeLog::Unknown).await;
     let collector = session.collector();
@@ -183,7 +180,7 @@ async fn a_final_flush_with_the_store_down_spills_every_row_and_the_next_start_r
     // unknown (no answer in time): nothing re-queued after the final flush.
     assert_eq!(report.unsent + report.unknown, report.writes, "{report:?}");
     assert!(report.unsent > 0, "{report:?}");
-    let spilled = records(&spill_path);
+    let spilled = spilled(dir.path());
     assert!(records(&rejected_path).is_empty(), "all fit in the spill");
     let recorded: i128 = spilled
         .iter()
@@ -287,13 +284,12 @@ async fn rows_past_a_full_wrapper_spill_are_recorded_rejected_with_their_deltas(
             .unwrap();
         fed += i128::from(i + 1);
     }
-    let spill_path = dir.path().join(countersink::wrapper::spill::SPILL_FILE);
     let rejected_path = session.log_path(OutcomeLog::Rejected).await;
     let unknown_path = session.log_path(OutcomeLog::Unknown).await;
     server.node_down();
     let report = session.shutdown().await;
     assert_eq!(report.applied, 0, "{report:?}");
-    let spilled = records(&spill_path);
+    let spilled = spilled(dir.path());
     let rejected = records(&rejected_path);
     assert!(!spilled.is_empty(), "some rows fit in the spill");
     assert!(!rejected.is_empty(), "2 KiB cannot hold 40 rows");
@@ -370,16 +366,18 @@ async fn a_replayed_spill_whose_cursor_could_not_be_written_is_not_replayed_agai
     let dir = tempfile::tempdir().unwrap();
     let spilled: BTreeMap<String, i64> = (0..5).map(|i| (format!("s{i}"), 10 + i)).collect();
     std::fs::write(
-        dir.path().join(countersink::wrapper::spill::SPILL_FILE),
+        dir.path()
+            .join(countersink::state::wrapper_files::SPILL_FILE),
         spill_lines(&spilled),
     )
     .unwrap();
-    let cursor_tmp = dir.path().join("wrapper_spill.tmp");
-    std::os::unix::fs::symlink("/dev/full", &cursor_tmp).unwrap();
-    // Room for three rows: the replay consumes part of the file, so the cursor is written
-    // (a file consumed whole is removed instead).
+    // Room for three rows: the replay consumes part of the spill, so the cursor is
+    // written (a spill consumed whole is removed instead).
     let small = |c: &mut Config| c.limits.max_pending_rows = 3;
     let session = wrap(&store.contact_point(), dir.path(), small).await;
+    // After the open, which removes unfinished temporary files: `spill.cursor`'s.
+    let cursor_tmp = dir.path().join("spill.tmp");
+    std::os::unix::fs::symlink("/dev/full", &cursor_tmp).unwrap();
     let report = session.flush_now().await;
     assert_eq!(report.replayed_rows, 3, "{report:?}");
     assert_eq!(report.applied, report.writes, "{report:?}");
@@ -462,9 +460,8 @@ async fn recovery_spills_nothing_a_later_unended_flush_already_sent() {
     }
     let session = wrap(&store.contact_point(), dir.path(), |_| {}).await;
     let recovery = session.recovery().clone();
-    let spill_path = dir.path().join(countersink::wrapper::spill::SPILL_FILE);
     assert_eq!(
-        sums_by_key(&records(&spill_path)),
+        sums_by_key(&spilled(dir.path())),
         BTreeMap::new(),
         "nothing spilled: {recovery:?}"
     );
@@ -533,7 +530,6 @@ async fn shutdown_during_a_hanging_periodic_flush_ends_within_one_deadline() {
         "a periodic flush is sending"
     );
     // Not `session.log_path`: it waits for the flusher, which the hanging flush holds.
-    let spill_path = dir.path().join(countersink::wrapper::spill::SPILL_FILE);
     let unknown_path = dir.path().join(OutcomeLog::Unknown.file_name());
     let started = std::time::Instant::now();
     tokio::time::timeout(deadline + Duration::from_secs(3), session.shutdown())
@@ -541,7 +537,7 @@ async fn shutdown_during_a_hanging_periodic_flush_ends_within_one_deadline() {
         .expect("shutdown ends within one deadline (and a margin)");
     let took = started.elapsed();
     let unknown = records(&unknown_path);
-    let spilled = records(&spill_path);
+    let spilled = spilled(dir.path());
     assert_eq!(
         unknown.len(),
         2,
@@ -633,11 +629,14 @@ async fn an_outage_keeps_the_wrapper_within_its_row_limit_and_loses_nothing() {
     }
     let unknown_path = session.log_path(OutcomeLog::Unknown).await;
     let rejected_path = session.log_path(OutcomeLog::Rejected).await;
-    let spill_path = dir.path().join(countersink::wrapper::spill::SPILL_FILE);
     session.shutdown().await;
     let mut recorded: BTreeMap<String, i64> = BTreeMap::new();
-    for path in [&unknown_path, &rejected_path, &spill_path] {
-        for (key, sum) in sums_by_key(&records(path)) {
+    for records in [
+        records(&unknown_path),
+        records(&rejected_path),
+        spilled(dir.path()),
+    ] {
+        for (key, sum) in sums_by_key(&records) {
             *recorded.entry(key).or_default() += sum;
         }
     }

@@ -156,6 +156,7 @@ fn a_wrapper_group_reads_back_with_its_tables_rows_outcomes_and_log_sizes() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("journal.wal");
     let (mut journal, _, _) = Journal::open(path.clone()).unwrap();
+    journal.set_keep(true);
     let table = WrapperTable {
         id: 4,
         keyspace: "app".into(),
@@ -171,27 +172,47 @@ fn a_wrapper_group_reads_back_with_its_tables_rows_outcomes_and_log_sizes() {
             vec![(k2, [i64::MAX, 0].as_slice()), (k1, [3, 4].as_slice())],
         ),
     ];
+    let cursor = Cursor {
+        segment: crate::state::SegmentId::live(2, 9),
+        offset: 123,
+    };
     journal
         .begin_wrapper(
             &flush(7),
             "t",
-            Some(123),
+            Some(cursor),
             std::slice::from_ref(&table),
             &intents,
         )
         .unwrap();
     journal.outcome(1, &Settled::Applied);
     journal.logs_at_wrapper([1, 2, 3]).unwrap();
+    journal.end(7).unwrap();
+    // A group an earlier version wrote: an offset of its own spill file.
+    journal
+        .begin_wrapper_of_an_earlier_version(
+            &flush(8),
+            Some(456),
+            std::slice::from_ref(&table),
+            &intents,
+        )
+        .unwrap();
     drop(journal);
 
     let (_, groups, torn) = Journal::open(path).unwrap();
     assert_eq!(torn, 0);
-    assert_eq!(groups.len(), 1);
-    let group = &groups[0];
-    assert!(group.committed && !group.ended);
+    assert_eq!(groups.len(), 2, "{groups:?}");
+    let (group, earlier) = (&groups[0], &groups[1]);
+    assert!(group.committed && group.ended);
+    assert!(earlier.committed && !earlier.ended);
+    assert_eq!(earlier.consumes, None);
+    let legacy = earlier.wrapper.as_ref().expect("a wrapper group");
+    assert_eq!(legacy.legacy_spill_offset, Some(456));
+    assert_eq!(legacy.intents.len(), 2);
     assert!(group.intents.is_empty(), "not a sidecar flush");
     let wrapper = group.wrapper.as_ref().expect("a wrapper group");
-    assert_eq!(wrapper.consumes, Some(123));
+    assert_eq!(group.consumes, Some(cursor));
+    assert_eq!(wrapper.legacy_spill_offset, None);
     assert_eq!(wrapper.table(4), Some(&table));
     assert_eq!(wrapper.logs_at, Some([1, 2, 3]));
     assert_eq!(wrapper.intents.len(), 2);
@@ -368,9 +389,8 @@ fn the_format_of_every_record_is_fixed() {
     };
     let intents = vec![(4, vec![(b"kk".as_slice(), [1_i64, -1].as_slice())])];
     journal
-        .begin_wrapper(
+        .begin_wrapper_of_an_earlier_version(
             &flush(6),
-            "t",
             Some(123),
             std::slice::from_ref(&table),
             &intents,
@@ -403,8 +423,8 @@ fn the_format_of_every_record_is_fixed() {
         "0077030000000000000006000000000000000100000074017b000000000000000100000004000000",
         "010000006101000000760100000001000000700100000001000000682500000047c8713a09000000",
         "000400000001000000020000006b6b02000100000000000000ffffffffffffffff01000000a5a02d",
-        "410319000000492a6db50a0100000000000000020000000000000003000000000000004000000093",
-        "a269f408010000007703000000000000000700000000000000010000007400010000000400000001",
+        "410319000000492a6db50a010000000000000002000000000000000300000000000000400000006a",
+        "68be210c010000007703000000000000000700000000000000010000007400010000000400000001",
         "00000061010000007601000000010000007001000000010000006801000000a5a02d4103",
     );
     assert_eq!(hex, expected);

@@ -4,9 +4,9 @@
 //!
 //! What is the wrapper's own: its requests go through the application's session and its
 //! prepared UPDATEs ([`Statements`]); its intents name the application's tables; its
-//! records (of the application's tables) go to the outcome logs and its own spill
-//! (`wrapper_spill.jsonl`), whose sizes its group records before they are appended; and
-//! its group's end makes the wrapper spill's cursor durable first.
+//! records (of the application's tables) go to the outcome logs, whose sizes its group
+//! records before they are appended, and to a spill segment of its flush; and its
+//! group's end makes the spill's cursor durable first.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -22,14 +22,14 @@ use crate::sink::cql::profile::WriteProfile;
 use crate::sink::cql::store::StoreKind;
 use crate::sink::{Outcome, WriteError};
 use crate::stage::{Action, CrashPoints, Decision, Policy, Sender, WriteKind};
-use crate::state::{FlushId, OutcomeLog, RecordOutcome, StateDir, WrapperTable, WriteRecord};
+use crate::state::{Cursor, OutcomeLog, RecordOutcome, StateDir, WrapperTable, WriteRecord};
 use crate::test_hooks::crash_point;
 
 use super::super::buffer::PendingRow;
 use super::super::records::spill_full;
 use super::super::statement::{RowValues, split_key};
 use super::super::stats::Stage;
-use super::{Request, Unended, WrapperFlushReport, WrapperFlusher, row_sum, unmerged_error};
+use super::{Request, WrapperFlushReport, WrapperFlusher, row_sum, unmerged_error};
 
 /// The application's session and the wrapper's prepared UPDATEs: how a wrapper request
 /// is sent. Held apart from the flusher while a flush sends.
@@ -85,9 +85,9 @@ impl Sender<Request> for Statements {
 /// One wrapper flush being settled.
 pub(super) struct WrapperStage<'w> {
     flusher: &'w mut WrapperFlusher,
-    /// How far the wrapper spill's replay had loaded rows into the buffer when this flush
-    /// drained it: its group consumes that offset.
-    consumes: Option<u64>,
+    /// How far the spill's replay had read rows for this flush: its group consumes that
+    /// cursor.
+    consumes: Option<Cursor>,
     now_unix_secs: u32,
     /// The drained rows' room in the budget: re-queued rows take theirs from it.
     room: Credit,
@@ -109,7 +109,7 @@ pub(super) struct WrapperStage<'w> {
 impl<'w> WrapperStage<'w> {
     pub(super) fn new(
         flusher: &'w mut WrapperFlusher,
-        consumes: Option<u64>,
+        consumes: Option<Cursor>,
         now_unix_secs: u32,
         room: Credit,
         report: WrapperFlushReport,
@@ -184,13 +184,7 @@ impl WriteKind for WrapperStage<'_> {
 
     fn begin(&mut self, requests: &[Request], _first_request: u32) -> std::io::Result<()> {
         let f = &mut *self.flusher;
-        // The wrapper names its requests itself (`writer/incarnation/wSEQ/request`).
-        let flush = FlushId {
-            writer: f.state.writer_id().to_owned(),
-            incarnation: f.state.incarnation(),
-            flush_seq: f.seq,
-            nonce: None,
-        };
+        let flush = f.flush_id();
         let mut tables: Vec<WrapperTable> = Vec::new();
         for request in requests {
             let table = &request.table;
@@ -284,28 +278,36 @@ impl WriteKind for WrapperStage<'_> {
         let has_records = self.records.values().any(|r| !r.is_empty());
         if journaled
             && has_records
-            && let Err(error) = f.state.wrapper_journal_logs_at(f.spill.size())
+            && let Err(error) = f.state.wrapper_journal_logs_at()
         {
             tracing::error!(%error, "Could not record the outcome logs' sizes in the journal; a crash before this flush ends could log some records twice.");
         }
         crash_point("wrapper_logs_at");
         if let Some(spilled) = self.records.remove(&RecordOutcome::Spilled) {
             let count = spilled.len();
-            match f.spill.append(spilled) {
-                Ok(over) if over.is_empty() => {}
-                Ok(mut over) => {
+            // A batch per row: the segment keeps whole batches, and rows of one request
+            // may be kept apart.
+            let batches: Vec<Vec<WriteRecord>> = spilled.into_iter().map(|r| vec![r]).collect();
+            match f.state.spill(&f.flush_id(), &batches) {
+                Ok(kept) => {
                     // Past `state.max_spill_bytes`: not applied, and not to be replayed.
-                    for record in &mut over {
-                        record.outcome = RecordOutcome::Rejected;
-                        record.error = Some(spill_full(record.error.as_ref()));
-                    }
+                    let over = batches
+                        .into_iter()
+                        .zip(kept)
+                        .filter(|(_, kept)| !kept)
+                        .flat_map(|(batch, _)| batch)
+                        .map(|mut record| {
+                            record.outcome = RecordOutcome::Rejected;
+                            record.error = Some(spill_full(record.error.as_ref()));
+                            record
+                        });
                     self.records
                         .entry(RecordOutcome::Rejected)
                         .or_default()
                         .extend(over);
                 }
                 Err(error) => {
-                    // Records past the failure may or may not be in the file: counted lost.
+                    // The segment is written whole or not at all: counted lost.
                     f.counters.records_lost(count as u64);
                     tracing::error!(%error, records = count, "Could not spill rows that did not apply; they are counted but their details are lost.");
                 }
@@ -332,13 +334,9 @@ impl WriteKind for WrapperStage<'_> {
         crash_point("wrapper_logged");
     }
 
-    /// The wrapper spill's cursor, then the End (see [`WrapperFlusher::end`]).
+    /// The spill's cursor, then the End (see [`WrapperFlusher::end`]).
     fn end(&mut self) -> std::io::Result<()> {
-        let f = &mut *self.flusher;
-        f.end(Unended {
-            seq: f.seq,
-            consumes: self.consumes,
-        });
+        self.flusher.end(self.consumes);
         Ok(())
     }
 }
