@@ -570,21 +570,11 @@ async fn outcome_rows_dropped_from_a_full_queue_reach_the_table_after_a_restart(
 struct SlowOutcomes(MemorySink);
 
 impl crate::sink::Sink for SlowOutcomes {
-    async fn write(&self, write: &crate::sink::PartitionWrite) -> Outcome {
-        self.0.write(write).await
-    }
-
-    async fn write_ledger(&self, rows: &[LedgerRow]) -> Outcome {
-        self.0.write_ledger(rows).await
-    }
-
-    async fn write_outcomes(&self, rows: &[crate::sink::OutcomeRow]) -> Outcome {
-        tokio::time::sleep(Duration::from_secs(10)).await;
-        self.0.write_outcomes(rows).await
-    }
-
-    async fn write_totals(&self, write: &crate::sink::TotalsWrite) -> Outcome {
-        self.0.write_totals(write).await
+    async fn send(&self, request: crate::sink::Request<'_>) -> Outcome {
+        if let crate::sink::Request::Outcomes(_) = request {
+            tokio::time::sleep(Duration::from_secs(10)).await;
+        }
+        self.0.send(request).await
     }
 }
 

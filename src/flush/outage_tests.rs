@@ -10,7 +10,7 @@ use tokio::sync::Notify;
 use crate::config::Config;
 use crate::engine::Engine;
 use crate::flush::{Flusher, shutdown_channel};
-use crate::sink::{Outcome, PartitionWrite, Sink, WriteError};
+use crate::sink::{Outcome, Sink, WriteError};
 use crate::telemetry::{Accounting, Ledger};
 
 /// 2026-11-30T12:00:00Z.
@@ -40,12 +40,13 @@ impl Outage {
 }
 
 impl Sink for Outage {
-    async fn write(&self, _: &PartitionWrite) -> Outcome {
-        self.answer().await
-    }
-
-    async fn write_totals(&self, _: &crate::sink::TotalsWrite) -> Outcome {
-        self.answer().await
+    async fn send(&self, request: crate::sink::Request<'_>) -> Outcome {
+        match request {
+            crate::sink::Request::Counter(_) | crate::sink::Request::Totals(_) => {
+                self.answer().await
+            }
+            other => other.unsupported(),
+        }
     }
 }
 

@@ -303,11 +303,7 @@ async fn transient_failures_past_the_maximum_age_are_spilled() {
 struct Hang;
 
 impl Sink for Hang {
-    async fn write(&self, _: &crate::sink::PartitionWrite) -> Outcome {
-        std::future::pending().await
-    }
-
-    async fn write_totals(&self, _: &crate::sink::TotalsWrite) -> Outcome {
+    async fn send(&self, _: crate::sink::Request<'_>) -> Outcome {
         std::future::pending().await
     }
 }

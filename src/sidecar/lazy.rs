@@ -16,7 +16,7 @@ use crate::backoff::Backoff;
 use crate::config::StoreConfig;
 use crate::sink::Sink;
 use crate::sink::cql::{CqlSink, CqlSinkError};
-use crate::sink::{Outcome, PartitionWrite, TotalsWrite, WriteError};
+use crate::sink::{Outcome, Request, WriteError};
 
 thread_local! {
     /// One text for every write refused while there is no session (see
@@ -104,42 +104,12 @@ impl LazyCqlSink {
 }
 
 impl Sink for LazyCqlSink {
-    async fn write(&self, write: &PartitionWrite) -> Outcome {
+    async fn send(&self, request: Request<'_>) -> Outcome {
         match self.inner.get() {
-            Some(sink) => sink.write(write).await,
+            Some(sink) => sink.send(request).await,
             None => Outcome::NotAppliedTransient(WriteError::new(
                 "not_connected",
                 NOT_CONNECTED.with(Arc::clone),
-            )),
-        }
-    }
-
-    async fn write_totals(&self, write: &TotalsWrite) -> Outcome {
-        match self.inner.get() {
-            Some(sink) => sink.write_totals(write).await,
-            None => Outcome::NotAppliedTransient(WriteError::new(
-                "not_connected",
-                "no session to the store yet; nothing was sent",
-            )),
-        }
-    }
-
-    async fn write_ledger(&self, rows: &[crate::sink::LedgerRow]) -> Outcome {
-        match self.inner.get() {
-            Some(sink) => sink.write_ledger(rows).await,
-            None => Outcome::NotAppliedTransient(WriteError::new(
-                "not_connected",
-                "no session to the store yet; nothing was sent",
-            )),
-        }
-    }
-
-    async fn write_outcomes(&self, rows: &[crate::sink::OutcomeRow]) -> Outcome {
-        match self.inner.get() {
-            Some(sink) => sink.write_outcomes(rows).await,
-            None => Outcome::NotAppliedTransient(WriteError::new(
-                "not_connected",
-                "no session to the store yet; nothing was sent",
             )),
         }
     }

@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use parking_lot::Mutex;
 
-use super::Sink;
+use super::{Request, Sink};
 use crate::sink::{LedgerRow, Outcome, OutcomeRow, PartitionWrite, TotalsWrite, WriteError};
 use crate::vocabulary::FamilyId;
 use crate::vocabulary::Granularity;
@@ -229,8 +229,8 @@ fn ledger_key(row: &LedgerRow) -> LedgerKey {
     )
 }
 
-impl Sink for MemorySink {
-    async fn write_ledger(&self, rows: &[LedgerRow]) -> Outcome {
+impl MemorySink {
+    fn ledger_write(&self, rows: &[LedgerRow]) -> Outcome {
         let n = self.inner.ledger_requests.fetch_add(1, Ordering::Relaxed) + 1;
         let decision = self
             .inner
@@ -248,7 +248,7 @@ impl Sink for MemorySink {
         outcome
     }
 
-    async fn write_outcomes(&self, rows: &[OutcomeRow]) -> Outcome {
+    fn outcomes_write(&self, rows: &[OutcomeRow]) -> Outcome {
         if self.inner.outcomes_down.load(Ordering::Relaxed) {
             return Outcome::NotAppliedTransient(WriteError::new(
                 "unavailable",
@@ -268,7 +268,7 @@ impl Sink for MemorySink {
         Outcome::Applied
     }
 
-    async fn write(&self, write: &PartitionWrite) -> Outcome {
+    fn counter_write(&self, write: &PartitionWrite) -> Outcome {
         let n = self.inner.requests.fetch_add(1, Ordering::Relaxed) + 1;
         let decision = self
             .inner
@@ -290,7 +290,7 @@ impl Sink for MemorySink {
         }
     }
 
-    async fn write_totals(&self, write: &TotalsWrite) -> Outcome {
+    fn totals_write(&self, write: &TotalsWrite) -> Outcome {
         let n = self.inner.totals_requests.fetch_add(1, Ordering::Relaxed) + 1;
         let decision = self
             .inner
@@ -309,6 +309,17 @@ impl Sink for MemorySink {
                 }
                 outcome
             }
+        }
+    }
+}
+
+impl Sink for MemorySink {
+    async fn send(&self, request: Request<'_>) -> Outcome {
+        match request {
+            Request::Counter(write) => self.counter_write(write),
+            Request::Totals(write) => self.totals_write(write),
+            Request::Ledger(rows) => self.ledger_write(rows),
+            Request::Outcomes(rows) => self.outcomes_write(rows),
         }
     }
 }

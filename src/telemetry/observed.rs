@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use crate::family::Families;
-use crate::sink::{Outcome, PartitionWrite, Sink, TotalsWrite};
+use crate::sink::{Outcome, Request, Sink};
 use crate::vocabulary::{FamilyId, Granularity};
 
 use super::hot::HotKeys;
@@ -71,30 +71,17 @@ impl<S: Sink> ObservedSink<S> {
 }
 
 impl<S: Sink> Sink for ObservedSink<S> {
-    async fn write(&self, write: &PartitionWrite) -> Outcome {
-        self.hot.record(write);
+    async fn send(&self, request: Request<'_>) -> Outcome {
+        if let Request::Counter(write) = request {
+            self.hot.record(write);
+        }
         let started = Instant::now();
-        let outcome = self.inner.write(write).await;
-        self.measure(write.family, write.table, started, &outcome);
+        let outcome = self.inner.send(request).await;
+        // The side tables of exact families are not a family table: not measured here.
+        if let Some((family, table)) = request.family_table() {
+            self.measure(family, table, started, &outcome);
+        }
         outcome
-    }
-
-    /// Timed and its errors counted like a counter write. Not offered to the hot keys:
-    /// they advise counter shards, and a running total is neither a delta nor contended
-    /// (each writer owns its row).
-    async fn write_totals(&self, write: &TotalsWrite) -> Outcome {
-        let started = Instant::now();
-        let outcome = self.inner.write_totals(write).await;
-        self.measure(write.family, write.table, started, &outcome);
-        outcome
-    }
-
-    async fn write_ledger(&self, rows: &[crate::sink::LedgerRow]) -> Outcome {
-        self.inner.write_ledger(rows).await
-    }
-
-    async fn write_outcomes(&self, rows: &[crate::sink::OutcomeRow]) -> Outcome {
-        self.inner.write_outcomes(rows).await
     }
 }
 
@@ -103,17 +90,21 @@ mod tests {
     use super::*;
     use crate::aggregate::Columns;
     use crate::config::Config;
-    use crate::sink::{RowDelta, WriteError};
+    use crate::sink::{PartitionWrite, RowDelta, WriteError};
 
     struct Fails;
 
     impl Sink for Fails {
-        async fn write(&self, _: &PartitionWrite) -> Outcome {
-            Outcome::Unknown(WriteError::new("write_timeout", "timed out"))
-        }
-
-        async fn write_totals(&self, _: &TotalsWrite) -> Outcome {
-            Outcome::NotAppliedTransient(WriteError::new("overloaded", "overloaded"))
+        async fn send(&self, request: Request<'_>) -> Outcome {
+            match request {
+                Request::Counter(_) => {
+                    Outcome::Unknown(WriteError::new("write_timeout", "timed out"))
+                }
+                Request::Totals(_) => {
+                    Outcome::NotAppliedTransient(WriteError::new("overloaded", "overloaded"))
+                }
+                other => other.unsupported(),
+            }
         }
     }
 

@@ -29,7 +29,7 @@ use countersink::ddl;
 use countersink::engine::Engine;
 use countersink::flush::Flusher;
 use countersink::sink::cql::CqlSink;
-use countersink::sink::{Outcome, PartitionWrite, Sink, TotalsWrite};
+use countersink::sink::{Outcome, Request, Sink};
 use countersink::telemetry::{Accounting, Ledger};
 use countersink::vocabulary::Granularity;
 use futures_util::TryStreamExt;
@@ -65,8 +65,13 @@ struct Observed {
 }
 
 impl Sink for Observed {
-    async fn write(&self, write: &PartitionWrite) -> Outcome {
-        let outcome = self.inner.write(write).await;
+    /// This run's families count with counters: only counter writes are recorded, the
+    /// rest forwarded.
+    async fn send(&self, request: Request<'_>) -> Outcome {
+        let outcome = self.inner.send(request).await;
+        let Request::Counter(write) = request else {
+            return outcome;
+        };
         let page = countersink::series::fields(&write.series)
             .next()
             .unwrap_or_default()
@@ -100,11 +105,6 @@ impl Sink for Observed {
             outcome: outcome.clone(),
         });
         outcome
-    }
-
-    /// This run's families count with counters; a totals write is forwarded unrecorded.
-    async fn write_totals(&self, write: &TotalsWrite) -> Outcome {
-        self.inner.write_totals(write).await
     }
 }
 

@@ -30,13 +30,13 @@ use scylla::statement::prepared::PreparedStatement;
 use crate::config::{CountingMode, StoreConfig};
 use crate::family::Families;
 use crate::layout::TableLayout;
-use crate::sink::{LedgerRow, Outcome, OutcomeRow, PartitionWrite, TotalsWrite, WriteError};
+use crate::sink::{Outcome, PartitionWrite, TotalsWrite, WriteError};
 use crate::vocabulary::{FamilyId, Granularity};
 
 use self::profile::WriteProfile;
 use self::totals::PreparedTotals;
 
-use super::Sink;
+use super::{Request, Sink};
 
 pub use self::schema::{KeyType, SchemaError};
 pub use self::session::SessionError;
@@ -277,8 +277,9 @@ impl CqlSink {
     }
 }
 
-impl Sink for CqlSink {
-    async fn write(&self, write: &PartitionWrite) -> Outcome {
+impl CqlSink {
+    /// Sends counter deltas of one partition: one UPDATE, or a COUNTER BATCH of them.
+    async fn send_counter(&self, write: &PartitionWrite) -> Outcome {
         let Some(table) = self.tables.get(&(write.family, write.table)) else {
             return Outcome::NotAppliedPermanent(crate::sink::WriteError::new(
                 "no_statement",
@@ -310,7 +311,8 @@ impl Sink for CqlSink {
         }
     }
 
-    async fn write_totals(&self, write: &TotalsWrite) -> Outcome {
+    /// Sends one writer's running totals with its family table's totals statement.
+    async fn send_totals(&self, write: &TotalsWrite) -> Outcome {
         match self.totals.get(&(write.family, write.table)) {
             Some(table) => {
                 table
@@ -327,18 +329,21 @@ impl Sink for CqlSink {
             )),
         }
     }
+}
 
-    async fn write_ledger(&self, rows: &[LedgerRow]) -> Outcome {
-        match &self.exact {
-            Some(exact) => exact.write_ledger(&self.session, rows).await,
-            None => no_exact_tables(),
-        }
-    }
-
-    async fn write_outcomes(&self, rows: &[OutcomeRow]) -> Outcome {
-        match &self.exact {
-            Some(exact) => exact.write_outcomes(&self.session, rows).await,
-            None => no_exact_tables(),
+impl Sink for CqlSink {
+    async fn send(&self, request: Request<'_>) -> Outcome {
+        match request {
+            Request::Counter(write) => self.send_counter(write).await,
+            Request::Totals(write) => self.send_totals(write).await,
+            Request::Ledger(rows) => match &self.exact {
+                Some(exact) => exact.write_ledger(&self.session, rows).await,
+                None => no_exact_tables(),
+            },
+            Request::Outcomes(rows) => match &self.exact {
+                Some(exact) => exact.write_outcomes(&self.session, rows).await,
+                None => no_exact_tables(),
+            },
         }
     }
 }
