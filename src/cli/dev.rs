@@ -29,7 +29,7 @@ pub(super) struct DevArgs {
 /// Runs cqlsim and the sidecar until SIGTERM or SIGINT.
 pub(super) async fn run(args: DevArgs) -> Result<(), Failure> {
     let mut config = args.serve.load()?;
-    logging::init(&config.log);
+    logging::init(&config.log).map_err(Failure::usage)?;
     let data_dir = config.state.dir.join("cqlsim-data");
     let store = cqlsim::Server::start(cqlsim::Config {
         listen: args.cql_listen,

@@ -13,7 +13,7 @@ use super::{Failure, logging};
 /// Runs the sidecar until SIGTERM or SIGINT; SIGHUP re-reads the configuration.
 pub(super) async fn run(args: ServeArgs) -> Result<(), Failure> {
     let config = args.load()?;
-    logging::init(&config.log);
+    logging::init(&config.log).map_err(Failure::usage)?;
     check_state_room(&config, args.strict)?;
     let args = Arc::new(args);
     let source: ConfigSource = Arc::new(move || args.load().map_err(|f| f.to_string()));

@@ -3,8 +3,9 @@
 //! A running sidecar re-reads its configuration on SIGHUP or `POST /-/reload`. It takes
 //! the families' *routing* live: the exact metric names of a family's `columns` (onto the
 //! counter columns it already has), the `[[mapping]]` rules and the tag rules (`[tags]`,
-//! `[family.tags]`); and the cardinality caps (`cardinality.max_contexts`, and
-//! `max_contexts` and `max_tag_values` of `[generic]` and each family). Everything else
+//! `[family.tags]`); the cardinality caps (`cardinality.max_contexts`, and
+//! `max_contexts` and `max_tag_values` of `[generic]` and each family); and
+//! `log.filter`. Everything else
 //! was built into something that outlives one flush:
 //! sockets (listen addresses and paths), the state directory and the writer identity
 //! (the journal, the spill and recovery are keyed by them), the session to the store
@@ -43,8 +44,10 @@ pub fn fixed_changes(running: &Config, next: &Config) -> Vec<String> {
     if running.cardinality.window != next.cardinality.window {
         out.push("cardinality.window".into());
     }
-    if running.log != next.log {
-        out.push("log".into());
+    // `log.filter` changes live (see `sidecar::log_filter`); the format is the
+    // subscriber's, installed once.
+    if running.log.format != next.log.format {
+        out.push("log.format".into());
     }
     section("read", &running.read, &next.read, out);
     section("key_index", &running.key_index, &next.key_index, out);
@@ -225,6 +228,7 @@ mod tests {
         next.families[0].max_contexts = Some(10);
         next.generic.max_tag_values.insert("user".into(), 5);
         next.cardinality.max_contexts = Some(1000);
+        next.log.filter = "countersink=debug,info".into();
         next.mappings.push(crate::config::MappingConfig {
             pattern: "api.*.views".into(),
             family: "views".into(),
@@ -245,6 +249,7 @@ mod tests {
         next.families[0].minute_table = "other".into();
         next.limits.max_pending_rows += 1;
         next.cardinality.window = std::time::Duration::from_secs(120);
+        next.log.format = crate::config::LogFormat::Json;
         assert_eq!(
             fixed_changes(&running, &next),
             [
@@ -255,6 +260,7 @@ mod tests {
                 "family.views.minute_table",
                 "limits.max_pending_rows",
                 "cardinality.window",
+                "log.format",
             ]
         );
         let mut http = base();

@@ -10,6 +10,7 @@
 pub mod handler;
 pub mod http;
 pub mod lazy;
+pub mod log_filter;
 #[cfg(feature = "otlp")]
 mod otlp_streams;
 pub mod reload;

@@ -6,7 +6,8 @@
 //! (see [`crate::config::reload`]), build the families and refuse a change to their
 //! tables or columns; then hand the new routing and cardinality caps to the flush task,
 //! which flushes everything pending through the normal flush (journal, outcomes, spill)
-//! and swaps them in before its next drain (see [`crate::flush::barrier`]). A refusal
+//! and swaps them in before its next drain (see [`crate::flush::barrier`]); then put a
+//! new `log.filter` in force (see [`super::log_filter`]). A refusal
 //! leaves the running configuration in force and counts
 //! `countersink_config_reload_failures_total`.
 //!
@@ -20,6 +21,7 @@ use crate::config::{self, Config};
 use crate::engine::Engine;
 use crate::family::Families;
 use crate::flush::BarrierHandle;
+use crate::sidecar::log_filter;
 use crate::telemetry::OperationsMetrics;
 
 /// Reads the configuration anew: the file the process was started with, and what the
@@ -115,6 +117,10 @@ impl Reloader {
         if !fixed.is_empty() {
             return Err(ReloadError::Fixed(config::reload::refusal(&fixed)));
         }
+        let new_filter = running.log.filter != next.log.filter;
+        if new_filter {
+            log_filter::parse(&next.log.filter).map_err(ReloadError::Invalid)?;
+        }
         let families =
             Families::from_config(&next).map_err(|e| ReloadError::Invalid(e.to_string()))?;
         self.engine
@@ -140,6 +146,18 @@ impl Reloader {
             .await
             .map_err(|_| ReloadError::Stopping)?
             .map_err(|field| ReloadError::Fixed(config::reload::refusal(&[field])))?;
+        if new_filter {
+            match log_filter::change(&next.log.filter) {
+                Ok(log_filter::Change::Pinned(variable)) => {
+                    tracing::warn!(variable, filter = %next.log.filter, "log.filter changed, but the environment sets the filter: it stays as started.");
+                }
+                Ok(_) => {
+                    tracing::info!(filter = %next.log.filter, "Log filter changed.");
+                }
+                // Parsed above: the subscriber itself refused (it is gone).
+                Err(error) => tracing::error!(%error, "The log filter could not be changed."),
+            }
+        }
         *running = next;
         self.metrics.config_generation.inc();
         Ok(Reloaded {

@@ -138,3 +138,32 @@ fn serve_strict_refuses_a_state_directory_too_small_for_the_configuration() {
         "refused before the state directory is opened"
     );
 }
+
+/// A log filter that does not parse stops `serve` with exit code 2 and says where it
+/// came from, instead of running with a filter nobody asked for.
+#[test]
+fn a_log_filter_that_does_not_parse_stops_the_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("countersink.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[log]\nfilter = \"countersink=loud\"\n[state]\ndir = \"{}\"\n",
+            dir.path().join("state").display()
+        ),
+    )
+    .unwrap();
+    let out = std::process::Command::new(crate::common::BIN)
+        .args(["serve", "--config", config.to_str().unwrap()])
+        .args(["--udp", "off", "--metrics", "off"])
+        .env_remove("COUNTERSINK_LOG")
+        .env_remove("RUST_LOG")
+        .output()
+        .expect("runs");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("log.filter \"countersink=loud\""),
+        "{stderr}"
+    );
+}

@@ -484,3 +484,47 @@ async fn sighup_reloads_the_file_serve_was_started_with() {
     assert!(status.success(), "{status}");
     store.shutdown().await;
 }
+
+/// `log.filter` changes live: turned to `warn`, the reload's own info line is no longer
+/// written (the new filter is in force before it); an error still is; turned back to
+/// `info`, the next reload's line is written again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reload_changes_the_log_filter() {
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state");
+    let text = config_text(&state, "api_a", "1h");
+    let mut schema = Config::from_toml(&text).unwrap();
+    let store = start_store(&mut schema).await;
+    let file = dir.path().join("countersink.toml");
+    let with_filter = |text: &str, filter: &str| {
+        store.config_file(&format!("[log]\nfilter = \"{filter}\"\n{text}"))
+    };
+    std::fs::write(&file, with_filter(&text, "info")).unwrap();
+    let mut serve = Serve::start([std::ffi::OsStr::new("--config"), file.as_os_str()]);
+
+    std::fs::write(&file, with_filter(&text, "warn")).unwrap();
+    serve.signal("HUP");
+    // A change that needs a restart: refused, and logged at error level.
+    let moved = config_text(&dir.path().join("elsewhere"), "api_a", "1h");
+    std::fs::write(&file, with_filter(&moved, "warn")).unwrap();
+    serve.signal("HUP");
+    let line = serve.log_until("Configuration reload");
+    assert!(
+        line.contains("refused") && line.contains("state.dir"),
+        "the first reload's info line is filtered out: {line}"
+    );
+    std::fs::write(&file, with_filter(&text, "countersink=loud")).unwrap();
+    serve.signal("HUP");
+    let line = serve.log_until("Configuration reload");
+    assert!(
+        line.contains("refused") && line.contains("log.filter"),
+        "a filter that does not parse is refused: {line}"
+    );
+    std::fs::write(&file, with_filter(&text, "info")).unwrap();
+    serve.signal("HUP");
+    let line = serve.log_until("Configuration reload");
+    assert!(line.contains("Configuration reloaded"), "{line}");
+    let (status, _) = serve.terminate();
+    assert!(status.success(), "{status}");
+    store.shutdown().await;
+}

@@ -182,6 +182,27 @@ async fn a_final_flush_with_the_store_down_spills_every_row_and_the_next_start_r
     assert!(report.unsent > 0, "{report:?}");
     let spilled = spilled(dir.path());
     assert!(records(&rejected_path).is_empty(), "all fit in the spill");
+    // The operator's view: the wrapper's rows in the shared segments, as its own.
+    let sum = |records: &[WriteRecord]| -> i128 {
+        records
+            .iter()
+            .flat_map(|r| r.deltas.values())
+            .map(|d| i128::from(*d))
+            .sum()
+    };
+    let mut shown = 0_i128;
+    countersink::ops::outcomes::scan(dir.path(), |source, record| {
+        if source.as_str() == "spill" {
+            assert_eq!(record.family, "wrapper", "{record:?}");
+            shown += record.deltas.values().map(|d| i128::from(*d)).sum::<i128>();
+        }
+    })
+    .expect("scan");
+    assert_eq!(
+        shown,
+        sum(&spilled),
+        "countersink outcomes shows every spilled row"
+    );
     let recorded: i128 = spilled
         .iter()
         .chain(&records(&unknown_path))

@@ -49,6 +49,9 @@ impl Serve {
         let mut child = Command::new(BIN)
             .arg("serve")
             .args(args)
+            // The log filter is the file's: the tests read its lines.
+            .env_remove("COUNTERSINK_LOG")
+            .env_remove("RUST_LOG")
             .stderr(Stdio::piped())
             .spawn()
             .expect("spawns");
