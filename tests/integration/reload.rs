@@ -15,7 +15,7 @@ use countersink::sidecar::Sidecar;
 use countersink::sidecar::reload::ConfigSource;
 use countersink::vocabulary::Transport;
 
-use crate::common::{Serve, Store, metrics_when, start_store, wait_ready};
+use crate::common::{Serve, Store, http_post, metrics_when, start_store, wait_ready};
 
 /// Two families of one shape, each with its own tables, and one rule sending
 /// `api.<endpoint>.requests` to `family`. Both families list a name of their own in
@@ -144,21 +144,8 @@ async fn sums(store: &Store, family: &str) -> (i128, i128) {
 
 /// `POST /-/reload`: the status and the body.
 fn post_reload(addr: SocketAddr) -> (u16, String) {
-    use std::io::{Read, Write};
-    let mut stream = std::net::TcpStream::connect(addr).unwrap();
-    write!(
-        stream,
-        "POST /-/reload HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
-    )
-    .unwrap();
-    let mut response = String::new();
-    stream.read_to_string(&mut response).unwrap();
-    let status = response[9..12].parse().unwrap();
-    let body = response
-        .split_once("\r\n\r\n")
-        .map(|(_, b)| b.to_owned())
-        .unwrap_or_default();
-    (status, body)
+    let (status, _, body) = http_post(addr, "/-/reload", &[], b"");
+    (status, String::from_utf8_lossy(&body).into_owned())
 }
 
 /// Sends `n` lines of `name`, each `|c` of 1, a few per datagram.

@@ -5,7 +5,7 @@
 //! applied; the sidecar keeps serving (the valid requests around them land exactly).
 
 use std::collections::BTreeMap;
-use std::io::{Read, Write};
+use std::io::Write;
 
 use bytes::{Buf, BufMut};
 use countersink::vocabulary::Transport;
@@ -21,7 +21,7 @@ use tonic::codec::{Codec, DecodeBuf, Decoder, EncodeBuf, Encoder};
 use super::{
     GZIP, JSON, PROTOBUF, gzip, now_nanos, otlp_config, point, post, request, store_totals, sum,
 };
-use crate::common::{metrics_when, start_sidecar, start_store};
+use crate::common::{metrics_when, read_response, start_sidecar, start_store};
 
 /// The gRPC method every OTLP metrics exporter calls.
 const EXPORT: &str = "/opentelemetry.proto.collector.metrics.v1.MetricsService/Export";
@@ -136,9 +136,7 @@ fn post_chunked(addr: std::net::SocketAddr, chunks: usize, chunk: &[u8]) -> u16 
         }
     }
     let _ = stream.write_all(b"0\r\n\r\n");
-    let mut response = Vec::new();
-    let _ = stream.read_to_end(&mut response);
-    String::from_utf8_lossy(&response[9..12]).parse().unwrap()
+    read_response(&mut stream).0
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
