@@ -8,7 +8,10 @@ use std::net::SocketAddr;
 
 use countersink::vocabulary::Transport;
 
-use crate::common::{http_post, metrics_when, sidecar_config, start_sidecar, start_store};
+use crate::common::{
+    http_post, metrics_when, sidecar_config, start_sidecar, start_sidecar_without_store,
+    start_store,
+};
 
 /// A POST to `/v1/increments`: the status, the head (lower case) and the body.
 fn post(addr: SocketAddr, headers: &[(&str, &str)], body: &[u8]) -> (u16, String, String) {
@@ -152,16 +155,8 @@ async fn a_full_buffer_lists_refused_items_then_answers_retry_later() {
     let mut config = sidecar_config(dir.path());
     config.ingest.http.enabled = true;
     config.ingest.http.listen = "127.0.0.1:0".parse().unwrap();
-    // A store that is not there: nothing leaves the buffer.
-    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let port = closed.local_addr().unwrap().port();
-    drop(closed);
-    config.store.contact_points = vec![format!("127.0.0.1:{port}")];
     config.limits.max_pending_rows = 8;
-    config.flush.shutdown_deadline = std::time::Duration::from_secs(1);
-    let sidecar = countersink::sidecar::Sidecar::start(&config)
-        .await
-        .expect("the sidecar starts without its store");
+    let sidecar = start_sidecar_without_store(&mut config).await;
     let bound = sidecar.bound();
     let http = bound.inet(Transport::Http).unwrap();
 

@@ -28,6 +28,22 @@ pub(crate) async fn start_sidecar(config: &Config) -> Sidecar {
     sidecar
 }
 
+/// An address nobody listens on (a free port, bound and let go): a store that is not there.
+pub(crate) fn unused_address() -> SocketAddr {
+    let free = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    free.local_addr().unwrap()
+}
+
+/// Starts a sidecar whose store is not there, so nothing leaves its buffer; its shutdown
+/// deadline is made short (its last flush can never land).
+pub(crate) async fn start_sidecar_without_store(config: &mut Config) -> Sidecar {
+    config.store.contact_points = vec![unused_address().to_string()];
+    config.flush.shutdown_deadline = Duration::from_secs(1);
+    Sidecar::start(config)
+        .await
+        .expect("the sidecar starts without its store")
+}
+
 /// Waits until the sidecar is connected to the store and has checked its tables.
 pub(crate) async fn wait_ready(sidecar: &Sidecar) {
     for _ in 0..100 {

@@ -21,7 +21,9 @@ use tonic::codec::{Codec, DecodeBuf, Decoder, EncodeBuf, Encoder};
 use super::{
     GZIP, JSON, PROTOBUF, gzip, now_nanos, otlp_config, point, post, request, store_totals, sum,
 };
-use crate::common::{metrics_when, read_response, start_sidecar, start_store};
+use crate::common::{
+    metrics_when, read_response, start_sidecar, start_sidecar_without_store, start_store,
+};
 
 /// The gRPC method every OTLP metrics exporter calls.
 const EXPORT: &str = "/opentelemetry.proto.collector.metrics.v1.MetricsService/Export";
@@ -251,16 +253,8 @@ async fn malformed_invalid_utf8_and_oversized_requests_are_refused_and_counted()
 async fn an_overloaded_receiver_answers_retry_later() {
     let dir = tempfile::tempdir().unwrap();
     let mut config = otlp_config(dir.path());
-    // A store that is not there: nothing leaves the buffer.
-    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let port = closed.local_addr().unwrap().port();
-    drop(closed);
-    config.store.contact_points = vec![format!("127.0.0.1:{port}")];
     config.limits.max_pending_rows = 8;
-    config.flush.shutdown_deadline = std::time::Duration::from_secs(1);
-    let sidecar = countersink::sidecar::Sidecar::start(&config)
-        .await
-        .expect("the sidecar starts without its store");
+    let sidecar = start_sidecar_without_store(&mut config).await;
     let bound = sidecar.bound();
     let http = bound.inet(Transport::OtlpHttp).unwrap();
     let grpc = bound.inet(Transport::OtlpGrpc).unwrap();
