@@ -46,9 +46,9 @@ use parking_lot::Mutex;
 use self::body::{BadBody, Framing, Item};
 use self::idempotency::{Begin, Idempotency, Kept};
 use super::async_listener::{self, Stopped};
-use super::receivers::{Address, Receivers};
+use super::receivers::Receivers;
 use super::stats::IngestStats;
-use super::{ListenError, PacketHandler, Recorded, Step};
+use super::{ListenError, PacketHandler, Recorded};
 use crate::config::ingest::{HttpApiConfig, IngestConfig};
 use crate::vocabulary::Transport;
 
@@ -87,10 +87,7 @@ where
         return Ok(());
     }
     let listener = async_listener::bind(TRANSPORT, http.listen)?;
-    let local = listener
-        .local_addr()
-        .map_err(|e| ListenError::io(TRANSPORT, http.listen.to_string(), Step::Inspect, e))?;
-    receivers.listen(TRANSPORT, Address::Inet(local));
+    let local = receivers.listen_inet(TRANSPORT, http.listen, &listener)?;
     let shared = Arc::new(Shared::new(
         factory(TRANSPORT),
         http,

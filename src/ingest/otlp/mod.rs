@@ -48,10 +48,10 @@ pub use state::StreamState;
 pub use streams::Streams;
 
 use super::async_listener;
-use super::receivers::{Address, Receivers};
+use super::receivers::Receivers;
 use super::stats::IngestStats;
 use super::worker::StopFlag;
-use super::{ListenError, PacketHandler, Recorded, Step};
+use super::{ListenError, PacketHandler, Recorded};
 use crate::config::ingest::IngestConfig;
 use crate::vocabulary::Transport;
 
@@ -113,10 +113,7 @@ where
             continue;
         }
         let listener = async_listener::bind(transport, addr)?;
-        let local = listener
-            .local_addr()
-            .map_err(|e| ListenError::io(transport, addr.to_string(), Step::Inspect, e))?;
-        receivers.listen(transport, Address::Inet(local));
+        let local = receivers.listen_inet(transport, addr, &listener)?;
         let shared = Arc::new(Shared {
             handlers: (0..workers())
                 .map(|_| Mutex::new(factory(transport)))
