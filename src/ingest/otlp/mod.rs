@@ -10,6 +10,7 @@
 //! | `http` | the HTTP listener: body limit, gzip, content types, status codes |
 //! | `grpc` | the gRPC listener (tonic) |
 //! | `rpc` | the `google.rpc.Status` and `RetryInfo` of error answers |
+//! | [`pre_encoded`] | a client codec sending already-encoded requests (load generators, tests) |
 //!
 //! Each listener is one thread of the receivers (joined at shutdown like the others)
 //! running an async runtime of [`workers`] threads (up to [`MAX_WORKERS`]), so that
@@ -30,6 +31,7 @@ pub mod convert;
 mod grpc;
 mod http;
 pub mod persist;
+pub mod pre_encoded;
 mod rpc;
 pub mod state;
 pub mod streams;
@@ -44,6 +46,7 @@ use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequ
 use parking_lot::{Mutex, MutexGuard};
 
 pub use convert::{AttributePolicy, Conversion, IgnoredKind, Increment, PointDrop, Tag, convert};
+pub use pre_encoded::{EXPORT_PATH, PreEncoded};
 pub use state::StreamState;
 pub use streams::Streams;
 

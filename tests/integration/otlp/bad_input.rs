@@ -7,7 +7,7 @@
 use std::collections::BTreeMap;
 use std::io::Write;
 
-use bytes::{Buf, BufMut};
+use countersink::ingest::otlp::{EXPORT_PATH, PreEncoded};
 use countersink::vocabulary::Transport;
 use opentelemetry_proto::tonic::collector::metrics::v1::metrics_service_client::MetricsServiceClient;
 use opentelemetry_proto::tonic::collector::metrics::v1::{
@@ -16,7 +16,6 @@ use opentelemetry_proto::tonic::collector::metrics::v1::{
 use opentelemetry_proto::tonic::metrics::v1::AggregationTemporality;
 use opentelemetry_proto::tonic::metrics::v1::number_data_point::Value;
 use prost::Message;
-use tonic::codec::{Codec, DecodeBuf, Decoder, EncodeBuf, Encoder};
 
 use super::{
     GZIP, JSON, PROTOBUF, gzip, now_nanos, otlp_config, point, post, request, store_totals, sum,
@@ -24,56 +23,6 @@ use super::{
 use crate::common::{
     metrics_when, read_response, start_sidecar, start_sidecar_without_store, start_store,
 };
-
-/// The gRPC method every OTLP metrics exporter calls.
-const EXPORT: &str = "/opentelemetry.proto.collector.metrics.v1.MetricsService/Export";
-
-/// A codec that sends its bytes as they are (whatever they are) and decodes the answer.
-#[derive(Default)]
-struct RawCodec;
-
-struct RawEncoder;
-struct AnswerDecoder;
-
-impl Encoder for RawEncoder {
-    type Item = Vec<u8>;
-    type Error = tonic::Status;
-
-    fn encode(&mut self, item: Vec<u8>, dst: &mut EncodeBuf<'_>) -> Result<(), tonic::Status> {
-        dst.put_slice(&item);
-        Ok(())
-    }
-}
-
-impl Decoder for AnswerDecoder {
-    type Item = ExportMetricsServiceResponse;
-    type Error = tonic::Status;
-
-    fn decode(
-        &mut self,
-        src: &mut DecodeBuf<'_>,
-    ) -> Result<Option<ExportMetricsServiceResponse>, tonic::Status> {
-        let bytes = src.copy_to_bytes(src.remaining());
-        ExportMetricsServiceResponse::decode(bytes)
-            .map(Some)
-            .map_err(|e| tonic::Status::internal(e.to_string()))
-    }
-}
-
-impl Codec for RawCodec {
-    type Encode = Vec<u8>;
-    type Decode = ExportMetricsServiceResponse;
-    type Encoder = RawEncoder;
-    type Decoder = AnswerDecoder;
-
-    fn encoder(&mut self) -> RawEncoder {
-        RawEncoder
-    }
-
-    fn decoder(&mut self) -> AnswerDecoder {
-        AnswerDecoder
-    }
-}
 
 /// Sends `body` as the message of an OTLP gRPC export, unchecked.
 async fn grpc_raw(
@@ -88,9 +37,9 @@ async fn grpc_raw(
     let mut grpc = tonic::client::Grpc::new(channel);
     grpc.ready().await.unwrap();
     grpc.unary(
-        tonic::Request::new(body),
-        tonic::codegen::http::uri::PathAndQuery::from_static(EXPORT),
-        RawCodec,
+        tonic::Request::new(body.into()),
+        tonic::codegen::http::uri::PathAndQuery::from_static(EXPORT_PATH),
+        PreEncoded,
     )
     .await
     .map(tonic::Response::into_inner)
