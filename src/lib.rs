@@ -74,11 +74,17 @@
 //! - **A transport** (5 files; about 14 before the seam): the `Transport` variant with its
 //!   label and title (`vocabulary.rs`), its `[ingest.*]` section and ranges
 //!   (`config/ingest.rs`), its module with a `start` that binds, records where it listens
-//!   and spawns its threads (`ingest/<name>.rs`; a stream transport hands its listener to
-//!   `ingest/stream.rs`, which brings the connection limit, framing, idle timeout and
-//!   shutdown drain), its `mod` line (`ingest/mod.rs`) and its registration line
-//!   (`ingest/start.rs`). Counters, metrics (every `{transport}` label), the sidecar's
-//!   bound addresses, the `dev` banner and the start-up log follow from
+//!   (`Receivers::listen_inet` or `listen_unix`) and spawns its threads
+//!   (`ingest/<name>.rs`; a stream transport hands its listener to `ingest/stream.rs`,
+//!   which brings the connection limit, framing, idle timeout and shutdown drain), its
+//!   `mod` line (`ingest/mod.rs`) and its registration line (`ingest/start.rs`). Two
+//!   places list every transport by hand and need a line for it too: the fixed-field
+//!   check of a live reload (`config/reload.rs`, which names the transport's section or
+//!   its changed address when a reload would change them; without the line such a change
+//!   is still refused, but only as a change to `ingest`), and the live Prometheus check
+//!   (`tests/deploy/prometheus_live.py`, which expects every transport's `{transport}`
+//!   series, with traffic or quiet). Counters, metrics (every `{transport}` label), the
+//!   sidecar's bound addresses, the `dev` banner and the start-up log follow from
 //!   `Transport::ALL`. Optional: a command-line flag (`cli/args.rs`) and sending to it
 //!   (`ingest/client.rs`, `cli/send.rs`), as TCP has: 8 files with those. A source that
 //!   is not StatsD lines enters the engine through `Engine::record_from`, which keeps its

@@ -19,6 +19,8 @@
 //! | `unix_datagram` | the Unix datagram socket |
 //! | `unix_stream` | binding the Unix stream socket |
 //! | `tcp` | binding the TCP listener |
+//! | `async_listener` | a request-based receiver's thread (OTLP, HTTP API): its runtime, graceful stop |
+//! | `handler_pool` | that receiver's handlers, one per runtime worker; how many workers |
 //! | `stream` | what both stream transports share: accept loop, one thread per connection, framing choice (`auto` detection), idle timeout |
 //! | `framing` | DogStatsD stream framing (4-byte little-endian length prefix), bounded buffer |
 //! | `lines` | newline stream framing, bounded buffer, resync after an overlong line |
@@ -53,6 +55,7 @@ pub mod client;
 mod datagram;
 mod error;
 mod framing;
+mod handler_pool;
 pub mod http_api;
 mod lines;
 #[cfg(feature = "otlp")]

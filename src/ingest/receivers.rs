@@ -3,10 +3,13 @@
 //! `start.rs`, which imports the transports; they import this file.
 
 use std::net::SocketAddr;
+use std::os::fd::AsFd;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::Ordering::Relaxed;
 use std::thread::JoinHandle;
+
+use socket2::SockRef;
 
 use super::unix_path::SocketFile;
 use super::worker::StopFlag;
@@ -140,9 +143,24 @@ impl Receivers {
         self.listening.push(Listening { transport, address });
     }
 
-    /// Keeps a socket file, removed at shutdown (or on a failed start).
-    pub(super) fn keep_file(&mut self, file: SocketFile) {
+    /// Records that `transport` listens where `socket` is bound (asked for `asked`; the
+    /// real port when that was 0), and returns that address.
+    pub(super) fn listen_inet(
+        &mut self,
+        transport: Transport,
+        asked: SocketAddr,
+        socket: &impl AsFd,
+    ) -> Result<SocketAddr, ListenError> {
+        let local = bound_inet(transport, asked, socket)?;
+        self.listen(transport, Address::Inet(local));
+        Ok(local)
+    }
+
+    /// Records that `transport` listens at `path` (as configured) and keeps its socket
+    /// file, removed at shutdown (or on a failed start).
+    pub(super) fn listen_unix(&mut self, transport: Transport, path: &Path, file: SocketFile) {
         self.files.push(file);
+        self.listen(transport, Address::Path(path.to_owned()));
     }
 
     /// Records the Unix datagram queue length the socket got.
@@ -188,6 +206,20 @@ impl Receivers {
         self.threads.push((name, handle));
         Ok(())
     }
+}
+
+/// The address `socket` is bound to, asked for `asked` (the real port when that was 0).
+pub(super) fn bound_inet(
+    transport: Transport,
+    asked: SocketAddr,
+    socket: &impl AsFd,
+) -> Result<SocketAddr, ListenError> {
+    let fail = |e| ListenError::io(transport, asked.to_string(), Step::Inspect, e);
+    SockRef::from(socket)
+        .local_addr()
+        .map_err(fail)?
+        .as_socket()
+        .ok_or_else(|| fail(std::io::ErrorKind::InvalidData.into()))
 }
 
 impl Drop for Receivers {

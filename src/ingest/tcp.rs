@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use socket2::{Domain, Protocol, Socket, TcpKeepalive, Type};
 
-use super::receivers::{Address, Receivers};
+use super::receivers::Receivers;
 use super::stream::{Acceptor, StreamSettings};
 use super::{IDLE_INTERVAL, ListenError, PacketHandler, Step};
 use crate::config::ingest::{IngestConfig, StreamFraming};
@@ -42,8 +42,8 @@ where
     if !tcp.enabled {
         return Ok(());
     }
-    let (listener, local) = bind(tcp.listen)?;
-    receivers.listen(TRANSPORT, Address::Inet(local));
+    let listener = bind(tcp.listen)?;
+    let local = receivers.listen_inet(TRANSPORT, tcp.listen, &listener)?;
     let acceptor = Acceptor {
         listener,
         factory: Arc::clone(factory),
@@ -71,9 +71,8 @@ where
     Ok(())
 }
 
-/// Binds and listens at `addr`; returns the listener and its real address (port 0 picks
-/// a free port).
-fn bind(addr: SocketAddr) -> Result<(Socket, SocketAddr), ListenError> {
+/// Binds and listens at `addr` (port 0 picks a free port).
+fn bind(addr: SocketAddr) -> Result<Socket, ListenError> {
     let address = addr.to_string();
     let fail = |step: Step| {
         let address = address.clone();
@@ -97,23 +96,21 @@ fn bind(addr: SocketAddr) -> Result<(Socket, SocketAddr), ListenError> {
         .map_err(fail(Step::SetOption("SO_RCVTIMEO")))?;
     socket.bind(&addr.into()).map_err(fail(Step::Bind))?;
     socket.listen(BACKLOG).map_err(fail(Step::Listen))?;
-    let local = socket
-        .local_addr()
-        .map_err(fail(Step::Inspect))?
-        .as_socket()
-        .ok_or_else(|| fail(Step::Inspect)(std::io::ErrorKind::InvalidData.into()))?;
-    Ok((socket, local))
+    Ok(socket)
 }
 
 #[cfg(test)]
 mod tests {
+    use super::super::receivers::bound_inet;
     use super::*;
 
     /// Accepted connections carry the listener's keepalive probes (Linux copies them on
     /// accept), which is what frees the slot of a peer that vanished.
     #[test]
     fn accepted_connections_inherit_keepalive() {
-        let (listener, local) = bind("127.0.0.1:0".parse().unwrap()).unwrap();
+        let asked = "127.0.0.1:0".parse().unwrap();
+        let listener = bind(asked).unwrap();
+        let local = bound_inet(TRANSPORT, asked, &listener).unwrap();
         let _client = std::net::TcpStream::connect(local).unwrap();
         let (accepted, _) = listener.accept().unwrap();
         assert!(accepted.keepalive().unwrap());

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use socket2::{Domain, Protocol, Socket, Type};
 
 use super::datagram::{DatagramReceiver, set_recv_buffer};
-use super::receivers::{Address, Receivers};
+use super::receivers::{Address, Receivers, bound_inet};
 use super::{IDLE_INTERVAL, ListenError, PacketHandler, Step};
 use crate::config::ingest::{IngestConfig, UdpConfig};
 use crate::vocabulary::Transport;
@@ -96,11 +96,7 @@ fn bind(config: &UdpConfig, addr: SocketAddr) -> Result<UdpSockets, ListenError>
             .map_err(fail(Step::SetOption("SO_RCVTIMEO")))?;
         socket.bind(&bind_addr.into()).map_err(fail(Step::Bind))?;
         if i == 0 {
-            bind_addr = socket
-                .local_addr()
-                .map_err(fail(Step::Inspect))?
-                .as_socket()
-                .ok_or_else(|| fail(Step::Inspect)(std::io::ErrorKind::InvalidData.into()))?;
+            bind_addr = bound_inet(Transport::Udp, addr, &socket)?;
         }
         sockets.push(socket);
     }

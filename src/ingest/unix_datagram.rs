@@ -6,7 +6,7 @@ use std::sync::Arc;
 use socket2::{Socket, Type};
 
 use super::datagram::{DatagramReceiver, set_recv_buffer};
-use super::receivers::{Address, Receivers};
+use super::receivers::Receivers;
 use super::unix_path::{self, SocketFile};
 use super::{IDLE_INTERVAL, ListenError, PacketHandler, Step};
 use crate::config::ingest::{IngestConfig, UnixDatagramConfig};
@@ -33,8 +33,7 @@ where
     } = bind(&config.uds, path)?;
     receivers.set_recv_buffer(Transport::UnixDatagram, recv_buffer_bytes);
     receivers.set_uds_max_dgram_qlen(max_dgram_qlen);
-    receivers.keep_file(file);
-    receivers.listen(Transport::UnixDatagram, Address::Path(path.clone()));
+    receivers.listen_unix(Transport::UnixDatagram, path, file);
     let worker = DatagramReceiver {
         socket,
         handler: factory(Transport::UnixDatagram),

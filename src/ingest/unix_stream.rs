@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use socket2::{Socket, Type};
 
-use super::receivers::{Address, Receivers};
+use super::receivers::Receivers;
 use super::stream::{Acceptor, StreamSettings};
 use super::unix_path::{self, SocketFile};
 use super::{IDLE_INTERVAL, ListenError, PacketHandler, Step};
@@ -28,8 +28,7 @@ where
         return Ok(());
     };
     let (listener, file) = bind(&config.uds_stream, path)?;
-    receivers.keep_file(file);
-    receivers.listen(TRANSPORT, Address::Path(path.clone()));
+    receivers.listen_unix(TRANSPORT, path, file);
     let acceptor = Acceptor {
         listener,
         factory: Arc::clone(factory),

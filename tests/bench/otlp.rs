@@ -44,11 +44,13 @@ use std::hint::black_box;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use bytes::{BufMut, Bytes};
+use bytes::Bytes;
 use countersink::config::Config;
 use countersink::config::ingest::{IngestConfig, OtlpConfig};
 use countersink::engine::{self, Engine};
-use countersink::ingest::otlp::{AttributePolicy, Streams, convert, decode_protobuf, workers};
+use countersink::ingest::otlp::{
+    AttributePolicy, EXPORT_PATH, PreEncoded, Streams, convert, decode_protobuf, workers,
+};
 use countersink::ingest::start;
 use countersink::sidecar::handler::EngineHandler;
 use countersink::vocabulary::Transport;
@@ -63,8 +65,6 @@ use opentelemetry_proto::tonic::metrics::v1::{
 };
 use opentelemetry_proto::tonic::resource::v1::Resource;
 use prost::Message;
-use tonic::Status;
-use tonic::codec::{Codec, DecodeBuf, Decoder, EncodeBuf, Encoder};
 use tonic::codegen::http::uri::PathAndQuery;
 use tonic::transport::Channel;
 
@@ -416,8 +416,8 @@ impl Prepared {
                     grpc.ready().await.unwrap();
                     grpc.unary::<_, ExportMetricsServiceResponse, _>(
                         tonic::Request::new(body),
-                        PathAndQuery::from_static(EXPORT),
-                        PassThrough,
+                        PathAndQuery::from_static(EXPORT_PATH),
+                        PreEncoded,
                     )
                     .await
                     .expect("accepted");
@@ -429,49 +429,6 @@ impl Prepared {
                 }
             }
         }
-    }
-}
-
-/// The OTLP/gRPC method's path.
-const EXPORT: &str = "/opentelemetry.proto.collector.metrics.v1.MetricsService/Export";
-
-/// A codec that sends already-encoded protobuf as it is and decodes the answer.
-#[derive(Default)]
-struct PassThrough;
-
-impl Codec for PassThrough {
-    type Encode = Bytes;
-    type Decode = ExportMetricsServiceResponse;
-    type Encoder = PassThrough;
-    type Decoder = PassThrough;
-
-    fn encoder(&mut self) -> PassThrough {
-        PassThrough
-    }
-
-    fn decoder(&mut self) -> PassThrough {
-        PassThrough
-    }
-}
-
-impl Encoder for PassThrough {
-    type Item = Bytes;
-    type Error = Status;
-
-    fn encode(&mut self, item: Bytes, dst: &mut EncodeBuf<'_>) -> Result<(), Status> {
-        dst.put_slice(&item);
-        Ok(())
-    }
-}
-
-impl Decoder for PassThrough {
-    type Item = ExportMetricsServiceResponse;
-    type Error = Status;
-
-    fn decode(&mut self, src: &mut DecodeBuf<'_>) -> Result<Option<Self::Item>, Status> {
-        ExportMetricsServiceResponse::decode(src)
-            .map(Some)
-            .map_err(|e| Status::internal(e.to_string()))
     }
 }
 

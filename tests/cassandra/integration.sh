@@ -43,10 +43,10 @@ suite() { # store, tally file, libtest arguments...
 # the fault-free ledger), whose twins under cqlsim's own faults stay on cqlsim.
 must_run_on_node="cql_exact::the_ledger_and_the_counters_equal_what_was_fed
 cql_exact::the_ledger_equals_what_was_fed_when_writes_go_unknown
-cql_reconcile::an_outside_writer_is_the_one_unexplained_key_and_fails_the_run
-cql_reconcile::repair_makes_a_closed_day_equal_its_ledger
-cql_reconcile::two_equal_unknown_requests_are_ambiguous
-cql_reconcile::distinct_unknown_requests_are_resolved
+cql_reconcile::outside_writers::an_outside_writer_is_the_one_unexplained_key_and_fails_the_run
+cql_reconcile::repair::repair_makes_a_closed_day_equal_its_ledger
+cql_reconcile::unknown_requests::two_equal_unknown_requests_are_ambiguous
+cql_reconcile::unknown_requests::distinct_unknown_requests_are_resolved
 crash::exact::reconcile_explains_a_kill_with_writes_in_flight_on_any_store"
 
 sim="${CQLSIM_TALLY:-}"

@@ -4,34 +4,22 @@
 //! counted.
 
 use std::collections::BTreeMap;
-use std::io::{Read, Write};
 use std::net::SocketAddr;
 
 use countersink::vocabulary::Transport;
 
-use crate::common::{metrics_when, sidecar_config, start_sidecar, start_store};
+use crate::common::{
+    http_post, metrics_when, sidecar_config, start_sidecar, start_sidecar_without_store,
+    start_store,
+};
 
-/// A plain HTTP/1.1 POST to `/v1/increments`: the status, the head and the body.
+/// A POST to `/v1/increments`: the status, the head (lower case) and the body.
 fn post(addr: SocketAddr, headers: &[(&str, &str)], body: &[u8]) -> (u16, String, String) {
-    let mut stream = std::net::TcpStream::connect(addr).unwrap();
-    let mut head = format!(
-        "POST /v1/increments HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Length: {}\r\n",
-        body.len()
-    );
-    for (k, v) in headers {
-        head.push_str(&format!("{k}: {v}\r\n"));
-    }
-    head.push_str("\r\n");
-    stream.write_all(head.as_bytes()).unwrap();
-    let _ = stream.write_all(body);
-    let mut response = Vec::new();
-    let _ = stream.read_to_end(&mut response);
-    let text = String::from_utf8_lossy(&response).to_string();
-    let (head, body) = text.split_once("\r\n\r\n").expect("a response head");
+    let (status, head, body) = http_post(addr, "/v1/increments", headers, body);
     (
-        head[9..12].parse().unwrap(),
-        head.to_ascii_lowercase(),
-        body.to_string(),
+        status,
+        head,
+        String::from_utf8(body).expect("a UTF-8 answer"),
     )
 }
 
@@ -167,16 +155,8 @@ async fn a_full_buffer_lists_refused_items_then_answers_retry_later() {
     let mut config = sidecar_config(dir.path());
     config.ingest.http.enabled = true;
     config.ingest.http.listen = "127.0.0.1:0".parse().unwrap();
-    // A store that is not there: nothing leaves the buffer.
-    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let port = closed.local_addr().unwrap().port();
-    drop(closed);
-    config.store.contact_points = vec![format!("127.0.0.1:{port}")];
     config.limits.max_pending_rows = 8;
-    config.flush.shutdown_deadline = std::time::Duration::from_secs(1);
-    let sidecar = countersink::sidecar::Sidecar::start(&config)
-        .await
-        .expect("the sidecar starts without its store");
+    let sidecar = start_sidecar_without_store(&mut config).await;
     let bound = sidecar.bound();
     let http = bound.inet(Transport::Http).unwrap();
 

@@ -11,11 +11,12 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use countersink::config::Config;
+use countersink::flush::FlushReport;
 use countersink::sidecar::Sidecar;
 use countersink::sidecar::reload::ConfigSource;
 use countersink::vocabulary::Transport;
 
-use crate::common::{Serve, Store, metrics_when, start_store, wait_ready};
+use crate::common::{Serve, Store, http_post, metrics_when, start_store, wait_ready};
 
 /// Two families of one shape, each with its own tables, and one rule sending
 /// `api.<endpoint>.requests` to `family`. Both families list a name of their own in
@@ -76,6 +77,7 @@ struct Reloadable {
     sidecar: Sidecar,
     store: Store,
     file: PathBuf,
+    state: PathBuf,
     metrics: SocketAddr,
     udp: SocketAddr,
 }
@@ -84,11 +86,9 @@ impl Reloadable {
     /// The store with both families' tables, the file written (pointed at the store),
     /// the sidecar started from it and ready.
     async fn start(dir: &Path, flush_interval: &str) -> Reloadable {
-        let text = config_text(&dir.join("state"), "api_a", flush_interval);
-        let mut schema = Config::from_toml(&text).expect("the test's configuration parses");
-        let store = start_store(&mut schema).await;
-        let file = dir.join("countersink.toml");
-        std::fs::write(&file, store.config_file(&text)).unwrap();
+        let state = dir.join("state");
+        let (store, file) =
+            store_and_file(dir, &config_text(&state, "api_a", flush_interval)).await;
         let config = Config::from_file(&file).unwrap();
         let path = file.clone();
         let source: ConfigSource =
@@ -104,12 +104,26 @@ impl Reloadable {
             sidecar,
             store,
             file,
+            state,
         }
     }
 
-    /// Rewrites the file: `text` as the store sees it.
-    fn write(&self, text: &str) {
+    /// The file's text with the rule sending `api.*` to `family`.
+    fn text(&self, family: &str, flush_interval: &str) -> String {
+        config_text(&self.state, family, flush_interval)
+    }
+
+    /// Rewrites the file (`text` as the store sees it) and asks for a reload: the status
+    /// and the body.
+    fn reload(&self, text: &str) -> (u16, String) {
         std::fs::write(&self.file, self.store.config_file(text)).unwrap();
+        post_reload(self.metrics)
+    }
+
+    /// Stops the sidecar (its final flush must run): the flush report and the store.
+    async fn stop(self) -> (FlushReport, Store) {
+        let report = self.sidecar.shutdown().await.expect("the final flush ran");
+        (report, self.store)
     }
 
     /// Lines accepted so far.
@@ -130,6 +144,16 @@ impl Reloadable {
     }
 }
 
+/// The store with the tables `text` names, and `text` written (pointed at the store) to
+/// `dir/countersink.toml`.
+async fn store_and_file(dir: &Path, text: &str) -> (Store, PathBuf) {
+    let mut schema = Config::from_toml(text).expect("the test's configuration parses");
+    let store = start_store(&mut schema).await;
+    let file = dir.join("countersink.toml");
+    std::fs::write(&file, store.config_file(text)).unwrap();
+    (store, file)
+}
+
 /// The sums of `requests` over a family's minute and day tables.
 async fn sums(store: &Store, family: &str) -> (i128, i128) {
     (
@@ -144,21 +168,8 @@ async fn sums(store: &Store, family: &str) -> (i128, i128) {
 
 /// `POST /-/reload`: the status and the body.
 fn post_reload(addr: SocketAddr) -> (u16, String) {
-    use std::io::{Read, Write};
-    let mut stream = std::net::TcpStream::connect(addr).unwrap();
-    write!(
-        stream,
-        "POST /-/reload HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
-    )
-    .unwrap();
-    let mut response = String::new();
-    stream.read_to_string(&mut response).unwrap();
-    let status = response[9..12].parse().unwrap();
-    let body = response
-        .split_once("\r\n\r\n")
-        .map(|(_, b)| b.to_owned())
-        .unwrap_or_default();
-    (status, body)
+    let (status, _, body) = http_post(addr, "/-/reload", &[], b"");
+    (status, String::from_utf8_lossy(&body).into_owned())
 }
 
 /// Sends `n` lines of `name`, each `|c` of 1, a few per datagram.
@@ -192,8 +203,7 @@ async fn a_new_mapping_takes_effect_after_the_old_rows_reach_their_old_table() {
         "nothing flushed yet"
     );
 
-    side.write(&config_text(&dir.path().join("state"), "api_b", "1h"));
-    let (status, body) = post_reload(side.metrics);
+    let (status, body) = side.reload(&side.text("api_b", "1h"));
     assert_eq!(status, 200, "{body}");
     assert!(body.contains("generation 1"), "{body}");
     // The rows pending under the old rule were flushed, to the old family's tables,
@@ -212,8 +222,7 @@ async fn a_new_mapping_takes_effect_after_the_old_rows_reach_their_old_table() {
         metric(&text, "countersink_config_reload_failures_total"),
         Some(0)
     );
-    let Reloadable { sidecar, store, .. } = side;
-    let report = sidecar.shutdown().await.expect("the final flush ran");
+    let (report, store) = side.stop().await;
     assert_eq!(report.applied, report.writes);
     assert_eq!(sums(&store, "api_a").await, (30, 30));
     assert_eq!(sums(&store, "api_b").await, (12, 12));
@@ -224,11 +233,9 @@ async fn a_new_mapping_takes_effect_after_the_old_rows_reach_their_old_table() {
 async fn an_invalid_file_is_refused_counted_and_the_old_configuration_keeps_working() {
     let dir = tempfile::tempdir().unwrap();
     let side = Reloadable::start(dir.path(), "1h").await;
-    let state = dir.path().join("state");
 
     // A rule naming a family that does not exist: refused with the validation's reason.
-    side.write(&config_text(&state, "api_c", "1h"));
-    let (status, body) = post_reload(side.metrics);
+    let (status, body) = side.reload(&side.text("api_c", "1h"));
     assert_eq!(status, 400, "{body}");
     assert!(body.contains("api_c"), "{body}");
     // A file that does not parse.
@@ -247,8 +254,7 @@ async fn an_invalid_file_is_refused_counted_and_the_old_configuration_keeps_work
     // The rule in force still sends these to `api_a`.
     send(side.udp, "api.home.requests", 7);
     side.wait_accepted(7).await;
-    let Reloadable { sidecar, store, .. } = side;
-    sidecar.shutdown().await.expect("the final flush ran");
+    let (_, store) = side.stop().await;
     assert_eq!(sums(&store, "api_a").await, (7, 7));
     assert_eq!(sums(&store, "api_b").await, (0, 0));
     store.shutdown().await;
@@ -258,11 +264,9 @@ async fn an_invalid_file_is_refused_counted_and_the_old_configuration_keeps_work
 async fn a_change_that_needs_a_restart_is_refused_by_name() {
     let dir = tempfile::tempdir().unwrap();
     let side = Reloadable::start(dir.path(), "1h").await;
-    let state = dir.path().join("state");
-    let valid = config_text(&state, "api_b", "1h");
+    let valid = side.text("api_b", "1h");
     let refused = |text: String, name: &str| {
-        side.write(&text);
-        let (status, body) = post_reload(side.metrics);
+        let (status, body) = side.reload(&text);
         assert_eq!(status, 400, "{body}");
         assert!(
             body.contains(name) && body.contains("cannot change without a restart"),
@@ -279,7 +283,7 @@ async fn a_change_that_needs_a_restart_is_refused_by_name() {
     );
     refused(
         valid.replace(
-            &format!("dir = \"{}\"", state.display()),
+            &format!("dir = \"{}\"", side.state.display()),
             "dir = \"/elsewhere\"",
         ),
         "state.dir",
@@ -327,18 +331,15 @@ async fn a_change_that_needs_a_restart_is_refused_by_name() {
     .await;
     assert_eq!(metric(&text, "countersink_config_generation"), Some(0));
     // The valid file, at last, is taken.
-    side.write(&valid);
-    let (status, body) = post_reload(side.metrics);
+    let (status, body) = side.reload(&valid);
     assert_eq!(status, 200, "{body}");
-    let Reloadable { sidecar, store, .. } = side;
-    sidecar.shutdown().await.expect("the final flush ran");
+    let (_, store) = side.stop().await;
     store.shutdown().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn new_cardinality_caps_bind_from_the_next_new_context() {
     let dir = tempfile::tempdir().unwrap();
-    let state = dir.path().join("state");
     let side = Reloadable::start(dir.path(), "1h").await;
     send(side.udp, "api.e1.requests", 1);
     send(side.udp, "api.e2.requests", 1);
@@ -346,13 +347,12 @@ async fn new_cardinality_caps_bind_from_the_next_new_context() {
 
     // `api_a`, uncapped and so untracked until now, may bring one context a window (a
     // day here) from the swap on.
-    let capped = config_text(&state, "api_a", "1h").replacen(
+    let capped = side.text("api_a", "1h").replacen(
         "key = [\"endpoint\"]\n",
         "key = [\"endpoint\"]\nmax_contexts = 1\n",
         1,
     );
-    side.write(&capped);
-    let (status, body) = post_reload(side.metrics);
+    let (status, body) = side.reload(&capped);
     assert_eq!(status, 200, "{body}");
     // The first context after the swap passes, the next one is dropped and counted.
     send(side.udp, "api.e1.requests", 1);
@@ -368,8 +368,7 @@ async fn new_cardinality_caps_bind_from_the_next_new_context() {
         })
     };
     metrics_when(side.metrics, |t| dropped(t) == Some(1)).await;
-    let Reloadable { sidecar, store, .. } = side;
-    sidecar.shutdown().await.expect("the final flush ran");
+    let (_, store) = side.stop().await;
     assert_eq!(sums(&store, "api_a").await, (3, 3));
     store.shutdown().await;
 }
@@ -377,7 +376,6 @@ async fn new_cardinality_caps_bind_from_the_next_new_context() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reloads_under_a_stream_of_lines_lose_and_double_nothing() {
     let dir = tempfile::tempdir().unwrap();
-    let state = dir.path().join("state");
     // Scheduled flushes run between and during the reloads.
     let side = Reloadable::start(dir.path(), "100ms").await;
     let stop = Arc::new(AtomicBool::new(false));
@@ -410,8 +408,7 @@ async fn reloads_under_a_stream_of_lines_lose_and_double_nothing() {
     for round in 0..6 {
         tokio::time::sleep(Duration::from_millis(150)).await;
         let family = if round % 2 == 0 { "api_b" } else { "api_a" };
-        side.write(&config_text(&state, family, "100ms"));
-        let (status, body) = post_reload(side.metrics);
+        let (status, body) = side.reload(&side.text(family, "100ms"));
         assert_eq!(status, 200, "round {round}: {body}");
     }
     tokio::time::sleep(Duration::from_millis(150)).await;
@@ -421,18 +418,12 @@ async fn reloads_under_a_stream_of_lines_lose_and_double_nothing() {
     let counters = side.sidecar.engine().aggregator().counters();
     assert_eq!(counters.received_for(Transport::Udp), sent);
 
-    let Reloadable { sidecar, store, .. } = side;
-    let report = sidecar.shutdown().await.expect("the final flush ran");
+    let (report, store) = side.stop().await;
     assert_eq!(report.unknown + report.rejected + report.spilled, 0);
     let mut total = [0_i128; 2];
     let mut per_family = Vec::new();
     for family in ["api_a", "api_b"] {
-        let minute = store
-            .table_sum(&format!("countersink.{family}_by_minute"), "requests")
-            .await;
-        let day = store
-            .table_sum(&format!("countersink.{family}_by_day"), "requests")
-            .await;
+        let (minute, day) = sums(&store, family).await;
         assert_eq!(minute, day, "{family}: minute and day tables agree");
         per_family.push(minute);
         total[0] += minute;
@@ -454,11 +445,7 @@ async fn reloads_under_a_stream_of_lines_lose_and_double_nothing() {
 async fn sighup_reloads_the_file_serve_was_started_with() {
     let dir = tempfile::tempdir().unwrap();
     let state = dir.path().join("state");
-    let text = config_text(&state, "api_a", "1h");
-    let mut schema = Config::from_toml(&text).unwrap();
-    let store = start_store(&mut schema).await;
-    let file = dir.path().join("countersink.toml");
-    std::fs::write(&file, store.config_file(&text)).unwrap();
+    let (store, file) = store_and_file(dir.path(), &config_text(&state, "api_a", "1h")).await;
     let mut serve = Serve::start([std::ffi::OsStr::new("--config"), file.as_os_str()]);
 
     std::fs::write(

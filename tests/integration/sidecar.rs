@@ -14,7 +14,7 @@ use countersink::sidecar::Sidecar;
 
 use crate::common::{
     BIN, Serve, StoreOptions, http_get, launch, metrics_when, run_cli, sidecar_config,
-    start_sidecar, start_store, wait_ready,
+    start_sidecar, start_store, unused_address, wait_ready,
 };
 
 /// Lines sent by the `cadence` StatsD client (UDP and Unix datagram) and by
@@ -646,9 +646,7 @@ async fn starts_before_the_store_and_catches_up() {
     let mut config = sidecar_config(dir.path());
     config.flush.interval = Duration::from_millis(200);
     config.flush.jitter = Duration::from_millis(10);
-    let free = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let store_addr = free.local_addr().unwrap();
-    drop(free);
+    let store_addr = unused_address();
     config.store.contact_points = vec![store_addr.to_string()];
     let sidecar = Sidecar::start(&config).await.unwrap();
     let bound = sidecar.bound();

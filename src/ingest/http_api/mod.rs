@@ -20,6 +20,11 @@
 //! | 422 | the `Idempotency-Key` was answered for another body | nothing |
 //! | 429 with `Retry-After` | the buffer is near its limits | nothing |
 //!
+//! The listener runs a runtime of as many threads as the OTLP listeners (the cores, at
+//! most 4), each request applied with a free handler of a pool of one per thread, so that
+//! requests on several connections parse and record at the same time; the
+//! `Idempotency-Key` table is one for all of them.
+//!
 //! A 200 means the increments are in the buffer, like a datagram received: a crash before
 //! the next flush loses them (the README's loss windows). A client that retries a request
 //! whose answer it did not get counts it twice, unless it sends an `Idempotency-Key`: the
@@ -46,9 +51,10 @@ use parking_lot::Mutex;
 use self::body::{BadBody, Framing, Item};
 use self::idempotency::{Begin, Idempotency, Kept};
 use super::async_listener::{self, Stopped};
-use super::receivers::{Address, Receivers};
+use super::handler_pool::{HandlerPool, workers};
+use super::receivers::Receivers;
 use super::stats::IngestStats;
-use super::{ListenError, PacketHandler, Recorded, Step};
+use super::{ListenError, PacketHandler, Recorded};
 use crate::config::ingest::{HttpApiConfig, IngestConfig};
 use crate::vocabulary::Transport;
 
@@ -87,23 +93,17 @@ where
         return Ok(());
     }
     let listener = async_listener::bind(TRANSPORT, http.listen)?;
-    let local = listener
-        .local_addr()
-        .map_err(|e| ListenError::io(TRANSPORT, http.listen.to_string(), Step::Inspect, e))?;
-    receivers.listen(TRANSPORT, Address::Inet(local));
-    let shared = Arc::new(Shared::new(
-        factory(TRANSPORT),
-        http,
-        receivers.shared_stats(),
-    ));
+    let local = receivers.listen_inet(TRANSPORT, http.listen, &listener)?;
+    let handlers = HandlerPool::new(workers(), || factory(TRANSPORT));
+    let shared = Arc::new(Shared::new(handlers, http, receivers.shared_stats()));
     let stop = receivers.stop_flag();
     receivers.spawn(
         TRANSPORT,
         &http.listen.to_string(),
         "cs-http".into(),
         move || {
-            // One worker: the handler is one, behind its lock.
-            let workers = (1, "cs-http-w");
+            // One worker per handler (see `HandlerPool`).
+            let workers = (shared.handlers.len(), "cs-http-w");
             async_listener::serve(
                 TRANSPORT,
                 listener,
@@ -140,9 +140,11 @@ async fn serve<H: PacketHandler>(
         .await
 }
 
-/// What the listener's requests share.
+/// What the listener's requests share: a handler per worker, and one table of
+/// idempotency keys for all of them (a key in flight on one worker is in flight for
+/// every other).
 struct Shared<H> {
-    handler: Mutex<H>,
+    handlers: HandlerPool<H>,
     keys: Mutex<Idempotency>,
     stats: Arc<IngestStats>,
     max_request_bytes: usize,
@@ -150,9 +152,9 @@ struct Shared<H> {
 }
 
 impl<H: PacketHandler> Shared<H> {
-    fn new(handler: H, config: &HttpApiConfig, stats: Arc<IngestStats>) -> Shared<H> {
+    fn new(handlers: HandlerPool<H>, config: &HttpApiConfig, stats: Arc<IngestStats>) -> Shared<H> {
         Shared {
-            handler: Mutex::new(handler),
+            handlers,
             keys: Mutex::new(Idempotency::new(
                 config.idempotency_window,
                 config.max_idempotency_keys,
@@ -165,7 +167,7 @@ impl<H: PacketHandler> Shared<H> {
 
     /// Applies checked items; the answer and whether anything was applied.
     fn apply(&self, items: &[Item]) -> Applied {
-        let mut handler = self.handler.lock();
+        let mut handler = self.handlers.take();
         if handler.busy() {
             self.stats.get(TRANSPORT).busy.fetch_add(1, Relaxed);
             return Applied::Busy;
@@ -391,3 +393,6 @@ fn error(status: StatusCode, message: &str, index: Option<usize>) -> Response {
 fn bad_body(bad: &BadBody) -> Response {
     error(StatusCode::BAD_REQUEST, &bad.message, bad.index)
 }
+
+#[cfg(test)]
+mod tests;

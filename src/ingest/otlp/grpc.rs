@@ -34,14 +34,11 @@ use tonic::codegen::{Body, StdError, http};
 use tonic::server::UnaryService;
 use tonic::{Code, Request, Response, Status};
 
-use super::{Answer, RETRY_AFTER, Refusal, Shared, rpc};
+use super::{Answer, EXPORT_PATH, RETRY_AFTER, Refusal, Shared, rpc};
 use crate::ingest::PacketHandler;
 
 /// The message of the busy refusal (counted where it is made, not again by [`classify`]).
 const BUSY: &str = "the buffer is near its limits; retry later";
-
-/// The path of the one method served.
-const EXPORT: &str = "/opentelemetry.proto.collector.metrics.v1.MetricsService/Export";
 
 /// A decoded request and its size, decompressed, in bytes.
 struct Received {
@@ -182,7 +179,7 @@ where
     fn call(&mut self, request: http::Request<B>) -> Self::Future {
         let shared = Arc::clone(&self.shared);
         Box::pin(async move {
-            if request.uri().path() != EXPORT {
+            if request.uri().path() != EXPORT_PATH {
                 return Ok(unimplemented());
             }
             let mut accept = EnabledCompressionEncodings::default();

@@ -10,6 +10,7 @@
 //! | `http` | the HTTP listener: body limit, gzip, content types, status codes |
 //! | `grpc` | the gRPC listener (tonic) |
 //! | `rpc` | the `google.rpc.Status` and `RetryInfo` of error answers |
+//! | [`pre_encoded`] | a client codec sending already-encoded requests (load generators, tests) |
 //!
 //! Each listener is one thread of the receivers (joined at shutdown like the others)
 //! running an async runtime of [`workers`] threads (up to [`MAX_WORKERS`]), so that
@@ -30,28 +31,31 @@ pub mod convert;
 mod grpc;
 mod http;
 pub mod persist;
+pub mod pre_encoded;
 mod rpc;
 pub mod state;
 pub mod streams;
 
 use std::net::TcpListener;
 use std::sync::Arc;
-use std::sync::atomic::AtomicUsize;
 use std::sync::atomic::Ordering::Relaxed;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
-use parking_lot::{Mutex, MutexGuard};
 
 pub use convert::{AttributePolicy, Conversion, IgnoredKind, Increment, PointDrop, Tag, convert};
+pub use pre_encoded::{EXPORT_PATH, PreEncoded};
 pub use state::StreamState;
 pub use streams::Streams;
 
+pub use super::handler_pool::{MAX_WORKERS, workers};
+
 use super::async_listener;
-use super::receivers::{Address, Receivers};
+use super::handler_pool::HandlerPool;
+use super::receivers::Receivers;
 use super::stats::IngestStats;
 use super::worker::StopFlag;
-use super::{ListenError, PacketHandler, Recorded, Step};
+use super::{ListenError, PacketHandler, Recorded};
 use crate::config::ingest::IngestConfig;
 use crate::vocabulary::Transport;
 
@@ -61,16 +65,6 @@ pub const SHUTDOWN_GRACE: Duration = async_listener::SHUTDOWN_GRACE;
 
 /// What an exporter is told to wait before retrying a request refused as busy.
 pub const RETRY_AFTER: Duration = Duration::from_secs(2);
-
-/// Most runtime threads per listener. Decoding a request is the receiver's largest cost
-/// and one thread decodes one request at a time, so more cores absorb more; beyond four
-/// the listeners would crowd the flush and the line receivers out of a sidecar's cores.
-pub const MAX_WORKERS: usize = 4;
-
-/// Runtime threads per listener: the cores available, at most [`MAX_WORKERS`].
-pub fn workers() -> usize {
-    std::thread::available_parallelism().map_or(1, |n| n.get().min(MAX_WORKERS))
-}
 
 /// Starts the OTLP listeners that are enabled, around `streams` (a table in memory when
 /// none is given).
@@ -113,15 +107,9 @@ where
             continue;
         }
         let listener = async_listener::bind(transport, addr)?;
-        let local = listener
-            .local_addr()
-            .map_err(|e| ListenError::io(transport, addr.to_string(), Step::Inspect, e))?;
-        receivers.listen(transport, Address::Inet(local));
+        let local = receivers.listen_inet(transport, addr, &listener)?;
         let shared = Arc::new(Shared {
-            handlers: (0..workers())
-                .map(|_| Mutex::new(factory(transport)))
-                .collect(),
-            next_handler: AtomicUsize::new(0),
+            handlers: HandlerPool::new(workers(), || factory(transport)),
             streams: Arc::clone(&streams),
             policy: policy.clone(),
             stats: receivers.shared_stats(),
@@ -192,11 +180,7 @@ pub fn now_unix_nanos() -> u64 {
 /// What a listener's workers share: the handlers into the engine, the stream table (both
 /// listeners share that one), counters.
 pub(super) struct Shared<H> {
-    /// One handler per runtime worker: a request takes a free one, so requests on
-    /// different workers never wait on each other's handler.
-    handlers: Vec<Mutex<H>>,
-    /// Where the search for a free handler starts next.
-    next_handler: AtomicUsize,
+    handlers: HandlerPool<H>,
     streams: Arc<StreamState>,
     policy: AttributePolicy,
     stats: Arc<IngestStats>,
@@ -254,20 +238,9 @@ impl<H: PacketHandler> Shared<H> {
         self.max_request_bytes
     }
 
-    /// A free handler (there is one per worker and a request holds one only while it is
-    /// applied, without waiting on anything, so one is free unless a caller outside the
-    /// runtime competes: then it waits for one).
-    fn handler(&self) -> MutexGuard<'_, H> {
-        let n = self.handlers.len();
-        let first = self.next_handler.fetch_add(1, Relaxed);
-        (0..n)
-            .find_map(|i| self.handlers[(first + i) % n].try_lock())
-            .unwrap_or_else(|| self.handlers[first % n].lock())
-    }
-
     /// Applies one decoded request: its points into the buffer, or refused and counted.
     pub(super) fn export(&self, request: &ExportMetricsServiceRequest) -> Answer {
-        let mut handler = self.handler();
+        let mut handler = self.handlers.take();
         if handler.busy() {
             self.stats.get(self.transport).busy.fetch_add(1, Relaxed);
             return Answer::Busy;
@@ -370,9 +343,13 @@ mod tests {
     }
 
     fn shared(handler: Keep) -> Shared<Keep> {
+        shared_by(vec![handler])
+    }
+
+    fn shared_by(handlers: Vec<Keep>) -> Shared<Keep> {
+        let mut handlers = handlers.into_iter();
         Shared {
-            handlers: vec![Mutex::new(handler)],
-            next_handler: AtomicUsize::new(0),
+            handlers: HandlerPool::new(handlers.len(), || handlers.next().unwrap()),
             streams: Arc::new(StreamState::in_memory(
                 &crate::config::ingest::OtlpConfig {
                     max_streams: 100,
@@ -423,7 +400,7 @@ mod tests {
             ..Keep::default()
         });
         assert_eq!(s.export(&deltas(&[1.0, 2.0])), Answer::Busy);
-        assert!(s.handlers[0].lock().kept.is_empty());
+        assert!(s.handlers.slot(0).lock().kept.is_empty());
         assert_eq!(s.stats.transport(Transport::OtlpHttp).busy, 1);
     }
 
@@ -443,7 +420,14 @@ mod tests {
         assert_eq!(rejected, 3);
         assert!(message.contains("1 non_integer"), "{message}");
         assert!(message.contains("2 refused by the aggregator"), "{message}");
-        let kept: Vec<i64> = s.handlers[0].lock().kept.iter().map(|(_, d)| *d).collect();
+        let kept: Vec<i64> = s
+            .handlers
+            .slot(0)
+            .lock()
+            .kept
+            .iter()
+            .map(|(_, d)| *d)
+            .collect();
         assert_eq!(kept, vec![1, 4]);
         assert_eq!(s.stats.otlp().dropped[PointDrop::NonInteger.index()], 1);
     }
@@ -452,9 +436,8 @@ mod tests {
     /// does not make it wait, and the points go through the free one.
     #[test]
     fn a_request_takes_a_free_handler_while_another_is_held() {
-        let mut s = shared(Keep::default());
-        s.handlers.push(Mutex::new(Keep::default()));
-        let held = s.handlers[0].lock();
+        let s = shared_by(vec![Keep::default(), Keep::default()]);
+        let held = s.handlers.slot(0).lock();
         let answer = s.export(&deltas(&[1.0, 2.0]));
         assert!(
             matches!(answer, Answer::Done { rejected: 0, .. }),
@@ -462,7 +445,14 @@ mod tests {
         );
         assert!(held.kept.is_empty());
         drop(held);
-        let kept: Vec<i64> = s.handlers[1].lock().kept.iter().map(|(_, d)| *d).collect();
+        let kept: Vec<i64> = s
+            .handlers
+            .slot(1)
+            .lock()
+            .kept
+            .iter()
+            .map(|(_, d)| *d)
+            .collect();
         assert_eq!(kept, vec![1, 2]);
     }
 
@@ -485,7 +475,7 @@ mod tests {
             "{answer:?}"
         );
         drop(table);
-        assert_eq!(s.handlers[0].lock().kept, vec![("m".to_string(), 4)]);
+        assert_eq!(s.handlers.slot(0).lock().kept, vec![("m".to_string(), 4)]);
     }
 
     /// The metric labels in `stats` are the receiver's own reasons and kinds.

@@ -11,7 +11,10 @@ mod store;
 pub(crate) use self::cli::{BIN, Serve, cli_stdout, run_cli};
 pub(crate) use self::fault_proxy::{FaultProxy, Swallow};
 pub(crate) use self::indexed::IndexedWriter;
-pub(crate) use self::sidecar::{http_get, metrics_when, sidecar_config, start_sidecar, wait_ready};
+pub(crate) use self::sidecar::{
+    http_get, http_post, metrics_when, read_response, sidecar_config, start_sidecar,
+    start_sidecar_without_store, unused_address, wait_ready,
+};
 pub(crate) use self::store::Store;
 pub(crate) use self::store::{
     StoreOptions, cell, launch, start_cqlsim, start_cqlsim_as, start_store, table_sum,

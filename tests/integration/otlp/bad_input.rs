@@ -5,9 +5,9 @@
 //! applied; the sidecar keeps serving (the valid requests around them land exactly).
 
 use std::collections::BTreeMap;
-use std::io::{Read, Write};
+use std::io::Write;
 
-use bytes::{Buf, BufMut};
+use countersink::ingest::otlp::{EXPORT_PATH, PreEncoded};
 use countersink::vocabulary::Transport;
 use opentelemetry_proto::tonic::collector::metrics::v1::metrics_service_client::MetricsServiceClient;
 use opentelemetry_proto::tonic::collector::metrics::v1::{
@@ -16,62 +16,13 @@ use opentelemetry_proto::tonic::collector::metrics::v1::{
 use opentelemetry_proto::tonic::metrics::v1::AggregationTemporality;
 use opentelemetry_proto::tonic::metrics::v1::number_data_point::Value;
 use prost::Message;
-use tonic::codec::{Codec, DecodeBuf, Decoder, EncodeBuf, Encoder};
 
 use super::{
     GZIP, JSON, PROTOBUF, gzip, now_nanos, otlp_config, point, post, request, store_totals, sum,
 };
-use crate::common::{metrics_when, start_sidecar, start_store};
-
-/// The gRPC method every OTLP metrics exporter calls.
-const EXPORT: &str = "/opentelemetry.proto.collector.metrics.v1.MetricsService/Export";
-
-/// A codec that sends its bytes as they are (whatever they are) and decodes the answer.
-#[derive(Default)]
-struct RawCodec;
-
-struct RawEncoder;
-struct AnswerDecoder;
-
-impl Encoder for RawEncoder {
-    type Item = Vec<u8>;
-    type Error = tonic::Status;
-
-    fn encode(&mut self, item: Vec<u8>, dst: &mut EncodeBuf<'_>) -> Result<(), tonic::Status> {
-        dst.put_slice(&item);
-        Ok(())
-    }
-}
-
-impl Decoder for AnswerDecoder {
-    type Item = ExportMetricsServiceResponse;
-    type Error = tonic::Status;
-
-    fn decode(
-        &mut self,
-        src: &mut DecodeBuf<'_>,
-    ) -> Result<Option<ExportMetricsServiceResponse>, tonic::Status> {
-        let bytes = src.copy_to_bytes(src.remaining());
-        ExportMetricsServiceResponse::decode(bytes)
-            .map(Some)
-            .map_err(|e| tonic::Status::internal(e.to_string()))
-    }
-}
-
-impl Codec for RawCodec {
-    type Encode = Vec<u8>;
-    type Decode = ExportMetricsServiceResponse;
-    type Encoder = RawEncoder;
-    type Decoder = AnswerDecoder;
-
-    fn encoder(&mut self) -> RawEncoder {
-        RawEncoder
-    }
-
-    fn decoder(&mut self) -> AnswerDecoder {
-        AnswerDecoder
-    }
-}
+use crate::common::{
+    metrics_when, read_response, start_sidecar, start_sidecar_without_store, start_store,
+};
 
 /// Sends `body` as the message of an OTLP gRPC export, unchecked.
 async fn grpc_raw(
@@ -86,9 +37,9 @@ async fn grpc_raw(
     let mut grpc = tonic::client::Grpc::new(channel);
     grpc.ready().await.unwrap();
     grpc.unary(
-        tonic::Request::new(body),
-        tonic::codegen::http::uri::PathAndQuery::from_static(EXPORT),
-        RawCodec,
+        tonic::Request::new(body.into()),
+        tonic::codegen::http::uri::PathAndQuery::from_static(EXPORT_PATH),
+        PreEncoded,
     )
     .await
     .map(tonic::Response::into_inner)
@@ -136,9 +87,7 @@ fn post_chunked(addr: std::net::SocketAddr, chunks: usize, chunk: &[u8]) -> u16 
         }
     }
     let _ = stream.write_all(b"0\r\n\r\n");
-    let mut response = Vec::new();
-    let _ = stream.read_to_end(&mut response);
-    String::from_utf8_lossy(&response[9..12]).parse().unwrap()
+    read_response(&mut stream).0
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -253,16 +202,8 @@ async fn malformed_invalid_utf8_and_oversized_requests_are_refused_and_counted()
 async fn an_overloaded_receiver_answers_retry_later() {
     let dir = tempfile::tempdir().unwrap();
     let mut config = otlp_config(dir.path());
-    // A store that is not there: nothing leaves the buffer.
-    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let port = closed.local_addr().unwrap().port();
-    drop(closed);
-    config.store.contact_points = vec![format!("127.0.0.1:{port}")];
     config.limits.max_pending_rows = 8;
-    config.flush.shutdown_deadline = std::time::Duration::from_secs(1);
-    let sidecar = countersink::sidecar::Sidecar::start(&config)
-        .await
-        .expect("the sidecar starts without its store");
+    let sidecar = start_sidecar_without_store(&mut config).await;
     let bound = sidecar.bound();
     let http = bound.inet(Transport::OtlpHttp).unwrap();
     let grpc = bound.inet(Transport::OtlpGrpc).unwrap();

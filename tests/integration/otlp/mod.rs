@@ -2,7 +2,7 @@
 //! `opentelemetry-proto` types over HTTP protobuf, HTTP JSON (gzip) and gRPC (gzip), read
 //! back exactly from both tables; bad requests answered with their status and counted.
 
-use std::io::{Read, Write};
+use std::io::Write;
 use std::net::SocketAddr;
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -19,7 +19,7 @@ use opentelemetry_proto::tonic::metrics::v1::{
 use opentelemetry_proto::tonic::resource::v1::Resource;
 use prost::Message;
 
-use crate::common::{metrics_when, sidecar_config, start_sidecar, start_store};
+use crate::common::{http_post, metrics_when, sidecar_config, start_sidecar, start_store};
 
 mod bad_input;
 mod restart;
@@ -72,51 +72,9 @@ fn sum(temporality: AggregationTemporality, points: Vec<NumberDataPoint>) -> Met
     }
 }
 
-/// A plain HTTP/1.1 POST: the status, the headers and the body.
+/// A POST to `/v1/metrics`: the status, the head (lower case) and the body.
 fn post(addr: SocketAddr, headers: &[(&str, &str)], body: &[u8]) -> (u16, String, Vec<u8>) {
-    let mut stream = std::net::TcpStream::connect(addr).unwrap();
-    let mut head = format!(
-        "POST /v1/metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Length: {}\r\n",
-        body.len()
-    );
-    for (k, v) in headers {
-        head.push_str(&format!("{k}: {v}\r\n"));
-    }
-    head.push_str("\r\n");
-    stream.write_all(head.as_bytes()).unwrap();
-    // A server may answer (413) before reading the whole body and close.
-    let _ = stream.write_all(body);
-    let mut response = Vec::new();
-    let _ = stream.read_to_end(&mut response);
-    let split = response
-        .windows(4)
-        .position(|w| w == b"\r\n\r\n")
-        .expect("a response head");
-    let head = String::from_utf8_lossy(&response[..split]).to_string();
-    let status = head[9..12].parse().unwrap();
-    let mut body = response[split + 4..].to_vec();
-    if head
-        .to_ascii_lowercase()
-        .contains("transfer-encoding: chunked")
-    {
-        body = dechunk(&body);
-    }
-    (status, head, body)
-}
-
-fn dechunk(mut data: &[u8]) -> Vec<u8> {
-    let mut out = Vec::new();
-    loop {
-        let line_end = data.windows(2).position(|w| w == b"\r\n").unwrap();
-        let size =
-            usize::from_str_radix(std::str::from_utf8(&data[..line_end]).unwrap().trim(), 16)
-                .unwrap();
-        if size == 0 {
-            return out;
-        }
-        out.extend_from_slice(&data[line_end + 2..line_end + 2 + size]);
-        data = &data[line_end + 2 + size + 2..];
-    }
+    http_post(addr, "/v1/metrics", headers, body)
 }
 
 fn gzip(bytes: &[u8]) -> Vec<u8> {

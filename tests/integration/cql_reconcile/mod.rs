@@ -1,0 +1,93 @@
+//! `countersink reconcile`: an outside writer is the one unexplained key (exit 3) and
+//! `--repair` makes a closed day equal its ledger, equal unknown requests stay ambiguous
+//! and distinct ones are resolved, on any store (the real node too; unknown writes come
+//! from a fault proxy in front of it); against cqlsim's injected faults, every `resolved`
+//! verdict matches what its request log says it applied, and a repair undoes unknown
+//! writes that did not apply.
+//!
+//! Shared here: the exact configuration, the closed day, settling a writer and
+//! running reconcile in process; the tests, by topic, in the modules below.
+
+use std::collections::{BTreeMap, HashMap};
+use std::time::Duration;
+
+use countersink::bucket::{Day, format_date};
+use countersink::config::Config;
+use countersink::ops::reconcile::{self, Options, Report, verdict::Status};
+use cqlsim::{FaultKind, FaultRule};
+
+use crate::common::{
+    FaultProxy, Store, Swallow, T0, Writer, config, day_and_minute, run_cli, start_cqlsim,
+    start_store,
+};
+
+mod ledger;
+mod outside_writers;
+mod repair;
+mod streamed;
+mod unknown_requests;
+
+pub(crate) use self::streamed::{streamed_plan, write_plan};
+
+/// The opcode of a successful answer (CQL v4 RESULT).
+const RESULT: u8 = 0x08;
+
+/// 2026-11-30 22:58Z: a day long closed when the tests run.
+const AT: i64 = T0 - 3600;
+
+pub(crate) fn exact_config(state: &std::path::Path) -> Config {
+    let mut config = config(state);
+    for family in &mut config.families {
+        family.exact = true;
+    }
+    config.store.request_timeout = Duration::from_millis(300);
+    config.exact.retry_backoff_min = Duration::from_millis(5);
+    config.exact.retry_backoff_max = Duration::from_millis(20);
+    config
+}
+
+/// Writes the annotated example configuration, seed 000's `views` family made exact, as
+/// a file for the binary against `store`.
+fn write_exact_config(store: &Store, file: &std::path::Path) {
+    let mut example: toml::Table =
+        toml::from_str(include_str!("../../../examples/countersink.toml")).unwrap();
+    example["family"][0]
+        .as_table_mut()
+        .unwrap()
+        .insert("exact".into(), true.into());
+    std::fs::write(file, store.config_file(&toml::to_string(&example).unwrap())).unwrap();
+}
+
+pub(crate) fn day() -> Day {
+    Day((AT / 86_400) as u32)
+}
+
+async fn settle(writer: &mut Writer) {
+    for _ in 0..40 {
+        if writer.engine.aggregator().pending_rows() == 0
+            && writer.ledger.exact_ledger().held_rows == 0
+        {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        writer.flusher.flush_now().await;
+    }
+    panic!("still pending");
+}
+
+async fn run_reconcile(writer: &Writer, config: &Config) -> Report {
+    let families = countersink::family::Families::from_config(config).unwrap();
+    let family = families.by_name("views").unwrap();
+    let options = Options {
+        day: day(),
+        tags: Vec::new(),
+        threshold: 0.0,
+        now_unix_secs: countersink::bucket::unix_secs(std::time::SystemTime::now()),
+        concurrency: 8,
+        max_listed: reconcile::MAX_LISTED,
+        slice: None,
+    };
+    reconcile::reconcile(&writer.session, config, family, &options, &|_| {})
+        .await
+        .expect("reconcile")
+}

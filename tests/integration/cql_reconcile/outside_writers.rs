@@ -1,0 +1,146 @@
+//! An outside writer, whom no ledger explains: the one `unexplained` key of a closed day (exit 3, `--threshold` accepts it), and at once on the open day.
+
+use super::*;
+
+/// Issue test 3: with no fault, every key is ok and reconcile exits 0; an outside writer
+/// adds +7 to one minute row: exactly one unexplained key, with drift 7, and exit code 3.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_outside_writer_is_the_one_unexplained_key_and_fails_the_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = exact_config(dir.path());
+    let store = start_store(&mut config).await;
+    let mut writer = Writer::start(&config).await;
+    for i in 0..300_i64 {
+        let key = format!("p{}", i % 30);
+        writer.incr(
+            "page.views",
+            &[("page_id", key.as_str())],
+            1 + i % 4,
+            AT + i % 120,
+        );
+    }
+    writer.flusher.flush_now().await;
+    settle(&mut writer).await;
+    let file = dir.path().join("countersink.toml");
+    write_exact_config(&store, &file);
+    let day_text = format_date(day().date());
+    let args = |format: &str| {
+        vec![
+            "reconcile".to_owned(),
+            "--config".into(),
+            file.display().to_string(),
+            "--day".into(),
+            day_text.clone(),
+            "--format".into(),
+            format.into(),
+        ]
+    };
+    let out = run_cli(args("text"));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{text}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(text.contains("keys 30 "), "{text}");
+    assert!(text.contains("ok=60"), "{text}");
+
+    let (date, minute) = day_and_minute(AT);
+    store
+        .execute(&format!(
+            "UPDATE {} SET views = views + 7 WHERE page_id = 'p3' AND day = '{date}' AND minute = {minute}",
+            config.families[0].minute_table
+        ))
+        .await;
+    let out = run_cli(args("json"));
+    assert_eq!(
+        out.status.code(),
+        Some(3),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let reports: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let keys = reports[0]["keys"].as_array().unwrap();
+    let unexplained: Vec<_> = keys.iter().filter(|k| k["status"] != "ok").collect();
+    assert_eq!(unexplained.len(), 1, "{unexplained:?}");
+    assert_eq!(unexplained[0]["status"], "unexplained");
+    assert_eq!(unexplained[0]["key"], serde_json::json!(["p3"]));
+    assert_eq!(unexplained[0]["granularity"], "minute");
+    assert_eq!(unexplained[0]["drift"]["views"], 7);
+    assert_eq!(reports[0]["summary"]["drift_unexplained"], 7);
+    // A threshold above 7 / exact accepts it.
+    let mut lenient = args("text");
+    lenient.extend(["--threshold".to_owned(), "1.0".to_owned()]);
+    assert_eq!(run_cli(lenient).status.code(), Some(0));
+    store.shutdown().await;
+}
+
+/// Issue item 6: on the current (open) day, keys below or at their ledger wait for the
+/// day to close (`open`, exit 0), but an outside `+7` on one key takes its counter above
+/// anything countersink can have written: `reconcile --day today` names it `unexplained`
+/// at once and exits 3.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_outside_writer_on_the_open_day_is_unexplained_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = exact_config(dir.path());
+    let store = start_store(&mut config).await;
+    let mut writer = Writer::start(&config).await;
+    let now = countersink::bucket::unix_secs(std::time::SystemTime::now());
+    let at = (now - 60).max(now - now.rem_euclid(86_400));
+    for i in 0..40_i64 {
+        let key = format!("p{}", i % 20);
+        writer.incr("page.views", &[("page_id", key.as_str())], 1 + i % 3, at);
+    }
+    writer.flusher.flush_now().await;
+    settle(&mut writer).await;
+    let file = dir.path().join("countersink.toml");
+    write_exact_config(&store, &file);
+    let args = || {
+        [
+            "reconcile",
+            "--config",
+            &file.display().to_string(),
+            "--day",
+            "today",
+            "--format",
+            "json",
+        ]
+        .map(str::to_owned)
+    };
+    let out = run_cli(args());
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let reports: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(reports[0]["closed"], false, "{reports}");
+    assert_eq!(reports[0]["summary"]["keys"], 20, "{reports}");
+
+    let (date, minute) = day_and_minute(at);
+    store
+        .execute(&format!(
+            "UPDATE {} SET views = views + 7 WHERE page_id = 'p3' AND day = '{date}' AND minute = {minute}",
+            config.families[0].minute_table
+        ))
+        .await;
+    let out = run_cli(args());
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(3), "{stdout}");
+    let reports: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(reports[0]["closed"], false, "{reports}");
+    let named: Vec<_> = reports[0]["keys"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|k| k["status"] != "open")
+        .collect();
+    assert_eq!(named.len(), 1, "{named:?}");
+    assert_eq!(named[0]["status"], "unexplained");
+    assert_eq!(named[0]["key"], serde_json::json!(["p3"]));
+    assert_eq!(named[0]["granularity"], "minute");
+    assert_eq!(named[0]["drift"]["views"], 7);
+    store.shutdown().await;
+}
