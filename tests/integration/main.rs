@@ -8,6 +8,7 @@ mod cql_exact;
 mod cql_faults;
 mod cql_flush;
 mod cql_reconcile;
+mod cql_reconcile_pages;
 mod cql_setup;
 mod cql_shutdown;
 mod crash;

@@ -7,6 +7,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use futures_util::StreamExt;
 use scylla::client::session::Session;
+use scylla::deserialize::value::MapIterator;
+use scylla::response::{PagingState, PagingStateResponse};
 use scylla::statement::prepared::PreparedStatement;
 use scylla::value::CqlDate;
 
@@ -63,8 +65,49 @@ pub struct LedgerKey {
     pub rows: u64,
 }
 
+impl LedgerKey {
+    /// Adds one ledger row's deltas (column name, delta); columns the family does not
+    /// have are left out.
+    fn add_row<'a>(&mut self, family: &FamilyDef, deltas: impl Iterator<Item = (&'a str, i64)>) {
+        let width = family.columns.len();
+        if self.sums.len() < width {
+            self.sums.resize(width, 0);
+        }
+        if self.rises.len() < width {
+            self.rises.resize(width, 0);
+        }
+        for (column, delta) in deltas {
+            if let Some(i) = family.columns.iter().position(|c| c == column) {
+                self.sums[i] += i128::from(delta);
+                if delta > 0 {
+                    self.rises[i] += i128::from(delta);
+                }
+            }
+        }
+        self.rows += 1;
+    }
+
+    /// Adds another fold of the same key's rows.
+    fn merge(&mut self, other: LedgerKey) {
+        for (mine, theirs) in [(&mut self.sums, other.sums), (&mut self.rises, other.rises)] {
+            if mine.len() < theirs.len() {
+                mine.resize(theirs.len(), 0);
+            }
+            for (m, t) in mine.iter_mut().zip(theirs) {
+                *m += t;
+            }
+        }
+        self.rows += other.rows;
+    }
+}
+
 /// The ledger's sums of the keys of one bucket: key (JSON text) → its rows summed.
 pub type LedgerSums = HashMap<String, LedgerKey>;
+
+/// Rows per page of a bucket scan: a ledger row is about 100 bytes, so a page is about a
+/// megabyte; each page is one round trip, and a store that resumes a page by skipping
+/// the rows before it (cqlsim) pays less the fewer pages there are.
+pub const SCAN_PAGE_ROWS: i32 = 10_000;
 
 fn store_error(statement: &str, error: impl std::fmt::Display) -> ReadError {
     ReadError::Store {
@@ -84,14 +127,6 @@ fn column_sums(family: &FamilyDef, deltas: &BTreeMap<String, i64>, into: &mut Su
     }
 }
 
-fn positive(deltas: &BTreeMap<String, i64>) -> BTreeMap<String, i64> {
-    deltas
-        .iter()
-        .filter(|(_, d)| **d > 0)
-        .map(|(c, d)| (c.clone(), *d))
-        .collect()
-}
-
 fn negated(deltas: &BTreeMap<String, i64>) -> BTreeMap<String, i64> {
     deltas
         .iter()
@@ -107,6 +142,7 @@ pub struct BucketReader<'a> {
     day: Day,
     ledger: (PreparedStatement, String),
     index: Option<(PreparedStatement, String)>,
+    page_rows: i32,
 }
 
 async fn prepare_scan(
@@ -120,7 +156,7 @@ async fn prepare_scan(
         .map_err(|e| store_error(&text, e))?;
     statement.set_is_idempotent(true);
     statement.set_consistency(session::consistency(consistency));
-    statement.set_page_size(5_000);
+    statement.set_page_size(SCAN_PAGE_ROWS);
     Ok((statement, text))
 }
 
@@ -152,7 +188,49 @@ impl<'a> BucketReader<'a> {
             day,
             ledger,
             index,
+            page_rows: SCAN_PAGE_ROWS,
         })
+    }
+
+    /// The same scans with `rows` rows per page (at least 1) instead of
+    /// [`SCAN_PAGE_ROWS`]: small pages put one key's rows on several pages.
+    pub fn with_page_rows(mut self, rows: i32) -> BucketReader<'a> {
+        self.page_rows = rows.max(1);
+        self
+    }
+
+    /// The rows of one bucket, page after page: `page` gets each page's result, and
+    /// returns the rows it took (for `rows_read`).
+    async fn scan(
+        &self,
+        (statement, text): &(PreparedStatement, String),
+        bucket: i16,
+        mut page: impl FnMut(scylla::response::query_result::QueryRowsResult) -> Result<u64, ReadError>,
+    ) -> Result<(), ReadError> {
+        let mut statement = statement.clone();
+        statement.set_page_size(self.page_rows);
+        let values = (
+            self.family.name.as_str(),
+            CqlDate(self.day.cql_date()),
+            bucket,
+        );
+        let mut paging = PagingState::start();
+        loop {
+            let (result, next) = self
+                .session
+                .execute_single_page(&statement, values, paging)
+                .await
+                .map_err(|e| store_error(text, e))?;
+            page(
+                result
+                    .into_rows_result()
+                    .map_err(|e| store_error(text, e))?,
+            )?;
+            match next {
+                PagingStateResponse::HasMorePages { state } => paging = state,
+                PagingStateResponse::NoMorePages => return Ok(()),
+            }
+        }
     }
 
     /// Whether the key index is read.
@@ -161,63 +239,81 @@ impl<'a> BucketReader<'a> {
     }
 
     /// One ledger bucket, paged: its keys' sums and row counts. `rows_read` hears every
-    /// row as it is read (for progress).
+    /// page's rows as they are read (for progress). A partition keeps a key's rows one
+    /// after the other (the key is its first clustering column), so they are summed as
+    /// they come, read in place from the page, and the key's text is copied once.
     pub async fn ledger_bucket(
         &self,
         bucket: i16,
         rows_read: &AtomicU64,
     ) -> Result<LedgerSums, ReadError> {
-        let (statement, text) = &self.ledger;
-        let mut pager = self
-            .session
-            .execute_iter(
-                statement.clone(),
-                (
-                    self.family.name.as_str(),
-                    CqlDate(self.day.cql_date()),
-                    bucket,
-                ),
-            )
-            .await
-            .map_err(|e| store_error(text, e))?
-            .rows_stream::<(String, i16, BTreeMap<String, i64>)>()
-            .map_err(|e| store_error(text, e))?;
+        let text = &self.ledger.1;
         let mut sums = LedgerSums::new();
-        while let Some(row) = pager.next().await {
-            let (key, _minute, deltas) = row.map_err(|e| store_error(text, e))?;
-            let entry = sums.entry(key).or_default();
-            column_sums(self.family, &deltas, &mut entry.sums);
-            column_sums(self.family, &positive(&deltas), &mut entry.rises);
-            entry.rows += 1;
-            rows_read.fetch_add(1, Ordering::Relaxed);
+        // The key whose rows are being summed (it may go on over the next page).
+        let mut current: Option<(String, LedgerKey)> = None;
+        self.scan(&self.ledger, bucket, |page| {
+            let mut rows = 0;
+            for row in page
+                .rows::<(&str, MapIterator<'_, '_, &str, i64>)>()
+                .map_err(|e| store_error(text, e))?
+            {
+                let (key, deltas) = row.map_err(|e| store_error(text, e))?;
+                let summing = match &mut current {
+                    Some((summed, sum)) if summed == key => sum,
+                    _ => {
+                        if let Some((done, sum)) = current.take() {
+                            fold(&mut sums, done, sum);
+                        }
+                        &mut current.insert((key.to_owned(), LedgerKey::default())).1
+                    }
+                };
+                let mut unreadable = None;
+                summing.add_row(
+                    self.family,
+                    deltas.map_while(|cell| cell.map_err(|e| unreadable = Some(e)).ok()),
+                );
+                if let Some(e) = unreadable {
+                    return Err(store_error(text, e));
+                }
+                rows += 1;
+            }
+            rows_read.fetch_add(rows, Ordering::Relaxed);
+            Ok(rows)
+        })
+        .await?;
+        if let Some((done, sum)) = current {
+            fold(&mut sums, done, sum);
         }
         Ok(sums)
     }
 
     /// One key-index bucket's keys (JSON texts); none when the index is off.
     pub async fn index_bucket(&self, bucket: i16) -> Result<Vec<String>, ReadError> {
-        let Some((statement, text)) = &self.index else {
+        let Some(index) = &self.index else {
             return Ok(Vec::new());
         };
-        let mut pager = self
-            .session
-            .execute_iter(
-                statement.clone(),
-                (
-                    self.family.name.as_str(),
-                    CqlDate(self.day.cql_date()),
-                    bucket,
-                ),
-            )
-            .await
-            .map_err(|e| store_error(text, e))?
-            .rows_stream::<(String,)>()
-            .map_err(|e| store_error(text, e))?;
+        let text = &index.1;
         let mut keys = Vec::new();
-        while let Some(row) = pager.next().await {
-            keys.push(row.map_err(|e| store_error(text, e))?.0);
-        }
+        self.scan(index, bucket, |page| {
+            let before = keys.len();
+            for row in page.rows::<(&str,)>().map_err(|e| store_error(text, e))? {
+                keys.push(row.map_err(|e| store_error(text, e))?.0.to_owned());
+            }
+            Ok((keys.len() - before) as u64)
+        })
+        .await?;
         Ok(keys)
+    }
+}
+
+/// Adds a key's summed rows to a bucket's sums (merged, should its rows ever not follow
+/// one another).
+fn fold(sums: &mut LedgerSums, key: String, sum: LedgerKey) {
+    match sums.entry(key) {
+        std::collections::hash_map::Entry::Occupied(mut entry) => entry.get_mut().merge(sum),
+        std::collections::hash_map::Entry::Vacant(entry) => {
+            entry.insert(sum);
+        }
     }
 }
 
@@ -387,4 +483,47 @@ pub async fn counters(
         }
     }
     Ok(sums)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::family::Families;
+
+    #[test]
+    fn a_keys_rows_sum_with_their_rises_and_two_folds_of_it_merge_to_one() {
+        let families = Families::from_config(&Config::default()).unwrap();
+        let generic = families.by_name("generic").unwrap();
+        let rows: [&[(&str, i64)]; 3] = [
+            &[("value", 5)],
+            &[("value", -2), ("unknown column", 9)],
+            &[("value", 4)],
+        ];
+        let mut whole = LedgerKey::default();
+        for row in rows {
+            whole.add_row(generic, row.iter().copied());
+        }
+        assert_eq!(
+            whole,
+            LedgerKey {
+                sums: vec![7],
+                rises: vec![9],
+                rows: 3
+            }
+        );
+        // The same rows split where a page might end, folded apart, then merged.
+        let (mut first, mut rest) = (LedgerKey::default(), LedgerKey::default());
+        first.add_row(generic, rows[0].iter().copied());
+        for row in &rows[1..] {
+            rest.add_row(generic, row.iter().copied());
+        }
+        let mut sums = LedgerSums::new();
+        fold(&mut sums, "k".to_owned(), first);
+        fold(&mut sums, "k".to_owned(), rest);
+        assert_eq!(sums.get("k"), Some(&whole));
+        // A row with no column of the family still counts, and sizes the sums.
+        let mut other = LedgerKey::default();
+        other.add_row(generic, [("nothing", 1)].into_iter());
+        assert_eq!((other.sums, other.rises, other.rows), (vec![0], vec![0], 1));
+    }
 }
