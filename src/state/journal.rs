@@ -480,10 +480,9 @@ impl Journal {
         families: &[FamilyEntry],
         writes: &[PartitionWrite],
     ) -> io::Result<()> {
-        let requests = u32::try_from(writes.len()).unwrap_or(u32::MAX);
-        let first = self.start_window.map(|window| window.min(requests));
-        self.starts = None;
-        self.commit_group(flush, time, consumes, families, first, |out| {
+        let requests = Some(u32::try_from(writes.len()).unwrap_or(u32::MAX));
+        let header = |e: &mut Enc<'_>| family_header(e, flush, time, consumes, families);
+        self.commit_group(requests, header, |out| {
             for (index, write) in writes.iter().enumerate() {
                 frame(out, |e| {
                     e.u8(INTENT);
@@ -504,9 +503,7 @@ impl Journal {
                     }
                 });
             }
-        })?;
-        self.starts = first.map(|bound| (requests, bound));
-        Ok(())
+        })
     }
 
     /// The group commit of a flush's writes of running totals (a second group, after
@@ -519,8 +516,8 @@ impl Journal {
         families: &[FamilyEntry],
         intents: &[TotalsIntent],
     ) -> io::Result<()> {
-        self.starts = None;
-        self.commit_group(flush, time, None, families, None, |out| {
+        let header = |e: &mut Enc<'_>| family_header(e, flush, time, None, families);
+        self.commit_group(None, header, |out| {
             for intent in intents {
                 frame(out, |e| {
                     e.u8(TOTALS_INTENT);
@@ -544,41 +541,25 @@ impl Journal {
         })
     }
 
-    /// Writes a group's header, its intents (`intents` appends their frames), the commit
-    /// mark and the first start window's bound (`starts_below`), with one `fdatasync`.
+    /// The group commit every kind of flush shares: its header frame (`header` writes
+    /// it), its intents (`intents` appends their frames), the commit mark and, for a
+    /// flush of `requests` requests that start in windows, the first window's bound, with
+    /// one `fdatasync`.
     fn commit_group(
         &mut self,
-        flush: &FlushId,
-        time: &str,
-        consumes: Option<Cursor>,
-        families: &[FamilyEntry],
-        starts_below: Option<u32>,
+        requests: Option<u32>,
+        header: impl FnOnce(&mut Enc<'_>),
         intents: impl FnOnce(&mut Vec<u8>),
     ) -> io::Result<()> {
+        let first = requests.and_then(|n| self.start_window.map(|window| window.min(n)));
+        self.starts = None;
         self.flush_pending()?;
         let mut out = std::mem::take(&mut self.pending);
-        frame(&mut out, |e| {
-            e.u8(BEGIN);
-            e.flush_id(flush);
-            e.str(time);
-            e.cursor(consumes);
-            e.u32(families.len() as u32);
-            for f in families {
-                e.u16(f.id);
-                e.str(&f.name);
-                e.str(&f.minute_table);
-                e.str(&f.day_table);
-                e.strs(&f.key_columns);
-                e.strs(&f.columns);
-            }
-            // Last, and only when there is one: headers written before start nonces
-            // existed read the same.
-            if let Some(nonce) = flush.nonce {
-                e.u32(nonce);
-            }
-        });
+        frame(&mut out, header);
         intents(&mut out);
-        self.commit_frames(out, starts_below)
+        self.commit_frames(out, first)?;
+        self.starts = requests.zip(first);
+        Ok(())
     }
 
     /// The group commit of a driver wrapper's flush: its header, one intent per request
@@ -616,12 +597,8 @@ impl Journal {
         tables: &[WrapperTable],
         intents: &WrapperIntents<'_>,
     ) -> io::Result<()> {
-        let requests = u32::try_from(intents.len()).unwrap_or(u32::MAX);
-        let first = self.start_window.map(|window| window.min(requests));
-        self.starts = None;
-        self.flush_pending()?;
-        let mut out = std::mem::take(&mut self.pending);
-        frame(&mut out, |e| {
+        let requests = Some(u32::try_from(intents.len()).unwrap_or(u32::MAX));
+        let header = |e: &mut Enc<'_>| {
             match spill {
                 SpillAt::Cursor(_) => e.u8(WRAPPER_BEGIN_CURSOR),
                 #[cfg(test)]
@@ -642,22 +619,21 @@ impl Journal {
                 e.strs(&t.key_columns);
                 e.strs(&t.counters);
             }
-        });
-        for (index, (table, rows)) in intents.iter().enumerate() {
-            frame(&mut out, |e| {
-                e.u8(WRAPPER_INTENT);
-                e.u32(index as u32);
-                e.u32(*table);
-                e.u32(rows.len() as u32);
-                for (key, deltas) in rows {
-                    e.bytes(key);
-                    e.deltas(deltas);
-                }
-            });
-        }
-        self.commit_frames(out, first)?;
-        self.starts = first.map(|bound| (requests, bound));
-        Ok(())
+        };
+        self.commit_group(requests, header, |out| {
+            for (index, (table, rows)) in intents.iter().enumerate() {
+                frame(out, |e| {
+                    e.u8(WRAPPER_INTENT);
+                    e.u32(index as u32);
+                    e.u32(*table);
+                    e.u32(rows.len() as u32);
+                    for (key, deltas) in rows {
+                        e.bytes(key);
+                        e.deltas(deltas);
+                    }
+                });
+            }
+        })
     }
 
     /// Ends a group's frames (header and intents) with the commit mark and the first
@@ -1009,6 +985,35 @@ fn apply(groups: &mut Vec<FlushGroup>, payload: &[u8]) -> Option<()> {
 }
 
 /// Appends one frame whose payload `fill` writes.
+/// The header of a sidecar flush's group (its counter writes, or its writes of running
+/// totals): who sent it, when, the replay cursor it consumes and its family dictionary.
+fn family_header(
+    e: &mut Enc<'_>,
+    flush: &FlushId,
+    time: &str,
+    consumes: Option<Cursor>,
+    families: &[FamilyEntry],
+) {
+    e.u8(BEGIN);
+    e.flush_id(flush);
+    e.str(time);
+    e.cursor(consumes);
+    e.u32(families.len() as u32);
+    for f in families {
+        e.u16(f.id);
+        e.str(&f.name);
+        e.str(&f.minute_table);
+        e.str(&f.day_table);
+        e.strs(&f.key_columns);
+        e.strs(&f.columns);
+    }
+    // Last, and only when there is one: headers written before start nonces existed
+    // read the same.
+    if let Some(nonce) = flush.nonce {
+        e.u32(nonce);
+    }
+}
+
 fn frame(out: &mut Vec<u8>, fill: impl FnOnce(&mut Enc<'_>)) {
     let start = out.len();
     out.extend_from_slice(&[0; 8]);
