@@ -1,4 +1,4 @@
-//! [`HandlerPool`]: the handlers of a request-based receiver (the OTLP listeners, the
+//! `HandlerPool`: the handlers of a request-based receiver (the OTLP listeners, the
 //! HTTP increment API), one per worker of its runtime ([`workers`]), so that requests on
 //! several connections parse and record at the same time instead of queueing on one
 //! locked handler.

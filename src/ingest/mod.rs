@@ -55,7 +55,7 @@ pub mod client;
 mod datagram;
 mod error;
 mod framing;
-mod handler_pool;
+pub mod handler_pool;
 pub mod http_api;
 mod lines;
 #[cfg(feature = "otlp")]
