@@ -479,7 +479,20 @@ async fn sighup_reloads_the_file_serve_was_started_with() {
 async fn a_reload_changes_the_log_filter() {
     let dir = tempfile::tempdir().unwrap();
     let state = dir.path().join("state");
-    let text = config_text(&state, "api_a", "1h");
+    // A known metrics port: the reload that turns the filter to `warn` logs nothing, so
+    // the test sees it take effect in `countersink_config_generation`.
+    let metrics = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    let listen_on = |text: String| {
+        text.replacen(
+            "listen = \"127.0.0.1:0\"",
+            &format!("listen = \"{metrics}\""),
+            1,
+        )
+    };
+    let text = listen_on(config_text(&state, "api_a", "1h"));
     let mut schema = Config::from_toml(&text).unwrap();
     let store = start_store(&mut schema).await;
     let file = dir.path().join("countersink.toml");
@@ -491,8 +504,12 @@ async fn a_reload_changes_the_log_filter() {
 
     std::fs::write(&file, with_filter(&text, "warn")).unwrap();
     serve.signal("HUP");
+    metrics_when(metrics, |m| {
+        metric(m, "countersink_config_generation") == Some(1)
+    })
+    .await;
     // A change that needs a restart: refused, and logged at error level.
-    let moved = config_text(&dir.path().join("elsewhere"), "api_a", "1h");
+    let moved = listen_on(config_text(&dir.path().join("elsewhere"), "api_a", "1h"));
     std::fs::write(&file, with_filter(&moved, "warn")).unwrap();
     serve.signal("HUP");
     let line = serve.log_until("Configuration reload");
