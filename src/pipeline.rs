@@ -17,6 +17,7 @@ use crate::flush::{
 };
 use crate::sink::Sink;
 use crate::state::StateError;
+use crate::state::ingest_log::IngestLog;
 use crate::telemetry::Accounting;
 use crate::telemetry::Ledger;
 
@@ -41,6 +42,8 @@ pub struct Pipeline {
     shutdown: ShutdownHandle,
     /// Changes applied by the flush task after a flush round (a live reload).
     barriers: BarrierHandle,
+    /// The ingest log durable requests go to, when the state directory keeps one.
+    ingest_log: Option<Arc<IngestLog>>,
     task: Option<JoinHandle<FlushReport>>,
 }
 
@@ -96,6 +99,7 @@ impl Pipeline {
             error: std::io::Error::other(e),
         })??;
         let ledger = flusher.ledger().clone();
+        let ingest_log = flusher.ingest_log().cloned();
         let early = Arc::new(Notify::new());
         let notify = early.clone();
         engine.aggregator().on_pressure(move || notify.notify_one());
@@ -109,6 +113,7 @@ impl Pipeline {
             ledger,
             shutdown,
             barriers,
+            ingest_log,
             task: Some(task),
         })
     }
@@ -122,6 +127,11 @@ impl Pipeline {
     /// pending (see [`crate::flush::barrier`]).
     pub fn barriers(&self) -> &BarrierHandle {
         &self.barriers
+    }
+
+    /// The ingest log durable requests go to (`ingest.http.durable`), when there is one.
+    pub fn ingest_log(&self) -> Option<&Arc<IngestLog>> {
+        self.ingest_log.as_ref()
     }
 
     /// The flusher's ledger.

@@ -96,6 +96,11 @@ pub struct HttpApiConfig {
     /// Most keys whose answer is kept; past it the oldest is forgotten early (counted in
     /// `countersink_idempotency_keys_total{result="evicted"}`). Defaults to 100000.
     pub max_idempotency_keys: usize,
+    /// Whether a request is answered only once its increments are on disk, in the ingest
+    /// log of the state directory (one `fdatasync` shared by concurrent requests): a 200
+    /// then survives a SIGKILL. Defaults to `false` (a 200 means "in the buffer", like a
+    /// datagram received). The log is bounded by `state.max_ingest_log_bytes`.
+    pub durable: bool,
 }
 
 impl Default for HttpApiConfig {
@@ -107,6 +112,7 @@ impl Default for HttpApiConfig {
             max_items: 10_000,
             idempotency_window: Duration::from_secs(600),
             max_idempotency_keys: 100_000,
+            durable: false,
         }
     }
 }

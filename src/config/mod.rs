@@ -371,6 +371,11 @@ pub struct StateConfig {
     /// `countersink_rows_dropped_total{reason="spill_full"}` and logged).
     /// Default `1073741824` (1 GiB).
     pub max_spill_bytes: u64,
+    /// Most bytes of the ingest log (`ingest.log` and its sealed files): the increments of
+    /// durable requests (`ingest.http.durable`) not yet in a spill segment. A request
+    /// that would go beyond is refused before anything is written (HTTP 429), never
+    /// dropped after its answer. Default `268435456` (256 MiB).
+    pub max_ingest_log_bytes: u64,
 }
 
 impl Default for StateConfig {
@@ -381,6 +386,7 @@ impl Default for StateConfig {
             max_log_bytes: 64 << 20,
             max_log_files: 8,
             max_spill_bytes: 1 << 30,
+            max_ingest_log_bytes: 256 << 20,
         }
     }
 }

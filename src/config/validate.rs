@@ -221,6 +221,10 @@ impl Config {
         positive("flush.max_in_flight", flush.max_in_flight as u128)?;
         positive("flush.requeue_max_age", flush.requeue_max_age.as_millis())?;
         positive(
+            "state.max_ingest_log_bytes",
+            u128::from(self.state.max_ingest_log_bytes),
+        )?;
+        positive(
             "flush.shutdown_deadline",
             flush.shutdown_deadline.as_millis(),
         )

@@ -314,6 +314,63 @@ impl Engine {
         self.record(name, tags, delta, now_unix_secs, at)
     }
 
+    /// Checks one increment of a durable request (see [`crate::state::ingest_log`])
+    /// without keeping it: counted as received on `source` and refused as
+    /// [`Engine::record_from`] would refuse it (a name or tags that cannot be placed, a
+    /// client time outside the window, a buffer closed for shutdown), so that the answer
+    /// can say which items were refused before the rest goes to the ingest log. Returns
+    /// the minute it counts in. The row's memory and cardinality limits are met later,
+    /// when the ingest log is replayed.
+    pub fn check_from<T: TagSet + ?Sized>(
+        &self,
+        source: Transport,
+        name: &str,
+        tags: &T,
+        delta: i64,
+        now_unix_secs: i64,
+        at: Option<i64>,
+    ) -> Result<Minute, RecordError> {
+        self.aggregator.stripe().counters().count_line(source);
+        let minute = aggregate::minute_for(now_unix_secs, at, self.aggregator.limits());
+        let placed = SCRATCH.with_borrow_mut(|scratch| {
+            self.families
+                .resolve(name, tags, &mut scratch.series)
+                .map(|_| ())
+        });
+        if let Err(unplaced) = placed {
+            return Err(self.unplaced(unplaced, delta));
+        }
+        let reason = match minute {
+            Ok(_) if self.aggregator.is_closed() => DropReason::AfterShutdown,
+            Ok(minute) => return Ok(minute),
+            Err(reason) => reason,
+        };
+        self.aggregator
+            .stripe()
+            .record_dropped(reason, 1, i128::from(delta));
+        Err(RecordError::Dropped(reason))
+    }
+
+    /// The row an increment of the ingest log adds to under today's families: its key
+    /// (both tables, in `minute`) and its columns, `delta` in its column.
+    pub fn row_of<T: TagSet + ?Sized>(
+        &self,
+        name: &str,
+        tags: &T,
+        delta: i64,
+        minute: Minute,
+    ) -> Result<(crate::aggregate::RowKey, crate::aggregate::Columns), Unplaced> {
+        let mut series = Vec::new();
+        let target = self.families.resolve(name, tags, &mut series)?;
+        let key = crate::aggregate::RowKey::new(
+            target.family,
+            Slot::Both(minute),
+            series.into_boxed_slice(),
+        );
+        let columns = crate::aggregate::Columns::single(target.width, target.column, delta);
+        Ok((key, columns))
+    }
+
     /// Adds `delta` to metric `name` with `tags`, at `now` (Unix seconds) or at the
     /// client timestamp `at` when given and inside the window.
     pub fn record<T: TagSet + ?Sized>(

@@ -14,6 +14,7 @@ use crate::epoch::{self, EpochRegistry};
 use crate::family::shard_seed;
 use crate::sink::{PartitionWrite, Sink};
 use crate::stage::{self, Facts, StageCx, run_stage};
+use crate::state::ingest_log::IngestLog;
 use crate::state::{FamilyEntry, OutcomeLog, StateDir, StateError, WriteRecord, outcomes_mark};
 use crate::test_hooks::crash_point;
 use crate::totals::{Totals, TotalsReport};
@@ -33,6 +34,7 @@ use crate::telemetry::Ledger;
 
 mod counters;
 mod held;
+mod ingest;
 mod spill;
 
 use self::counters::{CounterStage, Counters, Writes};
@@ -79,6 +81,11 @@ pub struct Flusher<S> {
     totals: Totals,
     /// Changes waiting for a flush round (see [`super::barrier`]).
     barriers: Option<Barriers>,
+    /// The ingest log of durable requests, when there is one (see
+    /// [`crate::state::ingest_log`]): each round moves it into the spill, offers a
+    /// replay chunk whether or not the store looked healthy, and spills replayed rows
+    /// that fail rather than keep them in memory, where a kill would lose them.
+    ingest_log: Option<Arc<IngestLog>>,
 }
 
 impl<S: Sink> Flusher<S> {
@@ -150,6 +157,7 @@ impl<S: Sink> Flusher<S> {
             error,
         })?;
         let mut flusher = Flusher::new(engine, sink, config.flush.clone(), state, ledger);
+        flusher.open_ingest_log(config)?;
         match &mut flusher.ledger_gate {
             Some(gate) => {
                 gate.record_outcomes(flusher.engine.families(), &recovery.records);
@@ -246,6 +254,7 @@ impl<S: Sink> Flusher<S> {
             outcomes_mark: None,
             totals,
             barriers: None,
+            ingest_log: None,
         }
     }
 
@@ -275,6 +284,11 @@ impl<S: Sink> Flusher<S> {
     /// Adds an observer of every flush's planned writes.
     pub fn observe(&mut self, observer: Arc<dyn FlushObserver>) {
         self.observers.push(observer);
+    }
+
+    /// The ingest log durable requests go to, when there is one.
+    pub fn ingest_log(&self) -> Option<&Arc<IngestLog>> {
+        self.ingest_log.as_ref()
     }
 
     /// The accounting ledger.
@@ -418,7 +432,9 @@ impl<S: Sink> Flusher<S> {
             .is_some_and(LedgerGate::has_stored);
         self.lost = (0, [0, 0]);
         let mut round = FlushReport::default();
-        if !last && self.store_healthy && !ledger_first {
+        self.take_ingest_log();
+        let replay = self.store_healthy || self.ingest_log.is_some();
+        if !last && replay && !ledger_first {
             // The store answers: a chunk of spilled rows goes out with this round, as a
             // group of its own (once the ledger rows stored at a shutdown deadline are
             // confirmed: the spill may carry their deltas).

@@ -127,6 +127,25 @@ pub trait PacketHandler: Send + 'static {
         Recorded::Refused
     }
 
+    /// Checks one increment of a durable request without keeping it (its request goes
+    /// to the ingest log, see [`crate::state::ingest_log`]): the minute it counts in, or
+    /// `None` when it is refused (counted as [`PacketHandler::record`] counts a refusal).
+    /// The default refuses it.
+    fn check(
+        &mut self,
+        _name: &str,
+        _tags: &[(&str, &str)],
+        _delta: i64,
+        _at: Option<i64>,
+    ) -> Option<crate::bucket::Minute> {
+        None
+    }
+
+    /// The ingest log durable requests go to, when the handler's pipeline keeps one.
+    fn ingest_log(&self) -> Option<std::sync::Arc<crate::state::ingest_log::IngestLog>> {
+        None
+    }
+
     /// Whether the buffer behind the handler is near its limits, so a request-based
     /// receiver should refuse new requests (back-pressure the client retries on) rather
     /// than accept them partly. Defaults to `false`.

@@ -2,8 +2,10 @@
 
 use std::sync::Arc;
 
+use crate::bucket::Minute;
 use crate::engine::{self, Engine};
 use crate::ingest::{PacketHandler, Recorded};
+use crate::state::ingest_log::IngestLog;
 use crate::vocabulary::Transport;
 
 /// Hands each datagram (or stream message) to the engine, stamped with the time it was
@@ -16,12 +18,24 @@ use crate::vocabulary::Transport;
 pub struct EngineHandler {
     engine: Arc<Engine>,
     transport: Transport,
+    ingest_log: Option<Arc<IngestLog>>,
 }
 
 impl EngineHandler {
     /// A handler for one receive thread of `transport`.
     pub fn new(engine: Arc<Engine>, transport: Transport) -> EngineHandler {
-        EngineHandler { engine, transport }
+        EngineHandler {
+            engine,
+            transport,
+            ingest_log: None,
+        }
+    }
+
+    /// The same, handing durable requests to `ingest_log` (see
+    /// [`crate::state::ingest_log`]).
+    pub fn with_ingest_log(mut self, ingest_log: Option<Arc<IngestLog>>) -> EngineHandler {
+        self.ingest_log = ingest_log;
+        self
     }
 }
 
@@ -46,6 +60,23 @@ impl PacketHandler for EngineHandler {
             Ok(()) => Recorded::Accepted,
             Err(_) => Recorded::Refused,
         }
+    }
+
+    fn check(
+        &mut self,
+        name: &str,
+        tags: &[(&str, &str)],
+        delta: i64,
+        at: Option<i64>,
+    ) -> Option<Minute> {
+        let now = engine::now_unix_secs();
+        self.engine
+            .check_from(self.transport, name, tags, delta, now, at)
+            .ok()
+    }
+
+    fn ingest_log(&self) -> Option<Arc<IngestLog>> {
+        self.ingest_log.clone()
     }
 
     fn busy(&self) -> bool {

@@ -202,8 +202,10 @@ impl Sidecar {
         ));
 
         let handler_engine = engine.clone();
+        let ingest_log = pipeline.ingest_log().cloned();
         let receivers = match ingest::start_keeping(&config.ingest, kept, move |transport| {
             EngineHandler::new(handler_engine.clone(), transport)
+                .with_ingest_log(ingest_log.clone())
         }) {
             Ok(receivers) => receivers,
             Err(error) => {

@@ -10,6 +10,7 @@
 //! | [`journal`] | `journal.wal`: the group commit of the flush in progress, its start windows and outcomes |
 //! | [`jsonl`], [`record`] | `unknown.jsonl`, `rejected.jsonl` and their rotations and torn lines |
 //! | [`spill`] | `spill.<incarnation>.<flush>[.recovered\|.held].jsonl`, `spill.cursor`, `spill.corrupt.jsonl`; the size the `writer_totals` spill files take of the shared limit |
+//! | [`ingest_log`] | `ingest.log`, `ingest.<incarnation>.<seq>.sealed`: durable requests' increments, until a flush makes them a spill segment |
 //! | [`ledger_pending`], [`outcomes_mark`] | `ledger_pending.jsonl`, `outcomes.mark` (exact families) |
 //! | [`bound`] | how much disk the directory can take at most, and the free space of its filesystem |
 //! | [`recovery`] | what opening the directory finishes for a killed process; a counting mode's own groups through the [`recovery::FinishTotals`] its opener hands in |
@@ -21,6 +22,7 @@
 
 pub mod bound;
 pub mod ids;
+pub mod ingest_log;
 pub mod journal;
 pub mod jsonl;
 pub mod ledger_pending;
@@ -732,6 +734,14 @@ impl StateDir {
     ) -> io::Result<Vec<bool>> {
         let id = SegmentId::recovered(flush.incarnation, flush.flush_seq);
         self.spill.write_segment(id, consumes, batches, &[])
+    }
+
+    /// Writes the segment a sealed file of the ingest log becomes (see [`ingest_log`]),
+    /// whole or not at all: whether it was written (`false`: it would not fit in
+    /// `state.max_spill_bytes`, and the file waits). It consumes no replay cursor.
+    pub fn spill_ingest(&mut self, id: SegmentId, records: Vec<WriteRecord>) -> io::Result<bool> {
+        let kept = self.spill.write_segment(id, None, &[records], &[])?;
+        Ok(kept.first().copied().unwrap_or(false))
     }
 
     /// Whether a spill segment is on disk.

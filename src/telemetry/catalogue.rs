@@ -179,6 +179,18 @@ pub const SPILL_BYTES: MetricDef = MetricDef {
     help: "Bytes of spill on disk (writes not sent yet: segments and writer_totals spill files), as of the last flush; bounded by state.max_spill_bytes.",
     labels: &[],
 };
+/// `countersink_ingest_log_bytes`.
+pub const INGEST_LOG_BYTES: MetricDef = MetricDef {
+    name: "countersink_ingest_log_bytes",
+    help: "Bytes of the ingest log (durable requests' increments answered and not yet moved into a spill segment); bounded by state.max_ingest_log_bytes. 0 without a durable listener.",
+    labels: &[],
+};
+/// `countersink_ingest_log_syncs_total`.
+pub const INGEST_LOG_SYNCS: MetricDef = MetricDef {
+    name: "countersink_ingest_log_syncs_total",
+    help: "fdatasyncs of the ingest log: one covers every durable request appended before it started (group commit).",
+    labels: &[],
+};
 /// `countersink_state_lines_corrupt_total{file}`.
 pub const STATE_LINES_CORRUPT: MetricDef = MetricDef {
     name: "countersink_state_lines_corrupt_total",
@@ -393,7 +405,7 @@ pub const CONFIG_GENERATION: MetricDef = MetricDef {
 };
 
 /// What the engine and the flusher export, in every build.
-pub const ENGINE_METRICS: [MetricDef; 25] = [
+pub const ENGINE_METRICS: [MetricDef; 27] = [
     LINES_RECEIVED,
     LINES_INVALID,
     LINES_IGNORED,
@@ -405,6 +417,8 @@ pub const ENGINE_METRICS: [MetricDef; 25] = [
     DELTA_SUM_HIGH,
     DELTA_SUM_LOW,
     SPILL_BYTES,
+    INGEST_LOG_BYTES,
+    INGEST_LOG_SYNCS,
     STATE_LINES_CORRUPT,
     PREVIOUS_STOP_PENDING_DELTA_SUM,
     PREVIOUS_STOP_UNKNOWN_ROWS,

@@ -2,12 +2,13 @@
 //! left the buffer and how it settled. Read at scrape time and by [`super::Accounting`].
 
 use std::collections::BTreeMap;
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 
 use parking_lot::Mutex;
 use prometheus::Histogram;
 
 use crate::sink::OutcomeClass;
+use crate::state::ingest_log::IngestLog;
 use crate::state::{Appended, LostRecords, OutcomeLog, RecoveryReport};
 use crate::vocabulary::{DropReason, Granularity};
 
@@ -61,6 +62,9 @@ pub struct Ledger {
     /// The delta ledger (exact families): its write requests by outcome class, and what
     /// waits for it.
     exact: Mutex<ExactLedgerCounts>,
+    /// The ingest log of durable requests, when there is one: its size and fsyncs are
+    /// read at scrape time.
+    ingest_log: OnceLock<Arc<IngestLog>>,
 }
 
 /// The delta ledger's side (exact families), read at scrape time.
@@ -96,6 +100,7 @@ impl Default for Ledger {
             flush_duration: catalogue::FLUSH_DURATION.histogram(&catalogue::FLUSH_DURATION_BUCKETS),
             exact: Mutex::default(),
             totals_rows: Mutex::default(),
+            ingest_log: OnceLock::new(),
         }
     }
 }
@@ -202,6 +207,16 @@ impl Ledger {
 
     pub(crate) fn set_spill_bytes(&self, bytes: u64) {
         *self.spill_bytes.lock() = bytes;
+    }
+
+    /// Bytes of the ingest log (active and sealed files) and its fsyncs so far; `None`
+    /// without one.
+    pub fn ingest_log(&self) -> Option<(u64, u64)> {
+        self.ingest_log.get().map(|log| (log.bytes(), log.syncs()))
+    }
+
+    pub(crate) fn set_ingest_log(&self, log: Arc<IngestLog>) {
+        let _ = self.ingest_log.set(log);
     }
 
     /// Running totals held in memory, and those the store may lack (`writer_totals`).

@@ -52,6 +52,8 @@ struct EngineSeries {
     delta_sum_high: GaugeVec,
     delta_sum_low: GaugeVec,
     spill_bytes: IntGauge,
+    ingest_log_bytes: IntGauge,
+    ingest_log_syncs: IntCounter,
     corrupt_lines: IntCounterVec,
     previous_stop_pending_sum: GaugeVec,
     previous_stop_unknown_rows: IntGauge,
@@ -80,6 +82,8 @@ impl EngineCollector {
             delta_sum_high: catalogue::DELTA_SUM_HIGH.gauge_vec(),
             delta_sum_low: catalogue::DELTA_SUM_LOW.gauge_vec(),
             spill_bytes: catalogue::SPILL_BYTES.int_gauge(),
+            ingest_log_bytes: catalogue::INGEST_LOG_BYTES.int_gauge(),
+            ingest_log_syncs: catalogue::INGEST_LOG_SYNCS.int_counter(),
             corrupt_lines: catalogue::STATE_LINES_CORRUPT.int_counter_vec(),
             previous_stop_pending_sum: catalogue::PREVIOUS_STOP_PENDING_DELTA_SUM.gauge_vec(),
             previous_stop_unknown_rows: catalogue::PREVIOUS_STOP_UNKNOWN_ROWS.int_gauge(),
@@ -99,7 +103,7 @@ impl EngineCollector {
 }
 
 impl EngineSeries {
-    fn collectors(&self) -> [&dyn Collector; 22] {
+    fn collectors(&self) -> [&dyn Collector; 24] {
         [
             &self.lines_received,
             &self.lines_invalid,
@@ -119,6 +123,8 @@ impl EngineSeries {
             &self.delta_sum_high,
             &self.delta_sum_low,
             &self.spill_bytes,
+            &self.ingest_log_bytes,
+            &self.ingest_log_syncs,
             &self.corrupt_lines,
             &self.previous_stop_pending_sum,
             &self.previous_stop_unknown_rows,
@@ -171,6 +177,11 @@ impl Collector for EngineCollector {
         }
         f.spill_bytes
             .set(i64::try_from(self.ledger.spill_bytes()).unwrap_or(i64::MAX));
+        let (ingest_bytes, ingest_syncs) = self.ledger.ingest_log().unwrap_or((0, 0));
+        f.ingest_log_bytes
+            .set(i64::try_from(ingest_bytes).unwrap_or(i64::MAX));
+        f.ingest_log_syncs.reset();
+        f.ingest_log_syncs.inc_by(ingest_syncs);
         f.corrupt_lines.reset();
         let corrupt = self.ledger.corrupt_lines();
         for (file, lines) in ["unknown.jsonl", "rejected.jsonl", "spill"]

@@ -194,3 +194,108 @@ async fn a_full_buffer_lists_refused_items_then_answers_retry_later() {
     .await;
     sidecar.shutdown().await;
 }
+
+/// `ingest.http.durable`: the increments are in the ingest log (synced) before the 200,
+/// and land in the store exactly once, through the spill and its replay.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn durable_requests_are_synced_before_the_answer_and_land_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = sidecar_config(dir.path());
+    config.ingest.http.enabled = true;
+    config.ingest.http.durable = true;
+    config.ingest.http.listen = "127.0.0.1:0".parse().unwrap();
+    let store = start_store(&mut config).await;
+    let sidecar = start_sidecar(&config).await;
+    let bound = sidecar.bound();
+    let http = bound.inet(Transport::Http).unwrap();
+    let mut posted = 0;
+    for i in 1..=20 {
+        let body = format!(
+            r#"[{{"name":"page.views","tags":{{"page_id":"home"}},"value":{i}}},
+                {{"name":"page.views","tags":{{"page_id":"p{i}"}},"value":1}},
+                {{"name":"page.views","tags":{{}},"value":1}}]"#
+        );
+        let (status, _, answer) = post(http, &[JSON], body.as_bytes());
+        assert_eq!(status, 200, "{answer}");
+        let answer: serde_json::Value = serde_json::from_str(&answer).unwrap();
+        // The item without its key tag is refused and never logged.
+        assert_eq!(
+            (answer["accepted"].as_u64(), answer["refused"].as_u64()),
+            (Some(2), Some(1))
+        );
+        posted += i + 1;
+    }
+    let text = metrics_when(bound.metrics.unwrap(), |text| {
+        text.lines()
+            .any(|l| l.starts_with("countersink_ingest_log_syncs_total ") && !l.ends_with(" 0"))
+            && text.lines().any(|l| l == "countersink_ingest_log_bytes 0")
+            && text.lines().any(|l| l == "countersink_spill_bytes 0")
+    })
+    .await;
+    assert!(
+        text.lines()
+            .any(|l| l == "countersink_lines_received_total{transport=\"http\"} 60"),
+        "{text}"
+    );
+    let report = sidecar.shutdown().await.unwrap();
+    assert_eq!(report.unknown + report.rejected, 0, "{report:?}");
+    for table in ["metrics.views_by_day", "metrics.views_by_minute"] {
+        assert_eq!(store.table_sum(table, "views").await, posted, "{table}");
+    }
+    let left: Vec<String> = std::fs::read_dir(&config.state.dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.ends_with(".sealed") || n.starts_with("spill.0"))
+        .collect();
+    assert!(left.is_empty(), "sealed files or segments left: {left:?}");
+    store.shutdown().await;
+}
+
+/// A durable listener whose ingest log is full (its sealed files waiting for room in a
+/// full spill) answers 429 before writing anything, and the log stays within its bound.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_ingest_log_answers_retry_later_and_stays_bounded() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = sidecar_config(dir.path());
+    config.ingest.http.enabled = true;
+    config.ingest.http.durable = true;
+    config.ingest.http.listen = "127.0.0.1:0".parse().unwrap();
+    config.state.max_ingest_log_bytes = 4096;
+    config.state.max_spill_bytes = 64;
+    let sidecar = start_sidecar_without_store(&mut config).await;
+    let bound = sidecar.bound();
+    let http = bound.inet(Transport::Http).unwrap();
+    let body = br#"[{"name":"page.views","tags":{"page_id":"home"},"value":1}]"#;
+    let mut answered = 0;
+    let refused = loop {
+        let (status, head, _) = post(http, &[JSON], body);
+        match status {
+            200 => answered += 1,
+            429 => break head,
+            other => panic!("unexpected status {other}: {head}"),
+        }
+        assert!(answered < 1000, "the ingest log never filled");
+    };
+    assert!(refused.contains("retry-after: 2"), "{refused}");
+    assert!(answered > 10, "{answered}");
+    let text = metrics_when(bound.metrics.unwrap(), |text| {
+        text.lines()
+            .any(|l| l.starts_with("countersink_ingest_log_bytes "))
+    })
+    .await;
+    let bytes: u64 = text
+        .lines()
+        .find_map(|l| l.strip_prefix("countersink_ingest_log_bytes "))
+        .and_then(|v| v.parse().ok())
+        .unwrap();
+    assert!(bytes > 0 && bytes <= 4096, "{bytes}");
+    sidecar.shutdown().await;
+    // What was answered is still on disk, for the next start.
+    let on_disk: u64 = std::fs::read_dir(&config.state.dir)
+        .unwrap()
+        .map(|e| e.unwrap())
+        .filter(|e| e.file_name().to_string_lossy().starts_with("ingest."))
+        .map(|e| e.metadata().unwrap().len())
+        .sum();
+    assert!(on_disk >= bytes, "{on_disk} < {bytes}");
+}

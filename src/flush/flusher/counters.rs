@@ -96,6 +96,16 @@ impl<S: Sink> WriteKind for CounterStage<'_, S> {
     }
 
     fn facts(&self, write: &PartitionWrite, shared: Facts) -> Facts {
+        if self.consumes.is_some() && self.flusher.ingest_log.is_some() {
+            // Replayed rows with a durable listener: they may be answered increments of
+            // the ingest log, which must stay on disk until they apply, so a failure
+            // spills them again at once rather than re-queueing them in memory.
+            return Facts {
+                failing_since: Some(shared.now_unix_secs),
+                max_age_secs: 0,
+                ..shared
+            };
+        }
         Facts {
             failing_since: write.failing_since(),
             ..shared

@@ -19,8 +19,10 @@
 //! Plain synchronous code, time passed in.
 
 use std::collections::{HashMap, VecDeque};
-use std::hash::{BuildHasher, RandomState};
+use std::hash::BuildHasher;
 use std::time::{Duration, Instant};
+
+use foldhash::quality::FixedState;
 
 /// An answer kept for its key.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -66,8 +68,10 @@ pub struct Idempotency {
     answered: VecDeque<(Instant, String)>,
     window: Duration,
     max_keys: usize,
-    /// Keyed per process: a client cannot make two bodies collide on purpose.
-    hasher: RandomState,
+    /// Seeded with a secret (random per process, or the ingest log's, kept in the state
+    /// directory, when keys outlive a restart): a client cannot make two bodies collide
+    /// on purpose.
+    hasher: FixedState,
     /// Answered keys forgotten before their window passed, to stay within `max_keys`.
     evicted: u64,
 }
@@ -75,20 +79,61 @@ pub struct Idempotency {
 impl Idempotency {
     /// A table keeping answers for `window`, at most `max_keys` of them.
     pub fn new(window: Duration, max_keys: usize) -> Idempotency {
+        Idempotency::with_seed(window, max_keys, fastrand::u64(..))
+    }
+
+    /// The same, hashing bodies with `seed` (the ingest log's, so that hashes written
+    /// before a restart compare with those made after it).
+    pub fn with_seed(window: Duration, max_keys: usize, seed: u64) -> Idempotency {
         Idempotency {
             entries: HashMap::new(),
             answered: VecDeque::new(),
             window,
             max_keys: max_keys.max(1),
-            hasher: RandomState::new(),
+            hasher: FixedState::with_seed(seed),
             evicted: 0,
+        }
+    }
+
+    /// The hash a body is compared by.
+    pub fn body_hash(&self, body: &[u8]) -> u64 {
+        self.hasher.hash_one(body)
+    }
+
+    /// Puts back a key answered `age` before `now` (by an earlier process, read from the
+    /// ingest log): nothing when its window has passed. Restored oldest first, a later
+    /// answer of a key replaces an earlier one.
+    pub fn restore(
+        &mut self,
+        key: &str,
+        body_hash: u64,
+        answer: Kept,
+        age: Duration,
+        now: Instant,
+    ) {
+        if age >= self.window {
+            return;
+        }
+        let at = now.checked_sub(age).unwrap_or(now);
+        self.entries.insert(
+            key.to_owned(),
+            Entry {
+                body_hash,
+                state: State::Answered { at, answer },
+            },
+        );
+        self.answered.push_back((at, key.to_owned()));
+        while self.answered_len() > self.max_keys {
+            if self.forget_oldest().is_some() {
+                self.evicted += 1;
+            }
         }
     }
 
     /// A request with `key` and `body` arrives at `now`.
     pub fn begin(&mut self, key: &str, body: &[u8], now: Instant) -> Begin {
         self.expire(now);
-        let body_hash = self.hasher.hash_one(body);
+        let body_hash = self.body_hash(body);
         if let Some(entry) = self.entries.get(key) {
             return match (&entry.state, entry.body_hash == body_hash) {
                 (State::InFlight, _) => Begin::InFlight,
@@ -185,6 +230,30 @@ mod tests {
         );
         assert_eq!(keys.begin("k", b"other", t0), Begin::OtherBody);
         assert_eq!(keys.begin("j", b"body", t0), Begin::Apply, "keys are apart");
+    }
+
+    #[test]
+    fn a_restored_key_replays_within_its_window_only() {
+        let now = Instant::now();
+        let window = Duration::from_secs(600);
+        let earlier = Idempotency::with_seed(window, 100, 7);
+        let mut keys = Idempotency::with_seed(window, 100, 7);
+        let hash = earlier.body_hash(b"body");
+        keys.restore("k", hash, ok("a").unwrap(), Duration::from_secs(30), now);
+        keys.restore("old", hash, ok("b").unwrap(), window, now);
+        assert_eq!(
+            keys.begin("k", b"body", now),
+            Begin::Replay(ok("a").unwrap())
+        );
+        assert_eq!(keys.begin("k", b"other", now), Begin::OtherBody);
+        assert_eq!(
+            keys.begin("old", b"body", now),
+            Begin::Apply,
+            "its window passed"
+        );
+        // Another seed hashes the same body otherwise: the seed must be the log's.
+        let other = Idempotency::with_seed(window, 100, 8);
+        assert_ne!(other.body_hash(b"body"), hash);
     }
 
     #[test]

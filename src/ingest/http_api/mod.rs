@@ -18,7 +18,8 @@
 //! | 413 | a body over `max_request_bytes` | nothing |
 //! | 415 | another content type | nothing |
 //! | 422 | the `Idempotency-Key` was answered for another body | nothing |
-//! | 429 with `Retry-After` | the buffer is near its limits | nothing |
+//! | 429 with `Retry-After` | the buffer is near its limits (with `durable`: the ingest log is full) | nothing |
+//! | 503 | with `durable`: the ingest log could not be written or synced | unknown |
 //!
 //! The listener runs a runtime of as many threads as the OTLP listeners (the cores, at
 //! most 4), each request applied with a free handler of a pool of one per thread, so that
@@ -26,11 +27,13 @@
 //! `Idempotency-Key` table is one for all of them.
 //!
 //! A 200 means the increments are in the buffer, like a datagram received: a crash before
-//! the next flush loses them (the README's loss windows). A client that retries a request
-//! whose answer it did not get counts it twice, unless it sends an `Idempotency-Key`: the
-//! same key and body within `idempotency_window` are answered with the first answer
-//! (`Idempotent-Replayed: true`) and applied once. Keys live in memory: a restart forgets
-//! them.
+//! the next flush loses them (the README's loss windows). With `durable = true` it means
+//! they are on disk, in the ingest log ([`crate::state::ingest_log`]), and a SIGKILL loses
+//! nothing answered. A client that retries a request whose answer it did not get counts
+//! it twice, unless it sends an `Idempotency-Key`: the same key and body within
+//! `idempotency_window` are answered with the first answer (`Idempotent-Replayed: true`)
+//! and applied once. Without `durable` the keys live in memory and a restart forgets them;
+//! with it they are written with the increments and read back at start.
 
 pub mod body;
 pub mod idempotency;
@@ -55,7 +58,9 @@ use super::handler_pool::{HandlerPool, workers};
 use super::receivers::Receivers;
 use super::stats::IngestStats;
 use super::{ListenError, PacketHandler, Recorded};
+use crate::config::ConfigError;
 use crate::config::ingest::{HttpApiConfig, IngestConfig};
+use crate::state::ingest_log::{self, AppendError, IngestEntry, IngestLog, KeyLine};
 use crate::vocabulary::Transport;
 
 /// The path increments are posted to.
@@ -95,7 +100,22 @@ where
     let listener = async_listener::bind(TRANSPORT, http.listen)?;
     let local = receivers.listen_inet(TRANSPORT, http.listen, &listener)?;
     let handlers = HandlerPool::new(workers(), || factory(TRANSPORT));
-    let shared = Arc::new(Shared::new(handlers, http, receivers.shared_stats()));
+    let durable = match (http.durable, handlers.take().ingest_log()) {
+        (false, _) => None,
+        (true, Some(log)) => Some(log),
+        (true, None) => {
+            return Err(ListenError::Config(ConfigError::invalid(
+                "ingest.http.durable",
+                "needs a pipeline that keeps an ingest log in its state directory (the sidecar's)",
+            )));
+        }
+    };
+    let shared = Arc::new(Shared::new(
+        handlers,
+        http,
+        receivers.shared_stats(),
+        durable,
+    ));
     let stop = receivers.stop_flag();
     receivers.spawn(
         TRANSPORT,
@@ -145,6 +165,9 @@ async fn serve<H: PacketHandler>(
 /// every other).
 struct Shared<H> {
     handlers: HandlerPool<H>,
+    /// The ingest log, when requests are answered only once their increments are on
+    /// disk (`ingest.http.durable`).
+    durable: Option<Arc<IngestLog>>,
     keys: Mutex<Idempotency>,
     stats: Arc<IngestStats>,
     max_request_bytes: usize,
@@ -152,13 +175,20 @@ struct Shared<H> {
 }
 
 impl<H: PacketHandler> Shared<H> {
-    fn new(handlers: HandlerPool<H>, config: &HttpApiConfig, stats: Arc<IngestStats>) -> Shared<H> {
+    fn new(
+        handlers: HandlerPool<H>,
+        config: &HttpApiConfig,
+        stats: Arc<IngestStats>,
+        durable: Option<Arc<IngestLog>>,
+    ) -> Shared<H> {
+        let keys = match &durable {
+            None => Idempotency::new(config.idempotency_window, config.max_idempotency_keys),
+            Some(log) => restored_keys(log, config),
+        };
         Shared {
             handlers,
-            keys: Mutex::new(Idempotency::new(
-                config.idempotency_window,
-                config.max_idempotency_keys,
-            )),
+            durable,
+            keys: Mutex::new(keys),
             stats,
             max_request_bytes: config.max_request_bytes,
             max_items: config.max_items,
@@ -186,6 +216,23 @@ impl<H: PacketHandler> Shared<H> {
         }
     }
 
+    /// Checks the items of a durable request without keeping them: their ingest-log
+    /// lines, and the indices of the refused ones.
+    fn check(&self, items: &[Item]) -> (Vec<u8>, Vec<usize>) {
+        let mut handler = self.handlers.take();
+        let (mut lines, mut refused) = (Vec::new(), Vec::new());
+        for (index, item) in items.iter().enumerate() {
+            let tags = item.tag_pairs();
+            match handler.check(&item.name, &tags, item.value, item.timestamp) {
+                Some(minute) => {
+                    IngestEntry::write_line(&mut lines, &item.name, &tags, item.value, minute.0)
+                }
+                None => refused.push(index),
+            }
+        }
+        (lines, refused)
+    }
+
     /// Counts `n` requests with a key under `result` (a label of
     /// [`super::IDEMPOTENCY_RESULTS`]).
     fn count_idempotency(&self, result: &str, n: u64) {
@@ -195,6 +242,39 @@ impl<H: PacketHandler> Shared<H> {
             self.stats.count_idempotency(index, n);
         }
     }
+}
+
+/// The key table of a durable listener: hashing with the ingest log's seed, holding the
+/// keys answered before the last stop (see [`crate::state::ingest_log`]).
+fn restored_keys(log: &IngestLog, config: &HttpApiConfig) -> Idempotency {
+    let mut keys = Idempotency::with_seed(
+        config.idempotency_window,
+        config.max_idempotency_keys,
+        log.seed(),
+    );
+    let (now, unix_now) = (Instant::now(), ingest_log::unix_now());
+    let restored = log.take_recovered_keys();
+    if !restored.is_empty() {
+        tracing::info!(
+            keys = restored.len(),
+            "Idempotency keys answered before the last stop are kept: retries of those requests are answered again, not counted."
+        );
+    }
+    for line in restored {
+        let age = u64::try_from(unix_now.saturating_sub(line.at)).unwrap_or(0);
+        let answer = Kept {
+            status: line.status,
+            body: line.answer.into_bytes(),
+        };
+        keys.restore(
+            &line.key,
+            line.body_hash,
+            answer,
+            std::time::Duration::from_secs(age),
+            now,
+        );
+    }
+    keys
 }
 
 /// What applying a request did.
@@ -278,7 +358,10 @@ async fn increments<H: PacketHandler>(
             }
         }
     }
-    let (response, kept) = answer(&shared, &body, framing);
+    let (response, kept) = match shared.durable.clone() {
+        None => answer(&shared, &body, framing),
+        Some(log) => answer_durably(&shared, &body, framing, key.as_deref(), log).await,
+    };
     if let Some(key) = &key {
         let mut keys = shared.keys.lock();
         let evicted = keys.evicted();
@@ -306,32 +389,107 @@ fn answer<H: PacketHandler>(
         }
     };
     match shared.apply(&items) {
-        Applied::Busy => {
-            let mut response = error(
-                StatusCode::TOO_MANY_REQUESTS,
-                "the buffer is near its limits; nothing was applied, retry later",
-                None,
-            );
-            response
-                .headers_mut()
-                .insert(header::RETRY_AFTER, HeaderValue::from(RETRY_AFTER_SECS));
-            (response, None)
+        Applied::Busy => (busy(), None),
+        Applied::Done { accepted, refused } => done(accepted, &refused),
+    }
+}
+
+/// As [`answer`], for a durable listener: the accepted items' lines go to the ingest
+/// log, and the answer waits for them to be on disk (off the async workers, so that
+/// concurrent requests share one fsync).
+///
+/// A request with an `Idempotency-Key` writes the key and its answer after its
+/// increments, in the same append: a retry after a restart is answered again, not
+/// counted (the key is in the log exactly when the increments are).
+async fn answer_durably<H: PacketHandler>(
+    shared: &Shared<H>,
+    body: &[u8],
+    framing: Framing,
+    key: Option<&str>,
+    log: Arc<IngestLog>,
+) -> (Response, Option<Kept>) {
+    if log.would_overflow(body.len() as u64) {
+        shared.stats.get(TRANSPORT).busy.fetch_add(1, Relaxed);
+        return (busy(), None);
+    }
+    let items = match body::parse(body, framing, shared.max_items) {
+        Ok(items) => items,
+        Err(bad) => {
+            shared.stats.get(TRANSPORT).malformed.fetch_add(1, Relaxed);
+            return (bad_body(&bad), None);
         }
-        Applied::Done { accepted, refused } => {
-            let listed = &refused[..refused.len().min(MAX_LISTED)];
-            let text = serde_json::json!({
-                "accepted": accepted,
-                "refused": refused.len(),
-                "refused_items": listed,
-            })
-            .to_string();
-            let kept = Kept {
-                status: 200,
-                body: text.clone().into_bytes(),
-            };
-            (json(StatusCode::OK, Bytes::from(text)), Some(kept))
+    };
+    let (mut lines, refused) = shared.check(&items);
+    let accepted = items.len() - refused.len();
+    let (response, kept) = done(accepted, &refused);
+    if let (Some(key), Some(kept)) = (key, &kept) {
+        KeyLine {
+            key: key.to_owned(),
+            body_hash: shared.keys.lock().body_hash(body),
+            status: kept.status,
+            answer: String::from_utf8_lossy(&kept.body).into_owned(),
+            at: ingest_log::unix_now(),
+        }
+        .write_line(&mut lines);
+    }
+    if !lines.is_empty() {
+        let appended = tokio::task::spawn_blocking(move || log.append(&lines)).await;
+        match appended {
+            Ok(Ok(())) => {}
+            Ok(Err(AppendError::Full { .. })) => {
+                shared.stats.get(TRANSPORT).busy.fetch_add(1, Relaxed);
+                return (busy(), None);
+            }
+            Ok(Err(error)) => {
+                tracing::error!(%error, "A durable request could not be made durable.");
+                return (not_durable(), None);
+            }
+            Err(error) => {
+                tracing::error!(%error, "A durable request's write to the ingest log did not finish.");
+                return (not_durable(), None);
+            }
         }
     }
+    (response, kept)
+}
+
+/// 429 with `Retry-After`: nothing was applied.
+fn busy() -> Response {
+    let mut response = error(
+        StatusCode::TOO_MANY_REQUESTS,
+        "the buffer is near its limits; nothing was applied, retry later",
+        None,
+    );
+    response
+        .headers_mut()
+        .insert(header::RETRY_AFTER, HeaderValue::from(RETRY_AFTER_SECS));
+    response
+}
+
+/// 503 for a durable request whose write to the ingest log failed: its increments may
+/// be on disk (and then counted) or not.
+fn not_durable() -> Response {
+    error(
+        StatusCode::SERVICE_UNAVAILABLE,
+        "the ingest log could not be written: the request may or may not have been applied",
+        None,
+    )
+}
+
+/// The 200 answer, and what is kept for its `Idempotency-Key`.
+fn done(accepted: usize, refused: &[usize]) -> (Response, Option<Kept>) {
+    let listed = &refused[..refused.len().min(MAX_LISTED)];
+    let text = serde_json::json!({
+        "accepted": accepted,
+        "refused": refused.len(),
+        "refused_items": listed,
+    })
+    .to_string();
+    let kept = Kept {
+        status: 200,
+        body: text.clone().into_bytes(),
+    };
+    (json(StatusCode::OK, Bytes::from(text)), Some(kept))
 }
 
 /// The body's framing from its content type; `None` for another type.

@@ -59,6 +59,7 @@ fn workers_apply_at_once_and_share_the_idempotency_table() {
         handlers,
         &HttpApiConfig::default(),
         Arc::new(IngestStats::default()),
+        None,
     ));
     let slow = r#"[{"name":"slow","value":1}]"#;
 

@@ -26,7 +26,7 @@ const POINTS: [&str; 9] = [
     "replay_cursor_committed",
 ];
 
-fn random_faults(rng: &mut fastrand::Rng) -> Vec<FaultRule> {
+pub(super) fn random_faults(rng: &mut fastrand::Rng) -> Vec<FaultRule> {
     let p = [0.1, 0.3, 0.6][rng.usize(..3)];
     let rule = |kind| FaultRule::new(kind).probability(p);
     let mut faults = Vec::new();

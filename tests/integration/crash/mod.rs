@@ -3,8 +3,9 @@
 //! random faults; after a restart and a clean stop, the checker ([`check`]) compares
 //! what was fed, what the store holds and received, and what countersink recorded.
 
-mod chaos;
+pub(crate) mod chaos;
 pub(crate) mod check;
+mod durable;
 mod exact;
 pub(crate) mod harness;
 mod windows;

@@ -1,0 +1,268 @@
+//! Durable requests' increments, from the ingest log into the spill (see
+//! [`crate::state::ingest_log`]): each flush round seals the log's active file under a
+//! sequence number of its own and sums every sealed file into a spill segment, which
+//! the replay then sends like any spilled row.
+//!
+//! A sealed file is removed only once its segment is on disk; a start that finds both
+//! removes the file. A file whose segment does not fit in `state.max_spill_bytes` stays,
+//! still counted against `state.max_ingest_log_bytes`, so that new durable requests are
+//! refused (429) rather than anything answered being dropped.
+
+use std::collections::HashMap;
+use std::collections::hash_map::Entry;
+use std::io;
+use std::sync::Arc;
+use std::time::SystemTime;
+
+use crate::aggregate::{Columns, Row, RowKey, Slot};
+use crate::bucket::{self, Minute};
+use crate::config::Config;
+use crate::sink::Sink;
+use crate::state::ingest_log::{self, IngestEntry, IngestLog, KeyRetention, Sealed};
+use crate::state::{FlushId, RecordSource, SegmentId, StateError, WriteRecord};
+use crate::test_hooks::crash_point;
+use crate::vocabulary::{DropReason, FamilyId, Granularity};
+
+use super::Flusher;
+use crate::flush::record_conversion::held_records;
+
+/// When a sealed file is moved.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(super) enum When {
+    /// At start, before the spill is scanned for what the exact families owe (the scan
+    /// counts the new segments).
+    Opening,
+    /// During a flush round.
+    Running,
+}
+
+impl<S: Sink> Flusher<S> {
+    /// Opens the ingest log when a listener is durable (`ingest.http.durable`), or when
+    /// the state directory holds one a previous run left (durable since turned off: its
+    /// increments still go to the spill), and moves what it left into the spill.
+    pub(super) fn open_ingest_log(&mut self, config: &Config) -> Result<(), StateError> {
+        let http = &config.ingest.http;
+        let dir = self.state.dir().to_owned();
+        let left = ingest_log::present(&dir).map_err(|error| StateError::Io {
+            dir: dir.clone(),
+            step: "looking for the ingest log",
+            error,
+        })?;
+        let durable = http.enabled && http.durable;
+        if !durable && !left {
+            return Ok(());
+        }
+        let retention = KeyRetention {
+            window_secs: i64::try_from(http.idempotency_window.as_secs()).unwrap_or(i64::MAX),
+            max_keys: http.max_idempotency_keys,
+        };
+        let log = IngestLog::open(
+            &dir,
+            config.state.max_ingest_log_bytes,
+            self.state.incarnation(),
+            retention,
+        )
+        .map_err(|error| StateError::Io {
+            dir: dir.clone(),
+            step: "opening the ingest log",
+            error,
+        })?;
+        let log = Arc::new(log);
+        self.segments_from_sealed(&log, When::Opening);
+        self.ledger.set_ingest_log(Arc::clone(&log));
+        self.ingest_log = Some(log);
+        Ok(())
+    }
+
+    /// Seals the active file, if anything was logged since the last seal, and moves every
+    /// sealed file into its segment.
+    pub(super) fn take_ingest_log(&mut self) {
+        let Some(log) = self.ingest_log.clone() else {
+            return;
+        };
+        self.seq += 1;
+        match log.seal(self.state.incarnation(), self.seq) {
+            Ok(_) => crash_point("ingest_sealed"),
+            Err(error) => {
+                tracing::error!(%error, "Could not seal the ingest log; its increments stay in it for the next flush.");
+            }
+        }
+        self.segments_from_sealed(&log, When::Running);
+    }
+
+    /// Moves every sealed file of `log` into its segment, oldest first; stops at the
+    /// first that cannot be moved (it and the later ones wait for the next flush).
+    pub(super) fn segments_from_sealed(&mut self, log: &Arc<IngestLog>, when: When) {
+        let sealed = match log.sealed() {
+            Ok(sealed) => sealed,
+            Err(error) => {
+                tracing::error!(%error, "Could not list the ingest log's sealed files.");
+                return;
+            }
+        };
+        for file in sealed {
+            let content = match ingest_log::read_sealed(&file.path) {
+                Ok(content) => content,
+                Err(error) => {
+                    tracing::error!(%error, file = %file.path.display(), "Could not read a sealed file of the ingest log; it waits for the next flush.");
+                    break;
+                }
+            };
+            let id = SegmentId::live(file.incarnation, file.seq);
+            if !self.state.has_spill_segment(id) {
+                match self.segment_of(&file, content.entries, content.unread, id, when) {
+                    // (At start the same step runs before the listeners: a kill there
+                    // is the one this point tests, one flush later.)
+                    Ok(true) if when == When::Running => crash_point("ingest_segment_written"),
+                    Ok(true) => {}
+                    Ok(false) => {
+                        let (spill_bytes, max_spill_bytes) = self.state.spill_bytes();
+                        tracing::warn!(
+                            file = %file.path.display(),
+                            spill_bytes,
+                            max_spill_bytes,
+                            "The spill has no room for a sealed file of the ingest log: it waits (durable requests are refused while the ingest log is full)."
+                        );
+                        break;
+                    }
+                    Err(error) => {
+                        tracing::error!(%error, file = %file.path.display(), "Could not move a sealed file of the ingest log into the spill; it waits for the next flush.");
+                        break;
+                    }
+                }
+            }
+            // The keys answered with its requests outlive it (a segment written before a
+            // kill may leave them to carry still).
+            if let Err(error) = log.carry_keys(&content.keys) {
+                tracing::error!(%error, "Could not keep the idempotency keys of a sealed file of the ingest log; it waits for the next flush.");
+                break;
+            }
+            if let Err(error) = log.remove(&file) {
+                tracing::error!(%error, file = %file.path.display(), "Could not remove a sealed file of the ingest log whose segment is written.");
+                break;
+            }
+        }
+        self.ledger.set_spill_bytes(self.state.spill_bytes().0);
+    }
+
+    /// Sums a sealed file per row and writes it as segment `id`: whether it fit.
+    fn segment_of(
+        &mut self,
+        file: &Sealed,
+        entries: Vec<IngestEntry>,
+        unread: u64,
+        id: SegmentId,
+        when: When,
+    ) -> io::Result<bool> {
+        if unread > 0 {
+            tracing::warn!(
+                lines = unread,
+                file = %file.path.display(),
+                "Lines of the ingest log did not read (the torn end of an append cut short by a crash, never answered): skipped."
+            );
+        }
+        // Keyed by (family, minute, series): every logged increment owes both tables.
+        let mut rows: HashMap<(FamilyId, u32, Box<[u8]>), Columns> = HashMap::new();
+        // Rows whose sum would overflow a column: a second row of the same key.
+        let mut more: Vec<(RowKey, Columns)> = Vec::new();
+        let (mut unplaced, mut unplaced_sum) = (0_u64, 0_i128);
+        for entry in entries {
+            let tags: Vec<(&str, &str)> = entry
+                .tags
+                .iter()
+                .map(|(k, v)| (k.as_str(), v.as_str()))
+                .collect();
+            let placed = self.engine.row_of(
+                &entry.name,
+                tags.as_slice(),
+                entry.delta,
+                Minute(entry.minute),
+            );
+            match placed {
+                Ok((key, columns)) => {
+                    match rows.entry((key.family(), entry.minute, key.into_series())) {
+                        Entry::Occupied(mut row) => {
+                            if !row.get_mut().checked_add(&columns) {
+                                let (family, minute, series) = row.key().clone();
+                                more.push((row_key(family, minute, series), columns));
+                            }
+                        }
+                        Entry::Vacant(row) => {
+                            row.insert(columns);
+                        }
+                    }
+                }
+                Err(_) => {
+                    unplaced += 1;
+                    unplaced_sum += i128::from(entry.delta);
+                }
+            }
+        }
+        let flush = FlushId {
+            incarnation: file.incarnation,
+            ..self.state.flush_id(file.seq)
+        };
+        let time = bucket::rfc3339(SystemTime::now());
+        let mut records: Vec<WriteRecord> = Vec::new();
+        let mut sums = [0_i128; 2];
+        let rows = rows
+            .into_iter()
+            .map(|((family, minute, series), columns)| (row_key(family, minute, series), columns));
+        for (request, (key, columns)) in rows.chain(more).enumerate() {
+            let row = Row {
+                columns,
+                requeued_since: 0,
+            };
+            let family = &self.families[usize::from(key.family().0)];
+            let source = RecordSource {
+                flush: &flush,
+                request: u32::try_from(request).unwrap_or(u32::MAX),
+                time: &time,
+            };
+            for (table, record) in held_records(&key, &row, family, source) {
+                sums[table.index()] += row.columns.sum();
+                records.push(record);
+            }
+        }
+        if !records.is_empty() && !self.state.spill_ingest(id, records.clone())? {
+            return Ok(false);
+        }
+        if unplaced > 0 {
+            // Logged under a configuration whose families the current one lacks.
+            self.engine.aggregator().stripe().record_dropped(
+                DropReason::Unconfigured,
+                unplaced,
+                unplaced_sum,
+            );
+            tracing::error!(
+                increments = unplaced,
+                delta_sum = %unplaced_sum,
+                "Increments of the ingest log no longer map to a family (the configuration changed since they were answered): dropped (counted in countersink_lines_dropped_total{{reason=\"unconfigured\"}})."
+            );
+        }
+        if file.incarnation == self.state.incarnation() {
+            // This process's own segment: its replay moves the rows from `spilled`, so they
+            // are accepted (as rows read back from the spill are) and spilled now. A segment
+            // of an earlier incarnation is accepted when it is replayed.
+            for table in Granularity::ALL {
+                let sum = sums[table.index()];
+                self.ledger.update(table, |s| {
+                    s.replayed += sum;
+                    s.spilled += sum;
+                });
+            }
+        }
+        if when == When::Running
+            && let Some(gate) = &mut self.ledger_gate
+        {
+            // Owed until replayed: reconcile must not repair these keys meanwhile.
+            gate.spilled(self.engine.families(), &records);
+        }
+        Ok(true)
+    }
+}
+
+/// The key of a logged increment's row: both tables, in its minute.
+fn row_key(family: FamilyId, minute: u32, series: Box<[u8]>) -> RowKey {
+    RowKey::new(family, Slot::Both(Minute(minute)), series)
+}

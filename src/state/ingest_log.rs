@@ -1,0 +1,747 @@
+//! The ingest log: increments of durable requests (the HTTP increment API with
+//! `ingest.http.durable`), on disk before their request is answered.
+//!
+//! # Files
+//!
+//! - `ingest.log`, the active file: one JSON line per increment ([`IngestEntry`]),
+//!   appended by the request handlers. A request's lines go out in one `write`; the
+//!   request is answered once an `fdatasync` covers them.
+//! - `ingest.<incarnation>.<seq>.sealed`: an active file a flush took (its fsync, then
+//!   a rename), waiting to become the spill segment `spill.<incarnation>.<seq>.jsonl`.
+//!   The flusher reserves the sequence number for it, so no flush of its own writes that
+//!   segment. At start, a leftover `ingest.log` is sealed under the new incarnation and
+//!   sequence 0, which no flush uses.
+//!
+//! A sealed file is summed per row and written as that segment whole (temporary file,
+//! fsync, rename); only then is it removed. A start that finds both knows the segment
+//! holds it and removes the file: each logged increment is in exactly one of the two.
+//! From the segment on, the spill's cursor and the journal carry it as they carry any
+//! spilled row (see [`super::spill`]).
+//!
+//! # Idempotency keys
+//!
+//! A durable request with an `Idempotency-Key` writes, after its increments and in the
+//! same append, a [`KeyLine`]: the key, its body's hash and the answer. When a sealed
+//! file is moved into the spill its key lines are carried to `ingest.keys.jsonl` (first
+//! line: the seed of the body hashes, made once per directory), which a start reads back
+//! with the key lines of the files not moved yet, keeping those inside the window (the
+//! newest `ingest.http.max_idempotency_keys`) and rewriting the file with them. So a key
+//! answered before a SIGKILL is answered again after the restart: a client's retry of a
+//! request whose answer it lost is not counted twice.
+//!
+//! # Group commit
+//!
+//! Appends take one lock for the `write` only; the fsync is taken by one request at a
+//! time, and covers every append made before it started, so concurrent requests share
+//! it. A request whose append a later sync (or a seal, which syncs first) covered
+//! returns without one.
+//!
+//! # Bound
+//!
+//! `state.max_ingest_log_bytes` bounds the active and sealed files together: a request
+//! that would pass it is refused before anything is written (the HTTP API answers 429),
+//! never dropped after it was answered.
+
+use std::fs::{self, File};
+use std::io::{self, BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+use parking_lot::Mutex;
+use serde::{Deserialize, Serialize};
+
+use super::private::{options, sync_dir};
+
+/// The active file's name.
+pub const ACTIVE: &str = "ingest.log";
+/// The answered idempotency keys carried out of moved sealed files.
+pub const KEYS: &str = "ingest.keys.jsonl";
+const SEALED_PREFIX: &str = "ingest.";
+const SEALED_SUFFIX: &str = ".sealed";
+
+/// One logged increment: what the request said, with the minute it was placed in when
+/// it was accepted (so a later start does not judge its time window again).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct IngestEntry {
+    /// The metric name.
+    #[serde(rename = "n")]
+    pub name: String,
+    /// The tags, in request order.
+    #[serde(rename = "t", default, skip_serializing_if = "Vec::is_empty")]
+    pub tags: Vec<(String, String)>,
+    /// The delta.
+    #[serde(rename = "d")]
+    pub delta: i64,
+    /// The minute it counts in (minutes since the Unix epoch).
+    #[serde(rename = "m")]
+    pub minute: u32,
+}
+
+impl IngestEntry {
+    /// Appends the entry's line to `out`.
+    pub fn write_line(
+        out: &mut Vec<u8>,
+        name: &str,
+        tags: &[(&str, &str)],
+        delta: i64,
+        minute: u32,
+    ) {
+        #[derive(Serialize)]
+        struct Line<'a> {
+            n: &'a str,
+            #[serde(skip_serializing_if = "<[_]>::is_empty")]
+            t: &'a [(&'a str, &'a str)],
+            d: i64,
+            m: u32,
+        }
+        let line = Line {
+            n: name,
+            t: tags,
+            d: delta,
+            m: minute,
+        };
+        // Serializing strings and integers into a Vec cannot fail.
+        if serde_json::to_writer(&mut *out, &line).is_ok() {
+            out.push(b'\n');
+        }
+    }
+}
+
+/// An answered `Idempotency-Key`, as the ingest log and `ingest.keys.jsonl` keep it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct KeyLine {
+    /// The key.
+    pub key: String,
+    /// The body's hash, with the directory's seed.
+    #[serde(rename = "h")]
+    pub body_hash: u64,
+    /// The answer's status.
+    #[serde(rename = "s")]
+    pub status: u16,
+    /// The answer's body.
+    #[serde(rename = "b")]
+    pub answer: String,
+    /// When it was answered, Unix seconds.
+    pub at: i64,
+}
+
+impl KeyLine {
+    /// Appends the key's line to `out`.
+    pub fn write_line(&self, out: &mut Vec<u8>) {
+        if serde_json::to_writer(&mut *out, self).is_ok() {
+            out.push(b'\n');
+        }
+    }
+}
+
+/// How long and how many answered keys are kept (`ingest.http.idempotency_window`,
+/// `ingest.http.max_idempotency_keys`).
+#[derive(Clone, Copy, Debug)]
+pub struct KeyRetention {
+    /// The window, in seconds.
+    pub window_secs: i64,
+    /// The most keys kept.
+    pub max_keys: usize,
+}
+
+/// One line of an ingest log file.
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum Line {
+    Entry(IngestEntry),
+    Key(KeyLine),
+}
+
+/// What a sealed file holds.
+#[derive(Debug, Default)]
+pub struct SealedContent {
+    /// The increments.
+    pub entries: Vec<IngestEntry>,
+    /// The answered keys.
+    pub keys: Vec<KeyLine>,
+    /// Lines that did not read (a torn last line of an append cut short by a crash,
+    /// never answered, or damage).
+    pub unread: u64,
+}
+
+/// A sealed file: the segment it becomes, and where it is.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Sealed {
+    /// The incarnation of the segment it becomes.
+    pub incarnation: u64,
+    /// The flush sequence of the segment it becomes.
+    pub seq: u64,
+    /// The file.
+    pub path: PathBuf,
+}
+
+/// Why a durable append was not made durable.
+#[derive(Debug, thiserror::Error)]
+pub enum AppendError {
+    /// The log would pass `state.max_ingest_log_bytes`; nothing was written.
+    #[error("the ingest log is full ({bytes} of {max} bytes)")]
+    Full {
+        /// Bytes the log holds.
+        bytes: u64,
+        /// The bound.
+        max: u64,
+    },
+    /// A write or sync failed: the request's increments may or may not be on disk.
+    #[error("the ingest log could not be written: {0}")]
+    Io(#[from] io::Error),
+    /// An earlier sync failed: after a failed fsync the file's state is unknown, so the
+    /// log takes nothing more until a restart.
+    #[error("the ingest log failed earlier and takes nothing more until a restart")]
+    Failed,
+}
+
+/// The ingest log of one state directory, shared by the request handlers (appends) and
+/// the flusher (seals).
+pub struct IngestLog {
+    dir: PathBuf,
+    max_bytes: u64,
+    active: Mutex<Active>,
+    /// Held by the one request (or seal) syncing; what the last sync covered.
+    synced: Mutex<Synced>,
+    /// Bytes of the sealed files.
+    sealed_bytes: AtomicU64,
+    /// Bytes of the active file.
+    active_bytes: AtomicU64,
+    failed: AtomicBool,
+    /// Fsyncs made (for the metrics).
+    syncs: AtomicU64,
+    /// The seed of the body hashes of idempotency keys.
+    seed: u64,
+    retention: KeyRetention,
+    /// Key lines in `ingest.keys.jsonl` (compacted past twice the bound).
+    key_lines: Mutex<usize>,
+    /// The keys a start read back, for the HTTP listener to take.
+    recovered: Mutex<Vec<KeyLine>>,
+}
+
+struct Active {
+    file: Arc<File>,
+    /// Bumped at each seal: an append of an earlier generation is in a sealed file,
+    /// synced by the seal.
+    generation: u64,
+    len: u64,
+}
+
+#[derive(Default)]
+struct Synced {
+    generation: u64,
+    upto: u64,
+}
+
+impl IngestLog {
+    /// Opens the log of `dir`: a leftover active file is sealed under `incarnation` and
+    /// sequence 0 (see the module doc), and a fresh one started; the answered keys still
+    /// inside `retention` are read back.
+    pub fn open(
+        dir: &Path,
+        max_bytes: u64,
+        incarnation: u64,
+        retention: KeyRetention,
+    ) -> io::Result<IngestLog> {
+        let active_path = dir.join(ACTIVE);
+        match fs::metadata(&active_path) {
+            Ok(meta) if meta.len() > 0 => {
+                fs::rename(&active_path, dir.join(sealed_name(incarnation, 0)))?;
+                sync_dir(dir)?;
+            }
+            Ok(_) => fs::remove_file(&active_path)?,
+            Err(error) if error.kind() == io::ErrorKind::NotFound => {}
+            Err(error) => return Err(error),
+        }
+        let file = create_active(dir)?;
+        let log = IngestLog {
+            dir: dir.to_owned(),
+            max_bytes,
+            active: Mutex::new(Active {
+                file: Arc::new(file),
+                generation: 0,
+                len: 0,
+            }),
+            synced: Mutex::new(Synced::default()),
+            sealed_bytes: AtomicU64::new(0),
+            active_bytes: AtomicU64::new(0),
+            failed: AtomicBool::new(false),
+            syncs: AtomicU64::new(0),
+            seed: 0,
+            retention,
+            key_lines: Mutex::new(0),
+            recovered: Mutex::new(Vec::new()),
+        };
+        let sealed = log.sealed()?;
+        let bytes: u64 = sealed
+            .iter()
+            .filter_map(|s| fs::metadata(&s.path).ok())
+            .map(|m| m.len())
+            .sum();
+        log.sealed_bytes.store(bytes, Ordering::Relaxed);
+        let (seed, mut keys) = read_keys(&dir.join(KEYS))?;
+        for file in &sealed {
+            keys.extend(read_sealed(&file.path)?.keys);
+        }
+        let log = IngestLog {
+            seed: seed.unwrap_or_else(|| fastrand::u64(..)),
+            ..log
+        };
+        let kept = retain(keys, retention, unix_now());
+        log.write_keys(&kept)?;
+        *log.recovered.lock() = kept;
+        Ok(log)
+    }
+
+    /// The seed of the idempotency keys' body hashes.
+    pub fn seed(&self) -> u64 {
+        self.seed
+    }
+
+    /// The answered keys a start read back (once).
+    pub fn take_recovered_keys(&self) -> Vec<KeyLine> {
+        std::mem::take(&mut *self.recovered.lock())
+    }
+
+    /// Appends the keys of a sealed file being moved into the spill to
+    /// `ingest.keys.jsonl`, synced (before the file is removed); rewrites the file with
+    /// only the keys inside the window once it holds twice the bound.
+    pub fn carry_keys(&self, keys: &[KeyLine]) -> io::Result<()> {
+        if keys.is_empty() {
+            return Ok(());
+        }
+        let mut lines = self.key_lines.lock();
+        let mut out = Vec::new();
+        for key in keys {
+            key.write_line(&mut out);
+        }
+        let mut file = options().append(true).open(self.dir.join(KEYS))?;
+        file.write_all(&out)?;
+        file.sync_data()?;
+        *lines += keys.len();
+        if *lines > 2 * self.retention.max_keys.max(1) {
+            let (_, all) = read_keys(&self.dir.join(KEYS))?;
+            let kept = retain(all, self.retention, unix_now());
+            drop(lines);
+            self.write_keys(&kept)?;
+        }
+        Ok(())
+    }
+
+    /// Replaces `ingest.keys.jsonl` with the seed and `keys`.
+    fn write_keys(&self, keys: &[KeyLine]) -> io::Result<()> {
+        let mut out = serde_json::to_vec(&serde_json::json!({ "seed": self.seed }))
+            .map_err(io::Error::other)?;
+        out.push(b'\n');
+        for key in keys {
+            key.write_line(&mut out);
+        }
+        super::private::write_atomically(&self.dir, &self.dir.join(KEYS), &out)?;
+        *self.key_lines.lock() = keys.len();
+        Ok(())
+    }
+
+    /// Bytes the active and sealed files hold.
+    pub fn bytes(&self) -> u64 {
+        self.sealed_bytes.load(Ordering::Relaxed) + self.active_bytes.load(Ordering::Relaxed)
+    }
+
+    /// The bound (`state.max_ingest_log_bytes`).
+    pub fn max_bytes(&self) -> u64 {
+        self.max_bytes
+    }
+
+    /// Fsyncs made so far.
+    pub fn syncs(&self) -> u64 {
+        self.syncs.load(Ordering::Relaxed)
+    }
+
+    /// Whether `more` bytes would pass the bound.
+    pub fn would_overflow(&self, more: u64) -> bool {
+        self.bytes().saturating_add(more) > self.max_bytes
+    }
+
+    /// Appends `lines` (whole [`IngestEntry`] lines) and returns once they are on disk.
+    /// Blocking: call it off the async workers.
+    pub fn append(&self, lines: &[u8]) -> Result<(), AppendError> {
+        if self.failed.load(Ordering::Relaxed) {
+            return Err(AppendError::Failed);
+        }
+        let (generation, end) = {
+            let mut active = self.active.lock();
+            let bytes = self.bytes();
+            let more = lines.len() as u64;
+            if bytes.saturating_add(more) > self.max_bytes {
+                return Err(AppendError::Full {
+                    bytes,
+                    max: self.max_bytes,
+                });
+            }
+            if let Err(error) = (&*active.file).write_all(lines) {
+                // Part of the lines may be in the file, without a newline at its end:
+                // the next append would glue onto it. Nothing more goes in.
+                self.failed.store(true, Ordering::Relaxed);
+                return Err(error.into());
+            }
+            active.len += more;
+            self.active_bytes.store(active.len, Ordering::Relaxed);
+            (active.generation, active.len)
+        };
+        self.sync_through(generation, end)
+    }
+
+    /// Returns once the append that ended at `end` of generation `generation` is synced:
+    /// by this call, or by one made since (see the module doc).
+    fn sync_through(&self, generation: u64, end: u64) -> Result<(), AppendError> {
+        let mut synced = self.synced.lock();
+        if synced.generation > generation || synced.upto >= end {
+            return Ok(());
+        }
+        let (file, now_generation, len) = {
+            let active = self.active.lock();
+            (Arc::clone(&active.file), active.generation, active.len)
+        };
+        if now_generation != generation {
+            // Sealed since: the seal synced it.
+            return Ok(());
+        }
+        if let Err(error) = file.sync_data() {
+            self.failed.store(true, Ordering::Relaxed);
+            return Err(error.into());
+        }
+        self.syncs.fetch_add(1, Ordering::Relaxed);
+        synced.generation = generation;
+        synced.upto = len;
+        Ok(())
+    }
+
+    /// Seals the active file as the segment-to-be `(incarnation, seq)` (nothing when it
+    /// is empty) and starts a new one; returns whether it sealed.
+    pub fn seal(&self, incarnation: u64, seq: u64) -> io::Result<bool> {
+        let mut synced = self.synced.lock();
+        let mut active = self.active.lock();
+        if active.len == 0 {
+            return Ok(false);
+        }
+        active.file.sync_data()?;
+        self.syncs.fetch_add(1, Ordering::Relaxed);
+        fs::rename(
+            self.dir.join(ACTIVE),
+            self.dir.join(sealed_name(incarnation, seq)),
+        )?;
+        // The new file's creation and the rename reach the disk with one directory sync.
+        let file = create_active(&self.dir)?;
+        self.sealed_bytes.fetch_add(active.len, Ordering::Relaxed);
+        active.file = Arc::new(file);
+        active.generation += 1;
+        active.len = 0;
+        self.active_bytes.store(0, Ordering::Relaxed);
+        synced.generation = active.generation;
+        synced.upto = 0;
+        Ok(true)
+    }
+
+    /// The sealed files, oldest first.
+    pub fn sealed(&self) -> io::Result<Vec<Sealed>> {
+        let mut sealed = Vec::new();
+        for entry in fs::read_dir(&self.dir)? {
+            let entry = entry?;
+            let name = entry.file_name();
+            if let Some((incarnation, seq)) = parse_sealed(&name.to_string_lossy()) {
+                sealed.push(Sealed {
+                    incarnation,
+                    seq,
+                    path: entry.path(),
+                });
+            }
+        }
+        sealed.sort();
+        Ok(sealed)
+    }
+
+    /// Removes a sealed file once its segment is on disk.
+    pub fn remove(&self, sealed: &Sealed) -> io::Result<()> {
+        let bytes = fs::metadata(&sealed.path).map(|m| m.len()).unwrap_or(0);
+        fs::remove_file(&sealed.path)?;
+        sync_dir(&self.dir)?;
+        let _ = self
+            .sealed_bytes
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |b| {
+                Some(b.saturating_sub(bytes))
+            });
+        Ok(())
+    }
+}
+
+/// Whether `dir` holds an ingest log (an active file with anything in it, or a sealed
+/// file): a start must move it into the spill even with no durable listener.
+pub fn present(dir: &Path) -> io::Result<bool> {
+    for entry in fs::read_dir(dir)? {
+        let entry = entry?;
+        let name = entry.file_name();
+        let name = name.to_string_lossy();
+        if parse_sealed(&name).is_some() || name == ACTIVE && entry.metadata()?.len() > 0 {
+            return Ok(true);
+        }
+    }
+    Ok(false)
+}
+
+/// What a sealed file holds.
+pub fn read_sealed(path: &Path) -> io::Result<SealedContent> {
+    let mut content = SealedContent::default();
+    let mut reader = BufReader::new(File::open(path)?);
+    let mut line = Vec::new();
+    loop {
+        line.clear();
+        if reader.read_until(b'\n', &mut line)? == 0 {
+            break;
+        }
+        match line.last() {
+            Some(b'\n') => match serde_json::from_slice::<Line>(&line[..line.len() - 1]) {
+                Ok(Line::Entry(entry)) => content.entries.push(entry),
+                Ok(Line::Key(key)) => content.keys.push(key),
+                Err(_) => content.unread += 1,
+            },
+            _ => content.unread += 1,
+        }
+    }
+    Ok(content)
+}
+
+/// The seed and the key lines of `ingest.keys.jsonl` (none when it is missing; an
+/// unreadable line is skipped: a key lost makes a retry count again, it never loses an
+/// increment).
+fn read_keys(path: &Path) -> io::Result<(Option<u64>, Vec<KeyLine>)> {
+    let text = match fs::read(path) {
+        Ok(text) => text,
+        Err(error) if error.kind() == io::ErrorKind::NotFound => return Ok((None, Vec::new())),
+        Err(error) => return Err(error),
+    };
+    let mut lines = text.split(|b| *b == b'\n').filter(|l| !l.is_empty());
+    #[derive(Deserialize)]
+    struct Header {
+        seed: u64,
+    }
+    let seed = lines
+        .next()
+        .and_then(|l| serde_json::from_slice::<Header>(l).ok())
+        .map(|h| h.seed);
+    let keys = lines
+        .filter_map(|l| serde_json::from_slice::<KeyLine>(l).ok())
+        .collect();
+    Ok((seed, keys))
+}
+
+/// The keys still inside the window at `now`, the newest answer of each, at most the
+/// newest `max_keys`, oldest first.
+fn retain(mut keys: Vec<KeyLine>, retention: KeyRetention, now: i64) -> Vec<KeyLine> {
+    keys.retain(|k| now.saturating_sub(k.at) < retention.window_secs);
+    keys.sort_by_key(|k| k.at);
+    let mut seen = std::collections::HashSet::new();
+    let mut newest_first: Vec<KeyLine> = keys
+        .into_iter()
+        .rev()
+        .filter(|k| seen.insert(k.key.clone()))
+        .take(retention.max_keys)
+        .collect();
+    newest_first.reverse();
+    newest_first
+}
+
+/// Now, Unix seconds.
+pub fn unix_now() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs() as i64)
+}
+
+fn create_active(dir: &Path) -> io::Result<File> {
+    let file = options()
+        .create(true)
+        .append(true)
+        .truncate(false)
+        .open(dir.join(ACTIVE))?;
+    sync_dir(dir)?;
+    Ok(file)
+}
+
+fn sealed_name(incarnation: u64, seq: u64) -> String {
+    format!("{SEALED_PREFIX}{incarnation:010}.{seq:012}{SEALED_SUFFIX}")
+}
+
+fn parse_sealed(name: &str) -> Option<(u64, u64)> {
+    let rest = name
+        .strip_prefix(SEALED_PREFIX)?
+        .strip_suffix(SEALED_SUFFIX)?;
+    let (incarnation, seq) = rest.split_once('.')?;
+    Some((incarnation.parse().ok()?, seq.parse().ok()?))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const RETENTION: KeyRetention = KeyRetention {
+        window_secs: 600,
+        max_keys: 4,
+    };
+
+    fn line(name: &str, delta: i64) -> Vec<u8> {
+        let mut out = Vec::new();
+        IngestEntry::write_line(&mut out, name, &[("k", "v")], delta, 7);
+        out
+    }
+
+    #[test]
+    fn appends_are_read_back_from_the_sealed_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = IngestLog::open(dir.path(), 1 << 20, 3, RETENTION).unwrap();
+        log.append(&line("a", 1)).unwrap();
+        log.append(&line("b", -2)).unwrap();
+        assert!(log.seal(3, 9).unwrap());
+        assert!(
+            !log.seal(3, 10).unwrap(),
+            "an empty active file is not sealed"
+        );
+        let sealed = log.sealed().unwrap();
+        assert_eq!(sealed.len(), 1);
+        assert_eq!((sealed[0].incarnation, sealed[0].seq), (3, 9));
+        let SealedContent {
+            entries, unread, ..
+        } = read_sealed(&sealed[0].path).unwrap();
+        assert_eq!(unread, 0);
+        assert_eq!(
+            entries
+                .iter()
+                .map(|e| (e.name.as_str(), e.delta))
+                .collect::<Vec<_>>(),
+            [("a", 1), ("b", -2)]
+        );
+        assert_eq!(entries[0].tags, [("k".to_owned(), "v".to_owned())]);
+        assert_eq!(entries[0].minute, 7);
+        log.remove(&sealed[0]).unwrap();
+        assert_eq!(log.bytes(), 0);
+    }
+
+    #[test]
+    fn a_full_log_refuses_before_writing() {
+        let dir = tempfile::tempdir().unwrap();
+        let one = line("a", 1);
+        let log = IngestLog::open(dir.path(), one.len() as u64 * 2, 1, RETENTION).unwrap();
+        log.append(&one).unwrap();
+        log.append(&one).unwrap();
+        assert!(matches!(log.append(&one), Err(AppendError::Full { .. })));
+        assert_eq!(
+            fs::metadata(dir.path().join(ACTIVE)).unwrap().len(),
+            2 * one.len() as u64
+        );
+        // Sealed files count against the bound until they are removed.
+        log.seal(1, 1).unwrap();
+        assert!(matches!(log.append(&one), Err(AppendError::Full { .. })));
+    }
+
+    #[test]
+    fn a_leftover_active_file_is_sealed_at_start_and_a_torn_line_is_counted() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let log = IngestLog::open(dir.path(), 1 << 20, 1, RETENTION).unwrap();
+            log.append(&line("a", 5)).unwrap();
+        }
+        let mut torn = fs::OpenOptions::new()
+            .append(true)
+            .open(dir.path().join(ACTIVE))
+            .unwrap();
+        torn.write_all(b"{\"n\":\"b\",\"d\"").unwrap();
+        let log = IngestLog::open(dir.path(), 1 << 20, 2, RETENTION).unwrap();
+        let sealed = log.sealed().unwrap();
+        assert_eq!(
+            sealed
+                .iter()
+                .map(|s| (s.incarnation, s.seq))
+                .collect::<Vec<_>>(),
+            [(2, 0)]
+        );
+        let content = read_sealed(&sealed[0].path).unwrap();
+        assert_eq!(
+            (
+                content.entries.len(),
+                content.entries[0].delta,
+                content.unread
+            ),
+            (1, 5, 1)
+        );
+        assert!(log.bytes() > 0);
+    }
+
+    #[test]
+    fn concurrent_appends_share_syncs_and_all_land() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = Arc::new(IngestLog::open(dir.path(), 1 << 24, 1, RETENTION).unwrap());
+        let threads: Vec<_> = (0..8)
+            .map(|t| {
+                let log = Arc::clone(&log);
+                std::thread::spawn(move || {
+                    for i in 0..50 {
+                        log.append(&line(&format!("t{t}"), i)).unwrap();
+                    }
+                })
+            })
+            .collect();
+        for thread in threads {
+            thread.join().unwrap();
+        }
+        assert!(log.syncs() <= 400, "never more than one sync per append");
+        log.seal(1, 1).unwrap();
+        let content = read_sealed(&log.sealed().unwrap()[0].path).unwrap();
+        assert_eq!((content.entries.len(), content.unread), (400, 0));
+        let sum: i64 = content.entries.iter().map(|e| e.delta).sum();
+        assert_eq!(sum, 8 * (0..50).sum::<i64>());
+    }
+
+    fn key(name: &str, at: i64) -> KeyLine {
+        KeyLine {
+            key: name.into(),
+            body_hash: 42,
+            status: 200,
+            answer: format!("{{\"accepted\":{at}}}"),
+            at,
+        }
+    }
+
+    #[test]
+    fn answered_keys_outlive_a_restart_within_the_window_and_the_bound() {
+        let dir = tempfile::tempdir().unwrap();
+        let now = unix_now();
+        let seed = {
+            let log = IngestLog::open(dir.path(), 1 << 20, 1, RETENTION).unwrap();
+            // Carried out of a moved file: an old key, one inside the window, and keys
+            // past the bound.
+            log.carry_keys(&[key("expired", now - 601), key("a", now - 10)])
+                .unwrap();
+            for i in 0..4 {
+                log.carry_keys(&[key(&format!("b{i}"), now - 5 + i)])
+                    .unwrap();
+            }
+            // Still in the active file when the process dies: written with its request.
+            let mut lines = line("x", 1);
+            key("in-log", now).write_line(&mut lines);
+            key("a", now - 1).write_line(&mut lines);
+            log.append(&lines).unwrap();
+            log.seed()
+        };
+        let log = IngestLog::open(dir.path(), 1 << 20, 2, RETENTION).unwrap();
+        assert_eq!(log.seed(), seed, "the seed is kept with the keys");
+        let keys = log.take_recovered_keys();
+        let names: Vec<&str> = keys.iter().map(|k| k.key.as_str()).collect();
+        // The newest four, oldest first, each once (`a` with its later answer).
+        assert_eq!(names, ["b2", "b3", "a", "in-log"], "{keys:?}");
+        assert_eq!(keys[2].at, now - 1);
+        assert!(log.take_recovered_keys().is_empty(), "taken once");
+        // The file was rewritten with what was kept.
+        let (_, on_disk) = read_keys(&dir.path().join(KEYS)).unwrap();
+        assert_eq!(on_disk, keys);
+    }
+}
