@@ -62,7 +62,9 @@ pub(crate) fn day() -> Day {
     Day((AT / 86_400) as u32)
 }
 
-async fn settle(writer: &mut Writer) {
+/// Flushes until the aggregator and the exact ledger hold nothing more (two seconds at
+/// most), so what the writer was fed is all in the store.
+pub(crate) async fn settle(writer: &mut Writer) {
     for _ in 0..40 {
         if writer.engine.aggregator().pending_rows() == 0
             && writer.ledger.exact_ledger().held_rows == 0
