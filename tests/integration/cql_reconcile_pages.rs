@@ -5,30 +5,16 @@
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Duration;
 
 use countersink::family::Families;
 use countersink::ops::keyindex::key_values;
 use countersink::ops::reconcile::gather::{BucketReader, LedgerSums};
 
 use crate::common::{T0, Writer, start_store};
-use crate::cql_reconcile::{day, exact_config};
+use crate::cql_reconcile::{day, exact_config, settle};
 
 /// 2026-11-30 22:48Z, the first of five minutes of traffic, on the day `day()` names.
 const AT: i64 = T0 - 3600 - 600;
-
-async fn settle(writer: &mut Writer) {
-    for _ in 0..40 {
-        if writer.engine.aggregator().pending_rows() == 0
-            && writer.ledger.exact_ledger().held_rows == 0
-        {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-        writer.flusher.flush_now().await;
-    }
-    panic!("still pending");
-}
 
 /// Seven keys counted in five minutes, one flush per minute (five ledger rows per key,
 /// one key with a decrement), all in one ledger bucket: read with one row a page, three,

@@ -5,18 +5,14 @@
 use countersink::bucket::Day;
 use countersink::ops::reconcile::{self, Options, Report};
 
-use crate::common::{run_cli, start_cqlsim};
-use crate::cql_reconcile::{day, exact_config, streamed_plan, write_plan};
+use crate::common::run_cli;
+use crate::cql_reconcile::{day, start_streamed, streamed_plan, write_plan};
 
+/// A run over `day`, or over its part `slice` (index, count).
 fn options(day: Day, slice: Option<(u16, u16)>) -> Options {
     Options {
-        day,
-        tags: Vec::new(),
-        threshold: 0.0,
-        now_unix_secs: countersink::bucket::unix_secs(std::time::SystemTime::now()),
-        concurrency: 16,
-        max_listed: reconcile::MAX_LISTED,
         slice,
+        ..crate::cql_reconcile::run_options(day, 16)
     }
 }
 
@@ -46,15 +42,7 @@ fn merge(files: &[std::path::PathBuf]) -> (Option<i32>, Vec<Report>, String) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_parts_of_a_day_merge_into_the_single_runs_report() {
     let dir = tempfile::tempdir().unwrap();
-    let mut config = exact_config(dir.path());
-    config.generic.exact = true;
-    config.key_index.enabled = true;
-    let store = start_cqlsim(&mut config, "writes a day's rows in process").await;
-    let session = std::sync::Arc::new(
-        countersink::sink::cql::session::connect(&config.store)
-            .await
-            .unwrap(),
-    );
+    let (config, store, session) = start_streamed(dir.path()).await;
     let day = Day(day().0 - 5);
     write_plan(store.sim(), &config, day, &streamed_plan());
     assert_eq!(reconcile::slices(&config), 16);

@@ -1,6 +1,8 @@
+use super::write::PREALLOCATED;
 use super::*;
 use crate::aggregate::Columns;
-use crate::sink::RowDelta;
+use crate::sink::{PartitionWrite, RowDelta};
+use crate::state::ids::{Cursor, SegmentId};
 use crate::vocabulary::FamilyId;
 
 fn write(series: &str, deltas: &[i64]) -> PartitionWrite {

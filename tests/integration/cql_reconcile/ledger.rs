@@ -15,8 +15,7 @@ async fn two_writers_sharing_a_writer_id_keep_both_ledger_rows() {
     let mut config_a = exact_config(dir_a.path());
     config_a.state.writer_id = Some("shared".to_owned());
     let store = start_store(&mut config_a).await;
-    let mut config_b = config_a.clone();
-    config_b.state.dir = dir_b.path().to_owned();
+    let config_b = beside(&config_a, dir_b.path());
     let mut writer_a = Writer::start(&config_a).await;
     let mut writer_b = Writer::start(&config_b).await;
     for (writer, delta) in [(&mut writer_a, 2), (&mut writer_b, 5)] {
@@ -53,8 +52,7 @@ async fn a_repair_waits_for_a_writer_whose_spill_still_owes_the_day() {
     let (dir_a, dir_b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
     let mut config_a = exact_config(dir_a.path());
     let store = start_cqlsim(&mut config_a, "injects Unavailable on the counter tables").await;
-    let mut config_b = config_a.clone();
-    config_b.state.dir = dir_b.path().to_owned();
+    let config_b = beside(&config_a, dir_b.path());
     let pages = ["p1", "p2", "p3", "p4"];
     let mut writer_a = Writer::start(&config_a).await;
     for page in pages {
@@ -82,16 +80,7 @@ async fn a_repair_waits_for_a_writer_whose_spill_still_owes_the_day() {
 
     let file = dir_a.path().join("countersink.toml");
     write_exact_config(&store, &file);
-    let repair = || {
-        run_cli([
-            "reconcile".to_owned(),
-            "--config".into(),
-            file.display().to_string(),
-            "--day".into(),
-            format_date(day().date()),
-            "--repair".into(),
-        ])
-    };
+    let repair = || reconcile_cli(&file, &["--repair"]);
     let refused = repair();
     let stderr = String::from_utf8_lossy(&refused.stderr).into_owned();
     assert_eq!(refused.status.code(), Some(2), "{stderr}");
@@ -165,16 +154,7 @@ async fn a_closed_total_beyond_i64_is_refused_not_clamped() {
     }
     let file = dir.path().join("countersink.toml");
     write_exact_config(&store, &file);
-    let out = run_cli([
-        "reconcile".to_owned(),
-        "--config".into(),
-        file.display().to_string(),
-        "--day".into(),
-        format_date(day().date()),
-        "--close".into(),
-        "--threshold".into(),
-        "1.0".into(),
-    ]);
+    let out = reconcile_cli(&file, &["--close", "--threshold", "1.0"]);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(3), "{stderr}");
     let total = 2 * i128::from(i64::MAX);
@@ -203,16 +183,7 @@ async fn a_closed_total_beyond_i64_is_refused_not_clamped() {
     assert_eq!(totals["views"], 3);
 
     // Its correction (`+2 * i64::MAX`) cannot be one counter write: listed, not sent.
-    let out = run_cli([
-        "reconcile".to_owned(),
-        "--config".into(),
-        file.display().to_string(),
-        "--day".into(),
-        format_date(day().date()),
-        "--repair".into(),
-        "--threshold".into(),
-        "1.0".into(),
-    ]);
+    let out = reconcile_cli(&file, &["--repair", "--threshold", "1.0"]);
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert_eq!(out.status.code(), Some(3), "{stdout}");
     assert!(

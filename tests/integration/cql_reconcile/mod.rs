@@ -5,8 +5,9 @@
 //! verdict matches what its request log says it applied, and a repair undoes unknown
 //! writes that did not apply.
 //!
-//! Shared here: the exact configuration, the closed day, settling a writer and
-//! running reconcile in process; the tests, by topic, in the modules below.
+//! Shared here: the exact configuration, the closed day, a second writer's
+//! configuration, settling a writer, and running reconcile in process or as the binary;
+//! the tests, by topic, in the modules below.
 
 use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
@@ -27,7 +28,7 @@ mod repair;
 mod streamed;
 mod unknown_requests;
 
-pub(crate) use self::streamed::{streamed_plan, write_plan};
+pub(crate) use self::streamed::{start_streamed, streamed_plan, write_plan};
 
 /// The opcode of a successful answer (CQL v4 RESULT).
 const RESULT: u8 = 0x08;
@@ -58,11 +59,35 @@ fn write_exact_config(store: &Store, file: &std::path::Path) {
     std::fs::write(file, store.config_file(&toml::to_string(&example).unwrap())).unwrap();
 }
 
+/// Runs `countersink reconcile --config FILE --day DAY EXTRA...` on the closed day, with
+/// `file` as [`write_exact_config`] wrote it.
+fn reconcile_cli(file: &std::path::Path, extra: &[&str]) -> std::process::Output {
+    let mut args = vec![
+        "reconcile".to_owned(),
+        "--config".into(),
+        file.display().to_string(),
+        "--day".into(),
+        format_date(day().date()),
+    ];
+    args.extend(extra.iter().map(|a| (*a).to_owned()));
+    run_cli(args)
+}
+
+/// The configuration of a second writer beside `config`'s: the same settings and store,
+/// its own state directory `dir` (another host, or a fresh one).
+fn beside(config: &Config, dir: &std::path::Path) -> Config {
+    let mut other = config.clone();
+    other.state.dir = dir.to_owned();
+    other
+}
+
 pub(crate) fn day() -> Day {
     Day((AT / 86_400) as u32)
 }
 
-async fn settle(writer: &mut Writer) {
+/// Flushes until the aggregator and the exact ledger hold nothing more (about two
+/// seconds at most), so what the writer was fed is all in the store.
+pub(crate) async fn settle(writer: &mut Writer) {
     for _ in 0..40 {
         if writer.engine.aggregator().pending_rows() == 0
             && writer.ledger.exact_ledger().held_rows == 0
@@ -75,18 +100,24 @@ async fn settle(writer: &mut Writer) {
     panic!("still pending");
 }
 
-async fn run_reconcile(writer: &Writer, config: &Config) -> Report {
-    let families = countersink::family::Families::from_config(config).unwrap();
-    let family = families.by_name("views").unwrap();
-    let options = Options {
-        day: day(),
+/// A whole run over `day`, `concurrency` reads at once, every key that is not ok listed,
+/// no threshold, no tag filter.
+pub(crate) fn run_options(day: Day, concurrency: usize) -> Options {
+    Options {
+        day,
         tags: Vec::new(),
         threshold: 0.0,
         now_unix_secs: countersink::bucket::unix_secs(std::time::SystemTime::now()),
-        concurrency: 8,
+        concurrency,
         max_listed: reconcile::MAX_LISTED,
         slice: None,
-    };
+    }
+}
+
+async fn run_reconcile(writer: &Writer, config: &Config) -> Report {
+    let families = countersink::family::Families::from_config(config).unwrap();
+    let family = families.by_name("views").unwrap();
+    let options = run_options(day(), 8);
     reconcile::reconcile(&writer.session, config, family, &options, &|_| {})
         .await
         .expect("reconcile")

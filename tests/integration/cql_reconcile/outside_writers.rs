@@ -23,19 +23,7 @@ async fn an_outside_writer_is_the_one_unexplained_key_and_fails_the_run() {
     settle(&mut writer).await;
     let file = dir.path().join("countersink.toml");
     write_exact_config(&store, &file);
-    let day_text = format_date(day().date());
-    let args = |format: &str| {
-        vec![
-            "reconcile".to_owned(),
-            "--config".into(),
-            file.display().to_string(),
-            "--day".into(),
-            day_text.clone(),
-            "--format".into(),
-            format.into(),
-        ]
-    };
-    let out = run_cli(args("text"));
+    let out = reconcile_cli(&file, &["--format", "text"]);
     let text = String::from_utf8_lossy(&out.stdout);
     assert_eq!(
         out.status.code(),
@@ -53,7 +41,7 @@ async fn an_outside_writer_is_the_one_unexplained_key_and_fails_the_run() {
             config.families[0].minute_table
         ))
         .await;
-    let out = run_cli(args("json"));
+    let out = reconcile_cli(&file, &["--format", "json"]);
     assert_eq!(
         out.status.code(),
         Some(3),
@@ -70,9 +58,8 @@ async fn an_outside_writer_is_the_one_unexplained_key_and_fails_the_run() {
     assert_eq!(unexplained[0]["drift"]["views"], 7);
     assert_eq!(reports[0]["summary"]["drift_unexplained"], 7);
     // A threshold above 7 / exact accepts it.
-    let mut lenient = args("text");
-    lenient.extend(["--threshold".to_owned(), "1.0".to_owned()]);
-    assert_eq!(run_cli(lenient).status.code(), Some(0));
+    let lenient = reconcile_cli(&file, &["--format", "text", "--threshold", "1.0"]);
+    assert_eq!(lenient.status.code(), Some(0));
     store.shutdown().await;
 }
 

@@ -101,17 +101,7 @@ async fn repair_scenario(
     let file = dir.join("countersink.toml");
     write_exact_config(store, &file);
     let day_text = format_date(day().date());
-    let cli = |extra: &[&str]| {
-        let mut args = vec![
-            "reconcile".to_owned(),
-            "--config".into(),
-            file.display().to_string(),
-            "--day".into(),
-            day_text.clone(),
-        ];
-        args.extend(extra.iter().map(|a| a.to_string()));
-        run_cli(args)
-    };
+    let cli = |extra: &[&str]| reconcile_cli(&file, extra);
     let dry = cli(&["--repair", "--dry-run"]);
     assert_eq!(
         dry.status.code(),

@@ -1,4 +1,10 @@
-//! A streamed run over many slices counts every key once; the plan of keys it checks against, written straight into cqlsim (also used by `reconcile_slices`).
+//! A streamed run over many slices counts every key once; the plan of keys it checks
+//! against, written straight into cqlsim, and the store it is written to (also used by
+//! `reconcile_slices`).
+
+use std::sync::Arc;
+
+use scylla::client::session::Session;
 
 use super::*;
 
@@ -43,6 +49,21 @@ pub(crate) fn streamed_plan() -> Vec<Planned> {
         .collect()
 }
 
+/// The configuration, cqlsim and a session for a plan written straight into the store:
+/// the generic family exact, the key index on, the writer's state in `state`.
+pub(crate) async fn start_streamed(state: &std::path::Path) -> (Config, Store, Arc<Session>) {
+    let mut config = exact_config(state);
+    config.generic.exact = true;
+    config.key_index.enabled = true;
+    let store = start_cqlsim(&mut config, "writes a day's rows in process").await;
+    let session = Arc::new(
+        countersink::sink::cql::session::connect(&config.store)
+            .await
+            .unwrap(),
+    );
+    (config, store, session)
+}
+
 /// Writes `plan` for `day` straight into cqlsim, bucketed as `config` says.
 pub(crate) fn write_plan(sim: &cqlsim::Server, config: &Config, day: Day, plan: &[Planned]) {
     let families = countersink::family::Families::from_config(config).unwrap();
@@ -85,15 +106,7 @@ pub(crate) fn write_plan(sim: &cqlsim::Server, config: &Config, day: Day, plan: 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_streamed_run_counts_every_key_of_every_slice_once() {
     let dir = tempfile::tempdir().unwrap();
-    let mut config = exact_config(dir.path());
-    config.generic.exact = true;
-    config.key_index.enabled = true;
-    let store = start_cqlsim(&mut config, "writes a day's rows in process").await;
-    let session = std::sync::Arc::new(
-        countersink::sink::cql::session::connect(&config.store)
-            .await
-            .unwrap(),
-    );
+    let (config, store, session) = start_streamed(dir.path()).await;
     let plan = streamed_plan();
     let mut index_7 = config.clone();
     index_7.key_index.buckets = 7;
@@ -119,15 +132,7 @@ async fn a_streamed_run_counts_every_key_of_every_slice_once() {
             .map(|k| (k.counter.unwrap_or(0) - k.ledger.unwrap_or(0)).abs() as i128)
             .sum();
         let families = countersink::family::Families::from_config(case).unwrap();
-        let mut options = Options {
-            day,
-            tags: Vec::new(),
-            threshold: 0.0,
-            now_unix_secs: countersink::bucket::unix_secs(std::time::SystemTime::now()),
-            concurrency: 16,
-            max_listed: reconcile::MAX_LISTED,
-            slice: None,
-        };
+        let mut options = run_options(day, 16);
         let generic = families.by_name("generic").unwrap();
         let report = reconcile::reconcile(&session, case, generic, &options, &|_| {})
             .await

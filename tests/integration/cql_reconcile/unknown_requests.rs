@@ -2,6 +2,53 @@
 
 use super::*;
 
+/// A writer whose store sits behind a fault proxy, and the minute table whose writes the
+/// proxy swallows.
+struct Proxied {
+    config: Config,
+    store: Store,
+    proxy: FaultProxy,
+    minute_table: String,
+    writer: Writer,
+}
+
+impl Proxied {
+    /// Starts the store, the proxy in front of it and a writer through the proxy, its
+    /// state in `state`.
+    async fn start(state: &std::path::Path) -> Proxied {
+        let mut config = exact_config(state);
+        // The client timeout that makes a swallowed write unknown; no real answer comes
+        // near it.
+        config.store.request_timeout = Duration::from_secs(1);
+        let store = start_store(&mut config).await;
+        let proxy = FaultProxy::start(store.contact_point()).await;
+        config.store.contact_points = vec![proxy.addr()];
+        let minute_table = config.families[0].minute_table.clone();
+        let writer = Writer::start(&config).await;
+        Proxied {
+            config,
+            store,
+            proxy,
+            minute_table,
+            writer,
+        }
+    }
+
+    /// Counts each of `writes` on `page` at `AT` in a flush of its own whose minute write
+    /// the proxy swallows as given (the answer: applied but unknown; the request: not
+    /// applied), then lets everything through and settles the writer.
+    async fn unknown_writes(&mut self, page: &str, writes: &[(Swallow, i64)]) {
+        for &(swallow, delta) in writes {
+            self.proxy.swallow(&self.minute_table, swallow, 1);
+            self.writer
+                .incr("page.views", &[("page_id", page)], delta, AT);
+            self.writer.flusher.flush_now().await;
+        }
+        self.proxy.clear();
+        settle(&mut self.writer).await;
+    }
+}
+
 /// Issue test 7, on any store: two +5 writes to one minute row made unknown by the
 /// fault proxy in front of the store, the first applied (its answer lost), the second not
 /// (the request lost); a drift of -5: `ambiguous`, not `resolved`, and explained; the day
@@ -9,26 +56,16 @@ use super::*;
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_equal_unknown_requests_are_ambiguous() {
     let dir = tempfile::tempdir().unwrap();
-    let mut config = exact_config(dir.path());
-    // The client timeout that makes a swallowed write unknown; no real answer comes
-    // near it.
-    config.store.request_timeout = Duration::from_secs(1);
-    let store = start_store(&mut config).await;
-    let proxy = FaultProxy::start(store.contact_point()).await;
-    config.store.contact_points = vec![proxy.addr()];
-    let minute_table = config.families[0].minute_table.clone();
-    let mut writer = Writer::start(&config).await;
-    for swallow in [Swallow::Answer, Swallow::Request] {
-        proxy.swallow(&minute_table, swallow, 1);
-        writer.incr("page.views", &[("page_id", "a")], 5, AT);
-        writer.flusher.flush_now().await;
-    }
-    proxy.clear();
-    settle(&mut writer).await;
-    let swallowed = proxy.log();
+    let mut proxied = Proxied::start(dir.path()).await;
+    proxied
+        .unknown_writes("a", &[(Swallow::Answer, 5), (Swallow::Request, 5)])
+        .await;
+    let swallowed = proxied.proxy.log();
     assert_eq!(swallowed.len(), 2, "{swallowed:?}");
     assert!(
-        swallowed.iter().all(|s| s.query.contains(&minute_table)),
+        swallowed
+            .iter()
+            .all(|s| s.query.contains(&proxied.minute_table)),
         "{swallowed:?}"
     );
     assert_eq!(
@@ -37,8 +74,8 @@ async fn two_equal_unknown_requests_are_ambiguous() {
         "the store applied the write whose answer was dropped"
     );
     assert_eq!(swallowed[1].swallow, Swallow::Request);
-    assert_eq!(writer.accounting().minute.unknown, 10);
-    let report = run_reconcile(&writer, &config).await;
+    assert_eq!(proxied.writer.accounting().minute.unknown, 10);
+    let report = run_reconcile(&proxied.writer, &proxied.config).await;
     let a: Vec<_> = report.keys.iter().filter(|k| k.key == ["a"]).collect();
     let minute = a.iter().find(|k| k.granularity == "minute").unwrap();
     assert_eq!(minute.status, Status::Ambiguous, "{minute:?}");
@@ -61,7 +98,7 @@ async fn two_equal_unknown_requests_are_ambiguous() {
         report.passes(),
         "ambiguous drift is explained, not a failure"
     );
-    store.shutdown().await;
+    proxied.store.shutdown().await;
 }
 
 /// Issue test 7's resolvable twin, on any store: one +5 write made unknown and applied,
@@ -70,22 +107,13 @@ async fn two_equal_unknown_requests_are_ambiguous() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn distinct_unknown_requests_are_resolved() {
     let dir = tempfile::tempdir().unwrap();
-    let mut config = exact_config(dir.path());
-    config.store.request_timeout = Duration::from_secs(1);
-    let store = start_store(&mut config).await;
-    let proxy = FaultProxy::start(store.contact_point()).await;
-    config.store.contact_points = vec![proxy.addr()];
-    let minute_table = config.families[0].minute_table.clone();
-    let mut writer = Writer::start(&config).await;
-    for (swallow, delta) in [(Swallow::Answer, 5), (Swallow::Request, 3)] {
-        proxy.swallow(&minute_table, swallow, 1);
-        writer.incr("page.views", &[("page_id", "b")], delta, AT);
-        writer.flusher.flush_now().await;
-    }
-    proxy.clear();
-    settle(&mut writer).await;
-    assert_eq!(proxy.log().len(), 2);
-    let report = run_reconcile(&writer, &config).await;
+    let mut proxied = Proxied::start(dir.path()).await;
+    proxied
+        .unknown_writes("b", &[(Swallow::Answer, 5), (Swallow::Request, 3)])
+        .await;
+    assert_eq!(proxied.proxy.log().len(), 2);
+    let (writer, config) = (&proxied.writer, &proxied.config);
+    let report = run_reconcile(writer, config).await;
     let minute = report
         .keys
         .iter()
@@ -113,30 +141,25 @@ async fn distinct_unknown_requests_are_resolved() {
 
     // A run that lists no key still resolves its requests, and `--resolve` writes them:
     // a later run counts them as known.
-    let families = countersink::family::Families::from_config(&config).unwrap();
+    let families = countersink::family::Families::from_config(config).unwrap();
     let mut options = Options {
-        day: day(),
-        tags: Vec::new(),
-        threshold: 0.0,
-        now_unix_secs: countersink::bucket::unix_secs(std::time::SystemTime::now()),
-        concurrency: 8,
         max_listed: 0,
-        slice: None,
+        ..run_options(day(), 8)
     };
     let views = families.by_name("views").unwrap();
-    let capped = reconcile::reconcile(&writer.session, &config, views, &options, &|_| {})
+    let capped = reconcile::reconcile(&writer.session, config, views, &options, &|_| {})
         .await
         .expect("reconcile");
     assert!(capped.keys.is_empty());
     assert_eq!(capped.resolved_requests, report.resolved_requests);
     let applied: Vec<bool> = capped.resolved_requests.values().map(|r| r.0).collect();
     assert_eq!(applied.len(), 2, "{:?}", capped.resolved_requests);
-    let written = reconcile::write_resolutions(&writer.session, &config, &capped, day(), 0)
+    let written = reconcile::write_resolutions(&writer.session, config, &capped, day(), 0)
         .await
         .expect("resolve");
     assert_eq!(written, 2);
     options.max_listed = reconcile::MAX_LISTED;
-    let after = reconcile::reconcile(&writer.session, &config, views, &options, &|_| {})
+    let after = reconcile::reconcile(&writer.session, config, views, &options, &|_| {})
         .await
         .expect("reconcile");
     let minute = after
@@ -145,7 +168,7 @@ async fn distinct_unknown_requests_are_resolved() {
         .find(|k| k.key == ["b"] && k.granularity == "minute")
         .unwrap();
     assert_eq!(minute.status, Status::Explained, "{minute:?}");
-    store.shutdown().await;
+    proxied.store.shutdown().await;
 }
 
 /// Issue test 2: under write timeouts that applied and that did not, every `resolved`
