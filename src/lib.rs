@@ -54,7 +54,7 @@
 //! - **An outcome class** (8 files, 9 with a journal record of its own): the variant and
 //!   its label (`sink/outcome.rs`); which driver errors are in it (`sink/cql/classify.rs`);
 //!   its row of the decision table (`stage/decide.rs`) and its count (`stage/run.rs`);
-//!   its journal record (`state/journal.rs`, `Settled::of`; a new `Settled` variant also
+//!   its journal record (`state/journal/mod.rs`, `Settled::of`; a new `Settled` variant also
 //!   needs its home in `state/recovery.rs`, the one classifier the sidecar, the driver
 //!   wrapper and `countersink outcomes` share); and the three readers that match every
 //!   outcome: `telemetry/observed.rs`, `ops/migrate/mod.rs`, `ops/reconcile/repair.rs`.
@@ -67,7 +67,7 @@
 //!   variant, which sinks that wrap another forward unchanged; `sink/totals.rs`, what it
 //!   sends) and the sinks that write it (`sink/memory.rs`, `sink/cql/mod.rs`,
 //!   `sink/cql/totals.rs`), the
-//!   journal (`state/{journal,mod,recovery}.rs`: its intent record and the hook that
+//!   journal (`state/journal/{mod,write,read}.rs`, `state/{mod,recovery}.rs`: its intent record and the hook that
 //!   finishes its groups at start, which `wrapper/mod.rs` passes too), the flush's report
 //!   and observer (`flush/{flusher,report,observe}.rs`) and the operator tools
 //!   (`ops/{read,keyindex,outcomes}.rs`, `ops/outcomes/totals.rs`).
