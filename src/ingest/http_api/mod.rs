@@ -395,8 +395,8 @@ fn answer<H: PacketHandler>(
 }
 
 /// As [`answer`], for a durable listener: the accepted items' lines go to the ingest
-/// log, and the answer waits for them to be on disk (off the async workers, so that
-/// concurrent requests share one fsync).
+/// log, and the answer waits for them to be on disk (the log's group commit: concurrent
+/// requests share one fsync).
 ///
 /// A request with an `Idempotency-Key` writes the key and its answer after its
 /// increments, in the same append: a retry after a restart is answered again, not
@@ -433,19 +433,14 @@ async fn answer_durably<H: PacketHandler>(
         .write_line(&mut lines);
     }
     if !lines.is_empty() {
-        let appended = tokio::task::spawn_blocking(move || log.append(&lines)).await;
-        match appended {
-            Ok(Ok(())) => {}
-            Ok(Err(AppendError::Full { .. })) => {
+        match log.append_async(&lines).await {
+            Ok(()) => {}
+            Err(AppendError::Full { .. }) => {
                 shared.stats.get(TRANSPORT).busy.fetch_add(1, Relaxed);
                 return (busy(), None);
             }
-            Ok(Err(error)) => {
-                tracing::error!(%error, "A durable request could not be made durable.");
-                return (not_durable(), None);
-            }
             Err(error) => {
-                tracing::error!(%error, "A durable request's write to the ingest log did not finish.");
+                tracing::error!(%error, "A durable request could not be made durable.");
                 return (not_durable(), None);
             }
         }

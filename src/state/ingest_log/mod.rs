@@ -31,10 +31,10 @@
 //!
 //! # Group commit
 //!
-//! Appends take one lock for the `write` only; the fsync is taken by one request at a
-//! time, and covers every append made before it started, so concurrent requests share
-//! it. A request whose append a later sync (or a seal, which syncs first) covered
-//! returns without one.
+//! Appends take one lock for the `write` only; one thread (`ingest_log/sync.rs`) makes
+//! them durable, each `fdatasync` covering every append made before it started, so
+//! concurrent requests share it and wait for one wake-up each. A seal syncs the file
+//! itself before renaming it.
 //!
 //! # Bound
 //!
@@ -51,7 +51,10 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
 
+use self::sync::GroupCommit;
 use super::private::{options, sync_dir};
+
+mod sync;
 
 /// The active file's name.
 pub const ACTIVE: &str = "ingest.log";
@@ -185,8 +188,8 @@ pub enum AppendError {
     /// A write or sync failed: the request's increments may or may not be on disk.
     #[error("the ingest log could not be written: {0}")]
     Io(#[from] io::Error),
-    /// An earlier sync failed: after a failed fsync the file's state is unknown, so the
-    /// log takes nothing more until a restart.
+    /// An earlier write or sync failed: after a failed fsync the file's state is
+    /// unknown, so the log takes nothing more until a restart.
     #[error("the ingest log failed earlier and takes nothing more until a restart")]
     Failed,
 }
@@ -197,15 +200,15 @@ pub struct IngestLog {
     dir: PathBuf,
     max_bytes: u64,
     active: Mutex<Active>,
-    /// Held by the one request (or seal) syncing; what the last sync covered.
-    synced: Mutex<Synced>,
+    /// Makes appends durable (`sync.rs`).
+    commit: GroupCommit,
     /// Bytes of the sealed files.
     sealed_bytes: AtomicU64,
     /// Bytes of the active file.
     active_bytes: AtomicU64,
+    /// A write failed part-way: the file may end in a partial line, so nothing more goes
+    /// in until a restart.
     failed: AtomicBool,
-    /// Fsyncs made (for the metrics).
-    syncs: AtomicU64,
     /// Bytes appended since start.
     appended: AtomicU64,
     /// The seed of the body hashes of idempotency keys.
@@ -223,12 +226,6 @@ struct Active {
     /// synced by the seal.
     generation: u64,
     len: u64,
-}
-
-#[derive(Default)]
-struct Synced {
-    generation: u64,
-    upto: u64,
 }
 
 impl IngestLog {
@@ -260,11 +257,10 @@ impl IngestLog {
                 generation: 0,
                 len: 0,
             }),
-            synced: Mutex::new(Synced::default()),
+            commit: GroupCommit::start()?,
             sealed_bytes: AtomicU64::new(0),
             active_bytes: AtomicU64::new(0),
             failed: AtomicBool::new(false),
-            syncs: AtomicU64::new(0),
             appended: AtomicU64::new(0),
             seed: 0,
             retention,
@@ -352,7 +348,7 @@ impl IngestLog {
 
     /// Fsyncs made so far.
     pub fn syncs(&self) -> u64 {
-        self.syncs.load(Ordering::Relaxed)
+        self.commit.syncs()
     }
 
     /// Bytes appended since start (the benchmark's bytes per increment).
@@ -365,71 +361,65 @@ impl IngestLog {
         self.bytes().saturating_add(more) > self.max_bytes
     }
 
-    /// Appends `lines` (whole [`IngestEntry`] lines) and returns once they are on disk.
-    /// Blocking: call it off the async workers.
+    /// Appends `lines` (whole [`IngestEntry`] and [`KeyLine`] lines) and returns once
+    /// they are on disk. Blocking.
     pub fn append(&self, lines: &[u8]) -> Result<(), AppendError> {
-        if self.failed.load(Ordering::Relaxed) {
-            return Err(AppendError::Failed);
+        let (generation, end) = self.write(lines)?;
+        if self.commit.wait_blocking(generation, end) {
+            Ok(())
+        } else {
+            Err(AppendError::Failed)
         }
-        let (generation, end) = {
-            let mut active = self.active.lock();
-            let bytes = self.bytes();
-            let more = lines.len() as u64;
-            if bytes.saturating_add(more) > self.max_bytes {
-                return Err(AppendError::Full {
-                    bytes,
-                    max: self.max_bytes,
-                });
-            }
-            if let Err(error) = (&*active.file).write_all(lines) {
-                // Part of the lines may be in the file, without a newline at its end:
-                // the next append would glue onto it. Nothing more goes in.
-                self.failed.store(true, Ordering::Relaxed);
-                return Err(error.into());
-            }
-            active.len += more;
-            self.active_bytes.store(active.len, Ordering::Relaxed);
-            self.appended.fetch_add(more, Ordering::Relaxed);
-            (active.generation, active.len)
-        };
-        self.sync_through(generation, end)
     }
 
-    /// Returns once the append that ended at `end` of generation `generation` is synced:
-    /// by this call, or by one made since (see the module doc).
-    fn sync_through(&self, generation: u64, end: u64) -> Result<(), AppendError> {
-        let mut synced = self.synced.lock();
-        if synced.generation > generation || synced.upto >= end {
-            return Ok(());
+    /// The same, waiting without a thread of its own: the `write` runs on the caller's
+    /// thread (into the page cache), the sync on the group commit's.
+    pub async fn append_async(&self, lines: &[u8]) -> Result<(), AppendError> {
+        let (generation, end) = self.write(lines)?;
+        if self.commit.wait(generation, end).await {
+            Ok(())
+        } else {
+            Err(AppendError::Failed)
         }
-        let (file, now_generation, len) = {
-            let active = self.active.lock();
-            (Arc::clone(&active.file), active.generation, active.len)
-        };
-        if now_generation != generation {
-            // Sealed since: the seal synced it.
-            return Ok(());
+    }
+
+    /// Writes `lines` at the end of the active file and asks for a sync: the generation
+    /// and the end of the append.
+    fn write(&self, lines: &[u8]) -> Result<(u64, u64), AppendError> {
+        if self.failed.load(Ordering::Relaxed) || self.commit.failed() {
+            return Err(AppendError::Failed);
         }
-        if let Err(error) = file.sync_data() {
+        let mut active = self.active.lock();
+        let bytes = self.bytes();
+        let more = lines.len() as u64;
+        if bytes.saturating_add(more) > self.max_bytes {
+            return Err(AppendError::Full {
+                bytes,
+                max: self.max_bytes,
+            });
+        }
+        if let Err(error) = (&*active.file).write_all(lines) {
+            // Part of the lines may be in the file, without a newline at its end: the
+            // next append would glue onto it. Nothing more goes in.
             self.failed.store(true, Ordering::Relaxed);
             return Err(error.into());
         }
-        self.syncs.fetch_add(1, Ordering::Relaxed);
-        synced.generation = generation;
-        synced.upto = len;
-        Ok(())
+        active.len += more;
+        self.active_bytes.store(active.len, Ordering::Relaxed);
+        self.appended.fetch_add(more, Ordering::Relaxed);
+        self.commit
+            .request(active.generation, active.len, &active.file);
+        Ok((active.generation, active.len))
     }
 
     /// Seals the active file as the segment-to-be `(incarnation, seq)` (nothing when it
     /// is empty) and starts a new one; returns whether it sealed.
     pub fn seal(&self, incarnation: u64, seq: u64) -> io::Result<bool> {
-        let mut synced = self.synced.lock();
         let mut active = self.active.lock();
         if active.len == 0 {
             return Ok(false);
         }
         active.file.sync_data()?;
-        self.syncs.fetch_add(1, Ordering::Relaxed);
         fs::rename(
             self.dir.join(ACTIVE),
             self.dir.join(sealed_name(incarnation, seq)),
@@ -441,8 +431,7 @@ impl IngestLog {
         active.generation += 1;
         active.len = 0;
         self.active_bytes.store(0, Ordering::Relaxed);
-        synced.generation = active.generation;
-        synced.upto = 0;
+        self.commit.sealed(active.generation);
         Ok(true)
     }
 
