@@ -2,8 +2,9 @@
 # Installs the five languages' StatsD clients and the OpenTelemetry SDKs of Python, Go,
 # Java and Node (their OTLP exporters) at pinned versions (PyPI, the Go module proxy,
 # npm, Maven Central, crates.io), then runs run.py: real traffic from each to
-# `countersink dev`, exact totals read back from both tables. A client that cannot be
-# installed fails the run. Needs root for the net.unix.max_dgram_qlen phases (CI is root).
+# `countersink dev`, exact totals read back from both tables; then python/durable_http.py:
+# Python requests and httpx, and curl, against the durable HTTP increment API, retries with
+# an Idempotency-Key counted once. A client that cannot be installed fails the run. Needs root for the net.unix.max_dgram_qlen phases (CI is root).
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 root="$(cd "$here/../.." && pwd)"
@@ -52,3 +53,5 @@ tools=$(python3 -c 'import json, sys; print(json.dumps({"python": sys.argv[1], "
 echo "==> run.py"
 CLIENT_TOOLS="$tools" COUNTERSINK_BIN="$target/debug/countersink" CLIENTS_REPORT="${CLIENTS_REPORT:-$out/report.json}" \
     python3 "$here/run.py"
+echo "==> Python requests and httpx, and curl, against the durable HTTP increment API"
+COUNTERSINK_BIN="$target/debug/countersink" "$venv/bin/python" "$here/python/durable_http.py"
