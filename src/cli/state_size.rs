@@ -16,7 +16,8 @@ pub(super) struct StateSizeArgs {
     /// Config file (`[state]` and `limits.max_pending_bytes` set the bound).
     #[arg(long, env = "COUNTERSINK_CONFIG", value_name = "FILE")]
     config: Option<PathBuf>,
-    /// One JSON object: `spill`, `logs`, `journal`, `small_files`, `otlp_streams`, `total`
+    /// One JSON object: `spill`, `logs`, `journal`, `small_files`, `otlp_streams`,
+    /// `ingest_log`, `total`
     /// (bytes), and
     /// `free` (bytes free on the directory's filesystem, null where unknown).
     #[arg(long)]
@@ -26,9 +27,13 @@ pub(super) struct StateSizeArgs {
 /// The bound of the configuration's state directory. The same for a sidecar's, a
 /// `Recorder`'s and a driver wrapper's directory (they share the outcome logs, and each
 /// spills within `state.max_spill_bytes`), plus the OTLP stream table when a receiver
-/// is on.
+/// is on and the ingest log with a durable HTTP listener.
 pub(super) fn state_bound(config: &Config) -> StateBound {
-    let bound = StateBound::of(&config.state, config.limits.max_pending_bytes as u64);
+    let mut bound = StateBound::of(&config.state, config.limits.max_pending_bytes as u64);
+    let http = &config.ingest.http;
+    if http.enabled && http.durable {
+        bound = bound.with_ingest_log(config.state.max_ingest_log_bytes, http.max_idempotency_keys);
+    }
     // A build without the `otlp` feature runs no OTLP receiver, so writes no stream table.
     #[cfg(feature = "otlp")]
     {
@@ -60,6 +65,7 @@ pub(super) fn run(args: StateSizeArgs) -> Result<(), Failure> {
                 "journal": bound.journal,
                 "small_files": bound.small_files,
                 "otlp_streams": bound.otlp_streams,
+                "ingest_log": bound.ingest_log,
                 "total": bound.total(),
                 "free": free,
             })
@@ -68,14 +74,15 @@ pub(super) fn run(args: StateSizeArgs) -> Result<(), Failure> {
     }
     let mib = |bytes: u64| format!("{:.1} MiB", bytes as f64 / (1 << 20) as f64);
     println!(
-        "{}: at most {} (spill {}, outcome logs {}, journal {}, small files {}, OTLP streams {})",
+        "{}: at most {} (spill {}, outcome logs {}, journal {}, small files {}, OTLP streams {}, ingest log {})",
         config.state.dir.display(),
         mib(bound.total()),
         mib(bound.spill),
         mib(bound.logs),
         mib(bound.journal),
         mib(bound.small_files),
-        mib(bound.otlp_streams)
+        mib(bound.otlp_streams),
+        mib(bound.ingest_log)
     );
     match free {
         Some(free) => println!("its filesystem has {} free now", mib(free)),

@@ -9,6 +9,7 @@
 //! | the journal (zero-filled to 4 MiB; grows to the largest group: one flush chunk's intents and answers, a chunk's writes being a quarter of `limits.max_pending_bytes`) | 4 MiB + `max_pending_bytes` / 2 |
 //! | small files (identity, status, cursors, marks, `ledger_pending.jsonl`, torn lines) | 1 MiB |
 //! | with an OTLP receiver on, the cumulative stream table (`otlp_streams.bin`, its temporary file while it is replaced, and one `otlp_streams.corrupt` set aside) | 3 × (44 + 40 × `ingest.otlp.max_streams`) |
+//! | with a durable HTTP listener, the ingest log (`ingest.log` and its sealed files) and its kept keys (`ingest.keys.jsonl`: compacted past twice `max_idempotency_keys` lines of at most [`KEY_LINE_BYTES`], plus the keys of one sealed file, at most the log's size) | 2 × `state.max_ingest_log_bytes` + 2 × `ingest.http.max_idempotency_keys` × 1400 |
 //!
 //! A driver wrapper's directory has the same bound: its records go to the same two
 //! outcome logs, its rows to the same spill segments within `state.max_spill_bytes`.
@@ -30,6 +31,11 @@ const JOURNAL_FLOOR: u64 = 4 << 20;
 /// Small files beside the logs, the spill and the journal.
 const SMALL_FILES: u64 = 1 << 20;
 
+/// The longest line of `ingest.keys.jsonl`: a 255-character key (escaped, at most
+/// twice as long), the hash, the status, an answer listing 100 refused indices (escaped),
+/// the time and the field names.
+pub const KEY_LINE_BYTES: u64 = 1400;
+
 /// The most a state directory takes, by part.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct StateBound {
@@ -43,6 +49,8 @@ pub struct StateBound {
     pub small_files: u64,
     /// The OTLP cumulative stream table's files (0 without an OTLP receiver).
     pub otlp_streams: u64,
+    /// The ingest log and its kept keys (0 without a durable listener).
+    pub ingest_log: u64,
 }
 
 impl StateBound {
@@ -59,6 +67,7 @@ impl StateBound {
             journal: JOURNAL_FLOOR.saturating_add(max_pending_bytes / 2),
             small_files: SMALL_FILES,
             otlp_streams: 0,
+            ingest_log: 0,
         }
     }
 
@@ -72,6 +81,19 @@ impl StateBound {
         }
     }
 
+    /// The bound with a durable HTTP listener: the ingest log within `max_log_bytes`,
+    /// and its kept keys (see the table above).
+    pub fn with_ingest_log(self, max_log_bytes: u64, max_keys: usize) -> StateBound {
+        let keys = (max_keys as u64)
+            .saturating_mul(2)
+            .saturating_mul(KEY_LINE_BYTES)
+            .saturating_add(max_log_bytes);
+        StateBound {
+            ingest_log: max_log_bytes.saturating_add(keys),
+            ..self
+        }
+    }
+
     /// The whole bound.
     pub fn total(&self) -> u64 {
         self.spill
@@ -79,6 +101,7 @@ impl StateBound {
             .saturating_add(self.journal)
             .saturating_add(self.small_files)
             .saturating_add(self.otlp_streams)
+            .saturating_add(self.ingest_log)
     }
 }
 

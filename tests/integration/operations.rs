@@ -88,10 +88,17 @@ fn serve_strict_refuses_a_state_directory_too_small_for_the_configuration() {
     assert_eq!(sizes["spill"].as_u64(), Some(PIB));
     assert_eq!(
         total,
-        ["spill", "logs", "journal", "small_files", "otlp_streams"]
-            .iter()
-            .map(|part| sizes[part].as_u64().unwrap())
-            .sum::<u64>()
+        [
+            "spill",
+            "logs",
+            "journal",
+            "small_files",
+            "otlp_streams",
+            "ingest_log"
+        ]
+        .iter()
+        .map(|part| sizes[part].as_u64().unwrap())
+        .sum::<u64>()
     );
     assert!(free < total, "no disk here holds a PiB: {sizes}");
     assert_eq!(sizes["otlp_streams"].as_u64(), Some(0), "no OTLP receiver");
@@ -116,6 +123,28 @@ fn serve_strict_refuses_a_state_directory_too_small_for_the_configuration() {
     assert_eq!(
         with_otlp["otlp_streams"].as_u64(),
         Some(3 * (44 + 40 * 1000))
+    );
+    assert_eq!(sizes["ingest_log"].as_u64(), Some(0), "no durable listener");
+    // With a durable HTTP listener, the ingest log and its kept keys count.
+    let durable = dir.path().join("durable.toml");
+    std::fs::write(
+        &durable,
+        format!(
+            "[state]\ndir = \"{}\"\nmax_ingest_log_bytes = 1000000\n[ingest.http]\nenabled = true\ndurable = true\nmax_idempotency_keys = 10\n",
+            dir.path().join("state").display()
+        ),
+    )
+    .unwrap();
+    let with_log: serde_json::Value = serde_json::from_str(&cli_stdout([
+        "state-size",
+        "--config",
+        durable.to_str().unwrap(),
+        "--json",
+    ]))
+    .unwrap();
+    assert_eq!(
+        with_log["ingest_log"].as_u64(),
+        Some(2 * 1_000_000 + 2 * 10 * 1400)
     );
     let out = run_cli([
         "serve",
