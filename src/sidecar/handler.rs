@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use crate::engine::{self, Engine};
-use crate::ingest::{PacketHandler, Recorded};
+use crate::ingest::{PacketHandler, RecordOne, Recorded};
 use crate::vocabulary::Transport;
 
 /// Hands each datagram (or stream message) to the engine, stamped with the time it was
@@ -46,6 +46,18 @@ impl PacketHandler for EngineHandler {
             Ok(()) => Recorded::Accepted,
             Err(_) => Recorded::Refused,
         }
+    }
+
+    /// One [`Batch`](engine::Batch) for the request: the stripe and the routing taken
+    /// once, the clock read once.
+    fn record_each(&mut self, increments: &mut dyn FnMut(&mut RecordOne<'_>)) {
+        let mut batch = self.engine.batch(self.transport, engine::now_unix_secs());
+        increments(
+            &mut |name, tags, delta, at| match batch.record(name, tags, delta, at) {
+                Ok(()) => Recorded::Accepted,
+                Err(_) => Recorded::Refused,
+            },
+        );
     }
 
     fn busy(&self) -> bool {
