@@ -1,9 +1,11 @@
 //! One OTLP metrics request to increments: plain synchronous code, time passed in.
 //!
-//! The increments borrow their names and tag texts from the decoded request (a tag is
-//! copied only when it must be rewritten: a scalar value, a `,` or `:` to replace), and a
-//! cumulative stream's identity is built from its resource and scope once per scope, so
-//! that a point costs no allocation beyond its tag list.
+//! [`convert_each`] is what the receivers call: it hands each increment over as it is
+//! made, its name and tag texts borrowed from the decoded request (a tag is rendered only
+//! when it must be: a scalar value, a `,` or `:` to replace) in a tag list reused from
+//! point to point, and a cumulative stream's identity is built from its resource and
+//! scope once per scope, so that a point costs no allocation. [`convert`] collects the
+//! same increments (tests, the fuzz target), each with tag texts of its own.
 
 use std::borrow::Cow;
 
