@@ -18,8 +18,8 @@
 //!   with as many threads as the receiver, the stricter baseline for `grpc`;
 //! - `delta` and `cumulative`: decode, convert (the mapping; for cumulative, the stream
 //!   table: each point's difference from its stream's last), and record every increment
-//!   into a fresh engine (`Engine::record_from`, what the receivers' handler calls): the
-//!   receivers' whole work on a request but the socket;
+//!   into a fresh engine (`convert_each` into one `Engine::batch` per request, what the
+//!   receivers' handler does): the receivers' whole work on a request but the socket;
 //! - `grpc`: the delta requests sent to the real OTLP/gRPC receiver (4 connections, one
 //!   request in flight on each) into a fresh engine, the clock stopping at the last point
 //!   counted: the socket, HTTP/2 and tonic included, both ends. The client sends the
