@@ -285,6 +285,13 @@ impl TagSet for [(&str, &str)] {
             f(tag(key, value));
         }
     }
+
+    /// The keys' first bytes straight from the pairs (the default goes through
+    /// [`TagSet::visit`]'s closure for each tag): stops at the first key `first` accepts.
+    fn any_key_starts(&self, first: &dyn Fn(u8) -> bool) -> bool {
+        self.iter()
+            .any(|(key, _)| key.as_bytes().first().is_some_and(|&b| first(b)))
+    }
 }
 
 /// Appends `key` or `key:value` (an empty value is no value).
