@@ -369,10 +369,13 @@ fn a_routing_for_other_families_is_refused_by_name() {
     );
 }
 
+/// Name, tags, delta and client time.
+type TestIncrement = (&'static str, Vec<(String, String)>, i64, Option<i64>);
+
 /// The increments of the batch tests: kept in the generic family and in `views`, and
 /// refused for each reason an increment can be (missing or empty key tag, key too long,
 /// a client time outside the window).
-fn batch_increments() -> Vec<(&'static str, Vec<(String, String)>, i64, Option<i64>)> {
+fn batch_increments() -> Vec<TestIncrement> {
     let tags = |pairs: &[(&str, &str)]| {
         pairs
             .iter()
