@@ -235,7 +235,7 @@ pub struct Point<'r, 's> {
 /// request order, and the [`Conversion`] returned counts the rest (its `increments` are
 /// empty). What a receiver calls, so that a point costs no allocation of its own: its tag
 /// list is a buffer reused from point to point, of texts borrowed from the request but
-/// for attributes that must be rendered (not a string) or rewritten (see [`tag`]).
+/// for attributes that must be rendered (not a string) or have a separator replaced.
 pub fn convert_each<'r>(
     request: &'r ExportMetricsServiceRequest,
     policy: &AttributePolicy,
