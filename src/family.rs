@@ -15,6 +15,7 @@ mod keys;
 mod mapped;
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use arc_swap::ArcSwap;
 
@@ -283,6 +284,13 @@ impl TagSet for [(&str, &str)] {
         for &(key, value) in self {
             f(tag(key, value));
         }
+    }
+
+    /// The keys' first bytes straight from the pairs (the default goes through
+    /// [`TagSet::visit`]'s closure for each tag): stops at the first key `first` accepts.
+    fn any_key_starts(&self, first: &dyn Fn(u8) -> bool) -> bool {
+        self.iter()
+            .any(|(key, _)| key.as_bytes().first().is_some_and(|&b| first(b)))
     }
 }
 
@@ -746,8 +754,26 @@ impl Families {
         tags: &T,
         series: &mut Vec<u8>,
     ) -> Result<Target, Unplaced> {
+        self.resolve_in(&self.routing.load(), name, tags, series)
+    }
+
+    /// The routing as it is now, for several look-ups in a row (see [`Router`]).
+    pub fn router(&self) -> Router<'_> {
+        Router {
+            families: self,
+            routing: self.routing.load_full(),
+        }
+    }
+
+    /// [`Families::resolve`] by `routing`.
+    fn resolve_in<T: TagSet + ?Sized>(
+        &self,
+        routing: &Routing,
+        name: &str,
+        tags: &T,
+        series: &mut Vec<u8>,
+    ) -> Result<Target, Unplaced> {
         series.clear();
-        let routing = self.routing.load();
         if let Some(&(family, column)) = routing.by_metric.get(name) {
             let def = self.get(family);
             for sources in routing.sources(family) {
@@ -763,7 +789,7 @@ impl Families {
         if let Some(mapped) = &routing.mapped {
             let mut captures = Captures::default();
             if let Some(rule) = mapped.find(name, &mut captures) {
-                return self.resolve_mapped(&routing, rule, name, &captures, tags, series);
+                return self.resolve_mapped(routing, rule, name, &captures, tags, series);
             }
         }
         if !self.generic_enabled {
@@ -839,6 +865,26 @@ impl Families {
         } else {
             Ok(())
         }
+    }
+}
+
+/// The families' routing held for a run of look-ups (the points of one request): the
+/// shared routing is read once for all of them rather than once per increment. A routing
+/// replaced meanwhile applies from the next run.
+pub struct Router<'f> {
+    families: &'f Families,
+    routing: Arc<Routing>,
+}
+
+impl Router<'_> {
+    /// [`Families::resolve`] by this routing.
+    pub fn resolve<T: TagSet + ?Sized>(
+        &self,
+        name: &str,
+        tags: &T,
+        series: &mut Vec<u8>,
+    ) -> Result<Target, Unplaced> {
+        self.families.resolve_in(&self.routing, name, tags, series)
     }
 }
 

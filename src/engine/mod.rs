@@ -15,6 +15,10 @@
 //! canonicalised directly (two pairs take one comparison), the series key is built in a
 //! per-thread buffer, and the clock is the coarse one of [`now_unix_secs`].
 //!
+//! **Requests of a non-line source** ([`Engine::batch`], an OTLP request's points): as
+//! in-process calls, but the stripe and the routing are taken once per request (see
+//! [`Batch`]).
+//!
 //! `tests/bench/engine.rs` measures both paths (time, and instructions under callgrind,
 //! which repeat on a shared machine); the README has the figures.
 
@@ -31,8 +35,10 @@ use crate::vocabulary::{DropReason, Transport};
 
 use self::cache::{LineCache, Placement};
 
+pub use self::batch::Batch;
 pub use self::clock::now_unix_secs;
 
+mod batch;
 mod cache;
 mod clock;
 
@@ -415,7 +421,11 @@ impl Engine {
 
     /// Counts an increment that could not be placed, and says why.
     pub(crate) fn unplaced(&self, unplaced: Unplaced, delta: i64) -> RecordError {
-        let mut stripe = self.aggregator.stripe();
+        Self::unplaced_in(&mut self.aggregator.stripe(), unplaced, delta)
+    }
+
+    /// [`Engine::unplaced`], counted in a stripe the caller holds.
+    fn unplaced_in(stripe: &mut Stripe<'_>, unplaced: Unplaced, delta: i64) -> RecordError {
         match unplaced.invalid_reason() {
             Some(reason) => {
                 stripe.counters().count_invalid(reason);

@@ -368,3 +368,107 @@ fn a_routing_for_other_families_is_refused_by_name() {
         format!("1/Both(Minute({MINUTE}))/p1 = [0, 1]\n")
     );
 }
+
+/// Name, tags, delta and client time.
+type TestIncrement = (&'static str, Vec<(String, String)>, i64, Option<i64>);
+
+/// The increments of the batch tests: kept in the generic family and in `views`, and
+/// refused for each reason an increment can be (missing or empty key tag, key too long,
+/// a client time outside the window).
+fn batch_increments() -> Vec<TestIncrement> {
+    let tags = |pairs: &[(&str, &str)]| {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect::<Vec<_>>()
+    };
+    vec![
+        ("req", tags(&[("env", "prod"), ("az", "b")]), 3, None),
+        (
+            "req",
+            tags(&[("az", "b"), ("env", "prod")]),
+            4,
+            Some(NOW - 60),
+        ),
+        ("page.views", tags(&[("page_id", "p1")]), 5, Some(NOW)),
+        ("page.views", tags(&[("env", "prod")]), 1, None),
+        ("page.views", tags(&[("page_id", "")]), 1, None),
+        ("req", tags(&[("k", &"v".repeat(80))]), 1, None),
+        ("req", tags(&[("env", "prod")]), 2, Some(NOW + 86_400)),
+        ("other", Vec::new(), -7, None),
+    ]
+}
+
+/// A batch records each increment exactly as `record_from` does: the same rows, the
+/// same counters (received on its source, accepted, invalid and dropped by reason), the
+/// same answer per increment; with the generic family off too (unconfigured names).
+#[test]
+fn a_batch_records_exactly_as_record_from() {
+    let mut without_generic = config();
+    without_generic.generic.enabled = false;
+    for config in [config(), without_generic] {
+        let one_by_one = Engine::with_seed(&config, Some(9)).unwrap();
+        let batched = Engine::with_seed(&config, Some(9)).unwrap();
+        let increments = batch_increments();
+        let mut answers = Vec::new();
+        for (name, tags, delta, at) in &increments {
+            let pairs: Vec<(&str, &str)> =
+                tags.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+            answers.push(one_by_one.record_from(
+                Transport::OtlpGrpc,
+                name,
+                pairs.as_slice(),
+                *delta,
+                NOW,
+                *at,
+            ));
+        }
+        let mut batch = batched.batch(Transport::OtlpGrpc, NOW);
+        let mut batch_answers = Vec::new();
+        for (name, tags, delta, at) in &increments {
+            let pairs: Vec<(&str, &str)> =
+                tags.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+            batch_answers.push(batch.record(name, pairs.as_slice(), *delta, *at));
+        }
+        drop(batch);
+        assert_eq!(batch_answers, answers);
+        assert!(answers.iter().any(Result::is_ok));
+        assert!(answers.iter().any(Result::is_err));
+        assert_eq!(snapshot(&batched), snapshot(&one_by_one));
+        assert_eq!(
+            batched.aggregator().counters(),
+            one_by_one.aggregator().counters()
+        );
+        assert_eq!(
+            batched
+                .aggregator()
+                .counters()
+                .received_for(Transport::OtlpGrpc),
+            increments.len() as u64
+        );
+    }
+}
+
+/// A batch routes by the routing of its start; a routing replaced meanwhile applies from
+/// the next batch.
+#[test]
+fn a_batch_keeps_its_routing_and_the_next_takes_the_new_one() {
+    let e = engine();
+    let tags: &[(&str, &str)] = &[("page_id", "p1")];
+    let mut batch = e.batch(Transport::OtlpHttp, NOW);
+    batch.record("page.view", tags, 1, None).unwrap();
+    e.replace_routing(crate::family::Families::from_config(&config_with_alias()).unwrap())
+        .unwrap();
+    batch.record("page.view", tags, 2, None).unwrap();
+    drop(batch);
+    e.batch(Transport::OtlpHttp, NOW)
+        .record("page.view", tags, 5, None)
+        .unwrap();
+    assert_eq!(
+        snapshot(&e),
+        format!(
+            "0/Both(Minute({MINUTE}))/page.view|page_id:p1 = [3]\n\
+             1/Both(Minute({MINUTE}))/p1 = [0, 5]\n"
+        )
+    );
+}

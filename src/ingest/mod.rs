@@ -146,6 +146,15 @@ pub trait PacketHandler: Send + 'static {
         None
     }
 
+    /// The increments of one request (an OTLP request's points): calls `increments` once,
+    /// with a function that records one increment as [`record`](PacketHandler::record)
+    /// does and says what became of it. The default is `record` itself; a handler may do
+    /// what all the increments share once (the engine's handler takes its stripe and
+    /// routing once per request).
+    fn record_each(&mut self, increments: &mut dyn FnMut(&mut RecordOne<'_>)) {
+        increments(&mut |name, tags, delta, at| self.record(name, tags, delta, at));
+    }
+
     /// Whether the buffer behind the handler is near its limits, so a request-based
     /// receiver should refuse new requests (back-pressure the client retries on) rather
     /// than accept them partly. Defaults to `false`.
@@ -153,6 +162,10 @@ pub trait PacketHandler: Send + 'static {
         false
     }
 }
+
+/// Records one increment (name, tags, delta, client time) for
+/// [`PacketHandler::record_each`].
+pub type RecordOne<'a> = dyn FnMut(&str, &[(&str, &str)], i64, Option<i64>) -> Recorded + 'a;
 
 /// What became of one increment handed to [`PacketHandler::record`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -181,6 +194,10 @@ impl<H: PacketHandler + ?Sized> PacketHandler for Box<H> {
         at: Option<i64>,
     ) -> Recorded {
         (**self).record(name, tags, delta, at)
+    }
+
+    fn record_each(&mut self, increments: &mut dyn FnMut(&mut RecordOne<'_>)) {
+        (**self).record_each(increments);
     }
 
     fn busy(&self) -> bool {

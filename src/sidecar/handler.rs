@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use crate::bucket::Minute;
 use crate::engine::{self, Engine};
-use crate::ingest::{PacketHandler, Recorded};
+use crate::ingest::{PacketHandler, RecordOne, Recorded};
 use crate::state::ingest_log::IngestLog;
 use crate::vocabulary::Transport;
 
@@ -77,6 +77,18 @@ impl PacketHandler for EngineHandler {
 
     fn ingest_log(&self) -> Option<Arc<IngestLog>> {
         self.ingest_log.clone()
+    }
+
+    /// One [`Batch`](engine::Batch) for the request: the stripe and the routing taken
+    /// once, the clock read once.
+    fn record_each(&mut self, increments: &mut dyn FnMut(&mut RecordOne<'_>)) {
+        let mut batch = self.engine.batch(self.transport, engine::now_unix_secs());
+        increments(
+            &mut |name, tags, delta, at| match batch.record(name, tags, delta, at) {
+                Ok(()) => Recorded::Accepted,
+                Err(_) => Recorded::Refused,
+            },
+        );
     }
 
     fn busy(&self) -> bool {

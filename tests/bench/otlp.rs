@@ -18,8 +18,8 @@
 //!   with as many threads as the receiver, the stricter baseline for `grpc`;
 //! - `delta` and `cumulative`: decode, convert (the mapping; for cumulative, the stream
 //!   table: each point's difference from its stream's last), and record every increment
-//!   into a fresh engine (`Engine::record_from`, what the receivers' handler calls): the
-//!   receivers' whole work on a request but the socket;
+//!   into a fresh engine (`convert_each` into one `Engine::batch` per request, what the
+//!   receivers' handler does): the receivers' whole work on a request but the socket;
 //! - `grpc`: the delta requests sent to the real OTLP/gRPC receiver (4 connections, one
 //!   request in flight on each) into a fresh engine, the clock stopping at the last point
 //!   counted: the socket, HTTP/2 and tonic included, both ends. The client sends the
@@ -49,7 +49,8 @@ use countersink::config::Config;
 use countersink::config::ingest::{IngestConfig, OtlpConfig};
 use countersink::engine::{self, Engine};
 use countersink::ingest::otlp::{
-    AttributePolicy, EXPORT_PATH, PreEncoded, Streams, convert, decode_protobuf, workers,
+    AttributePolicy, EXPORT_PATH, Point, PreEncoded, Streams, convert_each, decode_protobuf,
+    workers,
 };
 use countersink::ingest::start;
 use countersink::sidecar::handler::EngineHandler;
@@ -334,7 +335,8 @@ fn decode_parallel(requests: &[Vec<u8>], threads: usize) -> f64 {
     started.elapsed().as_secs_f64()
 }
 
-/// Seconds to decode, convert and record every request into a fresh engine.
+/// Seconds to decode, convert and record every request into a fresh engine, as the
+/// receivers do: each point straight into one engine batch per request.
 fn in_process(requests: &[Vec<u8>]) -> f64 {
     let engine = Engine::new(&Config::default()).expect("default config");
     let mut streams = Streams::new(OtlpConfig::default().max_streams, 0);
@@ -342,23 +344,18 @@ fn in_process(requests: &[Vec<u8>]) -> f64 {
     let started = Instant::now();
     for body in requests {
         let request = decode_protobuf(body).unwrap();
-        let conversion = convert(&request, &policy, &mut streams, unix_nanos());
-        let now = engine::now_unix_secs();
-        let mut tags: Vec<(&str, &str)> = Vec::new();
-        for increment in &conversion.increments {
-            tags.clear();
-            tags.extend(increment.tags.iter().map(|(k, v)| (k.as_ref(), v.as_ref())));
-            engine
-                .record_from(
-                    Transport::OtlpGrpc,
-                    increment.name,
-                    tags.as_slice(),
-                    increment.delta,
-                    now,
-                    increment.at_unix_secs,
-                )
-                .expect("accepted");
-        }
+        let mut batch = engine.batch(Transport::OtlpGrpc, engine::now_unix_secs());
+        convert_each(
+            &request,
+            &policy,
+            &mut streams,
+            unix_nanos(),
+            &mut |point: &Point<'_, '_>| {
+                batch
+                    .record(point.name, point.tags, point.delta, point.at_unix_secs)
+                    .expect("accepted");
+            },
+        );
     }
     let seconds = started.elapsed().as_secs_f64();
     let counted = engine

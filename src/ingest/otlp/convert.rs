@@ -1,9 +1,11 @@
 //! One OTLP metrics request to increments: plain synchronous code, time passed in.
 //!
-//! The increments borrow their names and tag texts from the decoded request (a tag is
-//! copied only when it must be rewritten: a scalar value, a `,` or `:` to replace), and a
-//! cumulative stream's identity is built from its resource and scope once per scope, so
-//! that a point costs no allocation beyond its tag list.
+//! [`convert_each`] is what the receivers call: it hands each increment over as it is
+//! made, its name and tag texts borrowed from the decoded request (a tag is rendered only
+//! when it must be: a scalar value, a `,` or `:` to replace) in a tag list reused from
+//! point to point, and a cumulative stream's identity is built from its resource and
+//! scope once per scope, so that a point costs no allocation. [`convert`] collects the
+//! same increments (tests, the fuzz target), each with tag texts of its own.
 
 use std::borrow::Cow;
 
@@ -191,12 +193,66 @@ pub fn convert<'r>(
     streams: &mut Streams,
     now_unix_nanos: u64,
 ) -> Conversion<'r> {
+    let mut increments = Vec::new();
+    let mut out = convert_each(
+        request,
+        policy,
+        streams,
+        now_unix_nanos,
+        &mut |point: &Point<'r, '_>| {
+            increments.push(Increment {
+                name: point.name,
+                tags: point
+                    .tags
+                    .iter()
+                    .map(|&(k, v)| (Cow::Owned(k.to_owned()), Cow::Owned(v.to_owned())))
+                    .collect(),
+                delta: point.delta,
+                at_unix_secs: point.at_unix_secs,
+            });
+        },
+    );
+    out.increments = increments;
+    out
+}
+
+/// One increment as [`convert_each`] hands it over: its tags in a buffer reused for the
+/// next point.
+#[derive(Debug)]
+pub struct Point<'r, 's> {
+    /// The metric name.
+    pub name: &'r str,
+    /// Tags: kept resource and scope attributes, then the point's attributes (what the
+    /// engine takes: the request's own text, or text rendered for this point).
+    pub tags: &'s [(&'s str, &'s str)],
+    /// The amount.
+    pub delta: i64,
+    /// The point's time, Unix seconds (`None` when the point has none: now).
+    pub at_unix_secs: Option<i64>,
+}
+
+/// [`convert`] without collecting: each increment goes to `each` as it is made, in
+/// request order, and the [`Conversion`] returned counts the rest (its `increments` are
+/// empty). What a receiver calls, so that a point costs no allocation of its own: its tag
+/// list is a buffer reused from point to point, of texts borrowed from the request but
+/// for attributes that must be rendered (not a string) or have a separator replaced.
+pub fn convert_each<'r>(
+    request: &'r ExportMetricsServiceRequest,
+    policy: &AttributePolicy,
+    streams: &mut Streams,
+    now_unix_nanos: u64,
+    each: &mut dyn FnMut(&Point<'r, '_>),
+) -> Conversion<'r> {
     let mut out = Conversion::default();
     // A cumulative stream's identity: its scope's part once per scope, then per point
     // the metric and the point's attributes (see `stream_key`).
     let mut scope_key = Vec::new();
     let mut key = Vec::new();
     let mut sorted = Vec::new();
+    // Per point: the texts of its attributes that are not their own string (see
+    // `attribute_text`), then its tag list (emptied and kept between points: `reuse`).
+    let mut rendered: Vec<String> = Vec::new();
+    let mut tags_buffer: Vec<(&str, &str)> = Vec::new();
     for rm in &request.resource_metrics {
         let resource_attrs: &[KeyValue] = rm.resource.as_ref().map_or(&[], |r| &r.attributes);
         let resource_tags = kept(resource_attrs, &policy.resource);
@@ -281,23 +337,49 @@ pub fn convert<'r>(
                         Err(reason) => out.dropped[reason.index()] += 1,
                         Ok(0) => out.unchanged += 1,
                         Ok(delta) => {
-                            let mut tags = Vec::with_capacity(
-                                resource_tags.len() + scope_tags.len() + point.attributes.len(),
-                            );
-                            for (k, v) in resource_tags.iter().chain(&scope_tags) {
-                                if !point.attributes.iter().any(|a| a.key == *k) {
-                                    tags.push((k.clone(), v.clone()));
+                            let attributes = &point.attributes;
+                            // Bit i: attribute i is its own string (the first 64; any
+                            // further one is rendered).
+                            let mut own = 0u64;
+                            rendered.clear();
+                            for (i, a) in attributes.iter().enumerate() {
+                                match attribute_text(a) {
+                                    Some(_) if i < 64 => own |= 1u64 << i,
+                                    _ => {
+                                        let (k, v) = tag(&a.key, render(a.value.as_ref()));
+                                        rendered.push(k.into_owned());
+                                        rendered.push(v.into_owned());
+                                    }
                                 }
                             }
-                            for a in &point.attributes {
-                                tags.push(tag(&a.key, render(a.value.as_ref())));
+                            let mut tags = reuse(std::mem::take(&mut tags_buffer));
+                            for (k, v) in resource_tags.iter().chain(&scope_tags) {
+                                if !attributes.iter().any(|a| a.key == *k) {
+                                    tags.push((k, v));
+                                }
                             }
-                            out.increments.push(Increment {
+                            let mut texts = rendered.iter().map(String::as_str);
+                            for (i, a) in attributes.iter().enumerate() {
+                                let own_text = if i < 64 && own & (1u64 << i) != 0 {
+                                    string_value(a)
+                                } else {
+                                    None
+                                };
+                                tags.push(match own_text {
+                                    Some(value) => (&a.key, value),
+                                    None => (
+                                        texts.next().unwrap_or_default(),
+                                        texts.next().unwrap_or_default(),
+                                    ),
+                                });
+                            }
+                            each(&Point {
                                 name: &metric.name,
-                                tags,
+                                tags: &tags,
                                 delta,
                                 at_unix_secs: unix_secs(point.time_unix_nano),
                             });
+                            tags_buffer = reuse(tags);
                         }
                     }
                 }
@@ -305,6 +387,14 @@ pub fn convert<'r>(
         }
     }
     out
+}
+
+/// An emptied vector of tag pairs, its allocation kept for pairs that borrow from
+/// something else (the next point's tags): the collect reuses the allocation in place,
+/// both element types having one layout.
+fn reuse<'b>(mut pairs: Vec<(&str, &str)>) -> Vec<(&'b str, &'b str)> {
+    pairs.clear();
+    pairs.into_iter().map(|_| ("", "")).collect()
 }
 
 /// Whether the request holds a cumulative sum: only then does [`convert`] read or change
@@ -399,17 +489,38 @@ fn kept<'r>(attrs: &'r [KeyValue], keep: &[String]) -> Vec<Tag<'r>> {
         .collect()
 }
 
+/// An attribute's value when it is a string that can be its tag's text as it is, under
+/// a key that can be too: the usual attribute, whose tag borrows the request's text.
+/// `None` for any other (rendered and rewritten by [`tag`]).
+#[inline(always)]
+fn attribute_text(a: &KeyValue) -> Option<&str> {
+    string_value(a).filter(|value| {
+        !a.key.bytes().any(|b| b == b',' || b == b':') && !value.bytes().any(|b| b == b',')
+    })
+}
+
+/// An attribute's value when it is a string.
+#[inline(always)]
+fn string_value(a: &KeyValue) -> Option<&str> {
+    match &a.value {
+        Some(AnyValue {
+            value: Some(any_value::Value::StringValue(value)),
+        }) => Some(value),
+        _ => None,
+    }
+}
+
 /// One tag from an attribute, with the bytes that separate tags in the canonical tag
 /// string replaced by `_`: `,` anywhere, `:` in the key. Otherwise `{a: "1,b:2"}` and
 /// `{a: "1", b: "2"}` would be one series under two spellings. (The stream identity keeps
 /// the attribute as it was.) Text that needs no replacement is kept borrowed.
 fn tag<'r>(key: &'r str, value: Cow<'r, str>) -> Tag<'r> {
-    let key = if key.contains([',', ':']) {
+    let key = if key.bytes().any(|b| b == b',' || b == b':') {
         Cow::Owned(key.replace([',', ':'], "_"))
     } else {
         Cow::Borrowed(key)
     };
-    let value = if value.contains(',') {
+    let value = if value.bytes().any(|b| b == b',') {
         Cow::Owned(value.replace(',', "_"))
     } else {
         value

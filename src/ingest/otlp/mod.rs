@@ -43,7 +43,10 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
 
-pub use convert::{AttributePolicy, Conversion, IgnoredKind, Increment, PointDrop, Tag, convert};
+pub use convert::{
+    AttributePolicy, Conversion, IgnoredKind, Increment, Point, PointDrop, Tag, convert,
+    convert_each,
+};
 pub use pre_encoded::{EXPORT_PATH, PreEncoded};
 pub use state::StreamState;
 pub use streams::Streams;
@@ -245,23 +248,37 @@ impl<H: PacketHandler> Shared<H> {
             self.stats.get(self.transport).busy.fetch_add(1, Relaxed);
             return Answer::Busy;
         }
-        let conversion = if convert::has_cumulative(request) {
-            let mut streams = self.streams.table();
-            let conversion = convert(request, &self.policy, &mut streams, now_unix_nanos());
+        // The stream table first, then the handler's stripe (inside `record_each`):
+        // every worker takes them in this order. Without a cumulative sum the table is
+        // never read: an empty one (which does not allocate) spares delta requests the
+        // shared table's lock.
+        let mut shared_table = convert::has_cumulative(request).then(|| self.streams.table());
+        let mut empty = Streams::new(2, 0);
+        let streams = shared_table.as_deref_mut().unwrap_or(&mut empty);
+        let mut refused = 0u64;
+        let mut conversion = Conversion::default();
+        // Each point straight to the handler, in one batch.
+        handler.record_each(&mut |record| {
+            conversion = convert::convert_each(
+                request,
+                &self.policy,
+                streams,
+                now_unix_nanos(),
+                &mut |point| {
+                    if record(point.name, point.tags, point.delta, point.at_unix_secs)
+                        == Recorded::Refused
+                    {
+                        refused += 1;
+                    }
+                },
+            );
+        });
+        drop(handler);
+        if let Some(streams) = shared_table {
             let otlp = &self.stats.otlp;
             otlp.streams.store(streams.len() as u64, Relaxed);
             otlp.evicted.store(streams.evicted(), Relaxed);
-            conversion
-        } else {
-            // Without a cumulative sum the table is never read: an empty one (which does
-            // not allocate) spares delta requests the shared table's lock.
-            convert(
-                request,
-                &self.policy,
-                &mut Streams::new(2, 0),
-                now_unix_nanos(),
-            )
-        };
+        }
         let otlp = &self.stats.otlp;
         for (counter, n) in otlp.dropped.iter().zip(conversion.dropped) {
             counter.fetch_add(n, Relaxed);
@@ -269,22 +286,6 @@ impl<H: PacketHandler> Shared<H> {
         for (counter, n) in otlp.ignored.iter().zip(conversion.ignored) {
             counter.fetch_add(n, Relaxed);
         }
-        let mut refused = 0u64;
-        let mut tags: Vec<(&str, &str)> = Vec::new();
-        for increment in &conversion.increments {
-            tags.clear();
-            tags.extend(increment.tags.iter().map(|(k, v)| (k.as_ref(), v.as_ref())));
-            let recorded = handler.record(
-                increment.name,
-                &tags,
-                increment.delta,
-                increment.at_unix_secs,
-            );
-            if recorded == Recorded::Refused {
-                refused += 1;
-            }
-        }
-        drop(handler);
         let mut message = conversion.message();
         if refused > 0 {
             if !message.is_empty() {

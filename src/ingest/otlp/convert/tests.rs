@@ -483,3 +483,89 @@ fn only_a_cumulative_sum_needs_the_stream_table() {
     run(&mut streams, &with);
     assert_eq!(streams.len(), 1);
 }
+
+/// What `convert_each` hands over per point is what `convert` collects: the same tags in
+/// the same order (kept resource attributes first unless a point attribute has the key;
+/// plain strings borrowed, other values rendered and separators replaced, wherever they
+/// stand among the attributes, past the 64th too), the same deltas, times and counts.
+#[test]
+fn convert_each_hands_over_what_convert_collects() {
+    let int = |k: &str, i: i64| KeyValue {
+        key: k.into(),
+        value: Some(AnyValue {
+            value: Some(any_value::Value::IntValue(i)),
+        }),
+        ..Default::default()
+    };
+    let mixed = vec![
+        kv("region", "eu"),
+        int("code", 404),
+        kv("a", "1,b:2"),
+        kv("k:ey", "v"),
+        kv("route", "/x"),
+    ];
+    let mut many: Vec<KeyValue> = (0..70).map(|i| kv(&format!("t{i}"), "v")).collect();
+    many[66] = int("t66", 7);
+    many[68] = kv("t68", "x,y");
+    let req = request(vec![sum(
+        "orders",
+        AggregationTemporality::Delta,
+        true,
+        vec![
+            point(0, 1500 * S, Value::AsInt(3), mixed),
+            point(
+                0,
+                1500 * S,
+                Value::AsInt(2),
+                vec![kv("service.name", "mine")],
+            ),
+            point(0, 0, Value::AsDouble(0.5), vec![]),
+            point(0, 1560 * S, Value::AsInt(4), many),
+        ],
+    )]);
+    let policy = AttributePolicy::default();
+    let collected = convert(&req, &policy, &mut Streams::new(10, BOOT), 0);
+    let mut handed = Vec::new();
+    let counted = convert_each(&req, &policy, &mut Streams::new(10, BOOT), 0, &mut |p| {
+        let tags: Vec<(String, String)> = p
+            .tags
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        handed.push((p.name.to_string(), tags, p.delta, p.at_unix_secs));
+    });
+    let expected: Vec<_> = collected
+        .increments
+        .iter()
+        .map(|i| (i.name.to_string(), owned(&i.tags), i.delta, i.at_unix_secs))
+        .collect();
+    assert_eq!(handed, expected);
+    assert!(counted.increments.is_empty());
+    assert_eq!(counted.dropped, collected.dropped);
+    assert_eq!(counted.dropped[PointDrop::NonInteger.index()], 1);
+    let pairs = |tags: &[(&str, &str)]| {
+        tags.iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(
+        handed[0].1,
+        pairs(&[
+            ("service.name", "shop"),
+            ("region", "eu"),
+            ("code", "404"),
+            ("a", "1_b:2"),
+            ("k_ey", "v"),
+            ("route", "/x"),
+        ])
+    );
+    assert_eq!(handed[1].1, pairs(&[("service.name", "mine")]));
+    let last = &handed[2].1;
+    assert_eq!(last.len(), 71);
+    assert_eq!(last[0], ("service.name".to_string(), "shop".to_string()));
+    assert_eq!(last[1], ("t0".to_string(), "v".to_string()));
+    assert_eq!(last[65], ("t64".to_string(), "v".to_string()));
+    assert_eq!(last[67], ("t66".to_string(), "7".to_string()));
+    assert_eq!(last[69], ("t68".to_string(), "x_y".to_string()));
+    assert_eq!(last[70], ("t69".to_string(), "v".to_string()));
+}
