@@ -432,7 +432,13 @@ impl<S: Sink> Flusher<S> {
             .is_some_and(LedgerGate::has_stored);
         self.lost = (0, [0, 0]);
         let mut round = FlushReport::default();
-        self.take_ingest_log();
+        if !last {
+            // Not at the final flush, which replays nothing: the next start moves what the
+            // log holds, before its listeners open, at no cost to the shutdown deadline.
+            self.take_ingest_log();
+        }
+        // With a durable listener every round offers a chunk: the log's rows reach the
+        // store only through the replay, and nothing else may show the store healthy.
         let replay = self.store_healthy || self.ingest_log.is_some();
         if !last && replay && !ledger_first {
             // The store answers: a chunk of spilled rows goes out with this round, as a

@@ -299,3 +299,54 @@ async fn a_full_ingest_log_answers_retry_later_and_stays_bounded() {
         .sum();
     assert!(on_disk >= bytes, "{on_disk} < {bytes}");
 }
+
+/// What durable requests left in the state directory while the store was away reaches
+/// the store after a restart, even with the durable listener turned off since (the start
+/// moves the log into the spill whatever the listener), and exactly once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_ingest_log_left_behind_is_replayed_by_the_next_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = sidecar_config(dir.path());
+    config.ingest.http.enabled = true;
+    config.ingest.http.durable = true;
+    config.ingest.http.listen = "127.0.0.1:0".parse().unwrap();
+    let mut offline = config.clone();
+    let sidecar = start_sidecar_without_store(&mut offline).await;
+    let http = sidecar.bound().inet(Transport::Http).unwrap();
+    let mut posted = 0;
+    for i in 1..=10 {
+        let body = format!(r#"[{{"name":"page.views","tags":{{"page_id":"p{i}"}},"value":{i}}}]"#);
+        let (status, _, answer) = post(http, &[JSON], body.as_bytes());
+        assert_eq!(status, 200, "{answer}");
+        posted += i;
+    }
+    sidecar.shutdown().await;
+    let left: u64 = std::fs::read_dir(&config.state.dir)
+        .unwrap()
+        .map(|e| e.unwrap())
+        .filter(|e| {
+            let name = e.file_name().to_string_lossy().into_owned();
+            name == "ingest.log" || name.ends_with(".sealed") || name.starts_with("spill.0")
+        })
+        .map(|e| e.metadata().unwrap().len())
+        .sum();
+    assert!(left > 0, "the answered increments are on disk");
+
+    config.ingest.http.durable = false;
+    let store = start_store(&mut config).await;
+    let sidecar = start_sidecar(&config).await;
+    metrics_when(sidecar.bound().metrics.unwrap(), |text| {
+        text.lines().any(|l| l == "countersink_spill_bytes 0")
+            && text.lines().any(|l| l == "countersink_ingest_log_bytes 0")
+            && text
+                .lines()
+                .any(|l| l.starts_with("countersink_flushes_total ") && !l.ends_with(" 0"))
+    })
+    .await;
+    let report = sidecar.shutdown().await.unwrap();
+    assert_eq!(report.unknown + report.rejected, 0, "{report:?}");
+    for table in ["metrics.views_by_day", "metrics.views_by_minute"] {
+        assert_eq!(store.table_sum(table, "views").await, posted, "{table}");
+    }
+    store.shutdown().await;
+}
