@@ -86,6 +86,10 @@ pub struct Flusher<S> {
     /// replay chunk whether or not the store looked healthy, and spills replayed rows
     /// that fail rather than keep them in memory, where a kill would lose them.
     ingest_log: Option<Arc<IngestLog>>,
+    /// Sealed files of the ingest log whose segment is written but which could not be
+    /// removed yet (their keys or their removal failed): no replay runs until they are
+    /// gone (see `flusher/ingest.rs`).
+    ingest_unremoved: std::collections::HashSet<std::path::PathBuf>,
 }
 
 impl<S: Sink> Flusher<S> {
@@ -255,6 +259,7 @@ impl<S: Sink> Flusher<S> {
             totals,
             barriers: None,
             ingest_log: None,
+            ingest_unremoved: std::collections::HashSet::new(),
         }
     }
 
@@ -439,7 +444,8 @@ impl<S: Sink> Flusher<S> {
         }
         // With a durable listener every round offers a chunk: the log's rows reach the
         // store only through the replay, and nothing else may show the store healthy.
-        let replay = self.store_healthy || self.ingest_log.is_some();
+        let replay =
+            (self.store_healthy || self.ingest_log.is_some()) && self.ingest_unremoved.is_empty();
         if !last && replay && !ledger_first {
             // The store answers: a chunk of spilled rows goes out with this round, as a
             // group of its own (once the ledger rows stored at a shutdown deadline are

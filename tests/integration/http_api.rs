@@ -350,3 +350,53 @@ async fn an_ingest_log_left_behind_is_replayed_by_the_next_start() {
     }
     store.shutdown().await;
 }
+
+/// A sealed file of the ingest log that waited (its segment did not fit the spill) while
+/// the replay moved past where its own segment would sort: it is given a number after
+/// the replay cursor, so its rows are replayed rather than taken as consumed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sealed_file_the_replay_passed_is_renumbered_not_lost() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = sidecar_config(dir.path());
+    let state = config.state.dir.clone();
+    std::fs::create_dir_all(&state).unwrap();
+    let minute = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs()
+        / 60;
+    // Left by an earlier incarnation (0: the directory's first start is 1): sealed as its
+    // flush 5, the replay cursor in its flush 9's segment.
+    let lines: String = (1..=4)
+        .map(|i| {
+            format!(
+                "{{\"n\":\"page.views\",\"t\":[[\"page_id\",\"p{i}\"]],\"d\":{i},\"m\":{minute}}}\n"
+            )
+        })
+        .collect();
+    std::fs::write(state.join("ingest.0000000000.000000000005.sealed"), lines).unwrap();
+    std::fs::write(
+        state.join("spill.cursor"),
+        r#"{"segment":{"incarnation":0,"flush_seq":9,"recovered":false},"offset":0}"#,
+    )
+    .unwrap();
+    let store = start_store(&mut config).await;
+    let sidecar = start_sidecar(&config).await;
+    metrics_when(sidecar.bound().metrics.unwrap(), |text| {
+        text.lines().any(|l| l == "countersink_spill_bytes 0")
+            && text.lines().any(|l| l == "countersink_ingest_log_bytes 0")
+            && text
+                .lines()
+                .any(|l| l.starts_with("countersink_flushes_total ") && !l.ends_with(" 0"))
+    })
+    .await;
+    sidecar.shutdown().await.unwrap();
+    for table in ["metrics.views_by_day", "metrics.views_by_minute"] {
+        assert_eq!(
+            store.table_sum(table, "views").await,
+            1 + 2 + 3 + 4,
+            "{table}"
+        );
+    }
+    store.shutdown().await;
+}

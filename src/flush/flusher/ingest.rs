@@ -100,7 +100,7 @@ impl<S: Sink> Flusher<S> {
                 return;
             }
         };
-        for file in sealed {
+        for mut file in sealed {
             let content = match ingest_log::read_sealed(&file.path) {
                 Ok(content) => content,
                 Err(error) => {
@@ -108,13 +108,40 @@ impl<S: Sink> Flusher<S> {
                     break;
                 }
             };
-            let id = SegmentId::live(file.incarnation, file.seq);
-            if !self.state.has_spill_segment(id) {
+            let mut id = SegmentId::live(file.incarnation, file.seq);
+            let written =
+                self.ingest_unremoved.contains(&file.path) || self.state.has_spill_segment(id);
+            if !written {
+                if self
+                    .state
+                    .replay_loaded()
+                    .is_some_and(|cursor| id <= cursor.segment)
+                {
+                    // The replay passed where its segment would sort (a later flush's spill
+                    // was read while this file waited for room): there it would count as
+                    // consumed. It takes a number after everything instead.
+                    self.seq += 1;
+                    file = match log.renumber(&file, self.state.incarnation(), self.seq) {
+                        Ok(renumbered) => renumbered,
+                        Err(error) => {
+                            tracing::error!(%error, file = %file.path.display(), "Could not renumber a sealed file of the ingest log; it waits for the next flush.");
+                            break;
+                        }
+                    };
+                    id = SegmentId::live(file.incarnation, file.seq);
+                }
                 match self.segment_of(&file, content.entries, content.unread, id, when) {
                     // (At start the same step runs before the listeners: a kill there
                     // is the one this point tests, one flush later.)
-                    Ok(true) if when == When::Running => crash_point("ingest_segment_written"),
-                    Ok(true) => {}
+                    Ok(true) => {
+                        // Until the file is removed, no replay may consume the segment: a
+                        // start would then find the file without its segment and move it
+                        // again.
+                        self.ingest_unremoved.insert(file.path.clone());
+                        if when == When::Running {
+                            crash_point("ingest_segment_written");
+                        }
+                    }
                     Ok(false) => {
                         let (spill_bytes, max_spill_bytes) = self.state.spill_bytes();
                         tracing::warn!(
@@ -138,9 +165,10 @@ impl<S: Sink> Flusher<S> {
                 break;
             }
             if let Err(error) = log.remove(&file) {
-                tracing::error!(%error, file = %file.path.display(), "Could not remove a sealed file of the ingest log whose segment is written.");
+                tracing::error!(%error, file = %file.path.display(), "Could not remove a sealed file of the ingest log whose segment is written; the replay waits until it is removed.");
                 break;
             }
+            self.ingest_unremoved.remove(&file.path);
         }
         self.ledger.set_spill_bytes(self.state.spill_bytes().0);
     }

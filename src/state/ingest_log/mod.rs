@@ -15,6 +15,10 @@
 //! A sealed file is summed per row and written as that segment whole (temporary file,
 //! fsync, rename); only then is it removed. A start that finds both knows the segment
 //! holds it and removes the file: each logged increment is in exactly one of the two.
+//! (The flusher replays nothing while a written file's removal is pending, so a segment
+//! is never consumed while its file remains; and a file that waited while the replay
+//! moved past its number is first renumbered after the replay cursor
+//! ([`IngestLog::renumber`]), or its segment would count as consumed.)
 //! From the segment on, the spill's cursor and the journal carry it as they carry any
 //! spilled row (see [`super::spill`]).
 //!
@@ -451,6 +455,19 @@ impl IngestLog {
         }
         sealed.sort();
         Ok(sealed)
+    }
+
+    /// Gives a sealed file the segment-to-be `(incarnation, seq)` instead of its own (the
+    /// replay passed where its own would sort); returns it renamed.
+    pub fn renumber(&self, sealed: &Sealed, incarnation: u64, seq: u64) -> io::Result<Sealed> {
+        let path = self.dir.join(sealed_name(incarnation, seq));
+        fs::rename(&sealed.path, &path)?;
+        sync_dir(&self.dir)?;
+        Ok(Sealed {
+            incarnation,
+            seq,
+            path,
+        })
     }
 
     /// Removes a sealed file once its segment is on disk.
