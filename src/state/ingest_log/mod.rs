@@ -760,4 +760,26 @@ mod tests {
         let (_, on_disk) = read_keys(&dir.path().join(KEYS)).unwrap();
         assert_eq!(on_disk, keys);
     }
+
+    #[test]
+    fn the_keys_file_is_compacted_past_twice_its_bound() {
+        let dir = tempfile::tempdir().unwrap();
+        let now = unix_now();
+        let log = IngestLog::open(dir.path(), 1 << 20, 1, RETENTION).unwrap();
+        // RETENTION keeps 4 keys: the file is rewritten once it holds more than 8 lines.
+        for i in 0..8 {
+            log.carry_keys(&[key(&format!("k{i}"), now - 20 + i)])
+                .unwrap();
+        }
+        assert_eq!(read_keys(&dir.path().join(KEYS)).unwrap().1.len(), 8);
+        log.carry_keys(&[key("k8", now)]).unwrap();
+        let (seed, kept) = read_keys(&dir.path().join(KEYS)).unwrap();
+        assert_eq!(seed, Some(log.seed()), "the seed survives the rewrite");
+        let names: Vec<&str> = kept.iter().map(|k| k.key.as_str()).collect();
+        assert_eq!(
+            names,
+            ["k5", "k6", "k7", "k8"],
+            "the newest four, oldest first"
+        );
+    }
 }
