@@ -27,12 +27,24 @@ pub(super) struct StateSizeArgs {
 /// The bound of the configuration's state directory. The same for a sidecar's, a
 /// `Recorder`'s and a driver wrapper's directory (they share the outcome logs, and each
 /// spills within `state.max_spill_bytes`), plus the OTLP stream table when a receiver
-/// is on and the ingest log with a durable HTTP listener.
+/// is on and the ingest log with a durable receiver.
 pub(super) fn state_bound(config: &Config) -> StateBound {
     let mut bound = StateBound::of(&config.state, config.limits.max_pending_bytes as u64);
-    let http = &config.ingest.http;
-    if http.enabled && http.durable {
-        bound = bound.with_ingest_log(config.state.max_ingest_log_bytes, http.max_idempotency_keys);
+    let ingest = &config.ingest;
+    if ingest.durable() {
+        let http = &ingest.http;
+        let keys = if http.enabled && http.durable {
+            http.max_idempotency_keys
+        } else {
+            0
+        };
+        let streams =
+            if ingest.otlp.durable && (ingest.otlp_http.enabled || ingest.otlp_grpc.enabled) {
+                ingest.otlp.max_streams
+            } else {
+                0
+            };
+        bound = bound.with_ingest_log(config.state.max_ingest_log_bytes, keys, streams);
     }
     // A build without the `otlp` feature runs no OTLP receiver, so writes no stream table.
     #[cfg(feature = "otlp")]

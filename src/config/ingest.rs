@@ -177,6 +177,14 @@ pub struct OtlpConfig {
     /// table is saved in the state directory (`otlp_streams.bin`, 40 bytes per stream)
     /// at each flush and read back at start. Defaults to 100000.
     pub max_streams: usize,
+    /// Whether an export is answered only once its points' increments are on disk, in
+    /// the ingest log of the state directory (as `ingest.http.durable`): an answered
+    /// export then survives a SIGKILL. For both OTLP receivers, which share the stream
+    /// table: with it, each cumulative stream's last point is written with the increment
+    /// it produced (`ingest.streams.jsonl` keeps them), so an exporter's retry of an
+    /// export whose answer it lost counts nothing twice. A delta export retried that way
+    /// counts twice (OTLP carries no idempotency key). Defaults to `false`.
+    pub durable: bool,
 }
 
 impl Default for OtlpConfig {
@@ -185,6 +193,7 @@ impl Default for OtlpConfig {
             resource_attributes: vec!["service.name".into()],
             scope_attributes: Vec::new(),
             max_streams: 100_000,
+            durable: false,
         }
     }
 }
@@ -409,6 +418,13 @@ impl<'de> Deserialize<'de> for SocketMode {
 }
 
 impl IngestConfig {
+    /// Whether a receiver that is on answers only once its increments are on disk (the
+    /// state directory then keeps an ingest log).
+    pub fn durable(&self) -> bool {
+        (self.http.enabled && self.http.durable)
+            || (self.otlp.durable && (self.otlp_http.enabled || self.otlp_grpc.enabled))
+    }
+
     /// Checks every range; the error names the field (`ingest.udp.threads`). The
     /// receivers check it again before binding anything.
     pub fn validate(&self) -> Result<(), ConfigError> {

@@ -372,7 +372,8 @@ pub struct StateConfig {
     /// Default `1073741824` (1 GiB).
     pub max_spill_bytes: u64,
     /// Most bytes of the ingest log (`ingest.log` and its sealed files): the increments of
-    /// durable requests (`ingest.http.durable`) not yet in a spill segment. A request
+    /// durable requests (`ingest.http.durable`, `ingest.otlp.durable`) not yet in a spill
+    /// segment. A request
     /// that would go beyond is refused before anything is written (HTTP 429), never
     /// dropped after its answer. Default `268435456` (256 MiB).
     pub max_ingest_log_bytes: u64,

@@ -203,6 +203,17 @@ impl Sidecar {
 
         let handler_engine = engine.clone();
         let ingest_log = pipeline.ingest_log().cloned();
+        #[cfg(feature = "otlp")]
+        if let Err(error) = otlp_streams::adopt(&kept, config, ingest_log.as_ref()) {
+            let mut pipeline = pipeline;
+            pipeline.shutdown().await;
+            return Err(StartError::State(crate::state::StateError::Io {
+                dir: config.state.dir.clone(),
+                step: "merging the OTLP stream table the ingest log kept (ingest.streams.jsonl) with otlp_streams.bin",
+                error,
+            })
+            .into());
+        }
         let receivers = match ingest::start_keeping(&config.ingest, kept, move |transport| {
             EngineHandler::new(handler_engine.clone(), transport)
                 .with_ingest_log(ingest_log.clone())

@@ -9,7 +9,7 @@
 //! | the journal (zero-filled to 4 MiB; grows to the largest group: one flush chunk's intents and answers, a chunk's writes being a quarter of `limits.max_pending_bytes`) | 4 MiB + `max_pending_bytes` / 2 |
 //! | small files (identity, status, cursors, marks, `ledger_pending.jsonl`, torn lines) | 1 MiB |
 //! | with an OTLP receiver on, the cumulative stream table (`otlp_streams.bin`, its temporary file while it is replaced, and one `otlp_streams.corrupt` set aside) | 3 × (44 + 40 × `ingest.otlp.max_streams`) |
-//! | with a durable HTTP listener, the ingest log (`ingest.log` and its sealed files) and its kept keys (`ingest.keys.jsonl`: compacted past twice `max_idempotency_keys` lines of at most [`KEY_LINE_BYTES`], plus the keys of one sealed file, at most the log's size) | 2 × `state.max_ingest_log_bytes` + 2 × `ingest.http.max_idempotency_keys` × 1400 |
+//! | with a durable receiver, the ingest log (`ingest.log` and its sealed files); with a durable HTTP listener its kept keys (`ingest.keys.jsonl`: compacted past twice `max_idempotency_keys` lines of at most [`KEY_LINE_BYTES`], plus the keys of one sealed file, at most the log's size); with durable OTLP receivers its kept streams (`ingest.streams.jsonl`: compacted past twice `max_streams` lines of at most [`STREAM_LINE_BYTES`], and its temporary file while it is rewritten) | 2 × `state.max_ingest_log_bytes` + 2 × `ingest.http.max_idempotency_keys` × 1400 + 4 × `ingest.otlp.max_streams` × 120 |
 //!
 //! A driver wrapper's directory has the same bound: its records go to the same two
 //! outcome logs, its rows to the same spill segments within `state.max_spill_bytes`.
@@ -35,6 +35,10 @@ const SMALL_FILES: u64 = 1 << 20;
 /// twice as long), the hash, the status, an answer listing 100 refused indices (escaped),
 /// the time and the field names.
 pub const KEY_LINE_BYTES: u64 = 1400;
+
+/// The longest line of `ingest.streams.jsonl`: a 32-digit stream id, three 20-digit
+/// integers and the field names.
+pub const STREAM_LINE_BYTES: u64 = 120;
 
 /// The most a state directory takes, by part.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -81,15 +85,24 @@ impl StateBound {
         }
     }
 
-    /// The bound with a durable HTTP listener: the ingest log within `max_log_bytes`,
-    /// and its kept keys (see the table above).
-    pub fn with_ingest_log(self, max_log_bytes: u64, max_keys: usize) -> StateBound {
+    /// The bound with a durable receiver: the ingest log within `max_log_bytes`, its
+    /// kept keys (`max_keys`, 0 without a durable HTTP listener) and streams
+    /// (`max_streams`, 0 without durable OTLP receivers; see the table above).
+    pub fn with_ingest_log(
+        self,
+        max_log_bytes: u64,
+        max_keys: usize,
+        max_streams: usize,
+    ) -> StateBound {
         let keys = (max_keys as u64)
             .saturating_mul(2)
             .saturating_mul(KEY_LINE_BYTES)
             .saturating_add(max_log_bytes);
+        let streams = (max_streams as u64)
+            .saturating_mul(4)
+            .saturating_mul(STREAM_LINE_BYTES);
         StateBound {
-            ingest_log: max_log_bytes.saturating_add(keys),
+            ingest_log: max_log_bytes.saturating_add(keys).saturating_add(streams),
             ..self
         }
     }

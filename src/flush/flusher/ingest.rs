@@ -18,7 +18,7 @@ use crate::aggregate::{Columns, Row, RowKey, Slot};
 use crate::bucket::{self, Minute};
 use crate::config::Config;
 use crate::sink::Sink;
-use crate::state::ingest_log::{self, IngestEntry, IngestLog, KeyRetention, Sealed};
+use crate::state::ingest_log::{self, IngestEntry, IngestLog, Retention, Sealed};
 use crate::state::{FlushId, RecordSource, SegmentId, StateError, WriteRecord};
 use crate::test_hooks::crash_point;
 use crate::vocabulary::{DropReason, FamilyId, Granularity};
@@ -37,7 +37,8 @@ pub(super) enum When {
 }
 
 impl<S: Sink> Flusher<S> {
-    /// Opens the ingest log when a listener is durable (`ingest.http.durable`), or when
+    /// Opens the ingest log when a listener is durable (`ingest.http.durable`,
+    /// `ingest.otlp.durable`), or when
     /// the state directory holds one a previous run left (durable since turned off: its
     /// increments still go to the spill), and moves what it left into the spill.
     pub(super) fn open_ingest_log(&mut self, config: &Config) -> Result<(), StateError> {
@@ -48,13 +49,13 @@ impl<S: Sink> Flusher<S> {
             step: "looking for the ingest log",
             error,
         })?;
-        let durable = http.enabled && http.durable;
-        if !durable && !left {
+        if !config.ingest.durable() && !left {
             return Ok(());
         }
-        let retention = KeyRetention {
+        let retention = Retention {
             window_secs: i64::try_from(http.idempotency_window.as_secs()).unwrap_or(i64::MAX),
             max_keys: http.max_idempotency_keys,
+            max_streams: config.ingest.otlp.max_streams,
         };
         let log = IngestLog::open(
             &dir,
@@ -158,10 +159,14 @@ impl<S: Sink> Flusher<S> {
                     }
                 }
             }
-            // The keys answered with its requests outlive it (a segment written before a
-            // kill may leave them to carry still).
+            // The keys answered with its requests and its streams' last points outlive it
+            // (a segment written before a kill may leave them to carry still).
             if let Err(error) = log.carry_keys(&content.keys) {
                 tracing::error!(%error, "Could not keep the idempotency keys of a sealed file of the ingest log; it waits for the next flush.");
+                break;
+            }
+            if let Err(error) = log.carry_streams(&content.streams) {
+                tracing::error!(%error, "Could not keep the OTLP stream points of a sealed file of the ingest log; it waits for the next flush.");
                 break;
             }
             if let Err(error) = log.remove(&file) {

@@ -21,6 +21,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
+use futures_util::future::Either;
 use opentelemetry_proto::tonic::collector::metrics::v1::metrics_service_server::SERVICE_NAME;
 use opentelemetry_proto::tonic::collector::metrics::v1::{
     ExportMetricsPartialSuccess, ExportMetricsServiceRequest, ExportMetricsServiceResponse,
@@ -102,26 +103,47 @@ struct Export<H> {
 
 impl<H: PacketHandler> UnaryService<Received> for Export<H> {
     type Response = ExportMetricsServiceResponse;
-    type Future = Ready<Result<Response<ExportMetricsServiceResponse>, Status>>;
+    /// Ready at once unless durable: a durable export waits for the ingest log's sync.
+    type Future = Either<Ready<Exported>, Pin<Box<dyn Future<Output = Exported> + Send>>>;
 
     fn call(&mut self, request: Request<Received>) -> Self::Future {
         let Received { request, bytes } = request.into_inner();
         self.shared.count_request(bytes);
-        ready(match self.shared.export(&request) {
-            Answer::Done { rejected, message } => Ok(Response::new(ExportMetricsServiceResponse {
-                partial_success: (rejected > 0).then(|| ExportMetricsPartialSuccess {
-                    rejected_data_points: i64::try_from(rejected).unwrap_or(i64::MAX),
-                    error_message: message,
-                }),
-            })),
-            // With RetryInfo: the OTLP specification's sign that RESOURCE_EXHAUSTED is
-            // worth retrying (an oversized message gets it without, so is not retried).
-            Answer::Busy => Err(Status::with_details(
-                Code::ResourceExhausted,
-                BUSY,
-                rpc::retryable_exhausted(BUSY, RETRY_AFTER).into(),
-            )),
-        })
+        if self.shared.is_durable() {
+            let shared = Arc::clone(&self.shared);
+            Either::Right(Box::pin(
+                async move { reply(shared.answer(&request).await) },
+            ))
+        } else {
+            Either::Left(ready(reply(self.shared.export(&request))))
+        }
+    }
+}
+
+/// What the `Export` call returns.
+type Exported = Result<Response<ExportMetricsServiceResponse>, Status>;
+
+/// The call's reply to `answer`.
+fn reply(answer: Answer) -> Exported {
+    match answer {
+        Answer::Done { rejected, message } => Ok(Response::new(ExportMetricsServiceResponse {
+            partial_success: (rejected > 0).then(|| ExportMetricsPartialSuccess {
+                rejected_data_points: i64::try_from(rejected).unwrap_or(i64::MAX),
+                error_message: message,
+            }),
+        })),
+        // With RetryInfo: the OTLP specification's sign that RESOURCE_EXHAUSTED is
+        // worth retrying (an oversized message gets it without, so is not retried).
+        Answer::Busy => Err(Status::with_details(
+            Code::ResourceExhausted,
+            BUSY,
+            rpc::retryable_exhausted(BUSY, RETRY_AFTER).into(),
+        )),
+        // UNAVAILABLE is one of the codes exporters retry.
+        Answer::Unavailable => Err(Status::new(
+            Code::Unavailable,
+            "the ingest log could not be written: the export may or may not have been applied",
+        )),
     }
 }
 

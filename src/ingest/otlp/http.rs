@@ -142,7 +142,7 @@ async fn export<H: PacketHandler>(
             );
         }
     };
-    match shared.export(&request) {
+    match shared.answer(&request).await {
         Answer::Done { rejected, message } => {
             let partial_success = (rejected > 0).then(|| ExportMetricsPartialSuccess {
                 rejected_data_points: i64::try_from(rejected).unwrap_or(i64::MAX),
@@ -171,6 +171,13 @@ async fn export<H: PacketHandler>(
             );
             response
         }
+        // The exporter retries a 503 (the OTLP/HTTP specification's retryable codes).
+        Answer::Unavailable => status(
+            StatusCode::SERVICE_UNAVAILABLE,
+            format,
+            14, // UNAVAILABLE
+            "the ingest log could not be written: the export may or may not have been applied",
+        ),
     }
 }
 

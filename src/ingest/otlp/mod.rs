@@ -28,6 +28,7 @@
 //! request would add its delta points twice.
 
 pub mod convert;
+mod durable;
 mod grpc;
 mod http;
 pub mod persist;
@@ -59,7 +60,9 @@ use super::receivers::Receivers;
 use super::stats::IngestStats;
 use super::worker::StopFlag;
 use super::{ListenError, PacketHandler, Recorded};
+use crate::config::ConfigError;
 use crate::config::ingest::IngestConfig;
+use crate::state::ingest_log::IngestLog;
 use crate::vocabulary::Transport;
 
 /// Longest wait, after the stop, for requests in flight to finish (their points reach
@@ -91,6 +94,18 @@ where
         resource: config.otlp.resource_attributes.clone(),
         scope: config.otlp.scope_attributes.clone(),
     };
+    let durable = if config.otlp.durable {
+        let log = factory(Transport::OtlpHttp).ingest_log();
+        if log.is_none() {
+            return Err(ListenError::Config(ConfigError::invalid(
+                "ingest.otlp.durable",
+                "needs a pipeline that keeps an ingest log in its state directory (the sidecar's)",
+            )));
+        }
+        log
+    } else {
+        None
+    };
     let listeners = [
         (
             Transport::OtlpHttp,
@@ -118,6 +133,7 @@ where
             stats: receivers.shared_stats(),
             transport,
             max_request_bytes,
+            durable: durable.clone(),
         });
         let stop = receivers.stop_flag();
         let name = match transport {
@@ -189,6 +205,8 @@ pub(super) struct Shared<H> {
     stats: Arc<IngestStats>,
     transport: Transport,
     max_request_bytes: usize,
+    /// The ingest log, when the receivers are durable (`ingest.otlp.durable`).
+    durable: Option<Arc<IngestLog>>,
 }
 
 /// The answer to one decoded request.
@@ -202,8 +220,12 @@ pub(super) enum Answer {
         /// The reasons, for `partial_success.error_message`.
         message: String,
     },
-    /// Nothing applied: the buffer is near its limits; retry later.
+    /// Nothing applied: the buffer is near its limits (durable: the ingest log is
+    /// full); retry later.
     Busy,
+    /// Durable only: the ingest log could not be written or synced, so the points may
+    /// or may not be counted; nothing more is taken until a restart.
+    Unavailable,
 }
 
 /// Why a request was refused before decoding finished.
@@ -275,30 +297,9 @@ impl<H: PacketHandler> Shared<H> {
         });
         drop(handler);
         if let Some(streams) = shared_table {
-            let otlp = &self.stats.otlp;
-            otlp.streams.store(streams.len() as u64, Relaxed);
-            otlp.evicted.store(streams.evicted(), Relaxed);
+            self.publish_streams(&streams);
         }
-        let otlp = &self.stats.otlp;
-        for (counter, n) in otlp.dropped.iter().zip(conversion.dropped) {
-            counter.fetch_add(n, Relaxed);
-        }
-        for (counter, n) in otlp.ignored.iter().zip(conversion.ignored) {
-            counter.fetch_add(n, Relaxed);
-        }
-        let mut message = conversion.message();
-        if refused > 0 {
-            if !message.is_empty() {
-                message.push_str(", ");
-            }
-            message.push_str(&format!(
-                "{refused} refused by the aggregator (invalid key, outside the time window or over a limit; see countersink_dropped_total and countersink_lines_invalid_total)"
-            ));
-        }
-        Answer::Done {
-            rejected: conversion.rejected() + refused,
-            message,
-        }
+        self.done(&conversion, refused)
     }
 }
 
@@ -341,6 +342,18 @@ mod tests {
         fn busy(&self) -> bool {
             self.busy
         }
+
+        fn check(
+            &mut self,
+            _name: &str,
+            _tags: &[(&str, &str)],
+            _delta: i64,
+            _at: Option<i64>,
+        ) -> Option<crate::bucket::Minute> {
+            self.seen += 1;
+            let refused = self.refuse_every > 0 && self.seen.is_multiple_of(self.refuse_every);
+            (!refused).then_some(crate::bucket::Minute(7))
+        }
     }
 
     fn shared(handler: Keep) -> Shared<Keep> {
@@ -362,6 +375,7 @@ mod tests {
             stats: Arc::new(IngestStats::default()),
             transport: Transport::OtlpHttp,
             max_request_bytes: 1 << 20,
+            durable: None,
         }
     }
 
@@ -373,6 +387,25 @@ mod tests {
                 ..Default::default()
             })
             .collect();
+        sums(points, AggregationTemporality::Delta)
+    }
+
+    /// One cumulative point of stream `m`, started at 1 (after the table's mark: its
+    /// first value counts whole).
+    fn cumulative(time: u64, value: i64) -> ExportMetricsServiceRequest {
+        let point = NumberDataPoint {
+            start_time_unix_nano: 1,
+            time_unix_nano: time,
+            value: Some(Value::AsInt(value)),
+            ..Default::default()
+        };
+        sums(vec![point], AggregationTemporality::Cumulative)
+    }
+
+    fn sums(
+        points: Vec<NumberDataPoint>,
+        temporality: AggregationTemporality,
+    ) -> ExportMetricsServiceRequest {
         ExportMetricsServiceRequest {
             resource_metrics: vec![ResourceMetrics {
                 scope_metrics: vec![ScopeMetrics {
@@ -380,7 +413,7 @@ mod tests {
                         name: "m".into(),
                         data: Some(Data::Sum(Sum {
                             data_points: points,
-                            aggregation_temporality: AggregationTemporality::Delta as i32,
+                            aggregation_temporality: temporality as i32,
                             is_monotonic: true,
                         })),
                         ..Default::default()
@@ -486,5 +519,110 @@ mod tests {
         assert_eq!(reasons, super::super::OTLP_DROP_REASONS);
         let kinds: Vec<&str> = IgnoredKind::ALL.iter().map(|k| k.as_str()).collect();
         assert_eq!(kinds, super::super::OTLP_IGNORED_KINDS);
+    }
+
+    fn durable(handler: Keep, max_log_bytes: u64) -> (tempfile::TempDir, Shared<Keep>) {
+        let dir = tempfile::tempdir().unwrap();
+        let retention = crate::state::ingest_log::Retention {
+            window_secs: 600,
+            max_keys: 10,
+            max_streams: 10,
+        };
+        let log = IngestLog::open(dir.path(), max_log_bytes, 1, retention).unwrap();
+        let shared = Shared {
+            durable: Some(Arc::new(log)),
+            ..shared(handler)
+        };
+        (dir, shared)
+    }
+
+    fn block_on<T>(future: impl std::future::Future<Output = T>) -> T {
+        tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap()
+            .block_on(future)
+    }
+
+    /// What a durable export leaves in the ingest log: its increments (nothing in the
+    /// buffer) and, for a cumulative point, the stream's new last point with them.
+    fn logged(shared: &Shared<Keep>) -> crate::state::ingest_log::SealedContent {
+        let log = shared.durable.as_ref().unwrap();
+        assert!(log.seal(1, 5).unwrap());
+        let sealed = log.sealed().unwrap();
+        crate::state::ingest_log::read_sealed(&sealed[0].path).unwrap()
+    }
+
+    /// A durable export is answered once its lines are written and synced: the
+    /// increments and each stream's last point, nothing in the buffer.
+    #[test]
+    fn a_durable_export_logs_its_increments_and_stream_points() {
+        let (_dir, s) = durable(Keep::default(), 1 << 20);
+        let answer = block_on(s.answer(&cumulative(10, 100)));
+        assert!(
+            matches!(answer, Answer::Done { rejected: 0, .. }),
+            "{answer:?}"
+        );
+        let answer = block_on(s.answer(&cumulative(20, 130)));
+        assert!(
+            matches!(answer, Answer::Done { rejected: 0, .. }),
+            "{answer:?}"
+        );
+        let answer = block_on(s.answer(&deltas(&[4.0])));
+        assert!(
+            matches!(answer, Answer::Done { rejected: 0, .. }),
+            "{answer:?}"
+        );
+        assert!(
+            s.handlers.slot(0).lock().kept.is_empty(),
+            "nothing goes to the buffer"
+        );
+        let content = logged(&s);
+        let increments: Vec<i64> = content.entries.iter().map(|e| e.delta).collect();
+        assert_eq!(increments, vec![100, 30, 4]);
+        let points: Vec<(u64, i64)> = content.streams.iter().map(|l| (l.time, l.value)).collect();
+        assert_eq!(points, vec![(10, 100), (20, 130)]);
+        assert_eq!(content.streams[0].stream, content.streams[1].stream);
+    }
+
+    /// A point the aggregator refuses is answered as rejected and not logged; the
+    /// stream's point is (the difference is refused, the stream moved on).
+    #[test]
+    fn a_refused_point_is_rejected_and_not_logged() {
+        let (_dir, s) = durable(
+            Keep {
+                refuse_every: 1,
+                ..Keep::default()
+            },
+            1 << 20,
+        );
+        let answer = block_on(s.answer(&cumulative(10, 100)));
+        assert!(
+            matches!(answer, Answer::Done { rejected: 1, .. }),
+            "{answer:?}"
+        );
+        let content = logged(&s);
+        assert!(content.entries.is_empty());
+        assert_eq!(content.streams.len(), 1);
+    }
+
+    /// A full log refuses the export whole and takes back what it changed in the
+    /// stream table, so the exporter's retry counts the same difference again, once.
+    #[test]
+    fn a_full_log_refuses_the_export_and_undoes_its_stream_changes() {
+        // A log that holds one export's lines, and not the next one's.
+        let (_dir, probe) = durable(Keep::default(), 1 << 20);
+        block_on(probe.answer(&cumulative(10, 100)));
+        let one = probe.durable.as_ref().unwrap().bytes();
+        let (_dir, s) = durable(Keep::default(), one + one / 2);
+        let answer = block_on(s.answer(&cumulative(10, 100)));
+        assert!(
+            matches!(answer, Answer::Done { rejected: 0, .. }),
+            "{answer:?}"
+        );
+        let before: Vec<_> = s.streams.table().entries().collect();
+        let answer = block_on(s.answer(&cumulative(20, 130)));
+        assert_eq!(answer, Answer::Busy);
+        assert_eq!(s.streams.table().entries().collect::<Vec<_>>(), before);
+        assert_eq!(s.stats.transport(Transport::OtlpHttp).busy, 1);
     }
 }

@@ -13,6 +13,15 @@
 //! next points after a restart are counted baselines instead.
 //!
 //! The sidecar calls [`StreamState::save_if_changed`] from the flush's observer hook.
+//!
+//! **Durable receivers** (`ingest.otlp.durable`) never save the table from memory: each
+//! change is written with the increment it produced to the ingest log (see `durable.rs`),
+//! whose `ingest.streams.jsonl` keeps the table; a start merges that into this one
+//! ([`StreamState::merge`]). The two files never both count: a durable start writes the
+//! table into the ingest log's file and removes `otlp_streams.bin`; a start that is not
+//! durable saves the merged table here and removes the ingest log's file. Merging takes,
+//! per stream, the later point, and the later completeness mark, so a start killed
+//! between the two steps merges again to the same table.
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
@@ -21,9 +30,10 @@ use std::sync::{Arc, OnceLock};
 use parking_lot::Mutex;
 
 use super::persist::{self, Loaded};
-use super::streams::Streams;
+use super::streams::{Last, Streams};
 use crate::config::ingest::OtlpConfig;
 use crate::ingest::IngestStats;
+use crate::state::ingest_log::{RecoveredStreams, StreamLine};
 
 /// The stream table, and the state directory it is saved in (none: in memory only).
 #[derive(Debug)]
@@ -40,6 +50,11 @@ pub struct StreamState {
     save_errors: AtomicU64,
     /// The receivers' counters, once they run (the table's size is published there).
     stats: OnceLock<Arc<IngestStats>>,
+    /// Durable receivers: the ingest log keeps the table, this file is never written.
+    durable: bool,
+    /// No file was found at start: the table's mark is the start, which the ingest log's
+    /// table, if it has one, replaces ([`StreamState::merge`]).
+    absent: bool,
 }
 
 impl StreamState {
@@ -60,7 +75,14 @@ impl StreamState {
                 Streams::restore(capacity, complete_since, entries, now_unix_nanos),
                 0,
             ),
-            Ok(Loaded::Absent) => (Streams::new(capacity, now_unix_nanos), 0),
+            Ok(Loaded::Absent) => {
+                let state =
+                    StreamState::with(Streams::new(capacity, now_unix_nanos), Some(dir), 0, 0);
+                return StreamState {
+                    absent: true,
+                    ..state
+                };
+            }
             Ok(Loaded::Corrupt(why)) => {
                 tracing::warn!(
                     file = %persist::path(&dir).display(),
@@ -99,6 +121,74 @@ impl StreamState {
             corrupt,
             save_errors: AtomicU64::new(0),
             stats: OnceLock::new(),
+            durable: false,
+            absent: false,
+        }
+    }
+
+    /// The same table, kept by the ingest log of durable receivers from now on.
+    pub fn durable(self) -> StreamState {
+        StreamState {
+            durable: true,
+            ..self
+        }
+    }
+
+    /// Merges the table the ingest log kept (see the module documentation): per stream,
+    /// the later point; the later completeness mark of the two files, or the ingest
+    /// log's alone when `otlp_streams.bin` was not there (the mark of a table that
+    /// starts empty, the start, is then no mark at all: the ingest log's table is the
+    /// whole of what was counted).
+    pub fn merge(&self, recovered: &RecoveredStreams, now_unix_nanos: u64) {
+        let mut table = self.table.lock();
+        if let Some(mark) = recovered.complete_since {
+            if self.absent {
+                table.set_complete_since(mark);
+            } else {
+                table.raise_complete_since(mark);
+            }
+        }
+        for line in &recovered.lines {
+            let last = Last {
+                start: line.start,
+                time: line.time,
+                value: line.value,
+            };
+            table.set_latest(line.stream, last, now_unix_nanos);
+        }
+    }
+
+    /// The table as the ingest log's stream file holds it, oldest first.
+    pub fn snapshot(&self) -> RecoveredStreams {
+        let table = self.table.lock();
+        let mut lines: Vec<StreamLine> = table
+            .entries()
+            .map(|(stream, last)| StreamLine {
+                stream,
+                start: last.start,
+                time: last.time,
+                value: last.value,
+            })
+            .collect();
+        lines.sort_by_key(|l| (l.time, l.stream));
+        RecoveredStreams {
+            complete_since: Some(table.complete_since()),
+            lines,
+        }
+    }
+
+    /// Writes the table to the state directory now (a start that merged the ingest
+    /// log's table); whether it was written.
+    pub fn save(&self) -> bool {
+        *self.saved.lock() = u64::MAX;
+        self.save_if_changed()
+    }
+
+    /// Removes `otlp_streams.bin` (durable receivers: the ingest log keeps the table).
+    pub fn remove_file(&self) -> std::io::Result<()> {
+        match &self.dir {
+            Some(dir) => persist::remove(dir),
+            None => Ok(()),
         }
     }
 
@@ -133,7 +223,9 @@ impl StreamState {
     /// Called after a flush drained the buffer and before it sends (see the module
     /// documentation); returns whether a file was written.
     pub fn save_if_changed(&self) -> bool {
-        let Some(dir) = &self.dir else { return false };
+        let Some(dir) = self.dir.as_ref().filter(|_| !self.durable) else {
+            return false;
+        };
         let mut saved = self.saved.lock();
         let (bytes, generation) = {
             let table = self.table.lock();

@@ -58,6 +58,20 @@ pub struct Streams {
     /// Bumped by every change (a point recorded, an eviction): what was saved is current
     /// while this has not moved.
     generation: u64,
+    /// The changes made since [`Streams::track`], while tracking.
+    changes: Option<Vec<Change>>,
+}
+
+/// A change [`Streams::set`] made while tracking: a durable request writes each one
+/// with its increments, and takes it back if they could not be written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Change {
+    /// The stream.
+    pub id: StreamId,
+    /// What the table held before (none: the stream was new to it).
+    pub before: Option<Last>,
+    /// What it holds now.
+    pub after: Last,
 }
 
 impl Streams {
@@ -71,6 +85,7 @@ impl Streams {
             complete_since: now_unix_nanos,
             evicted: 0,
             generation: 0,
+            changes: None,
         }
     }
 
@@ -100,6 +115,16 @@ impl Streams {
     /// completeness mark an eviction moves.
     pub fn set(&mut self, id: StreamId, last: Last, now_unix_nanos: u64) {
         self.generation += 1;
+        if self.changes.is_some() {
+            let before = self.get(id);
+            if let Some(changes) = &mut self.changes {
+                changes.push(Change {
+                    id,
+                    before,
+                    after: last,
+                });
+            }
+        }
         if let Some(slot) = self.young.get_mut(&id) {
             *slot = last;
             return;
@@ -114,6 +139,59 @@ impl Streams {
             self.old = std::mem::take(&mut self.young);
         }
         self.young.insert(id, last);
+    }
+
+    /// Records `last` unless the table holds a later point of the stream: the order in
+    /// which points arrive from several files does not matter.
+    pub fn set_latest(&mut self, id: StreamId, last: Last, now_unix_nanos: u64) {
+        if self.get(id).is_some_and(|held| held.time > last.time) {
+            return;
+        }
+        self.set(id, last, now_unix_nanos);
+    }
+
+    /// Moves the completeness mark to `mark` if later (a table merged from two sources
+    /// is complete only since the later of their marks).
+    pub fn raise_complete_since(&mut self, mark: u64) {
+        self.complete_since = self.complete_since.max(mark);
+    }
+
+    /// Sets the completeness mark (a table read back from the ingest log's file takes
+    /// that file's mark).
+    pub fn set_complete_since(&mut self, mark: u64) {
+        self.complete_since = mark;
+    }
+
+    /// Starts keeping every change [`Streams::set`] makes, until
+    /// [`Streams::take_changes`].
+    pub fn track(&mut self) {
+        self.changes = Some(Vec::new());
+    }
+
+    /// The changes made since [`Streams::track`], in order; stops keeping them.
+    pub fn take_changes(&mut self) -> Vec<Change> {
+        self.changes.take().unwrap_or_default()
+    }
+
+    /// Takes `changes` back, last first: each stream holds what it held before them (a
+    /// stream an eviction dropped meanwhile stays dropped; the eviction moved the mark).
+    pub fn undo(&mut self, changes: &[Change]) {
+        self.generation += 1;
+        for change in changes.iter().rev() {
+            match change.before {
+                Some(before) => {
+                    if let Some(slot) = self.young.get_mut(&change.id) {
+                        *slot = before;
+                    } else if let Some(slot) = self.old.get_mut(&change.id) {
+                        *slot = before;
+                    }
+                }
+                None => {
+                    self.young.remove(&change.id);
+                    self.old.remove(&change.id);
+                }
+            }
+        }
     }
 
     /// Whether a stream first seen now with this start time started after everything the
@@ -239,5 +317,43 @@ mod tests {
         assert_ne!(stream_id(b"a"), stream_id(b"b"));
         assert_eq!(stream_id(b"a"), stream_id(b"a"));
         assert_ne!(stream_id(b""), stream_id(b"\0"));
+    }
+
+    /// A tracked request's changes, undone, leave the table as before it: values back,
+    /// new streams gone; an untracked change is not kept.
+    #[test]
+    fn tracked_changes_are_undone_last_first() {
+        let mut t = Streams::new(8, 100);
+        t.set(1, last(5), 100);
+        t.track();
+        t.set(1, last(7), 100);
+        t.set(1, last(9), 100);
+        t.set(2, last(3), 100);
+        let changes = t.take_changes();
+        assert_eq!(changes.len(), 3);
+        assert_eq!(changes[0].before, Some(last(5)));
+        t.set(3, last(1), 100);
+        assert!(t.take_changes().is_empty(), "not tracking any more");
+        t.undo(&changes);
+        assert_eq!(t.get(1), Some(last(5)));
+        assert_eq!(t.get(2), None);
+        assert_eq!(t.get(3), Some(last(1)));
+    }
+
+    /// `set_latest` keeps the later point whatever the order.
+    #[test]
+    fn set_latest_keeps_the_later_point() {
+        let at = |time, value| Last {
+            start: 1,
+            time,
+            value,
+        };
+        let mut t = Streams::new(8, 0);
+        t.set_latest(1, at(20, 9), 0);
+        t.set_latest(1, at(10, 5), 0);
+        assert_eq!(t.get(1), Some(at(20, 9)));
+        t.set_latest(1, at(20, 9), 0);
+        t.set_latest(1, at(30, 11), 0);
+        assert_eq!(t.get(1), Some(at(30, 11)));
     }
 }

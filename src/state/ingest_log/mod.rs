@@ -58,7 +58,10 @@ use serde::{Deserialize, Serialize};
 use self::sync::GroupCommit;
 use super::private::{options, sync_dir};
 
+pub mod streams;
 mod sync;
+
+pub use streams::{Recovered as RecoveredStreams, StreamLine};
 
 /// The active file's name.
 pub const ACTIVE: &str = "ingest.log";
@@ -145,14 +148,17 @@ impl KeyLine {
     }
 }
 
-/// How long and how many answered keys are kept (`ingest.http.idempotency_window`,
-/// `ingest.http.max_idempotency_keys`).
+/// What the log keeps besides increments: how long and how many answered keys
+/// (`ingest.http.idempotency_window`, `ingest.http.max_idempotency_keys`), and how many
+/// cumulative streams (`ingest.otlp.max_streams`).
 #[derive(Clone, Copy, Debug)]
-pub struct KeyRetention {
-    /// The window, in seconds.
+pub struct Retention {
+    /// The keys' window, in seconds.
     pub window_secs: i64,
     /// The most keys kept.
     pub max_keys: usize,
+    /// The most cumulative streams kept.
+    pub max_streams: usize,
 }
 
 /// What a sealed file holds.
@@ -162,6 +168,8 @@ pub struct SealedContent {
     pub entries: Vec<IngestEntry>,
     /// The answered keys.
     pub keys: Vec<KeyLine>,
+    /// The cumulative streams' last points.
+    pub streams: Vec<StreamLine>,
     /// Lines that did not read (a torn last line of an append cut short by a crash,
     /// never answered, or damage).
     pub unread: u64,
@@ -176,6 +184,14 @@ pub struct Sealed {
     pub seq: u64,
     /// The file.
     pub path: PathBuf,
+}
+
+/// An append written into the active file and not yet known to be on disk.
+#[derive(Debug)]
+#[must_use = "an append is durable only once `IngestLog::synced` returns"]
+pub struct Written {
+    generation: u64,
+    end: u64,
 }
 
 /// Why a durable append was not made durable.
@@ -217,11 +233,21 @@ pub struct IngestLog {
     appended: AtomicU64,
     /// The seed of the body hashes of idempotency keys.
     seed: u64,
-    retention: KeyRetention,
+    retention: Retention,
     /// Key lines in `ingest.keys.jsonl` (compacted past twice the bound).
     key_lines: Mutex<usize>,
     /// The keys a start read back, for the HTTP listener to take.
     recovered: Mutex<Vec<KeyLine>>,
+    /// `ingest.streams.jsonl` as this process knows it.
+    streams_file: Mutex<StreamsFile>,
+    /// The stream table a start read back, for the OTLP receivers to take.
+    recovered_streams: Mutex<RecoveredStreams>,
+}
+
+/// What the stream file holds: its mark (none: no file) and how many lines.
+struct StreamsFile {
+    mark: Option<u64>,
+    lines: usize,
 }
 
 struct Active {
@@ -240,7 +266,7 @@ impl IngestLog {
         dir: &Path,
         max_bytes: u64,
         incarnation: u64,
-        retention: KeyRetention,
+        retention: Retention,
     ) -> io::Result<IngestLog> {
         let active_path = dir.join(ACTIVE);
         match fs::metadata(&active_path) {
@@ -270,6 +296,11 @@ impl IngestLog {
             retention,
             key_lines: Mutex::new(0),
             recovered: Mutex::new(Vec::new()),
+            streams_file: Mutex::new(StreamsFile {
+                mark: None,
+                lines: 0,
+            }),
+            recovered_streams: Mutex::new(RecoveredStreams::default()),
         };
         let sealed = log.sealed()?;
         let bytes: u64 = sealed
@@ -279,9 +310,24 @@ impl IngestLog {
             .sum();
         log.sealed_bytes.store(bytes, Ordering::Relaxed);
         let (seed, mut keys) = read_keys(&dir.join(KEYS))?;
+        let (mark, lines) = streams::read(dir)?;
+        let mut table = RecoveredStreams {
+            complete_since: mark,
+            lines: Vec::new(),
+        };
+        let now_nanos = unix_now_nanos();
+        table.fold(lines, retention.max_streams, now_nanos);
+        let file_lines = table.lines.len();
         for file in &sealed {
-            keys.extend(read_sealed(&file.path)?.keys);
+            let content = read_sealed(&file.path)?;
+            keys.extend(content.keys);
+            table.fold(content.streams, retention.max_streams, now_nanos);
         }
+        *log.streams_file.lock() = StreamsFile {
+            mark,
+            lines: if mark.is_some() { file_lines } else { 0 },
+        };
+        *log.recovered_streams.lock() = table;
         let log = IngestLog {
             seed: seed.unwrap_or_else(|| fastrand::u64(..)),
             ..log
@@ -300,6 +346,87 @@ impl IngestLog {
     /// The answered keys a start read back (once).
     pub fn take_recovered_keys(&self) -> Vec<KeyLine> {
         std::mem::take(&mut *self.recovered.lock())
+    }
+
+    /// The stream table a start read back (once): `ingest.streams.jsonl` folded with the
+    /// stream lines of the sealed files (see [`streams`]).
+    pub fn take_recovered_streams(&self) -> RecoveredStreams {
+        std::mem::take(&mut *self.recovered_streams.lock())
+    }
+
+    /// Appends the stream lines of a sealed file being moved into the spill to
+    /// `ingest.streams.jsonl`, synced (before the file is removed); rewrites the file
+    /// with the fold once it holds twice the bound. A file not there yet starts with
+    /// the mark now: a stream it does not hold is then a baseline, never counted whole.
+    pub fn carry_streams(&self, lines: &[StreamLine]) -> io::Result<()> {
+        if lines.is_empty() {
+            return Ok(());
+        }
+        let mut file = self.streams_file.lock();
+        let max_streams = self.retention.max_streams;
+        if file.mark.is_none() || file.lines + lines.len() > 2 * max_streams.max(1) {
+            let now = unix_now_nanos();
+            let (mark, held) = streams::read(&self.dir)?;
+            let mut table = RecoveredStreams {
+                complete_since: Some(mark.or(file.mark).unwrap_or(now)),
+                lines: Vec::new(),
+            };
+            table.fold(
+                held.into_iter().chain(lines.iter().copied()),
+                max_streams,
+                now,
+            );
+            return self.write_streams(&mut file, &table);
+        }
+        let mut out = Vec::new();
+        for line in lines {
+            line.write_line(&mut out);
+        }
+        let mut handle = options().append(true).open(self.dir.join(streams::FILE))?;
+        handle.write_all(&out)?;
+        handle.sync_data()?;
+        file.lines += lines.len();
+        Ok(())
+    }
+
+    /// Replaces `ingest.streams.jsonl` with `table` folded with what the file holds (a
+    /// durable OTLP receiver's table at start, merged with what it found elsewhere).
+    pub fn rewrite_streams(&self, table: &RecoveredStreams) -> io::Result<()> {
+        let mut file = self.streams_file.lock();
+        let (mark, held) = streams::read(&self.dir)?;
+        let now = unix_now_nanos();
+        let mut merged = RecoveredStreams {
+            complete_since: Some(table.complete_since.unwrap_or(now).max(mark.unwrap_or(0))),
+            lines: table.lines.clone(),
+        };
+        merged.fold(held, self.retention.max_streams, now);
+        self.write_streams(&mut file, &merged)
+    }
+
+    /// Removes `ingest.streams.jsonl` (a receiver that is not durable took its table into
+    /// its own file).
+    pub fn remove_streams(&self) -> io::Result<()> {
+        let mut file = self.streams_file.lock();
+        streams::remove(&self.dir)?;
+        *file = StreamsFile {
+            mark: None,
+            lines: 0,
+        };
+        Ok(())
+    }
+
+    fn write_streams(&self, file: &mut StreamsFile, table: &RecoveredStreams) -> io::Result<()> {
+        let mark = table.complete_since.unwrap_or_else(unix_now_nanos);
+        super::private::write_atomically(
+            &self.dir,
+            &self.dir.join(streams::FILE),
+            &table.encode(mark),
+        )?;
+        *file = StreamsFile {
+            mark: Some(mark),
+            lines: table.lines.len(),
+        };
+        Ok(())
     }
 
     /// Appends the keys of a sealed file being moved into the spill to
@@ -381,6 +508,24 @@ impl IngestLog {
     pub async fn append_async(&self, lines: &[u8]) -> Result<(), AppendError> {
         let (generation, end) = self.write(lines)?;
         if self.commit.wait(generation, end).await {
+            Ok(())
+        } else {
+            Err(AppendError::Failed)
+        }
+    }
+
+    /// Writes `lines` at the end of the active file, into the page cache (a SIGKILL no
+    /// longer loses them, a power cut may), and asks for a sync; [`IngestLog::synced`]
+    /// waits for it. The OTLP receivers write under their stream table's lock, so that
+    /// what the table holds was written, and wait for the sync after releasing it.
+    pub fn write_lines(&self, lines: &[u8]) -> Result<Written, AppendError> {
+        let (generation, end) = self.write(lines)?;
+        Ok(Written { generation, end })
+    }
+
+    /// Returns once the append `written` is on disk.
+    pub async fn synced(&self, written: Written) -> Result<(), AppendError> {
+        if self.commit.wait(written.generation, written.end).await {
             Ok(())
         } else {
             Err(AppendError::Failed)
@@ -517,6 +662,12 @@ pub fn read_sealed(path: &Path) -> io::Result<SealedContent> {
                     Err(_) => content.unread += 1,
                 }
             }
+            Some(b'\n') if line.starts_with(streams::LINE_START) => {
+                match serde_json::from_slice::<StreamLine>(&line[..line.len() - 1]) {
+                    Ok(stream) => content.streams.push(stream),
+                    Err(_) => content.unread += 1,
+                }
+            }
             Some(b'\n') => match serde_json::from_slice::<IngestEntry>(&line[..line.len() - 1]) {
                 Ok(entry) => content.entries.push(entry),
                 Err(_) => content.unread += 1,
@@ -553,7 +704,7 @@ fn read_keys(path: &Path) -> io::Result<(Option<u64>, Vec<KeyLine>)> {
 
 /// The keys still inside the window at `now`, the newest answer of each, at most the
 /// newest `max_keys`, oldest first.
-fn retain(mut keys: Vec<KeyLine>, retention: KeyRetention, now: i64) -> Vec<KeyLine> {
+fn retain(mut keys: Vec<KeyLine>, retention: Retention, now: i64) -> Vec<KeyLine> {
     keys.retain(|k| now.saturating_sub(k.at) < retention.window_secs);
     keys.sort_by_key(|k| k.at);
     let mut seen = std::collections::HashSet::new();
@@ -565,6 +716,13 @@ fn retain(mut keys: Vec<KeyLine>, retention: KeyRetention, now: i64) -> Vec<KeyL
         .collect();
     newest_first.reverse();
     newest_first
+}
+
+/// Now, Unix nanoseconds (the OTLP receivers' clock).
+pub fn unix_now_nanos() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
 }
 
 /// Now, Unix seconds.
@@ -600,9 +758,10 @@ fn parse_sealed(name: &str) -> Option<(u64, u64)> {
 mod tests {
     use super::*;
 
-    const RETENTION: KeyRetention = KeyRetention {
+    const RETENTION: Retention = Retention {
         window_secs: 600,
         max_keys: 4,
+        max_streams: 4,
     };
 
     fn line(name: &str, delta: i64) -> Vec<u8> {
@@ -781,5 +940,89 @@ mod tests {
             ["k5", "k6", "k7", "k8"],
             "the newest four, oldest first"
         );
+    }
+
+    fn stream(id: u128, time: u64, value: i64) -> StreamLine {
+        StreamLine {
+            stream: id,
+            start: 1,
+            time,
+            value,
+        }
+    }
+
+    /// A start reads back every stream's latest point, whether it was carried to the
+    /// stream file or is still in a sealed file, or in the active file a kill left.
+    #[test]
+    fn stream_points_outlive_a_restart_wherever_they_are() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let log = IngestLog::open(dir.path(), 1 << 20, 1, RETENTION).unwrap();
+            assert_eq!(log.take_recovered_streams(), RecoveredStreams::default());
+            let mut lines = line("a", 1);
+            stream(1, 10, 5).write_line(&mut lines);
+            stream(2, 10, 7).write_line(&mut lines);
+            log.append(&lines).unwrap();
+            assert!(log.seal(1, 1).unwrap());
+            // Moved: its stream lines go to the stream file, then it goes.
+            let sealed = log.sealed().unwrap();
+            let content = read_sealed(&sealed[0].path).unwrap();
+            assert_eq!(content.entries.len(), 1);
+            assert_eq!(content.streams.len(), 2);
+            log.carry_streams(&content.streams).unwrap();
+            log.remove(&sealed[0]).unwrap();
+            // Sealed, not moved yet: stream 1 moved on.
+            let mut lines = Vec::new();
+            stream(1, 20, 9).write_line(&mut lines);
+            log.append(&lines).unwrap();
+            assert!(log.seal(1, 2).unwrap());
+            // Left in the active file by a kill: stream 3, and an older point of 2 that a
+            // slower request wrote after the newer one.
+            let mut lines = Vec::new();
+            stream(3, 30, 1).write_line(&mut lines);
+            stream(2, 5, 6).write_line(&mut lines);
+            log.append(&lines).unwrap();
+        }
+        let log = IngestLog::open(dir.path(), 1 << 20, 2, RETENTION).unwrap();
+        let recovered = log.take_recovered_streams();
+        let mut points: Vec<(u128, u64, i64)> = recovered
+            .lines
+            .iter()
+            .map(|l| (l.stream, l.time, l.value))
+            .collect();
+        points.sort_unstable();
+        assert_eq!(points, [(1, 20, 9), (2, 10, 7), (3, 30, 1)]);
+        assert!(recovered.complete_since.is_some(), "the file's mark");
+        assert!(log.take_recovered_streams().lines.is_empty(), "taken once");
+    }
+
+    /// The stream file is folded past twice its bound, and what the bound drops moves
+    /// the mark forward (their next point is a baseline, never counted whole).
+    #[test]
+    fn the_stream_file_is_compacted_and_a_dropped_stream_moves_the_mark() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = IngestLog::open(dir.path(), 1 << 20, 1, RETENTION).unwrap();
+        log.rewrite_streams(&RecoveredStreams {
+            complete_since: Some(50),
+            lines: Vec::new(),
+        })
+        .unwrap();
+        // RETENTION keeps 4 streams: past 8 lines the file is folded.
+        for i in 0..8u64 {
+            log.carry_streams(&[stream(u128::from(i % 2), 10 + i, 1)])
+                .unwrap();
+        }
+        assert_eq!(streams::read(dir.path()).unwrap().1.len(), 8);
+        log.carry_streams(&[stream(7, 100, 1)]).unwrap();
+        let (mark, lines) = streams::read(dir.path()).unwrap();
+        assert_eq!(lines.len(), 3, "two streams folded, one new: {lines:?}");
+        assert_eq!(mark, Some(50), "nothing dropped: the mark stays");
+        let many: Vec<StreamLine> = (10..20u64).map(|i| stream(u128::from(i), i, 1)).collect();
+        log.carry_streams(&many).unwrap();
+        let (mark, lines) = streams::read(dir.path()).unwrap();
+        assert_eq!(lines.len(), 4);
+        assert!(mark.unwrap() > 1_000_000, "moved to now: {mark:?}");
+        log.remove_streams().unwrap();
+        assert_eq!(streams::read(dir.path()).unwrap(), (None, Vec::new()));
     }
 }

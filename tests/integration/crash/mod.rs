@@ -6,6 +6,7 @@
 pub(crate) mod chaos;
 pub(crate) mod check;
 mod durable;
+mod durable_otlp;
 mod exact;
 pub(crate) mod harness;
 mod windows;

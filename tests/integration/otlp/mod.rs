@@ -22,6 +22,7 @@ use prost::Message;
 use crate::common::{http_post, metrics_when, sidecar_config, start_sidecar, start_store};
 
 mod bad_input;
+mod durable;
 mod restart;
 
 fn kv(k: &str, v: &str) -> KeyValue {

@@ -15,7 +15,7 @@ use crate::common::{metrics_when, start_sidecar, start_store};
 
 /// One cumulative point of the stream tagged `via`, over OTLP/HTTP protobuf; the answer's
 /// status must be 200.
-fn send(addr: std::net::SocketAddr, via: &str, start: u64, time: u64, value: i64) {
+pub(super) fn send(addr: std::net::SocketAddr, via: &str, start: u64, time: u64, value: i64) {
     let body = request(vec![sum(
         AggregationTemporality::Cumulative,
         vec![point(start, time, Value::AsInt(value), via)],

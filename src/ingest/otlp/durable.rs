@@ -1,0 +1,158 @@
+//! A durable export (`ingest.otlp.durable`): answered only once its increments, and the
+//! last point of every cumulative stream it changed, are on disk in the ingest log (see
+//! [`crate::state::ingest_log`] and its `streams` module).
+//!
+//! The points are checked and converted as usual, but their increments go to the ingest
+//! log instead of the buffer; a flush moves them into the spill and the replay sends
+//! them. A cumulative point's increment is a difference from the stream's last point,
+//! so the stream table and the log must agree:
+//!
+//! - The table is changed, and the request's lines written (into the page cache), under
+//!   the table's lock. No other request sees a changed stream before its line is
+//!   written, and a log that is full is known before the lock is released: the changes
+//!   are then undone and the export refused whole, so its retry finds the table as it
+//!   was.
+//! - The answer waits for the sync after the lock is released (requests share one
+//!   `fdatasync`).
+//! - A write or sync that fails stops the log until a restart; the start rebuilds the
+//!   table from what is on disk, so an export answered 503 and retried is counted from
+//!   the last point that was written, never from one only the memory held.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering::Relaxed;
+
+use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
+
+use super::convert::{self, Conversion};
+use super::streams::Streams;
+use super::{Answer, Shared, now_unix_nanos};
+use crate::ingest::PacketHandler;
+use crate::state::ingest_log::{AppendError, IngestEntry, IngestLog, StreamLine, Written};
+
+impl<H: PacketHandler> Shared<H> {
+    /// Whether exports are answered once on disk.
+    pub(super) fn is_durable(&self) -> bool {
+        self.durable.is_some()
+    }
+
+    /// Answers one decoded request: durably when the receivers are durable, else by
+    /// [`Shared::export`].
+    pub(super) async fn answer(&self, request: &ExportMetricsServiceRequest) -> Answer {
+        let Some(log) = &self.durable else {
+            return self.export(request);
+        };
+        let (answer, written) = self.log_export(request, log);
+        if let Some(written) = written
+            && let Err(error) = log.synced(written).await
+        {
+            tracing::error!(%error, "A durable OTLP export could not be made durable.");
+            return Answer::Unavailable;
+        }
+        answer
+    }
+
+    /// Checks and converts `request`, writing its lines to `log`: the answer it gets once
+    /// they are on disk, and the append to wait for.
+    fn log_export(
+        &self,
+        request: &ExportMetricsServiceRequest,
+        log: &Arc<IngestLog>,
+    ) -> (Answer, Option<Written>) {
+        if log.would_overflow(0) {
+            self.stats.get(self.transport).busy.fetch_add(1, Relaxed);
+            return (Answer::Busy, None);
+        }
+        let mut handler = self.handlers.take();
+        // The same lock order as `export`: the stream table, then the handler's stripe.
+        let mut shared_table = convert::has_cumulative(request).then(|| self.streams.table());
+        let mut empty = Streams::new(2, 0);
+        let streams = shared_table.as_deref_mut().unwrap_or(&mut empty);
+        streams.track();
+        let mut lines = Vec::new();
+        let mut refused = 0u64;
+        let conversion = convert::convert_each(
+            request,
+            &self.policy,
+            streams,
+            now_unix_nanos(),
+            &mut |point| match handler.check(
+                point.name,
+                point.tags,
+                point.delta,
+                point.at_unix_secs,
+            ) {
+                Some(minute) => IngestEntry::write_line(
+                    &mut lines,
+                    point.name,
+                    point.tags,
+                    point.delta,
+                    minute.0,
+                ),
+                None => refused += 1,
+            },
+        );
+        let changes = streams.take_changes();
+        for change in &changes {
+            StreamLine {
+                stream: change.id,
+                start: change.after.start,
+                time: change.after.time,
+                value: change.after.value,
+            }
+            .write_line(&mut lines);
+        }
+        let written = if lines.is_empty() {
+            None
+        } else {
+            match log.write_lines(&lines) {
+                Ok(written) => Some(written),
+                Err(AppendError::Full { .. }) => {
+                    streams.undo(&changes);
+                    self.stats.get(self.transport).busy.fetch_add(1, Relaxed);
+                    return (Answer::Busy, None);
+                }
+                Err(error) => {
+                    tracing::error!(%error, "A durable OTLP export could not be written to the ingest log.");
+                    return (Answer::Unavailable, None);
+                }
+            }
+        };
+        drop(handler);
+        if let Some(streams) = shared_table {
+            self.publish_streams(&streams);
+        }
+        (self.done(&conversion, refused), written)
+    }
+
+    /// Publishes the stream table's size and evictions.
+    pub(super) fn publish_streams(&self, streams: &Streams) {
+        let otlp = &self.stats.otlp;
+        otlp.streams.store(streams.len() as u64, Relaxed);
+        otlp.evicted.store(streams.evicted(), Relaxed);
+    }
+
+    /// Counts what the conversion dropped and ignored; the answer for a request of which
+    /// `refused` points the aggregator refused.
+    pub(super) fn done(&self, conversion: &Conversion<'_>, refused: u64) -> Answer {
+        let otlp = &self.stats.otlp;
+        for (counter, n) in otlp.dropped.iter().zip(conversion.dropped) {
+            counter.fetch_add(n, Relaxed);
+        }
+        for (counter, n) in otlp.ignored.iter().zip(conversion.ignored) {
+            counter.fetch_add(n, Relaxed);
+        }
+        let mut message = conversion.message();
+        if refused > 0 {
+            if !message.is_empty() {
+                message.push_str(", ");
+            }
+            message.push_str(&format!(
+                "{refused} refused by the aggregator (invalid key, outside the time window or over a limit; see countersink_dropped_total and countersink_lines_invalid_total)"
+            ));
+        }
+        Answer::Done {
+            rejected: conversion.rejected() + refused,
+            message,
+        }
+    }
+}

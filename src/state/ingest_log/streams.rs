@@ -1,0 +1,241 @@
+//! The last point of each OTLP cumulative stream a durable request recorded, kept with
+//! the increments it produced.
+//!
+//! A cumulative point's increment is its difference from the stream's last point, so
+//! the increment and the stream's new last point must reach the disk together: a start
+//! that read back one without the other would count the difference again, or lose it.
+//! A durable OTLP request therefore writes a [`StreamLine`] for every stream it changed
+//! in the same append as its increments, and a sealed file's stream lines are carried to
+//! `ingest.streams.jsonl` (synced) before the file is removed, as its idempotency keys
+//! are carried to `ingest.keys.jsonl`.
+//!
+//! A start folds that file and the stream lines of the files not moved yet into one table
+//! ([`Recovered`]): for each stream, the line with the latest point time. The fold does
+//! not depend on the order lines were written in (two requests of one stream may append
+//! in either order), and reading a line twice (a file carried, then killed before its
+//! removal) changes nothing.
+//!
+//! The file's first line holds the table's completeness mark (see the OTLP receiver's
+//! `streams` module: a stream first seen with a start time at or after it is all new).
+//! Past twice `ingest.otlp.max_streams` lines the file is rewritten with the fold; a
+//! stream the bound drops moves the mark to that moment, so that its next point is a
+//! baseline (counted as such), never counted from zero again.
+
+use std::collections::HashMap;
+use std::fs;
+use std::io;
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+
+/// The file's name in the state directory.
+pub const FILE: &str = "ingest.streams.jsonl";
+/// How a [`StreamLine`] begins (serde writes fields in order).
+pub(super) const LINE_START: &[u8] = b"{\"stream\":";
+
+/// One stream's last point, as a durable OTLP request left it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StreamLine {
+    /// The stream's 128-bit identity, 32 hexadecimal digits.
+    #[serde(with = "hex_u128")]
+    pub stream: u128,
+    /// `start_time_unix_nano` of its last point.
+    #[serde(rename = "st")]
+    pub start: u64,
+    /// `time_unix_nano` of its last point.
+    #[serde(rename = "ti")]
+    pub time: u64,
+    /// The value of its last point.
+    #[serde(rename = "v")]
+    pub value: i64,
+}
+
+impl StreamLine {
+    /// Appends the line to `out`.
+    pub fn write_line(&self, out: &mut Vec<u8>) {
+        if serde_json::to_writer(&mut *out, self).is_ok() {
+            out.push(b'\n');
+        }
+    }
+}
+
+/// The stream table the state directory holds: its completeness mark and the latest
+/// point of each stream, oldest point first.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Recovered {
+    /// Unix nanoseconds; `None` when no durable stream table was ever written here.
+    pub complete_since: Option<u64>,
+    /// The streams, oldest point first.
+    pub lines: Vec<StreamLine>,
+}
+
+impl Recovered {
+    /// Folds `more` lines in: the latest point of each stream wins. At most `max_streams`
+    /// are kept (the latest points); dropping any moves the mark to `now_unix_nanos`.
+    pub fn fold(
+        &mut self,
+        more: impl IntoIterator<Item = StreamLine>,
+        max_streams: usize,
+        now_unix_nanos: u64,
+    ) {
+        let mut latest: HashMap<u128, StreamLine> = HashMap::with_capacity(self.lines.len());
+        for line in self.lines.drain(..).chain(more) {
+            match latest.get(&line.stream) {
+                Some(held) if held.time > line.time => {}
+                _ => {
+                    latest.insert(line.stream, line);
+                }
+            }
+        }
+        let mut lines: Vec<StreamLine> = latest.into_values().collect();
+        lines.sort_by_key(|l| (l.time, l.stream));
+        let keep = max_streams.max(1);
+        if lines.len() > keep {
+            lines.drain(..lines.len() - keep);
+            self.complete_since = Some(self.complete_since.unwrap_or(0).max(now_unix_nanos));
+        }
+        self.lines = lines;
+    }
+
+    /// The file's bytes.
+    pub(super) fn encode(&self, complete_since: u64) -> Vec<u8> {
+        let mut out = serde_json::to_vec(&Header { complete_since }).unwrap_or_default();
+        out.push(b'\n');
+        for line in &self.lines {
+            line.write_line(&mut out);
+        }
+        out
+    }
+}
+
+#[derive(Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Header {
+    complete_since: u64,
+}
+
+/// Reads `dir`'s stream file: its mark and lines, as written (not folded). A missing
+/// file is an empty table without a mark; an unreadable line is skipped (that stream's
+/// next point is then a difference from an older point: see [`read`]'s caller).
+pub fn read(dir: &Path) -> io::Result<(Option<u64>, Vec<StreamLine>)> {
+    let text = match fs::read(dir.join(FILE)) {
+        Ok(text) => text,
+        Err(error) if error.kind() == io::ErrorKind::NotFound => return Ok((None, Vec::new())),
+        Err(error) => return Err(error),
+    };
+    let mut rows = text.split(|b| *b == b'\n').filter(|l| !l.is_empty());
+    let mark = rows
+        .next()
+        .and_then(|l| serde_json::from_slice::<Header>(l).ok())
+        .map(|h| h.complete_since);
+    let lines = rows
+        .filter_map(|l| serde_json::from_slice::<StreamLine>(l).ok())
+        .collect();
+    Ok((mark, lines))
+}
+
+/// Removes `dir`'s stream file, if any (synced: a start must not find it again).
+pub fn remove(dir: &Path) -> io::Result<()> {
+    match fs::remove_file(dir.join(FILE)) {
+        Ok(()) => super::sync_dir(dir),
+        Err(error) if error.kind() == io::ErrorKind::NotFound => Ok(()),
+        Err(error) => Err(error),
+    }
+}
+
+/// 128-bit ids as 32 hexadecimal digits: JSON numbers that large do not survive every
+/// reader.
+mod hex_u128 {
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub(super) fn serialize<S: Serializer>(value: &u128, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&format!("{value:032x}"))
+    }
+
+    pub(super) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<u128, D::Error> {
+        let text = <&str>::deserialize(d)?;
+        u128::from_str_radix(text, 16).map_err(serde::de::Error::custom)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn line(stream: u128, time: u64, value: i64) -> StreamLine {
+        StreamLine {
+            stream,
+            start: 1,
+            time,
+            value,
+        }
+    }
+
+    #[test]
+    fn a_line_reads_back_and_starts_with_its_marker() {
+        let l = line(u128::MAX - 5, 9, -3);
+        let mut out = Vec::new();
+        l.write_line(&mut out);
+        assert!(
+            out.starts_with(LINE_START),
+            "{}",
+            String::from_utf8_lossy(&out)
+        );
+        let back: StreamLine = serde_json::from_slice(&out[..out.len() - 1]).unwrap();
+        assert_eq!(back, l);
+    }
+
+    /// The latest point wins whatever the order the lines come in, and a line read twice
+    /// changes nothing.
+    #[test]
+    fn the_fold_keeps_each_streams_latest_point_in_any_order() {
+        let lines = [
+            line(1, 10, 5),
+            line(2, 11, 7),
+            line(1, 20, 9),
+            line(1, 15, 8),
+        ];
+        let mut forward = Recovered::default();
+        forward.fold(lines, 10, 0);
+        let mut backward = Recovered::default();
+        backward.fold(lines.iter().rev().copied().chain(lines), 10, 0);
+        assert_eq!(forward, backward);
+        assert_eq!(forward.lines, vec![line(2, 11, 7), line(1, 20, 9)]);
+        assert_eq!(forward.complete_since, None);
+    }
+
+    /// Past the bound the oldest points go, and the mark moves so that their next point
+    /// is a baseline.
+    #[test]
+    fn the_bound_drops_the_oldest_and_moves_the_mark() {
+        let mut table = Recovered {
+            complete_since: Some(100),
+            lines: Vec::new(),
+        };
+        table.fold(
+            (1..=5).map(|i| line(i, u64::try_from(i).unwrap(), 1)),
+            3,
+            700,
+        );
+        assert_eq!(
+            table.lines.iter().map(|l| l.stream).collect::<Vec<_>>(),
+            vec![3, 4, 5]
+        );
+        assert_eq!(table.complete_since, Some(700));
+    }
+
+    #[test]
+    fn the_file_reads_back_its_mark_and_lines_and_skips_damage() {
+        let dir = tempfile::tempdir().unwrap();
+        assert_eq!(read(dir.path()).unwrap(), (None, Vec::new()));
+        let table = Recovered {
+            complete_since: Some(42),
+            lines: vec![line(1, 2, 3), line(4, 5, 6)],
+        };
+        let mut bytes = table.encode(42);
+        bytes.extend_from_slice(b"{\"stream\":\"zz\"\n");
+        fs::write(dir.path().join(FILE), bytes).unwrap();
+        assert_eq!(read(dir.path()).unwrap(), (Some(42), table.lines));
+    }
+}
