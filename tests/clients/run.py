@@ -275,13 +275,20 @@ def set_qlen(value):
         return int(f.read())
 
 
-def run_phase(label, binary, collector_binary, selected, results, count):
+def run_phase(label, binary, collector_binary, selected, results, count, config=None):
     """Runs `selected` against one fresh `countersink dev` and checks each case's totals
-    against what it must achieve (Case)."""
+    against what it must achieve (Case). `config`: the text of a configuration file
+    for it (the command line's addresses still apply)."""
     work = tempfile.mkdtemp(prefix=f"countersink-clients-{label}-")
     want = expected_total(count)
+    extra = ()
+    if config is not None:
+        path = os.path.join(work, "countersink.toml")
+        with open(path, "w") as f:
+            f.write(config)
+        extra = ("--config", path)
     try:
-        with DevServer(binary, work, flush_interval="1s") as dev:
+        with DevServer(binary, work, flush_interval="1s", extra_args=extra) as dev:
             day_first = utc_day()
             outcomes = []
             collector = None
@@ -326,6 +333,9 @@ def run_phase(label, binary, collector_binary, selected, results, count):
                 else:
                     # A shortfall is allowed, never an excess, and the tables must agree.
                     results.check(day_total == minute_total <= want, f"[{label}] {case.id} ({case.expect}): {detail}")
+            if config is not None and "durable = true" in config:
+                syncs = dev.value("countersink_ingest_log_syncs_total")
+                results.check(syncs > 0, f"[{label}] the exports went through the ingest log ({syncs:.0f} fdatasyncs)")
             code = dev.stop()
             results.check(code == 0, f"[{label}] countersink dev stopped cleanly (exit {code})")
     finally:
@@ -385,6 +395,11 @@ def main():
         if os.geteuid() == 0:
             results.check(set_qlen(512) == 512, "net.unix.max_dgram_qlen raised to 512 for the main phase")
             run_phase("main", binary, tools.get("collector"), all_cases, results, COUNT)
+            # The OTLP exporters again, answered only once on disk (ingest.otlp.durable).
+            otlp_cases = [c for c in all_cases if "otlp" in c.transport]
+            if otlp_cases:
+                run_phase("otlp-durable", binary, tools.get("collector"), otlp_cases, results, COUNT,
+                          config="[ingest.otlp]\ndurable = true\n")
         else:
             results.check(False, "main phase not run: raising net.unix.max_dgram_qlen needs root")
     finally:

@@ -71,6 +71,8 @@ const SEALED_PREFIX: &str = "ingest.";
 const SEALED_SUFFIX: &str = ".sealed";
 /// How a [`KeyLine`] begins.
 const KEY_LINE_START: &[u8] = b"{\"key\":";
+/// How an append begins: `{"g":N}`, N the lines that follow it (see [`read_sealed`]).
+const GROUP_LINE_START: &[u8] = b"{\"g\":";
 
 /// One logged increment: what the request said, with the minute it was placed in when
 /// it was accepted (so a later start does not judge its time window again).
@@ -538,6 +540,13 @@ impl IngestLog {
         if self.failed.load(Ordering::Relaxed) || self.commit.failed() {
             return Err(AppendError::Failed);
         }
+        // The append's first line says how many follow: a `write` a SIGKILL cuts short
+        // (the kernel stops a write between pages for a fatal signal) leaves a prefix of
+        // it, which a reader then tells from a whole append and skips.
+        let count = lines.iter().filter(|&&b| b == b'\n').count();
+        let mut group = format!("{{\"g\":{count}}}\n").into_bytes();
+        group.extend_from_slice(lines);
+        let lines = group.as_slice();
         let mut active = self.active.lock();
         let bytes = self.bytes();
         let more = lines.len() as u64;
@@ -644,8 +653,17 @@ pub fn present(dir: &Path) -> io::Result<bool> {
 }
 
 /// What a sealed file holds.
+///
+/// Each append begins with a line giving the number of lines that follow it; an append
+/// cut short (a SIGKILL inside its `write`: never synced, so never answered) is counted
+/// in `unread` whole and none of its lines is taken. Without it, the increments of a
+/// request could be read without the idempotency key written after them, and its retry
+/// counted again; or a cumulative point's increment without the stream's point. Lines
+/// outside any group (a log an earlier version wrote) are taken one by one.
 pub fn read_sealed(path: &Path) -> io::Result<SealedContent> {
     let mut content = SealedContent::default();
+    // The append being read: the lines it still has to come, and what it held so far.
+    let mut group: Option<(u64, SealedContent)> = None;
     let mut reader = BufReader::new(File::open(path)?);
     let mut line = Vec::new();
     loop {
@@ -653,29 +671,78 @@ pub fn read_sealed(path: &Path) -> io::Result<SealedContent> {
         if reader.read_until(b'\n', &mut line)? == 0 {
             break;
         }
+        if line.last() == Some(&b'\n') && line.starts_with(GROUP_LINE_START) {
+            #[derive(Deserialize)]
+            struct Group {
+                g: u64,
+            }
+            if let Some((_, cut)) = group.take() {
+                content.unread += cut.lines();
+            }
+            match serde_json::from_slice::<Group>(&line[..line.len() - 1]) {
+                Ok(Group { g: 0 }) => {}
+                Ok(Group { g }) => group = Some((g, SealedContent::default())),
+                Err(_) => content.unread += 1,
+            }
+            continue;
+        }
+        let into = match &mut group {
+            Some((_, held)) => held,
+            None => &mut content,
+        };
+        into.read_line(&line);
+        if let Some((left, held)) = &mut group {
+            *left -= 1;
+            if *left == 0 {
+                content.absorb(std::mem::take(held));
+                group = None;
+            }
+        }
+    }
+    if let Some((_, cut)) = group {
+        content.unread += cut.lines();
+    }
+    Ok(content)
+}
+
+impl SealedContent {
+    /// Takes one line of a sealed file.
+    fn read_line(&mut self, line: &[u8]) {
         match line.last() {
             // A key line starts with its key (serde writes fields in order); telling the
-            // two apart by that prefix spares an untagged enum's buffering per line.
+            // kinds apart by that prefix spares an untagged enum's buffering per line.
             Some(b'\n') if line.starts_with(KEY_LINE_START) => {
                 match serde_json::from_slice::<KeyLine>(&line[..line.len() - 1]) {
-                    Ok(key) => content.keys.push(key),
-                    Err(_) => content.unread += 1,
+                    Ok(key) => self.keys.push(key),
+                    Err(_) => self.unread += 1,
                 }
             }
             Some(b'\n') if line.starts_with(streams::LINE_START) => {
                 match serde_json::from_slice::<StreamLine>(&line[..line.len() - 1]) {
-                    Ok(stream) => content.streams.push(stream),
-                    Err(_) => content.unread += 1,
+                    Ok(stream) => self.streams.push(stream),
+                    Err(_) => self.unread += 1,
                 }
             }
             Some(b'\n') => match serde_json::from_slice::<IngestEntry>(&line[..line.len() - 1]) {
-                Ok(entry) => content.entries.push(entry),
-                Err(_) => content.unread += 1,
+                Ok(entry) => self.entries.push(entry),
+                Err(_) => self.unread += 1,
             },
-            _ => content.unread += 1,
+            _ => self.unread += 1,
         }
     }
-    Ok(content)
+
+    /// Lines held, read or not.
+    fn lines(&self) -> u64 {
+        (self.entries.len() + self.keys.len() + self.streams.len()) as u64 + self.unread
+    }
+
+    /// Takes in a whole append's lines.
+    fn absorb(&mut self, group: SealedContent) {
+        self.entries.extend(group.entries);
+        self.keys.extend(group.keys);
+        self.streams.extend(group.streams);
+        self.unread += group.unread;
+    }
 }
 
 /// The seed and the key lines of `ingest.keys.jsonl` (none when it is missing; an
@@ -805,13 +872,15 @@ mod tests {
     fn a_full_log_refuses_before_writing() {
         let dir = tempfile::tempdir().unwrap();
         let one = line("a", 1);
-        let log = IngestLog::open(dir.path(), one.len() as u64 * 2, 1, RETENTION).unwrap();
+        // An append takes its lines and the line that begins its group.
+        let appended = (one.len() + b"{\"g\":1}\n".len()) as u64;
+        let log = IngestLog::open(dir.path(), appended * 2, 1, RETENTION).unwrap();
         log.append(&one).unwrap();
         log.append(&one).unwrap();
         assert!(matches!(log.append(&one), Err(AppendError::Full { .. })));
         assert_eq!(
             fs::metadata(dir.path().join(ACTIVE)).unwrap().len(),
-            2 * one.len() as u64
+            2 * appended
         );
         // Sealed files count against the bound until they are removed.
         log.seal(1, 1).unwrap();
@@ -1024,5 +1093,60 @@ mod tests {
         assert!(mark.unwrap() > 1_000_000, "moved to now: {mark:?}");
         log.remove_streams().unwrap();
         assert_eq!(streams::read(dir.path()).unwrap(), (None, Vec::new()));
+    }
+
+    /// An append cut short inside its `write` (a SIGKILL between two pages) is skipped
+    /// whole: its increments are not taken without the key written after them. Lines of
+    /// a log an earlier version wrote, without groups, are taken one by one.
+    #[test]
+    fn an_append_cut_short_is_skipped_whole() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join(sealed_name(1, 1));
+        let mut whole = line("a", 1);
+        key("k1", 5).write_line(&mut whole);
+        let mut cut = line("b", 2);
+        cut.extend(line("c", 3));
+        key("k2", 6).write_line(&mut cut);
+        let mut bytes = b"{\"g\":2}\n".to_vec();
+        bytes.extend(&whole);
+        bytes.extend(b"{\"g\":3}\n");
+        // The cut append: its increments whole, its key line missing.
+        bytes.extend(&cut[..line("b", 2).len() + line("c", 3).len()]);
+        std::fs::write(&path, &bytes).unwrap();
+        let content = read_sealed(&path).unwrap();
+        assert_eq!(
+            content.entries.iter().map(|e| e.delta).collect::<Vec<_>>(),
+            [1]
+        );
+        assert_eq!(content.keys.len(), 1);
+        assert_eq!(content.unread, 2, "the cut append's two lines");
+        // Without groups (an earlier version's file) every whole line counts.
+        let mut legacy = whole.clone();
+        legacy.extend(&cut);
+        std::fs::write(&path, &legacy).unwrap();
+        let content = read_sealed(&path).unwrap();
+        assert_eq!(content.entries.len(), 3);
+        assert_eq!(content.keys.len(), 2);
+        assert_eq!(content.unread, 0);
+    }
+
+    /// What `append` writes reads back as whole groups.
+    #[test]
+    fn appends_are_groups() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = IngestLog::open(dir.path(), 1 << 20, 1, RETENTION).unwrap();
+        let mut lines = line("a", 1);
+        key("k", 5).write_line(&mut lines);
+        log.append(&lines).unwrap();
+        log.append(&line("b", 2)).unwrap();
+        let text = std::fs::read_to_string(dir.path().join(ACTIVE)).unwrap();
+        assert!(text.starts_with("{\"g\":2}\n"), "{text}");
+        assert!(text.contains("\n{\"g\":1}\n"), "{text}");
+        assert!(log.seal(1, 2).unwrap());
+        let content = read_sealed(&log.sealed().unwrap()[0].path).unwrap();
+        assert_eq!(
+            (content.entries.len(), content.keys.len(), content.unread),
+            (2, 1, 0)
+        );
     }
 }

@@ -2,7 +2,7 @@
 //! test kills (SIGKILL) at a chosen step or at a random moment, then starts again on the
 //! same state directory.
 
-use std::io::{BufRead, BufReader};
+use std::io::{BufRead, BufReader, Write};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -61,7 +61,9 @@ pub(crate) struct Rig {
     socket: PathBuf,
     config_file: PathBuf,
     contact: String,
-    _dir: tempfile::TempDir,
+    /// The rig's directory; kept after the test when `CRASH_KEEP` is set (its
+    /// `serve.log` holds every run's log), to look into a failure.
+    _dir: Option<tempfile::TempDir>,
 }
 
 /// The store a rig's runs write to.
@@ -195,7 +197,15 @@ impl Rig {
             },
             socket: dir.path().join("stream.sock"),
             config_file,
-            _dir: dir,
+            _dir: if std::env::var_os("CRASH_KEEP").is_some() {
+                eprintln!(
+                    "CRASH_KEEP: the rig's directory is kept: {}",
+                    dir.keep().display()
+                );
+                None
+            } else {
+                Some(dir)
+            },
         }
     }
 
@@ -258,9 +268,21 @@ impl Rig {
         let mut child = command.spawn().expect("serve spawns");
         let stderr = child.stderr.take().expect("stderr");
         let (send, lines) = mpsc::channel();
+        // Every run's log, one file (for a failure kept with `CRASH_KEEP`).
+        let mut kept = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.config_file.with_file_name("serve.log"))
+            .ok();
+        if let Some(file) = &mut kept {
+            let _ = writeln!(file, "==> serve, crash point {crash_point:?}");
+        }
         std::thread::spawn(move || {
             for line in BufReader::new(stderr).lines() {
                 let Ok(line) = line else { return };
+                if let Some(file) = &mut kept {
+                    let _ = writeln!(file, "{line}");
+                }
                 if send.send(line).is_err() {
                     return;
                 }
