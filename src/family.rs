@@ -487,7 +487,6 @@ pub struct Families {
     generic_enabled: bool,
     /// Which names and tags go where; swapped whole, read without a lock.
     routing: ArcSwap<Routing>,
-    max_key_bytes: usize,
 }
 
 /// Where increments go: the exact-name index, the `[[mapping]]` rules and the tag rules.
@@ -501,6 +500,9 @@ struct Routing {
     key_sources: Vec<Vec<Vec<Box<str>>>>,
     /// The generic family's tag rules (`[tags]` and the default deny list).
     generic_tags: TagRules,
+    /// `limits.max_key_bytes`: here, so that a reload changes it with the routing (the
+    /// line cache, which holds keys checked against it, is cleared then).
+    max_key_bytes: usize,
 }
 
 impl Families {
@@ -588,8 +590,8 @@ impl Families {
                 mapped,
                 key_sources,
                 generic_tags: config.tag_rules(None)?,
+                max_key_bytes: config.limits.max_key_bytes,
             }),
-            max_key_bytes: config.limits.max_key_bytes,
         })
     }
 
@@ -779,7 +781,7 @@ impl Families {
             for sources in routing.sources(family) {
                 keys::push_from_tags(tags, sources, series)?;
             }
-            self.check_length(series, def.key_columns.len())?;
+            routing.check_length(series, def.key_columns.len())?;
             return Ok(Target {
                 family,
                 column,
@@ -805,7 +807,7 @@ impl Families {
         let tags_len =
             u16::try_from(series.len() - prefix_at - 2).map_err(|_| Unplaced::KeyTooLong)?;
         series[prefix_at..prefix_at + 2].copy_from_slice(&tags_len.to_le_bytes());
-        self.check_length(series, 2)?;
+        routing.check_length(series, 2)?;
         Ok(Target {
             family: GENERIC,
             column: 0,
@@ -831,7 +833,7 @@ impl Families {
                 None => keys::push_from_tags(tags, sources, series)?,
             }
         }
-        self.check_length(series, rule.key.len())?;
+        routing.check_length(series, rule.key.len())?;
         Ok(rule.target)
     }
 
@@ -855,16 +857,7 @@ impl Families {
                 return Err(Unplaced::KeyTooLong);
             }
         }
-        self.check_length(series, values.len())
-    }
-
-    /// The key length a limit applies to: the field bytes, not their length prefixes.
-    fn check_length(&self, series: &[u8], fields: usize) -> Result<(), Unplaced> {
-        if series.len() - 2 * fields > self.max_key_bytes {
-            Err(Unplaced::KeyTooLong)
-        } else {
-            Ok(())
-        }
+        self.routing.load().check_length(series, values.len())
     }
 }
 
@@ -889,6 +882,15 @@ impl Router<'_> {
 }
 
 impl Routing {
+    /// The key length a limit applies to: the field bytes, not their length prefixes.
+    fn check_length(&self, series: &[u8], fields: usize) -> Result<(), Unplaced> {
+        if series.len() - 2 * fields > self.max_key_bytes {
+            Err(Unplaced::KeyTooLong)
+        } else {
+            Ok(())
+        }
+    }
+
     /// The tag keys that fill each key column of `family`, in key order.
     fn sources(&self, family: FamilyId) -> &[Vec<Box<str>>] {
         self.key_sources

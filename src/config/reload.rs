@@ -4,14 +4,25 @@
 //! the families' *routing* live: the exact metric names of a family's `columns` (onto the
 //! counter columns it already has), the `[[mapping]]` rules and the tag rules (`[tags]`,
 //! `[family.tags]`); the cardinality caps (`cardinality.max_contexts`, and
-//! `max_contexts` and `max_tag_values` of `[generic]` and each family); and
-//! `log.filter`. Everything else
-//! was built into something that outlives one flush:
+//! `max_contexts` and `max_tag_values` of `[generic]` and each family); `log.filter`;
+//! and `[limits]` but `timestamp_max_past`: the buffer's `max_pending_rows` and
+//! `max_pending_bytes` (the rows held stay held; lower limits refuse new rows until
+//! flushes have made room), `max_key_bytes`, `max_line_bytes` and `max_tags` (the line
+//! cache is cleared with them) and `timestamp_max_future`.
+//!
+//! `limits.timestamp_max_past` does not change live: what was started from it keeps the
+//! value it read. The running totals of `writer_totals` families keep that many minutes
+//! back (`crate::totals::book`), and the leaderboards and `reconcile` count a day closed
+//! once it is that far behind (plus `flush.requeue_max_age`): a wider window taken live
+//! would accept increments for minutes whose totals were let go, or whose day a
+//! leaderboard already ranked.
+//!
+//! Everything else was built into something that outlives one flush:
 //! sockets (listen addresses and paths), the state directory and the writer identity
 //! (the journal, the spill and recovery are keyed by them), the session to the store
 //! (contact points, TLS, credentials), the families' tables and columns (pending rows,
-//! journal groups and prepared statements name families by id), the buffer's limits and
-//! the cardinality window. [`fixed_changes`] names each such field that differs; the
+//! journal groups and prepared statements name families by id) and the cardinality
+//! window. [`fixed_changes`] names each such field that differs; the
 //! families' shapes are compared once built (see `Families::same_families`), since the
 //! mapping rules add counter columns to them.
 
@@ -40,7 +51,11 @@ pub fn fixed_changes(running: &Config, next: &Config) -> Vec<String> {
     };
     section("generic", &generic(running), &generic(next), out);
     section("flush", &running.flush, &next.flush, out);
-    section("limits", &running.limits, &next.limits, out);
+    // Every limit but the oldest accepted client timestamp changes live (see the module
+    // doc for why that one does not).
+    if running.limits.timestamp_max_past != next.limits.timestamp_max_past {
+        out.push("limits.timestamp_max_past".into());
+    }
     if running.cardinality.window != next.cardinality.window {
         out.push("cardinality.window".into());
     }
@@ -228,6 +243,12 @@ mod tests {
         next.families[0].max_contexts = Some(10);
         next.generic.max_tag_values.insert("user".into(), 5);
         next.cardinality.max_contexts = Some(1000);
+        next.limits.max_pending_rows /= 2;
+        next.limits.max_pending_bytes *= 2;
+        next.limits.max_key_bytes = 64;
+        next.limits.max_line_bytes = 512;
+        next.limits.max_tags = 8;
+        next.limits.timestamp_max_future = std::time::Duration::from_secs(5);
         next.log.filter = "countersink=debug,info".into();
         next.mappings.push(crate::config::MappingConfig {
             pattern: "api.*.views".into(),
@@ -247,7 +268,7 @@ mod tests {
         next.ingest.udp.listen = None;
         next.metrics.listen = None;
         next.families[0].minute_table = "other".into();
-        next.limits.max_pending_rows += 1;
+        next.limits.timestamp_max_past += std::time::Duration::from_secs(60);
         next.cardinality.window = std::time::Duration::from_secs(120);
         next.log.format = crate::config::LogFormat::Json;
         assert_eq!(
@@ -258,7 +279,7 @@ mod tests {
                 "ingest.udp.listen",
                 "metrics.listen",
                 "family.views.minute_table",
-                "limits.max_pending_rows",
+                "limits.timestamp_max_past",
                 "cardinality.window",
                 "log.format",
             ]

@@ -4,7 +4,7 @@
 //! In order: read the file (with the same flags and environment on top as at start),
 //! validate it as at start, refuse any change to a field that needs a restart, naming it
 //! (see [`crate::config::reload`]), build the families and refuse a change to their
-//! tables or columns; then hand the new routing and cardinality caps to the flush task,
+//! tables or columns; then hand the new routing, cardinality caps and limits to the flush task,
 //! which flushes everything pending through the normal flush (journal, outcomes, spill)
 //! and swaps them in before its next drain (see [`crate::flush::barrier`]); then put a
 //! new `log.filter` in force (see [`super::log_filter`]). A refusal
@@ -129,6 +129,7 @@ impl Reloader {
             .map_err(|field| ReloadError::Fixed(config::reload::refusal(&[field])))?;
         let engine = self.engine.clone();
         let caps = next.family_caps();
+        let limits = next.clone();
         let (swapped, outcome) = tokio::sync::oneshot::channel();
         let report = self
             .barriers
@@ -136,6 +137,7 @@ impl Reloader {
                 let routed = engine.replace_routing(families);
                 if routed.is_ok() {
                     engine.aggregator().cardinality().replace_caps(caps);
+                    engine.set_limits(&limits);
                 }
                 let _ = swapped.send(routed);
             })

@@ -374,6 +374,50 @@ async fn new_cardinality_caps_bind_from_the_next_new_context() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn new_limits_bind_from_the_next_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let side = Reloadable::start(dir.path(), "1h").await;
+    let tagged = |udp| {
+        let socket = UdpSocket::bind("127.0.0.1:0").unwrap();
+        socket
+            .send_to(b"api.e1.requests:1|c|#env:prod,zone:a\n", udp)
+            .unwrap();
+    };
+    tagged(side.udp);
+    side.wait_accepted(1).await;
+    let tight = side.text("api_a", "1h").replacen(
+        "[cardinality]\n",
+        "[limits]\nmax_tags = 1\nmax_pending_rows = 2\n\n[cardinality]\n",
+        1,
+    );
+    let (status, body) = side.reload(&tight);
+    assert_eq!(status, 200, "{body}");
+    // Two tags are one too many now; of three new rows, two fit (the reload's flush
+    // emptied the buffer) and the third is dropped.
+    tagged(side.udp);
+    send(side.udp, "api.e1.requests", 1);
+    send(side.udp, "api.e2.requests", 1);
+    send(side.udp, "api.e3.requests", 1);
+    let text = metrics_when(side.metrics, |t| {
+        t.contains("countersink_lines_invalid_total{reason=\"too_many_tags\"} 1")
+            && t.contains("countersink_dropped_total{reason=\"max_rows\"} 1")
+    })
+    .await;
+    assert_eq!(metric(&text, "countersink_config_reloads_total"), Some(1));
+    // A limit that cannot change live is still refused by name.
+    let (status, body) =
+        side.reload(&tight.replacen("[limits]\n", "[limits]\ntimestamp_max_past = \"2h\"\n", 1));
+    assert_eq!(status, 400, "{body}");
+    assert!(
+        body.contains("limits.timestamp_max_past cannot change without a restart"),
+        "{body}"
+    );
+    let (_, store) = side.stop().await;
+    assert_eq!(sums(&store, "api_a").await, (3, 3));
+    store.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reloads_under_a_stream_of_lines_lose_and_double_nothing() {
     let dir = tempfile::tempdir().unwrap();
     // Scheduled flushes run between and during the reloads.
