@@ -20,9 +20,16 @@
 //! Everything else was built into something that outlives one flush:
 //! sockets (listen addresses and paths), the state directory and the writer identity
 //! (the journal, the spill and recovery are keyed by them), the session to the store
-//! (contact points, TLS, credentials), the families' tables and columns (pending rows,
-//! journal groups and prepared statements name families by id) and the cardinality
-//! window. [`fixed_changes`] names each such field that differs; the
+//! (contact points, TLS, credentials) and the cardinality window.
+//!
+//! The list of families and their tables and columns change live, with exceptions
+//! refused by name: a family a `[[leaderboard]]` ranks (its jobs read the tables as
+//! started; compared here), and, compared once built (see `Families::reshape`), the
+//! generic family, `[exact]`, and a family that keeps state of its own beyond its
+//! pending rows (`exact`, `writer_totals`, an `epoch_column`: the ledger gate, the
+//! running totals and the epoch registry were built for the families at start). A family
+//! added or changed gets a new id; the rows pending under the old one are flushed to the
+//! old tables first. [`fixed_changes`] names each such field that differs; the
 //! families' shapes are compared once built (see `Families::same_families`), since the
 //! mapping rules add counter columns to them.
 
@@ -43,7 +50,7 @@ pub fn fixed_changes(running: &Config, next: &Config) -> Vec<String> {
     if running.metrics.listen != next.metrics.listen {
         out.push("metrics.listen".into());
     }
-    families(&running.families, &next.families, out);
+    families(running, next, out);
     let generic = |c: &Config| GenericConfig {
         max_contexts: None,
         max_tag_values: Default::default(),
@@ -85,14 +92,11 @@ pub fn refusal(fields: &[String]) -> String {
     }
 }
 
-/// The families, each compared without what a reload takes live (`columns`, whose
-/// counter columns the built families compare, `tags` and the caps).
-fn families(running: &[FamilyConfig], next: &[FamilyConfig], out: &mut Vec<String>) {
-    let names = |list: &[FamilyConfig]| list.iter().map(|f| f.name.clone()).collect::<Vec<_>>();
-    if names(running) != names(next) {
-        out.push("family (the list of families, by name and order)".into());
-        return;
-    }
+/// The families a `[[leaderboard]]` ranks, each compared without what a reload takes
+/// live (`columns`, `tags` and the caps): its jobs read the family's tables as they
+/// were at start. Any other family may be added, removed or changed (the built
+/// families decide what that takes: see `Families::reshape`).
+fn families(running: &Config, next: &Config, out: &mut Vec<String>) {
     let fixed = |family: &FamilyConfig| FamilyConfig {
         columns: Default::default(),
         tags: Default::default(),
@@ -100,13 +104,19 @@ fn families(running: &[FamilyConfig], next: &[FamilyConfig], out: &mut Vec<Strin
         max_tag_values: Default::default(),
         ..family.clone()
     };
-    for (old, new) in running.iter().zip(next) {
-        section(
-            &format!("family.{}", old.name),
-            &fixed(old),
-            &fixed(new),
-            out,
-        );
+    for old in &running.families {
+        if !running.leaderboards.iter().any(|b| b.family == old.name) {
+            continue;
+        }
+        match next.families.iter().find(|f| f.name == old.name) {
+            Some(new) => section(
+                &format!("family.{}", old.name),
+                &fixed(old),
+                &fixed(new),
+                out,
+            ),
+            None => out.push(format!("family.{} (a leaderboard ranks it)", old.name)),
+        }
     }
 }
 
@@ -267,7 +277,6 @@ mod tests {
         next.state.dir = "/elsewhere".into();
         next.ingest.udp.listen = None;
         next.metrics.listen = None;
-        next.families[0].minute_table = "other".into();
         next.limits.timestamp_max_past += std::time::Duration::from_secs(60);
         next.cardinality.window = std::time::Duration::from_secs(120);
         next.log.format = crate::config::LogFormat::Json;
@@ -278,7 +287,6 @@ mod tests {
                 "state.dir",
                 "ingest.udp.listen",
                 "metrics.listen",
-                "family.views.minute_table",
                 "limits.timestamp_max_past",
                 "cardinality.window",
                 "log.format",
@@ -290,11 +298,35 @@ mod tests {
         http = base();
         http.ingest.http.max_items = 7;
         assert_eq!(fixed_changes(&running, &http), ["ingest.http"]);
-        let mut renamed = base();
-        renamed.families[0].name = "pages".into();
+    }
+
+    #[test]
+    fn families_change_unless_a_leaderboard_ranks_them() {
+        let running = base();
+        let mut next = base();
+        next.families[0].minute_table = "other".into();
+        next.families.push(FamilyConfig {
+            name: "clicks".into(),
+            ..next.families[0].clone()
+        });
+        assert_eq!(fixed_changes(&running, &next), Vec::<String>::new());
+        next.families.clear();
+        assert_eq!(fixed_changes(&running, &next), Vec::<String>::new());
+
+        let board = crate::config::LeaderboardConfig {
+            name: "top".into(),
+            family: "views".into(),
+            ..Default::default()
+        };
+        let mut ranked = base();
+        ranked.leaderboards.push(board);
+        let mut next = ranked.clone();
+        next.families[0].minute_table = "other".into();
+        assert_eq!(fixed_changes(&ranked, &next), ["family.views.minute_table"]);
+        next.families.clear();
         assert_eq!(
-            refusal(&fixed_changes(&running, &renamed)),
-            "family (the list of families, by name and order) cannot change without a restart"
+            refusal(&fixed_changes(&ranked, &next)),
+            "family.views (a leaderboard ranks it) cannot change without a restart"
         );
     }
 }

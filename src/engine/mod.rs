@@ -165,6 +165,16 @@ impl Engine {
             .store(cache::new_owner(), Ordering::Release);
     }
 
+    /// Takes a live reload's families (see [`Families::reshape`]): appends the families it
+    /// adds, then routes by its routing; rows already pending keep the family, and so the
+    /// tables, they were placed in. Changes nothing when refused.
+    pub fn reshape_families(&self, reshape: crate::family::Reshape) -> Result<(), String> {
+        self.families.apply(reshape)?;
+        self.cache_owner
+            .store(cache::new_owner(), Ordering::Release);
+        Ok(())
+    }
+
     /// Parses and aggregates every line of one datagram (or stream message) received
     /// at `now_unix_secs`. Takes the calling thread's stripe once for the whole packet;
     /// each line is counted as received and then as invalid, ignored, accepted or
