@@ -547,6 +547,28 @@ async fn a_family_moved_to_new_tables_sends_what_came_before_to_the_old_ones() {
         ),
         "the new table is labelled"
     );
+    // Back to the first tables: two definitions of `api_a` now name them, and their
+    // writes are still counted once (one write a table: the first reload's flush).
+    let back = added.replace("\"api_a_v2_by_", "\"api_a_by_");
+    let (status, body) = side.reload(&back);
+    assert_eq!(status, 200, "{body}");
+    let applied = |t: &str| -> Vec<String> {
+        t.lines()
+            .filter(|l| {
+                l.starts_with("countersink_cql_writes_total{")
+                    && l.contains("api_a_by_minute")
+                    && l.contains("outcome=\"applied\"")
+            })
+            .map(str::to_owned)
+            .collect()
+    };
+    let text = metrics_when(side.metrics, |t| {
+        metric(t, "countersink_config_reloads_total") == Some(4)
+    })
+    .await;
+    let lines = applied(&text);
+    assert_eq!(lines.len(), 1, "{lines:?}");
+    assert!(lines[0].ends_with(" 2"), "{lines:?}");
     assert_eq!(
         metric(&text, "countersink_config_reload_failures_total"),
         Some(0)
@@ -557,6 +579,51 @@ async fn a_family_moved_to_new_tables_sends_what_came_before_to_the_old_ones() {
     assert_eq!(sums(&store, "api_a_v2").await, (8, 8));
     assert_eq!(sums(&store, "api_c").await, (4, 4));
     assert_eq!(sums(&store, "api_b").await, (0, 0));
+    store.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_moved_family_counts_its_cardinality_drops_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let side = Reloadable::start(dir.path(), "1h").await;
+    let capped = side.text("api_a", "1h").replacen(
+        "key = [\"endpoint\"]\n",
+        "key = [\"endpoint\"]\nmax_contexts = 1\n",
+        1,
+    );
+    let (status, body) = side.reload(&capped);
+    assert_eq!(status, 200, "{body}");
+    send(side.udp, "api.e1.requests", 1);
+    send(side.udp, "api.e2.requests", 1);
+    side.wait_accepted(2).await;
+    let dropped = |t: &str| {
+        t.lines().find_map(|l| {
+            l.strip_prefix(
+                "countersink_cardinality_dropped_total{family=\"api_a\",reason=\"cardinality_family\"} ",
+            )?
+            .parse::<u64>()
+            .ok()
+        })
+    };
+    metrics_when(side.metrics, |t| dropped(t) == Some(1)).await;
+    let moved_text = moved(&capped, "_v2");
+    create_tables(&side.store, &moved_text).await;
+    let (status, body) = side.reload(&moved_text);
+    assert_eq!(status, 200, "{body}");
+    let text = metrics_when(side.metrics, |t| {
+        metric(t, "countersink_config_reloads_total") == Some(2)
+    })
+    .await;
+    assert_eq!(dropped(&text), Some(1), "the drop before the move, once");
+    // The new definition counts its window afresh: one context passes, the next is
+    // dropped, and the family's count goes on from where it was.
+    send(side.udp, "api.e3.requests", 1);
+    send(side.udp, "api.e4.requests", 1);
+    side.wait_accepted(4).await;
+    metrics_when(side.metrics, |t| dropped(t) == Some(2)).await;
+    let (_, store) = side.stop().await;
+    assert_eq!(sums(&store, "api_a").await, (1, 1));
+    assert_eq!(sums(&store, "api_a_v2").await, (1, 1));
     store.shutdown().await;
 }
 
