@@ -504,6 +504,9 @@ struct Routing {
     mapped: Option<MappedNames>,
     /// Per family (by id), per key column: the tag keys, as sent, that fill it.
     key_sources: Vec<Vec<Vec<Box<str>>>>,
+    /// Per family (by id): its number of counter columns, read here rather than from
+    /// the definitions on the exact-name path.
+    widths: Vec<usize>,
     /// The generic family's tag rules (`[tags]` and the default deny list).
     generic_tags: TagRules,
     /// `limits.max_key_bytes`: here, so that a reload changes it with the routing (the
@@ -591,6 +594,7 @@ impl Families {
             .iter()
             .map(|d| (d.name.as_str().into(), d.id))
             .collect();
+        let widths = defs.iter().map(FamilyDef::width).collect();
         Ok(Families {
             defs: Defs::new(defs),
             exact,
@@ -600,6 +604,7 @@ impl Families {
                 by_metric,
                 mapped,
                 key_sources,
+                widths,
                 generic_tags: config.tag_rules(None)?,
                 max_key_bytes: config.limits.max_key_bytes,
             }),
@@ -902,15 +907,20 @@ impl Families {
     ) -> Result<Target, Unplaced> {
         series.clear();
         if let Some(&(family, column)) = routing.by_metric.get(name) {
-            let def = self.get(family);
-            for sources in routing.sources(family) {
+            // One source list per key column.
+            let sources = routing.sources(family);
+            for sources in sources {
                 keys::push_from_tags(tags, sources, series)?;
             }
-            routing.check_length(series, def.key_columns.len())?;
+            routing.check_length(series, sources.len())?;
             return Ok(Target {
                 family,
                 column,
-                width: def.width(),
+                width: routing
+                    .widths
+                    .get(usize::from(family.0))
+                    .copied()
+                    .unwrap_or(1),
             });
         }
         if let Some(mapped) = &routing.mapped {
@@ -1060,6 +1070,14 @@ impl Routing {
             }
         }
         self.key_sources = key_sources;
+        let mut widths = vec![0; len];
+        for (family, width) in std::mem::take(&mut self.widths).into_iter().enumerate() {
+            let to = u16::try_from(family).map_or(family, |f| usize::from(id(FamilyId(f)).0));
+            if let Some(slot) = widths.get_mut(to) {
+                *slot = width;
+            }
+        }
+        self.widths = widths;
         for family in self.by_name.values_mut() {
             *family = id(*family);
         }
