@@ -716,10 +716,10 @@ impl Families {
     }
 
     /// Takes the routing of `next` (its exact names, `[[mapping]]` rules and tag rules)
-    /// when its families are the same as these, field for field; otherwise leaves the
-    /// routing as it is and says, by name, what differs (pending rows, the journal and
-    /// the sink's prepared statements name families by id and know their tables and
-    /// columns, so those cannot change while the process runs).
+    /// when its families are the ones in force, field for field; otherwise leaves the
+    /// routing as it is and says, by name, what differs. A change of families goes
+    /// through [`Families::reshape`] and [`Families::apply`] instead, so that the sink
+    /// can check and prepare the new tables in between.
     pub fn replace_routing(&self, next: Families) -> Result<(), String> {
         let reshape = self.reshape(next)?;
         if let Some(change) = self.change_of(&reshape) {
