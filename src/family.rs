@@ -11,6 +11,7 @@
 //! unconfigured. Tag rules (`family/keys.rs`) decide which tag fills a key column and what the
 //! generic family's canonical tag string keeps.
 
+mod defs;
 mod keys;
 mod mapped;
 
@@ -27,6 +28,7 @@ use crate::line::{self, CounterLine, InvalidReason, Tag};
 use crate::mapping::{Captures, TagRules};
 use crate::series;
 
+use self::defs::Defs;
 use self::mapped::{MappedNames, MappedRule};
 use crate::vocabulary::FamilyId;
 
@@ -477,30 +479,39 @@ impl ExactTables {
 /// All families, and the metric-name index that routes increments to them.
 ///
 /// Two parts: the families themselves (their tables, key and counter columns, modes),
-/// fixed for the life of the process because pending rows, the journal and the sink's
-/// prepared statements depend on them; and their routing (exact names, `[[mapping]]`
-/// rules, tag rules), which a live reload may replace (see
-/// [`Families::replace_routing`]).
+/// each fixed for the life of the process under its id because pending rows, the journal
+/// and the sink's prepared statements name it by id; and their routing (exact names,
+/// `[[mapping]]` rules, tag rules, which family each name is), which a live reload
+/// replaces (see [`Families::reshape`]). A reload that adds a family or changes one's
+/// tables or columns appends a definition with a new id; the definition it replaces
+/// stays, for the rows placed under it, but no routing leads to it any more.
 pub struct Families {
-    defs: Vec<FamilyDef>,
+    defs: Defs,
     exact: Option<ExactTables>,
     generic_enabled: bool,
     /// Which names and tags go where; swapped whole, read without a lock.
     routing: ArcSwap<Routing>,
-    max_key_bytes: usize,
 }
 
 /// Where increments go: the exact-name index, the `[[mapping]]` rules and the tag rules.
-/// It names families by id, so it is only ever swapped for one built against families
-/// of the same shape (same ids, names, tables and columns).
+/// It names families by id, so it is only ever swapped for one built against the same
+/// definitions (see [`Families::reshape`]).
 struct Routing {
+    /// The families in force, by name (a definition a reload replaced is not here).
+    by_name: HashMap<Box<str>, FamilyId>,
     by_metric: HashMap<Box<str>, (FamilyId, usize), foldhash::fast::RandomState>,
     /// The `[[mapping]]` rules; `None` without any.
     mapped: Option<MappedNames>,
     /// Per family (by id), per key column: the tag keys, as sent, that fill it.
     key_sources: Vec<Vec<Vec<Box<str>>>>,
+    /// Per family (by id): its number of counter columns, read here rather than from
+    /// the definitions on the exact-name path.
+    widths: Vec<usize>,
     /// The generic family's tag rules (`[tags]` and the default deny list).
     generic_tags: TagRules,
+    /// `limits.max_key_bytes`: here, so that a reload changes it with the routing (the
+    /// line cache, which holds keys checked against it, is cleared then).
+    max_key_bytes: usize,
 }
 
 impl Families {
@@ -579,17 +590,24 @@ impl Families {
             .iter()
             .any(|f| f.exact)
             .then(|| ExactTables::of(config));
+        let by_name = defs
+            .iter()
+            .map(|d| (d.name.as_str().into(), d.id))
+            .collect();
+        let widths = defs.iter().map(FamilyDef::width).collect();
         Ok(Families {
-            defs,
+            defs: Defs::new(defs),
             exact,
             generic_enabled: config.generic.enabled,
             routing: ArcSwap::from_pointee(Routing {
+                by_name,
                 by_metric,
                 mapped,
                 key_sources,
+                widths,
                 generic_tags: config.tag_rules(None)?,
+                max_key_bytes: config.limits.max_key_bytes,
             }),
-            max_key_bytes: config.limits.max_key_bytes,
         })
     }
 
@@ -658,17 +676,38 @@ impl Families {
     /// [`Families::by_name`], so an unknown one is a caller bug; it yields the generic
     /// family rather than panicking.
     pub fn get(&self, id: FamilyId) -> &FamilyDef {
-        self.defs.get(usize::from(id.0)).unwrap_or(&self.defs[0])
+        self.defs
+            .get(usize::from(id.0))
+            .or_else(|| self.defs.get(0))
+            .expect("the generic family is always defined")
     }
 
-    /// The family called `name` (`"generic"` for family 0).
+    /// The family in force called `name` (`"generic"` for family 0).
     pub fn by_name(&self, name: &str) -> Option<&FamilyDef> {
-        self.defs.iter().find(|f| f.name == name)
+        let id = *self.routing.load().by_name.get(name)?;
+        Some(self.get(id))
     }
 
-    /// Every family, generic first.
+    /// Every family, generic first, by id: with those a live reload replaced or removed
+    /// (rows placed under them may still be pending; see [`Families::in_force`]).
     pub fn iter(&self) -> impl Iterator<Item = &FamilyDef> {
         self.defs.iter()
+    }
+
+    /// How many definitions there are, retired ones included: the next id.
+    pub fn len(&self) -> usize {
+        self.defs.len()
+    }
+
+    /// Whether there are no definitions (never: the generic family is always there).
+    pub fn is_empty(&self) -> bool {
+        self.defs.len() == 0
+    }
+
+    /// Whether `id` is a family in force (not one a live reload replaced or removed).
+    pub fn in_force(&self, id: FamilyId) -> bool {
+        let def = self.get(id);
+        def.id == id && self.routing.load().by_name.get(def.name.as_str()) == Some(&id)
     }
 
     /// The configured family and column index a metric name is mapped to.
@@ -677,36 +716,129 @@ impl Families {
     }
 
     /// Takes the routing of `next` (its exact names, `[[mapping]]` rules and tag rules)
-    /// when its families are the same as these, field for field; otherwise leaves the
-    /// routing as it is and says, by name, what differs (pending rows, the journal and
-    /// the sink's prepared statements name families by id and know their tables and
-    /// columns, so those cannot change while the process runs).
+    /// when its families are the ones in force, field for field; otherwise leaves the
+    /// routing as it is and says, by name, what differs. A change of families goes
+    /// through [`Families::reshape`] and [`Families::apply`] instead, so that the sink
+    /// can check and prepare the new tables in between.
     pub fn replace_routing(&self, next: Families) -> Result<(), String> {
-        self.same_families(&next)?;
-        self.routing.store(next.routing.into_inner());
-        Ok(())
+        let reshape = self.reshape(next)?;
+        if let Some(change) = self.change_of(&reshape) {
+            return Err(change);
+        }
+        self.apply(reshape)
     }
 
-    /// Whether `other` has exactly these families, or the first difference, named.
-    pub fn same_families(&self, other: &Families) -> Result<(), String> {
-        if self.generic_enabled != other.generic_enabled {
+    /// The first family `reshape` adds, changes or removes, named as the configuration
+    /// names it; `None` when it only routes.
+    pub fn change_of(&self, reshape: &Reshape) -> Option<String> {
+        Some(match (reshape.added.first(), reshape.retired.first()) {
+            (Some(new), _) => match self.by_name(&new.name) {
+                Some(old) => format!(
+                    "family `{}`: {}",
+                    old.name,
+                    family_difference(old, new).unwrap_or_default()
+                ),
+                None => format!("the list of families (`{}` is new)", new.name),
+            },
+            (None, Some(&gone)) => {
+                format!("the list of families (`{}` is gone)", self.get(gone).name)
+            }
+            (None, None) => return None,
+        })
+    }
+
+    /// What taking `next`'s families live means: each family of `next` keeps the id of
+    /// the family in force of its name when their definitions are the same, field for
+    /// field, and is otherwise added with a new id (appended); a family in force that
+    /// `next` lacks or defines otherwise is retired (its rows pending keep its id and its
+    /// tables). Refused, naming the family, for what cannot change live: the generic
+    /// family and `[exact]`, and the families that keep state of their own beyond their
+    /// pending rows (`exact`, `mode = "writer_totals"`, an `epoch_column`), which may be
+    /// neither added, removed nor changed. Nothing changes until [`Families::apply`].
+    pub fn reshape(&self, next: Families) -> Result<Reshape, String> {
+        if self.generic_enabled != next.generic_enabled {
             return Err("generic.enabled".into());
         }
-        for (old, new) in self.defs.iter().zip(&other.defs) {
-            if let Some(field) = family_difference(old, new) {
-                return Err(format!("family `{}`: {field}", old.name));
-            }
+        if let Some(field) = family_difference(self.get(GENERIC), next.get(GENERIC)) {
+            return Err(format!("generic: {field}"));
         }
-        if self.defs.len() != other.defs.len() {
-            return Err(format!(
-                "the list of families ({} configured, {} in the new file)",
-                self.defs.len() - 1,
-                other.defs.len() - 1
-            ));
-        }
-        if self.exact != other.exact {
+        if self.exact != next.exact {
             return Err("exact".into());
         }
+        let stateful = |def: &FamilyDef| {
+            (def.exact || def.mode == CountingMode::WriterTotals || def.epoch_column.is_some())
+                .then(|| {
+                    format!(
+                        "family `{}`: a family with `exact`, `mode = \"writer_totals\"` or an `epoch_column` cannot be added, removed or changed live",
+                        def.name
+                    )
+                })
+        };
+        let routing = self.routing.load();
+        let first_new = self.defs.len();
+        let next_defs: Vec<FamilyDef> = next.iter().cloned().collect();
+        let mut ids = vec![GENERIC];
+        let mut added: Vec<FamilyDef> = Vec::new();
+        let mut kept = Vec::new();
+        for new in next_defs.iter().skip(1) {
+            let old = routing
+                .by_name
+                .get(new.name.as_str())
+                .map(|&id| self.get(id));
+            match old {
+                Some(old) if family_difference(old, new).is_none() => {
+                    ids.push(old.id);
+                    kept.push(old.id);
+                }
+                _ => {
+                    if let Some(refusal) = old.and_then(stateful).or_else(|| stateful(new)) {
+                        return Err(refusal);
+                    }
+                    let id = u16::try_from(first_new + added.len())
+                        .map(FamilyId)
+                        .map_err(|_| {
+                            "the list of families: no family id left; restart".to_owned()
+                        })?;
+                    ids.push(id);
+                    added.push(FamilyDef { id, ..new.clone() });
+                }
+            }
+        }
+        let mut retired = Vec::new();
+        for (_, &id) in routing.by_name.iter() {
+            if id != GENERIC && !kept.contains(&id) {
+                if let Some(refusal) = stateful(self.get(id)) {
+                    return Err(refusal);
+                }
+                retired.push(id);
+            }
+        }
+        retired.sort_unstable();
+        Ok(Reshape {
+            first_new,
+            routing: Arc::try_unwrap(next.routing.into_inner())
+                .map_err(|_| "the new routing is shared".to_owned())?
+                .renumbered(&ids, first_new + added.len()),
+            added,
+            retired,
+            ids,
+        })
+    }
+
+    /// Takes `reshape` (from [`Families::reshape`] of these families, the last one taken
+    /// since): appends the families it adds, then routes by its routing, so no increment
+    /// is routed to a family before its definition is there. Refused, changing nothing,
+    /// when families were added since `reshape` was made.
+    pub fn apply(&self, reshape: Reshape) -> Result<(), String> {
+        if self.defs.len() != reshape.first_new {
+            return Err("the families changed since the reload was checked".into());
+        }
+        for def in reshape.added {
+            self.defs
+                .push(def)
+                .map_err(|_| "the list of families: no family id left; restart".to_owned())?;
+        }
+        self.routing.store(Arc::new(reshape.routing));
         Ok(())
     }
 
@@ -775,15 +907,20 @@ impl Families {
     ) -> Result<Target, Unplaced> {
         series.clear();
         if let Some(&(family, column)) = routing.by_metric.get(name) {
-            let def = self.get(family);
-            for sources in routing.sources(family) {
+            // One source list per key column.
+            let sources = routing.sources(family);
+            for sources in sources {
                 keys::push_from_tags(tags, sources, series)?;
             }
-            self.check_length(series, def.key_columns.len())?;
+            routing.check_length(series, sources.len())?;
             return Ok(Target {
                 family,
                 column,
-                width: def.width(),
+                width: routing
+                    .widths
+                    .get(usize::from(family.0))
+                    .copied()
+                    .unwrap_or(1),
             });
         }
         if let Some(mapped) = &routing.mapped {
@@ -805,7 +942,7 @@ impl Families {
         let tags_len =
             u16::try_from(series.len() - prefix_at - 2).map_err(|_| Unplaced::KeyTooLong)?;
         series[prefix_at..prefix_at + 2].copy_from_slice(&tags_len.to_le_bytes());
-        self.check_length(series, 2)?;
+        routing.check_length(series, 2)?;
         Ok(Target {
             family: GENERIC,
             column: 0,
@@ -831,7 +968,7 @@ impl Families {
                 None => keys::push_from_tags(tags, sources, series)?,
             }
         }
-        self.check_length(series, rule.key.len())?;
+        routing.check_length(series, rule.key.len())?;
         Ok(rule.target)
     }
 
@@ -855,16 +992,7 @@ impl Families {
                 return Err(Unplaced::KeyTooLong);
             }
         }
-        self.check_length(series, values.len())
-    }
-
-    /// The key length a limit applies to: the field bytes, not their length prefixes.
-    fn check_length(&self, series: &[u8], fields: usize) -> Result<(), Unplaced> {
-        if series.len() - 2 * fields > self.max_key_bytes {
-            Err(Unplaced::KeyTooLong)
-        } else {
-            Ok(())
-        }
+        self.routing.load().check_length(series, values.len())
     }
 }
 
@@ -888,7 +1016,89 @@ impl Router<'_> {
     }
 }
 
+/// What a live reload does to the families (see [`Families::reshape`]).
+pub struct Reshape {
+    /// The id the first added family takes: the number of definitions when checked.
+    first_new: usize,
+    /// Families added, with their new ids, in id order.
+    added: Vec<FamilyDef>,
+    /// Families in force now that the reload retires (removed, or replaced by an added
+    /// definition of the same name).
+    retired: Vec<FamilyId>,
+    /// The new routing, naming families by the ids they have here.
+    routing: Routing,
+    /// The id here of each family of the new configuration, by its id there.
+    ids: Vec<FamilyId>,
+}
+
+impl Reshape {
+    /// The families added, with their ids.
+    pub fn added(&self) -> &[FamilyDef] {
+        &self.added
+    }
+
+    /// The families retired.
+    pub fn retired(&self) -> &[FamilyId] {
+        &self.retired
+    }
+
+    /// The id, once taken, of the family with id `next` in the new configuration (as
+    /// its [`Families::from_config`] numbers them: its position in the file, plus one).
+    pub fn id_of(&self, next: FamilyId) -> Option<FamilyId> {
+        self.ids.get(usize::from(next.0)).copied()
+    }
+
+    /// Whether it changes no family.
+    pub fn is_routing_only(&self) -> bool {
+        self.added.is_empty() && self.retired.is_empty()
+    }
+}
+
 impl Routing {
+    /// The same routing with every family id `i` turned into `ids[i]`, for families
+    /// numbered up to `len`.
+    fn renumbered(mut self, ids: &[FamilyId], len: usize) -> Routing {
+        let id = |family: FamilyId| ids.get(usize::from(family.0)).copied().unwrap_or(family);
+        let mut key_sources = vec![Vec::new(); len];
+        for (family, sources) in std::mem::take(&mut self.key_sources)
+            .into_iter()
+            .enumerate()
+        {
+            let to = u16::try_from(family).map_or(family, |f| usize::from(id(FamilyId(f)).0));
+            if let Some(slot) = key_sources.get_mut(to) {
+                *slot = sources;
+            }
+        }
+        self.key_sources = key_sources;
+        let mut widths = vec![0; len];
+        for (family, width) in std::mem::take(&mut self.widths).into_iter().enumerate() {
+            let to = u16::try_from(family).map_or(family, |f| usize::from(id(FamilyId(f)).0));
+            if let Some(slot) = widths.get_mut(to) {
+                *slot = width;
+            }
+        }
+        self.widths = widths;
+        for family in self.by_name.values_mut() {
+            *family = id(*family);
+        }
+        for (family, _) in self.by_metric.values_mut() {
+            *family = id(*family);
+        }
+        if let Some(mapped) = &mut self.mapped {
+            mapped.renumber(&id);
+        }
+        self
+    }
+
+    /// The key length a limit applies to: the field bytes, not their length prefixes.
+    fn check_length(&self, series: &[u8], fields: usize) -> Result<(), Unplaced> {
+        if series.len() - 2 * fields > self.max_key_bytes {
+            Err(Unplaced::KeyTooLong)
+        } else {
+            Ok(())
+        }
+    }
+
     /// The tag keys that fill each key column of `family`, in key order.
     fn sources(&self, family: FamilyId) -> &[Vec<Box<str>>] {
         self.key_sources
@@ -1109,5 +1319,126 @@ mod tests {
             }
             proptest::prop_assert_eq!(out, reference);
         }
+    }
+
+    /// `config()` with a second family, `clicks`, and a rule sending `api.*.views` to
+    /// `views`.
+    fn two() -> Config {
+        let mut c = config();
+        c.families.push(FamilyConfig {
+            name: "clicks".into(),
+            minute_table: "clicks_by_minute".into(),
+            day_table: "clicks_by_day".into(),
+            key: vec!["page_id".into()],
+            columns: [("page.clicks".to_string(), "clicks".to_string())].into(),
+            ..FamilyConfig::default()
+        });
+        c.mappings.push(crate::config::MappingConfig {
+            pattern: "api.*.views".into(),
+            family: "views".into(),
+            column: "views".into(),
+            key: [("page_id".to_string(), "$1".to_string())].into(),
+            ..Default::default()
+        });
+        c
+    }
+
+    fn place(f: &Families, name: &str) -> Option<FamilyId> {
+        let mut series = Vec::new();
+        f.resolve(name, &[("page_id", "p1")][..], &mut series)
+            .ok()
+            .map(|t| t.family)
+    }
+
+    #[test]
+    fn a_reload_appends_changed_and_new_families_and_retires_the_old() {
+        let f = Families::from_config(&two()).unwrap();
+        let (views, clicks) = (FamilyId(1), FamilyId(2));
+        // `views` moves to another table, `clicks` goes, `likes` comes, listed first.
+        let mut next = two();
+        next.families[0].minute_table = "views_by_minute_v2".into();
+        next.families.pop();
+        next.families.insert(
+            0,
+            FamilyConfig {
+                name: "likes".into(),
+                minute_table: "likes_by_minute".into(),
+                day_table: "likes_by_day".into(),
+                key: vec!["page_id".into()],
+                columns: [("page.likes".to_string(), "likes".to_string())].into(),
+                ..FamilyConfig::default()
+            },
+        );
+        let reshape = f.reshape(Families::from_config(&next).unwrap()).unwrap();
+        let added: Vec<(u16, &str)> = reshape
+            .added()
+            .iter()
+            .map(|d| (d.id.0, d.name.as_str()))
+            .collect();
+        assert_eq!(added, [(3, "likes"), (4, "views")]);
+        assert_eq!(reshape.retired(), [views, clicks]);
+        assert_eq!(reshape.id_of(FamilyId(1)), Some(FamilyId(3)));
+        assert_eq!(reshape.id_of(FamilyId(2)), Some(FamilyId(4)));
+        assert_eq!(
+            f.change_of(&reshape).unwrap(),
+            "the list of families (`likes` is new)"
+        );
+        // Nothing changed before it is applied.
+        assert_eq!(place(&f, "api.home.views"), Some(views));
+        assert_eq!(f.len(), 3);
+
+        f.apply(reshape).unwrap();
+        assert_eq!(f.len(), 5);
+        assert_eq!(place(&f, "api.home.views"), Some(FamilyId(4)));
+        assert_eq!(place(&f, "page.views"), Some(FamilyId(4)));
+        assert_eq!(place(&f, "page.likes"), Some(FamilyId(3)));
+        // A name of the family that went falls to the generic family.
+        assert_eq!(place(&f, "page.clicks"), Some(GENERIC));
+        // The old definitions stay, for rows placed under them.
+        assert_eq!(f.get(views).minute_table.table, "views_by_minute");
+        assert_eq!(f.get(FamilyId(4)).minute_table.table, "views_by_minute_v2");
+        assert_eq!(f.by_name("views").unwrap().id, FamilyId(4));
+        assert!(f.by_name("clicks").is_none());
+        assert!(!f.in_force(views) && !f.in_force(clicks));
+        assert!(f.in_force(FamilyId(4)) && f.in_force(GENERIC));
+
+        // The same file again changes nothing; a reordered one neither.
+        next.families.reverse();
+        let again = f.reshape(Families::from_config(&next).unwrap()).unwrap();
+        assert!(again.is_routing_only());
+        assert_eq!(f.change_of(&again), None);
+        f.apply(again).unwrap();
+        assert_eq!(place(&f, "page.likes"), Some(FamilyId(3)));
+        assert_eq!(place(&f, "api.home.views"), Some(FamilyId(4)));
+    }
+
+    #[test]
+    fn families_with_state_of_their_own_do_not_change_live() {
+        let f = Families::from_config(&two()).unwrap();
+        let mut next = two();
+        next.families[1].exact = true;
+        let refused = f.reshape(Families::from_config(&next).unwrap());
+        assert!(refused.is_err());
+        let mut next = two();
+        next.families[1].minute_table = "elsewhere".into();
+        next.families[1].mode = CountingMode::WriterTotals;
+        let refused = f
+            .reshape(Families::from_config(&next).unwrap())
+            .err()
+            .unwrap();
+        assert!(
+            refused.contains("family `clicks`: a family with `exact`"),
+            "{refused}"
+        );
+        let mut next = two();
+        next.generic.minute_table = "elsewhere".into();
+        let refused = f
+            .reshape(Families::from_config(&next).unwrap())
+            .err()
+            .unwrap();
+        assert_eq!(refused, "generic: minute_table");
+        // A refused reshape changed nothing.
+        assert_eq!(f.len(), 3);
+        assert_eq!(place(&f, "page.clicks"), Some(FamilyId(2)));
     }
 }

@@ -30,6 +30,7 @@
 use std::collections::{HashMap, HashSet};
 use std::hash::BuildHasher;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use arc_swap::ArcSwap;
 use parking_lot::Mutex;
@@ -81,8 +82,9 @@ pub struct Cardinality {
     /// created.
     families: ArcSwap<Trackers>,
     /// Most entries any set of a tracker holds when no cap bounds it (the buffer's
-    /// `max_pending_rows`): beyond it counts are lower bounds and shown as saturated.
-    track_max: usize,
+    /// `max_pending_rows`, which a live reload may change): beyond it counts are lower
+    /// bounds and shown as saturated.
+    track_max: AtomicUsize,
     hasher: foldhash::fast::RandomState,
 }
 
@@ -113,9 +115,15 @@ impl Cardinality {
         Cardinality {
             window_secs: i64::try_from(window_secs.max(1)).unwrap_or(i64::MAX),
             families: ArcSwap::from_pointee(families),
-            track_max: track_max.max(1),
+            track_max: AtomicUsize::new(track_max.max(1)),
             hasher: foldhash::fast::RandomState::default(),
         }
+    }
+
+    /// Bounds uncapped sets by `track_max` from now on (a live reload of
+    /// `limits.max_pending_rows`); sets already larger stay as they are, saturated.
+    pub fn set_track_max(&self, track_max: usize) {
+        self.track_max.store(track_max.max(1), Ordering::Relaxed);
     }
 
     /// Takes new caps (a live reload): a family keeps its tracker, with what its window
@@ -174,7 +182,13 @@ impl Cardinality {
         if tracker.contexts.contains(&context) {
             return Ok(());
         }
-        tracker.check_and_count(series, context, &self.hasher, self.track_max, count)
+        tracker.check_and_count(
+            series,
+            context,
+            &self.hasher,
+            self.track_max.load(Ordering::Relaxed),
+            count,
+        )
     }
 
     /// Per family and reason, the increments dropped since start (for the metrics).
@@ -228,7 +242,7 @@ impl Cardinality {
                     max_contexts: tracker.caps.max_contexts.map(|n| n as u64),
                     dropped_family_total: tracker.dropped_family,
                     dropped_tag_total: tracker.dropped_tag,
-                    current: tracker.view(self.window_secs, self.track_max),
+                    current: tracker.view(self.window_secs, self.track_max.load(Ordering::Relaxed)),
                     previous: tracker.previous.clone(),
                 }
             })

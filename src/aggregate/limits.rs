@@ -1,7 +1,7 @@
 //! Memory limits for pending rows, and the shared budget that enforces them across
 //! stripes without blocking anyone.
 
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
@@ -10,7 +10,7 @@ use crossbeam_utils::CachePadded;
 use crate::vocabulary::DropReason;
 
 /// Limits on what the buffer accepts. Each one counts when it bites and never blocks.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Limits {
     /// Most distinct rows (key × minute) held for the next flush.
     pub max_pending_rows: usize,
@@ -54,6 +54,59 @@ impl Limits {
     }
 }
 
+/// The limits as an aggregator holds them: each on an atomic of its own, so that a live
+/// reload changes them while increments read them, without a lock (see
+/// [`crate::aggregate::Aggregator::set_limits`]).
+pub(crate) struct LiveLimits {
+    max_pending_rows: AtomicUsize,
+    max_pending_bytes: AtomicUsize,
+    max_key_bytes: AtomicUsize,
+    timestamp_max_past: AtomicU64,
+    timestamp_max_future: AtomicU64,
+}
+
+impl LiveLimits {
+    pub(crate) fn new(limits: &Limits) -> LiveLimits {
+        let live = LiveLimits {
+            max_pending_rows: AtomicUsize::new(0),
+            max_pending_bytes: AtomicUsize::new(0),
+            max_key_bytes: AtomicUsize::new(0),
+            timestamp_max_past: AtomicU64::new(0),
+            timestamp_max_future: AtomicU64::new(0),
+        };
+        live.set(limits);
+        live
+    }
+
+    /// The limits now (whole seconds for the timestamp window, as they are enforced).
+    pub(crate) fn get(&self) -> Limits {
+        Limits {
+            max_pending_rows: self.max_pending_rows.load(Ordering::Relaxed),
+            max_pending_bytes: self.max_pending_bytes.load(Ordering::Relaxed),
+            max_key_bytes: self.max_key_bytes.load(Ordering::Relaxed),
+            timestamp_max_past: Duration::from_secs(
+                self.timestamp_max_past.load(Ordering::Relaxed),
+            ),
+            timestamp_max_future: Duration::from_secs(
+                self.timestamp_max_future.load(Ordering::Relaxed),
+            ),
+        }
+    }
+
+    pub(crate) fn set(&self, limits: &Limits) {
+        self.max_pending_rows
+            .store(limits.max_pending_rows, Ordering::Relaxed);
+        self.max_pending_bytes
+            .store(limits.max_pending_bytes, Ordering::Relaxed);
+        self.max_key_bytes
+            .store(limits.max_key_bytes, Ordering::Relaxed);
+        self.timestamp_max_past
+            .store(limits.timestamp_max_past.as_secs(), Ordering::Relaxed);
+        self.timestamp_max_future
+            .store(limits.timestamp_max_future.as_secs(), Ordering::Relaxed);
+    }
+}
+
 /// Fraction of either limit at which the buffer asks for an early flush.
 const PRESSURE_NUMERATOR: usize = 3;
 const PRESSURE_DENOMINATOR: usize = 4;
@@ -67,8 +120,10 @@ const PRESSURE_DENOMINATOR: usize = 4;
 /// Only creating a row touches these atomics; adding to an existing row does not, so the
 /// hot path stays free of shared writes.
 pub(crate) struct Budget {
-    max_rows: usize,
-    max_bytes: usize,
+    /// The maxima: atomics, because a live reload may change them (see
+    /// [`Budget::set_maxima`]).
+    max_rows: AtomicUsize,
+    max_bytes: AtomicUsize,
     rows: AtomicUsize,
     bytes: AtomicUsize,
     pressure: AtomicBool,
@@ -99,12 +154,24 @@ impl Budget {
     /// holds no copy of them beside the rows themselves).
     pub(crate) fn with_maxima(max_rows: usize, max_bytes: usize) -> Budget {
         Budget {
-            max_rows,
-            max_bytes,
+            max_rows: AtomicUsize::new(max_rows),
+            max_bytes: AtomicUsize::new(max_bytes),
             rows: AtomicUsize::new(0),
             bytes: AtomicUsize::new(0),
             pressure: AtomicBool::new(false),
             on_pressure: OnceLock::new(),
+        }
+    }
+
+    /// Takes new maxima (a live reload of `limits.max_pending_rows` or
+    /// `max_pending_bytes`). Rows held stay held: maxima below what is held now refuse
+    /// new rows until flushes have made room, and put the budget under pressure at once
+    /// (the next new row asks for an early flush).
+    pub(crate) fn set_maxima(&self, max_rows: usize, max_bytes: usize) {
+        self.max_rows.store(max_rows, Ordering::Relaxed);
+        self.max_bytes.store(max_bytes, Ordering::Relaxed);
+        if !self.over_mark(self.rows(), self.bytes()) {
+            self.pressure.store(false, Ordering::Relaxed);
         }
     }
 
@@ -137,12 +204,13 @@ impl Budget {
     /// Adds `rows` and `bytes` if both stay within their limits; returns the new totals.
     fn claim(&self, rows: usize, bytes: usize) -> Result<(usize, usize), DropReason> {
         let rows_before = self.rows.fetch_add(rows, Ordering::Relaxed);
-        if rows > 0 && rows_before.saturating_add(rows) > self.max_rows {
+        if rows > 0 && rows_before.saturating_add(rows) > self.max_rows.load(Ordering::Relaxed) {
             self.rows.fetch_sub(rows, Ordering::Relaxed);
             return Err(DropReason::MaxRows);
         }
         let bytes_before = self.bytes.fetch_add(bytes, Ordering::Relaxed);
-        if bytes > 0 && bytes_before.saturating_add(bytes) > self.max_bytes {
+        if bytes > 0 && bytes_before.saturating_add(bytes) > self.max_bytes.load(Ordering::Relaxed)
+        {
             self.bytes.fetch_sub(bytes, Ordering::Relaxed);
             self.rows.fetch_sub(rows, Ordering::Relaxed);
             return Err(DropReason::MaxBytes);
@@ -182,16 +250,28 @@ impl Budget {
     /// What is left below the limits now.
     pub(crate) fn room(&self) -> Room {
         Room {
-            rows: self.max_rows.saturating_sub(self.rows()),
-            bytes: self.max_bytes.saturating_sub(self.bytes()),
+            rows: self
+                .max_rows
+                .load(Ordering::Relaxed)
+                .saturating_sub(self.rows()),
+            bytes: self
+                .max_bytes
+                .load(Ordering::Relaxed)
+                .saturating_sub(self.bytes()),
         }
     }
 
     fn over_mark(&self, rows: usize, bytes: usize) -> bool {
         rows.saturating_mul(PRESSURE_DENOMINATOR)
-            >= self.max_rows.saturating_mul(PRESSURE_NUMERATOR)
+            >= self
+                .max_rows
+                .load(Ordering::Relaxed)
+                .saturating_mul(PRESSURE_NUMERATOR)
             || bytes.saturating_mul(PRESSURE_DENOMINATOR)
-                >= self.max_bytes.saturating_mul(PRESSURE_NUMERATOR)
+                >= self
+                    .max_bytes
+                    .load(Ordering::Relaxed)
+                    .saturating_mul(PRESSURE_NUMERATOR)
     }
 
     fn check_pressure(&self, rows: usize, bytes: usize) {
@@ -381,5 +461,28 @@ mod tests {
             b.try_reserve(1).unwrap();
         }
         assert_eq!(fired.load(Ordering::Relaxed), 2, "fires again after relief");
+    }
+
+    #[test]
+    fn new_maxima_bind_the_next_row_and_the_pressure_mark() {
+        let b = budget(4, 1000);
+        for _ in 0..3 {
+            b.try_reserve(10).unwrap();
+        }
+        assert!(b.under_pressure(), "3 of 4");
+        b.set_maxima(8, 1000);
+        assert!(!b.under_pressure(), "3 of 8");
+        b.set_maxima(2, 1000);
+        assert_eq!(b.try_reserve(10), Err(DropReason::MaxRows));
+        assert_eq!(
+            b.room(),
+            Room {
+                rows: 0,
+                bytes: 970
+            }
+        );
+        b.set_maxima(8, 35);
+        assert_eq!(b.try_reserve(10), Err(DropReason::MaxBytes));
+        assert_eq!((b.rows(), b.bytes()), (3, 30));
     }
 }

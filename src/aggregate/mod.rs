@@ -52,7 +52,7 @@ pub use self::row::{Columns, Row, RowKey, Slot};
 use crate::vocabulary::{DropReason, Granularity};
 
 pub(crate) use self::buffer::RowHasher;
-pub(crate) use self::limits::{Budget, SharedBudget};
+pub(crate) use self::limits::{Budget, LiveLimits, SharedBudget};
 pub(crate) use self::row::{RowKeyRef, series_hash};
 
 use crate::bucket::Minute;
@@ -65,7 +65,8 @@ pub struct Aggregator {
     /// must not evict the fields every increment reads (`hasher`, `closed`, `stripes`).
     /// Shared with the [`Credit`]s of rows in flight.
     budget: SharedBudget,
-    limits: Limits,
+    /// What [`Aggregator::limits`] answers; a live reload changes it.
+    limits: LiveLimits,
     /// The cardinality caps, asked when a row is created (none by default).
     cardinality: Cardinality,
     /// Set before the final drain of shutdown; read under each stripe's lock, so an
@@ -110,7 +111,7 @@ impl Aggregator {
             stripes,
             hasher: RowHasher::default(),
             budget: Arc::new(CachePadded::new(Budget::new(&limits))),
-            limits,
+            limits: LiveLimits::new(&limits),
             cardinality: Cardinality::default(),
             closed: AtomicBool::new(false),
         }
@@ -145,9 +146,20 @@ impl Aggregator {
         &self.hasher
     }
 
-    /// The limits this aggregator enforces.
-    pub fn limits(&self) -> &Limits {
-        &self.limits
+    /// The limits this aggregator enforces now.
+    pub fn limits(&self) -> Limits {
+        self.limits.get()
+    }
+
+    /// Enforces `limits` from now on (a live reload). Rows held stay held: a lower row or
+    /// byte limit refuses new rows until flushes have made room; the timestamp window
+    /// applies to the next increment with a client timestamp; the flush's share of the
+    /// byte limit to the next chunk a flush takes.
+    pub fn set_limits(&self, limits: &Limits) {
+        self.limits.set(limits);
+        self.budget
+            .set_maxima(limits.max_pending_rows, limits.row_bytes());
+        self.cardinality.set_track_max(limits.max_pending_rows);
     }
 
     /// Calls `callback` (from whichever thread crosses the mark) when pending rows or
@@ -199,7 +211,7 @@ impl Aggregator {
     /// charge of the budget as with [`Aggregator::take_all`].
     pub fn take_chunk(&self) -> Drained {
         let mut allowance = buffer::ChunkAllowance {
-            flush_bytes: self.limits.flush_chunk_bytes(),
+            flush_bytes: self.limits.get().flush_chunk_bytes(),
             empty: true,
         };
         let stripes: Vec<Taken> = self

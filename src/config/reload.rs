@@ -4,14 +4,32 @@
 //! the families' *routing* live: the exact metric names of a family's `columns` (onto the
 //! counter columns it already has), the `[[mapping]]` rules and the tag rules (`[tags]`,
 //! `[family.tags]`); the cardinality caps (`cardinality.max_contexts`, and
-//! `max_contexts` and `max_tag_values` of `[generic]` and each family); and
-//! `log.filter`. Everything else
-//! was built into something that outlives one flush:
+//! `max_contexts` and `max_tag_values` of `[generic]` and each family); `log.filter`;
+//! and `[limits]` but `timestamp_max_past`: the buffer's `max_pending_rows` and
+//! `max_pending_bytes` (the rows held stay held; lower limits refuse new rows until
+//! flushes have made room), `max_key_bytes`, `max_line_bytes` and `max_tags` (the line
+//! cache is cleared with them) and `timestamp_max_future`.
+//!
+//! `limits.timestamp_max_past` does not change live: what was started from it keeps the
+//! value it read. The running totals of `writer_totals` families keep that many minutes
+//! back (`crate::totals::book`), and the leaderboards and `reconcile` count a day closed
+//! once it is that far behind (plus `flush.requeue_max_age`): a wider window taken live
+//! would accept increments for minutes whose totals were let go, or whose day a
+//! leaderboard already ranked.
+//!
+//! Everything else was built into something that outlives one flush:
 //! sockets (listen addresses and paths), the state directory and the writer identity
 //! (the journal, the spill and recovery are keyed by them), the session to the store
-//! (contact points, TLS, credentials), the families' tables and columns (pending rows,
-//! journal groups and prepared statements name families by id), the buffer's limits and
-//! the cardinality window. [`fixed_changes`] names each such field that differs; the
+//! (contact points, TLS, credentials) and the cardinality window.
+//!
+//! The list of families and their tables and columns change live, with exceptions
+//! refused by name: a family a `[[leaderboard]]` ranks (its jobs read the tables as
+//! started; compared here), and, compared once built (see `Families::reshape`), the
+//! generic family, `[exact]`, and a family that keeps state of its own beyond its
+//! pending rows (`exact`, `writer_totals`, an `epoch_column`: the ledger gate, the
+//! running totals and the epoch registry were built for the families at start). A family
+//! added or changed gets a new id; the rows pending under the old one are flushed to the
+//! old tables first. [`fixed_changes`] names each such field that differs; the
 //! families' shapes are compared once built (see `Families::same_families`), since the
 //! mapping rules add counter columns to them.
 
@@ -32,7 +50,7 @@ pub fn fixed_changes(running: &Config, next: &Config) -> Vec<String> {
     if running.metrics.listen != next.metrics.listen {
         out.push("metrics.listen".into());
     }
-    families(&running.families, &next.families, out);
+    families(running, next, out);
     let generic = |c: &Config| GenericConfig {
         max_contexts: None,
         max_tag_values: Default::default(),
@@ -40,7 +58,11 @@ pub fn fixed_changes(running: &Config, next: &Config) -> Vec<String> {
     };
     section("generic", &generic(running), &generic(next), out);
     section("flush", &running.flush, &next.flush, out);
-    section("limits", &running.limits, &next.limits, out);
+    // Every limit but the oldest accepted client timestamp changes live (see the module
+    // doc for why that one does not).
+    if running.limits.timestamp_max_past != next.limits.timestamp_max_past {
+        out.push("limits.timestamp_max_past".into());
+    }
     if running.cardinality.window != next.cardinality.window {
         out.push("cardinality.window".into());
     }
@@ -70,14 +92,11 @@ pub fn refusal(fields: &[String]) -> String {
     }
 }
 
-/// The families, each compared without what a reload takes live (`columns`, whose
-/// counter columns the built families compare, `tags` and the caps).
-fn families(running: &[FamilyConfig], next: &[FamilyConfig], out: &mut Vec<String>) {
-    let names = |list: &[FamilyConfig]| list.iter().map(|f| f.name.clone()).collect::<Vec<_>>();
-    if names(running) != names(next) {
-        out.push("family (the list of families, by name and order)".into());
-        return;
-    }
+/// The families a `[[leaderboard]]` ranks, each compared without what a reload takes
+/// live (`columns`, `tags` and the caps): its jobs read the family's tables as they
+/// were at start. Any other family may be added, removed or changed (the built
+/// families decide what that takes: see `Families::reshape`).
+fn families(running: &Config, next: &Config, out: &mut Vec<String>) {
     let fixed = |family: &FamilyConfig| FamilyConfig {
         columns: Default::default(),
         tags: Default::default(),
@@ -85,13 +104,19 @@ fn families(running: &[FamilyConfig], next: &[FamilyConfig], out: &mut Vec<Strin
         max_tag_values: Default::default(),
         ..family.clone()
     };
-    for (old, new) in running.iter().zip(next) {
-        section(
-            &format!("family.{}", old.name),
-            &fixed(old),
-            &fixed(new),
-            out,
-        );
+    for old in &running.families {
+        if !running.leaderboards.iter().any(|b| b.family == old.name) {
+            continue;
+        }
+        match next.families.iter().find(|f| f.name == old.name) {
+            Some(new) => section(
+                &format!("family.{}", old.name),
+                &fixed(old),
+                &fixed(new),
+                out,
+            ),
+            None => out.push(format!("family.{} (a leaderboard ranks it)", old.name)),
+        }
     }
 }
 
@@ -228,6 +253,12 @@ mod tests {
         next.families[0].max_contexts = Some(10);
         next.generic.max_tag_values.insert("user".into(), 5);
         next.cardinality.max_contexts = Some(1000);
+        next.limits.max_pending_rows /= 2;
+        next.limits.max_pending_bytes *= 2;
+        next.limits.max_key_bytes = 64;
+        next.limits.max_line_bytes = 512;
+        next.limits.max_tags = 8;
+        next.limits.timestamp_max_future = std::time::Duration::from_secs(5);
         next.log.filter = "countersink=debug,info".into();
         next.mappings.push(crate::config::MappingConfig {
             pattern: "api.*.views".into(),
@@ -246,8 +277,7 @@ mod tests {
         next.state.dir = "/elsewhere".into();
         next.ingest.udp.listen = None;
         next.metrics.listen = None;
-        next.families[0].minute_table = "other".into();
-        next.limits.max_pending_rows += 1;
+        next.limits.timestamp_max_past += std::time::Duration::from_secs(60);
         next.cardinality.window = std::time::Duration::from_secs(120);
         next.log.format = crate::config::LogFormat::Json;
         assert_eq!(
@@ -257,8 +287,7 @@ mod tests {
                 "state.dir",
                 "ingest.udp.listen",
                 "metrics.listen",
-                "family.views.minute_table",
-                "limits.max_pending_rows",
+                "limits.timestamp_max_past",
                 "cardinality.window",
                 "log.format",
             ]
@@ -269,11 +298,35 @@ mod tests {
         http = base();
         http.ingest.http.max_items = 7;
         assert_eq!(fixed_changes(&running, &http), ["ingest.http"]);
-        let mut renamed = base();
-        renamed.families[0].name = "pages".into();
+    }
+
+    #[test]
+    fn families_change_unless_a_leaderboard_ranks_them() {
+        let running = base();
+        let mut next = base();
+        next.families[0].minute_table = "other".into();
+        next.families.push(FamilyConfig {
+            name: "clicks".into(),
+            ..next.families[0].clone()
+        });
+        assert_eq!(fixed_changes(&running, &next), Vec::<String>::new());
+        next.families.clear();
+        assert_eq!(fixed_changes(&running, &next), Vec::<String>::new());
+
+        let board = crate::config::LeaderboardConfig {
+            name: "top".into(),
+            family: "views".into(),
+            ..Default::default()
+        };
+        let mut ranked = base();
+        ranked.leaderboards.push(board);
+        let mut next = ranked.clone();
+        next.families[0].minute_table = "other".into();
+        assert_eq!(fixed_changes(&ranked, &next), ["family.views.minute_table"]);
+        next.families.clear();
         assert_eq!(
-            refusal(&fixed_changes(&running, &renamed)),
-            "family (the list of families, by name and order) cannot change without a restart"
+            refusal(&fixed_changes(&ranked, &next)),
+            "family.views (a leaderboard ranks it) cannot change without a restart"
         );
     }
 }

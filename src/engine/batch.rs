@@ -54,7 +54,7 @@ impl Batch<'_> {
     ) -> Result<(), RecordError> {
         let engine = self.engine;
         self.stripe.counters().count_line(self.source);
-        let minute = aggregate::minute_for(self.now_unix_secs, at, engine.aggregator.limits());
+        let minute = aggregate::minute_for(self.now_unix_secs, at, &engine.aggregator.limits());
         let target = match self.router.resolve(name, tags, &mut self.series) {
             Ok(target) => target,
             Err(unplaced) => return Err(Engine::unplaced_in(&mut self.stripe, unplaced, delta)),

@@ -23,7 +23,7 @@
 //! which repeat on a shared machine); the README has the figures.
 
 use std::cell::RefCell;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 use crate::aggregate::scale;
 use crate::aggregate::{self, Aggregator, Limits, RowKeyRef, Slot, Stripe};
@@ -73,7 +73,10 @@ pub enum RecordError {
 pub struct Engine {
     families: Families,
     aggregator: Aggregator,
-    line_limits: LineLimits,
+    /// `limits.max_line_bytes` and `limits.max_tags`: atomics, so that a live reload
+    /// changes them (see [`Engine::set_limits`]) while each line reads them.
+    max_line_bytes: AtomicUsize,
+    max_tags: AtomicUsize,
     /// This engine's identity in the per-thread line caches: a new one each time the
     /// families' routing is replaced, so no thread places a line by the old routing
     /// from its cache afterwards.
@@ -102,10 +105,8 @@ impl Engine {
             families,
             aggregator: Aggregator::new(limits, aggregate::default_stripes(), seed)
                 .with_cardinality(config.cardinality_caps()),
-            line_limits: LineLimits {
-                max_line_bytes: config.limits.max_line_bytes,
-                max_tags: config.limits.max_tags,
-            },
+            max_line_bytes: AtomicUsize::new(config.limits.max_line_bytes),
+            max_tags: AtomicUsize::new(config.limits.max_tags),
             cache_owner: AtomicU64::new(cache::new_owner()),
             cache_seed: fastrand::u64(..),
         })
@@ -134,6 +135,46 @@ impl Engine {
         Ok(())
     }
 
+    /// The per-line limits now.
+    fn line_limits(&self) -> LineLimits {
+        LineLimits {
+            max_line_bytes: self.max_line_bytes.load(Ordering::Relaxed),
+            max_tags: self.max_tags.load(Ordering::Relaxed),
+        }
+    }
+
+    /// Enforces the `[limits]` of `config` from now on (a live reload; see
+    /// [`crate::config::reload`] for which of them may change). The per-line limits
+    /// apply from the next line: the line cache is cleared, since it holds lines placed
+    /// under the old ones (a cached line skips the parse that checks its tags). The
+    /// series-key limit travels with the routing ([`Engine::replace_routing`]); the
+    /// buffer's limits are the aggregator's ([`Aggregator::set_limits`]).
+    pub fn set_limits(&self, config: &Config) {
+        self.aggregator.set_limits(&Limits {
+            max_pending_rows: config.limits.max_pending_rows,
+            max_pending_bytes: config.limits.max_pending_bytes,
+            max_key_bytes: config.limits.max_key_bytes,
+            timestamp_max_past: config.limits.timestamp_max_past,
+            timestamp_max_future: config.limits.timestamp_max_future,
+        });
+        self.max_line_bytes
+            .store(config.limits.max_line_bytes, Ordering::Relaxed);
+        self.max_tags
+            .store(config.limits.max_tags, Ordering::Relaxed);
+        self.cache_owner
+            .store(cache::new_owner(), Ordering::Release);
+    }
+
+    /// Takes a live reload's families (see [`Families::reshape`]): appends the families it
+    /// adds, then routes by its routing; rows already pending keep the family, and so the
+    /// tables, they were placed in. Changes nothing when refused.
+    pub fn reshape_families(&self, reshape: crate::family::Reshape) -> Result<(), String> {
+        self.families.apply(reshape)?;
+        self.cache_owner
+            .store(cache::new_owner(), Ordering::Release);
+        Ok(())
+    }
+
     /// Parses and aggregates every line of one datagram (or stream message) received
     /// at `now_unix_secs`. Takes the calling thread's stripe once for the whole packet;
     /// each line is counted as received and then as invalid, ignored, accepted or
@@ -143,7 +184,7 @@ impl Engine {
         // Lines without a client timestamp (nearly all) share the packet's minute.
         let now = Now {
             unix_secs: now_unix_secs,
-            minute: aggregate::minute_for(now_unix_secs, None, self.aggregator.limits()),
+            minute: aggregate::minute_for(now_unix_secs, None, &self.aggregator.limits()),
         };
         SCRATCH.with_borrow_mut(|scratch| {
             scratch
@@ -151,7 +192,7 @@ impl Engine {
                 .claim(self.cache_owner.load(Ordering::Acquire));
             for raw in line::split_lines(packet) {
                 stripe.counters().count_line(transport);
-                let result = if raw.len() <= self.line_limits.max_line_bytes {
+                let result = if raw.len() <= self.max_line_bytes.load(Ordering::Relaxed) {
                     self.ingest_cached(&mut stripe, scratch, raw, &now)
                 } else {
                     self.ingest_line(&mut stripe, scratch, raw, &now)
@@ -217,7 +258,7 @@ impl Engine {
         now: &Now,
     ) -> Result<Option<Placement>, InvalidReason> {
         let spans = &mut scratch.spans;
-        let counter = match line::parse_line_indexed(raw, &self.line_limits, spans) {
+        let counter = match line::parse_line_indexed(raw, &self.line_limits(), spans) {
             LineResult::Counter(counter) => counter,
             LineResult::Ignored(kind) => {
                 stripe.counters().count_ignored(kind);
@@ -290,7 +331,7 @@ impl Engine {
         };
         let minute = match timestamp {
             None => now.minute,
-            at => aggregate::minute_for(now.unix_secs, at, self.aggregator.limits()),
+            at => aggregate::minute_for(now.unix_secs, at, &self.aggregator.limits()),
         };
         let _ = self.add(
             stripe,
@@ -337,7 +378,7 @@ impl Engine {
         at: Option<i64>,
     ) -> Result<Minute, RecordError> {
         self.aggregator.stripe().counters().count_line(source);
-        let minute = aggregate::minute_for(now_unix_secs, at, self.aggregator.limits());
+        let minute = aggregate::minute_for(now_unix_secs, at, &self.aggregator.limits());
         let placed = SCRATCH.with_borrow_mut(|scratch| {
             self.families
                 .resolve(name, tags, &mut scratch.series)
@@ -387,7 +428,7 @@ impl Engine {
         now_unix_secs: i64,
         at: Option<i64>,
     ) -> Result<(), RecordError> {
-        let minute = aggregate::minute_for(now_unix_secs, at, self.aggregator.limits());
+        let minute = aggregate::minute_for(now_unix_secs, at, &self.aggregator.limits());
         SCRATCH.with_borrow_mut(|scratch| {
             let series = &mut scratch.series;
             let target = match self.families.resolve(name, tags, series) {
@@ -450,7 +491,7 @@ impl Engine {
         now_unix_secs: i64,
         at: Option<i64>,
     ) -> Result<(), RecordError> {
-        let minute = aggregate::minute_for(now_unix_secs, at, self.aggregator.limits());
+        let minute = aggregate::minute_for(now_unix_secs, at, &self.aggregator.limits());
         SCRATCH.with_borrow_mut(|scratch| {
             let series = &mut scratch.series;
             if let Err(unplaced) = self.families.encode_key(target.family, key, series) {

@@ -472,3 +472,50 @@ fn a_batch_keeps_its_routing_and_the_next_takes_the_new_one() {
         )
     );
 }
+
+#[test]
+fn new_limits_bind_from_the_next_line_cached_or_not() {
+    let e = engine();
+    let line = b"req:1|c|#env:prod,zone:a\n";
+    // Placed, and so cached, under the limits as started.
+    e.ingest_packet(line, Transport::Udp, NOW);
+    let mut tight = config();
+    tight.limits.max_tags = 1;
+    tight.limits.max_line_bytes = 64;
+    tight.limits.max_pending_rows = 2;
+    e.set_limits(&tight);
+    // The cached line is parsed again, and has one tag too many now.
+    e.ingest_packet(line, Transport::Udp, NOW);
+    e.ingest_packet(&[b'x'; 65], Transport::Udp, NOW);
+    let c = e.aggregator().counters();
+    assert_eq!(c.invalid_for(InvalidReason::TooManyTags), 1);
+    assert_eq!(c.invalid_for(InvalidReason::TooLong), 1);
+    // One row is pending: one more fits under the new row limit, a third does not
+    // (accepted, then dropped).
+    e.ingest_packet(b"a:1|c\nb:1|c\n", Transport::Udp, NOW);
+    let c = e.aggregator().counters();
+    assert_eq!(c.accepted, 3);
+    assert_eq!(c.dropped_for(DropReason::MaxRows), 1);
+    // Raised again, the same lines pass.
+    e.set_limits(&config());
+    e.ingest_packet(line, Transport::Udp, NOW);
+    e.ingest_packet(b"b:1|c\n", Transport::Udp, NOW);
+    let c = e.aggregator().counters();
+    assert_eq!((c.accepted, c.dropped_total()), (5, 1));
+    assert_eq!(e.aggregator().pending_rows(), 3);
+}
+
+#[test]
+fn a_new_key_limit_comes_with_the_routing() {
+    let e = engine();
+    let long = format!("page.views:1|c|#page_id:{}\n", "p".repeat(40));
+    e.ingest_packet(long.as_bytes(), Transport::Udp, NOW);
+    let mut tight = config();
+    tight.limits.max_key_bytes = 16;
+    e.replace_routing(crate::family::Families::from_config(&tight).unwrap())
+        .unwrap();
+    e.ingest_packet(long.as_bytes(), Transport::Udp, NOW);
+    let c = e.aggregator().counters();
+    assert_eq!(c.accepted, 1);
+    assert_eq!(c.invalid_for(InvalidReason::KeyTooLong), 1);
+}

@@ -125,7 +125,7 @@ impl CounterFn for Placed {
                 series_hash,
             } => {
                 let now = engine::now_unix_secs();
-                let minute = aggregate::minute_for(now, None, aggregator.limits());
+                let minute = aggregate::minute_for(now, None, &aggregator.limits());
                 let mut stripe = aggregator.stripe();
                 match minute {
                     Ok(minute) => {

@@ -11,6 +11,7 @@ use crate::mapping::{Captures, GlobShape, NameShape, Pattern, Template};
 use crate::series::same_bytes;
 
 use super::Target;
+use crate::vocabulary::FamilyId;
 
 /// One compiled rule.
 pub(super) struct MappedRule {
@@ -104,6 +105,14 @@ impl MappedNames {
             shapes,
             by_head,
             wild,
+        }
+    }
+
+    /// The same rules, each sending to `id(family)` instead of its family (a live reload
+    /// numbers families anew; see `Families::reshape`).
+    pub(super) fn renumber(&mut self, id: &dyn Fn(FamilyId) -> FamilyId) {
+        for rule in &mut self.rules {
+            rule.target.family = id(rule.target.family);
         }
     }
 

@@ -263,6 +263,23 @@ impl<S: Sink> Flusher<S> {
         }
     }
 
+    /// Describes the families a live reload added since (see
+    /// [`crate::family::Families::reshape`]) for the journal and the records, before the
+    /// drain that may take the first rows of them. Definitions are only ever appended, so
+    /// the entries already here stay right.
+    fn sync_families(&mut self) {
+        let families = self.engine.families();
+        if self.families.len() < families.len() {
+            let known = self.families.len();
+            self.families.extend(
+                families
+                    .iter()
+                    .skip(known)
+                    .map(crate::state::FamilyEntry::of),
+            );
+        }
+    }
+
     /// Places the rows of epoch families by `registry`'s view. Without a registry, every
     /// row of such a family is written to epoch 0.
     pub fn place_epochs(&mut self, registry: Arc<EpochRegistry>) {
@@ -431,6 +448,7 @@ impl<S: Sink> Flusher<S> {
     /// flush takes the rest). The final flush drains until nothing is left. Returns the
     /// chunks' reports summed, with the last chunk's sequence number.
     async fn flush(&mut self, deadline: &mut Deadline, last: bool) -> FlushReport {
+        self.sync_families();
         let ledger_first = self
             .ledger_gate
             .as_ref()

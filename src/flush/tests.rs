@@ -907,3 +907,53 @@ async fn recorder_refuses_names_and_tags_a_line_could_not_carry() {
         "only the valid increment"
     );
 }
+
+#[tokio::test]
+async fn a_row_requeued_before_its_family_moved_goes_to_the_old_tables() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = config(dir.path());
+    let sink = MemorySink::new();
+    let mut h = harness(&config, sink.clone());
+    let views = crate::vocabulary::FamilyId(1);
+    h.engine
+        .record("page.views", &[("page_id", "p")][..], 5, T0, None)
+        .unwrap();
+    // The store is away: the row is re-queued under the family as it was.
+    sink.set_script(|_, _| {
+        Some((
+            Outcome::NotAppliedTransient(WriteError::new("unavailable", "down")),
+            false,
+        ))
+    });
+    let first = h.flusher.flush_now().await;
+    assert_eq!(first.requeued, 2);
+    // The family moves to other tables (a live reload's swap), and takes a new row.
+    let mut moved = config.clone();
+    moved.families[0].minute_table = "metrics.views_by_minute_v2".into();
+    let families = crate::family::Families::from_config(&moved).unwrap();
+    let reshape = h.engine.families().reshape(families).unwrap();
+    assert_eq!(reshape.retired(), [views]);
+    h.engine.reshape_families(reshape).unwrap();
+    let moved_id = h.engine.families().by_name("views").unwrap().id;
+    assert_ne!(moved_id, views);
+    h.engine
+        .record("page.views", &[("page_id", "p")][..], 7, T0, None)
+        .unwrap();
+
+    sink.clear_script();
+    let second = h.flusher.flush_now().await;
+    assert_eq!((second.applied, second.requeued), (4, 0));
+    let per_family = |family| -> i128 {
+        sink.rows()
+            .iter()
+            .filter(|(key, _)| key.0 == family && key.1 == Granularity::Minute)
+            .map(|(_, deltas)| deltas.iter().sum::<i128>())
+            .sum()
+    };
+    assert_eq!(per_family(views), 5, "the old definition keeps its row");
+    assert_eq!(per_family(moved_id), 7);
+    let a = accounting(&h);
+    assert!(a.is_balanced(), "{a:?}");
+    // The journal and the records know the new definition.
+    assert!(read_log(dir.path(), "rejected.jsonl").is_empty());
+}

@@ -199,7 +199,9 @@ struct Shared {
     table: TableName,
     buckets: u16,
     consistency: ConsistencyLevel,
-    family_names: Vec<String>,
+    /// By family id; a live reload that adds families names them (see
+    /// [`KeyIndex::name_families`]).
+    family_names: parking_lot::RwLock<Vec<String>>,
     queue: Mutex<IndexQueue>,
     wake: Notify,
     session: watch::Sender<Option<Arc<Session>>>,
@@ -212,6 +214,12 @@ const SEND_BATCH: usize = 256;
 const IN_FLIGHT: usize = 32;
 
 impl KeyIndex {
+    /// Names the families by id anew, after a live reload added some (before rows of
+    /// them are flushed): a key is indexed under its family's name.
+    pub fn name_families(&self, families: &Families) {
+        *self.shared.family_names.write() = families.iter().map(|f| f.name.clone()).collect();
+    }
+
     /// A writer for the `[key_index]` of `config` (whether or not it is enabled: the
     /// caller decides whether to install it).
     pub fn new(config: &Config, families: &Families, metrics: OperationsMetrics) -> KeyIndex {
@@ -221,7 +229,9 @@ impl KeyIndex {
                 table: index_table(config),
                 buckets: config.key_index.buckets,
                 consistency: config.store.consistency,
-                family_names: families.iter().map(|f| f.name.clone()).collect(),
+                family_names: parking_lot::RwLock::new(
+                    families.iter().map(|f| f.name.clone()).collect(),
+                ),
                 queue: Mutex::new(IndexQueue::new(config.key_index.max_pending)),
                 wake: Notify::new(),
                 session,
@@ -355,6 +365,7 @@ impl KeyIndex {
                 let family = self
                     .shared
                     .family_names
+                    .read()
                     .get(usize::from(entry.family.0))
                     .cloned()
                     .unwrap_or_default();

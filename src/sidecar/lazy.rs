@@ -55,6 +55,25 @@ impl LazyCqlSink {
         self.readiness().is_ok()
     }
 
+    /// Checks and prepares the tables of families a live reload adds (see
+    /// [`CqlSink::prepare_tables`]), and writes to them from now on: nothing routes to
+    /// them before the reload takes its routing. Refused while there is no session, since
+    /// the tables cannot be checked then.
+    pub async fn add_tables(&self, families: &[crate::family::FamilyDef]) -> Result<(), String> {
+        if families.is_empty() {
+            return Ok(());
+        }
+        let Some(sink) = self.inner.get() else {
+            return Err("no session to the store yet: the new families' tables cannot be checked; reload again once connected".into());
+        };
+        let tables = sink
+            .prepare_tables(families)
+            .await
+            .map_err(|error| error.to_string())?;
+        sink.add_tables(tables);
+        Ok(())
+    }
+
     /// The connected sink, if any.
     pub fn get(&self) -> Option<&CqlSink> {
         self.inner.get()

@@ -185,6 +185,14 @@ impl Sidecar {
             &operations,
             crate::engine::now_unix_secs(),
         );
+        let mut named: Vec<reload::FamiliesNamed> = Vec::new();
+        let labels = observed.table_labels();
+        named.push(Arc::new(move |families| labels.name_families(families)));
+        let hot_names = hot.clone();
+        named.push(Arc::new(move |families| hot_names.name_families(families)));
+        if let Some(index) = key_index.clone() {
+            named.push(Arc::new(move |families| index.name_families(families)));
+        }
         let pipeline =
             Pipeline::start_placed(engine.clone(), config, observed, observers, epochs.clone())
                 .await?;
@@ -199,6 +207,14 @@ impl Sidecar {
             engine.clone(),
             pipeline.barriers().clone(),
             operations.clone(),
+            {
+                let sink = sink.clone();
+                Arc::new(move |families| {
+                    let sink = sink.clone();
+                    Box::pin(async move { sink.add_tables(&families).await })
+                })
+            },
+            named,
         ));
 
         let handler_engine = engine.clone();

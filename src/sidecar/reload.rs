@@ -3,13 +3,17 @@
 //!
 //! In order: read the file (with the same flags and environment on top as at start),
 //! validate it as at start, refuse any change to a field that needs a restart, naming it
-//! (see [`crate::config::reload`]), build the families and refuse a change to their
-//! tables or columns; then hand the new routing and cardinality caps to the flush task,
-//! which flushes everything pending through the normal flush (journal, outcomes, spill)
-//! and swaps them in before its next drain (see [`crate::flush::barrier`]); then put a
-//! new `log.filter` in force (see [`super::log_filter`]). A refusal
-//! leaves the running configuration in force and counts
-//! `countersink_config_reload_failures_total`.
+//! (see [`crate::config::reload`]); build the families and work out which of them are
+//! added or changed (each gets a new id) and which retire, refusing by name what cannot
+//! change live (see [`crate::family::Families::reshape`]); check the tables of the added
+//! and changed families against the live schema, as at start, and prepare their
+//! statements (a missing or mismatched table refuses the whole reload; nothing routes to
+//! them yet); then hand the new families, routing, cardinality caps and limits to the
+//! flush task, which flushes everything pending through the normal flush (journal,
+//! outcomes, spill) to the tables it was placed for and swaps them in before its next
+//! drain (see [`crate::flush::barrier`]); then put a new `log.filter` in force (see
+//! [`super::log_filter`]). A refusal leaves the running configuration in force and
+//! counts `countersink_config_reload_failures_total`.
 //!
 //! Reloads run one at a time, each compared with the configuration last taken.
 
@@ -19,7 +23,7 @@ use tokio::sync::Mutex;
 
 use crate::config::{self, Config};
 use crate::engine::Engine;
-use crate::family::Families;
+use crate::family::{Families, FamilyDef};
 use crate::flush::BarrierHandle;
 use crate::sidecar::log_filter;
 use crate::telemetry::OperationsMetrics;
@@ -27,6 +31,20 @@ use crate::telemetry::OperationsMetrics;
 /// Reads the configuration anew: the file the process was started with, and what the
 /// command line and the environment put on top of it.
 pub type ConfigSource = Arc<dyn Fn() -> Result<Config, String> + Send + Sync>;
+
+/// Told the families after a reload changed them, before the flush that may send rows of
+/// the new ones: what names families by id beside the engine (the key index, the
+/// `table` labels of the write metrics, `/debug/hot`).
+pub type FamiliesNamed = Arc<dyn Fn(&Families) + Send + Sync>;
+
+/// Checks the tables of families a reload adds against the live schema and prepares
+/// their statements in the sink, before any routing leads to them (see
+/// [`super::lazy::LazyCqlSink::add_tables`]); says why not otherwise.
+pub type TableCheck = Arc<
+    dyn Fn(Vec<FamilyDef>) -> futures_util::future::BoxFuture<'static, Result<(), String>>
+        + Send
+        + Sync,
+>;
 
 /// Why a reload did not take effect; the running configuration stays.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -40,6 +58,10 @@ pub enum ReloadError {
     /// It changes fields that need a restart.
     #[error("{0}")]
     Fixed(String),
+    /// A table of an added or changed family is missing or does not match, or the store
+    /// cannot check it now.
+    #[error("the new families' tables: {0}")]
+    Tables(String),
     /// The flush task has stopped (the process is shutting down).
     #[error("the sidecar is shutting down")]
     Stopping,
@@ -62,6 +84,8 @@ pub struct Reloader {
     engine: Arc<Engine>,
     barriers: BarrierHandle,
     metrics: OperationsMetrics,
+    tables: TableCheck,
+    named: Vec<FamiliesNamed>,
 }
 
 impl Reloader {
@@ -72,6 +96,8 @@ impl Reloader {
         engine: Arc<Engine>,
         barriers: BarrierHandle,
         metrics: OperationsMetrics,
+        tables: TableCheck,
+        named: Vec<FamiliesNamed>,
     ) -> Reloader {
         Reloader {
             source,
@@ -79,6 +105,8 @@ impl Reloader {
             engine,
             barriers,
             metrics,
+            tables,
+            named,
         }
     }
 
@@ -123,29 +151,66 @@ impl Reloader {
         }
         let families =
             Families::from_config(&next).map_err(|e| ReloadError::Invalid(e.to_string()))?;
-        self.engine
+        let reshape = self
+            .engine
             .families()
-            .same_families(&families)
+            .reshape(families)
             .map_err(|field| ReloadError::Fixed(config::reload::refusal(&[field])))?;
+        // The caps name families as the new file numbers them.
+        let caps: Vec<_> = next
+            .family_caps()
+            .into_iter()
+            .filter_map(|mut caps| {
+                caps.family = reshape.id_of(caps.family)?;
+                Some(caps)
+            })
+            .collect();
+        let added: Vec<String> = reshape.added().iter().map(|f| f.name.clone()).collect();
+        let retired: Vec<String> = {
+            let families = self.engine.families();
+            reshape
+                .retired()
+                .iter()
+                .map(|&id| families.get(id).name.clone())
+                .collect()
+        };
+        // Checked against the live schema and prepared before anything is swapped: a
+        // table that does not match refuses the whole reload.
+        (self.tables)(reshape.added().to_vec())
+            .await
+            .map_err(ReloadError::Tables)?;
         let engine = self.engine.clone();
-        let caps = next.family_caps();
+        let named = self.named.clone();
+        let limits = next.clone();
         let (swapped, outcome) = tokio::sync::oneshot::channel();
         let report = self
             .barriers
             .flush_then(move || {
-                let routed = engine.replace_routing(families);
+                let routed = engine.reshape_families(reshape);
                 if routed.is_ok() {
+                    for name in &named {
+                        name(engine.families());
+                    }
                     engine.aggregator().cardinality().replace_caps(caps);
+                    engine.set_limits(&limits);
                 }
                 let _ = swapped.send(routed);
             })
             .await
             .ok_or(ReloadError::Stopping)?;
-        // Checked above against the same families; a difference now is a bug, reported.
+        // Reloads run one at a time, so the families did not change since the check; a
+        // refusal now is a bug, reported.
         outcome
             .await
             .map_err(|_| ReloadError::Stopping)?
             .map_err(|field| ReloadError::Fixed(config::reload::refusal(&[field])))?;
+        if !added.is_empty() || !retired.is_empty() {
+            tracing::info!(
+                ?added,
+                ?retired,
+                "Families changed: rows placed under a retired definition went to its tables; new rows go to the new ones."
+            );
+        }
         if new_filter {
             match log_filter::change(&next.log.filter) {
                 Ok(log_filter::Change::Pinned(variable)) => {

@@ -52,20 +52,32 @@ impl Collector for CardinalityCollector {
         let cardinality = self.engine.aggregator().cardinality();
         let dropped = cardinality.dropped();
         // Every family and reason from the first scrape (0 for a family without caps).
+        // By name: a family a live reload changed has a tracker per definition, and its
+        // count is theirs summed, so that it never goes down.
         self.dropped.reset();
-        for family in self.engine.families().iter() {
+        let families = self.engine.families();
+        for family in families.iter().filter(|f| families.in_force(f.id)) {
             for reason in REASONS {
-                let n = dropped
+                let n: u64 = dropped
                     .iter()
-                    .find(|(name, r, _)| *name == family.name && *r == reason)
-                    .map_or(0, |(_, _, n)| *n);
+                    .filter(|(name, r, _)| *name == family.name && *r == reason)
+                    .map(|(_, _, n)| *n)
+                    .sum();
                 self.dropped
                     .with_label_values(&[family.name.as_str(), reason.as_str()])
                     .inc_by(n);
             }
         }
         self.contexts.reset();
+        let mut by_name: Vec<(String, u64)> = Vec::new();
         for (family, contexts) in cardinality.contexts(engine::now_unix_secs()) {
+            // The most any definition of the family saw (see above).
+            match by_name.iter_mut().find(|(name, _)| *name == family) {
+                Some((_, most)) => *most = (*most).max(contexts),
+                None => by_name.push((family, contexts)),
+            }
+        }
+        for (family, contexts) in by_name {
             self.contexts
                 .with_label_values(&[family.as_str()])
                 .set(i64::try_from(contexts).unwrap_or(i64::MAX));

@@ -394,7 +394,7 @@ pub const CONFIG_RELOADS: MetricDef = MetricDef {
 /// `countersink_config_reload_failures_total` (sidecar).
 pub const CONFIG_RELOAD_FAILURES: MetricDef = MetricDef {
     name: "countersink_config_reload_failures_total",
-    help: "Live reloads refused (the file cannot be read or is invalid, or it changes a field that needs a restart); the configuration in force stayed.",
+    help: "Live reloads refused (the file cannot be read or is invalid, it changes a field that needs a restart, or a new family's table is missing or does not match); the configuration in force stayed.",
     labels: &[],
 };
 /// `countersink_config_generation` (sidecar).

@@ -37,7 +37,9 @@ type RowId = (FamilyId, Box<[u8]>);
 
 /// The tracker; shared by the sink wrapper (writes) and the HTTP endpoint (reads).
 pub struct HotKeys {
-    family_names: Vec<String>,
+    /// By family id; a live reload that adds families names them (see
+    /// [`HotKeys::name_families`]).
+    family_names: parking_lot::RwLock<Vec<String>>,
     capacity: usize,
     minutes: Mutex<BTreeMap<u32, HashMap<RowId, Load>>>,
 }
@@ -77,10 +79,17 @@ impl HotKeys {
     /// A tracker for `families`, keeping at most `capacity` rows per minute.
     pub fn new(families: &Families, capacity: usize) -> HotKeys {
         HotKeys {
-            family_names: families.iter().map(|f| f.name.clone()).collect(),
+            family_names: parking_lot::RwLock::new(
+                families.iter().map(|f| f.name.clone()).collect(),
+            ),
             capacity: capacity.max(2),
             minutes: Mutex::new(BTreeMap::new()),
         }
+    }
+
+    /// Names the families by id anew, after a live reload added some.
+    pub fn name_families(&self, families: &Families) {
+        *self.family_names.write() = families.iter().map(|f| f.name.clone()).collect();
     }
 
     /// Counts one write request (minute-table writes only: their rows are the minutes).
@@ -139,6 +148,7 @@ impl HotKeys {
         HotRow {
             family: self
                 .family_names
+                .read()
                 .get(usize::from(family.0))
                 .cloned()
                 .unwrap_or_default(),

@@ -16,9 +16,30 @@ use super::operations::OperationsMetrics;
 /// `inner`, measured.
 pub struct ObservedSink<S> {
     inner: S,
-    tables: HashMap<(FamilyId, Granularity), String>,
+    tables: TableLabels,
     metrics: OperationsMetrics,
     hot: Arc<HotKeys>,
+}
+
+/// The `table` label of each family table, by family id and granularity.
+#[derive(Clone, Default)]
+pub struct TableLabels(Arc<parking_lot::RwLock<HashMap<(FamilyId, Granularity), String>>>);
+
+impl TableLabels {
+    /// Labels every table of `families` (those already labelled keep their label).
+    pub fn name_families(&self, families: &Families) {
+        let mut tables = self.0.write();
+        for family in families.iter() {
+            for (kind, table) in [
+                (Granularity::Minute, &family.minute_table),
+                (Granularity::Day, &family.day_table),
+            ] {
+                tables
+                    .entry((family.id, kind))
+                    .or_insert_with(|| table.to_string());
+            }
+        }
+    }
 }
 
 impl<S: Sink> ObservedSink<S> {
@@ -29,14 +50,8 @@ impl<S: Sink> ObservedSink<S> {
         metrics: OperationsMetrics,
         hot: Arc<HotKeys>,
     ) -> ObservedSink<S> {
-        let mut tables = HashMap::new();
-        for family in families.iter() {
-            tables.insert(
-                (family.id, Granularity::Minute),
-                family.minute_table.to_string(),
-            );
-            tables.insert((family.id, Granularity::Day), family.day_table.to_string());
-        }
+        let tables = TableLabels::default();
+        tables.name_families(families);
         ObservedSink {
             inner,
             tables,
@@ -47,10 +62,16 @@ impl<S: Sink> ObservedSink<S> {
 }
 
 impl<S: Sink> ObservedSink<S> {
+    /// Its `table` labels, shared: a live reload that adds families names their tables
+    /// there.
+    pub fn table_labels(&self) -> TableLabels {
+        self.tables.clone()
+    }
+
     /// Records the latency and the error kind of one write to `(family, table)`.
     fn measure(&self, family: FamilyId, table: Granularity, started: Instant, outcome: &Outcome) {
-        let table = self
-            .tables
+        let tables = self.tables.0.read();
+        let table = tables
             .get(&(family, table))
             .map_or("unknown", String::as_str);
         self.metrics

@@ -197,16 +197,22 @@ impl Collector for EngineCollector {
         f.cql_writes.reset();
         let writes = self.ledger.writes();
         // Every table and outcome is shown from the start (at 0), so dashboards and
-        // alerts see the series before the first failure.
-        for family in self.engine.families().iter() {
-            for table in [&family.minute_table, &family.day_table] {
-                let table = table.to_string();
-                for class in OutcomeClass::ALL {
-                    let n = writes.get(&(table.clone(), class)).copied().unwrap_or(0);
-                    f.cql_writes
-                        .with_label_values(&[table.as_str(), class.label()])
-                        .inc_by(n);
-                }
+        // alerts see the series before the first failure. Each table once: after a live
+        // reload, two definitions of a family may name the same table.
+        let mut tables: Vec<String> = self
+            .engine
+            .families()
+            .iter()
+            .flat_map(|f| [f.minute_table.to_string(), f.day_table.to_string()])
+            .collect();
+        tables.sort_unstable();
+        tables.dedup();
+        for table in tables {
+            for class in OutcomeClass::ALL {
+                let n = writes.get(&(table.clone(), class)).copied().unwrap_or(0);
+                f.cql_writes
+                    .with_label_values(&[table.as_str(), class.label()])
+                    .inc_by(n);
             }
         }
         f.flushes.reset();

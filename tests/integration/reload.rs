@@ -16,7 +16,7 @@ use countersink::sidecar::Sidecar;
 use countersink::sidecar::reload::ConfigSource;
 use countersink::vocabulary::Transport;
 
-use crate::common::{Serve, Store, http_post, metrics_when, start_store, wait_ready};
+use crate::common::{Serve, Store, http_get, http_post, metrics_when, start_store, wait_ready};
 
 /// Two families of one shape, each with its own tables, and one rule sending
 /// `api.<endpoint>.requests` to `family`. Both families list a name of their own in
@@ -296,17 +296,13 @@ async fn a_change_that_needs_a_restart_is_refused_by_name() {
         valid.replace("[store]\n", "[store]\nusername = \"someone\"\n"),
         "store.username",
     );
-    // A family's tables, and its counter columns (a rule adding one).
+    // The time columns of the generic family, which is always there.
     refused(
         valid.replace(
-            "minute_table = \"api_a_by_minute\"",
-            "minute_table = \"other\"",
+            "[cardinality]\n",
+            "[generic]\nminute_table = \"other\"\n\n[cardinality]\n",
         ),
-        "family.api_a.minute_table",
-    );
-    refused(
-        valid.replace("column = \"requests\"", "column = \"hits\""),
-        "family `api_b`: its counter columns",
+        "generic.minute_table",
     );
     // The contact points, as the file states them (the store's own address otherwise).
     std::fs::write(
@@ -326,7 +322,7 @@ async fn a_change_that_needs_a_restart_is_refused_by_name() {
     );
 
     let text = metrics_when(side.metrics, |t| {
-        metric(t, "countersink_config_reload_failures_total") == Some(7)
+        metric(t, "countersink_config_reload_failures_total") == Some(6)
     })
     .await;
     assert_eq!(metric(&text, "countersink_config_generation"), Some(0));
@@ -368,6 +364,50 @@ async fn new_cardinality_caps_bind_from_the_next_new_context() {
         })
     };
     metrics_when(side.metrics, |t| dropped(t) == Some(1)).await;
+    let (_, store) = side.stop().await;
+    assert_eq!(sums(&store, "api_a").await, (3, 3));
+    store.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn new_limits_bind_from_the_next_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let side = Reloadable::start(dir.path(), "1h").await;
+    let tagged = |udp| {
+        let socket = UdpSocket::bind("127.0.0.1:0").unwrap();
+        socket
+            .send_to(b"api.e1.requests:1|c|#env:prod,zone:a\n", udp)
+            .unwrap();
+    };
+    tagged(side.udp);
+    side.wait_accepted(1).await;
+    let tight = side.text("api_a", "1h").replacen(
+        "[cardinality]\n",
+        "[limits]\nmax_tags = 1\nmax_pending_rows = 2\n\n[cardinality]\n",
+        1,
+    );
+    let (status, body) = side.reload(&tight);
+    assert_eq!(status, 200, "{body}");
+    // Two tags are one too many now; of three new rows, two fit (the reload's flush
+    // emptied the buffer) and the third is dropped.
+    tagged(side.udp);
+    send(side.udp, "api.e1.requests", 1);
+    send(side.udp, "api.e2.requests", 1);
+    send(side.udp, "api.e3.requests", 1);
+    let text = metrics_when(side.metrics, |t| {
+        t.contains("countersink_lines_invalid_total{reason=\"too_many_tags\"} 1")
+            && t.contains("countersink_dropped_total{reason=\"max_rows\"} 1")
+    })
+    .await;
+    assert_eq!(metric(&text, "countersink_config_reloads_total"), Some(1));
+    // A limit that cannot change live is still refused by name.
+    let (status, body) =
+        side.reload(&tight.replacen("[limits]\n", "[limits]\ntimestamp_max_past = \"2h\"\n", 1));
+    assert_eq!(status, 400, "{body}");
+    assert!(
+        body.contains("limits.timestamp_max_past cannot change without a restart"),
+        "{body}"
+    );
     let (_, store) = side.stop().await;
     assert_eq!(sums(&store, "api_a").await, (3, 3));
     store.shutdown().await;
@@ -437,6 +477,258 @@ async fn reloads_under_a_stream_of_lines_lose_and_double_nothing() {
     assert!(
         per_family.iter().all(|&sum| sum > 0),
         "both rules were in force for a while: {per_family:?}"
+    );
+    store.shutdown().await;
+}
+
+/// The file's text with `api_a` writing to `api_a<suffix>_by_minute` and `_by_day`.
+fn moved(text: &str, suffix: &str) -> String {
+    text.replace("\"api_a_by_", &format!("\"api_a{suffix}_by_"))
+}
+
+/// Creates the tables `text` names that the store lacks.
+async fn create_tables(store: &Store, text: &str) {
+    let config = Config::from_toml(&store.config_file(text)).expect("the test's file parses");
+    store.create_schema(&config).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_family_moved_to_new_tables_sends_what_came_before_to_the_old_ones() {
+    let dir = tempfile::tempdir().unwrap();
+    // No scheduled flush: only the reload's and the final one.
+    let side = Reloadable::start(dir.path(), "1h").await;
+    send(side.udp, "api.home.requests", 30);
+    let socket = UdpSocket::bind("127.0.0.1:0").unwrap();
+    socket
+        .send_to(b"api_a.requests:5|c|#endpoint:e9\n", side.udp)
+        .unwrap();
+    side.wait_accepted(31).await;
+    let text = moved(&side.text("api_a", "1h"), "_v2");
+    create_tables(&side.store, &text).await;
+    let (status, body) = side.reload(&text);
+    assert_eq!(status, 200, "{body}");
+    // Answered once the barrier passed: what came before is in the old tables already,
+    // by the reload's own flush.
+    assert_eq!(sums(&side.store, "api_a").await, (35, 35));
+    assert_eq!(sums(&side.store, "api_a_v2").await, (0, 0));
+    // After it, both the rule and the family's own name lead to the new tables.
+    send(side.udp, "api.home.requests", 7);
+    socket
+        .send_to(b"api_a.requests:1|c|#endpoint:e9\n", side.udp)
+        .unwrap();
+    side.wait_accepted(39).await;
+    // And a family added live takes its own names.
+    let added = format!(
+        "{text}\n[[family]]\nname = \"api_c\"\nminute_table = \"api_c_by_minute\"\nday_table = \"api_c_by_day\"\nkey = [\"endpoint\"]\n[family.columns]\n\"api_c.requests\" = \"requests\"\n"
+    );
+    create_tables(&side.store, &added).await;
+    let (status, body) = side.reload(&added);
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(sums(&side.store, "api_a_v2").await, (8, 8));
+    socket
+        .send_to(b"api_c.requests:4|c|#endpoint:e1\n", side.udp)
+        .unwrap();
+    side.wait_accepted(40).await;
+    // The same file once more: a flush round, and nothing changes.
+    let (status, body) = side.reload(&added);
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(sums(&side.store, "api_c").await, (4, 4));
+    // What names families beside the engine knows the new one.
+    let (_, hot) = http_get(side.metrics, "/debug/hot");
+    assert!(hot.contains("\"api_c\""), "{hot}");
+    let text = metrics_when(side.metrics, |t| {
+        metric(t, "countersink_config_reloads_total") == Some(3)
+    })
+    .await;
+    assert!(
+        text.lines().any(
+            |l| l.starts_with("countersink_cql_write_duration_seconds_count{table=")
+                && l.contains("api_c_by_minute")
+        ),
+        "the new table is labelled"
+    );
+    // Back to the first tables: two definitions of `api_a` now name them, and their
+    // writes are still counted once (one write a table: the first reload's flush).
+    let back = added.replace("\"api_a_v2_by_", "\"api_a_by_");
+    let (status, body) = side.reload(&back);
+    assert_eq!(status, 200, "{body}");
+    let applied = |t: &str| -> Vec<String> {
+        t.lines()
+            .filter(|l| {
+                l.starts_with("countersink_cql_writes_total{")
+                    && l.contains("api_a_by_minute")
+                    && l.contains("outcome=\"applied\"")
+            })
+            .map(str::to_owned)
+            .collect()
+    };
+    let text = metrics_when(side.metrics, |t| {
+        metric(t, "countersink_config_reloads_total") == Some(4)
+    })
+    .await;
+    let lines = applied(&text);
+    assert_eq!(lines.len(), 1, "{lines:?}");
+    assert!(lines[0].ends_with(" 2"), "{lines:?}");
+    assert_eq!(
+        metric(&text, "countersink_config_reload_failures_total"),
+        Some(0)
+    );
+    let (report, store) = side.stop().await;
+    assert_eq!(report.unknown + report.rejected + report.spilled, 0);
+    assert_eq!(sums(&store, "api_a").await, (35, 35));
+    assert_eq!(sums(&store, "api_a_v2").await, (8, 8));
+    assert_eq!(sums(&store, "api_c").await, (4, 4));
+    assert_eq!(sums(&store, "api_b").await, (0, 0));
+    store.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_moved_family_counts_its_cardinality_drops_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let side = Reloadable::start(dir.path(), "1h").await;
+    let capped = side.text("api_a", "1h").replacen(
+        "key = [\"endpoint\"]\n",
+        "key = [\"endpoint\"]\nmax_contexts = 1\n",
+        1,
+    );
+    let (status, body) = side.reload(&capped);
+    assert_eq!(status, 200, "{body}");
+    send(side.udp, "api.e1.requests", 1);
+    send(side.udp, "api.e2.requests", 1);
+    side.wait_accepted(2).await;
+    let dropped = |t: &str| {
+        t.lines().find_map(|l| {
+            l.strip_prefix(
+                "countersink_cardinality_dropped_total{family=\"api_a\",reason=\"cardinality_family\"} ",
+            )?
+            .parse::<u64>()
+            .ok()
+        })
+    };
+    metrics_when(side.metrics, |t| dropped(t) == Some(1)).await;
+    let moved_text = moved(&capped, "_v2");
+    create_tables(&side.store, &moved_text).await;
+    let (status, body) = side.reload(&moved_text);
+    assert_eq!(status, 200, "{body}");
+    let text = metrics_when(side.metrics, |t| {
+        metric(t, "countersink_config_reloads_total") == Some(2)
+    })
+    .await;
+    assert_eq!(dropped(&text), Some(1), "the drop before the move, once");
+    // The new definition counts its window afresh: one context passes, the next is
+    // dropped, and the family's count goes on from where it was.
+    send(side.udp, "api.e3.requests", 1);
+    send(side.udp, "api.e4.requests", 1);
+    side.wait_accepted(4).await;
+    metrics_when(side.metrics, |t| dropped(t) == Some(2)).await;
+    let (_, store) = side.stop().await;
+    assert_eq!(sums(&store, "api_a").await, (1, 1));
+    assert_eq!(sums(&store, "api_a_v2").await, (1, 1));
+    store.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn new_tables_that_do_not_match_refuse_the_reload_whole() {
+    let dir = tempfile::tempdir().unwrap();
+    let side = Reloadable::start(dir.path(), "1h").await;
+    send(side.udp, "api.home.requests", 3);
+    side.wait_accepted(3).await;
+    // No such tables.
+    let (status, body) = side.reload(&moved(&side.text("api_a", "1h"), "_none"));
+    assert_eq!(status, 400, "{body}");
+    assert!(
+        body.contains("the new families' tables") && body.contains("does not exist"),
+        "{body}"
+    );
+    // Tables of another shape: no `endpoint` column, `requests` not a counter.
+    for table in ["api_a_bad_by_minute", "api_a_bad_by_day"] {
+        let name = side.store.table(&format!("countersink.{table}"));
+        side.store
+            .execute(&format!(
+                "CREATE TABLE {name} (page text, day date, requests bigint, PRIMARY KEY ((page, day)))"
+            ))
+            .await;
+    }
+    let (status, body) = side.reload(&moved(&side.text("api_a", "1h"), "_bad"));
+    assert_eq!(status, 400, "{body}");
+    assert!(body.contains("api_a_bad_by_minute"), "{body}");
+    let text = metrics_when(side.metrics, |t| {
+        metric(t, "countersink_config_reload_failures_total") == Some(2)
+    })
+    .await;
+    assert_eq!(metric(&text, "countersink_config_generation"), Some(0));
+    // The running families stay: the next lines go where the first ones did.
+    send(side.udp, "api.home.requests", 2);
+    side.wait_accepted(5).await;
+    let (report, store) = side.stop().await;
+    assert_eq!(report.unknown + report.rejected + report.spilled, 0);
+    assert_eq!(sums(&store, "api_a").await, (5, 5));
+    store.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tables_moved_back_and_forth_under_a_stream_of_lines_lose_and_double_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    // Scheduled flushes run between and during the reloads.
+    let side = Reloadable::start(dir.path(), "100ms").await;
+    let versions = ["", "_v2", "_v3"];
+    for suffix in versions {
+        create_tables(&side.store, &moved(&side.text("api_a", "100ms"), suffix)).await;
+    }
+    let stop = Arc::new(AtomicBool::new(false));
+    let sender = {
+        let (stop, udp, engine) = (stop.clone(), side.udp, side.sidecar.engine().clone());
+        std::thread::spawn(move || {
+            let socket = UdpSocket::bind("127.0.0.1:0").unwrap();
+            let mut sent = 0_u64;
+            let mut i = 0_u64;
+            while !stop.load(Ordering::Relaxed) {
+                // Never far ahead of the receiver (see the test of rules above).
+                let received = engine.aggregator().counters().received_for(Transport::Udp);
+                if sent - received > 200 {
+                    std::thread::sleep(Duration::from_micros(200));
+                    continue;
+                }
+                let packet: String = (0..5)
+                    .map(|k| format!("api.e{}.requests:1|c\n", (i + k) % 5))
+                    .collect();
+                socket.send_to(packet.as_bytes(), udp).unwrap();
+                sent += 5;
+                i += 1;
+            }
+            sent
+        })
+    };
+    for round in 0..6 {
+        tokio::time::sleep(Duration::from_millis(150)).await;
+        let suffix = versions[(round + 1) % versions.len()];
+        let (status, body) = side.reload(&moved(&side.text("api_a", "100ms"), suffix));
+        assert_eq!(status, 200, "round {round}: {body}");
+    }
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    stop.store(true, Ordering::Relaxed);
+    let sent = sender.join().unwrap();
+    side.wait_accepted(sent).await;
+
+    let (report, store) = side.stop().await;
+    assert_eq!(report.unknown + report.rejected + report.spilled, 0);
+    let mut total = [0_i128; 2];
+    let mut per_table = Vec::new();
+    for suffix in versions {
+        let (minute, day) = sums(&store, &format!("api_a{suffix}")).await;
+        assert_eq!(minute, day, "api_a{suffix}: minute and day tables agree");
+        per_table.push(minute);
+        total[0] += minute;
+        total[1] += day;
+    }
+    assert_eq!(
+        total,
+        [i128::from(sent); 2],
+        "every line once, {per_table:?}"
+    );
+    assert!(
+        per_table.iter().all(|&sum| sum > 0),
+        "each table was written for a while: {per_table:?}"
     );
     store.shutdown().await;
 }

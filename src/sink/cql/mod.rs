@@ -82,10 +82,41 @@ struct PreparedTable {
     key_types: Vec<KeyType>,
 }
 
+/// Counter tables checked and prepared for families a live reload adds (see
+/// [`CqlSink::prepare_tables`]).
+pub struct AddedTables(Vec<((FamilyId, Granularity), Arc<PreparedTable>)>);
+
+/// Prepares the UPDATE of one counter table, with the counter write profile.
+async fn prepare_counter(
+    session: &Session,
+    store: &StoreConfig,
+    layout: TableLayout,
+    key_types: Vec<KeyType>,
+) -> Result<PreparedTable, CqlSinkError> {
+    let text = layout.update_statement();
+    let mut statement =
+        session
+            .prepare(text.clone())
+            .await
+            .map_err(|error| CqlSinkError::Prepare {
+                statement: text,
+                error,
+            })?;
+    WriteProfile::counter(store.consistency, store.request_timeout).apply(&mut statement);
+    Ok(PreparedTable {
+        layout,
+        statement,
+        key_types,
+    })
+}
+
 /// Writes counter deltas with the `scylla` driver.
 pub struct CqlSink {
     session: Arc<Session>,
     tables: HashMap<(FamilyId, Granularity), PreparedTable>,
+    /// The tables of families a live reload added (see [`CqlSink::prepare_tables`]),
+    /// looked up when `tables` has no entry.
+    added: parking_lot::RwLock<HashMap<(FamilyId, Granularity), Arc<PreparedTable>>>,
     /// The tables of `writer_totals` families.
     totals: HashMap<(FamilyId, Granularity), PreparedTotals>,
     store: StoreConfig,
@@ -153,24 +184,9 @@ impl CqlSink {
                     tracing::warn!("{warning}");
                     schema_warnings.push(warning);
                 }
-                let text = layout.update_statement();
-                let mut statement =
-                    session
-                        .prepare(text.clone())
-                        .await
-                        .map_err(|error| CqlSinkError::Prepare {
-                            statement: text,
-                            error,
-                        })?;
-                WriteProfile::counter(store.consistency, store.request_timeout)
-                    .apply(&mut statement);
                 tables.insert(
                     (family.id, kind),
-                    PreparedTable {
-                        layout,
-                        statement,
-                        key_types,
-                    },
+                    prepare_counter(&session, store, layout, key_types).await?,
                 );
             }
         }
@@ -184,6 +200,7 @@ impl CqlSink {
         Ok(CqlSink {
             session,
             tables,
+            added: Default::default(),
             totals,
             store: store.clone(),
             identity,
@@ -191,6 +208,43 @@ impl CqlSink {
             texts: classify::SharedTexts::default(),
             exact,
         })
+    }
+
+    /// Checks the tables of `families` (counter families a live reload adds) against the
+    /// live schema, as at start, and prepares their UPDATEs; nothing is written to them
+    /// before [`CqlSink::add_tables`] takes the result. A table that is missing or does
+    /// not match refuses them all.
+    pub async fn prepare_tables(
+        &self,
+        families: &[crate::family::FamilyDef],
+    ) -> Result<AddedTables, CqlSinkError> {
+        // Tables created since the session read the schema are not in its metadata yet.
+        if let Err(error) = self.session.refresh_metadata().await {
+            tracing::warn!(%error, "Could not read the schema again; the new tables are checked against the schema as last read.");
+        }
+        let mut added = Vec::new();
+        for family in families {
+            for kind in Granularity::ALL {
+                let layout = TableLayout::of(family, kind);
+                let key_types = schema::check(&self.session, &layout)?;
+                if let Some(warning) = schema::tablets_warning(
+                    &self.session,
+                    &layout,
+                    self.identity.counters_with_tablets(),
+                ) {
+                    tracing::warn!("{warning}");
+                }
+                let table = prepare_counter(&self.session, &self.store, layout, key_types).await?;
+                added.push(((family.id, kind), Arc::new(table)));
+            }
+        }
+        Ok(AddedTables(added))
+    }
+
+    /// Writes to the tables [`CqlSink::prepare_tables`] prepared from now on (before the
+    /// routing that leads to them is taken).
+    pub fn add_tables(&self, tables: AddedTables) {
+        self.added.write().extend(tables.0);
     }
 
     /// The store configuration it was connected with.
@@ -264,8 +318,13 @@ impl CqlSink {
 
     /// The COUNTER BATCH used for a write of `rows` rows of one table.
     pub fn batch_for(&self, family: FamilyId, table: Granularity, rows: usize) -> Option<Batch> {
-        let prepared = self.tables.get(&(family, table))?;
-        Some(self.counter_batch(&prepared.statement, rows))
+        match self.tables.get(&(family, table)) {
+            Some(prepared) => Some(self.counter_batch(&prepared.statement, rows)),
+            None => {
+                let added = self.added.read().get(&(family, table)).cloned()?;
+                Some(self.counter_batch(&added.statement, rows))
+            }
+        }
     }
 
     fn counter_batch(&self, statement: &PreparedStatement, rows: usize) -> Batch {
@@ -280,7 +339,16 @@ impl CqlSink {
 impl CqlSink {
     /// Sends counter deltas of one partition: one UPDATE, or a COUNTER BATCH of them.
     async fn send_counter(&self, write: &PartitionWrite) -> Outcome {
-        let Some(table) = self.tables.get(&(write.family, write.table)) else {
+        let key = (write.family, write.table);
+        let added;
+        let table = match self.tables.get(&key) {
+            Some(table) => Some(table),
+            None => {
+                added = self.added.read().get(&key).cloned();
+                added.as_deref()
+            }
+        };
+        let Some(table) = table else {
             return Outcome::NotAppliedPermanent(crate::sink::WriteError::new(
                 "no_statement",
                 format!(
