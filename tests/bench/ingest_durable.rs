@@ -1,12 +1,16 @@
 //! Acknowledged increments per second through the HTTP increment API, durable
 //! (`ingest.http.durable`: answered once the ingest log is synced) against the same
 //! endpoint without it, in one run: the real listener, handlers, engine, ingest log and
-//! flusher (into a memory sink). Not part of `cargo test`.
+//! flusher (into a memory sink). Not part of `cargo test`. With
+//! `INGEST_DURABLE_TRANSPORT=otlp`, the same through the OTLP/HTTP receiver
+//! (`ingest.otlp.durable`): protobuf exports of cumulative sums, one stream per point,
+//! each client's streams its own, every export moving each of them on.
 //!
 //! ```text
 //! cargo bench --bench ingest_durable                # 3 rounds of 3 s per case
 //! cargo bench --bench ingest_durable -- 5 4         # rounds, seconds per case
 //! INGEST_DURABLE_CASES=64x100 cargo bench --bench ingest_durable   # one case
+//! INGEST_DURABLE_TRANSPORT=otlp cargo bench --bench ingest_durable # OTLP exports
 //! ```
 //!
 //! Cases: 1, 16 and 64 concurrent clients (each one keep-alive connection, sending its
@@ -27,6 +31,13 @@ use countersink::pipeline::Pipeline;
 use countersink::sidecar::handler::EngineHandler;
 use countersink::sink::MemorySink;
 use countersink::vocabulary::Transport;
+use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
+use opentelemetry_proto::tonic::common::v1::{AnyValue, KeyValue, any_value};
+use opentelemetry_proto::tonic::metrics::v1::{
+    AggregationTemporality, Metric, NumberDataPoint, ResourceMetrics, ScopeMetrics, Sum,
+    metric::Data, number_data_point::Value,
+};
+use prost::Message;
 
 const SERIES: usize = 1000;
 
@@ -38,6 +49,7 @@ fn main() {
         .collect();
     let rounds = args.first().copied().unwrap_or(3) as usize;
     let seconds = args.get(1).copied().unwrap_or(3);
+    let otlp = std::env::var("INGEST_DURABLE_TRANSPORT").is_ok_and(|t| t == "otlp");
     let runtime = tokio::runtime::Runtime::new().expect("runtime");
     let cases: Vec<(usize, usize)> = [1, 16, 64]
         .into_iter()
@@ -50,7 +62,14 @@ fn main() {
         })
         .collect();
     let mut results: Vec<[Vec<Run>; 2]> = cases.iter().map(|_| [Vec::new(), Vec::new()]).collect();
-    println!("{rounds} rounds, {seconds} s per case and way");
+    println!(
+        "{rounds} rounds, {seconds} s per case and way, {}",
+        if otlp {
+            "OTLP/HTTP cumulative exports"
+        } else {
+            "HTTP increment API"
+        }
+    );
     for round in 0..rounds {
         for (i, &(clients, per)) in cases.iter().enumerate() {
             let order = if (round + i) % 2 == 0 {
@@ -59,7 +78,7 @@ fn main() {
                 [true, false]
             };
             for durable in order {
-                let run = runtime.block_on(measure(clients, per, durable, seconds));
+                let run = runtime.block_on(measure(clients, per, durable, seconds, otlp));
                 println!(
                     "round {round} clients {clients:>2} x {per:>3}/request {}: {:>9.0} increments/s, p50 {:.2} ms, p99 {:.2} ms, {:.0} fsyncs/s",
                     if durable {
@@ -135,7 +154,7 @@ impl Run {
 }
 
 /// One case one way, on a fresh state directory and pipeline.
-async fn measure(clients: usize, per: usize, durable: bool, seconds: u64) -> Run {
+async fn measure(clients: usize, per: usize, durable: bool, seconds: u64, otlp: bool) -> Run {
     let dir = tempfile::tempdir().expect("tempdir");
     let mut config = Config::default();
     config.state.dir = dir.path().join("state");
@@ -143,6 +162,13 @@ async fn measure(clients: usize, per: usize, durable: bool, seconds: u64) -> Run
     config.ingest.http.enabled = true;
     config.ingest.http.durable = durable;
     config.ingest.http.listen = "127.0.0.1:0".parse().unwrap();
+    if otlp {
+        config.ingest.http.enabled = false;
+        config.ingest.http.durable = false;
+        config.ingest.otlp_http.enabled = true;
+        config.ingest.otlp_http.listen = "127.0.0.1:0".parse().unwrap();
+        config.ingest.otlp.durable = durable;
+    }
     config.flush.interval = Duration::from_secs(1);
     config.flush.jitter = Duration::ZERO;
     let pipeline = Pipeline::start(&config, MemorySink::new())
@@ -155,13 +181,26 @@ async fn measure(clients: usize, per: usize, durable: bool, seconds: u64) -> Run
         EngineHandler::new(Arc::clone(&engine), t).with_ingest_log(handler_log.clone())
     })
     .expect("listener");
-    let addr = receivers.inet(Transport::Http).expect("bound");
+    let transport = if otlp {
+        Transport::OtlpHttp
+    } else {
+        Transport::Http
+    };
+    let addr = receivers.inet(transport).expect("bound");
     let syncs_before = log.as_ref().map_or(0, |l| l.syncs());
     let bytes_before = log.as_ref().map_or(0, |l| l.appended_bytes());
     let deadline = Instant::now() + Duration::from_secs(seconds);
     let started = Instant::now();
     let threads: Vec<_> = (0..clients)
-        .map(|c| std::thread::spawn(move || client(addr, c, per, deadline)))
+        .map(|c| {
+            std::thread::spawn(move || {
+                if otlp {
+                    exporter(addr, c, per, deadline)
+                } else {
+                    client(addr, c, per, deadline)
+                }
+            })
+        })
         .collect();
     let mut run = Run::default();
     for thread in threads {
@@ -208,6 +247,70 @@ fn client(addr: SocketAddr, c: usize, per: usize, deadline: Instant) -> (u64, Ve
             body.len()
         );
         writer.write_all(request.as_bytes()).expect("send");
+        let status = read_answer(&mut reader);
+        latencies.push(sent.elapsed().as_secs_f64() * 1e3);
+        match status {
+            200 => answered += 1,
+            429 => std::thread::sleep(Duration::from_millis(10)),
+            other => panic!("status {other}"),
+        }
+    }
+    (answered, latencies)
+}
+
+/// One exporter: exports of `per` cumulative points (its own streams, each moved on by
+/// one per export) on one keep-alive connection until `deadline`; the exports answered
+/// 200 and each answer's latency (ms).
+fn exporter(addr: SocketAddr, c: usize, per: usize, deadline: Instant) -> (u64, Vec<f64>) {
+    let stream = TcpStream::connect(addr).expect("connect");
+    stream.set_nodelay(true).expect("nodelay");
+    let mut writer = stream.try_clone().expect("clone");
+    let mut reader = BufReader::new(stream);
+    let start = 1_000_000_000u64;
+    let (mut answered, mut latencies) = (0_u64, Vec::new());
+    let mut n = 0u64;
+    while Instant::now() < deadline {
+        n += 1;
+        let points = (0..per)
+            .map(|i| NumberDataPoint {
+                attributes: vec![KeyValue {
+                    key: "k".into(),
+                    value: Some(AnyValue {
+                        value: Some(any_value::Value::StringValue(format!("{c}-{i}"))),
+                    }),
+                    ..Default::default()
+                }],
+                start_time_unix_nano: start,
+                time_unix_nano: start + n * 1_000,
+                value: Some(Value::AsInt(i64::try_from(n).unwrap_or(i64::MAX))),
+                ..Default::default()
+            })
+            .collect();
+        let body = ExportMetricsServiceRequest {
+            resource_metrics: vec![ResourceMetrics {
+                scope_metrics: vec![ScopeMetrics {
+                    metrics: vec![Metric {
+                        name: "bench.otlp".into(),
+                        data: Some(Data::Sum(Sum {
+                            data_points: points,
+                            aggregation_temporality: AggregationTemporality::Cumulative as i32,
+                            is_monotonic: true,
+                        })),
+                        ..Default::default()
+                    }],
+                    ..Default::default()
+                }],
+                ..Default::default()
+            }],
+        }
+        .encode_to_vec();
+        let sent = Instant::now();
+        let head = format!(
+            "POST /v1/metrics HTTP/1.1\r\nHost: x\r\nContent-Type: application/x-protobuf\r\nContent-Length: {}\r\n\r\n",
+            body.len()
+        );
+        writer.write_all(head.as_bytes()).expect("send");
+        writer.write_all(&body).expect("send");
         let status = read_answer(&mut reader);
         latencies.push(sent.elapsed().as_secs_f64() * 1e3);
         match status {
