@@ -12,7 +12,9 @@
 //! memory budget has left (the rest stays for fresh increments), writes within one
 //! flush chunk's share of the limit, and never a row the budget refuses: that row ends
 //! the chunk with the read position before it (it is still on disk, and comes back with
-//! a later chunk). A record that no longer maps to its family is logged as rejected.
+//! a later chunk). A record that no longer maps to its family is logged as rejected. A
+//! record of a running total (`writer_totals`) ends the chunk too: the totals stage's
+//! replay reads on from there (see `crate::totals`).
 
 use std::collections::BTreeMap;
 
@@ -86,7 +88,9 @@ pub(super) fn read_chunk(
     let (mut count, mut charged, mut planned, mut no_room) = (0_usize, 0_usize, 0_usize, false);
     let mut unmappable: Vec<WriteRecord> = Vec::new();
     let read = state.read_spill(|segment, mut record| {
-        if count >= max_rows {
+        if count >= max_rows || record.total.is_some() {
+            // A running total (`writer_totals`) is the totals replay's, which takes it
+            // (and what follows it) from here.
             return false;
         }
         let own = usize::from(segment.incarnation != incarnation);
