@@ -510,6 +510,9 @@ impl<S: Sink> Flusher<S> {
             return TotalsReport::default();
         }
         let observers = &self.observers;
+        // As for the counter replay: not while a sealed ingest file's removal is pending
+        // (see `flusher/ingest.rs`).
+        let may_replay = self.ingest_unremoved.is_empty();
         let report = self
             .totals
             .flush(
@@ -519,7 +522,7 @@ impl<S: Sink> Flusher<S> {
                 &mut self.state,
                 self.seq,
                 u32::try_from(counter_writes).unwrap_or(u32::MAX),
-                last,
+                (last, may_replay),
                 &|writes| {
                     for observer in observers {
                         observer.planned_totals(writes);

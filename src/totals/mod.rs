@@ -286,10 +286,11 @@ impl Totals {
         counters
     }
 
-    /// Writes the rows the store may lack (their newest totals) and the spilled totals
-    /// to replay, then settles every write: confirmed, retried later, spilled (at
-    /// shutdown, with `last`), or rejected. `observe` is shown the planned writes before
-    /// any is sent (the key index learns the keys from it).
+    /// Writes the rows the store may lack (their newest totals) and a chunk of spilled
+    /// totals (when `may_replay`: the spill may be read now), then settles every write:
+    /// confirmed, retried later, spilled (at shutdown, with `last`), or rejected.
+    /// `observe` is shown the planned writes before any is sent (the key index learns
+    /// the keys from it).
     #[allow(clippy::too_many_arguments)]
     pub async fn flush<S: Sink>(
         &mut self,
@@ -299,7 +300,7 @@ impl Totals {
         state: &mut StateDir,
         seq: u64,
         first_request: u32,
-        last: bool,
+        (last, may_replay): (bool, bool),
         observe: &(dyn Fn(&[TotalsWrite]) + Sync),
     ) -> TotalsReport {
         let now = SystemTime::now();
@@ -310,7 +311,7 @@ impl Totals {
             report.rows_released = self.book.release_closed(now_secs, self.engine.aggregator());
             // Not at the final flush, nor past the deadline, nor while the store fails:
             // the rows stay on disk.
-            if self.store_answered && !cutoff.passed() {
+            if may_replay && self.store_answered && !cutoff.passed() {
                 self.load_replay_chunk(ledger, state, seq);
             }
         }
