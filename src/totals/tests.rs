@@ -942,3 +942,72 @@ async fn a_replay_killed_mid_send_lands_each_total_once_after_a_restart() {
     assert!(a.is_balanced(), "{a:?}");
     assert_eq!(a.minute.pending, 0, "{a:?}");
 }
+
+/// A shutdown with the store down spills counter rows and running totals alike, each to
+/// its flush's segment; the next start replays both kinds through the one cursor (each
+/// replay stops at the other's records and takes its own), and every count lands once.
+#[tokio::test]
+async fn counter_rows_and_totals_spilled_together_replay_through_one_cursor() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = config(dir.path());
+    let sink = MemorySink::new();
+    let down = || {
+        Some((
+            Outcome::NotAppliedTransient(WriteError::new("no_connection", "down")),
+            false,
+        ))
+    };
+    sink.set_script(move |_, _| down());
+    sink.set_totals_script(move |_, _| down());
+    let t = now();
+    let mut fed = 0_i128;
+    for round in 0..3 {
+        let first = writer(&config, sink.clone());
+        for page in 0..5 {
+            first.incr(&format!("p{page}"), round + 1, t);
+            fed += i128::from(round + 1);
+        }
+        let report = first.flusher.finish().await;
+        assert!(
+            report.spilled > 0 && report.totals.rows_spilled > 0,
+            "{report:?}"
+        );
+    }
+    let names: Vec<String> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with("spill.") && n.ends_with(".jsonl"))
+        .collect();
+    assert!(
+        names.iter().any(|n| n.ends_with(".totals.jsonl")),
+        "{names:?}"
+    );
+    assert!(
+        names.iter().any(|n| !n.ends_with(".totals.jsonl")),
+        "{names:?}"
+    );
+
+    sink.clear_script();
+    sink.clear_totals_script();
+    let mut last = writer(&config, sink.clone());
+    for _ in 0..20 {
+        last.flusher.flush_now().await;
+    }
+    let a = last.accounting();
+    assert!(a.is_balanced(), "{a:?}");
+    assert_eq!((a.minute.pending, a.minute.spilled), (0, 0), "{a:?}");
+    for table in Granularity::ALL {
+        assert_eq!(sink.total(table), fed, "{table:?}: the counter family");
+        assert_eq!(
+            sink.totals_sum(table),
+            2 * fed,
+            "{table:?}: the two totals families, each writer column once"
+        );
+    }
+    let left: Vec<String> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with("spill.") && n.ends_with(".jsonl") && n != "spill.corrupt.jsonl")
+        .collect();
+    assert!(left.is_empty(), "every segment consumed: {left:?}");
+}
