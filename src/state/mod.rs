@@ -491,7 +491,7 @@ impl StateDir {
     /// durable and the group open, which recovery finishes without sending anything.
     ///
     /// A cursor that could not be made durable stays owed: every later end (a
-    /// `writer_totals` group's too, which consumes no cursor) makes it durable before it
+    /// `writer_totals` group's too, whether it consumed a cursor or not) makes it durable before it
     /// writes its End, or writes none, so no End can discard the open group that names it.
     pub fn journal_end(&mut self, flush: &FlushId, consumed: Option<Cursor>) -> io::Result<()> {
         let consumed = consumed.max(self.owed_cursor);

@@ -27,8 +27,9 @@
 //!
 //! The intent journal: a flush's totals writes are a journal group of their own, after
 //! its counter writes' group (numbered after them, so request ids stay unique per
-//! flush), made durable before the first is sent. Recovery writes every intent not known
-//! applied again instead of logging it as unknown: idempotent by its write time.
+//! flush), made durable before the first is sent, naming the replay cursor past the
+//! chunk of spilled totals it carries. Recovery spills every intent not known applied,
+//! to be written again, instead of logging it as unknown: idempotent by its write time.
 //!
 //! Accounting: a drained delta of such a family stays in the flusher's `in_flight` stage
 //! (pending) until a write that covers it applies; the newly applied part of a confirmed
