@@ -17,8 +17,13 @@ use crate::totals::recovery::unsettled_records;
 
 use super::{FileReport, ScanError, io_error, read_lines};
 
-/// The totals files of an earlier version in `dir`, to read.
+/// The totals files of an earlier version in `dir`, to read: none once their segment
+/// is written (a start killed half-way left both; the next only removes the files, and
+/// their rows are read from the segment).
 pub(super) fn files(dir: &Path) -> Result<Vec<PathBuf>, ScanError> {
+    if dir.join(totals_files::MIGRATED_TOTALS.file_name()).exists() {
+        return Ok(Vec::new());
+    }
     totals_files::legacy_files(dir).map_err(io_error(dir))
 }
 
