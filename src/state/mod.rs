@@ -746,16 +746,16 @@ impl StateDir {
     }
 
     /// Writes the totals segment of a flush (see [`SegmentId::totals`]): `carried`, the
-    /// spilled totals its replay read up to `consumes` and could not settle, whole or not
-    /// at all, then `batches` (rows of its own), each whole, up to
+    /// record lines of the spilled totals its replay read up to `consumes` and could not
+    /// settle, whole or not at all, then `batches` (rows of its own), each whole, up to
     /// `state.max_spill_bytes`. Returns whether `carried` was kept (only then does the
     /// segment name `consumes`), and per batch whether it was written.
     pub fn spill_totals(
         &mut self,
         flush: &FlushId,
         consumes: Option<Cursor>,
-        carried: Vec<WriteRecord>,
-        batches: Vec<Vec<WriteRecord>>,
+        carried: &[u8],
+        batches: &[Vec<WriteRecord>],
     ) -> io::Result<(bool, Vec<bool>)> {
         let id = SegmentId::totals(flush.incarnation, flush.flush_seq, false);
         self.spill

@@ -134,6 +134,19 @@ struct SegmentHeader {
     ledger: Vec<HeldLedger>,
 }
 
+/// A segment's header line, newline included.
+fn header_line(consumes: Option<Cursor>, ledger: &[LedgerRow]) -> io::Result<Vec<u8>> {
+    let mut bytes = serde_json::to_vec(&Header {
+        spill_segment: SegmentHeader {
+            consumes,
+            ledger: ledger.iter().map(HeldLedger::of).collect(),
+        },
+    })
+    .map_err(io::Error::other)?;
+    bytes.push(b'\n');
+    Ok(bytes)
+}
+
 /// Rows read back for replay.
 #[derive(Debug, Default)]
 pub struct Chunk {
@@ -235,14 +248,21 @@ impl Spill {
         batches: &[Vec<WriteRecord>],
         ledger: &[LedgerRow],
     ) -> io::Result<Vec<bool>> {
-        let mut bytes = serde_json::to_vec(&Header {
-            spill_segment: SegmentHeader {
-                consumes,
-                ledger: ledger.iter().map(HeldLedger::of).collect(),
-            },
-        })
-        .map_err(io::Error::other)?;
-        bytes.push(b'\n');
+        self.write_lines(id, consumes, &[], batches, ledger)
+    }
+
+    /// [`Spill::write_segment`], `first` (lines already checked to fit) before the
+    /// batches.
+    fn write_lines(
+        &mut self,
+        id: SegmentId,
+        consumes: Option<Cursor>,
+        first: &[u8],
+        batches: &[Vec<WriteRecord>],
+        ledger: &[LedgerRow],
+    ) -> io::Result<Vec<bool>> {
+        let mut bytes = header_line(consumes, ledger)?;
+        bytes.extend_from_slice(first);
         let room = self.max_bytes.saturating_sub(self.bytes());
         let mut kept = Vec::with_capacity(batches.len());
         for batch in batches {
@@ -257,7 +277,7 @@ impl Spill {
             }
             kept.push(fits);
         }
-        if kept.iter().any(|k| *k) {
+        if !first.is_empty() || kept.iter().any(|k| *k) {
             let path = self.dir.join(id.file_name());
             write_atomically(&self.dir, &path, &bytes)?;
             self.segments.insert(id, bytes.len() as u64);
@@ -265,40 +285,27 @@ impl Spill {
         Ok(kept)
     }
 
-    /// Writes a segment as [`Spill::write_segment`] does, with `carried` first, kept whole
-    /// or not at all: rows a replay read (up to `consumes`) that its flush could not
-    /// settle, written again. The header names `consumes` only when they are kept (or
-    /// there are none): a segment never claims rows it does not hold. Returns whether
-    /// `carried` was kept, and per batch whether it was written.
+    /// Writes a segment as [`Spill::write_segment`] does, with `carried` first (record
+    /// lines, already serialized: a chunk's worth never lives in memory as records),
+    /// kept whole or not at all: rows a replay read (up to `consumes`) that its flush
+    /// could not settle, written again. The header names `consumes` only when they are
+    /// kept (or there are none): a segment never claims rows it does not hold. Returns
+    /// whether `carried` was kept, and per batch whether it was written.
     pub fn write_segment_carrying(
         &mut self,
         id: SegmentId,
         consumes: Option<Cursor>,
-        carried: Vec<WriteRecord>,
-        mut batches: Vec<Vec<WriteRecord>>,
+        carried: &[u8],
+        batches: &[Vec<WriteRecord>],
     ) -> io::Result<(bool, Vec<bool>)> {
         if carried.is_empty() {
-            return Ok((true, self.write_segment(id, consumes, &batches, &[])?));
+            return Ok((true, self.write_segment(id, consumes, batches, &[])?));
         }
-        let mut bytes = serde_json::to_vec(&Header {
-            spill_segment: SegmentHeader {
-                consumes,
-                ledger: Vec::new(),
-            },
-        })
-        .map_err(io::Error::other)?
-        .len() as u64
-            + 1;
-        for record in &carried {
-            bytes += serde_json::to_vec(record).map_err(io::Error::other)?.len() as u64 + 1;
+        let needed = header_line(consumes, &[])?.len() + carried.len();
+        if needed as u64 > self.max_bytes.saturating_sub(self.bytes()) {
+            return Ok((false, self.write_segment(id, None, batches, &[])?));
         }
-        if bytes > self.max_bytes.saturating_sub(self.bytes()) {
-            return Ok((false, self.write_segment(id, None, &batches, &[])?));
-        }
-        batches.insert(0, carried);
-        let mut kept = self.write_segment(id, consumes, &batches, &[])?;
-        let carried_kept = kept.remove(0);
-        Ok((carried_kept, kept))
+        Ok((true, self.write_lines(id, consumes, carried, batches, &[])?))
     }
 
     /// The (request id, row) of every record in a segment (recovery's check of which
@@ -747,6 +754,16 @@ mod tests {
     #[test]
     fn carried_rows_are_kept_whole_and_only_then_is_their_cursor_named() {
         let dir = tempfile::tempdir().unwrap();
+        let lines = |records: &[WriteRecord]| -> Vec<u8> {
+            records
+                .iter()
+                .flat_map(|r| {
+                    let mut line = serde_json::to_vec(r).unwrap();
+                    line.push(b'\n');
+                    line
+                })
+                .collect()
+        };
         let one = serde_json::to_vec(&record(1)).unwrap().len() as u64 + 1;
         let header = |consumes| {
             let header = Header {
@@ -773,7 +790,7 @@ mod tests {
         assert_eq!(spill.loaded(), read_to);
         // One carried row fits: kept, and the cursor named.
         let (carried, kept) = spill
-            .write_segment_carrying(segment(2), read_to, vec![record(1)], vec![])
+            .write_segment_carrying(segment(2), read_to, &lines(&[record(1)]), &[])
             .unwrap();
         assert_eq!((carried, kept), (true, vec![]));
         let named = read_header(&dir.path().join(segment(2).file_name())).unwrap();
@@ -784,8 +801,8 @@ mod tests {
             .write_segment_carrying(
                 segment(3),
                 read_to,
-                vec![record(1), record(2)],
-                vec![vec![record(3)]],
+                &lines(&[record(1), record(2)]),
+                &[vec![record(3)]],
             )
             .unwrap();
         assert_eq!((carried, kept), (false, vec![true]));

@@ -109,7 +109,7 @@ fn the_directory_and_its_files_are_private() {
     });
     let flush = state.flush_id(2);
     state
-        .spill_totals(&flush, None, Vec::new(), vec![vec![total]])
+        .spill_totals(&flush, None, &[], &[vec![total]])
         .unwrap();
     let mode = |p: &Path| fs::metadata(p).unwrap().permissions().mode() & 0o777;
     assert_eq!(mode(&dir), 0o700);

@@ -438,30 +438,34 @@ impl Totals {
             .collect()
     }
 
-    /// Writes the flush's totals segment: `carried`, the replayed rows it read up to
-    /// `consumes` and could not settle (whole or not at all), then `spilled`, its own
-    /// rows, while `state.max_spill_bytes` has room. Its own rows beyond it, or all of
-    /// them when the segment cannot be written, are dropped and counted (`spill_full`,
-    /// `spill_failed`), never lost silently; carried rows that do not fit stay where
-    /// they were read. Returns whether `carried` was kept, and the rows spilled.
+    /// Writes the flush's totals segment: `carried`, the record lines of the replayed
+    /// rows it read up to `consumes` and could not settle, and how many (whole or not at
+    /// all; `None`: they could not be serialized), then `spilled`, its own rows, while
+    /// `state.max_spill_bytes` has room. Its own rows beyond it, or all of them when the
+    /// segment cannot be written, are dropped and counted (`spill_full`,
+    /// `spill_failed`), never lost silently; carried rows that are not written stay
+    /// where they were read. Returns whether `carried` was kept, and the rows spilled.
     fn write_spill(
         &mut self,
         flush: &FlushId,
         consumes: Option<Cursor>,
-        carried: Vec<WriteRecord>,
+        carried: Option<(Vec<u8>, usize)>,
         spilled: Vec<(WriteRecord, Granularity, i128)>,
         ledger: &Ledger,
         state: &mut StateDir,
     ) -> (bool, usize) {
-        if carried.is_empty() && spilled.is_empty() {
+        let serialized = carried.is_some();
+        let (carried, carried_rows) = carried.unwrap_or_default();
+        // A segment names the cursor only with every carried row in it.
+        let consumes = consumes.filter(|_| serialized);
+        if serialized && carried_rows == 0 && spilled.is_empty() {
             return (true, 0);
         }
-        let carried_rows = carried.len();
         let batches: Vec<Vec<WriteRecord>> =
             spilled.iter().map(|(r, _, _)| vec![r.clone()]).collect();
         let (carried_kept, kept, failure) =
-            match state.spill_totals(flush, consumes, carried, batches) {
-                Ok((carried_kept, kept)) => (carried_kept, kept, None),
+            match state.spill_totals(flush, consumes, &carried, &batches) {
+                Ok((carried_kept, kept)) => (serialized && carried_kept, kept, None),
                 Err(error) => (false, vec![false; spilled.len()], Some(error)),
             };
         ledger.set_spill_bytes(state.spill_bytes().0);
@@ -485,7 +489,7 @@ impl Totals {
                 "Writer totals spilled to disk; they are written again once the store answers, or at the next start."
             );
         }
-        if carried_rows > 0 && !carried_kept {
+        if carried_rows > 0 && serialized && !carried_kept {
             tracing::warn!(
                 rows = carried_rows,
                 "Replayed writer totals that did not apply have no room in the spill; they stay where they were read, and are read again later (those that applied are written again, harmlessly)."

@@ -253,9 +253,7 @@ mod tests {
             .into_iter()
             .filter(|r| r.key["page_id"] == "spilled")
             .collect();
-        state
-            .spill_totals(&flush, None, Vec::new(), vec![spilled])
-            .unwrap();
+        state.spill_totals(&flush, None, &[], &[spilled]).unwrap();
         let journal = std::fs::read(state.journal_path()).unwrap();
         drop(state); // killed
 

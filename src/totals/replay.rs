@@ -300,41 +300,44 @@ impl Replays {
         row.settled = true;
     }
 
-    /// The records of the rows that did not settle, to carry into the flush's totals
-    /// segment (each under the request it was written in, `request_id` names it, row 0).
-    /// The chunk is kept until [`Replays::finish`].
+    /// The record lines of the rows that did not settle, to carry into the flush's
+    /// totals segment (each under the request it was written in, `request_id` names it,
+    /// row 0), serialized one record at a time, and how many. The chunk is kept until
+    /// [`Replays::finish`].
     pub(super) fn left(
         &self,
         families: &Families,
         by: &Recorder<'_>,
         request_id: impl Fn(u32) -> String,
-    ) -> Vec<WriteRecord> {
-        self.rows
-            .iter()
-            .filter(|row| !row.settled)
-            .map(|row| {
-                let (request_id, error) = match &row.failed {
-                    Some((request, error)) => (request_id(*request), error.as_ref()),
-                    None => (by.request_id.clone(), None),
-                };
-                records::total_record(
-                    &SpilledRow {
-                        id: &row.id,
-                        writer: &row.writer,
-                        total: &row.total,
-                        unconfirmed: &row.unconfirmed,
-                        timestamp: row.timestamp,
-                        error,
-                    },
-                    families.get(row.id.family),
-                    &Recorder {
-                        request_id,
-                        row: 0,
-                        ..*by
-                    },
-                )
-            })
-            .collect()
+    ) -> std::io::Result<(Vec<u8>, usize)> {
+        let mut lines = Vec::new();
+        let mut count = 0;
+        for row in self.rows.iter().filter(|row| !row.settled) {
+            let (request_id, error) = match &row.failed {
+                Some((request, error)) => (request_id(*request), error.as_ref()),
+                None => (by.request_id.clone(), None),
+            };
+            let record = records::total_record(
+                &SpilledRow {
+                    id: &row.id,
+                    writer: &row.writer,
+                    total: &row.total,
+                    unconfirmed: &row.unconfirmed,
+                    timestamp: row.timestamp,
+                    error,
+                },
+                families.get(row.id.family),
+                &Recorder {
+                    request_id,
+                    row: 0,
+                    ..*by
+                },
+            );
+            serde_json::to_writer(&mut lines, &record).map_err(std::io::Error::other)?;
+            lines.push(b'\n');
+            count += 1;
+        }
+        Ok((lines, count))
     }
 
     /// Ends the chunk: the rows left unsettled were carried (`carried`: they count as

@@ -127,9 +127,14 @@ impl WriteKind for TotalsStage<'_> {
                 .replays
                 .left(totals.engine.families(), &by, |r| flush.request_id(r))
         } else {
-            Vec::new()
+            Ok((Vec::new(), 0))
         };
         let consumes = self.committed.then(|| totals.replays.read_to()).flatten();
+        let carried = carried
+            .inspect_err(|error| {
+                tracing::error!(%error, "Could not write replayed writer totals again; they stay where they were read, and are read again later.");
+            })
+            .ok();
         let to_spill = std::mem::take(&mut self.to_spill);
         let (carried_kept, spilled) = totals.write_spill(
             &self.flush,
