@@ -243,26 +243,6 @@ pub(crate) fn from_record(
     })
 }
 
-/// The rejected-log record of a spilled total that cannot be replayed: the record as it
-/// was (its unconfirmed part as deltas), refused.
-pub(crate) fn unmappable_record(mut record: WriteRecord, why: &Unmappable) -> WriteRecord {
-    record.outcome = RecordOutcome::Rejected;
-    record.error = Some(ErrorInfo {
-        kind: "replay_unmappable".into(),
-        text: why.to_string(),
-    });
-    record
-}
-
-/// The granularity a record is owed to (minute unless it says day).
-pub(crate) fn granularity_of(record: &WriteRecord) -> Granularity {
-    if record.granularity == "day" {
-        Granularity::Day
-    } else {
-        Granularity::Minute
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

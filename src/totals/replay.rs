@@ -2,9 +2,10 @@
 //! directory's one replay cursor, a chunk at a time, each chunk written and settled
 //! within one flush.
 //!
-//! Reading: the records of running totals (those with a [`crate::state::TotalOf`]) from
-//! the cursor on, up to the first record of another kind (the counter replay's to take)
-//! or the end of the chunk's room. A chunk is at most half the room the memory budget
+//! Reading: through the one replay loop ([`crate::stage::replay`], which counts what it
+//! reads and refuses what no longer maps), the records of running totals (those with a
+//! [`crate::state::TotalOf`]) from the cursor on, up to the first record of another kind
+//! (the counter replay's to take) or the end of the chunk's room. A chunk is at most half the room the memory budget
 //! has left and the flush's share of `limits.max_pending_bytes`, each row charged to the
 //! budget while it is held ([`crate::aggregate::Aggregator`]), like a running total; a
 //! row the budget has no room for ends the chunk, still on disk.
@@ -20,10 +21,10 @@
 //! `state.max_spill_bytes` is not carried: the cursor stays before the chunk, which is
 //! read again later (its applied rows re-sent, harmlessly: a total is absolute).
 //!
-//! Counting: a row counts from when it is read. One spilled by an earlier process is
-//! accepted anew (`replayed`), one this process spilled moves from `spilled` back to
-//! pending; either leaves pending when it applies, is rejected, or is carried (spilled
-//! again). Rows not read yet stay where they were: on disk, spilled (this process's) or
+//! Counting: a row counts from when it is read (the loop's). One spilled by an earlier
+//! process is accepted anew (`replayed`), one this process spilled moves from `spilled`
+//! back to pending; either leaves pending when it applies, is rejected, or is carried
+//! (spilled again). Rows not read yet stay where they were: on disk, spilled (this process's) or
 //! not yet accepted (an earlier one's).
 
 use std::sync::Arc;
@@ -31,8 +32,9 @@ use std::sync::Arc;
 use crate::aggregate::{Aggregator, Columns};
 use crate::family::Families;
 use crate::sink::{TotalRow, TotalsWrite, WriteError};
+use crate::stage::replay::{self, Taken};
 use crate::state::spill::MAX_REPLAY_CHUNK_ROWS;
-use crate::state::{Cursor, OutcomeLog, StateDir, WriteRecord};
+use crate::state::{Cursor, OutcomeLog, StateDir};
 use crate::telemetry::{Ledger, Settled};
 use crate::vocabulary::Granularity;
 
@@ -106,11 +108,6 @@ fn charge_of(replayed: &Replayed, writer: &str) -> usize {
         + replayed.unconfirmed.heap_bytes()
 }
 
-/// The part of a record's total not known applied.
-fn unconfirmed_of(record: &WriteRecord) -> i128 {
-    record.deltas.values().map(|v| i128::from(*v)).sum()
-}
-
 /// Moves a row's unconfirmed part back to where it was before it was read: spilled
 /// (this process's), or not yet accepted (an earlier one's).
 fn unread(ledger: &Ledger, table: Granularity, own: bool, unconfirmed: i128) {
@@ -142,36 +139,23 @@ impl Replays {
     pub(super) fn load_chunk(&mut self, reading: &Reading<'_>, state: &mut StateDir) {
         debug_assert!(self.rows.is_empty(), "a chunk never outlives its flush");
         let mut chunk = ChunkRoom::of(reading.aggregator);
-        let incarnation = state.incarnation();
-        let mut unmappable = Vec::new();
         let rows = &mut self.rows;
-        let read = state.read_spill(|segment, record| {
-            if record.total.is_none() {
+        replay::read_chunk(state, reading.ledger, |_, own, record| {
+            let Some(total) = &record.total else {
                 // Another kind of write: its replay takes it from here.
-                return false;
-            }
-            let own = segment.incarnation == incarnation;
-            let unconfirmed = unconfirmed_of(&record);
-            let table = records::granularity_of(&record);
-            match records::from_record(&record, reading.families) {
+                return Taken::Declined;
+            };
+            match records::from_record(record, reading.families) {
                 Ok(replayed) => {
-                    let writer = record.total.as_ref().map_or("", |t| t.column.as_str());
-                    let charge = charge_of(&replayed, writer);
+                    let charge = charge_of(&replayed, &total.column);
                     if !chunk.take(charge, reading.aggregator) {
-                        return false;
+                        return Taken::Declined;
                     }
-                    reading.ledger.update(table, |s| {
-                        if own {
-                            s.spilled -= unconfirmed;
-                        } else {
-                            s.replayed += unconfirmed;
-                        }
-                        s.in_flight += unconfirmed;
-                    });
+                    let (table, sum) = (replayed.id.table, replayed.unconfirmed.sum());
                     rows.push(ReplayRow {
                         id: replayed.id,
-                        writer: writer.into(),
-                        timestamp: record.total.as_ref().map_or(0, |t| t.timestamp),
+                        writer: total.column.as_str().into(),
+                        timestamp: total.timestamp,
                         total: replayed.total,
                         unconfirmed: replayed.unconfirmed,
                         own,
@@ -179,41 +163,11 @@ impl Replays {
                         settled: false,
                         failed: None,
                     });
+                    Taken::Row { table, sum }
                 }
-                Err(why) => {
-                    reading.ledger.update(table, |s| {
-                        if own {
-                            s.spilled -= unconfirmed;
-                        } else {
-                            s.replayed += unconfirmed;
-                        }
-                        s.rejected += unconfirmed;
-                    });
-                    tracing::warn!(%why, family = record.family, "A spilled writer total cannot be replayed; recorded in rejected.jsonl.");
-                    unmappable.push(records::unmappable_record(record, &why));
-                }
+                Err(why) => Taken::Unmappable(why.to_string()),
             }
-            true
         });
-        match read {
-            Ok(0) => {}
-            Ok(corrupt) => {
-                reading.ledger.count_corrupt_spill_lines(corrupt as u64);
-                tracing::error!(
-                    lines = corrupt,
-                    "Unreadable lines in a spill segment were set aside in spill.corrupt.jsonl."
-                );
-            }
-            Err(error) => {
-                tracing::error!(%error, "Could not read the spill; the rest of the totals replay waits for a later flush.");
-            }
-        }
-        if !unmappable.is_empty() {
-            let appended = state.append_now(OutcomeLog::Rejected, &unmappable);
-            reading
-                .ledger
-                .count_appended(OutcomeLog::Rejected, &appended);
-        }
         let loaded = state.replay_loaded();
         if self.rows.is_empty() {
             // Nothing to write (refused records, unreadable lines, or nothing read):
