@@ -29,8 +29,8 @@
 //! | `ingest` | (feature `sidecar`) socket receivers |
 //! | [`telemetry`] | the metric catalogue, the accounting identity, the flusher's ledger, the Prometheus collectors |
 //! | [`epoch`] | resets by epoch: the registry view, the pure choice of a row's epoch, the refresh timer |
-//! | [`stage`] | the one write pipeline: the decision table (a policy column per kind of write) and the stage runner every kind of write goes through (group commit, bounded send, decide, apply, logs and spill, end) |
-//! | [`totals`] | the `writer_totals` counting mode: running totals per writer, idempotent writes retried until applied, their spill |
+//! | [`stage`] | the one write pipeline: the decision table (a policy column per kind of write), the stage runner every kind of write goes through (group commit, bounded send, decide, apply, logs and spill, end), and the one replay loop through the spill's cursor |
+//! | [`totals`] | the `writer_totals` counting mode: running totals per writer, idempotent writes retried until applied, their records in the shared spill and their chunk of its replay |
 //! | [`flush`] | the plan, the loop, the pure settle step (outcome → action), one shutdown deadline, barriers (a change applied after a flush round) |
 //! | [`ops`] | operating the tables: the read path (summing shards and writers, both counting modes), the key index, leaderboards, retention, migration, shard advice; reading the state directory's outcomes |
 //! | [`pipeline`], [`recorder`] | engine + state + flusher assembled; the in-process `Recorder` |
@@ -74,7 +74,8 @@
 //!   record and the hook that reads its groups at start, which `wrapper/mod.rs` passes
 //!   too; recovery spills what they owe), the spill (`state/record.rs`: what its records
 //!   carry beyond a delta; `state/ids.rs`: its segments; `flush/replay.rs`: the counter
-//!   replay stops at its records, which its own replay reads on through the one cursor),
+//!   replay stops at its records, which its own chunk takes through the one replay loop
+//!   of `stage/replay.rs`),
 //!   the flush's report and observers (`flush/{flusher,report,observe}.rs`,
 //!   `sidecar/otlp_streams.rs`) and the operator tools (`ops/{read,keyindex,outcomes}.rs`,
 //!   `ops/outcomes/totals.rs`). Its own spill files, their replay and their share of the
