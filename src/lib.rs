@@ -29,8 +29,8 @@
 //! | `ingest` | (feature `sidecar`) socket receivers |
 //! | [`telemetry`] | the metric catalogue, the accounting identity, the flusher's ledger, the Prometheus collectors |
 //! | [`epoch`] | resets by epoch: the registry view, the pure choice of a row's epoch, the refresh timer |
-//! | [`stage`] | the one write pipeline: the decision table (a policy column per kind of write) and the stage runner every kind of write goes through (group commit, bounded send, decide, apply, logs and spill, end) |
-//! | [`totals`] | the `writer_totals` counting mode: running totals per writer, idempotent writes retried until applied, their spill |
+//! | [`stage`] | the one write pipeline: the decision table (a policy column per kind of write), the stage runner every kind of write goes through (group commit, bounded send, decide, apply, logs and spill, end), and the one replay loop through the spill's cursor |
+//! | [`totals`] | the `writer_totals` counting mode: running totals per writer, idempotent writes retried until applied, their records in the shared spill and their chunk of its replay |
 //! | [`flush`] | the plan, the loop, the pure settle step (outcome → action), one shutdown deadline, barriers (a change applied after a flush round) |
 //! | [`ops`] | operating the tables: the read path (summing shards and writers, both counting modes), the key index, leaderboards, retention, migration, shard advice; reading the state directory's outcomes |
 //! | [`pipeline`], [`recorder`] | engine + state + flusher assembled; the in-process `Recorder` |
@@ -59,18 +59,28 @@
 //!   wrapper and `countersink outcomes` share); and the three readers that match every
 //!   outcome: `telemetry/observed.rs`, `ops/migrate/mod.rs`, `ops/reconcile/repair.rs`.
 //!   (16 to 19 before the write paths shared the table and the runner.)
-//! - **A counting mode** (about 22 files outside its own folder; 24 before): its flush
-//!   path is a kind of write as above (`src/totals/stage.rs` is the example), but the mode
-//!   also reaches the layers around the pipeline: the configuration
-//!   (`config/{mod,validate,epochs,exact}.rs`), the tables (`layout.rs`, `ddl.rs`,
-//!   `sink/cql/schema.rs`), the sink contract (`sink/mod.rs`: a [`sink::Request`]
-//!   variant, which sinks that wrap another forward unchanged; `sink/totals.rs`, what it
-//!   sends) and the sinks that write it (`sink/memory.rs`, `sink/cql/mod.rs`,
-//!   `sink/cql/totals.rs`), the
-//!   journal (`state/journal/{mod,write,read}.rs`, `state/{mod,recovery}.rs`: its intent record and the hook that
-//!   finishes its groups at start, which `wrapper/mod.rs` passes too), the flush's report
-//!   and observer (`flush/{flusher,report,observe}.rs`) and the operator tools
-//!   (`ops/{read,keyindex,outcomes}.rs`, `ops/outcomes/totals.rs`).
+//! - **A counting mode** (32 files outside its own folder, counted on this tree by
+//!   reading every reference to `writer_totals`' types and variants; the earlier figure,
+//!   "about 22", missed some of the files listed here): its flush path is a kind of
+//!   write as above (`src/totals/stage.rs` is the example), but the mode also reaches
+//!   the layers around the pipeline: the memory budget (`aggregate/mod.rs`: room for
+//!   rows it holds past a drain), the configuration
+//!   (`config/{mod,validate,epochs,exact,mapping}.rs`), the tables (`layout.rs`,
+//!   `ddl.rs`, `sink/cql/schema.rs`), the sink contract (`sink/mod.rs`: a
+//!   [`sink::Request`] variant, which sinks that wrap another forward unchanged;
+//!   `sink/totals.rs`, what it sends) and the sinks that write it (`sink/memory.rs`,
+//!   `sink/cql/mod.rs`, `sink/cql/totals.rs`) and count it (`telemetry/observed.rs`), the
+//!   journal (`state/journal/{mod,write,read}.rs`, `state/{mod,recovery}.rs`: its intent
+//!   record and the hook that reads its groups at start, which `wrapper/mod.rs` passes
+//!   too; recovery spills what they owe), the spill (`state/record.rs`: what its records
+//!   carry beyond a delta; `state/ids.rs`: its segments; `flush/replay.rs`: the counter
+//!   replay stops at its records, which its own chunk takes through the one replay loop
+//!   of `stage/replay.rs`),
+//!   the flush's report and observers (`flush/{flusher,report,observe}.rs`,
+//!   `sidecar/otlp_streams.rs`) and the operator tools (`ops/{read,keyindex,outcomes}.rs`,
+//!   `ops/outcomes/totals.rs`). Its own spill files, their replay and their share of the
+//!   spill limit (`state/spill.rs`, `src/totals/spill.rs`) are gone: the spill, its
+//!   cursor, its bound and its upgrade come with the state directory.
 //! - **A transport** (5 files; about 14 before the seam): the `Transport` variant with its
 //!   label and title (`vocabulary.rs`), its `[ingest.*]` section and ranges
 //!   (`config/ingest.rs`), its module with a `start` that binds, records where it listens

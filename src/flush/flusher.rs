@@ -215,9 +215,9 @@ impl<S: Sink> Flusher<S> {
         Ok(flusher)
     }
 
-    /// A flusher on an open state directory. Spilled rows are replayed by the flushes, a
-    /// chunk at a time; spilled running totals (`writer_totals`) are loaded now and
-    /// written by the flushes.
+    /// A flusher on an open state directory. Spilled rows (running totals of
+    /// `writer_totals` families among them) are replayed by the flushes, a chunk at a
+    /// time.
     pub fn new(
         engine: Arc<Engine>,
         sink: Arc<S>,
@@ -237,7 +237,7 @@ impl<S: Sink> Flusher<S> {
             .iter()
             .map(crate::state::FamilyEntry::of)
             .collect();
-        let totals = Totals::open(engine.clone(), &mut state, &config, &ledger);
+        let totals = Totals::open(engine.clone(), &state, &config);
         Flusher {
             engine,
             sink,
@@ -524,10 +524,13 @@ impl<S: Sink> Flusher<S> {
         last: bool,
         counter_writes: usize,
     ) -> TotalsReport {
-        if !self.totals.is_active() {
+        if !self.totals.is_active(&self.state) {
             return TotalsReport::default();
         }
         let observers = &self.observers;
+        // As for the counter replay: not while a sealed ingest file's removal is pending
+        // (see `flusher/ingest.rs`).
+        let may_replay = self.ingest_unremoved.is_empty();
         let report = self
             .totals
             .flush(
@@ -537,7 +540,7 @@ impl<S: Sink> Flusher<S> {
                 &mut self.state,
                 self.seq,
                 u32::try_from(counter_writes).unwrap_or(u32::MAX),
-                last,
+                (last, may_replay),
                 &|writes| {
                     for observer in observers {
                         observer.planned_totals(writes);

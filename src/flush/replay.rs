@@ -12,14 +12,18 @@
 //! memory budget has left (the rest stays for fresh increments), writes within one
 //! flush chunk's share of the limit, and never a row the budget refuses: that row ends
 //! the chunk with the read position before it (it is still on disk, and comes back with
-//! a later chunk). A record that no longer maps to its family is logged as rejected.
+//! a later chunk). The reading, counting and refusing are the one replay loop's
+//! ([`crate::stage::replay`]): a record that no longer maps to its family is logged as
+//! rejected. A record of a running total (`writer_totals`) ends the chunk too: the totals
+//! stage's replay reads on from there (see `crate::totals`).
 
 use std::collections::BTreeMap;
 
 use crate::aggregate::{Credit, Row, RowKey, Slot};
 use crate::engine::Engine;
+use crate::stage::replay::{self, Taken};
+use crate::state::StateDir;
 use crate::state::spill::MAX_REPLAY_CHUNK_ROWS;
-use crate::state::{ErrorInfo, OutcomeLog, RecordOutcome, StateDir, WriteRecord};
 use crate::telemetry::Ledger;
 use crate::test_hooks::crash_point;
 use crate::vocabulary::Granularity;
@@ -76,93 +80,46 @@ pub(super) fn read_chunk(
     let max_rows = (room.rows / 2).min(MAX_REPLAY_CHUNK_ROWS);
     let max_bytes = room.bytes / 2;
     let max_writes = aggregator.limits().flush_chunk_bytes();
-    let incarnation = state.incarnation();
     let mut chunk = ReplayChunk {
         rows: Vec::new(),
         credit: aggregator.no_credit(),
         sums: [[0; 2]; 2],
         owed: BTreeMap::new(),
     };
-    let (mut count, mut charged, mut planned, mut no_room) = (0_usize, 0_usize, 0_usize, false);
-    let mut unmappable: Vec<WriteRecord> = Vec::new();
-    let read = state.read_spill(|segment, mut record| {
-        if count >= max_rows {
-            return false;
+    let (mut charged, mut planned, mut no_room) = (0_usize, 0_usize, false);
+    let count = replay::read_chunk(state, ledger, |_, own, record| {
+        if chunk.rows.len() >= max_rows || record.total.is_some() {
+            // A running total (`writer_totals`) is the totals replay's, which takes it
+            // (and what follows it) from here.
+            return Taken::Declined;
         }
-        let own = usize::from(segment.incarnation != incarnation);
-        // Rows spilled by an earlier process are accepted anew by this one; rows this
-        // process spilled move from the spilled stage back.
-        let bring_back = |table: Granularity, sum: i128| {
-            ledger.update(table, |s| {
-                if own == 0 {
-                    s.spilled -= sum;
-                } else {
-                    s.replayed += sum;
-                }
-            });
-        };
-        match record_conversion::from_record(&record, families) {
+        match record_conversion::from_record(record, families) {
             Ok((key, row)) => {
                 // Held as a drained row is: its room in the budget, and its one write
                 // within a flush chunk's share of the limit.
                 let charge = aggregator.charge_of(&key, &row);
                 let writes = aggregator.flush_charge_of(&key, &row);
                 if charged.saturating_add(charge) > max_bytes
-                    || (count > 0 && planned.saturating_add(writes) > max_writes)
+                    || (!chunk.rows.is_empty() && planned.saturating_add(writes) > max_writes)
                     || !chunk.credit.claim(charge)
                 {
                     // Still on disk: the read position stays before it.
                     no_room = true;
-                    return false;
+                    return Taken::Declined;
                 }
                 charged += charge;
                 planned += writes;
                 let (table, sum) = (owed_table(key.slot()), row.columns.sum());
-                bring_back(table, sum);
-                ledger.update(table, |s| s.in_flight += sum);
-                chunk.sums[own][table.index()] += sum;
-                if let Some(day) = OwedDay::of(families, &record) {
+                chunk.sums[usize::from(!own)][table.index()] += sum;
+                if let Some(day) = OwedDay::of(families, record) {
                     *chunk.owed.entry(day).or_default() += 1;
                 }
                 chunk.rows.push((key, row));
+                Taken::Row { table, sum }
             }
-            Err(error) => {
-                record.outcome = RecordOutcome::Rejected;
-                record.error = Some(ErrorInfo {
-                    kind: "replay_unmappable".into(),
-                    text: error.to_string(),
-                });
-                let delta: i128 = record.deltas.values().map(|d| i128::from(*d)).sum();
-                let table = if record.granularity == "day" {
-                    Granularity::Day
-                } else {
-                    Granularity::Minute
-                };
-                bring_back(table, delta);
-                ledger.update(table, |s| s.rejected += delta);
-                unmappable.push(record);
-            }
+            Err(error) => Taken::Unmappable(error.to_string()),
         }
-        count += 1;
-        true
     });
-    match read {
-        Ok(0) => {}
-        Ok(corrupt) => {
-            ledger.count_corrupt_spill_lines(corrupt as u64);
-            tracing::error!(
-                lines = corrupt,
-                "Unreadable lines in a spill segment were set aside in spill.corrupt.jsonl."
-            );
-        }
-        Err(error) => {
-            tracing::error!(%error, rows = count, "Could not read the spill; the rest of the replay waits for the next flush.");
-        }
-    }
-    if !unmappable.is_empty() {
-        let appended = state.append_now(OutcomeLog::Rejected, &unmappable);
-        ledger.count_appended(OutcomeLog::Rejected, &appended);
-    }
     if no_room {
         tracing::debug!(
             rows = count,

@@ -9,7 +9,7 @@
 //! | `log` | `unknown[.N].jsonl`, `unknown.replay-interrupted.*.jsonl`, `rejected[.N].jsonl` | `unknown`, `rejected` |
 //! | `spill` | `spill.*.jsonl` from the replay cursor on (rows before it are settled or carried by a flush) | `spilled` |
 //! | `journal` | flushes `journal.wal` holds committed and not ended: a flush in progress while a sidecar runs, else one the next start finishes | where recovery will put each row |
-//! | `spill`, `journal` | `totals.spill.jsonl`, `totals.replay.*.jsonl`, and the totals writes of unfinished flushes (the `writer_totals` families; see `outcomes/totals.rs`) | `spilled` |
+//! | `spill`, `journal` | the `writer_totals` families' running totals: in the segments like every spilled write, in `totals.spill.jsonl` and `totals.replay.*.jsonl` of an earlier version until a start moves them, and the totals writes of unfinished flushes (see `outcomes/totals.rs`) | `spilled` |
 //!
 //! The driver wrapper's records (of the application's own tables) are in the same logs;
 //! they show as family `wrapper`, granularity `row`, day `-`. Its spilled rows are in the
@@ -504,8 +504,8 @@ pub fn scan(
         report.files.push(file);
     }
 
-    // The writer_totals families' spill and replay files, whole: every row waits to be
-    // written again.
+    // The writer_totals families' spill and replay files of an earlier version, whole:
+    // every row waits to be written again (a start moves them into a segment).
     for path in totals::files(dir)? {
         let reader = match LineReader::open(&path, 0) {
             Ok(reader) => reader,
@@ -591,10 +591,7 @@ pub fn scan(
         });
         let mut records = wrapper_records.unwrap_or_else(|| recovery_records(group, index == last));
         records.extend(totals::rejected_records(group));
-        for record in totals::journal_records(dir, group)? {
-            report.journal.records += 1;
-            visit(Source::Journal, &record);
-        }
+        records.extend(totals::journal_records(dir, group));
         for record in records {
             if recorded.contains(&(record.request_id.clone(), record.row)) {
                 report.journal.already_recorded += 1;

@@ -10,12 +10,15 @@
 //!   per kind of write;
 //! - [`run`]: the stage runner, [`run_stage`]: group commit, bounded send with every
 //!   answer journaled, decision, apply, logs and spill, end; a kind of write is a
-//!   [`WriteKind`] and a [`Sender`].
+//!   [`WriteKind`] and a [`Sender`];
+//! - [`replay`](mod@replay): the one replay loop, spilled records read back through the
+//!   spill's one cursor, each kind taking its own.
 //!
 //! It sits below the sink contract and the state directory (it speaks of their
 //! outcomes and journal) and above every path that sends: `totals`, `flush`, `wrapper`.
 
 pub mod decide;
+pub mod replay;
 pub mod run;
 
 pub use self::decide::{

@@ -4,7 +4,7 @@
 //!
 //! | part | at most |
 //! |---|---|
-//! | spill (segments and the `writer_totals` files, which share it) | `state.max_spill_bytes` |
+//! | spill (the segments, whichever kind of write spilled them) | `state.max_spill_bytes` |
 //! | outcome logs (`unknown`, `rejected`: the current file and `state.max_log_files` rotated ones each) | 2 × (`max_log_files` + 1) × `max_log_bytes` |
 //! | the journal (zero-filled to 4 MiB; grows to the largest group: one flush chunk's intents and answers, a chunk's writes being a quarter of `limits.max_pending_bytes`) | 4 MiB + `max_pending_bytes` / 2 |
 //! | small files (identity, status, cursors, marks, `ledger_pending.jsonl`, torn lines) | 1 MiB |

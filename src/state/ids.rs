@@ -115,6 +115,11 @@ pub struct SegmentId {
     /// like any segment. Sorts after the flush's own segment, before a recovered one.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub held: bool,
+    /// Running totals of `writer_totals` families (their flush's second group, or its
+    /// recovery): apart from the flush's counter rows, which its first group spilled to
+    /// the segment of the same flush. Sorts after that flush's other segments.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub totals: bool,
 }
 
 impl SegmentId {
@@ -134,23 +139,39 @@ impl SegmentId {
             flush_seq,
             recovered: false,
             held: false,
+            totals: false,
         }
     }
 
-    /// `spill.<incarnation>.<flush_seq>[.recovered|.held].jsonl`.
+    /// The segment of a flush's running totals (`recovered`: written by crash recovery
+    /// for that flush's totals group).
+    pub fn totals(incarnation: u64, flush_seq: u64, recovered: bool) -> SegmentId {
+        SegmentId {
+            recovered,
+            totals: true,
+            ..SegmentId::live(incarnation, flush_seq)
+        }
+    }
+
+    /// `spill.<incarnation>.<flush_seq>[.recovered|.held][.totals].jsonl`.
     pub fn file_name(&self) -> String {
         format!(
-            "spill.{:010}.{:012}{}{}.jsonl",
+            "spill.{:010}.{:012}{}{}{}.jsonl",
             self.incarnation,
             self.flush_seq,
             if self.recovered { ".recovered" } else { "" },
-            if self.held { ".held" } else { "" }
+            if self.held { ".held" } else { "" },
+            if self.totals { ".totals" } else { "" }
         )
     }
 
     /// The identity a segment file's name gives, if it is one.
     pub(super) fn parse(name: &str) -> Option<SegmentId> {
         let rest = name.strip_prefix("spill.")?.strip_suffix(".jsonl")?;
+        let (rest, totals) = match rest.strip_suffix(".totals") {
+            Some(r) => (r, true),
+            None => (rest, false),
+        };
         let (rest, held) = match rest.strip_suffix(".held") {
             Some(r) => (r, true),
             None => (rest, false),
@@ -165,6 +186,7 @@ impl SegmentId {
             flush_seq: flush_seq.parse().ok()?,
             recovered,
             held,
+            totals,
         })
     }
 }

@@ -9,7 +9,8 @@
 //! | this one | `lock`, `writer_id`, `dir_id`, `incarnation`, `status.json` |
 //! | [`journal`] | `journal.wal`: the group commit of the flush in progress, its start windows and outcomes |
 //! | [`jsonl`], [`record`] | `unknown.jsonl`, `rejected.jsonl` and their rotations and torn lines |
-//! | [`spill`] | `spill.<incarnation>.<flush>[.recovered\|.held].jsonl`, `spill.cursor`, `spill.corrupt.jsonl`; the size the `writer_totals` spill files take of the shared limit |
+//! | [`spill`] | `spill.<incarnation>.<flush>[.recovered\|.held][.totals].jsonl`, `spill.cursor`, `spill.corrupt.jsonl`: every kind of write's spill, one cursor |
+//! | [`totals_files`] | the `writer_totals` spill files of earlier versions (`totals.spill.jsonl`, `totals.replay.*.jsonl`), which a start moves into a segment |
 //! | [`ingest_log`] | `ingest.log`, `ingest.<incarnation>.<seq>.sealed`: durable requests' increments, until a flush makes them a spill segment |
 //! | [`ledger_pending`], [`outcomes_mark`] | `ledger_pending.jsonl`, `outcomes.mark` (exact families) |
 //! | [`bound`] | how much disk the directory can take at most, and the free space of its filesystem |
@@ -31,6 +32,7 @@ pub mod private;
 pub mod record;
 pub mod recovery;
 pub mod spill;
+pub mod totals_files;
 pub mod wrapper_files;
 
 use std::fs::{self, File};
@@ -48,7 +50,9 @@ pub use self::journal::{
     WrapperGroup, WrapperTable,
 };
 pub use self::jsonl::JsonlLog;
-pub use self::record::{ErrorInfo, RecordOutcome, RecordSource, Target, WriteRecord, records_of};
+pub use self::record::{
+    ErrorInfo, RecordOutcome, RecordSource, Target, TotalOf, WriteRecord, records_of,
+};
 pub use self::recovery::RecoveryReport;
 pub use self::spill::{Chunk, Cursor, SegmentId, Spill, SpillView};
 
@@ -308,6 +312,8 @@ impl StateDir {
             .max();
         wrapper_files::migrate_spill(&dir, wrapper_offset)
             .map_err(io_err("move the wrapper spill of an earlier version"))?;
+        totals_files::migrate_spill(&dir)
+            .map_err(io_err("move the writer_totals spill of an earlier version"))?;
         let spill = Spill::open(&dir, config.max_spill_bytes, journal_cursor)
             .map_err(io_err("open the spill"))?;
         let mut state = StateDir {
@@ -421,13 +427,15 @@ impl StateDir {
     }
 
     /// The group commit of a flush's writes of running totals (`writer_totals`): a
-    /// group of its own, after the counter writes' group ended; closed with
-    /// [`StateDir::journal_end`] (it consumes no spill). Nothing of them may be sent
-    /// before this returns `Ok`.
+    /// group of its own, after the counter writes' group ended, naming the replay cursor
+    /// it consumes (a group carrying spilled totals: the cursor past exactly those rows);
+    /// closed with [`StateDir::journal_end`]. Nothing of them may be sent before this
+    /// returns `Ok`.
     pub fn journal_begin_totals(
         &mut self,
         flush: &FlushId,
         time: &str,
+        consumes: Option<Cursor>,
         families: &[FamilyEntry],
         intents: &[TotalsIntent],
     ) -> io::Result<()> {
@@ -435,7 +443,8 @@ impl StateDir {
         if !self.journal_enabled {
             return Ok(());
         }
-        self.journal.begin_totals(flush, time, families, intents)
+        self.journal
+            .begin_totals(flush, time, consumes, families, intents)
     }
 
     /// Counter flushes from now on start their requests in windows of `window`, each
@@ -482,7 +491,7 @@ impl StateDir {
     /// durable and the group open, which recovery finishes without sending anything.
     ///
     /// A cursor that could not be made durable stays owed: every later end (a
-    /// `writer_totals` group's too, which consumes no cursor) makes it durable before it
+    /// `writer_totals` group's too, whether it consumed a cursor or not) makes it durable before it
     /// writes its End, or writes none, so no End can discard the open group that names it.
     pub fn journal_end(&mut self, flush: &FlushId, consumed: Option<Cursor>) -> io::Result<()> {
         let consumed = consumed.max(self.owed_cursor);
@@ -736,6 +745,23 @@ impl StateDir {
         self.spill.write_segment(id, consumes, batches, &[])
     }
 
+    /// Writes the totals segment of a flush (see [`SegmentId::totals`]): `carried`, the
+    /// record lines of the spilled totals its replay read up to `consumes` and could not
+    /// settle, whole or not at all, then `batches` (rows of its own), each whole, up to
+    /// `state.max_spill_bytes`. Returns whether `carried` was kept (only then does the
+    /// segment name `consumes`), and per batch whether it was written.
+    pub fn spill_totals(
+        &mut self,
+        flush: &FlushId,
+        consumes: Option<Cursor>,
+        carried: &[u8],
+        batches: &[Vec<WriteRecord>],
+    ) -> io::Result<(bool, Vec<bool>)> {
+        let id = SegmentId::totals(flush.incarnation, flush.flush_seq, false);
+        self.spill
+            .write_segment_carrying(id, consumes, carried, batches)
+    }
+
     /// Writes the segment a sealed file of the ingest log becomes (see [`ingest_log`]),
     /// whole or not at all: whether it was written (`false`: it would not fit in
     /// `state.max_spill_bytes`, and the file waits). It consumes no replay cursor.
@@ -789,16 +815,9 @@ impl StateDir {
         )
     }
 
-    /// Bytes of the spill on disk (the segments and the `writer_totals` spill files,
-    /// which share the limit), and the limit (`state.max_spill_bytes`).
+    /// Bytes of the spill segments on disk, and the limit (`state.max_spill_bytes`).
     pub fn spill_bytes(&self) -> (u64, u64) {
-        (self.spill.shared_bytes(), self.spill.max_bytes())
-    }
-
-    /// Reports what the `writer_totals` spill files take on disk now: the segments'
-    /// room is what they leave of `state.max_spill_bytes`.
-    pub(crate) fn set_totals_spill_bytes(&mut self, bytes: u64) {
-        self.spill.set_totals_bytes(bytes);
+        (self.spill.bytes(), self.spill.max_bytes())
     }
 
     /// Whether spilled rows wait to be replayed.

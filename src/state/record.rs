@@ -6,7 +6,8 @@
 //! incarnation, flush sequence, request id and row within the request), where (its
 //! [`Target`]: a family's table, key values, shard, epoch, bucket; or an application
 //! table and its key), what (column deltas), and why it is here (outcome, error kind and
-//! text).
+//! text). A running total of a `writer_totals` family is the same record with its
+//! [`TotalOf`]: its deltas are the part of the total not known applied.
 
 use std::collections::BTreeMap;
 
@@ -72,6 +73,26 @@ pub struct WriteRecord {
     /// Why the write is here; absent for rows spilled without being attempted.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<ErrorInfo>,
+    /// For a running total of a `writer_totals` family: what writes it again exactly
+    /// as it would have been written (its `deltas` are the part of it not known
+    /// applied, what the accounting owes). Absent for every other write.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub total: Option<TotalOf>,
+}
+
+/// What a record of a `writer_totals` row carries beyond a delta: the write itself.
+/// Writing it any number of times leaves the same cell (absolute values, a fixed write
+/// time), so a spilled total may be re-sent harmlessly.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TotalOf {
+    /// The writer column it belongs to (writer id, incarnation, start nonce).
+    pub column: String,
+    /// Value column → the writer's absolute total.
+    pub totals: BTreeMap<String, i64>,
+    /// The write time to write it with, microseconds: later than every write of this row
+    /// sent before it was recorded.
+    pub timestamp: i64,
 }
 
 /// Where a record's row was to be written.
@@ -194,6 +215,7 @@ pub fn records_of<'r>(
                     .map(|(c, d)| (c.clone(), *d))
                     .collect(),
                 error: error.cloned(),
+                total: None,
             }
         })
         .collect()

@@ -28,13 +28,15 @@
 //!
 //! A totals group (writes of running totals, `writer_totals`) needs little of this: each
 //! of its writes is idempotent by its write time, so every intent not known applied or
-//! rejected is written to a totals replay file and written again by the next start, in
-//! its own writer column with its own write time. That is the counting mode's to do,
-//! not this layer's: the opener hands recovery a [`FinishTotals`] (`crate::totals`
-//! implements it), which recovery calls for each such group, in journal order, before it
-//! ends the group. Nothing of it is logged as unknown; the records of its `rejected`
-//! intents go to `rejected.jsonl` here, unless already there, as above (the flush
-//! journals a refusal as it arrives and logs it after: a kill can fall in between).
+//! rejected is spilled, in any group, to `spill.<inc>.<seq>.recovered.totals.jsonl`
+//! (its header naming the cursor the group consumed), unless the flush's own totals
+//! segment holds it, and written again by the next start in its own writer column with
+//! its own write time. Reading an intent as records is the counting mode's: the opener
+//! hands recovery a [`FinishTotals`] (`crate::totals` implements it), which recovery
+//! calls for each such group, in journal order, before it ends the group. Nothing of it
+//! is logged as unknown; the records of its `rejected` intents go to `rejected.jsonl`
+//! here, unless already there, as above (the flush journals a refusal as it arrives and
+//! logs it after: a kill can fall in between).
 
 use std::collections::HashSet;
 use std::path::Path;
@@ -68,7 +70,7 @@ pub struct RecoveryReport {
     /// Rows of a group commit that did not complete (never sent; lost with memory).
     pub uncommitted_rows: u64,
     /// Running totals (`writer_totals`) the killed flush sent or was sending, not known
-    /// applied: written to a totals replay file, written again by this start.
+    /// applied: spilled to its recovered totals segment, written again by this start.
     pub totals_rows: u64,
     /// The parts of those totals not known applied, summed per granularity (minute,
     /// day): what this start writes again beyond what the store may already hold.
@@ -80,25 +82,24 @@ pub struct RecoveryReport {
     pub records: Vec<WriteRecord>,
 }
 
-/// What a counting mode's recovery did for one totals group.
+/// What a counting mode's recovery found of one totals group.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct TotalsFinished {
-    /// Rows whose writes it made durable for this start to write again.
-    pub rows: u64,
-    /// The parts of their totals not known applied, summed per granularity (minute, day).
-    pub sums: [i128; 2],
+    /// The records of the group's writes not known applied or rejected, one per row,
+    /// each with its [`super::record::TotalOf`]: recovery spills those the flush's own
+    /// totals segment does not hold, for this start to write again.
+    pub unsettled: Vec<WriteRecord>,
     /// The `rejected.jsonl` records of the group's requests the journal says were
     /// refused, every one: recovery appends those the log does not hold yet (a kill can
     /// fall between the refusal's journal record and its log line).
     pub rejected: Vec<WriteRecord>,
 }
 
-/// How the `writer_totals` counting mode finishes a totals group of a killed flush
-/// (see the module doc): it makes durable what the group's writes still owe, and
-/// returns their rows, the parts of their totals not known applied, and the records of
-/// its refused requests.
+/// How the `writer_totals` counting mode reads a totals group of a killed flush (see
+/// the module doc): the records of what its writes still owe, and of its refused
+/// requests. Where they go is this module's to decide, as for every other write.
 pub trait FinishTotals {
-    /// Finishes `group`, a committed, unended totals group of the directory `dir`.
+    /// The records of `group`, a committed, unended totals group of the directory `dir`.
     fn finish_totals(
         &self,
         dir: &Path,
@@ -153,10 +154,7 @@ pub(super) fn recover(
         report.flushes += 1;
         if !group.totals.is_empty() {
             let finished = totals.finish_totals(state.dir(), &group, &time)?;
-            report.totals_rows += finished.rows;
-            for g in Granularity::ALL {
-                report.totals_sums[g.index()] += finished.sums[g.index()];
-            }
+            spill_totals(state, &group, finished.unsettled, &mut report)?;
             if !finished.rejected.is_empty() {
                 log_missing(
                     state,
@@ -174,6 +172,55 @@ pub(super) fn recover(
         state.journal.end(group.flush.flush_seq)?;
     }
     Ok(report)
+}
+
+/// Spills the records of a totals group's unsettled writes into the group's recovered
+/// totals segment (its header naming the cursor the group consumed), but those its
+/// flush's own totals segment holds (it owns them: written twice they would leave the
+/// same cell, but be counted twice). Skipped when an earlier run of recovery wrote it.
+fn spill_totals(
+    state: &mut StateDir,
+    group: &FlushGroup,
+    unsettled: Vec<WriteRecord>,
+    report: &mut RecoveryReport,
+) -> std::io::Result<()> {
+    let (incarnation, seq) = (group.flush.incarnation, group.flush.flush_seq);
+    let recovered = SegmentId::totals(incarnation, seq, true);
+    if unsettled.is_empty() || state.spill.has_segment(recovered) {
+        return Ok(());
+    }
+    let live = SegmentId::totals(incarnation, seq, false);
+    let in_live = state.spill.segment_keys(live)?.unwrap_or_default();
+    let batches: Vec<Vec<WriteRecord>> = missing(unsettled, &in_live).map(|r| vec![r]).collect();
+    if batches.is_empty() {
+        return Ok(());
+    }
+    let kept = state
+        .spill
+        .write_segment(recovered, group.consumes, &batches, &[])?;
+    for (batch, kept) in batches.iter().zip(kept) {
+        for record in batch {
+            let table = table_of(record);
+            let sum: i128 = record.deltas.values().map(|d| i128::from(*d)).sum();
+            if kept {
+                report.totals_rows += 1;
+                report.totals_sums[table.index()] += sum;
+            } else {
+                report.dropped_rows += 1;
+                report.dropped_sums[table.index()] += sum;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The table a record's row is owed to (minute unless it says day).
+fn table_of(record: &WriteRecord) -> Granularity {
+    if record.granularity == "day" {
+        Granularity::Day
+    } else {
+        Granularity::Minute
+    }
 }
 
 /// Appends to `log` the records of `group` it does not hold from the group's recorded
@@ -306,12 +353,7 @@ fn finish(
     crash_point("recovery_spilled");
     for record in &to_unknown {
         let sum: i128 = record.deltas.values().map(|d| i128::from(*d)).sum();
-        let table = if record.granularity == "day" {
-            Granularity::Day
-        } else {
-            Granularity::Minute
-        };
-        report.unknown_sums[table.index()] += sum;
+        report.unknown_sums[table_of(record).index()] += sum;
     }
     report.unknown_rows += to_unknown.len() as u64;
     report.rejected_rows += to_rejected.len() as u64;

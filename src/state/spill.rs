@@ -25,11 +25,15 @@
 //! only then are fully consumed segments deleted. At start the cursor is the furthest
 //! of `spill.cursor`, the journal's last committed group and the segments' headers.
 //!
-//! `state.max_spill_bytes` bounds the spill on disk: these segments and the
-//! `writer_totals` spill files (`totals.spill.jsonl`, `totals.replay.*.jsonl`, see
-//! `crate::totals::spill`) share the one budget, so the configured figure bounds what
-//! the state directory's spill takes whichever counting mode wrote it. A write that does
-//! not fit is dropped, counted and logged by the caller.
+//! Every kind of write spills here: counter deltas, held rows, the ingest log, the
+//! driver wrapper's rows and the running totals of `writer_totals` families (records
+//! with a [`super::record::TotalOf`], in segments of their own,
+//! `spill.<incarnation>.<flush>[.recovered].totals.jsonl`). One cursor reads them all in
+//! order; each reader takes the records of its kind and stops at the first of another,
+//! which the other's replay takes from there.
+//!
+//! `state.max_spill_bytes` bounds the spill on disk, whichever kind of write made it. A
+//! write that does not fit is dropped, counted and logged by the caller.
 
 use std::collections::{BTreeMap, HashSet};
 use std::fs::{self, File};
@@ -51,32 +55,9 @@ pub use super::ids::{Cursor, SegmentId};
 const CURSOR_FILE: &str = "spill.cursor";
 
 /// Most rows one replay chunk brings back, whatever the budget allows: a flush carrying
-/// a chunk should take seconds, not minutes. The counter spill's replay and the
+/// a chunk should take seconds, not minutes. The counter replay and the
 /// `writer_totals` replay both keep to it.
 pub const MAX_REPLAY_CHUNK_ROWS: usize = 100_000;
-
-/// The `writer_totals` spill file (written by `crate::totals::spill`).
-pub const TOTALS_SPILL: &str = "totals.spill.jsonl";
-/// The start of a `writer_totals` replay file's name: `totals.replay.<tag>.jsonl`.
-pub const TOTALS_REPLAY_PREFIX: &str = "totals.replay.";
-
-/// Whether `name` is a `writer_totals` spill or replay file: spill on disk, which shares
-/// `state.max_spill_bytes` with the segments.
-pub fn is_totals_spill(name: &str) -> bool {
-    name == TOTALS_SPILL || (name.starts_with(TOTALS_REPLAY_PREFIX) && name.ends_with(".jsonl"))
-}
-
-/// Bytes the `writer_totals` spill files of `dir` take on disk.
-pub fn totals_spill_bytes(dir: &Path) -> io::Result<u64> {
-    let mut bytes = 0_u64;
-    for entry in fs::read_dir(dir)? {
-        let entry = entry?;
-        if is_totals_spill(&entry.file_name().to_string_lossy()) {
-            bytes = bytes.saturating_add(entry.metadata()?.len());
-        }
-    }
-    Ok(bytes)
-}
 
 /// One ledger row as a line of the file, or an entry of a held segment's header.
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -153,6 +134,19 @@ struct SegmentHeader {
     ledger: Vec<HeldLedger>,
 }
 
+/// A segment's header line, newline included.
+fn header_line(consumes: Option<Cursor>, ledger: &[LedgerRow]) -> io::Result<Vec<u8>> {
+    let mut bytes = serde_json::to_vec(&Header {
+        spill_segment: SegmentHeader {
+            consumes,
+            ledger: ledger.iter().map(HeldLedger::of).collect(),
+        },
+    })
+    .map_err(io::Error::other)?;
+    bytes.push(b'\n');
+    Ok(bytes)
+}
+
 /// Rows read back for replay.
 #[derive(Debug, Default)]
 pub struct Chunk {
@@ -172,9 +166,6 @@ pub struct Spill {
     durable: Option<Cursor>,
     /// Loaded into the buffer up to here (ahead of `durable` while a flush carries them).
     loaded: Option<Cursor>,
-    /// Bytes of the `writer_totals` spill files, which share `max_bytes` with the
-    /// segments (as their owner last reported them).
-    totals_bytes: u64,
 }
 
 impl Spill {
@@ -213,7 +204,6 @@ impl Spill {
             segments,
             durable: cursor,
             loaded: cursor,
-            totals_bytes: totals_spill_bytes(dir)?,
         };
         if journal_cursor > on_disk {
             // Only the journal names this cursor, and recovery is about to end its group,
@@ -234,18 +224,6 @@ impl Spill {
     /// Bytes of the segments on disk.
     pub fn bytes(&self) -> u64 {
         self.segments.values().sum()
-    }
-
-    /// Bytes of the whole spill on disk, the budget `max_spill_bytes` bounds: the
-    /// segments and the `writer_totals` spill files.
-    pub fn shared_bytes(&self) -> u64 {
-        self.bytes().saturating_add(self.totals_bytes)
-    }
-
-    /// What the `writer_totals` spill files take on disk now (their owner reports it
-    /// whenever they change: they share the budget).
-    pub fn set_totals_bytes(&mut self, bytes: u64) {
-        self.totals_bytes = bytes;
     }
 
     /// `state.max_spill_bytes`.
@@ -270,15 +248,22 @@ impl Spill {
         batches: &[Vec<WriteRecord>],
         ledger: &[LedgerRow],
     ) -> io::Result<Vec<bool>> {
-        let mut bytes = serde_json::to_vec(&Header {
-            spill_segment: SegmentHeader {
-                consumes,
-                ledger: ledger.iter().map(HeldLedger::of).collect(),
-            },
-        })
-        .map_err(io::Error::other)?;
-        bytes.push(b'\n');
-        let room = self.max_bytes.saturating_sub(self.shared_bytes());
+        self.write_lines(id, consumes, &[], batches, ledger)
+    }
+
+    /// [`Spill::write_segment`], `first` (lines already checked to fit) before the
+    /// batches.
+    fn write_lines(
+        &mut self,
+        id: SegmentId,
+        consumes: Option<Cursor>,
+        first: &[u8],
+        batches: &[Vec<WriteRecord>],
+        ledger: &[LedgerRow],
+    ) -> io::Result<Vec<bool>> {
+        let mut bytes = header_line(consumes, ledger)?;
+        bytes.extend_from_slice(first);
+        let room = self.max_bytes.saturating_sub(self.bytes());
         let mut kept = Vec::with_capacity(batches.len());
         for batch in batches {
             let mut lines = Vec::new();
@@ -292,12 +277,35 @@ impl Spill {
             }
             kept.push(fits);
         }
-        if kept.iter().any(|k| *k) {
+        if !first.is_empty() || kept.iter().any(|k| *k) {
             let path = self.dir.join(id.file_name());
             write_atomically(&self.dir, &path, &bytes)?;
             self.segments.insert(id, bytes.len() as u64);
         }
         Ok(kept)
+    }
+
+    /// Writes a segment as [`Spill::write_segment`] does, with `carried` first (record
+    /// lines, already serialized: a chunk's worth never lives in memory as records),
+    /// kept whole or not at all: rows a replay read (up to `consumes`) that its flush
+    /// could not settle, written again. The header names `consumes` only when they are
+    /// kept (or there are none): a segment never claims rows it does not hold. Returns
+    /// whether `carried` was kept, and per batch whether it was written.
+    pub fn write_segment_carrying(
+        &mut self,
+        id: SegmentId,
+        consumes: Option<Cursor>,
+        carried: &[u8],
+        batches: &[Vec<WriteRecord>],
+    ) -> io::Result<(bool, Vec<bool>)> {
+        if carried.is_empty() {
+            return Ok((true, self.write_segment(id, consumes, batches, &[])?));
+        }
+        let needed = header_line(consumes, &[])?.len() + carried.len();
+        if needed as u64 > self.max_bytes.saturating_sub(self.bytes()) {
+            return Ok((false, self.write_segment(id, None, batches, &[])?));
+        }
+        Ok((true, self.write_lines(id, consumes, carried, batches, &[])?))
     }
 
     /// The (request id, row) of every record in a segment (recovery's check of which
@@ -640,6 +648,7 @@ mod tests {
 
     fn record(n: i64) -> WriteRecord {
         WriteRecord {
+            total: None,
             key_hex: None,
             time: "2026-11-30T00:00:00Z".into(),
             writer: "w".into(),
@@ -739,24 +748,74 @@ mod tests {
         );
     }
 
-    /// The writer_totals spill files take their part of `state.max_spill_bytes`: what
-    /// they hold leaves the segments less room, and the bound covers both.
+    /// Rows a replay carries forward are kept whole or not at all, and only a segment
+    /// that holds them names the cursor they were read to: otherwise a restart would
+    /// start past rows that are nowhere else.
     #[test]
-    fn the_totals_spill_shares_the_size_limit() {
+    fn carried_rows_are_kept_whole_and_only_then_is_their_cursor_named() {
         let dir = tempfile::tempdir().unwrap();
+        let lines = |records: &[WriteRecord]| -> Vec<u8> {
+            records
+                .iter()
+                .flat_map(|r| {
+                    let mut line = serde_json::to_vec(r).unwrap();
+                    line.push(b'\n');
+                    line
+                })
+                .collect()
+        };
         let one = serde_json::to_vec(&record(1)).unwrap().len() as u64 + 1;
-        let limit = 200 + one * 3;
+        let header = |consumes| {
+            let header = Header {
+                spill_segment: SegmentHeader {
+                    consumes,
+                    ledger: Vec::new(),
+                },
+            };
+            serde_json::to_vec(&header).unwrap().len() as u64 + 1
+        };
+        let first = header(None) + one;
+        let read_to = Some(Cursor {
+            segment: segment(1),
+            offset: first,
+        });
+        // Room for the first segment, one carried row under a header naming the cursor,
+        // and one fresh row under a header naming none; not for a row more.
+        let limit = first + (header(read_to) + one) + (header(None) + one) + one / 2;
         let mut spill = Spill::open(dir.path(), limit, None).unwrap();
-        spill.set_totals_bytes(limit - 200 - one);
-        let kept = spill
-            .write_segment(segment(1), None, &[vec![record(1)], vec![record(2)]], &[])
+        spill
+            .write_segment(segment(1), None, &[vec![record(1)]], &[])
             .unwrap();
+        spill.load(|_, _| true).unwrap();
+        assert_eq!(spill.loaded(), read_to);
+        // One carried row fits: kept, and the cursor named.
+        let (carried, kept) = spill
+            .write_segment_carrying(segment(2), read_to, &lines(&[record(1)]), &[])
+            .unwrap();
+        assert_eq!((carried, kept), (true, vec![]));
+        let named = read_header(&dir.path().join(segment(2).file_name())).unwrap();
+        assert_eq!(named, read_to);
+        // Two carried rows do not fit: not kept, and the fresh row is written under a
+        // header that names no cursor.
+        let (carried, kept) = spill
+            .write_segment_carrying(
+                segment(3),
+                read_to,
+                &lines(&[record(1), record(2)]),
+                &[vec![record(3)]],
+            )
+            .unwrap();
+        assert_eq!((carried, kept), (false, vec![true]));
+        let named = read_header(&dir.path().join(segment(3).file_name())).unwrap();
+        assert_eq!(named, None);
+        assert!(spill.bytes() <= spill.max_bytes());
+        drop(spill);
+        let mut spill = Spill::open(dir.path(), u64::MAX, None).unwrap();
         assert_eq!(
-            kept,
-            [true, false],
-            "room for one record besides the totals"
+            all(&mut spill),
+            [1, 3],
+            "row 1 once, from where it was carried"
         );
-        assert!(spill.shared_bytes() <= limit);
     }
 
     #[test]

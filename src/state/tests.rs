@@ -100,26 +100,16 @@ fn the_directory_and_its_files_are_private() {
     state.load_spill(|rows, _| rows < 1).unwrap();
     state.commit_replay(state.replay_loaded()).unwrap();
     state.write_status(false, 1, [1, 0]).unwrap();
-    // The `writer_totals` files: a spill, a spill taken for replay, and a replay file
-    // rewritten (shutdown) and one written whole (crash recovery).
-    let totals = crate::totals::SpillFiles::new(&dir);
-    let spilled: crate::totals::records::TotalRecord = serde_json::from_str(
-        r#"{"time":"t","writer":"w/1/00","family":"generic","table":"ks.t","granularity":"minute",
-            "key":{},"day":"2026-11-30","minute":1,"totals":{"value":2},"unconfirmed":{"value":1},"timestamp":1}"#,
-    )
-    .unwrap();
-    totals
-        .append(std::slice::from_ref(&spilled), u64::MAX)
-        .unwrap();
-    let taken = totals.take_spill("1-0").unwrap().unwrap();
-    totals
-        .append(std::slice::from_ref(&spilled), u64::MAX)
-        .unwrap();
-    totals
-        .rewrite(&taken, std::slice::from_ref(&spilled))
-        .unwrap();
-    totals
-        .rewrite(&totals.recovered_path(1, 1), std::slice::from_ref(&spilled))
+    // A flush's running totals (`writer_totals`), spilled to a segment of their own.
+    let mut total = record();
+    total.total = Some(crate::state::TotalOf {
+        column: "w/1/00".into(),
+        totals: [("value".to_string(), 2)].into(),
+        timestamp: 1,
+    });
+    let flush = state.flush_id(2);
+    state
+        .spill_totals(&flush, None, &[], &[vec![total]])
         .unwrap();
     let mode = |p: &Path| fs::metadata(p).unwrap().permissions().mode() & 0o777;
     assert_eq!(mode(&dir), 0o700);
@@ -127,17 +117,12 @@ fn the_directory_and_its_files_are_private() {
         .unwrap()
         .map(|e| e.unwrap().path())
         .collect();
-    assert!(files.len() >= 12, "{files:?}");
-    let totals_files = files
+    assert!(files.len() >= 10, "{files:?}");
+    let totals_segments = files
         .iter()
-        .filter(|f| {
-            f.file_name()
-                .unwrap()
-                .to_string_lossy()
-                .starts_with("totals.")
-        })
+        .filter(|f| f.to_string_lossy().ends_with(".totals.jsonl"))
         .count();
-    assert_eq!(totals_files, 3, "{files:?}");
+    assert_eq!(totals_segments, 1, "{files:?}");
     for file in files {
         assert_eq!(mode(&file), 0o600, "{}", file.display());
     }
@@ -597,7 +582,7 @@ fn a_later_end_does_not_discard_the_group_that_owes_a_replay_cursor() {
     assert!(state.journal_end(&flush, consumes).is_err());
     // The totals stage of the same flush: its own group, ended with no cursor.
     state
-        .journal_begin_totals(&flush, "t", &families(), &[])
+        .journal_begin_totals(&flush, "t", None, &families(), &[])
         .unwrap();
     assert!(
         state.journal_end(&flush, None).is_err(),

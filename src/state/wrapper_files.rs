@@ -37,6 +37,7 @@ pub const CURSOR_FILE: &str = "wrapper_spill.cursor";
 /// replayed before anything this version spilled, and one name, so that a start killed
 /// half-way through the move finds it done and only removes the old files.
 pub const MIGRATED_SPILL: SegmentId = SegmentId {
+    totals: false,
     incarnation: 0,
     flush_seq: u64::MAX,
     recovered: false,
@@ -149,6 +150,7 @@ impl LegacyWrapperRecord {
         let incarnation = parts.next().and_then(|s| s.parse().ok()).unwrap_or(0);
         let writer = parts.next().unwrap_or_default().to_owned();
         WriteRecord {
+            total: None,
             time: self.time,
             writer,
             incarnation,
@@ -335,6 +337,7 @@ pub fn table_record<'c>(
     outcome: RecordOutcome,
 ) -> WriteRecord {
     WriteRecord {
+        total: None,
         time: source.time.to_owned(),
         writer: source.writer.to_owned(),
         incarnation: source.incarnation,

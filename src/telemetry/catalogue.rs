@@ -176,7 +176,7 @@ pub const DELTA_SUM_SPLIT: i128 = 1_000_000_000_000_000;
 /// `countersink_spill_bytes`.
 pub const SPILL_BYTES: MetricDef = MetricDef {
     name: "countersink_spill_bytes",
-    help: "Bytes of spill on disk (writes not sent yet: segments and writer_totals spill files), as of the last flush; bounded by state.max_spill_bytes.",
+    help: "Bytes of spill on disk (writes not sent yet: the segments), as of the last flush; bounded by state.max_spill_bytes.",
     labels: &[],
 };
 /// `countersink_ingest_log_bytes`.

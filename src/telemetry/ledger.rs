@@ -52,7 +52,7 @@ pub struct Ledger {
     recovery: OnceLock<RecoveryReport>,
     /// Torn or unreadable lines set aside: unknown.jsonl, rejected.jsonl, spill.
     corrupt_lines: Mutex<[u64; 3]>,
-    /// Bytes of spill on disk (segments and `writer_totals` spill files), as of the last flush.
+    /// Bytes of spill on disk (the segments, whichever kind of write spilled them), as of the last flush.
     spill_bytes: Mutex<u64>,
     /// Time per flush, from drain to the last outcome recorded.
     pub(crate) flush_duration: Histogram,
@@ -200,7 +200,7 @@ impl Ledger {
         self.corrupt_lines.lock()[2] += lines;
     }
 
-    /// Bytes of spill on disk (segments and `writer_totals` spill files), as of the last flush.
+    /// Bytes of spill on disk (the segments, whichever kind of write spilled them), as of the last flush.
     pub fn spill_bytes(&self) -> u64 {
         *self.spill_bytes.lock()
     }

@@ -158,7 +158,7 @@ pub(crate) struct Due {
     pub(crate) unconfirmed: Columns,
 }
 
-/// A row leaving for the spill file: its newest total, and the part of it not known
+/// A row leaving for the spill: its newest total, and the part of it not known
 /// applied (what the spill stage counts).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct Spilled {
@@ -402,7 +402,7 @@ impl Book {
         refused
     }
 
-    /// The row's newest total goes to the spill file: returns it with the part not known
+    /// The row's newest total goes to the spill: returns it with the part not known
     /// applied. The book then treats it as written; `release` also frees the row (it must
     /// be closed: an open row would start again from zero).
     pub(crate) fn spill(&mut self, id: &RowId, release: bool, aggregator: &Aggregator) -> Spilled {

@@ -19,14 +19,17 @@
 //!   ([`crate::stage::decide()`]), in its `writer_totals` column;
 //! - sending: the shared bounded loop ([`crate::sink::bounded`]), up to the shutdown
 //!   deadline;
-//! - [`records`], `spill`, `replay`: spilled totals and their replay, idempotent by
-//!   construction;
+//! - [`records`]: a spilled total is a [`crate::state::WriteRecord`] with its
+//!   [`crate::state::TotalOf`], in a totals segment of the state directory's one spill;
+//! - `replay`: spilled totals written again through the spill's one replay cursor, a
+//!   chunk per flush, idempotent by construction;
 //! - `recovery`: the intents of a killed flush's totals stage, written again.
 //!
 //! The intent journal: a flush's totals writes are a journal group of their own, after
 //! its counter writes' group (numbered after them, so request ids stay unique per
-//! flush), made durable before the first is sent. Recovery writes every intent not known
-//! applied again instead of logging it as unknown: idempotent by its write time.
+//! flush), made durable before the first is sent, naming the replay cursor past the
+//! chunk of spilled totals it carries. Recovery spills every intent not known applied,
+//! to be written again, instead of logging it as unknown: idempotent by its write time.
 //!
 //! Accounting: a drained delta of such a family stays in the flusher's `in_flight` stage
 //! (pending) until a write that covers it applies; the newly applied part of a confirmed
@@ -39,7 +42,6 @@ mod clock;
 pub mod records;
 pub(crate) mod recovery;
 mod replay;
-pub(crate) mod spill;
 mod stage;
 #[cfg(test)]
 mod tests;
@@ -54,16 +56,17 @@ use crate::engine::Engine;
 use crate::family::FamilyDef;
 use crate::sink::bounded::Cutoff;
 use crate::sink::{Sink, TotalRow, TotalsWrite};
-use crate::state::{FamilyEntry, StateDir, TotalsIntent, TotalsIntentRow};
+use crate::state::{
+    Cursor, FamilyEntry, FlushId, StateDir, TotalsIntent, TotalsIntentRow, WriteRecord,
+};
 use crate::telemetry::Ledger;
 use crate::vocabulary::{DropReason, Granularity};
 
 use self::book::{Book, Closing, RowId, RowRef};
 use self::clock::WriterClock;
-use self::records::{Recorder, TotalRecord};
+use self::records::Recorder;
 pub use self::recovery::Recovery;
-use self::replay::{Origin, Reading, Replays};
-pub(crate) use self::spill::SpillFiles;
+use self::replay::{Reading, Replays};
 use self::stage::TotalsStage;
 
 /// What the totals part of one flush did.
@@ -77,11 +80,11 @@ pub struct TotalsReport {
     pub failed: usize,
     /// Requests refused permanently.
     pub rejected: usize,
-    /// Rows whose newest total went to the spill file.
+    /// Rows whose newest total went to the spill (with replayed rows carried again).
     pub rows_spilled: usize,
     /// Closed rows released from memory.
     pub rows_released: usize,
-    /// Rows replayed from a spill file that applied.
+    /// Rows replayed from the spill that applied.
     pub rows_replayed: usize,
 }
 
@@ -126,14 +129,14 @@ pub struct Totals {
     writer_id: String,
     incarnation: u64,
     replays: Replays,
-    spill: SpillFiles,
     max_batch_rows: usize,
     max_in_flight: usize,
     requeue_max_age_secs: u32,
     /// Whether some family counts with writer totals.
     enabled: bool,
-    /// Whether the last flush saw the store apply and nothing fail: the moment to bring
-    /// rows spilled during an outage back.
+    /// Whether the last flush that wrote anything saw the store apply and nothing fail:
+    /// the moment to bring rows spilled during an outage back. True at start, so the
+    /// first flush tries.
     store_answered: bool,
     /// Rows and sums (minute, day) the last flush could neither write nor spill.
     lost: (u64, [i128; 2]),
@@ -142,13 +145,9 @@ pub struct Totals {
 }
 
 impl Totals {
-    /// The totals path of the writer owning `state`; replays what earlier runs spilled.
-    pub fn open(
-        engine: Arc<Engine>,
-        state: &mut StateDir,
-        flush: &FlushConfig,
-        ledger: &Ledger,
-    ) -> Totals {
+    /// The totals path of the writer owning `state` (what earlier runs spilled is
+    /// replayed by the flushes, through the spill's cursor).
+    pub fn open(engine: Arc<Engine>, state: &StateDir, flush: &FlushConfig) -> Totals {
         // The start nonce of the state directory: the one its requests and ledger rows
         // carry too.
         let writer: Arc<str> = format!(
@@ -161,20 +160,19 @@ impl Totals {
         let enabled = engine.families().any_in(CountingMode::WriterTotals);
         let max_past = engine.aggregator().limits().timestamp_max_past;
         let max_past_secs = i64::try_from(max_past.as_secs()).unwrap_or(i64::MAX);
-        let mut totals = Totals {
+        Totals {
             book: Book::new(Closing { max_past_secs }),
             clock: WriterClock::default(),
             writer,
             writer_id: state.writer_id().to_owned(),
             incarnation: state.incarnation(),
-            replays: Replays::new(SpillFiles::new(state.dir())),
-            spill: SpillFiles::new(state.dir()),
+            replays: Replays::default(),
             max_batch_rows: flush.max_batch_rows.max(1),
             max_in_flight: flush.max_in_flight.max(1),
             requeue_max_age_secs: u32::try_from(flush.requeue_max_age.as_secs())
                 .unwrap_or(u32::MAX),
             enabled,
-            store_answered: false,
+            store_answered: true,
             lost: (0, [0, 0]),
             families: engine
                 .families()
@@ -182,31 +180,10 @@ impl Totals {
                 .map(crate::state::FamilyEntry::of)
                 .collect(),
             engine,
-        };
-        let tag = format!("{}-0", totals.incarnation);
-        if let Err(error) = totals.spill.take_spill(&tag) {
-            tracing::error!(%error, "Could not take totals.spill.jsonl for replay; it waits for the next start.");
         }
-        match totals.spill.replay_files() {
-            Ok(paths) => {
-                for path in paths {
-                    totals.replays.add_file(path, Origin::PreviousRun);
-                }
-            }
-            Err(error) => tracing::error!(%error, "Could not list the totals replay files."),
-        }
-        totals.load_replay_chunk(ledger, state, 0);
-        totals.share_spill_bytes(state);
-        if totals.replays.has_work() {
-            tracing::info!(
-                files = totals.replays.files(),
-                "Replaying spilled writer totals, a chunk at a time."
-            );
-        }
-        totals
     }
 
-    /// Reads the next chunk of the replay files, within the memory budget.
+    /// Reads the next chunk of spilled totals, within the memory budget.
     fn load_replay_chunk(&mut self, ledger: &Ledger, state: &mut StateDir, seq: u64) {
         let time = bucket::rfc3339(SystemTime::now());
         let by = Recorder {
@@ -231,15 +208,15 @@ impl Totals {
         &self.writer
     }
 
-    /// Whether the totals path has anything to do: a `writer_totals` family, or spilled
-    /// totals to replay.
-    pub fn is_active(&self) -> bool {
-        self.enabled || self.replays.has_work() || self.book.held() > 0
+    /// Whether the totals path has anything to do: a `writer_totals` family, rows held,
+    /// or spill to replay (which may hold totals a configuration of before wrote).
+    pub fn is_active(&self, state: &StateDir) -> bool {
+        self.enabled || self.book.held() > 0 || state.has_unreplayed()
     }
 
     /// Rows whose newest total the store may lack, and the signed sums (minute, day) of
     /// what of them is not known applied: what a crash now would lose. Replayed rows are
-    /// not in it: their files stay until they apply.
+    /// not in it: the spill holds them until their flush settles them.
     pub fn pending(&self) -> (usize, [i128; 2]) {
         (
             self.book.unwritten(),
@@ -310,10 +287,11 @@ impl Totals {
         counters
     }
 
-    /// Writes the rows the store may lack (their newest totals) and the spilled totals
-    /// to replay, then settles every write: confirmed, retried later, spilled (at
-    /// shutdown, with `last`), or rejected. `observe` is shown the planned writes before
-    /// any is sent (the key index learns the keys from it).
+    /// Writes the rows the store may lack (their newest totals) and a chunk of spilled
+    /// totals (when `may_replay`: the spill may be read now), then settles every write:
+    /// confirmed, retried later, spilled (at shutdown, with `last`), or rejected.
+    /// `observe` is shown the planned writes before any is sent (the key index learns
+    /// the keys from it).
     #[allow(clippy::too_many_arguments)]
     pub async fn flush<S: Sink>(
         &mut self,
@@ -323,7 +301,7 @@ impl Totals {
         state: &mut StateDir,
         seq: u64,
         first_request: u32,
-        last: bool,
+        (last, may_replay): (bool, bool),
         observe: &(dyn Fn(&[TotalsWrite]) + Sync),
     ) -> TotalsReport {
         let now = SystemTime::now();
@@ -332,17 +310,11 @@ impl Totals {
         self.lost = (0, [0, 0]);
         if !last {
             report.rows_released = self.book.release_closed(now_secs, self.engine.aggregator());
-            if self.store_answered && self.spill.has_spill() {
-                let tag = format!("{}-{seq}", self.incarnation);
-                match self.spill.take_spill(&tag) {
-                    Ok(Some(path)) => self.replays.add_file(path, Origin::ThisRun),
-                    Ok(None) => {}
-                    Err(error) => {
-                        tracing::error!(%error, "Could not take totals.spill.jsonl for replay.")
-                    }
-                }
+            // Not at the final flush, nor past the deadline, nor while the store fails:
+            // the rows stay on disk.
+            if may_replay && self.store_answered && !cutoff.passed() {
+                self.load_replay_chunk(ledger, state, seq);
             }
-            self.load_replay_chunk(ledger, state, seq);
         }
         let (writes, planned) = self.plan(seq, last);
         let flush = state.flush_id(seq);
@@ -361,6 +333,8 @@ impl Totals {
             to_spill: Vec::new(),
             rejected: Vec::new(),
             report,
+            committed: false,
+            consumed: None,
         };
         let done = stage::run(&mut stage, sink, writes, cutoff, max_in_flight).await;
         let mut report = stage.report;
@@ -368,14 +342,16 @@ impl Totals {
         report.applied = done.applied;
         report.rejected = done.rejected;
         report.failed = done.requeued + done.unknown + done.not_sent;
-        self.store_answered = report.applied > 0 && report.failed == 0;
+        if report.writes > 0 {
+            self.store_answered = report.applied > 0 && report.failed == 0;
+        }
         ledger.set_totals_rows(self.book.held() as u64, self.book.unwritten() as u64);
         report
     }
 
     /// The writes of flush `seq`: the book's due rows grouped by partition (at most
-    /// `max_batch_rows` a write, each with the next write time), and one write per due
-    /// replayed row, with its own writer and write time.
+    /// `max_batch_rows` a write, each with the next write time), and one write per
+    /// replayed row of the chunk in hand, with its own writer and write time.
     fn plan(&mut self, seq: u64, last: bool) -> (Vec<TotalsWrite>, Vec<Planned>) {
         let mut writes: Vec<TotalsWrite> = Vec::new();
         let mut planned = Vec::new();
@@ -417,7 +393,7 @@ impl Totals {
             }
         }
         close(current.take(), &mut self.clock, &self.writer);
-        for (index, write) in self.replays.writes(seq, last) {
+        for (index, write) in self.replays.writes() {
             writes.push(write);
             planned.push(Planned::Replay(index));
         }
@@ -462,32 +438,50 @@ impl Totals {
             .collect()
     }
 
-    /// Appends spilled totals while the spill budget has room (`state.max_spill_bytes`,
-    /// shared with the counter spill: see [`spill`]). The rows beyond it, or all of them
-    /// when the file cannot be written, are dropped and counted (`spill_full`,
-    /// `spill_failed`), never lost silently. Returns the rows spilled.
+    /// Writes the flush's totals segment: `carried`, the record lines of the replayed
+    /// rows it read up to `consumes` and could not settle, and how many (whole or not at
+    /// all; `None`: they could not be serialized), then `spilled`, its own rows, while
+    /// `state.max_spill_bytes` has room. Its own rows beyond it, or all of them when the
+    /// segment cannot be written, are dropped and counted (`spill_full`,
+    /// `spill_failed`), never lost silently; carried rows that are not written stay
+    /// where they were read. Returns whether `carried` was kept, and the rows spilled.
     fn write_spill(
         &mut self,
-        spilled: Vec<(TotalRecord, Granularity, i128)>,
+        flush: &FlushId,
+        consumes: Option<Cursor>,
+        carried: Option<(Vec<u8>, usize)>,
+        spilled: Vec<(WriteRecord, Granularity, i128)>,
         ledger: &Ledger,
         state: &mut StateDir,
-    ) -> usize {
-        if spilled.is_empty() {
-            return 0;
+    ) -> (bool, usize) {
+        let serialized = carried.is_some();
+        let (carried, carried_rows) = carried.unwrap_or_default();
+        // A segment names the cursor only with every carried row in it.
+        let consumes = consumes.filter(|_| serialized);
+        if serialized && carried_rows == 0 && spilled.is_empty() {
+            return (true, 0);
         }
-        let records: Vec<TotalRecord> = spilled.iter().map(|(r, _, _)| r.clone()).collect();
-        let room = self.spill_room(state);
-        let (written, failure) = match self.spill.append(&records, room) {
-            Ok(written) => (written, None),
-            Err(error) => (0, Some(error)),
-        };
-        self.share_spill_bytes(state);
-        let (kept, dropped) = spilled.split_at(written);
-        for (_, table, sum) in kept {
-            ledger.update(*table, |s| {
-                s.spilled += sum;
-                s.in_flight -= sum;
-            });
+        let batches: Vec<Vec<WriteRecord>> =
+            spilled.iter().map(|(r, _, _)| vec![r.clone()]).collect();
+        let (carried_kept, kept, failure) =
+            match state.spill_totals(flush, consumes, &carried, &batches) {
+                Ok((carried_kept, kept)) => (serialized && carried_kept, kept, None),
+                Err(error) => (false, vec![false; spilled.len()], Some(error)),
+            };
+        ledger.set_spill_bytes(state.spill_bytes().0);
+        let mut dropped = Vec::new();
+        let mut written = 0;
+        for (row, kept) in spilled.into_iter().zip(kept) {
+            if kept {
+                let (_, table, sum) = row;
+                ledger.update(table, |s| {
+                    s.spilled += sum;
+                    s.in_flight -= sum;
+                });
+                written += 1;
+            } else {
+                dropped.push(row);
+            }
         }
         if written > 0 {
             tracing::warn!(
@@ -495,17 +489,24 @@ impl Totals {
                 "Writer totals spilled to disk; they are written again once the store answers, or at the next start."
             );
         }
-        if !dropped.is_empty() {
-            self.drop_unspilled(dropped, failure, ledger, state);
+        if carried_rows > 0 && serialized && !carried_kept {
+            tracing::warn!(
+                rows = carried_rows,
+                "Replayed writer totals that did not apply have no room in the spill; they stay where they were read, and are read again later (those that applied are written again, harmlessly)."
+            );
         }
-        written
+        if !dropped.is_empty() {
+            self.drop_unspilled(&dropped, failure, ledger, state);
+        }
+        let carried = if carried_kept { carried_rows } else { 0 };
+        (carried_kept, written + carried)
     }
 
     /// Counts spilled rows that could not be written: dropped, for `reason` the full
     /// budget or the write's `failure`.
     fn drop_unspilled(
         &mut self,
-        dropped: &[(TotalRecord, Granularity, i128)],
+        dropped: &[(WriteRecord, Granularity, i128)],
         failure: Option<std::io::Error>,
         ledger: &Ledger,
         state: &StateDir,
@@ -525,30 +526,12 @@ impl Totals {
         match failure {
             Some(error) => {
                 ledger.count_late_drop(DropReason::SpillFailed, rows as u64);
-                tracing::error!(%error, rows, minute_sum = %sums[0], day_sum = %sums[1], "Could not write totals.spill.jsonl; these totals are lost (counted in countersink_rows_dropped_total{{reason=\"spill_failed\"}}).");
+                tracing::error!(%error, rows, minute_sum = %sums[0], day_sum = %sums[1], "Could not write the totals spill segment; these totals are lost (counted in countersink_rows_dropped_total{{reason=\"spill_failed\"}}).");
             }
             None => {
                 ledger.count_late_drop(DropReason::SpillFull, rows as u64);
                 let (spill_bytes, max_spill_bytes) = state.spill_bytes();
-                tracing::error!(rows, minute_sum = %sums[0], day_sum = %sums[1], spill_bytes, max_spill_bytes, "The spill is full (state.max_spill_bytes, shared by the counter and writer_totals spills); these totals are lost (counted in countersink_rows_dropped_total{{reason=\"spill_full\"}}).");
-            }
-        }
-    }
-
-    /// Bytes the spill budget has left for the totals spill.
-    fn spill_room(&self, state: &mut StateDir) -> u64 {
-        self.share_spill_bytes(state);
-        let (used, max) = state.spill_bytes();
-        max.saturating_sub(used)
-    }
-
-    /// Tells the state directory what the totals spill files take on disk now: the
-    /// counter spill's segments get what they leave of the shared budget.
-    fn share_spill_bytes(&self, state: &mut StateDir) {
-        match self.spill.bytes_on_disk() {
-            Ok(bytes) => state.set_totals_spill_bytes(bytes),
-            Err(error) => {
-                tracing::warn!(%error, "Could not measure the totals spill files; the spill budget counts them at their last known size.")
+                tracing::error!(rows, minute_sum = %sums[0], day_sum = %sums[1], spill_bytes, max_spill_bytes, "The spill is full (state.max_spill_bytes); these totals are lost (counted in countersink_rows_dropped_total{{reason=\"spill_full\"}}).");
             }
         }
     }

@@ -1,61 +1,23 @@
-//! The records of the totals path: a spilled total ([`TotalRecord`], in
-//! `totals.spill.jsonl`), and the rejected log's [`WriteRecord`] for the part of a total
-//! the store refused.
+//! The records of the totals path, all [`WriteRecord`]s: a spilled total (with its
+//! [`TotalOf`], in a totals spill segment), and the rejected log's record of the part of
+//! a total the store refused.
 //!
 //! A spilled total keeps what is needed to write it again exactly as it would have been
 //! written: its writer column, its absolute totals and its write time. Replaying it any
-//! number of times leaves the same cell. It also keeps the part of it not known applied
+//! number of times leaves the same cell. Its deltas are the part of it not known applied
 //! (`unconfirmed`), which is what the accounting counts as spilled.
 
 use std::collections::BTreeMap;
-
-use serde::{Deserialize, Serialize};
 
 use crate::aggregate::Columns;
 use crate::bucket::{self, Day, MINUTES_PER_DAY, Minute};
 use crate::family::{Families, FamilyDef};
 use crate::series;
 use crate::sink::WriteError;
-use crate::state::{ErrorInfo, RecordOutcome, WriteRecord};
+use crate::state::{ErrorInfo, RecordOutcome, TotalOf, WriteRecord};
 use crate::vocabulary::Granularity;
 
 use super::book::RowId;
-
-/// One spilled running total.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct TotalRecord {
-    /// When it was spilled, RFC 3339 UTC.
-    pub time: String,
-    /// The writer column it belongs to (writer id, incarnation, start nonce).
-    pub writer: String,
-    /// Family name.
-    pub family: String,
-    /// `keyspace.table`.
-    pub table: String,
-    /// `minute` or `day`.
-    pub granularity: String,
-    /// Key column → value.
-    pub key: BTreeMap<String, String>,
-    /// The day, `YYYY-MM-DD`.
-    pub day: String,
-    /// Minute of the day (minute table only).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub minute: Option<i16>,
-    /// The month partition, `YYYY-MM` (day table only).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub month: Option<String>,
-    /// Value column → the writer's absolute total.
-    pub totals: BTreeMap<String, i64>,
-    /// Value column → the part of the total not known applied when it was spilled.
-    pub unconfirmed: BTreeMap<String, i64>,
-    /// The write time to write it with, microseconds: later than every write of this row
-    /// sent before it was spilled.
-    pub timestamp: i64,
-    /// The last error, when a write of it failed.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub error: Option<ErrorInfo>,
-}
 
 /// Where a row is, in the words of the records.
 struct Place {
@@ -112,23 +74,38 @@ pub(crate) struct SpilledRow<'a> {
     pub(crate) error: Option<&'a WriteError>,
 }
 
-/// The spill record of a row.
-pub(crate) fn total_record(row: &SpilledRow<'_>, family: &FamilyDef, time: &str) -> TotalRecord {
+/// The spill record of a row, under `by`'s identity (the request it was written in).
+pub(crate) fn total_record(
+    row: &SpilledRow<'_>,
+    family: &FamilyDef,
+    by: &Recorder<'_>,
+) -> WriteRecord {
     let place = place(row.id, family);
-    TotalRecord {
-        time: time.to_owned(),
-        writer: row.writer.to_owned(),
+    WriteRecord {
+        time: by.time.to_owned(),
+        writer: by.writer.to_owned(),
+        incarnation: by.incarnation,
+        flush_seq: by.flush_seq,
+        request_id: by.request_id.clone(),
+        row: by.row,
+        outcome: RecordOutcome::Spilled,
         family: family.name.clone(),
         table: place.table,
         granularity: row.id.table.as_str().to_owned(),
         key: place.key,
+        key_hex: None,
+        shard: None,
+        epoch: None,
         day: place.day,
         minute: place.minute,
         month: place.month,
-        totals: by_column(family, row.total, false),
-        unconfirmed: by_column(family, row.unconfirmed, false),
-        timestamp: row.timestamp,
+        deltas: by_column(family, row.unconfirmed, true),
         error: row.error.map(ErrorInfo::of),
+        total: Some(TotalOf {
+            column: row.writer.to_owned(),
+            totals: by_column(family, row.total, false),
+            timestamp: row.timestamp,
+        }),
     }
 }
 
@@ -141,10 +118,9 @@ pub(crate) struct Recorder<'a> {
     /// Flush sequence.
     pub(crate) flush_seq: u64,
     /// The request the record belongs to (`writer/incarnation/flush_seq/request`, see
-    /// [`crate::state::FlushId::request_id`]); empty for a spilled total refused as it is
-    /// loaded, which belongs to no request of this run.
+    /// [`crate::state::FlushId::request_id`]).
     pub(crate) request_id: String,
-    /// The row's position within the request (or, loading a spill, within its file).
+    /// The row's position within the request.
     pub(crate) row: u16,
     /// RFC 3339 now.
     pub(crate) time: &'a str,
@@ -160,6 +136,7 @@ pub(crate) fn rejected_record(
 ) -> WriteRecord {
     let place = place(id, family);
     WriteRecord {
+        total: None,
         key_hex: None,
         time: by.time.to_owned(),
         writer: by.writer.to_owned(),
@@ -210,15 +187,18 @@ pub(crate) enum Unmappable {
     Bucket(String),
 }
 
-/// The row a spilled total stands for.
+/// The row a spilled total stands for: a record with its [`TotalOf`] (the caller reads
+/// only those), whose totals cover the family's columns and whose deltas (the part not
+/// known applied, zeros left out) name only them.
 pub(crate) fn from_record(
-    record: &TotalRecord,
+    record: &WriteRecord,
     families: &Families,
 ) -> Result<Replayed, Unmappable> {
     let family = families
         .by_name(&record.family)
         .filter(|f| f.mode == crate::config::CountingMode::WriterTotals)
         .ok_or_else(|| Unmappable::Family(record.family.clone()))?;
+    let total = record.total.as_ref().ok_or(Unmappable::Columns)?;
     if record.key.len() != family.key_columns.len() {
         return Err(Unmappable::Key);
     }
@@ -240,16 +220,17 @@ pub(crate) fn from_record(
         ("day", None) => (Granularity::Day, day.0),
         _ => return Err(bad()),
     };
-    let columns = |values: &BTreeMap<String, i64>| -> Result<Columns, Unmappable> {
-        if values.len() != family.columns.len() {
-            return Err(Unmappable::Columns);
-        }
-        let mut out = Columns::zeroed(family.width());
-        for (i, column) in family.columns.iter().enumerate() {
-            out.checked_add_at(i, *values.get(column).ok_or(Unmappable::Columns)?);
-        }
-        Ok(out)
-    };
+    if total.totals.len() != family.columns.len()
+        || record.deltas.keys().any(|c| !family.columns.contains(c))
+    {
+        return Err(Unmappable::Columns);
+    }
+    let mut totals = Columns::zeroed(family.width());
+    let mut unconfirmed = Columns::zeroed(family.width());
+    for (i, column) in family.columns.iter().enumerate() {
+        totals.checked_add_at(i, *total.totals.get(column).ok_or(Unmappable::Columns)?);
+        unconfirmed.checked_add_at(i, record.deltas.get(column).copied().unwrap_or(0));
+    }
     Ok(Replayed {
         id: RowId {
             family: family.id,
@@ -257,72 +238,9 @@ pub(crate) fn from_record(
             series: series.into_boxed_slice(),
             bucket,
         },
-        total: columns(&record.totals)?,
-        unconfirmed: columns(&record.unconfirmed)?,
+        total: totals,
+        unconfirmed,
     })
-}
-
-/// The rejected-log record of a spilled total that cannot be replayed: its unconfirmed
-/// part, as deltas.
-pub(crate) fn unmappable_record(
-    record: &TotalRecord,
-    why: &Unmappable,
-    by: &Recorder<'_>,
-) -> WriteRecord {
-    as_write_record(
-        record,
-        by,
-        RecordOutcome::Rejected,
-        Some(ErrorInfo {
-            kind: "replay_unmappable".into(),
-            text: why.to_string(),
-        }),
-    )
-}
-
-/// A spilled total as a record of the outcome logs' form: its row, its unconfirmed part as
-/// deltas (zeros left out), under `by`'s identity.
-pub(crate) fn as_write_record(
-    record: &TotalRecord,
-    by: &Recorder<'_>,
-    outcome: RecordOutcome,
-    error: Option<ErrorInfo>,
-) -> WriteRecord {
-    WriteRecord {
-        key_hex: None,
-        time: by.time.to_owned(),
-        writer: by.writer.to_owned(),
-        incarnation: by.incarnation,
-        flush_seq: by.flush_seq,
-        request_id: by.request_id.clone(),
-        row: by.row,
-        outcome,
-        family: record.family.clone(),
-        table: record.table.clone(),
-        granularity: record.granularity.clone(),
-        key: record.key.clone(),
-        shard: None,
-        epoch: None,
-        day: record.day.clone(),
-        minute: record.minute,
-        month: record.month.clone(),
-        deltas: record
-            .unconfirmed
-            .iter()
-            .filter(|(_, v)| **v != 0)
-            .map(|(c, v)| (c.clone(), *v))
-            .collect(),
-        error,
-    }
-}
-
-/// The granularity a record is owed to (minute unless it says day).
-pub(crate) fn granularity_of(record: &TotalRecord) -> Granularity {
-    if record.granularity == "day" {
-        Granularity::Day
-    } else {
-        Granularity::Minute
-    }
 }
 
 #[cfg(test)]
@@ -338,6 +256,17 @@ mod tests {
             ..FamilyConfig::seed_views()
         });
         Families::from_config(&config).unwrap()
+    }
+
+    fn by() -> Recorder<'static> {
+        Recorder {
+            writer: "w",
+            incarnation: 1,
+            flush_seq: 3,
+            request_id: "w/1/3/0".into(),
+            row: 0,
+            time: "t",
+        }
     }
 
     #[test]
@@ -366,10 +295,11 @@ mod tests {
                     error: None,
                 },
                 family,
-                "t",
+                &by(),
             );
             let text = serde_json::to_string(&record).unwrap();
-            let back: TotalRecord = serde_json::from_str(&text).unwrap();
+            let back: WriteRecord = serde_json::from_str(&text).unwrap();
+            assert_eq!(back.total.as_ref().unwrap().timestamp, 42);
             assert_eq!(
                 from_record(&back, &families).unwrap(),
                 Replayed {
@@ -383,9 +313,9 @@ mod tests {
 
     #[test]
     fn a_family_that_counts_with_counters_now_cannot_replay_a_total() {
-        let record = TotalRecord {
+        let record = crate::state::totals_files::LegacyTotalRecord {
             time: "t".into(),
-            writer: "w".into(),
+            writer: "w/1/00".into(),
             family: "views".into(),
             table: "metrics.views_by_day".into(),
             granularity: "day".into(),
@@ -397,16 +327,23 @@ mod tests {
             unconfirmed: [("views".to_string(), 1), ("bytes".to_string(), 2)].into(),
             timestamp: 1,
             error: None,
-        };
+        }
+        .into_record(0);
         assert!(from_record(&record, &families(CountingMode::WriterTotals)).is_ok());
         assert!(matches!(
             from_record(&record, &families(CountingMode::Counter)),
             Err(Unmappable::Family(_))
         ));
-        let mut one_column = record;
-        one_column.totals.remove("bytes");
+        let mut one_column = record.clone();
+        one_column.total.as_mut().unwrap().totals.remove("bytes");
         assert_eq!(
             from_record(&one_column, &families(CountingMode::WriterTotals)),
+            Err(Unmappable::Columns)
+        );
+        let mut gone_column = record;
+        gone_column.deltas.insert("clicks".into(), 1);
+        assert_eq!(
+            from_record(&gone_column, &families(CountingMode::WriterTotals)),
             Err(Unmappable::Columns)
         );
     }

@@ -1,4 +1,4 @@
-//! Finishing the totals group of a flush a killed process did not finish: [`Recovery`],
+//! Reading the totals group of a flush a killed process did not finish: [`Recovery`],
 //! which [`crate::state::recovery`] calls while the state directory opens.
 //!
 //! The group's intents are writes of running totals, each idempotent by its write time:
@@ -7,26 +7,23 @@
 //! ended). So recovery needs no outcome but `applied` (nothing to do) and `rejected`
 //! (its rows' records for `rejected.jsonl`, which state recovery appends unless the log
 //! holds them: the refusal is journaled as it arrives, before its record is appended);
-//! every other intent, sent or not, is written to a totals replay file that the next
-//! start loads like a spill, except rows the flush had already spilled to
-//! `totals.spill.jsonl` (the spill owns them: written twice they would leave the same
-//! cell, but be counted twice). What the killed flush had not yet
-//! planned (rows backing off, increments after its drain) is lost with its memory and
-//! counted in the unclean-stop figure.
+//! every other intent, sent or not, becomes a spilled record that state recovery writes
+//! to the group's recovered totals segment, which the next start replays like any
+//! spill, except rows the flush had already spilled to its own totals segment (the
+//! segment owns them: written twice they would leave the same cell, but be counted
+//! twice). What the killed flush had not yet planned (rows backing off, increments
+//! after its drain) is lost with its memory and counted in the unclean-stop figure.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::BTreeMap;
 use std::io;
 
 use crate::bucket::{self, Day, Minute};
 use crate::series;
 use crate::state::recovery::TotalsFinished;
 use crate::state::{
-    ErrorInfo, FamilyEntry, FlushGroup, RecordOutcome, Settled, TotalsIntent, WriteRecord,
+    ErrorInfo, FamilyEntry, FlushGroup, RecordOutcome, Settled, TotalOf, TotalsIntent, WriteRecord,
 };
 use crate::vocabulary::Granularity;
-
-use super::records::TotalRecord;
-use super::spill::SpillFiles;
 
 /// The counting mode's recovery, handed to [`crate::state::StateDir::open_with`].
 pub struct Recovery;
@@ -34,14 +31,12 @@ pub struct Recovery;
 impl crate::state::recovery::FinishTotals for Recovery {
     fn finish_totals(
         &self,
-        dir: &std::path::Path,
+        _: &std::path::Path,
         group: &FlushGroup,
         time: &str,
     ) -> io::Result<TotalsFinished> {
-        let (rows, sums) = replay_intents(&SpillFiles::new(dir), group, time)?;
         Ok(TotalsFinished {
-            rows,
-            sums,
+            unsettled: unsettled_records(group, time),
             rejected: rejected_records(group, time),
         })
     }
@@ -58,82 +53,24 @@ pub(crate) fn rejected_records(group: &FlushGroup, time: &str) -> Vec<WriteRecor
         let Some(family) = group.family(intent.family) else {
             continue;
         };
-        let request_id = group.flush.request_id(intent.request);
-        for (row, total) in records_of(family, intent, time).into_iter().enumerate() {
-            out.push(WriteRecord {
-                key_hex: None,
-                time: time.to_owned(),
-                writer: group.flush.writer.clone(),
-                incarnation: group.flush.incarnation,
-                flush_seq: group.flush.flush_seq,
-                request_id: request_id.clone(),
-                row: u16::try_from(row).unwrap_or(u16::MAX),
-                outcome: RecordOutcome::Rejected,
-                family: total.family,
-                table: total.table,
-                granularity: total.granularity,
-                key: total.key,
-                shard: None,
-                epoch: None,
-                day: total.day,
-                minute: total.minute,
-                month: total.month,
-                deltas: total
-                    .unconfirmed
-                    .into_iter()
-                    .filter(|(_, v)| *v != 0)
-                    .collect(),
-                error: Some(ErrorInfo {
-                    kind: kind.clone(),
-                    text: text.clone(),
-                }),
+        for mut record in records_of(group, family, intent, time) {
+            record.outcome = RecordOutcome::Rejected;
+            record.total = None;
+            record.error = Some(ErrorInfo {
+                kind: kind.clone(),
+                text: text.clone(),
             });
+            out.push(record);
         }
     }
     out
 }
 
-/// Writes the intents of `group` not known applied or rejected to the group's replay
-/// file (atomically; skipped when an earlier run of recovery wrote it). Returns their
-/// rows, and the parts of their totals not known applied summed per granularity.
-pub(crate) fn replay_intents(
-    spill: &SpillFiles,
-    group: &FlushGroup,
-    time: &str,
-) -> io::Result<(u64, [i128; 2])> {
-    let records = unsettled_records(spill, group, time)?;
-    let path = spill.recovered_path(group.flush.incarnation, group.flush.flush_seq);
-    if !records.is_empty() && !path.exists() {
-        spill.rewrite(&path, &records)?;
-    }
-    let mut sums = [0_i128; 2];
-    for record in &records {
-        sums[super::records::granularity_of(record).index()] += record
-            .unconfirmed
-            .values()
-            .map(|v| i128::from(*v))
-            .sum::<i128>();
-    }
-    Ok((records.len() as u64, sums))
-}
-
-/// The records recovery writes to the group's replay file: one per row of every intent
-/// not known applied or rejected, but rows the flush already spilled to
-/// `totals.spill.jsonl` (also what `countersink outcomes` shows of such a group).
-pub(crate) fn unsettled_records(
-    spill: &SpillFiles,
-    group: &FlushGroup,
-    time: &str,
-) -> io::Result<Vec<TotalRecord>> {
-    // Streamed: the spill may be large, and only the group's own rows are kept.
-    let prefix = writer_prefix(group);
-    let mut spilled: HashSet<Place> = HashSet::new();
-    spill.for_each_spilled(|record| {
-        if record.writer.starts_with(&prefix) {
-            spilled.insert(place(&record));
-        }
-    })?;
-    let records: Vec<TotalRecord> = group
+/// The spilled records of the group's intents not known applied or rejected, one per
+/// row (what state recovery spills, but the rows the flush's own totals segment holds;
+/// also what `countersink outcomes` shows of such a group).
+pub(crate) fn unsettled_records(group: &FlushGroup, time: &str) -> Vec<WriteRecord> {
+    group
         .totals
         .iter()
         .filter(|intent| {
@@ -150,81 +87,72 @@ pub(crate) fn unsettled_records(
                     "A journal's totals intent names a family its group does not describe; it is not replayed."
                 );
             }
-            Some(records_of(family?, intent, time))
+            Some(records_of(group, family?, intent, time))
         })
         .flatten()
-        .filter(|record| !spilled.contains(&place(record)))
-        .collect();
-    Ok(records)
+        .collect()
 }
 
-/// Where a record's total goes: writer column, family, table, key, bucket.
-type Place = (
-    String,
-    String,
-    String,
-    BTreeMap<String, String>,
-    String,
-    Option<i16>,
-);
-
-fn place(record: &TotalRecord) -> Place {
-    (
-        record.writer.clone(),
-        record.family.clone(),
-        record.granularity.clone(),
-        record.key.clone(),
-        record.day.clone(),
-        record.minute,
-    )
-}
-
-/// The start of the writer column of the group's process: `writer id/incarnation/`.
-fn writer_prefix(group: &FlushGroup) -> String {
-    format!("{}/{}/", group.flush.writer, group.flush.incarnation)
-}
-
-/// The spill records of one intent, one per row.
-fn records_of(family: &FamilyEntry, intent: &TotalsIntent, time: &str) -> Vec<TotalRecord> {
+/// The spill records of one intent, one per row, under its request's id.
+fn records_of(
+    group: &FlushGroup,
+    family: &FamilyEntry,
+    intent: &TotalsIntent,
+    time: &str,
+) -> Vec<WriteRecord> {
     let key: BTreeMap<String, String> = family
         .key_columns
         .iter()
         .cloned()
         .zip(series::fields(&intent.series).map(str::to_owned))
         .collect();
-    let by_column = |values: &[i64]| -> BTreeMap<String, i64> {
+    let by_column = |values: &[i64], skip_zero: bool| -> BTreeMap<String, i64> {
         family
             .columns
             .iter()
             .cloned()
             .zip(values.iter().copied())
+            .filter(|(_, v)| !skip_zero || *v != 0)
             .collect()
     };
+    let request_id = group.flush.request_id(intent.request);
     intent
         .rows
         .iter()
-        .map(|row| {
+        .enumerate()
+        .map(|(index, row)| {
             let day = match intent.table {
                 Granularity::Minute => Minute(row.bucket).day(),
                 Granularity::Day => Day(row.bucket),
             };
-            TotalRecord {
+            WriteRecord {
                 time: time.to_owned(),
-                writer: intent.writer.clone(),
+                writer: group.flush.writer.clone(),
+                incarnation: group.flush.incarnation,
+                flush_seq: group.flush.flush_seq,
+                request_id: request_id.clone(),
+                row: u16::try_from(index).unwrap_or(u16::MAX),
+                outcome: RecordOutcome::Spilled,
                 family: family.name.clone(),
                 table: family.table(intent.table).to_owned(),
                 granularity: intent.table.as_str().to_owned(),
                 key: key.clone(),
+                key_hex: None,
+                shard: None,
+                epoch: None,
                 day: bucket::format_date(day.date()),
                 minute: (intent.table == Granularity::Minute)
                     .then(|| Minute(row.bucket).minute_of_day()),
                 month: (intent.table == Granularity::Day).then(|| day.month()),
-                totals: by_column(&row.totals),
-                unconfirmed: by_column(&row.unconfirmed),
-                timestamp: intent.timestamp,
+                deltas: by_column(&row.unconfirmed, true),
                 error: Some(ErrorInfo {
                     kind: "in_flight_at_crash".into(),
                     text: "sent or about to be sent when the process stopped; written again with its write time".into(),
+                }),
+                total: Some(TotalOf {
+                    column: intent.writer.clone(),
+                    totals: by_column(&row.totals, false),
+                    timestamp: intent.timestamp,
                 }),
             }
         })
@@ -235,7 +163,7 @@ fn records_of(family: &FamilyEntry, intent: &TotalsIntent, time: &str) -> Vec<To
 mod tests {
     use super::*;
     use crate::config::StateConfig;
-    use crate::state::{FlushId, StateDir, TotalsIntentRow};
+    use crate::state::{FlushId, SegmentId, StateDir, TotalsIntentRow};
 
     fn family() -> FamilyEntry {
         FamilyEntry {
@@ -271,8 +199,8 @@ mod tests {
     }
 
     /// A flush killed in its totals stage: the intents not known applied or rejected, and
-    /// not already spilled, are written to one replay file with their writer and write
-    /// time; running recovery again adds nothing.
+    /// not already spilled, are spilled to one recovered segment with their writer and
+    /// write time; running recovery again adds nothing.
     #[test]
     fn a_killed_totals_stage_is_replayed_once_without_what_it_spilled_or_applied() {
         let tmp = tempfile::tempdir().unwrap();
@@ -296,7 +224,7 @@ mod tests {
             intent(7, &writer, "failed", 50, 8),
         ];
         state
-            .journal_begin_totals(&flush, "t", &[family()], &intents)
+            .journal_begin_totals(&flush, "t", None, &[family()], &intents)
             .unwrap();
         state.journal_outcome(3, &Settled::Applied);
         let refused = |kind: &str| (kind.to_owned(), "x".to_owned());
@@ -305,11 +233,27 @@ mod tests {
         let (kind, text) = refused("unavailable");
         state.journal_outcome(7, &Settled::NotApplied { kind, text });
         state.journal_flush();
-        // The settle step had spilled one row before the kill.
-        let spill = SpillFiles::new(tmp.path());
-        spill
-            .append(&records_of(&family(), &intents[2], "t"), u64::MAX)
-            .unwrap();
+        // The settle step had spilled one row before the kill, to the flush's own
+        // totals segment.
+        let group = FlushGroup {
+            flush: flush.clone(),
+            time: "t".into(),
+            consumes: None,
+            families: vec![family()],
+            intents: Vec::new(),
+            totals: intents.to_vec(),
+            committed: true,
+            outcomes: Default::default(),
+            logs_at: None,
+            ended: false,
+            wrapper: None,
+            starts_below: None,
+        };
+        let spilled: Vec<WriteRecord> = unsettled_records(&group, "t")
+            .into_iter()
+            .filter(|r| r.key["page_id"] == "spilled")
+            .collect();
+        state.spill_totals(&flush, None, &[], &[spilled]).unwrap();
         let journal = std::fs::read(state.journal_path()).unwrap();
         drop(state); // killed
 
@@ -322,17 +266,27 @@ mod tests {
             report.rejected_rows, 1,
             "the refusal had not been logged yet"
         );
-        let path = spill.recovered_path(flush.incarnation, 7);
-        let replayed = spill.load(&path).unwrap().records;
+        let path = tmp
+            .path()
+            .join(SegmentId::totals(flush.incarnation, 7, true).file_name());
+        let segment = || -> Vec<WriteRecord> {
+            std::fs::read_to_string(&path)
+                .unwrap()
+                .lines()
+                .filter_map(|l| serde_json::from_str(l).ok())
+                .collect()
+        };
+        let replayed = segment();
         let got: Vec<(String, &str, i64, i64, i64)> = replayed
             .iter()
             .map(|r| {
+                let total = r.total.as_ref().unwrap();
                 (
                     r.key["page_id"].clone(),
-                    r.writer.as_str(),
-                    r.totals["views"],
-                    r.unconfirmed["views"],
-                    r.timestamp,
+                    total.column.as_str(),
+                    total.totals["views"],
+                    r.deltas["views"],
+                    total.timestamp,
                 )
             })
             .collect();
@@ -344,11 +298,10 @@ mod tests {
             ]
         );
         drop(state);
-        // Killed again before recovery's end: the file is kept as it is, nothing added.
+        // Killed again before recovery's end: the segment is kept as it is, nothing added.
         std::fs::write(tmp.path().join("journal.wal"), &journal).unwrap();
         let _state = StateDir::open_with(&config, &Recovery).unwrap();
-        assert_eq!(spill.load(&path).unwrap().records, replayed);
-        assert_eq!(spill.replay_files().unwrap(), [path]);
+        assert_eq!(segment(), replayed);
     }
 
     fn rejected_log(dir: &std::path::Path) -> Vec<WriteRecord> {
@@ -378,7 +331,7 @@ mod tests {
         let writer = format!("{}/{}/0000abcd", flush.writer, flush.incarnation);
         let intents = [intent(0, &writer, "refused", 40, 7)];
         state
-            .journal_begin_totals(&flush, "t", &[family()], &intents)
+            .journal_begin_totals(&flush, "t", None, &[family()], &intents)
             .unwrap();
         let (kind, text) = ("invalid".to_owned(), "no such column".to_owned());
         state.journal_outcome(0, &Settled::Rejected { kind, text });

@@ -1,82 +1,69 @@
-//! Spilled totals being written again: streamed from their replay files one chunk at a
-//! time, sent with their own writer column and write time until they apply, and their
-//! files deleted (or, at shutdown, rewritten with the rows left).
+//! Spilled totals being written again: read from the spill segments through the state
+//! directory's one replay cursor, a chunk at a time, each chunk written and settled
+//! within one flush.
 //!
-//! Memory: a replay file may hold far more rows than memory may (a long outage spills
-//! every closed row), so it is never loaded whole. A chunk is read only once every row
-//! of the one before it applied (or was rejected): at most half the room the memory
-//! budget has left, and at most the flush's share of `limits.max_pending_bytes`, each row
-//! charged to the budget while it is held ([`crate::aggregate::Aggregator`]), like a
-//! running total. While the store fails, the chunk in hand backs off and nothing more is
-//! read. A row the budget has no room for ends the chunk; it stays on disk for the next.
+//! Reading: through the one replay loop ([`crate::stage::replay`], which counts what it
+//! reads and refuses what no longer maps), the records of running totals (those with a
+//! [`crate::state::TotalOf`]) from the cursor on, up to the first record of another kind
+//! (the counter replay's to take) or the end of the chunk's room. A chunk is at most half the room the memory budget
+//! has left and the flush's share of `limits.max_pending_bytes`, each row charged to the
+//! budget while it is held ([`crate::aggregate::Aggregator`]), like a running total; a
+//! row the budget has no room for ends the chunk, still on disk.
 //!
-//! Counting: a row counts from when it is read. One spilled by an earlier process is
-//! accepted anew (`replayed`), one this process spilled moves from `spilled` back to
-//! pending; either leaves pending when it applies, is rejected, or is still in its file
-//! at shutdown (spilled again). Rows not read yet stay where they were: on disk, spilled
-//! (this process's) or not yet accepted (an earlier one's).
+//! Writing: every row of the chunk is a write of the flush's totals group, whose commit
+//! names the cursor past the chunk. After the flush's writes settle, the rows that did
+//! not apply (and were not refused) are carried into the flush's totals segment, written
+//! again with the writer column and write time they had, and that segment's header names
+//! the same cursor; the group's end then makes the cursor durable. So no chunk outlives
+//! its flush in memory, and a kill at any point leaves each row in one place: before the
+//! commit, on disk behind the cursor; after it, in the group's intents (recovery spills
+//! those not known applied) or the flush's segment. A carried chunk that does not fit in
+//! `state.max_spill_bytes` is not carried: the cursor stays before the chunk, which is
+//! read again later (its applied rows re-sent, harmlessly: a total is absolute).
+//!
+//! Counting: a row counts from when it is read (the loop's). One spilled by an earlier
+//! process is accepted anew (`replayed`), one this process spilled moves from `spilled`
+//! back to pending; either leaves pending when it applies, is rejected, or is carried
+//! (spilled again). Rows not read yet stay where they were: on disk, spilled (this process's) or
+//! not yet accepted (an earlier one's).
 
-use std::ops::Range;
-use std::path::PathBuf;
 use std::sync::Arc;
 
 use crate::aggregate::{Aggregator, Columns};
 use crate::family::Families;
 use crate::sink::{TotalRow, TotalsWrite, WriteError};
+use crate::stage::replay::{self, Taken};
 use crate::state::spill::MAX_REPLAY_CHUNK_ROWS;
-use crate::state::{OutcomeLog, StateDir};
+use crate::state::{Cursor, OutcomeLog, StateDir};
 use crate::telemetry::{Ledger, Settled};
+use crate::vocabulary::Granularity;
 
-use super::book::{self, RowId};
-use super::records::{self, Recorder, Replayed, TotalRecord};
-use super::spill::{ReadRecord, SpillFiles};
-
-/// Where replayed rows come from, which decides how they are counted.
-#[derive(Clone, Copy, PartialEq, Eq)]
-pub(super) enum Origin {
-    /// Spilled by an earlier process: accepted anew (`replayed`).
-    PreviousRun,
-    /// Spilled by this process: back from `spilled` to pending.
-    ThisRun,
-}
-
-/// A replay file and how far it has been read.
-struct ReplayFile {
-    /// Names the file in its rows (files leave the queue, so not an index).
-    id: u64,
-    path: PathBuf,
-    origin: Origin,
-    /// Byte offset of the first line not read yet.
-    read_to: u64,
-    /// Whether every line has been read.
-    read_all: bool,
-}
+use super::book::RowId;
+use super::records::{self, Recorder, Replayed, SpilledRow};
 
 /// A spilled total read back, waiting to be written again.
 struct ReplayRow {
-    /// Its file's id.
-    file: u64,
-    /// Its line in the file: kept there at shutdown if it has not applied.
-    line: Range<u64>,
     id: RowId,
     writer: Arc<str>,
     timestamp: i64,
     total: Columns,
     unconfirmed: Columns,
-    failures: u32,
-    not_before: u64,
+    /// Spilled by this process (its segment's incarnation is this one).
+    own: bool,
     /// Bytes charged to the memory budget while it is held.
     charge: usize,
-    /// Applied or rejected during this flush: forgotten at its end.
+    /// Applied or rejected.
     settled: bool,
+    /// The request it was written in, and why it did not apply (for its carried record).
+    failed: Option<(u32, Option<WriteError>)>,
 }
 
-/// The replay files of this process, oldest first, and the rows read from them.
+/// The chunk of spilled totals of the flush in progress.
+#[derive(Default)]
 pub(super) struct Replays {
-    files: Vec<ReplayFile>,
     rows: Vec<ReplayRow>,
-    spill: SpillFiles,
-    next_file_id: u64,
+    /// The replay cursor past the chunk (what the flush's group consumes).
+    read_to: Option<Cursor>,
 }
 
 /// What one chunk may still take.
@@ -109,19 +96,6 @@ impl ChunkRoom {
     }
 }
 
-/// Why reading a file stopped.
-enum Stopped {
-    /// Its last line was read: the chunk goes on with the next file.
-    EndOfFile,
-    /// The chunk is full, or the file could not be read: the chunk ends here.
-    ChunkEnds,
-}
-
-/// The unconfirmed part a record counts for.
-fn unconfirmed_of(record: &TotalRecord) -> i128 {
-    record.unconfirmed.values().map(|v| i128::from(*v)).sum()
-}
-
 /// What a read row costs while it is held: the row, and the write a flush plans from it
 /// (its series and totals copied, its writer shared).
 fn charge_of(replayed: &Replayed, writer: &str) -> usize {
@@ -134,173 +108,85 @@ fn charge_of(replayed: &Replayed, writer: &str) -> usize {
         + replayed.unconfirmed.heap_bytes()
 }
 
-impl Replays {
-    /// None yet.
-    pub(super) fn new(spill: SpillFiles) -> Replays {
-        Replays {
-            files: Vec::new(),
-            rows: Vec::new(),
-            spill,
-            next_file_id: 0,
+/// Moves a row's unconfirmed part back to where it was before it was read: spilled
+/// (this process's), or not yet accepted (an earlier one's).
+fn unread(ledger: &Ledger, table: Granularity, own: bool, unconfirmed: i128) {
+    ledger.update(table, |s| {
+        if own {
+            s.spilled += unconfirmed;
+        } else {
+            s.replayed -= unconfirmed;
         }
+        s.in_flight -= unconfirmed;
+    });
+}
+
+impl Replays {
+    /// Whether a chunk is in hand.
+    pub(super) fn has_rows(&self) -> bool {
+        !self.rows.is_empty()
     }
 
-    /// Whether replay files wait, read or not.
-    pub(super) fn has_work(&self) -> bool {
-        !self.files.is_empty()
+    /// The cursor past the chunk in hand (`None` without one).
+    pub(super) fn read_to(&self) -> Option<Cursor> {
+        self.read_to
     }
 
-    /// Replay files waiting.
-    pub(super) fn files(&self) -> usize {
-        self.files.len()
-    }
-
-    /// Queues a replay file; its rows are read chunk by chunk ([`Replays::load_chunk`]).
-    pub(super) fn add_file(&mut self, path: PathBuf, origin: Origin) {
-        self.files.push(ReplayFile {
-            id: self.next_file_id,
-            path,
-            origin,
-            read_to: 0,
-            read_all: false,
-        });
-        self.next_file_id += 1;
-    }
-
-    /// Reads the next chunk of rows, when every row of the last one has settled. A record
-    /// today's configuration cannot map (its family gone or counting with counters, its
-    /// columns changed) is logged as rejected.
+    /// Reads the next chunk of spilled totals from the replay cursor (see the module
+    /// doc). A record today's configuration cannot map (its family gone or counting
+    /// with counters, its columns changed) is logged as rejected; a chunk of nothing
+    /// else is consumed at once.
     pub(super) fn load_chunk(&mut self, reading: &Reading<'_>, state: &mut StateDir) {
-        if !self.rows.is_empty() {
+        debug_assert!(self.rows.is_empty(), "a chunk never outlives its flush");
+        let mut chunk = ChunkRoom::of(reading.aggregator);
+        let rows = &mut self.rows;
+        replay::read_chunk(state, reading.ledger, |_, own, record| {
+            let Some(total) = &record.total else {
+                // Another kind of write: its replay takes it from here.
+                return Taken::Declined;
+            };
+            match records::from_record(record, reading.families) {
+                Ok(replayed) => {
+                    let charge = charge_of(&replayed, &total.column);
+                    if !chunk.take(charge, reading.aggregator) {
+                        return Taken::Declined;
+                    }
+                    let (table, sum) = (replayed.id.table, replayed.unconfirmed.sum());
+                    rows.push(ReplayRow {
+                        id: replayed.id,
+                        writer: total.column.as_str().into(),
+                        timestamp: total.timestamp,
+                        total: replayed.total,
+                        unconfirmed: replayed.unconfirmed,
+                        own,
+                        charge,
+                        settled: false,
+                        failed: None,
+                    });
+                    Taken::Row { table, sum }
+                }
+                Err(why) => Taken::Unmappable(why.to_string()),
+            }
+        });
+        let loaded = state.replay_loaded();
+        if self.rows.is_empty() {
+            // Nothing to write (refused records, unreadable lines, or nothing read):
+            // consumed now.
+            if let Err(error) = state.commit_replay(loaded) {
+                tracing::error!(%error, "Could not record the replay cursor.");
+            }
             return;
         }
-        let mut chunk = ChunkRoom::of(reading.aggregator);
-        for index in 0..self.files.len() {
-            if self.files[index].read_all {
-                continue;
-            }
-            if let Stopped::ChunkEnds = self.read_file(index, &mut chunk, reading, state) {
-                break;
-            }
-        }
+        self.read_to = loaded;
+        tracing::info!(rows = self.rows.len(), "Replaying spilled writer totals.");
     }
 
-    /// Reads rows of file `index` into the chunk until it is full or the file ends.
-    fn read_file(
-        &mut self,
-        index: usize,
-        chunk: &mut ChunkRoom,
-        reading: &Reading<'_>,
-        state: &mut StateDir,
-    ) -> Stopped {
-        let file = &self.files[index];
-        let mut reader = match self.spill.read_from(&file.path, file.read_to) {
-            Ok(reader) => reader,
-            Err(error) => {
-                tracing::error!(%error, file = %file.path.display(), "Could not read a totals replay file; it waits for a later flush.");
-                return Stopped::ChunkEnds;
-            }
-        };
-        let stopped = loop {
-            let read = match reader.next_record() {
-                Ok(Some(read)) => read,
-                Ok(None) => {
-                    self.files[index].read_all = true;
-                    break Stopped::EndOfFile;
-                }
-                Err(error) => {
-                    tracing::error!(%error, file = %self.files[index].path.display(), "Could not read a totals replay file; the rest waits for a later flush.");
-                    break Stopped::ChunkEnds;
-                }
-            };
-            let end = read.span.end;
-            if !self.take_record(index, read, chunk, reading, state) {
-                break Stopped::ChunkEnds;
-            }
-            self.files[index].read_to = end;
-        };
-        match reader.finish() {
-            Ok(0) => {}
-            Ok(lines) => tracing::error!(
-                lines,
-                "Unreadable lines of a totals spill file were set aside in totals.spill.corrupt.jsonl."
-            ),
-            Err(error) => {
-                tracing::error!(%error, "Could not set aside the unreadable lines of a totals spill file.")
-            }
-        }
-        stopped
-    }
-
-    /// Takes one record of file `index`: a row to write again (false, nothing taken,
-    /// when the chunk has no room for it), or a rejected one.
-    fn take_record(
-        &mut self,
-        index: usize,
-        read: ReadRecord,
-        chunk: &mut ChunkRoom,
-        reading: &Reading<'_>,
-        state: &mut StateDir,
-    ) -> bool {
-        let ReadRecord { record, span } = read;
-        let unconfirmed = unconfirmed_of(&record);
-        let table = records::granularity_of(&record);
-        let file = &self.files[index];
-        let origin = file.origin;
-        let bring_back = |ledger: &Ledger| {
-            ledger.update(table, |s| match origin {
-                Origin::PreviousRun => s.replayed += unconfirmed,
-                Origin::ThisRun => s.spilled -= unconfirmed,
-            });
-        };
-        match records::from_record(&record, reading.families) {
-            Ok(replayed) => {
-                let charge = charge_of(&replayed, &record.writer);
-                if !chunk.take(charge, reading.aggregator) {
-                    return false;
-                }
-                bring_back(reading.ledger);
-                reading.ledger.update(table, |s| s.in_flight += unconfirmed);
-                self.rows.push(ReplayRow {
-                    file: file.id,
-                    line: span,
-                    id: replayed.id,
-                    writer: record.writer.as_str().into(),
-                    timestamp: record.timestamp,
-                    total: replayed.total,
-                    unconfirmed: replayed.unconfirmed,
-                    failures: 0,
-                    not_before: 0,
-                    charge,
-                    settled: false,
-                });
-            }
-            Err(why) => {
-                bring_back(reading.ledger);
-                let by = Recorder {
-                    request_id: String::new(),
-                    row: 0,
-                    ..*reading.by
-                };
-                let rejected = records::unmappable_record(&record, &why, &by);
-                let appended = state.append_now(OutcomeLog::Rejected, &[rejected]);
-                reading
-                    .ledger
-                    .count_appended(OutcomeLog::Rejected, &appended);
-                reading.ledger.update(table, |s| s.rejected += unconfirmed);
-                tracing::warn!(%why, family = record.family, "A spilled writer total cannot be replayed; recorded in rejected.jsonl.");
-            }
-        }
-        true
-    }
-
-    /// The writes of flush `seq`: one per row due (all at shutdown), with the row's own
-    /// writer and write time; the first of each pair is the row's index.
-    pub(super) fn writes(&self, seq: u64, last: bool) -> Vec<(usize, TotalsWrite)> {
+    /// The writes of the chunk: one per row, with the row's own writer and write time;
+    /// the first of each pair is the row's index.
+    pub(super) fn writes(&self) -> Vec<(usize, TotalsWrite)> {
         self.rows
             .iter()
             .enumerate()
-            .filter(|(_, row)| !row.settled && (last || row.not_before <= seq))
             .map(|(index, row)| {
                 (
                     index,
@@ -326,8 +212,8 @@ impl Replays {
     }
 
     /// Row `index` applied.
-    pub(super) fn applied(&mut self, index: usize, ledger: &Ledger, aggregator: &Aggregator) {
-        self.settled(index, ledger, aggregator, |s, u| s.applied += u);
+    pub(super) fn applied(&mut self, index: usize, ledger: &Ledger) {
+        self.settle(index, ledger, |s, u| s.applied += u);
     }
 
     /// Row `index` was refused for good: its unconfirmed part is logged as rejected.
@@ -350,90 +236,99 @@ impl Replays {
         reading
             .ledger
             .count_appended(OutcomeLog::Rejected, &appended);
-        self.settled(index, reading.ledger, reading.aggregator, |s, u| {
-            s.rejected += u
-        });
+        self.settle(index, reading.ledger, |s, u| s.rejected += u);
     }
 
-    /// Row `index` did not apply: it backs off like a held row.
-    pub(super) fn failed(&mut self, index: usize, seq: u64) {
-        let row = &mut self.rows[index];
-        row.failures = row.failures.saturating_add(1);
-        row.not_before = book::next_attempt(row.failures, seq);
+    /// Row `index`, written in request `request`, did not apply: it is carried.
+    pub(super) fn failed(&mut self, index: usize, request: u32, error: Option<WriteError>) {
+        self.rows[index].failed = Some((request, error));
     }
 
-    fn settled(
-        &mut self,
-        index: usize,
-        ledger: &Ledger,
-        aggregator: &Aggregator,
-        stage: impl Fn(&mut Settled, i128),
-    ) {
+    fn settle(&mut self, index: usize, ledger: &Ledger, stage: impl Fn(&mut Settled, i128)) {
         let row = &mut self.rows[index];
         let unconfirmed = row.unconfirmed.sum();
         ledger.update(row.id.table, |s| {
             stage(s, unconfirmed);
             s.in_flight -= unconfirmed;
         });
-        aggregator.release_held(1, row.charge);
         row.settled = true;
     }
 
-    /// After a flush: forgets settled rows and deletes the files read to their end whose
-    /// rows all settled. At shutdown, rewrites every file read in part with the rows left
-    /// (read and not applied, which count as spilled again, and not read yet).
-    pub(super) fn finish(&mut self, last: bool, ledger: &Ledger, aggregator: &Aggregator) {
-        let mut kept = Vec::with_capacity(self.files.len());
-        for mut file in std::mem::take(&mut self.files) {
-            let waiting = self.rows.iter().any(|r| r.file == file.id && !r.settled);
-            if file.read_all && !waiting {
-                if let Err(error) = self.spill.remove(&file.path) {
-                    tracing::warn!(%error, file = %file.path.display(), "Could not delete a replayed totals file; the next start replays it again (harmlessly).");
-                }
-                continue;
-            }
-            if last && file.read_to > 0 {
-                self.keep_what_is_left(&mut file, ledger, aggregator);
-            }
-            kept.push(file);
+    /// The record lines of the rows that did not settle, to carry into the flush's
+    /// totals segment (each under the request it was written in, `request_id` names it,
+    /// row 0), serialized one record at a time, and how many. The chunk is kept until
+    /// [`Replays::finish`].
+    pub(super) fn left(
+        &self,
+        families: &Families,
+        by: &Recorder<'_>,
+        request_id: impl Fn(u32) -> String,
+    ) -> std::io::Result<(Vec<u8>, usize)> {
+        let mut lines = Vec::new();
+        let mut count = 0;
+        for row in self.rows.iter().filter(|row| !row.settled) {
+            let (request_id, error) = match &row.failed {
+                Some((request, error)) => (request_id(*request), error.as_ref()),
+                None => (by.request_id.clone(), None),
+            };
+            let record = records::total_record(
+                &SpilledRow {
+                    id: &row.id,
+                    writer: &row.writer,
+                    total: &row.total,
+                    unconfirmed: &row.unconfirmed,
+                    timestamp: row.timestamp,
+                    error,
+                },
+                families.get(row.id.family),
+                &Recorder {
+                    request_id,
+                    row: 0,
+                    ..*by
+                },
+            );
+            serde_json::to_writer(&mut lines, &record).map_err(std::io::Error::other)?;
+            lines.push(b'\n');
+            count += 1;
         }
-        self.files = kept;
-        self.rows.retain(|row| !row.settled);
+        Ok((lines, count))
     }
 
-    /// Rewrites `file` at shutdown with its rows not applied and its lines not read: the
-    /// rows leave memory, spilled again, and the file is read from its start next time.
-    fn keep_what_is_left(
+    /// Ends the chunk: the rows left unsettled were carried (`carried`: they count as
+    /// spilled again) or stay on disk behind the cursor (they count as before they were
+    /// read; `rewind` also puts the read position back, for a chunk whose group was not
+    /// committed). Every row's room goes back to the budget.
+    pub(super) fn finish(
         &mut self,
-        file: &mut ReplayFile,
+        carried: bool,
+        rewind: Option<&mut StateDir>,
         ledger: &Ledger,
         aggregator: &Aggregator,
     ) {
-        let mut spans = Vec::new();
-        for row in self
-            .rows
-            .iter_mut()
-            .filter(|r| r.file == file.id && !r.settled)
-        {
-            let unconfirmed = row.unconfirmed.sum();
-            ledger.update(row.id.table, |s| {
-                s.spilled += unconfirmed;
-                s.in_flight -= unconfirmed;
-            });
+        for row in self.rows.drain(..) {
             aggregator.release_held(1, row.charge);
-            row.settled = true;
-            spans.push(row.line.clone());
+            if row.settled {
+                continue;
+            }
+            let unconfirmed = row.unconfirmed.sum();
+            if carried {
+                ledger.update(row.id.table, |s| {
+                    s.spilled += unconfirmed;
+                    s.in_flight -= unconfirmed;
+                });
+            } else {
+                unread(ledger, row.id.table, row.own, unconfirmed);
+            }
         }
-        if let Err(error) = self.spill.keep_only(&file.path, &spans, file.read_to) {
-            tracing::warn!(%error, file = %file.path.display(), "Could not rewrite a totals replay file; the next start replays all of it again (harmlessly).");
+        if let Some(state) = rewind {
+            state.rewind_replay();
         }
-        file.read_to = 0;
-        file.read_all = false;
+        self.read_to = None;
     }
 
     /// Gives the room of every row still held back (the replay is going away).
     pub(super) fn release_all(&mut self, aggregator: &Aggregator) {
-        for row in self.rows.drain(..).filter(|r| !r.settled) {
+        for row in self.rows.drain(..) {
             aggregator.release_held(1, row.charge);
         }
     }

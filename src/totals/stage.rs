@@ -6,21 +6,22 @@
 //! totals and the part of them not known applied), and how a decision is carried out. A
 //! write of the book's rows is decided for the request, then row by row for the age
 //! rule (each row has its own failure streak, and only closed rows leave memory); a
-//! replayed row is its own write and stays in its file until it applies.
+//! replayed row is its own write, and is carried into the flush's totals segment when it
+//! does not apply (see [`super::replay`]).
 
 use crate::sink::bounded::Cutoff;
 use crate::sink::{Outcome, Sink, TotalsWrite};
 use crate::stage::{
     self, Action, CrashPoints, Decision, Facts, Policy, Sender, StageCx, WriteKind, run_stage,
 };
-use crate::state::{FlushId, OutcomeLog, StateDir, WriteRecord};
+use crate::state::{Cursor, FlushId, OutcomeLog, StateDir, WriteRecord};
 use crate::telemetry::Ledger;
 use crate::test_hooks::crash_point;
 use crate::vocabulary::Granularity;
 
 use super::book::{RowId, RowRef};
 use super::clock;
-use super::records::{self, Recorder, SpilledRow, TotalRecord};
+use super::records::{self, Recorder, SpilledRow};
 use super::replay::Reading;
 use super::{Planned, Totals, TotalsReport};
 
@@ -50,12 +51,17 @@ pub(super) struct TotalsStage<'a> {
     pub(super) now_unix_secs: i64,
     /// RFC 3339 now, for records.
     pub(super) time: String,
-    /// Rows for the spill file: record, granularity, unconfirmed sum.
-    pub(super) to_spill: Vec<(TotalRecord, Granularity, i128)>,
+    /// Rows for the flush's totals segment: record, granularity, unconfirmed sum.
+    pub(super) to_spill: Vec<(WriteRecord, Granularity, i128)>,
     /// Records of the parts of totals the store refused, for `rejected.jsonl`.
     pub(super) rejected: Vec<WriteRecord>,
     /// Rows released, replayed and spilled (the request counts come from the runner).
     pub(super) report: TotalsReport,
+    /// Whether the group commit was made (the chunk of replayed rows was sent).
+    pub(super) committed: bool,
+    /// The replay cursor the group's end makes durable: past the chunk once its rows
+    /// are all settled or carried.
+    pub(super) consumed: Option<Cursor>,
 }
 
 impl WriteKind for TotalsStage<'_> {
@@ -80,8 +86,10 @@ impl WriteKind for TotalsStage<'_> {
         let planned: Vec<&Planned> = self.planned.iter().flatten().collect();
         let intents = self.totals.intents(writes, &planned, first_request);
         let families = &self.totals.families;
+        let consumes = self.totals.replays.read_to();
         self.state
-            .journal_begin_totals(&self.flush, &self.time, families, &intents)?;
+            .journal_begin_totals(&self.flush, &self.time, consumes, families, &intents)?;
+        self.committed = true;
         (self.observe)(writes);
         Ok(())
     }
@@ -101,28 +109,70 @@ impl WriteKind for TotalsStage<'_> {
         }
     }
 
-    /// The spill file, the rejected log, the replay files' progress, the spill budget.
+    /// The flush's totals segment (its own rows, and the replayed rows it carries), the
+    /// rejected log, the replay chunk's end.
     fn finish(&mut self) {
+        let totals = &mut *self.totals;
+        let carried = if self.committed {
+            let by = Recorder {
+                writer: &totals.writer_id,
+                incarnation: totals.incarnation,
+                flush_seq: self.flush.flush_seq,
+                request_id: self.flush.named_request("replay"),
+                row: 0,
+                time: &self.time,
+            };
+            let flush = &self.flush;
+            totals
+                .replays
+                .left(totals.engine.families(), &by, |r| flush.request_id(r))
+        } else {
+            Ok((Vec::new(), 0))
+        };
+        let consumes = self.committed.then(|| totals.replays.read_to()).flatten();
+        let carried = carried
+            .inspect_err(|error| {
+                tracing::error!(%error, "Could not write replayed writer totals again; they stay where they were read, and are read again later.");
+            })
+            .ok();
         let to_spill = std::mem::take(&mut self.to_spill);
-        self.report.rows_spilled = self.totals.write_spill(to_spill, self.ledger, self.state);
-        if self.report.rows_spilled > 0 {
+        let (carried_kept, spilled) = totals.write_spill(
+            &self.flush,
+            consumes,
+            carried,
+            to_spill,
+            self.ledger,
+            self.state,
+        );
+        self.report.rows_spilled = spilled;
+        if spilled > 0 {
             crash_point("totals_spilled");
         }
         if !self.rejected.is_empty() {
             let appended = self.state.append_now(OutcomeLog::Rejected, &self.rejected);
             self.ledger.count_appended(OutcomeLog::Rejected, &appended);
         }
-        let totals = &mut *self.totals;
-        totals
-            .replays
-            .finish(self.last, self.ledger, totals.engine.aggregator());
-        totals.share_spill_bytes(self.state);
+        if totals.replays.has_rows() {
+            // Every row settled or carried: the group's end consumes the chunk. Else (not
+            // sent, or carried rows with no room) the chunk stays on disk behind the
+            // cursor, and the read position goes back before it, so that no later
+            // segment's header names a cursor past it.
+            let consumed = self.committed && carried_kept;
+            let rewind = (!consumed).then_some(&mut *self.state);
+            totals
+                .replays
+                .finish(consumed, rewind, self.ledger, totals.engine.aggregator());
+            if consumed {
+                self.consumed = consumes;
+            }
+        }
     }
 
-    /// A totals group consumes no spill cursor: it ends with its End (a cursor an
-    /// earlier group owes is made durable first, or no End is written).
+    /// Ends the group, making the cursor past its replayed rows durable first when they
+    /// are all settled or carried (a cursor an earlier group owes too: see
+    /// [`StateDir::journal_end`]).
     fn end(&mut self) -> std::io::Result<()> {
-        self.state.journal_end(&self.flush, None)
+        self.state.journal_end(&self.flush, self.consumed)
     }
 }
 
@@ -184,7 +234,9 @@ impl TotalsStage<'_> {
                     self.totals.book.failed(&id, seq, shared.now_unix_secs);
                 }
                 Action::Hold => self.totals.book.hold(&id),
-                Action::Spill(error) => self.spill_row(&id, error.as_ref()),
+                Action::Spill(error) => {
+                    self.spill_row(&id, error.as_ref(), request, row_index);
+                }
                 Action::LogRejected(error) | Action::LogUnknown(error) => {
                     // A total is never logged unknown (its column sends it again); a
                     // refusal logs the part of the total not applied.
@@ -194,15 +246,29 @@ impl TotalsStage<'_> {
         }
     }
 
-    /// The row's newest total goes to the spill file. A closed row leaves memory with it
-    /// (the age rule spills only closed rows); the final flush spills open rows too,
-    /// and memory goes with the process.
-    fn spill_row(&mut self, id: &RowId, error: Option<&crate::sink::WriteError>) {
+    /// The row's newest total goes to the flush's totals segment (as row `row_index` of
+    /// `request`). A closed row leaves memory with it (the age rule spills only closed
+    /// rows); the final flush spills open rows too, and memory goes with the process.
+    fn spill_row(
+        &mut self,
+        id: &RowId,
+        error: Option<&crate::sink::WriteError>,
+        request: u32,
+        row_index: usize,
+    ) {
         let totals = &mut *self.totals;
         let spilled = totals
             .book
             .spill(id, !self.last, totals.engine.aggregator());
         let timestamp = totals.clock.tick(clock::now_micros());
+        let by = Recorder {
+            writer: &totals.writer_id,
+            incarnation: totals.incarnation,
+            flush_seq: self.flush.flush_seq,
+            request_id: self.flush.request_id(request),
+            row: u16::try_from(row_index).unwrap_or(u16::MAX),
+            time: &self.time,
+        };
         let record = records::total_record(
             &SpilledRow {
                 id,
@@ -213,7 +279,7 @@ impl TotalsStage<'_> {
                 error,
             },
             totals.family(id),
-            &self.time,
+            &by,
         );
         self.to_spill
             .push((record, id.table, spilled.unconfirmed.sum()));
@@ -249,15 +315,13 @@ impl TotalsStage<'_> {
     }
 
     /// The write of replayed row `row`, decided as `action`; true when it applied. A
-    /// replayed row is neither closed nor aged (its file keeps it): at shutdown a row
-    /// that did not apply stays in its file.
+    /// replayed row is neither closed nor aged: one that did not apply is carried into
+    /// the flush's totals segment, whatever the decision (see [`super::replay`]).
     fn settle_replay(&mut self, request: u32, row: usize, action: Action) -> bool {
         let totals = &mut *self.totals;
         match action {
             Action::Applied => {
-                totals
-                    .replays
-                    .applied(row, self.ledger, totals.engine.aggregator());
+                totals.replays.applied(row, self.ledger);
                 return true;
             }
             Action::LogRejected(error) | Action::LogUnknown(error) => {
@@ -277,8 +341,10 @@ impl TotalsStage<'_> {
                 };
                 totals.replays.rejected(row, &error, &reading, self.state);
             }
-            Action::Spill(_) | Action::Hold => {}
-            Action::Retry(_) => totals.replays.failed(row, self.flush.flush_seq),
+            Action::Spill(error) | Action::Retry(error) => {
+                totals.replays.failed(row, request, error);
+            }
+            Action::Hold => totals.replays.failed(row, request, None),
         }
         false
     }

@@ -191,9 +191,9 @@ async fn spilled_totals_are_written_again_by_the_next_incarnation() {
     let files: Vec<_> = std::fs::read_dir(dir.path())
         .unwrap()
         .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-        .filter(|n| n.starts_with("totals."))
+        .filter(|n| is_totals_file(n))
         .collect();
-    assert!(files.is_empty(), "replayed files are gone: {files:?}");
+    assert!(files.is_empty(), "replayed segments are gone: {files:?}");
 }
 
 /// A rejected write logs its unapplied part; the rest of the row keeps counting.
@@ -349,16 +349,35 @@ async fn a_closed_row_failing_too_long_is_spilled_and_written_back_once_the_stor
     let left: Vec<_> = std::fs::read_dir(dir.path())
         .unwrap()
         .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-        .filter(|n| n.starts_with("totals."))
+        .filter(|n| is_totals_file(n))
         .collect();
     assert!(left.is_empty(), "{left:?}");
 }
 
-/// Lines of a state directory file (0 when it does not exist).
-fn lines_of(path: &std::path::Path) -> Vec<String> {
-    std::fs::read_to_string(path)
-        .map(|text| text.lines().map(str::to_owned).collect())
-        .unwrap_or_default()
+/// Whether a file of the state directory holds spilled running totals: a totals spill
+/// segment, or a spill file of an earlier version.
+fn is_totals_file(name: &str) -> bool {
+    name.starts_with("totals.") || name.ends_with(".totals.jsonl")
+}
+
+/// The totals spill segments of a state directory, and the records they hold.
+fn totals_segments(dir: &std::path::Path) -> (u64, Vec<crate::state::WriteRecord>) {
+    let mut bytes = 0;
+    let mut records = Vec::new();
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let entry = entry.unwrap();
+        if !entry
+            .file_name()
+            .to_string_lossy()
+            .ends_with(".totals.jsonl")
+        {
+            continue;
+        }
+        bytes += entry.metadata().unwrap().len();
+        let text = std::fs::read_to_string(entry.path()).unwrap();
+        records.extend(text.lines().filter_map(|l| serde_json::from_str(l).ok()));
+    }
+    (bytes, records)
 }
 
 /// Under a long outage of the totals table, closed rows failing past
@@ -407,20 +426,15 @@ async fn the_totals_spill_stays_within_max_spill_bytes_and_counts_what_it_drops(
     tokio::time::sleep(Duration::from_millis(1100)).await;
     let report = w.flusher.flush_now().await;
 
-    let spill = dir.path().join("totals.spill.jsonl");
-    let size = std::fs::metadata(&spill).map(|m| m.len()).unwrap_or(0);
+    let (size, records) = totals_segments(dir.path());
     assert!(
         size <= LIMIT,
-        "totals.spill.jsonl holds {size} bytes, past state.max_spill_bytes = {LIMIT}"
+        "the totals segments hold {size} bytes, past state.max_spill_bytes = {LIMIT}"
     );
-    let records: Vec<super::records::TotalRecord> = lines_of(&spill)
-        .iter()
-        .map(|line| serde_json::from_str(line).unwrap())
-        .collect();
     let spilled_minute: i128 = records
         .iter()
         .filter(|r| r.granularity == "minute")
-        .map(|r| i128::from(r.unconfirmed["views"]))
+        .map(|r| i128::from(r.deltas.get("views").copied().unwrap_or(0)))
         .sum();
     assert!(spilled_minute > 0, "some rows fit: {report:?}");
     let to_spill = report.totals.rows_spilled;
@@ -459,7 +473,8 @@ async fn the_totals_spill_stays_within_max_spill_bytes_and_counts_what_it_drops(
             })
             .map(|(_, v)| v.clone());
         // The family's columns in their order: bytes, views.
-        let fed = vec![record.totals["bytes"], record.totals["views"]];
+        let totals = &record.total.as_ref().unwrap().totals;
+        let fed = vec![totals["bytes"], totals["views"]];
         assert_eq!(cell, Some(fed), "{page}");
     }
     assert_eq!(sink.totals_sum(Granularity::Minute), spilled_minute);
@@ -481,7 +496,7 @@ fn write_spill_file(path: &std::path::Path, rows: usize) -> StoredTotals {
     let mut expected = StoredTotals::new();
     for i in 0..rows {
         let views = 1 + (i % 997) as i64;
-        let record = super::records::TotalRecord {
+        let record = crate::state::totals_files::LegacyTotalRecord {
             time: "2026-11-30T00:00:00Z".into(),
             writer: format!("earlier/{}/0000abcd", 1 + i % 3),
             family: "views".into(),
@@ -514,12 +529,13 @@ fn stored(sink: &MemorySink) -> StoredTotals {
         .collect()
 }
 
-/// The `totals.` files left in the state directory.
+/// The files of spilled running totals left in the state directory (see
+/// [`is_totals_file`]).
 fn totals_files(dir: &std::path::Path) -> Vec<String> {
     std::fs::read_dir(dir)
         .unwrap()
         .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-        .filter(|n| n.starts_with("totals."))
+        .filter(|n| is_totals_file(n))
         .collect()
 }
 
@@ -636,7 +652,10 @@ async fn a_shutdown_mid_replay_keeps_every_row_not_applied_for_the_next_start() 
         0,
         "the replay's room is back"
     );
-    assert_eq!(totals_files(dir.path()).len(), 1, "one replay file left");
+    assert!(
+        !totals_files(dir.path()).is_empty(),
+        "the rows not applied wait in the spill"
+    );
     let sent_first = sink.totals_requests();
 
     sink.clear_totals_script();
@@ -716,4 +735,279 @@ async fn at_the_memory_limit_a_delta_takes_its_minute_and_its_day_or_neither() {
         10,
         "the budget charges the book's ten rows: the refused keys' room went back"
     );
+}
+
+/// The migrated segment of an earlier version's totals files (see
+/// [`crate::state::totals_files`]): its path, made by opening the state directory once.
+fn migrate(config: &Config) -> std::path::PathBuf {
+    drop(crate::state::StateDir::open_with(&config.state, &super::Recovery).unwrap());
+    let segment = config
+        .state
+        .dir
+        .join(crate::state::totals_files::MIGRATED_TOTALS.file_name());
+    assert!(segment.exists(), "the old files were moved");
+    segment
+}
+
+/// The store's totals rows of the earlier writers' columns (what a spill file of
+/// [`write_spill_file`] holds).
+fn stored_earlier(sink: &MemorySink) -> StoredTotals {
+    stored(sink)
+        .into_iter()
+        .filter(|((_, writer), _)| writer.starts_with("earlier/"))
+        .collect()
+}
+
+/// A start killed after it moved an earlier version's totals files into a segment and
+/// before it removed them: the next start only removes them, and every row is written
+/// once, not twice.
+#[tokio::test]
+async fn an_upgrade_cut_short_writes_each_moved_total_once() {
+    const ROWS: usize = 500;
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = config(dir.path());
+    config.families.truncate(1);
+    config.generic.enabled = false;
+    let old = dir.path().join("totals.spill.jsonl");
+    let expected = write_spill_file(&old, ROWS);
+    let kept = std::fs::read(&old).unwrap();
+    migrate(&config);
+    // As if the removal had not happened.
+    std::fs::write(&old, kept).unwrap();
+
+    let sink = MemorySink::new();
+    let mut w = writer(&config, sink.clone());
+    assert!(!old.exists(), "the old file is removed, not moved again");
+    for _ in 0..50 {
+        if totals_files(dir.path()).is_empty() {
+            break;
+        }
+        w.flusher.flush_now().await;
+    }
+    assert!(
+        stored(&sink) == expected,
+        "every moved row reached the store"
+    );
+    assert_eq!(sink.totals_requests(), ROWS as u64, "each row sent once");
+    let a = w.accounting();
+    assert!(a.is_balanced(), "{a:?}");
+    let fed: i128 = expected.values().map(|v| i128::from(v[1])).sum();
+    assert_eq!((a.minute.accepted, a.minute.applied), (fed, fed), "{a:?}");
+}
+
+/// A replay the store refuses: its rows are carried into a segment of their own when
+/// `state.max_spill_bytes` has room for them beside the segment they were read from, and
+/// otherwise stay where they were read; either way the spill stays within the limit,
+/// nothing is dropped, and once the store answers every total reaches it.
+#[tokio::test]
+async fn a_refused_replay_stays_within_max_spill_bytes_and_drops_nothing() {
+    const ROWS: usize = 200;
+    for room_to_carry in [false, true] {
+        let dir = tempfile::tempdir().unwrap();
+        let mut config = config(dir.path());
+        config.families.truncate(1);
+        config.generic.enabled = false;
+        let expected = write_spill_file(&dir.path().join("totals.spill.jsonl"), ROWS);
+        let migrated = migrate(&config);
+        let size = std::fs::metadata(&migrated).unwrap().len();
+        // A carried row is larger than a moved one (a request id, an error): half the
+        // segment again is not room for them, three times it is.
+        let limit = if room_to_carry {
+            3 * size
+        } else {
+            size + size / 2
+        };
+        config.state.max_spill_bytes = limit;
+        let sink = MemorySink::new();
+        let down = Arc::new(AtomicU64::new(1));
+        let flag = down.clone();
+        sink.set_totals_script(move |_, _| {
+            (flag.load(Ordering::Relaxed) == 1).then(|| {
+                (
+                    Outcome::NotAppliedTransient(WriteError::new("unavailable", "down")),
+                    false,
+                )
+            })
+        });
+        let mut w = writer(&config, sink.clone());
+        let report = w.flusher.flush_now().await;
+        assert_eq!(report.totals.writes, ROWS, "one chunk, every row written");
+        let (bytes, records) = totals_segments(dir.path());
+        assert!(bytes <= limit, "{bytes} bytes past the limit {limit}");
+        assert_eq!(records.len(), ROWS, "every row still spilled, once");
+        assert_eq!(
+            migrated.exists(),
+            !room_to_carry,
+            "carried: the segment read is consumed; not carried: it is read again"
+        );
+        let a = w.accounting();
+        assert!(a.is_balanced(), "{a:?}");
+        assert_eq!((a.minute.dropped, a.minute.pending), (0, 0), "{a:?}");
+        assert!(w.ledger.late_drops().is_empty());
+
+        // The store answers: a fresh row shows it, and the spill goes out.
+        down.store(0, Ordering::Relaxed);
+        w.engine
+            .record("page.views", &[("page_id", "fresh")][..], 1, now(), None)
+            .unwrap();
+        for _ in 0..20 {
+            w.flusher.flush_now().await;
+            if totals_files(dir.path()).is_empty() {
+                break;
+            }
+        }
+        assert!(
+            stored_earlier(&sink) == expected,
+            "every spilled total reached the store"
+        );
+        let a = w.accounting();
+        assert!(a.is_balanced(), "{a:?}");
+        assert_eq!((a.minute.dropped, a.minute.pending), (0, 0), "{a:?}");
+    }
+}
+
+/// A process killed while its flush sends a chunk of spilled totals (the files as they
+/// are at that moment, copied aside, stand for the killed process's): the next start
+/// finds the chunk in the journal's totals group, and writes again exactly the totals not
+/// known applied, each once; the store then holds every spilled total, once per cell.
+#[tokio::test]
+async fn a_replay_killed_mid_send_lands_each_total_once_after_a_restart() {
+    const ROWS: usize = 300;
+    const SNAPSHOT_AT: u64 = 100;
+    let dir = tempfile::tempdir().unwrap();
+    let killed = tempfile::tempdir().unwrap();
+    let mut config = config(dir.path());
+    config.families.truncate(1);
+    config.generic.enabled = false;
+    let expected = write_spill_file(&dir.path().join("totals.spill.jsonl"), ROWS);
+    let sink = MemorySink::new();
+    let (from, to) = (dir.path().to_owned(), killed.path().to_owned());
+    sink.set_totals_script(move |n, _| {
+        if n == SNAPSHOT_AT {
+            // The kill: the state directory as it is on disk now.
+            for entry in std::fs::read_dir(&from).unwrap() {
+                let entry = entry.unwrap();
+                if entry.file_name() != "lock" {
+                    std::fs::copy(entry.path(), to.join(entry.file_name())).unwrap();
+                }
+            }
+        }
+        // The store fails from the kill on: what the killed run sent after it is lost
+        // with it.
+        (n >= SNAPSHOT_AT).then(|| {
+            (
+                Outcome::NotAppliedTransient(WriteError::new("unavailable", "down")),
+                false,
+            )
+        })
+    });
+    let mut first = writer(&config, sink.clone());
+    first.flusher.flush_now().await;
+    drop(first);
+    let before = stored_earlier(&sink).len();
+    assert!(before > 0 && before < ROWS, "part of the chunk applied");
+    let journal = crate::state::journal::read(&killed.path().join("journal.wal")).unwrap();
+    let group = journal
+        .iter()
+        .find(|g| g.committed && !g.ended && !g.totals.is_empty())
+        .expect("the killed flush's totals group");
+    assert!(
+        group.consumes.is_some(),
+        "it names the cursor past its chunk"
+    );
+    let known_applied = group
+        .outcomes
+        .values()
+        .filter(|o| matches!(o, crate::state::Settled::Applied))
+        .count();
+
+    sink.clear_totals_script();
+    let sent_before = sink.totals_requests();
+    let mut config = config.clone();
+    config.state.dir = killed.path().to_owned();
+    let mut second = writer(&config, sink.clone());
+    for _ in 0..20 {
+        second.flusher.flush_now().await;
+        if totals_files(killed.path()).is_empty() {
+            break;
+        }
+    }
+    assert!(stored(&sink) == expected, "every total in the store, once");
+    assert_eq!(
+        sink.totals_requests() - sent_before,
+        (ROWS - known_applied) as u64,
+        "each total not known applied written once; the chunk is not read again"
+    );
+    let a = second.accounting();
+    assert!(a.is_balanced(), "{a:?}");
+    assert_eq!(a.minute.pending, 0, "{a:?}");
+}
+
+/// A shutdown with the store down spills counter rows and running totals alike, each to
+/// its flush's segment; the next start replays both kinds through the one cursor (each
+/// replay stops at the other's records and takes its own), and every count lands once.
+#[tokio::test]
+async fn counter_rows_and_totals_spilled_together_replay_through_one_cursor() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = config(dir.path());
+    let sink = MemorySink::new();
+    let down = || {
+        Some((
+            Outcome::NotAppliedTransient(WriteError::new("no_connection", "down")),
+            false,
+        ))
+    };
+    sink.set_script(move |_, _| down());
+    sink.set_totals_script(move |_, _| down());
+    let t = now();
+    let mut fed = 0_i128;
+    for round in 0..3 {
+        let first = writer(&config, sink.clone());
+        for page in 0..5 {
+            first.incr(&format!("p{page}"), round + 1, t);
+            fed += i128::from(round + 1);
+        }
+        let report = first.flusher.finish().await;
+        assert!(
+            report.spilled > 0 && report.totals.rows_spilled > 0,
+            "{report:?}"
+        );
+    }
+    let names: Vec<String> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with("spill.") && n.ends_with(".jsonl"))
+        .collect();
+    assert!(
+        names.iter().any(|n| n.ends_with(".totals.jsonl")),
+        "{names:?}"
+    );
+    assert!(
+        names.iter().any(|n| !n.ends_with(".totals.jsonl")),
+        "{names:?}"
+    );
+
+    sink.clear_script();
+    sink.clear_totals_script();
+    let mut last = writer(&config, sink.clone());
+    for _ in 0..20 {
+        last.flusher.flush_now().await;
+    }
+    let a = last.accounting();
+    assert!(a.is_balanced(), "{a:?}");
+    assert_eq!((a.minute.pending, a.minute.spilled), (0, 0), "{a:?}");
+    for table in Granularity::ALL {
+        assert_eq!(sink.total(table), fed, "{table:?}: the counter family");
+        assert_eq!(
+            sink.totals_sum(table),
+            2 * fed,
+            "{table:?}: the two totals families, each writer column once"
+        );
+    }
+    let left: Vec<String> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with("spill.") && n.ends_with(".jsonl") && n != "spill.corrupt.jsonl")
+        .collect();
+    assert!(left.is_empty(), "every segment consumed: {left:?}");
 }

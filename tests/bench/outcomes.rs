@@ -99,6 +99,7 @@ fn write_log(path: &Path, n: u64) {
         let minute = (i / 500) % 1440;
         let day = 28 + (i / (500 * 1440)) % 3;
         let record = WriteRecord {
+            total: None,
             key_hex: None,
             time: format!("2026-11-{day:02}T12:00:05Z"),
             writer: "web-1-3f9c2a1b".into(),

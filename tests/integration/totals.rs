@@ -600,6 +600,78 @@ async fn a_kill_between_sending_totals_and_settling_them_loses_none_of_them() {
     server.shutdown().await.unwrap();
 }
 
+/// An upgrade: an earlier version left its `totals.spill.jsonl`. A start killed right
+/// after it moved the file into a segment (`totals_spill_migrated`), before removing it,
+/// leaves both; `countersink outcomes` counts the rows once, and the next start removes
+/// the file and writes every total, in the earlier writer's column, once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_upgrade_killed_mid_move_writes_each_earlier_total_once() {
+    use countersink::state::totals_files::{LegacyTotalRecord, MIGRATED_TOTALS, SPILL_FILE};
+    const ROWS: i64 = 40;
+    let dir = tempfile::tempdir().unwrap();
+    let (server, setup) = ServeSetup::start(dir.path(), "1s").await;
+    let state = &setup.state;
+    std::fs::create_dir_all(state).unwrap();
+    let today = Minute::from_unix_secs(unix_now()).unwrap().day();
+    let mut lines = String::new();
+    for i in 0..ROWS {
+        let record = LegacyTotalRecord {
+            time: "2026-11-30T00:00:00Z".into(),
+            writer: "earlier/1/0000abcd".into(),
+            family: "views_totals".into(),
+            table: DAYS.into(),
+            granularity: "day".into(),
+            key: [("page_id".to_string(), format!("u{i}"))].into(),
+            day: countersink::bucket::format_date(today.date()),
+            minute: None,
+            month: Some(today.month()),
+            totals: [("views".to_string(), i + 1)].into(),
+            unconfirmed: [("views".to_string(), i + 1)].into(),
+            timestamp: 1_000 + i,
+            error: None,
+        };
+        lines.push_str(&serde_json::to_string(&record).unwrap());
+        lines.push('\n');
+    }
+    std::fs::write(state.join(SPILL_FILE), &lines).unwrap();
+    let fed = i128::from(ROWS * (ROWS + 1) / 2);
+
+    let socket = dir.path().join("stream.sock");
+    let mut first = Command::new(BIN)
+        .arg("serve")
+        .args(setup.args(&socket))
+        .env("COUNTERSINK_CRASH_POINT", "totals_spill_migrated")
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let log = BufReader::new(first.stderr.take().unwrap()).lines();
+    let reached = log
+        .map_while(Result::ok)
+        .any(|line| line.contains("crash point totals_spill_migrated reached"));
+    first.kill().unwrap();
+    first.wait().unwrap();
+    assert!(reached, "the start reached the crash point");
+    assert!(state.join(SPILL_FILE).exists() && state.join(MIGRATED_TOTALS.file_name()).exists());
+    let mut summary = countersink::ops::outcomes::Summary::default();
+    countersink::ops::outcomes::scan(state, |source, record| summary.add(source, record)).unwrap();
+    let spilled: i128 = summary.totals().values().map(|sums| sums.delta_sum).sum();
+    assert_eq!(spilled, fed, "the rows counted once, from the segment");
+
+    let stored = || crate::common::table_sum(&server, DAYS, "views");
+    let second = Serve::start(setup.args(&dir.path().join("stream2.sock")));
+    wait_for("the earlier totals written", fed, stored).await;
+    let (status, _) = second.terminate();
+    assert!(status.success());
+    assert!(!state.join(SPILL_FILE).exists(), "the old file is removed");
+    assert_eq!(
+        day_writers(&server),
+        BTreeSet::from(["earlier/1/0000abcd".to_string()]),
+        "written in the earlier writer's column"
+    );
+    assert_eq!(stored(), fed, "each total once");
+    server.shutdown().await.unwrap();
+}
+
 /// The day-table part of the totals a killed run's journal holds and recovery will write
 /// again: the intents of an unfinished totals group not known applied or rejected.
 fn recoverable_day_sum(state: &Path) -> i128 {

@@ -19,8 +19,8 @@
 //! same header, then one `TotalsIntent` per write of running totals (writer column, write
 //! time, rows: bucket, absolute totals, and the part of them not known applied), the
 //! group commit, `Outcome`s (only `applied` is recorded), `End`. Such a write is idempotent
-//! by its write time: recovery never logs it as unknown, it writes every intent not known
-//! applied to a totals replay file, and the next start writes it again with its own
+//! by its write time: recovery never logs it as unknown, it spills every intent not known
+//! applied to the recovered totals segment, and the next start writes it again with its own
 //! writer column and write time, which leaves the cell as it is if it had applied (see
 //! `crate::totals::recovery`).
 //!

@@ -416,6 +416,7 @@ impl Dec<'_> {
                         flush_seq,
                         recovered: kind & 1 != 0,
                         held: kind & 2 != 0,
+                        totals: kind & 4 != 0,
                     }
                 },
                 offset: self.u64()?,

@@ -40,10 +40,19 @@ fn family() -> FamilyEntry {
     }
 }
 
+/// A replay cursor of a recovered totals segment.
+fn totals_cursor() -> Cursor {
+    Cursor {
+        segment: SegmentId::totals(2, 9, true),
+        offset: 77,
+    }
+}
+
 /// A replay cursor of a recovered segment.
 fn cursor() -> Cursor {
     Cursor {
         segment: SegmentId {
+            totals: false,
             incarnation: 2,
             flush_seq: 9,
             recovered: true,
@@ -297,7 +306,13 @@ fn a_totals_group_reads_back_with_writer_time_totals_and_unconfirmed_parts() {
         }],
     };
     journal
-        .begin_totals(&flush(4), "t", &[family()], std::slice::from_ref(&intent))
+        .begin_totals(
+            &flush(4),
+            "t",
+            Some(totals_cursor()),
+            &[family()],
+            std::slice::from_ref(&intent),
+        )
         .unwrap();
     journal.outcome(1, &Settled::Applied);
     journal.flush_pending().unwrap();
@@ -309,7 +324,11 @@ fn a_totals_group_reads_back_with_writer_time_totals_and_unconfirmed_parts() {
     let totals = &groups[1];
     assert!(totals.committed && !totals.ended);
     assert!(totals.intents.is_empty());
-    assert_eq!(totals.consumes, None, "a totals group consumes no spill");
+    assert_eq!(
+        totals.consumes,
+        Some(totals_cursor()),
+        "a totals group names the cursor its replayed totals were read to"
+    );
     assert_eq!(totals.totals, [intent]);
     assert_eq!(totals.outcomes[&1], Settled::Applied);
 }
@@ -379,7 +398,7 @@ fn the_format_of_every_record_is_fixed() {
         }],
     };
     journal
-        .begin_totals(&flush(5), "t", &[family()], &[totals])
+        .begin_totals(&flush(5), "t", None, &[family()], &[totals])
         .unwrap();
     journal.end(5).unwrap();
     let table = WrapperTable {

@@ -184,16 +184,17 @@ impl Journal {
     }
 
     /// The group commit of a flush's writes of running totals (a second group, after
-    /// the counter writes' group ended). Nothing of them may be sent before it returns
+    /// the counter writes' group ended), with the replay cursor it consumes. Nothing of them may be sent before it returns
     /// `Ok`.
     pub fn begin_totals(
         &mut self,
         flush: &FlushId,
         time: &str,
+        consumes: Option<Cursor>,
         families: &[FamilyEntry],
         intents: &[TotalsIntent],
     ) -> io::Result<()> {
-        let header = |e: &mut Enc<'_>| family_header(e, flush, time, None, families);
+        let header = |e: &mut Enc<'_>| family_header(e, flush, time, consumes, families);
         self.commit_group(None, header, |out| {
             for intent in intents {
                 frame(out, |e| {
@@ -528,8 +529,11 @@ impl Enc<'_> {
                 self.u8(1);
                 self.u64(c.segment.incarnation);
                 self.u64(c.segment.flush_seq);
-                // Bit 0: recovered; bit 1: a held segment (older journals never set it).
-                self.u8(u8::from(c.segment.recovered) | (u8::from(c.segment.held) << 1));
+                // Bit 0: recovered; bit 1: a held segment; bit 2: a totals segment (older
+                // journals never set the last two).
+                self.u8(u8::from(c.segment.recovered)
+                    | (u8::from(c.segment.held) << 1)
+                    | (u8::from(c.segment.totals) << 2));
                 self.u64(c.offset);
             }
         }
