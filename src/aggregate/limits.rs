@@ -165,12 +165,16 @@ impl Budget {
 
     /// Takes new maxima (a live reload of `limits.max_pending_rows` or
     /// `max_pending_bytes`). Rows held stay held: maxima below what is held now refuse
-    /// new rows until flushes have made room, and put the budget under pressure at once
-    /// (the next new row asks for an early flush).
+    /// new rows until flushes have made room, and put the budget under pressure at once:
+    /// an early flush is asked for now (a refused row never reaches the check that
+    /// would ask), so request receivers answer "busy" rather than refusing points.
     pub(crate) fn set_maxima(&self, max_rows: usize, max_bytes: usize) {
         self.max_rows.store(max_rows, Ordering::Relaxed);
         self.max_bytes.store(max_bytes, Ordering::Relaxed);
-        if !self.over_mark(self.rows(), self.bytes()) {
+        let (rows, bytes) = (self.rows(), self.bytes());
+        if self.over_mark(rows, bytes) {
+            self.check_pressure(rows, bytes);
+        } else {
             self.pressure.store(false, Ordering::Relaxed);
         }
     }
@@ -472,7 +476,16 @@ mod tests {
         assert!(b.under_pressure(), "3 of 4");
         b.set_maxima(8, 1000);
         assert!(!b.under_pressure(), "3 of 8");
+        let fired = Arc::new(AtomicUsize::new(0));
+        let counter = Arc::clone(&fired);
+        b.set_on_pressure(Box::new(move || {
+            counter.fetch_add(1, Ordering::Relaxed);
+        }));
         b.set_maxima(2, 1000);
+        // Under the new maximum already: the early flush is asked for at once (no new
+        // row would reach the check), and receivers see the budget as busy.
+        assert!(b.under_pressure(), "3 of 2");
+        assert_eq!(fired.load(Ordering::Relaxed), 1);
         assert_eq!(b.try_reserve(10), Err(DropReason::MaxRows));
         assert_eq!(
             b.room(),

@@ -117,7 +117,8 @@ pub struct SegmentId {
     pub held: bool,
     /// Running totals of `writer_totals` families (their flush's second group, or its
     /// recovery): apart from the flush's counter rows, which its first group spilled to
-    /// the segment of the same flush. Sorts after that flush's other segments.
+    /// the segment of the same flush. Sorts right after that counter segment, before the
+    /// flush's held and recovered ones (fields compare in declaration order).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub totals: bool,
 }

@@ -312,7 +312,7 @@ impl StateDir {
             .max();
         wrapper_files::migrate_spill(&dir, wrapper_offset)
             .map_err(io_err("move the wrapper spill of an earlier version"))?;
-        totals_files::migrate_spill(&dir)
+        totals_files::migrate_spill(&dir, incarnation)
             .map_err(io_err("move the writer_totals spill of an earlier version"))?;
         let spill = Spill::open(&dir, config.max_spill_bytes, journal_cursor)
             .map_err(io_err("open the spill"))?;

@@ -25,16 +25,39 @@ pub const SPILL_FILE: &str = "totals.spill.jsonl";
 /// The start of a replay file's name of earlier versions: `totals.replay.<tag>.jsonl`.
 pub const REPLAY_PREFIX: &str = "totals.replay.";
 
-/// The segment the files of an earlier version are moved into: incarnation 0 (replayed
-/// before anything this version spilled, and accepted anew), and one name, so that a
-/// start killed half-way through the move finds it done and only removes the old files.
-pub const MIGRATED_TOTALS: SegmentId = SegmentId {
-    incarnation: 0,
-    flush_seq: u64::MAX,
-    recovered: false,
-    held: false,
-    totals: true,
-};
+/// The segment the files of an earlier version are moved into by the start of
+/// `incarnation`: the last flush number of the incarnation before it. That sorts after
+/// every segment an earlier run wrote and every replay cursor it left (a segment that
+/// sorts before the cursor counts as consumed and is deleted unread), and before
+/// everything this run spills; its rows are accepted anew when replayed, as an earlier
+/// run's. No flush takes that number, so a totals segment numbered so is a moved one
+/// ([`migrated`]): a start killed half-way through the move finds it and only removes the
+/// old files.
+pub fn migration_target(incarnation: u64) -> SegmentId {
+    SegmentId {
+        incarnation: incarnation.saturating_sub(1),
+        flush_seq: u64::MAX,
+        recovered: false,
+        held: false,
+        totals: true,
+    }
+}
+
+/// The segment an earlier start moved the old files into, if it is still there.
+pub fn migrated(dir: &Path) -> io::Result<Option<SegmentId>> {
+    for entry in fs::read_dir(dir)? {
+        let name = entry?.file_name();
+        if let Some(id) = SegmentId::parse(&name.to_string_lossy())
+            && id.totals
+            && id.flush_seq == u64::MAX
+            && !id.recovered
+            && !id.held
+        {
+            return Ok(Some(id));
+        }
+    }
+    Ok(None)
+}
 
 /// A spilled running total as earlier versions wrote it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -131,7 +154,7 @@ pub fn legacy_files(dir: &Path) -> io::Result<Vec<PathBuf>> {
     Ok(spill)
 }
 
-/// Moves the totals files of an earlier version into the segment [`MIGRATED_TOTALS`],
+/// Moves the totals files of an earlier version into the segment [`migration_target`],
 /// streamed (a file may be larger than memory), then removes them. Every line moves:
 /// a total re-sent is harmless, so none is skipped; a line that does not read as a
 /// record moves as it was, and the segment's reader sets it aside as unreadable.
@@ -139,14 +162,14 @@ pub fn legacy_files(dir: &Path) -> io::Result<Vec<PathBuf>> {
 /// Kill-safe: the segment is written whole (temporary file, fsync, rename) before the
 /// old files go, and a start that finds the segment and old files both only removes the
 /// files. Returns how many records it moved.
-pub(super) fn migrate_spill(dir: &Path) -> io::Result<u64> {
+pub(super) fn migrate_spill(dir: &Path, incarnation: u64) -> io::Result<u64> {
     let files = legacy_files(dir)?;
     if files.is_empty() {
         return Ok(0);
     }
-    let target = dir.join(MIGRATED_TOTALS.file_name());
+    let target = dir.join(migration_target(incarnation).file_name());
     let mut moved = 0_u64;
-    if !target.exists() {
+    if migrated(dir)?.is_none() {
         let mut fill = |out: &mut dyn Write| -> io::Result<()> {
             for path in &files {
                 let mut reader = LineReader::open(path, 0)?;
@@ -211,6 +234,9 @@ mod tests {
         }
     }
 
+    /// The incarnation of the start that moves the files.
+    const START: u64 = 5;
+
     fn lines(records: &[LegacyTotalRecord]) -> String {
         records
             .iter()
@@ -219,7 +245,9 @@ mod tests {
     }
 
     fn segment_rows(dir: &Path) -> Vec<WriteRecord> {
-        fs::read_to_string(dir.join(MIGRATED_TOTALS.file_name()))
+        migrated(dir)
+            .unwrap()
+            .map(|id| fs::read_to_string(dir.join(id.file_name())).unwrap())
             .unwrap_or_default()
             .lines()
             .map(|l| serde_json::from_str(l).unwrap())
@@ -237,7 +265,7 @@ mod tests {
             lines(&[legacy("b", 2), legacy("c", 0)]),
         )
         .unwrap();
-        assert_eq!(migrate_spill(dir.path()).unwrap(), 3);
+        assert_eq!(migrate_spill(dir.path(), START).unwrap(), 3);
         let rows = segment_rows(dir.path());
         let pages: Vec<&str> = rows.iter().map(|r| r.key["page_id"].as_str()).collect();
         assert_eq!(pages, ["a", "b", "c"]);
@@ -255,7 +283,7 @@ mod tests {
         assert!(rows[2].deltas.is_empty(), "nothing unconfirmed: no delta");
         assert!(legacy_files(dir.path()).unwrap().is_empty());
         // Nothing left to move: a second start changes nothing.
-        assert_eq!(migrate_spill(dir.path()).unwrap(), 0);
+        assert_eq!(migrate_spill(dir.path(), START + 1).unwrap(), 0);
         assert_eq!(segment_rows(dir.path()).len(), 3);
     }
 
@@ -266,10 +294,10 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let old = lines(&[legacy("a", 1), legacy("b", 2)]);
         fs::write(dir.path().join(SPILL_FILE), &old).unwrap();
-        assert_eq!(migrate_spill(dir.path()).unwrap(), 2);
-        // As if the removal had not happened.
+        assert_eq!(migrate_spill(dir.path(), START).unwrap(), 2);
+        // As if the removal had not happened; the next start is the next incarnation.
         fs::write(dir.path().join(SPILL_FILE), &old).unwrap();
-        assert_eq!(migrate_spill(dir.path()).unwrap(), 0);
+        assert_eq!(migrate_spill(dir.path(), START + 1).unwrap(), 0);
         assert_eq!(segment_rows(dir.path()).len(), 2);
         assert!(!dir.path().join(SPILL_FILE).exists());
         // Killed before the segment's rename: its temporary file is not a segment, and
@@ -278,12 +306,12 @@ mod tests {
         fs::write(dir.path().join(SPILL_FILE), &old).unwrap();
         fs::write(
             dir.path()
-                .join(MIGRATED_TOTALS.file_name())
+                .join(migration_target(START).file_name())
                 .with_extension("tmp"),
             "{\"torn",
         )
         .unwrap();
-        assert_eq!(migrate_spill(dir.path()).unwrap(), 2);
+        assert_eq!(migrate_spill(dir.path(), START).unwrap(), 2);
         assert_eq!(segment_rows(dir.path()).len(), 2);
     }
 
@@ -293,14 +321,28 @@ mod tests {
     fn a_torn_line_moves_as_it_was_and_empty_files_leave_no_segment() {
         let dir = tempfile::tempdir().unwrap();
         fs::write(dir.path().join(SPILL_FILE), "").unwrap();
-        assert_eq!(migrate_spill(dir.path()).unwrap(), 0);
-        assert!(!dir.path().join(MIGRATED_TOTALS.file_name()).exists());
+        assert_eq!(migrate_spill(dir.path(), START).unwrap(), 0);
+        assert_eq!(migrated(dir.path()).unwrap(), None);
         assert!(!dir.path().join(SPILL_FILE).exists());
         let text = lines(&[legacy("a", 1)]) + "{\"time\":\"t\",\"wri";
         fs::write(dir.path().join(SPILL_FILE), text).unwrap();
-        assert_eq!(migrate_spill(dir.path()).unwrap(), 1);
-        let segment = fs::read_to_string(dir.path().join(MIGRATED_TOTALS.file_name())).unwrap();
+        assert_eq!(migrate_spill(dir.path(), START).unwrap(), 1);
+        let segment =
+            fs::read_to_string(dir.path().join(migration_target(START).file_name())).unwrap();
         assert_eq!(segment.lines().count(), 2);
         assert!(segment.ends_with("{\"time\":\"t\",\"wri\n"));
+    }
+
+    /// The moved segment sorts after every cursor an earlier run could leave (one that
+    /// sorted before it would count as consumed and be deleted unread) and before all
+    /// this start will spill.
+    #[test]
+    fn the_moved_segment_sorts_after_earlier_cursors_and_before_this_runs_spill() {
+        let target = migration_target(START);
+        assert!(target > SegmentId::live(START - 1, u64::MAX - 1));
+        assert!(target > SegmentId::recovered(START - 1, 1 << 40));
+        assert!(target > SegmentId::totals(START - 1, 1 << 40, true));
+        assert!(target < SegmentId::live(START, 0));
+        assert!(target < SegmentId::totals(START, 1, false));
     }
 }

@@ -741,10 +741,9 @@ async fn at_the_memory_limit_a_delta_takes_its_minute_and_its_day_or_neither() {
 /// [`crate::state::totals_files`]): its path, made by opening the state directory once.
 fn migrate(config: &Config) -> std::path::PathBuf {
     drop(crate::state::StateDir::open_with(&config.state, &super::Recovery).unwrap());
-    let segment = config
-        .state
-        .dir
-        .join(crate::state::totals_files::MIGRATED_TOTALS.file_name());
+    let dir = &config.state.dir;
+    let moved = crate::state::totals_files::migrated(dir).unwrap();
+    let segment = dir.join(moved.expect("the old files were moved").file_name());
     assert!(segment.exists(), "the old files were moved");
     segment
 }
@@ -793,6 +792,43 @@ async fn an_upgrade_cut_short_writes_each_moved_total_once() {
     assert!(a.is_balanced(), "{a:?}");
     let fed: i128 = expected.values().map(|v| i128::from(v[1])).sum();
     assert_eq!((a.minute.accepted, a.minute.applied), (fed, fed), "{a:?}");
+}
+
+/// An upgrade of a directory an earlier version replayed spill from: its replay cursor
+/// is past every segment of its runs. The moved segment sorts after that cursor (else it
+/// would count as consumed and be deleted unread), and every total reaches the store.
+#[tokio::test]
+async fn an_upgrade_after_a_replay_writes_every_moved_total() {
+    const ROWS: usize = 50;
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = config(dir.path());
+    config.families.truncate(1);
+    config.generic.enabled = false;
+    let expected = write_spill_file(&dir.path().join("totals.spill.jsonl"), ROWS);
+    // The earlier runs: three starts, the last of which replayed up to its flush 7.
+    std::fs::write(dir.path().join("incarnation"), "3").unwrap();
+    let cursor = crate::state::Cursor {
+        segment: crate::state::SegmentId::live(3, 7),
+        offset: 0,
+    };
+    std::fs::write(
+        dir.path().join("spill.cursor"),
+        serde_json::to_vec(&Some(cursor)).unwrap(),
+    )
+    .unwrap();
+    let sink = MemorySink::new();
+    let mut w = writer(&config, sink.clone());
+    for _ in 0..50 {
+        if stored(&sink) == expected {
+            break;
+        }
+        w.flusher.flush_now().await;
+    }
+    assert!(
+        stored(&sink) == expected,
+        "every moved row reached the store"
+    );
+    assert_eq!(sink.totals_requests(), ROWS as u64, "each row sent once");
 }
 
 /// A replay the store refuses: its rows are carried into a segment of their own when

@@ -606,7 +606,7 @@ async fn a_kill_between_sending_totals_and_settling_them_loses_none_of_them() {
 /// the file and writes every total, in the earlier writer's column, once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_upgrade_killed_mid_move_writes_each_earlier_total_once() {
-    use countersink::state::totals_files::{LegacyTotalRecord, MIGRATED_TOTALS, SPILL_FILE};
+    use countersink::state::totals_files::{LegacyTotalRecord, SPILL_FILE, migrated};
     const ROWS: i64 = 40;
     let dir = tempfile::tempdir().unwrap();
     let (server, setup) = ServeSetup::start(dir.path(), "1s").await;
@@ -651,7 +651,7 @@ async fn an_upgrade_killed_mid_move_writes_each_earlier_total_once() {
     first.kill().unwrap();
     first.wait().unwrap();
     assert!(reached, "the start reached the crash point");
-    assert!(state.join(SPILL_FILE).exists() && state.join(MIGRATED_TOTALS.file_name()).exists());
+    assert!(state.join(SPILL_FILE).exists() && migrated(state).unwrap().is_some());
     let mut summary = countersink::ops::outcomes::Summary::default();
     countersink::ops::outcomes::scan(state, |source, record| summary.add(source, record)).unwrap();
     let spilled: i128 = summary.totals().values().map(|sums| sums.delta_sum).sum();

@@ -56,6 +56,12 @@ impl<S: Sink> Flusher<S> {
             window_secs: i64::try_from(http.idempotency_window.as_secs()).unwrap_or(i64::MAX),
             max_keys: http.max_idempotency_keys,
             max_streams: config.ingest.otlp.max_streams,
+            keep_streams: {
+                let ingest = &config.ingest;
+                let otlp_on = cfg!(feature = "otlp")
+                    && (ingest.otlp_http.enabled || ingest.otlp_grpc.enabled);
+                ingest.otlp.durable || !otlp_on
+            },
         };
         let log = IngestLog::open(
             &dir,

@@ -141,10 +141,14 @@ impl Streams {
         self.young.insert(id, last);
     }
 
-    /// Records `last` unless the table holds a later point of the stream: the order in
-    /// which points arrive from several files does not matter.
+    /// Records `last` unless the table holds a later point of the stream (a later start,
+    /// then a later time, as [`mod@super::convert`] orders them): the order in which points
+    /// arrive from several files does not matter.
     pub fn set_latest(&mut self, id: StreamId, last: Last, now_unix_nanos: u64) {
-        if self.get(id).is_some_and(|held| held.time > last.time) {
+        if self
+            .get(id)
+            .is_some_and(|held| (held.start, held.time) > (last.start, last.time))
+        {
             return;
         }
         self.set(id, last, now_unix_nanos);

@@ -21,7 +21,10 @@ use super::{FileReport, ScanError, io_error, read_lines};
 /// is written (a start killed half-way left both; the next only removes the files, and
 /// their rows are read from the segment).
 pub(super) fn files(dir: &Path) -> Result<Vec<PathBuf>, ScanError> {
-    if dir.join(totals_files::MIGRATED_TOTALS.file_name()).exists() {
+    if totals_files::migrated(dir)
+        .map_err(io_error(dir))?
+        .is_some()
+    {
         return Ok(Vec::new());
     }
     totals_files::legacy_files(dir).map_err(io_error(dir))

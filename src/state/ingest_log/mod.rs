@@ -71,6 +71,9 @@ const SEALED_PREFIX: &str = "ingest.";
 const SEALED_SUFFIX: &str = ".sealed";
 /// How a [`KeyLine`] begins.
 const KEY_LINE_START: &[u8] = b"{\"key\":";
+/// A line count past any bound: the next carry rewrites its file whole (after an append
+/// that failed and may have left part of a line).
+const FORCE_REWRITE: usize = usize::MAX / 4;
 /// How an append begins: `{"g":N}`, N the lines that follow it (see [`read_sealed`]).
 const GROUP_LINE_START: &[u8] = b"{\"g\":";
 
@@ -161,6 +164,12 @@ pub struct Retention {
     pub max_keys: usize,
     /// The most cumulative streams kept.
     pub max_streams: usize,
+    /// Whether the streams' points of moved files are kept in `ingest.streams.jsonl`:
+    /// with durable OTLP receivers, or none to take them. OTLP receivers that are not
+    /// durable merged every point of the files found at start into their own table
+    /// (`otlp_streams.bin`), and a file here would later bring back points that table
+    /// has since moved past or evicted.
+    pub keep_streams: bool,
 }
 
 /// What a sealed file holds.
@@ -361,7 +370,7 @@ impl IngestLog {
     /// with the fold once it holds twice the bound. A file not there yet starts with
     /// the mark now: a stream it does not hold is then a baseline, never counted whole.
     pub fn carry_streams(&self, lines: &[StreamLine]) -> io::Result<()> {
-        if lines.is_empty() {
+        if lines.is_empty() || !self.retention.keep_streams {
             return Ok(());
         }
         let mut file = self.streams_file.lock();
@@ -384,11 +393,20 @@ impl IngestLog {
         for line in lines {
             line.write_line(&mut out);
         }
-        let mut handle = options().append(true).open(self.dir.join(streams::FILE))?;
-        handle.write_all(&out)?;
-        handle.sync_data()?;
-        file.lines += lines.len();
-        Ok(())
+        let appended = options()
+            .append(true)
+            .open(self.dir.join(streams::FILE))
+            .and_then(|mut handle| {
+                handle.write_all(&out)?;
+                handle.sync_data()
+            });
+        match appended {
+            Ok(()) => file.lines += lines.len(),
+            // The file may end in part of a line, which the next append would glue onto
+            // its first line: the next carry rewrites the file whole instead.
+            Err(_) => file.lines = FORCE_REWRITE,
+        }
+        appended
     }
 
     /// Replaces `ingest.streams.jsonl` with `table` folded with what the file holds (a
@@ -439,13 +457,31 @@ impl IngestLog {
             return Ok(());
         }
         let mut lines = self.key_lines.lock();
+        if *lines >= FORCE_REWRITE {
+            // An append failed and may have left part of a line: the file is rewritten
+            // with what reads back and these keys, never appended to.
+            let (_, mut all) = read_keys(&self.dir.join(KEYS))?;
+            all.extend_from_slice(keys);
+            let kept = retain(all, self.retention, unix_now());
+            drop(lines);
+            return self.write_keys(&kept);
+        }
         let mut out = Vec::new();
         for key in keys {
             key.write_line(&mut out);
         }
-        let mut file = options().append(true).open(self.dir.join(KEYS))?;
-        file.write_all(&out)?;
-        file.sync_data()?;
+        let appended = options()
+            .append(true)
+            .open(self.dir.join(KEYS))
+            .and_then(|mut file| {
+                file.write_all(&out)?;
+                file.sync_data()
+            });
+        if let Err(error) = appended {
+            // As for the stream file: rewritten whole at the next carry.
+            *lines = FORCE_REWRITE;
+            return Err(error);
+        }
         *lines += keys.len();
         if *lines > 2 * self.retention.max_keys.max(1) {
             let (_, all) = read_keys(&self.dir.join(KEYS))?;
@@ -829,6 +865,7 @@ mod tests {
         window_secs: 600,
         max_keys: 4,
         max_streams: 4,
+        keep_streams: true,
     };
 
     fn line(name: &str, delta: i64) -> Vec<u8> {
@@ -1148,5 +1185,35 @@ mod tests {
             (content.entries.len(), content.keys.len(), content.unread),
             (2, 1, 0)
         );
+    }
+
+    /// A carry whose append failed (it may have left part of a line) makes the next
+    /// carry rewrite the file whole: a torn line never swallows the next key or point.
+    #[test]
+    fn a_failed_carry_is_followed_by_a_rewrite_not_an_append() {
+        let dir = tempfile::tempdir().unwrap();
+        let now = unix_now();
+        let log = IngestLog::open(dir.path(), 1 << 20, 1, RETENTION).unwrap();
+        log.carry_keys(&[key("k1", now)]).unwrap();
+        log.rewrite_streams(&RecoveredStreams {
+            complete_since: Some(50),
+            lines: vec![stream(1, 10, 5)],
+        })
+        .unwrap();
+        // What a failed append leaves: part of a line, no newline.
+        for file in [KEYS, streams::FILE] {
+            let mut handle = options().append(true).open(dir.path().join(file)).unwrap();
+            handle.write_all(b"{\"torn").unwrap();
+        }
+        *log.key_lines.lock() = FORCE_REWRITE;
+        log.streams_file.lock().lines = FORCE_REWRITE;
+        log.carry_keys(&[key("k2", now)]).unwrap();
+        log.carry_streams(&[stream(2, 11, 6)]).unwrap();
+        let (_, keys) = read_keys(&dir.path().join(KEYS)).unwrap();
+        let names: Vec<&str> = keys.iter().map(|k| k.key.as_str()).collect();
+        assert_eq!(names, ["k1", "k2"]);
+        let (mark, points) = streams::read(dir.path()).unwrap();
+        assert_eq!(mark, Some(50));
+        assert_eq!(points, [stream(1, 10, 5), stream(2, 11, 6)]);
     }
 }

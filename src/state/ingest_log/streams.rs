@@ -10,7 +10,8 @@
 //! are carried to `ingest.keys.jsonl`.
 //!
 //! A start folds that file and the stream lines of the files not moved yet into one table
-//! ([`Recovered`]): for each stream, the line with the latest point time. The fold does
+//! ([`Recovered`]): for each stream, the line with the latest point (the latest start
+//! time, then the latest time, as the receiver orders them). The fold does
 //! not depend on the order lines were written in (two requests of one stream may append
 //! in either order), and reading a line twice (a file carried, then killed before its
 //! removal) changes nothing.
@@ -71,7 +72,8 @@ pub struct Recovered {
 }
 
 impl Recovered {
-    /// Folds `more` lines in: the latest point of each stream wins. At most `max_streams`
+    /// Folds `more` lines in: the latest point of each stream wins (by start time, then
+    /// time, as the receiver orders a stream's points). At most `max_streams`
     /// are kept (the latest points); dropping any moves the mark to `now_unix_nanos`.
     pub fn fold(
         &mut self,
@@ -81,8 +83,10 @@ impl Recovered {
     ) {
         let mut latest: HashMap<u128, StreamLine> = HashMap::with_capacity(self.lines.len());
         for line in self.lines.drain(..).chain(more) {
+            // Later as the receiver orders points: a later start (a reset) first, then
+            // a later time.
             match latest.get(&line.stream) {
-                Some(held) if held.time > line.time => {}
+                Some(held) if (held.start, held.time) > (line.start, line.time) => {}
                 _ => {
                     latest.insert(line.stream, line);
                 }
@@ -223,6 +227,20 @@ mod tests {
             vec![3, 4, 5]
         );
         assert_eq!(table.complete_since, Some(700));
+    }
+
+    /// A reset (a later start) wins over a later time of the stream's previous life.
+    #[test]
+    fn a_reset_is_later_than_any_point_of_the_life_before() {
+        let reset = StreamLine {
+            stream: 1,
+            start: 50,
+            time: 60,
+            value: 2,
+        };
+        let mut table = Recovered::default();
+        table.fold([reset, line(1, 100, 9)], 10, 0);
+        assert_eq!(table.lines, vec![reset]);
     }
 
     #[test]
