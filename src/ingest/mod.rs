@@ -200,6 +200,20 @@ impl<H: PacketHandler + ?Sized> PacketHandler for Box<H> {
         (**self).record_each(increments);
     }
 
+    fn check(
+        &mut self,
+        name: &str,
+        tags: &[(&str, &str)],
+        delta: i64,
+        at: Option<i64>,
+    ) -> Option<crate::bucket::Minute> {
+        (**self).check(name, tags, delta, at)
+    }
+
+    fn ingest_log(&self) -> Option<std::sync::Arc<crate::state::ingest_log::IngestLog>> {
+        (**self).ingest_log()
+    }
+
     fn busy(&self) -> bool {
         (**self).busy()
     }
