@@ -129,36 +129,33 @@ const POINTS: [Option<&str>; 4] = [
     Some("replay_loaded"),
 ];
 
-#[test]
-fn acknowledged_increments_survive_kills_and_retries_count_once() {
-    let kills: usize = std::env::var("DURABLE_KILLS")
-        .ok()
-        .and_then(|k| k.parse().ok())
-        .unwrap_or(50);
-    let runtime = tokio::runtime::Runtime::new().unwrap();
-    let mut rig = runtime.block_on(Rig::new(Settings::default()));
+/// Starts a run's senders: to `port`, for run `run`, until `stop`; with `drain`, each
+/// goes on until its pending request is answered.
+pub(super) type StartSenders<'a> =
+    dyn FnMut(SocketAddr, u64, &Arc<AtomicBool>, bool) -> Vec<std::thread::JoinHandle<()>> + 'a;
+
+/// The kill loop the durable tests share: `kills` runs of `serve` (its config from the
+/// example's text by `configure`, given the listener's port), each under random store
+/// faults, killed at a random moment or at one of the ingest log's crash points while
+/// the senders run; then a last run without faults, the senders drained, until the
+/// ingest log, the spill and the buffer are empty. `listening` is the line `serve` logs
+/// once its listener is up.
+pub(super) fn kill_runs(
+    rig: &mut Rig,
+    kills: usize,
+    seed: u64,
+    configure: &dyn Fn(&str, SocketAddr) -> String,
+    listening: &str,
+    start: &mut StartSenders<'_>,
+) {
     let config = std::fs::read_to_string(rig.config_file()).unwrap();
-    let shared = Arc::new(Clients {
-        pending: Mutex::new(vec![None; 4]),
-        ..Clients::default()
-    });
-    let mut rng = fastrand::Rng::with_seed(29);
+    let mut rng = fastrand::Rng::with_seed(seed);
     for run in 0..=kills {
         let port = std::net::TcpListener::bind("127.0.0.1:0")
             .unwrap()
             .local_addr()
             .unwrap();
-        let durable = config
-            .replace(
-                "enabled = false\nlisten = \"127.0.0.1:9103\"",
-                &format!("enabled = true\nlisten = \"{port}\""),
-            )
-            .replace("durable = false", "durable = true");
-        assert_ne!(
-            durable, config,
-            "the example has an [ingest.http] to turn on"
-        );
-        std::fs::write(rig.config_file(), durable).unwrap();
+        std::fs::write(rig.config_file(), configure(&config, port)).unwrap();
         let last = run == kills;
         if last {
             rig.server().clear_faults();
@@ -170,13 +167,13 @@ fn acknowledged_increments_survive_kills_and_retries_count_once() {
         } else {
             POINTS[run % POINTS.len()]
         };
-        let mut serve = rig.start_until(point, "Listening for increments over HTTP");
+        let mut serve = rig.start_until(point, listening);
         let stop = Arc::new(AtomicBool::new(false));
-        let clients = start_clients(port, rig.base, run as u64, &stop, last, &shared);
+        let senders = start(port, run as u64, &stop, last);
         if last {
             std::thread::sleep(Duration::from_millis(500));
             stop.store(true, Ordering::Relaxed);
-            clients.into_iter().for_each(|t| t.join().unwrap());
+            senders.into_iter().for_each(|t| t.join().unwrap());
             serve.wait_metric(|text| {
                 metric(text, "countersink_ingest_log_bytes") == Some(0.0)
                     && metric(text, "countersink_spill_bytes") == Some(0.0)
@@ -194,9 +191,50 @@ fn acknowledged_increments_survive_kills_and_retries_count_once() {
             }
             rig.kill(serve);
             stop.store(true, Ordering::Relaxed);
-            clients.into_iter().for_each(|t| t.join().unwrap());
+            senders.into_iter().for_each(|t| t.join().unwrap());
         }
     }
+}
+
+/// `name` from the environment, else `default`: how many kills a test makes.
+pub(super) fn kills_from(name: &str, default: usize) -> usize {
+    std::env::var(name)
+        .ok()
+        .and_then(|k| k.parse().ok())
+        .unwrap_or(default)
+}
+
+#[test]
+fn acknowledged_increments_survive_kills_and_retries_count_once() {
+    let kills = kills_from("DURABLE_KILLS", 50);
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let mut rig = runtime.block_on(Rig::new(Settings::default()));
+    let shared = Arc::new(Clients {
+        pending: Mutex::new(vec![None; 4]),
+        ..Clients::default()
+    });
+    let base = rig.base;
+    let configure = |config: &str, port: SocketAddr| {
+        let durable = config
+            .replace(
+                "enabled = false\nlisten = \"127.0.0.1:9103\"",
+                &format!("enabled = true\nlisten = \"{port}\""),
+            )
+            .replace("durable = false", "durable = true");
+        assert_ne!(
+            durable, config,
+            "the example has an [ingest.http] to turn on"
+        );
+        durable
+    };
+    kill_runs(
+        &mut rig,
+        kills,
+        29,
+        &configure,
+        "Listening for increments over HTTP",
+        &mut |port, run, stop, drain| start_clients(port, base, run, stop, drain, &shared),
+    );
     let answered = shared.answered.lock().unwrap();
     for increments in answered.iter() {
         for (page, at, delta) in increments {

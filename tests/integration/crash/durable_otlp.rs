@@ -22,9 +22,9 @@ use opentelemetry_proto::tonic::metrics::v1::{
 };
 use prost::Message;
 
-use super::chaos::random_faults;
 use super::check::check;
-use super::harness::{Rig, Settings, metric};
+use super::durable::{kill_runs, kills_from};
+use super::harness::{Rig, Settings};
 
 /// Pages (streams) per exporter.
 const PAGES: u32 = 6;
@@ -184,23 +184,11 @@ fn start_exporters(
         .collect()
 }
 
-/// Points of the ingest log's path a kill may hit, besides random moments.
-const POINTS: [Option<&str>; 4] = [
-    None,
-    Some("ingest_sealed"),
-    Some("ingest_segment_written"),
-    Some("replay_loaded"),
-];
-
 #[test]
 fn acknowledged_cumulative_exports_survive_kills_and_retries_count_once() {
-    let kills: usize = std::env::var("DURABLE_OTLP_KILLS")
-        .ok()
-        .and_then(|k| k.parse().ok())
-        .unwrap_or(50);
+    let kills = kills_from("DURABLE_OTLP_KILLS", 50);
     let runtime = tokio::runtime::Runtime::new().unwrap();
     let mut rig = runtime.block_on(Rig::new(Settings::default()));
-    let config = std::fs::read_to_string(rig.config_file()).unwrap();
     let shared = Arc::new(Exporters {
         state: Mutex::new(vec![
             Exporter {
@@ -216,12 +204,7 @@ fn acknowledged_cumulative_exports_survive_kills_and_retries_count_once() {
     // know is then a baseline, so a table lost across a kill shows as a missing
     // difference, and one that ran ahead of the log as a difference counted twice.
     let base_nanos = u64::try_from(rig.base).unwrap() * 1_000_000_000;
-    let mut rng = fastrand::Rng::with_seed(31);
-    for run in 0..=kills {
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap();
+    let configure = |config: &str, port: SocketAddr| {
         let durable = config
             .replace(
                 "enabled = false\nlisten = \"127.0.0.1:4318\"",
@@ -235,44 +218,16 @@ fn acknowledged_cumulative_exports_survive_kills_and_retries_count_once() {
             durable.contains(&format!("listen = \"{port}\"")) && durable.contains("durable = true"),
             "the example has an [ingest.otlp_http] and an [ingest.otlp] to turn on"
         );
-        std::fs::write(rig.config_file(), durable).unwrap();
-        let last = run == kills;
-        if last {
-            rig.server().clear_faults();
-        } else {
-            rig.server().set_faults(random_faults(&mut rng));
-        }
-        let point = if last {
-            None
-        } else {
-            POINTS[run % POINTS.len()]
-        };
-        let mut serve = rig.start_until(point, "Listening for OTLP metrics");
-        let stop = Arc::new(AtomicBool::new(false));
-        let exporters = start_exporters(port, base_nanos, run as u64, &stop, last, &shared);
-        if last {
-            std::thread::sleep(Duration::from_millis(500));
-            stop.store(true, Ordering::Relaxed);
-            exporters.into_iter().for_each(|t| t.join().unwrap());
-            serve.wait_metric(|text| {
-                metric(text, "countersink_ingest_log_bytes") == Some(0.0)
-                    && metric(text, "countersink_spill_bytes") == Some(0.0)
-                    && metric(text, "countersink_pending_rows") == Some(0.0)
-            });
-            rig.terminate(serve);
-        } else {
-            match point {
-                Some(point) => serve.wait_for(
-                    &format!("crash point {point} reached"),
-                    Duration::from_secs(20),
-                ),
-                None => std::thread::sleep(Duration::from_millis(rng.u64(100..900))),
-            }
-            rig.kill(serve);
-            stop.store(true, Ordering::Relaxed);
-            exporters.into_iter().for_each(|t| t.join().unwrap());
-        }
-    }
+        durable
+    };
+    kill_runs(
+        &mut rig,
+        kills,
+        31,
+        &configure,
+        "Listening for OTLP metrics",
+        &mut |port, run, stop, drain| start_exporters(port, base_nanos, run, stop, drain, &shared),
+    );
     assert!(
         shared
             .state
