@@ -419,32 +419,7 @@ async fn reloads_under_a_stream_of_lines_lose_and_double_nothing() {
     // Scheduled flushes run between and during the reloads.
     let side = Reloadable::start(dir.path(), "100ms").await;
     let stop = Arc::new(AtomicBool::new(false));
-    let sender = {
-        let (stop, udp, engine) = (stop.clone(), side.udp, side.sidecar.engine().clone());
-        std::thread::spawn(move || {
-            let socket = UdpSocket::bind("127.0.0.1:0").unwrap();
-            let mut sent = 0_u64;
-            let mut i = 0_u64;
-            while !stop.load(Ordering::Relaxed) {
-                // Never more than 40 datagrams ahead of the receiver, so that the
-                // kernel's receive buffer never overflows: a datagram lost there would
-                // not be the reload's doing.
-                let received = engine.aggregator().counters().received_for(Transport::Udp);
-                if sent - received > 200 {
-                    std::thread::sleep(Duration::from_micros(200));
-                    continue;
-                }
-                // Five endpoints, five lines a datagram.
-                let packet: String = (0..5)
-                    .map(|k| format!("api.e{}.requests:1|c\n", (i + k) % 5))
-                    .collect();
-                socket.send_to(packet.as_bytes(), udp).unwrap();
-                sent += 5;
-                i += 1;
-            }
-            sent
-        })
-    };
+    let sender = send_until(&side, &stop);
     for round in 0..6 {
         tokio::time::sleep(Duration::from_millis(150)).await;
         let family = if round % 2 == 0 { "api_b" } else { "api_a" };
@@ -676,29 +651,7 @@ async fn tables_moved_back_and_forth_under_a_stream_of_lines_lose_and_double_not
         create_tables(&side.store, &moved(&side.text("api_a", "100ms"), suffix)).await;
     }
     let stop = Arc::new(AtomicBool::new(false));
-    let sender = {
-        let (stop, udp, engine) = (stop.clone(), side.udp, side.sidecar.engine().clone());
-        std::thread::spawn(move || {
-            let socket = UdpSocket::bind("127.0.0.1:0").unwrap();
-            let mut sent = 0_u64;
-            let mut i = 0_u64;
-            while !stop.load(Ordering::Relaxed) {
-                // Never far ahead of the receiver (see the test of rules above).
-                let received = engine.aggregator().counters().received_for(Transport::Udp);
-                if sent - received > 200 {
-                    std::thread::sleep(Duration::from_micros(200));
-                    continue;
-                }
-                let packet: String = (0..5)
-                    .map(|k| format!("api.e{}.requests:1|c\n", (i + k) % 5))
-                    .collect();
-                socket.send_to(packet.as_bytes(), udp).unwrap();
-                sent += 5;
-                i += 1;
-            }
-            sent
-        })
-    };
+    let sender = send_until(&side, &stop);
     for round in 0..6 {
         tokio::time::sleep(Duration::from_millis(150)).await;
         let suffix = versions[(round + 1) % versions.len()];
@@ -823,4 +776,31 @@ async fn a_reload_changes_the_log_filter() {
     let (status, _) = serve.terminate();
     assert!(status.success(), "{status}");
     store.shutdown().await;
+}
+
+/// A thread sending `api.e<N>.requests:1|c` lines over UDP to `side`, five endpoints,
+/// five lines a datagram, until `stop`: how many it sent. Never more than 40 datagrams
+/// ahead of the receiver, so that the kernel's receive buffer never overflows (a
+/// datagram lost there would not be the reload's doing).
+fn send_until(side: &Reloadable, stop: &Arc<AtomicBool>) -> std::thread::JoinHandle<u64> {
+    let (stop, udp, engine) = (stop.clone(), side.udp, side.sidecar.engine().clone());
+    std::thread::spawn(move || {
+        let socket = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let mut sent = 0_u64;
+        let mut i = 0_u64;
+        while !stop.load(Ordering::Relaxed) {
+            let received = engine.aggregator().counters().received_for(Transport::Udp);
+            if sent - received > 200 {
+                std::thread::sleep(Duration::from_micros(200));
+                continue;
+            }
+            let packet: String = (0..5)
+                .map(|k| format!("api.e{}.requests:1|c\n", (i + k) % 5))
+                .collect();
+            socket.send_to(packet.as_bytes(), udp).unwrap();
+            sent += 5;
+            i += 1;
+        }
+        sent
+    })
 }
