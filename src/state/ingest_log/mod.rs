@@ -694,12 +694,16 @@ pub fn present(dir: &Path) -> io::Result<bool> {
 /// cut short (a SIGKILL inside its `write`: never synced, so never answered) is counted
 /// in `unread` whole and none of its lines is taken. Without it, the increments of a
 /// request could be read without the idempotency key written after them, and its retry
-/// counted again; or a cumulative point's increment without the stream's point. Lines
-/// outside any group (a log an earlier version wrote) are taken one by one.
+/// counted again; or a cumulative point's increment without the stream's point. In a
+/// file without any group (a log an earlier version wrote) lines are taken one by one;
+/// in one with groups, a line outside them is damage and is not taken.
 pub fn read_sealed(path: &Path) -> io::Result<SealedContent> {
     let mut content = SealedContent::default();
     // The append being read: the lines it still has to come, and what it held so far.
     let mut group: Option<(u64, SealedContent)> = None;
+    // Whether the file is this version's (its appends are groups): then a line outside
+    // any group is damage (what a power cut can leave), not a line of an earlier version.
+    let mut grouped = false;
     let mut reader = BufReader::new(File::open(path)?);
     let mut line = Vec::new();
     loop {
@@ -715,6 +719,7 @@ pub fn read_sealed(path: &Path) -> io::Result<SealedContent> {
             if let Some((_, cut)) = group.take() {
                 content.unread += cut.lines();
             }
+            grouped = true;
             match serde_json::from_slice::<Group>(&line[..line.len() - 1]) {
                 Ok(Group { g: 0 }) => {}
                 Ok(Group { g }) => group = Some((g, SealedContent::default())),
@@ -724,6 +729,10 @@ pub fn read_sealed(path: &Path) -> io::Result<SealedContent> {
         }
         let into = match &mut group {
             Some((_, held)) => held,
+            None if grouped => {
+                content.unread += 1;
+                continue;
+            }
             None => &mut content,
         };
         into.read_line(&line);
@@ -1157,6 +1166,13 @@ mod tests {
         );
         assert_eq!(content.keys.len(), 1);
         assert_eq!(content.unread, 2, "the cut append's two lines");
+        // A line outside the groups of a file that has them is damage.
+        let mut damaged = b"{\"g\":2}\n".to_vec();
+        damaged.extend(&whole);
+        damaged.extend(line("d", 4));
+        std::fs::write(&path, &damaged).unwrap();
+        let content = read_sealed(&path).unwrap();
+        assert_eq!((content.entries.len(), content.unread), (1, 1));
         // Without groups (an earlier version's file) every whole line counts.
         let mut legacy = whole.clone();
         legacy.extend(&cut);
