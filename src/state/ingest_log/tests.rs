@@ -1,0 +1,365 @@
+//! The ingest log's tests: appends, seals, the bound, kept keys and streams.
+use super::*;
+
+const RETENTION: Retention = Retention {
+    window_secs: 600,
+    max_keys: 4,
+    max_streams: 4,
+    keep_streams: true,
+};
+
+fn line(name: &str, delta: i64) -> Vec<u8> {
+    let mut out = Vec::new();
+    IngestEntry::write_line(&mut out, name, &[("k", "v")], delta, 7);
+    out
+}
+
+#[test]
+fn appends_are_read_back_from_the_sealed_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = IngestLog::open(dir.path(), 1 << 20, 3, RETENTION).unwrap();
+    log.append(&line("a", 1)).unwrap();
+    log.append(&line("b", -2)).unwrap();
+    assert!(log.seal(3, 9).unwrap());
+    assert!(
+        !log.seal(3, 10).unwrap(),
+        "an empty active file is not sealed"
+    );
+    let sealed = log.sealed().unwrap();
+    assert_eq!(sealed.len(), 1);
+    assert_eq!((sealed[0].incarnation, sealed[0].seq), (3, 9));
+    let SealedContent {
+        entries, unread, ..
+    } = read_sealed(&sealed[0].path).unwrap();
+    assert_eq!(unread, 0);
+    assert_eq!(
+        entries
+            .iter()
+            .map(|e| (e.name.as_str(), e.delta))
+            .collect::<Vec<_>>(),
+        [("a", 1), ("b", -2)]
+    );
+    assert_eq!(entries[0].tags, [("k".to_owned(), "v".to_owned())]);
+    assert_eq!(entries[0].minute, 7);
+    log.remove(&sealed[0]).unwrap();
+    assert_eq!(log.bytes(), 0);
+}
+
+#[test]
+fn a_full_log_refuses_before_writing() {
+    let dir = tempfile::tempdir().unwrap();
+    let one = line("a", 1);
+    // An append takes its lines and the line that begins its group.
+    let appended = (one.len() + b"{\"g\":1}\n".len()) as u64;
+    let log = IngestLog::open(dir.path(), appended * 2, 1, RETENTION).unwrap();
+    log.append(&one).unwrap();
+    log.append(&one).unwrap();
+    assert!(matches!(log.append(&one), Err(AppendError::Full { .. })));
+    assert_eq!(
+        fs::metadata(dir.path().join(ACTIVE)).unwrap().len(),
+        2 * appended
+    );
+    // Sealed files count against the bound until they are removed.
+    log.seal(1, 1).unwrap();
+    assert!(matches!(log.append(&one), Err(AppendError::Full { .. })));
+}
+
+#[test]
+fn a_leftover_active_file_is_sealed_at_start_and_a_torn_line_is_counted() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let log = IngestLog::open(dir.path(), 1 << 20, 1, RETENTION).unwrap();
+        log.append(&line("a", 5)).unwrap();
+    }
+    let mut torn = fs::OpenOptions::new()
+        .append(true)
+        .open(dir.path().join(ACTIVE))
+        .unwrap();
+    torn.write_all(b"{\"n\":\"b\",\"d\"").unwrap();
+    let log = IngestLog::open(dir.path(), 1 << 20, 2, RETENTION).unwrap();
+    let sealed = log.sealed().unwrap();
+    assert_eq!(
+        sealed
+            .iter()
+            .map(|s| (s.incarnation, s.seq))
+            .collect::<Vec<_>>(),
+        [(2, 0)]
+    );
+    let content = read_sealed(&sealed[0].path).unwrap();
+    assert_eq!(
+        (
+            content.entries.len(),
+            content.entries[0].delta,
+            content.unread
+        ),
+        (1, 5, 1)
+    );
+    assert!(log.bytes() > 0);
+}
+
+#[test]
+fn concurrent_appends_share_syncs_and_all_land() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = Arc::new(IngestLog::open(dir.path(), 1 << 24, 1, RETENTION).unwrap());
+    let threads: Vec<_> = (0..8)
+        .map(|t| {
+            let log = Arc::clone(&log);
+            std::thread::spawn(move || {
+                for i in 0..50 {
+                    log.append(&line(&format!("t{t}"), i)).unwrap();
+                }
+            })
+        })
+        .collect();
+    for thread in threads {
+        thread.join().unwrap();
+    }
+    assert!(log.syncs() <= 400, "never more than one sync per append");
+    log.seal(1, 1).unwrap();
+    let content = read_sealed(&log.sealed().unwrap()[0].path).unwrap();
+    assert_eq!((content.entries.len(), content.unread), (400, 0));
+    let sum: i64 = content.entries.iter().map(|e| e.delta).sum();
+    assert_eq!(sum, 8 * (0..50).sum::<i64>());
+}
+
+fn key(name: &str, at: i64) -> KeyLine {
+    KeyLine {
+        key: name.into(),
+        body_hash: 42,
+        status: 200,
+        answer: format!("{{\"accepted\":{at}}}"),
+        at,
+    }
+}
+
+#[test]
+fn answered_keys_outlive_a_restart_within_the_window_and_the_bound() {
+    let dir = tempfile::tempdir().unwrap();
+    let now = unix_now();
+    let seed = {
+        let log = IngestLog::open(dir.path(), 1 << 20, 1, RETENTION).unwrap();
+        // Carried out of a moved file: an old key, one inside the window, and keys
+        // past the bound.
+        log.carry_keys(&[key("expired", now - 601), key("a", now - 10)])
+            .unwrap();
+        for i in 0..4 {
+            log.carry_keys(&[key(&format!("b{i}"), now - 5 + i)])
+                .unwrap();
+        }
+        // Still in the active file when the process dies: written with its request.
+        let mut lines = line("x", 1);
+        key("in-log", now).write_line(&mut lines);
+        key("a", now - 1).write_line(&mut lines);
+        log.append(&lines).unwrap();
+        log.seed()
+    };
+    let log = IngestLog::open(dir.path(), 1 << 20, 2, RETENTION).unwrap();
+    assert_eq!(log.seed(), seed, "the seed is kept with the keys");
+    let keys = log.take_recovered_keys();
+    let names: Vec<&str> = keys.iter().map(|k| k.key.as_str()).collect();
+    // The newest four, oldest first, each once (`a` with its later answer).
+    assert_eq!(names, ["b2", "b3", "a", "in-log"], "{keys:?}");
+    assert_eq!(keys[2].at, now - 1);
+    assert!(log.take_recovered_keys().is_empty(), "taken once");
+    // The file was rewritten with what was kept.
+    let (_, on_disk) = read_keys(&dir.path().join(KEYS)).unwrap();
+    assert_eq!(on_disk, keys);
+}
+
+#[test]
+fn the_keys_file_is_compacted_past_twice_its_bound() {
+    let dir = tempfile::tempdir().unwrap();
+    let now = unix_now();
+    let log = IngestLog::open(dir.path(), 1 << 20, 1, RETENTION).unwrap();
+    // RETENTION keeps 4 keys: the file is rewritten once it holds more than 8 lines.
+    for i in 0..8 {
+        log.carry_keys(&[key(&format!("k{i}"), now - 20 + i)])
+            .unwrap();
+    }
+    assert_eq!(read_keys(&dir.path().join(KEYS)).unwrap().1.len(), 8);
+    log.carry_keys(&[key("k8", now)]).unwrap();
+    let (seed, kept) = read_keys(&dir.path().join(KEYS)).unwrap();
+    assert_eq!(seed, Some(log.seed()), "the seed survives the rewrite");
+    let names: Vec<&str> = kept.iter().map(|k| k.key.as_str()).collect();
+    assert_eq!(
+        names,
+        ["k5", "k6", "k7", "k8"],
+        "the newest four, oldest first"
+    );
+}
+
+fn stream(id: u128, time: u64, value: i64) -> StreamLine {
+    StreamLine {
+        stream: id,
+        start: 1,
+        time,
+        value,
+    }
+}
+
+/// A start reads back every stream's latest point, whether it was carried to the
+/// stream file or is still in a sealed file, or in the active file a kill left.
+#[test]
+fn stream_points_outlive_a_restart_wherever_they_are() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let log = IngestLog::open(dir.path(), 1 << 20, 1, RETENTION).unwrap();
+        assert_eq!(log.take_recovered_streams(), RecoveredStreams::default());
+        let mut lines = line("a", 1);
+        stream(1, 10, 5).write_line(&mut lines);
+        stream(2, 10, 7).write_line(&mut lines);
+        log.append(&lines).unwrap();
+        assert!(log.seal(1, 1).unwrap());
+        // Moved: its stream lines go to the stream file, then it goes.
+        let sealed = log.sealed().unwrap();
+        let content = read_sealed(&sealed[0].path).unwrap();
+        assert_eq!(content.entries.len(), 1);
+        assert_eq!(content.streams.len(), 2);
+        log.carry_streams(&content.streams).unwrap();
+        log.remove(&sealed[0]).unwrap();
+        // Sealed, not moved yet: stream 1 moved on.
+        let mut lines = Vec::new();
+        stream(1, 20, 9).write_line(&mut lines);
+        log.append(&lines).unwrap();
+        assert!(log.seal(1, 2).unwrap());
+        // Left in the active file by a kill: stream 3, and an older point of 2 that a
+        // slower request wrote after the newer one.
+        let mut lines = Vec::new();
+        stream(3, 30, 1).write_line(&mut lines);
+        stream(2, 5, 6).write_line(&mut lines);
+        log.append(&lines).unwrap();
+    }
+    let log = IngestLog::open(dir.path(), 1 << 20, 2, RETENTION).unwrap();
+    let recovered = log.take_recovered_streams();
+    let mut points: Vec<(u128, u64, i64)> = recovered
+        .lines
+        .iter()
+        .map(|l| (l.stream, l.time, l.value))
+        .collect();
+    points.sort_unstable();
+    assert_eq!(points, [(1, 20, 9), (2, 10, 7), (3, 30, 1)]);
+    assert!(recovered.complete_since.is_some(), "the file's mark");
+    assert!(log.take_recovered_streams().lines.is_empty(), "taken once");
+}
+
+/// The stream file is folded past twice its bound, and what the bound drops moves
+/// the mark forward (their next point is a baseline, never counted whole).
+#[test]
+fn the_stream_file_is_compacted_and_a_dropped_stream_moves_the_mark() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = IngestLog::open(dir.path(), 1 << 20, 1, RETENTION).unwrap();
+    log.rewrite_streams(&RecoveredStreams {
+        complete_since: Some(50),
+        lines: Vec::new(),
+    })
+    .unwrap();
+    // RETENTION keeps 4 streams: past 8 lines the file is folded.
+    for i in 0..8u64 {
+        log.carry_streams(&[stream(u128::from(i % 2), 10 + i, 1)])
+            .unwrap();
+    }
+    assert_eq!(streams::read(dir.path()).unwrap().1.len(), 8);
+    log.carry_streams(&[stream(7, 100, 1)]).unwrap();
+    let (mark, lines) = streams::read(dir.path()).unwrap();
+    assert_eq!(lines.len(), 3, "two streams folded, one new: {lines:?}");
+    assert_eq!(mark, Some(50), "nothing dropped: the mark stays");
+    let many: Vec<StreamLine> = (10..20u64).map(|i| stream(u128::from(i), i, 1)).collect();
+    log.carry_streams(&many).unwrap();
+    let (mark, lines) = streams::read(dir.path()).unwrap();
+    assert_eq!(lines.len(), 4);
+    assert!(mark.unwrap() > 1_000_000, "moved to now: {mark:?}");
+    log.remove_streams().unwrap();
+    assert_eq!(streams::read(dir.path()).unwrap(), (None, Vec::new()));
+}
+
+/// An append cut short inside its `write` (a SIGKILL between two pages) is skipped
+/// whole: its increments are not taken without the key written after them. Lines of
+/// a log an earlier version wrote, without groups, are taken one by one.
+#[test]
+fn an_append_cut_short_is_skipped_whole() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join(sealed_name(1, 1));
+    let mut whole = line("a", 1);
+    key("k1", 5).write_line(&mut whole);
+    let mut cut = line("b", 2);
+    cut.extend(line("c", 3));
+    key("k2", 6).write_line(&mut cut);
+    let mut bytes = b"{\"g\":2}\n".to_vec();
+    bytes.extend(&whole);
+    bytes.extend(b"{\"g\":3}\n");
+    // The cut append: its increments whole, its key line missing.
+    bytes.extend(&cut[..line("b", 2).len() + line("c", 3).len()]);
+    std::fs::write(&path, &bytes).unwrap();
+    let content = read_sealed(&path).unwrap();
+    assert_eq!(
+        content.entries.iter().map(|e| e.delta).collect::<Vec<_>>(),
+        [1]
+    );
+    assert_eq!(content.keys.len(), 1);
+    assert_eq!(content.unread, 2, "the cut append's two lines");
+    // A line outside the groups of a file that has them is damage.
+    let mut damaged = b"{\"g\":2}\n".to_vec();
+    damaged.extend(&whole);
+    damaged.extend(line("d", 4));
+    std::fs::write(&path, &damaged).unwrap();
+    let content = read_sealed(&path).unwrap();
+    assert_eq!((content.entries.len(), content.unread), (1, 1));
+    // Without groups (an earlier version's file) every whole line counts.
+    let mut legacy = whole.clone();
+    legacy.extend(&cut);
+    std::fs::write(&path, &legacy).unwrap();
+    let content = read_sealed(&path).unwrap();
+    assert_eq!(content.entries.len(), 3);
+    assert_eq!(content.keys.len(), 2);
+    assert_eq!(content.unread, 0);
+}
+
+/// What `append` writes reads back as whole groups.
+#[test]
+fn appends_are_groups() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = IngestLog::open(dir.path(), 1 << 20, 1, RETENTION).unwrap();
+    let mut lines = line("a", 1);
+    key("k", 5).write_line(&mut lines);
+    log.append(&lines).unwrap();
+    log.append(&line("b", 2)).unwrap();
+    let text = std::fs::read_to_string(dir.path().join(ACTIVE)).unwrap();
+    assert!(text.starts_with("{\"g\":2}\n"), "{text}");
+    assert!(text.contains("\n{\"g\":1}\n"), "{text}");
+    assert!(log.seal(1, 2).unwrap());
+    let content = read_sealed(&log.sealed().unwrap()[0].path).unwrap();
+    assert_eq!(
+        (content.entries.len(), content.keys.len(), content.unread),
+        (2, 1, 0)
+    );
+}
+
+/// A carry whose append failed (it may have left part of a line) makes the next
+/// carry rewrite the file whole: a torn line never swallows the next key or point.
+#[test]
+fn a_failed_carry_is_followed_by_a_rewrite_not_an_append() {
+    let dir = tempfile::tempdir().unwrap();
+    let now = unix_now();
+    let log = IngestLog::open(dir.path(), 1 << 20, 1, RETENTION).unwrap();
+    log.carry_keys(&[key("k1", now)]).unwrap();
+    log.rewrite_streams(&RecoveredStreams {
+        complete_since: Some(50),
+        lines: vec![stream(1, 10, 5)],
+    })
+    .unwrap();
+    // What a failed append leaves: part of a line, no newline.
+    for file in [KEYS, streams::FILE] {
+        let mut handle = options().append(true).open(dir.path().join(file)).unwrap();
+        handle.write_all(b"{\"torn").unwrap();
+    }
+    *log.key_lines.lock() = FORCE_REWRITE;
+    log.streams_file.lock().lines = FORCE_REWRITE;
+    log.carry_keys(&[key("k2", now)]).unwrap();
+    log.carry_streams(&[stream(2, 11, 6)]).unwrap();
+    let (_, keys) = read_keys(&dir.path().join(KEYS)).unwrap();
+    let names: Vec<&str> = keys.iter().map(|k| k.key.as_str()).collect();
+    assert_eq!(names, ["k1", "k2"]);
+    let (mark, points) = streams::read(dir.path()).unwrap();
+    assert_eq!(mark, Some(50));
+    assert_eq!(points, [stream(1, 10, 5), stream(2, 11, 6)]);
+}
