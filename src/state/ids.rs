@@ -154,6 +154,41 @@ impl SegmentId {
         }
     }
 
+    /// The segment a start of `incarnation` moves an earlier version's spill files into
+    /// (the wrapper's `wrapper_spill.jsonl`, `totals`: the `writer_totals` files): the
+    /// last flush number of the incarnation before it. That sorts after every segment an
+    /// earlier run wrote and every replay cursor it left (a segment that sorts before the
+    /// cursor counts as consumed and is deleted unread), and before everything this run
+    /// spills. No flush takes that number, so a segment numbered so is a moved one
+    /// ([`SegmentId::is_migration`]): a start killed half-way through the move finds it
+    /// and only removes the old files.
+    pub fn migration(incarnation: u64, totals: bool) -> SegmentId {
+        SegmentId {
+            totals,
+            ..SegmentId::live(incarnation.saturating_sub(1), u64::MAX)
+        }
+    }
+
+    /// Whether this is a segment an earlier version's spill files were moved into.
+    pub fn is_migration(&self) -> bool {
+        self.flush_seq == u64::MAX && !self.recovered && !self.held
+    }
+
+    /// The segment of `dir` an earlier start moved spill files into ([`SegmentId::migration`]),
+    /// of the `writer_totals` kind or the other, if it is still there.
+    pub fn migration_in(dir: &std::path::Path, totals: bool) -> std::io::Result<Option<SegmentId>> {
+        for entry in std::fs::read_dir(dir)? {
+            let name = entry?.file_name();
+            if let Some(id) = SegmentId::parse(&name.to_string_lossy())
+                && id.totals == totals
+                && id.is_migration()
+            {
+                return Ok(Some(id));
+            }
+        }
+        Ok(None)
+    }
+
     /// `spill.<incarnation>.<flush_seq>[.recovered|.held][.totals].jsonl`.
     pub fn file_name(&self) -> String {
         format!(

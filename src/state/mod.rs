@@ -310,7 +310,7 @@ impl StateDir {
             .filter(|g| g.committed)
             .filter_map(|g| g.wrapper.as_ref()?.legacy_spill_offset)
             .max();
-        wrapper_files::migrate_spill(&dir, wrapper_offset)
+        wrapper_files::migrate_spill(&dir, wrapper_offset, incarnation)
             .map_err(io_err("move the wrapper spill of an earlier version"))?;
         totals_files::migrate_spill(&dir, incarnation)
             .map_err(io_err("move the writer_totals spill of an earlier version"))?;

@@ -684,10 +684,44 @@ fn an_earlier_versions_wrapper_spill_moves_past_what_its_unended_flush_consumed(
     let chunk = state.load_spill(|_, _| true).unwrap();
     let rows: Vec<u16> = chunk.records.iter().map(|(_, r)| r.row).collect();
     assert_eq!(rows, [2, 3], "past the offset the unended flush consumed");
-    assert_eq!(chunk.records[0].0, wrapper_files::MIGRATED_SPILL);
+    assert_eq!(
+        chunk.records[0].0,
+        SegmentId::migration(state.incarnation(), false),
+        "numbered after the runs before this one"
+    );
     drop(state);
     // Not consumed yet: a second start finds the same rows, moved once.
     let mut state = StateDir::open(&config(dir.path())).unwrap();
     let again = state.load_spill(|_, _| true).unwrap();
     assert_eq!(again.records.len(), 2);
+}
+
+/// An earlier version's wrapper spill found in a directory a later run already replayed
+/// from (its cursor past that run's segments): the moved segment is numbered after that
+/// run, so its rows are replayed, not counted as consumed and deleted unread.
+#[test]
+fn an_earlier_versions_wrapper_spill_is_replayed_after_a_cursor_a_later_run_left() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let mut state = StateDir::open(&config(dir.path())).unwrap();
+        let spilled_by = state.flush_id(1);
+        state.spill(&spilled_by, &[vec![record()]]).unwrap();
+        assert_eq!(state.load_spill(|_, _| true).unwrap().records.len(), 1);
+        let consumed = state.replay_loaded();
+        state.commit_replay(consumed).unwrap();
+    }
+    let line = r#"{"time":"t","request_id":"app/1/w1/0","row":0,"outcome":"unsent","table":"ks.t","key":{"k":"'a'"},"key_hex":["61"],"deltas":{"c":5}}"#;
+    std::fs::write(
+        dir.path().join(wrapper_files::SPILL_FILE),
+        format!("{line}\n"),
+    )
+    .unwrap();
+    let mut state = StateDir::open(&config(dir.path())).unwrap();
+    let chunk = state.load_spill(|_, _| true).unwrap();
+    let deltas: Vec<i64> = chunk
+        .records
+        .iter()
+        .map(|(_, r)| r.deltas.values().sum())
+        .collect();
+    assert_eq!(deltas, [5], "the moved row, once");
 }

@@ -26,37 +26,15 @@ pub const SPILL_FILE: &str = "totals.spill.jsonl";
 pub const REPLAY_PREFIX: &str = "totals.replay.";
 
 /// The segment the files of an earlier version are moved into by the start of
-/// `incarnation`: the last flush number of the incarnation before it. That sorts after
-/// every segment an earlier run wrote and every replay cursor it left (a segment that
-/// sorts before the cursor counts as consumed and is deleted unread), and before
-/// everything this run spills; its rows are accepted anew when replayed, as an earlier
-/// run's. No flush takes that number, so a totals segment numbered so is a moved one
-/// ([`migrated`]): a start killed half-way through the move finds it and only removes the
-/// old files.
+/// `incarnation` ([`SegmentId::migration`]); its rows are accepted anew when replayed,
+/// as an earlier run's.
 pub fn migration_target(incarnation: u64) -> SegmentId {
-    SegmentId {
-        incarnation: incarnation.saturating_sub(1),
-        flush_seq: u64::MAX,
-        recovered: false,
-        held: false,
-        totals: true,
-    }
+    SegmentId::migration(incarnation, true)
 }
 
 /// The segment an earlier start moved the old files into, if it is still there.
 pub fn migrated(dir: &Path) -> io::Result<Option<SegmentId>> {
-    for entry in fs::read_dir(dir)? {
-        let name = entry?.file_name();
-        if let Some(id) = SegmentId::parse(&name.to_string_lossy())
-            && id.totals
-            && id.flush_seq == u64::MAX
-            && !id.recovered
-            && !id.held
-        {
-            return Ok(Some(id));
-        }
-    }
-    Ok(None)
+    SegmentId::migration_in(dir, true)
 }
 
 /// A spilled running total as earlier versions wrote it.

@@ -33,35 +33,30 @@ pub const SPILL_FILE: &str = "wrapper_spill.jsonl";
 /// That spill's replay cursor file (a byte offset).
 pub const CURSOR_FILE: &str = "wrapper_spill.cursor";
 
-/// The segment an earlier version's `wrapper_spill.jsonl` is moved into: incarnation 0,
-/// replayed before anything this version spilled, and one name, so that a start killed
-/// half-way through the move finds it done and only removes the old files.
-pub const MIGRATED_SPILL: SegmentId = SegmentId {
-    totals: false,
-    incarnation: 0,
-    flush_seq: u64::MAX,
-    recovered: false,
-    held: false,
-};
-
 /// Moves the spill an earlier version of the wrapper wrote (`wrapper_spill.jsonl`, read
-/// from its cursor on) into the segment [`MIGRATED_SPILL`], then removes the file and
-/// its cursor. `journal_offset`: the furthest offset a committed flush of that version
-/// consumed (its rows are in that flush's intents, and its recovery's to place).
+/// from its cursor on) into the segment the start of `incarnation` names
+/// ([`SegmentId::migration`], as for the `writer_totals` files: after every segment and
+/// cursor an earlier run left), then removes the file and its cursor. `journal_offset`:
+/// the furthest offset a committed flush of that version consumed (its rows are in that
+/// flush's intents, and its recovery's to place).
 ///
 /// Kill-safe: the segment is written whole (temporary file, fsync, rename) before the
 /// old files go, and a start that finds the segment and the file both only removes the
 /// file. Returns how many rows it moved.
-pub(super) fn migrate_spill(dir: &Path, journal_offset: Option<u64>) -> io::Result<u64> {
+pub(super) fn migrate_spill(
+    dir: &Path,
+    journal_offset: Option<u64>,
+    incarnation: u64,
+) -> io::Result<u64> {
     let path = dir.join(SPILL_FILE);
     let cursor_path = dir.join(CURSOR_FILE);
     if !path.exists() {
         remove_if_present(&cursor_path)?;
         return Ok(0);
     }
-    let target = dir.join(MIGRATED_SPILL.file_name());
+    let target = dir.join(SegmentId::migration(incarnation, false).file_name());
     let mut moved = 0;
-    if !target.exists() {
+    if SegmentId::migration_in(dir, false)?.is_none() {
         let on_disk = match fs::read_to_string(&cursor_path) {
             Ok(text) => text.trim().parse::<u64>().unwrap_or(0),
             Err(e) if e.kind() == io::ErrorKind::NotFound => 0,
@@ -386,8 +381,12 @@ mod tests {
         OLD.replace("\"row\":1", &format!("\"row\":{row}"))
     }
 
+    /// The incarnation of the start that moves the files.
+    const START: u64 = 4;
+
     fn segment_rows(dir: &Path) -> Vec<WriteRecord> {
-        let text = fs::read_to_string(dir.join(MIGRATED_SPILL.file_name())).unwrap_or_default();
+        let moved = SegmentId::migration(START, false);
+        let text = fs::read_to_string(dir.join(moved.file_name())).unwrap_or_default();
         text.lines()
             .map(|l| serde_json::from_str(l).unwrap())
             .collect()
@@ -402,7 +401,7 @@ mod tests {
         let second = line(0).len() as u64 + 1;
         fs::write(dir.path().join(SPILL_FILE), &lines).unwrap();
         fs::write(dir.path().join(CURSOR_FILE), second.to_string()).unwrap();
-        assert_eq!(migrate_spill(dir.path(), None).unwrap(), 2);
+        assert_eq!(migrate_spill(dir.path(), None, START).unwrap(), 2);
         let rows = segment_rows(dir.path());
         assert_eq!(rows.iter().map(|r| r.row).collect::<Vec<_>>(), [1, 2]);
         let record = &rows[0];
@@ -417,7 +416,7 @@ mod tests {
         assert!(!dir.path().join(SPILL_FILE).exists());
         assert!(!dir.path().join(CURSOR_FILE).exists());
         // Nothing left to move: a second start changes nothing.
-        assert_eq!(migrate_spill(dir.path(), None).unwrap(), 0);
+        assert_eq!(migrate_spill(dir.path(), None, START + 1).unwrap(), 0);
         assert_eq!(segment_rows(dir.path()).len(), 2);
     }
 
@@ -429,7 +428,7 @@ mod tests {
         let third = 2 * (line(0).len() as u64 + 1);
         let lines = format!("{}\n{}\n{}\n{}", line(0), line(1), line(2), &line(3)[..20]);
         fs::write(dir.path().join(SPILL_FILE), lines).unwrap();
-        assert_eq!(migrate_spill(dir.path(), Some(third)).unwrap(), 1);
+        assert_eq!(migrate_spill(dir.path(), Some(third), START).unwrap(), 1);
         assert_eq!(segment_rows(dir.path())[0].row, 2);
     }
 
@@ -444,19 +443,20 @@ mod tests {
             line(0) + "\n" + &line(1) + "\n",
         )
         .unwrap();
-        assert_eq!(migrate_spill(dir.path(), None).unwrap(), 2);
+        assert_eq!(migrate_spill(dir.path(), None, START).unwrap(), 2);
         // As if the removal had not happened.
         fs::write(
             dir.path().join(SPILL_FILE),
             line(0) + "\n" + &line(1) + "\n",
         )
         .unwrap();
-        assert_eq!(migrate_spill(dir.path(), None).unwrap(), 0);
+        // The next start, numbered one further, finds the segment the first wrote.
+        assert_eq!(migrate_spill(dir.path(), None, START + 1).unwrap(), 0);
         assert_eq!(segment_rows(dir.path()).len(), 2);
         assert!(!dir.path().join(SPILL_FILE).exists());
         // A cursor left alone (its file gone first) is removed.
         fs::write(dir.path().join(CURSOR_FILE), "10").unwrap();
-        migrate_spill(dir.path(), None).unwrap();
+        migrate_spill(dir.path(), None, START + 1).unwrap();
         assert!(!dir.path().join(CURSOR_FILE).exists());
     }
 }

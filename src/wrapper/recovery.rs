@@ -102,11 +102,9 @@ fn finish(
     let flush = &group.flush;
     let recovered = SegmentId::recovered(flush.incarnation, flush.flush_seq);
     let mut spilled_already = state.spill_keys(recovered)?;
-    for id in [
-        SegmentId::live(flush.incarnation, flush.flush_seq),
-        // An earlier version's flush appended to its spill file, moved into this one.
-        wrapper_files::MIGRATED_SPILL,
-    ] {
+    // An earlier version's flush appended to its spill file, moved into a segment of its own.
+    let migrated = SegmentId::migration_in(state.dir(), false)?;
+    for id in std::iter::once(SegmentId::live(flush.incarnation, flush.flush_seq)).chain(migrated) {
         spilled_already.extend(state.spill_keys(id)?);
     }
     let mut present = [
