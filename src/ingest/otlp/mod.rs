@@ -301,6 +301,38 @@ impl<H: PacketHandler> Shared<H> {
         }
         self.done(&conversion, refused)
     }
+
+    /// Publishes the stream table's size and evictions.
+    fn publish_streams(&self, streams: &Streams) {
+        let otlp = &self.stats.otlp;
+        otlp.streams.store(streams.len() as u64, Relaxed);
+        otlp.evicted.store(streams.evicted(), Relaxed);
+    }
+
+    /// Counts what the conversion dropped and ignored; the answer for a request of which
+    /// `refused` points the aggregator refused.
+    fn done(&self, conversion: &Conversion<'_>, refused: u64) -> Answer {
+        let otlp = &self.stats.otlp;
+        for (counter, n) in otlp.dropped.iter().zip(conversion.dropped) {
+            counter.fetch_add(n, Relaxed);
+        }
+        for (counter, n) in otlp.ignored.iter().zip(conversion.ignored) {
+            counter.fetch_add(n, Relaxed);
+        }
+        let mut message = conversion.message();
+        if refused > 0 {
+            if !message.is_empty() {
+                message.push_str(", ");
+            }
+            message.push_str(&format!(
+                "{refused} refused by the aggregator (invalid key, outside the time window or over a limit; see countersink_dropped_total and countersink_lines_invalid_total)"
+            ));
+        }
+        Answer::Done {
+            rejected: conversion.rejected() + refused,
+            message,
+        }
+    }
 }
 
 #[cfg(test)]
