@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# The Spark job of deploy/spark against a store: the same report and exit code as one
-# `countersink reconcile` process, also with a task killed mid-job (spark_reconcile.py
-# says how). In local mode (`local[2,4]`); PySpark 3.5.9 from PyPI (venv.sh) on Java 17.
+# The Spark job of deploy/spark against a store with seeded drift (outside writers, and
+# unknown outcomes that applied and did not, through fault_proxy.py): the same report and
+# exit code as one `countersink reconcile` process, also with a task killed mid-job
+# (spark_reconcile.py says how). In local mode (`local[2,4]`); PySpark 3.5.9 from PyPI (venv.sh) on Java 17.
 #
 #   tests/spark/run.sh HOST:PORT    a running Cassandra node (CI: tests/cassandra/cluster.sh up 1)
 #   tests/spark/run.sh              countersink dev's embedded store (cqlsim), for local runs
@@ -24,5 +25,6 @@ mkdir -p "$target/tmp"
 work="$(mktemp -d "$target/tmp/spark-XXXXXX")"
 trap 'rm -rf "$work"' EXIT
 started=$SECONDS
-"$driver_bin/python" "$here/spark_reconcile.py" "$target/debug/countersink" "$spark_bin" "$work" "$@"
+# fault_proxy.py is imported from beside the script: no __pycache__ left in the tree.
+PYTHONDONTWRITEBYTECODE=1 "$driver_bin/python" "$here/spark_reconcile.py" "$target/debug/countersink" "$spark_bin" "$work" "$@"
 echo "tests/spark/run.sh: $((SECONDS - started)) s (the virtualenvs and the build before it not counted)"

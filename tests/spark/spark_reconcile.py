@@ -9,19 +9,28 @@ its embedded store (cqlsim) the store.
    with the key index on, three lines each over three minutes of a day two days ago
    (`limits.timestamp_max_past = "3d"` lets it accept them); the run waits until
    reconcile finds every key ok.
-2. Seeded drift, by outside writers through the Python cassandra-driver: +7 on one key's
+2. Unknown outcomes, as a lost answer or a lost request makes them: a second writer
+   (`countersink serve`, its own writer id and state directory, `store.request_timeout =
+   "1s"`) writes to the store through a CQL fault proxy (fault_proxy.py) that, for one
+   minute write at a time, drops the store's answer (applied) or the request (not
+   applied). k:20 gets +5 applied and +3 not, k:30 +5 applied and +5 not; the writer logs
+   each as unknown and writes its outcome row to the store.
+3. Seeded drift, by outside writers through the Python cassandra-driver: +7 on one key's
    minute row, -4 on another key's day row.
-3. `countersink reconcile --format json` (one process) and the Spark job in local mode
-   (`local[2,4]`: two task slots, a task tried up to 4 times), the binary and the
-   configuration shipped with --files: the same JSON report (summary, listed keys with
-   their verdicts and drift) and the same exit code, 3.
-4. Again, with one part's countersink killed (SIGKILL) on its first attempt
+4. `countersink reconcile --format json` (one process): the two outside writes
+   unexplained, k:20's minute row resolved with the verdict per request the proxy's log
+   gives (+5 applied, +3 not), k:30's ambiguous, every other key ok. Then the Spark job in
+   local mode (`local[2,4]`: two task slots, a task tried up to 4 times), the binary and
+   the configuration shipped with --files: the same JSON report (summary, listed keys with
+   their verdicts, drift and resolutions) and the same exit code, 3.
+5. Again, with one part's countersink killed (SIGKILL) on its first attempt
    (kill_once.sh): Spark runs the part again and the result is the same.
-5. With SPARK_MEASURE_RUNS=N: N more runs of each on the same data, medians of keys/s.
+6. With SPARK_MEASURE_RUNS=N: N more runs of each on the same data, medians of keys/s.
 
-Reconcile reads with a configuration that differs from the writer's in
-`limits.timestamp_max_past` only ("1h"), under which the day is long closed: every key
-gets a closed-day verdict. Prints one line per check and the runs' keys/s; exits 1 if any
+Reconcile reads with the first writer's configuration but for `limits.timestamp_max_past`
+("1h"), under which the day is long closed: every key gets a closed-day verdict. Neither
+reads the second writer's state directory: its unknown requests reach both through the
+store's outcomes table. Prints one line per check and the runs' keys/s; exits 1 if any
 check failed. Drops its keyspace at the end (real node).
 """
 
@@ -37,6 +46,8 @@ import sys
 import time
 
 from cassandra.cluster import Cluster
+
+from fault_proxy import ANSWER, OP_RESULT, REQUEST, FaultProxy
 
 binary, spark_bin, work = sys.argv[1], sys.argv[2], sys.argv[3]
 real = sys.argv[4] if len(sys.argv) > 4 else None
@@ -72,13 +83,15 @@ day = (datetime.datetime.now(datetime.timezone.utc).date() - datetime.timedelta(
 ten = int(datetime.datetime.fromisoformat(day + "T10:00:00+00:00").timestamp())
 
 
-def config(max_past):
+def config(max_past, contact=None, state="state", timeout=None, writer_id=None):
     return f"""[store]
-contact_points = ["{host}:{port}"]
+contact_points = ["{contact or f'{host}:{port}'}"]
 keyspace = "{keyspace}"
+{f'request_timeout = "{timeout}"' if timeout else ""}
 
 [state]
-dir = "{work}/state"
+dir = "{work}/{state}"
+{f'writer_id = "{writer_id}"' if writer_id else ""}
 
 [limits]
 timestamp_max_past = "{max_past}"
@@ -161,7 +174,72 @@ if real:
     stop_writer()
     check(writer.returncode == 0, "serve exits 0 after SIGTERM")
 
-# 2. Outside writers.
+# 2. Unknown outcomes: a second writer (`countersink serve`, a writer id and a state
+# directory of its own) whose store sits behind the fault proxy, with a client timeout of
+# 1 s. Each of its writes below is one line, flushed alone, whose minute write the proxy
+# makes unknown: the answer dropped (applied) or the request (not applied). k:20 gets +5
+# applied and +3 not (one subset explains the drift of -3: resolved), k:30 +5 applied and
+# +5 not (two do: ambiguous). Their day writes go through (ok). The writer is stopped
+# before reconcile: its outcome rows in the store are all reconcile learns of them.
+proxy = FaultProxy((host, port))
+faulty_config = os.path.join(work, "faulty.toml")
+with open(faulty_config, "w") as f:
+    f.write(config("3d", contact=proxy.addr, state="state-faulty", timeout="1s", writer_id="faulty-writer"))
+faulty_tcp = f"127.0.0.1:{free_port()}"
+faulty_log = os.path.join(work, "faulty.log")
+faulty = subprocess.Popen([binary, "serve", "--udp", "off", "--metrics", "off", "--tcp", faulty_tcp,
+                           "--config", faulty_config], stderr=open(faulty_log, "w"))
+atexit.register(lambda: faulty.poll() is None and faulty.kill())
+for _ in range(600):
+    if "Connected to the store" in open(faulty_log).read() or faulty.poll() is not None:
+        break
+    time.sleep(0.1)
+check("Connected to the store" in open(faulty_log).read(), f"the faulty writer connected through the proxy {proxy.addr}")
+unknown_log = os.path.join(work, "state-faulty", "unknown.jsonl")
+
+
+def unknown_records():
+    try:
+        with open(unknown_log) as f:
+            return [json.loads(line) for line in f if line.strip()]
+    except FileNotFoundError:
+        return []
+
+
+minute_table = f"{keyspace}.counts_by_minute"
+seeded = [(20, ANSWER, 5), (20, REQUEST, 3), (30, ANSWER, 5), (30, REQUEST, 5)]
+for n, (k, swallow, delta) in enumerate(seeded, 1):
+    proxy.swallow(minute_table, swallow)
+    out = subprocess.run([binary, "send", "--tcp", faulty_tcp], input=f"spark.test:{delta}|c|#k:{k}|T{ten + 3600}\n",
+                         capture_output=True, text=True)
+    for _ in range(300):
+        if len(unknown_records()) >= n:
+            break
+        time.sleep(0.1)
+    swallowed = proxy.log()
+    check(out.returncode == 0 and len(swallowed) == n and len(unknown_records()) == n,
+          f"k:{k} +{delta}: the minute write's {swallow} dropped, logged unknown ({len(swallowed)} swallowed, "
+          f"{len(unknown_records())} unknown records)")
+proxy.clear()
+swallowed = proxy.log()
+check([e["swallow"] for e in swallowed] == [s for _, s, _ in seeded]
+      and all(minute_table in e["query"] for e in swallowed)
+      and [e["answer_opcode"] for e in swallowed if e["swallow"] == ANSWER] == [OP_RESULT, OP_RESULT],
+      f"the proxy swallowed the four minute writes, the store answered the two it received: {swallowed}")
+faulty.send_signal(signal.SIGTERM)
+faulty.wait(60)
+check(faulty.returncode == 0, "the faulty writer exits 0 after SIGTERM")
+proxy.close()
+# What the store did with each unknown request, by request id: applied when its answer was
+# dropped, not when the request was (the records are in the order of the writes); k:20's
+# are the verdicts reconcile must give.
+records = unknown_records()
+resolved = {r["request_id"]: swallow == ANSWER for r, (k, swallow, _) in zip(records, seeded) if k == 20}
+check(len(records) == 4 and all(r["deltas"]["value"] == d and r["key"] == {"name": "spark.test", "tags": f"k:{k}"}
+                                for r, (k, _, d) in zip(records, seeded)),
+      f"the unknown records are the four writes, in order: {records}")
+
+# 3. Outside writers.
 cluster = Cluster([host], port=port)
 session = cluster.connect()
 
@@ -186,15 +264,21 @@ session.execute(f"UPDATE {keyspace}.counts_by_minute SET value = value + 7 "
 session.execute(f"UPDATE {keyspace}.counts_by_day SET value = value - 4 "
                 f"WHERE name = 'spark.test' AND tags = 'k:11' AND month = '{day[:7]}' AND day = '{day}'")
 
-# 3. One process, then the Spark job.
+# 4. One process, then the Spark job.
 code, whole, seconds, stderr = reconcile()
 check(code == 3 and whole is not None, f"one process: exit {code} (3: unexplained drift)" + ("" if whole else f": {stderr[-300:]}"))
 summary = whole[0]["summary"] if whole else {}
-listed = {(tuple(k["key"]), k["granularity"]): (k["status"], k["drift"]["value"]) for k in (whole[0]["keys"] if whole else [])}
-check(summary.get("keys") == keys and summary.get("statuses") == {"ok": 2 * keys - 2, "unexplained": 2}
-      and whole[0]["closed"], f"one process: {keys} keys, two unexplained, the day closed: {summary}")
-check(listed == {(("spark.test", "k:3"), "minute"): ("unexplained", 7), (("spark.test", "k:11"), "day"): ("unexplained", -4)},
-      f"one process names the two outside writes: {listed}")
+listed = {(tuple(k["key"]), k["granularity"]): (k["status"], k["drift"]["value"], k["unknown_requests"], k["resolution"])
+          for k in (whole[0]["keys"] if whole else [])}
+check(summary.get("keys") == keys
+      and summary.get("statuses") == {"ok": 2 * keys - 4, "unexplained": 2, "resolved": 1, "ambiguous": 1}
+      and whole[0]["closed"], f"one process: {keys} keys, two unexplained, one resolved, one ambiguous, the day closed: {summary}")
+check(listed == {(("spark.test", "k:3"), "minute"): ("unexplained", 7, 0, {}),
+                 (("spark.test", "k:11"), "day"): ("unexplained", -4, 0, {}),
+                 (("spark.test", "k:20"), "minute"): ("resolved", -3, 2, resolved),
+                 (("spark.test", "k:30"), "minute"): ("ambiguous", -5, 2, {})},
+      f"one process names the two outside writes, and resolves k:20's unknown requests as the store did them "
+      f"({resolved}): {listed}")
 print(f"one process: {keys} keys in {seconds:.2f} s ({keys / seconds:.0f} keys/s)", flush=True)
 
 env = dict(os.environ, PATH=f"{spark_bin}:{os.environ['PATH']}", PYSPARK_PYTHON=os.path.join(spark_bin, "python"),
@@ -228,7 +312,7 @@ check(report == whole, "Spark job: the one process's report, key by key (summary
 rate = [line.split("INFO reconcile: ", 1)[1] for line in log.splitlines() if "keys/s" in line]
 print(f"Spark job (local[2,4], 16 parts): {rate[-1] if rate else '?'}; spark-submit {seconds:.1f} s in all", flush=True)
 
-# 4. One part's countersink killed on its first attempt.
+# 5. One part's countersink killed on its first attempt.
 marker = os.path.join(work, "killed")
 code, report, seconds, log = spark(
     "kill_once.sh", os.path.join(here, "kill_once.sh"), "spark-killed",
@@ -241,7 +325,7 @@ check(any("part 5/16:" in line and "attempt 1" in line for line in log.splitline
 check(code == 3, f"Spark job with a killed task: exit {code}, the one process's 3")
 check(report == whole, "Spark job with a killed task: the one process's report")
 
-# 5. With SPARK_MEASURE_RUNS=N (N > 1): N more runs of each, alternating, on the same data;
+# 6. With SPARK_MEASURE_RUNS=N (N > 1): N more runs of each, alternating, on the same data;
 # the medians of keys/s (the Spark job's from its parts' start to their collection, and
 # from spark-submit's start to its exit) and their ratio to the one process's.
 runs = int(os.environ.get("SPARK_MEASURE_RUNS", "1"))
