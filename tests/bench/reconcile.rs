@@ -4,9 +4,14 @@
 //! or a laptop populates in seconds; the size is 1 000 000);
 //! `RECONCILE_BENCH_LEDGER_ROWS` the ledger rows per key (default 10);
 //! `RECONCILE_BENCH_RUNS` the runs (default 3); `RECONCILE_BENCH_PARTS=0` skips the
-//! two-parts comparison (step 4).
+//! two-parts comparison (step 4); `RECONCILE_BENCH_NODE=127.0.0.1:9042` reads from a
+//! real node instead of cqlsim (start one with `tests/cassandra/cluster.sh up 1`): the
+//! same rows, written through the driver a key's rows a batch, in a keyspace of the run
+//! dropped after. cqlsim answers every request under one lock, so there reconcile's scans
+//! and point reads add up and the ceiling ratio cannot pass about 0.5; a node serves them
+//! side by side.
 //!
-//! The store: an in-process cqlsim holding one family-day of the generic family with
+//! The store: an in-process cqlsim (or the node) holding one family-day of the generic family with
 //! `generic.exact = true` and the key index on, written as real minute traffic writes
 //! it: each key is incremented in `RECONCILE_BENCH_LEDGER_ROWS` different minutes, each
 //! minute flushed by its own flush, so per key that many ledger rows (one per flush and
@@ -17,7 +22,8 @@
 //! out `ok` with the exact total fed, so a row in the wrong place would fail the
 //! benchmark.
 //!
-//! Per run, in the same process and store:
+//! Per run (after one of each not counted, to warm the store and the driver), in the same
+//! process and store:
 //! 1. `reconcile` of the day: keys per second, partition reads per second (two per key:
 //!    the minute partition and the day partition), and its memory: peak RSS during the
 //!    run above the RSS before it (`/proc/self/clear_refs` resets the peak), with the
@@ -96,57 +102,136 @@ fn minute_of(key: usize, n: usize, per_key: usize) -> i16 {
     ((key % 1440 + n * (1440 / per_key.max(1))) % 1440) as i16
 }
 
-/// Writes the day's rows for `keys` keys, `per_key` minutes of traffic each; returns the
-/// exact total.
+/// The day's statements of one key, as a flush of each of its `per_key` minutes and the
+/// key index write them: the ledger and key-index rows, the counter updates, and the
+/// key's exact total.
+struct KeyStatements {
+    regular: String,
+    counters: String,
+    total: i64,
+}
+
+/// Writes [`KeyStatements`] of the day for each key, in the generic family's tables of
+/// `config`.
+struct DayWriter {
+    ks: String,
+    index: String,
+    minute_table: String,
+    day_table: String,
+    date: String,
+    ledger_buckets: u16,
+    index_buckets: u16,
+}
+
+impl DayWriter {
+    fn new(config: &Config) -> DayWriter {
+        let families = Families::from_config(config).expect("families");
+        let generic = families.by_name("generic").expect("generic");
+        DayWriter {
+            ks: config.exact_keyspace().to_owned(),
+            index: index_table(config).to_string(),
+            minute_table: generic.minute_table.to_string(),
+            day_table: generic.day_table.to_string(),
+            date: format_date(Day(DAY).date()),
+            ledger_buckets: config.exact.buckets,
+            index_buckets: config.key_index.buckets,
+        }
+    }
+
+    fn key(&self, i: usize, per_key: usize) -> KeyStatements {
+        let (ks, date) = (&self.ks, &self.date);
+        let month = &date[..7];
+        let (tags, json) = key_text(i);
+        let bucket = key_bucket(&json, self.ledger_buckets);
+        let (mut regular, mut counters) = (String::new(), String::new());
+        let mut total = 0_i64;
+        for n in 0..per_key {
+            let value = 1 + ((i + n) % 7) as i64;
+            let minute = minute_of(i, n, per_key);
+            total += value;
+            // The flush of that minute: its own flush sequence number.
+            regular.push_str(&format!(
+                "INSERT INTO {ks}.delta_ledger (family, day, bucket, key, minute, writer, incarnation, flush_seq, part, deltas) VALUES ('generic', '{date}', {bucket}, '{json}', {minute}, 'bench', 1, {}, 0, {{'value': {value}}});\n",
+                n + 1
+            ));
+            counters.push_str(&format!(
+                "UPDATE {} SET value = value + {value} WHERE name = 'bench' AND tags = '{tags}' AND day = '{date}' AND minute = {minute};\n",
+                self.minute_table
+            ));
+        }
+        regular.push_str(&format!(
+            "INSERT INTO {} (family, day, bucket, key) VALUES ('generic', '{date}', {}, '{json}');\n",
+            self.index,
+            key_bucket(&json, self.index_buckets)
+        ));
+        counters.push_str(&format!(
+            "UPDATE {} SET value = value + {total} WHERE name = 'bench' AND tags = '{tags}' AND month = '{month}' AND day = '{date}';\n",
+            self.day_table
+        ));
+        KeyStatements {
+            regular,
+            counters,
+            total,
+        }
+    }
+}
+
+fn unlogged(statements: &str) -> String {
+    format!("BEGIN UNLOGGED BATCH\n{statements}APPLY BATCH")
+}
+
+fn counter_batch(statements: &str) -> String {
+    format!("BEGIN COUNTER BATCH\n{statements}APPLY BATCH")
+}
+
+/// Writes the day's rows for `keys` keys, `per_key` minutes of traffic each, through
+/// cqlsim's in-process API, many keys a batch; returns the exact total.
 fn populate(sim: &cqlsim::Handle, config: &Config, keys: usize, per_key: usize) -> i128 {
-    let families = Families::from_config(config).expect("families");
-    let generic = families.by_name("generic").expect("generic");
-    let day = Day(DAY);
-    let date = format_date(day.date());
-    let month = &date[..7];
-    let ks = config.exact_keyspace();
-    let index = index_table(config);
-    let (ledger_buckets, index_buckets) = (config.exact.buckets, config.key_index.buckets);
+    let writer = DayWriter::new(config);
     let mut total = 0_i128;
     // Keys per batch, so that a batch holds about `BATCH` rows.
     let step = (BATCH / per_key.max(1)).max(1);
     for start in (0..keys).step_by(step) {
-        let (mut regular, mut counters) = (
-            String::from("BEGIN UNLOGGED BATCH\n"),
-            String::from("BEGIN COUNTER BATCH\n"),
-        );
+        let (mut regular, mut counters) = (String::new(), String::new());
         for i in start..(start + step).min(keys) {
-            let (tags, json) = key_text(i);
-            let bucket = key_bucket(&json, ledger_buckets);
-            let mut day_value = 0_i64;
-            for n in 0..per_key {
-                let value = 1 + ((i + n) % 7) as i64;
-                let minute = minute_of(i, n, per_key);
-                day_value += value;
-                // The flush of that minute: its own flush sequence number.
-                regular.push_str(&format!(
-                    "INSERT INTO {ks}.delta_ledger (family, day, bucket, key, minute, writer, incarnation, flush_seq, part, deltas) VALUES ('generic', '{date}', {bucket}, '{json}', {minute}, 'bench', 1, {}, 0, {{'value': {value}}});\n",
-                    n + 1
-                ));
-                counters.push_str(&format!(
-                    "UPDATE {} SET value = value + {value} WHERE name = 'bench' AND tags = '{tags}' AND day = '{date}' AND minute = {minute};\n",
-                    generic.minute_table
-                ));
-            }
-            total += i128::from(day_value);
-            regular.push_str(&format!(
-                "INSERT INTO {index} (family, day, bucket, key) VALUES ('generic', '{date}', {}, '{json}');\n",
-                key_bucket(&json, index_buckets)
-            ));
-            counters.push_str(&format!(
-                "UPDATE {} SET value = value + {day_value} WHERE name = 'bench' AND tags = '{tags}' AND month = '{month}' AND day = '{date}';\n",
-                generic.day_table
-            ));
+            let key = writer.key(i, per_key);
+            regular.push_str(&key.regular);
+            counters.push_str(&key.counters);
+            total += i128::from(key.total);
         }
-        regular.push_str("APPLY BATCH");
-        counters.push_str("APPLY BATCH");
-        sim.execute(None, &regular).expect("ledger and index rows");
-        sim.execute(None, &counters).expect("counter rows");
+        sim.execute(None, &unlogged(&regular))
+            .expect("ledger and index rows");
+        sim.execute(None, &counter_batch(&counters))
+            .expect("counter rows");
+    }
+    total
+}
+
+/// The same rows written to a node through the driver: a key's rows a batch each (its
+/// ledger rows share a partition, its minute rows too; the node refuses batches over
+/// 50 KiB), `CONCURRENCY` keys at a time.
+async fn populate_node(session: &Session, config: &Config, keys: usize, per_key: usize) -> i128 {
+    let writer = DayWriter::new(config);
+    let mut writes = futures_util::stream::iter(0..keys)
+        .map(|i| {
+            let key = writer.key(i, per_key);
+            async move {
+                let regular = unlogged(&key.regular);
+                let counters = counter_batch(&key.counters);
+                let (r, c) = futures_util::future::join(
+                    session.query_unpaged(regular, ()),
+                    session.query_unpaged(counters, ()),
+                )
+                .await;
+                r.expect("ledger and index rows");
+                c.expect("counter rows");
+                i128::from(key.total)
+            }
+        })
+        .buffer_unordered(CONCURRENCY);
+    let mut total = 0_i128;
+    while let Some(key_total) = writes.next().await {
+        total += key_total;
     }
     total
 }
@@ -333,27 +418,57 @@ async fn scan_secs(session: &Arc<Session>, config: &Config) -> f64 {
     started.elapsed().as_secs_f64()
 }
 
-async fn measure(keys: usize, per_key: usize, runs: usize, parts: bool) {
+/// The store the day is read from: an in-process cqlsim, or a node (its keyspace of
+/// the run, dropped after).
+enum Store {
+    Sim(cqlsim::Server),
+    Node(String),
+}
+
+async fn measure(keys: usize, per_key: usize, runs: usize, parts: bool, node: Option<String>) {
     let mut config = bench_config();
-    let server = cqlsim::Server::start(cqlsim::Config {
-        listen: "127.0.0.1:0".parse().expect("address"),
-        ..Default::default()
-    })
-    .await
-    .expect("cqlsim");
-    for statement in ddl::statements(&config, ddl::DEV_REPLICATION).expect("schema") {
-        server.execute(None, &statement).expect("ddl");
-    }
-    config.store.contact_points = vec![server.local_addr().to_string()];
     let started = Instant::now();
-    let exact_total = populate(server.handle(), &config, keys, per_key);
+    let (store, session, exact_total) = match node {
+        None => {
+            let server = cqlsim::Server::start(cqlsim::Config {
+                listen: "127.0.0.1:0".parse().expect("address"),
+                ..Default::default()
+            })
+            .await
+            .expect("cqlsim");
+            for statement in ddl::statements(&config, ddl::DEV_REPLICATION).expect("schema") {
+                server.execute(None, &statement).expect("ddl");
+            }
+            config.store.contact_points = vec![server.local_addr().to_string()];
+            let total = populate(server.handle(), &config, keys, per_key);
+            let session = Arc::new(session::connect(&config.store).await.expect("session"));
+            (Store::Sim(server), session, total)
+        }
+        Some(node) => {
+            let keyspace = format!("bench_reconcile_{:08x}", fastrand::u32(..));
+            config.store.keyspace = keyspace.clone();
+            config.store.contact_points = vec![node];
+            let session = Arc::new(session::connect(&config.store).await.expect("session"));
+            for statement in ddl::statements(&config, ddl::DEV_REPLICATION).expect("schema") {
+                session
+                    .query_unpaged(statement.as_str(), ())
+                    .await
+                    .unwrap_or_else(|e| panic!("{statement}: {e}"));
+            }
+            let total = populate_node(&session, &config, keys, per_key).await;
+            (Store::Node(keyspace), session, total)
+        }
+    };
     let populated = started.elapsed();
-    let session = Arc::new(session::connect(&config.store).await.expect("session"));
     let (mut rates, mut ceilings, mut growth) = (Vec::new(), Vec::new(), Vec::new());
     let mut scans = Vec::new();
     let mut parts_ratios = Vec::new();
     let mut estimate = (0, 0);
     let mut lines = Vec::new();
+    // A run of each, not counted: a node's JIT and caches, the driver's prepared
+    // statements (a node's first run reads at a third of its later speed).
+    reconcile_run(&session, &config, keys, per_key, exact_total).await;
+    ceiling(&session, &config, keys, per_key).await;
     for _ in 0..runs {
         let run = reconcile_run(&session, &config, keys, per_key, exact_total).await;
         rates.push(run.keys_per_sec);
@@ -427,8 +542,18 @@ async fn measure(keys: usize, per_key: usize, runs: usize, parts: bool) {
     for line in lines {
         println!("  progress (last run): {line}");
     }
-    drop(session);
-    server.shutdown().await.expect("shutdown");
+    match store {
+        Store::Sim(server) => {
+            drop(session);
+            server.shutdown().await.expect("shutdown");
+        }
+        Store::Node(keyspace) => {
+            session
+                .query_unpaged(format!("DROP KEYSPACE {keyspace}"), ())
+                .await
+                .expect("drop keyspace");
+        }
+    }
 }
 
 fn main() {
@@ -443,12 +568,15 @@ fn main() {
         .unwrap_or(10)
         .clamp(1, 1440);
     let parts = env("RECONCILE_BENCH_PARTS") != Some(0);
+    let node = std::env::var("RECONCILE_BENCH_NODE")
+        .ok()
+        .filter(|n| !n.is_empty());
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()
         .expect("runtime");
     runtime.block_on(async {
-        measure(keys, per_key, runs, parts).await;
+        measure(keys, per_key, runs, parts, node).await;
     });
 }
