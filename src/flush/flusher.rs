@@ -449,10 +449,6 @@ impl<S: Sink> Flusher<S> {
     /// chunks' reports summed, with the last chunk's sequence number.
     async fn flush(&mut self, deadline: &mut Deadline, last: bool) -> FlushReport {
         self.sync_families();
-        let ledger_first = self
-            .ledger_gate
-            .as_ref()
-            .is_some_and(LedgerGate::has_stored);
         self.lost = (0, [0, 0]);
         let mut round = FlushReport::default();
         if !last {
@@ -460,6 +456,11 @@ impl<S: Sink> Flusher<S> {
             // log holds, before its listeners open, at no cost to the shutdown deadline.
             self.take_ingest_log();
         }
+        // After the ingest log's move: its segments' ledger rows come first too.
+        let ledger_first = self
+            .ledger_gate
+            .as_ref()
+            .is_some_and(LedgerGate::has_stored);
         // With a durable listener every round offers a chunk: the log's rows reach the
         // store only through the replay, and nothing else may show the store healthy.
         let replay =

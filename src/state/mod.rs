@@ -781,10 +781,16 @@ impl StateDir {
     }
 
     /// Writes the segment a sealed file of the ingest log becomes (see [`ingest_log`]),
-    /// whole or not at all: whether it was written (`false`: it would not fit in
+    /// whole or not at all, with `ledger`, the ledger rows of its exact families'
+    /// increments, in its header: whether it was written (`false`: it would not fit in
     /// `state.max_spill_bytes`, and the file waits). It consumes no replay cursor.
-    pub fn spill_ingest(&mut self, id: SegmentId, records: Vec<WriteRecord>) -> io::Result<bool> {
-        let kept = self.spill.write_segment(id, None, &[records], &[])?;
+    pub fn spill_ingest(
+        &mut self,
+        id: SegmentId,
+        records: Vec<WriteRecord>,
+        ledger: &[crate::sink::LedgerRow],
+    ) -> io::Result<bool> {
+        let kept = self.spill.write_segment(id, None, &[records], ledger)?;
         Ok(kept.first().copied().unwrap_or(false))
     }
 
