@@ -456,7 +456,10 @@ impl<S: Sink> Flusher<S> {
             // log holds, before its listeners open, at no cost to the shutdown deadline.
             self.take_ingest_log();
         }
-        // After the ingest log's move: its segments' ledger rows come first too.
+        // After the ingest log's move: its segments' ledger rows come first too, sent
+        // now, so that steady durable traffic (a new segment every round) does not keep
+        // the replay waiting round after round.
+        self.confirm_stored_ledger(deadline).await;
         let ledger_first = self
             .ledger_gate
             .as_ref()
@@ -489,6 +492,34 @@ impl<S: Sink> Flusher<S> {
                 return round;
             }
         }
+    }
+
+    /// Sends the stored ledger rows (an ingest log segment's, a held segment's) that wait
+    /// to be confirmed before the replay, when the gate holds no drained rows (those go
+    /// with the drain's own pass through the gate, which releases them to the plan).
+    async fn confirm_stored_ledger(&mut self, deadline: &mut Deadline) {
+        let Some(gate) = &mut self.ledger_gate else {
+            return;
+        };
+        if !gate.has_stored() || gate.held().0 > 0 {
+            return;
+        }
+        let flush = self.state.flush_id(self.seq);
+        let mut credit = self.engine.aggregator().no_credit();
+        let released = gate
+            .admit(
+                &*self.sink,
+                &flush,
+                Vec::new(),
+                &mut credit,
+                |_, _| 0,
+                self.config.max_in_flight,
+                deadline,
+                false,
+            )
+            .await;
+        // No drained row was held, so none is released (and none is formed).
+        debug_assert!(released.is_empty());
     }
 
     /// One chunk of a flush round (see [`Flusher::flush`]), in two stages: the counter
