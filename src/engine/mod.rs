@@ -69,6 +69,16 @@ pub enum RecordError {
     Dropped(DropReason),
 }
 
+/// An increment of a durable request that [`Engine::check_from`] refused: why, and its
+/// delta (for the drop's sum), counted once its request is answered.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Refusal {
+    /// Why it was refused.
+    pub error: RecordError,
+    /// Its delta.
+    pub delta: i64,
+}
+
 /// Families and the aggregator, shared by receivers, the in-process API and the flusher.
 pub struct Engine {
     families: Families,
@@ -362,40 +372,58 @@ impl Engine {
     }
 
     /// Checks one increment of a durable request (see [`crate::state::ingest_log`])
-    /// without keeping it: counted as received on `source` and refused as
-    /// [`Engine::record_from`] would refuse it (a name or tags that cannot be placed, a
-    /// client time outside the window, a buffer closed for shutdown), so that the answer
-    /// can say which items were refused before the rest goes to the ingest log. Returns
-    /// the minute it counts in. The row's memory and cardinality limits are met later,
-    /// when the ingest log is replayed.
+    /// without keeping it, and without counting it: refused as [`Engine::record_from`]
+    /// would refuse it (a name or tags that cannot be placed, a client time outside the
+    /// window, a buffer closed for shutdown), so that the answer can say which items
+    /// were refused before the rest goes to the ingest log. Returns the minute it counts
+    /// in. The request's items are counted once it is answered
+    /// ([`Engine::count_checked`]): a request refused whole (the ingest log full or
+    /// failing) counts nothing, and its retries count once. The row's memory and
+    /// cardinality limits are met later, when the ingest log is replayed.
     pub fn check_from<T: TagSet + ?Sized>(
         &self,
-        source: Transport,
         name: &str,
         tags: &T,
         delta: i64,
         now_unix_secs: i64,
         at: Option<i64>,
-    ) -> Result<Minute, RecordError> {
-        self.aggregator.stripe().counters().count_line(source);
+    ) -> Result<Minute, Refusal> {
         let minute = aggregate::minute_for(now_unix_secs, at, &self.aggregator.limits());
         let placed = SCRATCH.with_borrow_mut(|scratch| {
             self.families
                 .resolve(name, tags, &mut scratch.series)
                 .map(|_| ())
         });
-        if let Err(unplaced) = placed {
-            return Err(self.unplaced(unplaced, delta));
-        }
-        let reason = match minute {
-            Ok(_) if self.aggregator.is_closed() => DropReason::AfterShutdown,
-            Ok(minute) => return Ok(minute),
-            Err(reason) => reason,
+        let error = match (placed, minute) {
+            (Err(unplaced), _) => match unplaced.invalid_reason() {
+                Some(reason) => RecordError::Invalid(reason),
+                None => RecordError::Dropped(DropReason::Unconfigured),
+            },
+            (Ok(()), Ok(_)) if self.aggregator.is_closed() => {
+                RecordError::Dropped(DropReason::AfterShutdown)
+            }
+            (Ok(()), Ok(minute)) => return Ok(minute),
+            (Ok(()), Err(reason)) => RecordError::Dropped(reason),
         };
-        self.aggregator
-            .stripe()
-            .record_dropped(reason, 1, i128::from(delta));
-        Err(RecordError::Dropped(reason))
+        Err(Refusal { error, delta })
+    }
+
+    /// Counts the items of an answered durable request, checked by
+    /// [`Engine::check_from`]: `accepted` and the `refused` ones received on `source`,
+    /// each refusal as [`Engine::record_from`] counts it.
+    pub fn count_checked(&self, source: Transport, accepted: u64, refused: &[Refusal]) {
+        let mut stripe = self.aggregator.stripe();
+        for _ in 0..accepted + refused.len() as u64 {
+            stripe.counters().count_line(source);
+        }
+        for refusal in refused {
+            match refusal.error {
+                RecordError::Invalid(reason) => stripe.counters().count_invalid(reason),
+                RecordError::Dropped(reason) => {
+                    stripe.record_dropped(reason, 1, i128::from(refusal.delta))
+                }
+            }
+        }
     }
 
     /// The row an increment of the ingest log adds to under today's families: its key

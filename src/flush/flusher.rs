@@ -449,10 +449,6 @@ impl<S: Sink> Flusher<S> {
     /// chunks' reports summed, with the last chunk's sequence number.
     async fn flush(&mut self, deadline: &mut Deadline, last: bool) -> FlushReport {
         self.sync_families();
-        let ledger_first = self
-            .ledger_gate
-            .as_ref()
-            .is_some_and(LedgerGate::has_stored);
         self.lost = (0, [0, 0]);
         let mut round = FlushReport::default();
         if !last {
@@ -460,6 +456,14 @@ impl<S: Sink> Flusher<S> {
             // log holds, before its listeners open, at no cost to the shutdown deadline.
             self.take_ingest_log();
         }
+        // After the ingest log's move: its segments' ledger rows come first too, sent
+        // now, so that steady durable traffic (a new segment every round) does not keep
+        // the replay waiting round after round.
+        self.confirm_stored_ledger(deadline).await;
+        let ledger_first = self
+            .ledger_gate
+            .as_ref()
+            .is_some_and(LedgerGate::has_stored);
         // With a durable listener every round offers a chunk: the log's rows reach the
         // store only through the replay, and nothing else may show the store healthy.
         let replay =
@@ -488,6 +492,34 @@ impl<S: Sink> Flusher<S> {
                 return round;
             }
         }
+    }
+
+    /// Sends the stored ledger rows (an ingest log segment's, a held segment's) that wait
+    /// to be confirmed before the replay, when the gate holds no drained rows (those go
+    /// with the drain's own pass through the gate, which releases them to the plan).
+    async fn confirm_stored_ledger(&mut self, deadline: &mut Deadline) {
+        let Some(gate) = &mut self.ledger_gate else {
+            return;
+        };
+        if !gate.has_stored() || gate.held().0 > 0 {
+            return;
+        }
+        let flush = self.state.flush_id(self.seq);
+        let mut credit = self.engine.aggregator().no_credit();
+        let released = gate
+            .admit(
+                &*self.sink,
+                &flush,
+                Vec::new(),
+                &mut credit,
+                |_, _| 0,
+                self.config.max_in_flight,
+                deadline,
+                false,
+            )
+            .await;
+        // No drained row was held, so none is released (and none is formed).
+        debug_assert!(released.is_empty());
     }
 
     /// One chunk of a flush round (see [`Flusher::flush`]), in two stages: the counter
@@ -645,8 +677,29 @@ impl<S: Sink> Flusher<S> {
         if deadline.at().is_some() {
             return FlushReport::default();
         }
-        let Some(chunk) = replay::read_chunk(&self.engine, &mut self.state, &self.ledger) else {
-            return FlushReport::default();
+        // One view for the read and the plan: a row the read takes to send is placed.
+        let view = self.epoch_view();
+        let mut carried = false;
+        let chunk = loop {
+            let engine = Arc::clone(&self.engine);
+            let holds = |key: &RowKey| {
+                let minute = plan::deciding_minute(key.slot());
+                place(engine.families(), &view, key.family(), key.series(), minute)
+                    == epoch::Placement::Hold
+            };
+            let Some(chunk) =
+                replay::read_chunk(&self.engine, &mut self.state, &self.ledger, holds)
+            else {
+                return FlushReport::default();
+            };
+            if chunk.held.is_empty() {
+                break chunk;
+            }
+            // A run of rows to hold: carried once per round past the rows behind it.
+            if carried || !self.carry_held(chunk) {
+                return FlushReport::default();
+            }
+            carried = true;
         };
         let consumes = self.state.replay_loaded();
         self.seq += 1;
@@ -657,12 +710,12 @@ impl<S: Sink> Flusher<S> {
             mut credit,
             sums,
             owed,
+            ..
         } = chunk;
         let count = rows.len();
-        let planned = self.plan(rows);
-        // Rows the epoch registry cannot place yet are not sent: they go to the buffer
-        // once the group is committed (the cursor then passes them), like any row the
-        // registry holds.
+        let planned = self.plan_in(rows, &view);
+        // The read took no row the view cannot place (see `replay`), so none is held
+        // here; were one, it would go to the buffer once the group is committed.
         let held = planned.held;
         let held_sums = owed_sums(held.iter());
         for g in Granularity::ALL {
@@ -710,23 +763,30 @@ impl<S: Sink> Flusher<S> {
     /// The writes of rows: one per partition and table, each row placed in its epoch
     /// (or held, when the epoch registry cannot place it yet).
     fn plan(&self, rows: impl IntoIterator<Item = (RowKey, Row)>) -> plan::Planned {
+        self.plan_in(rows, &self.epoch_view())
+    }
+
+    /// [`Flusher::plan`] under `view`.
+    fn plan_in(
+        &self,
+        rows: impl IntoIterator<Item = (RowKey, Row)>,
+        view: &EpochSnapshot,
+    ) -> plan::Planned {
         let families = self.engine.families();
         let (seed, seq) = (self.shard_seed, self.seq);
-        let view = self.epochs.as_ref().map(|e| (e.view(), *e.horizon()));
         plan::plan_placed(
             rows,
             PlanOptions {
                 max_batch_rows: self.config.max_batch_rows,
             },
             |family| families.shard_of(family, seed, seq),
-            |family, series, minute| match (&families.get(family).epoch_column, &view) {
-                (None, _) => epoch::Placement::NoEpoch,
-                (Some(_), None) => epoch::Placement::Epoch(0),
-                (Some(_), Some((view, horizon))) => {
-                    epoch::choose(view.as_deref(), horizon, family, series, minute)
-                }
-            },
+            |family, series, minute| place(families, view, family, series, minute),
         )
+    }
+
+    /// The epoch registry's view now, and its horizon (`None`: no registry).
+    fn epoch_view(&self) -> EpochSnapshot {
+        self.epochs.as_ref().map(|e| (e.view(), *e.horizon()))
     }
 
     /// Sends a group of counter writes through the stage runner and settles them;
@@ -832,6 +892,26 @@ impl<S: Sink> Flusher<S> {
         match write.table {
             Granularity::Minute => family.minute_table.to_string(),
             Granularity::Day => family.day_table.to_string(),
+        }
+    }
+}
+
+/// One read of the epoch registry's view, and its horizon (`None`: no registry).
+type EpochSnapshot = Option<(Option<Arc<epoch::EpochView>>, epoch::Horizon)>;
+
+/// Where a row of (`family`, `series`, `minute`) goes under `view`.
+fn place(
+    families: &crate::family::Families,
+    view: &EpochSnapshot,
+    family: crate::vocabulary::FamilyId,
+    series: &[u8],
+    minute: crate::bucket::Minute,
+) -> epoch::Placement {
+    match (&families.get(family).epoch_column, view) {
+        (None, _) => epoch::Placement::NoEpoch,
+        (Some(_), None) => epoch::Placement::Epoch(0),
+        (Some(_), Some((view, horizon))) => {
+            epoch::choose(view.as_deref(), horizon, family, series, minute)
         }
     }
 }

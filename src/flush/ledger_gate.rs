@@ -370,6 +370,16 @@ impl LedgerGate {
         self.publish();
     }
 
+    /// The ledger rows of increments the ingest log answered (`rows`, fresh: both
+    /// tables), formed once, as `flush` names the spill segment they become (see
+    /// `flusher/ingest.rs`): that segment's header carries them, and they are confirmed
+    /// before any spilled row is replayed ([`LedgerGate::load_stored`]). Rows of other
+    /// families form none.
+    pub fn form_logged(&self, flush: &FlushId, rows: Vec<(RowKey, Row)>) -> Vec<LedgerRow> {
+        let (_, requests) = form(&self.formation, flush, rows);
+        requests.into_iter().flat_map(|held| held.rows).collect()
+    }
+
     /// Whether ledger rows stored on disk wait to be confirmed: until none
     /// does, no spilled row may be replayed (it may carry their deltas).
     pub fn has_stored(&self) -> bool {

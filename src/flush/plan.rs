@@ -56,6 +56,15 @@ pub struct Planned {
     pub held: Vec<(RowKey, Row)>,
 }
 
+/// The minute that decides the epoch of a row in `slot`: its own, or for a day-only row
+/// the first minute of its day.
+pub fn deciding_minute(slot: Slot) -> Minute {
+    match slot {
+        Slot::Both(m) | Slot::MinuteOnly(m) | Slot::DayOnlyAt(m) => m,
+        Slot::DayOnly(d) => Minute(d.0 * MINUTES_PER_DAY),
+    }
+}
+
 /// [`plan`], with `place` giving the epoch of a row of (family, series, minute), or
 /// holding it. A day-only row is placed by the first minute of its day.
 pub fn plan_placed(
@@ -76,11 +85,7 @@ pub fn plan_placed(
         }
         let family = key.family();
         let slot = key.slot();
-        let minute = match slot {
-            Slot::Both(m) | Slot::MinuteOnly(m) | Slot::DayOnlyAt(m) => m,
-            Slot::DayOnly(d) => Minute(d.0 * MINUTES_PER_DAY),
-        };
-        let epoch = match place(family, key.series(), minute) {
+        let epoch = match place(family, key.series(), deciding_minute(slot)) {
             Placement::Hold => {
                 held.push((key, row));
                 continue;

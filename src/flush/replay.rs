@@ -16,14 +16,26 @@
 //! ([`crate::stage::replay`]): a record that no longer maps to its family is logged as
 //! rejected. A record of a running total (`writer_totals`) ends the chunk too: the totals
 //! stage's replay reads on from there (see `crate::totals`).
+//!
+//! # Rows the epoch registry cannot place
+//!
+//! A spilled row whose epoch the registry's last read does not cover may not be sent,
+//! and may not go to memory either: once the cursor passes it, a kill would lose it (an
+//! acknowledged increment of the ingest log among them). So a chunk is of one kind: rows
+//! to send, which a row to hold ends, or a run of rows to hold, which a row to send
+//! ends. A run to hold is never taken: it stays where it is when nothing follows it, or
+//! is carried whole into a segment of its own at the end of the spill, whose header names
+//! the cursor past the run, so that the rows behind it flow (see [`Flusher::carry_held`]).
+//!
+//! [`Flusher::carry_held`]: super::Flusher
 
 use std::collections::BTreeMap;
 
 use crate::aggregate::{Credit, Row, RowKey, Slot};
 use crate::engine::Engine;
 use crate::stage::replay::{self, Taken};
-use crate::state::StateDir;
 use crate::state::spill::MAX_REPLAY_CHUNK_ROWS;
+use crate::state::{StateDir, WriteRecord};
 use crate::telemetry::Ledger;
 use crate::test_hooks::crash_point;
 use crate::vocabulary::Granularity;
@@ -42,6 +54,9 @@ pub(super) struct ReplayChunk {
     pub(super) sums: [[i128; 2]; 2],
     /// The exact families' records read, per owed day (see [`super::owed`]).
     pub(super) owed: BTreeMap<OwedDay, u64>,
+    /// A run of rows the epoch registry cannot place yet, as read: the chunk is these
+    /// records, `rows` is empty, and nothing of it may be sent or kept in memory.
+    pub(super) held: Vec<WriteRecord>,
 }
 
 impl ReplayChunk {
@@ -65,11 +80,13 @@ pub(super) fn unread(sums: [[i128; 2]; 2], ledger: &Ledger) {
 
 /// Reads the next chunk of spilled rows (see the module doc); `None` when nothing waits
 /// or nothing could be read. Rows spilled by an earlier process are accepted anew
-/// (`replayed`); rows this process spilled move from `spilled` back in flight.
+/// (`replayed`); rows this process spilled move from `spilled` back in flight. `holds`
+/// says whether the epoch registry cannot place a row yet.
 pub(super) fn read_chunk(
     engine: &Engine,
     state: &mut StateDir,
     ledger: &Ledger,
+    holds: impl Fn(&RowKey) -> bool,
 ) -> Option<ReplayChunk> {
     if !state.has_unreplayed() {
         return None;
@@ -85,16 +102,31 @@ pub(super) fn read_chunk(
         credit: aggregator.no_credit(),
         sums: [[0; 2]; 2],
         owed: BTreeMap::new(),
+        held: Vec::new(),
     };
     let (mut charged, mut planned, mut no_room) = (0_usize, 0_usize, false);
+    // Whether the chunk is a run of rows to hold; unknown until its first row.
+    let mut holding: Option<bool> = None;
     let count = replay::read_chunk(state, ledger, |_, own, record| {
-        if chunk.rows.len() >= max_rows || record.total.is_some() {
+        if chunk.rows.len() + chunk.held.len() >= max_rows || record.total.is_some() {
             // A running total (`writer_totals`) is the totals replay's, which takes it
             // (and what follows it) from here.
             return Taken::Declined;
         }
         match record_conversion::from_record(record, families) {
             Ok((key, row)) => {
+                let holds = holds(&key);
+                if *holding.get_or_insert(holds) != holds {
+                    // The other kind of row ends the chunk (see the module doc).
+                    return Taken::Declined;
+                }
+                if holds {
+                    // Never in memory as a row: the record is written again, as read.
+                    let (table, sum) = (owed_table(key.slot()), row.columns.sum());
+                    chunk.sums[usize::from(!own)][table.index()] += sum;
+                    chunk.held.push(record.clone());
+                    return Taken::Row { table, sum };
+                }
                 // Held as a drained row is: its room in the budget, and its one write
                 // within a flush chunk's share of the limit.
                 let charge = aggregator.charge_of(&key, &row);

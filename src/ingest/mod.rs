@@ -127,19 +127,27 @@ pub trait PacketHandler: Send + 'static {
         Recorded::Refused
     }
 
-    /// Checks one increment of a durable request without keeping it (its request goes
-    /// to the ingest log, see [`crate::state::ingest_log`]): the minute it counts in, or
-    /// `None` when it is refused (counted as [`PacketHandler::record`] counts a refusal).
-    /// The default refuses it.
+    /// Checks one increment of a durable request without keeping it or counting it (its
+    /// request goes to the ingest log, see [`crate::state::ingest_log`]): the minute it
+    /// counts in, or why it is refused. The default refuses it (unconfigured).
     fn check(
         &mut self,
         _name: &str,
         _tags: &[(&str, &str)],
-        _delta: i64,
+        delta: i64,
         _at: Option<i64>,
-    ) -> Option<crate::bucket::Minute> {
-        None
+    ) -> Result<crate::bucket::Minute, crate::engine::Refusal> {
+        Err(crate::engine::Refusal {
+            error: crate::engine::RecordError::Dropped(crate::vocabulary::DropReason::Unconfigured),
+            delta,
+        })
     }
+
+    /// Counts the items of a durable request once it is answered (on disk, or nothing to
+    /// write): `accepted` received, and each of `refused` received and refused as
+    /// [`PacketHandler::record`] counts a refusal. A request refused whole (429, 503)
+    /// counts nothing, so a client's retries are counted once. The default counts nothing.
+    fn count_checked(&mut self, _accepted: u64, _refused: &[crate::engine::Refusal]) {}
 
     /// The ingest log durable requests go to, when the handler's pipeline keeps one.
     fn ingest_log(&self) -> Option<std::sync::Arc<crate::state::ingest_log::IngestLog>> {
@@ -206,8 +214,12 @@ impl<H: PacketHandler + ?Sized> PacketHandler for Box<H> {
         tags: &[(&str, &str)],
         delta: i64,
         at: Option<i64>,
-    ) -> Option<crate::bucket::Minute> {
+    ) -> Result<crate::bucket::Minute, crate::engine::Refusal> {
         (**self).check(name, tags, delta, at)
+    }
+
+    fn count_checked(&mut self, accepted: u64, refused: &[crate::engine::Refusal]) {
+        (**self).count_checked(accepted, refused);
     }
 
     fn ingest_log(&self) -> Option<std::sync::Arc<crate::state::ingest_log::IngestLog>> {

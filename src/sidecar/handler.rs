@@ -68,11 +68,13 @@ impl PacketHandler for EngineHandler {
         tags: &[(&str, &str)],
         delta: i64,
         at: Option<i64>,
-    ) -> Option<Minute> {
+    ) -> Result<Minute, engine::Refusal> {
         let now = engine::now_unix_secs();
-        self.engine
-            .check_from(self.transport, name, tags, delta, now, at)
-            .ok()
+        self.engine.check_from(name, tags, delta, now, at)
+    }
+
+    fn count_checked(&mut self, accepted: u64, refused: &[engine::Refusal]) {
+        self.engine.count_checked(self.transport, accepted, refused);
     }
 
     fn ingest_log(&self) -> Option<Arc<IngestLog>> {

@@ -19,7 +19,10 @@
 //! either, the ledger rows are forgotten: no later chunk of the final flush sends them or
 //! writes them here.
 //!
-//! The next start ([`load`]) sends the ledger rows of the file and of every held segment
+//! The ingest log's segments carry the ledger rows of their exact families' increments
+//! in their headers the same way (see `flush/flusher/ingest.rs`).
+//!
+//! The next start ([`load`]) sends the ledger rows of the file and of every segment
 //! first (again, idempotently) and replays no spill until every one is confirmed; then
 //! the file is deleted (a held segment goes once replay consumed it; a start before that
 //! sends its ledger rows once more, harmlessly).

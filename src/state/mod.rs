@@ -762,11 +762,35 @@ impl StateDir {
             .write_segment_carrying(id, consumes, carried, batches)
     }
 
+    /// Writes `carried` (record lines a replay read up to `consumes` and may not send
+    /// yet: rows whose epoch the registry cannot place) to the live segment of `flush`,
+    /// whole or not at all, its header naming `consumes`: from the rename on, the rows
+    /// are in the new segment and not where they were read, after a kill too. Returns
+    /// whether it was written (`false`: it would not fit in `state.max_spill_bytes`).
+    pub fn spill_carried(
+        &mut self,
+        flush: &FlushId,
+        consumes: Option<Cursor>,
+        carried: &[u8],
+    ) -> io::Result<bool> {
+        let id = SegmentId::live(flush.incarnation, flush.flush_seq);
+        let (kept, _) = self
+            .spill
+            .write_segment_carrying(id, consumes, carried, &[])?;
+        Ok(kept)
+    }
+
     /// Writes the segment a sealed file of the ingest log becomes (see [`ingest_log`]),
-    /// whole or not at all: whether it was written (`false`: it would not fit in
+    /// whole or not at all, with `ledger`, the ledger rows of its exact families'
+    /// increments, in its header: whether it was written (`false`: it would not fit in
     /// `state.max_spill_bytes`, and the file waits). It consumes no replay cursor.
-    pub fn spill_ingest(&mut self, id: SegmentId, records: Vec<WriteRecord>) -> io::Result<bool> {
-        let kept = self.spill.write_segment(id, None, &[records], &[])?;
+    pub fn spill_ingest(
+        &mut self,
+        id: SegmentId,
+        records: Vec<WriteRecord>,
+        ledger: &[crate::sink::LedgerRow],
+    ) -> io::Result<bool> {
+        let kept = self.spill.write_segment(id, None, &[records], ledger)?;
         Ok(kept.first().copied().unwrap_or(false))
     }
 
@@ -840,6 +864,18 @@ impl StateDir {
     /// Every spilled record not consumed yet, read without consuming any.
     pub fn scan_spill(&mut self, each: impl FnMut(&WriteRecord)) -> io::Result<()> {
         self.spill.scan(each)
+    }
+
+    /// The replay read up to `cursor` was carried into a segment whose header names
+    /// `cursor` ([`StateDir::spill_carried`]): it is consumed. Made durable in
+    /// `spill.cursor` (a start already finds it in the header); if that fails it stays
+    /// owed, as a group's cursor does, and no read goes back before it.
+    pub fn consume_carried(&mut self, cursor: Option<Cursor>) -> io::Result<()> {
+        let committed = self.spill.commit(cursor);
+        if self.spill.durable() < cursor {
+            self.owed_cursor = self.owed_cursor.max(cursor);
+        }
+        committed
     }
 
     /// Makes a replay cursor durable outside a flush (a chunk that produced no write).

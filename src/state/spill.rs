@@ -239,8 +239,8 @@ impl Spill {
     /// Writes a segment holding the batches that fit under `state.max_spill_bytes` (in
     /// order; a batch is one write's records, kept whole). Returns, per batch, whether
     /// it was written. `consumes` is the replay cursor the writing flush had loaded;
-    /// `ledger`, the ledger rows a held segment carries in its header (written only with
-    /// at least one batch).
+    /// `ledger`, the ledger rows a held segment or an ingest log's segment carries in its
+    /// header (written only with at least one batch).
     pub fn write_segment(
         &mut self,
         id: SegmentId,
@@ -541,7 +541,8 @@ impl SpillView {
     }
 }
 
-/// The ledger rows in the headers of the held segments of `dir`, by segment path (see
+/// The ledger rows in the segments' headers of `dir` (held segments, and segments of the
+/// ingest log holding increments of exact families), by segment path (see
 /// [`super::ledger_pending::load`]). A header that does not parse is an error: a segment
 /// is only ever written whole.
 pub fn held_ledger(dir: &Path) -> io::Result<Vec<(PathBuf, Vec<HeldLedger>)>> {
@@ -551,7 +552,8 @@ pub fn held_ledger(dir: &Path) -> io::Result<Vec<(PathBuf, Vec<HeldLedger>)>> {
         let Some(id) = SegmentId::parse(&entry.file_name().to_string_lossy()) else {
             continue;
         };
-        if !id.held {
+        if id.totals || id.recovered {
+            // Never written with ledger rows.
             continue;
         }
         let path = entry.path();
@@ -562,6 +564,10 @@ pub fn held_ledger(dir: &Path) -> io::Result<Vec<(PathBuf, Vec<HeldLedger>)>> {
             Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
             Err(e) => return Err(e),
         };
+        if !id.held && !is_header_line(line.as_bytes()) {
+            // A live segment of an earlier version (no header): no ledger rows.
+            continue;
+        }
         let header: Header = serde_json::from_str(line.trim_end()).map_err(|error| {
             io::Error::new(
                 io::ErrorKind::InvalidData,

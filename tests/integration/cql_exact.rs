@@ -769,3 +769,99 @@ async fn rows_dropped_after_their_ledger_rows_are_known_missing() {
     drop(writer);
     store.shutdown().await;
 }
+
+/// Appends durable increments of `page.views`, (page, delta) each, in the minute of
+/// `now`, to the writer's ingest log as an answered request leaves them; adds them to
+/// `fed` per (key, minute of day).
+fn log_views(
+    writer: &Writer,
+    views: &[(&str, i64)],
+    now: i64,
+    fed: &mut BTreeMap<(String, i16), i64>,
+) {
+    let mut lines = Vec::new();
+    for &(page, delta) in views {
+        countersink::state::ingest_log::IngestEntry::write_line(
+            &mut lines,
+            "page.views",
+            &[("page_id", page)],
+            delta,
+            u32::try_from(now / 60).unwrap(),
+        );
+        let minute = (now.rem_euclid(86_400) / 60) as i16;
+        *fed.entry((format!("[\"{page}\"]"), minute)).or_default() += delta;
+    }
+    let log = writer.flusher.ingest_log().expect("a durable listener");
+    log.append(&lines).expect("logged");
+}
+
+/// The minute counters of `views`, per (key, minute of day).
+async fn stored_views(store: &crate::common::Store, t: &Tables) -> BTreeMap<(String, i16), i64> {
+    let counters = store
+        .select(&format!("SELECT page_id, minute, views FROM {}", t.minute))
+        .await;
+    let mut stored = BTreeMap::new();
+    for row in 0..counters.len() {
+        let key = counters.text(row, "page_id").expect("page_id");
+        let minute = counters.get_i64(row, "minute").expect("minute") as i16;
+        *stored.entry((format!("[\"{key}\"]"), minute)).or_default() +=
+            counters.get_i64(row, "views").unwrap_or(0);
+    }
+    stored
+}
+
+/// Durable ingest into an exact family: the acknowledged increments reach the ledger as
+/// well as the counters (a replayed row forms no ledger row, so the ingest log's segment
+/// carries them), each once, across a kill between a flush and the next (the writer
+/// dropped without its final flush) and the restart that sends the segment's ledger rows
+/// again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn durable_increments_reach_the_ledger_and_the_counters_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = exact_config(dir.path());
+    config.ingest.http.enabled = true;
+    config.ingest.http.durable = true;
+    let store = start_cqlsim(&mut config, "a writer killed and started again").await;
+    let t = tables(&config);
+    let mut writer = Writer::start(&config).await;
+    let mut fed = BTreeMap::new();
+    log_views(
+        &writer,
+        &[("a", 3), ("b", -1), ("a", 4)],
+        T0 - 120,
+        &mut fed,
+    );
+    writer.flusher.flush_now().await;
+    // Steady traffic: every round moves a new segment, whose ledger rows must not keep
+    // the replay of the earlier ones waiting.
+    let first = fed.clone();
+    for _ in 0..3 {
+        log_views(&writer, &[("c", 5)], T0 - 60, &mut fed);
+        writer.flusher.flush_now().await;
+    }
+    let stored = stored_views(&store, &t).await;
+    assert!(
+        first.iter().all(|(k, v)| stored.get(k) == Some(v)),
+        "the first request is written while traffic goes on: {stored:?}"
+    );
+    settle(&mut writer).await;
+    assert_eq!(stored_views(&store, &t).await, fed, "the counters");
+    let rows = read_ledger(&writer, &t.ledger).await;
+    assert_eq!(ledger_views(&rows), fed, "the ledger equals the counters");
+
+    // Logged, moved into the spill by one flush, then a kill before the next.
+    log_views(&writer, &[("a", 10), ("d", 2)], T0 - 60, &mut fed);
+    writer.flusher.flush_now().await;
+    drop(writer);
+    let mut again = Writer::start(&config).await;
+    for _ in 0..3 {
+        again.flusher.flush_now().await;
+    }
+    settle(&mut again).await;
+    assert_eq!(stored_views(&store, &t).await, fed, "the counters, once");
+    let rows = read_ledger(&again, &t.ledger).await;
+    assert_eq!(ledger_views(&rows), fed, "the ledger, once");
+    let a = again.accounting();
+    assert!(a.is_balanced(), "{a:?}");
+    store.shutdown().await;
+}

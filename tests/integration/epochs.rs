@@ -758,3 +758,95 @@ async fn a_reset_starts_a_ranking_of_its_own_and_the_old_one_stays_readable() {
     );
     store.shutdown().await;
 }
+
+/// Appends durable increments of `track.plays` (track `x`), (minute, delta) each, to the
+/// writer's ingest log, as an answered request leaves them.
+fn log_plays(writer: &Writer, plays: &[(i64, i64)]) {
+    let mut lines = Vec::new();
+    for &(minute, delta) in plays {
+        countersink::state::ingest_log::IngestEntry::write_line(
+            &mut lines,
+            "track.plays",
+            &[("track", "x")],
+            delta,
+            u32::try_from(minute).unwrap(),
+        );
+    }
+    let log = writer.flusher.ingest_log().expect("a durable listener");
+    log.append(&lines).expect("logged");
+}
+
+/// Acknowledged increments whose epoch the registry's last read cannot place when the
+/// ingest log replays them stay on disk: a kill (the writer dropped without its final
+/// flush) before the registry covers them loses none of them, whether they waited at
+/// the end of the spill or were carried past rows sent behind them; the next start
+/// places each in the epoch of its minute.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn durable_rows_the_registry_cannot_place_survive_a_kill() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = config(dir.path());
+    with_plays(&mut config);
+    config.ingest.http.enabled = true;
+    config.ingest.http.durable = true;
+    let store = start_cqlsim(&mut config, "a writer killed and started again").await;
+    let t0 = T0 - 3600;
+    let first = t0 / 60;
+    let (mut w, reg) = writer(&config, "a", t0).await;
+    reg.refresh_at(&w.session, w.engine.families(), t0)
+        .await
+        .unwrap();
+    // Minute `first` is covered by the read; `first + 10` is not.
+    let ahead = first + 10;
+    log_plays(&w, &[(first, 5), (ahead, 7)]);
+    w.flusher.flush_now().await;
+    assert_eq!(
+        rows(&store, &config).await.0,
+        BTreeMap::from([((0, first), 5)]),
+        "the covered minute is written, the other waits"
+    );
+    // More acknowledged increments behind the held one: they are sent, the held one is
+    // carried past them.
+    log_plays(&w, &[(first - 1, 3)]);
+    w.flusher.flush_now().await;
+    w.flusher.flush_now().await;
+    assert_eq!(
+        rows(&store, &config).await.0,
+        BTreeMap::from([((0, first - 1), 3), ((0, first), 5)]),
+        "rows behind a held one are not stuck behind it"
+    );
+    assert!(reg.held() > 0, "the row was held");
+    let spilled = crate::common::spilled_records(&config.state.dir.join("a"));
+    assert!(
+        spilled
+            .iter()
+            .any(|r| r["granularity"] == "minute" && r["deltas"]["plays"] == 7),
+        "the held row is on disk: {spilled:?}"
+    );
+    let accounting = w.accounting();
+    assert!(accounting.is_balanced(), "{accounting:?}");
+    assert_eq!(
+        (accounting.minute.pending, accounting.minute.spilled),
+        (0, 7),
+        "the held row is spilled, not pending in memory"
+    );
+    drop(w);
+
+    // The next start's read covers the minute.
+    let later = ahead * 60 + 30;
+    let (mut again, reg) = writer(&config, "a", later).await;
+    reg.refresh_at(&again.session, again.engine.families(), later)
+        .await
+        .unwrap();
+    again.flusher.flush_now().await;
+    again.flusher.flush_now().await;
+    let (minutes, days) = rows(&store, &config).await;
+    assert_eq!(
+        minutes,
+        BTreeMap::from([((0, first - 1), 3), ((0, first), 5), ((0, ahead), 7)]),
+        "every acknowledged increment written once, in the epoch of its minute"
+    );
+    assert_eq!(days, BTreeMap::from([(0, 15)]));
+    let accounting = again.accounting();
+    assert!(accounting.is_balanced(), "{accounting:?}");
+    store.shutdown().await;
+}

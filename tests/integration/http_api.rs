@@ -300,6 +300,65 @@ async fn a_full_ingest_log_answers_retry_later_and_stays_bounded() {
     assert!(on_disk >= bytes, "{on_disk} < {bytes}");
 }
 
+/// A durable request refused whole after its items were checked (the ingest log has
+/// room for its body, not for its lines: 429) counts nothing: its retries are counted
+/// once, when one is answered. `countersink_lines_received_total` holds the items of
+/// the answered requests only.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn durable_requests_refused_after_their_check_are_not_counted_received() {
+    const ANSWERED: u64 = 5;
+    let dir = tempfile::tempdir().unwrap();
+    let body = br#"[{"name":"page.views","tags":{"page_id":"home"},"value":1}]"#;
+    // What one such request appends: its group line and its increment's line.
+    let mut lines = b"{\"g\":1}\n".to_vec();
+    let minute = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs()
+        / 60;
+    countersink::state::ingest_log::IngestEntry::write_line(
+        &mut lines,
+        "page.views",
+        &[("page_id", "home")],
+        1,
+        u32::try_from(minute).unwrap(),
+    );
+    assert!(lines.len() > body.len(), "the lines outgrow the body");
+    let mut config = sidecar_config(dir.path());
+    config.ingest.http.enabled = true;
+    config.ingest.http.durable = true;
+    config.ingest.http.listen = "127.0.0.1:0".parse().unwrap();
+    // Room for ANSWERED requests, then for a body but not its lines.
+    config.state.max_ingest_log_bytes = ANSWERED * lines.len() as u64 + body.len() as u64;
+    // The sealed files wait for room in the spill: the log's bytes stay.
+    config.state.max_spill_bytes = 64;
+    let sidecar = start_sidecar_without_store(&mut config).await;
+    let bound = sidecar.bound();
+    let http = bound.inet(Transport::Http).unwrap();
+    for n in 0..ANSWERED + 3 {
+        let (status, head, _) = post(http, &[JSON], body);
+        let expected = if n < ANSWERED { 200 } else { 429 };
+        assert_eq!(status, expected, "request {n}: {head}");
+    }
+    let answered = format!("countersink_lines_received_total{{transport=\"http\"}} {ANSWERED}");
+    let received = |text: &str| -> u64 {
+        text.lines()
+            .find_map(|l| l.strip_prefix("countersink_lines_received_total{transport=\"http\"} "))
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0)
+    };
+    let text = metrics_when(bound.metrics.unwrap(), |text| received(text) >= ANSWERED).await;
+    assert!(
+        text.lines().any(|l| l == answered),
+        "only the answered requests' items: {}",
+        text.lines()
+            .filter(|l| l.contains("transport=\"http\""))
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+    sidecar.shutdown().await;
+}
+
 /// What durable requests left in the state directory while the store was away reaches
 /// the store after a restart, even with the durable listener turned off since (the start
 /// moves the log into the spill whatever the listener), and exactly once.

@@ -7,11 +7,12 @@ use std::time::SystemTime;
 use crate::aggregate::{Credit, Refused, RefusedReason, Row, RowKey};
 use crate::bucket;
 use crate::sink::Sink;
-use crate::state::{FlushId, RecordSource, ledger_pending, outcomes_mark};
+use crate::state::{FlushId, RecordSource, WriteRecord, ledger_pending, outcomes_mark};
 use crate::test_hooks::crash_point;
 use crate::vocabulary::{DropReason, Granularity};
 
 use super::super::record_conversion;
+use super::super::replay::{self, ReplayChunk};
 use super::{Flusher, Spilled, spill};
 
 impl<S: Sink> Flusher<S> {
@@ -58,6 +59,71 @@ impl<S: Sink> Flusher<S> {
             );
         }
         sums
+    }
+
+    /// A replay chunk that is a run of rows the epoch view does not cover (see
+    /// [`super::super::replay`]). When rows follow it, the run is carried whole into a
+    /// segment of its own at the end of the spill, whose header names the cursor past
+    /// the run, and the rows behind it can be sent; returns whether it was carried.
+    /// Otherwise (nothing follows it, or the segment cannot be written) the read is
+    /// undone and the rows stay where they are. Either way they stay on disk: in memory
+    /// a kill would lose them, acknowledged increments of the ingest log among them.
+    pub(super) fn carry_held(&mut self, chunk: ReplayChunk) -> bool {
+        if let Some(epochs) = &self.epochs {
+            epochs.count_held(chunk.held.len());
+        }
+        let sums = chunk.in_flight();
+        for g in Granularity::ALL {
+            self.ledger.update(g, |s| s.in_flight -= sums[g.index()]);
+        }
+        let carried = self.state.has_unreplayed() && self.write_carried(&chunk.held);
+        if carried {
+            // This process's spill now, whichever process spilled them first.
+            for g in Granularity::ALL {
+                self.ledger.update(g, |s| s.spilled += sums[g.index()]);
+            }
+            tracing::debug!(
+                rows = chunk.held.len(),
+                "Spilled rows the epoch registry's last read does not cover were carried to the end of the spill."
+            );
+        } else {
+            self.state.rewind_replay();
+            replay::unread(chunk.sums, &self.ledger);
+        }
+        self.ledger.set_spill_bytes(self.state.spill_bytes().0);
+        carried
+    }
+
+    /// Writes `records` (read by the replay up to its loaded cursor) to a segment of a
+    /// new flush number, naming that cursor, then consumes it: whether they were written.
+    fn write_carried(&mut self, records: &[WriteRecord]) -> bool {
+        let mut lines = Vec::new();
+        for record in records {
+            if serde_json::to_writer(&mut lines, record).is_err() {
+                return false;
+            }
+            lines.push(b'\n');
+        }
+        self.seq += 1;
+        let flush = self.state.flush_id(self.seq);
+        let consumes = self.state.replay_loaded();
+        match self.state.spill_carried(&flush, consumes, &lines) {
+            Ok(true) => {}
+            Ok(false) => {
+                tracing::debug!(
+                    "No room in the spill to carry rows the epoch registry cannot place; they wait where they are."
+                );
+                return false;
+            }
+            Err(error) => {
+                tracing::error!(%error, "Could not carry rows the epoch registry cannot place; they wait where they are.");
+                return false;
+            }
+        }
+        if let Err(error) = self.state.consume_carried(consumes) {
+            tracing::warn!(%error, "Could not record the replay cursor past carried rows (the carrying segment names it; retried at the next commit).");
+        }
+        true
     }
 
     /// At the final flush, rows the epoch view does not cover go to the flush's spill

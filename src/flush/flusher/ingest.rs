@@ -243,6 +243,8 @@ impl<S: Sink> Flusher<S> {
         };
         let time = bucket::rfc3339(SystemTime::now());
         let mut records: Vec<WriteRecord> = Vec::new();
+        // The exact families' rows, for their ledger rows.
+        let mut fresh: Vec<(RowKey, Row)> = Vec::new();
         let mut sums = [0_i128; 2];
         let rows = rows
             .into_iter()
@@ -262,9 +264,24 @@ impl<S: Sink> Flusher<S> {
                 sums[table.index()] += row.columns.sum();
                 records.push(record);
             }
+            if self.engine.families().get(key.family()).exact {
+                fresh.push((key, row));
+            }
         }
-        if !records.is_empty() && !self.state.spill_ingest(id, records.clone())? {
+        // Replayed rows form no ledger rows (see `ledger_gate`): these are formed here,
+        // once, and kept in the segment's header, so that the segment and its ledger rows
+        // are on disk together or not at all, and are confirmed before any replay.
+        let ledger_rows = match &self.ledger_gate {
+            Some(gate) if !fresh.is_empty() => gate.form_logged(&flush, fresh),
+            _ => Vec::new(),
+        };
+        if !records.is_empty() && !self.state.spill_ingest(id, records.clone(), &ledger_rows)? {
             return Ok(false);
+        }
+        if let Some(gate) = &mut self.ledger_gate
+            && !ledger_rows.is_empty()
+        {
+            gate.load_stored(ledger_rows);
         }
         if unplaced > 0 {
             // Logged under a configuration whose families the current one lacks.

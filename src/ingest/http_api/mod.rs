@@ -60,6 +60,7 @@ use super::stats::IngestStats;
 use super::{ListenError, PacketHandler, Recorded};
 use crate::config::ConfigError;
 use crate::config::ingest::{HttpApiConfig, IngestConfig};
+use crate::engine::Refusal;
 use crate::state::ingest_log::{self, AppendError, IngestEntry, IngestLog, KeyLine};
 use crate::vocabulary::Transport;
 
@@ -216,21 +217,30 @@ impl<H: PacketHandler> Shared<H> {
         }
     }
 
-    /// Checks the items of a durable request without keeping them: their ingest-log
-    /// lines, and the indices of the refused ones.
-    fn check(&self, items: &[Item]) -> (Vec<u8>, Vec<usize>) {
+    /// Checks the items of a durable request without keeping or counting them: their
+    /// ingest-log lines, the indices of the refused ones, and why each was refused.
+    fn check(&self, items: &[Item]) -> (Vec<u8>, Vec<usize>, Vec<Refusal>) {
         let mut handler = self.handlers.take();
-        let (mut lines, mut refused) = (Vec::new(), Vec::new());
+        let (mut lines, mut refused, mut why) = (Vec::new(), Vec::new(), Vec::new());
         for (index, item) in items.iter().enumerate() {
             let tags = item.tag_pairs();
             match handler.check(&item.name, &tags, item.value, item.timestamp) {
-                Some(minute) => {
+                Ok(minute) => {
                     IngestEntry::write_line(&mut lines, &item.name, &tags, item.value, minute.0)
                 }
-                None => refused.push(index),
+                Err(refusal) => {
+                    refused.push(index);
+                    why.push(refusal);
+                }
             }
         }
-        (lines, refused)
+        (lines, refused, why)
+    }
+
+    /// Counts the items of an answered durable request (see
+    /// [`PacketHandler::count_checked`]).
+    fn count_checked(&self, accepted: usize, refused: &[Refusal]) {
+        self.handlers.take().count_checked(accepted as u64, refused);
     }
 
     /// Counts `n` requests with a key under `result` (a label of
@@ -419,7 +429,7 @@ async fn answer_durably<H: PacketHandler>(
             return (bad_body(&bad), None);
         }
     };
-    let (mut lines, refused) = shared.check(&items);
+    let (mut lines, refused, why) = shared.check(&items);
     let accepted = items.len() - refused.len();
     let (response, kept) = done(accepted, &refused);
     if let (Some(key), Some(kept)) = (key, &kept) {
@@ -445,6 +455,8 @@ async fn answer_durably<H: PacketHandler>(
             }
         }
     }
+    // Counted once answered: a request refused whole (above) is retried, and counts then.
+    shared.count_checked(accepted, &why);
     (response, kept)
 }
 

@@ -26,8 +26,16 @@ use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequ
 use super::convert;
 use super::streams::Streams;
 use super::{Answer, Shared, now_unix_nanos};
+use crate::engine::Refusal;
 use crate::ingest::PacketHandler;
 use crate::state::ingest_log::{AppendError, IngestEntry, IngestLog, StreamLine, Written};
+
+/// The points of a durable export the handler checked: counted once it is answered.
+#[derive(Default)]
+pub(super) struct Checked {
+    accepted: u64,
+    refused: Vec<Refusal>,
+}
 
 impl<H: PacketHandler> Shared<H> {
     /// Whether exports are answered once on disk.
@@ -41,12 +49,18 @@ impl<H: PacketHandler> Shared<H> {
         let Some(log) = &self.durable else {
             return self.export(request);
         };
-        let (answer, written) = self.log_export(request, log);
+        let (answer, written, checked) = self.log_export(request, log);
         if let Some(written) = written
             && let Err(error) = log.synced(written).await
         {
             tracing::error!(%error, "A durable OTLP export could not be made durable.");
             return Answer::Unavailable;
+        }
+        if let Answer::Done { .. } = answer {
+            // Counted once answered: an export refused whole is retried, and counts then.
+            self.handlers
+                .take()
+                .count_checked(checked.accepted, &checked.refused);
         }
         answer
     }
@@ -57,10 +71,11 @@ impl<H: PacketHandler> Shared<H> {
         &self,
         request: &ExportMetricsServiceRequest,
         log: &Arc<IngestLog>,
-    ) -> (Answer, Option<Written>) {
+    ) -> (Answer, Option<Written>, Checked) {
+        let mut checked = Checked::default();
         if log.would_overflow(0) {
             self.stats.get(self.transport).busy.fetch_add(1, Relaxed);
-            return (Answer::Busy, None);
+            return (Answer::Busy, None, checked);
         }
         let mut handler = self.handlers.take();
         // The same lock order as `export`: the stream table, then the handler's stripe.
@@ -69,7 +84,6 @@ impl<H: PacketHandler> Shared<H> {
         let streams = shared_table.as_deref_mut().unwrap_or(&mut empty);
         streams.track();
         let mut lines = Vec::new();
-        let mut refused = 0u64;
         let conversion = convert::convert_each(
             request,
             &self.policy,
@@ -81,14 +95,17 @@ impl<H: PacketHandler> Shared<H> {
                 point.delta,
                 point.at_unix_secs,
             ) {
-                Some(minute) => IngestEntry::write_line(
-                    &mut lines,
-                    point.name,
-                    point.tags,
-                    point.delta,
-                    minute.0,
-                ),
-                None => refused += 1,
+                Ok(minute) => {
+                    checked.accepted += 1;
+                    IngestEntry::write_line(
+                        &mut lines,
+                        point.name,
+                        point.tags,
+                        point.delta,
+                        minute.0,
+                    );
+                }
+                Err(refusal) => checked.refused.push(refusal),
             },
         );
         let changes = streams.take_changes();
@@ -109,11 +126,11 @@ impl<H: PacketHandler> Shared<H> {
                 Err(AppendError::Full { .. }) => {
                     streams.undo(&changes);
                     self.stats.get(self.transport).busy.fetch_add(1, Relaxed);
-                    return (Answer::Busy, None);
+                    return (Answer::Busy, None, checked);
                 }
                 Err(error) => {
                     tracing::error!(%error, "A durable OTLP export could not be written to the ingest log.");
-                    return (Answer::Unavailable, None);
+                    return (Answer::Unavailable, None, checked);
                 }
             }
         };
@@ -121,6 +138,7 @@ impl<H: PacketHandler> Shared<H> {
         if let Some(streams) = shared_table {
             self.publish_streams(&streams);
         }
-        (self.done(&conversion, refused), written)
+        let refused = checked.refused.len() as u64;
+        (self.done(&conversion, refused), written, checked)
     }
 }

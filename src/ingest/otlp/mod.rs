@@ -379,12 +379,20 @@ mod tests {
             &mut self,
             _name: &str,
             _tags: &[(&str, &str)],
-            _delta: i64,
+            delta: i64,
             _at: Option<i64>,
-        ) -> Option<crate::bucket::Minute> {
+        ) -> Result<crate::bucket::Minute, crate::engine::Refusal> {
             self.seen += 1;
             let refused = self.refuse_every > 0 && self.seen.is_multiple_of(self.refuse_every);
-            (!refused).then_some(crate::bucket::Minute(7))
+            if refused {
+                return Err(crate::engine::Refusal {
+                    error: crate::engine::RecordError::Dropped(
+                        crate::vocabulary::DropReason::Unconfigured,
+                    ),
+                    delta,
+                });
+            }
+            Ok(crate::bucket::Minute(7))
         }
     }
 
