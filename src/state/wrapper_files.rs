@@ -168,6 +168,7 @@ impl LegacyWrapperRecord {
             day: String::new(),
             minute: None,
             month: None,
+            hour: None,
             deltas: self.deltas,
             error: self.error_kind.map(|kind| ErrorInfo {
                 kind,
@@ -355,6 +356,7 @@ pub fn table_record<'c>(
         day: String::new(),
         minute: None,
         month: None,
+        hour: None,
         deltas: deltas
             .into_iter()
             .filter(|(_, d)| **d != 0)

@@ -243,7 +243,7 @@ impl<S: Sink> Flusher<S> {
         };
         let time = bucket::rfc3339(SystemTime::now());
         let mut records: Vec<WriteRecord> = Vec::new();
-        let mut sums = [0_i128; 2];
+        let mut sums = [0_i128; Granularity::COUNT];
         let rows = rows
             .into_iter()
             .map(|((family, minute, series), columns)| (row_key(family, minute, series), columns));
