@@ -6,10 +6,48 @@
 
 use time::{Date, Month, OffsetDateTime};
 
+use crate::vocabulary::Granularity;
+
 /// Seconds in a minute, as the divisor used for bucketing.
 const SECS_PER_MINUTE: i64 = 60;
 /// Minutes in a UTC day (leap seconds do not exist in Unix time).
 pub const MINUTES_PER_DAY: u32 = 1440;
+/// Minutes in an hour.
+pub const MINUTES_PER_HOUR: u32 = 60;
+/// Hours in a UTC day.
+pub const HOURS_PER_DAY: u32 = 24;
+
+/// The bucket of `table` that `minute` falls in: the minute itself, its day, its hour
+/// (counted from 1970-01-01T00Z), or 0 for the all-time total (one row per key).
+pub fn bucket_of(table: Granularity, minute: Minute) -> u32 {
+    match table {
+        Granularity::Minute => minute.0,
+        Granularity::Day => minute.day().0,
+        Granularity::Hour => minute.0 / MINUTES_PER_HOUR,
+        Granularity::Total => 0,
+    }
+}
+
+/// The day a bucket of `table` belongs to (the day of its partition for minute and hour
+/// rows). A total row has no day: it is given 1970-01-01, the day of bucket 0.
+pub fn day_of(table: Granularity, bucket: u32) -> Day {
+    match table {
+        Granularity::Minute => Minute(bucket).day(),
+        Granularity::Day => Day(bucket),
+        Granularity::Hour => Day(bucket / HOURS_PER_DAY),
+        Granularity::Total => Day(0),
+    }
+}
+
+/// The first minute of a bucket of `table` (of 1970-01-01 for a total row).
+pub fn first_minute_of(table: Granularity, bucket: u32) -> Minute {
+    match table {
+        Granularity::Minute => Minute(bucket),
+        Granularity::Day => Minute(bucket.saturating_mul(MINUTES_PER_DAY)),
+        Granularity::Hour => Minute(bucket.saturating_mul(MINUTES_PER_HOUR)),
+        Granularity::Total => Minute(0),
+    }
+}
 
 /// A UTC minute, counted from 1970-01-01T00:00Z.
 ///

@@ -45,8 +45,9 @@ pub fn statements_with(
         if family.is_generic() && !families.generic_enabled() {
             continue;
         }
-        keyspaces.insert(family.minute_table.keyspace.clone());
-        keyspaces.insert(family.day_table.keyspace.clone());
+        for table in family.granularities().filter_map(|g| family.table(g)) {
+            keyspaces.insert(table.keyspace.clone());
+        }
     }
     let index_table = TableName::resolve(&config.key_index.table, &config.store.keyspace);
     if config.key_index.enabled {
@@ -80,69 +81,93 @@ pub fn statements_with(
             continue;
         }
         if family.is_generic() {
-            let values = [
-                ("keyspace", family.minute_table.keyspace.as_str()),
-                ("minute_table", family.minute_table.table.as_str()),
-                ("day_table", family.day_table.table.as_str()),
-            ];
-            out.push(cql_text::statement(
-                GENERIC,
-                "create_generic_minute",
-                &values,
-            ));
-            let day_values = [
-                ("keyspace", family.day_table.keyspace.as_str()),
-                ("minute_table", family.minute_table.table.as_str()),
-                ("day_table", family.day_table.table.as_str()),
-            ];
-            out.push(cql_text::statement(
-                GENERIC,
-                "create_generic_day",
-                &day_values,
-            ));
+            out.extend(generic_tables(family));
             continue;
         }
-        let minute = TableLayout::of(family, Granularity::Minute);
-        let day = TableLayout::of(family, Granularity::Day);
-        let mut columns = String::new();
-        for (name, role) in minute.key_columns() {
-            if matches!(role, Role::Key(_) | Role::Shard | Role::Epoch) {
-                columns.push_str(&format!(
-                    "    {name} {},\n",
-                    TableLayout::default_type(*role)
-                ));
-            }
-        }
-        let counters: String = family
-            .columns
-            .iter()
-            .map(|c| format!("    {c} counter,\n"))
-            .collect();
-        let (columns, counters) = (
-            columns.trim_end_matches('\n'),
-            counters.trim_end_matches('\n'),
-        );
-        let minute_table = minute.table.to_string();
-        let day_table = day.table.to_string();
-        let minute_key = minute.primary_key_text();
-        let day_key = day.primary_key_text();
-        let minute_time = time_definitions(&family.minute_time, 0);
-        let day_time = time_definitions(&family.day_time, 0);
-        let values = [
-            ("minute_table", minute_table.as_str()),
-            ("day_table", day_table.as_str()),
-            ("minute_time_definitions", minute_time.as_str()),
-            ("day_time_definitions", day_time.as_str()),
-            ("column_definitions", columns),
-            ("counter_definitions", counters),
-            ("minute_primary_key", minute_key.as_str()),
-            ("day_primary_key", day_key.as_str()),
-        ];
-        out.push(cql_text::statement(FAMILY, "create_family_minute", &values));
-        out.push(cql_text::statement(FAMILY, "create_family_day", &values));
+        out.extend(family_tables(family));
     }
     out.extend(operation_tables(config, &index_table));
     Ok(out)
+}
+
+/// The generic family's two tables (`cql/generic.cql`).
+fn generic_tables(family: &FamilyDef) -> Vec<String> {
+    let (Some(minute), Some(day)) = (&family.minute_table, &family.day_table) else {
+        return Vec::new();
+    };
+    let values = [
+        ("keyspace", minute.keyspace.as_str()),
+        ("minute_table", minute.table.as_str()),
+        ("day_table", day.table.as_str()),
+    ];
+    let day_values = [
+        ("keyspace", day.keyspace.as_str()),
+        ("minute_table", minute.table.as_str()),
+        ("day_table", day.table.as_str()),
+    ];
+    vec![
+        cql_text::statement(GENERIC, "create_generic_minute", &values),
+        cql_text::statement(GENERIC, "create_generic_day", &day_values),
+    ]
+}
+
+/// The counter tables of a configured family (`cql/family.cql`), one per granularity it
+/// has, in label order: key columns, the table's time columns (none for a total table),
+/// the shard and epoch columns, one counter per counter column.
+fn family_tables(family: &FamilyDef) -> Vec<String> {
+    let layouts: Vec<TableLayout> = Granularity::ALL
+        .into_iter()
+        .filter_map(|g| TableLayout::of(family, g))
+        .collect();
+    let Some(first) = layouts.first() else {
+        return Vec::new();
+    };
+    let mut columns = String::new();
+    for (name, role) in first.key_columns() {
+        if matches!(role, Role::Key(_) | Role::Shard | Role::Epoch) {
+            columns.push_str(&format!(
+                "    {name} {},\n",
+                TableLayout::default_type(*role)
+            ));
+        }
+    }
+    let counters: String = family
+        .columns
+        .iter()
+        .map(|c| format!("    {c} counter,\n"))
+        .collect();
+    let (columns, counters) = (
+        columns.trim_end_matches('\n'),
+        counters.trim_end_matches('\n'),
+    );
+    let hour_time = TableTime::hour();
+    layouts
+        .iter()
+        .map(|layout| {
+            let (name, time) = match layout.kind {
+                Granularity::Minute => ("minute", Some(&family.minute_time)),
+                Granularity::Day => ("day", Some(&family.day_time)),
+                Granularity::Hour => ("hour", Some(&hour_time)),
+                Granularity::Total => ("total", None),
+            };
+            let table = layout.table.to_string();
+            let key = layout.primary_key_text();
+            let time = time.map(|t| time_definitions(t, 0)).unwrap_or_default();
+            let (table_field, time_field, key_field) = (
+                format!("{name}_table"),
+                format!("{name}_time_definitions"),
+                format!("{name}_primary_key"),
+            );
+            let values = [
+                (table_field.as_str(), table.as_str()),
+                (time_field.as_str(), time.as_str()),
+                ("column_definitions", columns),
+                ("counter_definitions", counters),
+                (key_field.as_str(), key.as_str()),
+            ];
+            cql_text::statement(FAMILY, &format!("create_family_{name}"), &values)
+        })
+        .collect()
 }
 
 /// Whether any family is reset by epochs.
@@ -157,9 +182,14 @@ pub fn epochs_table(config: &Config) -> TableName {
 
 /// The two tables of a `writer_totals` family (the generic one included): key columns,
 /// bucket columns, `writer text`, one `bigint` per value column.
-fn totals_tables(family: &FamilyDef) -> [String; 2] {
-    let minute = TableLayout::of(family, Granularity::Minute);
-    let day = TableLayout::of(family, Granularity::Day);
+fn totals_tables(family: &FamilyDef) -> Vec<String> {
+    // The configuration allows writer totals with a minute and a day table only.
+    let (Some(minute), Some(day)) = (
+        TableLayout::of(family, Granularity::Minute),
+        TableLayout::of(family, Granularity::Day),
+    ) else {
+        return Vec::new();
+    };
     let columns: String = minute
         .key_columns()
         .filter(|(_, role)| matches!(role, Role::Key(_)))
@@ -186,7 +216,7 @@ fn totals_tables(family: &FamilyDef) -> [String; 2] {
         ("minute_primary_key", minute_key.as_str()),
         ("day_primary_key", day_key.as_str()),
     ];
-    [
+    vec![
         cql_text::statement(TOTALS, "create_totals_minute", &values),
         cql_text::statement(TOTALS, "create_totals_day", &values),
     ]

@@ -30,7 +30,7 @@ use crate::series;
 
 use self::defs::Defs;
 use self::mapped::{MappedNames, MappedRule};
-use crate::vocabulary::FamilyId;
+use crate::vocabulary::{FamilyId, Granularity};
 
 /// A table, with its keyspace.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -107,10 +107,14 @@ pub struct FamilyDef {
     pub id: FamilyId,
     /// Its name (`"generic"` for family 0).
     pub name: String,
-    /// The minute table.
-    pub minute_table: TableName,
-    /// The day table.
-    pub day_table: TableName,
+    /// The minute table, if the family has one.
+    pub minute_table: Option<TableName>,
+    /// The day table, if the family has one.
+    pub day_table: Option<TableName>,
+    /// The hour table, if the family has one (`hour_table`).
+    pub hour_table: Option<TableName>,
+    /// The all-time total table, if the family has one (`total_table`).
+    pub total_table: Option<TableName>,
     /// The minute table's time columns (`[family.minute_time]`).
     pub minute_time: TableTime,
     /// The day table's time columns (`[family.day_time]`).
@@ -130,6 +134,40 @@ pub struct FamilyDef {
 }
 
 impl FamilyDef {
+    /// The table of granularity `table`, if the family has one.
+    pub fn table(&self, table: Granularity) -> Option<&TableName> {
+        match table {
+            Granularity::Minute => self.minute_table.as_ref(),
+            Granularity::Day => self.day_table.as_ref(),
+            Granularity::Hour => self.hour_table.as_ref(),
+            Granularity::Total => self.total_table.as_ref(),
+        }
+    }
+
+    /// Whether the family has a table of granularity `table`.
+    pub fn has(&self, table: Granularity) -> bool {
+        self.table(table).is_some()
+    }
+
+    /// The granularities the family has tables of, in label order.
+    pub fn granularities(&self) -> impl Iterator<Item = Granularity> + '_ {
+        Granularity::ALL.into_iter().filter(|&g| self.has(g))
+    }
+
+    /// The table of granularity `table` as text, or `-` when the family has none (for
+    /// logs and records, which name the table a write was meant for).
+    pub fn table_text(&self, table: Granularity) -> String {
+        self.table(table)
+            .map_or_else(|| "-".to_owned(), ToString::to_string)
+    }
+
+    /// Whether the family has exactly a minute and a day table: the shape the delta
+    /// ledger, writer totals, epochs and the operations built on them assume.
+    pub fn is_minute_and_day(&self) -> bool {
+        self.granularities()
+            .eq([Granularity::Minute, Granularity::Day])
+    }
+
     /// Number of counter columns.
     pub fn width(&self) -> usize {
         self.columns.len()
@@ -431,6 +469,11 @@ impl TagSet for IndexedLine<'_, '_> {
     }
 }
 
+/// A table that may be left unset (empty).
+fn optional_table(name: &str, keyspace: &str) -> Option<TableName> {
+    (!name.is_empty()).then(|| TableName::resolve(name, keyspace))
+}
+
 /// The one value of an iterator, `Err` if two differ.
 fn only<'a>(mut values: impl Iterator<Item = &'a str>) -> Result<Option<&'a str>, ()> {
     let Some(first) = values.next() else {
@@ -522,8 +565,10 @@ impl Families {
         let mut defs = vec![FamilyDef {
             id: GENERIC,
             name: "generic".into(),
-            minute_table: TableName::resolve(&config.generic.minute_table, keyspace),
-            day_table: TableName::resolve(&config.generic.day_table, keyspace),
+            minute_table: Some(TableName::resolve(&config.generic.minute_table, keyspace)),
+            day_table: Some(TableName::resolve(&config.generic.day_table, keyspace)),
+            hour_table: None,
+            total_table: None,
             minute_time: TableTime::default_minute(),
             day_time: TableTime::default_day(),
             key_columns: vec!["name".into(), "tags".into()],
@@ -553,8 +598,10 @@ impl Families {
             defs.push(FamilyDef {
                 id,
                 name: family.name.clone(),
-                minute_table: TableName::resolve(&family.minute_table, keyspace),
-                day_table: TableName::resolve(&family.day_table, keyspace),
+                minute_table: optional_table(&family.minute_table, keyspace),
+                day_table: optional_table(&family.day_table, keyspace),
+                hour_table: optional_table(&family.hour_table, keyspace),
+                total_table: optional_table(&family.total_table, keyspace),
                 minute_time: family
                     .minute_time
                     .resolve()
@@ -1114,6 +1161,8 @@ fn family_difference(old: &FamilyDef, new: &FamilyDef) -> Option<String> {
     changed(old.name != new.name, "name (the families' order or names)")
         .or_else(|| changed(old.minute_table != new.minute_table, "minute_table"))
         .or_else(|| changed(old.day_table != new.day_table, "day_table"))
+        .or_else(|| changed(old.hour_table != new.hour_table, "hour_table"))
+        .or_else(|| changed(old.total_table != new.total_table, "total_table"))
         .or_else(|| changed(old.minute_time != new.minute_time, "minute_time"))
         .or_else(|| changed(old.day_time != new.day_time, "day_time"))
         .or_else(|| changed(old.key_columns != new.key_columns, "key"))
@@ -1192,8 +1241,11 @@ mod tests {
             ["bytes", "views"],
             "columns in metric-name order, shared ones once"
         );
-        assert_eq!(def.day_table.to_string(), "metrics.views_by_day");
-        assert_eq!(def.minute_table.to_string(), "countersink.views_by_minute");
+        assert_eq!(def.table_text(Granularity::Day), "metrics.views_by_day");
+        assert_eq!(
+            def.table_text(Granularity::Minute),
+            "countersink.views_by_minute"
+        );
         let mut series = Vec::new();
         let tags: &[(&str, &str)] = &[("env", "prod"), ("page_id", "p1")];
         let views = families.resolve("page.views", tags, &mut series).unwrap();
@@ -1395,8 +1447,14 @@ mod tests {
         // A name of the family that went falls to the generic family.
         assert_eq!(place(&f, "page.clicks"), Some(GENERIC));
         // The old definitions stay, for rows placed under them.
-        assert_eq!(f.get(views).minute_table.table, "views_by_minute");
-        assert_eq!(f.get(FamilyId(4)).minute_table.table, "views_by_minute_v2");
+        assert_eq!(
+            f.get(views).minute_table.as_ref().unwrap().table,
+            "views_by_minute"
+        );
+        assert_eq!(
+            f.get(FamilyId(4)).minute_table.as_ref().unwrap().table,
+            "views_by_minute_v2"
+        );
         assert_eq!(f.by_name("views").unwrap().id, FamilyId(4));
         assert!(f.by_name("clicks").is_none());
         assert!(!f.in_force(views) && !f.in_force(clicks));

@@ -4,7 +4,7 @@
 //! One description serves the DDL (`countersink schema`), the UPDATE text and its bind
 //! order, the start-up check against `system_schema`, and the read-back queries.
 
-use crate::config::{CountingMode, ShardPlacement, TimeColumn, TimeRole, TimeType};
+use crate::config::{CountingMode, ShardPlacement, TableTime, TimeColumn, TimeRole, TimeType};
 use crate::family::{FamilyDef, TableName};
 use crate::vocabulary::Granularity;
 
@@ -25,6 +25,8 @@ pub enum Role {
     /// The UTC minute (the minute table's clustering), stored as this type
     /// (countersink's own tables: `minute smallint`, the minute of the day).
     Minute(TimeType),
+    /// The UTC hour (the hour table's clustering): `hour smallint`, the hour of the day.
+    Hour(TimeType),
     /// The `tinyint` shard of a sharded family.
     Shard,
     /// The `int` epoch of a family reset by epochs: the start minute of the epoch the row
@@ -42,6 +44,7 @@ impl Role {
             TimeRole::Minute => Role::Minute(column.typ),
             TimeRole::Day => Role::Day(column.typ),
             TimeRole::Month => Role::Month(column.typ),
+            TimeRole::Hour => Role::Hour(column.typ),
         }
     }
 
@@ -51,6 +54,7 @@ impl Role {
             Role::Minute(t) => Some((TimeRole::Minute, t)),
             Role::Day(t) => Some((TimeRole::Day, t)),
             Role::Month(t) => Some((TimeRole::Month, t)),
+            Role::Hour(t) => Some((TimeRole::Hour, t)),
             Role::Key(_) | Role::Shard | Role::Epoch | Role::Writer => None,
         }
     }
@@ -61,7 +65,7 @@ impl Role {
 pub struct TableLayout {
     /// The table.
     pub table: TableName,
-    /// Minute or day table.
+    /// Minute, hour, day or total table.
     pub kind: Granularity,
     /// Partition key columns, in order.
     pub partition_key: Vec<(String, Role)>,
@@ -75,8 +79,13 @@ pub struct TableLayout {
 }
 
 impl TableLayout {
-    /// The layout of `family`'s `kind` table.
-    pub fn of(family: &FamilyDef, kind: Granularity) -> TableLayout {
+    /// The layout of `family`'s `kind` table; `None` when the family has no such table.
+    ///
+    /// Minute: partition (key, day), clustering minute. Hour: partition (key, day),
+    /// clustering hour of the day. Day: partition (key, month), clustering day. Total:
+    /// partition (key), no time column: one row per key (per shard).
+    pub fn of(family: &FamilyDef, kind: Granularity) -> Option<TableLayout> {
+        let table = family.table(kind)?.clone();
         let mut partition_key: Vec<(String, Role)> = family
             .key_columns
             .iter()
@@ -86,11 +95,16 @@ impl TableLayout {
         if let Some(epoch) = &family.epoch_column {
             partition_key.push((epoch.clone(), Role::Epoch));
         }
-        let (table, time) = match kind {
-            Granularity::Minute => (&family.minute_table, &family.minute_time),
-            Granularity::Day => (&family.day_table, &family.day_time),
+        let hour = TableTime::hour();
+        let time = match kind {
+            Granularity::Minute => Some(&family.minute_time),
+            Granularity::Day => Some(&family.day_time),
+            Granularity::Hour => Some(&hour),
+            Granularity::Total => None,
         };
-        partition_key.push((time.partition.name.clone(), Role::of_time(&time.partition)));
+        if let Some(time) = time {
+            partition_key.push((time.partition.name.clone(), Role::of_time(&time.partition)));
+        }
         let mut clustering_key = Vec::new();
         if let Some(sharding) = &family.sharding {
             let shard = (sharding.column.clone(), Role::Shard);
@@ -99,21 +113,23 @@ impl TableLayout {
                 ShardPlacement::Clustering => clustering_key.push(shard),
             }
         }
-        clustering_key.push((
-            time.clustering.name.clone(),
-            Role::of_time(&time.clustering),
-        ));
+        if let Some(time) = time {
+            clustering_key.push((
+                time.clustering.name.clone(),
+                Role::of_time(&time.clustering),
+            ));
+        }
         if family.mode == CountingMode::WriterTotals {
             clustering_key.push((WRITER_COLUMN.into(), Role::Writer));
         }
-        TableLayout {
-            table: table.clone(),
+        Some(TableLayout {
+            table,
             kind,
             partition_key,
             clustering_key,
             counters: family.columns.clone(),
             mode: family.mode,
-        }
+        })
     }
 
     /// The CQL type of the value columns: `counter`, or `bigint` for `writer_totals`.
@@ -135,7 +151,7 @@ impl TableLayout {
     pub fn default_type(role: Role) -> &'static str {
         match role {
             Role::Key(_) | Role::Writer => "text",
-            Role::Day(t) | Role::Month(t) | Role::Minute(t) => t.as_str(),
+            Role::Day(t) | Role::Month(t) | Role::Minute(t) | Role::Hour(t) => t.as_str(),
             Role::Shard => "tinyint",
             Role::Epoch => "int",
         }
@@ -149,7 +165,8 @@ impl TableLayout {
             .map_or("", |(name, _)| name.as_str())
     }
 
-    /// `PRIMARY KEY` contents: `(p1, p2), c1, c2`.
+    /// `PRIMARY KEY` contents: `(p1, p2), c1, c2` (just `(p1, p2)` without clustering
+    /// columns: a total table).
     pub fn primary_key_text(&self) -> String {
         let partition: Vec<&str> = self.partition_key.iter().map(|(c, _)| c.as_str()).collect();
         let mut text = format!("({})", partition.join(", "));
@@ -224,11 +241,15 @@ mod tests {
         let f = families(1, ShardPlacement::Partition);
         let generic = f.by_name("generic").unwrap();
         assert_eq!(
-            TableLayout::of(generic, Granularity::Minute).update_statement(),
+            TableLayout::of(generic, Granularity::Minute)
+                .unwrap()
+                .update_statement(),
             "UPDATE countersink.counts_by_minute SET value = value + ? WHERE name = ? AND tags = ? AND day = ? AND minute = ?"
         );
         assert_eq!(
-            TableLayout::of(generic, Granularity::Day).update_statement(),
+            TableLayout::of(generic, Granularity::Day)
+                .unwrap()
+                .update_statement(),
             "UPDATE countersink.counts_by_day SET value = value + ? WHERE name = ? AND tags = ? AND month = ? AND day = ?"
         );
     }
@@ -243,31 +264,32 @@ mod tests {
         });
         let f = Families::from_config(&config).unwrap();
         let views = f.by_name("views").unwrap();
-        let minute = TableLayout::of(views, Granularity::Minute);
+        let minute = TableLayout::of(views, Granularity::Minute).unwrap();
         assert_eq!(minute.primary_key_text(), "(page_id, day), minute, writer");
         assert_eq!(minute.value_type(), "bigint");
         assert_eq!(
             minute.totals_insert_statement(),
             "INSERT INTO metrics.views_by_minute (page_id, day, minute, writer, bytes, views) VALUES (?, ?, ?, ?, ?, ?) USING TIMESTAMP ?"
         );
-        let day = TableLayout::of(f.by_name("generic").unwrap(), Granularity::Day);
+        let day = TableLayout::of(f.by_name("generic").unwrap(), Granularity::Day).unwrap();
         assert_eq!(day.primary_key_text(), "(name, tags, month), day, writer");
     }
 
     #[test]
     fn configured_family_with_and_without_shards() {
         let plain = families(1, ShardPlacement::Partition);
-        let views = TableLayout::of(plain.by_name("views").unwrap(), Granularity::Minute);
+        let views = TableLayout::of(plain.by_name("views").unwrap(), Granularity::Minute).unwrap();
         assert_eq!(views.primary_key_text(), "(page_id, day), minute");
         assert_eq!(
             views.update_statement(),
             "UPDATE metrics.views_by_minute SET bytes = bytes + ?, views = views + ? WHERE page_id = ? AND day = ? AND minute = ?"
         );
         let partition = families(8, ShardPlacement::Partition);
-        let day = TableLayout::of(partition.by_name("views").unwrap(), Granularity::Day);
+        let day = TableLayout::of(partition.by_name("views").unwrap(), Granularity::Day).unwrap();
         assert_eq!(day.primary_key_text(), "(page_id, month, shard), day");
         let clustering = families(8, ShardPlacement::Clustering);
-        let minute = TableLayout::of(clustering.by_name("views").unwrap(), Granularity::Minute);
+        let minute =
+            TableLayout::of(clustering.by_name("views").unwrap(), Granularity::Minute).unwrap();
         assert_eq!(minute.primary_key_text(), "(page_id, day), shard, minute");
     }
 
@@ -284,7 +306,7 @@ mod tests {
         config.families.push(views);
         let families = Families::from_config(&config).unwrap();
         let views = families.by_name("views").unwrap();
-        let minute = TableLayout::of(views, Granularity::Minute);
+        let minute = TableLayout::of(views, Granularity::Minute).unwrap();
         assert_eq!(minute.primary_key_text(), "(page_id, ts_day), bucket");
         assert_eq!(minute.bucket_column(), "bucket");
         assert_eq!(
@@ -295,7 +317,7 @@ mod tests {
             minute.update_statement(),
             "UPDATE metrics.views_by_minute SET bytes = bytes + ?, views = views + ? WHERE page_id = ? AND ts_day = ? AND bucket = ?"
         );
-        let day = TableLayout::of(views, Granularity::Day);
+        let day = TableLayout::of(views, Granularity::Day).unwrap();
         assert_eq!(day.primary_key_text(), "(page_id, ts_month), day");
         assert_eq!(day.partition_key[1].1, Role::Month(TimeType::Date));
         assert_eq!(TableLayout::default_type(day.partition_key[1].1), "date");
@@ -311,7 +333,7 @@ mod tests {
         });
         let families = Families::from_config(&config).unwrap();
         let views = families.by_name("views").unwrap();
-        let minute = TableLayout::of(views, Granularity::Minute);
+        let minute = TableLayout::of(views, Granularity::Minute).unwrap();
         assert_eq!(
             minute.primary_key_text(),
             "(page_id, epoch, day, shard), minute"
@@ -320,7 +342,7 @@ mod tests {
             minute.update_statement(),
             "UPDATE metrics.views_by_minute SET bytes = bytes + ?, views = views + ? WHERE page_id = ? AND epoch = ? AND day = ? AND shard = ? AND minute = ?"
         );
-        let day = TableLayout::of(views, Granularity::Day);
+        let day = TableLayout::of(views, Granularity::Day).unwrap();
         assert_eq!(
             day.primary_key_text(),
             "(page_id, epoch, month, shard), day"

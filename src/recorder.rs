@@ -319,6 +319,29 @@ impl Recorder {
         reader.minutes(families, &counter, day).await
     }
 
+    /// The hour series (hour of the day → value) of counter `name` with `tags` on `day`,
+    /// from its family's hour table, as [`Recorder::read_day`] reads.
+    pub async fn read_hours(
+        &self,
+        name: &str,
+        tags: &[(&str, &str)],
+        day: Day,
+    ) -> Result<Arc<BTreeMap<i64, i64>>, ReadError> {
+        let reader = self.inner.reader.as_ref().ok_or(ReadError::NoStore)?;
+        let families = self.inner.engine.families();
+        let counter = read::resolve(families, name, tags)?;
+        reader.hours(families, &counter, day).await
+    }
+
+    /// The all-time total of counter `name` with `tags`, from its family's total table,
+    /// as [`Recorder::read_day`] reads.
+    pub async fn read_total(&self, name: &str, tags: &[(&str, &str)]) -> Result<i64, ReadError> {
+        let reader = self.inner.reader.as_ref().ok_or(ReadError::NoStore)?;
+        let families = self.inner.engine.families();
+        let counter = read::resolve(families, name, tags)?;
+        reader.all_time_total(families, &counter).await
+    }
+
     /// The engine behind this recorder.
     pub fn engine(&self) -> &Arc<Engine> {
         &self.inner.engine

@@ -15,26 +15,53 @@ pub const WRITER_COLUMN: &str = "writer";
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct FamilyId(pub u16);
 
-/// The two time granularities a delta is owed to: each family has a minute table and a
-/// day table, and every accepted delta is written to both.
+/// The time granularities a delta is owed to: a family has a table of each granularity
+/// it configures (any non-empty subset), and every accepted delta is written to each of
+/// them. The order is that of the labels; `Minute` and `Day` keep the positions they had
+/// before `Hour` and `Total` existed, so per-granularity arrays read the same.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Granularity {
     /// `…_by_minute`: partition (key, day), clustering minute.
     Minute,
     /// `…_by_day`: partition (key, month), clustering day.
     Day,
+    /// `…_by_hour`: partition (key, day), clustering hour of the day.
+    Hour,
+    /// `…_total`: partition (key) only, one row per key: the all-time sum.
+    Total,
 }
 
 impl Granularity {
-    /// Both, in label order.
-    pub const ALL: [Granularity; 2] = [Granularity::Minute, Granularity::Day];
+    /// How many there are: the length of per-granularity arrays.
+    pub const COUNT: usize = 4;
 
-    /// The label in metrics (`granularity`) and records: `minute` or `day`.
+    /// Every granularity, in label order.
+    pub const ALL: [Granularity; Granularity::COUNT] = [
+        Granularity::Minute,
+        Granularity::Day,
+        Granularity::Hour,
+        Granularity::Total,
+    ];
+
+    /// The label in metrics (`granularity`) and records: `minute`, `day`, `hour` or
+    /// `total`.
     pub fn as_str(self) -> &'static str {
         match self {
             Granularity::Minute => "minute",
             Granularity::Day => "day",
+            Granularity::Hour => "hour",
+            Granularity::Total => "total",
         }
+    }
+
+    /// Minute and day: the tables of every family the delta ledger (`exact`), writer
+    /// totals and epochs serve (the configuration refuses those with other tables), so
+    /// reconcile and its reports know only these.
+    pub const MINUTE_AND_DAY: [Granularity; 2] = [Granularity::Minute, Granularity::Day];
+
+    /// The granularity labelled `label` (see [`Granularity::as_str`]).
+    pub fn parse(label: &str) -> Option<Granularity> {
+        Granularity::ALL.into_iter().find(|g| g.as_str() == label)
     }
 
     /// Position in [`Granularity::ALL`].

@@ -8,7 +8,7 @@ use hashbrown::HashTable;
 use super::cardinality::Cardinality;
 use super::counters::Counters;
 use super::limits::{Budget, Credit};
-use super::row::{Columns, Row, RowKey, RowKeyRef, Slot};
+use super::row::{Columns, Row, RowKey, RowKeyRef, SLOT_KINDS, Slot};
 use crate::vocabulary::DropReason;
 use crate::vocabulary::Granularity;
 
@@ -88,7 +88,7 @@ pub struct Buffer {
     /// Estimated bytes of the writes a flush would plan for `rows`.
     flush_bytes: usize,
     /// Signed sum of the deltas in `rows`, per slot kind (both, minute only, day only).
-    pending_sum: [i128; 3],
+    pending_sum: [i128; SLOT_KINDS],
     counters: Counters,
     /// Random source for unbiased rounding of sampled values; seeded, so tests replay.
     pub(crate) rng: fastrand::Rng,
@@ -153,7 +153,7 @@ pub struct Taken {
     /// The rows, each key at most once per stripe.
     pub rows: TakenRows,
     /// Signed sum of their deltas, per slot kind.
-    pub sums: [i128; 3],
+    pub sums: [i128; SLOT_KINDS],
     /// Their estimated bytes, still charged to the budget.
     pub bytes: usize,
 }
@@ -179,12 +179,8 @@ pub enum RefusedReason {
 }
 
 /// The part of per-slot-kind sums owed to `table`.
-pub(crate) fn owed(sums: &[i128; 3], table: Granularity) -> i128 {
-    sums[0]
-        + match table {
-            Granularity::Minute => sums[1],
-            Granularity::Day => sums[2],
-        }
+pub(crate) fn owed(sums: &[i128; SLOT_KINDS], table: Granularity) -> i128 {
+    sums[0] + sums[1 + table.index()]
 }
 
 impl Buffer {
@@ -194,7 +190,7 @@ impl Buffer {
             rows: HashTable::new(),
             bytes: 0,
             flush_bytes: 0,
-            pending_sum: [0; 3],
+            pending_sum: [0; SLOT_KINDS],
             counters: Counters::default(),
             rng: fastrand::Rng::with_seed(seed),
         }
@@ -336,7 +332,7 @@ impl Buffer {
         if self.rows.is_empty() {
             return Taken {
                 rows: TakenRows::Some(Vec::new()),
-                sums: [0; 3],
+                sums: [0; SLOT_KINDS],
                 bytes: 0,
             };
         }
@@ -346,7 +342,7 @@ impl Buffer {
             return self.take_all();
         }
         let mut rows = Vec::new();
-        let (mut bytes, mut flush_bytes, mut sums) = (0, 0, [0_i128; 3]);
+        let (mut bytes, mut flush_bytes, mut sums) = (0, 0, [0_i128; SLOT_KINDS]);
         let taken = self.rows.extract_if(|(key, row)| {
             let key = key.as_ref();
             allowance.take(estimated_flush_bytes(

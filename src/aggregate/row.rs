@@ -9,13 +9,13 @@ use crate::vocabulary::{FamilyId, Granularity};
 
 /// Which tables a pending row still owes its deltas to.
 ///
-/// Fresh increments owe both the minute row and the day row, which is derived at flush
-/// time. A write that definitely did not apply is merged back for the one table it was
-/// meant for only: re-deriving a day row from a re-queued minute row would count the day
-/// twice when the day write had succeeded.
+/// Fresh increments owe every table of their family (minute, hour, day, total: those it
+/// has), derived at flush time from the minute. A write that definitely did not apply is
+/// merged back for the one table it was meant for only: re-deriving a day row from a
+/// re-queued minute row would count the day twice when the day write had succeeded.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Slot {
-    /// Fresh deltas for this minute, owed to the minute table and to the day table.
+    /// Fresh deltas for this minute, owed to every table of the family.
     Both(Minute),
     /// Re-queued deltas owed to the minute table only.
     MinuteOnly(Minute),
@@ -26,23 +26,52 @@ pub enum Slot {
     /// one the epoch covers on that day (see [`crate::epoch`]), so choosing the epoch
     /// again gives the same one.
     DayOnlyAt(Minute),
+    /// Re-queued deltas owed to the hour table only: the hour counted from
+    /// 1970-01-01T00Z.
+    HourOnly(u32),
+    /// Re-queued deltas owed to the all-time total table only.
+    TotalOnly,
 }
+
+/// How many kinds [`Slot::kind_index`] tells apart: fresh, then one per granularity.
+pub(crate) const SLOT_KINDS: usize = 1 + Granularity::COUNT;
 
 impl Slot {
     /// Whether this slot's deltas are owed to `table`.
     pub fn owes(self, table: Granularity) -> bool {
-        matches!(
-            (self, table),
-            (Slot::Both(_), _)
-                | (Slot::MinuteOnly(_), Granularity::Minute)
-                | (Slot::DayOnly(_) | Slot::DayOnlyAt(_), Granularity::Day)
-        )
+        match self.owed_to() {
+            None => true,
+            Some((only, _)) => only == table,
+        }
     }
 
-    /// Index of the slot kind (both, minute only, day only), for per-kind sums.
+    /// The one table a re-queued slot is owed to, and its bucket there (see
+    /// [`crate::bucket::bucket_of`]); `None` for fresh deltas, owed to every table.
+    pub fn owed_to(self) -> Option<(Granularity, u32)> {
+        match self {
+            Slot::Both(_) => None,
+            Slot::MinuteOnly(m) => Some((Granularity::Minute, m.0)),
+            Slot::DayOnly(d) => Some((Granularity::Day, d.0)),
+            Slot::DayOnlyAt(m) => Some((Granularity::Day, m.day().0)),
+            Slot::HourOnly(h) => Some((Granularity::Hour, h)),
+            Slot::TotalOnly => Some((Granularity::Total, 0)),
+        }
+    }
+
+    /// A minute inside this slot's period (its first), for choosing an epoch or a day.
+    pub fn minute(self) -> Minute {
+        match self {
+            Slot::Both(m) | Slot::MinuteOnly(m) | Slot::DayOnlyAt(m) => m,
+            Slot::DayOnly(d) => crate::bucket::first_minute_of(Granularity::Day, d.0),
+            Slot::HourOnly(h) => crate::bucket::first_minute_of(Granularity::Hour, h),
+            Slot::TotalOnly => Minute(0),
+        }
+    }
+
+    /// Index of the slot kind: 0 for fresh deltas, else 1 + the index of the one
+    /// granularity owed, for per-kind sums.
     pub(crate) fn kind_index(self) -> usize {
-        // Both kinds of day-only rows owe the same table.
-        usize::from(self.tag_and_bucket().0.min(2))
+        self.owed_to().map_or(0, |(g, _)| 1 + g.index())
     }
 
     fn tag_and_bucket(self) -> (u8, u32) {
@@ -51,6 +80,8 @@ impl Slot {
             Slot::MinuteOnly(m) => (1, m.0),
             Slot::DayOnly(d) => (2, d.0),
             Slot::DayOnlyAt(m) => (3, m.0),
+            Slot::HourOnly(h) => (4, h),
+            Slot::TotalOnly => (5, 0),
         }
     }
 
@@ -59,7 +90,9 @@ impl Slot {
             0 => Slot::Both(Minute(bucket)),
             1 => Slot::MinuteOnly(Minute(bucket)),
             2 => Slot::DayOnly(Day(bucket)),
-            _ => Slot::DayOnlyAt(Minute(bucket)),
+            3 => Slot::DayOnlyAt(Minute(bucket)),
+            4 => Slot::HourOnly(bucket),
+            _ => Slot::TotalOnly,
         }
     }
 }

@@ -47,9 +47,16 @@ pub(super) struct GetArgs {
     /// Print the minute series of the day instead of its total.
     #[arg(long)]
     minutes: bool,
+    /// Print the hour series of the day (`YYYY-MM-DDTHH:00Z value` per hour with data),
+    /// from the family's hour table.
+    #[arg(long, conflicts_with_all = ["minutes", "total"])]
+    hours: bool,
+    /// Print the all-time total, from the family's total table (`--day` is ignored).
+    #[arg(long, conflicts_with = "minutes")]
+    total: bool,
     /// Print the exact total (an exact family): the closed day's row, else the sum of
     /// its delta ledger rows.
-    #[arg(long, conflicts_with = "minutes")]
+    #[arg(long, conflicts_with_all = ["minutes", "hours", "total"])]
     exact: bool,
     /// Read consistency: `one` (display), `local_quorum` (what the default write
     /// consistency acknowledged), `quorum`, `local_one` or `all`.
@@ -122,7 +129,21 @@ pub(super) async fn run(args: GetArgs) -> Result<(), Failure> {
     }
     counter.epoch = epoch_to_read(&config, &families, &session, &counter, day, args.epoch).await?;
     let reader = Reader::new(session);
-    if args.minutes {
+    if args.hours {
+        let series = reader
+            .hours(&families, &counter, day, args.consistency)
+            .await
+            .map_err(read_failure)?;
+        for (hour, value) in series {
+            println!("{}T{hour:02}:00Z {value}", bucket::format_date(day.date()));
+        }
+    } else if args.total {
+        let total = reader
+            .all_time_total(&families, &counter, args.consistency)
+            .await
+            .map_err(read_failure)?;
+        println!("{total}");
+    } else if args.minutes {
         let series = reader
             .minutes(&families, &counter, day, args.consistency)
             .await

@@ -224,10 +224,15 @@ fn write_summary_text(
         None => {
             writeln!(out, "State directory {} (not in use)", dir.display())?;
             if let Some(status) = report.status.as_ref().filter(|s| !s.clean) {
-                let [minute, day] = status.pending_sums();
+                let [minute, day, hour, total] = status.pending_sums();
+                // Hour and total sums only where a family has such tables.
+                let more = match (hour, total) {
+                    (0, 0) => String::new(),
+                    _ => format!(", hour {hour}, total {total}"),
+                };
                 writeln!(
                     out,
-                    "The last process did not stop cleanly: {} rows were pending in memory at its last flush (delta sums: minute {minute}, day {day}); they are lost unless recorded here.",
+                    "The last process did not stop cleanly: {} rows were pending in memory at its last flush (delta sums: minute {minute}, day {day}{more}); they are lost unless recorded here.",
                     status.pending_rows
                 )?;
             }

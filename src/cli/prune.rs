@@ -22,12 +22,14 @@ pub(super) struct PruneArgs {
     /// The family (`generic` for the generic tables).
     #[arg(long, value_name = "NAME")]
     family: String,
-    /// The cutoff: minute partitions of days before it go, and day partitions of months
-    /// that end before it (a month holding the cutoff stays whole).
+    /// The cutoff: minute and hour partitions of days before it go, and day partitions of
+    /// months that end before it (a month holding the cutoff stays whole). An all-time
+    /// total table has no time to prune by and is never pruned.
     #[arg(long, value_name = "YYYY-MM-DD", value_parser = super::args::day)]
     before: Day,
-    /// Which tables: `minute`, `day` or `both`.
-    #[arg(long, default_value = "both", value_parser = ["minute", "day", "both"])]
+    /// Which tables: `minute`, `hour`, `day`, or `both` (every table of the family
+    /// but an all-time total).
+    #[arg(long, default_value = "both", value_parser = ["minute", "hour", "day", "both"])]
     table: String,
     /// Only report what would be deleted.
     #[arg(long)]
@@ -53,11 +55,20 @@ pub(super) async fn run(args: PruneArgs) -> Result<(), Failure> {
     if !args.dry_run && !args.yes {
         confirm(&args, &family.name)?;
     }
-    let kinds: &[Granularity] = match args.table.as_str() {
-        "minute" => &[Granularity::Minute],
-        "day" => &[Granularity::Day],
-        _ => &Granularity::ALL,
+    let kinds: Vec<Granularity> = match Granularity::parse(&args.table) {
+        Some(only) => vec![only],
+        None => family
+            .granularities()
+            .filter(|&g| g != Granularity::Total)
+            .collect(),
     };
+    if let Some(&missing) = kinds.iter().find(|&&g| !family.has(g)) {
+        return Err(Failure::usage(format!(
+            "family `{}` has no {} table",
+            family.name,
+            missing.as_str()
+        )));
+    }
     let session = Arc::new(
         session::connect(&config.store)
             .await
@@ -65,7 +76,7 @@ pub(super) async fn run(args: PruneArgs) -> Result<(), Failure> {
     );
     let terminal = std::io::stderr().is_terminal();
     let mut days = std::collections::BTreeSet::new();
-    for &kind in kinds {
+    for &kind in &kinds {
         let mut progress = |rows: u64| {
             if terminal {
                 eprint!("\rscanning {}: {rows} rows", kind.as_str());

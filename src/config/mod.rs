@@ -468,12 +468,21 @@ pub struct FamilyConfig {
     pub name: String,
     /// Minute table, `table` or `keyspace.table`; its primary key is the key columns
     /// plus `day date` in the partition key and `minute smallint` as clustering column
-    /// (other names and types: `minute_time`). Required.
+    /// (other names and types: `minute_time`). Default unset (no minute table). A
+    /// family needs at least one of `minute_table`, `hour_table`, `day_table` and
+    /// `total_table`.
     pub minute_table: String,
+    /// Hour table; its primary key is the key columns plus `day date` in the partition
+    /// key and `hour smallint` (hour of the day, 0..23) as clustering column: one
+    /// partition of at most 24 rows per key and day. Default unset (no hour table).
+    pub hour_table: String,
     /// Day table; its primary key is the key columns plus `month text` in the partition
     /// key and `day date` as clustering column (other names and types: `day_time`).
-    /// Required.
+    /// Default unset (no day table).
     pub day_table: String,
+    /// All-time total table; its primary key is the key columns only (one row per
+    /// key, the sum of every increment ever flushed). Default unset (no total table).
+    pub total_table: String,
     /// The minute table's time columns, for an existing table whose columns are named
     /// or typed otherwise: `day` (partition) and `minute` (clustering), each
     /// `{ column = NAME, type = CQL_TYPE }`. Default: `day date`, `minute smallint`.
@@ -527,7 +536,9 @@ impl Default for FamilyConfig {
         FamilyConfig {
             name: String::new(),
             minute_table: String::new(),
+            hour_table: String::new(),
             day_table: String::new(),
+            total_table: String::new(),
             minute_time: MinuteTimeConfig::default(),
             day_time: DayTimeConfig::default(),
             key: Vec::new(),

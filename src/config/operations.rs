@@ -178,6 +178,16 @@ impl Config {
                 vec!["value"]
             } else {
                 match self.families.iter().find(|f| f.name == board.family) {
+                    // A board ranks day rows (summed over the month for `month`).
+                    Some(family) if family.day_table.is_empty() => {
+                        return Err(ConfigError::invalid(
+                            field("family"),
+                            format!(
+                                "family `{}` has no day_table: a leaderboard ranks day rows",
+                                board.family
+                            ),
+                        ));
+                    }
                     // An epoch family is ranked per epoch (`ops::leaderboard`).
                     Some(family) => family.columns.values().map(String::as_str).collect(),
                     None => {

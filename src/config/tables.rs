@@ -20,6 +20,9 @@ pub enum TimeRole {
     Day,
     /// A UTC month (the day table's partition).
     Month,
+    /// A UTC hour (the hour table's clustering column; fixed as `hour smallint`, the
+    /// hour of the day).
+    Hour,
 }
 
 impl TimeRole {
@@ -29,6 +32,7 @@ impl TimeRole {
             TimeRole::Minute => "minute",
             TimeRole::Day => "day",
             TimeRole::Month => "month",
+            TimeRole::Hour => "hour",
         }
     }
 
@@ -38,6 +42,7 @@ impl TimeRole {
             TimeRole::Minute => ("minute", TimeType::SmallInt),
             TimeRole::Day => ("day", TimeType::Date),
             TimeRole::Month => ("month", TimeType::Text),
+            TimeRole::Hour => ("hour", TimeType::SmallInt),
         }
     }
 
@@ -47,6 +52,7 @@ impl TimeRole {
             TimeRole::Minute => &[TimeType::SmallInt, TimeType::Int, TimeType::Timestamp],
             TimeRole::Day => &[TimeType::Date, TimeType::Timestamp, TimeType::Text],
             TimeRole::Month => &[TimeType::Text, TimeType::Date, TimeType::Timestamp],
+            TimeRole::Hour => &[TimeType::SmallInt, TimeType::Int, TimeType::Timestamp],
         }
     }
 
@@ -56,6 +62,7 @@ impl TimeRole {
             TimeRole::Minute => "a minute (0..1439 as minute of the day, or its start)",
             TimeRole::Day => "a day",
             TimeRole::Month => "a month",
+            TimeRole::Hour => "an hour (0..23 as hour of the day, or its start)",
         }
     }
 }
@@ -255,6 +262,16 @@ impl TableTime {
         TableTime {
             partition: TimeColumn::default_for(TimeRole::Day),
             clustering: TimeColumn::default_for(TimeRole::Minute),
+        }
+    }
+
+    /// The hour table (fixed): `day date` in the partition, `hour smallint` (hour of
+    /// the day) clustering. A day's partition holds at most 24 rows per key (per shard),
+    /// and a read of a day is one partition.
+    pub fn hour() -> TableTime {
+        TableTime {
+            partition: TimeColumn::default_for(TimeRole::Day),
+            clustering: TimeColumn::default_for(TimeRole::Hour),
         }
     }
 

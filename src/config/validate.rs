@@ -124,11 +124,15 @@ pub(super) fn bucket_columns(family: &FamilyConfig) -> Vec<String> {
         .day_time
         .resolve()
         .or_else(|_| defaults.day_time.resolve());
-    [minute, day]
+    let mut names: Vec<String> = [minute, day]
         .into_iter()
         .flatten()
         .flat_map(|table| [table.partition.name, table.clustering.name])
-        .collect()
+        .collect();
+    if !family.hour_table.is_empty() {
+        names.extend(HOUR_TIME_COLUMNS.map(String::from));
+    }
+    names
 }
 
 impl Config {
@@ -268,10 +272,10 @@ impl Config {
                     format!("`{}` is used by another family", family.name),
                 ));
             }
-            for (field, table) in [
-                ("minute_table", &family.minute_table),
-                ("day_table", &family.day_table),
-            ] {
+            for (field, table) in family_tables(family) {
+                if table.is_empty() {
+                    continue;
+                }
                 if !tables.insert(self.qualified(table)) {
                     return Err(ConfigError::invalid(
                         at(field),
@@ -312,14 +316,7 @@ fn validate_family(
     if family.name.trim().is_empty() {
         return Err(ConfigError::invalid(at("name"), "is required"));
     }
-    check_table_name(&at("minute_table"), &family.minute_table)?;
-    check_table_name(&at("day_table"), &family.day_table)?;
-    if family.minute_table == family.day_table {
-        return Err(ConfigError::invalid(
-            at("day_table"),
-            "must differ from minute_table",
-        ));
-    }
+    validate_granularities(family, at)?;
     if family.key.is_empty() {
         return Err(ConfigError::invalid(
             at("key"),
@@ -414,6 +411,76 @@ fn validate_family(
     Ok(())
 }
 
+/// A family's table settings, by field, in label order of their granularities (unset
+/// ones are empty).
+pub(super) fn family_tables(family: &FamilyConfig) -> [(&'static str, &String); 4] {
+    [
+        ("minute_table", &family.minute_table),
+        ("day_table", &family.day_table),
+        ("hour_table", &family.hour_table),
+        ("total_table", &family.total_table),
+    ]
+}
+
+/// The hour table's time columns: fixed, `day date` in the partition key and `hour
+/// smallint` (hour of the day) as clustering column.
+pub(crate) const HOUR_TIME_COLUMNS: [&str; 2] = ["day", "hour"];
+
+/// At least one table; each a valid name, no two the same; and the settings that assume
+/// a minute and a day table and nothing else refused by name on any other shape.
+fn validate_granularities(
+    family: &FamilyConfig,
+    at: &dyn Fn(&str) -> String,
+) -> Result<(), ConfigError> {
+    let tables = family_tables(family);
+    if tables.iter().all(|(_, t)| t.is_empty()) {
+        return Err(ConfigError::invalid(
+            at("minute_table"),
+            format!(
+                "family `{}` needs at least one table: minute_table, hour_table, day_table or total_table",
+                family.name
+            ),
+        ));
+    }
+    for (i, (field, table)) in tables.iter().enumerate() {
+        if table.is_empty() {
+            continue;
+        }
+        check_table_name(&at(field), table)?;
+        if let Some((other, _)) = tables[..i].iter().find(|(_, t)| t == table) {
+            return Err(ConfigError::invalid(
+                at(field),
+                format!("must differ from {other}"),
+            ));
+        }
+    }
+    let minute_and_day = !family.minute_table.is_empty()
+        && !family.day_table.is_empty()
+        && family.hour_table.is_empty()
+        && family.total_table.is_empty();
+    if minute_and_day {
+        return Ok(());
+    }
+    let refused = |field: &str, what: &str| {
+        Err(ConfigError::invalid(
+            at(field),
+            format!(
+                "{what} needs a family with exactly a minute_table and a day_table (no hour_table or total_table)"
+            ),
+        ))
+    };
+    if family.exact {
+        return refused("exact", "the delta ledger (exact = true)");
+    }
+    if family.mode == CountingMode::WriterTotals {
+        return refused("mode", "mode = \"writer_totals\"");
+    }
+    if family.epoch_column.is_some() {
+        return refused("epoch_column", "resetting by epochs");
+    }
+    Ok(())
+}
+
 /// The names of a family's time columns (both tables), after checking each: a valid
 /// name, a type that can hold its value, and within a table two different names.
 fn time_columns(
@@ -446,6 +513,9 @@ fn time_columns(
         }
         names.push(table.partition.name.clone());
         names.push(table.clustering.name.clone());
+    }
+    if !family.hour_table.is_empty() {
+        names.extend(HOUR_TIME_COLUMNS.map(String::from));
     }
     Ok(names)
 }

@@ -57,7 +57,7 @@ pub struct Flusher<S> {
     families: Vec<FamilyEntry>,
     /// Rows and sums (minute, day) the last flush could neither send nor spill: what a
     /// final flush lost, for `status.json`.
-    lost: (u64, [i128; 2]),
+    lost: (u64, [i128; Granularity::COUNT]),
     /// Told what each flush is about to send (see [`super::observe`]).
     observers: Vec<Arc<dyn FlushObserver>>,
     /// The epoch registry, when a family has an epoch column: which epoch each row goes
@@ -248,7 +248,7 @@ impl<S: Sink> Flusher<S> {
             shard_seed,
             store_healthy: true,
             families,
-            lost: (0, [0, 0]),
+            lost: (0, [0; Granularity::COUNT]),
             observers: Vec::new(),
             epochs: None,
             held_spill: Vec::new(),
@@ -422,14 +422,12 @@ impl<S: Sink> Flusher<S> {
         let (rows, sums) = self.pending();
         let (totals_lost_rows, totals_lost_sums) = self.totals.lost();
         let lost_rows = self.lost.0 + totals_lost_rows;
-        let lost_sums = [
-            self.lost.1[0] + totals_lost_sums[0],
-            self.lost.1[1] + totals_lost_sums[1],
-        ];
+        let lost_sums =
+            Granularity::ALL.map(|g| self.lost.1[g.index()] + totals_lost_sums[g.index()]);
         // A stop is clean only when nothing was lost: a final flush that could not spill
         // what it could not send reports those rows as lost at the next start.
         let clean = rows == 0 && lost_rows == 0;
-        let sums = [sums[0] + lost_sums[0], sums[1] + lost_sums[1]];
+        let sums = Granularity::ALL.map(|g| sums[g.index()] + lost_sums[g.index()]);
         if let Err(error) = self
             .state
             .write_status(clean, rows as u64 + lost_rows, sums)
@@ -449,7 +447,7 @@ impl<S: Sink> Flusher<S> {
     /// chunks' reports summed, with the last chunk's sequence number.
     async fn flush(&mut self, deadline: &mut Deadline, last: bool) -> FlushReport {
         self.sync_families();
-        self.lost = (0, [0, 0]);
+        self.lost = (0, [0; Granularity::COUNT]);
         let mut round = FlushReport::default();
         if !last {
             // Not at the final flush, which replays nothing: the next start moves what the
@@ -629,7 +627,8 @@ impl<S: Sink> Flusher<S> {
                     )
                     .await;
                 let after = gate.held().1;
-                let sums = [0, 1].map(|i| drained_sums[i] + before[i] - after[i]);
+                let sums = Granularity::ALL
+                    .map(|g| drained_sums[g.index()] + before[g.index()] - after[g.index()]);
                 (rows, sums)
             }
         };
@@ -639,6 +638,16 @@ impl<S: Sink> Flusher<S> {
         self.forget_confirmed_ledger_file();
         let mut drained_sums = planned_sums;
         let planned = self.plan(admitted);
+        // Fresh deltas of families without a table of some granularity owe it nothing:
+        // they leave that granularity's in-flight sum here.
+        for g in Granularity::ALL {
+            let none = planned.no_table[g.index()];
+            drained_sums[g.index()] -= none;
+            self.ledger.update(g, |s| {
+                s.in_flight -= none;
+                s.no_table += none;
+            });
+        }
         let held_sums = if last {
             self.spill_held(&flush, planned.held)
         } else {
@@ -683,7 +692,7 @@ impl<S: Sink> Flusher<S> {
         let chunk = loop {
             let engine = Arc::clone(&self.engine);
             let holds = |key: &RowKey| {
-                let minute = plan::deciding_minute(key.slot());
+                let minute = key.slot().minute();
                 place(engine.families(), &view, key.family(), key.series(), minute)
                     == epoch::Placement::Hold
             };
@@ -781,6 +790,7 @@ impl<S: Sink> Flusher<S> {
             },
             |family| families.shard_of(family, seed, seq),
             |family, series, minute| place(families, view, family, series, minute),
+            |family, table| families.get(family).has(table),
         )
     }
 
@@ -870,29 +880,26 @@ impl<S: Sink> Flusher<S> {
     /// Pending rows and the delta sums they owe the minute and day tables: what the
     /// buffer holds, the running totals not known applied (`writer_totals`), and the
     /// rows the ledger gate holds (exact families).
-    fn pending(&self) -> (usize, [i128; 2]) {
+    fn pending(&self) -> (usize, [i128; Granularity::COUNT]) {
         let (rows, sums) = pending(&self.engine);
         let (totals_rows, totals_sums) = self.totals.pending();
         let (held, held_sums) = self
             .ledger_gate
             .as_ref()
-            .map_or((0, [0, 0]), LedgerGate::held);
+            .map_or((0, [0; Granularity::COUNT]), LedgerGate::held);
         (
             rows + totals_rows + held,
-            [
-                sums[0] + totals_sums[0] + held_sums[0],
-                sums[1] + totals_sums[1] + held_sums[1],
-            ],
+            Granularity::ALL
+                .map(|g| sums[g.index()] + totals_sums[g.index()] + held_sums[g.index()]),
         )
     }
 
     /// `keyspace.table` of the table `write` goes to.
     fn table_name(&self, write: &PartitionWrite) -> String {
-        let family = self.engine.families().get(write.family);
-        match write.table {
-            Granularity::Minute => family.minute_table.to_string(),
-            Granularity::Day => family.day_table.to_string(),
-        }
+        self.engine
+            .families()
+            .get(write.family)
+            .table_text(write.table)
     }
 }
 
@@ -934,7 +941,7 @@ struct Spilled {
 }
 
 /// Pending rows and the delta sums they owe the minute and day tables, for `status.json`.
-fn pending(engine: &Engine) -> (usize, [i128; 2]) {
+fn pending(engine: &Engine) -> (usize, [i128; Granularity::COUNT]) {
     let aggregator = engine.aggregator();
     (
         aggregator.pending_rows(),

@@ -124,14 +124,14 @@ impl Held {
         }
     }
 
-    fn owed_sums(&self) -> [i128; 2] {
+    fn owed_sums(&self) -> [i128; Granularity::COUNT] {
         owed_sums(self.gated.iter())
     }
 }
 
 /// Signed delta sums (minute, day) that `rows` owe the counter tables.
-pub fn owed_sums<'a>(rows: impl Iterator<Item = &'a (RowKey, Row)>) -> [i128; 2] {
-    let mut sums = [0_i128; 2];
+pub fn owed_sums<'a>(rows: impl Iterator<Item = &'a (RowKey, Row)>) -> [i128; Granularity::COUNT] {
+    let mut sums = [0_i128; Granularity::COUNT];
     for (key, row) in rows {
         for g in Granularity::ALL {
             if key.slot().owes(g) {
@@ -250,7 +250,7 @@ pub struct LedgerGate {
     /// Requests formed and not confirmed yet, oldest first.
     held: Vec<Held>,
     /// Sums (minute, day) the held rows owe the counter tables.
-    held_sums: [i128; 2],
+    held_sums: [i128; Granularity::COUNT],
     /// Rows of the outcomes table waiting to be written.
     outcomes: OutcomeQueue,
     /// What the state directory's spill still owes (see [`super::owed`]), once set.
@@ -269,7 +269,7 @@ impl LedgerGate {
             formation: Formation::of(families, max_rows)?,
             backoff,
             held: Vec::new(),
-            held_sums: [0, 0],
+            held_sums: [0; Granularity::COUNT],
             outcomes: OutcomeQueue::default(),
             owed: None,
             marks: OutcomeQueue::unbounded(),
@@ -278,7 +278,7 @@ impl LedgerGate {
     }
 
     /// Drained rows held for their ledger rows, and their sums (minute, day).
-    pub fn held(&self) -> (usize, [i128; 2]) {
+    pub fn held(&self) -> (usize, [i128; Granularity::COUNT]) {
         (
             self.held.iter().map(|h| h.gated.len()).sum(),
             self.held_sums,
@@ -311,8 +311,9 @@ impl LedgerGate {
         let (pass, formed) = form(&self.formation, flush, drained);
         for mut held in formed {
             let sums = held.owed_sums();
-            self.held_sums[0] += sums[0];
-            self.held_sums[1] += sums[1];
+            for (held_sum, sum) in self.held_sums.iter_mut().zip(sums) {
+                *held_sum += sum;
+            }
             let bytes = held.gated.iter().map(|(k, r)| charge(k, r)).sum();
             held.credit = Some(credit.split_off(held.gated.len(), bytes));
             self.held.push(held);
@@ -392,7 +393,13 @@ impl LedgerGate {
     /// no held segment can carry them). The requests stay, to be marked stored once
     /// their ledger rows are on disk ([`LedgerGate::mark_stored`]), or forgotten if they
     /// could not be written ([`LedgerGate::forget_unstored`]).
-    pub fn give_up_held(&mut self) -> (Vec<(RowKey, Row)>, [i128; 2], Vec<LedgerRow>) {
+    pub fn give_up_held(
+        &mut self,
+    ) -> (
+        Vec<(RowKey, Row)>,
+        [i128; Granularity::COUNT],
+        Vec<LedgerRow>,
+    ) {
         let mut gated = Vec::new();
         let mut ledger_rows = Vec::new();
         for held in &mut self.held {
@@ -625,8 +632,9 @@ impl WriteKind for LedgerStage<'_> {
         let gate = &mut *self.gate;
         if decision.action == Action::Applied {
             let sums = held.owed_sums();
-            gate.held_sums[0] -= sums[0];
-            gate.held_sums[1] -= sums[1];
+            for (held_sum, sum) in gate.held_sums.iter_mut().zip(sums) {
+                *held_sum -= sum;
+            }
             self.pass.append(&mut held.gated);
             if let Some(room) = held.credit.take() {
                 self.credit.absorb(room);

@@ -31,8 +31,8 @@ use std::time::SystemTime;
 
 use serde::{Deserialize, Serialize};
 
-use crate::aggregate::{RowKey, Slot};
-use crate::bucket::{self, Day, MINUTES_PER_DAY};
+use crate::aggregate::RowKey;
+use crate::bucket::{self, Day};
 use crate::family::Families;
 use crate::sink::{OutcomeRow, PartitionWrite};
 use crate::state::WriteRecord;
@@ -243,11 +243,14 @@ impl OwedBook {
         keys: impl Iterator<Item = &'a RowKey>,
     ) {
         for key in keys {
-            let places: &[(Granularity, u32)] = &match key.slot() {
-                Slot::Both(m) => [(Granularity::Minute, m.0), (Granularity::Day, m.day().0)],
-                Slot::MinuteOnly(m) => [(Granularity::Minute, m.0); 2],
-                Slot::DayOnly(d) => [(Granularity::Day, d.0); 2],
-                Slot::DayOnlyAt(m) => [(Granularity::Day, m.day().0); 2],
+            // Exact families have a minute and a day table only (the configuration
+            // refuses others).
+            let places: &[(Granularity, u32)] = &match key.slot().owed_to() {
+                None => {
+                    let m = key.slot().minute();
+                    [(Granularity::Minute, m.0), (Granularity::Day, m.day().0)]
+                }
+                Some(only) => [only; 2],
             };
             for (table, bucket) in places {
                 if let Some(day) = owed_day(families, key.family(), *table, *bucket) {
@@ -353,10 +356,7 @@ fn owed_day(
     if !def.exact {
         return None;
     }
-    let day = match table {
-        Granularity::Minute => Day(bucket / MINUTES_PER_DAY),
-        Granularity::Day => Day(bucket),
-    };
+    let day = crate::bucket::day_of(table, bucket);
     Some(OwedDay {
         family: def.name.clone(),
         day: bucket::format_date(day.date()),

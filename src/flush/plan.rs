@@ -1,8 +1,9 @@
-//! Turning drained rows into writes: one per partition (split when large), for the
-//! minute table and the day table, from the same drain.
+//! Turning drained rows into writes: one per partition (split when large), for every
+//! table of the family (minute, hour, day, all-time total), from the same drain.
 //!
 //! Pure synchronous code. A fresh row (`Slot::Both`) yields a minute row and a
-//! contribution to its day row; re-queued rows yield only the table they are owed to.
+//! contribution to its hour, day and total rows, for each of those tables its family
+//! has; re-queued rows yield only the table they are owed to.
 //! Deltas for the same destination row are summed; if a sum would overflow `i64`, the
 //! parts are written as separate rows instead of wrapping.
 //!
@@ -13,7 +14,7 @@
 use std::collections::HashMap;
 
 use crate::aggregate::{Row, RowKey, Slot};
-use crate::bucket::{Day, MINUTES_PER_DAY, Minute};
+use crate::bucket::{self, Day, MINUTES_PER_DAY, Minute};
 use crate::epoch::Placement;
 use crate::sink::{PartitionWrite, RowDelta};
 use crate::vocabulary::{FamilyId, Granularity};
@@ -26,7 +27,8 @@ struct PartitionKey {
     series: Box<[u8]>,
     /// The epoch, for families with an epoch column.
     epoch: Option<i32>,
-    /// Day (minute table) or month number `year*12 + month-1` (day table).
+    /// Day (minute and hour tables), month number `year*12 + month-1` (day table), or
+    /// 0 (total table: the key alone is the partition).
     partition_bucket: u32,
 }
 
@@ -44,7 +46,14 @@ pub fn plan(
     options: PlanOptions,
     shard_of: impl Fn(FamilyId) -> Option<u8>,
 ) -> Vec<PartitionWrite> {
-    plan_placed(rows, options, shard_of, |_, _, _| Placement::NoEpoch).writes
+    plan_placed(
+        rows,
+        options,
+        shard_of,
+        |_, _, _| Placement::NoEpoch,
+        |_, g| matches!(g, Granularity::Minute | Granularity::Day),
+    )
+    .writes
 }
 
 /// What a flush sends, and what it keeps back.
@@ -54,24 +63,20 @@ pub struct Planned {
     pub writes: Vec<PartitionWrite>,
     /// Rows whose epoch cannot be chosen yet, as drained: they go back to the buffer.
     pub held: Vec<(RowKey, Row)>,
-}
-
-/// The minute that decides the epoch of a row in `slot`: its own, or for a day-only row
-/// the first minute of its day.
-pub fn deciding_minute(slot: Slot) -> Minute {
-    match slot {
-        Slot::Both(m) | Slot::MinuteOnly(m) | Slot::DayOnlyAt(m) => m,
-        Slot::DayOnly(d) => Minute(d.0 * MINUTES_PER_DAY),
-    }
+    /// Per granularity, the sum of fresh deltas of families without a table of that
+    /// granularity: settled here, since no write is owed (the accounting's `no_table`).
+    pub no_table: [i128; Granularity::COUNT],
 }
 
 /// [`plan`], with `place` giving the epoch of a row of (family, series, minute), or
-/// holding it. A day-only row is placed by the first minute of its day.
+/// holding it, and `has_table` saying which tables a family has. A day-only row is
+/// placed by the first minute of its day.
 pub fn plan_placed(
     rows: impl IntoIterator<Item = (RowKey, Row)>,
     options: PlanOptions,
     shard_of: impl Fn(FamilyId) -> Option<u8>,
     place: impl Fn(FamilyId, &[u8], Minute) -> Placement,
+    has_table: impl Fn(FamilyId, Granularity) -> bool,
 ) -> Planned {
     let rows = rows.into_iter();
     // At least one partition per drained row's minute, often one more for its day: sized
@@ -79,13 +84,14 @@ pub fn plan_placed(
     let mut partitions: HashMap<PartitionKey, Vec<RowDelta>> =
         HashMap::with_capacity(rows.size_hint().0);
     let mut held = Vec::new();
+    let mut no_table = [0_i128; Granularity::COUNT];
     for (key, row) in rows {
         if row.columns.is_zero() {
             continue;
         }
         let family = key.family();
         let slot = key.slot();
-        let epoch = match place(family, key.series(), deciding_minute(slot)) {
+        let epoch = match place(family, key.series(), slot.minute()) {
             Placement::Hold => {
                 held.push((key, row));
                 continue;
@@ -107,14 +113,18 @@ pub fn plan_placed(
                 &row,
             )
         };
-        match slot {
-            Slot::Both(minute) => {
-                add(Granularity::Minute, series.clone(), minute.0);
-                add(Granularity::Day, series, minute.day().0);
+        match slot.owed_to() {
+            None => {
+                let minute = slot.minute();
+                for g in Granularity::ALL {
+                    if has_table(family, g) {
+                        add(g, series.clone(), bucket::bucket_of(g, minute));
+                    } else {
+                        no_table[g.index()] += row.columns.sum();
+                    }
+                }
             }
-            Slot::MinuteOnly(minute) => add(Granularity::Minute, series, minute.0),
-            Slot::DayOnly(day) => add(Granularity::Day, series, day.0),
-            Slot::DayOnlyAt(minute) => add(Granularity::Day, series, minute.day().0),
+            Some((g, bucket)) => add(g, series, bucket),
         }
     }
     let mut sorted: Vec<_> = partitions.into_iter().collect();
@@ -145,7 +155,11 @@ pub fn plan_placed(
             rows = rest;
         }
     }
-    Planned { writes, held }
+    Planned {
+        writes,
+        held,
+        no_table,
+    }
 }
 
 /// The table, key and epoch a row goes to.
@@ -169,11 +183,12 @@ fn add(
         epoch,
     } = destination;
     let partition_bucket = match table {
-        Granularity::Minute => Minute(bucket).day().0,
+        Granularity::Minute | Granularity::Hour => bucket::day_of(table, bucket).0,
         Granularity::Day => {
             let date = Day(bucket).date();
             (date.year().max(0) as u32) * 12 + u32::from(u8::from(date.month())) - 1
         }
+        Granularity::Total => 0,
     };
     // Most partitions get one row per flush: no room for more until a second arrives.
     let rows = partitions
@@ -259,6 +274,10 @@ pub fn owed_slot(table: Granularity, bucket: u32, epoch: Option<i32>) -> Slot {
             let start = u32::try_from(epoch).unwrap_or(0);
             Slot::DayOnlyAt(Minute(start.clamp(first, first + MINUTES_PER_DAY - 1)))
         }
+        // Families with an epoch column have only minute and day tables (the
+        // configuration refuses others), so these never carry an epoch.
+        (Granularity::Hour, _) => Slot::HourOnly(bucket),
+        (Granularity::Total, _) => Slot::TotalOnly,
     }
 }
 
@@ -430,6 +449,7 @@ mod tests {
             PlanOptions { max_batch_rows: 16 },
             |_| None,
             place,
+            |_, g| matches!(g, Granularity::Minute | Granularity::Day),
         );
         let by_epoch: Vec<(Granularity, Option<i32>, i128)> = planned
             .writes
@@ -460,6 +480,7 @@ mod tests {
             PlanOptions { max_batch_rows: 16 },
             |_| None,
             place,
+            |_, g| matches!(g, Granularity::Minute | Granularity::Day),
         );
         assert_eq!(
             (

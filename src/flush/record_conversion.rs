@@ -53,29 +53,29 @@ pub fn held_records(
             None,
         )
     };
-    let mut out = Vec::new();
-    if let Slot::Both(m) | Slot::MinuteOnly(m) = key.slot() {
-        out.extend(record(Granularity::Minute, m.0));
-    }
-    let (day, deciding) = match key.slot() {
-        Slot::Both(m) | Slot::DayOnlyAt(m) => (Some(m.day()), Some(m.minute_of_day())),
-        Slot::DayOnly(d) => (Some(d), None),
-        Slot::MinuteOnly(_) => (None, None),
+    let slot = key.slot();
+    // The minute that decides a day record's epoch: the row's own minute, unless the row
+    // is owed to its day table alone without one.
+    let deciding = match slot {
+        Slot::DayOnly(_) => None,
+        _ => Some(slot.minute().minute_of_day()),
     };
-    if let Some(day) = day {
-        out.extend(record(Granularity::Day, day.0).into_iter().map(|mut r| {
-            r.minute = deciding;
-            r
-        }));
-    }
-    out.into_iter()
-        .map(|r| {
-            let table = if r.granularity == "day" {
-                Granularity::Day
-            } else {
-                Granularity::Minute
-            };
-            (table, r)
+    let owed: Vec<(Granularity, u32)> = match slot.owed_to() {
+        Some(only) => vec![only],
+        None => Granularity::ALL
+            .into_iter()
+            .filter(|&g| !family.table(g).is_empty())
+            .map(|g| (g, bucket::bucket_of(g, slot.minute())))
+            .collect(),
+    };
+    owed.into_iter()
+        .flat_map(|(table, bucket)| {
+            record(table, bucket).into_iter().map(move |mut r| {
+                if table == Granularity::Day {
+                    r.minute = deciding;
+                }
+                (table, r)
+            })
         })
         .collect()
 }
@@ -92,6 +92,9 @@ pub enum ReplayError {
     /// A column is not a counter column of the family any more.
     #[error("column `{0}` is not a counter column of the family")]
     UnknownColumn(String),
+    /// The family has no table of the record's granularity any more.
+    #[error("the family has no {0} table")]
+    NoTable(&'static str),
     /// The day, minute or granularity cannot be read.
     #[error("bad time bucket: {0}")]
     BadBucket(String),
@@ -134,6 +137,13 @@ pub fn from_record(
             }
             _ => Slot::DayOnly(day),
         },
+        ("hour", _) => match record.hour {
+            Some(h) if (0..bucket::HOURS_PER_DAY as i16).contains(&h) => {
+                Slot::HourOnly(day.0 * bucket::HOURS_PER_DAY + h as u32)
+            }
+            _ => return Err(ReplayError::BadBucket(format!("hour {:?}", record.hour))),
+        },
+        ("total", _) => Slot::TotalOnly,
         _ => {
             return Err(ReplayError::BadBucket(format!(
                 "{} {:?}",
@@ -141,6 +151,11 @@ pub fn from_record(
             )));
         }
     };
+    if let Some((table, _)) = slot.owed_to()
+        && !family.has(table)
+    {
+        return Err(ReplayError::NoTable(table.as_str()));
+    }
     let mut columns = Columns::zeroed(family.width());
     for (column, delta) in &record.deltas {
         let index = family

@@ -51,7 +51,7 @@ pub(super) struct ReplayChunk {
     pub(super) credit: Credit,
     /// Their delta sums (minute, day), by where they came from: this process's own
     /// spill (`[0]`), or an earlier process's (`[1]`, accepted anew by this one).
-    pub(super) sums: [[i128; 2]; 2],
+    pub(super) sums: [[i128; Granularity::COUNT]; 2],
     /// The exact families' records read, per owed day (see [`super::owed`]).
     pub(super) owed: BTreeMap<OwedDay, u64>,
     /// A run of rows the epoch registry cannot place yet, as read: the chunk is these
@@ -61,14 +61,14 @@ pub(super) struct ReplayChunk {
 
 impl ReplayChunk {
     /// Their delta sums (minute, day).
-    pub(super) fn in_flight(&self) -> [i128; 2] {
+    pub(super) fn in_flight(&self) -> [i128; Granularity::COUNT] {
         Granularity::ALL.map(|g| self.sums[0][g.index()] + self.sums[1][g.index()])
     }
 }
 
 /// Puts the accounting of a chunk with `sums` back as it was before it was read (its
 /// group commit failed: the rows stay on disk, to be read again).
-pub(super) fn unread(sums: [[i128; 2]; 2], ledger: &Ledger) {
+pub(super) fn unread(sums: [[i128; Granularity::COUNT]; 2], ledger: &Ledger) {
     for g in Granularity::ALL {
         let (own, earlier) = (sums[0][g.index()], sums[1][g.index()]);
         ledger.update(g, |s| {
@@ -100,7 +100,7 @@ pub(super) fn read_chunk(
     let mut chunk = ReplayChunk {
         rows: Vec::new(),
         credit: aggregator.no_credit(),
-        sums: [[0; 2]; 2],
+        sums: [[0; Granularity::COUNT]; 2],
         owed: BTreeMap::new(),
         held: Vec::new(),
     };
@@ -168,9 +168,7 @@ pub(super) fn read_chunk(
 
 /// The one table a re-queued or replayed row is owed to.
 pub(super) fn owed_table(slot: Slot) -> Granularity {
-    if slot.owes(Granularity::Minute) {
-        Granularity::Minute
-    } else {
-        Granularity::Day
-    }
+    // A fresh row is never replayed: it would owe every table; counted as its minute.
+    slot.owed_to()
+        .map_or(Granularity::Minute, |(table, _)| table)
 }

@@ -469,7 +469,7 @@ async fn an_unclean_previous_stop_is_exported_until_a_clean_one() {
     let config = config(dir.path());
     // What a run killed after a flush that left 42 rows pending leaves behind.
     let state = StateDir::open(&config.state).unwrap();
-    state.write_status(false, 42, [1234, 1234]).unwrap();
+    state.write_status(false, 42, [1234, 1234, 0, 0]).unwrap();
     drop(state);
 
     let scrape = |pipeline: &crate::pipeline::Pipeline| {
@@ -603,7 +603,7 @@ async fn a_failed_spill_is_counted_once_and_never_reloaded() {
         Some(2),
         "the lost rows are reported"
     );
-    assert_eq!(h.ledger.unclean_previous_stop_sums(), [5, 5]);
+    assert_eq!(h.ledger.unclean_previous_stop_sums(), [5, 5, 0, 0]);
     h.flusher.flush_now().await;
     let a = accounting(&h);
     assert_eq!(

@@ -477,12 +477,14 @@ impl FlushObserver for KeyIndex {
     }
 }
 
-/// The days a write's rows fall on: a minute-table write is one partition, one day; a
-/// day-table write's rows are days of one month.
+/// The days a write's rows fall on: a minute- or hour-table write is one partition, one
+/// day; a day-table write's rows are days of one month; an all-time total has no day
+/// (its keys are indexed by the family's other tables' writes, if it has any).
 fn days_of(table: Granularity, mut days: impl Iterator<Item = Day>) -> Vec<Day> {
     match table {
-        Granularity::Minute => days.next().into_iter().collect(),
+        Granularity::Minute | Granularity::Hour => days.next().into_iter().collect(),
         Granularity::Day => days.collect(),
+        Granularity::Total => Vec::new(),
     }
 }
 

@@ -67,8 +67,8 @@ pub fn check_cutoff(before: Day, today: Day, min_age: Duration) -> Result<(), St
     Ok(())
 }
 
-/// Whether a partition of `layout` lies wholly before `before`: a minute partition's
-/// day, or every day of a day partition's month. `None` when the key has no bucket
+/// Whether a partition of `layout` lies wholly before `before`: a minute or hour
+/// partition's day, or every day of a day partition's month. `None` when the key has no bucket
 /// value this function understands (the partition is then left alone).
 pub fn wholly_before(
     layout: &TableLayout,
@@ -135,7 +135,11 @@ pub async fn prune_table(
     dry_run: bool,
     progress: &mut (dyn FnMut(u64) + Send),
 ) -> Result<(TablePrune, BTreeSet<Day>), PruneError> {
-    let layout = TableLayout::of(family, kind);
+    // No such table (an all-time total is refused by the caller: it has no time to
+    // prune by): nothing to scan.
+    let Some(layout) = TableLayout::of(family, kind) else {
+        return Ok((TablePrune::default(), BTreeSet::new()));
+    };
     schema::check(session, &layout).map_err(ReadError::from)?;
     let table = layout.table.to_string();
     let columns: Vec<&str> = layout
@@ -189,7 +193,9 @@ pub async fn prune_table(
                 None => (bucket.clone(), bucket),
                 Some((low, high)) => (low.min(bucket.clone()), high.max(bucket)),
             });
-            if let Some(day) = day_of(&layout, &row.columns) {
+            if kind == Granularity::Minute
+                && let Some(day) = day_of(&layout, &row.columns)
+            {
                 days.insert(day);
             }
             old.push(row.columns.clone());
@@ -362,8 +368,8 @@ mod tests {
         config.families.push(FamilyConfig::seed_views());
         let families = Families::from_config(&config).unwrap();
         let views = families.by_name("views").unwrap();
-        let minute = TableLayout::of(views, Granularity::Minute);
-        let dayt = TableLayout::of(views, Granularity::Day);
+        let minute = TableLayout::of(views, Granularity::Minute).unwrap();
+        let dayt = TableLayout::of(views, Granularity::Day).unwrap();
         let cutoff = day("2026-10-15");
         let key = |bucket: CqlValue| vec![Some(CqlValue::Text("home".into())), Some(bucket)];
         let date = |text: &str| CqlValue::Date(CqlDate(day(text).cql_date()));
@@ -405,8 +411,8 @@ mod tests {
         config.families.push(views);
         let families = Families::from_config(&config).unwrap();
         let views = families.by_name("views").unwrap();
-        let minute = TableLayout::of(views, Granularity::Minute);
-        let dayt = TableLayout::of(views, Granularity::Day);
+        let minute = TableLayout::of(views, Granularity::Minute).unwrap();
+        let dayt = TableLayout::of(views, Granularity::Day).unwrap();
         let cutoff = day("2026-10-15");
         let key = |bucket: CqlValue| vec![Some(CqlValue::Text("home".into())), Some(bucket)];
         let midnight =

@@ -228,7 +228,13 @@ impl Reader {
         columns: &[usize],
         consistency: ConsistencyLevel,
     ) -> Result<PartitionQuery, ReadError> {
-        let layout = TableLayout::of(family, kind);
+        let layout = TableLayout::of(family, kind).ok_or_else(|| {
+            ReadError::Usage(format!(
+                "family `{}` has no {} table",
+                family.name,
+                kind.as_str()
+            ))
+        })?;
         let names: Vec<&str> = columns
             .iter()
             .map(|&c| family.columns.get(c).map(String::as_str))
@@ -300,12 +306,19 @@ impl Reader {
             for row in rows {
                 read.rows_read += 1;
                 let mut cells = row.columns.into_iter();
-                let cell = cells.next().flatten();
+                // A total table's rows have no bucket column: the one row is bucket 0.
+                let cell = if layout.kind == Granularity::Total {
+                    Some(CqlValue::SmallInt(0))
+                } else {
+                    cells.next().flatten()
+                };
                 let bucket = match (layout.kind, &cell) {
                     (Granularity::Minute, Some(value)) => time::read_minute_of_day(value),
+                    (Granularity::Hour, Some(value)) => time::read_hour_of_day(value),
                     (Granularity::Day, Some(value)) => {
                         time::read_day(value).map(|day| i64::from(day.0))
                     }
+                    (Granularity::Total, Some(_)) => Some(0),
                     (_, None) => None,
                 };
                 let bucket = match bucket {
@@ -368,6 +381,34 @@ impl Reader {
             .counter_partition(families, counter, Granularity::Day, day, consistency)
             .await?;
         Ok(read.sums.get(&i64::from(day.0)).map_or(0, |v| v[0]))
+    }
+
+    /// The hour series of one counter on `day` (its hour table): hour of the day →
+    /// value.
+    pub async fn hours(
+        &self,
+        families: &Families,
+        counter: &CounterRef,
+        day: Day,
+        consistency: ConsistencyLevel,
+    ) -> Result<BTreeMap<i64, i64>, ReadError> {
+        let read = self
+            .counter_partition(families, counter, Granularity::Hour, day, consistency)
+            .await?;
+        Ok(read.sums.into_iter().map(|(h, v)| (h, v[0])).collect())
+    }
+
+    /// The all-time total of one counter (its total table's row, every shard summed).
+    pub async fn all_time_total(
+        &self,
+        families: &Families,
+        counter: &CounterRef,
+        consistency: ConsistencyLevel,
+    ) -> Result<i64, ReadError> {
+        let read = self
+            .counter_partition(families, counter, Granularity::Total, Day(0), consistency)
+            .await?;
+        Ok(read.sums.get(&0).map_or(0, |v| v[0]))
     }
 
     /// The minute series of one counter on `day`: minute of the day → value.
@@ -457,6 +498,17 @@ pub fn select_partition(layout: &TableLayout, columns: &[&str]) -> String {
         .iter()
         .map(|(c, _)| format!("{c} = ?"))
         .collect();
+    if layout.kind == Granularity::Total {
+        return cql_text::statement(
+            STATEMENTS,
+            "select_total",
+            &[
+                ("columns", &columns.join(", ")),
+                ("table", &layout.table.to_string()),
+                ("conditions", &conditions.join(" AND ")),
+            ],
+        );
+    }
     cql_text::statement(
         STATEMENTS,
         "select_partition",
@@ -491,7 +543,7 @@ pub fn partition_values(
             Role::Day(typ) => time::day(*typ, day),
             Role::Month(typ) => time::month(*typ, day),
             Role::Shard => CqlValue::TinyInt(shard.unwrap_or(0) as i8),
-            Role::Minute(_) => CqlValue::SmallInt(0),
+            Role::Minute(_) | Role::Hour(_) => CqlValue::SmallInt(0),
             Role::Epoch => CqlValue::Int(0),
             Role::Writer => {
                 return Err(ReadError::Usage(
@@ -585,7 +637,7 @@ mod tests {
     #[test]
     fn partition_reads_select_every_column_of_the_partition() {
         let f = families(4, ShardPlacement::Partition);
-        let layout = TableLayout::of(f.by_name("views").unwrap(), Granularity::Day);
+        let layout = TableLayout::of(f.by_name("views").unwrap(), Granularity::Day).unwrap();
         assert_eq!(
             select_partition(&layout, &["views", "bytes"]),
             "SELECT day, views, bytes FROM metrics.views_by_day WHERE page_id = ? AND month = ? AND shard = ?"

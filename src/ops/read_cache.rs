@@ -121,6 +121,48 @@ impl CachedReader {
         Ok(value)
     }
 
+    /// The hour series of `counter` on `day` (hour of day → value, its hour table), from
+    /// the cache when fresh.
+    pub async fn hours(
+        &self,
+        families: &Families,
+        counter: &CounterRef,
+        day: Day,
+    ) -> Result<Arc<BTreeMap<i64, i64>>, ReadError> {
+        let key = (counter.clone(), Granularity::Hour, day);
+        if let Some(hit) = self.cache.lock().get(&key, Instant::now()) {
+            return Ok(hit);
+        }
+        let series = Arc::new(
+            self.reader
+                .hours(families, counter, day, self.consistency)
+                .await?,
+        );
+        self.cache
+            .lock()
+            .insert(key, series.clone(), Instant::now());
+        Ok(series)
+    }
+
+    /// The all-time total of `counter` (its total table), from the cache when fresh.
+    pub async fn all_time_total(
+        &self,
+        families: &Families,
+        counter: &CounterRef,
+    ) -> Result<i64, ReadError> {
+        let key = (counter.clone(), Granularity::Total, Day(0));
+        if let Some(hit) = self.cache.lock().get(&key, Instant::now()) {
+            return Ok(hit.get(&0).copied().unwrap_or(0));
+        }
+        let value = self
+            .reader
+            .all_time_total(families, counter, self.consistency)
+            .await?;
+        let one = Arc::new(BTreeMap::from([(0, value)]));
+        self.cache.lock().insert(key, one, Instant::now());
+        Ok(value)
+    }
+
     /// The minute series of `counter` on `day` (minute of day → value), from the cache
     /// when fresh.
     pub async fn minutes(

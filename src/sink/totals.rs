@@ -8,7 +8,7 @@
 use std::sync::Arc;
 
 use crate::aggregate::Columns;
-use crate::bucket::{Day, Minute};
+use crate::bucket::Day;
 use crate::vocabulary::{FamilyId, Granularity};
 
 /// One row of a totals write: its clustering bucket and its absolute totals.
@@ -23,10 +23,7 @@ pub struct TotalRow {
 impl TotalRow {
     /// The day of a day-table row, or of the minute of a minute-table row.
     pub fn day(&self, table: Granularity) -> Day {
-        match table {
-            Granularity::Minute => Minute(self.bucket).day(),
-            Granularity::Day => Day(self.bucket),
-        }
+        crate::bucket::day_of(table, self.bucket)
     }
 }
 

@@ -24,10 +24,7 @@ impl RowDelta {
 
     /// The day of a day-table row, or of the minute of a minute-table row.
     pub fn day(&self, table: Granularity) -> Day {
-        match table {
-            Granularity::Minute => Minute(self.bucket).day(),
-            Granularity::Day => Day(self.bucket),
-        }
+        crate::bucket::day_of(table, self.bucket)
     }
 }
 

@@ -61,11 +61,9 @@ pub fn read_chunk(
             }
             Taken::Unmappable(why) => {
                 let sum: i128 = record.deltas.values().map(|d| i128::from(*d)).sum();
-                let table = if record.granularity == "day" {
-                    Granularity::Day
-                } else {
-                    Granularity::Minute
-                };
+                // Minute unless it names another granularity (as records always did).
+                let table =
+                    Granularity::parse(&record.granularity).unwrap_or(Granularity::Minute);
                 bring_back(table, sum);
                 ledger.update(table, |s| s.rejected += sum);
                 tracing::warn!(%why, family = record.family, "A spilled row cannot be replayed; recorded in rejected.jsonl.");

@@ -17,10 +17,14 @@ pub struct FamilyEntry {
     pub id: u16,
     /// Its name.
     pub name: String,
-    /// `keyspace.table` of its minute table.
+    /// `keyspace.table` of its minute table (empty: none).
     pub minute_table: String,
-    /// `keyspace.table` of its day table.
+    /// `keyspace.table` of its day table (empty: none).
     pub day_table: String,
+    /// `keyspace.table` of its hour table (empty: none).
+    pub hour_table: String,
+    /// `keyspace.table` of its all-time total table (empty: none).
+    pub total_table: String,
     /// Key columns, in series order.
     pub key_columns: Vec<String>,
     /// Counter columns, in delta order.
@@ -33,8 +37,10 @@ impl FamilyEntry {
         FamilyEntry {
             id: family.id.0,
             name: family.name.clone(),
-            minute_table: family.minute_table.to_string(),
-            day_table: family.day_table.to_string(),
+            minute_table: table_or_empty(family, Granularity::Minute),
+            day_table: table_or_empty(family, Granularity::Day),
+            hour_table: table_or_empty(family, Granularity::Hour),
+            total_table: table_or_empty(family, Granularity::Total),
             key_columns: family.key_columns.clone(),
             columns: family.columns.clone(),
         }
@@ -45,8 +51,17 @@ impl FamilyEntry {
         match table {
             Granularity::Minute => &self.minute_table,
             Granularity::Day => &self.day_table,
+            Granularity::Hour => &self.hour_table,
+            Granularity::Total => &self.total_table,
         }
     }
+}
+
+fn table_or_empty(family: &crate::family::FamilyDef, table: Granularity) -> String {
+    family
+        .table(table)
+        .map(ToString::to_string)
+        .unwrap_or_default()
 }
 
 /// Who sent a flush: with a request index, the request id.

@@ -44,6 +44,7 @@ use serde::{Deserialize, Serialize};
 use crate::config::StateConfig;
 use crate::sink::PartitionWrite;
 use crate::test_hooks;
+use crate::vocabulary::Granularity;
 
 pub use self::journal::{
     FamilyEntry, FlushGroup, FlushId, Journal, Settled, TotalsIntent, TotalsIntentRow,
@@ -102,14 +103,27 @@ pub struct Status {
     /// Their signed delta sum owed to the day tables, as text (an i128).
     #[serde(default)]
     pub pending_day_sum: String,
+    /// Their signed delta sum owed to the hour tables, as text (an i128).
+    #[serde(default)]
+    pub pending_hour_sum: String,
+    /// Their signed delta sum owed to the all-time total tables, as text (an i128).
+    #[serde(default)]
+    pub pending_total_sum: String,
     /// When the status was written, RFC 3339.
     pub time: String,
 }
 
 impl Status {
-    /// The pending delta sums, minute then day (0 where unreadable).
-    pub fn pending_sums(&self) -> [i128; 2] {
-        [&self.pending_sum, &self.pending_day_sum].map(|s| s.parse().unwrap_or(0))
+    /// The pending delta sums per granularity, in label order (0 where unreadable or
+    /// absent: a status written before hour and total tables existed has neither).
+    pub fn pending_sums(&self) -> [i128; Granularity::COUNT] {
+        [
+            &self.pending_sum,
+            &self.pending_day_sum,
+            &self.pending_hour_sum,
+            &self.pending_total_sum,
+        ]
+        .map(|s| s.parse().unwrap_or(0))
     }
 }
 
@@ -339,7 +353,7 @@ impl StateDir {
         report.torn_journal_bytes = torn_journal;
         state.recovery = report;
         state
-            .write_status(false, 0, [0, 0])
+            .write_status(false, 0, [0; Granularity::COUNT])
             .map_err(io_err("write status"))?;
         Ok(state)
     }
@@ -924,7 +938,7 @@ impl StateDir {
         &self,
         clean: bool,
         pending_rows: u64,
-        pending_sums: [i128; 2],
+        pending_sums: [i128; Granularity::COUNT],
     ) -> io::Result<()> {
         let status = Status {
             clean,
@@ -932,6 +946,8 @@ impl StateDir {
             pending_rows,
             pending_sum: pending_sums[0].to_string(),
             pending_day_sum: pending_sums[1].to_string(),
+            pending_hour_sum: pending_sums[2].to_string(),
+            pending_total_sum: pending_sums[3].to_string(),
             time: crate::bucket::rfc3339(std::time::SystemTime::now()),
         };
         let tmp = self.dir.join("status.json.tmp");

@@ -42,7 +42,8 @@ pub struct WriteRecord {
     pub family: String,
     /// `keyspace.table`.
     pub table: String,
-    /// `minute` or `day`; empty (absent) for a row of an application table.
+    /// `minute`, `hour`, `day` or `total`; empty (absent) for a row of an application
+    /// table.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub granularity: String,
     /// Key column → value (for an application table, as a CQL literal).
@@ -65,6 +66,9 @@ pub struct WriteRecord {
     /// column held at shutdown before its epoch was known, the minute that decides it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub minute: Option<i16>,
+    /// Hour of the day, 0..23 (hour table only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hour: Option<i16>,
     /// The month partition, `YYYY-MM` (day table only).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub month: Option<String>,
@@ -173,7 +177,7 @@ pub fn records_of<'r>(
     outcome: RecordOutcome,
     error: Option<&ErrorInfo>,
 ) -> Vec<WriteRecord> {
-    use crate::bucket::{self, Day, Minute};
+    use crate::bucket::{self, Minute};
     use crate::vocabulary::Granularity;
     let key: BTreeMap<String, String> = family
         .key_columns
@@ -185,10 +189,7 @@ pub fn records_of<'r>(
     rows.into_iter()
         .enumerate()
         .map(|(index, (bucket, deltas))| {
-            let day = match table {
-                Granularity::Minute => Minute(bucket).day(),
-                Granularity::Day => Day(bucket),
-            };
+            let day = bucket::day_of(table, bucket);
             WriteRecord {
                 time: source.time.to_owned(),
                 writer: source.flush.writer.clone(),
@@ -206,6 +207,8 @@ pub fn records_of<'r>(
                 epoch,
                 day: bucket::format_date(day.date()),
                 minute: (table == Granularity::Minute).then(|| Minute(bucket).minute_of_day()),
+                hour: (table == Granularity::Hour)
+                    .then_some((bucket % bucket::HOURS_PER_DAY) as i16),
                 month: (table == Granularity::Day).then(|| day.month()),
                 deltas: family
                     .columns

@@ -58,7 +58,7 @@ pub struct RecoveryReport {
     /// logged), and their delta sums (minute, day).
     pub unknown_rows: u64,
     /// Delta sums of those rows, per granularity.
-    pub unknown_sums: [i128; 2],
+    pub unknown_sums: [i128; Granularity::COUNT],
     /// Rows logged as rejected.
     pub rejected_rows: u64,
     /// Rows definitely not applied, spilled for replay.
@@ -66,7 +66,7 @@ pub struct RecoveryReport {
     /// Rows that did not fit in the spill (`state.max_spill_bytes`): dropped.
     pub dropped_rows: u64,
     /// Delta sums of the dropped rows, per granularity.
-    pub dropped_sums: [i128; 2],
+    pub dropped_sums: [i128; Granularity::COUNT],
     /// Rows of a group commit that did not complete (never sent; lost with memory).
     pub uncommitted_rows: u64,
     /// Running totals (`writer_totals`) the killed flush sent or was sending, not known
@@ -74,7 +74,7 @@ pub struct RecoveryReport {
     pub totals_rows: u64,
     /// The parts of those totals not known applied, summed per granularity (minute,
     /// day): what this start writes again beyond what the store may already hold.
-    pub totals_sums: [i128; 2],
+    pub totals_sums: [i128; Granularity::COUNT],
     /// Bytes of a torn journal tail cut off.
     pub torn_journal_bytes: u64,
     /// The records this recovery logged (unknown, rejected), for the exact families'
@@ -214,13 +214,9 @@ fn spill_totals(
     Ok(())
 }
 
-/// The table a record's row is owed to (minute unless it says day).
+/// The table a record's row is owed to (minute unless it names another granularity).
 fn table_of(record: &WriteRecord) -> Granularity {
-    if record.granularity == "day" {
-        Granularity::Day
-    } else {
-        Granularity::Minute
-    }
+    Granularity::parse(&record.granularity).unwrap_or(Granularity::Minute)
 }
 
 /// Appends to `log` the records of `group` it does not hold from the group's recorded

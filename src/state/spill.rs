@@ -672,6 +672,7 @@ mod tests {
             day: "2026-11-30".into(),
             minute: Some(1),
             month: None,
+            hour: None,
             deltas: [("value".to_string(), n)].into(),
             error: None,
         }

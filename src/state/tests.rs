@@ -38,15 +38,15 @@ fn unclean_stop_is_reported_with_its_last_pending_rows_and_sums() {
     let tmp = tempfile::tempdir().unwrap();
     let state = StateDir::open(&config(tmp.path())).unwrap();
     assert!(state.unclean_previous_run().is_none());
-    state.write_status(false, 42, [-7, 9]).unwrap();
+    state.write_status(false, 42, [-7, 9, 0, 0]).unwrap();
     drop(state);
     let state = StateDir::open(&config(tmp.path())).unwrap();
     let previous = state.unclean_previous_run().cloned().unwrap();
     assert_eq!(
         (previous.pending_rows, previous.pending_sums()),
-        (42, [-7, 9])
+        (42, [-7, 9, 0, 0])
     );
-    state.write_status(true, 0, [0, 0]).unwrap();
+    state.write_status(true, 0, [0; 4]).unwrap();
     drop(state);
     let state = StateDir::open(&config(tmp.path())).unwrap();
     assert!(state.unclean_previous_run().is_none());
@@ -99,7 +99,7 @@ fn the_directory_and_its_files_are_private() {
     // Replay the first segment and commit the cursor: `spill.cursor` is written.
     state.load_spill(|rows, _| rows < 1).unwrap();
     state.commit_replay(state.replay_loaded()).unwrap();
-    state.write_status(false, 1, [1, 0]).unwrap();
+    state.write_status(false, 1, [1, 0, 0, 0]).unwrap();
     // A flush's running totals (`writer_totals`), spilled to a segment of their own.
     let mut total = record();
     total.total = Some(crate::state::TotalOf {
@@ -149,6 +149,8 @@ fn families() -> Vec<FamilyEntry> {
         name: "generic".into(),
         minute_table: "ks.counts_by_minute".into(),
         day_table: "ks.counts_by_day".into(),
+        hour_table: String::new(),
+        total_table: String::new(),
         key_columns: vec!["name".into(), "tags".into()],
         columns: vec!["value".into()],
     }]
@@ -226,7 +228,7 @@ fn recovery_gives_each_request_of_a_killed_flush_one_home_and_runs_again_safely(
         ),
         (1, 2, 2, 1)
     );
-    assert_eq!(report.unknown_sums, [2 + 8, 0]);
+    assert_eq!(report.unknown_sums, [2 + 8, 0, 0, 0]);
     let check = |dir: &Path| {
         let unknown = lines(dir, "unknown.jsonl");
         let kinds: Vec<(String, String)> = unknown

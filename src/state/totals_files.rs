@@ -97,6 +97,7 @@ impl LegacyTotalRecord {
             day: self.day,
             minute: self.minute,
             month: self.month,
+            hour: None,
             deltas: self
                 .unconfirmed
                 .into_iter()

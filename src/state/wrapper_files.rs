@@ -163,6 +163,7 @@ impl LegacyWrapperRecord {
             day: String::new(),
             minute: None,
             month: None,
+            hour: None,
             deltas: self.deltas,
             error: self.error_kind.map(|kind| ErrorInfo {
                 kind,
@@ -350,6 +351,7 @@ pub fn table_record<'c>(
         day: String::new(),
         minute: None,
         month: None,
+        hour: None,
         deltas: deltas
             .into_iter()
             .filter(|(_, d)| **d != 0)

@@ -2,10 +2,12 @@
 //! of deltas.
 //!
 //! Every accepted increment ends in exactly one stage, so at any quiet moment
-//! `accepted = applied + unknown + rejected + dropped + spilled + ledgered + pending`. Each accepted
-//! delta is owed to two tables (its minute row and its day row), whose writes can end
-//! differently, so the identity is kept **per table granularity**: once for the minute
-//! tables and once for the day tables. The stages are counted in different places (the
+//! `accepted = applied + unknown + rejected + dropped + spilled + ledgered + no_table +
+//! pending`. Each accepted delta is owed to one row of each table its family has (minute,
+//! hour, day, all-time total), whose writes can end differently, so the identity is kept
+//! **per table granularity**: once for the minute tables, once for the hour tables, and so
+//! on. A delta of a family without a table of some granularity settles as `no_table` in
+//! that granularity's identity when a flush drains it. The stages are counted in different places (the
 //! buffer's stripes, the flusher's ledger) and read without a global lock: while a flush
 //! is running the sums may be off by what is moving between stages, and they balance
 //! whenever nothing is in motion.
@@ -32,6 +34,8 @@ pub struct Stages {
     /// In memory, drained for an exact family and held until the delta ledger confirms
     /// their ledger rows (no counter write carries them before).
     pub ledgered: i128,
+    /// Of families without a table of this granularity: owed nothing, settled.
+    pub no_table: i128,
     /// In memory: buffered or in flight.
     pub pending: i128,
 }
@@ -45,6 +49,7 @@ impl Stages {
             + self.dropped
             + self.spilled
             + self.ledgered
+            + self.no_table
             + self.pending
     }
 
@@ -54,7 +59,7 @@ impl Stages {
     }
 
     /// `(stage, sum)` pairs in label order, for metrics.
-    pub fn labelled(&self) -> [(&'static str, i128); 8] {
+    pub fn labelled(&self) -> [(&'static str, i128); 9] {
         [
             ("accepted", self.accepted),
             ("applied", self.applied),
@@ -63,18 +68,23 @@ impl Stages {
             ("dropped", self.dropped),
             ("spilled", self.spilled),
             ("ledgered", self.ledgered),
+            ("no_table", self.no_table),
             ("pending", self.pending),
         ]
     }
 }
 
-/// The stages for the minute tables and for the day tables.
+/// The stages per table granularity.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Accounting {
     /// Minute tables.
     pub minute: Stages,
     /// Day tables.
     pub day: Stages,
+    /// Hour tables.
+    pub hour: Stages,
+    /// All-time total tables.
+    pub total: Stages,
 }
 
 impl Accounting {
@@ -94,12 +104,15 @@ impl Accounting {
                 dropped: counters.dropped_sum_total() + settled.dropped,
                 spilled: settled.spilled,
                 ledgered,
+                no_table: settled.no_table,
                 pending: engine.aggregator().pending_sum(table) + settled.in_flight - ledgered,
             }
         };
         Accounting {
             minute: stages(Granularity::Minute),
             day: stages(Granularity::Day),
+            hour: stages(Granularity::Hour),
+            total: stages(Granularity::Total),
         }
     }
 
@@ -108,11 +121,13 @@ impl Accounting {
         match table {
             Granularity::Minute => &self.minute,
             Granularity::Day => &self.day,
+            Granularity::Hour => &self.hour,
+            Granularity::Total => &self.total,
         }
     }
 
-    /// Whether the identity holds for both granularities.
+    /// Whether the identity holds for every granularity.
     pub fn is_balanced(&self) -> bool {
-        self.minute.is_balanced() && self.day.is_balanced()
+        Granularity::ALL.iter().all(|&g| self.of(g).is_balanced())
     }
 }

@@ -33,11 +33,14 @@ pub struct Settled {
     /// Dropped after leaving the buffer (the spill could not be written, or a
     /// replayed row would overflow).
     pub dropped: i128,
+    /// Fresh deltas of families that have no table of this granularity: nothing is
+    /// owed, so they settle when a flush drains them.
+    pub no_table: i128,
 }
 
 /// What the flusher has settled since start.
 pub struct Ledger {
-    sums: Mutex<[Settled; 2]>,
+    sums: Mutex<[Settled; Granularity::COUNT]>,
     writes: Mutex<BTreeMap<(String, OutcomeClass), u64>>,
     late_drops: Mutex<BTreeMap<&'static str, u64>>,
     lost_records: Mutex<BTreeMap<(OutcomeLog, LostRecords), u64>>,
@@ -47,7 +50,7 @@ pub struct Ledger {
     /// Rows the previous run in this state directory held when it last flushed, and
     /// their delta sums (minute, day), when it did not stop cleanly; unset after a clean
     /// stop. Known at start and set once.
-    unclean_previous_stop: OnceLock<(u64, [i128; 2])>,
+    unclean_previous_stop: OnceLock<(u64, [i128; Granularity::COUNT])>,
     /// What crash recovery finished for the previous run. Set once, at start.
     recovery: OnceLock<RecoveryReport>,
     /// Torn or unreadable lines set aside: unknown.jsonl, rejected.jsonl, spill.
@@ -77,7 +80,7 @@ pub struct ExactLedgerCounts {
     /// Ledger rows formed and not confirmed yet.
     pub backlog_rows: u64,
     /// Signed delta sums (minute, day) of the held rows: the identity's `ledgered` stage.
-    pub held_sums: [i128; 2],
+    pub held_sums: [i128; Granularity::COUNT],
     /// Family-days the state directory owes the counters (see `flush::owed`).
     pub owed_days: u64,
     /// Owed marks waiting for the outcomes table.
@@ -164,13 +167,17 @@ impl Ledger {
     }
 
     /// The delta sums (minute, day) of the rows an unclean previous stop lost.
-    pub fn unclean_previous_stop_sums(&self) -> [i128; 2] {
+    pub fn unclean_previous_stop_sums(&self) -> [i128; Granularity::COUNT] {
         self.unclean_previous_stop
             .get()
-            .map_or([0, 0], |(_, sums)| *sums)
+            .map_or([0; Granularity::COUNT], |(_, sums)| *sums)
     }
 
-    pub(crate) fn set_unclean_previous_stop(&self, pending_rows: u64, sums: [i128; 2]) {
+    pub(crate) fn set_unclean_previous_stop(
+        &self,
+        pending_rows: u64,
+        sums: [i128; Granularity::COUNT],
+    ) {
         // Called once, at start; a second call would change nothing.
         let _ = self.unclean_previous_stop.set((pending_rows, sums));
     }
@@ -251,7 +258,7 @@ impl Ledger {
         &self,
         held_rows: u64,
         backlog_rows: u64,
-        held_sums: [i128; 2],
+        held_sums: [i128; Granularity::COUNT],
     ) {
         let mut exact = self.exact.lock();
         exact.held_rows = held_rows;

@@ -30,13 +30,9 @@ impl TableLabels {
     pub fn name_families(&self, families: &Families) {
         let mut tables = self.0.write();
         for family in families.iter() {
-            for (kind, table) in [
-                (Granularity::Minute, &family.minute_table),
-                (Granularity::Day, &family.day_table),
-            ] {
-                tables
-                    .entry((family.id, kind))
-                    .or_insert_with(|| table.to_string());
+            for kind in family.granularities() {
+                let table = family.table_text(kind);
+                tables.entry((family.id, kind)).or_insert(table);
             }
         }
     }

@@ -70,9 +70,9 @@ impl OperationsMetrics {
             if family.is_generic() && !families.generic_enabled() {
                 continue;
             }
-            for table in [&family.minute_table, &family.day_table] {
+            for kind in family.granularities() {
                 self.write_duration
-                    .with_label_values(&[table.to_string().as_str()]);
+                    .with_label_values(&[family.table_text(kind).as_str()]);
             }
         }
         for board in boards {

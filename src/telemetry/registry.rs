@@ -203,7 +203,7 @@ impl Collector for EngineCollector {
             .engine
             .families()
             .iter()
-            .flat_map(|f| [f.minute_table.to_string(), f.day_table.to_string()])
+            .flat_map(|f| f.granularities().map(|g| f.table_text(g)))
             .collect();
         tables.sort_unstable();
         tables.dedup();

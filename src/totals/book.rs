@@ -21,7 +21,7 @@ use hashbrown::{Equivalent, HashMap, HashSet};
 
 use crate::aggregate::{Aggregator, Columns, Room};
 use crate::backoff::Backoff;
-use crate::bucket::{MINUTES_PER_DAY, Minute};
+use crate::bucket::MINUTES_PER_DAY;
 use crate::vocabulary::{DropReason, FamilyId, Granularity};
 
 /// Seconds past the timestamp window before a row counts as closed.
@@ -92,12 +92,17 @@ impl RowId {
     /// The time bucket of the row's partition: its day (minute table) or its month as
     /// `year * 12 + month - 1` (day table).
     pub(crate) fn partition_bucket(&self) -> u32 {
+        // Writer totals families have a minute and a day table only (the configuration
+        // refuses others); the other arms follow the partitions of those tables.
         match self.table {
-            Granularity::Minute => Minute(self.bucket).day().0,
+            Granularity::Minute | Granularity::Hour => {
+                crate::bucket::day_of(self.table, self.bucket).0
+            }
             Granularity::Day => {
                 let date = crate::bucket::Day(self.bucket).date();
                 (date.year().max(0) as u32) * 12 + u32::from(u8::from(date.month())) - 1
             }
+            Granularity::Total => 0,
         }
     }
 
@@ -105,7 +110,10 @@ impl RowId {
     fn bucket_end(&self) -> i64 {
         let minutes = match self.table {
             Granularity::Minute => i64::from(self.bucket) + 1,
+            Granularity::Hour => (i64::from(self.bucket) + 1) * 60,
             Granularity::Day => (i64::from(self.bucket) + 1) * i64::from(MINUTES_PER_DAY),
+            // Never closes.
+            Granularity::Total => i64::MAX / 60,
         };
         minutes * 60
     }
@@ -517,6 +525,7 @@ fn row_bytes(id: &RowId, width: usize) -> usize {
 mod tests {
     use super::*;
     use crate::aggregate::Limits;
+    use crate::bucket::Minute;
 
     const NOW: i64 = 1_800_000_000;
     const HOUR: i64 = 3600;

@@ -139,7 +139,7 @@ pub struct Totals {
     /// first flush tries.
     store_answered: bool,
     /// Rows and sums (minute, day) the last flush could neither write nor spill.
-    lost: (u64, [i128; 2]),
+    lost: (u64, [i128; Granularity::COUNT]),
     /// The families as the journal describes them.
     families: Vec<FamilyEntry>,
 }
@@ -173,7 +173,7 @@ impl Totals {
                 .unwrap_or(u32::MAX),
             enabled,
             store_answered: true,
-            lost: (0, [0, 0]),
+            lost: (0, [0; Granularity::COUNT]),
             families: engine
                 .families()
                 .iter()
@@ -217,7 +217,7 @@ impl Totals {
     /// Rows whose newest total the store may lack, and the signed sums (minute, day) of
     /// what of them is not known applied: what a crash now would lose. Replayed rows are
     /// not in it: the spill holds them until their flush settles them.
-    pub fn pending(&self) -> (usize, [i128; 2]) {
+    pub fn pending(&self) -> (usize, [i128; Granularity::COUNT]) {
         (
             self.book.unwritten(),
             Granularity::ALL.map(|g| self.book.unconfirmed_sum(g)),
@@ -244,7 +244,7 @@ impl Totals {
             return rows.collect();
         }
         let mut counters = Vec::new();
-        let mut absorbed = [0_i128; 2];
+        let mut absorbed = [0_i128; Granularity::COUNT];
         for (key, row) in rows {
             if families.mode(key.family()) != CountingMode::WriterTotals {
                 counters.push((key, row));
@@ -254,6 +254,7 @@ impl Totals {
             // intake thread can take it in between), and claim what more they need.
             let given = credit.hand_over_row(self.engine.aggregator().charge_of(&key, &row));
             let family = key.family();
+            let key_was_fresh = key.slot().owed_to().is_none();
             let targets = targets_of(key.slot());
             let series = key.into_series();
             let row_refs: Vec<RowRef<'_>> = targets
@@ -277,6 +278,16 @@ impl Totals {
                     Err(reason) => {
                         ledger.update(row_ref.table, |s| s.dropped += sum);
                         ledger.count_late_drop(reason, 1);
+                    }
+                }
+            }
+            // A fresh delta owes nothing to the granularities the family has no table
+            // of (hour, total): settled here. The flush's in-flight sum still carries it
+            // and is taken down when the flush settles.
+            if key_was_fresh {
+                for g in Granularity::ALL {
+                    if !row_refs.iter().any(|r| r.table == g) {
+                        ledger.update(g, |s| s.no_table += sum);
                     }
                 }
             }
@@ -307,7 +318,7 @@ impl Totals {
         let now = SystemTime::now();
         let now_secs = bucket::unix_secs(now);
         let mut report = TotalsReport::default();
-        self.lost = (0, [0, 0]);
+        self.lost = (0, [0; Granularity::COUNT]);
         if !last {
             report.rows_released = self.book.release_closed(now_secs, self.engine.aggregator());
             // Not at the final flush, nor past the deadline, nor while the store fails:
@@ -511,7 +522,7 @@ impl Totals {
         ledger: &Ledger,
         state: &StateDir,
     ) {
-        let mut sums = [0_i128; 2];
+        let mut sums = [0_i128; Granularity::COUNT];
         for (_, table, sum) in dropped {
             ledger.update(*table, |s| {
                 s.dropped += sum;
@@ -520,8 +531,9 @@ impl Totals {
             sums[table.index()] += sum;
         }
         self.lost.0 += dropped.len() as u64;
-        self.lost.1[0] += sums[0];
-        self.lost.1[1] += sums[1];
+        for (lost, sum) in self.lost.1.iter_mut().zip(sums) {
+            *lost += sum;
+        }
         let rows = dropped.len();
         match failure {
             Some(error) => {
@@ -538,7 +550,7 @@ impl Totals {
 
     /// Rows and sums (minute, day) the last flush could neither write nor spill: what a
     /// final flush lost, for `status.json` (an unclean stop).
-    pub fn lost(&self) -> (u64, [i128; 2]) {
+    pub fn lost(&self) -> (u64, [i128; Granularity::COUNT]) {
         self.lost
     }
 
@@ -548,11 +560,10 @@ impl Totals {
 
     /// `keyspace.table` of a write.
     fn table_name(&self, write: &TotalsWrite) -> String {
-        let family = self.engine.families().get(write.family);
-        match write.table {
-            Granularity::Minute => family.minute_table.to_string(),
-            Granularity::Day => family.day_table.to_string(),
-        }
+        self.engine
+            .families()
+            .get(write.family)
+            .table_text(write.table)
     }
 }
 
@@ -565,15 +576,18 @@ impl Drop for Totals {
 
 /// The book rows a drained row of `slot` counts in: (table, bucket) of its minute and of
 /// its day, as far as it has them.
+///
+/// Writer totals families have a minute and a day table only (the configuration refuses
+/// others), and epoch families count with counters (their config refuses this mode).
 fn targets_of(slot: Slot) -> [Option<(Granularity, u32)>; 2] {
-    match slot {
-        Slot::Both(m) => [
-            Some((Granularity::Minute, m.0)),
-            Some((Granularity::Day, m.day().0)),
-        ],
-        Slot::MinuteOnly(m) => [Some((Granularity::Minute, m.0)), None],
-        Slot::DayOnly(d) => [Some((Granularity::Day, d.0)), None],
-        // Epoch families count with counters (their config refuses this mode).
-        Slot::DayOnlyAt(m) => [Some((Granularity::Day, m.day().0)), None],
+    match slot.owed_to() {
+        None => {
+            let m = slot.minute();
+            [
+                Some((Granularity::Minute, m.0)),
+                Some((Granularity::Day, m.day().0)),
+            ]
+        }
+        Some(only) => [Some(only), None],
     }
 }

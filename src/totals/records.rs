@@ -35,12 +35,9 @@ fn place(id: &RowId, family: &FamilyDef) -> Place {
         .cloned()
         .zip(series::fields(&id.series).map(str::to_owned))
         .collect();
-    let (table, day) = match id.table {
-        Granularity::Minute => (&family.minute_table, Minute(id.bucket).day()),
-        Granularity::Day => (&family.day_table, Day(id.bucket)),
-    };
+    let day = bucket::day_of(id.table, id.bucket);
     Place {
-        table: table.to_string(),
+        table: family.table_text(id.table),
         key,
         day: bucket::format_date(day.date()),
         minute: (id.table == Granularity::Minute).then(|| Minute(id.bucket).minute_of_day()),
@@ -99,6 +96,7 @@ pub(crate) fn total_record(
         day: place.day,
         minute: place.minute,
         month: place.month,
+        hour: None,
         deltas: by_column(family, row.unconfirmed, true),
         error: row.error.map(ErrorInfo::of),
         total: Some(TotalOf {
@@ -154,6 +152,7 @@ pub(crate) fn rejected_record(
         day: place.day,
         minute: place.minute,
         month: place.month,
+        hour: None,
         deltas: by_column(family, refused, true),
         error: Some(ErrorInfo::of(error)),
     }

@@ -17,7 +17,7 @@
 use std::collections::BTreeMap;
 use std::io;
 
-use crate::bucket::{self, Day, Minute};
+use crate::bucket::{self, Minute};
 use crate::series;
 use crate::state::recovery::TotalsFinished;
 use crate::state::{
@@ -121,10 +121,7 @@ fn records_of(
         .iter()
         .enumerate()
         .map(|(index, row)| {
-            let day = match intent.table {
-                Granularity::Minute => Minute(row.bucket).day(),
-                Granularity::Day => Day(row.bucket),
-            };
+            let day = crate::bucket::day_of(intent.table, row.bucket);
             WriteRecord {
                 time: time.to_owned(),
                 writer: group.flush.writer.clone(),
@@ -144,6 +141,7 @@ fn records_of(
                 minute: (intent.table == Granularity::Minute)
                     .then(|| Minute(row.bucket).minute_of_day()),
                 month: (intent.table == Granularity::Day).then(|| day.month()),
+                hour: None,
                 deltas: by_column(&row.unconfirmed, true),
                 error: Some(ErrorInfo {
                     kind: "in_flight_at_crash".into(),
@@ -171,6 +169,8 @@ mod tests {
             name: "views".into(),
             minute_table: "m.views_by_minute".into(),
             day_table: "m.views_by_day".into(),
+            hour_table: String::new(),
+            total_table: String::new(),
             key_columns: vec!["page_id".into()],
             columns: vec!["views".into()],
         }
@@ -260,7 +260,7 @@ mod tests {
         let state = StateDir::open_with(&config, &Recovery).unwrap();
         let report = state.recovery().clone();
         assert_eq!((report.flushes, report.totals_rows), (1, 2));
-        assert_eq!(report.totals_sums, [5 + 8, 0]);
+        assert_eq!(report.totals_sums, [5 + 8, 0, 0, 0]);
         assert_eq!(report.unknown_rows, 0, "a totals write is never unknown");
         assert_eq!(
             report.rejected_rows, 1,

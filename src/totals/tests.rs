@@ -110,7 +110,11 @@ async fn every_failure_is_retried_until_the_totals_are_exact() {
     }
     let a = w.accounting();
     assert!(a.is_balanced(), "{a:?}");
-    for table in Granularity::ALL {
+    for table in [Granularity::Hour, Granularity::Total] {
+        // No family here has such a table: every delta settles as owing it nothing.
+        assert_eq!(a.of(table).no_table, a.of(table).accepted, "{a:?}");
+    }
+    for table in [Granularity::Minute, Granularity::Day] {
         let stages = a.of(table);
         assert_eq!(
             (stages.unknown, stages.pending),
@@ -1032,7 +1036,7 @@ async fn counter_rows_and_totals_spilled_together_replay_through_one_cursor() {
     let a = last.accounting();
     assert!(a.is_balanced(), "{a:?}");
     assert_eq!((a.minute.pending, a.minute.spilled), (0, 0), "{a:?}");
-    for table in Granularity::ALL {
+    for table in [Granularity::Minute, Granularity::Day] {
         assert_eq!(sink.total(table), fed, "{table:?}: the counter family");
         assert_eq!(
             sink.totals_sum(table),

@@ -248,6 +248,13 @@ fn plan_cost() -> [f64; 2] {
         options,
         |_| None,
         |family, series, minute| choose(Some(&view), &horizon, family, series, minute),
+        |_, g| {
+            matches!(
+                g,
+                countersink::vocabulary::Granularity::Minute
+                    | countersink::vocabulary::Granularity::Day
+            )
+        },
     );
     let with = started.elapsed().as_secs_f64();
     assert!(placed.held.is_empty() && placed.writes.len() > plain.len());

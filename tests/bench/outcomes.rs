@@ -116,6 +116,7 @@ fn write_log(path: &Path, n: u64) {
             epoch: None,
             day: format!("2026-11-{day:02}"),
             minute: Some(minute as i16),
+            hour: None,
             month: None,
             deltas: [
                 ("views".to_string(), (i % 7) as i64 + 1),

@@ -40,14 +40,18 @@ suite() { # store, tally file, libtest arguments...
 
 # Tests that must run against the node: the guarantees of exact totals (issue tests 1, 3, 6,
 # 7 and 8, with the faults the proxy of tests/integration/common/fault_proxy.rs makes, and
-# the fault-free ledger), whose twins under cqlsim's own faults stay on cqlsim.
+# the fault-free ledger), whose twins under cqlsim's own faults stay on cqlsim; and the
+# hour and all-time total tables (their DDL as Cassandra takes it, written and read back).
 must_run_on_node="cql_exact::the_ledger_and_the_counters_equal_what_was_fed
 cql_exact::the_ledger_equals_what_was_fed_when_writes_go_unknown
 cql_reconcile::outside_writers::an_outside_writer_is_the_one_unexplained_key_and_fails_the_run
 cql_reconcile::repair::repair_makes_a_closed_day_equal_its_ledger
 cql_reconcile::unknown_requests::two_equal_unknown_requests_are_ambiguous
 cql_reconcile::unknown_requests::distinct_unknown_requests_are_resolved
-crash::exact::reconcile_explains_a_kill_with_writes_in_flight_on_any_store"
+crash::exact::reconcile_explains_a_kill_with_writes_in_flight_on_any_store
+granularities::all_four_granularities_hold_the_exact_sums
+granularities::an_hour_and_total_family_writes_only_those
+granularities::spilled_hour_and_total_rows_are_replayed_by_the_next_start"
 
 sim="${CQLSIM_TALLY:-}"
 if [ -z "$sim" ]; then

@@ -16,6 +16,7 @@ mod docs;
 mod epochs;
 #[cfg(feature = "metrics-facade")]
 mod facade;
+mod granularities;
 mod http_api;
 mod layers;
 mod mapping;

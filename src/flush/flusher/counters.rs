@@ -9,7 +9,7 @@
 
 use std::time::SystemTime;
 
-use crate::aggregate::{Credit, Refused, Slot};
+use crate::aggregate::{Credit, Refused};
 use crate::bucket;
 use crate::sink::{PartitionWrite, Sink};
 use crate::stage::{Action, CrashPoints, Decision, Facts, Policy, Sender, WriteKind};
@@ -39,7 +39,7 @@ pub(in crate::flush) struct Counters {
     pub(in crate::flush) flush: FlushId,
     pub(in crate::flush) writes: Vec<PartitionWrite>,
     /// Their delta sums (minute, day), in flight until the group settles.
-    pub(in crate::flush) in_flight: [i128; 2],
+    pub(in crate::flush) in_flight: [i128; Granularity::COUNT],
     /// For a group of replayed rows, the replay cursor past exactly those rows: its
     /// group commit consumes it. `None` for a drain chunk.
     pub(in crate::flush) consumes: Option<Cursor>,
@@ -64,7 +64,7 @@ pub(in crate::flush) struct CounterStage<'f, S> {
     /// Whether this is the final flush.
     pub(in crate::flush) last: bool,
     /// The drained rows' delta sums (minute, day), in flight until the chunk settles.
-    pub(in crate::flush) in_flight: [i128; 2],
+    pub(in crate::flush) in_flight: [i128; Granularity::COUNT],
     /// Requests spilled and dropped (the spill full or failing), once finished.
     pub(in crate::flush) spilled: (usize, usize),
     /// Whether the group commit was made.
@@ -228,10 +228,9 @@ impl<S: Sink> Flusher<S> {
                     };
                     // Summing into the buffer would overflow, or the memory budget has
                     // no room for it: keep it on disk.
-                    let bucket = match key.slot() {
-                        Slot::Both(m) | Slot::MinuteOnly(m) => m.0,
-                        Slot::DayOnly(d) => d.0,
-                        Slot::DayOnlyAt(m) => m.day().0,
+                    let bucket = match key.slot().owed_to() {
+                        Some((_, bucket)) => bucket,
+                        None => key.slot().minute().0,
                     };
                     let mut records = records_of(
                         family,

@@ -20,8 +20,12 @@ impl<S: Sink> Flusher<S> {
     /// never planned), and counts them. Returns their delta sums per table (they are not
     /// in flight). A row whose sum would overflow there is dropped and counted
     /// (`overflow`).
-    pub(super) fn hold(&self, held: Vec<(RowKey, Row)>, credit: &mut Credit) -> [i128; 2] {
-        let mut sums = [0_i128; 2];
+    pub(super) fn hold(
+        &self,
+        held: Vec<(RowKey, Row)>,
+        credit: &mut Credit,
+    ) -> [i128; Granularity::COUNT] {
+        let mut sums = [0_i128; Granularity::COUNT];
         if held.is_empty() {
             return sums;
         }
@@ -129,7 +133,11 @@ impl<S: Sink> Flusher<S> {
     /// At the final flush, rows the epoch view does not cover go to the flush's spill
     /// segment (request id `…/held`) instead of back to memory: the next start replays
     /// them into the epoch of their minute. Returns their delta sums per table.
-    pub(super) fn spill_held(&mut self, flush: &FlushId, held: Vec<(RowKey, Row)>) -> [i128; 2] {
+    pub(super) fn spill_held(
+        &mut self,
+        flush: &FlushId,
+        held: Vec<(RowKey, Row)>,
+    ) -> [i128; Granularity::COUNT] {
         if let Some(epochs) = &self.epochs {
             epochs.count_held(held.len());
         }
@@ -145,14 +153,15 @@ impl<S: Sink> Flusher<S> {
     }
 
     /// Drained rows that were never planned, as spill items of request
-    /// `…/<request>` (one record per row and table), and their delta sums per table.
+    /// `…/<request>` (one record per row and table), and their delta sums per table
+    /// (including what fresh rows owe no table of their family, settled as `no_table`).
     fn spill_items(
         &self,
         flush: &FlushId,
         held: &[(RowKey, Row)],
         request: &str,
-    ) -> (Vec<Spilled>, [i128; 2]) {
-        let mut sums = [0_i128; 2];
+    ) -> (Vec<Spilled>, [i128; Granularity::COUNT]) {
+        let mut sums = [0_i128; Granularity::COUNT];
         let mut items = Vec::new();
         let time = bucket::rfc3339(SystemTime::now());
         let held_id = flush.named_request(request);
@@ -164,6 +173,18 @@ impl<S: Sink> Flusher<S> {
                 request: u32::MAX,
                 time: &time,
             };
+            // A fresh row owes nothing to the tables its family lacks: settled here, as
+            // the plan settles them for the rows it plans.
+            if key.slot().owed_to().is_none() {
+                let sum = row.columns.sum();
+                for g in Granularity::ALL
+                    .into_iter()
+                    .filter(|&g| family.table(g).is_empty())
+                {
+                    sums[g.index()] += sum;
+                    self.ledger.update(g, |s| s.no_table += sum);
+                }
+            }
             for (table, mut record) in record_conversion::held_records(key, row, family, source) {
                 (record.request_id, record.row) = held_record_id(&held_id, index);
                 index += 1;
@@ -241,8 +262,9 @@ impl<S: Sink> Flusher<S> {
                     "Could not write the held segment nor ledger_pending.jsonl: rows held for the delta ledger at the shutdown deadline are lost, and their ledger rows are not sent again; the stop is recorded as unclean."
                 );
                 self.lost.0 += rows.len() as u64;
-                self.lost.1[0] += sums[0];
-                self.lost.1[1] += sums[1];
+                for (lost, sum) in self.lost.1.iter_mut().zip(sums) {
+                    *lost += sum;
+                }
                 // A write that failed after its rename may have left the lost rows' ledger
                 // rows in the file: it is put back to what the stored requests hold.
                 let stored = gate.forget_unstored();

@@ -245,7 +245,7 @@ impl<S: Sink> Flusher<S> {
         let mut records: Vec<WriteRecord> = Vec::new();
         // The exact families' rows, for their ledger rows.
         let mut fresh: Vec<(RowKey, Row)> = Vec::new();
-        let mut sums = [0_i128; 2];
+        let mut sums = [0_i128; Granularity::COUNT];
         let rows = rows
             .into_iter()
             .map(|((family, minute, series), columns)| (row_key(family, minute, series), columns));

@@ -4,6 +4,7 @@ use crate::sink::Sink;
 use crate::state::{FlushId, Settled, WriteRecord};
 use crate::test_hooks::crash_point;
 use crate::vocabulary::DropReason;
+use crate::vocabulary::Granularity;
 
 use super::{Flusher, Spilled};
 
@@ -36,7 +37,7 @@ impl<S: Sink> Flusher<S> {
             ),
         };
         crash_point("spill_written");
-        let (mut kept_count, mut dropped) = (0, (0_usize, 0_u64, [0_i128; 2]));
+        let (mut kept_count, mut dropped) = (0, (0_usize, 0_u64, [0_i128; Granularity::COUNT]));
         for (item, kept) in spilled.iter().zip(&kept) {
             let rows = item.records.len() as u64;
             if *kept {

@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 
 use super::*;
 use crate::aggregate::Columns;
+use crate::bucket::MINUTES_PER_DAY;
 use crate::config::{Config, FamilyConfig};
 use crate::series;
 use crate::sink::RowDelta;

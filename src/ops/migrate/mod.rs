@@ -283,6 +283,12 @@ impl Migration {
             source.family(&options.family),
             target.family(&options.family),
         );
+        if let Some(other) = [src, dst].into_iter().find(|f| !f.is_minute_and_day()) {
+            return Err(MigrateError::Usage(format!(
+                "family `{}` has tables other than a minute and a day table: migrate copies minute and day tables only",
+                other.name
+            )));
+        }
         if src.key_columns.len() != dst.key_columns.len() {
             return Err(MigrateError::Usage(format!(
                 "family `{}` is keyed by ({}) in the source and ({}) in the target",
@@ -323,10 +329,10 @@ impl Migration {
             let identity = format!(
                 "{}|{}|{}|{}|{}|{:?}|{:?}",
                 src.name,
-                src.minute_table,
-                src.day_table,
-                dst.minute_table,
-                dst.day_table,
+                src.table_text(Granularity::Minute),
+                src.table_text(Granularity::Day),
+                dst.table_text(Granularity::Minute),
+                dst.table_text(Granularity::Day),
                 options.day_from,
                 options.day_to
             );
@@ -625,10 +631,11 @@ impl Migration {
         let mut rows = Vec::with_capacity(chunk.rows.len());
         for (bucket, values) in &chunk.rows {
             let bucket = match table {
-                Granularity::Minute => {
+                Granularity::Day => *bucket,
+                // Only minute (and day) partitions: `Migration::open` refuses the rest.
+                Granularity::Minute | Granularity::Hour | Granularity::Total => {
                     i64::from(day.0) * i64::from(bucket::MINUTES_PER_DAY) + bucket
                 }
-                Granularity::Day => *bucket,
             };
             let mut columns = Columns::zeroed(family.width());
             for (i, value) in values.iter().enumerate() {
@@ -659,11 +666,12 @@ impl Migration {
 
     /// The job table lives beside the target's minute table: that keyspace exists.
     pub(super) fn job_keyspace(&self) -> &str {
-        &self
-            .target
-            .family(&self.options.family)
-            .minute_table
-            .keyspace
+        let family = self.target.family(&self.options.family);
+        // `open` made sure the family has a minute table.
+        family
+            .table(Granularity::Minute)
+            .or_else(|| family.granularities().find_map(|g| family.table(g)))
+            .map_or("", |t| t.keyspace.as_str())
     }
 
     pub(super) fn job_table_exists(&self) -> bool {

@@ -50,8 +50,10 @@ impl PartitionRef {
         let Some(first) = self.day() else {
             return false;
         };
+        // A migration copies minute and day tables only (`Migration::open` refuses
+        // families with others).
         let last = match self.granularity() {
-            Granularity::Minute => first,
+            Granularity::Minute | Granularity::Hour | Granularity::Total => first,
             Granularity::Day => {
                 let month = first.month();
                 let mut last = first;

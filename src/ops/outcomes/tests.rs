@@ -31,6 +31,7 @@ fn record(outcome: RecordOutcome, family: &str, day: &str, deltas: &[(&str, i64)
         day: day.into(),
         minute: Some(1),
         month: None,
+        hour: None,
         deltas: deltas.iter().map(|(c, d)| (c.to_string(), *d)).collect(),
         error: None,
     }
@@ -238,6 +239,8 @@ fn families() -> Vec<FamilyEntry> {
         name: "views".into(),
         minute_table: "metrics.views_by_minute".into(),
         day_table: "metrics.views_by_day".into(),
+        hour_table: String::new(),
+        total_table: String::new(),
         key_columns: vec!["page_id".into()],
         columns: vec!["views".into(), "bytes".into()],
     }]
@@ -256,7 +259,9 @@ fn write(page: &str, table: Granularity, views: i64) -> PartitionWrite {
         rows: vec![RowDelta {
             bucket: match table {
                 Granularity::Minute => 20_000 * 1440 + 5,
+                Granularity::Hour => 20_000 * 24,
                 Granularity::Day => 20_000,
+                Granularity::Total => 0,
             },
             columns,
             requeued_since: 0,

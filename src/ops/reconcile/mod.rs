@@ -487,7 +487,8 @@ pub async fn reconcile(
             let (work, values, counters) = result?;
             report.summary.keys += 1;
             lookup.0 = work.key;
-            for g in Granularity::ALL {
+            // Exact families have a minute and a day table only.
+            for g in Granularity::MINUTE_AND_DAY {
                 lookup.1 = g;
                 let key_outcomes = outcomes.get(&lookup).unwrap_or(&empty);
                 let counter = &counters[g.index()];

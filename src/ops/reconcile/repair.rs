@@ -154,6 +154,9 @@ pub async fn plan(
                     corrections.extend(correction(Some(minute as i16), &want, &have));
                 }
             }
+            // Exact families have a minute and a day table only (the configuration
+            // refuses others): no report names another granularity.
+            Granularity::Hour | Granularity::Total => {}
         }
     }
     Ok(corrections)

@@ -256,7 +256,7 @@ fn static_label(text: &str) -> Option<&'static str> {
         .iter()
         .map(|s| s.as_str())
         .chain(
-            crate::vocabulary::Granularity::ALL
+            crate::vocabulary::Granularity::MINUTE_AND_DAY
                 .iter()
                 .map(|g| g.as_str()),
         )

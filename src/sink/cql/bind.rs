@@ -62,10 +62,7 @@ pub struct RowPlace<'a> {
 
 /// The value of the key column that `role` fills, for the row at `place`.
 pub fn key_column(role: Role, keys: &[CqlValue], place: RowPlace<'_>) -> CqlValue {
-    let day: Day = match place.table {
-        Granularity::Minute => Minute(place.bucket).day(),
-        Granularity::Day => Day(place.bucket),
-    };
+    let day: Day = crate::bucket::day_of(place.table, place.bucket);
     match role {
         Role::Key(i) => keys
             .get(i)
@@ -74,6 +71,7 @@ pub fn key_column(role: Role, keys: &[CqlValue], place: RowPlace<'_>) -> CqlValu
         Role::Day(typ) => time::day(typ, day),
         Role::Month(typ) => time::month(typ, day),
         Role::Minute(typ) => time::minute(typ, Minute(place.bucket)),
+        Role::Hour(typ) => time::hour(typ, place.bucket),
         Role::Shard => CqlValue::TinyInt(place.shard.unwrap_or(0) as i8),
         Role::Writer => CqlValue::Text(place.writer.unwrap_or_default().to_owned()),
         Role::Epoch => CqlValue::Int(place.epoch.unwrap_or(0)),

@@ -168,7 +168,9 @@ impl CqlSink {
                 continue;
             }
             for kind in Granularity::ALL {
-                let layout = TableLayout::of(family, kind);
+                let Some(layout) = TableLayout::of(family, kind) else {
+                    continue;
+                };
                 let key_types = schema::check(&session, &layout)?;
                 if family.mode == CountingMode::WriterTotals {
                     // A regular table: tablets do not concern it.
@@ -225,7 +227,9 @@ impl CqlSink {
         let mut added = Vec::new();
         for family in families {
             for kind in Granularity::ALL {
-                let layout = TableLayout::of(family, kind);
+                let Some(layout) = TableLayout::of(family, kind) else {
+                    continue;
+                };
                 let key_types = schema::check(&self.session, &layout)?;
                 if let Some(warning) = schema::tablets_warning(
                     &self.session,

@@ -124,7 +124,7 @@ fn check_table(table: &Table, layout: &TableLayout) -> Result<Vec<KeyType>, Stri
                 key_types.push(key_type);
                 continue;
             }
-            Role::Day(_) | Role::Month(_) | Role::Minute(_) => {
+            Role::Day(_) | Role::Month(_) | Role::Minute(_) | Role::Hour(_) => {
                 check_time_type(column, *role, typ, layout)?;
                 continue;
             }
@@ -180,7 +180,7 @@ fn check_key_places(table: &Table, layout: &TableLayout) -> Result<(), String> {
         for (column, role) in columns {
             let what = match role {
                 Role::Key(_) => "key column",
-                Role::Day(_) | Role::Month(_) | Role::Minute(_) => "time column",
+                Role::Day(_) | Role::Month(_) | Role::Minute(_) | Role::Hour(_) => "time column",
                 Role::Shard => "shard column",
                 Role::Epoch => "epoch column",
                 Role::Writer => "writer column",
@@ -222,6 +222,15 @@ fn check_time_type(
     let section = match layout.kind {
         Granularity::Minute => "minute_time",
         Granularity::Day => "day_time",
+        // The hour table's time columns are fixed (`day date`, `hour smallint`) and a
+        // total table has none: no setting changes them.
+        Granularity::Hour | Granularity::Total => {
+            return Err(format!(
+                "column `{column}` has type {actual}; the {} table needs {}",
+                layout.kind.as_str(),
+                configured.as_str()
+            ));
+        }
     };
     let setting = format!("{section}.{}.type", time_role.as_str());
     match TimeType::check(&actual, time_role) {

@@ -11,6 +11,7 @@ use crate::bucket::{Day, MINUTES_PER_DAY, Minute, format_date, parse_date};
 use crate::config::TimeType;
 
 const MS_PER_MINUTE: i64 = 60_000;
+const MS_PER_HOUR: i64 = 3_600_000;
 const MS_PER_DAY: i64 = 86_400_000;
 
 /// A minute column's value: the minute of the day (`smallint`, `int`) or the minute's
@@ -23,6 +24,29 @@ pub fn minute(typ: TimeType, minute: Minute) -> CqlValue {
         TimeType::SmallInt | TimeType::Date | TimeType::Text => {
             CqlValue::SmallInt(minute.minute_of_day())
         }
+    }
+}
+
+/// An hour column's value (`hour` counted from 1970-01-01T00Z): the hour of the day
+/// (`smallint`, `int`) or the hour's start (`timestamp`).
+pub fn hour(typ: TimeType, hour: u32) -> CqlValue {
+    let of_day = (hour % crate::bucket::HOURS_PER_DAY) as i16;
+    match typ {
+        TimeType::Int => CqlValue::Int(i32::from(of_day)),
+        TimeType::Timestamp => timestamp(i64::from(hour) * MS_PER_HOUR),
+        TimeType::SmallInt | TimeType::Date | TimeType::Text => CqlValue::SmallInt(of_day),
+    }
+}
+
+/// The hour of the day an hour column's value stands for (any of its types).
+pub fn read_hour_of_day(value: &CqlValue) -> Option<i64> {
+    match value {
+        CqlValue::SmallInt(h) => Some(i64::from(*h)),
+        CqlValue::Int(h) => Some(i64::from(*h)),
+        CqlValue::Timestamp(ts) => {
+            Some(ts.0.div_euclid(MS_PER_HOUR) % i64::from(crate::bucket::HOURS_PER_DAY))
+        }
+        _ => None,
     }
 }
 

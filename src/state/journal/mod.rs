@@ -257,6 +257,11 @@ const STARTS_BELOW: u8 = 11;
 /// A wrapper flush's header naming a spill cursor (`WRAPPER_BEGIN` named an offset of
 /// the wrapper's own spill file, before the wrapper spilled into segments).
 const WRAPPER_BEGIN_CURSOR: u8 = 12;
+/// A counter flush's header whose families name all four tables (minute, day, hour,
+/// total; empty where a family has none). Written only when some family has other
+/// tables than a minute and a day table, so that journals of families without hour or
+/// total tables read the same as before (`BEGIN`).
+const BEGIN_TABLES: u8 = 13;
 
 /// An intent's shard field when its family is not sharded.
 const NO_SHARD: u16 = u16::MAX;

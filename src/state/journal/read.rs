@@ -11,9 +11,10 @@ use crate::state::ids::{Cursor, SegmentId};
 use crate::vocabulary::Granularity;
 
 use super::{
-    BEGIN, COMMITTED, END, FamilyEntry, FlushId, INTENT, Intent, IntentRow, LOGS_AT, NO_SHARD,
-    OUTCOME, STARTS_BELOW, Settled, TOTALS_INTENT, TotalsIntent, TotalsIntentRow, WRAPPER_BEGIN,
-    WRAPPER_BEGIN_CURSOR, WRAPPER_INTENT, WRAPPER_LOGS_AT, WrapperIntent, WrapperRow, WrapperTable,
+    BEGIN, BEGIN_TABLES, COMMITTED, END, FamilyEntry, FlushId, INTENT, Intent, IntentRow, LOGS_AT,
+    NO_SHARD, OUTCOME, STARTS_BELOW, Settled, TOTALS_INTENT, TotalsIntent, TotalsIntentRow,
+    WRAPPER_BEGIN, WRAPPER_BEGIN_CURSOR, WRAPPER_INTENT, WRAPPER_LOGS_AT, WrapperIntent,
+    WrapperRow, WrapperTable,
 };
 
 /// What a wrapper flush's group holds besides the common parts.
@@ -159,17 +160,25 @@ fn apply(groups: &mut Vec<FlushGroup>, payload: &[u8]) -> Option<()> {
     let mut d = Dec { b: payload, pos: 0 };
     let tag = d.u8()?;
     match tag {
-        BEGIN => {
+        BEGIN | BEGIN_TABLES => {
             let flush = d.flush_id()?;
             let time = d.str()?;
             let consumes = d.cursor()?;
             let mut families = Vec::new();
             for _ in 0..d.u32()? {
+                let (id, name) = (d.u16()?, d.str()?);
+                let (minute_table, day_table) = (d.str()?, d.str()?);
+                let (hour_table, total_table) = match tag {
+                    BEGIN_TABLES => (d.str()?, d.str()?),
+                    _ => (String::new(), String::new()),
+                };
                 families.push(FamilyEntry {
-                    id: d.u16()?,
-                    name: d.str()?,
-                    minute_table: d.str()?,
-                    day_table: d.str()?,
+                    id,
+                    name,
+                    minute_table,
+                    day_table,
+                    hour_table,
+                    total_table,
                     key_columns: d.strs()?,
                     columns: d.strs()?,
                 });
@@ -391,11 +400,8 @@ impl Dec<'_> {
         (0..width).map(|_| self.i64()).collect()
     }
     fn granularity(&mut self) -> Option<Granularity> {
-        match self.u8()? {
-            0 => Some(Granularity::Minute),
-            1 => Some(Granularity::Day),
-            _ => None,
-        }
+        let index = usize::from(self.u8()?);
+        Granularity::ALL.get(index).copied()
     }
     fn option_u64(&mut self) -> Option<Option<u64>> {
         Some(match self.u8()? {

@@ -35,6 +35,8 @@ fn family() -> FamilyEntry {
         name: "views".into(),
         minute_table: "m.views_by_minute".into(),
         day_table: "m.views_by_day".into(),
+        hour_table: String::new(),
+        total_table: String::new(),
         key_columns: vec!["page_id".into()],
         columns: vec!["views".into(), "bytes".into()],
     }

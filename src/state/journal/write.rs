@@ -15,9 +15,9 @@ use crate::state::ids::Cursor;
 use super::WRAPPER_BEGIN;
 use super::read::{FlushGroup, parse, torn_tail};
 use super::{
-    BEGIN, COMMITTED, END, FamilyEntry, FlushId, INTENT, LOGS_AT, NO_SHARD, OUTCOME, STARTS_BELOW,
-    Settled, TOTALS_INTENT, TotalsIntent, WRAPPER_BEGIN_CURSOR, WRAPPER_INTENT, WRAPPER_LOGS_AT,
-    WrapperTable,
+    BEGIN, BEGIN_TABLES, COMMITTED, END, FamilyEntry, FlushId, INTENT, LOGS_AT, NO_SHARD, OUTCOME,
+    STARTS_BELOW, Settled, TOTALS_INTENT, TotalsIntent, WRAPPER_BEGIN_CURSOR, WRAPPER_INTENT,
+    WRAPPER_LOGS_AT, WrapperTable,
 };
 
 /// The requests a wrapper flush hands to its group commit: per request, its table's
@@ -438,7 +438,10 @@ fn family_header(
     consumes: Option<Cursor>,
     families: &[FamilyEntry],
 ) {
-    e.u8(BEGIN);
+    let tables = families
+        .iter()
+        .any(|f| !f.hour_table.is_empty() || !f.total_table.is_empty());
+    e.u8(if tables { BEGIN_TABLES } else { BEGIN });
     e.flush_id(flush);
     e.str(time);
     e.cursor(consumes);
@@ -448,6 +451,10 @@ fn family_header(
         e.str(&f.name);
         e.str(&f.minute_table);
         e.str(&f.day_table);
+        if tables {
+            e.str(&f.hour_table);
+            e.str(&f.total_table);
+        }
         e.strs(&f.key_columns);
         e.strs(&f.columns);
     }

@@ -325,8 +325,16 @@ impl Store {
         config.generic.minute_table = self.table(&config.generic.minute_table);
         config.generic.day_table = self.table(&config.generic.day_table);
         for family in &mut config.families {
-            family.minute_table = self.table(&family.minute_table);
-            family.day_table = self.table(&family.day_table);
+            for table in [
+                &mut family.minute_table,
+                &mut family.hour_table,
+                &mut family.day_table,
+                &mut family.total_table,
+            ] {
+                if !table.is_empty() {
+                    *table = self.table(table);
+                }
+            }
         }
     }
 
@@ -349,7 +357,7 @@ impl Store {
             toml::Value::Array(vec![self.contact_point().into()]),
         );
         let tables = |section: &mut toml::Table| {
-            for key in ["minute_table", "day_table"] {
+            for key in ["minute_table", "hour_table", "day_table", "total_table"] {
                 if let Some(name) = section.get(key).and_then(toml::Value::as_str) {
                     let renamed = self.table(name);
                     section.insert(key.into(), renamed.into());

@@ -89,11 +89,11 @@ pub(crate) fn write_plan(sim: &cqlsim::Server, config: &Config, day: Day, plan: 
         if let Some(value) = key.counter {
             sim.execute(None, &format!(
                 "UPDATE {} SET value = value + {value} WHERE name = 's' AND tags = '{tags}' AND day = '{date}' AND minute = 7",
-                generic.minute_table
+                generic.minute_table.as_ref().unwrap()
             )).unwrap();
             sim.execute(None, &format!(
                 "UPDATE {} SET value = value + {value} WHERE name = 's' AND tags = '{tags}' AND month = '{}' AND day = '{date}'",
-                generic.day_table, &date[..7]
+                generic.day_table.as_ref().unwrap(), &date[..7]
             )).unwrap();
         }
     }
