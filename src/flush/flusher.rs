@@ -704,8 +704,15 @@ impl<S: Sink> Flusher<S> {
             if chunk.held.is_empty() {
                 break chunk;
             }
-            // A run of rows to hold: carried once per round past the rows behind it.
-            if carried || !self.carry_held(chunk) {
+            // A run of rows to hold: carried once per round past the rows behind it. A
+            // second run read in the same round (the rest of a run longer than a chunk,
+            // or another) is left where it is, for the next round: its read is undone,
+            // or the cursor would pass rows neither sent nor on disk any more.
+            if carried {
+                self.leave_held(&chunk);
+                return FlushReport::default();
+            }
+            if !self.carry_held(chunk) {
                 return FlushReport::default();
             }
             carried = true;

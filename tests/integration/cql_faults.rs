@@ -46,7 +46,15 @@ async fn run_as(persona: Persona, rule: FaultRule, expect_unknown: bool, expect_
     let name = format!("{} applied={} ({persona})", rule.kind.name(), rule.applied);
     let dir = tempfile::tempdir().unwrap();
     let mut config = config(dir.path());
-    config.store.request_timeout = Duration::from_millis(300);
+    // Short where the fault makes requests hang (no reply, a closed connection), so the
+    // run ends soon; where no outcome may be unknown, long enough that a loaded machine
+    // cannot turn a slow answer into a client timeout, which the test would then count
+    // against the product.
+    config.store.request_timeout = if expect_unknown {
+        Duration::from_millis(300)
+    } else {
+        Duration::from_secs(5)
+    };
     config.flush.max_in_flight = 32;
     let store = start_cqlsim_as(
         &mut config,

@@ -850,3 +850,82 @@ async fn durable_rows_the_registry_cannot_place_survive_a_kill() {
     assert!(accounting.is_balanced(), "{accounting:?}");
     store.shutdown().await;
 }
+
+/// A run of rows the registry cannot place that is longer than one replay chunk (a
+/// budget of a few rows): the first chunk of it is carried, the rest is read again by
+/// later rounds, never passed by the cursor while neither sent nor on disk; a kill
+/// then loses none of it, and the accounting balances all along.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_held_run_longer_than_a_chunk_stays_on_disk_whole() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = config(dir.path());
+    with_plays(&mut config);
+    config.ingest.http.enabled = true;
+    config.ingest.http.durable = true;
+    // Room for 8 rows: a replay chunk takes at most 4.
+    config.limits.max_pending_rows = 8;
+    let store = start_cqlsim(&mut config, "a writer killed and started again").await;
+    let t0 = T0 - 3600;
+    let first = t0 / 60;
+    let (mut w, reg) = writer(&config, "a", t0).await;
+    reg.refresh_at(&w.session, w.engine.families(), t0)
+        .await
+        .unwrap();
+    // Ten minutes the read does not cover: twenty held rows (minute and day each).
+    let ahead: Vec<(i64, i64)> = (0..10).map(|i| (first + 10 + i, 1 + i)).collect();
+    let held_sum: i64 = ahead.iter().map(|(_, d)| d).sum();
+    let mut plays = vec![(first, 5)];
+    plays.extend(&ahead);
+    log_plays(&w, &plays);
+    w.flusher.flush_now().await;
+    // Rows behind the held run: sent once the rounds carried the run past them.
+    log_plays(&w, &[(first - 1, 3)]);
+    for _ in 0..12 {
+        w.flusher.flush_now().await;
+        let accounting = w.accounting();
+        assert!(accounting.is_balanced(), "{accounting:?}");
+    }
+    assert_eq!(
+        rows(&store, &config).await.0,
+        BTreeMap::from([((0, first - 1), 3), ((0, first), 5)]),
+        "the placeable rows are written, the held ones wait"
+    );
+    let accounting = w.accounting();
+    assert_eq!(
+        (accounting.minute.pending, accounting.minute.spilled),
+        (0, i128::from(held_sum)),
+        "every held row is spilled, none in memory or lost: {accounting:?}"
+    );
+    let spilled = crate::common::spilled_records(&config.state.dir.join("a"));
+    let on_disk: i64 = spilled
+        .iter()
+        .filter(|r| r["granularity"] == "minute")
+        .filter_map(|r| r["deltas"]["plays"].as_i64())
+        .sum();
+    assert_eq!(
+        on_disk, held_sum,
+        "the held minute rows on disk: {spilled:?}"
+    );
+    drop(w);
+
+    // The next start's read covers them all.
+    let later = (first + 20) * 60 + 30;
+    let (mut again, reg) = writer(&config, "a", later).await;
+    reg.refresh_at(&again.session, again.engine.families(), later)
+        .await
+        .unwrap();
+    for _ in 0..12 {
+        again.flusher.flush_now().await;
+    }
+    let (minutes, days) = rows(&store, &config).await;
+    let mut expected = BTreeMap::from([((0, first - 1), 3), ((0, first), 5)]);
+    expected.extend(ahead.iter().map(|&(m, d)| ((0, m), d)));
+    assert_eq!(
+        minutes, expected,
+        "every acknowledged increment written once"
+    );
+    assert_eq!(days, BTreeMap::from([(0, 8 + held_sum)]));
+    let accounting = again.accounting();
+    assert!(accounting.is_balanced(), "{accounting:?}");
+    store.shutdown().await;
+}

@@ -76,26 +76,36 @@ impl<S: Sink> Flusher<S> {
         if let Some(epochs) = &self.epochs {
             epochs.count_held(chunk.held.len());
         }
-        let sums = chunk.in_flight();
-        for g in Granularity::ALL {
-            self.ledger.update(g, |s| s.in_flight -= sums[g.index()]);
-        }
         let carried = self.state.has_unreplayed() && self.write_carried(&chunk.held);
         if carried {
             // This process's spill now, whichever process spilled them first.
+            let sums = chunk.in_flight();
             for g in Granularity::ALL {
-                self.ledger.update(g, |s| s.spilled += sums[g.index()]);
+                self.ledger.update(g, |s| {
+                    s.in_flight -= sums[g.index()];
+                    s.spilled += sums[g.index()];
+                });
             }
             tracing::debug!(
                 rows = chunk.held.len(),
                 "Spilled rows the epoch registry's last read does not cover were carried to the end of the spill."
             );
         } else {
-            self.state.rewind_replay();
-            replay::unread(chunk.sums, &self.ledger);
+            self.leave_held(&chunk);
         }
         self.ledger.set_spill_bytes(self.state.spill_bytes().0);
         carried
+    }
+
+    /// Undoes the read of a run of rows to hold: they stay where they are on disk, read
+    /// again by a later round, and the accounting is as before the read.
+    pub(super) fn leave_held(&mut self, chunk: &ReplayChunk) {
+        let sums = chunk.in_flight();
+        for g in Granularity::ALL {
+            self.ledger.update(g, |s| s.in_flight -= sums[g.index()]);
+        }
+        self.state.rewind_replay();
+        replay::unread(chunk.sums, &self.ledger);
     }
 
     /// Writes `records` (read by the replay up to its loaded cursor) to a segment of a
