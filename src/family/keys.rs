@@ -149,7 +149,7 @@ pub(super) fn write_sorted_from<'s, T: TagSet + ?Sized>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::family::IndexedLine;
+    use crate::family::tagset::IndexedLine;
     use crate::line::{LineLimits, LineResult, TagSpans, parse_line, parse_line_indexed};
 
     /// The generic tag string of `tags` under `rules`, spelled out: each tag renamed or
@@ -192,7 +192,7 @@ mod tests {
             else {
                 panic!("{text}");
             };
-            let expected = crate::family::only(
+            let expected = crate::family::tagset::only(
                 line.tags().filter(|t| t.key == key).map(|t| t.value.unwrap_or("")),
             );
             proptest::prop_assert_eq!(line.only_value_of(&key), expected, "{}", text);
