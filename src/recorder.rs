@@ -29,7 +29,7 @@ use crate::ops::read_cache::CachedReader;
 use crate::pipeline::{Pipeline, StartError};
 use crate::sink::Sink;
 use crate::telemetry::{Accounting, OperationsMetrics};
-use crate::vocabulary::FamilyId;
+use crate::vocabulary::{FamilyId, Granularity};
 
 /// The key index writer's stop signal (the instant its drain ends) and task.
 type IndexTask = (
@@ -313,10 +313,7 @@ impl Recorder {
         tags: &[(&str, &str)],
         day: Day,
     ) -> Result<Arc<BTreeMap<i64, i64>>, ReadError> {
-        let reader = self.inner.reader.as_ref().ok_or(ReadError::NoStore)?;
-        let families = self.inner.engine.families();
-        let counter = self.in_epoch(read::resolve(families, name, tags)?, day, None)?;
-        reader.minutes(families, &counter, day).await
+        self.read_series(name, tags, Granularity::Minute, day).await
     }
 
     /// The hour series (hour of the day → value) of counter `name` with `tags` on `day`,
@@ -327,19 +324,31 @@ impl Recorder {
         tags: &[(&str, &str)],
         day: Day,
     ) -> Result<Arc<BTreeMap<i64, i64>>, ReadError> {
-        let reader = self.inner.reader.as_ref().ok_or(ReadError::NoStore)?;
-        let families = self.inner.engine.families();
-        let counter = read::resolve(families, name, tags)?;
-        reader.hours(families, &counter, day).await
+        self.read_series(name, tags, Granularity::Hour, day).await
     }
 
     /// The all-time total of counter `name` with `tags`, from its family's total table,
     /// as [`Recorder::read_day`] reads.
     pub async fn read_total(&self, name: &str, tags: &[(&str, &str)]) -> Result<i64, ReadError> {
+        let series = self
+            .read_series(name, tags, Granularity::Total, Day(0))
+            .await?;
+        Ok(read::value_at(&series, Granularity::Total, Day(0)))
+    }
+
+    /// Counter `name` with `tags` in its family's `kind` table on `day` (in the epoch a
+    /// read of `day` shows, for a family with an epoch column), through the cache.
+    async fn read_series(
+        &self,
+        name: &str,
+        tags: &[(&str, &str)],
+        kind: Granularity,
+        day: Day,
+    ) -> Result<Arc<BTreeMap<i64, i64>>, ReadError> {
         let reader = self.inner.reader.as_ref().ok_or(ReadError::NoStore)?;
         let families = self.inner.engine.families();
-        let counter = read::resolve(families, name, tags)?;
-        reader.all_time_total(families, &counter).await
+        let counter = self.in_epoch(read::resolve(families, name, tags)?, day, None)?;
+        reader.series(families, &counter, kind, day).await
     }
 
     /// The engine behind this recorder.

@@ -14,6 +14,7 @@ use crate::family::Families;
 use crate::ops::read::{self, ReadError, Reader};
 use crate::sink::cql::session;
 use crate::telemetry::OperationsMetrics;
+use crate::vocabulary::Granularity;
 use scylla::client::session::Session;
 
 use super::Failure;
@@ -129,39 +130,34 @@ pub(super) async fn run(args: GetArgs) -> Result<(), Failure> {
     }
     counter.epoch = epoch_to_read(&config, &families, &session, &counter, day, args.epoch).await?;
     let reader = Reader::new(session);
-    if args.hours {
-        let series = reader
-            .hours(&families, &counter, day, args.consistency)
-            .await
-            .map_err(read_failure)?;
-        for (hour, value) in series {
-            println!("{}T{hour:02}:00Z {value}", bucket::format_date(day.date()));
-        }
+    let kind = if args.hours {
+        Granularity::Hour
     } else if args.total {
-        let total = reader
-            .all_time_total(&families, &counter, args.consistency)
-            .await
-            .map_err(read_failure)?;
-        println!("{total}");
+        Granularity::Total
     } else if args.minutes {
-        let series = reader
-            .minutes(&families, &counter, day, args.consistency)
-            .await
-            .map_err(read_failure)?;
-        for (minute, value) in series {
-            println!(
-                "{}T{:02}:{:02}Z {value}",
-                bucket::format_date(day.date()),
-                minute / 60,
-                minute % 60
-            );
-        }
+        Granularity::Minute
     } else {
-        let total = reader
-            .day_total(&families, &counter, day, args.consistency)
-            .await
-            .map_err(read_failure)?;
-        println!("{total}");
+        Granularity::Day
+    };
+    let series = reader
+        .series(&families, &counter, kind, day, args.consistency)
+        .await
+        .map_err(read_failure)?;
+    let date = bucket::format_date(day.date());
+    match kind {
+        Granularity::Minute => {
+            for (minute, value) in series {
+                println!("{date}T{:02}:{:02}Z {value}", minute / 60, minute % 60);
+            }
+        }
+        Granularity::Hour => {
+            for (hour, value) in series {
+                println!("{date}T{hour:02}:00Z {value}");
+            }
+        }
+        Granularity::Day | Granularity::Total => {
+            println!("{}", read::value_at(&series, kind, day));
+        }
     }
     Ok(())
 }

@@ -369,6 +369,23 @@ impl Reader {
         .await
     }
 
+    /// One counter's values in its `kind` table, every shard and writer summed: bucket →
+    /// value. The bucket is the minute or hour of `day`, a day of `day`'s month (the day
+    /// table's partition), or 0 for the all-time total (whose read ignores `day`).
+    pub async fn series(
+        &self,
+        families: &Families,
+        counter: &CounterRef,
+        kind: Granularity,
+        day: Day,
+        consistency: ConsistencyLevel,
+    ) -> Result<BTreeMap<i64, i64>, ReadError> {
+        let read = self
+            .counter_partition(families, counter, kind, day, consistency)
+            .await?;
+        Ok(read.sums.into_iter().map(|(b, v)| (b, v[0])).collect())
+    }
+
     /// The day total of one counter (its day row, every shard and writer summed).
     pub async fn day_total(
         &self,
@@ -377,25 +394,10 @@ impl Reader {
         day: Day,
         consistency: ConsistencyLevel,
     ) -> Result<i64, ReadError> {
-        let read = self
-            .counter_partition(families, counter, Granularity::Day, day, consistency)
+        let series = self
+            .series(families, counter, Granularity::Day, day, consistency)
             .await?;
-        Ok(read.sums.get(&i64::from(day.0)).map_or(0, |v| v[0]))
-    }
-
-    /// The hour series of one counter on `day` (its hour table): hour of the day →
-    /// value.
-    pub async fn hours(
-        &self,
-        families: &Families,
-        counter: &CounterRef,
-        day: Day,
-        consistency: ConsistencyLevel,
-    ) -> Result<BTreeMap<i64, i64>, ReadError> {
-        let read = self
-            .counter_partition(families, counter, Granularity::Hour, day, consistency)
-            .await?;
-        Ok(read.sums.into_iter().map(|(h, v)| (h, v[0])).collect())
+        Ok(value_at(&series, Granularity::Day, day))
     }
 
     /// The all-time total of one counter (its total table's row, every shard summed).
@@ -405,24 +407,10 @@ impl Reader {
         counter: &CounterRef,
         consistency: ConsistencyLevel,
     ) -> Result<i64, ReadError> {
-        let read = self
-            .counter_partition(families, counter, Granularity::Total, Day(0), consistency)
+        let series = self
+            .series(families, counter, Granularity::Total, Day(0), consistency)
             .await?;
-        Ok(read.sums.get(&0).map_or(0, |v| v[0]))
-    }
-
-    /// The minute series of one counter on `day`: minute of the day → value.
-    pub async fn minutes(
-        &self,
-        families: &Families,
-        counter: &CounterRef,
-        day: Day,
-        consistency: ConsistencyLevel,
-    ) -> Result<BTreeMap<i64, i64>, ReadError> {
-        let read = self
-            .counter_partition(families, counter, Granularity::Minute, day, consistency)
-            .await?;
-        Ok(read.sums.into_iter().map(|(m, v)| (m, v[0])).collect())
+        Ok(value_at(&series, Granularity::Total, Day(0)))
     }
 
     fn key_types(&self, layout: &TableLayout) -> Result<Vec<KeyType>, ReadError> {
@@ -458,6 +446,17 @@ impl Reader {
         self.prepared.lock().insert(text, statement.clone());
         Ok(statement)
     }
+}
+
+/// The one value a day or total read stands for in its `series`: the day's own bucket
+/// (a day table's partition holds its whole month), or the total's; 0 when no row is
+/// stored.
+pub fn value_at(series: &BTreeMap<i64, i64>, kind: Granularity, day: Day) -> i64 {
+    let bucket = match kind {
+        Granularity::Total => 0,
+        _ => i64::from(day.0),
+    };
+    series.get(&bucket).copied().unwrap_or(0)
 }
 
 /// The family and column index a counter reference names.

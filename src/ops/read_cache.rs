@@ -18,7 +18,7 @@ use crate::config::{ConsistencyLevel, ReadConfig};
 use crate::family::Families;
 use crate::vocabulary::Granularity;
 
-use super::read::{CounterRef, ReadError, Reader};
+use super::read::{CounterRef, ReadError, Reader, value_at};
 
 /// Values kept for `ttl`, at most `max_entries` of them.
 pub struct TtlCache<K, V> {
@@ -101,6 +101,36 @@ impl CachedReader {
         &self.reader
     }
 
+    /// The series of `counter` in its `kind` table for `day` (see [`Reader::series`]),
+    /// from the cache when fresh.
+    pub async fn series(
+        &self,
+        families: &Families,
+        counter: &CounterRef,
+        kind: Granularity,
+        day: Day,
+    ) -> Result<Arc<BTreeMap<i64, i64>>, ReadError> {
+        // The total's read does not depend on the day: one entry for it.
+        let day = if kind == Granularity::Total {
+            Day(0)
+        } else {
+            day
+        };
+        let key = (counter.clone(), kind, day);
+        if let Some(hit) = self.cache.lock().get(&key, Instant::now()) {
+            return Ok(hit);
+        }
+        let series = Arc::new(
+            self.reader
+                .series(families, counter, kind, day, self.consistency)
+                .await?,
+        );
+        self.cache
+            .lock()
+            .insert(key, series.clone(), Instant::now());
+        Ok(series)
+    }
+
     /// The day total of `counter`, from the cache when fresh.
     pub async fn day_total(
         &self,
@@ -108,82 +138,10 @@ impl CachedReader {
         counter: &CounterRef,
         day: Day,
     ) -> Result<i64, ReadError> {
-        let key = (counter.clone(), Granularity::Day, day);
-        if let Some(hit) = self.cache.lock().get(&key, Instant::now()) {
-            return Ok(hit.get(&i64::from(day.0)).copied().unwrap_or(0));
-        }
-        let value = self
-            .reader
-            .day_total(families, counter, day, self.consistency)
+        let series = self
+            .series(families, counter, Granularity::Day, day)
             .await?;
-        let one = Arc::new(BTreeMap::from([(i64::from(day.0), value)]));
-        self.cache.lock().insert(key, one, Instant::now());
-        Ok(value)
-    }
-
-    /// The hour series of `counter` on `day` (hour of day → value, its hour table), from
-    /// the cache when fresh.
-    pub async fn hours(
-        &self,
-        families: &Families,
-        counter: &CounterRef,
-        day: Day,
-    ) -> Result<Arc<BTreeMap<i64, i64>>, ReadError> {
-        let key = (counter.clone(), Granularity::Hour, day);
-        if let Some(hit) = self.cache.lock().get(&key, Instant::now()) {
-            return Ok(hit);
-        }
-        let series = Arc::new(
-            self.reader
-                .hours(families, counter, day, self.consistency)
-                .await?,
-        );
-        self.cache
-            .lock()
-            .insert(key, series.clone(), Instant::now());
-        Ok(series)
-    }
-
-    /// The all-time total of `counter` (its total table), from the cache when fresh.
-    pub async fn all_time_total(
-        &self,
-        families: &Families,
-        counter: &CounterRef,
-    ) -> Result<i64, ReadError> {
-        let key = (counter.clone(), Granularity::Total, Day(0));
-        if let Some(hit) = self.cache.lock().get(&key, Instant::now()) {
-            return Ok(hit.get(&0).copied().unwrap_or(0));
-        }
-        let value = self
-            .reader
-            .all_time_total(families, counter, self.consistency)
-            .await?;
-        let one = Arc::new(BTreeMap::from([(0, value)]));
-        self.cache.lock().insert(key, one, Instant::now());
-        Ok(value)
-    }
-
-    /// The minute series of `counter` on `day` (minute of day → value), from the cache
-    /// when fresh.
-    pub async fn minutes(
-        &self,
-        families: &Families,
-        counter: &CounterRef,
-        day: Day,
-    ) -> Result<Arc<BTreeMap<i64, i64>>, ReadError> {
-        let key = (counter.clone(), Granularity::Minute, day);
-        if let Some(hit) = self.cache.lock().get(&key, Instant::now()) {
-            return Ok(hit);
-        }
-        let series = Arc::new(
-            self.reader
-                .minutes(families, counter, day, self.consistency)
-                .await?,
-        );
-        self.cache
-            .lock()
-            .insert(key, series.clone(), Instant::now());
-        Ok(series)
+        Ok(value_at(&series, Granularity::Day, day))
     }
 }
 

@@ -759,6 +759,33 @@ async fn a_reset_starts_a_ranking_of_its_own_and_the_old_one_stays_readable() {
     store.shutdown().await;
 }
 
+/// Writer `a` of the plays family with a durable HTTP listener (`tune` may change the
+/// configuration first), on cqlsim, its epoch registry read an hour before [`T0`]: the
+/// set-up of the held-row tests. Also returns the writer's registry and the minute of that read.
+async fn durable_writer_read_at_hour_before(
+    dir: &Path,
+    tune: impl FnOnce(&mut Config),
+) -> (Config, Store, Writer, Arc<EpochRegistry>, i64) {
+    let mut config = config(dir);
+    with_plays(&mut config);
+    config.ingest.http.enabled = true;
+    config.ingest.http.durable = true;
+    tune(&mut config);
+    let store = start_cqlsim(&mut config, "a writer killed and started again").await;
+    let t0 = T0 - 3600;
+    let (w, reg) = started_with_read_at(&config, t0).await;
+    (config, store, w, reg, t0 / 60)
+}
+
+/// Writer `a` started (again) at `at`, its registry read then.
+async fn started_with_read_at(config: &Config, at: i64) -> (Writer, Arc<EpochRegistry>) {
+    let (w, reg) = writer(config, "a", at).await;
+    reg.refresh_at(&w.session, w.engine.families(), at)
+        .await
+        .unwrap();
+    (w, reg)
+}
+
 /// Appends durable increments of `track.plays` (track `x`), (minute, delta) each, to the
 /// writer's ingest log, as an answered request leaves them.
 fn log_plays(writer: &Writer, plays: &[(i64, i64)]) {
@@ -784,17 +811,8 @@ fn log_plays(writer: &Writer, plays: &[(i64, i64)]) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn durable_rows_the_registry_cannot_place_survive_a_kill() {
     let dir = tempfile::tempdir().unwrap();
-    let mut config = config(dir.path());
-    with_plays(&mut config);
-    config.ingest.http.enabled = true;
-    config.ingest.http.durable = true;
-    let store = start_cqlsim(&mut config, "a writer killed and started again").await;
-    let t0 = T0 - 3600;
-    let first = t0 / 60;
-    let (mut w, reg) = writer(&config, "a", t0).await;
-    reg.refresh_at(&w.session, w.engine.families(), t0)
-        .await
-        .unwrap();
+    let (config, store, mut w, reg, first) =
+        durable_writer_read_at_hour_before(dir.path(), |_| {}).await;
     // Minute `first` is covered by the read; `first + 10` is not.
     let ahead = first + 10;
     log_plays(&w, &[(first, 5), (ahead, 7)]);
@@ -832,11 +850,7 @@ async fn durable_rows_the_registry_cannot_place_survive_a_kill() {
     drop(w);
 
     // The next start's read covers the minute.
-    let later = ahead * 60 + 30;
-    let (mut again, reg) = writer(&config, "a", later).await;
-    reg.refresh_at(&again.session, again.engine.families(), later)
-        .await
-        .unwrap();
+    let (mut again, _) = started_with_read_at(&config, ahead * 60 + 30).await;
     again.flusher.flush_now().await;
     again.flusher.flush_now().await;
     let (minutes, days) = rows(&store, &config).await;
@@ -858,19 +872,9 @@ async fn durable_rows_the_registry_cannot_place_survive_a_kill() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_held_run_longer_than_a_chunk_stays_on_disk_whole() {
     let dir = tempfile::tempdir().unwrap();
-    let mut config = config(dir.path());
-    with_plays(&mut config);
-    config.ingest.http.enabled = true;
-    config.ingest.http.durable = true;
     // Room for 8 rows: a replay chunk takes at most 4.
-    config.limits.max_pending_rows = 8;
-    let store = start_cqlsim(&mut config, "a writer killed and started again").await;
-    let t0 = T0 - 3600;
-    let first = t0 / 60;
-    let (mut w, reg) = writer(&config, "a", t0).await;
-    reg.refresh_at(&w.session, w.engine.families(), t0)
-        .await
-        .unwrap();
+    let (config, store, mut w, _, first) =
+        durable_writer_read_at_hour_before(dir.path(), |c| c.limits.max_pending_rows = 8).await;
     // Ten minutes the read does not cover: twenty held rows (minute and day each).
     let ahead: Vec<(i64, i64)> = (0..10).map(|i| (first + 10 + i, 1 + i)).collect();
     let held_sum: i64 = ahead.iter().map(|(_, d)| d).sum();
@@ -909,11 +913,7 @@ async fn a_held_run_longer_than_a_chunk_stays_on_disk_whole() {
     drop(w);
 
     // The next start's read covers them all.
-    let later = (first + 20) * 60 + 30;
-    let (mut again, reg) = writer(&config, "a", later).await;
-    reg.refresh_at(&again.session, again.engine.families(), later)
-        .await
-        .unwrap();
+    let (mut again, _) = started_with_read_at(&config, (first + 20) * 60 + 30).await;
     for _ in 0..12 {
         again.flusher.flush_now().await;
     }

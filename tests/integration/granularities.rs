@@ -11,7 +11,7 @@ use countersink::config::{Config, ConfigError, ConsistencyLevel, FamilyConfig};
 use countersink::ops::read::{self, Reader};
 use countersink::vocabulary::Granularity;
 
-use crate::common::{Store, StoreOptions, Writer, config, launch};
+use crate::common::{Store, StoreOptions, Writer, cli_stdout, config, launch};
 
 /// 2026-10-15T13:07:30Z.
 const AT: i64 = 1_792_069_650;
@@ -130,10 +130,13 @@ async fn all_four_granularities_hold_the_exact_sums() {
     let counter = read::resolve(families, "site.hits", &[("site", "a")]).unwrap();
     let reader = Reader::new(Arc::clone(&writer.session));
     let one = ConsistencyLevel::One;
-    let hours = reader.hours(families, &counter, day(0), one).await.unwrap();
+    let hours = reader
+        .series(families, &counter, Granularity::Hour, day(0), one)
+        .await
+        .unwrap();
     assert_eq!(hours.into_iter().collect::<Vec<_>>(), [(13, 7), (14, 7)]);
     let hours = reader
-        .hours(families, &counter, day(DAY), one)
+        .series(families, &counter, Granularity::Hour, day(DAY), one)
         .await
         .unwrap();
     assert_eq!(hours.into_iter().collect::<Vec<_>>(), [(13, 11)]);
@@ -151,6 +154,56 @@ async fn all_four_granularities_hold_the_exact_sums() {
             .unwrap(),
         14
     );
+
+    // The same through `countersink get`, which reads with the configuration file.
+    let file = dir.path().join("c.toml");
+    std::fs::write(
+        &file,
+        store.config_file(
+            "[generic]\nenabled = false\n[[family]]\nname = \"hits\"\nminute_table = \"metrics.hits_by_minute\"\nhour_table = \"metrics.hits_by_hour\"\nday_table = \"metrics.hits_by_day\"\ntotal_table = \"metrics.hits_total\"\nkey = [\"site\"]\n[family.columns]\n\"site.hits\" = \"hits\"\n",
+        ),
+    )
+    .unwrap();
+    let file = file.display().to_string();
+    let contact = config.store.contact_points[0].clone();
+    let get = |extra: &[&str]| {
+        let mut args = vec![
+            "get",
+            "--config",
+            &file,
+            "--contact-point",
+            &contact,
+            "site.hits",
+            "--tag",
+            "site:a",
+            "--day",
+            "2026-10-15",
+        ];
+        args.extend_from_slice(extra);
+        cli_stdout(args)
+    };
+    let (plain, hours, minutes, total) = tokio::task::block_in_place(|| {
+        (
+            get(&[]),
+            get(&["--hours"]),
+            get(&["--minutes"]),
+            get(&["--total"]),
+        )
+    });
+    assert_eq!(plain.trim(), "14", "the day");
+    assert_eq!(
+        hours.lines().collect::<Vec<_>>(),
+        ["2026-10-15T13:00Z 7", "2026-10-15T14:00Z 7"]
+    );
+    assert_eq!(
+        minutes.lines().collect::<Vec<_>>(),
+        [
+            "2026-10-15T13:07Z 5",
+            "2026-10-15T13:08Z 2",
+            "2026-10-15T14:07Z 7"
+        ]
+    );
+    assert_eq!(total.trim(), "25", "all time");
 
     let a = writer.accounting();
     assert!(a.is_balanced(), "{a:?}");
@@ -221,7 +274,13 @@ async fn an_hour_and_total_family_writes_only_those() {
     let counter = read::resolve(families, "site.hits", &[("site", "a")]).unwrap();
     let reader = Reader::new(Arc::clone(&writer.session));
     let refused = reader
-        .minutes(families, &counter, day(0), ConsistencyLevel::One)
+        .series(
+            families,
+            &counter,
+            Granularity::Minute,
+            day(0),
+            ConsistencyLevel::One,
+        )
         .await
         .unwrap_err();
     assert!(refused.to_string().contains("no minute table"), "{refused}");

@@ -12,6 +12,7 @@ use countersink::ddl::DEV_REPLICATION;
 use countersink::engine::Engine;
 use countersink::ops::read::{self, Reader};
 use countersink::sink::cql::{CqlSink, CqlSinkError};
+use countersink::vocabulary::Granularity;
 use scylla::value::{CqlDate, CqlTimestamp, CqlValue};
 
 use crate::common::{Store, StoreOptions, Writer, cli_stdout, config, launch, start_store};
@@ -62,7 +63,13 @@ async fn read_back(writer: &Writer, name: &str, tags: &[(&str, &str)]) -> (Vec<(
     let reader = Reader::new(Arc::clone(&writer.session));
     let day = Day((AT / 86_400) as u32);
     let minutes = reader
-        .minutes(families, &counter, day, ConsistencyLevel::One)
+        .series(
+            families,
+            &counter,
+            Granularity::Minute,
+            day,
+            ConsistencyLevel::One,
+        )
         .await
         .unwrap();
     let total = reader
