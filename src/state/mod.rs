@@ -723,9 +723,33 @@ impl StateDir {
         flush: &FlushId,
         batches: &[Vec<WriteRecord>],
     ) -> io::Result<Vec<bool>> {
+        self.spill_moving(flush, batches, 0)
+    }
+
+    /// [`StateDir::spill`], the first `moved` batches being rows the flush's replay read
+    /// (up to the loaded cursor) and could not settle: those are kept whatever room is
+    /// left (see [`spill::Spill::write_segment_carrying`]: they are on disk already),
+    /// the rest get the room left after them.
+    pub fn spill_moving(
+        &mut self,
+        flush: &FlushId,
+        batches: &[Vec<WriteRecord>],
+        moved: usize,
+    ) -> io::Result<Vec<bool>> {
         let id = SegmentId::live(flush.incarnation, flush.flush_seq);
         let consumes = self.spill.loaded();
-        self.spill.write_segment(id, consumes, batches, &[])
+        let (moved, fresh) = batches.split_at(moved.min(batches.len()));
+        let mut lines = Vec::new();
+        for record in moved.iter().flatten() {
+            serde_json::to_writer(&mut lines, record).map_err(io::Error::other)?;
+            lines.push(b'\n');
+        }
+        let (_, kept) = self
+            .spill
+            .write_segment_carrying(id, consumes, &lines, fresh)?;
+        let mut all = vec![true; moved.len()];
+        all.extend(kept);
+        Ok(all)
     }
 
     /// Writes the held segment of a final flush (rows held for the delta ledger, see
@@ -761,9 +785,10 @@ impl StateDir {
 
     /// Writes the totals segment of a flush (see [`SegmentId::totals`]): `carried`, the
     /// record lines of the spilled totals its replay read up to `consumes` and could not
-    /// settle, whole or not at all, then `batches` (rows of its own), each whole, up to
-    /// `state.max_spill_bytes`. Returns whether `carried` was kept (only then does the
-    /// segment name `consumes`), and per batch whether it was written.
+    /// settle, kept whatever room is left (they are on disk already, see
+    /// [`spill::Spill::write_segment_carrying`]), then `batches` (rows of its own), each
+    /// whole, up to `state.max_spill_bytes`. Returns whether `carried` was kept (always,
+    /// once written), and per batch whether it was written.
     pub fn spill_totals(
         &mut self,
         flush: &FlushId,
@@ -778,32 +803,39 @@ impl StateDir {
 
     /// Writes `carried` (record lines a replay read up to `consumes` and may not send
     /// yet: rows whose epoch the registry cannot place) to the live segment of `flush`,
-    /// whole or not at all, its header naming `consumes`: from the rename on, the rows
-    /// are in the new segment and not where they were read, after a kill too. Returns
-    /// whether it was written (`false`: it would not fit in `state.max_spill_bytes`).
+    /// whole, whatever room `state.max_spill_bytes` leaves (they are on disk already),
+    /// its header naming `consumes`: from the rename on, the rows are in the new segment
+    /// and not where they were read, after a kill too.
     pub fn spill_carried(
         &mut self,
         flush: &FlushId,
         consumes: Option<Cursor>,
         carried: &[u8],
-    ) -> io::Result<bool> {
+    ) -> io::Result<()> {
         let id = SegmentId::live(flush.incarnation, flush.flush_seq);
-        let (kept, _) = self
-            .spill
+        self.spill
             .write_segment_carrying(id, consumes, carried, &[])?;
-        Ok(kept)
+        Ok(())
     }
 
     /// Writes the segment a sealed file of the ingest log becomes (see [`ingest_log`]),
     /// whole or not at all, with `ledger`, the ledger rows of its exact families'
     /// increments, in its header: whether it was written (`false`: it would not fit in
-    /// `state.max_spill_bytes`, and the file waits). It consumes no replay cursor.
+    /// `state.max_spill_bytes`, and the file waits). It consumes no replay cursor. Into
+    /// an empty spill it goes whatever its size: waiting could never make room for a
+    /// segment larger than the limit, and its file would hold answered increments (and
+    /// the ingest log's room) for ever; the ingest log's own bound
+    /// (`state.max_ingest_log_bytes`) bounds it.
     pub fn spill_ingest(
         &mut self,
         id: SegmentId,
         records: Vec<WriteRecord>,
         ledger: &[crate::sink::LedgerRow],
     ) -> io::Result<bool> {
+        if self.spill.bytes() == 0 {
+            self.spill.write_segment_whole(id, &records, ledger)?;
+            return Ok(true);
+        }
         let kept = self.spill.write_segment(id, None, &[records], ledger)?;
         Ok(kept.first().copied().unwrap_or(false))
     }

@@ -251,8 +251,25 @@ impl Spill {
         self.write_lines(id, consumes, &[], batches, ledger)
     }
 
-    /// [`Spill::write_segment`], `first` (lines already checked to fit) before the
-    /// batches.
+    /// Writes a segment of `records`, whatever room `state.max_spill_bytes` leaves, its
+    /// header carrying `ledger` and naming no cursor (see `StateDir::spill_ingest`).
+    pub fn write_segment_whole(
+        &mut self,
+        id: SegmentId,
+        records: &[WriteRecord],
+        ledger: &[LedgerRow],
+    ) -> io::Result<()> {
+        let mut lines = Vec::new();
+        for record in records {
+            serde_json::to_writer(&mut lines, record).map_err(io::Error::other)?;
+            lines.push(b'\n');
+        }
+        self.write_lines(id, None, &lines, &[], ledger)?;
+        Ok(())
+    }
+
+    /// [`Spill::write_segment`], `first` (moved rows' lines, kept whatever the room)
+    /// before the batches.
     fn write_lines(
         &mut self,
         id: SegmentId,
@@ -263,6 +280,7 @@ impl Spill {
     ) -> io::Result<Vec<bool>> {
         let mut bytes = header_line(consumes, ledger)?;
         bytes.extend_from_slice(first);
+        // `first` (moved rows) is kept whatever the room; the batches fit after it.
         let room = self.max_bytes.saturating_sub(self.bytes());
         let mut kept = Vec::with_capacity(batches.len());
         for batch in batches {
@@ -286,11 +304,17 @@ impl Spill {
     }
 
     /// Writes a segment as [`Spill::write_segment`] does, with `carried` first (record
-    /// lines, already serialized: a chunk's worth never lives in memory as records),
-    /// kept whole or not at all: rows a replay read (up to `consumes`) that its flush
-    /// could not settle, written again. The header names `consumes` only when they are
-    /// kept (or there are none): a segment never claims rows it does not hold. Returns
-    /// whether `carried` was kept, and per batch whether it was written.
+    /// lines, already serialized: a chunk's worth never lives in memory as records): rows
+    /// a replay read (up to `consumes`) that its flush could not settle, moved here. They
+    /// are kept whatever room `state.max_spill_bytes` leaves, since they are on disk
+    /// already: the limit bounds the rows admitted to the spill, and refusing a moved row
+    /// would drop what the spill held (an answered increment of a durable listener among
+    /// them). Until the flush's end deletes the segments its replay passed, the directory
+    /// holds the moved rows twice; that passes the limit by at most one replay chunk (and
+    /// the read part of a segment not yet wholly consumed). `batches` (rows of the flush's
+    /// own) get only the room left after them. The header names `consumes`. Returns
+    /// whether `carried` was kept (always, once written), and per batch whether it was
+    /// written.
     pub fn write_segment_carrying(
         &mut self,
         id: SegmentId,
@@ -300,10 +324,6 @@ impl Spill {
     ) -> io::Result<(bool, Vec<bool>)> {
         if carried.is_empty() {
             return Ok((true, self.write_segment(id, consumes, batches, &[])?));
-        }
-        let needed = header_line(consumes, &[])?.len() + carried.len();
-        if needed as u64 > self.max_bytes.saturating_sub(self.bytes()) {
-            return Ok((false, self.write_segment(id, None, batches, &[])?));
         }
         Ok((true, self.write_lines(id, consumes, carried, batches, &[])?))
     }
@@ -755,11 +775,12 @@ mod tests {
         );
     }
 
-    /// Rows a replay carries forward are kept whole or not at all, and only a segment
-    /// that holds them names the cursor they were read to: otherwise a restart would
-    /// start past rows that are nowhere else.
+    /// Rows a replay read and its flush could not settle move to the flush's segment
+    /// even when the spill is full (they are on disk already: refusing them would drop
+    /// them), under a header naming the cursor they were read to; the flush's own rows
+    /// get only the room left, and a restart reads every moved row once.
     #[test]
-    fn carried_rows_are_kept_whole_and_only_then_is_their_cursor_named() {
+    fn carried_rows_are_kept_past_a_full_spill_and_their_cursor_named() {
         let dir = tempfile::tempdir().unwrap();
         let lines = |records: &[WriteRecord]| -> Vec<u8> {
             records
@@ -771,58 +792,68 @@ mod tests {
                 })
                 .collect()
         };
-        let one = serde_json::to_vec(&record(1)).unwrap().len() as u64 + 1;
-        let header = |consumes| {
-            let header = Header {
-                spill_segment: SegmentHeader {
-                    consumes,
-                    ledger: Vec::new(),
-                },
-            };
-            serde_json::to_vec(&header).unwrap().len() as u64 + 1
+        // A spill that two rows fill.
+        let first = {
+            let mut s = Spill::open(dir.path(), u64::MAX, None).unwrap();
+            s.write_segment(segment(1), None, &[vec![record(1), record(2)]], &[])
+                .unwrap();
+            s.bytes()
         };
-        let first = header(None) + one;
-        let read_to = Some(Cursor {
-            segment: segment(1),
-            offset: first,
-        });
-        // Room for the first segment, one carried row under a header naming the cursor,
-        // and one fresh row under a header naming none; not for a row more.
-        let limit = first + (header(read_to) + one) + (header(None) + one) + one / 2;
-        let mut spill = Spill::open(dir.path(), limit, None).unwrap();
-        spill
-            .write_segment(segment(1), None, &[vec![record(1)]], &[])
-            .unwrap();
+        let mut spill = Spill::open(dir.path(), first, None).unwrap();
+        assert_eq!(spill.bytes(), spill.max_bytes(), "full");
         spill.load(|_, _| true).unwrap();
-        assert_eq!(spill.loaded(), read_to);
-        // One carried row fits: kept, and the cursor named.
-        let (carried, kept) = spill
-            .write_segment_carrying(segment(2), read_to, &lines(&[record(1)]), &[])
-            .unwrap();
-        assert_eq!((carried, kept), (true, vec![]));
-        let named = read_header(&dir.path().join(segment(2).file_name())).unwrap();
-        assert_eq!(named, read_to);
-        // Two carried rows do not fit: not kept, and the fresh row is written under a
-        // header that names no cursor.
+        let read_to = spill.loaded();
+        assert!(read_to.is_some());
+        // Both read rows are carried, the full spill notwithstanding; the flush's own
+        // row finds no room and is refused.
         let (carried, kept) = spill
             .write_segment_carrying(
-                segment(3),
+                segment(2),
                 read_to,
                 &lines(&[record(1), record(2)]),
                 &[vec![record(3)]],
             )
             .unwrap();
-        assert_eq!((carried, kept), (false, vec![true]));
-        let named = read_header(&dir.path().join(segment(3).file_name())).unwrap();
-        assert_eq!(named, None);
-        assert!(spill.bytes() <= spill.max_bytes());
+        assert_eq!((carried, kept), (true, vec![false]));
+        let named = read_header(&dir.path().join(segment(2).file_name())).unwrap();
+        assert_eq!(named, read_to);
+        // The flush's end: the cursor passes segment 1, which is deleted; the spill is
+        // back within its limit.
+        spill.commit(read_to).unwrap();
+        assert!(!dir.path().join(segment(1).file_name()).exists());
+        assert!(
+            spill.bytes() <= spill.max_bytes() + 200,
+            "one header more than before"
+        );
         drop(spill);
         let mut spill = Spill::open(dir.path(), u64::MAX, None).unwrap();
-        assert_eq!(
-            all(&mut spill),
-            [1, 3],
-            "row 1 once, from where it was carried"
-        );
+        assert_eq!(all(&mut spill), [1, 2], "each moved row once");
+    }
+
+    /// A kill before the flush's end: the carrying segment's header names the cursor,
+    /// so the next start reads the moved rows from there, not again from segment 1.
+    #[test]
+    fn a_kill_after_carrying_reads_the_moved_rows_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut spill = Spill::open(dir.path(), 1, None).unwrap();
+        spill.max_bytes = u64::MAX;
+        spill
+            .write_segment(segment(1), None, &[vec![record(1)]], &[])
+            .unwrap();
+        spill.max_bytes = 1;
+        spill.load(|_, _| true).unwrap();
+        let read_to = spill.loaded();
+        let line = {
+            let mut l = serde_json::to_vec(&record(1)).unwrap();
+            l.push(b'\n');
+            l
+        };
+        spill
+            .write_segment_carrying(segment(2), read_to, &line, &[])
+            .unwrap();
+        drop(spill);
+        let mut spill = Spill::open(dir.path(), u64::MAX, None).unwrap();
+        assert_eq!(all(&mut spill), [1]);
     }
 
     #[test]

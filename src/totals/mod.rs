@@ -450,12 +450,13 @@ impl Totals {
     }
 
     /// Writes the flush's totals segment: `carried`, the record lines of the replayed
-    /// rows it read up to `consumes` and could not settle, and how many (whole or not at
-    /// all; `None`: they could not be serialized), then `spilled`, its own rows, while
-    /// `state.max_spill_bytes` has room. Its own rows beyond it, or all of them when the
-    /// segment cannot be written, are dropped and counted (`spill_full`,
-    /// `spill_failed`), never lost silently; carried rows that are not written stay
-    /// where they were read. Returns whether `carried` was kept, and the rows spilled.
+    /// rows it read up to `consumes` and could not settle, and how many (whole, whatever
+    /// room is left: they are on disk already; `None`: they could not be serialized),
+    /// then `spilled`, its own rows, while `state.max_spill_bytes` has room. Its own rows
+    /// beyond it, or all of them when the segment cannot be written, are dropped and
+    /// counted (`spill_full`, `spill_failed`), never lost silently; carried rows that
+    /// are not written (the segment write failed) stay where they were read. Returns
+    /// whether `carried` was kept, and the rows spilled.
     fn write_spill(
         &mut self,
         flush: &FlushId,
@@ -503,7 +504,7 @@ impl Totals {
         if carried_rows > 0 && serialized && !carried_kept {
             tracing::warn!(
                 rows = carried_rows,
-                "Replayed writer totals that did not apply have no room in the spill; they stay where they were read, and are read again later (those that applied are written again, harmlessly)."
+                "Replayed writer totals that did not apply could not be written again; they stay where they were read, and are read again later (those that applied are written again, harmlessly)."
             );
         }
         if !dropped.is_empty() {

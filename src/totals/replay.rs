@@ -17,9 +17,11 @@
 //! the same cursor; the group's end then makes the cursor durable. So no chunk outlives
 //! its flush in memory, and a kill at any point leaves each row in one place: before the
 //! commit, on disk behind the cursor; after it, in the group's intents (recovery spills
-//! those not known applied) or the flush's segment. A carried chunk that does not fit in
-//! `state.max_spill_bytes` is not carried: the cursor stays before the chunk, which is
-//! read again later (its applied rows re-sent, harmlessly: a total is absolute).
+//! those not known applied) or the flush's segment. A carried chunk needs no room under
+//! `state.max_spill_bytes` (its rows are on disk already, see
+//! `Spill::write_segment_carrying`); only when the segment cannot be written is it not
+//! carried: the cursor stays before the chunk, which is read again later (its applied
+//! rows re-sent, harmlessly: a total is absolute, though counted as applied again).
 //!
 //! Counting: a row counts from when it is read (the loop's). One spilled by an earlier
 //! process is accepted anew (`replayed`), one this process spilled moves from `spilled`

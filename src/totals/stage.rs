@@ -154,7 +154,7 @@ impl WriteKind for TotalsStage<'_> {
         }
         if totals.replays.has_rows() {
             // Every row settled or carried: the group's end consumes the chunk. Else (not
-            // sent, or carried rows with no room) the chunk stays on disk behind the
+            // sent, or the carrying segment not written) the chunk stays on disk behind the
             // cursor, and the read position goes back before it, so that no later
             // segment's header names a cursor past it.
             let consumed = self.committed && carried_kept;

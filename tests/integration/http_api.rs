@@ -5,12 +5,14 @@
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
+use std::path::Path;
 
+use countersink::config::Config;
 use countersink::vocabulary::Transport;
 
 use crate::common::{
-    http_post, metrics_when, sidecar_config, start_sidecar, start_sidecar_without_store,
-    start_store,
+    Store, Writer, config, http_post, metrics_when, sidecar_config, start_cqlsim, start_sidecar,
+    start_sidecar_without_store, start_store,
 };
 
 /// A POST to `/v1/increments`: the status, the head (lower case) and the body.
@@ -407,6 +409,133 @@ async fn an_ingest_log_left_behind_is_replayed_by_the_next_start() {
     for table in ["metrics.views_by_day", "metrics.views_by_minute"] {
         assert_eq!(store.table_sum(table, "views").await, posted, "{table}");
     }
+    store.shutdown().await;
+}
+
+/// Appends durable increments of `page.views` (page `p{i}`, value `i`) to the writer's
+/// ingest log, as answered requests leave them.
+fn log_views(writer: &Writer, pages: std::ops::RangeInclusive<i64>) {
+    let minute = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs()
+        / 60;
+    let mut lines = Vec::new();
+    for i in pages {
+        countersink::state::ingest_log::IngestEntry::write_line(
+            &mut lines,
+            "page.views",
+            &[("page_id", &format!("p{i}"))],
+            i,
+            u32::try_from(minute).unwrap(),
+        );
+    }
+    let log = writer.flusher.ingest_log().expect("a durable listener");
+    log.append(&lines).expect("logged");
+}
+
+/// A writer with a durable listener's ingest log and `max_spill_bytes`, on cqlsim
+/// refusing every write as not applied (a transient error), with 20 answered increments
+/// logged and one flush round run: the round moved them into the spill, and its replay,
+/// refused, wrote them again. Returns the spill's bytes after the round too.
+async fn refused_round(dir: &Path, max_spill_bytes: u64) -> (Config, Store, Writer, u64) {
+    let mut config = config(dir);
+    config.ingest.http.enabled = true;
+    config.ingest.http.durable = true;
+    config.state.max_spill_bytes = max_spill_bytes;
+    let store = start_cqlsim(&mut config, "refuses every write for a while").await;
+    store
+        .sim()
+        .add_fault(cqlsim::FaultRule::new(cqlsim::FaultKind::Unavailable));
+    let mut writer = Writer::start(&config).await;
+    log_views(&writer, 1..=20);
+    writer.flusher.flush_now().await;
+    let bytes = writer.ledger.spill_bytes();
+    (config, store, writer, bytes)
+}
+
+/// Answered increments that a refused replay read back go back to the spill even when
+/// it has no room for a second copy of them: they are on disk already, so the replay
+/// moves them rather than asking for new room. None is dropped, and each reaches the
+/// store once when it answers again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_replay_moves_answered_increments_through_a_nearly_full_spill() {
+    const SUM: i64 = 20 * 21 / 2;
+    // One round's segment, as a refused replay writes it again.
+    let sized = tempfile::tempdir().unwrap();
+    let (_, store, writer, segment) = refused_round(sized.path(), 1 << 30).await;
+    assert!(segment > 0);
+    drop(writer);
+    store.shutdown().await;
+
+    // Room for that segment and half another: before the replay's end, its rows are
+    // on disk twice.
+    let dir = tempfile::tempdir().unwrap();
+    let (config, store, mut writer, _) = refused_round(dir.path(), segment * 3 / 2).await;
+    for _ in 0..3 {
+        writer.flusher.flush_now().await;
+    }
+    let a = writer.accounting();
+    assert!(a.is_balanced(), "{a:?}");
+    assert_eq!(
+        (
+            a.minute.dropped,
+            a.minute.spilled,
+            a.day.dropped,
+            a.day.spilled
+        ),
+        (0, SUM.into(), 0, SUM.into()),
+        "every answered increment on disk, none dropped: {a:?}"
+    );
+    let on_disk: i64 = crate::common::spilled_records(&config.state.dir)
+        .iter()
+        .filter(|r| r["granularity"] == "minute")
+        .filter_map(|r| r["deltas"]["views"].as_i64())
+        .sum();
+    assert_eq!(on_disk, SUM);
+
+    store.sim().clear_faults();
+    for _ in 0..3 {
+        writer.flusher.flush_now().await;
+    }
+    for table in ["metrics.views_by_day", "metrics.views_by_minute"] {
+        assert_eq!(store.table_sum(table, "views").await, SUM.into(), "{table}");
+    }
+    let a = writer.accounting();
+    assert!(a.is_balanced(), "{a:?}");
+    assert_eq!((a.minute.applied, a.day.applied), (SUM.into(), SUM.into()));
+    store.shutdown().await;
+}
+
+/// A round's answered increments whose segment alone is larger than
+/// `state.max_spill_bytes` go into an empty spill all the same: waiting could never make
+/// room for them, and they would hold the ingest log's room (refusing every durable
+/// request) for ever.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sealed_file_larger_than_the_spill_limit_still_reaches_the_store() {
+    const SUM: i64 = 20 * 21 / 2;
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = config(dir.path());
+    config.ingest.http.enabled = true;
+    config.ingest.http.durable = true;
+    config.state.max_spill_bytes = 512;
+    let store = start_cqlsim(&mut config, "reads its request counts").await;
+    let mut writer = Writer::start(&config).await;
+    log_views(&writer, 1..=20);
+    for _ in 0..3 {
+        writer.flusher.flush_now().await;
+    }
+    for table in ["metrics.views_by_day", "metrics.views_by_minute"] {
+        assert_eq!(store.table_sum(table, "views").await, SUM.into(), "{table}");
+    }
+    let left: Vec<String> = std::fs::read_dir(&config.state.dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.ends_with(".sealed") || n.starts_with("spill.0"))
+        .collect();
+    assert!(left.is_empty(), "{left:?}");
+    let a = writer.accounting();
+    assert!(a.is_balanced(), "{a:?}");
     store.shutdown().await;
 }
 

@@ -159,8 +159,15 @@ impl<S: Sink> WriteKind for CounterStage<'_, S> {
     fn finish(&mut self) {
         let f = &mut *self.flusher;
         let mut batch = std::mem::take(&mut self.batch);
+        // A replay group's spilled writes are rows its chunk read back: moved, not
+        // admitted (they need no room in the spill); the held rows after them are fresh.
+        let moved = if self.consumes.is_some() {
+            batch.spill.len()
+        } else {
+            0
+        };
         batch.spill.append(&mut f.held_spill);
-        let (spilled, dropped) = f.spill(&self.flush, batch.spill);
+        let (spilled, dropped) = f.spill(&self.flush, batch.spill, moved);
         let held = std::mem::take(&mut f.ledger_held);
         self.spilled = (spilled + held.0, dropped + held.1);
         let [unknown, rejected] = f.state.log_batch(&batch.unknown, &batch.rejected);

@@ -121,18 +121,9 @@ impl<S: Sink> Flusher<S> {
         self.seq += 1;
         let flush = self.state.flush_id(self.seq);
         let consumes = self.state.replay_loaded();
-        match self.state.spill_carried(&flush, consumes, &lines) {
-            Ok(true) => {}
-            Ok(false) => {
-                tracing::debug!(
-                    "No room in the spill to carry rows the epoch registry cannot place; they wait where they are."
-                );
-                return false;
-            }
-            Err(error) => {
-                tracing::error!(%error, "Could not carry rows the epoch registry cannot place; they wait where they are.");
-                return false;
-            }
+        if let Err(error) = self.state.spill_carried(&flush, consumes, &lines) {
+            tracing::error!(%error, "Could not carry rows the epoch registry cannot place; they wait where they are.");
+            return false;
         }
         if let Err(error) = self.state.consume_carried(consumes) {
             tracing::warn!(%error, "Could not record the replay cursor past carried rows (the carrying segment names it; retried at the next commit).");

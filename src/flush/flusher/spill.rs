@@ -10,12 +10,19 @@ use super::{Flusher, Spilled};
 
 impl<S: Sink> Flusher<S> {
     /// Writes the flush's spill segment. Writes that do not fit (`state.max_spill_bytes`)
-    /// or cannot be written are dropped and counted. Returns (spilled, dropped) writes.
-    pub(super) fn spill(&mut self, flush: &FlushId, spilled: Vec<Spilled>) -> (usize, usize) {
+    /// or cannot be written are dropped and counted; the first `moved` are rows the
+    /// flush's replay read back, which need no room (see `StateDir::spill_moving`).
+    /// Returns (spilled, dropped) writes.
+    pub(super) fn spill(
+        &mut self,
+        flush: &FlushId,
+        spilled: Vec<Spilled>,
+        moved: usize,
+    ) -> (usize, usize) {
         if spilled.is_empty() {
             return (0, 0);
         }
-        let written = self.state.spill(flush, &batches(&spilled));
+        let written = self.state.spill_moving(flush, &batches(&spilled), moved);
         self.account_spill(&spilled, written)
     }
 
