@@ -368,20 +368,48 @@ async fn increments<H: PacketHandler>(
             }
         }
     }
-    let (response, kept) = match shared.durable.clone() {
-        None => answer(&shared, &body, framing),
-        Some(log) => answer_durably(&shared, &body, framing, key.as_deref(), log).await,
-    };
-    if let Some(key) = &key {
-        let mut keys = shared.keys.lock();
-        let evicted = keys.evicted();
-        if kept.is_some() {
-            shared.count_idempotency("applied", 1);
+    match shared.durable.clone() {
+        None => {
+            let (response, kept) = answer(&shared, &body, framing);
+            finish_key(&shared, key.as_deref(), kept);
+            response
         }
-        keys.finish(key, kept, Instant::now());
-        shared.count_idempotency("evicted", keys.evicted() - evicted);
+        Some(log) => {
+            // Run to its end even when the client goes away while the append waits for
+            // its sync (the server then drops this future): the lines may be in the log
+            // already, their count must be taken, and the request's Idempotency-Key must
+            // leave "in flight" (its answer kept, or forgotten when nothing was
+            // applied), or every retry with it would get 409 until a restart.
+            let durable = async move {
+                let (response, kept) =
+                    answer_durably(&shared, &body, framing, key.as_deref(), log).await;
+                finish_key(&shared, key.as_deref(), kept);
+                response
+            };
+            tokio::spawn(durable).await.unwrap_or_else(|_| {
+                error(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    "the request could not be answered",
+                    None,
+                )
+            })
+        }
     }
-    response
+}
+
+/// Ends the request that [`Begin::Apply`] let through with `key`: its answer kept for
+/// the window, or the key forgotten when nothing was applied.
+fn finish_key<H: PacketHandler>(shared: &Shared<H>, key: Option<&str>, kept: Option<Kept>) {
+    let Some(key) = key else {
+        return;
+    };
+    let mut keys = shared.keys.lock();
+    let evicted = keys.evicted();
+    if kept.is_some() {
+        shared.count_idempotency("applied", 1);
+    }
+    keys.finish(key, kept, Instant::now());
+    shared.count_idempotency("evicted", keys.evicted() - evicted);
 }
 
 /// Reads, checks and applies a body: the response, and the answer to keep for its

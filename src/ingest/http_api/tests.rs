@@ -91,3 +91,77 @@ fn workers_apply_at_once_and_share_the_idempotency_table() {
     assert_eq!(replayed.status(), StatusCode::OK);
     assert_eq!(replayed.headers()[REPLAYED], "true");
 }
+
+/// A durable request whose client goes away while its lines wait for their sync (the
+/// server drops the request's future then): the request still runs to its end, and its
+/// `Idempotency-Key` is answered rather than left "in flight", so a retry with it gets
+/// the kept answer, not 409 until a restart.
+#[test]
+fn a_durable_request_dropped_while_syncing_still_answers_its_key() {
+    use crate::state::ingest_log::{IngestLog, Retention};
+    let dir = tempfile::tempdir().unwrap();
+    let retention = Retention {
+        window_secs: 600,
+        max_keys: 16,
+        max_streams: 16,
+        keep_streams: false,
+    };
+    let log = Arc::new(IngestLog::open(dir.path(), 1 << 20, 1, retention).unwrap());
+    let (entered, _entered_rx) = mpsc::channel();
+    let (_release_tx, release) = mpsc::channel();
+    let release = Arc::new(Mutex::new(release));
+    let handlers = HandlerPool::new(1, || Gate {
+        entered: entered.clone(),
+        release: Arc::clone(&release),
+    });
+    let shared = Arc::new(Shared::new(
+        handlers,
+        &HttpApiConfig::default(),
+        Arc::new(IngestStats::default()),
+        Some(Arc::clone(&log)),
+    ));
+    let body = r#"[{"name":"fast","value":1}]"#;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    // Polled once, then dropped, as a server drops a request whose client went away:
+    // until one is dropped while it waits (a fast sync may answer the first poll).
+    let mut dropped = None;
+    for attempt in 0..50 {
+        let key = format!("k{attempt}");
+        let mut headers = HeaderMap::new();
+        headers.insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        );
+        headers.insert(IDEMPOTENCY_KEY, HeaderValue::from_str(&key).unwrap());
+        let call = increments(
+            State(Arc::clone(&shared)),
+            headers,
+            Body::from(body.to_owned()),
+        );
+        let gone =
+            runtime.block_on(async { tokio::time::timeout(std::time::Duration::ZERO, call).await });
+        if gone.is_err() {
+            dropped = Some(key);
+            break;
+        }
+    }
+    let key = dropped.expect("no request was still waiting for its sync when dropped");
+    let mut retried = request(&shared, Some(&key), body);
+    for _ in 0..500 {
+        if retried.status() != StatusCode::CONFLICT {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+        retried = request(&shared, Some(&key), body);
+    }
+    assert_eq!(retried.status(), StatusCode::OK, "the key left in flight");
+    assert_eq!(retried.headers()[REPLAYED], "true");
+    assert!(
+        log.appended_bytes() > 0,
+        "the first request's lines are in the log"
+    );
+}
