@@ -107,6 +107,10 @@ pub(super) fn read_chunk(
     let (mut charged, mut planned, mut no_room) = (0_usize, 0_usize, false);
     // Whether the chunk is a run of rows to hold; unknown until its first row.
     let mut holding: Option<bool> = None;
+    // Whether records were refused (unmappable) before the first row: a run to hold
+    // must then start a chunk of its own, since a run left where it is is read again
+    // from the durable cursor, and the refusals with it (logged and counted each time).
+    let mut refused = false;
     let count = replay::read_chunk(state, ledger, |_, own, record| {
         if chunk.rows.len() + chunk.held.len() >= max_rows || record.total.is_some() {
             // A running total (`writer_totals`) is the totals replay's, which takes it
@@ -116,6 +120,11 @@ pub(super) fn read_chunk(
         match record_conversion::from_record(record, families) {
             Ok((key, row)) => {
                 let holds = holds(&key);
+                if holds && holding.is_none() && refused {
+                    // The refusals make a chunk of their own, which passes the cursor
+                    // past them; the run is read from its first row next.
+                    return Taken::Declined;
+                }
                 if *holding.get_or_insert(holds) != holds {
                     // The other kind of row ends the chunk (see the module doc).
                     return Taken::Declined;
@@ -149,7 +158,10 @@ pub(super) fn read_chunk(
                 chunk.rows.push((key, row));
                 Taken::Row { table, sum }
             }
-            Err(error) => Taken::Unmappable(error.to_string()),
+            Err(error) => {
+                refused = true;
+                Taken::Unmappable(error.to_string())
+            }
         }
     });
     if no_room {
