@@ -738,18 +738,8 @@ impl StateDir {
     ) -> io::Result<Vec<bool>> {
         let id = SegmentId::live(flush.incarnation, flush.flush_seq);
         let consumes = self.spill.loaded();
-        let (moved, fresh) = batches.split_at(moved.min(batches.len()));
-        let mut lines = Vec::new();
-        for record in moved.iter().flatten() {
-            serde_json::to_writer(&mut lines, record).map_err(io::Error::other)?;
-            lines.push(b'\n');
-        }
-        let (_, kept) = self
-            .spill
-            .write_segment_carrying(id, consumes, &lines, fresh)?;
-        let mut all = vec![true; moved.len()];
-        all.extend(kept);
-        Ok(all)
+        self.spill
+            .write_segment_moving(id, consumes, batches, moved)
     }
 
     /// Writes the held segment of a final flush (rows held for the delta ledger, see

@@ -329,9 +329,16 @@ fn finish(
     crash_point("recovery_before_spill");
     if !to_spill.is_empty() {
         let batches: Vec<Vec<WriteRecord>> = to_spill.iter().map(|(_, r)| r.clone()).collect();
+        // A replay's group (it consumed a cursor) wrote rows read back from the spill:
+        // they move, whatever room is left (see `Spill::write_segment_carrying`).
+        let moved = if group.consumes.is_some() {
+            batches.len()
+        } else {
+            0
+        };
         let kept = state
             .spill
-            .write_segment(recovered, group.consumes, &batches, &[])?;
+            .write_segment_moving(recovered, group.consumes, &batches, moved)?;
         for ((table, records), kept) in to_spill.iter().zip(kept) {
             let sum: i128 = records
                 .iter()

@@ -251,6 +251,29 @@ impl Spill {
         self.write_lines(id, consumes, &[], batches, ledger)
     }
 
+    /// [`Spill::write_segment`], the first `moved` batches being rows a replay read (up
+    /// to `consumes`) and could not settle: kept whatever room is left, as
+    /// [`Spill::write_segment_carrying`] keeps them; the rest get the room left after
+    /// them. Per batch, whether it was written.
+    pub fn write_segment_moving(
+        &mut self,
+        id: SegmentId,
+        consumes: Option<Cursor>,
+        batches: &[Vec<WriteRecord>],
+        moved: usize,
+    ) -> io::Result<Vec<bool>> {
+        let (moved, fresh) = batches.split_at(moved.min(batches.len()));
+        let mut lines = Vec::new();
+        for record in moved.iter().flatten() {
+            serde_json::to_writer(&mut lines, record).map_err(io::Error::other)?;
+            lines.push(b'\n');
+        }
+        let (_, kept) = self.write_segment_carrying(id, consumes, &lines, fresh)?;
+        let mut all = vec![true; moved.len()];
+        all.extend(kept);
+        Ok(all)
+    }
+
     /// Writes a segment of `records`, whatever room `state.max_spill_bytes` leaves, its
     /// header carrying `ledger` and naming no cursor (see `StateDir::spill_ingest`).
     pub fn write_segment_whole(

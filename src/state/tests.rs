@@ -500,6 +500,59 @@ fn a_replayed_chunk_is_consumed_once_its_flush_ends() {
     );
 }
 
+/// A replay's flush killed after its store refused it, with the spill full: recovery
+/// moves the chunk's rows into its recovered segment whatever room is left (they were
+/// on disk already), rather than dropping them.
+#[test]
+fn recovery_moves_a_killed_replay_through_a_full_spill() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut state = StateDir::open(&config(tmp.path())).unwrap();
+    let spilled_by = state.flush_id(1);
+    state
+        .spill(&spilled_by, &[vec![record(), record(), record()]])
+        .unwrap();
+    let segment = state.spill_bytes().0;
+    // A chunk of two of its three rows: the segment stays until the third is read.
+    state.load_spill(|n, _| n < 2).unwrap();
+    let flush = state.flush_id(2);
+    let consumes = state.replay_loaded();
+    state
+        .journal_begin(&flush, "t", consumes, &families(), &[write("replayed", 3)])
+        .unwrap();
+    state.journal_outcome(
+        0,
+        &Settled::NotApplied {
+            kind: "unavailable".into(),
+            text: "down".into(),
+        },
+    );
+    state.journal_flush();
+    drop(state); // killed before the flush's end
+    let mut state = StateDir::open(&StateConfig {
+        max_spill_bytes: segment,
+        ..config(tmp.path())
+    })
+    .unwrap();
+    let recovery = state.recovery().clone();
+    assert_eq!(
+        (recovery.dropped_rows, recovery.spilled_rows),
+        (0, 1),
+        "{recovery:?}"
+    );
+    let again = state.load_spill(|_, _| true).unwrap();
+    let sums: Vec<i64> = again
+        .records
+        .iter()
+        .map(|(_, r)| r.deltas.values().sum::<i64>())
+        .collect();
+    assert_eq!(
+        sums.len(),
+        2,
+        "the third row, then the moved write: {sums:?}"
+    );
+    assert_eq!(sums[1], 3);
+}
+
 /// A large flush killed early: the requests past the last start bound the journal
 /// recorded were never started, so recovery spills them; only those that may have
 /// started are logged as unknown.
