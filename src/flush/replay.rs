@@ -70,10 +70,9 @@ impl ReplayChunk {
 /// group commit failed: the rows stay on disk, to be read again).
 pub(super) fn unread(sums: [[i128; Granularity::COUNT]; 2], ledger: &Ledger) {
     for g in Granularity::ALL {
-        let (own, earlier) = (sums[0][g.index()], sums[1][g.index()]);
         ledger.update(g, |s| {
-            s.spilled += own;
-            s.replayed -= earlier;
+            replay::unread(s, true, sums[0][g.index()]);
+            replay::unread(s, false, sums[1][g.index()]);
         });
     }
 }

@@ -14,7 +14,7 @@
 //! later chunk or the other kind's replay.
 
 use crate::state::{ErrorInfo, OutcomeLog, RecordOutcome, SegmentId, StateDir, WriteRecord};
-use crate::telemetry::Ledger;
+use crate::telemetry::{Ledger, Settled};
 use crate::vocabulary::Granularity;
 
 /// What a kind of write did with one record read back.
@@ -53,6 +53,7 @@ pub fn read_chunk(
                 }
             });
         };
+        // (`unread` below is its inverse.)
         match take(segment, own, &record) {
             Taken::Declined => return false,
             Taken::Row { table, sum } => {
@@ -96,4 +97,16 @@ pub fn read_chunk(
         ledger.count_appended(OutcomeLog::Rejected, &appended);
     }
     count
+}
+
+/// Puts the count of a row read back with `sum` where it was before the read (the
+/// inverse of what the read did): spilled again (this process's, `own`), or not yet
+/// accepted (an earlier one's). The row's `in_flight` part is the caller's, in the same
+/// ledger update.
+pub fn unread(stages: &mut Settled, own: bool, sum: i128) {
+    if own {
+        stages.spilled += sum;
+    } else {
+        stages.replayed -= sum;
+    }
 }

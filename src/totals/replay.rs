@@ -114,11 +114,7 @@ fn charge_of(replayed: &Replayed, writer: &str) -> usize {
 /// (this process's), or not yet accepted (an earlier one's).
 fn unread(ledger: &Ledger, table: Granularity, own: bool, unconfirmed: i128) {
     ledger.update(table, |s| {
-        if own {
-            s.spilled += unconfirmed;
-        } else {
-            s.replayed -= unconfirmed;
-        }
+        replay::unread(s, own, unconfirmed);
         s.in_flight -= unconfirmed;
     });
 }
