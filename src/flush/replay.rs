@@ -157,6 +157,11 @@ pub(super) fn read_chunk(
                 chunk.rows.push((key, row));
                 Taken::Row { table, sum }
             }
+            Err(_) if holding == Some(true) => {
+                // Inside a run to hold, which may be left where it is and read again: the
+                // refusal ends the run, to be made (once) by the chunk after it.
+                Taken::Declined
+            }
             Err(error) => {
                 refused = true;
                 Taken::Unmappable(error.to_string())

@@ -334,7 +334,8 @@ impl Spill {
     /// would drop what the spill held (an answered increment of a durable listener among
     /// them). Until the flush's end deletes the segments its replay passed, the directory
     /// holds the moved rows twice; that passes the limit by at most one replay chunk (and
-    /// the read part of a segment not yet wholly consumed). `batches` (rows of the flush's
+    /// the read part of a segment not yet wholly consumed). A moved record may also have
+    /// grown by the error its write met (one error per record, replaced each time). `batches` (rows of the flush's
     /// own) get only the room left after them. The header names `consumes`. Returns
     /// whether `carried` was kept (always, once written), and per batch whether it was
     /// written.

@@ -931,49 +931,56 @@ async fn a_held_run_longer_than_a_chunk_stays_on_disk_whole() {
 }
 
 /// A spilled row of a family no longer configured, in front of a run of rows the
-/// registry cannot place: refused once (one line in `rejected.jsonl`, counted once),
-/// though the run behind it is left where it is round after round.
+/// registry cannot place or inside it: refused once (one line in `rejected.jsonl`,
+/// counted once), though the run is left where it is round after round.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_unmappable_row_before_a_held_run_is_refused_once() {
-    let dir = tempfile::tempdir().unwrap();
-    let (config, store, mut w, _, first) =
-        durable_writer_read_at_hour_before(dir.path(), |_| {}).await;
-    // Held: the read does not cover it. The writer is then killed.
-    log_plays(&w, &[(first + 10, 7)]);
-    w.flusher.flush_now().await;
-    drop(w);
-    // Its segment gets a row of a family no longer configured in front.
-    let state = config.state.dir.join("a");
-    let segment = std::fs::read_dir(&state)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .find(|p| {
-            let name = p.file_name().unwrap().to_string_lossy().into_owned();
-            name.starts_with("spill.0") && name.ends_with(".jsonl")
-        })
-        .expect("the held rows' segment");
-    let text = std::fs::read_to_string(&segment).unwrap();
-    let mut lines: Vec<String> = text.lines().map(str::to_owned).collect();
-    let mut gone: serde_json::Value = serde_json::from_str(&lines[1]).unwrap();
-    gone["family"] = "gone".into();
-    gone["row"] = 9.into();
-    lines.insert(1, gone.to_string());
-    std::fs::write(&segment, lines.join("\n") + "\n").unwrap();
+async fn an_unmappable_row_beside_a_held_run_is_refused_once() {
+    for (place, at_line) in [("in front", 1), ("inside", 2)] {
+        let dir = tempfile::tempdir().unwrap();
+        let (config, store, mut w, _, first) =
+            durable_writer_read_at_hour_before(dir.path(), |_| {}).await;
+        // Held: the read does not cover them. The writer is then killed.
+        log_plays(&w, &[(first + 10, 7), (first + 11, 1)]);
+        w.flusher.flush_now().await;
+        drop(w);
+        // The held rows' segment gets a row of a family no longer configured.
+        let state = config.state.dir.join("a");
+        let segment = std::fs::read_dir(&state)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .find(|p| {
+                let name = p.file_name().unwrap().to_string_lossy().into_owned();
+                name.starts_with("spill.0") && name.ends_with(".jsonl")
+            })
+            .expect("the held rows' segment");
+        let text = std::fs::read_to_string(&segment).unwrap();
+        let mut lines: Vec<String> = text.lines().map(str::to_owned).collect();
+        assert!(lines.len() >= 4, "{lines:?}");
+        let mut gone: serde_json::Value = serde_json::from_str(&lines[1]).unwrap();
+        gone["family"] = "gone".into();
+        gone["row"] = 9.into();
+        lines.insert(at_line, gone.to_string());
+        std::fs::write(&segment, lines.join("\n") + "\n").unwrap();
 
-    // Started again, the registry's read still short of the held minute.
-    let (mut again, _) = started_with_read_at(&config, first * 60).await;
-    for _ in 0..4 {
-        again.flusher.flush_now().await;
+        // Started again, the registry's read still short of the held minutes.
+        let (mut again, _) = started_with_read_at(&config, first * 60).await;
+        for _ in 0..4 {
+            again.flusher.flush_now().await;
+        }
+        let rejected = std::fs::read_to_string(state.join("rejected.jsonl")).unwrap_or_default();
+        let refused: Vec<&str> = rejected
+            .lines()
+            .filter(|l| l.contains("\"gone\""))
+            .collect();
+        assert_eq!(refused.len(), 1, "{place}: refused once: {rejected}");
+        let accounting = again.accounting();
+        assert!(accounting.is_balanced(), "{place}: {accounting:?}");
+        let gone_sum = i128::from(gone["deltas"]["plays"].as_i64().unwrap());
+        assert_eq!(
+            accounting.minute.rejected + accounting.day.rejected,
+            gone_sum,
+            "{place}: {accounting:?}"
+        );
+        store.shutdown().await;
     }
-    let rejected = std::fs::read_to_string(state.join("rejected.jsonl")).unwrap_or_default();
-    let refused: Vec<&str> = rejected
-        .lines()
-        .filter(|l| l.contains("\"gone\""))
-        .collect();
-    assert_eq!(refused.len(), 1, "refused once: {rejected}");
-    let accounting = again.accounting();
-    assert!(accounting.is_balanced(), "{accounting:?}");
-    let rejected_sum = accounting.minute.rejected + accounting.day.rejected;
-    assert_eq!(rejected_sum, 7, "{accounting:?}");
-    store.shutdown().await;
 }
