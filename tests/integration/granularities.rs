@@ -11,7 +11,7 @@ use countersink::config::{Config, ConfigError, ConsistencyLevel, FamilyConfig};
 use countersink::ops::read::{self, Reader};
 use countersink::vocabulary::Granularity;
 
-use crate::common::{Store, StoreOptions, Writer, cli_stdout, config, launch};
+use crate::common::{Store, StoreOptions, Writer, cli_get, config, launch};
 
 /// 2026-10-15T13:07:30Z.
 const AT: i64 = 1_792_069_650;
@@ -166,22 +166,8 @@ async fn all_four_granularities_hold_the_exact_sums() {
     .unwrap();
     let file = file.display().to_string();
     let contact = config.store.contact_points[0].clone();
-    let get = |extra: &[&str]| {
-        let mut args = vec![
-            "get",
-            "--config",
-            &file,
-            "--contact-point",
-            &contact,
-            "site.hits",
-            "--tag",
-            "site:a",
-            "--day",
-            "2026-10-15",
-        ];
-        args.extend_from_slice(extra);
-        cli_stdout(args)
-    };
+    let counter = ("site.hits", "site:a", "2026-10-15");
+    let get = |extra: &[&str]| cli_get(&file, Some(&contact), counter, extra);
     let (plain, hours, minutes, total) = tokio::task::block_in_place(|| {
         (
             get(&[]),

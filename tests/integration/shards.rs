@@ -3,7 +3,7 @@
 
 use countersink::config::{FamilyConfig, ShardPlacement};
 
-use crate::common::{T0, Writer, cli_stdout, config, day_and_minute, start_store};
+use crate::common::{T0, Writer, cli_get, config, day_and_minute, start_store};
 
 async fn sharded(placement: ShardPlacement) {
     let dir = tempfile::tempdir().unwrap();
@@ -61,22 +61,8 @@ async fn sharded(placement: ShardPlacement) {
     .unwrap();
     let (day, minute) = day_and_minute(now);
     let file = file.display().to_string();
-    let get = |extra: &[&str]| {
-        let mut args = vec![
-            "get",
-            "--config",
-            &file,
-            "--contact-point",
-            &config.store.contact_points[0],
-            "item.hits",
-            "--tag",
-            "item:x",
-            "--day",
-            &day,
-        ];
-        args.extend_from_slice(extra);
-        cli_stdout(args)
-    };
+    let contact = &config.store.contact_points[0];
+    let get = |extra: &[&str]| cli_get(&file, Some(contact), ("item.hits", "item:x", &day), extra);
     assert_eq!(get(&[]).trim(), "120");
     let minutes = get(&["--minutes"]);
     assert_eq!(

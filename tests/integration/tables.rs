@@ -15,7 +15,7 @@ use countersink::sink::cql::{CqlSink, CqlSinkError};
 use countersink::vocabulary::Granularity;
 use scylla::value::{CqlDate, CqlTimestamp, CqlValue};
 
-use crate::common::{Store, StoreOptions, Writer, cli_stdout, config, launch, start_store};
+use crate::common::{Store, StoreOptions, Writer, cli_get, config, launch, start_store};
 
 /// 2026-10-15T13:07:30Z, inside seed 000's month `'2026-10'`.
 const AT: i64 = 1_792_069_650;
@@ -219,10 +219,9 @@ async fn a_table_with_other_time_columns_works_end_to_end() {
     std::fs::write(&file, store.config_file(HITS_TOML)).unwrap();
     let file = file.display().to_string();
     let get = |extra: &[&str]| {
-        let mut args = vec!["get", "--config", &file, "site.hits", "--tag", "site:a"];
-        args.extend(["--day", "2026-10-15", "--consistency", "one"]);
-        args.extend(extra);
-        cli_stdout(args)
+        let mut flags = vec!["--consistency", "one"];
+        flags.extend(extra);
+        cli_get(&file, None, ("site.hits", "site:a", "2026-10-15"), &flags)
     };
     let (series, total) = tokio::task::block_in_place(|| (get(&["--minutes"]), get(&[])));
     assert_eq!(

@@ -23,6 +23,28 @@ impl PacketHandler for Gate {
     }
 }
 
+/// The shared state of a listener with `workers` gated handlers and `durable`'s log:
+/// with the receiver told when a `slow` item is entered, and the sender that lets it go.
+fn gated(
+    workers: usize,
+    durable: Option<Arc<crate::state::ingest_log::IngestLog>>,
+) -> (Arc<Shared<Gate>>, mpsc::Receiver<()>, mpsc::Sender<()>) {
+    let (entered, entered_rx) = mpsc::channel();
+    let (release_tx, release) = mpsc::channel();
+    let release = Arc::new(Mutex::new(release));
+    let handlers = HandlerPool::new(workers, || Gate {
+        entered: entered.clone(),
+        release: Arc::clone(&release),
+    });
+    let shared = Arc::new(Shared::new(
+        handlers,
+        &HttpApiConfig::default(),
+        Arc::new(IngestStats::default()),
+        durable,
+    ));
+    (shared, entered_rx, release_tx)
+}
+
 fn request(shared: &Arc<Shared<Gate>>, key: Option<&str>, body: &str) -> Response {
     let mut headers = HeaderMap::new();
     headers.insert(
@@ -48,19 +70,7 @@ fn request(shared: &Arc<Shared<Gate>>, key: Option<&str>, body: &str) -> Respons
 /// answered the key replays its answer.
 #[test]
 fn workers_apply_at_once_and_share_the_idempotency_table() {
-    let (entered, entered_rx) = mpsc::channel();
-    let (release_tx, release) = mpsc::channel();
-    let release = Arc::new(Mutex::new(release));
-    let handlers = HandlerPool::new(2, || Gate {
-        entered: entered.clone(),
-        release: Arc::clone(&release),
-    });
-    let shared = Arc::new(Shared::new(
-        handlers,
-        &HttpApiConfig::default(),
-        Arc::new(IngestStats::default()),
-        None,
-    ));
+    let (shared, entered_rx, release_tx) = gated(2, None);
     let slow = r#"[{"name":"slow","value":1}]"#;
 
     let first = std::thread::spawn({
@@ -107,19 +117,7 @@ fn a_durable_request_dropped_while_syncing_still_answers_its_key() {
         keep_streams: false,
     };
     let log = Arc::new(IngestLog::open(dir.path(), 1 << 20, 1, retention).unwrap());
-    let (entered, _entered_rx) = mpsc::channel();
-    let (_release_tx, release) = mpsc::channel();
-    let release = Arc::new(Mutex::new(release));
-    let handlers = HandlerPool::new(1, || Gate {
-        entered: entered.clone(),
-        release: Arc::clone(&release),
-    });
-    let shared = Arc::new(Shared::new(
-        handlers,
-        &HttpApiConfig::default(),
-        Arc::new(IngestStats::default()),
-        Some(Arc::clone(&log)),
-    ));
+    let (shared, _entered, _release) = gated(1, Some(Arc::clone(&log)));
     let body = r#"[{"name":"fast","value":1}]"#;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)

@@ -32,6 +32,24 @@ where
     String::from_utf8(out.stdout).expect("utf-8")
 }
 
+/// `countersink get` of counter `name` with tag `tag` (`key:value`) on `day`, reading
+/// with the configuration `file` (and `contact` as its contact point, when given), then
+/// `extra` flags: its stdout.
+pub(crate) fn cli_get(
+    file: &str,
+    contact: Option<&str>,
+    (name, tag, day): (&str, &str, &str),
+    extra: &[&str],
+) -> String {
+    let mut args = vec!["get", "--config", file];
+    if let Some(contact) = contact {
+        args.extend(["--contact-point", contact]);
+    }
+    args.extend([name, "--tag", tag, "--day", day]);
+    args.extend_from_slice(extra);
+    cli_stdout(args)
+}
+
 /// `countersink serve ARGS...` running as a child process.
 pub(crate) struct Serve {
     child: Child,

@@ -8,7 +8,7 @@ mod indexed;
 mod sidecar;
 mod store;
 
-pub(crate) use self::cli::{BIN, Serve, cli_stdout, run_cli};
+pub(crate) use self::cli::{BIN, Serve, cli_get, cli_stdout, run_cli};
 pub(crate) use self::fault_proxy::{FaultProxy, Swallow};
 pub(crate) use self::indexed::IndexedWriter;
 pub(crate) use self::sidecar::{
