@@ -4,7 +4,8 @@
 //! to [`Recorder`] — and countersink sums them per (key, minute), flushes one delta per
 //! row every few seconds into minute and day counter tables with non-idempotent prepared
 //! statements, logs writes whose outcome is unknown instead of retrying them, and flushes
-//! on shutdown. The README states the guarantees exactly as implemented.
+//! on shutdown. The book's chapter docs/src/guarantees.md states the guarantees exactly as
+//! implemented.
 //!
 //! # Layout
 //!
