@@ -324,3 +324,21 @@ fn anchors_follow_the_slug_rules() {
         vec!["a.md#b".to_owned()]
     );
 }
+
+/// Every chapter is included in the library's `#[cfg(doctest)]` module `book`, so that
+/// `cargo test --doc` compiles the Rust blocks of every chapter.
+#[test]
+fn every_chapter_is_compiled_by_the_doc_tests() {
+    let lib = include_str!("../../src/lib.rs");
+    let src = root().join("docs/src");
+    for chapter in documents().into_iter().filter(|d| d.starts_with(&src)) {
+        let name = chapter.strip_prefix(&src).unwrap().display().to_string();
+        if name == "SUMMARY.md" {
+            continue;
+        }
+        assert!(
+            lib.contains(&format!("#[doc = include_str!(\"../docs/src/{name}\")]")),
+            "docs/src/{name} is not included in the `book` module of src/lib.rs"
+        );
+    }
+}
