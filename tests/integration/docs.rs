@@ -342,3 +342,56 @@ fn every_chapter_is_compiled_by_the_doc_tests() {
         );
     }
 }
+
+/// The names in backticks of a table cell (the text between each pair of backticks).
+fn code_spans(cell: &str) -> Vec<&str> {
+    cell.split('`').skip(1).step_by(2).collect()
+}
+
+/// The guarantees chapter's table names, for each guarantee, files that exist and tests
+/// that exist in the files it names (`path`: `test`, `test`; `path`: `test`).
+#[test]
+fn the_guarantees_table_names_files_and_tests_that_exist() {
+    let root = root();
+    let chapter = include_str!("../../docs/src/guarantees.md");
+    let table = &chapter[chapter
+        .find("## Who keeps each guarantee")
+        .expect("the table's heading")..];
+    let rows: Vec<&str> = table
+        .lines()
+        .skip_while(|line| !line.starts_with("|---"))
+        .skip(1)
+        .take_while(|line| line.starts_with('|'))
+        .collect();
+    assert!(rows.len() >= 7, "{rows:?}");
+    let mut tests_named = 0;
+    for row in rows {
+        let cells: Vec<&str> = row.split(" | ").collect();
+        assert_eq!(cells.len(), 3, "{row}");
+        for module in code_spans(cells[1])
+            .into_iter()
+            .filter(|m| m.starts_with("src/"))
+        {
+            assert!(
+                root.join(module).exists(),
+                "{module}, named in the table, does not exist"
+            );
+        }
+        for part in cells[2].trim_end_matches(" |").split("; ") {
+            let (file, names) = part
+                .split_once(": ")
+                .unwrap_or_else(|| panic!("`path`: `test` expected, got {part}"));
+            let file = file.trim_matches('`');
+            let text = std::fs::read_to_string(root.join(file))
+                .unwrap_or_else(|e| panic!("{file}, named in the table: {e}"));
+            for name in code_spans(names) {
+                assert!(
+                    text.contains(&format!("fn {name}(")),
+                    "{file} has no test `{name}` (named in the guarantees table)"
+                );
+                tests_named += 1;
+            }
+        }
+    }
+    assert!(tests_named >= 20, "{tests_named}");
+}
