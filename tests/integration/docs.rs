@@ -395,3 +395,57 @@ fn the_guarantees_table_names_files_and_tests_that_exist() {
     }
     assert!(tests_named >= 20, "{tests_named}");
 }
+
+/// The command-line reference names every subcommand (as `countersink <path>`) and every
+/// long flag that `--help` shows.
+#[cfg(feature = "sidecar")]
+#[test]
+fn the_cli_reference_holds_every_subcommand_and_flag() {
+    use clap::CommandFactory;
+    let reference = include_str!("../../docs/src/reference/cli.md");
+    fn walk(path: &str, command: &clap::Command, problems: &mut Vec<String>, reference: &str) {
+        for arg in command.get_arguments() {
+            if arg.is_hide_set() {
+                continue;
+            }
+            if let Some(long) = arg.get_long() {
+                if long != "help" && long != "version" && !reference.contains(&format!("--{long}"))
+                {
+                    problems.push(format!("`{path}` has `--{long}`"));
+                }
+            }
+        }
+        for sub in command.get_subcommands() {
+            if sub.is_hide_set() || sub.get_name() == "help" {
+                continue;
+            }
+            let name = sub.get_name();
+            // `countersink outcomes summary|list` names both.
+            let named = reference
+                .match_indices(&format!("{path} "))
+                .any(|(at, found)| {
+                    reference[at + found.len()..]
+                        .split_whitespace()
+                        .next()
+                        .is_some_and(|word| word.split('|').any(|w| w == name))
+                });
+            let path = format!("{path} {name}");
+            if !named {
+                problems.push(format!("no `{path}`"));
+            }
+            walk(&path, sub, problems, reference);
+        }
+    }
+    let mut problems = Vec::new();
+    walk(
+        "countersink",
+        &countersink::cli::Cli::command(),
+        &mut problems,
+        reference,
+    );
+    assert!(
+        problems.is_empty(),
+        "docs/src/reference/cli.md lacks:\n{}",
+        problems.join("\n")
+    );
+}
