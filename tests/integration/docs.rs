@@ -193,10 +193,8 @@ fn link_targets(line: &str) -> Vec<String> {
         out.push(target.to_owned());
         rest = &rest[end..];
     }
-    if let Some(definition) = text.strip_prefix('[') {
-        if let Some((_, target)) = definition.split_once("]: ") {
-            out.push(target.trim().to_owned());
-        }
+    if let Some((_, target)) = text.strip_prefix('[').and_then(|d| d.split_once("]: ")) {
+        out.push(target.trim().to_owned());
     }
     out
 }
@@ -408,11 +406,12 @@ fn the_cli_reference_holds_every_subcommand_and_flag() {
             if arg.is_hide_set() {
                 continue;
             }
-            if let Some(long) = arg.get_long() {
-                if long != "help" && long != "version" && !reference.contains(&format!("--{long}"))
-                {
-                    problems.push(format!("`{path}` has `--{long}`"));
-                }
+            if let Some(long) = arg.get_long()
+                && long != "help"
+                && long != "version"
+                && !reference.contains(&format!("--{long}"))
+            {
+                problems.push(format!("`{path}` has `--{long}`"));
             }
         }
         for sub in command.get_subcommands() {
