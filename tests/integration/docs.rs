@@ -448,3 +448,22 @@ fn the_cli_reference_holds_every_subcommand_and_flag() {
         problems.join("\n")
     );
 }
+
+/// The README's two commands are still there, and the test command is the one `.ci/run`
+/// runs in its step "tests (the README's test command)".
+#[test]
+fn the_readme_holds_the_two_commands_ci_runs() {
+    let readme = include_str!("../../README.md");
+    assert!(readme.contains("```sh\ncargo run --release -- dev\n```"));
+    assert!(readme.contains("```sh\ncargo test --workspace\n```"));
+    let ci = include_str!("../../.ci/run");
+    let step = &ci[ci
+        .find("step \"tests (the README's test command)\"")
+        .expect("the tests step of .ci/run")..];
+    let step = &step[..step[1..].find("\nstep ").map_or(step.len(), |end| end + 1)];
+    assert!(
+        step.lines()
+            .any(|line| line.contains("cargo test --workspace --locked")),
+        "the tests step of .ci/run no longer runs the README's test command:\n{step}"
+    );
+}
