@@ -467,3 +467,83 @@ fn the_readme_holds_the_two_commands_ci_runs() {
         "the tests step of .ci/run no longer runs the README's test command:\n{step}"
     );
 }
+
+/// The state directory's chapter lists every file the code names: each file-name constant
+/// of `src/` (`const NAME: &str = "name.ext"`) and the fixed names the state module joins
+/// to the directory.
+#[test]
+fn the_state_directory_chapter_lists_every_file() {
+    fn sources(dir: &Path, out: &mut Vec<PathBuf>) {
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                sources(&path, out);
+            } else if path.extension().is_some_and(|ext| ext == "rs") {
+                out.push(path);
+            }
+        }
+    }
+    let chapter = include_str!("../../docs/src/operations/state-directory.md");
+    let mut files = Vec::new();
+    sources(&root().join("src"), &mut files);
+    let code: String = files
+        .iter()
+        .map(|f| std::fs::read_to_string(f).unwrap())
+        .collect();
+    let extensions = [
+        "jsonl", "json", "wal", "bin", "cursor", "mark", "days", "log", "corrupt",
+    ];
+    let mut names = Vec::new();
+    for line in code.lines() {
+        let line = line.trim();
+        let rest = line.split_once("const ").map_or("", |(visibility, rest)| {
+            if visibility.is_empty() || visibility.starts_with("pub") {
+                rest
+            } else {
+                ""
+            }
+        });
+        let Some(rest) = Some(rest).filter(|rest| !rest.is_empty()) else {
+            continue;
+        };
+        let Some((_, value)) = rest.split_once(": &str = \"") else {
+            continue;
+        };
+        let Some(name) = value.strip_suffix("\";") else {
+            continue;
+        };
+        if name
+            .split('.')
+            .next_back()
+            .is_some_and(|ext| extensions.contains(&ext))
+            && name
+                .chars()
+                .all(|c| c.is_ascii_lowercase() || c == '_' || c == '.')
+        {
+            names.push(name.to_owned());
+        }
+    }
+    assert!(names.len() >= 12, "{names:?}");
+    for fixed in [
+        "journal.wal",
+        "unknown.jsonl",
+        "rejected.jsonl",
+        "status.json",
+        "writer_id",
+        "dir_id",
+        "incarnation",
+        "lock",
+    ] {
+        assert!(
+            code.contains(&format!("\"{fixed}\"")),
+            "{fixed} is no longer named in src/: update this test and the chapter"
+        );
+        names.push(fixed.to_owned());
+    }
+    for name in names {
+        assert!(
+            chapter.contains(&format!("`{name}`")),
+            "{name} is a state file the code names but docs/src/operations/state-directory.md does not list"
+        );
+    }
+}
