@@ -1,7 +1,7 @@
 //! The CQL text of every statement, read from the files under `cql/`.
 //!
 //! The files are compiled in (`include_str!`), so the binary needs nothing on disk, and
-//! the same files are what `countersink schema` prints and what the README points to. A
+//! the same files are what `countersink schema` prints and what the book points to. A
 //! file holds named blocks: a `-- name: <name>` line, then the statement. Other comment
 //! lines are documentation and are dropped from the statement text.
 

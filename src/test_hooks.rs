@@ -3,7 +3,7 @@
 //! - `COUNTERSINK_CRASH_POINT=NAME` (or `NAME:N`, the Nth time): when the process reaches
 //!   the named step it prints `countersink: crash point NAME reached` on stderr and stops
 //!   there, so a test can kill it (SIGKILL) at exactly that step. The names are listed
-//!   with the crash windows in the README.
+//!   with the crash windows in docs/src/architecture/journal.md.
 //!
 //! Nothing here changes what the process writes or sends: the crash tests check the
 //! journal, logs and spill exactly as a production build leaves them.

@@ -30,8 +30,8 @@ import tempfile
 import time
 import tomllib
 
-# The defaults of `exact.buckets`, `key_index.enabled` and `key_index.buckets` (README,
-# configuration reference): the day's slice count when the configuration leaves them out.
+# The defaults of `exact.buckets`, `key_index.enabled` and `key_index.buckets` (the
+# configuration reference, docs/src/reference/configuration.md): the day's slice count when the configuration leaves them out.
 DEFAULT_EXACT_BUCKETS = 64
 DEFAULT_KEY_INDEX_ENABLED = False
 DEFAULT_KEY_INDEX_BUCKETS = 16

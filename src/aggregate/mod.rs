@@ -14,7 +14,7 @@
 //! instead of fighting over one. Each lock is nearly always uncontended, so it costs one
 //! atomic swap, and the per-packet ingest path takes it once per datagram, not per line.
 //! The `engine` benchmark measures both designs and a `Mutex<HashMap>` baseline in the
-//! same run; the README has the figures. With one thread the plain mutex map is faster:
+//! same run; docs/src/performance.md has the figures. With one thread the plain mutex map is faster:
 //! the stripes pay for themselves under contention, the case pre-aggregation exists for.
 //!
 //! The only state that all threads write is the row budget, and only when a row is

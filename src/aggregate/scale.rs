@@ -114,7 +114,7 @@ mod tests {
     }
 
     /// The long-run mean of a sampled counter equals value / rate: the unbiasedness
-    /// promise made in the README.
+    /// promise made in the book (docs/src/concepts/counting-modes.md).
     #[test]
     fn long_run_mean_is_unbiased() {
         let mut rng = fastrand::Rng::with_seed(4);

@@ -1,5 +1,5 @@
 //! The `countersink` command line: a contract, since scripts and operators rely on these
-//! names (the README's "Command line").
+//! names (docs/src/reference/cli.md).
 //!
 //! Settings come from, highest first: command-line flags, `COUNTERSINK_*` environment
 //! variables (each flag names its variable in `--help`), the config file (`--config` or

@@ -698,7 +698,7 @@ mod tests {
 
     /// One configuration shape in every build: the library built without the sidecar
     /// reads a file written for the sidecar (its `[ingest.*]` sections included), as the
-    /// README's embedding example does. `.ci/run` runs this in a library-only build.
+    /// book's embedding example (docs/src/guide/embedding.md) does. `.ci/run` runs this in a library-only build.
     #[test]
     fn the_example_file_parses_in_every_build() {
         let example = Config::from_toml(include_str!("../../examples/countersink.toml"))

@@ -20,7 +20,7 @@
 //! [`Batch`]).
 //!
 //! `tests/bench/engine.rs` measures both paths (time, and instructions under callgrind,
-//! which repeat on a shared machine); the README has the figures.
+//! which repeat on a shared machine); docs/src/performance.md has the figures.
 
 use std::cell::RefCell;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};

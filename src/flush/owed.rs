@@ -22,7 +22,7 @@
 //!
 //! What stays blind: a writer that spills while it cannot reach the outcomes table
 //! (an outage, a stop with the store down) writes its marks when it can, at the latest
-//! at its next start; a reconcile in between cannot see that debt (the README says so).
+//! at its next start; a reconcile in between cannot see that debt (docs/src/operations/reconcile.md says so).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::io;

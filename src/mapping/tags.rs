@@ -15,7 +15,7 @@ use std::collections::{HashMap, HashSet};
 /// `ddEnvTagsMapping` and `statsd/format.go`; datadogpy `datadog/dogstatsd/base.py`
 /// `DD_ENV_TAGS_MAPPING`; java-dogstatsd-client `NonBlockingStatsDClient` `Literal` and
 /// `updateTagsWithEntityID`; hot-shots `lib/statsd.js` `DD_ENV_GLOBAL_TAGS_MAPPING`), and
-/// seen on the wire from datadogpy 0.56 and datadog-go 5.9 (README, Clients):
+/// seen on the wire from datadogpy 0.56 and datadog-go 5.9 (docs/src/guide/clients.md):
 ///
 /// - `DD_ENTITY_ID` becomes the tag `dd.internal.entity_id:<value>`. The Datadog admission
 ///   controller and the documented downward-API set-up give it the **pod UID**: one value

@@ -8,8 +8,8 @@
 //! partition key column and nothing else — never a row, never a cell. It refuses a cutoff
 //! younger than a minimum age, so no writer can still be writing those partitions: rows
 //! reach a table at most `limits.timestamp_max_past` (1 h) plus `flush.requeue_max_age`
-//! (10 min) after their minute, unless a spill file is replayed much later (see the
-//! README). The key index rows of the pruned days go too.
+//! (10 min) after their minute, unless a spill file is replayed much later (see
+//! docs/src/operations/tables.md, "Retention"). The key index rows of the pruned days go too.
 //!
 //! Why not tables per period (`views_by_minute_2026`, dropped whole)? It would make every
 //! writer route rows by period and prepare statements for a new table at each rollover

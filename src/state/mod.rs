@@ -1,6 +1,6 @@
 //! The state directory: one writer's intent journal, outcome logs, spill and identity.
 //!
-//! The README's "The state directory" lists every file it holds (the counter families',
+//! The book's "The state directory" (docs/src/operations/state-directory.md) lists every file it holds (the counter families',
 //! the `writer_totals` families', the exact families' and the driver wrapper's) with its
 //! content; this module owns the ones every kind of write shares:
 //!
@@ -131,8 +131,8 @@ impl Status {
 ///
 /// Callers use its operations, never its files: the journal's group commit, outcomes and
 /// end; a batch of outcome records; a spill segment; a chunk of replay. Every step that
-/// other steps depend on is one `fsync`, `rename` or `unlink` (the README lists what a
-/// crash between two of them means).
+/// other steps depend on is one `fsync`, `rename` or `unlink` (docs/src/architecture/journal.md
+/// lists what a crash between two of them means).
 pub struct StateDir {
     dir: PathBuf,
     _lock: File,

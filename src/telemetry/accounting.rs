@@ -1,4 +1,4 @@
-//! The accounting identity (the README's "Nothing vanishes silently"), as signed sums
+//! The accounting identity ("Nothing vanishes silently" in docs/src/guarantees.md), as signed sums
 //! of deltas.
 //!
 //! Every accepted increment ends in exactly one stage, so at any quiet moment

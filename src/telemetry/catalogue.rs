@@ -1,6 +1,6 @@
 //! Every metric countersink exports: name, help text, labels. The one list: the
 //! collectors build their series from these entries, a test checks that what is exported
-//! is exactly this list, and another that the README's catalogue names each of them.
+//! is exactly this list, and another that the book's catalogue (docs/src/reference/metrics.md) names each of them.
 
 use prometheus::{
     Gauge, GaugeVec, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge,

@@ -707,7 +707,7 @@ mod tests {
         assert_eq!(agg.pending_rows_estimate(), 0);
     }
 
-    /// The README's estimate: about 100 bytes plus the key, per held row.
+    /// The book's estimate (docs/src/concepts/counting-modes.md): about 100 bytes plus the key, per held row.
     #[test]
     fn a_held_row_is_charged_about_a_hundred_bytes_plus_its_key() {
         let id = minute_row("k-0123456789abcdef0123456789", NOW);

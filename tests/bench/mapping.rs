@@ -19,7 +19,7 @@
 //! - `engine/*`: the whole line path (`Engine::ingest_packet`) over 100k distinct keys, so
 //!   that nearly every line misses the engine's line cache: `plain` against `rules_unmatched`.
 //!
-//! Report `rules_* / plain` per group, medians of several runs, as the README does.
+//! Report `rules_* / plain` per group, medians of several runs, as docs/src/performance.md does.
 
 use std::hint::black_box;
 

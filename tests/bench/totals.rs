@@ -11,7 +11,7 @@
 //!    store received (cqlsim's statistics), and CPU time of the process (driver, flusher and
 //!    store share it) per row. cqlsim keeps everything in memory: a real node's counter
 //!    write also reads the local shard before it writes and takes a lock (regular writes do
-//!    neither), which this store does not model; see the README.
+//!    neither), which this store does not model; see docs/src/performance.md.
 //! 3. Read cost of `get` (the library reader): a day total and a day's minutes of one key
 //!    whose rows were written by 1, 10 and 100 writers, against the counter family's one
 //!    row per bucket.

@@ -54,7 +54,7 @@ class Case:
     - REPORTED: a non-blocking sender may lose datagrams when the socket is full, but only
       as many as it reports itself (a shortfall with no reported drop fails);
     - SILENT: a documented client behaviour loses increments without reporting them
-      (README: "Clients"); the tables must still agree and never exceed what was sent;
+      (docs/src/guide/clients.md); the tables must still agree and never exceed what was sent;
     - MISMATCH: the client cannot speak countersink's framing; nothing may land, and
       countersink must count the refusal.
     """

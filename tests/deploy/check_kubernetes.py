@@ -33,7 +33,7 @@ ROOT = os.path.dirname(os.path.dirname(HERE))
 K8S = os.path.join(ROOT, "deploy", "kubernetes")
 VERSIONS = ("1.29.0", "1.37.0")
 
-# Measured peak of the sidecar process (README, Kubernetes): idle RSS plus this factor
+# Measured peak of the sidecar process (docs/src/operations/deployment.md, Kubernetes): idle RSS plus this factor
 # times limits.max_pending_bytes while the pending buffer is full and a flush runs.
 IDLE_BYTES = 8 * 2**20
 PEAK_FACTOR = 5.5
@@ -240,8 +240,8 @@ def main():
 
 
 def day_slices(config):
-    """The day's slice count countersink computes from a configuration (README, "In
-    parts"): exact.buckets, or with the key index on its gcd with key_index.buckets."""
+    """The day's slice count countersink computes from a configuration (docs/src/operations/reconcile.md,
+    "In parts"): exact.buckets, or with the key index on its gcd with key_index.buckets."""
     import math
 
     exact = config.get("exact", {}).get("buckets", 64)

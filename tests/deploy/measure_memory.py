@@ -1,6 +1,6 @@
 """Measures the sidecar's resident memory against `limits.max_pending_bytes`, to size a
 container's memory request and limit (deploy/kubernetes). A measurement, not a test: run
-by hand, figures in the README ("Kubernetes", memory).
+by hand, figures in docs/src/operations/deployment.md ("Kubernetes", memory).
 
     python3 tests/deploy/measure_memory.py --countersink BIN --cqlsim BIN [--limit-mib 64]
         [--keys 1500000] [--seconds 40] [--store-delay 20ms]

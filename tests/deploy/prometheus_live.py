@@ -1,7 +1,7 @@
 """A real Prometheus server scraping a running `countersink dev`, with the rules of
 deploy/prometheus loaded; checked through Prometheus's HTTP API:
 
-- the series of the README's catalogue arrive with the values the traffic implies
+- the series of the book's metrics catalogue (docs/src/reference/metrics.md) arrive with the values the traffic implies
   (lines per transport, invalid and ignored lines, drops, writes, flushes);
 - the accounting identity holds per granularity, and equals what was sent;
 - the recording rules evaluate (the identity gap is 0, rates are positive) and every
@@ -224,12 +224,12 @@ def main():
                   "countersink_packets_received_total{transport=uds_stream}")
             check(prometheus.one(f"countersink_previous_stop_unclean{target}") == 0, "previous stop clean (fresh state)")
             names = set(prometheus.api("label/__name__/values", **{"match[]": '{job="countersink"}'}))
-            catalogue = open(os.path.join(ROOT, "README.md")).read()
+            catalogue = open(os.path.join(ROOT, "docs", "src", "reference", "metrics.md")).read()
             histograms = {n.removesuffix("_bucket") for n in names if n.endswith("_bucket")}
             exported = {n for n in names if n.startswith("countersink_")
                         and not any(n in (h + "_bucket", h + "_sum", h + "_count") for h in histograms)} | histograms
             missing = sorted(n for n in exported if f"`{n}`" not in catalogue)
-            check(len(exported) >= 20 and not missing, f"{len(exported)} countersink series in Prometheus, all in the README catalogue {missing}")
+            check(len(exported) >= 20 and not missing, f"{len(exported)} countersink series in Prometheus, all in the metrics catalogue {missing}")
 
             # The identity, through Prometheus, per granularity. `dev`'s families have minute
             # and day tables only: their hour and total deltas settle as `no_table`.

@@ -41,7 +41,7 @@ async fn shutdown_with_100k_pending_rows_applies_or_spills_and_a_restart_replays
         report.spilled > 0,
         "the deadline cut the flush short: {report:?}"
     );
-    // How long it took is a measurement (the shutdown figure in the README comes from a
+    // How long it took is a measurement (the shutdown figure in docs/src/performance.md comes from a
     // bench), not an assertion: a loaded machine stretches it. The deadline's effect is
     // asserted above: the flush was cut short and the rest spilled.
     eprintln!("shutdown with 100k rows and a 700 ms deadline took {took:?}");

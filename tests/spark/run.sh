@@ -8,7 +8,7 @@
 #   tests/spark/run.sh              countersink dev's embedded store (cqlsim), for local runs
 #
 # Environment: SPARK_TEST_KEYS (keys of the day, default 5000); SPARK_MEASURE_RUNS=N (more
-# runs of each, medians of keys/s: the figure in README, not part of CI).
+# runs of each, medians of keys/s: the figure in docs/src/performance.md, not part of CI).
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 root="$(cd "$here/../.." && pwd)"

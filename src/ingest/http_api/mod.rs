@@ -27,7 +27,7 @@
 //! `Idempotency-Key` table is one for all of them.
 //!
 //! A 200 means the increments are in the buffer, like a datagram received: a crash before
-//! the next flush loses them (the README's loss windows). With `durable = true` it means
+//! the next flush loses them (the loss windows of docs/src/guarantees.md). With `durable = true` it means
 //! they are on disk, in the ingest log ([`crate::state::ingest_log`]), and a SIGKILL loses
 //! nothing answered. A client that retries a request whose answer it did not get counts
 //! it twice, unless it sends an `Idempotency-Key`: the same key and body within

@@ -22,7 +22,7 @@ pub struct Unknown {
     pub deltas: Sums,
 }
 
-/// The status of a key (see the README's reconcile table).
+/// The status of a key (see the table of docs/src/operations/reconcile.md).
 #[derive(
     Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize,
 )]

@@ -1,4 +1,4 @@
-//! One test per crash window (the README lists them): the child stops at the named step
+//! One test per crash window (docs/src/architecture/journal.md lists them): the child stops at the named step
 //! (a test-only crash point), is killed there, and a restart must leave no row sent
 //! twice, no record duplicated and nothing unaccounted.
 

@@ -1,7 +1,7 @@
 {{/*
 Named templates. Each takes a context with .Values (this chart's values) and .Release:
 inside this chart `.`; from another chart that has countersink as a dependency,
-(dict "Values" .Values.countersink "Release" .Release). README, "Helm", shows a whole
+(dict "Values" .Values.countersink "Release" .Release). docs/src/operations/deployment.md, "Helm", shows a whole
 Deployment of another chart with the sidecar added.
 */}}
 
@@ -114,7 +114,7 @@ Deployment of another chart with the sidecar added.
 {{- include "countersink.toml.table" (dict "prefix" "" "table" (include "countersink.configDict" . | fromJson)) | trim }}
 {{ end -}}
 
-{{/* Memory: 1.2 x (8 MiB + 5.5 x max_pending_bytes), rounded up to 16 MiB (README). */}}
+{{/* Memory: 1.2 x (8 MiB + 5.5 x max_pending_bytes), rounded up to 16 MiB (docs/src/operations/deployment.md). */}}
 {{- define "countersink.memory" -}}
 {{- $pending := include "countersink.need" (dict "config" .Values.config "section" "limits" "key" "max_pending_bytes") | int64 -}}
 {{- $peakMiB := addf 8 (mulf 5.5 (divf $pending 1048576)) -}}
