@@ -558,6 +558,8 @@ impl Families {
         Router {
             families: self,
             routing: self.routing.load_full(),
+            last_name: String::new(),
+            last_route: None,
         }
     }
 
@@ -571,21 +573,7 @@ impl Families {
     ) -> Result<Target, Unplaced> {
         series.clear();
         if let Some(&(family, column)) = routing.by_metric.get(name) {
-            // One source list per key column.
-            let sources = routing.sources(family);
-            for sources in sources {
-                keys::push_from_tags(tags, sources, series)?;
-            }
-            routing.check_length(series, sources.len())?;
-            return Ok(Target {
-                family,
-                column,
-                width: routing
-                    .widths
-                    .get(usize::from(family.0))
-                    .copied()
-                    .unwrap_or(1),
-            });
+            return Self::resolve_metric(routing, family, column, tags, series);
         }
         if let Some(mapped) = &routing.mapped {
             let mut captures = Captures::default();
@@ -596,6 +584,41 @@ impl Families {
         if !self.generic_enabled {
             return Err(Unplaced::Unconfigured);
         }
+        Self::resolve_generic(routing, name, tags, series)
+    }
+
+    /// The series key of a name a family lists in its `metrics` (`series` empty).
+    fn resolve_metric<T: TagSet + ?Sized>(
+        routing: &Routing,
+        family: FamilyId,
+        column: usize,
+        tags: &T,
+        series: &mut Vec<u8>,
+    ) -> Result<Target, Unplaced> {
+        // One source list per key column.
+        let sources = routing.sources(family);
+        for sources in sources {
+            keys::push_from_tags(tags, sources, series)?;
+        }
+        routing.check_length(series, sources.len())?;
+        Ok(Target {
+            family,
+            column,
+            width: routing
+                .widths
+                .get(usize::from(family.0))
+                .copied()
+                .unwrap_or(1),
+        })
+    }
+
+    /// The series key of a name in the generic family (`series` empty).
+    fn resolve_generic<T: TagSet + ?Sized>(
+        routing: &Routing,
+        name: &str,
+        tags: &T,
+        series: &mut Vec<u8>,
+    ) -> Result<Target, Unplaced> {
         if !series::push_field(series, name) {
             return Err(Unplaced::KeyTooLong);
         }
@@ -663,20 +686,77 @@ impl Families {
 /// The families' routing held for a run of look-ups (the points of one request): the
 /// shared routing is read once for all of them rather than once per increment. A routing
 /// replaced meanwhile applies from the next run.
+///
+/// It also keeps where the last name went: the points of one metric come in a row, so
+/// the name is looked up once for them rather than once per point.
 pub struct Router<'f> {
     families: &'f Families,
     routing: Arc<Routing>,
+    /// The last name looked up, and what it resolved to (`None`: none yet).
+    last_name: String,
+    last_route: Option<NameRoute>,
+}
+
+/// Where a name goes under one routing, whatever its tags.
+#[derive(Debug, Clone, Copy)]
+enum NameRoute {
+    /// A family lists it: that family and column.
+    Metric(FamilyId, usize),
+    /// A `[[mapping]]` rule matches it (looked up again with each increment: the
+    /// captures are the name's).
+    Mapped,
+    /// No family and no rule: the generic family.
+    Generic,
+    /// No family and no rule, and the generic family is off.
+    Unconfigured,
 }
 
 impl Router<'_> {
     /// [`Families::resolve`] by this routing.
     pub fn resolve<T: TagSet + ?Sized>(
-        &self,
+        &mut self,
         name: &str,
         tags: &T,
         series: &mut Vec<u8>,
     ) -> Result<Target, Unplaced> {
-        self.families.resolve_in(&self.routing, name, tags, series)
+        let route = match self.last_route {
+            Some(route) if self.last_name == name => route,
+            _ => {
+                let route = self.route(name);
+                self.last_name.clear();
+                self.last_name.push_str(name);
+                self.last_route = Some(route);
+                route
+            }
+        };
+        let routing = &*self.routing;
+        series.clear();
+        match route {
+            NameRoute::Metric(family, column) => {
+                Families::resolve_metric(routing, family, column, tags, series)
+            }
+            NameRoute::Generic => Families::resolve_generic(routing, name, tags, series),
+            NameRoute::Unconfigured => Err(Unplaced::Unconfigured),
+            NameRoute::Mapped => self.families.resolve_in(routing, name, tags, series),
+        }
+    }
+
+    /// Where `name` goes, as [`Families::resolve_in`] decides it.
+    fn route(&self, name: &str) -> NameRoute {
+        let routing = &*self.routing;
+        if let Some(&(family, column)) = routing.by_metric.get(name) {
+            return NameRoute::Metric(family, column);
+        }
+        if let Some(mapped) = &routing.mapped
+            && mapped.find(name, &mut Captures::default()).is_some()
+        {
+            return NameRoute::Mapped;
+        }
+        if self.families.generic_enabled {
+            NameRoute::Generic
+        } else {
+            NameRoute::Unconfigured
+        }
     }
 }
 

@@ -6,11 +6,16 @@
 //! as received, then to add it), reads the shared routing and borrows the per-thread
 //! scratch. A batch does each once: it holds the stripe and the routing for the request
 //! (as [`Engine::ingest_packet`] holds the stripe for a packet) and keeps its own series
-//! buffer. What each increment becomes, and every counter, is exactly what
-//! `record_from` gives it.
+//! buffer. It reads the limits once too, works out a client time's minute once for the
+//! increments in a row that share it, and its router looks a name up once for the
+//! increments in a row that carry it (the points of one metric). What each increment
+//! becomes, and every counter, is exactly what `record_from` gives it, under the routing
+//! and limits of the batch's start: a reload meanwhile applies from the next batch.
 
-use crate::aggregate::{self, Stripe};
+use crate::aggregate::{self, Limits, Stripe};
+use crate::bucket::Minute;
 use crate::family::{Router, TagSet};
+use crate::vocabulary::DropReason;
 use crate::vocabulary::Transport;
 
 use super::{Engine, RecordError};
@@ -27,6 +32,10 @@ pub struct Batch<'e> {
     source: Transport,
     now_unix_secs: i64,
     series: Vec<u8>,
+    /// The limits (their timestamp window) read once for the batch, as the routing is.
+    limits: Limits,
+    /// The last client time seen and its minute: a request's points mostly share one.
+    last_minute: Option<(Option<i64>, Result<Minute, DropReason>)>,
 }
 
 impl Engine {
@@ -39,6 +48,8 @@ impl Engine {
             source,
             now_unix_secs,
             series: Vec::new(),
+            limits: self.aggregator.limits(),
+            last_minute: None,
         }
     }
 }
@@ -54,7 +65,14 @@ impl Batch<'_> {
     ) -> Result<(), RecordError> {
         let engine = self.engine;
         self.stripe.counters().count_line(self.source);
-        let minute = aggregate::minute_for(self.now_unix_secs, at, &engine.aggregator.limits());
+        let minute = match self.last_minute {
+            Some((last_at, minute)) if last_at == at => minute,
+            _ => {
+                let minute = aggregate::minute_for(self.now_unix_secs, at, &self.limits);
+                self.last_minute = Some((at, minute));
+                minute
+            }
+        };
         let target = match self.router.resolve(name, tags, &mut self.series) {
             Ok(target) => target,
             Err(unplaced) => return Err(Engine::unplaced_in(&mut self.stripe, unplaced, delta)),

@@ -401,15 +401,35 @@ fn batch_increments() -> Vec<TestIncrement> {
 
 /// A batch records each increment exactly as `record_from` does: the same rows, the
 /// same counters (received on its source, accepted, invalid and dropped by reason), the
-/// same answer per increment; with the generic family off too (unconfigured names).
+/// same answer per increment; with the generic family off too (unconfigured names), and
+/// with a `[[mapping]]` rule (names it matches in a row, each with its own capture,
+/// between names it does not: the batch keeps the last name's route and time's minute).
 #[test]
 fn a_batch_records_exactly_as_record_from() {
     let mut without_generic = config();
     without_generic.generic.enabled = false;
-    for config in [config(), without_generic] {
+    let mut mapped = config();
+    mapped.mappings.push(crate::config::MappingConfig {
+        pattern: "page.*.views".into(),
+        family: "views".into(),
+        column: "bytes".into(),
+        key: [("page_id".to_string(), "$1".to_string())].into(),
+        ..Default::default()
+    });
+    for config in [config(), without_generic, mapped] {
         let one_by_one = Engine::with_seed(&config, Some(9)).unwrap();
         let batched = Engine::with_seed(&config, Some(9)).unwrap();
-        let increments = batch_increments();
+        let mut increments = batch_increments();
+        for (name, at) in [
+            ("page.home.views", None),
+            ("page.home.views", Some(NOW - 60)),
+            ("page.about.views", Some(NOW - 60)),
+            ("req", Some(NOW - 60)),
+            ("page.about.views", None),
+            ("page.views", None),
+        ] {
+            increments.push((name, vec![("page_id".into(), "p2".into())], 2, at));
+        }
         let mut answers = Vec::new();
         for (name, tags, delta, at) in &increments {
             let pairs: Vec<(&str, &str)> =
@@ -435,6 +455,13 @@ fn a_batch_records_exactly_as_record_from() {
         assert!(answers.iter().any(Result::is_ok));
         assert!(answers.iter().any(Result::is_err));
         assert_eq!(snapshot(&batched), snapshot(&one_by_one));
+        if !config.mappings.is_empty() {
+            let rows = snapshot(&batched);
+            assert!(
+                rows.contains("/home = ") && rows.contains("/about = "),
+                "{rows}"
+            );
+        }
         assert_eq!(
             batched.aggregator().counters(),
             one_by_one.aggregator().counters()

@@ -38,6 +38,9 @@ use tonic::{Code, Request, Response, Status};
 use super::{Answer, EXPORT_PATH, RETRY_AFTER, Refusal, Shared, rpc};
 use crate::ingest::PacketHandler;
 
+/// The largest HTTP/2 frame the receiver takes (its `SETTINGS_MAX_FRAME_SIZE`).
+const MAX_FRAME_BYTES: u32 = 256 * 1024;
+
 /// The message of the busy refusal (counted where it is made, not again by [`classify`]).
 const BUSY: &str = "the buffer is near its limits; retry later";
 
@@ -154,6 +157,12 @@ pub(super) async fn serve<H: PacketHandler>(
     stopped: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), tonic::transport::Error> {
     tonic::transport::Server::builder()
+        // Frames of up to 256 KiB rather than HTTP/2's 16 KiB: a client that sends as
+        // large frames as it may (tonic's, hyper's) sends an export of a few hundred
+        // points in one DATA frame, not three or more, each of which the receiver reads,
+        // accounts and copies on its own. One connection's read buffer holds at most one
+        // such frame.
+        .max_frame_size(Some(MAX_FRAME_BYTES))
         .add_service(Metrics { shared })
         .serve_with_incoming_shutdown(
             // Without TCP_NODELAY the reply's frames wait on the client's delayed ACK:

@@ -569,3 +569,23 @@ fn convert_each_hands_over_what_convert_collects() {
     assert_eq!(last[69], ("t68".to_string(), "x_y".to_string()));
     assert_eq!(last[70], ("t69".to_string(), "v".to_string()));
 }
+
+/// The word-at-a-time separator scan finds what a byte loop finds: every position,
+/// every length around the word size, bytes next to the separators' values.
+#[test]
+fn separator_scan_matches_a_byte_loop() {
+    for len in 0..40 {
+        for at in 0..=len {
+            for needle in [b',', b':', b'+', b';', b'-', 0x80 | b',', 0xff, 0] {
+                let mut text = vec![b'a'; len];
+                if at < len {
+                    text[at] = needle;
+                }
+                for (x, y) in [(b',', b':'), (b',', b',')] {
+                    let expected = text.iter().any(|&b| b == x || b == y);
+                    assert_eq!(has_byte(&text, x, y), expected, "{text:?} {x} {y}");
+                }
+            }
+        }
+    }
+}
