@@ -37,6 +37,25 @@ pub(super) struct Checked {
     refused: Vec<Refusal>,
 }
 
+/// Counts a durable export's checked points when dropped: once it is answered, or when
+/// its future is dropped while it waits for the sync (the lines are written).
+struct CountWhenDone<'s, H: PacketHandler> {
+    shared: &'s Shared<H>,
+    /// `None`: nothing to count (refused whole, or not made durable).
+    checked: Option<Checked>,
+}
+
+impl<H: PacketHandler> Drop for CountWhenDone<'_, H> {
+    fn drop(&mut self) {
+        if let Some(checked) = self.checked.take() {
+            self.shared
+                .handlers
+                .take()
+                .count_checked(checked.accepted, &checked.refused);
+        }
+    }
+}
+
 impl<H: PacketHandler> Shared<H> {
     /// Whether exports are answered once on disk.
     pub(super) fn is_durable(&self) -> bool {
@@ -50,17 +69,19 @@ impl<H: PacketHandler> Shared<H> {
             return self.export(request);
         };
         let (answer, written, checked) = self.log_export(request, log);
+        // Counted once answered: an export refused whole is retried, and counts then. An
+        // export whose client went away while it waited for the sync (the future dropped
+        // here) is counted too: its lines are in the log, to be applied.
+        let mut count = CountWhenDone {
+            shared: self,
+            checked: matches!(answer, Answer::Done { .. }).then_some(checked),
+        };
         if let Some(written) = written
             && let Err(error) = log.synced(written).await
         {
+            count.checked = None;
             tracing::error!(%error, "A durable OTLP export could not be made durable.");
             return Answer::Unavailable;
-        }
-        if let Answer::Done { .. } = answer {
-            // Counted once answered: an export refused whole is retried, and counts then.
-            self.handlers
-                .take()
-                .count_checked(checked.accepted, &checked.refused);
         }
         answer
     }

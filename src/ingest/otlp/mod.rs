@@ -351,6 +351,8 @@ mod tests {
         seen: usize,
         refuse_every: usize,
         busy: bool,
+        /// What `count_checked` was told: (accepted, refused) summed.
+        counted: (u64, usize),
     }
 
     impl PacketHandler for Keep {
@@ -373,6 +375,11 @@ mod tests {
 
         fn busy(&self) -> bool {
             self.busy
+        }
+
+        fn count_checked(&mut self, accepted: u64, refused: &[crate::engine::Refusal]) {
+            self.counted.0 += accepted;
+            self.counted.1 += refused.len();
         }
 
         fn check(
@@ -623,6 +630,47 @@ mod tests {
         let points: Vec<(u64, i64)> = content.streams.iter().map(|l| (l.time, l.value)).collect();
         assert_eq!(points, vec![(10, 100), (20, 130)]);
         assert_eq!(content.streams[0].stream, content.streams[1].stream);
+    }
+
+    /// A durable export whose client goes away while its lines wait for their sync (the
+    /// server drops the export's future then) is counted all the same: its lines are in
+    /// the log and will be applied, and its refused points are drops to count.
+    #[test]
+    fn a_durable_export_dropped_while_syncing_is_counted() {
+        let (_dir, s) = durable(
+            Keep {
+                refuse_every: 2,
+                ..Keep::default()
+            },
+            1 << 20,
+        );
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        // Polled once, then dropped: until one was dropped while it waited (a fast sync
+        // may answer the first poll).
+        let (mut dropped, mut exports) = (false, 0_u64);
+        for _ in 0..50 {
+            exports += 1;
+            let request = deltas(&[1.0, 2.0]);
+            let answer = runtime
+                .block_on(async { tokio::time::timeout(Duration::ZERO, s.answer(&request)).await });
+            if answer.is_err() {
+                dropped = true;
+                break;
+            }
+        }
+        assert!(
+            dropped,
+            "no export was still waiting for its sync when dropped"
+        );
+        let (accepted, refused) = s.handlers.slot(0).lock().counted;
+        assert_eq!(
+            (accepted, refused as u64),
+            (exports, exports),
+            "every export counted, the dropped one too"
+        );
     }
 
     /// A point the aggregator refuses is answered as rejected and not logged; the
