@@ -60,9 +60,10 @@
 //!   wrapper and `countersink outcomes` share); and the three readers that match every
 //!   outcome: `telemetry/observed.rs`, `ops/migrate/mod.rs`, `ops/reconcile/repair.rs`.
 //!   (16 to 19 before the write paths shared the table and the runner.)
-//! - **A counting mode** (32 files outside its own folder, counted on this tree by
-//!   reading every reference to `writer_totals`' types and variants; the earlier figure,
-//!   "about 22", missed some of the files listed here): its flush path is a kind of
+//! - **A counting mode** (29 files outside its own folder, counted on this tree by
+//!   reading every reference to `writer_totals`' types and variants; 32 before the
+//!   journal kept a kind's intents as opaque bodies, and the earlier figure, "about
+//!   22", missed some of the files listed here): its flush path is a kind of
 //!   write as above (`src/totals/stage.rs` is the example), but the mode also reaches
 //!   the layers around the pipeline: the memory budget (`aggregate/mod.rs`: room for
 //!   rows it holds past a drain), the configuration
@@ -70,10 +71,13 @@
 //!   `ddl.rs`, `sink/cql/schema.rs`), the sink contract (`sink/mod.rs`: a
 //!   [`sink::Request`] variant, which sinks that wrap another forward unchanged;
 //!   `sink/totals.rs`, what it sends) and the sinks that write it (`sink/memory.rs`,
-//!   `sink/cql/mod.rs`, `sink/cql/totals.rs`) and count it (`telemetry/observed.rs`), the
-//!   journal (`state/journal/{mod,write,read}.rs`, `state/{mod,recovery}.rs`: its intent
-//!   record and the hook that reads its groups at start, which `wrapper/mod.rs` passes
-//!   too; recovery spills what they owe), the spill (`state/record.rs`: what its records
+//!   `sink/cql/mod.rs`, `sink/cql/totals.rs`) and count it (`telemetry/observed.rs`),
+//!   recovery (`state/{mod,recovery}.rs`: the finisher that reads its groups at start,
+//!   one [`state::recovery::FinishKinds`] for every kind, which `wrapper/mod.rs` passes
+//!   too, and the segments recovery spills what they owe to; its journal intents are a
+//!   [`state::KindIntent`] with a [`state::KindId`] of its own and a body it encodes
+//!   itself, as `src/totals/intent.rs` does, so the journal's files need no change),
+//!   the spill (`state/record.rs`: what its records
 //!   carry beyond a delta; `state/ids.rs`: its segments; `flush/replay.rs`: the counter
 //!   replay stops at its records, which its own chunk takes through the one replay loop
 //!   of `stage/replay.rs`),

@@ -569,8 +569,7 @@ pub fn scan(
                 .iter()
                 .map(|i| i.rows.len() as u64)
                 .sum::<u64>();
-            report.journal.uncommitted_rows += group
-                .totals
+            report.journal.uncommitted_rows += crate::totals::recovery::readable_intents(group)
                 .iter()
                 .map(|t| t.rows.len() as u64)
                 .sum::<u64>();

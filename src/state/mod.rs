@@ -14,7 +14,7 @@
 //! | [`ingest_log`] | `ingest.log`, `ingest.<incarnation>.<seq>.sealed`: durable requests' increments, until a flush makes them a spill segment |
 //! | [`ledger_pending`], [`outcomes_mark`] | `ledger_pending.jsonl`, `outcomes.mark` (exact families) |
 //! | [`bound`] | how much disk the directory can take at most, and the free space of its filesystem |
-//! | [`recovery`] | what opening the directory finishes for a killed process; a counting mode's own groups through the [`recovery::FinishTotals`] its opener hands in |
+//! | [`recovery`] | what opening the directory finishes for a killed process; a counting mode's own groups through the [`recovery::FinishKinds`] its opener hands in |
 //! | [`wrapper_files`] | the driver wrapper's files as readers see them (its logs and spill of earlier versions, `wrapper_*.jsonl`, `wrapper_spill.jsonl` and `wrapper_spill.cursor`, which a start moves into a segment), and the records recovery writes for its unended flushes (the wrapper writes them) |
 //!
 //! Opening the directory finishes what a killed process left unfinished ([`recovery`]).
@@ -47,8 +47,8 @@ use crate::test_hooks;
 use crate::vocabulary::Granularity;
 
 pub use self::journal::{
-    FamilyEntry, FlushGroup, FlushId, Journal, Settled, TotalsIntent, TotalsIntentRow,
-    WrapperGroup, WrapperTable,
+    FamilyEntry, FlushGroup, FlushId, Journal, KindId, KindIntent, Settled, WrapperGroup,
+    WrapperTable,
 };
 pub use self::jsonl::JsonlLog;
 pub use self::record::{
@@ -243,17 +243,17 @@ impl StateDir {
     /// unfinished (see [`recovery`]): an unsettled flush in the journal, unfinished
     /// spill writes, a torn outcome log.
     ///
-    /// A `writer_totals` flush left unfinished in it is an error here: an opener that
-    /// may find one uses [`StateDir::open_with`].
+    /// A group of kind intents (a `writer_totals` flush) left unfinished in it is an
+    /// error here: an opener that may find one uses [`StateDir::open_with`].
     pub fn open(config: &StateConfig) -> Result<StateDir, StateError> {
-        StateDir::open_with(config, &recovery::NoTotals)
+        StateDir::open_with(config, &recovery::NoKinds)
     }
 
-    /// [`StateDir::open`], finishing a killed flush's `writer_totals` group with
-    /// `totals` (the counting mode's own recovery).
+    /// [`StateDir::open`], finishing a killed flush's group of kind intents (a
+    /// `writer_totals` group) with `kinds` (the counting modes' own recovery).
     pub fn open_with(
         config: &StateConfig,
-        totals: &dyn recovery::FinishTotals,
+        kinds: &dyn recovery::FinishKinds,
     ) -> Result<StateDir, StateError> {
         let dir = config.dir.clone();
         let error_dir = dir.clone();
@@ -348,8 +348,7 @@ impl StateDir {
             logs_noted: false,
             wrapper_groups,
         };
-        let mut report =
-            recovery::recover(&mut state, groups, totals).map_err(io_err("recover"))?;
+        let mut report = recovery::recover(&mut state, groups, kinds).map_err(io_err("recover"))?;
         report.torn_journal_bytes = torn_journal;
         state.recovery = report;
         state
@@ -440,25 +439,25 @@ impl StateDir {
         self.journal.begin(flush, time, consumes, families, writes)
     }
 
-    /// The group commit of a flush's writes of running totals (`writer_totals`): a
-    /// group of its own, after the counter writes' group ended, naming the replay cursor
-    /// it consumes (a group carrying spilled totals: the cursor past exactly those rows);
-    /// closed with [`StateDir::journal_end`]. Nothing of them may be sent before this
-    /// returns `Ok`.
-    pub fn journal_begin_totals(
+    /// The group commit of a kind of write that journals its own intents (running
+    /// totals, `writer_totals`): a group of its own, after the counter writes' group
+    /// ended, naming the replay cursor it consumes (a group carrying spilled rows of the
+    /// kind: the cursor past exactly those rows); closed with
+    /// [`StateDir::journal_end`]. Nothing of them may be sent before this returns `Ok`.
+    pub fn journal_begin_kind(
         &mut self,
         flush: &FlushId,
         time: &str,
         consumes: Option<Cursor>,
         families: &[FamilyEntry],
-        intents: &[TotalsIntent],
+        intents: &[KindIntent],
     ) -> io::Result<()> {
         self.logs_noted = false;
         if !self.journal_enabled {
             return Ok(());
         }
         self.journal
-            .begin_totals(flush, time, consumes, families, intents)
+            .begin_kind(flush, time, consumes, families, intents)
     }
 
     /// Counter flushes from now on start their requests in windows of `window`, each

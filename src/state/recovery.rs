@@ -32,7 +32,7 @@
 //! (its header naming the cursor the group consumed), unless the flush's own totals
 //! segment holds it, and written again by the next start in its own writer column with
 //! its own write time. Reading an intent as records is the counting mode's: the opener
-//! hands recovery a [`FinishTotals`] (`crate::totals` implements it), which recovery
+//! hands recovery a [`FinishKinds`] (`crate::totals` implements it), which recovery
 //! calls for each such group, in journal order, before it ends the group. Nothing of it
 //! is logged as unknown; the records of its `rejected` intents go to `rejected.jsonl`
 //! here, unless already there, as above (the flush journals a refusal as it arrives and
@@ -44,7 +44,7 @@ use std::path::Path;
 use crate::test_hooks::crash_point;
 use crate::vocabulary::Granularity;
 
-use super::journal::{FlushGroup, Settled};
+use super::journal::{FlushGroup, KindIntent, Settled};
 use super::record::{ErrorInfo, RecordOutcome, RecordSource, WriteRecord, records_of};
 use super::spill::SegmentId;
 use super::{OutcomeLog, StateDir};
@@ -82,9 +82,9 @@ pub struct RecoveryReport {
     pub records: Vec<WriteRecord>,
 }
 
-/// What a counting mode's recovery found of one totals group.
+/// What a kind's finisher found of one group of its own.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct TotalsFinished {
+pub struct KindFinished {
     /// The records of the group's writes not known applied or rejected, one per row,
     /// each with its [`super::record::TotalOf`]: recovery spills those the flush's own
     /// totals segment does not hold, for this start to write again.
@@ -95,43 +95,47 @@ pub struct TotalsFinished {
     pub rejected: Vec<WriteRecord>,
 }
 
-/// How the `writer_totals` counting mode reads a totals group of a killed flush (see
-/// the module doc): the records of what its writes still owe, and of its refused
-/// requests. Where they go is this module's to decide, as for every other write.
-pub trait FinishTotals {
-    /// The records of `group`, a committed, unended totals group of the directory `dir`.
-    fn finish_totals(
-        &self,
-        dir: &Path,
-        group: &FlushGroup,
-        time: &str,
-    ) -> std::io::Result<TotalsFinished>;
+/// How the kinds of write that journal their own intents ([`KindIntent`]: running
+/// totals, `writer_totals`) read a group of a killed flush (see the module doc): the
+/// records of what its writes still owe, and of its refused requests. Where they go is
+/// this module's to decide, as for every other write. The bodies of the intents are the
+/// kinds' own: this module reads none of them.
+pub trait FinishKinds {
+    /// The records of `group`, a committed, unended group of kind intents of the
+    /// directory `dir`; an error for a kind it does not know or a body it cannot read
+    /// (the directory then does not open: nothing is dropped unseen).
+    fn finish(&self, dir: &Path, group: &FlushGroup, time: &str) -> std::io::Result<KindFinished>;
+
+    /// How many rows `intent` held: an intent of a group whose commit did not
+    /// complete (nothing of it was sent; its rows are counted lost with memory).
+    fn rows(&self, intent: &KindIntent) -> u64;
 }
 
-/// For an opener that writes no running totals: a totals group left in its directory
-/// is an error, not something to skip (the sidecar or `Recorder` finishes it).
-pub struct NoTotals;
+/// For an opener that writes no kind's intents: such a group left in its directory is
+/// an error, not something to skip (the sidecar or `Recorder` finishes it).
+pub struct NoKinds;
 
-impl FinishTotals for NoTotals {
-    fn finish_totals(
-        &self,
-        dir: &Path,
-        group: &FlushGroup,
-        _: &str,
-    ) -> std::io::Result<TotalsFinished> {
+impl FinishKinds for NoKinds {
+    fn finish(&self, dir: &Path, group: &FlushGroup, _: &str) -> std::io::Result<KindFinished> {
         Err(std::io::Error::other(format!(
-            "{} holds an unfinished writer_totals flush ({:?}): open it once with the sidecar or a Recorder to finish it",
+            "{} holds an unfinished flush of running totals (writer_totals, {:?}): open it once with the sidecar or a Recorder to finish it",
             dir.display(),
             group.flush
         )))
     }
+
+    /// Unknown here: 0 (the figure of rows lost with memory misses them).
+    fn rows(&self, _: &KindIntent) -> u64 {
+        0
+    }
 }
 
-/// Finishes every unsettled group of the journal; totals groups through `totals`.
+/// Finishes every unsettled group of the journal; groups of kind intents through
+/// `kinds`.
 pub(super) fn recover(
     state: &mut StateDir,
     groups: Vec<FlushGroup>,
-    totals: &dyn FinishTotals,
+    kinds: &dyn FinishKinds,
 ) -> std::io::Result<RecoveryReport> {
     let mut report = RecoveryReport::default();
     let time = crate::bucket::rfc3339(std::time::SystemTime::now());
@@ -146,14 +150,14 @@ pub(super) fn recover(
                 .intents
                 .iter()
                 .map(|i| i.rows.len() as u64)
-                .chain(group.totals.iter().map(|i| i.rows.len() as u64))
+                .chain(group.kind_intents.iter().map(|i| kinds.rows(i)))
                 .sum::<u64>();
             state.journal.end(group.flush.flush_seq)?;
             continue;
         }
         report.flushes += 1;
-        if !group.totals.is_empty() {
-            let finished = totals.finish_totals(state.dir(), &group, &time)?;
+        if !group.kind_intents.is_empty() {
+            let finished = kinds.finish(state.dir(), &group, &time)?;
             spill_totals(state, &group, finished.unsettled, &mut report)?;
             if !finished.rejected.is_empty() {
                 log_missing(

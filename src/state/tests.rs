@@ -637,7 +637,7 @@ fn a_later_end_does_not_discard_the_group_that_owes_a_replay_cursor() {
     assert!(state.journal_end(&flush, consumes).is_err());
     // The totals stage of the same flush: its own group, ended with no cursor.
     state
-        .journal_begin_totals(&flush, "t", None, &families(), &[])
+        .journal_begin_kind(&flush, "t", None, &families(), &[])
         .unwrap();
     assert!(
         state.journal_end(&flush, None).is_err(),

@@ -39,6 +39,7 @@
 
 mod book;
 mod clock;
+pub mod intent;
 pub mod records;
 pub(crate) mod recovery;
 mod replay;
@@ -56,14 +57,13 @@ use crate::engine::Engine;
 use crate::family::FamilyDef;
 use crate::sink::bounded::Cutoff;
 use crate::sink::{Sink, TotalRow, TotalsWrite};
-use crate::state::{
-    Cursor, FamilyEntry, FlushId, StateDir, TotalsIntent, TotalsIntentRow, WriteRecord,
-};
+use crate::state::{Cursor, FamilyEntry, FlushId, KindIntent, StateDir, WriteRecord};
 use crate::telemetry::Ledger;
 use crate::vocabulary::{DropReason, Granularity};
 
 use self::book::{Book, Closing, RowId, RowRef};
 use self::clock::WriterClock;
+pub use self::intent::{TotalsIntent, TotalsIntentRow};
 use self::records::Recorder;
 pub use self::recovery::Recovery;
 use self::replay::{Reading, Replays};
@@ -417,7 +417,7 @@ impl Totals {
         writes: &[TotalsWrite],
         planned: &[&Planned],
         first_request: u32,
-    ) -> Vec<TotalsIntent> {
+    ) -> Vec<KindIntent> {
         writes
             .iter()
             .zip(planned)
@@ -445,6 +445,7 @@ impl Totals {
                         })
                         .collect(),
                 }
+                .encode()
             })
             .collect()
     }

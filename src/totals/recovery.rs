@@ -19,34 +19,70 @@ use std::io;
 
 use crate::bucket::{self, Minute};
 use crate::series;
-use crate::state::recovery::TotalsFinished;
+use crate::state::recovery::KindFinished;
 use crate::state::{
-    ErrorInfo, FamilyEntry, FlushGroup, RecordOutcome, Settled, TotalOf, TotalsIntent, WriteRecord,
+    ErrorInfo, FamilyEntry, FlushGroup, KindIntent, RecordOutcome, Settled, TotalOf, WriteRecord,
 };
 use crate::vocabulary::Granularity;
+
+use super::intent::TotalsIntent;
 
 /// The counting mode's recovery, handed to [`crate::state::StateDir::open_with`].
 pub struct Recovery;
 
-impl crate::state::recovery::FinishTotals for Recovery {
-    fn finish_totals(
+impl crate::state::recovery::FinishKinds for Recovery {
+    fn finish(
         &self,
-        _: &std::path::Path,
+        dir: &std::path::Path,
         group: &FlushGroup,
         time: &str,
-    ) -> io::Result<TotalsFinished> {
-        Ok(TotalsFinished {
-            unsettled: unsettled_records(group, time),
-            rejected: rejected_records(group, time),
+    ) -> io::Result<KindFinished> {
+        let intents = TotalsIntent::of_group(group).map_err(|request| {
+            io::Error::other(format!(
+                "{}: request {request} of the unfinished flush {:?} is not a write of running totals this version can read; it is left in the journal",
+                dir.display(),
+                group.flush
+            ))
+        })?;
+        Ok(KindFinished {
+            unsettled: unsettled_records(group, &intents, time),
+            rejected: rejected_records(group, &intents, time),
         })
     }
+
+    fn rows(&self, intent: &KindIntent) -> u64 {
+        TotalsIntent::decode(intent).map_or(0, |intent| intent.rows.len() as u64)
+    }
+}
+
+/// The totals intents of `group` that read; those that do not are logged and left out
+/// (a tool's view: the sidecar's recovery refuses to open on them instead).
+pub(crate) fn readable_intents(group: &FlushGroup) -> Vec<TotalsIntent> {
+    group
+        .kind_intents
+        .iter()
+        .filter_map(|intent| {
+            let decoded = TotalsIntent::decode(intent);
+            if decoded.is_none() {
+                tracing::error!(
+                    request = intent.request,
+                    "A journal's intent is not a write of running totals this version can read; it is left out."
+                );
+            }
+            decoded
+        })
+        .collect()
 }
 
 /// The `rejected.jsonl` records of the group's refused requests, row for row as the
 /// flush writes them: the part of each total not known applied when it was planned.
-pub(crate) fn rejected_records(group: &FlushGroup, time: &str) -> Vec<WriteRecord> {
+pub(crate) fn rejected_records(
+    group: &FlushGroup,
+    intents: &[TotalsIntent],
+    time: &str,
+) -> Vec<WriteRecord> {
     let mut out = Vec::new();
-    for intent in &group.totals {
+    for intent in intents {
         let Some(Settled::Rejected { kind, text }) = group.outcomes.get(&intent.request) else {
             continue;
         };
@@ -69,9 +105,12 @@ pub(crate) fn rejected_records(group: &FlushGroup, time: &str) -> Vec<WriteRecor
 /// The spilled records of the group's intents not known applied or rejected, one per
 /// row (what state recovery spills, but the rows the flush's own totals segment holds;
 /// also what `countersink outcomes` shows of such a group).
-pub(crate) fn unsettled_records(group: &FlushGroup, time: &str) -> Vec<WriteRecord> {
-    group
-        .totals
+pub(crate) fn unsettled_records(
+    group: &FlushGroup,
+    intents: &[TotalsIntent],
+    time: &str,
+) -> Vec<WriteRecord> {
+    intents
         .iter()
         .filter(|intent| {
             !matches!(
@@ -161,7 +200,8 @@ fn records_of(
 mod tests {
     use super::*;
     use crate::config::StateConfig;
-    use crate::state::{FlushId, SegmentId, StateDir, TotalsIntentRow};
+    use crate::state::{FlushId, SegmentId, StateDir};
+    use crate::totals::TotalsIntentRow;
 
     fn family() -> FamilyEntry {
         FamilyEntry {
@@ -198,6 +238,10 @@ mod tests {
         }
     }
 
+    fn encoded(intents: &[TotalsIntent]) -> Vec<KindIntent> {
+        intents.iter().map(TotalsIntent::encode).collect()
+    }
+
     /// A flush killed in its totals stage: the intents not known applied or rejected, and
     /// not already spilled, are spilled to one recovered segment with their writer and
     /// write time; running recovery again adds nothing.
@@ -224,7 +268,7 @@ mod tests {
             intent(7, &writer, "failed", 50, 8),
         ];
         state
-            .journal_begin_totals(&flush, "t", None, &[family()], &intents)
+            .journal_begin_kind(&flush, "t", None, &[family()], &encoded(&intents))
             .unwrap();
         state.journal_outcome(3, &Settled::Applied);
         let refused = |kind: &str| (kind.to_owned(), "x".to_owned());
@@ -241,7 +285,7 @@ mod tests {
             consumes: None,
             families: vec![family()],
             intents: Vec::new(),
-            totals: intents.to_vec(),
+            kind_intents: encoded(&intents),
             committed: true,
             outcomes: Default::default(),
             logs_at: None,
@@ -249,7 +293,7 @@ mod tests {
             wrapper: None,
             starts_below: None,
         };
-        let spilled: Vec<WriteRecord> = unsettled_records(&group, "t")
+        let spilled: Vec<WriteRecord> = unsettled_records(&group, &intents, "t")
             .into_iter()
             .filter(|r| r.key["page_id"] == "spilled")
             .collect();
@@ -331,7 +375,7 @@ mod tests {
         let writer = format!("{}/{}/0000abcd", flush.writer, flush.incarnation);
         let intents = [intent(0, &writer, "refused", 40, 7)];
         state
-            .journal_begin_totals(&flush, "t", None, &[family()], &intents)
+            .journal_begin_kind(&flush, "t", None, &[family()], &encoded(&intents))
             .unwrap();
         let (kind, text) = ("invalid".to_owned(), "no such column".to_owned());
         state.journal_outcome(0, &Settled::Rejected { kind, text });
@@ -376,7 +420,7 @@ mod tests {
             consumes: None,
             families: vec![family()],
             intents: Vec::new(),
-            totals: intents.to_vec(),
+            kind_intents: encoded(&intents),
             committed: true,
             outcomes: [(
                 0,
@@ -391,7 +435,7 @@ mod tests {
             wrapper: None,
             starts_below: None,
         };
-        let records = rejected_records(&group, "t");
+        let records = rejected_records(&group, &intents, "t");
         assert_eq!(records.len(), 1);
         state.append_now(crate::state::OutcomeLog::Rejected, &records);
         drop(state); // killed before the group's end
@@ -400,5 +444,42 @@ mod tests {
         assert_eq!(state.recovery().flushes, 1);
         assert_eq!(state.recovery().rejected_rows, 0);
         assert_eq!(rejected_log(tmp.path()), records);
+    }
+
+    /// An intent of a kind this version does not know, or whose body does not read, in
+    /// an unfinished group: the directory does not open (and the group stays in the
+    /// journal), rather than its rows being passed over unseen.
+    #[test]
+    fn an_intent_recovery_cannot_read_keeps_the_directory_closed() {
+        for unreadable in [
+            KindIntent {
+                kind: crate::state::KindId::new(64).unwrap(),
+                request: 0,
+                body: Vec::new(),
+            },
+            KindIntent {
+                kind: crate::totals::intent::KIND,
+                request: 0,
+                body: vec![1, 2, 3],
+            },
+        ] {
+            let tmp = tempfile::tempdir().unwrap();
+            let config = StateConfig {
+                dir: tmp.path().to_owned(),
+                ..StateConfig::default()
+            };
+            let mut state = StateDir::open_with(&config, &Recovery).unwrap();
+            let flush = state.flush_id(4);
+            state
+                .journal_begin_kind(&flush, "t", None, &[family()], &[unreadable])
+                .unwrap();
+            drop(state); // killed
+            for _ in 0..2 {
+                let error = StateDir::open_with(&config, &Recovery)
+                    .err()
+                    .expect("refused");
+                assert!(error.to_string().contains("recover"), "{error}");
+            }
+        }
     }
 }

@@ -88,7 +88,7 @@ impl WriteKind for TotalsStage<'_> {
         let families = &self.totals.families;
         let consumes = self.totals.replays.read_to();
         self.state
-            .journal_begin_totals(&self.flush, &self.time, consumes, families, &intents)?;
+            .journal_begin_kind(&self.flush, &self.time, consumes, families, &intents)?;
         self.committed = true;
         (self.observe)(writes);
         Ok(())

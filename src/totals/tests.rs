@@ -945,7 +945,7 @@ async fn a_replay_killed_mid_send_lands_each_total_once_after_a_restart() {
     let journal = crate::state::journal::read(&killed.path().join("journal.wal")).unwrap();
     let group = journal
         .iter()
-        .find(|g| g.committed && !g.ended && !g.totals.is_empty())
+        .find(|g| g.committed && !g.ended && !g.kind_intents.is_empty())
         .expect("the killed flush's totals group");
     assert!(
         group.consumes.is_some(),

@@ -559,7 +559,7 @@ async fn a_kill_between_sending_totals_and_settling_them_loses_none_of_them() {
     );
     let journal = countersink::state::journal::read(&state.join("journal.wal")).unwrap();
     let group = journal.last().expect("the killed flush's group");
-    assert!(group.committed && !group.ended && !group.totals.is_empty());
+    assert!(group.committed && !group.ended && !group.kind_intents.is_empty());
     // `countersink outcomes` before the restart: the journal's totals writes, spilled
     // (the next start writes them again), every unit fed.
     let mut summary = countersink::ops::outcomes::Summary::default();
@@ -681,7 +681,8 @@ fn recoverable_day_sum(state: &Path) -> i128 {
         .iter()
         .filter(|g| g.committed && !g.ended)
         .flat_map(|g| {
-            g.totals.iter().filter(|i| {
+            let intents = countersink::totals::TotalsIntent::of_group(g).expect("totals intents");
+            intents.into_iter().filter(|i| {
                 i.table == Granularity::Day
                     && !matches!(
                         g.outcomes.get(&i.request),
@@ -689,7 +690,7 @@ fn recoverable_day_sum(state: &Path) -> i128 {
                     )
             })
         })
-        .flat_map(|i| &i.rows)
+        .flat_map(|i| i.rows)
         .map(|r| r.unconfirmed.iter().map(|v| i128::from(*v)).sum::<i128>())
         .sum()
 }

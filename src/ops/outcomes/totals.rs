@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 use crate::state::jsonl::LineReader;
 use crate::state::totals_files::{self, LegacyTotalRecord};
 use crate::state::{FlushGroup, SegmentId, WriteRecord};
-use crate::totals::recovery::unsettled_records;
+use crate::totals::recovery::{readable_intents, unsettled_records};
 
 use super::{FileReport, ScanError, io_error, read_lines};
 
@@ -56,14 +56,14 @@ pub(super) fn read_records<F: FnMut(&WriteRecord)>(
 /// holds are told apart by the caller, by request id and row.
 pub(super) fn journal_records(dir: &Path, group: &FlushGroup) -> Vec<WriteRecord> {
     let recovered = SegmentId::totals(group.flush.incarnation, group.flush.flush_seq, true);
-    if group.totals.is_empty() || dir.join(recovered.file_name()).exists() {
+    if group.kind_intents.is_empty() || dir.join(recovered.file_name()).exists() {
         return Vec::new();
     }
-    unsettled_records(group, &group.time)
+    unsettled_records(group, &readable_intents(group), &group.time)
 }
 
 /// The `rejected.jsonl` records crash recovery writes for `group`'s refused totals
 /// writes (those the log already holds are told apart by the caller).
 pub(super) fn rejected_records(group: &FlushGroup) -> Vec<WriteRecord> {
-    crate::totals::recovery::rejected_records(group, &group.time)
+    crate::totals::recovery::rejected_records(group, &readable_intents(group), &group.time)
 }

@@ -15,14 +15,15 @@
 //! End                                then the file is truncated
 //! ```
 //!
-//! A flush with `writer_totals` families writes a second group after the first ends: the
-//! same header, then one `TotalsIntent` per write of running totals (writer column, write
-//! time, rows: bucket, absolute totals, and the part of them not known applied), the
-//! group commit, `Outcome`s (only `applied` is recorded), `End`. Such a write is idempotent
-//! by its write time: recovery never logs it as unknown, it spills every intent not known
-//! applied to the recovered totals segment, and the next start writes it again with its own
-//! writer column and write time, which leaves the cell as it is if it had applied (see
-//! `crate::totals::recovery`).
+//! # A kind's own group
+//!
+//! A kind of write that journals its intents itself (a counting mode's writes: running
+//! totals are the first) writes a group of its own after the counter group ended: the
+//! same header, then one [`KindIntent`] per request (the kind's record tag, the request
+//! index, and a body only the kind reads), the group commit, `Outcome`s, `End`. The
+//! journal keeps the body as bytes: recovery hands such a group to the kind's finisher
+//! (`state::recovery::FinishKinds`), which reads the bodies and says what they still
+//! owe.
 //!
 //! # Start windows
 //!
@@ -88,6 +89,7 @@ pub use self::read::{FlushGroup, WrapperGroup, read, read_with_torn_tail};
 pub use self::write::{Journal, WrapperIntents};
 pub use super::ids::{FamilyEntry, FlushId};
 
+pub(crate) mod codec;
 mod read;
 mod write;
 
@@ -119,35 +121,57 @@ pub struct Intent {
     pub rows: Vec<IntentRow>,
 }
 
-/// One row of a totals intent.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct TotalsIntentRow {
-    /// The minute (minute table) or day (day table), counted from the epoch.
-    pub bucket: u32,
-    /// The writer's absolute totals, one per value column of the family.
-    pub totals: Vec<i64>,
-    /// The part of each total not known applied when the write was planned: what the
-    /// accounting still owes the store.
-    pub unconfirmed: Vec<i64>,
+/// Which kind of write a [`KindIntent`] belongs to: the tag of its records, which the
+/// kind chooses once and keeps (it is in journals on disk). The journal leaves two sets
+/// of tags to kinds: [`KindId::FIRST`], taken before the others were set aside, and
+/// `64..=127` ([`KindId::new`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct KindId(u8);
+
+impl KindId {
+    /// The first kind with a journal record of its own (running totals, `writer_totals`):
+    /// its tag is 7, from before kinds were numbered, so journals written then read
+    /// the same.
+    pub const FIRST: KindId = KindId(7);
+
+    /// The kind tagged `tag`, one of `64..=127`; `None` for any other tag (the journal's
+    /// own records have those).
+    pub const fn new(tag: u8) -> Option<KindId> {
+        if 64 <= tag && tag <= 127 {
+            Some(KindId(tag))
+        } else {
+            None
+        }
+    }
+
+    /// The kind a record tag names, if it names one.
+    fn of_tag(tag: u8) -> Option<KindId> {
+        if tag == KindId::FIRST.0 {
+            Some(KindId::FIRST)
+        } else {
+            KindId::new(tag)
+        }
+    }
+
+    /// Its record tag.
+    pub fn tag(self) -> u8 {
+        self.0
+    }
 }
 
-/// One write of running totals (`writer_totals`) a flush will send.
+/// One request of a kind of write that journals its intents itself (a counting mode's
+/// writes): the journal keeps its request index, for outcomes, and its body, which
+/// only the kind reads and writes (with the journal's own encoding,
+/// its `codec` module). Its record is the kind's tag, the request (`u32`), then the
+/// body to the end of the frame.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct TotalsIntent {
+pub struct KindIntent {
+    /// Which kind wrote it.
+    pub kind: KindId,
     /// Its index within the flush (numbered after the flush's counter writes).
     pub request: u32,
-    /// The family's id (see the group's dictionary).
-    pub family: u16,
-    /// Which of the family's tables.
-    pub table: Granularity,
-    /// The writer column (writer id, incarnation, start nonce).
-    pub writer: String,
-    /// The write time (`USING TIMESTAMP`), microseconds.
-    pub timestamp: i64,
-    /// The encoded series (key values).
-    pub series: Vec<u8>,
-    /// The rows, all in one partition.
-    pub rows: Vec<TotalsIntentRow>,
+    /// What the kind wrote of it.
+    pub body: Vec<u8>,
 }
 
 /// How a request ended, as far as the journal knows.
@@ -249,7 +273,7 @@ const COMMITTED: u8 = 3;
 const OUTCOME: u8 = 4;
 const LOGS_AT: u8 = 5;
 const END: u8 = 6;
-const TOTALS_INTENT: u8 = 7;
+// 7: the first kind's intents (`KindId::FIRST`); 64 to 127: other kinds' (`KindId::new`).
 const WRAPPER_BEGIN: u8 = 8;
 const WRAPPER_INTENT: u8 = 9;
 const WRAPPER_LOGS_AT: u8 = 10;

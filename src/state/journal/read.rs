@@ -7,14 +7,14 @@ use std::collections::HashMap;
 use std::io;
 use std::path::Path;
 
-use crate::state::ids::{Cursor, SegmentId};
-use crate::vocabulary::Granularity;
+use crate::state::ids::Cursor;
+
+use super::codec::Dec;
 
 use super::{
-    BEGIN, BEGIN_TABLES, COMMITTED, END, FamilyEntry, FlushId, INTENT, Intent, IntentRow, LOGS_AT,
-    NO_SHARD, OUTCOME, STARTS_BELOW, Settled, TOTALS_INTENT, TotalsIntent, TotalsIntentRow,
-    WRAPPER_BEGIN, WRAPPER_BEGIN_CURSOR, WRAPPER_INTENT, WRAPPER_LOGS_AT, WrapperIntent,
-    WrapperRow, WrapperTable,
+    BEGIN, BEGIN_TABLES, COMMITTED, END, FamilyEntry, FlushId, INTENT, Intent, IntentRow, KindId,
+    KindIntent, LOGS_AT, NO_SHARD, OUTCOME, STARTS_BELOW, Settled, WRAPPER_BEGIN,
+    WRAPPER_BEGIN_CURSOR, WRAPPER_INTENT, WRAPPER_LOGS_AT, WrapperIntent, WrapperRow, WrapperTable,
 };
 
 /// What a wrapper flush's group holds besides the common parts.
@@ -59,8 +59,9 @@ pub struct FlushGroup {
     pub families: Vec<FamilyEntry>,
     /// Its requests.
     pub intents: Vec<Intent>,
-    /// Its writes of running totals (a totals group).
-    pub totals: Vec<TotalsIntent>,
+    /// The intents of a kind of write that journals its own (a group of its own after
+    /// the counter group: running totals), in request order.
+    pub kind_intents: Vec<KindIntent>,
     /// Whether the group commit completed (without it, nothing was sent).
     pub committed: bool,
     /// The last outcome recorded per request index.
@@ -85,7 +86,7 @@ impl FlushGroup {
             consumes: None,
             families: Vec::new(),
             intents: Vec::new(),
-            totals: Vec::new(),
+            kind_intents: Vec::new(),
             committed: false,
             outcomes: HashMap::new(),
             logs_at: None,
@@ -157,7 +158,7 @@ fn next_frame(bytes: &[u8], pos: usize) -> Option<(&[u8], usize)> {
 /// Applies one record to the groups read so far; `None` for a record that cannot be read
 /// (treated like a torn tail).
 fn apply(groups: &mut Vec<FlushGroup>, payload: &[u8]) -> Option<()> {
-    let mut d = Dec { b: payload, pos: 0 };
+    let mut d = Dec::new(payload);
     let tag = d.u8()?;
     match tag {
         BEGIN | BEGIN_TABLES => {
@@ -276,37 +277,12 @@ fn apply(groups: &mut Vec<FlushGroup>, payload: &[u8]) -> Option<()> {
                 rows,
             });
         }
-        TOTALS_INTENT => {
+        tag if KindId::of_tag(tag).is_some() => {
             let request = d.u32()?;
-            let family = d.u16()?;
-            let table = d.granularity()?;
-            let writer = d.str()?;
-            let timestamp = d.i64()?;
-            let series = d.bytes()?.to_vec();
-            let mut rows = Vec::new();
-            for _ in 0..d.u32()? {
-                let bucket = d.u32()?;
-                let width = usize::from(d.u16()?);
-                let (mut totals, mut unconfirmed) =
-                    (Vec::with_capacity(width), Vec::with_capacity(width));
-                for _ in 0..width {
-                    totals.push(d.i64()?);
-                    unconfirmed.push(d.i64()?);
-                }
-                rows.push(TotalsIntentRow {
-                    bucket,
-                    totals,
-                    unconfirmed,
-                });
-            }
-            groups.last_mut()?.totals.push(TotalsIntent {
+            groups.last_mut()?.kind_intents.push(KindIntent {
+                kind: KindId::of_tag(tag)?,
                 request,
-                family,
-                table,
-                writer,
-                timestamp,
-                series,
-                rows,
+                body: d.rest().to_vec(),
             });
         }
         COMMITTED => groups.last_mut()?.committed = true,
@@ -345,88 +321,4 @@ fn apply(groups: &mut Vec<FlushGroup>, payload: &[u8]) -> Option<()> {
         _ => return None,
     }
     Some(())
-}
-
-struct Dec<'a> {
-    b: &'a [u8],
-    pos: usize,
-}
-
-impl Dec<'_> {
-    fn remaining(&self) -> usize {
-        self.b.len().saturating_sub(self.pos)
-    }
-    fn take(&mut self, n: usize) -> Option<&[u8]> {
-        let s = self.b.get(self.pos..self.pos.checked_add(n)?)?;
-        self.pos += n;
-        Some(s)
-    }
-    fn u8(&mut self) -> Option<u8> {
-        Some(self.take(1)?[0])
-    }
-    fn u16(&mut self) -> Option<u16> {
-        Some(u16::from_le_bytes(self.take(2)?.try_into().ok()?))
-    }
-    fn u32(&mut self) -> Option<u32> {
-        Some(u32::from_le_bytes(self.take(4)?.try_into().ok()?))
-    }
-    fn u64(&mut self) -> Option<u64> {
-        Some(u64::from_le_bytes(self.take(8)?.try_into().ok()?))
-    }
-    fn i64(&mut self) -> Option<i64> {
-        Some(i64::from_le_bytes(self.take(8)?.try_into().ok()?))
-    }
-    fn bytes(&mut self) -> Option<&[u8]> {
-        let n = self.u32()? as usize;
-        self.take(n)
-    }
-    fn str(&mut self) -> Option<String> {
-        String::from_utf8(self.bytes()?.to_vec()).ok()
-    }
-    fn strs(&mut self) -> Option<Vec<String>> {
-        (0..self.u32()?).map(|_| self.str()).collect()
-    }
-    fn flush_id(&mut self) -> Option<FlushId> {
-        Some(FlushId {
-            writer: self.str()?,
-            incarnation: self.u64()?,
-            flush_seq: self.u64()?,
-            // Read at the end of the header, where it is written (see `nonce`).
-            nonce: None,
-        })
-    }
-    fn deltas(&mut self) -> Option<Vec<i64>> {
-        let width = self.u16()?;
-        (0..width).map(|_| self.i64()).collect()
-    }
-    fn granularity(&mut self) -> Option<Granularity> {
-        let index = usize::from(self.u8()?);
-        Granularity::ALL.get(index).copied()
-    }
-    fn option_u64(&mut self) -> Option<Option<u64>> {
-        Some(match self.u8()? {
-            0 => None,
-            _ => Some(self.u64()?),
-        })
-    }
-    fn cursor(&mut self) -> Option<Option<Cursor>> {
-        Some(match self.u8()? {
-            0 => None,
-            _ => Some(Cursor {
-                segment: {
-                    let incarnation = self.u64()?;
-                    let flush_seq = self.u64()?;
-                    let kind = self.u8()?;
-                    SegmentId {
-                        incarnation,
-                        flush_seq,
-                        recovered: kind & 1 != 0,
-                        held: kind & 2 != 0,
-                        totals: kind & 4 != 0,
-                    }
-                },
-                offset: self.u64()?,
-            }),
-        })
-    }
 }

@@ -284,8 +284,29 @@ fn end_starts_the_journal_over_and_a_shorter_group_hides_the_longer_one_before_i
     assert_eq!(groups[0].intents.len(), 1);
 }
 
+/// A kind's body as running totals wrote it before kinds were numbered (family 1,
+/// minute table, writer `w/3/a`, write time -1, series `ab`, one row: bucket 6, total
+/// 8, unconfirmed -8): the journal keeps it as bytes, whatever it holds.
+fn first_kind_body() -> Vec<u8> {
+    [
+        &1u16.to_le_bytes()[..],
+        &[0],
+        &5u32.to_le_bytes(),
+        b"w/3/a",
+        &(-1i64).to_le_bytes(),
+        &1u32.to_le_bytes(),
+        &[0xab],
+        &1u32.to_le_bytes(),
+        &6u32.to_le_bytes(),
+        &1u16.to_le_bytes(),
+        &8i64.to_le_bytes(),
+        &(-8i64).to_le_bytes(),
+    ]
+    .concat()
+}
+
 #[test]
-fn a_totals_group_reads_back_with_writer_time_totals_and_unconfirmed_parts() {
+fn a_group_of_kind_intents_reads_back_with_each_kind_body_and_outcome() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("journal.wal");
     let (mut journal, _, _) = Journal::open(path.clone()).unwrap();
@@ -294,45 +315,74 @@ fn a_totals_group_reads_back_with_writer_time_totals_and_unconfirmed_parts() {
         .begin(&flush(4), "t", None, &[family()], &[write("a", &[1])])
         .unwrap();
     journal.end(4).unwrap();
-    let intent = TotalsIntent {
-        request: 1,
-        family: 1,
-        table: Granularity::Minute,
-        writer: "w/3/0000abcd".into(),
-        timestamp: 1_700_000_000_000_001,
-        series: crate::series::encode(["home"]),
-        rows: vec![TotalsIntentRow {
-            bucket: 28_000_000,
-            totals: vec![i64::MAX, -5],
-            unconfirmed: vec![7, 0],
-        }],
-    };
+    let intents = [
+        KindIntent {
+            kind: KindId::FIRST,
+            request: 1,
+            body: first_kind_body(),
+        },
+        KindIntent {
+            kind: KindId::new(64).unwrap(),
+            request: 2,
+            body: Vec::new(),
+        },
+        KindIntent {
+            kind: KindId::new(127).unwrap(),
+            request: 3,
+            body: vec![0; 3],
+        },
+    ];
     journal
-        .begin_totals(
-            &flush(4),
-            "t",
-            Some(totals_cursor()),
-            &[family()],
-            std::slice::from_ref(&intent),
-        )
+        .begin_kind(&flush(4), "t", Some(totals_cursor()), &[family()], &intents)
         .unwrap();
     journal.outcome(1, &Settled::Applied);
     journal.flush_pending().unwrap();
     drop(journal);
     let (_, groups, torn) = Journal::open(path).unwrap();
     assert_eq!(torn, 0);
-    assert_eq!(groups.len(), 2, "the counter group, then the totals group");
-    assert!(groups[0].totals.is_empty());
-    let totals = &groups[1];
-    assert!(totals.committed && !totals.ended);
-    assert!(totals.intents.is_empty());
+    assert_eq!(groups.len(), 2, "the counter group, then the kinds' group");
+    assert!(groups[0].kind_intents.is_empty());
+    let kinds = &groups[1];
+    assert!(kinds.committed && !kinds.ended);
+    assert!(kinds.intents.is_empty());
     assert_eq!(
-        totals.consumes,
+        kinds.consumes,
         Some(totals_cursor()),
-        "a totals group names the cursor its replayed totals were read to"
+        "the group names the cursor its replayed rows were read to"
     );
-    assert_eq!(totals.totals, [intent]);
-    assert_eq!(totals.outcomes[&1], Settled::Applied);
+    assert_eq!(kinds.kind_intents, intents);
+    assert_eq!(kinds.outcomes[&1], Settled::Applied);
+}
+
+#[test]
+fn only_tags_left_to_kinds_name_a_kind() {
+    assert_eq!(KindId::FIRST.tag(), 7);
+    for tag in 0..=u8::MAX {
+        assert_eq!(
+            KindId::new(tag).is_some(),
+            (64..=127).contains(&tag),
+            "tag {tag}"
+        );
+    }
+    for own in [
+        BEGIN,
+        INTENT,
+        COMMITTED,
+        OUTCOME,
+        LOGS_AT,
+        END,
+        WRAPPER_BEGIN,
+        WRAPPER_INTENT,
+        WRAPPER_LOGS_AT,
+        STARTS_BELOW,
+        WRAPPER_BEGIN_CURSOR,
+        BEGIN_TABLES,
+    ] {
+        assert!(
+            KindId::new(own).is_none() && own != KindId::FIRST.tag(),
+            "the journal's own tag {own} is not a kind's"
+        );
+    }
 }
 
 /// Every record kind, written once: the bytes on disk as this format defines them. A
@@ -386,21 +436,13 @@ fn the_format_of_every_record_is_fixed() {
     }
     journal.logs_at(10, 20).unwrap();
     journal.end(5).unwrap();
-    let totals = TotalsIntent {
+    let first_kind = KindIntent {
+        kind: KindId::FIRST,
         request: 2,
-        family: 1,
-        table: Granularity::Minute,
-        writer: "w/3/a".into(),
-        timestamp: -1,
-        series: vec![0xab],
-        rows: vec![TotalsIntentRow {
-            bucket: 6,
-            totals: vec![8],
-            unconfirmed: vec![-8],
-        }],
+        body: first_kind_body(),
     };
     journal
-        .begin_totals(&flush(5), "t", None, &[family()], &[totals])
+        .begin_kind(&flush(5), "t", None, &[family()], &[first_kind])
         .unwrap();
     journal.end(5).unwrap();
     let table = WrapperTable {

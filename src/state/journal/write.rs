@@ -13,10 +13,11 @@ use crate::state::ids::Cursor;
 
 #[cfg(test)]
 use super::WRAPPER_BEGIN;
+use super::codec::Enc;
 use super::read::{FlushGroup, parse, torn_tail};
 use super::{
-    BEGIN, BEGIN_TABLES, COMMITTED, END, FamilyEntry, FlushId, INTENT, LOGS_AT, NO_SHARD, OUTCOME,
-    STARTS_BELOW, Settled, TOTALS_INTENT, TotalsIntent, WRAPPER_BEGIN_CURSOR, WRAPPER_INTENT,
+    BEGIN, BEGIN_TABLES, COMMITTED, END, FamilyEntry, FlushId, INTENT, KindIntent, LOGS_AT,
+    NO_SHARD, OUTCOME, STARTS_BELOW, Settled, WRAPPER_BEGIN_CURSOR, WRAPPER_INTENT,
     WRAPPER_LOGS_AT, WrapperTable,
 };
 
@@ -183,37 +184,24 @@ impl Journal {
         })
     }
 
-    /// The group commit of a flush's writes of running totals (a second group, after
-    /// the counter writes' group ended), with the replay cursor it consumes. Nothing of them may be sent before it returns
-    /// `Ok`.
-    pub fn begin_totals(
+    /// The group commit of a kind of write that journals its own intents (a group of
+    /// its own, after the counter writes' group ended), with the replay cursor it
+    /// consumes. Nothing of them may be sent before it returns `Ok`.
+    pub fn begin_kind(
         &mut self,
         flush: &FlushId,
         time: &str,
         consumes: Option<Cursor>,
         families: &[FamilyEntry],
-        intents: &[TotalsIntent],
+        intents: &[KindIntent],
     ) -> io::Result<()> {
         let header = |e: &mut Enc<'_>| family_header(e, flush, time, consumes, families);
         self.commit_group(None, header, |out| {
             for intent in intents {
                 frame(out, |e| {
-                    e.u8(TOTALS_INTENT);
+                    e.u8(intent.kind.tag());
                     e.u32(intent.request);
-                    e.u16(intent.family);
-                    e.u8(intent.table.index() as u8);
-                    e.str(&intent.writer);
-                    e.i64(intent.timestamp);
-                    e.bytes(&intent.series);
-                    e.u32(intent.rows.len() as u32);
-                    for row in &intent.rows {
-                        e.u32(row.bucket);
-                        e.u16(row.totals.len() as u16);
-                        for (total, unconfirmed) in row.totals.iter().zip(&row.unconfirmed) {
-                            e.i64(*total);
-                            e.i64(*unconfirmed);
-                        }
-                    }
+                    e.0.extend_from_slice(&intent.body);
                 });
             }
         })
@@ -474,75 +462,4 @@ fn frame(out: &mut Vec<u8>, fill: impl FnOnce(&mut Enc<'_>)) {
     let (len, crc) = (payload.len() as u32, crc32c::crc32c(payload));
     out[start..start + 4].copy_from_slice(&len.to_le_bytes());
     out[start + 4..start + 8].copy_from_slice(&crc.to_le_bytes());
-}
-
-struct Enc<'a>(&'a mut Vec<u8>);
-
-impl Enc<'_> {
-    fn u8(&mut self, v: u8) {
-        self.0.push(v);
-    }
-    fn u16(&mut self, v: u16) {
-        self.0.extend_from_slice(&v.to_le_bytes());
-    }
-    fn u32(&mut self, v: u32) {
-        self.0.extend_from_slice(&v.to_le_bytes());
-    }
-    fn u64(&mut self, v: u64) {
-        self.0.extend_from_slice(&v.to_le_bytes());
-    }
-    fn i64(&mut self, v: i64) {
-        self.0.extend_from_slice(&v.to_le_bytes());
-    }
-    fn bytes(&mut self, v: &[u8]) {
-        self.u32(v.len() as u32);
-        self.0.extend_from_slice(v);
-    }
-    fn str(&mut self, v: &str) {
-        self.bytes(v.as_bytes());
-    }
-    fn strs(&mut self, v: &[String]) {
-        self.u32(v.len() as u32);
-        for s in v {
-            self.str(s);
-        }
-    }
-    fn flush_id(&mut self, flush: &FlushId) {
-        self.str(&flush.writer);
-        self.u64(flush.incarnation);
-        self.u64(flush.flush_seq);
-    }
-    /// A row's deltas: their count (`u16`), then each.
-    fn deltas(&mut self, deltas: &[i64]) {
-        self.u16(deltas.len() as u16);
-        for d in deltas {
-            self.i64(*d);
-        }
-    }
-    #[cfg(test)]
-    fn option_u64(&mut self, v: Option<u64>) {
-        match v {
-            None => self.u8(0),
-            Some(v) => {
-                self.u8(1);
-                self.u64(v);
-            }
-        }
-    }
-    fn cursor(&mut self, cursor: Option<Cursor>) {
-        match cursor {
-            None => self.u8(0),
-            Some(c) => {
-                self.u8(1);
-                self.u64(c.segment.incarnation);
-                self.u64(c.segment.flush_seq);
-                // Bit 0: recovered; bit 1: a held segment; bit 2: a totals segment (older
-                // journals never set the last two).
-                self.u8(u8::from(c.segment.recovered)
-                    | (u8::from(c.segment.held) << 1)
-                    | (u8::from(c.segment.totals) << 2));
-                self.u64(c.offset);
-            }
-        }
-    }
 }
