@@ -60,10 +60,11 @@
 //!   wrapper and `countersink outcomes` share); and the three readers that match every
 //!   outcome: `telemetry/observed.rs`, `ops/migrate/mod.rs`, `ops/reconcile/repair.rs`.
 //!   (16 to 19 before the write paths shared the table and the runner.)
-//! - **A counting mode** (29 files outside its own folder, counted on this tree by
+//! - **A counting mode** (26 files outside its own folder, counted on this tree by
 //!   reading every reference to `writer_totals`' types and variants; 32 before the
-//!   journal kept a kind's intents as opaque bodies, and the earlier figure, "about
-//!   22", missed some of the files listed here): its flush path is a kind of
+//!   journal kept a kind's intents as opaque bodies and the flush's observers saw
+//!   every kind's writes through one trait, and the earlier figure, "about 22", missed
+//!   some of the files listed here): its flush path is a kind of
 //!   write as above (`src/totals/stage.rs` is the example), but the mode also reaches
 //!   the layers around the pipeline: the memory budget (`aggregate/mod.rs`: room for
 //!   rows it holds past a drain), the configuration
@@ -81,8 +82,9 @@
 //!   carry beyond a delta; `state/ids.rs`: its segments; `flush/replay.rs`: the counter
 //!   replay stops at its records, which its own chunk takes through the one replay loop
 //!   of `stage/replay.rs`),
-//!   the flush's report and observers (`flush/{flusher,report,observe}.rs`,
-//!   `sidecar/otlp_streams.rs`) and the operator tools (`ops/{read,keyindex,outcomes}.rs`,
+//!   the flush's report (`flush/{flusher,report}.rs`; its observers, the key index among
+//!   them, see its writes as [`sink::PlannedWrite`]s, which its write type implements
+//!   beside its definition) and the operator tools (`ops/{read,outcomes}.rs`,
 //!   `ops/outcomes/totals.rs`). Its own spill files, their replay and their share of the
 //!   spill limit (`state/spill.rs`, `src/totals/spill.rs`) are gone: the spill, its
 //!   cursor, its bound and its upgrade come with the state directory.

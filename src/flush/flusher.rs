@@ -571,11 +571,7 @@ impl<S: Sink> Flusher<S> {
                 self.seq,
                 u32::try_from(counter_writes).unwrap_or(u32::MAX),
                 (last, may_replay),
-                &|writes| {
-                    for observer in observers {
-                        observer.planned_totals(writes);
-                    }
-                },
+                &|writes| super::observe::tell(observers, writes),
             )
             .await;
         if !last {
@@ -660,9 +656,7 @@ impl<S: Sink> Flusher<S> {
                 .update(g, |s| s.in_flight -= held_sums[g.index()]);
         }
         let writes = planned.writes;
-        for observer in &self.observers {
-            observer.planned(&writes);
-        }
+        super::observe::tell(&self.observers, &writes);
         if !writes.is_empty() {
             crash_point("drained");
         }
@@ -738,9 +732,7 @@ impl<S: Sink> Flusher<S> {
             in_flight[g.index()] -= held_sums[g.index()];
         }
         let writes = planned.writes;
-        for observer in &self.observers {
-            observer.planned(&writes);
-        }
+        super::observe::tell(&self.observers, &writes);
         let sent = Counters {
             flush,
             writes,

@@ -3,16 +3,29 @@
 //! each flush carries). An observer must return quickly and never block: it runs on the
 //! flush task, between the drain and the first send.
 
-use crate::sink::{PartitionWrite, TotalsWrite};
+use std::sync::Arc;
+
+use crate::sink::PlannedWrite;
 
 /// Told what each flush is about to send.
 pub trait FlushObserver: Send + Sync + 'static {
-    /// The counter writes planned from this flush's drain (re-queued and replayed rows
-    /// included).
-    fn planned(&self, writes: &[PartitionWrite]);
+    /// The writes of one kind planned from this flush's drain, before any of them is
+    /// sent: once for its counter writes (re-queued and replayed rows included), then
+    /// once for each other kind that has writes to send (the running totals of
+    /// `writer_totals` families, after the counter writes). Whatever the kind, each write
+    /// names its partition and its rows' buckets, so an observer sees every key of
+    /// every counting mode without naming one.
+    fn planned(&self, writes: &[&dyn PlannedWrite]);
+}
 
-    /// The writes of running totals (`writer_totals` families) this flush is about to
-    /// send, after its counter writes: changed rows, retried rows and replayed spills.
-    /// Required, so that no observer misses the keys of one counting mode.
-    fn planned_totals(&self, writes: &[TotalsWrite]);
+/// Tells every observer the writes of one kind a flush is about to send (nothing is
+/// built when no one watches).
+pub(crate) fn tell<W: PlannedWrite>(observers: &[Arc<dyn FlushObserver>], writes: &[W]) {
+    if observers.is_empty() {
+        return;
+    }
+    let planned = crate::sink::planned(writes);
+    for observer in observers {
+        observer.planned(&planned);
+    }
 }

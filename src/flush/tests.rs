@@ -692,11 +692,10 @@ async fn replay_streams_the_spill_in_chunks_that_fit_the_budget() {
 struct ChunkSizes(parking_lot::Mutex<Vec<usize>>);
 
 impl crate::flush::FlushObserver for ChunkSizes {
-    fn planned(&self, writes: &[crate::sink::PartitionWrite]) {
+    /// The counter writes' chunks: this test's families keep counters only.
+    fn planned(&self, writes: &[&dyn crate::sink::PlannedWrite]) {
         self.0.lock().push(writes.len());
     }
-
-    fn planned_totals(&self, _: &[crate::sink::TotalsWrite]) {}
 }
 
 /// A flush round drains the buffer in chunks whose writes fit the flush's quarter of

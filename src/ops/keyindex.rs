@@ -36,8 +36,8 @@ use crate::cql_text::{self, KEY_INDEX};
 use crate::family::{Families, TableName};
 use crate::flush::FlushObserver;
 use crate::series;
+use crate::sink::PlannedWrite;
 use crate::sink::cql::session;
-use crate::sink::{PartitionWrite, TotalsWrite};
 use crate::telemetry::OperationsMetrics;
 use crate::vocabulary::{FamilyId, Granularity};
 
@@ -460,20 +460,18 @@ async fn until_drained<T>(
 }
 
 impl FlushObserver for KeyIndex {
-    fn planned(&self, writes: &[PartitionWrite]) {
-        self.offer_days(writes.iter().flat_map(|w| {
-            days_of(w.table, w.rows.iter().map(|r| r.day(w.table)))
-                .into_iter()
-                .map(move |day| (w.family, day, &*w.series))
-        }));
-    }
-
-    fn planned_totals(&self, writes: &[TotalsWrite]) {
-        self.offer_days(writes.iter().flat_map(|w| {
-            days_of(w.table, w.rows.iter().map(|r| r.day(w.table)))
-                .into_iter()
-                .map(move |day| (w.family, day, &*w.series))
-        }));
+    fn planned(&self, writes: &[&dyn PlannedWrite]) {
+        let mut days = Vec::new();
+        let mut keys = Vec::with_capacity(writes.len());
+        for write in writes {
+            let table = write.table();
+            days.clear();
+            write.for_each_bucket(&mut |bucket| days.push(crate::bucket::day_of(table, bucket)));
+            for day in days_of(table, days.drain(..)) {
+                keys.push((write.family(), day, write.series()));
+            }
+        }
+        self.offer_days(keys.into_iter());
     }
 }
 
@@ -678,5 +676,71 @@ mod tests {
             Offer::Queued,
             "day 100 was forgotten to stay within ten times max_pending"
         );
+    }
+
+    /// Every kind of planned write feeds the index the same way: a counter write and a
+    /// write of running totals each queue their (family, day, key) once per day their
+    /// rows fall on, and an all-time total queues none.
+    #[test]
+    fn the_keys_of_every_kind_of_planned_write_are_queued() {
+        use crate::aggregate::Columns;
+        use crate::sink::{PartitionWrite, RowDelta, TotalRow, TotalsWrite};
+        let config = Config::default();
+        let families = Families::from_config(&config).unwrap();
+        let index = KeyIndex::new(&config, &families, OperationsMetrics::default());
+        let minute = crate::bucket::Minute::from_unix_secs(1_700_000_000).unwrap();
+        let counter = PartitionWrite {
+            epoch: None,
+            family: FamilyId(0),
+            table: Granularity::Minute,
+            series: crate::series::encode(["a"]).into_boxed_slice(),
+            shard: None,
+            rows: vec![RowDelta {
+                bucket: minute.0,
+                columns: Columns::zeroed(1),
+                requeued_since: 0,
+            }],
+        };
+        let day = minute.day();
+        let totals = |table: Granularity, buckets: &[u32]| TotalsWrite {
+            family: FamilyId(0),
+            table,
+            series: crate::series::encode(["b"]).into_boxed_slice(),
+            writer: "w".into(),
+            timestamp: 1,
+            rows: buckets
+                .iter()
+                .map(|&bucket| TotalRow {
+                    bucket,
+                    totals: Columns::zeroed(1),
+                })
+                .collect(),
+        };
+        index.planned(&crate::sink::planned(std::slice::from_ref(&counter)));
+        index.planned(&crate::sink::planned(&[
+            totals(Granularity::Day, &[day.0, day.0 + 1]),
+            totals(Granularity::Total, &[0]),
+        ]));
+        let queued: Vec<(FamilyId, Day, String)> = index
+            .shared
+            .queue
+            .lock()
+            .take_ready(Instant::now() + Duration::from_secs(3600), 100)
+            .into_iter()
+            .map(|e| (e.family, e.day, key_text(&e.series)))
+            .collect();
+        let mut expected = vec![
+            (FamilyId(0), day, key_text(&counter.series)),
+            (FamilyId(0), day, key_text(&crate::series::encode(["b"]))),
+            (
+                FamilyId(0),
+                Day(day.0 + 1),
+                key_text(&crate::series::encode(["b"])),
+            ),
+        ];
+        let mut queued = queued;
+        queued.sort();
+        expected.sort();
+        assert_eq!(queued, expected);
     }
 }

@@ -9,19 +9,18 @@ use crate::config::Config;
 use crate::flush::FlushObserver;
 use crate::ingest::Kept;
 use crate::ingest::otlp::{self, StreamState};
-use crate::sink::{PartitionWrite, TotalsWrite};
+use crate::sink::PlannedWrite;
 use crate::state::ingest_log::{self, IngestLog, RecoveredStreams};
 
 /// Saves the stream table when a flush is about to send.
 struct SaveStreams(Arc<StreamState>);
 
 impl FlushObserver for SaveStreams {
-    fn planned(&self, _writes: &[PartitionWrite]) {
+    /// Every kind's writes: the first of a flush saves, a later one finds the table
+    /// unchanged unless points arrived in between.
+    fn planned(&self, _writes: &[&dyn PlannedWrite]) {
         self.0.save_if_changed();
     }
-
-    /// The totals stage sends after the counter stage, whose `planned` saved already.
-    fn planned_totals(&self, _writes: &[TotalsWrite]) {}
 }
 
 /// The table read from the state directory and its flush observer, when an OTLP receiver

@@ -29,7 +29,7 @@ pub use self::exact::{LedgerRow, OutcomeRow};
 pub use self::memory::MemorySink;
 pub use self::outcome::{Outcome, OutcomeClass, WriteError};
 pub use self::totals::{TotalRow, TotalsWrite};
-pub use self::write::{PartitionWrite, RowDelta};
+pub use self::write::{PartitionWrite, PlannedWrite, RowDelta, planned};
 
 /// One request a sink is asked to send: the kind of write, and what it carries. A sink
 /// implements one method, [`Sink::send`], over every kind, so a sink that wraps another

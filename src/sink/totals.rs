@@ -43,3 +43,18 @@ pub struct TotalsWrite {
     /// The rows, all in the same partition; at least one.
     pub rows: Vec<TotalRow>,
 }
+
+impl super::PlannedWrite for TotalsWrite {
+    fn family(&self) -> FamilyId {
+        self.family
+    }
+    fn table(&self) -> Granularity {
+        self.table
+    }
+    fn series(&self) -> &[u8] {
+        &self.series
+    }
+    fn for_each_bucket(&self, each: &mut dyn FnMut(u32)) {
+        self.rows.iter().for_each(|row| each(row.bucket));
+    }
+}

@@ -28,6 +28,41 @@ impl RowDelta {
     }
 }
 
+/// A write a flush is about to send, as those who watch the flush see it
+/// ([`crate::flush::FlushObserver`]), whatever kind of write it is: the partition it
+/// writes and the buckets of its rows. Each kind's write type implements it beside its
+/// definition, so an observer (the key index, for one) needs no change for a new kind.
+pub trait PlannedWrite: Sync {
+    /// The family.
+    fn family(&self) -> FamilyId;
+    /// Which of its tables.
+    fn table(&self) -> Granularity;
+    /// The encoded series (key values).
+    fn series(&self) -> &[u8];
+    /// Calls `each` with the bucket of every row, in row order.
+    fn for_each_bucket(&self, each: &mut dyn FnMut(u32));
+}
+
+/// Writes of one kind as [`PlannedWrite`]s.
+pub fn planned<W: PlannedWrite>(writes: &[W]) -> Vec<&dyn PlannedWrite> {
+    writes.iter().map(|w| w as &dyn PlannedWrite).collect()
+}
+
+impl PlannedWrite for PartitionWrite {
+    fn family(&self) -> FamilyId {
+        self.family
+    }
+    fn table(&self) -> Granularity {
+        self.table
+    }
+    fn series(&self) -> &[u8] {
+        &self.series
+    }
+    fn for_each_bucket(&self, each: &mut dyn FnMut(u32)) {
+        self.rows.iter().for_each(|row| each(row.bucket));
+    }
+}
+
 /// One write request: rows of a single partition of one table.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PartitionWrite {

@@ -550,10 +550,10 @@ struct ReplayWatch {
     seen: parking_lot::Mutex<Vec<(usize, usize)>>,
 }
 
+/// Its family keeps running totals only: every planned write is one (the counter stage
+/// plans none).
 impl crate::flush::FlushObserver for ReplayWatch {
-    fn planned(&self, _: &[crate::sink::PartitionWrite]) {}
-
-    fn planned_totals(&self, writes: &[crate::sink::TotalsWrite]) {
+    fn planned(&self, writes: &[&dyn crate::sink::PlannedWrite]) {
         let in_use = self.engine.aggregator().pending_bytes();
         self.seen.lock().push((writes.len(), in_use));
     }
