@@ -519,6 +519,14 @@ async fn answer_durably<H: PacketHandler>(
         }
         .write_line(&mut lines);
     }
+    // Counted once answered: a request refused whole (above, or its append below) is
+    // retried, and counts then. One whose task is dropped while its lines wait for their
+    // sync (the listener's runtime drops it at the shutdown deadline) is counted too: its
+    // lines are in the log, to be applied.
+    let mut count = CountWhenDone {
+        shared,
+        checked: Some((accepted, why)),
+    };
     if !lines.is_empty() {
         match log.append_async(&lines).await {
             Ok(()) => {
@@ -527,18 +535,35 @@ async fn answer_durably<H: PacketHandler>(
                 }
             }
             Err(AppendError::Full { .. }) => {
+                count.checked = None;
                 shared.stats.get(TRANSPORT).busy.fetch_add(1, Relaxed);
                 return (busy(), None);
             }
             Err(error) => {
+                count.checked = None;
                 tracing::error!(%error, "A durable request could not be made durable.");
                 return (not_durable(), None);
             }
         }
     }
-    // Counted once answered: a request refused whole (above) is retried, and counts then.
-    shared.count_checked(accepted, &why);
     (response, kept)
+}
+
+/// Counts a durable request's checked items when dropped: once it is answered, or when
+/// its task is dropped while its lines wait for their sync (they are written).
+struct CountWhenDone<'s, H: PacketHandler> {
+    shared: &'s Shared<H>,
+    /// The items accepted and why the others were refused; `None`: nothing to count
+    /// (refused whole, or not made durable).
+    checked: Option<(usize, Vec<Refusal>)>,
+}
+
+impl<H: PacketHandler> Drop for CountWhenDone<'_, H> {
+    fn drop(&mut self) {
+        if let Some((accepted, why)) = self.checked.take() {
+            self.shared.count_checked(accepted, &why);
+        }
+    }
 }
 
 /// 429 with `Retry-After`: nothing was applied.

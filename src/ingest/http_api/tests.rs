@@ -187,9 +187,12 @@ impl PacketHandler for Panics {
     }
 }
 
-/// A durable listener's shared state over a fresh ingest log in `dir`, its handler
-/// [`Panics`].
-fn panicking(dir: &std::path::Path) -> Arc<Shared<Panics>> {
+/// A durable listener's shared state over a fresh ingest log in `dir`, with one
+/// handler, `handler`'s; and the log.
+fn durable<H: PacketHandler>(
+    dir: &std::path::Path,
+    handler: impl FnMut() -> H,
+) -> (Arc<Shared<H>>, Arc<crate::state::ingest_log::IngestLog>) {
     use crate::state::ingest_log::{IngestLog, Retention};
     let retention = Retention {
         window_secs: 600,
@@ -198,12 +201,18 @@ fn panicking(dir: &std::path::Path) -> Arc<Shared<Panics>> {
         keep_streams: false,
     };
     let log = Arc::new(IngestLog::open(dir, 1 << 20, 1, retention).unwrap());
-    Arc::new(Shared::new(
-        HandlerPool::new(1, || Panics),
+    let shared = Arc::new(Shared::new(
+        HandlerPool::new(1, handler),
         &HttpApiConfig::default(),
         Arc::new(IngestStats::default()),
-        Some(log),
-    ))
+        Some(Arc::clone(&log)),
+    ));
+    (shared, log)
+}
+
+/// [`durable`], its handler [`Panics`].
+fn panicking(dir: &std::path::Path) -> Arc<Shared<Panics>> {
+    durable(dir, || Panics).0
 }
 
 fn post(shared: &Arc<Shared<Panics>>, key: &str, body: &str) -> Response {
@@ -269,4 +278,75 @@ fn a_key_in_flight_dropped_unfinished_is_released() {
     assert_eq!(shared.keys.lock().begin("k", b"x", now), Begin::InFlight);
     drop(in_flight);
     assert_eq!(shared.keys.lock().begin("k", b"x", now), Begin::Apply);
+}
+
+/// Accepts anything, and sums the items it is told to count.
+#[derive(Default)]
+struct Counts {
+    counted: u64,
+}
+
+impl PacketHandler for Counts {
+    fn handle(&mut self, _packet: &[u8]) {}
+
+    fn check(
+        &mut self,
+        _: &str,
+        _: &[(&str, &str)],
+        _: i64,
+        _: Option<i64>,
+    ) -> Result<crate::bucket::Minute, crate::engine::Refusal> {
+        Ok(crate::bucket::Minute(1))
+    }
+
+    fn count_checked(&mut self, accepted: u64, _: &[crate::engine::Refusal]) {
+        self.counted += accepted;
+    }
+}
+
+/// A durable request whose task is dropped while its lines wait for their sync (as the
+/// listener's runtime drops it at the shutdown deadline) is counted all the same: its
+/// lines are in the log, to be applied.
+#[test]
+fn a_durable_request_dropped_while_syncing_is_counted() {
+    let dir = tempfile::tempdir().unwrap();
+    let (shared, log) = durable(dir.path(), Counts::default);
+    let body = br#"[{"name":"a","value":1}]"#;
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    // Polled once, then dropped: until one was dropped while it waited (a fast sync may
+    // answer the first poll).
+    let (mut dropped, mut requests) = (false, 0_u64);
+    for _ in 0..50 {
+        requests += 1;
+        let mut in_flight = KeyInFlight {
+            shared: Arc::clone(&shared),
+            key: None,
+            durable: None,
+        };
+        let answer = answer_durably(
+            &shared,
+            body,
+            Framing::JsonArray,
+            &mut in_flight,
+            Arc::clone(&log),
+        );
+        let waited = runtime
+            .block_on(async { tokio::time::timeout(std::time::Duration::ZERO, answer).await });
+        if waited.is_err() {
+            dropped = true;
+            break;
+        }
+    }
+    assert!(
+        dropped,
+        "no request was still waiting for its sync when dropped"
+    );
+    assert_eq!(
+        shared.handlers.slot(0).lock().counted,
+        requests,
+        "every request counted, the dropped one too"
+    );
 }
