@@ -776,15 +776,15 @@ impl StateDir {
     /// record lines of the spilled totals its replay read up to `consumes` and could not
     /// settle, kept whatever room is left (they are on disk already, see
     /// [`spill::Spill::write_segment_carrying`]), then `batches` (rows of its own), each
-    /// whole, up to `state.max_spill_bytes`. Returns whether `carried` was kept (always,
-    /// once written), and per batch whether it was written.
+    /// whole, up to `state.max_spill_bytes`. Returns, per batch, whether it was written;
+    /// `carried` is kept whenever this returns `Ok` (an `Err`: it was not written).
     pub fn spill_totals(
         &mut self,
         flush: &FlushId,
         consumes: Option<Cursor>,
         carried: &[u8],
         batches: &[Vec<WriteRecord>],
-    ) -> io::Result<(bool, Vec<bool>)> {
+    ) -> io::Result<Vec<bool>> {
         let id = SegmentId::totals(flush.incarnation, flush.flush_seq, false);
         self.spill
             .write_segment_carrying(id, consumes, carried, batches)

@@ -268,7 +268,7 @@ impl Spill {
             serde_json::to_writer(&mut lines, record).map_err(io::Error::other)?;
             lines.push(b'\n');
         }
-        let (_, kept) = self.write_segment_carrying(id, consumes, &lines, fresh)?;
+        let kept = self.write_segment_carrying(id, consumes, &lines, fresh)?;
         let mut all = vec![true; moved.len()];
         all.extend(kept);
         Ok(all)
@@ -336,20 +336,17 @@ impl Spill {
     /// holds the moved rows twice; that passes the limit by at most one replay chunk (and
     /// the read part of a segment not yet wholly consumed). A moved record may also have
     /// grown by the error its write met (one error per record, replaced each time). `batches` (rows of the flush's
-    /// own) get only the room left after them. The header names `consumes`. Returns
-    /// whether `carried` was kept (always, once written), and per batch whether it was
-    /// written.
+    /// own) get only the room left after them. The header names `consumes`. Returns, per
+    /// batch, whether it was written; `carried` is kept whenever this returns `Ok` (an
+    /// `Err`: the segment was not written, and neither was `carried`).
     pub fn write_segment_carrying(
         &mut self,
         id: SegmentId,
         consumes: Option<Cursor>,
         carried: &[u8],
         batches: &[Vec<WriteRecord>],
-    ) -> io::Result<(bool, Vec<bool>)> {
-        if carried.is_empty() {
-            return Ok((true, self.write_segment(id, consumes, batches, &[])?));
-        }
-        Ok((true, self.write_lines(id, consumes, carried, batches, &[])?))
+    ) -> io::Result<Vec<bool>> {
+        self.write_lines(id, consumes, carried, batches, &[])
     }
 
     /// The (request id, row) of every record in a segment (recovery's check of which
@@ -830,7 +827,7 @@ mod tests {
         assert!(read_to.is_some());
         // Both read rows are carried, the full spill notwithstanding; the flush's own
         // row finds no room and is refused.
-        let (carried, kept) = spill
+        let kept = spill
             .write_segment_carrying(
                 segment(2),
                 read_to,
@@ -838,7 +835,7 @@ mod tests {
                 &[vec![record(3)]],
             )
             .unwrap();
-        assert_eq!((carried, kept), (true, vec![false]));
+        assert_eq!(kept, vec![false]);
         let named = read_header(&dir.path().join(segment(2).file_name())).unwrap();
         assert_eq!(named, read_to);
         // The flush's end: the cursor passes segment 1, which is deleted; the spill is

@@ -478,7 +478,8 @@ impl Totals {
             spilled.iter().map(|(r, _, _)| vec![r.clone()]).collect();
         let (carried_kept, kept, failure) =
             match state.spill_totals(flush, consumes, &carried, &batches) {
-                Ok((carried_kept, kept)) => (serialized && carried_kept, kept, None),
+                // Carried rows are kept whenever the segment is written.
+                Ok(kept) => (serialized, kept, None),
                 Err(error) => (false, vec![false; spilled.len()], Some(error)),
             };
         ledger.set_spill_bytes(state.spill_bytes().0);

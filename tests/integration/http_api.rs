@@ -522,6 +522,21 @@ async fn a_sealed_file_larger_than_the_spill_limit_still_reaches_the_store() {
     let store = start_cqlsim(&mut config, "reads its request counts").await;
     let mut writer = Writer::start(&config).await;
     log_views(&writer, 1..=20);
+    // The precondition, measured where the next round seals the log: the file it seals
+    // (the active file, whole: nothing is sealed yet) is larger than the limit, and so is
+    // the segment it becomes (two records per logged increment, each naming the series
+    // and delta its line names, and more), going into an empty spill.
+    let to_seal = writer
+        .flusher
+        .ingest_log()
+        .expect("a durable listener")
+        .bytes();
+    assert!(
+        to_seal > config.state.max_spill_bytes,
+        "the file to seal ({to_seal} bytes) must pass state.max_spill_bytes ({})",
+        config.state.max_spill_bytes
+    );
+    assert_eq!(writer.ledger.spill_bytes(), 0, "an empty spill");
     for _ in 0..3 {
         writer.flusher.flush_now().await;
     }

@@ -368,10 +368,16 @@ async fn increments<H: PacketHandler>(
             }
         }
     }
+    // From here the key is in flight until `in_flight` ends, however the request ends.
+    let mut in_flight = KeyInFlight {
+        shared: Arc::clone(&shared),
+        key,
+        durable: None,
+    };
     match shared.durable.clone() {
         None => {
             let (response, kept) = answer(&shared, &body, framing);
-            finish_key(&shared, key.as_deref(), kept);
+            in_flight.finish(kept);
             response
         }
         Some(log) => {
@@ -379,17 +385,20 @@ async fn increments<H: PacketHandler>(
             // its sync (the server then drops this future): the lines may be in the log
             // already, their count must be taken, and the request's Idempotency-Key must
             // leave "in flight" (its answer kept, or forgotten when nothing was
-            // applied), or every retry with it would get 409 until a restart.
+            // applied), or every retry with it would get 409 until a restart. A panic
+            // in the task ends it too: `in_flight`, dropped, releases the key, and the
+            // request is answered 500.
             let durable = async move {
                 let (response, kept) =
-                    answer_durably(&shared, &body, framing, key.as_deref(), log).await;
-                finish_key(&shared, key.as_deref(), kept);
+                    answer_durably(&shared, &body, framing, &mut in_flight, log).await;
+                in_flight.finish(kept);
                 response
             };
-            tokio::spawn(durable).await.unwrap_or_else(|_| {
+            tokio::spawn(durable).await.unwrap_or_else(|failed| {
+                tracing::error!(error = %failed, "A durable request failed while it was applied.");
                 error(
                     StatusCode::INTERNAL_SERVER_ERROR,
-                    "the request could not be answered",
+                    "the request failed while it was applied: it may or may not have been applied",
                     None,
                 )
             })
@@ -397,12 +406,51 @@ async fn increments<H: PacketHandler>(
     }
 }
 
+/// The `Idempotency-Key` (if any) of a request that [`Begin::Apply`] let through, until
+/// the request ends: [`KeyInFlight::finish`] keeps its answer for the window, or forgets
+/// the key when nothing was applied. Dropped unfinished (its request's task panicked, or
+/// was dropped with the runtime), it does the same with what it knows: the answer of
+/// increments already on disk ([`KeyInFlight::durable`]), else nothing (the key is
+/// forgotten). Either way the key leaves "in flight", where it would answer every retry
+/// 409 until a restart.
+struct KeyInFlight<H: PacketHandler> {
+    shared: Arc<Shared<H>>,
+    key: Option<String>,
+    /// The answer of a durable request whose increments (and key line) are on disk.
+    durable: Option<Kept>,
+}
+
+impl<H: PacketHandler> KeyInFlight<H> {
+    /// The key, while in flight.
+    fn key(&self) -> Option<&str> {
+        self.key.as_deref()
+    }
+
+    /// The request's increments, and its key with `answer`, are on disk: kept for the
+    /// key whatever happens next.
+    fn durable(&mut self, answer: &Kept) {
+        if self.key.is_some() {
+            self.durable = Some(answer.clone());
+        }
+    }
+
+    /// Ends the request with `kept`, its answer (`None`: nothing was applied).
+    fn finish(mut self, kept: Option<Kept>) {
+        self.durable = kept;
+    }
+}
+
+impl<H: PacketHandler> Drop for KeyInFlight<H> {
+    fn drop(&mut self) {
+        if let Some(key) = self.key.take() {
+            finish_key(&self.shared, &key, self.durable.take());
+        }
+    }
+}
+
 /// Ends the request that [`Begin::Apply`] let through with `key`: its answer kept for
 /// the window, or the key forgotten when nothing was applied.
-fn finish_key<H: PacketHandler>(shared: &Shared<H>, key: Option<&str>, kept: Option<Kept>) {
-    let Some(key) = key else {
-        return;
-    };
+fn finish_key<H: PacketHandler>(shared: &Shared<H>, key: &str, kept: Option<Kept>) {
     let mut keys = shared.keys.lock();
     let evicted = keys.evicted();
     if kept.is_some() {
@@ -443,9 +491,10 @@ async fn answer_durably<H: PacketHandler>(
     shared: &Shared<H>,
     body: &[u8],
     framing: Framing,
-    key: Option<&str>,
+    in_flight: &mut KeyInFlight<H>,
     log: Arc<IngestLog>,
 ) -> (Response, Option<Kept>) {
+    let key = in_flight.key();
     if log.would_overflow(body.len() as u64) {
         shared.stats.get(TRANSPORT).busy.fetch_add(1, Relaxed);
         return (busy(), None);
@@ -470,22 +519,51 @@ async fn answer_durably<H: PacketHandler>(
         }
         .write_line(&mut lines);
     }
+    // Counted once answered: a request refused whole (above, or its append below) is
+    // retried, and counts then. One whose task is dropped while its lines wait for their
+    // sync (the listener's runtime drops it at the shutdown deadline) is counted too: its
+    // lines are in the log, to be applied.
+    let mut count = CountWhenDone {
+        shared,
+        checked: Some((accepted, why)),
+    };
     if !lines.is_empty() {
         match log.append_async(&lines).await {
-            Ok(()) => {}
+            Ok(()) => {
+                if let Some(kept) = &kept {
+                    in_flight.durable(kept);
+                }
+            }
             Err(AppendError::Full { .. }) => {
+                count.checked = None;
                 shared.stats.get(TRANSPORT).busy.fetch_add(1, Relaxed);
                 return (busy(), None);
             }
             Err(error) => {
+                count.checked = None;
                 tracing::error!(%error, "A durable request could not be made durable.");
                 return (not_durable(), None);
             }
         }
     }
-    // Counted once answered: a request refused whole (above) is retried, and counts then.
-    shared.count_checked(accepted, &why);
     (response, kept)
+}
+
+/// Counts a durable request's checked items when dropped: once it is answered, or when
+/// its task is dropped while its lines wait for their sync (they are written).
+struct CountWhenDone<'s, H: PacketHandler> {
+    shared: &'s Shared<H>,
+    /// The items accepted and why the others were refused; `None`: nothing to count
+    /// (refused whole, or not made durable).
+    checked: Option<(usize, Vec<Refusal>)>,
+}
+
+impl<H: PacketHandler> Drop for CountWhenDone<'_, H> {
+    fn drop(&mut self) {
+        if let Some((accepted, why)) = self.checked.take() {
+            self.shared.count_checked(accepted, &why);
+        }
+    }
 }
 
 /// 429 with `Retry-After`: nothing was applied.

@@ -163,3 +163,190 @@ fn a_durable_request_dropped_while_syncing_still_answers_its_key() {
         "the first request's lines are in the log"
     );
 }
+
+/// A handler that panics checking an item named `boom`, and counting a request of two
+/// accepted items (after its lines are on disk); accepts anything else.
+struct Panics;
+
+impl PacketHandler for Panics {
+    fn handle(&mut self, _packet: &[u8]) {}
+
+    fn check(
+        &mut self,
+        name: &str,
+        _: &[(&str, &str)],
+        _: i64,
+        _: Option<i64>,
+    ) -> Result<crate::bucket::Minute, crate::engine::Refusal> {
+        assert_ne!(name, "boom", "a handler's bug");
+        Ok(crate::bucket::Minute(1))
+    }
+
+    fn count_checked(&mut self, accepted: u64, _: &[crate::engine::Refusal]) {
+        assert_ne!(accepted, 2, "a handler's bug");
+    }
+}
+
+/// A durable listener's shared state over a fresh ingest log in `dir`, with one
+/// handler, `handler`'s; and the log.
+fn durable<H: PacketHandler>(
+    dir: &std::path::Path,
+    handler: impl FnMut() -> H,
+) -> (Arc<Shared<H>>, Arc<crate::state::ingest_log::IngestLog>) {
+    use crate::state::ingest_log::{IngestLog, Retention};
+    let retention = Retention {
+        window_secs: 600,
+        max_keys: 16,
+        max_streams: 16,
+        keep_streams: false,
+    };
+    let log = Arc::new(IngestLog::open(dir, 1 << 20, 1, retention).unwrap());
+    let shared = Arc::new(Shared::new(
+        HandlerPool::new(1, handler),
+        &HttpApiConfig::default(),
+        Arc::new(IngestStats::default()),
+        Some(Arc::clone(&log)),
+    ));
+    (shared, log)
+}
+
+/// [`durable`], its handler [`Panics`].
+fn panicking(dir: &std::path::Path) -> Arc<Shared<Panics>> {
+    durable(dir, || Panics).0
+}
+
+fn post(shared: &Arc<Shared<Panics>>, key: &str, body: &str) -> Response {
+    let mut headers = HeaderMap::new();
+    headers.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    headers.insert(IDEMPOTENCY_KEY, HeaderValue::from_str(key).unwrap());
+    let call = increments(
+        State(Arc::clone(shared)),
+        headers,
+        Body::from(body.to_owned()),
+    );
+    tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap()
+        .block_on(call)
+}
+
+/// A durable request whose task panics before anything is on disk is answered 500, and
+/// its `Idempotency-Key` is forgotten rather than left "in flight": a retry with it is
+/// applied, not refused 409 until a restart.
+#[test]
+fn a_durable_request_that_panics_releases_its_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let shared = panicking(dir.path());
+    let failed = post(&shared, "k", r#"[{"name":"boom","value":1}]"#);
+    assert_eq!(failed.status(), StatusCode::INTERNAL_SERVER_ERROR);
+    let retried = post(&shared, "k", r#"[{"name":"fine","value":1}]"#);
+    assert_eq!(retried.status(), StatusCode::OK, "the key left in flight");
+    assert!(!retried.headers().contains_key(REPLAYED), "applied anew");
+}
+
+/// A durable request whose task panics once its increments are on disk is answered
+/// 500, and its key keeps the answer those increments were logged with: a retry is
+/// answered again, not applied a second time.
+#[test]
+fn a_durable_request_that_panics_once_logged_keeps_its_answer() {
+    let dir = tempfile::tempdir().unwrap();
+    let shared = panicking(dir.path());
+    let body = r#"[{"name":"a","value":1},{"name":"b","value":2}]"#;
+    let failed = post(&shared, "k", body);
+    assert_eq!(failed.status(), StatusCode::INTERNAL_SERVER_ERROR);
+    let retried = post(&shared, "k", body);
+    assert_eq!(retried.status(), StatusCode::OK, "the key left in flight");
+    assert_eq!(retried.headers()[REPLAYED], "true");
+}
+
+/// A key guard dropped unfinished, as a panicking or dropped task drops it, releases
+/// its key.
+#[test]
+fn a_key_in_flight_dropped_unfinished_is_released() {
+    let dir = tempfile::tempdir().unwrap();
+    let shared = panicking(dir.path());
+    let now = Instant::now();
+    assert_eq!(shared.keys.lock().begin("k", b"x", now), Begin::Apply);
+    let in_flight = KeyInFlight {
+        shared: Arc::clone(&shared),
+        key: Some("k".to_owned()),
+        durable: None,
+    };
+    assert_eq!(shared.keys.lock().begin("k", b"x", now), Begin::InFlight);
+    drop(in_flight);
+    assert_eq!(shared.keys.lock().begin("k", b"x", now), Begin::Apply);
+}
+
+/// Accepts anything, and sums the items it is told to count.
+#[derive(Default)]
+struct Counts {
+    counted: u64,
+}
+
+impl PacketHandler for Counts {
+    fn handle(&mut self, _packet: &[u8]) {}
+
+    fn check(
+        &mut self,
+        _: &str,
+        _: &[(&str, &str)],
+        _: i64,
+        _: Option<i64>,
+    ) -> Result<crate::bucket::Minute, crate::engine::Refusal> {
+        Ok(crate::bucket::Minute(1))
+    }
+
+    fn count_checked(&mut self, accepted: u64, _: &[crate::engine::Refusal]) {
+        self.counted += accepted;
+    }
+}
+
+/// A durable request whose task is dropped while its lines wait for their sync (as the
+/// listener's runtime drops it at the shutdown deadline) is counted all the same: its
+/// lines are in the log, to be applied.
+#[test]
+fn a_durable_request_dropped_while_syncing_is_counted() {
+    let dir = tempfile::tempdir().unwrap();
+    let (shared, log) = durable(dir.path(), Counts::default);
+    let body = br#"[{"name":"a","value":1}]"#;
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    // Polled once, then dropped: until one was dropped while it waited (a fast sync may
+    // answer the first poll).
+    let (mut dropped, mut requests) = (false, 0_u64);
+    for _ in 0..50 {
+        requests += 1;
+        let mut in_flight = KeyInFlight {
+            shared: Arc::clone(&shared),
+            key: None,
+            durable: None,
+        };
+        let answer = answer_durably(
+            &shared,
+            body,
+            Framing::JsonArray,
+            &mut in_flight,
+            Arc::clone(&log),
+        );
+        let waited = runtime
+            .block_on(async { tokio::time::timeout(std::time::Duration::ZERO, answer).await });
+        if waited.is_err() {
+            dropped = true;
+            break;
+        }
+    }
+    assert!(
+        dropped,
+        "no request was still waiting for its sync when dropped"
+    );
+    assert_eq!(
+        shared.handlers.slot(0).lock().counted,
+        requests,
+        "every request counted, the dropped one too"
+    );
+}
