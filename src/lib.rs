@@ -60,22 +60,23 @@
 //!   wrapper and `countersink outcomes` share); and the three readers that match every
 //!   outcome: `telemetry/observed.rs`, `ops/migrate/mod.rs`, `ops/reconcile/repair.rs`.
 //!   (16 to 19 before the write paths shared the table and the runner.)
-//! - **A counting mode** (26 files outside its own folder, counted on this tree by
-//!   reading every reference to `writer_totals`' types and variants; 32 before the
-//!   journal kept a kind's intents as opaque bodies and the flush's observers saw
-//!   every kind's writes through one trait, and the earlier figure, "about 22", missed
-//!   some of the files listed here): its flush path is a kind of
-//!   write as above (`src/totals/stage.rs` is the example), but the mode also reaches
-//!   the layers around the pipeline: the memory budget (`aggregate/mod.rs`: room for
-//!   rows it holds past a drain), the configuration
+//! - **A counting mode** (24 files outside its own folder, counted on this tree by
+//!   reading every reference to `writer_totals`' types and variants and keeping the
+//!   files whose code would change; 32 before the journal kept a kind's intents as
+//!   opaque bodies and the flush's observers saw every kind's writes through one trait,
+//!   and before files that name the mode only in docs or tests were told apart, such
+//!   as `aggregate/mod.rs`, whose room for rows held past a drain any mode can take,
+//!   and `telemetry/observed.rs`, which times every request by
+//!   [`sink::Request::family_table`]; the earlier figure, "about 22", missed some of
+//!   the files listed here): its flush path is a kind of write as above (`src/totals/stage.rs` is the example), but the mode also reaches
+//!   the layers around the pipeline: the configuration
 //!   (`config/{mod,validate,epochs,exact,mapping}.rs`), the tables (`layout.rs`,
 //!   `ddl.rs`, `sink/cql/schema.rs`), the sink contract (`sink/mod.rs`: a
 //!   [`sink::Request`] variant, which sinks that wrap another forward unchanged;
 //!   `sink/totals.rs`, what it sends) and the sinks that write it (`sink/memory.rs`,
-//!   `sink/cql/mod.rs`, `sink/cql/totals.rs`) and count it (`telemetry/observed.rs`),
-//!   recovery (`state/{mod,recovery}.rs`: the finisher that reads its groups at start,
-//!   one [`state::recovery::FinishKinds`] for every kind, which `wrapper/mod.rs` passes
-//!   too, and the segments recovery spills what they owe to; its journal intents are a
+//!   `sink/cql/mod.rs`, `sink/cql/totals.rs`), recovery (`state/{mod,recovery}.rs`:
+//!   the finisher that reads its groups at start, one
+//!   [`state::recovery::FinishKinds`] for every kind, which `wrapper/mod.rs` passes too, and the segments recovery spills what they owe to; its journal intents are a
 //!   [`state::KindIntent`] with a [`state::KindId`] of its own and a body it encodes
 //!   itself, as `src/totals/intent.rs` does, so the journal's files need no change),
 //!   the spill (`state/record.rs`: what its records
