@@ -608,25 +608,55 @@ impl IngestLog {
 
     /// Seals the active file as the segment-to-be `(incarnation, seq)` (nothing when it
     /// is empty) and starts a new one; returns whether it sealed.
+    ///
+    /// A log that failed seals nothing (its last appends may not be on disk; a restart
+    /// reads what is). A failed sync of the file fails the log: a writeback error is
+    /// reported once per file, so the group commit's next sync would succeed over pages
+    /// that were lost. Once the file is renamed it is sealed whatever follows: when the
+    /// next file cannot be started, the log fails rather than let appends go on into a
+    /// file the flush is about to read and remove.
     pub fn seal(&self, incarnation: u64, seq: u64) -> io::Result<bool> {
         let mut active = self.active.lock();
+        if self.failed.load(Ordering::Relaxed) || self.commit.failed() {
+            return Err(io::Error::other(
+                "the ingest log failed earlier: nothing is sealed until a restart",
+            ));
+        }
         if active.len == 0 {
             return Ok(false);
         }
-        active.file.sync_data()?;
+        if let Err(error) = active.file.sync_data() {
+            self.fail();
+            return Err(error);
+        }
+        // Nothing changed when this fails: the file stays the active one.
         fs::rename(
             self.dir.join(ACTIVE),
             self.dir.join(sealed_name(incarnation, seq)),
         )?;
-        // The new file's creation and the rename reach the disk with one directory sync.
-        let file = create_active(&self.dir)?;
         self.sealed_bytes.fetch_add(active.len, Ordering::Relaxed);
-        active.file = Arc::new(file);
         active.generation += 1;
         active.len = 0;
         self.active_bytes.store(0, Ordering::Relaxed);
         self.commit.sealed(active.generation);
-        Ok(true)
+        // The new file's creation and the rename reach the disk with one directory sync.
+        match create_active(&self.dir) {
+            Ok(file) => {
+                active.file = Arc::new(file);
+                Ok(true)
+            }
+            Err(error) => {
+                self.fail();
+                Err(error)
+            }
+        }
+    }
+
+    /// Takes nothing more until a restart, and tells every append still waiting for its
+    /// sync that it failed.
+    fn fail(&self) {
+        self.failed.store(true, Ordering::Relaxed);
+        self.commit.fail();
     }
 
     /// The sealed files, oldest first.

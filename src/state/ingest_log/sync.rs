@@ -7,7 +7,10 @@
 //! the wait is one wake-up, however many requests share it.
 //!
 //! A seal syncs the active file itself before renaming it: it tells the group commit
-//! that every append of the earlier generations is covered.
+//! that every append of the earlier generations is covered. Once a sync failed (the
+//! thread's or a seal's), every waiter is told so, covered or not by what came after:
+//! a writeback error is reported once per file, so a later sync's success says nothing
+//! of the pages that were lost.
 
 use std::fs::File;
 use std::io;
@@ -97,11 +100,11 @@ impl GroupCommit {
             notified.as_mut().enable();
             {
                 let state = self.shared.state.lock();
-                if state.covers(generation, end) {
-                    return true;
-                }
                 if state.failed {
                     return false;
+                }
+                if state.covers(generation, end) {
+                    return true;
                 }
             }
             notified.await;
@@ -112,20 +115,24 @@ impl GroupCommit {
     pub(super) fn wait_blocking(&self, generation: u64, end: u64) -> bool {
         let mut state = self.shared.state.lock();
         loop {
-            if state.covers(generation, end) {
-                return true;
-            }
             if state.failed {
                 return false;
+            }
+            if state.covers(generation, end) {
+                return true;
             }
             self.shared.done.wait(&mut state);
         }
     }
 
-    /// A seal synced every append before `generation` began.
+    /// A seal synced every append before `generation` began (not taken once a sync
+    /// failed: the seal's own sync may have succeeded over pages an earlier failure lost).
     pub(super) fn sealed(&self, generation: u64) {
         self.shared.syncs.fetch_add(1, Ordering::Relaxed);
         let mut state = self.shared.state.lock();
+        if state.failed {
+            return;
+        }
         if generation > state.generation {
             state.generation = generation;
             state.upto = 0;
@@ -134,6 +141,13 @@ impl GroupCommit {
             state.want = None;
         }
         drop(state);
+        self.wake_waiters();
+    }
+
+    /// A sync made elsewhere (the seal's) failed: every waiter is told so, and every
+    /// later one.
+    pub(super) fn fail(&self) {
+        self.shared.state.lock().failed = true;
         self.wake_waiters();
     }
 

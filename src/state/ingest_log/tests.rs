@@ -363,3 +363,27 @@ fn a_failed_carry_is_followed_by_a_rewrite_not_an_append() {
     assert_eq!(mark, Some(50));
     assert_eq!(points, [stream(1, 10, 5), stream(2, 11, 6)]);
 }
+
+/// A log that failed (a sync failed: its last appends may not be on disk) seals
+/// nothing and takes nothing more: its file stays where a restart reads it, and a seal's
+/// sync, which would succeed over the lost pages, confirms no append still waiting.
+#[test]
+fn a_failed_log_seals_nothing_and_confirms_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = IngestLog::open(dir.path(), 1 << 20, 3, RETENTION).unwrap();
+    log.append(&line("a", 1)).unwrap();
+    let waiting = log.write_lines(&line("b", 2)).unwrap();
+    log.fail();
+    assert!(log.seal(3, 9).is_err());
+    assert!(log.sealed().unwrap().is_empty(), "nothing is sealed");
+    assert!(dir.path().join(ACTIVE).exists());
+    assert!(matches!(
+        log.append(&line("c", 3)),
+        Err(AppendError::Failed)
+    ));
+    log.commit.sealed(waiting.generation + 1);
+    assert!(
+        !log.commit.wait_blocking(waiting.generation, waiting.end),
+        "an append waiting when the log failed is told it failed"
+    );
+}
