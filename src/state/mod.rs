@@ -243,8 +243,8 @@ impl StateDir {
     /// unfinished (see [`recovery`]): an unsettled flush in the journal, unfinished
     /// spill writes, a torn outcome log.
     ///
-    /// A group of kind intents (a `writer_totals` flush) left unfinished in it is an
-    /// error here: an opener that may find one uses [`StateDir::open_with`].
+    /// A committed, unfinished group of kind intents (a `writer_totals` flush) in it is
+    /// an error here: an opener that may find one uses [`StateDir::open_with`].
     pub fn open(config: &StateConfig) -> Result<StateDir, StateError> {
         StateDir::open_with(config, &recovery::NoKinds)
     }

@@ -67,7 +67,8 @@ pub struct RecoveryReport {
     pub dropped_rows: u64,
     /// Delta sums of the dropped rows, per granularity.
     pub dropped_sums: [i128; Granularity::COUNT],
-    /// Rows of a group commit that did not complete (never sent; lost with memory).
+    /// Rows of a group commit that did not complete (never sent; lost with memory). An
+    /// opener without the kinds' finisher ([`NoKinds`]) counts none of a kind's intents.
     pub uncommitted_rows: u64,
     /// Running totals (`writer_totals`) the killed flush sent or was sending, not known
     /// applied: spilled to its recovered totals segment, written again by this start.
@@ -118,7 +119,7 @@ pub struct NoKinds;
 impl FinishKinds for NoKinds {
     fn finish(&self, dir: &Path, group: &FlushGroup, _: &str) -> std::io::Result<KindFinished> {
         Err(std::io::Error::other(format!(
-            "{} holds an unfinished flush of running totals (writer_totals, {:?}): open it once with the sidecar or a Recorder to finish it",
+            "{} holds an unfinished flush of a kind of write this opener does not finish ({:?}; running totals, writer_totals, are one): open it once with the sidecar or a Recorder to finish it",
             dir.display(),
             group.flush
         )))
@@ -132,6 +133,13 @@ impl FinishKinds for NoKinds {
 
 /// Finishes every unsettled group of the journal; groups of kind intents through
 /// `kinds`.
+///
+/// The kinds read their groups first: a group its finisher refuses keeps the directory
+/// closed before recovery has written anything. The journal is ended once, after the
+/// last group is finished: ending it starts it over, so an end after the first of two
+/// open groups (a counter group whose end failed, then its flush's kind group) would
+/// lose the second to a kill before it is finished, and an `End` record ends the last
+/// group read, not the one it names. Each step before is safe to run again.
 pub(super) fn recover(
     state: &mut StateDir,
     groups: Vec<FlushGroup>,
@@ -140,11 +148,24 @@ pub(super) fn recover(
     let mut report = RecoveryReport::default();
     let time = crate::bucket::rfc3339(std::time::SystemTime::now());
     let last = groups.len().saturating_sub(1);
-    for (index, group) in groups.into_iter().enumerate() {
-        // A driver wrapper's flush is the wrapper's to finish (`StateDir::take_wrapper_groups`).
-        if group.ended || group.wrapper.is_some() {
+    // A driver wrapper's flush is the wrapper's to finish (`StateDir::take_wrapper_groups`).
+    let unsettled = |group: &FlushGroup| !group.ended && group.wrapper.is_none();
+    let mut finished: Vec<Option<KindFinished>> = Vec::with_capacity(groups.len());
+    for group in &groups {
+        finished.push(
+            if unsettled(group) && group.committed && !group.kind_intents.is_empty() {
+                Some(kinds.finish(state.dir(), group, &time)?)
+            } else {
+                None
+            },
+        );
+    }
+    let mut end = None;
+    for ((index, group), finished) in groups.iter().enumerate().zip(finished) {
+        if !unsettled(group) {
             continue;
         }
+        end = Some(group.flush.flush_seq);
         if !group.committed {
             report.uncommitted_rows += group
                 .intents
@@ -152,17 +173,16 @@ pub(super) fn recover(
                 .map(|i| i.rows.len() as u64)
                 .chain(group.kind_intents.iter().map(|i| kinds.rows(i)))
                 .sum::<u64>();
-            state.journal.end(group.flush.flush_seq)?;
             continue;
         }
         report.flushes += 1;
-        if !group.kind_intents.is_empty() {
-            let finished = kinds.finish(state.dir(), &group, &time)?;
-            spill_totals(state, &group, finished.unsettled, &mut report)?;
+        if let Some(finished) = finished {
+            spill_totals(state, group, finished.unsettled, &mut report)?;
             if !finished.rejected.is_empty() {
                 log_missing(
                     state,
-                    &group,
+                    group,
+                    index == last,
                     OutcomeLog::Rejected,
                     finished.rejected,
                     &mut report,
@@ -170,10 +190,12 @@ pub(super) fn recover(
             }
         }
         if !group.intents.is_empty() {
-            finish(state, &group, index == last, &time, &mut report)?;
+            finish(state, group, index == last, &time, &mut report)?;
         }
         crash_point("recovery_logged");
-        state.journal.end(group.flush.flush_seq)?;
+    }
+    if let Some(seq) = end {
+        state.journal.end(seq)?;
     }
     Ok(report)
 }
@@ -224,16 +246,16 @@ fn table_of(record: &WriteRecord) -> Granularity {
 }
 
 /// Appends to `log` the records of `group` it does not hold from the group's recorded
-/// log sizes on (recorded now when the group had not: nothing of it was appended then),
-/// so that recovery run again after a kill adds nothing.
+/// log sizes on (see [`logs_at`]), so that recovery run again after a kill adds nothing.
 fn log_missing(
     state: &mut StateDir,
     group: &FlushGroup,
+    is_last: bool,
     log: OutcomeLog,
     records: Vec<WriteRecord>,
     report: &mut RecoveryReport,
 ) -> std::io::Result<()> {
-    let (unknown_at, rejected_at) = logs_at(state, group)?;
+    let (unknown_at, rejected_at) = logs_at(state, group, is_last)?;
     let logged = match log {
         OutcomeLog::Unknown => state.unknown.keys_from(unknown_at)?,
         OutcomeLog::Rejected => state.rejected.keys_from(rejected_at)?,
@@ -256,16 +278,23 @@ fn log_missing(
     }
 }
 
-/// The outcome logs' sizes `group` recorded before it appended to them, recorded now
-/// (durably, before recovery appends) when it had not.
-fn logs_at(state: &mut StateDir, group: &FlushGroup) -> std::io::Result<(u64, u64)> {
+/// The outcome logs' sizes `group` recorded before it appended to them; when it had
+/// not, recorded now (durably, before recovery appends) for the journal's last group,
+/// or `(0, 0)` for an earlier one.
+fn logs_at(state: &mut StateDir, group: &FlushGroup, is_last: bool) -> std::io::Result<(u64, u64)> {
     match group.logs_at {
         Some(at) => Ok(at),
-        None => {
+        // Nothing of the group was appended before the logs' present sizes: recorded,
+        // so that a recovery run again looks from there. A record appended now attaches
+        // to the journal's last group, so only that group's sizes can be recorded; an
+        // earlier group's records are looked for in the whole logs (a rare case: its
+        // flush failed to end, then another group was written after it).
+        None if is_last => {
             let at = (state.unknown.size(), state.rejected.size());
             state.journal.logs_at(at.0, at.1)?;
             Ok(at)
         }
+        None => Ok((0, 0)),
     }
 }
 
@@ -276,7 +305,7 @@ fn finish(
     time: &str,
     report: &mut RecoveryReport,
 ) -> std::io::Result<()> {
-    let (unknown_at, rejected_at) = logs_at(state, group)?;
+    let (unknown_at, rejected_at) = logs_at(state, group, is_last)?;
     let logged_unknown = state.unknown.keys_from(unknown_at)?;
     let logged_rejected = state.rejected.keys_from(rejected_at)?;
     // The flush's held segment (rows held for the delta ledger) is not looked at: it

@@ -653,6 +653,67 @@ fn a_later_end_does_not_discard_the_group_that_owes_a_replay_cursor() {
     );
 }
 
+/// A kind's finisher for the tests: refuses every group, or finds nothing owed.
+struct Finisher {
+    refuses: bool,
+}
+
+impl recovery::FinishKinds for Finisher {
+    fn finish(&self, _: &Path, group: &FlushGroup, _: &str) -> io::Result<recovery::KindFinished> {
+        if self.refuses {
+            return Err(io::Error::other(format!("cannot read {:?}", group.flush)));
+        }
+        Ok(recovery::KindFinished::default())
+    }
+
+    fn rows(&self, _: &KindIntent) -> u64 {
+        1
+    }
+}
+
+/// Two open groups, the first a counter group whose end failed, the second its flush's
+/// kind group, which the finisher cannot read: the directory stays closed however often
+/// it is opened, with both groups in the journal (ending the first before reading the
+/// second started the journal over, and the second start then opened with the second
+/// group gone). A finisher that reads it then finishes both.
+#[test]
+fn a_kind_group_the_finisher_refuses_keeps_every_open_group_of_the_journal() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (mut state, flush, consumes) = replay_in_flight(tmp.path());
+    std::os::unix::fs::symlink("/dev/full", tmp.path().join("spill.tmp")).unwrap();
+    assert!(state.journal_end(&flush, consumes).is_err());
+    let intent = KindIntent {
+        kind: KindId::new(64).unwrap(),
+        request: 1,
+        body: vec![1, 2, 3],
+    };
+    state
+        .journal_begin_kind(&flush, "t", None, &families(), &[intent])
+        .unwrap();
+    drop(state); // killed
+    fs::remove_file(tmp.path().join("spill.tmp")).ok();
+    let journal = || journal::read(&tmp.path().join("journal.wal")).unwrap();
+    for attempt in 0..3 {
+        assert!(
+            StateDir::open_with(&config(tmp.path()), &Finisher { refuses: true }).is_err(),
+            "attempt {attempt}"
+        );
+        let groups = journal();
+        assert_eq!(groups.len(), 2, "attempt {attempt}");
+        assert!(groups.iter().all(|g| g.committed && !g.ended));
+    }
+    let mut state = StateDir::open_with(&config(tmp.path()), &Finisher { refuses: false }).unwrap();
+    assert_eq!(state.recovery().flushes, 2);
+    assert_eq!(
+        state.load_spill(|_, _| true).unwrap().records.len(),
+        0,
+        "rows the killed process replayed and applied come back"
+    );
+    drop(state);
+    let state = StateDir::open(&config(tmp.path())).unwrap();
+    assert_eq!(state.recovery().flushes, 0, "nothing is left to finish");
+}
+
 /// A kill before a replaying flush ended: the next start takes the cursor from the
 /// journal and ends the group, which starts the journal over; the cursor must be in
 /// `spill.cursor` by then, or a second start replays the chunk again.
