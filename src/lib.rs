@@ -75,8 +75,11 @@
 //!   [`sink::Request`] variant, which sinks that wrap another forward unchanged;
 //!   `sink/totals.rs`, what it sends) and the sinks that write it (`sink/memory.rs`,
 //!   `sink/cql/mod.rs`, `sink/cql/totals.rs`), recovery (`state/{mod,recovery}.rs`:
-//!   the finisher that reads its groups at start, one
-//!   [`state::recovery::FinishKinds`] for every kind, which `wrapper/mod.rs` passes too, and the segments recovery spills what they owe to; its journal intents are a
+//!   the finisher that reads its groups at start, one [`state::recovery::FinishKinds`]
+//!   (today `totals::Recovery`, which `flush/flusher.rs` and `wrapper/mod.rs` pass:
+//!   a second mode makes it a dispatch by [`state::KindId`]), and the totals segments
+//!   and figures recovery spills what they owe to, which a second mode's records would
+//!   share or need their own; its journal intents are a
 //!   [`state::KindIntent`] with a [`state::KindId`] of its own and a body it encodes
 //!   itself, as `src/totals/intent.rs` does, so the journal's files need no change),
 //!   the spill (`state/record.rs`: what its records

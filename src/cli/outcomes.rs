@@ -350,6 +350,13 @@ fn write_summary_text(
             journal.torn_bytes
         )?;
     }
+    if journal.unreadable_intents > 0 {
+        writeln!(
+            out,
+            "journal.wal: {} intents of unfinished flushes this version cannot read (not counted above; the sidecar will not start on them)",
+            journal.unreadable_intents
+        )?;
+    }
     Ok(())
 }
 

@@ -337,6 +337,10 @@ pub struct JournalReport {
     pub uncommitted_rows: u64,
     /// Bytes of a torn record after the last readable one.
     pub torn_bytes: u64,
+    /// Intents of unfinished flushes this version cannot read (a kind it does not know,
+    /// or a body that does not read): not counted anywhere above, and the sidecar does
+    /// not start on them (see "Recovery refuses to start" in the book's operations).
+    pub unreadable_intents: u64,
 }
 
 /// Everything read besides the records themselves.
@@ -563,6 +567,11 @@ pub fn scan(
         if group.ended {
             continue;
         }
+        report.journal.unreadable_intents += group
+            .kind_intents
+            .iter()
+            .filter(|intent| crate::totals::TotalsIntent::decode(intent).is_none())
+            .count() as u64;
         if !group.committed {
             report.journal.uncommitted_rows += group
                 .intents

@@ -73,7 +73,8 @@ impl TotalsIntent {
     }
 
     /// The write a journal's intent records; `None` when it is of another kind or its
-    /// body does not read as one (a body cut short or left with bytes over).
+    /// body is cut short. Bytes after the last row are a later version's (a record grows
+    /// by optional fields at its end, as the journal's own do) and are left unread.
     pub fn decode(intent: &KindIntent) -> Option<TotalsIntent> {
         if intent.kind != KIND {
             return None;
@@ -100,7 +101,7 @@ impl TotalsIntent {
                 unconfirmed,
             });
         }
-        (d.remaining() == 0).then_some(TotalsIntent {
+        Some(TotalsIntent {
             request: intent.request,
             family,
             table,
@@ -175,13 +176,17 @@ mod tests {
     }
 
     #[test]
-    fn a_body_cut_short_or_too_long_or_of_another_kind_does_not_read() {
+    fn a_body_cut_short_or_of_another_kind_does_not_read_and_one_that_grew_does() {
         let mut encoded = intent().encode();
         encoded.body.pop();
         assert_eq!(TotalsIntent::decode(&encoded), None, "cut short");
         let mut encoded = intent().encode();
         encoded.body.push(0);
-        assert_eq!(TotalsIntent::decode(&encoded), None, "a byte over");
+        assert_eq!(
+            TotalsIntent::decode(&encoded),
+            Some(intent()),
+            "a later version's field at its end is left unread"
+        );
         let mut encoded = intent().encode();
         encoded.kind = KindId::new(64).unwrap();
         assert_eq!(TotalsIntent::decode(&encoded), None, "another kind");

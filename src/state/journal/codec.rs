@@ -1,8 +1,9 @@
 //! The journal's primitive encoding, shared by its records and by the bodies of the
 //! intents a kind of write journals itself ([`super::KindIntent`]): little-endian
 //! integers, strings and byte strings prefixed by a `u32` length, deltas prefixed by a
-//! `u16` count. Decoding returns `None` where the bytes end early or do not read
-//! (the journal treats such a record as a torn tail).
+//! `u16` count. Decoding returns `None` where the bytes end early or do not read: the
+//! journal treats such a record as a torn tail; a kind, such a body as unreadable (its
+//! finisher then keeps the state directory from opening).
 
 use crate::state::ids::{Cursor, SegmentId};
 use crate::vocabulary::Granularity;
