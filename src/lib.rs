@@ -52,14 +52,16 @@
 //!   [`stage::run_stage`] call where its groups run (`flush/flusher.rs` for the
 //!   sidecar). The group commit, the send loop, the start windows, the decision table,
 //!   the crash points and the end come with the runner.
-//! - **An outcome class** (8 files, 9 with a journal record of its own): the variant and
-//!   its label (`sink/outcome.rs`); which driver errors are in it (`sink/cql/classify.rs`);
+//! - **An outcome class** (7 files, 8 with a journal record of its own): the variant, its
+//!   label and its error (`sink/outcome.rs`); which driver errors are in it
+//!   (`sink/cql/classify.rs`);
 //!   its row of the decision table (`stage/decide.rs`) and its count (`stage/run.rs`);
 //!   its journal record (`state/journal/mod.rs`, `Settled::of`; a new `Settled` variant also
 //!   needs its home in `state/recovery.rs`, the one classifier the sidecar, the driver
-//!   wrapper and `countersink outcomes` share); and the three readers that match every
-//!   outcome: `telemetry/observed.rs`, `ops/migrate/mod.rs`, `ops/reconcile/repair.rs`.
-//!   (16 to 19 before the write paths shared the table and the runner.)
+//!   wrapper and `countersink outcomes` share); and the two readers that match every
+//!   outcome: `ops/migrate/mod.rs`, `ops/reconcile/repair.rs` (`telemetry/observed.rs`
+//!   counts errors by [`sink::Outcome::error`]). (16 to 19 before the write paths shared
+//!   the table and the runner.)
 //! - **A counting mode** (24 files outside its own folder, counted on this tree by
 //!   reading every reference to `writer_totals`' types and variants and keeping the
 //!   files whose code would change; 32 before the journal kept a kind's intents as

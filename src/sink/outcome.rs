@@ -40,6 +40,16 @@ impl Outcome {
     pub fn label(&self) -> &'static str {
         self.class().label()
     }
+
+    /// The store's error, for every outcome but [`Outcome::Applied`].
+    pub fn error(&self) -> Option<&WriteError> {
+        match self {
+            Outcome::Applied => None,
+            Outcome::NotAppliedTransient(error)
+            | Outcome::NotAppliedPermanent(error)
+            | Outcome::Unknown(error) => Some(error),
+        }
+    }
 }
 
 /// The outcome classes as a closed set: the `outcome` label of

@@ -74,15 +74,11 @@ impl<S: Sink> ObservedSink<S> {
             .write_duration
             .with_label_values(&[table])
             .observe(started.elapsed().as_secs_f64());
-        match outcome {
-            Outcome::Applied => {}
-            Outcome::NotAppliedTransient(error)
-            | Outcome::NotAppliedPermanent(error)
-            | Outcome::Unknown(error) => self
-                .metrics
+        if let Some(error) = outcome.error() {
+            self.metrics
                 .write_errors
                 .with_label_values(&[table, error.kind])
-                .inc(),
+                .inc();
         }
     }
 }
