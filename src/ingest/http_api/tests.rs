@@ -45,7 +45,7 @@ fn gated(
     (shared, entered_rx, release_tx)
 }
 
-fn request(shared: &Arc<Shared<Gate>>, key: Option<&str>, body: &str) -> Response {
+fn request<H: PacketHandler>(shared: &Arc<Shared<H>>, key: Option<&str>, body: &str) -> Response {
     let mut headers = HeaderMap::new();
     headers.insert(
         header::CONTENT_TYPE,
@@ -216,21 +216,7 @@ fn panicking(dir: &std::path::Path) -> Arc<Shared<Panics>> {
 }
 
 fn post(shared: &Arc<Shared<Panics>>, key: &str, body: &str) -> Response {
-    let mut headers = HeaderMap::new();
-    headers.insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("application/json"),
-    );
-    headers.insert(IDEMPOTENCY_KEY, HeaderValue::from_str(key).unwrap());
-    let call = increments(
-        State(Arc::clone(shared)),
-        headers,
-        Body::from(body.to_owned()),
-    );
-    tokio::runtime::Builder::new_current_thread()
-        .build()
-        .unwrap()
-        .block_on(call)
+    request(shared, Some(key), body)
 }
 
 /// A durable request whose task panics before anything is on disk is answered 500, and
