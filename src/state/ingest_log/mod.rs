@@ -584,6 +584,10 @@ impl IngestLog {
         group.extend_from_slice(lines);
         let lines = group.as_slice();
         let mut active = self.active.lock();
+        // Again under the lock: a seal that failed the log did so holding it.
+        if self.failed.load(Ordering::Relaxed) || self.commit.failed() {
+            return Err(AppendError::Failed);
+        }
         let bytes = self.bytes();
         let more = lines.len() as u64;
         if bytes.saturating_add(more) > self.max_bytes {
@@ -609,18 +613,18 @@ impl IngestLog {
     /// Seals the active file as the segment-to-be `(incarnation, seq)` (nothing when it
     /// is empty) and starts a new one; returns whether it sealed.
     ///
-    /// A log that failed seals nothing (its last appends may not be on disk; a restart
-    /// reads what is). A failed sync of the file fails the log: a writeback error is
-    /// reported once per file, so the group commit's next sync would succeed over pages
-    /// that were lost. Once the file is renamed it is sealed whatever follows: when the
-    /// next file cannot be started, the log fails rather than let appends go on into a
-    /// file the flush is about to read and remove.
+    /// A log whose sync failed seals nothing (its last appends may not be on disk; a
+    /// restart reads what is); one whose write failed still seals what it answered (a
+    /// reader skips an append cut short whole), and takes no more appends. A failed sync
+    /// of the file fails the log: a writeback error is reported once per file, so the
+    /// group commit's next sync would succeed over pages that were lost. Once the file
+    /// is renamed it is sealed whatever follows: when the next file cannot be started,
+    /// the log fails rather than let appends go on into a file the flush is about to
+    /// read and remove.
     pub fn seal(&self, incarnation: u64, seq: u64) -> io::Result<bool> {
         let mut active = self.active.lock();
-        if self.failed.load(Ordering::Relaxed) || self.commit.failed() {
-            return Err(io::Error::other(
-                "the ingest log failed earlier: nothing is sealed until a restart",
-            ));
+        if self.commit.failed() {
+            return Ok(false);
         }
         if active.len == 0 {
             return Ok(false);

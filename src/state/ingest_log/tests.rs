@@ -364,9 +364,9 @@ fn a_failed_carry_is_followed_by_a_rewrite_not_an_append() {
     assert_eq!(points, [stream(1, 10, 5), stream(2, 11, 6)]);
 }
 
-/// A log that failed (a sync failed: its last appends may not be on disk) seals
-/// nothing and takes nothing more: its file stays where a restart reads it, and a seal's
-/// sync, which would succeed over the lost pages, confirms no append still waiting.
+/// A log whose sync failed (its last appends may not be on disk) seals nothing and
+/// takes nothing more: its file stays where a restart reads it, and a seal's sync,
+/// which would succeed over the lost pages, confirms no append still waiting.
 #[test]
 fn a_failed_log_seals_nothing_and_confirms_nothing() {
     let dir = tempfile::tempdir().unwrap();
@@ -374,7 +374,7 @@ fn a_failed_log_seals_nothing_and_confirms_nothing() {
     log.append(&line("a", 1)).unwrap();
     let waiting = log.write_lines(&line("b", 2)).unwrap();
     log.fail();
-    assert!(log.seal(3, 9).is_err());
+    assert!(!log.seal(3, 9).unwrap());
     assert!(log.sealed().unwrap().is_empty(), "nothing is sealed");
     assert!(dir.path().join(ACTIVE).exists());
     assert!(matches!(
@@ -386,4 +386,22 @@ fn a_failed_log_seals_nothing_and_confirms_nothing() {
         !log.commit.wait_blocking(waiting.generation, waiting.end),
         "an append waiting when the log failed is told it failed"
     );
+}
+
+/// A log whose write failed (the file may end in part of an append) takes no more
+/// appends, but still seals what it answered: the flush moves it on.
+#[test]
+fn a_log_whose_write_failed_still_seals_what_it_answered() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = IngestLog::open(dir.path(), 1 << 20, 3, RETENTION).unwrap();
+    log.append(&line("a", 1)).unwrap();
+    log.failed.store(true, Ordering::Relaxed);
+    assert!(matches!(
+        log.append(&line("b", 2)),
+        Err(AppendError::Failed)
+    ));
+    assert!(log.seal(3, 9).unwrap());
+    let sealed = log.sealed().unwrap();
+    let content = read_sealed(&sealed[0].path).unwrap();
+    assert_eq!(content.entries.len(), 1);
 }
