@@ -809,7 +809,7 @@ async fn an_unfinished_wrapper_flush_keeps_the_sidecar_out_of_the_directory() {
     {
         let mut state = StateDir::open(&config.state).unwrap();
         assert_eq!(state.unfinished_wrapper_flushes(), 1);
-        let groups = state.take_wrapper_groups();
+        let (groups, _) = state.take_wrapper_groups();
         state.journal_end(&groups[0].flush, None).unwrap();
     }
     Flusher::open(engine, Arc::new(MemorySink::new()), &config).expect("opens once ended");

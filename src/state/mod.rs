@@ -160,6 +160,8 @@ pub struct StateDir {
     nonce: u32,
     /// Unsettled flushes of a driver wrapper found at open, for the wrapper to finish.
     wrapper_groups: Vec<FlushGroup>,
+    /// Whether the last of them is the journal's last group.
+    wrapper_last_in_journal: bool,
 }
 
 /// The two append-only outcome logs.
@@ -317,6 +319,9 @@ impl StateDir {
             .filter(|g| g.wrapper.is_some() && !g.ended)
             .cloned()
             .collect();
+        let wrapper_last_in_journal = groups
+            .last()
+            .is_some_and(|g| g.wrapper.is_some() && !g.ended);
         // An earlier version's wrapper flush named an offset of its own spill file: the
         // file moves into a segment from the furthest one on.
         let wrapper_offset = groups
@@ -347,6 +352,7 @@ impl StateDir {
             owed_cursor: None,
             logs_noted: false,
             wrapper_groups,
+            wrapper_last_in_journal,
         };
         let mut report = recovery::recover(&mut state, groups, kinds).map_err(io_err("recover"))?;
         report.torn_journal_bytes = torn_journal;
@@ -529,10 +535,16 @@ impl StateDir {
         self.wrapper_groups.len()
     }
 
-    /// The driver wrapper's flushes the previous process did not end (its crash
-    /// recovery finishes them and ends each with [`StateDir::journal_end`]).
-    pub fn take_wrapper_groups(&mut self) -> Vec<FlushGroup> {
-        std::mem::take(&mut self.wrapper_groups)
+    /// The driver wrapper's flushes the previous process did not end, oldest first, and
+    /// whether the last of them is the journal's last group (only that group's
+    /// not-applied rows are known to be nowhere else, and only its log sizes can be
+    /// recorded: a record appended to the journal attaches to its last group). Its crash
+    /// recovery finishes them, then ends the journal once with [`StateDir::journal_end`].
+    pub fn take_wrapper_groups(&mut self) -> (Vec<FlushGroup>, bool) {
+        (
+            std::mem::take(&mut self.wrapper_groups),
+            self.wrapper_last_in_journal,
+        )
     }
 
     /// The group commit of a driver wrapper's flush (see [`Journal::begin_wrapper`]).
@@ -558,6 +570,12 @@ impl StateDir {
     /// version's spill file size, is 0: a spill segment names its flush).
     pub fn wrapper_journal_logs_at(&mut self) -> io::Result<[u64; 3]> {
         self.rotate_full_logs();
+        self.wrapper_recovery_logs_at()
+    }
+
+    /// The same without rotating: for the driver wrapper's recovery, which must not move
+    /// records of the groups it finishes out of the current files.
+    pub fn wrapper_recovery_logs_at(&mut self) -> io::Result<[u64; 3]> {
         let sizes = [self.unknown.size(), self.rejected.size(), 0];
         if self.journal_enabled {
             self.journal.logs_at_wrapper(sizes)?;
@@ -611,6 +629,13 @@ impl StateDir {
 
     /// Rotates each full outcome log (an error is logged: appends go on in the full file).
     fn rotate_full_logs(&mut self) {
+        if self.owed_cursor.is_some() {
+            // An earlier group is still open (its end could not be written): its
+            // recovery looks for its records in the current files from its recorded
+            // sizes, which a rotation would move them out of. The logs rotate once it
+            // ends.
+            return;
+        }
         for (log, file) in [
             (OutcomeLog::Unknown, &mut self.unknown),
             (OutcomeLog::Rejected, &mut self.rejected),

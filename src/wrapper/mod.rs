@@ -185,9 +185,14 @@ impl CounterSession {
         // A flush the previous process did not end (the state directory made the replay
         // cursor its group consumed durable when it opened): each of its requests to one
         // home.
-        let groups = state.take_wrapper_groups();
-        let recovery = recovery::recover(&mut state, &session.get_cluster_state(), groups)
-            .map_err(logs_error(&state))?;
+        let (groups, last_in_journal) = state.take_wrapper_groups();
+        let recovery = recovery::recover(
+            &mut state,
+            &session.get_cluster_state(),
+            groups,
+            last_in_journal,
+        )
+        .map_err(logs_error(&state))?;
         if recovery != WrapperRecovery::default() {
             tracing::warn!(
                 flushes = recovery.flushes,

@@ -19,7 +19,9 @@
 //! unknown instead. (Two unended groups remain when a flush's end could not be written.)
 //!
 //! A row already in its log from the offsets the flush recorded (`WrapperLogsAt`; recovery
-//! records them first when the flush had not), or in a spill segment of its flush (its
+//! records them first when the flush had not and its group is the journal's last, and
+//! looks in the whole current files for an earlier group's), or in a spill segment of its
+//! flush (its
 //! own, the one recovery writes, or the one an earlier version's spill file was moved
 //! into), is not written twice, so recovery can be killed and run again. A group whose commit did not complete sent nothing: its rows were
 //! only in memory (counted as lost with it).
@@ -57,15 +59,21 @@ pub struct WrapperRecovery {
 
 pub use crate::state::wrapper_files::request_id;
 
-/// Finishes every unended wrapper group of the journal.
+/// Finishes every unended wrapper group of the journal (`groups`, oldest first;
+/// `last_in_journal`: whether the last of them is the journal's last group), then ends
+/// the journal once. Ending it starts it over: ended after the first of two open groups
+/// (a flush whose end could not be written, then the next flush's group), it would lose
+/// the second to a kill or an error before that one is finished. Each step before is
+/// safe to run again.
 pub fn recover(
     state: &mut StateDir,
     cluster: &ClusterState,
     groups: Vec<FlushGroup>,
+    last_in_journal: bool,
 ) -> std::io::Result<WrapperRecovery> {
     let mut report = WrapperRecovery::default();
     let last = groups.len().saturating_sub(1);
-    for (index, group) in groups.into_iter().enumerate() {
+    for (index, group) in groups.iter().enumerate() {
         let Some(wrapper) = group.wrapper.as_ref() else {
             continue;
         };
@@ -77,11 +85,13 @@ pub fn recover(
                 .sum::<u64>();
         } else {
             report.flushes += 1;
-            let is_last = index == last;
-            finish(state, cluster, &group, wrapper, is_last, &mut report)?;
+            let is_last = index == last && last_in_journal;
+            finish(state, cluster, group, wrapper, is_last, &mut report)?;
         }
         crash_point("wrapper_recovery_logged");
-        // The cursor the group consumed was made durable when the spill opened.
+    }
+    if let Some(group) = groups.last() {
+        // The cursors the groups consumed were made durable when the spill opened.
         state.journal_end(&group.flush, None)?;
     }
     Ok(report)
@@ -95,9 +105,14 @@ fn finish(
     is_last: bool,
     report: &mut WrapperRecovery,
 ) -> std::io::Result<()> {
+    // Nothing of the group was appended before the logs' present sizes: recorded (not
+    // rotating: that would move the records of the groups being finished out of the
+    // current files) for the journal's last group, to which a record appended now
+    // attaches; an earlier group's records are looked for in the whole current files.
     let at = match wrapper.logs_at {
         Some(at) => at,
-        None => state.wrapper_journal_logs_at()?,
+        None if is_last => state.wrapper_recovery_logs_at()?,
+        None => [0; 3],
     };
     let flush = &group.flush;
     let recovered = SegmentId::recovered(flush.incarnation, flush.flush_seq);

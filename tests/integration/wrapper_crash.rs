@@ -198,7 +198,9 @@ fn wait_for_crash_point(child: &mut std::process::Child, crash_point: &str) {
             }
         }
     });
-    let wanted = format!("crash point {crash_point} reached");
+    // `NAME:N` stops at the Nth time; the child names the step alone.
+    let name = crash_point.split(':').next().unwrap_or(crash_point);
+    let wanted = format!("crash point {name} reached");
     let mut seen = Vec::new();
     loop {
         match rx.recv_timeout(Duration::from_secs(120)) {
@@ -565,6 +567,68 @@ async fn a_recovery_killed_before_it_ends_runs_again_without_duplicates() {
         logged.iter().map(|r| r.key["k"].clone()).collect();
     assert_eq!(keys.len(), 10);
     assert_store(server, &expected, "sent once");
+    store.shutdown().await;
+}
+
+/// Two open groups (a flush whose end could not be written, then a later flush's group
+/// after it) and a recovery killed while it finishes the second: ending the journal after
+/// the first group started it over, so the next start found no group and the second's
+/// rows in flight were never logged. The journal is now ended once, after the last group:
+/// the next start finishes both, each row logged once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_recovery_killed_in_its_second_open_group_still_finishes_it() {
+    let store = launch(StoreOptions::cqlsim_only("kills a wrapper twice")).await;
+    let server = store.sim();
+    server.execute_script(None, SCHEMA).expect("schema");
+    let dir = tempfile::tempdir().unwrap();
+    let contact = store.contact_point();
+    let expected = fed(40);
+    kill_child_with_replies_pending(&contact, dir.path(), 40, server, &expected);
+    // A second open group after the first: the same rows under a later flush's ids, as a
+    // flush after one whose end failed would have committed them.
+    {
+        let config = config(dir.path());
+        let mut state = countersink::state::StateDir::open(&config.state).unwrap();
+        let (groups, _) = state.take_wrapper_groups();
+        assert_eq!(groups.len(), 1);
+        let wrapper = groups[0].wrapper.as_ref().unwrap();
+        let intents: Vec<_> = wrapper
+            .intents
+            .iter()
+            .map(|intent| {
+                let rows = intent
+                    .rows
+                    .iter()
+                    .map(|row| (row.key.as_slice(), row.deltas.as_slice()))
+                    .collect();
+                (intent.table, rows)
+            })
+            .collect();
+        let flush = state.flush_id(groups[0].flush.flush_seq + 1);
+        state
+            .wrapper_journal_begin(&flush, "t", None, &wrapper.tables, &intents)
+            .unwrap();
+        // Not ended: the process stops here.
+    }
+    let unknown = dir.path().join(OutcomeLog::Unknown.file_name());
+    run_child_until(&contact, dir.path(), 0, "wrapper_recovery_before_logs:2");
+    assert_eq!(
+        records(&unknown).len(),
+        10,
+        "the killed recovery logged the first group's rows"
+    );
+    let session = wrap(&contact, dir.path()).await;
+    let recovery = session.recovery().clone();
+    assert_eq!(recovery.flushes, 2, "{recovery:?}");
+    session.shutdown().await;
+    let logged = records(&unknown);
+    let ids: std::collections::BTreeSet<(String, u16)> = logged
+        .iter()
+        .map(|r| (r.request_id.clone(), r.row))
+        .collect();
+    assert_eq!(logged.len(), 20, "both groups' rows, once each: {logged:?}");
+    assert_eq!(ids.len(), 20);
+    assert_store(server, &expected, "nothing sent again");
     store.shutdown().await;
 }
 
