@@ -194,7 +194,12 @@ pub(super) fn recover(
         }
         crash_point("recovery_logged");
     }
-    if let Some(seq) = end {
+    // Open groups of the driver wrapper are its recovery's, which ends the journal once
+    // after them: ended here, they would be gone from it before they are finished.
+    let wrapper_open = groups.iter().any(|g| !g.ended && g.wrapper.is_some());
+    if let Some(seq) = end
+        && !wrapper_open
+    {
         state.journal.end(seq)?;
     }
     Ok(report)
