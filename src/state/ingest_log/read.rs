@@ -52,6 +52,15 @@ pub fn read_sealed(path: &Path) -> io::Result<SealedContent> {
             }
             continue;
         }
+        if line.last() != Some(&b'\n') {
+            // The file's last bytes, cut inside a line: an append cut short, whose lines
+            // are none of them taken, even when this was the last it had to come.
+            if let Some((_, cut)) = group.take() {
+                content.unread += cut.lines();
+            }
+            content.unread += 1;
+            break;
+        }
         let into = match &mut group {
             Some((_, held)) => held,
             None if grouped => {

@@ -297,6 +297,20 @@ fn an_append_cut_short_is_skipped_whole() {
     );
     assert_eq!(content.keys.len(), 1);
     assert_eq!(content.unread, 2, "the cut append's two lines");
+    // Cut inside its last line, the key's: still none of its lines is taken (the
+    // increments without the key would be counted again by the retry the key stops).
+    let mut inside = b"{\"g\":2}\n".to_vec();
+    inside.extend(&whole);
+    inside.extend(b"{\"g\":3}\n");
+    inside.extend(&cut[..cut.len() - 5]);
+    std::fs::write(&path, &inside).unwrap();
+    let content = read_sealed(&path).unwrap();
+    assert_eq!(
+        content.entries.iter().map(|e| e.delta).collect::<Vec<_>>(),
+        [1]
+    );
+    assert_eq!(content.keys.len(), 1);
+    assert_eq!(content.unread, 3, "the cut append's three lines");
     // A line outside the groups of a file that has them is damage.
     let mut damaged = b"{\"g\":2}\n".to_vec();
     damaged.extend(&whole);
