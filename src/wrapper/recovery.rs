@@ -136,12 +136,18 @@ fn finish(
     let time = crate::bucket::rfc3339(SystemTime::now());
     let (mut unknown, mut rejected, mut spilled) = (Vec::new(), Vec::new(), Vec::new());
     for record in group_records(group, wrapper, is_last, Some(cluster), &time) {
+        let key = (record.request_id.clone(), record.row);
+        // A row a spill segment of its flush holds is owned by it, whatever else is
+        // known (as in the sidecar's recovery): logged too, it would have two homes.
+        if present[2].contains(&key) {
+            continue;
+        }
         let (into, seen) = match record.outcome {
             RecordOutcome::Unknown => (&mut unknown, &present[0]),
             RecordOutcome::Rejected => (&mut rejected, &present[1]),
             RecordOutcome::Spilled => (&mut spilled, &present[2]),
         };
-        if !seen.contains(&(record.request_id.clone(), record.row)) {
+        if !seen.contains(&key) {
             into.push(record);
         }
     }
