@@ -162,6 +162,9 @@ pub struct StateDir {
     wrapper_groups: Vec<FlushGroup>,
     /// Whether the last of them is the journal's last group.
     wrapper_last_in_journal: bool,
+    /// A group's end could not be written (its cursor, or its End): it stays open, and
+    /// the outcome logs do not rotate until an end succeeds (see `rotate_full_logs`).
+    group_left_open: bool,
 }
 
 /// The two append-only outcome logs.
@@ -353,6 +356,7 @@ impl StateDir {
             logs_noted: false,
             wrapper_groups,
             wrapper_last_in_journal,
+            group_left_open: false,
         };
         let mut report = recovery::recover(&mut state, groups, kinds).map_err(io_err("recover"))?;
         report.torn_journal_bytes = torn_journal;
@@ -517,13 +521,16 @@ impl StateDir {
         let committed = self.spill.commit(consumed);
         if self.spill.durable() < consumed {
             self.owed_cursor = consumed;
+            self.group_left_open = true;
             return committed;
         }
         self.owed_cursor = None;
         test_hooks::crash_point("replay_cursor_committed");
         if self.journal_enabled {
+            self.group_left_open = true;
             self.journal.end(flush.flush_seq)?;
         }
+        self.group_left_open = false;
         self.logs_noted = false;
         // A cursor durable but a segment it passed not deleted: deleted at the next
         // commit or start, nothing replays twice.
@@ -629,11 +636,11 @@ impl StateDir {
 
     /// Rotates each full outcome log (an error is logged: appends go on in the full file).
     fn rotate_full_logs(&mut self) {
-        if self.owed_cursor.is_some() {
-            // An earlier group is still open (its end could not be written): its
-            // recovery looks for its records in the current files from its recorded
-            // sizes, which a rotation would move them out of. The logs rotate once it
-            // ends.
+        if self.group_left_open {
+            // An earlier group is still open (its cursor or its End could not be
+            // written): its recovery looks for its records in the current files from
+            // its recorded sizes, which a rotation would move them out of. The logs
+            // rotate once it ends (until then they may pass `state.max_log_bytes`).
             return;
         }
         for (log, file) in [

@@ -653,6 +653,42 @@ fn a_later_end_does_not_discard_the_group_that_owes_a_replay_cursor() {
     );
 }
 
+/// While a group is open because its end could not be written, the outcome logs do not
+/// rotate: its recovery looks for its records in the current files from the sizes it
+/// recorded, and a rotation would move them out of sight (they would be logged twice).
+/// Once an end succeeds, a full log rotates again.
+#[test]
+fn the_outcome_logs_do_not_rotate_while_a_group_is_left_open() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut config = config(tmp.path());
+    config.max_log_bytes = 1;
+    let mut state = StateDir::open(&config).unwrap();
+    let flush = state.flush_id(1);
+    state
+        .journal_begin(&flush, "t", None, &families(), &[write("a", 1)])
+        .unwrap();
+    assert!(
+        state
+            .append_recorded(OutcomeLog::Unknown, &[record()])
+            .failed
+            .is_none()
+    );
+    let rotated = crate::state::jsonl::rotated_name(&tmp.path().join("unknown.jsonl"), 1);
+    // The group's end cannot make its cursor durable: it stays open.
+    state.owed_cursor = state.replay_loaded().or(Some(Cursor {
+        segment: SegmentId::live(1, 1),
+        offset: 1,
+    }));
+    std::os::unix::fs::symlink("/dev/full", tmp.path().join("spill.tmp")).unwrap();
+    assert!(state.journal_end(&flush, None).is_err());
+    state.wrapper_journal_logs_at().unwrap();
+    assert!(!rotated.exists(), "not rotated while the group is open");
+    fs::remove_file(tmp.path().join("spill.tmp")).unwrap();
+    state.journal_end(&flush, None).unwrap();
+    state.wrapper_journal_logs_at().unwrap();
+    assert!(rotated.exists(), "rotated once the group ended");
+}
+
 /// A kind's finisher for the tests: refuses every group, or finds nothing owed.
 struct Finisher {
     refuses: bool,
