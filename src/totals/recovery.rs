@@ -238,6 +238,17 @@ mod tests {
         }
     }
 
+    /// A fresh state directory, opened with this mode's recovery.
+    fn opened() -> (tempfile::TempDir, StateConfig, StateDir) {
+        let tmp = tempfile::tempdir().unwrap();
+        let config = StateConfig {
+            dir: tmp.path().to_owned(),
+            ..StateConfig::default()
+        };
+        let state = StateDir::open_with(&config, &Recovery).unwrap();
+        (tmp, config, state)
+    }
+
     fn encoded(intents: &[TotalsIntent]) -> Vec<KindIntent> {
         intents.iter().map(TotalsIntent::encode).collect()
     }
@@ -247,12 +258,7 @@ mod tests {
     /// write time; running recovery again adds nothing.
     #[test]
     fn a_killed_totals_stage_is_replayed_once_without_what_it_spilled_or_applied() {
-        let tmp = tempfile::tempdir().unwrap();
-        let config = StateConfig {
-            dir: tmp.path().to_owned(),
-            ..StateConfig::default()
-        };
-        let mut state = StateDir::open_with(&config, &Recovery).unwrap();
+        let (tmp, config, mut state) = opened();
         let flush = FlushId {
             writer: state.writer_id().to_owned(),
             incarnation: state.incarnation(),
@@ -365,12 +371,7 @@ mod tests {
         FlushId,
         [TotalsIntent; 1],
     ) {
-        let tmp = tempfile::tempdir().unwrap();
-        let config = StateConfig {
-            dir: tmp.path().to_owned(),
-            ..StateConfig::default()
-        };
-        let mut state = StateDir::open_with(&config, &Recovery).unwrap();
+        let (tmp, config, mut state) = opened();
         let flush = state.flush_id(4);
         let writer = format!("{}/{}/0000abcd", flush.writer, flush.incarnation);
         let intents = [intent(0, &writer, "refused", 40, 7)];
@@ -463,12 +464,7 @@ mod tests {
                 body: vec![1, 2, 3],
             },
         ] {
-            let tmp = tempfile::tempdir().unwrap();
-            let config = StateConfig {
-                dir: tmp.path().to_owned(),
-                ..StateConfig::default()
-            };
-            let mut state = StateDir::open_with(&config, &Recovery).unwrap();
+            let (_tmp, config, mut state) = opened();
             let flush = state.flush_id(4);
             state
                 .journal_begin_kind(&flush, "t", None, &[family()], &[unreadable])
