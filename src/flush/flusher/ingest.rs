@@ -56,12 +56,6 @@ impl<S: Sink> Flusher<S> {
             window_secs: i64::try_from(http.idempotency_window.as_secs()).unwrap_or(i64::MAX),
             max_keys: http.max_idempotency_keys,
             max_streams: config.ingest.otlp.max_streams,
-            keep_streams: {
-                let ingest = &config.ingest;
-                let otlp_on = cfg!(feature = "otlp")
-                    && (ingest.otlp_http.enabled || ingest.otlp_grpc.enabled);
-                ingest.otlp.durable || !otlp_on
-            },
         };
         let log = IngestLog::open(
             &dir,
@@ -141,10 +135,6 @@ impl<S: Sink> Flusher<S> {
                     // (At start the same step runs before the listeners: a kill there
                     // is the one this point tests, one flush later.)
                     Ok(true) => {
-                        // Until the file is removed, no replay may consume the segment: a
-                        // start would then find the file without its segment and move it
-                        // again.
-                        self.ingest_unremoved.insert(file.path.clone());
                         if when == When::Running {
                             crash_point("ingest_segment_written");
                         }
@@ -165,6 +155,10 @@ impl<S: Sink> Flusher<S> {
                     }
                 }
             }
+            // Until the file is removed, no replay may consume its segment (written now,
+            // or found written at start after a kill): the file would then be found
+            // without its segment and moved again, its increments sent twice.
+            self.ingest_unremoved.insert(file.path.clone());
             // The keys answered with its requests and its streams' last points outlive it
             // (a segment written before a kill may leave them to carry still).
             if let Err(error) = log.carry_keys(&content.keys) {

@@ -114,7 +114,6 @@ fn a_durable_request_dropped_while_syncing_still_answers_its_key() {
         window_secs: 600,
         max_keys: 16,
         max_streams: 16,
-        keep_streams: false,
     };
     let log = Arc::new(IngestLog::open(dir.path(), 1 << 20, 1, retention).unwrap());
     let (shared, _entered, _release) = gated(1, Some(Arc::clone(&log)));
@@ -198,7 +197,6 @@ fn durable<H: PacketHandler>(
         window_secs: 600,
         max_keys: 16,
         max_streams: 16,
-        keep_streams: false,
     };
     let log = Arc::new(IngestLog::open(dir, 1 << 20, 1, retention).unwrap());
     let shared = Arc::new(Shared::new(

@@ -574,7 +574,6 @@ mod tests {
             window_secs: 600,
             max_keys: 10,
             max_streams: 10,
-            keep_streams: true,
         };
         let log = IngestLog::open(dir.path(), max_log_bytes, 1, retention).unwrap();
         let shared = Shared {

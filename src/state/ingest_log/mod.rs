@@ -164,12 +164,6 @@ pub struct Retention {
     pub max_keys: usize,
     /// The most cumulative streams kept.
     pub max_streams: usize,
-    /// Whether the streams' points of moved files are kept in `ingest.streams.jsonl`:
-    /// with durable OTLP receivers, or none to take them. OTLP receivers that are not
-    /// durable merged every point of the files found at start into their own table
-    /// (`otlp_streams.bin`), and a file here would later bring back points that table
-    /// has since moved past or evicted.
-    pub keep_streams: bool,
 }
 
 /// What a sealed file holds.
@@ -336,7 +330,13 @@ impl IngestLog {
         }
         *log.streams_file.lock() = StreamsFile {
             mark,
-            lines: if mark.is_some() { file_lines } else { 0 },
+            lines: if streams::cut_short(dir)? {
+                FORCE_REWRITE
+            } else if mark.is_some() {
+                file_lines
+            } else {
+                0
+            },
         };
         *log.recovered_streams.lock() = table;
         let log = IngestLog {
@@ -366,11 +366,16 @@ impl IngestLog {
     }
 
     /// Appends the stream lines of a sealed file being moved into the spill to
-    /// `ingest.streams.jsonl`, synced (before the file is removed); rewrites the file
+    /// `ingest.streams.jsonl`, synced (before the file is removed), whether the OTLP
+    /// receivers are durable or not. Receivers that are not merge the file into their
+    /// own table at start and remove it once that table is saved; until then (a kill
+    /// before, or a table that could not be saved) the file is the only place the
+    /// removed sealed file's points are, and without them the next cumulative point
+    /// would be counted from an older one, again. Rewrites the file
     /// with the fold once it holds twice the bound. A file not there yet starts with
     /// the mark now: a stream it does not hold is then a baseline, never counted whole.
     pub fn carry_streams(&self, lines: &[StreamLine]) -> io::Result<()> {
-        if lines.is_empty() || !self.retention.keep_streams {
+        if lines.is_empty() {
             return Ok(());
         }
         let mut file = self.streams_file.lock();

@@ -139,6 +139,25 @@ pub fn read(dir: &Path) -> io::Result<(Option<u64>, Vec<StreamLine>)> {
     Ok((mark, lines))
 }
 
+/// Whether `dir`'s stream file ends inside a line (a carry cut short by a kill): the
+/// next carry must rewrite the file, not append to the fragment, which would take the
+/// first line it adds with it.
+pub fn cut_short(dir: &Path) -> io::Result<bool> {
+    use std::io::{Read, Seek, SeekFrom};
+    let mut file = match fs::File::open(dir.join(FILE)) {
+        Ok(file) => file,
+        Err(error) if error.kind() == io::ErrorKind::NotFound => return Ok(false),
+        Err(error) => return Err(error),
+    };
+    if file.metadata()?.len() == 0 {
+        return Ok(false);
+    }
+    file.seek(SeekFrom::End(-1))?;
+    let mut last = [0_u8; 1];
+    file.read_exact(&mut last)?;
+    Ok(last[0] != b'\n')
+}
+
 /// Removes `dir`'s stream file, if any (synced: a start must not find it again).
 pub fn remove(dir: &Path) -> io::Result<()> {
     match fs::remove_file(dir.join(FILE)) {

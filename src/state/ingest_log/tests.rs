@@ -5,7 +5,6 @@ const RETENTION: Retention = Retention {
     window_secs: 600,
     max_keys: 4,
     max_streams: 4,
-    keep_streams: true,
 };
 
 fn line(name: &str, delta: i64) -> Vec<u8> {
@@ -418,4 +417,30 @@ fn a_log_whose_write_failed_still_seals_what_it_answered() {
     let sealed = log.sealed().unwrap();
     let content = read_sealed(&sealed[0].path).unwrap();
     assert_eq!(content.entries.len(), 1);
+}
+
+/// A stream file a kill cut inside its last line (a carry cut short) is rewritten by the
+/// next carry, not appended to: appended, the first line carried would be glued to the
+/// fragment and its point lost.
+#[test]
+fn a_stream_file_cut_inside_a_line_is_rewritten_by_the_next_carry() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let log = IngestLog::open(dir.path(), 1 << 20, 1, RETENTION).unwrap();
+        log.carry_streams(&[stream(1, 10, 5)]).unwrap();
+    }
+    let path = dir.path().join(streams::FILE);
+    let mut bytes = std::fs::read(&path).unwrap();
+    let mut cut = Vec::new();
+    stream(2, 10, 7).write_line(&mut cut);
+    bytes.extend(&cut[..cut.len() / 2]);
+    std::fs::write(&path, &bytes).unwrap();
+    let log = IngestLog::open(dir.path(), 1 << 20, 2, RETENTION).unwrap();
+    log.carry_streams(&[stream(3, 20, 9)]).unwrap();
+    drop(log);
+    let (_, lines) = streams::read(dir.path()).unwrap();
+    let mut points: Vec<(u128, u64, i64)> =
+        lines.iter().map(|l| (l.stream, l.time, l.value)).collect();
+    points.sort_unstable();
+    assert_eq!(points, [(1, 10, 5), (3, 20, 9)]);
 }
