@@ -487,9 +487,18 @@ impl<S: Sink> Flusher<S> {
                         || chunk.writes > 0 && chunk.applied == 0
                         || deadline.at().is_some());
             if done {
-                return round;
+                break;
             }
         }
+        if round.writes == 0 {
+            // A round that sent nothing says nothing of the store: the next may try a
+            // chunk of the spill. Otherwise an unanswered replay chunk, with no traffic
+            // to show the store answering again, would keep the rest of the spill
+            // waiting for a restart. While the store fails, that is one chunk tried every
+            // other round (its rows re-queued in between).
+            self.store_healthy = true;
+        }
+        round
     }
 
     /// Sends the stored ledger rows (an ingest log segment's, a held segment's) that wait

@@ -687,6 +687,59 @@ async fn replay_streams_the_spill_in_chunks_that_fit_the_budget() {
     assert!(a.is_balanced(), "{a:?}");
 }
 
+/// A replay chunk the store did not answer (every write timed out: logged unknown, not
+/// sent again) leaves the flusher believing the store down. With no traffic, nothing
+/// else would show it answering, and the rest of the spill waited for a restart. A
+/// round that sends nothing now lets the next try a chunk.
+#[tokio::test]
+async fn the_replay_goes_on_after_an_unanswered_chunk_without_traffic() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = config(dir.path());
+    {
+        let down = MemorySink::new();
+        down.set_script(|_, _| {
+            Some((
+                Outcome::NotAppliedTransient(WriteError::new("unavailable", "down")),
+                false,
+            ))
+        });
+        let h = harness(&config, down);
+        for i in 0..40 {
+            let i = i.to_string();
+            h.engine
+                .record("hits", &[("i", i.as_str())][..], 1, T0, None)
+                .unwrap();
+        }
+        assert_eq!(h.flusher.finish().await.spilled, 80);
+    }
+    let mut small = config.clone();
+    small.limits.max_pending_rows = 16;
+    let sink = MemorySink::new();
+    sink.set_script(|_, _| {
+        Some((
+            Outcome::Unknown(WriteError::new("write_timeout", "timed out")),
+            false,
+        ))
+    });
+    let mut h = harness(&small, sink.clone());
+    let first = h.flusher.flush_now().await;
+    assert!(
+        first.unknown > 0,
+        "the first chunk went unanswered: {first:?}"
+    );
+    sink.clear_script();
+    for _ in 0..60 {
+        h.flusher.flush_now().await;
+    }
+    let a = accounting(&h);
+    assert!(a.is_balanced(), "{a:?}");
+    assert_eq!(
+        sink.total(Granularity::Minute) + sink.total(Granularity::Day) + first.unknown as i128,
+        80,
+        "every spilled row but the unanswered chunk's reached the store"
+    );
+}
+
 /// Counts the writes each chunk of a flush planned.
 #[derive(Default)]
 struct ChunkSizes(parking_lot::Mutex<Vec<usize>>);

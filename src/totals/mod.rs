@@ -353,9 +353,16 @@ impl Totals {
         report.applied = done.applied;
         report.rejected = done.rejected;
         report.failed = done.requeued + done.unknown + done.not_sent;
-        if report.writes > 0 {
-            self.store_answered = report.applied > 0 && report.failed == 0;
-        }
+        // A round that sent nothing says nothing of the store: the next may try a chunk
+        // of the spill. Otherwise a refused replay round, with no traffic of this mode to
+        // show the store answering again, would keep the spill (and every segment behind
+        // its rows) waiting for a restart. While the store fails, that is one chunk tried
+        // every other round.
+        self.store_answered = if report.writes > 0 {
+            report.applied > 0 && report.failed == 0
+        } else {
+            true
+        };
         ledger.set_totals_rows(self.book.held() as u64, self.book.unwritten() as u64);
         report
     }

@@ -1047,3 +1047,38 @@ async fn counter_rows_and_totals_spilled_together_replay_through_one_cursor() {
         .collect();
     assert!(left.is_empty(), "every segment consumed: {left:?}");
 }
+
+/// A replay round the store refused (every write timed out) leaves the totals path
+/// believing the store down; with no traffic of its own nothing else would show it
+/// answering again, and the spill (every segment behind its rows) waited for a restart.
+/// A round that sends nothing now lets the next try a chunk.
+#[tokio::test]
+async fn a_refused_replay_round_is_tried_again_without_traffic() {
+    const ROWS: usize = 50;
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = config(dir.path());
+    config.families.truncate(1);
+    config.generic.enabled = false;
+    let expected = write_spill_file(&dir.path().join("totals.spill.jsonl"), ROWS);
+    let sink = MemorySink::new();
+    sink.set_totals_script(|_, _| {
+        Some((
+            crate::sink::Outcome::Unknown(crate::sink::WriteError::new("write_timeout", "t")),
+            false,
+        ))
+    });
+    let mut w = writer(&config, sink.clone());
+    w.flusher.flush_now().await;
+    assert!(sink.totals_requests() > 0, "the first chunk was tried");
+    sink.clear_totals_script();
+    for _ in 0..200 {
+        w.flusher.flush_now().await;
+        if stored(&sink) == expected {
+            break;
+        }
+    }
+    assert!(
+        stored(&sink) == expected,
+        "the spill reached the store without new traffic"
+    );
+}
