@@ -619,16 +619,23 @@ async fn an_unreadable_spill_line_is_counted_and_the_rest_replayed() {
     let dir = tempfile::tempdir().unwrap();
     let config = config(dir.path());
     let good = r#"{"time":"t","writer":"w","incarnation":0,"flush_seq":1,"outcome":"spilled","family":"generic","table":"countersink.counts_by_minute","granularity":"minute","key":{"name":"hits","tags":""},"day":"2026-11-30","minute":5,"deltas":{"value":3}}"#;
+    // A line that is not UTF-8 too (a flipped byte), with a row after it: read as text it
+    // stopped every later read at it.
+    let mut segment =
+        format!("{{\"spill_segment\":{{\"consumes\":null}}}}\n{good}\nnot json\n").into_bytes();
+    segment.extend(b"{\"time\":\"\xff\"}\n");
+    segment.extend(good.replace("\"value\":3", "\"value\":4").as_bytes());
+    segment.push(b'\n');
     std::fs::write(
         dir.path().join("spill.0000000000.000000000001.jsonl"),
-        format!("{{\"spill_segment\":{{\"consumes\":null}}}}\n{good}\nnot json\n"),
+        segment,
     )
     .unwrap();
     let sink = MemorySink::new();
     let mut h = harness(&config, sink.clone());
     h.flusher.flush_now().await;
-    assert_eq!(h.ledger.corrupt_lines(), [0, 0, 1]);
-    assert_eq!(sink.total(Granularity::Minute), 3);
+    assert_eq!(h.ledger.corrupt_lines(), [0, 0, 2]);
+    assert_eq!(sink.total(Granularity::Minute), 7);
     assert!(
         std::fs::read_to_string(dir.path().join("spill.corrupt.jsonl"))
             .unwrap()

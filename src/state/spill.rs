@@ -192,11 +192,7 @@ impl Spill {
                 segments.insert(id, entry.metadata()?.len());
             }
         }
-        if let Ok(text) = fs::read_to_string(dir.join(CURSOR_FILE))
-            && let Ok(saved) = serde_json::from_str::<Cursor>(&text)
-        {
-            on_disk = on_disk.max(Some(saved));
-        }
+        on_disk = on_disk.max(read_cursor(dir)?);
         let cursor = on_disk.max(journal_cursor);
         let mut spill = Spill {
             dir: dir.to_owned(),
@@ -357,8 +353,9 @@ impl Spill {
         }
         let mut keys = HashSet::new();
         let file = File::open(self.dir.join(id.file_name()))?;
-        for line in BufReader::new(file).lines() {
-            if let Ok(record) = serde_json::from_str::<WriteRecord>(&line?) {
+        // Bytes, not text: a line that is not UTF-8 is damage to pass over, not an error.
+        for line in BufReader::new(file).split(b'\n') {
+            if let Ok(record) = serde_json::from_slice::<WriteRecord>(&line?) {
                 keys.insert((record.request_id, record.row));
             }
         }
@@ -413,10 +410,10 @@ impl Spill {
             let mut file = BufReader::new(File::open(self.dir.join(id.file_name()))?);
             file.seek(SeekFrom::Start(start))?;
             let mut offset = start;
-            let mut line = String::new();
+            let mut line = Vec::new();
             loop {
                 line.clear();
-                let read = file.read_line(&mut line)?;
+                let read = file.read_until(b'\n', &mut line)?;
                 if read == 0 {
                     self.loaded = Some(Cursor {
                         segment: id,
@@ -424,7 +421,18 @@ impl Spill {
                     });
                     continue 'segments;
                 }
-                let text = line.trim_end();
+                // A line that is not UTF-8 is damage, set aside like any line that does
+                // not read (read as text, it would stop every later read at it).
+                let Ok(text) = std::str::from_utf8(&line) else {
+                    corrupt.push(String::from_utf8_lossy(&line).trim_end().to_owned());
+                    offset += read as u64;
+                    self.loaded = Some(Cursor {
+                        segment: id,
+                        offset,
+                    });
+                    continue;
+                };
+                let text = text.trim_end();
                 if offset == 0 && text.starts_with("{\"spill_segment\"") {
                     offset += read as u64;
                     continue;
@@ -559,11 +567,7 @@ impl SpillView {
             segments.push((id, path));
         }
         segments.sort();
-        if let Ok(text) = fs::read_to_string(dir.join(CURSOR_FILE))
-            && let Ok(saved) = serde_json::from_str::<Cursor>(&text)
-        {
-            cursor = cursor.max(Some(saved));
-        }
+        cursor = cursor.max(read_cursor(dir)?);
         Ok(SpillView {
             segments,
             consumed: cursor,
@@ -598,18 +602,18 @@ pub fn held_ledger(dir: &Path) -> io::Result<Vec<(PathBuf, Vec<HeldLedger>)>> {
             continue;
         }
         let path = entry.path();
-        let mut line = String::new();
+        let mut line = Vec::new();
         match File::open(&path) {
-            Ok(file) => BufReader::new(file).read_line(&mut line)?,
+            Ok(file) => BufReader::new(file).read_until(b'\n', &mut line)?,
             // Consumed and deleted since the listing.
             Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
             Err(e) => return Err(e),
         };
-        if !id.held && !is_header_line(line.as_bytes()) {
+        if !id.held && !is_header_line(&line) {
             // A live segment of an earlier version (no header): no ledger rows.
             continue;
         }
-        let header: Header = serde_json::from_str(line.trim_end()).map_err(|error| {
+        let header: Header = serde_json::from_slice(line.trim_ascii_end()).map_err(|error| {
             io::Error::new(
                 io::ErrorKind::InvalidData,
                 format!("{}: header: {error}", path.display()),
@@ -679,11 +683,33 @@ fn migrate_legacy(dir: &Path) -> io::Result<()> {
     Ok(())
 }
 
+/// The cursor `spill.cursor` holds; `None` when there is no such file. A file that
+/// cannot be read, or does not read as a cursor, is an error: taken for none, an older
+/// cursor (a header's, the journal's) would replay rows already sent.
+fn read_cursor(dir: &Path) -> io::Result<Option<Cursor>> {
+    let path = dir.join(CURSOR_FILE);
+    let text = match fs::read_to_string(&path) {
+        Ok(text) => text,
+        Err(error) if error.kind() == io::ErrorKind::NotFound => return Ok(None),
+        Err(error) => return Err(error),
+    };
+    // `null` once nothing was consumed.
+    serde_json::from_str::<Option<Cursor>>(&text).map_err(|error| {
+        io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!(
+                "{} does not read as a replay cursor ({error}): the spill is not replayed, since an older cursor would send rows again. Restore it, or move it aside to replay from the segments' headers and the journal (rows it had passed may then be sent twice)",
+                path.display()
+            ),
+        )
+    })
+}
+
 /// The cursor a segment's header names, if it has a header that names one.
 fn read_header(path: &Path) -> io::Result<Option<Cursor>> {
-    let mut line = String::new();
-    BufReader::new(File::open(path)?).read_line(&mut line)?;
-    Ok(serde_json::from_str::<Header>(line.trim_end())
+    let mut line = Vec::new();
+    BufReader::new(File::open(path)?).read_until(b'\n', &mut line)?;
+    Ok(serde_json::from_slice::<Header>(line.trim_ascii_end())
         .ok()
         .and_then(|h| h.spill_segment.consumes))
 }
