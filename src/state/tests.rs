@@ -877,3 +877,20 @@ fn an_earlier_versions_wrapper_spill_is_replayed_after_a_cursor_a_later_run_left
         .collect();
     assert_eq!(deltas, [5], "the moved row, once");
 }
+
+/// A `spill.cursor` that does not read is an error, not "no cursor": taken for none, the
+/// journal's or a header's older cursor would replay rows the file said were sent.
+#[test]
+fn an_unreadable_replay_cursor_keeps_the_directory_closed() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (mut state, flush, consumes) = replay_in_flight(tmp.path());
+    state.journal_end(&flush, consumes).unwrap();
+    drop(state);
+    assert!(
+        StateDir::open(&config(tmp.path())).is_ok(),
+        "a cursor that reads"
+    );
+    fs::write(tmp.path().join("spill.cursor"), b"{\"segment\":").unwrap();
+    let error = StateDir::open(&config(tmp.path())).err().expect("refused");
+    assert!(error.to_string().contains("spill"), "{error}");
+}
