@@ -316,7 +316,16 @@ impl Spill {
         }
         if !first.is_empty() || kept.iter().any(|k| *k) {
             let path = self.dir.join(id.file_name());
-            write_atomically(&self.dir, &path, &bytes)?;
+            if let Err(error) = write_atomically(&self.dir, &path, &bytes) {
+                // Renamed into place, with only the directory's sync failing: the segment
+                // is there, and a start finds it. Taken as written; reported as not, its
+                // rows would be written again elsewhere (or counted dropped) and then
+                // replayed from both.
+                if !fs::metadata(&path).is_ok_and(|m| m.len() == bytes.len() as u64) {
+                    return Err(error);
+                }
+                tracing::warn!(%error, segment = %path.display(), "A spill segment is in place, but its directory could not be synced: taken as written.");
+            }
             self.segments.insert(id, bytes.len() as u64);
         }
         Ok(kept)
