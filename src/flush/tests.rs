@@ -643,30 +643,34 @@ async fn an_unreadable_spill_line_is_counted_and_the_rest_replayed() {
     );
 }
 
+/// Spills 40 keys' rows (40 minute rows and 40 day rows) into `config`'s state
+/// directory: their store is down, and the flusher finishes.
+async fn spill_forty_keys(config: &Config) {
+    let down = MemorySink::new();
+    down.set_script(|_, _| {
+        Some((
+            Outcome::NotAppliedTransient(WriteError::new("unavailable", "down")),
+            false,
+        ))
+    });
+    let h = harness(config, down);
+    for i in 0..40 {
+        let i = i.to_string();
+        h.engine
+            .record("hits", &[("i", i.as_str())][..], 1, T0, None)
+            .unwrap();
+    }
+    let report = h.flusher.finish().await;
+    assert_eq!(report.spilled, 80, "40 minute rows and 40 day rows");
+}
+
 /// A spill larger than the memory budget comes back in chunks that fit it, one per
 /// flush, and every row arrives once.
 #[tokio::test]
 async fn replay_streams_the_spill_in_chunks_that_fit_the_budget() {
     let dir = tempfile::tempdir().unwrap();
     let config = config(dir.path());
-    {
-        let down = MemorySink::new();
-        down.set_script(|_, _| {
-            Some((
-                Outcome::NotAppliedTransient(WriteError::new("unavailable", "down")),
-                false,
-            ))
-        });
-        let h = harness(&config, down);
-        for i in 0..40 {
-            let i = i.to_string();
-            h.engine
-                .record("hits", &[("i", i.as_str())][..], 1, T0, None)
-                .unwrap();
-        }
-        let report = h.flusher.finish().await;
-        assert_eq!(report.spilled, 80, "40 minute rows and 40 day rows");
-    }
+    spill_forty_keys(&config).await;
     let mut small = config.clone();
     small.limits.max_pending_rows = 16;
     let sink = MemorySink::new();
@@ -702,23 +706,7 @@ async fn replay_streams_the_spill_in_chunks_that_fit_the_budget() {
 async fn the_replay_goes_on_after_an_unanswered_chunk_without_traffic() {
     let dir = tempfile::tempdir().unwrap();
     let config = config(dir.path());
-    {
-        let down = MemorySink::new();
-        down.set_script(|_, _| {
-            Some((
-                Outcome::NotAppliedTransient(WriteError::new("unavailable", "down")),
-                false,
-            ))
-        });
-        let h = harness(&config, down);
-        for i in 0..40 {
-            let i = i.to_string();
-            h.engine
-                .record("hits", &[("i", i.as_str())][..], 1, T0, None)
-                .unwrap();
-        }
-        assert_eq!(h.flusher.finish().await.spilled, 80);
-    }
+    spill_forty_keys(&config).await;
     let mut small = config.clone();
     small.limits.max_pending_rows = 16;
     let sink = MemorySink::new();
