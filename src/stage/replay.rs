@@ -10,10 +10,14 @@
 //!   `replay_unmappable`, counted `rejected`;
 //! - unreadable lines are set aside (`spill.corrupt.jsonl`) and counted.
 //!
+//! Both are reported once per process: a chunk read again after a rewind (its group
+//! commit failed, or it was a run to hold left in place) passes over them silently
+//! (see [`crate::state::Took`]).
+//!
 //! A declined record ends the read with the cursor before it: it stays on disk, for a
 //! later chunk or the other kind's replay.
 
-use crate::state::{ErrorInfo, OutcomeLog, RecordOutcome, SegmentId, StateDir, WriteRecord};
+use crate::state::{ErrorInfo, OutcomeLog, RecordOutcome, SegmentId, StateDir, Took, WriteRecord};
 use crate::telemetry::{Ledger, Settled};
 use crate::vocabulary::Granularity;
 
@@ -33,7 +37,8 @@ pub enum Taken {
 }
 
 /// Reads records from the replay cursor on, handing each to `take` with whether this
-/// process spilled it (see the module doc); returns how many were taken or refused.
+/// process spilled it (see the module doc); returns how many were taken or refused
+/// (refused before a rewind included: the cursor passes them too).
 pub fn read_chunk(
     state: &mut StateDir,
     ledger: &Ledger,
@@ -54,11 +59,12 @@ pub fn read_chunk(
             });
         };
         // (`unread` below is its inverse.)
-        match take(segment, own, &record) {
-            Taken::Declined => return false,
+        let took = match take(segment, own, &record) {
+            Taken::Declined => return Took::Declined,
             Taken::Row { table, sum } => {
                 bring_back(table, sum);
                 ledger.update(table, |s| s.in_flight += sum);
+                Took::Taken
             }
             Taken::Unmappable(why) => {
                 let sum: i128 = record.deltas.values().map(|d| i128::from(*d)).sum();
@@ -74,19 +80,23 @@ pub fn read_chunk(
                     text: why,
                 });
                 unmappable.push(record);
+                Took::Refused
             }
-        }
+        };
         count += 1;
-        true
+        took
     });
     match read {
-        Ok(0) => {}
-        Ok(corrupt) => {
-            ledger.count_corrupt_spill_lines(corrupt as u64);
-            tracing::error!(
-                lines = corrupt,
-                "Unreadable lines in a spill segment were set aside in spill.corrupt.jsonl."
-            );
+        Ok(passed) => {
+            count += passed.refused_again;
+            let corrupt = passed.corrupt.len();
+            if corrupt > 0 {
+                ledger.count_corrupt_spill_lines(corrupt as u64);
+                tracing::error!(
+                    lines = corrupt,
+                    "Unreadable lines in a spill segment were set aside in spill.corrupt.jsonl."
+                );
+            }
         }
         Err(error) => {
             tracing::error!(%error, rows = count, "Could not read the spill; the rest of the replay waits for a later flush.");
@@ -108,5 +118,65 @@ pub fn unread(stages: &mut Settled, own: bool, sum: i128) {
         stages.spilled += sum;
     } else {
         stages.replayed -= sum;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::StateConfig;
+
+    fn record(family: &str, value: i64) -> WriteRecord {
+        serde_json::from_value(serde_json::json!({
+            "time": "t", "writer": "w", "incarnation": 1, "flush_seq": 1,
+            "request_id": format!("w/1/1/{family}"), "row": 0, "outcome": "spilled",
+            "family": family, "table": "ks.t", "granularity": "minute", "key": {},
+            "day": "2026-11-30", "minute": 1, "deltas": { "value": value },
+        }))
+        .unwrap()
+    }
+
+    /// A chunk whose group commit fails is read again; a record it refused was logged
+    /// and counted by the first read, and the second passes it without doing either again.
+    #[test]
+    fn a_refusal_read_again_after_a_rewind_is_logged_and_counted_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let config = StateConfig {
+            dir: dir.path().to_owned(),
+            ..StateConfig::default()
+        };
+        let mut state = StateDir::open(&config).unwrap();
+        let spilled_by = state.flush_id(1);
+        state
+            .spill(
+                &spilled_by,
+                &[vec![record("gone", 5)], vec![record("kept", 7)]],
+            )
+            .unwrap();
+        let ledger = Ledger::default();
+        let take = |_: SegmentId, _: bool, record: &WriteRecord| match record.family.as_str() {
+            "gone" => Taken::Unmappable("no such family".into()),
+            _ => Taken::Row {
+                table: Granularity::Minute,
+                sum: 7,
+            },
+        };
+        assert_eq!(read_chunk(&mut state, &ledger, take), 2);
+        // The group commit failed: the read is undone (as the flush does).
+        state.rewind_replay();
+        ledger.update(Granularity::Minute, |s| {
+            s.in_flight -= 7;
+            unread(s, true, 7);
+        });
+        assert_eq!(
+            read_chunk(&mut state, &ledger, take),
+            2,
+            "the cursor passes the refused record again"
+        );
+        let logged = std::fs::read_to_string(dir.path().join("rejected.jsonl")).unwrap();
+        assert_eq!(logged.lines().count(), 1, "{logged}");
+        let minute = ledger.settled(Granularity::Minute);
+        assert_eq!((minute.rejected, minute.in_flight), (5, 7));
+        assert_eq!(minute.spilled, -12, "each row brought back once");
     }
 }

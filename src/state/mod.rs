@@ -55,7 +55,7 @@ pub use self::record::{
     ErrorInfo, RecordOutcome, RecordSource, Target, TotalOf, WriteRecord, records_of,
 };
 pub use self::recovery::RecoveryReport;
-pub use self::spill::{Chunk, Cursor, SegmentId, Spill, SpillView};
+pub use self::spill::{Chunk, Cursor, Passed, SegmentId, Spill, SpillView, Took};
 
 /// A problem opening the state directory.
 #[derive(Debug, thiserror::Error)]
@@ -950,16 +950,19 @@ impl StateDir {
         self.spill.commit(cursor)
     }
 
-    /// Reads spilled records from the replay cursor on, one at a time, while `take`
-    /// accepts them (see [`Spill::read`]). Unreadable lines are copied to
-    /// `spill.corrupt.jsonl`; returns how many.
+    /// Reads spilled records from the replay cursor on, one at a time, as `take` takes,
+    /// refuses or declines them (see [`Spill::read`]). Unreadable lines are copied to
+    /// `spill.corrupt.jsonl` (or, when that fails, only counted); returns what the read
+    /// passed over, the unreadable lines counted once.
     pub fn read_spill(
         &mut self,
-        take: impl FnMut(SegmentId, WriteRecord) -> bool,
-    ) -> io::Result<usize> {
-        let corrupt = self.spill.read(take)?;
-        self.set_corrupt_aside(&corrupt)?;
-        Ok(corrupt.len())
+        take: impl FnMut(SegmentId, WriteRecord) -> Took,
+    ) -> io::Result<Passed> {
+        let passed = self.spill.read(take)?;
+        if let Err(error) = self.set_corrupt_aside(&passed.corrupt) {
+            tracing::error!(%error, lines = passed.corrupt.len(), "Could not copy unreadable spill lines to spill.corrupt.jsonl; they are counted, and passed over.");
+        }
+        Ok(passed)
     }
 
     /// Reads the next replay chunk whole (see [`Spill::load`]); unreadable lines are

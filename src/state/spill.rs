@@ -35,7 +35,7 @@
 //! `state.max_spill_bytes` bounds the spill on disk, whichever kind of write made it. A
 //! write that does not fit is dropped, counted and logged by the caller.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::fs::{self, File};
 use std::io::{self, BufRead, BufReader, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
@@ -156,6 +156,55 @@ pub struct Chunk {
     pub corrupt: Vec<String>,
 }
 
+/// What a reader did with a record read back (see [`Spill::read`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Took {
+    /// Taken: consumed (the read position moves past it).
+    Taken,
+    /// Refused for good, and reported by the reader (logged as rejected): consumed, and
+    /// never handed to a reader of this process again, even after a rewind.
+    Refused,
+    /// Not taken: the read ends before it, and the next read starts with it.
+    Declined,
+}
+
+/// What a read passed over without handing it to its reader.
+#[derive(Debug, Default)]
+pub struct Passed {
+    /// Lines that could not be read as records and were not reported before: consumed,
+    /// to be counted and set aside by the caller.
+    pub corrupt: Vec<String>,
+    /// Records a reader refused before a rewind: consumed again, not reported again.
+    pub refused_again: usize,
+}
+
+/// One line of a segment, as read.
+enum Line {
+    /// The segment's header, or an empty line.
+    Skip,
+    /// A record.
+    Record(Box<WriteRecord>),
+    /// Damage (not UTF-8, or not a record), as text.
+    Corrupt(String),
+}
+
+/// Reads one line of a segment that starts at `offset`. A line that is not UTF-8 is
+/// damage like any line that does not read (read as text, it would stop every later
+/// read at it).
+fn parse_line(line: &[u8], offset: u64) -> Line {
+    let Ok(text) = std::str::from_utf8(line) else {
+        return Line::Corrupt(String::from_utf8_lossy(line).trim_end().to_owned());
+    };
+    let text = text.trim_end();
+    if text.is_empty() || (offset == 0 && text.starts_with("{\"spill_segment\"")) {
+        return Line::Skip;
+    }
+    match serde_json::from_str::<WriteRecord>(text) {
+        Ok(record) => Line::Record(Box::new(record)),
+        Err(_) => Line::Corrupt(text.to_owned()),
+    }
+}
+
 /// The spill segments of one state directory.
 pub struct Spill {
     dir: PathBuf,
@@ -166,6 +215,12 @@ pub struct Spill {
     durable: Option<Cursor>,
     /// Loaded into the buffer up to here (ahead of `durable` while a flush carries them).
     loaded: Option<Cursor>,
+    /// Where the lines this process reported are (records refused, unreadable lines set
+    /// aside), until the durable cursor passes them: a read after a rewind passes over
+    /// them without reporting them again (a record logged twice in `rejected.jsonl`
+    /// could be fed back twice). Another process reads and reports them anew: a kill
+    /// before the cursor passes them is the one way a line is reported twice.
+    reported: BTreeSet<Cursor>,
 }
 
 impl Spill {
@@ -200,6 +255,7 @@ impl Spill {
             segments,
             durable: cursor,
             loaded: cursor,
+            reported: BTreeSet::new(),
         };
         if journal_cursor > on_disk {
             // Only the journal names this cursor, and recovery is about to end its group,
@@ -392,23 +448,31 @@ impl Spill {
     }
 
     /// Reads records from the loaded cursor on, handing each to `take` with the segment
-    /// it came from: a record `take` accepts is consumed (the loaded cursor moves past
-    /// it); the first one it declines ends the read, the loaded cursor before it, so the
-    /// next read starts with that record again. Returns the lines that could not be read
-    /// as records (consumed: counted and set aside by the caller). Holds one record at a
-    /// time, never a segment.
-    pub fn read(
+    /// it came from: a record `take` takes or refuses is consumed (the loaded cursor
+    /// moves past it); the first one it declines ends the read, the loaded cursor before
+    /// it, so the next read starts with that record again. Lines that cannot be read as
+    /// records, and records refused before a rewind, are consumed without reaching
+    /// `take`, and reported (returned) only the first time ([`Passed`]). Holds one
+    /// record at a time, never a segment.
+    pub fn read(&mut self, take: impl FnMut(SegmentId, WriteRecord) -> Took) -> io::Result<Passed> {
+        self.read_reporting(true, take)
+    }
+
+    /// [`Spill::read`]; `report`: whether the caller reports what it finds (a scan does
+    /// not, and marks nothing as reported).
+    fn read_reporting(
         &mut self,
-        mut take: impl FnMut(SegmentId, WriteRecord) -> bool,
-    ) -> io::Result<Vec<String>> {
-        let mut corrupt = Vec::new();
+        report: bool,
+        mut take: impl FnMut(SegmentId, WriteRecord) -> Took,
+    ) -> io::Result<Passed> {
+        let mut passed = Passed::default();
         let ids: Vec<(SegmentId, u64)> = self
             .segments
             .iter()
             .map(|(id, size)| (*id, *size))
             .filter(|(id, _)| self.loaded.is_none_or(|c| *id >= c.segment))
             .collect();
-        'segments: for (id, size) in ids {
+        for (id, size) in ids {
             let start = match self.loaded {
                 Some(c) if c.segment == id => c.offset,
                 _ => 0,
@@ -423,63 +487,59 @@ impl Spill {
             loop {
                 line.clear();
                 let read = file.read_until(b'\n', &mut line)?;
-                if read == 0 {
-                    self.loaded = Some(Cursor {
-                        segment: id,
-                        offset,
-                    });
-                    continue 'segments;
-                }
-                // A line that is not UTF-8 is damage, set aside like any line that does
-                // not read (read as text, it would stop every later read at it).
-                let Ok(text) = std::str::from_utf8(&line) else {
-                    corrupt.push(String::from_utf8_lossy(&line).trim_end().to_owned());
-                    offset += read as u64;
-                    self.loaded = Some(Cursor {
-                        segment: id,
-                        offset,
-                    });
-                    continue;
-                };
-                let text = text.trim_end();
-                if offset == 0 && text.starts_with("{\"spill_segment\"") {
-                    offset += read as u64;
-                    continue;
-                }
-                if text.is_empty() {
-                    offset += read as u64;
-                    continue;
-                }
-                match serde_json::from_str::<WriteRecord>(text) {
-                    Ok(record) => {
-                        if !take(id, record) {
-                            self.loaded = Some(Cursor {
-                                segment: id,
-                                offset,
-                            });
-                            return Ok(corrupt);
-                        }
-                    }
-                    Err(_) => corrupt.push(text.to_owned()),
-                }
-                offset += read as u64;
-                self.loaded = Some(Cursor {
+                let here = Cursor {
                     segment: id,
                     offset,
-                });
+                };
+                if read == 0 {
+                    self.loaded = Some(here);
+                    break;
+                }
+                let next = Cursor {
+                    segment: id,
+                    offset: offset + read as u64,
+                };
+                match parse_line(&line, offset) {
+                    Line::Skip => {}
+                    Line::Corrupt(text) => {
+                        if !self.reported.contains(&here) {
+                            passed.corrupt.push(text);
+                            if report {
+                                self.reported.insert(here);
+                            }
+                        }
+                    }
+                    Line::Record(_) if self.reported.contains(&here) => {
+                        passed.refused_again += 1;
+                    }
+                    Line::Record(record) => match take(id, *record) {
+                        Took::Taken => {}
+                        Took::Refused => {
+                            if report {
+                                self.reported.insert(here);
+                            }
+                        }
+                        Took::Declined => {
+                            self.loaded = Some(here);
+                            return Ok(passed);
+                        }
+                    },
+                }
+                offset = next.offset;
+                self.loaded = Some(next);
             }
         }
-        Ok(corrupt)
+        Ok(passed)
     }
 
     /// Every record from the read position on, without consuming any (the position is
-    /// where it was after); lines that do not read as records are passed over (a read
-    /// that consumes them sets them aside).
+    /// where it was after); lines that do not read as records, and records refused,
+    /// are passed over (a read that consumes them reports them).
     pub fn scan(&mut self, mut each: impl FnMut(&WriteRecord)) -> io::Result<()> {
         let at = self.loaded;
-        let read = self.read(|_, record| {
+        let read = self.read_reporting(false, |_, record| {
             each(&record);
-            true
+            Took::Taken
         });
         self.loaded = at;
         read.map(drop)
@@ -489,14 +549,17 @@ impl Spill {
     /// says so, into one [`Chunk`] (see [`Spill::read`]; tests and audits).
     pub fn load(&mut self, mut more: impl FnMut(usize, &WriteRecord) -> bool) -> io::Result<Chunk> {
         let mut records = Vec::new();
-        let corrupt = self.read(|id, record| {
+        let passed = self.read(|id, record| {
             if !more(records.len(), &record) {
-                return false;
+                return Took::Declined;
             }
             records.push((id, record));
-            true
+            Took::Taken
         })?;
-        Ok(Chunk { records, corrupt })
+        Ok(Chunk {
+            records,
+            corrupt: passed.corrupt,
+        })
     }
 
     /// A flush that named `cursor` in its group commit has settled: `cursor` becomes
@@ -508,6 +571,8 @@ impl Spill {
         self.write_cursor(cursor)?;
         crate::test_hooks::crash_point("replay_cursor_written");
         self.durable = cursor;
+        // Lines behind the durable cursor are never read again.
+        self.reported.retain(|at| Some(*at) >= cursor);
         self.delete_consumed()
     }
 
@@ -766,6 +831,69 @@ mod tests {
             .into_iter()
             .map(|(_, r)| r.deltas["value"])
             .collect()
+    }
+
+    /// A chunk read again after a rewind (its group commit failed) finds what the first
+    /// read reported: a refused record is passed over, never handed to the reader again
+    /// (it is in `rejected.jsonl` once), an unreadable line is not returned again (set
+    /// aside once). A scan reports nothing, so the read after it still does.
+    #[test]
+    fn a_rewound_read_reports_refused_records_and_unreadable_lines_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut spill = Spill::open(dir.path(), u64::MAX, None).unwrap();
+        spill
+            .write_segment(segment(1), None, &[vec![record(1), record(2)]], &[])
+            .unwrap();
+        // Damage after the two records (a segment is written whole; this is the disk's).
+        let path = dir.path().join(segment(1).file_name());
+        let mut file = fs::OpenOptions::new().append(true).open(&path).unwrap();
+        std::io::Write::write_all(&mut file, b"{not a record\n").unwrap();
+        drop(file);
+        spill
+            .write_segment(segment(2), None, &[vec![record(3)]], &[])
+            .unwrap();
+        spill
+            .segments
+            .insert(segment(1), fs::metadata(&path).unwrap().len());
+
+        let mut scanned = 0;
+        spill.scan(|_| scanned += 1).unwrap();
+        assert_eq!(scanned, 3);
+
+        let read = |spill: &mut Spill| {
+            let mut handed = Vec::new();
+            let passed = spill
+                .read(|_, record| {
+                    let value = record.deltas["value"];
+                    handed.push(value);
+                    if value == 2 {
+                        Took::Refused
+                    } else {
+                        Took::Taken
+                    }
+                })
+                .unwrap();
+            (handed, passed)
+        };
+        let (handed, passed) = read(&mut spill);
+        assert_eq!(handed, [1, 2, 3]);
+        assert_eq!(passed.corrupt, ["{not a record"], "reported after the scan");
+        assert_eq!(passed.refused_again, 0);
+
+        spill.rewind(None);
+        let (handed, passed) = read(&mut spill);
+        assert_eq!(
+            handed,
+            [1, 3],
+            "the refused record is not handed over again"
+        );
+        assert!(passed.corrupt.is_empty(), "{:?}", passed.corrupt);
+        assert_eq!(passed.refused_again, 1, "passed over, and counted as such");
+        assert!(!spill.has_unloaded());
+
+        // Once the durable cursor passes them, nothing is remembered.
+        spill.commit(spill.loaded()).unwrap();
+        assert!(spill.reported.is_empty(), "{:?}", spill.reported);
     }
 
     #[test]

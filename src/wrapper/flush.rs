@@ -53,7 +53,7 @@ use crate::sink::cql::profile::WriteProfile;
 use crate::sink::cql::store::StoreKind;
 use crate::stage::{Facts, StageCx, run_stage};
 use crate::state::wrapper_files::TableRecordSource;
-use crate::state::{Cursor, FlushId, OutcomeLog, StateDir};
+use crate::state::{Cursor, FlushId, OutcomeLog, StateDir, Took};
 use crate::test_hooks::crash_point;
 
 use super::buffer::RowAdd;
@@ -297,14 +297,14 @@ impl WrapperFlusher {
                         .into(),
                 });
                 unreplayable.push(record);
-                return true;
+                return Took::Refused;
             };
             let cost = super::buffer::flush_bytes(&add.key, add.columns);
             if (!rows.is_empty() && cost > allowance)
                 || !room.claim(super::buffer::row_bytes(&add.key, add.columns))
             {
                 // Still in the file: the next chunk starts with it.
-                return false;
+                return Took::Declined;
             }
             allowance = allowance.saturating_sub(cost).min(chunk_bytes);
             let mut deltas = vec![0; add.columns];
@@ -320,9 +320,9 @@ impl WrapperFlusher {
                     requeued_since: 0,
                 },
             ));
-            true
+            Took::Taken
         });
-        match loaded {
+        match loaded.map(|passed| passed.corrupt.len()) {
             Ok(corrupt) if corrupt > 0 => {
                 self.counters.records_lost(corrupt as u64);
                 tracing::error!(

@@ -931,8 +931,9 @@ async fn a_held_run_longer_than_a_chunk_stays_on_disk_whole() {
 }
 
 /// A spilled row of a family no longer configured, in front of a run of rows the
-/// registry cannot place or inside it: refused once (one line in `rejected.jsonl`,
-/// counted once), though the run is left where it is round after round.
+/// registry cannot place or inside it, and a damaged line inside the run: refused once
+/// (one line in `rejected.jsonl`, counted once), the damage set aside and counted once,
+/// though the run is left where it is round after round.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_unmappable_row_beside_a_held_run_is_refused_once() {
     for (place, at_line) in [("in front", 1), ("inside", 2)] {
@@ -960,6 +961,8 @@ async fn an_unmappable_row_beside_a_held_run_is_refused_once() {
         gone["family"] = "gone".into();
         gone["row"] = 9.into();
         lines.insert(at_line, gone.to_string());
+        // Inside the run (before its last row), read again with it every round.
+        lines.insert(lines.len() - 1, "{damaged".into());
         std::fs::write(&segment, lines.join("\n") + "\n").unwrap();
 
         // Started again, the registry's read still short of the held minutes.
@@ -973,6 +976,13 @@ async fn an_unmappable_row_beside_a_held_run_is_refused_once() {
             .filter(|l| l.contains("\"gone\""))
             .collect();
         assert_eq!(refused.len(), 1, "{place}: refused once: {rejected}");
+        let aside = std::fs::read_to_string(state.join("spill.corrupt.jsonl")).unwrap();
+        assert_eq!(aside.lines().count(), 1, "{place}: set aside once: {aside}");
+        assert_eq!(
+            again.flusher.ledger().corrupt_lines()[2],
+            1,
+            "{place}: counted once"
+        );
         let accounting = again.accounting();
         assert!(accounting.is_balanced(), "{place}: {accounting:?}");
         let gone_sum = i128::from(gone["deltas"]["plays"].as_i64().unwrap());
