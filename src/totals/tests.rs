@@ -57,6 +57,19 @@ fn writer<S: Sink>(config: &Config, sink: S) -> Writer<S> {
     }
 }
 
+/// The set-up most tests below share: the views family alone, keeping running totals
+/// (no generic family, no counter family beside it: every write the store sees is one of
+/// its totals), its state directory in a fresh tempdir, and an empty in-memory store. A
+/// test sets what is its own (limits, the store's answers, files left in the state
+/// directory) before it opens a [`writer`] on them.
+fn views_alone() -> (tempfile::TempDir, Config, MemorySink) {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = config(dir.path());
+    config.families.truncate(1);
+    config.generic.enabled = false;
+    (dir, config, MemorySink::new())
+}
+
 impl<S: Sink> Writer<S> {
     fn accounting(&self) -> Accounting {
         Accounting::read(&self.engine, &self.ledger)
@@ -233,13 +246,9 @@ async fn a_permanent_refusal_is_logged_and_counted_as_rejected() {
 /// counted, never silently lost.
 #[tokio::test]
 async fn held_totals_count_against_the_memory_limit() {
-    let dir = tempfile::tempdir().unwrap();
-    let mut config = config(dir.path());
+    let (_dir, mut config, sink) = views_alone();
     config.limits.max_pending_rows = 10;
-    config.families.truncate(1);
     config.generic.mode = CountingMode::Counter;
-    config.generic.enabled = false;
-    let sink = MemorySink::new();
     let mut w = writer(&config, sink.clone());
     let t = now();
     for page in 0..8 {
@@ -276,13 +285,9 @@ impl<S: Sink> Writer<S> {
 /// (with its own writer and write time) and the totals end exact.
 #[tokio::test]
 async fn a_closed_row_failing_too_long_is_spilled_and_written_back_once_the_store_answers() {
-    let dir = tempfile::tempdir().unwrap();
-    let mut config = config(dir.path());
-    config.families.truncate(1);
-    config.generic.enabled = false;
+    let (dir, mut config, sink) = views_alone();
     config.limits.timestamp_max_past = Duration::from_secs(1);
     config.flush.requeue_max_age = Duration::from_secs(1);
-    let sink = MemorySink::new();
     let down = Arc::new(AtomicU64::new(1));
     let flag = down.clone();
     sink.set_totals_script(move |_, _| {
@@ -392,14 +397,10 @@ fn totals_segments(dir: &std::path::Path) -> (u64, Vec<crate::state::WriteRecord
 async fn the_totals_spill_stays_within_max_spill_bytes_and_counts_what_it_drops() {
     const LIMIT: u64 = 10 << 10;
     const PAGES: i64 = 200;
-    let dir = tempfile::tempdir().unwrap();
-    let mut config = config(dir.path());
-    config.families.truncate(1);
-    config.generic.enabled = false;
+    let (dir, mut config, sink) = views_alone();
     config.limits.timestamp_max_past = Duration::from_secs(1);
     config.flush.requeue_max_age = Duration::from_secs(1);
     config.state.max_spill_bytes = LIMIT;
-    let sink = MemorySink::new();
     let down = Arc::new(AtomicU64::new(1));
     let flag = down.clone();
     sink.set_totals_script(move |_, _| {
@@ -493,9 +494,13 @@ async fn the_totals_spill_stays_within_max_spill_bytes_and_counts_what_it_drops(
 /// The store's totals rows by (series, writer column), values in column order.
 type StoredTotals = std::collections::BTreeMap<(Vec<u8>, String), Vec<i64>>;
 
-/// Writes a totals spill file of `rows` minute rows of the views family, as an earlier
-/// process would have left it (three writer columns); returns what it holds.
-fn write_spill_file(path: &std::path::Path, rows: usize) -> StoredTotals {
+/// The file an earlier version spilled its running totals to, in its state directory.
+const EARLIER_SPILL: &str = "totals.spill.jsonl";
+
+/// Writes into the state directory `dir` an earlier process's totals spill file
+/// ([`EARLIER_SPILL`]) of `rows` minute rows of the views family (three writer columns);
+/// returns what it holds.
+fn write_spill_file(dir: &std::path::Path, rows: usize) -> StoredTotals {
     let mut lines = String::with_capacity(rows * 300);
     let mut expected = StoredTotals::new();
     for i in 0..rows {
@@ -521,7 +526,7 @@ fn write_spill_file(path: &std::path::Path, rows: usize) -> StoredTotals {
         expected.insert((series.to_vec(), record.writer), vec![0, views]);
     }
     assert_eq!(expected.len(), rows, "one row each");
-    std::fs::write(path, lines).unwrap();
+    std::fs::write(dir.join(EARLIER_SPILL), lines).unwrap();
     expected
 }
 
@@ -567,14 +572,10 @@ impl crate::flush::FlushObserver for ReplayWatch {
 async fn a_large_replay_streams_within_the_memory_budget_and_every_row_applies_once() {
     const ROWS: usize = 100_000;
     const MAX_PENDING_BYTES: usize = 4 << 20;
-    let dir = tempfile::tempdir().unwrap();
-    let mut config = config(dir.path());
-    config.families.truncate(1);
-    config.generic.enabled = false;
+    let (dir, mut config, sink) = views_alone();
     config.limits.max_pending_bytes = MAX_PENDING_BYTES;
-    let expected = write_spill_file(&dir.path().join("totals.spill.jsonl"), ROWS);
+    let expected = write_spill_file(dir.path(), ROWS);
 
-    let sink = MemorySink::new();
     let mut w = writer(&config, sink.clone());
     let watch = Arc::new(ReplayWatch {
         engine: w.engine.clone(),
@@ -627,13 +628,9 @@ async fn a_large_replay_streams_within_the_memory_budget_and_every_row_applies_o
 #[tokio::test]
 async fn a_shutdown_mid_replay_keeps_every_row_not_applied_for_the_next_start() {
     const ROWS: usize = 5_000;
-    let dir = tempfile::tempdir().unwrap();
-    let mut config = config(dir.path());
-    config.families.truncate(1);
-    config.generic.enabled = false;
+    let (dir, mut config, sink) = views_alone();
     config.limits.max_pending_bytes = 1 << 20;
-    let expected = write_spill_file(&dir.path().join("totals.spill.jsonl"), ROWS);
-    let sink = MemorySink::new();
+    let expected = write_spill_file(dir.path(), ROWS);
     // The store applies the first 100 writes, then refuses everything.
     sink.set_totals_script(|n, _| {
         (n > 100).then(|| {
@@ -687,12 +684,8 @@ async fn a_shutdown_mid_replay_keeps_every_row_not_applied_for_the_next_start() 
 #[tokio::test]
 async fn at_the_memory_limit_a_delta_takes_its_minute_and_its_day_or_neither() {
     const PAGES: usize = 8;
-    let dir = tempfile::tempdir().unwrap();
-    let mut config = config(dir.path());
+    let (_dir, mut config, sink) = views_alone();
     config.limits.max_pending_rows = 10;
-    config.families.truncate(1);
-    config.generic.enabled = false;
-    let sink = MemorySink::new();
     let mut w = writer(&config, sink.clone());
     let t = now();
     for page in 0..PAGES {
@@ -767,18 +760,14 @@ fn stored_earlier(sink: &MemorySink) -> StoredTotals {
 #[tokio::test]
 async fn an_upgrade_cut_short_writes_each_moved_total_once() {
     const ROWS: usize = 500;
-    let dir = tempfile::tempdir().unwrap();
-    let mut config = config(dir.path());
-    config.families.truncate(1);
-    config.generic.enabled = false;
-    let old = dir.path().join("totals.spill.jsonl");
-    let expected = write_spill_file(&old, ROWS);
+    let (dir, config, sink) = views_alone();
+    let expected = write_spill_file(dir.path(), ROWS);
+    let old = dir.path().join(EARLIER_SPILL);
     let kept = std::fs::read(&old).unwrap();
     migrate(&config);
     // As if the removal had not happened.
     std::fs::write(&old, kept).unwrap();
 
-    let sink = MemorySink::new();
     let mut w = writer(&config, sink.clone());
     assert!(!old.exists(), "the old file is removed, not moved again");
     for _ in 0..50 {
@@ -804,11 +793,8 @@ async fn an_upgrade_cut_short_writes_each_moved_total_once() {
 #[tokio::test]
 async fn an_upgrade_after_a_replay_writes_every_moved_total() {
     const ROWS: usize = 50;
-    let dir = tempfile::tempdir().unwrap();
-    let mut config = config(dir.path());
-    config.families.truncate(1);
-    config.generic.enabled = false;
-    let expected = write_spill_file(&dir.path().join("totals.spill.jsonl"), ROWS);
+    let (dir, config, sink) = views_alone();
+    let expected = write_spill_file(dir.path(), ROWS);
     // The earlier runs: three starts, the last of which replayed up to its flush 7.
     std::fs::write(dir.path().join("incarnation"), "3").unwrap();
     let cursor = crate::state::Cursor {
@@ -820,7 +806,6 @@ async fn an_upgrade_after_a_replay_writes_every_moved_total() {
         serde_json::to_vec(&Some(cursor)).unwrap(),
     )
     .unwrap();
-    let sink = MemorySink::new();
     let mut w = writer(&config, sink.clone());
     for _ in 0..50 {
         if stored(&sink) == expected {
@@ -844,18 +829,14 @@ async fn an_upgrade_after_a_replay_writes_every_moved_total() {
 async fn a_refused_replay_is_carried_through_a_full_spill_and_drops_nothing() {
     const ROWS: usize = 200;
     for half_again in [false, true] {
-        let dir = tempfile::tempdir().unwrap();
-        let mut config = config(dir.path());
-        config.families.truncate(1);
-        config.generic.enabled = false;
-        let expected = write_spill_file(&dir.path().join("totals.spill.jsonl"), ROWS);
+        let (dir, mut config, sink) = views_alone();
+        let expected = write_spill_file(dir.path(), ROWS);
         let migrated = migrate(&config);
         let size = std::fs::metadata(&migrated).unwrap().len();
         // A carried row is larger than a moved one (a request id, an error): half the
         // segment again is not room for them beside it; the segment's own size is none.
         let limit = if half_again { size + size / 2 } else { size };
         config.state.max_spill_bytes = limit;
-        let sink = MemorySink::new();
         let down = Arc::new(AtomicU64::new(1));
         let flag = down.clone();
         sink.set_totals_script(move |_, _| {
@@ -910,13 +891,9 @@ async fn a_refused_replay_is_carried_through_a_full_spill_and_drops_nothing() {
 async fn a_replay_killed_mid_send_lands_each_total_once_after_a_restart() {
     const ROWS: usize = 300;
     const SNAPSHOT_AT: u64 = 100;
-    let dir = tempfile::tempdir().unwrap();
+    let (dir, config, sink) = views_alone();
     let killed = tempfile::tempdir().unwrap();
-    let mut config = config(dir.path());
-    config.families.truncate(1);
-    config.generic.enabled = false;
-    let expected = write_spill_file(&dir.path().join("totals.spill.jsonl"), ROWS);
-    let sink = MemorySink::new();
+    let expected = write_spill_file(dir.path(), ROWS);
     let (from, to) = (dir.path().to_owned(), killed.path().to_owned());
     sink.set_totals_script(move |n, _| {
         if n == SNAPSHOT_AT {
@@ -1055,12 +1032,8 @@ async fn counter_rows_and_totals_spilled_together_replay_through_one_cursor() {
 #[tokio::test]
 async fn a_refused_replay_round_is_tried_again_without_traffic() {
     const ROWS: usize = 50;
-    let dir = tempfile::tempdir().unwrap();
-    let mut config = config(dir.path());
-    config.families.truncate(1);
-    config.generic.enabled = false;
-    let expected = write_spill_file(&dir.path().join("totals.spill.jsonl"), ROWS);
-    let sink = MemorySink::new();
+    let (dir, config, sink) = views_alone();
+    let expected = write_spill_file(dir.path(), ROWS);
     sink.set_totals_script(|_, _| {
         Some((
             crate::sink::Outcome::Unknown(crate::sink::WriteError::new("write_timeout", "t")),
