@@ -62,17 +62,19 @@
 //!   outcome: `ops/migrate/mod.rs`, `ops/reconcile/repair.rs` (`telemetry/observed.rs`
 //!   counts errors by [`sink::Outcome::error`]). (16 to 19 before the write paths shared
 //!   the table and the runner.)
-//! - **A counting mode** (24 files outside its own folder, counted on this tree by
+//! - **A counting mode** (20 files outside its own folder, counted on this tree by
 //!   reading every reference to `writer_totals`' types and variants and keeping the
-//!   files whose code would change; 32 before the journal kept a kind's intents as
+//!   files whose code would change; 24 before the configuration's rules of a mode were
+//!   gathered in `config/mode.rs`, 32 before the journal kept a kind's intents as
 //!   opaque bodies and the flush's observers saw every kind's writes through one trait,
 //!   and before files that name the mode only in docs or tests were told apart, such
 //!   as `aggregate/mod.rs`, whose room for rows held past a drain any mode can take,
 //!   and `telemetry/observed.rs`, which times every request by
 //!   [`sink::Request::family_table`]; the earlier figure, "about 22", missed some of
 //!   the files listed here): its flush path is a kind of write as above (`src/totals/stage.rs` is the example), but the mode also reaches
-//!   the layers around the pipeline: the configuration
-//!   (`config/{mod,validate,epochs,exact,mapping}.rs`), the tables (`layout.rs`,
+//!   the layers around the pipeline: the configuration (`config/mode.rs`: the variant,
+//!   the column it adds to its tables, the features it refuses, which validation asks
+//!   without naming a mode), the tables (`layout.rs`,
 //!   `ddl.rs`, `sink/cql/schema.rs`), the sink contract (`sink/mod.rs`: a
 //!   [`sink::Request`] variant, which sinks that wrap another forward unchanged;
 //!   `sink/totals.rs`, what it sends) and the sinks that write it (`sink/memory.rs`,

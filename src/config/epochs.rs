@@ -64,10 +64,13 @@ impl Config {
             ));
         }
         for (i, family) in self.families.iter().enumerate() {
-            if family.epoch_column.is_some() && family.mode == super::CountingMode::WriterTotals {
+            if family.epoch_column.is_some()
+                && let Some(why) = family.mode.refuses(super::ModeFeature::Epochs)
+            {
+                let mode = family.mode.as_str();
                 return Err(ConfigError::invalid(
                     format!("family[{i}].epoch_column"),
-                    "epochs are built for counter families; a writer_totals family cannot have one yet",
+                    format!("a {mode} family cannot have one yet: {why}"),
                 ));
             }
             if family.epoch_column.is_some() && family.exact {

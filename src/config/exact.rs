@@ -116,25 +116,23 @@ impl Config {
                 "must be at least exact.retry_backoff_min",
             ));
         }
-        // The ledger records counter deltas as a flush drains them; a `writer_totals`
-        // family writes running totals instead (exact by construction), and would get no
-        // ledger rows: refused rather than silently left without one.
-        let totals = super::CountingMode::WriterTotals;
-        if let Some(i) = self
-            .families
-            .iter()
-            .position(|f| f.exact && f.mode == totals)
-        {
-            return Err(ConfigError::invalid(
-                format!("family[{i}].exact"),
-                "cannot be true with mode = \"writer_totals\": its running totals are exact by construction, and the delta ledger records counter deltas only",
-            ));
+        // The ledger records counter deltas as a flush drains them; a family of a mode
+        // that writes something else would get no ledger rows: refused rather than
+        // silently left without one.
+        let refused = |exact: bool, mode: super::CountingMode| {
+            let why = mode.refuses(super::ModeFeature::Exact).filter(|_| exact)?;
+            Some(format!(
+                "cannot be true with mode = \"{}\": {why}",
+                mode.as_str()
+            ))
+        };
+        for (i, family) in self.families.iter().enumerate() {
+            if let Some(problem) = refused(family.exact, family.mode) {
+                return Err(ConfigError::invalid(format!("family[{i}].exact"), problem));
+            }
         }
-        if self.generic.exact && self.generic.mode == totals {
-            return Err(ConfigError::invalid(
-                "generic.exact",
-                "cannot be true with mode = \"writer_totals\": its running totals are exact by construction, and the delta ledger records counter deltas only",
-            ));
+        if let Some(problem) = refused(self.generic.exact, self.generic.mode) {
+            return Err(ConfigError::invalid("generic.exact", problem));
         }
         if !(0.0..=1.0).contains(&exact.reconcile_threshold) {
             return Err(ConfigError::invalid(

@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 use crate::mapping::{DEFAULT_DENY, MatchType, Pattern, TagRules, Template};
 
 use super::validate::{bucket_columns, check_identifier};
-use super::{Config, ConfigError, CountingMode, FamilyConfig};
+use super::{Config, ConfigError, FamilyConfig};
 
 /// `[[mapping]]`: names matching a pattern go to a configured family's counter column,
 /// with key columns filled from the pattern's captures (and from tags). Rules are tried in
@@ -241,8 +241,7 @@ fn check_counter_column(family: &FamilyConfig, column: &str) -> Result<(), Strin
         || bucket_columns(family).iter().any(|c| c == column)
         || (family.shards > 1 && family.shard_column == column)
         || family.epoch_column.as_deref() == Some(column)
-        || (family.mode == CountingMode::WriterTotals
-            && column == crate::vocabulary::WRITER_COLUMN);
+        || family.mode.own_column() == Some(column);
     if reserved {
         return Err(format!(
             "`{column}` is a key, bucket, shard, epoch or writer column of family `{}`, not a counter column",

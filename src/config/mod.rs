@@ -12,6 +12,7 @@ pub mod exact;
 pub mod ingest;
 pub mod listen;
 pub mod mapping;
+pub mod mode;
 pub mod operations;
 pub mod reload;
 pub mod tables;
@@ -28,6 +29,7 @@ pub use self::epochs::EpochsConfig;
 pub use self::exact::ExactConfig;
 pub use self::ingest::IngestConfig;
 pub use self::mapping::{FamilyTagsConfig, MappingConfig, TagsConfig};
+pub use self::mode::{CountingMode, ModeFeature};
 pub use self::operations::{KeyIndexConfig, LeaderboardConfig, LeaderboardPeriod, ReadConfig};
 pub use self::tables::{
     DayTimeConfig, MinuteTimeConfig, TableTime, TimeColumn, TimeRole, TimeType,
@@ -388,30 +390,6 @@ impl Default for StateConfig {
             max_log_files: 8,
             max_spill_bytes: 1 << 30,
             max_ingest_log_bytes: 256 << 20,
-        }
-    }
-}
-
-/// How a family's tables count.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Deserialize, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum CountingMode {
-    /// Counter tables: each flush adds one delta per row (`c = c + ?`). Cheap to read; a
-    /// write whose outcome is unknown is logged and never re-sent. The default.
-    #[default]
-    Counter,
-    /// Regular tables with `bigint` columns and a `writer` clustering column (seed 002):
-    /// each writer writes the running absolute total of its own rows `USING TIMESTAMP`,
-    /// so every write is idempotent and is retried until it applies; reads sum the writers.
-    WriterTotals,
-}
-
-impl CountingMode {
-    /// The configuration value: `counter` or `writer_totals`.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            CountingMode::Counter => "counter",
-            CountingMode::WriterTotals => "writer_totals",
         }
     }
 }

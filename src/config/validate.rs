@@ -3,7 +3,7 @@
 use std::collections::HashSet;
 use std::path::PathBuf;
 
-use super::{Config, CountingMode, FamilyConfig};
+use super::{Config, FamilyConfig, ModeFeature};
 
 /// A configuration problem. The message names the field, so an operator can fix the
 /// file without reading code; the command line exits with code 2 on any of these.
@@ -387,24 +387,27 @@ fn validate_family(
     if family.shards > 1 {
         check_identifier(&at("shard_column"), &family.shard_column)?;
     }
-    if family.mode == CountingMode::WriterTotals {
-        if family.shards > 1 {
-            return Err(ConfigError::invalid(
-                at("shards"),
-                "must be 1 with mode = \"writer_totals\": each writer writes rows of its own, so no cell is shared and there is nothing to spread",
-            ));
-        }
-        let writer = crate::vocabulary::WRITER_COLUMN;
-        if let Some(i) = family.key.iter().position(|k| k == writer) {
+    let mode = family.mode.as_str();
+    if family.shards > 1
+        && let Some(why) = family.mode.refuses(ModeFeature::Shards)
+    {
+        return Err(ConfigError::invalid(
+            at("shards"),
+            format!("must be 1 with mode = \"{mode}\": {why}"),
+        ));
+    }
+    if let Some(own) = family.mode.own_column() {
+        let problem = || format!("`{own}` is a column of its own of mode = \"{mode}\"");
+        if let Some(i) = family.key.iter().position(|k| k == own) {
             return Err(ConfigError::invalid(
                 format!("{}[{i}]", at("key")),
-                format!("`{writer}` is the writer column of mode = \"writer_totals\""),
+                problem(),
             ));
         }
-        if let Some((metric, _)) = family.columns.iter().find(|(_, c)| *c == writer) {
+        if let Some((metric, _)) = family.columns.iter().find(|(_, c)| *c == own) {
             return Err(ConfigError::invalid(
                 format!("{}.\"{metric}\"", at("columns")),
-                format!("`{writer}` is the writer column of mode = \"writer_totals\""),
+                problem(),
             ));
         }
     }
@@ -472,8 +475,9 @@ fn validate_granularities(
     if family.exact {
         return refused("exact", "the delta ledger (exact = true)");
     }
-    if family.mode == CountingMode::WriterTotals {
-        return refused("mode", "mode = \"writer_totals\"");
+    if let Some(why) = family.mode.refuses(ModeFeature::OtherTables) {
+        let mode = family.mode.as_str();
+        return refused("mode", &format!("mode = \"{mode}\" ({why})"));
     }
     if family.epoch_column.is_some() {
         return refused("epoch_column", "resetting by epochs");
@@ -523,6 +527,7 @@ fn time_columns(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::CountingMode;
 
     fn family() -> FamilyConfig {
         FamilyConfig::seed_views()
@@ -603,8 +608,9 @@ mod tests {
         assert_eq!(field_of(&c), "family[0].minute_table");
     }
 
-    /// A `writer_totals` family has no shards and keeps `writer` for its writer column;
-    /// configured families and the generic one may mix modes.
+    /// A `writer_totals` family has no shards, no epochs, exactly a minute and a day
+    /// table, and keeps `writer` for its writer column; configured families and the
+    /// generic one may mix modes.
     #[test]
     fn writer_totals_rules() {
         let totals = || FamilyConfig {
@@ -641,6 +647,22 @@ mod tests {
             ..totals()
         });
         assert_eq!(field_of(&c), "family[0].columns.\"page.views\"");
+        let mut c = Config::default();
+        c.families.push(FamilyConfig {
+            hour_table: "t_h".into(),
+            ..totals()
+        });
+        assert_eq!(
+            field_of(&c),
+            "family[0].mode",
+            "a minute and a day table only"
+        );
+        let mut c = Config::default();
+        c.families.push(FamilyConfig {
+            epoch_column: Some("epoch".into()),
+            ..totals()
+        });
+        assert_eq!(field_of(&c), "family[0].epoch_column");
         let parsed = Config::from_toml(
             "[generic]\nmode = \"writer_totals\"\n[[family]]\nname = \"t\"\nminute_table = \"t_m\"\nday_table = \"t_d\"\nkey = [\"k\"]\nmode = \"writer_totals\"\n[family.columns]\n\"t.n\" = \"n\"\n",
         )
