@@ -104,10 +104,14 @@ pub(super) fn read_chunk(
         held: Vec::new(),
     };
     let (mut charged, mut planned, mut no_room) = (0_usize, 0_usize, false);
-    // Whether the chunk is a run of rows to hold; unknown until its first row. Records
-    // refused inside or before a run left where it is are read again with it, and
-    // passed over: refusals are reported once (see `crate::stage::replay`).
+    // Whether the chunk is a run of rows to hold; unknown until its first row.
     let mut holding: Option<bool> = None;
+    // Whether records were refused (unmappable) before the first row: a run to hold
+    // must then start a chunk of its own, since a run left where it is is read again
+    // from the durable cursor, and the refusals with it: passed over by this process
+    // (see `crate::stage::replay`), but logged again by the next until the durable
+    // cursor passes them, which a chunk of their own makes it do.
+    let mut refused = false;
     let count = replay::read_chunk(state, ledger, |_, own, record| {
         if chunk.rows.len() + chunk.held.len() >= max_rows || record.total.is_some() {
             // A running total (`writer_totals`) is the totals replay's, which takes it
@@ -117,6 +121,11 @@ pub(super) fn read_chunk(
         match record_conversion::from_record(record, families) {
             Ok((key, row)) => {
                 let holds = holds(&key);
+                if holds && holding.is_none() && refused {
+                    // The refusals make a chunk of their own, which passes the cursor
+                    // past them; the run is read from its first row next.
+                    return Taken::Declined;
+                }
                 if *holding.get_or_insert(holds) != holds {
                     // The other kind of row ends the chunk (see the module doc).
                     return Taken::Declined;
@@ -150,7 +159,15 @@ pub(super) fn read_chunk(
                 chunk.rows.push((key, row));
                 Taken::Row { table, sum }
             }
-            Err(error) => Taken::Unmappable(error.to_string()),
+            Err(_) if holding == Some(true) => {
+                // Inside a run to hold, which may be left where it is and read again: the
+                // refusal ends the run, to be made (once) by the chunk after it.
+                Taken::Declined
+            }
+            Err(error) => {
+                refused = true;
+                Taken::Unmappable(error.to_string())
+            }
         }
     });
     if no_room {

@@ -86,21 +86,17 @@ pub fn read_chunk(
         count += 1;
         took
     });
-    match read {
-        Ok(passed) => {
-            count += passed.refused_again;
-            let corrupt = passed.corrupt.len();
-            if corrupt > 0 {
-                ledger.count_corrupt_spill_lines(corrupt as u64);
-                tracing::error!(
-                    lines = corrupt,
-                    "Unreadable lines in a spill segment were set aside in spill.corrupt.jsonl."
-                );
-            }
-        }
-        Err(error) => {
-            tracing::error!(%error, rows = count, "Could not read the spill; the rest of the replay waits for a later flush.");
-        }
+    count += read.refused_again;
+    let corrupt = read.corrupt.len();
+    if corrupt > 0 {
+        ledger.count_corrupt_spill_lines(corrupt as u64);
+        tracing::error!(
+            lines = corrupt,
+            "Unreadable lines in a spill segment were set aside in spill.corrupt.jsonl."
+        );
+    }
+    if let Some(error) = read.error {
+        tracing::error!(%error, rows = count, "Could not read the spill; the rest of the replay waits for a later flush.");
     }
     if !unmappable.is_empty() {
         let appended = state.append_now(OutcomeLog::Rejected, &unmappable);

@@ -953,16 +953,13 @@ impl StateDir {
     /// Reads spilled records from the replay cursor on, one at a time, as `take` takes,
     /// refuses or declines them (see [`Spill::read`]). Unreadable lines are copied to
     /// `spill.corrupt.jsonl` (or, when that fails, only counted); returns what the read
-    /// passed over, the unreadable lines counted once.
-    pub fn read_spill(
-        &mut self,
-        take: impl FnMut(SegmentId, WriteRecord) -> Took,
-    ) -> io::Result<Passed> {
-        let passed = self.spill.read(take)?;
+    /// passed over, the unreadable lines counted once, and the error that ended it early.
+    pub fn read_spill(&mut self, take: impl FnMut(SegmentId, WriteRecord) -> Took) -> Passed {
+        let passed = self.spill.read(take);
         if let Err(error) = self.set_corrupt_aside(&passed.corrupt) {
             tracing::error!(%error, lines = passed.corrupt.len(), "Could not copy unreadable spill lines to spill.corrupt.jsonl; they are counted, and passed over.");
         }
-        Ok(passed)
+        passed
     }
 
     /// Reads the next replay chunk whole (see [`Spill::load`]); unreadable lines are

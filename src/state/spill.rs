@@ -176,6 +176,10 @@ pub struct Passed {
     pub corrupt: Vec<String>,
     /// Records a reader refused before a rewind: consumed again, not reported again.
     pub refused_again: usize,
+    /// The error that ended the read early (a segment that could not be opened or
+    /// read), if one did: what was read before it stands, the lines above included,
+    /// which no later read reports.
+    pub error: Option<io::Error>,
 }
 
 /// One line of a segment, as read.
@@ -218,8 +222,10 @@ pub struct Spill {
     /// Where the lines this process reported are (records refused, unreadable lines set
     /// aside), until the durable cursor passes them: a read after a rewind passes over
     /// them without reporting them again (a record logged twice in `rejected.jsonl`
-    /// could be fed back twice). Another process reads and reports them anew: a kill
-    /// before the cursor passes them is the one way a line is reported twice.
+    /// could be fed back twice). Another process reads and reports them anew until the
+    /// durable cursor passes them: after a kill, or a restart while a run of held rows
+    /// they are in waits (the counter replay gives refusals a chunk of their own, which
+    /// the cursor passes, so only an unreadable line inside such a run is reported again).
     reported: BTreeSet<Cursor>,
 }
 
@@ -454,8 +460,10 @@ impl Spill {
     /// records, and records refused before a rewind, are consumed without reaching
     /// `take`, and reported (returned) only the first time ([`Passed`]). Holds one
     /// record at a time, never a segment.
-    pub fn read(&mut self, take: impl FnMut(SegmentId, WriteRecord) -> Took) -> io::Result<Passed> {
-        self.read_reporting(true, take)
+    pub fn read(&mut self, take: impl FnMut(SegmentId, WriteRecord) -> Took) -> Passed {
+        let mut passed = Passed::default();
+        passed.error = self.read_reporting(true, &mut passed, take).err();
+        passed
     }
 
     /// [`Spill::read`]; `report`: whether the caller reports what it finds (a scan does
@@ -463,9 +471,9 @@ impl Spill {
     fn read_reporting(
         &mut self,
         report: bool,
+        passed: &mut Passed,
         mut take: impl FnMut(SegmentId, WriteRecord) -> Took,
-    ) -> io::Result<Passed> {
-        let mut passed = Passed::default();
+    ) -> io::Result<()> {
         let ids: Vec<(SegmentId, u64)> = self
             .segments
             .iter()
@@ -521,7 +529,7 @@ impl Spill {
                         }
                         Took::Declined => {
                             self.loaded = Some(here);
-                            return Ok(passed);
+                            return Ok(());
                         }
                     },
                 }
@@ -529,7 +537,7 @@ impl Spill {
                 self.loaded = Some(next);
             }
         }
-        Ok(passed)
+        Ok(())
     }
 
     /// Every record from the read position on, without consuming any (the position is
@@ -537,12 +545,12 @@ impl Spill {
     /// are passed over (a read that consumes them reports them).
     pub fn scan(&mut self, mut each: impl FnMut(&WriteRecord)) -> io::Result<()> {
         let at = self.loaded;
-        let read = self.read_reporting(false, |_, record| {
+        let read = self.read_reporting(false, &mut Passed::default(), |_, record| {
             each(&record);
             Took::Taken
         });
         self.loaded = at;
-        read.map(drop)
+        read
     }
 
     /// Reads records from the loaded cursor on, while `more(records so far, next record)`
@@ -555,7 +563,10 @@ impl Spill {
             }
             records.push((id, record));
             Took::Taken
-        })?;
+        });
+        if let Some(error) = passed.error {
+            return Err(error);
+        }
         Ok(Chunk {
             records,
             corrupt: passed.corrupt,
@@ -833,6 +844,30 @@ mod tests {
             .collect()
     }
 
+    /// A read that an error ends (a listed segment that cannot be opened) still returns
+    /// the unreadable lines it passed before: they are marked reported, and no later
+    /// read would report them.
+    #[test]
+    fn a_read_ended_by_an_error_returns_what_it_passed_before() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut spill = Spill::open(dir.path(), u64::MAX, None).unwrap();
+        spill
+            .write_segment(segment(1), None, &[vec![record(1)]], &[])
+            .unwrap();
+        let path = dir.path().join(segment(1).file_name());
+        let mut file = fs::OpenOptions::new().append(true).open(&path).unwrap();
+        std::io::Write::write_all(&mut file, b"{not a record\n").unwrap();
+        drop(file);
+        spill
+            .segments
+            .insert(segment(1), fs::metadata(&path).unwrap().len());
+        // Listed, gone from the disk.
+        spill.segments.insert(segment(2), 100);
+        let passed = spill.read(|_, _| Took::Taken);
+        assert_eq!(passed.corrupt, ["{not a record"]);
+        assert!(passed.error.is_some());
+    }
+
     /// A chunk read again after a rewind (its group commit failed) finds what the first
     /// read reported: a refused record is passed over, never handed to the reader again
     /// (it is in `rejected.jsonl` once), an unreadable line is not returned again (set
@@ -862,17 +897,16 @@ mod tests {
 
         let read = |spill: &mut Spill| {
             let mut handed = Vec::new();
-            let passed = spill
-                .read(|_, record| {
-                    let value = record.deltas["value"];
-                    handed.push(value);
-                    if value == 2 {
-                        Took::Refused
-                    } else {
-                        Took::Taken
-                    }
-                })
-                .unwrap();
+            let passed = spill.read(|_, record| {
+                let value = record.deltas["value"];
+                handed.push(value);
+                if value == 2 {
+                    Took::Refused
+                } else {
+                    Took::Taken
+                }
+            });
+            assert!(passed.error.is_none(), "{:?}", passed.error);
             (handed, passed)
         };
         let (handed, passed) = read(&mut spill);

@@ -322,18 +322,16 @@ impl WrapperFlusher {
             ));
             Took::Taken
         });
-        match loaded.map(|passed| passed.corrupt.len()) {
-            Ok(corrupt) if corrupt > 0 => {
-                self.counters.records_lost(corrupt as u64);
-                tracing::error!(
-                    lines = corrupt,
-                    "Unreadable lines in the spill were set aside in spill.corrupt.jsonl."
-                );
-            }
-            Ok(_) => {}
-            Err(error) => {
-                tracing::error!(%error, "Could not read the spill; its rows wait for the next flush.");
-            }
+        let corrupt = loaded.corrupt.len();
+        if corrupt > 0 {
+            self.counters.records_lost(corrupt as u64);
+            tracing::error!(
+                lines = corrupt,
+                "Unreadable lines in the spill were set aside in spill.corrupt.jsonl."
+            );
+        }
+        if let Some(error) = loaded.error {
+            tracing::error!(%error, "Could not read the spill; its rows wait for the next flush.");
         }
         if !unreplayable.is_empty() {
             // Outside any flush's group: a crash before the cursor passes these rows logs

@@ -932,8 +932,8 @@ async fn a_held_run_longer_than_a_chunk_stays_on_disk_whole() {
 
 /// A spilled row of a family no longer configured, in front of a run of rows the
 /// registry cannot place or inside it, and a damaged line inside the run: refused once
-/// (one line in `rejected.jsonl`, counted once), the damage set aside and counted once,
-/// though the run is left where it is round after round.
+/// (one line in `rejected.jsonl`, counted once, also after a restart), the damage set
+/// aside and counted once, though the run is left where it is round after round.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_unmappable_row_beside_a_held_run_is_refused_once() {
     for (place, at_line) in [("in front", 1), ("inside", 2)] {
@@ -991,6 +991,16 @@ async fn an_unmappable_row_beside_a_held_run_is_refused_once() {
             gone_sum,
             "{place}: {accounting:?}"
         );
+        drop(again);
+        // A restart with the run still held does not refuse the row again: the durable
+        // cursor had passed it.
+        let (mut third, _) = started_with_read_at(&config, first * 60).await;
+        for _ in 0..2 {
+            third.flusher.flush_now().await;
+        }
+        let rejected = std::fs::read_to_string(state.join("rejected.jsonl")).unwrap_or_default();
+        let refused = rejected.lines().filter(|l| l.contains("\"gone\"")).count();
+        assert_eq!(refused, 1, "{place}: after a restart: {rejected}");
         store.shutdown().await;
     }
 }
