@@ -94,7 +94,7 @@
 //!   them, see its writes as [`sink::PlannedWrite`]s, which its write type implements
 //!   beside its definition) and the operator tools (`ops/{read,outcomes}.rs`,
 //!   `ops/outcomes/totals.rs`). Its own spill files, their replay and their share of the
-//!   spill limit (`state/spill.rs`, `src/totals/spill.rs`) are gone: the spill, its
+//!   spill limit (`state/spill/`, `src/totals/spill.rs`) are gone: the spill, its
 //!   cursor, its bound and its upgrade come with the state directory.
 //! - **A transport** (5 files; about 14 before the seam): the `Transport` variant with its
 //!   label and title (`vocabulary.rs`), its `[ingest.*]` section and ranges

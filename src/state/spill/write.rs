@@ -1,0 +1,136 @@
+//! Writing segments: whole or not at all (a temporary file, `fsync`, `rename`), within
+//! `state.max_spill_bytes`, carried rows kept whatever room is left.
+
+use std::fs;
+use std::io;
+
+use crate::sink::LedgerRow;
+use crate::state::private::write_atomically;
+use crate::state::record::WriteRecord;
+
+use super::header::header_line;
+use super::{Cursor, SegmentId, Spill};
+
+impl Spill {
+    /// Writes a segment holding the batches that fit under `state.max_spill_bytes` (in
+    /// order; a batch is one write's records, kept whole). Returns, per batch, whether
+    /// it was written. `consumes` is the replay cursor the writing flush had loaded;
+    /// `ledger`, the ledger rows a held segment or an ingest log's segment carries in its
+    /// header (written only with at least one batch).
+    pub fn write_segment(
+        &mut self,
+        id: SegmentId,
+        consumes: Option<Cursor>,
+        batches: &[Vec<WriteRecord>],
+        ledger: &[LedgerRow],
+    ) -> io::Result<Vec<bool>> {
+        self.write_lines(id, consumes, &[], batches, ledger)
+    }
+
+    /// [`Spill::write_segment`], the first `moved` batches being rows a replay read (up
+    /// to `consumes`) and could not settle: kept whatever room is left, as
+    /// [`Spill::write_segment_carrying`] keeps them; the rest get the room left after
+    /// them. Per batch, whether it was written.
+    pub fn write_segment_moving(
+        &mut self,
+        id: SegmentId,
+        consumes: Option<Cursor>,
+        batches: &[Vec<WriteRecord>],
+        moved: usize,
+    ) -> io::Result<Vec<bool>> {
+        let (moved, fresh) = batches.split_at(moved.min(batches.len()));
+        let mut lines = Vec::new();
+        for record in moved.iter().flatten() {
+            serde_json::to_writer(&mut lines, record).map_err(io::Error::other)?;
+            lines.push(b'\n');
+        }
+        let kept = self.write_segment_carrying(id, consumes, &lines, fresh)?;
+        let mut all = vec![true; moved.len()];
+        all.extend(kept);
+        Ok(all)
+    }
+
+    /// Writes a segment of `records`, whatever room `state.max_spill_bytes` leaves, its
+    /// header carrying `ledger` and naming no cursor (see `StateDir::spill_ingest`).
+    pub fn write_segment_whole(
+        &mut self,
+        id: SegmentId,
+        records: &[WriteRecord],
+        ledger: &[LedgerRow],
+    ) -> io::Result<()> {
+        let mut lines = Vec::new();
+        for record in records {
+            serde_json::to_writer(&mut lines, record).map_err(io::Error::other)?;
+            lines.push(b'\n');
+        }
+        self.write_lines(id, None, &lines, &[], ledger)?;
+        Ok(())
+    }
+
+    /// [`Spill::write_segment`], `first` (moved rows' lines, kept whatever the room)
+    /// before the batches.
+    fn write_lines(
+        &mut self,
+        id: SegmentId,
+        consumes: Option<Cursor>,
+        first: &[u8],
+        batches: &[Vec<WriteRecord>],
+        ledger: &[LedgerRow],
+    ) -> io::Result<Vec<bool>> {
+        let mut bytes = header_line(consumes, ledger)?;
+        bytes.extend_from_slice(first);
+        // `first` (moved rows) is kept whatever the room; the batches fit after it.
+        let room = self.max_bytes.saturating_sub(self.bytes());
+        let mut kept = Vec::with_capacity(batches.len());
+        for batch in batches {
+            let mut lines = Vec::new();
+            for record in batch {
+                serde_json::to_writer(&mut lines, record).map_err(io::Error::other)?;
+                lines.push(b'\n');
+            }
+            let fits = (bytes.len() + lines.len()) as u64 <= room;
+            if fits {
+                bytes.extend_from_slice(&lines);
+            }
+            kept.push(fits);
+        }
+        if !first.is_empty() || kept.iter().any(|k| *k) {
+            let path = self.dir.join(id.file_name());
+            if let Err(error) = write_atomically(&self.dir, &path, &bytes) {
+                // Renamed into place, with only the directory's sync failing: the segment
+                // is there, and a start finds it. Taken as written; reported as not, its
+                // rows would be written again elsewhere (or counted dropped) and then
+                // replayed from both.
+                if !fs::metadata(&path).is_ok_and(|m| m.len() == bytes.len() as u64) {
+                    return Err(error);
+                }
+                tracing::warn!(%error, segment = %path.display(), "A spill segment is in place, but its directory could not be synced: taken as written.");
+            }
+            self.segments.insert(id, bytes.len() as u64);
+        }
+        Ok(kept)
+    }
+
+    /// Writes a segment as [`Spill::write_segment`] does, with `carried` first (record
+    /// lines, already serialized: a chunk's worth never lives in memory as records): rows
+    /// a replay read (up to `consumes`) that its flush could not settle, moved here. They
+    /// are kept whatever room `state.max_spill_bytes` leaves, since they are on disk
+    /// already: the limit bounds the rows admitted to the spill, and refusing a moved row
+    /// would drop what the spill held (an answered increment of a durable listener among
+    /// them). Until the flush's end deletes the segments its replay passed, the directory
+    /// holds the moved rows twice; that passes the limit by at most one replay chunk (and
+    /// the read part of a segment not yet wholly consumed). A moved record may also have
+    /// grown by the error its write met (one error per record, replaced each time). `batches` (rows of the flush's
+    /// own) get only the room left after them. The header names `consumes`. Returns, per
+    /// batch, whether it was written; `carried` is kept whenever this returns `Ok` (an
+    /// `Err`: the segment was not written, and neither was `carried`).
+    pub fn write_segment_carrying(
+        &mut self,
+        id: SegmentId,
+        consumes: Option<Cursor>,
+        carried: &[u8],
+        batches: &[Vec<WriteRecord>],
+    ) -> io::Result<Vec<bool>> {
+        self.write_lines(id, consumes, carried, batches, &[])
+    }
+}
