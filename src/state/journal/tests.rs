@@ -531,3 +531,34 @@ fn a_start_nonce_rides_at_the_end_of_the_header() {
     assert_eq!(with.ledger_writer(), "w/00c0ffee");
     assert_eq!(flush(8).ledger_writer(), "w");
 }
+
+/// A record about a request when no group is open (the last group ended, or the group
+/// commit of the next failed: nothing of it was sent) is not written: it would attach to
+/// no group, and the reader, which stops at it, would lose every group written after it.
+#[test]
+fn records_without_an_open_group_are_not_written() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("journal.wal");
+    let (mut journal, _, _) = Journal::open(path.clone()).unwrap();
+    journal
+        .begin(&flush(1), "t", None, &[family()], &[write("a", &[1])])
+        .unwrap();
+    journal.end(1).unwrap();
+    // As a flush whose group commit failed would: a spill it could not write, dropped.
+    journal.outcome(0, &Settled::Dropped);
+    journal.logs_at(1, 2).unwrap();
+    journal.flush_pending().unwrap();
+    journal
+        .begin(&flush(2), "t", None, &[family()], &[write("b", &[2])])
+        .unwrap();
+    journal.outcome(0, &Settled::NotStarted);
+    journal.flush_pending().unwrap();
+    drop(journal);
+
+    let (_, groups, torn) = Journal::open(path).unwrap();
+    assert_eq!(torn, 0);
+    assert_eq!(groups.len(), 1, "the group after the stray records is read");
+    assert_eq!(groups[0].flush.flush_seq, 2);
+    assert_eq!(groups[0].outcomes.get(&0), Some(&Settled::NotStarted));
+    assert_eq!(groups[0].logs_at, None);
+}

@@ -59,6 +59,12 @@ pub struct Journal {
     start_window: Option<u32>,
     /// The open counter group's requests, and the bound recorded for them.
     starts: Option<(u32, u32)>,
+    /// Whether the file's last group is open to records about it (outcomes, the logs'
+    /// sizes): its group commit succeeded (in this process, or it is a group a start
+    /// found unended) and its End was not written. A record written without one would
+    /// attach to no group, which the reader stops at (every later group unread), or to
+    /// an older group left open, under a request index of another flush.
+    group_open: bool,
     /// Keep ended groups in the file (the codec's unit tests read several back; the
     /// product always starts over).
     #[cfg(test)]
@@ -100,6 +106,7 @@ impl Journal {
                 pending: Vec::new(),
                 start_window: None,
                 starts: None,
+                group_open: groups.last().is_some_and(|g| g.committed && !g.ended),
                 #[cfg(test)]
                 keep: false,
             },
@@ -220,10 +227,14 @@ impl Journal {
         let first = requests.and_then(|n| self.start_window.map(|window| window.min(n)));
         self.starts = None;
         self.flush_pending()?;
+        // Until this commit succeeds, no group takes records: the one before it has had
+        // its own, and this one may never exist.
+        self.group_open = false;
         let mut out = std::mem::take(&mut self.pending);
         frame(&mut out, header);
         intents(&mut out);
         self.commit_frames(out, first)?;
+        self.group_open = true;
         self.starts = requests.zip(first);
         Ok(())
     }
@@ -328,8 +339,12 @@ impl Journal {
 
     /// Records how a request ended. Buffered: written once the buffer passes 16 KiB, by
     /// [`Journal::flush_pending`], or with the next record that must be durable; never
-    /// synced on its own.
+    /// synced on its own. Nothing is recorded without an open group (its group commit
+    /// failed: nothing of it was sent, and nothing of it may be recorded).
     pub fn outcome(&mut self, request: u32, settled: &Settled) {
+        if !self.group_open {
+            return;
+        }
         frame(&mut self.pending, |e| {
             e.u8(OUTCOME);
             e.u32(request);
@@ -366,8 +381,12 @@ impl Journal {
     }
 
     /// Records the sizes of the outcome logs before this flush appends to them, durably:
-    /// recovery reads the logs from there to find what was already written.
+    /// recovery reads the logs from there to find what was already written. Nothing is
+    /// recorded without an open group (no group's records are in the appends).
     pub fn logs_at(&mut self, unknown: u64, rejected: u64) -> io::Result<()> {
+        if !self.group_open {
+            return Ok(());
+        }
         frame(&mut self.pending, |e| {
             e.u8(LOGS_AT);
             e.u64(unknown);
@@ -380,6 +399,9 @@ impl Journal {
     /// Records the sizes of the driver wrapper's three logs before its flush appends to
     /// them, durably (see [`WrapperGroup::logs_at`](super::WrapperGroup::logs_at)).
     pub fn logs_at_wrapper(&mut self, sizes: [u64; 3]) -> io::Result<()> {
+        if !self.group_open {
+            return Ok(());
+        }
         frame(&mut self.pending, |e| {
             e.u8(WRAPPER_LOGS_AT);
             for size in sizes {
@@ -399,6 +421,7 @@ impl Journal {
     /// Marks the flush settled, then starts the journal over.
     pub fn end(&mut self, flush_seq: u64) -> io::Result<()> {
         self.starts = None;
+        self.group_open = false;
         frame(&mut self.pending, |e| {
             e.u8(END);
             e.u64(flush_seq);
