@@ -430,7 +430,7 @@ impl<S: Sink> Flusher<S> {
         let sums = Granularity::ALL.map(|g| sums[g.index()] + lost_sums[g.index()]);
         if let Err(error) = self
             .state
-            .write_status(clean, rows as u64 + lost_rows, sums)
+            .write_stopped_status(clean, rows as u64 + lost_rows, sums)
         {
             tracing::error!(%error, "Could not record the shutdown in status.json.");
         }

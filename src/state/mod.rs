@@ -111,6 +111,12 @@ pub struct Status {
     pub pending_total_sum: String,
     /// When the status was written, RFC 3339.
     pub time: String,
+    /// Whether its shutdown finished (its final flush done, clean or not): every request
+    /// of every group it committed has its home (applied, logged, spilled, or counted
+    /// lost in this status), so a group it left open (an end it could not write) needs
+    /// nothing more from recovery; giving one a home again would count it twice.
+    #[serde(default)]
+    pub stopped: bool,
 }
 
 impl Status {
@@ -291,12 +297,14 @@ impl StateDir {
         .map_err(io_err("directory id"))?;
         let incarnation =
             next_incarnation(&dir.join("incarnation")).map_err(io_err("incarnation"))?;
-        let unclean_previous_run = match fs::read(dir.join("status.json")) {
-            Ok(bytes) => serde_json::from_slice::<Status>(&bytes)
-                .ok()
-                .filter(|s| !s.clean),
-            Err(_) => None,
-        };
+        let previous_run = fs::read(dir.join("status.json"))
+            .ok()
+            .and_then(|bytes| serde_json::from_slice::<Status>(&bytes).ok());
+        let stopped = previous_run
+            .as_ref()
+            .filter(|s| s.stopped)
+            .map(|s| s.incarnation);
+        let unclean_previous_run = previous_run.filter(|s| !s.clean);
 
         let unknown = JsonlLog::open(
             dir.join("unknown.jsonl"),
@@ -358,7 +366,8 @@ impl StateDir {
             wrapper_last_in_journal,
             group_left_open: false,
         };
-        let mut report = recovery::recover(&mut state, groups, kinds).map_err(io_err("recover"))?;
+        let mut report =
+            recovery::recover(&mut state, groups, kinds, stopped).map_err(io_err("recover"))?;
         report.torn_journal_bytes = torn_journal;
         state.recovery = report;
         state
@@ -993,8 +1002,30 @@ impl StateDir {
         pending_rows: u64,
         pending_sums: [i128; Granularity::COUNT],
     ) -> io::Result<()> {
+        self.put_status(clean, false, pending_rows, pending_sums)
+    }
+
+    /// Records that the shutdown finished (see [`Status::stopped`]): clean, or with the
+    /// rows and sums it lost.
+    pub fn write_stopped_status(
+        &self,
+        clean: bool,
+        lost_rows: u64,
+        lost_sums: [i128; Granularity::COUNT],
+    ) -> io::Result<()> {
+        self.put_status(clean, true, lost_rows, lost_sums)
+    }
+
+    fn put_status(
+        &self,
+        clean: bool,
+        stopped: bool,
+        pending_rows: u64,
+        pending_sums: [i128; Granularity::COUNT],
+    ) -> io::Result<()> {
         let status = Status {
             clean,
+            stopped,
             incarnation: self.incarnation,
             pending_rows,
             pending_sum: pending_sums[0].to_string(),

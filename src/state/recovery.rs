@@ -140,20 +140,29 @@ impl FinishKinds for NoKinds {
 /// open groups (a counter group whose end failed, then its flush's kind group) would
 /// lose the second to a kill before it is finished, and an `End` record ends the last
 /// group read, not the one it names. Each step before is safe to run again.
+///
+/// `stopped`: the incarnation of a previous process whose shutdown finished (see
+/// [`super::Status::stopped`]); its groups left open are ended, nothing more.
 pub(super) fn recover(
     state: &mut StateDir,
     groups: Vec<FlushGroup>,
     kinds: &dyn FinishKinds,
+    stopped: Option<u64>,
 ) -> std::io::Result<RecoveryReport> {
     let mut report = RecoveryReport::default();
     let time = crate::bucket::rfc3339(std::time::SystemTime::now());
     let last = groups.len().saturating_sub(1);
     // A driver wrapper's flush is the wrapper's to finish (`StateDir::take_wrapper_groups`).
     let unsettled = |group: &FlushGroup| !group.ended && group.wrapper.is_none();
+    let finished_by_its_process = |group: &FlushGroup| stopped == Some(group.flush.incarnation);
     let mut finished: Vec<Option<KindFinished>> = Vec::with_capacity(groups.len());
     for group in &groups {
         finished.push(
-            if unsettled(group) && group.committed && !group.kind_intents.is_empty() {
+            if unsettled(group)
+                && group.committed
+                && !group.kind_intents.is_empty()
+                && !finished_by_its_process(group)
+            {
                 Some(kinds.finish(state.dir(), group, &time)?)
             } else {
                 None
@@ -166,6 +175,13 @@ pub(super) fn recover(
             continue;
         }
         end = Some(group.flush.flush_seq);
+        if finished_by_its_process(group) {
+            tracing::info!(
+                flush = group.flush.flush_seq,
+                "A flush of the previous process was left open (its end could not be written), but that process's shutdown finished: every request of it has its home, and the flush is only ended."
+            );
+            continue;
+        }
         if !group.committed {
             report.uncommitted_rows += group
                 .intents

@@ -894,3 +894,53 @@ fn an_unreadable_replay_cursor_keeps_the_directory_closed() {
     let error = StateDir::open(&config(tmp.path())).err().expect("refused");
     assert!(error.to_string().contains("spill"), "{error}");
 }
+
+/// A flush whose end could not be written stays open in the journal while its process
+/// goes on: the rows it did not apply are re-queued, and the shutdown spills them in a
+/// segment of its own (under a later flush's request ids). A start after that finished
+/// shutdown must not spill them a second time; after a kill (no finished shutdown), the
+/// open flush is finished as before.
+#[test]
+fn a_flush_left_open_by_a_finished_shutdown_is_only_ended() {
+    for finished in [true, false] {
+        let tmp = tempfile::tempdir().unwrap();
+        let mut state = StateDir::open(&config(tmp.path())).unwrap();
+        let flush = state.flush_id(5);
+        state
+            .journal_begin(&flush, "t", None, &families(), &[write("not_applied", 4)])
+            .unwrap();
+        let (kind, text) = ("unavailable".to_string(), "text".to_string());
+        state.journal_outcome(0, &Settled::NotApplied { kind, text });
+        state.journal_flush();
+        // No end: its write failed. The shutdown's flush spills the re-queued row.
+        let mut row = record();
+        row.deltas = [("value".to_string(), 4)].into();
+        state.spill(&state.flush_id(6), &[vec![row]]).unwrap();
+        if finished {
+            state.write_stopped_status(true, 0, [0; 4]).unwrap();
+        }
+        drop(state);
+
+        let mut state = StateDir::open(&config(tmp.path())).unwrap();
+        let spilled: i64 = state
+            .load_spill(|_, _| true)
+            .unwrap()
+            .records
+            .iter()
+            .map(|(_, r)| r.deltas["value"])
+            .sum();
+        if finished {
+            assert_eq!(state.recovery().flushes, 0);
+            assert_eq!(spilled, 4, "the row once, from the shutdown's segment");
+        } else {
+            // A kill: the open flush is finished as before. (Its re-queued row, spilled
+            // under a later flush's request id, is not told apart from the flush's own:
+            // a kill after such a spill and before the shutdown finished writes it twice.)
+            assert_eq!(state.recovery().flushes, 1);
+            assert!(spilled >= 4, "{spilled}");
+        }
+        drop(state);
+        let state = StateDir::open(&config(tmp.path())).unwrap();
+        assert_eq!(state.recovery().flushes, 0, "ended by the start before");
+    }
+}
