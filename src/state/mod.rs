@@ -947,16 +947,19 @@ impl StateDir {
     /// `spill.cursor` (a start already finds it in the header); if that fails it stays
     /// owed, as a group's cursor does, and no read goes back before it.
     pub fn consume_carried(&mut self, cursor: Option<Cursor>) -> io::Result<()> {
+        self.commit_replay(cursor)
+    }
+
+    /// Makes a replay cursor durable outside a flush (a chunk that produced no write: its
+    /// rows were refused, or held in memory). If that fails it stays owed, as a group's
+    /// cursor does: no read goes back before it (read again, held rows would be in
+    /// memory twice), and the next group's end makes it durable first.
+    pub fn commit_replay(&mut self, cursor: Option<Cursor>) -> io::Result<()> {
         let committed = self.spill.commit(cursor);
         if self.spill.durable() < cursor {
             self.owed_cursor = self.owed_cursor.max(cursor);
         }
         committed
-    }
-
-    /// Makes a replay cursor durable outside a flush (a chunk that produced no write).
-    pub fn commit_replay(&mut self, cursor: Option<Cursor>) -> io::Result<()> {
-        self.spill.commit(cursor)
     }
 
     /// Reads spilled records from the replay cursor on, one at a time, as `take` takes,

@@ -799,6 +799,29 @@ fn a_rewound_replay_reads_the_same_rows_again_and_never_before_the_consumed_curs
     assert_eq!(rows, [2, 3], "the rewound row once more, then the rest");
 }
 
+/// A chunk that produced no write (its rows held in memory) whose cursor cannot be made
+/// durable (a full disk): a later rewind must not read it again, or its held rows would
+/// be in memory twice.
+#[test]
+fn a_cursor_that_could_not_be_committed_still_bounds_a_rewind() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut state = StateDir::open(&config(tmp.path())).unwrap();
+    let spilled_by = state.flush_id(1);
+    let mut records: Vec<WriteRecord> = (0..4).map(|_| record()).collect();
+    for (i, r) in records.iter_mut().enumerate() {
+        r.row = i as u16;
+    }
+    state.spill(&spilled_by, &[records]).unwrap();
+    state.load_spill(|n, _| n < 2).unwrap();
+    let after_two = state.replay_loaded();
+    // The cursor's temporary file is a full disk.
+    std::os::unix::fs::symlink("/dev/full", tmp.path().join("spill.tmp")).unwrap();
+    assert!(state.commit_replay(after_two).is_err());
+    state.load_spill(|n, _| n < 1).unwrap();
+    state.rewind_replay();
+    assert_eq!(state.replay_loaded(), after_two, "owed: not read again");
+}
+
 /// An upgrade finds a wrapper flush of an earlier version unended in the journal (it
 /// consumed its spill file up to an offset) and that version's spill file: the start
 /// moves the rows past that offset into a segment, replayed first, and leaves the group
