@@ -348,6 +348,53 @@ async fn rows_past_a_full_wrapper_spill_are_recorded_rejected_with_their_deltas(
     store.shutdown().await;
 }
 
+/// A replayed row that did not apply and cannot go back to the buffer (its sum with
+/// what arrived since would leave the i64 range) is spilled again whatever room the
+/// spill has left: it was on disk already, and the segment it came from counts against
+/// `state.max_spill_bytes` until the cursor passes it. A full spill must not turn it
+/// into a rejected record (`spill_full`) while the cursor passes it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replayed_row_that_cannot_go_back_is_spilled_again_past_a_full_spill() {
+    let store = launch(StoreOptions::cqlsim_only("takes the node down")).await;
+    let server = store.sim();
+    server.execute_script(None, SCHEMA).expect("schema");
+    let dir = tempfile::tempdir().unwrap();
+    let big = i64::MAX - 1;
+    let earlier: BTreeMap<String, i64> = [("k".to_string(), big)].into();
+    std::fs::write(
+        dir.path()
+            .join(countersink::state::wrapper_files::SPILL_FILE),
+        spill_lines(&earlier),
+    )
+    .unwrap();
+    let session = wrap(&store.contact_point(), dir.path(), |c| {
+        c.store.request_timeout = Duration::from_millis(300);
+        // Less than the segment the earlier spill moved into: no room left.
+        c.state.max_spill_bytes = 64;
+    })
+    .await;
+    let update = session
+        .prepare("UPDATE w.c1 SET c = c + ? WHERE k = ?")
+        .await
+        .unwrap();
+    session
+        .execute_unpaged(&update, (Counter(5), "k"))
+        .await
+        .unwrap();
+    server.node_down();
+    // The replay first: k's replayed delta does not apply, and cannot join the +5.
+    let report = session.flush_now().await;
+    assert_eq!(report.replayed_rows, 1, "{report:?}");
+    assert_eq!(report.applied, 0, "{report:?}");
+    let rejected = records(&session.log_path(OutcomeLog::Rejected).await);
+    assert!(rejected.is_empty(), "{rejected:?}");
+    let on_disk: Vec<i64> = spilled(dir.path()).iter().map(|r| r.deltas["c"]).collect();
+    assert_eq!(on_disk, [big], "the replayed row, spilled once again");
+    server.node_up();
+    drop(session);
+    store.shutdown().await;
+}
+
 /// The per-key sum of column `c` over `records` (a key literal's quotes removed).
 fn sums_by_key(records: &[WriteRecord]) -> BTreeMap<String, i64> {
     let mut sums = BTreeMap::new();

@@ -288,7 +288,15 @@ impl WriteKind for WrapperStage<'_> {
             // A batch per row: the segment keeps whole batches, and rows of one request
             // may be kept apart.
             let batches: Vec<Vec<WriteRecord>> = spilled.into_iter().map(|r| vec![r]).collect();
-            match f.state.spill(&f.flush_id(), &batches) {
+            // A replay's group spills rows it read back from the spill: moved, they need
+            // no room (the segment they came from counts against the limit until the
+            // cursor passes it), as the sidecar's replay keeps them.
+            let moved = if self.consumes.is_some() {
+                batches.len()
+            } else {
+                0
+            };
+            match f.state.spill_moving(&f.flush_id(), &batches, moved) {
                 Ok(kept) => {
                     // Past `state.max_spill_bytes`: not applied, and not to be replayed.
                     let over = batches
