@@ -542,8 +542,11 @@ impl StateDir {
         self.group_left_open = false;
         self.logs_noted = false;
         // A cursor durable but a segment it passed not deleted: deleted at the next
-        // commit or start, nothing replays twice.
-        committed
+        // commit or start, nothing replays twice. The group did end: not an error of it.
+        if let Err(error) = committed {
+            tracing::warn!(%error, "Could not delete spill segments the replay cursor has passed; a later commit or the next start deletes them (nothing is replayed twice).");
+        }
+        Ok(())
     }
 
     /// How many flushes of the driver wrapper the journal holds unfinished.
