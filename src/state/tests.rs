@@ -769,6 +769,16 @@ fn a_cursor_found_only_in_the_journal_survives_a_second_start() {
     );
 }
 
+/// Spills four records (rows 0 to 3) in one write of flush 1.
+fn spill_four_rows(state: &mut StateDir) {
+    let spilled_by = state.flush_id(1);
+    let mut records: Vec<WriteRecord> = (0..4).map(|_| record()).collect();
+    for (i, r) in records.iter_mut().enumerate() {
+        r.row = i as u16;
+    }
+    state.spill(&spilled_by, &[records]).unwrap();
+}
+
 /// Rows read for replay whose group could not be committed are read again from where the
 /// consumed cursor is, and a rewind never goes back before it (nor before a cursor an
 /// open group still owes).
@@ -776,12 +786,7 @@ fn a_cursor_found_only_in_the_journal_survives_a_second_start() {
 fn a_rewound_replay_reads_the_same_rows_again_and_never_before_the_consumed_cursor() {
     let tmp = tempfile::tempdir().unwrap();
     let mut state = StateDir::open(&config(tmp.path())).unwrap();
-    let spilled_by = state.flush_id(1);
-    let mut records: Vec<WriteRecord> = (0..4).map(|_| record()).collect();
-    for (i, r) in records.iter_mut().enumerate() {
-        r.row = i as u16;
-    }
-    state.spill(&spilled_by, &[records]).unwrap();
+    spill_four_rows(&mut state);
     let first = state.load_spill(|n, _| n < 2).unwrap();
     assert_eq!(first.records.len(), 2);
     let after_two = state.replay_loaded();
@@ -806,12 +811,7 @@ fn a_rewound_replay_reads_the_same_rows_again_and_never_before_the_consumed_curs
 fn a_cursor_that_could_not_be_committed_still_bounds_a_rewind() {
     let tmp = tempfile::tempdir().unwrap();
     let mut state = StateDir::open(&config(tmp.path())).unwrap();
-    let spilled_by = state.flush_id(1);
-    let mut records: Vec<WriteRecord> = (0..4).map(|_| record()).collect();
-    for (i, r) in records.iter_mut().enumerate() {
-        r.row = i as u16;
-    }
-    state.spill(&spilled_by, &[records]).unwrap();
+    spill_four_rows(&mut state);
     state.load_spill(|n, _| n < 2).unwrap();
     let after_two = state.replay_loaded();
     // The cursor's temporary file is a full disk.

@@ -44,6 +44,18 @@ fn all(spill: &mut Spill) -> Vec<i64> {
         .collect()
 }
 
+/// Appends an unreadable line to segment `id` (written whole, a segment is damaged only
+/// by the disk), as the spill then lists it.
+fn damage(spill: &mut Spill, id: SegmentId) {
+    let path = spill.dir.join(id.file_name());
+    let mut file = fs::OpenOptions::new().append(true).open(&path).unwrap();
+    std::io::Write::write_all(&mut file, b"{not a record\n").unwrap();
+    drop(file);
+    spill
+        .segments
+        .insert(id, fs::metadata(&path).unwrap().len());
+}
+
 /// A read that an error ends (a listed segment that cannot be opened) still returns
 /// the unreadable lines it passed before: they are marked reported, and no later
 /// read would report them.
@@ -54,13 +66,7 @@ fn a_read_ended_by_an_error_returns_what_it_passed_before() {
     spill
         .write_segment(segment(1), None, &[vec![record(1)]], &[])
         .unwrap();
-    let path = dir.path().join(segment(1).file_name());
-    let mut file = fs::OpenOptions::new().append(true).open(&path).unwrap();
-    std::io::Write::write_all(&mut file, b"{not a record\n").unwrap();
-    drop(file);
-    spill
-        .segments
-        .insert(segment(1), fs::metadata(&path).unwrap().len());
+    damage(&mut spill, segment(1));
     // Listed, gone from the disk.
     spill.segments.insert(segment(2), 100);
     let passed = spill.read(|_, _| Took::Taken);
@@ -79,17 +85,11 @@ fn a_rewound_read_reports_refused_records_and_unreadable_lines_once() {
     spill
         .write_segment(segment(1), None, &[vec![record(1), record(2)]], &[])
         .unwrap();
-    // Damage after the two records (a segment is written whole; this is the disk's).
-    let path = dir.path().join(segment(1).file_name());
-    let mut file = fs::OpenOptions::new().append(true).open(&path).unwrap();
-    std::io::Write::write_all(&mut file, b"{not a record\n").unwrap();
-    drop(file);
+    // Damage after the two records.
+    damage(&mut spill, segment(1));
     spill
         .write_segment(segment(2), None, &[vec![record(3)]], &[])
         .unwrap();
-    spill
-        .segments
-        .insert(segment(1), fs::metadata(&path).unwrap().len());
 
     let mut scanned = 0;
     spill.scan(|_| scanned += 1).unwrap();
