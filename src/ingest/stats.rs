@@ -60,7 +60,7 @@ pub(super) struct OtlpStats {
 
 /// Labels of the OTLP point drop reasons, in index order (`PointDrop::ALL` of the OTLP
 /// receiver; a test checks they agree).
-pub const OTLP_DROP_REASONS: [&str; 8] = [
+pub const OTLP_DROP_REASONS: [&str; 9] = [
     "non_integer",
     "non_finite",
     "out_of_range",
@@ -69,6 +69,7 @@ pub const OTLP_DROP_REASONS: [&str; 8] = [
     "cumulative_decrease",
     "out_of_order",
     "cumulative_baseline",
+    "no_value",
 ];
 
 /// Labels of the ignored OTLP metric kinds, in index order (`IgnoredKind::ALL`).

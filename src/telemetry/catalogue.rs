@@ -262,7 +262,7 @@ pub const PACKETS_DROPPED: MetricDef = MetricDef {
 /// `countersink_otlp_points_dropped_total{reason}` (sidecar).
 pub const OTLP_POINTS_DROPPED: MetricDef = MetricDef {
     name: "countersink_otlp_points_dropped_total",
-    help: "OTLP sum points refused before the aggregator, by reason: non_integer, non_finite, out_of_range, negative_monotonic, unknown_temporality, cumulative_decrease, out_of_order, cumulative_baseline (the first point of a cumulative stream that may have been counted before: it sets the baseline).",
+    help: "OTLP sum points refused before the aggregator, by reason: non_integer, non_finite, out_of_range, negative_monotonic, unknown_temporality, cumulative_decrease, out_of_order, cumulative_baseline (the first point of a cumulative stream that may have been counted before: it sets the baseline), no_value (a point without a value that does not flag it).",
     labels: &["reason"],
 };
 /// `countersink_otlp_points_ignored_total{kind}` (sidecar).

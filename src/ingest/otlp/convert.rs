@@ -60,11 +60,14 @@ pub enum PointDrop {
     /// sidecar restarted, or the stream was evicted): it sets the baseline, and what it
     /// carries since the stream's previous point is not counted.
     CumulativeBaseline,
+    /// A point with no value that does not say so (the "no recorded value" flag): taken
+    /// for 0, a cumulative stream's next point would count its whole value again.
+    NoValue,
 }
 
 impl PointDrop {
     /// Every reason, in label order.
-    pub const ALL: [PointDrop; 8] = [
+    pub const ALL: [PointDrop; 9] = [
         PointDrop::NonInteger,
         PointDrop::NonFinite,
         PointDrop::OutOfRange,
@@ -73,6 +76,7 @@ impl PointDrop {
         PointDrop::CumulativeDecrease,
         PointDrop::OutOfOrder,
         PointDrop::CumulativeBaseline,
+        PointDrop::NoValue,
     ];
 
     /// The metric label value.
@@ -86,6 +90,7 @@ impl PointDrop {
             PointDrop::CumulativeDecrease => "cumulative_decrease",
             PointDrop::OutOfOrder => "out_of_order",
             PointDrop::CumulativeBaseline => "cumulative_baseline",
+            PointDrop::NoValue => "no_value",
         }
     }
 
@@ -471,7 +476,7 @@ fn integral(point: &NumberDataPoint) -> Result<i64, PointDrop> {
                 Ok(v as i64)
             }
         }
-        None => Ok(0),
+        None => Err(PointDrop::NoValue),
     }
 }
 

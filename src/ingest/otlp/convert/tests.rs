@@ -263,6 +263,33 @@ fn cumulative_differences_duplicates_and_resets() {
     );
 }
 
+/// A cumulative point with no value that does not flag it ("no recorded value") is a
+/// counted drop that leaves the stream as it was: taken for 0, it would be a decrease,
+/// the baseline would drop to 0, and the next point would count its whole value again.
+#[test]
+fn a_point_without_a_value_leaves_its_stream_as_it_was() {
+    let mut t = Streams::new(10, BOOT);
+    let start = 1100 * S;
+    assert_eq!(
+        deltas(&run(&mut t, &cumulative_req(start, 1160 * S, 100))),
+        vec![100]
+    );
+    let mut empty = cumulative_req(start, 1220 * S, 0);
+    let Some(Data::Sum(sum)) = &mut empty.resource_metrics[0].scope_metrics[0].metrics[0].data
+    else {
+        unreachable!("a sum")
+    };
+    sum.data_points[0].value = None;
+    let c = run(&mut t, &empty);
+    assert!(c.increments.is_empty());
+    assert_eq!(c.dropped[PointDrop::NoValue.index()], 1);
+    assert_eq!(
+        deltas(&run(&mut t, &cumulative_req(start, 1280 * S, 110))),
+        vec![10],
+        "the difference from the last value, not the whole value"
+    );
+}
+
 #[test]
 fn a_stream_older_than_the_table_only_sets_its_baseline() {
     let mut t = Streams::new(10, BOOT);
