@@ -2,8 +2,8 @@
 //! flush left it, so that a restart neither counts a stream's total again nor drops the
 //! increase its next point carries.
 //!
-//! Layout (little-endian), 40 bytes per stream, so at most 40 × `ingest.otlp.max_streams`
-//! bytes plus 44:
+//! Layout (little-endian), 40 bytes per stream, so at most 80 × `ingest.otlp.max_streams`
+//! bytes plus 44 (the table holds up to twice `max_streams`: see `streams`):
 //!
 //! | bytes | content |
 //! | --- | --- |
@@ -36,9 +36,12 @@ const HEADER: usize = 8 + 16 + 8 + 8;
 const ENTRY: usize = 40;
 const TRAILER: usize = 4;
 
-/// The most bytes the file takes with a table of at most `max_streams` streams.
+/// The most bytes the file takes with a table keeping `max_streams` streams (it holds up
+/// to twice that).
 pub fn max_file_bytes(max_streams: usize) -> u64 {
-    let entries = (max_streams as u64).saturating_mul(ENTRY as u64);
+    let entries = (max_streams as u64)
+        .saturating_mul(2)
+        .saturating_mul(ENTRY as u64);
     entries.saturating_add((HEADER + TRAILER) as u64)
 }
 
