@@ -16,8 +16,9 @@ pub(super) const GROUP_LINE_START: &[u8] = b"{\"g\":";
 /// What a sealed file holds.
 ///
 /// Each append begins with a line giving the number of lines that follow it; an append
-/// cut short (a SIGKILL inside its `write`: never synced, so never answered) is counted
-/// in `unread` whole and none of its lines is taken. Without it, the increments of a
+/// cut short (a SIGKILL inside its `write`: never synced, so never answered), or one
+/// with a line that does not read, is counted in `unread` whole and none of its lines
+/// is taken. Without it, the increments of a
 /// request could be read without the idempotency key written after them, and its retry
 /// counted again; or a cumulative point's increment without the stream's point. In a
 /// file without any group (a log an earlier version wrote) lines are taken one by one;
@@ -73,7 +74,14 @@ pub fn read_sealed(path: &Path) -> io::Result<SealedContent> {
         if let Some((left, held)) = &mut group {
             *left -= 1;
             if *left == 0 {
-                content.absorb(std::mem::take(held));
+                let held = std::mem::take(held);
+                if held.unread == 0 {
+                    content.absorb(held);
+                } else {
+                    // A line of it does not read (damage a power cut can leave): none
+                    // of its lines is taken, as for an append cut short.
+                    content.unread += held.lines();
+                }
                 group = None;
             }
         }

@@ -317,6 +317,14 @@ fn an_append_cut_short_is_skipped_whole() {
     std::fs::write(&path, &damaged).unwrap();
     let content = read_sealed(&path).unwrap();
     assert_eq!((content.entries.len(), content.unread), (1, 1));
+    // An append whole in length with a line that does not read: none of it is taken
+    // (its increment without its key would be counted again by the retry).
+    let mut garbled = b"{\"g\":2}\n".to_vec();
+    garbled.extend(line("e", 5));
+    garbled.extend(b"{not a line\n");
+    std::fs::write(&path, &garbled).unwrap();
+    let content = read_sealed(&path).unwrap();
+    assert_eq!((content.entries.len(), content.unread), (0, 2));
     // Without groups (an earlier version's file) every whole line counts.
     let mut legacy = whole.clone();
     legacy.extend(&cut);
