@@ -200,8 +200,10 @@ impl EpochRegistry {
         Ok(view)
     }
 
-    /// Reads the registry every `epochs.refresh_interval` until `stop` turns true. A failed
-    /// read keeps the previous view: rows past what it covers wait (held, counted).
+    /// Reads the registry every `epochs.refresh_interval` until `stop` turns true (a read
+    /// under way is given up then: a shutdown does not wait for a store that does not
+    /// answer). A failed read keeps the previous view: rows past what it covers wait
+    /// (held, counted).
     pub async fn run(
         self: Arc<Self>,
         session: Arc<Session>,
@@ -211,7 +213,11 @@ impl EpochRegistry {
         let mut failing = false;
         loop {
             let now = bucket::unix_secs(SystemTime::now());
-            match self.refresh_at(&session, engine.families(), now).await {
+            let read = tokio::select! {
+                read = self.refresh_at(&session, engine.families(), now) => read,
+                _ = stop.wait_for(|s| *s) => return,
+            };
+            match read {
                 Ok(()) if failing => {
                     failing = false;
                     tracing::info!(table = %self.table, "The epoch registry answers again.");

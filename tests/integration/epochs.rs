@@ -161,6 +161,38 @@ async fn reset_unread(dir: &Path, ahead: i64) -> ResetUnread {
     }
 }
 
+/// A stop asked while a read of the registry waits on a store that does not answer ends
+/// the reading task at once: a shutdown does not wait out the driver's request timeout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stop_ends_a_registry_read_the_store_does_not_answer() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = config(dir.path());
+    with_plays(&mut config);
+    config.store.request_timeout = std::time::Duration::from_secs(30);
+    let store = start_cqlsim(&mut config, "holds the registry's replies").await;
+    let (writer, registry) = writer(&config, "a", T0).await;
+    store.sim().add_fault(
+        FaultRule::new(FaultKind::NoReply)
+            .table("epochs")
+            .target(Target::All),
+    );
+    let (stop, stopped) = tokio::sync::watch::channel(false);
+    let task = tokio::spawn(registry.clone().run(
+        writer.session.clone(),
+        writer.engine.clone(),
+        stopped,
+    ));
+    // The first read is under way, unanswered.
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    assert!(!task.is_finished());
+    stop.send(true).unwrap();
+    tokio::time::timeout(std::time::Duration::from_secs(5), task)
+        .await
+        .expect("the task ends at the stop, not at the request timeout")
+        .unwrap();
+    store.shutdown().await;
+}
+
 /// Two writers, client timestamps on both sides of a reset: each minute before it only in
 /// the old epoch, each minute from it on only in the new one, for both writers, totals
 /// exact in both tables; rows past what a writer's read of the registry covers wait.
