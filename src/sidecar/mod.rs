@@ -262,6 +262,7 @@ impl Sidecar {
                     }
                 };
                 let local = listener.local_addr().unwrap_or(addr);
+                tracing::info!(address = %local, "Serving metrics, health and operations over HTTP.");
                 let ready_sink = sink.clone();
                 let state = http::HttpState {
                     metrics: metrics.clone(),

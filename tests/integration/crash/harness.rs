@@ -82,7 +82,9 @@ pub(crate) struct Serve {
     child: Child,
     lines: mpsc::Receiver<String>,
     log: Vec<String>,
-    metrics: SocketAddr,
+    /// The metrics endpoint, once its log line was read (it binds port 0: a port picked
+    /// free beforehand can be taken by a test running beside this one before it binds).
+    metrics: Option<SocketAddr>,
     fed: u64,
     /// The delta sum this run accepted, and when the last of it was seen accepted: rows
     /// accepted after the last `status.json` write are pending in memory without being in
@@ -247,7 +249,6 @@ impl Rig {
 
     /// Starts `serve` and waits for a log line containing `until`.
     pub(crate) fn start_until(&self, crash_point: Option<&str>, until: &str) -> Serve {
-        let metrics = free_port();
         let mut command = Command::new(BIN);
         command
             .arg("serve")
@@ -255,7 +256,7 @@ impl Rig {
             .arg(&self.config_file)
             .args(["--udp", "off", "--uds-stream"])
             .arg(&self.socket)
-            .args(["--metrics", &metrics.to_string()])
+            .args(["--metrics", "127.0.0.1:0"])
             .args(["--contact-point", &self.contact])
             .arg("--state-dir")
             .arg(&self.state)
@@ -292,7 +293,7 @@ impl Rig {
             child,
             lines,
             log: Vec::new(),
-            metrics,
+            metrics: None,
             fed: 0,
             fed_sum: 0,
             accepted_at: None,
@@ -450,6 +451,26 @@ impl Serve {
         self.log.iter().any(|l| l.contains(needle))
     }
 
+    /// The metrics endpoint's address, from its log line once it was written.
+    fn metrics_addr(&mut self) -> Option<SocketAddr> {
+        if self.metrics.is_none() {
+            self.drain();
+            self.metrics = self
+                .log
+                .iter()
+                .filter(|l| l.contains("Serving metrics"))
+                .find_map(|l| {
+                    l.split("address=")
+                        .nth(1)?
+                        .split_whitespace()
+                        .next()?
+                        .parse()
+                        .ok()
+                });
+        }
+        self.metrics
+    }
+
     fn drain(&mut self) {
         while let Ok(line) = self.lines.try_recv() {
             self.log.push(line);
@@ -460,7 +481,9 @@ impl Serve {
     pub(crate) fn wait_metric(&mut self, done: impl Fn(&str) -> bool) -> String {
         let mut text = String::new();
         for _ in 0..400 {
-            if let Ok(body) = scrape(self.metrics) {
+            if let Some(addr) = self.metrics_addr()
+                && let Ok(body) = scrape(addr)
+            {
                 if done(&body) {
                     return body;
                 }
@@ -505,9 +528,4 @@ fn scrape(addr: SocketAddr) -> std::io::Result<String> {
         .split_once("\r\n\r\n")
         .map(|(_, b)| b.to_owned())
         .unwrap_or_default())
-}
-
-fn free_port() -> SocketAddr {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("port");
-    listener.local_addr().expect("addr")
 }
