@@ -601,6 +601,7 @@ impl<S: Sink> Flusher<S> {
             self.write_pending_status();
         }
         let drained = self.engine.aggregator().take_chunk();
+        super::observe::drained(&self.observers);
         let rows = drained.len();
         let drained_sums = Granularity::ALL.map(|g| drained.sum(g));
         for g in Granularity::ALL {

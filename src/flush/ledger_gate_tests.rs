@@ -621,3 +621,36 @@ async fn a_slow_outcomes_table_does_not_hold_the_final_flush_past_its_deadline()
         "the unknown rows are in the local log"
     );
 }
+
+/// A flush observer hears of an exact family's drain before anything of it is written
+/// (the OTLP stream table is saved there: a ledger row written before the save, then a
+/// kill, and the next point's difference would be in the ledger twice).
+#[tokio::test]
+async fn observers_hear_of_the_drain_before_the_first_ledger_write() {
+    /// The ledger requests made when each drain was told.
+    struct Drains(MemorySink, Mutex<Vec<u64>>);
+    impl crate::flush::FlushObserver for Drains {
+        fn planned(&self, _: &[&dyn crate::sink::PlannedWrite]) {}
+        fn drained(&self) {
+            self.1.lock().push(self.0.ledger_requests());
+        }
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let config = config(dir.path());
+    let engine = Arc::new(Engine::with_seed(&config, Some(1)).unwrap());
+    let sink = MemorySink::new();
+    let mut flusher = Flusher::open(engine.clone(), Arc::new(sink.clone()), &config).unwrap();
+    let drains = Arc::new(Drains(sink.clone(), Mutex::new(Vec::new())));
+    flusher.observe(drains.clone());
+    engine
+        .record("page.views", &[("page_id", "a")][..], 3, T0, None)
+        .unwrap();
+    flusher.flush_now().await;
+    assert!(sink.ledger_requests() > 0, "the family keeps a ledger");
+    let told = drains.1.lock().clone();
+    assert_eq!(
+        told.first(),
+        Some(&0),
+        "told before any ledger write: {told:?}"
+    );
+}

@@ -16,6 +16,18 @@ pub trait FlushObserver: Send + Sync + 'static {
     /// names its partition and its rows' buckets, so an observer sees every key of
     /// every counting mode without naming one.
     fn planned(&self, writes: &[&dyn PlannedWrite]);
+
+    /// The flush has just taken rows out of memory to send them, before anything of
+    /// them is written anywhere (the delta ledger's rows, a held segment, the journal's
+    /// intents). Once per drain: a replay chunk brings back rows drained earlier.
+    fn drained(&self) {}
+}
+
+/// Tells every observer the flush has drained rows (see [`FlushObserver::drained`]).
+pub(crate) fn drained(observers: &[Arc<dyn FlushObserver>]) {
+    for observer in observers {
+        observer.drained();
+    }
 }
 
 /// Tells every observer the writes of one kind a flush is about to send (nothing is

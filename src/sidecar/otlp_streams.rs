@@ -1,5 +1,5 @@
 //! The OTLP cumulative stream table across restarts: read from the state directory at
-//! start, saved by the flush between its drain and its first send (see
+//! start, saved by the flush right after its drain, before anything of it is written (see
 //! [`crate::ingest::otlp::state`] for why exactly there); with durable receivers, kept
 //! by the ingest log instead.
 
@@ -12,13 +12,18 @@ use crate::ingest::otlp::{self, StreamState};
 use crate::sink::PlannedWrite;
 use crate::state::ingest_log::{self, IngestLog, RecoveredStreams};
 
-/// Saves the stream table when a flush is about to send.
+/// Saves the stream table when a flush has drained rows, before anything of them is
+/// written (an exact family's ledger rows among them: written before the save, a kill
+/// between the two would leave the file's older point, and the next point's difference
+/// would be counted in the ledger twice).
 struct SaveStreams(Arc<StreamState>);
 
 impl FlushObserver for SaveStreams {
-    /// Every kind's writes: the first of a flush saves, a later one finds the table
-    /// unchanged unless points arrived in between.
-    fn planned(&self, _writes: &[&dyn PlannedWrite]) {
+    fn planned(&self, _writes: &[&dyn PlannedWrite]) {}
+
+    /// At every drain, and only there: a save at a replay chunk or at the running
+    /// totals' writes would record points whose differences are still only in memory.
+    fn drained(&self) {
         self.0.save_if_changed();
     }
 }

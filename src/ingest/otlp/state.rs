@@ -1,10 +1,15 @@
 //! The cumulative stream table both OTLP receivers share, and when it is saved.
 //!
-//! **Why at the flush, after the drain and before the first send.** A point's
-//! difference reaches the buffer after the table recorded the point; a flush sends what
-//! it drained. Saved after the drain, the file holds every point whose difference the
-//! flush carries (and perhaps a few whose differences are still in memory); saved before
-//! the send, no difference reaches the store unless the file already holds its point. So
+//! **Why at the flush, right after the drain.** A point's difference reaches the buffer
+//! after the table recorded the point; a flush sends what it drained. Saved after the
+//! drain, the file holds every point whose difference the flush carries (and perhaps a
+//! few whose differences are still in memory); saved before anything of the drained rows
+//! is written (an exact family's ledger rows, a held segment, the journal's intents, the
+//! first send), no difference reaches the store or the disk unless the file already
+//! holds its point. Only there: a save at a replay chunk would record points whose
+//! differences are still only in memory. Rows that do not apply go back to memory with
+//! their points in the file: a kill loses them as it loses any pending row (the next
+//! start reports them in the previous stop's pending figure). So
 //! after a restart, the next point's difference from the file's value is exactly what the
 //! store has not received: never counted twice. What can be lost is what a crash loses
 //! anyway (differences still in memory), and only those whose point was recorded between
@@ -12,7 +17,8 @@
 //! removes the file (an older table read back could count twice), so that those streams'
 //! next points after a restart are counted baselines instead.
 //!
-//! The sidecar calls [`StreamState::save_if_changed`] from the flush's observer hook.
+//! The sidecar calls [`StreamState::save_if_changed`] from the flush's drain hook
+//! ([`crate::flush::FlushObserver::drained`]).
 //!
 //! **Durable receivers** (`ingest.otlp.durable`) never save the table from memory: each
 //! change is written with the increment it produced to the ingest log (see `durable.rs`),
