@@ -490,6 +490,9 @@ impl<S: Sink> Flusher<S> {
                 break;
             }
         }
+        if last {
+            self.send_outcomes(deadline, true).await;
+        }
         if round.writes == 0 {
             // A round that sent nothing says nothing of the store: the next may try a
             // chunk of the spill. Otherwise an unanswered replay chunk, with no traffic
@@ -531,12 +534,23 @@ impl<S: Sink> Flusher<S> {
 
     /// One chunk of a flush round (see [`Flusher::flush`]), in two stages: the counter
     /// families' writes, then the `writer_totals` families' (see [`Flusher::flush_totals`]);
-    /// each stage a group of the intent journal. Then the exact families' unknown and
-    /// rejected rows go to the outcomes table.
+    /// each stage a group of the intent journal. Then, but at the final flush (which
+    /// sends them once, after its last chunk), the exact families' unknown and rejected
+    /// rows go to the outcomes table.
     async fn flush_chunk(&mut self, deadline: &mut Deadline, last: bool) -> FlushReport {
         let report = self.drain_and_send(deadline, last).await;
+        if !last {
+            self.send_outcomes(deadline, false).await;
+        }
+        report
+    }
+
+    /// The exact families' unknown and rejected rows to the outcomes table, after the
+    /// counter writes: they never wait for it (at the final flush, after all of them: a
+    /// slow table would otherwise take the deadline's time chunk after chunk, and the
+    /// later chunks would be spilled unsent).
+    async fn send_outcomes(&mut self, deadline: &mut Deadline, last: bool) {
         if let Some(gate) = &mut self.ledger_gate {
-            // After the counter writes: they never wait for the outcomes table.
             gate.send_outcomes(&*self.sink, deadline, last).await;
             // An empty queue that dropped rows has not written everything logged: the
             // mark stays, and the next start offers those rows again.
@@ -544,7 +558,6 @@ impl<S: Sink> Flusher<S> {
                 self.advance_outcomes_mark();
             }
         }
-        report
     }
 
     async fn drain_and_send(&mut self, deadline: &mut Deadline, last: bool) -> FlushReport {

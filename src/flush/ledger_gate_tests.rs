@@ -654,3 +654,41 @@ async fn observers_hear_of_the_drain_before_the_first_ledger_write() {
         "told before any ledger write: {told:?}"
     );
 }
+
+/// The final flush of an exact family in several chunks, each with an unknown write,
+/// with an outcomes table that answers after ten seconds: the counter writes of every
+/// chunk go out first, the outcome rows after them; sent after each chunk, the outcome
+/// rows took the deadline's time and the later chunks were spilled unsent.
+#[tokio::test(start_paused = true)]
+async fn outcome_rows_do_not_hold_the_final_flushs_counter_writes() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = config(dir.path());
+    config.flush.shutdown_deadline = Duration::from_secs(15);
+    config.limits.max_pending_bytes = 4 * 40_000;
+    let engine = Arc::new(Engine::with_seed(&config, Some(1)).unwrap());
+    let sink = MemorySink::new();
+    sink.set_script(|n, _| {
+        (n % 50 == 0).then(|| {
+            (
+                Outcome::Unknown(WriteError::new("write_timeout", "t")),
+                false,
+            )
+        })
+    });
+    let flusher = Flusher::open(
+        engine.clone(),
+        Arc::new(SlowOutcomes(sink.clone())),
+        &config,
+    )
+    .unwrap();
+    for i in 0..400 {
+        let key = format!("p{i}");
+        engine
+            .record("page.views", &[("page_id", key.as_str())][..], 1, T0, None)
+            .unwrap();
+    }
+    let report = flusher.finish().await;
+    assert!(report.writes >= 400, "{report:?}");
+    assert_eq!(report.spilled, 0, "every chunk sent: {report:?}");
+    assert_eq!(report.applied + report.unknown, report.writes, "{report:?}");
+}

@@ -103,7 +103,8 @@ fn serve_strict_refuses_a_state_directory_too_small_for_the_configuration() {
     assert!(free < total, "no disk here holds a PiB: {sizes}");
     assert_eq!(sizes["otlp_streams"].as_u64(), Some(0), "no OTLP receiver");
     // With a receiver on, the stream table's file counts: itself, its temporary copy
-    // while it is replaced, and one set aside as corrupt.
+    // while it is replaced, and one set aside as corrupt; the table holds up to twice
+    // `max_streams` streams, 40 bytes each.
     let otlp = dir.path().join("otlp.toml");
     std::fs::write(
         &otlp,
@@ -122,7 +123,7 @@ fn serve_strict_refuses_a_state_directory_too_small_for_the_configuration() {
     .unwrap();
     assert_eq!(
         with_otlp["otlp_streams"].as_u64(),
-        Some(3 * (44 + 40 * 1000))
+        Some(3 * (44 + 80 * 1000))
     );
     assert_eq!(sizes["ingest_log"].as_u64(), Some(0), "no durable listener");
     // With a durable HTTP listener, the ingest log and its kept keys count.
