@@ -945,18 +945,12 @@ impl StateDir {
         self.spill.scan(each)
     }
 
-    /// The replay read up to `cursor` was carried into a segment whose header names
-    /// `cursor` ([`StateDir::spill_carried`]): it is consumed. Made durable in
-    /// `spill.cursor` (a start already finds it in the header); if that fails it stays
-    /// owed, as a group's cursor does, and no read goes back before it.
-    pub fn consume_carried(&mut self, cursor: Option<Cursor>) -> io::Result<()> {
-        self.commit_replay(cursor)
-    }
-
-    /// Makes a replay cursor durable outside a flush (a chunk that produced no write: its
-    /// rows were refused, or held in memory). If that fails it stays owed, as a group's
-    /// cursor does: no read goes back before it (read again, held rows would be in
-    /// memory twice), and the next group's end makes it durable first.
+    /// Makes a replay cursor durable outside a flush: a chunk that produced no write (its
+    /// rows refused, or held in memory), or a run carried into a segment whose header
+    /// names the cursor ([`StateDir::spill_carried`]: a start finds it there already).
+    /// If that fails it stays owed, as a group's cursor does: no read goes back before it
+    /// (read again, held rows would be in memory twice), and the next group's end makes
+    /// it durable first.
     pub fn commit_replay(&mut self, cursor: Option<Cursor>) -> io::Result<()> {
         let committed = self.spill.commit(cursor);
         if self.spill.durable() < cursor {

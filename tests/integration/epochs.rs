@@ -182,9 +182,10 @@ async fn a_stop_ends_a_registry_read_the_store_does_not_answer() {
         writer.engine.clone(),
         stopped,
     ));
-    // The first read is under way, unanswered.
+    // The first read is under way, unanswered (no view yet: it did not complete).
     tokio::time::sleep(std::time::Duration::from_millis(300)).await;
     assert!(!task.is_finished());
+    assert!(registry.view().is_none(), "the read must still be waiting");
     stop.send(true).unwrap();
     tokio::time::timeout(std::time::Duration::from_secs(5), task)
         .await

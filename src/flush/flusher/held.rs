@@ -125,7 +125,7 @@ impl<S: Sink> Flusher<S> {
             tracing::error!(%error, "Could not carry rows the epoch registry cannot place; they wait where they are.");
             return false;
         }
-        if let Err(error) = self.state.consume_carried(consumes) {
+        if let Err(error) = self.state.commit_replay(consumes) {
             tracing::warn!(%error, "Could not record the replay cursor past carried rows (the carrying segment names it; retried at the next commit).");
         }
         true
