@@ -361,7 +361,10 @@ impl Buffer {
     }
 
     /// Puts rows that definitely were not applied back, first failure at `now_unix_secs`
-    /// unless they failed before. A row new to the buffer takes its room from `room` (the
+    /// unless they failed before. A row some stripe holds now (an add since the drain)
+    /// joins it there, whichever thread's stripe that is, so whether a re-queued row
+    /// can go back never depends on which thread the application called from. A row new
+    /// to the buffer goes to the first stripe and takes its room from `room` (the
     /// drain's), then from the budget within its limits. Returns the rows that could not
     /// go back, with why.
     pub fn requeue(
@@ -371,19 +374,34 @@ impl Buffer {
         room: &mut Credit,
     ) -> Vec<(Box<[u8]>, PendingRow, Unmerged)> {
         let mut refused = Vec::new();
-        let mut stripe = self.stripes[0].lock();
-        for (key, mut row) in rows {
-            if row.requeued_since == 0 {
-                row.requeued_since = now_unix_secs.max(1);
-            }
-            match stripe.rows.get_mut(&key) {
-                Some(into) => {
-                    if add_row(into, &row).is_err() {
-                        refused.push((key, row, Unmerged::Overflow));
-                    } else if into.requeued_since == 0 || into.requeued_since > row.requeued_since {
-                        into.requeued_since = row.requeued_since;
-                    }
+        let mut left: Vec<(Box<[u8]>, PendingRow)> = rows
+            .into_iter()
+            .map(|(key, mut row)| {
+                if row.requeued_since == 0 {
+                    row.requeued_since = now_unix_secs.max(1);
                 }
+                (key, row)
+            })
+            .collect();
+        // One lock of each stripe at a time (adds on other stripes go on): the rows a
+        // stripe holds a key of join it.
+        for stripe in self.stripes.iter().skip(1) {
+            if left.is_empty() {
+                break;
+            }
+            let mut stripe = stripe.lock();
+            left.retain_mut(|(key, row)| match stripe.rows.get_mut(&**key) {
+                Some(into) => {
+                    merge_requeued(into, key, row, &mut refused);
+                    false
+                }
+                None => true,
+            });
+        }
+        let mut stripe = self.stripes[0].lock();
+        for (key, mut row) in left {
+            match stripe.rows.get_mut(&key) {
+                Some(into) => merge_requeued(into, &key, &mut row, &mut refused),
                 None if room.spend(row_bytes(&key, row.deltas.len())) => {
                     stripe.rows.insert(key, row);
                 }
@@ -433,6 +451,33 @@ impl Buffer {
 }
 
 /// Adds `row`'s deltas into `into`, all or nothing.
+/// Adds a re-queued `row` into the row a stripe holds, keeping the earlier first failure;
+/// a sum that would leave the i64 range leaves `into` as it was and refuses `row`.
+fn merge_requeued(
+    into: &mut PendingRow,
+    key: &[u8],
+    row: &mut PendingRow,
+    refused: &mut Vec<(Box<[u8]>, PendingRow, Unmerged)>,
+) {
+    if add_row(into, row).is_err() {
+        refused.push((
+            key.into(),
+            std::mem::replace(row, empty_row()),
+            Unmerged::Overflow,
+        ));
+    } else if into.requeued_since == 0 || into.requeued_since > row.requeued_since {
+        into.requeued_since = row.requeued_since;
+    }
+}
+
+/// A row of no columns: what a refused row's place holds once the row moved out.
+fn empty_row() -> PendingRow {
+    PendingRow {
+        deltas: Box::default(),
+        requeued_since: 0,
+    }
+}
+
 fn add_row(into: &mut PendingRow, row: &PendingRow) -> Result<(), ()> {
     if into.deltas.len() != row.deltas.len() {
         return Err(());
@@ -514,6 +559,39 @@ mod tests {
         assert_eq!(rows[0].1.requeued_since, 1000);
         assert!(buffer.requeue(rows, 2000, &mut room).is_empty());
         assert_eq!(buffer.drain().rows[0].1.requeued_since, 1000);
+    }
+
+    /// A re-queued row meets the row an add made since on whichever thread's stripe it
+    /// is: a sum past the i64 range is refused there, not held as a second entry of the
+    /// same row (which would turn the answer into a matter of which thread the
+    /// application called from).
+    #[test]
+    fn a_requeued_row_joins_the_stripe_that_holds_its_key() {
+        let buffer = Arc::new(Buffer::new(4, 10, 1 << 20));
+        buffer.add(&[add(b"a", &[(0, i64::MAX - 1)])]).unwrap();
+        let Drained { rows, mut room } = buffer.drain();
+        // Adds from threads until one lands on a stripe other than the first.
+        let on_other_stripe = (0..64).any(|_| {
+            let buffer = Arc::clone(&buffer);
+            std::thread::spawn(move || {
+                if thread_stripe().is_multiple_of(4) {
+                    return false;
+                }
+                buffer.add(&[add(b"a", &[(0, 5)])]).unwrap();
+                true
+            })
+            .join()
+            .unwrap()
+        });
+        assert!(on_other_stripe);
+        let refused = buffer.requeue(rows, 1000, &mut room);
+        assert_eq!(refused.len(), 1);
+        assert_eq!(refused[0].1.deltas.as_ref(), [i64::MAX - 1, 0]);
+        assert_eq!(refused[0].2, Unmerged::Overflow);
+        drop(room);
+        let pending = buffer.drain().rows;
+        assert_eq!(pending.len(), 1);
+        assert_eq!(pending[0].1.deltas.as_ref(), [5, 0]);
     }
 
     /// A chunk takes rows while what a flush holds for them fits its allowance (at least
