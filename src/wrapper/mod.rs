@@ -363,9 +363,14 @@ impl CounterSession {
 
     /// Flushes now (also runs every `flush.interval` on its own). Bounded by the
     /// shutdown deadline once `shutdown()` is called, like the periodic flushes.
+    ///
+    /// Cancellation-safe: the flush runs on a task of its own, so dropping this future
+    /// (a `select!`, a timeout) leaves it to finish and settle every row it drained.
     pub async fn flush_now(&self) -> WrapperFlushReport {
+        let flusher = Arc::clone(&self.flusher);
         let mut deadline = self.deadline();
-        self.flusher.lock().await.flush(&mut deadline, false).await
+        run_to_completion(async move { flusher.lock().await.flush(&mut deadline, false).await })
+            .await
     }
 
     /// The shutdown deadline: none until shutdown is requested, then its instant plus
@@ -399,14 +404,38 @@ impl CounterSession {
     /// the final flush. One `flush.shutdown_deadline`, from this call, covers a flush
     /// still running and the final flush: requests in flight at it are logged unknown,
     /// those not started are spilled. Returns the final flush's report.
+    ///
+    /// Cancellation-safe like [`flush_now`](Self::flush_now): once called, the final
+    /// flush runs to its end (within the deadline) even if this future is dropped.
     pub async fn shutdown(mut self) -> WrapperFlushReport {
         self.shutdown.request();
         let mut deadline = self.deadline();
-        if let Some(task) = self.task.take() {
-            let _ = task.await;
-        }
-        self.core.buffer.close();
-        self.flusher.lock().await.flush(&mut deadline, true).await
+        let periodic = self.task.take();
+        let buffer = Arc::clone(&self.core.buffer);
+        let flusher = Arc::clone(&self.flusher);
+        run_to_completion(async move {
+            if let Some(task) = periodic {
+                let _ = task.await;
+            }
+            buffer.close();
+            flusher.lock().await.flush(&mut deadline, true).await
+        })
+        .await
+    }
+}
+
+/// Runs a flush on a task of its own and waits for its report: a flush cut off between
+/// its drain and its outcomes would leave rows neither pending nor settled (lost from
+/// the accounting, their requests possibly applied and never logged), so the caller's
+/// cancellation must not reach it. A panic in the flush is the caller's panic.
+async fn run_to_completion(
+    flush: impl std::future::Future<Output = WrapperFlushReport> + Send + 'static,
+) -> WrapperFlushReport {
+    match tokio::spawn(flush).await {
+        Ok(report) => report,
+        Err(error) if error.is_panic() => std::panic::resume_unwind(error.into_panic()),
+        // Aborted only when the runtime shuts down under it.
+        Err(_) => WrapperFlushReport::default(),
     }
 }
 

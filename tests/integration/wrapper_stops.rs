@@ -386,6 +386,7 @@ async fn a_replayed_row_that_cannot_go_back_is_spilled_again_past_a_full_spill()
     let report = session.flush_now().await;
     assert_eq!(report.replayed_rows, 1, "{report:?}");
     assert_eq!(report.applied, 0, "{report:?}");
+    eprintln!("DEBUG report {report:?} stats {:?}", session.stats());
     let rejected = records(&session.log_path(OutcomeLog::Rejected).await);
     assert!(rejected.is_empty(), "{rejected:?}");
     let on_disk: Vec<i64> = spilled(dir.path()).iter().map(|r| r.deltas["c"]).collect();
@@ -629,6 +630,61 @@ async fn shutdown_during_a_hanging_periodic_flush_ends_within_one_deadline() {
         1,
         "the store holds the first flush only (no reply means not applied here)"
     );
+    store.shutdown().await;
+}
+
+/// `flush_now()` dropped while its requests are in flight (the caller's timeout, a
+/// `select!`): the flush goes on without its caller, so every row it drained is settled.
+/// The store applies the held requests once; the wrapper counts them applied, logs
+/// nothing unknown, and its accounting balances with the store's sum.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancelled_flush_now_still_settles_every_row_it_drained() {
+    let store = launch(StoreOptions::cqlsim_only("holds every reply for a second")).await;
+    let server = store.sim();
+    server.execute_script(None, SCHEMA).expect("schema");
+    let dir = tempfile::tempdir().unwrap();
+    let session = wrap(&store.contact_point(), dir.path(), |c| {
+        c.store.request_timeout = Duration::from_secs(30);
+        c.flush.interval = Duration::from_secs(3600);
+    })
+    .await;
+    let update = session
+        .prepare("UPDATE w.c1 SET c = c + ? WHERE k = ?")
+        .await
+        .unwrap();
+    session
+        .execute_unpaged(&update, (Counter(1), "warm"))
+        .await
+        .unwrap();
+    assert_eq!(session.flush_now().await.applied, 1);
+    let mut fed = 1_i128;
+    for i in 1..=10_i64 {
+        session
+            .execute_unpaged(&update, (Counter(i), format!("k{i}")))
+            .await
+            .unwrap();
+        fed += i128::from(i);
+    }
+    server.set_faults(vec!["delay,for=1s,table=w.c1".parse().unwrap()]);
+    let cancelled = tokio::time::timeout(Duration::from_millis(300), session.flush_now()).await;
+    assert!(
+        cancelled.is_err(),
+        "the caller gave up while the writes were held"
+    );
+    // Waits for the flusher, which the cancelled flush holds until it has settled.
+    session.flush_now().await;
+    server.clear_faults();
+    let accounting = session.stats().accounting;
+    assert!(accounting.is_balanced(), "{accounting:?}");
+    assert_eq!(
+        (accounting.applied, accounting.in_flight, accounting.unknown),
+        (fed, 0, 0),
+        "{accounting:?}"
+    );
+    let unknown_path = session.log_path(OutcomeLog::Unknown).await;
+    assert!(records(&unknown_path).is_empty(), "nothing unknown");
+    session.shutdown().await;
+    assert_eq!(server.stats().table("w", "c1").counter_delta_sum, fed);
     store.shutdown().await;
 }
 
