@@ -228,8 +228,8 @@ impl WrapperFlusher {
 
     /// Drains and sends what is pending, until `deadline` (shutdown's: every flush
     /// running when shutdown is requested stops sending at the same instant, the final
-    /// flush too), in groups of the stage runner: first a chunk of the spill, when the
-    /// last flush found the store answering, then the buffer in chunks whose copies fit
+    /// flush too), in groups of the stage runner: first a chunk of the spill, unless the
+    /// last flush found the store failing, then the buffer in chunks whose copies fit
     /// the flush's share of the memory limit. The round ends once it drained as many rows
     /// as were pending when it began, when a group applied nothing, or at the deadline;
     /// the final flush drains until nothing is left. Requests still running at the
@@ -267,9 +267,11 @@ impl WrapperFlusher {
                 break;
             }
         }
-        if round.writes > 0 {
-            self.store_answered = round.applied > 0 && round.requeued == 0;
-        }
+        // A round that sent nothing says nothing of the store: the next may try a chunk
+        // of the spill (as the sidecar's flusher does). Otherwise an unanswered replay
+        // chunk, with no new calls to show the store answering again, would keep the
+        // rest of the spill waiting for a restart.
+        self.store_answered = round.writes == 0 || round.applied > 0 && round.requeued == 0;
         round
     }
 

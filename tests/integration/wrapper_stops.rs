@@ -688,6 +688,59 @@ async fn a_cancelled_flush_now_still_settles_every_row_it_drained() {
     store.shutdown().await;
 }
 
+/// A replay chunk that ends unknown (every write times out) while the application
+/// makes no calls: the rounds after it send nothing, which says nothing of the store, so
+/// the rest of the spill is tried again without waiting for new traffic or a restart.
+/// The timed-out rows are logged unknown, never replayed again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unknown_replay_chunk_does_not_park_the_rest_of_the_spill() {
+    let store = launch(StoreOptions::cqlsim_only("times out every write")).await;
+    let server = store.sim();
+    server.execute_script(None, SCHEMA).expect("schema");
+    let dir = tempfile::tempdir().unwrap();
+    let earlier: BTreeMap<String, i64> = (0..5).map(|i| (format!("s{i}"), 10 + i)).collect();
+    std::fs::write(
+        dir.path()
+            .join(countersink::state::wrapper_files::SPILL_FILE),
+        spill_lines(&earlier),
+    )
+    .unwrap();
+    let session = wrap(&store.contact_point(), dir.path(), |c| {
+        // A quarter of 2,900 bytes holds fewer than the five rows: several groups.
+        c.limits.max_pending_bytes = 2900;
+    })
+    .await;
+    server.set_faults(vec!["write-timeout,table=w.c1".parse().unwrap()]);
+    let first = session.flush_now().await;
+    let timed_out = first.replayed_rows;
+    assert!((1..5).contains(&timed_out), "one chunk: {first:?}");
+    assert_eq!(first.unknown, first.writes, "{first:?}");
+    server.clear_faults();
+    // The round after the timed-out chunk sends nothing (the store's answer is still
+    // unknown), the rounds after it take a chunk each.
+    let mut replayed = 0;
+    for _ in 0..6 {
+        replayed += session.flush_now().await.replayed_rows;
+    }
+    assert_eq!(replayed, 5 - timed_out, "the rest of the spill, once");
+    let unknown = records(&session.log_path(OutcomeLog::Unknown).await);
+    assert_eq!(unknown.len() as u64, timed_out, "{unknown:?}");
+    session.shutdown().await;
+    let mut applied = earlier.clone();
+    for record in &unknown {
+        applied.remove(record.key["k"].trim_matches('\''));
+    }
+    for (key, delta) in &applied {
+        assert_eq!(
+            cell(server, "w.c1", "c", &format!("k = '{key}'")),
+            Some(*delta),
+            "{key}"
+        );
+    }
+    assert!(spilled(dir.path()).is_empty(), "nothing left to replay");
+    store.shutdown().await;
+}
+
 /// A transient outage (the Cassandra persona answers every write `Unavailable`: not
 /// applied) while the application creates a new key every millisecond: the rows the
 /// wrapper holds never pass `limits.max_pending_rows` (a re-queued row keeps the room it
