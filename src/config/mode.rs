@@ -30,6 +30,9 @@ pub enum ModeFeature {
     /// Tables other than exactly a minute and a day table (`hour_table`, `total_table`,
     /// or one of the two missing).
     OtherTables,
+    /// Acknowledged ingest (`ingest.http.durable`, `ingest.otlp.durable`): the ingest
+    /// log becomes counter delta records in the spill.
+    DurableIngest,
 }
 
 impl CountingMode {
@@ -66,6 +69,9 @@ impl CountingMode {
             (CountingMode::WriterTotals, ModeFeature::OtherTables) => {
                 Some("its totals are kept per minute and per day")
             }
+            (CountingMode::WriterTotals, ModeFeature::DurableIngest) => Some(
+                "the ingest log is replayed as counter deltas, and a running total is not built from them",
+            ),
         }
     }
 }
@@ -82,6 +88,7 @@ mod tests {
             ModeFeature::Exact,
             ModeFeature::Epochs,
             ModeFeature::OtherTables,
+            ModeFeature::DurableIngest,
         ];
         for feature in features {
             assert_eq!(CountingMode::Counter.refuses(feature), None);

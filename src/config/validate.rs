@@ -3,7 +3,7 @@
 use std::collections::HashSet;
 use std::path::PathBuf;
 
-use super::{Config, FamilyConfig, ModeFeature};
+use super::{Config, CountingMode, FamilyConfig, ModeFeature};
 
 /// A configuration problem. The message names the field, so an operator can fix the
 /// file without reading code; the command line exits with code 2 on any of these.
@@ -254,9 +254,25 @@ impl Config {
         Ok(())
     }
 
+    /// A family counting in `mode` (at `field`) with a durable listener: refused when
+    /// the mode cannot take what the ingest log replays.
+    fn check_durable_ingest(&self, mode: CountingMode, field: &str) -> Result<(), ConfigError> {
+        match mode.refuses(ModeFeature::DurableIngest) {
+            Some(why) if self.ingest.durable() => Err(ConfigError::invalid(
+                field,
+                format!(
+                    "\"{}\" cannot be used while a listener is durable (ingest.http.durable, ingest.otlp.durable): {why}",
+                    mode.as_str()
+                ),
+            )),
+            _ => Ok(()),
+        }
+    }
+
     fn validate_families(&self) -> Result<(), ConfigError> {
         check_table_name("generic.minute_table", &self.generic.minute_table)?;
         check_table_name("generic.day_table", &self.generic.day_table)?;
+        self.check_durable_ingest(self.generic.mode, "generic.mode")?;
         let mut names = HashSet::new();
         let mut metrics = HashSet::new();
         let mut tables: HashSet<String> = HashSet::new();
@@ -266,6 +282,7 @@ impl Config {
             let at = |field: &str| format!("family[{i}].{field}");
             let mapped = self.mappings.iter().any(|m| m.family == family.name);
             validate_family(family, mapped, &at)?;
+            self.check_durable_ingest(family.mode, &at("mode"))?;
             if !names.insert(family.name.as_str()) {
                 return Err(ConfigError::invalid(
                     at("name"),
@@ -527,7 +544,6 @@ fn time_columns(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::CountingMode;
 
     fn family() -> FamilyConfig {
         FamilyConfig::seed_views()
@@ -663,6 +679,19 @@ mod tests {
             ..totals()
         });
         assert_eq!(field_of(&c), "family[0].epoch_column");
+        // Acknowledged ingest replays counter deltas: not for running totals.
+        let mut c = Config::default();
+        c.families.push(totals());
+        c.ingest.http.enabled = true;
+        c.ingest.http.durable = true;
+        assert_eq!(field_of(&c), "family[0].mode");
+        c.ingest.http.durable = false;
+        c.validate().unwrap();
+        c.families.clear();
+        c.generic.mode = CountingMode::WriterTotals;
+        c.ingest.otlp_http.enabled = true;
+        c.ingest.otlp.durable = true;
+        assert_eq!(field_of(&c), "generic.mode");
         let parsed = Config::from_toml(
             "[generic]\nmode = \"writer_totals\"\n[[family]]\nname = \"t\"\nminute_table = \"t_m\"\nday_table = \"t_d\"\nkey = [\"k\"]\nmode = \"writer_totals\"\n[family.columns]\n\"t.n\" = \"n\"\n",
         )

@@ -86,6 +86,10 @@ pub enum ReplayError {
     /// The family is not configured any more.
     #[error("family `{0}` is not configured")]
     UnknownFamily(String),
+    /// The family counts another way now (`writer_totals`): a counter delta has no
+    /// place in its running totals.
+    #[error("family `{0}` is not a counter family")]
+    NotCounter(String),
     /// A key column is missing from the record, or the family's key changed.
     #[error("the record's key does not match the family's key columns")]
     KeyMismatch,
@@ -108,6 +112,9 @@ pub fn from_record(
     let family = families
         .by_name(&record.family)
         .ok_or_else(|| ReplayError::UnknownFamily(record.family.clone()))?;
+    if family.mode != crate::config::CountingMode::Counter {
+        return Err(ReplayError::NotCounter(record.family.clone()));
+    }
     if record.key.len() != family.key_columns.len() {
         return Err(ReplayError::KeyMismatch);
     }
@@ -172,4 +179,46 @@ pub fn from_record(
             requeued_since: 0,
         },
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::{Config, CountingMode, FamilyConfig};
+
+    fn families(mode: CountingMode) -> Families {
+        let mut config = Config::default();
+        config.families.push(FamilyConfig {
+            mode,
+            ..FamilyConfig::seed_views()
+        });
+        Families::from_config(&config).unwrap()
+    }
+
+    /// A spilled counter delta of the `views` family's minute table.
+    fn delta_record() -> WriteRecord {
+        serde_json::from_value(serde_json::json!({
+            "time": "2026-01-01T00:00:00Z", "writer": "w", "incarnation": 1,
+            "flush_seq": 1, "request_id": "w/1/1/0", "row": 0, "outcome": "spilled",
+            "family": "views", "table": "metrics.views_by_minute", "granularity": "minute",
+            "key": {"page_id": "home"}, "day": "2026-01-01", "minute": 5,
+            "deltas": {"views": 3},
+        }))
+        .unwrap()
+    }
+
+    /// A counter delta replays into a counter family, and is refused by a family that
+    /// counts running totals now (a state directory of an earlier configuration): a
+    /// delta has no place in a running total, and written as a counter it would meet a
+    /// table of `bigint` columns.
+    #[test]
+    fn a_delta_record_replays_into_counter_families_only() {
+        let record = delta_record();
+        let (_, row) = from_record(&record, &families(CountingMode::Counter)).unwrap();
+        assert_eq!(row.columns.as_slice().iter().sum::<i64>(), 3);
+        assert_eq!(
+            from_record(&record, &families(CountingMode::WriterTotals)).unwrap_err(),
+            ReplayError::NotCounter("views".into())
+        );
+    }
 }
