@@ -242,9 +242,17 @@ fn spill_totals(
     if batches.is_empty() {
         return Ok(());
     }
+    // A replay's group (it consumed a cursor) wrote totals read back from the spill:
+    // they move, whatever room is left, as the counter rows of such a group do (the
+    // cursor has passed them; refused room, they would be lost).
+    let moved = if group.consumes.is_some() {
+        batches.len()
+    } else {
+        0
+    };
     let kept = state
         .spill
-        .write_segment(recovered, group.consumes, &batches, &[])?;
+        .write_segment_moving(recovered, group.consumes, &batches, moved)?;
     for (batch, kept) in batches.iter().zip(kept) {
         for record in batch {
             let table = table_of(record);

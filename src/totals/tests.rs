@@ -956,6 +956,78 @@ async fn a_replay_killed_mid_send_lands_each_total_once_after_a_restart() {
     assert_eq!(a.minute.pending, 0, "{a:?}");
 }
 
+/// A process killed while its flush sends a chunk of spilled totals that is only part of
+/// the segment it was read from, with `state.max_spill_bytes` no larger than that
+/// segment: the next start finds the segment still there (the cursor is inside it) and
+/// no room beside it, yet the chunk's totals not known applied move into the recovered
+/// segment (they are on disk already, and the cursor has passed them); none is
+/// dropped, and the store then holds every spilled total.
+#[tokio::test]
+async fn a_replay_killed_mid_send_moves_its_chunk_through_a_full_spill_at_the_restart() {
+    const ROWS: usize = 300;
+    const SNAPSHOT_AT: u64 = 20;
+    let (dir, mut config, sink) = views_alone();
+    let killed = tempfile::tempdir().unwrap();
+    let expected = write_spill_file(dir.path(), ROWS);
+    let size = std::fs::metadata(migrate(&config)).unwrap().len();
+    // A chunk holds part of the segment.
+    config.limits.max_pending_bytes = 200_000;
+    let (from, to) = (dir.path().to_owned(), killed.path().to_owned());
+    sink.set_totals_script(move |n, _| {
+        if n == SNAPSHOT_AT {
+            for entry in std::fs::read_dir(&from).unwrap() {
+                let entry = entry.unwrap();
+                if entry.file_name() != "lock" {
+                    std::fs::copy(entry.path(), to.join(entry.file_name())).unwrap();
+                }
+            }
+        }
+        (n >= SNAPSHOT_AT).then(|| {
+            (
+                Outcome::NotAppliedTransient(WriteError::new("unavailable", "down")),
+                false,
+            )
+        })
+    });
+    let mut first = writer(&config, sink.clone());
+    first.flusher.flush_now().await;
+    drop(first);
+    let journal = crate::state::journal::read(&killed.path().join("journal.wal")).unwrap();
+    let group = journal
+        .iter()
+        .find(|g| g.committed && !g.ended && !g.kind_intents.is_empty())
+        .expect("the killed flush's totals group");
+    assert!(
+        group.kind_intents.len() < ROWS,
+        "the chunk is part of the segment: {} intents",
+        group.kind_intents.len()
+    );
+
+    sink.clear_totals_script();
+    let mut config = config.clone();
+    config.state.dir = killed.path().to_owned();
+    config.state.max_spill_bytes = size;
+    let state = crate::state::StateDir::open_with(&config.state, &super::Recovery).unwrap();
+    let recovery = state.recovery().clone();
+    drop(state);
+    assert_eq!(recovery.dropped_rows, 0, "{recovery:?}");
+    assert!(recovery.totals_rows > 0, "{recovery:?}");
+    let mut second = writer(&config, sink.clone());
+    for _ in 0..50 {
+        second.flusher.flush_now().await;
+        if totals_files(killed.path()).is_empty() {
+            break;
+        }
+    }
+    assert!(
+        stored_earlier(&sink) == expected,
+        "every spilled total in the store"
+    );
+    let a = second.accounting();
+    assert!(a.is_balanced(), "{a:?}");
+    assert_eq!((a.minute.dropped, a.minute.pending), (0, 0), "{a:?}");
+}
+
 /// A shutdown with the store down spills counter rows and running totals alike, each to
 /// its flush's segment; the next start replays both kinds through the one cursor (each
 /// replay stops at the other's records and takes its own), and every count lands once.
