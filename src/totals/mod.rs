@@ -470,7 +470,7 @@ impl Totals {
         flush: &FlushId,
         consumes: Option<Cursor>,
         carried: Option<(Vec<u8>, usize)>,
-        spilled: Vec<(WriteRecord, Granularity, i128)>,
+        spilled: Vec<stage::SpilledTotal>,
         ledger: &Ledger,
         state: &mut StateDir,
     ) -> (bool, usize) {
@@ -482,7 +482,7 @@ impl Totals {
             return (true, 0);
         }
         let batches: Vec<Vec<WriteRecord>> =
-            spilled.iter().map(|(r, _, _)| vec![r.clone()]).collect();
+            spilled.iter().map(|row| vec![row.record.clone()]).collect();
         let (carried_kept, kept, failure) =
             match state.spill_totals(flush, consumes, &carried, &batches) {
                 // Carried rows are kept whenever the segment is written.
@@ -494,10 +494,9 @@ impl Totals {
         let mut written = 0;
         for (row, kept) in spilled.into_iter().zip(kept) {
             if kept {
-                let (_, table, sum) = row;
-                ledger.update(table, |s| {
-                    s.spilled += sum;
-                    s.in_flight -= sum;
+                ledger.update(row.table, |s| {
+                    s.spilled += row.sum;
+                    s.in_flight -= row.sum;
                 });
                 written += 1;
             } else {
@@ -525,21 +524,29 @@ impl Totals {
 
     /// Counts spilled rows that could not be written: dropped, for `reason` the full
     /// budget or the write's `failure`.
+    ///
+    /// Each row's request is journaled `Dropped`, as the counter path does: recovery
+    /// after a kill now must not spill (and so write) again what this process counted
+    /// dropped. Rows of the same request retried in memory are then not recovered from
+    /// the journal at a kill; they are lost with the process, as the book is.
     fn drop_unspilled(
         &mut self,
-        dropped: &[(WriteRecord, Granularity, i128)],
+        dropped: &[stage::SpilledTotal],
         failure: Option<std::io::Error>,
         ledger: &Ledger,
-        state: &StateDir,
+        state: &mut StateDir,
     ) {
         let mut sums = [0_i128; Granularity::COUNT];
-        for (_, table, sum) in dropped {
-            ledger.update(*table, |s| {
-                s.dropped += sum;
-                s.in_flight -= sum;
+        for row in dropped {
+            ledger.update(row.table, |s| {
+                s.dropped += row.sum;
+                s.in_flight -= row.sum;
             });
-            sums[table.index()] += sum;
+            sums[row.table.index()] += row.sum;
+            state.journal_outcome(row.request, &crate::state::Settled::Dropped);
         }
+        // On disk before anything else of the flush: a kill right after must find them.
+        state.journal_flush();
         self.lost.0 += dropped.len() as u64;
         for (lost, sum) in self.lost.1.iter_mut().zip(sums) {
             *lost += sum;

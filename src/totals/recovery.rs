@@ -102,7 +102,8 @@ pub(crate) fn rejected_records(
     out
 }
 
-/// The spilled records of the group's intents not known applied or rejected, one per
+/// The spilled records of the group's intents not known applied, rejected or dropped
+/// (counted by the process that dropped them), one per
 /// row (what state recovery spills, but the rows the flush's own totals segment holds;
 /// also what `countersink outcomes` shows of such a group).
 pub(crate) fn unsettled_records(
@@ -115,7 +116,7 @@ pub(crate) fn unsettled_records(
         .filter(|intent| {
             !matches!(
                 group.outcomes.get(&intent.request),
-                Some(Settled::Applied | Settled::Rejected { .. })
+                Some(Settled::Applied | Settled::Rejected { .. } | Settled::Dropped)
             )
         })
         .filter_map(|intent| {
@@ -253,8 +254,8 @@ mod tests {
         intents.iter().map(TotalsIntent::encode).collect()
     }
 
-    /// A flush killed in its totals stage: the intents not known applied or rejected, and
-    /// not already spilled, are spilled to one recovered segment with their writer and
+    /// A flush killed in its totals stage: the intents not known applied, rejected or
+    /// dropped, and not already spilled, are spilled to one recovered segment with their writer and
     /// write time; running recovery again adds nothing.
     #[test]
     fn a_killed_totals_stage_is_replayed_once_without_what_it_spilled_or_applied() {
@@ -272,6 +273,7 @@ mod tests {
             intent(5, &writer, "spilled", 30, 6),
             intent(6, &writer, "rejected", 40, 7),
             intent(7, &writer, "failed", 50, 8),
+            intent(8, &writer, "dropped", 60, 9),
         ];
         state
             .journal_begin_kind(&flush, "t", None, &[family()], &encoded(&intents))
@@ -282,6 +284,8 @@ mod tests {
         state.journal_outcome(6, &Settled::Rejected { kind, text });
         let (kind, text) = refused("unavailable");
         state.journal_outcome(7, &Settled::NotApplied { kind, text });
+        // Dropped for want of spill room: counted by the killed process, not homed again.
+        state.journal_outcome(8, &Settled::Dropped);
         state.journal_flush();
         // The settle step had spilled one row before the kill, to the flush's own
         // totals segment.

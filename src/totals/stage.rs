@@ -25,6 +25,19 @@ use super::records::{self, Recorder, SpilledRow};
 use super::replay::Reading;
 use super::{Planned, Totals, TotalsReport};
 
+/// A row for the flush's totals segment.
+pub(super) struct SpilledTotal {
+    /// Its record (the newest total, the part not known applied).
+    pub(super) record: WriteRecord,
+    /// Its table's granularity.
+    pub(super) table: Granularity,
+    /// The sum of its part not known applied.
+    pub(super) sum: i128,
+    /// The flush's request that last wrote it: a row dropped for want of room is
+    /// journaled as that request's outcome, so recovery does not home it again.
+    pub(super) request: u32,
+}
+
 /// A sink sends totals writes with [`Sink::write_totals`].
 pub(super) struct TotalsWrites<'s, S>(pub(super) &'s S);
 
@@ -51,8 +64,8 @@ pub(super) struct TotalsStage<'a> {
     pub(super) now_unix_secs: i64,
     /// RFC 3339 now, for records.
     pub(super) time: String,
-    /// Rows for the flush's totals segment: record, granularity, unconfirmed sum.
-    pub(super) to_spill: Vec<(WriteRecord, Granularity, i128)>,
+    /// Rows for the flush's totals segment.
+    pub(super) to_spill: Vec<SpilledTotal>,
     /// Records of the parts of totals the store refused, for `rejected.jsonl`.
     pub(super) rejected: Vec<WriteRecord>,
     /// Rows released, replayed and spilled (the request counts come from the runner).
@@ -281,8 +294,12 @@ impl TotalsStage<'_> {
             totals.family(id),
             &by,
         );
-        self.to_spill
-            .push((record, id.table, spilled.unconfirmed.sum()));
+        self.to_spill.push(SpilledTotal {
+            record,
+            table: id.table,
+            sum: spilled.unconfirmed.sum(),
+            request,
+        });
     }
 
     /// The store refused the row for good: the part of its total not applied is logged.
