@@ -476,11 +476,17 @@ impl<S: Sink> Flusher<S> {
         let mut owed = self.engine.aggregator().pending_rows();
         loop {
             let before = self.engine.aggregator().pending_rows();
+            let totals_before = self.totals.unwritten_rows();
             let chunk = self.flush_chunk(deadline, last).await;
             round.add(&chunk);
             owed = owed.saturating_sub(chunk.rows);
-            let progressed = self.engine.aggregator().pending_rows() < before;
-            let done = chunk.rows == 0
+            let progressed = self.engine.aggregator().pending_rows() < before
+                || self.totals.unwritten_rows() < totals_before;
+            // A chunk's totals stage takes what fits its share of the memory limit: the
+            // final flush goes on while the book has rows left. (A round leaves them to
+            // the next round.)
+            let totals_left = last && self.totals.has_due(self.seq + 1, true);
+            let done = chunk.rows == 0 && !totals_left
                 || !progressed && last
                 || !last
                     && (owed == 0

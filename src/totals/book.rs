@@ -166,6 +166,17 @@ pub(crate) struct Due {
     pub(crate) unconfirmed: Columns,
 }
 
+/// What a flush holds for one due row until its write settles: the row taken, its
+/// write (one a row at worst) and planned part, and its journal intent, each copying
+/// the series and the totals.
+pub(crate) fn due_cost(id: &RowId, total: &Columns) -> usize {
+    size_of::<Due>()
+        + size_of::<crate::sink::TotalsWrite>()
+        + size_of::<crate::sink::TotalRow>()
+        + 3 * id.series.len()
+        + 4 * total.heap_bytes()
+}
+
 /// A row leaving for the spill: its newest total, and the part of it not known
 /// applied (what the spill stage counts).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -302,19 +313,31 @@ impl Book {
     }
 
     /// Takes the rows to write at flush `flush`, with their newest totals, sorted by id
-    /// (a partition's rows together): every row the store may lack, but those still
-    /// backing off (all of them when `all`, at shutdown). Each goes back to the unwritten
-    /// set unless [`Book::confirm`] finds its newest total applied.
-    pub(crate) fn take_due(&mut self, flush: u64, all: bool) -> Vec<Due> {
+    /// (a partition's rows together): the rows the store may lack, but those still
+    /// backing off (none when `all`, at shutdown), while what the flush holds for them
+    /// ([`due_cost`]) fits `max_bytes` (at least one row): after an outage every row of
+    /// the book comes due at once, and planned whole its copies would double the memory
+    /// the budget allows. The rest stay unwritten for the next flush. Each row taken goes
+    /// back to the unwritten set unless [`Book::confirm`] finds its newest total applied.
+    pub(crate) fn take_due(&mut self, flush: u64, all: bool, max_bytes: usize) -> Vec<Due> {
         let mut due = Vec::new();
         let mut waiting = Vec::new();
+        let mut allowance = max_bytes;
         for id in self.unwritten.drain() {
             match self.rows.get(&id) {
-                Some(entry) if all || entry.not_before <= flush => due.push(Due {
-                    total: entry.total.clone(),
-                    unconfirmed: difference(&entry.total, &entry.confirmed),
-                    id,
-                }),
+                Some(entry) if all || entry.not_before <= flush => {
+                    let cost = due_cost(&id, &entry.total);
+                    if !due.is_empty() && cost > allowance {
+                        waiting.push(id);
+                        continue;
+                    }
+                    allowance = allowance.saturating_sub(cost);
+                    due.push(Due {
+                        total: entry.total.clone(),
+                        unconfirmed: difference(&entry.total, &entry.confirmed),
+                        id,
+                    });
+                }
                 Some(_) => waiting.push(id),
                 None => {}
             }
@@ -322,6 +345,16 @@ impl Book {
         self.unwritten.extend(waiting);
         due.sort_by(|a, b| a.id.cmp(&b.id));
         due
+    }
+
+    /// Whether a row is due at flush `flush` (any unwritten row when `all`): what a
+    /// final flush goes on for once [`Book::take_due`] left some for want of room.
+    pub(crate) fn has_due(&self, flush: u64, all: bool) -> bool {
+        self.unwritten.iter().any(|id| {
+            self.rows
+                .get(id)
+                .is_some_and(|entry| all || entry.not_before <= flush)
+        })
     }
 
     /// The rows [`Book::take_due`] would take, without taking them.

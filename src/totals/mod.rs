@@ -214,6 +214,18 @@ impl Totals {
         self.enabled || self.book.held() > 0 || state.has_unreplayed()
     }
 
+    /// Rows of the book the store may lack, written or not: what a final flush must see
+    /// fall between its chunks to go on.
+    pub fn unwritten_rows(&self) -> usize {
+        self.book.unwritten()
+    }
+
+    /// Whether rows of the book are due at flush `seq` (every unwritten row when `all`)
+    /// beyond what a flush's stage took for want of room.
+    pub fn has_due(&self, seq: u64, all: bool) -> bool {
+        self.book.has_due(seq, all)
+    }
+
     /// Rows whose newest total the store may lack, and the signed sums (minute, day) of
     /// what of them is not known applied: what a crash now would lose. Replayed rows are
     /// not in it: the spill holds them until their flush settles them.
@@ -374,7 +386,11 @@ impl Totals {
         let mut writes: Vec<TotalsWrite> = Vec::new();
         let mut planned = Vec::new();
         // Sorted by row id: rows of one partition are adjacent.
-        let due = self.book.take_due(seq, last);
+        let due = self.book.take_due(
+            seq,
+            last,
+            self.engine.aggregator().limits().flush_chunk_bytes(),
+        );
         type Group = (RowId, Vec<TotalRow>, Vec<Columns>);
         let mut current: Option<Group> = None;
         let mut close = |group: Option<Group>, clock: &mut WriterClock, writer: &Arc<str>| {

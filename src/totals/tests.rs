@@ -623,6 +623,90 @@ async fn a_large_replay_streams_within_the_memory_budget_and_every_row_applies_o
     );
 }
 
+/// After an outage every row of the book comes due at once: a flush's totals stage takes
+/// what fits the flush's share of the memory limit (the rest waits, still charged to the
+/// budget, for the next round), every round or final flush writes each row once, and
+/// the final flush goes on until the book has nothing left to write.
+#[tokio::test]
+async fn rows_due_after_an_outage_go_out_in_stages_the_flush_share_pays_for() {
+    const MAX_PENDING_BYTES: usize = 1 << 20;
+    const PAGES: i64 = 2_000;
+    let flush_share = MAX_PENDING_BYTES / 4;
+    let least_per_row = size_of::<crate::sink::TotalsWrite>() + size_of::<crate::sink::TotalRow>();
+    for final_flush in [false, true] {
+        let (_dir, mut config, sink) = views_alone();
+        config.limits.max_pending_bytes = MAX_PENDING_BYTES;
+        let down = Arc::new(AtomicU64::new(1));
+        let flag = down.clone();
+        sink.set_totals_script(move |_, _| {
+            (flag.load(Ordering::Relaxed) == 1).then(|| {
+                (
+                    Outcome::NotAppliedTransient(WriteError::new("unavailable", "down")),
+                    false,
+                )
+            })
+        });
+        let w = writer(&config, sink.clone());
+        let t = now();
+        for page in 0..PAGES {
+            let page_id = format!("p{page:04}");
+            w.engine
+                .record(
+                    "page.views",
+                    &[("page_id", page_id.as_str())][..],
+                    page + 1,
+                    t,
+                    None,
+                )
+                .unwrap();
+        }
+        let Writer {
+            engine,
+            ledger,
+            mut flusher,
+        } = w;
+        flusher.flush_now().await;
+        assert!(sink.totals().is_empty(), "the store is down");
+        let watch = Arc::new(ReplayWatch {
+            engine: engine.clone(),
+            seen: Default::default(),
+        });
+        flusher.observe(watch.clone());
+        down.store(0, Ordering::Relaxed);
+        let sent_before = sink.totals_requests() as usize;
+        let rows = 2 * PAGES as usize; // a minute and a day row each
+        if final_flush {
+            flusher.finish().await;
+        } else {
+            for _ in 0..200 {
+                flusher.flush_now().await;
+                if sink.totals().len() == rows {
+                    break;
+                }
+            }
+        }
+        assert_eq!(sink.totals().len(), rows, "every row written");
+        assert_eq!(
+            sink.totals_requests() as usize - sent_before,
+            rows,
+            "each row written once (a write each: one page, one partition a table)"
+        );
+        let seen = watch.seen.lock();
+        let stages = seen.iter().filter(|(writes, _)| *writes > 0).count();
+        assert!(stages > 1, "more than one stage: {seen:?}");
+        for &(writes, _) in seen.iter() {
+            assert!(
+                writes * least_per_row <= flush_share,
+                "one stage planned {writes} writes, at least {} bytes, past the flush's share {flush_share}",
+                writes * least_per_row
+            );
+        }
+        let a = Accounting::read(&engine, &ledger);
+        assert!(a.is_balanced(), "{a:?}");
+        assert_eq!((a.minute.pending, a.minute.dropped), (0, 0), "{a:?}");
+    }
+}
+
 /// A shutdown in the middle of a replay keeps, in its file, the rows read and not applied
 /// and those not read yet; the next start writes every one of them.
 #[tokio::test]
