@@ -103,7 +103,7 @@ impl Streams {
 
     /// A table keeping `capacity` streams holding `entries` (oldest first), complete
     /// since `complete_since`: the table a previous run saved. Entries beyond the
-    /// capacity evict the oldest as usual (counted; complete since `now_unix_nanos` then).
+    /// capacity evict the oldest as usual (counted; the mark moves as at any eviction).
     pub fn restore(
         capacity: usize,
         complete_since: u64,
