@@ -57,8 +57,9 @@ pub enum PointDrop {
     /// A cumulative point older than the stream's last one.
     OutOfOrder,
     /// The first point the table sees of a stream that may have been counted before (the
-    /// sidecar restarted, or the stream was evicted): it sets the baseline, and what it
-    /// carries since the stream's previous point is not counted.
+    /// sidecar restarted, the stream was evicted, or its start time is ahead of the
+    /// sidecar's clock): it sets the baseline, and what it carries since the stream's
+    /// previous point is not counted.
     CumulativeBaseline,
     /// A point with no value that does not say so (the "no recorded value" flag): taken
     /// for 0, a cumulative stream's next point would count its whole value again.
@@ -429,7 +430,7 @@ fn cumulative(
         value,
     };
     let Some(last) = streams.get(id) else {
-        let complete = streams.is_complete_for(point.start_time_unix_nano);
+        let complete = streams.is_complete_for(point.start_time_unix_nano, now_unix_nanos);
         streams.set(id, this, now_unix_nanos);
         return if complete {
             Ok(value)

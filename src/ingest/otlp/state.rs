@@ -305,6 +305,34 @@ mod tests {
         );
     }
 
+    /// A stream evicted with a start ahead of the sidecar's clock moved the mark past
+    /// that start; the saved mark keeps it so after a restart (the file's format is as
+    /// before: only the mark's value differs).
+    #[test]
+    fn the_saved_mark_stays_past_an_evicted_start_ahead_of_the_clock() {
+        let dir = tempfile::tempdir().unwrap();
+        let small = OtlpConfig {
+            max_streams: 2,
+            ..OtlpConfig::default()
+        };
+        let state = StreamState::open(&small, dir.path().into(), 100);
+        let ahead = Last {
+            start: 1_500,
+            time: 1_550,
+            value: 100,
+        };
+        state.table().set(9, ahead, 100);
+        for id in 1..=4 {
+            state.table().set(id, last(1), 200);
+        }
+        assert_eq!(state.table().get(9), None, "evicted");
+        assert!(state.save_if_changed());
+        drop(state);
+        let again = StreamState::open(&small, dir.path().into(), 300);
+        assert_eq!(again.table().complete_since(), 1_501);
+        assert!(!again.table().is_complete_for(1_500, 1_600));
+    }
+
     #[test]
     fn a_corrupt_file_is_counted_and_the_table_starts_empty_from_now() {
         let dir = tempfile::tempdir().unwrap();

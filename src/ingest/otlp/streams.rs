@@ -10,7 +10,9 @@
 //! young one becomes old. A stream seen at least once among any `capacity` streams seen
 //! in a row is never evicted, so up to `capacity` streams sending a point per export
 //! interval are all kept, however they interleave; the table holds at most twice the
-//! capacity (the generation being filled and the one before); every step is O(1).
+//! capacity (the generation being filled and the one before); every step is O(1) but an
+//! eviction, which reads the start times of the generation it drops to move the
+//! completeness mark past them (once per `capacity` new streams).
 //! (Generations of half the capacity each would hold at most the capacity, but then
 //! keep only half of it for sure: more than half active, and some would be evicted
 //! every interval, each losing one interval's difference.)
@@ -18,6 +20,8 @@
 use std::hash::{BuildHasher, Hasher};
 
 use hashbrown::HashMap;
+
+use crate::state::ingest_log::streams::mark_after_forgetting;
 
 /// A cumulative stream's identity: a 128-bit hash of its encoded resource, scope, metric
 /// and attributes.
@@ -57,8 +61,10 @@ pub struct Streams {
     old: HashMap<StreamId, Last>,
     capacity: usize,
     /// Streams whose start time is at or after this (Unix nanoseconds) cannot have been
-    /// seen before the table began or before its last eviction: their first point is all
-    /// new. Earlier-started streams seen for the first time only set a baseline.
+    /// counted before the table began, nor forgotten by an eviction: their first point is
+    /// all new (see [`Streams::is_complete_for`]). Earlier-started streams seen for the
+    /// first time only set a baseline. An eviction moves it past now and past the start
+    /// of every stream it drops.
     complete_since: u64,
     evicted: u64,
     /// Bumped by every change (a point recorded, an eviction): what was saved is current
@@ -97,7 +103,7 @@ impl Streams {
 
     /// A table keeping `capacity` streams holding `entries` (oldest first), complete
     /// since `complete_since`: the table a previous run saved. Entries beyond the
-    /// capacity evict the oldest as usual (counted; complete since `now_unix_nanos` then).
+    /// capacity evict the oldest as usual (counted; the mark moves as at any eviction).
     pub fn restore(
         capacity: usize,
         complete_since: u64,
@@ -138,9 +144,12 @@ impl Streams {
         self.old.remove(&id);
         if self.young.len() >= self.capacity {
             let dropped = std::mem::take(&mut self.old);
-            if !dropped.is_empty() {
+            // Past the dropped streams' starts, not only now: an exporter whose clock runs
+            // ahead sends starts later than this moment (see `mark_after_forgetting`).
+            if let Some(latest_start) = dropped.values().map(|l| l.start).max() {
                 self.evicted += dropped.len() as u64;
-                self.complete_since = self.complete_since.max(now_unix_nanos);
+                self.complete_since =
+                    mark_after_forgetting(self.complete_since, latest_start, now_unix_nanos);
             }
             self.old = std::mem::take(&mut self.young);
         }
@@ -204,10 +213,16 @@ impl Streams {
         }
     }
 
-    /// Whether a stream first seen now with this start time started after everything the
-    /// table may have forgotten (so its whole value is new).
-    pub fn is_complete_for(&self, start_unix_nanos: u64) -> bool {
-        start_unix_nanos != 0 && start_unix_nanos >= self.complete_since
+    /// Whether a stream first seen at `now_unix_nanos` with this start time started after
+    /// everything the table may have forgotten (so its whole value is new): at or after
+    /// the mark, and not after now. A start after now says the exporter's clock runs
+    /// ahead of the sidecar's. The mark of a table that began without the previous run's
+    /// (lost, damaged, never saved) is only this run's start, which says nothing of such
+    /// a stream: the previous run may have counted it.
+    pub fn is_complete_for(&self, start_unix_nanos: u64, now_unix_nanos: u64) -> bool {
+        start_unix_nanos != 0
+            && start_unix_nanos >= self.complete_since
+            && start_unix_nanos <= now_unix_nanos
     }
 
     /// Streams held.
@@ -278,9 +293,64 @@ mod tests {
         assert_eq!(t.get(a), Some(last(4)));
         assert!(t.len() <= 4);
         // After an eviction only streams started since it are complete.
-        assert!(!t.is_complete_for(150));
-        assert!(t.is_complete_for(200));
-        assert!(!t.is_complete_for(0));
+        assert!(!t.is_complete_for(150, 300));
+        assert!(t.is_complete_for(200, 300));
+        assert!(!t.is_complete_for(0, 300));
+    }
+
+    /// An exporter whose clock runs ahead: stream `x` starts at 1 500 by its clock while
+    /// the sidecar's reads 1 000. Evicted at 1 200, `x` must stay incomplete once the
+    /// sidecar's clock passes its start, or its next point would count its whole value
+    /// a second time.
+    #[test]
+    fn an_eviction_moves_the_mark_past_the_dropped_start_times() {
+        let ahead = Last {
+            start: 1_500,
+            time: 1_550,
+            value: 100,
+        };
+        let mut t = Streams::new(2, 1_000);
+        t.set(9, ahead, 1_000);
+        for id in 1..=4 {
+            t.set(id, last(1), 1_200);
+        }
+        assert_eq!(t.get(9), None, "evicted");
+        assert_eq!(t.complete_since(), 1_501);
+        assert!(!t.is_complete_for(1_500, 1_600));
+        assert!(
+            t.is_complete_for(1_501, 1_600),
+            "a stream started later is new"
+        );
+    }
+
+    /// A start after now is not complete whatever the mark (a table that began without
+    /// a file cannot know what a previous run counted of a stream whose exporter's clock
+    /// runs ahead), and once now passes it the mark decides again.
+    #[test]
+    fn a_start_after_now_is_not_complete() {
+        let t = Streams::new(8, 1_000);
+        assert!(!t.is_complete_for(1_500, 1_100));
+        assert!(t.is_complete_for(1_500, 1_500));
+        assert!(!t.is_complete_for(900, 1_100), "before the mark");
+    }
+
+    /// A start absurdly far ahead (an exporter's clock years off) moves the mark at most
+    /// an hour past the eviction: not every new stream's first point a baseline for years.
+    #[test]
+    fn an_absurd_start_moves_the_mark_at_most_an_hour_ahead() {
+        use crate::state::ingest_log::streams::MAX_START_AHEAD_NANOS;
+        let mut t = Streams::new(2, 1_000);
+        let absurd = Last {
+            start: u64::MAX - 1,
+            time: u64::MAX,
+            value: 1,
+        };
+        t.set(9, absurd, 1_000);
+        for id in 1..=4 {
+            t.set(id, last(1), 1_200);
+        }
+        assert_eq!(t.get(9), None, "evicted");
+        assert_eq!(t.complete_since(), 1_200 + MAX_START_AHEAD_NANOS);
     }
 
     #[test]

@@ -19,8 +19,9 @@
 //! The file's first line holds the table's completeness mark (see the OTLP receiver's
 //! `streams` module: a stream first seen with a start time at or after it is all new).
 //! Past twice `ingest.otlp.max_streams` lines the file is rewritten with the fold; a
-//! stream the bound drops moves the mark to that moment, so that its next point is a
-//! baseline (counted as such), never counted from zero again.
+//! stream the bound drops moves the mark past that moment and past its start time
+//! ([`mark_after_forgetting`]), so that its next point is a baseline (counted as such),
+//! never counted from zero again.
 
 use std::collections::HashMap;
 use std::fs;
@@ -31,6 +32,29 @@ use serde::{Deserialize, Serialize};
 
 /// The file's name in the state directory.
 pub const FILE: &str = "ingest.streams.jsonl";
+
+/// How far ahead of the sidecar's clock a forgotten stream's start time may move the
+/// completeness mark: an hour, six times the default `limits.timestamp_max_future`. The
+/// points of an exporter whose clock is further ahead are outside the accepted window
+/// (unless it is raised above an hour), so nothing of them was counted to count twice;
+/// without a bound, one exporter whose clock is years off would make every new stream's
+/// first point a baseline for years.
+pub const MAX_START_AHEAD_NANOS: u64 = 3_600 * 1_000_000_000;
+
+/// The completeness mark once streams are forgotten (evicted from the table, dropped by
+/// the bound of the file's fold) at `now_unix_nanos`, `latest_start` the latest start
+/// time among them: at least now, and past that start. A stream not in the table whose
+/// start is at or after the mark is counted whole, so the mark must be past the start
+/// of every stream forgotten: an exporter whose clock runs ahead of the sidecar's sends
+/// start times later than the moment it is forgotten, and with the mark at that moment
+/// its next point would be counted whole a second time. (Capped at
+/// [`MAX_START_AHEAD_NANOS`] ahead of now.)
+pub fn mark_after_forgetting(mark: u64, latest_start: u64, now_unix_nanos: u64) -> u64 {
+    let past_starts = latest_start
+        .saturating_add(1)
+        .min(now_unix_nanos.saturating_add(MAX_START_AHEAD_NANOS));
+    mark.max(now_unix_nanos).max(past_starts)
+}
 /// How a [`StreamLine`] begins (serde writes fields in order).
 pub(super) const LINE_START: &[u8] = b"{\"stream\":";
 
@@ -74,7 +98,8 @@ pub struct Recovered {
 impl Recovered {
     /// Folds `more` lines in: the latest point of each stream wins (by start time, then
     /// time, as the receiver orders a stream's points). At most `max_streams`
-    /// are kept (the latest points); dropping any moves the mark to `now_unix_nanos`.
+    /// are kept (the latest points); dropping any moves the mark past `now_unix_nanos`
+    /// and past their start times ([`mark_after_forgetting`]).
     pub fn fold(
         &mut self,
         more: impl IntoIterator<Item = StreamLine>,
@@ -96,8 +121,16 @@ impl Recovered {
         lines.sort_by_key(|l| (l.time, l.stream));
         let keep = max_streams.max(1);
         if lines.len() > keep {
-            lines.drain(..lines.len() - keep);
-            self.complete_since = Some(self.complete_since.unwrap_or(0).max(now_unix_nanos));
+            let latest_start = lines
+                .drain(..lines.len() - keep)
+                .map(|l| l.start)
+                .max()
+                .unwrap_or(0);
+            self.complete_since = Some(mark_after_forgetting(
+                self.complete_since.unwrap_or(0),
+                latest_start,
+                now_unix_nanos,
+            ));
         }
         self.lines = lines;
     }
@@ -246,6 +279,35 @@ mod tests {
             vec![3, 4, 5]
         );
         assert_eq!(table.complete_since, Some(700));
+    }
+
+    /// A dropped stream whose start time is ahead of the sidecar's clock (its exporter's
+    /// clock runs ahead) moves the mark past that start, not only to now: otherwise its
+    /// next point, not found, would look newer than the mark and be counted whole again.
+    /// A start absurdly far ahead moves it no more than an hour past now.
+    #[test]
+    fn the_bound_moves_the_mark_past_the_dropped_start_times() {
+        let ahead = StreamLine {
+            stream: 1,
+            start: 1_500,
+            time: 1_600,
+            value: 100,
+        };
+        let mut table = Recovered {
+            complete_since: Some(100),
+            lines: Vec::new(),
+        };
+        table.fold([ahead, line(2, 2_000, 1)], 1, 1_200);
+        assert_eq!(table.lines, vec![line(2, 2_000, 1)]);
+        assert_eq!(table.complete_since, Some(1_501));
+
+        let absurd = StreamLine {
+            start: u64::MAX,
+            ..ahead
+        };
+        let mut table = Recovered::default();
+        table.fold([absurd, line(2, u64::MAX, 1)], 1, 1_200);
+        assert_eq!(table.complete_since, Some(1_200 + MAX_START_AHEAD_NANOS));
     }
 
     /// A reset (a later start) wins over a later time of the stream's previous life.

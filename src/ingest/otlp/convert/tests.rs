@@ -359,6 +359,54 @@ fn an_evicted_stream_coming_back_is_a_counted_baseline() {
     assert_eq!(back.dropped[PointDrop::CumulativeBaseline.index()], 1);
 }
 
+/// An exporter whose clock runs 500 s ahead of the sidecar's: stream `x` starts at
+/// 1500 s by its clock, at 1000 s by the sidecar's. Evicted at 1200 s, then seen again
+/// once the sidecar's clock passed 1500 s: its start is after the eviction, yet it was
+/// counted before, so its next point is a baseline, not its whole value again.
+#[test]
+fn a_stream_from_a_clock_ahead_evicted_is_not_counted_whole_again() {
+    let mut t = Streams::new(2, BOOT);
+    // (increments, baselines) of one request converted at `now`.
+    let mut at = |req: &ExportMetricsServiceRequest, now| {
+        let c = convert(req, &AttributePolicy::default(), &mut t, now);
+        (deltas(&c), c.dropped[PointDrop::CumulativeBaseline.index()])
+    };
+    let x = |time, v| cumulative_req(1500 * S, time, v);
+    // Its start is after the sidecar's now: a baseline (a previous run may have counted
+    // it), then its increase counts.
+    assert_eq!(at(&x(1560 * S, 100), 1060 * S), (vec![], 1));
+    assert_eq!(at(&x(1620 * S, 105), 1120 * S), (vec![5], 0));
+    for name in ["b", "c", "d", "e"] {
+        let other = request(vec![sum(
+            name,
+            AggregationTemporality::Cumulative,
+            true,
+            vec![point(1100 * S, 1190 * S, Value::AsInt(1), vec![])],
+        )]);
+        assert_eq!(at(&other, 1200 * S), (vec![1], 0));
+    }
+    assert_eq!(
+        at(&x(2120 * S, 110), 1620 * S),
+        (vec![], 1),
+        "a baseline, not 110 again"
+    );
+    assert_eq!(at(&x(2180 * S, 112), 1680 * S), (vec![2], 0));
+    assert!(t.evicted() >= 1);
+}
+
+/// The table lost (a start without a file: its mark is that start), a stream whose
+/// exporter's clock runs ahead has a start after the mark though a previous run may
+/// have counted it: while its start is after the sidecar's now, its first point is a
+/// baseline.
+#[test]
+fn a_start_after_now_is_a_baseline_after_the_table_is_lost() {
+    let mut t = Streams::new(10, BOOT);
+    let req = cumulative_req(1500 * S, 1620 * S, 105);
+    let c = convert(&req, &AttributePolicy::default(), &mut t, 1120 * S);
+    assert!(c.increments.is_empty(), "{c:?}");
+    assert_eq!(c.dropped[PointDrop::CumulativeBaseline.index()], 1);
+}
+
 #[test]
 fn no_recorded_value_points_are_skipped() {
     let mut p = point(0, 0, Value::AsInt(9), vec![]);
