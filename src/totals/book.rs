@@ -145,6 +145,9 @@ struct Entry {
     /// Whether the store may lack the newest total: it changed, or its last write did
     /// not apply (an unknown outcome may even have left an older total there).
     unwritten: bool,
+    /// Whether a write of a total past `confirmed` ended unknown since the last one that
+    /// applied: the store may hold that total, not `confirmed`.
+    maybe_ahead: bool,
     /// Failed writes in a row.
     failures: u32,
     /// The first flush at which the row may be sent again (back-off).
@@ -277,6 +280,7 @@ impl Book {
                     total: deltas.clone(),
                     confirmed: Columns::zeroed(width),
                     unwritten: true,
+                    maybe_ahead: false,
                     failures: 0,
                     not_before: 0,
                     failing_since: 0,
@@ -384,6 +388,8 @@ impl Book {
         };
         let applied = sent.sum() - entry.confirmed.sum();
         entry.confirmed.clone_from(sent);
+        // Written later, this total replaced whatever an unknown write left.
+        entry.maybe_ahead = false;
         if entry.total == *sent {
             entry.unwritten = false;
             entry.failures = 0;
@@ -396,10 +402,19 @@ impl Book {
         applied
     }
 
-    /// A write of `id` did not apply (or may not have): the row stays unwritten and backs
-    /// off (see [`next_attempt`]).
-    pub(crate) fn failed(&mut self, id: &RowId, flush: u64, now_unix_secs: u32) {
+    /// A write of `id` did not apply (or, `may_have_applied`, its outcome is unknown):
+    /// the row stays unwritten and backs off (see [`next_attempt`]).
+    pub(crate) fn failed(
+        &mut self,
+        id: &RowId,
+        flush: u64,
+        now_unix_secs: u32,
+        may_have_applied: bool,
+    ) {
         if let Some(entry) = self.rows.get_mut(id) {
+            if may_have_applied && entry.total != entry.confirmed {
+                entry.maybe_ahead = true;
+            }
             entry.failures = entry.failures.saturating_add(1);
             entry.not_before = next_attempt(entry.failures, flush);
             if entry.failing_since == 0 {
@@ -429,17 +444,27 @@ impl Book {
     }
 
     /// The store refused the row for good: its total goes back to the confirmed one, and
-    /// the part that was not applied is returned (to be logged as rejected).
+    /// the part that was not applied is returned (to be logged as rejected). When an
+    /// earlier write of a larger total ended unknown, the store may hold that one: the
+    /// row stays unwritten, so that one more write (the confirmed total, a later write
+    /// time) brings the cell back to what the rejected record leaves out. Without it the
+    /// cell would keep a part the record also holds: counted twice.
     pub(crate) fn reject(&mut self, id: &RowId) -> Columns {
         let Some(entry) = self.rows.get_mut(id) else {
             return Columns::zeroed(0);
         };
         let refused = difference(&entry.total, &entry.confirmed);
         entry.total = entry.confirmed.clone();
-        entry.unwritten = false;
         entry.failures = 0;
         entry.failing_since = 0;
-        self.unwritten.remove(id);
+        if std::mem::take(&mut entry.maybe_ahead) {
+            entry.unwritten = true;
+            entry.not_before = 0;
+            self.unwritten.insert(id.clone());
+        } else {
+            entry.unwritten = false;
+            self.unwritten.remove(id);
+        }
         refused
     }
 
@@ -661,7 +686,7 @@ mod tests {
         let mut waits = Vec::new();
         for _ in 0..6 {
             assert_eq!(b.due(flush, false).len(), 1);
-            b.failed(&id, flush, 100);
+            b.failed(&id, flush, 100, false);
             let next = (flush + 1..flush + 100)
                 .find(|f| !b.due(*f, false).is_empty())
                 .unwrap();

@@ -10,7 +10,7 @@
 //! does not apply (see [`super::replay`]).
 
 use crate::sink::bounded::Cutoff;
-use crate::sink::{Outcome, Sink, TotalsWrite};
+use crate::sink::{Outcome, OutcomeClass, Sink, TotalsWrite};
 use crate::stage::{
     self, Action, CrashPoints, Decision, Facts, Policy, Sender, StageCx, WriteKind, run_stage,
 };
@@ -114,7 +114,10 @@ impl WriteKind for TotalsStage<'_> {
         }
         let offset = index.saturating_sub(self.first_request) as usize;
         match self.planned.get_mut(offset).and_then(Option::take) {
-            Some(Planned::Book(_)) => self.settle_book(index, &write, &decision.action),
+            Some(Planned::Book(_)) => {
+                let unknown = decision.counted == Some(OutcomeClass::Unknown);
+                self.settle_book(index, &write, &decision.action, unknown);
+            }
             Some(Planned::Replay(row)) if self.settle_replay(index, row, decision.action) => {
                 self.report.rows_replayed += 1;
             }
@@ -202,7 +205,7 @@ impl TotalsStage<'_> {
     /// A write of the book's rows, decided as `action` for the request: confirms them,
     /// or carries out each row's own decision (the age rule reads the row's failure
     /// streak and whether it is closed).
-    fn settle_book(&mut self, request: u32, write: &TotalsWrite, action: &Action) {
+    fn settle_book(&mut self, request: u32, write: &TotalsWrite, action: &Action, unknown: bool) {
         if *action == Action::Applied {
             let mut applied = 0;
             for row in &write.rows {
@@ -244,7 +247,9 @@ impl TotalsStage<'_> {
                 }
                 Action::Retry(_) => {
                     let seq = self.flush.flush_seq;
-                    self.totals.book.failed(&id, seq, shared.now_unix_secs);
+                    self.totals
+                        .book
+                        .failed(&id, seq, shared.now_unix_secs, unknown);
                 }
                 Action::Hold => self.totals.book.hold(&id),
                 Action::Spill(error) => {
@@ -312,6 +317,11 @@ impl TotalsStage<'_> {
         write: &TotalsWrite,
     ) {
         let refused = self.totals.book.reject(id);
+        if refused.is_zero() {
+            // The confirmed total written again after an unknown write (see
+            // `Book::reject`) and refused: nothing of it is missing from the store.
+            return;
+        }
         let request_id = self.flush.request_id(request);
         let by = Recorder {
             writer: &self.totals.writer_id,

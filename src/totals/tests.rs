@@ -242,6 +242,68 @@ async fn a_permanent_refusal_is_logged_and_counted_as_rejected() {
     assert_eq!(sink.totals_sum(Granularity::Minute), 2);
 }
 
+/// A write whose outcome is unknown (it did apply: the store holds 10), then a refusal
+/// of the next total (12): the record logs the 12 not known applied, so the store must
+/// not keep the 10 too. One more write of the confirmed total (0, a later write time)
+/// brings the cell back, and the store plus the rejected log hold what was fed, once.
+#[tokio::test]
+async fn a_refusal_after_an_unknown_write_leaves_nothing_counted_twice() {
+    let (dir, config, sink) = views_alone();
+    sink.set_totals_script(|n, _| match n {
+        1 | 2 => Some((
+            Outcome::Unknown(WriteError::new("write_timeout", "x")),
+            true,
+        )),
+        3 | 4 => Some((
+            Outcome::NotAppliedPermanent(WriteError::new("invalid", "no")),
+            false,
+        )),
+        _ => None,
+    });
+    let mut w = writer(&config, sink.clone());
+    let t = now();
+    let record = |delta: i64| {
+        w.engine
+            .record("page.views", &[("page_id", "a")][..], delta, t, None)
+            .unwrap();
+    };
+    record(10);
+    w.flusher.flush_now().await;
+    assert_eq!(
+        sink.totals_sum(Granularity::Minute),
+        10,
+        "the unknown write applied"
+    );
+    record(2);
+    for _ in 0..10 {
+        w.flusher.flush_now().await;
+    }
+    let log = std::fs::read_to_string(dir.path().join("rejected.jsonl")).unwrap();
+    let rejected: Vec<crate::state::WriteRecord> = log
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(rejected.len(), 2, "a minute and a day record: {log}");
+    let rejected_minute: i64 = rejected
+        .iter()
+        .filter(|r| r.granularity == "minute")
+        .map(|r| r.deltas["views"])
+        .sum();
+    assert_eq!(rejected_minute, 12);
+    assert_eq!(
+        i128::from(rejected_minute) + sink.totals_sum(Granularity::Minute),
+        12,
+        "the store and the rejected log hold the 12 fed, once"
+    );
+    assert_eq!(
+        sink.totals_requests(),
+        6,
+        "the confirmed total written once more"
+    );
+    let a = w.accounting();
+    assert!(a.is_balanced(), "{a:?}");
+}
+
 /// Held totals take room in the buffer's budget: new rows beyond it are dropped and
 /// counted, never silently lost.
 #[tokio::test]
