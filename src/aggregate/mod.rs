@@ -51,6 +51,8 @@ pub use self::limits::{Credit, Limits, Room};
 pub use self::row::{Columns, Row, RowKey, Slot};
 use crate::vocabulary::{DropReason, Granularity};
 
+#[cfg(test)]
+pub(crate) use self::buffer::FLUSH_BYTES_PER_WRITE;
 pub(crate) use self::buffer::RowHasher;
 pub(crate) use self::limits::{Budget, LiveLimits, SharedBudget};
 pub(crate) use self::row::{RowKeyRef, series_hash};
@@ -210,8 +212,15 @@ impl Aggregator {
     /// plans for them), at least one, whole stripes when they fit. The rows keep their
     /// charge of the budget as with [`Aggregator::take_all`].
     pub fn take_chunk(&self) -> Drained {
+        self.take_chunk_within(self.limits.get().flush_chunk_bytes())
+    }
+
+    /// [`Aggregator::take_chunk`] within `flush_bytes` of estimated writes: less than the
+    /// flush's share when part of it goes to rows held elsewhere (the delta ledger's
+    /// gate releases confirmed rows into the same flush). At least one row.
+    pub fn take_chunk_within(&self, flush_bytes: usize) -> Drained {
         let mut allowance = buffer::ChunkAllowance {
-            flush_bytes: self.limits.get().flush_chunk_bytes(),
+            flush_bytes,
             empty: true,
         };
         let stripes: Vec<Taken> = self

@@ -528,7 +528,11 @@ impl<S: Sink> Flusher<S> {
                 &flush,
                 Vec::new(),
                 &mut credit,
-                |_, _| 0,
+                &super::ledger_gate::Costs {
+                    charge: &|_, _| 0,
+                    flush: &|_, _| 0,
+                    share: usize::MAX,
+                },
                 self.config.max_in_flight,
                 deadline,
                 false,
@@ -619,7 +623,14 @@ impl<S: Sink> Flusher<S> {
             // loses these rows, and the next start reports them from this figure.
             self.write_pending_status();
         }
-        let drained = self.engine.aggregator().take_chunk();
+        // Rows the delta ledger's gate holds past their confirmation for want of room
+        // go first: the chunk leaves their writes room in the flush's share.
+        let aggregator = self.engine.aggregator();
+        let share = aggregator.limits().flush_chunk_bytes();
+        let waiting = self.ledger_gate.as_ref().map_or(0, |gate| {
+            gate.confirmed_cost(&|key, row| aggregator.flush_charge_of(key, row))
+        });
+        let drained = aggregator.take_chunk_within(share - waiting.min(share));
         super::observe::drained(&self.observers);
         let rows = drained.len();
         let drained_sums = Granularity::ALL.map(|g| drained.sum(g));
@@ -645,7 +656,11 @@ impl<S: Sink> Flusher<S> {
                         &flush,
                         rows_for_counters,
                         &mut credit,
-                        |key, row| aggregator.charge_of(key, row),
+                        &super::ledger_gate::Costs {
+                            charge: &|key, row| aggregator.charge_of(key, row),
+                            flush: &|key, row| aggregator.flush_charge_of(key, row),
+                            share,
+                        },
                         self.config.max_in_flight,
                         deadline,
                         last,

@@ -110,6 +110,9 @@ pub struct Held {
     failures: u32,
     /// Not to be sent again before this instant (the back-off).
     not_before: Option<Instant>,
+    /// Its ledger rows are confirmed (and gone from `rows`): its gated rows wait only for
+    /// room in a flush's share of the memory limit (see [`Release`]).
+    confirmed: bool,
 }
 
 impl Held {
@@ -121,7 +124,13 @@ impl Held {
             stored,
             failures: 0,
             not_before: None,
+            confirmed: false,
         }
+    }
+
+    /// The estimated writes of the rows it gates.
+    fn cost(&self, flush_cost: &dyn Fn(&RowKey, &Row) -> usize) -> usize {
+        self.gated.iter().map(|(k, r)| flush_cost(k, r)).sum()
     }
 
     fn owed_sums(&self) -> [i128; Granularity::COUNT] {
@@ -242,6 +251,42 @@ fn summed_parts(rows: &[(RowKey, Row)]) -> Vec<Columns> {
     parts
 }
 
+/// What the gate charges a drained row: its room in the memory budget while it is held
+/// (`charge`), and the estimated writes a flush plans for it (`flush`), released within
+/// `share`, the flush's share of the memory limit.
+pub struct Costs<'a> {
+    /// A held row's room in the budget.
+    pub charge: &'a (dyn Fn(&RowKey, &Row) -> usize + Sync),
+    /// The writes planned for a released row.
+    pub flush: &'a (dyn Fn(&RowKey, &Row) -> usize + Sync),
+    /// The flush's share of the memory limit.
+    pub share: usize,
+}
+
+/// How much one flush may still release (see [`LedgerGate::admit`]).
+struct Release {
+    /// Estimated writes of the rows passing so far.
+    spent: usize,
+    share: usize,
+    /// Whether a held request was released (one always may be: progress).
+    any: bool,
+    /// The final flush releases everything.
+    last: bool,
+}
+
+impl Release {
+    /// Whether a request whose rows' writes cost `cost` may be released now; if so, it
+    /// is counted.
+    fn fits(&mut self, cost: usize) -> bool {
+        let fits = self.last || !self.any || self.spent.saturating_add(cost) <= self.share;
+        if fits {
+            self.spent = self.spent.saturating_add(cost);
+            self.any = true;
+        }
+        fits
+    }
+}
+
 /// The gate a flush passes its drained rows through (see the module docs).
 pub struct LedgerGate {
     formation: Formation,
@@ -296,6 +341,14 @@ impl LedgerGate {
     /// an earlier one's). The rest stay held for a later flush, and take their room in
     /// the memory budget (`charge` of each row) out of the flush's `credit` with them;
     /// rows released here bring theirs back into it.
+    ///
+    /// What is released into one flush is bounded as a chunk is: the writes planned for
+    /// the rows passing (`costs.flush` of each) fit `costs.share`, the flush's share of the
+    /// memory limit, once at least one request is released; a confirmed request beyond
+    /// it keeps its rows held, their room with them, for the next flush (which drains
+    /// that much less of the buffer: [`LedgerGate::confirmed_cost`]). After a ledger
+    /// outage every held request is confirmed at once: released together, their writes
+    /// would take several times the share. The final flush releases everything.
     #[allow(clippy::too_many_arguments)]
     pub async fn admit<S: Sink>(
         &mut self,
@@ -303,12 +356,31 @@ impl LedgerGate {
         flush: &FlushId,
         drained: impl IntoIterator<Item = (RowKey, Row)>,
         credit: &mut Credit,
-        charge: impl Fn(&RowKey, &Row) -> usize,
+        costs: &Costs<'_>,
         max_in_flight: usize,
         deadline: &mut Deadline,
         last: bool,
     ) -> Vec<(RowKey, Row)> {
-        let (pass, formed) = form(&self.formation, flush, drained);
+        let (mut pass, formed) = form(&self.formation, flush, drained);
+        let mut release = Release {
+            spent: pass.iter().map(|(k, r)| (costs.flush)(k, r)).sum(),
+            share: costs.share,
+            any: false,
+            last,
+        };
+        // Confirmed in an earlier flush, oldest first: released before anything new.
+        let (confirmed, unconfirmed): (Vec<Held>, Vec<Held>) = std::mem::take(&mut self.held)
+            .into_iter()
+            .partition(|h| h.confirmed);
+        self.held = unconfirmed;
+        for held in confirmed {
+            if release.fits(held.cost(costs.flush)) {
+                self.release(held, &mut pass, credit);
+            } else {
+                self.held.push(held);
+            }
+        }
+        let charge = costs.charge;
         for mut held in formed {
             let sums = held.owed_sums();
             for (held_sum, sum) in self.held_sums.iter_mut().zip(sums) {
@@ -321,7 +393,7 @@ impl LedgerGate {
         let now = Instant::now();
         let (due, waiting): (Vec<Held>, Vec<Held>) = std::mem::take(&mut self.held)
             .into_iter()
-            .partition(|h| last || h.not_before.is_none_or(|t| t <= now));
+            .partition(|h| !h.confirmed && (last || h.not_before.is_none_or(|t| t <= now)));
         self.held = waiting;
         let counts = Arc::clone(&self.counts);
         let writes = LedgerWrites {
@@ -334,6 +406,8 @@ impl LedgerGate {
             pass,
             credit,
             failed: 0,
+            release,
+            flush_cost: costs.flush,
         };
         run_stage(
             &mut stage,
@@ -350,6 +424,30 @@ impl LedgerGate {
         )
         .await;
         stage.pass
+    }
+
+    /// The estimated writes (`flush_cost` of each row) of the rows held past their
+    /// confirmation for want of room: what the next flush releases first, and drains
+    /// that much less of the buffer for (at most the flush's share).
+    pub fn confirmed_cost(&self, flush_cost: &dyn Fn(&RowKey, &Row) -> usize) -> usize {
+        self.held
+            .iter()
+            .filter(|h| h.confirmed)
+            .map(|h| h.cost(flush_cost))
+            .sum()
+    }
+
+    /// Lets a confirmed request's rows go on to the plan: their sums leave the held
+    /// ones, their room returns to the flush's credit.
+    fn release(&mut self, mut held: Held, pass: &mut Vec<(RowKey, Row)>, credit: &mut Credit) {
+        let sums = held.owed_sums();
+        for (held_sum, sum) in self.held_sums.iter_mut().zip(sums) {
+            *held_sum -= sum;
+        }
+        pass.append(&mut held.gated);
+        if let Some(room) = held.credit.take() {
+            credit.absorb(room);
+        }
     }
 
     /// Takes in ledger rows an earlier process formed and could not confirm (from held
@@ -611,6 +709,9 @@ struct LedgerStage<'a> {
     credit: &'a mut Credit,
     /// Requests that did not apply.
     failed: usize,
+    /// What the flush may still release.
+    release: Release,
+    flush_cost: &'a (dyn Fn(&RowKey, &Row) -> usize + Sync),
 }
 
 impl WriteKind for LedgerStage<'_> {
@@ -631,13 +732,14 @@ impl WriteKind for LedgerStage<'_> {
     fn apply(&mut self, _: u32, mut held: Held, decision: Decision) {
         let gate = &mut *self.gate;
         if decision.action == Action::Applied {
-            let sums = held.owed_sums();
-            for (held_sum, sum) in gate.held_sums.iter_mut().zip(sums) {
-                *held_sum -= sum;
-            }
-            self.pass.append(&mut held.gated);
-            if let Some(room) = held.credit.take() {
-                self.credit.absorb(room);
+            if self.release.fits(held.cost(self.flush_cost)) {
+                gate.release(held, &mut self.pass, self.credit);
+            } else {
+                // Confirmed: never sent again; its rows wait for room.
+                held.rows = Vec::new();
+                held.stored = false;
+                held.confirmed = true;
+                gate.held.push(held);
             }
         } else {
             self.failed += 1;

@@ -692,3 +692,86 @@ async fn outcome_rows_do_not_hold_the_final_flushs_counter_writes() {
     assert_eq!(report.spilled, 0, "every chunk sent: {report:?}");
     assert_eq!(report.applied + report.unknown, report.writes, "{report:?}");
 }
+
+/// After a ledger outage every held request comes due at once. Released together, the
+/// rows they gate would be planned in one chunk, their writes far past the flush's share
+/// of the memory limit; they are released a share at a time instead (the writes any one
+/// chunk plans fit it), and every delta fed reaches the counter tables, once.
+#[tokio::test]
+async fn rows_released_after_a_ledger_outage_go_out_a_flush_share_at_a_time() {
+    /// Row writes planned per chunk, with the estimated bytes of each.
+    struct Planned(Mutex<Vec<usize>>);
+    impl crate::flush::FlushObserver for Planned {
+        fn planned(&self, writes: &[&dyn crate::sink::PlannedWrite]) {
+            let mut bytes = 0;
+            for write in writes {
+                let mut rows = 0;
+                write.for_each_bucket(&mut |_| rows += 1);
+                bytes += rows * (crate::aggregate::FLUSH_BYTES_PER_WRITE + write.series().len());
+            }
+            self.0.lock().push(bytes);
+        }
+    }
+    const MAX_PENDING_BYTES: usize = 512 << 10;
+    let share = MAX_PENDING_BYTES / 4;
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = config(dir.path());
+    config.limits.max_pending_bytes = MAX_PENDING_BYTES;
+    let engine = Arc::new(Engine::with_seed(&config, Some(1)).unwrap());
+    let sink = MemorySink::new();
+    let down = Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let ledger_down = down.clone();
+    sink.set_ledger_script(move |_, _| {
+        ledger_down
+            .load(std::sync::atomic::Ordering::Relaxed)
+            .then(|| {
+                (
+                    Outcome::NotAppliedTransient(WriteError::new("unavailable", "u")),
+                    false,
+                )
+            })
+    });
+    let mut flusher = Flusher::open(engine.clone(), Arc::new(sink.clone()), &config).unwrap();
+    let mut fed: BTreeMap<(String, u32), i128> = BTreeMap::new();
+    for round in 0..5_i64 {
+        for i in 0..300_i64 {
+            let key = format!("p{round}-{i}");
+            engine
+                .record("page.views", &[("page_id", key.as_str())][..], 1, T0, None)
+                .unwrap();
+            *fed.entry((format!("[\"{key}\"]"), (T0 / 60) as u32))
+                .or_default() += 1;
+        }
+        flusher.flush_now().await;
+    }
+    assert_eq!(flusher.ledger().exact_ledger().held_rows, 1_500);
+    assert!(counter_sums(&sink, Granularity::Minute).is_empty());
+    let planned = Arc::new(Planned(Mutex::new(Vec::new())));
+    flusher.observe(planned.clone());
+    down.store(false, std::sync::atomic::Ordering::Relaxed);
+    for _ in 0..100 {
+        flusher.flush_now().await;
+        if counter_sums(&sink, Granularity::Minute) == fed {
+            break;
+        }
+    }
+    assert_eq!(counter_sums(&sink, Granularity::Minute), fed);
+    assert_eq!(
+        counter_sums(&sink, Granularity::Day).values().sum::<i128>(),
+        1_500
+    );
+    let chunks = planned.0.lock().clone();
+    assert!(chunks.len() > 1, "released in several chunks: {chunks:?}");
+    // One held request (a ledger batch) is released whatever its size: a little slack.
+    let slack = crate::flush::ledger_gate::ROWS_PER_REQUEST
+        * 2
+        * (crate::aggregate::FLUSH_BYTES_PER_WRITE + 16);
+    for bytes in chunks {
+        assert!(
+            bytes <= share + slack,
+            "a chunk planned {bytes} bytes of writes, past the flush's share {share}"
+        );
+    }
+    let a = Accounting::read(&engine, flusher.ledger());
+    assert!(a.is_balanced(), "{a:?}");
+}
