@@ -61,7 +61,9 @@ use super::private::{options, sync_dir};
 mod read;
 pub mod streams;
 mod sync;
-pub use self::read::read_sealed;
+pub use self::read::{Append, read_sealed};
+#[cfg(test)]
+pub use self::read::{SealedContent, read_sealed_whole};
 
 pub use streams::{Recovered as RecoveredStreams, StreamLine};
 
@@ -164,20 +166,6 @@ pub struct Retention {
     pub max_keys: usize,
     /// The most cumulative streams kept.
     pub max_streams: usize,
-}
-
-/// What a sealed file holds.
-#[derive(Debug, Default)]
-pub struct SealedContent {
-    /// The increments.
-    pub entries: Vec<IngestEntry>,
-    /// The answered keys.
-    pub keys: Vec<KeyLine>,
-    /// The cumulative streams' last points.
-    pub streams: Vec<StreamLine>,
-    /// Lines that did not read (a torn last line of an append cut short by a crash,
-    /// never answered, or damage).
-    pub unread: u64,
 }
 
 /// A sealed file: the segment it becomes, and where it is.
@@ -324,9 +312,18 @@ impl IngestLog {
         table.fold(lines, retention.max_streams, now_nanos);
         let file_lines = table.lines.len();
         for file in &sealed {
-            let content = read_sealed(&file.path)?;
-            keys.extend(content.keys);
-            table.fold(content.streams, retention.max_streams, now_nanos);
+            // Only the keys and the stream points are kept: the increments are read (an
+            // append with a line that does not read gives none of its keys, as when the
+            // flusher moves the file) and dropped append by append, so a start holds no
+            // sealed file whole. The same parse as the flusher's, not a mere syntax
+            // check: a key kept here for an append the flusher then skips would answer
+            // a retry whose increments were never counted.
+            let mut streams = Vec::new();
+            read_sealed(&file.path, |append| {
+                keys.append(&mut append.keys);
+                streams.append(&mut append.streams);
+            })?;
+            table.fold(streams, retention.max_streams, now_nanos);
         }
         *log.streams_file.lock() = StreamsFile {
             mark,
