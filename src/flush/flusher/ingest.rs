@@ -254,7 +254,7 @@ impl<S: Sink> Flusher<S> {
             Some(gate) if !fresh.is_empty() => gate.form_logged(&flush, fresh),
             _ => Vec::new(),
         };
-        if !records.is_empty() && !self.state.spill_ingest(id, records.clone(), &ledger_rows)? {
+        if !records.is_empty() && !self.state.spill_ingest(id, &records, &ledger_rows)? {
             return Ok(false);
         }
         if let Some(gate) = &mut self.ledger_gate
