@@ -107,14 +107,18 @@ impl<S: Sink> Flusher<S> {
             let written =
                 self.ingest_unremoved.contains(&file.path) || self.state.has_spill_segment(id);
             // The file is read one append at a time: its increments summed per row as they
-            // come (only when its segment is still to be written), its keys and stream
-            // points kept. Memory grows with the file's distinct rows, not its lines.
+            // come (only when its segment is still to be written), its keys kept within
+            // twice their bound and its streams' latest points. Memory grows with the
+            // file's distinct rows and streams, not its lines.
             let mut sums = RowSums::default();
-            let (mut keys, mut streams) = (Vec::new(), Vec::new());
+            let (mut keys, mut streams) = (Vec::new(), HashMap::new());
             let engine = &self.engine;
             let read = ingest_log::read_sealed(&file.path, |append| {
                 keys.append(&mut append.keys);
-                streams.append(&mut append.streams);
+                log.bound_keys(&mut keys);
+                for line in append.streams.drain(..) {
+                    ingest_log::streams::keep_latest(&mut streams, line);
+                }
                 if !written {
                     for entry in append.entries.drain(..) {
                         sums.add(engine, &entry);
@@ -181,6 +185,8 @@ impl<S: Sink> Flusher<S> {
                 tracing::error!(%error, "Could not keep the idempotency keys of a sealed file of the ingest log; it waits for the next flush.");
                 break;
             }
+            let mut streams: Vec<_> = streams.into_values().collect();
+            streams.sort_by_key(|l| (l.time, l.stream));
             if let Err(error) = log.carry_streams(&streams) {
                 tracing::error!(%error, "Could not keep the OTLP stream points of a sealed file of the ingest log; it waits for the next flush.");
                 break;

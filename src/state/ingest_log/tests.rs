@@ -543,3 +543,58 @@ fn a_start_keeps_no_key_of_an_append_the_flusher_skips() {
         (1, 1, 2)
     );
 }
+
+/// Keys bounded as they are read keep what `retain` keeps of them all: duplicates, ties
+/// of time, expired keys and more keys than the bound, in any number of steps.
+#[test]
+fn keys_bounded_as_they_come_keep_what_retain_keeps_of_them_all() {
+    let now = unix_now();
+    let all: Vec<KeyLine> = (0..200_i64)
+        .map(|i| {
+            // 20 names, each back with the same time and another answer (a tie the
+            // later answer wins), times shared across names, some long expired.
+            let at = if i % 11 == 0 {
+                now - 700
+            } else {
+                now - 300 + i % 10
+            };
+            KeyLine {
+                answer: format!("{i}"),
+                ..key(&format!("k{}", i % 20), at)
+            }
+        })
+        .collect();
+    let mut bounded = Vec::new();
+    for key in &all {
+        bounded.push(key.clone());
+        bound_keys(&mut bounded, RETENTION);
+        assert!(bounded.len() <= 2 * RETENTION.max_keys + 1);
+    }
+    assert_eq!(retain(bounded, RETENTION, now), retain(all, RETENTION, now));
+}
+
+/// A sealed file's stream lines kept one per stream fold as all of them do: resets,
+/// ties, points out of order.
+#[test]
+fn stream_lines_kept_one_per_stream_fold_as_all_of_them() {
+    let lines: Vec<StreamLine> = (0..300_u64)
+        .map(|i| StreamLine {
+            start: 1 + i % 5 / 4,
+            ..stream(u128::from(i % 7), (i * 13) % 40, i as i64)
+        })
+        .collect();
+    let held = RecoveredStreams {
+        complete_since: Some(1),
+        lines: vec![stream(3, 39, -1), stream(9, 2, -2)],
+    };
+    let mut whole = held.clone();
+    whole.fold(lines.clone(), 6, 100);
+    let mut latest = std::collections::HashMap::new();
+    for line in lines {
+        streams::keep_latest(&mut latest, line);
+    }
+    assert_eq!(latest.len(), 7);
+    let mut kept = held;
+    kept.fold(latest.into_values(), 6, 100);
+    assert_eq!(kept, whole);
+}
