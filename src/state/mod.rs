@@ -858,19 +858,18 @@ impl StateDir {
     /// an empty spill it goes whatever its size: waiting could never make room for a
     /// segment larger than the limit, and its file would hold answered increments (and
     /// the ingest log's room) for ever; the ingest log's own bound
-    /// (`state.max_ingest_log_bytes`) bounds it.
+    /// (`state.max_ingest_log_bytes`) bounds it. Its lines are streamed into the file
+    /// from `records`, never copied whole in memory (see
+    /// [`spill::Spill::write_segment_ingest`]).
     pub fn spill_ingest(
         &mut self,
         id: SegmentId,
-        records: Vec<WriteRecord>,
+        records: &[WriteRecord],
         ledger: &[crate::sink::LedgerRow],
     ) -> io::Result<bool> {
-        if self.spill.bytes() == 0 {
-            self.spill.write_segment_whole(id, &records, ledger)?;
-            return Ok(true);
-        }
-        let kept = self.spill.write_segment(id, None, &[records], ledger)?;
-        Ok(kept.first().copied().unwrap_or(false))
+        let whatever_room = self.spill.bytes() == 0;
+        self.spill
+            .write_segment_ingest(id, records, ledger, whatever_room)
     }
 
     /// Whether a spill segment is on disk.

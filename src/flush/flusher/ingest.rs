@@ -17,6 +17,7 @@ use std::time::SystemTime;
 use crate::aggregate::{Columns, Row, RowKey, Slot};
 use crate::bucket::{self, Minute};
 use crate::config::Config;
+use crate::engine::Engine;
 use crate::sink::Sink;
 use crate::state::ingest_log::{self, IngestEntry, IngestLog, Retention, Sealed};
 use crate::state::{FlushId, RecordSource, SegmentId, StateError, WriteRecord};
@@ -102,16 +103,35 @@ impl<S: Sink> Flusher<S> {
             }
         };
         for mut file in sealed {
-            let content = match ingest_log::read_sealed(&file.path) {
-                Ok(content) => content,
+            let mut id = SegmentId::live(file.incarnation, file.seq);
+            let written =
+                self.ingest_unremoved.contains(&file.path) || self.state.has_spill_segment(id);
+            // The file is read one append at a time: its increments summed per row as they
+            // come (only when its segment is still to be written), its keys kept within
+            // twice their bound and its streams' latest points. Memory grows with the
+            // file's distinct rows and streams, not its lines.
+            let mut sums = RowSums::default();
+            let (mut keys, mut streams) = (Vec::new(), HashMap::new());
+            let engine = &self.engine;
+            let read = ingest_log::read_sealed(&file.path, |append| {
+                keys.append(&mut append.keys);
+                log.bound_keys(&mut keys);
+                for line in append.streams.drain(..) {
+                    ingest_log::streams::keep_latest(&mut streams, line);
+                }
+                if !written {
+                    for entry in append.entries.drain(..) {
+                        sums.add(engine, &entry);
+                    }
+                }
+            });
+            let unread = match read {
+                Ok(unread) => unread,
                 Err(error) => {
                     tracing::error!(%error, file = %file.path.display(), "Could not read a sealed file of the ingest log; it waits for the next flush.");
                     break;
                 }
             };
-            let mut id = SegmentId::live(file.incarnation, file.seq);
-            let written =
-                self.ingest_unremoved.contains(&file.path) || self.state.has_spill_segment(id);
             if !written {
                 if self
                     .state
@@ -131,7 +151,7 @@ impl<S: Sink> Flusher<S> {
                     };
                     id = SegmentId::live(file.incarnation, file.seq);
                 }
-                match self.segment_of(&file, content.entries, content.unread, id, when) {
+                match self.segment_of(&file, sums, unread, id, when) {
                     // (At start the same step runs before the listeners: a kill there
                     // is the one this point tests, one flush later.)
                     Ok(true) => {
@@ -161,11 +181,13 @@ impl<S: Sink> Flusher<S> {
             self.ingest_unremoved.insert(file.path.clone());
             // The keys answered with its requests and its streams' last points outlive it
             // (a segment written before a kill may leave them to carry still).
-            if let Err(error) = log.carry_keys(&content.keys) {
+            if let Err(error) = log.carry_keys(&keys) {
                 tracing::error!(%error, "Could not keep the idempotency keys of a sealed file of the ingest log; it waits for the next flush.");
                 break;
             }
-            if let Err(error) = log.carry_streams(&content.streams) {
+            let mut streams: Vec<_> = streams.into_values().collect();
+            streams.sort_by_key(|l| (l.time, l.stream));
+            if let Err(error) = log.carry_streams(&streams) {
                 tracing::error!(%error, "Could not keep the OTLP stream points of a sealed file of the ingest log; it waits for the next flush.");
                 break;
             }
@@ -178,11 +200,11 @@ impl<S: Sink> Flusher<S> {
         self.ledger.set_spill_bytes(self.state.spill_bytes().0);
     }
 
-    /// Sums a sealed file per row and writes it as segment `id`: whether it fit.
+    /// Writes a sealed file, summed per row, as segment `id`: whether it fit.
     fn segment_of(
         &mut self,
         file: &Sealed,
-        entries: Vec<IngestEntry>,
+        sums: RowSums,
         unread: u64,
         id: SegmentId,
         when: When,
@@ -194,43 +216,12 @@ impl<S: Sink> Flusher<S> {
                 "Lines of the ingest log did not read (the torn end of an append cut short by a crash, never answered): skipped."
             );
         }
-        // Keyed by (family, minute, series): every logged increment owes both tables.
-        let mut rows: HashMap<(FamilyId, u32, Box<[u8]>), Columns> = HashMap::new();
-        // Rows whose sum would overflow a column: a second row of the same key.
-        let mut more: Vec<(RowKey, Columns)> = Vec::new();
-        let (mut unplaced, mut unplaced_sum) = (0_u64, 0_i128);
-        for entry in entries {
-            let tags: Vec<(&str, &str)> = entry
-                .tags
-                .iter()
-                .map(|(k, v)| (k.as_str(), v.as_str()))
-                .collect();
-            let placed = self.engine.row_of(
-                &entry.name,
-                tags.as_slice(),
-                entry.delta,
-                Minute(entry.minute),
-            );
-            match placed {
-                Ok((key, columns)) => {
-                    match rows.entry((key.family(), entry.minute, key.into_series())) {
-                        Entry::Occupied(mut row) => {
-                            if !row.get_mut().checked_add(&columns) {
-                                let (family, minute, series) = row.key().clone();
-                                more.push((row_key(family, minute, series), columns));
-                            }
-                        }
-                        Entry::Vacant(row) => {
-                            row.insert(columns);
-                        }
-                    }
-                }
-                Err(_) => {
-                    unplaced += 1;
-                    unplaced_sum += i128::from(entry.delta);
-                }
-            }
-        }
+        let RowSums {
+            rows,
+            more,
+            unplaced,
+            unplaced_sum,
+        } = sums;
         let flush = FlushId {
             incarnation: file.incarnation,
             ..self.state.flush_id(file.seq)
@@ -269,7 +260,7 @@ impl<S: Sink> Flusher<S> {
             Some(gate) if !fresh.is_empty() => gate.form_logged(&flush, fresh),
             _ => Vec::new(),
         };
-        if !records.is_empty() && !self.state.spill_ingest(id, records.clone(), &ledger_rows)? {
+        if !records.is_empty() && !self.state.spill_ingest(id, &records, &ledger_rows)? {
             return Ok(false);
         }
         if let Some(gate) = &mut self.ledger_gate
@@ -309,6 +300,58 @@ impl<S: Sink> Flusher<S> {
             gate.spilled(self.engine.families(), &records);
         }
         Ok(true)
+    }
+}
+
+/// A sealed file's increments summed per row, as they are read (see
+/// [`ingest_log::read_sealed`]).
+#[derive(Default)]
+struct RowSums {
+    /// Keyed by (family, minute, series): every logged increment owes both tables.
+    rows: HashMap<(FamilyId, u32, Box<[u8]>), Columns>,
+    /// Rows whose sum would overflow a column: a second row of the same key.
+    more: Vec<(RowKey, Columns)>,
+    /// Increments no family of the configuration takes, and their sum.
+    unplaced: u64,
+    unplaced_sum: i128,
+}
+
+impl RowSums {
+    /// Adds one logged increment to its row.
+    fn add(&mut self, engine: &Engine, entry: &IngestEntry) {
+        let tags: Vec<(&str, &str)> = entry
+            .tags
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.as_str()))
+            .collect();
+        let placed = engine.row_of(
+            &entry.name,
+            tags.as_slice(),
+            entry.delta,
+            Minute(entry.minute),
+        );
+        match placed {
+            Ok((key, columns)) => {
+                match self
+                    .rows
+                    .entry((key.family(), entry.minute, key.into_series()))
+                {
+                    Entry::Occupied(mut row) => {
+                        if !row.get_mut().checked_add(&columns) {
+                            let (family, minute, series) = row.key().clone();
+                            self.more.push((row_key(family, minute, series), columns));
+                        }
+                    }
+                    Entry::Vacant(row) => {
+                        row.insert(columns);
+                    }
+                }
+            }
+            Err(_) => {
+                self.unplaced += 1;
+                self.unplaced_sum += i128::from(entry.delta);
+            }
+        }
     }
 }
 

@@ -596,7 +596,7 @@ mod tests {
         let log = shared.durable.as_ref().unwrap();
         assert!(log.seal(1, 5).unwrap());
         let sealed = log.sealed().unwrap();
-        crate::state::ingest_log::read_sealed(&sealed[0].path).unwrap()
+        crate::state::ingest_log::read_sealed_whole(&sealed[0].path).unwrap()
     }
 
     /// A durable export is answered once its lines are written and synced: the

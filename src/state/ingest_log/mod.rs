@@ -46,6 +46,7 @@
 //! that would pass it is refused before anything is written (the HTTP API answers 429),
 //! never dropped after it was answered.
 
+use std::collections::HashMap;
 use std::fs::{self, File};
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
@@ -61,7 +62,9 @@ use super::private::{options, sync_dir};
 mod read;
 pub mod streams;
 mod sync;
-pub use self::read::read_sealed;
+pub use self::read::{Append, read_sealed};
+#[cfg(test)]
+pub use self::read::{SealedContent, read_sealed_whole};
 
 pub use streams::{Recovered as RecoveredStreams, StreamLine};
 
@@ -164,20 +167,6 @@ pub struct Retention {
     pub max_keys: usize,
     /// The most cumulative streams kept.
     pub max_streams: usize,
-}
-
-/// What a sealed file holds.
-#[derive(Debug, Default)]
-pub struct SealedContent {
-    /// The increments.
-    pub entries: Vec<IngestEntry>,
-    /// The answered keys.
-    pub keys: Vec<KeyLine>,
-    /// The cumulative streams' last points.
-    pub streams: Vec<StreamLine>,
-    /// Lines that did not read (a torn last line of an append cut short by a crash,
-    /// never answered, or damage).
-    pub unread: u64,
 }
 
 /// A sealed file: the segment it becomes, and where it is.
@@ -324,9 +313,23 @@ impl IngestLog {
         table.fold(lines, retention.max_streams, now_nanos);
         let file_lines = table.lines.len();
         for file in &sealed {
-            let content = read_sealed(&file.path)?;
-            keys.extend(content.keys);
-            table.fold(content.streams, retention.max_streams, now_nanos);
+            // Only the keys and the stream points are kept: the increments are read (an
+            // append with a line that does not read gives none of its keys, as when the
+            // flusher moves the file) and dropped append by append, so a start holds no
+            // sealed file whole. The same parse as the flusher's, not a mere syntax
+            // check: a key kept here for an append the flusher then skips would answer
+            // a retry whose increments were never counted.
+            // Keys past twice the bound and all but each stream's latest point are
+            // dropped as they come: what the fold and `retain` keep is the same.
+            let mut streams = HashMap::new();
+            read_sealed(&file.path, |append| {
+                keys.append(&mut append.keys);
+                bound_keys(&mut keys, retention);
+                for line in append.streams.drain(..) {
+                    streams::keep_latest(&mut streams, line);
+                }
+            })?;
+            table.fold(streams.into_values(), retention.max_streams, now_nanos);
         }
         *log.streams_file.lock() = StreamsFile {
             mark,
@@ -347,6 +350,14 @@ impl IngestLog {
         log.write_keys(&kept)?;
         *log.recovered.lock() = kept;
         Ok(log)
+    }
+
+    /// Drops from `keys` (answered keys read from sealed files, oldest first) what no
+    /// later read could keep, once they pass twice `ingest.http.max_idempotency_keys`:
+    /// the keys a start keeps of them and of any keys after them are the same, and a
+    /// sealed file with a key per request is never held, nor carried, whole as keys.
+    pub fn bound_keys(&self, keys: &mut Vec<KeyLine>) {
+        bound_keys(keys, self.retention);
     }
 
     /// The seed of the idempotency keys' body hashes.
@@ -765,6 +776,17 @@ fn retain(mut keys: Vec<KeyLine>, retention: Retention, now: i64) -> Vec<KeyLine
         .collect();
     newest_first.reverse();
     newest_first
+}
+
+/// Replaces `keys` with what [`retain`] keeps of them once they pass twice the bound.
+/// Whatever keys follow, `retain` then keeps the same as of them all: a key it drops
+/// here is outside the window (and stays so), an older answer of a key, or older than
+/// `max_keys` newer keys, which no later key undoes. So a sealed file holding a key per
+/// request is never held whole as keys, nor carried whole into `ingest.keys.jsonl`.
+fn bound_keys(keys: &mut Vec<KeyLine>, retention: Retention) {
+    if keys.len() > 2 * retention.max_keys.max(1) {
+        *keys = retain(std::mem::take(keys), retention, unix_now());
+    }
 }
 
 /// Now, Unix nanoseconds (the OTLP receivers' clock).

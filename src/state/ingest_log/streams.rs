@@ -85,6 +85,21 @@ impl StreamLine {
     }
 }
 
+/// Takes `line` into `latest` (one line per stream) if it is its stream's latest point
+/// yet, as [`Recovered::fold`] judges: folding `latest` then gives what folding every
+/// line taken would, so a sealed file's stream lines are kept one per stream as they are
+/// read, not one per request.
+pub fn keep_latest(latest: &mut HashMap<u128, StreamLine>, line: StreamLine) {
+    // Later as the receiver orders points: a later start (a reset) first, then a later
+    // time.
+    match latest.get(&line.stream) {
+        Some(held) if (held.start, held.time) > (line.start, line.time) => {}
+        _ => {
+            latest.insert(line.stream, line);
+        }
+    }
+}
+
 /// The stream table the state directory holds: its completeness mark and the latest
 /// point of each stream, oldest point first.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -108,14 +123,7 @@ impl Recovered {
     ) {
         let mut latest: HashMap<u128, StreamLine> = HashMap::with_capacity(self.lines.len());
         for line in self.lines.drain(..).chain(more) {
-            // Later as the receiver orders points: a later start (a reset) first, then
-            // a later time.
-            match latest.get(&line.stream) {
-                Some(held) if (held.start, held.time) > (line.start, line.time) => {}
-                _ => {
-                    latest.insert(line.stream, line);
-                }
-            }
+            keep_latest(&mut latest, line);
         }
         let mut lines: Vec<StreamLine> = latest.into_values().collect();
         lines.sort_by_key(|l| (l.time, l.stream));

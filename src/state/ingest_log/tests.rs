@@ -29,7 +29,7 @@ fn appends_are_read_back_from_the_sealed_file() {
     assert_eq!((sealed[0].incarnation, sealed[0].seq), (3, 9));
     let SealedContent {
         entries, unread, ..
-    } = read_sealed(&sealed[0].path).unwrap();
+    } = read_sealed_whole(&sealed[0].path).unwrap();
     assert_eq!(unread, 0);
     assert_eq!(
         entries
@@ -84,7 +84,7 @@ fn a_leftover_active_file_is_sealed_at_start_and_a_torn_line_is_counted() {
             .collect::<Vec<_>>(),
         [(2, 0)]
     );
-    let content = read_sealed(&sealed[0].path).unwrap();
+    let content = read_sealed_whole(&sealed[0].path).unwrap();
     assert_eq!(
         (
             content.entries.len(),
@@ -115,7 +115,7 @@ fn concurrent_appends_share_syncs_and_all_land() {
     }
     assert!(log.syncs() <= 400, "never more than one sync per append");
     log.seal(1, 1).unwrap();
-    let content = read_sealed(&log.sealed().unwrap()[0].path).unwrap();
+    let content = read_sealed_whole(&log.sealed().unwrap()[0].path).unwrap();
     assert_eq!((content.entries.len(), content.unread), (400, 0));
     let sum: i64 = content.entries.iter().map(|e| e.delta).sum();
     assert_eq!(sum, 8 * (0..50).sum::<i64>());
@@ -211,7 +211,7 @@ fn stream_points_outlive_a_restart_wherever_they_are() {
         assert!(log.seal(1, 1).unwrap());
         // Moved: its stream lines go to the stream file, then it goes.
         let sealed = log.sealed().unwrap();
-        let content = read_sealed(&sealed[0].path).unwrap();
+        let content = read_sealed_whole(&sealed[0].path).unwrap();
         assert_eq!(content.entries.len(), 1);
         assert_eq!(content.streams.len(), 2);
         log.carry_streams(&content.streams).unwrap();
@@ -289,7 +289,7 @@ fn an_append_cut_short_is_skipped_whole() {
     // The cut append: its increments whole, its key line missing.
     bytes.extend(&cut[..line("b", 2).len() + line("c", 3).len()]);
     std::fs::write(&path, &bytes).unwrap();
-    let content = read_sealed(&path).unwrap();
+    let content = read_sealed_whole(&path).unwrap();
     assert_eq!(
         content.entries.iter().map(|e| e.delta).collect::<Vec<_>>(),
         [1]
@@ -303,7 +303,7 @@ fn an_append_cut_short_is_skipped_whole() {
     inside.extend(b"{\"g\":3}\n");
     inside.extend(&cut[..cut.len() - 5]);
     std::fs::write(&path, &inside).unwrap();
-    let content = read_sealed(&path).unwrap();
+    let content = read_sealed_whole(&path).unwrap();
     assert_eq!(
         content.entries.iter().map(|e| e.delta).collect::<Vec<_>>(),
         [1]
@@ -315,7 +315,7 @@ fn an_append_cut_short_is_skipped_whole() {
     damaged.extend(&whole);
     damaged.extend(line("d", 4));
     std::fs::write(&path, &damaged).unwrap();
-    let content = read_sealed(&path).unwrap();
+    let content = read_sealed_whole(&path).unwrap();
     assert_eq!((content.entries.len(), content.unread), (1, 1));
     // An append whole in length with a line that does not read: none of it is taken
     // (its increment without its key would be counted again by the retry).
@@ -323,13 +323,13 @@ fn an_append_cut_short_is_skipped_whole() {
     garbled.extend(line("e", 5));
     garbled.extend(b"{not a line\n");
     std::fs::write(&path, &garbled).unwrap();
-    let content = read_sealed(&path).unwrap();
+    let content = read_sealed_whole(&path).unwrap();
     assert_eq!((content.entries.len(), content.unread), (0, 2));
     // Without groups (an earlier version's file) every whole line counts.
     let mut legacy = whole.clone();
     legacy.extend(&cut);
     std::fs::write(&path, &legacy).unwrap();
-    let content = read_sealed(&path).unwrap();
+    let content = read_sealed_whole(&path).unwrap();
     assert_eq!(content.entries.len(), 3);
     assert_eq!(content.keys.len(), 2);
     assert_eq!(content.unread, 0);
@@ -348,7 +348,7 @@ fn appends_are_groups() {
     assert!(text.starts_with("{\"g\":2}\n"), "{text}");
     assert!(text.contains("\n{\"g\":1}\n"), "{text}");
     assert!(log.seal(1, 2).unwrap());
-    let content = read_sealed(&log.sealed().unwrap()[0].path).unwrap();
+    let content = read_sealed_whole(&log.sealed().unwrap()[0].path).unwrap();
     assert_eq!(
         (content.entries.len(), content.keys.len(), content.unread),
         (2, 1, 0)
@@ -423,7 +423,7 @@ fn a_log_whose_write_failed_still_seals_what_it_answered() {
     ));
     assert!(log.seal(3, 9).unwrap());
     let sealed = log.sealed().unwrap();
-    let content = read_sealed(&sealed[0].path).unwrap();
+    let content = read_sealed_whole(&sealed[0].path).unwrap();
     assert_eq!(content.entries.len(), 1);
 }
 
@@ -451,4 +451,150 @@ fn a_stream_file_cut_inside_a_line_is_rewritten_by_the_next_carry() {
         lines.iter().map(|l| (l.stream, l.time, l.value)).collect();
     points.sort_unstable();
     assert_eq!(points, [(1, 10, 5), (3, 20, 9)]);
+}
+
+/// A sealed file of many appends for few rows is read one append at a time: the callback
+/// sees one request's lines each time, never the file's, so what grows with the file is
+/// only what the caller keeps (here two sums). Cut and garbled appends are still counted
+/// and skipped whole.
+#[test]
+fn a_sealed_file_is_read_one_append_at_a_time() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = IngestLog::open(dir.path(), 1 << 24, 1, RETENTION).unwrap();
+    let now = unix_now();
+    const APPENDS: i64 = 500;
+    for i in 0..APPENDS {
+        let mut lines = Vec::new();
+        for j in 0..4 {
+            lines.extend(line(if j % 2 == 0 { "a" } else { "b" }, i + j));
+        }
+        key(&format!("k{i}"), now).write_line(&mut lines);
+        log.append(&lines).unwrap();
+    }
+    assert!(log.seal(1, 1).unwrap());
+    let path = log.sealed().unwrap()[0].path.clone();
+    // A whole-length append with a line that does not read (valid JSON, not an
+    // increment), then an append cut inside its last line.
+    let mut tail = b"{\"g\":2}\n".to_vec();
+    tail.extend(line("a", 1000));
+    tail.extend(b"{\"n\":1,\"d\":2,\"m\":3}\n");
+    tail.extend(b"{\"g\":2}\n");
+    tail.extend(line("b", 1000));
+    tail.extend(b"{\"n\":\"b\",\"d\"");
+    fs::OpenOptions::new()
+        .append(true)
+        .open(&path)
+        .unwrap()
+        .write_all(&tail)
+        .unwrap();
+    let mut sums = std::collections::BTreeMap::<String, i64>::new();
+    let (mut calls, mut keys) = (0_i64, 0_usize);
+    let unread = read_sealed(&path, |append| {
+        calls += 1;
+        assert_eq!(
+            (append.entries.len(), append.keys.len()),
+            (4, 1),
+            "one request's lines at a time"
+        );
+        keys += append.keys.len();
+        for entry in append.entries.drain(..) {
+            *sums.entry(entry.name).or_default() += entry.delta;
+        }
+    })
+    .unwrap();
+    assert_eq!(calls, APPENDS);
+    assert_eq!(keys, APPENDS as usize);
+    assert_eq!(
+        unread,
+        2 + 2,
+        "the garbled append's two lines, the cut one's two"
+    );
+    let (a, b): (i64, i64) = (0..APPENDS)
+        .map(|i| (2 * i + 2, 2 * i + 4))
+        .fold((0, 0), |(a, b), (x, y)| (a + x, b + y));
+    assert_eq!(sums.len(), 2);
+    assert_eq!((sums["a"], sums["b"]), (a, b));
+}
+
+/// A start keeps the keys of the appends the flusher takes, and only those: the
+/// increments are parsed as the flusher parses them (then dropped), so an append with a
+/// line that is JSON but no increment gives no key, which would otherwise answer a retry
+/// whose increments the flusher skipped.
+#[test]
+fn a_start_keeps_no_key_of_an_append_the_flusher_skips() {
+    let dir = tempfile::tempdir().unwrap();
+    let now = unix_now();
+    let mut bytes = b"{\"g\":2}\n".to_vec();
+    bytes.extend(line("a", 1));
+    key("taken", now).write_line(&mut bytes);
+    bytes.extend(b"{\"g\":2}\n");
+    bytes.extend(b"{\"n\":1,\"d\":2,\"m\":3}\n");
+    key("skipped", now).write_line(&mut bytes);
+    fs::write(dir.path().join(sealed_name(1, 1)), &bytes).unwrap();
+    let log = IngestLog::open(dir.path(), 1 << 20, 2, RETENTION).unwrap();
+    let keys = log.take_recovered_keys();
+    assert_eq!(
+        keys.iter().map(|k| k.key.as_str()).collect::<Vec<_>>(),
+        ["taken"]
+    );
+    let content = read_sealed_whole(&log.sealed().unwrap()[0].path).unwrap();
+    assert_eq!(
+        (content.entries.len(), content.keys.len(), content.unread),
+        (1, 1, 2)
+    );
+}
+
+/// Keys bounded as they are read keep what `retain` keeps of them all: duplicates, ties
+/// of time, expired keys and more keys than the bound, in any number of steps.
+#[test]
+fn keys_bounded_as_they_come_keep_what_retain_keeps_of_them_all() {
+    let now = unix_now();
+    let all: Vec<KeyLine> = (0..200_i64)
+        .map(|i| {
+            // 20 names, each back with the same time and another answer (a tie the
+            // later answer wins), times shared across names, some long expired.
+            let at = if i % 11 == 0 {
+                now - 700
+            } else {
+                now - 300 + i % 10
+            };
+            KeyLine {
+                answer: format!("{i}"),
+                ..key(&format!("k{}", i % 20), at)
+            }
+        })
+        .collect();
+    let mut bounded = Vec::new();
+    for key in &all {
+        bounded.push(key.clone());
+        bound_keys(&mut bounded, RETENTION);
+        assert!(bounded.len() <= 2 * RETENTION.max_keys + 1);
+    }
+    assert_eq!(retain(bounded, RETENTION, now), retain(all, RETENTION, now));
+}
+
+/// A sealed file's stream lines kept one per stream fold as all of them do: resets,
+/// ties, points out of order.
+#[test]
+fn stream_lines_kept_one_per_stream_fold_as_all_of_them() {
+    let lines: Vec<StreamLine> = (0..300_u64)
+        .map(|i| StreamLine {
+            start: 1 + i % 5 / 4,
+            ..stream(u128::from(i % 7), (i * 13) % 40, i as i64)
+        })
+        .collect();
+    let held = RecoveredStreams {
+        complete_since: Some(1),
+        lines: vec![stream(3, 39, -1), stream(9, 2, -2)],
+    };
+    let mut whole = held.clone();
+    whole.fold(lines.clone(), 6, 100);
+    let mut latest = std::collections::HashMap::new();
+    for line in lines {
+        streams::keep_latest(&mut latest, line);
+    }
+    assert_eq!(latest.len(), 7);
+    let mut kept = held;
+    kept.fold(latest.into_values(), 6, 100);
+    assert_eq!(kept, whole);
 }

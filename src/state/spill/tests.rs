@@ -316,6 +316,50 @@ fn the_size_limit_keeps_whole_writes_and_unfinished_segments_vanish() {
     assert_eq!(spill.segment_keys(segment(9)).unwrap(), None);
 }
 
+/// A sealed ingest-log file's segment, streamed into its file: the same bytes as the
+/// batch writer's, whole or not at all under the limit, whatever the room into an empty
+/// spill (see `StateDir::spill_ingest`), its size counted as on disk.
+#[test]
+fn an_ingest_segment_is_streamed_whole_or_not_at_all() {
+    let records: Vec<WriteRecord> = (1..=5).map(record).collect();
+    let same = tempfile::tempdir().unwrap();
+    let mut batch = Spill::open(same.path(), u64::MAX, None).unwrap();
+    batch
+        .write_segment(segment(1), None, std::slice::from_ref(&records), &[])
+        .unwrap();
+
+    let dir = tempfile::tempdir().unwrap();
+    let one = serde_json::to_vec(&record(1)).unwrap().len() as u64 + 1;
+    let mut spill = Spill::open(dir.path(), one * 2, None).unwrap();
+    assert!(
+        spill
+            .write_segment_ingest(segment(1), &records, &[], true)
+            .unwrap(),
+        "into an empty spill whatever its size"
+    );
+    let path = dir.path().join(segment(1).file_name());
+    assert_eq!(
+        fs::read(&path).unwrap(),
+        fs::read(same.path().join(segment(1).file_name())).unwrap()
+    );
+    assert_eq!(spill.bytes(), fs::metadata(&path).unwrap().len());
+    assert!(
+        !spill
+            .write_segment_ingest(segment(2), &[record(6)], &[], false)
+            .unwrap(),
+        "no room: nothing written"
+    );
+    assert!(!dir.path().join(segment(2).file_name()).exists());
+    spill.max_bytes = spill.bytes() + 80 + one;
+    assert!(
+        spill
+            .write_segment_ingest(segment(2), &[record(6)], &[], false)
+            .unwrap()
+    );
+    assert_eq!(all(&mut spill), [1, 2, 3, 4, 5, 6]);
+    assert!(spill.bytes() <= spill.max_bytes());
+}
+
 /// The single spill file of earlier versions: unsent rows are replayed, rows of an
 /// interrupted replay become unknown records.
 #[test]

@@ -2,10 +2,10 @@
 //! `state.max_spill_bytes`, carried rows kept whatever room is left.
 
 use std::fs;
-use std::io;
+use std::io::{self, Write};
 
 use crate::sink::LedgerRow;
-use crate::state::private::write_atomically;
+use crate::state::private::{write_atomically, write_atomically_with};
 use crate::state::record::WriteRecord;
 
 use super::header::header_line;
@@ -50,21 +50,53 @@ impl Spill {
         Ok(all)
     }
 
-    /// Writes a segment of `records`, whatever room `state.max_spill_bytes` leaves, its
+    /// Writes the segment of a sealed ingest-log file: `records` whole or not at all, its
     /// header carrying `ledger` and naming no cursor (see `StateDir::spill_ingest`).
-    pub fn write_segment_whole(
+    /// With `whatever_room`, written whatever room `state.max_spill_bytes` leaves;
+    /// otherwise only when header and records fit in it. Whether it was written (nothing
+    /// is written for no records).
+    ///
+    /// The lines go straight into the temporary file (sized first, by serializing into a
+    /// counter, when they must fit): a sealed file's segment can be as large as
+    /// `state.max_ingest_log_bytes`, and a serialized copy of it in memory would pass
+    /// every configured limit.
+    pub fn write_segment_ingest(
         &mut self,
         id: SegmentId,
         records: &[WriteRecord],
         ledger: &[LedgerRow],
-    ) -> io::Result<()> {
-        let mut lines = Vec::new();
-        for record in records {
-            serde_json::to_writer(&mut lines, record).map_err(io::Error::other)?;
-            lines.push(b'\n');
+        whatever_room: bool,
+    ) -> io::Result<bool> {
+        if records.is_empty() {
+            return Ok(true);
         }
-        self.write_lines(id, None, &lines, &[], ledger)?;
-        Ok(())
+        let header = header_line(None, ledger)?;
+        if !whatever_room {
+            let mut size = Counted::new(io::sink());
+            write_records(&mut size, records)?;
+            let room = self.max_bytes.saturating_sub(self.bytes());
+            if header.len() as u64 + size.bytes > room {
+                return Ok(false);
+            }
+        }
+        let path = self.dir.join(id.file_name());
+        let mut size = 0_u64;
+        let written = write_atomically_with(&self.dir, &path, |out| {
+            let mut out = Counted::new(out);
+            out.write_all(&header)?;
+            write_records(&mut out, records)?;
+            size = out.bytes;
+            Ok(())
+        });
+        if let Err(error) = written {
+            // As in `write_lines`: renamed into place, only the directory's sync failing.
+            if size == 0 || !fs::metadata(&path).is_ok_and(|m| m.len() == size) {
+                return Err(error);
+            }
+            tracing::warn!(%error, segment = %path.display(), "A spill segment is in place, but its directory could not be synced: taken as written.");
+        }
+        self.segments.insert(id, size);
+        Ok(true)
     }
 
     /// [`Spill::write_segment`], `first` (moved rows' lines, kept whatever the room)
@@ -132,5 +164,38 @@ impl Spill {
         batches: &[Vec<WriteRecord>],
     ) -> io::Result<Vec<bool>> {
         self.write_lines(id, consumes, carried, batches, &[])
+    }
+}
+
+/// Writes `records`, one line each, to `out`.
+fn write_records(out: &mut impl Write, records: &[WriteRecord]) -> io::Result<()> {
+    for record in records {
+        serde_json::to_writer(&mut *out, record).map_err(io::Error::other)?;
+        out.write_all(b"\n")?;
+    }
+    Ok(())
+}
+
+/// A writer that counts the bytes written through it.
+struct Counted<W> {
+    inner: W,
+    bytes: u64,
+}
+
+impl<W> Counted<W> {
+    fn new(inner: W) -> Counted<W> {
+        Counted { inner, bytes: 0 }
+    }
+}
+
+impl<W: Write> Write for Counted<W> {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        let n = self.inner.write(buf)?;
+        self.bytes += n as u64;
+        Ok(n)
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        self.inner.flush()
     }
 }
