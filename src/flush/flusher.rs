@@ -976,7 +976,9 @@ struct Batch {
 
 /// Records of one write (or one row of it) bound for the spill.
 struct Spilled {
-    /// The request, `None` for a row held back (never planned into one).
+    /// The request, when the item holds every row of it that left memory (then journaled
+    /// `Dropped` if it cannot be spilled); `None` for a row held back (never planned into
+    /// one) or refused by a re-queue (the request's other rows went back to memory).
     request: Option<u32>,
     table: Granularity,
     sum: i128,

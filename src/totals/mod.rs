@@ -354,6 +354,7 @@ impl Totals {
             now_unix_secs: now_secs,
             time: bucket::rfc3339(SystemTime::now()),
             to_spill: Vec::new(),
+            kept_in_memory: Default::default(),
             rejected: Vec::new(),
             report,
             committed: false,
@@ -541,10 +542,10 @@ impl Totals {
     /// Counts spilled rows that could not be written: dropped, for `reason` the full
     /// budget or the write's `failure`.
     ///
-    /// Each row's request is journaled `Dropped`, as the counter path does: recovery
-    /// after a kill now must not spill (and so write) again what this process counted
-    /// dropped. Rows of the same request retried in memory are then not recovered from
-    /// the journal at a kill; they are lost with the process, as the book is.
+    /// Each row's request is journaled `Dropped`, as the counter path does, unless a row
+    /// of it went back to the book: recovery after a kill now must not spill (and so
+    /// write) again what this process counted dropped, nor leave a row in memory to no
+    /// one.
     fn drop_unspilled(
         &mut self,
         dropped: &[stage::SpilledTotal],
@@ -559,7 +560,9 @@ impl Totals {
                 s.in_flight -= row.sum;
             });
             sums[row.table.index()] += row.sum;
-            state.journal_outcome(row.request, &crate::state::Settled::Dropped);
+            if let Some(request) = row.request {
+                state.journal_outcome(request, &crate::state::Settled::Dropped);
+            }
         }
         // On disk before anything else of the flush: a kill right after must find them.
         state.journal_flush();

@@ -33,9 +33,12 @@ pub(super) struct SpilledTotal {
     pub(super) table: Granularity,
     /// The sum of its part not known applied.
     pub(super) sum: i128,
-    /// The flush's request that last wrote it: a row dropped for want of room is
-    /// journaled as that request's outcome, so recovery does not home it again.
-    pub(super) request: u32,
+    /// The flush's request that last wrote it, when no other row of that request stayed
+    /// in memory: a row dropped for want of room is journaled as that request's
+    /// outcome, so recovery does not home it again. With a row of the request back in
+    /// the book, recovery must home them (and this one with them: a drop counted once
+    /// too often, never a row lost).
+    pub(super) request: Option<u32>,
 }
 
 /// A sink sends totals writes with [`Sink::write_totals`].
@@ -66,6 +69,8 @@ pub(super) struct TotalsStage<'a> {
     pub(super) time: String,
     /// Rows for the flush's totals segment.
     pub(super) to_spill: Vec<SpilledTotal>,
+    /// Requests a row of which went back to the book (retried, or held).
+    pub(super) kept_in_memory: std::collections::HashSet<u32>,
     /// Records of the parts of totals the store refused, for `rejected.jsonl`.
     pub(super) rejected: Vec<WriteRecord>,
     /// Rows released, replayed and spilled (the request counts come from the runner).
@@ -151,7 +156,17 @@ impl WriteKind for TotalsStage<'_> {
                 tracing::error!(%error, "Could not write replayed writer totals again; they stay where they were read, and are read again later.");
             })
             .ok();
-        let to_spill = std::mem::take(&mut self.to_spill);
+        let mut to_spill = std::mem::take(&mut self.to_spill);
+        for row in &mut to_spill {
+            if row
+                .request
+                .is_some_and(|r| self.kept_in_memory.contains(&r))
+            {
+                // Other rows of its request are back in the book: dropped, this one must
+                // not mark the request dropped (see `SpilledTotal::request`).
+                row.request = None;
+            }
+        }
         let (carried_kept, spilled) = totals.write_spill(
             &self.flush,
             consumes,
@@ -250,8 +265,12 @@ impl TotalsStage<'_> {
                     self.totals
                         .book
                         .failed(&id, seq, shared.now_unix_secs, unknown);
+                    self.kept_in_memory.insert(request);
                 }
-                Action::Hold => self.totals.book.hold(&id),
+                Action::Hold => {
+                    self.totals.book.hold(&id);
+                    self.kept_in_memory.insert(request);
+                }
                 Action::Spill(error) => {
                     self.spill_row(&id, error.as_ref(), request, row_index);
                 }
@@ -303,7 +322,7 @@ impl TotalsStage<'_> {
             record,
             table: id.table,
             sum: spilled.unconfirmed.sum(),
-            request,
+            request: Some(request),
         });
     }
 

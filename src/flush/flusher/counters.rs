@@ -253,7 +253,12 @@ impl<S: Sink> Flusher<S> {
                         r.row = u16::try_from(row_index).unwrap_or(u16::MAX);
                     }
                     batch.spill.push(Spilled {
-                        request: Some(source.request),
+                        // The request's other rows may be back in memory: dropped, this
+                        // row must not mark the request dropped, or a kill before the
+                        // flush's end would leave them to no one (recovery homes every
+                        // row of a request not known settled, this one too: a drop
+                        // counted once too often, never a row lost).
+                        request: None,
                         table,
                         sum: back.columns.sum(),
                         records,
