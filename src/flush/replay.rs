@@ -43,6 +43,11 @@ use crate::vocabulary::Granularity;
 use super::owed::OwedDay;
 use super::record_conversion;
 
+/// Estimated bytes a record read back holds while its chunk lasts when it is kept as
+/// read (refused for `rejected.jsonl`, or part of a run to hold): the record, its key
+/// and deltas, its error. Charged against the chunk's bytes like a row to send.
+pub(crate) const REFUSED_RECORD_BYTES: usize = 512;
+
 /// Spilled rows read for a group of their own.
 pub(super) struct ReplayChunk {
     /// The rows, each owed to one table.
@@ -112,8 +117,14 @@ pub(super) fn read_chunk(
     // (see `crate::stage::replay`), but logged again by the next until the durable
     // cursor passes them, which a chunk of their own makes it do.
     let mut refused = false;
+    // Refused records are held until the read ends (for `rejected.jsonl`), and records
+    // of a run to hold as read: both count against the chunk's rows and bytes, like
+    // rows to send (a spill a configuration change made unmappable would otherwise be
+    // read whole in one chunk).
+    let mut refusals = 0_usize;
     let count = replay::read_chunk(state, ledger, |_, own, record| {
-        if chunk.rows.len() + chunk.held.len() >= max_rows || record.total.is_some() {
+        let taken = chunk.rows.len() + chunk.held.len() + refusals;
+        if taken >= max_rows || record.total.is_some() {
             // A running total (`writer_totals`) is the totals replay's, which takes it
             // (and what follows it) from here.
             return Taken::Declined;
@@ -132,6 +143,12 @@ pub(super) fn read_chunk(
                 }
                 if holds {
                     // Never in memory as a row: the record is written again, as read.
+                    let charge = aggregator.charge_of(&key, &row) + REFUSED_RECORD_BYTES;
+                    if taken > 0 && charged.saturating_add(charge) > max_bytes {
+                        no_room = true;
+                        return Taken::Declined;
+                    }
+                    charged += charge;
                     let (table, sum) = (owed_table(key.slot()), row.columns.sum());
                     chunk.sums[usize::from(!own)][table.index()] += sum;
                     chunk.held.push(record.clone());
@@ -165,6 +182,12 @@ pub(super) fn read_chunk(
                 Taken::Declined
             }
             Err(error) => {
+                if taken > 0 && charged.saturating_add(REFUSED_RECORD_BYTES) > max_bytes {
+                    no_room = true;
+                    return Taken::Declined;
+                }
+                charged += REFUSED_RECORD_BYTES;
+                refusals += 1;
                 refused = true;
                 Taken::Unmappable(error.to_string())
             }

@@ -406,6 +406,63 @@ async fn replayed_rows_of_a_removed_family_are_rejected_not_lost() {
     );
 }
 
+/// A spill a configuration change made unmappable (its family removed) is refused a
+/// chunk at a time, within the memory budget like rows to send: each refused record is
+/// held until its chunk's read ends, so a large spill read whole would hold every one.
+#[tokio::test]
+async fn refused_replay_records_are_read_a_chunk_at_a_time() {
+    const PAGES: usize = 1_000;
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = config(dir.path());
+    config.limits.max_pending_rows = 200;
+    // Ten runs against a store that is down, each spilling what it took at its final
+    // flush (within the row limit).
+    for run in 0..10 {
+        let down = MemorySink::new();
+        down.set_script(|_, _| {
+            Some((
+                Outcome::NotAppliedTransient(WriteError::new("unavailable", "down")),
+                false,
+            ))
+        });
+        let h = harness(&config, down);
+        for page in run * PAGES / 10..(run + 1) * PAGES / 10 {
+            h.engine
+                .record(
+                    "page.views",
+                    &[("page_id", format!("p{page}").as_str())][..],
+                    1,
+                    T0,
+                    None,
+                )
+                .unwrap();
+        }
+        h.flusher.finish().await;
+    }
+    let mut without = config.clone();
+    without.families.clear();
+    let mut h = harness(&without, MemorySink::new());
+    h.flusher.flush_now().await;
+    let first = read_log(dir.path(), "rejected.jsonl").len();
+    assert!(
+        first > 0 && first <= 100,
+        "one chunk, at most half the row limit: {first} refused"
+    );
+    for _ in 0..100 {
+        h.flusher.flush_now().await;
+        if read_log(dir.path(), "rejected.jsonl").len() == 2 * PAGES {
+            break;
+        }
+    }
+    assert_eq!(read_log(dir.path(), "rejected.jsonl").len(), 2 * PAGES);
+    let a = accounting(&h);
+    assert!(a.is_balanced(), "{a:?}");
+    assert_eq!(
+        (a.minute.rejected, a.day.rejected),
+        (PAGES as i128, PAGES as i128)
+    );
+}
+
 #[tokio::test]
 async fn recorder_shutdown_flushes_everything_and_drop_without_shutdown_is_counted() {
     let dir = tempfile::tempdir().unwrap();

@@ -86,6 +86,18 @@ impl ChunkRoom {
         }
     }
 
+    /// Takes room for a record kept as read until the read ends (refused, for
+    /// `rejected.jsonl`) from the chunk, not the budget; false when the chunk has none
+    /// and took something already (the first record always fits: progress).
+    fn take_kept(&mut self, charge: usize, taken_any: bool) -> bool {
+        if taken_any && (self.rows == 0 || charge > self.bytes) {
+            return false;
+        }
+        self.rows = self.rows.saturating_sub(1);
+        self.bytes = self.bytes.saturating_sub(charge);
+        true
+    }
+
     /// Takes room for a row of `charge` bytes from the chunk and the budget; false, with
     /// nothing taken, when either has none.
     fn take(&mut self, charge: usize, aggregator: &Aggregator) -> bool {
@@ -138,6 +150,9 @@ impl Replays {
         debug_assert!(self.rows.is_empty(), "a chunk never outlives its flush");
         let mut chunk = ChunkRoom::of(reading.aggregator);
         let rows = &mut self.rows;
+        // Refused records are held until the read ends: they take the chunk's room too,
+        // or a spill a configuration change made unmappable would be read whole.
+        let mut refusals = 0_usize;
         replay::read_chunk(state, reading.ledger, |_, own, record| {
             let Some(total) = &record.total else {
                 // Another kind of write: its replay takes it from here.
@@ -163,7 +178,14 @@ impl Replays {
                     });
                     Taken::Row { table, sum }
                 }
-                Err(why) => Taken::Unmappable(why.to_string()),
+                Err(why) => {
+                    let taken_any = !rows.is_empty() || refusals > 0;
+                    if !chunk.take_kept(crate::flush::REFUSED_RECORD_BYTES, taken_any) {
+                        return Taken::Declined;
+                    }
+                    refusals += 1;
+                    Taken::Unmappable(why.to_string())
+                }
             }
         });
         let loaded = state.replay_loaded();

@@ -769,6 +769,40 @@ async fn rows_due_after_an_outage_go_out_in_stages_the_flush_share_pays_for() {
     }
 }
 
+/// Spilled totals a configuration change made unmappable (their family counts with
+/// counters now) are refused a chunk at a time, within the chunk's room: each refused
+/// record is held until its chunk's read ends.
+#[tokio::test]
+async fn refused_totals_are_read_a_chunk_at_a_time() {
+    const ROWS: usize = 2_000;
+    let (dir, mut config, sink) = views_alone();
+    write_spill_file(dir.path(), ROWS);
+    config.families[0].mode = CountingMode::Counter;
+    config.limits.max_pending_rows = 200;
+    let mut w = writer(&config, sink.clone());
+    let rejected = || {
+        std::fs::read_to_string(dir.path().join("rejected.jsonl"))
+            .map(|log| log.lines().count())
+            .unwrap_or(0)
+    };
+    w.flusher.flush_now().await;
+    let first = rejected();
+    assert!(
+        first > 0 && first <= 100,
+        "one chunk, at most half the row limit: {first} refused"
+    );
+    for _ in 0..100 {
+        w.flusher.flush_now().await;
+        if rejected() == ROWS {
+            break;
+        }
+    }
+    assert_eq!(rejected(), ROWS);
+    assert!(sink.totals().is_empty(), "nothing written");
+    let a = w.accounting();
+    assert!(a.is_balanced(), "{a:?}");
+}
+
 /// A shutdown in the middle of a replay keeps, in its file, the rows read and not applied
 /// and those not read yet; the next start writes every one of them.
 #[tokio::test]
