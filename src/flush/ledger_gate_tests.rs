@@ -443,8 +443,22 @@ async fn ledger_rows_of_held_rows_lost_to_an_unwritable_state_dir_are_never_conf
             .record("page.views", &[("page_id", key.as_str())][..], 1, T0, None)
             .unwrap();
     }
+    let ledger = flusher.ledger().clone();
     flusher.finish().await;
     assert!(!obstacle.exists(), "the final flush had several chunks");
+    let a = Accounting::read(&engine, &ledger);
+    assert!(a.is_balanced(), "the lost rows are counted dropped: {a:?}");
+    assert!(a.minute.dropped > 0, "{a:?}");
+    assert!(
+        ledger
+            .late_drops()
+            .get("spill_failed")
+            .copied()
+            .unwrap_or(0)
+            > 0,
+        "{:?}",
+        ledger.late_drops()
+    );
     assert_eq!(sink.requests(), 0, "no counter write went out unrecorded");
     let status: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(dir.path().join("status.json")).unwrap())

@@ -262,10 +262,12 @@ impl<S: Sink> Flusher<S> {
                     rows = rows.len(),
                     "Could not write the held segment nor ledger_pending.jsonl: rows held for the delta ledger at the shutdown deadline are lost, and their ledger rows are not sent again; the stop is recorded as unclean."
                 );
-                self.lost.0 += rows.len() as u64;
-                for (lost, sum) in self.lost.1.iter_mut().zip(sums) {
-                    *lost += sum;
-                }
+                // Dropped: counted (the accounting and the drop counters; `lost` for
+                // `status.json`), without outcome rows: their ledger rows are forgotten.
+                let counts = self.account_spill_with(&items, written, false);
+                let Some(gate) = &mut self.ledger_gate else {
+                    return counts;
+                };
                 // A write that failed after its rename may have left the lost rows' ledger
                 // rows in the file: it is put back to what the stored requests hold.
                 let stored = gate.forget_unstored();
@@ -275,7 +277,7 @@ impl<S: Sink> Flusher<S> {
                         tracing::error!(%error, "Could not rewrite ledger_pending.jsonl either.")
                     }
                 }
-                (0, 0)
+                counts
             }
         }
     }

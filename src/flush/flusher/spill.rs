@@ -35,6 +35,18 @@ impl<S: Sink> Flusher<S> {
         spilled: &[Spilled],
         written: std::io::Result<Vec<bool>>,
     ) -> (usize, usize) {
+        self.account_spill_with(spilled, written, true)
+    }
+
+    /// [`Flusher::account_spill`]; without the outcome rows when `outcome_rows` is
+    /// false (rows whose ledger rows were never kept: nothing in the ledger for an
+    /// outcome row to explain).
+    pub(super) fn account_spill_with(
+        &mut self,
+        spilled: &[Spilled],
+        written: std::io::Result<Vec<bool>>,
+        outcome_rows: bool,
+    ) -> (usize, usize) {
         let (kept, reason, failure) = match written {
             Ok(kept) => (kept, DropReason::SpillFull, None),
             Err(error) => (
@@ -68,7 +80,9 @@ impl<S: Sink> Flusher<S> {
                 // header, or in ledger_pending.jsonl when no segment was written): the
                 // outcomes table says they were dropped, so reconcile counts them as known
                 // missing.
-                if let Some(gate) = &mut self.ledger_gate {
+                if let Some(gate) = &mut self.ledger_gate
+                    && outcome_rows
+                {
                     gate.record_outcomes(self.engine.families(), &item.records);
                 }
             }
