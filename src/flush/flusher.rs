@@ -448,6 +448,7 @@ impl<S: Sink> Flusher<S> {
     async fn flush(&mut self, deadline: &mut Deadline, last: bool) -> FlushReport {
         self.sync_families();
         self.lost = (0, [0; Granularity::COUNT]);
+        self.totals.reset_lost();
         let mut round = FlushReport::default();
         if !last {
             // Not at the final flush, which replays nothing: the next start moves what the

@@ -330,7 +330,6 @@ impl Totals {
         let now = SystemTime::now();
         let now_secs = bucket::unix_secs(now);
         let mut report = TotalsReport::default();
-        self.lost = (0, [0; Granularity::COUNT]);
         if !last {
             report.rows_released = self.book.release_closed(now_secs, self.engine.aggregator());
             // Not at the final flush, nor past the deadline, nor while the store fails:
@@ -584,10 +583,15 @@ impl Totals {
         }
     }
 
-    /// Rows and sums (minute, day) the last flush could neither write nor spill: what a
-    /// final flush lost, for `status.json` (an unclean stop).
+    /// Rows and sums (minute, day) the flush round could neither write nor spill, over
+    /// all its chunks: what a final flush lost, for `status.json` (an unclean stop).
     pub fn lost(&self) -> (u64, [i128; Granularity::COUNT]) {
         self.lost
+    }
+
+    /// Starts counting a flush round's losses ([`Totals::lost`]) from nothing.
+    pub fn reset_lost(&mut self) {
+        self.lost = (0, [0; Granularity::COUNT]);
     }
 
     fn family(&self, id: &RowId) -> &FamilyDef {

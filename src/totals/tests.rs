@@ -803,6 +803,56 @@ async fn refused_totals_are_read_a_chunk_at_a_time() {
     assert!(a.is_balanced(), "{a:?}");
 }
 
+/// A final flush in several chunks (more rows than one stage takes) with the store down
+/// and no spill room: every chunk's dropped totals are in `status.json`, not only the
+/// last chunk's, and the stop is unclean.
+#[tokio::test]
+async fn every_chunk_of_a_final_flush_reports_the_totals_it_lost() {
+    const PAGES: i64 = 2_000;
+    let (dir, mut config, sink) = views_alone();
+    config.limits.max_pending_bytes = 1 << 20;
+    config.state.max_spill_bytes = 1;
+    sink.set_totals_script(|_, _| {
+        Some((
+            Outcome::NotAppliedTransient(WriteError::new("unavailable", "down")),
+            false,
+        ))
+    });
+    let w = writer(&config, sink.clone());
+    let t = now();
+    for page in 0..PAGES {
+        let page_id = format!("p{page:04}");
+        w.engine
+            .record(
+                "page.views",
+                &[("page_id", page_id.as_str())][..],
+                1,
+                t,
+                None,
+            )
+            .unwrap();
+    }
+    let Writer {
+        engine,
+        ledger,
+        flusher,
+    } = w;
+    flusher.finish().await;
+    let a = Accounting::read(&engine, &ledger);
+    assert!(a.is_balanced(), "{a:?}");
+    assert_eq!(a.minute.dropped, i128::from(PAGES), "{a:?}");
+    let status: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.path().join("status.json")).unwrap())
+            .unwrap();
+    assert_eq!(status["clean"], false);
+    assert_eq!(
+        status["pending_rows"],
+        2 * PAGES,
+        "every minute and day row lost: {status}"
+    );
+    assert_eq!(status["pending_sum"], PAGES.to_string(), "{status}");
+}
+
 /// A shutdown in the middle of a replay keeps, in its file, the rows read and not applied
 /// and those not read yet; the next start writes every one of them.
 #[tokio::test]
