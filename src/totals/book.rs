@@ -457,11 +457,15 @@ impl Book {
         entry.total = entry.confirmed.clone();
         entry.failures = 0;
         entry.failing_since = 0;
-        if std::mem::take(&mut entry.maybe_ahead) {
+        // Only a write that applies clears `maybe_ahead` (`confirm`): the rewrite may end
+        // unknown too, and a later refusal must then rewrite again. A refused rewrite
+        // (nothing refused: the total is the confirmed one) ends it.
+        if entry.maybe_ahead && !refused.is_zero() {
             entry.unwritten = true;
             entry.not_before = 0;
             self.unwritten.insert(id.clone());
         } else {
+            entry.maybe_ahead = false;
             entry.unwritten = false;
             self.unwritten.remove(id);
         }
@@ -700,6 +704,36 @@ mod tests {
         assert_eq!(b.due(0, true).len(), 1, "shutdown ignores the back-off");
         b.confirm(id.as_ref(), &one(2));
         assert_eq!(b.failing_since(&id), None);
+    }
+
+    /// A refusal after an unknown write schedules a rewrite of the confirmed total; a
+    /// rewrite that ends unknown too keeps that owed, so the next refusal rewrites
+    /// again; a refused rewrite (nothing refused) ends it; an applied write clears it.
+    #[test]
+    fn a_refusal_after_an_unknown_write_rewrites_until_a_write_applies() {
+        let agg = aggregator(100);
+        let mut b = book();
+        let id = minute_row("a", NOW);
+        b.absorb(id.as_ref(), &one(10), &agg).unwrap();
+        b.failed(&id, 1, 100, true);
+        assert_eq!(b.reject(&id), one(10));
+        assert_eq!(b.unwritten(), 1, "the confirmed total is written again");
+        b.failed(&id, 2, 100, true);
+        b.absorb(id.as_ref(), &one(2), &agg).unwrap();
+        assert_eq!(b.reject(&id), one(2));
+        assert_eq!(b.unwritten(), 1, "still owed: the rewrite ended unknown");
+        assert_eq!(b.reject(&id), one(0), "the rewrite refused");
+        assert_eq!(b.unwritten(), 0);
+        b.absorb(id.as_ref(), &one(3), &agg).unwrap();
+        b.failed(&id, 3, 100, true);
+        b.confirm(id.as_ref(), &one(3));
+        b.absorb(id.as_ref(), &one(1), &agg).unwrap();
+        assert_eq!(b.reject(&id), one(1));
+        assert_eq!(
+            b.unwritten(),
+            0,
+            "applied since: nothing ahead of the confirmed total"
+        );
     }
 
     /// An applied total confirmed while a newer one arrived keeps the row unwritten.
