@@ -224,6 +224,7 @@ impl<S: Sink> Flusher<S> {
                     Action::Hold => plan::held_rows(write).collect(),
                     _ => plan::requeued_rows(write, now_unix_secs).collect(),
                 };
+                let (row_count, first_refused) = (rows.len(), batch.spill.len());
                 for (row_index, (key, row)) in rows.into_iter().enumerate() {
                     let Some(Refused { key, row: back, .. }) = self
                         .engine
@@ -253,16 +254,24 @@ impl<S: Sink> Flusher<S> {
                         r.row = u16::try_from(row_index).unwrap_or(u16::MAX);
                     }
                     batch.spill.push(Spilled {
-                        // The request's other rows may be back in memory: dropped, this
-                        // row must not mark the request dropped, or a kill before the
-                        // flush's end would leave them to no one (recovery homes every
-                        // row of a request not known settled, this one too: a drop
-                        // counted once too often, never a row lost).
+                        // Unless every row of the request is refused (below), others are
+                        // back in memory: dropped, this row must not mark the request
+                        // dropped, or a kill before the flush's end would leave them to
+                        // no one (recovery homes every row of a request not known
+                        // settled, this one too: a drop counted once too often, never a
+                        // row lost).
                         request: None,
                         table,
                         sum: back.columns.sum(),
                         records,
                     });
+                }
+                let refused = &mut batch.spill[first_refused..];
+                if refused.len() == row_count {
+                    // The whole request left memory: dropped, it is journaled so.
+                    for item in refused {
+                        item.request = Some(source.request);
+                    }
                 }
             }
             Action::Spill(error) => {
