@@ -199,6 +199,9 @@ pub(crate) struct Book {
     released_through: i64,
     /// The minute of the last release pass (one pass per minute is enough).
     last_release_minute: i64,
+    /// The last row a flush took when it could not take every due row: the next one
+    /// starts after it (see [`Book::take_due`]).
+    resume_after: Option<RowId>,
 }
 
 /// `a - b` per column (totals and confirmed totals differ by what one writer counted in
@@ -220,6 +223,7 @@ impl Book {
             closing,
             released_through: i64::MIN,
             last_release_minute: i64::MIN,
+            resume_after: None,
         }
     }
 
@@ -323,29 +327,52 @@ impl Book {
     /// the book comes due at once, and planned whole its copies would double the memory
     /// the budget allows. The rest stay unwritten for the next flush. Each row taken goes
     /// back to the unwritten set unless [`Book::confirm`] finds its newest total applied.
+    ///
+    /// Rows take turns when they do not all fit: in id order, from the row after the last
+    /// one the previous such flush took, wrapping around, so a row changing every flush
+    /// cannot keep another from ever being written.
     pub(crate) fn take_due(&mut self, flush: u64, all: bool, max_bytes: usize) -> Vec<Due> {
-        let mut due = Vec::new();
+        let mut candidates: Vec<(RowId, usize)> = Vec::new();
         let mut waiting = Vec::new();
-        let mut allowance = max_bytes;
         for id in self.unwritten.drain() {
             match self.rows.get(&id) {
                 Some(entry) if all || entry.not_before <= flush => {
                     let cost = due_cost(&id, &entry.total);
-                    if !due.is_empty() && cost > allowance {
-                        waiting.push(id);
-                        continue;
-                    }
-                    allowance = allowance.saturating_sub(cost);
-                    due.push(Due {
-                        total: entry.total.clone(),
-                        unconfirmed: difference(&entry.total, &entry.confirmed),
-                        id,
-                    });
+                    candidates.push((id, cost));
                 }
                 Some(_) => waiting.push(id),
                 None => {}
             }
         }
+        candidates.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+        let bounded = candidates.iter().map(|(_, cost)| cost).sum::<usize>() > max_bytes;
+        if bounded && let Some(after) = &self.resume_after {
+            let start = candidates.partition_point(|(id, _)| id <= after);
+            candidates.rotate_left(start);
+        }
+        let mut due = Vec::new();
+        let mut allowance = max_bytes;
+        let mut candidates = candidates.into_iter();
+        for (id, cost) in candidates.by_ref() {
+            if !due.is_empty() && cost > allowance {
+                waiting.push(id);
+                break;
+            }
+            allowance = allowance.saturating_sub(cost);
+            if let Some(entry) = self.rows.get(&id) {
+                due.push(Due {
+                    total: entry.total.clone(),
+                    unconfirmed: difference(&entry.total, &entry.confirmed),
+                    id,
+                });
+            }
+        }
+        waiting.extend(candidates.map(|(id, _)| id));
+        self.resume_after = if bounded {
+            due.last().map(|d| d.id.clone())
+        } else {
+            None
+        };
         self.unwritten.extend(waiting);
         due.sort_by(|a, b| a.id.cmp(&b.id));
         due
@@ -734,6 +761,32 @@ mod tests {
             0,
             "applied since: nothing ahead of the confirmed total"
         );
+    }
+
+    /// More rows due than a flush's allowance takes, every one of them changing every
+    /// flush: the rows take turns, so each is written within a few flushes (not the
+    /// same ones first every time).
+    #[test]
+    fn rows_that_do_not_all_fit_take_turns() {
+        let agg = aggregator(1_000);
+        let mut b = book();
+        let ids: Vec<RowId> = (0..100)
+            .map(|i| minute_row(&format!("r{i:03}"), NOW))
+            .collect();
+        let allowance = 30 * due_cost(&ids[0], &one(1));
+        let mut taken = std::collections::BTreeSet::new();
+        for flush in 1..=5 {
+            for id in &ids {
+                b.absorb(id.as_ref(), &one(1), &agg).unwrap();
+            }
+            let due = b.take_due(flush, false, allowance);
+            assert!(!due.is_empty() && due.len() <= 30, "{}", due.len());
+            for row in due {
+                b.confirm(row.id.as_ref(), &row.total);
+                taken.insert(row.id);
+            }
+        }
+        assert_eq!(taken.len(), 100, "every row written within five flushes");
     }
 
     /// An applied total confirmed while a newer one arrived keeps the row unwritten.
