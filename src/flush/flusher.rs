@@ -475,19 +475,27 @@ impl<S: Sink> Flusher<S> {
             round.add(&replayed);
         }
         let mut owed = self.engine.aggregator().pending_rows();
+        let gate_held = |f: &Self| f.ledger_gate.as_ref().map_or(0, |g| g.held().0);
         loop {
             let before = self.engine.aggregator().pending_rows();
             let totals_before = self.totals.unwritten_rows();
+            let gate_before = gate_held(self);
             let chunk = self.flush_chunk(deadline, last).await;
             round.add(&chunk);
             owed = owed.saturating_sub(chunk.rows);
             let progressed = self.engine.aggregator().pending_rows() < before
-                || self.totals.unwritten_rows() < totals_before;
-            // A chunk's totals stage takes what fits its share of the memory limit: the
-            // final flush goes on while the book has rows left. (A round leaves them to
-            // the next round.)
-            let totals_left = last && self.totals.has_due(self.seq + 1, true);
-            let done = chunk.rows == 0 && !totals_left
+                || self.totals.unwritten_rows() < totals_before
+                || gate_held(self) < gate_before;
+            // A chunk's totals stage, and the rows the ledger gate releases, take what
+            // fits its share of the memory limit: the final flush goes on while the book
+            // has rows left or confirmed rows wait. (A round leaves them to the next.)
+            let left = last
+                && (self.totals.has_due(self.seq + 1, true)
+                    || self
+                        .ledger_gate
+                        .as_ref()
+                        .is_some_and(LedgerGate::has_confirmed));
+            let done = chunk.rows == 0 && !left
                 || !progressed && last
                 || !last
                     && (owed == 0
@@ -496,6 +504,19 @@ impl<S: Sink> Flusher<S> {
             if done {
                 break;
             }
+        }
+        if last
+            && self
+                .ledger_gate
+                .as_ref()
+                .is_some_and(LedgerGate::has_confirmed)
+        {
+            // Ended with confirmed rows still waiting (no chunk made progress): spilled
+            // with the rest rather than left in memory.
+            let flush = self.state.flush_id(self.seq);
+            let (spilled, dropped) = self.spill_ledger_held(&flush, true);
+            round.spilled += spilled;
+            round.dropped += dropped;
         }
         if last {
             self.send_outcomes(deadline, true).await;
@@ -674,7 +695,7 @@ impl<S: Sink> Flusher<S> {
             }
         };
         if last {
-            self.ledger_held = self.spill_ledger_held(&flush);
+            self.ledger_held = self.spill_ledger_held(&flush, false);
         }
         self.forget_confirmed_ledger_file();
         let mut drained_sums = planned_sums;

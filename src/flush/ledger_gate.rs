@@ -270,15 +270,13 @@ struct Release {
     share: usize,
     /// Whether a held request was released (one always may be: progress).
     any: bool,
-    /// The final flush releases everything.
-    last: bool,
 }
 
 impl Release {
     /// Whether a request whose rows' writes cost `cost` may be released now; if so, it
     /// is counted.
     fn fits(&mut self, cost: usize) -> bool {
-        let fits = self.last || !self.any || self.spent.saturating_add(cost) <= self.share;
+        let fits = !self.any || self.spent.saturating_add(cost) <= self.share;
         if fits {
             self.spent = self.spent.saturating_add(cost);
             self.any = true;
@@ -348,7 +346,8 @@ impl LedgerGate {
     /// it keeps its rows held, their room with them, for the next flush (which drains
     /// that much less of the buffer: [`LedgerGate::confirmed_cost`]). After a ledger
     /// outage every held request is confirmed at once: released together, their writes
-    /// would take several times the share. The final flush releases everything.
+    /// would take several times the share. The final flush too: it goes on while
+    /// confirmed rows wait ([`LedgerGate::has_confirmed`]).
     #[allow(clippy::too_many_arguments)]
     pub async fn admit<S: Sink>(
         &mut self,
@@ -366,7 +365,6 @@ impl LedgerGate {
             spent: pass.iter().map(|(k, r)| (costs.flush)(k, r)).sum(),
             share: costs.share,
             any: false,
-            last,
         };
         // Confirmed in an earlier flush, oldest first: released before anything new.
         let (confirmed, unconfirmed): (Vec<Held>, Vec<Held>) = std::mem::take(&mut self.held)
@@ -491,8 +489,12 @@ impl LedgerGate {
     /// no held segment can carry them). The requests stay, to be marked stored once
     /// their ledger rows are on disk ([`LedgerGate::mark_stored`]), or forgotten if they
     /// could not be written ([`LedgerGate::forget_unstored`]).
+    ///
+    /// Requests confirmed and waiting for room are given up only with `confirmed_too`
+    /// (once the final flush ends with some left): until then later chunks release them.
     pub fn give_up_held(
         &mut self,
+        confirmed_too: bool,
     ) -> (
         Vec<(RowKey, Row)>,
         [i128; Granularity::COUNT],
@@ -500,14 +502,29 @@ impl LedgerGate {
     ) {
         let mut gated = Vec::new();
         let mut ledger_rows = Vec::new();
-        for held in &mut self.held {
+        let mut sums = [0_i128; Granularity::COUNT];
+        for held in self
+            .held
+            .iter_mut()
+            .filter(|h| confirmed_too || !h.confirmed)
+        {
+            for (sum, owed) in sums.iter_mut().zip(held.owed_sums()) {
+                *sum += owed;
+            }
             gated.append(&mut held.gated);
             held.credit = None;
             ledger_rows.extend(held.rows.iter().cloned());
         }
-        let sums = std::mem::take(&mut self.held_sums);
+        for (held_sum, sum) in self.held_sums.iter_mut().zip(sums) {
+            *held_sum -= sum;
+        }
         self.publish();
         (gated, sums, ledger_rows)
+    }
+
+    /// Whether confirmed requests wait for room to release their rows.
+    pub fn has_confirmed(&self) -> bool {
+        self.held.iter().any(|h| h.confirmed && !h.gated.is_empty())
     }
 
     /// The ledger rows of the requests not on disk yet: those of the rows
@@ -524,7 +541,7 @@ impl LedgerGate {
     /// `ledger_pending.jsonl`): each request is a stored one (no spilled row is replayed
     /// before it is confirmed).
     pub fn mark_stored(&mut self) {
-        for held in &mut self.held {
+        for held in self.held.iter_mut().filter(|h| !h.confirmed) {
             held.stored = true;
         }
     }
@@ -535,7 +552,7 @@ impl LedgerGate {
     /// record deltas that reach no counter). Returns the ledger rows of the requests still
     /// stored (those of rows spilled earlier), what the file must hold.
     pub fn forget_unstored(&mut self) -> Vec<LedgerRow> {
-        self.held.retain(|held| held.stored);
+        self.held.retain(|held| held.stored || held.confirmed);
         self.publish();
         self.held
             .iter()

@@ -728,64 +728,71 @@ async fn rows_released_after_a_ledger_outage_go_out_a_flush_share_at_a_time() {
     }
     const MAX_PENDING_BYTES: usize = 512 << 10;
     let share = MAX_PENDING_BYTES / 4;
-    let dir = tempfile::tempdir().unwrap();
-    let mut config = config(dir.path());
-    config.limits.max_pending_bytes = MAX_PENDING_BYTES;
-    let engine = Arc::new(Engine::with_seed(&config, Some(1)).unwrap());
-    let sink = MemorySink::new();
-    let down = Arc::new(std::sync::atomic::AtomicBool::new(true));
-    let ledger_down = down.clone();
-    sink.set_ledger_script(move |_, _| {
-        ledger_down
-            .load(std::sync::atomic::Ordering::Relaxed)
-            .then(|| {
-                (
-                    Outcome::NotAppliedTransient(WriteError::new("unavailable", "u")),
-                    false,
-                )
-            })
-    });
-    let mut flusher = Flusher::open(engine.clone(), Arc::new(sink.clone()), &config).unwrap();
-    let mut fed: BTreeMap<(String, u32), i128> = BTreeMap::new();
-    for round in 0..5_i64 {
-        for i in 0..300_i64 {
-            let key = format!("p{round}-{i}");
-            engine
-                .record("page.views", &[("page_id", key.as_str())][..], 1, T0, None)
-                .unwrap();
-            *fed.entry((format!("[\"{key}\"]"), (T0 / 60) as u32))
-                .or_default() += 1;
+    for final_flush in [false, true] {
+        let dir = tempfile::tempdir().unwrap();
+        let mut config = config(dir.path());
+        config.limits.max_pending_bytes = MAX_PENDING_BYTES;
+        let engine = Arc::new(Engine::with_seed(&config, Some(1)).unwrap());
+        let sink = MemorySink::new();
+        let down = Arc::new(std::sync::atomic::AtomicBool::new(true));
+        let ledger_down = down.clone();
+        sink.set_ledger_script(move |_, _| {
+            ledger_down
+                .load(std::sync::atomic::Ordering::Relaxed)
+                .then(|| {
+                    (
+                        Outcome::NotAppliedTransient(WriteError::new("unavailable", "u")),
+                        false,
+                    )
+                })
+        });
+        let mut flusher = Flusher::open(engine.clone(), Arc::new(sink.clone()), &config).unwrap();
+        let mut fed: BTreeMap<(String, u32), i128> = BTreeMap::new();
+        for round in 0..5_i64 {
+            for i in 0..300_i64 {
+                let key = format!("p{round}-{i}");
+                engine
+                    .record("page.views", &[("page_id", key.as_str())][..], 1, T0, None)
+                    .unwrap();
+                *fed.entry((format!("[\"{key}\"]"), (T0 / 60) as u32))
+                    .or_default() += 1;
+            }
+            flusher.flush_now().await;
         }
-        flusher.flush_now().await;
-    }
-    assert_eq!(flusher.ledger().exact_ledger().held_rows, 1_500);
-    assert!(counter_sums(&sink, Granularity::Minute).is_empty());
-    let planned = Arc::new(Planned(Mutex::new(Vec::new())));
-    flusher.observe(planned.clone());
-    down.store(false, std::sync::atomic::Ordering::Relaxed);
-    for _ in 0..100 {
-        flusher.flush_now().await;
-        if counter_sums(&sink, Granularity::Minute) == fed {
-            break;
+        assert_eq!(flusher.ledger().exact_ledger().held_rows, 1_500);
+        assert!(counter_sums(&sink, Granularity::Minute).is_empty());
+        let planned = Arc::new(Planned(Mutex::new(Vec::new())));
+        flusher.observe(planned.clone());
+        down.store(false, std::sync::atomic::Ordering::Relaxed);
+        let ledger = flusher.ledger().clone();
+        if final_flush {
+            flusher.finish().await;
+        } else {
+            for _ in 0..100 {
+                flusher.flush_now().await;
+                if counter_sums(&sink, Granularity::Minute) == fed {
+                    break;
+                }
+            }
         }
-    }
-    assert_eq!(counter_sums(&sink, Granularity::Minute), fed);
-    assert_eq!(
-        counter_sums(&sink, Granularity::Day).values().sum::<i128>(),
-        1_500
-    );
-    let chunks = planned.0.lock().clone();
-    assert!(chunks.len() > 1, "released in several chunks: {chunks:?}");
-    // One held request (a ledger batch) is released whatever its size: a little slack.
-    let slack = crate::flush::ledger_gate::ROWS_PER_REQUEST
-        * 2
-        * (crate::aggregate::FLUSH_BYTES_PER_WRITE + 16);
-    for bytes in chunks {
-        assert!(
-            bytes <= share + slack,
-            "a chunk planned {bytes} bytes of writes, past the flush's share {share}"
+        assert_eq!(counter_sums(&sink, Granularity::Minute), fed);
+        assert_eq!(
+            counter_sums(&sink, Granularity::Day).values().sum::<i128>(),
+            1_500
         );
+        let chunks = planned.0.lock().clone();
+        assert!(chunks.len() > 1, "released in several chunks: {chunks:?}");
+        // One held request (a ledger batch) is released whatever its size: a little slack.
+        let slack = crate::flush::ledger_gate::ROWS_PER_REQUEST
+            * 2
+            * (crate::aggregate::FLUSH_BYTES_PER_WRITE + 16);
+        for bytes in chunks {
+            assert!(
+                bytes <= share + slack,
+                "a chunk planned {bytes} bytes of writes, past the flush's share {share}"
+            );
+        }
+        let a = Accounting::read(&engine, &ledger);
+        assert!(a.is_balanced(), "{a:?}");
     }
-    let a = Accounting::read(&engine, flusher.ledger());
-    assert!(a.is_balanced(), "{a:?}");
 }

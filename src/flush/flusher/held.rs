@@ -216,14 +216,24 @@ impl<S: Sink> Flusher<S> {
     /// ledger rows are forgotten (no later chunk sends them or writes them to the file)
     /// and the stop is recorded as unclean with the rows. Returns the spilled and dropped
     /// writes.
-    pub(super) fn spill_ledger_held(&mut self, flush: &FlushId) -> (usize, usize) {
+    ///
+    /// Rows whose ledger rows are confirmed, waiting for room in a later chunk, are left
+    /// to it unless `confirmed_too` (the final flush ended with some left).
+    pub(super) fn spill_ledger_held(
+        &mut self,
+        flush: &FlushId,
+        confirmed_too: bool,
+    ) -> (usize, usize) {
         let Some(gate) = &mut self.ledger_gate else {
             return (0, 0);
         };
         if gate.held().0 == 0 {
             return (0, 0);
         }
-        let (rows, sums, ledger_rows) = gate.give_up_held();
+        let (rows, sums, ledger_rows) = gate.give_up_held(confirmed_too);
+        if rows.is_empty() {
+            return (0, 0);
+        }
         let given_up = gate.unstored_rows();
         for g in Granularity::ALL {
             self.ledger.update(g, |s| s.in_flight -= sums[g.index()]);
