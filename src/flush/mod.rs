@@ -47,7 +47,6 @@ pub use self::barrier::{BarrierHandle, Barriers, barrier_channel};
 pub use self::flusher::Flusher;
 pub use self::observe::FlushObserver;
 pub use self::plan::PlanOptions;
-pub(crate) use self::replay::REFUSED_RECORD_BYTES;
 pub use self::report::FlushReport;
 pub use self::shutdown::{ShutdownHandle, ShutdownSignal, shutdown_channel};
 

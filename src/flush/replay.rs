@@ -33,7 +33,7 @@ use std::collections::BTreeMap;
 
 use crate::aggregate::{Credit, Row, RowKey, Slot};
 use crate::engine::Engine;
-use crate::stage::replay::{self, Taken};
+use crate::stage::replay::{self, REFUSED_RECORD_BYTES, Taken};
 use crate::state::spill::MAX_REPLAY_CHUNK_ROWS;
 use crate::state::{StateDir, WriteRecord};
 use crate::telemetry::Ledger;
@@ -42,11 +42,6 @@ use crate::vocabulary::Granularity;
 
 use super::owed::OwedDay;
 use super::record_conversion;
-
-/// Estimated bytes a record read back holds while its chunk lasts when it is kept as
-/// read (refused for `rejected.jsonl`, or part of a run to hold): the record, its key
-/// and deltas, its error. Charged against the chunk's bytes like a row to send.
-pub(crate) const REFUSED_RECORD_BYTES: usize = 512;
 
 /// Spilled rows read for a group of their own.
 pub(super) struct ReplayChunk {

@@ -21,6 +21,11 @@ use crate::state::{ErrorInfo, OutcomeLog, RecordOutcome, SegmentId, StateDir, To
 use crate::telemetry::{Ledger, Settled};
 use crate::vocabulary::Granularity;
 
+/// Estimated bytes a record read back holds while its chunk lasts when it is kept as
+/// read (refused for `rejected.jsonl`, or part of a run to hold): the record, its key
+/// and deltas, its error. Each kind charges it against its chunk's room like a row.
+pub const REFUSED_RECORD_BYTES: usize = 512;
+
 /// What a kind of write did with one record read back.
 pub enum Taken {
     /// Taken for the chunk: its row is owed to `table`, `sum` its delta sum.

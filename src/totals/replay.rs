@@ -180,7 +180,7 @@ impl Replays {
                 }
                 Err(why) => {
                     let taken_any = !rows.is_empty() || refusals > 0;
-                    if !chunk.take_kept(crate::flush::REFUSED_RECORD_BYTES, taken_any) {
+                    if !chunk.take_kept(replay::REFUSED_RECORD_BYTES, taken_any) {
                         return Taken::Declined;
                     }
                     refusals += 1;
