@@ -512,7 +512,9 @@ impl<S: Sink> Flusher<S> {
                 .is_some_and(LedgerGate::has_confirmed)
         {
             // Ended with confirmed rows still waiting (no chunk made progress): spilled
-            // with the rest rather than left in memory.
+            // with the rest rather than left in memory, under a sequence number of their
+            // own (the last chunk's held segment, if it wrote one, has its own).
+            self.seq += 1;
             let flush = self.state.flush_id(self.seq);
             let (spilled, dropped) = self.spill_ledger_held(&flush, true);
             round.spilled += spilled;
