@@ -27,6 +27,16 @@ pub struct JsonlLog {
 /// The `(request_id, row)` of the records of the file at `path` from `offset` on (an
 /// absent file has none).
 pub fn keys_in(path: &Path, offset: u64) -> io::Result<HashSet<(String, u16)>> {
+    keys_where(path, offset, |_| true)
+}
+
+/// The `(request_id, row)` of the records of the file at `path` from `offset` on whose
+/// request id `keep` accepts.
+fn keys_where(
+    path: &Path,
+    offset: u64,
+    keep: impl Fn(&str) -> bool,
+) -> io::Result<HashSet<(String, u16)>> {
     #[derive(serde::Deserialize)]
     struct Identity {
         #[serde(default)]
@@ -42,7 +52,9 @@ pub fn keys_in(path: &Path, offset: u64) -> io::Result<HashSet<(String, u16)>> {
     file.seek(SeekFrom::Start(offset))?;
     let mut keys = HashSet::new();
     for line in BufReader::new(file).lines() {
-        if let Ok(id) = serde_json::from_str::<Identity>(&line?) {
+        if let Ok(id) = serde_json::from_str::<Identity>(&line?)
+            && keep(&id.request_id)
+        {
             keys.insert((id.request_id, id.row));
         }
     }
@@ -136,6 +148,13 @@ impl JsonlLog {
     /// crashed had already written here.
     pub fn keys_from(&self, offset: u64) -> io::Result<HashSet<(String, u16)>> {
         keys_in(&self.path, offset)
+    }
+
+    /// The `(request_id, row)` of every record of the current file whose request id
+    /// starts with `prefix` (one flush's requests): what a crashed flush wrote here when
+    /// where it started writing is not known.
+    pub fn keys_of_requests(&self, prefix: &str) -> io::Result<HashSet<(String, u16)>> {
+        keys_where(&self.path, 0, |id| id.starts_with(prefix))
     }
 
     fn rotated(&self, n: u32) -> PathBuf {

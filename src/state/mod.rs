@@ -612,6 +612,17 @@ impl StateDir {
         self.log(log).keys_from(offset)
     }
 
+    /// The `(request_id, row)` of the records `log`'s current file holds whose request
+    /// id starts with `prefix`: what a crashed flush whose start in the log is not known
+    /// (see [`JsonlLog::keys_of_requests`]) must not record again.
+    pub fn log_keys_of_requests(
+        &self,
+        log: OutcomeLog,
+        prefix: &str,
+    ) -> io::Result<std::collections::HashSet<(String, u16)>> {
+        self.log(log).keys_of_requests(prefix)
+    }
+
     /// The current file of an outcome log.
     pub fn log_path(&self, log: OutcomeLog) -> &Path {
         self.log(log).path()

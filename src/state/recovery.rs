@@ -198,7 +198,6 @@ pub(super) fn recover(
                 log_missing(
                     state,
                     group,
-                    index == last,
                     OutcomeLog::Rejected,
                     finished.rejected,
                     &mut report,
@@ -274,21 +273,16 @@ fn table_of(record: &WriteRecord) -> Granularity {
     Granularity::parse(&record.granularity).unwrap_or(Granularity::Minute)
 }
 
-/// Appends to `log` the records of `group` it does not hold from the group's recorded
-/// log sizes on (see [`logs_at`]), so that recovery run again after a kill adds nothing.
+/// Appends to `log` the records of `group` it does not hold (see [`logged`]), so that
+/// recovery run again after a kill adds nothing.
 fn log_missing(
     state: &mut StateDir,
     group: &FlushGroup,
-    is_last: bool,
     log: OutcomeLog,
     records: Vec<WriteRecord>,
     report: &mut RecoveryReport,
 ) -> std::io::Result<()> {
-    let (unknown_at, rejected_at) = logs_at(state, group, is_last)?;
-    let logged = match log {
-        OutcomeLog::Unknown => state.unknown.keys_from(unknown_at)?,
-        OutcomeLog::Rejected => state.rejected.keys_from(rejected_at)?,
-    };
+    let logged = logged(state, group, log)?;
     let missing: Vec<WriteRecord> = missing(records, &logged).collect();
     if missing.is_empty() {
         return Ok(());
@@ -307,23 +301,24 @@ fn log_missing(
     }
 }
 
-/// The outcome logs' sizes `group` recorded before it appended to them; when it had
-/// not, recorded now (durably, before recovery appends) for the journal's last group,
-/// or `(0, 0)` for an earlier one.
-fn logs_at(state: &mut StateDir, group: &FlushGroup, is_last: bool) -> std::io::Result<(u64, u64)> {
-    match group.logs_at {
-        Some(at) => Ok(at),
-        // Nothing of the group was appended before the logs' present sizes: recorded,
-        // so that a recovery run again looks from there. A record appended now attaches
-        // to the journal's last group, so only that group's sizes can be recorded; an
-        // earlier group's records are looked for in the whole logs (a rare case: its
-        // flush failed to end, then another group was written after it).
-        None if is_last => {
-            let at = (state.unknown.size(), state.rejected.size());
-            state.journal.logs_at(at.0, at.1)?;
-            Ok(at)
-        }
-        None => Ok((0, 0)),
+/// The records of `group` that `log` already holds: from the log's size the group
+/// recorded before it first appended to it; without such a record, those of the group's
+/// flush anywhere in the log's current file. A group without one may have appended all
+/// the same: the journal refused the record and the flush logged its outcomes anyway
+/// (losing them would be worse), or its flush failed to end and another group came after
+/// it. The current file is enough: a log does not rotate while a group is left open (see
+/// [`StateDir::note_logs_at`]), and recovery never rotates. Nothing is recorded for the
+/// next run: sizes taken now would hide what the flush appended before them from a
+/// recovery run again after a kill, which would log it twice.
+fn logged(
+    state: &StateDir,
+    group: &FlushGroup,
+    log: OutcomeLog,
+) -> std::io::Result<std::collections::HashSet<(String, u16)>> {
+    match (group.logs_at, log) {
+        (Some((unknown, _)), OutcomeLog::Unknown) => state.unknown.keys_from(unknown),
+        (Some((_, rejected)), OutcomeLog::Rejected) => state.rejected.keys_from(rejected),
+        (None, log) => state.log_keys_of_requests(log, &group.flush.named_request("")),
     }
 }
 
@@ -334,9 +329,8 @@ fn finish(
     time: &str,
     report: &mut RecoveryReport,
 ) -> std::io::Result<()> {
-    let (unknown_at, rejected_at) = logs_at(state, group, is_last)?;
-    let logged_unknown = state.unknown.keys_from(unknown_at)?;
-    let logged_rejected = state.rejected.keys_from(rejected_at)?;
+    let logged_unknown = logged(state, group, OutcomeLog::Unknown)?;
+    let logged_rejected = logged(state, group, OutcomeLog::Rejected)?;
     // The flush's held segment (rows held for the delta ledger) is not looked at: it
     // holds no intent of the flush, and is replayed like any segment.
     let live = SegmentId::live(group.flush.incarnation, group.flush.flush_seq);

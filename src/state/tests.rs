@@ -211,8 +211,8 @@ fn recovery_gives_each_request_of_a_killed_flush_one_home_and_runs_again_safely(
     let (kind, text) = error("invalid");
     state.journal_outcome(4, &Settled::Rejected { kind, text });
     state.journal_outcome(5, &Settled::NotStarted);
-    // Where the flush's records would have started (recovery records this itself when
-    // a flush was killed before it).
+    // Where the flush's records would have started (without it, recovery looks for them
+    // in the whole current log).
     state.journal.logs_at(0, 0).unwrap();
     let journal = fs::read(state.journal_path()).unwrap();
     drop(state); // killed
@@ -424,6 +424,89 @@ fn recovery_completes_a_half_written_log_batch_without_duplicates() {
     let names: Vec<&str> = unknown.iter().map(|r| r.key["name"].as_str()).collect();
     assert_eq!(names, ["a", "b", "c"]);
     assert_eq!(state.recovery().unknown_rows, 2);
+}
+
+/// A flush whose journal refused the record of the logs' sizes appended its records all
+/// the same, then was killed: recovery finds them in the log (it has no size to look
+/// from) and adds only what is missing, also when it runs again.
+#[test]
+fn recovery_finds_records_appended_after_the_journal_refused_their_start() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut state = StateDir::open(&config(tmp.path())).unwrap();
+    let flush = FlushId {
+        writer: state.writer_id().to_owned(),
+        incarnation: state.incarnation(),
+        flush_seq: 7,
+        nonce: None,
+    };
+    // Another flush's record of the same request number: not this flush's.
+    let other = FlushId {
+        flush_seq: 70,
+        ..flush.clone()
+    };
+    let writes = [write("a", 1), write("b", 2), write("c", 3)];
+    let record = |flush: &FlushId, i: usize| {
+        crate::flush::record_conversion::to_records(
+            &writes[i],
+            &families()[0],
+            RecordSource {
+                flush,
+                request: i as u32,
+                time: "t",
+            },
+            RecordOutcome::Unknown,
+            None,
+        )
+    };
+    state.append(OutcomeLog::Unknown, &record(&other, 1));
+    state
+        .journal_begin(&flush, "t", None, &families(), &writes)
+        .unwrap();
+    for i in 0..3 {
+        state.journal_outcome(
+            i,
+            &Settled::Unknown {
+                kind: "overloaded".into(),
+                text: "x".into(),
+            },
+        );
+    }
+    // The logs' sizes never reached the journal; the first record reached the log.
+    state.append(OutcomeLog::Unknown, &record(&flush, 0));
+    let journal = fs::read(state.journal_path()).unwrap();
+    drop(state); // killed
+
+    let check = |dir: &Path| {
+        let unknown = lines(dir, "unknown.jsonl");
+        let names: Vec<(&str, &str)> = unknown
+            .iter()
+            .map(|r| (r.request_id.as_str(), r.key["name"].as_str()))
+            .collect();
+        let (a, b, c) = (
+            flush.request_id(0),
+            flush.request_id(1),
+            flush.request_id(2),
+        );
+        let b_of_other = other.request_id(1);
+        assert_eq!(
+            names,
+            [
+                (b_of_other.as_str(), "b"),
+                (a.as_str(), "a"),
+                (b.as_str(), "b"),
+                (c.as_str(), "c")
+            ]
+        );
+    };
+    let state = StateDir::open(&config(tmp.path())).unwrap();
+    check(tmp.path());
+    assert_eq!(state.recovery().unknown_rows, 2);
+    drop(state);
+    // The same journal again (a kill before recovery's own end): nothing is added.
+    fs::write(tmp.path().join("journal.wal"), &journal).unwrap();
+    let state = StateDir::open(&config(tmp.path())).unwrap();
+    check(tmp.path());
+    assert_eq!(state.recovery().unknown_rows, 0);
 }
 
 /// Spills one segment of three rows, then loads them as a replay and opens the flush

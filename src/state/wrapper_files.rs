@@ -202,7 +202,12 @@ pub fn read_line(line: &[u8], in_spill: bool) -> Option<WriteRecord> {
 
 /// The request id of request `request` of wrapper flush `seq`.
 pub fn request_id(writer: &str, incarnation: u64, seq: u64, request: u32) -> String {
-    format!("{writer}/{incarnation}/w{seq}/{request}")
+    format!("{}{request}", request_prefix(writer, incarnation, seq))
+}
+
+/// What every request id of wrapper flush `seq` starts with.
+pub fn request_prefix(writer: &str, incarnation: u64, seq: u64) -> String {
+    format!("{writer}/{incarnation}/w{seq}/")
 }
 
 /// Bytes as lowercase hex.

@@ -105,15 +105,6 @@ fn finish(
     is_last: bool,
     report: &mut WrapperRecovery,
 ) -> std::io::Result<()> {
-    // Nothing of the group was appended before the logs' present sizes: recorded (not
-    // rotating: that would move the records of the groups being finished out of the
-    // current files) for the journal's last group, to which a record appended now
-    // attaches; an earlier group's records are looked for in the whole current files.
-    let at = match wrapper.logs_at {
-        Some(at) => at,
-        None if is_last => state.wrapper_recovery_logs_at()?,
-        None => [0; 3],
-    };
     let flush = &group.flush;
     let recovered = SegmentId::recovered(flush.incarnation, flush.flush_seq);
     let mut spilled_already = state.spill_keys(recovered)?;
@@ -122,9 +113,21 @@ fn finish(
     for id in std::iter::once(SegmentId::live(flush.incarnation, flush.flush_seq)).chain(migrated) {
         spilled_already.extend(state.spill_keys(id)?);
     }
+    // What the flush already logged: from the logs' sizes it recorded before it first
+    // appended; without them (a kill before it appended, or a journal that refused the
+    // record while the appends went on), its requests' records anywhere in the current
+    // files (recovery never rotates them). Nothing is recorded for a recovery run
+    // again: sizes taken now would hide the flush's own records before them.
+    let logged = |log: OutcomeLog, at: Option<u64>| match at {
+        Some(at) => state.log_keys_from(log, at),
+        None => state.log_keys_of_requests(
+            log,
+            &wrapper_files::request_prefix(&flush.writer, flush.incarnation, flush.flush_seq),
+        ),
+    };
     let mut present = [
-        state.log_keys_from(OutcomeLog::Unknown, at[0])?,
-        state.log_keys_from(OutcomeLog::Rejected, at[1])?,
+        logged(OutcomeLog::Unknown, wrapper.logs_at.map(|at| at[0]))?,
+        logged(OutcomeLog::Rejected, wrapper.logs_at.map(|at| at[1]))?,
         spilled_already,
     ];
     // A flush an earlier version left unended recorded its records in the wrapper's own
