@@ -81,6 +81,16 @@ where
                     break;
                 }
             }
+            if phase.drain_expired() {
+                // Clients that reconnect at once keep the backlog from ever emptying:
+                // the shutdown must not wait for them (a TCP listener stays bound until
+                // it is dropped below; a Unix socket's file is gone already).
+                tracing::warn!(
+                    %transport,
+                    "Stream connections kept arriving during shutdown; the listener closes with some still waiting."
+                );
+                break;
+            }
             match self.listener.accept() {
                 Ok((socket, _)) => {
                     reap(&mut connections);
