@@ -539,6 +539,16 @@ async fn answer_durably<H: PacketHandler>(
                 shared.stats.get(TRANSPORT).busy.fetch_add(1, Relaxed);
                 return (busy(), None);
             }
+            // Written, but not synced: a restart may or may not count it. With a key,
+            // the key is in the same append, so a retry after the restart is answered
+            // again or counted, once; without one a retry could count it twice.
+            Err(AppendError::NotSynced) if key.is_none() => {
+                count.checked = None;
+                tracing::error!(
+                    "A durable request was written to the ingest log but could not be made durable: a restart may or may not count it; the client is told not to retry."
+                );
+                return (outcome_unknown(), None);
+            }
             Err(error) => {
                 count.checked = None;
                 tracing::error!(%error, "A durable request could not be made durable.");
@@ -579,12 +589,24 @@ fn busy() -> Response {
     response
 }
 
-/// 503 for a durable request whose write to the ingest log failed: its increments may
-/// be on disk (and then counted) or not.
+/// 503 for a durable request the ingest log did not take (it failed earlier, or this
+/// write failed, which a reader skips whole), or that carries an `Idempotency-Key`
+/// (whose retry is answered again if the request counts after a restart): retry later.
 fn not_durable() -> Response {
     error(
         StatusCode::SERVICE_UNAVAILABLE,
-        "the ingest log could not be written: the request may or may not have been applied",
+        "the ingest log could not take the request; retry later with the same Idempotency-Key, if it has one",
+        None,
+    )
+}
+
+/// 500 for a durable request without an `Idempotency-Key` whose increments were written
+/// but not synced: a restart may or may not count them, and a retry could count them
+/// twice.
+fn outcome_unknown() -> Response {
+    error(
+        StatusCode::INTERNAL_SERVER_ERROR,
+        "the request was written to the ingest log but could not be synced: a restart may or may not count it; do not send it again",
         None,
     )
 }

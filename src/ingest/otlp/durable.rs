@@ -80,8 +80,8 @@ impl<H: PacketHandler> Shared<H> {
             && let Err(error) = log.synced(written).await
         {
             count.checked = None;
-            tracing::error!(%error, "A durable OTLP export could not be made durable.");
-            return Answer::Unavailable;
+            tracing::error!(%error, "A durable OTLP export was written to the ingest log but could not be made durable: a restart may or may not count it; the exporter is told not to retry.");
+            return Answer::Unknown;
         }
         answer
     }

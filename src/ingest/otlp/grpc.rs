@@ -142,11 +142,14 @@ fn reply(answer: Answer) -> Exported {
             BUSY,
             rpc::retryable_exhausted(BUSY, RETRY_AFTER).into(),
         )),
-        // UNAVAILABLE is one of the codes exporters retry.
+        // UNAVAILABLE is one of the codes exporters retry: nothing was applied.
         Answer::Unavailable => Err(Status::new(
             Code::Unavailable,
-            "the ingest log could not be written: the export may or may not have been applied",
+            "the ingest log takes nothing until a restart: the export was not applied",
         )),
+        // UNKNOWN is not retried (the OTLP specification's list): a retry could count
+        // the export twice.
+        Answer::Unknown => Err(Status::new(Code::Unknown, super::UNKNOWN_OUTCOME)),
     }
 }
 

@@ -171,12 +171,20 @@ async fn export<H: PacketHandler>(
             );
             response
         }
-        // The exporter retries a 503 (the OTLP/HTTP specification's retryable codes).
+        // The exporter retries a 503 (the OTLP/HTTP specification's retryable codes):
+        // nothing was applied.
         Answer::Unavailable => status(
             StatusCode::SERVICE_UNAVAILABLE,
             format,
             14, // UNAVAILABLE
-            "the ingest log could not be written: the export may or may not have been applied",
+            "the ingest log takes nothing until a restart: the export was not applied",
+        ),
+        // Not a 503: a retry could count the export twice.
+        Answer::Unknown => status(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format,
+            2, // UNKNOWN
+            super::UNKNOWN_OUTCOME,
         ),
     }
 }

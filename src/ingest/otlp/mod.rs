@@ -223,10 +223,19 @@ pub(super) enum Answer {
     /// Nothing applied: the buffer is near its limits (durable: the ingest log is
     /// full); retry later.
     Busy,
-    /// Durable only: the ingest log could not be written or synced, so the points may
-    /// or may not be counted; nothing more is taken until a restart.
+    /// Durable only: the ingest log takes nothing (it failed earlier, or this write
+    /// failed, which a reader skips whole): nothing was applied; retry later (a restart
+    /// makes the log take appends again).
     Unavailable,
+    /// Durable only: the points were written to the ingest log but its sync failed, so
+    /// a restart may or may not count them: answered with a status exporters do not
+    /// retry, since a retry could count them twice (as an unknown write to the store is
+    /// never re-sent). The log takes nothing more until a restart.
+    Unknown,
 }
+
+/// The message of [`Answer::Unknown`].
+pub(super) const UNKNOWN_OUTCOME: &str = "the export was written to the ingest log but could not be synced: a restart may or may not count it; do not send it again";
 
 /// Why a request was refused before decoding finished.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

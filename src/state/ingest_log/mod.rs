@@ -203,9 +203,16 @@ pub enum AppendError {
     #[error("the ingest log could not be written: {0}")]
     Io(#[from] io::Error),
     /// An earlier write or sync failed: after a failed fsync the file's state is
-    /// unknown, so the log takes nothing more until a restart.
+    /// unknown, so the log takes nothing more until a restart. Nothing was written.
     #[error("the ingest log failed earlier and takes nothing more until a restart")]
     Failed,
+    /// The lines were written, but the sync that was to make them durable failed: they
+    /// may or may not be on disk, so a restart may or may not count them. A client that
+    /// sends them again could have them counted twice.
+    #[error(
+        "the ingest log's sync failed after the write: the increments may or may not be on disk"
+    )]
+    NotSynced,
 }
 
 /// The ingest log of one state directory, shared by the request handlers (appends) and
@@ -553,7 +560,7 @@ impl IngestLog {
         if self.commit.wait_blocking(generation, end) {
             Ok(())
         } else {
-            Err(AppendError::Failed)
+            Err(AppendError::NotSynced)
         }
     }
 
@@ -564,7 +571,7 @@ impl IngestLog {
         if self.commit.wait(generation, end).await {
             Ok(())
         } else {
-            Err(AppendError::Failed)
+            Err(AppendError::NotSynced)
         }
     }
 
@@ -582,7 +589,7 @@ impl IngestLog {
         if self.commit.wait(written.generation, written.end).await {
             Ok(())
         } else {
-            Err(AppendError::Failed)
+            Err(AppendError::NotSynced)
         }
     }
 

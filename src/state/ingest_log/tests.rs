@@ -409,6 +409,32 @@ fn a_failed_log_seals_nothing_and_confirms_nothing() {
     );
 }
 
+/// An append written before the log's sync failed is told its lines may be on disk
+/// (`NotSynced`: the client must not send it again), one made after it that nothing
+/// was written (`Failed`: a retry after a restart counts once).
+#[test]
+fn an_append_written_before_a_failed_sync_is_not_synced_and_a_later_one_failed() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = IngestLog::open(dir.path(), 1 << 20, 3, RETENTION).unwrap();
+    let waiting = log.write_lines(&line("b", 2)).unwrap();
+    log.fail();
+    log.commit.sealed(waiting.generation + 1);
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        assert!(matches!(
+            log.synced(waiting).await,
+            Err(AppendError::NotSynced)
+        ));
+        assert!(matches!(
+            log.append_async(&line("c", 3)).await,
+            Err(AppendError::Failed)
+        ));
+    });
+}
+
 /// A log whose write failed (the file may end in part of an append) takes no more
 /// appends, but still seals what it answered: the flush moves it on.
 #[test]
