@@ -19,7 +19,8 @@
 //! | 415 | another content type | nothing |
 //! | 422 | the `Idempotency-Key` was answered for another body | nothing |
 //! | 429 with `Retry-After` | the buffer is near its limits (with `durable`: the ingest log is full) | nothing |
-//! | 503 | with `durable`: the ingest log could not be written or synced | unknown |
+//! | 500 | with `durable`, no `Idempotency-Key`: written to the ingest log, but its sync failed (a retry could count it twice) | unknown |
+//! | 503 | with `durable`: the ingest log took nothing (an earlier failure, or this write failed); or, with a key, its sync failed | nothing (with a key and a failed sync: unknown, and its retry counts once) |
 //!
 //! The listener runs a runtime of as many threads as the OTLP listeners (the cores, at
 //! most 4), each request applied with a free handler of a pool of one per thread, so that
