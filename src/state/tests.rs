@@ -88,12 +88,7 @@ fn the_directory_and_its_files_are_private() {
     let mut state = StateDir::open(&config(&dir)).unwrap();
     state.log_batch(&[], &[record()]);
     for flush_seq in [1, 2] {
-        let flush = FlushId {
-            writer: state.writer_id().to_owned(),
-            incarnation: state.incarnation(),
-            flush_seq,
-            nonce: None,
-        };
+        let flush = flush_of(&state, flush_seq);
         state.spill(&flush, &[vec![record()]]).unwrap();
     }
     // Replay the first segment and commit the cursor: `spill.cursor` is written.
@@ -171,6 +166,16 @@ fn write(name: &str, delta: i64) -> PartitionWrite {
     }
 }
 
+/// Flush `flush_seq` of `state`'s incarnation, as an earlier version named it (no nonce).
+fn flush_of(state: &StateDir, flush_seq: u64) -> FlushId {
+    FlushId {
+        writer: state.writer_id().to_owned(),
+        incarnation: state.incarnation(),
+        flush_seq,
+        nonce: None,
+    }
+}
+
 fn lines(dir: &Path, name: &str) -> Vec<WriteRecord> {
     fs::read_to_string(dir.join(name))
         .unwrap_or_default()
@@ -185,12 +190,7 @@ fn lines(dir: &Path, name: &str) -> Vec<WriteRecord> {
 fn recovery_gives_each_request_of_a_killed_flush_one_home_and_runs_again_safely() {
     let tmp = tempfile::tempdir().unwrap();
     let mut state = StateDir::open(&config(tmp.path())).unwrap();
-    let flush = FlushId {
-        writer: state.writer_id().to_owned(),
-        incarnation: state.incarnation(),
-        flush_seq: 1,
-        nonce: None,
-    };
+    let flush = flush_of(&state, 1);
     let writes = [
         write("applied", 1),
         write("in_flight", 2),
@@ -285,12 +285,7 @@ fn recovery_gives_each_request_of_a_killed_flush_one_home_and_runs_again_safely(
 fn recovery_of_a_flush_leaves_its_held_segment_to_replay_once() {
     let tmp = tempfile::tempdir().unwrap();
     let mut state = StateDir::open(&config(tmp.path())).unwrap();
-    let flush = FlushId {
-        writer: state.writer_id().to_owned(),
-        incarnation: state.incarnation(),
-        flush_seq: 3,
-        nonce: None,
-    };
+    let flush = flush_of(&state, 3);
     let held = |n: i64| {
         let mut r = record();
         r.outcome = RecordOutcome::Spilled;
@@ -371,12 +366,7 @@ fn recovery_of_a_flush_leaves_its_held_segment_to_replay_once() {
 fn recovery_completes_a_half_written_log_batch_without_duplicates() {
     let tmp = tempfile::tempdir().unwrap();
     let mut state = StateDir::open(&config(tmp.path())).unwrap();
-    let flush = FlushId {
-        writer: state.writer_id().to_owned(),
-        incarnation: state.incarnation(),
-        flush_seq: 7,
-        nonce: None,
-    };
+    let flush = flush_of(&state, 7);
     let writes = [write("a", 1), write("b", 2), write("c", 3)];
     state
         .journal_begin(&flush, "t", None, &families(), &writes)
@@ -433,12 +423,7 @@ fn recovery_completes_a_half_written_log_batch_without_duplicates() {
 fn recovery_finds_records_appended_after_the_journal_refused_their_start() {
     let tmp = tempfile::tempdir().unwrap();
     let mut state = StateDir::open(&config(tmp.path())).unwrap();
-    let flush = FlushId {
-        writer: state.writer_id().to_owned(),
-        incarnation: state.incarnation(),
-        flush_seq: 7,
-        nonce: None,
-    };
+    let flush = flush_of(&state, 7);
     // Another flush's record of the same request number: not this flush's.
     let other = FlushId {
         flush_seq: 70,
@@ -644,12 +629,7 @@ fn recovery_spills_the_requests_past_the_last_start_bound() {
     let tmp = tempfile::tempdir().unwrap();
     let mut state = StateDir::open(&config(tmp.path())).unwrap();
     state.set_start_window(64);
-    let flush = FlushId {
-        writer: state.writer_id().to_owned(),
-        incarnation: state.incarnation(),
-        flush_seq: 1,
-        nonce: None,
-    };
+    let flush = flush_of(&state, 1);
     let writes: Vec<PartitionWrite> = (0..300).map(|i| write(&format!("k{i}"), 1)).collect();
     state
         .journal_begin(&flush, "t", None, &families(), &writes)
@@ -690,12 +670,7 @@ fn recovery_spills_the_requests_past_the_last_start_bound() {
 fn without_start_bounds_every_unanswered_request_is_unknown() {
     let tmp = tempfile::tempdir().unwrap();
     let mut state = StateDir::open(&config(tmp.path())).unwrap();
-    let flush = FlushId {
-        writer: state.writer_id().to_owned(),
-        incarnation: state.incarnation(),
-        flush_seq: 1,
-        nonce: None,
-    };
+    let flush = flush_of(&state, 1);
     let writes: Vec<PartitionWrite> = (0..100).map(|i| write(&format!("k{i}"), 1)).collect();
     state
         .journal_begin(&flush, "t", None, &families(), &writes)
