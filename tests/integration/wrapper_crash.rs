@@ -638,7 +638,10 @@ async fn a_recovery_killed_in_its_second_open_group_still_finishes_it() {
 /// row, and sends nothing again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_wrapper_killed_at_its_log_steps_logs_each_unknown_row_once() {
-    for crash_point in ["wrapper_logs_at", "wrapper_logged"] {
+    // `refused_logs_at`: killed after the appends too, but the journal had refused the
+    // record of the logs' sizes (its frame is cut from the file below): the flush logged
+    // all the same, and recovery must find those records without the sizes.
+    for crash_point in ["wrapper_logs_at", "wrapper_logged", "refused_logs_at"] {
         let store = launch(StoreOptions::cqlsim_only("injects write timeouts")).await;
         let server = store.sim();
         server.execute_script(None, SCHEMA).expect("schema");
@@ -648,7 +651,12 @@ async fn a_wrapper_killed_at_its_log_steps_logs_each_unknown_row_once() {
         let dir = tempfile::tempdir().unwrap();
         let contact = store.contact_point();
         let expected = fed(100);
-        run_child_until(&contact, dir.path(), 100, crash_point);
+        if crash_point == "refused_logs_at" {
+            run_child_until(&contact, dir.path(), 100, "wrapper_logged");
+            cut_last_logs_at_record(&dir.path().join("journal.wal"));
+        } else {
+            run_child_until(&contact, dir.path(), 100, crash_point);
+        }
         server.clear_faults();
         assert_store(server, &expected, crash_point);
         let writes = server.stats().table("wk", "c").write_requests;
@@ -692,6 +700,31 @@ async fn a_wrapper_killed_at_its_log_steps_logs_each_unknown_row_once() {
         );
         store.shutdown().await;
     }
+}
+
+/// Cuts the journal at its last record of a wrapper flush's outcome log sizes, as if the
+/// journal had refused it: frames are `[len u32][crc32c u32][payload]`, that record's
+/// payload its tag (10) and three `u64` sizes; a zeroed frame ends the journal there.
+fn cut_last_logs_at_record(journal: &Path) {
+    let mut bytes = std::fs::read(journal).unwrap();
+    let (mut pos, mut last) = (0, None);
+    while let Some(header) = bytes.get(pos..pos + 8) {
+        let len = u32::from_le_bytes(header[..4].try_into().unwrap()) as usize;
+        let crc = u32::from_le_bytes(header[4..].try_into().unwrap());
+        let Some(payload) = bytes.get(pos + 8..pos + 8 + len) else {
+            break;
+        };
+        if len == 0 || crc32c::crc32c(payload) != crc {
+            break;
+        }
+        if len == 25 && payload[0] == 10 {
+            last = Some(pos);
+        }
+        pos += 8 + len;
+    }
+    let at = last.expect("the flush recorded its logs' sizes");
+    bytes[at..at + 8 + 25].fill(0);
+    std::fs::write(journal, bytes).unwrap();
 }
 
 /// A spilled row whose table no longer takes it (here: dropped) is recorded in
