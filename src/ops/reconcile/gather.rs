@@ -306,6 +306,69 @@ impl<'a> BucketReader<'a> {
     }
 }
 
+/// One key's ledger rows of a family-day read alone (`select_ledger_key`), prepared once
+/// per run: on an open day, the second look at a key whose counter came out above the
+/// ceiling of its scanned ledger (see [`super::reconcile`]).
+pub struct KeyLedgerReader<'a> {
+    session: &'a Session,
+    family: &'a FamilyDef,
+    day: Day,
+    buckets: u16,
+    statement: (PreparedStatement, String),
+}
+
+impl<'a> KeyLedgerReader<'a> {
+    /// Prepares the read.
+    pub async fn new(
+        session: &'a Session,
+        config: &Config,
+        family: &'a FamilyDef,
+        day: Day,
+    ) -> Result<KeyLedgerReader<'a>, ReadError> {
+        let keyspace = [("keyspace", config.exact_keyspace())];
+        let statement = prepare_scan(
+            session,
+            cql_text::statement(EXACT, "select_ledger_key", &keyspace),
+            config.exact.consistency,
+        )
+        .await?;
+        Ok(KeyLedgerReader {
+            session,
+            family,
+            day,
+            buckets: config.exact.buckets,
+            statement,
+        })
+    }
+
+    /// The rows of `key` (JSON text), summed, as they are now.
+    pub async fn read(&self, key: &str) -> Result<LedgerKey, ReadError> {
+        let (statement, text) = &self.statement;
+        let bucket = crate::family::key_bucket(key, self.buckets);
+        let mut pager = self
+            .session
+            .execute_iter(
+                statement.clone(),
+                (
+                    self.family.name.as_str(),
+                    CqlDate(self.day.cql_date()),
+                    bucket,
+                    key,
+                ),
+            )
+            .await
+            .map_err(|e| store_error(text, e))?
+            .rows_stream::<(i16, BTreeMap<String, i64>)>()
+            .map_err(|e| store_error(text, e))?;
+        let mut sum = LedgerKey::default();
+        while let Some(row) = pager.next().await {
+            let (_, deltas) = row.map_err(|e| store_error(text, e))?;
+            sum.add_row(self.family, deltas.iter().map(|(c, d)| (c.as_str(), *d)));
+        }
+        Ok(sum)
+    }
+}
+
 /// Adds a key's summed rows to a bucket's sums (merged, should its rows ever not follow
 /// one another).
 fn fold(sums: &mut LedgerSums, key: String, sum: LedgerKey) {

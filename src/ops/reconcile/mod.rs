@@ -451,15 +451,37 @@ pub async fn reconcile(
         }
         Ok::<_, ReadError>(())
     };
-    let (reader, queries) = (&reader, &queries);
+    // On an open day a key's ledger was scanned before its counters were read, so a
+    // flush between the two (ledger row confirmed, then counter applied) can show a
+    // counter above the scanned ledger's ceiling. A key whose counter is above it has its
+    // ledger read again, after its counters: every counter write that applied before the
+    // counter read had its ledger row confirmed before it, so this read holds it, and the
+    // ceiling argument holds (see `verdict::open_ceiling`).
+    let second_look = if open {
+        Some(gather::KeyLedgerReader::new(session, config, family, day).await?)
+    } else {
+        None
+    };
+    let (reader, queries, second_look) = (&reader, &queries, &second_look);
+    let width = family.columns.len();
     let verdicts = futures_util::stream::unfold(slice_rx, |mut rx| async move {
         rx.recv().await.map(|keys| (keys, rx))
     })
     .flat_map(futures_util::stream::iter)
-    .map(|work| async move {
+    .map(|mut work| async move {
         let values = crate::ops::keyindex::key_values(&work.key)
             .ok_or_else(|| ReadError::Usage(format!("unreadable key {}", work.key)))?;
         let counters = gather::counters(reader, queries, &values, day).await?;
+        if let Some(ledger) = second_look
+            && counters
+                .iter()
+                .any(|counter| counter.iter().zip(&work.rises).any(|(c, r)| c > r))
+        {
+            let now = ledger.read(&work.key).await?;
+            (work.exact, work.rises) = (now.sums, now.rises);
+            work.exact.resize(width, 0);
+            work.rises.resize(width, 0);
+        }
         Ok::<_, ReadError>((work, values, counters))
     })
     .buffer_unordered(options.concurrency.max(1));
