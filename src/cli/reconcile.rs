@@ -44,9 +44,14 @@ pub(super) struct ReconcileArgs {
     /// Write the verdicts of `resolved` keys to the outcomes table.
     #[arg(long)]
     resolve: bool,
-    /// Keep every key's exact total of the (closed) day in `exact_by_day`.
+    /// Keep every key's exact total of the (closed) day in `exact_by_day`. A key whose
+    /// row there already holds other totals is left as it is and named (exit 3), unless
+    /// --overwrite-closed.
     #[arg(long)]
     close: bool,
+    /// With --close: replace a closed row that holds other totals than the ledger's sum.
+    #[arg(long, requires = "close")]
+    overwrite_closed: bool,
     /// Write one corrective increment per drifting counter row of the (closed) day
     /// (`counter += exact - counter`), each recorded in the outcomes table; then
     /// reconcile again and report that.
@@ -131,6 +136,14 @@ pub(super) async fn run(args: ReconcileArgs) -> Result<(), Failure> {
         .transpose()
         .map_err(Failure::usage)?;
     let now = bucket::unix_secs(std::time::SystemTime::now());
+    if args.repair || args.close {
+        // Once the day's ledger rows expire, the ledger sums to less than what was
+        // written: a repair would take real counts off, a close keep a short total.
+        if let Some(why) = reconcile::ledger_expiring(&config, day, now) {
+            let what = if args.repair { "--repair" } else { "--close" };
+            return Err(Failure::usage(format!("{what} refused: {why}")));
+        }
+    }
     let options = Options {
         day,
         tags,
@@ -254,6 +267,7 @@ pub(super) async fn run(args: ReconcileArgs) -> Result<(), Failure> {
                 &options.tags,
                 options.slice,
                 now.saturating_mul(1000),
+                args.overwrite_closed,
             )
             .await
             .map_err(Failure::other)?;
@@ -261,7 +275,13 @@ pub(super) async fn run(args: ReconcileArgs) -> Result<(), Failure> {
             for why in &closed.beyond_i64 {
                 eprintln!("{}: not closed: {why}", family.name);
             }
-            refused += closed.beyond_i64.len();
+            for why in &closed.differing {
+                eprintln!(
+                    "{}: not closed again: {why} (--overwrite-closed replaces it)",
+                    family.name
+                );
+            }
+            refused += closed.beyond_i64.len() + closed.differing.len();
         }
         reports.push(report);
     }
@@ -269,7 +289,9 @@ pub(super) async fn run(args: ReconcileArgs) -> Result<(), Failure> {
     if refused > 0 {
         return Err(Failure::with_code(
             3,
-            format!("{refused} closed totals or corrections are beyond i64 (listed above)"),
+            format!(
+                "{refused} closed totals or corrections refused (beyond i64, or a closed row that differs; listed above)"
+            ),
         ));
     }
     if slice.is_some() {

@@ -309,6 +309,46 @@ pub fn open_because(
     }))
 }
 
+/// How long before its ledger rows may start expiring a day is no longer repaired or
+/// closed: a day.
+pub const EXPIRY_MARGIN: Duration = Duration::from_secs(86_400);
+
+/// When the first ledger row of `day` may expire (Unix seconds): a row expires
+/// `exact.ledger_ttl` after it was written, and the earliest rows of a day are written
+/// at its start, or up to `limits.timestamp_max_future` before it (a client clock ahead).
+pub fn ledger_expires_at(config: &Config, day: Day) -> i64 {
+    i64::from(day.0) * 86_400 - config.limits.timestamp_max_future.as_secs() as i64
+        + config.exact.ledger_ttl.as_secs() as i64
+}
+
+/// Why `--repair` and `--close` must leave `day` alone at `now_unix_secs`, or `None`:
+/// its ledger rows have started expiring, or may within [`EXPIRY_MARGIN`]. The ledger
+/// then sums to less than what was written: a repair would take real counts off the
+/// counters, a close would keep a total short of them.
+pub fn ledger_expiring(config: &Config, day: Day, now_unix_secs: i64) -> Option<String> {
+    let expires = ledger_expires_at(config, day);
+    let refused_from = expires - EXPIRY_MARGIN.as_secs() as i64;
+    (now_unix_secs >= refused_from).then(|| {
+        format!(
+            "the ledger rows of {} may expire from {} (the day's start - limits.timestamp_max_future + exact.ledger_ttl {}s), and a day is left alone from a day before that: the ledger no longer holds every count of the day",
+            crate::bucket::format_date(day.date()),
+            rfc3339(expires),
+            config.exact.ledger_ttl.as_secs()
+        )
+    })
+}
+
+/// `unix_secs` as an RFC 3339 time (or the number, should it be out of range).
+fn rfc3339(unix_secs: i64) -> String {
+    time::OffsetDateTime::from_unix_timestamp(unix_secs)
+        .ok()
+        .and_then(|t| {
+            t.format(&time::format_description::well_known::Rfc3339)
+                .ok()
+        })
+        .unwrap_or_else(|| unix_secs.to_string())
+}
+
 /// Why a day is open while state directories of other writers still owe rows of it (an
 /// `owed` mark in the outcomes table), or `None` when none does.
 fn owed_because(owed_by: &[String]) -> Option<String> {
@@ -778,6 +818,24 @@ mod tests {
             why.as_deref().is_some_and(|w| w.starts_with("1 rows")),
             "{why:?}"
         );
+    }
+
+    #[test]
+    fn a_day_whose_ledger_rows_may_expire_within_a_day_is_left_alone() {
+        let mut config = Config::default();
+        config.exact.ledger_ttl = Duration::from_secs(90 * 86_400);
+        config.limits.timestamp_max_future = Duration::from_secs(600);
+        let start = i64::from(DAY.0) * 86_400;
+        let expires = start - 600 + 90 * 86_400;
+        assert_eq!(ledger_expires_at(&config, DAY), expires);
+        assert_eq!(ledger_expiring(&config, DAY, start + 2 * 86_400), None);
+        assert_eq!(ledger_expiring(&config, DAY, expires - 86_400 - 1), None);
+        let why = ledger_expiring(&config, DAY, expires - 86_400).expect("within a day");
+        assert!(why.contains("exact.ledger_ttl"), "{why}");
+        assert!(ledger_expiring(&config, DAY, expires + 86_400).is_some());
+        // The shortest TTL, a day: never repaired nor closed.
+        config.exact.ledger_ttl = Duration::from_secs(86_400);
+        assert!(ledger_expiring(&config, DAY, start + 86_400).is_some());
     }
 
     #[test]
