@@ -215,8 +215,19 @@ async fn ledger_minutes(
     Ok(minutes)
 }
 
+/// Now, in Unix milliseconds.
+fn wall_clock_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+}
+
 /// Sends the corrections: each recorded as `repair_unknown` first, sent once, then
-/// settled. Fills in each correction's outcome.
+/// settled. Fills in each correction's outcome. `run_ms` (the run's start, Unix
+/// milliseconds) names the requests (`repair/<run_ms>/<n>`); each row's `recorded` is the
+/// time of its own write: when it was recorded, then when its write answered (also when
+/// the answer left its outcome unknown), so that [`settle_wait`] counts from the latest
+/// write a run sent, however long the run took to get to it.
 pub async fn apply(
     session: &Session,
     sink: &CqlSink,
@@ -224,7 +235,7 @@ pub async fn apply(
     family: &FamilyDef,
     day: Day,
     corrections: &mut [Correction],
-    now_ms: i64,
+    run_ms: i64,
 ) -> Result<(), ReadError> {
     let settle_text = cql_text::statement(
         EXACT,
@@ -245,7 +256,7 @@ pub async fn apply(
         if correction.outcome == BEYOND_I64 {
             continue;
         }
-        let request_id = format!("repair/{now_ms}/{n}");
+        let request_id = format!("repair/{run_ms}/{n}");
         let record = OutcomeRow {
             family: family.name.clone(),
             day,
@@ -259,7 +270,7 @@ pub async fn apply(
             deltas: correction.deltas.clone(),
             error_kind: None,
             error: None,
-            recorded_ms: now_ms,
+            recorded_ms: wall_clock_ms(),
         };
         // The record first: a repair never goes out unrecorded.
         if sink.write_outcomes(std::slice::from_ref(&record)).await != Outcome::Applied {
@@ -304,20 +315,20 @@ pub async fn apply(
                 ("repair_rejected", Some(e))
             }
             Outcome::Unknown(e) => {
-                correction.outcome = "unknown".into();
                 tracing::warn!(
                     request_id,
                     kind = e.kind,
                     "A repair's outcome is unknown: recorded as repair_unknown, not sent again."
                 );
-                continue;
+                ("repair_unknown", Some(e))
             }
         };
-        correction.outcome = if outcome == "repair_applied" {
-            "applied".into()
-        } else {
-            "rejected".into()
-        };
+        correction.outcome = match outcome {
+            "repair_applied" => "applied",
+            "repair_rejected" => "rejected",
+            _ => "unknown",
+        }
+        .into();
         session
             .execute_unpaged(
                 &settle,
@@ -325,6 +336,7 @@ pub async fn apply(
                     outcome,
                     error.as_ref().map(|e| e.kind),
                     error.as_ref().map(|e| &*e.text),
+                    scylla::value::CqlTimestamp(wall_clock_ms()),
                     family.name.as_str(),
                     CqlDate(day.cql_date()),
                     request_id.as_str(),

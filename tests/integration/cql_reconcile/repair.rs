@@ -251,3 +251,68 @@ async fn repair_of_a_sharded_family_corrects_the_sum_of_its_shards() {
         store.shutdown().await;
     }
 }
+
+/// The settle time after a repair counts from when its corrections were written, not from
+/// the start of the run that wrote them: corrections sent now by a run that started two
+/// minutes ago make the next repair wait about the whole settle time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_settle_time_counts_from_the_corrections_not_from_the_runs_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = exact_config(dir.path());
+    let store = start_cqlsim(&mut config, "writes beside countersink in process").await;
+    let mut writer = Writer::start(&config).await;
+    for i in 0..20_i64 {
+        let key = format!("p{}", i % 5);
+        writer.incr("page.views", &[("page_id", key.as_str())], 1 + i % 3, AT);
+    }
+    writer.flusher.flush_now().await;
+    settle(&mut writer).await;
+    let (date, minute) = day_and_minute(AT);
+    store
+        .sim()
+        .execute(
+            None,
+            &format!(
+                "UPDATE {} SET views = views + 7 WHERE page_id = 'p3' AND day = '{date}' AND minute = {minute}",
+                config.families[0].minute_table
+            ),
+        )
+        .unwrap();
+    let report = run_reconcile(&writer, &config).await;
+    assert_eq!(report.last_repair_ms, None);
+    let families = countersink::family::Families::from_config(&config).unwrap();
+    let views = families.by_name("views").unwrap();
+    let reader = countersink::ops::read::Reader::new(writer.session.clone());
+    let mut corrections =
+        reconcile::repair::plan(&writer.session, &reader, &config, views, &report, day())
+            .await
+            .unwrap();
+    assert_eq!(corrections.len(), 1, "{corrections:?}");
+    let sink = countersink::sink::cql::CqlSink::connect(&config.store, &families)
+        .await
+        .unwrap();
+    let now = std::time::SystemTime::now();
+    let started = countersink::bucket::unix_secs(now) * 1000 - 120_000;
+    reconcile::repair::apply(
+        &writer.session,
+        &sink,
+        &config,
+        views,
+        day(),
+        &mut corrections,
+        started,
+    )
+    .await
+    .unwrap();
+    assert_eq!(corrections[0].outcome, "applied", "{corrections:?}");
+    let after = run_reconcile(&writer, &config).await;
+    let recorded = after.last_repair_ms.expect("the repair is recorded");
+    assert!(recorded > started + 60_000, "{recorded} vs {started}");
+    let settle = Duration::from_secs(60);
+    let wait = reconcile::repair::settle_wait(&after, settle, std::time::SystemTime::now());
+    assert!(
+        wait.is_some_and(|w| w > settle / 2),
+        "the next repair waits about the settle time: {wait:?}"
+    );
+    store.shutdown().await;
+}
