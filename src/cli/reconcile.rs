@@ -225,6 +225,16 @@ pub(super) async fn run(args: ReconcileArgs) -> Result<(), Failure> {
                 .iter()
                 .filter(|c| c.outcome == reconcile::repair::BEYOND_I64)
                 .count();
+            let stray = corrections
+                .iter()
+                .filter(|c| c.outcome == reconcile::repair::MINUTE_OUT_OF_RANGE)
+                .count();
+            if stray > 0 {
+                eprintln!(
+                    "{stray} minute rows are not minutes of the day (outside 0 to 1439, written by someone else): not corrected, a correction would land on another day's row"
+                );
+            }
+            refused += stray;
             let unknown = corrections
                 .iter()
                 .filter(|c| c.outcome == "unknown")
@@ -290,7 +300,7 @@ pub(super) async fn run(args: ReconcileArgs) -> Result<(), Failure> {
         return Err(Failure::with_code(
             3,
             format!(
-                "{refused} closed totals or corrections refused (beyond i64, or a closed row that differs; listed above)"
+                "{refused} closed totals or corrections refused (beyond i64, a closed row that differs, or a minute out of range; listed above)"
             ),
         ));
     }
