@@ -37,8 +37,8 @@ pub(super) struct ReconcileArgs {
     /// `text` (keys that are not ok, then a summary) or `json` (every key).
     #[arg(long, default_value = "text", value_parser = ["text", "json"])]
     format: String,
-    /// Unexplained drift accepted per key, as a fraction of its exact total [default:
-    /// `exact.reconcile_threshold`].
+    /// Unexplained drift accepted per key, as a fraction of its exact total, column by
+    /// column [default: `exact.reconcile_threshold`].
     #[arg(long, value_name = "FRACTION")]
     threshold: Option<f64>,
     /// Write the verdicts of `resolved` keys to the outcomes table.

@@ -51,7 +51,8 @@ pub struct Options {
     /// Only keys whose values match these `(key column, value)` pairs (generic family:
     /// `name`, or a tag `k` matched against the canonical tags).
     pub tags: Vec<(String, String)>,
-    /// Unexplained drift accepted per key, as a fraction of its exact total.
+    /// Unexplained drift accepted per key, as a fraction of its exact total, column by
+    /// column.
     pub threshold: f64,
     /// Now, in Unix seconds (the day is open until its last writes can have settled).
     pub now_unix_secs: i64,
@@ -122,7 +123,9 @@ pub struct Summary {
 
 impl Summary {
     /// Counts one key and granularity's verdict (`exact`, `counter` and `drift` per
-    /// column; `resolved`: the unknown requests its verdict settles).
+    /// column; `resolved`: the unknown requests its verdict settles). An unexplained key
+    /// is over the threshold when one of its columns drifts by more than `threshold`
+    /// times that column's exact total: a large column does not hide a small one's drift.
     fn count(
         &mut self,
         g: Granularity,
@@ -132,6 +135,10 @@ impl Summary {
         threshold: f64,
     ) {
         *self.statuses.entry(v.status.as_str()).or_default() += 1;
+        let over = v.drift.iter().enumerate().any(|(i, drift)| {
+            let exact = exact.get(i).copied().unwrap_or(0);
+            drift.abs() as f64 > threshold * exact.abs() as f64
+        });
         let exact: i128 = exact.iter().sum();
         let drift: i128 = v.drift.iter().map(|d| d.abs()).sum();
         if g == Granularity::Minute {
@@ -144,7 +151,7 @@ impl Summary {
             }
             Status::Unexplained => {
                 self.drift_unexplained += drift;
-                if drift as f64 > threshold * exact.abs() as f64 {
+                if over {
                     self.over_threshold += 1;
                 }
             }
@@ -818,6 +825,46 @@ mod tests {
             why.as_deref().is_some_and(|w| w.starts_with("1 rows")),
             "{why:?}"
         );
+    }
+
+    /// The threshold is per column: 5 of drift in a column whose exact total is 10 is
+    /// over 1 %, however large another column is (1 % of both summed, 10.1, hid it).
+    #[test]
+    fn the_threshold_is_judged_per_column() {
+        let unexplained = |drift: Vec<i128>| Verdict {
+            status: Status::Unexplained,
+            drift,
+            applied: None,
+        };
+        let mut summary = Summary::default();
+        let exact = [1_000, 10];
+        summary.count(
+            Granularity::Minute,
+            &exact,
+            &[1_000, 15],
+            &unexplained(vec![0, 5]),
+            0.01,
+        );
+        assert_eq!(summary.over_threshold, 1, "{summary:?}");
+        // Within 1 % of each column (10 of 1 000): not over.
+        summary.count(
+            Granularity::Day,
+            &exact,
+            &[1_010, 10],
+            &unexplained(vec![10, 0]),
+            0.01,
+        );
+        assert_eq!(summary.over_threshold, 1, "{summary:?}");
+        assert_eq!(summary.drift_unexplained, 15);
+        // A threshold of 0: any drift in any column.
+        summary.count(
+            Granularity::Day,
+            &exact,
+            &[1_000, 11],
+            &unexplained(vec![0, 1]),
+            0.0,
+        );
+        assert_eq!(summary.over_threshold, 2);
     }
 
     #[test]
