@@ -260,15 +260,20 @@ impl Progress {
 }
 
 /// How long after its end a day may still receive writes: the accepted-timestamp window,
-/// the re-queue age, and two flush intervals.
+/// the re-queue age, two flush intervals, and the request timeout (a write sent by the
+/// last flush may be on its way that long).
 pub fn settle_time(config: &Config) -> Duration {
-    config.limits.timestamp_max_past + config.flush.requeue_max_age + config.flush.interval * 2
+    config.limits.timestamp_max_past
+        + config.flush.requeue_max_age
+        + config.flush.interval * 2
+        + config.store.request_timeout
 }
 
 /// Why `family`'s `day` is still open at `now_unix_secs`, or `None` when it is closed.
 ///
 /// Open while a writer may still send rows for it: the accepted-timestamp window, the
-/// re-queue age and two flush intervals since its end ([`settle_time`]); and, whatever
+/// re-queue age, two flush intervals and the request timeout since its end
+/// ([`settle_time`]); and, whatever
 /// the time, while the local state directory (`state.dir`, when it exists) holds rows
 /// of that family-day in a spill segment not yet replayed or in a flush the intent
 /// journal has not finished: those rows are in the ledger and will reach the counters
@@ -284,7 +289,7 @@ pub fn open_because(
     let settles_at = day_end + settle_time(config).as_secs() as i64;
     if now_unix_secs < settles_at {
         return Ok(Some(format!(
-            "writes may still arrive until {} (limits.timestamp_max_past + flush.requeue_max_age + 2 x flush.interval after the day)",
+            "writes may still arrive until {} (limits.timestamp_max_past + flush.requeue_max_age + 2 x flush.interval + store.request_timeout after the day)",
             time::OffsetDateTime::from_unix_timestamp(settles_at)
                 .ok()
                 .and_then(|t| t
@@ -777,6 +782,11 @@ mod tests {
         let families = Families::from_config(&config).unwrap();
         let generic = families.by_name("generic").unwrap();
         let end = (i64::from(DAY.0) + 1) * 86_400;
+        // The defaults: 1 h late, 10 min re-queued, two flushes of 5 s, a 10 s timeout.
+        assert_eq!(
+            settle_time(&config),
+            Duration::from_secs(3_600 + 600 + 10 + 10)
+        );
         let settled = end + settle_time(&config).as_secs() as i64;
         assert!(
             open_because(&config, generic, DAY, end + 1)
