@@ -476,4 +476,10 @@ fn print_text(report: &Report) {
             s.not_listed
         );
     }
+    if s.unreadable_keys > 0 {
+        println!(
+            "{} keys are not a JSON array of texts (written by someone else): left out",
+            s.unreadable_keys
+        );
+    }
 }

@@ -119,6 +119,10 @@ pub struct Summary {
     /// Key-granularities that are not `ok` beyond [`Options::max_listed`]: counted here,
     /// not listed in [`Report::keys`].
     pub not_listed: usize,
+    /// Keys (of the ledger, the outcomes table or the key index) that are not a JSON array
+    /// of texts, so name no counter: left out of the verdicts, counted here.
+    #[serde(default)]
+    pub unreadable_keys: usize,
 }
 
 impl Summary {
@@ -521,8 +525,11 @@ pub async fn reconcile(
     })
     .flat_map(futures_util::stream::iter)
     .map(|mut work| async move {
-        let values = crate::ops::keyindex::key_values(&work.key)
-            .ok_or_else(|| ReadError::Usage(format!("unreadable key {}", work.key)))?;
+        // A key that is not a JSON array of texts (an outside writer's ledger, outcome or
+        // key-index row) names no counter: counted, and the run goes on.
+        let Some(values) = crate::ops::keyindex::key_values(&work.key) else {
+            return Ok::<_, ReadError>(Err(work.key));
+        };
         let counters = gather::counters(reader, queries, &values, day).await?;
         if let Some(ledger) = second_look
             && counters
@@ -534,7 +541,7 @@ pub async fn reconcile(
             work.exact.resize(width, 0);
             work.rises.resize(width, 0);
         }
-        Ok::<_, ReadError>((work, values, counters))
+        Ok(Ok((work, values, counters)))
     })
     .buffer_unordered(options.concurrency.max(1));
     let mut verdicts = std::pin::pin!(verdicts);
@@ -558,7 +565,15 @@ pub async fn reconcile(
         let mut done = 0_u64;
         let mut lookup = (String::new(), Granularity::Minute);
         while let Some(result) = verdicts.next().await {
-            let (work, values, counters) = result?;
+            let (work, values, counters) = match result? {
+                Ok(read) => read,
+                Err(key) => {
+                    tracing::warn!(key, "A key that is not a JSON array of texts: left out.");
+                    report.summary.unreadable_keys += 1;
+                    done += 1;
+                    continue;
+                }
+            };
             report.summary.keys += 1;
             lookup.0 = work.key;
             // Exact families have a minute and a day table only.

@@ -313,3 +313,34 @@ async fn repair_and_close_leave_alone_an_expiring_day_and_a_differing_closed_row
     );
     store.shutdown().await;
 }
+
+/// A ledger row whose key is not a JSON array of texts (an outside writer's) names no
+/// counter: the run counts it in `unreadable_keys` and judges the other keys, where it
+/// used to stop at it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_key_that_is_not_a_json_array_is_counted_and_the_run_goes_on() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = exact_config(dir.path());
+    let store = start_store(&mut config).await;
+    let mut writer = Writer::start(&config).await;
+    for page in ["p0", "p1", "p2"] {
+        writer.incr("page.views", &[("page_id", page)], 3, AT);
+    }
+    writer.flusher.flush_now().await;
+    settle(&mut writer).await;
+    let (date, minute) = day_and_minute(AT);
+    let key = "not json";
+    store
+        .execute(&format!(
+            "INSERT INTO {}.delta_ledger (family, day, bucket, key, minute, writer, incarnation, flush_seq, part, deltas) VALUES ('views', '{date}', {}, '{key}', {minute}, 'w', 1, 1, 0, {{'views': 2}})",
+            config.exact_keyspace(),
+            countersink::family::key_bucket(key, config.exact.buckets),
+        ))
+        .await;
+    let report = run_reconcile(&writer, &config).await;
+    assert_eq!(report.summary.unreadable_keys, 1, "{:?}", report.summary);
+    assert_eq!(report.summary.keys, 3, "{:?}", report.summary);
+    assert_eq!(report.summary.statuses.get("ok"), Some(&6));
+    assert!(report.passes());
+    store.shutdown().await;
+}
