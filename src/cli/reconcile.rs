@@ -37,16 +37,21 @@ pub(super) struct ReconcileArgs {
     /// `text` (keys that are not ok, then a summary) or `json` (every key).
     #[arg(long, default_value = "text", value_parser = ["text", "json"])]
     format: String,
-    /// Unexplained drift accepted per key, as a fraction of its exact total [default:
-    /// `exact.reconcile_threshold`].
+    /// Unexplained drift accepted per key, as a fraction of its exact total, column by
+    /// column [default: `exact.reconcile_threshold`].
     #[arg(long, value_name = "FRACTION")]
     threshold: Option<f64>,
     /// Write the verdicts of `resolved` keys to the outcomes table.
     #[arg(long)]
     resolve: bool,
-    /// Keep every key's exact total of the (closed) day in `exact_by_day`.
+    /// Keep every key's exact total of the (closed) day in `exact_by_day`. A key whose
+    /// row there already holds other totals is left as it is and named (exit 3), unless
+    /// --overwrite-closed.
     #[arg(long)]
     close: bool,
+    /// With --close: replace a closed row that holds other totals than the ledger's sum.
+    #[arg(long, requires = "close")]
+    overwrite_closed: bool,
     /// Write one corrective increment per drifting counter row of the (closed) day
     /// (`counter += exact - counter`), each recorded in the outcomes table; then
     /// reconcile again and report that.
@@ -131,6 +136,14 @@ pub(super) async fn run(args: ReconcileArgs) -> Result<(), Failure> {
         .transpose()
         .map_err(Failure::usage)?;
     let now = bucket::unix_secs(std::time::SystemTime::now());
+    if args.repair || args.close {
+        // Once the day's ledger rows expire, the ledger sums to less than what was
+        // written: a repair would take real counts off, a close keep a short total.
+        if let Some(why) = reconcile::ledger_expiring(&config, day, now) {
+            let what = if args.repair { "--repair" } else { "--close" };
+            return Err(Failure::usage(format!("{what} refused: {why}")));
+        }
+    }
     let options = Options {
         day,
         tags,
@@ -212,6 +225,16 @@ pub(super) async fn run(args: ReconcileArgs) -> Result<(), Failure> {
                 .iter()
                 .filter(|c| c.outcome == reconcile::repair::BEYOND_I64)
                 .count();
+            let stray = corrections
+                .iter()
+                .filter(|c| c.outcome == reconcile::repair::MINUTE_OUT_OF_RANGE)
+                .count();
+            if stray > 0 {
+                eprintln!(
+                    "{stray} minute rows are not minutes of the day (outside 0 to 1439, written by someone else): not corrected, a correction would land on another day's row"
+                );
+            }
+            refused += stray;
             let unknown = corrections
                 .iter()
                 .filter(|c| c.outcome == "unknown")
@@ -254,6 +277,7 @@ pub(super) async fn run(args: ReconcileArgs) -> Result<(), Failure> {
                 &options.tags,
                 options.slice,
                 now.saturating_mul(1000),
+                args.overwrite_closed,
             )
             .await
             .map_err(Failure::other)?;
@@ -261,7 +285,13 @@ pub(super) async fn run(args: ReconcileArgs) -> Result<(), Failure> {
             for why in &closed.beyond_i64 {
                 eprintln!("{}: not closed: {why}", family.name);
             }
-            refused += closed.beyond_i64.len();
+            for why in &closed.differing {
+                eprintln!(
+                    "{}: not closed again: {why} (--overwrite-closed replaces it)",
+                    family.name
+                );
+            }
+            refused += closed.beyond_i64.len() + closed.differing.len();
         }
         reports.push(report);
     }
@@ -269,7 +299,9 @@ pub(super) async fn run(args: ReconcileArgs) -> Result<(), Failure> {
     if refused > 0 {
         return Err(Failure::with_code(
             3,
-            format!("{refused} closed totals or corrections are beyond i64 (listed above)"),
+            format!(
+                "{refused} closed totals or corrections refused (beyond i64, a closed row that differs, or a minute out of range; listed above)"
+            ),
         ));
     }
     if slice.is_some() {
@@ -442,6 +474,12 @@ fn print_text(report: &Report) {
         println!(
             "{} more keys that are not ok are counted above but not listed",
             s.not_listed
+        );
+    }
+    if s.unreadable_keys > 0 {
+        println!(
+            "{} keys are not a JSON array of texts (written by someone else): left out",
+            s.unreadable_keys
         );
     }
 }

@@ -119,7 +119,7 @@ async fn the_parts_of_a_day_merge_into_the_single_runs_report() {
     let close = |part| {
         let (session, config) = (&session, &config);
         async move {
-            reconcile::closed::close_day(session, config, generic, day, &[], part, 0)
+            reconcile::closed::close_day(session, config, generic, day, &[], part, 0, false)
                 .await
                 .unwrap()
                 .written

@@ -50,6 +50,9 @@ pub struct Closed {
     /// Keys whose exact total does not fit the table's 64-bit values: no row written (a
     /// clamped total would be a wrong exact value), each with why.
     pub beyond_i64: Vec<String>,
+    /// Keys whose closed row already holds other totals than the ledger's sum now: left
+    /// as they are (unless the close overwrites), each with both totals.
+    pub differing: Vec<String>,
 }
 
 /// A key's closed-row totals per column name (zero columns left out), or why they cannot
@@ -75,7 +78,10 @@ pub fn closed_totals(
 /// that pass `tags`. Streams: the ledger is read one bucket at a time, and that bucket's
 /// rows written (concurrently) before the next is read. Idempotent: a second close writes
 /// the same rows. A key whose total is beyond i64 gets no row and is listed in
-/// [`Closed::beyond_i64`].
+/// [`Closed::beyond_i64`]. Each key's closed row is read first: one that holds other
+/// totals (a close made before ledger rows went missing, or the ledger changed since) is
+/// left as it is and listed in [`Closed::differing`], unless `overwrite`.
+#[allow(clippy::too_many_arguments)]
 pub async fn close_day(
     session: &Session,
     config: &Config,
@@ -84,8 +90,10 @@ pub async fn close_day(
     tags: &[(String, String)],
     slice: Option<super::slice::Part>,
     now_ms: i64,
+    overwrite: bool,
 ) -> Result<Closed, ReadError> {
     let statement = prepare(session, config, "insert_exact_day").await?;
+    let select = prepare(session, config, "select_exact_day").await?;
     let buckets = super::gather::BucketReader::new(session, config, family, day).await?;
     let rows_read = std::sync::atomic::AtomicU64::new(0);
     let mut closed = Closed::default();
@@ -106,8 +114,16 @@ pub async fn close_day(
             }
         }
         let writes = keys.into_iter().map(|(key, totals, rows)| {
-            let statement = &statement;
+            let (statement, select) = (&statement, &select);
             async move {
+                if !overwrite
+                    && let Some(kept) = closed_row(session, select, family, &key, day).await?
+                    && kept != totals
+                {
+                    return Ok(Some(format!(
+                        "{key}: exact_by_day holds {kept:?}, the ledger sums to {totals:?}"
+                    )));
+                }
                 session
                     .execute_unpaged(
                         statement,
@@ -121,16 +137,52 @@ pub async fn close_day(
                         ),
                     )
                     .await
-                    .map_err(|e| store_error(statement, e))
+                    .map_err(|e| store_error(statement, e))?;
+                Ok::<_, ReadError>(None)
             }
         });
         let mut writes = futures_util::stream::iter(writes).buffer_unordered(64);
         while let Some(result) = writes.next().await {
-            result?;
-            closed.written += 1;
+            match result? {
+                None => closed.written += 1,
+                Some(why) => closed.differing.push(why),
+            }
         }
     }
     Ok(closed)
+}
+
+/// The totals of `key`'s closed row of `day` (`select_exact_day` prepared), if it has one.
+async fn closed_row(
+    session: &Session,
+    select: &PreparedStatement,
+    family: &FamilyDef,
+    key: &str,
+    day: Day,
+) -> Result<Option<BTreeMap<String, i64>>, ReadError> {
+    let result = session
+        .execute_unpaged(select, (family.name.as_str(), key, CqlDate(day.cql_date())))
+        .await
+        .map_err(|e| store_error(select, e))?
+        .into_rows_result()
+        .map_err(|e| store_error(select, e))?;
+    type ClosedRow = (
+        Option<BTreeMap<String, i64>>,
+        Option<i64>,
+        Option<CqlTimestamp>,
+    );
+    match result
+        .rows::<ClosedRow>()
+        .map_err(|e| store_error(select, e))?
+        .next()
+    {
+        Some(row) => Ok(Some(
+            row.map_err(|e| store_error(select, e))?
+                .0
+                .unwrap_or_default(),
+        )),
+        None => Ok(None),
+    }
 }
 
 /// Where a key's exact value came from.
@@ -153,28 +205,8 @@ pub async fn exact_value(
 ) -> Result<(BTreeMap<String, i128>, ExactSource), ReadError> {
     let key = serde_json::to_string(keys).unwrap_or_default();
     let closed = prepare(session, config, "select_exact_day").await?;
-    let result = session
-        .execute_unpaged(
-            &closed,
-            (family.name.as_str(), key.as_str(), CqlDate(day.cql_date())),
-        )
-        .await
-        .map_err(|e| store_error(&closed, e))?
-        .into_rows_result()
-        .map_err(|e| store_error(&closed, e))?;
-    type ClosedRow = (
-        Option<BTreeMap<String, i64>>,
-        Option<i64>,
-        Option<CqlTimestamp>,
-    );
-    if let Some(row) = result
-        .rows::<ClosedRow>()
-        .map_err(|e| store_error(&closed, e))?
-        .next()
-    {
-        let (totals, _, _) = row.map_err(|e| store_error(&closed, e))?;
+    if let Some(totals) = closed_row(session, &closed, family, &key, day).await? {
         let totals = totals
-            .unwrap_or_default()
             .into_iter()
             .map(|(c, v)| (c, i128::from(v)))
             .collect();

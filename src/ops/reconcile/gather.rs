@@ -306,6 +306,69 @@ impl<'a> BucketReader<'a> {
     }
 }
 
+/// One key's ledger rows of a family-day read alone (`select_ledger_key`), prepared once
+/// per run: on an open day, the second look at a key whose counter came out above the
+/// ceiling of its scanned ledger (see [`super::reconcile`]).
+pub struct KeyLedgerReader<'a> {
+    session: &'a Session,
+    family: &'a FamilyDef,
+    day: Day,
+    buckets: u16,
+    statement: (PreparedStatement, String),
+}
+
+impl<'a> KeyLedgerReader<'a> {
+    /// Prepares the read.
+    pub async fn new(
+        session: &'a Session,
+        config: &Config,
+        family: &'a FamilyDef,
+        day: Day,
+    ) -> Result<KeyLedgerReader<'a>, ReadError> {
+        let keyspace = [("keyspace", config.exact_keyspace())];
+        let statement = prepare_scan(
+            session,
+            cql_text::statement(EXACT, "select_ledger_key", &keyspace),
+            config.exact.consistency,
+        )
+        .await?;
+        Ok(KeyLedgerReader {
+            session,
+            family,
+            day,
+            buckets: config.exact.buckets,
+            statement,
+        })
+    }
+
+    /// The rows of `key` (JSON text), summed, as they are now.
+    pub async fn read(&self, key: &str) -> Result<LedgerKey, ReadError> {
+        let (statement, text) = &self.statement;
+        let bucket = crate::family::key_bucket(key, self.buckets);
+        let mut pager = self
+            .session
+            .execute_iter(
+                statement.clone(),
+                (
+                    self.family.name.as_str(),
+                    CqlDate(self.day.cql_date()),
+                    bucket,
+                    key,
+                ),
+            )
+            .await
+            .map_err(|e| store_error(text, e))?
+            .rows_stream::<(i16, BTreeMap<String, i64>)>()
+            .map_err(|e| store_error(text, e))?;
+        let mut sum = LedgerKey::default();
+        while let Some(row) = pager.next().await {
+            let (_, deltas) = row.map_err(|e| store_error(text, e))?;
+            sum.add_row(self.family, deltas.iter().map(|(c, d)| (c.as_str(), *d)));
+        }
+        Ok(sum)
+    }
+}
+
 /// Adds a key's summed rows to a bucket's sums (merged, should its rows ever not follow
 /// one another).
 fn fold(sums: &mut LedgerSums, key: String, sum: LedgerKey) {
@@ -388,27 +451,13 @@ pub async fn read_outcomes(
         };
         let deltas = deltas.unwrap_or_default();
         let entry = outcomes.entry((key.clone(), granularity)).or_default();
-        // How the row moves the expected counter away from the ledger.
-        let mut unknown_item = false;
-        match (outcome.as_str(), resolution.as_deref()) {
-            // Part of the ledger, never applied.
-            ("rejected" | "dropped", _) | ("unknown", Some("not_applied")) => {
-                column_sums(family, &deltas, &mut entry.known_missing)
-            }
-            // Part of the ledger, applied.
-            ("unknown", Some("applied")) => {}
-            ("unknown", _) => unknown_item = true,
-            // A repair is not in the ledger: applied, it is counter beyond the ledger;
-            // unknown, it is counted as applied and searched like any unknown request.
-            ("repair_applied", _) => {
-                column_sums(family, &negated(&deltas), &mut entry.known_missing)
-            }
-            ("repair_unknown", _) => {
-                column_sums(family, &negated(&deltas), &mut entry.known_missing);
-                unknown_item = true;
-            }
-            _ => {}
-        }
+        let unknown_item = fold_outcome(
+            family,
+            &outcome,
+            resolution.as_deref(),
+            &deltas,
+            &mut entry.known_missing,
+        );
         if unknown_item {
             entry.rows.entry(request_id.clone()).or_default().push(row);
             let sums = unknown
@@ -427,6 +476,41 @@ pub async fn read_outcomes(
             .collect();
     }
     Ok(records)
+}
+
+/// How one outcome row (`outcome`, its `resolution` by `--resolve`, its `deltas`) moves
+/// its key's expected counter away from the ledger: what it adds to `known_missing`, and
+/// whether it is a row of an unknown request still to search.
+fn fold_outcome(
+    family: &FamilyDef,
+    outcome: &str,
+    resolution: Option<&str>,
+    deltas: &BTreeMap<String, i64>,
+    known_missing: &mut Sums,
+) -> bool {
+    match (outcome, resolution) {
+        // Part of the ledger, never applied.
+        ("rejected" | "dropped", _) | ("unknown", Some("not_applied")) => {
+            column_sums(family, deltas, known_missing);
+            false
+        }
+        // Part of the ledger, applied.
+        ("unknown", Some("applied")) => false,
+        ("unknown", _) => true,
+        // A repair is not in the ledger: applied (or resolved applied), it is counter
+        // beyond the ledger; rejected (or resolved not applied), nothing; unknown, it is
+        // counted as applied and searched like any unknown request.
+        ("repair_applied", _) | ("repair_unknown", Some("applied")) => {
+            column_sums(family, &negated(deltas), known_missing);
+            false
+        }
+        ("repair_unknown", Some("not_applied")) => false,
+        ("repair_unknown", _) => {
+            column_sums(family, &negated(deltas), known_missing);
+            true
+        }
+        _ => false,
+    }
 }
 
 /// The reads of one key's counters: its minute partition and its day partition, every
@@ -489,6 +573,35 @@ pub async fn counters(
 mod tests {
     use super::*;
     use crate::family::Families;
+
+    /// `--resolve` settles an unknown repair like any unknown request: resolved applied,
+    /// it counts as an applied repair; resolved not applied, as a rejected one; neither is
+    /// searched again.
+    #[test]
+    fn a_resolved_unknown_repair_is_known_not_searched_again() {
+        let families = Families::from_config(&Config::default()).unwrap();
+        let generic = families.by_name("generic").unwrap();
+        let deltas = BTreeMap::from([("value".to_owned(), 7)]);
+        let fold = |outcome: &str, resolution: Option<&str>| {
+            let mut known_missing = Sums::new();
+            let unknown = fold_outcome(generic, outcome, resolution, &deltas, &mut known_missing);
+            known_missing.resize(1, 0);
+            (unknown, known_missing)
+        };
+        assert_eq!(fold("repair_unknown", None), (true, vec![-7]));
+        assert_eq!(fold("repair_unknown", Some("applied")), (false, vec![-7]));
+        assert_eq!(fold("repair_applied", None), (false, vec![-7]));
+        assert_eq!(
+            fold("repair_unknown", Some("not_applied")),
+            (false, vec![0])
+        );
+        assert_eq!(fold("repair_rejected", None), (false, vec![0]));
+        // The counter writes' own rows, as before.
+        assert_eq!(fold("unknown", None), (true, vec![0]));
+        assert_eq!(fold("unknown", Some("applied")), (false, vec![0]));
+        assert_eq!(fold("unknown", Some("not_applied")), (false, vec![7]));
+        assert_eq!(fold("rejected", None), (false, vec![7]));
+    }
 
     #[test]
     fn a_keys_rows_sum_with_their_rises_and_two_folds_of_it_merge_to_one() {

@@ -51,7 +51,8 @@ pub struct Options {
     /// Only keys whose values match these `(key column, value)` pairs (generic family:
     /// `name`, or a tag `k` matched against the canonical tags).
     pub tags: Vec<(String, String)>,
-    /// Unexplained drift accepted per key, as a fraction of its exact total.
+    /// Unexplained drift accepted per key, as a fraction of its exact total, column by
+    /// column.
     pub threshold: f64,
     /// Now, in Unix seconds (the day is open until its last writes can have settled).
     pub now_unix_secs: i64,
@@ -118,11 +119,17 @@ pub struct Summary {
     /// Key-granularities that are not `ok` beyond [`Options::max_listed`]: counted here,
     /// not listed in [`Report::keys`].
     pub not_listed: usize,
+    /// Keys (of the ledger, the outcomes table or the key index) that are not a JSON array
+    /// of texts, so name no counter: left out of the verdicts, counted here.
+    #[serde(default)]
+    pub unreadable_keys: usize,
 }
 
 impl Summary {
     /// Counts one key and granularity's verdict (`exact`, `counter` and `drift` per
-    /// column; `resolved`: the unknown requests its verdict settles).
+    /// column; `resolved`: the unknown requests its verdict settles). An unexplained key
+    /// is over the threshold when one of its columns drifts by more than `threshold`
+    /// times that column's exact total: a large column does not hide a small one's drift.
     fn count(
         &mut self,
         g: Granularity,
@@ -132,6 +139,10 @@ impl Summary {
         threshold: f64,
     ) {
         *self.statuses.entry(v.status.as_str()).or_default() += 1;
+        let over = v.drift.iter().enumerate().any(|(i, drift)| {
+            let exact = exact.get(i).copied().unwrap_or(0);
+            drift.abs() as f64 > threshold * exact.abs() as f64
+        });
         let exact: i128 = exact.iter().sum();
         let drift: i128 = v.drift.iter().map(|d| d.abs()).sum();
         if g == Granularity::Minute {
@@ -144,7 +155,7 @@ impl Summary {
             }
             Status::Unexplained => {
                 self.drift_unexplained += drift;
-                if drift as f64 > threshold * exact.abs() as f64 {
+                if over {
                     self.over_threshold += 1;
                 }
             }
@@ -253,15 +264,20 @@ impl Progress {
 }
 
 /// How long after its end a day may still receive writes: the accepted-timestamp window,
-/// the re-queue age, and two flush intervals.
+/// the re-queue age, two flush intervals, and the request timeout (a write sent by the
+/// last flush may be on its way that long).
 pub fn settle_time(config: &Config) -> Duration {
-    config.limits.timestamp_max_past + config.flush.requeue_max_age + config.flush.interval * 2
+    config.limits.timestamp_max_past
+        + config.flush.requeue_max_age
+        + config.flush.interval * 2
+        + config.store.request_timeout
 }
 
 /// Why `family`'s `day` is still open at `now_unix_secs`, or `None` when it is closed.
 ///
 /// Open while a writer may still send rows for it: the accepted-timestamp window, the
-/// re-queue age and two flush intervals since its end ([`settle_time`]); and, whatever
+/// re-queue age, two flush intervals and the request timeout since its end
+/// ([`settle_time`]); and, whatever
 /// the time, while the local state directory (`state.dir`, when it exists) holds rows
 /// of that family-day in a spill segment not yet replayed or in a flush the intent
 /// journal has not finished: those rows are in the ledger and will reach the counters
@@ -277,7 +293,7 @@ pub fn open_because(
     let settles_at = day_end + settle_time(config).as_secs() as i64;
     if now_unix_secs < settles_at {
         return Ok(Some(format!(
-            "writes may still arrive until {} (limits.timestamp_max_past + flush.requeue_max_age + 2 x flush.interval after the day)",
+            "writes may still arrive until {} (limits.timestamp_max_past + flush.requeue_max_age + 2 x flush.interval + store.request_timeout after the day)",
             time::OffsetDateTime::from_unix_timestamp(settles_at)
                 .ok()
                 .and_then(|t| t
@@ -307,6 +323,46 @@ pub fn open_because(
             dir.display()
         )
     }))
+}
+
+/// How long before its ledger rows may start expiring a day is no longer repaired or
+/// closed: a day.
+pub const EXPIRY_MARGIN: Duration = Duration::from_secs(86_400);
+
+/// When the first ledger row of `day` may expire (Unix seconds): a row expires
+/// `exact.ledger_ttl` after it was written, and the earliest rows of a day are written
+/// at its start, or up to `limits.timestamp_max_future` before it (a client clock ahead).
+pub fn ledger_expires_at(config: &Config, day: Day) -> i64 {
+    i64::from(day.0) * 86_400 - config.limits.timestamp_max_future.as_secs() as i64
+        + config.exact.ledger_ttl.as_secs() as i64
+}
+
+/// Why `--repair` and `--close` must leave `day` alone at `now_unix_secs`, or `None`:
+/// its ledger rows have started expiring, or may within [`EXPIRY_MARGIN`]. The ledger
+/// then sums to less than what was written: a repair would take real counts off the
+/// counters, a close would keep a total short of them.
+pub fn ledger_expiring(config: &Config, day: Day, now_unix_secs: i64) -> Option<String> {
+    let expires = ledger_expires_at(config, day);
+    let refused_from = expires - EXPIRY_MARGIN.as_secs() as i64;
+    (now_unix_secs >= refused_from).then(|| {
+        format!(
+            "the ledger rows of {} may expire from {} (the day's start - limits.timestamp_max_future + exact.ledger_ttl {}s), and a day is left alone from a day before that: the ledger no longer holds every count of the day",
+            crate::bucket::format_date(day.date()),
+            rfc3339(expires),
+            config.exact.ledger_ttl.as_secs()
+        )
+    })
+}
+
+/// `unix_secs` as an RFC 3339 time (or the number, should it be out of range).
+fn rfc3339(unix_secs: i64) -> String {
+    time::OffsetDateTime::from_unix_timestamp(unix_secs)
+        .ok()
+        .and_then(|t| {
+            t.format(&time::format_description::well_known::Rfc3339)
+                .ok()
+        })
+        .unwrap_or_else(|| unix_secs.to_string())
 }
 
 /// Why a day is open while state directories of other writers still owe rows of it (an
@@ -451,16 +507,41 @@ pub async fn reconcile(
         }
         Ok::<_, ReadError>(())
     };
-    let (reader, queries) = (&reader, &queries);
+    // On an open day a key's ledger was scanned before its counters were read, so a
+    // flush between the two (ledger row confirmed, then counter applied) can show a
+    // counter above the scanned ledger's ceiling. A key whose counter is above it has its
+    // ledger read again, after its counters: every counter write that applied before the
+    // counter read had its ledger row confirmed before it, so this read holds it, and the
+    // ceiling argument holds (see `verdict::open_ceiling`).
+    let second_look = if open {
+        Some(gather::KeyLedgerReader::new(session, config, family, day).await?)
+    } else {
+        None
+    };
+    let (reader, queries, second_look) = (&reader, &queries, &second_look);
+    let width = family.columns.len();
     let verdicts = futures_util::stream::unfold(slice_rx, |mut rx| async move {
         rx.recv().await.map(|keys| (keys, rx))
     })
     .flat_map(futures_util::stream::iter)
-    .map(|work| async move {
-        let values = crate::ops::keyindex::key_values(&work.key)
-            .ok_or_else(|| ReadError::Usage(format!("unreadable key {}", work.key)))?;
+    .map(|mut work| async move {
+        // A key that is not a JSON array of texts (an outside writer's ledger, outcome or
+        // key-index row) names no counter: counted, and the run goes on.
+        let Some(values) = crate::ops::keyindex::key_values(&work.key) else {
+            return Ok::<_, ReadError>(Err(work.key));
+        };
         let counters = gather::counters(reader, queries, &values, day).await?;
-        Ok::<_, ReadError>((work, values, counters))
+        if let Some(ledger) = second_look
+            && counters
+                .iter()
+                .any(|counter| counter.iter().zip(&work.rises).any(|(c, r)| c > r))
+        {
+            let now = ledger.read(&work.key).await?;
+            (work.exact, work.rises) = (now.sums, now.rises);
+            work.exact.resize(width, 0);
+            work.rises.resize(width, 0);
+        }
+        Ok(Ok((work, values, counters)))
     })
     .buffer_unordered(options.concurrency.max(1));
     let mut verdicts = std::pin::pin!(verdicts);
@@ -484,7 +565,15 @@ pub async fn reconcile(
         let mut done = 0_u64;
         let mut lookup = (String::new(), Granularity::Minute);
         while let Some(result) = verdicts.next().await {
-            let (work, values, counters) = result?;
+            let (work, values, counters) = match result? {
+                Ok(read) => read,
+                Err(key) => {
+                    tracing::warn!(key, "A key that is not a JSON array of texts: left out.");
+                    report.summary.unreadable_keys += 1;
+                    done += 1;
+                    continue;
+                }
+            };
             report.summary.keys += 1;
             lookup.0 = work.key;
             // Exact families have a minute and a day table only.
@@ -708,6 +797,11 @@ mod tests {
         let families = Families::from_config(&config).unwrap();
         let generic = families.by_name("generic").unwrap();
         let end = (i64::from(DAY.0) + 1) * 86_400;
+        // The defaults: 1 h late, 10 min re-queued, two flushes of 5 s, a 10 s timeout.
+        assert_eq!(
+            settle_time(&config),
+            Duration::from_secs(3_600 + 600 + 10 + 10)
+        );
         let settled = end + settle_time(&config).as_secs() as i64;
         assert!(
             open_because(&config, generic, DAY, end + 1)
@@ -756,6 +850,64 @@ mod tests {
             why.as_deref().is_some_and(|w| w.starts_with("1 rows")),
             "{why:?}"
         );
+    }
+
+    /// The threshold is per column: 5 of drift in a column whose exact total is 10 is
+    /// over 1 %, however large another column is (1 % of both summed, 10.1, hid it).
+    #[test]
+    fn the_threshold_is_judged_per_column() {
+        let unexplained = |drift: Vec<i128>| Verdict {
+            status: Status::Unexplained,
+            drift,
+            applied: None,
+        };
+        let mut summary = Summary::default();
+        let exact = [1_000, 10];
+        summary.count(
+            Granularity::Minute,
+            &exact,
+            &[1_000, 15],
+            &unexplained(vec![0, 5]),
+            0.01,
+        );
+        assert_eq!(summary.over_threshold, 1, "{summary:?}");
+        // Within 1 % of each column (10 of 1 000): not over.
+        summary.count(
+            Granularity::Day,
+            &exact,
+            &[1_010, 10],
+            &unexplained(vec![10, 0]),
+            0.01,
+        );
+        assert_eq!(summary.over_threshold, 1, "{summary:?}");
+        assert_eq!(summary.drift_unexplained, 15);
+        // A threshold of 0: any drift in any column.
+        summary.count(
+            Granularity::Day,
+            &exact,
+            &[1_000, 11],
+            &unexplained(vec![0, 1]),
+            0.0,
+        );
+        assert_eq!(summary.over_threshold, 2);
+    }
+
+    #[test]
+    fn a_day_whose_ledger_rows_may_expire_within_a_day_is_left_alone() {
+        let mut config = Config::default();
+        config.exact.ledger_ttl = Duration::from_secs(90 * 86_400);
+        config.limits.timestamp_max_future = Duration::from_secs(600);
+        let start = i64::from(DAY.0) * 86_400;
+        let expires = start - 600 + 90 * 86_400;
+        assert_eq!(ledger_expires_at(&config, DAY), expires);
+        assert_eq!(ledger_expiring(&config, DAY, start + 2 * 86_400), None);
+        assert_eq!(ledger_expiring(&config, DAY, expires - 86_400 - 1), None);
+        let why = ledger_expiring(&config, DAY, expires - 86_400).expect("within a day");
+        assert!(why.contains("exact.ledger_ttl"), "{why}");
+        assert!(ledger_expiring(&config, DAY, expires + 86_400).is_some());
+        // The shortest TTL, a day: never repaired nor closed.
+        config.exact.ledger_ttl = Duration::from_secs(86_400);
+        assert!(ledger_expiring(&config, DAY, start + 86_400).is_some());
     }
 
     #[test]

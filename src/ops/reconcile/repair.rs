@@ -45,8 +45,9 @@ pub struct Correction {
     pub key: Vec<String>,
     /// `minute` or `day`.
     pub granularity: &'static str,
-    /// The minute of the day, for a minute row.
-    pub minute: Option<i16>,
+    /// The minute of the day, for a minute row (as read: [`MINUTE_OUT_OF_RANGE`] when it
+    /// is not one).
+    pub minute: Option<i64>,
     /// Column → delta to add.
     pub deltas: BTreeMap<String, i64>,
     /// The outcome: `planned` (dry run), `applied`, `rejected`, `unknown`, or
@@ -57,6 +58,18 @@ pub struct Correction {
 /// The outcome of a correction that no counter write can carry: a column's
 /// `exact - counter` is beyond i64. Never sent; the run fails.
 pub const BEYOND_I64: &str = "beyond_i64";
+
+/// The outcome of a correction of a minute row whose minute is not a minute of the day
+/// (outside 0..1440: written by an outside writer, in the ledger or the counters). Never
+/// sent: its write would land on another day's row, and the run fails.
+pub const MINUTE_OUT_OF_RANGE: &str = "minute_out_of_range";
+
+/// `minute` as a minute of the day, if it is one (0 to 1439).
+pub fn minute_of_day(minute: i64) -> Option<i16> {
+    (0..i64::from(MINUTES_PER_DAY))
+        .contains(&minute)
+        .then_some(minute as i16)
+}
 
 /// The deltas (non-zero, per column name) that take `stored` to `exact`. `Err` when one
 /// of them is beyond i64, with the deltas that fit: a correction is sent whole or not at
@@ -119,11 +132,14 @@ pub async fn plan(
         let counter = reader
             .partition(family, granularity, &key.key, day, &all, consistency)
             .await?;
-        let correction = |minute: Option<i16>, exact: &[i128], stored: &[i64]| {
-            let (deltas, outcome) = match correction_deltas(&family.columns, exact, stored) {
+        let correction = |minute: Option<i64>, exact: &[i128], stored: &[i64]| {
+            let (deltas, mut outcome) = match correction_deltas(&family.columns, exact, stored) {
                 Ok(deltas) => (deltas, "planned"),
                 Err(fitting) => (fitting, BEYOND_I64),
             };
+            if minute.is_some_and(|m| minute_of_day(m).is_none()) {
+                outcome = MINUTE_OUT_OF_RANGE;
+            }
             (!deltas.is_empty() || outcome == BEYOND_I64).then(|| Correction {
                 key: key.key.clone(),
                 granularity: key.granularity,
@@ -146,12 +162,12 @@ pub async fn plan(
                     .chain(counter.keys().copied())
                     .collect();
                 for minute in minutes {
-                    let want = exact
-                        .get(&(minute as i16))
-                        .cloned()
+                    let want = i16::try_from(minute)
+                        .ok()
+                        .and_then(|m| exact.get(&m).cloned())
                         .unwrap_or_else(|| vec![0; width]);
                     let have = counter.get(&minute).cloned().unwrap_or_default();
-                    corrections.extend(correction(Some(minute as i16), &want, &have));
+                    corrections.extend(correction(Some(minute), &want, &have));
                 }
             }
             // Exact families have a minute and a day table only (the configuration
@@ -215,8 +231,19 @@ async fn ledger_minutes(
     Ok(minutes)
 }
 
+/// Now, in Unix milliseconds.
+fn wall_clock_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+}
+
 /// Sends the corrections: each recorded as `repair_unknown` first, sent once, then
-/// settled. Fills in each correction's outcome.
+/// settled. Fills in each correction's outcome. `run_ms` (the run's start, Unix
+/// milliseconds) names the requests (`repair/<run_ms>/<n>`); each row's `recorded` is the
+/// time of its own write: when it was recorded, then when its write answered (also when
+/// the answer left its outcome unknown), so that [`settle_wait`] counts from the latest
+/// write a run sent, however long the run took to get to it.
 pub async fn apply(
     session: &Session,
     sink: &CqlSink,
@@ -224,7 +251,7 @@ pub async fn apply(
     family: &FamilyDef,
     day: Day,
     corrections: &mut [Correction],
-    now_ms: i64,
+    run_ms: i64,
 ) -> Result<(), ReadError> {
     let settle_text = cql_text::statement(
         EXACT,
@@ -242,10 +269,20 @@ pub async fn apply(
     settle.set_is_idempotent(true);
     settle.set_consistency(session::consistency(config.exact.consistency));
     for (n, correction) in corrections.iter_mut().enumerate() {
-        if correction.outcome == BEYOND_I64 {
+        if correction.outcome == BEYOND_I64 || correction.outcome == MINUTE_OUT_OF_RANGE {
             continue;
         }
-        let request_id = format!("repair/{now_ms}/{n}");
+        // A minute row's bucket is its day's first minute plus its minute: never one of
+        // another day.
+        let minute = match correction.minute.map(minute_of_day) {
+            None => None,
+            Some(Some(minute)) => Some(minute),
+            Some(None) => {
+                correction.outcome = MINUTE_OUT_OF_RANGE.into();
+                continue;
+            }
+        };
+        let request_id = format!("repair/{run_ms}/{n}");
         let record = OutcomeRow {
             family: family.name.clone(),
             day,
@@ -254,12 +291,12 @@ pub async fn apply(
             outcome: "repair_unknown".into(),
             granularity: correction.granularity.into(),
             key: serde_json::to_string(&correction.key).unwrap_or_default(),
-            minute: correction.minute,
+            minute,
             shard: None,
             deltas: correction.deltas.clone(),
             error_kind: None,
             error: None,
-            recorded_ms: now_ms,
+            recorded_ms: wall_clock_ms(),
         };
         // The record first: a repair never goes out unrecorded.
         if sink.write_outcomes(std::slice::from_ref(&record)).await != Outcome::Applied {
@@ -268,8 +305,11 @@ pub async fn apply(
                 error: format!("could not record repair {request_id}; nothing sent"),
             });
         }
-        let (granularity, bucket) = match correction.minute {
-            Some(minute) => (Granularity::Minute, day.0 * MINUTES_PER_DAY + minute as u32),
+        let (granularity, bucket) = match minute {
+            Some(minute) => (
+                Granularity::Minute,
+                day.0 * MINUTES_PER_DAY + u32::from(minute.unsigned_abs()),
+            ),
             None => (Granularity::Day, day.0),
         };
         let values: Vec<i64> = family
@@ -304,20 +344,20 @@ pub async fn apply(
                 ("repair_rejected", Some(e))
             }
             Outcome::Unknown(e) => {
-                correction.outcome = "unknown".into();
                 tracing::warn!(
                     request_id,
                     kind = e.kind,
                     "A repair's outcome is unknown: recorded as repair_unknown, not sent again."
                 );
-                continue;
+                ("repair_unknown", Some(e))
             }
         };
-        correction.outcome = if outcome == "repair_applied" {
-            "applied".into()
-        } else {
-            "rejected".into()
-        };
+        correction.outcome = match outcome {
+            "repair_applied" => "applied",
+            "repair_rejected" => "rejected",
+            _ => "unknown",
+        }
+        .into();
         session
             .execute_unpaged(
                 &settle,
@@ -325,6 +365,7 @@ pub async fn apply(
                     outcome,
                     error.as_ref().map(|e| e.kind),
                     error.as_ref().map(|e| &*e.text),
+                    scylla::value::CqlTimestamp(wall_clock_ms()),
                     family.name.as_str(),
                     CqlDate(day.cql_date()),
                     request_id.as_str(),
@@ -354,6 +395,15 @@ mod tests {
         );
         report.last_repair_ms = Some(1_000_000_000 - 60_000);
         assert_eq!(settle_wait(&report, settle, now), None, "settled");
+    }
+
+    #[test]
+    fn only_a_minute_of_the_day_is_one() {
+        assert_eq!(minute_of_day(0), Some(0));
+        assert_eq!(minute_of_day(1_439), Some(1_439));
+        for outside in [-1, 1_440, 1_500, 70_000, i64::from(i16::MIN), i64::MAX] {
+            assert_eq!(minute_of_day(outside), None, "{outside}");
+        }
     }
 
     #[test]

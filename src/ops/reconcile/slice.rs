@@ -233,6 +233,7 @@ fn add(total: &mut super::Summary, part: &super::Summary) {
     total.unknowns_resolved += part.unknowns_resolved;
     total.over_threshold += part.over_threshold;
     total.not_listed += part.not_listed;
+    total.unreadable_keys += part.unreadable_keys;
 }
 
 fn add_counts<V: Copy + std::ops::AddAssign + Default>(

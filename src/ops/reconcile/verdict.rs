@@ -80,11 +80,11 @@ pub struct Verdict {
 }
 
 /// The most unknown requests searched for one key (2^n subsets at worst; beyond it the
-/// key is `ambiguous`).
+/// key is `ambiguous`, unless its residual lies outside the bounds of every subset).
 pub const MAX_UNKNOWNS: usize = 40;
 
 /// The most distinct partial sums kept while searching (memory bound); beyond it the key
-/// is `ambiguous`.
+/// is `ambiguous` (its residual is within the bounds of the subsets).
 const MAX_REACHABLE: usize = 1 << 20;
 
 /// The most a key's counter can hold while its day is open: every positive delta of its
@@ -166,8 +166,20 @@ enum Solutions {
 }
 
 /// Counts the subsets (0, 1, more) whose sum is `target`, by dynamic programming over the
-/// reachable sums (a count capped at 2 and one witness per sum).
+/// reachable sums (a count capped at 2 and one witness per sum). First, per column, the
+/// bounds no subset leaves: the sum of the negative deltas and the sum of the positive
+/// ones; a target outside them in any column has no subset, whatever the search limits.
 fn subsets_summing_to(target: &[i128], unknowns: &[Unknown], width: usize) -> Solutions {
+    let reachable = (0..width).all(|i| {
+        let (low, high) = unknowns.iter().fold((0_i128, 0_i128), |(low, high), u| {
+            let delta = u.deltas.get(i).copied().unwrap_or(0);
+            (low + delta.min(0), high + delta.max(0))
+        });
+        (low..=high).contains(&target.get(i).copied().unwrap_or(0))
+    });
+    if !reachable {
+        return Solutions::None;
+    }
     if unknowns.len() > MAX_UNKNOWNS {
         return Solutions::Many;
     }
@@ -260,6 +272,33 @@ mod tests {
         );
         assert_eq!(v.status, Status::Resolved);
         assert_eq!(v.applied, Some(vec![false, true]));
+    }
+
+    /// Past the search limits a drift no subset can reach is still unexplained: 41
+    /// unknown +1 requests cannot explain a counter 1000 above the ledger, in any column.
+    #[test]
+    fn a_drift_beyond_every_subset_is_unexplained_past_the_search_limits() {
+        let unknowns: Vec<Unknown> = (0..=MAX_UNKNOWNS)
+            .map(|i| unknown(&format!("u{i}"), 1))
+            .collect();
+        assert_eq!(unknowns.len(), 41);
+        let v = verdict(&[41], &[1_041], &[0], &unknowns, None);
+        assert_eq!((v.status, v.drift), (Status::Unexplained, vec![1_000]));
+        // Within the bounds, past the limits: still ambiguous.
+        let v = verdict(&[41], &[20], &[0], &unknowns, None);
+        assert_eq!(v.status, Status::Ambiguous);
+        // Out of bounds in one column of two, within them in the other.
+        let two: Vec<Unknown> = (0..=MAX_UNKNOWNS)
+            .map(|i| Unknown {
+                request_id: format!("u{i}"),
+                deltas: vec![1, -2],
+            })
+            .collect();
+        let v = verdict(&[41, -82], &[30, -100], &[0, 0], &two, None);
+        assert_eq!(v.status, Status::Unexplained);
+        // A counter equal to the ledger stays explained.
+        let v = verdict(&[41], &[41], &[-1_000], &unknowns, None);
+        assert_eq!(v.status, Status::Explained);
     }
 
     #[test]

@@ -199,3 +199,148 @@ async fn a_closed_total_beyond_i64_is_refused_not_clamped() {
     assert_eq!(counters.len(), 0, "nothing was sent to p1's counter");
     store.shutdown().await;
 }
+
+/// `--repair` and `--close` leave alone a day whose ledger rows may have started to
+/// expire (`exact.ledger_ttl` from the day's start, less a day): exit 2, naming the TTL,
+/// and nothing written. And a second `--close` does not replace a closed row with other
+/// totals: it names the key and exits 3, until `--overwrite-closed`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn repair_and_close_leave_alone_an_expiring_day_and_a_differing_closed_row() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = exact_config(dir.path());
+    let store = start_store(&mut config).await;
+    let mut writer = Writer::start(&config).await;
+    for page in ["p0", "p1"] {
+        writer.incr("page.views", &[("page_id", page)], 3, AT);
+    }
+    writer.flusher.flush_now().await;
+    settle(&mut writer).await;
+    let (date, minute) = day_and_minute(AT);
+    // An outside writer: p0's counter is 2 above its ledger (within --threshold 1.0).
+    store
+        .execute(&format!(
+            "UPDATE {} SET views = views + 2 WHERE page_id = 'p0' AND day = '{date}' AND minute = {minute}",
+            config.families[0].minute_table
+        ))
+        .await;
+    const MINUTE_TABLE: &str = "metrics.views_by_minute";
+    let before = store.table_sum(MINUTE_TABLE, "views").await;
+
+    // The day is more than a day old: with a TTL of two days its rows may expire.
+    let short = dir.path().join("short.toml");
+    write_exact_config_with_ttl(&store, &short, "2d");
+    for flag in ["--repair", "--close"] {
+        let out = reconcile_cli(&short, &[flag]);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{flag}: {stderr}");
+        assert!(
+            stderr.contains(&format!("{flag} refused")) && stderr.contains("exact.ledger_ttl"),
+            "{stderr}"
+        );
+    }
+    assert_eq!(
+        store.table_sum(MINUTE_TABLE, "views").await,
+        before,
+        "nothing repaired"
+    );
+    let families = countersink::family::Families::from_config(&config).unwrap();
+    let views = families.by_name("views").unwrap();
+    let (session, config) = (&writer.session, &config);
+    let exact = |key: &str| {
+        let keys = vec![key.to_owned()];
+        async move { reconcile::closed::exact_value(session, config, views, &keys, day()).await }
+    };
+    assert_eq!(
+        exact("p1").await.unwrap().1,
+        reconcile::closed::ExactSource::Ledger,
+        "nothing closed"
+    );
+
+    let file = dir.path().join("countersink.toml");
+    write_exact_config(&store, &file);
+    let close = |extra: &[&str]| {
+        let mut args = vec!["--close", "--threshold", "1.0"];
+        args.extend(extra);
+        reconcile_cli(&file, &args)
+    };
+    let out = close(&[]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let (totals, source) = exact("p1").await.unwrap();
+    assert_eq!(source, reconcile::closed::ExactSource::Closed);
+    assert_eq!(totals["views"], 3);
+    // The same close again changes nothing and passes.
+    assert_eq!(close(&[]).status.code(), Some(0));
+    // p1's ledger changes (a row the closed total does not hold): the next close keeps
+    // the closed row and names it.
+    let key = r#"["p1"]"#;
+    store
+        .execute(&format!(
+            "INSERT INTO {}.delta_ledger (family, day, bucket, key, minute, writer, incarnation, flush_seq, part, deltas) VALUES ('views', '{date}', {}, '{key}', {minute}, 'w', 1, 1, 0, {{'views': 2}})",
+            config.exact_keyspace(),
+            countersink::family::key_bucket(key, config.exact.buckets),
+        ))
+        .await;
+    let out = close(&[]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(3), "{stderr}");
+    assert!(
+        stderr.contains(
+            r#"["p1"]: exact_by_day holds {"views": 3}, the ledger sums to {"views": 5}"#
+        ) && stderr.contains("--overwrite-closed"),
+        "{stderr}"
+    );
+    assert_eq!(
+        exact("p1").await.unwrap().0["views"],
+        3,
+        "the closed row kept"
+    );
+    let out = close(&["--overwrite-closed"]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        exact("p1").await.unwrap().0["views"],
+        5,
+        "replaced when asked"
+    );
+    store.shutdown().await;
+}
+
+/// A ledger row whose key is not a JSON array of texts (an outside writer's) names no
+/// counter: the run counts it in `unreadable_keys` and judges the other keys, where it
+/// used to stop at it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_key_that_is_not_a_json_array_is_counted_and_the_run_goes_on() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = exact_config(dir.path());
+    let store = start_store(&mut config).await;
+    let mut writer = Writer::start(&config).await;
+    for page in ["p0", "p1", "p2"] {
+        writer.incr("page.views", &[("page_id", page)], 3, AT);
+    }
+    writer.flusher.flush_now().await;
+    settle(&mut writer).await;
+    let (date, minute) = day_and_minute(AT);
+    let key = "not json";
+    store
+        .execute(&format!(
+            "INSERT INTO {}.delta_ledger (family, day, bucket, key, minute, writer, incarnation, flush_seq, part, deltas) VALUES ('views', '{date}', {}, '{key}', {minute}, 'w', 1, 1, 0, {{'views': 2}})",
+            config.exact_keyspace(),
+            countersink::family::key_bucket(key, config.exact.buckets),
+        ))
+        .await;
+    let report = run_reconcile(&writer, &config).await;
+    assert_eq!(report.summary.unreadable_keys, 1, "{:?}", report.summary);
+    assert_eq!(report.summary.keys, 3, "{:?}", report.summary);
+    assert_eq!(report.summary.statuses.get("ok"), Some(&6));
+    assert!(report.passes());
+    store.shutdown().await;
+}

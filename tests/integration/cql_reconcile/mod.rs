@@ -42,20 +42,36 @@ pub(crate) fn exact_config(state: &std::path::Path) -> Config {
         family.exact = true;
     }
     config.store.request_timeout = Duration::from_millis(300);
+    // The tests' days are fixed: a long TTL keeps `--repair` and `--close` allowed on
+    // them whatever the date the tests run on.
+    config.exact.ledger_ttl = LONG_TTL;
     config.exact.retry_backoff_min = Duration::from_millis(5);
     config.exact.retry_backoff_max = Duration::from_millis(20);
     config
 }
 
+/// The ledger TTL of the tests' configurations: ten years, so that the fixed day they
+/// write is never refused to `--repair` and `--close` for its rows' expiry.
+const LONG_TTL: Duration = Duration::from_secs(3650 * 86_400);
+
 /// Writes the annotated example configuration, seed 000's `views` family made exact, as
-/// a file for the binary against `store`.
+/// a file for the binary against `store` (with the [`LONG_TTL`]).
 fn write_exact_config(store: &Store, file: &std::path::Path) {
+    write_exact_config_with_ttl(store, file, "3650d");
+}
+
+/// [`write_exact_config`] with `exact.ledger_ttl = ttl`.
+fn write_exact_config_with_ttl(store: &Store, file: &std::path::Path, ttl: &str) {
     let mut example: toml::Table =
         toml::from_str(include_str!("../../../examples/countersink.toml")).unwrap();
     example["family"][0]
         .as_table_mut()
         .unwrap()
         .insert("exact".into(), true.into());
+    example["exact"]
+        .as_table_mut()
+        .unwrap()
+        .insert("ledger_ttl".into(), ttl.into());
     std::fs::write(file, store.config_file(&toml::to_string(&example).unwrap())).unwrap();
 }
 

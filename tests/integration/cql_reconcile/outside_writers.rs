@@ -131,3 +131,80 @@ async fn an_outside_writer_on_the_open_day_is_unexplained_at_once() {
     assert_eq!(named[0]["drift"]["views"], 7);
     store.shutdown().await;
 }
+
+/// On the open day, a flush that lands between the scan of a key's ledger and the read of
+/// its counters (ledger row confirmed, then counter applied) is not an outside writer:
+/// the key whose counter came out above its scanned ledger has its ledger read again,
+/// after its counters, and stays `open`. cqlsim holds the reply of the ledger scan (the
+/// scan itself ran at arrival) while the writer flushes +5 to one key.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flush_between_the_ledger_scan_and_the_counter_reads_is_not_unexplained() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = exact_config(dir.path());
+    // One ledger bucket: the day is one slice, read with one ledger scan.
+    config.exact.buckets = 1;
+    // The held reply must not time out.
+    config.store.request_timeout = Duration::from_secs(30);
+    let store = start_cqlsim(&mut config, "holds the reply of a ledger scan").await;
+    let mut writer = Writer::start(&config).await;
+    let now = countersink::bucket::unix_secs(std::time::SystemTime::now());
+    let at = (now - 60).max(now - now.rem_euclid(86_400));
+    for i in 0..20_i64 {
+        let key = format!("p{}", i % 10);
+        writer.incr("page.views", &[("page_id", key.as_str())], 1 + i % 3, at);
+    }
+    writer.flusher.flush_now().await;
+    settle(&mut writer).await;
+
+    let sim = store.sim();
+    sim.set_faults(vec![
+        FaultRule::new(FaultKind::Delay)
+            .target(cqlsim::Target::Reads)
+            .table("delta_ledger")
+            .max(1)
+            .duration(Duration::from_secs(5)),
+    ]);
+    let session = writer.session.clone();
+    let run_config = config.clone();
+    let run = tokio::spawn(async move {
+        let families = countersink::family::Families::from_config(&run_config).unwrap();
+        let family = families.by_name("views").unwrap();
+        let options = run_options(day_of(now), 4);
+        reconcile::reconcile(&session, &run_config, family, &options, &|_| {}).await
+    });
+    let mut held = false;
+    for _ in 0..500 {
+        if sim.stats().delayed_replies == 1 {
+            held = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(held, "the ledger scan's reply was never held");
+    writer.incr("page.views", &[("page_id", "p3")], 5, at);
+    writer.flusher.flush_now().await;
+    settle(&mut writer).await;
+    assert_eq!(
+        sim.stats().delayed_replies,
+        1,
+        "the flush must land while the scan's reply is held, before any counter is read"
+    );
+    let report = run.await.unwrap().expect("reconcile");
+    assert!(!report.closed);
+    assert_eq!(report.summary.keys, 10, "{:?}", report.summary);
+    assert!(
+        report.keys.iter().all(|k| k.status == Status::Open),
+        "{:?}",
+        report.keys
+    );
+    assert_eq!(report.summary.over_threshold, 0, "{:?}", report.summary);
+    let p3: Vec<_> = report.keys.iter().filter(|k| k.key == ["p3"]).collect();
+    assert_eq!(p3.len(), 2, "{:?}", report.keys);
+    assert!(p3.iter().all(|k| k.drift["views"] == 0), "{p3:?}");
+    store.shutdown().await;
+}
+
+/// The UTC day of `unix_secs`.
+fn day_of(unix_secs: i64) -> Day {
+    Day((unix_secs / 86_400) as u32)
+}

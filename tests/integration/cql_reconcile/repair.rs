@@ -251,3 +251,117 @@ async fn repair_of_a_sharded_family_corrects_the_sum_of_its_shards() {
         store.shutdown().await;
     }
 }
+
+/// The settle time after a repair counts from when its corrections were written, not from
+/// the start of the run that wrote them: corrections sent now by a run that started two
+/// minutes ago make the next repair wait about the whole settle time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_settle_time_counts_from_the_corrections_not_from_the_runs_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = exact_config(dir.path());
+    let store = start_cqlsim(&mut config, "writes beside countersink in process").await;
+    let mut writer = Writer::start(&config).await;
+    for i in 0..20_i64 {
+        let key = format!("p{}", i % 5);
+        writer.incr("page.views", &[("page_id", key.as_str())], 1 + i % 3, AT);
+    }
+    writer.flusher.flush_now().await;
+    settle(&mut writer).await;
+    let (date, minute) = day_and_minute(AT);
+    store
+        .sim()
+        .execute(
+            None,
+            &format!(
+                "UPDATE {} SET views = views + 7 WHERE page_id = 'p3' AND day = '{date}' AND minute = {minute}",
+                config.families[0].minute_table
+            ),
+        )
+        .unwrap();
+    let report = run_reconcile(&writer, &config).await;
+    assert_eq!(report.last_repair_ms, None);
+    let families = countersink::family::Families::from_config(&config).unwrap();
+    let views = families.by_name("views").unwrap();
+    let reader = countersink::ops::read::Reader::new(writer.session.clone());
+    let mut corrections =
+        reconcile::repair::plan(&writer.session, &reader, &config, views, &report, day())
+            .await
+            .unwrap();
+    assert_eq!(corrections.len(), 1, "{corrections:?}");
+    let sink = countersink::sink::cql::CqlSink::connect(&config.store, &families)
+        .await
+        .unwrap();
+    let now = std::time::SystemTime::now();
+    let started = countersink::bucket::unix_secs(now) * 1000 - 120_000;
+    reconcile::repair::apply(
+        &writer.session,
+        &sink,
+        &config,
+        views,
+        day(),
+        &mut corrections,
+        started,
+    )
+    .await
+    .unwrap();
+    assert_eq!(corrections[0].outcome, "applied", "{corrections:?}");
+    let after = run_reconcile(&writer, &config).await;
+    let recorded = after.last_repair_ms.expect("the repair is recorded");
+    assert!(recorded > started + 60_000, "{recorded} vs {started}");
+    let settle = Duration::from_secs(60);
+    let wait = reconcile::repair::settle_wait(&after, settle, std::time::SystemTime::now());
+    assert!(
+        wait.is_some_and(|w| w > settle / 2),
+        "the next repair waits about the settle time: {wait:?}"
+    );
+    store.shutdown().await;
+}
+
+/// A minute row whose minute is not a minute of the day (1500, written by an outside
+/// writer into a key's day partition) is not corrected: its correction would land on the
+/// next day's minute 60, every run. `--repair` names it and exits 3; the next day's
+/// partition stays empty, and the stray row stays as it was.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_minute_out_of_the_day_is_refused_not_corrected_on_another_day() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = exact_config(dir.path());
+    let store = start_store(&mut config).await;
+    let mut writer = Writer::start(&config).await;
+    for page in ["p0", "p3"] {
+        writer.incr("page.views", &[("page_id", page)], 3, AT);
+    }
+    writer.flusher.flush_now().await;
+    settle(&mut writer).await;
+    let (date, _) = day_and_minute(AT);
+    let minute_table = &config.families[0].minute_table;
+    store
+        .execute(&format!(
+            "UPDATE {minute_table} SET views = views + 7 WHERE page_id = 'p3' AND day = '{date}' AND minute = 1500"
+        ))
+        .await;
+    let file = dir.path().join("countersink.toml");
+    write_exact_config(&store, &file);
+    let out = reconcile_cli(&file, &["--repair", "--threshold", "1.0"]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(3), "{stdout}\n{stderr}");
+    assert!(
+        stdout.contains(r#"repair minute_out_of_range minute ["p3"] minute 1500"#),
+        "{stdout}"
+    );
+    assert!(stderr.contains("not minutes of the day"), "{stderr}");
+    let next = format_date(Day(day().0 + 1).date());
+    let next_day = store
+        .select(&format!(
+            "SELECT minute, views FROM {minute_table} WHERE page_id = 'p3' AND day = '{next}'"
+        ))
+        .await;
+    assert_eq!(next_day.len(), 0, "nothing landed on the next day");
+    let stray = store
+        .select(&format!(
+            "SELECT views FROM {minute_table} WHERE page_id = 'p3' AND day = '{date}' AND minute = 1500"
+        ))
+        .await;
+    assert_eq!(stray.len(), 1, "the stray row stays");
+    store.shutdown().await;
+}
