@@ -41,9 +41,10 @@ pub struct ExactConfig {
     /// The longest wait between two attempts of a ledger write. Default `"5s"`.
     #[serde(with = "duration")]
     pub retry_backoff_max: Duration,
-    /// The unexplained drift `countersink reconcile` accepts per key, as a fraction of the
-    /// key's exact total (seed 000's drift monitor: 0.001 for 0.1 %); above it for any
-    /// key, reconcile exits with code 3. Default `0.0`: any unexplained drift fails.
+    /// The unexplained drift `countersink reconcile` accepts per key and column, as a
+    /// fraction of that column's exact total (seed 000's drift monitor: 0.001 for
+    /// 0.1 %); above it in any column of any key, reconcile exits with code 3. Default
+    /// `0.0`: any unexplained drift fails.
     pub reconcile_threshold: f64,
 }
 
