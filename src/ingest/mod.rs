@@ -48,7 +48,8 @@
 //! stop flag, then each thread reads what the kernel already holds without blocking until the
 //! queue is empty (bounded by [`MAX_DRAIN`]), calls `idle()` one last time and exits; the
 //! threads are joined. Stream connections waiting in the listen backlog are accepted and
-//! drained too.
+//! drained too, for at most [`MAX_DRAIN`]: clients that keep reconnecting cannot hold the
+//! shutdown (those still arriving are reset when the listener closes).
 
 mod async_listener;
 pub mod client;

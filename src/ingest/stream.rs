@@ -64,7 +64,8 @@ where
     H: PacketHandler,
 {
     /// Accepts until shutdown, then accepts what waits in the backlog (each is drained like
-    /// the others), and joins every connection thread.
+    /// the others) for at most [`MAX_DRAIN`](super::MAX_DRAIN): connections still arriving
+    /// then are reset when the listener closes. Joins every connection thread.
     pub(super) fn run(self) {
         let transport = self.settings.transport;
         let max_connections = self.settings.max_connections;

@@ -27,15 +27,17 @@ pub struct JsonlLog {
 /// The `(request_id, row)` of the records of the file at `path` from `offset` on (an
 /// absent file has none).
 pub fn keys_in(path: &Path, offset: u64) -> io::Result<HashSet<(String, u16)>> {
-    keys_where(path, offset, |_| true)
+    keys_where(path, offset, None)
 }
 
-/// The `(request_id, row)` of the records of the file at `path` from `offset` on whose
-/// request id `keep` accepts.
+/// The `(request_id, row)` of the records of the file at `path` from `offset` on, only
+/// those whose request id starts with `prefix` when one is given. A line that does not
+/// read as a record (a torn or glued line an append that failed part-way left, bytes
+/// that are not UTF-8) is passed over: it names no record this file holds whole.
 fn keys_where(
     path: &Path,
     offset: u64,
-    keep: impl Fn(&str) -> bool,
+    prefix: Option<&str>,
 ) -> io::Result<HashSet<(String, u16)>> {
     #[derive(serde::Deserialize)]
     struct Identity {
@@ -50,11 +52,26 @@ fn keys_where(
         Err(e) => return Err(e),
     };
     file.seek(SeekFrom::Start(offset))?;
+    // A prefix JSON writes as it is (no character it escapes) is looked for in the raw
+    // line first: most lines are other flushes' and are not parsed.
+    let raw = prefix
+        .filter(|p| !p.chars().any(|c| c == '"' || c == '\\' || c.is_control()))
+        .map(|p| memchr::memmem::Finder::new(p.as_bytes()));
     let mut keys = HashSet::new();
-    for line in BufReader::new(file).lines() {
-        if let Ok(id) = serde_json::from_str::<Identity>(&line?)
-            && keep(&id.request_id)
-        {
+    let mut reader = BufReader::new(file);
+    let mut line = Vec::new();
+    loop {
+        line.clear();
+        if reader.read_until(b'\n', &mut line)? == 0 {
+            break;
+        }
+        if raw.as_ref().is_some_and(|f| f.find(&line).is_none()) {
+            continue;
+        }
+        let Ok(id) = serde_json::from_slice::<Identity>(&line) else {
+            continue;
+        };
+        if prefix.is_none_or(|p| id.request_id.starts_with(p)) {
             keys.insert((id.request_id, id.row));
         }
     }
@@ -154,7 +171,7 @@ impl JsonlLog {
     /// starts with `prefix` (one flush's requests): what a crashed flush wrote here when
     /// where it started writing is not known.
     pub fn keys_of_requests(&self, prefix: &str) -> io::Result<HashSet<(String, u16)>> {
-        keys_where(&self.path, 0, |id| id.starts_with(prefix))
+        keys_where(&self.path, 0, Some(prefix))
     }
 
     fn rotated(&self, n: u32) -> PathBuf {

@@ -116,6 +116,11 @@ pub struct StateDir {
     /// Whether the open journal group recorded the outcome logs' sizes already (see
     /// [`StateDir::note_logs_at`]).
     logs_noted: bool,
+    /// Whether the journal refused the open group's record of the outcome logs' sizes:
+    /// the group's later appends neither rotate the logs nor record sizes (which would
+    /// point past what it appended), and recovery looks for its records in the whole
+    /// current files (see `state/recovery.rs`, `logged`).
+    logs_unrecorded: bool,
     /// False only in the flush benchmark's baseline (feature `dev`): no journal at all.
     journal_enabled: bool,
     /// This start's nonce (random): with the writer id and the incarnation, what tells
@@ -252,6 +257,7 @@ impl StateDir {
             nonce: fastrand::u32(..),
             owed_cursor: None,
             logs_noted: false,
+            logs_unrecorded: false,
             wrapper_groups,
             wrapper_last_in_journal,
             group_left_open: false,
@@ -341,7 +347,7 @@ impl StateDir {
         families: &[FamilyEntry],
         writes: &[PartitionWrite],
     ) -> io::Result<()> {
-        self.logs_noted = false;
+        (self.logs_noted, self.logs_unrecorded) = (false, false);
         if !self.journal_enabled {
             return Ok(());
         }
@@ -361,7 +367,7 @@ impl StateDir {
         families: &[FamilyEntry],
         intents: &[KindIntent],
     ) -> io::Result<()> {
-        self.logs_noted = false;
+        (self.logs_noted, self.logs_unrecorded) = (false, false);
         if !self.journal_enabled {
             return Ok(());
         }
@@ -430,7 +436,7 @@ impl StateDir {
             self.journal.end(flush.flush_seq)?;
         }
         self.group_left_open = false;
-        self.logs_noted = false;
+        (self.logs_noted, self.logs_unrecorded) = (false, false);
         // A cursor durable but a segment it passed not deleted: deleted at the next
         // commit or start, nothing replays twice. The group did end: not an error of it.
         if let Err(error) = committed {
@@ -446,8 +452,7 @@ impl StateDir {
 
     /// The driver wrapper's flushes the previous process did not end, oldest first, and
     /// whether the last of them is the journal's last group (only that group's
-    /// not-applied rows are known to be nowhere else, and only its log sizes can be
-    /// recorded: a record appended to the journal attaches to its last group). Its crash
+    /// not-applied rows are known to be nowhere else). Its crash
     /// recovery finishes them, then ends the journal once with [`StateDir::journal_end`].
     pub fn take_wrapper_groups(&mut self) -> (Vec<FlushGroup>, bool) {
         (
@@ -479,12 +484,6 @@ impl StateDir {
     /// version's spill file size, is 0: a spill segment names its flush).
     pub fn wrapper_journal_logs_at(&mut self) -> io::Result<[u64; 3]> {
         self.rotate_full_logs();
-        self.wrapper_recovery_logs_at()
-    }
-
-    /// The same without rotating: for the driver wrapper's recovery, which must not move
-    /// records of the groups it finishes out of the current files.
-    pub fn wrapper_recovery_logs_at(&mut self) -> io::Result<[u64; 3]> {
         let sizes = [self.unknown.size(), self.rejected.size(), 0];
         if self.journal_enabled {
             self.journal.logs_at_wrapper(sizes)?;

@@ -112,9 +112,12 @@ impl StateDir {
     /// then records the logs' sizes in the journal, durably, so that recovery finds what
     /// the group already logged from there (and logs nothing twice, nor misses a record
     /// whose outcome the journal holds). Once per group: a rotation after the sizes were
-    /// recorded would move the records they point at.
+    /// recorded would move the records they point at. When the journal refuses the
+    /// record, not again in the group: a rotation or sizes recorded later would hide the
+    /// records the group appended meanwhile from its recovery, which then looks for them
+    /// in the whole current files.
     pub fn note_logs_at(&mut self) {
-        if self.logs_noted {
+        if self.logs_noted || self.logs_unrecorded {
             return;
         }
         self.rotate_full_logs();
@@ -124,6 +127,7 @@ impl StateDir {
         {
             Ok(()) => self.logs_noted = true,
             Err(error) => {
+                self.logs_unrecorded = true;
                 tracing::error!(%error, "Could not record the outcome logs' sizes in the journal; a crash before this flush ends could log some records twice.");
             }
         }

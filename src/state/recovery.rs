@@ -19,8 +19,9 @@
 //! table, and `countersink outcomes` reads the journal through it too.
 //!
 //! "Already there" is read from the outcome logs from the offsets the flush recorded
-//! (`LogsAt`) before appending, by request id and row; recovery records those offsets
-//! itself first when the flush had not. So recovery can itself be killed at any step and
+//! (`LogsAt`) before appending, by request id and row; when it recorded none (killed
+//! before it appended, or its journal refused the record), from its requests' records in
+//! the whole current files. So recovery can itself be killed at any step and
 //! run again: the recovered segment is written atomically and skipped when present, and
 //! records already appended are not appended twice. It ends by marking the flush settled
 //! (`End`). A group whose commit did not complete sent nothing: its rows were only in

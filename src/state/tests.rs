@@ -494,6 +494,86 @@ fn recovery_finds_records_appended_after_the_journal_refused_their_start() {
     assert_eq!(state.recovery().unknown_rows, 0);
 }
 
+/// A group whose journal refused the record of the logs' sizes appends twice (as a
+/// totals group does, a row at a time): the second append neither rotates the logs nor
+/// records sizes, so recovery, looking in the current file, finds both and logs
+/// neither again.
+#[test]
+fn a_group_whose_journal_refused_its_log_sizes_keeps_its_records_in_the_current_file() {
+    let tmp = tempfile::tempdir().unwrap();
+    let small = StateConfig {
+        max_log_bytes: 1,
+        ..config(tmp.path())
+    };
+    let mut state = StateDir::open(&small).unwrap();
+    // A full log before the group: its first append rotates it.
+    state.append_now(OutcomeLog::Rejected, &[record()]);
+    let flush = flush_of(&state, 4);
+    let writes = [write("a", 1), write("b", 2)];
+    state
+        .journal_begin(&flush, "t", None, &families(), &writes)
+        .unwrap();
+    let rejected = |request: u32| Settled::Rejected {
+        kind: "invalid".into(),
+        text: format!("request {request}"),
+    };
+    state.journal_outcome(0, &rejected(0));
+    state.journal_outcome(1, &rejected(1));
+    state.journal_flush();
+    state.journal.fail_writes();
+    for (i, write) in writes.iter().enumerate() {
+        let records = crate::flush::record_conversion::to_records(
+            write,
+            &families()[0],
+            RecordSource {
+                flush: &flush,
+                request: i as u32,
+                time: "t",
+            },
+            RecordOutcome::Rejected,
+            None,
+        );
+        state.append_now(OutcomeLog::Rejected, &records);
+    }
+    drop(state); // killed
+
+    let state = StateDir::open(&small).unwrap();
+    assert_eq!(state.recovery().rejected_rows, 0, "both were found");
+    let mut ids: Vec<String> = std::fs::read_dir(tmp.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .filter(|name| name.starts_with("rejected"))
+        .flat_map(|name| lines(tmp.path(), &name))
+        .map(|r| r.request_id)
+        .filter(|id| id.starts_with(&flush.named_request("")))
+        .collect();
+    ids.sort();
+    assert_eq!(ids, [flush.request_id(0), flush.request_id(1)], "each once");
+}
+
+/// A line of an outcome log that is not UTF-8 (an append that failed part-way, glued to
+/// the next) does not keep the directory from opening when recovery looks through the
+/// whole log.
+#[test]
+fn a_log_line_that_is_not_utf8_does_not_keep_recovery_from_finishing() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut state = StateDir::open(&config(tmp.path())).unwrap();
+    let mut file = fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(tmp.path().join("unknown.jsonl"))
+        .unwrap();
+    io::Write::write_all(&mut file, b"{\"key\":{\"page\":\"caf\xc3\n").unwrap();
+    drop(file);
+    let flush = flush_of(&state, 1);
+    state
+        .journal_begin(&flush, "t", None, &families(), &[write("a", 1)])
+        .unwrap();
+    drop(state); // killed with its request in flight
+    let state = StateDir::open(&config(tmp.path())).unwrap();
+    assert_eq!(state.recovery().unknown_rows, 1);
+}
+
 /// Spills one segment of three rows, then loads them as a replay and opens the flush
 /// that carries them (its group commit names the cursor it consumes).
 fn replay_in_flight(dir: &Path) -> (StateDir, FlushId, Option<Cursor>) {

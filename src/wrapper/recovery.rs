@@ -18,9 +18,8 @@
 //! spilling them would replay them a second time. As in the sidecar's recovery, they are
 //! unknown instead. (Two unended groups remain when a flush's end could not be written.)
 //!
-//! A row already in its log from the offsets the flush recorded (`WrapperLogsAt`; recovery
-//! records them first when the flush had not and its group is the journal's last, and
-//! looks in the whole current files for an earlier group's), or in a spill segment of its
+//! A row already in its log from the offsets the flush recorded (`WrapperLogsAt`; when it
+//! recorded none, its requests' records in the whole current files), or in a spill segment of its
 //! flush (its
 //! own, the one recovery writes, or the one an earlier version's spill file was moved
 //! into), is not written twice, so recovery can be killed and run again. A group whose commit did not complete sent nothing: its rows were

@@ -199,7 +199,8 @@ pub enum AppendError {
         /// The bound.
         max: u64,
     },
-    /// A write or sync failed: the request's increments may or may not be on disk.
+    /// The write failed: part of the append may be in the file, which a reader skips
+    /// whole (its first line counts its lines); the log takes nothing more.
     #[error("the ingest log could not be written: {0}")]
     Io(#[from] io::Error),
     /// An earlier write or sync failed: after a failed fsync the file's state is

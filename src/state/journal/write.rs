@@ -127,6 +127,12 @@ impl Journal {
         &self.path
     }
 
+    /// Makes every later write fail, as a full or failing disk would (tests).
+    #[cfg(test)]
+    pub(crate) fn fail_writes(&mut self) {
+        self.file = File::open(&self.path).expect("the journal reopens read-only");
+    }
+
     /// Counter flushes (the sidecar's and the driver wrapper's) from now on start their
     /// requests in windows of `window` (at least 1), each window's bound durable before
     /// its first request starts.
