@@ -363,7 +363,7 @@ pub(super) mod testing {
     /// A listener served until dropped.
     pub(crate) struct Running {
         pub(crate) addr: SocketAddr,
-        stop: Option<tokio::sync::oneshot::Sender<()>>,
+        stop: Option<tokio::sync::watch::Sender<bool>>,
         thread: Option<std::thread::JoinHandle<()>>,
     }
 
@@ -378,7 +378,7 @@ pub(super) mod testing {
             let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
             listener.set_nonblocking(true).unwrap();
             let addr = listener.local_addr().unwrap();
-            let (stop, stop_rx) = tokio::sync::oneshot::channel::<()>();
+            let (stop, stop_rx) = tokio::sync::watch::channel(false);
             let thread = std::thread::spawn(move || {
                 let runtime = tokio::runtime::Builder::new_multi_thread()
                     .worker_threads(2)
@@ -387,11 +387,21 @@ pub(super) mod testing {
                     .unwrap();
                 runtime.block_on(async move {
                     let listener = tokio::net::TcpListener::from_std(listener).unwrap();
+                    let mut raised = stop_rx.clone();
                     let stopped: Stopped = Box::pin(async move {
-                        let _ = stop_rx.await;
+                        let _ = raised.wait_for(|s| *s).await;
                     });
-                    // The requests in flight at the stop are cut off with the runtime.
-                    let _ = tokio::time::timeout(HANG, serve(listener, stopped)).await;
+                    let mut raised = stop_rx;
+                    // Requests still in flight a moment after the stop are cut off with
+                    // the runtime.
+                    let deadline = async move {
+                        let _ = raised.wait_for(|s| *s).await;
+                        tokio::time::sleep(Duration::from_secs(1)).await;
+                    };
+                    tokio::select! {
+                        _ = serve(listener, stopped) => {}
+                        () = deadline => {}
+                    }
                 });
                 runtime.shutdown_background();
             });
@@ -413,7 +423,7 @@ pub(super) mod testing {
     impl Drop for Running {
         fn drop(&mut self) {
             if let Some(stop) = self.stop.take() {
-                let _ = stop.send(());
+                let _ = stop.send(true);
             }
             if let Some(thread) = self.thread.take() {
                 let _ = thread.join();
