@@ -145,6 +145,7 @@ pub(super) struct Gate {
     permits: Arc<Semaphore>,
     max: usize,
     refusals: Mutex<RateLimitedLog>,
+    errors: Mutex<RateLimitedLog>,
 }
 
 impl Gate {
@@ -156,6 +157,7 @@ impl Gate {
             permits: Arc::new(Semaphore::new(max)),
             max,
             refusals: Mutex::new(RateLimitedLog::default()),
+            errors: Mutex::new(RateLimitedLog::default()),
         }
     }
 
@@ -186,19 +188,23 @@ impl Gate {
         })
     }
 
-    /// Counts a failed `accept` and waits a little, so that a persistent failure (out of
-    /// file descriptors) cannot spin a core.
+    /// Counts a failed `accept` (one the client ended before it was taken is not a
+    /// failure) and waits a little, so that a persistent failure (out of file
+    /// descriptors) cannot spin a core.
     pub(super) async fn accept_failed(&self, error: &std::io::Error) {
-        TransportStats::add(&self.stats.get(self.transport).receive_errors, 1);
-        if !matches!(
+        if matches!(
             error.kind(),
             std::io::ErrorKind::ConnectionAborted
                 | std::io::ErrorKind::ConnectionReset
                 | std::io::ErrorKind::Interrupted
         ) {
-            tracing::debug!(%error, transport = %self.transport, "Accept failed.");
-            tokio::time::sleep(ACCEPT_BACKOFF).await;
+            return;
         }
+        TransportStats::add(&self.stats.get(self.transport).receive_errors, 1);
+        self.errors.lock().log(|suppressed| {
+            tracing::warn!(%error, transport = %self.transport, suppressed, "Accept failed.");
+        });
+        tokio::time::sleep(ACCEPT_BACKOFF).await;
     }
 }
 
