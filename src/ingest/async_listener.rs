@@ -188,6 +188,13 @@ impl Gate {
         })
     }
 
+    /// Counts a request whose headers did not arrive in time (its connection closed), as
+    /// a body that did not is counted: `timed_out`.
+    fn count_timeout(stats: &IngestStats, transport: Transport) {
+        TransportStats::add(&stats.get(transport).packets, 1);
+        TransportStats::add(&stats.get(transport).timed_out, 1);
+    }
+
     /// Counts a failed `accept` (one the client ended before it was taken is not a
     /// failure) and waits a little, so that a persistent failure (out of file
     /// descriptors) cannot spin a core.
@@ -329,12 +336,19 @@ pub(super) async fn serve_http(
         let service = TowerToHyperService::new(app.clone());
         let connection = builder.serve_connection(TokioIo::new(io), service);
         let (closed_rx, mut stop_rx) = (closed_rx.clone(), stop_rx.clone());
+        let (stats, transport) = (Arc::clone(&gate.stats), gate.transport);
         tokio::spawn(async move {
             let mut connection = std::pin::pin!(connection);
             tokio::select! {
                 result = connection.as_mut() => {
-                    if let Err(error) = result {
-                        tracing::trace!(%error, "An HTTP connection ended with an error.");
+                    match result {
+                        // Part of a request's headers, then nothing for the timeout (an
+                        // idle keep-alive connection closed by it ends without error).
+                        Err(error) if error.is_timeout() => Gate::count_timeout(&stats, transport),
+                        Err(error) => {
+                            tracing::trace!(%error, "An HTTP connection ended with an error.");
+                        }
+                        Ok(()) => {}
                     }
                 }
                 () = async { let _ = stop_rx.wait_for(|s| *s).await; } => {
@@ -558,7 +572,7 @@ mod tests {
 
     /// A client that sends part of a request's headers and stalls is closed once the
     /// read timeout has passed (hyper's header timeout, which needs the timer
-    /// `axum::serve` does not set), and its place given back.
+    /// `axum::serve` does not set), counted as timed out, and its place given back.
     #[test]
     fn stalled_headers_are_closed_after_the_read_timeout() {
         let (running, stats) = serving(1, Duration::from_millis(200));
@@ -566,10 +580,11 @@ mod tests {
         stalled
             .write_all(b"POST / HTTP/1.1\r\nHost: test\r\nContent-")
             .unwrap();
-        read_to_close(&mut stalled);
+        assert_eq!(read_to_close(&mut stalled), b"", "closed without an answer");
         wait_until("the place given back", || {
             stats.transport(Transport::Http).connections_open == 0
         });
+        assert_eq!(stats.transport(Transport::Http).timed_out, 1);
         let mut next = running.connect();
         assert!(post(&mut next, "/", "text/plain", b"x").starts_with("HTTP/1.1 200"));
     }

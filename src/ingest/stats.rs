@@ -184,7 +184,8 @@ pub struct TransportSnapshot {
     /// to retry (HTTP 429, gRPC `RESOURCE_EXHAUSTED`).
     pub busy: u64,
     /// Requests refused whole because their body did not arrive within the listener's
-    /// read timeout (HTTP 408; OTLP/gRPC `DEADLINE_EXCEEDED`).
+    /// read timeout (HTTP 408; OTLP/gRPC `DEADLINE_EXCEEDED`), or, on the HTTP
+    /// listeners, their headers (the connection closed without an answer).
     pub timed_out: u64,
     /// Datagrams the kernel dropped because the socket's receive queue was full
     /// (`SO_MEMINFO` drops, sampled every idle interval; Linux only, 0 elsewhere).
