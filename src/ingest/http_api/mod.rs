@@ -14,7 +14,7 @@
 //! |---|---|---|
 //! | 200 `{"accepted", "refused", "refused_items"}` | the request was applied; `refused` increments were dropped by a limit, the time window or an unconfigured name (counted like a line's), `refused_items` their first 100 indices | the accepted ones |
 //! | 400 `{"error", "index"}` | a body that does not read, or an item that is not an increment (its index) | nothing |
-//! | 408 | a body that did not arrive within 30 s ([`async_listener::READ_TIMEOUT`]) | nothing |
+//! | 408 | a body that did not arrive within 30 s (`async_listener::READ_TIMEOUT`) | nothing |
 //! | 409 | a request with the same `Idempotency-Key` is being applied | nothing |
 //! | 413 | a body over `max_request_bytes` | nothing |
 //! | 415 | another content type | nothing |
@@ -27,8 +27,8 @@
 //! most 4), each request applied with a free handler of a pool of one per thread, so that
 //! requests on several connections parse and record at the same time; the
 //! `Idempotency-Key` table is one for all of them. It holds at most
-//! [`async_listener::MAX_CONNECTIONS`] connections, and closes one whose request headers
-//! take longer than [`async_listener::READ_TIMEOUT`] (see [`async_listener`]).
+//! 128 connections (`async_listener::MAX_CONNECTIONS`), and closes one whose request
+//! headers take longer than 30 s (`async_listener::READ_TIMEOUT`).
 //!
 //! A 200 means the increments are in the buffer, like a datagram received: a crash before
 //! the next flush loses them (the loss windows of docs/src/guarantees.md). With `durable = true` it means
