@@ -8,7 +8,7 @@
 //! | `packets` | `countersink_packets_received_total{transport}` |
 //! | `bytes` | `countersink_received_bytes_total{transport}` |
 //! | `receive_errors` | `countersink_receive_errors_total{transport}` |
-//! | `truncated`, `oversized`, `partial`, `kernel_drops` | `countersink_packets_dropped_total{transport,reason}` |
+//! | `truncated`, `oversized`, `partial`, `kernel_drops`, `malformed`, `unsupported`, `busy`, `timed_out` | `countersink_packets_dropped_total{transport,reason}` |
 //! | `connections_accepted`, `connections_refused`, `idle_closed` | `countersink_stream_connections_total{transport,result}` |
 //! | `connections_open` | `countersink_stream_connections_open{transport}` |
 //! | `recv_buffer_bytes` | `countersink_socket_receive_buffer_bytes{transport}` |
@@ -183,16 +183,21 @@ pub struct TransportSnapshot {
     /// Requests refused whole because the buffer was near its limits: the client is told
     /// to retry (HTTP 429, gRPC `RESOURCE_EXHAUSTED`).
     pub busy: u64,
+    /// Requests refused whole because their body did not arrive within the listener's
+    /// read timeout (HTTP 408; OTLP/gRPC `DEADLINE_EXCEEDED`), or, on the HTTP
+    /// listeners, their headers (the connection closed without an answer).
+    pub timed_out: u64,
     /// Datagrams the kernel dropped because the socket's receive queue was full
     /// (`SO_MEMINFO` drops, sampled every idle interval; Linux only, 0 elsewhere).
     pub kernel_drops: u64,
-    /// Stream connections accepted and served.
+    /// Connections accepted and served (stream and request transports).
     pub connections_accepted: u64,
-    /// Stream connections closed at once because `max_connections` were open.
+    /// Connections closed at once because the listener's most connections were open
+    /// (`max_connections` of a stream listener; 128 for a request listener).
     pub connections_refused: u64,
     /// Stream connections closed because they sent nothing for `idle_timeout`.
     pub idle_closed: u64,
-    /// Stream connections open now.
+    /// Connections open now (stream and request transports).
     pub connections_open: u64,
     /// Effective `SO_RCVBUF` of the socket as the kernel reports it (Linux reports twice the
     /// requested size, the extra half being its bookkeeping allowance). 0 if not listening.
@@ -221,6 +226,7 @@ pub(super) struct TransportStats {
     pub(super) malformed: AtomicU64,
     pub(super) unsupported: AtomicU64,
     pub(super) busy: AtomicU64,
+    pub(super) timed_out: AtomicU64,
     pub(super) kernel_drops: AtomicU64,
     pub(super) connections_accepted: AtomicU64,
     pub(super) connections_refused: AtomicU64,
@@ -252,6 +258,7 @@ impl TransportStats {
             malformed: self.malformed.load(Relaxed),
             unsupported: self.unsupported.load(Relaxed),
             busy: self.busy.load(Relaxed),
+            timed_out: self.timed_out.load(Relaxed),
             kernel_drops: self.kernel_drops.load(Relaxed),
             connections_accepted: self.connections_accepted.load(Relaxed),
             connections_refused: self.connections_refused.load(Relaxed),

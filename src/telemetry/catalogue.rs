@@ -256,7 +256,7 @@ pub const RECEIVE_ERRORS: MetricDef = MetricDef {
 /// `countersink_packets_dropped_total{transport, reason}` (sidecar).
 pub const PACKETS_DROPPED: MetricDef = MetricDef {
     name: "countersink_packets_dropped_total",
-    help: "Packets lost before parsing, by transport and reason: truncated (datagram over 64 KiB), oversized (stream message, line or OTLP request over the limit), partial (a stream connection ended inside a message or line), kernel (the socket's receive queue overflowed), malformed (an OTLP body that does not decode or decompress, an HTTP increment request that is not increments), unsupported (an OTLP or HTTP increment API content type or encoding), busy (an OTLP or HTTP increment request refused with a retry status because the buffer was near its limits).",
+    help: "Packets lost before parsing, by transport and reason: truncated (datagram over 64 KiB), oversized (stream message, line or OTLP request over the limit), partial (a stream connection ended inside a message or line), kernel (the socket's receive queue overflowed), malformed (an OTLP body that does not decode or decompress, an HTTP increment request that is not increments), unsupported (an OTLP or HTTP increment API content type or encoding), busy (an OTLP or HTTP increment request refused with a retry status because the buffer was near its limits), timeout (an OTLP or HTTP increment request whose body did not arrive within 30 s: HTTP 408, gRPC DEADLINE_EXCEEDED; or, over HTTP, whose headers did not: the connection is closed).",
     labels: &["transport", "reason"],
 };
 /// `countersink_otlp_points_dropped_total{reason}` (sidecar).
@@ -310,13 +310,13 @@ pub const SOCKET_RECEIVE_BUFFER: MetricDef = MetricDef {
 /// `countersink_stream_connections_total{transport,result}` (sidecar).
 pub const STREAM_CONNECTIONS: MetricDef = MetricDef {
     name: "countersink_stream_connections_total",
-    help: "Stream connections, by transport and result (accepted, refused over max_connections, idle_timeout: closed after sending nothing for idle_timeout).",
+    help: "Connections of the stream listeners and of the request listeners (OTLP, HTTP increments), by transport and result (accepted, refused over max_connections or a request listener's 128, idle_timeout: a stream connection closed after sending nothing for idle_timeout).",
     labels: &["transport", "result"],
 };
 /// `countersink_stream_connections_open{transport}` (sidecar).
 pub const STREAM_CONNECTIONS_OPEN: MetricDef = MetricDef {
     name: "countersink_stream_connections_open",
-    help: "Stream connections open now.",
+    help: "Connections open now, of the stream listeners and of the request listeners (OTLP, HTTP increments).",
     labels: &["transport"],
 };
 

@@ -161,13 +161,16 @@ impl Collector for IngestCollector {
                 ("malformed", s.malformed),
                 ("unsupported", s.unsupported),
                 ("busy", s.busy),
+                ("timeout", s.timed_out),
             ] {
                 f.dropped.with_label_values(&[t, reason]).inc_by(n);
             }
             f.buffer
                 .with_label_values(&[t])
                 .set(gauge(s.recv_buffer_bytes));
-            if transport.is_stream() {
+            // The stream listeners and the request listeners (OTLP, HTTP increments)
+            // count their connections; the datagram ones have none.
+            if !matches!(transport, Transport::Udp | Transport::UnixDatagram) {
                 for (result, n) in [
                     ("accepted", s.connections_accepted),
                     ("refused", s.connections_refused),

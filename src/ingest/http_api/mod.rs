@@ -14,6 +14,7 @@
 //! |---|---|---|
 //! | 200 `{"accepted", "refused", "refused_items"}` | the request was applied; `refused` increments were dropped by a limit, the time window or an unconfigured name (counted like a line's), `refused_items` their first 100 indices | the accepted ones |
 //! | 400 `{"error", "index"}` | a body that does not read, or an item that is not an increment (its index) | nothing |
+//! | 408 | a body that did not arrive within 30 s (`async_listener::READ_TIMEOUT`) | nothing |
 //! | 409 | a request with the same `Idempotency-Key` is being applied | nothing |
 //! | 413 | a body over `max_request_bytes` | nothing |
 //! | 415 | another content type | nothing |
@@ -25,7 +26,9 @@
 //! The listener runs a runtime of as many threads as the OTLP listeners (the cores, at
 //! most 4), each request applied with a free handler of a pool of one per thread, so that
 //! requests on several connections parse and record at the same time; the
-//! `Idempotency-Key` table is one for all of them.
+//! `Idempotency-Key` table is one for all of them. It holds at most
+//! 128 connections (`async_listener::MAX_CONNECTIONS`), and closes one whose request
+//! headers take longer than 30 s (`async_listener::READ_TIMEOUT`).
 //!
 //! A 200 means the increments are in the buffer, like a datagram received: a crash before
 //! the next flush loses them (the loss windows of docs/src/guarantees.md). With `durable = true` it means
@@ -49,12 +52,11 @@ use axum::extract::State;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
-use axum::serve::ListenerExt;
 use parking_lot::Mutex;
 
 use self::body::{BadBody, Framing, Item};
 use self::idempotency::{Begin, Idempotency, Kept};
-use super::async_listener::{self, Stopped};
+use super::async_listener::{self, Gate, Stopped};
 use super::handler_pool::{HandlerPool, workers};
 use super::receivers::Receivers;
 use super::stats::IngestStats;
@@ -148,18 +150,12 @@ async fn serve<H: PacketHandler>(
     shared: Arc<Shared<H>>,
     stopped: Stopped,
 ) -> std::io::Result<()> {
+    let gate = Gate::new(TRANSPORT, Arc::clone(&shared.stats), shared.max_connections);
+    let read_timeout = shared.read_timeout;
     let app = Router::new()
         .route(PATH, post(increments::<H>))
         .with_state(shared);
-    // Replies go out at once rather than waiting on the client's delayed ACK (Nagle).
-    let listener = listener.tap_io(|tcp| {
-        if let Err(error) = tcp.set_nodelay(true) {
-            tracing::debug!(%error, "Could not set TCP_NODELAY on an HTTP connection.");
-        }
-    });
-    axum::serve(listener, app)
-        .with_graceful_shutdown(stopped)
-        .await
+    async_listener::serve_http(listener, app, stopped, gate, read_timeout).await
 }
 
 /// What the listener's requests share: a handler per worker, and one table of
@@ -174,6 +170,12 @@ struct Shared<H> {
     stats: Arc<IngestStats>,
     max_request_bytes: usize,
     max_items: usize,
+    /// Longest a request's headers, or its body, may take to arrive
+    /// ([`async_listener::READ_TIMEOUT`]; shorter in tests).
+    read_timeout: std::time::Duration,
+    /// Most connections open at once ([`async_listener::MAX_CONNECTIONS`]; fewer in
+    /// tests).
+    max_connections: usize,
 }
 
 impl<H: PacketHandler> Shared<H> {
@@ -194,6 +196,8 @@ impl<H: PacketHandler> Shared<H> {
             stats,
             max_request_bytes: config.max_request_bytes,
             max_items: config.max_items,
+            read_timeout: async_listener::READ_TIMEOUT,
+            max_connections: async_listener::MAX_CONNECTIONS,
         }
     }
 
@@ -314,9 +318,25 @@ async fn increments<H: PacketHandler>(
             None,
         );
     };
-    let body = match axum::body::to_bytes(body, shared.max_request_bytes).await {
-        Ok(body) => body,
-        Err(read) => {
+    let read = async_listener::read_body(body, shared.max_request_bytes, shared.read_timeout);
+    let body = match read.await {
+        Some(Ok(body)) => body,
+        None => {
+            stats.packets.fetch_add(1, Relaxed);
+            stats.timed_out.fetch_add(1, Relaxed);
+            let message = format!(
+                "the request body did not arrive within {:?}",
+                shared.read_timeout
+            );
+            let mut response = error(StatusCode::REQUEST_TIMEOUT, &message, None);
+            // The rest of the body may still come: the connection cannot carry another
+            // request.
+            response
+                .headers_mut()
+                .insert(header::CONNECTION, HeaderValue::from_static("close"));
+            return response;
+        }
+        Some(Err(read)) => {
             stats.packets.fetch_add(1, Relaxed);
             let too_large = std::error::Error::source(&read)
                 .is_some_and(|e| e.is::<http_body_util::LengthLimitError>());

@@ -59,7 +59,9 @@ fn request<H: PacketHandler>(shared: &Arc<Shared<H>>, key: Option<&str>, body: &
         headers,
         Body::from(body.to_owned()),
     );
+    // With a timer, as the listener's runtime: the body is read within a timeout.
     tokio::runtime::Builder::new_current_thread()
+        .enable_time()
         .build()
         .unwrap()
         .block_on(call)
@@ -334,5 +336,70 @@ fn a_durable_request_dropped_while_syncing_is_counted() {
         shared.handlers.slot(0).lock().counted,
         requests,
         "every request counted, the dropped one too"
+    );
+}
+
+/// A listener of the increment API on a loopback port, with `gated`'s handlers, the
+/// given read timeout and connection bound.
+fn listening(
+    read_timeout: std::time::Duration,
+    max_connections: usize,
+) -> (async_listener::testing::Running, Arc<IngestStats>) {
+    let (shared, _entered, _release) = gated(1, None);
+    let mut shared = Arc::into_inner(shared).unwrap();
+    shared.read_timeout = read_timeout;
+    shared.max_connections = max_connections;
+    let stats = Arc::clone(&shared.stats);
+    let shared = Arc::new(shared);
+    let running = async_listener::testing::Running::start(move |listener, stopped| {
+        serve(listener, shared, stopped)
+    });
+    (running, stats)
+}
+
+/// A request whose body stops coming is answered 408 once the read timeout has passed,
+/// counted as timed out, nothing applied, and its connection closed.
+#[test]
+fn a_stalled_body_is_answered_408_and_counted() {
+    use std::io::Write;
+    let (running, stats) = listening(std::time::Duration::from_millis(200), 4);
+    let mut client = running.connect();
+    client
+        .write_all(
+            b"POST /v1/increments HTTP/1.1\r\nHost: test\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n[{\"name\":\"fast\",",
+        )
+        .unwrap();
+    let answer = async_listener::testing::read_to_close(&mut client);
+    let answer = String::from_utf8_lossy(&answer);
+    assert!(answer.starts_with("HTTP/1.1 408"), "{answer}");
+    assert!(answer.contains("did not arrive"), "{answer}");
+    let counters = stats.transport(TRANSPORT);
+    assert_eq!(
+        (counters.timed_out, counters.packets, counters.bytes),
+        (1, 1, 0)
+    );
+}
+
+/// With its most connections open, the listener closes a new one at once and counts it.
+#[test]
+fn the_connection_over_the_bound_is_refused_and_counted() {
+    let (running, stats) = listening(async_listener::READ_TIMEOUT, 1);
+    let mut first = running.connect();
+    let ok = async_listener::testing::post(
+        &mut first,
+        PATH,
+        "application/json",
+        br#"[{"name":"fast","value":1}]"#,
+    );
+    assert!(ok.starts_with("HTTP/1.1 200"), "{ok}");
+    let mut second = running.connect();
+    assert_eq!(async_listener::testing::read_to_close(&mut second), b"");
+    async_listener::testing::wait_until("the refusal counted", || {
+        stats.transport(TRANSPORT).connections_refused == 1
+    });
+    let counters = stats.transport(TRANSPORT);
+    assert_eq!(
+        (counters.connections_accepted, counters.connections_open),
+        (1, 1)
     );
 }

@@ -13,13 +13,22 @@
 //! before the call reaches this code; [`Metrics`] counts them by reason, and turns
 //! tonic's `OUT_OF_RANGE` (retryable in OTLP) for an oversized message into
 //! `RESOURCE_EXHAUSTED`, and `INTERNAL` for a body that does not decode into
-//! `INVALID_ARGUMENT`, which exporters do not retry.
+//! `INVALID_ARGUMENT`, which exporters do not retry. `DEADLINE_EXCEEDED` for a message
+//! that did not arrive within the read timeout (30 s from the call's headers, nothing
+//! applied), counted as `timeout`.
+//!
+//! Bounds: at most 128 connections (`async_listener::Gate`), at most
+//! [`MAX_CONCURRENT_STREAMS`] calls at once on each, each holding at most
+//! `max_request_bytes` of message for at most the read timeout; HTTP/2 pings every
+//! [`KEEPALIVE_INTERVAL`] close a connection whose peer is gone.
 
 use std::convert::Infallible;
 use std::future::{Future, Ready, ready};
 use std::pin::Pin;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::task::{Context, Poll};
+use std::time::Duration;
 
 use futures_util::future::Either;
 use opentelemetry_proto::tonic::collector::metrics::v1::metrics_service_server::SERVICE_NAME;
@@ -37,9 +46,26 @@ use tonic::{Code, Request, Response, Status};
 
 use super::{Answer, EXPORT_PATH, RETRY_AFTER, Refusal, Shared, rpc};
 use crate::ingest::PacketHandler;
+use crate::ingest::async_listener::{Admitted, Gate};
 
 /// The largest HTTP/2 frame the receiver takes (its `SETTINGS_MAX_FRAME_SIZE`).
 const MAX_FRAME_BYTES: u32 = 256 * 1024;
+
+/// Most calls open at once on one connection (its `SETTINGS_MAX_CONCURRENT_STREAMS`;
+/// tonic's default is no bound). Each may hold up to `max_request_bytes` of a message
+/// being received, so this bounds a connection's buffers (128 MiB at the 4 MiB default).
+/// An OpenTelemetry Collector's exporter sends on one connection with 10 consumers by
+/// default, so 32 leaves it room; a client with more calls than this waits for a free
+/// stream rather than failing (HTTP/2 clients queue them).
+pub(super) const MAX_CONCURRENT_STREAMS: u32 = 32;
+
+/// How often an idle connection is pinged; a ping unanswered within
+/// [`KEEPALIVE_TIMEOUT`] closes it, so a peer that vanished (no FIN, no RST) does not
+/// hold its place among the listener's connections.
+pub(super) const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(60);
+
+/// How long a keepalive ping may go unanswered.
+pub(super) const KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(20);
 
 /// The message of the busy refusal (counted where it is made, not again by [`classify`]).
 const BUSY: &str = "the buffer is near its limits; retry later";
@@ -159,6 +185,7 @@ pub(super) async fn serve<H: PacketHandler>(
     shared: Arc<Shared<H>>,
     stopped: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), tonic::transport::Error> {
+    let incoming = admitted(listener, shared.gate());
     tonic::transport::Server::builder()
         // Frames of up to 256 KiB rather than HTTP/2's 16 KiB: a client that sends as
         // large frames as it may (tonic's, hyper's) sends an export of a few hundred
@@ -166,14 +193,88 @@ pub(super) async fn serve<H: PacketHandler>(
         // accounts and copies on its own. One connection's read buffer holds at most one
         // such frame.
         .max_frame_size(Some(MAX_FRAME_BYTES))
+        .max_concurrent_streams(Some(MAX_CONCURRENT_STREAMS))
+        .http2_keepalive_interval(Some(KEEPALIVE_INTERVAL))
+        .http2_keepalive_timeout(Some(KEEPALIVE_TIMEOUT))
         .add_service(Metrics { shared })
-        .serve_with_incoming_shutdown(
+        .serve_with_incoming_shutdown(incoming, stopped)
+        .await
+}
+
+/// The listener's connections, as far as its [`Gate`] admits them (one over the bound
+/// is closed at once and counted); failed accepts counted and paced.
+fn admitted(
+    listener: tokio::net::TcpListener,
+    gate: Gate,
+) -> impl futures_util::Stream<Item = std::io::Result<Admitted<tokio::net::TcpStream>>> {
+    futures_util::stream::unfold((listener, gate), |(listener, gate)| async move {
+        loop {
+            let tcp = match listener.accept().await {
+                Ok((tcp, _)) => tcp,
+                Err(error) => {
+                    gate.accept_failed(&error).await;
+                    continue;
+                }
+            };
             // Without TCP_NODELAY the reply's frames wait on the client's delayed ACK:
             // about 40 ms per export (measured: 87 exports/s on four connections).
-            tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true)),
-            stopped,
-        )
-        .await
+            if let Err(error) = tcp.set_nodelay(true) {
+                tracing::debug!(%error, "Could not set TCP_NODELAY on an OTLP/gRPC connection.");
+            }
+            if let Some(io) = gate.admit(tcp) {
+                return Some((Ok(io), (listener, gate)));
+            }
+        }
+    })
+}
+
+impl tonic::transport::server::Connected for Admitted<tokio::net::TcpStream> {
+    type ConnectInfo = tonic::transport::server::TcpConnectInfo;
+
+    fn connect_info(&self) -> Self::ConnectInfo {
+        self.get_ref().connect_info()
+    }
+}
+
+/// A call's request body that ends in an error once its deadline passes, with `expired`
+/// set: a client that sends part of a message and stalls is answered, and its buffers
+/// freed, within the read timeout.
+struct TimedBody<B> {
+    inner: Pin<Box<B>>,
+    deadline: Pin<Box<tokio::time::Sleep>>,
+    expired: Arc<AtomicBool>,
+}
+
+impl<B> Body for TimedBody<B>
+where
+    B: Body,
+    B::Error: Into<StdError>,
+{
+    type Data = B::Data;
+    type Error = StdError;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<hyper::body::Frame<B::Data>, StdError>>> {
+        let this = &mut *self;
+        match this.inner.as_mut().poll_frame(cx) {
+            Poll::Ready(frame) => Poll::Ready(frame.map(|f| f.map_err(Into::into))),
+            Poll::Pending if this.deadline.as_mut().poll(cx).is_ready() => {
+                this.expired.store(true, Relaxed);
+                Poll::Ready(Some(Err("the request did not arrive in time".into())))
+            }
+            Poll::Pending => Poll::Pending,
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> hyper::body::SizeHint {
+        self.inner.size_hint()
+    }
 }
 
 /// The metrics service: `Export` through tonic's unary handling (compression, size
@@ -224,7 +325,21 @@ where
             let export = Export {
                 shared: Arc::clone(&shared),
             };
-            let mut response = grpc.unary(export, request).await;
+            let expired = Arc::new(AtomicBool::new(false));
+            let read_timeout = shared.read_timeout();
+            let request = request.map(|body| TimedBody {
+                inner: Box::pin(body),
+                deadline: Box::pin(tokio::time::sleep(read_timeout)),
+                expired: Arc::clone(&expired),
+            });
+            let response = grpc.unary(export, request).await;
+            if expired.load(Relaxed) {
+                shared.count_request(0);
+                shared.count_refusal(Refusal::TimedOut);
+                let message = format!("the request did not arrive within {read_timeout:?}");
+                return Ok(Status::deadline_exceeded(message).into_http());
+            }
+            let mut response = response;
             let refused = response.extensions().get::<Status>().and_then(classify);
             if let Some((refusal, code)) = refused {
                 shared.count_request(0);

@@ -5,7 +5,12 @@
 //! in the request's encoding (`partial_success` when points were refused); 400 for a body
 //! that does not decode or decompress; 413 over `max_request_bytes`; 415 for another
 //! content type or encoding; 429 with `Retry-After` when the buffer is near its limits
-//! (nothing applied: the exporter retries). Error bodies are a `google.rpc.Status`.
+//! (nothing applied: the exporter retries); 408 for a body that did not arrive within
+//! 30 s (`async_listener::READ_TIMEOUT`; nothing applied).
+//! Error bodies are a `google.rpc.Status`.
+//!
+//! The listener holds at most 128 connections and closes one whose request headers take
+//! longer than the read timeout (see `async_listener`).
 
 use std::future::Future;
 use std::io::Read;
@@ -17,7 +22,6 @@ use axum::extract::State;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
-use axum::serve::ListenerExt;
 use opentelemetry_proto::tonic::collector::metrics::v1::{
     ExportMetricsPartialSuccess, ExportMetricsServiceResponse,
 };
@@ -26,6 +30,7 @@ use prost::Message;
 use super::rpc::RpcStatus;
 use super::{Answer, RETRY_AFTER, Refusal, Shared};
 use crate::ingest::PacketHandler;
+use crate::ingest::async_listener;
 
 /// The path every OTLP/HTTP metrics exporter posts to.
 pub(super) const PATH: &str = "/v1/metrics";
@@ -39,18 +44,11 @@ pub(super) async fn serve<H: PacketHandler>(
     shared: Arc<Shared<H>>,
     stopped: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
+    let (gate, read_timeout) = (shared.gate(), shared.read_timeout());
     let app = Router::new()
         .route(PATH, post(export::<H>))
         .with_state(shared);
-    // Replies go out at once rather than waiting on the client's delayed ACK (Nagle).
-    let listener = listener.tap_io(|tcp| {
-        if let Err(error) = tcp.set_nodelay(true) {
-            tracing::debug!(%error, "Could not set TCP_NODELAY on an OTLP/HTTP connection.");
-        }
-    });
-    axum::serve(listener, app)
-        .with_graceful_shutdown(stopped)
-        .await
+    async_listener::serve_http(listener, app, stopped, gate, read_timeout).await
 }
 
 /// How the request body is encoded.
@@ -78,9 +76,17 @@ async fn export<H: PacketHandler>(
             );
         }
     };
-    let body = match axum::body::to_bytes(body, limit).await {
-        Ok(body) => body,
-        Err(error) => {
+    let body = match async_listener::read_body(body, limit, shared.read_timeout()).await {
+        Some(Ok(body)) => body,
+        None => {
+            shared.count_request(0);
+            let message = format!(
+                "the request body did not arrive within {:?}",
+                shared.read_timeout()
+            );
+            return refuse(&shared, Refusal::TimedOut, format, &message);
+        }
+        Some(Err(error)) => {
             shared.count_request(0);
             let too_large = std::error::Error::source(&error)
                 .is_some_and(|e| e.is::<http_body_util::LengthLimitError>());
@@ -223,8 +229,17 @@ fn refuse<H: PacketHandler>(
         Refusal::TooLarge => (StatusCode::PAYLOAD_TOO_LARGE, 8), // RESOURCE_EXHAUSTED
         Refusal::Malformed => (StatusCode::BAD_REQUEST, 3),      // INVALID_ARGUMENT
         Refusal::Unsupported => (StatusCode::UNSUPPORTED_MEDIA_TYPE, 3),
+        Refusal::TimedOut => (StatusCode::REQUEST_TIMEOUT, 4), // DEADLINE_EXCEEDED
     };
-    status(code, format, grpc, message)
+    let mut response = status(code, format, grpc, message);
+    if refusal == Refusal::TimedOut {
+        // The rest of the body may still come: the connection cannot carry another
+        // request.
+        response
+            .headers_mut()
+            .insert(header::CONNECTION, HeaderValue::from_static("close"));
+    }
+    response
 }
 
 /// An error response: a `google.rpc.Status` in the request's format.

@@ -134,6 +134,8 @@ where
             transport,
             max_request_bytes,
             durable: durable.clone(),
+            read_timeout: async_listener::READ_TIMEOUT,
+            max_connections: async_listener::MAX_CONNECTIONS,
         });
         let stop = receivers.stop_flag();
         let name = match transport {
@@ -207,6 +209,12 @@ pub(super) struct Shared<H> {
     max_request_bytes: usize,
     /// The ingest log, when the receivers are durable (`ingest.otlp.durable`).
     durable: Option<Arc<IngestLog>>,
+    /// Longest a request's body (OTLP/HTTP: and its headers) may take to arrive
+    /// ([`async_listener::READ_TIMEOUT`]; shorter in tests).
+    read_timeout: Duration,
+    /// Most connections open at once ([`async_listener::MAX_CONNECTIONS`]; fewer in
+    /// tests).
+    max_connections: usize,
 }
 
 /// The answer to one decoded request.
@@ -246,6 +254,8 @@ pub(super) enum Refusal {
     Malformed,
     /// A content type or encoding the receiver does not speak.
     Unsupported,
+    /// A body that did not arrive within the read timeout.
+    TimedOut,
 }
 
 impl<H: PacketHandler> Shared<H> {
@@ -263,6 +273,7 @@ impl<H: PacketHandler> Shared<H> {
             Refusal::TooLarge => &t.oversized,
             Refusal::Malformed => &t.malformed,
             Refusal::Unsupported => &t.unsupported,
+            Refusal::TimedOut => &t.timed_out,
         }
         .fetch_add(1, Relaxed);
     }
@@ -270,6 +281,20 @@ impl<H: PacketHandler> Shared<H> {
     /// The largest request body accepted.
     pub(super) fn max_request_bytes(&self) -> usize {
         self.max_request_bytes
+    }
+
+    /// Longest a request's body may take to arrive.
+    pub(super) fn read_timeout(&self) -> Duration {
+        self.read_timeout
+    }
+
+    /// The listener's connection bound, counting into its transport's counters.
+    pub(super) fn gate(&self) -> async_listener::Gate {
+        async_listener::Gate::new(
+            self.transport,
+            Arc::clone(&self.stats),
+            self.max_connections,
+        )
     }
 
     /// Applies one decoded request: its points into the buffer, or refused and counted.
@@ -345,6 +370,9 @@ impl<H: PacketHandler> Shared<H> {
 }
 
 #[cfg(test)]
+mod listener_tests;
+
+#[cfg(test)]
 mod tests {
     use super::*;
     use opentelemetry_proto::tonic::metrics::v1::{
@@ -355,7 +383,7 @@ mod tests {
     /// A handler that keeps what it is given, refuses every `refuse_every`-th increment,
     /// and says it is busy when told to.
     #[derive(Default)]
-    struct Keep {
+    pub(super) struct Keep {
         kept: Vec<(String, i64)>,
         seen: usize,
         refuse_every: usize,
@@ -412,7 +440,7 @@ mod tests {
         }
     }
 
-    fn shared(handler: Keep) -> Shared<Keep> {
+    pub(super) fn shared(handler: Keep) -> Shared<Keep> {
         shared_by(vec![handler])
     }
 
@@ -432,6 +460,8 @@ mod tests {
             transport: Transport::OtlpHttp,
             max_request_bytes: 1 << 20,
             durable: None,
+            read_timeout: async_listener::READ_TIMEOUT,
+            max_connections: async_listener::MAX_CONNECTIONS,
         }
     }
 
