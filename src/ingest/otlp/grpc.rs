@@ -140,9 +140,7 @@ impl<H: PacketHandler> UnaryService<Received> for Export<H> {
         self.shared.count_request(bytes);
         if self.shared.is_durable() {
             let shared = Arc::clone(&self.shared);
-            Either::Right(Box::pin(
-                async move { reply(shared.answer(&request).await) },
-            ))
+            Either::Right(Box::pin(async move { reply(shared.answer(request).await) }))
         } else {
             Either::Left(ready(reply(self.shared.export(&request))))
         }

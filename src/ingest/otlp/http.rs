@@ -23,7 +23,7 @@ use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use opentelemetry_proto::tonic::collector::metrics::v1::{
-    ExportMetricsPartialSuccess, ExportMetricsServiceResponse,
+    ExportMetricsPartialSuccess, ExportMetricsServiceRequest, ExportMetricsServiceResponse,
 };
 use prost::Message;
 
@@ -108,47 +108,11 @@ async fn export<H: PacketHandler>(
         }
     };
     shared.count_request(body.len());
-    let body = match headers
-        .get(header::CONTENT_ENCODING)
-        .map(|v| v.to_str().unwrap_or("").trim().to_ascii_lowercase())
-        .as_deref()
-    {
-        None | Some("" | "identity") => body,
-        Some("gzip") => match gunzip(&body, limit) {
-            Ok(body) => body,
-            Err(refusal) => {
-                let message = match refusal {
-                    Refusal::TooLarge => format!("decompressed body over {limit} bytes"),
-                    _ => "the gzip body does not decompress (truncated or corrupt)".to_string(),
-                };
-                return refuse(&shared, refusal, format, &message);
-            }
-        },
-        Some(_) => {
-            return refuse(
-                &shared,
-                Refusal::Unsupported,
-                format,
-                "content encoding must be gzip or none",
-            );
-        }
-    };
-    let request = match format {
-        Format::Protobuf => super::decode_protobuf(&body),
-        Format::Json => super::decode_json(&body),
-    };
-    let request = match request {
+    let request = match decode(&headers, body, format, limit) {
         Ok(request) => request,
-        Err(error) => {
-            return refuse(
-                &shared,
-                Refusal::Malformed,
-                format,
-                &format!("the body does not decode: {error}"),
-            );
-        }
+        Err((refusal, message)) => return refuse(&shared, refusal, format, &message),
     };
-    match shared.answer(&request).await {
+    match shared.answer(request).await {
         Answer::Done { rejected, message } => {
             let partial_success = (rejected > 0).then(|| ExportMetricsPartialSuccess {
                 rejected_data_points: i64::try_from(rejected).unwrap_or(i64::MAX),
@@ -193,6 +157,47 @@ async fn export<H: PacketHandler>(
             super::UNKNOWN_OUTCOME,
         ),
     }
+}
+
+/// The request in `body`, decompressed as `Content-Encoding` says and decoded as
+/// `format`; else the refusal and its message. The body, and what it decompressed into,
+/// are dropped on return: a durable export waits for its sync without them.
+fn decode(
+    headers: &HeaderMap,
+    body: Bytes,
+    format: Format,
+    limit: usize,
+) -> Result<ExportMetricsServiceRequest, (Refusal, String)> {
+    let body = match headers
+        .get(header::CONTENT_ENCODING)
+        .map(|v| v.to_str().unwrap_or("").trim().to_ascii_lowercase())
+        .as_deref()
+    {
+        None | Some("" | "identity") => body,
+        Some("gzip") => gunzip(&body, limit).map_err(|refusal| {
+            let message = match refusal {
+                Refusal::TooLarge => format!("decompressed body over {limit} bytes"),
+                _ => "the gzip body does not decompress (truncated or corrupt)".to_string(),
+            };
+            (refusal, message)
+        })?,
+        Some(_) => {
+            return Err((
+                Refusal::Unsupported,
+                "content encoding must be gzip or none".to_string(),
+            ));
+        }
+    };
+    let request = match format {
+        Format::Protobuf => super::decode_protobuf(&body),
+        Format::Json => super::decode_json(&body),
+    };
+    request.map_err(|error| {
+        (
+            Refusal::Malformed,
+            format!("the body does not decode: {error}"),
+        )
+    })
 }
 
 /// The request's format from its `Content-Type` (parameters ignored).

@@ -643,17 +643,17 @@ mod tests {
     #[test]
     fn a_durable_export_logs_its_increments_and_stream_points() {
         let (_dir, s) = durable(Keep::default(), 1 << 20);
-        let answer = block_on(s.answer(&cumulative(10, 100)));
+        let answer = block_on(s.answer(cumulative(10, 100)));
         assert!(
             matches!(answer, Answer::Done { rejected: 0, .. }),
             "{answer:?}"
         );
-        let answer = block_on(s.answer(&cumulative(20, 130)));
+        let answer = block_on(s.answer(cumulative(20, 130)));
         assert!(
             matches!(answer, Answer::Done { rejected: 0, .. }),
             "{answer:?}"
         );
-        let answer = block_on(s.answer(&deltas(&[4.0])));
+        let answer = block_on(s.answer(deltas(&[4.0])));
         assert!(
             matches!(answer, Answer::Done { rejected: 0, .. }),
             "{answer:?}"
@@ -695,7 +695,7 @@ mod tests {
             // Polled exactly once (a zero timeout parks until the timer's next tick, which
             // a fast sync beats): pending means it waits for its sync, and it is dropped.
             let answer = runtime
-                .block_on(async { futures_util::FutureExt::now_or_never(s.answer(&request)) });
+                .block_on(async { futures_util::FutureExt::now_or_never(s.answer(request)) });
             if answer.is_none() {
                 dropped = true;
                 break;
@@ -724,7 +724,7 @@ mod tests {
             },
             1 << 20,
         );
-        let answer = block_on(s.answer(&cumulative(10, 100)));
+        let answer = block_on(s.answer(cumulative(10, 100)));
         assert!(
             matches!(answer, Answer::Done { rejected: 1, .. }),
             "{answer:?}"
@@ -740,16 +740,16 @@ mod tests {
     fn a_full_log_refuses_the_export_and_undoes_its_stream_changes() {
         // A log that holds one export's lines, and not the next one's.
         let (_dir, probe) = durable(Keep::default(), 1 << 20);
-        block_on(probe.answer(&cumulative(10, 100)));
+        block_on(probe.answer(cumulative(10, 100)));
         let one = probe.durable.as_ref().unwrap().bytes();
         let (_dir, s) = durable(Keep::default(), one + one / 2);
-        let answer = block_on(s.answer(&cumulative(10, 100)));
+        let answer = block_on(s.answer(cumulative(10, 100)));
         assert!(
             matches!(answer, Answer::Done { rejected: 0, .. }),
             "{answer:?}"
         );
         let before: Vec<_> = s.streams.table().entries().collect();
-        let answer = block_on(s.answer(&cumulative(20, 130)));
+        let answer = block_on(s.answer(cumulative(20, 130)));
         assert_eq!(answer, Answer::Busy);
         assert_eq!(s.streams.table().entries().collect::<Vec<_>>(), before);
         assert_eq!(s.stats.transport(Transport::OtlpHttp).busy, 1);
