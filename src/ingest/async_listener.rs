@@ -14,7 +14,9 @@
 //! it too), and answer 408 to a request whose body takes longer than that (the handlers,
 //! through [`read_body`]); OTLP/gRPC bounds its streams per connection and their bodies
 //! (`otlp/grpc.rs`). So a client that opens connections and stalls holds at most
-//! [`MAX_CONNECTIONS`] file descriptors and their buffers, each for a bounded time.
+//! [`MAX_CONNECTIONS`] file descriptors and their buffers, each for a bounded time. At
+//! most [`MAX_RECEIVING`] requests are read and handled at once ([`Receiving`]), which
+//! bounds the request bodies held in memory.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -43,6 +45,15 @@ pub(super) const MAX_CONNECTIONS: usize = 128;
 /// hyper's own header timeout, 30 s; a body of the largest size allowed crosses a slow
 /// link in far less.
 pub(super) const READ_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Most requests one listener receives and handles at once: a request over it waits,
+/// unread, for one to finish. Each holds up to its listener's `max_request_bytes` of body
+/// (and as much again decompressed), so this, not the connection bound, caps those
+/// buffers: 32 × 2 × 4 MiB at the default size, where 128 connections, or 32 OTLP/gRPC
+/// streams on each, could otherwise hold gigabytes. A request waiting here holds at most
+/// its HTTP/2 flow-control window (1 MiB a connection) or the socket's buffers. The
+/// handling is CPU bound on a couple of threads, so more at once would not go faster.
+pub(super) const MAX_RECEIVING: usize = 32;
 
 /// Pause after a failed `accept` (e.g. out of file descriptors), so it cannot spin a core.
 const ACCEPT_BACKOFF: Duration = Duration::from_millis(100);
@@ -212,6 +223,31 @@ impl Gate {
             tracing::warn!(%error, transport = %self.transport, suppressed, "Accept failed.");
         });
         tokio::time::sleep(ACCEPT_BACKOFF).await;
+    }
+}
+
+/// The places of the requests a listener receives and handles at once (at most
+/// [`MAX_RECEIVING`]): a handler takes one before it reads its body and keeps it until it
+/// answers.
+#[derive(Clone)]
+pub(super) struct Receiving(Arc<Semaphore>);
+
+impl Receiving {
+    /// Room for `max` requests at once.
+    pub(super) fn new(max: usize) -> Receiving {
+        Receiving(Arc::new(Semaphore::new(max.max(1))))
+    }
+
+    /// A place, once one is free; `None` only if the places were closed, which nothing
+    /// does (the request then goes on without one rather than fail).
+    pub(super) async fn enter(&self) -> Option<OwnedSemaphorePermit> {
+        Arc::clone(&self.0).acquire_owned().await.ok()
+    }
+
+    /// Places free now (tests wait on it).
+    #[cfg(test)]
+    pub(super) fn free(&self) -> usize {
+        self.0.available_permits()
     }
 }
 

@@ -176,6 +176,8 @@ struct Shared<H> {
     /// Most connections open at once ([`async_listener::MAX_CONNECTIONS`]; fewer in
     /// tests).
     max_connections: usize,
+    /// The requests received and handled at once ([`async_listener::MAX_RECEIVING`]).
+    receiving: async_listener::Receiving,
 }
 
 impl<H: PacketHandler> Shared<H> {
@@ -198,6 +200,7 @@ impl<H: PacketHandler> Shared<H> {
             max_items: config.max_items,
             read_timeout: async_listener::READ_TIMEOUT,
             max_connections: async_listener::MAX_CONNECTIONS,
+            receiving: async_listener::Receiving::new(async_listener::MAX_RECEIVING),
         }
     }
 
@@ -318,6 +321,7 @@ async fn increments<H: PacketHandler>(
             None,
         );
     };
+    let _receiving = shared.receiving.enter().await;
     let read = async_listener::read_body(body, shared.max_request_bytes, shared.read_timeout);
     let body = match read.await {
         Some(Ok(body)) => body,

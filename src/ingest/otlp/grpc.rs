@@ -18,7 +18,9 @@
 //! applied), counted as `timeout`.
 //!
 //! Bounds: at most 128 connections (`async_listener::Gate`), at most
-//! [`MAX_CONCURRENT_STREAMS`] calls at once on each, each holding at most
+//! [`MAX_CONCURRENT_STREAMS`] calls at once on each, of which at most 32 on the whole
+//! listener are read and handled at once (`async_listener::Receiving`; the others wait,
+//! their data held back by HTTP/2 flow control), each holding at most
 //! `max_request_bytes` of message for at most the read timeout; HTTP/2 pings every
 //! [`KEEPALIVE_INTERVAL`] close a connection whose peer is gone.
 
@@ -315,6 +317,9 @@ where
             if request.uri().path() != EXPORT_PATH {
                 return Ok(unimplemented());
             }
+            // Held until answered; the read timeout counts from here, not from the
+            // wait for a place.
+            let _receiving = shared.enter().await;
             let mut accept = EnabledCompressionEncodings::default();
             accept.enable(CompressionEncoding::Gzip);
             let mut grpc = tonic::server::Grpc::new(OtlpCodec)

@@ -76,6 +76,7 @@ async fn export<H: PacketHandler>(
             );
         }
     };
+    let _receiving = shared.enter().await;
     let body = match async_listener::read_body(body, limit, shared.read_timeout()).await {
         Some(Ok(body)) => body,
         None => {

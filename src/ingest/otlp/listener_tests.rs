@@ -16,13 +16,26 @@ fn listening(
     read_timeout: Duration,
     max_connections: usize,
 ) -> (Running, Arc<IngestStats>) {
+    let (running, shared) = listening_with(transport, read_timeout, max_connections, 32);
+    (running, Arc::clone(&shared.stats))
+}
+
+/// A listener as [`listening`] makes, receiving at most `max_receiving` requests at once,
+/// and what its requests share.
+fn listening_with(
+    transport: Transport,
+    read_timeout: Duration,
+    max_connections: usize,
+    max_receiving: usize,
+) -> (Running, Arc<Shared<Keep>>) {
     let shared = Arc::new(Shared {
         transport,
         read_timeout,
         max_connections,
+        receiving: async_listener::Receiving::new(max_receiving),
         ..shared(Keep::default())
     });
-    let stats = Arc::clone(&shared.stats);
+    let kept = Arc::clone(&shared);
     let running = Running::start(move |listener, stopped| async move {
         match transport {
             Transport::OtlpGrpc => grpc::serve(listener, shared, stopped)
@@ -33,7 +46,7 @@ fn listening(
                 .map_err(|e| e.to_string()),
         }
     });
-    (running, stats)
+    (running, kept)
 }
 
 /// OTLP/HTTP: a request whose body stops coming is answered 408 (a `google.rpc.Status`,
@@ -53,6 +66,32 @@ fn otlp_http_answers_a_stalled_body_408() {
     assert!(answer.contains(r#""code":4"#), "{answer}");
     let counters = stats.transport(Transport::OtlpHttp);
     assert_eq!((counters.timed_out, counters.packets), (1, 1));
+}
+
+/// OTLP/HTTP: a request received while the listener reads its most requests at once
+/// waits for one of them to finish: here, for the stalled one's 408.
+#[test]
+fn otlp_http_reads_at_most_its_bound_of_requests_at_once() {
+    let (running, shared) = listening_with(Transport::OtlpHttp, Duration::from_millis(300), 4, 1);
+    let mut stalled = running.connect();
+    stalled
+        .write_all(
+            b"POST /v1/metrics HTTP/1.1\r\nHost: test\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{",
+        )
+        .unwrap();
+    wait_until("the stalled request holds the only place", || {
+        shared.receiving.free() == 0
+    });
+    let mut next = running.connect();
+    let ok = post(&mut next, http::PATH, "application/json", b"{}");
+    assert!(ok.starts_with("HTTP/1.1 200"), "{ok}");
+    assert_eq!(
+        shared.stats.transport(Transport::OtlpHttp).timed_out,
+        1,
+        "answered only once the stalled request gave its place back"
+    );
+    let answer = String::from_utf8_lossy(&read_to_close(&mut stalled)).into_owned();
+    assert!(answer.starts_with("HTTP/1.1 408"), "{answer}");
 }
 
 /// OTLP/HTTP: with its most connections open, a new one is closed at once and counted.

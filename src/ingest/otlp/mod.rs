@@ -136,6 +136,7 @@ where
             durable: durable.clone(),
             read_timeout: async_listener::READ_TIMEOUT,
             max_connections: async_listener::MAX_CONNECTIONS,
+            receiving: async_listener::Receiving::new(async_listener::MAX_RECEIVING),
         });
         let stop = receivers.stop_flag();
         let name = match transport {
@@ -215,6 +216,9 @@ pub(super) struct Shared<H> {
     /// Most connections open at once ([`async_listener::MAX_CONNECTIONS`]; fewer in
     /// tests).
     max_connections: usize,
+    /// The requests received and handled at once ([`async_listener::MAX_RECEIVING`];
+    /// fewer in tests).
+    receiving: async_listener::Receiving,
 }
 
 /// The answer to one decoded request.
@@ -286,6 +290,11 @@ impl<H: PacketHandler> Shared<H> {
     /// Longest a request's body may take to arrive.
     pub(super) fn read_timeout(&self) -> Duration {
         self.read_timeout
+    }
+
+    /// A place among the requests received at once, once one is free.
+    pub(super) async fn enter(&self) -> Option<tokio::sync::OwnedSemaphorePermit> {
+        self.receiving.enter().await
     }
 
     /// The listener's connection bound, counting into its transport's counters.
@@ -462,6 +471,7 @@ mod tests {
             durable: None,
             read_timeout: async_listener::READ_TIMEOUT,
             max_connections: async_listener::MAX_CONNECTIONS,
+            receiving: async_listener::Receiving::new(async_listener::MAX_RECEIVING),
         }
     }
 
