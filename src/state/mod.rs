@@ -264,6 +264,10 @@ impl StateDir {
         };
         let mut report =
             recovery::recover(&mut state, groups, kinds, stopped).map_err(io_err("recover"))?;
+        // Recovery has ended the journal, unless the driver wrapper's groups wait for it.
+        if state.wrapper_groups.is_empty() {
+            state.delete_passed_segments();
+        }
         report.torn_journal_bytes = torn_journal;
         state.recovery = report;
         state
@@ -407,8 +411,9 @@ impl StateDir {
         }
     }
 
-    /// Ends a flush: makes the replay cursor it consumed durable (and deletes the spill
-    /// segments passed), then marks it settled in the journal.
+    /// Ends a flush: makes the replay cursor it consumed durable, marks the flush settled
+    /// in the journal, then deletes the spill segments the cursor passed (not before: a
+    /// group left open may own rows in them, see [`spill::Spill::delete_passed`]).
     ///
     /// In that order because the End starts the journal over, and with it goes the group
     /// that named the cursor: until `spill.cursor` holds it, that group is the only
@@ -437,12 +442,19 @@ impl StateDir {
         }
         self.group_left_open = false;
         (self.logs_noted, self.logs_unrecorded) = (false, false);
-        // A cursor durable but a segment it passed not deleted: deleted at the next
-        // commit or start, nothing replays twice. The group did end: not an error of it.
-        if let Err(error) = committed {
-            tracing::warn!(%error, "Could not delete spill segments the replay cursor has passed; a later commit or the next start deletes them (nothing is replayed twice).");
-        }
+        // No group is open now: the segments the cursor passed can go.
+        self.delete_passed_segments();
         Ok(())
+    }
+
+    /// Deletes the spill segments the durable cursor has passed; called only when the
+    /// journal holds no open group (see [`spill::Spill::delete_passed`]). A failure is
+    /// only logged: the cursor is durable, so they are never read again, and a later
+    /// end or the next start deletes them.
+    fn delete_passed_segments(&mut self) {
+        if let Err(error) = self.spill.delete_passed() {
+            tracing::warn!(%error, "Could not delete spill segments the replay cursor has passed; a later flush or the next start deletes them (nothing is replayed twice).");
+        }
     }
 
     /// How many flushes of the driver wrapper the journal holds unfinished.

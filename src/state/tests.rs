@@ -1105,3 +1105,74 @@ fn a_flush_left_open_by_a_finished_shutdown_is_only_ended() {
         assert_eq!(state.recovery().flushes, 0, "ended by the start before");
     }
 }
+
+/// A flush left open (its replay cursor could not be written) whose not-applied row it
+/// spilled into its own segment; a later replay takes that row and is killed before its
+/// end. The later group owns the row now: recovery must still see it in the left-open
+/// flush's segment (which the later cursor passed, so it is kept until no group is
+/// open), rather than log it unknown for the left-open flush as well.
+///
+/// Killed either before the later flush ends, or inside its end once its cursor is
+/// durable (which deleted the passed segment before).
+#[test]
+fn a_segment_a_later_replay_passed_still_tells_recovery_what_a_left_open_flush_spilled() {
+    for cursor_committed in [false, true] {
+        later_replay_killed(cursor_committed);
+    }
+}
+
+fn later_replay_killed(cursor_committed: bool) {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut state = StateDir::open(&config(tmp.path())).unwrap();
+    state
+        .spill(&flush_of(&state, 1), &[vec![record(), record()]])
+        .unwrap();
+    assert_eq!(state.load_spill(|_, _| true).unwrap().records.len(), 2);
+    let replayed = state.replay_loaded();
+    let open = flush_of(&state, 2);
+    state
+        .journal_begin(&open, "t", replayed, &families(), &[write("a", 4)])
+        .unwrap();
+    let (kind, text) = ("unavailable".to_string(), "text".to_string());
+    state.journal_outcome(0, &Settled::NotApplied { kind, text });
+    state.journal_flush();
+    let not_applied = WriteRecord {
+        request_id: open.request_id(0),
+        row: 0,
+        ..record()
+    };
+    state.spill(&open, &[vec![not_applied]]).unwrap();
+    std::os::unix::fs::symlink("/dev/full", tmp.path().join("spill.tmp")).unwrap();
+    assert!(state.journal_end(&open, replayed).is_err(), "left open");
+    fs::remove_file(tmp.path().join("spill.tmp")).unwrap();
+    // The next flush replays the row the open flush spilled, and is killed.
+    assert_eq!(state.load_spill(|_, _| true).unwrap().records.len(), 1);
+    let later = flush_of(&state, 3);
+    let consumes = state.replay_loaded();
+    state
+        .journal_begin(&later, "t", consumes, &families(), &[write("a", 4)])
+        .unwrap();
+    state.journal_flush();
+    if cursor_committed {
+        state.spill.commit(consumes).unwrap();
+    }
+    drop(state);
+
+    let state = StateDir::open(&config(tmp.path())).unwrap();
+    let unknown: Vec<String> = lines(tmp.path(), "unknown.jsonl")
+        .into_iter()
+        .map(|r| r.request_id)
+        .collect();
+    assert_eq!(
+        unknown,
+        [later.request_id(0)],
+        "only the killed replay's request is unknown (cursor committed: {cursor_committed})"
+    );
+    assert_eq!(state.recovery().spilled_rows, 0);
+    assert!(
+        !tmp.path()
+            .join(SegmentId::live(state.incarnation() - 1, 2).file_name())
+            .exists(),
+        "deleted once recovery ended the journal"
+    );
+}

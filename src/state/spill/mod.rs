@@ -21,9 +21,13 @@
 //! commit names the new cursor in the journal, in the same fdatasync as the intents that
 //! carry those rows, before any of them is sent. So a restart that finds a chunk both in
 //! a segment and covered by a committed cursor knows the journal owns it. Once that
-//! flush has settled, the cursor is written to `spill.cursor` (tmp, fsync, rename) and
-//! only then are fully consumed segments deleted. At start the cursor is the furthest
-//! of `spill.cursor`, the journal's last committed group and the segments' headers.
+//! flush has settled, the cursor is written to `spill.cursor` (tmp, fsync, rename), and
+//! fully consumed segments are deleted once the journal holds no open group
+//! ([`Spill::delete_passed`], which the state directory calls after an End and after
+//! recovery): recovery tells a left-open group's rows that its own segment holds by
+//! reading that segment, so it must still be there when a later group's cursor has
+//! passed it. At start the cursor is the furthest of `spill.cursor`, the journal's last
+//! committed group and the segments' headers.
 //!
 //! Every kind of write spills here: counter deltas, held rows, the ingest log, the
 //! driver wrapper's rows and the running totals of `writer_totals` families (records
@@ -96,9 +100,9 @@ pub struct Spill {
 impl Spill {
     /// Opens the spill of `dir`: moves in the sidecar's spill files of earlier versions
     /// (the state directory moves the driver wrapper's before), removes unfinished
-    /// segment writes, finds the cursor (the furthest of `spill.cursor`,
-    /// `journal_cursor` and the segments' headers), and deletes the segments it has
-    /// passed.
+    /// segment writes, and finds the cursor (the furthest of `spill.cursor`,
+    /// `journal_cursor` and the segments' headers). The segments it has passed stay
+    /// until [`Spill::delete_passed`]: recovery may need to read them first.
     pub fn open(dir: &Path, max_bytes: u64, journal_cursor: Option<Cursor>) -> io::Result<Spill> {
         migrate_legacy(dir)?;
         let mut segments = BTreeMap::new();
@@ -119,7 +123,7 @@ impl Spill {
         }
         on_disk = on_disk.max(read_cursor(dir)?);
         let cursor = on_disk.max(journal_cursor);
-        let mut spill = Spill {
+        let spill = Spill {
             dir: dir.to_owned(),
             max_bytes,
             segments,
@@ -133,7 +137,6 @@ impl Spill {
             // replay rows the journal's flush carried.
             spill.write_cursor(cursor)?;
         }
-        spill.delete_consumed()?;
         Ok(spill)
     }
 
@@ -143,9 +146,20 @@ impl Spill {
         write_atomically(&self.dir, &self.dir.join(CURSOR_FILE), &bytes)
     }
 
-    /// Bytes of the segments on disk.
+    /// Bytes of the segments on disk that hold rows not consumed yet (those the durable
+    /// cursor has passed wait for [`Spill::delete_passed`], and count for nothing).
     pub fn bytes(&self) -> u64 {
-        self.segments.values().sum()
+        self.segments
+            .iter()
+            .filter(|(id, size)| !self.passed(**id, **size))
+            .map(|(_, size)| size)
+            .sum()
+    }
+
+    /// Whether the durable cursor has passed segment `id` of `size` bytes entirely.
+    fn passed(&self, id: SegmentId, size: u64) -> bool {
+        self.durable
+            .is_some_and(|c| id < c.segment || (id == c.segment && c.offset >= size))
     }
 
     /// `state.max_spill_bytes`.
@@ -179,7 +193,8 @@ impl Spill {
     }
 
     /// A flush that named `cursor` in its group commit has settled: `cursor` becomes
-    /// durable in `spill.cursor`, then the segments it passed are deleted.
+    /// durable in `spill.cursor`. The segments it passed are deleted later
+    /// ([`Spill::delete_passed`]).
     pub fn commit(&mut self, cursor: Option<Cursor>) -> io::Result<()> {
         if cursor <= self.durable {
             return Ok(());
@@ -189,7 +204,7 @@ impl Spill {
         self.durable = cursor;
         // Lines behind the durable cursor are never read again.
         self.reported.retain(|at| Some(*at) >= cursor);
-        self.delete_consumed()
+        Ok(())
     }
 
     /// How far replay's progress is durable (in `spill.cursor`, or found at open).
@@ -197,17 +212,15 @@ impl Spill {
         self.durable
     }
 
-    /// Deletes the segments the durable cursor has passed entirely.
-    fn delete_consumed(&mut self) -> io::Result<()> {
-        let Some(cursor) = self.durable else {
-            return Ok(());
-        };
+    /// Deletes the segments the durable cursor has passed entirely. Only while the
+    /// journal holds no open group: a group left open (its End not written) may have
+    /// rows in a segment a later group's cursor passed, and recovery reads that segment
+    /// to know them (else it spills them again, or logs them unknown).
+    pub fn delete_passed(&mut self) -> io::Result<()> {
         let done: Vec<SegmentId> = self
             .segments
             .iter()
-            .filter(|(id, size)| {
-                **id < cursor.segment || (**id == cursor.segment && cursor.offset >= **size)
-            })
+            .filter(|(id, size)| self.passed(**id, **size))
             .map(|(id, _)| *id)
             .collect();
         for id in &done {
