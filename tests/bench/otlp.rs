@@ -354,6 +354,7 @@ fn in_process(requests: &[Vec<u8>]) -> f64 {
                 batch
                     .record(point.name, point.tags, point.delta, point.at_unix_secs)
                     .expect("accepted");
+                true
             },
         );
     }

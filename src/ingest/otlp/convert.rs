@@ -216,6 +216,7 @@ pub fn convert<'r>(
                 delta: point.delta,
                 at_unix_secs: point.at_unix_secs,
             });
+            true
         },
     );
     out.increments = increments;
@@ -242,12 +243,17 @@ pub struct Point<'r, 's> {
 /// empty). What a receiver calls, so that a point costs no allocation of its own: its tag
 /// list is a buffer reused from point to point, of texts borrowed from the request but
 /// for attributes that must be rendered (not a string) or have a separator replaced.
+///
+/// `each` says whether it took the increment. A cumulative stream's last point moves to
+/// a point only once its increase is taken: the increase of a point the aggregator
+/// refused (a limit, the time window) is carried by the stream's next point, as a
+/// cumulative stream's is meant to be, rather than lost.
 pub fn convert_each<'r>(
     request: &'r ExportMetricsServiceRequest,
     policy: &AttributePolicy,
     streams: &mut Streams,
     now_unix_nanos: u64,
-    each: &mut dyn FnMut(&Point<'r, '_>),
+    each: &mut dyn FnMut(&Point<'r, '_>) -> bool,
 ) -> Conversion<'r> {
     let mut out = Conversion::default();
     // A cumulative stream's identity: its scope's part once per scope, then per point
@@ -308,6 +314,8 @@ pub fn convert_each<'r>(
                             continue;
                         }
                     };
+                    // A cumulative stream's last point, once this one is taken.
+                    let mut taken_last = None;
                     let delta = match temporality {
                         AggregationTemporality::Unspecified => Err(PointDrop::UnknownTemporality),
                         AggregationTemporality::Delta => {
@@ -329,14 +337,12 @@ pub fn convert_each<'r>(
                                 &point.attributes,
                                 &mut sorted,
                             );
-                            cumulative(
-                                streams,
-                                stream_id(&key),
-                                point,
-                                value,
-                                sum.is_monotonic,
-                                now_unix_nanos,
-                            )
+                            let id = stream_id(&key);
+                            cumulative(streams, id, point, value, sum.is_monotonic, now_unix_nanos)
+                                .map(|(delta, last)| {
+                                    taken_last = last.map(|last| (id, last));
+                                    delta
+                                })
                         }
                     };
                     match delta {
@@ -379,12 +385,15 @@ pub fn convert_each<'r>(
                                     ),
                                 });
                             }
-                            each(&Point {
+                            let taken = each(&Point {
                                 name: &metric.name,
                                 tags: &tags,
                                 delta,
                                 at_unix_secs: unix_secs(point.time_unix_nano),
                             });
+                            if taken && let Some((id, last)) = taken_last {
+                                streams.set(id, last, now_unix_nanos);
+                            }
                             tags_buffer = reuse(tags);
                         }
                     }
@@ -415,7 +424,10 @@ pub fn has_cumulative(request: &ExportMetricsServiceRequest) -> bool {
         .any(|m| matches!(&m.data, Some(Data::Sum(sum)) if sum.aggregation_temporality == cumulative))
 }
 
-/// The difference a cumulative point adds, and the table updated.
+/// The difference a cumulative point adds, and the stream's last point to set once that
+/// difference is taken (`None`: set already, the point adds nothing to take). A point
+/// that adds nothing, or is dropped as a new baseline or a decrease, moves the stream's
+/// last point here.
 fn cumulative(
     streams: &mut Streams,
     id: StreamId,
@@ -423,19 +435,27 @@ fn cumulative(
     value: i64,
     monotonic: bool,
     now_unix_nanos: u64,
-) -> Result<i64, PointDrop> {
+) -> Result<(i64, Option<Last>), PointDrop> {
     let this = Last {
         start: point.start_time_unix_nano,
         time: point.time_unix_nano,
         value,
     };
+    let taken = |streams: &mut Streams, delta: i64| {
+        if delta == 0 {
+            streams.set(id, this, now_unix_nanos);
+            Ok((0, None))
+        } else {
+            Ok((delta, Some(this)))
+        }
+    };
     let Some(last) = streams.get(id) else {
-        let complete = streams.is_complete_for(point.start_time_unix_nano, now_unix_nanos);
+        if streams.is_complete_for(point.start_time_unix_nano, now_unix_nanos) {
+            return taken(streams, value);
+        }
         streams.set(id, this, now_unix_nanos);
-        return if complete {
-            Ok(value)
-        } else if value == 0 {
-            Ok(0)
+        return if value == 0 {
+            Ok((0, None))
         } else {
             Err(PointDrop::CumulativeBaseline)
         };
@@ -446,8 +466,7 @@ fn cumulative(
             return Err(PointDrop::OutOfOrder);
         }
         // A reset: the new life's whole value is new.
-        streams.set(id, this, now_unix_nanos);
-        return Ok(value);
+        return taken(streams, value);
     }
     if this.time < last.time {
         return Err(PointDrop::OutOfOrder);
@@ -457,8 +476,7 @@ fn cumulative(
         return Err(PointDrop::CumulativeDecrease);
     }
     let delta = value.checked_sub(last.value).ok_or(PointDrop::OutOfRange)?;
-    streams.set(id, this, now_unix_nanos);
-    Ok(delta)
+    taken(streams, delta)
 }
 
 /// The point's value as an integer, or why not.

@@ -128,8 +128,12 @@ impl<H: PacketHandler> Shared<H> {
                         point.delta,
                         minute.0,
                     );
+                    true
                 }
-                Err(refusal) => checked.refused.push(refusal),
+                Err(refusal) => {
+                    checked.refused.push(refusal);
+                    false
+                }
             },
         );
         let changes = streams.take_changes();

@@ -330,11 +330,12 @@ impl<H: PacketHandler> Shared<H> {
                 streams,
                 now_unix_nanos(),
                 &mut |point| {
-                    if record(point.name, point.tags, point.delta, point.at_unix_secs)
-                        == Recorded::Refused
-                    {
+                    let taken = record(point.name, point.tags, point.delta, point.at_unix_secs)
+                        != Recorded::Refused;
+                    if !taken {
                         refused += 1;
                     }
+                    taken
                 },
             );
         });
@@ -723,25 +724,62 @@ mod tests {
         );
     }
 
-    /// A point the aggregator refuses is answered as rejected and not logged; the
-    /// stream's point is (the difference is refused, the stream moved on).
+    /// A point the aggregator refuses is answered as rejected, and neither it nor its
+    /// stream's point is logged: the stream's next point taken carries its increase.
     #[test]
-    fn a_refused_point_is_rejected_and_not_logged() {
+    fn a_refused_point_is_rejected_and_its_increase_carried_by_the_next() {
         let (_dir, s) = durable(
             Keep {
-                refuse_every: 1,
+                refuse_every: 2,
                 ..Keep::default()
             },
             1 << 20,
         );
-        let answer = block_on(s.answer(cumulative(10, 100)));
-        assert!(
-            matches!(answer, Answer::Done { rejected: 1, .. }),
-            "{answer:?}"
-        );
+        let rejected = |answer: Answer| match answer {
+            Answer::Done { rejected, .. } => rejected,
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(rejected(block_on(s.answer(cumulative(10, 100)))), 0);
+        assert_eq!(rejected(block_on(s.answer(cumulative(20, 130)))), 1);
+        assert_eq!(rejected(block_on(s.answer(cumulative(30, 150)))), 0);
         let content = logged(&s);
-        assert!(content.entries.is_empty());
-        assert_eq!(content.streams.len(), 1);
+        let increments: Vec<i64> = content.entries.iter().map(|e| e.delta).collect();
+        assert_eq!(
+            increments,
+            vec![100, 50],
+            "the refused 30 comes with the next"
+        );
+        let points: Vec<(u64, i64)> = content.streams.iter().map(|l| (l.time, l.value)).collect();
+        assert_eq!(points, vec![(10, 100), (30, 150)]);
+    }
+
+    /// The same without the ingest log: a cumulative point the aggregator refuses leaves
+    /// the stream's last point where it was, so the buffer gets the whole increase from
+    /// the next point taken; a refused new stream's first point is not its baseline.
+    #[test]
+    fn a_refused_cumulative_point_moves_no_baseline() {
+        let s = shared(Keep {
+            refuse_every: 2,
+            ..Keep::default()
+        });
+        for (time, value) in [(10, 100), (20, 130), (30, 150), (40, 190), (50, 200)] {
+            s.export(&cumulative(time, value));
+        }
+        let kept: Vec<i64> = s
+            .handlers
+            .slot(0)
+            .lock()
+            .kept
+            .iter()
+            .map(|(_, d)| *d)
+            .collect();
+        // Taken: 100, then 150 - 100 (130 refused), then 200 - 150 (190 refused).
+        assert_eq!(kept, vec![100, 50, 50]);
+        assert_eq!(
+            kept.iter().sum::<i64>(),
+            200,
+            "the stream's whole value, once"
+        );
     }
 
     /// A full log refuses the export whole and takes back what it changed in the

@@ -611,6 +611,7 @@ fn convert_each_hands_over_what_convert_collects() {
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect();
         handed.push((p.name.to_string(), tags, p.delta, p.at_unix_secs));
+        true
     });
     let expected: Vec<_> = collected
         .increments
