@@ -236,6 +236,7 @@ mod tests {
                 totals: vec![total],
                 unconfirmed: vec![unconfirmed],
             }],
+            replay: false,
         }
     }
 
