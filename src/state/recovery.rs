@@ -32,7 +32,10 @@
 //! rejected is spilled, in any group, to `spill.<inc>.<seq>.recovered.totals.jsonl`
 //! (its header naming the cursor the group consumed), unless the flush's own totals
 //! segment holds it, and written again by the next start in its own writer column with
-//! its own write time. Reading an intent as records is the counting mode's: the opener
+//! its own write time. Rows a replay read back from the spill move there whatever room
+//! `state.max_spill_bytes` leaves (the cursor the group consumed has passed them); rows
+//! the flush planned from memory get the room left, beyond it dropped and counted, as the
+//! killed process would have. Reading an intent as records is the counting mode's: the opener
 //! hands recovery a [`FinishKinds`] (`crate::totals` implements it), which recovery
 //! calls for each such group, in journal order, before it ends the group. Nothing of it
 //! is logged as unknown; the records of its `rejected` intents go to `rejected.jsonl`
@@ -88,9 +91,17 @@ pub struct RecoveryReport {
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct KindFinished {
     /// The records of the group's writes not known applied or rejected, one per row,
-    /// each with its [`super::record::TotalOf`]: recovery spills those the flush's own
-    /// totals segment does not hold, for this start to write again.
+    /// each with its [`super::record::TotalOf`], of rows a replay read back from the
+    /// spill (or of writes the kind cannot tell apart): recovery spills those the
+    /// flush's own totals segment does not hold, for this start to write again; when
+    /// the group consumed a cursor, whatever room `state.max_spill_bytes` leaves (the
+    /// cursor has passed them: refused, they would be lost).
     pub unsettled: Vec<WriteRecord>,
+    /// The same of the group's writes of rows planned from memory, never on disk (a
+    /// `writer_totals` flush's book): spilled after [`KindFinished::unsettled`], while
+    /// `state.max_spill_bytes` has room; beyond it dropped and counted, as the killed
+    /// process would have.
+    pub unsettled_fresh: Vec<WriteRecord>,
     /// The `rejected.jsonl` records of the group's requests the journal says were
     /// refused, every one: recovery appends those the log does not hold yet (a kill can
     /// fall between the refusal's journal record and its log line).
@@ -194,7 +205,13 @@ pub(super) fn recover(
         }
         report.flushes += 1;
         if let Some(finished) = finished {
-            spill_totals(state, group, finished.unsettled, &mut report)?;
+            spill_totals(
+                state,
+                group,
+                finished.unsettled,
+                finished.unsettled_fresh,
+                &mut report,
+            )?;
             if !finished.rejected.is_empty() {
                 log_missing(
                     state,
@@ -225,31 +242,39 @@ pub(super) fn recover(
 /// totals segment (its header naming the cursor the group consumed), but those its
 /// flush's own totals segment holds (it owns them: written twice they would leave the
 /// same cell, but be counted twice). Skipped when an earlier run of recovery wrote it.
+///
+/// `replayed` are records of rows a replay read back from the spill: in a group that
+/// consumed a cursor they move, whatever room is left, as the counter rows of such a
+/// group do (the cursor has passed them; refused room, they would be lost). `fresh`,
+/// rows the flush planned from memory (in a replay's group too: its totals stage writes
+/// the book's due rows beside the replayed ones), get the room `state.max_spill_bytes`
+/// leaves after them, as the killed process would have given them: beyond it they are
+/// dropped and counted (`dropped_rows`, `dropped_sums`).
 fn spill_totals(
     state: &mut StateDir,
     group: &FlushGroup,
-    unsettled: Vec<WriteRecord>,
+    replayed: Vec<WriteRecord>,
+    fresh: Vec<WriteRecord>,
     report: &mut RecoveryReport,
 ) -> std::io::Result<()> {
     let (incarnation, seq) = (group.flush.incarnation, group.flush.flush_seq);
     let recovered = SegmentId::totals(incarnation, seq, true);
-    if unsettled.is_empty() || state.spill.has_segment(recovered) {
+    if (replayed.is_empty() && fresh.is_empty()) || state.spill.has_segment(recovered) {
         return Ok(());
     }
     let live = SegmentId::totals(incarnation, seq, false);
     let in_live = state.spill.segment_keys(live)?.unwrap_or_default();
-    let batches: Vec<Vec<WriteRecord>> = missing(unsettled, &in_live).map(|r| vec![r]).collect();
-    if batches.is_empty() {
-        return Ok(());
-    }
-    // A replay's group (it consumed a cursor) wrote totals read back from the spill:
-    // they move, whatever room is left, as the counter rows of such a group do (the
-    // cursor has passed them; refused room, they would be lost).
+    // The replayed rows first: `write_segment_moving` moves the leading batches.
+    let mut batches: Vec<Vec<WriteRecord>> = missing(replayed, &in_live).map(|r| vec![r]).collect();
     let moved = if group.consumes.is_some() {
         batches.len()
     } else {
         0
     };
+    batches.extend(missing(fresh, &in_live).map(|r| vec![r]));
+    if batches.is_empty() {
+        return Ok(());
+    }
     let kept = state
         .spill
         .write_segment_moving(recovered, group.consumes, &batches, moved)?;

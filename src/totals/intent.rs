@@ -6,7 +6,10 @@
 //! numbered, after its request index: family (`u16`), table (`u8`), writer column,
 //! write time (`i64`), series (bytes), then per row its bucket (`u32`), its width
 //! (`u16`) and each column's total and unconfirmed part (`i64`, `i64`). Journals
-//! written before read the same.
+//! written before read the same. After the rows, one byte says whether the write is of
+//! rows a replay read back from the spill (`1`) or of the book's rows (`0`); a body
+//! without it (an earlier version's) reads as a replay's, the reading that drops nothing
+//! (see [`TotalsIntent::replay`]).
 
 use crate::state::journal::codec::{Dec, Enc};
 use crate::state::{FlushGroup, KindId, KindIntent};
@@ -44,6 +47,13 @@ pub struct TotalsIntent {
     pub series: Vec<u8>,
     /// The rows, all in one partition.
     pub rows: Vec<TotalsIntentRow>,
+    /// Whether the rows are a replay's, read back from the spill (the cursor the group
+    /// consumed has passed them), rather than the book's, planned from memory. Recovery
+    /// spills a replay's rows whatever room `state.max_spill_bytes` leaves (refused,
+    /// they would be lost), and the book's only while it has room (beyond it they are
+    /// dropped and counted, as the killed process would have). An intent of an earlier
+    /// version, which did not say, reads as a replay's.
+    pub replay: bool,
 }
 
 impl TotalsIntent {
@@ -65,6 +75,7 @@ impl TotalsIntent {
                 e.i64(*unconfirmed);
             }
         }
+        e.u8(u8::from(self.replay));
         KindIntent {
             kind: KIND,
             request: self.request,
@@ -73,8 +84,10 @@ impl TotalsIntent {
     }
 
     /// The write a journal's intent records; `None` when it is of another kind or its
-    /// body is cut short. Bytes after the last row are a later version's (a record grows
-    /// by optional fields at its end, as the journal's own do) and are left unread.
+    /// body is cut short. The replay byte after the last row is optional: without it (an
+    /// earlier version's body), the write reads as a replay's. Bytes after it are a
+    /// later version's (a record grows by optional fields at its end, as the journal's
+    /// own do) and are left unread.
     pub fn decode(intent: &KindIntent) -> Option<TotalsIntent> {
         if intent.kind != KIND {
             return None;
@@ -101,6 +114,8 @@ impl TotalsIntent {
                 unconfirmed,
             });
         }
+        // Any byte but 0 is a replay's: unsure, recovery keeps the rows.
+        let replay = d.u8().is_none_or(|replay| replay != 0);
         Some(TotalsIntent {
             request: intent.request,
             family,
@@ -109,6 +124,7 @@ impl TotalsIntent {
             timestamp,
             series,
             rows,
+            replay,
         })
     }
 
@@ -140,17 +156,21 @@ mod tests {
                 totals: vec![8, i64::MAX],
                 unconfirmed: vec![-8, 0],
             }],
+            replay: false,
         }
     }
 
     #[test]
     fn an_intent_reads_back_as_it_was_written() {
-        let written = intent();
-        assert_eq!(TotalsIntent::decode(&written.encode()), Some(written));
+        for replay in [false, true] {
+            let written = TotalsIntent { replay, ..intent() };
+            assert_eq!(TotalsIntent::decode(&written.encode()), Some(written));
+        }
     }
 
     /// The body's bytes are those the journal's record had after its request index
-    /// before kinds were numbered: a journal an earlier version wrote reads the same.
+    /// before kinds were numbered, then the replay byte: a journal an earlier version
+    /// wrote reads the same, its writes as a replay's.
     #[test]
     fn the_body_keeps_the_layout_of_the_earlier_record() {
         let mut intent = intent();
@@ -172,13 +192,29 @@ mod tests {
             &(-8i64).to_le_bytes(),
         ]
         .concat();
-        assert_eq!(body, expected);
+        assert_eq!(body, [&expected[..], &[0]].concat(), "the book's, then 0");
+        let replayed = TotalsIntent {
+            replay: true,
+            ..intent.clone()
+        };
+        assert_eq!(replayed.encode().body, [&expected[..], &[1]].concat());
+        let earlier = KindIntent {
+            kind: KIND,
+            request: intent.request,
+            body: expected,
+        };
+        assert_eq!(
+            TotalsIntent::decode(&earlier),
+            Some(replayed),
+            "an earlier version's intent, without the byte, reads as a replay's"
+        );
     }
 
     #[test]
     fn a_body_cut_short_or_of_another_kind_does_not_read_and_one_that_grew_does() {
         let mut encoded = intent().encode();
-        encoded.body.pop();
+        // The replay byte, then the last byte of the last row.
+        encoded.body.truncate(encoded.body.len() - 2);
         assert_eq!(TotalsIntent::decode(&encoded), None, "cut short");
         let mut encoded = intent().encode();
         encoded.body.push(0);

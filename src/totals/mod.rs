@@ -467,6 +467,8 @@ impl Totals {
                             unconfirmed: unconfirmed.as_slice().to_vec(),
                         })
                         .collect(),
+                    // Recovery keeps a replay's rows whatever room the spill has left.
+                    replay: matches!(planned, Planned::Replay(_)),
                 }
                 .encode()
             })

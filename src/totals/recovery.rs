@@ -11,7 +11,9 @@
 //! to the group's recovered totals segment, which the next start replays like any
 //! spill, except rows the flush had already spilled to its own totals segment (the
 //! segment owns them: written twice they would leave the same cell, but be counted
-//! twice). What the killed flush had not yet planned (rows backing off, increments
+//! twice). Those of intents of replayed rows ([`TotalsIntent::replay`]) are handed over
+//! apart from those of the book's: they move whatever room the spill has left, the
+//! book's only while it has room. What the killed flush had not yet planned (rows backing off, increments
 //! after its drain) is lost with its memory and counted in the unclean-stop figure.
 
 use std::collections::BTreeMap;
@@ -44,9 +46,15 @@ impl crate::state::recovery::FinishKinds for Recovery {
                 group.flush
             ))
         })?;
+        let rejected = rejected_records(group, &intents, time);
+        // A replay's rows move whatever room is left; the book's need room (see
+        // `TotalsIntent::replay`).
+        let (replayed, book): (Vec<TotalsIntent>, Vec<TotalsIntent>) =
+            intents.into_iter().partition(|intent| intent.replay);
         Ok(KindFinished {
-            unsettled: unsettled_records(group, &intents, time),
-            rejected: rejected_records(group, &intents, time),
+            unsettled: unsettled_records(group, &replayed, time),
+            unsettled_fresh: unsettled_records(group, &book, time),
+            rejected,
         })
     }
 
@@ -236,6 +244,7 @@ mod tests {
                 totals: vec![total],
                 unconfirmed: vec![unconfirmed],
             }],
+            replay: false,
         }
     }
 
@@ -356,6 +365,113 @@ mod tests {
         std::fs::write(tmp.path().join("journal.wal"), &journal).unwrap();
         let _state = StateDir::open_with(&config, &Recovery).unwrap();
         assert_eq!(segment(), replayed);
+    }
+
+    /// The records of `intents` as a totals group of `flush` reads them.
+    fn records(flush: &FlushId, intents: &[TotalsIntent]) -> Vec<WriteRecord> {
+        let group = FlushGroup {
+            flush: flush.clone(),
+            time: "t".into(),
+            consumes: None,
+            families: vec![family()],
+            intents: Vec::new(),
+            kind_intents: encoded(intents),
+            committed: true,
+            outcomes: Default::default(),
+            logs_at: None,
+            ended: false,
+            wrapper: None,
+            starts_below: None,
+        };
+        unsettled_records(&group, intents, "t")
+    }
+
+    /// A replay's totals group killed with nothing settled: flush 2 read back a row
+    /// flush 1 had spilled (its group names the cursor past it) and wrote it beside a
+    /// row of its book, both in flight. `bodies` turns the group's intents into the
+    /// journal's. Reopened with no room in the spill: the report and the records of the
+    /// recovered segment.
+    fn killed_replay_with_a_book_row(
+        bodies: impl Fn(&[TotalsIntent]) -> Vec<KindIntent>,
+    ) -> (crate::state::RecoveryReport, Vec<WriteRecord>) {
+        let (tmp, mut config, mut state) = opened();
+        let spilled_by = state.flush_id(1);
+        let flush = state.flush_id(2);
+        let writer = format!("{}/{}/0000abcd", flush.writer, flush.incarnation);
+        let mut replayed = intent(1, &writer, "replayed", 30, 6);
+        replayed.replay = true;
+        state
+            .spill_totals(
+                &spilled_by,
+                None,
+                &[],
+                &[records(&spilled_by, std::slice::from_ref(&replayed))],
+            )
+            .unwrap();
+        assert_eq!(state.load_spill(|_, _| true).unwrap().records.len(), 1);
+        let consumes = state.replay_loaded();
+        assert!(consumes.is_some());
+        let intents = [intent(0, &writer, "book", 20, 5), replayed];
+        state
+            .journal_begin_kind(&flush, "t", consumes, &[family()], &bodies(&intents))
+            .unwrap();
+        state.journal_flush();
+        drop(state); // killed
+
+        config.max_spill_bytes = 1;
+        let state = StateDir::open_with(&config, &Recovery).unwrap();
+        let report = state.recovery().clone();
+        drop(state);
+        let path = tmp
+            .path()
+            .join(SegmentId::totals(flush.incarnation, 2, true).file_name());
+        let segment = std::fs::read_to_string(&path)
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| serde_json::from_str(l).ok())
+            .collect();
+        (report, segment)
+    }
+
+    /// The replayed row moves into the recovered segment whatever room is left (the
+    /// cursor has passed it: refused, it would be lost), but the book's row, never on
+    /// disk, needs room as the killed process's would have: with none, it is dropped
+    /// and counted, not spilled past `state.max_spill_bytes`.
+    #[test]
+    fn a_killed_replay_moves_its_replayed_totals_and_drops_its_book_rows_without_room() {
+        let (report, segment) = killed_replay_with_a_book_row(encoded);
+        assert_eq!(
+            (report.totals_rows, report.dropped_rows),
+            (1, 1),
+            "{report:?}"
+        );
+        assert_eq!(report.totals_sums, [6, 0, 0, 0]);
+        assert_eq!(report.dropped_sums, [5, 0, 0, 0]);
+        let keys: Vec<&str> = segment.iter().map(|r| r.key["page_id"].as_str()).collect();
+        assert_eq!(keys, ["replayed"]);
+    }
+
+    /// An earlier version's journal does not say which intents are a replay's: every
+    /// one is read as a replay's and moves, as that version's recovery moved them.
+    #[test]
+    fn an_earlier_journal_s_replay_moves_all_its_totals() {
+        let earlier = |intents: &[TotalsIntent]| -> Vec<KindIntent> {
+            let mut bodies = encoded(intents);
+            for body in &mut bodies {
+                body.body.pop(); // the replay byte
+            }
+            bodies
+        };
+        let (report, segment) = killed_replay_with_a_book_row(earlier);
+        assert_eq!(
+            (report.totals_rows, report.dropped_rows),
+            (2, 0),
+            "{report:?}"
+        );
+        assert_eq!(report.totals_sums, [5 + 6, 0, 0, 0]);
+        let mut keys: Vec<&str> = segment.iter().map(|r| r.key["page_id"].as_str()).collect();
+        keys.sort_unstable();
+        assert_eq!(keys, ["book", "replayed"]);
     }
 
     fn rejected_log(dir: &std::path::Path) -> Vec<WriteRecord> {

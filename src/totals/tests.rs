@@ -1262,6 +1262,71 @@ async fn a_replay_killed_mid_send_moves_its_chunk_through_a_full_spill_at_the_re
     assert_eq!((a.minute.dropped, a.minute.pending), (0, 0), "{a:?}");
 }
 
+/// A process killed while its flush sends spilled totals it read back beside its book's
+/// rows: the journal tells the two apart, and the next start, with no room in the
+/// spill, moves the replayed totals into the recovered segment (the cursor has passed
+/// them) but drops and counts the book's, as the killed process would have, rather
+/// than spilling them past `state.max_spill_bytes`.
+#[tokio::test]
+async fn a_replay_killed_mid_send_keeps_its_replayed_totals_but_not_book_rows_past_the_limit() {
+    const ROWS: usize = 3;
+    let (dir, config, sink) = views_alone();
+    let killed = tempfile::tempdir().unwrap();
+    write_spill_file(dir.path(), ROWS);
+    let (from, to) = (dir.path().to_owned(), killed.path().to_owned());
+    sink.set_totals_script(move |n, _| {
+        if n == 1 {
+            for entry in std::fs::read_dir(&from).unwrap() {
+                let entry = entry.unwrap();
+                if entry.file_name() != "lock" {
+                    std::fs::copy(entry.path(), to.join(entry.file_name())).unwrap();
+                }
+            }
+        }
+        Some((
+            Outcome::NotAppliedTransient(WriteError::new("unavailable", "down")),
+            false,
+        ))
+    });
+    let mut first = writer(&config, sink.clone());
+    first
+        .engine
+        .record("page.views", &[("page_id", "fresh")][..], 4, now(), None)
+        .unwrap();
+    first.flusher.flush_now().await;
+    drop(first);
+    let journal = crate::state::journal::read(&killed.path().join("journal.wal")).unwrap();
+    let group = journal
+        .iter()
+        .find(|g| g.committed && !g.ended && !g.kind_intents.is_empty())
+        .expect("the killed flush's totals group");
+    assert!(
+        group.consumes.is_some(),
+        "it names the cursor past its chunk"
+    );
+    let intents = super::TotalsIntent::of_group(group).unwrap();
+    let replays = intents.iter().filter(|i| i.replay).count();
+    let book: usize = intents
+        .iter()
+        .filter(|i| !i.replay)
+        .map(|i| i.rows.len())
+        .sum();
+    assert_eq!(replays, ROWS, "{intents:?}");
+    assert_eq!(book, 2, "the fresh row's minute and day: {intents:?}");
+
+    let mut config = config.clone();
+    config.state.dir = killed.path().to_owned();
+    config.state.max_spill_bytes = 1;
+    let state = crate::state::StateDir::open_with(&config.state, &super::Recovery).unwrap();
+    let recovery = state.recovery().clone();
+    assert_eq!(
+        (recovery.totals_rows, recovery.dropped_rows),
+        (ROWS as u64, 2),
+        "{recovery:?}"
+    );
+    assert_eq!(recovery.dropped_sums, [4, 4, 0, 0], "{recovery:?}");
+}
+
 /// A shutdown with the store down spills counter rows and running totals alike, each to
 /// its flush's segment; the next start replays both kinds through the one cursor (each
 /// replay stops at the other's records and takes its own), and every count lands once.
