@@ -46,13 +46,15 @@ pub(super) const MAX_CONNECTIONS: usize = 128;
 /// link in far less.
 pub(super) const READ_TIMEOUT: Duration = Duration::from_secs(30);
 
-/// Most requests one listener receives and handles at once: a request over it waits,
-/// unread, for one to finish. Each holds up to its listener's `max_request_bytes` of body
-/// (and as much again decompressed), so this, not the connection bound, caps those
-/// buffers: 32 × 2 × 4 MiB at the default size, where 128 connections, or 32 OTLP/gRPC
-/// streams on each, could otherwise hold gigabytes. A request waiting here holds at most
-/// its HTTP/2 flow-control window (1 MiB a connection) or the socket's buffers. The
-/// handling is CPU bound on a couple of threads, so more at once would not go faster.
+/// Most requests one listener receives and handles at once. Each holds up to its
+/// listener's `max_request_bytes` of body (and as much again decompressed), so this, not
+/// the connection bound, caps those buffers: 32 × 2 × 4 MiB at the default size, where
+/// 128 connections, or 32 OTLP/gRPC streams on each, could otherwise hold gigabytes. An
+/// HTTP/1.1 request over it waits, unread (its connection carries nothing else); an
+/// OTLP/gRPC call over it is refused as busy at once (`otlp/grpc.rs`): waiting unread,
+/// its data would fill its connection's HTTP/2 window and stall the calls beside it that
+/// have places. The handling is CPU bound on a couple of threads, so more at once would
+/// not go faster.
 pub(super) const MAX_RECEIVING: usize = 32;
 
 /// Pause after a failed `accept` (e.g. out of file descriptors), so it cannot spin a core.
@@ -242,6 +244,11 @@ impl Receiving {
     /// does (the request then goes on without one rather than fail).
     pub(super) async fn enter(&self) -> Option<OwnedSemaphorePermit> {
         Arc::clone(&self.0).acquire_owned().await.ok()
+    }
+
+    /// A place if one is free now.
+    pub(super) fn try_enter(&self) -> Option<OwnedSemaphorePermit> {
+        Arc::clone(&self.0).try_acquire_owned().ok()
     }
 
     /// Places free now (tests wait on it).

@@ -19,8 +19,8 @@
 //!
 //! Bounds: at most 128 connections (`async_listener::Gate`), at most
 //! [`MAX_CONCURRENT_STREAMS`] calls at once on each, of which at most 32 on the whole
-//! listener are read and handled at once (`async_listener::Receiving`; the others wait,
-//! their data held back by HTTP/2 flow control), each holding at most
+//! listener are read and handled at once (`async_listener::Receiving`; one more is
+//! answered `RESOURCE_EXHAUSTED` with `RetryInfo` at once, counted `busy`), each holding at most
 //! `max_request_bytes` of message for at most the read timeout; HTTP/2 pings every
 //! [`KEEPALIVE_INTERVAL`] close a connection whose peer is gone.
 
@@ -68,6 +68,10 @@ pub(super) const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(60);
 
 /// How long a keepalive ping may go unanswered.
 pub(super) const KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(20);
+
+/// The message of the refusal of a call over the listener's places (see
+/// `async_listener::MAX_RECEIVING`).
+const FULL: &str = "the receiver is reading its most calls at once; retry later";
 
 /// The message of the busy refusal (counted where it is made, not again by [`classify`]).
 const BUSY: &str = "the buffer is near its limits; retry later";
@@ -161,13 +165,7 @@ fn reply(answer: Answer) -> Exported {
                 error_message: message,
             }),
         })),
-        // With RetryInfo: the OTLP specification's sign that RESOURCE_EXHAUSTED is
-        // worth retrying (an oversized message gets it without, so is not retried).
-        Answer::Busy => Err(Status::with_details(
-            Code::ResourceExhausted,
-            BUSY,
-            rpc::retryable_exhausted(BUSY, RETRY_AFTER).into(),
-        )),
+        Answer::Busy => Err(busy(BUSY)),
         // UNAVAILABLE is one of the codes exporters retry: nothing was applied.
         Answer::Unavailable => Err(Status::new(
             Code::Unavailable,
@@ -177,6 +175,16 @@ fn reply(answer: Answer) -> Exported {
         // the export twice.
         Answer::Unknown => Err(Status::new(Code::Unknown, super::UNKNOWN_OUTCOME)),
     }
+}
+
+/// The busy refusal: `RESOURCE_EXHAUSTED` with `RetryInfo`, the OTLP specification's sign
+/// that it is worth retrying (an oversized message gets it without, so is not retried).
+fn busy(message: &str) -> Status {
+    Status::with_details(
+        Code::ResourceExhausted,
+        message,
+        rpc::retryable_exhausted(message, RETRY_AFTER).into(),
+    )
 }
 
 /// Serves until `stopped` completes, then finishes the calls in flight.
@@ -317,9 +325,12 @@ where
             if request.uri().path() != EXPORT_PATH {
                 return Ok(unimplemented());
             }
-            // Held until answered; the read timeout counts from here, not from the
-            // wait for a place.
-            let _receiving = shared.enter().await;
+            // Held until answered. Over the bound the call is refused as busy (the
+            // exporter retries) rather than left waiting unread: its data would fill
+            // the connection's HTTP/2 window, which the calls beside it need.
+            let Some(_receiving) = shared.try_enter() else {
+                return Ok(busy(FULL).into_http());
+            };
             let mut accept = EnabledCompressionEncodings::default();
             accept.enable(CompressionEncoding::Gzip);
             let mut grpc = tonic::server::Grpc::new(OtlpCodec)

@@ -166,6 +166,64 @@ fn otlp_grpc_bounds_streams_and_answers_a_stalled_message() {
     assert_eq!((counters.timed_out, counters.malformed), (1, 0));
 }
 
+/// OTLP/gRPC: a call over the listener's places is refused busy at once
+/// (`RESOURCE_EXHAUSTED`, retried by exporters) rather than left waiting unread beside
+/// the calls that hold them; here the only place is held by a stalled call.
+#[test]
+fn otlp_grpc_refuses_a_call_over_its_places_as_busy() {
+    let (running, shared) = listening_with(Transport::OtlpGrpc, async_listener::READ_TIMEOUT, 4, 1);
+    let addr = running.addr;
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let waiting = Arc::clone(&shared);
+    let status = runtime.block_on(async move {
+        let call = async move {
+            let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+            let (mut client, connection) = h2::client::handshake(tcp).await.unwrap();
+            tokio::spawn(connection);
+            // A message of 100 bytes announced, 3 sent: it holds the place.
+            let (_stalled, mut body) = client.send_request(export_call(addr), false).unwrap();
+            body.send_data(
+                bytes::Bytes::from_static(&[0, 0, 0, 0, 100, 1, 2, 3]),
+                false,
+            )
+            .unwrap();
+            while waiting.receiving.free() > 0 {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+            let mut client = client.ready().await.unwrap();
+            let (response, mut body) = client.send_request(export_call(addr), false).unwrap();
+            body.send_data(bytes::Bytes::from_static(&[0, 0, 0, 0, 0]), true)
+                .unwrap();
+            let response = response.await.unwrap();
+            let grpc_status = |map: &tonic::codegen::http::HeaderMap| {
+                map.get("grpc-status")
+                    .map(|v| v.to_str().unwrap().to_owned())
+            };
+            match grpc_status(response.headers()) {
+                Some(status) => Some(status),
+                None => {
+                    let mut body = response.into_body();
+                    while body.data().await.is_some() {}
+                    body.trailers()
+                        .await
+                        .unwrap()
+                        .as_ref()
+                        .and_then(grpc_status)
+                }
+            }
+        };
+        tokio::time::timeout(HANG, call)
+            .await
+            .expect("answered within the hang bound")
+    });
+    assert_eq!(status.as_deref(), Some("8"), "RESOURCE_EXHAUSTED");
+    let counters = shared.stats.transport(Transport::OtlpGrpc);
+    assert_eq!((counters.busy, counters.timed_out), (1, 0));
+}
+
 /// OTLP/gRPC: with its most connections open, a new one is closed at once and counted.
 #[test]
 fn otlp_grpc_refuses_the_connection_over_the_bound() {

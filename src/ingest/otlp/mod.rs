@@ -297,6 +297,17 @@ impl<H: PacketHandler> Shared<H> {
         self.receiving.enter().await
     }
 
+    /// A place among the requests received at once, if one is free now; else the
+    /// request is counted as refused busy.
+    pub(super) fn try_enter(&self) -> Option<tokio::sync::OwnedSemaphorePermit> {
+        let place = self.receiving.try_enter();
+        if place.is_none() {
+            self.count_request(0);
+            self.stats.get(self.transport).busy.fetch_add(1, Relaxed);
+        }
+        place
+    }
+
     /// The listener's connection bound, counting into its transport's counters.
     pub(super) fn gate(&self) -> async_listener::Gate {
         async_listener::Gate::new(
