@@ -265,9 +265,7 @@ impl StateDir {
         let mut report =
             recovery::recover(&mut state, groups, kinds, stopped).map_err(io_err("recover"))?;
         // Recovery has ended the journal, unless the driver wrapper's groups wait for it.
-        if state.wrapper_groups.is_empty() {
-            state.delete_passed_segments();
-        }
+        state.delete_passed_segments();
         report.torn_journal_bytes = torn_journal;
         state.recovery = report;
         state
@@ -447,11 +445,18 @@ impl StateDir {
         Ok(())
     }
 
-    /// Deletes the spill segments the durable cursor has passed; called only when the
-    /// journal holds no open group (see [`spill::Spill::delete_passed`]). A failure is
-    /// only logged: the cursor is durable, so they are never read again, and a later
-    /// end or the next start deletes them.
-    fn delete_passed_segments(&mut self) {
+    /// Deletes the spill segments the durable cursor has passed, unless the journal holds
+    /// an open group (see [`spill::Spill::delete_passed`]): one left open, one in
+    /// progress, or the driver wrapper's waiting for its recovery. A failure is only
+    /// logged: the cursor is durable, so they are never read again, and a later end or
+    /// the next start deletes them.
+    pub(super) fn delete_passed_segments(&mut self) {
+        let open = self.group_left_open
+            || (self.journal_enabled && self.journal.has_open_group())
+            || !self.wrapper_groups.is_empty();
+        if open {
+            return;
+        }
         if let Err(error) = self.spill.delete_passed() {
             tracing::warn!(%error, "Could not delete spill segments the replay cursor has passed; a later flush or the next start deletes them (nothing is replayed twice).");
         }

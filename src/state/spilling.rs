@@ -173,6 +173,9 @@ impl StateDir {
         if self.spill.durable() < cursor {
             self.owed_cursor = self.owed_cursor.max(cursor);
         }
+        // Rounds that only carry held rows or refusals write no group, so no end would
+        // delete what they passed: done here when no group is open.
+        self.delete_passed_segments();
         committed
     }
 

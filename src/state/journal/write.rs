@@ -418,6 +418,11 @@ impl Journal {
         self.file.sync_data()
     }
 
+    /// Whether the file's last group is committed and not ended (see `group_open`).
+    pub(in crate::state) fn has_open_group(&self) -> bool {
+        self.group_open
+    }
+
     /// Keeps ended groups in the file (the codec's unit tests only).
     #[cfg(test)]
     pub(in crate::state) fn set_keep(&mut self, keep: bool) {
