@@ -90,12 +90,14 @@ pub(super) fn unread(sums: [[i128; Granularity::COUNT]; 2], ledger: &Ledger) {
 /// Reads the next chunk of spilled rows (see the module doc); `None` when nothing waits
 /// or nothing could be read. Rows spilled by an earlier process are accepted anew
 /// (`replayed`); rows this process spilled move from `spilled` back in flight. `holds`
-/// says whether the epoch registry cannot place a row yet.
+/// says whether the epoch registry cannot place a row yet. Without `refusals_too`, a record
+/// to refuse is declined like a row of another kind (a round reads one run of refusals).
 pub(super) fn read_chunk(
     engine: &Engine,
     state: &mut StateDir,
     ledger: &Ledger,
     holds: impl Fn(&RowKey) -> bool,
+    refusals_too: bool,
 ) -> Option<ReplayChunk> {
     if !state.has_unreplayed() {
         return None;
@@ -175,11 +177,11 @@ pub(super) fn read_chunk(
                 chunk.rows.push((key, row));
                 Taken::Row { table, sum }
             }
-            Err(_) if holding.is_some() => {
+            Err(_) if holding.is_some() || !refusals_too => {
                 // After rows to send (whose cursor is durable only at their group
                 // commit) or a run to hold (which may be left where it is and read
                 // again): the refusal ends the chunk, to be made (once) by a chunk of
-                // refusals after it.
+                // refusals after it. (Or the round read its run of refusals already.)
                 Taken::Declined
             }
             Err(error) => {

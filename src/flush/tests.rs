@@ -501,7 +501,10 @@ async fn a_refusal_beside_rows_is_logged_once_after_a_kill_before_the_group_comm
             .iter()
             .filter(|r| r.family == views)
             .count();
-        assert_eq!(refused, 2, "{layout:?}: the page.views rows, minute and day");
+        assert_eq!(
+            refused, 2,
+            "{layout:?}: the page.views rows, minute and day"
+        );
         let mut without = config.clone();
         without.families.clear();
         {
@@ -518,7 +521,11 @@ async fn a_refusal_beside_rows_is_logged_once_after_a_kill_before_the_group_comm
         }
         assert!(!h.flusher.state().has_unreplayed(), "{layout:?}: replayed");
         let rejected = read_log(dir.path(), "rejected.jsonl");
-        assert_eq!(rejected.len(), refused, "{layout:?}: once each: {rejected:?}");
+        assert_eq!(
+            rejected.len(),
+            refused,
+            "{layout:?}: once each: {rejected:?}"
+        );
         let sent = layout.iter().filter(|name| **name == "req").count() as i128;
         assert_eq!(
             sink.total(Granularity::Minute) + sink.total(Granularity::Day),

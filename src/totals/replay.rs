@@ -149,20 +149,24 @@ impl Replays {
     /// only the durable cursor passing it keeps the next process from logging it again:
     /// so refusals never share a chunk with rows (whose cursor is durable only once
     /// their flush's group ends). A run of refusals is a chunk of its own, consumed at
-    /// once; the rows behind it are read next, in the same call.
+    /// once; the rows behind it are read next, in the same call (a second run of
+    /// refusals is not: a call reads one chunk's room of them).
     pub(super) fn load_chunk(&mut self, reading: &Reading<'_>, state: &mut StateDir) {
         debug_assert!(self.rows.is_empty(), "a chunk never outlives its flush");
-        // A run of refusals, then (once) the chunk behind it.
-        for _ in 0..2 {
-            if !self.load_one(reading, state) {
-                return;
-            }
+        if self.load_one(reading, state, true) {
+            self.load_one(reading, state, false);
         }
     }
 
-    /// Reads one chunk (see [`Replays::load_chunk`]): whether it was a run of refusals,
-    /// consumed at once.
-    fn load_one(&mut self, reading: &Reading<'_>, state: &mut StateDir) -> bool {
+    /// Reads one chunk (see [`Replays::load_chunk`]), refusing records only if
+    /// `refusals_too` (otherwise the first to refuse ends it): whether it was a run of
+    /// refusals, consumed at once.
+    fn load_one(
+        &mut self,
+        reading: &Reading<'_>,
+        state: &mut StateDir,
+        refusals_too: bool,
+    ) -> bool {
         let mut chunk = ChunkRoom::of(reading.aggregator);
         let rows = &mut self.rows;
         // Refused records are held until the read ends: they take the chunk's room too,
@@ -178,7 +182,7 @@ impl Replays {
                 // read from the first one next.
                 Ok(_) if refusals > 0 => Taken::Declined,
                 // A refusal ends a chunk of rows (see `load_chunk`).
-                Err(_) if !rows.is_empty() => Taken::Declined,
+                Err(_) if !rows.is_empty() || !refusals_too => Taken::Declined,
                 Ok(replayed) => {
                     let charge = charge_of(&replayed, &total.column);
                     if !chunk.take(charge, reading.aggregator) {

@@ -854,7 +854,10 @@ async fn a_refused_total_beside_rows_is_logged_once_after_a_kill_before_the_grou
         let log = std::fs::read_to_string(dir.path().join("rejected.jsonl")).unwrap();
         let refused = layout.iter().filter(|gone| **gone).count();
         assert_eq!(log.lines().count(), refused, "{layout:?}: once each: {log}");
-        assert!(log.lines().all(|l| l.contains("replay_unmappable")), "{log}");
+        assert!(
+            log.lines().all(|l| l.contains("replay_unmappable")),
+            "{log}"
+        );
         assert!(
             stored_earlier(&sink) == expected,
             "{layout:?}: every row that maps reached the store"
