@@ -135,6 +135,19 @@ impl<S: Sink> Flusher<S> {
         self.ledger_gate.as_mut()
     }
 
+    /// Makes every later write of the state directory's journal fail: no group commit
+    /// is made from now on (tests of what a kill before one leaves on disk).
+    #[cfg(test)]
+    pub(crate) fn fail_journal_writes(&mut self) {
+        self.state.fail_journal_writes();
+    }
+
+    /// The state directory (tests).
+    #[cfg(test)]
+    pub(crate) fn state(&self) -> &StateDir {
+        &self.state
+    }
+
     /// This incarnation's writer column in `writer_totals` tables.
     pub fn totals_writer(&self) -> &str {
         self.totals.writer()

@@ -17,6 +17,16 @@
 //! rejected. A record of a running total (`writer_totals`) ends the chunk too: the totals
 //! stage's replay reads on from there (see `crate::totals`).
 //!
+//! # Refused records
+//!
+//! A refused record is logged in `rejected.jsonl` as it is read, and only the durable
+//! cursor passing it keeps the next process from logging it again. A chunk of rows makes
+//! its cursor durable at its group commit, later; so refusals never share a chunk with
+//! rows: a refusal ends a chunk of rows, a row ends a run of refusals, and a run of
+//! refusals is a chunk of its own, whose cursor is committed at once. A kill between a
+//! chunk's read and its group commit then never finds a refusal logged behind a cursor
+//! that is not durable.
+//!
 //! # Rows the epoch registry cannot place
 //!
 //! A spilled row whose epoch the registry's last read does not cover may not be sent,
@@ -80,12 +90,14 @@ pub(super) fn unread(sums: [[i128; Granularity::COUNT]; 2], ledger: &Ledger) {
 /// Reads the next chunk of spilled rows (see the module doc); `None` when nothing waits
 /// or nothing could be read. Rows spilled by an earlier process are accepted anew
 /// (`replayed`); rows this process spilled move from `spilled` back in flight. `holds`
-/// says whether the epoch registry cannot place a row yet.
+/// says whether the epoch registry cannot place a row yet. Without `refusals_too`, a record
+/// to refuse is declined like a row of another kind (a round reads one run of refusals).
 pub(super) fn read_chunk(
     engine: &Engine,
     state: &mut StateDir,
     ledger: &Ledger,
     holds: impl Fn(&RowKey) -> bool,
+    refusals_too: bool,
 ) -> Option<ReplayChunk> {
     if !state.has_unreplayed() {
         return None;
@@ -106,16 +118,10 @@ pub(super) fn read_chunk(
     let (mut charged, mut planned, mut no_room) = (0_usize, 0_usize, false);
     // Whether the chunk is a run of rows to hold; unknown until its first row.
     let mut holding: Option<bool> = None;
-    // Whether records were refused (unmappable) before the first row: a run to hold
-    // must then start a chunk of its own, since a run left where it is is read again
-    // from the durable cursor, and the refusals with it: passed over by this process
-    // (see `crate::stage::replay`), but logged again by the next until the durable
-    // cursor passes them, which a chunk of their own makes it do.
-    let mut refused = false;
     // Refused records are held until the read ends (for `rejected.jsonl`), and records
     // of a run to hold as read: both count against the chunk's rows and bytes, like
     // rows to send (a spill a configuration change made unmappable would otherwise be
-    // read whole in one chunk).
+    // read whole in one chunk). Refusals are a chunk of their own (see the module doc).
     let mut refusals = 0_usize;
     let count = replay::read_chunk(state, ledger, |_, own, record| {
         let taken = chunk.rows.len() + chunk.held.len() + refusals;
@@ -125,13 +131,13 @@ pub(super) fn read_chunk(
             return Taken::Declined;
         }
         match record_conversion::from_record(record, families) {
+            Ok(_) if refusals > 0 => {
+                // The refusals make a chunk of their own, whose cursor is committed at
+                // once; the rows are read from the first one next.
+                Taken::Declined
+            }
             Ok((key, row)) => {
                 let holds = holds(&key);
-                if holds && holding.is_none() && refused {
-                    // The refusals make a chunk of their own, which passes the cursor
-                    // past them; the run is read from its first row next.
-                    return Taken::Declined;
-                }
                 if *holding.get_or_insert(holds) != holds {
                     // The other kind of row ends the chunk (see the module doc).
                     return Taken::Declined;
@@ -171,9 +177,11 @@ pub(super) fn read_chunk(
                 chunk.rows.push((key, row));
                 Taken::Row { table, sum }
             }
-            Err(_) if holding == Some(true) => {
-                // Inside a run to hold, which may be left where it is and read again: the
-                // refusal ends the run, to be made (once) by the chunk after it.
+            Err(_) if holding.is_some() || !refusals_too => {
+                // After rows to send (whose cursor is durable only at their group
+                // commit) or a run to hold (which may be left where it is and read
+                // again): the refusal ends the chunk, to be made (once) by a chunk of
+                // refusals after it. (Or the round read its run of refusals already.)
                 Taken::Declined
             }
             Err(error) => {
@@ -183,7 +191,6 @@ pub(super) fn read_chunk(
                 }
                 charged += REFUSED_RECORD_BYTES;
                 refusals += 1;
-                refused = true;
                 Taken::Unmappable(error.to_string())
             }
         }

@@ -463,6 +463,78 @@ async fn refused_replay_records_are_read_a_chunk_at_a_time() {
     );
 }
 
+/// A refused record is logged in `rejected.jsonl` as it is read, and only the durable
+/// cursor passing it keeps the next start from logging it again: it never shares a chunk
+/// with rows to send, whose cursor is durable only at their group commit. A process
+/// whose replay chunk read rows and never made its group commit (the journal fails
+/// here: on disk, what a kill before the commit leaves) is dropped, and the next start
+/// replays the spill: every refused record is logged once, whether it lies before,
+/// between or after rows to send.
+#[tokio::test]
+async fn a_refusal_beside_rows_is_logged_once_after_a_kill_before_the_group_commit() {
+    // Each run spills one segment: `req` (the generic family) still maps after the
+    // change, `page.views` (a configured family, removed) no longer does.
+    for layout in [
+        &["req", "page.views", "req"][..],
+        &["page.views", "req"],
+        &["req", "page.views"],
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        let config = config(dir.path());
+        for (run, name) in layout.iter().enumerate() {
+            let down = MemorySink::new();
+            down.set_script(|_, _| {
+                Some((
+                    Outcome::NotAppliedTransient(WriteError::new("unavailable", "down")),
+                    false,
+                ))
+            });
+            let h = harness(&config, down);
+            let tag = if *name == "req" { "env" } else { "page_id" };
+            h.engine
+                .record(name, &[(tag, format!("r{run}").as_str())][..], 5, T0, None)
+                .unwrap();
+            h.flusher.finish().await;
+        }
+        let views = FamilyConfig::seed_views().name;
+        let refused = spilled(dir.path())
+            .iter()
+            .filter(|r| r.family == views)
+            .count();
+        assert_eq!(
+            refused, 2,
+            "{layout:?}: the page.views rows, minute and day"
+        );
+        let mut without = config.clone();
+        without.families.clear();
+        {
+            let mut h = harness(&without, MemorySink::new());
+            h.flusher.fail_journal_writes();
+            h.flusher.flush_now().await;
+            // Killed: nothing more of this process reaches the disk.
+        }
+        let sink = MemorySink::new();
+        let mut h = harness(&without, sink.clone());
+        // A round replays one chunk of rows, the refusals before it with it.
+        for _ in 0..layout.len() + 1 {
+            h.flusher.flush_now().await;
+        }
+        assert!(!h.flusher.state().has_unreplayed(), "{layout:?}: replayed");
+        let rejected = read_log(dir.path(), "rejected.jsonl");
+        assert_eq!(
+            rejected.len(),
+            refused,
+            "{layout:?}: once each: {rejected:?}"
+        );
+        let sent = layout.iter().filter(|name| **name == "req").count() as i128;
+        assert_eq!(
+            sink.total(Granularity::Minute) + sink.total(Granularity::Day),
+            2 * 5 * sent,
+            "{layout:?}: every row that maps sent once"
+        );
+    }
+}
+
 #[tokio::test]
 async fn recorder_shutdown_flushes_everything_and_drop_without_shutdown_is_counted() {
     let dir = tempfile::tempdir().unwrap();

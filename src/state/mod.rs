@@ -325,6 +325,14 @@ impl StateDir {
         [self.unknown.torn_lines(), self.rejected.torn_lines()]
     }
 
+    /// Makes every later write of the journal fail, as a full or failing disk would: no
+    /// group commit is made from now on, so what a flush leaves on disk is what a kill
+    /// before its group commit would (tests).
+    #[cfg(test)]
+    pub(crate) fn fail_journal_writes(&mut self) {
+        self.journal.fail_writes();
+    }
+
     /// Turns the journal off: no intents, no outcomes, no crash recovery for this
     /// process's flushes. Only for the flush benchmark's baseline (what the journal
     /// costs is measured against it); never in a product build.

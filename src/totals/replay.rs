@@ -5,7 +5,8 @@
 //! Reading: through the one replay loop ([`crate::stage::replay`], which counts what it
 //! reads and refuses what no longer maps), the records of running totals (those with a
 //! [`crate::state::TotalOf`]) from the cursor on, up to the first record of another kind
-//! (the counter replay's to take) or the end of the chunk's room. A chunk is at most half the room the memory budget
+//! (the counter replay's to take) or the end of the chunk's room. Refused records are a
+//! chunk of their own, consumed at once (see [`Replays::load_chunk`]). A chunk is at most half the room the memory budget
 //! has left and the flush's share of `limits.max_pending_bytes`, each row charged to the
 //! budget while it is held ([`crate::aggregate::Aggregator`]), like a running total; a
 //! row the budget has no room for ends the chunk, still on disk.
@@ -144,10 +145,28 @@ impl Replays {
 
     /// Reads the next chunk of spilled totals from the replay cursor (see the module
     /// doc). A record today's configuration cannot map (its family gone or counting
-    /// with counters, its columns changed) is logged as rejected; a chunk of nothing
-    /// else is consumed at once.
+    /// with counters, its columns changed) is logged as rejected as it is read, and
+    /// only the durable cursor passing it keeps the next process from logging it again:
+    /// so refusals never share a chunk with rows (whose cursor is durable only once
+    /// their flush's group ends). A run of refusals is a chunk of its own, consumed at
+    /// once; the rows behind it are read next, in the same call (a second run of
+    /// refusals is not: a call reads one chunk's room of them).
     pub(super) fn load_chunk(&mut self, reading: &Reading<'_>, state: &mut StateDir) {
         debug_assert!(self.rows.is_empty(), "a chunk never outlives its flush");
+        if self.load_one(reading, state, true) {
+            self.load_one(reading, state, false);
+        }
+    }
+
+    /// Reads one chunk (see [`Replays::load_chunk`]), refusing records only if
+    /// `refusals_too` (otherwise the first to refuse ends it): whether it was a run of
+    /// refusals, consumed at once.
+    fn load_one(
+        &mut self,
+        reading: &Reading<'_>,
+        state: &mut StateDir,
+        refusals_too: bool,
+    ) -> bool {
         let mut chunk = ChunkRoom::of(reading.aggregator);
         let rows = &mut self.rows;
         // Refused records are held until the read ends: they take the chunk's room too,
@@ -159,6 +178,11 @@ impl Replays {
                 return Taken::Declined;
             };
             match records::from_record(record, reading.families) {
+                // The refusals are a chunk of their own, consumed at once: the rows are
+                // read from the first one next.
+                Ok(_) if refusals > 0 => Taken::Declined,
+                // A refusal ends a chunk of rows (see `load_chunk`).
+                Err(_) if !rows.is_empty() || !refusals_too => Taken::Declined,
                 Ok(replayed) => {
                     let charge = charge_of(&replayed, &total.column);
                     if !chunk.take(charge, reading.aggregator) {
@@ -179,8 +203,7 @@ impl Replays {
                     Taken::Row { table, sum }
                 }
                 Err(why) => {
-                    let taken_any = !rows.is_empty() || refusals > 0;
-                    if !chunk.take_kept(replay::REFUSED_RECORD_BYTES, taken_any) {
+                    if !chunk.take_kept(replay::REFUSED_RECORD_BYTES, refusals > 0) {
                         return Taken::Declined;
                     }
                     refusals += 1;
@@ -195,10 +218,11 @@ impl Replays {
             if let Err(error) = state.commit_replay(loaded) {
                 tracing::error!(%error, "Could not record the replay cursor.");
             }
-            return;
+            return refusals > 0;
         }
         self.read_to = loaded;
         tracing::info!(rows = self.rows.len(), "Replaying spilled writer totals.");
+        false
     }
 
     /// The writes of the chunk: one per row, with the row's own writer and write time;

@@ -807,6 +807,66 @@ async fn refused_totals_are_read_a_chunk_at_a_time() {
     assert!(a.is_balanced(), "{a:?}");
 }
 
+/// A refused total is logged in `rejected.jsonl` as it is read, and only the durable
+/// cursor passing it keeps the next start from logging it again: it never shares a chunk
+/// with rows, whose cursor is durable only once their flush's group ends. A process
+/// whose replay chunk read rows and never made its group commit (the journal fails
+/// here: on disk, what a kill before the commit leaves) is dropped, and the next start
+/// replays the spill: every refused total is logged once, whether it lies before,
+/// between or after rows to write, and every other row reaches the store.
+#[tokio::test]
+async fn a_refused_total_beside_rows_is_logged_once_after_a_kill_before_the_group_commit() {
+    // Per spilled row: whether its family is gone (refused at replay).
+    for layout in [&[false, true, false][..], &[true, false], &[false, true]] {
+        let (dir, config, sink) = views_alone();
+        let mut expected = write_spill_file(dir.path(), layout.len());
+        let file = dir.path().join(EARLIER_SPILL);
+        let text = std::fs::read_to_string(&file).unwrap();
+        let mut lines = String::new();
+        for (line, gone) in text.lines().zip(layout) {
+            let line = if *gone {
+                let renamed = line.replace("\"family\":\"views\"", "\"family\":\"gone\"");
+                assert_ne!(renamed, line, "the family is renamed");
+                renamed
+            } else {
+                line.to_owned()
+            };
+            lines.push_str(&line);
+            lines.push('\n');
+        }
+        std::fs::write(&file, lines).unwrap();
+        for (i, _) in layout.iter().enumerate().filter(|(_, gone)| **gone) {
+            let series = crate::series::encode([format!("p{i}").as_str()]);
+            expected.retain(|(s, _), _| s.as_slice() != &*series);
+        }
+        {
+            let mut w = writer(&config, MemorySink::new());
+            w.flusher.fail_journal_writes();
+            w.flusher.flush_now().await;
+            // Killed: nothing more of this process reaches the disk.
+        }
+        let mut w = writer(&config, sink.clone());
+        // A flush writes one chunk of rows, the refusals before it with it.
+        for _ in 0..layout.len() + 1 {
+            w.flusher.flush_now().await;
+        }
+        assert!(!w.flusher.state().has_unreplayed(), "{layout:?}: replayed");
+        let log = std::fs::read_to_string(dir.path().join("rejected.jsonl")).unwrap();
+        let refused = layout.iter().filter(|gone| **gone).count();
+        assert_eq!(log.lines().count(), refused, "{layout:?}: once each: {log}");
+        assert!(
+            log.lines().all(|l| l.contains("replay_unmappable")),
+            "{log}"
+        );
+        assert!(
+            stored_earlier(&sink) == expected,
+            "{layout:?}: every row that maps reached the store"
+        );
+        let a = w.accounting();
+        assert!(a.is_balanced(), "{a:?}");
+    }
+}
+
 /// A final flush in several chunks (more rows than one stage takes) with the store down
 /// and no spill room: every chunk's dropped totals are in `status.json`, not only the
 /// last chunk's, and the stop is unclean.

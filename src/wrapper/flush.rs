@@ -278,10 +278,32 @@ impl WrapperFlusher {
     /// One chunk of the spill, sent as a group of its own whose commit consumes the spill
     /// cursor past exactly its rows: never merged into the buffer first (a chunked drain
     /// could carry part of it while the offset passed all of it). Rows that no longer map
-    /// to their table go to `rejected.jsonl` (`not_replayable`).
+    /// to their table go to `rejected.jsonl` (`not_replayable`) as they are read, and
+    /// only the durable cursor passing them keeps the next start from logging them
+    /// again: so they are never in a chunk with rows to send (whose cursor is durable
+    /// only from their group commit on), but a chunk of their own, consumed at once,
+    /// after which the rows behind them are read (a second run of them is not: a round
+    /// reads one run of refusals).
     async fn flush_replay(&mut self, deadline: &mut Deadline) -> WrapperFlushReport {
+        match self.flush_replay_chunk(deadline, true).await {
+            Some(report) => report,
+            None => self
+                .flush_replay_chunk(deadline, false)
+                .await
+                .unwrap_or_default(),
+        }
+    }
+
+    /// One chunk of [`Self::flush_replay`], refusing rows that no longer map only if
+    /// `refusals_too` (otherwise the first of them ends it): `None` when it was a run of
+    /// them, consumed at once (the caller may read the next chunk).
+    async fn flush_replay_chunk(
+        &mut self,
+        deadline: &mut Deadline,
+        refusals_too: bool,
+    ) -> Option<WrapperFlushReport> {
         if !self.state.has_unreplayed() {
-            return WrapperFlushReport::default();
+            return Some(WrapperFlushReport::default());
         }
         let cluster = self.session.get_cluster_state();
         let tables = Arc::clone(&self.tables);
@@ -291,6 +313,10 @@ impl WrapperFlusher {
         let (mut allowance, chunk_bytes) = (self.chunk_bytes, self.chunk_bytes);
         let loaded = self.state.read_spill(|_, record| {
             let Some(add) = row_add(&record, &cluster, &tables) else {
+                if !rows.is_empty() || !refusals_too {
+                    // After rows to send: the refusal starts a chunk of its own.
+                    return Took::Declined;
+                }
                 let mut record = record;
                 record.outcome = RecordOutcome::Rejected;
                 record.error = Some(ErrorInfo {
@@ -301,6 +327,10 @@ impl WrapperFlusher {
                 unreplayable.push(record);
                 return Took::Refused;
             };
+            if !unreplayable.is_empty() {
+                // The refusals are a chunk of their own; the rows are read from here next.
+                return Took::Declined;
+            }
             let cost = super::buffer::flush_bytes(&add.key, add.columns);
             if (!rows.is_empty() && cost > allowance)
                 || !room.claim(super::buffer::row_bytes(&add.key, add.columns))
@@ -335,7 +365,8 @@ impl WrapperFlusher {
         if let Some(error) = loaded.error {
             tracing::error!(%error, "Could not read the spill; its rows wait for the next flush.");
         }
-        if !unreplayable.is_empty() {
+        let unreplayable_read = !unreplayable.is_empty();
+        if unreplayable_read {
             // Outside any flush's group: a crash before the cursor passes these rows logs
             // them again at the next start, never sends them.
             let appended = self
@@ -349,7 +380,11 @@ impl WrapperFlusher {
             if let Err(error) = self.state.commit_replay(consumes) {
                 tracing::error!(%error, "Could not write the spill's cursor.");
             }
-            return WrapperFlushReport::default();
+            return if unreplayable_read {
+                None
+            } else {
+                Some(WrapperFlushReport::default())
+            };
         }
         crash_point("wrapper_replay_loaded");
         // Rows of an earlier process: accepted anew by this one.
@@ -365,7 +400,7 @@ impl WrapperFlusher {
             self.state.rewind_replay();
             self.buffer.count_replayed(-(count as i64), -sum);
         }
-        report
+        Some(report)
     }
 
     /// One group of the stage runner: `rows` planned into requests and sent; `consumes`,

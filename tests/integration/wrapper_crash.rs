@@ -752,6 +752,9 @@ async fn a_spilled_row_that_no_longer_maps_is_recorded_rejected_once() {
         let session = wrap(&contact, dir.path()).await;
         let report = session.flush_now().await;
         assert_eq!(report.replayed_rows, 1 - start, "{report:?}");
+        // The row that no longer maps, behind the one sent, is a chunk of its own: the
+        // next round's.
+        session.flush_now().await;
         session.shutdown().await;
         let recorded = records(&rejected);
         assert_eq!(recorded.len(), 1, "start {start}: once");
@@ -764,5 +767,63 @@ async fn a_spilled_row_that_no_longer_maps_is_recorded_rejected_once() {
         assert_eq!(recorded[0].deltas["c"], 9);
     }
     assert_eq!(cell(server, "wk.c", "c", "k = 'kept'"), Some(7));
+    store.shutdown().await;
+}
+
+/// A spilled row that no longer maps is logged in `rejected.jsonl` as it is read, and only
+/// the durable cursor passing it keeps the next start from logging it again: it never
+/// shares a chunk with rows to send, whose cursor is durable only from their group
+/// commit on. A child killed after it read a chunk of rows, before that commit: the
+/// next start logs the row once, whether it lies before or between rows to send, and
+/// sends every other row once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_row_that_no_longer_maps_beside_rows_is_recorded_once_after_a_kill() {
+    let store = launch(StoreOptions::cqlsim_only(
+        "kills a wrapper beside a refusal",
+    ))
+    .await;
+    let server = store.sim();
+    server.execute_script(None, SCHEMA).expect("schema");
+    let contact = store.contact_point();
+    let line = |table: &str, key: &str, delta: i64| {
+        let record = serde_json::json!({
+            "time": "2026-01-01T00:00:00Z", "request_id": format!("earlier/1/w3/{key}"),
+            "row": 0, "outcome": "unsent", "table": table, "key": {"k": format!("'{key}'")},
+            "key_hex": [hex(key.as_bytes())], "deltas": {"c": delta},
+        });
+        format!("{record}\n")
+    };
+    // Per layout: its rows, `wk.gone` (dropped) refused at replay.
+    let layouts: [&[(&str, &str)]; 2] = [
+        &[("wk.c", "a1"), ("wk.gone", "a2"), ("wk.c", "a3")],
+        &[("wk.gone", "b1"), ("wk.c", "b2")],
+    ];
+    for layout in layouts {
+        let dir = tempfile::tempdir().unwrap();
+        let lines: String = layout
+            .iter()
+            .map(|(table, key)| line(table, key, 7))
+            .collect();
+        std::fs::write(dir.path().join(SPILL_FILE), lines).unwrap();
+        run_child_until(&contact, dir.path(), 0, "wrapper_replay_loaded");
+        let session = wrap(&contact, dir.path()).await;
+        // A flush replays one chunk of rows, the refusals before it with it.
+        for _ in 0..layout.len() {
+            session.flush_now().await;
+        }
+        session.shutdown().await;
+        let rejected = records(&dir.path().join(OutcomeLog::Rejected.file_name()));
+        assert_eq!(rejected.len(), 1, "{layout:?}: once: {rejected:?}");
+        assert_eq!(rejected[0].table, "wk.gone");
+        assert_eq!(error_kind(&rejected[0]), Some("not_replayable"));
+        for (table, key) in layout.iter().filter(|(table, _)| *table == "wk.c") {
+            let filter = format!("k = '{key}'");
+            assert_eq!(
+                cell(server, table, "c", &filter),
+                Some(7),
+                "{key}: sent once"
+            );
+        }
+    }
     store.shutdown().await;
 }

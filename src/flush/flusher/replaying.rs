@@ -25,7 +25,7 @@ impl<S: Sink> Flusher<S> {
         }
         // One view for the read and the plan: a row the read takes to send is placed.
         let view = self.epoch_view();
-        let mut carried = false;
+        let (mut carried, mut refusals) = (false, false);
         let chunk = loop {
             let engine = Arc::clone(&self.engine);
             let holds = |key: &RowKey| {
@@ -33,11 +33,26 @@ impl<S: Sink> Flusher<S> {
                 place(engine.families(), &view, key.family(), key.series(), minute)
                     == epoch::Placement::Hold
             };
-            let Some(chunk) =
-                replay::read_chunk(&self.engine, &mut self.state, &self.ledger, holds)
-            else {
+            let Some(chunk) = replay::read_chunk(
+                &self.engine,
+                &mut self.state,
+                &self.ledger,
+                holds,
+                !refusals,
+            ) else {
                 return FlushReport::default();
             };
+            if chunk.rows.is_empty() && chunk.held.is_empty() {
+                // Refused records alone (logged as read): consumed at once, so that no
+                // kill before a later group commit has the next process log them again
+                // (see `replay`). The rows behind them are read in the same round; a
+                // second run of refusals is not (a round reads one chunk's room of them).
+                if let Err(error) = self.state.commit_replay(self.state.replay_loaded()) {
+                    tracing::error!(%error, "Could not record the replay cursor.");
+                }
+                refusals = true;
+                continue;
+            }
             if chunk.held.is_empty() {
                 break chunk;
             }

@@ -92,8 +92,10 @@ pub struct Spill {
     /// them without reporting them again (a record logged twice in `rejected.jsonl`
     /// could be fed back twice). Another process reads and reports them anew until the
     /// durable cursor passes them: after a kill, or a restart while a run of held rows
-    /// they are in waits (the counter replay gives refusals a chunk of their own, which
-    /// the cursor passes, so only an unreadable line inside such a run is reported again).
+    /// they are in waits. Every replay (the counter, `writer_totals` and driver wrapper
+    /// ones) gives refusals a chunk of their own, whose cursor is committed at once, so
+    /// only an unreadable line inside a chunk of rows (or a run of held rows) is reported
+    /// again.
     reported: BTreeSet<Cursor>,
 }
 
