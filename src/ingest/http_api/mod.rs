@@ -321,7 +321,9 @@ async fn increments<H: PacketHandler>(
             None,
         );
     };
-    let _receiving = shared.receiving.enter().await;
+    // Held until answered; by the durable task below until it ends, which may be after
+    // its client went away.
+    let receiving = shared.receiving.enter().await;
     let read = async_listener::read_body(body, shared.max_request_bytes, shared.read_timeout);
     let body = match read.await {
         Some(Ok(body)) => body,
@@ -414,6 +416,7 @@ async fn increments<H: PacketHandler>(
             // in the task ends it too: `in_flight`, dropped, releases the key, and the
             // request is answered 500.
             let durable = async move {
+                let _receiving = receiving;
                 let (response, kept) =
                     answer_durably(&shared, &body, framing, &mut in_flight, log).await;
                 in_flight.finish(kept);

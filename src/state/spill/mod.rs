@@ -148,14 +148,12 @@ impl Spill {
         write_atomically(&self.dir, &self.dir.join(CURSOR_FILE), &bytes)
     }
 
-    /// Bytes of the segments on disk that hold rows not consumed yet (those the durable
-    /// cursor has passed wait for [`Spill::delete_passed`], and count for nothing).
+    /// Bytes of the segments on disk, those the durable cursor has passed too until
+    /// [`Spill::delete_passed`] deletes them: `state.max_spill_bytes` bounds the disk,
+    /// also while a group left open keeps passed segments (a journal that cannot be
+    /// written, with rounds that carry held rows from segment to segment).
     pub fn bytes(&self) -> u64 {
-        self.segments
-            .iter()
-            .filter(|(id, size)| !self.passed(**id, **size))
-            .map(|(_, size)| size)
-            .sum()
+        self.segments.values().sum()
     }
 
     /// Whether the durable cursor has passed segment `id` of `size` bytes entirely.

@@ -149,9 +149,12 @@ impl Spill {
     /// are kept whatever room `state.max_spill_bytes` leaves, since they are on disk
     /// already: the limit bounds the rows admitted to the spill, and refusing a moved row
     /// would drop what the spill held (an answered increment of a durable listener among
-    /// them). Until the flush's end deletes the segments its replay passed, the directory
-    /// holds the moved rows twice; that passes the limit by at most one replay chunk (and
-    /// the read part of a segment not yet wholly consumed). A moved record may also have
+    /// them). Until the segments the replay passed are deleted (at the flush's end, or
+    /// once no journal group is open), the directory holds the moved rows twice; that
+    /// passes the limit by at most one replay chunk (and the read part of a segment not
+    /// yet wholly consumed) a round, and the passed segments count against the limit
+    /// until they are deleted, so a group left open for long makes later spills refused
+    /// (counted) rather than the disk fill. A moved record may also have
     /// grown by the error its write met (one error per record, replaced each time). `batches` (rows of the flush's
     /// own) get only the room left after them. The header names `consumes`. Returns, per
     /// batch, whether it was written; `carried` is kept whenever this returns `Ok` (an
