@@ -247,6 +247,7 @@ impl Receiving {
     }
 
     /// A place if one is free now.
+    #[cfg(feature = "otlp")]
     pub(super) fn try_enter(&self) -> Option<OwnedSemaphorePermit> {
         Arc::clone(&self.0).try_acquire_owned().ok()
     }
