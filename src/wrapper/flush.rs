@@ -51,7 +51,9 @@ use crate::sink::WriteError;
 use crate::sink::cql::classify::SharedTexts;
 use crate::sink::cql::profile::WriteProfile;
 use crate::sink::cql::store::StoreKind;
+use crate::stage::replay::REFUSED_RECORD_BYTES;
 use crate::stage::{Facts, StageCx, run_stage};
+use crate::state::spill::MAX_REPLAY_CHUNK_ROWS;
 use crate::state::wrapper_files::TableRecordSource;
 use crate::state::{Cursor, FlushId, OutcomeLog, StateDir, Took};
 use crate::test_hooks::crash_point;
@@ -317,6 +319,16 @@ impl WrapperFlusher {
                     // After rows to send: the refusal starts a chunk of its own.
                     return Took::Declined;
                 }
+                // A run of them is held until the read ends: within the chunk's room,
+                // as the other replays charge it (a spill a schema change made
+                // unreplayable is not read whole); the rest is the next round's.
+                if !unreplayable.is_empty()
+                    && (unreplayable.len() >= MAX_REPLAY_CHUNK_ROWS
+                        || REFUSED_RECORD_BYTES > allowance)
+                {
+                    return Took::Declined;
+                }
+                allowance = allowance.saturating_sub(REFUSED_RECORD_BYTES);
                 let mut record = record;
                 record.outcome = RecordOutcome::Rejected;
                 record.error = Some(ErrorInfo {

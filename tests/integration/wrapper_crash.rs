@@ -770,6 +770,48 @@ async fn a_spilled_row_that_no_longer_maps_is_recorded_rejected_once() {
     store.shutdown().await;
 }
 
+/// Rows that no longer map are held until their chunk's read ends: a run of them is read
+/// within the chunk's room (a quarter of `max_pending_bytes`, each charged as the other
+/// replays charge a refused record), not the whole spill at once; later rounds take the
+/// rest, each row logged once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_of_rows_that_no_longer_map_is_read_a_chunk_at_a_time() {
+    let store = launch(StoreOptions::cqlsim_only("replays a dropped table's rows")).await;
+    let server = store.sim();
+    server.execute_script(None, SCHEMA).expect("schema");
+    let contact = store.contact_point();
+    let lines: String = (0..5)
+        .map(|i| {
+            let key = format!("lost{i}");
+            let record = serde_json::json!({
+                "time": "2026-01-01T00:00:00Z", "request_id": format!("earlier/1/w3/{key}"),
+                "row": 0, "outcome": "unsent", "table": "wk.gone", "key": {"k": format!("'{key}'")},
+                "key_hex": [hex(key.as_bytes())], "deltas": {"c": 1},
+            });
+            format!("{record}\n")
+        })
+        .collect();
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join(SPILL_FILE), lines).unwrap();
+    let rejected = dir.path().join(OutcomeLog::Rejected.file_name());
+    // Chunks of 1,024 bytes: two refused records (512 each) a round.
+    let session = wrap_with(&contact, dir.path(), None, Some(4096)).await;
+    session.flush_now().await;
+    assert_eq!(records(&rejected).len(), 2, "one chunk's room of them");
+    for _ in 0..3 {
+        session.flush_now().await;
+    }
+    session.shutdown().await;
+    let mut keys: Vec<String> = records(&rejected)
+        .iter()
+        .map(|r| r.key["k"].clone())
+        .collect();
+    keys.sort();
+    let expected: Vec<String> = (0..5).map(|i| format!("'lost{i}'")).collect();
+    assert_eq!(keys, expected, "each once");
+    store.shutdown().await;
+}
+
 /// A spilled row that no longer maps is logged in `rejected.jsonl` as it is read, and only
 /// the durable cursor passing it keeps the next start from logging it again: it never
 /// shares a chunk with rows to send, whose cursor is durable only from their group
