@@ -47,6 +47,14 @@ const MAX_BATCH_SIZE: usize = 1024;
 const MAX_RECV_BUFFER_BYTES: usize = (i32::MAX / 2) as usize;
 const MAX_MESSAGE_LIMIT: usize = 16 * 1024 * 1024;
 const MAX_CONNECTIONS_LIMIT: usize = 4096;
+
+/// Default `max_connections` of the request listeners (the OTLP receivers, the HTTP
+/// increment API): their clients hold one or a few long-lived connections each (an
+/// OpenTelemetry exporter, an HTTP client's pool), so this leaves room for dozens of
+/// them; three such listeners at the bound hold 384 descriptors, within the common soft
+/// limit of 1024 beside the journal, spill files, CQL connections and the stream
+/// listeners' 64 each.
+pub const DEFAULT_REQUEST_MAX_CONNECTIONS: usize = 128;
 const MAX_OTLP_REQUEST_LIMIT: usize = 256 * 1024 * 1024;
 const MAX_OTLP_STREAMS: usize = 100_000_000;
 
@@ -89,6 +97,9 @@ pub struct HttpApiConfig {
     pub max_request_bytes: usize,
     /// Most increments in one request; more get 400, nothing applied. Defaults to 10000.
     pub max_items: usize,
+    /// Most connections open at once; one more is accepted and closed at once, counted
+    /// in `countersink_stream_connections_total{result="refused"}`. Defaults to 128.
+    pub max_connections: usize,
     /// How long the answer to a request with an `Idempotency-Key` is kept: the same key
     /// and body within it get that answer again, applying nothing. Defaults to `"10m"`.
     #[serde(with = "super::duration")]
@@ -110,6 +121,7 @@ impl Default for HttpApiConfig {
             listen: SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), 9103),
             max_request_bytes: DEFAULT_OTLP_MAX_REQUEST_BYTES,
             max_items: 10_000,
+            max_connections: DEFAULT_REQUEST_MAX_CONNECTIONS,
             idempotency_window: Duration::from_secs(600),
             max_idempotency_keys: 100_000,
             durable: false,
@@ -135,6 +147,10 @@ macro_rules! otlp_listen_config {
             /// larger one is refused whole (HTTP 413, gRPC `RESOURCE_EXHAUSTED`) and counted
             /// as `oversized`. Defaults to 4194304 (4 MiB).
             pub max_request_bytes: usize,
+            /// Most connections open at once; one more is accepted and closed at once,
+            /// counted in `countersink_stream_connections_total{result="refused"}`.
+            /// Defaults to 128.
+            pub max_connections: usize,
         }
 
         impl Default for $name {
@@ -143,6 +159,7 @@ macro_rules! otlp_listen_config {
                     enabled: false,
                     listen: SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), $port),
                     max_request_bytes: DEFAULT_OTLP_MAX_REQUEST_BYTES,
+                    max_connections: DEFAULT_REQUEST_MAX_CONNECTIONS,
                 }
             }
         }
@@ -469,6 +486,13 @@ impl IngestConfig {
             1,
             MAX_CONNECTIONS_LIMIT,
         )?;
+        for (key, value) in [
+            ("otlp_http.max_connections", self.otlp_http.max_connections),
+            ("otlp_grpc.max_connections", self.otlp_grpc.max_connections),
+            ("http.max_connections", self.http.max_connections),
+        ] {
+            check_range(key, value, 1, MAX_CONNECTIONS_LIMIT)?;
+        }
         check_range(
             "otlp_http.max_request_bytes",
             self.otlp_http.max_request_bytes,
@@ -575,9 +599,23 @@ mod tests {
             max_line_bytes = 1024
             max_connections = 8
             idle_timeout = "0s"
+            [otlp_grpc]
+            max_connections = 16
+            [otlp_http]
+            max_connections = 17
+            [http]
+            max_connections = 18
             "#,
         )
         .unwrap();
+        assert_eq!(
+            (
+                config.otlp_grpc.max_connections,
+                config.otlp_http.max_connections,
+                config.http.max_connections
+            ),
+            (16, 17, 18)
+        );
         assert_eq!(config.udp.listen, None);
         assert_eq!(config.udp.threads, 2);
         assert_eq!(config.uds.mode.bits(), 0o622);
@@ -614,6 +652,13 @@ mod tests {
             err.to_string().contains("ingest.tcp.max_line_bytes"),
             "{err}"
         );
+        for section in ["otlp_grpc", "otlp_http", "http"] {
+            let config: IngestConfig =
+                toml::from_str(&format!("[{section}]\nmax_connections = 0")).unwrap();
+            let err = config.validate().unwrap_err();
+            let key = format!("ingest.{section}.max_connections");
+            assert!(err.to_string().contains(&key), "{err}");
+        }
         let config: IngestConfig = toml::from_str("[udp]\nthreads = 0").unwrap();
         let err = config.validate().unwrap_err();
         assert!(err.to_string().contains("ingest.udp.threads"), "{err}");

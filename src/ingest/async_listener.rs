@@ -6,7 +6,7 @@
 //!
 //! # Bounds
 //!
-//! Each listener holds at most [`MAX_CONNECTIONS`] connections open ([`Gate`]): one over
+//! Each listener holds at most its `max_connections` open ([`Gate`]; 128 by default): one over
 //! it is accepted and closed at once, and counted as refused, as the stream listeners do
 //! over their `max_connections`. The HTTP listeners ([`serve_http`]) close a connection
 //! whose request headers take longer than [`READ_TIMEOUT`] (from the connection's start,
@@ -14,7 +14,7 @@
 //! it too), and answer 408 to a request whose body takes longer than that (the handlers,
 //! through [`read_body`]); OTLP/gRPC bounds its streams per connection and their bodies
 //! (`otlp/grpc.rs`). So a client that opens connections and stalls holds at most
-//! [`MAX_CONNECTIONS`] file descriptors and their buffers, each for a bounded time. At
+//! `max_connections` file descriptors and their buffers, each for a bounded time. At
 //! most [`MAX_RECEIVING`] requests are read and handled at once ([`Receiving`]), which
 //! bounds the request bodies held in memory.
 
@@ -33,13 +33,6 @@ use super::IDLE_INTERVAL;
 use super::stats::{IngestStats, TransportStats};
 use super::worker::{RateLimitedLog, StopFlag};
 use crate::vocabulary::Transport;
-
-/// Most connections one request listener holds open at once. Its clients hold one or a
-/// few long-lived connections each (an OpenTelemetry exporter, an HTTP client's pool),
-/// so this leaves room for dozens of them; three such listeners at the bound hold 384
-/// descriptors, within the common soft limit of 1024 with the journal, spill files, CQL
-/// connections and the stream listeners' 64 each beside them.
-pub(super) const MAX_CONNECTIONS: usize = 128;
 
 /// Longest a request's headers, or its body, may take to arrive (each on its own).
 /// hyper's own header timeout, 30 s; a body of the largest size allowed crosses a slow

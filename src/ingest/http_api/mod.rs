@@ -27,7 +27,7 @@
 //! most 4), each request applied with a free handler of a pool of one per thread, so that
 //! requests on several connections parse and record at the same time; the
 //! `Idempotency-Key` table is one for all of them. It holds at most
-//! 128 connections (`async_listener::MAX_CONNECTIONS`), and closes one whose request
+//! `max_connections` connections (128 by default), and closes one whose request
 //! headers take longer than 30 s (`async_listener::READ_TIMEOUT`).
 //!
 //! A 200 means the increments are in the buffer, like a datagram received: a crash before
@@ -173,8 +173,7 @@ struct Shared<H> {
     /// Longest a request's headers, or its body, may take to arrive
     /// ([`async_listener::READ_TIMEOUT`]; shorter in tests).
     read_timeout: std::time::Duration,
-    /// Most connections open at once ([`async_listener::MAX_CONNECTIONS`]; fewer in
-    /// tests).
+    /// Most connections open at once (`max_connections`).
     max_connections: usize,
     /// The requests received and handled at once ([`async_listener::MAX_RECEIVING`]).
     receiving: async_listener::Receiving,
@@ -199,7 +198,7 @@ impl<H: PacketHandler> Shared<H> {
             max_request_bytes: config.max_request_bytes,
             max_items: config.max_items,
             read_timeout: async_listener::READ_TIMEOUT,
-            max_connections: async_listener::MAX_CONNECTIONS,
+            max_connections: config.max_connections,
             receiving: async_listener::Receiving::new(async_listener::MAX_RECEIVING),
         }
     }

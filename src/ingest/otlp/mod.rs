@@ -112,15 +112,17 @@ where
             &config.otlp_http.enabled,
             config.otlp_http.listen,
             config.otlp_http.max_request_bytes,
+            config.otlp_http.max_connections,
         ),
         (
             Transport::OtlpGrpc,
             &config.otlp_grpc.enabled,
             config.otlp_grpc.listen,
             config.otlp_grpc.max_request_bytes,
+            config.otlp_grpc.max_connections,
         ),
     ];
-    for (transport, enabled, addr, max_request_bytes) in listeners {
+    for (transport, enabled, addr, max_request_bytes, max_connections) in listeners {
         if !enabled {
             continue;
         }
@@ -135,7 +137,7 @@ where
             max_request_bytes,
             durable: durable.clone(),
             read_timeout: async_listener::READ_TIMEOUT,
-            max_connections: async_listener::MAX_CONNECTIONS,
+            max_connections,
             receiving: async_listener::Receiving::new(async_listener::MAX_RECEIVING),
         });
         let stop = receivers.stop_flag();
@@ -213,8 +215,7 @@ pub(super) struct Shared<H> {
     /// Longest a request's body (OTLP/HTTP: and its headers) may take to arrive
     /// ([`async_listener::READ_TIMEOUT`]; shorter in tests).
     read_timeout: Duration,
-    /// Most connections open at once ([`async_listener::MAX_CONNECTIONS`]; fewer in
-    /// tests).
+    /// Most connections open at once (the listener's `max_connections`).
     max_connections: usize,
     /// The requests received and handled at once ([`async_listener::MAX_RECEIVING`];
     /// fewer in tests).
@@ -482,7 +483,7 @@ mod tests {
             max_request_bytes: 1 << 20,
             durable: None,
             read_timeout: async_listener::READ_TIMEOUT,
-            max_connections: async_listener::MAX_CONNECTIONS,
+            max_connections: crate::config::ingest::DEFAULT_REQUEST_MAX_CONNECTIONS,
             receiving: async_listener::Receiving::new(async_listener::MAX_RECEIVING),
         }
     }
