@@ -113,7 +113,9 @@ fn no_import_runs_back_up_the_layer_table() {
         let test_file = relative
             .file_name()
             .and_then(|n| n.to_str())
-            .is_some_and(|n| n == "tests.rs" || n.ends_with("_tests.rs") || n == "proptests.rs");
+            .is_some_and(|n| n == "tests.rs" || n.ends_with("_tests.rs") || n == "proptests.rs")
+            // A module's tests split into files of their own (`tests/mod.rs` and beside it).
+            || relative.components().any(|c| c.as_os_str() == "tests");
         if matches!(top, "lib" | "main") || test_file {
             continue;
         }
