@@ -202,7 +202,7 @@ async fn epoch_to_read(
 /// match), 1 for the store.
 pub(super) fn read_failure(error: ReadError) -> Failure {
     match error {
-        ReadError::Usage(_) | ReadError::Schema(_) => Failure::usage(error),
+        ReadError::Usage(_) | ReadError::Schema(_) | ReadError::Refused(_) => Failure::usage(error),
         ReadError::Store { .. } | ReadError::NoStore => Failure::other(error),
     }
 }

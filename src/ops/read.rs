@@ -50,6 +50,9 @@ pub enum ReadError {
     /// No session: the reader was built without a store.
     #[error("no session to the store: reads need `Recorder::connect`")]
     NoStore,
+    /// A write that would be wrong at this time, and was not made (why).
+    #[error("{0}")]
+    Refused(String),
 }
 
 /// One counter: a family's column for one key.

@@ -80,7 +80,9 @@ pub fn closed_totals(
 /// the same rows. A key whose total is beyond i64 gets no row and is listed in
 /// [`Closed::beyond_i64`]. Each key's closed row is read first: one that holds other
 /// totals (a close made before ledger rows went missing, or the ledger changed since) is
-/// left as it is and listed in [`Closed::differing`], unless `overwrite`.
+/// left as it is and listed in [`Closed::differing`], unless `overwrite`. Refused, with
+/// nothing written, once the day's ledger rows may expire at `now_ms`
+/// ([`super::ledger_expiring`]).
 #[allow(clippy::too_many_arguments)]
 pub async fn close_day(
     session: &Session,
@@ -92,6 +94,11 @@ pub async fn close_day(
     now_ms: i64,
     overwrite: bool,
 ) -> Result<Closed, ReadError> {
+    // As `repair::apply` does: once the day's ledger rows may expire, its totals are
+    // short of what was written, whoever calls.
+    if let Some(why) = super::ledger_expiring(config, day, now_ms / 1000) {
+        return Err(ReadError::Refused(format!("close refused: {why}")));
+    }
     let statement = prepare(session, config, "insert_exact_day").await?;
     let select = prepare(session, config, "select_exact_day").await?;
     let buckets = super::gather::BucketReader::new(session, config, family, day).await?;

@@ -243,7 +243,8 @@ fn wall_clock_ms() -> i64 {
 /// milliseconds) names the requests (`repair/<run_ms>/<n>`); each row's `recorded` is the
 /// time of its own write: when it was recorded, then when its write answered (also when
 /// the answer left its outcome unknown), so that [`settle_wait`] counts from the latest
-/// write a run sent, however long the run took to get to it.
+/// write a run sent, however long the run took to get to it. Refused, with nothing
+/// written, once the day's ledger rows may expire ([`super::ledger_expiring`]).
 pub async fn apply(
     session: &Session,
     sink: &CqlSink,
@@ -253,6 +254,12 @@ pub async fn apply(
     corrections: &mut [Correction],
     run_ms: i64,
 ) -> Result<(), ReadError> {
+    // Checked here too, not only by the command before its run: a run (or a caller of
+    // this library) can reach its corrections after the day's ledger began to expire,
+    // and a correction then takes real counts off the counters.
+    if let Some(why) = super::ledger_expiring(config, day, wall_clock_ms() / 1000) {
+        return Err(ReadError::Refused(format!("repair refused: {why}")));
+    }
     let settle_text = cql_text::statement(
         EXACT,
         "settle_repair",

@@ -317,6 +317,100 @@ async fn the_settle_time_counts_from_the_corrections_not_from_the_runs_start() {
     store.shutdown().await;
 }
 
+/// The library refuses, as the command does, to repair or close a day whose ledger rows
+/// may have begun to expire (here: `exact.ledger_ttl` of one day, for a day a week old),
+/// whoever calls it and however long after its reconcile: nothing is recorded or sent,
+/// and the drift stays for the next run to see.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_day_whose_ledger_may_expire_is_neither_repaired_nor_closed_by_the_library() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = exact_config(dir.path());
+    let store = start_cqlsim(&mut config, "writes beside countersink in process").await;
+    let mut writer = Writer::start(&config).await;
+    for i in 0..20_i64 {
+        let key = format!("p{}", i % 5);
+        writer.incr("page.views", &[("page_id", key.as_str())], 1 + i % 3, AT);
+    }
+    writer.flusher.flush_now().await;
+    settle(&mut writer).await;
+    let (date, minute) = day_and_minute(AT);
+    store
+        .sim()
+        .execute(
+            None,
+            &format!(
+                "UPDATE {} SET views = views + 7 WHERE page_id = 'p3' AND day = '{date}' AND minute = {minute}",
+                config.families[0].minute_table
+            ),
+        )
+        .unwrap();
+    let report = run_reconcile(&writer, &config).await;
+    let families = countersink::family::Families::from_config(&config).unwrap();
+    let views = families.by_name("views").unwrap();
+    let reader = countersink::ops::read::Reader::new(writer.session.clone());
+    let mut corrections =
+        reconcile::repair::plan(&writer.session, &reader, &config, views, &report, day())
+            .await
+            .unwrap();
+    assert_eq!(corrections.len(), 1, "{corrections:?}");
+    let sink = countersink::sink::cql::CqlSink::connect(&config.store, &families)
+        .await
+        .unwrap();
+    let mut expiring = config.clone();
+    expiring.exact.ledger_ttl = Duration::from_secs(86_400);
+    let refused = reconcile::repair::apply(
+        &writer.session,
+        &sink,
+        &expiring,
+        views,
+        day(),
+        &mut corrections,
+        1,
+    )
+    .await
+    .expect_err("a day whose ledger may expire is not repaired");
+    assert!(
+        matches!(&refused, countersink::ops::read::ReadError::Refused(why) if why.contains("exact.ledger_ttl")),
+        "{refused}"
+    );
+    let now_ms = countersink::bucket::unix_secs(std::time::SystemTime::now()) * 1000;
+    let refused = reconcile::closed::close_day(
+        &writer.session,
+        &expiring,
+        views,
+        day(),
+        &[],
+        None,
+        now_ms,
+        false,
+    )
+    .await
+    .expect_err("a day whose ledger may expire is not closed");
+    assert!(
+        matches!(&refused, countersink::ops::read::ReadError::Refused(_)),
+        "{refused}"
+    );
+    let after = run_reconcile(&writer, &config).await;
+    assert_eq!(after.last_repair_ms, None, "no repair was recorded");
+    assert!(
+        after
+            .keys
+            .iter()
+            .any(|k| k.key == ["p3"] && k.drift["views"] == 7),
+        "the drift is left for the next run: {:?}",
+        after.keys
+    );
+    let closed = store
+        .sim()
+        .execute(
+            None,
+            &format!("SELECT * FROM {}.exact_by_day", config.exact_keyspace()),
+        )
+        .unwrap();
+    assert!(closed.rows.is_empty(), "nothing closed: {closed:?}");
+    store.shutdown().await;
+}
+
 /// A minute row whose minute is not a minute of the day (1500, written by an outside
 /// writer into a key's day partition) is not corrected: its correction would land on the
 /// next day's minute 60, every run. `--repair` names it and exits 3; the next day's
