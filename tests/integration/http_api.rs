@@ -11,8 +11,8 @@ use countersink::config::Config;
 use countersink::vocabulary::Transport;
 
 use crate::common::{
-    Store, Writer, config, http_post, metrics_when, sidecar_config, start_cqlsim, start_sidecar,
-    start_sidecar_without_store, start_store,
+    Store, Writer, assert_one_connection_held, config, http_post, metrics_when, sidecar_config,
+    start_cqlsim, start_sidecar, start_sidecar_without_store, start_store,
 };
 
 /// A POST to `/v1/increments`: the status, the head (lower case) and the body.
@@ -194,6 +194,21 @@ async fn a_full_buffer_lists_refused_items_then_answers_retry_later() {
             .any(|l| l == "countersink_packets_dropped_total{reason=\"busy\",transport=\"http\"} 2")
     })
     .await;
+    sidecar.shutdown().await;
+}
+
+/// `ingest.http.max_connections`, from the configuration: with its one connection held
+/// open, one more is closed at once without an answer and counted as refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_increment_api_holds_at_most_its_configured_connections() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = sidecar_config(dir.path());
+    config.ingest.http.enabled = true;
+    config.ingest.http.listen = "127.0.0.1:0".parse().unwrap();
+    config.ingest.http.max_connections = 1;
+    let sidecar = start_sidecar_without_store(&mut config).await;
+    let held = assert_one_connection_held(&sidecar.bound(), Transport::Http).await;
+    drop(held);
     sidecar.shutdown().await;
 }
 

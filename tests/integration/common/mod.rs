@@ -12,8 +12,8 @@ pub(crate) use self::cli::{BIN, Serve, cli_get, cli_stdout, run_cli};
 pub(crate) use self::fault_proxy::{FaultProxy, Swallow};
 pub(crate) use self::indexed::IndexedWriter;
 pub(crate) use self::sidecar::{
-    http_get, http_post, metrics_when, read_response, sidecar_config, start_sidecar,
-    start_sidecar_without_store, unused_address, wait_ready,
+    assert_one_connection_held, http_get, http_post, metrics_when, read_response, sidecar_config,
+    start_sidecar, start_sidecar_without_store, unused_address, wait_ready,
 };
 pub(crate) use self::store::Store;
 pub(crate) use self::store::{

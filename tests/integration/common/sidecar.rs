@@ -70,6 +70,39 @@ pub(crate) async fn metrics_when(addr: SocketAddr, done: impl Fn(&str) -> bool) 
     );
 }
 
+/// Checks a receiver whose `max_connections` is 1: with one connection held open (and
+/// counted accepted), one more is closed at once without an answer and counted refused.
+/// Returns the held connection (the caller decides when it goes).
+pub(crate) async fn assert_one_connection_held(
+    bound: &countersink::sidecar::Bound,
+    transport: countersink::vocabulary::Transport,
+) -> std::net::TcpStream {
+    let addr = bound.inet(transport).unwrap();
+    let metrics = bound.metrics.unwrap();
+    let held = std::net::TcpStream::connect(addr).unwrap();
+    let accepted = format!(
+        "countersink_stream_connections_total{{result=\"accepted\",transport=\"{transport}\"}} 1"
+    );
+    metrics_when(metrics, |text| text.lines().any(|l| l == accepted)).await;
+    let mut over = std::net::TcpStream::connect(addr).unwrap();
+    over.set_read_timeout(Some(Duration::from_secs(30)))
+        .unwrap();
+    let mut buf = [0u8; 64];
+    let closed = match over.read(&mut buf) {
+        Ok(n) => n == 0,
+        Err(e) => e.kind() == std::io::ErrorKind::ConnectionReset,
+    };
+    assert!(
+        closed,
+        "{transport}: the connection over the bound is closed"
+    );
+    let refused = format!(
+        "countersink_stream_connections_total{{result=\"refused\",transport=\"{transport}\"}} 1"
+    );
+    metrics_when(metrics, |text| text.lines().any(|l| l == refused)).await;
+    held
+}
+
 /// A plain HTTP/1.1 GET: the status code and the body.
 pub(crate) fn http_get(addr: SocketAddr, path: &str) -> (u16, String) {
     let mut stream = std::net::TcpStream::connect(addr).unwrap();

@@ -21,7 +21,8 @@ use super::{
     GZIP, JSON, PROTOBUF, gzip, now_nanos, otlp_config, point, post, request, store_totals, sum,
 };
 use crate::common::{
-    metrics_when, read_response, start_sidecar, start_sidecar_without_store, start_store,
+    assert_one_connection_held, metrics_when, read_response, start_sidecar,
+    start_sidecar_without_store, start_store,
 };
 
 /// Sends `body` as the message of an OTLP gRPC export, unchecked.
@@ -279,7 +280,6 @@ fn google_rpc_status(bytes: &[u8]) -> (i32, String) {
 /// held open, one more is closed at once without an answer and counted as refused.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn each_receiver_holds_at_most_its_configured_connections() {
-    use std::io::Read;
     let dir = tempfile::tempdir().unwrap();
     let mut config = otlp_config(dir.path());
     config.ingest.otlp_http.max_connections = 1;
@@ -288,29 +288,7 @@ async fn each_receiver_holds_at_most_its_configured_connections() {
     let bound = sidecar.bound();
     let mut held = Vec::new();
     for transport in [Transport::OtlpHttp, Transport::OtlpGrpc] {
-        let addr = bound.inet(transport).unwrap();
-        held.push(std::net::TcpStream::connect(addr).unwrap());
-        let metrics = bound.metrics.unwrap();
-        let accepted = format!(
-            "countersink_stream_connections_total{{result=\"accepted\",transport=\"{transport}\"}} 1"
-        );
-        metrics_when(metrics, |text| text.lines().any(|l| l == accepted)).await;
-        let mut over = std::net::TcpStream::connect(addr).unwrap();
-        over.set_read_timeout(Some(std::time::Duration::from_secs(30)))
-            .unwrap();
-        let mut buf = [0u8; 64];
-        let closed = match over.read(&mut buf) {
-            Ok(n) => n == 0,
-            Err(e) => e.kind() == std::io::ErrorKind::ConnectionReset,
-        };
-        assert!(
-            closed,
-            "{transport}: the connection over the bound is closed"
-        );
-        let refused = format!(
-            "countersink_stream_connections_total{{result=\"refused\",transport=\"{transport}\"}} 1"
-        );
-        metrics_when(metrics, |text| text.lines().any(|l| l == refused)).await;
+        held.push(assert_one_connection_held(&bound, transport).await);
     }
     drop(held);
     sidecar.shutdown().await;
