@@ -333,8 +333,8 @@ impl LedgerGate {
         self.held.iter().map(|h| h.rows.len()).sum()
     }
 
-    /// Forms the ledger rows of `drained`, sends every request that is due (all of them
-    /// in the final flush), and returns the rows the counter writes may carry now: those
+    /// Forms the ledger rows of `drained`, sends every request that is due (in the final
+    /// flush, every one not stored on disk yet), and returns the rows the counter writes may carry now: those
     /// that need no ledger row and those whose ledger rows are confirmed (this flush's or
     /// an earlier one's). The rest stay held for a later flush, and take their room in
     /// the memory budget (`charge` of each row) out of the flush's `credit` with them;
@@ -389,9 +389,20 @@ impl LedgerGate {
             self.held.push(held);
         }
         let now = Instant::now();
+        // The final flush sends what is not on disk yet, at once; a stored request (given
+        // up by an earlier chunk, or an earlier process's) waits for the next start,
+        // which confirms it before any replay: sent again in every chunk, its attempts
+        // and back-off would take the deadline's time from the fresh chunks.
+        let due_now = |h: &Held| {
+            if last {
+                !h.stored
+            } else {
+                h.not_before.is_none_or(|t| t <= now)
+            }
+        };
         let (due, waiting): (Vec<Held>, Vec<Held>) = std::mem::take(&mut self.held)
             .into_iter()
-            .partition(|h| !h.confirmed && (last || h.not_before.is_none_or(|t| t <= now)));
+            .partition(|h| !h.confirmed && due_now(h));
         self.held = waiting;
         let counts = Arc::clone(&self.counts);
         let writes = LedgerWrites {

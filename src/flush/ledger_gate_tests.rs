@@ -486,6 +486,65 @@ async fn ledger_rows_of_held_rows_lost_to_an_unwritable_state_dir_are_never_conf
     assert_eq!(sink.total(Granularity::Day), replayed);
 }
 
+/// The final flush sends each ledger request at most one flush's attempts: once a chunk's
+/// unconfirmed requests are given up (stored in its held segment's header), later chunks
+/// leave them for the next start, which confirms them before any replay. They re-sent
+/// them in every later chunk (idempotent, but their attempts and back-off took the
+/// deadline's time from the fresh chunks). The next start then lands every row once.
+#[tokio::test]
+async fn the_final_flush_does_not_send_again_what_an_earlier_chunk_gave_up() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = config(dir.path());
+    config.flush.shutdown_deadline = Duration::from_secs(60);
+    config.limits.max_pending_bytes = 4 * 40_000;
+    let engine = Arc::new(Engine::with_seed(&config, Some(1)).unwrap());
+    let sink = MemorySink::new();
+    let sent = record_ledger_requests(&sink, |_| {
+        Some((
+            Outcome::NotAppliedTransient(WriteError::new("unavailable", "u")),
+            false,
+        ))
+    });
+    let flusher = Flusher::open(engine.clone(), Arc::new(sink.clone()), &config).unwrap();
+    for i in 0..400 {
+        let key = format!("p{i}");
+        engine
+            .record("page.views", &[("page_id", key.as_str())][..], 1, T0, None)
+            .unwrap();
+    }
+    flusher.finish().await;
+    let sent = std::mem::take(&mut *sent.lock());
+    let mut attempts: BTreeMap<_, u32> = BTreeMap::new();
+    for row in &sent {
+        *attempts
+            .entry((row.partition(), row.identity()))
+            .or_default() += 1;
+    }
+    let flushes: std::collections::BTreeSet<u64> = sent.iter().map(|r| r.flush_seq).collect();
+    assert!(
+        flushes.len() > 1,
+        "the final flush had several chunks: {flushes:?}"
+    );
+    let most = attempts.values().copied().max().unwrap_or(0);
+    assert!(
+        most <= super::ATTEMPTS_PER_FLUSH,
+        "a ledger row was sent {most} times in one final flush"
+    );
+    assert_eq!(sink.requests(), 0, "no counter write went out unrecorded");
+
+    // The next start, the ledger answering: every row once, recorded by the ledger.
+    sink.clear_ledger_script();
+    let engine = Arc::new(Engine::with_seed(&config, Some(1)).unwrap());
+    let mut flusher = Flusher::open(engine.clone(), Arc::new(sink.clone()), &config).unwrap();
+    for _ in 0..20 {
+        flusher.flush_now().await;
+    }
+    let minute = counter_sums(&sink, Granularity::Minute);
+    assert_eq!(minute.values().sum::<i128>(), 400);
+    assert_eq!(ledger_sums(&sink.ledger_rows()), minute);
+    assert_eq!(sink.total(Granularity::Day), 400);
+}
+
 #[tokio::test]
 async fn held_rows_keep_their_room_in_the_memory_budget() {
     let dir = tempfile::tempdir().unwrap();
