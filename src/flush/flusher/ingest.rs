@@ -102,6 +102,7 @@ impl<S: Sink> Flusher<S> {
                 return;
             }
         };
+        self.finish_removals(log, &sealed);
         for mut file in sealed {
             let mut id = SegmentId::live(file.incarnation, file.seq);
             let written =
@@ -191,13 +192,36 @@ impl<S: Sink> Flusher<S> {
                 tracing::error!(%error, "Could not keep the OTLP stream points of a sealed file of the ingest log; it waits for the next flush.");
                 break;
             }
-            if let Err(error) = log.remove(&file) {
+            if let Err(error) = log.remove(&file.path) {
                 tracing::error!(%error, file = %file.path.display(), "Could not remove a sealed file of the ingest log whose segment is written; the replay waits until it is removed.");
                 break;
             }
             self.ingest_unremoved.remove(&file.path);
         }
         self.ledger.set_spill_bytes(self.state.spill_bytes().0);
+    }
+
+    /// Removals left unfinished by an earlier round: the file unlinked, the directory
+    /// sync that makes it durable failed (a full or failing disk). No longer listed, such
+    /// a file would never be removed again, and the replay would wait for it until a
+    /// restart; its removal is completed here, and the replay goes on once it is.
+    fn finish_removals(&mut self, log: &IngestLog, listed: &[Sealed]) {
+        let gone: Vec<std::path::PathBuf> = self
+            .ingest_unremoved
+            .iter()
+            .filter(|path| !listed.iter().any(|file| file.path == **path))
+            .cloned()
+            .collect();
+        for path in gone {
+            match log.remove(&path) {
+                Ok(()) => {
+                    self.ingest_unremoved.remove(&path);
+                }
+                Err(error) => {
+                    tracing::error!(%error, file = %path.display(), "Could not complete the removal of a sealed file of the ingest log; the replay waits until it is removed.");
+                }
+            }
+        }
     }
 
     /// Writes a sealed file, summed per row, as segment `id`: whether it fit.
@@ -359,3 +383,7 @@ impl RowSums {
 fn row_key(family: FamilyId, minute: u32, series: Box<[u8]>) -> RowKey {
     RowKey::new(family, Slot::Both(Minute(minute)), series)
 }
+
+#[cfg(test)]
+#[path = "ingest_tests.rs"]
+mod tests;

@@ -718,17 +718,29 @@ impl IngestLog {
         })
     }
 
-    /// Removes a sealed file once its segment is on disk.
-    pub fn remove(&self, sealed: &Sealed) -> io::Result<()> {
-        let bytes = fs::metadata(&sealed.path).map(|m| m.len()).unwrap_or(0);
-        fs::remove_file(&sealed.path)?;
-        sync_dir(&self.dir)?;
-        let _ = self
-            .sealed_bytes
-            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |b| {
-                Some(b.saturating_sub(bytes))
-            });
-        Ok(())
+    /// Removes a sealed file once its segment is on disk, durably: `Ok` only once the
+    /// directory is synced. Called again for a file already gone (its unlink done, the
+    /// sync that would make it durable failed), it syncs the directory again: until that
+    /// succeeds, a power loss could bring the file back after its segment was replayed.
+    /// Its bytes stop counting against the log's bound as soon as it is unlinked.
+    pub fn remove(&self, path: &Path) -> io::Result<()> {
+        match fs::metadata(path) {
+            Ok(meta) => match fs::remove_file(path) {
+                Ok(()) => {
+                    let bytes = meta.len();
+                    let _ =
+                        self.sealed_bytes
+                            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |b| {
+                                Some(b.saturating_sub(bytes))
+                            });
+                }
+                Err(error) if error.kind() == io::ErrorKind::NotFound => {}
+                Err(error) => return Err(error),
+            },
+            Err(error) if error.kind() == io::ErrorKind::NotFound => {}
+            Err(error) => return Err(error),
+        }
+        sync_dir(&self.dir)
     }
 }
 
