@@ -434,11 +434,11 @@ impl StateDir {
     /// writes its End, or writes none, so no End can discard the open group that names it.
     pub fn journal_end(&mut self, flush: &FlushId, consumed: Option<Cursor>) -> io::Result<()> {
         let consumed = consumed.max(self.owed_cursor);
-        let committed = self.spill.commit(consumed);
-        if self.spill.durable() < consumed {
+        if let Err(error) = self.spill.commit(consumed) {
+            // (`commit` moves the durable cursor only once `spill.cursor` holds it.)
             self.owed_cursor = consumed;
             self.group_left_open = true;
-            return committed;
+            return Err(error);
         }
         self.owed_cursor = None;
         test_hooks::crash_point("replay_cursor_committed");
