@@ -418,6 +418,17 @@ fn spill_lines(rows: &BTreeMap<String, i64>) -> String {
         .collect()
 }
 
+/// One line of an earlier version's own spill file (its record type, `unsent`): `key`'s
+/// row of `table`, with `delta` in column `c`.
+fn unsent_line(table: &str, key: &str, delta: i64) -> String {
+    let record = serde_json::json!({
+        "time": "2026-01-01T00:00:00Z", "request_id": format!("earlier/1/w3/{key}"),
+        "row": 0, "outcome": "unsent", "table": table, "key": {"k": format!("'{key}'")},
+        "key_hex": [hex(key.as_bytes())], "deltas": {"c": delta},
+    });
+    format!("{record}\n")
+}
+
 /// A spill larger than a flush's chunk goes out in groups of its own, each consuming the
 /// spill offset past exactly its rows: killed after the first group's cursor (two of the
 /// five rows applied), the next start replays the other three, and the store holds each
@@ -736,16 +747,8 @@ async fn a_spilled_row_that_no_longer_maps_is_recorded_rejected_once() {
     let server = store.sim();
     server.execute_script(None, SCHEMA).expect("schema");
     let contact = store.contact_point();
-    let line = |table: &str, key: &str, delta: i64| {
-        let record = serde_json::json!({
-            "time": "2026-01-01T00:00:00Z", "request_id": format!("earlier/1/w3/{key}"),
-            "row": 0, "outcome": "unsent", "table": table, "key": {"k": format!("'{key}'")},
-            "key_hex": [hex(key.as_bytes())], "deltas": {"c": delta},
-        });
-        format!("{record}\n")
-    };
     let dir = tempfile::tempdir().unwrap();
-    let lines = line("wk.c", "kept", 7) + &line("wk.gone", "lost", 9);
+    let lines = unsent_line("wk.c", "kept", 7) + &unsent_line("wk.gone", "lost", 9);
     std::fs::write(dir.path().join(SPILL_FILE), lines).unwrap();
     let rejected = dir.path().join(OutcomeLog::Rejected.file_name());
     for start in 0..2 {
@@ -781,15 +784,7 @@ async fn a_run_of_rows_that_no_longer_map_is_read_a_chunk_at_a_time() {
     server.execute_script(None, SCHEMA).expect("schema");
     let contact = store.contact_point();
     let lines: String = (0..5)
-        .map(|i| {
-            let key = format!("lost{i}");
-            let record = serde_json::json!({
-                "time": "2026-01-01T00:00:00Z", "request_id": format!("earlier/1/w3/{key}"),
-                "row": 0, "outcome": "unsent", "table": "wk.gone", "key": {"k": format!("'{key}'")},
-                "key_hex": [hex(key.as_bytes())], "deltas": {"c": 1},
-            });
-            format!("{record}\n")
-        })
+        .map(|i| unsent_line("wk.gone", &format!("lost{i}"), 1))
         .collect();
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join(SPILL_FILE), lines).unwrap();
@@ -827,14 +822,6 @@ async fn a_row_that_no_longer_maps_beside_rows_is_recorded_once_after_a_kill() {
     let server = store.sim();
     server.execute_script(None, SCHEMA).expect("schema");
     let contact = store.contact_point();
-    let line = |table: &str, key: &str, delta: i64| {
-        let record = serde_json::json!({
-            "time": "2026-01-01T00:00:00Z", "request_id": format!("earlier/1/w3/{key}"),
-            "row": 0, "outcome": "unsent", "table": table, "key": {"k": format!("'{key}'")},
-            "key_hex": [hex(key.as_bytes())], "deltas": {"c": delta},
-        });
-        format!("{record}\n")
-    };
     // Per layout: its rows, `wk.gone` (dropped) refused at replay.
     let layouts: [&[(&str, &str)]; 2] = [
         &[("wk.c", "a1"), ("wk.gone", "a2"), ("wk.c", "a3")],
@@ -844,7 +831,7 @@ async fn a_row_that_no_longer_maps_beside_rows_is_recorded_once_after_a_kill() {
         let dir = tempfile::tempdir().unwrap();
         let lines: String = layout
             .iter()
-            .map(|(table, key)| line(table, key, 7))
+            .map(|(table, key)| unsent_line(table, key, 7))
             .collect();
         std::fs::write(dir.path().join(SPILL_FILE), lines).unwrap();
         run_child_until(&contact, dir.path(), 0, "wrapper_replay_loaded");
