@@ -106,6 +106,7 @@ pub fn read_chunk(
     if let Some(error) = read.error {
         tracing::error!(%error, rows = count, "Could not read the spill; the rest of the replay waits for a later flush.");
     }
+    let unmappable = state.refusals_not_logged(OutcomeLog::Rejected, unmappable);
     if !unmappable.is_empty() {
         let appended = state.append_now(OutcomeLog::Rejected, &unmappable);
         ledger.count_appended(OutcomeLog::Rejected, &appended);

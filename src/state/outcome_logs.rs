@@ -236,6 +236,52 @@ impl StateDir {
         failed
     }
 
+    /// Of `records` refused at replay (read back from the spill, logged to `log` as they
+    /// are read), those not in it already. Refusals are a chunk of their own whose cursor
+    /// is written right after their lines are synced: a kill between the two leaves them
+    /// logged with the cursor before them, and the next process reads them again first.
+    /// So while the durable cursor is still the one found at open, the log's current file
+    /// and its latest rotation (a flush of this process may have rotated it since) are
+    /// searched for the records' ids. A record without one (an earlier version's) is
+    /// kept, and all are kept when the search fails: logged twice rather than not at all.
+    pub fn refusals_not_logged(
+        &self,
+        log: OutcomeLog,
+        records: Vec<WriteRecord>,
+    ) -> Vec<WriteRecord> {
+        if records.is_empty() || self.spill.moved_since_open() {
+            return records;
+        }
+        let path = self.log(log).path();
+        let logged = super::jsonl::keys_in(path, 0).and_then(|mut keys| {
+            keys.extend(super::jsonl::keys_in(
+                &super::jsonl::rotated_name(path, 1),
+                0,
+            )?);
+            Ok(keys)
+        });
+        let logged = match logged {
+            Ok(logged) => logged,
+            Err(error) => {
+                tracing::warn!(%error, file = log.file_name(), "Could not read an outcome log to find refusals logged before a kill; they are logged again.");
+                return records;
+            }
+        };
+        let before = records.len();
+        let kept: Vec<WriteRecord> = records
+            .into_iter()
+            .filter(|r| r.request_id.is_empty() || !logged.contains(&(r.request_id.clone(), r.row)))
+            .collect();
+        if kept.len() < before {
+            tracing::info!(
+                records = before - kept.len(),
+                file = log.file_name(),
+                "Refused spilled rows were logged before the last stop wrote their cursor; not logged again."
+            );
+        }
+        kept
+    }
+
     /// Appends records to an outcome log outside a flush (replayed rows that no longer
     /// map to a table), durably.
     pub fn append_now(&mut self, log: OutcomeLog, records: &[WriteRecord]) -> Appended {

@@ -379,12 +379,16 @@ impl WrapperFlusher {
         }
         let unreplayable_read = !unreplayable.is_empty();
         if unreplayable_read {
-            // Outside any flush's group: a crash before the cursor passes these rows logs
-            // them again at the next start, never sends them.
+            // Outside any flush's group: a crash before the cursor passes these rows has
+            // the next start read them again, never send them (nor log them again).
+            let unreplayable = self
+                .state
+                .refusals_not_logged(OutcomeLog::Rejected, unreplayable);
             let appended = self
                 .state
                 .append_recorded(OutcomeLog::Rejected, &unreplayable);
             self.count_lost(&appended);
+            crash_point("wrapper_refusals_logged");
         }
         let consumes = self.state.replay_loaded();
         if rows.is_empty() {

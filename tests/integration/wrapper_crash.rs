@@ -96,7 +96,10 @@ async fn wrapper_child() {
             .await
             .expect("buffered");
     }
-    session.flush_now().await;
+    // A replay's refusals wait for the round after the rows before them.
+    for _ in 0..3 {
+        session.flush_now().await;
+    }
     panic!("the crash point was not reached");
 }
 
@@ -807,12 +810,12 @@ async fn a_run_of_rows_that_no_longer_map_is_read_a_chunk_at_a_time() {
     store.shutdown().await;
 }
 
-/// A spilled row that no longer maps is logged in `rejected.jsonl` as it is read, and only
-/// the durable cursor passing it keeps the next start from logging it again: it never
+/// A spilled row that no longer maps is logged in `rejected.jsonl` as it is read: it never
 /// shares a chunk with rows to send, whose cursor is durable only from their group
-/// commit on. A child killed after it read a chunk of rows, before that commit: the
-/// next start logs the row once, whether it lies before or between rows to send, and
-/// sends every other row once.
+/// commit on, and its own chunk's cursor is written right after its line. A child killed
+/// after it read a chunk of rows, before that commit, or after it logged the refusal,
+/// before its cursor: the next start logs the row once (finding it logged in the second
+/// case), whether it lies before or between rows to send, and sends every other row once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_row_that_no_longer_maps_beside_rows_is_recorded_once_after_a_kill() {
     let store = launch(StoreOptions::cqlsim_only(
@@ -827,14 +830,24 @@ async fn a_row_that_no_longer_maps_beside_rows_is_recorded_once_after_a_kill() {
         &[("wk.c", "a1"), ("wk.gone", "a2"), ("wk.c", "a3")],
         &[("wk.gone", "b1"), ("wk.c", "b2")],
     ];
-    for layout in layouts {
+    // Killed after a chunk of rows was read, before its group commit; or after the
+    // refusals were logged, before their cursor was written (their next read finds them
+    // in the log).
+    let points = ["wrapper_replay_loaded", "wrapper_refusals_logged"];
+    let runs = layouts.into_iter().flat_map(|l| points.map(|p| (l, p)));
+    for (run, (layout, point)) in runs.enumerate() {
+        // Keys of their own per run: the store is the same.
+        let layout: Vec<(&str, String)> = layout
+            .iter()
+            .map(|(table, key)| (*table, format!("{key}.{run}")))
+            .collect();
         let dir = tempfile::tempdir().unwrap();
         let lines: String = layout
             .iter()
             .map(|(table, key)| unsent_line(table, key, 7))
             .collect();
         std::fs::write(dir.path().join(SPILL_FILE), lines).unwrap();
-        run_child_until(&contact, dir.path(), 0, "wrapper_replay_loaded");
+        run_child_until(&contact, dir.path(), 0, point);
         let session = wrap(&contact, dir.path()).await;
         // A flush replays one chunk of rows, the refusals before it with it.
         for _ in 0..layout.len() {
@@ -842,7 +855,7 @@ async fn a_row_that_no_longer_maps_beside_rows_is_recorded_once_after_a_kill() {
         }
         session.shutdown().await;
         let rejected = records(&dir.path().join(OutcomeLog::Rejected.file_name()));
-        assert_eq!(rejected.len(), 1, "{layout:?}: once: {rejected:?}");
+        assert_eq!(rejected.len(), 1, "{layout:?}, {point}: once: {rejected:?}");
         assert_eq!(rejected[0].table, "wk.gone");
         assert_eq!(error_kind(&rejected[0]), Some("not_replayable"));
         for (table, key) in layout.iter().filter(|(table, _)| *table == "wk.c") {
@@ -850,7 +863,7 @@ async fn a_row_that_no_longer_maps_beside_rows_is_recorded_once_after_a_kill() {
             assert_eq!(
                 cell(server, table, "c", &filter),
                 Some(7),
-                "{key}: sent once"
+                "{key}, {point}: sent once"
             );
         }
     }

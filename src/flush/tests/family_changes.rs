@@ -170,6 +170,48 @@ async fn a_refusal_beside_rows_is_logged_once_after_a_kill_before_the_group_comm
     }
 }
 
+/// Refused records are a chunk of their own, whose cursor is written right after their
+/// lines are synced to `rejected.jsonl`. A process that logged them and never wrote that
+/// cursor (here it cannot: `spill.tmp` is a directory; a kill between the two leaves the
+/// same on disk) is dropped, and the next start reads them again first: it finds them in
+/// the log and does not log them a second time.
+#[tokio::test]
+async fn refusals_logged_before_their_cursor_was_written_are_not_logged_again() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = config(dir.path());
+    let down = MemorySink::new();
+    down.set_script(|_, _| {
+        Some((
+            Outcome::NotAppliedTransient(WriteError::new("unavailable", "down")),
+            false,
+        ))
+    });
+    let h = harness(&config, down);
+    h.engine
+        .record("page.views", &[("page_id", "p1")][..], 5, T0, None)
+        .unwrap();
+    h.flusher.finish().await;
+    assert_eq!(spilled(dir.path()).len(), 2, "minute and day");
+    let mut without = config.clone();
+    without.families.clear();
+    let obstacle = dir.path().join("spill.tmp");
+    {
+        let mut h = harness(&without, MemorySink::new());
+        std::fs::create_dir(&obstacle).unwrap();
+        h.flusher.flush_now().await;
+        assert_eq!(read_log(dir.path(), "rejected.jsonl").len(), 2, "logged");
+        // Killed: its cursor was never written.
+    }
+    std::fs::remove_dir(&obstacle).unwrap();
+    let mut h = harness(&without, MemorySink::new());
+    for _ in 0..2 {
+        h.flusher.flush_now().await;
+    }
+    assert!(!h.flusher.state().has_unreplayed(), "replayed");
+    let rejected = read_log(dir.path(), "rejected.jsonl");
+    assert_eq!(rejected.len(), 2, "once each: {rejected:?}");
+}
+
 #[tokio::test]
 async fn a_row_requeued_before_its_family_moved_goes_to_the_old_tables() {
     let dir = tempfile::tempdir().unwrap();

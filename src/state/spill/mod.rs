@@ -97,6 +97,10 @@ pub struct Spill {
     /// only an unreadable line inside a chunk of rows (or a run of held rows) is reported
     /// again.
     reported: BTreeSet<Cursor>,
+    /// The durable cursor found at open: while it has not moved, the records read from
+    /// it may be refusals the previous process logged before a kill kept it from
+    /// writing their cursor (see [`StateDir::refusals_not_logged`](super::StateDir::refusals_not_logged)).
+    opened_at: Option<Cursor>,
 }
 
 impl Spill {
@@ -132,6 +136,7 @@ impl Spill {
             durable: cursor,
             loaded: cursor,
             reported: BTreeSet::new(),
+            opened_at: cursor,
         };
         if journal_cursor > on_disk {
             // Only the journal names this cursor, and recovery is about to end its group,
@@ -205,6 +210,11 @@ impl Spill {
         // Lines behind the durable cursor are never read again.
         self.reported.retain(|at| Some(*at) >= cursor);
         Ok(())
+    }
+
+    /// Whether the durable cursor has moved since open.
+    pub fn moved_since_open(&self) -> bool {
+        self.durable > self.opened_at
     }
 
     /// How far replay's progress is durable (in `spill.cursor`, or found at open).
