@@ -384,7 +384,9 @@ impl Buffer {
             })
             .collect();
         // One lock of each stripe at a time (adds on other stripes go on): the rows a
-        // stripe holds a key of join it.
+        // stripe holds a key of join it. A key added to a stripe after it was looked at
+        // goes to the first stripe as well: the next drain sums the two, as it sums a key
+        // that several threads added to their own stripes.
         for stripe in self.stripes.iter().skip(1) {
             if left.is_empty() {
                 break;
