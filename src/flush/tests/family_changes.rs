@@ -9,13 +9,7 @@ async fn replayed_rows_of_a_removed_family_are_rejected_not_lost() {
     let dir = tempfile::tempdir().unwrap();
     let config = config(dir.path());
     {
-        let down = MemorySink::new();
-        down.set_script(|_, _| {
-            Some((
-                Outcome::NotAppliedTransient(WriteError::new("unavailable", "down")),
-                false,
-            ))
-        });
+        let down = down_sink();
         let h = harness(&config, down);
         h.engine
             .record("page.views", &[("page_id", "p")][..], 5, T0, None)
@@ -53,13 +47,7 @@ async fn refused_replay_records_are_read_a_chunk_at_a_time() {
     // Ten runs against a store that is down, each spilling what it took at its final
     // flush (within the row limit).
     for run in 0..10 {
-        let down = MemorySink::new();
-        down.set_script(|_, _| {
-            Some((
-                Outcome::NotAppliedTransient(WriteError::new("unavailable", "down")),
-                false,
-            ))
-        });
+        let down = down_sink();
         let h = harness(&config, down);
         for page in run * PAGES / 10..(run + 1) * PAGES / 10 {
             h.engine
@@ -117,13 +105,7 @@ async fn a_refusal_beside_rows_is_logged_once_after_a_kill_before_the_group_comm
         let dir = tempfile::tempdir().unwrap();
         let config = config(dir.path());
         for (run, name) in layout.iter().enumerate() {
-            let down = MemorySink::new();
-            down.set_script(|_, _| {
-                Some((
-                    Outcome::NotAppliedTransient(WriteError::new("unavailable", "down")),
-                    false,
-                ))
-            });
+            let down = down_sink();
             let h = harness(&config, down);
             let tag = if *name == "req" { "env" } else { "page_id" };
             h.engine
@@ -179,13 +161,7 @@ async fn a_refusal_beside_rows_is_logged_once_after_a_kill_before_the_group_comm
 async fn refusals_logged_before_their_cursor_was_written_are_not_logged_again() {
     let dir = tempfile::tempdir().unwrap();
     let config = config(dir.path());
-    let down = MemorySink::new();
-    down.set_script(|_, _| {
-        Some((
-            Outcome::NotAppliedTransient(WriteError::new("unavailable", "down")),
-            false,
-        ))
-    });
+    let down = down_sink();
     let h = harness(&config, down);
     h.engine
         .record("page.views", &[("page_id", "p1")][..], 5, T0, None)

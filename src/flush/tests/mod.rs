@@ -41,6 +41,18 @@ struct Harness<S: Sink> {
     _dir: Option<tempfile::TempDir>,
 }
 
+/// A store that is down: every write "not applied" (transient), so a final flush spills.
+fn down_sink() -> MemorySink {
+    let down = MemorySink::new();
+    down.set_script(|_, _| {
+        Some((
+            Outcome::NotAppliedTransient(WriteError::new("unavailable", "down")),
+            false,
+        ))
+    });
+    down
+}
+
 fn harness<S: Sink>(config: &Config, sink: S) -> Harness<S> {
     let engine = Arc::new(Engine::with_seed(config, Some(1)).unwrap());
     let flusher = Flusher::open(engine.clone(), Arc::new(sink), config).unwrap();

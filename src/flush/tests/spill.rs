@@ -78,13 +78,7 @@ async fn a_failed_spill_is_counted_once_and_never_reloaded() {
     let dir = tempfile::tempdir().unwrap();
     let config = config(dir.path());
     {
-        let down = MemorySink::new();
-        down.set_script(|_, _| {
-            Some((
-                Outcome::NotAppliedTransient(WriteError::new("unavailable", "down")),
-                false,
-            ))
-        });
+        let down = down_sink();
         let h = harness(&config, down);
         h.engine.record("hits", &[][..], 5, T0, None).unwrap();
         // The final flush is flush 1 of incarnation 1: its segment's temporary file.
@@ -165,13 +159,7 @@ async fn an_unreadable_spill_line_is_counted_and_the_rest_replayed() {
 /// Spills 40 keys' rows (40 minute rows and 40 day rows) into `config`'s state
 /// directory: their store is down, and the flusher finishes.
 async fn spill_forty_keys(config: &Config) {
-    let down = MemorySink::new();
-    down.set_script(|_, _| {
-        Some((
-            Outcome::NotAppliedTransient(WriteError::new("unavailable", "down")),
-            false,
-        ))
-    });
+    let down = down_sink();
     let h = harness(config, down);
     for i in 0..40 {
         let i = i.to_string();

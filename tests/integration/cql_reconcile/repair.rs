@@ -252,13 +252,22 @@ async fn repair_of_a_sharded_family_corrects_the_sum_of_its_shards() {
     }
 }
 
-/// The settle time after a repair counts from when its corrections were written, not from
-/// the start of the run that wrote them: corrections sent now by a run that started two
-/// minutes ago make the next repair wait about the whole settle time.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_settle_time_counts_from_the_corrections_not_from_the_runs_start() {
-    let dir = tempfile::tempdir().unwrap();
-    let mut config = exact_config(dir.path());
+/// A closed day countersink fed (20 increments over 5 pages), an outside writer's +7 on
+/// p3's minute row, reconciled, and the one correction planned for it.
+struct Drifted {
+    _dir: tempfile::TempDir,
+    config: Config,
+    store: Store,
+    writer: Writer,
+    report: reconcile::Report,
+    families: countersink::family::Families,
+    corrections: Vec<reconcile::repair::Correction>,
+    sink: countersink::sink::cql::CqlSink,
+}
+
+async fn drifted_by_seven() -> Drifted {
+    let _dir = tempfile::tempdir().unwrap();
+    let mut config = exact_config(_dir.path());
     let store = start_cqlsim(&mut config, "writes beside countersink in process").await;
     let mut writer = Writer::start(&config).await;
     for i in 0..20_i64 {
@@ -279,11 +288,10 @@ async fn the_settle_time_counts_from_the_corrections_not_from_the_runs_start() {
         )
         .unwrap();
     let report = run_reconcile(&writer, &config).await;
-    assert_eq!(report.last_repair_ms, None);
     let families = countersink::family::Families::from_config(&config).unwrap();
     let views = families.by_name("views").unwrap();
     let reader = countersink::ops::read::Reader::new(writer.session.clone());
-    let mut corrections =
+    let corrections =
         reconcile::repair::plan(&writer.session, &reader, &config, views, &report, day())
             .await
             .unwrap();
@@ -291,6 +299,35 @@ async fn the_settle_time_counts_from_the_corrections_not_from_the_runs_start() {
     let sink = countersink::sink::cql::CqlSink::connect(&config.store, &families)
         .await
         .unwrap();
+    Drifted {
+        _dir,
+        config,
+        store,
+        writer,
+        report,
+        families,
+        corrections,
+        sink,
+    }
+}
+
+/// The settle time after a repair counts from when its corrections were written, not from
+/// the start of the run that wrote them: corrections sent now by a run that started two
+/// minutes ago make the next repair wait about the whole settle time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_settle_time_counts_from_the_corrections_not_from_the_runs_start() {
+    let Drifted {
+        _dir,
+        config,
+        store,
+        writer,
+        report,
+        families,
+        mut corrections,
+        sink,
+    } = drifted_by_seven().await;
+    let views = families.by_name("views").unwrap();
+    assert_eq!(report.last_repair_ms, None);
     let now = std::time::SystemTime::now();
     let started = countersink::bucket::unix_secs(now) * 1000 - 120_000;
     reconcile::repair::apply(
@@ -323,39 +360,17 @@ async fn the_settle_time_counts_from_the_corrections_not_from_the_runs_start() {
 /// and the drift stays for the next run to see.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_day_whose_ledger_may_expire_is_neither_repaired_nor_closed_by_the_library() {
-    let dir = tempfile::tempdir().unwrap();
-    let mut config = exact_config(dir.path());
-    let store = start_cqlsim(&mut config, "writes beside countersink in process").await;
-    let mut writer = Writer::start(&config).await;
-    for i in 0..20_i64 {
-        let key = format!("p{}", i % 5);
-        writer.incr("page.views", &[("page_id", key.as_str())], 1 + i % 3, AT);
-    }
-    writer.flusher.flush_now().await;
-    settle(&mut writer).await;
-    let (date, minute) = day_and_minute(AT);
-    store
-        .sim()
-        .execute(
-            None,
-            &format!(
-                "UPDATE {} SET views = views + 7 WHERE page_id = 'p3' AND day = '{date}' AND minute = {minute}",
-                config.families[0].minute_table
-            ),
-        )
-        .unwrap();
-    let report = run_reconcile(&writer, &config).await;
-    let families = countersink::family::Families::from_config(&config).unwrap();
+    let Drifted {
+        _dir,
+        config,
+        store,
+        writer,
+        families,
+        mut corrections,
+        sink,
+        ..
+    } = drifted_by_seven().await;
     let views = families.by_name("views").unwrap();
-    let reader = countersink::ops::read::Reader::new(writer.session.clone());
-    let mut corrections =
-        reconcile::repair::plan(&writer.session, &reader, &config, views, &report, day())
-            .await
-            .unwrap();
-    assert_eq!(corrections.len(), 1, "{corrections:?}");
-    let sink = countersink::sink::cql::CqlSink::connect(&config.store, &families)
-        .await
-        .unwrap();
     let mut expiring = config.clone();
     expiring.exact.ledger_ttl = Duration::from_secs(86_400);
     let refused = reconcile::repair::apply(
