@@ -67,6 +67,16 @@ fn record_ledger_requests(
     seen
 }
 
+/// One view each of pages `p0`..: as many rows, each its own ledger row.
+fn record_pages(engine: &Engine, pages: usize) {
+    for i in 0..pages {
+        let key = format!("p{i}");
+        engine
+            .record("page.views", &[("page_id", key.as_str())][..], 1, T0, None)
+            .unwrap();
+    }
+}
+
 fn assert_each_row_sent_with_one_content(sent: &[LedgerRow]) {
     let mut by_identity: BTreeMap<_, &LedgerRow> = BTreeMap::new();
     for row in sent {
@@ -437,12 +447,7 @@ async fn ledger_rows_of_held_rows_lost_to_an_unwritable_state_dir_are_never_conf
         ))
     });
     let flusher = Flusher::open(engine.clone(), Arc::new(sink.clone()), &config).unwrap();
-    for i in 0..400 {
-        let key = format!("p{i}");
-        engine
-            .record("page.views", &[("page_id", key.as_str())][..], 1, T0, None)
-            .unwrap();
-    }
+    record_pages(&engine, 400);
     let ledger = flusher.ledger().clone();
     flusher.finish().await;
     assert!(!obstacle.exists(), "the final flush had several chunks");
@@ -506,12 +511,7 @@ async fn the_final_flush_does_not_send_again_what_an_earlier_chunk_gave_up() {
         ))
     });
     let flusher = Flusher::open(engine.clone(), Arc::new(sink.clone()), &config).unwrap();
-    for i in 0..400 {
-        let key = format!("p{i}");
-        engine
-            .record("page.views", &[("page_id", key.as_str())][..], 1, T0, None)
-            .unwrap();
-    }
+    record_pages(&engine, 400);
     flusher.finish().await;
     let sent = std::mem::take(&mut *sent.lock());
     let mut attempts: BTreeMap<_, u32> = BTreeMap::new();
@@ -754,12 +754,7 @@ async fn outcome_rows_do_not_hold_the_final_flushs_counter_writes() {
         &config,
     )
     .unwrap();
-    for i in 0..400 {
-        let key = format!("p{i}");
-        engine
-            .record("page.views", &[("page_id", key.as_str())][..], 1, T0, None)
-            .unwrap();
-    }
+    record_pages(&engine, 400);
     let report = flusher.finish().await;
     assert!(report.writes >= 400, "{report:?}");
     assert_eq!(report.spilled, 0, "every chunk sent: {report:?}");
