@@ -11,7 +11,7 @@
 //! record logged past `outcomes.mark` (see [`crate::state::outcomes_mark`]), and rows of
 //! requests in flight at a kill are queued by the next start's recovery.
 
-use std::collections::VecDeque;
+use std::collections::{HashSet, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
@@ -46,6 +46,8 @@ pub struct OutcomeQueue {
     pub dropped: u64,
     /// The most rows queued, when a test sets one below [`MAX_QUEUED`].
     limit: Option<usize>,
+    /// Keeps one row per primary key, the latest (see [`OutcomeQueue::marks`]).
+    latest_only: bool,
 }
 
 impl OutcomeQueue {
@@ -71,17 +73,34 @@ impl OutcomeQueue {
         }
     }
 
-    /// A queue that never drops a row: for the owed marks (see [`super::owed`]), which
-    /// are as many as the keys a spill holds, and must all reach the table.
-    pub fn unbounded() -> OutcomeQueue {
+    /// The queue of the owed marks (see [`super::owed`]): it never drops a mark (each
+    /// must reach the table), and keeps only the latest of each family-day. A mark's
+    /// primary key in the outcomes table is (family, day, request id `owed/<owner>`, row
+    /// 0), the same for every mark of the day, and the queue sends in order: a later
+    /// mark overwrites an earlier one in the table, so the earlier need not be sent.
+    /// Without that, a day spilled and replayed over and over while the table fails
+    /// queued an `owed` and a `replayed` mark per cycle, for ever; now the queue holds at
+    /// most one per owed family-day.
+    pub fn marks() -> OutcomeQueue {
         OutcomeQueue {
             limit: Some(usize::MAX),
+            latest_only: true,
             ..OutcomeQueue::default()
         }
     }
 
-    /// Queues rows as they are, after those waiting.
+    /// Queues rows as they are, after those waiting (a queue of marks first forgets the
+    /// rows these overwrite: see [`OutcomeQueue::marks`]).
     pub fn push_rows(&mut self, rows: impl IntoIterator<Item = OutcomeRow>) {
+        let mut rows: Vec<OutcomeRow> = rows.into_iter().collect();
+        if self.latest_only {
+            // The last row of each key, of the queue and `rows` together.
+            let mut later = HashSet::new();
+            rows.reverse();
+            rows.retain(|row| later.insert(primary_key(row)));
+            rows.reverse();
+            self.rows.retain(|row| !later.contains(&primary_key(row)));
+        }
         for row in rows {
             if self.rows.len() >= self.limit.unwrap_or(MAX_QUEUED) {
                 self.rows.pop_front();
@@ -95,6 +114,12 @@ impl OutcomeQueue {
     #[cfg(test)]
     pub fn limit(&mut self, rows: usize) {
         self.limit = Some(rows);
+    }
+
+    /// The rows waiting, oldest first.
+    #[cfg(test)]
+    pub fn rows(&self) -> impl Iterator<Item = &OutcomeRow> {
+        self.rows.iter()
     }
 
     /// Rows waiting.
@@ -253,6 +278,12 @@ impl WriteKind for OutcomeStage<'_> {
     fn end(&mut self) -> std::io::Result<()> {
         Ok(())
     }
+}
+
+/// A row's primary key in the outcomes table (`cql/exact.cql`): its partition (family,
+/// day) and its clustering (request id, row).
+fn primary_key(row: &OutcomeRow) -> (String, Day, String, u16) {
+    (row.family.clone(), row.day, row.request_id.clone(), row.row)
 }
 
 /// The outcomes-table row of a record, or None when its key no longer maps to the family.

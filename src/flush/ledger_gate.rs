@@ -298,7 +298,8 @@ pub struct LedgerGate {
     outcomes: OutcomeQueue,
     /// What the state directory's spill still owes (see [`super::owed`]), once set.
     owed: Option<OwedBook>,
-    /// The owed marks waiting to be written (never dropped).
+    /// The owed marks waiting to be written (never dropped; the latest of each
+    /// family-day only).
     marks: OutcomeQueue,
     /// Where the ledger's write counts and backlog are kept for the metrics.
     counts: Arc<Ledger>,
@@ -315,7 +316,7 @@ impl LedgerGate {
             held_sums: [0; Granularity::COUNT],
             outcomes: OutcomeQueue::default(),
             owed: None,
-            marks: OutcomeQueue::unbounded(),
+            marks: OutcomeQueue::marks(),
             counts,
         })
     }
@@ -684,6 +685,12 @@ impl LedgerGate {
     /// Owed marks waiting to be written.
     pub fn marks_queued(&self) -> usize {
         self.marks.len()
+    }
+
+    /// The owed marks waiting to be written, oldest first.
+    #[cfg(test)]
+    pub fn queued_marks(&self) -> Vec<OutcomeRow> {
+        self.marks.rows().cloned().collect()
     }
 
     /// Outcome rows waiting to be written.
