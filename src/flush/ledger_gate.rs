@@ -306,15 +306,21 @@ pub struct LedgerGate {
 }
 
 impl LedgerGate {
-    /// The gate for `families`, or None when no family keeps exact totals.
-    pub fn new(families: &Families, max_rows: usize, counts: Arc<Ledger>) -> Option<LedgerGate> {
+    /// The gate for `families`, or None when no family keeps exact totals; its queue of
+    /// outcome rows holds at most `outcome_bytes` (see [`OutcomeQueue::bounded`]).
+    pub fn new(
+        families: &Families,
+        max_rows: usize,
+        outcome_bytes: usize,
+        counts: Arc<Ledger>,
+    ) -> Option<LedgerGate> {
         let backoff = families.exact_tables()?.retry_backoff;
         Some(LedgerGate {
             formation: Formation::of(families, max_rows)?,
             backoff,
             held: Vec::new(),
             held_sums: [0; Granularity::COUNT],
-            outcomes: OutcomeQueue::default(),
+            outcomes: OutcomeQueue::bounded(outcome_bytes),
             owed: None,
             marks: OutcomeQueue::marks(),
             counts,
