@@ -40,7 +40,7 @@ const ROWS_PER_REQUEST: usize = 64;
 #[derive(Debug, Default)]
 pub struct OutcomeQueue {
     rows: VecDeque<OutcomeRow>,
-    /// The rows' estimated bytes ([`row_bytes`]).
+    /// The rows' estimated bytes (see `row_bytes`).
     bytes: usize,
     /// The most estimated bytes queued (`None`: no bound in bytes).
     max_bytes: Option<usize>,
@@ -74,7 +74,7 @@ impl OutcomeQueue {
     }
 
     /// The queue of the exact families' outcome rows: at most [`MAX_QUEUED`] rows and
-    /// `max_bytes` estimated bytes ([`row_bytes`]), the oldest dropped beyond either.
+    /// `max_bytes` estimated bytes (see `row_bytes`), the oldest dropped beyond either.
     ///
     /// A row holds its key's JSON, its deltas, its error text and request id: some 0.5 to
     /// 3 KB, so [`MAX_QUEUED`] rows alone could hold 50 to 300 MB, none of it in the
