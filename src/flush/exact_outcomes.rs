@@ -6,12 +6,12 @@
 //! The local logs stay the first record (written before this queue hears of them); the
 //! table gets the same rows with idempotent INSERTs, re-sent until applied, in the
 //! background of the flushes: they never hold a counter write. Bounded: beyond
-//! [`MAX_QUEUED`] rows the oldest are dropped from the queue (counted, and still in the
-//! local log). A kill loses the queue, not the rows: each start offers again every
+//! [`MAX_QUEUED`] rows, or beyond its bytes ([`OutcomeQueue::bounded`]), the oldest are
+//! dropped from the queue (counted, and still in the local log). A kill loses the queue, not the rows: each start offers again every
 //! record logged past `outcomes.mark` (see [`crate::state::outcomes_mark`]), and rows of
 //! requests in flight at a kill are queued by the next start's recovery.
 
-use std::collections::VecDeque;
+use std::collections::{HashSet, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
@@ -40,12 +40,18 @@ const ROWS_PER_REQUEST: usize = 64;
 #[derive(Debug, Default)]
 pub struct OutcomeQueue {
     rows: VecDeque<OutcomeRow>,
+    /// The rows' estimated bytes (see `row_bytes`).
+    bytes: usize,
+    /// The most estimated bytes queued (`None`: no bound in bytes).
+    max_bytes: Option<usize>,
     failures: u32,
     not_before: Option<Instant>,
     /// Rows dropped from a full queue.
     pub dropped: u64,
     /// The most rows queued, when a test sets one below [`MAX_QUEUED`].
     limit: Option<usize>,
+    /// Keeps one row per primary key, the latest (see [`OutcomeQueue::marks`]).
+    latest_only: bool,
 }
 
 impl OutcomeQueue {
@@ -63,31 +69,74 @@ impl OutcomeQueue {
             let Some(row) = outcome_row(families, record) else {
                 continue;
             };
-            if self.rows.len() >= self.limit.unwrap_or(MAX_QUEUED) {
-                self.rows.pop_front();
-                self.dropped += 1;
-            }
-            self.rows.push_back(row);
+            self.enqueue(row);
         }
     }
 
-    /// A queue that never drops a row: for the owed marks (see [`super::owed`]), which
-    /// are as many as the keys a spill holds, and must all reach the table.
-    pub fn unbounded() -> OutcomeQueue {
+    /// The queue of the exact families' outcome rows: at most [`MAX_QUEUED`] rows and
+    /// `max_bytes` estimated bytes (see `row_bytes`), the oldest dropped beyond either.
+    ///
+    /// A row holds its key's JSON, its deltas, its error text and request id: some 0.5 to
+    /// 3 KB, so [`MAX_QUEUED`] rows alone could hold 50 to 300 MB, none of it in the
+    /// memory budget. The flusher passes `limits.flush_chunk_bytes()`: the share of
+    /// `limits.max_pending_bytes` (a quarter) kept for writes on their way to the store,
+    /// which these rows are; a user who lowers the memory limit lowers this bound with
+    /// it. At the default (64 MiB) the bytes bind before the count once rows average
+    /// past some 670 bytes.
+    pub fn bounded(max_bytes: usize) -> OutcomeQueue {
         OutcomeQueue {
-            limit: Some(usize::MAX),
+            max_bytes: Some(max_bytes),
             ..OutcomeQueue::default()
         }
     }
 
-    /// Queues rows as they are, after those waiting.
+    /// Queues `row` after those waiting, then drops the oldest while the queue is past
+    /// its rows or its bytes.
+    fn enqueue(&mut self, row: OutcomeRow) {
+        self.bytes += row_bytes(&row);
+        self.rows.push_back(row);
+        let max_rows = self.limit.unwrap_or(MAX_QUEUED);
+        let max_bytes = self.max_bytes.unwrap_or(usize::MAX);
+        while self.rows.len() > max_rows || self.bytes > max_bytes {
+            let Some(oldest) = self.rows.pop_front() else {
+                break;
+            };
+            self.bytes -= row_bytes(&oldest);
+            self.dropped += 1;
+        }
+    }
+
+    /// The queue of the owed marks (see [`super::owed`]): it never drops a mark (each
+    /// must reach the table), and keeps only the latest of each family-day. A mark's
+    /// primary key in the outcomes table is (family, day, request id `owed/<owner>`, row
+    /// 0), the same for every mark of the day, and the queue sends in order: a later
+    /// mark overwrites an earlier one in the table, so the earlier need not be sent.
+    /// Without that, a day spilled and replayed over and over while the table fails
+    /// queued an `owed` and a `replayed` mark per cycle, for ever; now the queue holds at
+    /// most one per owed family-day.
+    pub fn marks() -> OutcomeQueue {
+        OutcomeQueue {
+            limit: Some(usize::MAX),
+            latest_only: true,
+            ..OutcomeQueue::default()
+        }
+    }
+
+    /// Queues rows as they are, after those waiting (a queue of marks first forgets the
+    /// rows these overwrite: see [`OutcomeQueue::marks`]).
     pub fn push_rows(&mut self, rows: impl IntoIterator<Item = OutcomeRow>) {
+        let mut rows: Vec<OutcomeRow> = rows.into_iter().collect();
+        if self.latest_only {
+            // The last row of each key, of the queue and `rows` together.
+            let mut later = HashSet::new();
+            rows.reverse();
+            rows.retain(|row| later.insert(primary_key(row)));
+            rows.reverse();
+            self.rows.retain(|row| !later.contains(&primary_key(row)));
+            self.bytes = self.rows.iter().map(row_bytes).sum();
+        }
         for row in rows {
-            if self.rows.len() >= self.limit.unwrap_or(MAX_QUEUED) {
-                self.rows.pop_front();
-                self.dropped += 1;
-            }
-            self.rows.push_back(row);
+            self.enqueue(row);
         }
     }
 
@@ -95,6 +144,18 @@ impl OutcomeQueue {
     #[cfg(test)]
     pub fn limit(&mut self, rows: usize) {
         self.limit = Some(rows);
+    }
+
+    /// The rows waiting, oldest first.
+    #[cfg(test)]
+    pub fn rows(&self) -> impl Iterator<Item = &OutcomeRow> {
+        self.rows.iter()
+    }
+
+    /// The estimated bytes of the rows waiting.
+    #[cfg(test)]
+    pub fn bytes(&self) -> usize {
+        self.bytes
     }
 
     /// Rows waiting.
@@ -131,6 +192,8 @@ impl OutcomeQueue {
                 .count();
             chunks.push(self.rows.drain(..count).collect::<Vec<_>>());
         }
+        // Every row is in a chunk now; those that do not apply come back (`finish`).
+        self.bytes = 0;
         let writes = OutcomeWrites {
             sink,
             failed: AtomicBool::new(false),
@@ -240,6 +303,7 @@ impl WriteKind for OutcomeStage<'_> {
         let queue = &mut *self.queue;
         for rows in std::mem::take(&mut self.kept).into_iter().rev() {
             for row in rows.into_iter().rev() {
+                queue.bytes += row_bytes(&row);
                 queue.rows.push_front(row);
             }
         }
@@ -253,6 +317,31 @@ impl WriteKind for OutcomeStage<'_> {
     fn end(&mut self) -> std::io::Result<()> {
         Ok(())
     }
+}
+
+/// What a queued row holds in memory, estimated: the row, its strings, and its deltas
+/// (a map entry each: the column name, the value, some 48 bytes of tree node).
+fn row_bytes(row: &OutcomeRow) -> usize {
+    const DELTA_ENTRY: usize = size_of::<String>() + size_of::<i64>() + 48;
+    size_of::<OutcomeRow>()
+        + row.family.len()
+        + row.request_id.len()
+        + row.outcome.len()
+        + row.granularity.len()
+        + row.key.len()
+        + row
+            .deltas
+            .keys()
+            .map(|column| DELTA_ENTRY + column.len())
+            .sum::<usize>()
+        + row.error_kind.as_ref().map_or(0, String::len)
+        + row.error.as_ref().map_or(0, String::len)
+}
+
+/// A row's primary key in the outcomes table (`cql/exact.cql`): its partition (family,
+/// day) and its clustering (request id, row).
+fn primary_key(row: &OutcomeRow) -> (String, Day, String, u16) {
+    (row.family.clone(), row.day, row.request_id.clone(), row.row)
 }
 
 /// The outcomes-table row of a record, or None when its key no longer maps to the family.
@@ -282,4 +371,96 @@ fn outcome_row(families: &Families, record: &WriteRecord) -> Option<OutcomeRow> 
         error: record.error.as_ref().map(|e| e.text.clone()),
         recorded_ms,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::{Config, FamilyConfig};
+
+    fn families() -> Families {
+        let mut config = Config::default();
+        let mut views = FamilyConfig::seed_views();
+        views.exact = true;
+        config.families.push(views);
+        Families::from_config(&config).expect("families")
+    }
+
+    /// A rejected record of the views family, row `row` of its request, whose error text
+    /// is `error_bytes` long.
+    fn record(row: u16, error_bytes: usize) -> WriteRecord {
+        serde_json::from_value(serde_json::json!({
+            "time": "2026-11-30T23:59:00Z", "writer": "w", "incarnation": 1, "flush_seq": 1,
+            "request_id": "w/1/1/0", "row": row, "outcome": "rejected", "family": "views",
+            "table": "metrics.views_by_minute", "granularity": "minute",
+            "key": {"page_id": format!("p{row}")}, "day": "2026-11-30", "minute": 3,
+            "deltas": {"views": 1},
+            "error": {"kind": "invalid", "text": "x".repeat(error_bytes)},
+        }))
+        .expect("record")
+    }
+
+    /// Rows of some 3 KB each (a long error text), far fewer than [`MAX_QUEUED`], whose
+    /// bytes pass the queue's bound: the oldest are dropped and counted, the newest stay,
+    /// and the queue's bytes stay within the bound.
+    #[test]
+    fn rows_past_the_byte_bound_drop_the_oldest_while_under_the_row_bound() {
+        const ROWS: u16 = 100;
+        const MAX_BYTES: usize = 64 << 10;
+        let families = families();
+        let records: Vec<WriteRecord> = (0..ROWS).map(|row| record(row, 3_000)).collect();
+        let sizes: Vec<usize> = records
+            .iter()
+            .map(|r| row_bytes(&outcome_row(&families, r).unwrap()))
+            .collect();
+        assert!(sizes.iter().all(|b| *b > 3_000), "{sizes:?}");
+        // The newest rows whose bytes fit.
+        let mut kept = 0;
+        let mut bytes = 0;
+        for size in sizes.iter().rev() {
+            if bytes + size > MAX_BYTES {
+                break;
+            }
+            bytes += size;
+            kept += 1;
+        }
+        assert!(kept > 0 && kept < usize::from(ROWS) && usize::from(ROWS) < MAX_QUEUED);
+        let mut queue = OutcomeQueue::bounded(MAX_BYTES);
+        queue.offer(&families, &records);
+        assert_eq!(queue.len(), kept, "as many rows as the bytes hold");
+        assert_eq!(
+            queue.dropped,
+            u64::from(ROWS) - kept as u64,
+            "the rest counted"
+        );
+        assert_eq!(queue.bytes(), bytes, "within {MAX_BYTES}");
+        let first_kept = queue.rows().next().unwrap().row;
+        assert_eq!(
+            usize::from(first_kept),
+            usize::from(ROWS) - kept,
+            "the oldest went"
+        );
+    }
+
+    /// Rows sent and not applied (the table is down) come back with their bytes; rows
+    /// applied take theirs away.
+    #[tokio::test]
+    async fn rows_sent_keep_the_queue_bytes_exact() {
+        let families = families();
+        let records: Vec<WriteRecord> = (0..10).map(|row| record(row, 100)).collect();
+        let mut queue = OutcomeQueue::bounded(1 << 20);
+        queue.offer(&families, &records);
+        let bytes = queue.bytes();
+        assert!(bytes > 0);
+        let sink = crate::sink::MemorySink::new();
+        sink.set_outcomes_available(false);
+        let backoff = Backoff::new(std::time::Duration::ZERO, std::time::Duration::ZERO);
+        let (_handle, signal) = super::super::shutdown::shutdown_channel();
+        let mut deadline = Deadline::new(signal, std::time::Duration::from_secs(60));
+        queue.send(&sink, backoff, &mut deadline, true).await;
+        assert_eq!((queue.len(), queue.bytes()), (10, bytes), "not applied");
+        sink.set_outcomes_available(true);
+        queue.send(&sink, backoff, &mut deadline, true).await;
+        assert_eq!((queue.len(), queue.bytes()), (0, 0), "applied");
+    }
 }

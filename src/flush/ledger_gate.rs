@@ -298,24 +298,31 @@ pub struct LedgerGate {
     outcomes: OutcomeQueue,
     /// What the state directory's spill still owes (see [`super::owed`]), once set.
     owed: Option<OwedBook>,
-    /// The owed marks waiting to be written (never dropped).
+    /// The owed marks waiting to be written (never dropped; the latest of each
+    /// family-day only).
     marks: OutcomeQueue,
     /// Where the ledger's write counts and backlog are kept for the metrics.
     counts: Arc<Ledger>,
 }
 
 impl LedgerGate {
-    /// The gate for `families`, or None when no family keeps exact totals.
-    pub fn new(families: &Families, max_rows: usize, counts: Arc<Ledger>) -> Option<LedgerGate> {
+    /// The gate for `families`, or None when no family keeps exact totals; its queue of
+    /// outcome rows holds at most `outcome_bytes` (see [`OutcomeQueue::bounded`]).
+    pub fn new(
+        families: &Families,
+        max_rows: usize,
+        outcome_bytes: usize,
+        counts: Arc<Ledger>,
+    ) -> Option<LedgerGate> {
         let backoff = families.exact_tables()?.retry_backoff;
         Some(LedgerGate {
             formation: Formation::of(families, max_rows)?,
             backoff,
             held: Vec::new(),
             held_sums: [0; Granularity::COUNT],
-            outcomes: OutcomeQueue::default(),
+            outcomes: OutcomeQueue::bounded(outcome_bytes),
             owed: None,
-            marks: OutcomeQueue::unbounded(),
+            marks: OutcomeQueue::marks(),
             counts,
         })
     }
@@ -684,6 +691,12 @@ impl LedgerGate {
     /// Owed marks waiting to be written.
     pub fn marks_queued(&self) -> usize {
         self.marks.len()
+    }
+
+    /// The owed marks waiting to be written, oldest first.
+    #[cfg(test)]
+    pub fn queued_marks(&self) -> Vec<OutcomeRow> {
+        self.marks.rows().cloned().collect()
     }
 
     /// Outcome rows waiting to be written.

@@ -850,3 +850,72 @@ async fn rows_released_after_a_ledger_outage_go_out_a_flush_share_at_a_time() {
         assert!(a.is_balanced(), "{a:?}");
     }
 }
+
+/// With the outcomes table failing for good while the counter store flaps, a day is
+/// spilled and replayed over and over: each cycle makes an `owed` mark, then a
+/// `replayed` one, of the same family-day. Each overwrites the one before in the table
+/// (one row per family-day and state directory), so the queue keeps the latest only: at
+/// most one mark of the day waits, however many cycles ran, and it is the latest.
+#[tokio::test]
+async fn a_day_spilled_and_replayed_again_and_again_queues_one_mark() {
+    const CYCLES: usize = 3;
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = config(dir.path());
+    config.flush.requeue_max_age = Duration::from_secs(1);
+    let engine = Arc::new(Engine::with_seed(&config, Some(1)).unwrap());
+    let sink = MemorySink::new();
+    sink.set_outcomes_available(false);
+    let mut flusher = Flusher::open(engine.clone(), Arc::new(sink.clone()), &config).unwrap();
+    let down = || {
+        Some((
+            Outcome::NotAppliedTransient(WriteError::new("unavailable", "down")),
+            false,
+        ))
+    };
+    let mut last = None;
+    for cycle in 0..CYCLES {
+        // The counter store fails past the maximum age: the rows are spilled (the day is
+        // owed).
+        sink.set_script(move |_, _| down());
+        engine
+            .record("page.views", &[("page_id", "p1")][..], 1, T0, None)
+            .unwrap();
+        flusher.flush_now().await;
+        tokio::time::sleep(Duration::from_millis(2100)).await;
+        let report = flusher.flush_now().await;
+        assert_eq!(
+            report.spilled, 2,
+            "cycle {cycle}: minute and day rows spilled"
+        );
+        // It answers again: the spill is replayed (the day owes nothing any more).
+        sink.clear_script();
+        for _ in 0..4 {
+            flusher.flush_now().await;
+        }
+        assert_eq!(
+            flusher.ledger().exact_ledger().owed_days,
+            0,
+            "cycle {cycle}: replayed"
+        );
+        let gate = flusher.ledger_gate_mut().unwrap();
+        assert_eq!(gate.marks_queued(), 1, "cycle {cycle}: one mark of the day");
+        last = gate.queued_marks().first().map(|m| m.outcome.clone());
+    }
+    assert_eq!(last.as_deref(), Some(crate::flush::owed::REPLAYED));
+    let a = Accounting::read(&engine, flusher.ledger());
+    assert!(a.is_balanced(), "{a:?}");
+    assert_eq!(sink.total(Granularity::Minute), CYCLES as i128);
+
+    // The table answers: the one mark is written, and the queue is empty.
+    sink.set_outcomes_available(true);
+    tokio::time::sleep(Duration::from_millis(5)).await;
+    flusher.flush_now().await;
+    assert_eq!(flusher.ledger_gate_mut().unwrap().marks_queued(), 0);
+    let marks: Vec<_> = sink
+        .outcome_rows()
+        .into_iter()
+        .filter(|r| r.request_id.starts_with(crate::flush::owed::REQUEST_PREFIX))
+        .map(|r| r.outcome)
+        .collect();
+    assert_eq!(marks, [crate::flush::owed::REPLAYED]);
+}

@@ -13,7 +13,8 @@
 //! repair before the replay would have counted the spilled rows twice.
 //!
 //! The marks are one row per family-day and state directory, whatever the number of keys,
-//! sent beside the outcome rows in order (a later mark overwrites an earlier one), retried
+//! sent beside the outcome rows in order (a later mark overwrites an earlier one, so the
+//! queue keeps only the latest of a family-day: see `OutcomeQueue::marks`), retried
 //! until they apply, never dropped. Which days are owed follows from the spill, which is
 //! durable: every start asserts `owed` for every day its spill holds. `owed.days` (in the
 //! state directory, one JSON day per line) lists the days whose `owed` mark may be in the

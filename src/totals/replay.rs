@@ -21,14 +21,17 @@
 //! those not known applied) or the flush's segment. A carried chunk needs no room under
 //! `state.max_spill_bytes` (its rows are on disk already, see
 //! `Spill::write_segment_carrying`); only when the segment cannot be written is it not
-//! carried: the cursor stays before the chunk, which is read again later (its applied
-//! rows re-sent, harmlessly: a total is absolute, though counted as applied again).
+//! carried: the cursor stays before the chunk, which is read again later, whole (its
+//! applied rows re-sent, harmlessly: a total is absolute; its refused rows refused
+//! again). So a refused row's record waits for `rejected.jsonl` until its chunk is
+//! known consumed ([`Replays::finish`]): logged once, by the read that consumes it.
 //!
 //! Counting: a row counts from when it is read (the loop's). One spilled by an earlier
 //! process is accepted anew (`replayed`), one this process spilled moves from `spilled`
 //! back to pending; either leaves pending when it applies, is rejected, or is carried
 //! (spilled again). Rows not read yet stay where they were: on disk, spilled (this process's) or
-//! not yet accepted (an earlier one's).
+//! not yet accepted (an earlier one's). A chunk not consumed counts as not read, its
+//! applied and rejected rows too: the read again counts each row once.
 
 use std::sync::Arc;
 
@@ -37,7 +40,7 @@ use crate::family::Families;
 use crate::sink::{TotalRow, TotalsWrite, WriteError};
 use crate::stage::replay::{self, Taken};
 use crate::state::spill::MAX_REPLAY_CHUNK_ROWS;
-use crate::state::{Cursor, OutcomeLog, StateDir};
+use crate::state::{Cursor, StateDir, WriteRecord};
 use crate::telemetry::{Ledger, Settled};
 use crate::vocabulary::Granularity;
 
@@ -55,10 +58,18 @@ struct ReplayRow {
     own: bool,
     /// Bytes charged to the memory budget while it is held.
     charge: usize,
-    /// Applied or rejected.
-    settled: bool,
+    /// Applied or rejected (`None`: neither yet).
+    settled: Option<SettledAs>,
     /// The request it was written in, and why it did not apply (for its carried record).
     failed: Option<(u32, Option<WriteError>)>,
+}
+
+/// How a replayed row settled.
+enum SettledAs {
+    Applied,
+    /// Refused for good: its record for `rejected.jsonl`, held until the chunk is known
+    /// consumed (see [`Replays::finish`]).
+    Rejected(Box<WriteRecord>),
 }
 
 /// The chunk of spilled totals of the flush in progress.
@@ -197,7 +208,7 @@ impl Replays {
                         unconfirmed: replayed.unconfirmed,
                         own,
                         charge,
-                        settled: false,
+                        settled: None,
                         failed: None,
                     });
                     Taken::Row { table, sum }
@@ -257,17 +268,13 @@ impl Replays {
 
     /// Row `index` applied.
     pub(super) fn applied(&mut self, index: usize, ledger: &Ledger) {
-        self.settle(index, ledger, |s, u| s.applied += u);
+        self.settle(index, ledger, SettledAs::Applied, |s, u| s.applied += u);
     }
 
-    /// Row `index` was refused for good: its unconfirmed part is logged as rejected.
-    pub(super) fn rejected(
-        &mut self,
-        index: usize,
-        error: &WriteError,
-        reading: &Reading<'_>,
-        state: &mut StateDir,
-    ) {
+    /// Row `index` was refused for good: its unconfirmed part counts as rejected, and its
+    /// record waits for `rejected.jsonl` until the chunk is known consumed (see
+    /// [`Replays::finish`]).
+    pub(super) fn rejected(&mut self, index: usize, error: &WriteError, reading: &Reading<'_>) {
         let row = &self.rows[index];
         let record = records::rejected_record(
             &row.id,
@@ -276,11 +283,8 @@ impl Replays {
             error,
             reading.by,
         );
-        let appended = state.append_now(OutcomeLog::Rejected, &[record]);
-        reading
-            .ledger
-            .count_appended(OutcomeLog::Rejected, &appended);
-        self.settle(index, reading.ledger, |s, u| s.rejected += u);
+        let settled = SettledAs::Rejected(Box::new(record));
+        self.settle(index, reading.ledger, settled, |s, u| s.rejected += u);
     }
 
     /// Row `index`, written in request `request`, did not apply: it is carried.
@@ -288,14 +292,20 @@ impl Replays {
         self.rows[index].failed = Some((request, error));
     }
 
-    fn settle(&mut self, index: usize, ledger: &Ledger, stage: impl Fn(&mut Settled, i128)) {
+    fn settle(
+        &mut self,
+        index: usize,
+        ledger: &Ledger,
+        settled: SettledAs,
+        stage: impl Fn(&mut Settled, i128),
+    ) {
         let row = &mut self.rows[index];
         let unconfirmed = row.unconfirmed.sum();
         ledger.update(row.id.table, |s| {
             stage(s, unconfirmed);
             s.in_flight -= unconfirmed;
         });
-        row.settled = true;
+        row.settled = Some(settled);
     }
 
     /// The record lines of the rows that did not settle, to carry into the flush's
@@ -310,7 +320,7 @@ impl Replays {
     ) -> std::io::Result<(Vec<u8>, usize)> {
         let mut lines = Vec::new();
         let mut count = 0;
-        for row in self.rows.iter().filter(|row| !row.settled) {
+        for row in self.rows.iter().filter(|row| row.settled.is_none()) {
             let (request_id, error) = match &row.failed {
                 Some((request, error)) => (request_id(*request), error.as_ref()),
                 None => (by.request_id.clone(), None),
@@ -338,36 +348,48 @@ impl Replays {
         Ok((lines, count))
     }
 
-    /// Ends the chunk: the rows left unsettled were carried (`carried`: they count as
-    /// spilled again) or stay on disk behind the cursor (they count as before they were
-    /// read; `rewind` also puts the read position back, for a chunk whose group was not
-    /// committed). Every row's room goes back to the budget.
+    /// Ends the chunk, `consumed` (every row settled or carried into the flush's
+    /// segment) or not; returns the records of the rows refused for good, for
+    /// `rejected.jsonl`: only a consumed chunk has any. Consumed, the rows left unsettled
+    /// count as spilled again. Not consumed, the chunk stays on disk behind the cursor and
+    /// is read again, whole: each of its rows, settled or not, counts as before it was
+    /// read, so that the read again counts it once, and a refused row's record is
+    /// dropped, logged when the read again refuses it (an applied row is written again,
+    /// harmlessly: a total is absolute). `rewind` puts the read position back (a chunk
+    /// not consumed). Every row's room goes back to the budget.
     pub(super) fn finish(
         &mut self,
-        carried: bool,
+        consumed: bool,
         rewind: Option<&mut StateDir>,
         ledger: &Ledger,
         aggregator: &Aggregator,
-    ) {
+    ) -> Vec<WriteRecord> {
+        let mut refused = Vec::new();
         for row in self.rows.drain(..) {
             aggregator.release_held(1, row.charge);
-            if row.settled {
-                continue;
-            }
             let unconfirmed = row.unconfirmed.sum();
-            if carried {
-                ledger.update(row.id.table, |s| {
+            match (row.settled, consumed) {
+                (Some(SettledAs::Rejected(record)), true) => refused.push(*record),
+                (Some(_), true) => {}
+                (None, true) => ledger.update(row.id.table, |s| {
                     s.spilled += unconfirmed;
                     s.in_flight -= unconfirmed;
-                });
-            } else {
-                unread(ledger, row.id.table, row.own, unconfirmed);
+                }),
+                (Some(settled), false) => ledger.update(row.id.table, |s| {
+                    match settled {
+                        SettledAs::Applied => s.applied -= unconfirmed,
+                        SettledAs::Rejected(_) => s.rejected -= unconfirmed,
+                    }
+                    replay::unread(s, row.own, unconfirmed);
+                }),
+                (None, false) => unread(ledger, row.id.table, row.own, unconfirmed),
             }
         }
         if let Some(state) = rewind {
             state.rewind_replay();
         }
         self.read_to = None;
+        refused
     }
 
     /// Gives the room of every row still held back (the replay is going away).

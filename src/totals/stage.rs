@@ -179,23 +179,26 @@ impl WriteKind for TotalsStage<'_> {
         if spilled > 0 {
             crash_point("totals_spilled");
         }
-        if !self.rejected.is_empty() {
-            let appended = self.state.append_now(OutcomeLog::Rejected, &self.rejected);
-            self.ledger.count_appended(OutcomeLog::Rejected, &appended);
-        }
         if totals.replays.has_rows() {
-            // Every row settled or carried: the group's end consumes the chunk. Else (not
-            // sent, or the carrying segment not written) the chunk stays on disk behind the
-            // cursor, and the read position goes back before it, so that no later
-            // segment's header names a cursor past it.
+            // Every row settled or carried: the group's end consumes the chunk, and its
+            // refused rows are logged. Else (not sent, or the carrying segment not
+            // written) the chunk stays on disk behind the cursor, and the read position
+            // goes back before it, so that no later segment's header names a cursor past
+            // it; it is read again whole, and its refused rows logged then (once).
             let consumed = self.committed && carried_kept;
             let rewind = (!consumed).then_some(&mut *self.state);
-            totals
-                .replays
-                .finish(consumed, rewind, self.ledger, totals.engine.aggregator());
+            let refused =
+                totals
+                    .replays
+                    .finish(consumed, rewind, self.ledger, totals.engine.aggregator());
+            self.rejected.extend(refused);
             if consumed {
                 self.consumed = consumes;
             }
+        }
+        if !self.rejected.is_empty() {
+            let appended = self.state.append_now(OutcomeLog::Rejected, &self.rejected);
+            self.ledger.count_appended(OutcomeLog::Rejected, &appended);
         }
     }
 
@@ -385,7 +388,7 @@ impl TotalsStage<'_> {
                     ledger: self.ledger,
                     by: &by,
                 };
-                totals.replays.rejected(row, &error, &reading, self.state);
+                totals.replays.rejected(row, &error, &reading);
             }
             Action::Spill(error) | Action::Retry(error) => {
                 totals.replays.failed(row, request, error);

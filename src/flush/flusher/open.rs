@@ -156,6 +156,7 @@ impl<S: Sink> Flusher<S> {
         let ledger_gate = LedgerGate::new(
             engine.families(),
             crate::flush::ledger_gate::ROWS_PER_REQUEST,
+            engine.aggregator().limits().flush_chunk_bytes(),
             ledger.clone(),
         );
         let families = engine

@@ -506,3 +506,95 @@ async fn at_the_memory_limit_a_delta_takes_its_minute_and_its_day_or_neither() {
         "the budget charges the book's ten rows: the refused keys' room went back"
     );
 }
+
+/// A replayed chunk whose rows are refused in part (A, for good) and fail in part (B,
+/// transiently) is not consumed when the segment that would carry B cannot be written
+/// (a full disk): it is read again whole later. A is logged in `rejected.jsonl` and
+/// counted rejected once, by the read that consumes the chunk, not once per read; B
+/// reaches the store once; the accounting balances throughout.
+#[tokio::test]
+async fn a_refused_row_of_a_chunk_read_again_after_its_segment_failed_is_logged_once() {
+    let (dir, config, sink) = views_alone();
+    // p0 (A: views 1) and p1 (B: views 2), an earlier process's.
+    write_spill_file(dir.path(), 2);
+    let is = |write: &crate::sink::TotalsWrite, page: &str| {
+        crate::series::fields(&write.series).any(|f| f == page)
+    };
+    let b_fails = Arc::new(AtomicU64::new(1));
+    let b_applied = Arc::new(AtomicU64::new(0));
+    let (fails, applied) = (b_fails.clone(), b_applied.clone());
+    sink.set_totals_script(move |_, write| {
+        if is(write, "p0") {
+            return Some((
+                Outcome::NotAppliedPermanent(WriteError::new("invalid", "no")),
+                false,
+            ));
+        }
+        if fails.load(Ordering::Relaxed) == 1 {
+            return Some((
+                Outcome::NotAppliedTransient(WriteError::new("unavailable", "down")),
+                false,
+            ));
+        }
+        applied.fetch_add(1, Ordering::Relaxed);
+        None
+    });
+    let mut w = writer(&config, sink.clone());
+    // The totals segments of the first flushes of incarnation 1 cannot be written (after
+    // the start, which clears temporary files).
+    let full: Vec<_> = (1..=4)
+        .map(|seq| {
+            dir.path()
+                .join(format!("spill.0000000001.{seq:012}.totals.tmp"))
+        })
+        .collect();
+    for path in &full {
+        std::os::unix::fs::symlink("/dev/full", path).unwrap();
+    }
+    let rejected_lines = || {
+        std::fs::read_to_string(dir.path().join("rejected.jsonl"))
+            .map(|log| log.lines().filter(|l| l.contains("\"p0\"")).count())
+            .unwrap_or(0)
+    };
+    w.flusher.flush_now().await;
+    let a = w.accounting();
+    assert!(a.is_balanced(), "{a:?}");
+    assert!(
+        w.flusher.state().has_unreplayed(),
+        "B could not be carried: the chunk waits behind the cursor"
+    );
+    assert_eq!(b_applied.load(Ordering::Relaxed), 0);
+
+    // The disk has room again and the store takes B: the chunk is read again and consumed.
+    for path in &full {
+        std::fs::remove_file(path).unwrap();
+    }
+    b_fails.store(0, Ordering::Relaxed);
+    for _ in 0..5 {
+        w.flusher.flush_now().await;
+        if !w.flusher.state().has_unreplayed() {
+            break;
+        }
+    }
+    assert!(
+        !w.flusher.state().has_unreplayed(),
+        "the chunk was consumed"
+    );
+    let log = std::fs::read_to_string(dir.path().join("rejected.jsonl")).unwrap();
+    assert_eq!(rejected_lines(), 1, "A is logged once: {log}");
+    let a = w.accounting();
+    assert!(a.is_balanced(), "{a:?}");
+    assert_eq!(a.minute.rejected, 1, "A's sum, counted once: {a:?}");
+    assert_eq!((a.minute.applied, a.minute.pending), (2, 0), "{a:?}");
+    assert_eq!(
+        b_applied.load(Ordering::Relaxed),
+        1,
+        "B reaches the store once"
+    );
+    let b = stored_earlier(&sink)
+        .into_iter()
+        .filter(|((series, _), _)| crate::series::fields(series).any(|f| f == "p1"))
+        .map(|(_, v)| v)
+        .collect::<Vec<_>>();
+    assert_eq!(b, vec![vec![0, 2]], "B's total is in the store");
+}
