@@ -209,7 +209,8 @@ pub(super) async fn run(args: ReconcileArgs) -> Result<(), Failure> {
                     now.saturating_mul(1000),
                 )
                 .await
-                .map_err(Failure::other)?;
+                // A refusal (the day's ledger began to expire during the run): exit 2.
+                .map_err(super::get::read_failure)?;
             }
             for c in &corrections {
                 println!(
@@ -280,7 +281,7 @@ pub(super) async fn run(args: ReconcileArgs) -> Result<(), Failure> {
                 args.overwrite_closed,
             )
             .await
-            .map_err(Failure::other)?;
+            .map_err(super::get::read_failure)?;
             eprintln!("{}: {} keys closed", family.name, closed.written);
             for why in &closed.beyond_i64 {
                 eprintln!("{}: not closed: {why}", family.name);

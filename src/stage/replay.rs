@@ -12,10 +12,12 @@
 //!
 //! Both are reported once per process: a chunk read again after a rewind (its group
 //! commit failed, or it was a run to hold left in place) passes over them silently
-//! (see [`crate::state::Took`]). Across processes only the durable cursor keeps a
-//! refusal from being logged again, so each kind makes refusals a chunk of their own
-//! (a refusal ends a chunk of rows, a row ends a run of refusals) and commits its
-//! cursor at once: a chunk of rows is durable only from its group commit on.
+//! (see [`crate::state::Took`]). Across processes the durable cursor keeps a refusal
+//! from being logged again, so each kind makes refusals a chunk of their own (a refusal
+//! ends a chunk of rows, a row ends a run of refusals) and commits its cursor at once: a
+//! chunk of rows is durable only from its group commit on. A kill between a run's lines
+//! and its cursor is the one window left, and the next process looks for those lines in
+//! the log before it appends them ([`StateDir::refusals_not_logged`]).
 //!
 //! A declined record ends the read with the cursor before it: it stays on disk, for a
 //! later chunk or the other kind's replay.

@@ -30,6 +30,40 @@ pub fn keys_in(path: &Path, offset: u64) -> io::Result<HashSet<(String, u16)>> {
     keys_where(path, offset, None)
 }
 
+/// The lines of the file at `path` (without their newline) that contain one of `needles`,
+/// with how many times each occurs; none when there is no such file. A last line
+/// without its newline (a torn append) is left out: it names no record whole.
+pub fn lines_containing(
+    path: &Path,
+    needles: &[&str],
+) -> io::Result<std::collections::HashMap<Vec<u8>, u32>> {
+    let file = match File::open(path) {
+        Ok(file) => file,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Default::default()),
+        Err(e) => return Err(e),
+    };
+    let finders: Vec<_> = needles
+        .iter()
+        .map(|n| memchr::memmem::Finder::new(n.as_bytes()))
+        .collect();
+    let mut found = std::collections::HashMap::new();
+    let mut reader = BufReader::new(file);
+    let mut line = Vec::new();
+    loop {
+        line.clear();
+        if reader.read_until(b'\n', &mut line)? == 0 {
+            break;
+        }
+        if line.pop() != Some(b'\n') {
+            break;
+        }
+        if finders.iter().any(|f| f.find(&line).is_some()) {
+            *found.entry(line.clone()).or_default() += 1;
+        }
+    }
+    Ok(found)
+}
+
 /// The `(request_id, row)` of the records of the file at `path` from `offset` on, only
 /// those whose request id starts with `prefix` when one is given. A line that does not
 /// read as a record (a torn or glued line an append that failed part-way left, bytes
@@ -381,6 +415,26 @@ mod tests {
             21,
             "nothing is truncated"
         );
+    }
+
+    #[test]
+    fn lines_containing_counts_whole_lines_and_leaves_a_torn_last_line_out() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("rejected.jsonl");
+        std::fs::write(
+            &path,
+            "{\"k\":\"x\"}\n{\"k\":\"y\"}\n{\"k\":\"x\"}\n{\"k\":\"x\"",
+        )
+        .unwrap();
+        let found = lines_containing(&path, &["\"x\""]).unwrap();
+        assert_eq!(found.len(), 1);
+        assert_eq!(
+            found[&b"{\"k\":\"x\"}".to_vec()],
+            2,
+            "the torn third x left out"
+        );
+        let none = lines_containing(&dir.path().join("absent.jsonl"), &["x"]).unwrap();
+        assert!(none.is_empty());
     }
 
     #[test]

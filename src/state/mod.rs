@@ -133,6 +133,11 @@ pub struct StateDir {
     /// A group's end could not be written (its cursor, or its End): it stays open, and
     /// the outcome logs do not rotate until an end succeeds (see `rotate_full_logs`).
     group_left_open: bool,
+    /// Refusal lines a previous process may have logged before a kill kept it from
+    /// writing their cursor, by line, with how many times each was found: read once, at
+    /// the first refusals of the run found at open (see
+    /// [`StateDir::refusals_not_logged`]).
+    logged_refusals: Option<std::collections::HashMap<Vec<u8>, u32>>,
 }
 
 /// Torn or unreadable lines set aside, by file (`countersink_state_lines_corrupt_total`).
@@ -261,6 +266,7 @@ impl StateDir {
             wrapper_groups,
             wrapper_last_in_journal,
             group_left_open: false,
+            logged_refusals: None,
         };
         let mut report =
             recovery::recover(&mut state, groups, kinds, stopped).map_err(io_err("recover"))?;

@@ -29,6 +29,10 @@ impl OutcomeLog {
     }
 }
 
+/// The error kinds of records refused at replay (the sidecar's, the driver wrapper's):
+/// the only lines [`StateDir::refusals_not_logged`] looks at.
+const REFUSAL_KINDS: [&str; 2] = ["\"replay_unmappable\"", "\"not_replayable\""];
+
 /// Why records meant for an outcome log are not in it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum LostRecords {
@@ -239,38 +243,60 @@ impl StateDir {
     /// Of `records` refused at replay (read back from the spill, logged to `log` as they
     /// are read), those not in it already. Refusals are a chunk of their own whose cursor
     /// is written right after their lines are synced: a kill between the two leaves them
-    /// logged with the cursor before them, and the next process reads them again first.
-    /// So while the durable cursor is still the one found at open, the log's current file
-    /// and its latest rotation (a flush of this process may have rotated it since) are
-    /// searched for the records' ids. A record without one (an earlier version's) is
-    /// kept, and all are kept when the search fails: logged twice rather than not at all.
+    /// logged with the cursor before them, and the next process reads them again first,
+    /// perhaps in shorter chunks (a chunk's room depends on the memory free). So until a
+    /// read of this process takes a row, a record whose very line the log holds (a
+    /// refused record's line is its spill line, its outcome and error set: the same
+    /// bytes whoever writes it) is not logged again, as many times as the line is found.
+    /// Found in the log's current file and its latest rotation (a flush of this process
+    /// may have rotated it since); when they cannot be read, every record is logged:
+    /// twice rather than not at all.
     pub fn refusals_not_logged(
-        &self,
+        &mut self,
         log: OutcomeLog,
         records: Vec<WriteRecord>,
     ) -> Vec<WriteRecord> {
-        if records.is_empty() || self.spill.moved_since_open() {
+        if self.spill.taken_since_open() {
+            self.logged_refusals = None;
             return records;
         }
-        let path = self.log(log).path();
-        let logged = super::jsonl::keys_in(path, 0).and_then(|mut keys| {
-            keys.extend(super::jsonl::keys_in(
-                &super::jsonl::rotated_name(path, 1),
-                0,
-            )?);
-            Ok(keys)
-        });
-        let logged = match logged {
-            Ok(logged) => logged,
-            Err(error) => {
-                tracing::warn!(%error, file = log.file_name(), "Could not read an outcome log to find refusals logged before a kill; they are logged again.");
-                return records;
+        if records.is_empty() {
+            return records;
+        }
+        if self.logged_refusals.is_none() {
+            let path = self.log(log).path();
+            let lines =
+                super::jsonl::lines_containing(path, &REFUSAL_KINDS).and_then(|mut lines| {
+                    let rotated = super::jsonl::rotated_name(path, 1);
+                    for (line, count) in super::jsonl::lines_containing(&rotated, &REFUSAL_KINDS)? {
+                        *lines.entry(line).or_default() += count;
+                    }
+                    Ok(lines)
+                });
+            match lines {
+                Ok(lines) => self.logged_refusals = Some(lines),
+                Err(error) => {
+                    tracing::warn!(%error, file = log.file_name(), "Could not read an outcome log to find refusals logged before a kill; they are logged again.");
+                    return records;
+                }
             }
-        };
+        }
+        let logged = self.logged_refusals.get_or_insert_default();
         let before = records.len();
         let kept: Vec<WriteRecord> = records
             .into_iter()
-            .filter(|r| r.request_id.is_empty() || !logged.contains(&(r.request_id.clone(), r.row)))
+            .filter(|record| {
+                let Ok(line) = serde_json::to_vec(record) else {
+                    return true;
+                };
+                match logged.get_mut(&line) {
+                    Some(count) if *count > 0 => {
+                        *count -= 1;
+                        false
+                    }
+                    _ => true,
+                }
+            })
             .collect();
         if kept.len() < before {
             tracing::info!(

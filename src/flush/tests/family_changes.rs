@@ -155,19 +155,21 @@ async fn a_refusal_beside_rows_is_logged_once_after_a_kill_before_the_group_comm
 /// Refused records are a chunk of their own, whose cursor is written right after their
 /// lines are synced to `rejected.jsonl`. A process that logged them and never wrote that
 /// cursor (here it cannot: `spill.tmp` is a directory; a kill between the two leaves the
-/// same on disk) is dropped, and the next start reads them again first: it finds them in
-/// the log and does not log them a second time.
+/// same on disk) is dropped, and the next start reads them again first, here in shorter
+/// chunks (less memory: one refusal a chunk): it finds each in the log and logs none
+/// of them a second time.
 #[tokio::test]
 async fn refusals_logged_before_their_cursor_was_written_are_not_logged_again() {
     let dir = tempfile::tempdir().unwrap();
     let config = config(dir.path());
-    let down = down_sink();
-    let h = harness(&config, down);
-    h.engine
-        .record("page.views", &[("page_id", "p1")][..], 5, T0, None)
-        .unwrap();
+    let h = harness(&config, down_sink());
+    for page in ["p1", "p2"] {
+        h.engine
+            .record("page.views", &[("page_id", page)][..], 5, T0, None)
+            .unwrap();
+    }
     h.flusher.finish().await;
-    assert_eq!(spilled(dir.path()).len(), 2, "minute and day");
+    assert_eq!(spilled(dir.path()).len(), 4, "minute and day of each");
     let mut without = config.clone();
     without.families.clear();
     let obstacle = dir.path().join("spill.tmp");
@@ -175,17 +177,21 @@ async fn refusals_logged_before_their_cursor_was_written_are_not_logged_again() 
         let mut h = harness(&without, MemorySink::new());
         std::fs::create_dir(&obstacle).unwrap();
         h.flusher.flush_now().await;
-        assert_eq!(read_log(dir.path(), "rejected.jsonl").len(), 2, "logged");
+        assert_eq!(read_log(dir.path(), "rejected.jsonl").len(), 4, "logged");
         // Killed: its cursor was never written.
     }
     std::fs::remove_dir(&obstacle).unwrap();
-    let mut h = harness(&without, MemorySink::new());
-    for _ in 0..2 {
+    let mut smaller = without.clone();
+    smaller.limits.max_pending_bytes = 1500;
+    let mut h = harness(&smaller, MemorySink::new());
+    h.flusher.flush_now().await;
+    assert!(h.flusher.state().has_unreplayed(), "one refusal a chunk");
+    for _ in 0..4 {
         h.flusher.flush_now().await;
     }
     assert!(!h.flusher.state().has_unreplayed(), "replayed");
     let rejected = read_log(dir.path(), "rejected.jsonl");
-    assert_eq!(rejected.len(), 2, "once each: {rejected:?}");
+    assert_eq!(rejected.len(), 4, "once each: {rejected:?}");
 }
 
 #[tokio::test]

@@ -81,8 +81,8 @@ pub fn closed_totals(
 /// [`Closed::beyond_i64`]. Each key's closed row is read first: one that holds other
 /// totals (a close made before ledger rows went missing, or the ledger changed since) is
 /// left as it is and listed in [`Closed::differing`], unless `overwrite`. Refused, with
-/// nothing written, once the day's ledger rows may expire at `now_ms`
-/// ([`super::ledger_expiring`]).
+/// nothing written, once the day's ledger rows may expire ([`super::ledger_expiring`],
+/// on the clock when it is called). `now_ms` is the time recorded in the rows.
 #[allow(clippy::too_many_arguments)]
 pub async fn close_day(
     session: &Session,
@@ -94,9 +94,11 @@ pub async fn close_day(
     now_ms: i64,
     overwrite: bool,
 ) -> Result<Closed, ReadError> {
-    // As `repair::apply` does: once the day's ledger rows may expire, its totals are
-    // short of what was written, whoever calls.
-    if let Some(why) = super::ledger_expiring(config, day, now_ms / 1000) {
+    // As `repair::apply` does, on the clock now (a run can reach its close long after
+    // `now_ms`): once the day's ledger rows may expire, its totals are short of what
+    // was written, whoever calls.
+    let now = crate::bucket::unix_secs(std::time::SystemTime::now()).max(now_ms / 1000);
+    if let Some(why) = super::ledger_expiring(config, day, now) {
         return Err(ReadError::Refused(format!("close refused: {why}")));
     }
     let statement = prepare(session, config, "insert_exact_day").await?;

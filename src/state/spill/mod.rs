@@ -97,10 +97,11 @@ pub struct Spill {
     /// only an unreadable line inside a chunk of rows (or a run of held rows) is reported
     /// again.
     reported: BTreeSet<Cursor>,
-    /// The durable cursor found at open: while it has not moved, the records read from
-    /// it may be refusals the previous process logged before a kill kept it from
+    /// Whether a read of this process took a record (a row to send or to hold): until
+    /// then, the records refused are those of the run of refusals found at the cursor at
+    /// open, which the previous process may have logged before a kill kept it from
     /// writing their cursor (see [`StateDir::refusals_not_logged`](super::StateDir::refusals_not_logged)).
-    opened_at: Option<Cursor>,
+    taken_since_open: bool,
 }
 
 impl Spill {
@@ -136,7 +137,7 @@ impl Spill {
             durable: cursor,
             loaded: cursor,
             reported: BTreeSet::new(),
-            opened_at: cursor,
+            taken_since_open: false,
         };
         if journal_cursor > on_disk {
             // Only the journal names this cursor, and recovery is about to end its group,
@@ -212,9 +213,9 @@ impl Spill {
         Ok(())
     }
 
-    /// Whether the durable cursor has moved since open.
-    pub fn moved_since_open(&self) -> bool {
-        self.durable > self.opened_at
+    /// Whether a read of this process took a record (see `taken_since_open`).
+    pub fn taken_since_open(&self) -> bool {
+        self.taken_since_open
     }
 
     /// How far replay's progress is durable (in `spill.cursor`, or found at open).

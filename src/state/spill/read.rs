@@ -157,7 +157,7 @@ impl Spill {
                         passed.refused_again += 1;
                     }
                     Line::Record(record) => match take(id, *record) {
-                        Took::Taken => {}
+                        Took::Taken => self.taken_since_open = true,
                         Took::Refused => {
                             if report {
                                 self.reported.insert(here);
