@@ -10,6 +10,7 @@ use clap::Args;
 use crate::bucket::{self, Day};
 use crate::family::Families;
 use crate::ops::reconcile::{self, Options, Report, verdict::Status};
+use crate::sink::Sink;
 use crate::sink::cql::session;
 
 use super::Failure;
@@ -57,6 +58,12 @@ pub(super) struct ReconcileArgs {
     /// reconcile again and report that.
     #[arg(long)]
     repair: bool,
+    /// Stop waiting for a writer state directory lost for good (as `owed_by` names it:
+    /// `writer~directory`): its `owed` mark of the day becomes `released`, and the rows
+    /// its spill held are counted as never coming (a repair raises the counters to the
+    /// ledger). Refused for a directory that owes nothing of the day. Repeat for several.
+    #[arg(long, value_name = "OWNER")]
+    release_owed: Vec<String>,
     /// With --repair: print the corrections, write nothing.
     #[arg(long, requires = "repair")]
     dry_run: bool,
@@ -74,6 +81,52 @@ pub(super) struct ReconcileArgs {
     /// after it before reading the counters, at ALL.
     #[arg(long, value_name = "DURATION", default_value = "60s", value_parser = super::args::parse_duration, requires = "repair")]
     settle: std::time::Duration,
+}
+
+/// Writes a `released` mark of `day` for each of `owners` that `report` (of `family`)
+/// says owes rows of it; any other owner is refused before anything is written: a
+/// mistyped name must not pass for a release.
+async fn release_owed(
+    config: &crate::config::Config,
+    families: &Families,
+    family: &crate::family::FamilyDef,
+    day: Day,
+    report: &Report,
+    owners: &[String],
+) -> Result<(), Failure> {
+    if let Some(unknown) = owners.iter().find(|o| !report.owed_by.contains(o)) {
+        return Err(Failure::usage(format!(
+            "--release-owed {unknown}: no `owed` mark of {} names it for {} (owed by: {})",
+            report.day,
+            family.name,
+            if report.owed_by.is_empty() {
+                "nobody".to_owned()
+            } else {
+                report.owed_by.join(", ")
+            }
+        )));
+    }
+    let sink = crate::sink::cql::CqlSink::connect(&config.store, families)
+        .await
+        .map_err(Failure::other)?;
+    let marks: Vec<_> = owners
+        .iter()
+        .map(|owner| crate::flush::owed::released_mark(&family.name, day, owner))
+        .collect();
+    match sink.write_outcomes(&marks).await {
+        crate::sink::Outcome::Applied => {
+            for owner in owners {
+                eprintln!(
+                    "{}: {} released: its owed rows of {} are counted as never coming",
+                    family.name, owner, report.day
+                );
+            }
+            Ok(())
+        }
+        other => Err(Failure::other(format!(
+            "could not write the released marks ({other:?}); nothing else was done"
+        ))),
+    }
 }
 
 /// The subcommand of `reconcile`.
@@ -168,6 +221,12 @@ pub(super) async fn run(args: ReconcileArgs) -> Result<(), Failure> {
         let mut report = reconcile::reconcile(&session, &config, family, &options, &progress)
             .await
             .map_err(Failure::other)?;
+        if !args.release_owed.is_empty() {
+            release_owed(&config, &families, family, day, &report, &args.release_owed).await?;
+            report = reconcile::reconcile(&session, &config, family, &options, &progress)
+                .await
+                .map_err(Failure::other)?;
+        }
         if args.repair {
             let wait =
                 reconcile::repair::settle_wait(&report, args.settle, std::time::SystemTime::now());

@@ -48,8 +48,32 @@ pub const OWED: &str = "owed";
 /// The outcome of a family-day whose owed rows have all left the writer's state.
 pub const REPLAYED: &str = "replayed";
 
+/// The outcome of a family-day an operator released for a state directory lost for good
+/// (`reconcile --release-owed`): its owed rows will never be replayed.
+pub const RELEASED: &str = "released";
+
 /// The request id prefix of the marks.
 pub const REQUEST_PREFIX: &str = "owed/";
+
+/// The `released` mark of `family`'s `day` for `owner` (a state directory's owner id, as
+/// reconcile names it): written over its `owed` mark, it stops holding the day open.
+pub fn released_mark(family: &str, day: Day, owner: &str) -> OutcomeRow {
+    OutcomeRow {
+        family: family.to_owned(),
+        day,
+        request_id: format!("{REQUEST_PREFIX}{owner}"),
+        row: 0,
+        outcome: RELEASED.to_owned(),
+        granularity: String::new(),
+        key: String::new(),
+        minute: None,
+        shard: None,
+        deltas: BTreeMap::new(),
+        error_kind: None,
+        error: None,
+        recorded_ms: bucket::unix_secs(SystemTime::now()).saturating_mul(1000),
+    }
+}
 
 /// An owed family-day (of an exact family).
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]

@@ -37,18 +37,23 @@ async fn two_writers_sharing_a_writer_id_keep_both_ledger_rows() {
     store.shutdown().await;
 }
 
-/// Issue 26 item 2: writers A and B count the same keys of a closed day; the store
-/// refuses B's counter writes (Unavailable: not applied) and its final flush spills
-/// them, their ledger rows confirmed. A `reconcile --repair` from a machine without B's
-/// state directory sees B's `owed` mark in the outcomes table: the day is still open and
-/// nothing is corrected. B restarts and replays: every counter equals what was fed, the
-/// mark turns `replayed`, the day closes, and a repair finds nothing to correct. (Without
-/// the mark the repair raised the counters to the ledger, and B's replay then counted
-/// its rows a second time: counter = ledger + B's deltas.)
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_repair_waits_for_a_writer_whose_spill_still_owes_the_day() {
-    const MINUTE_TABLE: &str = "metrics.views_by_minute";
-    const DAY_TABLE: &str = "metrics.views_by_day";
+/// Writers A and B count the same keys (4 pages) of a closed day; the store refuses B's
+/// counter writes (Unavailable: not applied) and its final flush spills them, their
+/// ledger rows confirmed: B's `owed` mark holds the day open. (`fed`: what both fed.)
+struct OwedByB {
+    dir_a: tempfile::TempDir,
+    dir_b: tempfile::TempDir,
+    config_a: Config,
+    config_b: Config,
+    store: Store,
+    writer_a: Writer,
+    fed: i128,
+}
+
+const MINUTE_TABLE: &str = "metrics.views_by_minute";
+const DAY_TABLE: &str = "metrics.views_by_day";
+
+async fn owed_by_b() -> OwedByB {
     let (dir_a, dir_b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
     let mut config_a = exact_config(dir_a.path());
     let store = start_cqlsim(&mut config_a, "injects Unavailable on the counter tables").await;
@@ -77,7 +82,83 @@ async fn a_repair_waits_for_a_writer_whose_spill_still_owes_the_day() {
     );
     let fed = 4 * (3 + 5);
     assert_eq!(store.table_sum(MINUTE_TABLE, "views").await, 4 * 3);
+    OwedByB {
+        dir_a,
+        dir_b,
+        config_a,
+        config_b,
+        store,
+        writer_a,
+        fed,
+    }
+}
 
+/// The same day owed by B, whose state directory is then lost for good (its spill will
+/// never be replayed): `--release-owed` with a name no mark carries is refused, nothing
+/// written; with B's name (as the report's `owed_by` gives it) B's mark becomes
+/// `released`, the day closes, and the repair in the same run raises the counters to the
+/// ledger: B's rows, confirmed in the ledger, reach the counters once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lost_writers_owed_mark_is_released_and_the_repair_counts_its_rows() {
+    let OwedByB {
+        dir_a,
+        dir_b,
+        config_a,
+        store,
+        writer_a,
+        fed,
+        ..
+    } = owed_by_b().await;
+    let report = run_reconcile(&writer_a, &config_a).await;
+    assert!(!report.closed, "B's mark holds the day open");
+    assert_eq!(report.owed_by.len(), 1, "{:?}", report.owed_by);
+    let owner = report.owed_by[0].clone();
+    drop(dir_b);
+    let file = dir_a.path().join("countersink.toml");
+    write_exact_config(&store, &file);
+
+    let mistyped = reconcile_cli(&file, &["--release-owed", "nobody~0", "--repair"]);
+    let stderr = String::from_utf8_lossy(&mistyped.stderr).into_owned();
+    assert_eq!(mistyped.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("nobody~0") && stderr.contains(&owner),
+        "{stderr}"
+    );
+    let report = run_reconcile(&writer_a, &config_a).await;
+    assert_eq!(report.owed_by, [owner.clone()], "nothing written");
+
+    let released = reconcile_cli(&file, &["--release-owed", &owner, "--repair"]);
+    let stderr = String::from_utf8_lossy(&released.stderr).into_owned();
+    assert_eq!(released.status.code(), Some(0), "{stderr}");
+    assert!(stderr.contains("released"), "{stderr}");
+    assert_eq!(store.table_sum(MINUTE_TABLE, "views").await, fed);
+    assert_eq!(store.table_sum(DAY_TABLE, "views").await, fed);
+    let report = run_reconcile(&writer_a, &config_a).await;
+    assert!(report.closed, "{:?}", report.open_because);
+    assert!(report.owed_by.is_empty(), "{:?}", report.owed_by);
+    assert!(report.passes(), "{:?}", report.keys);
+    store.shutdown().await;
+}
+
+/// Issue 26 item 2: writers A and B count the same keys of a closed day; the store
+/// refuses B's counter writes (Unavailable: not applied) and its final flush spills
+/// them, their ledger rows confirmed. A `reconcile --repair` from a machine without B's
+/// state directory sees B's `owed` mark in the outcomes table: the day is still open and
+/// nothing is corrected. B restarts and replays: every counter equals what was fed, the
+/// mark turns `replayed`, the day closes, and a repair finds nothing to correct. (Without
+/// the mark the repair raised the counters to the ledger, and B's replay then counted
+/// its rows a second time: counter = ledger + B's deltas.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_repair_waits_for_a_writer_whose_spill_still_owes_the_day() {
+    let OwedByB {
+        dir_a,
+        dir_b: _dir_b,
+        config_a,
+        config_b,
+        store,
+        writer_a,
+        fed,
+    } = owed_by_b().await;
     let file = dir_a.path().join("countersink.toml");
     write_exact_config(&store, &file);
     let repair = || reconcile_cli(&file, &["--repair"]);
