@@ -106,8 +106,8 @@ impl OutcomeQueue {
         }
     }
 
-    /// The queue of the owed marks (see [`super::owed`]): it never drops a mark (each
-    /// must reach the table), and keeps only the latest of each family-day. A mark's
+    /// The queue of the owed marks (see [`super::owed`]): it never drops the latest mark
+    /// of a family-day (each day's must reach the table), and keeps only that one. A mark's
     /// primary key in the outcomes table is (family, day, request id `owed/<owner>`, row
     /// 0), the same for every mark of the day, and the queue sends in order: a later
     /// mark overwrites an earlier one in the table, so the earlier need not be sent.

@@ -134,10 +134,10 @@ pub struct StateDir {
     /// the outcome logs do not rotate until an end succeeds (see `rotate_full_logs`).
     group_left_open: bool,
     /// Refusal lines a previous process may have logged before a kill kept it from
-    /// writing their cursor, by line, with how many times each was found: read once, at
-    /// the first refusals of the run found at open (see
+    /// writing their cursor, by hash, with how many times each was found: read once, at
+    /// the first refusals of the run found at open, dropped once a read takes a row (see
     /// [`StateDir::refusals_not_logged`]).
-    logged_refusals: Option<std::collections::HashMap<Vec<u8>, u32>>,
+    logged_refusals: Option<std::collections::HashMap<u64, u32>>,
 }
 
 /// Torn or unreadable lines set aside, by file (`countersink_state_lines_corrupt_total`).

@@ -249,15 +249,17 @@ impl StateDir {
     /// refused record's line is its spill line, its outcome and error set: the same
     /// bytes whoever writes it) is not logged again, as many times as the line is found.
     /// Found in the log's current file and its latest rotation (a flush of this process
-    /// may have rotated it since); when they cannot be read, every record is logged:
-    /// twice rather than not at all.
+    /// may have rotated it since), by hash, so that only 12 bytes a refusal line are
+    /// held, and only until a read takes a row. Logged again when the log cannot be
+    /// read, or the line differs (a configuration changed again between the two starts
+    /// gives another reason, a newer version another field): twice rather than not at
+    /// all.
     pub fn refusals_not_logged(
         &mut self,
         log: OutcomeLog,
         records: Vec<WriteRecord>,
     ) -> Vec<WriteRecord> {
         if self.spill.taken_since_open() {
-            self.logged_refusals = None;
             return records;
         }
         if records.is_empty() {
@@ -289,7 +291,7 @@ impl StateDir {
                 let Ok(line) = serde_json::to_vec(record) else {
                     return true;
                 };
-                match logged.get_mut(&line) {
+                match logged.get_mut(&super::jsonl::line_hash(&line)) {
                     Some(count) if *count > 0 => {
                         *count -= 1;
                         false

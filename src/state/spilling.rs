@@ -185,6 +185,10 @@ impl StateDir {
     /// passed over, the unreadable lines counted once, and the error that ended it early.
     pub fn read_spill(&mut self, take: impl FnMut(SegmentId, WriteRecord) -> Took) -> Passed {
         let passed = self.spill.read(take);
+        if self.spill.taken_since_open() {
+            // Past the run of refusals found at open: no line of it is needed any more.
+            self.logged_refusals = None;
+        }
         if let Err(error) = self.set_corrupt_aside(&passed.corrupt) {
             tracing::error!(%error, lines = passed.corrupt.len(), "Could not copy unreadable spill lines to spill.corrupt.jsonl; they are counted, and passed over.");
         }

@@ -157,41 +157,45 @@ async fn a_refusal_beside_rows_is_logged_once_after_a_kill_before_the_group_comm
 /// cursor (here it cannot: `spill.tmp` is a directory; a kill between the two leaves the
 /// same on disk) is dropped, and the next start reads them again first, here in shorter
 /// chunks (less memory: one refusal a chunk): it finds each in the log and logs none
-/// of them a second time.
+/// of them a second time. With an exact family too, whose start scans the spill for the
+/// days it owes (a scan takes no row).
 #[tokio::test]
 async fn refusals_logged_before_their_cursor_was_written_are_not_logged_again() {
-    let dir = tempfile::tempdir().unwrap();
-    let config = config(dir.path());
-    let h = harness(&config, down_sink());
-    for page in ["p1", "p2"] {
-        h.engine
-            .record("page.views", &[("page_id", page)][..], 5, T0, None)
-            .unwrap();
-    }
-    h.flusher.finish().await;
-    assert_eq!(spilled(dir.path()).len(), 4, "minute and day of each");
-    let mut without = config.clone();
-    without.families.clear();
-    let obstacle = dir.path().join("spill.tmp");
-    {
-        let mut h = harness(&without, MemorySink::new());
-        std::fs::create_dir(&obstacle).unwrap();
+    for exact in [false, true] {
+        let dir = tempfile::tempdir().unwrap();
+        let config = config(dir.path());
+        let h = harness(&config, down_sink());
+        for page in ["p1", "p2"] {
+            h.engine
+                .record("page.views", &[("page_id", page)][..], 5, T0, None)
+                .unwrap();
+        }
+        h.flusher.finish().await;
+        assert_eq!(spilled(dir.path()).len(), 4, "minute and day of each");
+        let mut without = config.clone();
+        without.families.clear();
+        without.generic.exact = exact;
+        let obstacle = dir.path().join("spill.tmp");
+        {
+            let mut h = harness(&without, MemorySink::new());
+            std::fs::create_dir(&obstacle).unwrap();
+            h.flusher.flush_now().await;
+            assert_eq!(read_log(dir.path(), "rejected.jsonl").len(), 4, "logged");
+            // Killed: its cursor was never written.
+        }
+        std::fs::remove_dir(&obstacle).unwrap();
+        let mut smaller = without.clone();
+        smaller.limits.max_pending_bytes = 1500;
+        let mut h = harness(&smaller, MemorySink::new());
         h.flusher.flush_now().await;
-        assert_eq!(read_log(dir.path(), "rejected.jsonl").len(), 4, "logged");
-        // Killed: its cursor was never written.
+        assert!(h.flusher.state().has_unreplayed(), "one refusal a chunk");
+        for _ in 0..4 {
+            h.flusher.flush_now().await;
+        }
+        assert!(!h.flusher.state().has_unreplayed(), "replayed");
+        let rejected = read_log(dir.path(), "rejected.jsonl");
+        assert_eq!(rejected.len(), 4, "exact {exact}: once each: {rejected:?}");
     }
-    std::fs::remove_dir(&obstacle).unwrap();
-    let mut smaller = without.clone();
-    smaller.limits.max_pending_bytes = 1500;
-    let mut h = harness(&smaller, MemorySink::new());
-    h.flusher.flush_now().await;
-    assert!(h.flusher.state().has_unreplayed(), "one refusal a chunk");
-    for _ in 0..4 {
-        h.flusher.flush_now().await;
-    }
-    assert!(!h.flusher.state().has_unreplayed(), "replayed");
-    let rejected = read_log(dir.path(), "rejected.jsonl");
-    assert_eq!(rejected.len(), 4, "once each: {rejected:?}");
 }
 
 #[tokio::test]

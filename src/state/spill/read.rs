@@ -157,7 +157,8 @@ impl Spill {
                         passed.refused_again += 1;
                     }
                     Line::Record(record) => match take(id, *record) {
-                        Took::Taken => self.taken_since_open = true,
+                        // (A scan, which consumes nothing, takes nothing either.)
+                        Took::Taken => self.taken_since_open |= report,
                         Took::Refused => {
                             if report {
                                 self.reported.insert(here);

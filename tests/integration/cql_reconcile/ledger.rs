@@ -125,7 +125,11 @@ async fn a_lost_writers_owed_mark_is_released_and_the_repair_counts_its_rows() {
         "{stderr}"
     );
     let report = run_reconcile(&writer_a, &config_a).await;
-    assert_eq!(report.owed_by, [owner.clone()], "nothing written");
+    assert_eq!(
+        report.owed_by,
+        std::slice::from_ref(&owner),
+        "nothing written"
+    );
 
     let released = reconcile_cli(&file, &["--release-owed", &owner, "--repair"]);
     let stderr = String::from_utf8_lossy(&released.stderr).into_owned();
