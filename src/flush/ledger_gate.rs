@@ -593,6 +593,7 @@ impl LedgerGate {
         records: impl IntoIterator<Item = &'a WriteRecord>,
     ) {
         self.outcomes.offer(families, records);
+        self.publish_owed();
     }
 
     /// Sends the queued outcome rows (all that are due; every one when `force`), then the
@@ -618,11 +619,14 @@ impl LedgerGate {
         self.publish_owed();
     }
 
-    /// Publishes the owed days and the marks waiting to the metrics.
+    /// Publishes the owed days, the marks and the outcome rows waiting (and those
+    /// dropped) to the metrics.
     fn publish_owed(&self) {
         let days = self.owed.as_ref().map_or(0, OwedBook::owed_days);
         self.counts
             .set_exact_owed(days as u64, self.marks.len() as u64);
+        self.counts
+            .set_exact_outcome_rows(self.outcomes.len() as u64, self.outcomes.dropped);
     }
 
     /// Makes what the state directory owes visible in the outcomes table (see

@@ -611,6 +611,12 @@ async fn outcome_rows_dropped_from_a_full_queue_reach_the_table_after_a_restart(
     assert!(logged > 5, "{logged} unknown rows logged");
     let gate = flusher.ledger_gate_mut().unwrap();
     assert_eq!(gate.outcomes_dropped(), logged as u64 - 5);
+    let counts = flusher.ledger().exact_ledger();
+    assert_eq!(
+        (counts.outcome_rows_queued, counts.outcome_rows_dropped),
+        (5, logged as u64 - 5),
+        "the metrics say what the queue holds and dropped"
+    );
 
     sink.clear_script();
     sink.set_outcomes_available(true);

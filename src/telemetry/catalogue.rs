@@ -502,13 +502,28 @@ pub const EXACT_OWED_MARKS_QUEUED: MetricDef = MetricDef {
     labels: &[],
 };
 
+/// `countersink_exact_outcome_rows_queued`.
+pub const EXACT_OUTCOME_ROWS_QUEUED: MetricDef = MetricDef {
+    name: "countersink_exact_outcome_rows_queued",
+    help: "Outcome rows (unknown and rejected records of exact families) waiting to be written to the outcomes table (non-zero for long: the outcomes table is failing).",
+    labels: &[],
+};
+/// `countersink_exact_outcome_rows_dropped_total`.
+pub const EXACT_OUTCOME_ROWS_DROPPED: MetricDef = MetricDef {
+    name: "countersink_exact_outcome_rows_dropped_total",
+    help: "Outcome rows dropped, oldest first, from a queue past its bound (rows, or a quarter of limits.max_pending_bytes); their records stay in unknown.jsonl and rejected.jsonl, but reconcile does not see them.",
+    labels: &[],
+};
+
 /// What the flusher exports about the delta ledger of the exact families.
-pub const EXACT_METRICS: [MetricDef; 5] = [
+pub const EXACT_METRICS: [MetricDef; 7] = [
     EXACT_LEDGER_WRITES,
     EXACT_LEDGER_HELD_ROWS,
     EXACT_LEDGER_BACKLOG_ROWS,
     EXACT_OWED_DAYS,
     EXACT_OWED_MARKS_QUEUED,
+    EXACT_OUTCOME_ROWS_QUEUED,
+    EXACT_OUTCOME_ROWS_DROPPED,
 ];
 
 /// `countersink_wrapper_passthrough_total{reason}` (the driver wrapper).

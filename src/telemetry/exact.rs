@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use prometheus::core::{Collector, Desc};
 use prometheus::proto::MetricFamily;
-use prometheus::{IntCounterVec, IntGauge};
+use prometheus::{IntCounter, IntCounterVec, IntGauge};
 
 use crate::sink::OutcomeClass;
 
@@ -21,6 +21,8 @@ pub struct ExactLedgerCollector {
     backlog_rows: IntGauge,
     owed_days: IntGauge,
     owed_marks_queued: IntGauge,
+    outcome_rows_queued: IntGauge,
+    outcome_rows_dropped: IntCounter,
     descs: Vec<Desc>,
 }
 
@@ -32,12 +34,16 @@ impl ExactLedgerCollector {
         let backlog_rows = catalogue::EXACT_LEDGER_BACKLOG_ROWS.int_gauge();
         let owed_days = catalogue::EXACT_OWED_DAYS.int_gauge();
         let owed_marks_queued = catalogue::EXACT_OWED_MARKS_QUEUED.int_gauge();
+        let outcome_rows_queued = catalogue::EXACT_OUTCOME_ROWS_QUEUED.int_gauge();
+        let outcome_rows_dropped = catalogue::EXACT_OUTCOME_ROWS_DROPPED.int_counter();
         let descs = [
             writes.desc(),
             held_rows.desc(),
             backlog_rows.desc(),
             owed_days.desc(),
             owed_marks_queued.desc(),
+            outcome_rows_queued.desc(),
+            outcome_rows_dropped.desc(),
         ]
         .into_iter()
         .flatten()
@@ -50,6 +56,8 @@ impl ExactLedgerCollector {
             backlog_rows,
             owed_days,
             owed_marks_queued,
+            outcome_rows_queued,
+            outcome_rows_dropped,
             descs,
         }
     }
@@ -74,12 +82,19 @@ impl Collector for ExactLedgerCollector {
         let gauge = |g: &IntGauge, v: u64| g.set(i64::try_from(v).unwrap_or(i64::MAX));
         gauge(&self.owed_days, counts.owed_days);
         gauge(&self.owed_marks_queued, counts.owed_marks_queued);
+        gauge(&self.outcome_rows_queued, counts.outcome_rows_queued);
+        // A counter read from the flusher's running total: moved up to it.
+        let seen = self.outcome_rows_dropped.get();
+        self.outcome_rows_dropped
+            .inc_by(counts.outcome_rows_dropped.saturating_sub(seen));
         let mut out = self.writes.collect();
+        out.extend(self.outcome_rows_dropped.collect());
         for g in [
             &self.held_rows,
             &self.backlog_rows,
             &self.owed_days,
             &self.owed_marks_queued,
+            &self.outcome_rows_queued,
         ] {
             out.extend(g.collect());
         }

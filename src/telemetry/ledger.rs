@@ -85,6 +85,10 @@ pub struct ExactLedgerCounts {
     pub owed_days: u64,
     /// Owed marks waiting for the outcomes table.
     pub owed_marks_queued: u64,
+    /// Outcome rows waiting for the outcomes table.
+    pub outcome_rows_queued: u64,
+    /// Outcome rows dropped from a full queue (their records stay in the local logs).
+    pub outcome_rows_dropped: u64,
 }
 
 impl Default for Ledger {
@@ -270,6 +274,12 @@ impl Ledger {
         let mut exact = self.exact.lock();
         exact.owed_days = days;
         exact.owed_marks_queued = marks_queued;
+    }
+
+    pub(crate) fn set_exact_outcome_rows(&self, queued: u64, dropped: u64) {
+        let mut exact = self.exact.lock();
+        exact.outcome_rows_queued = queued;
+        exact.outcome_rows_dropped = dropped;
     }
 
     pub(crate) fn count_flush(&self, seconds: f64) {
